@@ -1,0 +1,206 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"strings"
+
+	"github.com/spf13/cobra"
+	"sigs.k8s.io/yaml"
+
+	"github.com/dwr-run/dwr/domain"
+	"github.com/dwr-run/dwr/handlers"
+	"github.com/dwr-run/dwr/projections"
+)
+
+func goalCmd(g *globals) *cobra.Command {
+	cmd := &cobra.Command{Use: "goal", Short: "create, inspect and list goals"}
+	var c domain.CreateGoal
+	var cmdID string
+	var queues []string
+	create := &cobra.Command{
+		Use: "create --title TITLE", Short: "create a goal", Args: cobra.NoArgs,
+		RunE: func(*cobra.Command, []string) error {
+			cl, err := g.connect()
+			if err != nil {
+				return err
+			}
+			defer cl.close()
+			c.Envelope.Permissions.Queues = queues
+			res, _, err := cl.command("goal.create", c, cmdID)
+			if err != nil {
+				return err
+			}
+			return printReply(g, res, "goal")
+		},
+	}
+	f := create.Flags()
+	f.StringVar(&c.Title, "title", "", "what the goal is (required)")
+	f.StringVar(&c.Description, "description", "", "longer description")
+	f.StringArrayVar(&c.SuccessCriteria, "criterion", nil, "a success criterion (repeatable)")
+	f.StringSliceVar(&queues, "allow-queue", nil, "queues the goal's tasks may use (default: any)")
+	f.IntVar(&c.Envelope.Budget.Attempts, "budget-attempts", 0, "most attempts in all (0: no limit)")
+	f.StringVar(&cmdID, "command-id", "", "idempotency key (default: a fresh ULID)")
+
+	get := &cobra.Command{
+		Use: "get ID", Short: "show a goal with its plan", Args: cobra.ExactArgs(1),
+		RunE: func(_ *cobra.Command, args []string) error {
+			cl, err := g.connect()
+			if err != nil {
+				return err
+			}
+			defer cl.close()
+			res, err := cl.query("goal.get", handlers.Query{ID: args[0]}, 0)
+			if err != nil {
+				return err
+			}
+			var v projections.GoalView
+			if err := json.Unmarshal(res, &v); err != nil {
+				return err
+			}
+			if g.json {
+				return printJSON(g.out, v)
+			}
+			fmt.Fprintf(g.out, "goal %s: %s\nstate: %s   plan version: %d\n", v.ID, v.Title, v.State, v.PlanVersion)
+			if v.Reason != "" {
+				fmt.Fprintf(g.out, "reason: %s\n", v.Reason)
+			}
+			for _, c := range v.SuccessCriteria {
+				fmt.Fprintf(g.out, "criterion: %s\n", c)
+			}
+			fmt.Fprintf(g.out, "tasks by state: %s\n\n", counts(v.Counts))
+			rows := make([][]string, len(v.Nodes))
+			for i, n := range v.Nodes {
+				rows[i] = []string{n.Key, n.TaskID, n.State, dash(strings.Join(n.DependsOn, ","))}
+			}
+			return table(g.out, []string{"KEY", "TASK", "STATE", "DEPENDS ON"}, rows)
+		},
+	}
+	list := &cobra.Command{
+		Use: "list", Short: "list goals", Args: cobra.NoArgs,
+		RunE: func(*cobra.Command, []string) error {
+			cl, err := g.connect()
+			if err != nil {
+				return err
+			}
+			defer cl.close()
+			res, err := cl.query("goal.list", handlers.Query{}, 0)
+			if err != nil {
+				return err
+			}
+			var vs []projections.GoalView
+			if err := json.Unmarshal(res, &vs); err != nil {
+				return err
+			}
+			if g.json {
+				return printJSON(g.out, vs)
+			}
+			rows := make([][]string, len(vs))
+			for i, v := range vs {
+				rows[i] = []string{v.ID, v.State, fmt.Sprint(v.PlanVersion), counts(v.Counts), v.Title}
+			}
+			return table(g.out, []string{"ID", "STATE", "PLAN", "TASKS", "TITLE"}, rows)
+		},
+	}
+	cmd.AddCommand(create, get, list)
+	return cmd
+}
+
+func counts(m map[string]int) string {
+	var parts []string
+	for _, st := range domain.TaskStates {
+		if n := m[st]; n > 0 {
+			parts = append(parts, fmt.Sprintf("%s=%d", st, n))
+		}
+	}
+	if len(parts) == 0 {
+		return "-"
+	}
+	return strings.Join(parts, " ")
+}
+
+func planCmd(g *globals) *cobra.Command {
+	cmd := &cobra.Command{Use: "plan", Short: "submit a goal's plan"}
+	var goal, file, cmdID string
+	submit := &cobra.Command{
+		Use: "submit --goal ID -f FILE", Short: "submit a plan (YAML or JSON: a list of tasks, or {tasks: [...]})", Args: cobra.NoArgs,
+		RunE: func(*cobra.Command, []string) error {
+			if goal == "" || file == "" {
+				return fail(exitInvalid, "both --goal and -f are required")
+			}
+			tasks, err := readPlan(g, file)
+			if err != nil {
+				return err
+			}
+			cl, err := g.connect()
+			if err != nil {
+				return err
+			}
+			defer cl.close()
+			body, _ := json.Marshal(map[string]any{"goal_id": goal, "tasks": tasks})
+			res, _, err := cl.command("plan.submit", body, cmdID)
+			if err != nil {
+				return err
+			}
+			var r domain.Reply
+			if err := json.Unmarshal(res, &r); err != nil {
+				return err
+			}
+			if g.json {
+				return printJSON(g.out, r)
+			}
+			fmt.Fprintf(g.out, "plan version %d of goal %s committed\n", r.PlanVersion, r.ID)
+			rows := make([][]string, len(r.Tasks))
+			for i, t := range r.Tasks {
+				rows[i] = []string{t.Key, t.TaskID, dash(strings.Join(t.DependsOn, ","))}
+			}
+			return table(g.out, []string{"KEY", "TASK", "DEPENDS ON"}, rows)
+		},
+	}
+	submit.Flags().StringVar(&goal, "goal", "", "the goal's id")
+	submit.Flags().StringVarP(&file, "file", "f", "", "plan file (YAML or JSON); - reads standard input")
+	submit.Flags().StringVar(&cmdID, "command-id", "", "idempotency key (default: a fresh ULID)")
+	cmd.AddCommand(submit)
+	return cmd
+}
+
+// maxPlanFile bounds a plan file before it is parsed.
+const maxPlanFile = 1 << 20
+
+// readPlan reads a plan file as JSON tasks: a list of tasks, or an object with
+// a "tasks" list.
+func readPlan(g *globals, file string) (json.RawMessage, error) {
+	var b []byte
+	var err error
+	if file == "-" {
+		b, err = readLimited(g.stdin, maxPlanFile)
+	} else {
+		var fh *os.File
+		if fh, err = os.Open(file); err == nil {
+			b, err = readLimited(fh, maxPlanFile)
+			fh.Close()
+		}
+	}
+	if err != nil {
+		return nil, fail(exitInvalid, "plan file %s: %v", file, err)
+	}
+	j, err := yaml.YAMLToJSON(b)
+	if err != nil {
+		return nil, fail(exitInvalid, "plan file %s is neither YAML nor JSON: %v", file, err)
+	}
+	var probe any
+	if err := json.Unmarshal(j, &probe); err != nil {
+		return nil, fail(exitInvalid, "plan file %s: %v", file, err)
+	}
+	switch p := probe.(type) {
+	case []any:
+		return j, nil
+	case map[string]any:
+		if t, ok := p["tasks"]; ok {
+			out, _ := json.Marshal(t)
+			return out, nil
+		}
+	}
+	return nil, fail(exitInvalid, "plan file %s must be a list of tasks or an object with a \"tasks\" list", file)
+}

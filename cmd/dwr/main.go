@@ -1,0 +1,11 @@
+// Command dwr is the durable work runtime: `dwr serve` runs the service
+// (embedded NATS by default) and the other commands are its client.
+package main
+
+import (
+	"os"
+)
+
+func main() {
+	os.Exit(Main(os.Args[1:], os.Stdin, os.Stdout, os.Stderr))
+}

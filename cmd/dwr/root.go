@@ -1,0 +1,83 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"os"
+
+	"github.com/spf13/cobra"
+)
+
+// Exit codes, documented in the README.
+const (
+	exitOK          = 0
+	exitError       = 1 // the server refused the command (conflict, internal...)
+	exitInvalid     = 2 // bad input: flags, files, or a command the server found invalid
+	exitUnavailable = 3 // no server answered, or it is not ready
+	exitNotFound    = 4
+	exitConflict    = 5
+)
+
+// exitError carries the exit code of a failed command.
+type cliError struct {
+	code int
+	msg  string
+}
+
+func (e *cliError) Error() string { return e.msg }
+
+func fail(code int, format string, args ...any) error {
+	return &cliError{code: code, msg: fmt.Sprintf(format, args...)}
+}
+
+// globals are the flags every client command shares.
+type globals struct {
+	server    string
+	workspace string
+	json      bool
+	timeout   string
+	stdin     io.Reader
+	out       io.Writer
+}
+
+func envOr(k, def string) string {
+	if v := os.Getenv(k); v != "" {
+		return v
+	}
+	return def
+}
+
+// Main runs the CLI with args and returns the process's exit code.
+func Main(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
+	g := &globals{stdin: stdin, out: stdout}
+	root := &cobra.Command{
+		Use:           "dwr",
+		Short:         "dwr — the durable work runtime",
+		Long:          "dwr keeps long-running work (agents, reviews, slow systems) alive across crashes, retries and days of waiting.\n`dwr serve` runs the service; the other commands talk to it over NATS.",
+		SilenceUsage:  true,
+		SilenceErrors: true,
+	}
+	pf := root.PersistentFlags()
+	pf.StringVar(&g.server, "server", envOr("DWR_SERVER", "nats://127.0.0.1:4222"), "NATS URL of the dwr service (env DWR_SERVER)")
+	pf.StringVar(&g.workspace, "workspace", envOr("DWR_WORKSPACE", "default"), "workspace to act in (env DWR_WORKSPACE)")
+	pf.BoolVar(&g.json, "json", false, "print machine-readable JSON instead of tables")
+	pf.StringVar(&g.timeout, "timeout", "10s", "how long to wait for the service to answer")
+	root.AddCommand(serveCmd(), workspaceCmd(g), goalCmd(g), planCmd(g), taskCmd(g), eventsCmd(g), watchCmd(g),
+		adminCmd(), schemaCmd(g))
+	root.SetArgs(args)
+	root.SetOut(stdout)
+	root.SetErr(stderr)
+	root.SetIn(stdin)
+	err := root.Execute()
+	if err == nil {
+		return exitOK
+	}
+	var ce *cliError
+	if errors.As(err, &ce) {
+		fmt.Fprintln(stderr, "dwr:", ce.msg)
+		return ce.code
+	}
+	fmt.Fprintln(stderr, "dwr:", err)
+	return exitInvalid // cobra's own errors: unknown flags, wrong arguments
+}

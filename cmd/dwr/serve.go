@@ -1,0 +1,166 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"io"
+	"log/slog"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/oklog/ulid/v2"
+	"github.com/spf13/cobra"
+
+	"github.com/dwr-run/dwr/handlers"
+	"github.com/dwr-run/dwr/handlers/embedded"
+	"github.com/dwr-run/dwr/projections"
+)
+
+// natsOpts are how dwr reaches an existing NATS server or cluster.
+type natsOpts struct {
+	url, creds, user, password, token string
+}
+
+func (o *natsOpts) flags(cmd *cobra.Command) {
+	f := cmd.Flags()
+	f.StringVar(&o.url, "nats", os.Getenv("DWR_NATS"), "use this existing NATS server or cluster (comma-separated URLs) instead of the embedded one (env DWR_NATS)")
+	f.StringVar(&o.creds, "nats-creds", "", "NATS credentials file")
+	f.StringVar(&o.user, "nats-user", "", "NATS user")
+	f.StringVar(&o.password, "nats-password", os.Getenv("DWR_NATS_PASSWORD"), "NATS password (env DWR_NATS_PASSWORD)")
+	f.StringVar(&o.token, "nats-token", os.Getenv("DWR_NATS_TOKEN"), "NATS token (env DWR_NATS_TOKEN)")
+}
+
+func (o *natsOpts) connect(name string) (*nats.Conn, error) {
+	opts := []nats.Option{nats.Name(name), nats.MaxReconnects(-1), nats.ReconnectWait(250 * time.Millisecond)}
+	if o.creds != "" {
+		opts = append(opts, nats.UserCredentials(o.creds))
+	}
+	if o.user != "" {
+		opts = append(opts, nats.UserInfo(o.user, o.password))
+	}
+	if o.token != "" {
+		opts = append(opts, nats.Token(o.token))
+	}
+	nc, err := nats.Connect(o.url, opts...)
+	if err != nil {
+		return nil, fail(exitUnavailable, "cannot connect to NATS at %s: %v", o.url, err)
+	}
+	return nc, nil
+}
+
+type serveOpts struct {
+	data, listen, logLevel string
+	replicas               int
+	nats                   natsOpts
+}
+
+func serveCmd() *cobra.Command {
+	var o serveOpts
+	cmd := &cobra.Command{
+		Use:   "serve",
+		Short: "run the dwr service (embedded NATS + JetStream + Pebble by default)",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+			defer stop()
+			return serve(ctx, o, cmd.ErrOrStderr())
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&o.data, "data", envOr("DWR_DATA", "dwr-data"), "directory for the log (embedded mode) and the views (env DWR_DATA)")
+	f.StringVar(&o.listen, "listen", envOr("DWR_LISTEN", "127.0.0.1:4222"), "host:port the embedded NATS server accepts clients on (env DWR_LISTEN)")
+	f.IntVar(&o.replicas, "replicas", 1, "replicas of the log and the lease (3 on a NATS cluster)")
+	f.StringVar(&o.logLevel, "log-level", "info", "debug, info, warn or error")
+	o.nats.flags(cmd)
+	return cmd
+}
+
+func newLogger(w io.Writer, level string) (*slog.Logger, error) {
+	var l slog.Level
+	if err := l.UnmarshalText([]byte(level)); err != nil {
+		return nil, fail(exitInvalid, "--log-level %q: use debug, info, warn or error", level)
+	}
+	return slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{Level: l})), nil
+}
+
+// writerID returns this data directory's stable writer id, so that a
+// restarted server re-takes its own writer lease at once.
+func writerID(data string) (string, error) {
+	p := filepath.Join(data, "writer-id")
+	if b, err := os.ReadFile(p); err == nil {
+		return strings.TrimSpace(string(b)), nil
+	}
+	id := ulid.Make().String()
+	return id, os.WriteFile(p, []byte(id+"\n"), 0o600)
+}
+
+func serve(ctx context.Context, o serveOpts, stderr io.Writer) error {
+	started := time.Now()
+	logger, err := newLogger(stderr, o.logLevel)
+	if err != nil {
+		return err
+	}
+	if err := os.MkdirAll(o.data, 0o750); err != nil {
+		return fail(exitInvalid, "--data %s: %v", o.data, err)
+	}
+	id, err := writerID(o.data)
+	if err != nil {
+		return fail(exitError, "writer id in %s: %v", o.data, err)
+	}
+	var nc *nats.Conn
+	where := o.nats.url
+	if o.nats.url == "" {
+		srv, err := embedded.Start(embedded.Config{DataDir: o.data, Listen: o.listen, Logger: logger})
+		if err != nil {
+			return fail(exitError, "embedded NATS: %v", err)
+		}
+		defer srv.Shutdown()
+		if nc, err = srv.Connect(nats.Name("dwr-serve")); err != nil {
+			return fail(exitError, "embedded NATS: %v", err)
+		}
+		where = srv.ClientURL()
+		if where == "" {
+			where = "in-process only"
+		}
+	} else if nc, err = o.nats.connect("dwr-serve"); err != nil {
+		return err
+	}
+	defer nc.Close()
+	store, err := projections.Open(filepath.Join(o.data, "views"), projections.Options{Logger: logger})
+	if err != nil {
+		return fail(exitError, "views: %v (is another dwr serve using %s?)", err, o.data)
+	}
+	defer store.Close()
+	svc, err := handlers.New(nc, store, handlers.Config{Replicas: o.replicas, WriterID: id, Logger: logger})
+	if err != nil {
+		return fail(exitInvalid, "%v", err)
+	}
+	errc := make(chan error, 1)
+	go func() { errc <- svc.Run(ctx) }()
+	select {
+	case <-svc.Ready():
+		logger.Info("dwr ready", "nats", where, "data", o.data, "log_seq", store.Checkpoint(),
+			"ready_in", time.Since(started).Round(time.Millisecond))
+	case err := <-errc:
+		return fail(exitError, "%v", err)
+	}
+	if err := <-errc; err != nil && !errors.Is(err, context.Canceled) {
+		return fail(exitError, "%v", err)
+	}
+	logger.Info("dwr stopped")
+	return nil
+}
+
+func schemaCmd(g *globals) *cobra.Command {
+	return &cobra.Command{
+		Use: "schema [PATH]", Short: "print the wire contract's JSON Schemas (all paths, or one)", Args: cobra.MaximumNArgs(1),
+		RunE: func(_ *cobra.Command, args []string) error {
+			return printSchemas(g.out, args)
+		},
+	}
+}

@@ -1,0 +1,193 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/dwr-run/dwr/domain"
+	"github.com/dwr-run/dwr/handlers"
+)
+
+// taskOut is a task as the CLI prints it with --json: the task itself, its
+// plan key included.
+type taskOut = domain.Task
+
+func taskCmd(g *globals) *cobra.Command {
+	cmd := &cobra.Command{Use: "task", Short: "create, inspect, list and cancel tasks"}
+	var spec domain.TaskSpec
+	var input, cmdID, startAfter, startAt, timeout string
+	var maxAttempts int
+	var verifyQueue string
+	create := &cobra.Command{
+		Use: "create --queue Q [--input JSON]", Short: "create a standalone task", Args: cobra.NoArgs,
+		RunE: func(*cobra.Command, []string) error {
+			if input != "" {
+				if !json.Valid([]byte(input)) {
+					return fail(exitInvalid, "--input is not valid JSON")
+				}
+				spec.Input = json.RawMessage(input)
+			}
+			if maxAttempts > 0 {
+				spec.Retry = &domain.RetryPolicy{MaxAttempts: maxAttempts}
+			}
+			if timeout != "" {
+				d, err := time.ParseDuration(timeout)
+				if err != nil {
+					return fail(exitInvalid, "--timeout-attempt %q: %v", timeout, err)
+				}
+				spec.Timeout = domain.Duration(d)
+			}
+			if verifyQueue != "" {
+				spec.Verification = &domain.VerificationSpec{Queue: verifyQueue}
+			}
+			switch {
+			case startAfter != "" && startAt != "":
+				return fail(exitInvalid, "give --start-after or --start-at, not both")
+			case startAfter != "":
+				d, err := time.ParseDuration(startAfter)
+				if err != nil {
+					return fail(exitInvalid, "--start-after %q: %v", startAfter, err)
+				}
+				t := time.Now().Add(d).UTC()
+				spec.StartAt = &t
+			case startAt != "":
+				t, err := time.Parse(time.RFC3339, startAt)
+				if err != nil {
+					return fail(exitInvalid, "--start-at %q is not an RFC 3339 time (2026-01-02T15:04:05Z): %v", startAt, err)
+				}
+				spec.StartAt = &t
+			}
+			cl, err := g.connect()
+			if err != nil {
+				return err
+			}
+			defer cl.close()
+			res, _, err := cl.command("task.create", map[string]any{"spec": spec}, cmdID)
+			if err != nil {
+				return err
+			}
+			return printReply(g, res, "task")
+		},
+	}
+	f := create.Flags()
+	f.StringVar(&spec.Queue, "queue", "", "the work queue executors take it from (required)")
+	f.StringVar(&spec.Title, "title", "", "a short title")
+	f.StringVar(&input, "input", "", "the task's input, as JSON")
+	f.StringSliceVar(&spec.DependsOn, "depends-on", nil, "ids of tasks that must be accepted first")
+	f.IntVar(&maxAttempts, "max-attempts", 0, "attempts in all before the task fails (default 3)")
+	f.StringVar(&timeout, "timeout-attempt", "", "per-attempt timeout, e.g. 5m")
+	f.StringVar(&verifyQueue, "verify-queue", "", "queue of the verifier that must PASS the result")
+	f.StringVar(&startAfter, "start-after", "", "make the task ready only after this long, e.g. 4s")
+	f.StringVar(&startAt, "start-at", "", "make the task ready only at this time (RFC 3339)")
+	f.StringVar(&cmdID, "command-id", "", "idempotency key (default: a fresh ULID)")
+
+	get := &cobra.Command{
+		Use: "get ID", Short: "show a task with its attempts", Args: cobra.ExactArgs(1),
+		RunE: func(_ *cobra.Command, args []string) error {
+			cl, err := g.connect()
+			if err != nil {
+				return err
+			}
+			defer cl.close()
+			res, err := cl.query("task.get", handlers.Query{ID: args[0]}, 0)
+			if err != nil {
+				return err
+			}
+			var t taskOut
+			if err := json.Unmarshal(res, &t); err != nil {
+				return err
+			}
+			if g.json {
+				return printJSON(g.out, t)
+			}
+			fmt.Fprintf(g.out, "task %s  key %s  queue %s\nstate: %s", t.ID, dash(t.Key), t.Spec.Queue, t.State)
+			if t.Reason != "" {
+				fmt.Fprintf(g.out, " (%s)", t.Reason)
+			}
+			fmt.Fprintf(g.out, "\ngoal: %s   depends on: %s\ncreated %s, updated %s\n", dash(t.GoalID), dash(strings.Join(t.DependsOn, ",")), ago(t.CreatedAt), ago(t.UpdatedAt))
+			if len(t.Spec.Input) > 0 {
+				fmt.Fprintf(g.out, "input: %s\n", t.Spec.Input)
+			}
+			if len(t.Attempts) == 0 {
+				return nil
+			}
+			fmt.Fprintln(g.out)
+			rows := make([][]string, len(t.Attempts))
+			for i, a := range t.Attempts {
+				dur, outcome := "-", "-"
+				if a.EndedAt != nil {
+					dur = a.EndedAt.Sub(a.StartedAt).Round(time.Millisecond).String()
+				}
+				switch {
+				case a.Error != nil:
+					outcome = a.Error.Message
+				case len(a.Result) > 0:
+					outcome = string(a.Result)
+				case a.Reason != "":
+					outcome = a.Reason
+				}
+				if len(outcome) > 60 {
+					outcome = outcome[:57] + "..."
+				}
+				rows[i] = []string{fmt.Sprint(a.N), a.State, a.Executor, ago(a.StartedAt), dur, outcome}
+			}
+			return table(g.out, []string{"ATTEMPT", "STATE", "EXECUTOR", "STARTED", "TOOK", "RESULT / ERROR"}, rows)
+		},
+	}
+	var state, goal string
+	var limit int
+	list := &cobra.Command{
+		Use: "list [--state S] [--goal ID]", Short: "list tasks", Args: cobra.NoArgs,
+		RunE: func(*cobra.Command, []string) error {
+			cl, err := g.connect()
+			if err != nil {
+				return err
+			}
+			defer cl.close()
+			res, err := cl.query("task.list", handlers.Query{State: state, GoalID: goal, Limit: limit}, 0)
+			if err != nil {
+				return err
+			}
+			var ts []taskOut
+			if err := json.Unmarshal(res, &ts); err != nil {
+				return err
+			}
+			if g.json {
+				return printJSON(g.out, ts)
+			}
+			rows := make([][]string, len(ts))
+			for i, t := range ts {
+				rows[i] = []string{t.ID, dash(t.Key), t.State, t.Spec.Queue, fmt.Sprint(len(t.Attempts)), dash(t.GoalID), ago(t.UpdatedAt)}
+			}
+			return table(g.out, []string{"ID", "KEY", "STATE", "QUEUE", "ATTEMPTS", "GOAL", "UPDATED"}, rows)
+		},
+	}
+	list.Flags().StringVar(&state, "state", "", "only tasks in this state ("+strings.Join(domain.TaskStates, ", ")+")")
+	list.Flags().StringVar(&goal, "goal", "", "only the tasks of this goal")
+	list.Flags().IntVar(&limit, "limit", 0, "at most this many (0: all)")
+
+	var reason, cancelID string
+	cancel := &cobra.Command{
+		Use: "cancel ID", Short: "cancel a task (a running attempt is told to stop)", Args: cobra.ExactArgs(1),
+		RunE: func(_ *cobra.Command, args []string) error {
+			cl, err := g.connect()
+			if err != nil {
+				return err
+			}
+			defer cl.close()
+			res, _, err := cl.command("task.cancel", domain.CancelTask{TaskID: args[0], Reason: reason}, cancelID)
+			if err != nil {
+				return err
+			}
+			return printReply(g, res, "task")
+		},
+	}
+	cancel.Flags().StringVar(&reason, "reason", "", "why")
+	cancel.Flags().StringVar(&cancelID, "command-id", "", "idempotency key (default: a fresh ULID)")
+	cmd.AddCommand(create, get, list, cancel)
+	return cmd
+}

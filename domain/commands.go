@@ -1,0 +1,238 @@
+package domain
+
+import (
+	"encoding/json"
+	"time"
+)
+
+// Command is a request to change one aggregate. CommandName is its wire name,
+// the last tokens of its subject (dwr.cmd.<workspace>.<name>).
+type Command interface {
+	CommandName() string
+}
+
+// Meta is what travels with every command: its id (the idempotency key), the
+// workspace it addresses, who sent it, and the time the writer decides it at.
+type Meta struct {
+	CommandID     string
+	Workspace     string
+	Actor         string
+	CorrelationID string
+	Now           time.Time
+}
+
+// CreateWorkspace creates a workspace named Name.
+type CreateWorkspace struct {
+	Name        string `json:"name"`
+	Description string `json:"description,omitempty"`
+}
+
+// CreateGoal creates a goal with the id the edge assigned.
+type CreateGoal struct {
+	GoalID          string   `json:"goal_id,omitempty"`
+	Title           string   `json:"title"`
+	Description     string   `json:"description,omitempty"`
+	SuccessCriteria []string `json:"success_criteria,omitempty"`
+	Envelope        Envelope `json:"envelope"`
+}
+
+// CancelGoal cancels a goal and every unfinished task of its plan.
+type CancelGoal struct {
+	GoalID string `json:"goal_id"`
+	Reason string `json:"reason,omitempty"`
+}
+
+// SubmitPlan commits a new version of a goal's plan.
+type SubmitPlan struct {
+	GoalID string     `json:"goal_id"`
+	Tasks  []TaskSpec `json:"tasks"`
+}
+
+// CreateTask creates a standalone task (not part of a plan).
+type CreateTask struct {
+	TaskID string   `json:"task_id,omitempty"`
+	Spec   TaskSpec `json:"spec"`
+}
+
+// CancelTask cancels a task that has not ended.
+type CancelTask struct {
+	TaskID string `json:"task_id"`
+	Reason string `json:"reason,omitempty"`
+}
+
+// ClaimTask starts the next attempt of a ready task for an executor. When the
+// work item was redelivered because attempt Supersedes lost its lease, that
+// attempt is recorded as abandoned first.
+type ClaimTask struct {
+	TaskID          string `json:"task_id"`
+	Executor        string `json:"executor"`
+	ExecutorVersion string `json:"executor_version,omitempty"`
+	Supersedes      int    `json:"supersedes,omitempty"`
+}
+
+// SaveCheckpoint saves the current attempt's checkpoint.
+type SaveCheckpoint struct {
+	TaskID     string          `json:"task_id"`
+	Attempt    int             `json:"attempt"`
+	Checkpoint json.RawMessage `json:"checkpoint"`
+}
+
+// ReportSuccess reports the current attempt's result.
+type ReportSuccess struct {
+	TaskID     string          `json:"task_id"`
+	Attempt    int             `json:"attempt"`
+	Result     json.RawMessage `json:"result,omitempty"`
+	Artifacts  []ArtifactRef   `json:"artifacts,omitempty"`
+	ModelSteps []ModelStep     `json:"model_steps,omitempty"`
+}
+
+// ReportFailure reports the current attempt's error.
+type ReportFailure struct {
+	TaskID    string    `json:"task_id"`
+	Attempt   int       `json:"attempt"`
+	Error     ErrorInfo `json:"error"`
+	Retryable bool      `json:"retryable"`
+}
+
+// RecordVerification records a verifier's outcome for a verifying task.
+type RecordVerification struct {
+	TaskID          string          `json:"task_id"`
+	Attempt         int             `json:"attempt"`
+	Outcome         string          `json:"outcome"`
+	Evidence        json.RawMessage `json:"evidence,omitempty"`
+	Verifier        string          `json:"verifier"`
+	VerifierVersion string          `json:"verifier_version,omitempty"`
+	ResultDigest    string          `json:"result_digest"`
+}
+
+// ReviewTask decides a task in needs_review.
+type ReviewTask struct {
+	TaskID   string `json:"task_id"`
+	Decision string `json:"decision"`
+	Reason   string `json:"reason,omitempty"`
+}
+
+// DecideApproval decides a task waiting on its approval gate.
+type DecideApproval struct {
+	TaskID   string `json:"task_id"`
+	Response string `json:"response"`
+	Reason   string `json:"reason,omitempty"`
+}
+
+// WaitTask parks the current attempt's task on a signal or until a time.
+type WaitTask struct {
+	TaskID  string     `json:"task_id"`
+	Attempt int        `json:"attempt"`
+	Kind    string     `json:"kind"`
+	Signal  string     `json:"signal,omitempty"`
+	Until   *time.Time `json:"until,omitempty"`
+}
+
+// SendSignal delivers a named signal to a task waiting on it.
+type SendSignal struct {
+	TaskID  string          `json:"task_id"`
+	Name    string          `json:"name"`
+	Payload json.RawMessage `json:"payload,omitempty"`
+}
+
+// Timer kinds.
+const (
+	TimerBackoff = "backoff"
+	TimerAttempt = "attempt_timeout"
+	TimerWait    = "wait"
+)
+
+// FireTimer is sent by the writer's timers when a moment it waits for has
+// come: a backoff ended, an attempt's deadline passed, or a wait's time came.
+type FireTimer struct {
+	TaskID  string    `json:"task_id"`
+	Kind    string    `json:"kind"`
+	Attempt int       `json:"attempt,omitempty"`
+	Due     time.Time `json:"due"`
+}
+
+// CommandName returns the command's wire name.
+func (CreateWorkspace) CommandName() string { return "workspace.create" }
+
+// CommandName returns the command's wire name.
+func (CreateGoal) CommandName() string { return "goal.create" }
+
+// CommandName returns the command's wire name.
+func (CancelGoal) CommandName() string { return "goal.cancel" }
+
+// CommandName returns the command's wire name.
+func (SubmitPlan) CommandName() string { return "plan.submit" }
+
+// CommandName returns the command's wire name.
+func (CreateTask) CommandName() string { return "task.create" }
+
+// CommandName returns the command's wire name.
+func (CancelTask) CommandName() string { return "task.cancel" }
+
+// CommandName returns the command's wire name.
+func (ClaimTask) CommandName() string { return "task.claim" }
+
+// CommandName returns the command's wire name.
+func (SaveCheckpoint) CommandName() string { return "task.checkpoint" }
+
+// CommandName returns the command's wire name.
+func (ReportSuccess) CommandName() string { return "task.succeed" }
+
+// CommandName returns the command's wire name.
+func (ReportFailure) CommandName() string { return "task.fail" }
+
+// CommandName returns the command's wire name.
+func (RecordVerification) CommandName() string { return "task.verify" }
+
+// CommandName returns the command's wire name.
+func (ReviewTask) CommandName() string { return "task.review" }
+
+// CommandName returns the command's wire name.
+func (DecideApproval) CommandName() string { return "task.approve" }
+
+// CommandName returns the command's wire name.
+func (WaitTask) CommandName() string { return "task.wait" }
+
+// CommandName returns the command's wire name.
+func (SendSignal) CommandName() string { return "task.signal" }
+
+// CommandName returns the command's wire name.
+func (FireTimer) CommandName() string { return "timer.fire" }
+
+var commandTypes = map[string]func() Command{
+	"workspace.create": func() Command { return &CreateWorkspace{} },
+	"goal.create":      func() Command { return &CreateGoal{} },
+	"goal.cancel":      func() Command { return &CancelGoal{} },
+	"plan.submit":      func() Command { return &SubmitPlan{} },
+	"task.create":      func() Command { return &CreateTask{} },
+	"task.cancel":      func() Command { return &CancelTask{} },
+	"task.claim":       func() Command { return &ClaimTask{} },
+	"task.checkpoint":  func() Command { return &SaveCheckpoint{} },
+	"task.succeed":     func() Command { return &ReportSuccess{} },
+	"task.fail":        func() Command { return &ReportFailure{} },
+	"task.verify":      func() Command { return &RecordVerification{} },
+	"task.review":      func() Command { return &ReviewTask{} },
+	"task.approve":     func() Command { return &DecideApproval{} },
+	"task.wait":        func() Command { return &WaitTask{} },
+	"task.signal":      func() Command { return &SendSignal{} },
+	"timer.fire":       func() Command { return &FireTimer{} },
+}
+
+// CommandNames returns every command's wire name.
+func CommandNames() []string {
+	out := make([]string, 0, len(commandTypes))
+	for k := range commandTypes {
+		out = append(out, k)
+	}
+	return out
+}
+
+// NewCommand returns a pointer to a zero command of the named type, ready to
+// decode into, or false when the name is unknown.
+func NewCommand(name string) (Command, bool) {
+	f, ok := commandTypes[name]
+	if !ok {
+		return nil, false
+	}
+	return f(), true
+}

@@ -1,0 +1,254 @@
+package domain
+
+import (
+	"encoding/json"
+	"fmt"
+	"slices"
+)
+
+func (x *tx) createWorkspace(c *CreateWorkspace) (Reply, error) {
+	name := c.Name
+	if name == "" {
+		name = x.m.Workspace
+	}
+	if !ValidName(name) {
+		return Reply{}, invalid("/name", "workspace name %q is not valid: use 1-63 lower-case letters, digits, '_' or '-'", name)
+	}
+	if name != x.m.Workspace {
+		return Reply{}, invalid("/name", "name %q differs from the workspace %q in the subject", name, x.m.Workspace)
+	}
+	if err := checkText("/description", c.Description, MaxText, false); err != nil {
+		return Reply{}, err
+	}
+	w, err := x.o.Workspace(name)
+	if err != nil {
+		return Reply{}, err
+	}
+	if w != nil {
+		if w.HasCommand(x.m.CommandID) {
+			return Reply{ID: name, Version: w.Version, Duplicate: true}, nil
+		}
+		return Reply{}, conflict("workspace %q already exists", name)
+	}
+	if err := x.emit(name, &WorkspaceCreated{Name: name, Description: c.Description}); err != nil {
+		return Reply{}, err
+	}
+	return Reply{ID: name, Version: 1}, nil
+}
+
+func (x *tx) createGoal(c *CreateGoal) (Reply, error) {
+	if !ValidID(c.GoalID) {
+		return Reply{}, invalid("/goal_id", "goal id %q is not a ULID", c.GoalID)
+	}
+	if err := checkText("/title", c.Title, MaxTitle, true); err != nil {
+		return Reply{}, err
+	}
+	if err := checkText("/description", c.Description, MaxText, false); err != nil {
+		return Reply{}, err
+	}
+	if len(c.SuccessCriteria) > MaxCriteria {
+		return Reply{}, invalid("/success_criteria", "has %d entries; at most %d are allowed", len(c.SuccessCriteria), MaxCriteria)
+	}
+	for i, s := range c.SuccessCriteria {
+		if err := checkText(fmt.Sprintf("/success_criteria/%d", i), s, MaxText, true); err != nil {
+			return Reply{}, err
+		}
+	}
+	b := c.Envelope.Budget
+	switch {
+	case b.Cost < 0:
+		return Reply{}, invalid("/envelope/budget/cost", "must not be negative")
+	case b.Tokens < 0:
+		return Reply{}, invalid("/envelope/budget/tokens", "must not be negative")
+	case b.Attempts < 0:
+		return Reply{}, invalid("/envelope/budget/attempts", "must not be negative")
+	}
+	for i, q := range c.Envelope.Permissions.Queues {
+		if !ValidName(q) {
+			return Reply{}, invalid(fmt.Sprintf("/envelope/permissions/queues/%d", i), "queue %q is not a valid name", q)
+		}
+	}
+	g, err := x.o.Goal(c.GoalID)
+	if err != nil {
+		return Reply{}, err
+	}
+	if g != nil {
+		if g.HasCommand(x.m.CommandID) {
+			r := goalReply(g)
+			r.Duplicate = true
+			return r, nil
+		}
+		return Reply{}, conflict("goal %s already exists", c.GoalID)
+	}
+	if err := x.emit(c.GoalID, &GoalCreated{Workspace: x.m.Workspace, Title: c.Title, Description: c.Description,
+		SuccessCriteria: c.SuccessCriteria, Envelope: c.Envelope}); err != nil {
+		return Reply{}, err
+	}
+	return Reply{ID: c.GoalID, State: GoalStateOpen, Version: 1}, nil
+}
+
+func (x *tx) cancelGoal(c *CancelGoal) (Reply, error) {
+	g, err := x.goal(c.GoalID, "/goal_id")
+	if err != nil {
+		return Reply{}, err
+	}
+	if g.HasCommand(x.m.CommandID) {
+		r := goalReply(g)
+		r.Duplicate = true
+		return r, nil
+	}
+	if err := checkText("/reason", c.Reason, MaxReason, false); err != nil {
+		return Reply{}, err
+	}
+	if g.State != GoalStateOpen {
+		return Reply{}, conflict("goal %s is already %s", g.ID, g.State)
+	}
+	if err := x.emit(g.ID, &GoalCancelled{Reason: c.Reason}); err != nil {
+		return Reply{}, err
+	}
+	for _, pt := range slices.Backward(g.Plan) {
+		t, err := x.o.Task(pt.TaskID)
+		if err != nil {
+			return Reply{}, err
+		}
+		if t != nil && !Terminal(t.State) {
+			if err := x.emit(t.ID, &TaskCancelled{Reason: ReasonGoalCancelled}); err != nil {
+				return Reply{}, err
+			}
+		}
+	}
+	g, _ = x.o.Goal(g.ID)
+	return goalReply(g), nil
+}
+
+// specKey is the part of a spec that decides whether a revision keeps a task.
+func specKey(s TaskSpec) string {
+	b, _ := json.Marshal(s)
+	return string(b)
+}
+
+func (x *tx) submitPlan(c *SubmitPlan) (Reply, error) {
+	g, err := x.goal(c.GoalID, "/goal_id")
+	if err != nil {
+		return Reply{}, err
+	}
+	if g.HasCommand(x.m.CommandID) {
+		r := goalReply(g)
+		r.Tasks, r.Duplicate = g.Plan, true
+		return r, nil
+	}
+	if g.State != GoalStateOpen {
+		return Reply{}, conflict("goal %s is %s; a plan can only be submitted to an open goal", g.ID, g.State)
+	}
+	order, err := planOrder(c.Tasks)
+	if err != nil {
+		return Reply{}, err
+	}
+	for i, s := range c.Tasks {
+		if err := ValidateSpec(fmt.Sprintf("/tasks/%d", i), s, &g.Envelope); err != nil {
+			return Reply{}, err
+		}
+	}
+	version := g.PlanVersion + 1
+	prev := map[string]PlanTask{}
+	for _, pt := range g.Plan {
+		prev[pt.Key] = pt
+	}
+	ids := map[string]string{} // key -> task id in the new plan
+	kept := map[string]bool{}
+	ev := &PlanCommitted{Version: version}
+	var creates []int
+	for _, i := range order {
+		s := c.Tasks[i]
+		old, had := prev[s.Key]
+		if had {
+			t, err := x.o.Task(old.TaskID)
+			if err != nil {
+				return Reply{}, err
+			}
+			depsKept := true
+			for _, d := range s.DependsOn {
+				depsKept = depsKept && kept[d]
+			}
+			same := t != nil && specKey(t.Spec) == specKey(s)
+			switch {
+			case t != nil && t.State == StateAccepted && same:
+				kept[s.Key], ids[s.Key] = true, old.TaskID
+				ev.Kept = append(ev.Kept, s.Key)
+				continue
+			case t != nil && t.State == StateAccepted:
+				return Reply{}, conflict("task %q (%s) is accepted and its spec cannot change: accepted work is never redone; give the new task another key (field /tasks/%d)", s.Key, t.ID, i)
+			case t != nil && same && depsKept && !Terminal(t.State):
+				kept[s.Key], ids[s.Key] = true, old.TaskID
+				ev.Kept = append(ev.Kept, s.Key)
+				continue
+			}
+			ev.Replaced = append(ev.Replaced, s.Key)
+		} else {
+			ev.Added = append(ev.Added, s.Key)
+		}
+		ids[s.Key] = DeriveID(x.m.Now, fmt.Sprintf("%s/%d/%s/%s", g.ID, version, s.Key, x.m.CommandID))
+		creates = append(creates, i)
+	}
+	for _, s := range c.Tasks {
+		ev.Tasks = append(ev.Tasks, PlanTask{Key: s.Key, TaskID: ids[s.Key], DependsOn: s.DependsOn})
+	}
+	var ending []string
+	for _, pt := range slices.Backward(g.Plan) {
+		if kept[pt.Key] {
+			continue
+		}
+		if _, still := ids[pt.Key]; !still {
+			ev.Removed = append(ev.Removed, pt.Key)
+		}
+		ending = append(ending, pt.Key)
+	}
+	slices.Sort(ev.Removed)
+	if err := x.emit(g.ID, ev); err != nil {
+		return Reply{}, err
+	}
+	for _, key := range ending {
+		pt := prev[key]
+		t, err := x.o.Task(pt.TaskID)
+		if err != nil {
+			return Reply{}, err
+		}
+		if t == nil || Terminal(t.State) {
+			continue
+		}
+		reason := ReasonReplaced
+		if slices.Contains(ev.Removed, key) {
+			reason = ReasonRemoved
+		}
+		if err := x.emit(t.ID, &TaskCancelled{Reason: reason}); err != nil {
+			return Reply{}, err
+		}
+	}
+	for _, i := range creates {
+		s := c.Tasks[i]
+		deps := make([]string, len(s.DependsOn))
+		open := false
+		for j, d := range s.DependsOn {
+			deps[j] = ids[d]
+			dt, err := x.o.Task(ids[d])
+			if err != nil {
+				return Reply{}, err
+			}
+			if dt == nil || dt.State != StateAccepted {
+				open = true
+			}
+		}
+		state, wait := x.initialState(s, open)
+		created := &TaskCreated{GoalID: g.ID, PlanVersion: version, Spec: s, DependsOn: deps, State: state}
+		if wait != nil {
+			created.WaitUntil = wait.Until
+		}
+		if err := x.emit(ids[s.Key], created); err != nil {
+			return Reply{}, err
+		}
+	}
+	g, _ = x.o.Goal(g.ID)
+	r := goalReply(g)
+	r.Tasks = ev.Tasks
+	return r, nil
+}

@@ -1,0 +1,431 @@
+package domain
+
+import (
+	"fmt"
+	"slices"
+)
+
+func (x *tx) createTask(c *CreateTask) (Reply, error) {
+	if !ValidID(c.TaskID) {
+		return Reply{}, invalid("/task_id", "task id %q is not a ULID", c.TaskID)
+	}
+	if err := ValidateSpec("/spec", c.Spec, nil); err != nil {
+		return Reply{}, err
+	}
+	t, err := x.o.Task(c.TaskID)
+	if err != nil {
+		return Reply{}, err
+	}
+	if t != nil {
+		if t.HasCommand(x.m.CommandID) {
+			return duplicateTask(t), nil
+		}
+		return Reply{}, conflict("task %s already exists", c.TaskID)
+	}
+	open := false
+	for i, d := range c.Spec.DependsOn {
+		dt, err := x.task(d, fmt.Sprintf("/spec/depends_on/%d", i))
+		if err != nil {
+			return Reply{}, err
+		}
+		switch {
+		case dt.State == StateAccepted:
+		case Terminal(dt.State):
+			return Reply{}, &Error{Code: CodeConflict, Field: fmt.Sprintf("/spec/depends_on/%d", i),
+				Message: fmt.Sprintf("dependency %s already ended %s; the task could never run", d, dt.State)}
+		default:
+			open = true
+		}
+	}
+	state, wait := x.initialState(c.Spec, open)
+	created := &TaskCreated{Spec: c.Spec, DependsOn: slices.Clone(c.Spec.DependsOn), State: state}
+	if wait != nil {
+		created.WaitUntil = wait.Until
+	}
+	if err := x.emit(c.TaskID, created); err != nil {
+		return Reply{}, err
+	}
+	return x.after(c.TaskID)
+}
+
+func (x *tx) cancelTask(c *CancelTask) (Reply, error) {
+	t, err := x.task(c.TaskID, "/task_id")
+	if err != nil {
+		return Reply{}, err
+	}
+	if t.HasCommand(x.m.CommandID) {
+		return duplicateTask(t), nil
+	}
+	if err := checkText("/reason", c.Reason, MaxReason, false); err != nil {
+		return Reply{}, err
+	}
+	if Terminal(t.State) {
+		return Reply{}, conflict("task %s is already %s", t.ID, t.State)
+	}
+	if err := x.emit(t.ID, &TaskCancelled{Reason: c.Reason}); err != nil {
+		return Reply{}, err
+	}
+	return x.after(t.ID)
+}
+
+func (x *tx) claimTask(c *ClaimTask) (Reply, error) {
+	t, err := x.task(c.TaskID, "/task_id")
+	if err != nil {
+		return Reply{}, err
+	}
+	if t.HasCommand(x.m.CommandID) {
+		r := duplicateTask(t)
+		r.Task = t
+		return r, nil
+	}
+	if err := checkText("/executor", c.Executor, MaxTitle, true); err != nil {
+		return Reply{}, err
+	}
+	switch {
+	case t.State == StateReady:
+	case t.State == StateRunning && c.Supersedes > 0 && t.Running().N == c.Supersedes:
+		if err := x.emit(t.ID, &AttemptAbandoned{Attempt: c.Supersedes, Reason: ReasonLeaseLost}); err != nil {
+			return Reply{}, err
+		}
+		t, _ = x.o.Task(t.ID)
+	case t.State == StateRunning:
+		return Reply{}, conflict("task %s is running attempt %d; a claim may supersede it only when its lease has lapsed", t.ID, t.Running().N)
+	default:
+		return Reply{}, conflict("task %s is %s, not ready; it cannot be claimed", t.ID, t.State)
+	}
+	if spent(t) >= t.Retry().MaxAttempts {
+		if err := x.emit(t.ID, &TaskFailed{Reason: ReasonAttemptsSpent,
+			Error: &ErrorInfo{Code: ReasonAttemptsSpent, Message: fmt.Sprintf("%d attempts used", spent(t))}}); err != nil {
+			return Reply{}, err
+		}
+		return x.after(t.ID)
+	}
+	started := &AttemptStarted{Attempt: len(t.Attempts) + 1, Executor: c.Executor,
+		ExecutorVersion: c.ExecutorVersion, OperationKey: OperationKey(t.ID)}
+	if t.Spec.Timeout > 0 {
+		d := x.m.Now.Add(t.Spec.Timeout.D())
+		started.Deadline = &d
+	}
+	if err := x.emit(t.ID, started); err != nil {
+		return Reply{}, err
+	}
+	r, err := x.after(t.ID)
+	r.Task, _ = x.o.Task(t.ID)
+	return r, err
+}
+
+// current returns the task if attempt is its running attempt; any other
+// attempt's report is refused (fencing).
+func (x *tx) current(taskID string, attempt int) (*Task, error) {
+	t, err := x.task(taskID, "/task_id")
+	if err != nil {
+		return nil, err
+	}
+	a := t.Running()
+	if a == nil || a.N != attempt {
+		cur := 0
+		if c := t.Current(); c != nil {
+			cur = c.N
+		}
+		return nil, &Error{Code: CodeConflict, Field: "/attempt", Message: fmt.Sprintf(
+			"attempt %d of task %s is not the running attempt (task is %s, latest attempt %d): its report is refused", attempt, t.ID, t.State, cur)}
+	}
+	return t, nil
+}
+
+func (x *tx) saveCheckpoint(c *SaveCheckpoint) (Reply, error) {
+	if t, _ := x.o.Task(c.TaskID); t != nil && t.Workspace == x.m.Workspace && t.HasCommand(x.m.CommandID) {
+		return duplicateTask(t), nil
+	}
+	t, err := x.current(c.TaskID, c.Attempt)
+	if err != nil {
+		return Reply{}, err
+	}
+	if len(c.Checkpoint) > MaxInputBytes {
+		return Reply{}, invalid("/checkpoint", "is %d bytes; at most %d are allowed", len(c.Checkpoint), MaxInputBytes)
+	}
+	if err := x.emit(t.ID, &CheckpointSaved{Attempt: c.Attempt, Checkpoint: c.Checkpoint}); err != nil {
+		return Reply{}, err
+	}
+	return x.after(t.ID)
+}
+
+func (x *tx) reportSuccess(c *ReportSuccess) (Reply, error) {
+	if t, _ := x.o.Task(c.TaskID); t != nil && t.Workspace == x.m.Workspace && t.HasCommand(x.m.CommandID) {
+		return duplicateTask(t), nil
+	}
+	t, err := x.current(c.TaskID, c.Attempt)
+	if err != nil {
+		return Reply{}, err
+	}
+	if len(c.Result) > MaxInputBytes {
+		return Reply{}, invalid("/result", "is %d bytes; at most %d are allowed (store larger results as artifacts)", len(c.Result), MaxInputBytes)
+	}
+	if err := x.emit(t.ID, &AttemptSucceeded{Attempt: c.Attempt, Result: c.Result, Artifacts: c.Artifacts, ModelSteps: c.ModelSteps}); err != nil {
+		return Reply{}, err
+	}
+	if t.Spec.Verification == nil {
+		if err := x.emit(t.ID, &TaskAccepted{Attempt: c.Attempt}); err != nil {
+			return Reply{}, err
+		}
+	}
+	return x.after(t.ID)
+}
+
+func (x *tx) reportFailure(c *ReportFailure) (Reply, error) {
+	if t, _ := x.o.Task(c.TaskID); t != nil && t.Workspace == x.m.Workspace && t.HasCommand(x.m.CommandID) {
+		return duplicateTask(t), nil
+	}
+	t, err := x.current(c.TaskID, c.Attempt)
+	if err != nil {
+		return Reply{}, err
+	}
+	if err := checkText("/error/message", c.Error.Message, MaxText, true); err != nil {
+		return Reply{}, err
+	}
+	if err := x.failAttempt(t, c.Attempt, c.Error, c.Retryable); err != nil {
+		return Reply{}, err
+	}
+	return x.after(t.ID)
+}
+
+// failAttempt records attempt n's failure and what follows it: a backoff, or
+// the task's failure when the error is not retryable or attempts are spent.
+func (x *tx) failAttempt(t *Task, n int, e ErrorInfo, retryable bool) error {
+	if err := x.emit(t.ID, &AttemptFailed{Attempt: n, Error: e, Retryable: retryable}); err != nil {
+		return err
+	}
+	t, err := x.o.Task(t.ID)
+	if err != nil {
+		return err
+	}
+	policy := t.Retry()
+	switch {
+	case !retryable || (e.Code != "" && slices.Contains(policy.NonRetryable, e.Code)):
+		return x.emit(t.ID, &TaskFailed{Reason: ReasonNotRetryable, Error: &e})
+	case spent(t) >= policy.MaxAttempts:
+		return x.emit(t.ID, &TaskFailed{Reason: ReasonAttemptsSpent, Error: &e})
+	}
+	return x.emit(t.ID, &BackoffScheduled{Attempt: n, Until: x.m.Now.Add(policy.Backoff(spent(t)))})
+}
+
+func (x *tx) recordVerification(c *RecordVerification) (Reply, error) {
+	t, err := x.task(c.TaskID, "/task_id")
+	if err != nil {
+		return Reply{}, err
+	}
+	if t.HasCommand(x.m.CommandID) {
+		return duplicateTask(t), nil
+	}
+	if !slices.Contains([]string{OutcomePass, OutcomeFail, OutcomeInconclusive}, c.Outcome) {
+		return Reply{}, invalid("/outcome", "outcome %q is not one of PASS, FAIL, INCONCLUSIVE", c.Outcome)
+	}
+	if err := checkText("/verifier", c.Verifier, MaxTitle, true); err != nil {
+		return Reply{}, err
+	}
+	if err := checkText("/result_digest", c.ResultDigest, MaxTitle, true); err != nil {
+		return Reply{}, err
+	}
+	if len(c.Evidence) > MaxInputBytes {
+		return Reply{}, invalid("/evidence", "is %d bytes; at most %d are allowed (store larger evidence as artifacts)", len(c.Evidence), MaxInputBytes)
+	}
+	id := VerificationID(t.ID, c.Attempt, c.ResultDigest, c.Verifier, c.VerifierVersion)
+	for _, v := range t.Verifications {
+		if v.VerificationID == id {
+			if v.Outcome == c.Outcome {
+				return duplicateTask(t), nil
+			}
+			return Reply{}, &Error{Code: CodeConflict, Field: "/outcome", Message: fmt.Sprintf(
+				"verification %s was already recorded as %s; a different outcome under the same identity is refused", id, v.Outcome)}
+		}
+	}
+	if t.State != StateVerifying || t.Current() == nil || t.Current().N != c.Attempt {
+		return Reply{}, &Error{Code: CodeConflict, Field: "/attempt", Message: fmt.Sprintf(
+			"task %s is %s; attempt %d is not awaiting verification", t.ID, t.State, c.Attempt)}
+	}
+	if err := x.emit(t.ID, &VerificationRecorded{VerificationID: id, Attempt: c.Attempt, Outcome: c.Outcome,
+		Evidence: c.Evidence, Verifier: c.Verifier, VerifierVersion: c.VerifierVersion, ResultDigest: c.ResultDigest}); err != nil {
+		return Reply{}, err
+	}
+	t, _ = x.o.Task(t.ID)
+	var next Event
+	switch c.Outcome {
+	case OutcomePass:
+		next = &TaskAccepted{Attempt: c.Attempt}
+	case OutcomeFail:
+		if spent(t) >= t.Retry().MaxAttempts {
+			next = &TaskRejected{Reason: ReasonVerification}
+		} else {
+			next = &TaskReady{Reason: ReasonVerification}
+		}
+	}
+	if next != nil {
+		if err := x.emit(t.ID, next); err != nil {
+			return Reply{}, err
+		}
+	}
+	return x.after(t.ID)
+}
+
+func (x *tx) reviewTask(c *ReviewTask) (Reply, error) {
+	t, err := x.task(c.TaskID, "/task_id")
+	if err != nil {
+		return Reply{}, err
+	}
+	if t.HasCommand(x.m.CommandID) {
+		return duplicateTask(t), nil
+	}
+	if err := checkText("/reason", c.Reason, MaxReason, false); err != nil {
+		return Reply{}, err
+	}
+	if !slices.Contains([]string{ReviewAccept, ReviewReject, ReviewRetry}, c.Decision) {
+		return Reply{}, invalid("/decision", "decision %q is not one of accept, reject, retry", c.Decision)
+	}
+	// Check the state before building the consequence: only a task in
+	// needs_review is sure to have a current attempt.
+	if t.State != StateNeedsReview {
+		return Reply{}, conflict("task %s is %s, not needs_review", t.ID, t.State)
+	}
+	var next Event
+	switch c.Decision {
+	case ReviewAccept:
+		next = &TaskAccepted{Attempt: t.Current().N}
+	case ReviewReject:
+		next = &TaskRejected{Reason: "review: " + c.Reason}
+	case ReviewRetry:
+		next = &TaskReady{Reason: "review_retry"}
+	}
+	if err := x.emitAll(t.ID, &ReviewDecided{Decision: c.Decision, Reason: c.Reason}, next); err != nil {
+		return Reply{}, err
+	}
+	return x.after(t.ID)
+}
+
+func (x *tx) decideApproval(c *DecideApproval) (Reply, error) {
+	t, err := x.task(c.TaskID, "/task_id")
+	if err != nil {
+		return Reply{}, err
+	}
+	if t.HasCommand(x.m.CommandID) {
+		return duplicateTask(t), nil
+	}
+	if c.Response != "approve" && c.Response != "reject" {
+		return Reply{}, invalid("/response", "response %q is not one of approve, reject", c.Response)
+	}
+	if err := checkText("/reason", c.Reason, MaxReason, false); err != nil {
+		return Reply{}, err
+	}
+	if t.State != StateWaiting || t.Wait == nil || t.Wait.Kind != WaitApproval {
+		return Reply{}, conflict("task %s is %s and not waiting for an approval", t.ID, t.State)
+	}
+	if err := x.emit(t.ID, &ApprovalDecided{Response: c.Response, Reason: c.Reason}); err != nil {
+		return Reply{}, err
+	}
+	t, _ = x.o.Task(t.ID)
+	next := x.gate(t, "approved")
+	if c.Response == "reject" {
+		next = &TaskRejected{Reason: "approval rejected: " + c.Reason}
+	}
+	if err := x.emit(t.ID, next); err != nil {
+		return Reply{}, err
+	}
+	return x.after(t.ID)
+}
+
+func (x *tx) waitTask(c *WaitTask) (Reply, error) {
+	if t, _ := x.o.Task(c.TaskID); t != nil && t.Workspace == x.m.Workspace && t.HasCommand(x.m.CommandID) {
+		return duplicateTask(t), nil
+	}
+	t, err := x.current(c.TaskID, c.Attempt)
+	if err != nil {
+		return Reply{}, err
+	}
+	w := &TaskWaiting{Kind: c.Kind}
+	switch c.Kind {
+	case WaitSignal:
+		if !ValidKey(c.Signal) {
+			return Reply{}, invalid("/signal", "signal name %q is not valid", c.Signal)
+		}
+		w.Signal = c.Signal
+	case WaitTimer:
+		if c.Until == nil || !c.Until.After(x.m.Now) {
+			return Reply{}, invalid("/until", "a timer wait needs a time in the future")
+		}
+		w.Until = c.Until
+	default:
+		return Reply{}, invalid("/kind", "kind %q is not one of signal, timer", c.Kind)
+	}
+	if err := x.emit(t.ID, w); err != nil {
+		return Reply{}, err
+	}
+	return x.after(t.ID)
+}
+
+func (x *tx) sendSignal(c *SendSignal) (Reply, error) {
+	t, err := x.task(c.TaskID, "/task_id")
+	if err != nil {
+		return Reply{}, err
+	}
+	if t.HasCommand(x.m.CommandID) {
+		return duplicateTask(t), nil
+	}
+	if len(c.Payload) > MaxInputBytes {
+		return Reply{}, invalid("/payload", "is %d bytes; at most %d are allowed", len(c.Payload), MaxInputBytes)
+	}
+	if t.State != StateWaiting || t.Wait == nil || t.Wait.Kind != WaitSignal || t.Wait.Signal != c.Name {
+		return Reply{}, &Error{Code: CodeConflict, Field: "/name", Message: fmt.Sprintf("task %s is %s and not waiting for signal %q", t.ID, t.State, c.Name)}
+	}
+	if err := x.emitAll(t.ID, &SignalReceived{Name: c.Name, Payload: c.Payload}, &TaskReady{Reason: "signal"}); err != nil {
+		return Reply{}, err
+	}
+	return x.after(t.ID)
+}
+
+// fireTimer moves a task whose moment has come. A timer that is stale (the
+// task moved on) changes nothing; one that is early is refused.
+func (x *tx) fireTimer(c *FireTimer) (Reply, error) {
+	t, err := x.task(c.TaskID, "/task_id")
+	if err != nil {
+		return Reply{}, err
+	}
+	if t.HasCommand(x.m.CommandID) {
+		return duplicateTask(t), nil
+	}
+	stale := func() (Reply, error) { r := taskReply(t); r.Duplicate = true; return r, nil }
+	early := func(due fmt.Stringer) (Reply, error) {
+		return Reply{}, conflict("timer for task %s is not due until %s", t.ID, due)
+	}
+	switch c.Kind {
+	case TimerBackoff:
+		if t.State != StateBackoff || t.BackoffUntil == nil {
+			return stale()
+		}
+		if x.m.Now.Before(*t.BackoffUntil) {
+			return early(*t.BackoffUntil)
+		}
+		err = x.emit(t.ID, &TaskReady{Reason: "backoff_elapsed"})
+	case TimerWait:
+		if t.State != StateWaiting || t.Wait == nil || t.Wait.Kind != WaitTimer || t.Wait.Until == nil {
+			return stale()
+		}
+		if x.m.Now.Before(*t.Wait.Until) {
+			return early(*t.Wait.Until)
+		}
+		err = x.emit(t.ID, &TaskReady{Reason: "timer"})
+	case TimerAttempt:
+		a := t.Running()
+		if a == nil || a.N != c.Attempt || a.Deadline == nil {
+			return stale()
+		}
+		if x.m.Now.Before(*a.Deadline) {
+			return early(*a.Deadline)
+		}
+		err = x.failAttempt(t, a.N, ErrorInfo{Code: ReasonTimeout, Message: fmt.Sprintf("attempt %d passed its deadline", a.N)}, true)
+	default:
+		return Reply{}, invalid("/kind", "timer kind %q is not one of backoff, wait, attempt_timeout", c.Kind)
+	}
+	if err != nil {
+		return Reply{}, err
+	}
+	return x.after(t.ID)
+}

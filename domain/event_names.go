@@ -1,0 +1,164 @@
+package domain
+
+// The wire names of the events; the table in events.go must list the same.
+
+// EventType returns "workspace.created".
+func (*WorkspaceCreated) EventType() string { return "workspace.created" }
+
+// AggregateType returns AggWorkspace.
+func (*WorkspaceCreated) AggregateType() string { return AggWorkspace }
+func (*WorkspaceCreated) isEvent()              {}
+
+// EventType returns "goal.created".
+func (*GoalCreated) EventType() string { return "goal.created" }
+
+// AggregateType returns AggGoal.
+func (*GoalCreated) AggregateType() string { return AggGoal }
+func (*GoalCreated) isEvent()              {}
+
+// EventType returns "goal.plan_committed".
+func (*PlanCommitted) EventType() string { return "goal.plan_committed" }
+
+// AggregateType returns AggGoal.
+func (*PlanCommitted) AggregateType() string { return AggGoal }
+func (*PlanCommitted) isEvent()              {}
+
+// EventType returns "goal.achieved".
+func (*GoalAchieved) EventType() string { return "goal.achieved" }
+
+// AggregateType returns AggGoal.
+func (*GoalAchieved) AggregateType() string { return AggGoal }
+func (*GoalAchieved) isEvent()              {}
+
+// EventType returns "goal.failed".
+func (*GoalFailed) EventType() string { return "goal.failed" }
+
+// AggregateType returns AggGoal.
+func (*GoalFailed) AggregateType() string { return AggGoal }
+func (*GoalFailed) isEvent()              {}
+
+// EventType returns "goal.cancelled".
+func (*GoalCancelled) EventType() string { return "goal.cancelled" }
+
+// AggregateType returns AggGoal.
+func (*GoalCancelled) AggregateType() string { return AggGoal }
+func (*GoalCancelled) isEvent()              {}
+
+// EventType returns "task.created".
+func (*TaskCreated) EventType() string { return "task.created" }
+
+// AggregateType returns AggTask.
+func (*TaskCreated) AggregateType() string { return AggTask }
+func (*TaskCreated) isEvent()              {}
+
+// EventType returns "task.ready".
+func (*TaskReady) EventType() string { return "task.ready" }
+
+// AggregateType returns AggTask.
+func (*TaskReady) AggregateType() string { return AggTask }
+func (*TaskReady) isEvent()              {}
+
+// EventType returns "task.waiting".
+func (*TaskWaiting) EventType() string { return "task.waiting" }
+
+// AggregateType returns AggTask.
+func (*TaskWaiting) AggregateType() string { return AggTask }
+func (*TaskWaiting) isEvent()              {}
+
+// EventType returns "task.attempt_started".
+func (*AttemptStarted) EventType() string { return "task.attempt_started" }
+
+// AggregateType returns AggTask.
+func (*AttemptStarted) AggregateType() string { return AggTask }
+func (*AttemptStarted) isEvent()              {}
+
+// EventType returns "task.attempt_abandoned".
+func (*AttemptAbandoned) EventType() string { return "task.attempt_abandoned" }
+
+// AggregateType returns AggTask.
+func (*AttemptAbandoned) AggregateType() string { return AggTask }
+func (*AttemptAbandoned) isEvent()              {}
+
+// EventType returns "task.checkpoint_saved".
+func (*CheckpointSaved) EventType() string { return "task.checkpoint_saved" }
+
+// AggregateType returns AggTask.
+func (*CheckpointSaved) AggregateType() string { return AggTask }
+func (*CheckpointSaved) isEvent()              {}
+
+// EventType returns "task.attempt_succeeded".
+func (*AttemptSucceeded) EventType() string { return "task.attempt_succeeded" }
+
+// AggregateType returns AggTask.
+func (*AttemptSucceeded) AggregateType() string { return AggTask }
+func (*AttemptSucceeded) isEvent()              {}
+
+// EventType returns "task.attempt_failed".
+func (*AttemptFailed) EventType() string { return "task.attempt_failed" }
+
+// AggregateType returns AggTask.
+func (*AttemptFailed) AggregateType() string { return AggTask }
+func (*AttemptFailed) isEvent()              {}
+
+// EventType returns "task.backoff_scheduled".
+func (*BackoffScheduled) EventType() string { return "task.backoff_scheduled" }
+
+// AggregateType returns AggTask.
+func (*BackoffScheduled) AggregateType() string { return AggTask }
+func (*BackoffScheduled) isEvent()              {}
+
+// EventType returns "task.verification_recorded".
+func (*VerificationRecorded) EventType() string { return "task.verification_recorded" }
+
+// AggregateType returns AggTask.
+func (*VerificationRecorded) AggregateType() string { return AggTask }
+func (*VerificationRecorded) isEvent()              {}
+
+// EventType returns "task.review_decided".
+func (*ReviewDecided) EventType() string { return "task.review_decided" }
+
+// AggregateType returns AggTask.
+func (*ReviewDecided) AggregateType() string { return AggTask }
+func (*ReviewDecided) isEvent()              {}
+
+// EventType returns "task.approval_decided".
+func (*ApprovalDecided) EventType() string { return "task.approval_decided" }
+
+// AggregateType returns AggTask.
+func (*ApprovalDecided) AggregateType() string { return AggTask }
+func (*ApprovalDecided) isEvent()              {}
+
+// EventType returns "task.signal_received".
+func (*SignalReceived) EventType() string { return "task.signal_received" }
+
+// AggregateType returns AggTask.
+func (*SignalReceived) AggregateType() string { return AggTask }
+func (*SignalReceived) isEvent()              {}
+
+// EventType returns "task.accepted".
+func (*TaskAccepted) EventType() string { return "task.accepted" }
+
+// AggregateType returns AggTask.
+func (*TaskAccepted) AggregateType() string { return AggTask }
+func (*TaskAccepted) isEvent()              {}
+
+// EventType returns "task.rejected".
+func (*TaskRejected) EventType() string { return "task.rejected" }
+
+// AggregateType returns AggTask.
+func (*TaskRejected) AggregateType() string { return AggTask }
+func (*TaskRejected) isEvent()              {}
+
+// EventType returns "task.failed".
+func (*TaskFailed) EventType() string { return "task.failed" }
+
+// AggregateType returns AggTask.
+func (*TaskFailed) AggregateType() string { return AggTask }
+func (*TaskFailed) isEvent()              {}
+
+// EventType returns "task.cancelled".
+func (*TaskCancelled) EventType() string { return "task.cancelled" }
+
+// AggregateType returns AggTask.
+func (*TaskCancelled) AggregateType() string { return AggTask }
+func (*TaskCancelled) isEvent()              {}

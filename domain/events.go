@@ -1,0 +1,303 @@
+package domain
+
+import (
+	"encoding/json"
+	"fmt"
+	"time"
+)
+
+// Event is a fact about one aggregate. The set of events is closed: every
+// implementation is in this package, and EventType is its stable wire name.
+type Event interface {
+	EventType() string
+	AggregateType() string
+	isEvent()
+}
+
+// Task states.
+const (
+	StatePending     = "pending"
+	StateReady       = "ready"
+	StateRunning     = "running"
+	StateWaiting     = "waiting"
+	StateVerifying   = "verifying"
+	StateNeedsReview = "needs_review"
+	StateBackoff     = "backoff"
+	StateAccepted    = "accepted"
+	StateRejected    = "rejected"
+	StateFailed      = "failed"
+	StateCancelled   = "cancelled"
+)
+
+// TaskStates lists every task state, non-terminal first.
+var TaskStates = []string{StatePending, StateReady, StateRunning, StateWaiting, StateVerifying,
+	StateNeedsReview, StateBackoff, StateAccepted, StateRejected, StateFailed, StateCancelled}
+
+// Terminal reports whether a task in state s can never change again.
+func Terminal(s string) bool {
+	switch s {
+	case StateAccepted, StateRejected, StateFailed, StateCancelled:
+		return true
+	}
+	return false
+}
+
+// Goal states.
+const (
+	GoalStateOpen      = "open"
+	GoalStateAchieved  = "achieved"
+	GoalStateFailed    = "failed"
+	GoalStateCancelled = "cancelled"
+)
+
+// Verification outcomes.
+const (
+	OutcomePass         = "PASS"
+	OutcomeFail         = "FAIL"
+	OutcomeInconclusive = "INCONCLUSIVE"
+)
+
+// Review decisions for a task in needs_review.
+const (
+	ReviewAccept = "accept"
+	ReviewReject = "reject"
+	ReviewRetry  = "retry"
+)
+
+// Reasons recorded when a task ends or moves without an executor's report.
+const (
+	ReasonDependencyFailed = "dependency_failed"
+	ReasonAttemptsSpent    = "attempts_exhausted"
+	ReasonNotRetryable     = "not_retryable"
+	ReasonVerification     = "verification_failed"
+	ReasonReplaced         = "replaced_by_plan"
+	ReasonRemoved          = "removed_from_plan"
+	ReasonGoalCancelled    = "goal_cancelled"
+	ReasonLeaseLost        = "lease_lost"
+	ReasonTimeout          = "timeout"
+)
+
+// WorkspaceCreated starts a workspace.
+type WorkspaceCreated struct {
+	Name        string `json:"name"`
+	Description string `json:"description,omitempty"`
+}
+
+// GoalCreated starts a goal.
+type GoalCreated struct {
+	Workspace       string   `json:"workspace"`
+	Title           string   `json:"title"`
+	Description     string   `json:"description,omitempty"`
+	SuccessCriteria []string `json:"success_criteria,omitempty"`
+	Envelope        Envelope `json:"envelope"`
+}
+
+// PlanTask is one node of a committed plan.
+type PlanTask struct {
+	Key       string   `json:"key"`
+	TaskID    string   `json:"task_id"`
+	DependsOn []string `json:"depends_on,omitempty"` // keys
+}
+
+// PlanCommitted records a version of a goal's plan and how it relates to the
+// previous one.
+type PlanCommitted struct {
+	Version  int        `json:"version"`
+	Tasks    []PlanTask `json:"tasks"`
+	Kept     []string   `json:"kept,omitempty"`     // keys whose task carries over
+	Replaced []string   `json:"replaced,omitempty"` // keys whose task was cancelled and created anew
+	Added    []string   `json:"added,omitempty"`
+	Removed  []string   `json:"removed,omitempty"`
+}
+
+// GoalAchieved: every task of the current plan was accepted.
+type GoalAchieved struct{}
+
+// GoalFailed: every task of the current plan ended and at least one was not accepted.
+type GoalFailed struct {
+	Reason string `json:"reason"`
+}
+
+// GoalCancelled: the goal was cancelled along with its unfinished tasks.
+type GoalCancelled struct {
+	Reason string `json:"reason,omitempty"`
+}
+
+// TaskCreated starts a task in its first state (pending, ready or waiting).
+type TaskCreated struct {
+	GoalID      string     `json:"goal_id,omitempty"`
+	PlanVersion int        `json:"plan_version,omitempty"`
+	Spec        TaskSpec   `json:"spec"`
+	DependsOn   []string   `json:"depends_on,omitempty"` // task ids
+	State       string     `json:"state"`
+	WaitUntil   *time.Time `json:"wait_until,omitempty"`
+}
+
+// TaskReady: a work item may be dispatched.
+type TaskReady struct {
+	Reason string `json:"reason"`
+}
+
+// TaskWaiting parks a task durably: on an approval, a signal or a time.
+type TaskWaiting struct {
+	Kind   string     `json:"kind"` // approval | signal | timer
+	Signal string     `json:"signal,omitempty"`
+	Until  *time.Time `json:"until,omitempty"`
+}
+
+// Wait kinds.
+const (
+	WaitApproval = "approval"
+	WaitSignal   = "signal"
+	WaitTimer    = "timer"
+)
+
+// AttemptStarted: an executor claimed the task and holds attempt n.
+type AttemptStarted struct {
+	Attempt         int        `json:"attempt"`
+	Executor        string     `json:"executor"`
+	ExecutorVersion string     `json:"executor_version,omitempty"`
+	OperationKey    string     `json:"operation_key"`
+	Deadline        *time.Time `json:"deadline,omitempty"`
+}
+
+// AttemptAbandoned: attempt n lost its lease or was superseded.
+type AttemptAbandoned struct {
+	Attempt int    `json:"attempt"`
+	Reason  string `json:"reason"`
+}
+
+// CheckpointSaved: attempt n saved state for a later attempt to resume from.
+type CheckpointSaved struct {
+	Attempt    int             `json:"attempt"`
+	Checkpoint json.RawMessage `json:"checkpoint"`
+}
+
+// AttemptSucceeded: attempt n reported a result.
+type AttemptSucceeded struct {
+	Attempt    int             `json:"attempt"`
+	Result     json.RawMessage `json:"result,omitempty"`
+	Artifacts  []ArtifactRef   `json:"artifacts,omitempty"`
+	ModelSteps []ModelStep     `json:"model_steps,omitempty"`
+}
+
+// AttemptFailed: attempt n reported an error (or timed out).
+type AttemptFailed struct {
+	Attempt   int       `json:"attempt"`
+	Error     ErrorInfo `json:"error"`
+	Retryable bool      `json:"retryable"`
+}
+
+// BackoffScheduled: the task will be ready again at Until.
+type BackoffScheduled struct {
+	Attempt int       `json:"attempt"`
+	Until   time.Time `json:"until"`
+}
+
+// VerificationRecorded: a verifier's outcome for an attempt's result.
+type VerificationRecorded struct {
+	VerificationID  string          `json:"verification_id"`
+	Attempt         int             `json:"attempt"`
+	Outcome         string          `json:"outcome"`
+	Evidence        json.RawMessage `json:"evidence,omitempty"`
+	Verifier        string          `json:"verifier"`
+	VerifierVersion string          `json:"verifier_version,omitempty"`
+	ResultDigest    string          `json:"result_digest"`
+}
+
+// ReviewDecided: a person decided a task in needs_review.
+type ReviewDecided struct {
+	Decision string `json:"decision"`
+	Reason   string `json:"reason,omitempty"`
+}
+
+// ApprovalDecided: a person decided a task's approval gate.
+type ApprovalDecided struct {
+	Response string `json:"response"` // approve | reject
+	Reason   string `json:"reason,omitempty"`
+}
+
+// SignalReceived: a named signal reached a waiting task.
+type SignalReceived struct {
+	Name    string          `json:"name"`
+	Payload json.RawMessage `json:"payload,omitempty"`
+}
+
+// TaskAccepted is terminal: the task's result is accepted.
+type TaskAccepted struct {
+	Attempt int `json:"attempt"`
+}
+
+// TaskRejected is terminal: verification or review rejected the result.
+type TaskRejected struct {
+	Reason string `json:"reason"`
+}
+
+// TaskFailed is terminal: attempts are spent, an error was not retryable, or
+// a dependency did not succeed.
+type TaskFailed struct {
+	Reason string     `json:"reason"`
+	Error  *ErrorInfo `json:"error,omitempty"`
+}
+
+// TaskCancelled is terminal.
+type TaskCancelled struct {
+	Reason string `json:"reason,omitempty"`
+}
+
+var eventTypes = map[string]func() Event{
+	"workspace.created":          func() Event { return &WorkspaceCreated{} },
+	"goal.created":               func() Event { return &GoalCreated{} },
+	"goal.plan_committed":        func() Event { return &PlanCommitted{} },
+	"goal.achieved":              func() Event { return &GoalAchieved{} },
+	"goal.failed":                func() Event { return &GoalFailed{} },
+	"goal.cancelled":             func() Event { return &GoalCancelled{} },
+	"task.created":               func() Event { return &TaskCreated{} },
+	"task.ready":                 func() Event { return &TaskReady{} },
+	"task.waiting":               func() Event { return &TaskWaiting{} },
+	"task.attempt_started":       func() Event { return &AttemptStarted{} },
+	"task.attempt_abandoned":     func() Event { return &AttemptAbandoned{} },
+	"task.checkpoint_saved":      func() Event { return &CheckpointSaved{} },
+	"task.attempt_succeeded":     func() Event { return &AttemptSucceeded{} },
+	"task.attempt_failed":        func() Event { return &AttemptFailed{} },
+	"task.backoff_scheduled":     func() Event { return &BackoffScheduled{} },
+	"task.verification_recorded": func() Event { return &VerificationRecorded{} },
+	"task.review_decided":        func() Event { return &ReviewDecided{} },
+	"task.approval_decided":      func() Event { return &ApprovalDecided{} },
+	"task.signal_received":       func() Event { return &SignalReceived{} },
+	"task.accepted":              func() Event { return &TaskAccepted{} },
+	"task.rejected":              func() Event { return &TaskRejected{} },
+	"task.failed":                func() Event { return &TaskFailed{} },
+	"task.cancelled":             func() Event { return &TaskCancelled{} },
+}
+
+// EventTypes returns every event type name, for schemas and golden tests.
+func EventTypes() []string {
+	out := make([]string, 0, len(eventTypes))
+	for k := range eventTypes {
+		out = append(out, k)
+	}
+	return out
+}
+
+// NewEvent returns a zero event of the named type.
+func NewEvent(eventType string) (Event, error) {
+	f, ok := eventTypes[eventType]
+	if !ok {
+		return nil, fmt.Errorf("domain: unknown event type %q", eventType)
+	}
+	return f(), nil
+}
+
+// DecodeEvent decodes an event's data by its type name. An unknown type is an
+// error: a reader must stop loudly rather than skip history.
+func DecodeEvent(eventType string, data []byte) (Event, error) {
+	e, err := NewEvent(eventType)
+	if err != nil {
+		return nil, err
+	}
+	if err := json.Unmarshal(data, e); err != nil {
+		return nil, fmt.Errorf("domain: decode %s: %w", eventType, err)
+	}
+	return e, nil
+}

@@ -1,0 +1,360 @@
+package domain
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+)
+
+// Reply is what a command answers once its events are committed.
+type Reply struct {
+	ID          string     `json:"id"`
+	State       string     `json:"state,omitempty"`
+	Version     uint64     `json:"version"`
+	Attempt     int        `json:"attempt,omitempty"`
+	PlanVersion int        `json:"plan_version,omitempty"`
+	Tasks       []PlanTask `json:"tasks,omitempty"`
+	Task        *Task      `json:"task,omitempty"` // for task.claim: what the executor needs
+	Duplicate   bool       `json:"duplicate,omitempty"`
+}
+
+// Outcome is a decided command: the changes to append (reactions included, in
+// order) and the reply. A command already applied to its aggregate decides to
+// no changes and a reply marked Duplicate.
+type Outcome struct {
+	Changes []Change
+	Reply   Reply
+}
+
+// Execute decides cmd against w at m.Now and returns every change it causes,
+// including the reactions that belong in the same commit: a plan commit
+// creates its tasks, an accepted task makes its dependents ready, a task that
+// ended without acceptance fails its pending dependents, and a goal whose
+// plan has ended is achieved or failed. w is not modified. A refusal is an
+// *Error with a code and, where it applies, the field.
+func Execute(w World, cmd Command, m Meta) (*Outcome, error) {
+	if m.Now.IsZero() {
+		return nil, fmt.Errorf("domain: command decided without a time")
+	}
+	x := &tx{o: NewOverlay(w), m: m}
+	reply, err := x.decide(cmd)
+	if err != nil {
+		return nil, err
+	}
+	if err := x.react(); err != nil {
+		return nil, err
+	}
+	return &Outcome{Changes: x.o.Changes(), Reply: reply}, nil
+}
+
+type tx struct {
+	o *Overlay
+	m Meta
+}
+
+func (x *tx) decide(cmd Command) (Reply, error) {
+	if _, ok := cmd.(*CreateWorkspace); !ok {
+		if err := x.requireWorkspace(); err != nil {
+			return Reply{}, err
+		}
+	}
+	switch c := cmd.(type) {
+	case *CreateWorkspace:
+		return x.createWorkspace(c)
+	case *CreateGoal:
+		return x.createGoal(c)
+	case *CancelGoal:
+		return x.cancelGoal(c)
+	case *SubmitPlan:
+		return x.submitPlan(c)
+	case *CreateTask:
+		return x.createTask(c)
+	case *CancelTask:
+		return x.cancelTask(c)
+	case *ClaimTask:
+		return x.claimTask(c)
+	case *SaveCheckpoint:
+		return x.saveCheckpoint(c)
+	case *ReportSuccess:
+		return x.reportSuccess(c)
+	case *ReportFailure:
+		return x.reportFailure(c)
+	case *RecordVerification:
+		return x.recordVerification(c)
+	case *ReviewTask:
+		return x.reviewTask(c)
+	case *DecideApproval:
+		return x.decideApproval(c)
+	case *WaitTask:
+		return x.waitTask(c)
+	case *SendSignal:
+		return x.sendSignal(c)
+	case *FireTimer:
+		return x.fireTimer(c)
+	}
+	return Reply{}, invalid("", "unknown command %T", cmd)
+}
+
+func (x *tx) rec() Recorded { return Recorded{CommandID: x.m.CommandID, Time: x.m.Now} }
+
+// emit applies e to its aggregate in the overlay, at the next version.
+func (x *tx) emit(id string, e Event) error {
+	var version uint64
+	switch e.AggregateType() {
+	case AggWorkspace:
+		w, err := x.o.Workspace(id)
+		if err != nil {
+			return err
+		}
+		if w != nil {
+			version = w.Version
+		}
+	case AggGoal:
+		g, err := x.o.Goal(id)
+		if err != nil {
+			return err
+		}
+		if g != nil {
+			version = g.Version
+		}
+	case AggTask:
+		t, err := x.o.Task(id)
+		if err != nil {
+			return err
+		}
+		if t != nil {
+			version = t.Version
+		}
+	}
+	return x.o.Apply(Change{AggregateType: e.AggregateType(), AggregateID: id, Workspace: x.m.Workspace,
+		Version: version + 1, Event: e}, x.rec())
+}
+
+func (x *tx) emitAll(id string, es ...Event) error {
+	for _, e := range es {
+		if err := x.emit(id, e); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (x *tx) requireWorkspace() error {
+	w, err := x.o.Workspace(x.m.Workspace)
+	if err != nil {
+		return err
+	}
+	if w == nil {
+		return notFound("", "workspace %q does not exist: create it first (dwr workspace create %s)", x.m.Workspace, x.m.Workspace)
+	}
+	return nil
+}
+
+// goal returns the goal id of this workspace, or not_found naming field.
+func (x *tx) goal(id, field string) (*Goal, error) {
+	g, err := x.o.Goal(id)
+	if err != nil {
+		return nil, err
+	}
+	if g == nil || g.Workspace != x.m.Workspace {
+		return nil, notFound(field, "goal %q not found in workspace %q", id, x.m.Workspace)
+	}
+	return g, nil
+}
+
+// task returns the task id of this workspace, or not_found naming field.
+func (x *tx) task(id, field string) (*Task, error) {
+	t, err := x.o.Task(id)
+	if err != nil {
+		return nil, err
+	}
+	if t == nil || t.Workspace != x.m.Workspace {
+		return nil, notFound(field, "task %q not found in workspace %q", id, x.m.Workspace)
+	}
+	return t, nil
+}
+
+func taskReply(t *Task) Reply {
+	r := Reply{ID: t.ID, State: t.State, Version: t.Version}
+	if a := t.Current(); a != nil {
+		r.Attempt = a.N
+	}
+	return r
+}
+
+func goalReply(g *Goal) Reply {
+	return Reply{ID: g.ID, State: g.State, Version: g.Version, PlanVersion: g.PlanVersion}
+}
+
+func duplicateTask(t *Task) Reply { r := taskReply(t); r.Duplicate = true; return r }
+
+// after returns the reply for task id as the overlay now has it.
+func (x *tx) after(id string) (Reply, error) {
+	t, err := x.o.Task(id)
+	if err != nil {
+		return Reply{}, err
+	}
+	return taskReply(t), nil
+}
+
+// gate returns the event that moves a task whose dependencies are met: to
+// waiting on its approval or its start time, or to ready.
+func (x *tx) gate(t *Task, reason string) Event {
+	if t.Spec.Approval != nil && !t.Approved {
+		return &TaskWaiting{Kind: WaitApproval}
+	}
+	if t.Spec.StartAt != nil && t.Spec.StartAt.After(x.m.Now) {
+		at := *t.Spec.StartAt
+		return &TaskWaiting{Kind: WaitTimer, Until: &at}
+	}
+	return &TaskReady{Reason: reason}
+}
+
+// initialState returns the state a new task starts in and, when it waits on
+// a time, until when.
+func (x *tx) initialState(spec TaskSpec, depsOpen bool) (string, *TaskWaiting) {
+	if depsOpen {
+		return StatePending, nil
+	}
+	probe := &Task{Spec: spec}
+	if w, ok := x.gate(probe, "").(*TaskWaiting); ok {
+		return StateWaiting, w
+	}
+	return StateReady, nil
+}
+
+// spent counts the attempts that used up the retry budget: failed, abandoned,
+// and succeeded but failed verification.
+func spent(t *Task) int {
+	n := 0
+	for _, a := range t.Attempts {
+		switch a.State {
+		case AttemptStateFailed, AttemptStateAbandoned:
+			n++
+		case AttemptStateSucceeded:
+			for _, v := range t.Verifications {
+				if v.Attempt == a.N && v.Outcome == OutcomeFail {
+					n++
+					break
+				}
+			}
+		}
+	}
+	return n
+}
+
+// VerificationID returns the replay-safe identity of a verification: the
+// task, the attempt, the digest of the result, and the verifier's name and
+// version.
+func VerificationID(taskID string, attempt int, resultDigest, verifier, version string) string {
+	h := sha256.Sum256([]byte(fmt.Sprintf("%s\x00%d\x00%s\x00%s\x00%s", taskID, attempt, resultDigest, verifier, version)))
+	return hex.EncodeToString(h[:16])
+}
+
+// react decides the reactions to the changes made so far, including to the
+// reactions themselves, until none are left.
+func (x *tx) react() error {
+	for i := 0; i < len(x.o.Changes()); i++ {
+		c := x.o.Changes()[i]
+		if c.AggregateType != AggTask {
+			continue
+		}
+		switch c.Event.(type) {
+		case *TaskAccepted:
+			if err := x.onAccepted(c.AggregateID); err != nil {
+				return err
+			}
+		case *TaskRejected, *TaskFailed, *TaskCancelled:
+			if err := x.onEnded(c.AggregateID); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+func (x *tx) onAccepted(id string) error {
+	deps, err := x.o.Dependents(id)
+	if err != nil {
+		return err
+	}
+	for _, d := range deps {
+		t, err := x.o.Task(d)
+		if err != nil {
+			return err
+		}
+		if t == nil || t.State != StatePending {
+			continue
+		}
+		met := true
+		for _, dep := range t.DependsOn {
+			dt, err := x.o.Task(dep)
+			if err != nil {
+				return err
+			}
+			if dt == nil || dt.State != StateAccepted {
+				met = false
+				break
+			}
+		}
+		if met {
+			if err := x.emit(d, x.gate(t, "dependencies_accepted")); err != nil {
+				return err
+			}
+		}
+	}
+	return x.checkGoalOf(id)
+}
+
+func (x *tx) onEnded(id string) error {
+	deps, err := x.o.Dependents(id)
+	if err != nil {
+		return err
+	}
+	for _, d := range deps {
+		t, err := x.o.Task(d)
+		if err != nil {
+			return err
+		}
+		if t == nil || t.State != StatePending {
+			continue
+		}
+		if err := x.emit(d, &TaskFailed{Reason: ReasonDependencyFailed,
+			Error: &ErrorInfo{Code: ReasonDependencyFailed, Message: "dependency " + id + " did not succeed"}}); err != nil {
+			return err
+		}
+	}
+	return x.checkGoalOf(id)
+}
+
+// checkGoalOf ends the goal of task id when every task of its current plan
+// has ended: achieved when all were accepted, failed otherwise.
+func (x *tx) checkGoalOf(id string) error {
+	t, err := x.o.Task(id)
+	if err != nil || t == nil || t.GoalID == "" {
+		return err
+	}
+	g, err := x.o.Goal(t.GoalID)
+	if err != nil || g == nil || g.State != GoalStateOpen || len(g.Plan) == 0 {
+		return err
+	}
+	allAccepted := true
+	var notAccepted string
+	for _, pt := range g.Plan {
+		pt, err := x.o.Task(pt.TaskID)
+		if err != nil {
+			return err
+		}
+		if pt == nil || !Terminal(pt.State) {
+			return nil
+		}
+		if pt.State != StateAccepted && allAccepted {
+			allAccepted = false
+			notAccepted = fmt.Sprintf("task %s (%s) ended %s", pt.Key, pt.ID, pt.State)
+		}
+	}
+	if allAccepted {
+		return x.emit(g.ID, &GoalAchieved{})
+	}
+	return x.emit(g.ID, &GoalFailed{Reason: notAccepted})
+}

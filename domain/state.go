@@ -1,0 +1,328 @@
+package domain
+
+import (
+	"encoding/json"
+	"fmt"
+	"slices"
+	"time"
+)
+
+// Workspace is the state of a workspace aggregate.
+type Workspace struct {
+	Name        string    `json:"id"`
+	Description string    `json:"description,omitempty"`
+	CreatedAt   time.Time `json:"created_at"`
+	Version     uint64    `json:"version"`
+	Commands    []string  `json:"commands,omitempty"`
+}
+
+// Goal is the state of a goal aggregate, its plan included.
+type Goal struct {
+	ID              string     `json:"id"`
+	Workspace       string     `json:"workspace"`
+	Title           string     `json:"title"`
+	Description     string     `json:"description,omitempty"`
+	SuccessCriteria []string   `json:"success_criteria,omitempty"`
+	Envelope        Envelope   `json:"envelope"`
+	State           string     `json:"state"`
+	Reason          string     `json:"reason,omitempty"`
+	PlanVersion     int        `json:"plan_version"`
+	Plan            []PlanTask `json:"plan,omitempty"`
+	CreatedAt       time.Time  `json:"created_at"`
+	UpdatedAt       time.Time  `json:"updated_at"`
+	Version         uint64     `json:"version"`
+	Commands        []string   `json:"commands,omitempty"`
+}
+
+// Attempt is one execution of a task (a WorkExecution).
+type Attempt struct {
+	N               int             `json:"n"`
+	Executor        string          `json:"executor"`
+	ExecutorVersion string          `json:"executor_version,omitempty"`
+	OperationKey    string          `json:"operation_key"`
+	State           string          `json:"state"` // running | succeeded | failed | abandoned | parked | cancelled
+	StartedAt       time.Time       `json:"started_at"`
+	EndedAt         *time.Time      `json:"ended_at,omitempty"`
+	Deadline        *time.Time      `json:"deadline,omitempty"`
+	Result          json.RawMessage `json:"result,omitempty"`
+	Artifacts       []ArtifactRef   `json:"artifacts,omitempty"`
+	ModelSteps      []ModelStep     `json:"model_steps,omitempty"`
+	Error           *ErrorInfo      `json:"error,omitempty"`
+	Retryable       bool            `json:"retryable,omitempty"`
+	Reason          string          `json:"reason,omitempty"`
+}
+
+// Attempt states.
+const (
+	AttemptStateRunning   = "running"
+	AttemptStateSucceeded = "succeeded"
+	AttemptStateFailed    = "failed"
+	AttemptStateAbandoned = "abandoned"
+	AttemptStateParked    = "parked"
+	AttemptStateCancelled = "cancelled"
+)
+
+// Task is the state of a task aggregate with its attempts.
+type Task struct {
+	ID            string                 `json:"id"`
+	Workspace     string                 `json:"workspace"`
+	GoalID        string                 `json:"goal_id,omitempty"`
+	PlanVersion   int                    `json:"plan_version,omitempty"`
+	Key           string                 `json:"key,omitempty"`
+	Spec          TaskSpec               `json:"spec"`
+	DependsOn     []string               `json:"depends_on,omitempty"`
+	State         string                 `json:"state"`
+	Wait          *TaskWaiting           `json:"wait,omitempty"`
+	Attempts      []Attempt              `json:"attempts,omitempty"`
+	Checkpoint    json.RawMessage        `json:"checkpoint,omitempty"`
+	BackoffUntil  *time.Time             `json:"backoff_until,omitempty"`
+	Verifications []VerificationRecorded `json:"verifications,omitempty"`
+	Approved      bool                   `json:"approved,omitempty"`
+	Reason        string                 `json:"reason,omitempty"`
+	Error         *ErrorInfo             `json:"error,omitempty"`
+	CreatedAt     time.Time              `json:"created_at"`
+	UpdatedAt     time.Time              `json:"updated_at"`
+	Version       uint64                 `json:"version"`
+	Commands      []string               `json:"commands,omitempty"`
+}
+
+// Current returns the latest attempt, or nil before the first.
+func (t *Task) Current() *Attempt {
+	if len(t.Attempts) == 0 {
+		return nil
+	}
+	return &t.Attempts[len(t.Attempts)-1]
+}
+
+// Running returns the attempt that holds the task now, or nil.
+func (t *Task) Running() *Attempt {
+	if a := t.Current(); a != nil && a.State == AttemptStateRunning {
+		return a
+	}
+	return nil
+}
+
+// Retry returns the task's retry policy with defaults filled in.
+func (t *Task) Retry() RetryPolicy {
+	if t.Spec.Retry == nil {
+		return RetryPolicy{}.WithDefaults()
+	}
+	return t.Spec.Retry.WithDefaults()
+}
+
+// OperationKey returns the key a task's side effects are made under: stable
+// across every attempt of the task.
+func OperationKey(taskID string) string { return "op-" + taskID }
+
+// Clone returns a deep copy of t.
+func (t *Task) Clone() *Task {
+	c := *t
+	c.DependsOn = slices.Clone(t.DependsOn)
+	c.Attempts = slices.Clone(t.Attempts)
+	c.Verifications = slices.Clone(t.Verifications)
+	c.Commands = slices.Clone(t.Commands)
+	if t.Wait != nil {
+		w := *t.Wait
+		c.Wait = &w
+	}
+	return &c
+}
+
+// Clone returns a deep copy of g.
+func (g *Goal) Clone() *Goal {
+	c := *g
+	c.SuccessCriteria = slices.Clone(g.SuccessCriteria)
+	c.Plan = slices.Clone(g.Plan)
+	c.Commands = slices.Clone(g.Commands)
+	return &c
+}
+
+// Clone returns a copy of w.
+func (w *Workspace) Clone() *Workspace {
+	c := *w
+	c.Commands = slices.Clone(w.Commands)
+	return &c
+}
+
+// HasCommand reports whether command id was already applied to the workspace.
+func (w *Workspace) HasCommand(id string) bool { return id != "" && slices.Contains(w.Commands, id) }
+
+// HasCommand reports whether command id was already applied to the goal.
+func (g *Goal) HasCommand(id string) bool { return id != "" && slices.Contains(g.Commands, id) }
+
+// HasCommand reports whether command id was already applied to the task.
+func (t *Task) HasCommand(id string) bool { return id != "" && slices.Contains(t.Commands, id) }
+
+// Recorded is what the log adds to an event: the command it came from and the
+// time it was decided.
+type Recorded struct {
+	CommandID string
+	Time      time.Time
+}
+
+func addCommand(cmds []string, id string) []string {
+	if id == "" || slices.Contains(cmds, id) {
+		return cmds
+	}
+	return append(cmds, id)
+}
+
+// ApplyWorkspace applies e to w (nil before the first event) and returns the
+// new state.
+func ApplyWorkspace(w *Workspace, id string, e Event, r Recorded) (*Workspace, error) {
+	switch ev := e.(type) {
+	case *WorkspaceCreated:
+		if w != nil {
+			return nil, fmt.Errorf("domain: workspace %s created twice", id)
+		}
+		return &Workspace{Name: ev.Name, Description: ev.Description, CreatedAt: r.Time, Version: 1,
+			Commands: addCommand(nil, r.CommandID)}, nil
+	}
+	if w == nil {
+		return nil, fmt.Errorf("domain: %s before workspace %s was created", e.EventType(), id)
+	}
+	return nil, fmt.Errorf("domain: workspace cannot apply %s", e.EventType())
+}
+
+// ApplyGoal applies e to g (nil before the first event) and returns the new
+// state; g itself is not modified.
+func ApplyGoal(g *Goal, id, workspace string, e Event, r Recorded) (*Goal, error) {
+	if ev, ok := e.(*GoalCreated); ok {
+		if g != nil {
+			return nil, fmt.Errorf("domain: goal %s created twice", id)
+		}
+		return &Goal{ID: id, Workspace: workspace, Title: ev.Title, Description: ev.Description,
+			SuccessCriteria: ev.SuccessCriteria, Envelope: ev.Envelope, State: GoalStateOpen,
+			CreatedAt: r.Time, UpdatedAt: r.Time, Version: 1, Commands: addCommand(nil, r.CommandID)}, nil
+	}
+	if g == nil {
+		return nil, fmt.Errorf("domain: %s before goal %s was created", e.EventType(), id)
+	}
+	g = g.Clone()
+	switch ev := e.(type) {
+	case *PlanCommitted:
+		g.PlanVersion = ev.Version
+		g.Plan = ev.Tasks
+	case *GoalAchieved:
+		g.State = GoalStateAchieved
+	case *GoalFailed:
+		g.State, g.Reason = GoalStateFailed, ev.Reason
+	case *GoalCancelled:
+		g.State, g.Reason = GoalStateCancelled, ev.Reason
+	default:
+		return nil, fmt.Errorf("domain: goal cannot apply %s", e.EventType())
+	}
+	g.Version++
+	g.UpdatedAt = r.Time
+	g.Commands = addCommand(g.Commands, r.CommandID)
+	return g, nil
+}
+
+// ApplyTask applies e to t (nil before the first event) and returns the new
+// state; t itself is not modified.
+func ApplyTask(t *Task, id, workspace string, e Event, r Recorded) (*Task, error) {
+	if ev, ok := e.(*TaskCreated); ok {
+		if t != nil {
+			return nil, fmt.Errorf("domain: task %s created twice", id)
+		}
+		nt := &Task{ID: id, Workspace: workspace, GoalID: ev.GoalID, PlanVersion: ev.PlanVersion,
+			Key: ev.Spec.Key, Spec: ev.Spec, DependsOn: ev.DependsOn, State: ev.State,
+			CreatedAt: r.Time, UpdatedAt: r.Time, Version: 1, Commands: addCommand(nil, r.CommandID)}
+		if ev.State == StateWaiting {
+			nt.Wait = &TaskWaiting{Kind: WaitTimer, Until: ev.WaitUntil}
+			if ev.WaitUntil == nil {
+				nt.Wait.Kind = WaitApproval
+			}
+		}
+		return nt, nil
+	}
+	if t == nil {
+		return nil, fmt.Errorf("domain: %s before task %s was created", e.EventType(), id)
+	}
+	t = t.Clone()
+	endAttempt := func(n int, state string) (*Attempt, error) {
+		a := t.Current()
+		if a == nil || a.N != n {
+			return nil, fmt.Errorf("domain: task %s: %s for attempt %d, current is not it", id, e.EventType(), n)
+		}
+		at := r.Time
+		a.State, a.EndedAt = state, &at
+		return a, nil
+	}
+	switch ev := e.(type) {
+	case *TaskReady:
+		t.State, t.Wait, t.BackoffUntil = StateReady, nil, nil
+	case *TaskWaiting:
+		w := *ev
+		t.State, t.Wait = StateWaiting, &w
+		if a := t.Running(); a != nil {
+			at := r.Time
+			a.State, a.EndedAt = AttemptStateParked, &at
+		}
+	case *AttemptStarted:
+		t.State = StateRunning
+		t.Attempts = append(t.Attempts, Attempt{N: ev.Attempt, Executor: ev.Executor,
+			ExecutorVersion: ev.ExecutorVersion, OperationKey: ev.OperationKey, State: AttemptStateRunning,
+			StartedAt: r.Time, Deadline: ev.Deadline})
+	case *AttemptAbandoned:
+		a, err := endAttempt(ev.Attempt, AttemptStateAbandoned)
+		if err != nil {
+			return nil, err
+		}
+		a.Reason = ev.Reason
+		t.State = StateReady
+	case *CheckpointSaved:
+		t.Checkpoint = ev.Checkpoint
+	case *AttemptSucceeded:
+		a, err := endAttempt(ev.Attempt, AttemptStateSucceeded)
+		if err != nil {
+			return nil, err
+		}
+		a.Result, a.Artifacts, a.ModelSteps = ev.Result, ev.Artifacts, ev.ModelSteps
+		if t.Spec.Verification != nil {
+			t.State = StateVerifying
+		}
+	case *AttemptFailed:
+		a, err := endAttempt(ev.Attempt, AttemptStateFailed)
+		if err != nil {
+			return nil, err
+		}
+		errInfo := ev.Error
+		a.Error, a.Retryable = &errInfo, ev.Retryable
+	case *BackoffScheduled:
+		until := ev.Until
+		t.State, t.BackoffUntil = StateBackoff, &until
+	case *VerificationRecorded:
+		t.Verifications = append(t.Verifications, *ev)
+		if ev.Outcome == OutcomeInconclusive {
+			t.State = StateNeedsReview
+		}
+	case *ReviewDecided:
+		// The decision's consequence follows as its own event.
+	case *ApprovalDecided:
+		t.Approved = ev.Response == "approve"
+	case *SignalReceived:
+		// Resumption follows as task.ready.
+	case *TaskAccepted:
+		t.State = StateAccepted
+	case *TaskRejected:
+		t.State, t.Reason = StateRejected, ev.Reason
+	case *TaskFailed:
+		t.State, t.Reason, t.Error = StateFailed, ev.Reason, ev.Error
+	case *TaskCancelled:
+		t.State, t.Reason = StateCancelled, ev.Reason
+		if a := t.Running(); a != nil {
+			at := r.Time
+			a.State, a.EndedAt = AttemptStateCancelled, &at
+		}
+	default:
+		return nil, fmt.Errorf("domain: task cannot apply %s", e.EventType())
+	}
+	if Terminal(t.State) {
+		t.Wait, t.BackoffUntil = nil, nil
+	}
+	t.Version++
+	t.UpdatedAt = r.Time
+	t.Commands = addCommand(t.Commands, r.CommandID)
+	return t, nil
+}

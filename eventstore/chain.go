@@ -1,0 +1,191 @@
+package eventstore
+
+import (
+	"fmt"
+	"sync"
+)
+
+// ChainProblem names what is wrong in a hash chain.
+type ChainProblem string
+
+// The problems a ChainError can report.
+const (
+	// ChainGap: the event's version skips one or more versions.
+	ChainGap ChainProblem = "version gap"
+	// ChainDuplicate: the event's version is not above the last one seen.
+	ChainDuplicate ChainProblem = "duplicate version"
+	// ChainPrevMismatch: the event's PrevHash is not the hash of the previous
+	// event of its aggregate.
+	ChainPrevMismatch ChainProblem = "previous hash mismatch"
+)
+
+// ChainError reports an event that does not extend its aggregate's chain.
+type ChainError struct {
+	// AggregateType and AggregateID name the aggregate whose chain broke.
+	AggregateType string
+	AggregateID   string
+	// Version is the event's version; WantVersion the one that would extend
+	// the chain.
+	Version, WantVersion uint64
+	// GotPrev is the event's PrevHash; WantPrev the hash of the aggregate's
+	// last event ("" before version 1).
+	GotPrev, WantPrev string
+	// Problem says what is wrong.
+	Problem ChainProblem
+}
+
+// Error describes the problem with the aggregate and versions involved.
+func (e *ChainError) Error() string {
+	switch e.Problem {
+	case ChainPrevMismatch:
+		return fmt.Sprintf("eventstore: %s/%s v%d: %s: prev %q, want %q",
+			e.AggregateType, e.AggregateID, e.Version, e.Problem, e.GotPrev, e.WantPrev)
+	default:
+		return fmt.Sprintf("eventstore: %s/%s v%d: %s: want v%d",
+			e.AggregateType, e.AggregateID, e.Version, e.Problem, e.WantVersion)
+	}
+}
+
+type aggKey struct{ typ, id string }
+
+type chainTip struct {
+	version uint64
+	hash    string
+}
+
+// ChainVerifier holds, per aggregate (type and id), the version and hash of
+// the last event seen. Readers use Check to verify every event they read
+// extends its aggregate's chain; the committer uses Begin and ChainTx.Link to
+// number and chain the events it writes. It keeps one entry per aggregate ever
+// seen, about a hundred bytes each.
+//
+// A ChainVerifier is safe for concurrent use; a ChainTx is not.
+type ChainVerifier struct {
+	mu   sync.Mutex
+	tips map[aggKey]chainTip
+}
+
+// NewChainVerifier returns an empty verifier: every aggregate starts before
+// version 1.
+func NewChainVerifier() *ChainVerifier {
+	return &ChainVerifier{tips: make(map[aggKey]chainTip)}
+}
+
+// Seed sets an aggregate's tip, to resume from a checkpoint: version is the
+// aggregate's last version and hash the hex SHA-256 of that event's stored
+// bytes. A version of 0 forgets the aggregate.
+func (v *ChainVerifier) Seed(aggType, aggID string, version uint64, hash string) {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	k := aggKey{aggType, aggID}
+	if version == 0 {
+		delete(v.tips, k)
+		return
+	}
+	v.tips[k] = chainTip{version, hash}
+}
+
+// Tip returns an aggregate's last version and that event's hash, or (0, "")
+// for an aggregate never seen.
+func (v *ChainVerifier) Tip(aggType, aggID string) (version uint64, hash string) {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	t := v.tips[aggKey{aggType, aggID}]
+	return t.version, t.hash
+}
+
+// Len returns the number of aggregates the verifier tracks.
+func (v *ChainVerifier) Len() int {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	return len(v.tips)
+}
+
+// Check verifies that e, a stored event with Raw set, is the next event of its
+// aggregate: its version is the last one plus one and its PrevHash the last
+// event's hash. On success the tip advances to e. It returns a *ChainError
+// (the tip unchanged) when the chain is broken, and an error if e has no Raw.
+func (v *ChainVerifier) Check(e *Event) error {
+	if len(e.Raw) == 0 {
+		return fmt.Errorf("eventstore: check %s/%s v%d: event has no stored bytes", e.AggregateType, e.AggregateID, e.Version)
+	}
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	k := aggKey{e.AggregateType, e.AggregateID}
+	if err := verifyLink(k, v.tips[k], e); err != nil {
+		return err
+	}
+	v.tips[k] = chainTip{e.Version, e.Hash()}
+	return nil
+}
+
+// Begin starts a speculative extension of the chain, for a batch being
+// written. Nothing changes in v until ChainTx.Commit.
+func (v *ChainVerifier) Begin() *ChainTx {
+	return &ChainTx{v: v, tips: make(map[aggKey]chainTip)}
+}
+
+// ChainTx numbers and chains the events of one batch on top of a
+// ChainVerifier's tips, without changing them until Commit. Drop it to
+// discard the batch.
+type ChainTx struct {
+	v    *ChainVerifier
+	tips map[aggKey]chainTip
+}
+
+// Link makes e the next event of its aggregate within the batch: it sets
+// e.Version to the last version plus one if it is 0, sets e.PrevHash, then
+// encodes e (setting e.Raw) so the next event can chain on its hash. ID and
+// Time must therefore be final. It returns a *ChainError if e carries a
+// version or PrevHash that does not extend the chain, or an encoding error.
+func (tx *ChainTx) Link(e *Event) error {
+	k := aggKey{e.AggregateType, e.AggregateID}
+	tip, ok := tx.tips[k]
+	if !ok {
+		tip.version, tip.hash = tx.v.Tip(k.typ, k.id)
+	}
+	if e.Version == 0 {
+		e.Version = tip.version + 1
+	}
+	if e.PrevHash == "" {
+		e.PrevHash = tip.hash
+	}
+	if err := verifyLink(k, tip, e); err != nil {
+		return err
+	}
+	if err := e.encode(); err != nil {
+		return err
+	}
+	tx.tips[k] = chainTip{e.Version, e.Hash()}
+	return nil
+}
+
+// Commit applies the batch's tips to the verifier. Call it once the batch's
+// record is durably in the log.
+func (tx *ChainTx) Commit() {
+	tx.v.mu.Lock()
+	defer tx.v.mu.Unlock()
+	for k, t := range tx.tips {
+		tx.v.tips[k] = t
+	}
+	clear(tx.tips)
+}
+
+func verifyLink(k aggKey, tip chainTip, e *Event) error {
+	ce := &ChainError{
+		AggregateType: k.typ, AggregateID: k.id,
+		Version: e.Version, WantVersion: tip.version + 1,
+		GotPrev: e.PrevHash, WantPrev: tip.hash,
+	}
+	switch {
+	case e.Version <= tip.version:
+		ce.Problem = ChainDuplicate
+	case e.Version > tip.version+1:
+		ce.Problem = ChainGap
+	case e.PrevHash != tip.hash:
+		ce.Problem = ChainPrevMismatch
+	default:
+		return nil
+	}
+	return ce
+}

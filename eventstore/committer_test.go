@@ -1,0 +1,551 @@
+package eventstore_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/dwr-run/dwr/eventstore"
+)
+
+const waitTimeout = 10 * time.Second
+
+var errRejected = errors.New("rejected")
+
+// req is a test command: add one event to counter agg.
+type req struct {
+	id     string
+	agg    string
+	pad    int  // payload bytes
+	reject bool // Decide rejects it
+	noop   bool // accepted, but appends nothing
+	done   chan outcome
+}
+
+type outcome struct {
+	seq uint64
+	err error
+}
+
+func newReq(id, agg string) *req {
+	return &req{id: id, agg: agg, done: make(chan outcome, 1)}
+}
+
+func (r *req) wait(t *testing.T) outcome {
+	t.Helper()
+	select {
+	case o := <-r.done:
+		return o
+	case <-time.After(waitTimeout):
+		require.FailNow(t, "request not answered", r.id)
+		return outcome{}
+	}
+}
+
+// counters is a Decider over counters; committed state is the number of
+// committed events per counter.
+type counters struct {
+	mu       sync.Mutex
+	count    map[string]int
+	replayed []uint64
+	answered atomic.Int64
+}
+
+func newCounters() *counters { return &counters{count: make(map[string]int)} }
+
+func (d *counters) Decide(items []*req) ([]eventstore.Event, []eventstore.CommandResult, []error) {
+	var evs []eventstore.Event
+	var res []eventstore.CommandResult
+	errs := make([]error, len(items))
+	for i, r := range items {
+		switch {
+		case r.reject:
+			errs[i] = errRejected
+		case r.noop:
+		default:
+			evs = append(evs, eventstore.Event{
+				Type: "counter.incremented", SchemaVersion: 1, Workspace: "ws",
+				AggregateType: "counter", AggregateID: r.agg, CommandID: r.id,
+				Data: json.RawMessage(fmt.Sprintf(`{"pad":%q}`, strings.Repeat("x", r.pad))),
+			})
+			res = append(res, eventstore.CommandResult{Workspace: "ws", CommandID: r.id, Reply: json.RawMessage(`{"ok":true}`)})
+		}
+	}
+	return evs, res, errs
+}
+
+func (d *counters) Committed(items []*req, c *eventstore.Commit, seq uint64, itemErrs []error, err error) {
+	if err == nil && seq > 0 {
+		d.apply(c)
+	}
+	for i, r := range items {
+		o := outcome{seq: seq, err: err}
+		if itemErrs[i] != nil {
+			o = outcome{err: itemErrs[i]}
+		}
+		r.done <- o
+		d.answered.Add(1)
+	}
+}
+
+func (d *counters) Replay(seq uint64, c *eventstore.Commit) error {
+	d.mu.Lock()
+	d.replayed = append(d.replayed, seq)
+	d.mu.Unlock()
+	d.apply(c)
+	return nil
+}
+
+func (d *counters) apply(c *eventstore.Commit) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	for _, e := range c.Events {
+		d.count[e.AggregateID]++
+	}
+}
+
+// hookLog wraps a Log to count appends and to hold or fail them.
+type hookLog struct {
+	eventstore.Log
+	appends atomic.Int64
+	hold    atomic.Pointer[gate]
+	fail    atomic.Pointer[error]
+}
+
+// gate holds the next append: entered is closed once it arrives, and it
+// proceeds when release is closed.
+type gate struct{ entered, release chan struct{} }
+
+func (l *hookLog) Append(ctx context.Context, rec []byte, expectedLast uint64) (uint64, error) {
+	if g := l.hold.Swap(nil); g != nil {
+		close(g.entered)
+		<-g.release
+	}
+	if err := l.fail.Load(); err != nil {
+		return 0, *err
+	}
+	l.appends.Add(1)
+	return l.Log.Append(ctx, rec, expectedLast)
+}
+
+// holdNext arms a gate for the next append.
+func (l *hookLog) holdNext() *gate {
+	g := &gate{entered: make(chan struct{}), release: make(chan struct{})}
+	l.hold.Store(g)
+	return g
+}
+
+func (g *gate) waitEntered(t *testing.T) {
+	t.Helper()
+	select {
+	case <-g.entered:
+	case <-time.After(waitTimeout):
+		require.FailNow(t, "append never started")
+	}
+}
+
+// forEachLog runs fn on the memory log and on a JetStream log.
+func forEachLog(t *testing.T, fn func(t *testing.T, newLog func(t *testing.T) eventstore.Log)) {
+	t.Run("memory", func(t *testing.T) {
+		fn(t, func(*testing.T) eventstore.Log { return eventstore.NewMemoryLog() })
+	})
+	t.Run("jetstream", func(t *testing.T) {
+		f := setupJetStream(t)
+		fn(t, func(t *testing.T) eventstore.Log { return f.newLog(t) })
+	})
+}
+
+type runner struct {
+	c      *eventstore.Committer[*req]
+	cancel context.CancelFunc
+	done   chan error
+}
+
+// startCommitter starts c and runs it until the test ends.
+func startCommitter(t testing.TB, l eventstore.Log, d eventstore.Decider[*req], cfg eventstore.GroupConfig) *runner {
+	t.Helper()
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.NewTextHandler(tWriter{t}, &slog.HandlerOptions{Level: slog.LevelInfo}))
+	}
+	c := eventstore.NewCommitter(l, d, cfg)
+	require.NoError(t, c.Start(t.Context()))
+	ctx, cancel := context.WithCancel(context.Background())
+	r := &runner{c: c, cancel: cancel, done: make(chan error, 1)}
+	go func() { r.done <- c.Run(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		<-r.done
+	})
+	return r
+}
+
+func (r *runner) wait(t *testing.T) error {
+	t.Helper()
+	select {
+	case err := <-r.done:
+		r.done <- err // keep it for cleanup
+		return err
+	case <-time.After(waitTimeout):
+		require.FailNow(t, "Run did not return")
+		return nil
+	}
+}
+
+type tWriter struct{ t testing.TB }
+
+func (w tWriter) Write(p []byte) (int, error) {
+	w.t.Log(strings.TrimSpace(string(p)))
+	return len(p), nil
+}
+
+// readLog decodes every record and verifies every chain.
+func readLog(t *testing.T, l eventstore.Log) (seqs []uint64, commits []*eventstore.Commit) {
+	t.Helper()
+	v := eventstore.NewChainVerifier()
+	require.NoError(t, l.Read(t.Context(), 1, func(seq uint64, rec []byte) error {
+		c, err := eventstore.DecodeCommit(rec)
+		if err != nil {
+			return err
+		}
+		for i := range c.Events {
+			if err := v.Check(&c.Events[i]); err != nil {
+				return err
+			}
+		}
+		seqs, commits = append(seqs, seq), append(commits, c)
+		return nil
+	}))
+	return seqs, commits
+}
+
+func TestCommitterBatchesWhileAppending(t *testing.T) {
+	forEachLog(t, func(t *testing.T, newLog func(t *testing.T) eventstore.Log) {
+		l := &hookLog{Log: newLog(t)}
+		r := startCommitter(t, l, newCounters(), eventstore.GroupConfig{})
+		base := l.appends.Load()
+
+		g := l.holdNext()
+		first := newReq("c0", "a")
+		require.NoError(t, r.c.Submit(t.Context(), first))
+		g.waitEntered(t)
+
+		const n = 100
+		reqs := make([]*req, n)
+		for i := range reqs {
+			reqs[i] = newReq(fmt.Sprintf("c%d", i+1), fmt.Sprintf("agg%d", i%7))
+			require.NoError(t, r.c.Submit(t.Context(), reqs[i]))
+		}
+		close(g.release)
+
+		o := first.wait(t)
+		require.NoError(t, o.err)
+		second := reqs[0].wait(t)
+		require.NoError(t, second.err)
+		require.Greater(t, second.seq, o.seq)
+		for _, q := range reqs[1:] {
+			require.Equal(t, second, q.wait(t), "requests queued behind one append share the next")
+		}
+		require.Equal(t, int64(2), l.appends.Load()-base)
+		require.Equal(t, second.seq, r.c.LastSeq())
+
+		_, commits := readLog(t, l)
+		require.Len(t, commits, 3, "epoch, the lone request, the batch")
+		require.Equal(t, eventstore.KindEpoch, commits[0].Kind)
+		require.Len(t, commits[2].Events, n)
+		require.Len(t, commits[2].Results, n)
+	})
+}
+
+func TestCommitterConcurrentSubmitters(t *testing.T) {
+	forEachLog(t, func(t *testing.T, newLog func(t *testing.T) eventstore.Log) {
+		l := &hookLog{Log: newLog(t)}
+		d := newCounters()
+		r := startCommitter(t, l, d, eventstore.GroupConfig{MaxBatch: 64})
+		const workers, each = 32, 20
+		var wg sync.WaitGroup
+		for w := range workers {
+			wg.Go(func() {
+				for i := range each {
+					q := newReq(fmt.Sprintf("w%d-%d", w, i), fmt.Sprintf("agg%d", (w+i)%5))
+					if err := r.c.Submit(context.Background(), q); err != nil {
+						t.Errorf("submit: %v", err)
+						return
+					}
+					if o := <-q.done; o.err != nil || o.seq == 0 {
+						t.Errorf("request %s: %+v", q.id, o)
+					}
+				}
+			})
+		}
+		wg.Wait()
+		require.Equal(t, int64(workers*each), d.answered.Load())
+
+		_, commits := readLog(t, l)
+		events := 0
+		for _, c := range commits[1:] {
+			events += len(c.Events)
+			require.LessOrEqual(t, len(c.Events), 64)
+		}
+		require.Equal(t, workers*each, events)
+		t.Logf("%d requests in %d appends", workers*each, len(commits)-1)
+	})
+}
+
+func TestCommitterRejects(t *testing.T) {
+	forEachLog(t, func(t *testing.T, newLog func(t *testing.T) eventstore.Log) {
+		l := &hookLog{Log: newLog(t)}
+		r := startCommitter(t, l, newCounters(), eventstore.GroupConfig{})
+
+		g := l.holdNext()
+		lead := newReq("lead", "a")
+		require.NoError(t, r.c.Submit(t.Context(), lead))
+		g.waitEntered(t)
+		ok1, bad, ok2 := newReq("ok1", "a"), newReq("bad", "a"), newReq("ok2", "b")
+		bad.reject = true
+		for _, q := range []*req{ok1, bad, ok2} {
+			require.NoError(t, r.c.Submit(t.Context(), q))
+		}
+		close(g.release)
+		require.NoError(t, lead.wait(t).err)
+		require.ErrorIs(t, bad.wait(t).err, errRejected)
+		o1, o2 := ok1.wait(t), ok2.wait(t)
+		require.NoError(t, o1.err)
+		require.Equal(t, o1, o2)
+
+		before := l.appends.Load()
+		allBad, noop := newReq("x", "a"), newReq("y", "a")
+		allBad.reject, noop.noop = true, true
+		require.NoError(t, r.c.Submit(t.Context(), allBad))
+		require.ErrorIs(t, allBad.wait(t).err, errRejected)
+		require.NoError(t, r.c.Submit(t.Context(), noop))
+		require.Equal(t, outcome{}, noop.wait(t), "nothing to append: seq 0, no error")
+		require.Equal(t, before, l.appends.Load(), "rejected batches append nothing")
+
+		_, commits := readLog(t, l)
+		require.Len(t, commits, 3)
+		require.Len(t, commits[2].Events, 2)
+		require.Equal(t, uint64(2), commits[2].Events[0].Version, "aggregate a continues at version 2")
+	})
+}
+
+func TestCommitterSplitsLargeBatches(t *testing.T) {
+	forEachLog(t, func(t *testing.T, newLog func(t *testing.T) eventstore.Log) {
+		const limit = 4096
+		l := &hookLog{Log: newLog(t)}
+		r := startCommitter(t, l, newCounters(), eventstore.GroupConfig{MaxRecordBytes: limit})
+
+		g := l.holdNext()
+		lead := newReq("lead", "a")
+		require.NoError(t, r.c.Submit(t.Context(), lead))
+		g.waitEntered(t)
+		reqs := make([]*req, 8)
+		for i := range reqs {
+			reqs[i] = newReq(fmt.Sprintf("big%d", i), "a")
+			reqs[i].pad = 1000
+			require.NoError(t, r.c.Submit(t.Context(), reqs[i]))
+		}
+		close(g.release)
+		require.NoError(t, lead.wait(t).err)
+		for _, q := range reqs {
+			require.NoError(t, q.wait(t).err)
+		}
+
+		huge := newReq("huge", "a")
+		huge.pad = limit
+		require.NoError(t, r.c.Submit(t.Context(), huge))
+		require.ErrorIs(t, huge.wait(t).err, eventstore.ErrTooLarge)
+
+		var sizes []int
+		require.NoError(t, l.Read(t.Context(), 1, func(_ uint64, rec []byte) error {
+			sizes = append(sizes, len(rec))
+			return nil
+		}))
+		require.GreaterOrEqual(t, len(sizes), 1+1+3, "the batch of 8 took at least 3 records")
+		for _, s := range sizes {
+			require.LessOrEqual(t, s, limit)
+		}
+		_, commits := readLog(t, l)
+		lastCommit := commits[len(commits)-1]
+		require.Equal(t, uint64(9), lastCommit.Events[len(lastCommit.Events)-1].Version, "the oversized request left no trace")
+	})
+}
+
+func TestCommitterFencing(t *testing.T) {
+	forEachLog(t, func(t *testing.T, newLog func(t *testing.T) eventstore.Log) {
+		l := newLog(t)
+		old := startCommitter(t, l, newCounters(), eventstore.GroupConfig{WriterID: "old"})
+		q := newReq("before", "a")
+		require.NoError(t, old.c.Submit(t.Context(), q))
+		require.NoError(t, q.wait(t).err)
+		require.Equal(t, uint64(1), old.c.Epoch())
+
+		d := newCounters()
+		next := startCommitter(t, l, d, eventstore.GroupConfig{WriterID: "new"})
+		require.Equal(t, uint64(2), next.c.Epoch())
+		require.Len(t, d.replayed, 2, "the new writer replayed the old one's records")
+		require.Equal(t, 1, d.count["a"])
+
+		late := newReq("late", "a")
+		require.NoError(t, old.c.Submit(t.Context(), late))
+		require.ErrorIs(t, late.wait(t).err, eventstore.ErrFenced)
+		require.ErrorIs(t, old.wait(t), eventstore.ErrFenced, "the old writer steps down")
+		require.ErrorIs(t, old.c.Submit(t.Context(), newReq("after", "a")), eventstore.ErrStopped)
+
+		q2 := newReq("new1", "a")
+		require.NoError(t, next.c.Submit(t.Context(), q2))
+		require.NoError(t, q2.wait(t).err)
+
+		_, commits := readLog(t, l)
+		var writers []string
+		for _, c := range commits {
+			writers = append(writers, c.Kind+":"+c.Writer)
+			for _, e := range c.Events {
+				require.NotEqual(t, "late", e.CommandID, "nothing of the fenced append landed")
+			}
+		}
+		require.Equal(t, []string{"epoch:old", "events:old", "epoch:new", "events:new"}, writers)
+		require.Equal(t, uint64(2), commits[3].Events[0].Version)
+	})
+}
+
+func TestCommitterStartRace(t *testing.T) {
+	l := &hookLog{Log: eventstore.NewMemoryLog()}
+	a := eventstore.NewCommitter(l, newCounters(), eventstore.GroupConfig{WriterID: "a"})
+	b := eventstore.NewCommitter(l, newCounters(), eventstore.GroupConfig{WriterID: "b"})
+	g := l.holdNext()
+	errA := make(chan error, 1)
+	go func() { errA <- a.Start(context.Background()) }()
+	g.waitEntered(t) // a has caught up to 0 and is appending its epoch
+	require.NoError(t, b.Start(t.Context()))
+	close(g.release)
+	err := <-errA
+	require.ErrorIs(t, err, eventstore.ErrFenced)
+	require.ErrorIs(t, err, eventstore.ErrConflict)
+	require.ErrorIs(t, a.Run(t.Context()), eventstore.ErrStopped)
+}
+
+func TestCommitterUnknownOutcome(t *testing.T) {
+	l := &hookLog{Log: eventstore.NewMemoryLog()}
+	r := startCommitter(t, l, newCounters(), eventstore.GroupConfig{})
+	lost := errors.New("connection lost")
+	l.fail.Store(&lost)
+	q := newReq("q", "a")
+	require.NoError(t, r.c.Submit(t.Context(), q))
+	err := q.wait(t).err
+	require.ErrorIs(t, err, eventstore.ErrUnknownOutcome)
+	require.ErrorIs(t, err, lost)
+	require.ErrorIs(t, r.wait(t), eventstore.ErrUnknownOutcome)
+}
+
+func TestCommitterStop(t *testing.T) {
+	l := &hookLog{Log: eventstore.NewMemoryLog()}
+	r := startCommitter(t, l, newCounters(), eventstore.GroupConfig{})
+	g := l.holdNext()
+	inFlight := newReq("in-flight", "a")
+	require.NoError(t, r.c.Submit(t.Context(), inFlight))
+	g.waitEntered(t)
+	queued := newReq("queued", "a")
+	require.NoError(t, r.c.Submit(t.Context(), queued))
+
+	r.cancel()
+	close(g.release)
+	require.NoError(t, r.wait(t), "Run returns nil when its context ends")
+	require.NoError(t, inFlight.wait(t).err, "the append in flight completes")
+	require.ErrorIs(t, queued.wait(t).err, eventstore.ErrStopped)
+	require.ErrorIs(t, r.c.Submit(t.Context(), newReq("late", "a")), eventstore.ErrStopped)
+	require.ErrorIs(t, r.c.Run(t.Context()), eventstore.ErrStopped)
+}
+
+func TestCommitterStart(t *testing.T) {
+	ctx := t.Context()
+	t.Run("invalid config", func(t *testing.T) {
+		c := eventstore.NewCommitter(eventstore.NewMemoryLog(), newCounters(),
+			eventstore.GroupConfig{MaxBatch: -1, MaxRecordBytes: eventstore.MaxRecordBytes + 1, ResumeAfter: 3})
+		err := c.Start(ctx)
+		require.ErrorContains(t, err, "MaxBatch")
+		require.ErrorContains(t, err, "MaxRecordBytes")
+		require.ErrorContains(t, err, "ResumeAfter")
+	})
+	t.Run("run before start", func(t *testing.T) {
+		c := eventstore.NewCommitter(eventstore.NewMemoryLog(), newCounters(), eventstore.GroupConfig{})
+		require.ErrorContains(t, c.Run(ctx), "before a successful Start")
+		require.ErrorIs(t, c.Submit(ctx, newReq("x", "a")), eventstore.ErrStopped)
+	})
+	t.Run("idempotent", func(t *testing.T) {
+		l := eventstore.NewMemoryLog()
+		c := eventstore.NewCommitter(l, newCounters(), eventstore.GroupConfig{})
+		require.NoError(t, c.Start(ctx))
+		require.NoError(t, c.Start(ctx))
+		last, err := l.LastSeq(ctx)
+		require.NoError(t, err)
+		require.Equal(t, uint64(1), last, "one epoch record")
+	})
+	t.Run("resume from a checkpoint", func(t *testing.T) {
+		l := eventstore.NewMemoryLog()
+		first := startCommitter(t, l, newCounters(), eventstore.GroupConfig{})
+		for i := range 3 {
+			q := newReq(fmt.Sprint(i), "a")
+			require.NoError(t, first.c.Submit(ctx, q))
+			require.NoError(t, q.wait(t).err)
+		}
+		// A checkpoint taken after record 3 (epoch, events v1, events v2).
+		_, commits := readLog(t, l)
+		chain := eventstore.NewChainVerifier()
+		chain.Seed("counter", "a", 2, commits[2].Events[0].Hash())
+		d := newCounters()
+		second := startCommitter(t, l, d, eventstore.GroupConfig{Chain: chain, ResumeAfter: 3})
+		require.Equal(t, []uint64{4}, d.replayed, "only records after the checkpoint are replayed")
+		require.Equal(t, uint64(2), second.c.Epoch(), "the epoch comes from the last record")
+		ver, _ := chain.Tip("counter", "a")
+		require.Equal(t, uint64(3), ver)
+
+		c := eventstore.NewCommitter(l, newCounters(), eventstore.GroupConfig{Chain: chain, ResumeAfter: 99})
+		require.ErrorContains(t, c.Start(ctx), "log ends at")
+	})
+	t.Run("broken chain", func(t *testing.T) {
+		l := eventstore.NewMemoryLog()
+		rec, err := eventstore.EncodeCommit(&eventstore.Commit{Kind: eventstore.KindEvents, Epoch: 1, Events: []eventstore.Event{
+			{ID: "x", Type: "t", AggregateType: "counter", AggregateID: "a", Version: 2, Data: json.RawMessage(`{}`)},
+		}})
+		require.NoError(t, err)
+		_, err = l.Append(ctx, rec, 0)
+		require.NoError(t, err)
+		var ce *eventstore.ChainError
+		require.ErrorAs(t, eventstore.NewCommitter(l, newCounters(), eventstore.GroupConfig{}).Start(ctx), &ce)
+		require.Equal(t, eventstore.ChainGap, ce.Problem)
+	})
+}
+
+func TestCommitterAssignsIDsAndTimes(t *testing.T) {
+	l := eventstore.NewMemoryLog()
+	var tick atomic.Int64
+	base := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	clock := func() time.Time { // goes backwards every other call
+		n := tick.Add(1)
+		return base.Add(time.Duration(n%2) * -time.Second)
+	}
+	r := startCommitter(t, l, newCounters(), eventstore.GroupConfig{Clock: clock})
+	for i := range 6 {
+		q := newReq(fmt.Sprint(i), "a")
+		require.NoError(t, r.c.Submit(t.Context(), q))
+		require.NoError(t, q.wait(t).err)
+	}
+	_, commits := readLog(t, l)
+	prev := ""
+	for _, c := range commits[1:] {
+		e := c.Events[0]
+		require.Greater(t, e.ID, prev, "ULIDs increase even when the clock goes back")
+		prev = e.ID
+		require.Equal(t, c.Time, e.Time)
+		require.Equal(t, uint64(1), c.Epoch)
+	}
+}

@@ -1,0 +1,147 @@
+package eventstore_test
+
+import (
+	"context"
+	"fmt"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/stretchr/testify/require"
+
+	"github.com/dwr-run/dwr/eventstore"
+	"github.com/dwr-run/dwr/eventstore/logtest"
+)
+
+// jsFixture is one embedded server shared by the logs of a test; each log
+// gets its own stream and subject prefix.
+type jsFixture struct {
+	nc *nats.Conn
+	js jetstream.JetStream
+	n  atomic.Int64
+}
+
+func setupJetStream(t testing.TB) *jsFixture {
+	ns := logtest.StartServer(t)
+	nc, js := logtest.Connect(t, ns)
+	return &jsFixture{nc: nc, js: js}
+}
+
+func (f *jsFixture) newLog(t testing.TB) *eventstore.JetStreamLog {
+	t.Helper()
+	i := f.n.Add(1)
+	l, err := eventstore.NewJetStreamLog(context.Background(), f.js, eventstore.JetStreamConfig{
+		Stream: fmt.Sprintf("LOG_%d", i),
+		Prefix: fmt.Sprintf("t%d", i),
+	})
+	require.NoError(t, err)
+	return l
+}
+
+func TestJetStreamLog(t *testing.T) {
+	f := setupJetStream(t)
+	logtest.Run(t, func(t *testing.T) eventstore.Log { return f.newLog(t) })
+}
+
+func TestJetStreamLogStreamConfig(t *testing.T) {
+	f := setupJetStream(t)
+	ctx := t.Context()
+	l, err := eventstore.NewJetStreamLog(ctx, f.js, eventstore.JetStreamConfig{})
+	require.NoError(t, err)
+	require.Equal(t, "DWR_LOG", l.Stream())
+	require.Equal(t, "dwr.log.0", l.Subject())
+
+	s, err := f.js.Stream(ctx, "DWR_LOG")
+	require.NoError(t, err)
+	cfg := s.CachedInfo().Config
+	require.Equal(t, []string{"dwr.log.>"}, cfg.Subjects)
+	require.Equal(t, jetstream.FileStorage, cfg.Storage)
+	require.Equal(t, jetstream.LimitsPolicy, cfg.Retention)
+	require.Equal(t, 1, cfg.Replicas)
+	require.Equal(t, 2*time.Minute, cfg.Duplicates)
+	require.True(t, cfg.AllowDirect)
+	require.True(t, cfg.DenyDelete)
+	require.True(t, cfg.DenyPurge)
+	require.Greater(t, int(cfg.MaxMsgSize), eventstore.MaxRecordBytes)
+	require.Less(t, int(cfg.MaxMsgSize), 1<<20, "below the default max_payload")
+
+	_, err = eventstore.NewJetStreamLog(ctx, f.js, eventstore.JetStreamConfig{})
+	require.NoError(t, err, "ensuring the stream again is a no-op")
+
+	_, err = eventstore.NewJetStreamLog(ctx, f.js, eventstore.JetStreamConfig{Prefix: "a.*", Partition: "x.y", Replicas: 9})
+	require.ErrorContains(t, err, "prefix")
+	require.ErrorContains(t, err, "partition")
+	require.ErrorContains(t, err, "replicas")
+}
+
+// TestJetStreamExpectedZero pins what nats-server does with an expected
+// per-subject sequence of 0: it means "no message on this subject yet", even
+// when other subjects of the stream have messages.
+func TestJetStreamExpectedZero(t *testing.T) {
+	f := setupJetStream(t)
+	ctx := t.Context()
+	p0, err := eventstore.NewJetStreamLog(ctx, f.js, eventstore.JetStreamConfig{Partition: "0"})
+	require.NoError(t, err)
+	p1, err := eventstore.NewJetStreamLog(ctx, f.js, eventstore.JetStreamConfig{Partition: "1"})
+	require.NoError(t, err)
+
+	s0, err := p0.Append(ctx, []byte(`{"p":0}`), 0)
+	require.NoError(t, err)
+	s1, err := p1.Append(ctx, []byte(`{"p":1}`), 0)
+	require.NoError(t, err, "expected 0 on an empty subject of a non-empty stream")
+	require.Equal(t, s0+1, s1, "partitions share the stream's sequences")
+
+	_, err = p0.Append(ctx, []byte(`{"p":0,"n":2}`), 0)
+	require.ErrorIs(t, err, eventstore.ErrConflict, "expected 0 on a subject that has a message")
+	var apiErr *jetstream.APIError
+	require.ErrorAs(t, err, &apiErr)
+	require.Equal(t, jetstream.JSErrCodeStreamWrongLastSequence, apiErr.ErrorCode)
+
+	s2, err := p0.Append(ctx, []byte(`{"p":0,"n":2}`), s0)
+	require.NoError(t, err, "the partition's own last sequence, not the stream's")
+	require.Equal(t, s1+1, s2)
+
+	var got []uint64
+	require.NoError(t, p0.Read(ctx, 1, func(seq uint64, _ []byte) error { got = append(got, seq); return nil }))
+	require.Equal(t, []uint64{s0, s2}, got, "a partition reads only its own records")
+}
+
+// TestJetStreamRetryOnSingleServer pins that a single server checks the
+// expectation before deduplicating: a raw retry of a landed publish (same
+// message id and expectation) fails with 10071 instead of returning a
+// duplicate ack, which is why Append looks the record up on a conflict.
+func TestJetStreamRetryOnSingleServer(t *testing.T) {
+	f := setupJetStream(t)
+	ctx := t.Context()
+	l := f.newLog(t)
+	publish := func() (*jetstream.PubAck, error) {
+		return f.js.Publish(ctx, l.Subject(), []byte(`{}`),
+			jetstream.WithMsgID("same"), jetstream.WithExpectLastSequencePerSubject(0))
+	}
+	ack, err := publish()
+	require.NoError(t, err)
+	_, err = publish()
+	var apiErr *jetstream.APIError
+	require.ErrorAs(t, err, &apiErr)
+	require.Equal(t, jetstream.JSErrCodeStreamWrongLastSequence, apiErr.ErrorCode)
+
+	// Without an expectation the same id is a duplicate.
+	dup, err := f.js.Publish(ctx, l.Subject(), []byte(`{}`), jetstream.WithMsgID("same"))
+	require.NoError(t, err)
+	require.True(t, dup.Duplicate)
+	require.Equal(t, ack.Sequence, dup.Sequence)
+}
+
+func TestJetStreamReadDeletesItsConsumer(t *testing.T) {
+	f := setupJetStream(t)
+	ctx := t.Context()
+	l := f.newLog(t)
+	_, err := l.Append(ctx, []byte(`{}`), 0)
+	require.NoError(t, err)
+	require.NoError(t, l.Read(ctx, 1, func(uint64, []byte) error { return nil }))
+	s, err := f.js.Stream(ctx, l.Stream())
+	require.NoError(t, err)
+	require.Zero(t, s.CachedInfo().State.Consumers)
+}

@@ -1,0 +1,230 @@
+package embedded
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/url"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+
+	"github.com/nats-io/nats-server/v2/server"
+)
+
+const (
+	// DefaultMaxMemory is the JetStream memory-storage limit used when
+	// Config.MaxMemory is zero: 256 MiB.
+	DefaultMaxMemory int64 = 256 << 20
+
+	// DefaultMaxStore is the upper bound of the JetStream file-storage limit
+	// used when Config.MaxStore is zero: 10 GiB. The limit actually applied is
+	// the smaller of this and three quarters of the space available on the
+	// disk holding Config.DataDir when the server starts.
+	DefaultMaxStore int64 = 10 << 30
+
+	// DefaultServerName is the server name used when Config.ServerName is
+	// empty and the server is not clustered.
+	DefaultServerName = "dwr"
+
+	// storeSubdir is the folder under Config.DataDir handed to nats-server
+	// as its StoreDir; nats-server adds "jetstream" below it.
+	storeSubdir = "nats"
+)
+
+// Config configures an embedded NATS server. The zero value of every field
+// but DataDir has a documented default; Start validates the whole Config and
+// reports every problem at once.
+type Config struct {
+	// DataDir is the directory that holds the server's files (JetStream
+	// streams live in DataDir/nats/jetstream). It is created if missing.
+	// Required: without it nats-server would store data in a temporary
+	// directory.
+	DataDir string
+
+	// Listen is the host:port on which the server accepts client
+	// connections over TCP, for example "127.0.0.1:4222". A port of 0 picks
+	// a free port; Server.ClientURL tells which. Empty (the default) means no
+	// TCP port at all: clients connect in-process through Server.Connect.
+	// A clustered server must listen: nats-server starts its routes only
+	// after its client listener.
+	Listen string
+
+	// ServerName names the server. It must be unique in a cluster and stable
+	// across restarts of a clustered node (the JetStream node identity is
+	// derived from it), so it is required when Cluster is set. Defaults to
+	// DefaultServerName otherwise.
+	ServerName string
+
+	// MaxMemory caps the bytes held by memory-storage streams. Zero means
+	// DefaultMaxMemory.
+	MaxMemory int64
+
+	// MaxStore caps the bytes held by file-storage streams on this server.
+	// Zero means the smaller of DefaultMaxStore (10 GiB) and three quarters
+	// of the space then available on the disk holding DataDir (on systems
+	// where that cannot be measured, DefaultMaxStore).
+	MaxStore int64
+
+	// Cluster, when set, joins the server to a cluster over routes.
+	Cluster *ClusterConfig
+
+	// Logger receives the server's log lines. Nil means slog.Default().
+	// The levels are quiet: warnings and errors at slog.LevelWarn and
+	// slog.LevelError, the server's notices (startup banner, stream
+	// recovery) at slog.LevelDebug, its debug lines at slog.LevelDebug-4 and
+	// its protocol traces at slog.LevelDebug-8. Debug and trace output is
+	// switched on in the server only when the logger's handler is enabled at
+	// those levels.
+	Logger *slog.Logger
+}
+
+// ClusterConfig joins an embedded server to a cluster of NATS servers.
+type ClusterConfig struct {
+	// Name is the cluster's name, the same on every member. Required.
+	Name string
+
+	// Listen is the host:port on which the server accepts route connections
+	// from its peers. A port of 0 picks a free port. Required.
+	Listen string
+
+	// Routes lists the peers' route addresses, as host:port or as
+	// nats-route://host:port URLs. Listing this server's own address is
+	// allowed (every member can share one list).
+	Routes []string
+}
+
+// options is the validated form of a Config: the nats-server options and
+// what Start needs to check the running server against.
+type options struct {
+	nats     *server.Options
+	logger   *slog.Logger
+	storeDir string // StoreDir handed to nats-server (DataDir/nats)
+}
+
+// buildOptions validates cfg, applies the defaults and returns the
+// nats-server options. All problems are reported together.
+func buildOptions(cfg Config) (*options, error) {
+	var errs []error
+	addErr := func(format string, args ...any) {
+		errs = append(errs, fmt.Errorf(format, args...))
+	}
+
+	o := &server.Options{
+		ServerName:         cfg.ServerName,
+		JetStream:          true,
+		SyncAlways:         true,
+		NoSigs:             true,
+		JetStreamMaxMemory: cfg.MaxMemory,
+		JetStreamMaxStore:  cfg.MaxStore,
+	}
+
+	if cfg.DataDir == "" {
+		addErr("DataDir is required")
+	}
+	if cfg.MaxMemory < 0 {
+		addErr("MaxMemory must not be negative, got %d", cfg.MaxMemory)
+	}
+	if cfg.MaxStore < 0 {
+		addErr("MaxStore must not be negative, got %d", cfg.MaxStore)
+	}
+	if o.JetStreamMaxMemory == 0 {
+		o.JetStreamMaxMemory = DefaultMaxMemory
+	}
+
+	if cfg.Listen == "" {
+		o.DontListen = true
+	} else if host, port, err := parseHostPort(cfg.Listen); err != nil {
+		addErr("Listen: %w", err)
+	} else {
+		o.Host, o.Port = host, port
+	}
+
+	if c := cfg.Cluster; c != nil {
+		if cfg.ServerName == "" {
+			addErr("ServerName is required with Cluster")
+		}
+		if c.Name == "" {
+			addErr("Cluster.Name is required")
+		}
+		if cfg.Listen == "" {
+			// nats-server starts its route listener only once the client
+			// listener is up; with DontListen it waits forever (v2.15.2).
+			addErr("Listen is required with Cluster: nats-server opens routes only after the client port")
+		}
+		o.Cluster.Name = c.Name
+		if c.Listen == "" {
+			addErr("Cluster.Listen is required")
+		} else if host, port, err := parseHostPort(c.Listen); err != nil {
+			addErr("Cluster.Listen: %w", err)
+		} else {
+			o.Cluster.Host, o.Cluster.Port = host, port
+		}
+		for i, r := range c.Routes {
+			u, err := parseRoute(r)
+			if err != nil {
+				addErr("Cluster.Routes[%d]: %w", i, err)
+				continue
+			}
+			o.Routes = append(o.Routes, u)
+		}
+	}
+	if o.ServerName == "" {
+		o.ServerName = DefaultServerName
+	}
+
+	if len(errs) > 0 {
+		return nil, fmt.Errorf("embedded: invalid config: %w", errors.Join(errs...))
+	}
+
+	if err := os.MkdirAll(cfg.DataDir, 0o750); err != nil {
+		return nil, fmt.Errorf("embedded: create data dir: %w", err)
+	}
+	o.StoreDir = filepath.Join(cfg.DataDir, storeSubdir)
+	if o.JetStreamMaxStore == 0 {
+		o.JetStreamMaxStore = DefaultMaxStore
+		if avail, ok := diskAvailable(cfg.DataDir); ok && avail/4*3 < o.JetStreamMaxStore {
+			o.JetStreamMaxStore = avail / 4 * 3
+		}
+	}
+
+	logger := cfg.Logger
+	if logger == nil {
+		logger = slog.Default()
+	}
+	return &options{nats: o, logger: logger, storeDir: o.StoreDir}, nil
+}
+
+// parseHostPort splits "host:port" and maps a port of 0 to nats-server's
+// "pick a random port" value.
+func parseHostPort(hp string) (string, int, error) {
+	host, portStr, err := net.SplitHostPort(hp)
+	if err != nil {
+		return "", 0, err
+	}
+	port, err := strconv.Atoi(portStr)
+	if err != nil || port < 0 || port > 65535 {
+		return "", 0, fmt.Errorf("invalid port %q", portStr)
+	}
+	if port == 0 {
+		port = server.RANDOM_PORT
+	}
+	return host, port, nil
+}
+
+// parseRoute accepts "host:port" or a nats-route:// URL.
+func parseRoute(r string) (*url.URL, error) {
+	if !strings.Contains(r, "://") {
+		r = "nats-route://" + r
+	}
+	u, err := url.Parse(r)
+	if err != nil {
+		return nil, err
+	}
+	if u.Hostname() == "" || u.Port() == "" {
+		return nil, fmt.Errorf("route %q needs a host and a port", r)
+	}
+	return u, nil
+}

@@ -1,0 +1,282 @@
+package embedded
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/stretchr/testify/require"
+	"go.uber.org/goleak"
+)
+
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m)
+}
+
+// testLogger returns a logger writing to t.Log until the test's cleanups
+// run, so that a late line from a stopping server cannot fail the test.
+// Register it before starting servers: cleanups run last-in first-out.
+func testLogger(t *testing.T) *slog.Logger {
+	t.Helper()
+	w := &testWriter{t: t}
+	t.Cleanup(w.close)
+	return slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{Level: slog.LevelInfo}))
+}
+
+type testWriter struct {
+	mu     sync.Mutex
+	t      *testing.T
+	closed bool
+}
+
+func (w *testWriter) Write(p []byte) (int, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if !w.closed {
+		w.t.Log(string(p))
+	}
+	return len(p), nil
+}
+
+func (w *testWriter) close() {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.closed = true
+}
+
+// setup starts a server on cfg (DataDir and Logger filled in when empty)
+// and connects a client in-process; both are stopped at cleanup.
+func setup(t *testing.T, cfg Config) (*Server, *nats.Conn) {
+	t.Helper()
+	if cfg.Logger == nil {
+		cfg.Logger = testLogger(t)
+	}
+	if cfg.DataDir == "" {
+		cfg.DataDir = t.TempDir()
+	}
+	s, err := Start(cfg)
+	require.NoError(t, err)
+	t.Cleanup(s.Shutdown)
+	nc, err := s.Connect()
+	require.NoError(t, err)
+	t.Cleanup(nc.Close)
+	return s, nc
+}
+
+// freePort returns a TCP port on the loopback interface that was free a
+// moment ago.
+func freePort(t *testing.T) int {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	port := l.Addr().(*net.TCPAddr).Port
+	require.NoError(t, l.Close())
+	return port
+}
+
+func testContext(t *testing.T, d time.Duration) context.Context {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+// publishN creates stream name on subject and publishes n messages, each
+// acknowledged by JetStream.
+func publishN(ctx context.Context, t *testing.T, js jetstream.JetStream, name, subject string, replicas, n int) {
+	t.Helper()
+	_, err := js.CreateStream(ctx, jetstream.StreamConfig{
+		Name: name, Subjects: []string{subject}, Storage: jetstream.FileStorage, Replicas: replicas,
+	})
+	require.NoError(t, err)
+	for i := range n {
+		ack, err := js.Publish(ctx, subject, []byte("msg-"+strconv.Itoa(i+1)))
+		require.NoError(t, err)
+		require.Equal(t, name, ack.Stream)
+		require.Equal(t, uint64(i+1), ack.Sequence)
+	}
+}
+
+func TestStartInProcessJetStream(t *testing.T) {
+	s, nc := setup(t, Config{})
+
+	require.Empty(t, s.ClientURL(), "no TCP listener without Listen")
+	js, err := jetstream.New(nc)
+	require.NoError(t, err)
+	publishN(testContext(t, 10*time.Second), t, js, "T", "t.>", 1, 3)
+}
+
+func TestStartAssertsSyncAlways(t *testing.T) {
+	s, _ := setup(t, Config{})
+
+	jsc := s.NATS().JetStreamConfig()
+	require.NotNil(t, jsc)
+	require.True(t, jsc.SyncAlways)
+	require.Equal(t, DefaultMaxMemory, jsc.MaxMemory)
+	require.Positive(t, jsc.MaxStore)
+	require.LessOrEqual(t, jsc.MaxStore, DefaultMaxStore)
+}
+
+func TestCheckDurabilityRejectsIntervalSync(t *testing.T) {
+	o, err := buildOptions(Config{DataDir: t.TempDir(), MaxStore: 1 << 30})
+	require.NoError(t, err)
+	good := &server.JetStreamConfig{
+		MaxMemory: o.nats.JetStreamMaxMemory, MaxStore: o.nats.JetStreamMaxStore,
+		StoreDir: o.storeDir + "/" + server.JetStreamStoreDir, SyncAlways: true,
+	}
+	require.NoError(t, checkDurability(good, o))
+
+	bad := *good
+	bad.SyncAlways, bad.SyncInterval = false, 2*time.Minute
+	require.ErrorIs(t, checkDurability(&bad, o), ErrNotSyncAlways)
+
+	require.Error(t, checkDurability(nil, o), "JetStream not running")
+}
+
+func TestStartListensOnFreePort(t *testing.T) {
+	s, _ := setup(t, Config{Listen: "127.0.0.1:0"})
+
+	url := s.ClientURL()
+	require.NotEmpty(t, url)
+	require.NotContains(t, url, ":0", "the chosen port is reported")
+	nc, err := nats.Connect(url)
+	require.NoError(t, err)
+	t.Cleanup(nc.Close)
+	js, err := jetstream.New(nc)
+	require.NoError(t, err)
+	publishN(testContext(t, 10*time.Second), t, js, "TCP", "tcp.>", 1, 2)
+}
+
+func TestStartFailsWhenPortInUse(t *testing.T) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = l.Close() })
+
+	_, err = Start(Config{DataDir: t.TempDir(), Listen: l.Addr().String(), Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	require.ErrorContains(t, err, "embedded: server failed to start")
+}
+
+func TestRestartKeepsMessages(t *testing.T) {
+	dir := t.TempDir()
+	logger := testLogger(t)
+	ctx := testContext(t, 20*time.Second)
+
+	s, err := Start(Config{DataDir: dir, Logger: logger})
+	require.NoError(t, err)
+	nc, err := s.Connect()
+	require.NoError(t, err)
+	js, err := jetstream.New(nc)
+	require.NoError(t, err)
+	publishN(ctx, t, js, "KEEP", "keep.>", 1, 5)
+	require.NoError(t, nc.Drain())
+	s.Shutdown()
+	s.Shutdown() // idempotent
+
+	s, nc = setup(t, Config{DataDir: dir, Logger: logger})
+	js, err = jetstream.New(nc)
+	require.NoError(t, err)
+	st, err := js.Stream(ctx, "KEEP")
+	require.NoError(t, err)
+	info, err := st.Info(ctx)
+	require.NoError(t, err)
+	require.Equal(t, uint64(5), info.State.Msgs)
+	msg, err := st.GetMsg(ctx, 5)
+	require.NoError(t, err)
+	require.Equal(t, "msg-5", string(msg.Data))
+	_ = s
+}
+
+func TestStartRejectsInvalidConfig(t *testing.T) {
+	_, err := Start(Config{
+		MaxStore:  -1,
+		MaxMemory: -1,
+		Cluster:   &ClusterConfig{Routes: []string{"nats-route://"}},
+	})
+	require.Error(t, err)
+	for _, want := range []string{
+		"DataDir is required", "MaxMemory", "MaxStore", "ServerName is required",
+		"Cluster.Name is required", "Listen is required with Cluster", "Cluster.Listen is required",
+		"Cluster.Routes[0]",
+	} {
+		require.ErrorContains(t, err, want)
+	}
+
+	_, err = Start(Config{DataDir: t.TempDir(), Listen: "127.0.0.1:http-ish"})
+	require.ErrorContains(t, err, "Listen")
+}
+
+func TestClusterOfThreeCreatesR3Stream(t *testing.T) {
+	if testing.Short() {
+		t.Skip("a JetStream cluster takes seconds to elect its leader")
+	}
+	logger := testLogger(t)
+	ports := []int{freePort(t), freePort(t), freePort(t)}
+	routes := make([]string, len(ports))
+	for i, p := range ports {
+		routes[i] = fmt.Sprintf("127.0.0.1:%d", p)
+	}
+
+	// Start the servers concurrently: each waits for its route listener only.
+	servers := make([]*Server, len(ports))
+	errs := make([]error, len(ports))
+	var wg sync.WaitGroup
+	for i := range ports {
+		wg.Go(func() {
+			servers[i], errs[i] = Start(Config{
+				DataDir:    t.TempDir(),
+				Listen:     "127.0.0.1:0",
+				ServerName: fmt.Sprintf("n%d", i+1),
+				Logger:     logger,
+				Cluster:    &ClusterConfig{Name: "dwr-test", Listen: routes[i], Routes: routes},
+			})
+		})
+	}
+	wg.Wait()
+	for i := range servers {
+		require.NoError(t, errs[i])
+		t.Cleanup(servers[i].Shutdown)
+	}
+
+	nc, err := servers[0].Connect()
+	require.NoError(t, err)
+	t.Cleanup(nc.Close)
+	js, err := jetstream.New(nc)
+	require.NoError(t, err)
+
+	// Until the meta leader is elected stream creation fails; poll.
+	ctx := testContext(t, 60*time.Second)
+	cfg := jetstream.StreamConfig{Name: "R3", Subjects: []string{"r3.>"}, Storage: jetstream.FileStorage, Replicas: 3}
+	var lastErr error
+	for {
+		reqCtx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		_, lastErr = js.CreateStream(reqCtx, cfg)
+		cancel()
+		if lastErr == nil {
+			break
+		}
+		select {
+		case <-ctx.Done():
+			require.NoError(t, lastErr, "R3 stream not created before the deadline")
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+
+	ack, err := js.Publish(ctx, "r3.a", []byte("x"))
+	require.NoError(t, err)
+	require.Equal(t, uint64(1), ack.Sequence)
+	st, err := js.Stream(ctx, "R3")
+	require.NoError(t, err)
+	info, err := st.Info(ctx)
+	require.NoError(t, err)
+	require.NotNil(t, info.Cluster)
+	require.Len(t, info.Cluster.Replicas, 2)
+}

@@ -1,0 +1,157 @@
+package embedded
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
+)
+
+// readyTimeout bounds how long Start waits for the server to accept
+// connections.
+const readyTimeout = 10 * time.Second
+
+// ErrNotSyncAlways is returned (wrapped) by Start when the running server's
+// JetStream does not fsync every write before acknowledging it.
+var ErrNotSyncAlways = errors.New("embedded: JetStream is not running with SyncAlways")
+
+// Server is a running embedded NATS server. Its methods are safe for
+// concurrent use.
+type Server struct {
+	ns        *server.Server
+	listen    bool
+	host      string
+	closeOnce sync.Once
+}
+
+// Start starts a NATS server with JetStream as cfg describes, waits until it
+// accepts connections and checks that JetStream fsyncs every write
+// (ErrNotSyncAlways otherwise). It returns an error naming every problem of
+// an invalid cfg, or the server's own fatal error (a port in use, a store
+// that cannot be opened). On error nothing is left running.
+func Start(cfg Config) (*Server, error) {
+	o, err := buildOptions(cfg)
+	if err != nil {
+		return nil, err
+	}
+	ns, err := server.NewServer(o.nats)
+	if err != nil {
+		return nil, fmt.Errorf("embedded: new server: %w", err)
+	}
+	logs := newSlogAdapter(o.logger, o.nats.ServerName)
+	ns.SetLoggerV2(logs, logs.enabled(levelDebug), logs.enabled(levelTrace), false)
+
+	s := &Server{ns: ns, listen: !o.nats.DontListen, host: o.nats.Host}
+	ns.Start()
+	if err := waitReady(ns, logs); err != nil {
+		s.Shutdown()
+		return nil, err
+	}
+	if err := checkDurability(ns.JetStreamConfig(), o); err != nil {
+		s.Shutdown()
+		return nil, err
+	}
+	return s, nil
+}
+
+// waitReady polls the server until it is ready for connections, for at most
+// readyTimeout, and fails early if the server logged a fatal error.
+func waitReady(ns *server.Server, logs *slogAdapter) error {
+	deadline := time.Now().Add(readyTimeout)
+	for {
+		if err := logs.fatalErr(); err != nil {
+			return fmt.Errorf("embedded: server failed to start: %w", err)
+		}
+		if ns.ReadyForConnections(100 * time.Millisecond) {
+			// A fatal error in a listener goroutine may come just before
+			// the check succeeds on the listeners that did start.
+			if err := logs.fatalErr(); err != nil {
+				return fmt.Errorf("embedded: server failed to start: %w", err)
+			}
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("embedded: server not ready for connections after %s", readyTimeout)
+		}
+	}
+}
+
+// checkDurability checks the configuration of the running JetStream against
+// the options it was started with: SyncAlways on, the store under DataDir,
+// the limits as set. A nil jsc means JetStream is not running.
+//
+// This reads Server.JetStreamConfig, the copy of the configuration that the
+// running JetStream holds, rather than trusting the options we passed in.
+func checkDurability(jsc *server.JetStreamConfig, o *options) error {
+	if jsc == nil {
+		return errors.New("embedded: JetStream is not enabled on the running server")
+	}
+	var errs []error
+	if !jsc.SyncAlways {
+		errs = append(errs, fmt.Errorf("%w (sync interval %s)", ErrNotSyncAlways, jsc.SyncInterval))
+	}
+	if want := filepath.Join(o.storeDir, server.JetStreamStoreDir); jsc.StoreDir != want {
+		errs = append(errs, fmt.Errorf("embedded: JetStream stores in %q, want %q", jsc.StoreDir, want))
+	}
+	if jsc.MaxMemory != o.nats.JetStreamMaxMemory || jsc.MaxStore != o.nats.JetStreamMaxStore {
+		errs = append(errs, fmt.Errorf("embedded: JetStream limits are memory %d, store %d; want %d, %d",
+			jsc.MaxMemory, jsc.MaxStore, o.nats.JetStreamMaxMemory, o.nats.JetStreamMaxStore))
+	}
+	return errors.Join(errs...)
+}
+
+// Connect opens a client connection to the server in-process, without TCP,
+// whether or not the server listens. opts are applied after the in-process
+// option. It returns the error of nats.Connect.
+func (s *Server) Connect(opts ...nats.Option) (*nats.Conn, error) {
+	all := append([]nats.Option{nats.InProcessServer(s.ns)}, opts...)
+	nc, err := nats.Connect("", all...)
+	if err != nil {
+		return nil, fmt.Errorf("embedded: connect in-process: %w", err)
+	}
+	return nc, nil
+}
+
+// ClientURL returns the nats:// URL at which clients in other processes can
+// connect, with the port actually chosen when Config.Listen asked for port
+// 0, or "" when the server does not listen on TCP. A wildcard listen host
+// (0.0.0.0, ::) is reported as the loopback address.
+func (s *Server) ClientURL() string {
+	if !s.listen {
+		return ""
+	}
+	addr, ok := s.ns.Addr().(*net.TCPAddr)
+	if !ok {
+		return ""
+	}
+	host := s.host
+	if ip := net.ParseIP(strings.Trim(host, "[]")); ip != nil && ip.IsUnspecified() {
+		if ip.To4() != nil {
+			host = "127.0.0.1"
+		} else {
+			host = "::1"
+		}
+	}
+	return "nats://" + net.JoinHostPort(host, strconv.Itoa(addr.Port))
+}
+
+// NATS returns the underlying nats-server, for diagnostics and tests (for
+// example JetStreamIsLeader or Varz). Do not shut it down directly.
+func (s *Server) NATS() *server.Server { return s.ns }
+
+// Shutdown stops the server and waits until it has stopped. Clients are
+// disconnected; drain them first for a clean stop. It is safe to call more
+// than once and from several goroutines.
+func (s *Server) Shutdown() {
+	s.closeOnce.Do(func() {
+		s.ns.Shutdown()
+		s.ns.WaitForShutdown()
+	})
+}

@@ -1,0 +1,394 @@
+package handlers
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/nats-io/nats.go/micro"
+	"github.com/oklog/ulid/v2"
+
+	"github.com/dwr-run/dwr/domain"
+	"github.com/dwr-run/dwr/eventstore"
+	"github.com/dwr-run/dwr/projections"
+	"github.com/dwr-run/dwr/schemas"
+)
+
+// MaxCommandBytes bounds a command's body, checked before it is decoded. It
+// stays well under NATS's default 1 MiB payload so that a command's events,
+// with their envelopes, fit in one log record.
+const MaxCommandBytes = 512 << 10
+
+// Config configures the service. Zero fields take the documented defaults.
+type Config struct {
+	// Prefix is the first token of every subject. Default "dwr".
+	Prefix string
+	// Partition is the log partition this service writes. Default "0".
+	Partition string
+	// Replicas of the log and derived streams: 1 embedded, 3 on a cluster. Default 1.
+	Replicas int
+	// WriterID names this replica in log records and the lease. Default: a ULID.
+	WriterID string
+	// LeaseTTL is how long a writer lease lives without renewal. Default 10s.
+	LeaseTTL time.Duration
+	// MinSeqWait bounds how long a query waits for the views to reach the
+	// sequence it names. Default 5s.
+	MinSeqWait time.Duration
+	// MaxInFlight bounds the requests handled at once. Default 16,384.
+	MaxInFlight int
+	// Clock is the time source. Default time.Now.
+	Clock func() time.Time
+	// Logger receives the service's logs. Default: discarded.
+	Logger *slog.Logger
+	// Version is reported by the micro service. Default "0.1.0".
+	Version string
+}
+
+func (c Config) withDefaults() Config {
+	if c.Prefix == "" {
+		c.Prefix = "dwr"
+	}
+	if c.Partition == "" {
+		c.Partition = "0"
+	}
+	if c.Replicas == 0 {
+		c.Replicas = 1
+	}
+	if c.WriterID == "" {
+		c.WriterID = ulid.Make().String()
+	}
+	if c.LeaseTTL == 0 {
+		c.LeaseTTL = 10 * time.Second
+	}
+	if c.MinSeqWait == 0 {
+		c.MinSeqWait = 5 * time.Second
+	}
+	if c.MaxInFlight == 0 {
+		c.MaxInFlight = 16 << 10
+	}
+	if c.Clock == nil {
+		c.Clock = time.Now
+	}
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
+	}
+	if c.Version == "" {
+		c.Version = "0.1.0"
+	}
+	return c
+}
+
+// Service runs one replica: the views following the log, the query
+// endpoints, and — while it holds the writer lease — the writer with its
+// command endpoints.
+type Service struct {
+	cfg   Config
+	nc    *nats.Conn
+	js    jetstream.JetStream
+	store *projections.Store
+	log   *eventstore.JetStreamLog
+	feed  *feed
+	sem   chan struct{}
+
+	mu        sync.RWMutex
+	committer *eventstore.Committer[*request]
+	ready     chan struct{}
+	readyOnce sync.Once
+}
+
+// New returns a service on nc keeping its views in store.
+func New(nc *nats.Conn, store *projections.Store, cfg Config) (*Service, error) {
+	cfg = cfg.withDefaults()
+	if !domain.ValidName(cfg.Prefix) || !domain.ValidName(cfg.Partition) {
+		return nil, fmt.Errorf("handlers: prefix %q and partition %q must be valid subject tokens", cfg.Prefix, cfg.Partition)
+	}
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return nil, err
+	}
+	return &Service{cfg: cfg, nc: nc, js: js, store: store, sem: make(chan struct{}, cfg.MaxInFlight),
+		ready: make(chan struct{})}, nil
+}
+
+// Ready is closed once the replica serves queries and, if it is the writer,
+// commands.
+func (s *Service) Ready() <-chan struct{} { return s.ready }
+
+// Log returns the log once Run has opened it.
+func (s *Service) Log() eventstore.Log { return s.log }
+
+// Run serves until ctx ends or a part fails; it returns nil on ctx's end.
+func (s *Service) Run(ctx context.Context) error {
+	l, err := eventstore.NewJetStreamLog(ctx, s.js, eventstore.JetStreamConfig{
+		Prefix: s.cfg.Prefix, Partition: s.cfg.Partition, Replicas: s.cfg.Replicas})
+	if err != nil {
+		return fmt.Errorf("handlers: open log: %w", err)
+	}
+	s.log = l
+	if _, err := s.store.CatchUp(ctx, l); err != nil {
+		return fmt.Errorf("handlers: views catch up: %w", err)
+	}
+	s.feed, err = newFeed(ctx, s.js, s.cfg, s.cfg.Logger)
+	if err != nil {
+		return err
+	}
+	qsvc, err := s.startQueries()
+	if err != nil {
+		return err
+	}
+	defer func() { _ = qsvc.Stop() }()
+
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var wg sync.WaitGroup
+	errc := make(chan error, 2)
+	wg.Go(func() {
+		if err := s.store.Follow(ctx, l); err != nil {
+			errc <- fmt.Errorf("handlers: views: %w", err)
+		}
+	})
+	wg.Go(func() {
+		if err := s.writerLoop(ctx); err != nil {
+			errc <- err
+		}
+	})
+	select {
+	case <-ctx.Done():
+		err = nil
+	case err = <-errc:
+	}
+	cancel()
+	wg.Wait()
+	return err
+}
+
+// writerLoop holds the writer lease when it can and runs the writer while it
+// holds it; it steps down when fenced and tries again.
+func (s *Service) writerLoop(ctx context.Context) error {
+	lease, err := newLease(ctx, s.js, s.cfg)
+	if err != nil {
+		return err
+	}
+	lease.standby = func() { s.readyOnce.Do(func() { close(s.ready) }) }
+	for ctx.Err() == nil {
+		if _, err := lease.acquire(ctx); err != nil {
+			if ctx.Err() != nil {
+				return nil
+			}
+			return err
+		}
+		err = s.runWriter(ctx, lease)
+		lease.release()
+		if ctx.Err() != nil {
+			return nil
+		}
+		s.cfg.Logger.Warn("handlers: writer stepped down; will try again", "err", err)
+		if !sleepCtx(ctx, time.Second) {
+			return nil
+		}
+	}
+	return nil
+}
+
+func sleepCtx(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-ctx.Done():
+		return false
+	}
+}
+
+// runWriter catches up, fences older writers, serves the command endpoints
+// and commits until fenced, the lease is lost, or ctx ends.
+func (s *Service) runWriter(ctx context.Context, lease *lease) error {
+	if _, err := s.store.CatchUp(ctx, s.log); err != nil {
+		return err
+	}
+	chain := eventstore.NewChainVerifier()
+	if err := s.store.SeedChain(chain); err != nil {
+		return err
+	}
+	w := &writer{store: s.store, clock: s.cfg.Clock, logger: s.cfg.Logger, feed: s.feed.publish}
+	c := eventstore.NewCommitter[*request](s.log, w, eventstore.GroupConfig{
+		WriterID: s.cfg.WriterID, Clock: s.cfg.Clock, Logger: s.cfg.Logger,
+		Chain: chain, ResumeAfter: s.store.Checkpoint()})
+	if err := c.Start(ctx); err != nil {
+		return err
+	}
+	if err := s.feed.catchUp(ctx, s.log, s.store.Checkpoint()); err != nil {
+		s.cfg.Logger.Warn("handlers: event feed catch-up failed; it will be repaired on the next start", "err", err)
+	}
+	s.mu.Lock()
+	s.committer = c
+	s.mu.Unlock()
+	defer func() {
+		s.mu.Lock()
+		s.committer = nil
+		s.mu.Unlock()
+	}()
+	rctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	runErr := make(chan error, 1)
+	go func() { runErr <- c.Run(rctx) }()
+	csvc, err := s.startCommands()
+	if err != nil {
+		cancel()
+		<-runErr
+		return err
+	}
+	defer func() { _ = csvc.Stop() }()
+	if err := s.ensureDefaultWorkspace(rctx); err != nil {
+		s.cfg.Logger.Warn("handlers: could not create the default workspace", "err", err)
+	}
+	s.readyOnce.Do(func() { close(s.ready) })
+	s.cfg.Logger.Info("handlers: writer serving", "writer", s.cfg.WriterID, "epoch", c.Epoch(), "seq", c.LastSeq())
+	select {
+	case <-lease.lost:
+		cancel()
+		<-runErr
+		return errors.New("handlers: writer lease lost")
+	case err := <-runErr:
+		return err
+	}
+}
+
+func (s *Service) ensureDefaultWorkspace(ctx context.Context) error {
+	if w, err := s.store.Workspace("default"); err != nil || w != nil {
+		return err
+	}
+	o := s.execute(ctx, &domain.CreateWorkspace{Name: "default"}, domain.Meta{
+		Workspace: "default", CommandID: "dwr-default-workspace", Actor: "dwr"})
+	if o.Err != nil && !errors.Is(o.Err, domain.ErrConflict) {
+		return o.Err
+	}
+	return nil
+}
+
+// execute runs one command through the writer.
+func (s *Service) execute(ctx context.Context, cmd domain.Command, m domain.Meta) outcome {
+	s.mu.RLock()
+	c := s.committer
+	s.mu.RUnlock()
+	if c == nil {
+		return outcome{Err: errNotWriter}
+	}
+	return submit(ctx, c, cmd, m)
+}
+
+// startCommands registers the micro service "dwr" with one endpoint per
+// command on <prefix>.cmd.<workspace>.<command>.
+func (s *Service) startCommands() (micro.Service, error) {
+	svc, err := micro.AddService(s.nc, micro.Config{Name: "dwr", Version: s.cfg.Version,
+		Description: "dwr commands: decided by the writer, answered after the commit"})
+	if err != nil {
+		return nil, fmt.Errorf("handlers: command service: %w", err)
+	}
+	for _, name := range domain.CommandNames() {
+		subject := s.cfg.Prefix + ".cmd.*." + name
+		h := func(req micro.Request) { s.async(req, func() []byte { return s.handleCommand(name, req) }) }
+		if err := svc.AddEndpoint(strings.ReplaceAll(name, ".", "_"), micro.HandlerFunc(h),
+			micro.WithEndpointSubject(subject)); err != nil {
+			_ = svc.Stop()
+			return nil, fmt.Errorf("handlers: endpoint %s: %w", name, err)
+		}
+	}
+	return svc, nil
+}
+
+// async answers req from a goroutine, so that a waiting request does not
+// hold up the ones behind it on the same endpoint (and so batches form).
+func (s *Service) async(req micro.Request, handle func() []byte) {
+	select {
+	case s.sem <- struct{}{}:
+	default:
+		_ = req.Respond(errResponse(&WireError{Code: string(domain.CodeUnavailable),
+			Message: "the service is at its limit of requests in flight: retry shortly"}))
+		return
+	}
+	go func() {
+		defer func() { <-s.sem }()
+		_ = req.Respond(handle())
+	}()
+}
+
+// workspaceOf returns the workspace token of subject <prefix>.<kind>.<ws>....
+func workspaceOf(subject string) string {
+	parts := strings.SplitN(subject, ".", 4)
+	if len(parts) < 4 {
+		return ""
+	}
+	return parts[2]
+}
+
+func (s *Service) handleCommand(name string, req micro.Request) []byte {
+	ws := workspaceOf(req.Subject())
+	if !domain.ValidName(ws) {
+		return errResponse(&WireError{Code: string(domain.CodeInvalid),
+			Message: fmt.Sprintf("workspace %q in the subject is not a valid name", ws)})
+	}
+	body := req.Data()
+	if err := schemas.CheckBounds(body, MaxCommandBytes, schemas.MaxDepth); err != nil {
+		return errResponse(toWire(err, s.cfg.Logger))
+	}
+	if err := schemas.ValidateCommand(name, body); err != nil {
+		return errResponse(toWire(err, s.cfg.Logger))
+	}
+	cmd, _ := domain.NewCommand(name)
+	if err := json.Unmarshal(body, cmd); err != nil {
+		return errResponse(&WireError{Code: string(domain.CodeInvalid), Message: "the command does not decode: " + err.Error()})
+	}
+	fillIDs(cmd)
+	h := req.Headers()
+	m := domain.Meta{Workspace: ws, CommandID: h.Get(HeaderCommandID), Actor: h.Get(HeaderActor),
+		CorrelationID: h.Get(HeaderCorrelationID)}
+	if m.CommandID == "" {
+		m.CommandID = ulid.Make().String()
+	} else if len(m.CommandID) > 128 {
+		return errResponse(&WireError{Code: string(domain.CodeInvalid), Message: "header " + HeaderCommandID + " is longer than 128 bytes"})
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	o := s.execute(ctx, cmd, m)
+	if o.Err != nil {
+		return errResponse(toWire(o.Err, s.cfg.Logger))
+	}
+	return okResponse(o.Seq, o.Reply)
+}
+
+// fillIDs gives a creating command the new aggregate's id when the client
+// left it out.
+func fillIDs(cmd domain.Command) {
+	switch c := cmd.(type) {
+	case *domain.CreateGoal:
+		if c.GoalID == "" {
+			c.GoalID = ulid.Make().String()
+		}
+	case *domain.CreateTask:
+		if c.TaskID == "" {
+			c.TaskID = ulid.Make().String()
+		}
+	}
+}
+
+func minSeq(h micro.Headers) (uint64, error) {
+	v := h.Get(HeaderMinSeq)
+	if v == "" {
+		return 0, nil
+	}
+	n, err := strconv.ParseUint(v, 10, 64)
+	if err != nil {
+		return 0, &WireError{Code: string(domain.CodeInvalid), Message: "header " + HeaderMinSeq + " must be a log sequence number"}
+	}
+	return n, nil
+}

@@ -1,0 +1,299 @@
+package handlers_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/stretchr/testify/require"
+
+	"github.com/dwr-run/dwr/domain"
+	"github.com/dwr-run/dwr/handlers"
+	"github.com/dwr-run/dwr/handlers/embedded"
+	"github.com/dwr-run/dwr/projections"
+)
+
+// bundle is what setup returns: a running service on a real embedded NATS
+// server and a real Pebble store, and a client connection.
+type bundle struct {
+	dir   string
+	srv   *embedded.Server
+	nc    *nats.Conn
+	store *projections.Store
+	svc   *handlers.Service
+	stop  func()
+}
+
+func start(t *testing.T, dir string) *bundle {
+	t.Helper()
+	srv, err := embedded.Start(embedded.Config{DataDir: dir})
+	require.NoError(t, err)
+	nc, err := srv.Connect()
+	require.NoError(t, err)
+	store, err := projections.Open(filepath.Join(dir, "views"), projections.Options{})
+	require.NoError(t, err)
+	svc, err := handlers.New(nc, store, handlers.Config{WriterID: "test-writer", Logger: testLogger()})
+	require.NoError(t, err)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- svc.Run(ctx) }()
+	select {
+	case <-svc.Ready():
+	case err := <-done:
+		t.Fatalf("service stopped before ready: %v", err)
+	case <-time.After(20 * time.Second):
+		t.Fatal("service not ready in 20s")
+	}
+	b := &bundle{dir: dir, srv: srv, nc: nc, store: store, svc: svc}
+	var once sync.Once
+	b.stop = func() {
+		once.Do(func() {
+			cancel()
+			require.NoError(t, <-done)
+			nc.Close()
+			require.NoError(t, store.Close())
+			srv.Shutdown()
+		})
+	}
+	t.Cleanup(b.stop)
+	return b
+}
+
+// testLogger discards the service's logs unless DWR_TEST_LOG is set.
+func testLogger() *slog.Logger {
+	if os.Getenv("DWR_TEST_LOG") != "" {
+		return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	}
+	return slog.New(slog.DiscardHandler)
+}
+
+func setup(t *testing.T) *bundle { return start(t, t.TempDir()) }
+
+func (b *bundle) request(t *testing.T, subject string, body any, hdr nats.Header) handlers.Response {
+	t.Helper()
+	m := nats.NewMsg(subject)
+	if hdr != nil {
+		m.Header = hdr
+	}
+	switch v := body.(type) {
+	case []byte:
+		m.Data = v
+	case nil:
+	default:
+		var err error
+		m.Data, err = json.Marshal(v)
+		require.NoError(t, err)
+	}
+	resp, err := b.nc.RequestMsg(m, 10*time.Second)
+	require.NoError(t, err)
+	var r handlers.Response
+	require.NoError(t, json.Unmarshal(resp.Data, &r), string(resp.Data))
+	return r
+}
+
+func (b *bundle) command(t *testing.T, name string, body any, cmdID string) handlers.Response {
+	h := nats.Header{}
+	if cmdID != "" {
+		h.Set(handlers.HeaderCommandID, cmdID)
+	}
+	return b.request(t, "dwr.cmd.default."+name, body, h)
+}
+
+func (b *bundle) mustCommand(t *testing.T, name string, body any) (domain.Reply, uint64) {
+	t.Helper()
+	r := b.command(t, name, body, "")
+	require.True(t, r.OK, "%s: %+v", name, r.Error)
+	var rep domain.Reply
+	require.NoError(t, json.Unmarshal(r.Result, &rep))
+	return rep, r.Seq
+}
+
+func (b *bundle) query(t *testing.T, name string, q handlers.Query, minSeq uint64, out any) {
+	t.Helper()
+	h := nats.Header{}
+	if minSeq > 0 {
+		h.Set(handlers.HeaderMinSeq, fmt.Sprint(minSeq))
+	}
+	r := b.request(t, "dwr.q.default."+name, q, h)
+	require.True(t, r.OK, "%s: %+v", name, r.Error)
+	require.NoError(t, json.Unmarshal(r.Result, out))
+}
+
+func (b *bundle) lastSeq(t *testing.T) uint64 {
+	seq, err := b.svc.Log().LastSeq(context.Background())
+	require.NoError(t, err)
+	return seq
+}
+
+func chain3(t *testing.T, b *bundle) (string, domain.Reply, uint64) {
+	t.Helper()
+	g, _ := b.mustCommand(t, "goal.create", map[string]any{"title": "ship it"})
+	plan, seq := b.mustCommand(t, "plan.submit", map[string]any{"goal_id": g.ID, "tasks": []map[string]any{
+		{"key": "a", "queue": "shell", "input": map[string]any{"n": 1}},
+		{"key": "b", "queue": "shell", "depends_on": []string{"a"}},
+		{"key": "c", "queue": "shell", "depends_on": []string{"b"}},
+	}})
+	return g.ID, plan, seq
+}
+
+func TestPlanRunsInDependencyOrder(t *testing.T) {
+	b := setup(t)
+	evs := make(chan *nats.Msg, 256)
+	sub, err := b.nc.ChanSubscribe("dwr.ev.default.>", evs)
+	require.NoError(t, err)
+	defer sub.Unsubscribe()
+
+	goalID, plan, seq := chain3(t, b)
+	require.Len(t, plan.Tasks, 3)
+	var tasks []domain.Task
+	b.query(t, "task.list", handlers.Query{GoalID: goalID}, seq, &tasks)
+	states := map[string]string{}
+	for _, tk := range tasks {
+		states[tk.Key] = tk.State
+	}
+	require.Equal(t, map[string]string{"a": "ready", "b": "pending", "c": "pending"}, states)
+
+	for i, pt := range plan.Tasks {
+		claim, _ := b.mustCommand(t, "task.claim", map[string]any{"task_id": pt.TaskID, "executor": "test"})
+		require.Equal(t, 1, claim.Attempt)
+		require.Equal(t, "op-"+pt.TaskID, claim.Task.Attempts[0].OperationKey)
+		done, seq := b.mustCommand(t, "task.succeed", map[string]any{"task_id": pt.TaskID, "attempt": 1, "result": map[string]any{"i": i}})
+		require.Equal(t, "accepted", done.State)
+		if i+1 < len(plan.Tasks) {
+			var next domain.Task
+			b.query(t, "task.get", handlers.Query{ID: plan.Tasks[i+1].TaskID}, seq, &next)
+			require.Equal(t, "ready", next.State, "the dependent is ready in the same commit")
+		}
+	}
+	var gv projections.GoalView
+	b.query(t, "goal.get", handlers.Query{ID: goalID}, b.lastSeq(t), &gv)
+	require.Equal(t, domain.GoalStateAchieved, gv.State)
+	require.Equal(t, map[string]int{"accepted": 3}, gv.Counts)
+
+	var hist []json.RawMessage
+	b.query(t, "events", handlers.Query{ID: plan.Tasks[2].TaskID}, 0, &hist)
+	require.Len(t, hist, 5) // created, ready, attempt_started, attempt_succeeded, accepted
+	for i, raw := range hist {
+		var e struct {
+			Ver  uint64 `json:"ver"`
+			Type string `json:"type"`
+		}
+		require.NoError(t, json.Unmarshal(raw, &e))
+		require.Equal(t, uint64(i+1), e.Ver)
+	}
+
+	// The feed carries every event; the goal's achievement is among them.
+	deadline := time.After(10 * time.Second)
+	for {
+		select {
+		case m := <-evs:
+			if m.Subject == "dwr.ev.default.goal."+goalID+".achieved" {
+				return
+			}
+		case <-deadline:
+			t.Fatal("goal.achieved never reached the feed")
+		}
+	}
+}
+
+func TestBadInputIsRefusedAndAppendsNothing(t *testing.T) {
+	b := setup(t)
+	g, _ := b.mustCommand(t, "goal.create", map[string]any{"title": "g"})
+	before := b.lastSeq(t)
+	cases := []struct {
+		name, cmd string
+		body      any
+		code      string
+		pointer   string
+	}{
+		{"unknown dependency", "plan.submit", map[string]any{"goal_id": g.ID, "tasks": []map[string]any{
+			{"key": "a", "queue": "q"}, {"key": "b", "queue": "q", "depends_on": []string{"zz"}}}}, "invalid", "/tasks/1/depends_on/0"},
+		{"cycle", "plan.submit", map[string]any{"goal_id": g.ID, "tasks": []map[string]any{
+			{"key": "a", "queue": "q", "depends_on": []string{"b"}}, {"key": "b", "queue": "q", "depends_on": []string{"a"}}}}, "invalid", ""},
+		{"bad queue", "plan.submit", map[string]any{"goal_id": g.ID, "tasks": []map[string]any{{"key": "a", "queue": "Bad Queue"}}}, "invalid", "/tasks/0/queue"},
+		{"unknown field", "goal.create", map[string]any{"title": "x", "colour": "red"}, "invalid", ""},
+		{"missing title", "goal.create", map[string]any{}, "invalid", ""},
+		{"malformed json", "goal.create", []byte(`{"title":`), "invalid", ""},
+		{"too deep", "goal.create", bytes.Repeat([]byte("["), 100), "invalid", ""},
+		{"too large", "goal.create", bytes.Repeat([]byte(" "), 600<<10), "too_large", ""},
+		{"unknown goal", "plan.submit", map[string]any{"goal_id": "01ARZ3NDEKTSV4RRFFQ69G5FAV", "tasks": []map[string]any{{"key": "a", "queue": "q"}}}, "not_found", ""},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			r := b.command(t, tc.cmd, tc.body, "")
+			require.False(t, r.OK)
+			require.Equal(t, tc.code, r.Error.Code, r.Error.Message)
+			require.NotEmpty(t, r.Error.Message)
+			if tc.pointer != "" {
+				var ptrs []string
+				for _, f := range r.Error.Fields {
+					ptrs = append(ptrs, f.Pointer)
+				}
+				require.Contains(t, ptrs, tc.pointer, r.Error.Message)
+			}
+		})
+	}
+	require.Equal(t, before, b.lastSeq(t), "refused commands appended nothing")
+}
+
+func TestSameCommandIDAppliesOnce(t *testing.T) {
+	b := setup(t)
+	const id = "storm-1"
+	var wg sync.WaitGroup
+	replies := make([]handlers.Response, 50)
+	for i := range replies {
+		wg.Go(func() { replies[i] = b.command(t, "goal.create", map[string]any{"title": "once"}, id) })
+	}
+	wg.Wait()
+	for _, r := range replies {
+		require.True(t, r.OK, "%+v", r.Error)
+		require.JSONEq(t, string(replies[0].Result), string(r.Result))
+		require.Equal(t, replies[0].Seq, r.Seq)
+	}
+	var goals []projections.GoalView
+	b.query(t, "goal.list", handlers.Query{}, b.lastSeq(t), &goals)
+	require.Len(t, goals, 1)
+
+	// After a restart the first outcome is still the answer, and nothing is appended.
+	dir := b.dir
+	b.stop()
+	b2 := start(t, dir)
+	before := b2.lastSeq(t)
+	r := b2.command(t, "goal.create", map[string]any{"title": "once"}, id)
+	require.True(t, r.OK)
+	require.JSONEq(t, string(replies[0].Result), string(r.Result))
+	require.Equal(t, before, b2.lastSeq(t))
+}
+
+func TestRestartKeepsStateAndRebuildEqualsLive(t *testing.T) {
+	b := setup(t)
+	goalID, plan, _ := chain3(t, b)
+	b.mustCommand(t, "task.claim", map[string]any{"task_id": plan.Tasks[0].TaskID, "executor": "x"})
+	b.mustCommand(t, "task.fail", map[string]any{"task_id": plan.Tasks[0].TaskID, "attempt": 1,
+		"error": map[string]any{"message": "flaky"}, "retryable": true})
+	dir := b.dir
+	b.stop()
+
+	b2 := start(t, dir)
+	var gv projections.GoalView
+	b2.query(t, "goal.get", handlers.Query{ID: goalID}, 0, &gv)
+	require.Equal(t, map[string]int{"backoff": 1, "pending": 2}, gv.Counts)
+
+	var live bytes.Buffer
+	require.NoError(t, b2.store.Dump(&live))
+	rebuilt, err := projections.Rebuild(context.Background(), b2.svc.Log(), filepath.Join(t.TempDir(), "rebuilt"), projections.Options{}, nil)
+	require.NoError(t, err)
+	defer rebuilt.Close()
+	var fresh bytes.Buffer
+	require.NoError(t, rebuilt.Dump(&fresh))
+	require.Equal(t, b2.store.Checkpoint(), rebuilt.Checkpoint())
+	require.True(t, bytes.Equal(live.Bytes(), fresh.Bytes()), "rebuilt views equal the live ones byte for byte")
+}

@@ -1,0 +1,187 @@
+package handlers
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/dwr-run/dwr/domain"
+	"github.com/dwr-run/dwr/eventstore"
+	"github.com/dwr-run/dwr/projections"
+)
+
+// request is one command on its way through the writer.
+type request struct {
+	cmd  domain.Command
+	meta domain.Meta
+	done chan outcome // buffered 1; answered exactly once
+}
+
+// outcome is a command's answer: its reply and the log sequence that holds
+// it, or an error.
+type outcome struct {
+	Seq   uint64
+	Reply json.RawMessage
+	Err   error
+}
+
+// answered marks an item of a batch that needs no append: a retry whose
+// first outcome is known, or a repeat of an earlier item of the same batch.
+type answered struct {
+	out  *outcome
+	same int // index of the earlier item in the batch, or -1
+}
+
+func (a *answered) Error() string { return "handlers: answered without an append" }
+
+// writer decides batches of commands against the views and keeps them in step
+// with the log: it is the eventstore.Decider of the group committer.
+type writer struct {
+	store  *projections.Store
+	clock  func() time.Time
+	logger *slog.Logger
+	feed   func(c *eventstore.Commit, seq uint64)
+}
+
+func (w *writer) Decide(items []*request) ([]eventstore.Event, []eventstore.CommandResult, []error) {
+	o := domain.NewOverlay(w.store)
+	errs := make([]error, len(items))
+	var events []eventstore.Event
+	var results []eventstore.CommandResult
+	seen := map[string]int{}
+	for i, it := range items {
+		k := it.meta.Workspace + "/" + it.meta.CommandID
+		if j, ok := seen[k]; ok {
+			errs[i] = &answered{same: j}
+			continue
+		}
+		seen[k] = i
+		if prev, ok, err := w.store.Command(it.meta.Workspace, it.meta.CommandID); err != nil {
+			errs[i] = err
+			continue
+		} else if ok {
+			errs[i] = &answered{out: &outcome{Seq: prev.Seq, Reply: prev.Reply}, same: -1}
+			continue
+		}
+		m := it.meta
+		m.Now = w.clock().UTC().Round(0)
+		out, err := domain.Execute(o, it.cmd, m)
+		if err != nil {
+			errs[i] = err
+			continue
+		}
+		reply, err := json.Marshal(out.Reply)
+		if err != nil {
+			errs[i] = err
+			continue
+		}
+		if len(out.Changes) == 0 {
+			errs[i] = &answered{out: &outcome{Seq: w.store.Checkpoint(), Reply: reply}, same: -1}
+			continue
+		}
+		evs := make([]eventstore.Event, 0, len(out.Changes))
+		for _, c := range out.Changes {
+			if err := o.Apply(c, domain.Recorded{CommandID: m.CommandID, Time: m.Now}); err != nil {
+				errs[i] = fmt.Errorf("handlers: apply decided change: %w", err)
+				break
+			}
+			data, err := json.Marshal(c.Event)
+			if err != nil {
+				errs[i] = err
+				break
+			}
+			evs = append(evs, eventstore.Event{Type: c.Event.EventType(), SchemaVersion: 1, Workspace: c.Workspace,
+				AggregateType: c.AggregateType, AggregateID: c.AggregateID, Version: c.Version,
+				CommandID: m.CommandID, CorrelationID: m.CorrelationID, Actor: m.Actor, Time: m.Now, Data: data})
+		}
+		if errs[i] != nil {
+			// The overlay may hold part of this command: decide the rest of the
+			// batch on a fresh one so nothing of it leaks.
+			return w.redecideWithout(items, i, errs[i])
+		}
+		events = append(events, evs...)
+		results = append(results, eventstore.CommandResult{Workspace: m.Workspace, CommandID: m.CommandID, Reply: reply})
+	}
+	return events, results, errs
+}
+
+// redecideWithout decides the batch again with item bad refused up front.
+// It is only reached on internal errors.
+func (w *writer) redecideWithout(items []*request, bad int, err error) ([]eventstore.Event, []eventstore.CommandResult, []error) {
+	rest := make([]*request, 0, len(items)-1)
+	idx := make([]int, 0, len(items)-1)
+	for i, it := range items {
+		if i != bad {
+			rest = append(rest, it)
+			idx = append(idx, i)
+		}
+	}
+	ev, res, errs := w.Decide(rest)
+	all := make([]error, len(items))
+	all[bad] = err
+	for k, i := range idx {
+		if a, ok := errs[k].(*answered); ok && a.same >= 0 {
+			errs[k] = &answered{out: a.out, same: idx[a.same]}
+		}
+		all[i] = errs[k]
+	}
+	return ev, res, all
+}
+
+func (w *writer) Committed(items []*request, c *eventstore.Commit, seq uint64, itemErrs []error, err error) {
+	if err == nil && seq > 0 {
+		if aerr := w.store.Apply(seq, c); aerr != nil {
+			w.logger.Error("handlers: views could not apply a committed record", "seq", seq, "err", aerr)
+			err = fmt.Errorf("handlers: committed at %d but the views failed: %w", seq, aerr)
+		} else if w.feed != nil {
+			w.feed(c, seq)
+		}
+	}
+	results := map[string]json.RawMessage{}
+	if c != nil {
+		for _, r := range c.Results {
+			results[r.Workspace+"/"+r.CommandID] = r.Reply
+		}
+	}
+	outs := make([]outcome, len(items))
+	for i, it := range items {
+		var ie error
+		if itemErrs != nil {
+			ie = itemErrs[i]
+		}
+		var a *answered
+		switch {
+		case errors.As(ie, &a) && a.out != nil:
+			outs[i] = *a.out
+		case errors.As(ie, &a):
+			outs[i] = outs[a.same]
+		case ie != nil:
+			outs[i] = outcome{Err: ie}
+		case err != nil:
+			outs[i] = outcome{Err: err}
+		default:
+			outs[i] = outcome{Seq: seq, Reply: results[it.meta.Workspace+"/"+it.meta.CommandID]}
+		}
+		it.done <- outs[i]
+	}
+}
+
+// Replay applies a record appended by an earlier writer to the views.
+func (w *writer) Replay(seq uint64, c *eventstore.Commit) error { return w.store.Apply(seq, c) }
+
+// submit hands a request to the committer and waits for its outcome.
+func submit(ctx context.Context, c *eventstore.Committer[*request], cmd domain.Command, m domain.Meta) outcome {
+	r := &request{cmd: cmd, meta: m, done: make(chan outcome, 1)}
+	if err := c.Submit(ctx, r); err != nil {
+		return outcome{Err: err}
+	}
+	select {
+	case o := <-r.done:
+		return o
+	case <-ctx.Done():
+		return outcome{Err: fmt.Errorf("%w: %w", eventstore.ErrUnknownOutcome, ctx.Err())}
+	}
+}

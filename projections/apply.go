@@ -1,0 +1,302 @@
+package projections
+
+import (
+	"encoding/binary"
+	"encoding/json"
+	"fmt"
+
+	"github.com/cockroachdb/pebble/v2"
+
+	"github.com/dwr-run/dwr/domain"
+	"github.com/dwr-run/dwr/eventstore"
+)
+
+// ChainError reports history that does not verify: an event whose version or
+// previous hash does not follow its aggregate's last event. The views stop
+// there rather than skip history.
+type ChainError struct {
+	Seq           uint64
+	AggregateType string
+	AggregateID   string
+	Version       uint64
+	Problem       string
+}
+
+func (e *ChainError) Error() string {
+	return fmt.Sprintf("projections: log record %d: %s %s version %d: %s", e.Seq, e.AggregateType, e.AggregateID, e.Version, e.Problem)
+}
+
+// batchState is the aggregates one record touches, as the record leaves them.
+type batchState struct {
+	s          *Store
+	workspaces map[string]*domain.Workspace
+	goals      map[string]*domain.Goal
+	tasks      map[string]*domain.Task
+	taskBefore map[string]*domain.Task // state before the record, for index moves
+	tips       map[string]tip
+}
+
+// Apply applies the log record at seq to the views, in one Pebble batch with
+// the new checkpoint. A record at or below the checkpoint was applied
+// already and is skipped, so feeding a record twice is harmless. It returns a
+// *ChainError when the record's history does not verify, and an error for an
+// event it cannot decode (an unknown type stops the views loudly).
+func (s *Store) Apply(seq uint64, c *eventstore.Commit) error {
+	s.applyMu.Lock()
+	defer s.applyMu.Unlock()
+	if s.db == nil {
+		return ErrClosed
+	}
+	if seq <= s.Checkpoint() {
+		return nil
+	}
+	b := s.db.NewBatch()
+	defer b.Close()
+	bs := &batchState{s: s, workspaces: map[string]*domain.Workspace{}, goals: map[string]*domain.Goal{},
+		tasks: map[string]*domain.Task{}, taskBefore: map[string]*domain.Task{}, tips: map[string]tip{}}
+	for i := range c.Events {
+		if err := bs.event(b, seq, &c.Events[i]); err != nil {
+			return err
+		}
+	}
+	if err := bs.flush(b); err != nil {
+		return err
+	}
+	for _, r := range c.Results {
+		k := key(pCommand, r.Workspace, r.CommandID)
+		var prev CommandOutcome
+		if ok, err := s.get(k, &prev); err != nil {
+			return err
+		} else if ok {
+			continue // the first outcome stands
+		}
+		v, _ := json.Marshal(CommandOutcome{Seq: seq, Reply: r.Reply})
+		if err := b.Set(k, v, nil); err != nil {
+			return err
+		}
+	}
+	var cp [8]byte
+	binary.BigEndian.PutUint64(cp[:], seq)
+	if err := b.Set([]byte(pCheckpoint), cp[:], nil); err != nil {
+		return err
+	}
+	if err := b.Commit(pebble.NoSync); err != nil {
+		return fmt.Errorf("projections: commit record %d: %w", seq, err)
+	}
+	s.mu.Lock()
+	for id, w := range bs.workspaces {
+		s.cache[string(key(pWorkspace, id))] = w
+	}
+	for id, g := range bs.goals {
+		s.cache[string(key(pGoal, id))] = g
+	}
+	for id, t := range bs.tasks {
+		s.cache[string(key(pTask, id))] = t
+	}
+	if len(s.cache) > s.opts.CacheEntries {
+		clear(s.cache)
+	}
+	s.checkpoint = seq
+	close(s.advanced)
+	s.advanced = make(chan struct{})
+	s.mu.Unlock()
+	return nil
+}
+
+func (bs *batchState) tip(aggType, id string) (tip, error) {
+	k := aggType + "/" + id
+	if t, ok := bs.tips[k]; ok {
+		return t, nil
+	}
+	var t tip
+	_, err := bs.s.get(key(pTip, aggType, id), &t)
+	return t, err
+}
+
+func (bs *batchState) event(b *pebble.Batch, seq uint64, e *eventstore.Event) error {
+	t, err := bs.tip(e.AggregateType, e.AggregateID)
+	if err != nil {
+		return err
+	}
+	broken := func(problem string) error {
+		return &ChainError{Seq: seq, AggregateType: e.AggregateType, AggregateID: e.AggregateID, Version: e.Version, Problem: problem}
+	}
+	switch {
+	case e.Version != t.Version+1:
+		return broken(fmt.Sprintf("expected version %d", t.Version+1))
+	case e.PrevHash != t.Hash:
+		return broken("previous-event hash does not match: history was altered or lost")
+	}
+	bs.tips[e.AggregateType+"/"+e.AggregateID] = tip{Version: e.Version, Hash: e.Hash()}
+	if err := b.Set(historyKey(e.AggregateType, e.AggregateID, e.Version), e.Raw, nil); err != nil {
+		return err
+	}
+	data := e.Data
+	if up := bs.s.opts.Upcasters; up != nil {
+		cp := *e
+		if err := up.Upcast(&cp); err != nil {
+			return fmt.Errorf("projections: record %d: %w", seq, err)
+		}
+		data = cp.Data
+	}
+	ev, err := domain.DecodeEvent(e.Type, data)
+	if err != nil {
+		return fmt.Errorf("projections: record %d: %w", seq, err)
+	}
+	r := domain.Recorded{CommandID: e.CommandID, Time: e.Time}
+	switch e.AggregateType {
+	case domain.AggWorkspace:
+		cur, err := bs.workspace(e.AggregateID)
+		if err != nil {
+			return err
+		}
+		nw, err := domain.ApplyWorkspace(cur, e.AggregateID, ev, r)
+		if err != nil {
+			return fmt.Errorf("projections: record %d: %w", seq, err)
+		}
+		bs.workspaces[e.AggregateID] = nw
+	case domain.AggGoal:
+		cur, err := bs.goal(e.AggregateID)
+		if err != nil {
+			return err
+		}
+		ng, err := domain.ApplyGoal(cur, e.AggregateID, e.Workspace, ev, r)
+		if err != nil {
+			return fmt.Errorf("projections: record %d: %w", seq, err)
+		}
+		bs.goals[e.AggregateID] = ng
+	case domain.AggTask:
+		cur, err := bs.task(e.AggregateID)
+		if err != nil {
+			return err
+		}
+		nt, err := domain.ApplyTask(cur, e.AggregateID, e.Workspace, ev, r)
+		if err != nil {
+			return fmt.Errorf("projections: record %d: %w", seq, err)
+		}
+		bs.tasks[e.AggregateID] = nt
+	default:
+		return fmt.Errorf("projections: record %d: unknown aggregate type %q", seq, e.AggregateType)
+	}
+	return nil
+}
+
+func (bs *batchState) workspace(id string) (*domain.Workspace, error) {
+	if w, ok := bs.workspaces[id]; ok {
+		return w, nil
+	}
+	return bs.s.Workspace(id)
+}
+
+func (bs *batchState) goal(id string) (*domain.Goal, error) {
+	if g, ok := bs.goals[id]; ok {
+		return g, nil
+	}
+	return bs.s.Goal(id)
+}
+
+func (bs *batchState) task(id string) (*domain.Task, error) {
+	if t, ok := bs.tasks[id]; ok {
+		return t, nil
+	}
+	t, err := bs.s.Task(id)
+	if err == nil {
+		bs.taskBefore[id] = t
+	}
+	return t, err
+}
+
+// flush writes the final state of every aggregate the record touched, moves
+// index entries, and adjusts goal counts.
+func (bs *batchState) flush(b *pebble.Batch) error {
+	counts := map[string]map[string]int{}
+	count := func(goalID, state string, d int) error {
+		if goalID == "" {
+			return nil
+		}
+		m, ok := counts[goalID]
+		if !ok {
+			m = map[string]int{}
+			if _, err := bs.s.get(key(pGoalCounts, goalID), &m); err != nil {
+				return err
+			}
+			counts[goalID] = m
+		}
+		m[state] += d
+		if m[state] == 0 {
+			delete(m, state)
+		}
+		return nil
+	}
+	for id, w := range bs.workspaces {
+		if err := setJSON(b, key(pWorkspace, id), w); err != nil {
+			return err
+		}
+	}
+	for id, g := range bs.goals {
+		if err := setJSON(b, key(pGoal, id), g); err != nil {
+			return err
+		}
+		if err := b.Set(key(pGoalByWS, g.Workspace, id), nil, nil); err != nil {
+			return err
+		}
+	}
+	for id, t := range bs.tasks {
+		if err := setJSON(b, key(pTask, id), t); err != nil {
+			return err
+		}
+		before := bs.taskBefore[id]
+		if before == nil {
+			if err := b.Set(key(pTaskByWS, t.Workspace, t.State, id), nil, nil); err != nil {
+				return err
+			}
+			if t.GoalID != "" {
+				if err := b.Set(key(pTaskByGoal, t.GoalID, id), nil, nil); err != nil {
+					return err
+				}
+			}
+			for _, d := range t.DependsOn {
+				if err := b.Set(key(pDependents, d, id), nil, nil); err != nil {
+					return err
+				}
+			}
+			if err := count(t.GoalID, t.State, 1); err != nil {
+				return err
+			}
+			continue
+		}
+		if before.State != t.State {
+			if err := b.Delete(key(pTaskByWS, t.Workspace, before.State, id), nil); err != nil {
+				return err
+			}
+			if err := b.Set(key(pTaskByWS, t.Workspace, t.State, id), nil, nil); err != nil {
+				return err
+			}
+			if err := count(t.GoalID, before.State, -1); err != nil {
+				return err
+			}
+			if err := count(t.GoalID, t.State, 1); err != nil {
+				return err
+			}
+		}
+	}
+	for goalID, m := range counts {
+		if err := setJSON(b, key(pGoalCounts, goalID), m); err != nil {
+			return err
+		}
+	}
+	for k, t := range bs.tips {
+		if err := setJSON(b, key(pTip, k), t); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func setJSON(b *pebble.Batch, k []byte, v any) error {
+	buf, err := json.Marshal(v)
+	if err != nil {
+		return err
+	}
+	return b.Set(k, buf, nil)
+}

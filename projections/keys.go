@@ -1,0 +1,54 @@
+package projections
+
+import (
+	"encoding/binary"
+)
+
+// Key layout: a short prefix, then parts joined by '/'; ids and names never
+// contain '/'.
+const (
+	pCheckpoint = "k/checkpoint"
+	pWorkspace  = "w"  // w/<ws>
+	pGoal       = "g"  // g/<goal>
+	pGoalByWS   = "gw" // gw/<ws>/<goal>
+	pGoalCounts = "gc" // gc/<goal> -> map state->count
+	pTask       = "t"  // t/<task>
+	pTaskByWS   = "tw" // tw/<ws>/<state>/<task>
+	pTaskByGoal = "tg" // tg/<goal>/<task>
+	pDependents = "td" // td/<dependency>/<task>
+	pHistory    = "h"  // h/<aggtype>/<id>/<version BE>
+	pTip        = "a"  // a/<aggtype>/<id> -> chain tip
+	pCommand    = "c"  // c/<ws>/<command id> -> first outcome
+)
+
+func key(parts ...string) []byte {
+	n := 0
+	for _, p := range parts {
+		n += len(p) + 1
+	}
+	b := make([]byte, 0, n)
+	for i, p := range parts {
+		if i > 0 {
+			b = append(b, '/')
+		}
+		b = append(b, p...)
+	}
+	return b
+}
+
+func historyKey(aggType, id string, version uint64) []byte {
+	b := key(pHistory, aggType, id, "")
+	return binary.BigEndian.AppendUint64(b, version)
+}
+
+// upperBound returns the smallest key greater than every key with prefix p.
+func upperBound(p []byte) []byte {
+	end := append([]byte(nil), p...)
+	for i := len(end) - 1; i >= 0; i-- {
+		end[i]++
+		if end[i] != 0 {
+			return end[:i+1]
+		}
+	}
+	return nil
+}

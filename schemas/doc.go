@@ -1,0 +1,24 @@
+// Package schemas is dwr's wire contract: a JSON Schema (draft 2020-12) for
+// every command, every event's data, the event envelope and the replies, and
+// the validation that the edge runs on every request before it decodes it.
+//
+// The schemas are embedded files, published as they are (see All) so that a
+// client in any language can rely on them:
+//
+//	common.json              shared $defs (TaskSpec, RetryPolicy, ULID, ...)
+//	commands/<name>.json     the body of dwr.cmd.<workspace>.<name>
+//	events/<type>.json       the data of an event of that type
+//	envelope.json            an event as stored and published
+//	reply.json, error.json   a command's reply: success, or refusal
+//
+// Validation runs in a fixed order: CheckBounds bounds the message's size
+// and nesting without decoding it; only then is it decoded and checked
+// against its schema, which bounds every string and list. A refusal is an
+// *Error whose Code is a wire error code and whose Fields name every
+// offending field by its JSON pointer.
+//
+// The package may import the standard library and
+// github.com/santhosh-tekuri/jsonschema/v6 only; it never imports another
+// package of this module (its tests may import domain, to prove that the
+// schemas describe the domain's types).
+package schemas

@@ -1,0 +1,353 @@
+package schemas_test
+
+import (
+	"encoding/json"
+	"path"
+	"reflect"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/dwr-run/dwr/domain"
+	"github.com/dwr-run/dwr/schemas"
+)
+
+// The shape tests prove, by reflection, that each schema describes its Go
+// type exactly: the same properties as the json tags, a JSON type that the Go
+// type encodes to, and required fields that a Go client always sends.
+
+// optionalByDesign lists the fields without omitempty that a schema leaves
+// optional because the domain gives their zero value a meaning.
+var optionalByDesign = map[string]string{
+	"commands/workspace.create.json#name":     "empty means the workspace in the subject",
+	"commands/goal.create.json#envelope":      "absent means no budget and any queue",
+	"commands/goal.create.json#goal_id":       "absent: the service assigns a new ULID",
+	"commands/task.create.json#task_id":       "absent: the service assigns a new ULID",
+	"common.json#/$defs/Envelope#budget":      "absent means no limit",
+	"common.json#/$defs/Envelope#permissions": "absent means any queue",
+}
+
+// requiredByDomain lists the omitempty fields that a schema requires where
+// the domain refuses their zero value anyway.
+var requiredByDomain = map[string]string{
+	"commands/plan.submit.json.tasks[].key": "a plan's task needs a key (domain.ValidKey)",
+}
+
+type doc struct {
+	file string
+	node map[string]any
+}
+
+type shapes struct {
+	t    *testing.T
+	docs map[string]any
+}
+
+func newShapes(t *testing.T) *shapes {
+	s := &shapes{t: t, docs: map[string]any{}}
+	for p, b := range schemas.All() {
+		var v any
+		require.NoError(t, json.Unmarshal(b, &v), p)
+		s.docs[p] = v
+	}
+	return s
+}
+
+// deref follows a $ref from a node of file to the node it names.
+func (s *shapes) deref(file, ref string) doc {
+	target, frag, _ := strings.Cut(ref, "#")
+	if target == "" {
+		target = file
+	} else {
+		target = path.Join(path.Dir(file), target)
+	}
+	var v any = s.docs[target]
+	require.NotNil(s.t, v, "$ref %s from %s", ref, file)
+	for _, tok := range strings.Split(frag, "/") {
+		if tok == "" {
+			continue
+		}
+		v = v.(map[string]any)[tok]
+		require.NotNil(s.t, v, "$ref %s from %s", ref, file)
+	}
+	return doc{target, v.(map[string]any)}
+}
+
+// parts returns node and every node it is made of through $ref and allOf.
+func (s *shapes) parts(d doc) []doc {
+	out := []doc{d}
+	if ref, ok := d.node["$ref"].(string); ok {
+		out = append(out, s.parts(s.deref(d.file, ref))...)
+	}
+	if all, ok := d.node["allOf"].([]any); ok {
+		for _, a := range all {
+			out = append(out, s.parts(doc{d.file, a.(map[string]any)})...)
+		}
+	}
+	return out
+}
+
+// types returns the JSON types a schema node allows; nil means any.
+func (s *shapes) types(d doc) []string {
+	var out []string
+	add := func(ts ...string) {
+		for _, t := range ts {
+			if !slices.Contains(out, t) {
+				out = append(out, t)
+			}
+		}
+	}
+	for _, p := range s.parts(d) {
+		switch t := p.node["type"].(type) {
+		case string:
+			add(t)
+		case []any:
+			for _, x := range t {
+				add(x.(string))
+			}
+		}
+		if enum, ok := p.node["enum"].([]any); ok {
+			for _, e := range enum {
+				add(jsonType(e))
+			}
+		}
+		if c, ok := p.node["const"]; ok {
+			add(jsonType(c))
+		}
+		if alts, ok := p.node["anyOf"].([]any); ok && p.node["type"] == nil {
+			for _, a := range alts {
+				add(s.types(doc{p.file, a.(map[string]any)})...)
+			}
+		}
+	}
+	return out
+}
+
+func jsonType(v any) string {
+	switch v.(type) {
+	case string:
+		return "string"
+	case bool:
+		return "boolean"
+	case float64:
+		return "number"
+	case nil:
+		return "null"
+	}
+	return "object"
+}
+
+// refs returns the names of the $defs a node refers to, directly or not.
+func (s *shapes) refs(d doc) []string {
+	var out []string
+	for _, p := range s.parts(d) {
+		if ref, ok := p.node["$ref"].(string); ok {
+			out = append(out, path.Base(ref))
+		}
+	}
+	return out
+}
+
+var (
+	timeType     = reflect.TypeFor[time.Time]()
+	durationType = reflect.TypeFor[domain.Duration]()
+	rawType      = reflect.TypeFor[json.RawMessage]()
+)
+
+// check compares the schema d with the Go type typ; where names the place.
+func (s *shapes) check(where string, typ reflect.Type, d doc) {
+	t := s.t
+	for typ.Kind() == reflect.Pointer {
+		typ = typ.Elem()
+	}
+	types := s.types(d)
+	switch {
+	case typ == timeType:
+		require.Contains(t, s.refs(d), "Time", "%s: a time.Time is common.json#/$defs/Time", where)
+		return
+	case typ == durationType:
+		require.Contains(t, s.refs(d), "Duration", "%s: a domain.Duration is common.json#/$defs/Duration", where)
+		return
+	case typ == rawType:
+		require.Contains(t, s.refs(d), "JSON", "%s: a json.RawMessage is common.json#/$defs/JSON", where)
+		return
+	}
+	switch typ.Kind() {
+	case reflect.String:
+		require.Equal(t, []string{"string"}, types, "%s: a Go string", where)
+	case reflect.Bool:
+		require.Equal(t, []string{"boolean"}, types, "%s: a Go bool", where)
+	case reflect.Int, reflect.Int64, reflect.Uint64:
+		require.Equal(t, []string{"integer"}, types, "%s: a Go integer", where)
+		s.requireBounded(where, d, typ)
+	case reflect.Float64:
+		require.Equal(t, []string{"number"}, types, "%s: a Go float", where)
+	case reflect.Slice:
+		require.Equal(t, []string{"array"}, types, "%s: a Go slice", where)
+		items := s.child(d, "items")
+		require.NotEmpty(t, items, "%s: an array needs items", where)
+		s.check(where+"[]", typ.Elem(), items[0])
+	case reflect.Struct:
+		require.Equal(t, []string{"object"}, types, "%s: a Go struct", where)
+		s.checkObject(where, typ, d)
+	default:
+		t.Fatalf("%s: no rule for Go type %s", where, typ)
+	}
+}
+
+// child returns the nodes under key in the parts of d.
+func (s *shapes) child(d doc, key string) []doc {
+	var out []doc
+	for _, p := range s.parts(d) {
+		if c, ok := p.node[key].(map[string]any); ok {
+			out = append(out, doc{p.file, c})
+		}
+	}
+	return out
+}
+
+// requireBounded checks that an integer's bounds fit its Go type.
+func (s *shapes) requireBounded(where string, d doc, typ reflect.Type) {
+	var max float64
+	for _, p := range s.parts(d) {
+		if m, ok := p.node["maximum"].(float64); ok {
+			max = m
+		}
+	}
+	require.NotZero(s.t, max, "%s: an integer needs a maximum", where)
+	require.LessOrEqual(s.t, max, float64(1<<53), "%s: an integer's maximum must be exact in every language", where)
+	if typ.Kind() == reflect.Int {
+		require.LessOrEqual(s.t, max, float64(1<<31-1), "%s: a Go int may be 32 bits", where)
+	}
+}
+
+func (s *shapes) checkObject(where string, typ reflect.Type, d doc) {
+	t := s.t
+	props := map[string]doc{}
+	var required []string
+	closed := false
+	var base doc // the part that declares additionalProperties: false
+	for _, p := range s.parts(d) {
+		if ap, ok := p.node["additionalProperties"].(bool); ok && !ap {
+			closed, base = true, p
+		}
+		if ps, ok := p.node["properties"].(map[string]any); ok {
+			for name, n := range ps {
+				if _, seen := props[name]; !seen {
+					props[name] = doc{p.file, n.(map[string]any)}
+				}
+			}
+		}
+		if r, ok := p.node["required"].([]any); ok {
+			for _, x := range r {
+				required = append(required, x.(string))
+			}
+		}
+	}
+	require.True(t, closed, "%s: an object schema needs additionalProperties: false", where)
+
+	var tags []string
+	for i := range typ.NumField() {
+		f := typ.Field(i)
+		if !f.IsExported() {
+			continue
+		}
+		tag := f.Tag.Get("json")
+		name, opts, _ := strings.Cut(tag, ",")
+		if name == "-" {
+			continue
+		}
+		require.NotEmpty(t, name, "%s.%s has no json tag", where, f.Name)
+		tags = append(tags, name)
+		omitempty := strings.Contains(opts, "omitempty")
+		isRequired := slices.Contains(required, name)
+		key := base.file + "#" + name
+		if base.file == "common.json" {
+			key = base.file + "#" + s.defName(base) + "#" + name
+		}
+		if isRequired && requiredByDomain[where+"."+name] == "" {
+			require.False(t, omitempty, "%s.%s is required but omitempty: a Go client would leave out its zero value and be refused", where, name)
+		} else if !omitempty {
+			_, ok := optionalByDesign[key]
+			require.True(t, ok, "%s.%s has no omitempty, so the domain always sends it: the schema should require it (or list it in optionalByDesign, key %q)", where, name, key)
+		}
+		pd, ok := props[name]
+		require.True(t, ok, "%s: the schema has no property %q (field %s)", where, name, f.Name)
+		s.check(where+"."+name, f.Type, pd)
+	}
+	slices.Sort(tags)
+	var names []string
+	for n := range props {
+		names = append(names, n)
+	}
+	slices.Sort(names)
+	require.Equal(t, tags, names, "%s: the schema's properties are not exactly the json tags of %s", where, typ)
+}
+
+// defName returns "/$defs/<Name>" for a node of common.json.
+func (s *shapes) defName(d doc) string {
+	defs := s.docs["common.json"].(map[string]any)["$defs"].(map[string]any)
+	for name, n := range defs {
+		if reflect.ValueOf(n).Pointer() == reflect.ValueOf(d.node).Pointer() {
+			return "/$defs/" + name
+		}
+	}
+	return ""
+}
+
+func TestCommandSchemasMatchTypes(t *testing.T) {
+	s := newShapes(t)
+	for _, name := range domain.CommandNames() {
+		cmd, ok := domain.NewCommand(name)
+		require.True(t, ok)
+		p := schemas.CommandPath(name)
+		s.check(p, reflect.TypeOf(cmd), doc{p, s.docs[p].(map[string]any)})
+	}
+}
+
+func TestEventSchemasMatchTypes(t *testing.T) {
+	s := newShapes(t)
+	for _, typ := range domain.EventTypes() {
+		ev, err := domain.NewEvent(typ)
+		require.NoError(t, err)
+		p := schemas.EventPath(typ)
+		s.check(p, reflect.TypeOf(ev), doc{p, s.docs[p].(map[string]any)})
+	}
+}
+
+func TestReplySchemaMatchesTypes(t *testing.T) {
+	s := newShapes(t)
+	reply := s.child(doc{schemas.PathReply, s.docs[schemas.PathReply].(map[string]any)}, "properties")
+	require.Len(t, reply, 1)
+	s.check("reply.json#/properties/result", reflect.TypeFor[domain.Reply](), doc{reply[0].file, reply[0].node["result"].(map[string]any)})
+
+	werr := s.child(doc{schemas.PathError, s.docs[schemas.PathError].(map[string]any)}, "properties")
+	require.Len(t, werr, 1)
+	s.check("error.json#/properties/error", reflect.TypeFor[schemas.Error](), doc{werr[0].file, werr[0].node["error"].(map[string]any)})
+}
+
+func TestEnvelopeDispatchesEveryType(t *testing.T) {
+	s := newShapes(t)
+	env := s.docs[schemas.PathEnvelope].(map[string]any)
+	var dispatched []string
+	for _, x := range env["allOf"].([]any) {
+		c := x.(map[string]any)
+		typ := c["if"].(map[string]any)["properties"].(map[string]any)["type"].(map[string]any)["const"].(string)
+		then := c["then"].(map[string]any)["properties"].(map[string]any)
+		ev, err := domain.NewEvent(typ)
+		require.NoError(t, err)
+		require.Equal(t, ev.AggregateType(), then["agg"].(map[string]any)["const"], typ)
+		require.Equal(t, schemas.EventPath(typ), then["data"].(map[string]any)["$ref"], typ)
+		dispatched = append(dispatched, typ)
+	}
+	slices.Sort(dispatched)
+	require.Equal(t, schemas.EventTypes(), dispatched)
+	var enum []string
+	for _, e := range env["properties"].(map[string]any)["type"].(map[string]any)["enum"].([]any) {
+		enum = append(enum, e.(string))
+	}
+	require.Equal(t, schemas.EventTypes(), enum)
+}

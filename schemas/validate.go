@@ -1,0 +1,230 @@
+package schemas
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"strconv"
+	"strings"
+	"unicode/utf8"
+
+	"github.com/santhosh-tekuri/jsonschema/v6"
+)
+
+// ValidateCommand checks body, the JSON body of the command named name
+// (dwr.cmd.<workspace>.<name>), against the command's schema. It returns nil
+// when body is valid, or an *Error:
+//   - CodeNotFound when no command is named name; the message lists the
+//     commands there are;
+//   - CodeTooLarge or CodeInvalid from CheckBounds, which runs first, with
+//     MaxMessageBytes and MaxDepth;
+//   - CodeInvalid when body is not valid UTF-8 or not one JSON value (the
+//     message gives the byte offset), or does not match the schema: Fields
+//     then lists every offending field (at most MaxFieldErrors) by its JSON
+//     pointer;
+//   - CodeInternal when an embedded schema is broken.
+func ValidateCommand(name string, body []byte) error {
+	r := load()
+	if r.err != nil {
+		return r.internal()
+	}
+	s, ok := r.compiled[CommandPath(name)]
+	if !ok {
+		return &Error{Code: CodeNotFound, Message: fmt.Sprintf("there is no command %s: the commands are %s",
+			quote(name), strings.Join(r.commands, ", "))}
+	}
+	return r.validate(s, "the "+name+" command", body)
+}
+
+// ValidateEvent checks data, the data of an event of type eventType,
+// against the event's schema. It returns nil or an *Error as
+// ValidateCommand does; CodeNotFound names the event types there are.
+func ValidateEvent(eventType string, data []byte) error {
+	r := load()
+	if r.err != nil {
+		return r.internal()
+	}
+	s, ok := r.compiled[EventPath(eventType)]
+	if !ok {
+		return &Error{Code: CodeNotFound, Message: fmt.Sprintf("there is no event type %s: the event types are %s",
+			quote(eventType), strings.Join(r.events, ", "))}
+	}
+	return r.validate(s, "the data of a "+eventType+" event", data)
+}
+
+// Validate checks b against the schema at path, such as PathEnvelope (an
+// event with its data), PathReply or CommandPath("task.create"). It returns
+// nil or an *Error as ValidateCommand does; CodeNotFound when there is no
+// schema at path or path is common.json, which only holds definitions.
+func Validate(path string, b []byte) error {
+	r := load()
+	if r.err != nil {
+		return r.internal()
+	}
+	s, ok := r.compiled[path]
+	if !ok || path == PathCommon {
+		return &Error{Code: CodeNotFound, Message: fmt.Sprintf("there is no schema %s", quote(path))}
+	}
+	return r.validate(s, "the message ("+path+")", b)
+}
+
+func (r *registry) internal() error {
+	return &Error{Code: CodeInternal, Message: "the embedded schemas are broken: " + r.err.Error()}
+}
+
+// validate bounds, decodes and checks b; what names b in messages.
+func (r *registry) validate(s *jsonschema.Schema, what string, b []byte) error {
+	if err := CheckBounds(b, MaxMessageBytes, MaxDepth); err != nil {
+		return err
+	}
+	v, derr := decode(b)
+	if derr != nil {
+		derr.Message = what + " " + derr.Message
+		return derr
+	}
+	// Numbers too long to compare cheaply are reported, then replaced by 0 so
+	// that the schema can still report everything else; what it says about
+	// the replaced values themselves is dropped.
+	var fields []FieldError
+	v = checkNumbers(v, nil, &fields)
+	bad := make(map[string]bool, len(fields))
+	for _, f := range fields {
+		bad[f.Pointer] = true
+	}
+	err := s.Validate(v)
+	var ve *jsonschema.ValidationError
+	switch {
+	case err == nil:
+	case errors.As(err, &ve):
+		for _, f := range r.fieldErrors(ve) {
+			if !bad[f.Pointer] {
+				fields = append(fields, f)
+			}
+		}
+	default:
+		fields = append(fields, FieldError{Pointer: "", Message: err.Error()})
+	}
+	if len(fields) == 0 {
+		return nil
+	}
+	return invalidFields(what, fields)
+}
+
+// decode decodes b as exactly one JSON value, with numbers as json.Number.
+func decode(b []byte) (any, *Error) {
+	if len(bytes.TrimSpace(b)) == 0 {
+		return nil, &Error{Code: CodeInvalid, Message: "is empty: a JSON object was expected"}
+	}
+	if !utf8.Valid(b) {
+		return nil, &Error{Code: CodeInvalid, Message: fmt.Sprintf("is not valid UTF-8 (at byte %d)", invalidUTF8(b))}
+	}
+	dec := json.NewDecoder(bytes.NewReader(b))
+	dec.UseNumber()
+	var v any
+	if err := dec.Decode(&v); err != nil {
+		var se *json.SyntaxError
+		switch {
+		case errors.As(err, &se):
+			return nil, &Error{Code: CodeInvalid, Message: fmt.Sprintf("is not valid JSON: %s (at byte %d)", se.Error(), se.Offset)}
+		case errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, io.EOF):
+			return nil, &Error{Code: CodeInvalid, Message: fmt.Sprintf("is not valid JSON: it ends early (at byte %d)", len(b))}
+		default:
+			return nil, &Error{Code: CodeInvalid, Message: "is not valid JSON: " + err.Error()}
+		}
+	}
+	end := int(dec.InputOffset())
+	rest := bytes.TrimLeft(b[end:], " \t\r\n")
+	if len(rest) > 0 {
+		return nil, &Error{Code: CodeInvalid, Message: fmt.Sprintf(
+			"is not one JSON value: more data follows it (at byte %d)", len(b)-len(rest))}
+	}
+	return v, nil
+}
+
+// invalidUTF8 returns the offset of the first byte of b that is not valid
+// UTF-8.
+func invalidUTF8(b []byte) int {
+	for i := 0; i < len(b); {
+		r, n := utf8.DecodeRune(b[i:])
+		if r == utf8.RuneError && n <= 1 {
+			return i
+		}
+		i += n
+	}
+	return len(b)
+}
+
+// checkNumbers appends a FieldError for every number in v that is longer
+// than MaxNumberLength or whose exponent exceeds MaxNumberExponent, and
+// returns v with each of them replaced by 0.
+func checkNumbers(v any, loc []string, out *[]FieldError) any {
+	switch x := v.(type) {
+	case map[string]any:
+		for k, e := range x {
+			x[k] = checkNumbers(e, append(loc, k), out)
+		}
+	case []any:
+		for i, e := range x {
+			x[i] = checkNumbers(e, append(loc, strconv.Itoa(i)), out)
+		}
+	case json.Number:
+		if msg := numberProblem(string(x)); msg != "" {
+			*out = append(*out, FieldError{Pointer: pointer(loc), Message: msg})
+			return json.Number("0")
+		}
+	}
+	return v
+}
+
+// numberProblem says what is wrong with the JSON number s, or "".
+func numberProblem(s string) string {
+	if len(s) > MaxNumberLength {
+		return fmt.Sprintf("is a number of %d characters; at most %d are allowed", len(s), MaxNumberLength)
+	}
+	if i := strings.IndexAny(s, "eE"); i >= 0 {
+		e, err := strconv.Atoi(strings.TrimPrefix(s[i+1:], "+"))
+		if err != nil || e > MaxNumberExponent || e < -MaxNumberExponent {
+			return fmt.Sprintf("is a number whose exponent is out of range: at most %d either way is allowed", MaxNumberExponent)
+		}
+	}
+	return ""
+}
+
+// invalidFields returns the CodeInvalid *Error listing fields, sorted by
+// pointer and capped at MaxFieldErrors.
+func invalidFields(what string, fields []FieldError) *Error {
+	sortFields(fields)
+	fields = dedupe(fields)
+	total := len(fields)
+	if total > MaxFieldErrors {
+		fields = fields[:MaxFieldErrors]
+	}
+	var b strings.Builder
+	b.WriteString(what)
+	b.WriteString(" is invalid: ")
+	const shown = 3
+	for i, f := range fields {
+		if i == shown {
+			break
+		}
+		if i > 0 {
+			b.WriteString("; ")
+		}
+		if f.Pointer == "" {
+			b.WriteString("the message")
+		} else {
+			b.WriteString(f.Pointer)
+		}
+		b.WriteString(": ")
+		b.WriteString(f.Message)
+	}
+	if total > shown {
+		fmt.Fprintf(&b, "; and %d more (see fields)", total-shown)
+	}
+	if total > len(fields) {
+		fmt.Fprintf(&b, "; only the first %d are listed", len(fields))
+	}
+	return &Error{Code: CodeInvalid, Message: b.String(), Fields: fields}
+}

@@ -1,0 +1,275 @@
+package schemas_test
+
+import (
+	"encoding/json"
+	"fmt"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/dwr-run/dwr/schemas"
+)
+
+const (
+	goalID = "01JWQYPRT84TFF59TDWH9EDD1R"
+	taskID = "01JWTD0Q80H4QX4FR84G98PBSK"
+)
+
+func fieldMap(e *schemas.Error) map[string]string {
+	m := map[string]string{}
+	for _, f := range e.Fields {
+		m[f.Pointer] = f.Message
+	}
+	return m
+}
+
+func TestValidateCommandReportsEveryField(t *testing.T) {
+	body := `{
+		"goal_id": "01jwqyprt84tff59tdwh9edd1r",
+		"tasks": [
+			{"key": "collect", "queue": "Web Research", "timeout": "ten minutes"},
+			{"key": "draft", "queu": "writer", "depends_on": ["collect"], "retry": {"max_attempts": 5000, "multiplier": 0.5}},
+			{"title": "` + strings.Repeat("t", 201) + `", "queue": "publisher", "approval": {"responses": ["maybe"]}, "start_at": "tomorrow"}
+		],
+		"priority": 3
+	}`
+	e := requireCode(t, schemas.ValidateCommand("plan.submit", []byte(body)), schemas.CodeInvalid)
+	got := fieldMap(e)
+	want := []string{
+		"/goal_id",
+		"/priority",
+		"/tasks/0/queue",
+		"/tasks/0/timeout",
+		"/tasks/1/queu",
+		"/tasks/1/queue",
+		"/tasks/1/retry/max_attempts",
+		"/tasks/1/retry/multiplier",
+		"/tasks/2/approval/responses/0",
+		"/tasks/2/key",
+		"/tasks/2/start_at",
+		"/tasks/2/title",
+	}
+	var pointers []string
+	for _, f := range e.Fields {
+		pointers = append(pointers, f.Pointer)
+	}
+	require.Equal(t, want, pointers, "every offending field, in order")
+
+	require.Contains(t, got["/goal_id"], "must be a ULID")
+	require.Contains(t, got["/goal_id"], `"01jwqyprt84tff59tdwh9edd1r"`)
+	require.Contains(t, got["/priority"], "is not a known field")
+	require.Contains(t, got["/tasks/0/queue"], "must be a name of 1-63 lower-case letters")
+	require.Contains(t, got["/tasks/0/timeout"], `must be a duration such as "30s"`)
+	require.Contains(t, got["/tasks/1/queu"], `did you mean "queue"?`)
+	require.Equal(t, "is required", got["/tasks/1/queue"])
+	require.Equal(t, "must be at most 1000 (got 5000)", got["/tasks/1/retry/max_attempts"])
+	require.Contains(t, got["/tasks/1/retry/multiplier"], "between 1 and 100")
+	require.Contains(t, got["/tasks/2/approval/responses/0"], `must be one of "approve", "reject", "request_revision", "escalate"`)
+	require.Equal(t, "is required", got["/tasks/2/key"])
+	require.Contains(t, got["/tasks/2/start_at"], "must be an RFC 3339 time")
+	require.Equal(t, "is 201 characters long; at most 200 are allowed", got["/tasks/2/title"])
+
+	require.Contains(t, e.Message, "the plan.submit command is invalid: /goal_id: must be a ULID")
+	require.Contains(t, e.Message, "and 9 more")
+	for _, f := range e.Fields {
+		require.NotContains(t, f.Message, "^", "%s: a message shows a regular expression: %s", f.Pointer, f.Message)
+		require.NotContains(t, f.Message, "jsonschema", f.Pointer)
+	}
+}
+
+func TestValidateCommandConditionalFields(t *testing.T) {
+	e := requireCode(t, schemas.ValidateCommand("task.wait", []byte(`{"task_id":"`+taskID+`","attempt":1,"kind":"signal"}`)), schemas.CodeInvalid)
+	require.Equal(t, map[string]string{"/signal": "is required"}, fieldMap(e))
+	e = requireCode(t, schemas.ValidateCommand("task.wait", []byte(`{"task_id":"`+taskID+`","attempt":1,"kind":"timer"}`)), schemas.CodeInvalid)
+	require.Equal(t, map[string]string{"/until": "is required"}, fieldMap(e))
+	e = requireCode(t, schemas.ValidateCommand("timer.fire", []byte(`{"task_id":"`+taskID+`","kind":"attempt_timeout","due":"2025-06-03T10:22:40Z"}`)), schemas.CodeInvalid)
+	require.Equal(t, map[string]string{"/attempt": "is required"}, fieldMap(e))
+	require.NoError(t, schemas.ValidateCommand("timer.fire", []byte(`{"task_id":"`+taskID+`","kind":"backoff","due":"2025-06-03T10:22:40Z"}`)))
+}
+
+func TestValidateCommandValues(t *testing.T) {
+	claim := func(field string) string {
+		return `{"task_id":"` + taskID + `","executor":"x",` + field + `}`
+	}
+	spec := func(field string) string {
+		return `{"task_id":"` + taskID + `","spec":{"queue":"q",` + field + `}}`
+	}
+	ok := []string{
+		spec(`"timeout":"1m30s"`), spec(`"timeout":90`), spec(`"timeout":0.5`), spec(`"timeout":"0"`),
+		spec(`"timeout":"250ms"`), spec(`"timeout":"1µs"`), spec(`"timeout":"1.5h"`),
+		spec(`"start_at":"2025-06-01T12:00:00Z"`), spec(`"start_at":"2025-06-01T14:00:00.123456789+02:00"`),
+		spec(`"retry":{"multiplier":0}`), spec(`"retry":{"multiplier":1}`), spec(`"retry":{"multiplier":100}`),
+		spec(`"input":{"any":["json",1,null,true,{"x":{}}]}`), spec(`"input":null`),
+		spec(`"title":"` + strings.Repeat("é", 200) + `"`),
+		spec(`"depends_on":["` + goalID + `"]`),
+		claim(`"supersedes":0`), claim(`"supersedes":2`),
+	}
+	for _, body := range ok {
+		require.NoError(t, schemas.ValidateCommand(pick(body), []byte(body)), body)
+	}
+	bad := map[string]string{
+		spec(`"timeout":"-1s"`):                            "/spec/timeout",
+		spec(`"timeout":"1d"`):                             "/spec/timeout",
+		spec(`"timeout":""`):                               "/spec/timeout",
+		spec(`"timeout":-1`):                               "/spec/timeout",
+		spec(`"timeout":true`):                             "/spec/timeout",
+		spec(`"start_at":"2025-06-01t12:00:00z"`):          "/spec/start_at",
+		spec(`"start_at":"2025-02-30T12:00:00Z"`):          "/spec/start_at",
+		spec(`"start_at":"2025-06-01T12:00:00"`):           "/spec/start_at",
+		spec(`"retry":{"multiplier":0.5}`):                 "/spec/retry/multiplier",
+		spec(`"retry":{"multiplier":101}`):                 "/spec/retry/multiplier",
+		spec(`"retry":{"max_attempts":-1}`):                "/spec/retry/max_attempts",
+		spec(`"retry":{"max_attempts":1.5}`):               "/spec/retry/max_attempts",
+		spec(`"title":"` + strings.Repeat("é", 201) + `"`): "/spec/title",
+		spec(`"depends_on":["collect"]`):                   "/spec/depends_on/0",
+		spec(`"key":"-starts-with-a-dash"`):                "/spec/key",
+		spec(`"verification":{}`):                          "/spec/verification/queue",
+		claim(`"supersedes":-1`):                           "/supersedes",
+		claim(`"executor_version":5`):                      "/executor_version",
+	}
+	for body, ptr := range bad {
+		e := requireCode(t, schemas.ValidateCommand(pick(body), []byte(body)), schemas.CodeInvalid)
+		require.Contains(t, fieldMap(e), ptr, "%s: %v", body, e)
+	}
+	ids := map[string]bool{
+		"01JWQYPRT84TFF59TDWH9EDD1R":  true,
+		"7ZZZZZZZZZZZZZZZZZZZZZZZZZ":  true,
+		"8ZZZZZZZZZZZZZZZZZZZZZZZZZ":  false, // overflows 48 bits of time
+		"01JWQYPRT84TFF59TDWH9EDD1":   false,
+		"01JWQYPRT84TFF59TDWH9EDD1RR": false,
+		"01JWQYPRT84TFF59TDWH9EDDIR":  false, // I is not Crockford
+		"01jwqyprt84tff59tdwh9edd1r":  false,
+	}
+	for id, valid := range ids {
+		err := schemas.ValidateCommand("task.cancel", []byte(`{"task_id":"`+id+`"}`))
+		if valid {
+			require.NoError(t, err, id)
+		} else {
+			requireCode(t, err, schemas.CodeInvalid)
+		}
+	}
+	// An empty workspace name means the one in the subject.
+	require.NoError(t, schemas.ValidateCommand("workspace.create", []byte(`{"name":""}`)))
+	require.NoError(t, schemas.ValidateCommand("workspace.create", []byte(`{}`)))
+	requireCode(t, schemas.ValidateCommand("workspace.create", []byte(`{"name":"Acme"}`)), schemas.CodeInvalid)
+}
+
+// pick returns the command a test body is for: task.claim when it names an
+// executor, else task.create.
+func pick(body string) string {
+	if strings.Contains(body, `"executor"`) {
+		return "task.claim"
+	}
+	return "task.create"
+}
+
+func TestValidateCommandMalformed(t *testing.T) {
+	cases := map[string]string{
+		``:                       "is empty",
+		"  \n ":                  "is empty",
+		`{"task_id":`:            "ends early (at byte 11)",
+		`{"task_id" "x"}`:        "at byte 12",
+		`{"task_id":"x"} {}`:     "more data follows it (at byte 16)",
+		"{\"task_id\":\"\xff\"}": "not valid UTF-8 (at byte 12)",
+		`nul`:                    "not valid JSON",
+	}
+	for body, want := range cases {
+		e := requireCode(t, schemas.ValidateCommand("task.cancel", []byte(body)), schemas.CodeInvalid)
+		require.Contains(t, e.Message, want, "%q", body)
+		require.Contains(t, e.Message, "the task.cancel command ", "%q", body)
+	}
+	e := requireCode(t, schemas.ValidateCommand("task.cancel", []byte(`[]`)), schemas.CodeInvalid)
+	require.Equal(t, []schemas.FieldError{{Pointer: "", Message: "must be an object, not an array"}}, e.Fields)
+}
+
+func TestValidateCommandBoundsComeFirst(t *testing.T) {
+	// Neither is JSON, so only a check made before decoding can say this.
+	huge := append([]byte(`{"x":"`), make([]byte, schemas.MaxMessageBytes)...)
+	requireCode(t, schemas.ValidateCommand("task.cancel", huge), schemas.CodeTooLarge)
+	deep := []byte(strings.Repeat("[", schemas.MaxDepth+1) + "oops")
+	e := requireCode(t, schemas.ValidateCommand("task.cancel", deep), schemas.CodeInvalid)
+	require.Contains(t, e.Message, "33 deep")
+	// Deep nesting inside an opaque input is refused too.
+	input := strings.Repeat(`{"a":`, schemas.MaxDepth) + "1" + strings.Repeat("}", schemas.MaxDepth)
+	requireCode(t, schemas.ValidateCommand("task.create", []byte(`{"spec":{"queue":"q","input":`+input+`}}`)), schemas.CodeInvalid)
+}
+
+func TestValidateCommandBoundsNumbers(t *testing.T) {
+	long := "1" + strings.Repeat("0", schemas.MaxNumberLength)
+	body := `{"task_id":"` + taskID + `","attempt":1e999999,"error":{"message":""},"retryable":"yes","extra":` + long + `}`
+	e := requireCode(t, schemas.ValidateCommand("task.fail", []byte(body)), schemas.CodeInvalid)
+	got := fieldMap(e)
+	require.Contains(t, got["/attempt"], "exponent is out of range")
+	require.Contains(t, got["/extra"], "is a number of 101 characters")
+	require.Equal(t, "must not be empty", got["/error/message"], "the rest of the message is still checked")
+	require.Equal(t, "must be a boolean, not a string", got["/retryable"])
+	require.Len(t, got, 4)
+	// In opaque JSON as well: a validator may compare it.
+	requireCode(t, schemas.ValidateCommand("task.checkpoint", []byte(`{"task_id":"`+taskID+`","attempt":1,"checkpoint":[1e-999]}`)), schemas.CodeInvalid)
+	require.NoError(t, schemas.ValidateCommand("task.checkpoint", []byte(`{"task_id":"`+taskID+`","attempt":1,"checkpoint":[1e-300, 1.5E+300, -0.0]}`)))
+}
+
+func TestValidateCommandCapsFields(t *testing.T) {
+	tasks := make([]string, 300)
+	for i := range tasks {
+		tasks[i] = fmt.Sprintf(`{"key":"t%d"}`, i)
+	}
+	body := `{"goal_id":"` + goalID + `","tasks":[` + strings.Join(tasks, ",") + `]}`
+	e := requireCode(t, schemas.ValidateCommand("plan.submit", []byte(body)), schemas.CodeInvalid)
+	require.Len(t, e.Fields, schemas.MaxFieldErrors)
+	require.Equal(t, "/tasks/0/queue", e.Fields[0].Pointer)
+	require.Equal(t, "/tasks/99/queue", e.Fields[99].Pointer)
+	require.Contains(t, e.Message, "and 297 more")
+	require.Contains(t, e.Message, "only the first 100 are listed")
+}
+
+func TestValidateUnknown(t *testing.T) {
+	e := requireCode(t, schemas.ValidateCommand("task.launch", []byte(`{}`)), schemas.CodeNotFound)
+	require.Contains(t, e.Message, `"task.launch"`)
+	require.Contains(t, e.Message, "task.create, task.fail")
+	require.ErrorIs(t, e, schemas.ErrNotFound)
+
+	e = requireCode(t, schemas.ValidateEvent("task.launched", []byte(`{}`)), schemas.CodeNotFound)
+	require.Contains(t, e.Message, "task.created")
+
+	requireCode(t, schemas.Validate("nope.json", []byte(`{}`)), schemas.CodeNotFound)
+	requireCode(t, schemas.Validate(schemas.PathCommon, []byte(`{}`)), schemas.CodeNotFound)
+}
+
+func TestValidateEvent(t *testing.T) {
+	require.NoError(t, schemas.ValidateEvent("goal.achieved", []byte(`{}`)))
+	e := requireCode(t, schemas.ValidateEvent("goal.achieved", []byte(`{"why":"done"}`)), schemas.CodeInvalid)
+	require.Contains(t, e.Message, "the data of a goal.achieved event is invalid: /why: is not a known field")
+	e = requireCode(t, schemas.ValidateEvent("task.waiting", []byte(`{"kind":"timer"}`)), schemas.CodeInvalid)
+	require.Equal(t, map[string]string{"/until": "is required"}, fieldMap(e))
+}
+
+func TestValidateEnvelopeChecksData(t *testing.T) {
+	env := func(typ, agg, data string) []byte {
+		return []byte(`{"id":"01JWTMSE7GB6JV3ZQ0HXBH4GJ2","type":"` + typ + `","v":1,"ws":"acme","agg":"` + agg +
+			`","agg_id":"` + taskID + `","ver":2,"cmd":"c1","time":"2025-06-03T10:18:30Z","data":` + data + `}`)
+	}
+	require.NoError(t, schemas.Validate(schemas.PathEnvelope, env("task.accepted", "task", `{"attempt":1}`)))
+	e := requireCode(t, schemas.Validate(schemas.PathEnvelope, env("task.accepted", "task", `{"attempt":0}`)), schemas.CodeInvalid)
+	require.Equal(t, map[string]string{"/data/attempt": "must be at least 1 (got 0)"}, fieldMap(e))
+	e = requireCode(t, schemas.Validate(schemas.PathEnvelope, env("task.accepted", "goal", `{"attempt":1}`)), schemas.CodeInvalid)
+	require.Equal(t, map[string]string{"/agg": `must be "task"`}, fieldMap(e))
+	e = requireCode(t, schemas.Validate(schemas.PathEnvelope, env("task.launched", "task", `{}`)), schemas.CodeInvalid)
+	require.Contains(t, fieldMap(e)["/type"], "must be one of")
+}
+
+// TestErrorEncodesAsTheContract proves that an *Error put in a reply is what
+// error.json describes.
+func TestErrorEncodesAsTheContract(t *testing.T) {
+	for _, err := range []error{
+		schemas.ValidateCommand("plan.submit", []byte(`{"tasks":[{}],"x":1}`)),
+		schemas.ValidateCommand("nope", nil),
+		schemas.ValidateCommand("task.cancel", []byte(`{`)),
+		schemas.CheckBounds(make([]byte, 10), 5, 0),
+	} {
+		b, merr := json.Marshal(map[string]any{"ok": false, "error": err})
+		require.NoError(t, merr)
+		require.NoError(t, schemas.Validate(schemas.PathError, b), "%s", b)
+	}
+}
