@@ -105,11 +105,16 @@ func (l *lease) renew(ctx context.Context) {
 	}
 }
 
-// release stops renewing; the key expires by itself (or is taken over).
+// release stops renewing and gives the lease up, so a standby can take it
+// at once; if that fails the key still expires after its TTL.
 func (l *lease) release() {
-	if l.stop != nil {
-		l.stop()
-		<-l.lost
-		l.stop = nil
+	if l.stop == nil {
+		return
 	}
+	l.stop()
+	<-l.lost
+	l.stop = nil
+	ctx, cancel := context.WithTimeout(context.Background(), l.ttl/3)
+	defer cancel()
+	_ = l.kv.Delete(ctx, l.key, jetstream.LastRevision(l.rev))
 }

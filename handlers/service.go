@@ -219,7 +219,7 @@ func (s *Service) runWriter(ctx context.Context, lease *lease) error {
 	if err := s.store.SeedChain(chain); err != nil {
 		return err
 	}
-	w := &writer{store: s.store, clock: s.cfg.Clock, logger: s.cfg.Logger, feed: s.feed.publish}
+	w := &writer{store: s.store, clock: s.cfg.Clock, logger: s.cfg.Logger, feed: s.feed.publish, broken: make(chan struct{})}
 	c := eventstore.NewCommitter[*request](s.log, w, eventstore.GroupConfig{
 		WriterID: s.cfg.WriterID, Clock: s.cfg.Clock, Logger: s.cfg.Logger,
 		Chain: chain, ResumeAfter: s.store.Checkpoint()})
@@ -258,6 +258,10 @@ func (s *Service) runWriter(ctx context.Context, lease *lease) error {
 		cancel()
 		<-runErr
 		return errors.New("handlers: writer lease lost")
+	case <-w.broken:
+		cancel()
+		<-runErr
+		return errors.New("handlers: the views could not apply a committed record")
 	case err := <-runErr:
 		return err
 	}

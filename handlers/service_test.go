@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
 
 	"github.com/dwr-run/dwr/domain"
@@ -125,6 +126,26 @@ func (b *bundle) query(t *testing.T, name string, q handlers.Query, minSeq uint6
 	r := b.request(t, "dwr.q.default."+name, q, h)
 	require.True(t, r.OK, "%s: %+v", name, r.Error)
 	require.NoError(t, json.Unmarshal(r.Result, out))
+}
+
+func (b *bundle) jetstream(t *testing.T) jetstream.JetStream {
+	js, err := jetstream.New(b.nc)
+	require.NoError(t, err)
+	return js
+}
+
+// tryCommand sends a command and returns transport errors (no responders,
+// timeouts) instead of failing the test.
+func (b *bundle) tryCommand(name string, body any, cmdID string) (handlers.Response, error) {
+	m := nats.NewMsg("dwr.cmd.default." + name)
+	m.Header.Set(handlers.HeaderCommandID, cmdID)
+	m.Data, _ = json.Marshal(body)
+	resp, err := b.nc.RequestMsg(m, 5*time.Second)
+	if err != nil {
+		return handlers.Response{}, err
+	}
+	var r handlers.Response
+	return r, json.Unmarshal(resp.Data, &r)
 }
 
 func (b *bundle) lastSeq(t *testing.T) uint64 {

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"sync"
 	"time"
 
 	"github.com/dwr-run/dwr/domain"
@@ -44,6 +45,10 @@ type writer struct {
 	clock  func() time.Time
 	logger *slog.Logger
 	feed   func(c *eventstore.Commit, seq uint64)
+	// broken is closed when a committed record could not be applied to the
+	// views: the writer's state no longer follows the log, so it must stop.
+	broken     chan struct{}
+	brokenOnce sync.Once
 }
 
 func (w *writer) Decide(items []*request) ([]eventstore.Event, []eventstore.CommandResult, []error) {
@@ -134,8 +139,9 @@ func (w *writer) redecideWithout(items []*request, bad int, err error) ([]events
 func (w *writer) Committed(items []*request, c *eventstore.Commit, seq uint64, itemErrs []error, err error) {
 	if err == nil && seq > 0 {
 		if aerr := w.store.Apply(seq, c); aerr != nil {
-			w.logger.Error("handlers: views could not apply a committed record", "seq", seq, "err", aerr)
-			err = fmt.Errorf("handlers: committed at %d but the views failed: %w", seq, aerr)
+			w.logger.Error("handlers: views could not apply a committed record; the writer stops", "seq", seq, "err", aerr)
+			err = fmt.Errorf("%w: committed at %d but the views failed: %w", eventstore.ErrUnknownOutcome, seq, aerr)
+			w.brokenOnce.Do(func() { close(w.broken) })
 		} else if w.feed != nil {
 			w.feed(c, seq)
 		}

@@ -1,0 +1,147 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/dwr-run/dwr/handlers"
+	"github.com/dwr-run/dwr/handlers/embedded"
+	"github.com/dwr-run/dwr/projections"
+)
+
+// cliServer starts the service on an embedded NATS server listening on a
+// free loopback port and returns its URL.
+func cliServer(t *testing.T) string {
+	t.Helper()
+	dir := t.TempDir()
+	srv, err := embedded.Start(embedded.Config{DataDir: dir, Listen: "127.0.0.1:0"})
+	require.NoError(t, err)
+	nc, err := srv.Connect()
+	require.NoError(t, err)
+	store, err := projections.Open(filepath.Join(dir, "views"), projections.Options{})
+	require.NoError(t, err)
+	svc, err := handlers.New(nc, store, handlers.Config{})
+	require.NoError(t, err)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- svc.Run(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		require.NoError(t, <-done)
+		nc.Close()
+		require.NoError(t, store.Close())
+		srv.Shutdown()
+	})
+	select {
+	case <-svc.Ready():
+	case <-time.After(20 * time.Second):
+		t.Fatal("service not ready")
+	}
+	return srv.ClientURL()
+}
+
+// run runs the CLI and returns its exit code, stdout and stderr.
+func run(t *testing.T, url string, args ...string) (int, string, string) {
+	t.Helper()
+	var out, errb bytes.Buffer
+	code := Main(append([]string{"--server", url}, args...), strings.NewReader(""), &out, &errb)
+	return code, out.String(), errb.String()
+}
+
+func runJSON(t *testing.T, url string, v any, args ...string) {
+	t.Helper()
+	code, out, errs := run(t, url, append(args, "--json")...)
+	require.Equal(t, 0, code, errs)
+	require.NoError(t, json.Unmarshal([]byte(out), v), out)
+}
+
+func TestCLIWithoutAServerExitsUnavailable(t *testing.T) {
+	code, _, errs := run(t, "nats://127.0.0.1:1", "task", "list")
+	require.Equal(t, exitUnavailable, code)
+	require.Contains(t, errs, "dwr serve")
+}
+
+func TestCLITour(t *testing.T) {
+	url := cliServer(t)
+
+	var ws []map[string]any
+	runJSON(t, url, &ws, "workspace", "list")
+	require.Equal(t, "default", ws[0]["id"])
+
+	var goal map[string]any
+	runJSON(t, url, &goal, "goal", "create", "--title", "Onboard ACME", "--criterion", "account exists", "--command-id", "g-1")
+	require.Equal(t, "open", goal["state"])
+	var again map[string]any
+	runJSON(t, url, &again, "goal", "create", "--title", "Onboard ACME", "--command-id", "g-1")
+	require.Equal(t, goal["id"], again["id"], "the same command id returns the first outcome")
+
+	plan := filepath.Join(t.TempDir(), "plan.yaml")
+	require.NoError(t, os.WriteFile(plan, []byte(`tasks:
+  - key: extract
+    queue: shell
+    input: {doc: acme.pdf}
+  - key: check
+    queue: shell
+    depends_on: [extract]
+    retry: {max_attempts: 5, initial_backoff: 2s}
+`), 0o600))
+	code, out, errs := run(t, url, "plan", "submit", "--goal", goal["id"].(string), "-f", plan)
+	require.Equal(t, 0, code, errs)
+	require.Contains(t, out, "plan version 1")
+
+	var tasks []map[string]any
+	runJSON(t, url, &tasks, "task", "list", "--goal", goal["id"].(string))
+	require.Len(t, tasks, 2)
+	states := map[string]any{}
+	for _, tk := range tasks {
+		states[tk["key"].(string)] = tk["state"]
+		require.NotEmpty(t, tk["id"])
+	}
+	require.Equal(t, map[string]any{"extract": "ready", "check": "pending"}, states)
+
+	code, out, _ = run(t, url, "goal", "get", goal["id"].(string))
+	require.Equal(t, 0, code)
+	require.Contains(t, out, "pending=1 ready=1")
+
+	var hist []map[string]any
+	runJSON(t, url, &hist, "events", goal["id"].(string))
+	require.Equal(t, "goal.created", hist[0]["type"])
+
+	var cancelled map[string]any
+	runJSON(t, url, &cancelled, "task", "cancel", tasks[0]["id"].(string))
+	require.Equal(t, "cancelled", cancelled["state"])
+	code, _, errs = run(t, url, "task", "cancel", tasks[0]["id"].(string))
+	require.Equal(t, exitConflict, code)
+	require.Contains(t, errs, "already cancelled")
+}
+
+func TestCLIBadInputNamesTheField(t *testing.T) {
+	url := cliServer(t)
+	var goal map[string]any
+	runJSON(t, url, &goal, "goal", "create", "--title", "g")
+	plan := filepath.Join(t.TempDir(), "plan.json")
+	require.NoError(t, os.WriteFile(plan, []byte(`[{"key":"a","queue":"q"},{"key":"b","queue":"q","depends_on":["nope"]}]`), 0o600))
+	code, _, errs := run(t, url, "plan", "submit", "--goal", goal["id"].(string), "-f", plan)
+	require.Equal(t, exitInvalid, code)
+	require.Contains(t, errs, "/tasks/1/depends_on/0")
+
+	code, _, errs = run(t, url, "goal", "create")
+	require.Equal(t, exitInvalid, code)
+	require.Contains(t, errs, "title")
+
+	code, _, errs = run(t, url, "task", "get", "01ARZ3NDEKTSV4RRFFQ69G5FAV")
+	require.Equal(t, exitNotFound, code, errs)
+
+	require.NoError(t, os.WriteFile(plan, []byte("tasks: [unclosed"), 0o600))
+	code, _, errs = run(t, url, "plan", "submit", "--goal", goal["id"].(string), "-f", plan)
+	require.Equal(t, exitInvalid, code)
+	require.Contains(t, errs, "YAML")
+}

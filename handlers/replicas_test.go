@@ -1,0 +1,149 @@
+package handlers_test
+
+import (
+	"context"
+	"encoding/json"
+	"path/filepath"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/stretchr/testify/require"
+
+	"github.com/dwr-run/dwr/domain"
+	"github.com/dwr-run/dwr/handlers"
+	"github.com/dwr-run/dwr/handlers/embedded"
+	"github.com/dwr-run/dwr/projections"
+)
+
+// replica is one dwr service with its own views, on a shared NATS server.
+type replica struct {
+	store  *projections.Store
+	svc    *handlers.Service
+	cancel context.CancelFunc
+	done   chan error
+}
+
+func startReplica(t *testing.T, nc *nats.Conn, id string) *replica {
+	t.Helper()
+	store, err := projections.Open(filepath.Join(t.TempDir(), "views"), projections.Options{})
+	require.NoError(t, err)
+	svc, err := handlers.New(nc, store, handlers.Config{WriterID: id, LeaseTTL: time.Second, Logger: testLogger()})
+	require.NoError(t, err)
+	ctx, cancel := context.WithCancel(context.Background())
+	r := &replica{store: store, svc: svc, cancel: cancel, done: make(chan error, 1)}
+	go func() { r.done <- svc.Run(ctx) }()
+	select {
+	case <-svc.Ready():
+	case err := <-r.done:
+		t.Fatalf("replica %s stopped: %v", id, err)
+	case <-time.After(20 * time.Second):
+		t.Fatalf("replica %s not ready", id)
+	}
+	t.Cleanup(func() { r.stop(t) })
+	return r
+}
+
+func (r *replica) stop(t *testing.T) {
+	if r.cancel == nil {
+		return
+	}
+	r.cancel()
+	require.NoError(t, <-r.done)
+	r.cancel = nil
+	require.NoError(t, r.store.Close())
+}
+
+// eventually retries f until it returns true or the deadline passes.
+func eventually(t *testing.T, d time.Duration, f func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	tick := time.NewTicker(20 * time.Millisecond)
+	defer tick.Stop()
+	for !f() {
+		if time.Now().After(deadline) {
+			t.Fatalf("condition not met within %s", d)
+		}
+		<-tick.C
+	}
+}
+
+func TestStandbyTakesOverWhenTheWriterStops(t *testing.T) {
+	srv, err := embedded.Start(embedded.Config{DataDir: t.TempDir()})
+	require.NoError(t, err)
+	t.Cleanup(srv.Shutdown)
+	nc, err := srv.Connect()
+	require.NoError(t, err)
+	t.Cleanup(nc.Close)
+	b := &bundle{nc: nc}
+
+	a := startReplica(t, nc, "writer-a")
+	eventually(t, 10*time.Second, func() bool {
+		r := b.command(t, "goal.create", map[string]any{"title": "first"}, "first")
+		return r.OK
+	})
+	standby := startReplica(t, nc, "writer-b")
+
+	// The standby's views follow the log.
+	r := b.command(t, "goal.create", map[string]any{"title": "second"}, "second")
+	require.True(t, r.OK)
+	require.NoError(t, waitFor(standby.store, r.Seq))
+	goals, err := standby.store.ListGoals("default", "", 0)
+	require.NoError(t, err)
+	require.Len(t, goals, 2)
+
+	// The writer stops; the standby takes the lease and the writing.
+	a.stop(t)
+	start := time.Now()
+	var third handlers.Response
+	eventually(t, 20*time.Second, func() bool {
+		var err error
+		third, err = b.tryCommand("goal.create", map[string]any{"title": "third"}, "third")
+		return err == nil && third.OK
+	})
+	t.Logf("takeover in %s", time.Since(start).Round(time.Millisecond))
+	var rep domain.Reply
+	require.NoError(t, json.Unmarshal(third.Result, &rep))
+	// A retry of a command the old writer committed still gets its first outcome.
+	again := b.command(t, "goal.create", map[string]any{"title": "second"}, "second")
+	require.True(t, again.OK)
+	require.JSONEq(t, string(r.Result), string(again.Result))
+	require.NoError(t, waitFor(standby.store, third.Seq))
+	goals, err = standby.store.ListGoals("default", "", 0)
+	require.NoError(t, err)
+	require.Len(t, goals, 3)
+}
+
+func waitFor(s *projections.Store, seq uint64) error {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	return s.WaitFor(ctx, seq)
+}
+
+func TestFeedIsRepairedFromTheLog(t *testing.T) {
+	b := setup(t)
+	_, seq := b.mustCommand(t, "goal.create", map[string]any{"title": "g"})
+	js := b.jetstream(t)
+	st, err := js.Stream(context.Background(), "DWR_EVENTS")
+	require.NoError(t, err)
+	eventually(t, 10*time.Second, func() bool {
+		info, err := st.Info(context.Background())
+		return err == nil && info.State.Msgs >= 2
+	})
+	// Lose the feed entirely; a restart derives it again from the log.
+	require.NoError(t, st.Purge(context.Background()))
+	dir := b.dir
+	b.stop()
+	b2 := start(t, dir)
+	st, err = b2.jetstream(t).Stream(context.Background(), "DWR_EVENTS")
+	require.NoError(t, err)
+	eventually(t, 10*time.Second, func() bool {
+		m, err := st.GetLastMsgForSubject(context.Background(), "dwr.ev.>")
+		if err != nil {
+			return false
+		}
+		got, err := strconv.ParseUint(m.Header.Get(handlers.HeaderLogSeq), 10, 64)
+		return err == nil && got >= seq
+	})
+}

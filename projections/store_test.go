@@ -1,0 +1,243 @@
+package projections_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/cockroachdb/pebble/v2/vfs"
+	"github.com/oklog/ulid/v2"
+	"github.com/stretchr/testify/require"
+	"pgregory.net/rapid"
+
+	"github.com/dwr-run/dwr/domain"
+	"github.com/dwr-run/dwr/eventstore"
+	"github.com/dwr-run/dwr/projections"
+)
+
+// cmd is a test command with its metadata.
+type cmd struct {
+	c  domain.Command
+	id string
+}
+
+// decider decides commands with domain.Execute against a Store, as the
+// service's writer does.
+type decider struct {
+	store *projections.Store
+	now   time.Time
+}
+
+func (d *decider) Decide(items []cmd) ([]eventstore.Event, []eventstore.CommandResult, []error) {
+	o := domain.NewOverlay(d.store)
+	errs := make([]error, len(items))
+	var evs []eventstore.Event
+	var res []eventstore.CommandResult
+	for i, it := range items {
+		m := domain.Meta{CommandID: it.id, Workspace: "w", Actor: "test", Now: d.now}
+		out, err := domain.Execute(o, it.c, m)
+		if err != nil {
+			errs[i] = err
+			continue
+		}
+		for _, ch := range out.Changes {
+			if err := o.Apply(ch, domain.Recorded{CommandID: it.id, Time: d.now}); err != nil {
+				panic(err)
+			}
+			data, _ := json.Marshal(ch.Event)
+			evs = append(evs, eventstore.Event{Type: ch.Event.EventType(), SchemaVersion: 1, Workspace: ch.Workspace,
+				AggregateType: ch.AggregateType, AggregateID: ch.AggregateID, Version: ch.Version,
+				CommandID: it.id, Actor: "test", Time: d.now, Data: data})
+		}
+		reply, _ := json.Marshal(out.Reply)
+		res = append(res, eventstore.CommandResult{Workspace: "w", CommandID: it.id, Reply: reply})
+	}
+	return evs, res, errs
+}
+
+// harness drives commands one batch at a time through a committer on a
+// memory log into a store.
+type harness struct {
+	t     require.TestingT
+	log   *eventstore.MemoryLog
+	store *projections.Store
+	d     *decider
+}
+
+func newHarness(t require.TestingT, store *projections.Store) *harness {
+	h := &harness{t: t, log: eventstore.NewMemoryLog(), store: store}
+	h.d = &decider{store: store, now: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)}
+	return h
+}
+
+// batch decides cmds against the store, appends their events as one record,
+// chained on the store's tips, and applies it to the store.
+func (h *harness) batch(cmds ...cmd) {
+	evs, res, _ := h.d.Decide(cmds)
+	if len(evs) == 0 && len(res) == 0 {
+		return
+	}
+	rec := &eventstore.Commit{Kind: eventstore.KindEvents, Epoch: 1, Writer: "t", Time: h.d.now, Results: res}
+	chain := eventstore.NewChainVerifier()
+	require.NoError(h.t, h.store.SeedChain(chain))
+	tx := chain.Begin()
+	for i := range evs {
+		evs[i].ID = ulid.Make().String()
+		require.NoError(h.t, tx.Link(&evs[i]))
+	}
+	rec.Events = evs
+	b, err := eventstore.EncodeCommit(rec)
+	require.NoError(h.t, err)
+	last, err := h.log.LastSeq(context.Background())
+	require.NoError(h.t, err)
+	seq, err := h.log.Append(context.Background(), b, last)
+	require.NoError(h.t, err)
+	dec, err := eventstore.DecodeCommit(b)
+	require.NoError(h.t, err)
+	require.NoError(h.t, h.store.Apply(seq, dec))
+}
+
+func dump(t require.TestingT, s *projections.Store) []byte {
+	var b bytes.Buffer
+	require.NoError(t, s.Dump(&b))
+	return b.Bytes()
+}
+
+func openMem(t require.TestingT) *projections.Store {
+	s, err := projections.Open("views", projections.Options{FS: vfs.NewMem()})
+	require.NoError(t, err)
+	return s
+}
+
+// genCommand draws a random command sequence over a few goals and tasks.
+func genCommand(rt *rapid.T, h *harness, n int) cmd {
+	id := fmt.Sprintf("c%d", n)
+	if n > 0 && rapid.IntRange(0, 9).Draw(rt, "repeat") == 0 {
+		id = fmt.Sprintf("c%d", rapid.IntRange(0, n-1).Draw(rt, "repeatOf")) // a retried command id
+	}
+	tasks, _ := h.store.ListTasks("w", projections.TaskFilter{})
+	goals, _ := h.store.ListGoals("w", "", 0)
+	pickTask := func() string {
+		if len(tasks) == 0 {
+			return "01ARZ3NDEKTSV4RRFFQ69G5FAV"
+		}
+		return tasks[rapid.IntRange(0, len(tasks)-1).Draw(rt, "task")].ID
+	}
+	switch k := rapid.IntRange(0, 7).Draw(rt, "kind"); {
+	case k == 0 || len(goals) == 0:
+		return cmd{&domain.CreateGoal{GoalID: domain.DeriveID(h.d.now, id+"goal"), Title: "g"}, id}
+	case k == 1:
+		nt := rapid.IntRange(1, 4).Draw(rt, "ntasks")
+		specs := make([]domain.TaskSpec, nt)
+		for i := range specs {
+			specs[i] = domain.TaskSpec{Key: fmt.Sprintf("k%d", i), Queue: "q"}
+			if i > 0 && rapid.Bool().Draw(rt, "dep") {
+				specs[i].DependsOn = []string{fmt.Sprintf("k%d", rapid.IntRange(0, i-1).Draw(rt, "depOn"))}
+			}
+		}
+		g := goals[rapid.IntRange(0, len(goals)-1).Draw(rt, "goal")]
+		return cmd{&domain.SubmitPlan{GoalID: g.ID, Tasks: specs}, id}
+	case k == 2 || k == 3:
+		return cmd{&domain.ClaimTask{TaskID: pickTask(), Executor: "e", Supersedes: rapid.IntRange(0, 2).Draw(rt, "sup")}, id}
+	case k == 4:
+		return cmd{&domain.ReportSuccess{TaskID: pickTask(), Attempt: rapid.IntRange(1, 3).Draw(rt, "att")}, id}
+	case k == 5:
+		return cmd{&domain.ReportFailure{TaskID: pickTask(), Attempt: rapid.IntRange(1, 3).Draw(rt, "att"),
+			Error: domain.ErrorInfo{Message: "boom"}, Retryable: rapid.Bool().Draw(rt, "retryable")}, id}
+	case k == 6:
+		return cmd{&domain.FireTimer{TaskID: pickTask(), Kind: domain.TimerBackoff}, id}
+	default:
+		return cmd{&domain.CancelTask{TaskID: pickTask()}, id}
+	}
+}
+
+func TestRebuiltViewsEqualLiveViews(t *testing.T) {
+	rapid.Check(t, func(rt *rapid.T) {
+		live := openMem(rt)
+		defer live.Close()
+		h := newHarness(rt, live)
+		h.batch(cmd{&domain.CreateWorkspace{Name: "w"}, "ws"})
+		steps := rapid.IntRange(1, 40).Draw(rt, "steps")
+		for n := 0; n < steps; n++ {
+			size := rapid.IntRange(1, 3).Draw(rt, "batch")
+			var cmds []cmd
+			for range size {
+				cmds = append(cmds, genCommand(rt, h, n))
+			}
+			h.d.now = h.d.now.Add(time.Duration(rapid.IntRange(0, 5000).Draw(rt, "ms")) * time.Millisecond)
+			h.batch(cmds...)
+		}
+		rebuilt, err := projections.Rebuild(context.Background(), h.log, "rebuilt", projections.Options{FS: vfs.NewMem()}, nil)
+		require.NoError(rt, err)
+		defer rebuilt.Close()
+		require.Equal(rt, live.Checkpoint(), rebuilt.Checkpoint())
+		require.True(rt, bytes.Equal(dump(rt, live), dump(rt, rebuilt)), "rebuilt views differ from live ones")
+	})
+}
+
+func TestCrashBeforeViewsSyncCatchesUp(t *testing.T) {
+	fs := vfs.NewCrashableMem()
+	s, err := projections.Open("views", projections.Options{FS: fs})
+	require.NoError(t, err)
+	h := newHarness(t, s)
+	h.batch(cmd{&domain.CreateWorkspace{Name: "w"}, "ws"})
+	goal := domain.DeriveID(h.d.now, "g")
+	h.batch(cmd{&domain.CreateGoal{GoalID: goal, Title: "g"}, "c1"})
+	require.NoError(t, s.Close()) // Close flushes: everything so far is on "disk"
+	s, err = projections.Open("views", projections.Options{FS: fs})
+	require.NoError(t, err)
+	h.store, h.d.store = s, s
+	synced := s.Checkpoint()
+	h.batch(cmd{&domain.SubmitPlan{GoalID: goal, Tasks: []domain.TaskSpec{{Key: "a", Queue: "q"}, {Key: "b", Queue: "q", DependsOn: []string{"a"}}}}, "c2"})
+	require.Greater(t, s.Checkpoint(), synced)
+	// Crash: everything not synced is lost, rows and checkpoint together.
+	crashed := fs.CrashClone(vfs.CrashCloneCfg{})
+	require.NoError(t, s.Close())
+	s2, err := projections.Open("views", projections.Options{FS: crashed})
+	require.NoError(t, err)
+	defer s2.Close()
+	last, err := h.log.LastSeq(context.Background())
+	require.NoError(t, err)
+	require.Less(t, s2.Checkpoint(), last, "the unsynced record was lost with its rows")
+	_, err = s2.CatchUp(context.Background(), h.log)
+	require.NoError(t, err)
+	rebuilt, err := projections.Rebuild(context.Background(), h.log, "rebuilt", projections.Options{FS: vfs.NewMem()}, nil)
+	require.NoError(t, err)
+	defer rebuilt.Close()
+	require.Equal(t, dump(t, rebuilt), dump(t, s2))
+	tasks, err := s2.ListTasks("w", projections.TaskFilter{GoalID: goal})
+	require.NoError(t, err)
+	require.Len(t, tasks, 2)
+}
+
+func TestApplyIsIdempotentAndDetectsBrokenChains(t *testing.T) {
+	s := openMem(t)
+	defer s.Close()
+	h := newHarness(t, s)
+	h.batch(cmd{&domain.CreateWorkspace{Name: "w"}, "ws"})
+	goal := domain.DeriveID(h.d.now, "g")
+	h.batch(cmd{&domain.CreateGoal{GoalID: goal, Title: "g"}, "c1"})
+	before := dump(t, s)
+	// Feeding a record again changes nothing.
+	require.NoError(t, h.log.Read(context.Background(), 1, func(seq uint64, rec []byte) error {
+		c, err := eventstore.DecodeCommit(rec)
+		require.NoError(t, err)
+		return s.Apply(seq, c)
+	}))
+	require.Equal(t, before, dump(t, s))
+
+	// A record whose event skips a version is refused, and nothing of it lands.
+	bad := &eventstore.Commit{Kind: eventstore.KindEvents, Epoch: 1, Writer: "t", Time: h.d.now, Events: []eventstore.Event{{
+		ID: ulid.Make().String(), Type: "goal.cancelled", SchemaVersion: 1, Workspace: "w", AggregateType: "goal",
+		AggregateID: goal, Version: 3, CommandID: "x", Time: h.d.now, Data: json.RawMessage(`{}`)}}}
+	b, err := eventstore.EncodeCommit(bad)
+	require.NoError(t, err)
+	dec, err := eventstore.DecodeCommit(b)
+	require.NoError(t, err)
+	var ce *projections.ChainError
+	require.ErrorAs(t, s.Apply(s.Checkpoint()+1, dec), &ce)
+	require.Equal(t, before, dump(t, s))
+}
