@@ -1,0 +1,356 @@
+package domain
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"reflect"
+	"time"
+
+	"github.com/stretchr/testify/require"
+)
+
+// testingT is what the harness needs from *testing.T and *rapid.T.
+type testingT interface {
+	require.TestingT
+	Helper()
+	Logf(format string, args ...any)
+}
+
+// epoch is where every test clock starts: a fixed UTC time, so histories are
+// deterministic and times compare with reflect.DeepEqual.
+var epoch = time.Date(2030, 1, 2, 3, 4, 5, 0, time.UTC)
+
+// entry is one committed change with what the log records beside it.
+type entry struct {
+	Change
+	Recorded
+}
+
+// world is a committed world for tests: an Overlay over Empty{} that every
+// accepted outcome is applied to, a fake clock that moves only when told, and
+// the whole history in commit order.
+type world struct {
+	t       testingT
+	ws      string
+	o       *Overlay
+	now     time.Time
+	seq     int
+	history []entry
+}
+
+// newWorld returns a world with nothing in it, deciding in workspace "acme".
+func newWorld(t testingT) *world {
+	return &world{t: t, ws: "acme", o: NewOverlay(Empty{}), now: epoch}
+}
+
+// setup returns a world whose workspace exists.
+func setup(t testingT) *world {
+	t.Helper()
+	w := newWorld(t)
+	w.must(&CreateWorkspace{Name: w.ws})
+	return w
+}
+
+// nextCommandID returns a fresh command id.
+func (w *world) nextCommandID() string {
+	w.seq++
+	return fmt.Sprintf("cmd-%05d", w.seq)
+}
+
+// newID returns a fresh ULID for a goal or a task.
+func (w *world) newID() string {
+	w.seq++
+	return DeriveID(w.now, fmt.Sprintf("id-%d", w.seq))
+}
+
+// advance moves the clock forward by d.
+func (w *world) advance(d time.Duration) { w.now = w.now.Add(d) }
+
+// run decides cmd under a fresh command id; see runID.
+func (w *world) run(cmd Command) (*Outcome, error) { return w.runID(w.nextCommandID(), cmd) }
+
+// runID decides cmd under command id id at the current time and, unless it
+// is refused, commits its changes: applies them to the overlay (which checks
+// each version) and appends them to the history.
+func (w *world) runID(id string, cmd Command) (*Outcome, error) {
+	w.t.Helper()
+	m := Meta{CommandID: id, Workspace: w.ws, Actor: "tester", Now: w.now}
+	out, err := Execute(w.o, cmd, m)
+	if err != nil {
+		require.Nil(w.t, out, "a refused command has no outcome")
+		return nil, err
+	}
+	r := Recorded{CommandID: id, Time: w.now}
+	for _, c := range out.Changes {
+		require.NoError(w.t, w.o.Apply(c, r), "committing %s", cmd.CommandName())
+		w.history = append(w.history, entry{Change: c, Recorded: r})
+	}
+	return out, nil
+}
+
+// must decides and commits cmd, failing the test if it is refused.
+func (w *world) must(cmd Command) *Outcome {
+	w.t.Helper()
+	out, err := w.run(cmd)
+	require.NoError(w.t, err, "%s %+v", cmd.CommandName(), cmd)
+	return out
+}
+
+// refused decides cmd, requires it to be refused with code, and requires
+// that nothing was committed. It returns the refusal.
+func (w *world) refused(cmd Command, code Code) *Error {
+	w.t.Helper()
+	before, snap := len(w.history), w.snapshot()
+	_, err := w.run(cmd)
+	require.Error(w.t, err, "%s %+v should be refused", cmd.CommandName(), cmd)
+	require.Equal(w.t, snap, w.snapshot(), "deciding changed the world it was decided against")
+	var de *Error
+	require.True(w.t, errors.As(err, &de), "refusal %v is not a *domain.Error", err)
+	require.Equal(w.t, code, de.Code, "refusal: %v", err)
+	require.Len(w.t, w.history, before, "a refused command committed changes")
+	return de
+}
+
+// duplicate decides cmd under command id id and requires an outcome with no
+// changes that is marked Duplicate.
+func (w *world) duplicate(id string, cmd Command) *Outcome {
+	w.t.Helper()
+	before := len(w.history)
+	out, err := w.runID(id, cmd)
+	require.NoError(w.t, err)
+	require.Empty(w.t, out.Changes, "a duplicate appended changes")
+	require.True(w.t, out.Reply.Duplicate, "reply should be marked duplicate")
+	require.Len(w.t, w.history, before)
+	return out
+}
+
+func (w *world) task(id string) *Task {
+	w.t.Helper()
+	t, err := w.o.Task(id)
+	require.NoError(w.t, err)
+	require.NotNil(w.t, t, "task %s", id)
+	return t
+}
+
+func (w *world) goal(id string) *Goal {
+	w.t.Helper()
+	g, err := w.o.Goal(id)
+	require.NoError(w.t, err)
+	require.NotNil(w.t, g, "goal %s", id)
+	return g
+}
+
+func (w *world) state(taskID string) string { w.t.Helper(); return w.task(taskID).State }
+
+// createGoal creates an open goal and returns its id.
+func (w *world) createGoal(env Envelope) string {
+	w.t.Helper()
+	id := w.newID()
+	w.must(&CreateGoal{GoalID: id, Title: "goal " + id, Envelope: env})
+	return id
+}
+
+// plan submits specs as goalID's next plan and returns the task id of each key.
+func (w *world) plan(goalID string, specs ...TaskSpec) (map[string]string, *Outcome) {
+	w.t.Helper()
+	out := w.must(&SubmitPlan{GoalID: goalID, Tasks: specs})
+	ids := map[string]string{}
+	for _, pt := range out.Reply.Tasks {
+		ids[pt.Key] = pt.TaskID
+	}
+	require.Len(w.t, ids, len(specs))
+	return ids, out
+}
+
+// claim claims a ready task and returns the attempt it started.
+func (w *world) claim(taskID string) int {
+	w.t.Helper()
+	out := w.must(&ClaimTask{TaskID: taskID, Executor: "exec-1", ExecutorVersion: "1.0"})
+	require.Equal(w.t, StateRunning, out.Reply.State)
+	return out.Reply.Attempt
+}
+
+func (w *world) succeed(taskID string, attempt int) *Outcome {
+	w.t.Helper()
+	return w.must(&ReportSuccess{TaskID: taskID, Attempt: attempt, Result: json.RawMessage(`{"ok":true}`)})
+}
+
+func (w *world) fail(taskID string, attempt int, retryable bool) *Outcome {
+	w.t.Helper()
+	return w.must(&ReportFailure{TaskID: taskID, Attempt: attempt, Retryable: retryable,
+		Error: ErrorInfo{Code: "boom", Message: "it broke"}})
+}
+
+func (w *world) verify(taskID string, attempt int, outcome string) *Outcome {
+	w.t.Helper()
+	return w.must(verification(taskID, attempt, outcome))
+}
+
+func verification(taskID string, attempt int, outcome string) *RecordVerification {
+	return &RecordVerification{TaskID: taskID, Attempt: attempt, Outcome: outcome, Verifier: "checker",
+		VerifierVersion: "2", ResultDigest: fmt.Sprintf("sha256-of-attempt-%d", attempt),
+		Evidence: json.RawMessage(`{"checked":"` + outcome + `"}`)}
+}
+
+// events returns the event types the outcome appends to aggregate id, in order.
+func events(out *Outcome, id string) []string {
+	var s []string
+	for _, c := range out.Changes {
+		if c.AggregateID == id {
+			s = append(s, c.Event.EventType())
+		}
+	}
+	return s
+}
+
+// eventOf returns the single event of type E that out appends to aggregate id.
+func eventOf[E Event](t testingT, out *Outcome, id string) E {
+	t.Helper()
+	var found []E
+	for _, c := range out.Changes {
+		if e, ok := c.Event.(E); ok && c.AggregateID == id {
+			found = append(found, e)
+		}
+	}
+	require.Len(t, found, 1, "events %T of %s", *new(E), id)
+	return found[0]
+}
+
+// spec returns a plain task spec on queue "work".
+func spec(key string, deps ...string) TaskSpec {
+	return TaskSpec{Key: key, Title: "task " + key, Queue: "work", DependsOn: deps}
+}
+
+// chain returns the plan a -> b -> c.
+func chain() []TaskSpec { return []TaskSpec{spec("a"), spec("b", "a"), spec("c", "b")} }
+
+// aggregates returns the ids of every aggregate of type typ in the history,
+// in the order they were created.
+func (w *world) aggregates(typ string) []string {
+	var ids []string
+	for _, e := range w.history {
+		if e.AggregateType == typ && e.Version == 1 {
+			ids = append(ids, e.AggregateID)
+		}
+	}
+	return ids
+}
+
+// replayed is the state a history replays to.
+type replayed struct {
+	workspaces map[string]*Workspace
+	goals      map[string]*Goal
+	tasks      map[string]*Task
+}
+
+// replay folds history into state with the Apply functions alone, from
+// nothing, checking that each aggregate's versions run 1, 2, 3, ...
+func replay(history []entry) (*replayed, error) {
+	r := &replayed{workspaces: map[string]*Workspace{}, goals: map[string]*Goal{}, tasks: map[string]*Task{}}
+	versions := map[string]uint64{}
+	for i, e := range history {
+		k := e.AggregateType + "/" + e.AggregateID
+		if e.Version != versions[k]+1 {
+			return nil, fmt.Errorf("history[%d]: %s version %d follows %d", i, k, e.Version, versions[k])
+		}
+		versions[k] = e.Version
+		var err error
+		switch e.AggregateType {
+		case AggWorkspace:
+			r.workspaces[e.AggregateID], err = ApplyWorkspace(r.workspaces[e.AggregateID], e.AggregateID, e.Event, e.Recorded)
+		case AggGoal:
+			r.goals[e.AggregateID], err = ApplyGoal(r.goals[e.AggregateID], e.AggregateID, e.Workspace, e.Event, e.Recorded)
+		case AggTask:
+			r.tasks[e.AggregateID], err = ApplyTask(r.tasks[e.AggregateID], e.AggregateID, e.Workspace, e.Event, e.Recorded)
+		default:
+			err = fmt.Errorf("unknown aggregate type %q", e.AggregateType)
+		}
+		if err != nil {
+			return nil, fmt.Errorf("history[%d] %s: %w", i, e.Event.EventType(), err)
+		}
+	}
+	return r, nil
+}
+
+// requireReplays checks that the history replays, from nothing, to states
+// deep-equal to the committed world's.
+func (w *world) requireReplays() {
+	w.t.Helper()
+	r, err := replay(w.history)
+	require.NoError(w.t, err)
+	w.requireSameAs(r, reflect.DeepEqual)
+}
+
+// requireReplaysFromWire checks the same after every event went through its
+// wire form (json.Marshal, DecodeEvent). States are compared by their JSON,
+// because the wire does not keep the difference between an empty and a nil
+// slice.
+func (w *world) requireReplaysFromWire() {
+	w.t.Helper()
+	wire := make([]entry, len(w.history))
+	for i, e := range w.history {
+		b, err := json.Marshal(e.Event)
+		require.NoError(w.t, err)
+		ev, err := DecodeEvent(e.Event.EventType(), b)
+		require.NoError(w.t, err, "decode %s %s", e.Event.EventType(), b)
+		wire[i] = e
+		wire[i].Event = ev
+	}
+	r, err := replay(wire)
+	require.NoError(w.t, err)
+	w.requireSameAs(r, func(a, b any) bool {
+		ja, erra := json.Marshal(a)
+		jb, errb := json.Marshal(b)
+		return erra == nil && errb == nil && string(ja) == string(jb)
+	})
+}
+
+func (w *world) requireSameAs(r *replayed, equal func(a, b any) bool) {
+	w.t.Helper()
+	for _, id := range w.aggregates(AggWorkspace) {
+		got, err := w.o.Workspace(id)
+		require.NoError(w.t, err)
+		require.True(w.t, equal(r.workspaces[id], got), "workspace %s:\nreplayed  %+v\ncommitted %+v", id, r.workspaces[id], got)
+	}
+	for _, id := range w.aggregates(AggGoal) {
+		require.True(w.t, equal(r.goals[id], w.goal(id)), "goal %s:\nreplayed  %+v\ncommitted %+v", id, r.goals[id], w.goal(id))
+	}
+	for _, id := range w.aggregates(AggTask) {
+		require.True(w.t, equal(r.tasks[id], w.task(id)), "task %s:\nreplayed  %+v\ncommitted %+v", id, r.tasks[id], w.task(id))
+	}
+	require.Len(w.t, r.workspaces, len(w.aggregates(AggWorkspace)))
+	require.Len(w.t, r.goals, len(w.aggregates(AggGoal)))
+	require.Len(w.t, r.tasks, len(w.aggregates(AggTask)))
+}
+
+// snapshot returns the JSON of every aggregate, to show that deciding a
+// command did not modify the world it was decided against.
+func (w *world) snapshot() string {
+	w.t.Helper()
+	var all []any
+	for _, id := range w.aggregates(AggWorkspace) {
+		ws, _ := w.o.Workspace(id)
+		all = append(all, ws)
+	}
+	for _, id := range w.aggregates(AggGoal) {
+		all = append(all, w.goal(id))
+	}
+	for _, id := range w.aggregates(AggTask) {
+		all = append(all, w.task(id))
+	}
+	b, err := json.Marshal(all)
+	require.NoError(w.t, err)
+	return string(b)
+}
+
+// historyOf returns the events of aggregate id in the history, in order.
+func (w *world) historyOf(id string) []Event {
+	var es []Event
+	for _, e := range w.history {
+		if e.AggregateID == id {
+			es = append(es, e.Event)
+		}
+	}
+	return es
+}
