@@ -137,8 +137,8 @@ func (x *tx) submitPlan(c *SubmitPlan) (Reply, error) {
 		r.Tasks, r.Duplicate = g.Plan, true
 		return r, nil
 	}
-	if g.State != GoalStateOpen {
-		return Reply{}, conflict("goal %s is %s; a plan can only be submitted to an open goal", g.ID, g.State)
+	if g.State != GoalStateOpen && g.State != GoalStateFailed {
+		return Reply{}, conflict("goal %s is %s; a plan can only be submitted to an open goal, or to a failed one to revise it", g.ID, g.State)
 	}
 	order, err := planOrder(c.Tasks)
 	if err != nil {
@@ -187,7 +187,7 @@ func (x *tx) submitPlan(c *SubmitPlan) (Reply, error) {
 		} else {
 			ev.Added = append(ev.Added, s.Key)
 		}
-		ids[s.Key] = DeriveID(x.m.Now, fmt.Sprintf("%s/%d/%s/%s", g.ID, version, s.Key, x.m.CommandID))
+		ids[s.Key] = DeriveSeqID(x.m.Now, i, fmt.Sprintf("%s/%d/%s/%s", g.ID, version, s.Key, x.m.CommandID))
 		creates = append(creates, i)
 	}
 	for _, s := range c.Tasks {
@@ -226,7 +226,10 @@ func (x *tx) submitPlan(c *SubmitPlan) (Reply, error) {
 	}
 	for _, i := range creates {
 		s := c.Tasks[i]
-		deps := make([]string, len(s.DependsOn))
+		var deps []string
+		if len(s.DependsOn) > 0 {
+			deps = make([]string, len(s.DependsOn))
+		}
 		open := false
 		for j, d := range s.DependsOn {
 			deps[j] = ids[d]
@@ -241,11 +244,14 @@ func (x *tx) submitPlan(c *SubmitPlan) (Reply, error) {
 		state, wait := x.initialState(s, open)
 		created := &TaskCreated{GoalID: g.ID, PlanVersion: version, Spec: s, DependsOn: deps, State: state}
 		if wait != nil {
-			created.WaitUntil = wait.Until
+			created.WaitKind, created.WaitUntil = wait.Kind, wait.Until
 		}
 		if err := x.emit(ids[s.Key], created); err != nil {
 			return Reply{}, err
 		}
+	}
+	if err := x.checkGoal(g.ID); err != nil { // a revision may leave only ended tasks
+		return Reply{}, err
 	}
 	g, _ = x.o.Goal(g.ID)
 	r := goalReply(g)

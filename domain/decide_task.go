@@ -3,6 +3,7 @@ package domain
 import (
 	"fmt"
 	"slices"
+	"time"
 )
 
 func (x *tx) createTask(c *CreateTask) (Reply, error) {
@@ -40,7 +41,7 @@ func (x *tx) createTask(c *CreateTask) (Reply, error) {
 	state, wait := x.initialState(c.Spec, open)
 	created := &TaskCreated{Spec: c.Spec, DependsOn: slices.Clone(c.Spec.DependsOn), State: state}
 	if wait != nil {
-		created.WaitUntil = wait.Until
+		created.WaitKind, created.WaitUntil = wait.Kind, wait.Until
 	}
 	if err := x.emit(c.TaskID, created); err != nil {
 		return Reply{}, err
@@ -92,6 +93,14 @@ func (x *tx) claimTask(c *ClaimTask) (Reply, error) {
 		return Reply{}, conflict("task %s is running attempt %d; a claim may supersede it only when its lease has lapsed", t.ID, t.Running().N)
 	default:
 		return Reply{}, conflict("task %s is %s, not ready; it cannot be claimed", t.ID, t.State)
+	}
+	if why, err := x.overBudget(t); err != nil {
+		return Reply{}, err
+	} else if why != "" {
+		if err := x.emit(t.ID, &TaskFailed{Reason: ReasonBudget, Error: &ErrorInfo{Code: ReasonBudget, Message: why}}); err != nil {
+			return Reply{}, err
+		}
+		return x.after(t.ID)
 	}
 	if spent(t) >= t.Retry().MaxAttempts {
 		if err := x.emit(t.ID, &TaskFailed{Reason: ReasonAttemptsSpent,
@@ -205,6 +214,11 @@ func (x *tx) failAttempt(t *Task, n int, e ErrorInfo, retryable bool) error {
 		return x.emit(t.ID, &TaskFailed{Reason: ReasonNotRetryable, Error: &e})
 	case spent(t) >= policy.MaxAttempts:
 		return x.emit(t.ID, &TaskFailed{Reason: ReasonAttemptsSpent, Error: &e})
+	}
+	if why, err := x.overBudget(t); err != nil {
+		return err
+	} else if why != "" {
+		return x.emit(t.ID, &TaskFailed{Reason: ReasonBudget, Error: &ErrorInfo{Code: ReasonBudget, Message: why}})
 	}
 	return x.emit(t.ID, &BackoffScheduled{Attempt: n, Until: x.m.Now.Add(policy.Backoff(spent(t)))})
 }
@@ -428,4 +442,52 @@ func (x *tx) fireTimer(c *FireTimer) (Reply, error) {
 		return Reply{}, err
 	}
 	return x.after(t.ID)
+}
+
+// overBudget says why the envelope of t's goal allows no further attempt:
+// its attempts, tokens or cost are used up, or its deadline has passed. It
+// returns "" when another attempt is allowed (and for standalone tasks).
+func (x *tx) overBudget(t *Task) (string, error) {
+	if t.GoalID == "" {
+		return "", nil
+	}
+	g, err := x.o.Goal(t.GoalID)
+	if err != nil || g == nil {
+		return "", err
+	}
+	b := g.Envelope.Budget
+	if b.Deadline != nil && !x.m.Now.Before(*b.Deadline) {
+		return fmt.Sprintf("the goal's deadline %s has passed", b.Deadline.Format(time.RFC3339)), nil
+	}
+	if b.Attempts == 0 && b.Tokens == 0 && b.Cost == 0 {
+		return "", nil
+	}
+	var attempts int
+	var tokens int64
+	var cost float64
+	for _, pt := range g.Plan {
+		pt, err := x.o.Task(pt.TaskID)
+		if err != nil {
+			return "", err
+		}
+		if pt == nil {
+			continue
+		}
+		attempts += len(pt.Attempts)
+		for _, a := range pt.Attempts {
+			for _, s := range a.ModelSteps {
+				tokens += s.Tokens
+				cost += s.Cost
+			}
+		}
+	}
+	switch {
+	case b.Attempts > 0 && attempts >= b.Attempts:
+		return fmt.Sprintf("the goal's budget of %d attempts is used up", b.Attempts), nil
+	case b.Tokens > 0 && tokens >= b.Tokens:
+		return fmt.Sprintf("the goal's budget of %d tokens is used up (%d used)", b.Tokens, tokens), nil
+	case b.Cost > 0 && cost >= b.Cost:
+		return fmt.Sprintf("the goal's budget of cost %g is used up (%g used)", b.Cost, cost), nil
+	}
+	return "", nil
 }

@@ -1029,3 +1029,83 @@ func TestReusedVerificationCommandIsANoOp(t *testing.T) {
 	w.duplicate("verify-1", verification(id, 2, OutcomePass))
 	require.Equal(t, StateVerifying, w.state(id))
 }
+
+func TestRevisionRepairsAFailedGoal(t *testing.T) {
+	w := setup(t)
+	g := w.createGoal(Envelope{})
+	v1, _ := w.plan(g, spec("a"), spec("b", "a"), spec("c", "b"))
+	w.succeed(v1["a"], w.claim(v1["a"]))
+	w.fail(v1["b"], w.claim(v1["b"]), false)
+	require.Equal(t, StateFailed, w.state(v1["c"]), "the dependent failed with its dependency")
+	require.Equal(t, GoalStateFailed, w.goal(g).State)
+
+	// A revision replaces the failed tasks, keeps the accepted one, and reopens the goal.
+	v2, out := w.plan(g, spec("a"), spec("b", "a"), spec("c", "b"))
+	pc := eventOf[*PlanCommitted](t, out, g)
+	require.Equal(t, []string{"a"}, pc.Kept)
+	require.Equal(t, []string{"b", "c"}, pc.Replaced)
+	require.Equal(t, GoalStateOpen, w.goal(g).State)
+	require.Equal(t, v1["a"], v2["a"])
+	require.Equal(t, StateReady, w.state(v2["b"]), "its dependency is already accepted")
+	require.Equal(t, StatePending, w.state(v2["c"]))
+	w.succeed(v2["b"], w.claim(v2["b"]))
+	out = w.succeed(v2["c"], w.claim(v2["c"]))
+	require.Equal(t, []string{"goal.achieved"}, events(out, g))
+	w.requireReplays()
+}
+
+func TestRevisionThatLeavesOnlyAcceptedTasksAchievesTheGoal(t *testing.T) {
+	w := setup(t)
+	g := w.createGoal(Envelope{})
+	v1, _ := w.plan(g, spec("a"), spec("b"))
+	w.succeed(v1["a"], w.claim(v1["a"]))
+	_, out := w.plan(g, spec("a"))
+	require.Equal(t, ReasonRemoved, eventOf[*TaskCancelled](t, out, v1["b"]).Reason)
+	require.Equal(t, GoalStateAchieved, w.goal(g).State, "decided in the revision's own commit")
+	w.requireReplays()
+}
+
+func TestPlanTasksListInPlanOrder(t *testing.T) {
+	w := setup(t)
+	g := w.createGoal(Envelope{})
+	ids, out := w.plan(g, spec("z"), spec("y"), spec("x"), spec("w"))
+	var prev string
+	for _, pt := range out.Reply.Tasks {
+		require.Greater(t, pt.TaskID, prev, "task ids sort in plan order")
+		prev = pt.TaskID
+	}
+	require.Len(t, ids, 4)
+}
+
+func TestGoalBudgetEndsItsTasks(t *testing.T) {
+	t.Run("attempts", func(t *testing.T) {
+		w := setup(t)
+		g := w.createGoal(Envelope{Budget: Budget{Attempts: 2}})
+		ids, _ := w.plan(g, spec("a"), spec("b"))
+		w.succeed(ids["a"], w.claim(ids["a"]))
+		out := w.fail(ids["b"], w.claim(ids["b"]), true)
+		f := eventOf[*TaskFailed](t, out, ids["b"])
+		require.Equal(t, ReasonBudget, f.Reason, "no backoff when the goal cannot pay for another attempt")
+		require.Contains(t, f.Error.Message, "2 attempts")
+		require.Equal(t, GoalStateFailed, w.goal(g).State)
+	})
+	t.Run("deadline", func(t *testing.T) {
+		w := setup(t)
+		deadline := w.now.Add(time.Minute)
+		g := w.createGoal(Envelope{Budget: Budget{Deadline: &deadline}})
+		ids, _ := w.plan(g, spec("a"))
+		w.advance(time.Minute)
+		out := w.must(&ClaimTask{TaskID: ids["a"], Executor: "e"})
+		require.Equal(t, []string{"task.failed"}, events(out, ids["a"]))
+		require.Equal(t, ReasonBudget, w.task(ids["a"]).Reason)
+	})
+	t.Run("tokens", func(t *testing.T) {
+		w := setup(t)
+		g := w.createGoal(Envelope{Budget: Budget{Tokens: 100}})
+		ids, _ := w.plan(g, spec("a"), spec("b"))
+		n := w.claim(ids["a"])
+		w.must(&ReportSuccess{TaskID: ids["a"], Attempt: n, ModelSteps: []ModelStep{{Model: "m", Tokens: 150}}})
+		out := w.must(&ClaimTask{TaskID: ids["b"], Executor: "e"})
+		require.Equal(t, []string{"task.failed"}, events(out, ids["b"]))
+	})
+}

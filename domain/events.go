@@ -75,6 +75,7 @@ const (
 	ReasonGoalCancelled    = "goal_cancelled"
 	ReasonLeaseLost        = "lease_lost"
 	ReasonTimeout          = "timeout"
+	ReasonBudget           = "budget_exhausted"
 )
 
 // WorkspaceCreated starts a workspace.
@@ -130,6 +131,7 @@ type TaskCreated struct {
 	Spec        TaskSpec   `json:"spec"`
 	DependsOn   []string   `json:"depends_on,omitempty"` // task ids
 	State       string     `json:"state"`
+	WaitKind    string     `json:"wait_kind,omitempty"` // when State is waiting: approval | timer
 	WaitUntil   *time.Time `json:"wait_until,omitempty"`
 }
 

@@ -334,7 +334,13 @@ func (x *tx) checkGoalOf(id string) error {
 	if err != nil || t == nil || t.GoalID == "" {
 		return err
 	}
-	g, err := x.o.Goal(t.GoalID)
+	return x.checkGoal(t.GoalID)
+}
+
+// checkGoal ends goal id if it is open and every task of its current plan has
+// ended.
+func (x *tx) checkGoal(id string) error {
+	g, err := x.o.Goal(id)
 	if err != nil || g == nil || g.State != GoalStateOpen || len(g.Plan) == 0 {
 		return err
 	}

@@ -23,6 +23,20 @@ func DeriveID(now time.Time, seed string) string {
 	return id.String()
 }
 
+// DeriveSeqID is DeriveID with the position n (0-65535) in the first two
+// bytes of the entropy, so ids derived at the same moment sort by n: a plan's
+// tasks list in plan order.
+func DeriveSeqID(now time.Time, n int, seed string) string {
+	sum := sha256.Sum256([]byte(seed))
+	sum[0], sum[1] = byte(n>>8), byte(n)
+	var id ulid.ULID
+	if err := id.SetTime(ulid.Timestamp(now)); err != nil {
+		_ = id.SetTime(0)
+	}
+	_ = id.SetEntropy(sum[:10])
+	return id.String()
+}
+
 var (
 	nameRe = regexp.MustCompile(`^[a-z0-9][a-z0-9_-]{0,62}$`)
 	keyRe  = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$`)

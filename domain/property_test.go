@@ -692,7 +692,14 @@ func (m *model) checkAccepted(t *Task) {
 
 func (m *model) checkGoal(g *Goal) {
 	m.t.Helper()
-	if was, ok := m.goalEnd[g.ID]; ok {
+	if was, ok := m.goalEnd[g.ID]; ok && was.State == GoalStateFailed && g.Version != was.Version {
+		// Only a plan revision moves a failed goal on; achieved and cancelled are final.
+		require.Greater(m.t, g.PlanVersion, was.PlanVersion, "goal %s left failed without a plan revision", g.ID)
+		delete(m.goalEnd, g.ID)
+		if g.State != GoalStateOpen {
+			m.goalEnd[g.ID] = g
+		}
+	} else if ok {
 		require.Equal(m.t, was.State, g.State, "goal %s left %s", g.ID, was.State)
 		require.Equal(m.t, was.Version, g.Version, "goal %s changed after it ended", g.ID)
 	} else if g.State != GoalStateOpen {

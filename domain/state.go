@@ -203,6 +203,9 @@ func ApplyGoal(g *Goal, id, workspace string, e Event, r Recorded) (*Goal, error
 	case *PlanCommitted:
 		g.PlanVersion = ev.Version
 		g.Plan = ev.Tasks
+		if g.State == GoalStateFailed { // a revision reopens a failed goal
+			g.State, g.Reason = GoalStateOpen, ""
+		}
 	case *GoalAchieved:
 		g.State = GoalStateAchieved
 	case *GoalFailed:
@@ -229,10 +232,14 @@ func ApplyTask(t *Task, id, workspace string, e Event, r Recorded) (*Task, error
 			Key: ev.Spec.Key, Spec: ev.Spec, DependsOn: ev.DependsOn, State: ev.State,
 			CreatedAt: r.Time, UpdatedAt: r.Time, Version: 1, Commands: addCommand(nil, r.CommandID)}
 		if ev.State == StateWaiting {
-			nt.Wait = &TaskWaiting{Kind: WaitTimer, Until: ev.WaitUntil}
-			if ev.WaitUntil == nil {
-				nt.Wait.Kind = WaitApproval
+			kind := ev.WaitKind
+			if kind == "" { // events written before wait_kind existed
+				kind = WaitApproval
+				if ev.WaitUntil != nil {
+					kind = WaitTimer
+				}
 			}
+			nt.Wait = &TaskWaiting{Kind: kind, Until: ev.WaitUntil}
 		}
 		return nt, nil
 	}
