@@ -63,12 +63,50 @@ type chainTip struct {
 type ChainVerifier struct {
 	mu   sync.Mutex
 	tips map[aggKey]chainTip
+	src  TipSource
+	max  int
+}
+
+// TipSource gives the tip of an aggregate that a ChainVerifier has not seen:
+// its last version and that event's hash (0 and "" when it has none). A view
+// that applies every record the verifier checks or commits, before the next
+// one, is a TipSource.
+type TipSource interface {
+	Tip(aggType, aggID string) (version uint64, hash string, err error)
 }
 
 // NewChainVerifier returns an empty verifier: every aggregate starts before
 // version 1.
 func NewChainVerifier() *ChainVerifier {
 	return &ChainVerifier{tips: make(map[aggKey]chainTip)}
+}
+
+// NewChainVerifierOver returns a verifier that asks src for the tips it has
+// not seen, and forgets what it has seen once it tracks more than max
+// aggregates (src must by then reflect them): a writer starts at once and
+// its memory stays bounded, however many aggregates the log holds.
+func NewChainVerifierOver(src TipSource, max int) *ChainVerifier {
+	return &ChainVerifier{tips: make(map[aggKey]chainTip), src: src, max: max}
+}
+
+// tip returns k's tip from memory or the source. The caller holds v.mu.
+func (v *ChainVerifier) tip(k aggKey) (chainTip, error) {
+	if t, ok := v.tips[k]; ok || v.src == nil {
+		return t, nil
+	}
+	ver, h, err := v.src.Tip(k.typ, k.id)
+	if err != nil {
+		return chainTip{}, fmt.Errorf("eventstore: tip of %s/%s: %w", k.typ, k.id, err)
+	}
+	return chainTip{ver, h}, nil
+}
+
+// trim forgets every tip when there are too many; the source has them. The
+// caller holds v.mu.
+func (v *ChainVerifier) trim() {
+	if v.src != nil && v.max > 0 && len(v.tips) > v.max {
+		clear(v.tips)
+	}
 }
 
 // Seed sets an aggregate's tip, to resume from a checkpoint: version is the
@@ -86,11 +124,11 @@ func (v *ChainVerifier) Seed(aggType, aggID string, version uint64, hash string)
 }
 
 // Tip returns an aggregate's last version and that event's hash, or (0, "")
-// for an aggregate never seen.
+// for an aggregate never seen (or whose tip the source could not give).
 func (v *ChainVerifier) Tip(aggType, aggID string) (version uint64, hash string) {
 	v.mu.Lock()
 	defer v.mu.Unlock()
-	t := v.tips[aggKey{aggType, aggID}]
+	t, _ := v.tip(aggKey{aggType, aggID})
 	return t.version, t.hash
 }
 
@@ -112,7 +150,11 @@ func (v *ChainVerifier) Check(e *Event) error {
 	v.mu.Lock()
 	defer v.mu.Unlock()
 	k := aggKey{e.AggregateType, e.AggregateID}
-	if err := verifyLink(k, v.tips[k], e); err != nil {
+	t, err := v.tip(k)
+	if err != nil {
+		return err
+	}
+	if err := verifyLink(k, t, e); err != nil {
 		return err
 	}
 	v.tips[k] = chainTip{e.Version, e.Hash()}
@@ -122,6 +164,9 @@ func (v *ChainVerifier) Check(e *Event) error {
 // Begin starts a speculative extension of the chain, for a batch being
 // written. Nothing changes in v until ChainTx.Commit.
 func (v *ChainVerifier) Begin() *ChainTx {
+	v.mu.Lock()
+	v.trim()
+	v.mu.Unlock()
 	return &ChainTx{v: v, tips: make(map[aggKey]chainTip)}
 }
 
@@ -142,7 +187,13 @@ func (tx *ChainTx) Link(e *Event) error {
 	k := aggKey{e.AggregateType, e.AggregateID}
 	tip, ok := tx.tips[k]
 	if !ok {
-		tip.version, tip.hash = tx.v.Tip(k.typ, k.id)
+		var err error
+		tx.v.mu.Lock()
+		tip, err = tx.v.tip(k)
+		tx.v.mu.Unlock()
+		if err != nil {
+			return err
+		}
 	}
 	if e.Version == 0 {
 		e.Version = tip.version + 1

@@ -2,6 +2,7 @@ package eventstore_test
 
 import (
 	"encoding/json"
+	"fmt"
 	"testing"
 	"time"
 
@@ -111,4 +112,46 @@ func TestChainSeed(t *testing.T) {
 	noRaw := evs[0]
 	noRaw.Raw = nil
 	require.ErrorContains(t, v.Check(&noRaw), "no stored bytes")
+}
+
+// mapTips is a TipSource over a map, standing in for the views.
+type mapTips map[string][2]string
+
+func (m mapTips) Tip(typ, id string) (uint64, string, error) {
+	t, ok := m[typ+"/"+id]
+	if !ok {
+		return 0, "", nil
+	}
+	var v uint64
+	_, err := fmt.Sscan(t[0], &v)
+	return v, t[1], err
+}
+
+func TestChainVerifierOverASourceForgetsAndAsks(t *testing.T) {
+	src := mapTips{}
+	v := eventstore.NewChainVerifierOver(src, 1)
+	link := func(id string) *eventstore.Event {
+		tx := v.Begin()
+		e := &eventstore.Event{ID: "01ARZ3NDEKTSV4RRFFQ69G5FAV", Type: "t.x", AggregateType: "t", AggregateID: id,
+			Workspace: "w", CommandID: "c", Time: time.Unix(0, 0).UTC(), Data: json.RawMessage(`{}`)}
+		require.NoError(t, tx.Link(e))
+		tx.Commit()
+		src["t/"+id] = [2]string{fmt.Sprint(e.Version), e.Hash()} // the views apply the record
+		return e
+	}
+	a1 := link("a")
+	link("b") // now two tips are held: the next Begin forgets them
+	a2 := link("a")
+	require.Equal(t, uint64(2), a2.Version, "the tip came from the source")
+	require.Equal(t, a1.Hash(), a2.PrevHash)
+	require.LessOrEqual(t, v.Len(), 2)
+
+	// Reading resumes from the source's tips: the next event verifies, a
+	// repeat of an applied one does not.
+	src["t/a"] = [2]string{"1", a1.Hash()}
+	v2 := eventstore.NewChainVerifierOver(src, 10)
+	var ce *eventstore.ChainError
+	require.ErrorAs(t, v2.Check(a1), &ce)
+	require.Equal(t, eventstore.ChainDuplicate, ce.Problem)
+	require.NoError(t, v2.Check(a2))
 }

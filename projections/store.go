@@ -294,23 +294,3 @@ func (s *Store) Command(ws, id string) (*CommandOutcome, bool, error) {
 	}
 	return &o, true, nil
 }
-
-// SeedChain loads every aggregate's chain tip into v, so that a writer can
-// number and chain new events on top of the views.
-func (s *Store) SeedChain(v *eventstore.ChainVerifier) error {
-	p := key(pTip, "")
-	return s.scan(p, func(k, val []byte) error {
-		var t tip
-		if err := json.Unmarshal(val, &t); err != nil {
-			return err
-		}
-		rest := string(k[len(p):])
-		for i := 0; i < len(rest); i++ {
-			if rest[i] == '/' {
-				v.Seed(rest[:i], rest[i+1:], t.Version, t.Hash)
-				return nil
-			}
-		}
-		return fmt.Errorf("projections: malformed tip key %q", k)
-	})
-}

@@ -81,9 +81,7 @@ func (h *harness) batch(cmds ...cmd) {
 		return
 	}
 	rec := &eventstore.Commit{Kind: eventstore.KindEvents, Epoch: 1, Writer: "t", Time: h.d.now, Results: res}
-	chain := eventstore.NewChainVerifier()
-	require.NoError(h.t, h.store.SeedChain(chain))
-	tx := chain.Begin()
+	tx := eventstore.NewChainVerifierOver(h.store, 0).Begin()
 	for i := range evs {
 		evs[i].ID = ulid.Make().String()
 		require.NoError(h.t, tx.Link(&evs[i]))
