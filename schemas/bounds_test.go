@@ -11,7 +11,14 @@ import (
 	"github.com/dwr-run/dwr/schemas"
 )
 
-func requireCode(t *testing.T, err error, code string) *schemas.Error {
+// requireCode fails unless err is an *Error with code.
+func requireCode(t *testing.T, err error, code string) {
+	t.Helper()
+	_ = requireError(t, err, code)
+}
+
+// requireError fails unless err is an *Error with code, and returns it.
+func requireError(t *testing.T, err error, code string) *schemas.Error {
 	t.Helper()
 	var e *schemas.Error
 	require.True(t, errors.As(err, &e), "want a *schemas.Error, got %T: %v", err, err)
@@ -27,7 +34,7 @@ func nested(open, close string, depth int) []byte {
 func TestCheckBoundsSize(t *testing.T) {
 	b := bytes.Repeat([]byte(" "), 101)
 	require.NoError(t, schemas.CheckBounds(b[:100], 100, 4))
-	e := requireCode(t, schemas.CheckBounds(b, 100, 4), schemas.CodeTooLarge)
+	e := requireError(t, schemas.CheckBounds(b, 100, 4), schemas.CodeTooLarge)
 	require.Contains(t, e.Message, "101 bytes")
 	require.Contains(t, e.Message, "at most 100")
 	require.ErrorIs(t, e, schemas.ErrTooLarge)
@@ -42,7 +49,7 @@ func TestCheckBoundsDepth(t *testing.T) {
 	for name, pair := range map[string][2]string{"arrays": {"[", "]"}, "objects": {`{"a":`, "}"}} {
 		t.Run(name, func(t *testing.T) {
 			require.NoError(t, schemas.CheckBounds(nested(pair[0], pair[1], schemas.MaxDepth), 0, 0))
-			e := requireCode(t, schemas.CheckBounds(nested(pair[0], pair[1], schemas.MaxDepth+1), 0, 0), schemas.CodeInvalid)
+			e := requireError(t, schemas.CheckBounds(nested(pair[0], pair[1], schemas.MaxDepth+1), 0, 0), schemas.CodeInvalid)
 			require.Contains(t, e.Message, "33 deep")
 			require.Contains(t, e.Message, "at most 32")
 			require.ErrorIs(t, e, schemas.ErrInvalid)
@@ -115,6 +122,33 @@ func BenchmarkCheckBounds(b *testing.B) {
 	b.ReportAllocs()
 	for b.Loop() {
 		if err := schemas.CheckBounds(msg, 0, 0); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+func BenchmarkValidateCommand(b *testing.B) {
+	msg := benchMessage(256 << 10)
+	if err := schemas.ValidateCommand("plan.submit", msg); err != nil {
+		b.Fatal(err)
+	}
+	b.SetBytes(int64(len(msg)))
+	b.ReportAllocs()
+	for b.Loop() {
+		if err := schemas.ValidateCommand("plan.submit", msg); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+func BenchmarkValidateSmallCommand(b *testing.B) {
+	msg := []byte(`{"task_id":"01JWTD0Q80H4QX4FR84G98PBSK","attempt":2,"result":{"title":"Q2 market report","words":3812},"artifacts":[{"name":"r.pdf","sha256":"d28f98711b39b05aa891ae0c1df6d5c0cc7b1056967688259928fe88cc5639f4","size":482133}]}`)
+	if err := schemas.ValidateCommand("task.succeed", msg); err != nil {
+		b.Fatal(err)
+	}
+	b.ReportAllocs()
+	for b.Loop() {
+		if err := schemas.ValidateCommand("task.succeed", msg); err != nil {
 			b.Fatal(err)
 		}
 	}

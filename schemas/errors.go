@@ -1,9 +1,5 @@
 package schemas
 
-import (
-	"strings"
-)
-
 // The wire error codes this package returns; error.json lists every code of
 // the contract.
 const (
@@ -40,15 +36,23 @@ type Error struct {
 	Code    string       `json:"code"`
 	Message string       `json:"message"`
 	Fields  []FieldError `json:"fields,omitempty"`
+
+	// cause is the internal reason of a CodeInternal error: logged, never
+	// sent.
+	cause error
 }
 
-// Error returns the message prefixed with "schemas: ".
+// Error returns the message prefixed with "schemas: ", and the internal
+// cause, if any, for logs.
 func (e *Error) Error() string {
-	var b strings.Builder
-	b.WriteString("schemas: ")
-	b.WriteString(e.Message)
-	return b.String()
+	if e.cause != nil {
+		return "schemas: " + e.Message + ": " + e.cause.Error()
+	}
+	return "schemas: " + e.Message
 }
+
+// Unwrap returns the internal cause of a CodeInternal error, or nil.
+func (e *Error) Unwrap() error { return e.cause }
 
 // Is reports whether target is an *Error with the same code, so that
 // errors.Is(err, ErrInvalid) matches every invalid message.

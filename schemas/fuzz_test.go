@@ -11,7 +11,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/dwr-run/dwr/domain"
+	"github.com/dwr-run/dwr/domain" //nolint:depguard // tests may import domain, to prove the schemas describe its types
 	"github.com/dwr-run/dwr/schemas"
 )
 
@@ -36,6 +36,7 @@ func requireWireError(t *testing.T, err error) *schemas.Error {
 // depth returns the deepest nesting of valid JSON b, by decoding it.
 func depth(t *testing.T, b []byte) int {
 	dec := json.NewDecoder(bytes.NewReader(b))
+	dec.UseNumber()
 	d, deepest := 0, 0
 	for {
 		tok, err := dec.Token()
@@ -102,26 +103,26 @@ func FuzzCheckBounds(f *testing.F) {
 // knownGap reports whether err, from decoding a command the schema accepted,
 // is one of the differences between JSON Schema and Go's decoding that the
 // package documents: an integer written 1.0 or 1e2 (an integer to JSON
-// Schema, not to Go), a duration too long for Go, or a leap second.
+// Schema, not to Go), or a duration string too long for Go.
 func knownGap(err error) bool {
 	var te *json.UnmarshalTypeError
-	if errors.As(err, &te) && te.Value == "number" {
+	if errors.As(err, &te) && strings.HasPrefix(te.Value, "number") {
 		return true
 	}
 	msg := err.Error()
-	return strings.Contains(msg, "domain: duration") || strings.Contains(msg, "second out of range")
+	return strings.Contains(msg, "domain: duration")
 }
 
 func FuzzValidateCommand(f *testing.F) {
 	names := schemas.CommandNames()
 	for name, b := range goldenSeeds(f, "commands") {
-		f.Add(uint8(slices.Index(names, name)), b)
+		f.Add(slices.Index(names, name), b)
 	}
-	f.Add(uint8(0), []byte(`{"name":""}`))
-	f.Add(uint8(200), []byte(`{}`))
-	f.Fuzz(func(t *testing.T, n uint8, body []byte) {
+	f.Add(15, []byte(`{"name":""}`))
+	f.Add(-1, []byte(`{}`))
+	f.Fuzz(func(t *testing.T, n int, body []byte) {
 		name := "no.such.command"
-		if int(n) < len(names) {
+		if n >= 0 && n < len(names) {
 			name = names[n]
 		}
 		err := schemas.ValidateCommand(name, body)

@@ -21,7 +21,7 @@ var patternText = map[string]string{
 	`^([a-z0-9][a-z0-9_-]{0,62})?$`:                    "must be empty or a name of 1-63 lower-case letters, digits, '_' or '-', starting with a letter or digit",
 	`^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$`:               "must be a key of 1-128 letters, digits, '_', '.' or '-', starting with a letter or digit",
 	`^(0|([0-9]+(\.[0-9]+)?(ns|us|µs|μs|ms|s|m|h))+)$`: `must be a duration such as "30s", "1m30s" or "250ms" (units h, m, s, ms, us, ns), or a number of seconds`,
-	`^[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}(\.[0-9]+)?(Z|[+-][0-9]{2}:[0-9]{2})$`: timeText,
+	`^[0-9]{4}-[0-9]{2}-[0-9]{2}T([01][0-9]|2[0-3]):[0-5][0-9]:[0-5][0-9](\.[0-9]+)?(Z|[+-][0-9]{2}:[0-9]{2})$`: timeText,
 	`^[0-9a-f]{64}$`:       "must be a SHA-256 digest: 64 lower-case hex digits",
 	`^[0-9a-f]{32}$`:       "must be 32 lower-case hex digits",
 	`^(/([^~/]|~[01])*)*$`: "must be a JSON pointer such as /tasks/0/key",
@@ -306,7 +306,7 @@ func distance(a, b string) int {
 // https://dwr.run/schemas/common.json#/$defs/TaskSpec, or nil.
 func (r *registry) node(schemaURL string) map[string]any {
 	file, frag, _ := strings.Cut(strings.TrimPrefix(schemaURL, baseURL), "#")
-	var v any = r.docs[file]
+	v := r.docs[file]
 	for _, tok := range strings.Split(frag, "/") {
 		if tok == "" {
 			continue

@@ -2,6 +2,7 @@ package schemas
 
 import (
 	"encoding/json"
+	"errors"
 	"strings"
 	"testing"
 	"testing/fstest"
@@ -82,14 +83,19 @@ func TestBrokenSchemaIsReportedNotPanicked(t *testing.T) {
 	}
 }
 
-func TestBrokenRegistryFailsEveryValidation(t *testing.T) {
-	r := &registry{err: errFake}
-	e := r.internal().(*Error)
+func TestBrokenRegistryHidesItsCause(t *testing.T) {
+	cause := errors.New("schema commands/x.json does not compile")
+	e := (&registry{err: cause}).internal().(*Error)
 	require.Equal(t, CodeInternal, e.Code)
+	require.NotContains(t, e.Message, "x.json", "the wire message shows no internals")
+	b, err := json.Marshal(e)
+	require.NoError(t, err)
+	require.NotContains(t, string(b), "x.json")
 	require.True(t, strings.HasPrefix(e.Error(), "schemas: "))
+	require.Contains(t, e.Error(), "x.json", "the log shows the cause")
+	require.ErrorIs(t, e, cause)
+	require.ErrorIs(t, e, ErrInternal)
 }
-
-var errFake = &Error{Code: CodeInternal, Message: "fake"}
 
 func TestSchemaAndAllReturnCopies(t *testing.T) {
 	b, ok := Schema(PathReply)

@@ -2,6 +2,7 @@ package schemas_test
 
 import (
 	"encoding/json"
+	"fmt"
 	"path"
 	"reflect"
 	"slices"
@@ -11,7 +12,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/dwr-run/dwr/domain"
+	"github.com/dwr-run/dwr/domain" //nolint:depguard // tests may import domain, to prove the schemas describe its types
 	"github.com/dwr-run/dwr/schemas"
 )
 
@@ -64,7 +65,7 @@ func (s *shapes) deref(file, ref string) doc {
 	} else {
 		target = path.Join(path.Dir(file), target)
 	}
-	var v any = s.docs[target]
+	v := s.docs[target]
 	require.NotNil(s.t, v, "$ref %s from %s", ref, file)
 	for _, tok := range strings.Split(frag, "/") {
 		if tok == "" {
@@ -164,14 +165,14 @@ func (s *shapes) check(where string, typ reflect.Type, d doc) {
 		typ = typ.Elem()
 	}
 	types := s.types(d)
-	switch {
-	case typ == timeType:
+	switch typ {
+	case timeType:
 		require.Contains(t, s.refs(d), "Time", "%s: a time.Time is common.json#/$defs/Time", where)
 		return
-	case typ == durationType:
+	case durationType:
 		require.Contains(t, s.refs(d), "Duration", "%s: a domain.Duration is common.json#/$defs/Duration", where)
 		return
-	case typ == rawType:
+	case rawType:
 		require.Contains(t, s.refs(d), "JSON", "%s: a json.RawMessage is common.json#/$defs/JSON", where)
 		return
 	}
@@ -350,4 +351,51 @@ func TestEnvelopeDispatchesEveryType(t *testing.T) {
 		enum = append(enum, e.(string))
 	}
 	require.Equal(t, schemas.EventTypes(), enum)
+}
+
+// TestBoundsMatchDomain ties the schemas' bounds to domain/validate.go.
+func TestBoundsMatchDomain(t *testing.T) {
+	s := newShapes(t)
+	common := s.docs[schemas.PathCommon].(map[string]any)["$defs"].(map[string]any)
+	num := func(v any, key string) int {
+		return int(v.(map[string]any)[key].(float64))
+	}
+	require.Equal(t, domain.MaxTitle, num(common["Title"], "maxLength"))
+	require.Equal(t, domain.MaxTitle, num(common["Label"], "maxLength"))
+	require.Equal(t, domain.MaxText, num(common["Text"], "maxLength"))
+	require.Equal(t, domain.MaxReason, num(common["Reason"], "maxLength"))
+	spec := common["TaskSpec"].(map[string]any)["properties"].(map[string]any)
+	require.Equal(t, domain.MaxDependencies, num(spec["depends_on"], "maxItems"))
+	require.Contains(t, s.refs(doc{schemas.PathCommon, spec["title"].(map[string]any)}), "Title")
+
+	plan := s.docs[schemas.CommandPath("plan.submit")].(map[string]any)["properties"].(map[string]any)
+	require.Equal(t, domain.MaxPlanTasks, num(plan["tasks"], "maxItems"))
+	goal := s.docs[schemas.CommandPath("goal.create")].(map[string]any)["properties"].(map[string]any)
+	require.Equal(t, domain.MaxCriteria, num(goal["success_criteria"], "maxItems"))
+	require.Equal(t, domain.MaxText, num(goal["success_criteria"].(map[string]any)["items"], "maxLength"))
+	require.Equal(t, domain.MaxTitle, num(goal["title"], "maxLength"))
+}
+
+// TestPatternsMatchDomain checks that the ULID, name and key patterns accept
+// exactly what domain.ValidID, ValidName and ValidKey accept.
+func TestPatternsMatchDomain(t *testing.T) {
+	strs := []string{"", "a", "A", "0", "-a", "_a", "a-b_c", "a.b", "a b", "é", "ab/c", "x\n",
+		strings.Repeat("a", 63), strings.Repeat("a", 64), strings.Repeat("K", 128), strings.Repeat("K", 129),
+		"01JWQYPRT84TFF59TDWH9EDD1R", "7ZZZZZZZZZZZZZZZZZZZZZZZZZ", "8ZZZZZZZZZZZZZZZZZZZZZZZZZ",
+		"01JWQYPRT84TFF59TDWH9EDD1", "01jwqyprt84tff59tdwh9edd1r", "01JWQYPRT84TFF59TDWH9EDDUR", "01JWQYPRT84TFF59TDWH9EDDLR"}
+	for i := range 200 {
+		strs = append(strs, domain.DeriveID(time.UnixMilli(int64(i)*987654321987), fmt.Sprint(i)))
+	}
+	check := func(valid bool, name string, body map[string]any, s string) {
+		b, err := json.Marshal(body)
+		require.NoError(t, err)
+		err = schemas.ValidateCommand(name, b)
+		require.Equal(t, valid, err == nil, "%s %q: domain says %v, schema says %v", name, s, valid, err)
+	}
+	for _, s := range strs {
+		check(domain.ValidID(s), "task.cancel", map[string]any{"task_id": s}, s)
+		check(domain.ValidName(s), "goal.create", map[string]any{"title": "t",
+			"envelope": map[string]any{"permissions": map[string]any{"queues": []string{s}}}}, s)
+		check(domain.ValidKey(s), "task.signal", map[string]any{"task_id": "01JWQYPRT84TFF59TDWH9EDD1R", "name": s}, s)
+	}
 }

@@ -21,10 +21,13 @@ import (
 //   - CodeTooLarge or CodeInvalid from CheckBounds, which runs first, with
 //     MaxMessageBytes and MaxDepth;
 //   - CodeInvalid when body is not valid UTF-8 or not one JSON value (the
-//     message gives the byte offset), or does not match the schema: Fields
+//     message gives the byte offset), or when it does not match the schema,
+//     repeats a key in an object, or holds a number longer than
+//     MaxNumberLength or with an exponent beyond MaxNumberExponent: Fields
 //     then lists every offending field (at most MaxFieldErrors) by its JSON
 //     pointer;
-//   - CodeInternal when an embedded schema is broken.
+//   - CodeInternal when an embedded schema is broken (a bug; the message
+//     says no more, Error and errors.Unwrap give the cause).
 func ValidateCommand(name string, body []byte) error {
 	r := load()
 	if r.err != nil {
@@ -71,7 +74,7 @@ func Validate(path string, b []byte) error {
 }
 
 func (r *registry) internal() error {
-	return &Error{Code: CodeInternal, Message: "the embedded schemas are broken: " + r.err.Error()}
+	return &Error{Code: CodeInternal, Message: "the service cannot validate messages: its schemas are broken", cause: r.err}
 }
 
 // validate bounds, decodes and checks b; what names b in messages.
@@ -79,7 +82,7 @@ func (r *registry) validate(s *jsonschema.Schema, what string, b []byte) error {
 	if err := CheckBounds(b, MaxMessageBytes, MaxDepth); err != nil {
 		return err
 	}
-	v, derr := decode(b)
+	v, fields, derr := decode(b)
 	if derr != nil {
 		derr.Message = what + " " + derr.Message
 		return derr
@@ -87,10 +90,11 @@ func (r *registry) validate(s *jsonschema.Schema, what string, b []byte) error {
 	// Numbers too long to compare cheaply are reported, then replaced by 0 so
 	// that the schema can still report everything else; what it says about
 	// the replaced values themselves is dropped.
-	var fields []FieldError
-	v = checkNumbers(v, nil, &fields)
-	bad := make(map[string]bool, len(fields))
-	for _, f := range fields {
+	var numbers []FieldError
+	v = checkNumbers(v, nil, &numbers)
+	fields = append(fields, numbers...)
+	bad := make(map[string]bool, len(numbers))
+	for _, f := range numbers {
 		bad[f.Pointer] = true
 	}
 	err := s.Validate(v)
@@ -113,34 +117,84 @@ func (r *registry) validate(s *jsonschema.Schema, what string, b []byte) error {
 }
 
 // decode decodes b as exactly one JSON value, with numbers as json.Number.
-func decode(b []byte) (any, *Error) {
+// A key repeated in an object is reported in dups: decoders differ on which
+// of its values they keep, so a message that has one means different things
+// to different readers.
+func decode(b []byte) (v any, dups []FieldError, e *Error) {
 	if len(bytes.TrimSpace(b)) == 0 {
-		return nil, &Error{Code: CodeInvalid, Message: "is empty: a JSON object was expected"}
+		return nil, nil, &Error{Code: CodeInvalid, Message: "is empty: a JSON object was expected"}
 	}
 	if !utf8.Valid(b) {
-		return nil, &Error{Code: CodeInvalid, Message: fmt.Sprintf("is not valid UTF-8 (at byte %d)", invalidUTF8(b))}
+		return nil, nil, &Error{Code: CodeInvalid, Message: fmt.Sprintf("is not valid UTF-8 (at byte %d)", invalidUTF8(b))}
 	}
 	dec := json.NewDecoder(bytes.NewReader(b))
 	dec.UseNumber()
-	var v any
-	if err := dec.Decode(&v); err != nil {
+	v, err := readValue(dec, nil, &dups)
+	if err != nil {
 		var se *json.SyntaxError
 		switch {
 		case errors.As(err, &se):
-			return nil, &Error{Code: CodeInvalid, Message: fmt.Sprintf("is not valid JSON: %s (at byte %d)", se.Error(), se.Offset)}
+			return nil, nil, &Error{Code: CodeInvalid, Message: fmt.Sprintf("is not valid JSON: %s (at byte %d)", se.Error(), se.Offset)}
 		case errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, io.EOF):
-			return nil, &Error{Code: CodeInvalid, Message: fmt.Sprintf("is not valid JSON: it ends early (at byte %d)", len(b))}
+			return nil, nil, &Error{Code: CodeInvalid, Message: fmt.Sprintf("is not valid JSON: it ends early (at byte %d)", len(b))}
 		default:
-			return nil, &Error{Code: CodeInvalid, Message: "is not valid JSON: " + err.Error()}
+			return nil, nil, &Error{Code: CodeInvalid, Message: fmt.Sprintf("is not valid JSON: %s (at byte %d)", err, dec.InputOffset())}
 		}
 	}
 	end := int(dec.InputOffset())
 	rest := bytes.TrimLeft(b[end:], " \t\r\n")
 	if len(rest) > 0 {
-		return nil, &Error{Code: CodeInvalid, Message: fmt.Sprintf(
+		return nil, nil, &Error{Code: CodeInvalid, Message: fmt.Sprintf(
 			"is not one JSON value: more data follows it (at byte %d)", len(b)-len(rest))}
 	}
-	return v, nil
+	return v, dups, nil
+}
+
+// readValue reads the next JSON value from dec; loc is its place, for the
+// pointers of repeated keys. The recursion is as deep as the value, which
+// CheckBounds bounded.
+func readValue(dec *json.Decoder, loc []string, dups *[]FieldError) (any, error) {
+	tok, err := dec.Token()
+	if err != nil {
+		return nil, err
+	}
+	d, ok := tok.(json.Delim)
+	if !ok {
+		return tok, nil // string, json.Number, bool or nil
+	}
+	switch d {
+	case '{':
+		m := map[string]any{}
+		for dec.More() {
+			kt, err := dec.Token()
+			if err != nil {
+				return nil, err
+			}
+			k, _ := kt.(string)
+			x, err := readValue(dec, append(loc, k), dups)
+			if err != nil {
+				return nil, err
+			}
+			if _, dup := m[k]; dup {
+				*dups = append(*dups, FieldError{Pointer: pointer(child(loc, k)), Message: "appears more than once in its object"})
+			}
+			m[k] = x
+		}
+		_, err = dec.Token() // '}'
+		return m, err
+	case '[':
+		a := []any{}
+		for dec.More() {
+			x, err := readValue(dec, append(loc, strconv.Itoa(len(a))), dups)
+			if err != nil {
+				return nil, err
+			}
+			a = append(a, x)
+		}
+		_, err = dec.Token() // ']'
+		return a, err
+	}
+	return nil, fmt.Errorf("unexpected %v", d)
 }
 
 // invalidUTF8 returns the offset of the first byte of b that is not valid

@@ -34,7 +34,7 @@ func TestValidateCommandReportsEveryField(t *testing.T) {
 		],
 		"priority": 3
 	}`
-	e := requireCode(t, schemas.ValidateCommand("plan.submit", []byte(body)), schemas.CodeInvalid)
+	e := requireError(t, schemas.ValidateCommand("plan.submit", []byte(body)), schemas.CodeInvalid)
 	got := fieldMap(e)
 	want := []string{
 		"/goal_id",
@@ -79,11 +79,11 @@ func TestValidateCommandReportsEveryField(t *testing.T) {
 }
 
 func TestValidateCommandConditionalFields(t *testing.T) {
-	e := requireCode(t, schemas.ValidateCommand("task.wait", []byte(`{"task_id":"`+taskID+`","attempt":1,"kind":"signal"}`)), schemas.CodeInvalid)
+	e := requireError(t, schemas.ValidateCommand("task.wait", []byte(`{"task_id":"`+taskID+`","attempt":1,"kind":"signal"}`)), schemas.CodeInvalid)
 	require.Equal(t, map[string]string{"/signal": "is required"}, fieldMap(e))
-	e = requireCode(t, schemas.ValidateCommand("task.wait", []byte(`{"task_id":"`+taskID+`","attempt":1,"kind":"timer"}`)), schemas.CodeInvalid)
+	e = requireError(t, schemas.ValidateCommand("task.wait", []byte(`{"task_id":"`+taskID+`","attempt":1,"kind":"timer"}`)), schemas.CodeInvalid)
 	require.Equal(t, map[string]string{"/until": "is required"}, fieldMap(e))
-	e = requireCode(t, schemas.ValidateCommand("timer.fire", []byte(`{"task_id":"`+taskID+`","kind":"attempt_timeout","due":"2025-06-03T10:22:40Z"}`)), schemas.CodeInvalid)
+	e = requireError(t, schemas.ValidateCommand("timer.fire", []byte(`{"task_id":"`+taskID+`","kind":"attempt_timeout","due":"2025-06-03T10:22:40Z"}`)), schemas.CodeInvalid)
 	require.Equal(t, map[string]string{"/attempt": "is required"}, fieldMap(e))
 	require.NoError(t, schemas.ValidateCommand("timer.fire", []byte(`{"task_id":"`+taskID+`","kind":"backoff","due":"2025-06-03T10:22:40Z"}`)))
 }
@@ -129,7 +129,7 @@ func TestValidateCommandValues(t *testing.T) {
 		claim(`"executor_version":5`):                      "/executor_version",
 	}
 	for body, ptr := range bad {
-		e := requireCode(t, schemas.ValidateCommand(pick(body), []byte(body)), schemas.CodeInvalid)
+		e := requireError(t, schemas.ValidateCommand(pick(body), []byte(body)), schemas.CodeInvalid)
 		require.Contains(t, fieldMap(e), ptr, "%s: %v", body, e)
 	}
 	ids := map[string]bool{
@@ -169,17 +169,17 @@ func TestValidateCommandMalformed(t *testing.T) {
 		``:                       "is empty",
 		"  \n ":                  "is empty",
 		`{"task_id":`:            "ends early (at byte 11)",
-		`{"task_id" "x"}`:        "at byte 12",
+		`{"task_id" "x"}`:        "after object key (at byte 11)",
 		`{"task_id":"x"} {}`:     "more data follows it (at byte 16)",
 		"{\"task_id\":\"\xff\"}": "not valid UTF-8 (at byte 12)",
 		`nul`:                    "not valid JSON",
 	}
 	for body, want := range cases {
-		e := requireCode(t, schemas.ValidateCommand("task.cancel", []byte(body)), schemas.CodeInvalid)
+		e := requireError(t, schemas.ValidateCommand("task.cancel", []byte(body)), schemas.CodeInvalid)
 		require.Contains(t, e.Message, want, "%q", body)
 		require.Contains(t, e.Message, "the task.cancel command ", "%q", body)
 	}
-	e := requireCode(t, schemas.ValidateCommand("task.cancel", []byte(`[]`)), schemas.CodeInvalid)
+	e := requireError(t, schemas.ValidateCommand("task.cancel", []byte(`[]`)), schemas.CodeInvalid)
 	require.Equal(t, []schemas.FieldError{{Pointer: "", Message: "must be an object, not an array"}}, e.Fields)
 }
 
@@ -188,7 +188,7 @@ func TestValidateCommandBoundsComeFirst(t *testing.T) {
 	huge := append([]byte(`{"x":"`), make([]byte, schemas.MaxMessageBytes)...)
 	requireCode(t, schemas.ValidateCommand("task.cancel", huge), schemas.CodeTooLarge)
 	deep := []byte(strings.Repeat("[", schemas.MaxDepth+1) + "oops")
-	e := requireCode(t, schemas.ValidateCommand("task.cancel", deep), schemas.CodeInvalid)
+	e := requireError(t, schemas.ValidateCommand("task.cancel", deep), schemas.CodeInvalid)
 	require.Contains(t, e.Message, "33 deep")
 	// Deep nesting inside an opaque input is refused too.
 	input := strings.Repeat(`{"a":`, schemas.MaxDepth) + "1" + strings.Repeat("}", schemas.MaxDepth)
@@ -198,7 +198,7 @@ func TestValidateCommandBoundsComeFirst(t *testing.T) {
 func TestValidateCommandBoundsNumbers(t *testing.T) {
 	long := "1" + strings.Repeat("0", schemas.MaxNumberLength)
 	body := `{"task_id":"` + taskID + `","attempt":1e999999,"error":{"message":""},"retryable":"yes","extra":` + long + `}`
-	e := requireCode(t, schemas.ValidateCommand("task.fail", []byte(body)), schemas.CodeInvalid)
+	e := requireError(t, schemas.ValidateCommand("task.fail", []byte(body)), schemas.CodeInvalid)
 	got := fieldMap(e)
 	require.Contains(t, got["/attempt"], "exponent is out of range")
 	require.Contains(t, got["/extra"], "is a number of 101 characters")
@@ -216,7 +216,7 @@ func TestValidateCommandCapsFields(t *testing.T) {
 		tasks[i] = fmt.Sprintf(`{"key":"t%d"}`, i)
 	}
 	body := `{"goal_id":"` + goalID + `","tasks":[` + strings.Join(tasks, ",") + `]}`
-	e := requireCode(t, schemas.ValidateCommand("plan.submit", []byte(body)), schemas.CodeInvalid)
+	e := requireError(t, schemas.ValidateCommand("plan.submit", []byte(body)), schemas.CodeInvalid)
 	require.Len(t, e.Fields, schemas.MaxFieldErrors)
 	require.Equal(t, "/tasks/0/queue", e.Fields[0].Pointer)
 	require.Equal(t, "/tasks/99/queue", e.Fields[99].Pointer)
@@ -225,12 +225,12 @@ func TestValidateCommandCapsFields(t *testing.T) {
 }
 
 func TestValidateUnknown(t *testing.T) {
-	e := requireCode(t, schemas.ValidateCommand("task.launch", []byte(`{}`)), schemas.CodeNotFound)
+	e := requireError(t, schemas.ValidateCommand("task.launch", []byte(`{}`)), schemas.CodeNotFound)
 	require.Contains(t, e.Message, `"task.launch"`)
 	require.Contains(t, e.Message, "task.create, task.fail")
 	require.ErrorIs(t, e, schemas.ErrNotFound)
 
-	e = requireCode(t, schemas.ValidateEvent("task.launched", []byte(`{}`)), schemas.CodeNotFound)
+	e = requireError(t, schemas.ValidateEvent("task.launched", []byte(`{}`)), schemas.CodeNotFound)
 	require.Contains(t, e.Message, "task.created")
 
 	requireCode(t, schemas.Validate("nope.json", []byte(`{}`)), schemas.CodeNotFound)
@@ -239,9 +239,9 @@ func TestValidateUnknown(t *testing.T) {
 
 func TestValidateEvent(t *testing.T) {
 	require.NoError(t, schemas.ValidateEvent("goal.achieved", []byte(`{}`)))
-	e := requireCode(t, schemas.ValidateEvent("goal.achieved", []byte(`{"why":"done"}`)), schemas.CodeInvalid)
+	e := requireError(t, schemas.ValidateEvent("goal.achieved", []byte(`{"why":"done"}`)), schemas.CodeInvalid)
 	require.Contains(t, e.Message, "the data of a goal.achieved event is invalid: /why: is not a known field")
-	e = requireCode(t, schemas.ValidateEvent("task.waiting", []byte(`{"kind":"timer"}`)), schemas.CodeInvalid)
+	e = requireError(t, schemas.ValidateEvent("task.waiting", []byte(`{"kind":"timer"}`)), schemas.CodeInvalid)
 	require.Equal(t, map[string]string{"/until": "is required"}, fieldMap(e))
 }
 
@@ -251,11 +251,11 @@ func TestValidateEnvelopeChecksData(t *testing.T) {
 			`","agg_id":"` + taskID + `","ver":2,"cmd":"c1","time":"2025-06-03T10:18:30Z","data":` + data + `}`)
 	}
 	require.NoError(t, schemas.Validate(schemas.PathEnvelope, env("task.accepted", "task", `{"attempt":1}`)))
-	e := requireCode(t, schemas.Validate(schemas.PathEnvelope, env("task.accepted", "task", `{"attempt":0}`)), schemas.CodeInvalid)
+	e := requireError(t, schemas.Validate(schemas.PathEnvelope, env("task.accepted", "task", `{"attempt":0}`)), schemas.CodeInvalid)
 	require.Equal(t, map[string]string{"/data/attempt": "must be at least 1 (got 0)"}, fieldMap(e))
-	e = requireCode(t, schemas.Validate(schemas.PathEnvelope, env("task.accepted", "goal", `{"attempt":1}`)), schemas.CodeInvalid)
+	e = requireError(t, schemas.Validate(schemas.PathEnvelope, env("task.accepted", "goal", `{"attempt":1}`)), schemas.CodeInvalid)
 	require.Equal(t, map[string]string{"/agg": `must be "task"`}, fieldMap(e))
-	e = requireCode(t, schemas.Validate(schemas.PathEnvelope, env("task.launched", "task", `{}`)), schemas.CodeInvalid)
+	e = requireError(t, schemas.Validate(schemas.PathEnvelope, env("task.launched", "task", `{}`)), schemas.CodeInvalid)
 	require.Contains(t, fieldMap(e)["/type"], "must be one of")
 }
 
@@ -272,4 +272,13 @@ func TestErrorEncodesAsTheContract(t *testing.T) {
 		require.NoError(t, merr)
 		require.NoError(t, schemas.Validate(schemas.PathError, b), "%s", b)
 	}
+}
+
+func TestValidateCommandRefusesRepeatedKeys(t *testing.T) {
+	body := `{"task_id":"` + taskID + `","spec":{"queue":"q","retry":[],"retry":{}},"task_id":"` + taskID + `"}`
+	e := requireError(t, schemas.ValidateCommand("task.create", []byte(body)), schemas.CodeInvalid)
+	require.Equal(t, map[string]string{
+		"/spec/retry": "appears more than once in its object",
+		"/task_id":    "appears more than once in its object",
+	}, fieldMap(e))
 }

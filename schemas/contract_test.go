@@ -1,0 +1,199 @@
+package schemas_test
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/dwr-run/dwr/domain" //nolint:depguard // tests may import domain, to prove the schemas describe its types
+	"github.com/dwr-run/dwr/schemas"
+)
+
+// The contract test drives the domain through every command and checks that
+// everything that crosses the wire matches its schema: each command as a
+// client writes it, each reply (claims carry the whole task), and each event
+// with its envelope. It must see every command and every event type.
+
+type contract struct {
+	t      *testing.T
+	w      *domain.Overlay
+	now    time.Time
+	ws     string
+	seq    uint64
+	n      int
+	hashes map[string]string // aggregate -> hash of its last envelope
+	cmds   map[string]bool
+	events map[string]bool
+}
+
+func newContract(t *testing.T) *contract {
+	return &contract{t: t, w: domain.NewOverlay(domain.Empty{}), now: time.Date(2025, 6, 2, 9, 0, 0, 0, time.UTC),
+		ws: "acme", hashes: map[string]string{}, cmds: map[string]bool{}, events: map[string]bool{}}
+}
+
+// do sends command name with body as a client would, and returns its reply.
+func (c *contract) do(name string, body map[string]any) domain.Reply {
+	t := c.t
+	t.Helper()
+	c.now = c.now.Add(time.Minute)
+	b, err := json.Marshal(body)
+	require.NoError(t, err)
+	require.NoError(t, schemas.ValidateCommand(name, b))
+	cmd, ok := domain.NewCommand(name)
+	require.True(t, ok)
+	require.NoError(t, decodeStrict(b, cmd))
+	c.n++
+	m := domain.Meta{CommandID: domain.DeriveID(c.now, fmt.Sprint("cmd", c.n)), Workspace: c.ws,
+		Actor: "user:maria@acme.example", CorrelationID: "corr-1", Now: c.now}
+	out, err := domain.Execute(c.w, cmd, m)
+	require.NoError(t, err, "%s %s", name, b)
+	for i, ch := range out.Changes {
+		require.NoError(t, c.w.Apply(ch, domain.Recorded{CommandID: m.CommandID, Time: m.Now}))
+		c.event(m, i, ch)
+	}
+	c.seq++
+	reply, err := json.Marshal(map[string]any{"ok": true, "result": out.Reply, "seq": c.seq})
+	require.NoError(t, err)
+	require.NoError(t, schemas.Validate(schemas.PathReply, reply), "reply to %s: %s", name, reply)
+	c.cmds[name] = true
+	return out.Reply
+}
+
+// event checks one change as it is published: its data and its envelope.
+func (c *contract) event(m domain.Meta, i int, ch domain.Change) {
+	t := c.t
+	typ := ch.Event.EventType()
+	data, err := json.Marshal(ch.Event)
+	require.NoError(t, err)
+	require.NoError(t, schemas.ValidateEvent(typ, data), "%s: %s", typ, data)
+	key := ch.AggregateType + "/" + ch.AggregateID
+	env := envelope{ID: domain.DeriveID(m.Now, fmt.Sprint(m.CommandID, i)), Type: typ, SchemaVersion: 1,
+		Workspace: ch.Workspace, AggregateType: ch.AggregateType, AggregateID: ch.AggregateID, Version: ch.Version,
+		CommandID: m.CommandID, CorrelationID: m.CorrelationID, Actor: m.Actor, Time: m.Now, PrevHash: c.hashes[key], Data: data}
+	raw, err := json.Marshal(env)
+	require.NoError(t, err)
+	require.NoError(t, schemas.Validate(schemas.PathEnvelope, raw), "%s", raw)
+	sum := sha256.Sum256(raw)
+	c.hashes[key] = hex.EncodeToString(sum[:])
+	c.events[typ] = true
+}
+
+func (c *contract) task(id string) *domain.Task {
+	tk, err := c.w.Task(id)
+	require.NoError(c.t, err)
+	require.NotNil(c.t, tk, id)
+	return tk
+}
+
+func ids(r domain.Reply) map[string]string {
+	m := map[string]string{}
+	for _, pt := range r.Tasks {
+		m[pt.Key] = pt.TaskID
+	}
+	return m
+}
+
+func TestContractOfTheDomain(t *testing.T) {
+	c := newContract(t)
+	c.do("workspace.create", map[string]any{"name": "acme", "description": "Market research."})
+
+	// A goal that is achieved, through failures, a lost lease, a review, an
+	// approval and a signal.
+	goal := domain.DeriveID(c.now, "goal-1")
+	c.do("goal.create", map[string]any{"goal_id": goal, "title": "Publish the Q2 report",
+		"success_criteria": []string{"Every figure cites a source."},
+		"envelope": map[string]any{"budget": map[string]any{"cost": 25.5, "tokens": 2000000, "deadline": "2025-06-30T17:00:00Z"},
+			"permissions": map[string]any{"queues": []string{"research", "writer", "publisher"}}}})
+	plan := ids(c.do("plan.submit", map[string]any{"goal_id": goal, "tasks": []map[string]any{
+		{"key": "collect", "queue": "research", "timeout": "10m", "input": map[string]any{"quarter": "2025-Q2"}},
+		{"key": "draft", "queue": "writer", "depends_on": []string{"collect"}, "verification": map[string]any{"queue": "fact-check"},
+			"retry": map[string]any{"max_attempts": 3, "initial_backoff": "30s"}},
+		{"key": "publish", "title": "Publish", "queue": "publisher", "depends_on": []string{"draft"},
+			"approval": map[string]any{"role": "editor", "expires_in": 86400, "responses": []string{"approve", "reject"}}},
+	}}))
+	collect, draft, publish := plan["collect"], plan["draft"], plan["publish"]
+
+	r := c.do("task.claim", map[string]any{"task_id": collect, "executor": "researcher-1", "executor_version": "1.0.0"})
+	require.NotNil(t, r.Task)
+	c.do("task.checkpoint", map[string]any{"task_id": collect, "attempt": 1, "checkpoint": map[string]any{"page": 3}})
+	c.do("task.succeed", map[string]any{"task_id": collect, "attempt": 1, "result": map[string]any{"rows": 120},
+		"artifacts": []map[string]any{{"name": "data.csv", "sha256": hex.EncodeToString(make([]byte, 32)), "size": 4096, "type": "text/csv"}}})
+
+	c.do("task.claim", map[string]any{"task_id": draft, "executor": "writer-1"})
+	c.do("task.fail", map[string]any{"task_id": draft, "attempt": 1, "error": map[string]any{"code": "rate_limited", "message": "429"}, "retryable": true})
+	until := *c.task(draft).BackoffUntil
+	c.now = until
+	c.do("timer.fire", map[string]any{"task_id": draft, "kind": "backoff", "due": until.Format(time.RFC3339Nano)})
+	c.do("task.claim", map[string]any{"task_id": draft, "executor": "writer-1"})
+	c.do("task.claim", map[string]any{"task_id": draft, "executor": "writer-2", "supersedes": 2})
+	c.do("task.succeed", map[string]any{"task_id": draft, "attempt": 3, "result": "draft one",
+		"model_steps": []map[string]any{{"model": "claude-sonnet-4", "tokens": 1200, "cost": 0.02, "parsed": []int{1}}}})
+	c.do("task.verify", map[string]any{"task_id": draft, "attempt": 3, "outcome": "INCONCLUSIVE", "verifier": "fact-checker",
+		"result_digest": "d1", "evidence": map[string]any{"unsure": 2}})
+	c.do("task.review", map[string]any{"task_id": draft, "decision": "retry", "reason": "cite the sources"})
+	c.do("task.claim", map[string]any{"task_id": draft, "executor": "writer-2"})
+	c.do("task.succeed", map[string]any{"task_id": draft, "attempt": 4, "result": "draft two"})
+	c.do("task.verify", map[string]any{"task_id": draft, "attempt": 4, "outcome": "PASS", "verifier": "fact-checker",
+		"verifier_version": "2.0.1", "result_digest": "d2"})
+	require.Equal(t, domain.StateWaiting, c.task(publish).State)
+
+	c.do("task.approve", map[string]any{"task_id": publish, "response": "approve", "reason": "looks good"})
+	c.do("task.claim", map[string]any{"task_id": publish, "executor": "publisher-1"})
+	c.do("task.wait", map[string]any{"task_id": publish, "attempt": 1, "kind": "signal", "signal": "cms.published"})
+	c.do("task.signal", map[string]any{"task_id": publish, "name": "cms.published", "payload": map[string]any{"url": "https://example.com/q2"}})
+	c.do("task.claim", map[string]any{"task_id": publish, "executor": "publisher-1"})
+	r = c.do("task.succeed", map[string]any{"task_id": publish, "attempt": 2})
+	require.Equal(t, domain.StateAccepted, r.State)
+	g, err := c.w.Goal(goal)
+	require.NoError(t, err)
+	require.Equal(t, domain.GoalStateAchieved, g.State)
+
+	// A goal that fails: an error that is not retryable fails its dependent.
+	goal2 := domain.DeriveID(c.now, "goal-2")
+	c.do("goal.create", map[string]any{"goal_id": goal2, "title": "Second"})
+	plan2 := ids(c.do("plan.submit", map[string]any{"goal_id": goal2, "tasks": []map[string]any{
+		{"key": "a", "queue": "research"}, {"key": "b", "queue": "research", "depends_on": []string{"a"}}}}))
+	c.do("task.claim", map[string]any{"task_id": plan2["a"], "executor": "r"})
+	c.do("task.fail", map[string]any{"task_id": plan2["a"], "attempt": 1, "error": map[string]any{"message": "bad input"}, "retryable": false})
+
+	// A goal whose plan is revised (kept, replaced, added, removed), then
+	// canceled.
+	goal3 := domain.DeriveID(c.now, "goal-3")
+	c.do("goal.create", map[string]any{"goal_id": goal3, "title": "Third"})
+	c.do("plan.submit", map[string]any{"goal_id": goal3, "tasks": []map[string]any{
+		{"key": "x", "queue": "research"}, {"key": "y", "queue": "research"}, {"key": "w", "queue": "research"}}})
+	c.do("plan.submit", map[string]any{"goal_id": goal3, "tasks": []map[string]any{
+		{"key": "x", "queue": "research"}, {"key": "y", "queue": "writer"}, {"key": "z", "queue": "research"}}})
+	c.do("goal.cancel", map[string]any{"goal_id": goal3, "reason": "moved to Q3"})
+
+	// Standalone tasks: one rejected at its approval gate, one that waits for
+	// its start time and is then canceled.
+	gated := domain.DeriveID(c.now, "task-1")
+	c.do("task.create", map[string]any{"task_id": gated, "spec": map[string]any{"queue": "billing", "approval": map[string]any{}}})
+	c.do("task.approve", map[string]any{"task_id": gated, "response": "reject", "reason": "not this month"})
+	timed := domain.DeriveID(c.now, "task-2")
+	start := c.now.Add(time.Hour)
+	c.do("task.create", map[string]any{"task_id": timed, "spec": map[string]any{"key": "later", "queue": "billing",
+		"depends_on": []string{collect}, "start_at": start.Format(time.RFC3339)}})
+	c.now = start
+	c.do("timer.fire", map[string]any{"task_id": timed, "kind": "wait", "due": start.Format(time.RFC3339)})
+	c.do("task.cancel", map[string]any{"task_id": timed, "reason": "no longer needed"})
+
+	var cmds, events []string
+	for n := range c.cmds {
+		cmds = append(cmds, n)
+	}
+	for e := range c.events {
+		events = append(events, e)
+	}
+	slices.Sort(cmds)
+	slices.Sort(events)
+	require.Equal(t, schemas.CommandNames(), cmds, "the contract test must send every command")
+	require.Equal(t, schemas.EventTypes(), events, "the contract test must see every event type")
+}
