@@ -64,8 +64,9 @@ type Config struct {
 
 	// MaxStore caps the bytes held by file-storage streams on this server.
 	// Zero means the smaller of DefaultMaxStore (10 GiB) and three quarters
-	// of the space then available on the disk holding DataDir (on systems
-	// where that cannot be measured, DefaultMaxStore).
+	// of the space then available on the disk holding DataDir, measured once
+	// at start (on Linux; elsewhere, DefaultMaxStore). JetStream stores no
+	// more than this on this server.
 	MaxStore int64
 
 	// Cluster, when set, joins the server to a cluster over routes.

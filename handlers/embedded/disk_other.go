@@ -1,7 +1,7 @@
-//go:build !(linux || darwin || freebsd)
+//go:build !linux
 
 package embedded
 
-// diskAvailable cannot measure free space on this system; the caller falls
+// diskAvailable does not measure free space outside Linux; the caller falls
 // back to DefaultMaxStore.
 func diskAvailable(string) (int64, bool) { return 0, false }

@@ -14,6 +14,11 @@
 // opens one for clients in other processes, and Config.Cluster joins the
 // server to a cluster of peers over routes.
 //
+// SyncAlways is a server-wide default that a stream can relax: a stream with
+// PersistMode async never fsyncs before acknowledging (dwr uses that for its
+// derived streams only), and a replicated stream (R>1) syncs its store when
+// it snapshots, relying on its Raft log, whose writes are fsynced.
+//
 // The server's own log lines are routed to a log/slog logger at quiet levels
 // (see Config.Logger).
 //

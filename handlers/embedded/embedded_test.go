@@ -181,7 +181,7 @@ func TestRestartKeepsMessages(t *testing.T) {
 	s.Shutdown()
 	s.Shutdown() // idempotent
 
-	s, nc = setup(t, Config{DataDir: dir, Logger: logger})
+	_, nc = setup(t, Config{DataDir: dir, Logger: logger})
 	js, err = jetstream.New(nc)
 	require.NoError(t, err)
 	st, err := js.Stream(ctx, "KEEP")
@@ -192,7 +192,6 @@ func TestRestartKeepsMessages(t *testing.T) {
 	msg, err := st.GetMsg(ctx, 5)
 	require.NoError(t, err)
 	require.Equal(t, "msg-5", string(msg.Data))
-	_ = s
 }
 
 func TestStartRejectsInvalidConfig(t *testing.T) {
@@ -279,4 +278,44 @@ func TestClusterOfThreeCreatesR3Stream(t *testing.T) {
 	require.NoError(t, err)
 	require.NotNil(t, info.Cluster)
 	require.Len(t, info.Cluster.Replicas, 2)
+}
+
+// recordHandler keeps the level and message of every record it is given.
+type recordHandler struct {
+	mu      sync.Mutex
+	level   slog.Level
+	records []string
+}
+
+func (h *recordHandler) Enabled(_ context.Context, l slog.Level) bool { return l >= h.level }
+func (h *recordHandler) WithAttrs([]slog.Attr) slog.Handler           { return h }
+func (h *recordHandler) WithGroup(string) slog.Handler                { return h }
+func (h *recordHandler) Handle(_ context.Context, r slog.Record) error {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.records = append(h.records, r.Level.String()+" "+r.Message)
+	return nil
+}
+
+func TestLoggerLevelsAndFatal(t *testing.T) {
+	h := &recordHandler{level: slog.LevelInfo}
+	a := newSlogAdapter(slog.New(h), "n1")
+
+	a.Noticef("banner %d", 1)
+	a.Debugf("debug")
+	a.Tracef("trace")
+	a.Warnf("careful %s", "now")
+	a.Errorf("broken")
+	require.NoError(t, a.fatalErr())
+	a.Fatalf("cannot listen on %d", 4222)
+	a.Fatalf("second")
+
+	require.Equal(t, []string{"WARN careful now", "ERROR broken", "ERROR cannot listen on 4222", "ERROR second"}, h.records)
+	require.EqualError(t, a.fatalErr(), "cannot listen on 4222", "the first fatal error is kept")
+	require.False(t, a.enabled(levelDebug), "server debug stays off under an Info handler")
+
+	h.level = levelTrace
+	a.Noticef("banner")
+	a.Tracef("trace")
+	require.Equal(t, []string{"DEBUG banner", "DEBUG-8 trace"}, h.records[4:])
 }
