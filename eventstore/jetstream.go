@@ -28,6 +28,11 @@ type JetStreamConfig struct {
 	Replicas int
 	// Duplicates is the stream's deduplication window. Default 2 minutes.
 	Duplicates time.Duration
+	// AttemptTimeout bounds one publish of an append. An append whose
+	// acknowledgement does not come in time (a leader change swallowed it)
+	// is published again, identically, until its context ends: the retry is
+	// recognised as the same record. Default 1 second.
+	AttemptTimeout time.Duration
 }
 
 func (c JetStreamConfig) withDefaults() JetStreamConfig {
@@ -39,6 +44,9 @@ func (c JetStreamConfig) withDefaults() JetStreamConfig {
 	}
 	if c.Duplicates == 0 {
 		c.Duplicates = 2 * time.Minute
+	}
+	if c.AttemptTimeout == 0 {
+		c.AttemptTimeout = time.Second
 	}
 	return c
 }
@@ -99,6 +107,7 @@ type JetStreamLog struct {
 	subject   string
 	partition string
 	msgGet    string // subject of the leader's STREAM.MSG.GET API
+	attempt   time.Duration
 }
 
 var _ Log = (*JetStreamLog)(nil)
@@ -136,6 +145,7 @@ func NewJetStreamLog(ctx context.Context, js jetstream.JetStream, cfg JetStreamC
 		subject:   cfg.Prefix + ".log." + cfg.Partition,
 		partition: cfg.Partition,
 		msgGet:    apiPrefix(js) + "STREAM.MSG.GET." + cfg.Stream,
+		attempt:   cfg.AttemptTimeout,
 	}, nil
 }
 
@@ -153,23 +163,37 @@ func (l *JetStreamLog) Subject() string { return l.subject }
 // a replicated stream answers it as a duplicate (returning the first
 // sequence); a single server checks the expectation first and answers 10071,
 // so on a conflict Append looks at the first record after expectedLast and, if
-// it carries the same message id, returns its sequence.
+// it carries the same message id, returns its sequence. Append itself
+// publishes again when an attempt gets no answer within the attempt timeout
+// (a leader change can swallow an acknowledgement) or finds a proposal in
+// flight (10164), until ctx ends.
 //
 // Errors: ErrTooLarge (rec over MaxRecordBytes, or refused by the server or
-// the connection's max payload); ErrConflict (API error 10071 or 10164; the
-// wrapped *jetstream.APIError stays reachable); otherwise an error wrapping
+// the connection's max payload); ErrConflict (API error 10071, or 10164 still
+// at ctx's end; the wrapped *jetstream.APIError stays reachable); otherwise an error wrapping
 // ErrUnknownOutcome and the cause.
 func (l *JetStreamLog) Append(ctx context.Context, rec []byte, expectedLast uint64) (uint64, error) {
 	if len(rec) > MaxRecordBytes {
 		return 0, fmt.Errorf("%w: %d bytes, limit %d", ErrTooLarge, len(rec), MaxRecordBytes)
 	}
 	id := fmt.Sprintf("%s:%d:%s", l.partition, expectedLast, hashBytes(rec))
-	msg := nats.NewMsg(l.subject)
-	msg.Data = rec
-	ack, err := l.js.PublishMsg(ctx, msg,
-		jetstream.WithExpectStream(l.stream),
-		jetstream.WithExpectLastSequencePerSubject(expectedLast),
-		jetstream.WithMsgID(id))
+	var ack *jetstream.PubAck
+	var err error
+	for wait := 50 * time.Millisecond; ; wait = min(2*wait, time.Second) {
+		ack, err = l.publish(ctx, rec, id, expectedLast)
+		if err == nil || !retryable(ctx, err) {
+			break
+		}
+		t := time.NewTimer(wait)
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			t.Stop()
+		}
+		if ctx.Err() != nil {
+			break
+		}
+	}
 	if err == nil {
 		return ack.Sequence, nil
 	}
@@ -186,6 +210,35 @@ func (l *JetStreamLog) Append(ctx context.Context, rec []byte, expectedLast uint
 	default:
 		return 0, fmt.Errorf("%w: append to %s: %w", ErrUnknownOutcome, l.subject, err)
 	}
+}
+
+// publish makes one attempt at an append, bounded by the attempt timeout.
+func (l *JetStreamLog) publish(ctx context.Context, rec []byte, id string, expectedLast uint64) (*jetstream.PubAck, error) {
+	actx, cancel := context.WithTimeout(ctx, l.attempt)
+	defer cancel()
+	msg := nats.NewMsg(l.subject)
+	msg.Data = rec
+	return l.js.PublishMsg(actx, msg,
+		jetstream.WithExpectStream(l.stream),
+		jetstream.WithExpectLastSequencePerSubject(expectedLast),
+		jetstream.WithMsgID(id))
+}
+
+// retryable reports whether an append attempt failed without an answer (a
+// timeout, no responders while a leader is elected, a reconnect) while the
+// append's own context still runs: publishing the same record again is then
+// safe, as Append recognises a repeat.
+func retryable(ctx context.Context, err error) bool {
+	if ctx.Err() != nil {
+		return false
+	}
+	var apiErr *jetstream.APIError
+	if errors.As(err, &apiErr) && apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequenceConstant {
+		return true // a proposal (likely our own earlier attempt) is in flight: ask again once it settles
+	}
+	return errors.Is(err, context.DeadlineExceeded) || errors.Is(err, nats.ErrTimeout) ||
+		errors.Is(err, nats.ErrNoResponders) || errors.Is(err, jetstream.ErrNoStreamResponse) ||
+		errors.Is(err, nats.ErrConnectionReconnecting) || errors.Is(err, nats.ErrDisconnected)
 }
 
 func isConflictCode(c jetstream.ErrorCode) bool {

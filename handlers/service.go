@@ -127,18 +127,28 @@ func (s *Service) Log() eventstore.Log { return s.log }
 
 // Run serves until ctx ends or a part fails; it returns nil on ctx's end.
 func (s *Service) Run(ctx context.Context) error {
-	l, err := eventstore.NewJetStreamLog(ctx, s.js, eventstore.JetStreamConfig{
-		Prefix: s.cfg.Prefix, Partition: s.cfg.Partition, Replicas: s.cfg.Replicas})
+	// A cluster may still be electing its JetStream leader: keep trying.
+	var l *eventstore.JetStreamLog
+	err := s.retry(ctx, "open the log", func(ctx context.Context) (err error) {
+		l, err = eventstore.NewJetStreamLog(ctx, s.js, eventstore.JetStreamConfig{
+			Prefix: s.cfg.Prefix, Partition: s.cfg.Partition, Replicas: s.cfg.Replicas})
+		return err
+	})
 	if err != nil {
-		return fmt.Errorf("handlers: open log: %w", err)
+		return nil // ctx ended
 	}
 	s.log = l
-	if _, err := s.store.CatchUp(ctx, l); err != nil {
-		return fmt.Errorf("handlers: views catch up: %w", err)
-	}
-	s.feed, err = newFeed(ctx, s.js, s.cfg, s.cfg.Logger)
-	if err != nil {
+	if err := s.retry(ctx, "catch the views up", func(ctx context.Context) error {
+		_, err := s.store.CatchUp(ctx, l)
 		return err
+	}); err != nil {
+		return nil
+	}
+	if err := s.retry(ctx, "open the event feed", func(ctx context.Context) (err error) {
+		s.feed, err = newFeed(ctx, s.js, s.cfg, s.cfg.Logger)
+		return err
+	}); err != nil {
+		return nil
 	}
 	qsvc, err := s.startQueries()
 	if err != nil {
@@ -173,9 +183,12 @@ func (s *Service) Run(ctx context.Context) error {
 // writerLoop holds the writer lease when it can and runs the writer while it
 // holds it; it steps down when fenced and tries again.
 func (s *Service) writerLoop(ctx context.Context) error {
-	lease, err := newLease(ctx, s.js, s.cfg)
-	if err != nil {
+	var lease *lease
+	if err := s.retry(ctx, "open the writer lease", func(ctx context.Context) (err error) {
+		lease, err = newLease(ctx, s.js, s.cfg)
 		return err
+	}); err != nil {
+		return nil
 	}
 	lease.standby = func() { s.readyOnce.Do(func() { close(s.ready) }) }
 	for ctx.Err() == nil {
@@ -183,19 +196,43 @@ func (s *Service) writerLoop(ctx context.Context) error {
 			if ctx.Err() != nil {
 				return nil
 			}
-			return err
+			s.cfg.Logger.Warn("handlers: writer lease unavailable; retrying", "err", err)
+			if !sleepCtx(ctx, time.Second) {
+				return nil
+			}
+			continue
 		}
-		err = s.runWriter(ctx, lease)
+		err := s.runWriter(ctx, lease)
 		lease.release()
 		if ctx.Err() != nil {
 			return nil
 		}
 		s.cfg.Logger.Warn("handlers: writer stepped down; will try again", "err", err)
-		if !sleepCtx(ctx, time.Second) {
+		if !sleepCtx(ctx, 200*time.Millisecond) {
 			return nil
 		}
 	}
 	return nil
+}
+
+// retry runs fn, each try bounded by 5 s, until it succeeds or ctx ends
+// (then it returns ctx's error), logging each failure.
+func (s *Service) retry(ctx context.Context, what string, fn func(context.Context) error) error {
+	for wait := 250 * time.Millisecond; ; wait = min(2*wait, 5*time.Second) {
+		tctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		err := fn(tctx)
+		cancel()
+		if err == nil {
+			return nil
+		}
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		s.cfg.Logger.Warn("handlers: could not "+what+"; retrying", "err", err, "in", wait)
+		if !sleepCtx(ctx, wait) {
+			return ctx.Err()
+		}
+	}
 }
 
 func sleepCtx(ctx context.Context, d time.Duration) bool {

@@ -147,6 +147,10 @@ func serve(ctx context.Context, o serveOpts, stderr io.Writer) error {
 		logger.Info("dwr ready", "nats", where, "data", o.data, "log_seq", store.Checkpoint(),
 			"ready_in", time.Since(started).Round(time.Millisecond))
 	case err := <-errc:
+		if err == nil { // stopped (a signal) before it was ready
+			logger.Info("dwr stopped before it was ready")
+			return nil
+		}
 		return fail(exitError, "%v", err)
 	}
 	if err := <-errc; err != nil && !errors.Is(err, context.Canceled) {

@@ -1,0 +1,374 @@
+package integration
+
+import (
+	"context"
+	"fmt"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/stretchr/testify/require"
+
+	"github.com/dwr-run/dwr/domain"
+	"github.com/dwr-run/dwr/eventstore"
+	"github.com/dwr-run/dwr/handlers"
+	"github.com/dwr-run/dwr/projections"
+)
+
+// runChain3 creates a goal with a chain of three tasks and runs every task
+// through claim and succeed, retrying unknown outcomes with the same command
+// id until ctx ends. Every command must be acknowledged.
+func runChain3(t *testing.T, ctx context.Context, c *client, led *ledger, label string) (goalID string, lastSeq uint64) {
+	t.Helper()
+	n := 0
+	id := func() string { n++; return fmt.Sprintf("%s-%d", label, n) }
+	must := func(r *cmdResult) *cmdResult {
+		t.Helper()
+		led.add(r)
+		require.Equal(t, acked, r.Outcome, "%s %s: %v (last unknown cause: %s)", r.Name, r.ID, r.Err, r.LastErr)
+		lastSeq = max(lastSeq, r.Seq)
+		return r
+	}
+	g := must(c.do(ctx, "goal.create", map[string]any{"title": label}, id()))
+	goalID = g.reply().ID
+	g.Aggs = []aggRef{{domain.AggGoal, goalID}}
+	p := must(c.do(ctx, "plan.submit", map[string]any{"goal_id": goalID, "tasks": []map[string]any{
+		{"key": "a", "queue": "shell", "input": map[string]any{"n": 1}},
+		{"key": "b", "queue": "shell", "depends_on": []string{"a"}},
+		{"key": "c", "queue": "shell", "depends_on": []string{"b"}},
+	}}, id()))
+	plan := p.reply()
+	require.Len(t, plan.Tasks, 3)
+	for _, pt := range plan.Tasks {
+		p.Aggs = append(p.Aggs, aggRef{domain.AggTask, pt.TaskID})
+	}
+	for i, pt := range plan.Tasks {
+		cl := must(c.do(ctx, "task.claim", map[string]any{"task_id": pt.TaskID, "executor": label}, id()))
+		require.Equal(t, 1, cl.reply().Attempt, "claim of task %s", pt.Key)
+		done := must(c.do(ctx, "task.succeed", map[string]any{"task_id": pt.TaskID, "attempt": 1, "result": map[string]any{"i": i}}, id()))
+		require.Equal(t, domain.StateAccepted, done.reply().State)
+	}
+	var gv projections.GoalView
+	require.NoError(t, c.query("goal.get", handlers.Query{ID: goalID}, lastSeq, &gv))
+	require.Equal(t, domain.GoalStateAchieved, gv.State)
+	return goalID, lastSeq
+}
+
+// streamInfo asks for a stream's info until ctx ends or cond holds.
+func streamInfo(t *testing.T, ctx context.Context, js jetstream.JetStream, name string, cond func(*jetstream.StreamInfo) bool) *jetstream.StreamInfo {
+	t.Helper()
+	tick := time.NewTicker(100 * time.Millisecond)
+	defer tick.Stop()
+	var last error
+	var info *jetstream.StreamInfo
+	for {
+		rctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		st, err := js.Stream(rctx, name)
+		if err == nil {
+			info, err = st.Info(rctx)
+		}
+		cancel()
+		if err == nil && cond(info) {
+			return info
+		}
+		last = err
+		select {
+		case <-ctx.Done():
+			t.Fatalf("stream %s: condition not met before the deadline (last info %+v, err %v)", name, info, last)
+		case <-tick.C:
+		}
+	}
+}
+
+// clusterLoaders is how many connections send goal.create back to back
+// while the log's leader is shut down.
+const clusterLoaders = 4
+
+// maxUnavailable bounds the unavailability window after a graceful shutdown
+// of the log's leader. NATS itself elects a new stream leader in about 0.3 s
+// (NATS-NOTES); the writer's step-down adds a 1 s pause.
+const maxUnavailable = 5 * time.Second
+
+// handover is one round of TestClusterR3: the log's leader shut down.
+type handover struct {
+	from, to, writerConn string
+	window               time.Duration // longest time without an acknowledgement
+	firstAck             time.Duration // from the shutdown to the first acknowledgement
+	heal                 time.Duration // from the restart of the node to all replicas current
+}
+
+// TestClusterR3 runs `dwr serve --replicas 3` against a three-node NATS
+// cluster under steady load, gracefully shuts down the node that leads the
+// log stream (then restarts it, and again, for a few rounds: the stall it
+// looks for depends on an append being in flight at that moment), and checks
+// that commands keep being acknowledged and that every acknowledged command
+// is in the log.
+func TestClusterR3(t *testing.T) {
+	if testing.Short() {
+		t.Skip("a three-node JetStream cluster takes seconds to form")
+	}
+	rounds := 4
+	if long() {
+		rounds = 12
+	}
+	bin := dwrBinary(t)
+	logs := &syncBuffer{}
+	logOnFailure(t, "cluster and dwr serve output", logs)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Duration(60+30*rounds)*time.Second)
+	defer cancel()
+	began := time.Now()
+	phase := func(what string) { t.Logf("%6.2fs %s", time.Since(began).Seconds(), what) }
+
+	nodes := startCluster(t, 3, logs)
+	urls := make([]string, len(nodes))
+	for i, n := range nodes {
+		urls[i] = n.url
+	}
+	natsURL := strings.Join(urls, ",")
+	waitFor(t, ctx, "JetStream meta leader elected", func() bool { return jetStreamReady(nodes) })
+	phase("JetStream cluster ready")
+	data := filepath.Join(t.TempDir(), "data")
+	srv := startServer(t, bin, logs, "dwr serve on the cluster", "serve", "--nats", natsURL, "--replicas", "3", "--data", data)
+	readyIn := waitReady(t, srv, natsURL, 60*time.Second)
+	phase("dwr ready")
+
+	led := &ledger{}
+	c := dial(t, natsURL, "cluster-client", 5*time.Second)
+	runChain3(t, ctx, c, led, "r3-before")
+
+	tnc, err := nats.Connect(natsURL, nats.MaxReconnects(-1), nats.ReconnectWait(50*time.Millisecond))
+	require.NoError(t, err)
+	t.Cleanup(tnc.Close)
+	js, err := jetstream.New(tnc)
+	require.NoError(t, err)
+	healthy := func(i *jetstream.StreamInfo) bool {
+		if i.Cluster == nil || i.Cluster.Leader == "" || len(i.Cluster.Replicas) != 2 {
+			return false
+		}
+		for _, r := range i.Cluster.Replicas {
+			if !r.Current || r.Offline || r.Lag > 0 {
+				return false
+			}
+		}
+		return true
+	}
+	info := streamInfo(t, ctx, js, "DWR_LOG", healthy)
+	require.Equal(t, 3, info.Config.Replicas)
+	require.Len(t, info.Cluster.Replicas, 2, "the log has two followers")
+	phase("chain run; log stream is R3: " + replicasString(info))
+
+	// Steady load: goal.create back to back from a few connections, so that
+	// an append is in flight when the leader goes.
+	var (
+		mu       sync.Mutex
+		ackTimes []time.Time
+		stop     atomic.Bool
+		loadWG   sync.WaitGroup
+	)
+	for g := range clusterLoaders {
+		load := dial(t, natsURL, fmt.Sprintf("cluster-load-%d", g), 5*time.Second)
+		loadWG.Go(func() {
+			for n := 1; !stop.Load(); n++ {
+				r := load.do(ctx, "goal.create", map[string]any{"title": "r3 load"}, fmt.Sprintf("r3-load-%d-%d", g, n))
+				led.add(r)
+				if r.Outcome == acked {
+					r.Aggs = []aggRef{{domain.AggGoal, r.reply().ID}}
+					mu.Lock()
+					ackTimes = append(ackTimes, r.Answered)
+					mu.Unlock()
+				}
+			}
+		})
+	}
+	stopLoad := sync.OnceFunc(func() { stop.Store(true); loadWG.Wait() })
+	t.Cleanup(stopLoad)
+	// acks returns the acknowledgement times after from, in order.
+	acks := func(from time.Time) []time.Time {
+		mu.Lock()
+		defer mu.Unlock()
+		var out []time.Time
+		for _, a := range ackTimes {
+			if a.After(from) {
+				out = append(out, a)
+			}
+		}
+		slices.SortFunc(out, func(a, b time.Time) int { return a.Compare(b) })
+		return out
+	}
+
+	var handovers []handover
+	for round := 1; round <= rounds; round++ {
+		info := streamInfo(t, ctx, js, "DWR_LOG", healthy)
+		var h handover
+		h.from = info.Cluster.Leader
+		i := slices.IndexFunc(nodes, func(n *natsNode) bool { return n.name == h.from })
+		require.GreaterOrEqual(t, i, 0, "leader %q is one of our nodes", h.from)
+		leader := nodes[i]
+		h.writerConn = nodeOfClient(nodes, "dwr-serve")
+		warm := time.Now()
+		waitFor(t, ctx, "load acknowledged before the shutdown", func() bool { return len(acks(warm)) >= 100 })
+
+		t0 := time.Now()
+		leader.shutdown()
+		phase(fmt.Sprintf("round %d: leader %s shut down (dwr serve connected to %s)", round, h.from, h.writerConn))
+
+		// Commands keep being acknowledged: a whole chain, and the load.
+		afterCtx, afterCancel := context.WithTimeout(ctx, 45*time.Second)
+		runChain3(t, afterCtx, c, led, fmt.Sprintf("r3-round%d", round))
+		waitFor(t, afterCtx, "load acknowledged after the shutdown", func() bool { return len(acks(t0)) >= 100 })
+		afterCancel()
+		around := acks(t0.Add(-time.Second))
+		h.firstAck = around[slices.IndexFunc(around, func(a time.Time) bool { return a.After(t0) })].Sub(t0)
+		for k := 1; k < len(around); k++ {
+			h.window = max(h.window, around[k].Sub(around[k-1]))
+		}
+		info = streamInfo(t, ctx, js, "DWR_LOG", func(i *jetstream.StreamInfo) bool {
+			return i.Cluster != nil && i.Cluster.Leader != "" && i.Cluster.Leader != h.from
+		})
+		h.to = info.Cluster.Leader
+
+		// Heal: restart the node and wait until every replica is current.
+		healStart := time.Now()
+		require.NoError(t, leader.start())
+		streamInfo(t, ctx, js, "DWR_LOG", healthy)
+		h.heal = time.Since(healStart)
+		handovers = append(handovers, h)
+		phase(fmt.Sprintf("round %d: leader %s→%s, window %s, first ack after %s, healed in %s", round, h.from, h.to,
+			h.window.Round(time.Millisecond), h.firstAck.Round(time.Millisecond), h.heal.Round(time.Millisecond)))
+		if h.window >= maxUnavailable {
+			break // the stall showed: no need for more rounds
+		}
+	}
+	stopLoad()
+	if srv.exited() { // err is set before done is closed
+		t.Fatalf("dwr serve died: %v", srv.err)
+	}
+	require.NoError(t, srv.terminate(30*time.Second), "graceful stop of dwr serve")
+	phase("dwr serve stopped")
+
+	l, err := eventstore.NewJetStreamLog(ctx, js, eventstore.JetStreamConfig{Replicas: 3})
+	require.NoError(t, err)
+	recs, err := readLog(ctx, l)
+	require.NoError(t, err)
+	phase("log read")
+	a := auditLog(recs, led.all())
+	views := compareViews(t, ctx, filepath.Join(data, "views"), l)
+	lc := led.counts()
+	phase("views rebuilt and compared")
+
+	t.Logf("cluster log: %s", a)
+	t.Logf("cluster views: live checkpoint %d, rebuilt %d, equal=%v %s", views.LiveCheckpoint, views.RebuiltCheckpoint, views.Equal, views.FirstDiff)
+	for _, line := range logs.lines(30, "level=ERROR", "level=WARN", "panic", "DATA RACE") {
+		if strings.Contains(line, "node=") {
+			continue // the NATS servers' own warnings, expected around a shutdown
+		}
+		t.Log("dwr serve: " + line)
+	}
+	for _, p := range a.Problems {
+		t.Log("problem: " + p)
+	}
+	var windows []time.Duration
+	var leaders []string
+	for _, h := range handovers {
+		windows = append(windows, h.window.Round(time.Millisecond))
+		leaders = append(leaders, h.from+"→"+h.to)
+	}
+	fmt.Printf("cluster-r3: replicas=%d handovers=%d (%s) acked=%d unknown→resolved=%d lost=%d duplicates=%d dwr ready in %s unavailability windows=%v max=%s\n",
+		info.Config.Replicas, len(handovers), strings.Join(leaders, " "), lc.acked, lc.resolved, a.Lost, a.Duplicates,
+		readyIn.Round(time.Millisecond), windows, slices.Max(windows))
+
+	require.Zero(t, a.safety(), "safety counts: %s", a)
+	require.Zero(t, lc.unresolved+lc.refused, "every command of the cluster test is acknowledged")
+	require.Equal(t, views.RebuiltCheckpoint, views.LiveCheckpoint)
+	require.True(t, views.Equal, "rebuilt views equal the live ones: %s", views.FirstDiff)
+	for k, h := range handovers {
+		require.Less(t, h.window, maxUnavailable, "round %d: no command was acknowledged for %s after leader %s shut down gracefully "+
+			"(dwr serve connected to %s); NATS elects a new leader in ~0.3 s", k+1, h.window, h.from, h.writerConn)
+	}
+}
+
+func replicasString(info *jetstream.StreamInfo) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "leader %s", info.Cluster.Leader)
+	for _, r := range info.Cluster.Replicas {
+		fmt.Fprintf(&b, ", %s current=%v offline=%v lag=%d", r.Name, r.Current, r.Offline, r.Lag)
+	}
+	return b.String()
+}
+
+// jetStreamReady reports whether the cluster has a JetStream meta leader
+// that every node is current with.
+func jetStreamReady(nodes []*natsNode) bool {
+	leader := false
+	for _, n := range nodes {
+		ns := n.server().NATS()
+		if !ns.JetStreamIsCurrent() {
+			return false
+		}
+		leader = leader || ns.JetStreamIsLeader()
+	}
+	return leader
+}
+
+// TestServeStartsWithTheCluster starts `dwr serve --nats` together with the
+// three NATS servers it uses, as a supervisor would after a full restart:
+// the service must wait for JetStream to elect its meta leader (well under a
+// second here; NATS-NOTES saw 5 s) and become ready, not exit. A JetStream
+// API request sent before the election gets no answer and times out.
+func TestServeStartsWithTheCluster(t *testing.T) {
+	if testing.Short() {
+		t.Skip("a three-node JetStream cluster takes seconds to form")
+	}
+	bin := dwrBinary(t)
+	logs := &syncBuffer{}
+	logOnFailure(t, "cluster and dwr serve output", logs)
+	nodes := startCluster(t, 3, logs)
+	urls := make([]string, len(nodes))
+	for i, n := range nodes {
+		urls[i] = n.url
+	}
+	natsURL := strings.Join(urls, ",")
+	srv := startServer(t, bin, logs, "dwr serve started with the cluster", "serve", "--nats", natsURL, "--replicas", "3",
+		"--data", filepath.Join(t.TempDir(), "data"))
+	readyIn := waitReady(t, srv, natsURL, 60*time.Second)
+	t.Logf("dwr serve ready %s after it started with the cluster", readyIn.Round(time.Millisecond))
+	require.NoError(t, srv.terminate(30*time.Second))
+}
+
+// nodeOfClient returns the name of the node a client connection named name
+// is connected to, or "".
+func nodeOfClient(nodes []*natsNode, name string) string {
+	for _, n := range nodes {
+		cz, err := n.server().NATS().Connz(&server.ConnzOptions{})
+		if err != nil {
+			continue
+		}
+		for _, c := range cz.Conns {
+			if c.Name == name {
+				return n.name
+			}
+		}
+	}
+	return ""
+}
+
+// waitFor polls cond until it holds or ctx ends.
+func waitFor(t *testing.T, ctx context.Context, what string, cond func() bool) {
+	t.Helper()
+	tick := time.NewTicker(20 * time.Millisecond)
+	defer tick.Stop()
+	for !cond() {
+		select {
+		case <-ctx.Done():
+			t.Fatalf("%s: not before the deadline", what)
+		case <-tick.C:
+		}
+	}
+}

@@ -1,0 +1,845 @@
+// Package integration holds dwr's end-to-end tests: the real binary as a
+// child process, real embedded NATS servers, crashes by SIGKILL, clusters on
+// loopback. Each test checks what survived by reading the log directly and
+// prints a one-line summary of its figures.
+package integration
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/binary"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime/debug"
+	"slices"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/stretchr/testify/require"
+
+	"github.com/dwr-run/dwr/domain"
+	"github.com/dwr-run/dwr/eventstore"
+	"github.com/dwr-run/dwr/handlers"
+	"github.com/dwr-run/dwr/handlers/embedded"
+	"github.com/dwr-run/dwr/projections"
+)
+
+var longFlag = flag.Bool("long", false, "run the soak versions of the crash tests (also DWR_LONG=1)")
+
+// long reports whether the soak versions were asked for.
+func long() bool { return *longFlag || os.Getenv("DWR_LONG") == "1" }
+
+// binDir holds the dwr binary built for this test run.
+var binDir string
+
+func TestMain(m *testing.M) {
+	dir, err := os.MkdirTemp("", "dwr-integration-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "integration: temp dir:", err)
+		os.Exit(1)
+	}
+	binDir = dir
+	code := m.Run()
+	_ = os.RemoveAll(dir)
+	os.Exit(code)
+}
+
+var (
+	binOnce sync.Once
+	binPath string
+	binErr  error
+)
+
+// raceEnabled reports whether this test binary was built with -race.
+func raceEnabled() bool {
+	bi, ok := debug.ReadBuildInfo()
+	if !ok {
+		return false
+	}
+	for _, s := range bi.Settings {
+		if s.Key == "-race" {
+			return s.Value == "true"
+		}
+	}
+	return false
+}
+
+// childRace reports whether the dwr child is built with the race detector:
+// DWR_CHILD_RACE=1 or 0 decides; by default it is not (a -race child is
+// several times slower and the crash tests are about durability, not races).
+func childRace() bool { return os.Getenv("DWR_CHILD_RACE") == "1" }
+
+// dwrBinary builds ./cmd/dwr once per test run and returns its path.
+func dwrBinary(t *testing.T) string {
+	t.Helper()
+	binOnce.Do(func() {
+		out, err := exec.Command("go", "env", "GOMOD").Output()
+		if err != nil {
+			binErr = fmt.Errorf("go env GOMOD: %w", err)
+			return
+		}
+		gomod := strings.TrimSpace(string(out))
+		if gomod == "" || gomod == os.DevNull {
+			binErr = errors.New("go env GOMOD: not inside the dwr module")
+			return
+		}
+		path := filepath.Join(binDir, "dwr")
+		args := []string{"build", "-o", path}
+		if childRace() {
+			args = append(args, "-race")
+		}
+		cmd := exec.Command("go", append(args, "./cmd/dwr")...)
+		cmd.Dir = filepath.Dir(gomod)
+		if out, err := cmd.CombinedOutput(); err != nil {
+			binErr = fmt.Errorf("go build ./cmd/dwr: %w\n%s", err, out)
+			return
+		}
+		binPath = path
+	})
+	require.NoError(t, binErr)
+	return binPath
+}
+
+// freePort returns a loopback TCP port that was free a moment ago.
+func freePort(t *testing.T) int {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	port := l.Addr().(*net.TCPAddr).Port
+	require.NoError(t, l.Close())
+	return port
+}
+
+// syncBuffer collects the output of child processes and in-process servers,
+// shown only when a test fails (never written to t after the test ends).
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// lines returns the lines containing any of the needles, at most max.
+func (s *syncBuffer) lines(max int, needles ...string) []string {
+	var out []string
+	sc := bufio.NewScanner(strings.NewReader(s.String()))
+	sc.Buffer(make([]byte, 64<<10), 1<<20)
+	for sc.Scan() && len(out) < max {
+		for _, n := range needles {
+			if strings.Contains(sc.Text(), n) {
+				out = append(out, sc.Text())
+				break
+			}
+		}
+	}
+	return out
+}
+
+// logOnFailure shows buf when the test fails. Register it before the
+// processes that write to buf, so that it runs after they were killed.
+func logOnFailure(t *testing.T, title string, buf *syncBuffer) {
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("---- %s ----\n%s", title, buf.String())
+		}
+	})
+}
+
+// serverProc is one `dwr serve` child process, in its own process group.
+type serverProc struct {
+	cmd     *exec.Cmd
+	started time.Time
+	done    chan struct{} // closed once the process has exited
+	err     error         // Wait's result, set before done is closed
+}
+
+// startServer starts `dwr <args>` with its output going to out. The process
+// (and its group) is killed at cleanup.
+func startServer(t *testing.T, bin string, out io.Writer, label string, args ...string) *serverProc {
+	t.Helper()
+	cmd := exec.Command(bin, args...)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	cmd.Stdout, cmd.Stderr = out, out
+	fmt.Fprintf(out, "==== %s: %s %s ====\n", label, bin, strings.Join(args, " "))
+	p := &serverProc{cmd: cmd, done: make(chan struct{})}
+	p.started = time.Now()
+	require.NoError(t, cmd.Start())
+	go func() {
+		p.err = cmd.Wait()
+		close(p.done)
+	}()
+	t.Cleanup(func() {
+		if !p.exited() {
+			p.signal(syscall.SIGKILL)
+			<-p.done
+		}
+	})
+	return p
+}
+
+func (p *serverProc) exited() bool {
+	select {
+	case <-p.done:
+		return true
+	default:
+		return false
+	}
+}
+
+func (p *serverProc) signal(sig syscall.Signal) {
+	if !p.exited() {
+		_ = syscall.Kill(-p.cmd.Process.Pid, sig)
+	}
+}
+
+// kill9 SIGKILLs the process group and waits for the process to be gone.
+func (p *serverProc) kill9(t *testing.T) {
+	t.Helper()
+	p.signal(syscall.SIGKILL)
+	select {
+	case <-p.done:
+	case <-time.After(10 * time.Second):
+		t.Fatalf("dwr serve (pid %d) still running 10s after SIGKILL", p.cmd.Process.Pid)
+	}
+}
+
+// terminate sends SIGTERM and waits up to timeout for a clean exit.
+func (p *serverProc) terminate(timeout time.Duration) error {
+	p.signal(syscall.SIGTERM)
+	select {
+	case <-p.done:
+		return p.err
+	case <-time.After(timeout):
+		return fmt.Errorf("dwr serve (pid %d) did not exit within %s of SIGTERM", p.cmd.Process.Pid, timeout)
+	}
+}
+
+// waitReady polls a query on url until the service answers it, and returns
+// the time from the process's start to that answer. It fails the test when
+// the process exits first or timeout passes.
+func waitReady(t *testing.T, p *serverProc, url string, timeout time.Duration) time.Duration {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	var nc *nats.Conn
+	defer func() {
+		if nc != nil {
+			nc.Close()
+		}
+	}()
+	tick := time.NewTicker(20 * time.Millisecond)
+	defer tick.Stop()
+	var last error
+	for {
+		if p.exited() {
+			t.Fatalf("dwr serve exited before it was ready: %v", p.err)
+		}
+		if nc == nil {
+			nc, last = nats.Connect(url, nats.Timeout(500*time.Millisecond), nats.NoReconnect())
+		}
+		if nc != nil {
+			resp, err := nc.Request("dwr.q.default.workspace.list", nil, 500*time.Millisecond)
+			if err == nil {
+				var r handlers.Response
+				if json.Unmarshal(resp.Data, &r) == nil && r.OK {
+					return time.Since(p.started)
+				}
+				err = fmt.Errorf("reply %s", resp.Data)
+			}
+			last = err
+			if !nc.IsConnected() {
+				nc.Close()
+				nc = nil
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("dwr serve not ready after %s: %v", timeout, last)
+		}
+		<-tick.C
+	}
+}
+
+// client speaks the wire to the service on its own connection.
+type client struct {
+	nc      *nats.Conn
+	ws      string
+	timeout time.Duration
+}
+
+func dial(t *testing.T, url, name string, timeout time.Duration) *client {
+	t.Helper()
+	nc, err := nats.Connect(url, nats.Name(name), nats.MaxReconnects(-1),
+		nats.ReconnectWait(50*time.Millisecond), nats.Timeout(time.Second))
+	require.NoError(t, err)
+	t.Cleanup(nc.Close)
+	return &client{nc: nc, ws: "default", timeout: timeout}
+}
+
+// errBadReply marks a reply that is not a valid Response: a wire bug.
+var errBadReply = errors.New("reply is not a dwr response")
+
+func (c *client) request(subject string, body any, hdr nats.Header) (*handlers.Response, error) {
+	m := nats.NewMsg(subject)
+	if hdr != nil {
+		m.Header = hdr
+	}
+	if body != nil {
+		b, err := json.Marshal(body)
+		if err != nil {
+			return nil, err
+		}
+		m.Data = b
+	}
+	resp, err := c.nc.RequestMsg(m, c.timeout)
+	if err != nil {
+		return nil, err
+	}
+	var r handlers.Response
+	if err := json.Unmarshal(resp.Data, &r); err != nil {
+		return nil, fmt.Errorf("%w: %q: %v", errBadReply, resp.Data, err)
+	}
+	if !r.OK && r.Error == nil {
+		return nil, fmt.Errorf("%w: %q has neither ok nor an error", errBadReply, resp.Data)
+	}
+	return &r, nil
+}
+
+// query runs a query and decodes its result into out.
+func (c *client) query(name string, q handlers.Query, minSeq uint64, out any) error {
+	h := nats.Header{}
+	if minSeq > 0 {
+		h.Set(handlers.HeaderMinSeq, fmt.Sprint(minSeq))
+	}
+	r, err := c.request("dwr.q."+c.ws+"."+name, q, h)
+	if err != nil {
+		return err
+	}
+	if !r.OK {
+		return r.Error
+	}
+	return json.Unmarshal(r.Result, out)
+}
+
+// outcome is what a client knows about a command.
+type outcome int
+
+const (
+	acked   outcome = iota // an ok reply
+	refused                // an error reply that is a decision (conflict, invalid, ...)
+	unknown                // no answer, or an answer saying the outcome is unknown
+)
+
+func (o outcome) String() string {
+	return [...]string{"acked", "refused", "unknown"}[o]
+}
+
+// aggRef names an aggregate a command's reply says exists.
+type aggRef struct{ typ, id string }
+
+func (a aggRef) String() string { return a.typ + "/" + a.id }
+
+// cmdResult is the final knowledge of one command id.
+type cmdResult struct {
+	Name, ID string
+	Body     any // what was sent, for replays
+	Outcome  outcome
+	Seq      uint64
+	Reply    json.RawMessage
+	Err      *handlers.WireError // the refusal
+	Unknowns int                 // attempts whose outcome was unknown before the last one
+	Internal int                 // of those, replies with code internal
+	BadReply int                 // of those, replies that were not dwr responses
+	LastErr  string              // the last unknown outcome's cause
+	Aggs     []aggRef            // aggregates an acked reply names
+	Sent     time.Time           // first attempt
+	Answered time.Time           // the answer
+}
+
+// reply decodes an acked command's reply.
+func (r *cmdResult) reply() domain.Reply {
+	var rep domain.Reply
+	_ = json.Unmarshal(r.Reply, &rep)
+	return rep
+}
+
+// retryPause spaces the retries of an unknown outcome. It is pacing, not a
+// wait for a condition: the retry itself finds out whether the service is
+// back.
+const retryPause = 100 * time.Millisecond
+
+// do sends command name with id until it gets an answer — an ok reply or a
+// refusal — retrying unknown outcomes with the same id until ctx ends.
+func (c *client) do(ctx context.Context, name string, body any, id string) *cmdResult {
+	r := &cmdResult{Name: name, ID: id, Body: body, Sent: time.Now()}
+	h := nats.Header{}
+	h.Set(handlers.HeaderCommandID, id)
+	for {
+		resp, err := c.request("dwr.cmd."+c.ws+"."+name, body, h)
+		switch {
+		case err == nil && resp.OK:
+			r.Outcome, r.Seq, r.Reply, r.Answered = acked, resp.Seq, resp.Result, time.Now()
+			return r
+		case err == nil && resp.Error.Code != string(domain.CodeUnavailable) && resp.Error.Code != string(domain.CodeInternal):
+			r.Outcome, r.Err, r.Answered = refused, resp.Error, time.Now()
+			return r
+		case err == nil:
+			if resp.Error.Code == string(domain.CodeInternal) {
+				r.Internal++
+			}
+			r.LastErr = resp.Error.Error()
+		default:
+			if errors.Is(err, errBadReply) {
+				r.BadReply++
+			}
+			r.LastErr = err.Error()
+		}
+		r.Unknowns++
+		t := time.NewTimer(retryPause) // pacing between retries, see retryPause
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			r.Outcome = unknown
+			return r
+		case <-t.C:
+		}
+	}
+}
+
+// replay sends an acked command again with its id and reports how the
+// answer differs from the first outcome ("" when it is the same).
+func (c *client) replay(r *cmdResult) string {
+	h := nats.Header{}
+	h.Set(handlers.HeaderCommandID, r.ID)
+	resp, err := c.request("dwr.cmd."+c.ws+"."+r.Name, r.Body, h)
+	switch {
+	case err != nil:
+		return fmt.Sprintf("replay of %s %s: %v", r.Name, r.ID, err)
+	case !resp.OK:
+		return fmt.Sprintf("replay of %s %s: refused %v; first outcome ok at seq %d", r.Name, r.ID, resp.Error, r.Seq)
+	case resp.Seq != r.Seq || !jsonEqual(resp.Result, r.Reply):
+		return fmt.Sprintf("replay of %s %s: seq %d %s; first outcome seq %d %s", r.Name, r.ID, resp.Seq, resp.Result, r.Seq, r.Reply)
+	}
+	return ""
+}
+
+// ledger is every command the clients sent, with its final outcome.
+type ledger struct {
+	mu   sync.Mutex
+	cmds []*cmdResult
+}
+
+func (l *ledger) add(r *cmdResult) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.cmds = append(l.cmds, r)
+}
+
+func (l *ledger) all() []*cmdResult {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return slices.Clone(l.cmds)
+}
+
+// ledgerCounts are the client-side figures of a run.
+type ledgerCounts struct {
+	acked, refused, conflicts, unresolved   int
+	resolved, internal, badReplies, invalid int
+}
+
+func (l *ledger) counts() ledgerCounts {
+	var c ledgerCounts
+	for _, r := range l.all() {
+		switch r.Outcome {
+		case acked:
+			c.acked++
+		case refused:
+			c.refused++
+			switch r.Err.Code {
+			case string(domain.CodeConflict):
+				c.conflicts++
+			case string(domain.CodeInvalid):
+				c.invalid++
+			}
+		case unknown:
+			c.unresolved++
+		}
+		if r.Unknowns > 0 && r.Outcome != unknown {
+			c.resolved++
+		}
+		c.internal += r.Internal
+		c.badReplies += r.BadReply
+	}
+	return c
+}
+
+// loggedRecord is one record of the log, decoded.
+type loggedRecord struct {
+	Seq uint64
+	C   *eventstore.Commit
+}
+
+// readLog reads and decodes every record of l.
+func readLog(ctx context.Context, l eventstore.Log) ([]loggedRecord, error) {
+	var out []loggedRecord
+	err := l.Read(ctx, 1, func(seq uint64, rec []byte) error {
+		c, err := eventstore.DecodeCommit(rec)
+		if err != nil {
+			return fmt.Errorf("record %d: %w", seq, err)
+		}
+		out = append(out, loggedRecord{Seq: seq, C: c})
+		return nil
+	})
+	return out, err
+}
+
+// audit is what reading the whole log found, checked against the ledger.
+type audit struct {
+	Records, Events, Aggregates int
+	LastSeq                     uint64
+
+	// Safety counts: each must be 0.
+	Lost           int // an acked command, its events or an aggregate its reply names is not in the log
+	Duplicates     int // a command id's results or events are in more than one record
+	VersionErrors  int // an aggregate's versions are not 1..n in log order
+	ChainErrors    int // an event does not extend its aggregate's hash chain
+	EpochErrors    int // a record's epoch is below the one before it
+	WrongReplies   int // an ok reply that is not the logged first outcome (other seq or reply)
+	Orphans        int // a command with events but no result in its record, or the reverse
+	RefusedApplied int // a command answered with a refusal whose events are in the log
+	Unexpected     int // a command in the log that no client sent
+
+	// Informative.
+	UnknownLanded int // commands left unresolved that did land
+	Problems      []string
+}
+
+func (a *audit) problem(counter *int, format string, args ...any) {
+	*counter++
+	if len(a.Problems) < 40 {
+		a.Problems = append(a.Problems, fmt.Sprintf(format, args...))
+	}
+}
+
+// safety is the sum of the safety counts.
+func (a *audit) safety() int {
+	return a.Lost + a.Duplicates + a.VersionErrors + a.ChainErrors + a.EpochErrors + a.WrongReplies +
+		a.Orphans + a.RefusedApplied + a.Unexpected
+}
+
+func (a *audit) String() string {
+	return fmt.Sprintf("records=%d events=%d aggregates=%d last_seq=%d lost=%d duplicates=%d version_errors=%d "+
+		"chain_errors=%d epoch_errors=%d wrong_replies=%d orphans=%d refused_applied=%d unexpected=%d unknown_landed=%d",
+		a.Records, a.Events, a.Aggregates, a.LastSeq, a.Lost, a.Duplicates, a.VersionErrors, a.ChainErrors,
+		a.EpochErrors, a.WrongReplies, a.Orphans, a.RefusedApplied, a.Unexpected, a.UnknownLanded)
+}
+
+// builtinCommands are command ids the service issues itself.
+var builtinCommands = map[string]bool{"default/dwr-default-workspace": true}
+
+// auditLog checks the log's records against the commands the clients sent.
+func auditLog(recs []loggedRecord, cmds []*cmdResult) *audit {
+	a := &audit{Records: len(recs)}
+	chain := eventstore.NewChainVerifier()
+	lastVer := map[string]uint64{}
+	resultSeqs := map[string][]uint64{}
+	firstReply := map[string]json.RawMessage{}
+	eventSeqs := map[string][]uint64{}
+	var epoch uint64
+	addSeq := func(m map[string][]uint64, k string, seq uint64) {
+		if s := m[k]; len(s) == 0 || s[len(s)-1] != seq {
+			m[k] = append(s, seq)
+		}
+	}
+	for _, r := range recs {
+		a.LastSeq = r.Seq
+		if r.C.Epoch < epoch {
+			a.problem(&a.EpochErrors, "record %d: epoch %d after epoch %d", r.Seq, r.C.Epoch, epoch)
+		}
+		epoch = max(epoch, r.C.Epoch)
+		withEvents := map[string]bool{}
+		for i := range r.C.Events {
+			e := &r.C.Events[i]
+			a.Events++
+			k := e.AggregateType + "/" + e.AggregateID
+			if e.Version != lastVer[k]+1 {
+				a.problem(&a.VersionErrors, "record %d: %s v%d follows v%d (cmd %s)", r.Seq, k, e.Version, lastVer[k], e.CommandID)
+			}
+			lastVer[k] = e.Version
+			if err := chain.Check(e); err != nil {
+				a.problem(&a.ChainErrors, "record %d: %v", r.Seq, err)
+			}
+			ck := e.Workspace + "/" + e.CommandID
+			addSeq(eventSeqs, ck, r.Seq)
+			withEvents[ck] = true
+		}
+		withResult := map[string]bool{}
+		for _, res := range r.C.Results {
+			ck := res.Workspace + "/" + res.CommandID
+			addSeq(resultSeqs, ck, r.Seq)
+			if _, ok := firstReply[ck]; !ok {
+				firstReply[ck] = res.Reply
+			}
+			withResult[ck] = true
+		}
+		for ck := range withEvents {
+			if !withResult[ck] {
+				a.problem(&a.Orphans, "record %d: events of command %s but no result", r.Seq, ck)
+			}
+		}
+		for ck := range withResult {
+			if !withEvents[ck] {
+				a.problem(&a.Orphans, "record %d: result of command %s but no events", r.Seq, ck)
+			}
+		}
+	}
+	a.Aggregates = len(lastVer)
+	seen := map[string]bool{}
+	for k, seqs := range resultSeqs {
+		if len(seqs) > 1 {
+			a.problem(&a.Duplicates, "command %s has results in records %v", k, seqs)
+		}
+	}
+	for k, seqs := range eventSeqs {
+		if len(seqs) > 1 && len(resultSeqs[k]) <= 1 {
+			a.problem(&a.Duplicates, "command %s has events in records %v", k, seqs)
+		}
+	}
+	for _, c := range cmds {
+		ck := "default/" + c.ID
+		seen[ck] = true
+		seqs := resultSeqs[ck]
+		switch c.Outcome {
+		case acked:
+			switch {
+			case len(seqs) == 0 && len(eventSeqs[ck]) == 0:
+				a.problem(&a.Lost, "acked %s %s (seq %d, after %d unknown attempts) is not in the log", c.Name, c.ID, c.Seq, c.Unknowns)
+				continue
+			case len(seqs) == 0:
+				a.problem(&a.WrongReplies, "acked %s %s has events in %v but no result", c.Name, c.ID, eventSeqs[ck])
+				continue
+			case seqs[0] != c.Seq:
+				a.problem(&a.WrongReplies, "acked %s %s: reply names seq %d, the log has it at %d", c.Name, c.ID, c.Seq, seqs[0])
+			case !jsonEqual(firstReply[ck], c.Reply):
+				a.problem(&a.WrongReplies, "acked %s %s: reply %s, the log's first outcome %s", c.Name, c.ID, c.Reply, firstReply[ck])
+			}
+			if !slices.Contains(eventSeqs[ck], seqs[0]) {
+				a.problem(&a.Lost, "acked %s %s: no events in its record %d", c.Name, c.ID, seqs[0])
+			}
+			for _, ag := range c.Aggs {
+				if lastVer[ag.String()] == 0 {
+					a.problem(&a.Lost, "acked %s %s names %s, which has no events in the log", c.Name, c.ID, ag)
+				}
+			}
+		case refused:
+			if len(seqs) > 0 || len(eventSeqs[ck]) > 0 {
+				a.problem(&a.RefusedApplied, "%s %s was refused (%s) but is in the log at %v", c.Name, c.ID, c.Err, seqs)
+			}
+		case unknown:
+			if len(seqs) > 0 {
+				a.UnknownLanded++
+			}
+		}
+	}
+	for k := range resultSeqs {
+		if !seen[k] && !builtinCommands[k] {
+			a.problem(&a.Unexpected, "command %s is in the log at %v but no client sent it", k, resultSeqs[k])
+		}
+	}
+	return a
+}
+
+func jsonEqual(a, b []byte) bool {
+	var x, y bytes.Buffer
+	if json.Compact(&x, a) != nil || json.Compact(&y, b) != nil {
+		return bytes.Equal(a, b)
+	}
+	return bytes.Equal(x.Bytes(), y.Bytes())
+}
+
+// openLog starts an embedded NATS server on a stopped `dwr serve`'s data
+// directory (no TCP listener) and opens its log. Both are closed at cleanup.
+func openLog(t *testing.T, ctx context.Context, dataDir string, logs io.Writer) *eventstore.JetStreamLog {
+	t.Helper()
+	srv, err := embedded.Start(embedded.Config{DataDir: dataDir,
+		Logger: slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelWarn}))})
+	require.NoError(t, err)
+	t.Cleanup(srv.Shutdown)
+	nc, err := srv.Connect(nats.Name("integration-audit"))
+	require.NoError(t, err)
+	t.Cleanup(nc.Close)
+	js, err := jetstream.New(nc)
+	require.NoError(t, err)
+	l, err := eventstore.NewJetStreamLog(ctx, js, eventstore.JetStreamConfig{})
+	require.NoError(t, err)
+	return l
+}
+
+// viewsCheck compares the live views in dir with views rebuilt from l.
+type viewsCheck struct {
+	LiveCheckpoint, RebuiltCheckpoint uint64
+	LiveRows, RebuiltRows             int
+	Equal                             bool
+	FirstDiff                         string
+}
+
+// compareViews opens the live views in dir (their server stopped), rebuilds
+// views from the whole of l in a temporary directory, and compares their
+// dumps byte for byte.
+func compareViews(t *testing.T, ctx context.Context, dir string, l eventstore.Log) viewsCheck {
+	t.Helper()
+	live, err := projections.Open(dir, projections.Options{})
+	require.NoError(t, err)
+	defer live.Close()
+	rebuilt, err := projections.Rebuild(ctx, l, filepath.Join(t.TempDir(), "rebuilt"), projections.Options{}, nil)
+	require.NoError(t, err)
+	defer rebuilt.Close()
+	var a, b bytes.Buffer
+	require.NoError(t, live.Dump(&a))
+	require.NoError(t, rebuilt.Dump(&b))
+	v := viewsCheck{LiveCheckpoint: live.Checkpoint(), RebuiltCheckpoint: rebuilt.Checkpoint(), Equal: bytes.Equal(a.Bytes(), b.Bytes())}
+	ra, rb := dumpRows(a.Bytes()), dumpRows(b.Bytes())
+	v.LiveRows, v.RebuiltRows = len(ra), len(rb)
+	if !v.Equal {
+		v.FirstDiff = firstDiff(ra, rb)
+	}
+	return v
+}
+
+type dumpRow struct{ k, v []byte }
+
+// dumpRows parses projections.Store.Dump's output.
+func dumpRows(b []byte) []dumpRow {
+	var out []dumpRow
+	for len(b) >= 8 {
+		kl, vl := binary.BigEndian.Uint32(b[:4]), binary.BigEndian.Uint32(b[4:8])
+		b = b[8:]
+		if uint64(len(b)) < uint64(kl)+uint64(vl) {
+			break
+		}
+		out = append(out, dumpRow{b[:kl], b[kl : kl+vl]})
+		b = b[kl+vl:]
+	}
+	return out
+}
+
+func firstDiff(a, b []dumpRow) string {
+	for i := 0; i < max(len(a), len(b)); i++ {
+		switch {
+		case i >= len(a):
+			return fmt.Sprintf("rebuilt has extra row %q = %.300s", b[i].k, b[i].v)
+		case i >= len(b):
+			return fmt.Sprintf("live has extra row %q = %.300s", a[i].k, a[i].v)
+		case !bytes.Equal(a[i].k, b[i].k):
+			return fmt.Sprintf("row %d: live key %q, rebuilt key %q", i, a[i].k, b[i].k)
+		case !bytes.Equal(a[i].v, b[i].v):
+			return fmt.Sprintf("row %q: live %.300s, rebuilt %.300s", a[i].k, a[i].v, b[i].v)
+		}
+	}
+	return "dumps differ in framing"
+}
+
+// percentile returns the p-th percentile (nearest rank) of ds.
+func percentile(ds []time.Duration, p float64) time.Duration {
+	if len(ds) == 0 {
+		return 0
+	}
+	s := slices.Clone(ds)
+	slices.Sort(s)
+	i := int(float64(len(s))*p+0.9999999) - 1
+	return s[min(max(i, 0), len(s)-1)]
+}
+
+// natsNode is one in-process NATS server of a test cluster.
+type natsNode struct {
+	name string
+	cfg  embedded.Config
+	mu   sync.Mutex
+	srv  *embedded.Server
+	url  string // client URL
+}
+
+func (n *natsNode) server() *embedded.Server {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return n.srv
+}
+
+func (n *natsNode) start() error {
+	srv, err := embedded.Start(n.cfg)
+	if err != nil {
+		return fmt.Errorf("%s: %w", n.name, err)
+	}
+	n.mu.Lock()
+	n.srv = srv
+	n.mu.Unlock()
+	return nil
+}
+
+// shutdown stops the node gracefully.
+func (n *natsNode) shutdown() {
+	if s := n.server(); s != nil {
+		s.Shutdown()
+	}
+}
+
+// startCluster starts n clustered embedded NATS servers on loopback, each
+// with its own directory, client port and route port, routed to each other.
+func startCluster(t *testing.T, n int, logs io.Writer) []*natsNode {
+	t.Helper()
+	logger := slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	routes := make([]string, n)
+	nodes := make([]*natsNode, n)
+	for i := range nodes {
+		routes[i] = fmt.Sprintf("127.0.0.1:%d", freePort(t))
+	}
+	for i := range nodes {
+		port := freePort(t)
+		nodes[i] = &natsNode{
+			name: fmt.Sprintf("n%d", i+1),
+			url:  fmt.Sprintf("nats://127.0.0.1:%d", port),
+			cfg: embedded.Config{
+				DataDir:    filepath.Join(t.TempDir(), fmt.Sprintf("n%d", i+1)),
+				Listen:     fmt.Sprintf("127.0.0.1:%d", port),
+				ServerName: fmt.Sprintf("n%d", i+1),
+				MaxStore:   1 << 30,
+				Logger:     logger.With("node", fmt.Sprintf("n%d", i+1)),
+				Cluster:    &embedded.ClusterConfig{Name: "dwr-it", Listen: routes[i], Routes: routes},
+			},
+		}
+	}
+	// Start them concurrently: each waits for its own listeners only.
+	errs := make([]error, n)
+	var wg sync.WaitGroup
+	for i, node := range nodes {
+		wg.Go(func() { errs[i] = node.start() })
+	}
+	wg.Wait()
+	for _, node := range nodes {
+		t.Cleanup(node.shutdown)
+	}
+	require.NoError(t, errors.Join(errs...))
+	return nodes
+}
