@@ -40,12 +40,18 @@ func NewOverlay(base World) *Overlay {
 		tasks: map[string]*Task{}, dependents: map[string][]string{}}
 }
 
-// Workspace returns the workspace as changed by the overlay.
+// Workspace returns the workspace as changed by the overlay. An aggregate
+// the base does not have is remembered as absent (a nil entry), so a batch
+// asks the base once: the base does not change under an overlay.
 func (o *Overlay) Workspace(name string) (*Workspace, error) {
 	if w, ok := o.workspaces[name]; ok {
 		return w, nil
 	}
-	return o.base.Workspace(name)
+	w, err := o.base.Workspace(name)
+	if err == nil && w == nil {
+		o.workspaces[name] = nil
+	}
+	return w, err
 }
 
 // Goal returns the goal as changed by the overlay.
@@ -53,7 +59,11 @@ func (o *Overlay) Goal(id string) (*Goal, error) {
 	if g, ok := o.goals[id]; ok {
 		return g, nil
 	}
-	return o.base.Goal(id)
+	g, err := o.base.Goal(id)
+	if err == nil && g == nil {
+		o.goals[id] = nil
+	}
+	return g, err
 }
 
 // Task returns the task as changed by the overlay.
@@ -61,7 +71,11 @@ func (o *Overlay) Task(id string) (*Task, error) {
 	if t, ok := o.tasks[id]; ok {
 		return t, nil
 	}
-	return o.base.Task(id)
+	t, err := o.base.Task(id)
+	if err == nil && t == nil {
+		o.tasks[id] = nil
+	}
+	return t, err
 }
 
 // Dependents returns the base's dependents of id and those added here.

@@ -186,7 +186,7 @@ type ChainTx struct {
 func (tx *ChainTx) Link(e *Event) error {
 	k := aggKey{e.AggregateType, e.AggregateID}
 	tip, ok := tx.tips[k]
-	if !ok {
+	if !ok && e.Version != 1 { // an aggregate's first event chains on nothing: no lookup
 		var err error
 		tx.v.mu.Lock()
 		tip, err = tx.v.tip(k)

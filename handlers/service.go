@@ -100,6 +100,8 @@ type Service struct {
 
 	mu        sync.RWMutex
 	committer *eventstore.Committer[*request]
+	writing   bool          // this replica is the writer: it applies its own records
+	changed   chan struct{} // closed and replaced when writing changes
 	ready     chan struct{}
 	readyOnce sync.Once
 }
@@ -115,7 +117,7 @@ func New(nc *nats.Conn, store *projections.Store, cfg Config) (*Service, error) 
 		return nil, err
 	}
 	return &Service{cfg: cfg, nc: nc, js: js, store: store, sem: make(chan struct{}, cfg.MaxInFlight),
-		ready: make(chan struct{})}, nil
+		ready: make(chan struct{}), changed: make(chan struct{})}, nil
 }
 
 // Ready is closed once the replica serves queries and, if it is the writer,
@@ -161,7 +163,7 @@ func (s *Service) Run(ctx context.Context) error {
 	var wg sync.WaitGroup
 	errc := make(chan error, 2)
 	wg.Go(func() {
-		if err := s.store.Follow(ctx, l); err != nil {
+		if err := s.followLoop(ctx); err != nil {
 			errc <- fmt.Errorf("handlers: views: %w", err)
 		}
 	})
@@ -178,6 +180,45 @@ func (s *Service) Run(ctx context.Context) error {
 	cancel()
 	wg.Wait()
 	return err
+}
+
+// followLoop keeps the views following the log while this replica is not
+// the writer (the writer applies its own records as it commits them).
+func (s *Service) followLoop(ctx context.Context) error {
+	for ctx.Err() == nil {
+		s.mu.RLock()
+		writing, changed := s.writing, s.changed
+		s.mu.RUnlock()
+		if writing {
+			select {
+			case <-changed:
+			case <-ctx.Done():
+			}
+			continue
+		}
+		fctx, cancel := context.WithCancel(ctx)
+		go func() {
+			select {
+			case <-changed:
+				cancel()
+			case <-fctx.Done():
+			}
+		}()
+		err := s.store.Follow(fctx, s.log)
+		cancel()
+		if err != nil && ctx.Err() == nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (s *Service) setWriting(v bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.writing = v
+	close(s.changed)
+	s.changed = make(chan struct{})
 }
 
 // writerLoop holds the writer lease when it can and runs the writer while it
@@ -249,6 +290,8 @@ func sleepCtx(ctx context.Context, d time.Duration) bool {
 // runWriter catches up, fences older writers, serves the command endpoints
 // and commits until fenced, the lease is lost, or ctx ends.
 func (s *Service) runWriter(ctx context.Context, lease *lease) error {
+	s.setWriting(true)
+	defer s.setWriting(false)
 	if _, err := s.store.CatchUp(ctx, s.log); err != nil {
 		return err
 	}
@@ -260,6 +303,10 @@ func (s *Service) runWriter(ctx context.Context, lease *lease) error {
 		WriterID: s.cfg.WriterID, Clock: s.cfg.Clock, Logger: s.cfg.Logger,
 		Chain: chain, ResumeAfter: s.store.Checkpoint()})
 	if err := c.Start(ctx); err != nil {
+		return err
+	}
+	// Apply the writer's own epoch record, so the views stand at the log's end.
+	if _, err := s.store.CatchUp(ctx, s.log); err != nil {
 		return err
 	}
 	if err := s.feed.catchUp(ctx, s.log, s.store.Checkpoint()); err != nil {

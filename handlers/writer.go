@@ -136,16 +136,11 @@ func (w *writer) redecideWithout(items []*request, bad int, err error) ([]events
 	return ev, res, all
 }
 
+// Committed answers the batch — a committed record is durable, so its
+// commands are answered at once — and then applies the record to the views
+// before the next batch is decided. A query that names the record's sequence
+// (Dwr-Min-Seq) waits for that.
 func (w *writer) Committed(items []*request, c *eventstore.Commit, seq uint64, itemErrs []error, err error) {
-	if err == nil && seq > 0 {
-		if aerr := w.store.Apply(seq, c); aerr != nil {
-			w.logger.Error("handlers: views could not apply a committed record; the writer stops", "seq", seq, "err", aerr)
-			err = fmt.Errorf("%w: committed at %d but the views failed: %w", eventstore.ErrUnknownOutcome, seq, aerr)
-			w.brokenOnce.Do(func() { close(w.broken) })
-		} else if w.feed != nil {
-			w.feed(c, seq)
-		}
-	}
 	results := map[string]json.RawMessage{}
 	if c != nil {
 		for _, r := range c.Results {
@@ -172,6 +167,17 @@ func (w *writer) Committed(items []*request, c *eventstore.Commit, seq uint64, i
 			outs[i] = outcome{Seq: seq, Reply: results[it.meta.Workspace+"/"+it.meta.CommandID]}
 		}
 		it.done <- outs[i]
+	}
+	if err != nil || seq == 0 {
+		return
+	}
+	if aerr := w.store.ApplyDecided(seq, c); aerr != nil {
+		w.logger.Error("handlers: views could not apply a committed record; the writer stops", "seq", seq, "err", aerr)
+		w.brokenOnce.Do(func() { close(w.broken) })
+		return
+	}
+	if w.feed != nil {
+		w.feed(c, seq)
 	}
 }
 

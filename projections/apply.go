@@ -29,6 +29,7 @@ func (e *ChainError) Error() string {
 // batchState is the aggregates one record touches, as the record leaves them.
 type batchState struct {
 	s          *Store
+	decided    bool // the writer decided this record against this store
 	workspaces map[string]*domain.Workspace
 	goals      map[string]*domain.Goal
 	tasks      map[string]*domain.Task
@@ -41,7 +42,16 @@ type batchState struct {
 // already and is skipped, so feeding a record twice is harmless. It returns a
 // *ChainError when the record's history does not verify, and an error for an
 // event it cannot decode (an unknown type stops the views loudly).
-func (s *Store) Apply(seq uint64, c *eventstore.Commit) error {
+func (s *Store) Apply(seq uint64, c *eventstore.Commit) error { return s.apply(seq, c, false) }
+
+// ApplyDecided applies a record that the writer decided against this very
+// store and has just committed. It skips the lookups that the decision
+// already made against the same state: that a new aggregate does not exist
+// yet and that a command id was not applied before. Everything else is
+// checked as Apply checks it.
+func (s *Store) ApplyDecided(seq uint64, c *eventstore.Commit) error { return s.apply(seq, c, true) }
+
+func (s *Store) apply(seq uint64, c *eventstore.Commit, decided bool) error {
 	s.applyMu.Lock()
 	defer s.applyMu.Unlock()
 	if s.db == nil {
@@ -52,7 +62,7 @@ func (s *Store) Apply(seq uint64, c *eventstore.Commit) error {
 	}
 	b := s.db.NewBatch()
 	defer b.Close()
-	bs := &batchState{s: s, workspaces: map[string]*domain.Workspace{}, goals: map[string]*domain.Goal{},
+	bs := &batchState{s: s, decided: decided, workspaces: map[string]*domain.Workspace{}, goals: map[string]*domain.Goal{},
 		tasks: map[string]*domain.Task{}, taskBefore: map[string]*domain.Task{}, tips: map[string]tip{}}
 	for i := range c.Events {
 		if err := bs.event(b, seq, &c.Events[i]); err != nil {
@@ -64,11 +74,13 @@ func (s *Store) Apply(seq uint64, c *eventstore.Commit) error {
 	}
 	for _, r := range c.Results {
 		k := key(pCommand, r.Workspace, r.CommandID)
-		var prev CommandOutcome
-		if ok, err := s.get(k, &prev); err != nil {
-			return err
-		} else if ok {
-			continue // the first outcome stands
+		if !decided {
+			var prev CommandOutcome
+			if ok, err := s.get(k, &prev); err != nil {
+				return err
+			} else if ok {
+				continue // the first outcome stands
+			}
 		}
 		v, _ := json.Marshal(CommandOutcome{Seq: seq, Reply: r.Reply})
 		if err := b.Set(k, v, nil); err != nil {
@@ -93,6 +105,9 @@ func (s *Store) Apply(seq uint64, c *eventstore.Commit) error {
 	for id, t := range bs.tasks {
 		s.cache[string(key(pTask, id))] = t
 	}
+	for k, t := range bs.tips {
+		s.cache[string(key(pTip, k))] = t
+	}
 	if len(s.cache) > s.opts.CacheEntries {
 		clear(s.cache)
 	}
@@ -103,10 +118,16 @@ func (s *Store) Apply(seq uint64, c *eventstore.Commit) error {
 	return nil
 }
 
-func (bs *batchState) tip(aggType, id string) (tip, error) {
+func (bs *batchState) tip(aggType, id string, version uint64) (tip, error) {
 	k := aggType + "/" + id
 	if t, ok := bs.tips[k]; ok {
 		return t, nil
+	}
+	if bs.decided && version == 1 {
+		return tip{}, nil // the writer found no such aggregate when it decided
+	}
+	if v, ok := bs.s.cached(string(key(pTip, k))); ok {
+		return v.(tip), nil
 	}
 	var t tip
 	_, err := bs.s.get(key(pTip, aggType, id), &t)
@@ -114,7 +135,7 @@ func (bs *batchState) tip(aggType, id string) (tip, error) {
 }
 
 func (bs *batchState) event(b *pebble.Batch, seq uint64, e *eventstore.Event) error {
-	t, err := bs.tip(e.AggregateType, e.AggregateID)
+	t, err := bs.tip(e.AggregateType, e.AggregateID, e.Version)
 	if err != nil {
 		return err
 	}
@@ -144,9 +165,10 @@ func (bs *batchState) event(b *pebble.Batch, seq uint64, e *eventstore.Event) er
 		return fmt.Errorf("projections: record %d: %w", seq, err)
 	}
 	r := domain.Recorded{CommandID: e.CommandID, Time: e.Time}
+	fresh := e.Version == 1 // the tip showed the aggregate has no events: nothing to load
 	switch e.AggregateType {
 	case domain.AggWorkspace:
-		cur, err := bs.workspace(e.AggregateID)
+		cur, err := bs.workspace(e.AggregateID, fresh)
 		if err != nil {
 			return err
 		}
@@ -156,7 +178,7 @@ func (bs *batchState) event(b *pebble.Batch, seq uint64, e *eventstore.Event) er
 		}
 		bs.workspaces[e.AggregateID] = nw
 	case domain.AggGoal:
-		cur, err := bs.goal(e.AggregateID)
+		cur, err := bs.goal(e.AggregateID, fresh)
 		if err != nil {
 			return err
 		}
@@ -166,7 +188,7 @@ func (bs *batchState) event(b *pebble.Batch, seq uint64, e *eventstore.Event) er
 		}
 		bs.goals[e.AggregateID] = ng
 	case domain.AggTask:
-		cur, err := bs.task(e.AggregateID)
+		cur, err := bs.task(e.AggregateID, fresh)
 		if err != nil {
 			return err
 		}
@@ -181,23 +203,27 @@ func (bs *batchState) event(b *pebble.Batch, seq uint64, e *eventstore.Event) er
 	return nil
 }
 
-func (bs *batchState) workspace(id string) (*domain.Workspace, error) {
-	if w, ok := bs.workspaces[id]; ok {
+func (bs *batchState) workspace(id string, fresh bool) (*domain.Workspace, error) {
+	if w, ok := bs.workspaces[id]; ok || fresh {
 		return w, nil
 	}
 	return bs.s.Workspace(id)
 }
 
-func (bs *batchState) goal(id string) (*domain.Goal, error) {
-	if g, ok := bs.goals[id]; ok {
+func (bs *batchState) goal(id string, fresh bool) (*domain.Goal, error) {
+	if g, ok := bs.goals[id]; ok || fresh {
 		return g, nil
 	}
 	return bs.s.Goal(id)
 }
 
-func (bs *batchState) task(id string) (*domain.Task, error) {
+func (bs *batchState) task(id string, fresh bool) (*domain.Task, error) {
 	if t, ok := bs.tasks[id]; ok {
 		return t, nil
+	}
+	if fresh {
+		bs.taskBefore[id] = nil
+		return nil, nil
 	}
 	t, err := bs.s.Task(id)
 	if err == nil {

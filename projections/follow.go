@@ -8,6 +8,9 @@ import (
 )
 
 func (s *Store) applyRaw(seq uint64, rec []byte) error {
+	if seq <= s.Checkpoint() {
+		return nil // applied already (the writer applies its own records)
+	}
 	c, err := eventstore.DecodeCommit(rec)
 	if err != nil {
 		return fmt.Errorf("projections: record %d: %w", seq, err)

@@ -11,6 +11,7 @@ import (
 	"sync"
 
 	"github.com/cockroachdb/pebble/v2"
+	"github.com/cockroachdb/pebble/v2/bloom"
 	"github.com/cockroachdb/pebble/v2/vfs"
 
 	"github.com/dwr-run/dwr/domain"
@@ -51,16 +52,19 @@ func Open(dir string, opts Options) (*Store, error) {
 	if opts.CacheEntries == 0 {
 		opts.CacheEntries = 100_000
 	}
-	cache := pebble.NewCache(32 << 20)
+	cache := pebble.NewCache(64 << 20)
 	defer cache.Unref()
 	po := &pebble.Options{
 		FS:                 opts.FS,
 		Cache:              cache,
-		MemTableSize:       16 << 20,
+		MemTableSize:       64 << 20,
 		FormatMajorVersion: pebble.FormatNewest,
 		Logger:             pebbleLogger{opts.Logger},
 	}
 	po.CompactionConcurrencyRange = func() (int, int) { return 1, 2 }
+	// Bloom filters make a lookup of a key that is not there (a new command
+	// id, a new aggregate) skip the tables that cannot hold it.
+	po.Levels[0].FilterPolicy = bloom.FilterPolicy(10)
 	db, err := pebble.Open(dir, po)
 	if err != nil {
 		return nil, fmt.Errorf("projections: open %s: %w", dir, err)
@@ -267,8 +271,13 @@ func (s *Store) Dependents(id string) ([]string, error) {
 // Tip returns the version and hash of the last event of an aggregate (0 and
 // "" when it has none).
 func (s *Store) Tip(aggType, id string) (uint64, string, error) {
+	k := key(pTip, aggType, id)
+	if v, ok := s.cached(string(k)); ok {
+		t := v.(tip)
+		return t.Version, t.Hash, nil
+	}
 	var t tip
-	if _, err := s.get(key(pTip, aggType, id), &t); err != nil {
+	if _, err := s.get(k, &t); err != nil {
 		return 0, "", err
 	}
 	return t.Version, t.Hash, nil
