@@ -232,14 +232,7 @@ func ApplyTask(t *Task, id, workspace string, e Event, r Recorded) (*Task, error
 			Key: ev.Spec.Key, Spec: ev.Spec, DependsOn: ev.DependsOn, State: ev.State,
 			CreatedAt: r.Time, UpdatedAt: r.Time, Version: 1, Commands: addCommand(nil, r.CommandID)}
 		if ev.State == StateWaiting {
-			kind := ev.WaitKind
-			if kind == "" { // events written before wait_kind existed
-				kind = WaitApproval
-				if ev.WaitUntil != nil {
-					kind = WaitTimer
-				}
-			}
-			nt.Wait = &TaskWaiting{Kind: kind, Until: ev.WaitUntil}
+			nt.Wait = &TaskWaiting{Kind: ev.WaitKind, Until: ev.WaitUntil}
 		}
 		return nt, nil
 	}

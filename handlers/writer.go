@@ -98,7 +98,7 @@ func (w *writer) Decide(items []*request) ([]eventstore.Event, []eventstore.Comm
 				errs[i] = err
 				break
 			}
-			evs = append(evs, eventstore.Event{Type: c.Event.EventType(), SchemaVersion: 1, Workspace: c.Workspace,
+			evs = append(evs, eventstore.Event{Type: c.Event.EventType(), SchemaVersion: domain.SchemaVersion(c.Event.EventType()), Workspace: c.Workspace,
 				AggregateType: c.AggregateType, AggregateID: c.AggregateID, Version: c.Version,
 				CommandID: m.CommandID, CorrelationID: m.CorrelationID, Actor: m.Actor, Time: m.Now, Data: data})
 		}

@@ -25,6 +25,7 @@ type Options struct {
 	// Logger receives Pebble's messages; nil discards them.
 	Logger *slog.Logger
 	// Upcasters bring old event payloads to the current version when read.
+	// Default: DomainUpcasters().
 	Upcasters *eventstore.Upcasters
 	// CacheEntries bounds the decoded aggregates kept in memory (default 100,000).
 	CacheEntries int
@@ -51,6 +52,9 @@ var ErrClosed = errors.New("projections: store is closed")
 func Open(dir string, opts Options) (*Store, error) {
 	if opts.CacheEntries == 0 {
 		opts.CacheEntries = 100_000
+	}
+	if opts.Upcasters == nil {
+		opts.Upcasters = DomainUpcasters()
 	}
 	cache := pebble.NewCache(64 << 20)
 	defer cache.Unref()

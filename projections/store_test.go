@@ -48,7 +48,7 @@ func (d *decider) Decide(items []cmd) ([]eventstore.Event, []eventstore.CommandR
 				panic(err)
 			}
 			data, _ := json.Marshal(ch.Event)
-			evs = append(evs, eventstore.Event{Type: ch.Event.EventType(), SchemaVersion: 1, Workspace: ch.Workspace,
+			evs = append(evs, eventstore.Event{Type: ch.Event.EventType(), SchemaVersion: domain.SchemaVersion(ch.Event.EventType()), Workspace: ch.Workspace,
 				AggregateType: ch.AggregateType, AggregateID: ch.AggregateID, Version: ch.Version,
 				CommandID: it.id, Actor: "test", Time: d.now, Data: data})
 		}
@@ -238,4 +238,41 @@ func TestApplyIsIdempotentAndDetectsBrokenChains(t *testing.T) {
 	var ce *projections.ChainError
 	require.ErrorAs(t, s.Apply(s.Checkpoint()+1, dec), &ce)
 	require.Equal(t, before, dump(t, s))
+}
+
+func TestOldEventsAreUpcastWhenRead(t *testing.T) {
+	s := openMem(t)
+	defer s.Close()
+	h := newHarness(t, s)
+	h.batch(cmd{&domain.CreateWorkspace{Name: "w"}, "ws"})
+	// A task.created of schema version 1, as an older dwr stored it: created
+	// waiting, with no wait_kind (and no wait_until: an approval gate).
+	task := domain.DeriveID(h.d.now, "t")
+	v1 := &eventstore.Commit{Kind: eventstore.KindEvents, Epoch: 1, Writer: "old", Time: h.d.now, Events: []eventstore.Event{{
+		ID: ulid.Make().String(), Type: "task.created", SchemaVersion: 1, Workspace: "w", AggregateType: "task",
+		AggregateID: task, Version: 1, CommandID: "old-1", Time: h.d.now,
+		Data: json.RawMessage(`{"spec":{"queue":"q","approval":{"role":"lead"}},"state":"waiting"}`)}}}
+	b, err := eventstore.EncodeCommit(v1)
+	require.NoError(t, err)
+	last, err := h.log.LastSeq(context.Background())
+	require.NoError(t, err)
+	seq, err := h.log.Append(context.Background(), b, last)
+	require.NoError(t, err)
+	dec, err := eventstore.DecodeCommit(b)
+	require.NoError(t, err)
+	require.NoError(t, s.Apply(seq, dec))
+
+	got, err := s.Task(task)
+	require.NoError(t, err)
+	require.Equal(t, domain.StateWaiting, got.State)
+	require.Equal(t, domain.WaitApproval, got.Wait.Kind, "upcast from v1: no wait_until means an approval")
+	hist, err := s.History("task", task)
+	require.NoError(t, err)
+	require.Equal(t, 1, hist[0].SchemaVersion, "the stored event is never rewritten")
+
+	// And the domain decides on it as on a new one.
+	h.batch(cmd{&domain.DecideApproval{TaskID: task, Response: "approve"}, "approve-1"})
+	got, err = s.Task(task)
+	require.NoError(t, err)
+	require.Equal(t, domain.StateReady, got.State)
 }

@@ -1,0 +1,59 @@
+package domain
+
+import (
+	"encoding/json"
+	"fmt"
+)
+
+// Upcast brings an older payload of an event type one schema version up.
+type Upcast func(data json.RawMessage) (json.RawMessage, error)
+
+// schemaVersions are the current schema versions of the event types that
+// have changed shape; every other type is at version 1.
+var schemaVersions = map[string]int{
+	"task.created": 2, // v2: wait_kind says what a task created waiting waits for
+}
+
+// upcasts holds, per event type, the upcast from version i+1 to i+2 at index i.
+var upcasts = map[string][]Upcast{
+	"task.created": {taskCreatedV1toV2},
+}
+
+// SchemaVersion returns the current schema version of eventType: the version
+// the writer records and the code reads.
+func SchemaVersion(eventType string) int {
+	if v, ok := schemaVersions[eventType]; ok {
+		return v
+	}
+	return 1
+}
+
+// Upcasts returns the upcasts of every event type that has them: for type t,
+// Upcasts()[t][i] turns version i+1 into version i+2. Stored events are never
+// rewritten; readers upcast them as they read.
+func Upcasts() map[string][]Upcast {
+	out := make(map[string][]Upcast, len(upcasts))
+	for k, v := range upcasts {
+		out[k] = append([]Upcast(nil), v...)
+	}
+	return out
+}
+
+// taskCreatedV1toV2 adds wait_kind to a task created waiting: version 1 said
+// only wait_until, which was set for a timer wait and absent for an approval.
+func taskCreatedV1toV2(data json.RawMessage) (json.RawMessage, error) {
+	var m map[string]json.RawMessage
+	if err := json.Unmarshal(data, &m); err != nil {
+		return nil, fmt.Errorf("domain: upcast task.created v1: %w", err)
+	}
+	var state string
+	_ = json.Unmarshal(m["state"], &state)
+	if _, has := m["wait_kind"]; state == StateWaiting && !has {
+		kind := WaitApproval
+		if until, ok := m["wait_until"]; ok && string(until) != "null" {
+			kind = WaitTimer
+		}
+		m["wait_kind"], _ = json.Marshal(kind)
+	}
+	return json.Marshal(m)
+}
