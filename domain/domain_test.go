@@ -94,9 +94,9 @@ func TestRetryBackoffThenAttemptsExhausted(t *testing.T) {
 		require.Equal(t, StateBackoff, w.state(id))
 
 		fire := &FireTimer{TaskID: id, Kind: TimerBackoff, Due: bs.Until}
-		w.refused(fire, CodeConflict)
+		_ = w.refused(fire, CodeConflict)
 		w.advance(delay - time.Millisecond)
-		w.refused(fire, CodeConflict)
+		_ = w.refused(fire, CodeConflict)
 		require.Equal(t, StateBackoff, w.state(id))
 		w.advance(time.Millisecond)
 		out = w.must(fire)
@@ -186,7 +186,7 @@ func TestAttemptTimeout(t *testing.T) {
 
 	fire := &FireTimer{TaskID: id, Kind: TimerAttempt, Attempt: n, Due: *deadline}
 	w.advance(29 * time.Second)
-	w.refused(fire, CodeConflict)
+	_ = w.refused(fire, CodeConflict)
 	w.advance(time.Second)
 	out := w.must(fire)
 	require.Equal(t, []string{"task.attempt_failed", "task.backoff_scheduled"}, events(out, id))
@@ -203,8 +203,8 @@ func TestFencing(t *testing.T) {
 	w.must(&SaveCheckpoint{TaskID: id, Attempt: 1, Checkpoint: json.RawMessage(`{"page":7}`)})
 
 	// A running attempt is not claimed again unless the claim supersedes it.
-	w.refused(&ClaimTask{TaskID: id, Executor: "exec-2"}, CodeConflict)
-	w.refused(&ClaimTask{TaskID: id, Executor: "exec-2", Supersedes: 2}, CodeConflict)
+	_ = w.refused(&ClaimTask{TaskID: id, Executor: "exec-2"}, CodeConflict)
+	_ = w.refused(&ClaimTask{TaskID: id, Executor: "exec-2", Supersedes: 2}, CodeConflict)
 
 	out := w.must(&ClaimTask{TaskID: id, Executor: "exec-2", Supersedes: 1})
 	require.Equal(t, []string{"task.attempt_abandoned", "task.attempt_started"}, events(out, id))
@@ -232,7 +232,7 @@ func TestFencing(t *testing.T) {
 
 	out = w.succeed(id, 2)
 	require.Equal(t, StateAccepted, out.Reply.State)
-	w.refused(&ReportSuccess{TaskID: id, Attempt: 2}, CodeConflict)
+	_ = w.refused(&ReportSuccess{TaskID: id, Attempt: 2}, CodeConflict)
 	w.requireReplays()
 }
 
@@ -325,7 +325,7 @@ func TestVerification(t *testing.T) {
 				out := w.verify(id, 1, OutcomeInconclusive)
 				require.Equal(t, []string{"task.verification_recorded"}, events(out, id))
 				require.Equal(t, StateNeedsReview, w.state(id))
-				w.refused(&ClaimTask{TaskID: id, Executor: "e"}, CodeConflict)
+				_ = w.refused(&ClaimTask{TaskID: id, Executor: "e"}, CodeConflict)
 				out = w.must(&ReviewTask{TaskID: id, Decision: tc.decision, Reason: "looked at it"})
 				require.Equal(t, tc.events, events(out, id))
 				require.Equal(t, tc.state, w.state(id))
@@ -371,20 +371,20 @@ func TestVerification(t *testing.T) {
 	t.Run("only the attempt awaiting verification", func(t *testing.T) {
 		w := setup(t)
 		id := verified(w, nil)
-		w.refused(verification(id, 2, OutcomePass), CodeConflict)
+		_ = w.refused(verification(id, 2, OutcomePass), CodeConflict)
 		w.verify(id, 1, OutcomeFail)
 		// Verifying attempt 1 again under another verifier: the task is no longer verifying.
 		v := verification(id, 1, OutcomePass)
 		v.Verifier = "other"
-		w.refused(v, CodeConflict)
-		w.refused(&RecordVerification{TaskID: id, Attempt: 1, Outcome: "MAYBE", Verifier: "v", ResultDigest: "d"}, CodeInvalid)
+		_ = w.refused(v, CodeConflict)
+		_ = w.refused(&RecordVerification{TaskID: id, Attempt: 1, Outcome: "MAYBE", Verifier: "v", ResultDigest: "d"}, CodeInvalid)
 	})
 	t.Run("a task without a verifier is never verifying", func(t *testing.T) {
 		w := setup(t)
 		id := w.newID()
 		w.must(&CreateTask{TaskID: id, Spec: spec("")})
 		w.succeed(id, w.claim(id))
-		w.refused(verification(id, 1, OutcomeFail), CodeConflict)
+		_ = w.refused(verification(id, 1, OutcomeFail), CodeConflict)
 		require.Equal(t, StateAccepted, w.state(id))
 	})
 }
@@ -398,11 +398,11 @@ func TestReviewOnlyInNeedsReview(t *testing.T) {
 			s.Verification = &VerificationSpec{Queue: "verify"}
 			w.must(&CreateTask{TaskID: id, Spec: s})
 			// Ready, with no attempt yet.
-			w.refused(&ReviewTask{TaskID: id, Decision: decision}, CodeConflict)
+			_ = w.refused(&ReviewTask{TaskID: id, Decision: decision}, CodeConflict)
 			w.claim(id)
-			w.refused(&ReviewTask{TaskID: id, Decision: decision}, CodeConflict)
+			_ = w.refused(&ReviewTask{TaskID: id, Decision: decision}, CodeConflict)
 			w.succeed(id, 1)
-			w.refused(&ReviewTask{TaskID: id, Decision: decision}, CodeConflict)
+			_ = w.refused(&ReviewTask{TaskID: id, Decision: decision}, CodeConflict)
 			require.Equal(t, StateVerifying, w.state(id))
 		})
 	}
@@ -426,8 +426,8 @@ func TestWaitSignal(t *testing.T) {
 	require.Equal(t, AttemptStateParked, task.Attempts[0].State)
 
 	require.Equal(t, "/name", w.refused(&SendSignal{TaskID: id, Name: "vendor.answered"}, CodeConflict).Field)
-	w.refused(&ReportSuccess{TaskID: id, Attempt: n}, CodeConflict)
-	w.refused(&ClaimTask{TaskID: id, Executor: "e"}, CodeConflict)
+	_ = w.refused(&ReportSuccess{TaskID: id, Attempt: n}, CodeConflict)
+	_ = w.refused(&ClaimTask{TaskID: id, Executor: "e"}, CodeConflict)
 	require.Empty(t, w.must(&FireTimer{TaskID: id, Kind: TimerWait}).Changes, "a waiting task's timer is stale when it waits on a signal")
 	require.Equal(t, StateWaiting, w.state(id))
 
@@ -436,7 +436,7 @@ func TestWaitSignal(t *testing.T) {
 	require.Equal(t, StateReady, w.state(id))
 	require.Nil(t, w.task(id).Wait)
 	require.Equal(t, 2, w.claim(id))
-	w.refused(&SendSignal{TaskID: id, Name: "payment.settled"}, CodeConflict)
+	_ = w.refused(&SendSignal{TaskID: id, Name: "payment.settled"}, CodeConflict)
 }
 
 func TestWaitTimer(t *testing.T) {
@@ -455,11 +455,11 @@ func TestWaitTimer(t *testing.T) {
 	w.must(&WaitTask{TaskID: id, Attempt: n, Kind: WaitTimer, Until: &until})
 	require.Equal(t, StateWaiting, w.state(id))
 	fire := &FireTimer{TaskID: id, Kind: TimerWait, Due: until}
-	w.refused(fire, CodeConflict)
+	_ = w.refused(fire, CodeConflict)
 	w.advance(time.Hour - time.Nanosecond)
-	w.refused(fire, CodeConflict)
+	_ = w.refused(fire, CodeConflict)
 	require.Equal(t, StateWaiting, w.state(id))
-	w.refused(&SendSignal{TaskID: id, Name: "x"}, CodeConflict)
+	_ = w.refused(&SendSignal{TaskID: id, Name: "x"}, CodeConflict)
 	w.advance(time.Nanosecond)
 	out := w.must(fire)
 	require.Equal(t, []string{"task.ready"}, events(out, id))
@@ -480,14 +480,14 @@ func TestApprovalGate(t *testing.T) {
 		require.Equal(t, StateWaiting, w.state(a))
 		require.Equal(t, &TaskWaiting{Kind: WaitApproval}, w.task(a).Wait)
 		require.Equal(t, StatePending, w.state(b))
-		w.refused(&ClaimTask{TaskID: a, Executor: "e"}, CodeConflict)
-		w.refused(&DecideApproval{TaskID: b, Response: "approve"}, CodeConflict)
+		_ = w.refused(&ClaimTask{TaskID: a, Executor: "e"}, CodeConflict)
+		_ = w.refused(&DecideApproval{TaskID: b, Response: "approve"}, CodeConflict)
 		require.Equal(t, "/response", w.refused(&DecideApproval{TaskID: a, Response: "yes"}, CodeInvalid).Field)
 
 		out := w.must(&DecideApproval{TaskID: a, Response: "approve", Reason: "fine"})
 		require.Equal(t, []string{"task.approval_decided", "task.ready"}, events(out, a))
 		require.True(t, w.task(a).Approved)
-		w.refused(&DecideApproval{TaskID: a, Response: "approve"}, CodeConflict)
+		_ = w.refused(&DecideApproval{TaskID: a, Response: "approve"}, CodeConflict)
 
 		out = w.succeed(a, w.claim(a))
 		require.Equal(t, []string{"task.waiting"}, events(out, b), "a gated dependent waits for its approval")
@@ -538,8 +538,8 @@ func TestStartAt(t *testing.T) {
 
 	fire := &FireTimer{TaskID: id, Kind: TimerWait, Due: later}
 	w.advance(9 * time.Minute)
-	w.refused(fire, CodeConflict)
-	w.refused(&ClaimTask{TaskID: id, Executor: "e"}, CodeConflict)
+	_ = w.refused(fire, CodeConflict)
+	_ = w.refused(&ClaimTask{TaskID: id, Executor: "e"}, CodeConflict)
 	w.advance(time.Minute)
 	out = w.must(fire)
 	require.Equal(t, []string{"task.ready"}, events(out, id))
@@ -564,11 +564,11 @@ func TestCancelTask(t *testing.T) {
 		require.Equal(t, ReasonDependencyFailed, eventOf[*TaskFailed](t, out, ids["b"]).Reason)
 		require.Empty(t, events(out, g), "x has not ended yet")
 
-		w.refused(&ReportSuccess{TaskID: a, Attempt: n}, CodeConflict)
-		w.refused(&ReportFailure{TaskID: a, Attempt: n, Error: ErrorInfo{Message: "x"}}, CodeConflict)
-		w.refused(&ClaimTask{TaskID: a, Executor: "e", Supersedes: n}, CodeConflict)
-		w.refused(&CancelTask{TaskID: a}, CodeConflict)
-		w.refused(&CancelTask{TaskID: ids["b"]}, CodeConflict)
+		_ = w.refused(&ReportSuccess{TaskID: a, Attempt: n}, CodeConflict)
+		_ = w.refused(&ReportFailure{TaskID: a, Attempt: n, Error: ErrorInfo{Message: "x"}}, CodeConflict)
+		_ = w.refused(&ClaimTask{TaskID: a, Executor: "e", Supersedes: n}, CodeConflict)
+		_ = w.refused(&CancelTask{TaskID: a}, CodeConflict)
+		_ = w.refused(&CancelTask{TaskID: ids["b"]}, CodeConflict)
 
 		out = w.succeed(ids["x"], w.claim(ids["x"]))
 		require.Equal(t, []string{"goal.failed"}, events(out, g))
@@ -592,7 +592,7 @@ func TestCancelTask(t *testing.T) {
 		w.must(&CancelTask{TaskID: can})
 		for _, id := range []string{acc, rej, fail, can} {
 			require.True(t, Terminal(w.state(id)))
-			w.refused(&CancelTask{TaskID: id}, CodeConflict)
+			_ = w.refused(&CancelTask{TaskID: id}, CodeConflict)
 		}
 	})
 }
@@ -616,9 +616,9 @@ func TestCancelGoal(t *testing.T) {
 		require.Equal(t, StateCancelled, w.state(ids[k]))
 		require.Equal(t, ReasonGoalCancelled, w.task(ids[k]).Reason)
 	}
-	w.refused(&ReportSuccess{TaskID: ids["b"], Attempt: n}, CodeConflict)
-	w.refused(&CancelGoal{GoalID: g}, CodeConflict)
-	w.refused(&SubmitPlan{GoalID: g, Tasks: chain()}, CodeConflict)
+	_ = w.refused(&ReportSuccess{TaskID: ids["b"], Attempt: n}, CodeConflict)
+	_ = w.refused(&CancelGoal{GoalID: g}, CodeConflict)
+	_ = w.refused(&SubmitPlan{GoalID: g, Tasks: chain()}, CodeConflict)
 	w.requireReplays()
 }
 
@@ -670,8 +670,8 @@ func TestPlanRevision(t *testing.T) {
 		w.succeed(v1["a"], w.claim(v1["a"]))
 		a2 := spec("a")
 		a2.Queue = "other"
-		w.refused(&SubmitPlan{GoalID: g, Tasks: []TaskSpec{a2, spec("b")}}, CodeConflict)
-		w.refused(&SubmitPlan{GoalID: g, Tasks: []TaskSpec{spec("a", "b"), spec("b")}}, CodeConflict)
+		_ = w.refused(&SubmitPlan{GoalID: g, Tasks: []TaskSpec{a2, spec("b")}}, CodeConflict)
+		_ = w.refused(&SubmitPlan{GoalID: g, Tasks: []TaskSpec{spec("a", "b"), spec("b")}}, CodeConflict)
 		require.Equal(t, 1, w.goal(g).PlanVersion)
 	})
 	t.Run("a replaced dependency replaces its dependents", func(t *testing.T) {
@@ -745,7 +745,7 @@ func TestStandaloneTaskDependencies(t *testing.T) {
 	w.must(&CancelTask{TaskID: c})
 	de := w.refused(&CreateTask{TaskID: d, Spec: spec("", c)}, CodeConflict)
 	require.Equal(t, "/spec/depends_on/0", de.Field)
-	w.refused(&CreateTask{TaskID: a, Spec: spec("")}, CodeConflict)
+	_ = w.refused(&CreateTask{TaskID: a, Spec: spec("")}, CodeConflict)
 }
 
 func TestValidation(t *testing.T) {
@@ -854,7 +854,7 @@ func TestUnknownWorkspace(t *testing.T) {
 	} {
 		t.Run(cmd.CommandName(), func(t *testing.T) {
 			w := newWorld(t)
-			w.refused(cmd, CodeNotFound)
+			_ = w.refused(cmd, CodeNotFound)
 			require.True(t, errors.Is(w.refused(cmd, CodeNotFound), ErrNotFound))
 		})
 	}
@@ -868,7 +868,7 @@ func TestOtherWorkspaceIsNotFound(t *testing.T) {
 	w.must(&CreateWorkspace{Name: "other"})
 	require.Equal(t, "/goal_id", w.refused(&CancelGoal{GoalID: g}, CodeNotFound).Field)
 	require.Equal(t, "/task_id", w.refused(&ClaimTask{TaskID: ids["a"], Executor: "e"}, CodeNotFound).Field)
-	w.refused(&ReportSuccess{TaskID: ids["a"], Attempt: 1}, CodeNotFound)
+	_ = w.refused(&ReportSuccess{TaskID: ids["a"], Attempt: 1}, CodeNotFound)
 }
 
 func TestExecuteNeedsTime(t *testing.T) {

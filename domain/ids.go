@@ -28,7 +28,7 @@ func DeriveID(now time.Time, seed string) string {
 // tasks list in plan order.
 func DeriveSeqID(now time.Time, n int, seed string) string {
 	sum := sha256.Sum256([]byte(seed))
-	sum[0], sum[1] = byte(n>>8), byte(n)
+	sum[0], sum[1] = byte(n>>8), byte(n) //nolint:gosec // the low 16 bits are the point: n is a position, truncation is documented
 	var id ulid.ULID
 	if err := id.SetTime(ulid.Timestamp(now)); err != nil {
 		_ = id.SetTime(0)

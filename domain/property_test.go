@@ -398,7 +398,7 @@ func (m *model) createTask() {
 		}
 	}
 	id := m.w.newID()
-	m.exec(&CreateTask{TaskID: id, Spec: m.spec("", rapid.IntRange(0, 2).Draw(m.t, "variant"), deps)}, AggTask, id)
+	_, _ = m.exec(&CreateTask{TaskID: id, Spec: m.spec("", rapid.IntRange(0, 2).Draw(m.t, "variant"), deps)}, AggTask, id)
 }
 
 func (m *model) claim() {
@@ -410,7 +410,7 @@ func (m *model) claim() {
 	if rapid.IntRange(0, 3).Draw(m.t, "supersede") == 0 {
 		c.Supersedes = m.attempt(t)
 	}
-	m.exec(c, AggTask, id)
+	_, _ = m.exec(c, AggTask, id)
 }
 
 func (m *model) succeed() {
@@ -418,7 +418,7 @@ func (m *model) succeed() {
 	if !ok {
 		return
 	}
-	m.exec(&ReportSuccess{TaskID: id, Attempt: m.attempt(t), Result: json.RawMessage(`"done"`)}, AggTask, id)
+	_, _ = m.exec(&ReportSuccess{TaskID: id, Attempt: m.attempt(t), Result: json.RawMessage(`"done"`)}, AggTask, id)
 }
 
 func (m *model) fail() {
@@ -426,7 +426,7 @@ func (m *model) fail() {
 	if !ok {
 		return
 	}
-	m.exec(&ReportFailure{TaskID: id, Attempt: m.attempt(t), Retryable: rapid.IntRange(0, 4).Draw(m.t, "retryable") > 0,
+	_, _ = m.exec(&ReportFailure{TaskID: id, Attempt: m.attempt(t), Retryable: rapid.IntRange(0, 4).Draw(m.t, "retryable") > 0,
 		Error: ErrorInfo{Code: rapid.SampledFrom([]string{"", "boom", "fatal"}).Draw(m.t, "error code"), Message: "failed"}}, AggTask, id)
 }
 
@@ -435,7 +435,7 @@ func (m *model) checkpoint() {
 	if !ok {
 		return
 	}
-	m.exec(&SaveCheckpoint{TaskID: id, Attempt: m.attempt(t), Checkpoint: json.RawMessage(`{"at":1}`)}, AggTask, id)
+	_, _ = m.exec(&SaveCheckpoint{TaskID: id, Attempt: m.attempt(t), Checkpoint: json.RawMessage(`{"at":1}`)}, AggTask, id)
 }
 
 func (m *model) verify() {
@@ -443,7 +443,7 @@ func (m *model) verify() {
 	if !ok {
 		return
 	}
-	m.exec(&RecordVerification{TaskID: id, Attempt: m.attempt(t),
+	_, _ = m.exec(&RecordVerification{TaskID: id, Attempt: m.attempt(t),
 		Outcome:      rapid.SampledFrom([]string{OutcomeInconclusive, OutcomePass, OutcomeFail}).Draw(m.t, "outcome"),
 		Verifier:     rapid.SampledFrom(verifiers).Draw(m.t, "verifier"),
 		ResultDigest: rapid.SampledFrom(digests).Draw(m.t, "digest")}, AggTask, id)
@@ -454,7 +454,7 @@ func (m *model) review() {
 	if !ok {
 		return
 	}
-	m.exec(&ReviewTask{TaskID: id, Decision: rapid.SampledFrom([]string{ReviewAccept, ReviewReject, ReviewRetry}).Draw(m.t, "decision")}, AggTask, id)
+	_, _ = m.exec(&ReviewTask{TaskID: id, Decision: rapid.SampledFrom([]string{ReviewAccept, ReviewReject, ReviewRetry}).Draw(m.t, "decision")}, AggTask, id)
 }
 
 func (m *model) approve() {
@@ -462,7 +462,7 @@ func (m *model) approve() {
 	if !ok {
 		return
 	}
-	m.exec(&DecideApproval{TaskID: id, Response: rapid.SampledFrom([]string{"approve", "approve", "reject"}).Draw(m.t, "response")}, AggTask, id)
+	_, _ = m.exec(&DecideApproval{TaskID: id, Response: rapid.SampledFrom([]string{"approve", "approve", "reject"}).Draw(m.t, "response")}, AggTask, id)
 }
 
 func (m *model) wait() {
@@ -475,7 +475,7 @@ func (m *model) wait() {
 		until := m.w.now.Add(time.Duration(rapid.IntRange(1, 5).Draw(m.t, "wait seconds")) * time.Second)
 		c.Kind, c.Signal, c.Until = WaitTimer, "", &until
 	}
-	m.exec(c, AggTask, id)
+	_, _ = m.exec(c, AggTask, id)
 }
 
 func (m *model) signal() {
@@ -483,7 +483,7 @@ func (m *model) signal() {
 	if !ok {
 		return
 	}
-	m.exec(&SendSignal{TaskID: id, Name: rapid.SampledFrom(signals).Draw(m.t, "signal")}, AggTask, id)
+	_, _ = m.exec(&SendSignal{TaskID: id, Name: rapid.SampledFrom(signals).Draw(m.t, "signal")}, AggTask, id)
 }
 
 // fireTimer fires a random timer of a task, often after moving the clock to
@@ -509,7 +509,7 @@ func (m *model) fireTimer() {
 			m.w.now = *due
 		}
 	}
-	m.exec(c, AggTask, id)
+	_, _ = m.exec(c, AggTask, id)
 }
 
 func (m *model) cancelTask() {
@@ -517,7 +517,7 @@ func (m *model) cancelTask() {
 	if !ok {
 		return
 	}
-	m.exec(&CancelTask{TaskID: id}, AggTask, id)
+	_, _ = m.exec(&CancelTask{TaskID: id}, AggTask, id)
 }
 
 func (m *model) cancelGoal() {
@@ -525,7 +525,7 @@ func (m *model) cancelGoal() {
 	if !ok || rapid.IntRange(0, 2).Draw(m.t, "really cancel") > 0 {
 		return
 	}
-	m.exec(&CancelGoal{GoalID: g}, AggGoal, g)
+	_, _ = m.exec(&CancelGoal{GoalID: g}, AggGoal, g)
 }
 
 func (m *model) tick() {

@@ -183,7 +183,9 @@ func startCommitter(t testing.TB, l eventstore.Log, d eventstore.Decider[*req], 
 	go func() { r.done <- c.Run(ctx) }()
 	t.Cleanup(func() {
 		cancel()
-		<-r.done
+		if err := <-r.done; err != nil {
+			t.Logf("committer stopped: %v", err)
+		}
 	})
 	return r
 }

@@ -327,7 +327,9 @@ func (s *Service) runWriter(ctx context.Context, lease *lease) error {
 	csvc, err := s.startCommands()
 	if err != nil {
 		cancel()
-		<-runErr
+		if err := <-runErr; err != nil {
+			s.cfg.Logger.Warn("handlers: writer stopped", "err", err)
+		}
 		return err
 	}
 	defer func() { _ = csvc.Stop() }()
@@ -339,11 +341,15 @@ func (s *Service) runWriter(ctx context.Context, lease *lease) error {
 	select {
 	case <-lease.lost:
 		cancel()
-		<-runErr
+		if err := <-runErr; err != nil {
+			s.cfg.Logger.Warn("handlers: writer stopped", "err", err)
+		}
 		return errors.New("handlers: writer lease lost")
 	case <-w.broken:
 		cancel()
-		<-runErr
+		if err := <-runErr; err != nil {
+			s.cfg.Logger.Warn("handlers: writer stopped", "err", err)
+		}
 		return errors.New("handlers: the views could not apply a committed record")
 	case err := <-runErr:
 		return err

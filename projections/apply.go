@@ -61,7 +61,7 @@ func (s *Store) apply(seq uint64, c *eventstore.Commit, decided bool) error {
 		return nil
 	}
 	b := s.db.NewBatch()
-	defer b.Close()
+	defer func() { _ = b.Close() }()
 	bs := &batchState{s: s, decided: decided, workspaces: map[string]*domain.Workspace{}, goals: map[string]*domain.Goal{},
 		tasks: map[string]*domain.Task{}, taskBefore: map[string]*domain.Task{}, tips: map[string]tip{}}
 	for i := range c.Events {

@@ -157,7 +157,7 @@ func (s *Store) get(k []byte, v any) (bool, error) {
 	if err != nil {
 		return false, fmt.Errorf("projections: get %q: %w", k, err)
 	}
-	defer closer.Close()
+	defer func() { _ = closer.Close() }()
 	if err := json.Unmarshal(b, v); err != nil {
 		return false, fmt.Errorf("projections: decode %q: %w", k, err)
 	}
@@ -173,7 +173,7 @@ func (s *Store) scan(p []byte, fn func(k, v []byte) error) error {
 	if err != nil {
 		return err
 	}
-	defer it.Close()
+	defer func() { _ = it.Close() }()
 	for it.First(); it.Valid(); it.Next() {
 		if err := fn(it.Key(), it.Value()); err != nil {
 			return err
@@ -186,9 +186,9 @@ func (s *Store) scan(p []byte, fn func(k, v []byte) error) error {
 // hold the same views exactly when their dumps are equal.
 func (s *Store) Dump(w io.Writer) error {
 	return s.scan(nil, func(k, v []byte) error {
-		var n [8]byte
-		binary.BigEndian.PutUint32(n[:4], uint32(len(k)))
-		binary.BigEndian.PutUint32(n[4:], uint32(len(v)))
+		var n [16]byte
+		binary.BigEndian.PutUint64(n[:8], uint64(len(k)))
+		binary.BigEndian.PutUint64(n[8:], uint64(len(v)))
 		if _, err := w.Write(n[:]); err != nil {
 			return err
 		}

@@ -85,7 +85,7 @@ func watchCmd(g *globals) *cobra.Command {
 			if err != nil {
 				return fail(exitUnavailable, "subscribe: %v", err)
 			}
-			defer sub.Unsubscribe()
+			defer func() { _ = sub.Unsubscribe() }()
 			if err := cl.nc.Flush(); err != nil {
 				return fail(exitUnavailable, "subscribe: %v", err)
 			}

@@ -179,7 +179,7 @@ func readPlan(g *globals, file string) (json.RawMessage, error) {
 		var fh *os.File
 		if fh, err = os.Open(file); err == nil {
 			b, err = readLimited(fh, maxPlanFile)
-			fh.Close()
+			_ = fh.Close() // read-only: nothing to lose
 		}
 	}
 	if err != nil {

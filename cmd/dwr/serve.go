@@ -135,7 +135,11 @@ func serve(ctx context.Context, o serveOpts, stderr io.Writer) error {
 	if err != nil {
 		return fail(exitError, "views: %v (is another dwr serve using %s?)", err, o.data)
 	}
-	defer store.Close()
+	defer func() {
+		if err := store.Close(); err != nil {
+			logger.Error("closing the views", "err", err)
+		}
+	}()
 	svc, err := handlers.New(nc, store, handlers.Config{Replicas: o.replicas, WriterID: id, Logger: logger})
 	if err != nil {
 		return fail(exitInvalid, "%v", err)

@@ -58,7 +58,7 @@ func appendN(ctx context.Context, t *testing.T, l eventstore.Log, n int) []uint6
 	require.NoError(t, err)
 	seqs := make([]uint64, n)
 	for i := range n {
-		seq, err := l.Append(ctx, rec(int(last)*1000+i), last)
+		seq, err := l.Append(ctx, rec(int(last)*1000+i), last) //nolint:gosec // small test sequences
 		require.NoError(t, err)
 		require.Greater(t, seq, last)
 		seqs[i], last = seq, seq
