@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -21,7 +22,14 @@ import (
 // free loopback port and returns its URL.
 func cliServer(t *testing.T) string {
 	t.Helper()
-	dir := t.TempDir()
+	url, _ := cliServerIn(t, t.TempDir())
+	return url
+}
+
+// cliServerIn is cliServer on data directory dir; stop stops it (also at
+// cleanup).
+func cliServerIn(t *testing.T, dir string) (url string, stop func()) {
+	t.Helper()
 	srv, err := embedded.Start(embedded.Config{DataDir: dir, Listen: "127.0.0.1:0"})
 	require.NoError(t, err)
 	nc, err := srv.Connect()
@@ -33,19 +41,23 @@ func cliServer(t *testing.T) string {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- svc.Run(ctx) }()
-	t.Cleanup(func() {
-		cancel()
-		require.NoError(t, <-done)
-		nc.Close()
-		require.NoError(t, store.Close())
-		srv.Shutdown()
-	})
+	var once sync.Once
+	stop = func() {
+		once.Do(func() {
+			cancel()
+			require.NoError(t, <-done)
+			nc.Close()
+			require.NoError(t, store.Close())
+			srv.Shutdown()
+		})
+	}
+	t.Cleanup(stop)
 	select {
 	case <-svc.Ready():
 	case <-time.After(20 * time.Second):
 		t.Fatal("service not ready")
 	}
-	return srv.ClientURL()
+	return srv.ClientURL(), stop
 }
 
 // run runs the CLI and returns its exit code, stdout and stderr.
@@ -144,4 +156,27 @@ func TestCLIBadInputNamesTheField(t *testing.T) {
 	code, _, errs = run(t, url, "plan", "submit", "--goal", goal["id"].(string), "-f", plan)
 	require.Equal(t, exitInvalid, code)
 	require.Contains(t, errs, "YAML")
+}
+
+func TestCLIAdminRebuildMatchesTheLiveViews(t *testing.T) {
+	dir := t.TempDir()
+	url, stop := cliServerIn(t, dir)
+	var goal map[string]any
+	runJSON(t, url, &goal, "goal", "create", "--title", "g")
+	plan := filepath.Join(t.TempDir(), "plan.yaml")
+	require.NoError(t, os.WriteFile(plan, []byte("- {key: a, queue: q}\n- {key: b, queue: q, depends_on: [a]}\n"), 0o600))
+	code, _, errs := run(t, url, "plan", "submit", "--goal", goal["id"].(string), "-f", plan)
+	require.Equal(t, 0, code, errs)
+	stop()
+
+	code, out, errs := run(t, url, "admin", "rebuild", "--data", dir)
+	require.Equal(t, 0, code, errs)
+	require.Contains(t, out, "identical to the current views, byte for byte")
+	require.Contains(t, errs, "rebuilding: record", "progress is shown")
+
+	// The rebuilt views serve the same state.
+	url, _ = cliServerIn(t, dir)
+	var tasks []map[string]any
+	runJSON(t, url, &tasks, "task", "list")
+	require.Len(t, tasks, 2)
 }
