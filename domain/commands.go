@@ -135,6 +135,13 @@ type SendSignal struct {
 	Payload json.RawMessage `json:"payload,omitempty"`
 }
 
+// QuarantineTask fails a task whose work item could not be processed: it was
+// delivered the most times allowed without an executor finishing it.
+type QuarantineTask struct {
+	TaskID string `json:"task_id"`
+	Reason string `json:"reason,omitempty"`
+}
+
 // Timer kinds.
 const (
 	TimerBackoff = "backoff"
@@ -199,6 +206,9 @@ func (SendSignal) CommandName() string { return "task.signal" }
 // CommandName returns the command's wire name.
 func (FireTimer) CommandName() string { return "timer.fire" }
 
+// CommandName returns the command's wire name.
+func (QuarantineTask) CommandName() string { return "task.quarantine" }
+
 var commandTypes = map[string]func() Command{
 	"workspace.create": func() Command { return &CreateWorkspace{} },
 	"goal.create":      func() Command { return &CreateGoal{} },
@@ -216,6 +226,7 @@ var commandTypes = map[string]func() Command{
 	"task.wait":        func() Command { return &WaitTask{} },
 	"task.signal":      func() Command { return &SendSignal{} },
 	"timer.fire":       func() Command { return &FireTimer{} },
+	"task.quarantine":  func() Command { return &QuarantineTask{} },
 }
 
 // CommandNames returns every command's wire name.

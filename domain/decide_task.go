@@ -491,3 +491,27 @@ func (x *tx) overBudget(t *Task) (string, error) {
 	}
 	return "", nil
 }
+
+// quarantineTask fails a task whose work item kept failing to be processed,
+// so that it never blocks its queue. A task that has ended already is left as
+// it is (the work item was stale).
+func (x *tx) quarantineTask(c *QuarantineTask) (Reply, error) {
+	t, err := x.task(c.TaskID, "/task_id")
+	if err != nil {
+		return Reply{}, err
+	}
+	if t.HasCommand(x.m.CommandID) || Terminal(t.State) {
+		return duplicateTask(t), nil
+	}
+	if err := checkText("/reason", c.Reason, MaxReason, false); err != nil {
+		return Reply{}, err
+	}
+	msg := c.Reason
+	if msg == "" {
+		msg = "its work item could not be processed"
+	}
+	if err := x.emit(t.ID, &TaskFailed{Reason: ReasonQuarantined, Error: &ErrorInfo{Code: ReasonQuarantined, Message: msg}}); err != nil {
+		return Reply{}, err
+	}
+	return x.after(t.ID)
+}

@@ -1109,3 +1109,21 @@ func TestGoalBudgetEndsItsTasks(t *testing.T) {
 		require.Equal(t, []string{"task.failed"}, events(out, ids["b"]))
 	})
 }
+
+func TestQuarantineFailsTheTaskAndItsDependents(t *testing.T) {
+	w := setup(t)
+	g := w.createGoal(Envelope{})
+	ids, _ := w.plan(g, spec("a"), spec("b", "a"))
+	w.claim(ids["a"])
+	out := w.must(&QuarantineTask{TaskID: ids["a"], Reason: "delivered 5 times"})
+	f := eventOf[*TaskFailed](t, out, ids["a"])
+	require.Equal(t, ReasonQuarantined, f.Reason)
+	require.Equal(t, "delivered 5 times", f.Error.Message)
+	require.Equal(t, StateFailed, w.state(ids["b"]))
+	require.Equal(t, GoalStateFailed, w.goal(g).State)
+	// A stale quarantine of an ended task changes nothing.
+	again := w.must(&QuarantineTask{TaskID: ids["a"]})
+	require.Empty(t, again.Changes)
+	require.True(t, again.Reply.Duplicate)
+	w.requireReplays()
+}

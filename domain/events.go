@@ -76,6 +76,7 @@ const (
 	ReasonLeaseLost        = "lease_lost"
 	ReasonTimeout          = "timeout"
 	ReasonBudget           = "budget_exhausted"
+	ReasonQuarantined      = "quarantined"
 )
 
 // WorkspaceCreated starts a workspace.

@@ -91,6 +91,8 @@ func (x *tx) decide(cmd Command) (Reply, error) {
 		return x.sendSignal(c)
 	case *FireTimer:
 		return x.fireTimer(c)
+	case *QuarantineTask:
+		return x.quarantineTask(c)
 	}
 	return Reply{}, invalid("", "unknown command %T", cmd)
 }

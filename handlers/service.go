@@ -90,13 +90,14 @@ func (c Config) withDefaults() Config {
 // endpoints, and — while it holds the writer lease — the writer with its
 // command endpoints.
 type Service struct {
-	cfg   Config
-	nc    *nats.Conn
-	js    jetstream.JetStream
-	store *projections.Store
-	log   *eventstore.JetStreamLog
-	feed  *feed
-	sem   chan struct{}
+	cfg      Config
+	nc       *nats.Conn
+	js       jetstream.JetStream
+	store    *projections.Store
+	log      *eventstore.JetStreamLog
+	feed     *feed
+	dispatch *dispatcher
+	sem      chan struct{}
 
 	mu        sync.RWMutex
 	committer *eventstore.Committer[*request]
@@ -148,6 +149,12 @@ func (s *Service) Run(ctx context.Context) error {
 	}
 	if err := s.retry(ctx, "open the event feed", func(ctx context.Context) (err error) {
 		s.feed, err = newFeed(ctx, s.js, s.cfg, s.cfg.Logger)
+		return err
+	}); err != nil {
+		return nil
+	}
+	if err := s.retry(ctx, "open the work stream", func(ctx context.Context) (err error) {
+		s.dispatch, err = newDispatcher(ctx, s.js, s.cfg)
 		return err
 	}); err != nil {
 		return nil
@@ -298,7 +305,18 @@ func (s *Service) runWriter(ctx context.Context, lease *lease) error {
 	// The chain tips come from the views, which apply every record before
 	// the next batch is linked; the verifier holds only the recent ones.
 	chain := eventstore.NewChainVerifierOver(s.store, 100_000)
-	w := &writer{store: s.store, clock: s.cfg.Clock, logger: s.cfg.Logger, feed: s.feed.publish, broken: make(chan struct{})}
+	timerWake := make(chan struct{}, 1)
+	w := &writer{store: s.store, clock: s.cfg.Clock, logger: s.cfg.Logger, broken: make(chan struct{}),
+		after: func(c *eventstore.Commit, seq uint64) {
+			s.feed.publish(c, seq)
+			s.dispatch.dispatchCommit(s.store, c)
+			if setsTimer(c) {
+				select {
+				case timerWake <- struct{}{}:
+				default:
+				}
+			}
+		}}
 	c := eventstore.NewCommitter[*request](s.log, w, eventstore.GroupConfig{
 		WriterID: s.cfg.WriterID, Clock: s.cfg.Clock, Logger: s.cfg.Logger,
 		Chain: chain, ResumeAfter: s.store.Checkpoint()})
@@ -312,6 +330,11 @@ func (s *Service) runWriter(ctx context.Context, lease *lease) error {
 	if err := s.feed.catchUp(ctx, s.log, s.store.Checkpoint()); err != nil {
 		s.cfg.Logger.Warn("handlers: event feed catch-up failed; it will be repaired on the next start", "err", err)
 	}
+	if n, err := s.dispatch.rederive(ctx, s.store); err != nil {
+		s.cfg.Logger.Warn("handlers: re-deriving work items failed; they are derived again on the next start", "err", err)
+	} else if n > 0 {
+		s.cfg.Logger.Info("handlers: work items of ready tasks published again", "tasks", n)
+	}
 	s.mu.Lock()
 	s.committer = c
 	s.mu.Unlock()
@@ -324,15 +347,29 @@ func (s *Service) runWriter(ctx context.Context, lease *lease) error {
 	defer cancel()
 	runErr := make(chan error, 1)
 	go func() { runErr <- c.Run(rctx) }()
-	csvc, err := s.startCommands()
-	if err != nil {
+	stopRun := func() {
 		cancel()
 		if err := <-runErr; err != nil {
 			s.cfg.Logger.Warn("handlers: writer stopped", "err", err)
 		}
+	}
+	csvc, err := s.startCommands()
+	if err != nil {
+		stopRun()
 		return err
 	}
 	defer func() { _ = csvc.Stop() }()
+	unsubscribe, err := s.quarantine(rctx)
+	if err != nil {
+		stopRun()
+		return err
+	}
+	defer unsubscribe()
+	var bg sync.WaitGroup
+	defer bg.Wait()
+	defer cancel()
+	bg.Go(func() { s.dispatch.retryLoop(rctx) })
+	bg.Go(func() { s.runTimers(rctx, timerWake) })
 	if err := s.ensureDefaultWorkspace(rctx); err != nil {
 		s.cfg.Logger.Warn("handlers: could not create the default workspace", "err", err)
 	}
@@ -340,16 +377,10 @@ func (s *Service) runWriter(ctx context.Context, lease *lease) error {
 	s.cfg.Logger.Info("handlers: writer serving", "writer", s.cfg.WriterID, "epoch", c.Epoch(), "seq", c.LastSeq())
 	select {
 	case <-lease.lost:
-		cancel()
-		if err := <-runErr; err != nil {
-			s.cfg.Logger.Warn("handlers: writer stopped", "err", err)
-		}
+		stopRun()
 		return errors.New("handlers: writer lease lost")
 	case <-w.broken:
-		cancel()
-		if err := <-runErr; err != nil {
-			s.cfg.Logger.Warn("handlers: writer stopped", "err", err)
-		}
+		stopRun()
 		return errors.New("handlers: the views could not apply a committed record")
 	case err := <-runErr:
 		return err

@@ -44,7 +44,9 @@ type writer struct {
 	store  *projections.Store
 	clock  func() time.Time
 	logger *slog.Logger
-	feed   func(c *eventstore.Commit, seq uint64)
+	// after runs once a committed record is applied to the views: the
+	// event feed, work items for tasks it left ready, the timers' wake-up.
+	after func(c *eventstore.Commit, seq uint64)
 	// broken is closed when a committed record could not be applied to the
 	// views: the writer's state no longer follows the log, so it must stop.
 	broken     chan struct{}
@@ -176,8 +178,8 @@ func (w *writer) Committed(items []*request, c *eventstore.Commit, seq uint64, i
 		w.brokenOnce.Do(func() { close(w.broken) })
 		return
 	}
-	if w.feed != nil {
-		w.feed(c, seq)
+	if w.after != nil {
+		w.after(c, seq)
 	}
 }
 

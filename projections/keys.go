@@ -19,6 +19,7 @@ const (
 	pHistory    = "h"  // h/<aggtype>/<id>/<version BE>
 	pTip        = "a"  // a/<aggtype>/<id> -> chain tip
 	pCommand    = "c"  // c/<ws>/<command id> -> first outcome
+	pTimer      = "tm" // tm/<due unix nanos BE>/<task>/<kind>/<attempt> -> workspace
 )
 
 func key(parts ...string) []byte {

@@ -164,18 +164,30 @@ func (s *Store) get(k []byte, v any) (bool, error) {
 	return true, nil
 }
 
-// scan calls fn for every key with prefix p, in order.
+// errStop ends a scan early without an error.
+var errStop = errors.New("projections: stop")
+
+// scan calls fn for every key with prefix p, in order; fn may return errStop
+// to end early.
 func (s *Store) scan(p []byte, fn func(k, v []byte) error) error {
+	return s.scanRange(p, upperBound(p), fn)
+}
+
+// scanRange calls fn for every key in [lower, upper), in order.
+func (s *Store) scanRange(lower, upper []byte, fn func(k, v []byte) error) error {
 	if s.db == nil {
 		return ErrClosed
 	}
-	it, err := s.db.NewIter(&pebble.IterOptions{LowerBound: p, UpperBound: upperBound(p)})
+	it, err := s.db.NewIter(&pebble.IterOptions{LowerBound: lower, UpperBound: upper})
 	if err != nil {
 		return err
 	}
 	defer func() { _ = it.Close() }()
 	for it.First(); it.Valid(); it.Next() {
 		if err := fn(it.Key(), it.Value()); err != nil {
+			if errors.Is(err, errStop) {
+				return nil
+			}
 			return err
 		}
 	}

@@ -276,3 +276,41 @@ func TestOldEventsAreUpcastWhenRead(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, domain.StateReady, got.State)
 }
+
+func TestTimersFollowTheTasksState(t *testing.T) {
+	s := openMem(t)
+	defer s.Close()
+	h := newHarness(t, s)
+	h.batch(cmd{&domain.CreateWorkspace{Name: "w"}, "ws"})
+	task := domain.DeriveID(h.d.now, "t")
+	h.batch(cmd{&domain.CreateTask{TaskID: task, Spec: domain.TaskSpec{Queue: "q", Timeout: domain.Duration(time.Minute),
+		Retry: &domain.RetryPolicy{InitialBackoff: domain.Duration(10 * time.Second)}}}, "c1"})
+	h.batch(cmd{&domain.ClaimTask{TaskID: task, Executor: "e"}, "c2"})
+
+	// A running attempt with a timeout waits for its deadline.
+	next, ok, err := s.NextTimer()
+	require.NoError(t, err)
+	require.True(t, ok)
+	require.Equal(t, projections.Timer{Due: h.d.now.Add(time.Minute), Workspace: "w", TaskID: task, Kind: domain.TimerAttempt, Attempt: 1}, next)
+	due, err := s.DueTimers(h.d.now.Add(time.Minute-time.Nanosecond), 10)
+	require.NoError(t, err)
+	require.Empty(t, due, "never early")
+
+	// A failure replaces it with the end of the backoff.
+	h.batch(cmd{&domain.ReportFailure{TaskID: task, Attempt: 1, Error: domain.ErrorInfo{Message: "x"}, Retryable: true}, "c3"})
+	due, err = s.DueTimers(h.d.now.Add(10*time.Second), 10)
+	require.NoError(t, err)
+	require.Len(t, due, 1)
+	require.Equal(t, domain.TimerBackoff, due[0].Kind)
+	require.Equal(t, h.d.now.Add(10*time.Second), due[0].Due)
+
+	// Firing it readies the task: no timer is left.
+	h.d.now = h.d.now.Add(10 * time.Second)
+	h.batch(cmd{&domain.FireTimer{TaskID: task, Kind: due[0].Kind, Due: due[0].Due}, due[0].CommandID()})
+	_, ok, err = s.NextTimer()
+	require.NoError(t, err)
+	require.False(t, ok)
+	got, err := s.Task(task)
+	require.NoError(t, err)
+	require.Equal(t, domain.StateReady, got.State)
+}

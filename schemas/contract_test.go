@@ -184,6 +184,9 @@ func TestContractOfTheDomain(t *testing.T) {
 	c.now = start
 	c.do("timer.fire", map[string]any{"task_id": timed, "kind": "wait", "due": start.Format(time.RFC3339)})
 	c.do("task.cancel", map[string]any{"task_id": timed, "reason": "no longer needed"})
+	poisoned := domain.DeriveID(c.now, "task-3")
+	c.do("task.create", map[string]any{"task_id": poisoned, "spec": map[string]any{"queue": "billing"}})
+	c.do("task.quarantine", map[string]any{"task_id": poisoned, "reason": "work item delivered 5 times without being completed"})
 
 	var cmds, events []string
 	for n := range c.cmds {

@@ -1,0 +1,196 @@
+package handlers
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"strings"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/dwr-run/dwr/domain"
+	"github.com/dwr-run/dwr/eventstore"
+	"github.com/dwr-run/dwr/projections"
+)
+
+// WorkItem is what an executor receives on <prefix>.work.<workspace>.<queue>:
+// everything an attempt needs, so that the executor reads nothing else.
+type WorkItem struct {
+	Kind          string                        `json:"kind"` // "execute"
+	TaskID        string                        `json:"task_id"`
+	Workspace     string                        `json:"workspace"`
+	Queue         string                        `json:"queue"`
+	GoalID        string                        `json:"goal_id,omitempty"`
+	Key           string                        `json:"key,omitempty"`
+	Title         string                        `json:"title,omitempty"`
+	Attempt       int                           `json:"attempt"` // the number a claim of this item starts
+	OperationKey  string                        `json:"operation_key"`
+	Input         json.RawMessage               `json:"input,omitempty"`
+	Checkpoint    json.RawMessage               `json:"checkpoint,omitempty"`
+	PriorAttempts []domain.Attempt              `json:"prior_attempts,omitempty"`
+	Verifications []domain.VerificationRecorded `json:"verifications,omitempty"`
+	Timeout       domain.Duration               `json:"timeout,omitempty"`
+}
+
+// WorkKindExecute is the kind of a work item that runs an attempt.
+const WorkKindExecute = "execute"
+
+// workItemOf returns the work item of a ready task.
+func workItemOf(t *domain.Task) WorkItem {
+	return WorkItem{Kind: WorkKindExecute, TaskID: t.ID, Workspace: t.Workspace, Queue: t.Spec.Queue, GoalID: t.GoalID,
+		Key: t.Key, Title: t.Spec.Title, Attempt: len(t.Attempts) + 1, OperationKey: domain.OperationKey(t.ID),
+		Input: t.Spec.Input, Checkpoint: t.Checkpoint, PriorAttempts: t.Attempts, Verifications: t.Verifications,
+		Timeout: t.Spec.Timeout}
+}
+
+// WorkSubject returns the subject of a queue's work items.
+func WorkSubject(prefix, workspace, queue string) string {
+	return prefix + ".work." + workspace + "." + queue
+}
+
+// dispatcher publishes work items for ready tasks on a work-queue stream
+// derived from the log: async persistence (no fsync per item), and message
+// ids of task and attempt, so that publishing an item again is harmless.
+type dispatcher struct {
+	js     jetstream.JetStream
+	stream string
+	prefix string
+	logger *slog.Logger
+	retry  chan WorkItem // items whose publication failed, published again by retryLoop
+}
+
+func newDispatcher(ctx context.Context, js jetstream.JetStream, cfg Config) (*dispatcher, error) {
+	name := strings.ToUpper(cfg.Prefix) + "_WORK"
+	_, err := js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{
+		Name: name, Description: "dwr work items, derived from the log: one per ready task and attempt",
+		Subjects: []string{cfg.Prefix + ".work.>"}, Storage: jetstream.FileStorage, Retention: jetstream.WorkQueuePolicy,
+		Replicas: cfg.Replicas, PersistMode: jetstream.AsyncPersistMode, Duplicates: 2 * time.Minute,
+		MaxMsgSize: 1 << 20,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("handlers: work stream: %w", err)
+	}
+	return &dispatcher{js: js, stream: name, prefix: cfg.Prefix, logger: cfg.Logger, retry: make(chan WorkItem, 1024)}, nil
+}
+
+// publish sends the work item of a ready task without waiting for its
+// acknowledgement; a failure is handed to retryLoop.
+func (d *dispatcher) publish(t *domain.Task) {
+	it := workItemOf(t)
+	m, err := d.msg(it)
+	if err != nil {
+		d.logger.Error("handlers: work item not encodable", "task", t.ID, "err", err)
+		return
+	}
+	f, err := d.js.PublishMsgAsync(m)
+	if err != nil {
+		d.failed(it, err)
+		return
+	}
+	go func() {
+		select {
+		case <-f.Ok():
+		case err := <-f.Err():
+			d.failed(it, err)
+		}
+	}()
+}
+
+func (d *dispatcher) msg(it WorkItem) (*nats.Msg, error) {
+	b, err := json.Marshal(it)
+	if err != nil {
+		return nil, err
+	}
+	m := nats.NewMsg(WorkSubject(d.prefix, it.Workspace, it.Queue))
+	m.Header.Set(jetstream.MsgIDHeader, fmt.Sprintf("%s.%d", it.TaskID, it.Attempt))
+	m.Data = b
+	return m, nil
+}
+
+func (d *dispatcher) failed(it WorkItem, err error) {
+	d.logger.Warn("handlers: work item not published; retrying", "task", it.TaskID, "attempt", it.Attempt, "err", err)
+	select {
+	case d.retry <- it:
+	default:
+		d.logger.Error("handlers: work item retry queue full; the item is published again when the writer restarts", "task", it.TaskID)
+	}
+}
+
+// retryLoop publishes failed items again, waiting for each acknowledgement,
+// until ctx ends.
+func (d *dispatcher) retryLoop(ctx context.Context) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case it := <-d.retry:
+			for wait := 100 * time.Millisecond; ; wait = min(2*wait, 5*time.Second) {
+				m, err := d.msg(it)
+				if err == nil {
+					pctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+					_, err = d.js.PublishMsg(pctx, m)
+					cancel()
+				}
+				if err == nil || ctx.Err() != nil {
+					break
+				}
+				if !sleepCtx(ctx, wait) {
+					return
+				}
+			}
+		}
+	}
+}
+
+// dispatchCommit publishes the work items of the tasks that a committed
+// record left ready.
+func (d *dispatcher) dispatchCommit(store *projections.Store, c *eventstore.Commit) {
+	seen := map[string]bool{}
+	for i := range c.Events {
+		e := &c.Events[i]
+		if e.AggregateType != domain.AggTask || seen[e.AggregateID] {
+			continue
+		}
+		seen[e.AggregateID] = true
+		t, err := store.Task(e.AggregateID)
+		if err != nil || t == nil {
+			d.logger.Error("handlers: cannot read a committed task to dispatch it", "task", e.AggregateID, "err", err)
+			continue
+		}
+		if t.State == domain.StateReady {
+			d.publish(t)
+		}
+	}
+}
+
+// rederive publishes the work item of every ready task, waiting for each
+// acknowledgement: after a crash, any item that may be missing is there
+// again (an item still present is deduplicated by its message id, or, past
+// the duplicates window, refused at claim as stale).
+func (d *dispatcher) rederive(ctx context.Context, store *projections.Store) (int, error) {
+	wss, err := store.ListWorkspaces()
+	if err != nil {
+		return 0, err
+	}
+	n := 0
+	for _, ws := range wss {
+		tasks, err := store.ListTasks(ws.Name, projections.TaskFilter{State: domain.StateReady})
+		if err != nil {
+			return n, err
+		}
+		for _, t := range tasks {
+			m, err := d.msg(workItemOf(t))
+			if err != nil {
+				return n, err
+			}
+			if _, err := d.js.PublishMsg(ctx, m); err != nil {
+				return n, fmt.Errorf("handlers: re-derive the work item of task %s: %w", t.ID, err)
+			}
+			n++
+		}
+	}
+	return n, nil
+}

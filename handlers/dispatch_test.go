@@ -1,0 +1,137 @@
+package handlers_test
+
+import (
+	"context"
+	"encoding/json"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/stretchr/testify/require"
+
+	"github.com/dwr-run/dwr/domain"
+	"github.com/dwr-run/dwr/handlers"
+)
+
+// queue is a consumer on one work queue, as an executor would have.
+type queue struct {
+	t    *testing.T
+	cons jetstream.Consumer
+}
+
+func (b *bundle) queue(t *testing.T, name string, ackWait time.Duration, maxDeliver int) *queue {
+	t.Helper()
+	ctx := context.Background()
+	cons, err := b.jetstream(t).CreateOrUpdateConsumer(ctx, "DWR_WORK", jetstream.ConsumerConfig{
+		Durable: "test-" + name, FilterSubject: handlers.WorkSubject("dwr", "default", name),
+		AckPolicy: jetstream.AckExplicitPolicy, AckWait: ackWait, MaxDeliver: maxDeliver})
+	require.NoError(t, err)
+	return &queue{t: t, cons: cons}
+}
+
+// next returns the next work item, waiting up to d.
+func (q *queue) next(d time.Duration) (handlers.WorkItem, jetstream.Msg) {
+	q.t.Helper()
+	batch, err := q.cons.Fetch(1, jetstream.FetchMaxWait(d))
+	require.NoError(q.t, err)
+	for m := range batch.Messages() {
+		var it handlers.WorkItem
+		require.NoError(q.t, json.Unmarshal(m.Data(), &it))
+		return it, m
+	}
+	q.t.Fatalf("no work item within %s", d)
+	return handlers.WorkItem{}, nil
+}
+
+func TestReadyTasksAreDispatchedInDependencyOrder(t *testing.T) {
+	b := setup(t)
+	q := b.queue(t, "shell", 30*time.Second, 5)
+	_, plan, _ := chain3(t, b)
+	for i, pt := range plan.Tasks {
+		it, m := q.next(5 * time.Second)
+		require.Equal(t, pt.TaskID, it.TaskID, "task %d is dispatched only when its dependency is accepted", i)
+		require.Equal(t, 1, it.Attempt)
+		require.Equal(t, domain.OperationKey(pt.TaskID), it.OperationKey)
+		require.Equal(t, "shell", it.Queue)
+		require.Equal(t, pt.Key, it.Key)
+		b.mustCommand(t, "task.claim", map[string]any{"task_id": it.TaskID, "executor": "test"})
+		b.mustCommand(t, "task.succeed", map[string]any{"task_id": it.TaskID, "attempt": it.Attempt})
+		require.NoError(t, m.Ack())
+	}
+}
+
+func TestBackoffAndTimeoutAreDurableTimers(t *testing.T) {
+	b := setup(t)
+	q := b.queue(t, "flaky", 30*time.Second, 5)
+	task, _ := b.mustCommand(t, "task.create", map[string]any{"spec": map[string]any{"queue": "flaky", "timeout": "300ms",
+		"retry": map[string]any{"max_attempts": 3, "initial_backoff": "200ms"}}})
+
+	// Attempt 1 fails: after the backoff a timer makes the task ready again.
+	it, m := q.next(5 * time.Second)
+	b.mustCommand(t, "task.claim", map[string]any{"task_id": task.ID, "executor": "test"})
+	failed, _ := b.mustCommand(t, "task.fail", map[string]any{"task_id": task.ID, "attempt": it.Attempt,
+		"error": map[string]any{"message": "flaky"}, "retryable": true})
+	require.Equal(t, "backoff", failed.State)
+	require.NoError(t, m.Ack())
+	it, m = q.next(5 * time.Second)
+	require.Equal(t, 2, it.Attempt)
+	require.Len(t, it.PriorAttempts, 1)
+	require.Equal(t, "flaky", it.PriorAttempts[0].Error.Message)
+
+	// Attempt 2 goes silent: its deadline fails it (a timeout is retryable).
+	b.mustCommand(t, "task.claim", map[string]any{"task_id": task.ID, "executor": "test"})
+	require.NoError(t, m.Ack())
+	it, m = q.next(5 * time.Second)
+	require.Equal(t, 3, it.Attempt)
+	require.Equal(t, domain.ReasonTimeout, it.PriorAttempts[1].Error.Code)
+	require.NoError(t, m.Ack())
+
+	var got domain.Task
+	b.query(t, "task.get", handlers.Query{ID: task.ID}, 0, &got)
+	require.Equal(t, "ready", got.State)
+	require.Len(t, got.Attempts, 2)
+}
+
+func TestPoisonWorkItemIsQuarantinedAndTheQueueFlows(t *testing.T) {
+	b := setup(t)
+	q := b.queue(t, "poison", 200*time.Millisecond, 2)
+	bad, _ := b.mustCommand(t, "task.create", map[string]any{"spec": map[string]any{"queue": "poison"}})
+	// Two deliveries that are never acknowledged (an executor crashing on them).
+	for range 2 {
+		it, _ := q.next(5 * time.Second)
+		require.Equal(t, bad.ID, it.TaskID)
+	}
+	eventually(t, 10*time.Second, func() bool {
+		// Executors keep asking for work; the server notices the exhausted
+		// item when it would deliver it again.
+		if batch, err := q.cons.Fetch(1, jetstream.FetchMaxWait(50*time.Millisecond)); err == nil {
+			for range batch.Messages() {
+			}
+		}
+		var got domain.Task
+		b.query(t, "task.get", handlers.Query{ID: bad.ID}, 0, &got)
+		return got.State == domain.StateFailed && got.Reason == domain.ReasonQuarantined
+	})
+	good, _ := b.mustCommand(t, "task.create", map[string]any{"spec": map[string]any{"queue": "poison"}})
+	it, m := q.next(5 * time.Second)
+	require.Equal(t, good.ID, it.TaskID, "the quarantined item is gone; the next one flows")
+	require.NoError(t, m.Ack())
+}
+
+func TestWorkItemsAreDerivedAgainAfterARestart(t *testing.T) {
+	b := setup(t)
+	task, _ := b.mustCommand(t, "task.create", map[string]any{"spec": map[string]any{"queue": "shell"}})
+	st, err := b.jetstream(t).Stream(context.Background(), "DWR_WORK")
+	require.NoError(t, err)
+	eventually(t, 5*time.Second, func() bool {
+		info, err := st.Info(context.Background())
+		return err == nil && info.State.Msgs == 1
+	})
+	require.NoError(t, st.Purge(context.Background())) // the item is lost
+	dir := b.dir
+	b.stop()
+	b2 := start(t, dir)
+	it, m := b2.queue(t, "shell", 30*time.Second, 5).next(5 * time.Second)
+	require.Equal(t, task.ID, it.TaskID)
+	require.NoError(t, m.Ack())
+}

@@ -1,0 +1,65 @@
+package handlers
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"github.com/dwr-run/dwr/domain"
+	"github.com/dwr-run/dwr/eventstore"
+)
+
+// timerPoll bounds how long the timer loop sleeps without looking again, so
+// that a clock that moves (tests, or a wall clock step) is noticed.
+const timerPoll = time.Second
+
+// runTimers fires the durable timers that are due — backoffs, attempt
+// deadlines, timed waits — while this replica is the writer. The timers live
+// in the views (derived from the log), so one whose moment passed while no
+// writer ran fires as soon as one does; each firing carries the timer's own
+// command id, so it applies once. The domain refuses a timer that is early.
+func (s *Service) runTimers(ctx context.Context, wake <-chan struct{}) {
+	for ctx.Err() == nil {
+		now := s.cfg.Clock()
+		due, err := s.store.DueTimers(now, 256)
+		if err != nil {
+			s.cfg.Logger.Error("handlers: reading due timers", "err", err)
+		}
+		stuck := false
+		for _, t := range due {
+			o := s.execute(ctx, &domain.FireTimer{TaskID: t.TaskID, Kind: t.Kind, Attempt: t.Attempt, Due: t.Due},
+				domain.Meta{Workspace: t.Workspace, CommandID: t.CommandID(), Actor: "dwr-timer"})
+			if o.Err != nil {
+				if ctx.Err() == nil && !errors.Is(o.Err, errNotWriter) && !errors.Is(o.Err, eventstore.ErrStopped) {
+					s.cfg.Logger.Warn("handlers: firing a timer failed; will retry", "task", t.TaskID, "kind", t.Kind, "err", o.Err)
+				}
+				stuck = true
+			}
+		}
+		if len(due) == 256 && !stuck {
+			continue // more are due
+		}
+		wait := timerPoll
+		if next, ok, err := s.store.NextTimer(); err == nil && ok && !stuck {
+			wait = min(max(next.Due.Sub(s.cfg.Clock()), time.Millisecond), timerPoll)
+		}
+		t := time.NewTimer(wait)
+		select {
+		case <-t.C:
+		case <-wake:
+		case <-ctx.Done():
+		}
+		t.Stop()
+	}
+}
+
+// setsTimer reports whether a committed record may have added a timer.
+func setsTimer(c *eventstore.Commit) bool {
+	for i := range c.Events {
+		switch c.Events[i].Type {
+		case "task.backoff_scheduled", "task.attempt_started", "task.waiting", "task.created":
+			return true
+		}
+	}
+	return false
+}

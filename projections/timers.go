@@ -1,0 +1,126 @@
+package projections
+
+import (
+	"encoding/binary"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/cockroachdb/pebble/v2"
+
+	"github.com/dwr-run/dwr/domain"
+)
+
+// Timer is a moment a task waits for: the end of a backoff, an attempt's
+// deadline, or the time a waiting task resumes. The writer fires each one
+// (domain.FireTimer) when it is due; the index is derived from the tasks'
+// state, so it is rebuilt with the views and survives every restart.
+type Timer struct {
+	Due       time.Time
+	Workspace string
+	TaskID    string
+	Kind      string // domain.TimerBackoff, TimerAttempt or TimerWait
+	Attempt   int
+}
+
+// CommandID returns the idempotency key of firing t: the same timer fired
+// twice (say, before and after a restart) is applied once.
+func (t Timer) CommandID() string {
+	return fmt.Sprintf("timer.%s.%s.%d.%d", t.TaskID, t.Kind, t.Attempt, t.Due.UnixNano())
+}
+
+// timersOf returns the timers a task in state t waits for.
+func timersOf(t *domain.Task) []Timer {
+	if t == nil || domain.Terminal(t.State) {
+		return nil
+	}
+	var out []Timer
+	add := func(due time.Time, kind string, attempt int) {
+		out = append(out, Timer{Due: due, Workspace: t.Workspace, TaskID: t.ID, Kind: kind, Attempt: attempt})
+	}
+	switch {
+	case t.State == domain.StateBackoff && t.BackoffUntil != nil:
+		add(*t.BackoffUntil, domain.TimerBackoff, 0)
+	case t.State == domain.StateWaiting && t.Wait != nil && t.Wait.Kind == domain.WaitTimer && t.Wait.Until != nil:
+		add(*t.Wait.Until, domain.TimerWait, 0)
+	}
+	if a := t.Running(); a != nil && a.Deadline != nil {
+		add(*a.Deadline, domain.TimerAttempt, a.N)
+	}
+	return out
+}
+
+const timerPrefixLen = len(pTimer) + 1
+
+func timerKey(t Timer) []byte {
+	b := append([]byte(pTimer), '/')
+	b = binary.BigEndian.AppendUint64(b, uint64(max(t.Due.UnixNano(), 0))) //nolint:gosec // clamped at 0
+	return append(b, "/"+t.TaskID+"/"+t.Kind+"/"+strconv.Itoa(t.Attempt)...)
+}
+
+func parseTimerKey(k, v []byte) (Timer, error) {
+	p := timerPrefixLen
+	if len(k) < p+9 {
+		return Timer{}, fmt.Errorf("projections: malformed timer key %q", k)
+	}
+	due := int64(binary.BigEndian.Uint64(k[p : p+8])) //nolint:gosec // written from a non-negative int64
+	parts := strings.Split(string(k[p+9:]), "/")
+	if len(parts) != 3 {
+		return Timer{}, fmt.Errorf("projections: malformed timer key %q", k)
+	}
+	n, err := strconv.Atoi(parts[2])
+	if err != nil {
+		return Timer{}, fmt.Errorf("projections: malformed timer key %q", k)
+	}
+	return Timer{Due: time.Unix(0, due).UTC(), Workspace: string(v), TaskID: parts[0], Kind: parts[1], Attempt: n}, nil
+}
+
+// moveTimers replaces the timers of a task's state before with those of its
+// state after, in batch b.
+func moveTimers(b *pebble.Batch, before, after *domain.Task) error {
+	for _, t := range timersOf(before) {
+		if err := b.Delete(timerKey(t), nil); err != nil {
+			return err
+		}
+	}
+	for _, t := range timersOf(after) {
+		if err := b.Set(timerKey(t), []byte(t.Workspace), nil); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// DueTimers returns up to limit timers due at or before now, earliest first.
+func (s *Store) DueTimers(now time.Time, limit int) ([]Timer, error) {
+	var out []Timer
+	upto := timerKey(Timer{Due: now.Add(time.Nanosecond)})[:timerPrefixLen+8]
+	err := s.scanRange([]byte(pTimer+"/"), upto, func(k, v []byte) error {
+		if len(out) >= limit {
+			return errStop
+		}
+		t, err := parseTimerKey(k, v)
+		if err != nil {
+			return err
+		}
+		out = append(out, t)
+		return nil
+	})
+	return out, err
+}
+
+// NextTimer returns the earliest timer, or false when there is none.
+func (s *Store) NextTimer() (Timer, bool, error) {
+	var out Timer
+	found := false
+	err := s.scan([]byte(pTimer+"/"), func(k, v []byte) error {
+		t, err := parseTimerKey(k, v)
+		if err != nil {
+			return err
+		}
+		out, found = t, true
+		return errStop
+	})
+	return out, found, err
+}
