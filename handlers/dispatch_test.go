@@ -11,6 +11,7 @@ import (
 
 	"github.com/dwr-run/dwr/domain"
 	"github.com/dwr-run/dwr/handlers"
+	"github.com/dwr-run/dwr/schemas"
 )
 
 // queue is a consumer on one work queue, as an executor would have.
@@ -35,6 +36,7 @@ func (q *queue) next(d time.Duration) (handlers.WorkItem, jetstream.Msg) {
 	batch, err := q.cons.Fetch(1, jetstream.FetchMaxWait(d))
 	require.NoError(q.t, err)
 	for m := range batch.Messages() {
+		require.NoError(q.t, schemas.Validate(schemas.PathWorkItem, m.Data()), "a work item follows the wire contract")
 		var it handlers.WorkItem
 		require.NoError(q.t, json.Unmarshal(m.Data(), &it))
 		return it, m

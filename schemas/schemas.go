@@ -14,7 +14,7 @@ import (
 	"github.com/santhosh-tekuri/jsonschema/v6"
 )
 
-//go:embed common.json envelope.json reply.json error.json commands/*.json events/*.json
+//go:embed common.json envelope.json reply.json error.json work_item.json commands/*.json events/*.json
 var files embed.FS
 
 // baseURL is the prefix of every schema's $id; a schema's path follows it.
@@ -26,6 +26,7 @@ const (
 	PathEnvelope = "envelope.json"
 	PathReply    = "reply.json"
 	PathError    = "error.json"
+	PathWorkItem = "work_item.json"
 )
 
 // CommandPath returns the path of the schema of the command named name,

@@ -110,7 +110,7 @@ func TestSchemaAndAllReturnCopies(t *testing.T) {
 
 	_, ok = Schema("nope.json")
 	require.False(t, ok)
-	require.Len(t, All(), len(CommandNames())+len(EventTypes())+4)
+	require.Len(t, All(), len(CommandNames())+len(EventTypes())+5) // common, envelope, reply, error, work item
 }
 
 func TestPointer(t *testing.T) {
