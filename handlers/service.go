@@ -299,41 +299,10 @@ func sleepCtx(ctx context.Context, d time.Duration) bool {
 func (s *Service) runWriter(ctx context.Context, lease *lease) error {
 	s.setWriting(true)
 	defer s.setWriting(false)
-	if _, err := s.store.CatchUp(ctx, s.log); err != nil {
-		return err
-	}
-	// The chain tips come from the views, which apply every record before
-	// the next batch is linked; the verifier holds only the recent ones.
-	chain := eventstore.NewChainVerifierOver(s.store, 100_000)
 	timerWake := make(chan struct{}, 1)
-	w := &writer{store: s.store, clock: s.cfg.Clock, logger: s.cfg.Logger, broken: make(chan struct{}),
-		after: func(c *eventstore.Commit, seq uint64) {
-			s.feed.publish(c, seq)
-			s.dispatch.dispatchCommit(s.store, c)
-			if setsTimer(c) {
-				select {
-				case timerWake <- struct{}{}:
-				default:
-				}
-			}
-		}}
-	c := eventstore.NewCommitter[*request](s.log, w, eventstore.GroupConfig{
-		WriterID: s.cfg.WriterID, Clock: s.cfg.Clock, Logger: s.cfg.Logger,
-		Chain: chain, ResumeAfter: s.store.Checkpoint()})
-	if err := c.Start(ctx); err != nil {
+	c, w, err := s.takeOver(ctx, timerWake)
+	if err != nil {
 		return err
-	}
-	// Apply the writer's own epoch record, so the views stand at the log's end.
-	if _, err := s.store.CatchUp(ctx, s.log); err != nil {
-		return err
-	}
-	if err := s.feed.catchUp(ctx, s.log, s.store.Checkpoint()); err != nil {
-		s.cfg.Logger.Warn("handlers: event feed catch-up failed; it will be repaired on the next start", "err", err)
-	}
-	if n, err := s.dispatch.rederive(ctx, s.store); err != nil {
-		s.cfg.Logger.Warn("handlers: re-deriving work items failed; they are derived again on the next start", "err", err)
-	} else if n > 0 {
-		s.cfg.Logger.Info("handlers: work items of ready tasks published again", "tasks", n)
 	}
 	s.mu.Lock()
 	s.committer = c
@@ -385,6 +354,47 @@ func (s *Service) runWriter(ctx context.Context, lease *lease) error {
 	case err := <-runErr:
 		return err
 	}
+}
+
+// takeOver makes this replica the writer: it catches the views up, starts a
+// committer (which fences older writers with a new epoch), and repairs what
+// a crash may have lost of the derived streams (event feed, work items).
+func (s *Service) takeOver(ctx context.Context, timerWake chan struct{}) (*eventstore.Committer[*request], *writer, error) {
+	if _, err := s.store.CatchUp(ctx, s.log); err != nil {
+		return nil, nil, err
+	}
+	w := &writer{store: s.store, clock: s.cfg.Clock, logger: s.cfg.Logger, broken: make(chan struct{}),
+		after: func(c *eventstore.Commit, seq uint64) {
+			s.feed.publish(c, seq)
+			s.dispatch.dispatchCommit(s.store, c)
+			if setsTimer(c) {
+				select {
+				case timerWake <- struct{}{}:
+				default:
+				}
+			}
+		}}
+	// The chain tips come from the views, which apply every record before
+	// the next batch is linked; the verifier holds only the recent ones.
+	c := eventstore.NewCommitter[*request](s.log, w, eventstore.GroupConfig{
+		WriterID: s.cfg.WriterID, Clock: s.cfg.Clock, Logger: s.cfg.Logger,
+		Chain: eventstore.NewChainVerifierOver(s.store, 100_000), ResumeAfter: s.store.Checkpoint()})
+	if err := c.Start(ctx); err != nil {
+		return nil, nil, err
+	}
+	// Apply the writer's own epoch record, so the views stand at the log's end.
+	if _, err := s.store.CatchUp(ctx, s.log); err != nil {
+		return nil, nil, err
+	}
+	if err := s.feed.catchUp(ctx, s.log, s.store.Checkpoint()); err != nil {
+		s.cfg.Logger.Warn("handlers: event feed catch-up failed; it will be repaired on the next start", "err", err)
+	}
+	if n, err := s.dispatch.rederive(ctx, s.store); err != nil {
+		s.cfg.Logger.Warn("handlers: re-deriving work items failed; they are derived again on the next start", "err", err)
+	} else if n > 0 {
+		s.cfg.Logger.Info("handlers: work items of ready tasks published again", "tasks", n)
+	}
+	return c, w, nil
 }
 
 func (s *Service) ensureDefaultWorkspace(ctx context.Context) error {
