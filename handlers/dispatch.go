@@ -55,11 +55,12 @@ func WorkSubject(prefix, workspace, queue string) string {
 // derived from the log: async persistence (no fsync per item), and message
 // ids of task and attempt, so that publishing an item again is harmless.
 type dispatcher struct {
-	js     jetstream.JetStream
-	stream string
-	prefix string
-	logger *slog.Logger
-	retry  chan WorkItem // items whose publication failed, published again by retryLoop
+	js      jetstream.JetStream
+	stream  string
+	prefix  string
+	logger  *slog.Logger
+	retry   chan WorkItem    // items whose publication failed, published again by retryLoop
+	pending chan pendingItem // items awaiting their acknowledgement, checked by retryLoop
 }
 
 func newDispatcher(ctx context.Context, js jetstream.JetStream, cfg Config) (*dispatcher, error) {
@@ -73,7 +74,8 @@ func newDispatcher(ctx context.Context, js jetstream.JetStream, cfg Config) (*di
 	if err != nil {
 		return nil, fmt.Errorf("handlers: work stream: %w", err)
 	}
-	return &dispatcher{js: js, stream: name, prefix: cfg.Prefix, logger: cfg.Logger, retry: make(chan WorkItem, 1024)}, nil
+	return &dispatcher{js: js, stream: name, prefix: cfg.Prefix, logger: cfg.Logger, retry: make(chan WorkItem, 1024),
+		pending: make(chan pendingItem, 4096)}, nil
 }
 
 // publish sends the work item of a ready task without waiting for its
@@ -90,13 +92,13 @@ func (d *dispatcher) publish(t *domain.Task) {
 		d.failed(it, err)
 		return
 	}
-	go func() {
-		select {
-		case <-f.Ok():
-		case err := <-f.Err():
-			d.failed(it, err)
-		}
-	}()
+	d.pending <- pendingItem{it, f}
+}
+
+// pendingItem is a work item published and not yet acknowledged.
+type pendingItem struct {
+	it WorkItem
+	f  jetstream.PubAckFuture
 }
 
 func (d *dispatcher) msg(it WorkItem) (*nats.Msg, error) {
@@ -119,13 +121,21 @@ func (d *dispatcher) failed(it WorkItem, err error) {
 	}
 }
 
-// retryLoop publishes failed items again, waiting for each acknowledgement,
-// until ctx ends.
+// retryLoop checks the acknowledgements of published items and publishes
+// failed ones again, waiting for each acknowledgement, until ctx ends.
 func (d *dispatcher) retryLoop(ctx context.Context) {
 	for {
 		select {
 		case <-ctx.Done():
 			return
+		case p := <-d.pending:
+			select {
+			case <-p.f.Ok():
+			case err := <-p.f.Err():
+				d.failed(p.it, err)
+			case <-ctx.Done():
+				return
+			}
 		case it := <-d.retry:
 			for wait := 100 * time.Millisecond; ; wait = min(2*wait, 5*time.Second) {
 				m, err := d.msg(it)

@@ -3,6 +3,8 @@ package handlers
 import (
 	"context"
 	"errors"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/dwr-run/dwr/domain"
@@ -25,17 +27,23 @@ func (s *Service) runTimers(ctx context.Context, wake <-chan struct{}) {
 		if err != nil {
 			s.cfg.Logger.Error("handlers: reading due timers", "err", err)
 		}
-		stuck := false
+		// Fire them together: they are decided in the same batches.
+		var failed atomic.Bool
+		var wg sync.WaitGroup
 		for _, t := range due {
-			o := s.execute(ctx, &domain.FireTimer{TaskID: t.TaskID, Kind: t.Kind, Attempt: t.Attempt, Due: t.Due},
-				domain.Meta{Workspace: t.Workspace, CommandID: t.CommandID(), Actor: "dwr-timer"})
-			if o.Err != nil {
-				if ctx.Err() == nil && !errors.Is(o.Err, errNotWriter) && !errors.Is(o.Err, eventstore.ErrStopped) {
-					s.cfg.Logger.Warn("handlers: firing a timer failed; will retry", "task", t.TaskID, "kind", t.Kind, "err", o.Err)
+			wg.Go(func() {
+				o := s.execute(ctx, &domain.FireTimer{TaskID: t.TaskID, Kind: t.Kind, Attempt: t.Attempt, Due: t.Due},
+					domain.Meta{Workspace: t.Workspace, CommandID: t.CommandID(), Actor: "dwr-timer"})
+				if o.Err != nil {
+					if ctx.Err() == nil && !errors.Is(o.Err, errNotWriter) && !errors.Is(o.Err, eventstore.ErrStopped) {
+						s.cfg.Logger.Warn("handlers: firing a timer failed; will retry", "task", t.TaskID, "kind", t.Kind, "err", o.Err)
+					}
+					failed.Store(true)
 				}
-				stuck = true
-			}
+			})
 		}
+		wg.Wait()
+		stuck := failed.Load()
 		if len(due) == 256 && !stuck {
 			continue // more are due
 		}
