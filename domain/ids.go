@@ -38,14 +38,27 @@ func DeriveSeqID(now time.Time, n int, seed string) string {
 }
 
 var (
-	nameRe = regexp.MustCompile(`^[a-z0-9][a-z0-9_-]{0,62}$`)
 	keyRe  = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$`)
 )
 
 // ValidName reports whether s can be a workspace name or a queue name: it is
 // used as one token of a NATS subject, so lower-case letters, digits, '_'
 // and '-', 1 to 63 characters, starting with a letter or digit.
-func ValidName(s string) bool { return nameRe.MatchString(s) }
+func ValidName(s string) bool {
+	if len(s) == 0 || len(s) > 63 {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		switch {
+		case c >= 'a' && c <= 'z', c >= '0' && c <= '9':
+		case (c == '_' || c == '-') && i > 0:
+		default:
+			return false
+		}
+	}
+	return true
+}
 
 // ValidKey reports whether s can be a task's key within a plan.
 func ValidKey(s string) bool { return keyRe.MatchString(s) }
