@@ -38,7 +38,7 @@ func DeriveSeqID(now time.Time, n int, seed string) string {
 }
 
 var (
-	keyRe  = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$`)
+	keyRe = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$`)
 )
 
 // ValidName reports whether s can be a workspace name or a queue name: it is
