@@ -1,10 +1,91 @@
 // Package executors is the executor SDK: the client side of the work an
-// executor does for dwr (claiming work items, keeping the lease, recording
-// checkpoints and reporting results), and the built-in executors.
+// executor does for dwr. A Worker takes work items from one queue, claims
+// each task, runs a Handler with the task's input, last checkpoint and
+// earlier attempts, keeps the lease while it runs, and reports the result;
+// package executortest runs a Handler without a server.
+//
+//	w, err := executors.NewWorker(executors.Config{Conn: nc, Queue: "shell"},
+//		func(ctx context.Context, job *executors.Job) (executors.Result, error) {
+//			var in Input
+//			if err := job.Decode(&in); err != nil {
+//				return executors.Result{}, executors.Permanent(err)
+//			}
+//			... // side effects keyed by job.OperationKey; job.SaveCheckpoint(ctx, progress)
+//			return executors.Result{Output: out}, nil
+//		})
+//	err = w.Run(ctx) // until ctx ends, then drains
+//
+// # The protocol
+//
+// An executor in any language can do what this package does; it relies on
+// the wire contract only (README, schemas/):
+//
+//   - Work items. The service publishes one message per ready task on the
+//     JetStream stream DWR_WORK (work-queue retention), subject
+//     dwr.work.<workspace>.<queue>, with header Nats-Msg-Id
+//     "<task_id>.<attempt>" and a JSON body {"kind": "execute", "task_id",
+//     "workspace", "queue", "goal_id", "key", "title", "attempt" (the number
+//     the claim will start), "operation_key", "input", "checkpoint",
+//     "prior_attempts", "verifications", "timeout"}. An item this SDK cannot
+//     run (malformed, or of another kind) is handed back with a delay of one
+//     lease: for an executor that can or, past MaxDeliver, for the service's
+//     quarantine.
+//   - Consumer. Every worker of a queue shares the durable pull consumer
+//     dwr-<workspace>-<queue> (created or updated by each worker): explicit
+//     acks, AckWait = Config.Lease, MaxDeliver = Config.MaxDeliver (past it
+//     the service quarantines the item and fails the task). A worker fetches
+//     no more items than it has free slots (Config.Concurrency), and renews
+//     each item's lease with InProgress every Lease/3 until it is settled.
+//   - Claim. Request dwr.cmd.<ws>.task.claim {"task_id", "executor",
+//     "executor_version"} with header Dwr-Command-Id
+//     "claim.<task>.<attempt>.<delivery>", so a retried claim returns its
+//     first outcome. The reply holds the attempt started and the task. A
+//     claim refused with conflict or not_found means the item is stale: it is
+//     acknowledged and no job runs. But when the item was redelivered and the
+//     task is still running an attempt m that was started from this item (its
+//     holder lost the lease: every attempt from the item's up to m was
+//     abandoned), the worker claims again with "supersedes": m (command id
+//     suffixed ".s<m>"); the service records m as abandoned and starts m+1.
+//   - Events. While it holds an item the worker follows
+//     dwr.ev.<ws>.task.<task_id>.>; task.cancelled, task.failed and
+//     task.rejected cancel the job's context with cause ErrCancelled,
+//     task.attempt_abandoned of its attempt with ErrLeaseLost, and
+//     task.attempt_failed of its attempt (the service's deadline timer) with
+//     ErrTimeout. A job whose work item carries a timeout also has the
+//     attempt's deadline on its context.
+//   - Checkpoint. dwr.cmd.<ws>.task.checkpoint {"task_id", "attempt",
+//     "checkpoint"}, command id "checkpoint.<task>.<attempt>.<n>" for the
+//     n-th save of the attempt. Refused with conflict: the attempt no longer
+//     holds the task, and the job's context is cancelled.
+//   - Report. task.succeed {"task_id", "attempt", "result", "artifacts",
+//     "model_steps"} (id "succeed.<task>.<attempt>") or task.fail
+//     {"task_id", "attempt", "error": {"code", "message"}, "retryable"} (id
+//     "fail.<task>.<attempt>"). A result the service refuses as invalid is
+//     reported as a failure with code CodeInvalidResult instead. Once the
+//     service answers, the item is acknowledged — except after a refusal
+//     (fencing) when a redelivery of the same item now runs a newer attempt:
+//     JetStream acknowledges by stream sequence, so that holder's item is
+//     left to it.
+//   - Retries. Every command is retried with its command id on timeouts,
+//     missing responders and "unavailable" replies until the service answers
+//     or the worker's drain deadline passes; an item whose report was never
+//     answered stays unacknowledged and is redelivered after the lease. A
+//     claim refused for another reason (forbidden, invalid) is handed back
+//     with a delay of one lease.
+//
+// Handler errors: a returned error is a retryable failure; Permanent(err)
+// is not retried; a Failure sets the code, message and retryability. A
+// panicking handler is recovered and reported as a retryable failure with
+// code CodePanic.
+//
+// Connect with nats.MaxReconnects(-1): the worker then rides out server
+// restarts, retrying its fetches (with backoff, recreating the consumer when
+// it is gone) and its commands; only a closed connection ends Run.
 //
 // An executor is written against the wire contract only. This package may
 // import the standard library, schemas (the JSON Schemas of work items and
 // results) and the NATS client libraries; never domain, eventstore,
 // projections or handlers, so that an executor in any language can rely on
-// exactly what a Go executor relies on.
+// exactly what a Go executor relies on. Its tests start a real service
+// (handlers, handlers/embedded, projections).
 package executors

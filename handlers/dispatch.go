@@ -65,10 +65,18 @@ type dispatcher struct {
 
 func newDispatcher(ctx context.Context, js jetstream.JetStream, cfg Config) (*dispatcher, error) {
 	name := strings.ToUpper(cfg.Prefix) + "_WORK"
+	// Work items are derived, so they need no fsync per message: a single
+	// server persists them asynchronously; a replicated stream (which
+	// JetStream does not allow to be async) relies on its replicas, and its
+	// store syncs on flush rather than per message.
+	persist := jetstream.AsyncPersistMode
+	if cfg.Replicas > 1 {
+		persist = jetstream.DefaultPersistMode
+	}
 	_, err := js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{
 		Name: name, Description: "dwr work items, derived from the log: one per ready task and attempt",
 		Subjects: []string{cfg.Prefix + ".work.>"}, Storage: jetstream.FileStorage, Retention: jetstream.WorkQueuePolicy,
-		Replicas: cfg.Replicas, PersistMode: jetstream.AsyncPersistMode, Duplicates: 2 * time.Minute,
+		Replicas: cfg.Replicas, PersistMode: persist, Duplicates: 2 * time.Minute,
 		MaxMsgSize: 1 << 20,
 	})
 	if err != nil {

@@ -157,6 +157,7 @@ Progress goes to stderr; the table (or --json) to stdout.`,
 	f.StringVar(&o.dir, "dir", os.TempDir(), "where the fresh directories are made: put it on the disk you care about")
 	f.IntVar(&o.fsyncs, "fsyncs", 2000, "fsyncs timed for the reference (stops early after --duration)")
 	f.StringVar(&o.cpuProf, "cpuprofile", "", "write a CPU profile of the whole run (server, service and clients) to this file")
+	cmd.AddCommand(benchChainCmd(g))
 	return cmd
 }
 
@@ -437,22 +438,42 @@ func benchBaseline(ctx context.Context, dir string, clients int, warm, dur time.
 
 // benchGroup measures the real command path: the whole service in-process,
 // each client sending goal.create requests with fresh command ids.
-func benchGroup(ctx context.Context, dir string, clients int, warm, dur time.Duration, progress io.Writer) (*benchCell, error) {
+// benchService is the whole dwr service in-process on a fresh embedded
+// server, for the benchmarks.
+type benchService struct {
+	srv   *embedded.Server
+	svc   *handlers.Service
+	close func()
+}
+
+// startBenchService starts the service in dir and waits until it is ready.
+func startBenchService(ctx context.Context, dir string, progress io.Writer) (_ *benchService, err error) {
+	var cleanups []func()
+	cleanup := func() {
+		for i := len(cleanups) - 1; i >= 0; i-- {
+			cleanups[i]()
+		}
+	}
+	defer func() {
+		if err != nil {
+			cleanup()
+		}
+	}()
 	srv, err := startServer(dir, progress)
 	if err != nil {
 		return nil, err
 	}
-	defer srv.Shutdown()
+	cleanups = append(cleanups, srv.Shutdown)
 	snc, err := srv.Connect(nats.Name("dwr-bench-service"))
 	if err != nil {
 		return nil, err
 	}
-	defer snc.Close()
+	cleanups = append(cleanups, snc.Close)
 	store, err := projections.Open(filepath.Join(dir, "views"), projections.Options{})
 	if err != nil {
 		return nil, err
 	}
-	defer func() { _ = store.Close() }()
+	cleanups = append(cleanups, func() { _ = store.Close() })
 	svc, err := handlers.New(snc, store, handlers.Config{WriterID: "bench"})
 	if err != nil {
 		return nil, err
@@ -460,12 +481,12 @@ func benchGroup(ctx context.Context, dir string, clients int, warm, dur time.Dur
 	sctx, stop := context.WithCancel(ctx)
 	done := make(chan error, 1)
 	go func() { done <- svc.Run(sctx) }()
-	defer func() {
+	cleanups = append(cleanups, func() {
 		stop()
 		if err := <-done; err != nil {
 			_, _ = fmt.Fprintf(progress, "bench: the service stopped with an error: %v\n", err)
 		}
-	}()
+	})
 	select {
 	case <-svc.Ready():
 	case err := <-done:
@@ -476,7 +497,16 @@ func benchGroup(ctx context.Context, dir string, clients int, warm, dur time.Dur
 	case <-ctx.Done():
 		return nil, ctx.Err()
 	}
-	log := svc.Log()
+	return &benchService{srv: srv, svc: svc, close: cleanup}, nil
+}
+
+func benchGroup(ctx context.Context, dir string, clients int, warm, dur time.Duration, progress io.Writer) (*benchCell, error) {
+	bs, err := startBenchService(ctx, dir, progress)
+	if err != nil {
+		return nil, err
+	}
+	defer bs.close()
+	srv, log := bs.srv, bs.svc.Log()
 
 	conns, closeConns, err := connectClients(srv, clients)
 	if err != nil {

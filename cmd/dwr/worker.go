@@ -1,0 +1,431 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/exec"
+	"os/signal"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/spf13/cobra"
+
+	"github.com/dwr-run/dwr/executors"
+)
+
+// Limits and signals of `dwr worker`'s commands.
+const (
+	maxStdout      = 256 << 10       // the result: at most 256 KiB of stdout
+	maxStderrTail  = 4 << 10         // the error message: the last 4 KiB of stderr
+	killGrace      = 5 * time.Second // SIGTERM, then SIGKILL this much later
+	pipeGrace      = 5 * time.Second // how long output is read after the command's group is gone
+	exitPermanent  = 100             // the exit status of a failure that must not be retried
+	envCheckpoint  = "DWR_CHECKPOINT_FILE"
+	envPriorJSON   = "DWR_PRIOR_ATTEMPTS"
+	workerConnName = "dwr-worker"
+)
+
+// workerOpts are the flags of `dwr worker`.
+type workerOpts struct {
+	queue, executor, version, logLevel string
+	concurrency, maxDeliver            int
+	lease, drainTimeout                time.Duration
+}
+
+func workerCmd(g *globals) *cobra.Command {
+	var o workerOpts
+	cmd := &cobra.Command{
+		Use:   "worker --queue Q [flags] -- COMMAND [ARGS...]",
+		Short: "run COMMAND for every task of a queue: an executor made of any program",
+		Long: `dwr worker takes the work items of one queue and runs COMMAND once per attempt.
+
+The command gets the task's input (JSON) on stdin and, in its environment:
+  DWR_TASK_ID, DWR_ATTEMPT, DWR_OPERATION_KEY (the same for every attempt: key
+  your side effects by it), DWR_WORKSPACE, DWR_QUEUE, DWR_DEADLINE (RFC 3339,
+  when the task has a timeout), DWR_PRIOR_ATTEMPTS (the earlier attempts, JSON;
+  without their results if those would make it longer than 64 KiB),
+  DWR_CHECKPOINT_FILE (holds the last checkpoint, empty for none: write JSON to
+  it to save a new one; it is read every lease/3 and when the command exits).
+
+What it prints on stdout (at most 256 KiB) is the result: as JSON when it
+parses, else as a JSON string. Exit 0 succeeds; exit 100 fails the task at
+once; any other exit status or a signal fails the attempt, retried per the
+task's retry policy, with the end of stderr as the error message.
+
+The command runs in its own process group. When the task is cancelled, the
+attempt loses its lease or passes its deadline, or the worker stops past its
+drain timeout, the group gets SIGTERM, then SIGKILL 5s later.
+
+SIGINT or SIGTERM stops the worker: it takes no more work and lets running
+commands finish for up to --drain-timeout.`,
+		Args: cobra.MinimumNArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			ctx, stop := signal.NotifyContext(cmd.Context(), syscall.SIGINT, syscall.SIGTERM)
+			defer stop()
+			return runWorker(ctx, g, o, args, cmd.ErrOrStderr())
+		},
+	}
+	f := cmd.Flags()
+	f.SetInterspersed(false) // everything after COMMAND is its own
+	f.StringVar(&o.queue, "queue", "", "the work queue to take tasks from (required)")
+	f.IntVar(&o.concurrency, "concurrency", executors.DefaultConcurrency, "commands run at once")
+	f.DurationVar(&o.lease, "lease", executors.DefaultLease, "how long a task stays with this worker without a heartbeat (renewed every lease/3)")
+	f.IntVar(&o.maxDeliver, "max-deliver", executors.DefaultMaxDeliver, "deliveries of a work item before it is quarantined and its task failed")
+	f.StringVar(&o.executor, "executor", "", "this worker's name in the attempts it runs (default <hostname>-<pid>)")
+	f.StringVar(&o.version, "executor-version", "", "the version recorded with every attempt")
+	f.DurationVar(&o.drainTimeout, "drain-timeout", executors.DefaultDrainTimeout, "how long running commands may finish after SIGINT or SIGTERM")
+	f.StringVar(&o.logLevel, "log-level", "info", "debug, info, warn or error")
+	return cmd
+}
+
+// runWorker runs the worker until ctx ends.
+func runWorker(ctx context.Context, g *globals, o workerOpts, argv []string, stderr io.Writer) error {
+	logger, err := newLogger(stderr, o.logLevel)
+	if err != nil {
+		return err
+	}
+	if o.queue == "" {
+		return fail(exitInvalid, "--queue is required")
+	}
+	// Reconnect forever, also when the service is not up yet: a worker
+	// outlives restarts of the service and of NATS.
+	nc, err := nats.Connect(g.server, nats.Name(workerConnName), nats.MaxReconnects(-1),
+		nats.ReconnectWait(250*time.Millisecond), nats.RetryOnFailedConnect(true),
+		nats.DisconnectErrHandler(func(_ *nats.Conn, err error) {
+			logger.Warn("dwr worker: disconnected from NATS; reconnecting", "err", err)
+		}),
+		nats.ReconnectHandler(func(nc *nats.Conn) { logger.Info("dwr worker: reconnected", "url", nc.ConnectedUrl()) }),
+		nats.ConnectHandler(func(nc *nats.Conn) { logger.Info("dwr worker: connected", "url", nc.ConnectedUrl()) }))
+	if err != nil {
+		return fail(exitUnavailable, "cannot connect to NATS at %s: %v", g.server, err)
+	}
+	defer nc.Close()
+	if !nc.IsConnected() {
+		logger.Warn("dwr worker: NATS is not reachable yet; retrying until it is", "server", g.server)
+	}
+	x := &commandExecutor{argv: argv, lease: o.lease, logger: logger}
+	w, err := executors.NewWorker(executors.Config{Conn: nc, Workspace: g.workspace, Queue: o.queue,
+		Executor: o.executor, Version: o.version, Concurrency: o.concurrency, Lease: o.lease,
+		MaxDeliver: o.maxDeliver, DrainTimeout: o.drainTimeout, Logger: logger}, x.handle)
+	if err != nil {
+		return fail(exitInvalid, "%v", err)
+	}
+	if err := w.Run(ctx); err != nil {
+		return fail(exitUnavailable, "%v", err)
+	}
+	return nil
+}
+
+// commandExecutor runs a command per job.
+type commandExecutor struct {
+	argv   []string
+	lease  time.Duration
+	logger *slog.Logger
+}
+
+// handle runs the command for job: see workerCmd's help for the contract.
+func (x *commandExecutor) handle(ctx context.Context, job *executors.Job) (executors.Result, error) {
+	files, err := newJobFiles(job)
+	if err != nil {
+		return executors.Result{}, fmt.Errorf("prepare the command's files: %w", err)
+	}
+	defer files.remove()
+	cp := &checkpointFile{path: files.checkpoint, last: job.Checkpoint, job: job, logger: x.logger}
+
+	cmd := exec.Command(x.argv[0], x.argv[1:]...) //nolint:gosec // G204: running the operator's command is the point
+	cmd.Env = append(os.Environ(), jobEnv(job, files.checkpoint)...)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	cmd.Stdin = files.stdin
+	outR, outW, err := os.Pipe()
+	if err != nil {
+		return executors.Result{}, err
+	}
+	errR, errW, err := os.Pipe()
+	if err != nil {
+		_ = outR.Close()
+		_ = outW.Close()
+		return executors.Result{}, err
+	}
+	cmd.Stdout, cmd.Stderr = outW, errW
+	err = cmd.Start()
+	_ = outW.Close() // the command holds its own copies
+	_ = errW.Close()
+	if err != nil {
+		_ = outR.Close()
+		_ = errR.Close()
+		return executors.Result{}, executors.Failure{Code: "start_failed", Message: err.Error(), Retryable: true}
+	}
+	pgid := cmd.Process.Pid
+	stdout, stderrTail := &capped{max: maxStdout}, &tail{max: maxStderrTail}
+	var readers sync.WaitGroup
+	readers.Go(func() { _, _ = io.Copy(stdout, outR) })
+	readers.Go(func() { _, _ = io.Copy(stderrTail, errR) })
+
+	exited := make(chan struct{})
+	var supervisor sync.WaitGroup
+	supervisor.Go(func() { x.supervise(ctx, pgid, cp, exited) })
+	waitErr := cmd.Wait()
+	close(exited)
+	supervisor.Wait()
+	// Whatever the command left running in its group goes with it.
+	_ = syscall.Kill(-pgid, syscall.SIGKILL)
+	readDone := make(chan struct{})
+	go func() { readers.Wait(); close(readDone) }()
+	grace := time.NewTimer(pipeGrace)
+	select {
+	case <-readDone:
+	case <-grace.C: // a process outside the group still holds a pipe
+		_ = outR.Close()
+		_ = errR.Close()
+		<-readDone
+	}
+	grace.Stop()
+	_ = outR.Close()
+	_ = errR.Close()
+
+	if ctx.Err() == nil {
+		cp.sync(ctx) // the checkpoint written last, before the report
+	}
+	return x.result(ctx, cmd.ProcessState, waitErr, stdout, stderrTail)
+}
+
+// supervise saves the checkpoint file when it changes, every lease/3, and
+// stops the command's group when ctx ends: SIGTERM, then SIGKILL.
+func (x *commandExecutor) supervise(ctx context.Context, pgid int, cp *checkpointFile, exited <-chan struct{}) {
+	tick := time.NewTicker(x.lease / 3)
+	defer tick.Stop()
+	done := ctx.Done()
+	var kill <-chan time.Time
+	for {
+		select {
+		case <-exited:
+			return
+		case <-tick.C:
+			if ctx.Err() == nil {
+				cp.sync(ctx)
+			}
+		case <-done:
+			done = nil
+			x.logger.Info("dwr worker: stopping the command", "task", cp.job.TaskID, "attempt", cp.job.Attempt,
+				"why", context.Cause(ctx))
+			_ = syscall.Kill(-pgid, syscall.SIGTERM)
+			t := time.NewTimer(killGrace)
+			defer t.Stop()
+			kill = t.C
+		case <-kill:
+			kill = nil
+			_ = syscall.Kill(-pgid, syscall.SIGKILL)
+		}
+	}
+}
+
+// result turns how the command ended into the job's result or error.
+func (x *commandExecutor) result(ctx context.Context, st *os.ProcessState, waitErr error, stdout *capped, stderr *tail) (executors.Result, error) {
+	if st == nil {
+		return executors.Result{}, fmt.Errorf("the command did not run: %v", waitErr)
+	}
+	if ctx.Err() != nil {
+		return executors.Result{}, fmt.Errorf("the command was stopped (%v): %w", context.Cause(ctx), ctx.Err())
+	}
+	if st.Success() {
+		if stdout.over {
+			return executors.Result{}, executors.Failure{Code: executors.CodeInvalidResult,
+				Message: fmt.Sprintf("the command printed more than %d bytes on stdout; store large results as artifacts", maxStdout)}
+		}
+		return executors.Result{Output: outputOf(stdout.Bytes())}, nil
+	}
+	msg := strings.TrimSpace(stderr.String())
+	ws, _ := st.Sys().(syscall.WaitStatus)
+	switch {
+	case ws.Signaled():
+		if msg == "" {
+			msg = "killed by signal " + ws.Signal().String()
+		}
+		return executors.Result{}, executors.Failure{Code: "signal", Message: msg, Retryable: true}
+	case msg == "":
+		msg = "exit status " + strconv.Itoa(st.ExitCode())
+	}
+	return executors.Result{}, executors.Failure{Code: "exit_" + strconv.Itoa(st.ExitCode()), Message: msg,
+		Retryable: st.ExitCode() != exitPermanent}
+}
+
+// outputOf returns stdout as the result: itself when it is JSON, else a JSON
+// string without its trailing newlines (as a shell's $(...) has it); nil
+// when empty.
+func outputOf(b []byte) any {
+	t := bytes.TrimSpace(b)
+	if len(t) == 0 {
+		return nil
+	}
+	if json.Valid(t) {
+		return json.RawMessage(t)
+	}
+	return strings.ToValidUTF8(strings.TrimRight(string(b), "\r\n"), "\uFFFD")
+}
+
+// maxPriorEnv bounds DWR_PRIOR_ATTEMPTS: Linux refuses to start a program
+// with an environment string over 128 KiB.
+const maxPriorEnv = 64 << 10
+
+// priorJSON returns the earlier attempts as JSON for the environment: without
+// their results when those make it too long, and then without the oldest
+// attempts until it fits.
+func priorJSON(prior []executors.PriorAttempt) []byte {
+	b, err := json.Marshal(prior)
+	if err == nil && prior != nil && len(b) <= maxPriorEnv {
+		return b
+	}
+	slim := make([]executors.PriorAttempt, len(prior))
+	for i, p := range prior {
+		p.Result = nil
+		slim[i] = p
+	}
+	for len(slim) > 0 {
+		if b, err := json.Marshal(slim); err == nil && len(b) <= maxPriorEnv {
+			return b
+		}
+		slim = slim[1:]
+	}
+	return []byte("[]")
+}
+
+// jobEnv is what the command learns about its job from its environment.
+func jobEnv(job *executors.Job, checkpoint string) []string {
+	prior := priorJSON(job.PriorAttempts)
+	env := []string{"DWR_TASK_ID=" + job.TaskID, "DWR_ATTEMPT=" + strconv.Itoa(job.Attempt),
+		"DWR_OPERATION_KEY=" + job.OperationKey, "DWR_WORKSPACE=" + job.Workspace, "DWR_QUEUE=" + job.Queue,
+		envCheckpoint + "=" + checkpoint, envPriorJSON + "=" + string(prior), "DWR_DEADLINE="}
+	if !job.Deadline.IsZero() {
+		env[len(env)-1] += job.Deadline.UTC().Format(time.RFC3339Nano)
+	}
+	return env
+}
+
+// jobFiles are a job's temporary files: the command's stdin (the input) and
+// its checkpoint file.
+type jobFiles struct {
+	stdin      *os.File
+	checkpoint string
+}
+
+func newJobFiles(job *executors.Job) (*jobFiles, error) {
+	in, err := os.CreateTemp("", "dwr-input-*.json")
+	if err != nil {
+		return nil, err
+	}
+	f := &jobFiles{stdin: in}
+	if _, err := in.Write(job.Input); err != nil {
+		f.remove()
+		return nil, err
+	}
+	if _, err := in.Seek(0, io.SeekStart); err != nil {
+		f.remove()
+		return nil, err
+	}
+	cp, err := os.CreateTemp("", "dwr-checkpoint-*.json")
+	if err != nil {
+		f.remove()
+		return nil, err
+	}
+	f.checkpoint = cp.Name()
+	_, err = cp.Write(job.Checkpoint)
+	if cerr := cp.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		f.remove()
+		return nil, err
+	}
+	return f, nil
+}
+
+func (f *jobFiles) remove() {
+	_ = f.stdin.Close()
+	_ = os.Remove(f.stdin.Name())
+	if f.checkpoint != "" {
+		_ = os.Remove(f.checkpoint)
+	}
+}
+
+// checkpointFile saves the content of a job's checkpoint file whenever it
+// changes to valid JSON.
+type checkpointFile struct {
+	path    string
+	job     *executors.Job
+	logger  *slog.Logger
+	last    []byte // the content last saved (or handed to the job)
+	invalid []byte // the content last found invalid, logged once
+}
+
+func (c *checkpointFile) sync(ctx context.Context) {
+	b, err := os.ReadFile(c.path)
+	if err != nil {
+		c.logger.Warn("dwr worker: cannot read the checkpoint file", "task", c.job.TaskID, "err", err)
+		return
+	}
+	b = bytes.TrimSpace(b)
+	if len(b) == 0 || bytes.Equal(b, c.last) || bytes.Equal(b, c.invalid) {
+		return
+	}
+	if !json.Valid(b) {
+		c.invalid = b
+		c.logger.Warn("dwr worker: the checkpoint file does not hold valid JSON; ignored", "task", c.job.TaskID,
+			"attempt", c.job.Attempt, "file", c.path)
+		return
+	}
+	if err := c.job.SaveCheckpoint(ctx, json.RawMessage(b)); err != nil {
+		if !errors.Is(err, executors.ErrCancelled) && !errors.Is(err, executors.ErrLeaseLost) {
+			c.logger.Warn("dwr worker: checkpoint not saved", "task", c.job.TaskID, "attempt", c.job.Attempt, "err", err)
+		}
+		return
+	}
+	c.last = b
+}
+
+// capped keeps the first max bytes written to it and notes whether more
+// came; it never refuses a write, so the command never blocks on a full
+// pipe. (It has no ReadFrom, so io.Copy goes through Write.)
+type capped struct {
+	buf  []byte
+	max  int
+	over bool
+}
+
+func (c *capped) Write(p []byte) (int, error) {
+	n := len(p)
+	if room := c.max - len(c.buf); n > room {
+		c.over = true
+		p = p[:max(room, 0)]
+	}
+	c.buf = append(c.buf, p...)
+	return n, nil
+}
+
+// Bytes returns what was kept.
+func (c *capped) Bytes() []byte { return c.buf }
+
+// tail keeps the last max bytes written to it.
+type tail struct {
+	buf []byte
+	max int
+}
+
+func (t *tail) Write(p []byte) (int, error) {
+	t.buf = append(t.buf, p...)
+	if over := len(t.buf) - t.max; over > 0 {
+		t.buf = append(t.buf[:0], t.buf[over:]...)
+	}
+	return len(p), nil
+}
+
+func (t *tail) String() string { return strings.ToValidUTF8(string(t.buf), "") }

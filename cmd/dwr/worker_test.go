@@ -1,0 +1,355 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/stretchr/testify/require"
+
+	"github.com/dwr-run/dwr/executors"
+	"github.com/dwr-run/dwr/handlers"
+)
+
+// workerTask is a task as `dwr task get --json` prints it; the fields the
+// worker tests read.
+type workerTask struct {
+	ID         string          `json:"id"`
+	State      string          `json:"state"`
+	Reason     string          `json:"reason"`
+	Checkpoint json.RawMessage `json:"checkpoint"`
+	Attempts   []struct {
+		N         int             `json:"n"`
+		State     string          `json:"state"`
+		Executor  string          `json:"executor"`
+		Result    json.RawMessage `json:"result"`
+		Retryable bool            `json:"retryable"`
+		Error     *struct {
+			Code    string `json:"code"`
+			Message string `json:"message"`
+		} `json:"error"`
+	} `json:"attempts"`
+}
+
+// workerEnv is a service and a client connection for the worker tests.
+type workerEnv struct {
+	t   *testing.T
+	url string
+	nc  *nats.Conn
+	dir string
+}
+
+func newWorkerEnv(t *testing.T) *workerEnv {
+	url := cliServer(t)
+	nc, err := nats.Connect(url)
+	require.NoError(t, err)
+	t.Cleanup(nc.Close)
+	return &workerEnv{t: t, url: url, nc: nc, dir: t.TempDir()}
+}
+
+// script writes an executable shell script and returns its path.
+func (e *workerEnv) script(name, body string) string {
+	p := filepath.Join(e.dir, name)
+	require.NoError(e.t, os.WriteFile(p, []byte("#!/bin/sh\n"+body), 0o700)) //nolint:gosec // a test script must be executable
+	return p
+}
+
+// logBuffer collects a worker's stderr and sends every line to t.Log.
+type logBuffer struct {
+	t    *testing.T
+	mu   sync.Mutex
+	buf  bytes.Buffer
+	done bool
+}
+
+func (l *logBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if !l.done {
+		l.t.Log(strings.TrimRight(string(p), "\n"))
+	}
+	return l.buf.Write(p)
+}
+
+func (l *logBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.buf.String()
+}
+
+// startWorker runs `dwr worker --queue queue [flags] -- argv...` until the
+// test ends, and returns its stderr.
+func (e *workerEnv) startWorker(queue string, flags []string, argv ...string) *logBuffer {
+	t := e.t
+	logs := &logBuffer{t: t}
+	cmd := workerCmd(&globals{server: e.url, workspace: "default"})
+	args := append([]string{"--queue", queue, "--lease", "3s", "--executor", "cli-" + queue}, flags...)
+	cmd.SetArgs(append(append(args, "--"), argv...))
+	cmd.SetOut(logs)
+	cmd.SetErr(logs)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- cmd.ExecuteContext(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		require.NoError(t, <-done)
+		logs.mu.Lock()
+		logs.done = true
+		logs.mu.Unlock()
+	})
+	return logs
+}
+
+// poll calls f every 25ms until it holds, failing the test after d.
+func poll(t *testing.T, d time.Duration, what string, f func() bool) {
+	t.Helper()
+	pollf(t, d, func() string { return what }, f)
+}
+
+// pollf is poll with a description made when it fails.
+func pollf(t *testing.T, d time.Duration, what func() string, f func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	tick := time.NewTicker(25 * time.Millisecond)
+	defer tick.Stop()
+	for !f() {
+		if time.Now().After(deadline) {
+			t.Fatalf("not within %s: %s", d, what())
+		}
+		<-tick.C
+	}
+}
+
+// createTask creates a standalone task from spec and returns its id.
+func (e *workerEnv) createTask(spec map[string]any) string {
+	e.t.Helper()
+	body, err := json.Marshal(map[string]any{"spec": spec})
+	require.NoError(e.t, err)
+	resp, err := e.nc.Request("dwr.cmd.default.task.create", body, 10*time.Second)
+	require.NoError(e.t, err)
+	var r handlers.Response
+	require.NoError(e.t, json.Unmarshal(resp.Data, &r))
+	require.True(e.t, r.OK, "%+v", r.Error)
+	var rep struct{ ID string }
+	require.NoError(e.t, json.Unmarshal(r.Result, &rep))
+	return rep.ID
+}
+
+// waitState polls `dwr task get` until the task is in state (a task just
+// created may not be in the views yet: not found is "not yet").
+func (e *workerEnv) waitState(id, state string) workerTask {
+	e.t.Helper()
+	var tk workerTask
+	var last string
+	pollf(e.t, 20*time.Second, func() string { return "task " + id + " in state " + state + "; last seen: " + last }, func() bool {
+		code, out, errs := run(e.t, e.url, "task", "get", id, "--json")
+		if code != exitOK {
+			last = errs
+			return false
+		}
+		tk = workerTask{}
+		require.NoError(e.t, json.Unmarshal([]byte(out), &tk), out)
+		last = fmt.Sprintf("%+v", tk)
+		return tk.State == state
+	})
+	return tk
+}
+
+func TestWorkerSucceedsWithTheCommandsStdout(t *testing.T) {
+	e := newWorkerEnv(t)
+	echo := e.script("echo.sh", `input="$(cat)"
+case "$input" in
+*text*) printf 'hello\nworld\n'; exit 0 ;;
+esac
+printf '{"input": %s, "task": "%s", "attempt": %s, "op": "%s", "ws": "%s", "queue": "%s", "prior": %s, "cp": "%s"}\n' \
+  "$input" "$DWR_TASK_ID" "$DWR_ATTEMPT" "$DWR_OPERATION_KEY" "$DWR_WORKSPACE" "$DWR_QUEUE" "$DWR_PRIOR_ATTEMPTS" "$(cat "$DWR_CHECKPOINT_FILE")"
+`)
+	logs := e.startWorker("echo", []string{"--concurrency", "2"}, echo)
+	id := e.createTask(map[string]any{"queue": "echo", "input": map[string]any{"n": 7}})
+	text := e.createTask(map[string]any{"queue": "echo", "input": "text"})
+
+	tk := e.waitState(id, "accepted")
+	require.JSONEq(t, fmt.Sprintf(`{"input": {"n": 7}, "task": %q, "attempt": 1, "op": "op-%s", "ws": "default", "queue": "echo", "prior": [], "cp": ""}`, id, id),
+		string(tk.Attempts[0].Result))
+	require.Equal(t, "cli-echo", tk.Attempts[0].Executor)
+	tk = e.waitState(text, "accepted")
+	require.JSONEq(t, `"hello\nworld"`, string(tk.Attempts[0].Result), "stdout that is not JSON is a JSON string")
+	require.Contains(t, logs.String(), "task="+id+" attempt=1 outcome=succeeded duration=", "one line per job")
+}
+
+func TestWorkerExit100FailsTheTaskAtOnce(t *testing.T) {
+	e := newWorkerEnv(t)
+	bad := e.script("bad.sh", `cat >/dev/null
+echo "noise" >&2
+echo "the input names no customer" >&2
+exit 100
+`)
+	e.startWorker("strict", nil, bad)
+	id := e.createTask(map[string]any{"queue": "strict", "retry": map[string]any{"max_attempts": 5}})
+	tk := e.waitState(id, "failed")
+	require.Len(t, tk.Attempts, 1)
+	require.Equal(t, "not_retryable", tk.Reason)
+	require.False(t, tk.Attempts[0].Retryable)
+	require.Equal(t, "exit_100", tk.Attempts[0].Error.Code)
+	require.Equal(t, "noise\nthe input names no customer", tk.Attempts[0].Error.Message, "the message is the end of stderr")
+}
+
+func TestWorkerRetriesAFailedCommandWhichResumesFromItsCheckpoint(t *testing.T) {
+	e := newWorkerEnv(t)
+	steps := e.script("steps.sh", `cat >/dev/null
+if [ "$DWR_ATTEMPT" = 1 ]; then
+	echo '{"step": 1}' >"$DWR_CHECKPOINT_FILE"
+	exit 1
+fi
+printf '{"resumed": %s, "prior": %s}\n' "$(cat "$DWR_CHECKPOINT_FILE")" "$DWR_PRIOR_ATTEMPTS"
+`)
+	e.startWorker("steps", nil, steps)
+	id := e.createTask(map[string]any{"queue": "steps", "retry": map[string]any{"max_attempts": 3, "initial_backoff": "100ms"}})
+	tk := e.waitState(id, "accepted")
+	require.Len(t, tk.Attempts, 2)
+	require.Equal(t, "failed", tk.Attempts[0].State)
+	require.True(t, tk.Attempts[0].Retryable)
+	require.Equal(t, "exit_1", tk.Attempts[0].Error.Code)
+	require.Equal(t, "exit status 1", tk.Attempts[0].Error.Message, "no stderr: the exit status is the message")
+	var res struct {
+		Resumed json.RawMessage
+		Prior   []struct {
+			N     int
+			State string
+		}
+	}
+	require.NoError(t, json.Unmarshal(tk.Attempts[1].Result, &res))
+	require.JSONEq(t, `{"step": 1}`, string(res.Resumed), "attempt 2 was handed attempt 1's checkpoint")
+	require.Len(t, res.Prior, 1)
+	require.Equal(t, "failed", res.Prior[0].State)
+}
+
+func TestWorkerSavesTheCheckpointFileWhileTheCommandRuns(t *testing.T) {
+	e := newWorkerEnv(t)
+	half, release := filepath.Join(e.dir, "half"), filepath.Join(e.dir, "release")
+	slow := e.script("slow.sh", fmt.Sprintf(`cat >/dev/null
+echo 'not json' >"$DWR_CHECKPOINT_FILE"
+until [ -e %[1]q ]; do sleep 0.05; done
+echo '{"half": true}' >"$DWR_CHECKPOINT_FILE"
+until [ -e %[2]q ]; do sleep 0.05; done
+echo '{"done": true}' >"$DWR_CHECKPOINT_FILE"
+echo '"ok"'
+`, half, release))
+	logs := e.startWorker("checkpoints", []string{"--lease", "1500ms"}, slow)
+	id := e.createTask(map[string]any{"queue": "checkpoints"})
+	poll(t, 10*time.Second, "an invalid checkpoint file is ignored with a log line", func() bool {
+		return strings.Contains(logs.String(), "does not hold valid JSON")
+	})
+	require.NoError(t, os.WriteFile(half, nil, 0o600))
+	var tk workerTask
+	poll(t, 10*time.Second, "the checkpoint is saved while the command runs", func() bool {
+		tk = e.waitState(id, "running")
+		return len(tk.Checkpoint) > 0
+	})
+	require.JSONEq(t, `{"half": true}`, string(tk.Checkpoint))
+	require.NoError(t, os.WriteFile(release, nil, 0o600))
+	tk = e.waitState(id, "accepted")
+	require.JSONEq(t, `{"done": true}`, string(tk.Checkpoint), "the file is read once more when the command exits")
+}
+
+func TestWorkerStopsTheCommandWhenTheTaskIsCancelled(t *testing.T) {
+	e := newWorkerEnv(t)
+	stopped, started := filepath.Join(e.dir, "stopped"), filepath.Join(e.dir, "started")
+	long := e.script("long.sh", fmt.Sprintf(`cat >/dev/null
+trap 'echo "$DWR_TASK_ID" >>%q; exit 143' TERM
+sleep 60 &
+touch %q
+wait
+`, stopped, started))
+	logs := e.startWorker("long", nil, long)
+	id := e.createTask(map[string]any{"queue": "long"})
+	poll(t, 10*time.Second, "the command started", func() bool {
+		_, err := os.Stat(started)
+		return err == nil
+	})
+	code, _, errs := run(t, e.url, "task", "cancel", id)
+	require.Equal(t, 0, code, errs)
+	poll(t, 3*time.Second, "the command's group got SIGTERM", func() bool {
+		b, _ := os.ReadFile(stopped)
+		return strings.Contains(string(b), id)
+	})
+	tk := e.waitState(id, "cancelled")
+	require.Equal(t, "cancelled", tk.Attempts[0].State)
+	poll(t, 10*time.Second, "the stopped command's report is refused", func() bool {
+		return strings.Contains(logs.String(), "outcome=refused")
+	})
+}
+
+func TestWorkerRefusesTooMuchStdout(t *testing.T) {
+	e := newWorkerEnv(t)
+	chatty := e.script("chatty.sh", `cat >/dev/null
+head -c 300000 /dev/zero | tr '\0' a
+`)
+	e.startWorker("chatty", nil, chatty)
+	id := e.createTask(map[string]any{"queue": "chatty"})
+	tk := e.waitState(id, "failed")
+	require.Equal(t, "invalid_result", tk.Attempts[0].Error.Code)
+	require.False(t, tk.Attempts[0].Retryable)
+}
+
+func TestWorkerFlagsAreChecked(t *testing.T) {
+	var out, errb bytes.Buffer
+	code := Main([]string{"--server", "nats://127.0.0.1:1", "worker", "--", "true"}, strings.NewReader(""), &out, &errb)
+	require.Equal(t, exitInvalid, code)
+	require.Contains(t, errb.String(), "--queue is required")
+
+	errb.Reset()
+	code = Main([]string{"worker", "--queue", "q"}, strings.NewReader(""), &out, &errb)
+	require.Equal(t, exitInvalid, code, "a command is required")
+
+	errb.Reset()
+	code = Main([]string{"--server", "nats://127.0.0.1:1", "worker", "--queue", "Bad Queue", "--lease", "1ms", "--", "true"}, strings.NewReader(""), &out, &errb)
+	require.Equal(t, exitInvalid, code)
+	require.Contains(t, errb.String(), "Queue")
+	require.Contains(t, errb.String(), "Lease")
+}
+
+func TestWorkerOutputBuffers(t *testing.T) {
+	c := &capped{max: 4}
+	n, err := c.Write([]byte("abc"))
+	require.NoError(t, err)
+	require.Equal(t, 3, n)
+	n, _ = c.Write([]byte("def"))
+	require.Equal(t, 3, n, "a write is never refused")
+	require.Equal(t, "abcd", string(c.Bytes()))
+	require.True(t, c.over)
+	exact := &capped{max: 3}
+	_, _ = exact.Write([]byte("abc"))
+	require.False(t, exact.over)
+
+	tl := &tail{max: 4}
+	_, _ = tl.Write([]byte("hello "))
+	_, _ = tl.Write([]byte("world"))
+	require.Equal(t, "orld", tl.String())
+
+	require.Nil(t, outputOf([]byte(" \n")))
+	require.Equal(t, json.RawMessage(`{"a":1}`), outputOf([]byte(" {\"a\":1}\n")))
+	require.Equal(t, "two\nlines", outputOf([]byte("two\nlines\n\n")))
+}
+
+func TestWorkerPriorAttemptsFitInTheEnvironment(t *testing.T) {
+	require.Equal(t, "[]", string(priorJSON(nil)))
+	small := []executors.PriorAttempt{{N: 1, State: "failed", Result: json.RawMessage(`{"a":1}`)}}
+	require.Contains(t, string(priorJSON(small)), `"result":{"a":1}`)
+	big := json.RawMessage(`"` + strings.Repeat("x", 100<<10) + `"`)
+	prior := []executors.PriorAttempt{{N: 1, State: "failed", Result: big}, {N: 2, State: "failed", Result: big}}
+	b := priorJSON(prior)
+	require.LessOrEqual(t, len(b), maxPriorEnv)
+	var got []executors.PriorAttempt
+	require.NoError(t, json.Unmarshal(b, &got))
+	require.Len(t, got, 2, "the attempts are kept, their results left out")
+	require.Nil(t, got[0].Result)
+}

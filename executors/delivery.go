@@ -1,0 +1,510 @@
+package executors
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// Job outcomes, as logged (key "outcome"), one line per delivery.
+const (
+	outcomeSucceeded = "succeeded"          // reported and recorded
+	outcomeFailed    = "failed"             // a retryable failure, recorded
+	outcomePermanent = "failed_permanently" // a failure that is not retried, recorded
+	outcomeRefused   = "refused"            // the report was refused: the attempt no longer held the task
+	outcomeStopped   = "stopped"            // the worker stopped first; the item will be redelivered
+	outcomeUnsettled = "unsettled"          // not reported; the item will be redelivered
+	outcomeSkipped   = "skipped"            // a stale or unusable item: no job ran
+)
+
+// delivery is one work item delivered to this worker, from its receipt to
+// its acknowledgement.
+type delivery struct {
+	w         *Worker
+	msg       jetstream.Msg
+	item      workItem
+	delivered uint64
+	received  time.Time
+}
+
+// deliver handles one work item: claim, run, report, acknowledge. It returns
+// once the item is settled (acknowledged, handed back, or left to be
+// redelivered) and every goroutine it started has ended.
+func (w *Worker) deliver(hard context.Context, msg jetstream.Msg) {
+	d := &delivery{w: w, msg: msg, received: time.Now()}
+	meta, err := msg.Metadata()
+	if err != nil {
+		w.log.Error("executors: a message without JetStream metadata on the work consumer", logErr, err)
+		return
+	}
+	d.delivered = meta.NumDelivered
+	err = json.Unmarshal(msg.Data(), &d.item)
+	if err == nil {
+		err = d.item.check(w.cfg.Workspace, w.cfg.Queue)
+	}
+	if err != nil {
+		// An item this SDK cannot run (malformed, or of a kind it does not
+		// know): hand it back for an executor that can, and past MaxDeliver
+		// to the service's quarantine, which fails its task visibly.
+		w.log.Error("executors: a work item this worker cannot run; handing it back", logTask, d.item.TaskID,
+			logErr, err, "stream_seq", meta.Sequence.Stream, logDelivered, d.delivered)
+		_ = msg.NakWithDelay(w.cfg.Lease)
+		return
+	}
+
+	// The lease is renewed from receipt until the item is settled.
+	hbCtx, stopHB := context.WithCancel(context.Background())
+	var hb sync.WaitGroup
+	hb.Go(func() { d.heartbeat(hbCtx) })
+	defer func() { stopHB(); hb.Wait() }()
+
+	// The task's events are watched from before the claim, so that none
+	// that ends the attempt is missed.
+	watch := d.watch()
+	defer watch.stop()
+
+	task, attempt, ok := d.claim(hard)
+	if !ok {
+		return
+	}
+	d.run(hard, task, attempt, watch)
+}
+
+// heartbeat renews the work item's lease every Lease/3 until ctx ends.
+func (d *delivery) heartbeat(ctx context.Context) {
+	t := time.NewTicker(d.w.cfg.Lease / 3)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			if d.w.pauseHeartbeats.Load() {
+				continue
+			}
+			if err := d.msg.InProgress(); err != nil {
+				d.w.log.Debug("executors: lease renewal failed", logTask, d.item.TaskID, logErr, err)
+			}
+		}
+	}
+}
+
+// claim starts the attempt. On a redelivered item whose task is still
+// running an attempt started from this item (its holder lost the lease), it
+// claims again superseding that attempt. It settles the item itself and
+// returns false when no job is to run.
+func (d *delivery) claim(ctx context.Context) (*taskState, *attemptState, bool) {
+	it := &d.item
+	body := claimBody{TaskID: it.TaskID, Executor: d.w.cfg.Executor, ExecutorVersion: d.w.cfg.Version}
+	id := fmt.Sprintf("claim.%s.%d.%d", it.TaskID, it.Attempt, d.delivered)
+	r, err := d.w.c.command(ctx, "task.claim", body, id)
+	if err != nil {
+		d.done(outcomeStopped, 0, logErr, err)
+		return nil, nil, false
+	}
+	if !r.OK && r.Error.Code == codeConflict && d.delivered > 1 {
+		// The service found the task not ready: a view still showing it
+		// ready is behind.
+		t, err := d.taskAfter(ctx, func(t *taskState) bool { return t.State != "ready" })
+		if err != nil {
+			d.done(outcomeUnsettled, 0, logErr, err) // redelivered after the lease
+			return nil, nil, false
+		}
+		if a, ok := t.runningFromItem(it.Attempt); ok {
+			body.Supersedes = a.N
+			r, err = d.w.c.command(ctx, "task.claim", body, id+".s"+strconv.Itoa(a.N))
+			if err != nil {
+				d.done(outcomeStopped, 0, logErr, err)
+				return nil, nil, false
+			}
+			if !r.OK && r.Error.Code == codeConflict {
+				// The task moved on since it was read (the views of a
+				// replica may lag): look again at the next delivery rather
+				// than drop an item that may still be this task's only one.
+				_ = d.msg.NakWithDelay(d.w.cfg.Lease)
+				d.done(outcomeSkipped, 0, logReason, "supersede refused: "+r.Error.Message)
+				return nil, nil, false
+			}
+		}
+	}
+	if !r.OK {
+		switch r.Error.Code {
+		case codeConflict, codeNotFound:
+			// The task is no longer ready: the item is stale.
+			d.ack()
+			d.done(outcomeSkipped, 0, logReason, r.Error.Message)
+		default:
+			// Refused for another reason (forbidden, invalid, internal):
+			// hand it back; past MaxDeliver the service quarantines it.
+			d.w.log.Error("executors: claim refused", logTask, it.TaskID, "code", r.Error.Code, logErr, r.Error.Message)
+			_ = d.msg.NakWithDelay(d.w.cfg.Lease)
+			d.done(outcomeSkipped, 0, logReason, "claim refused: "+r.Error.Code)
+		}
+		return nil, nil, false
+	}
+	var cr commandReply
+	if err := json.Unmarshal(r.Result, &cr); err != nil {
+		d.w.log.Error("executors: a claim reply that does not decode", logTask, it.TaskID, logErr, err)
+		_ = d.msg.NakWithDelay(d.w.cfg.Lease)
+		return nil, nil, false
+	}
+	t := cr.Task
+	if t == nil {
+		if t, err = d.getTask(ctx); err != nil {
+			d.done(outcomeStopped, 0, logErr, err)
+			return nil, nil, false
+		}
+	}
+	a := t.attempt(cr.Attempt)
+	if cr.State != stateRunning || a == nil || a.State != attemptStateRunning || a.Executor != d.w.cfg.Executor {
+		// The claim ended the task (attempts or budget spent) or answered
+		// for another attempt: nothing to run.
+		d.ack()
+		d.done(outcomeSkipped, cr.Attempt, logReason, "the claim started no attempt; task is "+cr.State)
+		return nil, nil, false
+	}
+	return t, a, true
+}
+
+// job builds the handler's Job from the claimed task (fresher than the work
+// item, which it falls back on).
+func (d *delivery) job(t *taskState, a *attemptState) *Job {
+	it := &d.item
+	j := &Job{TaskID: it.TaskID, Workspace: it.Workspace, Queue: it.Queue, GoalID: first(t.GoalID, it.GoalID),
+		Key: first(t.Key, it.Key), Title: first(t.Spec.Title, it.Title), Attempt: a.N,
+		OperationKey: first(a.OperationKey, it.OperationKey), Input: t.Spec.Input, Checkpoint: t.Checkpoint}
+	if len(j.Input) == 0 {
+		j.Input = it.Input
+	}
+	for _, p := range t.Attempts {
+		if p.N < a.N {
+			j.PriorAttempts = append(j.PriorAttempts, p.PriorAttempt)
+		}
+	}
+	if len(t.Attempts) == 0 {
+		j.PriorAttempts = it.PriorAttempts
+	}
+	for _, v := range t.Verifications {
+		if v.Outcome == "FAIL" {
+			j.Verifications = append(j.Verifications, v)
+		}
+	}
+	if len(t.Verifications) == 0 {
+		for _, v := range it.Verifications {
+			if v.Outcome == "FAIL" {
+				j.Verifications = append(j.Verifications, v)
+			}
+		}
+	}
+	switch {
+	case a.Deadline != nil:
+		j.Deadline = *a.Deadline
+	case it.Timeout > 0:
+		j.Deadline = a.StartedAt.Add(time.Duration(it.Timeout))
+		if a.StartedAt.IsZero() {
+			j.Deadline = d.received.Add(time.Duration(it.Timeout))
+		}
+	}
+	return j
+}
+
+func first(s ...string) string {
+	for _, v := range s {
+		if v != "" {
+			return v
+		}
+	}
+	return ""
+}
+
+// run runs the handler for the claimed attempt and reports what it
+// returned.
+func (d *delivery) run(hard context.Context, t *taskState, a *attemptState, watch *watch) {
+	job := d.job(t, a)
+	jctx, cancel := context.WithCancelCause(hard)
+	defer cancel(nil)
+	if !job.Deadline.IsZero() {
+		var stop context.CancelFunc
+		jctx, stop = context.WithDeadlineCause(jctx, job.Deadline, ErrTimeout)
+		defer stop()
+	}
+	watch.bind(job.Attempt, cancel)
+	job.save = d.checkpointer(hard, job, cancel, watch)
+
+	res, err := Call(jctx, d.w.h, job)
+	rep := ReportFor(jctx, res, err)
+	if hard.Err() != nil {
+		d.done(outcomeStopped, job.Attempt, logReason, "the drain timeout passed; the item will be redelivered")
+		return
+	}
+	d.report(hard, job, rep, watch)
+}
+
+// report sends the attempt's success or failure, then settles the item.
+func (d *delivery) report(ctx context.Context, job *Job, rep Report, watch *watch) {
+	var r *reply
+	var err error
+	if rep.Failure == nil {
+		r, err = d.w.c.command(ctx, "task.succeed", succeedBody{TaskID: job.TaskID, Attempt: job.Attempt,
+			Result: rep.Output, Artifacts: rep.Artifacts, ModelSteps: rep.ModelSteps},
+			fmt.Sprintf("succeed.%s.%d", job.TaskID, job.Attempt))
+		if err == nil && !r.OK && (r.Error.Code == codeInvalid || r.Error.Code == codeTooLarge) {
+			rep.Failure = &Failure{Code: CodeInvalidResult, Message: clip("the service refused the result: "+r.Error.Message, maxMessage)}
+		}
+	}
+	if rep.Failure != nil {
+		r, err = d.w.c.command(ctx, "task.fail", failBody{TaskID: job.TaskID, Attempt: job.Attempt,
+			Error: ErrorInfo{Code: rep.Failure.Code, Message: rep.Failure.Message}, Retryable: rep.Failure.Retryable},
+			fmt.Sprintf("fail.%s.%d", job.TaskID, job.Attempt))
+	}
+	switch {
+	case err != nil:
+		d.done(outcomeUnsettled, job.Attempt, logErr, err)
+	case r.OK:
+		d.ack()
+		switch {
+		case rep.Failure == nil:
+			d.done(outcomeSucceeded, job.Attempt)
+		case rep.Failure.Retryable:
+			d.done(outcomeFailed, job.Attempt, logErr, rep.Failure.Error())
+		default:
+			d.done(outcomePermanent, job.Attempt, logErr, rep.Failure.Error())
+		}
+	case r.Error.Code == codeConflict || r.Error.Code == codeNotFound:
+		watch.end(ErrLeaseLost)
+		d.settleFenced(ctx, job, watch, r.Error.Message)
+	default:
+		// Refused for another reason: leave the item to be redelivered,
+		// so that a later attempt supersedes this one.
+		d.w.log.Error("executors: report refused", logTask, job.TaskID, logAttempt, job.Attempt,
+			"code", r.Error.Code, logErr, r.Error.Message)
+		d.done(outcomeUnsettled, job.Attempt, logReason, "report refused: "+r.Error.Code)
+	}
+}
+
+// settleFenced settles the item of an attempt whose report was refused
+// because it no longer holds the task. The item is acknowledged unless a
+// redelivery of it now runs a newer attempt: JetStream acknowledges by
+// stream sequence, so acknowledging here would remove the item from under
+// that delivery's holder.
+func (d *delivery) settleFenced(ctx context.Context, job *Job, watch *watch, why string) {
+	if !watch.terminal() {
+		// The service found this attempt not running: a view still showing
+		// it running is behind.
+		t, err := d.taskAfter(ctx, func(t *taskState) bool {
+			r := t.running()
+			return r == nil || r.N != job.Attempt
+		})
+		if err != nil {
+			d.done(outcomeUnsettled, job.Attempt, logErr, err)
+			return
+		}
+		if a, ok := t.runningFromItem(d.item.Attempt); ok && a.N > job.Attempt {
+			d.done(outcomeRefused, job.Attempt, logReason, why+" (attempt "+strconv.Itoa(a.N)+" holds the item)")
+			return
+		}
+	}
+	d.ack()
+	d.done(outcomeRefused, job.Attempt, logReason, why)
+}
+
+// checkpointer returns the job's checkpoint store: task.checkpoint commands
+// with an id per save, serialised, retried until answered.
+func (d *delivery) checkpointer(hard context.Context, job *Job, cancel context.CancelCauseFunc, watch *watch) CheckpointFunc {
+	var mu sync.Mutex
+	seq := 0
+	return func(ctx context.Context, raw json.RawMessage) error {
+		mu.Lock()
+		defer mu.Unlock()
+		seq++
+		id := fmt.Sprintf("checkpoint.%s.%d.%d", job.TaskID, job.Attempt, seq)
+		rctx, stop := mergeCancel(ctx, hard)
+		defer stop()
+		r, err := d.w.c.command(rctx, "task.checkpoint", checkpointBody{TaskID: job.TaskID, Attempt: job.Attempt, Checkpoint: raw}, id)
+		switch {
+		case err != nil:
+			return fmt.Errorf("executors: checkpoint of task %s not saved: %w", job.TaskID, err)
+		case r.OK:
+			return nil
+		case r.Error.Code == codeConflict || r.Error.Code == codeNotFound:
+			cause := ErrLeaseLost
+			if watch.terminal() {
+				cause = ErrCancelled
+			} else if t, err := d.taskAfter(rctx, func(t *taskState) bool {
+				r := t.running()
+				return r == nil || r.N != job.Attempt
+			}); err == nil && t.terminal() {
+				cause = ErrCancelled
+			}
+			cancel(cause)
+			return fmt.Errorf("%w: checkpoint refused: %s", cause, r.Error.Message)
+		}
+		return &CommandError{Command: "task.checkpoint", Code: r.Error.Code, Message: r.Error.Message}
+	}
+}
+
+// mergeCancel returns a context that ends with ctx or with also.
+func mergeCancel(ctx, also context.Context) (context.Context, func()) {
+	m, cancel := context.WithCancelCause(ctx)
+	stop := context.AfterFunc(also, func() { cancel(context.Cause(also)) })
+	return m, func() { stop(); cancel(nil) }
+}
+
+// viewLag bounds how long taskAfter waits for the views to catch up with a
+// refusal the writer decided.
+const viewLag = 5 * time.Second
+
+// taskAfter reads the task from the views once they reflect what a refusal
+// said (current reports whether a read does): the views follow the writer's
+// commits by a moment, and a replica's by more.
+func (d *delivery) taskAfter(ctx context.Context, current func(*taskState) bool) (*taskState, error) {
+	deadline := time.Now().Add(viewLag)
+	for {
+		t, err := d.getTask(ctx)
+		if err != nil || current(t) {
+			return t, err
+		}
+		if time.Now().After(deadline) {
+			return nil, fmt.Errorf("executors: the views still show task %s as %s, which the service refused", d.item.TaskID, t.State)
+		}
+		tick := time.NewTimer(50 * time.Millisecond)
+		select {
+		case <-tick.C:
+		case <-ctx.Done():
+			tick.Stop()
+			return nil, context.Cause(ctx)
+		}
+	}
+}
+
+// getTask reads the task from the views.
+func (d *delivery) getTask(ctx context.Context) (*taskState, error) {
+	r, err := d.w.c.query(ctx, "task.get", queryBody{ID: d.item.TaskID})
+	if err != nil {
+		return nil, err
+	}
+	if !r.OK {
+		return nil, &CommandError{Command: "task.get", Code: r.Error.Code, Message: r.Error.Message}
+	}
+	var t taskState
+	if err := json.Unmarshal(r.Result, &t); err != nil {
+		return nil, fmt.Errorf("executors: task.get: %w", err)
+	}
+	return &t, nil
+}
+
+func (d *delivery) ack() {
+	if err := d.msg.Ack(); err != nil {
+		// Redelivered later, found stale, acknowledged then.
+		d.w.log.Warn("executors: ack failed", logTask, d.item.TaskID, logErr, err)
+	}
+}
+
+// done logs the delivery's one line.
+func (d *delivery) done(outcome string, attempt int, kv ...any) {
+	args := append([]any{logTask, d.item.TaskID, logAttempt, attempt, logOutcome, outcome,
+		logDuration, time.Since(d.received).Round(time.Millisecond), logDelivered, d.delivered}, kv...)
+	level := d.w.log.Info
+	if outcome == outcomeUnsettled || outcome == outcomeStopped {
+		level = d.w.log.Warn
+	}
+	level("executors: job", args...)
+}
+
+// watch follows the task's events while its item is held, and cancels the
+// job when one ends its attempt: the task cancelled, failed or rejected, or
+// the attempt abandoned (superseded) or failed by the service (deadline).
+type watch struct {
+	sub *nats.Subscription
+
+	mu      sync.Mutex
+	attempt int                     // 0 until bound
+	cancel  context.CancelCauseFunc // nil until bound
+	ended   error                   // the task has ended: ErrCancelled
+	lost    map[int]error           // attempts ended by the service
+}
+
+func (d *delivery) watch() *watch {
+	wt := &watch{lost: map[int]error{}}
+	prefix := d.w.c.subj.events + d.item.TaskID + "."
+	sub, err := d.w.cfg.Conn.Subscribe(prefix+">", func(m *nats.Msg) {
+		name := strings.TrimPrefix(m.Subject, prefix)
+		switch name {
+		case "cancelled", "failed", "rejected":
+			wt.end(ErrCancelled)
+		case "attempt_abandoned", "attempt_failed":
+			var e envelope
+			if err := json.Unmarshal(m.Data, &e); err != nil || e.Data.Attempt == 0 {
+				return
+			}
+			cause := ErrLeaseLost
+			if name == "attempt_failed" {
+				cause = ErrTimeout // the service fails a running attempt only at its deadline
+			}
+			wt.endAttempt(e.Data.Attempt, cause)
+		}
+	})
+	if err != nil {
+		d.w.log.Warn("executors: cannot watch the task's events; cancellation reaches the job only through refused checkpoints",
+			logTask, d.item.TaskID, logErr, err)
+	}
+	wt.sub = sub
+	return wt
+}
+
+// bind names the attempt the job runs and the cancellation of its context,
+// applying whatever was seen before.
+func (wt *watch) bind(attempt int, cancel context.CancelCauseFunc) {
+	wt.mu.Lock()
+	defer wt.mu.Unlock()
+	wt.attempt, wt.cancel = attempt, cancel
+	if wt.ended != nil {
+		cancel(wt.ended)
+	} else if c := wt.lost[attempt]; c != nil {
+		cancel(c)
+	}
+}
+
+// end records that the task ended (or that the attempt was fenced) and
+// cancels the job.
+func (wt *watch) end(cause error) {
+	wt.mu.Lock()
+	defer wt.mu.Unlock()
+	if cause == ErrCancelled && wt.ended == nil {
+		wt.ended = cause
+	}
+	if wt.cancel != nil {
+		wt.cancel(cause)
+	}
+}
+
+func (wt *watch) endAttempt(n int, cause error) {
+	wt.mu.Lock()
+	defer wt.mu.Unlock()
+	if wt.lost[n] == nil {
+		wt.lost[n] = cause
+	}
+	if wt.cancel != nil && wt.attempt == n {
+		wt.cancel(cause)
+	}
+}
+
+// terminal reports whether a terminal event of the task was seen.
+func (wt *watch) terminal() bool {
+	wt.mu.Lock()
+	defer wt.mu.Unlock()
+	return wt.ended != nil
+}
+
+func (wt *watch) stop() {
+	if wt.sub != nil {
+		_ = wt.sub.Unsubscribe()
+	}
+}

@@ -1,0 +1,150 @@
+package executors
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"runtime/debug"
+	"time"
+)
+
+// Handler does the work of one job (one attempt of a task) and returns its
+// result, or an error: a retryable failure by default, Permanent(err) for
+// one that must not be retried, a Failure for full control.
+//
+// ctx is cancelled when the attempt must stop: context.Cause(ctx) is
+// ErrCancelled (the task was cancelled or ended), ErrLeaseLost (another
+// attempt holds the task), ErrTimeout (the attempt's deadline passed) or
+// ErrStopping (the worker stopped and its drain timeout passed). A handler
+// must return promptly once ctx is done: whatever it reports then is
+// refused, and Run waits for it.
+//
+// A handler may run again for the same task (a retry, or after a crash):
+// make side effects idempotent under job.OperationKey, and reconcile with
+// job.PriorAttempts and job.Checkpoint before repeating work.
+type Handler func(ctx context.Context, job *Job) (Result, error)
+
+// Job is one attempt of a task, as a handler receives it.
+type Job struct {
+	TaskID    string
+	Workspace string
+	Queue     string
+	GoalID    string // empty for a standalone task
+	Key       string // the task's key in its goal's plan
+	Title     string
+
+	// Attempt is this attempt's number, 1 for the first.
+	Attempt int
+
+	// OperationKey is stable across every attempt of the task: use it as
+	// the idempotency key of the side effects the job makes.
+	OperationKey string
+
+	// Input is the task's input as JSON (nil when it has none); Decode
+	// unmarshals it.
+	Input json.RawMessage
+
+	// Checkpoint is the last checkpoint an earlier attempt (or this one
+	// before it was superseded) saved, nil when none: resume from it.
+	Checkpoint json.RawMessage
+
+	// PriorAttempts are the task's earlier attempts, oldest first.
+	PriorAttempts []PriorAttempt
+
+	// Verifications are the FAIL verifications of earlier results: the
+	// evidence of why they were not accepted.
+	Verifications []Verification
+
+	// Deadline is when the attempt times out; zero when it has no timeout.
+	// The handler's context carries the same deadline.
+	Deadline time.Time
+
+	save CheckpointFunc
+}
+
+// CheckpointFunc stores a checkpoint durably for a job; it returns nil once
+// it is stored. NewJob takes one.
+type CheckpointFunc func(ctx context.Context, checkpoint json.RawMessage) error
+
+// NewJob returns a copy of j whose SaveCheckpoint calls save. It is for
+// running a handler outside a worker, as executortest does; a worker builds
+// its jobs itself.
+func NewJob(j Job, save CheckpointFunc) *Job {
+	j.save = save
+	return &j
+}
+
+// Decode unmarshals the job's input into v. A job without input leaves v
+// unchanged and returns nil; malformed input returns the json error.
+func (j *Job) Decode(v any) error {
+	if len(j.Input) == 0 {
+		return nil
+	}
+	if err := json.Unmarshal(j.Input, v); err != nil {
+		return fmt.Errorf("executors: decode the input of task %s: %w", j.TaskID, err)
+	}
+	return nil
+}
+
+// SaveCheckpoint stores data (marshalled to JSON; a json.RawMessage is kept
+// as it is) as the task's checkpoint, durably, before it returns nil. A later
+// attempt receives it as Job.Checkpoint.
+//
+// It returns an error wrapping ErrCancelled or ErrLeaseLost when the service
+// refuses it because this attempt no longer holds the task; the job's
+// context is then cancelled with that cause. It returns a *CommandError for
+// another refusal (too large, invalid), an error when data does not encode
+// or exceeds MaxPayloadBytes, and ctx's error when ctx ends first (the
+// service keeps being asked, with the same command id, until it answers or
+// ctx ends).
+func (j *Job) SaveCheckpoint(ctx context.Context, data any) error {
+	raw, err := encodeJSON(data)
+	if err != nil {
+		return fmt.Errorf("executors: checkpoint of task %s: %w", j.TaskID, err)
+	}
+	if raw == nil {
+		raw = json.RawMessage("null")
+	}
+	if len(raw) > MaxPayloadBytes {
+		return fmt.Errorf("executors: checkpoint of task %s is %d bytes; at most %d are allowed (store large state as an artifact)", j.TaskID, len(raw), MaxPayloadBytes)
+	}
+	if j.save == nil {
+		return ErrNoCheckpointStore
+	}
+	return j.save(ctx, raw)
+}
+
+// Call runs h on job as a worker does: a panic in h is recovered and
+// returned as a retryable Failure with code CodePanic whose message holds
+// the panic value and the stack.
+func Call(ctx context.Context, h Handler, job *Job) (res Result, err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			res = Result{}
+			err = Failure{Code: CodePanic, Message: fmt.Sprintf("%v\n%s", p, debug.Stack()), Retryable: true}
+		}
+	}()
+	return h(ctx, job)
+}
+
+// encodeJSON returns v as JSON: nil for nil, a json.RawMessage as it is
+// (after checking that it is valid JSON).
+func encodeJSON(v any) (json.RawMessage, error) {
+	switch r := v.(type) {
+	case nil:
+		return nil, nil
+	case json.RawMessage:
+		if r == nil {
+			return nil, nil
+		}
+		if !json.Valid(r) {
+			return nil, fmt.Errorf("json.RawMessage is not valid JSON")
+		}
+		return r, nil
+	}
+	b, err := json.Marshal(v)
+	if err != nil {
+		return nil, err
+	}
+	return b, nil
+}

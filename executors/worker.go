@@ -1,0 +1,232 @@
+package executors
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// fetchWindow bounds one pull request: a fetch waits this long for work
+// items (the server expires it a little earlier), with idle heartbeats that
+// reveal a lost server within ten seconds.
+const fetchWindow = 15 * time.Second
+
+// maxPause bounds the wait between attempts to reach the consumer.
+const maxPause = 5 * time.Second
+
+// Worker takes work items from one queue and runs a Handler for each, with
+// at most Config.Concurrency jobs at once. Build it with NewWorker and run
+// it with Run.
+type Worker struct {
+	cfg     Config
+	h       Handler
+	c       *client
+	js      jetstream.JetStream
+	log     *slog.Logger
+	started atomic.Bool
+
+	// pauseHeartbeats stops the renewal of leases: tests use it to make a
+	// lease lapse while a job runs.
+	pauseHeartbeats atomic.Bool
+}
+
+// NewWorker returns a worker for cfg that runs h. It returns an error naming
+// every problem of cfg (Conn or Queue missing, a name that is not a valid
+// subject token, a lease shorter than MinLease, ...) or when h is nil.
+func NewWorker(cfg Config, h Handler) (*Worker, error) {
+	cfg = cfg.withDefaults()
+	err := cfg.validate()
+	if h == nil {
+		err = errors.Join(err, errors.New("executors: the handler is nil"))
+	}
+	if err != nil {
+		return nil, err
+	}
+	js, err := jetstream.New(cfg.Conn)
+	if err != nil {
+		return nil, fmt.Errorf("executors: jetstream: %w", err)
+	}
+	log := cfg.Logger.With(logQueue, cfg.Queue)
+	return &Worker{cfg: cfg, h: h, js: js, log: log,
+		c: &client{nc: cfg.Conn, subj: subjectsOf(cfg), executor: cfg.Executor, log: log}}, nil
+}
+
+// Config returns the worker's configuration with its defaults applied.
+func (w *Worker) Config() Config { return w.cfg }
+
+// Run takes work items and runs jobs until ctx ends, then drains: it stops
+// fetching, lets the running jobs finish and report for up to DrainTimeout,
+// then cancels the rest (cause ErrStopping) and leaves their work items
+// unacknowledged, to be redelivered. It returns nil after a drain.
+//
+// Run rides out a service or NATS restart: it retries creating the consumer
+// and fetching, with backoff, and every command with the same command id.
+// It returns an error only when the NATS connection is closed for good, and
+// ErrAlreadyRunning when it was called before.
+func (w *Worker) Run(ctx context.Context) error {
+	if !w.started.CompareAndSwap(false, true) {
+		return ErrAlreadyRunning
+	}
+	// hard ends the jobs and their reports: DrainTimeout after ctx ends.
+	hard, stopHard := context.WithCancelCause(context.WithoutCancel(ctx))
+	defer stopHard(nil)
+	slots := make(chan struct{}, w.cfg.Concurrency)
+	var jobs sync.WaitGroup
+	w.log.Info("executors: worker started", "executor", w.cfg.Executor, "workspace", w.cfg.Workspace,
+		"concurrency", w.cfg.Concurrency, "lease", w.cfg.Lease)
+	err := w.fetchLoop(ctx, hard, slots, &jobs)
+
+	drained := make(chan struct{})
+	go func() { jobs.Wait(); close(drained) }()
+	t := time.NewTimer(w.cfg.DrainTimeout)
+	defer t.Stop()
+	select {
+	case <-drained:
+	case <-t.C:
+		w.log.Warn("executors: drain timeout passed; cancelling the running jobs, their work items will be redelivered",
+			"drain_timeout", w.cfg.DrainTimeout)
+		stopHard(ErrStopping)
+		<-drained
+	}
+	w.log.Info("executors: worker stopped")
+	return err
+}
+
+// fetchLoop fetches as many work items as there are free slots and starts a
+// job for each, until ctx ends or the connection is closed.
+func (w *Worker) fetchLoop(ctx, hard context.Context, slots chan struct{}, jobs *sync.WaitGroup) error {
+	var cons jetstream.Consumer
+	wait := retryFirst
+	pause := func(what string, err error) bool {
+		w.log.Warn("executors: could not "+what+"; retrying", logErr, err, "in", wait)
+		t := time.NewTimer(wait)
+		defer t.Stop()
+		wait = min(2*wait, maxPause)
+		select {
+		case <-t.C:
+			return true
+		case <-ctx.Done():
+			return false
+		}
+	}
+	// A pull request does not survive a reconnection: a fetch in flight
+	// then ends at once instead of waiting out its missing heartbeats.
+	status := w.cfg.Conn.StatusChanged(nats.CONNECTED, nats.CLOSED)
+	defer w.cfg.Conn.RemoveStatusListener(status)
+	for ctx.Err() == nil {
+		if w.cfg.Conn.IsClosed() {
+			return errClosed
+		}
+		if cons == nil {
+			c, err := w.consumer(ctx)
+			if err != nil {
+				if ctx.Err() != nil || !pause("create the consumer "+w.c.subj.consumer+" on stream "+w.c.subj.stream, err) {
+					break
+				}
+				continue
+			}
+			cons = c
+		}
+		n, ok := acquire(ctx, slots)
+		if !ok {
+			break
+		}
+		fctx, cancel := context.WithTimeout(ctx, fetchWindow)
+		batch, err := cons.Fetch(n, jetstream.FetchContext(fctx))
+		if err != nil {
+			cancel()
+			release(slots, n)
+			if !pause("fetch work items", err) {
+				break
+			}
+			cons = nil
+			continue
+		}
+		got := 0
+		msgs := batch.Messages()
+	receive:
+		for {
+			select {
+			case msg, ok := <-msgs:
+				if !ok {
+					break receive
+				}
+				got++
+				if ctx.Err() != nil {
+					// Stopping: hand it straight back for another worker.
+					_ = msg.Nak()
+					release(slots, 1)
+					continue
+				}
+				jobs.Go(func() {
+					defer release(slots, 1)
+					w.deliver(hard, msg)
+				})
+			case <-status:
+				cancel() // the fetch ends and msgs is closed
+			}
+		}
+		cancel()
+		release(slots, n-got)
+		switch err := batch.Error(); {
+		case err == nil, errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
+			wait = retryFirst
+		case ctx.Err() == nil:
+			// No heartbeat (server gone), consumer deleted, leadership
+			// change: check the consumer again after a pause. pause
+			// returns early when ctx ends, and the loop then stops.
+			cons = nil
+			pause("fetch work items", err)
+		}
+	}
+	return nil
+}
+
+// consumer creates or updates the queue's durable pull consumer, shared by
+// every worker of the queue.
+func (w *Worker) consumer(ctx context.Context) (jetstream.Consumer, error) {
+	tctx, cancel := context.WithTimeout(ctx, requestTimeout)
+	defer cancel()
+	return w.js.CreateOrUpdateConsumer(tctx, w.c.subj.stream, jetstream.ConsumerConfig{
+		Durable:       w.c.subj.consumer,
+		Description:   "dwr workers of queue " + w.cfg.Queue + " in workspace " + w.cfg.Workspace,
+		FilterSubject: w.c.subj.work,
+		AckPolicy:     jetstream.AckExplicitPolicy,
+		AckWait:       w.cfg.Lease,
+		MaxDeliver:    w.cfg.MaxDeliver,
+		DeliverPolicy: jetstream.DeliverAllPolicy,
+	})
+}
+
+// acquire takes one free slot, waiting for it, then every other free one;
+// it returns how many it took, or false when ctx ended first.
+func acquire(ctx context.Context, slots chan struct{}) (int, bool) {
+	select {
+	case slots <- struct{}{}:
+	case <-ctx.Done():
+		return 0, false
+	}
+	n := 1
+	for n < cap(slots) {
+		select {
+		case slots <- struct{}{}:
+			n++
+		default:
+			return n, true
+		}
+	}
+	return n, true
+}
+
+func release(slots chan struct{}, n int) {
+	for range n {
+		<-slots
+	}
+}

@@ -1,0 +1,381 @@
+package executors_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/stretchr/testify/require"
+
+	"github.com/dwr-run/dwr/executors"
+)
+
+func TestPlanRunsInDependencyOrderThroughTheSDK(t *testing.T) {
+	b := setup(t)
+	var mu sync.Mutex
+	var order []string
+	b.startWorker(t, executors.Config{Queue: "chain", Concurrency: 3, Executor: "sdk-test", Version: "1.2.3"},
+		func(ctx context.Context, job *executors.Job) (executors.Result, error) {
+			mu.Lock()
+			order = append(order, job.Key)
+			mu.Unlock()
+			var in struct{ N int }
+			if err := job.Decode(&in); err != nil {
+				return executors.Result{}, executors.Permanent(err)
+			}
+			return executors.Result{Output: map[string]any{"key": job.Key, "n": in.N, "op": job.OperationKey}}, nil
+		})
+
+	var goal struct{ ID string }
+	require.NoError(t, json.Unmarshal(b.command(t, "goal.create", map[string]any{"title": "chain"}), &goal))
+	var plan struct {
+		Tasks []struct {
+			Key    string `json:"key"`
+			TaskID string `json:"task_id"`
+		} `json:"tasks"`
+	}
+	require.NoError(t, json.Unmarshal(b.command(t, "plan.submit", map[string]any{"goal_id": goal.ID, "tasks": []map[string]any{
+		{"key": "a", "queue": "chain", "input": map[string]any{"n": 1}},
+		{"key": "b", "queue": "chain", "input": map[string]any{"n": 2}, "depends_on": []string{"a"}},
+		{"key": "c", "queue": "chain", "input": map[string]any{"n": 3}, "depends_on": []string{"b"}},
+	}}), &plan))
+	require.Len(t, plan.Tasks, 3)
+
+	for i, pt := range plan.Tasks {
+		tk := b.waitState(t, pt.TaskID, "accepted", 15*time.Second)
+		require.Len(t, tk.Attempts, 1)
+		require.Equal(t, "sdk-test", tk.Attempts[0].Executor)
+		require.JSONEq(t, fmt.Sprintf(`{"key":%q,"n":%d,"op":"op-%s"}`, pt.Key, i+1, pt.TaskID), string(tk.Attempts[0].Result))
+	}
+	eventually(t, 5*time.Second, func() bool {
+		r := b.request(t, "dwr.q.default.goal.get", map[string]any{"id": goal.ID})
+		var g struct{ State string }
+		return r.OK && json.Unmarshal(r.Result, &g) == nil && g.State == "achieved"
+	}, func() string { return "the goal is not achieved" })
+	mu.Lock()
+	require.Equal(t, []string{"a", "b", "c"}, order, "each task ran once, after its dependency was accepted")
+	mu.Unlock()
+	b.waitSettled(t, "chain")
+}
+
+func TestAFailedAttemptIsRetriedAndSeesThePriorAttempt(t *testing.T) {
+	b := setup(t)
+	seen := make(chan *executors.Job, 4)
+	b.startWorker(t, executors.Config{Queue: "flaky"}, func(ctx context.Context, job *executors.Job) (executors.Result, error) {
+		seen <- job
+		if job.Attempt == 1 {
+			return executors.Result{}, errors.New("upstream said 503")
+		}
+		return executors.Result{Output: "done"}, nil
+	})
+	id := b.createTask(t, map[string]any{"queue": "flaky", "retry": map[string]any{"max_attempts": 3, "initial_backoff": "100ms"}})
+
+	tk := b.waitState(t, id, "accepted", 15*time.Second)
+	require.Len(t, tk.Attempts, 2)
+	require.Equal(t, "failed", tk.Attempts[0].State)
+	require.True(t, tk.Attempts[0].Retryable)
+	require.Equal(t, "upstream said 503", tk.Attempts[0].Error.Message)
+
+	first, second := <-seen, <-seen
+	require.Equal(t, 1, first.Attempt)
+	require.Empty(t, first.PriorAttempts)
+	require.Equal(t, 2, second.Attempt)
+	require.Equal(t, first.OperationKey, second.OperationKey, "the operation key is stable across attempts")
+	require.Len(t, second.PriorAttempts, 1)
+	prior := second.PriorAttempts[0]
+	require.Equal(t, 1, prior.N)
+	require.Equal(t, "failed", prior.State)
+	require.Equal(t, "upstream said 503", prior.Error.Message)
+	require.NotNil(t, prior.EndedAt)
+	b.waitSettled(t, "flaky")
+}
+
+func TestFailuresAreReportedAsTheHandlerSays(t *testing.T) {
+	b := setup(t)
+	cases := []struct {
+		name      string
+		queue     string
+		err       func() error
+		code      string
+		retryable bool
+		reason    string
+	}{
+		{"Permanent fails the task at once", "permanent", func() error { return executors.Permanent(errors.New("bad input")) }, "", false, "not_retryable"},
+		{"a Failure sets code and retryability", "coded", func() error {
+			return executors.Failure{Code: "quota", Message: "over quota", Retryable: false}
+		}, "quota", false, "not_retryable"},
+		{"a panic is a retryable failure", "panics", func() error { panic("handler bug") }, executors.CodePanic, true, "attempts_exhausted"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			var runs atomic.Int32
+			b.startWorker(t, executors.Config{Queue: tc.queue}, func(context.Context, *executors.Job) (executors.Result, error) {
+				runs.Add(1)
+				return executors.Result{}, tc.err()
+			})
+			id := b.createTask(t, map[string]any{"queue": tc.queue, "retry": map[string]any{"max_attempts": 1}})
+			tk := b.waitState(t, id, "failed", 15*time.Second)
+			require.Len(t, tk.Attempts, 1)
+			require.Equal(t, tc.code, tk.Attempts[0].Error.Code)
+			require.Equal(t, tc.retryable, tk.Attempts[0].Retryable)
+			require.Equal(t, tc.reason, tk.Reason)
+			b.waitSettled(t, tc.queue)
+			require.Equal(t, int32(1), runs.Load())
+		})
+	}
+}
+
+func TestACheckpointIsHandedToTheNextAttempt(t *testing.T) {
+	b := setup(t)
+	type progress struct{ Step int }
+	resumed := make(chan json.RawMessage, 1)
+	b.startWorker(t, executors.Config{Queue: "resume"}, func(ctx context.Context, job *executors.Job) (executors.Result, error) {
+		if job.Attempt == 1 {
+			if job.Checkpoint != nil {
+				return executors.Result{}, executors.Permanent(errors.New("attempt 1 has a checkpoint"))
+			}
+			for step := 1; step <= 2; step++ {
+				if err := job.SaveCheckpoint(ctx, progress{Step: step}); err != nil {
+					return executors.Result{}, err
+				}
+			}
+			return executors.Result{}, errors.New("crashed after step 2")
+		}
+		resumed <- job.Checkpoint
+		var p progress
+		if err := json.Unmarshal(job.Checkpoint, &p); err != nil {
+			return executors.Result{}, executors.Permanent(err)
+		}
+		return executors.Result{Output: map[string]int{"resumed_at": p.Step}}, nil
+	})
+	id := b.createTask(t, map[string]any{"queue": "resume", "retry": map[string]any{"initial_backoff": "100ms"}})
+	tk := b.waitState(t, id, "accepted", 15*time.Second)
+	require.JSONEq(t, `{"Step":2}`, string(<-resumed))
+	require.JSONEq(t, `{"resumed_at":2}`, string(tk.Attempts[1].Result))
+	b.waitSettled(t, "resume")
+}
+
+func TestCancellingATaskCancelsItsRunningJob(t *testing.T) {
+	b := setup(t)
+	started := make(chan struct{})
+	var once sync.Once
+	type ended struct {
+		at           time.Time
+		cause, cpErr error
+	}
+	stopped := make(chan ended, 1)
+	w := b.startWorker(t, executors.Config{Queue: "cancel"}, func(ctx context.Context, job *executors.Job) (executors.Result, error) {
+		once.Do(func() { close(started) })
+		<-ctx.Done()
+		e := ended{at: time.Now(), cause: context.Cause(ctx)}
+		e.cpErr = job.SaveCheckpoint(context.Background(), "too late")
+		stopped <- e
+		return executors.Result{}, ctx.Err()
+	})
+	id := b.createTask(t, map[string]any{"queue": "cancel"})
+	<-started
+	b.command(t, "task.cancel", map[string]any{"task_id": id, "reason": "changed my mind"})
+	cancelled := time.Now()
+
+	e := <-stopped
+	require.Less(t, e.at.Sub(cancelled), time.Second, "the job's context is cancelled within a second")
+	require.ErrorIs(t, e.cause, executors.ErrCancelled)
+	require.ErrorIs(t, e.cpErr, executors.ErrCancelled, "a checkpoint of a cancelled attempt is refused")
+	w.logs.waitLine(t, 10*time.Second, "outcome=refused")
+	tk := b.task(t, id)
+	require.Equal(t, "cancelled", tk.State)
+	require.Equal(t, "cancelled", tk.Attempts[0].State, "the failure report was refused: the attempt stays cancelled")
+	require.Nil(t, tk.Attempts[0].Error)
+	b.waitSettled(t, "cancel")
+}
+
+func TestAnAttemptPastItsDeadlineIsCancelled(t *testing.T) {
+	b := setup(t)
+	causes := make(chan error, 1)
+	deadlines := make(chan time.Time, 1)
+	b.startWorker(t, executors.Config{Queue: "slow"}, func(ctx context.Context, job *executors.Job) (executors.Result, error) {
+		deadlines <- job.Deadline
+		<-ctx.Done()
+		causes <- context.Cause(ctx)
+		return executors.Result{}, ctx.Err()
+	})
+	id := b.createTask(t, map[string]any{"queue": "slow", "timeout": "1s", "retry": map[string]any{"max_attempts": 1}})
+	require.False(t, (<-deadlines).IsZero(), "the job knows its deadline")
+	require.ErrorIs(t, <-causes, executors.ErrTimeout)
+	tk := b.waitState(t, id, "failed", 15*time.Second)
+	require.Equal(t, executors.CodeTimeout, tk.Attempts[0].Error.Code, "failed by the service's timer or the worker's report: both say timeout")
+	b.waitSettled(t, "slow")
+}
+
+func TestALapsedLeaseIsSupersededAndTheStaleReportRefused(t *testing.T) {
+	b := setup(t)
+	const lease = executors.MinLease
+	staleStarted := make(chan struct{})
+	var once sync.Once
+	staleCause := make(chan error, 1)
+	stale := b.startWorker(t, executors.Config{Queue: "lease", Executor: "stale", Lease: lease},
+		func(ctx context.Context, job *executors.Job) (executors.Result, error) {
+			once.Do(func() { close(staleStarted) })
+			<-ctx.Done()
+			staleCause <- context.Cause(ctx)
+			return executors.Result{}, ctx.Err()
+		})
+	stale.w.PauseHeartbeats(true) // as if its process hung: the lease lapses
+	id := b.createTask(t, map[string]any{"queue": "lease"})
+	<-staleStarted
+
+	release := make(chan struct{})
+	fresh := make(chan *executors.Job, 1)
+	b.startWorker(t, executors.Config{Queue: "lease", Executor: "fresh", Lease: lease},
+		func(ctx context.Context, job *executors.Job) (executors.Result, error) {
+			fresh <- job
+			if !waitFor(ctx, release) {
+				return executors.Result{}, ctx.Err()
+			}
+			return executors.Result{Output: "fresh"}, nil
+		})
+
+	job := <-fresh // the item was redelivered; its claim superseded attempt 1
+	require.Equal(t, 2, job.Attempt)
+	require.Len(t, job.PriorAttempts, 1)
+	require.Equal(t, "abandoned", job.PriorAttempts[0].State)
+	require.Equal(t, "lease_lost", job.PriorAttempts[0].Reason)
+	require.ErrorIs(t, <-staleCause, executors.ErrLeaseLost)
+
+	// The stale report is refused, and the stale worker leaves the item to
+	// the delivery that holds it now.
+	stale.logs.waitLine(t, 10*time.Second, "outcome=refused", "attempt 2 holds the item")
+	_, unacked := b.workState(t, "lease")
+	require.Equal(t, 1, unacked, "the item is still held by the fresh delivery")
+
+	close(release)
+	tk := b.waitState(t, id, "accepted", 10*time.Second)
+	require.Equal(t, "abandoned", tk.Attempts[0].State, "attempt 1's failure report never landed")
+	require.Equal(t, "succeeded", tk.Attempts[1].State)
+	b.waitSettled(t, "lease")
+}
+
+func TestStoppingDrainsAndLeavesUnfinishedItemsForRedelivery(t *testing.T) {
+	b := setup(t)
+	const lease = executors.MinLease
+	started := make(chan int, 2)
+	finish := make(chan struct{})
+	causes := make(chan error, 1)
+	first := b.startWorker(t, executors.Config{Queue: "drain", Lease: lease, Concurrency: 2, DrainTimeout: 2 * time.Second},
+		func(ctx context.Context, job *executors.Job) (executors.Result, error) {
+			var in struct{ Slow bool }
+			_ = job.Decode(&in)
+			started <- job.Attempt
+			if !in.Slow {
+				if !waitFor(ctx, finish) {
+					return executors.Result{}, ctx.Err()
+				}
+				return executors.Result{Output: "quick"}, nil
+			}
+			<-ctx.Done()
+			causes <- context.Cause(ctx)
+			return executors.Result{}, ctx.Err()
+		})
+	quick := b.createTask(t, map[string]any{"queue": "drain", "input": map[string]any{"slow": false}})
+	slow := b.createTask(t, map[string]any{"queue": "drain", "input": map[string]any{"slow": true}})
+	<-started
+	<-started
+
+	stopped := make(chan error, 1)
+	go func() { stopped <- first.stop() }()
+	close(finish) // the quick job finishes within the drain timeout
+	require.NoError(t, <-stopped)
+	require.ErrorIs(t, <-causes, executors.ErrStopping)
+	b.waitState(t, quick, "accepted", 5*time.Second)
+	tk := b.task(t, slow)
+	require.Equal(t, "running", tk.State, "the slow job was stopped without a report")
+	_, unacked := b.workState(t, "drain")
+	require.Equal(t, 1, unacked, "its item is left to be redelivered")
+
+	// Another worker gets it after the lease and supersedes attempt 1.
+	b.startWorker(t, executors.Config{Queue: "drain", Lease: lease}, func(ctx context.Context, job *executors.Job) (executors.Result, error) {
+		return executors.Result{Output: job.Attempt}, nil
+	})
+	tk = b.waitState(t, slow, "accepted", 15*time.Second)
+	require.Equal(t, "abandoned", tk.Attempts[0].State)
+	require.JSONEq(t, `2`, string(tk.Attempts[1].Result))
+	b.waitSettled(t, "drain")
+}
+
+func TestConcurrencyBoundsTheJobsInFlight(t *testing.T) {
+	b := setup(t)
+	const n, limit = 6, 3
+	var inFlight, peak atomic.Int32
+	gate := make(chan struct{})
+	running := make(chan struct{}, n)
+	b.startWorker(t, executors.Config{Queue: "wide", Concurrency: limit}, func(ctx context.Context, job *executors.Job) (executors.Result, error) {
+		cur := inFlight.Add(1)
+		for {
+			p := peak.Load()
+			if cur <= p || peak.CompareAndSwap(p, cur) {
+				break
+			}
+		}
+		running <- struct{}{}
+		defer inFlight.Add(-1)
+		select {
+		case <-gate:
+			return executors.Result{}, nil
+		case <-ctx.Done():
+			return executors.Result{}, ctx.Err()
+		}
+	})
+	ids := make([]string, n)
+	for i := range ids {
+		ids[i] = b.createTask(t, map[string]any{"queue": "wide"})
+	}
+	for range limit {
+		<-running
+	}
+	var pending uint64
+	var unacked int
+	eventually(t, 5*time.Second, func() bool { // work items are published after their commit
+		pending, unacked = b.workState(t, "wide")
+		return pending == n-limit
+	}, func() string { return fmt.Sprintf("%d items pending", pending) })
+	require.Equal(t, limit, unacked, "no more items are fetched than there are free slots")
+	close(gate)
+	for _, id := range ids {
+		b.waitState(t, id, "accepted", 15*time.Second)
+	}
+	require.Equal(t, int32(limit), peak.Load())
+	b.waitSettled(t, "wide")
+}
+
+// waitFor waits until ch is closed (true) or ctx ends (false): a handler
+// that blocks must still honour its context, or the worker cannot stop.
+func waitFor(ctx context.Context, ch <-chan struct{}) bool {
+	select {
+	case <-ch:
+		return true
+	case <-ctx.Done():
+		return false
+	}
+}
+
+func TestTheWorkerRecreatesItsConsumerWhenItIsDeleted(t *testing.T) {
+	b := setup(t)
+	b.startWorker(t, executors.Config{Queue: "phoenix"}, func(ctx context.Context, job *executors.Job) (executors.Result, error) {
+		return executors.Result{Output: job.Attempt}, nil
+	})
+	first := b.createTask(t, map[string]any{"queue": "phoenix"})
+	b.waitState(t, first, "accepted", 10*time.Second)
+
+	js, err := jetstream.New(b.nc)
+	require.NoError(t, err)
+	require.NoError(t, js.DeleteConsumer(context.Background(), "DWR_WORK", "dwr-default-phoenix"))
+	second := b.createTask(t, map[string]any{"queue": "phoenix"})
+	b.waitState(t, second, "accepted", 15*time.Second)
+	b.waitSettled(t, "phoenix")
+}

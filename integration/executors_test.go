@@ -1,0 +1,321 @@
+package integration
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/oklog/ulid/v2"
+	"github.com/stretchr/testify/require"
+
+	"github.com/dwr-run/dwr/domain"
+	"github.com/dwr-run/dwr/handlers"
+)
+
+// execEnv is a running `dwr serve` for the executor tests, with the helpers
+// to start workers on it and to watch tasks.
+type execEnv struct {
+	t    *testing.T
+	bin  string
+	data string
+	port int
+	url  string
+	logs *syncBuffer
+	srv  *serverProc
+	c    *client
+}
+
+func newExecEnv(t *testing.T) *execEnv {
+	t.Helper()
+	e := &execEnv{t: t, bin: dwrBinary(t), data: filepath.Join(t.TempDir(), "data"), port: freePort(t), logs: &syncBuffer{}}
+	e.url = fmt.Sprintf("nats://127.0.0.1:%d", e.port)
+	logOnFailure(t, "dwr serve and worker output", e.logs)
+	e.startServe()
+	e.c = dial(t, e.url, "executor-test", 10*time.Second)
+	return e
+}
+
+func (e *execEnv) startServe() {
+	e.srv = startServer(e.t, e.bin, e.logs, "dwr serve", "serve", "--data", e.data, "--listen", fmt.Sprintf("127.0.0.1:%d", e.port))
+	waitReady(e.t, e.srv, e.url, 30*time.Second)
+}
+
+// worker starts `dwr worker` on queue running script, with extra environment.
+func (e *execEnv) worker(label, queue string, lease time.Duration, maxDeliver int, script string, env ...string) *serverProc {
+	e.t.Helper()
+	abs, err := filepath.Abs(filepath.Join("testdata", script))
+	require.NoError(e.t, err)
+	args := []string{"--server", e.url, "worker", "--queue", queue, "--lease", lease.String(),
+		"--max-deliver", fmt.Sprint(maxDeliver), "--executor", label, "--", abs}
+	cmd := exec.Command(e.bin, args...)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	cmd.Env = append(os.Environ(), env...)
+	cmd.Stdout, cmd.Stderr = e.logs, e.logs
+	fmt.Fprintf(e.logs, "==== worker %s: %s ====\n", label, strings.Join(args, " "))
+	p := &serverProc{cmd: cmd, done: make(chan struct{}), started: time.Now()}
+	require.NoError(e.t, cmd.Start())
+	go func() { p.err = cmd.Wait(); close(p.done) }()
+	e.t.Cleanup(func() {
+		if !p.exited() {
+			p.signal(syscall.SIGCONT)
+			p.signal(syscall.SIGKILL)
+			<-p.done
+		}
+	})
+	return p
+}
+
+func (e *execEnv) createTask(spec map[string]any) string {
+	e.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	r := e.c.do(ctx, "task.create", map[string]any{"spec": spec}, ulid.Make().String())
+	require.Equal(e.t, acked, r.Outcome, "task.create: %v %s", r.Err, r.LastErr)
+	return r.reply().ID
+}
+
+func (e *execEnv) task(id string) domain.Task {
+	e.t.Helper()
+	var t domain.Task
+	require.NoError(e.t, e.c.query("task.get", handlers.Query{ID: id}, 0, &t))
+	return t
+}
+
+// waitTask polls task id until ok holds or timeout passes, and returns it.
+func (e *execEnv) waitTask(id string, timeout time.Duration, what string, ok func(domain.Task) bool) domain.Task {
+	e.t.Helper()
+	deadline := time.Now().Add(timeout)
+	tick := time.NewTicker(25 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		var t domain.Task
+		if err := e.c.query("task.get", handlers.Query{ID: id}, 0, &t); err == nil && ok(t) {
+			return t
+		}
+		if time.Now().After(deadline) {
+			e.t.Fatalf("task %s: %s: not within %s (state %s, %d attempts)", id, what, timeout, t.State, len(t.Attempts))
+		}
+		<-tick.C
+	}
+}
+
+func (e *execEnv) history(id string) []string {
+	e.t.Helper()
+	var evs []json.RawMessage
+	require.NoError(e.t, e.c.query("events", handlers.Query{ID: id}, 0, &evs))
+	types := make([]string, len(evs))
+	for i, raw := range evs {
+		var ev struct{ Type string }
+		require.NoError(e.t, json.Unmarshal(raw, &ev))
+		types[i] = ev.Type
+	}
+	return types
+}
+
+// pollUntil checks ok every 20 ms until it holds (true) or timeout passes.
+func pollUntil(timeout time.Duration, ok func() bool) bool {
+	deadline := time.Now().Add(timeout)
+	tick := time.NewTicker(20 * time.Millisecond)
+	defer tick.Stop()
+	for !ok() {
+		if time.Now().After(deadline) {
+			return false
+		}
+		<-tick.C
+	}
+	return true
+}
+
+func count(xs []string, x string) int {
+	n := 0
+	for _, v := range xs {
+		if v == x {
+			n++
+		}
+	}
+	return n
+}
+
+// effectAPI is an external API that deduplicates by operation key, as a
+// payment provider would: every call is counted, the effect applied once per key.
+type effectAPI struct {
+	mu      sync.Mutex
+	calls   map[string]int
+	applied map[string]int
+}
+
+func newEffectAPI(t *testing.T) (*effectAPI, string) {
+	a := &effectAPI{calls: map[string]int{}, applied: map[string]int{}}
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		key := r.URL.Query().Get("key")
+		a.mu.Lock()
+		a.calls[key]++
+		if a.calls[key] == 1 {
+			a.applied[key]++
+		}
+		a.mu.Unlock()
+		_, _ = w.Write([]byte(`{"ok":true}`))
+	}))
+	t.Cleanup(srv.Close)
+	return a, srv.URL
+}
+
+func (a *effectAPI) snapshot() (calls, applied map[string]int) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	c, ap := map[string]int{}, map[string]int{}
+	for k, v := range a.calls {
+		c[k] = v
+	}
+	for k, v := range a.applied {
+		ap[k] = v
+	}
+	return c, ap
+}
+
+// (a) A worker killed mid-task: after its lease another worker runs attempt 2,
+// handed the last checkpoint, and the task is accepted once.
+func TestExecutorKilledMidTaskIsTakenOver(t *testing.T) {
+	e := newExecEnv(t)
+	lease := 2 * time.Second
+	w1 := e.worker("w1", "steps", lease, 5, "resumable.sh", "HANG_SECONDS=600")
+	id := e.createTask(map[string]any{"queue": "steps", "input": map[string]any{"n": 1}})
+	e.waitTask(id, 20*time.Second, "attempt 1 running with its checkpoint saved", func(t domain.Task) bool {
+		return t.State == domain.StateRunning && len(t.Checkpoint) > 0
+	})
+	killed := time.Now()
+	w1.kill9(t)
+	e.worker("w2", "steps", lease, 5, "resumable.sh", "HANG_SECONDS=600")
+	done := e.waitTask(id, 30*time.Second, "accepted", func(t domain.Task) bool { return t.State == domain.StateAccepted })
+	require.Len(t, done.Attempts, 2)
+	require.Equal(t, domain.AttemptStateAbandoned, done.Attempts[0].State)
+	require.Equal(t, domain.AttemptStateSucceeded, done.Attempts[1].State)
+	require.Equal(t, "w2", done.Attempts[1].Executor)
+	var res struct {
+		Attempt     int             `json:"attempt"`
+		ResumedFrom json.RawMessage `json:"resumed_from"`
+	}
+	require.NoError(t, json.Unmarshal(done.Attempts[1].Result, &res))
+	require.JSONEq(t, `{"step":1,"by_attempt":1}`, string(res.ResumedFrom), "attempt 2 was handed attempt 1's checkpoint")
+	require.Equal(t, 1, count(e.history(id), "task.accepted"))
+	t.Logf("executor kill: attempt 2 started %s after the kill (lease %s)", done.Attempts[1].StartedAt.Sub(killed).Round(time.Millisecond), lease)
+}
+
+// (b) A worker stopped past its lease: attempt 2 completes elsewhere; when the
+// stopped one resumes, its report is refused, and the external API saw the
+// operation key's effect applied once.
+func TestZombieExecutorIsFencedOff(t *testing.T) {
+	e := newExecEnv(t)
+	api, apiURL := newEffectAPI(t)
+	lease := 2 * time.Second
+	zombie := e.worker("zombie", "pay", lease, 5, "resumable.sh", "EFFECT_URL="+apiURL, "HANG_SECONDS=4")
+	id := e.createTask(map[string]any{"queue": "pay"})
+	key := domain.OperationKey(id)
+	e.waitTask(id, 20*time.Second, "attempt 1 made its call", func(domain.Task) bool {
+		calls, _ := api.snapshot()
+		return calls[key] == 1
+	})
+	zombie.signal(syscall.SIGSTOP)
+	e.worker("healthy", "pay", lease, 5, "resumable.sh", "EFFECT_URL="+apiURL)
+	done := e.waitTask(id, 30*time.Second, "accepted by attempt 2", func(t domain.Task) bool { return t.State == domain.StateAccepted })
+	require.Equal(t, "healthy", done.Attempts[len(done.Attempts)-1].Executor)
+	before := e.history(id)
+
+	zombie.signal(syscall.SIGCONT)
+	// The zombie's job finishes and reports for attempt 1: it must be refused.
+	refusal := "task=" + id + " attempt=1 outcome=refused"
+	require.True(t, pollUntil(20*time.Second, func() bool { return strings.Contains(e.logs.String(), refusal) }),
+		"the zombie's report for attempt 1 was refused")
+	after := e.task(id)
+	require.Equal(t, domain.StateAccepted, after.State)
+	require.Equal(t, domain.AttemptStateAbandoned, after.Attempts[0].State, "attempt 1 stays abandoned")
+	require.Equal(t, before, e.history(id), "the stale report appended nothing")
+	calls, applied := api.snapshot()
+	require.Equal(t, 1, applied[key], "the effect was applied once for its operation key")
+	t.Logf("zombie: calls=%d applied=%d for %s", calls[key], applied[key], key)
+}
+
+// (c) Retries with backoff ride out a kill -9 of dwr serve: the backoff timer
+// fires after the restart, never early, and the task is accepted once.
+func TestRetriesWithBackoffSurviveAServerCrash(t *testing.T) {
+	e := newExecEnv(t)
+	e.worker("w", "flaky", 5*time.Second, 5, "flaky.sh", "SUCCEED_ON=3")
+	backoff := 3 * time.Second
+	id := e.createTask(map[string]any{"queue": "flaky",
+		"retry": map[string]any{"max_attempts": 3, "initial_backoff": backoff.String(), "multiplier": 1}})
+	e.waitTask(id, 20*time.Second, "attempt 1 failed, in backoff", func(t domain.Task) bool { return t.State == domain.StateBackoff })
+	e.srv.kill9(t)
+	e.startServe()
+	done := e.waitTask(id, 40*time.Second, "accepted", func(t domain.Task) bool { return t.State == domain.StateAccepted })
+	require.Len(t, done.Attempts, 3)
+	for i := 1; i < len(done.Attempts); i++ {
+		prev, next := done.Attempts[i-1], done.Attempts[i]
+		require.NotNil(t, prev.EndedAt)
+		require.False(t, next.StartedAt.Before(prev.EndedAt.Add(backoff)), "attempt %d started %s after attempt %d ended: before its backoff", next.N, next.StartedAt.Sub(*prev.EndedAt), prev.N)
+	}
+	require.Equal(t, 1, count(e.history(id), "task.accepted"))
+}
+
+// (d) Cancelling a running task reaches its process within a second or so;
+// the worker carries on with other work.
+func TestCancelReachesTheRunningAttempt(t *testing.T) {
+	e := newExecEnv(t)
+	stopped := filepath.Join(t.TempDir(), "stopped")
+	e.worker("w", "slow", 10*time.Second, 5, "slow.sh", "STOPPED_FILE="+stopped)
+	id := e.createTask(map[string]any{"queue": "slow"})
+	e.waitTask(id, 20*time.Second, "running", func(t domain.Task) bool { return t.State == domain.StateRunning })
+	start := time.Now()
+	out, err := exec.Command(e.bin, "--server", e.url, "task", "cancel", id, "--reason", "no longer needed").CombinedOutput()
+	require.NoError(t, err, string(out))
+	require.True(t, pollUntil(10*time.Second, func() bool {
+		b, _ := os.ReadFile(stopped)
+		return strings.Contains(string(b), id)
+	}), "the running command was not stopped")
+	reached := time.Since(start)
+	t.Logf("cancel reached the running command in %s", reached.Round(time.Millisecond))
+	require.Less(t, reached, 3*time.Second)
+	got := e.task(id)
+	require.Equal(t, domain.StateCancelled, got.State)
+	require.Equal(t, domain.AttemptStateCancelled, got.Attempts[0].State)
+	next := e.createTask(map[string]any{"queue": "slow", "input": "fast"})
+	e.waitTask(next, 20*time.Second, "the next task accepted", func(t domain.Task) bool { return t.State == domain.StateAccepted })
+}
+
+// (e) A poison work item (its executor crashes every time) is quarantined,
+// its task fails with the reason, and the queue keeps flowing.
+func TestPoisonJobIsQuarantined(t *testing.T) {
+	e := newExecEnv(t)
+	// A supervisor restarts the worker whenever the poison kills it.
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	t.Cleanup(func() { cancel(); wg.Wait() })
+	restarts := 0
+	wg.Go(func() {
+		for ctx.Err() == nil {
+			w := e.worker(fmt.Sprintf("w%d", restarts), "risky", time.Second, 2, "poison.sh")
+			select {
+			case <-w.done:
+				restarts++
+			case <-ctx.Done():
+				return
+			}
+		}
+	})
+	bad := e.createTask(map[string]any{"queue": "risky", "input": "poison"})
+	failed := e.waitTask(bad, 60*time.Second, "quarantined", func(t domain.Task) bool { return t.State == domain.StateFailed })
+	require.Equal(t, domain.ReasonQuarantined, failed.Reason)
+	require.NotNil(t, failed.Error)
+	t.Logf("poison: quarantined after %d worker crashes: %s", restarts, failed.Error.Message)
+	good := e.createTask(map[string]any{"queue": "risky", "input": "fine"})
+	e.waitTask(good, 30*time.Second, "the next task accepted", func(t domain.Task) bool { return t.State == domain.StateAccepted })
+}
