@@ -5,8 +5,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"log/slog"
-	"os"
-	"path/filepath"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -20,7 +18,7 @@ import (
 	"github.com/dwr-run/dwr/executors"
 	"github.com/dwr-run/dwr/handlers"
 	"github.com/dwr-run/dwr/handlers/embedded"
-	"github.com/dwr-run/dwr/projections"
+	"github.com/dwr-run/dwr/handlers/servicetest"
 )
 
 // bundle is what setup returns: the dwr service on a real embedded NATS
@@ -34,42 +32,12 @@ type bundle struct {
 // setup starts the service in-process, stopped at cleanup.
 func setup(t *testing.T) *bundle {
 	t.Helper()
-	dir := t.TempDir()
-	srv, err := embedded.Start(embedded.Config{DataDir: dir, Logger: serviceLogger()})
-	require.NoError(t, err)
-	nc, err := srv.Connect()
-	require.NoError(t, err)
-	store, err := projections.Open(filepath.Join(dir, "views"), projections.Options{})
-	require.NoError(t, err)
-	svc, err := handlers.New(nc, store, handlers.Config{WriterID: "test-writer", Logger: serviceLogger()})
-	require.NoError(t, err)
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- svc.Run(ctx) }()
-	t.Cleanup(func() {
-		cancel()
-		require.NoError(t, <-done)
-		nc.Close()
-		require.NoError(t, store.Close())
-		srv.Shutdown()
-	})
-	select {
-	case <-svc.Ready():
-	case err := <-done:
-		t.Fatalf("service stopped before ready: %v", err)
-	case <-time.After(20 * time.Second):
-		t.Fatal("service not ready in 20s")
-	}
-	return &bundle{srv: srv, nc: nc}
+	st := servicetest.Start(t, "", servicetest.Options{Config: handlers.Config{WriterID: "test-writer"}})
+	return &bundle{srv: st.Server, nc: st.Conn}
 }
 
 // serviceLogger discards the service's logs unless DWR_TEST_LOG is set.
-func serviceLogger() *slog.Logger {
-	if os.Getenv("DWR_TEST_LOG") != "" {
-		return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
-	}
-	return slog.New(slog.DiscardHandler)
-}
+func serviceLogger() *slog.Logger { return servicetest.Logger() }
 
 // command sends a command and requires that it is accepted.
 func (b *bundle) command(t *testing.T, name string, body any) json.RawMessage {

@@ -66,6 +66,11 @@ func (s *Service) handleQuery(name string, req micro.Request) []byte {
 	if err != nil {
 		return errResponse(toWire(err, s.cfg.Logger))
 	}
+	if min == 0 {
+		// On the writer, a query reflects every command already answered:
+		// the writer answers a batch before it applies it to the views.
+		min = s.answeredSeq()
+	}
 	if min > 0 {
 		ctx, cancel := context.WithTimeout(context.Background(), s.cfg.MinSeqWait)
 		err := s.store.WaitFor(ctx, min)

@@ -409,6 +409,17 @@ func (s *Service) ensureDefaultWorkspace(ctx context.Context) error {
 	return nil
 }
 
+// answeredSeq returns the log sequence of the last record this replica's
+// writer appended (and so may have answered), or 0 when it is not the writer.
+func (s *Service) answeredSeq() uint64 {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	if s.committer == nil {
+		return 0
+	}
+	return s.committer.LastSeq()
+}
+
 // execute runs one command through the writer.
 func (s *Service) execute(ctx context.Context, cmd domain.Command, m domain.Meta) outcome {
 	s.mu.RLock()

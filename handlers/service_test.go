@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"log/slog"
-	"os"
 	"path/filepath"
 	"sync"
 	"testing"
@@ -19,6 +18,7 @@ import (
 	"github.com/dwr-run/dwr/domain"
 	"github.com/dwr-run/dwr/handlers"
 	"github.com/dwr-run/dwr/handlers/embedded"
+	"github.com/dwr-run/dwr/handlers/servicetest"
 	"github.com/dwr-run/dwr/projections"
 )
 
@@ -35,46 +35,12 @@ type bundle struct {
 
 func start(t *testing.T, dir string) *bundle {
 	t.Helper()
-	srv, err := embedded.Start(embedded.Config{DataDir: dir})
-	require.NoError(t, err)
-	nc, err := srv.Connect()
-	require.NoError(t, err)
-	store, err := projections.Open(filepath.Join(dir, "views"), projections.Options{})
-	require.NoError(t, err)
-	svc, err := handlers.New(nc, store, handlers.Config{WriterID: "test-writer", Logger: testLogger()})
-	require.NoError(t, err)
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- svc.Run(ctx) }()
-	select {
-	case <-svc.Ready():
-	case err := <-done:
-		t.Fatalf("service stopped before ready: %v", err)
-	case <-time.After(20 * time.Second):
-		t.Fatal("service not ready in 20s")
-	}
-	b := &bundle{dir: dir, srv: srv, nc: nc, store: store, svc: svc}
-	var once sync.Once
-	b.stop = func() {
-		once.Do(func() {
-			cancel()
-			require.NoError(t, <-done)
-			nc.Close()
-			require.NoError(t, store.Close())
-			srv.Shutdown()
-		})
-	}
-	t.Cleanup(b.stop)
-	return b
+	st := servicetest.Start(t, dir, servicetest.Options{Config: handlers.Config{WriterID: "test-writer"}})
+	return &bundle{dir: st.Dir, srv: st.Server, nc: st.Conn, store: st.Store, svc: st.Svc, stop: st.Stop}
 }
 
 // testLogger discards the service's logs unless DWR_TEST_LOG is set.
-func testLogger() *slog.Logger {
-	if os.Getenv("DWR_TEST_LOG") != "" {
-		return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
-	}
-	return slog.New(slog.DiscardHandler)
-}
+func testLogger() *slog.Logger { return servicetest.Logger() }
 
 func setup(t *testing.T) *bundle { return start(t, t.TempDir()) }
 

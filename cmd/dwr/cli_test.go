@@ -2,20 +2,15 @@ package main
 
 import (
 	"bytes"
-	"context"
 	"encoding/json"
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
-	"time"
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/dwr-run/dwr/handlers"
-	"github.com/dwr-run/dwr/handlers/embedded"
-	"github.com/dwr-run/dwr/projections"
+	"github.com/dwr-run/dwr/handlers/servicetest"
 )
 
 // cliServer starts the service on an embedded NATS server listening on a
@@ -30,34 +25,8 @@ func cliServer(t *testing.T) string {
 // cleanup).
 func cliServerIn(t *testing.T, dir string) (url string, stop func()) {
 	t.Helper()
-	srv, err := embedded.Start(embedded.Config{DataDir: dir, Listen: "127.0.0.1:0"})
-	require.NoError(t, err)
-	nc, err := srv.Connect()
-	require.NoError(t, err)
-	store, err := projections.Open(filepath.Join(dir, "views"), projections.Options{})
-	require.NoError(t, err)
-	svc, err := handlers.New(nc, store, handlers.Config{})
-	require.NoError(t, err)
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- svc.Run(ctx) }()
-	var once sync.Once
-	stop = func() {
-		once.Do(func() {
-			cancel()
-			require.NoError(t, <-done)
-			nc.Close()
-			require.NoError(t, store.Close())
-			srv.Shutdown()
-		})
-	}
-	t.Cleanup(stop)
-	select {
-	case <-svc.Ready():
-	case <-time.After(20 * time.Second):
-		t.Fatal("service not ready")
-	}
-	return srv.ClientURL(), stop
+	st := servicetest.Start(t, dir, servicetest.Options{Listen: "127.0.0.1:0"})
+	return st.URL, st.Stop
 }
 
 // run runs the CLI and returns its exit code, stdout and stderr.
