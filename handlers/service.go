@@ -431,6 +431,11 @@ func (s *Service) execute(ctx context.Context, cmd domain.Command, m domain.Meta
 	return submit(ctx, c, cmd, m)
 }
 
+// internalCommands are decided only for the writer's own timers and
+// quarantine: they have no endpoint, so no client can fire a timer or
+// quarantine a task.
+var internalCommands = map[string]bool{"timer.fire": true, "task.quarantine": true}
+
 // startCommands registers the micro service "dwr" with one endpoint per
 // command on <prefix>.cmd.<workspace>.<command>.
 func (s *Service) startCommands() (micro.Service, error) {
@@ -440,6 +445,9 @@ func (s *Service) startCommands() (micro.Service, error) {
 		return nil, fmt.Errorf("handlers: command service: %w", err)
 	}
 	for _, name := range domain.CommandNames() {
+		if internalCommands[name] {
+			continue
+		}
 		subject := s.cfg.Prefix + ".cmd.*." + name
 		h := func(req micro.Request) { s.async(req, func() []byte { return s.handleCommand(name, req) }) }
 		if err := svc.AddEndpoint(strings.ReplaceAll(name, ".", "_"), micro.HandlerFunc(h),

@@ -284,3 +284,15 @@ func TestRestartKeepsStateAndRebuildEqualsLive(t *testing.T) {
 	require.Equal(t, b2.store.Checkpoint(), rebuilt.Checkpoint())
 	require.True(t, bytes.Equal(live.Bytes(), fresh.Bytes()), "rebuilt views equal the live ones byte for byte")
 }
+
+func TestInternalCommandsHaveNoEndpoint(t *testing.T) {
+	b := setup(t)
+	task, _ := b.mustCommand(t, "task.create", map[string]any{"spec": map[string]any{"queue": "q"}})
+	for name, body := range map[string]any{
+		"timer.fire":      map[string]any{"task_id": task.ID, "kind": "backoff", "due": time.Now().UTC().Format(time.RFC3339)},
+		"task.quarantine": map[string]any{"task_id": task.ID},
+	} {
+		_, err := b.tryCommand(name, body, "internal-"+name)
+		require.ErrorIs(t, err, nats.ErrNoResponders, "%s must not be open to clients", name)
+	}
+}
