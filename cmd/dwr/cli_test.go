@@ -7,7 +7,9 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/stretchr/testify/require"
 
 	"github.com/dwr-run/dwr/handlers/servicetest"
@@ -148,4 +150,54 @@ func TestCLIAdminRebuildMatchesTheLiveViews(t *testing.T) {
 	var tasks []map[string]any
 	runJSON(t, url, &tasks, "task", "list")
 	require.Len(t, tasks, 2)
+}
+
+// rawCommand sends a command over NATS, as an executor would, and requires
+// that it is accepted.
+func rawCommand(t *testing.T, url, name string, body any) {
+	t.Helper()
+	nc, err := nats.Connect(url)
+	require.NoError(t, err)
+	defer nc.Close()
+	data, err := json.Marshal(body)
+	require.NoError(t, err)
+	resp, err := nc.Request("dwr.cmd.default."+name, data, 10*time.Second)
+	require.NoError(t, err)
+	require.Contains(t, string(resp.Data), `"ok":true`, name)
+}
+
+func TestCLISignalResumesAWaitingTask(t *testing.T) {
+	url := cliServer(t)
+	var task map[string]any
+	runJSON(t, url, &task, "task", "create", "--queue", "q")
+	id := task["id"].(string)
+	rawCommand(t, url, "task.claim", map[string]any{"task_id": id, "executor": "e"})
+	rawCommand(t, url, "task.wait", map[string]any{"task_id": id, "attempt": 1, "kind": "signal", "signal": "payment-settled"})
+
+	code, _, errs := run(t, url, "signal", id, "vendor-answered")
+	require.Equal(t, exitConflict, code)
+	require.Contains(t, errs, `not waiting for signal "vendor-answered"`)
+
+	var got map[string]any
+	runJSON(t, url, &got, "signal", id, "payment-settled", "--data", `{"amount": 12}`)
+	require.Equal(t, "ready", got["state"])
+}
+
+func TestCLIReviewDecidesAnInconclusiveTask(t *testing.T) {
+	url := cliServer(t)
+	var task map[string]any
+	runJSON(t, url, &task, "task", "create", "--queue", "q", "--verify-queue", "checks")
+	id := task["id"].(string)
+	rawCommand(t, url, "task.claim", map[string]any{"task_id": id, "executor": "e"})
+	rawCommand(t, url, "task.succeed", map[string]any{"task_id": id, "attempt": 1, "result": "draft"})
+	rawCommand(t, url, "task.verify", map[string]any{"task_id": id, "attempt": 1, "outcome": "INCONCLUSIVE",
+		"verifier": "checker", "result_digest": "sha256:abc", "evidence": map[string]any{"why": "unsure"}})
+
+	code, _, errs := run(t, url, "review", id, "maybe")
+	require.Equal(t, exitInvalid, code)
+	require.Contains(t, errs, "accept, reject or retry")
+
+	var got map[string]any
+	runJSON(t, url, &got, "review", id, "accept", "--reason", "read it myself")
+	require.Equal(t, "accepted", got["state"])
 }
