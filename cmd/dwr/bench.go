@@ -127,26 +127,17 @@ Each client runs one operation at a time (a closed loop) for --duration after a 
 Progress goes to stderr; the table (or --json) to stdout.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			ctx, stop := signal.NotifyContext(cmd.Context(), syscall.SIGINT, syscall.SIGTERM)
-			defer stop()
-			rep, err := runBench(ctx, o, cmd.ErrOrStderr())
-			if err != nil {
-				return fail(exitError, "bench: %v", err)
-			}
-			if g.json {
-				err = printJSON(g.out, rep)
-			} else {
-				err = printBench(g.out, rep)
-			}
-			if err != nil {
-				return err
-			}
-			for _, c := range rep.Cells {
-				if c.Errors > 0 {
-					return fail(exitError, "bench: %s with %d clients had %d errors (first: %s)", c.Mode, c.Clients, c.Errors, c.FirstError)
-				}
-			}
-			return nil
+			return runReport(cmd, g, "bench",
+				func(ctx context.Context, progress io.Writer) (*benchReport, error) { return runBench(ctx, o, progress) },
+				printBench,
+				func(rep *benchReport) error {
+					for _, c := range rep.Cells {
+						if c.Errors > 0 {
+							return fmt.Errorf("%s with %d clients had %d errors (first: %s)", c.Mode, c.Clients, c.Errors, c.FirstError)
+						}
+					}
+					return nil
+				})
 		},
 	}
 	f := cmd.Flags()
@@ -734,4 +725,28 @@ func thousands(f float64) string {
 		out = append(out, s[i])
 	}
 	return string(out)
+}
+
+// runReport runs a benchmark until a signal stops it, prints its report (as
+// JSON with --json), and fails when check finds the run had errors.
+func runReport[R any](cmd *cobra.Command, g *globals, name string, run func(context.Context, io.Writer) (R, error),
+	print func(io.Writer, R) error, check func(R) error) error {
+	ctx, stop := signal.NotifyContext(cmd.Context(), syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+	rep, err := run(ctx, cmd.ErrOrStderr())
+	if err != nil {
+		return fail(exitError, "%s: %v", name, err)
+	}
+	if g.json {
+		err = printJSON(g.out, rep)
+	} else {
+		err = print(g.out, rep)
+	}
+	if err != nil {
+		return err
+	}
+	if err := check(rep); err != nil {
+		return fail(exitError, "%s: %v", name, err)
+	}
+	return nil
 }

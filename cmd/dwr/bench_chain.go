@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"os/signal"
 	"runtime"
 	"runtime/pprof"
 	"slices"
@@ -81,26 +80,19 @@ the whole process per chain (server, service, workers and clients), and the proc
 it runs --single chains one after the other: the latency of a chain at low load.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			ctx, stop := signal.NotifyContext(cmd.Context(), syscall.SIGINT, syscall.SIGTERM)
-			defer stop()
-			rep, err := runChainBench(ctx, o, cmd.ErrOrStderr())
-			if err != nil {
-				return fail(exitError, "bench chain3: %v", err)
-			}
-			if g.json {
-				err = printJSON(g.out, rep)
-			} else {
-				err = printChainBench(g.out, rep)
-			}
-			if err != nil {
-				return err
-			}
-			for _, c := range append([]chainCell{rep.Single}, rep.Cells...) {
-				if c.Errors > 0 {
-					return fail(exitError, "bench chain3: N=%d had %d errors (first: %s)", c.Chains, c.Errors, c.FirstError)
-				}
-			}
-			return nil
+			return runReport(cmd, g, "bench chain3",
+				func(ctx context.Context, progress io.Writer) (*chainReport, error) {
+					return runChainBench(ctx, o, progress)
+				},
+				printChainBench,
+				func(rep *chainReport) error {
+					for _, c := range append([]chainCell{rep.Single}, rep.Cells...) {
+						if c.Errors > 0 {
+							return fmt.Errorf("N=%d had %d errors (first: %s)", c.Chains, c.Errors, c.FirstError)
+						}
+					}
+					return nil
+				})
 		},
 	}
 	f := cmd.Flags()
