@@ -88,7 +88,7 @@ it runs --single chains one after the other: the latency of a chain at low load.
 				func(rep *chainReport) error {
 					for _, c := range append([]chainCell{rep.Single}, rep.Cells...) {
 						if c.Errors > 0 {
-							return fmt.Errorf("N=%d had %d errors (first: %s)", c.Chains, c.Errors, c.FirstError)
+							return fmt.Errorf("%d chains had %d errors (first: %s)", c.Chains, c.Errors, c.FirstError)
 						}
 					}
 					return nil
