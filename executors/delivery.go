@@ -22,6 +22,7 @@ const (
 	outcomeStopped   = "stopped"            // the worker stopped first; the item will be redelivered
 	outcomeUnsettled = "unsettled"          // not reported; the item will be redelivered
 	outcomeSkipped   = "skipped"            // a stale or unusable item: no job ran
+	outcomeWaiting   = "waiting"            // the handler parked the task: a later attempt resumes it
 )
 
 // delivery is one work item delivered to this worker, from its receipt to
@@ -251,7 +252,13 @@ func (d *delivery) run(hard context.Context, t *taskState, a *attemptState, watc
 func (d *delivery) report(ctx context.Context, job *Job, rep Report, watch *watch) {
 	var r *reply
 	var err error
-	if rep.Failure == nil {
+	if rep.Wait != nil {
+		r, err = d.w.c.command(ctx, "task.wait", waitBodyOf(job.TaskID, job.Attempt, rep.Wait),
+			fmt.Sprintf("wait.%s.%d", job.TaskID, job.Attempt))
+		if err == nil && !r.OK && r.Error.Code == codeInvalid {
+			rep.Wait, rep.Failure = nil, &Failure{Code: CodeInvalidResult, Message: clip("the service refused the wait: "+r.Error.Message, maxMessage)}
+		}
+	} else if rep.Failure == nil {
 		r, err = d.w.c.command(ctx, "task.succeed", succeedBody{TaskID: job.TaskID, Attempt: job.Attempt,
 			Result: rep.Output, Artifacts: rep.Artifacts, ModelSteps: rep.ModelSteps},
 			fmt.Sprintf("succeed.%s.%d", job.TaskID, job.Attempt))
@@ -270,6 +277,8 @@ func (d *delivery) report(ctx context.Context, job *Job, rep Report, watch *watc
 	case r.OK:
 		d.ack()
 		switch {
+		case rep.Wait != nil:
+			d.done(outcomeWaiting, job.Attempt, logReason, rep.Wait.Error())
 		case rep.Failure == nil:
 			d.done(outcomeSucceeded, job.Attempt)
 		case rep.Failure.Retryable:

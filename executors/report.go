@@ -31,15 +31,20 @@ type Report struct {
 	Artifacts  []Artifact
 	ModelSteps []ModelStep
 	Failure    *Failure
+	Wait       *WaitError // the handler parked the task (Sleep, AwaitSignal)
 }
 
 // ReportFor returns what a worker reports when a handler that ran with the
-// job context ctx returned (res, err). An error becomes FailureOf(err), with
+// job context ctx returned (res, err). A Sleep or AwaitSignal becomes a wait.
+// Any other error becomes FailureOf(err), with
 // code CodeTimeout when it has no code and the attempt's deadline had
 // passed. A result whose output does not encode, or is larger than
 // MaxPayloadBytes, becomes a failure with code CodeInvalidResult that is not
 // retryable.
 func ReportFor(ctx context.Context, res Result, err error) Report {
+	if w := waitOf(err); w != nil {
+		return Report{Wait: w}
+	}
 	if err != nil {
 		f := FailureOf(err)
 		if f.Code == "" && ctx.Err() != nil && errors.Is(context.Cause(ctx), ErrTimeout) {

@@ -1,0 +1,64 @@
+package executors_test
+
+import (
+	"context"
+	"encoding/json"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/dwr-run/dwr/executors"
+)
+
+// A handler that sleeps parks its task durably: no job runs meanwhile, and a
+// new attempt resumes from the checkpoint once the time has come.
+func TestSleepParksTheTaskUntilItsTime(t *testing.T) {
+	b := setup(t)
+	var until time.Time
+	b.startWorker(t, executors.Config{Queue: "nap"}, func(ctx context.Context, job *executors.Job) (executors.Result, error) {
+		if job.Checkpoint == nil {
+			if err := job.SaveCheckpoint(ctx, map[string]string{"phase": "asked"}); err != nil {
+				return executors.Result{}, err
+			}
+			until = time.Now().Add(time.Second)
+			return executors.Result{}, executors.Sleep(until)
+		}
+		return executors.Result{Output: map[string]any{"resumed_from": job.Checkpoint, "attempt": job.Attempt}}, nil
+	})
+	id := b.createTask(t, map[string]any{"queue": "nap", "retry": map[string]any{"max_attempts": 1}})
+	parked := b.waitState(t, id, "waiting", 10*time.Second)
+	require.Equal(t, "parked", parked.Attempts[0].State)
+	done := b.waitState(t, id, "accepted", 15*time.Second)
+	require.Len(t, done.Attempts, 2, "the parked attempt does not count against max_attempts 1")
+	second := done.Attempts[1]
+	var started struct {
+		StartedAt time.Time `json:"started_at"`
+	}
+	raw := b.request(t, "dwr.q.default.task.get", map[string]string{"id": id}).Result
+	var full struct {
+		Attempts []json.RawMessage `json:"attempts"`
+	}
+	require.NoError(t, json.Unmarshal(raw, &full))
+	require.NoError(t, json.Unmarshal(full.Attempts[1], &started))
+	require.False(t, started.StartedAt.Before(until), "resumed at %s, before %s", started.StartedAt, until)
+	require.JSONEq(t, `{"resumed_from":{"phase":"asked"},"attempt":2}`, string(second.Result))
+	b.waitSettled(t, "nap")
+}
+
+// A handler that awaits a signal parks its task until the signal arrives.
+func TestAwaitSignalResumesOnTheSignal(t *testing.T) {
+	b := setup(t)
+	b.startWorker(t, executors.Config{Queue: "pay"}, func(ctx context.Context, job *executors.Job) (executors.Result, error) {
+		if job.Attempt == 1 {
+			return executors.Result{}, executors.AwaitSignal("payment-settled")
+		}
+		return executors.Result{Output: "settled"}, nil
+	})
+	id := b.createTask(t, map[string]any{"queue": "pay"})
+	b.waitState(t, id, "waiting", 10*time.Second)
+	b.command(t, "task.signal", map[string]any{"task_id": id, "name": "payment-settled", "payload": map[string]int{"amount": 12}})
+	done := b.waitState(t, id, "accepted", 10*time.Second)
+	require.JSONEq(t, `"settled"`, string(done.Attempts[1].Result))
+	b.waitSettled(t, "pay")
+}
