@@ -78,6 +78,7 @@ type Task struct {
 	BackoffUntil  *time.Time             `json:"backoff_until,omitempty"`
 	Verifications []VerificationRecorded `json:"verifications,omitempty"`
 	Approved      bool                   `json:"approved,omitempty"`
+	Signal        *SignalReceived        `json:"signal,omitempty"` // the last signal received, for the attempt it resumes
 	Reason        string                 `json:"reason,omitempty"`
 	Error         *ErrorInfo             `json:"error,omitempty"`
 	CreatedAt     time.Time              `json:"created_at"`
@@ -124,6 +125,10 @@ func (t *Task) Clone() *Task {
 	if t.Wait != nil {
 		w := *t.Wait
 		c.Wait = &w
+	}
+	if t.Signal != nil {
+		s := *t.Signal
+		c.Signal = &s
 	}
 	return &c
 }
@@ -302,7 +307,8 @@ func ApplyTask(t *Task, id, workspace string, e Event, r Recorded) (*Task, error
 	case *ApprovalDecided:
 		t.Approved = ev.Response == "approve"
 	case *SignalReceived:
-		// Resumption follows as task.ready.
+		s := *ev
+		t.Signal = &s // resumption follows as task.ready
 	case *TaskAccepted:
 		t.State = StateAccepted
 	case *TaskRejected:

@@ -184,6 +184,10 @@ func (d *delivery) job(t *taskState, a *attemptState) *Job {
 	if len(j.Input) == 0 {
 		j.Input = it.Input
 	}
+	j.Signal = t.Signal
+	if j.Signal == nil {
+		j.Signal = it.Signal
+	}
 	for _, p := range t.Attempts {
 		if p.N < a.N {
 			j.PriorAttempts = append(j.PriorAttempts, p.PriorAttempt)

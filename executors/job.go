@@ -55,6 +55,10 @@ type Job struct {
 	// evidence of why they were not accepted.
 	Verifications []Verification
 
+	// Signal is the last signal the task received — the one that resumed it
+	// after AwaitSignal — or nil.
+	Signal *Signal
+
 	// Deadline is when the attempt times out; zero when it has no timeout.
 	// The handler's context carries the same deadline.
 	Deadline time.Time

@@ -3,6 +3,7 @@ package executors_test
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"testing"
 	"time"
 
@@ -53,12 +54,15 @@ func TestAwaitSignalResumesOnTheSignal(t *testing.T) {
 		if job.Attempt == 1 {
 			return executors.Result{}, executors.AwaitSignal("payment-settled")
 		}
-		return executors.Result{Output: "settled"}, nil
+		if job.Signal == nil || job.Signal.Name != "payment-settled" {
+			return executors.Result{}, executors.Permanent(errors.New("resumed without its signal"))
+		}
+		return executors.Result{Output: job.Signal.Payload}, nil
 	})
 	id := b.createTask(t, map[string]any{"queue": "pay"})
 	b.waitState(t, id, "waiting", 10*time.Second)
 	b.command(t, "task.signal", map[string]any{"task_id": id, "name": "payment-settled", "payload": map[string]int{"amount": 12}})
 	done := b.waitState(t, id, "accepted", 10*time.Second)
-	require.JSONEq(t, `"settled"`, string(done.Attempts[1].Result))
+	require.JSONEq(t, `{"amount":12}`, string(done.Attempts[1].Result), "the resumed attempt got the signal's payload")
 	b.waitSettled(t, "pay")
 }

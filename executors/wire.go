@@ -122,7 +122,14 @@ type workItem struct {
 	Checkpoint    json.RawMessage `json:"checkpoint,omitempty"`
 	PriorAttempts []PriorAttempt  `json:"prior_attempts,omitempty"`
 	Verifications []Verification  `json:"verifications,omitempty"`
+	Signal        *Signal         `json:"signal,omitempty"`
 	Timeout       duration        `json:"timeout,omitempty"`
+}
+
+// Signal is a named signal a task received, with its payload.
+type Signal struct {
+	Name    string          `json:"name"`
+	Payload json.RawMessage `json:"payload,omitempty"`
 }
 
 // kindExecute is the only work item kind this SDK runs.
@@ -252,6 +259,7 @@ type taskState struct {
 	Attempts      []attemptState  `json:"attempts,omitempty"`
 	Checkpoint    json.RawMessage `json:"checkpoint,omitempty"`
 	Verifications []Verification  `json:"verifications,omitempty"`
+	Signal        *Signal         `json:"signal,omitempty"`
 }
 
 type taskSpec struct {

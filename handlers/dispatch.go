@@ -32,6 +32,7 @@ type WorkItem struct {
 	Checkpoint    json.RawMessage               `json:"checkpoint,omitempty"`
 	PriorAttempts []domain.Attempt              `json:"prior_attempts,omitempty"`
 	Verifications []domain.VerificationRecorded `json:"verifications,omitempty"`
+	Signal        *domain.SignalReceived        `json:"signal,omitempty"`
 	Timeout       domain.Duration               `json:"timeout,omitempty"`
 }
 
@@ -43,7 +44,7 @@ func workItemOf(t *domain.Task) WorkItem {
 	return WorkItem{Kind: WorkKindExecute, TaskID: t.ID, Workspace: t.Workspace, Queue: t.Spec.Queue, GoalID: t.GoalID,
 		Key: t.Key, Title: t.Spec.Title, Attempt: len(t.Attempts) + 1, OperationKey: domain.OperationKey(t.ID),
 		Input: t.Spec.Input, Checkpoint: t.Checkpoint, PriorAttempts: t.Attempts, Verifications: t.Verifications,
-		Timeout: t.Spec.Timeout}
+		Signal: t.Signal, Timeout: t.Spec.Timeout}
 }
 
 // WorkSubject returns the subject of a queue's work items.
