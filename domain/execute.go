@@ -245,6 +245,14 @@ func spent(t *Task) int {
 	return n
 }
 
+// ResultDigest returns the digest a verification names the result it judged
+// by: "sha256:" and the hex SHA-256 of the result's JSON as the attempt
+// reported it.
+func ResultDigest(result []byte) string {
+	h := sha256.Sum256(result)
+	return "sha256:" + hex.EncodeToString(h[:])
+}
+
 // VerificationID returns the replay-safe identity of a verification: the
 // task, the attempt, the digest of the result, and the verifier's name and
 // version.

@@ -19,7 +19,7 @@ import (
 // WorkItem is what an executor receives on <prefix>.work.<workspace>.<queue>:
 // everything an attempt needs, so that the executor reads nothing else.
 type WorkItem struct {
-	Kind          string                        `json:"kind"` // "execute"
+	Kind          string                        `json:"kind"` // "execute" or "verify"
 	TaskID        string                        `json:"task_id"`
 	Workspace     string                        `json:"workspace"`
 	Queue         string                        `json:"queue"`
@@ -34,13 +34,28 @@ type WorkItem struct {
 	Verifications []domain.VerificationRecorded `json:"verifications,omitempty"`
 	Signal        *domain.SignalReceived        `json:"signal,omitempty"`
 	Timeout       domain.Duration               `json:"timeout,omitempty"`
+	// For a verify item: the result to judge, as the attempt reported it.
+	Result       json.RawMessage      `json:"result,omitempty"`
+	Artifacts    []domain.ArtifactRef `json:"artifacts,omitempty"`
+	ResultDigest string               `json:"result_digest,omitempty"`
 }
 
-// WorkKindExecute is the kind of a work item that runs an attempt.
-const WorkKindExecute = "execute"
+// Work item kinds.
+const (
+	WorkKindExecute = "execute" // run an attempt of a ready task
+	WorkKindVerify  = "verify"  // judge the result of a verifying task's attempt
+)
 
-// workItemOf returns the work item of a ready task.
+// workItemOf returns the work item of a ready task (an attempt to run) or of
+// a verifying task (a result to judge, on the verification queue).
 func workItemOf(t *domain.Task) WorkItem {
+	if t.State == domain.StateVerifying && t.Spec.Verification != nil {
+		a := t.Current()
+		return WorkItem{Kind: WorkKindVerify, TaskID: t.ID, Workspace: t.Workspace, Queue: t.Spec.Verification.Queue,
+			GoalID: t.GoalID, Key: t.Key, Title: t.Spec.Title, Attempt: a.N, OperationKey: domain.OperationKey(t.ID),
+			Input: t.Spec.Input, PriorAttempts: t.Attempts[:len(t.Attempts)-1], Verifications: t.Verifications,
+			Result: a.Result, Artifacts: a.Artifacts, ResultDigest: domain.ResultDigest(a.Result)}
+	}
 	return WorkItem{Kind: WorkKindExecute, TaskID: t.ID, Workspace: t.Workspace, Queue: t.Spec.Queue, GoalID: t.GoalID,
 		Key: t.Key, Title: t.Spec.Title, Attempt: len(t.Attempts) + 1, OperationKey: domain.OperationKey(t.ID),
 		Input: t.Spec.Input, Checkpoint: t.Checkpoint, PriorAttempts: t.Attempts, Verifications: t.Verifications,
@@ -116,7 +131,11 @@ func (d *dispatcher) msg(it WorkItem) (*nats.Msg, error) {
 		return nil, err
 	}
 	m := nats.NewMsg(WorkSubject(d.prefix, it.Workspace, it.Queue))
-	m.Header.Set(jetstream.MsgIDHeader, fmt.Sprintf("%s.%d", it.TaskID, it.Attempt))
+	id := fmt.Sprintf("%s.%d", it.TaskID, it.Attempt)
+	if it.Kind == WorkKindVerify {
+		id += ".verify"
+	}
+	m.Header.Set(jetstream.MsgIDHeader, id)
 	m.Data = b
 	return m, nil
 }
@@ -179,13 +198,19 @@ func (d *dispatcher) dispatchCommit(store *projections.Store, c *eventstore.Comm
 			d.logger.Error("handlers: cannot read a committed task to dispatch it", "task", e.AggregateID, "err", err)
 			continue
 		}
-		if t.State == domain.StateReady {
+		if dispatchable(t) {
 			d.publish(t)
 		}
 	}
 }
 
-// rederive publishes the work item of every ready task, waiting for each
+// dispatchable reports whether a task in its state has a work item: ready
+// (an attempt to run) or verifying (a result to judge).
+func dispatchable(t *domain.Task) bool {
+	return t.State == domain.StateReady || (t.State == domain.StateVerifying && t.Spec.Verification != nil)
+}
+
+// rederive publishes the work item of every ready or verifying task, waiting for each
 // acknowledgement: after a crash, any item that may be missing is there
 // again (an item still present is deduplicated by its message id, or, past
 // the duplicates window, refused at claim as stale).
@@ -196,10 +221,15 @@ func (d *dispatcher) rederive(ctx context.Context, store *projections.Store) (in
 	}
 	n := 0
 	for _, ws := range wss {
-		tasks, err := store.ListTasks(ws.Name, projections.TaskFilter{State: domain.StateReady})
+		ready, err := store.ListTasks(ws.Name, projections.TaskFilter{State: domain.StateReady})
 		if err != nil {
 			return n, err
 		}
+		verifying, err := store.ListTasks(ws.Name, projections.TaskFilter{State: domain.StateVerifying})
+		if err != nil {
+			return n, err
+		}
+		tasks := append(ready, verifying...)
 		for _, t := range tasks {
 			m, err := d.msg(workItemOf(t))
 			if err != nil {

@@ -137,3 +137,30 @@ func TestWorkItemsAreDerivedAgainAfterARestart(t *testing.T) {
 	require.Equal(t, task.ID, it.TaskID)
 	require.NoError(t, m.Ack())
 }
+
+func TestVerifyingTasksAreDispatchedToTheirVerifier(t *testing.T) {
+	b := setup(t)
+	exec := b.queue(t, "draft", 30*time.Second, 5)
+	checks := b.queue(t, "checks", 30*time.Second, 5)
+	task, _ := b.mustCommand(t, "task.create", map[string]any{"spec": map[string]any{"queue": "draft",
+		"verification": map[string]any{"queue": "checks"}}})
+	it, m := exec.next(5 * time.Second)
+	b.mustCommand(t, "task.claim", map[string]any{"task_id": task.ID, "executor": "writer"})
+	b.mustCommand(t, "task.succeed", map[string]any{"task_id": task.ID, "attempt": it.Attempt, "result": map[string]any{"text": "v1"}})
+	require.NoError(t, m.Ack())
+
+	v, vm := checks.next(5 * time.Second)
+	require.Equal(t, handlers.WorkKindVerify, v.Kind)
+	require.Equal(t, 1, v.Attempt)
+	require.JSONEq(t, `{"text":"v1"}`, string(v.Result))
+	require.Equal(t, domain.ResultDigest(v.Result), v.ResultDigest)
+	// FAIL: a new attempt is dispatched, handed the evidence.
+	b.mustCommand(t, "task.verify", map[string]any{"task_id": task.ID, "attempt": v.Attempt, "outcome": "FAIL",
+		"verifier": "checker", "result_digest": v.ResultDigest, "evidence": map[string]any{"missing": "a title"}})
+	require.NoError(t, vm.Ack())
+	it, m = exec.next(5 * time.Second)
+	require.Equal(t, 2, it.Attempt)
+	require.Len(t, it.Verifications, 1)
+	require.JSONEq(t, `{"missing":"a title"}`, string(it.Verifications[0].Evidence))
+	require.NoError(t, m.Ack())
+}
