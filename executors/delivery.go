@@ -23,6 +23,7 @@ const (
 	outcomeUnsettled = "unsettled"          // not reported; the item will be redelivered
 	outcomeSkipped   = "skipped"            // a stale or unusable item: no job ran
 	outcomeWaiting   = "waiting"            // the handler parked the task: a later attempt resumes it
+	outcomeVerified  = "verified"           // a verifier's verdict was recorded
 )
 
 // delivery is one work item delivered to this worker, from its receipt to
@@ -47,8 +48,12 @@ func (w *Worker) deliver(hard context.Context, msg jetstream.Msg) {
 	}
 	d.delivered = meta.NumDelivered
 	err = json.Unmarshal(msg.Data(), &d.item)
+	kind := kindExecute
+	if w.verify != nil {
+		kind = kindVerify
+	}
 	if err == nil {
-		err = d.item.check(w.cfg.Workspace, w.cfg.Queue)
+		err = d.item.check(w.cfg.Workspace, w.cfg.Queue, kind)
 	}
 	if err != nil {
 		// An item this SDK cannot run (malformed, or of a kind it does not
@@ -57,6 +62,10 @@ func (w *Worker) deliver(hard context.Context, msg jetstream.Msg) {
 		w.log.Error("executors: a work item this worker cannot run; handing it back", logTask, d.item.TaskID,
 			logErr, err, "stream_seq", meta.Sequence.Stream, logDelivered, d.delivered)
 		_ = msg.NakWithDelay(w.cfg.Lease)
+		return
+	}
+	if w.verify != nil {
+		d.judge(hard, msg)
 		return
 	}
 

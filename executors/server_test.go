@@ -165,12 +165,23 @@ type worker struct {
 // Logger filled in) until stop or cleanup.
 func (b *bundle) startWorker(t *testing.T, cfg executors.Config, h executors.Handler) *worker {
 	t.Helper()
+	return b.run(t, cfg, func(cfg executors.Config) (*executors.Worker, error) { return executors.NewWorker(cfg, h) })
+}
+
+// startVerifier starts a verifier on cfg.Queue, stopped at cleanup.
+func (b *bundle) startVerifier(t *testing.T, cfg executors.Config, v executors.VerifyHandler) *worker {
+	t.Helper()
+	return b.run(t, cfg, func(cfg executors.Config) (*executors.Worker, error) { return executors.NewVerifier(cfg, v) })
+}
+
+func (b *bundle) run(t *testing.T, cfg executors.Config, build func(executors.Config) (*executors.Worker, error)) *worker {
+	t.Helper()
 	nc, err := b.srv.Connect()
 	require.NoError(t, err)
 	sink := newLogSink(t)
 	cfg.Conn = nc
 	cfg.Logger = slog.New(sink)
-	w, err := executors.NewWorker(cfg, h)
+	w, err := build(cfg)
 	require.NoError(t, err)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)

@@ -124,6 +124,9 @@ type workItem struct {
 	Verifications []Verification  `json:"verifications,omitempty"`
 	Signal        *Signal         `json:"signal,omitempty"`
 	Timeout       duration        `json:"timeout,omitempty"`
+	Result        json.RawMessage `json:"result,omitempty"`
+	Artifacts     []Artifact      `json:"artifacts,omitempty"`
+	ResultDigest  string          `json:"result_digest,omitempty"`
 }
 
 // Signal is a named signal a task received, with its payload.
@@ -132,13 +135,17 @@ type Signal struct {
 	Payload json.RawMessage `json:"payload,omitempty"`
 }
 
-// kindExecute is the only work item kind this SDK runs.
-const kindExecute = "execute"
+// The work item kinds: a Worker runs execute items, a verifier (NewVerifier)
+// judges verify items.
+const (
+	kindExecute = "execute"
+	kindVerify  = "verify"
+)
 
-func (it *workItem) check(workspace, queue string) error {
+func (it *workItem) check(workspace, queue, kind string) error {
 	var problems []string
-	if it.Kind != kindExecute {
-		problems = append(problems, fmt.Sprintf("kind %q is not %q", it.Kind, kindExecute))
+	if it.Kind != kind {
+		problems = append(problems, fmt.Sprintf("kind %q is not %q", it.Kind, kind))
 	}
 	if it.TaskID == "" {
 		problems = append(problems, "task_id is missing")

@@ -64,11 +64,14 @@ func TestWorkItemDurationAcceptsStringsAndSeconds(t *testing.T) {
 
 func TestWorkItemCheckNamesEveryProblem(t *testing.T) {
 	it := workItem{Kind: "verify", Workspace: "other", Queue: "q2"}
-	err := it.check("default", "q")
+	err := it.check("default", "q", kindExecute)
 	require.Error(t, err)
 	for _, want := range []string{"kind", "task_id", "workspace", "queue", "attempt"} {
 		require.Contains(t, err.Error(), want)
 	}
 	ok := workItem{Kind: kindExecute, TaskID: "T", Workspace: "default", Queue: "q", Attempt: 1}
-	require.NoError(t, ok.check("default", "q"))
+	require.NoError(t, ok.check("default", "q", kindExecute))
+	v := workItem{Kind: kindVerify, TaskID: "T", Workspace: "default", Queue: "q", Attempt: 1}
+	require.NoError(t, v.check("default", "q", kindVerify))
+	require.Error(t, v.check("default", "q", kindExecute), "a worker does not run verify items")
 }

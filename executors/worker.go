@@ -27,6 +27,7 @@ const maxPause = 5 * time.Second
 type Worker struct {
 	cfg     Config
 	h       Handler
+	verify  VerifyHandler // set by NewVerifier: the worker judges verify items
 	c       *client
 	js      jetstream.JetStream
 	log     *slog.Logger

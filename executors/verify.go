@@ -1,0 +1,138 @@
+package executors
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"sync"
+
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// Verification outcomes.
+const (
+	Pass         = "PASS"
+	Fail         = "FAIL"
+	Inconclusive = "INCONCLUSIVE"
+)
+
+// Check is a result to judge: what a verifier receives for a task whose
+// attempt succeeded and whose spec names a verification queue.
+type Check struct {
+	TaskID, Workspace, Queue, GoalID, Key, Title string
+	// Attempt is the attempt whose result is judged.
+	Attempt int
+	// Input is the task's input; Result the attempt's result.
+	Input, Result json.RawMessage
+	// Artifacts are the attempt's artifacts, by reference.
+	Artifacts []Artifact
+	// ResultDigest names the result judged ("sha256:<hex>"); it is part of
+	// the verification's replay-safe identity.
+	ResultDigest string
+	// PriorAttempts are the attempts before this one; Verifications the
+	// outcomes recorded for them.
+	PriorAttempts []PriorAttempt
+	Verifications []Verification
+}
+
+// Verdict is a verifier's judgment: PASS accepts the task; FAIL starts a new
+// attempt handed the evidence (or rejects the task when attempts are spent);
+// INCONCLUSIVE puts it in needs_review for a person (`dwr review`).
+type Verdict struct {
+	Outcome  string
+	Evidence any // marshalled to JSON; at most MaxPayloadBytes
+}
+
+// VerifyHandler judges a result. An error (not a verdict) leaves the work
+// item to be delivered again.
+type VerifyHandler func(ctx context.Context, c *Check) (Verdict, error)
+
+// NewVerifier returns a worker for cfg's queue — a verification queue — that
+// runs v for every result to judge and records its verdict (task.verify,
+// under the identity of the task, attempt, result digest and this
+// verifier's name and version: recording it again is harmless). It returns
+// the errors NewWorker does.
+func NewVerifier(cfg Config, v VerifyHandler) (*Worker, error) {
+	if v == nil {
+		return nil, errors.New("executors: the verify handler is nil")
+	}
+	w, err := NewWorker(cfg, func(context.Context, *Job) (Result, error) {
+		return Result{}, Permanent(errors.New("executors: a verifier got a work item to execute"))
+	})
+	if err != nil {
+		return nil, err
+	}
+	w.verify = v
+	return w, nil
+}
+
+// verifyBody is the task.verify command.
+type verifyBody struct {
+	TaskID          string          `json:"task_id"`
+	Attempt         int             `json:"attempt"`
+	Outcome         string          `json:"outcome"`
+	Evidence        json.RawMessage `json:"evidence,omitempty"`
+	Verifier        string          `json:"verifier"`
+	VerifierVersion string          `json:"verifier_version,omitempty"`
+	ResultDigest    string          `json:"result_digest"`
+}
+
+// judge runs the verifier on a verify item and records its verdict, keeping
+// the item's lease meanwhile; the item is acknowledged once the verdict is
+// recorded or found stale, and left to be redelivered otherwise.
+func (d *delivery) judge(hard context.Context, msg jetstream.Msg) {
+	hbCtx, stopHB := context.WithCancel(context.Background())
+	var hb sync.WaitGroup
+	hb.Go(func() { d.heartbeat(hbCtx) })
+	defer func() { stopHB(); hb.Wait() }()
+
+	it := &d.item
+	c := &Check{TaskID: it.TaskID, Workspace: it.Workspace, Queue: it.Queue, GoalID: it.GoalID, Key: it.Key,
+		Title: it.Title, Attempt: it.Attempt, Input: it.Input, Result: it.Result, Artifacts: it.Artifacts,
+		ResultDigest: it.ResultDigest, PriorAttempts: it.PriorAttempts, Verifications: it.Verifications}
+	verdict, err := callVerifier(hard, d.w.verify, c)
+	if err != nil {
+		d.done(outcomeUnsettled, it.Attempt, logErr, err)
+		_ = msg.NakWithDelay(d.w.cfg.Lease)
+		return
+	}
+	evidence, err := encodeJSON(verdict.Evidence)
+	if err == nil && len(evidence) > MaxPayloadBytes {
+		err = fmt.Errorf("the evidence is %d bytes; at most %d are allowed (store it as an artifact)", len(evidence), MaxPayloadBytes)
+	}
+	if err != nil || (verdict.Outcome != Pass && verdict.Outcome != Fail && verdict.Outcome != Inconclusive) {
+		if err == nil {
+			err = fmt.Errorf("outcome %q is not PASS, FAIL or INCONCLUSIVE", verdict.Outcome)
+		}
+		d.w.log.Error("executors: an unusable verdict; the item is delivered again", logTask, it.TaskID, logErr, err)
+		d.done(outcomeUnsettled, it.Attempt, logErr, err)
+		_ = msg.NakWithDelay(d.w.cfg.Lease)
+		return
+	}
+	r, err := d.w.c.command(hard, "task.verify", verifyBody{TaskID: it.TaskID, Attempt: it.Attempt, Outcome: verdict.Outcome,
+		Evidence: evidence, Verifier: d.w.cfg.Executor, VerifierVersion: d.w.cfg.Version, ResultDigest: it.ResultDigest},
+		fmt.Sprintf("verify.%s.%d.%s", it.TaskID, it.Attempt, d.w.cfg.Executor))
+	switch {
+	case err != nil:
+		d.done(outcomeUnsettled, it.Attempt, logErr, err)
+	case r.OK:
+		d.ack()
+		d.done(outcomeVerified, it.Attempt, "verdict", verdict.Outcome)
+	case r.Error.Code == codeConflict || r.Error.Code == codeNotFound:
+		d.ack() // the task moved on: the item is stale
+		d.done(outcomeRefused, it.Attempt, logReason, r.Error.Message)
+	default:
+		d.done(outcomeUnsettled, it.Attempt, logReason, "verdict refused: "+r.Error.Code+": "+r.Error.Message)
+	}
+}
+
+// callVerifier runs v, turning a panic into an error.
+func callVerifier(ctx context.Context, v VerifyHandler, c *Check) (verdict Verdict, err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			err = fmt.Errorf("executors: the verifier panicked: %v", p)
+		}
+	}()
+	return v(ctx, c)
+}

@@ -1,0 +1,60 @@
+package executors_test
+
+import (
+	"context"
+	"encoding/json"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/dwr-run/dwr/executors"
+)
+
+// A verifier judges each result: FAIL hands its evidence to a new attempt,
+// PASS accepts the task.
+func TestAVerifierFailsThenPassesAResult(t *testing.T) {
+	b := setup(t)
+	b.startWorker(t, executors.Config{Queue: "drafts"}, func(_ context.Context, job *executors.Job) (executors.Result, error) {
+		if len(job.Verifications) == 0 {
+			return executors.Result{Output: map[string]string{"text": "draft without a title"}}, nil
+		}
+		var ev struct{ Missing string }
+		if err := json.Unmarshal(job.Verifications[0].Evidence, &ev); err != nil {
+			return executors.Result{}, executors.Permanent(err)
+		}
+		return executors.Result{Output: map[string]string{"text": "draft", "added": ev.Missing}}, nil
+	})
+	b.startVerifier(t, executors.Config{Queue: "checks", Executor: "title-check", Version: "1.0"},
+		func(_ context.Context, c *executors.Check) (executors.Verdict, error) {
+			var r map[string]string
+			if err := json.Unmarshal(c.Result, &r); err != nil {
+				return executors.Verdict{}, err
+			}
+			if r["added"] == "" {
+				return executors.Verdict{Outcome: executors.Fail, Evidence: map[string]string{"missing": "title"}}, nil
+			}
+			return executors.Verdict{Outcome: executors.Pass, Evidence: map[string]string{"checked": "title"}}, nil
+		})
+	id := b.createTask(t, map[string]any{"queue": "drafts", "verification": map[string]any{"queue": "checks"}})
+	done := b.waitState(t, id, "accepted", 15*time.Second)
+	require.Len(t, done.Attempts, 2)
+	require.JSONEq(t, `{"text":"draft","added":"title"}`, string(done.Attempts[1].Result))
+	b.waitSettled(t, "drafts")
+	b.waitSettled(t, "checks")
+}
+
+// INCONCLUSIVE puts the task in needs_review for a person.
+func TestAnInconclusiveVerdictAwaitsReview(t *testing.T) {
+	b := setup(t)
+	b.startWorker(t, executors.Config{Queue: "drafts"}, func(context.Context, *executors.Job) (executors.Result, error) {
+		return executors.Result{Output: "maybe"}, nil
+	})
+	b.startVerifier(t, executors.Config{Queue: "checks"}, func(context.Context, *executors.Check) (executors.Verdict, error) {
+		return executors.Verdict{Outcome: executors.Inconclusive, Evidence: "cannot tell"}, nil
+	})
+	id := b.createTask(t, map[string]any{"queue": "drafts", "verification": map[string]any{"queue": "checks"}})
+	b.waitState(t, id, "needs_review", 15*time.Second)
+	b.command(t, "task.review", map[string]any{"task_id": id, "decision": "accept", "reason": "read it"})
+	b.waitState(t, id, "accepted", 5*time.Second)
+}
