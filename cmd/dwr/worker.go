@@ -40,6 +40,7 @@ type workerOpts struct {
 	queue, executor, version, logLevel string
 	concurrency, maxDeliver            int
 	lease, drainTimeout                time.Duration
+	verify                             bool
 }
 
 func workerCmd(g *globals) *cobra.Command {
@@ -86,6 +87,7 @@ commands finish for up to --drain-timeout.`,
 	f.StringVar(&o.version, "executor-version", "", "the version recorded with every attempt")
 	f.DurationVar(&o.drainTimeout, "drain-timeout", executors.DefaultDrainTimeout, "how long running commands may finish after SIGINT or SIGTERM")
 	f.StringVar(&o.logLevel, "log-level", "info", "debug, info, warn or error")
+	f.BoolVar(&o.verify, "verify", false, "be a verifier: COMMAND gets the attempt's result on stdin and prints {\"outcome\": \"PASS\"|\"FAIL\"|\"INCONCLUSIVE\", \"evidence\": ...}")
 	return cmd
 }
 
@@ -115,9 +117,15 @@ func runWorker(ctx context.Context, g *globals, o workerOpts, argv []string, std
 		logger.Warn("dwr worker: NATS is not reachable yet; retrying until it is", "server", g.server)
 	}
 	x := &commandExecutor{argv: argv, lease: o.lease, logger: logger}
-	w, err := executors.NewWorker(executors.Config{Conn: nc, Workspace: g.workspace, Queue: o.queue,
+	cfg := executors.Config{Conn: nc, Workspace: g.workspace, Queue: o.queue,
 		Executor: o.executor, Version: o.version, Concurrency: o.concurrency, Lease: o.lease,
-		MaxDeliver: o.maxDeliver, DrainTimeout: o.drainTimeout, Logger: logger}, x.handle)
+		MaxDeliver: o.maxDeliver, DrainTimeout: o.drainTimeout, Logger: logger}
+	var w *executors.Worker
+	if o.verify {
+		w, err = executors.NewVerifier(cfg, x.verify)
+	} else {
+		w, err = executors.NewWorker(cfg, x.handle)
+	}
 	if err != nil {
 		return fail(exitInvalid, "%v", err)
 	}
@@ -132,6 +140,32 @@ type commandExecutor struct {
 	argv   []string
 	lease  time.Duration
 	logger *slog.Logger
+}
+
+// verify runs the command as a verifier: the attempt's result on stdin, the
+// verdict on stdout ({"outcome": "PASS"|"FAIL"|"INCONCLUSIVE", "evidence": ...}).
+// A command that fails or prints no verdict leaves the item to be delivered
+// again (and, past --max-deliver, quarantined).
+func (x *commandExecutor) verify(ctx context.Context, c *executors.Check) (executors.Verdict, error) {
+	job := executors.NewJob(executors.Job{TaskID: c.TaskID, Workspace: c.Workspace, Queue: c.Queue, GoalID: c.GoalID,
+		Key: c.Key, Title: c.Title, Attempt: c.Attempt, Input: c.Result, PriorAttempts: c.PriorAttempts}, nil)
+	res, err := x.handle(ctx, job)
+	if err != nil {
+		return executors.Verdict{}, err
+	}
+	raw, _ := res.Output.(json.RawMessage)
+	var v struct {
+		Outcome  string          `json:"outcome"`
+		Evidence json.RawMessage `json:"evidence"`
+	}
+	if err := json.Unmarshal(raw, &v); err != nil || (v.Outcome != executors.Pass && v.Outcome != executors.Fail && v.Outcome != executors.Inconclusive) {
+		return executors.Verdict{}, fmt.Errorf(`the verifier printed %q: it must print {"outcome": "PASS"|"FAIL"|"INCONCLUSIVE", "evidence": ...}`, short(string(raw), 200))
+	}
+	var evidence any
+	if len(v.Evidence) > 0 {
+		evidence = v.Evidence
+	}
+	return executors.Verdict{Outcome: v.Outcome, Evidence: evidence}, nil
 }
 
 // handle runs the command for job: see workerCmd's help for the contract.

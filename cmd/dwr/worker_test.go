@@ -353,3 +353,24 @@ func TestWorkerPriorAttemptsFitInTheEnvironment(t *testing.T) {
 	require.Len(t, got, 2, "the attempts are kept, their results left out")
 	require.Nil(t, got[0].Result)
 }
+
+func TestWorkerAsAVerifierJudgesResults(t *testing.T) {
+	e := newWorkerEnv(t)
+	draft := e.script("draft.sh", `cat >/dev/null
+if [ "$DWR_ATTEMPT" = "1" ]; then echo '{"text": "draft"}'; else echo '{"text": "draft", "title": "T"}'; fi
+`)
+	check := e.script("check.sh", `result="$(cat)"
+case "$result" in
+*title*) echo '{"outcome": "PASS", "evidence": {"checked": "title"}}' ;;
+*) echo '{"outcome": "FAIL", "evidence": {"missing": "title"}}' ;;
+esac
+`)
+	e.startWorker("drafts", nil, draft)
+	logs := e.startWorker("checks", []string{"--verify"}, check)
+	id := e.createTask(map[string]any{"queue": "drafts", "verification": map[string]any{"queue": "checks"}})
+	tk := e.waitState(id, "accepted")
+	require.Len(t, tk.Attempts, 2, "FAIL started attempt 2, PASS accepted it")
+	require.JSONEq(t, `{"text": "draft", "title": "T"}`, string(tk.Attempts[1].Result))
+	require.Contains(t, logs.String(), "verdict=FAIL")
+	require.Contains(t, logs.String(), "verdict=PASS")
+}
