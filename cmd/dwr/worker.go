@@ -54,7 +54,9 @@ The command gets the task's input (JSON) on stdin and, in its environment:
   DWR_TASK_ID, DWR_ATTEMPT, DWR_OPERATION_KEY (the same for every attempt: key
   your side effects by it), DWR_WORKSPACE, DWR_QUEUE, DWR_DEADLINE (RFC 3339,
   when the task has a timeout), DWR_SIGNAL (the signal that resumed the task,
-  JSON {"name", "payload"}, when there is one), DWR_PRIOR_ATTEMPTS (the earlier attempts, JSON;
+  JSON {"name", "payload"}, when there is one), DWR_VERIFICATIONS (the FAIL
+  verdicts of earlier results with their evidence, JSON, when there are any),
+  DWR_PRIOR_ATTEMPTS (the earlier attempts, JSON;
   without their results if those would make it longer than 64 KiB),
   DWR_CHECKPOINT_FILE (holds the last checkpoint, empty for none: write JSON to
   it to save a new one; it is read every lease/3 and when the command exits).
@@ -342,6 +344,11 @@ func jobEnv(job *executors.Job, checkpoint string) []string {
 		envCheckpoint + "=" + checkpoint, envPriorJSON + "=" + string(prior), "DWR_DEADLINE="}
 	if !job.Deadline.IsZero() {
 		env[len(env)-1] += job.Deadline.UTC().Format(time.RFC3339Nano)
+	}
+	if len(job.Verifications) > 0 {
+		if b, err := json.Marshal(job.Verifications); err == nil && len(b) <= maxPriorEnv {
+			env = append(env, "DWR_VERIFICATIONS="+string(b))
+		}
 	}
 	if job.Signal != nil && len(job.Signal.Payload) <= maxPriorEnv {
 		if b, err := json.Marshal(job.Signal); err == nil {
