@@ -257,6 +257,10 @@ func (x *tx) recordVerification(c *RecordVerification) (Reply, error) {
 		return Reply{}, &Error{Code: CodeConflict, Field: "/attempt", Message: fmt.Sprintf(
 			"task %s is %s; attempt %d is not awaiting verification", t.ID, t.State, c.Attempt)}
 	}
+	if want := ResultDigest(t.Current().Result); c.ResultDigest != want {
+		return Reply{}, &Error{Code: CodeConflict, Field: "/result_digest", Message: fmt.Sprintf(
+			"the verdict names result %s, but attempt %d's result is %s: a verdict on another result cannot decide this one", c.ResultDigest, c.Attempt, want)}
+	}
 	if err := x.emit(t.ID, &VerificationRecorded{VerificationID: id, Attempt: c.Attempt, Outcome: c.Outcome,
 		Evidence: c.Evidence, Verifier: c.Verifier, VerifierVersion: c.VerifierVersion, ResultDigest: c.ResultDigest}); err != nil {
 		return Reply{}, err

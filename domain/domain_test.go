@@ -1127,3 +1127,17 @@ func TestQuarantineFailsTheTaskAndItsDependents(t *testing.T) {
 	require.True(t, again.Reply.Duplicate)
 	w.requireReplays()
 }
+
+func TestAVerdictOnAnotherResultIsRefused(t *testing.T) {
+	w := setup(t)
+	id := w.newID()
+	w.must(&CreateTask{TaskID: id, Spec: TaskSpec{Queue: "q", Verification: &VerificationSpec{Queue: "checks"}}})
+	w.succeed(id, w.claim(id))
+	v := verification(id, 1, OutcomePass)
+	v.ResultDigest = ResultDigest([]byte(`{"ok":false}`))
+	de := w.refused(v, CodeConflict)
+	require.Equal(t, "/result_digest", de.Field)
+	require.Equal(t, StateVerifying, w.state(id), "nothing changed")
+	w.verify(id, 1, OutcomePass)
+	require.Equal(t, StateAccepted, w.state(id))
+}

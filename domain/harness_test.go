@@ -189,7 +189,7 @@ func (w *world) verify(taskID string, attempt int, outcome string) *Outcome {
 
 func verification(taskID string, attempt int, outcome string) *RecordVerification {
 	return &RecordVerification{TaskID: taskID, Attempt: attempt, Outcome: outcome, Verifier: "checker",
-		VerifierVersion: "2", ResultDigest: fmt.Sprintf("sha256-of-attempt-%d", attempt),
+		VerifierVersion: "2", ResultDigest: ResultDigest(json.RawMessage(`{"ok":true}`)), // what succeed reports
 		Evidence: json.RawMessage(`{"checked":"` + outcome + `"}`)}
 }
 

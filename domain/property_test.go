@@ -82,7 +82,7 @@ var (
 	planKeys  = []string{"k0", "k1", "k2", "k3", "k4"}
 	signals   = []string{"s1", "s2"}
 	verifiers = []string{"v1", "v2"}
-	digests   = []string{"d1", "d2"}
+	digests   = []string{ResultDigest([]byte(`"done"`)), "sha256:another-result"} // the successes' result, and one no attempt had
 )
 
 func newModel(t *rapid.T) *model {

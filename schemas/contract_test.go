@@ -135,12 +135,12 @@ func TestContractOfTheDomain(t *testing.T) {
 	c.do("task.succeed", map[string]any{"task_id": draft, "attempt": 3, "result": "draft one",
 		"model_steps": []map[string]any{{"model": "claude-sonnet-4", "tokens": 1200, "cost": 0.02, "parsed": []int{1}}}})
 	c.do("task.verify", map[string]any{"task_id": draft, "attempt": 3, "outcome": "INCONCLUSIVE", "verifier": "fact-checker",
-		"result_digest": "d1", "evidence": map[string]any{"unsure": 2}})
+		"result_digest": domain.ResultDigest([]byte(`"draft one"`)), "evidence": map[string]any{"unsure": 2}})
 	c.do("task.review", map[string]any{"task_id": draft, "decision": "retry", "reason": "cite the sources"})
 	c.do("task.claim", map[string]any{"task_id": draft, "executor": "writer-2"})
 	c.do("task.succeed", map[string]any{"task_id": draft, "attempt": 4, "result": "draft two"})
 	c.do("task.verify", map[string]any{"task_id": draft, "attempt": 4, "outcome": "PASS", "verifier": "fact-checker",
-		"verifier_version": "2.0.1", "result_digest": "d2"})
+		"verifier_version": "2.0.1", "result_digest": domain.ResultDigest([]byte(`"draft two"`))})
 	require.Equal(t, domain.StateWaiting, c.task(publish).State)
 
 	c.do("task.approve", map[string]any{"task_id": publish, "response": "approve", "reason": "looks good"})

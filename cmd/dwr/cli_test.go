@@ -12,6 +12,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/stretchr/testify/require"
 
+	"github.com/dwr-run/dwr/domain"
 	"github.com/dwr-run/dwr/handlers/servicetest"
 )
 
@@ -191,7 +192,7 @@ func TestCLIReviewDecidesAnInconclusiveTask(t *testing.T) {
 	rawCommand(t, url, "task.claim", map[string]any{"task_id": id, "executor": "e"})
 	rawCommand(t, url, "task.succeed", map[string]any{"task_id": id, "attempt": 1, "result": "draft"})
 	rawCommand(t, url, "task.verify", map[string]any{"task_id": id, "attempt": 1, "outcome": "INCONCLUSIVE",
-		"verifier": "checker", "result_digest": "sha256:abc", "evidence": map[string]any{"why": "unsure"}})
+		"verifier": "checker", "result_digest": domain.ResultDigest([]byte(`"draft"`)), "evidence": map[string]any{"why": "unsure"}})
 
 	code, _, errs := run(t, url, "review", id, "maybe")
 	require.Equal(t, exitInvalid, code)
