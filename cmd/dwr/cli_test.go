@@ -202,3 +202,25 @@ func TestCLIReviewDecidesAnInconclusiveTask(t *testing.T) {
 	runJSON(t, url, &got, "review", id, "accept", "--reason", "read it myself")
 	require.Equal(t, "accepted", got["state"])
 }
+
+func TestCLIPlanStartAfterWaitsUntilItsTime(t *testing.T) {
+	url := cliServer(t)
+	var goal map[string]any
+	runJSON(t, url, &goal, "goal", "create", "--title", "later")
+	plan := filepath.Join(t.TempDir(), "plan.yaml")
+	require.NoError(t, os.WriteFile(plan, []byte("- {key: now, queue: q}\n- {key: later, queue: q, start_after: 1h}\n"), 0o600))
+	code, _, errs := run(t, url, "plan", "submit", "--goal", goal["id"].(string), "-f", plan)
+	require.Equal(t, 0, code, errs)
+	var tasks []map[string]any
+	runJSON(t, url, &tasks, "task", "list", "--goal", goal["id"].(string))
+	states := map[string]any{}
+	for _, tk := range tasks {
+		states[tk["key"].(string)] = tk["state"]
+	}
+	require.Equal(t, map[string]any{"now": "ready", "later": "waiting"}, states)
+
+	require.NoError(t, os.WriteFile(plan, []byte("- {key: bad, queue: q, start_after: soon}\n"), 0o600))
+	code, _, errs = run(t, url, "plan", "submit", "--goal", goal["id"].(string), "-f", plan)
+	require.Equal(t, exitInvalid, code)
+	require.Contains(t, errs, "/tasks/0/start_after")
+}

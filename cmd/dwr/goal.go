@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"strings"
+	"time"
 
 	"github.com/spf13/cobra"
 	"sigs.k8s.io/yaml"
@@ -193,14 +194,48 @@ func readPlan(g *globals, file string) (json.RawMessage, error) {
 	if err := json.Unmarshal(j, &probe); err != nil {
 		return nil, fail(exitInvalid, "plan file %s: %v", file, err)
 	}
+	var tasks []any
 	switch p := probe.(type) {
 	case []any:
-		return j, nil
+		tasks = p
 	case map[string]any:
-		if t, ok := p["tasks"]; ok {
-			out, _ := json.Marshal(t)
-			return out, nil
+		t, ok := p["tasks"].([]any)
+		if !ok {
+			return nil, fail(exitInvalid, "plan file %s must be a list of tasks or an object with a \"tasks\" list", file)
 		}
+		tasks = t
+	default:
+		return nil, fail(exitInvalid, "plan file %s must be a list of tasks or an object with a \"tasks\" list", file)
 	}
-	return nil, fail(exitInvalid, "plan file %s must be a list of tasks or an object with a \"tasks\" list", file)
+	if err := resolveStartAfter(tasks, time.Now()); err != nil {
+		return nil, fail(exitInvalid, "plan file %s: %v", file, err)
+	}
+	out, _ := json.Marshal(tasks)
+	return out, nil
+}
+
+// resolveStartAfter turns each task's start_after (a duration from now, a
+// convenience of plan files) into the start_at the wire carries.
+func resolveStartAfter(tasks []any, now time.Time) error {
+	for i, t := range tasks {
+		m, ok := t.(map[string]any)
+		if !ok {
+			continue // the service names what is wrong with it
+		}
+		v, ok := m["start_after"]
+		if !ok {
+			continue
+		}
+		s, _ := v.(string)
+		d, err := time.ParseDuration(s)
+		if err != nil || d < 0 {
+			return fmt.Errorf("/tasks/%d/start_after: %v is not a duration such as \"4s\" or \"2h\"", i, v)
+		}
+		if _, both := m["start_at"]; both {
+			return fmt.Errorf("/tasks/%d: give start_at or start_after, not both", i)
+		}
+		delete(m, "start_after")
+		m["start_at"] = now.Add(d).UTC().Format(time.RFC3339Nano)
+	}
+	return nil
 }
