@@ -147,12 +147,14 @@ const (
 	TimerBackoff = "backoff"
 	TimerAttempt = "attempt_timeout"
 	TimerWait    = "wait"
+	TimerGoal    = "goal_deadline"
 )
 
 // FireTimer is sent by the writer's timers when a moment it waits for has
 // come: a backoff ended, an attempt's deadline passed, or a wait's time came.
 type FireTimer struct {
-	TaskID  string    `json:"task_id"`
+	TaskID  string    `json:"task_id,omitempty"`
+	GoalID  string    `json:"goal_id,omitempty"` // for kind goal_deadline
 	Kind    string    `json:"kind"`
 	Attempt int       `json:"attempt,omitempty"`
 	Due     time.Time `json:"due"`

@@ -402,6 +402,9 @@ func (x *tx) sendSignal(c *SendSignal) (Reply, error) {
 // fireTimer moves a task whose moment has come. A timer that is stale (the
 // task moved on) changes nothing; one that is early is refused.
 func (x *tx) fireTimer(c *FireTimer) (Reply, error) {
+	if c.Kind == TimerGoal {
+		return x.goalDeadline(c)
+	}
 	t, err := x.task(c.TaskID, "/task_id")
 	if err != nil {
 		return Reply{}, err
@@ -518,4 +521,40 @@ func (x *tx) quarantineTask(c *QuarantineTask) (Reply, error) {
 		return Reply{}, err
 	}
 	return x.after(t.ID)
+}
+
+// goalDeadline fails a goal whose deadline passed, with every task of its
+// plan that has not ended (a running attempt's executor is told through the
+// task.failed event). A stale timer changes nothing; an early one is refused.
+func (x *tx) goalDeadline(c *FireTimer) (Reply, error) {
+	g, err := x.goal(c.GoalID, "/goal_id")
+	if err != nil {
+		return Reply{}, err
+	}
+	d := g.Envelope.Budget.Deadline
+	if g.State != GoalStateOpen || d == nil {
+		r := goalReply(g)
+		r.Duplicate = true
+		return r, nil
+	}
+	if x.m.Now.Before(*d) {
+		return Reply{}, conflict("the deadline of goal %s is not until %s", g.ID, d)
+	}
+	why := fmt.Sprintf("the goal's deadline %s passed", d.UTC().Format(time.RFC3339))
+	if err := x.emit(g.ID, &GoalFailed{Reason: why}); err != nil {
+		return Reply{}, err
+	}
+	for _, pt := range slices.Backward(g.Plan) { // dependents first: each ends with the deadline as its reason
+		t, err := x.o.Task(pt.TaskID)
+		if err != nil {
+			return Reply{}, err
+		}
+		if t != nil && !Terminal(t.State) {
+			if err := x.emit(t.ID, &TaskFailed{Reason: ReasonDeadline, Error: &ErrorInfo{Code: ReasonDeadline, Message: why}}); err != nil {
+				return Reply{}, err
+			}
+		}
+	}
+	g, _ = x.o.Goal(g.ID)
+	return goalReply(g), nil
 }

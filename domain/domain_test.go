@@ -1141,3 +1141,29 @@ func TestAVerdictOnAnotherResultIsRefused(t *testing.T) {
 	w.verify(id, 1, OutcomePass)
 	require.Equal(t, StateAccepted, w.state(id))
 }
+
+func TestAGoalsDeadlineFailsWhatOverrunsIt(t *testing.T) {
+	w := setup(t)
+	deadline := w.now.Add(time.Hour)
+	g := w.createGoal(Envelope{Budget: Budget{Deadline: &deadline}})
+	ids, _ := w.plan(g, spec("a"), spec("b", "a"), spec("c"))
+	w.succeed(ids["c"], w.claim(ids["c"]))
+	w.claim(ids["a"])
+
+	fire := &FireTimer{GoalID: g, Kind: TimerGoal, Due: deadline}
+	_ = w.refused(fire, CodeConflict) // early
+	w.advance(time.Hour)
+	out := w.must(fire)
+	require.Equal(t, []string{"goal.failed"}, events(out, g))
+	require.Contains(t, w.goal(g).Reason, "deadline")
+	for _, k := range []string{"a", "b"} {
+		tk := w.task(ids[k])
+		require.Equal(t, StateFailed, tk.State, k)
+		require.Equal(t, ReasonDeadline, tk.Reason, "%s ends with the deadline as its reason", k)
+	}
+	require.Equal(t, AttemptStateCancelled, w.task(ids["a"]).Attempts[0].State, "the running attempt ended")
+	require.Equal(t, StateAccepted, w.state(ids["c"]), "accepted work stays accepted")
+	again := w.must(fire)
+	require.Empty(t, again.Changes, "a stale deadline changes nothing")
+	w.requireReplays()
+}

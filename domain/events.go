@@ -77,6 +77,7 @@ const (
 	ReasonTimeout          = "timeout"
 	ReasonBudget           = "budget_exhausted"
 	ReasonQuarantined      = "quarantined"
+	ReasonDeadline         = "deadline"
 )
 
 // WorkspaceCreated starts a workspace.

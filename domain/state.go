@@ -315,6 +315,10 @@ func ApplyTask(t *Task, id, workspace string, e Event, r Recorded) (*Task, error
 		t.State, t.Reason = StateRejected, ev.Reason
 	case *TaskFailed:
 		t.State, t.Reason, t.Error = StateFailed, ev.Reason, ev.Error
+		if a := t.Running(); a != nil { // failed from outside the attempt (deadline, quarantine)
+			at := r.Time
+			a.State, a.EndedAt, a.Reason = AttemptStateCancelled, &at, ev.Reason
+		}
 	case *TaskCancelled:
 		t.State, t.Reason = StateCancelled, ev.Reason
 		if a := t.Running(); a != nil {

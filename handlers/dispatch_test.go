@@ -11,6 +11,7 @@ import (
 
 	"github.com/dwr-run/dwr/domain"
 	"github.com/dwr-run/dwr/handlers"
+	"github.com/dwr-run/dwr/projections"
 	"github.com/dwr-run/dwr/schemas"
 )
 
@@ -163,4 +164,22 @@ func TestVerifyingTasksAreDispatchedToTheirVerifier(t *testing.T) {
 	require.Len(t, it.Verifications, 1)
 	require.JSONEq(t, `{"missing":"a title"}`, string(it.Verifications[0].Evidence))
 	require.NoError(t, m.Ack())
+}
+
+func TestAGoalsDeadlineIsADurableTimer(t *testing.T) {
+	b := setup(t)
+	deadline := time.Now().Add(500 * time.Millisecond).UTC()
+	g, _ := b.mustCommand(t, "goal.create", map[string]any{"title": "in time", "envelope": map[string]any{
+		"budget": map[string]any{"deadline": deadline.Format(time.RFC3339Nano)}}})
+	plan, _ := b.mustCommand(t, "plan.submit", map[string]any{"goal_id": g.ID, "tasks": []map[string]any{{"key": "slow", "queue": "q"}}})
+	b.mustCommand(t, "task.claim", map[string]any{"task_id": plan.Tasks[0].TaskID, "executor": "slowpoke"})
+	eventually(t, 10*time.Second, func() bool {
+		var gv projections.GoalView
+		b.query(t, "goal.get", handlers.Query{ID: g.ID}, 0, &gv)
+		return gv.State == domain.GoalStateFailed
+	})
+	var tk domain.Task
+	b.query(t, "task.get", handlers.Query{ID: plan.Tasks[0].TaskID}, 0, &tk)
+	require.Equal(t, domain.ReasonDeadline, tk.Reason)
+	require.False(t, tk.Attempts[0].EndedAt.Before(deadline), "never early")
 }

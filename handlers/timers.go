@@ -32,7 +32,7 @@ func (s *Service) runTimers(ctx context.Context, wake <-chan struct{}) {
 		var wg sync.WaitGroup
 		for _, t := range due {
 			wg.Go(func() {
-				o := s.execute(ctx, &domain.FireTimer{TaskID: t.TaskID, Kind: t.Kind, Attempt: t.Attempt, Due: t.Due},
+				o := s.execute(ctx, &domain.FireTimer{TaskID: t.TaskID, GoalID: t.GoalID, Kind: t.Kind, Attempt: t.Attempt, Due: t.Due},
 					domain.Meta{Workspace: t.Workspace, CommandID: t.CommandID(), Actor: "dwr-timer"})
 				if o.Err != nil {
 					if ctx.Err() == nil && !errors.Is(o.Err, errNotWriter) && !errors.Is(o.Err, eventstore.ErrStopped) {
@@ -65,7 +65,7 @@ func (s *Service) runTimers(ctx context.Context, wake <-chan struct{}) {
 func setsTimer(c *eventstore.Commit) bool {
 	for i := range c.Events {
 		switch c.Events[i].Type {
-		case "task.backoff_scheduled", "task.attempt_started", "task.waiting", "task.created":
+		case "task.backoff_scheduled", "task.attempt_started", "task.waiting", "task.created", "goal.created":
 			return true
 		}
 	}

@@ -34,6 +34,7 @@ type batchState struct {
 	goals      map[string]*domain.Goal
 	tasks      map[string]*domain.Task
 	taskBefore map[string]*domain.Task // state before the record, for index moves
+	goalBefore map[string]*domain.Goal // likewise, for the goals' timers
 	tips       map[string]tip
 }
 
@@ -63,7 +64,8 @@ func (s *Store) apply(seq uint64, c *eventstore.Commit, decided bool) error {
 	b := s.db.NewBatch()
 	defer func() { _ = b.Close() }()
 	bs := &batchState{s: s, decided: decided, workspaces: map[string]*domain.Workspace{}, goals: map[string]*domain.Goal{},
-		tasks: map[string]*domain.Task{}, taskBefore: map[string]*domain.Task{}, tips: map[string]tip{}}
+		tasks: map[string]*domain.Task{}, taskBefore: map[string]*domain.Task{}, goalBefore: map[string]*domain.Goal{},
+		tips: map[string]tip{}}
 	for i := range c.Events {
 		if err := bs.event(b, seq, &c.Events[i]); err != nil {
 			return err
@@ -214,7 +216,11 @@ func (bs *batchState) goal(id string, fresh bool) (*domain.Goal, error) {
 	if g, ok := bs.goals[id]; ok || fresh {
 		return g, nil
 	}
-	return bs.s.Goal(id)
+	g, err := bs.s.Goal(id)
+	if err == nil {
+		bs.goalBefore[id] = g
+	}
+	return g, err
 }
 
 func (bs *batchState) task(id string, fresh bool) (*domain.Task, error) {
@@ -264,6 +270,9 @@ func (bs *batchState) flush(b *pebble.Batch) error {
 			return err
 		}
 		if err := b.Set(key(pGoalByWS, g.Workspace, id), nil, nil); err != nil {
+			return err
+		}
+		if err := replaceTimers(b, goalTimersOf(bs.goalBefore[id]), goalTimersOf(g)); err != nil {
 			return err
 		}
 	}

@@ -19,15 +19,24 @@ import (
 type Timer struct {
 	Due       time.Time
 	Workspace string
-	TaskID    string
-	Kind      string // domain.TimerBackoff, TimerAttempt or TimerWait
+	TaskID    string // the task, for every kind but domain.TimerGoal
+	GoalID    string // the goal, for domain.TimerGoal
+	Kind      string // domain.TimerBackoff, TimerAttempt, TimerWait or TimerGoal
 	Attempt   int
+}
+
+// id returns the aggregate the timer belongs to.
+func (t Timer) id() string {
+	if t.Kind == domain.TimerGoal {
+		return t.GoalID
+	}
+	return t.TaskID
 }
 
 // CommandID returns the idempotency key of firing t: the same timer fired
 // twice (say, before and after a restart) is applied once.
 func (t Timer) CommandID() string {
-	return fmt.Sprintf("timer.%s.%s.%d.%d", t.TaskID, t.Kind, t.Attempt, t.Due.UnixNano())
+	return fmt.Sprintf("timer.%s.%s.%d.%d", t.id(), t.Kind, t.Attempt, t.Due.UnixNano())
 }
 
 // timersOf returns the timers a task in state t waits for.
@@ -56,7 +65,7 @@ const timerPrefixLen = len(pTimer) + 1
 func timerKey(t Timer) []byte {
 	b := append([]byte(pTimer), '/')
 	b = binary.BigEndian.AppendUint64(b, uint64(max(t.Due.UnixNano(), 0))) //nolint:gosec // clamped at 0
-	return append(b, "/"+t.TaskID+"/"+t.Kind+"/"+strconv.Itoa(t.Attempt)...)
+	return append(b, "/"+t.id()+"/"+t.Kind+"/"+strconv.Itoa(t.Attempt)...)
 }
 
 func parseTimerKey(k, v []byte) (Timer, error) {
@@ -73,18 +82,38 @@ func parseTimerKey(k, v []byte) (Timer, error) {
 	if err != nil {
 		return Timer{}, fmt.Errorf("projections: malformed timer key %q", k)
 	}
-	return Timer{Due: time.Unix(0, due).UTC(), Workspace: string(v), TaskID: parts[0], Kind: parts[1], Attempt: n}, nil
+	t := Timer{Due: time.Unix(0, due).UTC(), Workspace: string(v), Kind: parts[1], Attempt: n}
+	if t.Kind == domain.TimerGoal {
+		t.GoalID = parts[0]
+	} else {
+		t.TaskID = parts[0]
+	}
+	return t, nil
+}
+
+// goalTimersOf returns the timers a goal in state g waits for: its deadline
+// while it is open.
+func goalTimersOf(g *domain.Goal) []Timer {
+	if g == nil || g.State != domain.GoalStateOpen || g.Envelope.Budget.Deadline == nil {
+		return nil
+	}
+	return []Timer{{Due: *g.Envelope.Budget.Deadline, Workspace: g.Workspace, GoalID: g.ID, Kind: domain.TimerGoal}}
 }
 
 // moveTimers replaces the timers of a task's state before with those of its
 // state after, in batch b.
 func moveTimers(b *pebble.Batch, before, after *domain.Task) error {
-	for _, t := range timersOf(before) {
+	return replaceTimers(b, timersOf(before), timersOf(after))
+}
+
+// replaceTimers deletes old and sets cur, in batch b.
+func replaceTimers(b *pebble.Batch, old, cur []Timer) error {
+	for _, t := range old {
 		if err := b.Delete(timerKey(t), nil); err != nil {
 			return err
 		}
 	}
-	for _, t := range timersOf(after) {
+	for _, t := range cur {
 		if err := b.Set(timerKey(t), []byte(t.Workspace), nil); err != nil {
 			return err
 		}
