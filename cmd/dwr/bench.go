@@ -191,17 +191,11 @@ func runBench(ctx context.Context, o benchOpts, progress io.Writer) (*benchRepor
 		logf("warning: the machine is busy (load average %.2f on %d CPUs): the figures will be skewed", rep.LoadAvg[0], rep.CPUs)
 	}
 
-	if o.cpuProf != "" {
-		pf, err := os.Create(o.cpuProf)
-		if err != nil {
-			return nil, err
-		}
-		defer func() { _ = pf.Close() }()
-		if err := pprof.StartCPUProfile(pf); err != nil {
-			return nil, err
-		}
-		defer pprof.StopCPUProfile()
+	stopProfile, err := startCPUProfile(o.cpuProf)
+	if err != nil {
+		return nil, err
 	}
+	defer stopProfile()
 
 	logf("fsync reference: up to %d syncs or %s in %s", o.fsyncs, o.duration, o.dir)
 	fs, err := withTempDir(o.dir, func(dir string) (*fsyncCell, error) { return benchFsync(ctx, dir, o.fsyncs, o.duration) })
@@ -504,31 +498,11 @@ func benchGroup(ctx context.Context, dir string, clients int, warm, dur time.Dur
 		return nil, err
 	}
 	defer closeConns()
-	body := []byte(`{"title":"bench goal","description":"a goal created by dwr bench"}`)
+	const body = `{"title":"bench goal","description":"a goal created by dwr bench"}`
 	ops := make([]func() error, clients)
 	for i := range clients {
 		nc := conns[i]
-		ops[i] = func() error {
-			m := nats.NewMsg("dwr.cmd.default.goal.create")
-			m.Header.Set(handlers.HeaderCommandID, ulid.Make().String())
-			m.Header.Set(handlers.HeaderActor, "bench")
-			m.Data = body
-			resp, err := nc.RequestMsg(m, 30*time.Second)
-			if err != nil {
-				return err
-			}
-			var r handlers.Response
-			if err := json.Unmarshal(resp.Data, &r); err != nil {
-				return fmt.Errorf("reply is not a dwr response: %w", err)
-			}
-			if !r.OK {
-				if r.Error == nil {
-					return errors.New("refused without an error")
-				}
-				return r.Error
-			}
-			return nil
-		}
+		ops[i] = func() error { return benchCommand(nc, "goal.create", body, ulid.Make().String()) }
 	}
 	var before uint64
 	mark := func() (err error) {
@@ -749,4 +723,24 @@ func runReport[R any](cmd *cobra.Command, g *globals, name string, run func(cont
 		return fail(exitError, "%s: %v", name, err)
 	}
 	return nil
+}
+
+// startCPUProfile starts writing a CPU profile of the whole process to path
+// (nothing when path is empty) and returns what stops it.
+func startCPUProfile(path string) (stop func(), err error) {
+	if path == "" {
+		return func() {}, nil
+	}
+	pf, err := os.Create(path)
+	if err != nil {
+		return nil, err
+	}
+	if err := pprof.StartCPUProfile(pf); err != nil {
+		_ = pf.Close()
+		return nil, err
+	}
+	return func() {
+		pprof.StopCPUProfile()
+		_ = pf.Close()
+	}, nil
 }

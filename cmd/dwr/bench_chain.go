@@ -8,7 +8,6 @@ import (
 	"io"
 	"os"
 	"runtime"
-	"runtime/pprof"
 	"slices"
 	"strings"
 	"sync"
@@ -111,17 +110,11 @@ func runChainBench(ctx context.Context, o chainOpts, progress io.Writer) (*chain
 	if o.workers < 1 || o.concurrency < 1 || o.submitters < 1 || o.single < 0 || len(o.chains) == 0 {
 		return nil, errors.New("--workers, --concurrency and --submitters must be at least 1, --single at least 0, and --chains not empty")
 	}
-	if o.cpuProf != "" {
-		pf, err := os.Create(o.cpuProf)
-		if err != nil {
-			return nil, err
-		}
-		defer func() { _ = pf.Close() }()
-		if err := pprof.StartCPUProfile(pf); err != nil {
-			return nil, err
-		}
-		defer pprof.StopCPUProfile()
+	stopProfile, err := startCPUProfile(o.cpuProf)
+	if err != nil {
+		return nil, err
 	}
+	defer stopProfile()
 	rep := &chainReport{Go: runtime.Version(), CPUs: runtime.NumCPU(), Workers: o.workers, Concurrency: o.concurrency,
 		ReferenceCPS: referenceChainsPerS}
 	if o.single > 0 {
@@ -315,6 +308,8 @@ func submitChain(nc *nats.Conn, id string) error {
 	return benchCommand(nc, "plan.submit", plan, "p."+id)
 }
 
+// benchCommand sends command name with body and command id id in the default
+// workspace and returns nil once it is accepted.
 func benchCommand(nc *nats.Conn, name, body, id string) error {
 	m := nats.NewMsg("dwr.cmd.default." + name)
 	m.Header.Set(handlers.HeaderCommandID, id)
