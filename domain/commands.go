@@ -112,11 +112,33 @@ type ReviewTask struct {
 	Reason   string `json:"reason,omitempty"`
 }
 
-// DecideApproval decides a task waiting on its approval gate.
+// RegisterApprover registers a person who may decide approvals in the
+// workspace: their name, the role that authorizes them, and their Ed25519
+// public key. Registering a name again replaces its key and role.
+type RegisterApprover struct {
+	Name      string `json:"name"`
+	Role      string `json:"role"`
+	PublicKey string `json:"public_key"` // standard base64 of the 32-byte key
+}
+
+// RequestApproval parks the current attempt's task on a person's decision
+// about a concrete action. The task resumes (as a new attempt, handed the
+// decision) or ends, as the request's branches say.
+type RequestApproval struct {
+	TaskID  string `json:"task_id"`
+	Attempt int    `json:"attempt"`
+	ApprovalRequest
+}
+
+// DecideApproval decides an approval: signed by a registered approver over
+// the approval id, the response and the action digest.
 type DecideApproval struct {
-	TaskID   string `json:"task_id"`
-	Response string `json:"response"`
-	Reason   string `json:"reason,omitempty"`
+	ApprovalID   string `json:"approval_id"`
+	Approver     string `json:"approver"`
+	Response     string `json:"response"`
+	ActionDigest string `json:"action_digest"`
+	Comment      string `json:"comment,omitempty"`
+	Signature    string `json:"signature"` // standard base64 of the Ed25519 signature of DecisionMessage
 }
 
 // WaitTask parks the current attempt's task on a signal or until a time.
@@ -148,6 +170,10 @@ const (
 	TimerAttempt = "attempt_timeout"
 	TimerWait    = "wait"
 	TimerGoal    = "goal_deadline"
+	TimerTask    = "task_deadline"
+	// TimerApproval is an approval's expiry; FireTimer.Attempt holds the
+	// approval's number within its task.
+	TimerApproval = "approval_expiry"
 )
 
 // FireTimer is sent by the writer's timers when a moment it waits for has
@@ -197,7 +223,13 @@ func (RecordVerification) CommandName() string { return "task.verify" }
 func (ReviewTask) CommandName() string { return "task.review" }
 
 // CommandName returns the command's wire name.
-func (DecideApproval) CommandName() string { return "task.approve" }
+func (DecideApproval) CommandName() string { return "approval.decide" }
+
+// CommandName returns the command's wire name.
+func (RegisterApprover) CommandName() string { return "approver.register" }
+
+// CommandName returns the command's wire name.
+func (RequestApproval) CommandName() string { return "task.request_approval" }
 
 // CommandName returns the command's wire name.
 func (WaitTask) CommandName() string { return "task.wait" }
@@ -212,23 +244,25 @@ func (FireTimer) CommandName() string { return "timer.fire" }
 func (QuarantineTask) CommandName() string { return "task.quarantine" }
 
 var commandTypes = map[string]func() Command{
-	"workspace.create": func() Command { return &CreateWorkspace{} },
-	"goal.create":      func() Command { return &CreateGoal{} },
-	"goal.cancel":      func() Command { return &CancelGoal{} },
-	"plan.submit":      func() Command { return &SubmitPlan{} },
-	"task.create":      func() Command { return &CreateTask{} },
-	"task.cancel":      func() Command { return &CancelTask{} },
-	"task.claim":       func() Command { return &ClaimTask{} },
-	"task.checkpoint":  func() Command { return &SaveCheckpoint{} },
-	"task.succeed":     func() Command { return &ReportSuccess{} },
-	"task.fail":        func() Command { return &ReportFailure{} },
-	"task.verify":      func() Command { return &RecordVerification{} },
-	"task.review":      func() Command { return &ReviewTask{} },
-	"task.approve":     func() Command { return &DecideApproval{} },
-	"task.wait":        func() Command { return &WaitTask{} },
-	"task.signal":      func() Command { return &SendSignal{} },
-	"timer.fire":       func() Command { return &FireTimer{} },
-	"task.quarantine":  func() Command { return &QuarantineTask{} },
+	"workspace.create":      func() Command { return &CreateWorkspace{} },
+	"goal.create":           func() Command { return &CreateGoal{} },
+	"goal.cancel":           func() Command { return &CancelGoal{} },
+	"plan.submit":           func() Command { return &SubmitPlan{} },
+	"task.create":           func() Command { return &CreateTask{} },
+	"task.cancel":           func() Command { return &CancelTask{} },
+	"task.claim":            func() Command { return &ClaimTask{} },
+	"task.checkpoint":       func() Command { return &SaveCheckpoint{} },
+	"task.succeed":          func() Command { return &ReportSuccess{} },
+	"task.fail":             func() Command { return &ReportFailure{} },
+	"task.verify":           func() Command { return &RecordVerification{} },
+	"task.review":           func() Command { return &ReviewTask{} },
+	"approval.decide":       func() Command { return &DecideApproval{} },
+	"approver.register":     func() Command { return &RegisterApprover{} },
+	"task.request_approval": func() Command { return &RequestApproval{} },
+	"task.wait":             func() Command { return &WaitTask{} },
+	"task.signal":           func() Command { return &SendSignal{} },
+	"timer.fire":            func() Command { return &FireTimer{} },
+	"task.quarantine":       func() Command { return &QuarantineTask{} },
 }
 
 // CommandNames returns every command's wire name.

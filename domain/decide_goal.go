@@ -241,12 +241,7 @@ func (x *tx) submitPlan(c *SubmitPlan) (Reply, error) {
 				open = true
 			}
 		}
-		state, wait := x.initialState(s, open)
-		created := &TaskCreated{GoalID: g.ID, PlanVersion: version, Spec: s, DependsOn: deps, State: state}
-		if wait != nil {
-			created.WaitKind, created.WaitUntil = wait.Kind, wait.Until
-		}
-		if err := x.emit(ids[s.Key], created); err != nil {
+		if err := x.create(ids[s.Key], &TaskCreated{GoalID: g.ID, PlanVersion: version, Spec: s, DependsOn: deps}, open); err != nil {
 			return Reply{}, err
 		}
 	}

@@ -38,12 +38,7 @@ func (x *tx) createTask(c *CreateTask) (Reply, error) {
 			open = true
 		}
 	}
-	state, wait := x.initialState(c.Spec, open)
-	created := &TaskCreated{Spec: c.Spec, DependsOn: slices.Clone(c.Spec.DependsOn), State: state}
-	if wait != nil {
-		created.WaitKind, created.WaitUntil = wait.Kind, wait.Until
-	}
-	if err := x.emit(c.TaskID, created); err != nil {
+	if err := x.create(c.TaskID, &TaskCreated{Spec: c.Spec, DependsOn: slices.Clone(c.Spec.DependsOn)}, open); err != nil {
 		return Reply{}, err
 	}
 	return x.after(c.TaskID)
@@ -319,37 +314,6 @@ func (x *tx) reviewTask(c *ReviewTask) (Reply, error) {
 	return x.after(t.ID)
 }
 
-func (x *tx) decideApproval(c *DecideApproval) (Reply, error) {
-	t, err := x.task(c.TaskID, "/task_id")
-	if err != nil {
-		return Reply{}, err
-	}
-	if t.HasCommand(x.m.CommandID) {
-		return duplicateTask(t), nil
-	}
-	if c.Response != "approve" && c.Response != "reject" {
-		return Reply{}, invalid("/response", "response %q is not one of approve, reject", c.Response)
-	}
-	if err := checkText("/reason", c.Reason, MaxReason, false); err != nil {
-		return Reply{}, err
-	}
-	if t.State != StateWaiting || t.Wait == nil || t.Wait.Kind != WaitApproval {
-		return Reply{}, conflict("task %s is %s and not waiting for an approval", t.ID, t.State)
-	}
-	if err := x.emit(t.ID, &ApprovalDecided{Response: c.Response, Reason: c.Reason}); err != nil {
-		return Reply{}, err
-	}
-	t, _ = x.o.Task(t.ID)
-	next := x.gate(t, "approved")
-	if c.Response == "reject" {
-		next = &TaskRejected{Reason: "approval rejected: " + c.Reason}
-	}
-	if err := x.emit(t.ID, next); err != nil {
-		return Reply{}, err
-	}
-	return x.after(t.ID)
-}
-
 func (x *tx) waitTask(c *WaitTask) (Reply, error) {
 	if t, _ := x.o.Task(c.TaskID); t != nil && t.Workspace == x.m.Workspace && t.HasCommand(x.m.CommandID) {
 		return duplicateTask(t), nil
@@ -433,6 +397,17 @@ func (x *tx) fireTimer(c *FireTimer) (Reply, error) {
 			return early(*t.Wait.Until)
 		}
 		err = x.emit(t.ID, &TaskReady{Reason: "timer"})
+	case TimerApproval:
+		return x.expireApproval(t, c)
+	case TimerTask:
+		if Terminal(t.State) || t.Spec.Deadline == nil {
+			return stale()
+		}
+		if x.m.Now.Before(*t.Spec.Deadline) {
+			return early(*t.Spec.Deadline)
+		}
+		why := fmt.Sprintf("the task's deadline %s passed", t.Spec.Deadline.UTC().Format(time.RFC3339))
+		err = x.emit(t.ID, &TaskFailed{Reason: ReasonDeadline, Error: &ErrorInfo{Code: ReasonDeadline, Message: why}})
 	case TimerAttempt:
 		a := t.Running()
 		if a == nil || a.N != c.Attempt || a.Deadline == nil {
@@ -443,7 +418,7 @@ func (x *tx) fireTimer(c *FireTimer) (Reply, error) {
 		}
 		err = x.failAttempt(t, a.N, ErrorInfo{Code: ReasonTimeout, Message: fmt.Sprintf("attempt %d passed its deadline", a.N)}, true)
 	default:
-		return Reply{}, invalid("/kind", "timer kind %q is not one of backoff, wait, attempt_timeout", c.Kind)
+		return Reply{}, invalid("/kind", "timer kind %q is not one of backoff, wait, attempt_timeout, task_deadline, approval_expiry", c.Kind)
 	}
 	if err != nil {
 		return Reply{}, err

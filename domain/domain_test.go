@@ -466,63 +466,6 @@ func TestWaitTimer(t *testing.T) {
 	require.Empty(t, w.must(fire).Changes, "a timer fires once")
 }
 
-func TestApprovalGate(t *testing.T) {
-	approval := func(key string, deps ...string) TaskSpec {
-		s := spec(key, deps...)
-		s.Approval = &ApprovalSpec{Role: "owner", Responses: []string{"approve", "reject"}}
-		return s
-	}
-	t.Run("approve", func(t *testing.T) {
-		w := setup(t)
-		g := w.createGoal(Envelope{})
-		ids, _ := w.plan(g, approval("a"), approval("b", "a"))
-		a, b := ids["a"], ids["b"]
-		require.Equal(t, StateWaiting, w.state(a))
-		require.Equal(t, &TaskWaiting{Kind: WaitApproval}, w.task(a).Wait)
-		require.Equal(t, StatePending, w.state(b))
-		_ = w.refused(&ClaimTask{TaskID: a, Executor: "e"}, CodeConflict)
-		_ = w.refused(&DecideApproval{TaskID: b, Response: "approve"}, CodeConflict)
-		require.Equal(t, "/response", w.refused(&DecideApproval{TaskID: a, Response: "yes"}, CodeInvalid).Field)
-
-		out := w.must(&DecideApproval{TaskID: a, Response: "approve", Reason: "fine"})
-		require.Equal(t, []string{"task.approval_decided", "task.ready"}, events(out, a))
-		require.True(t, w.task(a).Approved)
-		_ = w.refused(&DecideApproval{TaskID: a, Response: "approve"}, CodeConflict)
-
-		out = w.succeed(a, w.claim(a))
-		require.Equal(t, []string{"task.waiting"}, events(out, b), "a gated dependent waits for its approval")
-		w.must(&DecideApproval{TaskID: b, Response: "approve"})
-		w.succeed(b, w.claim(b))
-		require.Equal(t, GoalStateAchieved, w.goal(g).State)
-	})
-	t.Run("reject", func(t *testing.T) {
-		w := setup(t)
-		g := w.createGoal(Envelope{})
-		ids, _ := w.plan(g, approval("a"), spec("b", "a"))
-		out := w.must(&DecideApproval{TaskID: ids["a"], Response: "reject", Reason: "too risky"})
-		require.Equal(t, []string{"task.approval_decided", "task.rejected"}, events(out, ids["a"]))
-		require.Equal(t, StateRejected, w.state(ids["a"]))
-		require.False(t, w.task(ids["a"]).Approved)
-		require.Equal(t, ReasonDependencyFailed, eventOf[*TaskFailed](t, out, ids["b"]).Reason)
-		require.Equal(t, []string{"goal.failed"}, events(out, g))
-	})
-	t.Run("approval then start time", func(t *testing.T) {
-		w := setup(t)
-		id := w.newID()
-		s := approval("")
-		at := w.now.Add(10 * time.Minute)
-		s.StartAt = &at
-		w.must(&CreateTask{TaskID: id, Spec: s})
-		require.Equal(t, WaitApproval, w.task(id).Wait.Kind)
-		out := w.must(&DecideApproval{TaskID: id, Response: "approve"})
-		require.Equal(t, []string{"task.approval_decided", "task.waiting"}, events(out, id))
-		require.Equal(t, &TaskWaiting{Kind: WaitTimer, Until: &at}, w.task(id).Wait)
-		w.advance(10 * time.Minute)
-		w.must(&FireTimer{TaskID: id, Kind: TimerWait, Due: at})
-		require.Equal(t, StateReady, w.state(id))
-	})
-}
-
 func TestStartAt(t *testing.T) {
 	w := setup(t)
 	g := w.createGoal(Envelope{})
@@ -583,11 +526,13 @@ func TestCancelTask(t *testing.T) {
 			w.must(&CreateTask{TaskID: id, Spec: s})
 			return id
 		}
+		k := w.approver("alice", "owner")
+		decide := func(id, response string) { w.must(decision(w.pending(id), "alice", k, response)) }
 		acc, rej, fail, can := mk(), mk(), mk(), mk()
-		w.must(&DecideApproval{TaskID: acc, Response: "approve"})
+		decide(acc, ResponseApprove)
 		w.succeed(acc, w.claim(acc))
-		w.must(&DecideApproval{TaskID: rej, Response: "reject"})
-		w.must(&DecideApproval{TaskID: fail, Response: "approve"})
+		decide(rej, ResponseReject)
+		decide(fail, ResponseApprove)
 		w.fail(fail, w.claim(fail), false)
 		w.must(&CancelTask{TaskID: can})
 		for _, id := range []string{acc, rej, fail, can} {
@@ -847,7 +792,9 @@ func TestUnknownWorkspace(t *testing.T) {
 		&ReportFailure{TaskID: id, Attempt: 1, Error: ErrorInfo{Message: "m"}},
 		&RecordVerification{TaskID: id, Attempt: 1, Outcome: OutcomePass, Verifier: "v", ResultDigest: "d"},
 		&ReviewTask{TaskID: id, Decision: ReviewAccept},
-		&DecideApproval{TaskID: id, Response: "approve"},
+		&DecideApproval{ApprovalID: ApprovalID(id, 1), Approver: "a", Response: "approve", ActionDigest: "d", Signature: SignDecision(keyOf("a"), ApprovalID(id, 1), "approve", "d")},
+		&RegisterApprover{Name: "a", Role: "r", PublicKey: pubOf(keyOf("a"))},
+		&RequestApproval{TaskID: id, Attempt: 1, ApprovalRequest: ApprovalRequest{Action: json.RawMessage(`1`)}},
 		&WaitTask{TaskID: id, Attempt: 1, Kind: WaitSignal, Signal: "s"},
 		&SendSignal{TaskID: id, Name: "s"},
 		&FireTimer{TaskID: id, Kind: TimerBackoff},
@@ -911,8 +858,16 @@ func TestIdempotency(t *testing.T) {
 			w.verify(id, 1, OutcomeInconclusive)
 			return &ReviewTask{TaskID: id, Decision: ReviewRetry}
 		}},
-		{"task.approve", func(w *world) Command {
-			return &DecideApproval{TaskID: standalone(w, func(s *TaskSpec) { s.Approval = &ApprovalSpec{} }), Response: "approve"}
+		{"approval.decide", func(w *world) Command {
+			k := w.approver("alice", "owner")
+			return decision(w.pending(standalone(w, func(s *TaskSpec) { s.Approval = &ApprovalSpec{} })), "alice", k, ResponseApprove)
+		}},
+		{"approver.register", func(w *world) Command {
+			return &RegisterApprover{Name: "alice", Role: "owner", PublicKey: pubOf(keyOf("alice"))}
+		}},
+		{"task.request_approval", func(w *world) Command {
+			id := standalone(w, nil)
+			return &RequestApproval{TaskID: id, Attempt: w.claim(id), ApprovalRequest: ApprovalRequest{Action: json.RawMessage(`{"x":1}`)}}
 		}},
 		{"task.wait", func(w *world) Command {
 			id := standalone(w, nil)

@@ -162,3 +162,31 @@ func (*TaskCancelled) EventType() string { return "task.cancelled" }
 // AggregateType returns AggTask.
 func (*TaskCancelled) AggregateType() string { return AggTask }
 func (*TaskCancelled) isEvent()              {}
+
+// EventType returns "task.approval_requested".
+func (*ApprovalRequested) EventType() string { return "task.approval_requested" }
+
+// AggregateType returns AggTask.
+func (*ApprovalRequested) AggregateType() string { return AggTask }
+func (*ApprovalRequested) isEvent()              {}
+
+// EventType returns "task.approval_refused".
+func (*ApprovalRefused) EventType() string { return "task.approval_refused" }
+
+// AggregateType returns AggTask.
+func (*ApprovalRefused) AggregateType() string { return AggTask }
+func (*ApprovalRefused) isEvent()              {}
+
+// EventType returns "task.approval_expired".
+func (*ApprovalExpired) EventType() string { return "task.approval_expired" }
+
+// AggregateType returns AggTask.
+func (*ApprovalExpired) AggregateType() string { return AggTask }
+func (*ApprovalExpired) isEvent()              {}
+
+// EventType returns "workspace.approver_registered".
+func (*ApproverRegistered) EventType() string { return "workspace.approver_registered" }
+
+// AggregateType returns AggWorkspace.
+func (*ApproverRegistered) AggregateType() string { return AggWorkspace }
+func (*ApproverRegistered) isEvent()              {}

@@ -147,6 +147,8 @@ type TaskWaiting struct {
 	Kind   string     `json:"kind"` // approval | signal | timer
 	Signal string     `json:"signal,omitempty"`
 	Until  *time.Time `json:"until,omitempty"`
+	// ApprovalID is the approval waited on; it is set by task.approval_requested.
+	ApprovalID string `json:"approval_id,omitempty"`
 }
 
 // Wait kinds.
@@ -215,10 +217,49 @@ type ReviewDecided struct {
 	Reason   string `json:"reason,omitempty"`
 }
 
-// ApprovalDecided: a person decided a task's approval gate.
+// ApproverRegistered: a person may decide approvals in the workspace, with a
+// role and a public key.
+type ApproverRegistered struct {
+	Name      string `json:"name"`
+	Role      string `json:"role"`
+	PublicKey string `json:"public_key"`
+	KeyID     string `json:"key_id"`
+}
+
+// ApprovalRequested parks the task on an approval (its gate, or an attempt's
+// request): the attempt that asked, if any, is parked.
+type ApprovalRequested struct {
+	Approval
+}
+
+// ApprovalDecided: a registered approver decided an approval, signed; the
+// branch it takes follows as its own event.
 type ApprovalDecided struct {
-	Response string `json:"response"` // approve | reject
-	Reason   string `json:"reason,omitempty"`
+	ApprovalID string `json:"approval_id"`
+	Response   string `json:"response"`
+	Branch     string `json:"branch"`
+	Approver   string `json:"approver"`
+	Role       string `json:"role,omitempty"`
+	KeyID      string `json:"key_id"`
+	Comment    string `json:"comment,omitempty"`
+	Signature  string `json:"signature"`
+}
+
+// ApprovalRefused: a decision was refused; the approval is unchanged. It is
+// kept so that every attempt to decide is on record.
+type ApprovalRefused struct {
+	ApprovalID string `json:"approval_id"`
+	Approver   string `json:"approver,omitempty"`
+	Response   string `json:"response,omitempty"`
+	Reason     string `json:"reason"` // one of the Refused* reasons
+	Message    string `json:"message"`
+}
+
+// ApprovalExpired: nobody decided an approval in time; its expiry branch
+// follows as its own event.
+type ApprovalExpired struct {
+	ApprovalID string `json:"approval_id"`
+	Branch     string `json:"branch"`
 }
 
 // SignalReceived: a named signal reached a waiting task.
@@ -250,29 +291,33 @@ type TaskCancelled struct {
 }
 
 var eventTypes = map[string]func() Event{
-	"workspace.created":          func() Event { return &WorkspaceCreated{} },
-	"goal.created":               func() Event { return &GoalCreated{} },
-	"goal.plan_committed":        func() Event { return &PlanCommitted{} },
-	"goal.achieved":              func() Event { return &GoalAchieved{} },
-	"goal.failed":                func() Event { return &GoalFailed{} },
-	"goal.cancelled":             func() Event { return &GoalCancelled{} },
-	"task.created":               func() Event { return &TaskCreated{} },
-	"task.ready":                 func() Event { return &TaskReady{} },
-	"task.waiting":               func() Event { return &TaskWaiting{} },
-	"task.attempt_started":       func() Event { return &AttemptStarted{} },
-	"task.attempt_abandoned":     func() Event { return &AttemptAbandoned{} },
-	"task.checkpoint_saved":      func() Event { return &CheckpointSaved{} },
-	"task.attempt_succeeded":     func() Event { return &AttemptSucceeded{} },
-	"task.attempt_failed":        func() Event { return &AttemptFailed{} },
-	"task.backoff_scheduled":     func() Event { return &BackoffScheduled{} },
-	"task.verification_recorded": func() Event { return &VerificationRecorded{} },
-	"task.review_decided":        func() Event { return &ReviewDecided{} },
-	"task.approval_decided":      func() Event { return &ApprovalDecided{} },
-	"task.signal_received":       func() Event { return &SignalReceived{} },
-	"task.accepted":              func() Event { return &TaskAccepted{} },
-	"task.rejected":              func() Event { return &TaskRejected{} },
-	"task.failed":                func() Event { return &TaskFailed{} },
-	"task.cancelled":             func() Event { return &TaskCancelled{} },
+	"workspace.created":             func() Event { return &WorkspaceCreated{} },
+	"goal.created":                  func() Event { return &GoalCreated{} },
+	"goal.plan_committed":           func() Event { return &PlanCommitted{} },
+	"goal.achieved":                 func() Event { return &GoalAchieved{} },
+	"goal.failed":                   func() Event { return &GoalFailed{} },
+	"goal.cancelled":                func() Event { return &GoalCancelled{} },
+	"task.created":                  func() Event { return &TaskCreated{} },
+	"task.ready":                    func() Event { return &TaskReady{} },
+	"task.waiting":                  func() Event { return &TaskWaiting{} },
+	"task.attempt_started":          func() Event { return &AttemptStarted{} },
+	"task.attempt_abandoned":        func() Event { return &AttemptAbandoned{} },
+	"task.checkpoint_saved":         func() Event { return &CheckpointSaved{} },
+	"task.attempt_succeeded":        func() Event { return &AttemptSucceeded{} },
+	"task.attempt_failed":           func() Event { return &AttemptFailed{} },
+	"task.backoff_scheduled":        func() Event { return &BackoffScheduled{} },
+	"task.verification_recorded":    func() Event { return &VerificationRecorded{} },
+	"task.review_decided":           func() Event { return &ReviewDecided{} },
+	"task.approval_decided":         func() Event { return &ApprovalDecided{} },
+	"task.approval_requested":       func() Event { return &ApprovalRequested{} },
+	"task.approval_refused":         func() Event { return &ApprovalRefused{} },
+	"task.approval_expired":         func() Event { return &ApprovalExpired{} },
+	"workspace.approver_registered": func() Event { return &ApproverRegistered{} },
+	"task.signal_received":          func() Event { return &SignalReceived{} },
+	"task.accepted":                 func() Event { return &TaskAccepted{} },
+	"task.rejected":                 func() Event { return &TaskRejected{} },
+	"task.failed":                   func() Event { return &TaskFailed{} },
+	"task.cancelled":                func() Event { return &TaskCancelled{} },
 }
 
 // EventTypes returns every event type name, for schemas and golden tests.

@@ -3,6 +3,7 @@ package domain
 import (
 	"crypto/sha256"
 	"encoding/hex"
+	"errors"
 	"fmt"
 )
 
@@ -14,7 +15,8 @@ type Reply struct {
 	Attempt     int        `json:"attempt,omitempty"`
 	PlanVersion int        `json:"plan_version,omitempty"`
 	Tasks       []PlanTask `json:"tasks,omitempty"`
-	Task        *Task      `json:"task,omitempty"` // for task.claim: what the executor needs
+	Task        *Task      `json:"task,omitempty"`        // for task.claim: what the executor needs
+	ApprovalID  string     `json:"approval_id,omitempty"` // for task.request_approval and approval.decide
 	Duplicate   bool       `json:"duplicate,omitempty"`
 }
 
@@ -24,6 +26,10 @@ type Reply struct {
 type Outcome struct {
 	Changes []Change
 	Reply   Reply
+	// Refusal, when set, is the command's answer: the command was refused,
+	// and Changes record the refusal (a decision on an approval that was not
+	// taken is kept on record). Nothing else changed.
+	Refusal *Error
 }
 
 // Execute decides cmd against w at m.Now and returns every change it causes,
@@ -38,6 +44,10 @@ func Execute(w World, cmd Command, m Meta) (*Outcome, error) {
 	}
 	x := &tx{o: NewOverlay(w), m: m}
 	reply, err := x.decide(cmd)
+	var rf *refusal
+	if errors.As(err, &rf) {
+		return &Outcome{Changes: x.o.Changes(), Refusal: rf.err}, nil
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -85,6 +95,10 @@ func (x *tx) decide(cmd Command) (Reply, error) {
 		return x.reviewTask(c)
 	case *DecideApproval:
 		return x.decideApproval(c)
+	case *RegisterApprover:
+		return x.registerApprover(c)
+	case *RequestApproval:
+		return x.requestApproval(c)
 	case *WaitTask:
 		return x.waitTask(c)
 	case *SendSignal:
@@ -200,29 +214,43 @@ func (x *tx) after(id string) (Reply, error) {
 }
 
 // gate returns the event that moves a task whose dependencies are met: to
-// waiting on its approval or its start time, or to ready.
-func (x *tx) gate(t *Task, reason string) Event {
+// waiting on its approval gate or its start time, or to ready.
+func (x *tx) gate(t *Task, reason string) (Event, error) {
 	if t.Spec.Approval != nil && !t.Approved {
-		return &TaskWaiting{Kind: WaitApproval}
+		return newApproval(t, 0, gateRequest(t), true, x.m.Now)
 	}
 	if t.Spec.StartAt != nil && t.Spec.StartAt.After(x.m.Now) {
 		at := *t.Spec.StartAt
-		return &TaskWaiting{Kind: WaitTimer, Until: &at}
+		return &TaskWaiting{Kind: WaitTimer, Until: &at}, nil
 	}
-	return &TaskReady{Reason: reason}
+	return &TaskReady{Reason: reason}, nil
 }
 
-// initialState returns the state a new task starts in and, when it waits on
-// a time, until when.
-func (x *tx) initialState(spec TaskSpec, depsOpen bool) (string, *TaskWaiting) {
-	if depsOpen {
-		return StatePending, nil
+// create emits a new task's creation, in the state its gate says when its
+// dependencies are met: ready, waiting on its start time, or waiting on its
+// approval, which is requested in the same commit.
+func (x *tx) create(id string, created *TaskCreated, depsOpen bool) error {
+	created.State = StatePending
+	if !depsOpen {
+		probe := &Task{ID: id, Spec: created.Spec}
+		ev, err := x.gate(probe, "")
+		if err != nil {
+			return err
+		}
+		switch ev := ev.(type) {
+		case *TaskReady:
+			created.State = StateReady
+		case *TaskWaiting:
+			created.State, created.WaitKind, created.WaitUntil = StateWaiting, ev.Kind, ev.Until
+		case *ApprovalRequested:
+			created.State, created.WaitKind = StateWaiting, WaitApproval
+			if err := x.emit(id, created); err != nil {
+				return err
+			}
+			return x.emit(id, ev)
+		}
 	}
-	probe := &Task{Spec: spec}
-	if w, ok := x.gate(probe, "").(*TaskWaiting); ok {
-		return StateWaiting, w
-	}
-	return StateReady, nil
+	return x.emit(id, created)
 }
 
 // spent counts the attempts that used up the retry budget: failed, abandoned,
@@ -308,7 +336,11 @@ func (x *tx) onAccepted(id string) error {
 			}
 		}
 		if met {
-			if err := x.emit(d, x.gate(t, "dependencies_accepted")); err != nil {
+			ev, err := x.gate(t, "dependencies_accepted")
+			if err != nil {
+				return err
+			}
+			if err := x.emit(d, ev); err != nil {
 				return err
 			}
 		}

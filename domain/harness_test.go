@@ -94,7 +94,24 @@ func (w *world) must(cmd Command) *Outcome {
 	w.t.Helper()
 	out, err := w.run(cmd)
 	require.NoError(w.t, err, "%s %+v", cmd.CommandName(), cmd)
+	require.Nil(w.t, out.Refusal, "%s %+v was refused", cmd.CommandName(), cmd)
 	return out
+}
+
+// recorded decides cmd, requires it to be refused for reason with code and
+// the refusal to be recorded as the one change, a task.approval_refused of
+// the task; nothing else may change.
+func (w *world) recorded(cmd Command, code Code, reason string) *Error {
+	w.t.Helper()
+	out, err := w.run(cmd)
+	require.NoError(w.t, err)
+	require.NotNil(w.t, out.Refusal, "%s %+v should be refused", cmd.CommandName(), cmd)
+	require.Equal(w.t, code, out.Refusal.Code, "refusal: %v", out.Refusal)
+	require.Len(w.t, out.Changes, 1, "a refusal records one event and changes nothing else")
+	ev, ok := out.Changes[0].Event.(*ApprovalRefused)
+	require.True(w.t, ok, "recorded %T", out.Changes[0].Event)
+	require.Equal(w.t, reason, ev.Reason, "refusal: %v", out.Refusal)
+	return out.Refusal
 }
 
 // refused decides cmd, requires it to be refused with code, and requires

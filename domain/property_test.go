@@ -1,6 +1,8 @@
 package domain
 
 import (
+	"crypto/ed25519"
+	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"flag"
@@ -90,6 +92,8 @@ func newModel(t *rapid.T) *model {
 		ended: map[string]*Task{}, goalEnd: map[string]*Goal{}, versions: map[string]uint64{},
 		replayed: &replayed{workspaces: map[string]*Workspace{}, goals: map[string]*Goal{}, tasks: map[string]*Task{}}}
 	m.usedIDs = append(m.usedIDs, m.w.history[0].CommandID)
+	m.w.approver("alice", "owner")
+	m.w.approver("bob", "intern")
 	return m
 }
 
@@ -462,7 +466,32 @@ func (m *model) approve() {
 	if !ok {
 		return
 	}
-	_, _ = m.exec(&DecideApproval{TaskID: id, Response: rapid.SampledFrom([]string{"approve", "approve", "reject"}).Draw(m.t, "response")}, AggTask, id)
+	t, _ := m.w.o.Task(id)
+	if t == nil {
+		return
+	}
+	a := t.PendingApproval()
+	if a == nil {
+		if len(t.Approvals) == 0 {
+			return
+		}
+		a = &t.Approvals[rapid.IntRange(0, len(t.Approvals)-1).Draw(m.t, "decided approval")]
+	}
+	who := rapid.SampledFrom([]string{"alice", "alice", "alice", "bob", "mallory"}).Draw(m.t, "approver")
+	c := decision(a, who, keyOf(who), rapid.SampledFrom([]string{ResponseApprove, ResponseApprove, ResponseReject}).Draw(m.t, "response"))
+	if rapid.IntRange(0, 5).Draw(m.t, "forge") == 0 {
+		c.Signature = SignDecision(keyOf("mallory"), a.ID, c.Response, a.ActionDigest)
+	}
+	before := a.State
+	out, err := m.exec(c, AggTask, id)
+	if err != nil || out.Refusal != nil {
+		require.Equal(m.t, before, m.w.task(id).Approval(a.ID).State, "a refused decision leaves the approval as it was")
+		return
+	}
+	if len(out.Changes) > 0 {
+		require.Equal(m.t, "alice", c.Approver, "only alice (role owner, her own key) can decide")
+		require.Equal(m.t, ApprovalStatePending, before, "only a pending approval is decided")
+	}
 }
 
 func (m *model) wait() {
@@ -572,10 +601,13 @@ func (m *model) checkHistory() {
 
 func (m *model) checkTask(t *Task) {
 	m.t.Helper()
-	// Terminal is terminal: nothing is appended to a task once it ended.
+	// Terminal is terminal: once a task ended, only refused decisions on its
+	// approvals are recorded; nothing else changes.
 	if was, ok := m.ended[t.ID]; ok {
 		require.Equal(m.t, was.State, t.State, "task %s left terminal state %s", t.ID, was.State)
-		require.Equal(m.t, was.Version, t.Version, "task %s changed after it ended %s", t.ID, was.State)
+		for _, e := range m.w.historyOf(t.ID)[was.Version:] {
+			require.IsType(m.t, &ApprovalRefused{}, e, "task %s changed after it ended %s", t.ID, was.State)
+		}
 	} else if Terminal(t.State) {
 		m.ended[t.ID] = t
 	}
@@ -593,9 +625,24 @@ func (m *model) checkTask(t *Task) {
 	require.LessOrEqual(m.t, running, 1)
 	require.Equal(m.t, t.State == StateRunning, running == 1, "task %s is %s with %d running attempts", t.ID, t.State, running)
 
-	// An approval gate holds back the first attempt.
+	// An approval gate holds back the first attempt; every decision taken
+	// was made by an authorized approver with a signature that verifies.
 	if t.Spec.Approval != nil && len(t.Attempts) > 0 {
 		require.True(m.t, t.Approved, "task %s ran before its approval", t.ID)
+	}
+	for _, a := range t.Approvals {
+		if d := a.Decision; d != nil {
+			require.Equal(m.t, ApprovalStateDecided, a.State)
+			sig, _ := base64.StdEncoding.DecodeString(d.Signature)
+			require.True(m.t, ed25519.Verify(keyOf(d.Approver).Public().(ed25519.PublicKey), DecisionMessage(a.ID, d.Response, a.ActionDigest), sig))
+			require.Equal(m.t, a.Role, d.Role)
+		}
+		if t.State == StateWaiting && t.Wait.Kind == WaitApproval && a.ID == t.Wait.ApprovalID {
+			require.Equal(m.t, ApprovalStatePending, a.State)
+		}
+		if Terminal(t.State) {
+			require.NotEqual(m.t, ApprovalStatePending, a.State, "an ended task leaves no approval pending")
+		}
 	}
 
 	// A task leaves pending only when every dependency is accepted; it may
@@ -660,7 +707,7 @@ func (m *model) checkTask(t *Task) {
 // an INCONCLUSIVE one.
 func (m *model) checkAccepted(t *Task) {
 	m.t.Helper()
-	es := m.w.historyOf(t.ID)
+	es := slices.DeleteFunc(m.w.historyOf(t.ID), func(e Event) bool { _, refused := e.(*ApprovalRefused); return refused })
 	last := len(es) - 1
 	acc, ok := es[last].(*TaskAccepted)
 	require.True(m.t, ok, "an accepted task's last event is task.accepted")

@@ -9,11 +9,12 @@ import (
 
 // Workspace is the state of a workspace aggregate.
 type Workspace struct {
-	Name        string    `json:"id"`
-	Description string    `json:"description,omitempty"`
-	CreatedAt   time.Time `json:"created_at"`
-	Version     uint64    `json:"version"`
-	Commands    []string  `json:"commands,omitempty"`
+	Name        string     `json:"id"`
+	Description string     `json:"description,omitempty"`
+	CreatedAt   time.Time  `json:"created_at"`
+	Version     uint64     `json:"version"`
+	Commands    []string   `json:"commands,omitempty"`
+	Approvers   []Approver `json:"approvers,omitempty"`
 }
 
 // Goal is the state of a goal aggregate, its plan included.
@@ -77,7 +78,8 @@ type Task struct {
 	Checkpoint    json.RawMessage        `json:"checkpoint,omitempty"`
 	BackoffUntil  *time.Time             `json:"backoff_until,omitempty"`
 	Verifications []VerificationRecorded `json:"verifications,omitempty"`
-	Approved      bool                   `json:"approved,omitempty"`
+	Approved      bool                   `json:"approved,omitempty"` // the gate was passed
+	Approvals     []Approval             `json:"approvals,omitempty"`
 	Signal        *SignalReceived        `json:"signal,omitempty"` // the last signal received, for the attempt it resumes
 	Reason        string                 `json:"reason,omitempty"`
 	Error         *ErrorInfo             `json:"error,omitempty"`
@@ -121,6 +123,17 @@ func (t *Task) Clone() *Task {
 	c.DependsOn = slices.Clone(t.DependsOn)
 	c.Attempts = slices.Clone(t.Attempts)
 	c.Verifications = slices.Clone(t.Verifications)
+	if t.Approvals != nil {
+		c.Approvals = make([]Approval, len(t.Approvals))
+		for i, a := range t.Approvals {
+			a.Refusals = slices.Clone(a.Refusals)
+			if a.Decision != nil {
+				d := *a.Decision
+				a.Decision = &d
+			}
+			c.Approvals[i] = a
+		}
+	}
 	c.Commands = slices.Clone(t.Commands)
 	if t.Wait != nil {
 		w := *t.Wait
@@ -146,6 +159,7 @@ func (g *Goal) Clone() *Goal {
 func (w *Workspace) Clone() *Workspace {
 	c := *w
 	c.Commands = slices.Clone(w.Commands)
+	c.Approvers = slices.Clone(w.Approvers)
 	return &c
 }
 
@@ -186,7 +200,21 @@ func ApplyWorkspace(w *Workspace, id string, e Event, r Recorded) (*Workspace, e
 	if w == nil {
 		return nil, fmt.Errorf("domain: %s before workspace %s was created", e.EventType(), id)
 	}
-	return nil, fmt.Errorf("domain: workspace cannot apply %s", e.EventType())
+	w = w.Clone()
+	switch ev := e.(type) {
+	case *ApproverRegistered:
+		a := Approver{Name: ev.Name, Role: ev.Role, PublicKey: ev.PublicKey, KeyID: ev.KeyID, RegisteredAt: r.Time}
+		if i := slices.IndexFunc(w.Approvers, func(x Approver) bool { return x.Name == ev.Name }); i >= 0 {
+			w.Approvers[i] = a
+		} else {
+			w.Approvers = append(w.Approvers, a)
+		}
+	default:
+		return nil, fmt.Errorf("domain: workspace cannot apply %s", e.EventType())
+	}
+	w.Version++
+	w.Commands = addCommand(w.Commands, r.CommandID)
+	return w, nil
 }
 
 // ApplyGoal applies e to g (nil before the first event) and returns the new
@@ -304,8 +332,45 @@ func ApplyTask(t *Task, id, workspace string, e Event, r Recorded) (*Task, error
 		}
 	case *ReviewDecided:
 		// The decision's consequence follows as its own event.
+	case *ApprovalRequested:
+		a := ev.Approval
+		a.TaskID = id
+		t.Approvals = append(t.Approvals, a)
+		t.State, t.Wait = StateWaiting, &TaskWaiting{Kind: WaitApproval, ApprovalID: a.ID}
+		if ra := t.Running(); ra != nil {
+			at := r.Time
+			ra.State, ra.EndedAt = AttemptStateParked, &at
+		}
 	case *ApprovalDecided:
-		t.Approved = ev.Response == "approve"
+		if ev.ApprovalID == "" { // an unsigned gate decision of schema version 1
+			t.Approved = ev.Branch == BranchResume
+			break
+		}
+		a := t.Approval(ev.ApprovalID)
+		if a == nil {
+			return nil, fmt.Errorf("domain: task %s: decision on unknown approval %s", id, ev.ApprovalID)
+		}
+		a.State = ApprovalStateDecided
+		a.Decision = &ApprovalDecision{Response: ev.Response, Branch: ev.Branch, Approver: ev.Approver, Role: ev.Role,
+			KeyID: ev.KeyID, Comment: ev.Comment, Signature: ev.Signature, DecidedAt: r.Time}
+		if a.Attempt == 0 && ev.Branch == BranchResume {
+			t.Approved = true
+		}
+	case *ApprovalRefused:
+		if a := t.Approval(ev.ApprovalID); a != nil {
+			a.Refusals = append(a.Refusals, Refusal{Approver: ev.Approver, Response: ev.Response, Reason: ev.Reason,
+				Message: ev.Message, At: r.Time})
+			if n := len(a.Refusals); n > MaxRefusalsKept {
+				a.Refusals = slices.Clone(a.Refusals[n-MaxRefusalsKept:])
+			}
+		}
+	case *ApprovalExpired:
+		if a := t.Approval(ev.ApprovalID); a != nil {
+			a.State = ApprovalStateExpired
+			if a.Attempt == 0 && ev.Branch == BranchResume {
+				t.Approved = true
+			}
+		}
 	case *SignalReceived:
 		s := *ev
 		t.Signal = &s // resumption follows as task.ready
@@ -330,6 +395,11 @@ func ApplyTask(t *Task, id, workspace string, e Event, r Recorded) (*Task, error
 	}
 	if Terminal(t.State) {
 		t.Wait, t.BackoffUntil = nil, nil
+		for i := range t.Approvals {
+			if t.Approvals[i].State == ApprovalStatePending {
+				t.Approvals[i].State = ApprovalStateWithdrawn
+			}
+		}
 	}
 	t.Version++
 	t.UpdatedAt = r.Time

@@ -99,11 +99,17 @@ type VerificationSpec struct {
 	Queue string `json:"queue"`
 }
 
-// ApprovalSpec gates a task on a person's decision before its first attempt.
+// ApprovalSpec gates a task on a person's decision before its first attempt;
+// the proposed action is the task's input. Its settings are also the
+// defaults of the approvals the task's attempts request.
 type ApprovalSpec struct {
-	Role      string   `json:"role,omitempty"`
-	ExpiresIn Duration `json:"expires_in,omitempty"`
-	Responses []string `json:"responses,omitempty"`
+	Role       string            `json:"role,omitempty"` // who may decide; "" = any registered approver
+	ExpiresIn  Duration          `json:"expires_in,omitempty"`
+	Responses  []string          `json:"responses,omitempty"` // default approve, reject
+	Branches   map[string]string `json:"branches,omitempty"`  // response -> resume | reject | fail | escalate
+	OnExpiry   string            `json:"on_expiry,omitempty"` // default fail
+	EscalateTo string            `json:"escalate_to,omitempty"`
+	Basis      json.RawMessage   `json:"basis,omitempty"`
 }
 
 // TaskSpec is what a plan or a client says a task is.
@@ -118,6 +124,7 @@ type TaskSpec struct {
 	Verification *VerificationSpec `json:"verification,omitempty"`
 	Approval     *ApprovalSpec     `json:"approval,omitempty"`
 	StartAt      *time.Time        `json:"start_at,omitempty"`
+	Deadline     *time.Time        `json:"deadline,omitempty"` // the task fails (reason deadline) if it has not ended by then
 }
 
 // Budget bounds what a goal's work may spend.

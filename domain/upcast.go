@@ -11,12 +11,14 @@ type Upcast func(data json.RawMessage) (json.RawMessage, error)
 // schemaVersions are the current schema versions of the event types that
 // have changed shape; every other type is at version 1.
 var schemaVersions = map[string]int{
-	"task.created": 2, // v2: wait_kind says what a task created waiting waits for
+	"task.created":          2, // v2: wait_kind says what a task created waiting waits for
+	"task.approval_decided": 2, // v2: a signed decision of a named approval, with the branch it takes
 }
 
 // upcasts holds, per event type, the upcast from version i+1 to i+2 at index i.
 var upcasts = map[string][]Upcast{
-	"task.created": {taskCreatedV1toV2},
+	"task.created":          {taskCreatedV1toV2},
+	"task.approval_decided": {approvalDecidedV1toV2},
 }
 
 // SchemaVersion returns the current schema version of eventType: the version
@@ -56,4 +58,22 @@ func taskCreatedV1toV2(data json.RawMessage) (json.RawMessage, error) {
 		m["wait_kind"], _ = json.Marshal(kind)
 	}
 	return json.Marshal(m)
+}
+
+// approvalDecidedV1toV2 reads an unsigned gate decision of version 1
+// ({response, reason}) as version 2: no approval id (the gate had no approval
+// record then), the reason as the comment, and the branch the response took.
+func approvalDecidedV1toV2(data json.RawMessage) (json.RawMessage, error) {
+	var v1 struct {
+		Response string `json:"response"`
+		Reason   string `json:"reason,omitempty"`
+	}
+	if err := json.Unmarshal(data, &v1); err != nil {
+		return nil, fmt.Errorf("domain: upcast task.approval_decided v1: %w", err)
+	}
+	branch := BranchReject
+	if v1.Response == ResponseApprove {
+		branch = BranchResume
+	}
+	return json.Marshal(ApprovalDecided{Response: v1.Response, Branch: branch, Comment: v1.Reason})
 }

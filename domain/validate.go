@@ -69,13 +69,9 @@ func ValidateSpec(field string, s TaskSpec, env *Envelope) error {
 		return invalid(field+"/verification/queue", "queue %q is not a valid name", v.Queue)
 	}
 	if a := s.Approval; a != nil {
-		if a.ExpiresIn < 0 {
-			return invalid(field+"/approval/expires_in", "must not be negative")
-		}
-		for i, r := range a.Responses {
-			if !slices.Contains([]string{"approve", "reject", "request_revision", "escalate"}, r) {
-				return invalid(fmt.Sprintf("%s/approval/responses/%d", field, i), "%q is not one of approve, reject, request_revision, escalate", r)
-			}
+		if err := validateApproval(field+"/approval", ApprovalRequest{Basis: a.Basis, Role: a.Role, Responses: a.Responses,
+			Branches: a.Branches, OnExpiry: a.OnExpiry, EscalateTo: a.EscalateTo, ExpiresIn: a.ExpiresIn}); err != nil {
+			return err
 		}
 	}
 	return nil

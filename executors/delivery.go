@@ -197,6 +197,7 @@ func (d *delivery) job(t *taskState, a *attemptState) *Job {
 	if j.Signal == nil {
 		j.Signal = it.Signal
 	}
+	j.Decisions = t.decisions()
 	for _, p := range t.Attempts {
 		if p.N < a.N {
 			j.PriorAttempts = append(j.PriorAttempts, p.PriorAttempt)
@@ -251,6 +252,7 @@ func (d *delivery) run(hard context.Context, t *taskState, a *attemptState, watc
 	}
 	watch.bind(job.Attempt, cancel)
 	job.save = d.checkpointer(hard, job, cancel, watch)
+	job.ask = d.approvals(hard, job, cancel, watch)
 
 	res, err := Call(jctx, d.w.h, job)
 	rep := ReportFor(jctx, res, err)
@@ -265,13 +267,41 @@ func (d *delivery) run(hard context.Context, t *taskState, a *attemptState, watc
 func (d *delivery) report(ctx context.Context, job *Job, rep Report, watch *watch) {
 	var r *reply
 	var err error
-	if rep.Wait != nil {
+	switch {
+	case rep.Wait != nil && rep.Wait.ApprovalID != "":
+		// RequestApproval recorded the request, which parked the attempt:
+		// there is nothing more to report.
+		d.ack()
+		d.done(outcomeWaiting, job.Attempt, logReason, rep.Wait.Error())
+		return
+	case rep.Wait != nil && rep.Wait.Approval != nil:
+		// A request the handler made up itself: send it now.
+		body, berr := approvalBodyOf(job.TaskID, job.Attempt, *rep.Wait.Approval)
+		if berr != nil {
+			rep.Wait, rep.Failure = nil, &Failure{Code: CodeInvalidResult, Message: clip("the approval request cannot be sent: "+berr.Error(), maxMessage)}
+			break
+		}
+		wait := *rep.Wait
+		wait.ActionDigest = digestOf(body.Action)
+		rep.Wait = &wait
+		r, err = d.w.c.command(ctx, "task.request_approval", body, approvalCommandID(job.TaskID, job.Attempt, wait.ActionDigest))
+		switch {
+		case err != nil:
+		case r.OK:
+			var cr commandReply
+			if json.Unmarshal(r.Result, &cr) == nil {
+				wait.ApprovalID = cr.ApprovalID
+			}
+		case r.Error.Code == codeInvalid || r.Error.Code == codeTooLarge:
+			rep.Wait, rep.Failure = nil, &Failure{Code: CodeInvalidResult, Message: clip("the service refused the approval request: "+r.Error.Message, maxMessage)}
+		}
+	case rep.Wait != nil:
 		r, err = d.w.c.command(ctx, "task.wait", waitBodyOf(job.TaskID, job.Attempt, rep.Wait),
 			fmt.Sprintf("wait.%s.%d", job.TaskID, job.Attempt))
 		if err == nil && !r.OK && r.Error.Code == codeInvalid {
 			rep.Wait, rep.Failure = nil, &Failure{Code: CodeInvalidResult, Message: clip("the service refused the wait: "+r.Error.Message, maxMessage)}
 		}
-	} else if rep.Failure == nil {
+	case rep.Failure == nil:
 		r, err = d.w.c.command(ctx, "task.succeed", succeedBody{TaskID: job.TaskID, Attempt: job.Attempt,
 			Result: rep.Output, Artifacts: rep.Artifacts, ModelSteps: rep.ModelSteps},
 			fmt.Sprintf("succeed.%s.%d", job.TaskID, job.Attempt))
@@ -356,19 +386,71 @@ func (d *delivery) checkpointer(hard context.Context, job *Job, cancel context.C
 		case r.OK:
 			return nil
 		case r.Error.Code == codeConflict || r.Error.Code == codeNotFound:
-			cause := ErrLeaseLost
-			if watch.terminal() {
-				cause = ErrCancelled
-			} else if t, err := d.taskAfter(rctx, func(t *taskState) bool {
-				r := t.running()
-				return r == nil || r.N != job.Attempt
-			}); err == nil && t.terminal() {
-				cause = ErrCancelled
-			}
+			cause := d.fencedCause(rctx, job, watch)
 			cancel(cause)
 			return fmt.Errorf("%w: checkpoint refused: %s", cause, r.Error.Message)
 		}
 		return &CommandError{Command: "task.checkpoint", Code: r.Error.Code, Message: r.Error.Message}
+	}
+}
+
+// fencedCause returns why the service refused a command of the job's
+// attempt as not holding the task: ErrCancelled when the task has ended,
+// ErrLeaseLost otherwise.
+func (d *delivery) fencedCause(ctx context.Context, job *Job, watch *watch) error {
+	if watch.terminal() {
+		return ErrCancelled
+	}
+	if t, err := d.taskAfter(ctx, func(t *taskState) bool {
+		r := t.running()
+		return r == nil || r.N != job.Attempt
+	}); err == nil && t.terminal() {
+		return ErrCancelled
+	}
+	return ErrLeaseLost
+}
+
+// approvals returns the job's approval requester: task.request_approval
+// commands, with an id per attempt and action, retried until answered.
+func (d *delivery) approvals(hard context.Context, job *Job, cancel context.CancelCauseFunc, watch *watch) approvalFunc {
+	return func(ctx context.Context, body requestApprovalBody, id string) (string, error) {
+		rctx, stop := mergeCancel(ctx, hard)
+		defer stop()
+		r, err := d.w.c.command(rctx, "task.request_approval", body, id)
+		switch {
+		case err != nil:
+			return "", fmt.Errorf("executors: approval request of task %s not recorded: %w", job.TaskID, err)
+		case r.OK:
+			var cr commandReply
+			if err := json.Unmarshal(r.Result, &cr); err == nil && cr.ApprovalID != "" {
+				return cr.ApprovalID, nil
+			}
+			// Recorded, but the reply (a duplicate's) does not name the
+			// approval: the task does.
+			digest := digestOf(body.Action)
+			var found string
+			_, err := d.taskAfter(rctx, func(t *taskState) bool {
+				for i := len(t.Approvals) - 1; i >= 0 && found == ""; i-- {
+					if a := t.Approvals[i]; a.Attempt == job.Attempt && a.ActionDigest == digest {
+						found = a.ID
+					}
+				}
+				return found != ""
+			})
+			if err != nil {
+				// The task waits all the same; the worker sends the request
+				// again (a duplicate) when the handler returns.
+				d.w.log.Warn("executors: cannot tell which approval a request recorded", logTask, job.TaskID, logErr, err)
+			}
+			return found, nil
+		case r.Error.Code == codeConflict || r.Error.Code == codeNotFound:
+			cause := d.fencedCause(rctx, job, watch)
+			cancel(cause)
+			return "", fmt.Errorf("%w: approval request refused: %s", cause, r.Error.Message)
+		case r.Error.Code == codeInvalid || r.Error.Code == codeTooLarge:
+			return "", Permanent(&CommandError{Command: "task.request_approval", Code: r.Error.Code, Message: r.Error.Message})
+		}
+		return "", &CommandError{Command: "task.request_approval", Code: r.Error.Code, Message: r.Error.Message}
 	}
 }
 

@@ -66,12 +66,62 @@
 //     (fencing) when a redelivery of the same item now runs a newer attempt:
 //     JetStream acknowledges by stream sequence, so that holder's item is
 //     left to it.
+//   - Waits. A handler that returns Sleep or AwaitSignal is reported with
+//     task.wait {"task_id", "attempt", "kind": "timer"|"signal", "until",
+//     "signal"} (id "wait.<task>.<attempt>"): the attempt ends parked.
+//   - Approvals. The claimed task carries "approvals", each {"id"
+//     ("<task>-<n>"), "attempt" (0 for a gate), "action", "action_digest",
+//     "state", "decision": {"response", "approver", "role", "comment",
+//     "decided_at", ...}}. An attempt asks with task.request_approval
+//     {"task_id", "attempt", "action", "summary", "basis", "role",
+//     "responses", "branches", "on_expiry", "escalate_to", "expires_in"}
+//     (id "approval.<task>.<attempt>.<hex of the action digest>"); the
+//     reply names the "approval_id", and the request itself parks the
+//     attempt (task state waiting, wait {"kind": "approval",
+//     "approval_id"}), so nothing more is reported and the item is
+//     acknowledged. The action digest is "sha256:" and the hex SHA-256 of
+//     the action's canonical JSON: object keys sorted, no insignificant
+//     space, numbers as written, no HTML escaping (ActionDigest). A
+//     decision (approval.decide, signed by a registered approver over the
+//     approval id, the response and the digest) resumes the task as a new
+//     attempt or ends it, as the request's branches say.
 //   - Retries. Every command is retried with its command id on timeouts,
 //     missing responders and "unavailable" replies until the service answers
 //     or the worker's drain deadline passes; an item whose report was never
 //     answered stays unacknowledged and is redelivered after the lease. A
 //     claim refused for another reason (forbidden, invalid) is handed back
 //     with a delay of one lease.
+//
+// # Approvals
+//
+// Before a consequential side effect, a handler asks a person to approve
+// the exact action, and performs it only once approved:
+//
+//	action := Refund{Order: in.Order, Cents: in.Cents}
+//	for {
+//		d, err := job.RequestApproval(ctx, executors.ApprovalRequest{Action: action,
+//			Summary: "refund order " + in.Order, Role: "finance",
+//			Responses: []string{executors.ResponseApprove, executors.ResponseReject, executors.ResponseRevise}})
+//		if err != nil {
+//			return executors.Result{}, err // a *WaitError: the task waits, the worker is free
+//		}
+//		switch d.Response {
+//		case executors.ResponseApprove:
+//			return refund(ctx, job.OperationKey, action) // exactly the approved action
+//		case executors.ResponseRevise:
+//			action = revise(action, d.Comment) // an altered action: asked again
+//		default:
+//			return executors.Result{}, executors.Permanent(errors.New("refund " + d.Response + "ed"))
+//		}
+//	}
+//
+// The first RequestApproval records the request and the handler returns:
+// the task waits durably (`dwr approvals list`), holding no worker. A
+// decision resumes it as a new attempt, handed the task's decisions
+// (Job.Decisions, Job.Approval), where the same RequestApproval returns the
+// decision on that action instead of asking again. A decision is bound to
+// the action's digest: an altered action is a new request, and a decision
+// on one action cannot authorize another.
 //
 // Handler errors: a returned error is a retryable failure; Permanent(err)
 // is not retried; a Failure sets the code, message and retryability. A

@@ -59,11 +59,17 @@ type Job struct {
 	// after AwaitSignal — or nil.
 	Signal *Signal
 
+	// Decisions are the decisions taken on the task's approvals, in the
+	// order the approvals were requested: RequestApproval looks here for a
+	// decision on its action, and Approval returns the latest.
+	Decisions []Decision
+
 	// Deadline is when the attempt times out; zero when it has no timeout.
 	// The handler's context carries the same deadline.
 	Deadline time.Time
 
 	save CheckpointFunc
+	ask  approvalFunc // nil for a job from NewJob: RequestApproval sends nothing
 }
 
 // CheckpointFunc stores a checkpoint durably for a job; it returns nil once
@@ -72,9 +78,10 @@ type CheckpointFunc func(ctx context.Context, checkpoint json.RawMessage) error
 
 // NewJob returns a copy of j whose SaveCheckpoint calls save. It is for
 // running a handler outside a worker, as executortest does; a worker builds
-// its jobs itself.
+// its jobs itself. Its RequestApproval sends no request: it returns the
+// *WaitError a worker would report, or the decision j.Decisions holds.
 func NewJob(j Job, save CheckpointFunc) *Job {
-	j.save = save
+	j.save, j.ask = save, nil
 	return &j
 }
 

@@ -31,11 +31,12 @@ type Report struct {
 	Artifacts  []Artifact
 	ModelSteps []ModelStep
 	Failure    *Failure
-	Wait       *WaitError // the handler parked the task (Sleep, AwaitSignal)
+	Wait       *WaitError // the handler parked the task (Sleep, AwaitSignal, RequestApproval)
 }
 
 // ReportFor returns what a worker reports when a handler that ran with the
-// job context ctx returned (res, err). A Sleep or AwaitSignal becomes a wait.
+// job context ctx returned (res, err). A Sleep, AwaitSignal or
+// RequestApproval (a *WaitError) becomes a wait.
 // Any other error becomes FailureOf(err), with
 // code CodeTimeout when it has no code and the attempt's deadline had
 // passed. A result whose output does not encode, or is larger than

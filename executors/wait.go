@@ -19,14 +19,32 @@ func Sleep(until time.Time) error { return &WaitError{Until: until.UTC()} }
 // process; then a new attempt runs, handed the last checkpoint.
 func AwaitSignal(name string) error { return &WaitError{Signal: name} }
 
-// WaitError is what Sleep and AwaitSignal return: a request to park the
-// task, which the worker reports as task.wait instead of a failure.
+// WaitError is what Sleep, AwaitSignal and RequestApproval return: a
+// request to park the task, which the worker reports as task.wait instead of
+// a failure — or, for an approval, nothing more: the request recorded by
+// RequestApproval parked the task already.
 type WaitError struct {
-	Until  time.Time // a timed wait, when Signal is empty
+	Until  time.Time // a timed wait, when Signal and Approval are unset
 	Signal string    // the signal waited for
+
+	// Approval is the request of a RequestApproval, ActionDigest the digest
+	// of its action, and ApprovalID the id the service gave the approval
+	// ("<task id>-<n>"). ApprovalID is empty when the request was not sent:
+	// the job was built by NewJob (executortest), or the handler built the
+	// WaitError itself — a worker then sends the request when the handler
+	// returns.
+	Approval     *ApprovalRequest
+	ActionDigest string
+	ApprovalID   string
 }
 
 func (e *WaitError) Error() string {
+	if e.Approval != nil {
+		if e.ApprovalID == "" {
+			return "executors: waiting for approval of action " + e.ActionDigest
+		}
+		return "executors: waiting for approval " + e.ApprovalID + " of action " + e.ActionDigest
+	}
 	if e.Signal != "" {
 		return fmt.Sprintf("executors: waiting for signal %q", e.Signal)
 	}

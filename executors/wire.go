@@ -246,12 +246,14 @@ type wireError struct {
 
 // commandReply is the result of a task command.
 type commandReply struct {
-	ID        string     `json:"id"`
-	State     string     `json:"state,omitempty"`
-	Version   uint64     `json:"version"`
-	Attempt   int        `json:"attempt,omitempty"`
-	Task      *taskState `json:"task,omitempty"` // task.claim only
-	Duplicate bool       `json:"duplicate,omitempty"`
+	ID      string     `json:"id"`
+	State   string     `json:"state,omitempty"`
+	Version uint64     `json:"version"`
+	Attempt int        `json:"attempt,omitempty"`
+	Task    *taskState `json:"task,omitempty"` // task.claim only
+	// ApprovalID is the approval a task.request_approval recorded.
+	ApprovalID string `json:"approval_id,omitempty"`
+	Duplicate  bool   `json:"duplicate,omitempty"`
 }
 
 // taskState is a task as a claim or the task.get query returns it; only the
@@ -267,6 +269,54 @@ type taskState struct {
 	Checkpoint    json.RawMessage `json:"checkpoint,omitempty"`
 	Verifications []Verification  `json:"verifications,omitempty"`
 	Signal        *Signal         `json:"signal,omitempty"`
+	Wait          *taskWait       `json:"wait,omitempty"`
+	Approvals     []approvalState `json:"approvals,omitempty"`
+}
+
+// taskWait is what a waiting task waits on.
+type taskWait struct {
+	Kind       string     `json:"kind"` // approval | signal | timer
+	Signal     string     `json:"signal,omitempty"`
+	Until      *time.Time `json:"until,omitempty"`
+	ApprovalID string     `json:"approval_id,omitempty"`
+}
+
+// approvalState is one of a task's approvals (a gate, attempt 0, or an
+// attempt's request), as the task carries it; only the fields the SDK reads.
+type approvalState struct {
+	ID           string            `json:"id"` // <task id>-<n>
+	Attempt      int               `json:"attempt,omitempty"`
+	Action       json.RawMessage   `json:"action"`
+	ActionDigest string            `json:"action_digest"`
+	Summary      string            `json:"summary,omitempty"`
+	Role         string            `json:"role,omitempty"`
+	State        string            `json:"state"` // pending | decided | expired | withdrawn
+	Decision     *approvalDecision `json:"decision,omitempty"`
+}
+
+// approvalDecision is the decision taken on an approval.
+type approvalDecision struct {
+	Response  string    `json:"response"`
+	Branch    string    `json:"branch"`
+	Approver  string    `json:"approver"`
+	Role      string    `json:"role,omitempty"`
+	KeyID     string    `json:"key_id"`
+	Comment   string    `json:"comment,omitempty"`
+	Signature string    `json:"signature"`
+	DecidedAt time.Time `json:"decided_at"`
+}
+
+// decisions returns the decisions taken on the task's approvals, in the
+// order the approvals were requested.
+func (t *taskState) decisions() []Decision {
+	var ds []Decision
+	for _, a := range t.Approvals {
+		if d := a.Decision; d != nil {
+			ds = append(ds, Decision{ApprovalID: a.ID, ActionDigest: a.ActionDigest, Action: a.Action,
+				Response: d.Response, Comment: d.Comment, Approver: d.Approver, Role: d.Role, DecidedAt: d.DecidedAt})
+		}
+	}
+	return ds
 }
 
 type taskSpec struct {

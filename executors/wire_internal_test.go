@@ -75,3 +75,21 @@ func TestWorkItemCheckNamesEveryProblem(t *testing.T) {
 	require.NoError(t, v.check("default", "q", kindVerify))
 	require.Error(t, v.check("default", "q", kindExecute), "a worker does not run verify items")
 }
+
+func TestApprovalRequestBody(t *testing.T) {
+	b, err := approvalBodyOf("01J00000000000000000000000", 3, ApprovalRequest{Action: map[string]any{"b": "<x>", "a": 1},
+		Role: "finance", ExpiresIn: 90 * time.Minute})
+	require.NoError(t, err)
+	raw, err := json.Marshal(b)
+	require.NoError(t, err)
+	require.JSONEq(t, `{"task_id":"01J00000000000000000000000","attempt":3,"action":{"a":1,"b":"<x>"},"role":"finance","expires_in":"1h30m0s"}`, string(raw))
+	require.Equal(t, `{"a":1,"b":"<x>"}`, string(b.Action), "the action is sent in its canonical form")
+	b, err = approvalBodyOf("T", 1, ApprovalRequest{Action: "x"})
+	require.NoError(t, err)
+	raw, err = json.Marshal(b)
+	require.NoError(t, err)
+	require.NotContains(t, string(raw), "expires_in")
+	id := approvalCommandID("01J00000000000000000000000", 9999, digestOf(b.Action))
+	require.LessOrEqual(t, len(id), 128, "the service's limit on command ids")
+	require.True(t, strings.HasPrefix(id, "approval.01J00000000000000000000000.9999."), id)
+}

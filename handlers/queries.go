@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"slices"
 	"strings"
 
 	"github.com/nats-io/nats.go/micro"
@@ -22,12 +23,14 @@ type Query struct {
 	Aggregate string `json:"aggregate,omitempty"` // for events: workspace | goal | task
 	State     string `json:"state,omitempty"`
 	GoalID    string `json:"goal_id,omitempty"`
+	Role      string `json:"role,omitempty"` // for approval.list
 	After     string `json:"after,omitempty"`
 	Limit     int    `json:"limit,omitempty"`
 }
 
 // QueryNames lists the query endpoints (the last tokens of dwr.q.<ws>.<query>).
-var QueryNames = []string{"workspace.list", "goal.get", "goal.list", "task.get", "task.list", "events", "command.get"}
+var QueryNames = []string{"workspace.list", "goal.get", "goal.list", "task.get", "task.list", "events", "command.get",
+	"approval.list", "approval.get", "approver.list"}
 
 func (s *Service) startQueries() (micro.Service, error) {
 	svc, err := micro.AddService(s.nc, micro.Config{Name: "dwr-query", Version: s.cfg.Version,
@@ -121,6 +124,27 @@ func (s *Service) query(name, ws string, q Query) (any, error) {
 		return nonNil(s.store.ListTasks(ws, projections.TaskFilter{State: q.State, GoalID: q.GoalID, After: q.After, Limit: q.Limit}))
 	case "events":
 		return s.history(ws, q)
+	case "approval.list":
+		if q.State != "" && q.State != "all" && !slices.Contains(projections.ApprovalStates, q.State) {
+			return nil, &WireError{Code: string(domain.CodeInvalid), Message: fmt.Sprintf("state %q is not one of %v or all", q.State, projections.ApprovalStates),
+				Fields: []FieldError{{Pointer: "/state", Message: "unknown approval state"}}}
+		}
+		return nonNil(s.store.ListApprovals(ws, projections.ApprovalFilter{State: q.State, Role: q.Role, After: q.After, Limit: q.Limit}))
+	case "approval.get":
+		a, err := s.store.Approval(ws, q.ID)
+		if err == nil && a == nil {
+			return nil, notFound("approval")
+		}
+		return a, err
+	case "approver.list":
+		w, err := s.store.Workspace(ws)
+		if err != nil {
+			return nil, err
+		}
+		if w == nil {
+			return nil, &WireError{Code: string(domain.CodeNotFound), Message: fmt.Sprintf("workspace %q not found", ws)}
+		}
+		return nonNil(w.Approvers, nil)
 	case "command.get":
 		o, ok, err := s.store.Command(ws, q.ID)
 		if err == nil && !ok {

@@ -101,6 +101,7 @@ type Service struct {
 
 	mu        sync.RWMutex
 	committer *eventstore.Committer[*request]
+	timerWake chan struct{} // wakes the writer's timer loop; nil when not the writer
 	writing   bool          // this replica is the writer: it applies its own records
 	changed   chan struct{} // closed and replaced when writing changes
 	ready     chan struct{}
@@ -305,11 +306,11 @@ func (s *Service) runWriter(ctx context.Context, lease *lease) error {
 		return err
 	}
 	s.mu.Lock()
-	s.committer = c
+	s.committer, s.timerWake = c, timerWake
 	s.mu.Unlock()
 	defer func() {
 		s.mu.Lock()
-		s.committer = nil
+		s.committer, s.timerWake = nil, nil
 		s.mu.Unlock()
 	}()
 	rctx, cancel := context.WithCancel(ctx)
@@ -515,6 +516,9 @@ func (s *Service) handleCommand(name string, req micro.Request) []byte {
 	o := s.execute(ctx, cmd, m)
 	if o.Err != nil {
 		return errResponse(toWire(o.Err, s.cfg.Logger))
+	}
+	if we := refusalOf(o.Reply); we != nil {
+		return errResponse(we)
 	}
 	return okResponse(o.Seq, o.Reply)
 }

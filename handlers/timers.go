@@ -61,11 +61,29 @@ func (s *Service) runTimers(ctx context.Context, wake <-chan struct{}) {
 	}
 }
 
+// WakeTimers makes the writer's timer loop look for due timers at once
+// instead of at its next poll (at most timerPoll later): a test that moves
+// its clock calls it so as not to wait. It never blocks, and it does nothing
+// when this replica is not the writer.
+func (s *Service) WakeTimers() {
+	s.mu.RLock()
+	wake := s.timerWake
+	s.mu.RUnlock()
+	if wake == nil {
+		return
+	}
+	select {
+	case wake <- struct{}{}:
+	default: // a wake is already pending
+	}
+}
+
 // setsTimer reports whether a committed record may have added a timer.
 func setsTimer(c *eventstore.Commit) bool {
 	for i := range c.Events {
 		switch c.Events[i].Type {
-		case "task.backoff_scheduled", "task.attempt_started", "task.waiting", "task.created", "goal.created":
+		case "task.backoff_scheduled", "task.attempt_started", "task.waiting", "task.created", "goal.created",
+			"task.approval_requested":
 			return true
 		}
 	}

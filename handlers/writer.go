@@ -1,6 +1,7 @@
 package handlers
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -27,6 +28,25 @@ type outcome struct {
 	Seq   uint64
 	Reply json.RawMessage
 	Err   error
+}
+
+// refused is the stored reply of a command that was refused with its
+// refusal recorded (a decision on an approval that was not taken): a retry
+// of it is answered with the same error.
+type refused struct {
+	Refused *WireError `json:"refused"`
+}
+
+// refusalOf returns the error a stored reply holds, or nil for a reply.
+func refusalOf(reply json.RawMessage) *WireError {
+	if !bytes.HasPrefix(reply, []byte(`{"refused":`)) {
+		return nil
+	}
+	var r refused
+	if err := json.Unmarshal(reply, &r); err != nil {
+		return nil
+	}
+	return r.Refused
 }
 
 // answered marks an item of a batch that needs no append: a retry whose
@@ -80,7 +100,14 @@ func (w *writer) Decide(items []*request) ([]eventstore.Event, []eventstore.Comm
 			errs[i] = err
 			continue
 		}
-		reply, err := json.Marshal(out.Reply)
+		var reply []byte
+		if out.Refusal != nil {
+			r := out.Refusal // its message opens with the reason, e.g. "bad_signature: ..."
+			reply, err = json.Marshal(refused{Refused: &WireError{Code: string(r.Code), Message: r.Message,
+				Fields: []FieldError{{Pointer: r.Field, Message: r.Message}}}})
+		} else {
+			reply, err = json.Marshal(out.Reply)
+		}
 		if err != nil {
 			errs[i] = err
 			continue

@@ -284,6 +284,9 @@ func (bs *batchState) flush(b *pebble.Batch) error {
 		if err := moveTimers(b, before, t); err != nil {
 			return err
 		}
+		if err := moveApprovals(b, before, t); err != nil {
+			return err
+		}
 		if before == nil {
 			if err := b.Set(key(pTaskByWS, t.Workspace, t.State, id), nil, nil); err != nil {
 				return err

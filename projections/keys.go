@@ -20,6 +20,7 @@ const (
 	pTip        = "a"  // a/<aggtype>/<id> -> chain tip
 	pCommand    = "c"  // c/<ws>/<command id> -> first outcome
 	pTimer      = "tm" // tm/<due unix nanos BE>/<task>/<kind>/<attempt> -> workspace
+	pApproval   = "ap" // ap/<ws>/<approval state>/<approval id>
 )
 
 func key(parts ...string) []byte {

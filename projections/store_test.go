@@ -270,11 +270,37 @@ func TestOldEventsAreUpcastWhenRead(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, 1, hist[0].SchemaVersion, "the stored event is never rewritten")
 
-	// And the domain decides on it as on a new one.
-	h.batch(cmd{&domain.DecideApproval{TaskID: task, Response: "approve"}, "approve-1"})
+	// An unsigned gate decision of schema version 1, then the task.ready it
+	// led to, each chained to the event before it.
+	appendOld := func(version uint64, typ string, data string) {
+		hist, err := s.History("task", task)
+		require.NoError(t, err)
+		c := &eventstore.Commit{Kind: eventstore.KindEvents, Epoch: 1, Writer: "old", Time: h.d.now, Events: []eventstore.Event{{
+			ID: ulid.Make().String(), Type: typ, SchemaVersion: 1, Workspace: "w", AggregateType: "task",
+			AggregateID: task, Version: version, CommandID: fmt.Sprint("old-", version), Time: h.d.now,
+			PrevHash: hist[len(hist)-1].Hash(), Data: json.RawMessage(data)}}}
+		b, err := eventstore.EncodeCommit(c)
+		require.NoError(t, err)
+		last, err := h.log.LastSeq(context.Background())
+		require.NoError(t, err)
+		seq, err := h.log.Append(context.Background(), b, last)
+		require.NoError(t, err)
+		dec, err := eventstore.DecodeCommit(b)
+		require.NoError(t, err)
+		require.NoError(t, s.Apply(seq, dec))
+	}
+	appendOld(2, "task.approval_decided", `{"response":"approve","reason":"fine by me"}`)
+	appendOld(3, "task.ready", `{"reason":"approved"}`)
 	got, err = s.Task(task)
 	require.NoError(t, err)
 	require.Equal(t, domain.StateReady, got.State)
+	require.True(t, got.Approved, "upcast from v1: an approve passed the gate")
+
+	// And the domain decides on it as on a new one.
+	h.batch(cmd{&domain.ClaimTask{TaskID: task, Executor: "e"}, "claim-1"})
+	got, err = s.Task(task)
+	require.NoError(t, err)
+	require.Equal(t, domain.StateRunning, got.State)
 }
 
 func TestTimersFollowTheTasksState(t *testing.T) {

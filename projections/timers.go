@@ -12,8 +12,9 @@ import (
 	"github.com/dwr-run/dwr/domain"
 )
 
-// Timer is a moment a task waits for: the end of a backoff, an attempt's
-// deadline, or the time a waiting task resumes. The writer fires each one
+// Timer is a moment a task or goal waits for: the end of a backoff, an
+// attempt's, a task's or a goal's deadline, an approval's expiry, or the
+// time a waiting task resumes. The writer fires each one
 // (domain.FireTimer) when it is due; the index is derived from the tasks'
 // state, so it is rebuilt with the views and survives every restart.
 type Timer struct {
@@ -21,8 +22,8 @@ type Timer struct {
 	Workspace string
 	TaskID    string // the task, for every kind but domain.TimerGoal
 	GoalID    string // the goal, for domain.TimerGoal
-	Kind      string // domain.TimerBackoff, TimerAttempt, TimerWait or TimerGoal
-	Attempt   int
+	Kind      string // domain.TimerBackoff, TimerAttempt, TimerWait, TimerTask, TimerApproval or TimerGoal
+	Attempt   int    // the attempt, for TimerAttempt; the approval's number, for TimerApproval
 }
 
 // id returns the aggregate the timer belongs to.
@@ -56,6 +57,14 @@ func timersOf(t *domain.Task) []Timer {
 	}
 	if a := t.Running(); a != nil && a.Deadline != nil {
 		add(*a.Deadline, domain.TimerAttempt, a.N)
+	}
+	if t.Spec.Deadline != nil {
+		add(*t.Spec.Deadline, domain.TimerTask, 0)
+	}
+	for i, a := range t.Approvals {
+		if a.State == domain.ApprovalStatePending && a.ExpiresAt != nil {
+			add(*a.ExpiresAt, domain.TimerApproval, i+1)
+		}
 	}
 	return out
 }

@@ -1,11 +1,14 @@
 package schemas_test
 
 import (
+	"crypto/ed25519"
 	"crypto/sha256"
+	"encoding/base64"
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -30,15 +33,19 @@ type contract struct {
 	hashes map[string]string // aggregate -> hash of its last envelope
 	cmds   map[string]bool
 	events map[string]bool
+	keys   map[string]ed25519.PrivateKey // approver -> private key
 }
 
 func newContract(t *testing.T) *contract {
 	return &contract{t: t, w: domain.NewOverlay(domain.Empty{}), now: time.Date(2025, 6, 2, 9, 0, 0, 0, time.UTC),
-		ws: "acme", hashes: map[string]string{}, cmds: map[string]bool{}, events: map[string]bool{}}
+		ws: "acme", hashes: map[string]string{}, cmds: map[string]bool{}, events: map[string]bool{},
+		keys: map[string]ed25519.PrivateKey{}}
 }
 
-// do sends command name with body as a client would, and returns its reply.
-func (c *contract) do(name string, body map[string]any) domain.Reply {
+// execute sends command name with body as a client would: it checks the
+// body against the command's schema, decides it, and applies and checks
+// every change it causes.
+func (c *contract) execute(name string, body map[string]any) *domain.Outcome {
 	t := c.t
 	t.Helper()
 	c.now = c.now.Add(time.Minute)
@@ -57,12 +64,74 @@ func (c *contract) do(name string, body map[string]any) domain.Reply {
 		require.NoError(t, c.w.Apply(ch, domain.Recorded{CommandID: m.CommandID, Time: m.Now}))
 		c.event(m, i, ch)
 	}
+	c.cmds[name] = true
+	return out
+}
+
+// do sends command name with body, which must be taken, and returns its
+// reply, checked against reply.json.
+func (c *contract) do(name string, body map[string]any) domain.Reply {
+	t := c.t
+	t.Helper()
+	out := c.execute(name, body)
+	require.Nil(t, out.Refusal, "%s was refused", name)
 	c.seq++
 	reply, err := json.Marshal(map[string]any{"ok": true, "result": out.Reply, "seq": c.seq})
 	require.NoError(t, err)
 	require.NoError(t, schemas.Validate(schemas.PathReply, reply), "reply to %s: %s", name, reply)
-	c.cmds[name] = true
 	return out.Reply
+}
+
+// refused sends command name with body, which must be refused with code
+// and reason yet recorded (a decision on an approval that is not taken), and
+// checks its answer, as the writer sends it, against error.json.
+func (c *contract) refused(name string, body map[string]any, code domain.Code, reason string) {
+	t := c.t
+	t.Helper()
+	out := c.execute(name, body)
+	r := out.Refusal
+	require.NotNil(t, r, "%s was not refused", name)
+	require.NotEmpty(t, out.Changes, "a refusal is recorded")
+	require.Equal(t, code, r.Code, r.Message)
+	require.True(t, strings.HasPrefix(r.Message, reason+": "), "the message opens with the reason: %s", r.Message)
+	require.True(t, c.events["task.approval_refused"])
+	reply, err := json.Marshal(map[string]any{"ok": false, "error": map[string]any{"code": r.Code, "message": r.Message,
+		"fields": []map[string]any{{"pointer": r.Field, "message": r.Message}}}})
+	require.NoError(t, err)
+	require.NoError(t, schemas.Validate(schemas.PathError, reply), "refusal of %s: %s", name, reply)
+}
+
+// register registers approver name with role and a key made from a fixed
+// seed, so that every run signs the same.
+func (c *contract) register(name, role string) {
+	seed := sha256.Sum256([]byte("contract approver " + name))
+	key := ed25519.NewKeyFromSeed(seed[:])
+	c.keys[name] = key
+	r := c.do("approver.register", map[string]any{"name": name, "role": role,
+		"public_key": base64.StdEncoding.EncodeToString(key.Public().(ed25519.PublicKey))})
+	require.Equal(c.t, c.ws, r.ID)
+}
+
+// pending returns the approval task id waits on.
+func (c *contract) pending(id string) *domain.Approval {
+	tk := c.task(id)
+	require.Equal(c.t, domain.StateWaiting, tk.State, id)
+	a := tk.PendingApproval()
+	require.NotNil(c.t, a, "task %s waits on no approval", id)
+	return a
+}
+
+// decision returns the body of an approval.decide: response by approver,
+// signed with their key over the action digest the task's state gives.
+func (c *contract) decision(taskID, approvalID, approver, response, comment string) map[string]any {
+	a := c.task(taskID).Approval(approvalID)
+	require.NotNil(c.t, a, approvalID)
+	body := map[string]any{"approval_id": a.ID, "approver": approver, "response": response,
+		"action_digest": a.ActionDigest, "signature": domain.SignDecision(c.keys[approver], a.ID, response, a.ActionDigest)}
+	if comment != "" {
+		body["comment"] = comment
+	}
+	return body
 }
 
 // event checks one change as it is published: its data and its envelope.
@@ -102,9 +171,12 @@ func ids(r domain.Reply) map[string]string {
 func TestContractOfTheDomain(t *testing.T) {
 	c := newContract(t)
 	c.do("workspace.create", map[string]any{"name": "acme", "description": "Market research."})
+	c.register("maria", "editor")
+	c.register("omar", "finance")
+	c.register("lena", "legal")
 
 	// A goal that is achieved, through failures, a lost lease, a review, an
-	// approval and a signal.
+	// approval gate, an attempt's approval that is escalated, and a signal.
 	goal := domain.DeriveID(c.now, "goal-1")
 	c.do("goal.create", map[string]any{"goal_id": goal, "title": "Publish the Q2 report",
 		"success_criteria": []string{"Every figure cites a source."},
@@ -115,6 +187,7 @@ func TestContractOfTheDomain(t *testing.T) {
 		{"key": "draft", "queue": "writer", "depends_on": []string{"collect"}, "verification": map[string]any{"queue": "fact-check"},
 			"retry": map[string]any{"max_attempts": 3, "initial_backoff": "30s"}},
 		{"key": "publish", "title": "Publish", "queue": "publisher", "depends_on": []string{"draft"},
+			"input":    map[string]any{"page": "/reports/2025-q2"},
 			"approval": map[string]any{"role": "editor", "expires_in": 86400, "responses": []string{"approve", "reject"}}},
 	}}))
 	collect, draft, publish := plan["collect"], plan["draft"], plan["publish"]
@@ -141,14 +214,39 @@ func TestContractOfTheDomain(t *testing.T) {
 	c.do("task.succeed", map[string]any{"task_id": draft, "attempt": 4, "result": "draft two"})
 	c.do("task.verify", map[string]any{"task_id": draft, "attempt": 4, "outcome": "PASS", "verifier": "fact-checker",
 		"verifier_version": "2.0.1", "result_digest": domain.ResultDigest([]byte(`"draft two"`))})
-	require.Equal(t, domain.StateWaiting, c.task(publish).State)
 
-	c.do("task.approve", map[string]any{"task_id": publish, "response": "approve", "reason": "looks good"})
-	c.do("task.claim", map[string]any{"task_id": publish, "executor": "publisher-1"})
-	c.do("task.wait", map[string]any{"task_id": publish, "attempt": 1, "kind": "signal", "signal": "cms.published"})
+	// The gate: a finance approver may not decide it; an editor approves.
+	gate := c.pending(publish)
+	require.Zero(t, gate.Attempt, "a gate is asked before the first attempt")
+	c.refused("approval.decide", c.decision(publish, gate.ID, "omar", "approve", ""), domain.CodeForbidden, domain.RefusedUnauthorized)
+	r = c.do("approval.decide", c.decision(publish, gate.ID, "maria", "approve", "looks good"))
+	require.Equal(t, gate.ID, r.ApprovalID)
+	require.Equal(t, domain.StateReady, r.State)
+
+	// The first attempt asks before it publishes; the editor escalates to
+	// legal, who approves, and a new attempt goes on.
+	r = c.do("task.claim", map[string]any{"task_id": publish, "executor": "publisher-1"})
+	require.Len(t, r.Task.Approvals, 1, "the claimed task carries its approvals")
+	r = c.do("task.request_approval", map[string]any{"task_id": publish, "attempt": 1,
+		"action":  map[string]any{"tool": "cms.publish", "page": "/reports/2025-q2", "visibility": "public"},
+		"summary": "Publish the Q2 report on the public website", "basis": map[string]any{"verification": "PASS"},
+		"responses": []string{"approve", "reject", "revise", "escalate"}, "branches": map[string]any{"revise": "resume"},
+		"escalate_to": "legal", "on_expiry": "fail", "expires_in": "2h"})
+	asked := r.ApprovalID
+	require.Equal(t, asked, c.pending(publish).ID)
+	c.do("approval.decide", c.decision(publish, asked, "maria", "escalate", "legal should see the figures"))
+	escalated := c.pending(publish)
+	require.Equal(t, "legal", escalated.Role)
+	require.NotEqual(t, asked, escalated.ID)
+	r = c.do("approval.decide", c.decision(publish, escalated.ID, "lena", "approve", ""))
+	require.Equal(t, domain.StateReady, r.State)
+	r = c.do("task.claim", map[string]any{"task_id": publish, "executor": "publisher-1"})
+	require.Equal(t, 2, r.Attempt)
+	require.Len(t, r.Task.Approvals, 3)
+	c.do("task.wait", map[string]any{"task_id": publish, "attempt": 2, "kind": "signal", "signal": "cms.published"})
 	c.do("task.signal", map[string]any{"task_id": publish, "name": "cms.published", "payload": map[string]any{"url": "https://example.com/q2"}})
 	c.do("task.claim", map[string]any{"task_id": publish, "executor": "publisher-1"})
-	r = c.do("task.succeed", map[string]any{"task_id": publish, "attempt": 2})
+	r = c.do("task.succeed", map[string]any{"task_id": publish, "attempt": 3})
 	require.Equal(t, domain.StateAccepted, r.State)
 	g, err := c.w.Goal(goal)
 	require.NoError(t, err)
@@ -172,11 +270,37 @@ func TestContractOfTheDomain(t *testing.T) {
 		{"key": "x", "queue": "research"}, {"key": "y", "queue": "writer"}, {"key": "z", "queue": "research"}}})
 	c.do("goal.cancel", map[string]any{"goal_id": goal3, "reason": "moved to Q3"})
 
-	// Standalone tasks: one rejected at its approval gate, one that waits for
-	// its start time and is then canceled.
+	// Standalone tasks: one rejected at its approval gate; one whose gate
+	// expires, and a decision that comes too late; one that misses its
+	// deadline; one that waits for its start time and is then canceled; one
+	// quarantined.
 	gated := domain.DeriveID(c.now, "task-1")
-	c.do("task.create", map[string]any{"task_id": gated, "spec": map[string]any{"queue": "billing", "approval": map[string]any{}}})
-	c.do("task.approve", map[string]any{"task_id": gated, "response": "reject", "reason": "not this month"})
+	c.do("task.create", map[string]any{"task_id": gated, "spec": map[string]any{"queue": "billing",
+		"approval": map[string]any{"role": "finance"}}})
+	r = c.do("approval.decide", c.decision(gated, c.pending(gated).ID, "omar", "reject", "not this month"))
+	require.Equal(t, domain.StateRejected, r.State)
+
+	expiring := domain.DeriveID(c.now, "task-4")
+	c.do("task.create", map[string]any{"task_id": expiring, "spec": map[string]any{"queue": "billing", "input": map[string]any{"amount": 12},
+		"approval": map[string]any{"expires_in": "1h", "on_expiry": "fail", "basis": map[string]any{"quote": "Q-17"}}}})
+	lapsed := c.pending(expiring)
+	require.NotNil(t, lapsed.ExpiresAt)
+	c.now = *lapsed.ExpiresAt
+	r = c.do("timer.fire", map[string]any{"task_id": expiring, "kind": "approval_expiry", "attempt": 1,
+		"due": lapsed.ExpiresAt.Format(time.RFC3339Nano)})
+	require.Equal(t, domain.StateFailed, r.State)
+	c.refused("approval.decide", c.decision(expiring, lapsed.ID, "omar", "approve", ""), domain.CodeConflict, domain.RefusedExpired)
+
+	late := domain.DeriveID(c.now, "task-5")
+	deadline := c.now.Add(30 * time.Minute)
+	c.do("task.create", map[string]any{"task_id": late, "spec": map[string]any{"queue": "billing",
+		"deadline": deadline.Format(time.RFC3339)}})
+	c.do("task.claim", map[string]any{"task_id": late, "executor": "biller-1"})
+	c.now = deadline
+	r = c.do("timer.fire", map[string]any{"task_id": late, "kind": "task_deadline", "due": deadline.Format(time.RFC3339)})
+	require.Equal(t, domain.StateFailed, r.State)
+	require.Equal(t, domain.ReasonDeadline, c.task(late).Reason)
+
 	timed := domain.DeriveID(c.now, "task-2")
 	start := c.now.Add(time.Hour)
 	c.do("task.create", map[string]any{"task_id": timed, "spec": map[string]any{"key": "later", "queue": "billing",

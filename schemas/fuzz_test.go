@@ -118,7 +118,7 @@ func FuzzValidateCommand(f *testing.F) {
 	for name, b := range goldenSeeds(f, "commands") {
 		f.Add(slices.Index(names, name), b)
 	}
-	f.Add(15, []byte(`{"name":""}`))
+	f.Add(slices.Index(names, "workspace.create"), []byte(`{"name":""}`))
 	f.Add(-1, []byte(`{}`))
 	f.Fuzz(func(t *testing.T, n int, body []byte) {
 		name := "no.such.command"

@@ -25,6 +25,11 @@ var patternText = map[string]string{
 	`^[0-9a-f]{64}$`:       "must be a SHA-256 digest: 64 lower-case hex digits",
 	`^[0-9a-f]{32}$`:       "must be 32 lower-case hex digits",
 	`^(/([^~/]|~[01])*)*$`: "must be a JSON pointer such as /tasks/0/key",
+	`^[0-7][0-9A-HJKMNP-TV-Z]{25}-[1-9][0-9]{0,8}$`: "must be an approval id: a task's ULID, '-' and the approval's number, such as 01J9ZQ3M5W8X2K4N6P7R9T1V3B-1",
+	`^sha256:[0-9a-f]{64}$`:                         `must be an action digest: "sha256:" and 64 lower-case hex digits`,
+	`^[0-9a-f]{16}$`:                                "must be a key id: 16 lower-case hex digits",
+	`^[A-Za-z0-9+/]{42}[AEIMQUYcgkosw048]=$`:        "must be the standard base64, with padding, of a 32-byte Ed25519 public key (44 characters)",
+	`^[A-Za-z0-9+/]{85}[AQgw]==$`:                   "must be the standard base64, with padding, of a 64-byte Ed25519 signature (88 characters)",
 }
 
 const timeText = "must be an RFC 3339 time such as 2025-06-01T12:00:00Z or 2025-06-01T14:00:00.5+02:00"
@@ -189,6 +194,8 @@ func describe(e *jsonschema.ValidationError) string {
 		return fmt.Sprintf("has %d entries; at least %d are needed", k.Got, k.Want)
 	case *kind.MaxItems:
 		return fmt.Sprintf("has %d entries; at most %d are allowed", k.Got, k.Want)
+	case *kind.UniqueItems:
+		return fmt.Sprintf("lists the same value twice (entries %d and %d)", k.Duplicates[0], k.Duplicates[1])
 	case *kind.Minimum:
 		return fmt.Sprintf("must be at least %s (got %s)", ratText(k.Want), ratText(k.Got))
 	case *kind.Maximum:

@@ -1,6 +1,9 @@
 package schemas_test
 
 import (
+	"crypto/ed25519"
+	"crypto/sha256"
+	"encoding/base64"
 	"encoding/json"
 	"fmt"
 	"path"
@@ -194,6 +197,10 @@ func (s *shapes) check(where string, typ reflect.Type, d doc) {
 	case reflect.Struct:
 		require.Equal(t, []string{"object"}, types, "%s: a Go struct", where)
 		s.checkObject(where, typ, d)
+	case reflect.Map:
+		require.Equal(t, []string{"object"}, types, "%s: a Go map", where)
+		require.Equal(t, reflect.String, typ.Key().Kind(), "%s: a map's keys are strings", where)
+		s.checkMap(where, typ, d)
 	default:
 		t.Fatalf("%s: no rule for Go type %s", where, typ)
 	}
@@ -237,8 +244,12 @@ func (s *shapes) checkObject(where string, typ reflect.Type, d doc) {
 		}
 		if ps, ok := p.node["properties"].(map[string]any); ok {
 			for name, n := range ps {
-				if _, seen := props[name]; !seen {
-					props[name] = doc{p.file, n.(map[string]any)}
+				// A boolean schema (false: the field is not allowed here)
+				// narrows a property declared elsewhere.
+				if m, isSchema := n.(map[string]any); isSchema {
+					if _, seen := props[name]; !seen {
+						props[name] = doc{p.file, m}
+					}
 				}
 			}
 		}
@@ -251,11 +262,7 @@ func (s *shapes) checkObject(where string, typ reflect.Type, d doc) {
 	require.True(t, closed, "%s: an object schema needs additionalProperties: false", where)
 
 	var tags []string
-	for i := range typ.NumField() {
-		f := typ.Field(i)
-		if !f.IsExported() {
-			continue
-		}
+	for _, f := range jsonFields(typ) {
 		tag := f.Tag.Get("json")
 		name, opts, _ := strings.Cut(tag, ",")
 		if name == "-" {
@@ -286,6 +293,47 @@ func (s *shapes) checkObject(where string, typ reflect.Type, d doc) {
 	}
 	slices.Sort(names)
 	require.Equal(t, tags, names, "%s: the schema's properties are not exactly the json tags of %s", where, typ)
+}
+
+// jsonFields returns the exported fields of struct type typ as encoding/json
+// sees them: the fields of an embedded struct without a json name are
+// promoted into typ.
+func jsonFields(typ reflect.Type) []reflect.StructField {
+	var out []reflect.StructField
+	for i := range typ.NumField() {
+		f := typ.Field(i)
+		name, _, _ := strings.Cut(f.Tag.Get("json"), ",")
+		if f.Anonymous && name == "" && f.Type.Kind() == reflect.Struct {
+			out = append(out, jsonFields(f.Type)...)
+			continue
+		}
+		if f.IsExported() {
+			out = append(out, f)
+		}
+	}
+	return out
+}
+
+// checkMap compares the schema d of a Go map with string keys: an object
+// whose named properties and additional properties all hold the map's value
+// type.
+func (s *shapes) checkMap(where string, typ reflect.Type, d doc) {
+	values := 0
+	for _, p := range s.parts(d) {
+		if ps, ok := p.node["properties"].(map[string]any); ok {
+			for name, n := range ps {
+				if m, isSchema := n.(map[string]any); isSchema {
+					s.check(where+"."+name, typ.Elem(), doc{p.file, m})
+					values++
+				}
+			}
+		}
+		if ap, ok := p.node["additionalProperties"].(map[string]any); ok {
+			s.check(where+"{}", typ.Elem(), doc{p.file, ap})
+			values++
+		}
+	}
+	require.NotZero(s.t, values, "%s: a map's schema needs properties or additionalProperties for its values", where)
 }
 
 // defName returns "/$defs/<Name>" for a node of common.json.
@@ -328,6 +376,20 @@ func TestReplySchemaMatchesTypes(t *testing.T) {
 	werr := s.child(doc{schemas.PathError, s.docs[schemas.PathError].(map[string]any)}, "properties")
 	require.Len(t, werr, 1)
 	s.check("error.json#/properties/error", reflect.TypeFor[schemas.Error](), doc{werr[0].file, werr[0].node["error"].(map[string]any)})
+}
+
+// TestDefsMatchTypes checks the shared definitions that no command, event
+// or reply reaches but a query answers.
+func TestDefsMatchTypes(t *testing.T) {
+	s := newShapes(t)
+	defs := s.docs[schemas.PathCommon].(map[string]any)["$defs"].(map[string]any)
+	for name, typ := range map[string]reflect.Type{
+		"Approver":     reflect.TypeFor[domain.Approver](),
+		"Approval":     reflect.TypeFor[domain.Approval](),
+		"ApprovalSpec": reflect.TypeFor[domain.ApprovalSpec](),
+	} {
+		s.check("common.json#/$defs/"+name, typ, doc{schemas.PathCommon, defs[name].(map[string]any)})
+	}
 }
 
 func TestEnvelopeDispatchesEveryType(t *testing.T) {
@@ -397,5 +459,130 @@ func TestPatternsMatchDomain(t *testing.T) {
 		check(domain.ValidName(s), "goal.create", map[string]any{"title": "t",
 			"envelope": map[string]any{"permissions": map[string]any{"queues": []string{s}}}}, s)
 		check(domain.ValidKey(s), "task.signal", map[string]any{"task_id": "01JWQYPRT84TFF59TDWH9EDD1R", "name": s}, s)
+		check(domain.ValidName(s), "approver.register", map[string]any{"name": s, "role": "editor", "public_key": testKey}, s)
+		check(domain.ValidName(s), "approver.register", map[string]any{"name": "maria", "role": s, "public_key": testKey}, s)
 	}
+}
+
+const testKey = "VU6Cbm8vZboUwILz9USUel4y3e+Z2bA8xTd9VGdbM9A="
+
+// TestApprovalPatternsMatchDomain checks the approval id, key, signature and
+// digest patterns against what the domain makes and reads. The schema asks
+// for the canonical forms: where the domain is more lenient (a number with a
+// leading zero or sign, base64 with stray bits), what the schema accepts the
+// domain reads.
+func TestApprovalPatternsMatchDomain(t *testing.T) {
+	task := "01JWTD0Q80H4QX4FR84G98PBSK"
+	decide := func(field, value string) error {
+		body := map[string]any{"approval_id": task + "-1", "approver": "maria", "response": "approve",
+			"action_digest": "sha256:" + strings.Repeat("0", 64), "signature": strings.Repeat("A", 86) + "=="}
+		body[field] = value
+		b, err := json.Marshal(body)
+		require.NoError(t, err)
+		return schemas.ValidateCommand("approval.decide", b)
+	}
+	for _, n := range []int{1, 2, 9, 10, 99, 123456789} {
+		id := domain.ApprovalID(task, n)
+		require.NoError(t, decide("approval_id", id), id)
+	}
+	for _, id := range []string{task, task + "-", task + "-0", task + "-01", task + "-+1", task + "--1", task + "-1a",
+		"01jwtd0q80h4qx4fr84g98pbsk-1", task + "1-1", task + "-1234567890"} {
+		_, _, ok := domain.ParseApprovalID(id)
+		if err := decide("approval_id", id); err == nil {
+			require.True(t, ok, "the schema accepts %q, the domain does not", id)
+		}
+	}
+	require.Error(t, decide("approval_id", task+"-01"), "one spelling per approval")
+
+	action := json.RawMessage(`{"b": [1, 2.50], "a": "x"}`)
+	digest, err := domain.ActionDigest(action)
+	require.NoError(t, err)
+	require.NoError(t, decide("action_digest", digest))
+	for _, bad := range []string{strings.TrimPrefix(digest, "sha256:"), strings.ToUpper(digest), digest + "0", "sha1:" + digest[7:47]} {
+		require.Error(t, decide("action_digest", bad), bad)
+	}
+
+	register := func(key string) error {
+		b, err := json.Marshal(map[string]any{"name": "maria", "role": "editor", "public_key": key})
+		require.NoError(t, err)
+		return schemas.ValidateCommand("approver.register", b)
+	}
+	for i := range 64 {
+		seed := sha256.Sum256([]byte{byte(i)})
+		key := ed25519.NewKeyFromSeed(seed[:])
+		pub := base64.StdEncoding.EncodeToString(key.Public().(ed25519.PublicKey))
+		require.NoError(t, register(pub), pub)
+		sig := domain.SignDecision(key, task+"-1", "approve", digest)
+		require.NoError(t, decide("signature", sig), sig)
+	}
+	b64 := "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/"
+	for _, c := range b64 {
+		key := strings.Repeat("A", 42) + string(c) + "="
+		sig := strings.Repeat("A", 85) + string(c) + "=="
+		for _, x := range []struct {
+			err  error
+			s    string
+			size int
+		}{{register(key), key, ed25519.PublicKeySize}, {decide("signature", sig), sig, ed25519.SignatureSize}} {
+			raw, derr := base64.StdEncoding.DecodeString(x.s)
+			if x.err == nil {
+				require.NoError(t, derr, x.s)
+				require.Len(t, raw, x.size, x.s)
+				require.Equal(t, x.s, base64.StdEncoding.EncodeToString(raw), "the schema accepts only the canonical encoding")
+			}
+		}
+	}
+	for _, bad := range []string{testKey[:43], testKey + "A", strings.TrimSuffix(testKey, "=") + "A", base64.RawStdEncoding.EncodeToString(make([]byte, 32)),
+		base64.StdEncoding.EncodeToString(make([]byte, 31)), base64.StdEncoding.EncodeToString(make([]byte, 33)), base64.URLEncoding.EncodeToString(bytes32(0xfb))} {
+		require.Error(t, register(bad), bad)
+	}
+	for _, bad := range []string{base64.StdEncoding.EncodeToString(make([]byte, 63)), base64.StdEncoding.EncodeToString(make([]byte, 65)),
+		base64.RawStdEncoding.EncodeToString(make([]byte, 64))} {
+		require.Error(t, decide("signature", bad), bad)
+	}
+}
+
+func bytes32(b byte) []byte {
+	out := make([]byte, 32)
+	for i := range out {
+		out[i] = b
+	}
+	return out
+}
+
+// TestApprovalEnumsMatchDomain ties the approval enums and bounds to
+// domain/approvals.go and the timer kinds to domain/commands.go.
+func TestApprovalEnumsMatchDomain(t *testing.T) {
+	s := newShapes(t)
+	common := s.docs[schemas.PathCommon].(map[string]any)["$defs"].(map[string]any)
+	enum := func(node any) []string {
+		var out []string
+		for _, e := range node.(map[string]any)["enum"].([]any) {
+			out = append(out, e.(string))
+		}
+		return out
+	}
+	require.Equal(t, domain.Responses, enum(common["Response"]))
+	require.Equal(t, domain.Branches, enum(common["Branch"]))
+	require.Equal(t, []string{domain.RefusedUnknownApprover, domain.RefusedUnauthorized, domain.RefusedBadSignature, domain.RefusedReplayed,
+		domain.RefusedActionMismatch, domain.RefusedExpired, domain.RefusedAlreadyDecided, domain.RefusedNotPermitted}, enum(common["RefusalReason"]))
+	approval := common["Approval"].(map[string]any)["properties"].(map[string]any)
+	require.Equal(t, []string{domain.ApprovalStatePending, domain.ApprovalStateDecided, domain.ApprovalStateExpired, domain.ApprovalStateWithdrawn},
+		enum(approval["state"]))
+	require.Equal(t, domain.MaxRefusalsKept, int(approval["refusals"].(map[string]any)["maxItems"].(float64)))
+	require.Equal(t, len(domain.Responses), int(common["Responses"].(map[string]any)["maxItems"].(float64)))
+	var branches []string
+	for k := range common["Branches"].(map[string]any)["properties"].(map[string]any) {
+		branches = append(branches, k)
+	}
+	require.ElementsMatch(t, domain.Responses, branches, "a branch for each response")
+
+	cmd := func(name string) map[string]any {
+		return s.docs[schemas.CommandPath(name)].(map[string]any)["properties"].(map[string]any)
+	}
+	ref := func(node any) []string { return s.refs(doc{"commands/x.json", node.(map[string]any)}) }
+	require.Contains(t, ref(cmd("task.request_approval")["summary"]), "Title", "summary: at most MaxTitle")
+	require.Contains(t, ref(cmd("approval.decide")["comment"]), "Reason", "comment: at most MaxReason")
+	require.Equal(t, []string{domain.TimerBackoff, domain.TimerAttempt, domain.TimerWait, domain.TimerGoal, domain.TimerTask, domain.TimerApproval},
+		enum(cmd("timer.fire")["kind"]))
 }

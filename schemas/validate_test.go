@@ -65,7 +65,7 @@ func TestValidateCommandReportsEveryField(t *testing.T) {
 	require.Equal(t, "is required", got["/tasks/1/queue"])
 	require.Equal(t, "must be at most 1000 (got 5000)", got["/tasks/1/retry/max_attempts"])
 	require.Contains(t, got["/tasks/1/retry/multiplier"], "between 1 and 100")
-	require.Contains(t, got["/tasks/2/approval/responses/0"], `must be one of "approve", "reject", "request_revision", "escalate"`)
+	require.Contains(t, got["/tasks/2/approval/responses/0"], `must be one of "approve", "reject", "revise", "escalate"`)
 	require.Equal(t, "is required", got["/tasks/2/key"])
 	require.Contains(t, got["/tasks/2/start_at"], "must be an RFC 3339 time")
 	require.Equal(t, "is 201 characters long; at most 200 are allowed", got["/tasks/2/title"])
@@ -281,4 +281,46 @@ func TestValidateCommandRefusesRepeatedKeys(t *testing.T) {
 		"/spec/retry": "appears more than once in its object",
 		"/task_id":    "appears more than once in its object",
 	}, fieldMap(e))
+}
+
+func TestValidateApprovalSettings(t *testing.T) {
+	spec := func(approval string) []byte {
+		return []byte(`{"task_id":"` + taskID + `","spec":{"queue":"q","approval":` + approval + `}}`)
+	}
+	require.NoError(t, schemas.ValidateCommand("task.create", spec(`{}`)))
+	require.NoError(t, schemas.ValidateCommand("task.create", spec(`{"role":"legal","responses":[],"branches":{"revise":"resume"},"on_expiry":"escalate","escalate_to":"board","basis":[1]}`)))
+	require.NoError(t, schemas.ValidateCommand("task.create", spec(`{"responses":["escalate","approve"],"escalate_to":"board"}`)))
+	cases := map[string]map[string]string{
+		`{"responses":["approve","approve"]}`:  {"/spec/approval/responses": "lists the same value twice (entries 0 and 1)"},
+		`{"responses":["approve","escalate"]}`: {"/spec/approval/escalate_to": "is required"},
+		`{"branches":{"approve":"accept"}}`:    {"/spec/approval/branches/approve": `must be one of "resume", "reject", "fail", "escalate" (got "accept")`},
+		`{"on_expiry":"approve"}`:              {"/spec/approval/on_expiry": `must be one of "resume", "reject", "fail", "escalate" (got "approve")`},
+		`{"role":"Finance Team"}`:              {"/spec/approval/role": `must be a name of 1-63 lower-case letters, digits, '_' or '-', starting with a letter or digit (got "Finance Team")`},
+		`{"responses":["request_revision"]}`:   {"/spec/approval/responses/0": `must be one of "approve", "reject", "revise", "escalate" (got "request_revision")`},
+	}
+	for approval, want := range cases {
+		e := requireError(t, schemas.ValidateCommand("task.create", spec(approval)), schemas.CodeInvalid)
+		require.Equal(t, want, fieldMap(e), approval)
+	}
+	e := requireError(t, schemas.ValidateCommand("task.create", spec(`{"branches":{"revize":"resume"}}`)), schemas.CodeInvalid)
+	require.Contains(t, fieldMap(e)["/spec/approval/branches/revize"], `did you mean "revise"?`)
+
+	// An attempt's request must carry its action; escalate_to may come from
+	// the task's approval spec, so the command does not require it.
+	e = requireError(t, schemas.ValidateCommand("task.request_approval", []byte(`{"task_id":"`+taskID+`","attempt":1}`)), schemas.CodeInvalid)
+	require.Equal(t, map[string]string{"/action": "is required"}, fieldMap(e))
+	require.NoError(t, schemas.ValidateCommand("task.request_approval", []byte(`{"task_id":"`+taskID+`","attempt":1,"action":null,"responses":["escalate"]}`)))
+
+	e = requireError(t, schemas.ValidateCommand("timer.fire", []byte(`{"task_id":"`+taskID+`","kind":"approval_expiry","due":"2025-06-03T10:22:40Z"}`)), schemas.CodeInvalid)
+	require.Equal(t, map[string]string{"/attempt": "is required"}, fieldMap(e))
+	e = requireError(t, schemas.ValidateCommand("timer.fire", []byte(`{"task_id":"`+taskID+`","kind":"approval_expiry","attempt":0,"due":"2025-06-03T10:22:40Z"}`)), schemas.CodeInvalid)
+	require.Equal(t, map[string]string{"/attempt": "must be at least 1 (got 0)"}, fieldMap(e))
+	require.NoError(t, schemas.ValidateCommand("timer.fire", []byte(`{"task_id":"`+taskID+`","kind":"task_deadline","due":"2025-06-03T10:22:40Z"}`)))
+
+	// A request is pending, undecided and unrefused.
+	requested := `{"id":"` + taskID + `-1","task_id":"` + taskID + `","action":null,"action_digest":"sha256:` + strings.Repeat("0", 64) +
+		`","responses":["approve"],"branches":{"approve":"resume"},"requested_at":"2025-06-03T10:22:40Z","state":"pending"`
+	require.NoError(t, schemas.ValidateEvent("task.approval_requested", []byte(requested+`}`)))
+	e = requireError(t, schemas.ValidateEvent("task.approval_requested", []byte(requested+`,"refusals":[]}`)), schemas.CodeInvalid)
+	require.Equal(t, map[string]string{"/refusals": "is not allowed here"}, fieldMap(e))
 }

@@ -90,7 +90,7 @@ func replyError(e *handlers.WireError) error {
 	var b strings.Builder
 	fmt.Fprintf(&b, "%s: %s", e.Code, e.Message)
 	for _, f := range e.Fields {
-		if !strings.Contains(e.Message, f.Pointer) {
+		if !strings.Contains(e.Message, f.Pointer) && !strings.Contains(e.Message, f.Message) {
 			fmt.Fprintf(&b, "\n  field %s: %s", f.Pointer, f.Message)
 		}
 	}

@@ -214,28 +214,36 @@ func readPlan(g *globals, file string) (json.RawMessage, error) {
 	return out, nil
 }
 
-// resolveStartAfter turns each task's start_after (a duration from now, a
-// convenience of plan files) into the start_at the wire carries.
+// relativeTimes are the plan file conveniences resolved before a plan is
+// sent: a duration from now, and the absolute time the wire carries.
+var relativeTimes = [][2]string{{"start_after", "start_at"}, {"deadline_after", "deadline"}}
+
+// resolveStartAfter turns each task's start_after and deadline_after (a
+// duration from now, a convenience of plan files) into the start_at and
+// deadline the wire carries.
 func resolveStartAfter(tasks []any, now time.Time) error {
 	for i, t := range tasks {
 		m, ok := t.(map[string]any)
 		if !ok {
 			continue // the service names what is wrong with it
 		}
-		v, ok := m["start_after"]
-		if !ok {
-			continue
+		for _, rt := range relativeTimes {
+			after, at := rt[0], rt[1]
+			v, ok := m[after]
+			if !ok {
+				continue
+			}
+			s, _ := v.(string)
+			d, err := time.ParseDuration(s)
+			if err != nil || d < 0 {
+				return fmt.Errorf("/tasks/%d/%s: %v is not a duration such as \"4s\" or \"2h\"", i, after, v)
+			}
+			if _, both := m[at]; both {
+				return fmt.Errorf("/tasks/%d: give %s or %s, not both", i, at, after)
+			}
+			delete(m, after)
+			m[at] = now.Add(d).UTC().Format(time.RFC3339Nano)
 		}
-		s, _ := v.(string)
-		d, err := time.ParseDuration(s)
-		if err != nil || d < 0 {
-			return fmt.Errorf("/tasks/%d/start_after: %v is not a duration such as \"4s\" or \"2h\"", i, v)
-		}
-		if _, both := m["start_at"]; both {
-			return fmt.Errorf("/tasks/%d: give start_at or start_after, not both", i)
-		}
-		delete(m, "start_after")
-		m["start_at"] = now.Add(d).UTC().Format(time.RFC3339Nano)
 	}
 	return nil
 }

@@ -22,6 +22,10 @@ func taskCmd(g *globals) *cobra.Command {
 	var input, cmdID, startAfter, startAt, timeout string
 	var maxAttempts int
 	var verifyQueue string
+	var deadline, deadlineAfter string
+	var gate bool
+	var approval domain.ApprovalSpec
+	var approvalExpiresIn string
 	create := &cobra.Command{
 		Use: "create --queue Q [--input JSON]", Short: "create a standalone task", Args: cobra.NoArgs,
 		RunE: func(*cobra.Command, []string) error {
@@ -61,6 +65,34 @@ func taskCmd(g *globals) *cobra.Command {
 				}
 				spec.StartAt = &t
 			}
+			switch {
+			case deadline != "" && deadlineAfter != "":
+				return fail(exitInvalid, "give --deadline or --deadline-after, not both")
+			case deadlineAfter != "":
+				d, err := time.ParseDuration(deadlineAfter)
+				if err != nil || d <= 0 {
+					return fail(exitInvalid, "--deadline-after %q is not a positive duration such as 30m or 48h", deadlineAfter)
+				}
+				t := time.Now().Add(d).UTC()
+				spec.Deadline = &t
+			case deadline != "":
+				t, err := time.Parse(time.RFC3339, deadline)
+				if err != nil {
+					return fail(exitInvalid, "--deadline %q is not an RFC 3339 time (2026-01-02T15:04:05Z): %v", deadline, err)
+				}
+				spec.Deadline = &t
+			}
+			if approvalExpiresIn != "" {
+				d, err := time.ParseDuration(approvalExpiresIn)
+				if err != nil || d <= 0 {
+					return fail(exitInvalid, "--approval-expires-in %q is not a positive duration such as 1h", approvalExpiresIn)
+				}
+				approval.ExpiresIn = domain.Duration(d)
+			}
+			if gate || approval.Role != "" || approval.ExpiresIn != 0 || len(approval.Responses) > 0 ||
+				approval.OnExpiry != "" || approval.EscalateTo != "" {
+				spec.Approval = &approval
+			}
 			cl, err := g.connect()
 			if err != nil {
 				return err
@@ -83,6 +115,14 @@ func taskCmd(g *globals) *cobra.Command {
 	f.StringVar(&verifyQueue, "verify-queue", "", "queue of the verifier that must PASS the result")
 	f.StringVar(&startAfter, "start-after", "", "make the task ready only after this long, e.g. 4s")
 	f.StringVar(&startAt, "start-at", "", "make the task ready only at this time (RFC 3339)")
+	f.StringVar(&deadline, "deadline", "", "fail the task (reason deadline) if it has not ended by this time (RFC 3339)")
+	f.StringVar(&deadlineAfter, "deadline-after", "", "fail the task (reason deadline) if it has not ended this long from now, e.g. 48h")
+	f.BoolVar(&gate, "approval", false, "gate the task on a person's signed approval before its first attempt (implied by any --approval-* flag)")
+	f.StringVar(&approval.Role, "approval-role", "", "the role whose approvers may decide the gate (default: any registered approver)")
+	f.StringVar(&approvalExpiresIn, "approval-expires-in", "", "how long the approval request stands, e.g. 1h (default: until decided)")
+	f.StringSliceVar(&approval.Responses, "approval-responses", nil, "the permitted responses: "+strings.Join(domain.Responses, ",")+" (default approve,reject)")
+	f.StringVar(&approval.OnExpiry, "approval-on-expiry", "", "what follows an expiry: "+strings.Join(domain.Branches, ", ")+" (default fail)")
+	f.StringVar(&approval.EscalateTo, "approval-escalate-to", "", "the role an escalation asks next")
 	f.StringVar(&cmdID, "command-id", "", "idempotency key (default: a fresh ULID)")
 
 	get := &cobra.Command{

@@ -54,8 +54,12 @@ The command gets the task's input (JSON) on stdin and, in its environment:
   DWR_TASK_ID, DWR_ATTEMPT, DWR_OPERATION_KEY (the same for every attempt: key
   your side effects by it), DWR_WORKSPACE, DWR_QUEUE, DWR_DEADLINE (RFC 3339,
   when the task has a timeout), DWR_SIGNAL (the signal that resumed the task,
-  JSON {"name", "payload"}, when there is one), DWR_VERIFICATIONS (the FAIL
-  verdicts of earlier results with their evidence, JSON, when there are any),
+  JSON {"name", "payload"}, when there is one), DWR_APPROVAL (the latest
+  decision on the task's approvals — the one that resumed it — JSON
+  {"approval_id", "action_digest", "action", "response", "comment",
+  "approver", "role", "decided_at"}, when there is one), DWR_VERIFICATIONS
+  (the FAIL verdicts of earlier results with their evidence, JSON, when there
+  are any),
   DWR_PRIOR_ATTEMPTS (the earlier attempts, JSON;
   without their results if those would make it longer than 64 KiB),
   DWR_CHECKPOINT_FILE (holds the last checkpoint, empty for none: write JSON to
@@ -353,6 +357,11 @@ func jobEnv(job *executors.Job, checkpoint string) []string {
 	if job.Signal != nil && len(job.Signal.Payload) <= maxPriorEnv {
 		if b, err := json.Marshal(job.Signal); err == nil {
 			env = append(env, "DWR_SIGNAL="+string(b))
+		}
+	}
+	if d := job.Approval(); d != nil && len(d.Action) <= maxPriorEnv {
+		if b, err := json.Marshal(d); err == nil {
+			env = append(env, "DWR_APPROVAL="+string(b))
 		}
 	}
 	return env

@@ -354,6 +354,40 @@ func TestWorkerPriorAttemptsFitInTheEnvironment(t *testing.T) {
 	require.Nil(t, got[0].Result)
 }
 
+func TestWorkerEnvHandsTheSignalAndTheLatestDecision(t *testing.T) {
+	lookup := func(env []string, name string) (string, bool) {
+		for _, kv := range env {
+			if v, ok := strings.CutPrefix(kv, name+"="); ok {
+				return v, true
+			}
+		}
+		return "", false
+	}
+	job := &executors.Job{TaskID: "T", Attempt: 1}
+	env := jobEnv(job, "/tmp/cp")
+	_, ok := lookup(env, "DWR_APPROVAL")
+	require.False(t, ok, "no decision, no DWR_APPROVAL")
+	_, ok = lookup(env, "DWR_SIGNAL")
+	require.False(t, ok)
+
+	at := time.Date(2025, 3, 1, 12, 0, 0, 0, time.UTC)
+	job = &executors.Job{TaskID: "T", Attempt: 3, Signal: &executors.Signal{Name: "go", Payload: json.RawMessage(`{"n":1}`)},
+		Decisions: []executors.Decision{
+			{ApprovalID: "T-1", ActionDigest: "sha256:aa", Action: json.RawMessage(`{"cents":1250}`), Response: "revise",
+				Comment: "cap 900", Approver: "ada", Role: "finance", DecidedAt: at},
+			{ApprovalID: "T-2", ActionDigest: "sha256:bb", Action: json.RawMessage(`{"cents":900}`), Response: "approve",
+				Approver: "bob", Role: "finance", DecidedAt: at.Add(time.Hour)},
+		}}
+	env = jobEnv(job, "/tmp/cp")
+	approval, ok := lookup(env, "DWR_APPROVAL")
+	require.True(t, ok)
+	require.JSONEq(t, `{"approval_id": "T-2", "action_digest": "sha256:bb", "action": {"cents": 900}, "response": "approve",
+		"approver": "bob", "role": "finance", "decided_at": "2025-03-01T13:00:00Z"}`, approval, "the latest decision")
+	signal, ok := lookup(env, "DWR_SIGNAL")
+	require.True(t, ok)
+	require.JSONEq(t, `{"name": "go", "payload": {"n": 1}}`, signal)
+}
+
 func TestWorkerAsAVerifierJudgesResults(t *testing.T) {
 	e := newWorkerEnv(t)
 	draft := e.script("draft.sh", `cat >/dev/null

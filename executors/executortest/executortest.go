@@ -49,6 +49,12 @@ type Job struct {
 	PriorAttempts []executors.PriorAttempt
 	// Verifications are FAIL verifications of earlier results.
 	Verifications []executors.Verification
+	// Decisions are the decisions taken on the task's approvals, oldest
+	// first: Job.RequestApproval returns the latest one on its action.
+	// Without one it asks nothing of a server: the Outcome's Report.Wait
+	// then holds the request (Approval, ActionDigest), as a worker would
+	// record it.
+	Decisions []executors.Decision
 
 	// Timeout, when positive, gives the job a deadline that far from the
 	// start; passing it cancels the job's context with cause
@@ -181,7 +187,7 @@ func Run(ctx context.Context, h executors.Handler, job Job) (*Outcome, error) {
 func (job Job) spec() (executors.Job, error) {
 	s := executors.Job{TaskID: job.TaskID, Workspace: job.Workspace, Queue: job.Queue, GoalID: job.GoalID,
 		Key: job.Key, Title: job.Title, Attempt: job.Attempt, OperationKey: job.OperationKey,
-		PriorAttempts: job.PriorAttempts, Verifications: job.Verifications}
+		PriorAttempts: job.PriorAttempts, Verifications: job.Verifications, Decisions: job.Decisions}
 	if s.TaskID == "" {
 		s.TaskID = DefaultTaskID
 	}

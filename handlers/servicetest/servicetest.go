@@ -27,6 +27,77 @@ type Options struct {
 	Listen string
 	// Config is the service's configuration; its Logger defaults to Logger().
 	Config handlers.Config
+	// Clock, when set, is the service's time source (it replaces
+	// Config.Clock), and moving it wakes the service's timers at once.
+	Clock *Clock
+}
+
+// Clock is a clock a test moves by hand, so that it moves time instead of
+// waiting for it. Given in Options.Clock it is the service's time source,
+// and Advance and Set wake the timers of every running service on it at
+// once, instead of at their next poll. It is safe for concurrent use; the
+// same Clock may serve a service that is stopped and started again.
+type Clock struct {
+	mu   sync.Mutex
+	now  time.Time
+	svcs map[*handlers.Service]struct{}
+}
+
+// NewClock returns a clock standing at start.
+func NewClock(start time.Time) *Clock {
+	return &Clock{now: start, svcs: map[*handlers.Service]struct{}{}}
+}
+
+// Now returns the clock's time.
+func (c *Clock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.now
+}
+
+// Advance moves the clock forward by d and wakes the services' timers.
+func (c *Clock) Advance(d time.Duration) {
+	c.mu.Lock()
+	c.now = c.now.Add(d)
+	c.mu.Unlock()
+	c.wake()
+}
+
+// Set moves the clock to t and wakes the services' timers.
+func (c *Clock) Set(t time.Time) {
+	c.mu.Lock()
+	c.now = t
+	c.mu.Unlock()
+	c.wake()
+}
+
+// WakeTimers wakes the timers of every running service on the clock without
+// moving it, e.g. to have them look again after a test changed something
+// else.
+func (c *Clock) WakeTimers() { c.wake() }
+
+func (c *Clock) wake() {
+	c.mu.Lock()
+	svcs := make([]*handlers.Service, 0, len(c.svcs))
+	for s := range c.svcs {
+		svcs = append(svcs, s)
+	}
+	c.mu.Unlock()
+	for _, s := range svcs {
+		s.WakeTimers()
+	}
+}
+
+// attach makes moves of the clock wake svc's timers until detach is called.
+func (c *Clock) attach(svc *handlers.Service) (detach func()) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.svcs[svc] = struct{}{}
+	return func() {
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		delete(c.svcs, svc)
+	}
 }
 
 // Service is a running service.
@@ -60,6 +131,9 @@ func Start(t testing.TB, dir string, o Options) *Service {
 	if o.Config.Logger == nil {
 		o.Config.Logger = Logger()
 	}
+	if o.Clock != nil {
+		o.Config.Clock = o.Clock.Now
+	}
 	srv, err := embedded.Start(embedded.Config{DataDir: dir, Listen: o.Listen, Logger: o.Config.Logger})
 	if err != nil {
 		t.Fatalf("servicetest: embedded NATS: %v", err)
@@ -79,6 +153,10 @@ func Start(t testing.TB, dir string, o Options) *Service {
 	if err != nil {
 		t.Fatalf("servicetest: %v", err)
 	}
+	detach := func() {}
+	if o.Clock != nil {
+		detach = o.Clock.attach(svc)
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- svc.Run(ctx) }()
@@ -86,6 +164,7 @@ func Start(t testing.TB, dir string, o Options) *Service {
 	var once sync.Once
 	s.stop = func() {
 		once.Do(func() {
+			detach()
 			cancel()
 			if err := <-done; err != nil {
 				t.Errorf("servicetest: the service stopped with an error: %v", err)

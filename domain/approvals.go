@@ -1,0 +1,613 @@
+package domain
+
+import (
+	"bytes"
+	"crypto/ed25519"
+	"crypto/sha256"
+	"encoding/base64"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"maps"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// Approval responses: what a person may answer to an approval request.
+const (
+	ResponseApprove  = "approve"
+	ResponseReject   = "reject"
+	ResponseRevise   = "revise"
+	ResponseEscalate = "escalate"
+)
+
+// Responses lists every approval response.
+var Responses = []string{ResponseApprove, ResponseReject, ResponseRevise, ResponseEscalate}
+
+// Branches: what follows a response or an expiry (the resumption rule).
+const (
+	// BranchResume lets the task go on. A gate lets the first attempt start; a
+	// request made by an attempt starts a new attempt, handed the decision.
+	BranchResume = "resume"
+	// BranchReject ends the task rejected.
+	BranchReject = "reject"
+	// BranchFail ends the task failed.
+	BranchFail = "fail"
+	// BranchEscalate asks again, of the escalation role.
+	BranchEscalate = "escalate"
+)
+
+// Branches lists every branch.
+var Branches = []string{BranchResume, BranchReject, BranchFail, BranchEscalate}
+
+// Approval states.
+const (
+	ApprovalStatePending   = "pending"
+	ApprovalStateDecided   = "decided"
+	ApprovalStateExpired   = "expired"
+	ApprovalStateWithdrawn = "withdrawn" // the task ended before anyone decided
+)
+
+// Refusal reasons recorded for a decision that is not taken.
+const (
+	RefusedUnknownApprover = "unknown_approver"
+	RefusedUnauthorized    = "unauthorized"
+	RefusedBadSignature    = "bad_signature"
+	RefusedReplayed        = "replayed"
+	RefusedActionMismatch  = "action_mismatch"
+	RefusedExpired         = "expired"
+	RefusedAlreadyDecided  = "already_decided"
+	RefusedNotPermitted    = "response_not_permitted"
+)
+
+// ReasonApproval is the reason of a task ended by an approval's branch.
+const ReasonApproval = "approval"
+
+// DefaultBranches returns the resumption rule a request uses for the
+// responses it does not name: approve resumes, reject rejects, escalate asks
+// the escalation role; revise resumes an attempt's request (the executor
+// revises its action) and rejects a gate (its action is the task's input,
+// which only a plan revision changes).
+func DefaultBranches(gate bool) map[string]string {
+	revise := BranchResume
+	if gate {
+		revise = BranchReject
+	}
+	return map[string]string{ResponseApprove: BranchResume, ResponseReject: BranchReject,
+		ResponseRevise: revise, ResponseEscalate: BranchEscalate}
+}
+
+// Approval is a person's decision point inside a task: the proposed action
+// and its digest, the basis, who may decide, how long the request stands,
+// and what each response leads to; then the decision, or the refusals.
+type Approval struct {
+	ID           string            `json:"id"`
+	TaskID       string            `json:"task_id"`
+	Attempt      int               `json:"attempt,omitempty"` // the attempt that asked; 0 for a gate
+	Action       json.RawMessage   `json:"action"`
+	ActionDigest string            `json:"action_digest"`
+	Summary      string            `json:"summary,omitempty"`
+	Basis        json.RawMessage   `json:"basis,omitempty"`
+	Role         string            `json:"role,omitempty"` // "" = any registered approver
+	Responses    []string          `json:"responses"`
+	Branches     map[string]string `json:"branches"`
+	OnExpiry     string            `json:"on_expiry,omitempty"`
+	EscalateTo   string            `json:"escalate_to,omitempty"`
+	ExpiresIn    Duration          `json:"expires_in,omitempty"`
+	RequestedAt  time.Time         `json:"requested_at"`
+	ExpiresAt    *time.Time        `json:"expires_at,omitempty"`
+	State        string            `json:"state"`
+	Decision     *ApprovalDecision `json:"decision,omitempty"`
+	Refusals     []Refusal         `json:"refusals,omitempty"` // the latest MaxRefusalsKept
+}
+
+// Refusal is a decision that was refused, as an approval's state keeps it.
+type Refusal struct {
+	Approver string    `json:"approver,omitempty"`
+	Response string    `json:"response,omitempty"`
+	Reason   string    `json:"reason"`
+	Message  string    `json:"message"`
+	At       time.Time `json:"at"`
+}
+
+// MaxRefusalsKept bounds the refusals an approval's state keeps; the log
+// keeps every one.
+const MaxRefusalsKept = 20
+
+// ApprovalDecision is a decision that was taken: who, with what authority
+// and key, what, and the signature that proves it.
+type ApprovalDecision struct {
+	Response  string    `json:"response"`
+	Branch    string    `json:"branch"`
+	Approver  string    `json:"approver"`
+	Role      string    `json:"role,omitempty"`
+	KeyID     string    `json:"key_id"`
+	Comment   string    `json:"comment,omitempty"`
+	Signature string    `json:"signature"`
+	DecidedAt time.Time `json:"decided_at"`
+}
+
+// Approver is a person registered in a workspace to decide approvals, with
+// the role that authorizes them and their Ed25519 public key.
+type Approver struct {
+	Name         string    `json:"name"`
+	Role         string    `json:"role"`
+	PublicKey    string    `json:"public_key"` // standard base64 of the 32-byte key
+	KeyID        string    `json:"key_id"`
+	RegisteredAt time.Time `json:"registered_at"`
+}
+
+// ApprovalID returns the id of a task's n-th approval (n from 1).
+func ApprovalID(taskID string, n int) string { return taskID + "-" + strconv.Itoa(n) }
+
+// ParseApprovalID splits an approval id into its task id and number.
+func ParseApprovalID(id string) (taskID string, n int, ok bool) {
+	i := strings.LastIndexByte(id, '-')
+	if i < 0 {
+		return "", 0, false
+	}
+	n, err := strconv.Atoi(id[i+1:])
+	if err != nil || n < 1 || strconv.Itoa(n) != id[i+1:] || !ValidID(id[:i]) {
+		return "", 0, false
+	}
+	return id[:i], n, true
+}
+
+// KeyID returns the short id of a public key: the first 16 hex digits of
+// its SHA-256.
+func KeyID(pub ed25519.PublicKey) string {
+	h := sha256.Sum256(pub)
+	return hex.EncodeToString(h[:8])
+}
+
+// ActionDigest returns the canonical digest of a proposed action:
+// "sha256:" and the hex SHA-256 of its canonical JSON (object keys sorted,
+// no insignificant space, numbers as written). Two encodings of the same
+// action have the same digest; any change to it changes the digest.
+func ActionDigest(action json.RawMessage) (string, error) {
+	canon, err := CanonicalJSON(action)
+	if err != nil {
+		return "", err
+	}
+	h := sha256.Sum256(canon)
+	return "sha256:" + hex.EncodeToString(h[:]), nil
+}
+
+// CanonicalJSON re-encodes a JSON document with sorted object keys and no
+// insignificant space; numbers keep the digits they were written with.
+func CanonicalJSON(doc json.RawMessage) ([]byte, error) {
+	dec := json.NewDecoder(bytes.NewReader(doc))
+	dec.UseNumber()
+	var v any
+	if err := dec.Decode(&v); err != nil {
+		return nil, fmt.Errorf("domain: action is not JSON: %w", err)
+	}
+	if dec.More() {
+		return nil, fmt.Errorf("domain: action holds more than one JSON value")
+	}
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(v); err != nil { // maps encode with sorted keys
+		return nil, err
+	}
+	return bytes.TrimSuffix(buf.Bytes(), []byte("\n")), nil
+}
+
+// DecisionPurpose opens every signed decision, so that a signature made for
+// dwr approvals cannot be taken for anything else, nor one made elsewhere
+// for a decision.
+const DecisionPurpose = "dwr approval decision v1"
+
+// DecisionMessage returns the bytes an approver signs to decide an approval:
+// the purpose, the approval id, the response and the action digest, one per
+// line. A signature over them decides only that approval, with that response,
+// of exactly that action.
+func DecisionMessage(approvalID, response, actionDigest string) []byte {
+	return []byte(DecisionPurpose + "\n" + approvalID + "\n" + response + "\n" + actionDigest)
+}
+
+// SignDecision signs a decision with an approver's private key and returns
+// the signature as standard base64, as the approval.decide command carries it.
+func SignDecision(key ed25519.PrivateKey, approvalID, response, actionDigest string) string {
+	return base64.StdEncoding.EncodeToString(ed25519.Sign(key, DecisionMessage(approvalID, response, actionDigest)))
+}
+
+// ApprovalRequest is what an attempt asks to be approved, or a gate's
+// settings applied to a task's input.
+type ApprovalRequest struct {
+	Action     json.RawMessage   `json:"action"`
+	Summary    string            `json:"summary,omitempty"`
+	Basis      json.RawMessage   `json:"basis,omitempty"`
+	Role       string            `json:"role,omitempty"`
+	Responses  []string          `json:"responses,omitempty"`
+	Branches   map[string]string `json:"branches,omitempty"`
+	OnExpiry   string            `json:"on_expiry,omitempty"`
+	EscalateTo string            `json:"escalate_to,omitempty"`
+	ExpiresIn  Duration          `json:"expires_in,omitempty"`
+}
+
+// validateApproval checks an approval's settings; field is their pointer.
+func validateApproval(field string, r ApprovalRequest) error {
+	if r.Role != "" && !ValidName(r.Role) {
+		return invalid(field+"/role", "role %q is not a valid name: use 1-63 lower-case letters, digits, '_' or '-'", r.Role)
+	}
+	if r.EscalateTo != "" && !ValidName(r.EscalateTo) {
+		return invalid(field+"/escalate_to", "role %q is not a valid name", r.EscalateTo)
+	}
+	if r.ExpiresIn < 0 {
+		return invalid(field+"/expires_in", "must not be negative")
+	}
+	if err := checkText(field+"/summary", r.Summary, MaxTitle, false); err != nil {
+		return err
+	}
+	if len(r.Basis) > MaxInputBytes {
+		return invalid(field+"/basis", "is %d bytes; at most %d are allowed (store larger evidence as artifacts)", len(r.Basis), MaxInputBytes)
+	}
+	for i, resp := range r.Responses {
+		if !slices.Contains(Responses, resp) {
+			return invalid(fmt.Sprintf("%s/responses/%d", field, i), "%q is not one of %s", resp, strings.Join(Responses, ", "))
+		}
+		if slices.Index(r.Responses, resp) != i {
+			return invalid(fmt.Sprintf("%s/responses/%d", field, i), "%q is listed twice", resp)
+		}
+	}
+	for _, resp := range slices.Sorted(maps.Keys(r.Branches)) {
+		if !slices.Contains(Responses, resp) {
+			return invalid(field+"/branches/"+resp, "%q is not a response (%s)", resp, strings.Join(Responses, ", "))
+		}
+		if b := r.Branches[resp]; !slices.Contains(Branches, b) {
+			return invalid(field+"/branches/"+resp, "branch %q is not one of %s", b, strings.Join(Branches, ", "))
+		}
+	}
+	if r.OnExpiry != "" && !slices.Contains(Branches, r.OnExpiry) {
+		return invalid(field+"/on_expiry", "branch %q is not one of %s", r.OnExpiry, strings.Join(Branches, ", "))
+	}
+	escalates := r.OnExpiry == BranchEscalate || slices.Contains(r.Responses, ResponseEscalate) ||
+		slices.Contains(slices.Collect(maps.Values(r.Branches)), BranchEscalate)
+	if escalates && r.EscalateTo == "" {
+		return invalid(field+"/escalate_to", "the request can escalate (a response, a branch or on_expiry), so the role it escalates to is required")
+	}
+	return nil
+}
+
+// newApproval builds task t's next approval from r at now; gate says it is
+// the task's gate (asked before the first attempt).
+func newApproval(t *Task, attempt int, r ApprovalRequest, gate bool, now time.Time) (*ApprovalRequested, error) {
+	action := r.Action
+	if len(action) == 0 {
+		action = json.RawMessage("null")
+	}
+	digest, err := ActionDigest(action)
+	if err != nil {
+		return nil, invalid("/action", "%v", err)
+	}
+	responses := slices.Clone(r.Responses)
+	if len(responses) == 0 {
+		responses = []string{ResponseApprove, ResponseReject}
+	}
+	branches := DefaultBranches(gate)
+	maps.Copy(branches, r.Branches)
+	for k := range branches {
+		if !slices.Contains(responses, k) {
+			delete(branches, k)
+		}
+	}
+	onExpiry := r.OnExpiry
+	if onExpiry == "" {
+		onExpiry = BranchFail
+	}
+	ev := &ApprovalRequested{Approval: Approval{ID: ApprovalID(t.ID, len(t.Approvals)+1), TaskID: t.ID,
+		Attempt: attempt, Action: action, ActionDigest: digest, Summary: r.Summary, Basis: r.Basis, Role: r.Role,
+		Responses: responses, Branches: branches, OnExpiry: onExpiry, EscalateTo: r.EscalateTo,
+		ExpiresIn: r.ExpiresIn, RequestedAt: now, State: ApprovalStatePending}}
+	if r.ExpiresIn > 0 {
+		at := now.Add(r.ExpiresIn.D())
+		ev.ExpiresAt = &at
+	}
+	return ev, nil
+}
+
+// gateRequest returns the approval request of a task's gate: the gate's
+// settings, the task's input as the proposed action.
+func gateRequest(t *Task) ApprovalRequest {
+	a := t.Spec.Approval
+	summary := t.Spec.Title
+	if summary == "" && t.Spec.Key != "" {
+		summary = "start task " + t.Spec.Key + " on queue " + t.Spec.Queue
+	} else if summary == "" {
+		summary = "start a task on queue " + t.Spec.Queue
+	}
+	if len(summary) > MaxTitle { // a long key: cut at a rune boundary
+		summary = strings.ToValidUTF8(summary[:MaxTitle], "")
+	}
+	return ApprovalRequest{Action: t.Spec.Input, Summary: summary, Basis: a.Basis, Role: a.Role,
+		Responses: a.Responses, Branches: a.Branches, OnExpiry: a.OnExpiry, EscalateTo: a.EscalateTo, ExpiresIn: a.ExpiresIn}
+}
+
+// Approval returns the task's approval with id, or nil.
+func (t *Task) Approval(id string) *Approval {
+	for i := range t.Approvals {
+		if t.Approvals[i].ID == id {
+			return &t.Approvals[i]
+		}
+	}
+	return nil
+}
+
+// PendingApproval returns the approval the task waits on, or nil.
+func (t *Task) PendingApproval() *Approval {
+	if t.State != StateWaiting || t.Wait == nil || t.Wait.Kind != WaitApproval {
+		return nil
+	}
+	return t.Approval(t.Wait.ApprovalID)
+}
+
+// LastDecision returns the task's latest decided approval, or nil: what a
+// resumed attempt is handed.
+func (t *Task) LastDecision() *Approval {
+	for i := len(t.Approvals) - 1; i >= 0; i-- {
+		if t.Approvals[i].Decision != nil {
+			return &t.Approvals[i]
+		}
+	}
+	return nil
+}
+
+// Approver returns the registered approver name, or nil.
+func (w *Workspace) Approver(name string) *Approver {
+	for i := range w.Approvers {
+		if w.Approvers[i].Name == name {
+			return &w.Approvers[i]
+		}
+	}
+	return nil
+}
+
+func (x *tx) registerApprover(c *RegisterApprover) (Reply, error) {
+	w, err := x.o.Workspace(x.m.Workspace)
+	if err != nil {
+		return Reply{}, err
+	}
+	if w.HasCommand(x.m.CommandID) {
+		return Reply{ID: w.Name, Version: w.Version, Duplicate: true}, nil
+	}
+	if !ValidName(c.Name) {
+		return Reply{}, invalid("/name", "approver name %q is not valid: use 1-63 lower-case letters, digits, '_' or '-'", c.Name)
+	}
+	if !ValidName(c.Role) {
+		return Reply{}, invalid("/role", "role %q is not valid: use 1-63 lower-case letters, digits, '_' or '-'", c.Role)
+	}
+	pub, err := base64.StdEncoding.DecodeString(c.PublicKey)
+	if err != nil || len(pub) != ed25519.PublicKeySize {
+		return Reply{}, invalid("/public_key", "is not the standard base64 of a %d-byte Ed25519 public key", ed25519.PublicKeySize)
+	}
+	id := KeyID(pub)
+	if a := w.Approver(c.Name); a != nil && a.KeyID == id && a.Role == c.Role {
+		return Reply{ID: w.Name, Version: w.Version, Duplicate: true}, nil
+	}
+	if err := x.emit(w.Name, &ApproverRegistered{Name: c.Name, Role: c.Role, PublicKey: c.PublicKey, KeyID: id}); err != nil {
+		return Reply{}, err
+	}
+	w, _ = x.o.Workspace(w.Name)
+	return Reply{ID: w.Name, Version: w.Version}, nil
+}
+
+func (x *tx) requestApproval(c *RequestApproval) (Reply, error) {
+	if t, _ := x.o.Task(c.TaskID); t != nil && t.Workspace == x.m.Workspace && t.HasCommand(x.m.CommandID) {
+		return duplicateTask(t), nil
+	}
+	t, err := x.current(c.TaskID, c.Attempt)
+	if err != nil {
+		return Reply{}, err
+	}
+	if len(c.Action) == 0 {
+		return Reply{}, invalid("/action", "is required: the concrete action to approve")
+	}
+	if len(c.Action) > MaxInputBytes {
+		return Reply{}, invalid("/action", "is %d bytes; at most %d are allowed", len(c.Action), MaxInputBytes)
+	}
+	req := c.ApprovalRequest
+	if g := t.Spec.Approval; g != nil { // the task's approval settings are the request's defaults
+		req.Role = cmp(req.Role, g.Role)
+		req.EscalateTo = cmp(req.EscalateTo, g.EscalateTo)
+		req.OnExpiry = cmp(req.OnExpiry, g.OnExpiry)
+		if req.ExpiresIn == 0 {
+			req.ExpiresIn = g.ExpiresIn
+		}
+		if len(req.Responses) == 0 {
+			req.Responses = g.Responses
+		}
+	}
+	if err := validateApproval("", req); err != nil {
+		return Reply{}, err
+	}
+	ev, err := newApproval(t, c.Attempt, req, false, x.m.Now)
+	if err != nil {
+		return Reply{}, err
+	}
+	if err := x.emit(t.ID, ev); err != nil {
+		return Reply{}, err
+	}
+	r, err := x.after(t.ID)
+	r.ApprovalID = ev.ID
+	return r, err
+}
+
+func cmp(a, b string) string {
+	if a != "" {
+		return a
+	}
+	return b
+}
+
+// refusal is a decision that is refused and recorded: its event is kept in
+// the log (who tried what, and why it was not taken) and the command is
+// answered with the error.
+type refusal struct{ err *Error }
+
+func (r *refusal) Error() string { return r.err.Error() }
+
+func (x *tx) decideApproval(c *DecideApproval) (Reply, error) {
+	taskID, _, ok := ParseApprovalID(c.ApprovalID)
+	if !ok {
+		return Reply{}, invalid("/approval_id", "%q is not an approval id (<task id>-<n>)", c.ApprovalID)
+	}
+	t, err := x.task(taskID, "/approval_id")
+	if err != nil {
+		return Reply{}, err
+	}
+	a := t.Approval(c.ApprovalID)
+	if a == nil {
+		return Reply{}, notFound("/approval_id", "approval %s not found in workspace %q", c.ApprovalID, x.m.Workspace)
+	}
+	if t.HasCommand(x.m.CommandID) {
+		return duplicateTask(t), nil
+	}
+	if !slices.Contains(Responses, c.Response) {
+		return Reply{}, invalid("/response", "response %q is not one of %s", c.Response, strings.Join(Responses, ", "))
+	}
+	if !ValidName(c.Approver) {
+		return Reply{}, invalid("/approver", "approver name %q is not valid: use 1-63 lower-case letters, digits, '_' or '-'", c.Approver)
+	}
+	if err := checkText("/comment", c.Comment, MaxReason, false); err != nil {
+		return Reply{}, err
+	}
+	if err := checkText("/action_digest", c.ActionDigest, MaxTitle, true); err != nil {
+		return Reply{}, err
+	}
+	sig, err := base64.StdEncoding.DecodeString(c.Signature)
+	if err != nil || len(sig) != ed25519.SignatureSize {
+		return Reply{}, invalid("/signature", "is not the standard base64 of a %d-byte Ed25519 signature", ed25519.SignatureSize)
+	}
+	if d := a.Decision; d != nil && d.Signature == c.Signature && d.Approver == c.Approver && d.Response == c.Response {
+		return duplicateTask(t), nil // the same signed decision, sent again
+	}
+	refuse := func(reason, field, format string, args ...any) (Reply, error) {
+		msg := fmt.Sprintf(format, args...)
+		code := CodeForbidden
+		if reason == RefusedAlreadyDecided || reason == RefusedExpired {
+			code = CodeConflict
+		}
+		if err := x.emit(t.ID, &ApprovalRefused{ApprovalID: a.ID, Approver: c.Approver, Response: c.Response,
+			Reason: reason, Message: msg}); err != nil {
+			return Reply{}, err
+		}
+		return Reply{}, &refusal{&Error{Code: code, Field: field, Message: reason + ": " + msg}}
+	}
+	switch {
+	case a.State == ApprovalStateDecided:
+		return refuse(RefusedAlreadyDecided, "/approval_id", "approval %s was already decided (%s by %s); a decision is taken once", a.ID, a.Decision.Response, a.Decision.Approver)
+	case a.State != ApprovalStatePending:
+		return refuse(RefusedExpired, "/approval_id", "approval %s is %s and can no longer be decided", a.ID, a.State)
+	case a.ExpiresAt != nil && !x.m.Now.Before(*a.ExpiresAt):
+		return refuse(RefusedExpired, "/approval_id", "approval %s expired at %s", a.ID, a.ExpiresAt.UTC().Format(time.RFC3339))
+	}
+	w, err := x.o.Workspace(x.m.Workspace)
+	if err != nil {
+		return Reply{}, err
+	}
+	ap := w.Approver(c.Approver)
+	switch {
+	case ap == nil:
+		return refuse(RefusedUnknownApprover, "/approver", "approver %q is not registered in workspace %q (dwr keys add)", c.Approver, x.m.Workspace)
+	case a.Role != "" && ap.Role != a.Role:
+		return refuse(RefusedUnauthorized, "/approver", "approver %q has role %q; approval %s needs role %q", c.Approver, ap.Role, a.ID, a.Role)
+	case !slices.Contains(a.Responses, c.Response):
+		return refuse(RefusedNotPermitted, "/response", "response %q is not permitted by approval %s (permitted: %s)", c.Response, a.ID, strings.Join(a.Responses, ", "))
+	case c.ActionDigest != a.ActionDigest:
+		return refuse(RefusedActionMismatch, "/action_digest", "the decision names action %s, but approval %s proposes %s: a decision on another action cannot authorize this one", c.ActionDigest, a.ID, a.ActionDigest)
+	}
+	pub, _ := base64.StdEncoding.DecodeString(ap.PublicKey)
+	if !ed25519.Verify(pub, DecisionMessage(a.ID, c.Response, c.ActionDigest), sig) {
+		for _, other := range t.Approvals {
+			for _, r := range Responses {
+				if other.ID != a.ID && ed25519.Verify(pub, DecisionMessage(other.ID, r, other.ActionDigest), sig) {
+					return refuse(RefusedReplayed, "/signature", "the signature was made for approval %s, not %s: a signature decides only the approval it names", other.ID, a.ID)
+				}
+			}
+		}
+		return refuse(RefusedBadSignature, "/signature", "the signature does not verify with approver %q's registered key %s for approval %s, response %s and action %s: sign with that key, for this approval", c.Approver, ap.KeyID, a.ID, c.Response, c.ActionDigest)
+	}
+	branch := a.Branches[c.Response]
+	if branch == BranchEscalate && a.EscalateTo == "" {
+		branch = BranchReject // validated against; kept safe for old settings
+	}
+	if err := x.emit(t.ID, &ApprovalDecided{ApprovalID: a.ID, Response: c.Response, Branch: branch,
+		Approver: c.Approver, Role: ap.Role, KeyID: ap.KeyID, Comment: c.Comment, Signature: c.Signature}); err != nil {
+		return Reply{}, err
+	}
+	if err := x.takeBranch(t.ID, a.ID, branch, fmt.Sprintf("approval %s: %s by %s", a.ID, c.Response, c.Approver), c.Comment); err != nil {
+		return Reply{}, err
+	}
+	r, err := x.after(t.ID)
+	r.ApprovalID = a.ID
+	return r, err
+}
+
+// expireApproval takes the expiry branch of an approval whose time is up.
+func (x *tx) expireApproval(t *Task, c *FireTimer) (Reply, error) {
+	id := ApprovalID(t.ID, c.Attempt)
+	a := t.Approval(id)
+	if a == nil || a.State != ApprovalStatePending || a.ExpiresAt == nil {
+		r := taskReply(t)
+		r.Duplicate = true
+		return r, nil
+	}
+	if x.m.Now.Before(*a.ExpiresAt) {
+		return Reply{}, conflict("approval %s does not expire until %s", id, a.ExpiresAt)
+	}
+	branch := a.OnExpiry
+	if branch == BranchEscalate && a.EscalateTo == "" {
+		branch = BranchFail
+	}
+	if err := x.emit(t.ID, &ApprovalExpired{ApprovalID: id, Branch: branch}); err != nil {
+		return Reply{}, err
+	}
+	if err := x.takeBranch(t.ID, id, branch, fmt.Sprintf("approval %s expired at %s", id, a.ExpiresAt.UTC().Format(time.RFC3339)), ""); err != nil {
+		return Reply{}, err
+	}
+	return x.after(t.ID)
+}
+
+// takeBranch does what branch says once approval id of task taskID is
+// decided or expired.
+func (x *tx) takeBranch(taskID, id, branch, why, comment string) error {
+	t, err := x.o.Task(taskID)
+	if err != nil {
+		return err
+	}
+	a := t.Approval(id)
+	if comment != "" {
+		why += ": " + comment
+	}
+	switch branch {
+	case BranchResume:
+		if a.Attempt == 0 { // the gate is passed: on to the start time, or ready
+			ev, err := x.gate(t, "approved")
+			if err != nil {
+				return err
+			}
+			return x.emit(taskID, ev)
+		}
+		return x.emit(taskID, &TaskReady{Reason: "approval"})
+	case BranchReject:
+		return x.emit(taskID, &TaskRejected{Reason: why})
+	case BranchEscalate:
+		req := ApprovalRequest{Action: a.Action, Summary: a.Summary, Basis: a.Basis, Role: a.EscalateTo,
+			Responses: slices.DeleteFunc(slices.Clone(a.Responses), func(r string) bool { return r == ResponseEscalate }),
+			Branches:  a.Branches, OnExpiry: a.OnExpiry, ExpiresIn: a.ExpiresIn}
+		if req.OnExpiry == BranchEscalate {
+			req.OnExpiry = BranchFail
+		}
+		ev, err := newApproval(t, a.Attempt, req, a.Attempt == 0, x.m.Now)
+		if err != nil {
+			return err
+		}
+		return x.emit(taskID, ev)
+	default:
+		return x.emit(taskID, &TaskFailed{Reason: ReasonApproval, Error: &ErrorInfo{Code: ReasonApproval, Message: why}})
+	}
+}

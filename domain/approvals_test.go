@@ -1,0 +1,437 @@
+package domain
+
+import (
+	"crypto/ed25519"
+	"crypto/sha256"
+	"encoding/base64"
+	"encoding/json"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+)
+
+// keyOf returns a fixed key pair for name, so tests are deterministic.
+func keyOf(name string) ed25519.PrivateKey {
+	seed := sha256.Sum256([]byte("test key " + name))
+	return ed25519.NewKeyFromSeed(seed[:])
+}
+
+func pubOf(k ed25519.PrivateKey) string {
+	return base64.StdEncoding.EncodeToString(k.Public().(ed25519.PublicKey))
+}
+
+// approver registers name with role in the workspace and returns its key.
+func (w *world) approver(name, role string) ed25519.PrivateKey {
+	w.t.Helper()
+	k := keyOf(name)
+	w.must(&RegisterApprover{Name: name, Role: role, PublicKey: pubOf(k)})
+	return k
+}
+
+// approval returns approval id as the world has it.
+func (w *world) approval(id string) *Approval {
+	w.t.Helper()
+	taskID, _, ok := ParseApprovalID(id)
+	require.True(w.t, ok, "approval id %q", id)
+	a := w.task(taskID).Approval(id)
+	require.NotNil(w.t, a, "approval %s", id)
+	return a
+}
+
+// pending returns the approval task id waits on.
+func (w *world) pending(taskID string) *Approval {
+	w.t.Helper()
+	a := w.task(taskID).PendingApproval()
+	require.NotNil(w.t, a, "task %s waits on no approval (state %s)", taskID, w.state(taskID))
+	return a
+}
+
+// decision returns approver's decision of approval a, signed with key.
+func decision(a *Approval, approver string, key ed25519.PrivateKey, response string) *DecideApproval {
+	return &DecideApproval{ApprovalID: a.ID, Approver: approver, Response: response, ActionDigest: a.ActionDigest,
+		Signature: SignDecision(key, a.ID, response, a.ActionDigest)}
+}
+
+func gated(key string, deps ...string) TaskSpec {
+	s := spec(key, deps...)
+	s.Input = json.RawMessage(`{"amount": 120, "to": "acct-7"}`)
+	s.Approval = &ApprovalSpec{Role: "owner"}
+	return s
+}
+
+func TestActionDigestIsCanonical(t *testing.T) {
+	a, err := ActionDigest(json.RawMessage(`{"to":"acct-7","amount":120.50, "memo": "<x>"}`))
+	require.NoError(t, err)
+	b, err := ActionDigest(json.RawMessage("{ \"memo\":\"<x>\",\n \"amount\": 120.50, \"to\": \"acct-7\" }"))
+	require.NoError(t, err)
+	require.Equal(t, a, b, "key order and space do not change the digest")
+	c, err := ActionDigest(json.RawMessage(`{"to":"acct-7","amount":120.51, "memo": "<x>"}`))
+	require.NoError(t, err)
+	require.NotEqual(t, a, c, "an altered action has another digest")
+	require.Regexp(t, `^sha256:[0-9a-f]{64}$`, a)
+	_, err = ActionDigest(json.RawMessage(`{"a":1} {"b":2}`))
+	require.Error(t, err)
+}
+
+func TestApprovalIDs(t *testing.T) {
+	id := DeriveID(epoch, "x")
+	got, n, ok := ParseApprovalID(ApprovalID(id, 12))
+	require.True(t, ok)
+	require.Equal(t, id, got)
+	require.Equal(t, 12, n)
+	for _, bad := range []string{"", id, id + "-0", id + "-x", "nope-1", "-1"} {
+		_, _, ok := ParseApprovalID(bad)
+		require.False(t, ok, bad)
+	}
+}
+
+func TestRegisterApprover(t *testing.T) {
+	w := setup(t)
+	k := w.approver("alice", "owner")
+	ws, _ := w.o.Workspace(w.ws)
+	require.Len(t, ws.Approvers, 1)
+	require.Equal(t, KeyID(k.Public().(ed25519.PublicKey)), ws.Approvers[0].KeyID)
+	require.Empty(t, w.must(&RegisterApprover{Name: "alice", Role: "owner", PublicKey: pubOf(k)}).Changes, "the same key again is a no-op")
+
+	require.Equal(t, "/public_key", w.refused(&RegisterApprover{Name: "bob", Role: "owner", PublicKey: "abc"}, CodeInvalid).Field)
+	require.Equal(t, "/public_key", w.refused(&RegisterApprover{Name: "bob", Role: "owner",
+		PublicKey: base64.StdEncoding.EncodeToString(make([]byte, 31))}, CodeInvalid).Field)
+	require.Equal(t, "/name", w.refused(&RegisterApprover{Name: "Bob Smith", Role: "owner", PublicKey: pubOf(k)}, CodeInvalid).Field)
+	require.Equal(t, "/role", w.refused(&RegisterApprover{Name: "bob", Role: "", PublicKey: pubOf(k)}, CodeInvalid).Field)
+
+	// A new key replaces the old one: the old key decides nothing any more.
+	k2 := keyOf("alice-2")
+	w.must(&RegisterApprover{Name: "alice", Role: "owner", PublicKey: pubOf(k2)})
+	ws, _ = w.o.Workspace(w.ws)
+	require.Len(t, ws.Approvers, 1)
+	id := w.newID()
+	w.must(&CreateTask{TaskID: id, Spec: gated("")})
+	a := w.pending(id)
+	_ = w.recorded(decision(a, "alice", k, ResponseApprove), CodeForbidden, RefusedBadSignature)
+	w.must(decision(a, "alice", k2, ResponseApprove))
+	w.requireReplays()
+}
+
+func TestApprovalGateBranches(t *testing.T) {
+	t.Run("approve resumes: the first attempt starts", func(t *testing.T) {
+		w := setup(t)
+		k := w.approver("alice", "owner")
+		g := w.createGoal(Envelope{})
+		ids, out := w.plan(g, gated("a"), gated("b", "a"))
+		a, b := ids["a"], ids["b"]
+		require.Equal(t, []string{"task.created", "task.approval_requested"}, events(out, a))
+		ap := w.pending(a)
+		require.Equal(t, ApprovalID(a, 1), ap.ID)
+		require.Equal(t, "owner", ap.Role)
+		require.Equal(t, []string{ResponseApprove, ResponseReject}, ap.Responses)
+		want, _ := ActionDigest(json.RawMessage(`{"to":"acct-7","amount":120}`))
+		require.Equal(t, want, ap.ActionDigest, "a gate's action is the task's input")
+		require.Equal(t, StatePending, w.state(b), "b's gate is asked only when its dependencies are met")
+		_ = w.refused(&ClaimTask{TaskID: a, Executor: "e"}, CodeConflict)
+
+		out = w.must(decision(ap, "alice", k, ResponseApprove))
+		require.Equal(t, []string{"task.approval_decided", "task.ready"}, events(out, a))
+		require.True(t, w.task(a).Approved)
+		d := w.approval(ap.ID).Decision
+		require.Equal(t, "alice", d.Approver)
+		require.Equal(t, "owner", d.Role)
+		require.Equal(t, BranchResume, d.Branch)
+		require.Equal(t, w.now, d.DecidedAt)
+
+		out = w.succeed(a, w.claim(a))
+		require.Equal(t, []string{"task.approval_requested"}, events(out, b))
+		w.must(decision(w.pending(b), "alice", k, ResponseApprove))
+		w.succeed(b, w.claim(b))
+		require.Equal(t, GoalStateAchieved, w.goal(g).State)
+		w.requireReplays()
+	})
+	t.Run("reject rejects the task and fails its dependents", func(t *testing.T) {
+		w := setup(t)
+		k := w.approver("alice", "owner")
+		g := w.createGoal(Envelope{})
+		ids, _ := w.plan(g, gated("a"), spec("b", "a"))
+		d := decision(w.pending(ids["a"]), "alice", k, ResponseReject)
+		d.Comment = "too risky"
+		out := w.must(d)
+		require.Equal(t, []string{"task.approval_decided", "task.rejected"}, events(out, ids["a"]))
+		require.Contains(t, w.task(ids["a"]).Reason, "too risky")
+		require.Equal(t, ReasonDependencyFailed, eventOf[*TaskFailed](t, out, ids["b"]).Reason)
+		require.Equal(t, []string{"goal.failed"}, events(out, g))
+	})
+	t.Run("revise of a gate rejects; of an attempt's request resumes", func(t *testing.T) {
+		w := setup(t)
+		k := w.approver("alice", "owner")
+		id := w.newID()
+		s := gated("")
+		s.Approval.Responses = []string{ResponseApprove, ResponseRevise}
+		w.must(&CreateTask{TaskID: id, Spec: s})
+		out := w.must(decision(w.pending(id), "alice", k, ResponseRevise))
+		require.Equal(t, []string{"task.approval_decided", "task.rejected"}, events(out, id))
+	})
+	t.Run("escalate asks the escalation role", func(t *testing.T) {
+		w := setup(t)
+		alice := w.approver("alice", "owner")
+		carol := w.approver("carol", "director")
+		id := w.newID()
+		s := gated("")
+		s.Approval.Responses = []string{ResponseApprove, ResponseReject, ResponseEscalate}
+		s.Approval.EscalateTo = "director"
+		w.must(&CreateTask{TaskID: id, Spec: s})
+		first := w.pending(id)
+		out := w.must(decision(first, "alice", alice, ResponseEscalate))
+		require.Equal(t, []string{"task.approval_decided", "task.approval_requested"}, events(out, id))
+		second := w.pending(id)
+		require.Equal(t, ApprovalID(id, 2), second.ID)
+		require.Equal(t, "director", second.Role)
+		require.Equal(t, first.ActionDigest, second.ActionDigest)
+		require.NotContains(t, second.Responses, ResponseEscalate, "an escalation is not escalated again")
+		_ = w.recorded(decision(second, "alice", alice, ResponseApprove), CodeForbidden, RefusedUnauthorized)
+		w.must(decision(second, "carol", carol, ResponseApprove))
+		require.Equal(t, StateReady, w.state(id))
+		require.Equal(t, "/escalate_to", w.refused(&CreateTask{TaskID: w.newID(), Spec: func() TaskSpec {
+			s := gated("")
+			s.Approval.Responses = []string{ResponseEscalate}
+			return s
+		}()}, CodeInvalid).Field[len("/spec/approval"):])
+	})
+	t.Run("custom branches", func(t *testing.T) {
+		w := setup(t)
+		k := w.approver("alice", "owner")
+		id := w.newID()
+		s := gated("")
+		s.Approval.Branches = map[string]string{ResponseReject: BranchFail}
+		w.must(&CreateTask{TaskID: id, Spec: s})
+		w.must(decision(w.pending(id), "alice", k, ResponseReject))
+		require.Equal(t, StateFailed, w.state(id))
+		require.Equal(t, ReasonApproval, w.task(id).Reason)
+		require.Equal(t, "/spec/approval/branches/approve", w.refused(&CreateTask{TaskID: w.newID(), Spec: func() TaskSpec {
+			s := gated("")
+			s.Approval.Branches = map[string]string{ResponseApprove: "maybe"}
+			return s
+		}()}, CodeInvalid).Field)
+	})
+	t.Run("approval then start time", func(t *testing.T) {
+		w := setup(t)
+		k := w.approver("alice", "owner")
+		id := w.newID()
+		s := gated("")
+		at := w.now.Add(10 * time.Minute)
+		s.StartAt = &at
+		w.must(&CreateTask{TaskID: id, Spec: s})
+		out := w.must(decision(w.pending(id), "alice", k, ResponseApprove))
+		require.Equal(t, []string{"task.approval_decided", "task.waiting"}, events(out, id))
+		require.Equal(t, &TaskWaiting{Kind: WaitTimer, Until: &at}, w.task(id).Wait)
+		w.advance(10 * time.Minute)
+		w.must(&FireTimer{TaskID: id, Kind: TimerWait, Due: at})
+		require.Equal(t, StateReady, w.state(id))
+	})
+}
+
+func TestApprovalExpiry(t *testing.T) {
+	for _, tc := range []struct {
+		onExpiry, state string
+		events          []string
+	}{
+		{"", StateFailed, []string{"task.approval_expired", "task.failed"}},
+		{BranchReject, StateRejected, []string{"task.approval_expired", "task.rejected"}},
+		{BranchResume, StateReady, []string{"task.approval_expired", "task.ready"}},
+		{BranchEscalate, StateWaiting, []string{"task.approval_expired", "task.approval_requested"}},
+	} {
+		t.Run("on_expiry="+tc.onExpiry, func(t *testing.T) {
+			w := setup(t)
+			k := w.approver("alice", "owner")
+			id := w.newID()
+			s := gated("")
+			s.Approval.ExpiresIn = Duration(time.Hour)
+			s.Approval.OnExpiry = tc.onExpiry
+			s.Approval.EscalateTo = "director"
+			w.must(&CreateTask{TaskID: id, Spec: s})
+			a := w.pending(id)
+			require.Equal(t, w.now.Add(time.Hour), *a.ExpiresAt)
+			fire := &FireTimer{TaskID: id, Kind: TimerApproval, Attempt: 1, Due: *a.ExpiresAt}
+			w.advance(time.Hour - time.Nanosecond)
+			_ = w.refused(fire, CodeConflict)
+			w.advance(time.Nanosecond)
+			_ = w.recorded(decision(a, "alice", k, ResponseApprove), CodeConflict, RefusedExpired)
+			out := w.must(fire)
+			require.Equal(t, tc.events, events(out, id))
+			require.Equal(t, tc.state, w.state(id))
+			require.Equal(t, ApprovalStateExpired, w.approval(a.ID).State)
+			require.Empty(t, w.must(fire).Changes, "an expiry fires once")
+			_ = w.recorded(decision(a, "alice", k, ResponseApprove), CodeConflict, RefusedExpired)
+			w.requireReplays()
+		})
+	}
+}
+
+func TestApprovalForgeries(t *testing.T) {
+	w := setup(t)
+	alice := w.approver("alice", "owner")
+	bob := w.approver("bob", "intern")
+	mallory := keyOf("mallory")
+	one, two := w.newID(), w.newID()
+	w.must(&CreateTask{TaskID: one, Spec: gated("")})
+	s := gated("")
+	s.Input = json.RawMessage(`{"amount": 9000, "to": "acct-666"}`)
+	w.must(&CreateTask{TaskID: two, Spec: s})
+	a1, a2 := w.pending(one), w.pending(two)
+	// A second approval on task one, to replay a signature within a task too.
+	signedForOne := decision(a1, "alice", alice, ResponseApprove)
+
+	cases := []struct {
+		name   string
+		cmd    *DecideApproval
+		code   Code
+		reason string
+		field  string
+	}{
+		{"wrong key", decision(a2, "alice", mallory, ResponseApprove), CodeForbidden, RefusedBadSignature, "/signature"},
+		{"unregistered approver", decision(a2, "mallory", mallory, ResponseApprove), CodeForbidden, RefusedUnknownApprover, "/approver"},
+		{"unauthorized approver", decision(a2, "bob", bob, ResponseApprove), CodeForbidden, RefusedUnauthorized, "/approver"},
+		{"response not permitted", decision(a2, "alice", alice, ResponseEscalate), CodeForbidden, RefusedNotPermitted, "/response"},
+		{"signature replayed onto another approval", func() *DecideApproval {
+			c := *signedForOne
+			c.ApprovalID, c.ActionDigest = a2.ID, a2.ActionDigest
+			return &c
+		}(), CodeForbidden, RefusedBadSignature, "/signature"},
+		{"decision on an altered action", func() *DecideApproval {
+			c := decision(a2, "alice", alice, ResponseApprove)
+			c.ActionDigest, _ = ActionDigest(json.RawMessage(`{"amount": 90, "to": "acct-666"}`))
+			c.Signature = SignDecision(alice, a2.ID, ResponseApprove, c.ActionDigest)
+			return c
+		}(), CodeForbidden, RefusedActionMismatch, "/action_digest"},
+		{"response swapped under a signature", func() *DecideApproval {
+			c := decision(a2, "alice", alice, ResponseReject)
+			c.Response = ResponseApprove
+			return c
+		}(), CodeForbidden, RefusedBadSignature, "/signature"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			before := w.task(two)
+			err := w.recorded(tc.cmd, tc.code, tc.reason)
+			require.Equal(t, tc.field, err.Field)
+			after := w.task(two)
+			require.Equal(t, StateWaiting, after.State)
+			require.Equal(t, ApprovalStatePending, after.Approval(a2.ID).State)
+			require.Len(t, after.Approval(a2.ID).Refusals, len(before.Approval(a2.ID).Refusals)+1)
+			last := after.Approval(a2.ID).Refusals[len(after.Approval(a2.ID).Refusals)-1]
+			require.Equal(t, tc.reason, last.Reason)
+			require.Equal(t, tc.cmd.Approver, last.Approver)
+		})
+	}
+	t.Run("malformed input is refused and not recorded", func(t *testing.T) {
+		c := decision(a2, "alice", alice, ResponseApprove)
+		c.Signature = "not base64!"
+		require.Equal(t, "/signature", w.refused(c, CodeInvalid).Field)
+		c = decision(a2, "alice", alice, "maybe")
+		require.Equal(t, "/response", w.refused(c, CodeInvalid).Field)
+		c = decision(a2, "alice", alice, ResponseApprove)
+		c.ApprovalID = "nope"
+		require.Equal(t, "/approval_id", w.refused(c, CodeInvalid).Field)
+		c.ApprovalID = ApprovalID(two, 7)
+		require.Equal(t, "/approval_id", w.refused(c, CodeNotFound).Field)
+	})
+	t.Run("second decision", func(t *testing.T) {
+		w.must(decision(a2, "alice", alice, ResponseReject))
+		require.Empty(t, w.must(decision(a2, "alice", alice, ResponseReject)).Changes, "the same signed decision again is a no-op")
+		_ = w.recorded(decision(a2, "alice", alice, ResponseApprove), CodeConflict, RefusedAlreadyDecided)
+		require.Equal(t, StateRejected, w.state(two))
+	})
+	t.Run("replay within a task names the approval it was made for", func(t *testing.T) {
+		w.must(signedForOne)
+		n := w.claim(one)
+		w.must(&RequestApproval{TaskID: one, Attempt: n, ApprovalRequest: ApprovalRequest{Action: json.RawMessage(`{"step": 2}`)}})
+		a := w.pending(one)
+		c := *signedForOne
+		c.ApprovalID, c.ActionDigest = a.ID, a.ActionDigest
+		_ = w.recorded(&c, CodeForbidden, RefusedReplayed)
+	})
+	w.requireReplays()
+}
+
+func TestAttemptRequestsApproval(t *testing.T) {
+	w := setup(t)
+	k := w.approver("alice", "owner")
+	id := w.newID()
+	s := spec("")
+	s.Approval = &ApprovalSpec{Role: "owner", ExpiresIn: Duration(time.Hour)} // defaults for requests; the gate is passed first
+	w.must(&CreateTask{TaskID: id, Spec: s})
+	w.must(decision(w.pending(id), "alice", k, ResponseApprove))
+	n := w.claim(id)
+
+	action := json.RawMessage(`{"refund": 120, "order": "o-1"}`)
+	req := &RequestApproval{TaskID: id, Attempt: n, ApprovalRequest: ApprovalRequest{Action: action,
+		Summary: "refund order o-1", Basis: json.RawMessage(`{"ticket": "T-9"}`),
+		Responses: []string{ResponseApprove, ResponseReject, ResponseRevise}}}
+	require.Equal(t, "/attempt", w.refused(&RequestApproval{TaskID: id, Attempt: n + 1, ApprovalRequest: req.ApprovalRequest}, CodeConflict).Field)
+	require.Equal(t, "/action", w.refused(&RequestApproval{TaskID: id, Attempt: n}, CodeInvalid).Field)
+	out := w.must(req)
+	require.Equal(t, ApprovalID(id, 2), out.Reply.ApprovalID)
+	require.Equal(t, []string{"task.approval_requested"}, events(out, id))
+	task := w.task(id)
+	require.Equal(t, StateWaiting, task.State)
+	require.Equal(t, AttemptStateParked, task.Attempts[0].State, "the worker is free: its attempt is parked")
+	a := w.pending(id)
+	require.Equal(t, "owner", a.Role, "the task's approval settings are the request's defaults")
+	require.Equal(t, w.now.Add(time.Hour), *a.ExpiresAt)
+	require.Equal(t, n, a.Attempt)
+
+	// revise: a new attempt, handed the decision, proposes another action.
+	d := decision(a, "alice", k, ResponseRevise)
+	d.Comment = "refund 100 only"
+	out = w.must(d)
+	require.Equal(t, []string{"task.approval_decided", "task.ready"}, events(out, id))
+	n2 := w.claim(id)
+	require.Equal(t, n+1, n2)
+	last := w.task(id).LastDecision()
+	require.Equal(t, ResponseRevise, last.Decision.Response)
+	require.Equal(t, "refund 100 only", last.Decision.Comment)
+
+	revised := json.RawMessage(`{"refund": 100, "order": "o-1"}`)
+	w.must(&RequestApproval{TaskID: id, Attempt: n2, ApprovalRequest: ApprovalRequest{Action: revised}})
+	a = w.pending(id)
+	w.must(decision(a, "alice", k, ResponseApprove))
+	n3 := w.claim(id)
+	last = w.task(id).LastDecision()
+	digest, _ := ActionDigest(revised)
+	require.Equal(t, digest, last.ActionDigest, "the attempt is handed the approved action's digest")
+	require.JSONEq(t, string(revised), string(last.Action))
+	w.succeed(id, n3)
+	require.Equal(t, StateAccepted, w.state(id))
+	w.requireReplays()
+}
+
+func TestPendingApprovalWithdrawnWhenTaskEnds(t *testing.T) {
+	w := setup(t)
+	w.approver("alice", "owner")
+	id := w.newID()
+	w.must(&CreateTask{TaskID: id, Spec: gated("")})
+	a := w.pending(id)
+	w.must(&CancelTask{TaskID: id})
+	require.Equal(t, ApprovalStateWithdrawn, w.approval(a.ID).State)
+	_ = w.recorded(decision(a, "alice", keyOf("alice"), ResponseApprove), CodeConflict, RefusedExpired)
+}
+
+func TestTaskDeadline(t *testing.T) {
+	w := setup(t)
+	id := w.newID()
+	s := spec("")
+	at := w.now.Add(time.Hour)
+	s.Deadline = &at
+	s.Timeout = Duration(10 * time.Hour)
+	w.must(&CreateTask{TaskID: id, Spec: s})
+	n := w.claim(id)
+	fire := &FireTimer{TaskID: id, Kind: TimerTask, Due: at}
+	w.advance(59 * time.Minute)
+	_ = w.refused(fire, CodeConflict)
+	w.advance(time.Minute)
+	out := w.must(fire)
+	require.Equal(t, []string{"task.failed"}, events(out, id))
+	task := w.task(id)
+	require.Equal(t, ReasonDeadline, task.Reason)
+	require.Equal(t, AttemptStateCancelled, task.Attempts[0].State)
+	require.Empty(t, w.must(fire).Changes)
+	_ = w.refused(&ReportSuccess{TaskID: id, Attempt: n}, CodeConflict)
+}

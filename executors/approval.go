@@ -1,0 +1,252 @@
+package executors
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+)
+
+// Approval responses: what a person may answer to an approval request.
+const (
+	ResponseApprove  = "approve"
+	ResponseReject   = "reject"
+	ResponseRevise   = "revise"
+	ResponseEscalate = "escalate"
+)
+
+// Branches: what follows a response, or an approval's expiry.
+const (
+	// BranchResume starts a new attempt of the task, handed the decision.
+	BranchResume = "resume"
+	// BranchReject ends the task rejected.
+	BranchReject = "reject"
+	// BranchFail ends the task failed.
+	BranchFail = "fail"
+	// BranchEscalate asks again, of the request's EscalateTo role.
+	BranchEscalate = "escalate"
+)
+
+// ApprovalRequest is what a job asks a person to approve before it makes a
+// consequential side effect: the concrete action, and the rules of the
+// decision. Only Action is required; the service fills in the rest from
+// the task's approval settings and its defaults.
+type ApprovalRequest struct {
+	// Action is the exact action to approve, marshalled to JSON (a
+	// json.RawMessage is kept as it is). A decision authorizes only this
+	// action: its canonical digest (ActionDigest) is what the approver
+	// signs. At most MaxPayloadBytes.
+	Action any
+	// Summary says in a line what is asked; approval inboxes show it.
+	Summary string
+	// Basis is the evidence the approver decides on (marshalled to JSON):
+	// what the job found, a diff, the reasoning. At most MaxPayloadBytes.
+	Basis any
+	// Role is the role whose approvers may decide; "" for any registered
+	// approver (or the role of the task's approval settings).
+	Role string
+	// Responses are the responses permitted (ResponseApprove,
+	// ResponseReject, ResponseRevise, ResponseEscalate); default approve
+	// and reject.
+	Responses []string
+	// Branches maps a response to what follows it (BranchResume,
+	// BranchReject, BranchFail, BranchEscalate). By default approve and
+	// revise resume the task, reject rejects it, escalate escalates.
+	Branches map[string]string
+	// OnExpiry is the branch taken when nobody decides within ExpiresIn;
+	// default BranchFail.
+	OnExpiry string
+	// EscalateTo is the role asked after an escalation; required when
+	// escalate is a permitted response.
+	EscalateTo string
+	// ExpiresIn bounds how long the request stands; zero for no expiry
+	// (or the task's approval settings).
+	ExpiresIn time.Duration
+}
+
+// Decision is a decision a person took on one of the task's approvals, as
+// a job is handed it.
+type Decision struct {
+	ApprovalID   string          `json:"approval_id"`   // "<task id>-<n>"
+	ActionDigest string          `json:"action_digest"` // the digest of the action decided on
+	Action       json.RawMessage `json:"action,omitempty"`
+	Response     string          `json:"response"` // approve | reject | revise | escalate
+	Comment      string          `json:"comment,omitempty"`
+	Approver     string          `json:"approver"`
+	Role         string          `json:"role,omitempty"` // the approver's role
+	DecidedAt    time.Time       `json:"decided_at"`
+}
+
+// Approved reports whether the decision approves its action; false for nil.
+func (d *Decision) Approved() bool { return d != nil && d.Response == ResponseApprove }
+
+// Approval returns the latest decision taken on the task's approvals — the
+// one a task resumed by a decision is handed — or nil when there is none.
+func (j *Job) Approval() *Decision {
+	if len(j.Decisions) == 0 {
+		return nil
+	}
+	d := j.Decisions[len(j.Decisions)-1]
+	return &d
+}
+
+// RequestApproval asks a person to approve r.Action before the job performs
+// it. Call it right before the side effect; it runs on every attempt:
+//
+//   - When the task already holds a decision on exactly this action (the
+//     latest one whose action digest is ActionDigest(r.Action)), it returns
+//     that decision and nil: on ResponseApprove perform exactly r.Action;
+//     on another response do what the response asks — for revise, revise
+//     the action from the decision's Comment and ask again (an altered
+//     action has another digest, so it is a new request: an approval of
+//     one action never authorizes another).
+//   - Otherwise it records the request (task.request_approval, for this
+//     attempt) and returns a *WaitError. Return it from the handler:
+//     return executors.Result{}, err. The request itself parked the
+//     attempt and the task waits durably, holding no worker, until someone
+//     decides (`dwr approvals`); then, as the request's branches say, a new
+//     attempt runs (handed the decision, so that its RequestApproval of the
+//     same action returns it), or the task ends rejected or failed.
+//
+// Save what the next attempt needs with SaveCheckpoint before asking. A
+// decision is of the task, not of one attempt: a retry after a failure is
+// handed it again, so key the side effect by OperationKey as usual.
+//
+// It returns a plain error when the action or basis do not encode or are
+// too large, an error wrapping ErrCancelled or ErrLeaseLost when the
+// attempt no longer holds the task (the job's context is then cancelled),
+// Permanent(*CommandError) when the service refuses the request as invalid
+// (a role that is not a valid name, an escalation without EscalateTo, ...),
+// a *CommandError for another refusal, and ctx's error when ctx ends before
+// the service answers. A job built by NewJob (as executortest does) sends
+// nothing: it returns the *WaitError with an empty ApprovalID.
+func (j *Job) RequestApproval(ctx context.Context, r ApprovalRequest) (*Decision, error) {
+	body, err := approvalBodyOf(j.TaskID, j.Attempt, r)
+	if err != nil {
+		return nil, fmt.Errorf("executors: approval request of task %s: %w", j.TaskID, err)
+	}
+	digest := digestOf(body.Action)
+	for i := len(j.Decisions) - 1; i >= 0; i-- {
+		if j.Decisions[i].ActionDigest == digest {
+			d := j.Decisions[i]
+			return &d, nil
+		}
+	}
+	w := &WaitError{Approval: &r, ActionDigest: digest}
+	if j.ask == nil {
+		return nil, w
+	}
+	if w.ApprovalID, err = j.ask(ctx, body, approvalCommandID(j.TaskID, j.Attempt, digest)); err != nil {
+		return nil, err
+	}
+	return nil, w
+}
+
+// approvalFunc records an approval request for a job and returns the
+// approval's id.
+type approvalFunc func(ctx context.Context, body requestApprovalBody, commandID string) (string, error)
+
+// requestApprovalBody is the task.request_approval command.
+type requestApprovalBody struct {
+	TaskID     string            `json:"task_id"`
+	Attempt    int               `json:"attempt"`
+	Action     json.RawMessage   `json:"action"`
+	Summary    string            `json:"summary,omitempty"`
+	Basis      json.RawMessage   `json:"basis,omitempty"`
+	Role       string            `json:"role,omitempty"`
+	Responses  []string          `json:"responses,omitempty"`
+	Branches   map[string]string `json:"branches,omitempty"`
+	OnExpiry   string            `json:"on_expiry,omitempty"`
+	EscalateTo string            `json:"escalate_to,omitempty"`
+	ExpiresIn  duration          `json:"expires_in,omitempty"`
+}
+
+// approvalBodyOf returns the command that asks for r; its action is the
+// canonical JSON of r.Action.
+func approvalBodyOf(taskID string, attempt int, r ApprovalRequest) (requestApprovalBody, error) {
+	b := requestApprovalBody{TaskID: taskID, Attempt: attempt, Summary: r.Summary, Role: r.Role,
+		Responses: r.Responses, Branches: r.Branches, OnExpiry: r.OnExpiry, EscalateTo: r.EscalateTo,
+		ExpiresIn: duration(r.ExpiresIn)}
+	action, err := encodeJSON(r.Action)
+	switch {
+	case err != nil:
+		return b, fmt.Errorf("the action does not encode to JSON: %w", err)
+	case action == nil:
+		return b, errors.New("the action is required: the concrete action to approve")
+	}
+	if b.Action, err = canonicalJSON(action); err != nil {
+		return b, err
+	}
+	if len(b.Action) > MaxPayloadBytes {
+		return b, fmt.Errorf("the action is %d bytes; at most %d are allowed", len(b.Action), MaxPayloadBytes)
+	}
+	if b.Basis, err = encodeJSON(r.Basis); err != nil {
+		return b, fmt.Errorf("the basis does not encode to JSON: %w", err)
+	}
+	if len(b.Basis) > MaxPayloadBytes {
+		return b, fmt.Errorf("the basis is %d bytes; at most %d are allowed (store larger evidence as an artifact)", len(b.Basis), MaxPayloadBytes)
+	}
+	return b, nil
+}
+
+// approvalCommandID is the command id of the request an attempt makes for
+// an action: the same for a retry of the same request, another for another
+// action. At most 105 bytes (a task id is a 26-character ULID).
+func approvalCommandID(taskID string, attempt int, digest string) string {
+	return fmt.Sprintf("approval.%s.%d.%s", taskID, attempt, digest[len(digestPrefix):])
+}
+
+const digestPrefix = "sha256:"
+
+// ActionDigest returns the digest the service computes for an action, and
+// the one an approver signs: "sha256:" and the hex SHA-256 of the action's
+// canonical JSON. The action is marshalled to JSON (a json.RawMessage is
+// kept as it is), then re-encoded with object keys sorted, no insignificant
+// space, numbers as written and no HTML escaping. Two encodings of the same
+// action have the same digest; any change to the action changes it.
+func ActionDigest(action any) (string, error) {
+	raw, err := encodeJSON(action)
+	if err != nil {
+		return "", fmt.Errorf("executors: the action does not encode to JSON: %w", err)
+	}
+	if raw == nil {
+		raw = json.RawMessage("null")
+	}
+	canon, err := canonicalJSON(raw)
+	if err != nil {
+		return "", err
+	}
+	return digestOf(canon), nil
+}
+
+// digestOf returns the digest of an action already in canonical JSON.
+func digestOf(canon json.RawMessage) string {
+	h := sha256.Sum256(canon)
+	return digestPrefix + hex.EncodeToString(h[:])
+}
+
+// canonicalJSON re-encodes a JSON document with sorted object keys and no
+// insignificant space; numbers keep the digits they were written with. It
+// is the service's canonical form, byte for byte (see the wire contract).
+func canonicalJSON(doc json.RawMessage) (json.RawMessage, error) {
+	dec := json.NewDecoder(bytes.NewReader(doc))
+	dec.UseNumber()
+	var v any
+	if err := dec.Decode(&v); err != nil {
+		return nil, fmt.Errorf("executors: the action is not JSON: %w", err)
+	}
+	if dec.More() {
+		return nil, errors.New("executors: the action holds more than one JSON value")
+	}
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(v); err != nil { // maps encode with sorted keys
+		return nil, err
+	}
+	return bytes.TrimSuffix(buf.Bytes(), []byte("\n")), nil
+}

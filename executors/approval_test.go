@@ -1,0 +1,334 @@
+package executors_test
+
+import (
+	"context"
+	"crypto/ed25519"
+	"crypto/rand"
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/dwr-run/dwr/executors"
+	"github.com/dwr-run/dwr/executors/executortest"
+)
+
+// The SDK computes an action's digest as the service does: these are
+// domain.ActionDigest's answers for the same documents (the SDK's tests may
+// not import domain, so they are pasted here).
+func TestActionDigestIsTheServices(t *testing.T) {
+	for doc, want := range map[string]string{
+		`{"b":2,"a":1}`: "sha256:43258cff783fe7036d8a43033f830adfc60ec037382473548ac742b888292777",
+		`{ "to": "ada@example.com", "amount": 1.50, "tags": ["<b>", "x&y"], "n": 1e3, "nested": {"z": null, "y": [true, false]} }`: "sha256:9bbbe27c4f07cd5a74eb44c0abcece75eca454bb564c8822f4cc2f9feeb58603",
+		`"caf\u00e9 \u2028 <script>"`:              "sha256:2052267902a999d7478786262951e2cb256c9d22416a1764678599262fc5c1c0",
+		`[1, 10.0, -0, 12345678901234567890]`:      "sha256:28bf6a6c5d5c3f46df04e4f44d6d18e6c3461320751065631a12d39aa1eafb92",
+		`null`:                                     "sha256:74234e98afe7498fb5daf1f36ac2d78acc339464f950703b8c019892f982b90b",
+		`{"refund":{"order":"A-17","cents":1250}}`: "sha256:79b413d8bddc4b91c41c2aefe93000b54f8fcc307c08de8d3217653d0a80cf3e",
+	} {
+		got, err := executors.ActionDigest(json.RawMessage(doc))
+		require.NoError(t, err, doc)
+		require.Equal(t, want, got, doc)
+	}
+	// A Go value digests as its JSON does, HTML characters and key order
+	// notwithstanding.
+	got, err := executors.ActionDigest(map[string]any{"tags": []string{"<b>", "x&y"}, "to": "ada@example.com",
+		"amount": json.Number("1.50"), "n": json.Number("1e3"), "nested": map[string]any{"y": []bool{true, false}, "z": nil}})
+	require.NoError(t, err)
+	require.Equal(t, "sha256:9bbbe27c4f07cd5a74eb44c0abcece75eca454bb564c8822f4cc2f9feeb58603", got)
+	got, err = executors.ActionDigest(refund{Order: "A-17", Cents: 1250}.action())
+	require.NoError(t, err)
+	require.Equal(t, "sha256:79b413d8bddc4b91c41c2aefe93000b54f8fcc307c08de8d3217653d0a80cf3e", got)
+
+	_, err = executors.ActionDigest(json.RawMessage(`{"a":`))
+	require.Error(t, err)
+}
+
+type refund struct {
+	Order string `json:"order"`
+	Cents int    `json:"cents"`
+}
+
+func (r refund) action() map[string]refund { return map[string]refund{"refund": r} }
+
+// refunder asks approval of a refund, revises it as a "revise" decision's
+// comment says ("cap N"), and makes it once approved: the pattern of
+// doc.go. performed records the refunds made.
+func refunder(performed *sync.Map) executors.Handler {
+	return func(ctx context.Context, job *executors.Job) (executors.Result, error) {
+		var in refund
+		if err := job.Decode(&in); err != nil {
+			return executors.Result{}, executors.Permanent(err)
+		}
+		if in.Order == "" { // other work of the same queue
+			return executors.Result{Output: "done"}, nil
+		}
+		action := in
+		for {
+			d, err := job.RequestApproval(ctx, executors.ApprovalRequest{Action: action.action(),
+				Summary: fmt.Sprintf("refund %d cents on order %s", action.Cents, action.Order), Role: "finance",
+				Basis:     map[string]string{"reason": "damaged in transit"},
+				Responses: []string{executors.ResponseApprove, executors.ResponseReject, executors.ResponseRevise}})
+			if err != nil {
+				return executors.Result{}, err // waiting for the decision, or a failure
+			}
+			switch d.Response {
+			case executors.ResponseApprove:
+				performed.Store(job.OperationKey, action) // exactly the approved action
+				return executors.Result{Output: map[string]any{"refunded": action, "approval": d.ApprovalID,
+					"digest": d.ActionDigest, "attempt": job.Attempt, "latest": job.Approval().ApprovalID}}, nil
+			case executors.ResponseRevise:
+				var limit int
+				if _, err := fmt.Sscanf(d.Comment, "cap %d", &limit); err != nil {
+					return executors.Result{}, executors.Permanent(fmt.Errorf("cannot revise as %q asks", d.Comment))
+				}
+				action.Cents = min(action.Cents, limit) // an altered action: asked again
+			default:
+				return executors.Result{}, executors.Permanent(errors.New("refund " + d.Response + "ed"))
+			}
+		}
+	}
+}
+
+// approvalTask is a task as task.get returns it, with its approvals.
+type approvalTask struct {
+	ID    string `json:"id"`
+	State string `json:"state"`
+	Wait  *struct {
+		Kind       string `json:"kind"`
+		ApprovalID string `json:"approval_id"`
+	} `json:"wait"`
+	Attempts []struct {
+		N      int             `json:"n"`
+		State  string          `json:"state"`
+		Result json.RawMessage `json:"result"`
+	} `json:"attempts"`
+	Approvals []struct {
+		ID           string          `json:"id"`
+		Attempt      int             `json:"attempt"`
+		Action       json.RawMessage `json:"action"`
+		ActionDigest string          `json:"action_digest"`
+		State        string          `json:"state"`
+		Decision     *struct {
+			Response string `json:"response"`
+			Approver string `json:"approver"`
+			Comment  string `json:"comment"`
+		} `json:"decision"`
+	} `json:"approvals"`
+}
+
+func (b *bundle) approvalTask(t *testing.T, id string) approvalTask {
+	t.Helper()
+	r := b.request(t, "dwr.q.default.task.get", map[string]string{"id": id})
+	require.True(t, r.OK, "task.get: %+v", r.Error)
+	var tk approvalTask
+	require.NoError(t, json.Unmarshal(r.Result, &tk))
+	return tk
+}
+
+// waitApproval waits until the task waits on approval approvalID.
+func (b *bundle) waitApproval(t *testing.T, id, approvalID string) approvalTask {
+	t.Helper()
+	var tk approvalTask
+	eventually(t, 10*time.Second, func() bool {
+		tk = b.approvalTask(t, id)
+		return tk.State == "waiting" && tk.Wait != nil && tk.Wait.Kind == "approval" && tk.Wait.ApprovalID == approvalID
+	}, func() string { return fmt.Sprintf("task %s does not wait on approval %s: %+v", id, approvalID, tk) })
+	return tk
+}
+
+// approver is a registered approver and its key.
+type approver struct {
+	name string
+	key  ed25519.PrivateKey
+}
+
+func (b *bundle) registerApprover(t *testing.T, name, role string) approver {
+	t.Helper()
+	pub, priv, err := ed25519.GenerateKey(rand.Reader)
+	require.NoError(t, err)
+	b.command(t, "approver.register", map[string]string{"name": name, "role": role,
+		"public_key": base64.StdEncoding.EncodeToString(pub)})
+	return approver{name: name, key: priv}
+}
+
+// decision is the approval.decide command, signed as the wire contract says
+// (the message domain.DecisionMessage builds).
+func (a approver) decision(approvalID, response, digest, comment string) map[string]string {
+	msg := "dwr approval decision v1\n" + approvalID + "\n" + response + "\n" + digest
+	return map[string]string{"approval_id": approvalID, "approver": a.name, "response": response,
+		"action_digest": digest, "comment": comment,
+		"signature": base64.StdEncoding.EncodeToString(ed25519.Sign(a.key, []byte(msg)))}
+}
+
+// An executor asks approval of a refund; the task waits durably while the
+// worker takes other work; once approved, a new attempt is handed the
+// decision, makes exactly the approved refund and succeeds.
+func TestRequestApprovalWaitsThenResumesOnApproval(t *testing.T) {
+	b := setup(t)
+	var performed sync.Map
+	w := b.startWorker(t, executors.Config{Queue: "refunds"}, refunder(&performed))
+	a := refund{Order: "A-17", Cents: 1250}
+	digestA, err := executors.ActionDigest(a.action())
+	require.NoError(t, err)
+
+	id := b.createTask(t, map[string]any{"queue": "refunds", "input": a, "retry": map[string]any{"max_attempts": 1}})
+	tk := b.waitApproval(t, id, id+"-1")
+	require.Len(t, tk.Approvals, 1)
+	ap := tk.Approvals[0]
+	require.Equal(t, "pending", ap.State)
+	require.Equal(t, 1, ap.Attempt)
+	require.Equal(t, digestA, ap.ActionDigest, "the service's digest is the SDK's")
+	require.JSONEq(t, `{"refund":{"order":"A-17","cents":1250}}`, string(ap.Action))
+	require.Equal(t, "parked", tk.Attempts[0].State)
+	w.logs.waitLine(t, 10*time.Second, "outcome=waiting", "approval "+id+"-1")
+
+	// The approval is in the inbox.
+	r := b.request(t, "dwr.q.default.approval.list", map[string]string{"role": "finance"})
+	require.True(t, r.OK, "approval.list: %+v", r.Error)
+	require.Contains(t, string(r.Result), id+"-1")
+
+	// The worker (one slot) is free: it runs other work meanwhile.
+	other := b.createTask(t, map[string]any{"queue": "refunds"})
+	b.waitState(t, other, "accepted", 10*time.Second)
+	require.Equal(t, "waiting", b.task(t, id).State)
+
+	ada := b.registerApprover(t, "ada", "finance")
+	b.command(t, "approval.decide", ada.decision(id+"-1", executors.ResponseApprove, digestA, "ok"))
+	done := b.waitState(t, id, "accepted", 10*time.Second)
+	require.Len(t, done.Attempts, 2, "a new attempt ran, handed the decision")
+	require.JSONEq(t, fmt.Sprintf(`{"refunded":{"order":"A-17","cents":1250},"approval":%q,"digest":%q,"attempt":2,"latest":%q}`,
+		id+"-1", digestA, id+"-1"), string(done.Attempts[1].Result))
+	require.Len(t, b.approvalTask(t, id).Approvals, 1, "the approved action was not asked again")
+	got, ok := performed.Load("op-" + id)
+	require.True(t, ok)
+	require.Equal(t, a, got)
+	b.waitSettled(t, "refunds")
+}
+
+// A "revise" decision resumes the task: the new attempt, handed it, alters
+// the action and must ask again (another digest, another approval); the
+// decision on the first action cannot authorize the second.
+func TestRequestApprovalOfARevisedActionIsANewRequest(t *testing.T) {
+	b := setup(t)
+	var performed sync.Map
+	b.startWorker(t, executors.Config{Queue: "refunds"}, refunder(&performed))
+	ada := b.registerApprover(t, "ada", "finance")
+	a, revised := refund{Order: "B-2", Cents: 1250}, refund{Order: "B-2", Cents: 900}
+	digestA, err := executors.ActionDigest(a.action())
+	require.NoError(t, err)
+	digestB, err := executors.ActionDigest(revised.action())
+	require.NoError(t, err)
+
+	id := b.createTask(t, map[string]any{"queue": "refunds", "input": a})
+	b.waitApproval(t, id, id+"-1")
+	b.command(t, "approval.decide", ada.decision(id+"-1", executors.ResponseRevise, digestA, "cap 900"))
+
+	tk := b.waitApproval(t, id, id+"-2")
+	require.Len(t, tk.Approvals, 2)
+	first, second := tk.Approvals[0], tk.Approvals[1]
+	require.Equal(t, "decided", first.State)
+	require.Equal(t, "revise", first.Decision.Response)
+	require.Equal(t, "cap 900", first.Decision.Comment)
+	require.Equal(t, "pending", second.State)
+	require.Equal(t, 2, second.Attempt, "asked by the attempt the revise decision resumed")
+	require.Equal(t, digestB, second.ActionDigest)
+	require.NotEqual(t, digestA, digestB)
+	_, ok := performed.Load("op-" + id)
+	require.False(t, ok, "nothing was refunded yet")
+
+	// A decision naming the first action cannot approve the second.
+	r := b.request(t, "dwr.cmd.default.approval.decide", ada.decision(id+"-2", executors.ResponseApprove, digestA, ""))
+	require.False(t, r.OK)
+	require.Equal(t, "forbidden", string(r.Error.Code))
+	require.True(t, strings.HasPrefix(r.Error.Message, "action_mismatch"), r.Error.Message)
+
+	b.command(t, "approval.decide", ada.decision(id+"-2", executors.ResponseApprove, digestB, ""))
+	done := b.waitState(t, id, "accepted", 10*time.Second)
+	require.Len(t, done.Attempts, 3)
+	require.JSONEq(t, fmt.Sprintf(`{"refunded":{"order":"B-2","cents":900},"approval":%q,"digest":%q,"attempt":3,"latest":%q}`,
+		id+"-2", digestB, id+"-2"), string(done.Attempts[2].Result))
+	got, _ := performed.Load("op-" + id)
+	require.Equal(t, revised, got, "exactly the approved, revised action was performed")
+	b.waitSettled(t, "refunds")
+}
+
+// Without a server (executortest), RequestApproval reports the request as
+// the wait a worker would record, and returns a decision the job holds.
+func TestRequestApprovalWithoutAServer(t *testing.T) {
+	ctx := context.Background()
+	var performed sync.Map
+	in := refund{Order: "C-3", Cents: 500}
+	digest, err := executors.ActionDigest(in.action())
+	require.NoError(t, err)
+
+	out, err := executortest.Run(ctx, refunder(&performed), executortest.Job{Input: in})
+	require.NoError(t, err)
+	w := out.Report.Wait
+	require.NotNil(t, w, "%+v", out.Report)
+	require.NotNil(t, w.Approval)
+	require.Equal(t, digest, w.ActionDigest)
+	require.Empty(t, w.ApprovalID, "nothing was sent")
+	require.Equal(t, "finance", w.Approval.Role)
+	require.Contains(t, out.Err.Error(), "waiting for approval of action "+digest)
+
+	decided := executors.Decision{ApprovalID: executortest.DefaultTaskID + "-1", ActionDigest: digest,
+		Response: executors.ResponseApprove, Approver: "ada", Role: "finance", DecidedAt: time.Now()}
+	out, err = executortest.Run(ctx, refunder(&performed), executortest.Job{Input: in, Attempt: 2,
+		Decisions: []executors.Decision{decided}})
+	require.NoError(t, err)
+	require.True(t, out.Succeeded(), "%+v", out.Report)
+
+	// A decision on another action does not count.
+	other := decided
+	other.ActionDigest = "sha256:" + strings.Repeat("0", 64)
+	out, err = executortest.Run(ctx, refunder(&performed), executortest.Job{Input: in, Attempt: 2,
+		Decisions: []executors.Decision{other}})
+	require.NoError(t, err)
+	require.NotNil(t, out.Report.Wait)
+
+	// The latest decision on the action is the one that counts.
+	rejected := decided
+	rejected.ApprovalID, rejected.Response = executortest.DefaultTaskID+"-2", executors.ResponseReject
+	j := executors.NewJob(executors.Job{TaskID: "T", Decisions: []executors.Decision{decided, rejected}}, nil)
+	d, err := j.RequestApproval(ctx, executors.ApprovalRequest{Action: in.action()})
+	require.NoError(t, err)
+	require.Equal(t, executors.ResponseReject, d.Response)
+	require.False(t, d.Approved())
+	require.Equal(t, rejected.ApprovalID, j.Approval().ApprovalID)
+	require.Nil(t, executors.NewJob(executors.Job{}, nil).Approval())
+
+	_, err = j.RequestApproval(ctx, executors.ApprovalRequest{})
+	require.ErrorContains(t, err, "the action is required")
+	_, err = j.RequestApproval(ctx, executors.ApprovalRequest{Action: make(chan int)})
+	require.ErrorContains(t, err, "does not encode")
+}
+
+// A handler may return a WaitError naming an approval request it built
+// itself: the worker then sends the request when the handler returns.
+func TestAWaitErrorWithAnApprovalRequestIsSentByTheWorker(t *testing.T) {
+	b := setup(t)
+	action := map[string]string{"deploy": "v2"}
+	digest, err := executors.ActionDigest(action)
+	require.NoError(t, err)
+	w := b.startWorker(t, executors.Config{Queue: "deploys"}, func(ctx context.Context, job *executors.Job) (executors.Result, error) {
+		if d := job.Approval(); d.Approved() {
+			return executors.Result{Output: d.ActionDigest}, nil
+		}
+		return executors.Result{}, &executors.WaitError{Approval: &executors.ApprovalRequest{Action: action, Summary: "deploy v2"}}
+	})
+	id := b.createTask(t, map[string]any{"queue": "deploys"})
+	tk := b.waitApproval(t, id, id+"-1")
+	require.Equal(t, digest, tk.Approvals[0].ActionDigest)
+	w.logs.waitLine(t, 10*time.Second, "outcome=waiting", "waiting for approval "+id+"-1 of action "+digest)
+	ada := b.registerApprover(t, "ada", "ops")
+	b.command(t, "approval.decide", ada.decision(id+"-1", executors.ResponseApprove, digest, ""))
+	done := b.waitState(t, id, "accepted", 10*time.Second)
+	require.JSONEq(t, fmt.Sprintf("%q", digest), string(done.Attempts[1].Result))
+	b.waitSettled(t, "deploys")
+}

@@ -1,0 +1,210 @@
+package handlers_test
+
+import (
+	"encoding/json"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/dwr-run/dwr/domain"
+	"github.com/dwr-run/dwr/handlers"
+	"github.com/dwr-run/dwr/handlers/servicetest"
+)
+
+// The timer tests move a manual clock instead of waiting for it: nothing
+// here sleeps, and each firing follows a move of the clock at once (moving
+// it wakes the timer loop), not at the loop's next poll.
+
+// epoch is where the tests' clocks start: far from the wall clock, so that a
+// time read from the wall clock by mistake shows.
+var epoch = time.Date(2030, time.January, 2, 3, 4, 5, 0, time.UTC)
+
+func startClocked(t *testing.T, dir string, clock *servicetest.Clock) *bundle {
+	t.Helper()
+	st := servicetest.Start(t, dir, servicetest.Options{Clock: clock, Config: handlers.Config{WriterID: "test-writer"}})
+	return &bundle{dir: st.Dir, srv: st.Server, nc: st.Conn, store: st.Store, svc: st.Svc, stop: st.Stop}
+}
+
+func (b *bundle) task(t *testing.T, id string) domain.Task {
+	t.Helper()
+	var tk domain.Task
+	b.query(t, "task.get", handlers.Query{ID: id}, 0, &tk)
+	return tk
+}
+
+// waitState polls until task id is in state.
+func (b *bundle) waitState(t *testing.T, id, state string) {
+	t.Helper()
+	eventually(t, 10*time.Second, func() bool { return b.task(t, id).State == state })
+}
+
+// sleeper creates a task, claims it and parks its attempt until until
+// (task.wait with kind timer); it returns the task's id.
+func (b *bundle) sleeper(t *testing.T, until time.Time) string {
+	t.Helper()
+	tk, _ := b.mustCommand(t, "task.create", map[string]any{"spec": map[string]any{"queue": "sleepers"}})
+	claim, _ := b.mustCommand(t, "task.claim", map[string]any{"task_id": tk.ID, "executor": "test"})
+	w, _ := b.mustCommand(t, "task.wait", map[string]any{"task_id": tk.ID, "attempt": claim.Attempt,
+		"kind": domain.WaitTimer, "until": until.Format(time.RFC3339Nano)})
+	require.Equal(t, domain.StateWaiting, w.State)
+	return tk.ID
+}
+
+// loopLooked waits until sentinel, a sleeper due at the clock's present
+// time, has fired: proof that the timer loop has looked for due timers with
+// the clock where it stands (a moment just before the one under test).
+func (b *bundle) loopLooked(t *testing.T, sentinel string) {
+	t.Helper()
+	b.waitState(t, sentinel, domain.StateReady)
+}
+
+// requireNoDueTimer checks that the views hold no timer of task id due at
+// the clock's time, so the timer loop cannot fire one.
+func (b *bundle) requireNoDueTimer(t *testing.T, clock *servicetest.Clock, id string) {
+	t.Helper()
+	due, err := b.store.DueTimers(clock.Now(), 1000)
+	require.NoError(t, err)
+	for _, tm := range due {
+		require.NotEqual(t, id, tm.TaskID, "a %s timer of task %s is due at %s", tm.Kind, id, tm.Due)
+	}
+}
+
+type event struct {
+	Type string          `json:"type"`
+	Time time.Time       `json:"time"`
+	Data json.RawMessage `json:"data"`
+}
+
+func (b *bundle) events(t *testing.T, id string) []event {
+	t.Helper()
+	var raw []json.RawMessage
+	b.query(t, "events", handlers.Query{ID: id}, 0, &raw)
+	out := make([]event, len(raw))
+	for i, r := range raw {
+		require.NoError(t, json.Unmarshal(r, &out[i]))
+	}
+	return out
+}
+
+// requireReadiedOnce checks that, after the last event of type after, task
+// id has exactly one task.ready event, with reason, decided no earlier than
+// due: a timer that fires early, or twice, fails it.
+func (b *bundle) requireReadiedOnce(t *testing.T, id, after, reason string, due time.Time) {
+	t.Helper()
+	evs := b.events(t, id)
+	last := -1
+	for i, e := range evs {
+		if e.Type == after {
+			last = i
+		}
+	}
+	require.GreaterOrEqual(t, last, 0, "task %s has no %s event", id, after)
+	var readies []event
+	for _, e := range evs[last+1:] {
+		if e.Type == "task.ready" {
+			readies = append(readies, e)
+		}
+	}
+	require.Len(t, readies, 1, "exactly one task.ready follows %s", after)
+	var r domain.TaskReady
+	require.NoError(t, json.Unmarshal(readies[0].Data, &r))
+	require.Equal(t, reason, r.Reason)
+	require.False(t, readies[0].Time.Before(due), "readied at %s, before its moment %s", readies[0].Time, due)
+}
+
+func TestADurableSleepEndsAtItsTimeAndNotBefore(t *testing.T) {
+	clock := servicetest.NewClock(epoch)
+	b := startClocked(t, "", clock)
+	until := clock.Now().Add(time.Hour)
+	id := b.sleeper(t, until)
+	sentinel := b.sleeper(t, until.Add(-time.Second))
+
+	// A second early: the loop has looked (the sentinel fired), the sleeper has not moved.
+	clock.Set(until.Add(-time.Second))
+	b.loopLooked(t, sentinel)
+	b.requireNoDueTimer(t, clock, id)
+	require.Equal(t, domain.StateWaiting, b.task(t, id).State)
+
+	// At its moment it wakes, once.
+	clock.Set(until)
+	b.waitState(t, id, domain.StateReady)
+	b.requireReadiedOnce(t, id, "task.waiting", "timer", until)
+	b.requireNoDueTimer(t, clock, id)
+}
+
+func TestARetryBackoffEndsAtItsTimeAndNotBefore(t *testing.T) {
+	clock := servicetest.NewClock(epoch)
+	b := startClocked(t, "", clock)
+	tk, _ := b.mustCommand(t, "task.create", map[string]any{"spec": map[string]any{"queue": "flaky",
+		"retry": map[string]any{"max_attempts": 3, "initial_backoff": "1m"}}})
+	b.mustCommand(t, "task.claim", map[string]any{"task_id": tk.ID, "executor": "test"})
+	failed, _ := b.mustCommand(t, "task.fail", map[string]any{"task_id": tk.ID, "attempt": 1,
+		"error": map[string]any{"message": "flaky"}, "retryable": true})
+	require.Equal(t, domain.StateBackoff, failed.State)
+	got := b.task(t, tk.ID)
+	require.NotNil(t, got.BackoffUntil)
+	until := *got.BackoffUntil
+	require.True(t, until.Equal(clock.Now().Add(time.Minute)), "backoff until %s", until)
+	sentinel := b.sleeper(t, until.Add(-time.Second))
+
+	clock.Set(until.Add(-time.Second))
+	b.loopLooked(t, sentinel)
+	b.requireNoDueTimer(t, clock, tk.ID)
+	require.Equal(t, domain.StateBackoff, b.task(t, tk.ID).State)
+
+	clock.Set(until)
+	b.waitState(t, tk.ID, domain.StateReady)
+	b.requireReadiedOnce(t, tk.ID, "task.backoff_scheduled", "backoff_elapsed", until)
+}
+
+func TestAnAttemptTimesOutAtItsDeadlineAndNotBefore(t *testing.T) {
+	clock := servicetest.NewClock(epoch)
+	b := startClocked(t, "", clock)
+	tk, _ := b.mustCommand(t, "task.create", map[string]any{"spec": map[string]any{"queue": "slow", "timeout": "10m"}})
+	claim, _ := b.mustCommand(t, "task.claim", map[string]any{"task_id": tk.ID, "executor": "slowpoke"})
+	require.NotNil(t, claim.Task)
+	deadline := *claim.Task.Attempts[0].Deadline
+	require.True(t, deadline.Equal(clock.Now().Add(10*time.Minute)), "deadline %s", deadline)
+	sentinel := b.sleeper(t, deadline.Add(-time.Second))
+
+	clock.Set(deadline.Add(-time.Second))
+	b.loopLooked(t, sentinel)
+	b.requireNoDueTimer(t, clock, tk.ID)
+	got := b.task(t, tk.ID)
+	require.Equal(t, domain.StateRunning, got.State)
+	require.Equal(t, domain.AttemptStateRunning, got.Attempts[0].State)
+
+	clock.Set(deadline)
+	eventually(t, 10*time.Second, func() bool { return b.task(t, tk.ID).State != domain.StateRunning })
+	got = b.task(t, tk.ID)
+	require.Equal(t, domain.StateBackoff, got.State, "a timeout is retryable")
+	a := got.Attempts[0]
+	require.Equal(t, domain.AttemptStateFailed, a.State)
+	require.NotNil(t, a.Error)
+	require.Equal(t, domain.ReasonTimeout, a.Error.Code)
+	require.True(t, a.Retryable)
+	require.False(t, a.EndedAt.Before(deadline), "timed out at %s, before its deadline %s", a.EndedAt, deadline)
+	n := 0
+	for _, e := range b.events(t, tk.ID) {
+		if e.Type == "task.attempt_failed" {
+			n++
+		}
+	}
+	require.Equal(t, 1, n, "the attempt failed once")
+}
+
+func TestATimerDueWhileTheServiceWasDownFiresOnceAtStart(t *testing.T) {
+	clock := servicetest.NewClock(epoch)
+	b := startClocked(t, "", clock)
+	until := clock.Now().Add(time.Hour)
+	id := b.sleeper(t, until)
+	dir := b.dir
+	b.stop()
+
+	clock.Advance(2 * time.Hour) // the moment passes while no writer runs
+	b2 := startClocked(t, dir, clock)
+	b2.waitState(t, id, domain.StateReady)
+	b2.requireReadiedOnce(t, id, "task.waiting", "timer", until)
+	b2.requireNoDueTimer(t, clock, id)
+}
