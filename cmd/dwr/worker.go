@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"math"
 	"os"
 	"os/exec"
 	"os/signal"
@@ -20,6 +21,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/spf13/cobra"
 
+	"github.com/dwr-run/dwr/domain"
 	"github.com/dwr-run/dwr/executors"
 )
 
@@ -30,7 +32,10 @@ const (
 	killGrace      = 5 * time.Second // SIGTERM, then SIGKILL this much later
 	pipeGrace      = 5 * time.Second // how long output is read after the command's group is gone
 	exitPermanent  = 100             // the exit status of a failure that must not be retried
+	exitWait       = 101             // the exit status of a command that parks its task on what DWR_WAIT_FILE says
+	maxWaitFile    = 256 << 10       // the wait file: at most 256 KiB
 	envCheckpoint  = "DWR_CHECKPOINT_FILE"
+	envWaitFile    = "DWR_WAIT_FILE"
 	envPriorJSON   = "DWR_PRIOR_ATTEMPTS"
 	workerConnName = "dwr-worker"
 )
@@ -63,12 +68,36 @@ The command gets the task's input (JSON) on stdin and, in its environment:
   DWR_PRIOR_ATTEMPTS (the earlier attempts, JSON;
   without their results if those would make it longer than 64 KiB),
   DWR_CHECKPOINT_FILE (holds the last checkpoint, empty for none: write JSON to
-  it to save a new one; it is read every lease/3 and when the command exits).
+  it to save a new one; it is read every lease/3 and when the command exits),
+  DWR_WAIT_FILE (an empty file: to wait, see below).
 
 What it prints on stdout (at most 256 KiB) is the result: as JSON when it
 parses, else as a JSON string. Exit 0 succeeds; exit 100 fails the task at
-once; any other exit status or a signal fails the attempt, retried per the
-task's retry policy, with the end of stderr as the error message.
+once; exit 101 parks the task (below); any other exit status or a signal
+fails the attempt, retried per the task's retry policy, with the end of
+stderr as the error message.
+
+To wait without holding a process, a command writes one JSON object to
+DWR_WAIT_FILE (at most 256 KiB) and exits 101:
+  {"until": "2026-12-01T09:00:00Z"} or {"after": "10m"}
+      sleep durably until that time (after: a duration, or seconds);
+  {"signal": "payment-settled"}
+      wait for that signal (dwr signal TASK NAME --data JSON);
+  {"approval": {"action": {...}, "summary": "...", "basis": {...},
+   "role": "ops", "responses": ["approve", "reject", "revise"],
+   "expires_in": "1h", "on_expiry": "reject", "branches": {...},
+   "escalate_to": "..."}}
+      ask a person to approve the exact action (only "action" is required;
+      dwr approvals list, dwr approve APPROVAL).
+The attempt ends parked and the worker is free; save in DWR_CHECKPOINT_FILE
+what the next run needs. When the time comes, the signal arrives or the
+approval is decided, a new attempt runs the command again: it reads
+DWR_SIGNAL (the signal and its payload) or DWR_APPROVAL (the decision: its
+"response", and "action" and "action_digest", the action decided on) and
+acts on it. So a script checks DWR_APPROVAL before it asks: asking again
+for an action that is already decided fails the task (it would loop). An
+empty or invalid wait file fails the task too, naming the problem. A
+verifier (--verify) cannot wait.
 
 The command runs in its own process group. When the task is cancelled, the
 attempt loses its lease or passes its deadline, or the worker stops past its
@@ -155,7 +184,7 @@ type commandExecutor struct {
 func (x *commandExecutor) verify(ctx context.Context, c *executors.Check) (executors.Verdict, error) {
 	job := executors.NewJob(executors.Job{TaskID: c.TaskID, Workspace: c.Workspace, Queue: c.Queue, GoalID: c.GoalID,
 		Key: c.Key, Title: c.Title, Attempt: c.Attempt, Input: c.Result, PriorAttempts: c.PriorAttempts}, nil)
-	res, err := x.handle(ctx, job)
+	res, err := x.run(ctx, job, false)
 	if err != nil {
 		return executors.Verdict{}, err
 	}
@@ -176,7 +205,13 @@ func (x *commandExecutor) verify(ctx context.Context, c *executors.Check) (execu
 
 // handle runs the command for job: see workerCmd's help for the contract.
 func (x *commandExecutor) handle(ctx context.Context, job *executors.Job) (executors.Result, error) {
-	files, err := newJobFiles(job)
+	return x.run(ctx, job, true)
+}
+
+// run runs the command for job; a command may wait (exit 101) when waits
+// is set.
+func (x *commandExecutor) run(ctx context.Context, job *executors.Job, waits bool) (executors.Result, error) {
+	files, err := newJobFiles(job, waits)
 	if err != nil {
 		return executors.Result{}, fmt.Errorf("prepare the command's files: %w", err)
 	}
@@ -184,7 +219,7 @@ func (x *commandExecutor) handle(ctx context.Context, job *executors.Job) (execu
 	cp := &checkpointFile{path: files.checkpoint, last: job.Checkpoint, job: job, logger: x.logger}
 
 	cmd := exec.Command(x.argv[0], x.argv[1:]...) //nolint:gosec // G204: running the operator's command is the point
-	cmd.Env = append(os.Environ(), jobEnv(job, files.checkpoint)...)
+	cmd.Env = append(os.Environ(), jobEnv(job, files.checkpoint, files.wait)...)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	cmd.Stdin = files.stdin
 	outR, outW, err := os.Pipe()
@@ -236,6 +271,9 @@ func (x *commandExecutor) handle(ctx context.Context, job *executors.Job) (execu
 
 	if ctx.Err() == nil {
 		cp.sync(ctx) // the checkpoint written last, before the report
+		if waits && cmd.ProcessState != nil && cmd.ProcessState.ExitCode() == exitWait {
+			return x.park(ctx, job, files.wait, time.Now())
+		}
 	}
 	return x.result(ctx, cmd.ProcessState, waitErr, stdout, stderrTail)
 }
@@ -341,11 +379,12 @@ func priorJSON(prior []executors.PriorAttempt) []byte {
 }
 
 // jobEnv is what the command learns about its job from its environment.
-func jobEnv(job *executors.Job, checkpoint string) []string {
+// waitFile is "" (and DWR_WAIT_FILE set empty) when the command may not wait.
+func jobEnv(job *executors.Job, checkpoint, waitFile string) []string {
 	prior := priorJSON(job.PriorAttempts)
 	env := []string{"DWR_TASK_ID=" + job.TaskID, "DWR_ATTEMPT=" + strconv.Itoa(job.Attempt),
 		"DWR_OPERATION_KEY=" + job.OperationKey, "DWR_WORKSPACE=" + job.Workspace, "DWR_QUEUE=" + job.Queue,
-		envCheckpoint + "=" + checkpoint, envPriorJSON + "=" + string(prior), "DWR_DEADLINE="}
+		envCheckpoint + "=" + checkpoint, envWaitFile + "=" + waitFile, envPriorJSON + "=" + string(prior), "DWR_DEADLINE="}
 	if !job.Deadline.IsZero() {
 		env[len(env)-1] += job.Deadline.UTC().Format(time.RFC3339Nano)
 	}
@@ -367,14 +406,15 @@ func jobEnv(job *executors.Job, checkpoint string) []string {
 	return env
 }
 
-// jobFiles are a job's temporary files: the command's stdin (the input) and
-// its checkpoint file.
+// jobFiles are a job's temporary files: the command's stdin (the input), its
+// checkpoint file and its wait file.
 type jobFiles struct {
 	stdin      *os.File
 	checkpoint string
+	wait       string // "" when the command may not wait
 }
 
-func newJobFiles(job *executors.Job) (*jobFiles, error) {
+func newJobFiles(job *executors.Job, waits bool) (*jobFiles, error) {
 	in, err := os.CreateTemp("", "dwr-input-*.json")
 	if err != nil {
 		return nil, err
@@ -402,6 +442,18 @@ func newJobFiles(job *executors.Job) (*jobFiles, error) {
 		f.remove()
 		return nil, err
 	}
+	if waits {
+		w, err := os.CreateTemp("", "dwr-wait-*.json")
+		if err != nil {
+			f.remove()
+			return nil, err
+		}
+		f.wait = w.Name()
+		if err := w.Close(); err != nil {
+			f.remove()
+			return nil, err
+		}
+	}
 	return f, nil
 }
 
@@ -410,6 +462,9 @@ func (f *jobFiles) remove() {
 	_ = os.Remove(f.stdin.Name())
 	if f.checkpoint != "" {
 		_ = os.Remove(f.checkpoint)
+	}
+	if f.wait != "" {
+		_ = os.Remove(f.wait)
 	}
 }
 
@@ -485,3 +540,192 @@ func (t *tail) Write(p []byte) (int, error) {
 }
 
 func (t *tail) String() string { return strings.ToValidUTF8(string(t.buf), "") }
+
+// Error codes of a command's wait (exit 101) that cannot be honoured.
+const (
+	codeInvalidWait  = "invalid_wait"             // the wait file is empty or does not say what to wait for
+	codeAlreadyAsked = "approval_already_decided" // an approval asked again for an action already decided
+)
+
+// waitForms says what a wait file may hold: the end of every message about
+// one that does not.
+const waitForms = `expected one JSON object: {"until": "<RFC 3339 time>"}, {"after": "<duration, e.g. 10m>"}, ` +
+	`{"signal": "<name>"} or {"approval": {"action": <the action to approve>, "summary": ..., ...}}`
+
+// waitRequest is what a command asked for in its wait file: a durable sleep
+// until a time, a signal, or an approval.
+type waitRequest struct {
+	until    time.Time
+	signal   string
+	approval *executors.ApprovalRequest
+}
+
+// waitFile is a wait file as written.
+type waitFile struct {
+	Until    *string         `json:"until"`
+	After    json.RawMessage `json:"after"`
+	Signal   *string         `json:"signal"`
+	Approval *waitApproval   `json:"approval"`
+}
+
+// waitApproval is the approval request of a wait file: the fields of
+// executors.ApprovalRequest.
+type waitApproval struct {
+	Action     json.RawMessage   `json:"action"`
+	Summary    string            `json:"summary"`
+	Basis      json.RawMessage   `json:"basis"`
+	Role       string            `json:"role"`
+	Responses  []string          `json:"responses"`
+	Branches   map[string]string `json:"branches"`
+	OnExpiry   string            `json:"on_expiry"`
+	EscalateTo string            `json:"escalate_to"`
+	ExpiresIn  json.RawMessage   `json:"expires_in"`
+}
+
+// parseWaitFile returns what the wait file b asks for; "after" counts from
+// now.
+func parseWaitFile(b []byte, now time.Time) (waitRequest, error) {
+	t := bytes.TrimSpace(b)
+	if len(t) == 0 {
+		return waitRequest{}, fmt.Errorf("%s is empty", envWaitFile)
+	}
+	holds := func(format string, args ...any) error {
+		return fmt.Errorf("%s holds %q: %s", envWaitFile, short(strings.ToValidUTF8(string(t), "\uFFFD"), 200), fmt.Sprintf(format, args...))
+	}
+	dec := json.NewDecoder(bytes.NewReader(t))
+	dec.DisallowUnknownFields()
+	var f waitFile
+	if err := dec.Decode(&f); err != nil {
+		return waitRequest{}, holds("%v", err)
+	}
+	if _, err := dec.Token(); err != io.EOF {
+		return waitRequest{}, holds("more than one JSON value")
+	}
+	n := 0
+	for _, set := range []bool{f.Until != nil, !isNull(f.After), f.Signal != nil, f.Approval != nil} {
+		if set {
+			n++
+		}
+	}
+	if n != 1 {
+		return waitRequest{}, holds("%d waits; name exactly one of until, after, signal, approval", n)
+	}
+	switch {
+	case f.Until != nil:
+		at, err := time.Parse(time.RFC3339Nano, *f.Until)
+		if err != nil {
+			return waitRequest{}, holds(`"until" is not an RFC 3339 time such as 2026-12-01T09:00:00Z`)
+		}
+		if !at.After(now) {
+			return waitRequest{}, holds(`"until" is not in the future (now is %s)`, now.UTC().Format(time.RFC3339))
+		}
+		return waitRequest{until: at.UTC()}, nil
+	case f.Signal != nil:
+		if !domain.ValidKey(*f.Signal) {
+			return waitRequest{}, holds(`"signal" is not a valid signal name: letters, digits, '_', '.' and '-', starting with a letter or digit, at most 128`)
+		}
+		return waitRequest{signal: *f.Signal}, nil
+	case f.Approval != nil:
+		return approvalOf(f.Approval, holds)
+	}
+	d, err := durationOf(f.After)
+	if err != nil || d <= 0 {
+		return waitRequest{}, holds(`"after" is not a positive duration such as "10m" or "1h30m" (or a number of seconds)`)
+	}
+	return waitRequest{until: now.Add(d).UTC()}, nil
+}
+
+// approvalOf returns the approval request of a wait file.
+func approvalOf(a *waitApproval, holds func(string, ...any) error) (waitRequest, error) {
+	if isNull(a.Action) {
+		return waitRequest{}, holds(`"approval" has no "action": the concrete action to approve is required`)
+	}
+	if len(a.Action) > executors.MaxPayloadBytes || len(a.Basis) > executors.MaxPayloadBytes {
+		return waitRequest{}, holds("the action and the basis may have at most %d bytes each", executors.MaxPayloadBytes)
+	}
+	r := &executors.ApprovalRequest{Action: a.Action, Summary: a.Summary, Role: a.Role, Responses: a.Responses,
+		Branches: a.Branches, OnExpiry: a.OnExpiry, EscalateTo: a.EscalateTo}
+	if !isNull(a.Basis) {
+		r.Basis = a.Basis
+	}
+	if !isNull(a.ExpiresIn) {
+		d, err := durationOf(a.ExpiresIn)
+		if err != nil || d < 0 {
+			return waitRequest{}, holds(`"approval"."expires_in" is not a duration such as "1h" (or a number of seconds)`)
+		}
+		r.ExpiresIn = d
+	}
+	return waitRequest{approval: r}, nil
+}
+
+// durationOf decodes a duration: a string such as "10m", or a number of
+// seconds.
+func durationOf(raw json.RawMessage) (time.Duration, error) {
+	var s string
+	if err := json.Unmarshal(raw, &s); err == nil {
+		return time.ParseDuration(s)
+	}
+	var secs float64
+	if err := json.Unmarshal(raw, &secs); err != nil {
+		return 0, err
+	}
+	if secs > float64(math.MaxInt64/int64(time.Second)) || secs < -float64(math.MaxInt64/int64(time.Second)) {
+		return 0, errors.New("out of range")
+	}
+	return time.Duration(secs * float64(time.Second)), nil
+}
+
+// isNull reports whether a JSON field was absent or null.
+func isNull(raw json.RawMessage) bool {
+	return len(raw) == 0 || bytes.Equal(bytes.TrimSpace(raw), []byte("null"))
+}
+
+// readWaitFile returns the wait file's content, refusing more than
+// maxWaitFile bytes.
+func readWaitFile(path string) ([]byte, error) {
+	f, err := os.Open(path) //nolint:gosec // G304: the worker's own temporary file
+	if err != nil {
+		return nil, fmt.Errorf("cannot read %s: %v", envWaitFile, err)
+	}
+	defer func() { _ = f.Close() }()
+	b, err := io.ReadAll(io.LimitReader(f, maxWaitFile+1))
+	switch {
+	case err != nil:
+		return nil, fmt.Errorf("cannot read %s: %v", envWaitFile, err)
+	case len(b) > maxWaitFile:
+		return nil, fmt.Errorf("%s holds more than %d bytes", envWaitFile, maxWaitFile)
+	}
+	return b, nil
+}
+
+// park honours the wait of a command that exited 101: the task sleeps,
+// waits for a signal, or asks for an approval, as the wait file at path
+// says. A wait file that does not say fails the task, not retried: the
+// command would only ask the same again.
+func (x *commandExecutor) park(ctx context.Context, job *executors.Job, path string, now time.Time) (executors.Result, error) {
+	b, err := readWaitFile(path)
+	var w waitRequest
+	if err == nil {
+		w, err = parseWaitFile(b, now)
+	}
+	if err != nil {
+		return executors.Result{}, executors.Failure{Code: codeInvalidWait,
+			Message: "the command exited " + strconv.Itoa(exitWait) + " to wait, but " + err.Error() + "; " + waitForms}
+	}
+	switch {
+	case w.approval != nil:
+		d, err := job.RequestApproval(ctx, *w.approval)
+		if err != nil {
+			return executors.Result{}, err // a *executors.WaitError: the request parked the task
+		}
+		// The task holds a decision on exactly this action already: asking
+		// again would run the command again, which would ask again.
+		return executors.Result{}, executors.Failure{Code: codeAlreadyAsked, Message: fmt.Sprintf(
+			"the command exited %d to ask for approval of an action already decided (%s by %s, approval %s, action %s): "+
+				"read DWR_APPROVAL (its action_digest and response) before asking, and ask again only for another action",
+			exitWait, d.Response, d.Approver, d.ApprovalID, d.ActionDigest)}
+	case w.signal != "":
+		return executors.Result{}, executors.AwaitSignal(w.signal)
+	}
+	return executors.Result{}, executors.Sleep(w.until)
+}

@@ -364,8 +364,14 @@ func TestWorkerEnvHandsTheSignalAndTheLatestDecision(t *testing.T) {
 		return "", false
 	}
 	job := &executors.Job{TaskID: "T", Attempt: 1}
-	env := jobEnv(job, "/tmp/cp")
-	_, ok := lookup(env, "DWR_APPROVAL")
+	env := jobEnv(job, "/tmp/cp", "/tmp/wait")
+	wait, ok := lookup(env, "DWR_WAIT_FILE")
+	require.True(t, ok)
+	require.Equal(t, "/tmp/wait", wait)
+	wait, ok = lookup(jobEnv(job, "/tmp/cp", ""), "DWR_WAIT_FILE")
+	require.True(t, ok, "a command that may not wait gets DWR_WAIT_FILE empty, not the worker's own")
+	require.Empty(t, wait)
+	_, ok = lookup(env, "DWR_APPROVAL")
 	require.False(t, ok, "no decision, no DWR_APPROVAL")
 	_, ok = lookup(env, "DWR_SIGNAL")
 	require.False(t, ok)
@@ -378,7 +384,7 @@ func TestWorkerEnvHandsTheSignalAndTheLatestDecision(t *testing.T) {
 			{ApprovalID: "T-2", ActionDigest: "sha256:bb", Action: json.RawMessage(`{"cents":900}`), Response: "approve",
 				Approver: "bob", Role: "finance", DecidedAt: at.Add(time.Hour)},
 		}}
-	env = jobEnv(job, "/tmp/cp")
+	env = jobEnv(job, "/tmp/cp", "/tmp/wait")
 	approval, ok := lookup(env, "DWR_APPROVAL")
 	require.True(t, ok)
 	require.JSONEq(t, `{"approval_id": "T-2", "action_digest": "sha256:bb", "action": {"cents": 900}, "response": "approve",
@@ -410,4 +416,174 @@ esac
 	require.JSONEq(t, `{"text": "draft", "title": "T"}`, string(tk.Attempts[1].Result))
 	require.Contains(t, logs.String(), "verdict=FAIL")
 	require.Contains(t, logs.String(), "verdict=PASS")
+}
+
+func TestWorkerWaitFileForms(t *testing.T) {
+	now := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
+
+	w, err := parseWaitFile([]byte(`{"until": "2026-12-01T09:00:00Z"}`), now)
+	require.NoError(t, err)
+	require.Equal(t, waitRequest{until: time.Date(2026, 12, 1, 9, 0, 0, 0, time.UTC)}, w)
+	w, err = parseWaitFile([]byte(` {"until": "2026-03-01T14:00:00.5+02:00"}`+"\n"), now)
+	require.NoError(t, err)
+	require.Equal(t, now.Add(500*time.Millisecond), w.until, "an offset is kept as the instant it names")
+	require.Equal(t, time.UTC, w.until.Location())
+
+	w, err = parseWaitFile([]byte(`{"after": "10m"}`), now)
+	require.NoError(t, err)
+	require.Equal(t, waitRequest{until: now.Add(10 * time.Minute)}, w, "after counts from now")
+	w, err = parseWaitFile([]byte(`{"after": 90}`), now)
+	require.NoError(t, err)
+	require.Equal(t, now.Add(90*time.Second), w.until, "a number is seconds")
+	w, err = parseWaitFile([]byte(`{"after": "1s", "until": null}`), now)
+	require.NoError(t, err)
+	require.Equal(t, now.Add(time.Second), w.until, "null is absent")
+
+	w, err = parseWaitFile([]byte(`{"signal": "payment-settled"}`), now)
+	require.NoError(t, err)
+	require.Equal(t, waitRequest{signal: "payment-settled"}, w)
+
+	w, err = parseWaitFile([]byte(`{"approval": {"action": {"refund": "o-1", "cents": 1250}, "summary": "refund o-1",
+		"basis": {"why": "damaged"}, "role": "ops", "responses": ["approve", "reject", "revise"], "expires_in": "1h",
+		"on_expiry": "reject", "branches": {"revise": "resume"}, "escalate_to": "director"}}`), now)
+	require.NoError(t, err)
+	require.Equal(t, &executors.ApprovalRequest{Action: json.RawMessage(`{"refund": "o-1", "cents": 1250}`), Summary: "refund o-1",
+		Basis: json.RawMessage(`{"why": "damaged"}`), Role: "ops", Responses: []string{"approve", "reject", "revise"},
+		ExpiresIn: time.Hour, OnExpiry: "reject", Branches: map[string]string{"revise": "resume"}, EscalateTo: "director"}, w.approval)
+	require.Zero(t, w.until)
+	w, err = parseWaitFile([]byte(`{"approval": {"action": "deploy v2", "expires_in": 30}}`), now)
+	require.NoError(t, err)
+	require.Equal(t, &executors.ApprovalRequest{Action: json.RawMessage(`"deploy v2"`), ExpiresIn: 30 * time.Second}, w.approval,
+		"only the action is required; no basis is nil, not null")
+}
+
+func TestWorkerWaitFileErrors(t *testing.T) {
+	now := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
+	for _, c := range []struct{ file, want string }{
+		{"", "DWR_WAIT_FILE is empty"},
+		{" \n\t", "DWR_WAIT_FILE is empty"},
+		{"signal go", `DWR_WAIT_FILE holds "signal go": invalid character`},
+		{`["go"]`, "cannot unmarshal array"},
+		{"null", "0 waits"},
+		{"{}", "0 waits; name exactly one of until, after, signal, approval"},
+		{`{"signal": "go", "after": "1s"}`, "2 waits"},
+		{`{"sigal": "go"}`, `unknown field "sigal"`},
+		{`{"approval": {"action": 1, "role": "ops", "rol": "x"}}`, `unknown field "rol"`},
+		{`{"signal": "a"} {"signal": "b"}`, "more than one JSON value"},
+		{`{"signal": "a"} x`, "more than one JSON value"},
+		{`{"until": "tomorrow"}`, `"until" is not an RFC 3339 time`},
+		{`{"until": 1767268800}`, "cannot unmarshal number"},
+		{`{"until": "2026-03-01T12:00:00Z"}`, `"until" is not in the future (now is 2026-03-01T12:00:00Z)`},
+		{`{"after": "soon"}`, `"after" is not a positive duration`},
+		{`{"after": "-1m"}`, `"after" is not a positive duration`},
+		{`{"after": 0}`, `"after" is not a positive duration`},
+		{`{"after": 1e300}`, `"after" is not a positive duration`},
+		{`{"after": true}`, `"after" is not a positive duration`},
+		{`{"signal": ""}`, `"signal" is not a valid signal name`},
+		{`{"signal": "two words"}`, `"signal" is not a valid signal name`},
+		{`{"approval": {"summary": "no action"}}`, `"approval" has no "action"`},
+		{`{"approval": {"action": null}}`, `"approval" has no "action"`},
+		{`{"approval": {"action": 1, "expires_in": "forever"}}`, `"expires_in" is not a duration`},
+		{`{"approval": {"action": 1, "expires_in": "-1h"}}`, `"expires_in" is not a duration`},
+	} {
+		_, err := parseWaitFile([]byte(c.file), now)
+		require.Error(t, err, c.file)
+		require.Contains(t, err.Error(), c.want, c.file)
+	}
+	long := `{"signal": "` + strings.Repeat("x", 1000) + `!"}`
+	_, err := parseWaitFile([]byte(long), now)
+	require.Error(t, err)
+	require.Less(t, len(err.Error()), 400, "what the file held is clipped in the message")
+}
+
+func TestWorkerParkTurnsTheWaitFileIntoAWait(t *testing.T) {
+	x := &commandExecutor{}
+	now := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
+	dir := t.TempDir()
+	file := func(body string) string {
+		p := filepath.Join(dir, fmt.Sprintf("wait-%d.json", len(body)))
+		require.NoError(t, os.WriteFile(p, []byte(body), 0o600))
+		return p
+	}
+	job := executors.NewJob(executors.Job{TaskID: "T", Attempt: 1}, nil)
+	var wait *executors.WaitError
+
+	_, err := x.park(context.Background(), job, file(`{"after": "1s"}`), now)
+	require.ErrorAs(t, err, &wait)
+	require.Equal(t, now.Add(time.Second), wait.Until)
+
+	_, err = x.park(context.Background(), job, file(`{"signal": "go"}`), now)
+	require.ErrorAs(t, err, &wait)
+	require.Equal(t, "go", wait.Signal)
+
+	action := `{"cents": 900, "order": "o-1"}`
+	digest, err := executors.ActionDigest(json.RawMessage(action))
+	require.NoError(t, err)
+	_, err = x.park(context.Background(), job, file(`{"approval": {"action": `+action+`, "role": "ops"}}`), now)
+	require.ErrorAs(t, err, &wait)
+	require.NotNil(t, wait.Approval)
+	require.Equal(t, digest, wait.ActionDigest)
+	require.Equal(t, "ops", wait.Approval.Role)
+
+	// Asking again for an action the task holds a decision on is a misuse:
+	// the command would be run again and ask again.
+	decided := executors.NewJob(executors.Job{TaskID: "T", Attempt: 2, Decisions: []executors.Decision{
+		{ApprovalID: "T-1", ActionDigest: digest, Response: "approve", Approver: "ada"}}}, nil)
+	_, err = x.park(context.Background(), decided, file(`{"approval": {"action": {"order": "o-1", "cents": 900}}}`), now)
+	var f executors.Failure
+	require.ErrorAs(t, err, &f)
+	require.Equal(t, codeAlreadyAsked, f.Code)
+	require.False(t, f.Retryable)
+	require.Contains(t, f.Message, "read DWR_APPROVAL")
+	require.Contains(t, f.Message, "approve by ada, approval T-1, action "+digest)
+	// Another action is a new request.
+	_, err = x.park(context.Background(), decided, file(`{"approval": {"action": {"order": "o-1", "cents": 800}}}`), now)
+	require.ErrorAs(t, err, &wait)
+
+	for body, want := range map[string]string{
+		"":                           "DWR_WAIT_FILE is empty",
+		`{"wait": "1m"}`:             `unknown field "wait"`,
+		strings.Repeat(" ", 300<<10): "DWR_WAIT_FILE holds more than 262144 bytes",
+	} {
+		_, err = x.park(context.Background(), job, file(body), now)
+		require.ErrorAs(t, err, &f)
+		require.Equal(t, codeInvalidWait, f.Code)
+		require.False(t, f.Retryable, "asking the same again would fail the same")
+		require.Contains(t, f.Message, "the command exited 101 to wait, but ")
+		require.Contains(t, f.Message, want)
+		require.Contains(t, f.Message, waitForms)
+	}
+	_, err = x.park(context.Background(), job, filepath.Join(dir, "gone"), now)
+	require.ErrorAs(t, err, &f)
+	require.Contains(t, f.Message, "cannot read DWR_WAIT_FILE")
+}
+
+func TestWorkerCommandWaitsAndResumes(t *testing.T) {
+	e := newWorkerEnv(t)
+	waits := e.script("waits.sh", `input="$(cat)"
+case "$input" in
+*empty*) exit 101 ;;
+esac
+if [ -n "$(cat "$DWR_CHECKPOINT_FILE")" ]; then
+	printf '{"slept": true, "attempt": %s}\n' "$DWR_ATTEMPT"
+	exit 0
+fi
+echo '{"asleep": true}' >"$DWR_CHECKPOINT_FILE"
+echo '{"after": "200ms"}' >"$DWR_WAIT_FILE"
+exit 101
+`)
+	logs := e.startWorker("waits", nil, waits)
+	id := e.createTask(map[string]any{"queue": "waits"})
+	bad := e.createTask(map[string]any{"queue": "waits", "input": "empty", "retry": map[string]any{"max_attempts": 5}})
+
+	tk := e.waitState(id, "accepted")
+	require.Len(t, tk.Attempts, 2)
+	require.Equal(t, "parked", tk.Attempts[0].State)
+	require.JSONEq(t, `{"slept": true, "attempt": 2}`, string(tk.Attempts[1].Result))
+	require.Contains(t, logs.String(), "task="+id+" attempt=1 outcome=waiting")
+
+	tk = e.waitState(bad, "failed")
+	require.Len(t, tk.Attempts, 1, "an empty wait file is not retried")
+	require.Equal(t, codeInvalidWait, tk.Attempts[0].Error.Code)
+	require.Contains(t, tk.Attempts[0].Error.Message, "DWR_WAIT_FILE is empty")
 }
