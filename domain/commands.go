@@ -100,6 +100,7 @@ type RecordVerification struct {
 	Attempt         int             `json:"attempt"`
 	Outcome         string          `json:"outcome"`
 	Evidence        json.RawMessage `json:"evidence,omitempty"`
+	EvidenceRefs    []ArtifactRef   `json:"evidence_refs,omitempty"` // bulky evidence, by content hash
 	Verifier        string          `json:"verifier"`
 	VerifierVersion string          `json:"verifier_version,omitempty"`
 	ResultDigest    string          `json:"result_digest"`

@@ -238,6 +238,9 @@ func (x *tx) recordVerification(c *RecordVerification) (Reply, error) {
 	if len(c.Evidence) > MaxInputBytes {
 		return Reply{}, invalid("/evidence", "is %d bytes; at most %d are allowed (store larger evidence as artifacts)", len(c.Evidence), MaxInputBytes)
 	}
+	if len(c.EvidenceRefs) > MaxArtifacts {
+		return Reply{}, invalid("/evidence_refs", "has %d entries; at most %d are allowed", len(c.EvidenceRefs), MaxArtifacts)
+	}
 	id := VerificationID(t.ID, c.Attempt, c.ResultDigest, c.Verifier, c.VerifierVersion)
 	for _, v := range t.Verifications {
 		if v.VerificationID == id {
@@ -257,7 +260,7 @@ func (x *tx) recordVerification(c *RecordVerification) (Reply, error) {
 			"the verdict names result %s, but attempt %d's result is %s: a verdict on another result cannot decide this one", c.ResultDigest, c.Attempt, want)}
 	}
 	if err := x.emit(t.ID, &VerificationRecorded{VerificationID: id, Attempt: c.Attempt, Outcome: c.Outcome,
-		Evidence: c.Evidence, Verifier: c.Verifier, VerifierVersion: c.VerifierVersion, ResultDigest: c.ResultDigest}); err != nil {
+		Evidence: c.Evidence, EvidenceRefs: c.EvidenceRefs, Verifier: c.Verifier, VerifierVersion: c.VerifierVersion, ResultDigest: c.ResultDigest}); err != nil {
 		return Reply{}, err
 	}
 	t, _ = x.o.Task(t.ID)

@@ -206,6 +206,7 @@ type VerificationRecorded struct {
 	Attempt         int             `json:"attempt"`
 	Outcome         string          `json:"outcome"`
 	Evidence        json.RawMessage `json:"evidence,omitempty"`
+	EvidenceRefs    []ArtifactRef   `json:"evidence_refs,omitempty"`
 	Verifier        string          `json:"verifier"`
 	VerifierVersion string          `json:"verifier_version,omitempty"`
 	ResultDigest    string          `json:"result_digest"`

@@ -16,6 +16,7 @@ const (
 	MaxDependencies = 100
 	MaxInputBytes   = 256 << 10
 	MaxReason       = 2_000
+	MaxArtifacts    = 1_000
 )
 
 func checkText(field, s string, max int, required bool) error {

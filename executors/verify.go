@@ -42,6 +42,9 @@ type Check struct {
 type Verdict struct {
 	Outcome  string
 	Evidence any // marshalled to JSON; at most MaxPayloadBytes
+	// EvidenceRefs reference evidence too bulky or sensitive for the log,
+	// stored by content hash.
+	EvidenceRefs []Artifact
 }
 
 // VerifyHandler judges a result. An error (not a verdict) leaves the work
@@ -73,6 +76,7 @@ type verifyBody struct {
 	Attempt         int             `json:"attempt"`
 	Outcome         string          `json:"outcome"`
 	Evidence        json.RawMessage `json:"evidence,omitempty"`
+	EvidenceRefs    []Artifact      `json:"evidence_refs,omitempty"`
 	Verifier        string          `json:"verifier"`
 	VerifierVersion string          `json:"verifier_version,omitempty"`
 	ResultDigest    string          `json:"result_digest"`
@@ -111,7 +115,7 @@ func (d *delivery) judge(hard context.Context, msg jetstream.Msg) {
 		return
 	}
 	r, err := d.w.c.command(hard, "task.verify", verifyBody{TaskID: it.TaskID, Attempt: it.Attempt, Outcome: verdict.Outcome,
-		Evidence: evidence, Verifier: d.w.cfg.Executor, VerifierVersion: d.w.cfg.Version, ResultDigest: it.ResultDigest},
+		Evidence: evidence, EvidenceRefs: verdict.EvidenceRefs, Verifier: d.w.cfg.Executor, VerifierVersion: d.w.cfg.Version, ResultDigest: it.ResultDigest},
 		fmt.Sprintf("verify.%s.%d.%s", it.TaskID, it.Attempt, d.w.cfg.Executor))
 	switch {
 	case err != nil:

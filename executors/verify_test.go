@@ -3,6 +3,8 @@ package executors_test
 import (
 	"context"
 	"encoding/json"
+	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -23,6 +25,9 @@ func TestAVerifierFailsThenPassesAResult(t *testing.T) {
 		if err := json.Unmarshal(job.Verifications[0].Evidence, &ev); err != nil {
 			return executors.Result{}, executors.Permanent(err)
 		}
+		if refs := job.Verifications[0].EvidenceRefs; len(refs) != 1 || refs[0].Name != "diff.txt" {
+			return executors.Result{}, executors.Permanent(fmt.Errorf("the evidence's references are %+v", refs))
+		}
 		return executors.Result{Output: map[string]string{"text": "draft", "added": ev.Missing}}, nil
 	})
 	b.startVerifier(t, executors.Config{Queue: "checks", Executor: "title-check", Version: "1.0"},
@@ -32,7 +37,8 @@ func TestAVerifierFailsThenPassesAResult(t *testing.T) {
 				return executors.Verdict{}, err
 			}
 			if r["added"] == "" {
-				return executors.Verdict{Outcome: executors.Fail, Evidence: map[string]string{"missing": "title"}}, nil
+				return executors.Verdict{Outcome: executors.Fail, Evidence: map[string]string{"missing": "title"},
+					EvidenceRefs: []executors.Artifact{{Name: "diff.txt", SHA256: strings.Repeat("0f", 32), Size: 812}}}, nil
 			}
 			return executors.Verdict{Outcome: executors.Pass, Evidence: map[string]string{"checked": "title"}}, nil
 		})

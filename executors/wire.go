@@ -79,6 +79,7 @@ type Verification struct {
 	Attempt         int             `json:"attempt,omitempty"`
 	Outcome         string          `json:"outcome"` // PASS | FAIL | INCONCLUSIVE
 	Evidence        json.RawMessage `json:"evidence,omitempty"`
+	EvidenceRefs    []Artifact      `json:"evidence_refs,omitempty"`
 	Verifier        string          `json:"verifier,omitempty"`
 	VerifierVersion string          `json:"verifier_version,omitempty"`
 	ResultDigest    string          `json:"result_digest,omitempty"`

@@ -208,7 +208,8 @@ func TestContractOfTheDomain(t *testing.T) {
 	c.do("task.succeed", map[string]any{"task_id": draft, "attempt": 3, "result": "draft one",
 		"model_steps": []map[string]any{{"model": "claude-sonnet-4", "tokens": 1200, "cost": 0.02, "parsed": []int{1}}}})
 	c.do("task.verify", map[string]any{"task_id": draft, "attempt": 3, "outcome": "INCONCLUSIVE", "verifier": "fact-checker",
-		"result_digest": domain.ResultDigest([]byte(`"draft one"`)), "evidence": map[string]any{"unsure": 2}})
+		"result_digest": domain.ResultDigest([]byte(`"draft one"`)), "evidence": map[string]any{"unsure": 2},
+		"evidence_refs": []map[string]any{{"name": "trace.json", "sha256": strings.Repeat("ab", 32), "size": 4096}}})
 	c.do("task.review", map[string]any{"task_id": draft, "decision": "retry", "reason": "cite the sources"})
 	c.do("task.claim", map[string]any{"task_id": draft, "executor": "writer-2"})
 	c.do("task.succeed", map[string]any{"task_id": draft, "attempt": 4, "result": "draft two"})

@@ -190,8 +190,9 @@ func (x *commandExecutor) verify(ctx context.Context, c *executors.Check) (execu
 	}
 	raw, _ := res.Output.(json.RawMessage)
 	var v struct {
-		Outcome  string          `json:"outcome"`
-		Evidence json.RawMessage `json:"evidence"`
+		Outcome      string               `json:"outcome"`
+		Evidence     json.RawMessage      `json:"evidence"`
+		EvidenceRefs []executors.Artifact `json:"evidence_refs"`
 	}
 	if err := json.Unmarshal(raw, &v); err != nil || (v.Outcome != executors.Pass && v.Outcome != executors.Fail && v.Outcome != executors.Inconclusive) {
 		return executors.Verdict{}, fmt.Errorf(`the verifier printed %q: it must print {"outcome": "PASS"|"FAIL"|"INCONCLUSIVE", "evidence": ...}`, short(string(raw), 200))
@@ -200,7 +201,7 @@ func (x *commandExecutor) verify(ctx context.Context, c *executors.Check) (execu
 	if len(v.Evidence) > 0 {
 		evidence = v.Evidence
 	}
-	return executors.Verdict{Outcome: v.Outcome, Evidence: evidence}, nil
+	return executors.Verdict{Outcome: v.Outcome, Evidence: evidence, EvidenceRefs: v.EvidenceRefs}, nil
 }
 
 // handle runs the command for job: see workerCmd's help for the contract.

@@ -37,6 +37,7 @@ type workerTask struct {
 			Message string `json:"message"`
 		} `json:"error"`
 	} `json:"attempts"`
+	Verifications []executors.Verification `json:"verifications"`
 }
 
 // workerEnv is a service and a client connection for the worker tests.
@@ -405,7 +406,7 @@ esac
 	check := e.script("check.sh", `result="$(cat)"
 case "$result" in
 *title*) echo '{"outcome": "PASS", "evidence": {"checked": "title"}}' ;;
-*) echo '{"outcome": "FAIL", "evidence": {"missing": "title"}}' ;;
+*) echo '{"outcome": "FAIL", "evidence": {"missing": "title"}, "evidence_refs": [{"name": "lint.log", "sha256": "'"$(printf 'ab%.0s' $(seq 32))"'"}]}' ;;
 esac
 `)
 	e.startWorker("drafts", nil, draft)
@@ -416,6 +417,9 @@ esac
 	require.JSONEq(t, `{"text": "draft", "title": "T"}`, string(tk.Attempts[1].Result))
 	require.Contains(t, logs.String(), "verdict=FAIL")
 	require.Contains(t, logs.String(), "verdict=PASS")
+	require.Equal(t, executors.Fail, tk.Verifications[0].Outcome)
+	require.Equal(t, []executors.Artifact{{Name: "lint.log", SHA256: strings.Repeat("ab", 32)}}, tk.Verifications[0].EvidenceRefs,
+		"bulky evidence travels by reference")
 }
 
 func TestWorkerWaitFileForms(t *testing.T) {
