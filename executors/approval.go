@@ -17,6 +17,10 @@ const (
 	ResponseReject   = "reject"
 	ResponseRevise   = "revise"
 	ResponseEscalate = "escalate"
+	// ResponseExpired is not a person's answer: nobody decided before the
+	// approval expired, and its expiry branch (on_expiry: resume) started a
+	// new attempt. The Decision has no Approver; its DecidedAt is the expiry.
+	ResponseExpired = "expired"
 )
 
 // Branches: what follows a response, or an approval's expiry.

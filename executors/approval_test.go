@@ -17,6 +17,8 @@ import (
 
 	"github.com/dwr-run/dwr/executors"
 	"github.com/dwr-run/dwr/executors/executortest"
+	"github.com/dwr-run/dwr/handlers"
+	"github.com/dwr-run/dwr/handlers/servicetest"
 )
 
 // The SDK computes an action's digest as the service does: these are
@@ -331,4 +333,35 @@ func TestAWaitErrorWithAnApprovalRequestIsSentByTheWorker(t *testing.T) {
 	done := b.waitState(t, id, "accepted", 10*time.Second)
 	require.JSONEq(t, fmt.Sprintf("%q", digest), string(done.Attempts[1].Result))
 	b.waitSettled(t, "deploys")
+}
+
+// An approval nobody decides expires; with on_expiry resume a new attempt
+// runs, and RequestApproval of the same action hands it the expiry
+// (ResponseExpired) instead of asking again.
+func TestAnExpiredApprovalResumesWithResponseExpired(t *testing.T) {
+	clock := servicetest.NewClock(time.Date(2030, 1, 2, 3, 4, 5, 0, time.UTC))
+	st := servicetest.Start(t, "", servicetest.Options{Clock: clock, Config: handlers.Config{WriterID: "test-writer"}})
+	b := &bundle{srv: st.Server, nc: st.Conn}
+	got := make(chan executors.Decision, 1)
+	b.startWorker(t, executors.Config{Queue: "reports"}, func(ctx context.Context, job *executors.Job) (executors.Result, error) {
+		d, err := job.RequestApproval(ctx, executors.ApprovalRequest{Action: map[string]string{"publish": "q3-report"},
+			ExpiresIn: time.Hour, OnExpiry: executors.BranchResume})
+		if err != nil {
+			return executors.Result{}, err
+		}
+		got <- *d
+		return executors.Result{Output: d.Response}, nil
+	})
+	id := b.createTask(t, map[string]any{"queue": "reports"})
+	b.waitApproval(t, id, id+"-1")
+	clock.Advance(time.Hour)
+	done := b.waitState(t, id, "accepted", 10*time.Second)
+	require.Len(t, done.Attempts, 2)
+	d := <-got
+	require.Equal(t, executors.ResponseExpired, d.Response)
+	require.Equal(t, id+"-1", d.ApprovalID)
+	require.Empty(t, d.Approver, "nobody decided")
+	require.True(t, d.DecidedAt.Equal(clock.Now()), "handed at the expiry, %s", d.DecidedAt)
+	require.False(t, d.Approved())
+	require.Len(t, b.approvalTask(t, id).Approvals, 1, "the expired action was not asked again")
 }

@@ -292,6 +292,7 @@ type approvalState struct {
 	Summary      string            `json:"summary,omitempty"`
 	Role         string            `json:"role,omitempty"`
 	State        string            `json:"state"` // pending | decided | expired | withdrawn
+	ExpiresAt    *time.Time        `json:"expires_at,omitempty"`
 	Decision     *approvalDecision `json:"decision,omitempty"`
 }
 
@@ -307,14 +308,18 @@ type approvalDecision struct {
 	DecidedAt time.Time `json:"decided_at"`
 }
 
-// decisions returns the decisions taken on the task's approvals, in the
-// order the approvals were requested.
+// decisions returns the decisions taken on the task's approvals, and their
+// expiries (ResponseExpired), in the order the approvals were requested.
 func (t *taskState) decisions() []Decision {
 	var ds []Decision
 	for _, a := range t.Approvals {
-		if d := a.Decision; d != nil {
+		switch d := a.Decision; {
+		case d != nil:
 			ds = append(ds, Decision{ApprovalID: a.ID, ActionDigest: a.ActionDigest, Action: a.Action,
 				Response: d.Response, Comment: d.Comment, Approver: d.Approver, Role: d.Role, DecidedAt: d.DecidedAt})
+		case a.State == "expired" && a.ExpiresAt != nil:
+			ds = append(ds, Decision{ApprovalID: a.ID, ActionDigest: a.ActionDigest, Action: a.Action,
+				Response: ResponseExpired, DecidedAt: *a.ExpiresAt})
 		}
 	}
 	return ds
