@@ -264,11 +264,13 @@ func (x *tx) recordVerification(c *RecordVerification) (Reply, error) {
 		return Reply{}, err
 	}
 	t, _ = x.o.Task(t.ID)
-	var next Event
-	switch c.Outcome {
-	case OutcomePass:
+	var next Event // review needs none: the verdict put the task in needs_review
+	switch {
+	case c.Outcome == OutcomePass:
 		next = &TaskAccepted{Attempt: c.Attempt}
-	case OutcomeFail:
+	case t.Spec.Verification.onVerdict(c.Outcome) == VerdictReject:
+		next = &TaskRejected{Reason: ReasonVerification}
+	case t.Spec.Verification.onVerdict(c.Outcome) == VerdictRetry:
 		if spent(t) >= t.Retry().MaxAttempts {
 			next = &TaskRejected{Reason: ReasonVerification}
 		} else {

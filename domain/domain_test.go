@@ -389,6 +389,48 @@ func TestVerification(t *testing.T) {
 	})
 }
 
+func TestVerificationPolicy(t *testing.T) {
+	for _, tc := range []struct {
+		onFail, onInconclusive, outcome string
+		events                          []string
+		state                           string
+	}{
+		{"", "", OutcomeFail, []string{"task.verification_recorded", "task.ready"}, StateReady},
+		{VerdictReject, "", OutcomeFail, []string{"task.verification_recorded", "task.rejected"}, StateRejected},
+		{VerdictReview, "", OutcomeFail, []string{"task.verification_recorded"}, StateNeedsReview},
+		{"", "", OutcomeInconclusive, []string{"task.verification_recorded"}, StateNeedsReview},
+		{"", VerdictRetry, OutcomeInconclusive, []string{"task.verification_recorded", "task.ready"}, StateReady},
+		{"", VerdictReject, OutcomeInconclusive, []string{"task.verification_recorded", "task.rejected"}, StateRejected},
+		{VerdictReject, VerdictReject, OutcomePass, []string{"task.verification_recorded", "task.accepted"}, StateAccepted},
+	} {
+		t.Run(fmt.Sprintf("on_fail=%s,on_inconclusive=%s,%s", tc.onFail, tc.onInconclusive, tc.outcome), func(t *testing.T) {
+			w := setup(t)
+			id := w.newID()
+			s := spec("")
+			s.Verification = &VerificationSpec{Queue: "verify", OnFail: tc.onFail, OnInconclusive: tc.onInconclusive}
+			w.must(&CreateTask{TaskID: id, Spec: s})
+			w.succeed(id, w.claim(id))
+			out := w.verify(id, 1, tc.outcome)
+			require.Equal(t, tc.events, events(out, id))
+			require.Equal(t, tc.state, w.state(id))
+			if tc.state == StateNeedsReview {
+				w.must(&ReviewTask{TaskID: id, Decision: ReviewAccept, Reason: "a person looked"})
+				require.Equal(t, StateAccepted, w.state(id))
+			}
+			w.requireReplays()
+		})
+	}
+	w := setup(t)
+	for field, v := range map[string]*VerificationSpec{
+		"/spec/verification/on_fail":         {Queue: "v", OnFail: "accept"},
+		"/spec/verification/on_inconclusive": {Queue: "v", OnInconclusive: "maybe"},
+	} {
+		s := spec("")
+		s.Verification = v
+		require.Equal(t, field, w.refused(&CreateTask{TaskID: w.newID(), Spec: s}, CodeInvalid).Field)
+	}
+}
+
 func TestReviewOnlyInNeedsReview(t *testing.T) {
 	for _, decision := range []string{ReviewAccept, ReviewReject, ReviewRetry} {
 		t.Run(decision, func(t *testing.T) {

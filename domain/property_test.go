@@ -102,6 +102,8 @@ func newModel(t *rapid.T) *model {
 // submits the same spec.
 type features struct {
 	Verify   bool
+	OnFail   string // the verification policy, when Verify
+	OnInc    string
 	Approval bool
 	StartAt  int // seconds after epoch; 0 for none
 	Max      int
@@ -120,6 +122,11 @@ func (m *model) spec(key string, variant int, deps []string) TaskSpec {
 			Fatal:    rapid.Bool().Draw(m.t, "fatal"),
 			Timeout:  rapid.IntRange(0, 3).Draw(m.t, "timeout") == 0,
 		}
+		if f.Verify {
+			policies := []string{"", "", VerdictRetry, VerdictReject, VerdictReview}
+			f.OnFail = rapid.SampledFrom(policies).Draw(m.t, "on fail")
+			f.OnInc = rapid.SampledFrom(policies).Draw(m.t, "on inconclusive")
+		}
 		if rapid.IntRange(0, 4).Draw(m.t, "start at") == 0 {
 			f.StartAt = rapid.IntRange(1, 30).Draw(m.t, "start at seconds")
 		}
@@ -130,7 +137,7 @@ func (m *model) spec(key string, variant int, deps []string) TaskSpec {
 	s := TaskSpec{Key: key, Queue: "work", DependsOn: deps, Input: json.RawMessage(fmt.Sprintf(`{"v":%d}`, variant)),
 		Retry: &RetryPolicy{MaxAttempts: f.Max, InitialBackoff: Duration(time.Second), MaxBackoff: Duration(3 * time.Second)}}
 	if f.Verify {
-		s.Verification = &VerificationSpec{Queue: "verify"}
+		s.Verification = &VerificationSpec{Queue: "verify", OnFail: f.OnFail, OnInconclusive: f.OnInc}
 	}
 	if f.Approval {
 		s.Approval = &ApprovalSpec{Role: "owner"}
@@ -682,7 +689,7 @@ func (m *model) checkTask(t *Task) {
 	case StateNeedsReview:
 		require.Equal(m.t, AttemptStateSucceeded, t.Current().State)
 		last := t.Verifications[len(t.Verifications)-1]
-		require.Equal(m.t, OutcomeInconclusive, last.Outcome)
+		require.Equal(m.t, VerdictReview, t.Spec.Verification.onVerdict(last.Outcome), "needs_review after %s", last.Outcome)
 		require.Equal(m.t, t.Current().N, last.Attempt)
 	case StateAccepted:
 		m.checkAccepted(t)
@@ -724,14 +731,14 @@ func (m *model) checkAccepted(t *Task) {
 		require.True(m.t, ok, "without a verifier, acceptance follows the success")
 		return
 	}
-	pass, inconclusive := false, false
+	pass, reviewed := false, false
 	for _, v := range t.Verifications {
 		pass = pass || (v.Attempt == acc.Attempt && v.Outcome == OutcomePass)
-		inconclusive = inconclusive || (v.Attempt == acc.Attempt && v.Outcome == OutcomeInconclusive)
+		reviewed = reviewed || (v.Attempt == acc.Attempt && t.Spec.Verification.onVerdict(v.Outcome) == VerdictReview)
 	}
 	if rd, ok := es[last-1].(*ReviewDecided); ok {
 		require.Equal(m.t, ReviewAccept, rd.Decision)
-		require.True(m.t, inconclusive, "a review accepted attempt %d with no inconclusive verification", acc.Attempt)
+		require.True(m.t, reviewed, "a review accepted attempt %d with no verdict that asked for review", acc.Attempt)
 		return
 	}
 	require.True(m.t, pass, "task %s accepted without a PASS", t.ID)

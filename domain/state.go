@@ -327,7 +327,7 @@ func ApplyTask(t *Task, id, workspace string, e Event, r Recorded) (*Task, error
 		t.State, t.BackoffUntil = StateBackoff, &until
 	case *VerificationRecorded:
 		t.Verifications = append(t.Verifications, *ev)
-		if ev.Outcome == OutcomeInconclusive {
+		if t.Spec.Verification != nil && t.Spec.Verification.onVerdict(ev.Outcome) == VerdictReview {
 			t.State = StateNeedsReview
 		}
 	case *ReviewDecided:

@@ -94,9 +94,40 @@ func (p RetryPolicy) Backoff(n int) time.Duration {
 }
 
 // VerificationSpec names the verifier that decides whether a successful
-// attempt is accepted.
+// attempt is accepted, and what a FAIL and an INCONCLUSIVE verdict do.
 type VerificationSpec struct {
 	Queue string `json:"queue"`
+	// OnFail: retry (the default: a new attempt, handed the evidence; the
+	// task is rejected when its attempts are spent), reject, or review.
+	OnFail string `json:"on_fail,omitempty"`
+	// OnInconclusive: review (the default: needs_review, for a person),
+	// retry, or reject.
+	OnInconclusive string `json:"on_inconclusive,omitempty"`
+}
+
+// What a verdict leads to (VerificationSpec.OnFail, OnInconclusive).
+const (
+	VerdictRetry  = "retry"
+	VerdictReject = "reject"
+	VerdictReview = "review"
+)
+
+// onVerdict returns what outcome leads to under v: retry, reject, review, or
+// "" for PASS.
+func (v *VerificationSpec) onVerdict(outcome string) string {
+	switch outcome {
+	case OutcomeFail:
+		if v.OnFail == "" {
+			return VerdictRetry
+		}
+		return v.OnFail
+	case OutcomeInconclusive:
+		if v.OnInconclusive == "" {
+			return VerdictReview
+		}
+		return v.OnInconclusive
+	}
+	return ""
 }
 
 // ApprovalSpec gates a task on a person's decision before its first attempt;

@@ -66,8 +66,17 @@ func ValidateSpec(field string, s TaskSpec, env *Envelope) error {
 	if s.Timeout < 0 {
 		return invalid(field+"/timeout", "must not be negative")
 	}
-	if v := s.Verification; v != nil && !ValidName(v.Queue) {
-		return invalid(field+"/verification/queue", "queue %q is not a valid name", v.Queue)
+	if v := s.Verification; v != nil {
+		if !ValidName(v.Queue) {
+			return invalid(field+"/verification/queue", "queue %q is not a valid name", v.Queue)
+		}
+		verdicts := []string{VerdictRetry, VerdictReject, VerdictReview}
+		if v.OnFail != "" && !slices.Contains(verdicts, v.OnFail) {
+			return invalid(field+"/verification/on_fail", "%q is not one of retry, reject, review", v.OnFail)
+		}
+		if v.OnInconclusive != "" && !slices.Contains(verdicts, v.OnInconclusive) {
+			return invalid(field+"/verification/on_inconclusive", "%q is not one of retry, reject, review", v.OnInconclusive)
+		}
 	}
 	if a := s.Approval; a != nil {
 		if err := validateApproval(field+"/approval", ApprovalRequest{Basis: a.Basis, Role: a.Role, Responses: a.Responses,

@@ -21,7 +21,7 @@ func taskCmd(g *globals) *cobra.Command {
 	var spec domain.TaskSpec
 	var input, cmdID, startAfter, startAt, timeout string
 	var maxAttempts int
-	var verifyQueue string
+	var verifyQueue, verifyOnFail, verifyOnInconclusive string
 	var deadline, deadlineAfter string
 	var gate bool
 	var approval domain.ApprovalSpec
@@ -45,8 +45,11 @@ func taskCmd(g *globals) *cobra.Command {
 				}
 				spec.Timeout = domain.Duration(d)
 			}
-			if verifyQueue != "" {
-				spec.Verification = &domain.VerificationSpec{Queue: verifyQueue}
+			switch {
+			case verifyQueue != "":
+				spec.Verification = &domain.VerificationSpec{Queue: verifyQueue, OnFail: verifyOnFail, OnInconclusive: verifyOnInconclusive}
+			case verifyOnFail != "" || verifyOnInconclusive != "":
+				return fail(exitInvalid, "--verify-on-fail and --verify-on-inconclusive need --verify-queue")
 			}
 			switch {
 			case startAfter != "" && startAt != "":
@@ -113,6 +116,8 @@ func taskCmd(g *globals) *cobra.Command {
 	f.IntVar(&maxAttempts, "max-attempts", 0, "attempts in all before the task fails (default 3)")
 	f.StringVar(&timeout, "timeout-attempt", "", "per-attempt timeout, e.g. 5m")
 	f.StringVar(&verifyQueue, "verify-queue", "", "queue of the verifier that must PASS the result")
+	f.StringVar(&verifyOnFail, "verify-on-fail", "", "what a FAIL verdict does: retry (default: a new attempt, handed the evidence), reject, review")
+	f.StringVar(&verifyOnInconclusive, "verify-on-inconclusive", "", "what an INCONCLUSIVE verdict does: review (default: dwr review decides), retry, reject")
 	f.StringVar(&startAfter, "start-after", "", "make the task ready only after this long, e.g. 4s")
 	f.StringVar(&startAt, "start-at", "", "make the task ready only at this time (RFC 3339)")
 	f.StringVar(&deadline, "deadline", "", "fail the task (reason deadline) if it has not ended by this time (RFC 3339)")
