@@ -5,9 +5,10 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
+	"sync"
 	"time"
 
-	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/dwr-run/dwr/domain"
@@ -22,40 +23,83 @@ type maxDeliveriesAdvisory struct {
 	Deliveries int    `json:"deliveries"`
 }
 
-// quarantine listens, while this replica is the writer, for work items
-// delivered the most times their consumer allows without being acknowledged
-// (an executor that crashes on them, say). JetStream leaves such an item in
-// the work queue, where it would stay forever: the writer fails its task
-// (reason quarantined, which fails its pending dependents too) and deletes
-// the item, so that the queue keeps flowing.
-func (s *Service) quarantine(ctx context.Context) (func(), error) {
-	subject := "$JS.EVENT.ADVISORY.CONSUMER.MAX_DELIVERIES." + s.dispatch.stream + ".*"
-	sub, err := s.nc.Subscribe(subject, func(m *nats.Msg) {
-		var a maxDeliveriesAdvisory
-		if err := json.Unmarshal(m.Data, &a); err != nil {
-			s.cfg.Logger.Warn("handlers: unreadable max-deliveries advisory", "err", err)
-			return
-		}
-		go s.quarantineItem(ctx, a)
+// advisoriesStream creates the stream that keeps JetStream's max-deliveries
+// advisories of the work stream: an advisory is an ordinary message, lost
+// when nobody listens, so the stream holds it until a writer has quarantined
+// its item — also one that fired while no writer ran.
+func advisoriesStream(ctx context.Context, js jetstream.JetStream, cfg Config, workStream string) (string, error) {
+	name := strings.ToUpper(cfg.Prefix) + "_ADVISORIES"
+	persist := jetstream.AsyncPersistMode // derived: a lost advisory is found again when the item is re-derived
+	if cfg.Replicas > 1 {
+		persist = jetstream.DefaultPersistMode
+	}
+	_, err := js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{
+		Name: name, Description: "dwr: max-deliveries advisories of the work stream, kept until the writer quarantines their items",
+		Subjects: []string{"$JS.EVENT.ADVISORY.CONSUMER.MAX_DELIVERIES." + workStream + ".*"},
+		Storage:  jetstream.FileStorage, Retention: jetstream.WorkQueuePolicy, Replicas: cfg.Replicas,
+		PersistMode: persist, MaxAge: 7 * 24 * time.Hour, MaxMsgSize: 64 << 10,
 	})
 	if err != nil {
-		return nil, fmt.Errorf("handlers: subscribe to %s: %w", subject, err)
+		return "", fmt.Errorf("handlers: advisories stream: %w", err)
 	}
-	return func() { _ = sub.Unsubscribe() }, nil
+	return name, nil
 }
 
-func (s *Service) quarantineItem(ctx context.Context, a maxDeliveriesAdvisory) {
+// quarantine consumes, while this replica is the writer, the advisories of
+// work items delivered the most times their consumer allows without being
+// acknowledged (an executor that crashes on them, say). JetStream leaves such
+// an item in the work queue, where it would stay forever: the writer fails
+// its task (reason quarantined, which fails its pending dependents too) and
+// deletes the item, so that the queue keeps flowing. An advisory is
+// acknowledged once its item is dealt with, and delivered again otherwise.
+func (s *Service) quarantine(ctx context.Context) (func(), error) {
+	cons, err := s.js.CreateOrUpdateConsumer(ctx, s.advisories, jetstream.ConsumerConfig{
+		Durable: "dwr-quarantine", Description: "the writer quarantines the items of these advisories",
+		AckPolicy: jetstream.AckExplicitPolicy, AckWait: time.Minute, MaxDeliver: -1, MaxAckPending: 64,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("handlers: quarantine consumer: %w", err)
+	}
+	var wg sync.WaitGroup
+	cc, err := cons.Consume(func(m jetstream.Msg) {
+		var a maxDeliveriesAdvisory
+		if err := json.Unmarshal(m.Data(), &a); err != nil || a.StreamSeq == 0 {
+			s.cfg.Logger.Warn("handlers: unreadable max-deliveries advisory; dropped", "err", err)
+			_ = m.Term()
+			return
+		}
+		wg.Go(func() {
+			if err := s.quarantineItem(ctx, a); err != nil {
+				if ctx.Err() == nil {
+					s.cfg.Logger.Error("handlers: quarantine failed; will retry", "seq", a.StreamSeq, "err", err)
+				}
+				_ = m.NakWithDelay(5 * time.Second)
+				return
+			}
+			_ = m.Ack()
+		})
+	}, jetstream.PullMaxMessages(64))
+	if err != nil {
+		return nil, fmt.Errorf("handlers: consume advisories: %w", err)
+	}
+	return func() { cc.Stop(); wg.Wait() }, nil
+}
+
+// quarantineItem fails the task of the work item an advisory names and
+// deletes the item; an item already gone needs nothing.
+func (s *Service) quarantineItem(ctx context.Context, a maxDeliveriesAdvisory) error {
 	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
 	st, err := s.js.Stream(ctx, s.dispatch.stream)
 	if err != nil {
-		s.cfg.Logger.Error("handlers: quarantine: work stream", "err", err)
-		return
+		return fmt.Errorf("work stream: %w", err)
 	}
 	raw, err := st.GetMsg(ctx, a.StreamSeq)
+	if isNotFound(err) {
+		return nil // completed, or quarantined already
+	}
 	if err != nil {
-		s.cfg.Logger.Warn("handlers: quarantine: work item gone", "seq", a.StreamSeq, "err", err)
-		return
+		return fmt.Errorf("read work item %d: %w", a.StreamSeq, err)
 	}
 	var it WorkItem
 	if err := json.Unmarshal(raw.Data, &it); err != nil || it.TaskID == "" || !domain.ValidName(it.Workspace) {
@@ -65,14 +109,14 @@ func (s *Service) quarantineItem(ctx context.Context, a maxDeliveriesAdvisory) {
 		o := s.execute(ctx, &domain.QuarantineTask{TaskID: it.TaskID, Reason: reason}, domain.Meta{
 			Workspace: it.Workspace, CommandID: fmt.Sprintf("quarantine.%s.%d", it.TaskID, it.Attempt), Actor: "dwr-quarantine"})
 		if o.Err != nil && domain.CodeOf(o.Err) != domain.CodeNotFound {
-			s.cfg.Logger.Error("handlers: quarantine: could not fail the task; the item stays", "task", it.TaskID, "err", o.Err)
-			return
+			return fmt.Errorf("fail task %s: %w", it.TaskID, o.Err)
 		}
 		s.cfg.Logger.Warn("handlers: task quarantined", "task", it.TaskID, "attempt", it.Attempt, "deliveries", a.Deliveries)
 	}
 	if err := st.DeleteMsg(ctx, a.StreamSeq); err != nil && !isNotFound(err) {
-		s.cfg.Logger.Error("handlers: quarantine: delete work item", "seq", a.StreamSeq, "err", err)
+		return fmt.Errorf("delete work item %d: %w", a.StreamSeq, err)
 	}
+	return nil
 }
 
 func isNotFound(err error) bool {

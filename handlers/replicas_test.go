@@ -147,3 +147,57 @@ func TestFeedIsRepairedFromTheLog(t *testing.T) {
 		return err == nil && got >= seq
 	})
 }
+
+// A work item that passes its consumer's MaxDeliver while no writer runs is
+// still quarantined: the advisory is kept in a stream until the next writer
+// deals with it.
+func TestAnItemPoisonedWhileNoWriterRunsIsQuarantinedByTheNextWriter(t *testing.T) {
+	srv, err := embedded.Start(embedded.Config{DataDir: t.TempDir()})
+	require.NoError(t, err)
+	t.Cleanup(srv.Shutdown)
+	nc, err := srv.Connect()
+	require.NoError(t, err)
+	t.Cleanup(nc.Close)
+	b := &bundle{nc: nc}
+
+	a := startReplica(t, nc, "writer-a")
+	var task domain.Reply
+	eventually(t, 10*time.Second, func() bool {
+		r := b.command(t, "task.create", map[string]any{"spec": map[string]any{"queue": "poison"}}, "poison-task")
+		if r.OK {
+			require.NoError(t, json.Unmarshal(r.Result, &task))
+		}
+		return r.OK
+	})
+	work, err := b.jetstream(t).Stream(context.Background(), "DWR_WORK")
+	require.NoError(t, err)
+	eventually(t, 10*time.Second, func() bool {
+		info, err := work.Info(context.Background())
+		return err == nil && info.State.Msgs == 1
+	})
+	a.stop(t)
+
+	// With no writer, the item is delivered once, never acknowledged, and
+	// passes MaxDeliver: the advisory is kept.
+	q := b.queue(t, "poison", 100*time.Millisecond, 1)
+	it, _ := q.next(5 * time.Second)
+	require.Equal(t, task.ID, it.TaskID)
+	adv, err := b.jetstream(t).Stream(context.Background(), "DWR_ADVISORIES")
+	require.NoError(t, err)
+	eventually(t, 10*time.Second, func() bool {
+		info, err := adv.Info(context.Background())
+		return err == nil && info.State.Msgs == 1
+	})
+
+	// The next writer quarantines the task and deletes the item.
+	next := startReplica(t, nc, "writer-b")
+	eventually(t, 20*time.Second, func() bool {
+		got, err := next.store.Task(task.ID)
+		return err == nil && got != nil && got.State == domain.StateFailed && got.Reason == domain.ReasonQuarantined
+	})
+	eventually(t, 10*time.Second, func() bool {
+		info, err := work.Info(context.Background())
+		advInfo, err2 := adv.Info(context.Background())
+		return err == nil && err2 == nil && info.State.Msgs == 0 && advInfo.State.Msgs == 0
+	})
+}

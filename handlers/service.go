@@ -97,7 +97,9 @@ type Service struct {
 	log      *eventstore.JetStreamLog
 	feed     *feed
 	dispatch *dispatcher
-	sem      chan struct{}
+	// advisories is the stream keeping the work stream's max-deliveries advisories.
+	advisories string
+	sem        chan struct{}
 
 	mu        sync.RWMutex
 	committer *eventstore.Committer[*request]
@@ -156,6 +158,10 @@ func (s *Service) Run(ctx context.Context) error {
 	}
 	if err := s.retry(ctx, "open the work stream", func(ctx context.Context) (err error) {
 		s.dispatch, err = newDispatcher(ctx, s.js, s.cfg)
+		if err != nil {
+			return err
+		}
+		s.advisories, err = advisoriesStream(ctx, s.js, s.cfg, s.dispatch.stream)
 		return err
 	}); err != nil {
 		return nil
