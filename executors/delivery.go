@@ -526,7 +526,8 @@ func (d *delivery) done(outcome string, attempt int, kv ...any) {
 // job when one ends its attempt: the task cancelled, failed or rejected, or
 // the attempt abandoned (superseded) or failed by the service (deadline).
 type watch struct {
-	sub *nats.Subscription
+	taskID string
+	w      *watchers
 
 	mu      sync.Mutex
 	attempt int                     // 0 until bound
@@ -535,31 +536,91 @@ type watch struct {
 	lost    map[int]error           // attempts ended by the service
 }
 
-func (d *delivery) watch() *watch {
-	wt := &watch{lost: map[int]error{}}
-	prefix := d.w.c.subj.events + d.item.TaskID + "."
-	sub, err := d.w.cfg.Conn.Subscribe(prefix+">", func(m *nats.Msg) {
-		name := strings.TrimPrefix(m.Subject, prefix)
-		switch name {
-		case "cancelled", "failed", "rejected":
+// endingEvents are the task events that end a job's attempt.
+var endingEvents = []string{"cancelled", "failed", "rejected", "attempt_abandoned", "attempt_failed"}
+
+// watchers routes the events that end attempts to the jobs watching their
+// tasks. A worker subscribes once per event name (dwr.ev.<ws>.task.*.<name>),
+// not once per job: a subscription per job costs the server a change of its
+// subject index for every job, and events of tasks that succeed — nearly all
+// of them — are never sent to the worker at all.
+type watchers struct {
+	mu     sync.Mutex
+	byTask map[string]map[*watch]struct{}
+	subs   []*nats.Subscription
+}
+
+// start subscribes to the ending events of the workspace's tasks.
+func (ws *watchers) start(nc *nats.Conn, prefix string) error {
+	ws.mu.Lock()
+	ws.byTask = map[string]map[*watch]struct{}{}
+	ws.mu.Unlock()
+	for _, name := range endingEvents {
+		sub, err := nc.Subscribe(prefix+"*."+name, func(m *nats.Msg) { ws.route(m, prefix, name) })
+		if err != nil {
+			ws.stop()
+			return err
+		}
+		ws.subs = append(ws.subs, sub)
+	}
+	return nc.Flush() // the subscriptions are in place before the first job starts
+}
+
+func (ws *watchers) stop() {
+	for _, sub := range ws.subs {
+		_ = sub.Unsubscribe()
+	}
+	ws.subs = nil
+}
+
+// route hands an ending event to the watches of its task.
+func (ws *watchers) route(m *nats.Msg, prefix, name string) {
+	taskID := strings.TrimSuffix(strings.TrimPrefix(m.Subject, prefix), "."+name)
+	ws.mu.Lock()
+	var targets []*watch
+	for wt := range ws.byTask[taskID] {
+		targets = append(targets, wt)
+	}
+	ws.mu.Unlock()
+	if len(targets) == 0 {
+		return
+	}
+	switch name {
+	case "cancelled", "failed", "rejected":
+		for _, wt := range targets {
 			wt.end(ErrCancelled)
-		case "attempt_abandoned", "attempt_failed":
-			var e envelope
-			if err := json.Unmarshal(m.Data, &e); err != nil || e.Data.Attempt == 0 {
-				return
-			}
-			cause := ErrLeaseLost
-			if name == "attempt_failed" {
-				cause = ErrTimeout // the service fails a running attempt only at its deadline
-			}
+		}
+	case "attempt_abandoned", "attempt_failed":
+		var e envelope
+		if err := json.Unmarshal(m.Data, &e); err != nil || e.Data.Attempt == 0 {
+			return
+		}
+		cause := ErrLeaseLost
+		if name == "attempt_failed" {
+			cause = ErrTimeout // the service fails a running attempt only at its deadline
+		}
+		for _, wt := range targets {
 			wt.endAttempt(e.Data.Attempt, cause)
 		}
-	})
-	if err != nil {
-		d.w.log.Warn("executors: cannot watch the task's events; cancellation reaches the job only through refused checkpoints",
-			logTask, d.item.TaskID, logErr, err)
 	}
-	wt.sub = sub
+}
+
+func (d *delivery) watch() *watch {
+	ws := &d.w.watchers
+	wt := &watch{taskID: d.item.TaskID, w: ws, lost: map[int]error{}}
+	ws.mu.Lock()
+	defer ws.mu.Unlock()
+	if ws.byTask == nil {
+		d.w.log.Warn("executors: the task's events are not watched; cancellation reaches the job only through refused checkpoints",
+			logTask, d.item.TaskID)
+		return wt
+	}
+	set := ws.byTask[wt.taskID]
+	if set == nil {
+		set = map[*watch]struct{}{}
+		ws.byTask[wt.taskID] = set
+	}
+	set[wt] = struct{}{}
 	return wt
 }
 
@@ -608,7 +669,12 @@ func (wt *watch) terminal() bool {
 }
 
 func (wt *watch) stop() {
-	if wt.sub != nil {
-		_ = wt.sub.Unsubscribe()
+	wt.w.mu.Lock()
+	defer wt.w.mu.Unlock()
+	if set := wt.w.byTask[wt.taskID]; set != nil {
+		delete(set, wt)
+		if len(set) == 0 {
+			delete(wt.w.byTask, wt.taskID)
+		}
 	}
 }

@@ -32,6 +32,8 @@ type Worker struct {
 	js      jetstream.JetStream
 	log     *slog.Logger
 	started atomic.Bool
+	// watchers hands the events that end attempts to the running jobs.
+	watchers watchers
 
 	// pauseHeartbeats stops the renewal of leases: tests use it to make a
 	// lease lapse while a job runs.
@@ -78,6 +80,11 @@ func (w *Worker) Run(ctx context.Context) error {
 	// hard ends the jobs and their reports: DrainTimeout after ctx ends.
 	hard, stopHard := context.WithCancelCause(context.WithoutCancel(ctx))
 	defer stopHard(nil)
+	if err := w.watchers.start(w.cfg.Conn, w.c.subj.events); err != nil {
+		w.log.Warn("executors: cannot watch the tasks' events; cancellation reaches a job only through refused checkpoints and reports",
+			logErr, err)
+	}
+	defer w.watchers.stop()
 	slots := make(chan struct{}, w.cfg.Concurrency)
 	var jobs sync.WaitGroup
 	w.log.Info("executors: worker started", "executor", w.cfg.Executor, "workspace", w.cfg.Workspace,
