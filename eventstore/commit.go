@@ -76,27 +76,44 @@ func EncodeCommit(c *Commit) ([]byte, error) {
 		return nil, err
 	}
 	c.Time = c.Time.UTC()
-	w := commitWire{
-		Format:  recordFormat,
-		Kind:    c.Kind,
-		Epoch:   c.Epoch,
-		Writer:  c.Writer,
-		Time:    c.Time,
-		Results: c.Results,
-	}
-	if len(c.Events) > 0 {
-		w.Events = make([]json.RawMessage, len(c.Events))
-	}
+	size := 0
 	for i := range c.Events {
 		if err := c.Events[i].encode(); err != nil {
 			return nil, err
 		}
-		w.Events[i] = c.Events[i].Raw
+		size += len(c.Events[i].Raw) + 1
 	}
-	b, err := json.Marshal(&w)
+	// The header is commitWire's without events and results; the events are
+	// spliced in as they are (encode made them compact, as json.Marshal
+	// would), so the record is the bytes json.Marshal(commitWire) gives
+	// without scanning every event a second time.
+	head, err := json.Marshal(&commitWire{Format: recordFormat, Kind: c.Kind, Epoch: c.Epoch, Writer: c.Writer, Time: c.Time})
 	if err != nil {
 		return nil, fmt.Errorf("eventstore: encode commit: %w", err)
 	}
+	var results []byte
+	if len(c.Results) > 0 {
+		if results, err = json.Marshal(c.Results); err != nil {
+			return nil, fmt.Errorf("eventstore: encode commit: %w", err)
+		}
+	}
+	b := make([]byte, 0, len(head)+size+len(results)+32)
+	b = append(b, head[:len(head)-1]...)
+	if len(c.Events) > 0 {
+		b = append(b, `,"events":[`...)
+		for i := range c.Events {
+			if i > 0 {
+				b = append(b, ',')
+			}
+			b = append(b, c.Events[i].Raw...)
+		}
+		b = append(b, ']')
+	}
+	if results != nil {
+		b = append(b, `,"results":`...)
+		b = append(b, results...)
+	}
+	b = append(b, '}')
 	if len(b) > MaxRecordBytes {
 		return nil, fmt.Errorf("%w: commit of %d events is %d bytes, limit %d", ErrTooLarge, len(c.Events), len(b), MaxRecordBytes)
 	}
