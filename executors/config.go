@@ -62,11 +62,22 @@ type Config struct {
 	// heartbeat: the consumer's ack wait. Running jobs renew it every
 	// Lease/3; when a worker dies, its items are redelivered after Lease.
 	// Default 30s; at least MinLease.
+	//
+	// Every worker of a queue shares its one consumer, so Lease and
+	// MaxDeliver configure the queue, not the worker: the first worker
+	// creates the consumer with them, and a later worker whose settings
+	// differ uses the queue's (and logs that it does) unless Reconfigure is
+	// set.
 	Lease time.Duration
 
 	// MaxDeliver is how many times a work item is delivered before the
 	// service quarantines it and fails its task. Default 5.
 	MaxDeliver int
+
+	// Reconfigure makes this worker's Lease and MaxDeliver the queue's:
+	// its consumer is updated. Workers already running keep renewing at
+	// their own pace, so shorten a lease only with every worker restarted.
+	Reconfigure bool
 
 	// DrainTimeout bounds how long Run lets running jobs finish after its
 	// context ends; then their contexts are cancelled (cause ErrStopping)

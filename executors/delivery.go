@@ -61,7 +61,7 @@ func (w *Worker) deliver(hard context.Context, msg jetstream.Msg) {
 		// to the service's quarantine, which fails its task visibly.
 		w.log.Error("executors: a work item this worker cannot run; handing it back", logTask, d.item.TaskID,
 			logErr, err, "stream_seq", meta.Sequence.Stream, logDelivered, d.delivered)
-		_ = msg.NakWithDelay(w.cfg.Lease)
+		_ = msg.NakWithDelay(w.leaseOf())
 		return
 	}
 	if w.verify != nil {
@@ -89,7 +89,7 @@ func (w *Worker) deliver(hard context.Context, msg jetstream.Msg) {
 
 // heartbeat renews the work item's lease every Lease/3 until ctx ends.
 func (d *delivery) heartbeat(ctx context.Context) {
-	t := time.NewTicker(d.w.cfg.Lease / 3)
+	t := time.NewTicker(d.w.leaseOf() / 3)
 	defer t.Stop()
 	for {
 		select {
@@ -138,7 +138,7 @@ func (d *delivery) claim(ctx context.Context) (*taskState, *attemptState, bool) 
 				// The task moved on since it was read (the views of a
 				// replica may lag): look again at the next delivery rather
 				// than drop an item that may still be this task's only one.
-				_ = d.msg.NakWithDelay(d.w.cfg.Lease)
+				_ = d.msg.NakWithDelay(d.w.leaseOf())
 				d.done(outcomeSkipped, 0, logReason, "supersede refused: "+r.Error.Message)
 				return nil, nil, false
 			}
@@ -154,7 +154,7 @@ func (d *delivery) claim(ctx context.Context) (*taskState, *attemptState, bool) 
 			// Refused for another reason (forbidden, invalid, internal):
 			// hand it back; past MaxDeliver the service quarantines it.
 			d.w.log.Error("executors: claim refused", logTask, it.TaskID, "code", r.Error.Code, logErr, r.Error.Message)
-			_ = d.msg.NakWithDelay(d.w.cfg.Lease)
+			_ = d.msg.NakWithDelay(d.w.leaseOf())
 			d.done(outcomeSkipped, 0, logReason, "claim refused: "+r.Error.Code)
 		}
 		return nil, nil, false
@@ -162,7 +162,7 @@ func (d *delivery) claim(ctx context.Context) (*taskState, *attemptState, bool) 
 	var cr commandReply
 	if err := json.Unmarshal(r.Result, &cr); err != nil {
 		d.w.log.Error("executors: a claim reply that does not decode", logTask, it.TaskID, logErr, err)
-		_ = d.msg.NakWithDelay(d.w.cfg.Lease)
+		_ = d.msg.NakWithDelay(d.w.leaseOf())
 		return nil, nil, false
 	}
 	t := cr.Task

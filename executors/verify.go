@@ -98,7 +98,7 @@ func (d *delivery) judge(hard context.Context, msg jetstream.Msg) {
 	verdict, err := callVerifier(hard, d.w.verify, c)
 	if err != nil {
 		d.done(outcomeUnsettled, it.Attempt, logErr, err)
-		_ = msg.NakWithDelay(d.w.cfg.Lease)
+		_ = msg.NakWithDelay(d.w.leaseOf())
 		return
 	}
 	evidence, err := encodeJSON(verdict.Evidence)
@@ -111,7 +111,7 @@ func (d *delivery) judge(hard context.Context, msg jetstream.Msg) {
 		}
 		d.w.log.Error("executors: an unusable verdict; the item is delivered again", logTask, it.TaskID, logErr, err)
 		d.done(outcomeUnsettled, it.Attempt, logErr, err)
-		_ = msg.NakWithDelay(d.w.cfg.Lease)
+		_ = msg.NakWithDelay(d.w.leaseOf())
 		return
 	}
 	r, err := d.w.c.command(hard, "task.verify", verifyBody{TaskID: it.TaskID, Attempt: it.Attempt, Outcome: verdict.Outcome,

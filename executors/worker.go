@@ -34,6 +34,8 @@ type Worker struct {
 	started atomic.Bool
 	// watchers hands the events that end attempts to the running jobs.
 	watchers watchers
+	// lease is the queue's lease (its consumer's ack wait), in nanoseconds.
+	lease atomic.Int64
 
 	// pauseHeartbeats stops the renewal of leases: tests use it to make a
 	// lease lapse while a job runs.
@@ -197,12 +199,14 @@ func (w *Worker) fetchLoop(ctx, hard context.Context, slots chan struct{}, jobs 
 	return nil
 }
 
-// consumer creates or updates the queue's durable pull consumer, shared by
-// every worker of the queue.
+// consumer returns the queue's durable pull consumer, shared by every worker
+// of the queue: it creates it with this worker's lease and max deliveries
+// when there is none, or updates it to them with Config.Reconfigure; else it
+// takes the consumer as it is, and this worker's lease is the queue's.
 func (w *Worker) consumer(ctx context.Context) (jetstream.Consumer, error) {
 	tctx, cancel := context.WithTimeout(ctx, requestTimeout)
 	defer cancel()
-	return w.js.CreateOrUpdateConsumer(tctx, w.c.subj.stream, jetstream.ConsumerConfig{
+	cfg := jetstream.ConsumerConfig{
 		Durable:       w.c.subj.consumer,
 		Description:   "dwr workers of queue " + w.cfg.Queue + " in workspace " + w.cfg.Workspace,
 		FilterSubject: w.c.subj.work,
@@ -210,7 +214,36 @@ func (w *Worker) consumer(ctx context.Context) (jetstream.Consumer, error) {
 		AckWait:       w.cfg.Lease,
 		MaxDeliver:    w.cfg.MaxDeliver,
 		DeliverPolicy: jetstream.DeliverAllPolicy,
-	})
+	}
+	var cons jetstream.Consumer
+	var err error
+	if w.cfg.Reconfigure {
+		cons, err = w.js.CreateOrUpdateConsumer(tctx, w.c.subj.stream, cfg)
+	} else {
+		cons, err = w.js.CreateConsumer(tctx, w.c.subj.stream, cfg)
+		if errors.Is(err, jetstream.ErrConsumerExists) { // another worker set the queue up otherwise
+			cons, err = w.js.Consumer(tctx, w.c.subj.stream, w.c.subj.consumer)
+		}
+	}
+	if err != nil {
+		return nil, err
+	}
+	got := cons.CachedInfo().Config
+	if got.AckWait != w.cfg.Lease || got.MaxDeliver != w.cfg.MaxDeliver {
+		w.log.Warn("executors: the queue's consumer has other settings than this worker's; using the queue's (set Reconfigure, or dwr worker --reconfigure, to change them)",
+			"lease", got.AckWait, "max_deliver", got.MaxDeliver, "worker_lease", w.cfg.Lease, "worker_max_deliver", w.cfg.MaxDeliver)
+	}
+	w.lease.Store(int64(max(got.AckWait, MinLease)))
+	return cons, nil
+}
+
+// leaseOf returns the lease of the queue's work items: the consumer's ack
+// wait, as last read (the configured Lease before the first read).
+func (w *Worker) leaseOf() time.Duration {
+	if l := w.lease.Load(); l > 0 {
+		return time.Duration(l)
+	}
+	return w.cfg.Lease
 }
 
 // acquire takes one free slot, waiting for it, then every other free one;

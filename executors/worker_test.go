@@ -379,3 +379,37 @@ func TestTheWorkerRecreatesItsConsumerWhenItIsDeleted(t *testing.T) {
 	b.waitState(t, second, "accepted", 15*time.Second)
 	b.waitSettled(t, "phoenix")
 }
+
+// A queue's lease and max deliveries belong to its one consumer, shared by
+// every worker of the queue: a second worker with other settings uses the
+// queue's (and says so) instead of changing them under the first, unless it
+// reconfigures the queue.
+func TestWorkersOfAQueueShareItsLease(t *testing.T) {
+	b := setup(t)
+	ok := func(context.Context, *executors.Job) (executors.Result, error) { return executors.Result{}, nil }
+	ackWait := func() (time.Duration, int) {
+		js, err := jetstream.New(b.nc)
+		require.NoError(t, err)
+		cons, err := js.Consumer(context.Background(), "DWR_WORK", "dwr-default-shared")
+		if err != nil {
+			return 0, 0 // not created yet
+		}
+		c := cons.CachedInfo().Config
+		return c.AckWait, c.MaxDeliver
+	}
+	first := b.startWorker(t, executors.Config{Queue: "shared", Lease: 20 * time.Second, MaxDeliver: 4}, ok)
+	first.logs.waitLine(t, 10*time.Second, "worker started")
+	eventually(t, 10*time.Second, func() bool { l, _ := ackWait(); return l == 20*time.Second },
+		func() string { return "the first worker did not create the queue's consumer" })
+
+	second := b.startWorker(t, executors.Config{Queue: "shared", Lease: 2 * time.Second, MaxDeliver: 9}, ok)
+	second.logs.waitLine(t, 10*time.Second, "using the queue's")
+	lease, maxDeliver := ackWait()
+	require.Equal(t, 20*time.Second, lease, "a second worker does not shorten the lease the first renews at its own pace")
+	require.Equal(t, 4, maxDeliver)
+
+	third := b.startWorker(t, executors.Config{Queue: "shared", Lease: 12 * time.Second, MaxDeliver: 6, Reconfigure: true}, ok)
+	third.logs.waitLine(t, 10*time.Second, "worker started")
+	eventually(t, 10*time.Second, func() bool { l, m := ackWait(); return l == 12*time.Second && m == 6 },
+		func() string { return "Reconfigure did not update the queue's consumer" })
+}

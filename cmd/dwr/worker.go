@@ -45,7 +45,7 @@ type workerOpts struct {
 	queue, executor, version, logLevel string
 	concurrency, maxDeliver            int
 	lease, drainTimeout                time.Duration
-	verify                             bool
+	verify, reconfigure                bool
 }
 
 func workerCmd(g *globals) *cobra.Command {
@@ -118,6 +118,7 @@ commands finish for up to --drain-timeout.`,
 	f.IntVar(&o.concurrency, "concurrency", executors.DefaultConcurrency, "commands run at once")
 	f.DurationVar(&o.lease, "lease", executors.DefaultLease, "how long a task stays with this worker without a heartbeat (renewed every lease/3)")
 	f.IntVar(&o.maxDeliver, "max-deliver", executors.DefaultMaxDeliver, "deliveries of a work item before it is quarantined and its task failed")
+	f.BoolVar(&o.reconfigure, "reconfigure", false, "make --lease and --max-deliver the queue's (they are shared by every worker of the queue; without this flag, a worker uses the queue's)")
 	f.StringVar(&o.executor, "executor", "", "this worker's name in the attempts it runs (default <hostname>-<pid>)")
 	f.StringVar(&o.version, "executor-version", "", "the version recorded with every attempt")
 	f.DurationVar(&o.drainTimeout, "drain-timeout", executors.DefaultDrainTimeout, "how long running commands may finish after SIGINT or SIGTERM")
@@ -154,7 +155,7 @@ func runWorker(ctx context.Context, g *globals, o workerOpts, argv []string, std
 	x := &commandExecutor{argv: argv, lease: o.lease, logger: logger}
 	cfg := executors.Config{Conn: nc, Workspace: g.workspace, Queue: o.queue,
 		Executor: o.executor, Version: o.version, Concurrency: o.concurrency, Lease: o.lease,
-		MaxDeliver: o.maxDeliver, DrainTimeout: o.drainTimeout, Logger: logger}
+		MaxDeliver: o.maxDeliver, Reconfigure: o.reconfigure, DrainTimeout: o.drainTimeout, Logger: logger}
 	var w *executors.Worker
 	if o.verify {
 		w, err = executors.NewVerifier(cfg, x.verify)
