@@ -149,6 +149,11 @@ func TestCLIApproveDecidesAGatedTaskWithASignedDecision(t *testing.T) {
 	runJSON(t, url, &pending, "approvals", "list", "--role", "finance")
 	require.Empty(t, pending)
 
+	code, out, errs = run(t, url, "task", "get", taskID)
+	require.Equal(t, 0, code, errs)
+	require.Contains(t, out, "waiting for: approval "+ap.ID, "task get says what the task waits for")
+	require.Contains(t, out, "pending")
+
 	code, out, errs = run(t, url, "approvals", "get", ap.ID)
 	require.Equal(t, 0, code, errs)
 	require.Contains(t, out, digest)

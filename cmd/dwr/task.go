@@ -3,6 +3,7 @@ package main
 import (
 	"encoding/json"
 	"fmt"
+	"io"
 	"strings"
 	"time"
 
@@ -157,6 +158,31 @@ func taskCmd(g *globals) *cobra.Command {
 			if len(t.Spec.Input) > 0 {
 				fmt.Fprintf(g.out, "input: %s\n", t.Spec.Input)
 			}
+			printTaskTimes(g.out, &t)
+			if len(t.Approvals) > 0 {
+				fmt.Fprintln(g.out)
+				rows := make([][]string, len(t.Approvals))
+				for i, a := range t.Approvals {
+					decision := "-"
+					if d := a.Decision; d != nil {
+						decision = fmt.Sprintf("%s by %s → %s", d.Response, d.Approver, d.Branch)
+					}
+					rows[i] = []string{a.ID, a.State, dash(a.Role), dash(clip(a.Summary, 40)), decision, fmt.Sprint(len(a.Refusals))}
+				}
+				if err := table(g.out, []string{"APPROVAL", "STATE", "ROLE", "SUMMARY", "DECISION", "REFUSED"}, rows); err != nil {
+					return err
+				}
+			}
+			if len(t.Verifications) > 0 {
+				fmt.Fprintln(g.out)
+				rows := make([][]string, len(t.Verifications))
+				for i, v := range t.Verifications {
+					rows[i] = []string{fmt.Sprint(v.Attempt), v.Outcome, v.Verifier, dash(clip(string(v.Evidence), 60))}
+				}
+				if err := table(g.out, []string{"ATTEMPT", "VERDICT", "VERIFIER", "EVIDENCE"}, rows); err != nil {
+					return err
+				}
+			}
 			if len(t.Attempts) == 0 {
 				return nil
 			}
@@ -235,4 +261,26 @@ func taskCmd(g *globals) *cobra.Command {
 	cancel.Flags().StringVar(&cancelID, "command-id", "", "idempotency key (default: a fresh ULID)")
 	cmd.AddCommand(create, get, list, cancel)
 	return cmd
+}
+
+// printTaskTimes prints what a task waits for and the moments that bound it.
+func printTaskTimes(w io.Writer, t *taskOut) {
+	if wt := t.Wait; wt != nil {
+		switch wt.Kind {
+		case domain.WaitApproval:
+			fmt.Fprintf(w, "waiting for: approval %s (dwr approvals get %s)\n", wt.ApprovalID, wt.ApprovalID)
+		case domain.WaitSignal:
+			fmt.Fprintf(w, "waiting for: signal %q (dwr signal %s %s)\n", wt.Signal, t.ID, wt.Signal)
+		case domain.WaitTimer:
+			if wt.Until != nil {
+				fmt.Fprintf(w, "waiting until: %s\n", wt.Until.Local().Format(time.DateTime))
+			}
+		}
+	}
+	if t.BackoffUntil != nil {
+		fmt.Fprintf(w, "retry at: %s\n", t.BackoffUntil.Local().Format(time.DateTime))
+	}
+	if t.Spec.Deadline != nil {
+		fmt.Fprintf(w, "deadline: %s\n", t.Spec.Deadline.Local().Format(time.DateTime))
+	}
 }
