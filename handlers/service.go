@@ -329,6 +329,11 @@ func (s *Service) runWriter(ctx context.Context, lease *lease) error {
 			s.cfg.Logger.Warn("handlers: writer stopped", "err", err)
 		}
 	}
+	// The default workspace exists before the first command is taken: a
+	// client that finds the endpoints never finds it missing.
+	if err := s.ensureDefaultWorkspace(rctx); err != nil {
+		s.cfg.Logger.Warn("handlers: could not create the default workspace", "err", err)
+	}
 	csvc, err := s.startCommands()
 	if err != nil {
 		stopRun()
@@ -346,9 +351,6 @@ func (s *Service) runWriter(ctx context.Context, lease *lease) error {
 	defer cancel()
 	bg.Go(func() { s.dispatch.retryLoop(rctx) })
 	bg.Go(func() { s.runTimers(rctx, timerWake) })
-	if err := s.ensureDefaultWorkspace(rctx); err != nil {
-		s.cfg.Logger.Warn("handlers: could not create the default workspace", "err", err)
-	}
 	s.readyOnce.Do(func() { close(s.ready) })
 	s.cfg.Logger.Info("handlers: writer serving", "writer", s.cfg.WriterID, "epoch", c.Epoch(), "seq", c.LastSeq())
 	select {
