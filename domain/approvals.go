@@ -2,6 +2,7 @@ package domain
 
 import (
 	"bytes"
+	"cmp"
 	"crypto/ed25519"
 	"crypto/sha256"
 	"encoding/base64"
@@ -411,9 +412,9 @@ func (x *tx) requestApproval(c *RequestApproval) (Reply, error) {
 	}
 	req := c.ApprovalRequest
 	if g := t.Spec.Approval; g != nil { // the task's approval settings are the request's defaults
-		req.Role = cmp(req.Role, g.Role)
-		req.EscalateTo = cmp(req.EscalateTo, g.EscalateTo)
-		req.OnExpiry = cmp(req.OnExpiry, g.OnExpiry)
+		req.Role = cmp.Or(req.Role, g.Role)
+		req.EscalateTo = cmp.Or(req.EscalateTo, g.EscalateTo)
+		req.OnExpiry = cmp.Or(req.OnExpiry, g.OnExpiry)
 		if req.ExpiresIn == 0 {
 			req.ExpiresIn = g.ExpiresIn
 		}
@@ -434,13 +435,6 @@ func (x *tx) requestApproval(c *RequestApproval) (Reply, error) {
 	r, err := x.after(t.ID)
 	r.ApprovalID = ev.ID
 	return r, err
-}
-
-func cmp(a, b string) string {
-	if a != "" {
-		return a
-	}
-	return b
 }
 
 // refusal is a decision that is refused and recorded: its event is kept in
