@@ -50,6 +50,9 @@ type CommandResult struct {
 	CommandID string `json:"cmd"`
 	// Reply is the answer given to the command, opaque JSON.
 	Reply json.RawMessage `json:"reply,omitempty"`
+	// Error, instead of Reply, is the error the command was refused with
+	// when the refusal itself was recorded in the commit, opaque JSON.
+	Error json.RawMessage `json:"error,omitempty"`
 }
 
 // commitWire is the stored shape of a Commit.

@@ -55,6 +55,19 @@ func (r *replica) stop(t *testing.T) {
 	require.NoError(t, r.store.Close())
 }
 
+// sharedServer starts a NATS server for replicas to share, stopped at
+// cleanup, and returns a connection to it.
+func sharedServer(t *testing.T) (*nats.Conn, *bundle) {
+	t.Helper()
+	srv, err := embedded.Start(embedded.Config{DataDir: t.TempDir()})
+	require.NoError(t, err)
+	t.Cleanup(srv.Shutdown)
+	nc, err := srv.Connect()
+	require.NoError(t, err)
+	t.Cleanup(nc.Close)
+	return nc, &bundle{nc: nc}
+}
+
 // eventually retries f until it returns true or the deadline passes.
 func eventually(t *testing.T, d time.Duration, f func() bool) {
 	t.Helper()
@@ -70,13 +83,7 @@ func eventually(t *testing.T, d time.Duration, f func() bool) {
 }
 
 func TestStandbyTakesOverWhenTheWriterStops(t *testing.T) {
-	srv, err := embedded.Start(embedded.Config{DataDir: t.TempDir()})
-	require.NoError(t, err)
-	t.Cleanup(srv.Shutdown)
-	nc, err := srv.Connect()
-	require.NoError(t, err)
-	t.Cleanup(nc.Close)
-	b := &bundle{nc: nc}
+	nc, b := sharedServer(t)
 
 	a := startReplica(t, nc, "writer-a")
 	eventually(t, 10*time.Second, func() bool {
@@ -152,13 +159,7 @@ func TestFeedIsRepairedFromTheLog(t *testing.T) {
 // still quarantined: the advisory is kept in a stream until the next writer
 // deals with it.
 func TestAnItemPoisonedWhileNoWriterRunsIsQuarantinedByTheNextWriter(t *testing.T) {
-	srv, err := embedded.Start(embedded.Config{DataDir: t.TempDir()})
-	require.NoError(t, err)
-	t.Cleanup(srv.Shutdown)
-	nc, err := srv.Connect()
-	require.NoError(t, err)
-	t.Cleanup(nc.Close)
-	b := &bundle{nc: nc}
+	nc, b := sharedServer(t)
 
 	a := startReplica(t, nc, "writer-a")
 	var task domain.Reply

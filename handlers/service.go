@@ -525,9 +525,6 @@ func (s *Service) handleCommand(name string, req micro.Request) []byte {
 	if o.Err != nil {
 		return errResponse(toWire(o.Err, s.cfg.Logger))
 	}
-	if we := refusalOf(o.Reply); we != nil {
-		return errResponse(we)
-	}
 	return okResponse(o.Seq, o.Reply)
 }
 

@@ -1,7 +1,6 @@
 package handlers
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -30,23 +29,18 @@ type outcome struct {
 	Err   error
 }
 
-// refused is the stored reply of a command that was refused with its
-// refusal recorded (a decision on an approval that was not taken): a retry
-// of it is answered with the same error.
-type refused struct {
-	Refused *WireError `json:"refused"`
-}
-
-// refusalOf returns the error a stored reply holds, or nil for a reply.
-func refusalOf(reply json.RawMessage) *WireError {
-	if !bytes.HasPrefix(reply, []byte(`{"refused":`)) {
-		return nil
+// outcomeOf returns the outcome a commit record kept for a command: its
+// reply, or the error it was refused with when its refusal was recorded (a
+// decision on an approval that was not taken).
+func outcomeOf(seq uint64, reply, refusal json.RawMessage) outcome {
+	if len(refusal) > 0 {
+		var we WireError
+		if err := json.Unmarshal(refusal, &we); err != nil {
+			return outcome{Err: fmt.Errorf("handlers: a stored refusal does not decode: %w", err)}
+		}
+		return outcome{Seq: seq, Err: &we}
 	}
-	var r refused
-	if err := json.Unmarshal(reply, &r); err != nil {
-		return nil
-	}
-	return r.Refused
+	return outcome{Seq: seq, Reply: reply}
 }
 
 // answered marks an item of a batch that needs no append: a retry whose
@@ -90,7 +84,8 @@ func (w *writer) Decide(items []*request) ([]eventstore.Event, []eventstore.Comm
 			errs[i] = err
 			continue
 		} else if ok {
-			errs[i] = &answered{out: &outcome{Seq: prev.Seq, Reply: prev.Reply}, same: -1}
+			out := outcomeOf(prev.Seq, prev.Reply, prev.Error)
+			errs[i] = &answered{out: &out, same: -1}
 			continue
 		}
 		m := it.meta
@@ -100,11 +95,10 @@ func (w *writer) Decide(items []*request) ([]eventstore.Event, []eventstore.Comm
 			errs[i] = err
 			continue
 		}
-		var reply []byte
-		if out.Refusal != nil {
-			r := out.Refusal // its message opens with the reason, e.g. "bad_signature: ..."
-			reply, err = json.Marshal(refused{Refused: &WireError{Code: string(r.Code), Message: r.Message,
-				Fields: []FieldError{{Pointer: r.Field, Message: r.Message}}}})
+		var reply, refusal []byte
+		if r := out.Refusal; r != nil { // its message opens with the reason, e.g. "bad_signature: ..."
+			refusal, err = json.Marshal(&WireError{Code: string(r.Code), Message: r.Message,
+				Fields: []FieldError{{Pointer: r.Field, Message: r.Message}}})
 		} else {
 			reply, err = json.Marshal(out.Reply)
 		}
@@ -137,7 +131,7 @@ func (w *writer) Decide(items []*request) ([]eventstore.Event, []eventstore.Comm
 			return w.redecideWithout(items, i, errs[i])
 		}
 		events = append(events, evs...)
-		results = append(results, eventstore.CommandResult{Workspace: m.Workspace, CommandID: m.CommandID, Reply: reply})
+		results = append(results, eventstore.CommandResult{Workspace: m.Workspace, CommandID: m.CommandID, Reply: reply, Error: refusal})
 	}
 	return events, results, errs
 }
@@ -170,10 +164,10 @@ func (w *writer) redecideWithout(items []*request, bad int, err error) ([]events
 // before the next batch is decided. A query that names the record's sequence
 // (Dwr-Min-Seq) waits for that.
 func (w *writer) Committed(items []*request, c *eventstore.Commit, seq uint64, itemErrs []error, err error) {
-	results := map[string]json.RawMessage{}
+	results := map[string]eventstore.CommandResult{}
 	if c != nil {
 		for _, r := range c.Results {
-			results[r.Workspace+"/"+r.CommandID] = r.Reply
+			results[r.Workspace+"/"+r.CommandID] = r
 		}
 	}
 	outs := make([]outcome, len(items))
@@ -193,7 +187,8 @@ func (w *writer) Committed(items []*request, c *eventstore.Commit, seq uint64, i
 		case err != nil:
 			outs[i] = outcome{Err: err}
 		default:
-			outs[i] = outcome{Seq: seq, Reply: results[it.meta.Workspace+"/"+it.meta.CommandID]}
+			r := results[it.meta.Workspace+"/"+it.meta.CommandID]
+			outs[i] = outcomeOf(seq, r.Reply, r.Error)
 		}
 		it.done <- outs[i]
 	}

@@ -84,7 +84,7 @@ func (s *Store) apply(seq uint64, c *eventstore.Commit, decided bool) error {
 				continue // the first outcome stands
 			}
 		}
-		v, _ := json.Marshal(CommandOutcome{Seq: seq, Reply: r.Reply})
+		v, _ := json.Marshal(CommandOutcome{Seq: seq, Reply: r.Reply, Error: r.Error})
 		if err := b.Set(k, v, nil); err != nil {
 			return err
 		}

@@ -308,6 +308,7 @@ type tip struct {
 type CommandOutcome struct {
 	Seq   uint64          `json:"seq"`
 	Reply json.RawMessage `json:"reply"`
+	Error json.RawMessage `json:"error,omitempty"` // the recorded refusal, instead of a reply
 }
 
 // Command returns the first outcome of command id in workspace ws.

@@ -245,22 +245,31 @@ func TestOldEventsAreUpcastWhenRead(t *testing.T) {
 	defer s.Close()
 	h := newHarness(t, s)
 	h.batch(cmd{&domain.CreateWorkspace{Name: "w"}, "ws"})
-	// A task.created of schema version 1, as an older dwr stored it: created
-	// waiting, with no wait_kind (and no wait_until: an approval gate).
+	// appendOld appends one event of schema version 1 as an older dwr stored
+	// it, chained to the task's event before it, and applies it.
 	task := domain.DeriveID(h.d.now, "t")
-	v1 := &eventstore.Commit{Kind: eventstore.KindEvents, Epoch: 1, Writer: "old", Time: h.d.now, Events: []eventstore.Event{{
-		ID: ulid.Make().String(), Type: "task.created", SchemaVersion: 1, Workspace: "w", AggregateType: "task",
-		AggregateID: task, Version: 1, CommandID: "old-1", Time: h.d.now,
-		Data: json.RawMessage(`{"spec":{"queue":"q","approval":{"role":"lead"}},"state":"waiting"}`)}}}
-	b, err := eventstore.EncodeCommit(v1)
-	require.NoError(t, err)
-	last, err := h.log.LastSeq(context.Background())
-	require.NoError(t, err)
-	seq, err := h.log.Append(context.Background(), b, last)
-	require.NoError(t, err)
-	dec, err := eventstore.DecodeCommit(b)
-	require.NoError(t, err)
-	require.NoError(t, s.Apply(seq, dec))
+	appendOld := func(version uint64, typ string, data string) {
+		hist, err := s.History("task", task)
+		require.NoError(t, err)
+		e := eventstore.Event{ID: ulid.Make().String(), Type: typ, SchemaVersion: 1, Workspace: "w", AggregateType: "task",
+			AggregateID: task, Version: version, CommandID: fmt.Sprint("old-", version), Time: h.d.now, Data: json.RawMessage(data)}
+		if len(hist) > 0 {
+			e.PrevHash = hist[len(hist)-1].Hash()
+		}
+		b, err := eventstore.EncodeCommit(&eventstore.Commit{Kind: eventstore.KindEvents, Epoch: 1, Writer: "old", Time: h.d.now,
+			Events: []eventstore.Event{e}})
+		require.NoError(t, err)
+		last, err := h.log.LastSeq(context.Background())
+		require.NoError(t, err)
+		seq, err := h.log.Append(context.Background(), b, last)
+		require.NoError(t, err)
+		dec, err := eventstore.DecodeCommit(b)
+		require.NoError(t, err)
+		require.NoError(t, s.Apply(seq, dec))
+	}
+	// A task.created created waiting, with no wait_kind (and no wait_until:
+	// an approval gate).
+	appendOld(1, "task.created", `{"spec":{"queue":"q","approval":{"role":"lead"}},"state":"waiting"}`)
 
 	got, err := s.Task(task)
 	require.NoError(t, err)
@@ -271,24 +280,7 @@ func TestOldEventsAreUpcastWhenRead(t *testing.T) {
 	require.Equal(t, 1, hist[0].SchemaVersion, "the stored event is never rewritten")
 
 	// An unsigned gate decision of schema version 1, then the task.ready it
-	// led to, each chained to the event before it.
-	appendOld := func(version uint64, typ string, data string) {
-		hist, err := s.History("task", task)
-		require.NoError(t, err)
-		c := &eventstore.Commit{Kind: eventstore.KindEvents, Epoch: 1, Writer: "old", Time: h.d.now, Events: []eventstore.Event{{
-			ID: ulid.Make().String(), Type: typ, SchemaVersion: 1, Workspace: "w", AggregateType: "task",
-			AggregateID: task, Version: version, CommandID: fmt.Sprint("old-", version), Time: h.d.now,
-			PrevHash: hist[len(hist)-1].Hash(), Data: json.RawMessage(data)}}}
-		b, err := eventstore.EncodeCommit(c)
-		require.NoError(t, err)
-		last, err := h.log.LastSeq(context.Background())
-		require.NoError(t, err)
-		seq, err := h.log.Append(context.Background(), b, last)
-		require.NoError(t, err)
-		dec, err := eventstore.DecodeCommit(b)
-		require.NoError(t, err)
-		require.NoError(t, s.Apply(seq, dec))
-	}
+	// led to.
 	appendOld(2, "task.approval_decided", `{"response":"approve","reason":"fine by me"}`)
 	appendOld(3, "task.ready", `{"reason":"approved"}`)
 	got, err = s.Task(task)

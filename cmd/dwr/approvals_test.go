@@ -280,5 +280,5 @@ func TestExpiresIsRelative(t *testing.T) {
 	require.Equal(t, "in 5h3m", expires(at(5*time.Hour+3*time.Minute), now))
 	require.Equal(t, "in 3d", expires(at(72*time.Hour), now))
 	require.Equal(t, "expired 2m ago", expires(at(-2*time.Minute), now))
-	require.True(t, strings.HasPrefix(clip(strings.Repeat("x", 80), 50), strings.Repeat("x", 47)))
+	require.True(t, strings.HasPrefix(short(strings.Repeat("x", 80), 50), strings.Repeat("x", 47)))
 }

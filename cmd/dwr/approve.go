@@ -11,54 +11,22 @@ import (
 	"strings"
 	"time"
 
-	"github.com/nats-io/nats.go"
 	"github.com/spf13/cobra"
 
 	"github.com/dwr-run/dwr/domain"
 	"github.com/dwr-run/dwr/handlers"
+	"github.com/dwr-run/dwr/projections"
 )
 
-// approvalQuery is the body of the approval queries (approval.list,
-// approval.get).
-type approvalQuery struct {
-	ID    string `json:"id,omitempty"`
-	State string `json:"state,omitempty"`
-	Role  string `json:"role,omitempty"`
-	After string `json:"after,omitempty"`
-	Limit int    `json:"limit,omitempty"`
-}
-
-// approvalView is an approval as the approval queries answer it: the
-// approval and where it stands.
-type approvalView struct {
-	domain.Approval
-	Workspace string `json:"workspace,omitempty"`
-	TaskKey   string `json:"task_key,omitempty"`
-	TaskTitle string `json:"task_title,omitempty"`
-	Queue     string `json:"queue,omitempty"`
-	GoalID    string `json:"goal_id,omitempty"`
-	TaskState string `json:"task_state,omitempty"`
-}
+// approvalView is an approval as the approval queries answer it.
+type approvalView = projections.ApprovalView
 
 // approvalStates are the values of `dwr approvals list --state`.
-var approvalStates = []string{domain.ApprovalStatePending, domain.ApprovalStateDecided, domain.ApprovalStateExpired,
-	domain.ApprovalStateWithdrawn, "all"}
-
-// queryBody sends query name with body; minSeq > 0 asks the views to
-// reflect that log sequence first.
-func (c *client) queryBody(name string, body any, minSeq uint64) (json.RawMessage, error) {
-	var h nats.Header
-	if minSeq > 0 {
-		h = nats.Header{}
-		h.Set(handlers.HeaderMinSeq, fmt.Sprint(minSeq))
-	}
-	r, _, err := c.call("dwr.q."+c.g.workspace+"."+name, body, h)
-	return r, err
-}
+var approvalStates = append(slices.Clone(projections.ApprovalStates), "all")
 
 // getApproval queries approval.get.
 func (c *client) getApproval(id string, minSeq uint64) (approvalView, json.RawMessage, error) {
-	res, err := c.queryBody("approval.get", approvalQuery{ID: id}, minSeq)
+	res, err := c.query("approval.get", handlers.Query{ID: id}, minSeq)
 	if err != nil {
 		return approvalView{}, nil, err
 	}
@@ -95,7 +63,7 @@ func approvalsCmd(g *globals) *cobra.Command {
 				return err
 			}
 			defer cl.close()
-			res, err := cl.queryBody("approval.list", approvalQuery{State: state, Role: role, Limit: limit}, 0)
+			res, err := cl.query("approval.list", handlers.Query{State: state, Role: role, Limit: limit}, 0)
 			if err != nil {
 				return err
 			}
@@ -121,7 +89,7 @@ func approvalsCmd(g *globals) *cobra.Command {
 				if task == "" {
 					task = v.TaskID
 				}
-				rows[i] = []string{v.ID, task, dash(v.Role), dash(clip(v.Summary, 50)), strings.Join(v.Responses, ","), expires(v.ExpiresAt, now)}
+				rows[i] = []string{v.ID, task, dash(v.Role), dash(short(v.Summary, 50)), strings.Join(v.Responses, ","), expires(v.ExpiresAt, now)}
 				if withState {
 					rows[i] = append(rows[i], v.State)
 				}
@@ -222,7 +190,7 @@ func printApproval(w io.Writer, v approvalView, now time.Time) {
 		fmt.Fprintf(w, "\nrefused decisions (%d):\n", len(v.Refusals))
 		rows := make([][]string, len(v.Refusals))
 		for i, r := range v.Refusals {
-			rows[i] = []string{ago(r.At), dash(r.Approver), dash(r.Response), r.Reason, clip(strings.TrimPrefix(r.Message, r.Reason+": "), 100)}
+			rows[i] = []string{ago(r.At), dash(r.Approver), dash(r.Response), r.Reason, short(strings.TrimPrefix(r.Message, r.Reason+": "), 100)}
 		}
 		_ = table(w, []string{"WHEN", "APPROVER", "RESPONSE", "REASON", "MESSAGE"}, rows) // terminal output
 	}
@@ -235,13 +203,6 @@ func indent(doc json.RawMessage) string {
 		return "  " + string(doc)
 	}
 	return "  " + b.String()
-}
-
-func clip(s string, n int) string {
-	if r := []rune(s); len(r) > n {
-		return string(r[:n-3]) + "..."
-	}
-	return s
 }
 
 // expires tells when at comes, relative to now: "in 59m", "3m ago", "-".

@@ -47,9 +47,10 @@ func eventsCmd(g *globals) *cobra.Command {
 	}
 }
 
+// short cuts s to n characters at most, marking the cut with "...".
 func short(s string, n int) string {
-	if len(s) > n {
-		return s[:n-3] + "..."
+	if r := []rune(s); len(r) > n {
+		return string(r[:n-3]) + "..."
 	}
 	return s
 }

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"math"
 	"strings"
 	"time"
 
@@ -52,39 +53,13 @@ func taskCmd(g *globals) *cobra.Command {
 			case verifyOnFail != "" || verifyOnInconclusive != "":
 				return fail(exitInvalid, "--verify-on-fail and --verify-on-inconclusive need --verify-queue")
 			}
-			switch {
-			case startAfter != "" && startAt != "":
-				return fail(exitInvalid, "give --start-after or --start-at, not both")
-			case startAfter != "":
-				d, err := time.ParseDuration(startAfter)
-				if err != nil {
-					return fail(exitInvalid, "--start-after %q: %v", startAfter, err)
-				}
-				t := time.Now().Add(d).UTC()
-				spec.StartAt = &t
-			case startAt != "":
-				t, err := time.Parse(time.RFC3339, startAt)
-				if err != nil {
-					return fail(exitInvalid, "--start-at %q is not an RFC 3339 time (2026-01-02T15:04:05Z): %v", startAt, err)
-				}
-				spec.StartAt = &t
+			now := time.Now()
+			var err error
+			if spec.StartAt, err = momentFlags("start-at", startAt, "start-after", startAfter, math.MinInt64, now); err != nil {
+				return err
 			}
-			switch {
-			case deadline != "" && deadlineAfter != "":
-				return fail(exitInvalid, "give --deadline or --deadline-after, not both")
-			case deadlineAfter != "":
-				d, err := time.ParseDuration(deadlineAfter)
-				if err != nil || d <= 0 {
-					return fail(exitInvalid, "--deadline-after %q is not a positive duration such as 30m or 48h", deadlineAfter)
-				}
-				t := time.Now().Add(d).UTC()
-				spec.Deadline = &t
-			case deadline != "":
-				t, err := time.Parse(time.RFC3339, deadline)
-				if err != nil {
-					return fail(exitInvalid, "--deadline %q is not an RFC 3339 time (2026-01-02T15:04:05Z): %v", deadline, err)
-				}
-				spec.Deadline = &t
+			if spec.Deadline, err = momentFlags("deadline", deadline, "deadline-after", deadlineAfter, 1, now); err != nil {
+				return err
 			}
 			if approvalExpiresIn != "" {
 				d, err := time.ParseDuration(approvalExpiresIn)
@@ -167,7 +142,7 @@ func taskCmd(g *globals) *cobra.Command {
 					if d := a.Decision; d != nil {
 						decision = fmt.Sprintf("%s by %s → %s", d.Response, d.Approver, d.Branch)
 					}
-					rows[i] = []string{a.ID, a.State, dash(a.Role), dash(clip(a.Summary, 40)), decision, fmt.Sprint(len(a.Refusals))}
+					rows[i] = []string{a.ID, a.State, dash(a.Role), dash(short(a.Summary, 40)), decision, fmt.Sprint(len(a.Refusals))}
 				}
 				if err := table(g.out, []string{"APPROVAL", "STATE", "ROLE", "SUMMARY", "DECISION", "REFUSED"}, rows); err != nil {
 					return err
@@ -177,7 +152,7 @@ func taskCmd(g *globals) *cobra.Command {
 				fmt.Fprintln(g.out)
 				rows := make([][]string, len(t.Verifications))
 				for i, v := range t.Verifications {
-					rows[i] = []string{fmt.Sprint(v.Attempt), v.Outcome, v.Verifier, dash(clip(string(v.Evidence), 60))}
+					rows[i] = []string{fmt.Sprint(v.Attempt), v.Outcome, v.Verifier, dash(short(string(v.Evidence), 60))}
 				}
 				if err := table(g.out, []string{"ATTEMPT", "VERDICT", "VERIFIER", "EVIDENCE"}, rows); err != nil {
 					return err
@@ -283,4 +258,32 @@ func printTaskTimes(w io.Writer, t *taskOut) {
 	if t.Spec.Deadline != nil {
 		fmt.Fprintf(w, "deadline: %s\n", t.Spec.Deadline.Local().Format(time.DateTime))
 	}
+}
+
+// momentFlags resolves the pair of flags that name one moment: --atFlag TIME
+// (RFC 3339), or --afterFlag DURATION counted from now, at least minAfter.
+// It returns nil when neither is given.
+func momentFlags(atFlag, at, afterFlag, after string, minAfter time.Duration, now time.Time) (*time.Time, error) {
+	switch {
+	case at != "" && after != "":
+		return nil, fail(exitInvalid, "give --%s or --%s, not both", atFlag, afterFlag)
+	case after != "":
+		d, err := time.ParseDuration(after)
+		if err != nil || d < minAfter {
+			kind := "a duration"
+			if minAfter > 0 {
+				kind = "a positive duration"
+			}
+			return nil, fail(exitInvalid, "--%s %q is not %s such as 30m or 48h", afterFlag, after, kind)
+		}
+		t := now.Add(d).UTC()
+		return &t, nil
+	case at != "":
+		t, err := time.Parse(time.RFC3339, at)
+		if err != nil {
+			return nil, fail(exitInvalid, "--%s %q is not an RFC 3339 time (2026-01-02T15:04:05Z): %v", atFlag, at, err)
+		}
+		return &t, nil
+	}
+	return nil, nil
 }
