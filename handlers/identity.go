@@ -1,0 +1,42 @@
+package handlers
+
+import (
+	"encoding/json"
+
+	"github.com/nats-io/nats.go/micro"
+)
+
+// HeaderRequestInfo is the header nats-server attaches to a request that
+// crossed a service import marked "share": JSON naming the account and the
+// user that the server authenticated. A client cannot forge it: the server
+// replaces any value a client sent.
+const HeaderRequestInfo = "Nats-Request-Info"
+
+// Caller is who sent a request, as the NATS server authenticated it.
+type Caller struct {
+	// Account is the NATS account the request came from.
+	Account string `json:"acc"`
+	// User is the authenticated user: its name, or for an nkey user its
+	// public key.
+	User string `json:"user"`
+}
+
+// maxRequestInfoBytes bounds the header before it is decoded.
+const maxRequestInfoBytes = 4 << 10
+
+// callerOf returns the server-stamped identity of a request, and false when
+// the request carries none (it did not cross a shared service import).
+func callerOf(h micro.Headers) (Caller, bool) {
+	v := h.Get(HeaderRequestInfo)
+	if v == "" || len(v) > maxRequestInfoBytes {
+		return Caller{}, false
+	}
+	var c Caller
+	if err := json.Unmarshal([]byte(v), &c); err != nil || c.Account == "" {
+		return Caller{}, false
+	}
+	return c, true
+}
+
+// key returns a string naming the caller, for per-caller limits.
+func (c Caller) key() string { return c.Account + "/" + c.User }
