@@ -15,6 +15,8 @@ type Workspace struct {
 	Version     uint64     `json:"version"`
 	Commands    []string   `json:"commands,omitempty"`
 	Approvers   []Approver `json:"approvers,omitempty"`
+	// Members are the identities with a role in the workspace.
+	Members []Member `json:"members,omitempty"`
 }
 
 // Goal is the state of a goal aggregate, its plan included.

@@ -1,0 +1,94 @@
+package domain
+
+// Role is what a member of a workspace may do there. Roles are deny by
+// default: a command or query a role does not list is refused.
+type Role string
+
+// The roles of a workspace member.
+const (
+	// RoleAdmin may send every command and query of its workspace,
+	// including registering approvers and adding or removing members.
+	RoleAdmin Role = "admin"
+	// RoleClient starts and steers work: goals, plans, tasks, signals,
+	// cancellations and reviews, and every query.
+	RoleClient Role = "client"
+	// RoleExecutor takes work from its queues: it claims, checkpoints,
+	// heartbeats, waits, requests approvals and reports, only for tasks on
+	// its queues.
+	RoleExecutor Role = "executor"
+	// RoleApprover decides approvals and reads them.
+	RoleApprover Role = "approver"
+	// RoleViewer reads: every query and the event feed, no command.
+	RoleViewer Role = "viewer"
+)
+
+// Roles lists every role, in the order the CLI shows them.
+var Roles = []Role{RoleAdmin, RoleClient, RoleExecutor, RoleApprover, RoleViewer}
+
+// ValidRole reports whether r is one of Roles.
+func ValidRole(r Role) bool {
+	for _, x := range Roles {
+		if x == r {
+			return true
+		}
+	}
+	return false
+}
+
+// adminCommands change who may do what: only an admin sends them.
+// "workspace.create" is further kept to the service's own admins (admins
+// of every workspace), since no workspace member exists before it.
+var adminCommands = map[string]bool{
+	"workspace.create": true, "approver.register": true, "approver.revoke": true,
+	"member.add": true, "member.remove": true,
+}
+
+// ExecutorCommands are the commands of an attempt: an executor sends them
+// only for tasks on its queues.
+var ExecutorCommands = map[string]bool{
+	"task.claim": true, "task.checkpoint": true, "task.heartbeat": true, "task.succeed": true,
+	"task.fail": true, "task.wait": true, "task.request_approval": true, "task.verify": true,
+	"queue.configure": true,
+}
+
+var clientCommands = map[string]bool{
+	"goal.create": true, "goal.cancel": true, "plan.submit": true, "task.create": true,
+	"task.cancel": true, "task.review": true, "task.signal": true,
+}
+
+var approverQueries = map[string]bool{
+	"approval.list": true, "approval.get": true, "approver.list": true, "task.get": true,
+}
+
+// MayCommand reports whether a member with role r may send the named
+// command in its workspace.
+func (r Role) MayCommand(name string) bool {
+	switch r {
+	case RoleAdmin:
+		return name != "workspace.create"
+	case RoleClient:
+		return clientCommands[name]
+	case RoleExecutor:
+		return ExecutorCommands[name]
+	case RoleApprover:
+		return name == "approval.decide"
+	}
+	return false
+}
+
+// MayQuery reports whether a member with role r may send the named query
+// in its workspace.
+func (r Role) MayQuery(name string) bool {
+	switch r {
+	case RoleAdmin, RoleClient, RoleViewer:
+		return true
+	case RoleExecutor:
+		return name == "task.get"
+	case RoleApprover:
+		return approverQueries[name]
+	}
+	return false
+}
+
+// AdminCommand reports whether the named command is kept to admins.
+func AdminCommand(name string) bool { return adminCommands[name] }
