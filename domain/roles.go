@@ -1,5 +1,7 @@
 package domain
 
+import "sort"
+
 // Role is what a member of a workspace may do there. Roles are deny by
 // default: a command or query a role does not list is refused.
 type Role string
@@ -92,3 +94,20 @@ func (r Role) MayQuery(name string) bool {
 
 // AdminCommand reports whether the named command is kept to admins.
 func AdminCommand(name string) bool { return adminCommands[name] }
+
+// QueryNames returns the queries a role is limited to, or nil when it may
+// send every query (or none: see MayQuery).
+func (r Role) QueryNames() []string {
+	switch r {
+	case RoleExecutor:
+		return []string{"task.get"}
+	case RoleApprover:
+		out := make([]string, 0, len(approverQueries))
+		for q := range approverQueries {
+			out = append(out, q)
+		}
+		sort.Strings(out)
+		return out
+	}
+	return nil
+}

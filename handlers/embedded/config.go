@@ -72,6 +72,15 @@ type Config struct {
 	// Cluster, when set, joins the server to a cluster over routes.
 	Cluster *ClusterConfig
 
+	// Accounts is nats-server configuration text declaring the accounts
+	// and users (dwr's is access.ServerConfig). Empty means no accounts: every
+	// client shares one account and needs no credentials — only for tests
+	// and throwaway experiments.
+	Accounts string
+
+	// TLS, when set, makes client connections use TLS.
+	TLS *TLSConfig
+
 	// Logger receives the server's log lines. Nil means slog.Default().
 	// The levels are quiet: warnings and errors at slog.LevelWarn and
 	// slog.LevelError, the server's notices (startup banner, stream
@@ -95,6 +104,16 @@ type ClusterConfig struct {
 	// nats-route://host:port URLs. Listing this server's own address is
 	// allowed (every member can share one list).
 	Routes []string
+}
+
+// TLSConfig makes the server accept clients over TLS only.
+type TLSConfig struct {
+	// CertFile and KeyFile are the server's certificate and key (PEM).
+	// Required.
+	CertFile, KeyFile string
+	// CAFile, when set, makes TLS mutual: clients must present a
+	// certificate signed by one of its CAs.
+	CAFile string
 }
 
 // options is the validated form of a Config: the nats-server options and
@@ -122,6 +141,28 @@ func buildOptions(cfg Config) (*options, error) {
 		JetStreamMaxStore:  cfg.MaxStore,
 	}
 
+	if cfg.Accounts != "" {
+		// Options first: the accounts text must not be able to change what
+		// is set below (the store, sync always, the limits).
+		if err := o.ProcessConfigString(cfg.Accounts); err != nil {
+			addErr("Accounts: %w", err)
+		}
+		o.JetStream, o.SyncAlways, o.NoSigs = true, true, true
+		o.JetStreamMaxMemory, o.JetStreamMaxStore = cfg.MaxMemory, cfg.MaxStore
+	}
+	if t := cfg.TLS; t != nil {
+		if t.CertFile == "" || t.KeyFile == "" {
+			addErr("TLS needs both CertFile and KeyFile")
+		} else {
+			tc, err := server.GenTLSConfig(&server.TLSConfigOpts{CertFile: t.CertFile, KeyFile: t.KeyFile,
+				CaFile: t.CAFile, Verify: t.CAFile != ""})
+			if err != nil {
+				addErr("TLS: %w", err)
+			} else {
+				o.TLSConfig, o.TLS, o.TLSVerify, o.TLSTimeout = tc, true, t.CAFile != "", 2
+			}
+		}
+	}
 	if cfg.DataDir == "" {
 		addErr("DataDir is required")
 	}

@@ -25,6 +25,8 @@ var ErrNotSyncAlways = errors.New("embedded: JetStream is not running with SyncA
 // Server is a running embedded NATS server. Its methods are safe for
 // concurrent use.
 type Server struct {
+	cfg       Config
+	reloadMu  sync.Mutex
 	ns        *server.Server
 	listen    bool
 	host      string
@@ -48,7 +50,7 @@ func Start(cfg Config) (*Server, error) {
 	logs := newSlogAdapter(o.logger, o.nats.ServerName)
 	ns.SetLoggerV2(logs, logs.enabled(levelDebug), logs.enabled(levelTrace), false)
 
-	s := &Server{ns: ns, listen: !o.nats.DontListen, host: o.nats.Host}
+	s := &Server{cfg: cfg, ns: ns, listen: !o.nats.DontListen, host: o.nats.Host}
 	ns.Start()
 	if err := waitReady(ns, logs); err != nil {
 		s.Shutdown()
@@ -105,6 +107,41 @@ func checkDurability(jsc *server.JetStreamConfig, o *options) error {
 			jsc.MaxMemory, jsc.MaxStore, o.nats.JetStreamMaxMemory, o.nats.JetStreamMaxStore))
 	}
 	return errors.Join(errs...)
+}
+
+// Reload applies new accounts text (Config.Accounts) to the running server
+// without a restart: removed users are disconnected at once, changed
+// permissions apply to open connections. Everything else stays as started.
+// The server must have been started with accounts. It returns the error of
+// an invalid text or of nats-server's reload.
+func (s *Server) Reload(accounts string) error {
+	s.reloadMu.Lock()
+	defer s.reloadMu.Unlock()
+	if s.cfg.Accounts == "" || accounts == "" {
+		return errors.New("embedded: reload needs a server started with accounts, and accounts")
+	}
+	cfg := s.cfg
+	cfg.Accounts = accounts
+	o, err := buildOptions(cfg)
+	if err != nil {
+		return err
+	}
+	// Keep what was picked at start: a port of 0 and the store limit.
+	cur := s.ns.Addr()
+	if a, ok := cur.(*net.TCPAddr); ok {
+		o.nats.Port = a.Port
+	}
+	if c := s.ns.ClusterAddr(); c != nil {
+		o.nats.Cluster.Port = c.Port
+	}
+	if jsc := s.ns.JetStreamConfig(); jsc != nil {
+		o.nats.JetStreamMaxStore = jsc.MaxStore
+	}
+	if err := s.ns.ReloadOptions(o.nats); err != nil {
+		return fmt.Errorf("embedded: reload: %w", err)
+	}
+	s.cfg = cfg
+	return nil
 }
 
 // Connect opens a client connection to the server in-process, without TCP,

@@ -1,0 +1,261 @@
+package access
+
+import (
+	"fmt"
+	"slices"
+	"sort"
+	"strconv"
+	"strings"
+
+	"github.com/dwr-run/dwr/domain"
+)
+
+// The accounts and names of dwr's NATS layout.
+const (
+	// ServiceAccount holds the service's streams, KV buckets and JetStream
+	// API, and the service's own user. No client user lives in it.
+	ServiceAccount = "DWR"
+	// ClientAccount holds every client, executor, approver and admin user.
+	// It imports the wire contract's subjects from ServiceAccount, with
+	// "share" on commands and queries so that the server stamps each
+	// request with the identity it authenticated.
+	ClientAccount = "DWR_CLIENTS"
+	// JSAPIPrefix is where the client account reaches the only JetStream
+	// API calls it is given: pulling from and reading its queues'
+	// consumers. Executors use jetstream.NewWithAPIPrefix(nc, JSAPIPrefix).
+	JSAPIPrefix = "dwrjs"
+	// AnonymousUser is the user that connections without credentials become
+	// when the server is deliberately left open (Spec.InsecureOpen).
+	AnonymousUser = "anonymous"
+	// AllWorkspaces in a Grant gives its role in every workspace.
+	AllWorkspaces = "*"
+)
+
+// Grant gives an identity a role in one workspace (or AllWorkspaces).
+type Grant struct {
+	Workspace string
+	Role      domain.Role
+	// Queues are an executor's queues.
+	Queues []string
+}
+
+// Identity is one NATS user of the client account — an nkey — and every
+// role it holds.
+type Identity struct {
+	// Name is shown in the generated configuration, for people.
+	Name string
+	// PublicKey is the user's nkey ("U...").
+	PublicKey string
+	Grants    []Grant
+}
+
+// Spec is the whole NATS layout of a dwr deployment.
+type Spec struct {
+	// Prefix is the first token of dwr's subjects. Default "dwr".
+	Prefix string
+	// ServiceKeys are the nkeys of the service's own users (one per
+	// replica, or one shared), in ServiceAccount.
+	ServiceKeys []string
+	// Identities are the users of ClientAccount.
+	Identities []Identity
+	// InsecureOpen lets connections without credentials in, as
+	// AnonymousUser with the admin role in every workspace.
+	InsecureOpen bool
+}
+
+func (s Spec) prefix() string {
+	if s.Prefix == "" {
+		return "dwr"
+	}
+	return s.Prefix
+}
+
+// WorkStream returns the name of the work stream for prefix.
+func WorkStream(prefix string) string { return strings.ToUpper(prefix) + "_WORK" }
+
+// Consumer returns the name of a queue's durable consumer on the work
+// stream: one per workspace and queue, shared by the queue's workers.
+func Consumer(prefix, workspace, queue string) string {
+	return prefix + "-" + workspace + "-" + queue
+}
+
+// InboxPrefix returns the inbox prefix a user must connect with
+// (nats.CustomInboxPrefix): the only replies it may subscribe to.
+func InboxPrefix(publicKey string) string { return "_INBOX." + publicKey }
+
+// Permissions are the subjects a user may publish and subscribe to.
+type Permissions struct {
+	Publish   []string
+	Subscribe []string
+}
+
+// PermissionsOf returns what an identity may publish and subscribe to: its
+// own inbox, and per grant the command, query, feed and work subjects its
+// role allows. Everything else is denied.
+func PermissionsOf(prefix string, id Identity) Permissions {
+	inbox := "_INBOX.>" // the anonymous user of an open server keeps nats' default inboxes
+	if id.PublicKey != "" {
+		inbox = InboxPrefix(id.PublicKey) + ".>"
+	}
+	p := Permissions{Subscribe: []string{inbox}}
+	stream := WorkStream(prefix)
+	for _, g := range id.Grants {
+		ws := g.Workspace
+		if ws == AllWorkspaces {
+			ws = "*"
+		}
+		cmd := prefix + ".cmd." + ws + "."
+		q := prefix + ".q." + ws + "."
+		ev := prefix + ".ev." + ws + "."
+		switch g.Role {
+		case domain.RoleAdmin:
+			p.Publish = append(p.Publish, cmd+">", q+">")
+			p.Subscribe = append(p.Subscribe, ev+">")
+			if g.Workspace == AllWorkspaces { // consumer names hold the workspace inside one token
+				p.Publish = append(p.Publish, JSAPIPrefix+".CONSUMER.MSG.NEXT."+stream+".*",
+					JSAPIPrefix+".CONSUMER.INFO."+stream+".*", "$JS.ACK."+stream+".>")
+			}
+		case domain.RoleClient, domain.RoleViewer:
+			p.Publish = append(p.Publish, q+">")
+			p.Subscribe = append(p.Subscribe, ev+">")
+		case domain.RoleExecutor:
+			p.Subscribe = append(p.Subscribe, ev+"task.>")
+			if g.Workspace != AllWorkspaces {
+				for _, queue := range g.Queues {
+					c := Consumer(prefix, g.Workspace, queue)
+					p.Publish = append(p.Publish, JSAPIPrefix+".CONSUMER.MSG.NEXT."+stream+"."+c,
+						JSAPIPrefix+".CONSUMER.INFO."+stream+"."+c, "$JS.ACK."+stream+"."+c+".>")
+				}
+			}
+		}
+		if g.Role != domain.RoleAdmin {
+			for _, name := range domain.CommandNames() {
+				if g.Role.MayCommand(name) {
+					p.Publish = append(p.Publish, cmd+name)
+				}
+			}
+			for _, name := range g.Role.QueryNames() {
+				p.Publish = append(p.Publish, q+name)
+			}
+		}
+	}
+	sort.Strings(p.Publish)
+	sort.Strings(p.Subscribe)
+	p.Publish = slices.Compact(p.Publish)
+	p.Subscribe = slices.Compact(p.Subscribe)
+	return p
+}
+
+// ServerConfig returns the nats-server configuration of the layout: the
+// accounts, their exports and imports, and the users with their
+// permissions. The embedded server runs exactly this text; for a NATS
+// cluster run by an operator it is the block to include in each server's
+// configuration (the operator adds TLS, cluster and JetStream settings).
+func ServerConfig(s Spec) string {
+	p := s.prefix()
+	stream := WorkStream(p)
+	var b strings.Builder
+	w := func(format string, args ...any) { fmt.Fprintf(&b, format, args...) }
+	w("# dwr's accounts: generated; the service owns %s, clients reach it only through imports.\n", ServiceAccount)
+	w("accounts {\n")
+	w("  %s {\n", ServiceAccount)
+	w("    jetstream: enabled\n")
+	w("    users: [\n")
+	for _, k := range s.ServiceKeys {
+		w("      { nkey: %s }\n", k)
+	}
+	w("    ]\n")
+	w("    exports: [\n")
+	w("      { service: %s, accounts: [%s] }\n", q(p+".cmd.>"), ClientAccount)
+	w("      { service: %s, accounts: [%s] }\n", q(p+".q.>"), ClientAccount)
+	w("      { service: %s, response_type: stream, accounts: [%s] }\n", q("$JS.API.CONSUMER.MSG.NEXT."+stream+".*"), ClientAccount)
+	w("      { service: %s, accounts: [%s] }\n", q("$JS.API.CONSUMER.INFO."+stream+".*"), ClientAccount)
+	w("      { service: %s, accounts: [%s] }\n", q("$JS.ACK."+stream+".>"), ClientAccount)
+	w("      { stream: %s, accounts: [%s] }\n", q(p+".ev.>"), ClientAccount)
+	w("    ]\n")
+	w("  }\n")
+	w("  %s {\n", ClientAccount)
+	w("    users: [\n")
+	ids := append([]Identity(nil), s.Identities...)
+	sort.Slice(ids, func(i, j int) bool { return ids[i].PublicKey < ids[j].PublicKey })
+	for _, id := range ids {
+		perm := PermissionsOf(p, id)
+		if id.Name != "" {
+			w("      # %s\n", id.Name)
+		}
+		w("      { nkey: %s, permissions: { publish: { allow: %s }, subscribe: { allow: %s } } }\n",
+			id.PublicKey, list(perm.Publish), list(perm.Subscribe))
+	}
+	if s.InsecureOpen {
+		w("      # --insecure-open: connections without credentials are admins of every workspace\n")
+		perm := PermissionsOf(p, Identity{Grants: []Grant{{Workspace: AllWorkspaces, Role: domain.RoleAdmin}}})
+		w("      { user: %s, permissions: { publish: { allow: %s }, subscribe: { allow: %s } } }\n",
+			AnonymousUser, list(perm.Publish), list(perm.Subscribe))
+	}
+	w("    ]\n")
+	w("    imports: [\n")
+	w("      { service: { account: %s, subject: %s }, share: true }\n", ServiceAccount, q(p+".cmd.>"))
+	w("      { service: { account: %s, subject: %s }, share: true }\n", ServiceAccount, q(p+".q.>"))
+	w("      { service: { account: %s, subject: %s }, to: %s }\n", ServiceAccount,
+		q("$JS.API.CONSUMER.MSG.NEXT."+stream+".*"), q(JSAPIPrefix+".CONSUMER.MSG.NEXT."+stream+".*"))
+	w("      { service: { account: %s, subject: %s }, to: %s }\n", ServiceAccount,
+		q("$JS.API.CONSUMER.INFO."+stream+".*"), q(JSAPIPrefix+".CONSUMER.INFO."+stream+".*"))
+	w("      { service: { account: %s, subject: %s } }\n", ServiceAccount, q("$JS.ACK."+stream+".>"))
+	w("      { stream: { account: %s, subject: %s } }\n", ServiceAccount, q(p+".ev.>"))
+	w("    ]\n")
+	w("  }\n")
+	w("}\n")
+	if s.InsecureOpen {
+		w("no_auth_user: %s\n", AnonymousUser)
+	}
+	return b.String()
+}
+
+func q(s string) string { return strconv.Quote(s) }
+
+func list(ss []string) string {
+	qs := make([]string, len(ss))
+	for i, s := range ss {
+		qs[i] = q(s)
+	}
+	return "[" + strings.Join(qs, ", ") + "]"
+}
+
+// Admin is an identity with the admin role in every workspace: the
+// credential `dwr serve` creates on first start, or one an operator names.
+type Admin struct {
+	Name      string
+	PublicKey string
+}
+
+// IdentitiesOf returns the client account's users: the admins, then every
+// member of the workspaces grouped by key (one key may be a member of
+// several workspaces).
+func IdentitiesOf(admins []Admin, workspaces []*domain.Workspace) []Identity {
+	byKey := map[string]*Identity{}
+	var order []string
+	add := func(name, key string, g Grant) {
+		id, ok := byKey[key]
+		if !ok {
+			id = &Identity{Name: name, PublicKey: key}
+			byKey[key] = id
+			order = append(order, key)
+		} else if !strings.Contains(id.Name, name) {
+			id.Name += ", " + name
+		}
+		id.Grants = append(id.Grants, g)
+	}
+	for _, a := range admins {
+		add(a.Name, a.PublicKey, Grant{Workspace: AllWorkspaces, Role: domain.RoleAdmin})
+	}
+	for _, w := range workspaces {
+		for _, m := range w.Members {
+			add(m.Name+"@"+w.Name, m.PublicKey, Grant{Workspace: w.Name, Role: m.Role, Queues: m.Queues})
+		}
+	}
+	out := make([]Identity, 0, len(order))
+	for _, k := range order {
+		out = append(out, *byKey[k])
+	}
+	return out
+}

@@ -1,0 +1,9 @@
+// Package access is dwr's trust boundary as NATS sees it: two accounts (the
+// service's own, holding its streams and JetStream API, and the clients'),
+// the subjects one exports and the other imports, and per identity the
+// subjects its roles allow. ServerConfig renders it as nats-server
+// configuration, which the embedded server runs as is and which an operator
+// includes in a cluster's configuration.
+//
+// It may import domain (for roles and members) and the standard library.
+package access
