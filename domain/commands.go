@@ -122,6 +122,35 @@ type RegisterApprover struct {
 	PublicKey string `json:"public_key"` // standard base64 of the 32-byte key
 }
 
+// AddMember gives an identity a role in the workspace: a name, the role, the
+// NATS user nkey it connects with and, for an executor, the queues it works.
+// Adding a name again with the same role, key and queues changes nothing;
+// with others it replaces the member (a key rotation, a change of role or
+// queues): there is no need to remove it first.
+type AddMember struct {
+	Name      string   `json:"name"`
+	Role      Role     `json:"role"`
+	PublicKey string   `json:"public_key"`       // a NATS user nkey: "U" and 55 more base32 characters
+	Queues    []string `json:"queues,omitempty"` // an executor's queues, and only an executor's
+}
+
+// RemoveMember removes a member from the workspace; its key no longer
+// reaches the workspace.
+type RemoveMember struct {
+	Name string `json:"name"`
+}
+
+// ConfigureQueue sets a queue's lease (how long an executor holds a work
+// item before it is delivered again) and how many times a work item is
+// delivered before it is quarantined. With IfUnset, a queue that is already
+// configured keeps its settings. The reply carries the settings in effect.
+type ConfigureQueue struct {
+	Queue      string `json:"queue"`
+	LeaseMS    int64  `json:"lease_ms"`
+	MaxDeliver int    `json:"max_deliver"`
+	IfUnset    bool   `json:"if_unset,omitempty"`
+}
+
 // RequestApproval parks the current attempt's task on a person's decision
 // about a concrete action. The task resumes (as a new attempt, handed the
 // decision) or ends, as the request's branches say.
@@ -230,6 +259,15 @@ func (DecideApproval) CommandName() string { return "approval.decide" }
 func (RegisterApprover) CommandName() string { return "approver.register" }
 
 // CommandName returns the command's wire name.
+func (AddMember) CommandName() string { return "member.add" }
+
+// CommandName returns the command's wire name.
+func (RemoveMember) CommandName() string { return "member.remove" }
+
+// CommandName returns the command's wire name.
+func (ConfigureQueue) CommandName() string { return "queue.configure" }
+
+// CommandName returns the command's wire name.
 func (RequestApproval) CommandName() string { return "task.request_approval" }
 
 // CommandName returns the command's wire name.
@@ -259,6 +297,9 @@ var commandTypes = map[string]func() Command{
 	"task.review":           func() Command { return &ReviewTask{} },
 	"approval.decide":       func() Command { return &DecideApproval{} },
 	"approver.register":     func() Command { return &RegisterApprover{} },
+	"member.add":            func() Command { return &AddMember{} },
+	"member.remove":         func() Command { return &RemoveMember{} },
+	"queue.configure":       func() Command { return &ConfigureQueue{} },
 	"task.request_approval": func() Command { return &RequestApproval{} },
 	"task.wait":             func() Command { return &WaitTask{} },
 	"task.signal":           func() Command { return &SendSignal{} },

@@ -227,6 +227,27 @@ type ApproverRegistered struct {
 	KeyID     string `json:"key_id"`
 }
 
+// MemberAdded: an identity has a role in the workspace. It replaces an
+// earlier member of the same name.
+type MemberAdded struct {
+	Name      string   `json:"name"`
+	Role      Role     `json:"role"`
+	PublicKey string   `json:"public_key"`
+	Queues    []string `json:"queues,omitempty"`
+}
+
+// MemberRemoved: the member has no role in the workspace any more.
+type MemberRemoved struct {
+	Name string `json:"name"`
+}
+
+// QueueConfigured: a queue's lease and maximum deliveries.
+type QueueConfigured struct {
+	Queue      string `json:"queue"`
+	LeaseMS    int64  `json:"lease_ms"`
+	MaxDeliver int    `json:"max_deliver"`
+}
+
 // ApprovalRequested parks the task on an approval (its gate, or an attempt's
 // request): the attempt that asked, if any, is parked.
 type ApprovalRequested struct {
@@ -314,6 +335,9 @@ var eventTypes = map[string]func() Event{
 	"task.approval_refused":         func() Event { return &ApprovalRefused{} },
 	"task.approval_expired":         func() Event { return &ApprovalExpired{} },
 	"workspace.approver_registered": func() Event { return &ApproverRegistered{} },
+	"workspace.member_added":        func() Event { return &MemberAdded{} },
+	"workspace.member_removed":      func() Event { return &MemberRemoved{} },
+	"workspace.queue_configured":    func() Event { return &QueueConfigured{} },
 	"task.signal_received":          func() Event { return &SignalReceived{} },
 	"task.accepted":                 func() Event { return &TaskAccepted{} },
 	"task.rejected":                 func() Event { return &TaskRejected{} },

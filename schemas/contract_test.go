@@ -112,6 +112,12 @@ func (c *contract) register(name, role string) {
 	require.Equal(c.t, c.ws, r.ID)
 }
 
+// NATS user keys made by nkeys.CreateUser.
+const (
+	userKey1 = "UA7MKXBLY6WJ5644NDJL7IFP4GV56SLO2464EHTM3LXWGVVLUA5ASOHH"
+	userKey2 = "UAFX6JXN64DJ77OVSWCEW4QPAYNB6MQXY747VU67A2D5SZONOHUY4TJK"
+)
+
 // pending returns the approval task id waits on.
 func (c *contract) pending(id string) *domain.Approval {
 	tk := c.task(id)
@@ -175,6 +181,18 @@ func TestContractOfTheDomain(t *testing.T) {
 	c.register("omar", "finance")
 	c.register("lena", "legal")
 
+	// Members, and the settings of a queue: set, then asked for if unset,
+	// which answers the settings in effect.
+	c.do("member.add", map[string]any{"name": "ops", "role": "admin", "public_key": userKey1})
+	c.do("member.add", map[string]any{"name": "researcher-1", "role": "executor", "public_key": userKey2,
+		"queues": []string{"research", "fact-check"}})
+	r := c.do("queue.configure", map[string]any{"queue": "research", "lease_ms": 300000, "max_deliver": 5})
+	require.Equal(t, "research", r.Queue)
+	r = c.do("queue.configure", map[string]any{"queue": "research", "lease_ms": 60000, "max_deliver": 3, "if_unset": true})
+	require.Equal(t, int64(300000), r.LeaseMS)
+	require.Equal(t, 5, r.MaxDeliver)
+	require.True(t, r.Duplicate)
+
 	// A goal that is achieved, through failures, a lost lease, a review, an
 	// approval gate, an attempt's approval that is escalated, and a signal.
 	goal := domain.DeriveID(c.now, "goal-1")
@@ -192,7 +210,7 @@ func TestContractOfTheDomain(t *testing.T) {
 	}}))
 	collect, draft, publish := plan["collect"], plan["draft"], plan["publish"]
 
-	r := c.do("task.claim", map[string]any{"task_id": collect, "executor": "researcher-1", "executor_version": "1.0.0"})
+	r = c.do("task.claim", map[string]any{"task_id": collect, "executor": "researcher-1", "executor_version": "1.0.0"})
 	require.NotNil(t, r.Task)
 	c.do("task.checkpoint", map[string]any{"task_id": collect, "attempt": 1, "checkpoint": map[string]any{"page": 3}})
 	c.do("task.succeed", map[string]any{"task_id": collect, "attempt": 1, "result": map[string]any{"rows": 120},
@@ -291,6 +309,8 @@ func TestContractOfTheDomain(t *testing.T) {
 		"due": lapsed.ExpiresAt.Format(time.RFC3339Nano)})
 	require.Equal(t, domain.StateFailed, r.State)
 	c.refused("approval.decide", c.decision(expiring, lapsed.ID, "omar", "approve", ""), domain.CodeConflict, domain.RefusedExpired)
+
+	c.do("member.remove", map[string]any{"name": "researcher-1"})
 
 	late := domain.DeriveID(c.now, "task-5")
 	deadline := c.now.Add(30 * time.Minute)
