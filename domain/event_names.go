@@ -191,6 +191,13 @@ func (*ApproverRegistered) EventType() string { return "workspace.approver_regis
 func (*ApproverRegistered) AggregateType() string { return AggWorkspace }
 func (*ApproverRegistered) isEvent()              {}
 
+// EventType returns "workspace.approver_revoked".
+func (*ApproverRevoked) EventType() string { return "workspace.approver_revoked" }
+
+// AggregateType returns AggWorkspace.
+func (*ApproverRevoked) AggregateType() string { return AggWorkspace }
+func (*ApproverRevoked) isEvent()              {}
+
 // EventType returns "workspace.member_added".
 func (*MemberAdded) EventType() string { return "workspace.member_added" }
 

@@ -219,12 +219,21 @@ type ReviewDecided struct {
 }
 
 // ApproverRegistered: a person may decide approvals in the workspace, with a
-// role and a public key.
+// role and a public key, until ExpiresAt when it is set. It replaces an
+// earlier registration of the name, and lifts its revocation.
 type ApproverRegistered struct {
-	Name      string `json:"name"`
-	Role      string `json:"role"`
-	PublicKey string `json:"public_key"`
-	KeyID     string `json:"key_id"`
+	Name      string     `json:"name"`
+	Role      string     `json:"role"`
+	PublicKey string     `json:"public_key"`
+	KeyID     string     `json:"key_id"`
+	ExpiresAt *time.Time `json:"expires_at,omitempty"`
+}
+
+// ApproverRevoked: the approver decides nothing any more; the key it had is
+// named for the record.
+type ApproverRevoked struct {
+	Name  string `json:"name"`
+	KeyID string `json:"key_id"`
 }
 
 // MemberAdded: an identity has a role in the workspace. It replaces an
@@ -335,6 +344,7 @@ var eventTypes = map[string]func() Event{
 	"task.approval_refused":         func() Event { return &ApprovalRefused{} },
 	"task.approval_expired":         func() Event { return &ApprovalExpired{} },
 	"workspace.approver_registered": func() Event { return &ApproverRegistered{} },
+	"workspace.approver_revoked":    func() Event { return &ApproverRevoked{} },
 	"workspace.member_added":        func() Event { return &MemberAdded{} },
 	"workspace.member_removed":      func() Event { return &MemberRemoved{} },
 	"workspace.queue_configured":    func() Event { return &QueueConfigured{} },

@@ -101,6 +101,8 @@ func (x *tx) decide(cmd Command) (Reply, error) {
 		return x.decideApproval(c)
 	case *RegisterApprover:
 		return x.registerApprover(c)
+	case *RevokeApprover:
+		return x.revokeApprover(c)
 	case *AddMember:
 		return x.addMember(c)
 	case *RemoveMember:

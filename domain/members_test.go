@@ -248,11 +248,14 @@ func TestMemberCommandsNeedTheWorkspace(t *testing.T) {
 	w.refused(&AddMember{Name: "alice", Role: RoleAdmin, PublicKey: userKey("alice")}, CodeNotFound)
 	w.refused(&RemoveMember{Name: "alice"}, CodeNotFound)
 	w.refused(&ConfigureQueue{Queue: "build", LeaseMS: 30_000, MaxDeliver: 5}, CodeNotFound)
+	w.refused(&RevokeApprover{Name: "alice"}, CodeNotFound)
 }
 
 func TestMemberApplyRefusesBrokenHistory(t *testing.T) {
 	ws := &Workspace{Name: "acme", Version: 1}
 	_, err := ApplyWorkspace(ws, "acme", &MemberRemoved{Name: "ghost"}, Recorded{Time: epoch})
+	require.Error(t, err)
+	_, err = ApplyWorkspace(ws, "acme", &ApproverRevoked{Name: "ghost"}, Recorded{Time: epoch})
 	require.Error(t, err)
 	_, err = ApplyWorkspace(nil, "acme", &MemberAdded{Name: "a", Role: RoleAdmin, PublicKey: userKey("a")}, Recorded{Time: epoch})
 	require.Error(t, err, "a member of a workspace that was never created")

@@ -216,11 +216,22 @@ func ApplyWorkspace(w *Workspace, id string, e Event, r Recorded) (*Workspace, e
 	switch ev := e.(type) {
 	case *ApproverRegistered:
 		a := Approver{Name: ev.Name, Role: ev.Role, PublicKey: ev.PublicKey, KeyID: ev.KeyID, RegisteredAt: r.Time}
+		if ev.ExpiresAt != nil {
+			at := *ev.ExpiresAt
+			a.ExpiresAt = &at
+		}
 		if i := slices.IndexFunc(w.Approvers, func(x Approver) bool { return x.Name == ev.Name }); i >= 0 {
 			w.Approvers[i] = a
 		} else {
 			w.Approvers = append(w.Approvers, a)
 		}
+	case *ApproverRevoked:
+		a := w.Approver(ev.Name)
+		if a == nil {
+			return nil, fmt.Errorf("domain: workspace %s: approver %q revoked but never registered", id, ev.Name)
+		}
+		at := r.Time
+		a.RevokedAt = &at
 	case *MemberAdded:
 		m := Member{Name: ev.Name, Role: ev.Role, PublicKey: ev.PublicKey, Queues: slices.Clone(ev.Queues), AddedAt: r.Time}
 		if i := slices.IndexFunc(w.Members, func(x Member) bool { return x.Name == ev.Name }); i >= 0 {

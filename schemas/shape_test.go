@@ -567,7 +567,8 @@ func TestApprovalEnumsMatchDomain(t *testing.T) {
 	require.Equal(t, domain.Responses, enum(common["Response"]))
 	require.Equal(t, domain.Branches, enum(common["Branch"]))
 	require.Equal(t, []string{domain.RefusedUnknownApprover, domain.RefusedUnauthorized, domain.RefusedBadSignature, domain.RefusedReplayed,
-		domain.RefusedActionMismatch, domain.RefusedExpired, domain.RefusedAlreadyDecided, domain.RefusedNotPermitted}, enum(common["RefusalReason"]))
+		domain.RefusedActionMismatch, domain.RefusedExpired, domain.RefusedAlreadyDecided, domain.RefusedNotPermitted,
+		domain.RefusedRevoked, domain.RefusedKeyExpired, domain.RefusedNotApprover}, enum(common["RefusalReason"]))
 	approval := common["Approval"].(map[string]any)["properties"].(map[string]any)
 	require.Equal(t, []string{domain.ApprovalStatePending, domain.ApprovalStateDecided, domain.ApprovalStateExpired, domain.ApprovalStateWithdrawn},
 		enum(approval["state"]))

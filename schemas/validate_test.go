@@ -389,6 +389,18 @@ func TestValidateQueueSettings(t *testing.T) {
 	require.Equal(t, map[string]string{"/lease_ms": "is required", "/max_deliver": "is required"}, fieldMap(e))
 }
 
+func TestValidateApproverExpiry(t *testing.T) {
+	register := func(expiry string) []byte {
+		return []byte(`{"name":"maria","role":"editor","public_key":"VU6Cbm8vZboUwILz9USUel4y3e+Z2bA8xTd9VGdbM9A=","expires_at":` + expiry + `}`)
+	}
+	require.NoError(t, schemas.ValidateCommand("approver.register", register(`"2026-06-01T00:00:00Z"`)))
+	requireCode(t, schemas.ValidateCommand("approver.register", register(`"tomorrow"`)), schemas.CodeInvalid)
+	requireCode(t, schemas.ValidateCommand("approver.register", register(`86400`)), schemas.CodeInvalid)
+	require.NoError(t, schemas.ValidateCommand("approver.revoke", []byte(`{"name":"maria"}`)))
+	e := requireError(t, schemas.ValidateCommand("approver.revoke", []byte(`{"name":"maria","role":"editor"}`)), schemas.CodeInvalid)
+	require.Contains(t, fieldMap(e), "/role")
+}
+
 func sortedKeys(m map[string]string) []string {
 	out := make([]string, 0, len(m))
 	for k := range m {
