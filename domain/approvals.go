@@ -61,6 +61,13 @@ const (
 	RefusedExpired         = "expired"
 	RefusedAlreadyDecided  = "already_decided"
 	RefusedNotPermitted    = "response_not_permitted"
+	// RefusedRevoked: the approver named was revoked (approver.revoke).
+	RefusedRevoked = "revoked"
+	// RefusedKeyExpired: the approver's key expired (its expires_at).
+	RefusedKeyExpired = "key_expired"
+	// RefusedNotApprover: the authenticated identity that sent the decision
+	// is not the approver it names (see Meta.Authenticated).
+	RefusedNotApprover = "not_approver"
 )
 
 // ReasonApproval is the reason of a task ended by an approval's branch.
@@ -131,13 +138,22 @@ type ApprovalDecision struct {
 }
 
 // Approver is a person registered in a workspace to decide approvals, with
-// the role that authorizes them and their Ed25519 public key.
+// the role that authorizes them and their Ed25519 public key; the key may
+// expire, and the approver may be revoked.
 type Approver struct {
-	Name         string    `json:"name"`
-	Role         string    `json:"role"`
-	PublicKey    string    `json:"public_key"` // standard base64 of the 32-byte key
-	KeyID        string    `json:"key_id"`
-	RegisteredAt time.Time `json:"registered_at"`
+	Name         string     `json:"name"`
+	Role         string     `json:"role"`
+	PublicKey    string     `json:"public_key"` // standard base64 of the 32-byte key
+	KeyID        string     `json:"key_id"`
+	RegisteredAt time.Time  `json:"registered_at"`
+	ExpiresAt    *time.Time `json:"expires_at,omitempty"` // from then on the key decides nothing
+	RevokedAt    *time.Time `json:"revoked_at,omitempty"` // set while the approver is revoked
+}
+
+// Active reports whether the approver may decide at now: not revoked, and
+// its key not expired.
+func (a *Approver) Active(now time.Time) bool {
+	return a.RevokedAt == nil && (a.ExpiresAt == nil || now.Before(*a.ExpiresAt))
 }
 
 // ApprovalID returns the id of a task's n-th approval (n from 1).
@@ -385,11 +401,53 @@ func (x *tx) registerApprover(c *RegisterApprover) (Reply, error) {
 	if err != nil || len(pub) != ed25519.PublicKeySize {
 		return Reply{}, invalid("/public_key", "is not the standard base64 of a %d-byte Ed25519 public key", ed25519.PublicKeySize)
 	}
+	if c.ExpiresAt != nil && !c.ExpiresAt.After(x.m.Now) {
+		return Reply{}, invalid("/expires_at", "%s is not in the future: a key that has expired decides nothing", c.ExpiresAt.UTC().Format(time.RFC3339))
+	}
 	id := KeyID(pub)
-	if a := w.Approver(c.Name); a != nil && a.KeyID == id && a.Role == c.Role {
+	if a := w.Approver(c.Name); a != nil && a.KeyID == id && a.Role == c.Role && a.RevokedAt == nil && sameTime(a.ExpiresAt, c.ExpiresAt) {
 		return Reply{ID: w.Name, Version: w.Version, Duplicate: true}, nil
 	}
-	if err := x.emit(w.Name, &ApproverRegistered{Name: c.Name, Role: c.Role, PublicKey: c.PublicKey, KeyID: id}); err != nil {
+	ev := &ApproverRegistered{Name: c.Name, Role: c.Role, PublicKey: c.PublicKey, KeyID: id}
+	if c.ExpiresAt != nil {
+		at := c.ExpiresAt.UTC()
+		ev.ExpiresAt = &at
+	}
+	if err := x.emit(w.Name, ev); err != nil {
+		return Reply{}, err
+	}
+	w, _ = x.o.Workspace(w.Name)
+	return Reply{ID: w.Name, Version: w.Version}, nil
+}
+
+// sameTime reports whether two optional times are both unset or the same
+// instant.
+func sameTime(a, b *time.Time) bool {
+	if a == nil || b == nil {
+		return a == b
+	}
+	return a.Equal(*b)
+}
+
+func (x *tx) revokeApprover(c *RevokeApprover) (Reply, error) {
+	w, err := x.o.Workspace(x.m.Workspace)
+	if err != nil {
+		return Reply{}, err
+	}
+	if w.HasCommand(x.m.CommandID) {
+		return Reply{ID: w.Name, Version: w.Version, Duplicate: true}, nil
+	}
+	if !ValidName(c.Name) {
+		return Reply{}, invalid("/name", "approver name %q is not valid: use 1-63 lower-case letters, digits, '_' or '-'", c.Name)
+	}
+	a := w.Approver(c.Name)
+	if a == nil {
+		return Reply{}, notFound("/name", "approver %q is not registered in workspace %q", c.Name, w.Name)
+	}
+	if a.RevokedAt != nil { // revoked already: nothing changes
+		return Reply{ID: w.Name, Version: w.Version, Duplicate: true}, nil
+	}
+	if err := x.emit(w.Name, &ApproverRevoked{Name: c.Name, KeyID: a.KeyID}); err != nil {
 		return Reply{}, err
 	}
 	w, _ = x.o.Workspace(w.Name)
@@ -476,9 +534,6 @@ func (x *tx) decideApproval(c *DecideApproval) (Reply, error) {
 	if err != nil || len(sig) != ed25519.SignatureSize {
 		return Reply{}, invalid("/signature", "is not the standard base64 of a %d-byte Ed25519 signature", ed25519.SignatureSize)
 	}
-	if d := a.Decision; d != nil && d.Signature == c.Signature && d.Approver == c.Approver && d.Response == c.Response {
-		return duplicateTask(t), nil // the same signed decision, sent again
-	}
 	refuse := func(reason, field, format string, args ...any) (Reply, error) {
 		msg := fmt.Sprintf(format, args...)
 		code := CodeForbidden
@@ -490,6 +545,16 @@ func (x *tx) decideApproval(c *DecideApproval) (Reply, error) {
 			return Reply{}, err
 		}
 		return Reply{}, &refusal{&Error{Code: code, Field: field, Message: reason + ": " + msg}}
+	}
+	if x.m.Authenticated && x.m.Actor != c.Approver {
+		actor := x.m.Actor
+		if len(actor) > MaxTitle {
+			actor = strings.ToValidUTF8(actor[:MaxTitle], "")
+		}
+		return refuse(RefusedNotApprover, "/approver", "%q is authenticated and may decide only as itself, not as approver %q", actor, c.Approver)
+	}
+	if d := a.Decision; d != nil && d.Signature == c.Signature && d.Approver == c.Approver && d.Response == c.Response {
+		return duplicateTask(t), nil // the same signed decision, sent again
 	}
 	switch {
 	case a.State == ApprovalStateDecided:
@@ -507,6 +572,10 @@ func (x *tx) decideApproval(c *DecideApproval) (Reply, error) {
 	switch {
 	case ap == nil:
 		return refuse(RefusedUnknownApprover, "/approver", "approver %q is not registered in workspace %q (dwr keys add)", c.Approver, x.m.Workspace)
+	case ap.RevokedAt != nil:
+		return refuse(RefusedRevoked, "/approver", "approver %q was revoked at %s; register a key again to decide", c.Approver, ap.RevokedAt.UTC().Format(time.RFC3339))
+	case ap.ExpiresAt != nil && !x.m.Now.Before(*ap.ExpiresAt):
+		return refuse(RefusedKeyExpired, "/approver", "approver %q's key %s expired at %s; register a new one to decide", c.Approver, ap.KeyID, ap.ExpiresAt.UTC().Format(time.RFC3339))
 	case a.Role != "" && ap.Role != a.Role:
 		return refuse(RefusedUnauthorized, "/approver", "approver %q has role %q; approval %s needs role %q", c.Approver, ap.Role, a.ID, a.Role)
 	case !slices.Contains(a.Responses, c.Response):

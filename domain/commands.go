@@ -19,6 +19,15 @@ type Meta struct {
 	Actor         string
 	CorrelationID string
 	Now           time.Time
+	// Authenticated is true when Actor is an identity the NATS server
+	// authenticated (the member whose key connected), not a name the client
+	// gave. Decisions are then bound to it: an authenticated identity
+	// decides an approval only as itself (approval.decide is refused,
+	// reason not_approver, when the approver it names is not Actor). When
+	// false (the insecure-open mode, where anyone who reaches NATS is
+	// trusted) Actor is only what the client said, and nothing is bound to
+	// it: the approver's signature alone decides.
+	Authenticated bool
 }
 
 // CreateWorkspace creates a workspace named Name.
@@ -114,12 +123,51 @@ type ReviewTask struct {
 }
 
 // RegisterApprover registers a person who may decide approvals in the
-// workspace: their name, the role that authorizes them, and their Ed25519
-// public key. Registering a name again replaces its key and role.
+// workspace: their name, the role that authorizes them, their Ed25519 public
+// key, and optionally when the key expires. Registering a name again replaces
+// its key, role and expiry (and lifts a revocation); with the same ones it
+// changes nothing.
 type RegisterApprover struct {
-	Name      string `json:"name"`
-	Role      string `json:"role"`
-	PublicKey string `json:"public_key"` // standard base64 of the 32-byte key
+	Name      string     `json:"name"`
+	Role      string     `json:"role"`
+	PublicKey string     `json:"public_key"`           // standard base64 of the 32-byte key
+	ExpiresAt *time.Time `json:"expires_at,omitempty"` // after it, the key decides nothing; nil: no expiry
+}
+
+// RevokeApprover revokes a registered approver: from then on, every decision
+// in their name is refused (reason revoked) until the name is registered
+// again. The registration stays on record, marked revoked.
+type RevokeApprover struct {
+	Name string `json:"name"`
+}
+
+// AddMember gives an identity a role in the workspace: a name, the role, the
+// NATS user nkey it connects with and, for an executor, the queues it works.
+// Adding a name again with the same role, key and queues changes nothing;
+// with others it replaces the member (a key rotation, a change of role or
+// queues): there is no need to remove it first.
+type AddMember struct {
+	Name      string   `json:"name"`
+	Role      Role     `json:"role"`
+	PublicKey string   `json:"public_key"`       // a NATS user nkey: "U" and 55 more base32 characters
+	Queues    []string `json:"queues,omitempty"` // an executor's queues, and only an executor's
+}
+
+// RemoveMember removes a member from the workspace; its key no longer
+// reaches the workspace.
+type RemoveMember struct {
+	Name string `json:"name"`
+}
+
+// ConfigureQueue sets a queue's lease (how long an executor holds a work
+// item before it is delivered again) and how many times a work item is
+// delivered before it is quarantined. With IfUnset, a queue that is already
+// configured keeps its settings. The reply carries the settings in effect.
+type ConfigureQueue struct {
+	Queue      string `json:"queue"`
+	LeaseMS    int64  `json:"lease_ms"`
+	MaxDeliver int    `json:"max_deliver"`
+	IfUnset    bool   `json:"if_unset,omitempty"`
 }
 
 // RequestApproval parks the current attempt's task on a person's decision
@@ -230,6 +278,18 @@ func (DecideApproval) CommandName() string { return "approval.decide" }
 func (RegisterApprover) CommandName() string { return "approver.register" }
 
 // CommandName returns the command's wire name.
+func (RevokeApprover) CommandName() string { return "approver.revoke" }
+
+// CommandName returns the command's wire name.
+func (AddMember) CommandName() string { return "member.add" }
+
+// CommandName returns the command's wire name.
+func (RemoveMember) CommandName() string { return "member.remove" }
+
+// CommandName returns the command's wire name.
+func (ConfigureQueue) CommandName() string { return "queue.configure" }
+
+// CommandName returns the command's wire name.
 func (RequestApproval) CommandName() string { return "task.request_approval" }
 
 // CommandName returns the command's wire name.
@@ -259,6 +319,10 @@ var commandTypes = map[string]func() Command{
 	"task.review":           func() Command { return &ReviewTask{} },
 	"approval.decide":       func() Command { return &DecideApproval{} },
 	"approver.register":     func() Command { return &RegisterApprover{} },
+	"approver.revoke":       func() Command { return &RevokeApprover{} },
+	"member.add":            func() Command { return &AddMember{} },
+	"member.remove":         func() Command { return &RemoveMember{} },
+	"queue.configure":       func() Command { return &ConfigureQueue{} },
 	"task.request_approval": func() Command { return &RequestApproval{} },
 	"task.wait":             func() Command { return &WaitTask{} },
 	"task.signal":           func() Command { return &SendSignal{} },

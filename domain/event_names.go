@@ -190,3 +190,31 @@ func (*ApproverRegistered) EventType() string { return "workspace.approver_regis
 // AggregateType returns AggWorkspace.
 func (*ApproverRegistered) AggregateType() string { return AggWorkspace }
 func (*ApproverRegistered) isEvent()              {}
+
+// EventType returns "workspace.approver_revoked".
+func (*ApproverRevoked) EventType() string { return "workspace.approver_revoked" }
+
+// AggregateType returns AggWorkspace.
+func (*ApproverRevoked) AggregateType() string { return AggWorkspace }
+func (*ApproverRevoked) isEvent()              {}
+
+// EventType returns "workspace.member_added".
+func (*MemberAdded) EventType() string { return "workspace.member_added" }
+
+// AggregateType returns AggWorkspace.
+func (*MemberAdded) AggregateType() string { return AggWorkspace }
+func (*MemberAdded) isEvent()              {}
+
+// EventType returns "workspace.member_removed".
+func (*MemberRemoved) EventType() string { return "workspace.member_removed" }
+
+// AggregateType returns AggWorkspace.
+func (*MemberRemoved) AggregateType() string { return AggWorkspace }
+func (*MemberRemoved) isEvent()              {}
+
+// EventType returns "workspace.queue_configured".
+func (*QueueConfigured) EventType() string { return "workspace.queue_configured" }
+
+// AggregateType returns AggWorkspace.
+func (*QueueConfigured) AggregateType() string { return AggWorkspace }
+func (*QueueConfigured) isEvent()              {}

@@ -219,12 +219,42 @@ type ReviewDecided struct {
 }
 
 // ApproverRegistered: a person may decide approvals in the workspace, with a
-// role and a public key.
+// role and a public key, until ExpiresAt when it is set. It replaces an
+// earlier registration of the name, and lifts its revocation.
 type ApproverRegistered struct {
-	Name      string `json:"name"`
-	Role      string `json:"role"`
-	PublicKey string `json:"public_key"`
-	KeyID     string `json:"key_id"`
+	Name      string     `json:"name"`
+	Role      string     `json:"role"`
+	PublicKey string     `json:"public_key"`
+	KeyID     string     `json:"key_id"`
+	ExpiresAt *time.Time `json:"expires_at,omitempty"`
+}
+
+// ApproverRevoked: the approver decides nothing any more; the key it had is
+// named for the record.
+type ApproverRevoked struct {
+	Name  string `json:"name"`
+	KeyID string `json:"key_id"`
+}
+
+// MemberAdded: an identity has a role in the workspace. It replaces an
+// earlier member of the same name.
+type MemberAdded struct {
+	Name      string   `json:"name"`
+	Role      Role     `json:"role"`
+	PublicKey string   `json:"public_key"`
+	Queues    []string `json:"queues,omitempty"`
+}
+
+// MemberRemoved: the member has no role in the workspace any more.
+type MemberRemoved struct {
+	Name string `json:"name"`
+}
+
+// QueueConfigured: a queue's lease and maximum deliveries.
+type QueueConfigured struct {
+	Queue      string `json:"queue"`
+	LeaseMS    int64  `json:"lease_ms"`
+	MaxDeliver int    `json:"max_deliver"`
 }
 
 // ApprovalRequested parks the task on an approval (its gate, or an attempt's
@@ -314,6 +344,10 @@ var eventTypes = map[string]func() Event{
 	"task.approval_refused":         func() Event { return &ApprovalRefused{} },
 	"task.approval_expired":         func() Event { return &ApprovalExpired{} },
 	"workspace.approver_registered": func() Event { return &ApproverRegistered{} },
+	"workspace.approver_revoked":    func() Event { return &ApproverRevoked{} },
+	"workspace.member_added":        func() Event { return &MemberAdded{} },
+	"workspace.member_removed":      func() Event { return &MemberRemoved{} },
+	"workspace.queue_configured":    func() Event { return &QueueConfigured{} },
 	"task.signal_received":          func() Event { return &SignalReceived{} },
 	"task.accepted":                 func() Event { return &TaskAccepted{} },
 	"task.rejected":                 func() Event { return &TaskRejected{} },

@@ -17,7 +17,11 @@ type Reply struct {
 	Tasks       []PlanTask `json:"tasks,omitempty"`
 	Task        *Task      `json:"task,omitempty"`        // for task.claim: what the executor needs
 	ApprovalID  string     `json:"approval_id,omitempty"` // for task.request_approval and approval.decide
-	Duplicate   bool       `json:"duplicate,omitempty"`
+	// For queue.configure: the queue's settings in effect.
+	Queue      string `json:"queue,omitempty"`
+	LeaseMS    int64  `json:"lease_ms,omitempty"`
+	MaxDeliver int    `json:"max_deliver,omitempty"`
+	Duplicate  bool   `json:"duplicate,omitempty"`
 }
 
 // Outcome is a decided command: the changes to append (reactions included, in
@@ -97,6 +101,14 @@ func (x *tx) decide(cmd Command) (Reply, error) {
 		return x.decideApproval(c)
 	case *RegisterApprover:
 		return x.registerApprover(c)
+	case *RevokeApprover:
+		return x.revokeApprover(c)
+	case *AddMember:
+		return x.addMember(c)
+	case *RemoveMember:
+		return x.removeMember(c)
+	case *ConfigureQueue:
+		return x.configureQueue(c)
 	case *RequestApproval:
 		return x.requestApproval(c)
 	case *WaitTask:

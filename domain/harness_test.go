@@ -33,6 +33,8 @@ type entry struct {
 type world struct {
 	t       testingT
 	ws      string
+	actor   string // Meta.Actor of the commands decided
+	authn   bool   // Meta.Authenticated of the commands decided
 	o       *Overlay
 	now     time.Time
 	seq     int
@@ -41,7 +43,7 @@ type world struct {
 
 // newWorld returns a world with nothing in it, deciding in workspace "acme".
 func newWorld(t testingT) *world {
-	return &world{t: t, ws: "acme", o: NewOverlay(Empty{}), now: epoch}
+	return &world{t: t, ws: "acme", actor: "tester", o: NewOverlay(Empty{}), now: epoch}
 }
 
 // setup returns a world whose workspace exists.
@@ -75,7 +77,7 @@ func (w *world) run(cmd Command) (*Outcome, error) { return w.runID(w.nextComman
 // each version) and appends them to the history.
 func (w *world) runID(id string, cmd Command) (*Outcome, error) {
 	w.t.Helper()
-	m := Meta{CommandID: id, Workspace: w.ws, Actor: "tester", Now: w.now}
+	m := Meta{CommandID: id, Workspace: w.ws, Actor: w.actor, Authenticated: w.authn, Now: w.now}
 	out, err := Execute(w.o, cmd, m)
 	if err != nil {
 		require.Nil(w.t, out, "a refused command has no outcome")

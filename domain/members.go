@@ -1,6 +1,12 @@
 package domain
 
-import "time"
+import (
+	"encoding/base32"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+)
 
 // Member is an identity with a role in a workspace: the NATS user (an nkey)
 // that connects, the role that says what it may send, and for an executor
@@ -16,7 +22,8 @@ type Member struct {
 	PublicKey string `json:"public_key"`
 	// Queues are the queues an executor may take work from and report on.
 	Queues []string `json:"queues,omitempty"`
-	// AddedAt is when the member was added.
+	// AddedAt is when the member was added, or last replaced by a
+	// member.add of the same name.
 	AddedAt time.Time `json:"added_at"`
 }
 
@@ -51,4 +58,142 @@ func (w *Workspace) MemberByKey(pub string) *Member {
 		}
 	}
 	return nil
+}
+
+// MaxMemberQueues bounds the queues of one executor.
+const MaxMemberQueues = 100
+
+// userKeyPrefix is the first byte of a NATS user's public nkey (20<<3: its
+// base32 starts with "U").
+const userKeyPrefix = 20 << 3
+
+// userKeyLen is the length of a NATS public nkey: the base32, without
+// padding, of a prefix byte, a 32-byte Ed25519 key and a 2-byte checksum.
+const userKeyLen = 56
+
+// ValidUserKey reports whether pub is a NATS user's public nkey, as the NATS
+// server reads it: 56 characters of base32 (A-Z, 2-7), no padding, that
+// decode to the user prefix byte, a 32-byte key and the CRC-16 of both
+// (little-endian). The checksum catches a mistyped key.
+func ValidUserKey(pub string) bool {
+	if len(pub) != userKeyLen || pub[0] != 'U' {
+		return false
+	}
+	for i := 0; i < len(pub); i++ {
+		if c := pub[i]; !(c >= 'A' && c <= 'Z' || c >= '2' && c <= '7') {
+			return false
+		}
+	}
+	raw, err := base32.StdEncoding.WithPadding(base32.NoPadding).DecodeString(pub)
+	if err != nil || len(raw) != 35 || raw[0] != userKeyPrefix {
+		return false
+	}
+	return crc16(raw[:33]) == uint16(raw[33])|uint16(raw[34])<<8
+}
+
+// crc16 is the CRC-16/XMODEM (polynomial 0x1021, initial value 0) that nkeys
+// append to the keys they encode.
+func crc16(data []byte) uint16 {
+	var crc uint16
+	for _, b := range data {
+		crc ^= uint16(b) << 8
+		for range 8 {
+			if crc&0x8000 != 0 {
+				crc = crc<<1 ^ 0x1021
+			} else {
+				crc <<= 1
+			}
+		}
+	}
+	return crc
+}
+
+// sameQueues reports whether a and b hold the same queues, in any order.
+func sameQueues(a, b []string) bool {
+	return slices.Equal(slices.Sorted(slices.Values(a)), slices.Sorted(slices.Values(b)))
+}
+
+// validateMember checks a member.add command.
+func validateMember(c *AddMember) error {
+	if !ValidName(c.Name) {
+		return invalid("/name", "member name %q is not valid: use 1-63 lower-case letters, digits, '_' or '-'", c.Name)
+	}
+	if !ValidRole(c.Role) {
+		roles := make([]string, len(Roles))
+		for i, r := range Roles {
+			roles[i] = string(r)
+		}
+		return invalid("/role", "role %q is not one of %s", c.Role, strings.Join(roles, ", "))
+	}
+	if !ValidUserKey(c.PublicKey) {
+		return invalid("/public_key", "is not a NATS user's public nkey: 56 characters of base32 (A-Z, 2-7) starting with \"U\", with a valid checksum (nsc or nk -gen user prints one)")
+	}
+	switch {
+	case c.Role != RoleExecutor && len(c.Queues) > 0:
+		return invalid("/queues", "only an executor has queues; role %q works on none", c.Role)
+	case c.Role == RoleExecutor && len(c.Queues) == 0:
+		return invalid("/queues", "an executor needs at least one queue to work on")
+	case len(c.Queues) > MaxMemberQueues:
+		return invalid("/queues", "has %d queues; at most %d are allowed", len(c.Queues), MaxMemberQueues)
+	}
+	for i, q := range c.Queues {
+		f := fmt.Sprintf("/queues/%d", i)
+		if !ValidName(q) {
+			return invalid(f, "queue %q is not a valid name: use 1-63 lower-case letters, digits, '_' or '-'", q)
+		}
+		if slices.Index(c.Queues, q) != i {
+			return invalid(f, "queue %q is listed twice", q)
+		}
+	}
+	return nil
+}
+
+// addMember adds a member, or replaces the member of the same name when its
+// role, key or queues differ (a key rotation needs no removal first). The
+// same member again changes nothing. A key names at most one member of a
+// workspace, so that the identity NATS authenticates says who acts.
+func (x *tx) addMember(c *AddMember) (Reply, error) {
+	w, err := x.o.Workspace(x.m.Workspace)
+	if err != nil {
+		return Reply{}, err
+	}
+	if w.HasCommand(x.m.CommandID) {
+		return Reply{ID: w.Name, Version: w.Version, Duplicate: true}, nil
+	}
+	if err := validateMember(c); err != nil {
+		return Reply{}, err
+	}
+	if m := w.MemberByKey(c.PublicKey); m != nil && m.Name != c.Name {
+		return Reply{}, &Error{Code: CodeConflict, Field: "/public_key",
+			Message: fmt.Sprintf("the key is member %q's in workspace %q: a key names one member (remove %q first, or give it another key)", m.Name, w.Name, m.Name)}
+	}
+	if m := w.Member(c.Name); m != nil && m.Role == c.Role && m.PublicKey == c.PublicKey && sameQueues(m.Queues, c.Queues) {
+		return Reply{ID: w.Name, Version: w.Version, Duplicate: true}, nil
+	}
+	if err := x.emit(w.Name, &MemberAdded{Name: c.Name, Role: c.Role, PublicKey: c.PublicKey, Queues: slices.Clone(c.Queues)}); err != nil {
+		return Reply{}, err
+	}
+	w, _ = x.o.Workspace(w.Name)
+	return Reply{ID: w.Name, Version: w.Version}, nil
+}
+
+func (x *tx) removeMember(c *RemoveMember) (Reply, error) {
+	w, err := x.o.Workspace(x.m.Workspace)
+	if err != nil {
+		return Reply{}, err
+	}
+	if w.HasCommand(x.m.CommandID) {
+		return Reply{ID: w.Name, Version: w.Version, Duplicate: true}, nil
+	}
+	if !ValidName(c.Name) {
+		return Reply{}, invalid("/name", "member name %q is not valid: use 1-63 lower-case letters, digits, '_' or '-'", c.Name)
+	}
+	if w.Member(c.Name) == nil {
+		return Reply{}, notFound("/name", "member %q not found in workspace %q", c.Name, w.Name)
+	}
+	if err := x.emit(w.Name, &MemberRemoved{Name: c.Name}); err != nil {
+		return Reply{}, err
+	}
+	w, _ = x.o.Workspace(w.Name)
+	return Reply{ID: w.Name, Version: w.Version}, nil
 }

@@ -18,10 +18,12 @@ import (
 
 // TestLifecycleProperties runs random command sequences — random plans
 // (random DAGs) in one or two goals, standalone tasks, and random claims,
-// reports, verifications, reviews, approvals, waits, signals, timers and
-// cancellations, with attempt numbers and command ids that are often stale or
-// reused, on a clock that moves forward at random — and checks the lifecycle's
-// invariants after every step. More sequences: -rapid.checks=N; longer ones:
+// reports, verifications, reviews, approvals (some sent by an authenticated
+// identity), waits, signals, timers and cancellations, approvers revoked and
+// registered again with keys that expire, members added and removed and
+// queues configured, with attempt numbers and command ids that are often
+// stale or reused, on a clock that moves forward at random — and checks the
+// lifecycle's invariants after every step. More sequences: -rapid.checks=N; longer ones:
 // -domain.steps=N.
 func TestLifecycleProperties(t *testing.T) {
 	rapid.Check(t, func(rt *rapid.T) {
@@ -44,13 +46,15 @@ func TestLifecycleProperties(t *testing.T) {
 			"cancel":      m.cancelTask,
 			"cancel goal": m.cancelGoal,
 			"clock":       m.tick,
+			"keys":        m.keys,
+			"member":      m.member,
 		}
 		// Progress needs claims and reports more often than the rest.
 		weighted := []string{"goal", "plan", "revise", "standalone",
 			"claim", "claim", "claim", "claim", "claim", "succeed", "succeed", "succeed", "succeed",
 			"fail", "fail", "checkpoint", "verify", "verify", "verify", "review", "review",
 			"approve", "approve", "wait", "signal", "signal", "timer", "timer", "timer",
-			"cancel", "cancel goal", "clock", "clock"}
+			"cancel", "cancel goal", "clock", "clock", "keys", "member"}
 		m.check()
 		for range *propertySteps {
 			actions[rapid.SampledFrom(weighted).Draw(rt, "action")]()
@@ -239,6 +243,9 @@ func describe(out *Outcome) string {
 
 func (m *model) hasCommand(typ, id, cmdID string) bool {
 	switch typ {
+	case AggWorkspace:
+		w, _ := m.w.o.Workspace(id)
+		return w != nil && w.HasCommand(cmdID)
 	case AggGoal:
 		g, _ := m.w.o.Goal(id)
 		return g != nil && g.HasCommand(cmdID)
@@ -489,6 +496,13 @@ func (m *model) approve() {
 	if rapid.IntRange(0, 5).Draw(m.t, "forge") == 0 {
 		c.Signature = SignDecision(keyOf("mallory"), a.ID, c.Response, a.ActionDigest)
 	}
+	if rapid.IntRange(0, 3).Draw(m.t, "authenticated") == 0 {
+		m.w.actor, m.w.authn = rapid.SampledFrom([]string{"alice", "alice", "bob"}).Draw(m.t, "actor"), true
+		defer func() { m.w.actor, m.w.authn = "tester", false }()
+	}
+	actor, authn := m.w.actor, m.w.authn
+	alice := m.w.workspace().Approver("alice")
+	active := alice != nil && alice.Active(m.w.now)
 	before := a.State
 	out, err := m.exec(c, AggTask, id)
 	if err != nil || out.Refusal != nil {
@@ -498,6 +512,63 @@ func (m *model) approve() {
 	if len(out.Changes) > 0 {
 		require.Equal(m.t, "alice", c.Approver, "only alice (role owner, her own key) can decide")
 		require.Equal(m.t, ApprovalStatePending, before, "only a pending approval is decided")
+		require.True(m.t, active, "alice decided while revoked or with her key expired: %+v", alice)
+		require.True(m.t, !authn || actor == "alice", "%s, authenticated, decided as alice", actor)
+	}
+}
+
+// keys revokes an approver, or registers one again (its own key), now and
+// then with a key that expires within seconds.
+func (m *model) keys() {
+	who := rapid.SampledFrom([]string{"alice", "alice", "bob"}).Draw(m.t, "approver")
+	if rapid.IntRange(0, 2).Draw(m.t, "revoke") == 0 {
+		_, _ = m.exec(&RevokeApprover{Name: who}, AggWorkspace, m.w.ws)
+		return
+	}
+	c := &RegisterApprover{Name: who, Role: map[string]string{"alice": "owner", "bob": "intern"}[who], PublicKey: pubOf(keyOf(who))}
+	if rapid.Bool().Draw(m.t, "expires") {
+		at := m.w.now.Add(time.Duration(rapid.IntRange(0, 20).Draw(m.t, "expires in s")) * time.Second)
+		c.ExpiresAt = &at
+	}
+	_, _ = m.exec(c, AggWorkspace, m.w.ws)
+}
+
+// member adds or removes a member, or configures a queue, from small pools
+// of names, keys and settings (some out of bounds), so that names, keys and
+// queues collide.
+func (m *model) member() {
+	name := rapid.SampledFrom([]string{"m1", "m2", "m3"}).Draw(m.t, "member")
+	switch rapid.IntRange(0, 3).Draw(m.t, "member command") {
+	case 0:
+		_, _ = m.exec(&RemoveMember{Name: name}, AggWorkspace, m.w.ws)
+	case 1:
+		c := &ConfigureQueue{Queue: rapid.SampledFrom([]string{"work", "verify"}).Draw(m.t, "queue"),
+			LeaseMS:    rapid.SampledFrom([]int64{999, MinLeaseMS, 30_000, MaxLeaseMS, MaxLeaseMS + 1}).Draw(m.t, "lease"),
+			MaxDeliver: rapid.SampledFrom([]int{0, 1, 5, MaxMaxDeliver, MaxMaxDeliver + 1}).Draw(m.t, "max deliver"),
+			IfUnset:    rapid.Bool().Draw(m.t, "if unset")}
+		was := m.w.workspace().Queue(c.Queue)
+		out, err := m.exec(c, AggWorkspace, m.w.ws)
+		if err != nil || (out.Reply.Duplicate && out.Reply.Queue == "") { // refused, or a command id another command used
+			return
+		}
+		q := m.w.workspace().Queue(c.Queue)
+		require.NotNil(m.t, q)
+		require.Equal(m.t, Reply{ID: m.w.ws, Version: m.w.workspace().Version, Queue: q.Name, LeaseMS: q.LeaseMS,
+			MaxDeliver: q.MaxDeliver, Duplicate: out.Reply.Duplicate}, out.Reply, "the reply carries the settings in effect")
+		if was != nil && (c.IfUnset || out.Reply.Duplicate) {
+			require.Equal(m.t, *was, *q, "settings kept")
+		}
+	default:
+		role := rapid.SampledFrom(Roles).Draw(m.t, "role")
+		c := &AddMember{Name: name, Role: role, PublicKey: userKey(rapid.SampledFrom([]string{"k1", "k2", "k3", "k4"}).Draw(m.t, "key"))}
+		if role == RoleExecutor || rapid.IntRange(0, 5).Draw(m.t, "queues anyway") == 0 {
+			c.Queues = rapid.SampledFrom([][]string{nil, {"work"}, {"verify", "work"}, {"work", "verify"}}).Draw(m.t, "queues")
+		}
+		if out, err := m.exec(c, AggWorkspace, m.w.ws); err == nil && len(out.Changes) > 0 {
+			got := m.w.workspace().Member(name)
+			require.NotNil(m.t, got)
+			require.Equal(m.t, Member{Name: c.Name, Role: c.Role, PublicKey: c.PublicKey, Queues: c.Queues, AddedAt: m.w.now}, *got)
+		}
 	}
 }
 
@@ -572,6 +643,7 @@ func (m *model) tick() {
 func (m *model) check() {
 	m.t.Helper()
 	m.checkHistory()
+	m.checkWorkspace(m.w.workspace())
 	for _, id := range m.w.aggregates(AggTask) {
 		m.checkTask(m.w.task(id))
 	}
@@ -742,6 +814,38 @@ func (m *model) checkAccepted(t *Task) {
 		return
 	}
 	require.True(m.t, pass, "task %s accepted without a PASS", t.ID)
+}
+
+// checkWorkspace checks the members, queues and approvers of a workspace:
+// a name once, a key naming one member, queues for executors only, settings
+// within bounds.
+func (m *model) checkWorkspace(w *Workspace) {
+	m.t.Helper()
+	names, keys := map[string]bool{}, map[string]bool{}
+	for _, mb := range w.Members {
+		require.False(m.t, names[mb.Name], "member %s twice", mb.Name)
+		require.False(m.t, keys[mb.PublicKey], "key %s names two members", mb.PublicKey)
+		names[mb.Name], keys[mb.PublicKey] = true, true
+		require.True(m.t, ValidRole(mb.Role))
+		require.True(m.t, ValidUserKey(mb.PublicKey))
+		if mb.Role == RoleExecutor {
+			require.NotEmpty(m.t, mb.Queues, "executor %s without queues", mb.Name)
+		} else {
+			require.Empty(m.t, mb.Queues, "%s %s with queues", mb.Role, mb.Name)
+		}
+	}
+	queues := map[string]bool{}
+	for _, q := range w.Queues {
+		require.False(m.t, queues[q.Name], "queue %s twice", q.Name)
+		queues[q.Name] = true
+		require.True(m.t, q.LeaseMS >= MinLeaseMS && q.LeaseMS <= MaxLeaseMS, "lease %d", q.LeaseMS)
+		require.True(m.t, q.MaxDeliver >= MinMaxDeliver && q.MaxDeliver <= MaxMaxDeliver, "max deliver %d", q.MaxDeliver)
+	}
+	approvers := map[string]bool{}
+	for _, a := range w.Approvers {
+		require.False(m.t, approvers[a.Name], "approver %s twice", a.Name)
+		approvers[a.Name] = true
+	}
 }
 
 func (m *model) checkGoal(g *Goal) {

@@ -17,6 +17,8 @@ type Workspace struct {
 	Approvers   []Approver `json:"approvers,omitempty"`
 	// Members are the identities with a role in the workspace.
 	Members []Member `json:"members,omitempty"`
+	// Queues are the queues whose lease and deliveries were configured.
+	Queues []QueueConfig `json:"queues,omitempty"`
 }
 
 // Goal is the state of a goal aggregate, its plan included.
@@ -162,6 +164,14 @@ func (w *Workspace) Clone() *Workspace {
 	c := *w
 	c.Commands = slices.Clone(w.Commands)
 	c.Approvers = slices.Clone(w.Approvers)
+	if w.Members != nil {
+		c.Members = make([]Member, len(w.Members))
+		for i, m := range w.Members {
+			m.Queues = slices.Clone(m.Queues)
+			c.Members[i] = m
+		}
+	}
+	c.Queues = slices.Clone(w.Queues)
 	return &c
 }
 
@@ -206,10 +216,43 @@ func ApplyWorkspace(w *Workspace, id string, e Event, r Recorded) (*Workspace, e
 	switch ev := e.(type) {
 	case *ApproverRegistered:
 		a := Approver{Name: ev.Name, Role: ev.Role, PublicKey: ev.PublicKey, KeyID: ev.KeyID, RegisteredAt: r.Time}
+		if ev.ExpiresAt != nil {
+			at := *ev.ExpiresAt
+			a.ExpiresAt = &at
+		}
 		if i := slices.IndexFunc(w.Approvers, func(x Approver) bool { return x.Name == ev.Name }); i >= 0 {
 			w.Approvers[i] = a
 		} else {
 			w.Approvers = append(w.Approvers, a)
+		}
+	case *ApproverRevoked:
+		a := w.Approver(ev.Name)
+		if a == nil {
+			return nil, fmt.Errorf("domain: workspace %s: approver %q revoked but never registered", id, ev.Name)
+		}
+		at := r.Time
+		a.RevokedAt = &at
+	case *MemberAdded:
+		m := Member{Name: ev.Name, Role: ev.Role, PublicKey: ev.PublicKey, Queues: slices.Clone(ev.Queues), AddedAt: r.Time}
+		if i := slices.IndexFunc(w.Members, func(x Member) bool { return x.Name == ev.Name }); i >= 0 {
+			w.Members[i] = m
+		} else {
+			w.Members = append(w.Members, m)
+		}
+	case *MemberRemoved:
+		if w.Member(ev.Name) == nil {
+			return nil, fmt.Errorf("domain: workspace %s: member %q removed but never added", id, ev.Name)
+		}
+		w.Members = slices.DeleteFunc(w.Members, func(x Member) bool { return x.Name == ev.Name })
+		if len(w.Members) == 0 {
+			w.Members = nil
+		}
+	case *QueueConfigured:
+		q := QueueConfig{Name: ev.Queue, LeaseMS: ev.LeaseMS, MaxDeliver: ev.MaxDeliver}
+		if i := slices.IndexFunc(w.Queues, func(x QueueConfig) bool { return x.Name == ev.Queue }); i >= 0 {
+			w.Queues[i] = q
+		} else {
+			w.Queues = append(w.Queues, q)
 		}
 	default:
 		return nil, fmt.Errorf("domain: workspace cannot apply %s", e.EventType())

@@ -30,7 +30,7 @@ type Query struct {
 
 // QueryNames lists the query endpoints (the last tokens of dwr.q.<ws>.<query>).
 var QueryNames = []string{"workspace.list", "goal.get", "goal.list", "task.get", "task.list", "events", "command.get",
-	"approval.list", "approval.get", "approver.list"}
+	"approval.list", "approval.get", "approver.list", "member.list", "queue.list"}
 
 func (s *Service) startQueries() (micro.Service, error) {
 	svc, err := micro.AddService(s.nc, micro.Config{Name: "dwr-query", Version: s.cfg.Version,
@@ -137,14 +137,25 @@ func (s *Service) query(name, ws string, q Query) (any, error) {
 		}
 		return a, err
 	case "approver.list":
-		w, err := s.store.Workspace(ws)
+		w, err := s.workspace(ws)
 		if err != nil {
 			return nil, err
 		}
-		if w == nil {
-			return nil, &WireError{Code: string(domain.CodeNotFound), Message: fmt.Sprintf("workspace %q not found", ws)}
-		}
 		return nonNil(w.Approvers, nil)
+	case "member.list":
+		// A member's public key is public: it is what NATS authenticates,
+		// never a secret.
+		w, err := s.workspace(ws)
+		if err != nil {
+			return nil, err
+		}
+		return nonNil(w.Members, nil)
+	case "queue.list":
+		w, err := s.workspace(ws)
+		if err != nil {
+			return nil, err
+		}
+		return nonNil(w.Queues, nil)
 	case "command.get":
 		o, ok, err := s.store.Command(ws, q.ID)
 		if err == nil && !ok {
@@ -153,6 +164,18 @@ func (s *Service) query(name, ws string, q Query) (any, error) {
 		return o, err
 	}
 	return nil, &WireError{Code: string(domain.CodeNotFound), Message: "unknown query " + name}
+}
+
+// workspace returns workspace ws from the views, or not_found.
+func (s *Service) workspace(ws string) (*domain.Workspace, error) {
+	w, err := s.store.Workspace(ws)
+	if err != nil {
+		return nil, err
+	}
+	if w == nil {
+		return nil, &WireError{Code: string(domain.CodeNotFound), Message: fmt.Sprintf("workspace %q not found", ws)}
+	}
+	return w, nil
 }
 
 func nonNil[T any](v []T, err error) ([]T, error) {

@@ -34,12 +34,14 @@ type contract struct {
 	cmds   map[string]bool
 	events map[string]bool
 	keys   map[string]ed25519.PrivateKey // approver -> private key
+	actor  string                        // who sends the commands
+	authn  bool                          // whether NATS authenticated the actor
 }
 
 func newContract(t *testing.T) *contract {
 	return &contract{t: t, w: domain.NewOverlay(domain.Empty{}), now: time.Date(2025, 6, 2, 9, 0, 0, 0, time.UTC),
 		ws: "acme", hashes: map[string]string{}, cmds: map[string]bool{}, events: map[string]bool{},
-		keys: map[string]ed25519.PrivateKey{}}
+		keys: map[string]ed25519.PrivateKey{}, actor: "user:maria@acme.example"}
 }
 
 // execute sends command name with body as a client would: it checks the
@@ -57,7 +59,7 @@ func (c *contract) execute(name string, body map[string]any) *domain.Outcome {
 	require.NoError(t, decodeStrict(b, cmd))
 	c.n++
 	m := domain.Meta{CommandID: domain.DeriveID(c.now, fmt.Sprint("cmd", c.n)), Workspace: c.ws,
-		Actor: "user:maria@acme.example", CorrelationID: "corr-1", Now: c.now}
+		Actor: c.actor, Authenticated: c.authn, CorrelationID: "corr-1", Now: c.now}
 	out, err := domain.Execute(c.w, cmd, m)
 	require.NoError(t, err, "%s %s", name, b)
 	for i, ch := range out.Changes {
@@ -103,14 +105,28 @@ func (c *contract) refused(name string, body map[string]any, code domain.Code, r
 
 // register registers approver name with role and a key made from a fixed
 // seed, so that every run signs the same.
-func (c *contract) register(name, role string) {
+func (c *contract) register(name, role string) { c.registerUntil(name, role, time.Time{}) }
+
+// registerUntil registers approver name with role and a key that expires at
+// expiry (never, when it is zero).
+func (c *contract) registerUntil(name, role string, expiry time.Time) {
 	seed := sha256.Sum256([]byte("contract approver " + name))
 	key := ed25519.NewKeyFromSeed(seed[:])
 	c.keys[name] = key
-	r := c.do("approver.register", map[string]any{"name": name, "role": role,
-		"public_key": base64.StdEncoding.EncodeToString(key.Public().(ed25519.PublicKey))})
+	body := map[string]any{"name": name, "role": role,
+		"public_key": base64.StdEncoding.EncodeToString(key.Public().(ed25519.PublicKey))}
+	if !expiry.IsZero() {
+		body["expires_at"] = expiry.Format(time.RFC3339)
+	}
+	r := c.do("approver.register", body)
 	require.Equal(c.t, c.ws, r.ID)
 }
+
+// NATS user keys made by nkeys.CreateUser.
+const (
+	userKey1 = "UA7MKXBLY6WJ5644NDJL7IFP4GV56SLO2464EHTM3LXWGVVLUA5ASOHH"
+	userKey2 = "UAFX6JXN64DJ77OVSWCEW4QPAYNB6MQXY747VU67A2D5SZONOHUY4TJK"
+)
 
 // pending returns the approval task id waits on.
 func (c *contract) pending(id string) *domain.Approval {
@@ -175,6 +191,18 @@ func TestContractOfTheDomain(t *testing.T) {
 	c.register("omar", "finance")
 	c.register("lena", "legal")
 
+	// Members, and the settings of a queue: set, then asked for if unset,
+	// which answers the settings in effect.
+	c.do("member.add", map[string]any{"name": "ops", "role": "admin", "public_key": userKey1})
+	c.do("member.add", map[string]any{"name": "researcher-1", "role": "executor", "public_key": userKey2,
+		"queues": []string{"research", "fact-check"}})
+	r := c.do("queue.configure", map[string]any{"queue": "research", "lease_ms": 300000, "max_deliver": 5})
+	require.Equal(t, "research", r.Queue)
+	r = c.do("queue.configure", map[string]any{"queue": "research", "lease_ms": 60000, "max_deliver": 3, "if_unset": true})
+	require.Equal(t, int64(300000), r.LeaseMS)
+	require.Equal(t, 5, r.MaxDeliver)
+	require.True(t, r.Duplicate)
+
 	// A goal that is achieved, through failures, a lost lease, a review, an
 	// approval gate, an attempt's approval that is escalated, and a signal.
 	goal := domain.DeriveID(c.now, "goal-1")
@@ -192,7 +220,7 @@ func TestContractOfTheDomain(t *testing.T) {
 	}}))
 	collect, draft, publish := plan["collect"], plan["draft"], plan["publish"]
 
-	r := c.do("task.claim", map[string]any{"task_id": collect, "executor": "researcher-1", "executor_version": "1.0.0"})
+	r = c.do("task.claim", map[string]any{"task_id": collect, "executor": "researcher-1", "executor_version": "1.0.0"})
 	require.NotNil(t, r.Task)
 	c.do("task.checkpoint", map[string]any{"task_id": collect, "attempt": 1, "checkpoint": map[string]any{"page": 3}})
 	c.do("task.succeed", map[string]any{"task_id": collect, "attempt": 1, "result": map[string]any{"rows": 120},
@@ -291,6 +319,28 @@ func TestContractOfTheDomain(t *testing.T) {
 		"due": lapsed.ExpiresAt.Format(time.RFC3339Nano)})
 	require.Equal(t, domain.StateFailed, r.State)
 	c.refused("approval.decide", c.decision(expiring, lapsed.ID, "omar", "approve", ""), domain.CodeConflict, domain.RefusedExpired)
+
+	// Decisions refused for who sent them: a revoked approver, a key that
+	// expired, an authenticated identity naming another approver. Then the
+	// approver decides as itself, and leaves.
+	c.register("ivan", "finance")
+	c.do("approver.revoke", map[string]any{"name": "ivan"})
+	expiry := c.now.Add(time.Hour)
+	c.registerUntil("kim", "finance", expiry)
+	held := domain.DeriveID(c.now, "task-6")
+	c.do("task.create", map[string]any{"task_id": held, "spec": map[string]any{"queue": "billing",
+		"approval": map[string]any{"role": "finance"}}})
+	heldID := c.pending(held).ID
+	c.refused("approval.decide", c.decision(held, heldID, "ivan", "approve", ""), domain.CodeForbidden, domain.RefusedRevoked)
+	c.now = expiry
+	c.refused("approval.decide", c.decision(held, heldID, "kim", "approve", ""), domain.CodeForbidden, domain.RefusedKeyExpired)
+	c.actor, c.authn = "maria", true
+	c.refused("approval.decide", c.decision(held, heldID, "omar", "approve", ""), domain.CodeForbidden, domain.RefusedNotApprover)
+	c.actor = "omar"
+	r = c.do("approval.decide", c.decision(held, heldID, "omar", "approve", ""))
+	require.Equal(t, domain.StateReady, r.State)
+	c.actor, c.authn = "user:maria@acme.example", false
+	c.do("member.remove", map[string]any{"name": "researcher-1"})
 
 	late := domain.DeriveID(c.now, "task-5")
 	deadline := c.now.Add(30 * time.Minute)

@@ -30,6 +30,7 @@ var patternText = map[string]string{
 	`^[0-9a-f]{16}$`:                                "must be a key id: 16 lower-case hex digits",
 	`^[A-Za-z0-9+/]{42}[AEIMQUYcgkosw048]=$`:        "must be the standard base64, with padding, of a 32-byte Ed25519 public key (44 characters)",
 	`^[A-Za-z0-9+/]{85}[AQgw]==$`:                   "must be the standard base64, with padding, of a 64-byte Ed25519 signature (88 characters)",
+	`^U[A-D][A-Z2-7]{54}$`:                          `must be a NATS user's public nkey: "U" and 55 more characters of base32 (A-Z, 2-7), such as UA5WUJ54Z23KILLCUOUNAKTPBVZWKMQVO4O6EQ5GHLAERIMLLHNCTYM5`,
 }
 
 const timeText = "must be an RFC 3339 time such as 2025-06-01T12:00:00Z or 2025-06-01T14:00:00.5+02:00"

@@ -387,6 +387,8 @@ func TestDefsMatchTypes(t *testing.T) {
 		"Approver":     reflect.TypeFor[domain.Approver](),
 		"Approval":     reflect.TypeFor[domain.Approval](),
 		"ApprovalSpec": reflect.TypeFor[domain.ApprovalSpec](),
+		"Member":       reflect.TypeFor[domain.Member](),
+		"QueueConfig":  reflect.TypeFor[domain.QueueConfig](),
 	} {
 		s.check("common.json#/$defs/"+name, typ, doc{schemas.PathCommon, defs[name].(map[string]any)})
 	}
@@ -565,7 +567,8 @@ func TestApprovalEnumsMatchDomain(t *testing.T) {
 	require.Equal(t, domain.Responses, enum(common["Response"]))
 	require.Equal(t, domain.Branches, enum(common["Branch"]))
 	require.Equal(t, []string{domain.RefusedUnknownApprover, domain.RefusedUnauthorized, domain.RefusedBadSignature, domain.RefusedReplayed,
-		domain.RefusedActionMismatch, domain.RefusedExpired, domain.RefusedAlreadyDecided, domain.RefusedNotPermitted}, enum(common["RefusalReason"]))
+		domain.RefusedActionMismatch, domain.RefusedExpired, domain.RefusedAlreadyDecided, domain.RefusedNotPermitted,
+		domain.RefusedRevoked, domain.RefusedKeyExpired, domain.RefusedNotApprover}, enum(common["RefusalReason"]))
 	approval := common["Approval"].(map[string]any)["properties"].(map[string]any)
 	require.Equal(t, []string{domain.ApprovalStatePending, domain.ApprovalStateDecided, domain.ApprovalStateExpired, domain.ApprovalStateWithdrawn},
 		enum(approval["state"]))
@@ -585,4 +588,57 @@ func TestApprovalEnumsMatchDomain(t *testing.T) {
 	require.Contains(t, ref(cmd("approval.decide")["comment"]), "Reason", "comment: at most MaxReason")
 	require.Equal(t, []string{domain.TimerBackoff, domain.TimerAttempt, domain.TimerWait, domain.TimerGoal, domain.TimerTask, domain.TimerApproval},
 		enum(cmd("timer.fire")["kind"]))
+}
+
+// TestMemberAndQueueSchemasMatchDomain ties the member and queue schemas to
+// domain/roles.go, domain/members.go and domain/queues.go: the roles, the
+// bounds, and the NATS user key, which the schema checks by shape and the
+// domain by shape and checksum.
+func TestMemberAndQueueSchemasMatchDomain(t *testing.T) {
+	s := newShapes(t)
+	common := s.docs[schemas.PathCommon].(map[string]any)["$defs"].(map[string]any)
+	num := func(v any, key string) int64 { return int64(v.(map[string]any)[key].(float64)) }
+
+	var roles []domain.Role
+	for _, r := range common["Role"].(map[string]any)["enum"].([]any) {
+		roles = append(roles, domain.Role(r.(string)))
+	}
+	require.Equal(t, domain.Roles, roles)
+	require.Equal(t, int64(domain.MaxMemberQueues), num(common["MemberQueues"], "maxItems"))
+	require.Equal(t, int64(domain.MinLeaseMS), num(common["LeaseMS"], "minimum"))
+	require.Equal(t, int64(domain.MaxLeaseMS), num(common["LeaseMS"], "maximum"))
+	require.Equal(t, int64(domain.MinMaxDeliver), num(common["MaxDeliver"], "minimum"))
+	require.Equal(t, int64(domain.MaxMaxDeliver), num(common["MaxDeliver"], "maximum"))
+
+	add := func(key string) error {
+		b, err := json.Marshal(map[string]any{"name": "ops", "role": "admin", "public_key": key})
+		require.NoError(t, err)
+		return schemas.ValidateCommand("member.add", b)
+	}
+	for _, k := range []string{userKey1, userKey2, nkeysUser} {
+		require.True(t, domain.ValidUserKey(k), k)
+		require.NoError(t, add(k), k)
+	}
+	// Every one-character change of a key: what the domain takes, the schema
+	// takes; what the schema refuses, the domain refuses.
+	const alphabet = "ABCDEFGHIJKLMNOPQRSTUVWXYZ234567a0189=+/ "
+	taken := 0
+	for i := range len(userKey1) {
+		for _, c := range alphabet {
+			k := userKey1[:i] + string(c) + userKey1[i+1:]
+			err := add(k)
+			if domain.ValidUserKey(k) {
+				taken++
+				require.NoError(t, err, "the domain takes %s, the schema does not", k)
+			}
+			if err != nil {
+				require.False(t, domain.ValidUserKey(k), k)
+			}
+		}
+	}
+	require.Equal(t, len(userKey1), taken, "a checksum catches every one-character change (only the key itself is taken)")
+	for _, bad := range []string{"", userKey1[:55], userKey1 + "A", strings.ToLower(userKey1), "A" + userKey1[1:], "S" + userKey1[1:], testKey} {
+		require.Error(t, add(bad), bad)
+		require.False(t, domain.ValidUserKey(bad), bad)
+	}
 }

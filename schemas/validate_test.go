@@ -3,6 +3,7 @@ package schemas_test
 import (
 	"encoding/json"
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 
@@ -323,4 +324,88 @@ func TestValidateApprovalSettings(t *testing.T) {
 	require.NoError(t, schemas.ValidateEvent("task.approval_requested", []byte(requested+`}`)))
 	e = requireError(t, schemas.ValidateEvent("task.approval_requested", []byte(requested+`,"refusals":[]}`)), schemas.CodeInvalid)
 	require.Equal(t, map[string]string{"/refusals": "is not allowed here"}, fieldMap(e))
+}
+
+// nkeysUser is a NATS user's public key made by nkeys.CreateUser.
+const nkeysUser = "UDYAX3UDQZWCSL2WQ66QSQOI2XO3ZEN3VHDFI6FUE7JT3D73CCFW7NNJ"
+
+func TestValidateMembers(t *testing.T) {
+	add := func(fields string) []byte {
+		return []byte(`{"name":"runner","public_key":"` + nkeysUser + `",` + fields + `}`)
+	}
+	for _, ok := range []string{`"role":"admin"`, `"role":"client"`, `"role":"approver"`, `"role":"viewer"`,
+		`"role":"executor","queues":["build"]`, `"role":"executor","queues":["build","test-2"]`} {
+		require.NoError(t, schemas.ValidateCommand("member.add", add(ok)), ok)
+	}
+	many := make([]string, 101)
+	for i := range many {
+		many[i] = fmt.Sprintf("q%d", i)
+	}
+	manyJSON, err := json.Marshal(many)
+	require.NoError(t, err)
+	cases := map[string]map[string]string{
+		`"role":"owner"`:                                 {"/role": `must be one of "admin", "client", "executor", "approver", "viewer" (got "owner")`},
+		`"role":"executor"`:                              {"/queues": "is required"},
+		`"role":"executor","queues":[]`:                  {"/queues": "must have at least one entry"},
+		`"role":"viewer","queues":["build"]`:             {"/queues": "is not allowed here"},
+		`"role":"admin","queues":[]`:                     {"/queues": "is not allowed here"},
+		`"role":"executor","queues":["a","a"]`:           {"/queues": "lists the same value twice (entries 0 and 1)"},
+		`"role":"executor","queues":["Build"]`:           {"/queues/0": `must be a name of 1-63 lower-case letters, digits, '_' or '-', starting with a letter or digit (got "Build")`},
+		`"role":"executor","queues":` + string(manyJSON): {"/queues": "has 101 entries; at most 100 are allowed"},
+	}
+	for fields, want := range cases {
+		e := requireError(t, schemas.ValidateCommand("member.add", add(fields)), schemas.CodeInvalid)
+		require.Equal(t, want, fieldMap(e), fields)
+	}
+	e := requireError(t, schemas.ValidateCommand("member.add", []byte(`{"name":"runner","role":"admin","public_key":"`+strings.ToLower(nkeysUser)+`"}`)), schemas.CodeInvalid)
+	require.Contains(t, fieldMap(e)["/public_key"], "must be a NATS user's public nkey")
+	e = requireError(t, schemas.ValidateCommand("member.add", []byte(`{"name":"Runner","role":"admin"}`)), schemas.CodeInvalid)
+	require.Equal(t, []string{"/name", "/public_key"}, sortedKeys(fieldMap(e)))
+	require.NoError(t, schemas.ValidateCommand("member.remove", []byte(`{"name":"runner"}`)))
+	requireCode(t, schemas.ValidateCommand("member.remove", []byte(`{}`)), schemas.CodeInvalid)
+}
+
+func TestValidateQueueSettings(t *testing.T) {
+	configure := func(lease, deliver string) []byte {
+		return []byte(`{"queue":"build","lease_ms":` + lease + `,"max_deliver":` + deliver + `}`)
+	}
+	for _, ok := range [][2]string{{"1000", "1"}, {"86400000", "1000"}, {"30000", "5"}} {
+		require.NoError(t, schemas.ValidateCommand("queue.configure", configure(ok[0], ok[1])), ok)
+	}
+	require.NoError(t, schemas.ValidateCommand("queue.configure", []byte(`{"queue":"build","lease_ms":30000,"max_deliver":5,"if_unset":true}`)))
+	cases := map[[2]string]map[string]string{
+		{"999", "5"}:      {"/lease_ms": "must be at least 1000 (got 999)"},
+		{"86400001", "5"}: {"/lease_ms": "must be at most 86400000 (got 86400001)"},
+		{"1500.5", "5"}:   {"/lease_ms": "must be an integer, not a number with a fraction"},
+		{"30000", "0"}:    {"/max_deliver": "must be at least 1 (got 0)"},
+		{"30000", "1001"}: {"/max_deliver": "must be at most 1000 (got 1001)"},
+		{`"30s"`, "5"}:    {"/lease_ms": "must be an integer, not a string"},
+	}
+	for c, want := range cases {
+		e := requireError(t, schemas.ValidateCommand("queue.configure", configure(c[0], c[1])), schemas.CodeInvalid)
+		require.Equal(t, want, fieldMap(e), c)
+	}
+	e := requireError(t, schemas.ValidateCommand("queue.configure", []byte(`{"queue":"build"}`)), schemas.CodeInvalid)
+	require.Equal(t, map[string]string{"/lease_ms": "is required", "/max_deliver": "is required"}, fieldMap(e))
+}
+
+func TestValidateApproverExpiry(t *testing.T) {
+	register := func(expiry string) []byte {
+		return []byte(`{"name":"maria","role":"editor","public_key":"VU6Cbm8vZboUwILz9USUel4y3e+Z2bA8xTd9VGdbM9A=","expires_at":` + expiry + `}`)
+	}
+	require.NoError(t, schemas.ValidateCommand("approver.register", register(`"2026-06-01T00:00:00Z"`)))
+	requireCode(t, schemas.ValidateCommand("approver.register", register(`"tomorrow"`)), schemas.CodeInvalid)
+	requireCode(t, schemas.ValidateCommand("approver.register", register(`86400`)), schemas.CodeInvalid)
+	require.NoError(t, schemas.ValidateCommand("approver.revoke", []byte(`{"name":"maria"}`)))
+	e := requireError(t, schemas.ValidateCommand("approver.revoke", []byte(`{"name":"maria","role":"editor"}`)), schemas.CodeInvalid)
+	require.Contains(t, fieldMap(e), "/role")
+}
+
+func sortedKeys(m map[string]string) []string {
+	out := make([]string, 0, len(m))
+	for k := range m {
+		out = append(out, k)
+	}
+	slices.Sort(out)
+	return out
 }

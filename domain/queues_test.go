@@ -1,0 +1,86 @@
+package domain
+
+import (
+	"testing"
+
+	"github.com/stretchr/testify/require"
+)
+
+func TestConfigureQueue(t *testing.T) {
+	w := setup(t)
+	require.Nil(t, w.workspace().Queue("build"))
+
+	out := w.must(&ConfigureQueue{Queue: "build", LeaseMS: 30_000, MaxDeliver: 5})
+	require.Equal(t, []string{"workspace.queue_configured"}, events(out, w.ws))
+	require.Equal(t, &QueueConfigured{Queue: "build", LeaseMS: 30_000, MaxDeliver: 5}, out.Changes[0].Event)
+	require.Equal(t, Reply{ID: w.ws, Version: 2, Queue: "build", LeaseMS: 30_000, MaxDeliver: 5}, out.Reply)
+	require.Equal(t, &QueueConfig{Name: "build", LeaseMS: 30_000, MaxDeliver: 5}, w.workspace().Queue("build"))
+
+	// The same settings again change nothing, and answer them.
+	out = w.must(&ConfigureQueue{Queue: "build", LeaseMS: 30_000, MaxDeliver: 5})
+	require.Empty(t, out.Changes)
+	require.Equal(t, Reply{ID: w.ws, Version: 2, Queue: "build", LeaseMS: 30_000, MaxDeliver: 5, Duplicate: true}, out.Reply)
+
+	// Other settings replace them.
+	out = w.must(&ConfigureQueue{Queue: "build", LeaseMS: 60_000, MaxDeliver: 5})
+	require.Equal(t, []string{"workspace.queue_configured"}, events(out, w.ws))
+	require.Equal(t, Reply{ID: w.ws, Version: 3, Queue: "build", LeaseMS: 60_000, MaxDeliver: 5}, out.Reply)
+	w.must(&ConfigureQueue{Queue: "test", LeaseMS: 1_000, MaxDeliver: 1})
+	ws := w.workspace()
+	require.Equal(t, []QueueConfig{{Name: "build", LeaseMS: 60_000, MaxDeliver: 5}, {Name: "test", LeaseMS: 1_000, MaxDeliver: 1}}, ws.Queues)
+	w.requireReplays()
+	w.requireReplaysFromWire()
+}
+
+// With if_unset, a queue already configured keeps its settings, and the
+// reply says what they are; a queue not yet configured takes the ones given.
+func TestConfigureQueueIfUnset(t *testing.T) {
+	w := setup(t)
+	out := w.must(&ConfigureQueue{Queue: "build", LeaseMS: 30_000, MaxDeliver: 5, IfUnset: true})
+	require.Len(t, out.Changes, 1, "an unset queue is configured")
+	require.Equal(t, int64(30_000), out.Reply.LeaseMS)
+
+	out = w.must(&ConfigureQueue{Queue: "build", LeaseMS: 90_000, MaxDeliver: 7, IfUnset: true})
+	require.Empty(t, out.Changes, "the queue is set: nothing changes")
+	require.Equal(t, Reply{ID: w.ws, Version: 2, Queue: "build", LeaseMS: 30_000, MaxDeliver: 5, Duplicate: true}, out.Reply,
+		"the reply carries the settings in effect, not the ones asked for")
+	require.Equal(t, &QueueConfig{Name: "build", LeaseMS: 30_000, MaxDeliver: 5}, w.workspace().Queue("build"))
+
+	// A retry under the same command id answers the settings in effect too.
+	id := w.nextCommandID()
+	_, err := w.runID(id, &ConfigureQueue{Queue: "deploy", LeaseMS: 5_000, MaxDeliver: 2})
+	require.NoError(t, err)
+	out = w.duplicate(id, &ConfigureQueue{Queue: "deploy", LeaseMS: 5_000, MaxDeliver: 2})
+	require.Equal(t, "deploy", out.Reply.Queue)
+	require.Equal(t, int64(5_000), out.Reply.LeaseMS)
+	require.Equal(t, 2, out.Reply.MaxDeliver)
+	w.requireReplays()
+}
+
+func TestConfigureQueueBounds(t *testing.T) {
+	w := setup(t)
+	for _, tc := range []struct {
+		cmd   ConfigureQueue
+		field string
+	}{
+		{ConfigureQueue{Queue: "", LeaseMS: 30_000, MaxDeliver: 5}, "/queue"},
+		{ConfigureQueue{Queue: "Build", LeaseMS: 30_000, MaxDeliver: 5}, "/queue"},
+		{ConfigureQueue{Queue: "a.b", LeaseMS: 30_000, MaxDeliver: 5}, "/queue"},
+		{ConfigureQueue{Queue: "build", LeaseMS: 0, MaxDeliver: 5}, "/lease_ms"},
+		{ConfigureQueue{Queue: "build", LeaseMS: 999, MaxDeliver: 5}, "/lease_ms"},
+		{ConfigureQueue{Queue: "build", LeaseMS: -30_000, MaxDeliver: 5}, "/lease_ms"},
+		{ConfigureQueue{Queue: "build", LeaseMS: MaxLeaseMS + 1, MaxDeliver: 5}, "/lease_ms"},
+		{ConfigureQueue{Queue: "build", LeaseMS: 30_000, MaxDeliver: 0}, "/max_deliver"},
+		{ConfigureQueue{Queue: "build", LeaseMS: 30_000, MaxDeliver: -1}, "/max_deliver"},
+		{ConfigureQueue{Queue: "build", LeaseMS: 30_000, MaxDeliver: MaxMaxDeliver + 1}, "/max_deliver"},
+		{ConfigureQueue{Queue: "build", LeaseMS: 30_000, MaxDeliver: 0, IfUnset: true}, "/max_deliver"},
+	} {
+		c := tc.cmd
+		require.Equal(t, tc.field, w.refused(&c, CodeInvalid).Field, "%+v", c)
+	}
+	// The bounds themselves are allowed.
+	w.must(&ConfigureQueue{Queue: "fast", LeaseMS: MinLeaseMS, MaxDeliver: MinMaxDeliver})
+	w.must(&ConfigureQueue{Queue: "slow", LeaseMS: MaxLeaseMS, MaxDeliver: MaxMaxDeliver})
+	require.Equal(t, int64(24*60*60*1000), int64(MaxLeaseMS), "24 h")
+	require.Len(t, w.workspace().Queues, 2)
+}
