@@ -107,7 +107,6 @@ func (c *client) request(ctx context.Context, subject string, body any, id strin
 		if id != "" {
 			m.Header.Set(headerCommandID, id)
 		}
-		m.Header.Set(headerActor, c.executor)
 		tctx, cancel := context.WithTimeout(ctx, requestTimeout)
 		resp, err := c.nc.RequestMsgWithContext(tctx, m)
 		cancel()

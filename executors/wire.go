@@ -16,7 +16,6 @@ import (
 // Wire header names.
 const (
 	headerCommandID = "Dwr-Command-Id"
-	headerActor     = "Dwr-Actor"
 )
 
 // Wire error codes of a refused command (README, "Replies").
@@ -394,4 +393,12 @@ type envelope struct {
 	Data struct {
 		Attempt int `json:"attempt"`
 	} `json:"data"`
+}
+
+// queueSettings is the body and the reply of queue.configure.
+type queueSettings struct {
+	Queue      string `json:"queue"`
+	LeaseMS    int64  `json:"lease_ms"`
+	MaxDeliver int    `json:"max_deliver"`
+	IfUnset    bool   `json:"if_unset,omitempty"`
 }

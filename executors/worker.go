@@ -2,6 +2,7 @@ package executors
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -11,6 +12,8 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/dwr-run/dwr/schemas"
 )
 
 // fetchWindow bounds one pull request: a fetch waits this long for work
@@ -25,11 +28,13 @@ const maxPause = 5 * time.Second
 // at most Config.Concurrency jobs at once. Build it with NewWorker and run
 // it with Run.
 type Worker struct {
-	cfg     Config
-	h       Handler
-	verify  VerifyHandler // set by NewVerifier: the worker judges verify items
-	c       *client
-	js      jetstream.JetStream
+	cfg    Config
+	h      Handler
+	verify VerifyHandler // set by NewVerifier: the worker judges verify items
+	c      *client
+	// apis are the JetStream APIs that may serve the queue's consumer, in
+	// the order tried; once one did, only it.
+	apis    []jetstream.JetStream
 	log     *slog.Logger
 	started atomic.Bool
 	// watchers hands the events that end attempts to the running jobs.
@@ -54,12 +59,16 @@ func NewWorker(cfg Config, h Handler) (*Worker, error) {
 	if err != nil {
 		return nil, err
 	}
-	js, err := jetstream.New(cfg.Conn)
+	prefixed, err := jetstream.NewWithAPIPrefix(cfg.Conn, schemas.JetStreamAPIPrefix)
+	if err != nil {
+		return nil, fmt.Errorf("executors: jetstream: %w", err)
+	}
+	plain, err := jetstream.New(cfg.Conn)
 	if err != nil {
 		return nil, fmt.Errorf("executors: jetstream: %w", err)
 	}
 	log := cfg.Logger.With(logQueue, cfg.Queue)
-	return &Worker{cfg: cfg, h: h, js: js, log: log,
+	return &Worker{cfg: cfg, h: h, apis: []jetstream.JetStream{prefixed, plain}, log: log,
 		c: &client{nc: cfg.Conn, subj: subjectsOf(cfg), executor: cfg.Executor, log: log}}, nil
 }
 
@@ -200,41 +209,53 @@ func (w *Worker) fetchLoop(ctx, hard context.Context, slots chan struct{}, jobs 
 }
 
 // consumer returns the queue's durable pull consumer, shared by every worker
-// of the queue: it creates it with this worker's lease and max deliveries
-// when there is none, or updates it to them with Config.Reconfigure; else it
-// takes the consumer as it is, and this worker's lease is the queue's.
+// of the queue. The service owns it: the worker asks the service for the
+// queue's settings (queue.configure), setting them to this worker's lease
+// and max deliveries when the queue has none yet, or always with
+// Config.Reconfigure; else this worker's lease is the queue's. The service
+// creates or updates the consumer as the settings say, and the worker binds
+// to it.
 func (w *Worker) consumer(ctx context.Context) (jetstream.Consumer, error) {
-	tctx, cancel := context.WithTimeout(ctx, requestTimeout)
-	defer cancel()
-	cfg := jetstream.ConsumerConfig{
-		Durable:       w.c.subj.consumer,
-		Description:   "dwr workers of queue " + w.cfg.Queue + " in workspace " + w.cfg.Workspace,
-		FilterSubject: w.c.subj.work,
-		AckPolicy:     jetstream.AckExplicitPolicy,
-		AckWait:       w.cfg.Lease,
-		MaxDeliver:    w.cfg.MaxDeliver,
-		DeliverPolicy: jetstream.DeliverAllPolicy,
-	}
-	var cons jetstream.Consumer
-	var err error
-	if w.cfg.Reconfigure {
-		cons, err = w.js.CreateOrUpdateConsumer(tctx, w.c.subj.stream, cfg)
-	} else {
-		cons, err = w.js.CreateConsumer(tctx, w.c.subj.stream, cfg)
-		if errors.Is(err, jetstream.ErrConsumerExists) { // another worker set the queue up otherwise
-			cons, err = w.js.Consumer(tctx, w.c.subj.stream, w.c.subj.consumer)
-		}
-	}
+	r, err := w.c.command(ctx, "queue.configure", queueSettings{Queue: w.cfg.Queue,
+		LeaseMS: w.cfg.Lease.Milliseconds(), MaxDeliver: w.cfg.MaxDeliver, IfUnset: !w.cfg.Reconfigure}, "")
 	if err != nil {
 		return nil, err
 	}
-	got := cons.CachedInfo().Config
-	if got.AckWait != w.cfg.Lease || got.MaxDeliver != w.cfg.MaxDeliver {
-		w.log.Warn("executors: the queue's consumer has other settings than this worker's; using the queue's (set Reconfigure, or dwr worker --reconfigure, to change them)",
-			"lease", got.AckWait, "max_deliver", got.MaxDeliver, "worker_lease", w.cfg.Lease, "worker_max_deliver", w.cfg.MaxDeliver)
+	if !r.OK {
+		return nil, fmt.Errorf("executors: queue.configure: %s: %s", r.Error.Code, r.Error.Message)
 	}
-	w.lease.Store(int64(max(got.AckWait, MinLease)))
-	return cons, nil
+	var got queueSettings
+	if err := json.Unmarshal(r.Result, &got); err != nil {
+		return nil, fmt.Errorf("executors: queue.configure: %w", err)
+	}
+	lease := time.Duration(got.LeaseMS) * time.Millisecond
+	if lease != w.cfg.Lease || got.MaxDeliver != w.cfg.MaxDeliver {
+		w.log.Warn("executors: the queue has other settings than this worker's; using the queue's (set Reconfigure, or dwr worker --reconfigure, to change them)",
+			"lease", lease, "max_deliver", got.MaxDeliver, "worker_lease", w.cfg.Lease, "worker_max_deliver", w.cfg.MaxDeliver)
+	}
+	w.lease.Store(int64(max(lease, MinLease)))
+	tctx, cancel := context.WithTimeout(ctx, requestTimeout)
+	defer cancel()
+	return w.bind(tctx)
+}
+
+// bind returns the queue's consumer through the JetStream API this
+// connection reaches: the service's exports under schemas.JetStreamAPIPrefix
+// on a closed deployment, else the account's own API.
+func (w *Worker) bind(ctx context.Context) (jetstream.Consumer, error) {
+	var errs []error
+	for _, js := range w.apis {
+		cons, err := js.Consumer(ctx, w.c.subj.stream, w.c.subj.consumer)
+		if err == nil {
+			w.apis = []jetstream.JetStream{js} // found: keep to it
+			return cons, nil
+		}
+		if errors.Is(err, jetstream.ErrConsumerNotFound) {
+			return nil, fmt.Errorf("executors: the service has not created the consumer %s yet: %w", w.c.subj.consumer, err)
+		}
+		errs = append(errs, err)
+	}
+	return nil, fmt.Errorf("executors: no JetStream API serves the consumer %s: %w", w.c.subj.consumer, errors.Join(errs...))
 }
 
 // leaseOf returns the lease of the queue's work items: the consumer's ack

@@ -3,9 +3,11 @@ package handlers
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"log/slog"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -13,6 +15,7 @@ import (
 
 	"github.com/dwr-run/dwr/domain"
 	"github.com/dwr-run/dwr/eventstore"
+	"github.com/dwr-run/dwr/handlers/access"
 	"github.com/dwr-run/dwr/projections"
 )
 
@@ -77,6 +80,78 @@ type dispatcher struct {
 	logger  *slog.Logger
 	retry   chan WorkItem    // items whose publication failed, published again by retryLoop
 	pending chan pendingItem // items awaiting their acknowledgement, checked by retryLoop
+
+	mu     sync.Mutex
+	queues map[string]bool // the consumers known to stand as their queue's settings say
+}
+
+// The settings of a queue that no queue.configure has set: its consumer's
+// ack wait (the lease) and max deliveries.
+const (
+	DefaultQueueLease      = 30 * time.Second
+	DefaultQueueMaxDeliver = 5
+)
+
+// ensureQueue makes the durable consumer of a queue stand, with the
+// settings its workspace holds for it (queue.configure), or the defaults
+// for a queue never configured (an existing consumer is then left as it
+// is). Executors cannot create consumers: the service owns them. It
+// remembers what it did, so that it costs nothing the next time.
+func (d *dispatcher) ensureQueue(ctx context.Context, store *projections.Store, ws, queue string) error {
+	var qc *domain.QueueConfig
+	if w, err := store.Workspace(ws); err != nil {
+		return err
+	} else if w != nil {
+		qc = w.Queue(queue)
+	}
+	return d.ensureConsumer(ctx, ws, queue, qc)
+}
+
+// ensureConsumer makes the consumer of a queue stand with settings qc, or,
+// when qc is nil, with the defaults unless it exists.
+func (d *dispatcher) ensureConsumer(ctx context.Context, ws, queue string, qc *domain.QueueConfig) error {
+	name := access.Consumer(d.prefix, ws, queue)
+	d.mu.Lock()
+	done := d.queues[name]
+	d.mu.Unlock()
+	if done && qc == nil {
+		return nil
+	}
+	cfg := jetstream.ConsumerConfig{
+		Durable:       name,
+		Description:   "dwr workers of queue " + queue + " in workspace " + ws,
+		FilterSubject: WorkSubject(d.prefix, ws, queue),
+		AckPolicy:     jetstream.AckExplicitPolicy,
+		DeliverPolicy: jetstream.DeliverAllPolicy,
+		AckWait:       DefaultQueueLease,
+		MaxDeliver:    DefaultQueueMaxDeliver,
+	}
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	var err error
+	if qc == nil {
+		_, err = d.js.CreateConsumer(ctx, d.stream, cfg)
+		if errors.Is(err, jetstream.ErrConsumerExists) {
+			err = nil
+		}
+	} else {
+		cfg.AckWait, cfg.MaxDeliver = time.Duration(qc.LeaseMS)*time.Millisecond, qc.MaxDeliver
+		_, err = d.js.CreateOrUpdateConsumer(ctx, d.stream, cfg)
+	}
+	if err != nil {
+		return fmt.Errorf("handlers: the consumer of queue %s in %s: %w", queue, ws, err)
+	}
+	d.mu.Lock()
+	d.queues[name] = true
+	d.mu.Unlock()
+	return nil
+}
+
+// forgetQueue makes the next ensureQueue look at the queue's settings again.
+func (d *dispatcher) forgetQueue(ws, queue string) {
+	d.mu.Lock()
+	delete(d.queues, access.Consumer(d.prefix, ws, queue))
+	d.mu.Unlock()
 }
 
 func newDispatcher(ctx context.Context, js jetstream.JetStream, cfg Config) (*dispatcher, error) {
@@ -99,7 +174,7 @@ func newDispatcher(ctx context.Context, js jetstream.JetStream, cfg Config) (*di
 		return nil, fmt.Errorf("handlers: work stream: %w", err)
 	}
 	return &dispatcher{js: js, stream: name, prefix: cfg.Prefix, logger: cfg.Logger, retry: make(chan WorkItem, 1024),
-		pending: make(chan pendingItem, 4096)}, nil
+		pending: make(chan pendingItem, 4096), queues: map[string]bool{}}, nil
 }
 
 // publish sends the work item of a ready task without waiting for its
@@ -189,6 +264,17 @@ func (d *dispatcher) dispatchCommit(store *projections.Store, c *eventstore.Comm
 	seen := map[string]bool{}
 	for i := range c.Events {
 		e := &c.Events[i]
+		if e.Type == "workspace.queue_configured" {
+			var qc domain.QueueConfigured
+			if err := json.Unmarshal(e.Data, &qc); err == nil {
+				err := d.ensureConsumer(context.Background(), e.Workspace, qc.Queue,
+					&domain.QueueConfig{Name: qc.Queue, LeaseMS: qc.LeaseMS, MaxDeliver: qc.MaxDeliver})
+				if err != nil {
+					d.logger.Warn("handlers: a queue's consumer could not be configured; it is at the next start", "err", err)
+				}
+			}
+			continue
+		}
 		if e.AggregateType != domain.AggTask || seen[e.AggregateID] {
 			continue
 		}
@@ -199,6 +285,10 @@ func (d *dispatcher) dispatchCommit(store *projections.Store, c *eventstore.Comm
 			continue
 		}
 		if dispatchable(t) {
+			it := workItemOf(t)
+			if err := d.ensureQueue(context.Background(), store, t.Workspace, it.Queue); err != nil {
+				d.logger.Warn("handlers: a queue's consumer could not be created; its items wait in the stream", "err", err)
+			}
 			d.publish(t)
 		}
 	}
@@ -221,6 +311,11 @@ func (d *dispatcher) rederive(ctx context.Context, store *projections.Store) (in
 	}
 	n := 0
 	for _, ws := range wss {
+		for _, q := range ws.Queues {
+			if err := d.ensureQueue(ctx, store, ws.Name, q.Name); err != nil {
+				return n, err
+			}
+		}
 		ready, err := store.ListTasks(ws.Name, projections.TaskFilter{State: domain.StateReady})
 		if err != nil {
 			return n, err
@@ -231,7 +326,11 @@ func (d *dispatcher) rederive(ctx context.Context, store *projections.Store) (in
 		}
 		tasks := append(ready, verifying...)
 		for _, t := range tasks {
-			m, err := d.msg(workItemOf(t))
+			it := workItemOf(t)
+			if err := d.ensureQueue(ctx, store, ws.Name, it.Queue); err != nil {
+				return n, err
+			}
+			m, err := d.msg(it)
 			if err != nil {
 				return n, err
 			}

@@ -15,7 +15,9 @@ import (
 	"github.com/dwr-run/dwr/schemas"
 )
 
-// queue is a consumer on one work queue, as an executor would have.
+// queue is the consumer of one work queue, as an executor has it. The test
+// sets it up itself, under the service's name for it, to have leases
+// shorter than queue.configure allows (and with no writer running).
 type queue struct {
 	t    *testing.T
 	cons jetstream.Consumer
@@ -25,10 +27,29 @@ func (b *bundle) queue(t *testing.T, name string, ackWait time.Duration, maxDeli
 	t.Helper()
 	ctx := context.Background()
 	cons, err := b.jetstream(t).CreateOrUpdateConsumer(ctx, "DWR_WORK", jetstream.ConsumerConfig{
-		Durable: "test-" + name, FilterSubject: handlers.WorkSubject("dwr", "default", name),
+		Durable: "dwr-default-" + name, FilterSubject: handlers.WorkSubject("dwr", "default", name),
 		AckPolicy: jetstream.AckExplicitPolicy, AckWait: ackWait, MaxDeliver: maxDeliver})
 	require.NoError(t, err)
 	return &queue{t: t, cons: cons}
+}
+
+// A worker's queue.configure makes the queue's consumer before it is
+// answered, as the reply says; an executor then only binds to it.
+func TestQueueConfigureMakesTheConsumer(t *testing.T) {
+	b := setup(t)
+	r, _ := b.mustCommand(t, "queue.configure", map[string]any{"queue": "q1", "lease_ms": 2500, "max_deliver": 3})
+	require.EqualValues(t, 2500, r.LeaseMS)
+	cons, err := b.jetstream(t).Consumer(context.Background(), "DWR_WORK", "dwr-default-q1")
+	require.NoError(t, err, "the service made the queue's consumer before it answered")
+	require.Equal(t, 2500*time.Millisecond, cons.CachedInfo().Config.AckWait)
+	require.Equal(t, 3, cons.CachedInfo().Config.MaxDeliver)
+
+	// Deleted by hand, it is made again by the next queue.configure, even one that changes nothing.
+	require.NoError(t, b.jetstream(t).DeleteConsumer(context.Background(), "DWR_WORK", "dwr-default-q1"))
+	b.mustCommand(t, "queue.configure", map[string]any{"queue": "q1", "lease_ms": 1000, "max_deliver": 1, "if_unset": true})
+	cons, err = b.jetstream(t).Consumer(context.Background(), "DWR_WORK", "dwr-default-q1")
+	require.NoError(t, err)
+	require.Equal(t, 2500*time.Millisecond, cons.CachedInfo().Config.AckWait, "if_unset keeps the queue's settings")
 }
 
 // next returns the next work item, waiting up to d.

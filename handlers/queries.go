@@ -54,6 +54,9 @@ func (s *Service) handleQuery(name string, req micro.Request) []byte {
 	if !domain.ValidName(ws) {
 		return errResponse(&WireError{Code: string(domain.CodeInvalid), Message: fmt.Sprintf("workspace %q in the subject is not a valid name", ws)})
 	}
+	if _, werr := s.authorize(req.Headers(), ws, "q", name); werr != nil {
+		return errResponse(werr)
+	}
 	var q Query
 	if body := req.Data(); len(body) > 0 {
 		if err := schemas.CheckBounds(body, MaxQueryBytes, 8); err != nil {

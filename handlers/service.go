@@ -50,6 +50,8 @@ type Config struct {
 	Logger *slog.Logger
 	// Version is reported by the micro service. Default "0.1.0".
 	Version string
+	// Auth says whom the service serves, and as whom.
+	Auth AuthConfig
 }
 
 func (c Config) withDefaults() Config {
@@ -100,6 +102,8 @@ type Service struct {
 	// advisories is the stream keeping the work stream's max-deliveries advisories.
 	advisories string
 	sem        chan struct{}
+	// admins maps the service's admins' keys to their names.
+	admins map[string]string
 
 	mu        sync.RWMutex
 	committer *eventstore.Committer[*request]
@@ -120,8 +124,12 @@ func New(nc *nats.Conn, store *projections.Store, cfg Config) (*Service, error) 
 	if err != nil {
 		return nil, err
 	}
+	admins := map[string]string{}
+	for _, a := range cfg.Auth.Admins {
+		admins[a.PublicKey] = a.Name
+	}
 	return &Service{cfg: cfg, nc: nc, js: js, store: store, sem: make(chan struct{}, cfg.MaxInFlight),
-		ready: make(chan struct{}), changed: make(chan struct{})}, nil
+		admins: admins, ready: make(chan struct{}), changed: make(chan struct{})}, nil
 }
 
 // Ready is closed once the replica serves queries and, if it is the writer,
@@ -376,6 +384,9 @@ func (s *Service) takeOver(ctx context.Context, timerWake chan struct{}) (*event
 		after: func(c *eventstore.Commit, seq uint64) {
 			s.feed.publish(c, seq)
 			s.dispatch.dispatchCommit(s.store, c)
+			if f := s.cfg.Auth.OnMembersChanged; f != nil && changesMembers(c) {
+				f()
+			}
 			if setsTimer(c) {
 				select {
 				case timerWake <- struct{}{}:
@@ -499,6 +510,11 @@ func (s *Service) handleCommand(name string, req micro.Request) []byte {
 		return errResponse(&WireError{Code: string(domain.CodeInvalid),
 			Message: fmt.Sprintf("workspace %q in the subject is not a valid name", ws)})
 	}
+	h := req.Headers()
+	p, werr := s.authorize(h, ws, "cmd", name)
+	if werr != nil {
+		return errResponse(werr)
+	}
 	body := req.Data()
 	if err := schemas.CheckBounds(body, MaxCommandBytes, schemas.MaxDepth); err != nil {
 		return errResponse(toWire(err, s.cfg.Logger))
@@ -506,14 +522,17 @@ func (s *Service) handleCommand(name string, req micro.Request) []byte {
 	if err := schemas.ValidateCommand(name, body); err != nil {
 		return errResponse(toWire(err, s.cfg.Logger))
 	}
+	if werr := s.authorizeTask(p, name, body); werr != nil {
+		return errResponse(werr)
+	}
 	cmd, _ := domain.NewCommand(name)
 	if err := json.Unmarshal(body, cmd); err != nil {
 		return errResponse(&WireError{Code: string(domain.CodeInvalid), Message: "the command does not decode: " + err.Error()})
 	}
 	fillIDs(cmd)
-	h := req.Headers()
-	m := domain.Meta{Workspace: ws, CommandID: h.Get(HeaderCommandID), Actor: h.Get(HeaderActor),
-		CorrelationID: h.Get(HeaderCorrelationID)}
+	// The actor is who the NATS server authenticated, never a header.
+	m := domain.Meta{Workspace: ws, CommandID: h.Get(HeaderCommandID), Actor: p.name,
+		Authenticated: p.authenticated, CorrelationID: h.Get(HeaderCorrelationID)}
 	if m.CommandID == "" {
 		m.CommandID = ulid.Make().String()
 	} else if len(m.CommandID) > 128 {
@@ -524,6 +543,22 @@ func (s *Service) handleCommand(name string, req micro.Request) []byte {
 	o := s.execute(ctx, cmd, m)
 	if o.Err != nil {
 		return errResponse(toWire(o.Err, s.cfg.Logger))
+	}
+	if (name == "member.add" || name == "member.remove") && s.cfg.Auth.OnMembersChanged != nil {
+		// Effective once acknowledged: the NATS server's users follow the
+		// change before the admin hears of it, so the new credential
+		// connects (or the revoked one is cut off) at once.
+		if err := s.store.WaitFor(ctx, o.Seq); err == nil {
+			s.cfg.Auth.OnMembersChanged()
+		}
+	}
+	if name == "queue.configure" {
+		// The consumer stands as the reply says before the executor hears
+		// it: also when nothing changed (a consumer deleted by hand is made
+		// again).
+		if werr := s.ensureQueueOf(ctx, ws, o.Reply); werr != nil {
+			return errResponse(werr)
+		}
 	}
 	return okResponse(o.Seq, o.Reply)
 }
@@ -553,4 +588,25 @@ func minSeq(h micro.Headers) (uint64, error) {
 		return 0, &WireError{Code: string(domain.CodeInvalid), Message: "header " + HeaderMinSeq + " must be a log sequence number"}
 	}
 	return n, nil
+}
+
+// ensureQueueOf makes the consumer of the queue that a queue.configure reply
+// names stand with the settings it gives.
+func (s *Service) ensureQueueOf(ctx context.Context, ws string, reply json.RawMessage) *WireError {
+	var r domain.QueueConfig
+	var q struct {
+		Queue string `json:"queue"`
+	}
+	if err := json.Unmarshal(reply, &r); err != nil {
+		return toWire(err, s.cfg.Logger)
+	}
+	if err := json.Unmarshal(reply, &q); err != nil {
+		return toWire(err, s.cfg.Logger)
+	}
+	r.Name = q.Queue
+	if err := s.dispatch.ensureConsumer(ctx, ws, r.Name, &r); err != nil {
+		s.cfg.Logger.Warn("handlers: a queue's consumer could not be configured", "err", err)
+		return &WireError{Code: string(domain.CodeUnavailable), Message: "the queue's consumer could not be configured: retry"}
+	}
+	return nil
 }

@@ -14,7 +14,6 @@ import (
 // Headers a client may set on a command or query.
 const (
 	HeaderCommandID     = "Dwr-Command-Id"
-	HeaderActor         = "Dwr-Actor"
 	HeaderCorrelationID = "Dwr-Correlation-Id"
 	HeaderMinSeq        = "Dwr-Min-Seq"
 )

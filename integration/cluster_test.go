@@ -126,16 +126,18 @@ func TestClusterR3(t *testing.T) {
 	began := time.Now()
 	phase := func(what string) { t.Logf("%6.2fs %s", time.Since(began).Seconds(), what) }
 
-	nodes := startCluster(t, 3, logs)
+	acc := natsConfig(t, bin)
+	nodes := startCluster(t, 3, logs, acc.accounts)
 	urls := make([]string, len(nodes))
 	for i, n := range nodes {
 		urls[i] = n.url
 	}
 	natsURL := strings.Join(urls, ",")
+	creds.Store(natsURL, acc.AdminCredential)
 	waitFor(t, ctx, "JetStream meta leader elected", func() bool { return jetStreamReady(nodes) })
 	phase("JetStream cluster ready")
 	data := filepath.Join(t.TempDir(), "data")
-	srv := startServer(t, bin, logs, "dwr serve on the cluster", "serve", "--nats", natsURL, "--replicas", "3", "--data", data)
+	srv := startServer(t, bin, logs, "dwr serve on the cluster", append([]string{"serve", "--nats", natsURL, "--replicas", "3", "--data", data}, acc.serveArgs()...)...)
 	readyIn := waitReady(t, srv, natsURL, 60*time.Second)
 	phase("dwr ready")
 
@@ -143,9 +145,7 @@ func TestClusterR3(t *testing.T) {
 	c := dial(t, natsURL, "cluster-client", 5*time.Second)
 	runChain3(t, ctx, c, led, "r3-before")
 
-	tnc, err := nats.Connect(natsURL, nats.MaxReconnects(-1), nats.ReconnectWait(50*time.Millisecond))
-	require.NoError(t, err)
-	t.Cleanup(tnc.Close)
+	tnc := acc.service(t, natsURL, nats.MaxReconnects(-1), nats.ReconnectWait(50*time.Millisecond))
 	js, err := jetstream.New(tnc)
 	require.NoError(t, err)
 	healthy := func(i *jetstream.StreamInfo) bool {
@@ -329,14 +329,16 @@ func TestServeStartsWithTheCluster(t *testing.T) {
 	bin := dwrBinary(t)
 	logs := &syncBuffer{}
 	logOnFailure(t, "cluster and dwr serve output", logs)
-	nodes := startCluster(t, 3, logs)
+	acc := natsConfig(t, bin)
+	nodes := startCluster(t, 3, logs, acc.accounts)
 	urls := make([]string, len(nodes))
 	for i, n := range nodes {
 		urls[i] = n.url
 	}
 	natsURL := strings.Join(urls, ",")
-	srv := startServer(t, bin, logs, "dwr serve started with the cluster", "serve", "--nats", natsURL, "--replicas", "3",
-		"--data", filepath.Join(t.TempDir(), "data"))
+	creds.Store(natsURL, acc.AdminCredential)
+	srv := startServer(t, bin, logs, "dwr serve started with the cluster", append([]string{"serve", "--nats", natsURL, "--replicas", "3",
+		"--data", filepath.Join(t.TempDir(), "data")}, acc.serveArgs()...)...)
 	readyIn := waitReady(t, srv, natsURL, 60*time.Second)
 	t.Logf("dwr serve ready %s after it started with the cluster", readyIn.Round(time.Millisecond))
 	require.NoError(t, srv.terminate(30*time.Second))

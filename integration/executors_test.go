@@ -3,6 +3,7 @@ package integration
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net/http"
 	"net/http/httptest"
@@ -45,6 +46,31 @@ func newExecEnv(t *testing.T) *execEnv {
 	return e
 }
 
+// adminCreds is the admin credential `dwr serve` made in its data directory.
+func (e *execEnv) adminCreds() string { return filepath.Join(e.data, "admin.creds") }
+
+// executorCreds adds an executor of queue (once) and returns its credential:
+// workers run as executors, with only an executor's rights.
+func (e *execEnv) executorCreds(label, queue string) string {
+	e.t.Helper()
+	name := label + "-" + queue
+	path := filepath.Join(filepath.Dir(e.data), name+".creds")
+	if _, err := os.Stat(path); err == nil {
+		return path
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		out, err := exec.Command(e.bin, "--server", e.url, "--creds", e.adminCreds(), "users", "add", name,
+			"--role", "executor", "--queue", queue, "--out", path, "--force").CombinedOutput()
+		var ee *exec.ExitError
+		if errors.As(err, &ee) && ee.ExitCode() == 3 && time.Now().Before(deadline) {
+			continue // no writer serves commands yet
+		}
+		require.NoError(e.t, err, "dwr users add: %s", out)
+		return path
+	}
+}
+
 func (e *execEnv) startServe() {
 	e.srv = startServer(e.t, e.bin, e.logs, "dwr serve", "serve", "--data", e.data, "--listen", fmt.Sprintf("127.0.0.1:%d", e.port))
 	waitReady(e.t, e.srv, e.url, 30*time.Second)
@@ -55,7 +81,7 @@ func (e *execEnv) worker(label, queue string, lease time.Duration, maxDeliver in
 	e.t.Helper()
 	abs, err := filepath.Abs(filepath.Join("testdata", script))
 	require.NoError(e.t, err)
-	args := []string{"--server", e.url, "worker", "--queue", queue, "--lease", lease.String(),
+	args := []string{"--server", e.url, "--creds", e.executorCreds(label, queue), "worker", "--queue", queue, "--lease", lease.String(),
 		"--max-deliver", fmt.Sprint(maxDeliver), "--executor", label, "--", abs}
 	cmd := exec.Command(e.bin, args...)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
@@ -275,7 +301,7 @@ func TestCancelReachesTheRunningAttempt(t *testing.T) {
 	id := e.createTask(map[string]any{"queue": "slow"})
 	e.waitTask(id, 20*time.Second, "running", func(t domain.Task) bool { return t.State == domain.StateRunning })
 	start := time.Now()
-	out, err := exec.Command(e.bin, "--server", e.url, "task", "cancel", id, "--reason", "no longer needed").CombinedOutput()
+	out, err := exec.Command(e.bin, "--server", e.url, "--creds", e.adminCreds(), "task", "cancel", id, "--reason", "no longer needed").CombinedOutput()
 	require.NoError(t, err, string(out))
 	require.True(t, pollUntil(10*time.Second, func() bool {
 		b, _ := os.ReadFile(stopped)

@@ -28,13 +28,17 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/nats-io/nkeys"
 	"github.com/stretchr/testify/require"
 
 	"github.com/dwr-run/dwr/domain"
 	"github.com/dwr-run/dwr/eventstore"
+	"github.com/dwr-run/dwr/executors"
 	"github.com/dwr-run/dwr/handlers"
+	"github.com/dwr-run/dwr/handlers/access"
 	"github.com/dwr-run/dwr/handlers/embedded"
 	"github.com/dwr-run/dwr/projections"
+	"github.com/dwr-run/dwr/schemas"
 )
 
 var longFlag = flag.Bool("long", false, "run the soak versions of the crash tests (also DWR_LONG=1)")
@@ -223,6 +227,40 @@ func (p *serverProc) terminate(timeout time.Duration) error {
 	}
 }
 
+// creds maps a service's client URL to the admin credential of its data
+// directory, learnt by waitReady, so that dial connects as that admin.
+var creds sync.Map
+
+// credsOf returns the admin credential that `dwr serve` (args) creates in
+// its data directory, or "" when it runs against an external NATS.
+func credsOf(args []string) string {
+	data := ""
+	for i, a := range args {
+		if a == "--nats" {
+			return ""
+		}
+		if a == "--data" && i+1 < len(args) {
+			data = args[i+1]
+		}
+	}
+	if data == "" {
+		return ""
+	}
+	return filepath.Join(data, "admin.creds")
+}
+
+// connectOpts returns the options that connect to url as the admin of the
+// service behind it (none for a service on an external NATS).
+func connectOpts(t *testing.T, url string) []nats.Option {
+	v, ok := creds.Load(url)
+	if !ok || v.(string) == "" {
+		return nil
+	}
+	opts, err := executors.Credentials(v.(string))
+	require.NoError(t, err)
+	return opts
+}
+
 // waitReady polls a query on url until the service answers it, and returns
 // the time from the process's start to that answer. It fails the test when
 // the process exits first or timeout passes.
@@ -238,12 +276,25 @@ func waitReady(t *testing.T, p *serverProc, url string, timeout time.Duration) t
 	tick := time.NewTicker(20 * time.Millisecond)
 	defer tick.Stop()
 	var last error
+	credsFile := credsOf(p.cmd.Args[1:])
+	if credsFile != "" {
+		creds.Store(url, credsFile)
+	} else if v, ok := creds.Load(url); ok {
+		credsFile = v.(string) // registered by the test: a service on an external NATS
+	}
 	for {
 		if p.exited() {
 			t.Fatalf("dwr serve exited before it was ready: %v", p.err)
 		}
 		if nc == nil {
-			nc, last = nats.Connect(url, nats.Timeout(500*time.Millisecond), nats.NoReconnect())
+			var opts []nats.Option
+			if credsFile != "" {
+				if opts, last = executors.Credentials(credsFile); last != nil {
+					<-tick.C // serve writes it at its first start
+					continue
+				}
+			}
+			nc, last = nats.Connect(url, append(opts, nats.Timeout(500*time.Millisecond), nats.NoReconnect())...)
 		}
 		if nc != nil {
 			resp, err := nc.Request("dwr.q.default.workspace.list", nil, 500*time.Millisecond)
@@ -276,11 +327,32 @@ type client struct {
 
 func dial(t *testing.T, url, name string, timeout time.Duration) *client {
 	t.Helper()
-	nc, err := nats.Connect(url, nats.Name(name), nats.MaxReconnects(-1),
-		nats.ReconnectWait(50*time.Millisecond), nats.Timeout(time.Second))
+	nc, err := nats.Connect(url, append(connectOpts(t, url), nats.Name(name), nats.MaxReconnects(-1),
+		nats.ReconnectWait(50*time.Millisecond), nats.Timeout(time.Second))...)
 	require.NoError(t, err)
 	t.Cleanup(nc.Close)
 	return &client{nc: nc, ws: "default", timeout: timeout}
+}
+
+// member adds an identity with role to the workspace through admin c (the
+// service at url) and returns a client connected as it, and the member.add
+// command (for a test's ledger).
+func (c *client) member(t *testing.T, url, name string, role domain.Role, queues ...string) (*client, *cmdResult) {
+	t.Helper()
+	kp, err := nkeys.CreateUser()
+	require.NoError(t, err)
+	pub, err := kp.PublicKey()
+	require.NoError(t, err)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	r := c.do(ctx, "member.add", domain.AddMember{Name: name, Role: role, PublicKey: pub, Queues: queues}, "member-"+name)
+	require.Equal(t, acked, r.Outcome, "member.add %s: %v %s", name, r.Err, r.LastErr)
+	nc, err := nats.Connect(url, nats.Name(name), nats.MaxReconnects(-1), nats.ReconnectWait(50*time.Millisecond), nats.IgnoreAuthErrorAbort(),
+		nats.Timeout(time.Second), nats.CustomInboxPrefix(schemas.InboxPrefix(pub)),
+		nats.Nkey(pub, func(nonce []byte) ([]byte, error) { return kp.Sign(nonce) }))
+	require.NoError(t, err)
+	t.Cleanup(nc.Close)
+	return &client{nc: nc, ws: c.ws, timeout: c.timeout}, r
 }
 
 // errBadReply marks a reply that is not a valid Response: a wire bug.
@@ -675,11 +747,13 @@ func jsonEqual(a, b []byte) bool {
 // directory (no TCP listener) and opens its log. Both are closed at cleanup.
 func openLog(t *testing.T, ctx context.Context, dataDir string, logs io.Writer) *eventstore.JetStreamLog {
 	t.Helper()
-	srv, err := embedded.Start(embedded.Config{DataDir: dataDir,
+	id, err := access.NewServiceIdentity()
+	require.NoError(t, err)
+	srv, err := embedded.Start(embedded.Config{DataDir: dataDir, Accounts: access.ServiceOnly(id),
 		Logger: slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelWarn}))})
 	require.NoError(t, err)
 	t.Cleanup(srv.Shutdown)
-	nc, err := srv.Connect(nats.Name("integration-audit"))
+	nc, err := srv.Connect(nats.Name("integration-audit"), id.Option())
 	require.NoError(t, err)
 	t.Cleanup(nc.Close)
 	js, err := jetstream.New(nc)
@@ -798,9 +872,51 @@ func (n *natsNode) shutdown() {
 	}
 }
 
+// clusterAccess is what `dwr admin nats-config` writes for a cluster run by
+// an operator: the accounts block every node includes, the service's seed
+// for `dwr serve --nats`, and the admin's credential.
+type clusterAccess struct {
+	Config          string `json:"config"`
+	ServiceSeed     string `json:"service_seed"`
+	AdminCredential string `json:"admin_credential"`
+	AdminKey        string `json:"admin_key"`
+	accounts        string
+}
+
+// natsConfig runs `dwr admin nats-config` into a temp dir.
+func natsConfig(t *testing.T, bin string) clusterAccess {
+	t.Helper()
+	out, err := exec.Command(bin, "admin", "nats-config", "--dir", filepath.Join(t.TempDir(), "nats-config"), "--json").Output()
+	require.NoError(t, err)
+	var a clusterAccess
+	require.NoError(t, json.Unmarshal(out, &a))
+	b, err := os.ReadFile(a.Config)
+	require.NoError(t, err)
+	a.accounts = string(b)
+	return a
+}
+
+// serveArgs are the flags that make `dwr serve --nats` the service of the
+// generated accounts.
+func (a clusterAccess) serveArgs() []string {
+	return []string{"--nats-creds", a.ServiceSeed, "--admin-key", a.AdminKey}
+}
+
+// service connects to url as the service itself (its account holds the
+// streams), for a test that inspects JetStream.
+func (a clusterAccess) service(t *testing.T, url string, opts ...nats.Option) *nats.Conn {
+	t.Helper()
+	nk, err := nats.NkeyOptionFromSeed(a.ServiceSeed)
+	require.NoError(t, err)
+	nc, err := nats.Connect(url, append([]nats.Option{nk}, opts...)...)
+	require.NoError(t, err)
+	t.Cleanup(nc.Close)
+	return nc
+}
+
 // startCluster starts n clustered embedded NATS servers on loopback, each
 // with its own directory, client port and route port, routed to each other.
-func startCluster(t *testing.T, n int, logs io.Writer) []*natsNode {
+func startCluster(t *testing.T, n int, logs io.Writer, accounts string) []*natsNode {
 	t.Helper()
 	logger := slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	routes := make([]string, n)
@@ -820,6 +936,7 @@ func startCluster(t *testing.T, n int, logs io.Writer) []*natsNode {
 				MaxStore:   1 << 30,
 				Logger:     logger.With("node", fmt.Sprintf("n%d", i+1)),
 				Cluster:    &embedded.ClusterConfig{Name: "dwr-it", Listen: routes[i], Routes: routes},
+				Accounts:   accounts,
 			},
 		}
 	}

@@ -134,11 +134,12 @@ func TestTimersAndApprovalsSurviveKillNine(t *testing.T) {
 	c := dial(t, url, "timers-kill9", 2*time.Second)
 	led := &ledger{}
 	var nextID atomic.Int64
-	send := func(name string, body any) *cmdResult { // safe from any goroutine
-		r := c.do(ctx, name, body, fmt.Sprintf("tk-%04d", nextID.Add(1)))
+	sendAs := func(cl *client, name string, body any) *cmdResult { // safe from any goroutine
+		r := cl.do(ctx, name, body, fmt.Sprintf("tk-%04d", nextID.Add(1)))
 		led.add(r)
 		return r
 	}
+	send := func(name string, body any) *cmdResult { return sendAs(c, name, body) }
 	must := func(name string, body any) *cmdResult {
 		t.Helper()
 		r := send(name, body)
@@ -155,7 +156,12 @@ func TestTimersAndApprovalsSurviveKillNine(t *testing.T) {
 	// Two approvers of role ops, with keys made here.
 	approvers := []string{"alice", "bob"}
 	keys := map[string]ed25519.PrivateKey{}
+	// Each decides on its own connection: an authenticated identity decides only as itself.
+	as := map[string]*client{}
 	for _, name := range approvers {
+		var added *cmdResult
+		as[name], added = c.member(t, url, name, domain.RoleApprover)
+		led.add(added)
 		pub, priv, err := ed25519.GenerateKey(crand.Reader)
 		require.NoError(t, err)
 		keys[name] = priv
@@ -294,7 +300,7 @@ func TestTimersAndApprovalsSurviveKillNine(t *testing.T) {
 				at = kill1.Add(150 * time.Millisecond)
 			}
 			waitUntil(at)
-			tk.decision = send("approval.decide", decision(tk))
+			tk.decision = sendAs(as[tk.approver], "approval.decide", decision(tk))
 		}
 	}()
 	pending := func() []string {
@@ -341,7 +347,7 @@ func TestTimersAndApprovalsSurviveKillNine(t *testing.T) {
 	late := of(tkLate)
 	var wg sync.WaitGroup
 	for _, tk := range late {
-		wg.Go(func() { tk.decision = send("approval.decide", decision(tk)) })
+		wg.Go(func() { tk.decision = sendAs(as[tk.approver], "approval.decide", decision(tk)) })
 	}
 	wg.Wait()
 	for _, tk := range late {

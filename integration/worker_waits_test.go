@@ -58,8 +58,12 @@ func TestShellWorkerWaitsForAnApproval(t *testing.T) {
 	require.Len(t, waiting.Attempts, 1)
 	require.Equal(t, domain.AttemptStateParked, waiting.Attempts[0].State)
 
-	e.command("approval.decide", domain.DecideApproval{ApprovalID: a.ID, Approver: "ada", Response: "approve",
-		ActionDigest: a.ActionDigest, Comment: "ok", Signature: domain.SignDecision(priv, a.ID, "approve", a.ActionDigest)})
+	ada, _ := e.c.member(t, e.url, "ada", domain.RoleApprover) // ada decides as herself
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	r := ada.do(ctx, "approval.decide", domain.DecideApproval{ApprovalID: a.ID, Approver: "ada", Response: "approve",
+		ActionDigest: a.ActionDigest, Comment: "ok", Signature: domain.SignDecision(priv, a.ID, "approve", a.ActionDigest)}, "ada-decides")
+	require.Equal(t, acked, r.Outcome, "approval.decide: %v %s", r.Err, r.LastErr)
 	decided := time.Now()
 	done := e.waitTask(id, 20*time.Second, "accepted", func(t domain.Task) bool { return t.State == domain.StateAccepted })
 	resumed := time.Since(decided)
@@ -103,7 +107,7 @@ func TestShellWorkerWaitsForASignalAndATimer(t *testing.T) {
 	e.waitTask(sig, 20*time.Second, "waiting for signal go", func(t domain.Task) bool {
 		return t.State == domain.StateWaiting && t.Wait != nil && t.Wait.Kind == domain.WaitSignal && t.Wait.Signal == "go"
 	})
-	out, err := exec.Command(e.bin, "--server", e.url, "signal", sig, "go", "--data", `{"paid": 42}`).CombinedOutput()
+	out, err := exec.Command(e.bin, "--server", e.url, "--creds", e.adminCreds(), "signal", sig, "go", "--data", `{"paid": 42}`).CombinedOutput()
 	require.NoError(t, err, string(out))
 	done := e.waitTask(sig, 20*time.Second, "accepted after the signal", func(t domain.Task) bool {
 		return t.State == domain.StateAccepted

@@ -16,12 +16,12 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/dwr-run/dwr/eventstore"
-	"github.com/dwr-run/dwr/handlers/embedded"
 	"github.com/dwr-run/dwr/projections"
 )
 
-func adminCmd() *cobra.Command {
-	cmd := &cobra.Command{Use: "admin", Short: "maintenance: rebuild the views"}
+func adminCmd(g *globals) *cobra.Command {
+	cmd := &cobra.Command{Use: "admin", Short: "maintenance: rebuild the views, NATS configuration for a cluster"}
+	cmd.AddCommand(natsConfigCmd(g))
 	var data string
 	var keep bool
 	var n natsOpts
@@ -48,14 +48,12 @@ func rebuildViews(ctx context.Context, data string, n natsOpts, keep bool, out, 
 	var nc *nats.Conn
 	var err error
 	if n.url == "" {
-		srv, err := embedded.Start(embedded.Config{DataDir: data})
+		srv, onc, err := openOffline(data, nil)
 		if err != nil {
-			return fail(exitError, "open the log in %s: %v (is `dwr serve` still running on it?)", data, err)
+			return err
 		}
 		defer srv.Shutdown()
-		if nc, err = srv.Connect(); err != nil {
-			return fail(exitError, "%v", err)
-		}
+		nc = onc
 	} else if nc, err = n.connect("dwr-admin"); err != nil {
 		return err
 	}

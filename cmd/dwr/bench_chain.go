@@ -313,7 +313,6 @@ func submitChain(nc *nats.Conn, id string) error {
 func benchCommand(nc *nats.Conn, name, body, id string) error {
 	m := nats.NewMsg("dwr.cmd.default." + name)
 	m.Header.Set(handlers.HeaderCommandID, id)
-	m.Header.Set(handlers.HeaderActor, "bench")
 	m.Data = []byte(body)
 	resp, err := nc.RequestMsg(m, 30*time.Second)
 	if err != nil {

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -18,6 +19,10 @@ type client struct {
 	g       *globals
 	nc      *nats.Conn
 	timeout time.Duration
+	// denied receives the server's permission violations, which NATS
+	// reports only asynchronously: a request then fails at once instead of
+	// waiting out its timeout.
+	denied chan error
 }
 
 func (g *globals) connect() (*client, error) {
@@ -25,11 +30,40 @@ func (g *globals) connect() (*client, error) {
 	if err != nil {
 		return nil, fail(exitInvalid, "--timeout %q: %v", g.timeout, err)
 	}
-	nc, err := nats.Connect(g.server, nats.Name("dwr-cli"), nats.Timeout(d), nats.NoReconnect())
+	denied := make(chan error, 8)
+	nc, err := g.dial("dwr-cli", nats.Timeout(d), nats.NoReconnect(),
+		nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) {
+			if errors.Is(err, nats.ErrPermissionViolation) {
+				select {
+				case denied <- err:
+				default:
+				}
+			}
+		}))
 	if err != nil {
+		var ce *cliError
+		if errors.As(err, &ce) {
+			return nil, err
+		}
 		return nil, fail(exitUnavailable, "cannot reach NATS at %s: %v\nstart the service with `dwr serve`, or point --server (DWR_SERVER) at it", g.server, err)
 	}
-	return &client{g: g, nc: nc, timeout: d}, nil
+	return &client{g: g, nc: nc, timeout: d, denied: denied}, nil
+}
+
+// dial connects to g.server with g's credential and TLS settings, then opts.
+func (g *globals) dial(name string, opts ...nats.Option) (*nats.Conn, error) {
+	auth, err := natsAuth(g.credsFile(), g.tlsCA, g.tlsCert, g.tlsKey)
+	if err != nil {
+		return nil, err
+	}
+	nc, err := nats.Connect(g.server, append(append([]nats.Option{nats.Name(name)}, auth...), opts...)...)
+	if errors.Is(err, nats.ErrAuthorization) && g.credsFile() == "" {
+		return nil, fail(exitConflict, "NATS at %s wants a credential and none was found: give --creds FILE (or DWR_CREDS); on the server's machine, dwr-data/admin.creds is the admin's", g.server)
+	}
+	if errors.Is(err, nats.ErrAuthorization) {
+		return nil, fail(exitConflict, "NATS at %s refused the credential %q: %v\nuse a credential of this server (dwr-data/admin.creds on its machine, or one from `dwr users add`) with --creds or DWR_CREDS", g.server, g.credsFile(), err)
+	}
+	return nc, err
 }
 
 func (c *client) close() { c.nc.Close() }
@@ -53,7 +87,26 @@ func (c *client) call(subject string, body any, hdr nats.Header) (json.RawMessag
 	if hdr != nil {
 		m.Header = hdr
 	}
-	resp, err := c.nc.RequestMsg(m, c.timeout)
+	ctx, cancel := context.WithTimeout(context.Background(), c.timeout)
+	defer cancel()
+	var deniedErr error
+	go func() {
+		select {
+		case deniedErr = <-c.denied:
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
+	resp, err := c.nc.RequestMsgWithContext(ctx, m)
+	if err != nil && errors.Is(err, context.Canceled) {
+		<-ctx.Done()
+		if deniedErr != nil {
+			return nil, 0, fail(exitConflict, "forbidden: %v\nyour credential (%s) does not allow %s: ask an admin for a role that does (dwr users add)", deniedErr, dash(c.g.credsFile()), subject)
+		}
+	}
+	if errors.Is(err, context.DeadlineExceeded) {
+		err = nats.ErrTimeout
+	}
 	switch {
 	case errors.Is(err, nats.ErrNoResponders):
 		return nil, 0, fail(exitUnavailable, "no dwr service answers on %s (subject %s): start it with `dwr serve`", c.g.server, subject)
@@ -105,7 +158,6 @@ func (c *client) command(name string, body any, id string) (json.RawMessage, uin
 	}
 	h := nats.Header{}
 	h.Set(handlers.HeaderCommandID, id)
-	h.Set(handlers.HeaderActor, "cli")
 	return c.call("dwr.cmd."+c.g.workspace+"."+name, body, h)
 }
 

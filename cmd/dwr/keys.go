@@ -39,17 +39,19 @@ type keyOut struct {
 	PublicKey string `json:"public_key"`
 	Workspace string `json:"workspace"`
 	File      string `json:"file,omitempty"` // the private key's file (keys create)
-	Version   uint64 `json:"version"`
-	Duplicate bool   `json:"duplicate,omitempty"`
+	// Credential is the approver's NATS credential (keys create --creds-out).
+	Credential string `json:"credential,omitempty"`
+	Version    uint64 `json:"version"`
+	Duplicate  bool   `json:"duplicate,omitempty"`
 }
 
 func keysCmd(g *globals) *cobra.Command {
 	cmd := &cobra.Command{Use: "keys", Short: "register approvers' signing keys (Ed25519) and list them"}
 
-	var role, out string
+	var role, out, credsOut string
 	var force bool
 	create := &cobra.Command{
-		Use:   "create NAME --role ROLE --out FILE",
+		Use:   "create NAME --role ROLE --out FILE [--creds-out FILE]",
 		Short: "make an Ed25519 key pair for approver NAME: register the public half, write the private half to FILE (mode 0600)",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(_ *cobra.Command, args []string) error {
@@ -93,17 +95,27 @@ func keysCmd(g *globals) *cobra.Command {
 				return fail(exitError, "the key %s is registered for %s, but writing %s failed: %v\nrun `dwr keys create` again (it replaces the registration)", k.KeyID, k.Name, out, err)
 			}
 			k.File = out
+			if credsOut != "" { // the approver's login: it decides as itself
+				if _, _, err := addUser(cl, args[0], domain.RoleApprover, nil, credsOut, force, ""); err != nil {
+					return err
+				}
+				k.Credential = credsOut
+			}
 			if g.json {
 				return printJSON(g.out, k)
 			}
 			fmt.Fprintf(g.out, "approver %s (role %s) registered in workspace %s with key %s\nprivate key written to %s (mode 0600): keep it secret, it signs decisions (dwr approve --key %s)\n",
 				k.Name, k.Role, k.Workspace, k.KeyID, out, out)
+			if credsOut != "" {
+				fmt.Fprintf(g.out, "user %s (role approver) added; credential written to %s: dwr --creds %s approve ...\n", args[0], credsOut, credsOut)
+			}
 			return nil
 		},
 	}
 	create.Flags().StringVar(&role, "role", "", "the role that authorizes the approver (required)")
 	create.Flags().StringVar(&out, "out", "", "file to write the private key to (required)")
 	create.Flags().BoolVar(&force, "force", false, "replace FILE if it exists")
+	create.Flags().StringVar(&credsOut, "creds-out", "", "also add NAME as a user with role approver and write its credential here: an approver decides as itself")
 
 	var addRole, pubFile, cmdID string
 	add := &cobra.Command{
@@ -142,6 +154,27 @@ func keysCmd(g *globals) *cobra.Command {
 	add.Flags().StringVar(&pubFile, "public-key", "", "file holding the public key (required)")
 	add.Flags().StringVar(&cmdID, "command-id", "", "idempotency key (default: a fresh ULID)")
 
+	var revokeID string
+	revoke := &cobra.Command{
+		Use: "revoke NAME", Short: "revoke approver NAME's key: its decisions are refused (and recorded as refused) from now on", Args: cobra.ExactArgs(1),
+		RunE: func(_ *cobra.Command, args []string) error {
+			cl, err := g.connect()
+			if err != nil {
+				return err
+			}
+			defer cl.close()
+			if _, _, err := cl.command("approver.revoke", domain.RevokeApprover{Name: args[0]}, revokeID); err != nil {
+				return err
+			}
+			if g.json {
+				return printJSON(g.out, map[string]any{"name": args[0], "workspace": g.workspace, "revoked": true})
+			}
+			fmt.Fprintf(g.out, "approver %s's key revoked in workspace %s\n", args[0], g.workspace)
+			return nil
+		},
+	}
+	revoke.Flags().StringVar(&revokeID, "command-id", "", "idempotency key (default: a fresh ULID)")
+
 	list := &cobra.Command{
 		Use: "list", Short: "list the workspace's approvers and their keys", Args: cobra.NoArgs,
 		RunE: func(*cobra.Command, []string) error {
@@ -171,7 +204,7 @@ func keysCmd(g *globals) *cobra.Command {
 			return table(g.out, []string{"NAME", "ROLE", "KEY-ID", "REGISTERED"}, rows)
 		},
 	}
-	cmd.AddCommand(create, add, list)
+	cmd.AddCommand(create, add, revoke, list)
 	return cmd
 }
 

@@ -34,6 +34,10 @@ func fail(code int, format string, args ...any) error {
 // globals are the flags every client command shares.
 type globals struct {
 	server    string
+	creds     string
+	tlsCA     string
+	tlsCert   string
+	tlsKey    string
 	workspace string
 	json      bool
 	timeout   string
@@ -60,12 +64,16 @@ func Main(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	}
 	pf := root.PersistentFlags()
 	pf.StringVar(&g.server, "server", envOr("DWR_SERVER", "nats://127.0.0.1:4222"), "NATS URL of the dwr service (env DWR_SERVER)")
+	pf.StringVar(&g.creds, "creds", os.Getenv("DWR_CREDS"), "dwr credential file to connect with (env DWR_CREDS; default: ./dwr-data/admin.creds when it exists)")
+	pf.StringVar(&g.tlsCA, "tls-ca", os.Getenv("DWR_TLS_CA"), "CA certificate (PEM) to verify the server's TLS certificate (env DWR_TLS_CA)")
+	pf.StringVar(&g.tlsCert, "tls-cert", os.Getenv("DWR_TLS_CERT"), "client certificate (PEM) for mutual TLS (env DWR_TLS_CERT)")
+	pf.StringVar(&g.tlsKey, "tls-key", os.Getenv("DWR_TLS_KEY"), "client key (PEM) for mutual TLS (env DWR_TLS_KEY)")
 	pf.StringVar(&g.workspace, "workspace", envOr("DWR_WORKSPACE", "default"), "workspace to act in (env DWR_WORKSPACE)")
 	pf.BoolVar(&g.json, "json", false, "print machine-readable JSON instead of tables")
 	pf.StringVar(&g.timeout, "timeout", "10s", "how long to wait for the service to answer")
 	root.AddCommand(serveCmd(), workspaceCmd(g), goalCmd(g), planCmd(g), taskCmd(g), eventsCmd(g), watchCmd(g),
-		adminCmd(), schemaCmd(g), reviewCmd(g), signalCmd(g), benchCmd(g), workerCmd(g),
-		keysCmd(g), approvalsCmd(g), approveCmd(g))
+		adminCmd(g), schemaCmd(g), reviewCmd(g), signalCmd(g), benchCmd(g), workerCmd(g),
+		keysCmd(g), approvalsCmd(g), approveCmd(g), usersCmd(g))
 	root.SetArgs(args)
 	root.SetOut(stdout)
 	root.SetErr(stderr)

@@ -17,6 +17,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/dwr-run/dwr/handlers"
+	"github.com/dwr-run/dwr/handlers/access"
 	"github.com/dwr-run/dwr/handlers/embedded"
 	"github.com/dwr-run/dwr/projections"
 )
@@ -38,7 +39,19 @@ func (o *natsOpts) flags(cmd *cobra.Command) {
 func (o *natsOpts) connect(name string) (*nats.Conn, error) {
 	opts := []nats.Option{nats.Name(name), nats.MaxReconnects(-1), nats.ReconnectWait(250 * time.Millisecond)}
 	if o.creds != "" {
-		opts = append(opts, nats.UserCredentials(o.creds))
+		b, err := os.ReadFile(o.creds)
+		if err != nil {
+			return nil, fail(exitInvalid, "--nats-creds: %v", err)
+		}
+		if strings.Contains(string(b), "NATS USER JWT") {
+			opts = append(opts, nats.UserCredentials(o.creds))
+		} else {
+			nk, err := nats.NkeyOptionFromSeed(o.creds)
+			if err != nil {
+				return nil, fail(exitInvalid, "--nats-creds %s: neither a JWT credential nor an nkey seed: %v", o.creds, err)
+			}
+			opts = append(opts, nk)
+		}
 	}
 	if o.user != "" {
 		opts = append(opts, nats.UserInfo(o.user, o.password))
@@ -57,6 +70,9 @@ type serveOpts struct {
 	data, listen, logLevel string
 	replicas               int
 	nats                   natsOpts
+	insecureOpen           bool
+	tlsCert, tlsKey, tlsCA string
+	adminKeys              []string
 }
 
 func serveCmd() *cobra.Command {
@@ -76,6 +92,11 @@ func serveCmd() *cobra.Command {
 	f.StringVar(&o.listen, "listen", envOr("DWR_LISTEN", "127.0.0.1:4222"), "host:port the embedded NATS server accepts clients on (env DWR_LISTEN)")
 	f.IntVar(&o.replicas, "replicas", 1, "replicas of the log and the lease (3 on a NATS cluster)")
 	f.StringVar(&o.logLevel, "log-level", "info", "debug, info, warn or error")
+	f.BoolVar(&o.insecureOpen, "insecure-open", false, "let clients connect without credentials, as admins of every workspace: for throwaway experiments only")
+	f.StringVar(&o.tlsCert, "tls-cert", os.Getenv("DWR_TLS_CERT"), "server certificate (PEM): clients must connect with TLS (env DWR_TLS_CERT)")
+	f.StringVar(&o.tlsKey, "tls-key", os.Getenv("DWR_TLS_KEY"), "server key (PEM) (env DWR_TLS_KEY)")
+	f.StringVar(&o.tlsCA, "tls-ca", os.Getenv("DWR_TLS_CA"), "CA (PEM) of client certificates: mutual TLS (env DWR_TLS_CA)")
+	f.StringSliceVar(&o.adminKeys, "admin-key", nil, "with --nats: the nkey (U...) of an admin of every workspace (repeatable; see dwr admin nats-config)")
 	o.nats.flags(cmd)
 	return cmd
 }
@@ -112,25 +133,8 @@ func serve(ctx context.Context, o serveOpts, stderr io.Writer) error {
 	if err != nil {
 		return fail(exitError, "writer id in %s: %v", o.data, err)
 	}
-	var nc *nats.Conn
-	where := o.nats.url
-	if o.nats.url == "" {
-		srv, err := embedded.Start(embedded.Config{DataDir: o.data, Listen: o.listen, Logger: logger})
-		if err != nil {
-			return fail(exitError, "embedded NATS: %v", err)
-		}
-		defer srv.Shutdown()
-		if nc, err = srv.Connect(nats.Name("dwr-serve")); err != nil {
-			return fail(exitError, "embedded NATS: %v", err)
-		}
-		where = srv.ClientURL()
-		if where == "" {
-			where = "in-process only"
-		}
-	} else if nc, err = o.nats.connect("dwr-serve"); err != nil {
-		return err
-	}
-	defer nc.Close()
+	// The views first: the embedded server starts with the members they
+	// hold, so that members reconnecting after a restart are let in.
 	store, err := projections.Open(filepath.Join(o.data, "views"), projections.Options{Logger: logger})
 	if err != nil {
 		return fail(exitError, "views: %v (is another dwr serve using %s?)", err, o.data)
@@ -140,7 +144,49 @@ func serve(ctx context.Context, o serveOpts, stderr io.Writer) error {
 			logger.Error("closing the views", "err", err)
 		}
 	}()
-	svc, err := handlers.New(nc, store, handlers.Config{Replicas: o.replicas, WriterID: id, Logger: logger})
+	var nc *nats.Conn
+	var srv *embedded.Server
+	var bnd *boundary
+	auth := handlers.AuthConfig{Required: !o.insecureOpen, InsecureOpen: o.insecureOpen}
+	if o.insecureOpen {
+		logger.Warn("dwr: --insecure-open: anyone who reaches NATS is an admin of every workspace, without credentials; use it only for throwaway experiments")
+	}
+	where := o.nats.url
+	if o.nats.url == "" && (o.nats.creds != "" || o.nats.user != "" || o.nats.password != "" || o.nats.token != "") {
+		return fail(exitInvalid, "--nats-creds, --nats-user, --nats-password and --nats-token apply to --nats (an external server); the embedded server takes dwr credentials (see dwr users add)")
+	}
+	if o.nats.url == "" {
+		if srv, bnd, err = startEmbedded(o, store, logger); err != nil {
+			return err
+		}
+		defer srv.Shutdown()
+		auth.Admins = bnd.admins
+		if nc, err = bnd.connect(srv, "dwr-serve"); err != nil {
+			return fail(exitError, "embedded NATS: %v", err)
+		}
+		where = srv.ClientURL()
+		if where == "" {
+			where = "in-process only"
+		}
+	} else {
+		if nc, err = o.nats.connect("dwr-serve"); err != nil {
+			return err
+		}
+		for _, k := range o.adminKeys {
+			auth.Admins = append(auth.Admins, access.Admin{Name: "admin", PublicKey: k})
+		}
+	}
+	defer nc.Close()
+	reload := func() {}
+	if srv != nil {
+		reload = func() {
+			if err := srv.Reload(access.ServerConfig(bnd.spec(store, logger))); err != nil {
+				logger.Error("dwr: could not apply the members to NATS; they take effect at the next start", "err", err)
+			}
+		}
+		auth.OnMembersChanged = reload
+	}
+	svc, err := handlers.New(nc, store, handlers.Config{Replicas: o.replicas, WriterID: id, Logger: logger, Auth: auth})
 	if err != nil {
 		return fail(exitInvalid, "%v", err)
 	}
@@ -148,6 +194,7 @@ func serve(ctx context.Context, o serveOpts, stderr io.Writer) error {
 	go func() { errc <- svc.Run(ctx) }()
 	select {
 	case <-svc.Ready():
+		reload() // the members the views hold, now that they are caught up
 		logger.Info("dwr ready", "nats", where, "data", o.data, "log_seq", store.Checkpoint(),
 			"ready_in", time.Since(started).Round(time.Millisecond))
 	case err := <-errc:

@@ -138,14 +138,19 @@ func runWorker(ctx context.Context, g *globals, o workerOpts, argv []string, std
 	}
 	// Reconnect forever, also when the service is not up yet: a worker
 	// outlives restarts of the service and of NATS.
-	nc, err := nats.Connect(g.server, nats.Name(workerConnName), nats.MaxReconnects(-1),
+	// A worker rides out restarts: its identity may be let in again only
+	// once the restarted service has read its members.
+	nc, err := g.dial(workerConnName, nats.MaxReconnects(-1), nats.IgnoreAuthErrorAbort(),
 		nats.ReconnectWait(250*time.Millisecond), nats.RetryOnFailedConnect(true),
 		nats.DisconnectErrHandler(func(_ *nats.Conn, err error) {
 			logger.Warn("dwr worker: disconnected from NATS; reconnecting", "err", err)
 		}),
 		nats.ReconnectHandler(func(nc *nats.Conn) { logger.Info("dwr worker: reconnected", "url", nc.ConnectedUrl()) }),
 		nats.ConnectHandler(func(nc *nats.Conn) { logger.Info("dwr worker: connected", "url", nc.ConnectedUrl()) }))
-	if err != nil {
+	var ce *cliError
+	if errors.As(err, &ce) {
+		return err
+	} else if err != nil {
 		return fail(exitUnavailable, "cannot connect to NATS at %s: %v", g.server, err)
 	}
 	defer nc.Close()

@@ -8,6 +8,7 @@ import (
 	"strings"
 
 	"github.com/dwr-run/dwr/domain"
+	"github.com/dwr-run/dwr/schemas"
 )
 
 // The accounts and names of dwr's NATS layout.
@@ -23,7 +24,7 @@ const (
 	// JSAPIPrefix is where the client account reaches the only JetStream
 	// API calls it is given: pulling from and reading its queues'
 	// consumers. Executors use jetstream.NewWithAPIPrefix(nc, JSAPIPrefix).
-	JSAPIPrefix = "dwrjs"
+	JSAPIPrefix = schemas.JetStreamAPIPrefix
 	// AnonymousUser is the user that connections without credentials become
 	// when the server is deliberately left open (Spec.InsecureOpen).
 	AnonymousUser = "anonymous"
@@ -81,7 +82,7 @@ func Consumer(prefix, workspace, queue string) string {
 
 // InboxPrefix returns the inbox prefix a user must connect with
 // (nats.CustomInboxPrefix): the only replies it may subscribe to.
-func InboxPrefix(publicKey string) string { return "_INBOX." + publicKey }
+func InboxPrefix(publicKey string) string { return schemas.InboxPrefix(publicKey) }
 
 // Permissions are the subjects a user may publish and subscribe to.
 type Permissions struct {

@@ -5,5 +5,6 @@
 // configuration, which the embedded server runs as is and which an operator
 // includes in a cluster's configuration.
 //
-// It may import domain (for roles and members) and the standard library.
+// It may import domain (for roles and members), schemas (the names a client
+// connects with) and the standard library.
 package access

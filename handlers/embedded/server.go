@@ -112,6 +112,7 @@ func checkDurability(jsc *server.JetStreamConfig, o *options) error {
 // Reload applies new accounts text (Config.Accounts) to the running server
 // without a restart: removed users are disconnected at once, changed
 // permissions apply to open connections. Everything else stays as started.
+// The same text again does nothing.
 // The server must have been started with accounts. It returns the error of
 // an invalid text or of nats-server's reload.
 func (s *Server) Reload(accounts string) error {
@@ -119,6 +120,9 @@ func (s *Server) Reload(accounts string) error {
 	defer s.reloadMu.Unlock()
 	if s.cfg.Accounts == "" || accounts == "" {
 		return errors.New("embedded: reload needs a server started with accounts, and accounts")
+	}
+	if accounts == s.cfg.Accounts {
+		return nil // nothing changed: a reload would only race with connecting clients
 	}
 	cfg := s.cfg
 	cfg.Accounts = accounts

@@ -1,0 +1,138 @@
+package main
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path/filepath"
+
+	"github.com/nats-io/nkeys"
+	"github.com/spf13/cobra"
+
+	"github.com/dwr-run/dwr/domain"
+	"github.com/dwr-run/dwr/handlers"
+	"github.com/dwr-run/dwr/handlers/access"
+)
+
+// Files of `dwr admin nats-config --dir DIR`.
+const (
+	natsConfigFile  = "dwr-accounts.conf"
+	serviceSeedFile = "service.nk"
+)
+
+func natsConfigCmd(g *globals) *cobra.Command {
+	var dir string
+	var fromServer, insecureOpen bool
+	cmd := &cobra.Command{
+		Use:   "nats-config --dir DIR [--from-server]",
+		Short: "write the NATS accounts, users and permissions that dwr needs on a cluster you run",
+		Long: "nats-config writes, in DIR: the service's nkey seed (" + serviceSeedFile + ", for every `dwr serve --nats` replica),\n" +
+			"the admin credential (" + adminCredsFile + "), both made once and kept, and " + natsConfigFile + ": the accounts block to\n" +
+			"include in each nats-server's configuration (`include dwr-accounts.conf`). With --from-server it also lists every\n" +
+			"workspace's members (dwr users add) from the running service, as the admin: run it again after adding or revoking\n" +
+			"users, copy the file to the servers and reload them (`nats-server --signal reload`).",
+		Args: cobra.NoArgs,
+		RunE: func(*cobra.Command, []string) error {
+			return writeNatsConfig(g, dir, fromServer, insecureOpen, g.out)
+		},
+	}
+	cmd.Flags().StringVar(&dir, "dir", "dwr-nats", "directory for the files")
+	cmd.Flags().BoolVar(&fromServer, "from-server", false, "include the members of every workspace, read from the running service (--server, as --creds or DIR/"+adminCredsFile+")")
+	cmd.Flags().BoolVar(&insecureOpen, "insecure-open", false, "let connections without credentials in as admins (throwaway clusters only)")
+	return cmd
+}
+
+func writeNatsConfig(g *globals, dir string, fromServer, insecureOpen bool, out io.Writer) error {
+	if err := os.MkdirAll(dir, 0o750); err != nil {
+		return fail(exitInvalid, "--dir %s: %v", dir, err)
+	}
+	svc, err := ensureSeed(filepath.Join(dir, serviceSeedFile), "the dwr service's own user (account "+access.ServiceAccount+"): give it to every replica with --nats-creds")
+	if err != nil {
+		return err
+	}
+	adminPath := filepath.Join(dir, adminCredsFile)
+	admin, err := ensureSeed(adminPath, "admin of every workspace")
+	if err != nil {
+		return err
+	}
+	admins := []access.Admin{{Name: "admin", PublicKey: admin}}
+	var wss []*domain.Workspace
+	if fromServer {
+		gg := *g
+		if gg.creds == "" {
+			gg.creds = adminPath
+		}
+		if wss, err = readMembers(&gg); err != nil {
+			return err
+		}
+	}
+	spec := access.Spec{ServiceKeys: []string{svc}, Identities: access.IdentitiesOf(admins, wss), InsecureOpen: insecureOpen}
+	conf := filepath.Join(dir, natsConfigFile)
+	if err := os.WriteFile(conf, []byte(access.ServerConfig(spec)), 0o640); err != nil {
+		return err
+	}
+	if g.json {
+		return printJSON(out, map[string]any{"config": conf, "service_seed": filepath.Join(dir, serviceSeedFile),
+			"admin_credential": adminPath, "service_key": svc, "admin_key": admin, "identities": len(spec.Identities)})
+	}
+	fmt.Fprintf(out, "wrote %s (%d identities)\n\n", conf, len(spec.Identities))
+	fmt.Fprintf(out, "1. In each nats-server's configuration: `include %s`, with jetstream { sync_interval: always }; reload or restart.\n", natsConfigFile)
+	fmt.Fprintf(out, "2. Every replica:  dwr serve --nats URLS --replicas 3 --nats-creds %s --admin-key %s\n",
+		filepath.Join(dir, serviceSeedFile), admin)
+	fmt.Fprintf(out, "3. Clients:        dwr --server URLS --creds %s ...  (then dwr users add ... for everyone else)\n", adminPath)
+	fmt.Fprintf(out, "After users change: dwr admin nats-config --dir %s --from-server, copy %s to the servers, reload them.\n", dir, natsConfigFile)
+	return nil
+}
+
+// ensureSeed returns the public key of the user nkey seed in path,
+// creating the file (mode 0600) when it does not exist.
+func ensureSeed(path, about string) (string, error) {
+	pub, err := readCredsKey(path)
+	if err == nil {
+		return pub, nil
+	}
+	if !errors.Is(err, fs.ErrNotExist) {
+		return "", err
+	}
+	kp, err := nkeys.CreateUser()
+	if err != nil {
+		return "", err
+	}
+	if err := writeCreds(path, kp, about, false); err != nil {
+		return "", err
+	}
+	return kp.PublicKey()
+}
+
+// readMembers reads every workspace with its members from the service.
+func readMembers(g *globals) ([]*domain.Workspace, error) {
+	c, err := g.connect()
+	if err != nil {
+		return nil, err
+	}
+	defer c.close()
+	res, err := c.query("workspace.list", handlers.Query{}, 0)
+	if err != nil {
+		return nil, err
+	}
+	var wss []*domain.Workspace
+	if err := json.Unmarshal(res, &wss); err != nil {
+		return nil, err
+	}
+	for _, w := range wss {
+		gw := *g
+		gw.workspace = w.Name
+		c.g = &gw
+		res, err := c.query("member.list", handlers.Query{}, 0)
+		if err != nil {
+			return nil, err
+		}
+		if err := json.Unmarshal(res, &w.Members); err != nil {
+			return nil, err
+		}
+	}
+	return wss, nil
+}

@@ -1,0 +1,122 @@
+package main
+
+import (
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/dwr-run/dwr/handlers/access"
+	"github.com/dwr-run/dwr/handlers/embedded"
+	"github.com/dwr-run/dwr/projections"
+)
+
+// boundary is the embedded server's trust boundary: the service's own
+// identity (a fresh nkey each start, never written down), the admins, and
+// whether anonymous clients are let in.
+type boundary struct {
+	service      *access.ServiceIdentity
+	admins       []access.Admin
+	insecureOpen bool
+}
+
+// spec returns the layout with the members the views hold (none when
+// store is nil).
+func (b *boundary) spec(store *projections.Store, logger *slog.Logger) access.Spec {
+	s := access.Spec{ServiceKeys: []string{b.service.PublicKey}, InsecureOpen: b.insecureOpen,
+		Identities: access.IdentitiesOf(b.admins, nil)}
+	if store == nil {
+		return s
+	}
+	ws, err := store.ListWorkspaces()
+	if err != nil {
+		logger.Error("dwr: reading the workspaces' members", "err", err)
+		return s
+	}
+	s.Identities = access.IdentitiesOf(b.admins, ws)
+	return s
+}
+
+// connect opens the service's own in-process connection.
+func (b *boundary) connect(srv *embedded.Server, name string) (*nats.Conn, error) {
+	return srv.Connect(nats.Name(name), b.service.Option())
+}
+
+// startEmbedded starts the embedded NATS server closed: the service's
+// account and the clients' account, the admin credential of the data
+// directory (created on first start), and the members the views hold (those
+// the views have not caught up with yet come once they have).
+func startEmbedded(o serveOpts, store *projections.Store, logger *slog.Logger) (*embedded.Server, *boundary, error) {
+	if moved, err := migrateStore(o.data); err != nil {
+		return nil, nil, fail(exitError, "%v", err)
+	} else if moved {
+		logger.Info("dwr: moved the streams into the service's own NATS account (a data directory from before accounts)", "account", access.ServiceAccount)
+	}
+	path, pub, created, err := ensureAdminCreds(o.data)
+	if err != nil {
+		return nil, nil, fail(exitError, "the admin credential in %s: %v", o.data, err)
+	}
+	if created {
+		logger.Info("dwr: created the admin credential; the CLI on this machine finds it in the data directory (or give --creds / DWR_CREDS)", "file", path)
+	}
+	id, err := access.NewServiceIdentity()
+	if err != nil {
+		return nil, nil, err
+	}
+	b := &boundary{service: id, insecureOpen: o.insecureOpen,
+		admins: []access.Admin{{Name: "admin", PublicKey: pub}}}
+	cfg := embedded.Config{DataDir: o.data, Listen: o.listen, Logger: logger,
+		Accounts: access.ServerConfig(b.spec(store, logger))}
+	if o.tlsCert != "" || o.tlsKey != "" || o.tlsCA != "" {
+		cfg.TLS = &embedded.TLSConfig{CertFile: o.tlsCert, KeyFile: o.tlsKey, CAFile: o.tlsCA}
+	}
+	srv, err := embedded.Start(cfg)
+	if err != nil {
+		return nil, nil, fail(exitError, "embedded NATS: %v", err)
+	}
+	return srv, b, nil
+}
+
+// migrateStore moves the streams of a data directory written before dwr
+// had accounts (in nats-server's global account, $G) into the service's
+// account, once, while the server is stopped. It returns whether it did.
+func migrateStore(data string) (bool, error) {
+	js := filepath.Join(data, "nats", "jetstream")
+	old, now := filepath.Join(js, "$G"), filepath.Join(js, access.ServiceAccount)
+	if _, err := os.Stat(filepath.Join(old, "streams")); err != nil {
+		return false, nil
+	}
+	if _, err := os.Stat(now); err == nil {
+		return false, fmt.Errorf("both %s and %s hold streams: move one away", old, now)
+	}
+	return true, os.Rename(old, now)
+}
+
+// openOffline starts the embedded server of a stopped `dwr serve`'s data
+// directory for maintenance, without a listener, and connects as the
+// service.
+func openOffline(data string, logger *slog.Logger) (*embedded.Server, *nats.Conn, error) {
+	id, err := access.NewServiceIdentity()
+	if err != nil {
+		return nil, nil, err
+	}
+	cfg := embedded.Config{DataDir: data, Accounts: access.ServiceOnly(id), Logger: logger}
+	opts := []nats.Option{nats.Name("dwr-admin"), id.Option()}
+	if _, err := os.Stat(filepath.Join(data, "nats", "jetstream", "$G", "streams")); err == nil {
+		// Written without accounts (before them, or by a test's open
+		// server): read it as it is, and leave moving it to dwr serve.
+		cfg.Accounts, opts = "", opts[:1]
+	}
+	srv, err := embedded.Start(cfg)
+	if err != nil {
+		return nil, nil, fail(exitError, "open the log in %s: %v (is `dwr serve` still running on it?)", data, err)
+	}
+	nc, err := srv.Connect(opts...)
+	if err != nil {
+		srv.Shutdown()
+		return nil, nil, fail(exitError, "%v", err)
+	}
+	return srv, nc, nil
+}

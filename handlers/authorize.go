@@ -1,0 +1,148 @@
+package handlers
+
+import (
+	"encoding/json"
+	"fmt"
+
+	"github.com/nats-io/nats.go/micro"
+
+	"github.com/dwr-run/dwr/domain"
+	"github.com/dwr-run/dwr/eventstore"
+	"github.com/dwr-run/dwr/handlers/access"
+)
+
+// AuthConfig says whom the service serves and as whom.
+type AuthConfig struct {
+	// Required makes every request carry the identity the NATS server
+	// authenticated: the Nats-Request-Info header that nats-server stamps on
+	// requests crossing from access.ClientAccount. A request without it is
+	// refused (forbidden). When false — tests, and a NATS server without
+	// dwr's accounts — a request without it is served as the anonymous
+	// admin.
+	Required bool
+	// InsecureOpen serves access.AnonymousUser, the user that connections
+	// without credentials become on an open server, as an admin of every
+	// workspace.
+	InsecureOpen bool
+	// Admins have the admin role in every workspace.
+	Admins []access.Admin
+	// OnMembersChanged, when set, is called once the views hold a commit
+	// that added or removed workspace members, so that the NATS server's
+	// users can follow: before a member.add or member.remove is answered,
+	// and after the writer applied such a commit (again; it must be cheap
+	// when nothing changed). It may run on the writer's goroutine and on a
+	// request's at once.
+	OnMembersChanged func()
+}
+
+// principal is who a request is served as.
+type principal struct {
+	name string
+	role domain.Role
+	// global: an admin of every workspace.
+	global bool
+	// authenticated: the NATS server vouched for the identity.
+	authenticated bool
+	member        *domain.Member
+}
+
+func forbidden(format string, args ...any) *WireError {
+	return &WireError{Code: string(domain.CodeForbidden), Message: fmt.Sprintf(format, args...)}
+}
+
+// authorize returns who sent req to workspace ws, or a forbidden error when
+// that identity may not send the command (kind "cmd") or query (kind "q")
+// named name there. Nothing is decoded from the body.
+func (s *Service) authorize(h micro.Headers, ws, kind, name string) (principal, *WireError) {
+	a := s.cfg.Auth
+	c, ok := callerOf(h)
+	if !ok {
+		if a.Required {
+			return principal{}, forbidden("the request carries no identity: connect with a dwr credential (dwr --creds FILE, or DWR_CREDS)")
+		}
+		return principal{name: access.AnonymousUser, role: domain.RoleAdmin, global: true}, nil
+	}
+	if c.Account != access.ClientAccount {
+		return principal{}, forbidden("requests from NATS account %q are not served: use a credential of account %s", c.Account, access.ClientAccount)
+	}
+	p := principal{authenticated: true}
+	switch {
+	case c.User == access.AnonymousUser && a.InsecureOpen:
+		p.name, p.role, p.global = access.AnonymousUser, domain.RoleAdmin, true
+	case s.admins[c.User] != "":
+		p.name, p.role, p.global = s.admins[c.User], domain.RoleAdmin, true
+	default:
+		w, err := s.store.Workspace(ws)
+		if err != nil {
+			return principal{}, toWire(err, s.cfg.Logger)
+		}
+		var m *domain.Member
+		if w != nil {
+			m = w.MemberByKey(c.User)
+		}
+		if m == nil {
+			return principal{}, forbidden("identity %s has no role in workspace %q: an admin adds it (dwr users add)", short(c.User), ws)
+		}
+		p.name, p.role, p.member = m.Name, m.Role, m
+	}
+	switch {
+	case kind == "cmd" && name == "workspace.create" && !p.global:
+		return principal{}, forbidden("%s may not create workspaces: only the service's admins may", p.name)
+	case kind == "cmd" && !p.role.MayCommand(name):
+		return principal{}, forbidden("%s (role %s in %q) may not send %s", p.name, p.role, ws, name)
+	case kind == "q" && !p.role.MayQuery(name):
+		return principal{}, forbidden("%s (role %s in %q) may not query %s", p.name, p.role, ws, name)
+	}
+	return p, nil
+}
+
+// authorizeTask refuses an executor's command for a task that is not on one
+// of its queues. body is the command, already validated.
+func (s *Service) authorizeTask(p principal, name string, body []byte) *WireError {
+	if p.member == nil || p.role != domain.RoleExecutor || !domain.ExecutorCommands[name] {
+		return nil
+	}
+	var ref struct {
+		TaskID string `json:"task_id"`
+		Queue  string `json:"queue"`
+	}
+	if err := json.Unmarshal(body, &ref); err != nil {
+		return nil // the command's own decoding reports it
+	}
+	q := ref.Queue
+	if ref.TaskID != "" {
+		t, err := s.store.Task(ref.TaskID)
+		if err != nil {
+			return toWire(err, s.cfg.Logger)
+		}
+		if t == nil {
+			return nil // not found: the domain says so
+		}
+		q = t.Spec.Queue
+		if name == "task.verify" && t.Spec.Verification != nil {
+			q = t.Spec.Verification.Queue
+		}
+	}
+	if q != "" && !p.member.MayWork(q) {
+		return forbidden("%s may not work queue %q: its queues are %v", p.name, q, p.member.Queues)
+	}
+	return nil
+}
+
+func short(s string) string {
+	if len(s) > 12 {
+		return s[:12] + "…"
+	}
+	return s
+}
+
+// changesMembers reports whether a commit adds or removes workspace members.
+func changesMembers(c *eventstore.Commit) bool {
+	for i := range c.Events {
+		switch c.Events[i].Type {
+		case "workspace.member_added", "workspace.member_removed":
+			return true
+		}
+	}
+	return false
+}
