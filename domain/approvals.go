@@ -372,7 +372,7 @@ func (x *tx) registerApprover(c *RegisterApprover) (Reply, error) {
 	if err != nil {
 		return Reply{}, err
 	}
-	if w.HasCommand(x.m.CommandID) {
+	if w.HasCommand(x.m.Key()) {
 		return Reply{ID: w.Name, Version: w.Version, Duplicate: true}, nil
 	}
 	if !ValidName(c.Name) {
@@ -397,7 +397,7 @@ func (x *tx) registerApprover(c *RegisterApprover) (Reply, error) {
 }
 
 func (x *tx) requestApproval(c *RequestApproval) (Reply, error) {
-	if t, _ := x.o.Task(c.TaskID); t != nil && t.Workspace == x.m.Workspace && t.HasCommand(x.m.CommandID) {
+	if t, _ := x.o.Task(c.TaskID); t != nil && t.Workspace == x.m.Workspace && t.HasCommand(x.m.Key()) {
 		return duplicateTask(t), nil
 	}
 	t, err := x.current(c.TaskID, c.Attempt)
@@ -457,7 +457,7 @@ func (x *tx) decideApproval(c *DecideApproval) (Reply, error) {
 	if a == nil {
 		return Reply{}, notFound("/approval_id", "approval %s not found in workspace %q", c.ApprovalID, x.m.Workspace)
 	}
-	if t.HasCommand(x.m.CommandID) {
+	if t.HasCommand(x.m.Key()) {
 		return duplicateTask(t), nil
 	}
 	if !slices.Contains(Responses, c.Response) {

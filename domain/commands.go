@@ -2,6 +2,7 @@ package domain
 
 import (
 	"encoding/json"
+	"strconv"
 	"time"
 )
 
@@ -11,14 +12,30 @@ type Command interface {
 	CommandName() string
 }
 
-// Meta is what travels with every command: its id (the idempotency key), the
-// workspace it addresses, who sent it, and the time the writer decides it at.
+// Meta is what travels with every command: its id, the workspace it
+// addresses, who sent it, and the time the writer decides it at.
 type Meta struct {
 	CommandID     string
 	Workspace     string
 	Actor         string
 	CorrelationID string
 	Now           time.Time
+}
+
+// Key returns the command's idempotency key: CommandKey of its actor and id.
+func (m Meta) Key() string { return CommandKey(m.Actor, m.CommandID) }
+
+// CommandKey returns the idempotency key of command id sent by actor. A
+// command id is unique per sender: a retry by the same identity is answered
+// with the first outcome, while the same id from another identity is another
+// command, which is decided on its own — an id one identity used can never
+// answer for, or block, another's. A command without an actor (a request
+// that carries no identity) keeps its bare id; so does an empty id (none).
+func CommandKey(actor, id string) string {
+	if actor == "" || id == "" {
+		return id
+	}
+	return strconv.Itoa(len(actor)) + ":" + actor + ":" + id
 }
 
 // CreateWorkspace creates a workspace named Name.

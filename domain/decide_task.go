@@ -18,7 +18,7 @@ func (x *tx) createTask(c *CreateTask) (Reply, error) {
 		return Reply{}, err
 	}
 	if t != nil {
-		if t.HasCommand(x.m.CommandID) {
+		if t.HasCommand(x.m.Key()) {
 			return duplicateTask(t), nil
 		}
 		return Reply{}, conflict("task %s already exists", c.TaskID)
@@ -49,7 +49,7 @@ func (x *tx) cancelTask(c *CancelTask) (Reply, error) {
 	if err != nil {
 		return Reply{}, err
 	}
-	if t.HasCommand(x.m.CommandID) {
+	if t.HasCommand(x.m.Key()) {
 		return duplicateTask(t), nil
 	}
 	if err := checkText("/reason", c.Reason, MaxReason, false); err != nil {
@@ -69,7 +69,7 @@ func (x *tx) claimTask(c *ClaimTask) (Reply, error) {
 	if err != nil {
 		return Reply{}, err
 	}
-	if t.HasCommand(x.m.CommandID) {
+	if t.HasCommand(x.m.Key()) {
 		r := duplicateTask(t)
 		r.Task = t
 		return r, nil
@@ -138,7 +138,7 @@ func (x *tx) current(taskID string, attempt int) (*Task, error) {
 }
 
 func (x *tx) saveCheckpoint(c *SaveCheckpoint) (Reply, error) {
-	if t, _ := x.o.Task(c.TaskID); t != nil && t.Workspace == x.m.Workspace && t.HasCommand(x.m.CommandID) {
+	if t, _ := x.o.Task(c.TaskID); t != nil && t.Workspace == x.m.Workspace && t.HasCommand(x.m.Key()) {
 		return duplicateTask(t), nil
 	}
 	t, err := x.current(c.TaskID, c.Attempt)
@@ -155,7 +155,7 @@ func (x *tx) saveCheckpoint(c *SaveCheckpoint) (Reply, error) {
 }
 
 func (x *tx) reportSuccess(c *ReportSuccess) (Reply, error) {
-	if t, _ := x.o.Task(c.TaskID); t != nil && t.Workspace == x.m.Workspace && t.HasCommand(x.m.CommandID) {
+	if t, _ := x.o.Task(c.TaskID); t != nil && t.Workspace == x.m.Workspace && t.HasCommand(x.m.Key()) {
 		return duplicateTask(t), nil
 	}
 	t, err := x.current(c.TaskID, c.Attempt)
@@ -177,7 +177,7 @@ func (x *tx) reportSuccess(c *ReportSuccess) (Reply, error) {
 }
 
 func (x *tx) reportFailure(c *ReportFailure) (Reply, error) {
-	if t, _ := x.o.Task(c.TaskID); t != nil && t.Workspace == x.m.Workspace && t.HasCommand(x.m.CommandID) {
+	if t, _ := x.o.Task(c.TaskID); t != nil && t.Workspace == x.m.Workspace && t.HasCommand(x.m.Key()) {
 		return duplicateTask(t), nil
 	}
 	t, err := x.current(c.TaskID, c.Attempt)
@@ -223,7 +223,7 @@ func (x *tx) recordVerification(c *RecordVerification) (Reply, error) {
 	if err != nil {
 		return Reply{}, err
 	}
-	if t.HasCommand(x.m.CommandID) {
+	if t.HasCommand(x.m.Key()) {
 		return duplicateTask(t), nil
 	}
 	if !slices.Contains([]string{OutcomePass, OutcomeFail, OutcomeInconclusive}, c.Outcome) {
@@ -290,7 +290,7 @@ func (x *tx) reviewTask(c *ReviewTask) (Reply, error) {
 	if err != nil {
 		return Reply{}, err
 	}
-	if t.HasCommand(x.m.CommandID) {
+	if t.HasCommand(x.m.Key()) {
 		return duplicateTask(t), nil
 	}
 	if err := checkText("/reason", c.Reason, MaxReason, false); err != nil {
@@ -320,7 +320,7 @@ func (x *tx) reviewTask(c *ReviewTask) (Reply, error) {
 }
 
 func (x *tx) waitTask(c *WaitTask) (Reply, error) {
-	if t, _ := x.o.Task(c.TaskID); t != nil && t.Workspace == x.m.Workspace && t.HasCommand(x.m.CommandID) {
+	if t, _ := x.o.Task(c.TaskID); t != nil && t.Workspace == x.m.Workspace && t.HasCommand(x.m.Key()) {
 		return duplicateTask(t), nil
 	}
 	t, err := x.current(c.TaskID, c.Attempt)
@@ -353,7 +353,7 @@ func (x *tx) sendSignal(c *SendSignal) (Reply, error) {
 	if err != nil {
 		return Reply{}, err
 	}
-	if t.HasCommand(x.m.CommandID) {
+	if t.HasCommand(x.m.Key()) {
 		return duplicateTask(t), nil
 	}
 	if len(c.Payload) > MaxInputBytes {
@@ -378,7 +378,7 @@ func (x *tx) fireTimer(c *FireTimer) (Reply, error) {
 	if err != nil {
 		return Reply{}, err
 	}
-	if t.HasCommand(x.m.CommandID) {
+	if t.HasCommand(x.m.Key()) {
 		return duplicateTask(t), nil
 	}
 	stale := func() (Reply, error) { r := taskReply(t); r.Duplicate = true; return r, nil }
@@ -487,7 +487,7 @@ func (x *tx) quarantineTask(c *QuarantineTask) (Reply, error) {
 	if err != nil {
 		return Reply{}, err
 	}
-	if t.HasCommand(x.m.CommandID) || Terminal(t.State) {
+	if t.HasCommand(x.m.Key()) || Terminal(t.State) {
 		return duplicateTask(t), nil
 	}
 	if err := checkText("/reason", c.Reason, MaxReason, false); err != nil {

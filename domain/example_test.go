@@ -26,7 +26,7 @@ func Example() {
 		}
 		fmt.Println(cmd.CommandName())
 		for _, c := range out.Changes {
-			if err := world.Apply(c, domain.Recorded{CommandID: m.CommandID, Time: now}); err != nil {
+			if err := world.Apply(c, domain.Recorded{CommandID: m.CommandID, Actor: m.Actor, Time: now}); err != nil {
 				panic(err)
 			}
 			if pc, ok := c.Event.(*domain.PlanCommitted); ok {

@@ -111,7 +111,9 @@ func (x *tx) decide(cmd Command) (Reply, error) {
 	return Reply{}, invalid("", "unknown command %T", cmd)
 }
 
-func (x *tx) rec() Recorded { return Recorded{CommandID: x.m.CommandID, Time: x.m.Now} }
+func (x *tx) rec() Recorded {
+	return Recorded{CommandID: x.m.CommandID, Actor: x.m.Actor, Time: x.m.Now}
+}
 
 // emit applies e to its aggregate in the overlay, at the next version.
 func (x *tx) emit(id string, e Event) error {

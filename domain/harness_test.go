@@ -33,6 +33,7 @@ type entry struct {
 type world struct {
 	t       testingT
 	ws      string
+	actor   string // who sends the commands: Meta.Actor
 	o       *Overlay
 	now     time.Time
 	seq     int
@@ -41,7 +42,7 @@ type world struct {
 
 // newWorld returns a world with nothing in it, deciding in workspace "acme".
 func newWorld(t testingT) *world {
-	return &world{t: t, ws: "acme", o: NewOverlay(Empty{}), now: epoch}
+	return &world{t: t, ws: "acme", actor: "tester", o: NewOverlay(Empty{}), now: epoch}
 }
 
 // setup returns a world whose workspace exists.
@@ -75,13 +76,13 @@ func (w *world) run(cmd Command) (*Outcome, error) { return w.runID(w.nextComman
 // each version) and appends them to the history.
 func (w *world) runID(id string, cmd Command) (*Outcome, error) {
 	w.t.Helper()
-	m := Meta{CommandID: id, Workspace: w.ws, Actor: "tester", Now: w.now}
+	m := Meta{CommandID: id, Workspace: w.ws, Actor: w.actor, Now: w.now}
 	out, err := Execute(w.o, cmd, m)
 	if err != nil {
 		require.Nil(w.t, out, "a refused command has no outcome")
 		return nil, err
 	}
-	r := Recorded{CommandID: id, Time: w.now}
+	r := Recorded{CommandID: id, Actor: m.Actor, Time: w.now}
 	for _, c := range out.Changes {
 		require.NoError(w.t, w.o.Apply(c, r), "committing %s", cmd.CommandName())
 		w.history = append(w.history, entry{Change: c, Recorded: r})

@@ -171,7 +171,7 @@ func (m *model) exec(cmd Command, typ, id string) (*Outcome, error) {
 	m.t.Helper()
 	cmdID := m.commandID()
 	length := len(m.w.history)
-	applied := m.hasCommand(typ, id, cmdID)
+	applied := m.hasCommand(typ, id, CommandKey(m.w.actor, cmdID))
 	var prev *Task
 	if typ == AggTask {
 		prev, _ = m.w.o.Task(id)
@@ -237,14 +237,14 @@ func describe(out *Outcome) string {
 	return s
 }
 
-func (m *model) hasCommand(typ, id, cmdID string) bool {
+func (m *model) hasCommand(typ, id, key string) bool {
 	switch typ {
 	case AggGoal:
 		g, _ := m.w.o.Goal(id)
-		return g != nil && g.HasCommand(cmdID)
+		return g != nil && g.HasCommand(key)
 	case AggTask:
 		t, _ := m.w.o.Task(id)
-		return t != nil && t.HasCommand(cmdID)
+		return t != nil && t.HasCommand(key)
 	}
 	return false
 }

@@ -163,27 +163,34 @@ func (w *Workspace) Clone() *Workspace {
 	return &c
 }
 
-// HasCommand reports whether command id was already applied to the workspace.
-func (w *Workspace) HasCommand(id string) bool { return id != "" && slices.Contains(w.Commands, id) }
+// HasCommand reports whether the command with idempotency key key
+// (Meta.Key) was already applied to the workspace.
+func (w *Workspace) HasCommand(key string) bool { return key != "" && slices.Contains(w.Commands, key) }
 
-// HasCommand reports whether command id was already applied to the goal.
-func (g *Goal) HasCommand(id string) bool { return id != "" && slices.Contains(g.Commands, id) }
+// HasCommand reports whether the command with idempotency key key
+// (Meta.Key) was already applied to the goal.
+func (g *Goal) HasCommand(key string) bool { return key != "" && slices.Contains(g.Commands, key) }
 
-// HasCommand reports whether command id was already applied to the task.
-func (t *Task) HasCommand(id string) bool { return id != "" && slices.Contains(t.Commands, id) }
+// HasCommand reports whether the command with idempotency key key
+// (Meta.Key) was already applied to the task.
+func (t *Task) HasCommand(key string) bool { return key != "" && slices.Contains(t.Commands, key) }
 
-// Recorded is what the log adds to an event: the command it came from and the
-// time it was decided.
+// Recorded is what the log adds to an event: the command it came from, who
+// sent it, and the time it was decided.
 type Recorded struct {
 	CommandID string
+	Actor     string
 	Time      time.Time
 }
 
-func addCommand(cmds []string, id string) []string {
-	if id == "" || slices.Contains(cmds, id) {
+// Key returns the idempotency key of the command the event came from.
+func (r Recorded) Key() string { return CommandKey(r.Actor, r.CommandID) }
+
+func addCommand(cmds []string, key string) []string {
+	if key == "" || slices.Contains(cmds, key) {
 		return cmds
 	}
-	return append(cmds, id)
+	return append(cmds, key)
 }
 
 // ApplyWorkspace applies e to w (nil before the first event) and returns the
@@ -195,7 +202,7 @@ func ApplyWorkspace(w *Workspace, id string, e Event, r Recorded) (*Workspace, e
 			return nil, fmt.Errorf("domain: workspace %s created twice", id)
 		}
 		return &Workspace{Name: ev.Name, Description: ev.Description, CreatedAt: r.Time, Version: 1,
-			Commands: addCommand(nil, r.CommandID)}, nil
+			Commands: addCommand(nil, r.Key())}, nil
 	}
 	if w == nil {
 		return nil, fmt.Errorf("domain: %s before workspace %s was created", e.EventType(), id)
@@ -213,7 +220,7 @@ func ApplyWorkspace(w *Workspace, id string, e Event, r Recorded) (*Workspace, e
 		return nil, fmt.Errorf("domain: workspace cannot apply %s", e.EventType())
 	}
 	w.Version++
-	w.Commands = addCommand(w.Commands, r.CommandID)
+	w.Commands = addCommand(w.Commands, r.Key())
 	return w, nil
 }
 
@@ -226,7 +233,7 @@ func ApplyGoal(g *Goal, id, workspace string, e Event, r Recorded) (*Goal, error
 		}
 		return &Goal{ID: id, Workspace: workspace, Title: ev.Title, Description: ev.Description,
 			SuccessCriteria: ev.SuccessCriteria, Envelope: ev.Envelope, State: GoalStateOpen,
-			CreatedAt: r.Time, UpdatedAt: r.Time, Version: 1, Commands: addCommand(nil, r.CommandID)}, nil
+			CreatedAt: r.Time, UpdatedAt: r.Time, Version: 1, Commands: addCommand(nil, r.Key())}, nil
 	}
 	if g == nil {
 		return nil, fmt.Errorf("domain: %s before goal %s was created", e.EventType(), id)
@@ -250,7 +257,7 @@ func ApplyGoal(g *Goal, id, workspace string, e Event, r Recorded) (*Goal, error
 	}
 	g.Version++
 	g.UpdatedAt = r.Time
-	g.Commands = addCommand(g.Commands, r.CommandID)
+	g.Commands = addCommand(g.Commands, r.Key())
 	return g, nil
 }
 
@@ -263,7 +270,7 @@ func ApplyTask(t *Task, id, workspace string, e Event, r Recorded) (*Task, error
 		}
 		nt := &Task{ID: id, Workspace: workspace, GoalID: ev.GoalID, PlanVersion: ev.PlanVersion,
 			Key: ev.Spec.Key, Spec: ev.Spec, DependsOn: ev.DependsOn, State: ev.State,
-			CreatedAt: r.Time, UpdatedAt: r.Time, Version: 1, Commands: addCommand(nil, r.CommandID)}
+			CreatedAt: r.Time, UpdatedAt: r.Time, Version: 1, Commands: addCommand(nil, r.Key())}
 		if ev.State == StateWaiting {
 			nt.Wait = &TaskWaiting{Kind: ev.WaitKind, Until: ev.WaitUntil}
 		}
@@ -403,6 +410,6 @@ func ApplyTask(t *Task, id, workspace string, e Event, r Recorded) (*Task, error
 	}
 	t.Version++
 	t.UpdatedAt = r.Time
-	t.Commands = addCommand(t.Commands, r.CommandID)
+	t.Commands = addCommand(t.Commands, r.Key())
 	return t, nil
 }

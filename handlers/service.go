@@ -512,7 +512,7 @@ func (s *Service) handleCommand(name string, req micro.Request) []byte {
 	}
 	fillIDs(cmd)
 	h := req.Headers()
-	m := domain.Meta{Workspace: ws, CommandID: h.Get(HeaderCommandID), Actor: h.Get(HeaderActor),
+	m := domain.Meta{Workspace: ws, CommandID: h.Get(HeaderCommandID), Actor: actorOf(h),
 		CorrelationID: h.Get(HeaderCorrelationID)}
 	if m.CommandID == "" {
 		m.CommandID = ulid.Make().String()
@@ -527,6 +527,11 @@ func (s *Service) handleCommand(name string, req micro.Request) []byte {
 	}
 	return okResponse(o.Seq, o.Reply)
 }
+
+// actorOf returns who sent a request: today the Dwr-Actor header. It is the
+// one place that names the identity a command's attempt, idempotency key and
+// events are bound to.
+func actorOf(h micro.Headers) string { return h.Get(HeaderActor) }
 
 // fillIDs gives a creating command the new aggregate's id when the client
 // left it out.

@@ -296,3 +296,49 @@ func TestInternalCommandsHaveNoEndpoint(t *testing.T) {
 		require.ErrorIs(t, err, nats.ErrNoResponders, "%s must not be open to clients", name)
 	}
 }
+
+// commandAs sends a command as actor under command id cmdID.
+func (b *bundle) commandAs(t *testing.T, actor, name string, body any, cmdID string) handlers.Response {
+	t.Helper()
+	h := nats.Header{}
+	h.Set(handlers.HeaderCommandID, cmdID)
+	h.Set(handlers.HeaderActor, actor)
+	return b.request(t, "dwr.cmd.default."+name, body, h)
+}
+
+func TestACommandIDBelongsToItsSender(t *testing.T) {
+	b := setup(t)
+	// Alice uses an id first; Bob's command under the same id is his own:
+	// decided, not answered with Alice's outcome, and it does not block her
+	// retry either.
+	a := b.commandAs(t, "alice", "goal.create", map[string]any{"title": "alice's"}, "shared-id")
+	require.True(t, a.OK, "%+v", a.Error)
+	bob := b.commandAs(t, "bob", "goal.create", map[string]any{"title": "bob's"}, "shared-id")
+	require.True(t, bob.OK, "%+v", bob.Error)
+	var ra, rb domain.Reply
+	require.NoError(t, json.Unmarshal(a.Result, &ra))
+	require.NoError(t, json.Unmarshal(bob.Result, &rb))
+	require.NotEqual(t, ra.ID, rb.ID, "bob's goal is a goal of its own")
+	require.False(t, rb.Duplicate)
+	again := b.commandAs(t, "alice", "goal.create", map[string]any{"title": "alice's"}, "shared-id")
+	require.JSONEq(t, string(a.Result), string(again.Result), "alice's retry is answered with her first outcome")
+	require.Equal(t, a.Seq, again.Seq)
+
+	// command.get answers each sender with their own command.
+	for who, want := range map[string]string{"alice": ra.ID, "bob": rb.ID} {
+		h := nats.Header{}
+		h.Set(handlers.HeaderActor, who)
+		r := b.request(t, "dwr.q.default.command.get", handlers.Query{ID: "shared-id"}, h)
+		require.True(t, r.OK, "%+v", r.Error)
+		var o projections.CommandOutcome
+		require.NoError(t, json.Unmarshal(r.Result, &o))
+		var rep domain.Reply
+		require.NoError(t, json.Unmarshal(o.Reply, &rep))
+		require.Equal(t, want, rep.ID, who)
+	}
+	h := nats.Header{}
+	h.Set(handlers.HeaderActor, "carol")
+	r := b.request(t, "dwr.q.default.command.get", handlers.Query{ID: "shared-id"}, h)
+	require.False(t, r.OK)
+	require.Equal(t, string(domain.CodeNotFound), r.Error.Code)
+}

@@ -583,13 +583,13 @@ func auditLog(recs []loggedRecord, cmds []*cmdResult) *audit {
 			if err := chain.Check(e); err != nil {
 				a.problem(&a.ChainErrors, "record %d: %v", r.Seq, err)
 			}
-			ck := e.Workspace + "/" + e.CommandID
+			ck := e.Workspace + "/" + domain.CommandKey(e.Actor, e.CommandID) // a command id is its sender's
 			addSeq(eventSeqs, ck, r.Seq)
 			withEvents[ck] = true
 		}
 		withResult := map[string]bool{}
 		for _, res := range r.C.Results {
-			ck := res.Workspace + "/" + res.CommandID
+			ck := res.Workspace + "/" + domain.CommandKey(res.Actor, res.CommandID)
 			addSeq(resultSeqs, ck, r.Seq)
 			if _, ok := firstReply[ck]; !ok {
 				firstReply[ck] = res.Reply

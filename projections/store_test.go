@@ -44,7 +44,7 @@ func (d *decider) Decide(items []cmd) ([]eventstore.Event, []eventstore.CommandR
 			continue
 		}
 		for _, ch := range out.Changes {
-			if err := o.Apply(ch, domain.Recorded{CommandID: it.id, Time: d.now}); err != nil {
+			if err := o.Apply(ch, domain.Recorded{CommandID: it.id, Actor: m.Actor, Time: d.now}); err != nil {
 				panic(err)
 			}
 			data, _ := json.Marshal(ch.Event)
@@ -53,7 +53,7 @@ func (d *decider) Decide(items []cmd) ([]eventstore.Event, []eventstore.CommandR
 				CommandID: it.id, Actor: "test", Time: d.now, Data: data})
 		}
 		reply, _ := json.Marshal(out.Reply)
-		res = append(res, eventstore.CommandResult{Workspace: "w", CommandID: it.id, Reply: reply})
+		res = append(res, eventstore.CommandResult{Workspace: "w", CommandID: it.id, Actor: m.Actor, Reply: reply})
 	}
 	return evs, res, errs
 }

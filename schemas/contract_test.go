@@ -61,7 +61,7 @@ func (c *contract) execute(name string, body map[string]any) *domain.Outcome {
 	out, err := domain.Execute(c.w, cmd, m)
 	require.NoError(t, err, "%s %s", name, b)
 	for i, ch := range out.Changes {
-		require.NoError(t, c.w.Apply(ch, domain.Recorded{CommandID: m.CommandID, Time: m.Now}))
+		require.NoError(t, c.w.Apply(ch, domain.Recorded{CommandID: m.CommandID, Actor: m.Actor, Time: m.Now}))
 		c.event(m, i, ch)
 	}
 	c.cmds[name] = true
