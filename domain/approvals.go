@@ -397,12 +397,9 @@ func (x *tx) registerApprover(c *RegisterApprover) (Reply, error) {
 }
 
 func (x *tx) requestApproval(c *RequestApproval) (Reply, error) {
-	if t, _ := x.o.Task(c.TaskID); t != nil && t.Workspace == x.m.Workspace && t.HasCommand(x.m.Key()) {
-		return duplicateTask(t), nil
-	}
-	t, err := x.current(c.TaskID, c.Attempt)
-	if err != nil {
-		return Reply{}, err
+	t, dup, err := x.holder(c.TaskID, c.Attempt, c.Token)
+	if err != nil || dup {
+		return duplicateOr(t, err)
 	}
 	if len(c.Action) == 0 {
 		return Reply{}, invalid("/action", "is required: the concrete action to approve")

@@ -77,20 +77,32 @@ type CancelTask struct {
 	Reason string `json:"reason,omitempty"`
 }
 
-// ClaimTask starts the next attempt of a ready task for an executor. When the
-// work item was redelivered because attempt Supersedes lost its lease, that
-// attempt is recorded as abandoned first.
+// ClaimTask starts the next attempt of a ready task for an executor, held
+// by the identity that sends it (Meta.Actor) and by the token whose hash is
+// TokenHash. When the work item was redelivered because attempt Supersedes
+// lost its lease, that attempt is recorded as abandoned first — but only
+// from SupersedeAfter on, the moment its lease lapsed.
 type ClaimTask struct {
 	TaskID          string `json:"task_id"`
 	Executor        string `json:"executor"`
 	ExecutorVersion string `json:"executor_version,omitempty"`
 	Supersedes      int    `json:"supersedes,omitempty"`
+
+	// TokenHash is TokenHash of the token the service hands the claimer.
+	// The service sets it; it is never read from the wire.
+	TokenHash string `json:"-"`
+	// SupersedeAfter is when attempt Supersedes counts as lapsed: its last
+	// sign of life (its claim, a checkpoint, a heartbeat) plus its queue's
+	// lease. The service sets it, since only it knows both; a claim that
+	// supersedes without it is refused.
+	SupersedeAfter time.Time `json:"-"`
 }
 
 // SaveCheckpoint saves the current attempt's checkpoint.
 type SaveCheckpoint struct {
 	TaskID     string          `json:"task_id"`
 	Attempt    int             `json:"attempt"`
+	Token      string          `json:"token"` // the attempt's token, as its claim returned it
 	Checkpoint json.RawMessage `json:"checkpoint"`
 }
 
@@ -98,6 +110,7 @@ type SaveCheckpoint struct {
 type ReportSuccess struct {
 	TaskID     string          `json:"task_id"`
 	Attempt    int             `json:"attempt"`
+	Token      string          `json:"token"`
 	Result     json.RawMessage `json:"result,omitempty"`
 	Artifacts  []ArtifactRef   `json:"artifacts,omitempty"`
 	ModelSteps []ModelStep     `json:"model_steps,omitempty"`
@@ -107,8 +120,18 @@ type ReportSuccess struct {
 type ReportFailure struct {
 	TaskID    string    `json:"task_id"`
 	Attempt   int       `json:"attempt"`
+	Token     string    `json:"token"`
 	Error     ErrorInfo `json:"error"`
 	Retryable bool      `json:"retryable"`
+}
+
+// Heartbeat says that the current attempt is alive. It changes nothing and
+// is never recorded: the service keeps the moment in memory, so that a
+// claim superseding the attempt is taken only once its lease has lapsed.
+type Heartbeat struct {
+	TaskID  string `json:"task_id"`
+	Attempt int    `json:"attempt"`
+	Token   string `json:"token"`
 }
 
 // RecordVerification records a verifier's outcome for a verifying task.
@@ -145,6 +168,7 @@ type RegisterApprover struct {
 type RequestApproval struct {
 	TaskID  string `json:"task_id"`
 	Attempt int    `json:"attempt"`
+	Token   string `json:"token"`
 	ApprovalRequest
 }
 
@@ -163,6 +187,7 @@ type DecideApproval struct {
 type WaitTask struct {
 	TaskID  string     `json:"task_id"`
 	Attempt int        `json:"attempt"`
+	Token   string     `json:"token"`
 	Kind    string     `json:"kind"`
 	Signal  string     `json:"signal,omitempty"`
 	Until   *time.Time `json:"until,omitempty"`
@@ -235,6 +260,9 @@ func (ReportSuccess) CommandName() string { return "task.succeed" }
 func (ReportFailure) CommandName() string { return "task.fail" }
 
 // CommandName returns the command's wire name.
+func (Heartbeat) CommandName() string { return "task.heartbeat" }
+
+// CommandName returns the command's wire name.
 func (RecordVerification) CommandName() string { return "task.verify" }
 
 // CommandName returns the command's wire name.
@@ -272,6 +300,7 @@ var commandTypes = map[string]func() Command{
 	"task.checkpoint":       func() Command { return &SaveCheckpoint{} },
 	"task.succeed":          func() Command { return &ReportSuccess{} },
 	"task.fail":             func() Command { return &ReportFailure{} },
+	"task.heartbeat":        func() Command { return &Heartbeat{} },
 	"task.verify":           func() Command { return &RecordVerification{} },
 	"task.review":           func() Command { return &ReviewTask{} },
 	"approval.decide":       func() Command { return &DecideApproval{} },

@@ -18,6 +18,9 @@ type Reply struct {
 	Task        *Task      `json:"task,omitempty"`        // for task.claim: what the executor needs
 	ApprovalID  string     `json:"approval_id,omitempty"` // for task.request_approval and approval.decide
 	Duplicate   bool       `json:"duplicate,omitempty"`
+	// Token is, for task.claim, the attempt's token: the service adds it to
+	// the claimer's answer. The domain never sets it, and it is never stored.
+	Token string `json:"token,omitempty"`
 }
 
 // Outcome is a decided command: the changes to append (reactions included, in
@@ -89,6 +92,8 @@ func (x *tx) decide(cmd Command) (Reply, error) {
 		return x.reportSuccess(c)
 	case *ReportFailure:
 		return x.reportFailure(c)
+	case *Heartbeat:
+		return x.heartbeat(c)
 	case *RecordVerification:
 		return x.recordVerification(c)
 	case *ReviewTask:
@@ -205,6 +210,14 @@ func goalReply(g *Goal) Reply {
 }
 
 func duplicateTask(t *Task) Reply { r := taskReply(t); r.Duplicate = true; return r }
+
+// duplicateOr returns err, or when there is none the duplicate reply for t.
+func duplicateOr(t *Task, err error) (Reply, error) {
+	if err != nil {
+		return Reply{}, err
+	}
+	return duplicateTask(t), nil
+}
 
 // after returns the reply for task id as the overlay now has it.
 func (x *tx) after(id string) (Reply, error) {

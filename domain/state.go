@@ -51,6 +51,13 @@ type Attempt struct {
 	Error           *ErrorInfo      `json:"error,omitempty"`
 	Retryable       bool            `json:"retryable,omitempty"`
 	Reason          string          `json:"reason,omitempty"`
+	// TokenHash is TokenHash of the attempt's token: the token itself is
+	// never kept. Empty for an attempt claimed before attempts had tokens,
+	// which no command can then come from.
+	TokenHash string `json:"token_hash,omitempty"`
+	// ClaimedBy is the identity that claimed the attempt (the claim's
+	// actor): the only one its later commands may come from.
+	ClaimedBy string `json:"claimed_by,omitempty"`
 }
 
 // Attempt states.
@@ -303,7 +310,7 @@ func ApplyTask(t *Task, id, workspace string, e Event, r Recorded) (*Task, error
 		t.State = StateRunning
 		t.Attempts = append(t.Attempts, Attempt{N: ev.Attempt, Executor: ev.Executor,
 			ExecutorVersion: ev.ExecutorVersion, OperationKey: ev.OperationKey, State: AttemptStateRunning,
-			StartedAt: r.Time, Deadline: ev.Deadline})
+			StartedAt: r.Time, Deadline: ev.Deadline, TokenHash: ev.TokenHash, ClaimedBy: r.Actor})
 	case *AttemptAbandoned:
 		a, err := endAttempt(ev.Attempt, AttemptStateAbandoned)
 		if err != nil {

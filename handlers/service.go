@@ -50,6 +50,21 @@ type Config struct {
 	Logger *slog.Logger
 	// Version is reported by the micro service. Default "0.1.0".
 	Version string
+	// TokenKey is the secret attempt tokens are derived with (at least
+	// TokenKeyBytes). Default: a random key the service keeps in its KV
+	// bucket <prefix>-keys, made by the first service that needs it, so
+	// that every replica and every restart derives the same tokens. Give
+	// one to keep it elsewhere (a file of the data directory, a secret
+	// store); replicas of one log must share it.
+	TokenKey []byte
+	// DefaultLease is the lease of a queue whose work consumer cannot be
+	// found (an executor that consumes under another name): how long an
+	// attempt not heard from keeps its task. Default 30s, the SDK's.
+	DefaultLease time.Duration
+	// LeaseGrace is added to a queue's lease before a claim may supersede
+	// an attempt not heard from: the lease is counted from the attempt's
+	// last claim, checkpoint or heartbeat. Default 1s.
+	LeaseGrace time.Duration
 }
 
 func (c Config) withDefaults() Config {
@@ -83,6 +98,12 @@ func (c Config) withDefaults() Config {
 	if c.Version == "" {
 		c.Version = "0.1.0"
 	}
+	if c.DefaultLease == 0 {
+		c.DefaultLease = 30 * time.Second
+	}
+	if c.LeaseGrace == 0 {
+		c.LeaseGrace = time.Second
+	}
 	return c
 }
 
@@ -100,9 +121,15 @@ type Service struct {
 	// advisories is the stream keeping the work stream's max-deliveries advisories.
 	advisories string
 	sem        chan struct{}
+	// tokenKey derives attempt tokens; leases caches the queues' leases;
+	// refused counts the attempts' commands refused.
+	tokenKey []byte
+	leases   leases
+	refused  refusals
 
 	mu        sync.RWMutex
 	committer *eventstore.Committer[*request]
+	alive     *liveness     // when the running attempts were last alive; nil when not the writer
 	timerWake chan struct{} // wakes the writer's timer loop; nil when not the writer
 	writing   bool          // this replica is the writer: it applies its own records
 	changed   chan struct{} // closed and replaced when writing changes
@@ -162,6 +189,12 @@ func (s *Service) Run(ctx context.Context) error {
 			return err
 		}
 		s.advisories, err = advisoriesStream(ctx, s.js, s.cfg, s.dispatch.stream)
+		return err
+	}); err != nil {
+		return nil
+	}
+	if err := s.retry(ctx, "read the attempt token key", func(ctx context.Context) (err error) {
+		s.tokenKey, err = tokenKey(ctx, s.js, s.cfg)
 		return err
 	}); err != nil {
 		return nil
@@ -312,11 +345,13 @@ func (s *Service) runWriter(ctx context.Context, lease *lease) error {
 		return err
 	}
 	s.mu.Lock()
-	s.committer, s.timerWake = c, timerWake
+	// What this writer knows of the attempts' lives starts now: every
+	// running attempt counts as alive at the takeover.
+	s.committer, s.timerWake, s.alive = c, timerWake, newLiveness(s.cfg.Clock().UTC())
 	s.mu.Unlock()
 	defer func() {
 		s.mu.Lock()
-		s.committer, s.timerWake = nil, nil
+		s.committer, s.timerWake, s.alive = nil, nil, nil
 		s.mu.Unlock()
 	}()
 	rctx, cancel := context.WithCancel(ctx)
@@ -504,6 +539,7 @@ func (s *Service) handleCommand(name string, req micro.Request) []byte {
 		return errResponse(toWire(err, s.cfg.Logger))
 	}
 	if err := schemas.ValidateCommand(name, body); err != nil {
+		s.countRefusal(name, domain.Meta{Workspace: ws, Actor: actorOf(req.Headers())}, err)
 		return errResponse(toWire(err, s.cfg.Logger))
 	}
 	cmd, _ := domain.NewCommand(name)
@@ -521,9 +557,35 @@ func (s *Service) handleCommand(name string, req micro.Request) []byte {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	o := s.execute(ctx, cmd, m)
+	s.mu.RLock()
+	alive := s.alive
+	s.mu.RUnlock()
+	var o outcome
+	var token string
+	switch c := cmd.(type) {
+	case *domain.Heartbeat:
+		o = s.heartbeat(ctx, c, m, alive)
+	case *domain.ClaimTask:
+		var err error
+		if token, err = s.prepareClaim(ctx, c, m, alive); err != nil {
+			return errResponse(toWire(err, s.cfg.Logger))
+		}
+		o = s.execute(ctx, cmd, m)
+	default:
+		o = s.execute(ctx, cmd, m)
+	}
 	if o.Err != nil {
+		s.countRefusal(name, m, o.Err)
 		return errResponse(toWire(o.Err, s.cfg.Logger))
+	}
+	switch c := cmd.(type) {
+	case *domain.ClaimTask:
+		// The token goes to the claimer only: it is in no stored reply.
+		o.Reply = withToken(o.Reply, token)
+	case *domain.SaveCheckpoint:
+		if alive != nil {
+			alive.mark(c.TaskID, c.Attempt, s.cfg.Clock().UTC(), s.running)
+		}
 	}
 	return okResponse(o.Seq, o.Reply)
 }

@@ -66,12 +66,53 @@ func (b *bundle) request(t *testing.T, subject string, body any, hdr nats.Header
 	return r
 }
 
+// claimed holds the tokens the tests' claims returned, by task/attempt
+// (task ids are unique: it outlives the restarts of a test's service).
+var claimed sync.Map
+
+// attemptCommands are the commands an attempt sends with its token.
+var attemptCommands = map[string]bool{"task.checkpoint": true, "task.succeed": true, "task.fail": true,
+	"task.wait": true, "task.request_approval": true, "task.heartbeat": true}
+
+// withToken returns body with the token of its attempt, as an executor
+// sends it, when body is an attempt's command without one.
+func withToken(name string, body any) any {
+	m, ok := body.(map[string]any)
+	if !ok || !attemptCommands[name] {
+		return body
+	}
+	if _, has := m["token"]; has {
+		return body
+	}
+	tok, _ := claimed.Load(fmt.Sprintf("%v/%v", m["task_id"], m["attempt"]))
+	out := map[string]any{"token": tok}
+	for k, v := range m {
+		out[k] = v
+	}
+	return out
+}
+
+// remember keeps the token a claim's reply carries.
+func remember(name string, r handlers.Response) {
+	if name != "task.claim" || !r.OK {
+		return
+	}
+	var rep domain.Reply
+	if json.Unmarshal(r.Result, &rep) == nil && rep.Token != "" {
+		claimed.Store(fmt.Sprintf("%s/%d", rep.ID, rep.Attempt), rep.Token)
+	}
+}
+
+// command sends a command as an executor would: an attempt's command
+// carries the token its claim returned unless body has one.
 func (b *bundle) command(t *testing.T, name string, body any, cmdID string) handlers.Response {
 	h := nats.Header{}
 	if cmdID != "" {
 		h.Set(handlers.HeaderCommandID, cmdID)
 	}
-	return b.request(t, "dwr.cmd.default."+name, body, h)
+	r := b.request(t, "dwr.cmd.default."+name, withToken(name, body), h)
+	remember(name, r)
+	return r
 }
 
 func (b *bundle) mustCommand(t *testing.T, name string, body any) (domain.Reply, uint64) {
@@ -105,13 +146,15 @@ func (b *bundle) jetstream(t *testing.T) jetstream.JetStream {
 func (b *bundle) tryCommand(name string, body any, cmdID string) (handlers.Response, error) {
 	m := nats.NewMsg("dwr.cmd.default." + name)
 	m.Header.Set(handlers.HeaderCommandID, cmdID)
-	m.Data, _ = json.Marshal(body)
+	m.Data, _ = json.Marshal(withToken(name, body))
 	resp, err := b.nc.RequestMsg(m, 5*time.Second)
 	if err != nil {
 		return handlers.Response{}, err
 	}
 	var r handlers.Response
-	return r, json.Unmarshal(resp.Data, &r)
+	err = json.Unmarshal(resp.Data, &r)
+	remember(name, r)
+	return r, err
 }
 
 func (b *bundle) lastSeq(t *testing.T) uint64 {

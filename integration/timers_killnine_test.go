@@ -241,8 +241,8 @@ func TestTimersAndApprovalsSurviveKillNine(t *testing.T) {
 		// A retry backoff.
 		_, rep = create(map[string]any{"queue": "tk-flaky",
 			"retry": map[string]any{"max_attempts": 3, "initial_backoff": ahead(due)}})
-		claim(rep.ID)
-		f := must("task.fail", map[string]any{"task_id": rep.ID, "attempt": 1,
+		flaky := claim(rep.ID)
+		f := must("task.fail", map[string]any{"task_id": rep.ID, "attempt": 1, "token": flaky.Token,
 			"error": map[string]any{"code": "flaky", "message": "injected retryable failure"}, "retryable": true})
 		f.Aggs = []aggRef{{domain.AggTask, rep.ID}}
 		require.Equal(t, domain.StateBackoff, f.reply().State)
