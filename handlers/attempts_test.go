@@ -353,3 +353,36 @@ func TestANewWriterCountsEveryRunningAttemptAliveAtItsTakeover(t *testing.T) {
 	clock.Advance(lease + grace)
 	require.Equal(t, 2, rescuer.claim(t, id, "rescue", 1).Attempt)
 }
+
+func TestAShortTokenKeyIsRefusedAtStart(t *testing.T) {
+	_, err := handlers.New(nil, nil, handlers.Config{TokenKey: []byte("short")})
+	require.ErrorContains(t, err, "token key")
+}
+
+func TestAGivenTokenKeyDerivesTheTokens(t *testing.T) {
+	dir := t.TempDir()
+	startKeyed := func(key byte) *bundle {
+		st := servicetest.Start(t, dir, servicetest.Options{Config: handlers.Config{WriterID: "test-writer",
+			TokenKey: bytes.Repeat([]byte{key}, handlers.TokenKeyBytes)}})
+		return &bundle{dir: st.Dir, srv: st.Server, nc: st.Conn, store: st.Store, svc: st.Svc, stop: st.Stop}
+	}
+	b := startKeyed(1)
+	id := b.newTask(t, "pay")
+	first := b.peer(t, "executor").claim(t, id, "claim-k", 0)
+	b.stop()
+
+	b = startKeyed(1)
+	require.Equal(t, first.Token, b.peer(t, "executor").claim(t, id, "claim-k", 0).Token, "the same key derives the same token")
+	b.stop()
+
+	// Another key: the retried claim's attempt is not the new token's, so
+	// its answer carries none (an executor then leaves the item to be
+	// superseded after the lease).
+	b = startKeyed(2)
+	r := b.peer(t, "executor").send(t, "task.claim", map[string]any{"task_id": id, "executor": "executor"}, "claim-k")
+	require.True(t, r.OK, "%+v", r.Error)
+	var rep domain.Reply
+	require.NoError(t, json.Unmarshal(r.Result, &rep))
+	require.Equal(t, 1, rep.Attempt)
+	require.Empty(t, rep.Token)
+}

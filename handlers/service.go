@@ -143,6 +143,9 @@ func New(nc *nats.Conn, store *projections.Store, cfg Config) (*Service, error) 
 	if !domain.ValidName(cfg.Prefix) || !domain.ValidName(cfg.Partition) {
 		return nil, fmt.Errorf("handlers: prefix %q and partition %q must be valid subject tokens", cfg.Prefix, cfg.Partition)
 	}
+	if n := len(cfg.TokenKey); n > 0 && n < TokenKeyBytes {
+		return nil, fmt.Errorf("handlers: the token key is %d bytes; at least %d are needed", n, TokenKeyBytes)
+	}
 	js, err := jetstream.New(nc)
 	if err != nil {
 		return nil, err
