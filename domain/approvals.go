@@ -388,7 +388,7 @@ func (x *tx) registerApprover(c *RegisterApprover) (Reply, error) {
 	if err != nil {
 		return Reply{}, err
 	}
-	if w.HasCommand(x.m.CommandID) {
+	if w.HasCommand(x.m.Key()) {
 		return Reply{ID: w.Name, Version: w.Version, Duplicate: true}, nil
 	}
 	if !ValidName(c.Name) {
@@ -434,7 +434,7 @@ func (x *tx) revokeApprover(c *RevokeApprover) (Reply, error) {
 	if err != nil {
 		return Reply{}, err
 	}
-	if w.HasCommand(x.m.CommandID) {
+	if w.HasCommand(x.m.Key()) {
 		return Reply{ID: w.Name, Version: w.Version, Duplicate: true}, nil
 	}
 	if !ValidName(c.Name) {
@@ -455,12 +455,9 @@ func (x *tx) revokeApprover(c *RevokeApprover) (Reply, error) {
 }
 
 func (x *tx) requestApproval(c *RequestApproval) (Reply, error) {
-	if t, _ := x.o.Task(c.TaskID); t != nil && t.Workspace == x.m.Workspace && t.HasCommand(x.m.CommandID) {
-		return duplicateTask(t), nil
-	}
-	t, err := x.current(c.TaskID, c.Attempt)
-	if err != nil {
-		return Reply{}, err
+	t, dup, err := x.holder(c.TaskID, c.Attempt, c.Token)
+	if err != nil || dup {
+		return duplicateOr(t, err)
 	}
 	if len(c.Action) == 0 {
 		return Reply{}, invalid("/action", "is required: the concrete action to approve")
@@ -515,7 +512,7 @@ func (x *tx) decideApproval(c *DecideApproval) (Reply, error) {
 	if a == nil {
 		return Reply{}, notFound("/approval_id", "approval %s not found in workspace %q", c.ApprovalID, x.m.Workspace)
 	}
-	if t.HasCommand(x.m.CommandID) {
+	if t.HasCommand(x.m.Key()) {
 		return duplicateTask(t), nil
 	}
 	if !slices.Contains(Responses, c.Response) {

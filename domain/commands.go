@@ -2,6 +2,7 @@ package domain
 
 import (
 	"encoding/json"
+	"strconv"
 	"time"
 )
 
@@ -11,8 +12,8 @@ type Command interface {
 	CommandName() string
 }
 
-// Meta is what travels with every command: its id (the idempotency key), the
-// workspace it addresses, who sent it, and the time the writer decides it at.
+// Meta is what travels with every command: its id, the workspace it
+// addresses, who sent it, and the time the writer decides it at.
 type Meta struct {
 	CommandID     string
 	Workspace     string
@@ -28,6 +29,22 @@ type Meta struct {
 	// trusted) Actor is only what the client said, and nothing is bound to
 	// it: the approver's signature alone decides.
 	Authenticated bool
+}
+
+// Key returns the command's idempotency key: CommandKey of its actor and id.
+func (m Meta) Key() string { return CommandKey(m.Actor, m.CommandID) }
+
+// CommandKey returns the idempotency key of command id sent by actor. A
+// command id is unique per sender: a retry by the same identity is answered
+// with the first outcome, while the same id from another identity is another
+// command, which is decided on its own — an id one identity used can never
+// answer for, or block, another's. A command without an actor (a request
+// that carries no identity) keeps its bare id; so does an empty id (none).
+func CommandKey(actor, id string) string {
+	if actor == "" || id == "" {
+		return id
+	}
+	return strconv.Itoa(len(actor)) + ":" + actor + ":" + id
 }
 
 // CreateWorkspace creates a workspace named Name.
@@ -69,20 +86,32 @@ type CancelTask struct {
 	Reason string `json:"reason,omitempty"`
 }
 
-// ClaimTask starts the next attempt of a ready task for an executor. When the
-// work item was redelivered because attempt Supersedes lost its lease, that
-// attempt is recorded as abandoned first.
+// ClaimTask starts the next attempt of a ready task for an executor, held
+// by the identity that sends it (Meta.Actor) and by the token whose hash is
+// TokenHash. When the work item was redelivered because attempt Supersedes
+// lost its lease, that attempt is recorded as abandoned first — but only
+// from SupersedeAfter on, the moment its lease lapsed.
 type ClaimTask struct {
 	TaskID          string `json:"task_id"`
 	Executor        string `json:"executor"`
 	ExecutorVersion string `json:"executor_version,omitempty"`
 	Supersedes      int    `json:"supersedes,omitempty"`
+
+	// TokenHash is TokenHash of the token the service hands the claimer.
+	// The service sets it; it is never read from the wire.
+	TokenHash string `json:"-"`
+	// SupersedeAfter is when attempt Supersedes counts as lapsed: its last
+	// sign of life (its claim, a checkpoint, a heartbeat) plus its queue's
+	// lease. The service sets it, since only it knows both; a claim that
+	// supersedes without it is refused.
+	SupersedeAfter time.Time `json:"-"`
 }
 
 // SaveCheckpoint saves the current attempt's checkpoint.
 type SaveCheckpoint struct {
 	TaskID     string          `json:"task_id"`
 	Attempt    int             `json:"attempt"`
+	Token      string          `json:"token"` // the attempt's token, as its claim returned it
 	Checkpoint json.RawMessage `json:"checkpoint"`
 }
 
@@ -90,6 +119,7 @@ type SaveCheckpoint struct {
 type ReportSuccess struct {
 	TaskID     string          `json:"task_id"`
 	Attempt    int             `json:"attempt"`
+	Token      string          `json:"token"`
 	Result     json.RawMessage `json:"result,omitempty"`
 	Artifacts  []ArtifactRef   `json:"artifacts,omitempty"`
 	ModelSteps []ModelStep     `json:"model_steps,omitempty"`
@@ -99,8 +129,18 @@ type ReportSuccess struct {
 type ReportFailure struct {
 	TaskID    string    `json:"task_id"`
 	Attempt   int       `json:"attempt"`
+	Token     string    `json:"token"`
 	Error     ErrorInfo `json:"error"`
 	Retryable bool      `json:"retryable"`
+}
+
+// Heartbeat says that the current attempt is alive. It changes nothing and
+// is never recorded: the service keeps the moment in memory, so that a
+// claim superseding the attempt is taken only once its lease has lapsed.
+type Heartbeat struct {
+	TaskID  string `json:"task_id"`
+	Attempt int    `json:"attempt"`
+	Token   string `json:"token"`
 }
 
 // RecordVerification records a verifier's outcome for a verifying task.
@@ -176,6 +216,7 @@ type ConfigureQueue struct {
 type RequestApproval struct {
 	TaskID  string `json:"task_id"`
 	Attempt int    `json:"attempt"`
+	Token   string `json:"token"`
 	ApprovalRequest
 }
 
@@ -194,6 +235,7 @@ type DecideApproval struct {
 type WaitTask struct {
 	TaskID  string     `json:"task_id"`
 	Attempt int        `json:"attempt"`
+	Token   string     `json:"token"`
 	Kind    string     `json:"kind"`
 	Signal  string     `json:"signal,omitempty"`
 	Until   *time.Time `json:"until,omitempty"`
@@ -266,6 +308,9 @@ func (ReportSuccess) CommandName() string { return "task.succeed" }
 func (ReportFailure) CommandName() string { return "task.fail" }
 
 // CommandName returns the command's wire name.
+func (Heartbeat) CommandName() string { return "task.heartbeat" }
+
+// CommandName returns the command's wire name.
 func (RecordVerification) CommandName() string { return "task.verify" }
 
 // CommandName returns the command's wire name.
@@ -315,6 +360,7 @@ var commandTypes = map[string]func() Command{
 	"task.checkpoint":       func() Command { return &SaveCheckpoint{} },
 	"task.succeed":          func() Command { return &ReportSuccess{} },
 	"task.fail":             func() Command { return &ReportFailure{} },
+	"task.heartbeat":        func() Command { return &Heartbeat{} },
 	"task.verify":           func() Command { return &RecordVerification{} },
 	"task.review":           func() Command { return &ReviewTask{} },
 	"approval.decide":       func() Command { return &DecideApproval{} },

@@ -25,7 +25,7 @@ func (x *tx) createWorkspace(c *CreateWorkspace) (Reply, error) {
 		return Reply{}, err
 	}
 	if w != nil {
-		if w.HasCommand(x.m.CommandID) {
+		if w.HasCommand(x.m.Key()) {
 			return Reply{ID: name, Version: w.Version, Duplicate: true}, nil
 		}
 		return Reply{}, conflict("workspace %q already exists", name)
@@ -73,7 +73,7 @@ func (x *tx) createGoal(c *CreateGoal) (Reply, error) {
 		return Reply{}, err
 	}
 	if g != nil {
-		if g.HasCommand(x.m.CommandID) {
+		if g.HasCommand(x.m.Key()) {
 			r := goalReply(g)
 			r.Duplicate = true
 			return r, nil
@@ -92,7 +92,7 @@ func (x *tx) cancelGoal(c *CancelGoal) (Reply, error) {
 	if err != nil {
 		return Reply{}, err
 	}
-	if g.HasCommand(x.m.CommandID) {
+	if g.HasCommand(x.m.Key()) {
 		r := goalReply(g)
 		r.Duplicate = true
 		return r, nil
@@ -132,7 +132,7 @@ func (x *tx) submitPlan(c *SubmitPlan) (Reply, error) {
 	if err != nil {
 		return Reply{}, err
 	}
-	if g.HasCommand(x.m.CommandID) {
+	if g.HasCommand(x.m.Key()) {
 		r := goalReply(g)
 		r.Tasks, r.Duplicate = g.Plan, true
 		return r, nil

@@ -18,7 +18,7 @@ func (x *tx) createTask(c *CreateTask) (Reply, error) {
 		return Reply{}, err
 	}
 	if t != nil {
-		if t.HasCommand(x.m.CommandID) {
+		if t.HasCommand(x.m.Key()) {
 			return duplicateTask(t), nil
 		}
 		return Reply{}, conflict("task %s already exists", c.TaskID)
@@ -49,7 +49,7 @@ func (x *tx) cancelTask(c *CancelTask) (Reply, error) {
 	if err != nil {
 		return Reply{}, err
 	}
-	if t.HasCommand(x.m.CommandID) {
+	if t.HasCommand(x.m.Key()) {
 		return duplicateTask(t), nil
 	}
 	if err := checkText("/reason", c.Reason, MaxReason, false); err != nil {
@@ -69,7 +69,7 @@ func (x *tx) claimTask(c *ClaimTask) (Reply, error) {
 	if err != nil {
 		return Reply{}, err
 	}
-	if t.HasCommand(x.m.CommandID) {
+	if t.HasCommand(x.m.Key()) {
 		r := duplicateTask(t)
 		r.Task = t
 		return r, nil
@@ -80,6 +80,9 @@ func (x *tx) claimTask(c *ClaimTask) (Reply, error) {
 	switch {
 	case t.State == StateReady:
 	case t.State == StateRunning && c.Supersedes > 0 && t.Running().N == c.Supersedes:
+		if c.SupersedeAfter.IsZero() || x.m.Now.Before(c.SupersedeAfter) {
+			return Reply{}, leaseHeld(t, c.Supersedes, c.SupersedeAfter)
+		}
 		if err := x.emit(t.ID, &AttemptAbandoned{Attempt: c.Supersedes, Reason: ReasonLeaseLost}); err != nil {
 			return Reply{}, err
 		}
@@ -105,7 +108,7 @@ func (x *tx) claimTask(c *ClaimTask) (Reply, error) {
 		return x.after(t.ID)
 	}
 	started := &AttemptStarted{Attempt: len(t.Attempts) + 1, Executor: c.Executor,
-		ExecutorVersion: c.ExecutorVersion, OperationKey: OperationKey(t.ID)}
+		ExecutorVersion: c.ExecutorVersion, OperationKey: OperationKey(t.ID), TokenHash: c.TokenHash}
 	if t.Spec.Timeout > 0 {
 		d := x.m.Now.Add(t.Spec.Timeout.D())
 		started.Deadline = &d
@@ -118,32 +121,10 @@ func (x *tx) claimTask(c *ClaimTask) (Reply, error) {
 	return r, err
 }
 
-// current returns the task if attempt is its running attempt; any other
-// attempt's report is refused (fencing).
-func (x *tx) current(taskID string, attempt int) (*Task, error) {
-	t, err := x.task(taskID, "/task_id")
-	if err != nil {
-		return nil, err
-	}
-	a := t.Running()
-	if a == nil || a.N != attempt {
-		cur := 0
-		if c := t.Current(); c != nil {
-			cur = c.N
-		}
-		return nil, &Error{Code: CodeConflict, Field: "/attempt", Message: fmt.Sprintf(
-			"attempt %d of task %s is not the running attempt (task is %s, latest attempt %d): its report is refused", attempt, t.ID, t.State, cur)}
-	}
-	return t, nil
-}
-
 func (x *tx) saveCheckpoint(c *SaveCheckpoint) (Reply, error) {
-	if t, _ := x.o.Task(c.TaskID); t != nil && t.Workspace == x.m.Workspace && t.HasCommand(x.m.CommandID) {
-		return duplicateTask(t), nil
-	}
-	t, err := x.current(c.TaskID, c.Attempt)
-	if err != nil {
-		return Reply{}, err
+	t, dup, err := x.holder(c.TaskID, c.Attempt, c.Token)
+	if err != nil || dup {
+		return duplicateOr(t, err)
 	}
 	if len(c.Checkpoint) > MaxInputBytes {
 		return Reply{}, invalid("/checkpoint", "is %d bytes; at most %d are allowed", len(c.Checkpoint), MaxInputBytes)
@@ -155,12 +136,9 @@ func (x *tx) saveCheckpoint(c *SaveCheckpoint) (Reply, error) {
 }
 
 func (x *tx) reportSuccess(c *ReportSuccess) (Reply, error) {
-	if t, _ := x.o.Task(c.TaskID); t != nil && t.Workspace == x.m.Workspace && t.HasCommand(x.m.CommandID) {
-		return duplicateTask(t), nil
-	}
-	t, err := x.current(c.TaskID, c.Attempt)
-	if err != nil {
-		return Reply{}, err
+	t, dup, err := x.holder(c.TaskID, c.Attempt, c.Token)
+	if err != nil || dup {
+		return duplicateOr(t, err)
 	}
 	if len(c.Result) > MaxInputBytes {
 		return Reply{}, invalid("/result", "is %d bytes; at most %d are allowed (store larger results as artifacts)", len(c.Result), MaxInputBytes)
@@ -177,12 +155,9 @@ func (x *tx) reportSuccess(c *ReportSuccess) (Reply, error) {
 }
 
 func (x *tx) reportFailure(c *ReportFailure) (Reply, error) {
-	if t, _ := x.o.Task(c.TaskID); t != nil && t.Workspace == x.m.Workspace && t.HasCommand(x.m.CommandID) {
-		return duplicateTask(t), nil
-	}
-	t, err := x.current(c.TaskID, c.Attempt)
-	if err != nil {
-		return Reply{}, err
+	t, dup, err := x.holder(c.TaskID, c.Attempt, c.Token)
+	if err != nil || dup {
+		return duplicateOr(t, err)
 	}
 	if err := checkText("/error/message", c.Error.Message, MaxText, true); err != nil {
 		return Reply{}, err
@@ -223,7 +198,7 @@ func (x *tx) recordVerification(c *RecordVerification) (Reply, error) {
 	if err != nil {
 		return Reply{}, err
 	}
-	if t.HasCommand(x.m.CommandID) {
+	if t.HasCommand(x.m.Key()) {
 		return duplicateTask(t), nil
 	}
 	if !slices.Contains([]string{OutcomePass, OutcomeFail, OutcomeInconclusive}, c.Outcome) {
@@ -290,7 +265,7 @@ func (x *tx) reviewTask(c *ReviewTask) (Reply, error) {
 	if err != nil {
 		return Reply{}, err
 	}
-	if t.HasCommand(x.m.CommandID) {
+	if t.HasCommand(x.m.Key()) {
 		return duplicateTask(t), nil
 	}
 	if err := checkText("/reason", c.Reason, MaxReason, false); err != nil {
@@ -320,12 +295,9 @@ func (x *tx) reviewTask(c *ReviewTask) (Reply, error) {
 }
 
 func (x *tx) waitTask(c *WaitTask) (Reply, error) {
-	if t, _ := x.o.Task(c.TaskID); t != nil && t.Workspace == x.m.Workspace && t.HasCommand(x.m.CommandID) {
-		return duplicateTask(t), nil
-	}
-	t, err := x.current(c.TaskID, c.Attempt)
-	if err != nil {
-		return Reply{}, err
+	t, dup, err := x.holder(c.TaskID, c.Attempt, c.Token)
+	if err != nil || dup {
+		return duplicateOr(t, err)
 	}
 	w := &TaskWaiting{Kind: c.Kind}
 	switch c.Kind {
@@ -353,7 +325,7 @@ func (x *tx) sendSignal(c *SendSignal) (Reply, error) {
 	if err != nil {
 		return Reply{}, err
 	}
-	if t.HasCommand(x.m.CommandID) {
+	if t.HasCommand(x.m.Key()) {
 		return duplicateTask(t), nil
 	}
 	if len(c.Payload) > MaxInputBytes {
@@ -378,7 +350,7 @@ func (x *tx) fireTimer(c *FireTimer) (Reply, error) {
 	if err != nil {
 		return Reply{}, err
 	}
-	if t.HasCommand(x.m.CommandID) {
+	if t.HasCommand(x.m.Key()) {
 		return duplicateTask(t), nil
 	}
 	stale := func() (Reply, error) { r := taskReply(t); r.Duplicate = true; return r, nil }
@@ -487,7 +459,7 @@ func (x *tx) quarantineTask(c *QuarantineTask) (Reply, error) {
 	if err != nil {
 		return Reply{}, err
 	}
-	if t.HasCommand(x.m.CommandID) || Terminal(t.State) {
+	if t.HasCommand(x.m.Key()) || Terminal(t.State) {
 		return duplicateTask(t), nil
 	}
 	if err := checkText("/reason", c.Reason, MaxReason, false); err != nil {

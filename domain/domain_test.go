@@ -943,6 +943,39 @@ func TestIdempotency(t *testing.T) {
 	}
 }
 
+func TestCommandIDsBelongToTheirSender(t *testing.T) {
+	// An id one identity used on a task does not make another identity's
+	// command on it a duplicate: it is decided on its own.
+	w := setup(t)
+	id := standalone(w, nil)
+	w.actor = "client-a"
+	_, err := w.runID("the-id", &CancelTask{TaskID: id, Reason: "a"})
+	require.NoError(t, err)
+	w.actor = "client-b"
+	_, err = w.runID("the-id", &CancelTask{TaskID: id, Reason: "b"})
+	require.Equal(t, CodeConflict, CodeOf(err), "b's cancel is decided (the task is cancelled already), not answered with a's outcome")
+	w.actor = "client-a"
+	w.duplicate("the-id", &CancelTask{TaskID: id, Reason: "a"})
+
+	other := standalone(w, nil)
+	w.actor = "client-b"
+	out, err := w.runID("the-id", &CancelTask{TaskID: other})
+	require.NoError(t, err)
+	require.False(t, out.Reply.Duplicate)
+	require.Equal(t, StateCancelled, out.Reply.State)
+	w.requireReplays()
+	w.requireReplaysFromWire()
+}
+
+func TestCommandKey(t *testing.T) {
+	require.Equal(t, "c1", CommandKey("", "c1"), "no identity: the bare id")
+	require.Empty(t, CommandKey("alice", ""), "no id: no key")
+	require.Equal(t, "5:alice:c1", CommandKey("alice", "c1"))
+	// Keys never collide across identities, whatever the ids hold.
+	require.NotEqual(t, CommandKey("a:b", "c"), CommandKey("a", "b:c"))
+	require.NotEqual(t, CommandKey("a", "1:b:c"), CommandKey("1:a:b", "c"))
+}
+
 // standalone creates a ready standalone task and returns its id.
 func standalone(w *world, edit func(*TaskSpec)) string {
 	w.t.Helper()

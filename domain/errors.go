@@ -3,6 +3,7 @@ package domain
 import (
 	"errors"
 	"fmt"
+	"time"
 )
 
 // Code classifies an error for callers and for the wire. The values are part
@@ -35,6 +36,9 @@ type Error struct {
 	Code    Code
 	Field   string // JSON pointer into the command, e.g. "/tasks/2/depends_on/0"
 	Message string
+	// RetryAfter, when set, is the moment from which the same command may
+	// be taken: it was refused only for being early.
+	RetryAfter time.Time
 }
 
 func (e *Error) Error() string {

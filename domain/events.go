@@ -158,13 +158,16 @@ const (
 	WaitTimer    = "timer"
 )
 
-// AttemptStarted: an executor claimed the task and holds attempt n.
+// AttemptStarted: an executor claimed the task and holds attempt n, with
+// the token whose hash is TokenHash; the event's actor is the identity that
+// claimed it.
 type AttemptStarted struct {
 	Attempt         int        `json:"attempt"`
 	Executor        string     `json:"executor"`
 	ExecutorVersion string     `json:"executor_version,omitempty"`
 	OperationKey    string     `json:"operation_key"`
 	Deadline        *time.Time `json:"deadline,omitempty"`
+	TokenHash       string     `json:"token_hash,omitempty"`
 }
 
 // AttemptAbandoned: attempt n lost its lease or was superseded.

@@ -26,7 +26,7 @@ func Example() {
 		}
 		fmt.Println(cmd.CommandName())
 		for _, c := range out.Changes {
-			if err := world.Apply(c, domain.Recorded{CommandID: m.CommandID, Time: now}); err != nil {
+			if err := world.Apply(c, domain.Recorded{CommandID: m.CommandID, Actor: m.Actor, Time: now}); err != nil {
 				panic(err)
 			}
 			if pc, ok := c.Event.(*domain.PlanCommitted); ok {
@@ -57,21 +57,26 @@ func Example() {
 		ids[pt.Key] = pt.TaskID
 	}
 
-	// An executor claims fetch and its first attempt fails: a retry is scheduled.
-	claim := run(&domain.ClaimTask{TaskID: ids["fetch"], Executor: "http-worker"})
-	run(&domain.ReportFailure{TaskID: ids["fetch"], Attempt: claim.Reply.Attempt, Retryable: true,
+	// An executor claims fetch and its first attempt fails: a retry is
+	// scheduled. The service hands each claimer a secret token and the
+	// domain only its hash; every later command of the attempt carries the
+	// token.
+	claim := run(&domain.ClaimTask{TaskID: ids["fetch"], Executor: "http-worker", TokenHash: domain.TokenHash("token-1")})
+	run(&domain.ReportFailure{TaskID: ids["fetch"], Attempt: claim.Reply.Attempt, Token: "token-1", Retryable: true,
 		Error: domain.ErrorInfo{Code: "unavailable", Message: "503 from upstream"}})
 	// The backoff timer may not fire early ...
 	run(&domain.FireTimer{TaskID: ids["fetch"], Kind: domain.TimerBackoff})
 	now = now.Add(time.Second)
 	run(&domain.FireTimer{TaskID: ids["fetch"], Kind: domain.TimerBackoff})
 
-	// ... and the second attempt succeeds, which makes summarize ready.
-	claim = run(&domain.ClaimTask{TaskID: ids["fetch"], Executor: "http-worker"})
-	run(&domain.ReportSuccess{TaskID: ids["fetch"], Attempt: claim.Reply.Attempt})
-	claim = run(&domain.ClaimTask{TaskID: ids["summarize"], Executor: "llm-worker"})
+	// ... and the second attempt succeeds, which makes summarize ready. A
+	// report without the attempt's token is refused.
+	claim = run(&domain.ClaimTask{TaskID: ids["fetch"], Executor: "http-worker", TokenHash: domain.TokenHash("token-2")})
+	run(&domain.ReportSuccess{TaskID: ids["fetch"], Attempt: claim.Reply.Attempt, Token: "guessed"})
+	run(&domain.ReportSuccess{TaskID: ids["fetch"], Attempt: claim.Reply.Attempt, Token: "token-2"})
+	claim = run(&domain.ClaimTask{TaskID: ids["summarize"], Executor: "llm-worker", TokenHash: domain.TokenHash("token-3")})
 	// The summary is accepted and, in the same outcome, the goal is achieved.
-	run(&domain.ReportSuccess{TaskID: ids["summarize"], Attempt: claim.Reply.Attempt})
+	run(&domain.ReportSuccess{TaskID: ids["summarize"], Attempt: claim.Reply.Attempt, Token: "token-3"})
 
 	g, _ := world.Goal(goalID)
 	fmt.Println("goal:", g.State)
@@ -95,6 +100,7 @@ func Example() {
 	//   task fetch v5 task.ready
 	// task.claim
 	//   task fetch v6 task.attempt_started
+	// task.succeed refused: forbidden
 	// task.succeed
 	//   task fetch v7 task.attempt_succeeded
 	//   task fetch v8 task.accepted

@@ -22,6 +22,9 @@ type Reply struct {
 	LeaseMS    int64  `json:"lease_ms,omitempty"`
 	MaxDeliver int    `json:"max_deliver,omitempty"`
 	Duplicate  bool   `json:"duplicate,omitempty"`
+	// Token is, for task.claim, the attempt's token: the service adds it to
+	// the claimer's answer. The domain never sets it, and it is never stored.
+	Token string `json:"token,omitempty"`
 }
 
 // Outcome is a decided command: the changes to append (reactions included, in
@@ -93,6 +96,8 @@ func (x *tx) decide(cmd Command) (Reply, error) {
 		return x.reportSuccess(c)
 	case *ReportFailure:
 		return x.reportFailure(c)
+	case *Heartbeat:
+		return x.heartbeat(c)
 	case *RecordVerification:
 		return x.recordVerification(c)
 	case *ReviewTask:
@@ -123,7 +128,9 @@ func (x *tx) decide(cmd Command) (Reply, error) {
 	return Reply{}, invalid("", "unknown command %T", cmd)
 }
 
-func (x *tx) rec() Recorded { return Recorded{CommandID: x.m.CommandID, Time: x.m.Now} }
+func (x *tx) rec() Recorded {
+	return Recorded{CommandID: x.m.CommandID, Actor: x.m.Actor, Time: x.m.Now}
+}
 
 // emit applies e to its aggregate in the overlay, at the next version.
 func (x *tx) emit(id string, e Event) error {
@@ -215,6 +222,14 @@ func goalReply(g *Goal) Reply {
 }
 
 func duplicateTask(t *Task) Reply { r := taskReply(t); r.Duplicate = true; return r }
+
+// duplicateOr returns err, or when there is none the duplicate reply for t.
+func duplicateOr(t *Task, err error) (Reply, error) {
+	if err != nil {
+		return Reply{}, err
+	}
+	return duplicateTask(t), nil
+}
 
 // after returns the reply for task id as the overlay now has it.
 func (x *tx) after(id string) (Reply, error) {

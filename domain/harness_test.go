@@ -33,17 +33,23 @@ type entry struct {
 type world struct {
 	t       testingT
 	ws      string
-	actor   string // Meta.Actor of the commands decided
+	actor   string // who sends the commands: Meta.Actor
 	authn   bool   // Meta.Authenticated of the commands decided
 	o       *Overlay
 	now     time.Time
 	seq     int
 	history []entry
+	// tokens are the tokens of the attempts the world's claims started, by
+	// task/attempt, as the service would hand them to their claimers.
+	tokens map[string]string
+	// raw sends commands as they are: no token or supersede moment is
+	// filled in for them (see fill).
+	raw bool
 }
 
 // newWorld returns a world with nothing in it, deciding in workspace "acme".
 func newWorld(t testingT) *world {
-	return &world{t: t, ws: "acme", actor: "tester", o: NewOverlay(Empty{}), now: epoch}
+	return &world{t: t, ws: "acme", actor: "tester", o: NewOverlay(Empty{}), now: epoch, tokens: map[string]string{}}
 }
 
 // setup returns a world whose workspace exists.
@@ -77,19 +83,66 @@ func (w *world) run(cmd Command) (*Outcome, error) { return w.runID(w.nextComman
 // each version) and appends them to the history.
 func (w *world) runID(id string, cmd Command) (*Outcome, error) {
 	w.t.Helper()
+	token := w.fill(id, cmd)
 	m := Meta{CommandID: id, Workspace: w.ws, Actor: w.actor, Authenticated: w.authn, Now: w.now}
 	out, err := Execute(w.o, cmd, m)
 	if err != nil {
 		require.Nil(w.t, out, "a refused command has no outcome")
 		return nil, err
 	}
-	r := Recorded{CommandID: id, Time: w.now}
+	r := Recorded{CommandID: id, Actor: m.Actor, Time: w.now}
 	for _, c := range out.Changes {
 		require.NoError(w.t, w.o.Apply(c, r), "committing %s", cmd.CommandName())
 		w.history = append(w.history, entry{Change: c, Recorded: r})
+		if s, ok := c.Event.(*AttemptStarted); ok && token != "" {
+			w.tokens[fmt.Sprintf("%s/%d", c.AggregateID, s.Attempt)] = token
+		}
 	}
 	return out, nil
 }
+
+// fill does for cmd what the service and an SDK do, unless the world is
+// raw or the test set the field itself: a claim gets the hash of a token
+// made for it (returned, to be kept for the attempt it starts) and, when it
+// supersedes, the moment its lease lapsed — now; an attempt's command gets
+// the token of its attempt.
+func (w *world) fill(id string, cmd Command) (claimToken string) {
+	if w.raw {
+		return ""
+	}
+	tok := func(p *string, task string, n int) {
+		if *p == "" {
+			*p = w.token(task, n)
+		}
+	}
+	switch c := cmd.(type) {
+	case *ClaimTask:
+		if c.TokenHash == "" {
+			claimToken = "token-of-" + id + "-for-" + c.TaskID
+			c.TokenHash = TokenHash(claimToken)
+		}
+		if c.Supersedes > 0 && c.SupersedeAfter.IsZero() {
+			c.SupersedeAfter = w.now
+		}
+	case *SaveCheckpoint:
+		tok(&c.Token, c.TaskID, c.Attempt)
+	case *ReportSuccess:
+		tok(&c.Token, c.TaskID, c.Attempt)
+	case *ReportFailure:
+		tok(&c.Token, c.TaskID, c.Attempt)
+	case *WaitTask:
+		tok(&c.Token, c.TaskID, c.Attempt)
+	case *RequestApproval:
+		tok(&c.Token, c.TaskID, c.Attempt)
+	case *Heartbeat:
+		tok(&c.Token, c.TaskID, c.Attempt)
+	}
+	return claimToken
+}
+
+// token returns the token the world's claim of attempt n of task id was
+// handed, or "" when none of its claims started that attempt.
+func (w *world) token(id string, n int) string { return w.tokens[fmt.Sprintf("%s/%d", id, n)] }
 
 // must decides and commits cmd, failing the test if it is refused.
 func (w *world) must(cmd Command) *Outcome {

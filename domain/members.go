@@ -157,7 +157,7 @@ func (x *tx) addMember(c *AddMember) (Reply, error) {
 	if err != nil {
 		return Reply{}, err
 	}
-	if w.HasCommand(x.m.CommandID) {
+	if w.HasCommand(x.m.Key()) {
 		return Reply{ID: w.Name, Version: w.Version, Duplicate: true}, nil
 	}
 	if err := validateMember(c); err != nil {
@@ -182,7 +182,7 @@ func (x *tx) removeMember(c *RemoveMember) (Reply, error) {
 	if err != nil {
 		return Reply{}, err
 	}
-	if w.HasCommand(x.m.CommandID) {
+	if w.HasCommand(x.m.Key()) {
 		return Reply{ID: w.Name, Version: w.Version, Duplicate: true}, nil
 	}
 	if !ValidName(c.Name) {

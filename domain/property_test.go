@@ -22,7 +22,9 @@ import (
 // identity), waits, signals, timers and cancellations, approvers revoked and
 // registered again with keys that expire, members added and removed and
 // queues configured, with attempt numbers and command ids that are often
-// stale or reused, on a clock that moves forward at random — and checks the
+// stale or reused, attempts' commands that now and then carry another token
+// or come from another identity than the claimer, supersedes before and after
+// the lease lapsed, on a clock that moves forward at random — and checks the
 // lifecycle's invariants after every step. More sequences: -rapid.checks=N; longer ones:
 // -domain.steps=N.
 func TestLifecycleProperties(t *testing.T) {
@@ -175,17 +177,23 @@ func (m *model) exec(cmd Command, typ, id string) (*Outcome, error) {
 	m.t.Helper()
 	cmdID := m.commandID()
 	length := len(m.w.history)
-	applied := m.hasCommand(typ, id, cmdID)
+	applied := m.hasCommand(typ, id, CommandKey(m.w.actor, cmdID))
 	var prev *Task
 	if typ == AggTask {
 		prev, _ = m.w.o.Task(id)
 	}
 	out, err := m.w.runID(cmdID, cmd)
 	if err != nil {
-		m.t.Logf("%s %s %+v: refused: %v", cmdID, cmd.CommandName(), cmd, err)
+		m.t.Logf("%s %s %s %+v: refused: %v", cmdID, m.w.actor, cmd.CommandName(), cmd, err)
 		var de *Error
 		require.True(m.t, errors.As(err, &de), "a refusal is a *domain.Error: %v", err)
 		require.NotEqual(m.t, CodeInternal, de.Code)
+		switch cmd.(type) {
+		case *ReportSuccess, *ReportFailure, *SaveCheckpoint, *WaitTask:
+			if de.Code == CodeForbidden {
+				require.Equal(m.t, "/token", de.Field, "an attempt's command is forbidden only for its token or sender")
+			}
+		}
 		// That deciding did not modify the world it was decided against is
 		// checked after every step: the world must stay deep-equal to the
 		// replayed history.
@@ -213,8 +221,11 @@ func (m *model) checkDecision(cmd Command, prev *Task, out *Outcome) {
 	switch c := cmd.(type) {
 	case *ReportSuccess, *ReportFailure, *SaveCheckpoint, *WaitTask:
 		n := reflect.ValueOf(c).Elem().FieldByName("Attempt").Interface().(int)
+		token := reflect.ValueOf(c).Elem().FieldByName("Token").Interface().(string)
 		a := prev.Running()
 		require.True(m.t, a != nil && a.N == n, "a report from attempt %d was taken, running attempt was %+v", n, a)
+		require.Equal(m.t, a.TokenHash, TokenHash(token), "a report without its attempt's token was taken")
+		require.Equal(m.t, a.ClaimedBy, m.w.actor, "a report from another identity than the claimer was taken")
 	case *FireTimer:
 		switch c.Kind {
 		case TimerBackoff:
@@ -227,6 +238,9 @@ func (m *model) checkDecision(cmd Command, prev *Task, out *Outcome) {
 	case *ClaimTask:
 		ok := prev.State == StateReady || (prev.State == StateRunning && c.Supersedes == prev.Running().N)
 		require.True(m.t, ok, "claimed a task that was %s (supersedes %d)", prev.State, c.Supersedes)
+		if prev.State == StateRunning {
+			require.False(m.t, m.w.now.Before(c.SupersedeAfter), "superseded attempt %d before its lease lapsed", c.Supersedes)
+		}
 	}
 }
 
@@ -241,17 +255,17 @@ func describe(out *Outcome) string {
 	return s
 }
 
-func (m *model) hasCommand(typ, id, cmdID string) bool {
+func (m *model) hasCommand(typ, id, key string) bool {
 	switch typ {
 	case AggWorkspace:
 		w, _ := m.w.o.Workspace(id)
-		return w != nil && w.HasCommand(cmdID)
+		return w != nil && w.HasCommand(key)
 	case AggGoal:
 		g, _ := m.w.o.Goal(id)
-		return g != nil && g.HasCommand(cmdID)
+		return g != nil && g.HasCommand(key)
 	case AggTask:
 		t, _ := m.w.o.Task(id)
-		return t != nil && t.HasCommand(cmdID)
+		return t != nil && t.HasCommand(key)
 	}
 	return false
 }
@@ -419,6 +433,10 @@ func (m *model) createTask() {
 	_, _ = m.exec(&CreateTask{TaskID: id, Spec: m.spec("", rapid.IntRange(0, 2).Draw(m.t, "variant"), deps)}, AggTask, id)
 }
 
+// executors are the identities that claim tasks and send their attempts'
+// commands.
+var executors = []string{"exec-a", "exec-b"}
+
 func (m *model) claim() {
 	id, t, ok := m.task(StateReady, StateRunning)
 	if !ok {
@@ -427,8 +445,36 @@ func (m *model) claim() {
 	c := &ClaimTask{TaskID: id, Executor: "exec"}
 	if rapid.IntRange(0, 3).Draw(m.t, "supersede") == 0 {
 		c.Supersedes = m.attempt(t)
+		// The running attempt's lease lapsed a moment ago, or lapses in a moment.
+		c.SupersedeAfter = m.w.now.Add(time.Duration(rapid.SampledFrom([]int{-1, -1, 0, 1}).Draw(m.t, "lease lapses in")) * time.Second)
 	}
+	m.w.actor = rapid.SampledFrom(executors).Draw(m.t, "claimer")
 	_, _ = m.exec(c, AggTask, id)
+}
+
+// sender makes the world send the next command of attempt n of t as its
+// claimer mostly, and now and then as the other executor; it returns the
+// token the command carries: "" (the harness fills in the attempt's own)
+// mostly, now and then a forged one or another attempt's.
+func (m *model) sender(t *Task, n int) string {
+	m.w.actor = executors[0]
+	if t != nil {
+		if a := t.Attempt(n); a != nil {
+			m.w.actor = a.ClaimedBy
+		}
+	}
+	if rapid.IntRange(0, 5).Draw(m.t, "impostor") == 0 {
+		m.w.actor = rapid.SampledFrom(executors).Draw(m.t, "impostor identity")
+	}
+	switch rapid.IntRange(0, 7).Draw(m.t, "token") {
+	case 0:
+		return "forged"
+	case 1:
+		if t != nil {
+			return m.w.token(t.ID, n-1) // "" when there is no such attempt: the right one
+		}
+	}
+	return ""
 }
 
 func (m *model) succeed() {
@@ -436,7 +482,8 @@ func (m *model) succeed() {
 	if !ok {
 		return
 	}
-	_, _ = m.exec(&ReportSuccess{TaskID: id, Attempt: m.attempt(t), Result: json.RawMessage(`"done"`)}, AggTask, id)
+	n := m.attempt(t)
+	_, _ = m.exec(&ReportSuccess{TaskID: id, Attempt: n, Token: m.sender(t, n), Result: json.RawMessage(`"done"`)}, AggTask, id)
 }
 
 func (m *model) fail() {
@@ -444,7 +491,8 @@ func (m *model) fail() {
 	if !ok {
 		return
 	}
-	_, _ = m.exec(&ReportFailure{TaskID: id, Attempt: m.attempt(t), Retryable: rapid.IntRange(0, 4).Draw(m.t, "retryable") > 0,
+	n := m.attempt(t)
+	_, _ = m.exec(&ReportFailure{TaskID: id, Attempt: n, Token: m.sender(t, n), Retryable: rapid.IntRange(0, 4).Draw(m.t, "retryable") > 0,
 		Error: ErrorInfo{Code: rapid.SampledFrom([]string{"", "boom", "fatal"}).Draw(m.t, "error code"), Message: "failed"}}, AggTask, id)
 }
 
@@ -453,7 +501,8 @@ func (m *model) checkpoint() {
 	if !ok {
 		return
 	}
-	_, _ = m.exec(&SaveCheckpoint{TaskID: id, Attempt: m.attempt(t), Checkpoint: json.RawMessage(`{"at":1}`)}, AggTask, id)
+	n := m.attempt(t)
+	_, _ = m.exec(&SaveCheckpoint{TaskID: id, Attempt: n, Token: m.sender(t, n), Checkpoint: json.RawMessage(`{"at":1}`)}, AggTask, id)
 }
 
 func (m *model) verify() {
@@ -577,7 +626,8 @@ func (m *model) wait() {
 	if !ok {
 		return
 	}
-	c := &WaitTask{TaskID: id, Attempt: m.attempt(t), Kind: WaitSignal, Signal: rapid.SampledFrom(signals).Draw(m.t, "signal")}
+	n := m.attempt(t)
+	c := &WaitTask{TaskID: id, Attempt: n, Token: m.sender(t, n), Kind: WaitSignal, Signal: rapid.SampledFrom(signals).Draw(m.t, "signal")}
 	if rapid.Bool().Draw(m.t, "timer wait") {
 		until := m.w.now.Add(time.Duration(rapid.IntRange(1, 5).Draw(m.t, "wait seconds")) * time.Second)
 		c.Kind, c.Signal, c.Until = WaitTimer, "", &until

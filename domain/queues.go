@@ -45,7 +45,7 @@ func (x *tx) configureQueue(c *ConfigureQueue) (Reply, error) {
 	if !ValidName(c.Queue) {
 		return Reply{}, invalid("/queue", "queue %q is not a valid name: use 1-63 lower-case letters, digits, '_' or '-'", c.Queue)
 	}
-	if w.HasCommand(x.m.CommandID) {
+	if w.HasCommand(x.m.Key()) {
 		if q := w.Queue(c.Queue); q != nil {
 			return queueReply(w, q, true), nil
 		}

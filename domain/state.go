@@ -55,6 +55,13 @@ type Attempt struct {
 	Error           *ErrorInfo      `json:"error,omitempty"`
 	Retryable       bool            `json:"retryable,omitempty"`
 	Reason          string          `json:"reason,omitempty"`
+	// TokenHash is TokenHash of the attempt's token: the token itself is
+	// never kept. Empty for an attempt claimed before attempts had tokens,
+	// which no command can then come from.
+	TokenHash string `json:"token_hash,omitempty"`
+	// ClaimedBy is the identity that claimed the attempt (the claim's
+	// actor): the only one its later commands may come from.
+	ClaimedBy string `json:"claimed_by,omitempty"`
 }
 
 // Attempt states.
@@ -175,27 +182,34 @@ func (w *Workspace) Clone() *Workspace {
 	return &c
 }
 
-// HasCommand reports whether command id was already applied to the workspace.
-func (w *Workspace) HasCommand(id string) bool { return id != "" && slices.Contains(w.Commands, id) }
+// HasCommand reports whether the command with idempotency key key
+// (Meta.Key) was already applied to the workspace.
+func (w *Workspace) HasCommand(key string) bool { return key != "" && slices.Contains(w.Commands, key) }
 
-// HasCommand reports whether command id was already applied to the goal.
-func (g *Goal) HasCommand(id string) bool { return id != "" && slices.Contains(g.Commands, id) }
+// HasCommand reports whether the command with idempotency key key
+// (Meta.Key) was already applied to the goal.
+func (g *Goal) HasCommand(key string) bool { return key != "" && slices.Contains(g.Commands, key) }
 
-// HasCommand reports whether command id was already applied to the task.
-func (t *Task) HasCommand(id string) bool { return id != "" && slices.Contains(t.Commands, id) }
+// HasCommand reports whether the command with idempotency key key
+// (Meta.Key) was already applied to the task.
+func (t *Task) HasCommand(key string) bool { return key != "" && slices.Contains(t.Commands, key) }
 
-// Recorded is what the log adds to an event: the command it came from and the
-// time it was decided.
+// Recorded is what the log adds to an event: the command it came from, who
+// sent it, and the time it was decided.
 type Recorded struct {
 	CommandID string
+	Actor     string
 	Time      time.Time
 }
 
-func addCommand(cmds []string, id string) []string {
-	if id == "" || slices.Contains(cmds, id) {
+// Key returns the idempotency key of the command the event came from.
+func (r Recorded) Key() string { return CommandKey(r.Actor, r.CommandID) }
+
+func addCommand(cmds []string, key string) []string {
+	if key == "" || slices.Contains(cmds, key) {
 		return cmds
 	}
-	return append(cmds, id)
+	return append(cmds, key)
 }
 
 // ApplyWorkspace applies e to w (nil before the first event) and returns the
@@ -207,7 +221,7 @@ func ApplyWorkspace(w *Workspace, id string, e Event, r Recorded) (*Workspace, e
 			return nil, fmt.Errorf("domain: workspace %s created twice", id)
 		}
 		return &Workspace{Name: ev.Name, Description: ev.Description, CreatedAt: r.Time, Version: 1,
-			Commands: addCommand(nil, r.CommandID)}, nil
+			Commands: addCommand(nil, r.Key())}, nil
 	}
 	if w == nil {
 		return nil, fmt.Errorf("domain: %s before workspace %s was created", e.EventType(), id)
@@ -258,7 +272,7 @@ func ApplyWorkspace(w *Workspace, id string, e Event, r Recorded) (*Workspace, e
 		return nil, fmt.Errorf("domain: workspace cannot apply %s", e.EventType())
 	}
 	w.Version++
-	w.Commands = addCommand(w.Commands, r.CommandID)
+	w.Commands = addCommand(w.Commands, r.Key())
 	return w, nil
 }
 
@@ -271,7 +285,7 @@ func ApplyGoal(g *Goal, id, workspace string, e Event, r Recorded) (*Goal, error
 		}
 		return &Goal{ID: id, Workspace: workspace, Title: ev.Title, Description: ev.Description,
 			SuccessCriteria: ev.SuccessCriteria, Envelope: ev.Envelope, State: GoalStateOpen,
-			CreatedAt: r.Time, UpdatedAt: r.Time, Version: 1, Commands: addCommand(nil, r.CommandID)}, nil
+			CreatedAt: r.Time, UpdatedAt: r.Time, Version: 1, Commands: addCommand(nil, r.Key())}, nil
 	}
 	if g == nil {
 		return nil, fmt.Errorf("domain: %s before goal %s was created", e.EventType(), id)
@@ -295,7 +309,7 @@ func ApplyGoal(g *Goal, id, workspace string, e Event, r Recorded) (*Goal, error
 	}
 	g.Version++
 	g.UpdatedAt = r.Time
-	g.Commands = addCommand(g.Commands, r.CommandID)
+	g.Commands = addCommand(g.Commands, r.Key())
 	return g, nil
 }
 
@@ -308,7 +322,7 @@ func ApplyTask(t *Task, id, workspace string, e Event, r Recorded) (*Task, error
 		}
 		nt := &Task{ID: id, Workspace: workspace, GoalID: ev.GoalID, PlanVersion: ev.PlanVersion,
 			Key: ev.Spec.Key, Spec: ev.Spec, DependsOn: ev.DependsOn, State: ev.State,
-			CreatedAt: r.Time, UpdatedAt: r.Time, Version: 1, Commands: addCommand(nil, r.CommandID)}
+			CreatedAt: r.Time, UpdatedAt: r.Time, Version: 1, Commands: addCommand(nil, r.Key())}
 		if ev.State == StateWaiting {
 			nt.Wait = &TaskWaiting{Kind: ev.WaitKind, Until: ev.WaitUntil}
 		}
@@ -341,7 +355,7 @@ func ApplyTask(t *Task, id, workspace string, e Event, r Recorded) (*Task, error
 		t.State = StateRunning
 		t.Attempts = append(t.Attempts, Attempt{N: ev.Attempt, Executor: ev.Executor,
 			ExecutorVersion: ev.ExecutorVersion, OperationKey: ev.OperationKey, State: AttemptStateRunning,
-			StartedAt: r.Time, Deadline: ev.Deadline})
+			StartedAt: r.Time, Deadline: ev.Deadline, TokenHash: ev.TokenHash, ClaimedBy: r.Actor})
 	case *AttemptAbandoned:
 		a, err := endAttempt(ev.Attempt, AttemptStateAbandoned)
 		if err != nil {
@@ -448,6 +462,6 @@ func ApplyTask(t *Task, id, workspace string, e Event, r Recorded) (*Task, error
 	}
 	t.Version++
 	t.UpdatedAt = r.Time
-	t.Commands = addCommand(t.Commands, r.CommandID)
+	t.Commands = addCommand(t.Commands, r.Key())
 	return t, nil
 }

@@ -46,8 +46,11 @@ type Commit struct {
 type CommandResult struct {
 	// Workspace is the command's workspace.
 	Workspace string `json:"ws"`
-	// CommandID is the command's id, unique within its workspace.
+	// CommandID is the command's id. With Actor it is unique within the
+	// workspace: a command id belongs to its sender (domain.CommandKey).
 	CommandID string `json:"cmd"`
+	// Actor is who sent the command (the events' actor); empty for none.
+	Actor string `json:"actor,omitempty"`
 	// Reply is the answer given to the command, opaque JSON.
 	Reply json.RawMessage `json:"reply,omitempty"`
 	// Error, instead of Reply, is the error the command was refused with

@@ -129,7 +129,7 @@ func (j *Job) Approval() *Decision {
 // the service answers. A job built by NewJob (as executortest does) sends
 // nothing: it returns the *WaitError with an empty ApprovalID.
 func (j *Job) RequestApproval(ctx context.Context, r ApprovalRequest) (*Decision, error) {
-	body, err := approvalBodyOf(j.TaskID, j.Attempt, r)
+	body, err := approvalBodyOf(j, r)
 	if err != nil {
 		return nil, fmt.Errorf("executors: approval request of task %s: %w", j.TaskID, err)
 	}
@@ -158,6 +158,7 @@ type approvalFunc func(ctx context.Context, body requestApprovalBody, commandID 
 type requestApprovalBody struct {
 	TaskID     string            `json:"task_id"`
 	Attempt    int               `json:"attempt"`
+	Token      string            `json:"token"`
 	Action     json.RawMessage   `json:"action"`
 	Summary    string            `json:"summary,omitempty"`
 	Basis      json.RawMessage   `json:"basis,omitempty"`
@@ -171,8 +172,8 @@ type requestApprovalBody struct {
 
 // approvalBodyOf returns the command that asks for r; its action is the
 // canonical JSON of r.Action.
-func approvalBodyOf(taskID string, attempt int, r ApprovalRequest) (requestApprovalBody, error) {
-	b := requestApprovalBody{TaskID: taskID, Attempt: attempt, Summary: r.Summary, Role: r.Role,
+func approvalBodyOf(j *Job, r ApprovalRequest) (requestApprovalBody, error) {
+	b := requestApprovalBody{TaskID: j.TaskID, Attempt: j.Attempt, Token: j.Token, Summary: r.Summary, Role: r.Role,
 		Responses: r.Responses, Branches: r.Branches, OnExpiry: r.OnExpiry, EscalateTo: r.EscalateTo,
 		ExpiresIn: duration(r.ExpiresIn)}
 	action, err := encodeJSON(r.Action)

@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -34,6 +35,8 @@ type delivery struct {
 	item      workItem
 	delivered uint64
 	received  time.Time
+	// beat is the heartbeat of the attempt the delivery runs, once claimed.
+	beat atomic.Pointer[heartbeatBody]
 }
 
 // deliver handles one work item: claim, run, report, acknowledge. It returns
@@ -80,14 +83,17 @@ func (w *Worker) deliver(hard context.Context, msg jetstream.Msg) {
 	watch := d.watch()
 	defer watch.stop()
 
-	task, attempt, ok := d.claim(hard)
+	task, attempt, token, ok := d.claim(hard)
 	if !ok {
 		return
 	}
-	d.run(hard, task, attempt, watch)
+	d.beat.Store(&heartbeatBody{TaskID: task.ID, Attempt: attempt.N, Token: token})
+	d.run(hard, task, attempt, token, watch)
 }
 
-// heartbeat renews the work item's lease every Lease/3 until ctx ends.
+// heartbeat renews the work item's lease every Lease/3 until ctx ends and,
+// once the attempt is claimed, tells the service the attempt is alive
+// (task.heartbeat), so that no claim supersedes it within its lease.
 func (d *delivery) heartbeat(ctx context.Context) {
 	t := time.NewTicker(d.w.leaseOf() / 3)
 	defer t.Stop()
@@ -102,22 +108,30 @@ func (d *delivery) heartbeat(ctx context.Context) {
 			if err := d.msg.InProgress(); err != nil {
 				d.w.log.Debug("executors: lease renewal failed", logTask, d.item.TaskID, logErr, err)
 			}
+			if b := d.beat.Load(); b != nil {
+				d.w.c.heartbeat(ctx, b, d.w.leaseOf()/3)
+			}
 		}
 	}
 }
 
-// claim starts the attempt. On a redelivered item whose task is still
-// running an attempt started from this item (its holder lost the lease), it
-// claims again superseding that attempt. It settles the item itself and
+// supersedeTries bounds the claims a delivery makes to supersede an
+// attempt that the service still counts as alive.
+const supersedeTries = 3
+
+// claim starts the attempt and returns it with its token. On a redelivered
+// item whose task is still running an attempt started from this item (its
+// holder lost the lease), it claims again superseding that attempt — once
+// the service counts its lease as lapsed. It settles the item itself and
 // returns false when no job is to run.
-func (d *delivery) claim(ctx context.Context) (*taskState, *attemptState, bool) {
+func (d *delivery) claim(ctx context.Context) (*taskState, *attemptState, string, bool) {
 	it := &d.item
 	body := claimBody{TaskID: it.TaskID, Executor: d.w.cfg.Executor, ExecutorVersion: d.w.cfg.Version}
 	id := fmt.Sprintf("claim.%s.%d.%d", it.TaskID, it.Attempt, d.delivered)
 	r, err := d.w.c.command(ctx, "task.claim", body, id)
 	if err != nil {
 		d.done(outcomeStopped, 0, logErr, err)
-		return nil, nil, false
+		return nil, nil, "", false
 	}
 	if !r.OK && r.Error.Code == codeConflict && d.delivered > 1 {
 		// The service found the task not ready: a view still showing it
@@ -125,22 +139,37 @@ func (d *delivery) claim(ctx context.Context) (*taskState, *attemptState, bool) 
 		t, err := d.taskAfter(ctx, func(t *taskState) bool { return t.State != "ready" })
 		if err != nil {
 			d.done(outcomeUnsettled, 0, logErr, err) // redelivered after the lease
-			return nil, nil, false
+			return nil, nil, "", false
 		}
 		if a, ok := t.runningFromItem(it.Attempt); ok {
 			body.Supersedes = a.N
-			r, err = d.w.c.command(ctx, "task.claim", body, id+".s"+strconv.Itoa(a.N))
-			if err != nil {
-				d.done(outcomeStopped, 0, logErr, err)
-				return nil, nil, false
-			}
-			if !r.OK && r.Error.Code == codeConflict {
+			for try := 1; ; try++ {
+				r, err = d.w.c.command(ctx, "task.claim", body, id+".s"+strconv.Itoa(a.N))
+				if err != nil {
+					d.done(outcomeStopped, 0, logErr, err)
+					return nil, nil, "", false
+				}
+				if r.OK || r.Error.Code != codeConflict {
+					break
+				}
+				// The service still counts the attempt alive within its
+				// lease (its last heartbeat reached the service a moment
+				// after the item's last renewal reached JetStream): the
+				// item stays ours while we wait for the moment it names.
+				if wait, ok := d.supersedeWait(r.Error); ok && try < supersedeTries {
+					if !sleepCtx(ctx, wait) {
+						d.done(outcomeStopped, 0, logErr, context.Cause(ctx))
+						return nil, nil, "", false
+					}
+					continue
+				}
 				// The task moved on since it was read (the views of a
-				// replica may lag): look again at the next delivery rather
-				// than drop an item that may still be this task's only one.
+				// replica may lag), or its attempt is alive: look again at
+				// the next delivery rather than drop an item that may
+				// still be this task's only one.
 				_ = d.msg.NakWithDelay(d.w.leaseOf())
 				d.done(outcomeSkipped, 0, logReason, "supersede refused: "+r.Error.Message)
-				return nil, nil, false
+				return nil, nil, "", false
 			}
 		}
 	}
@@ -157,19 +186,19 @@ func (d *delivery) claim(ctx context.Context) (*taskState, *attemptState, bool) 
 			_ = d.msg.NakWithDelay(d.w.leaseOf())
 			d.done(outcomeSkipped, 0, logReason, "claim refused: "+r.Error.Code)
 		}
-		return nil, nil, false
+		return nil, nil, "", false
 	}
 	var cr commandReply
 	if err := json.Unmarshal(r.Result, &cr); err != nil {
 		d.w.log.Error("executors: a claim reply that does not decode", logTask, it.TaskID, logErr, err)
 		_ = d.msg.NakWithDelay(d.w.leaseOf())
-		return nil, nil, false
+		return nil, nil, "", false
 	}
 	t := cr.Task
 	if t == nil {
 		if t, err = d.getTask(ctx); err != nil {
 			d.done(outcomeStopped, 0, logErr, err)
-			return nil, nil, false
+			return nil, nil, "", false
 		}
 	}
 	a := t.attempt(cr.Attempt)
@@ -178,17 +207,52 @@ func (d *delivery) claim(ctx context.Context) (*taskState, *attemptState, bool) 
 		// for another attempt: nothing to run.
 		d.ack()
 		d.done(outcomeSkipped, cr.Attempt, logReason, "the claim started no attempt; task is "+cr.State)
-		return nil, nil, false
+		return nil, nil, "", false
 	}
-	return t, a, true
+	if cr.Token == "" {
+		// Our attempt runs, but without its token none of its commands
+		// would be taken (the service's token key changed since the claim
+		// was first answered): leave the item to be redelivered after the
+		// lease, when a claim supersedes the attempt.
+		d.w.log.Error("executors: the claim's reply carries no token", logTask, it.TaskID, logAttempt, cr.Attempt)
+		d.done(outcomeUnsettled, cr.Attempt, logReason, "the claim returned no token")
+		return nil, nil, "", false
+	}
+	return t, a, cr.Token, true
+}
+
+// supersedeWait returns how long to wait before claiming again a task whose
+// attempt the service still counts alive, as its refusal says: at most a
+// lease and a few seconds, else false.
+func (d *delivery) supersedeWait(e *wireError) (time.Duration, bool) {
+	if e.RetryAfter == nil {
+		return 0, false
+	}
+	wait := time.Until(*e.RetryAfter) + 10*time.Millisecond
+	if wait > d.w.leaseOf()+5*time.Second {
+		return 0, false
+	}
+	return max(wait, 0), true
+}
+
+// sleepCtx waits d, and returns false if ctx ends first.
+func sleepCtx(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-ctx.Done():
+		return false
+	}
 }
 
 // job builds the handler's Job from the claimed task (fresher than the work
-// item, which it falls back on).
-func (d *delivery) job(t *taskState, a *attemptState) *Job {
+// item, which it falls back on) and the attempt's token.
+func (d *delivery) job(t *taskState, a *attemptState, token string) *Job {
 	it := &d.item
 	j := &Job{TaskID: it.TaskID, Workspace: it.Workspace, Queue: it.Queue, GoalID: first(t.GoalID, it.GoalID),
-		Key: first(t.Key, it.Key), Title: first(t.Spec.Title, it.Title), Attempt: a.N,
+		Key: first(t.Key, it.Key), Title: first(t.Spec.Title, it.Title), Attempt: a.N, Token: token,
 		OperationKey: first(a.OperationKey, it.OperationKey), Input: t.Spec.Input, Checkpoint: t.Checkpoint}
 	if len(j.Input) == 0 {
 		j.Input = it.Input
@@ -241,8 +305,8 @@ func first(s ...string) string {
 
 // run runs the handler for the claimed attempt and reports what it
 // returned.
-func (d *delivery) run(hard context.Context, t *taskState, a *attemptState, watch *watch) {
-	job := d.job(t, a)
+func (d *delivery) run(hard context.Context, t *taskState, a *attemptState, token string, watch *watch) {
+	job := d.job(t, a, token)
 	jctx, cancel := context.WithCancelCause(hard)
 	defer cancel(nil)
 	if !job.Deadline.IsZero() {
@@ -276,7 +340,7 @@ func (d *delivery) report(ctx context.Context, job *Job, rep Report, watch *watc
 		return
 	case rep.Wait != nil && rep.Wait.Approval != nil:
 		// A request the handler made up itself: send it now.
-		body, berr := approvalBodyOf(job.TaskID, job.Attempt, *rep.Wait.Approval)
+		body, berr := approvalBodyOf(job, *rep.Wait.Approval)
 		if berr != nil {
 			rep.Wait, rep.Failure = nil, &Failure{Code: CodeInvalidResult, Message: clip("the approval request cannot be sent: "+berr.Error(), maxMessage)}
 			break
@@ -296,13 +360,13 @@ func (d *delivery) report(ctx context.Context, job *Job, rep Report, watch *watc
 			rep.Wait, rep.Failure = nil, &Failure{Code: CodeInvalidResult, Message: clip("the service refused the approval request: "+r.Error.Message, maxMessage)}
 		}
 	case rep.Wait != nil:
-		r, err = d.w.c.command(ctx, "task.wait", waitBodyOf(job.TaskID, job.Attempt, rep.Wait),
+		r, err = d.w.c.command(ctx, "task.wait", waitBodyOf(job, rep.Wait),
 			fmt.Sprintf("wait.%s.%d", job.TaskID, job.Attempt))
 		if err == nil && !r.OK && r.Error.Code == codeInvalid {
 			rep.Wait, rep.Failure = nil, &Failure{Code: CodeInvalidResult, Message: clip("the service refused the wait: "+r.Error.Message, maxMessage)}
 		}
 	case rep.Failure == nil:
-		r, err = d.w.c.command(ctx, "task.succeed", succeedBody{TaskID: job.TaskID, Attempt: job.Attempt,
+		r, err = d.w.c.command(ctx, "task.succeed", succeedBody{TaskID: job.TaskID, Attempt: job.Attempt, Token: job.Token,
 			Result: rep.Output, Artifacts: rep.Artifacts, ModelSteps: rep.ModelSteps},
 			fmt.Sprintf("succeed.%s.%d", job.TaskID, job.Attempt))
 		if err == nil && !r.OK && (r.Error.Code == codeInvalid || r.Error.Code == codeTooLarge) {
@@ -310,7 +374,7 @@ func (d *delivery) report(ctx context.Context, job *Job, rep Report, watch *watc
 		}
 	}
 	if rep.Failure != nil {
-		r, err = d.w.c.command(ctx, "task.fail", failBody{TaskID: job.TaskID, Attempt: job.Attempt,
+		r, err = d.w.c.command(ctx, "task.fail", failBody{TaskID: job.TaskID, Attempt: job.Attempt, Token: job.Token,
 			Error: ErrorInfo{Code: rep.Failure.Code, Message: rep.Failure.Message}, Retryable: rep.Failure.Retryable},
 			fmt.Sprintf("fail.%s.%d", job.TaskID, job.Attempt))
 	}
@@ -379,7 +443,7 @@ func (d *delivery) checkpointer(hard context.Context, job *Job, cancel context.C
 		id := fmt.Sprintf("checkpoint.%s.%d.%d", job.TaskID, job.Attempt, seq)
 		rctx, stop := mergeCancel(ctx, hard)
 		defer stop()
-		r, err := d.w.c.command(rctx, "task.checkpoint", checkpointBody{TaskID: job.TaskID, Attempt: job.Attempt, Checkpoint: raw}, id)
+		r, err := d.w.c.command(rctx, "task.checkpoint", checkpointBody{TaskID: job.TaskID, Attempt: job.Attempt, Token: job.Token, Checkpoint: raw}, id)
 		switch {
 		case err != nil:
 			return fmt.Errorf("executors: checkpoint of task %s not saved: %w", job.TaskID, err)

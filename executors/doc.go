@@ -39,13 +39,24 @@
 //   - Claim. Request dwr.cmd.<ws>.task.claim {"task_id", "executor",
 //     "executor_version"} with header Dwr-Command-Id
 //     "claim.<task>.<attempt>.<delivery>", so a retried claim returns its
-//     first outcome. The reply holds the attempt started and the task. A
-//     claim refused with conflict or not_found means the item is stale: it is
-//     acknowledged and no job runs. But when the item was redelivered and the
-//     task is still running an attempt m that was started from this item (its
-//     holder lost the lease: every attempt from the item's up to m was
-//     abandoned), the worker claims again with "supersedes": m (command id
-//     suffixed ".s<m>"); the service records m as abandoned and starts m+1.
+//     first outcome. The reply holds the attempt started, the task and the
+//     attempt's "token": a secret (Job.Token) that every later command of
+//     the attempt carries, and that only the identity that claimed may use
+//     (a retried claim returns the same token). A claim refused with
+//     conflict or not_found means the item is stale: it is acknowledged and
+//     no job runs. But when the item was redelivered and the task is still
+//     running an attempt m that was started from this item (its holder lost
+//     the lease: every attempt from the item's up to m was abandoned), the
+//     worker claims again with "supersedes": m (command id suffixed
+//     ".s<m>"); the service records m as abandoned and starts m+1 — once
+//     the queue's lease has passed since m was last heard from. Before that
+//     it refuses with conflict and error.retry_after, and the worker, still
+//     holding the item, claims again at that moment (up to three times).
+//   - Heartbeat. With every InProgress, once the attempt is claimed, the
+//     worker sends task.heartbeat {"task_id", "attempt", "token"} (no
+//     command id; one try, answered from the writer's memory, never
+//     recorded): the service counts an attempt alive from its claim, its
+//     checkpoints and its heartbeats.
 //   - Events. While it holds an item the worker follows
 //     dwr.ev.<ws>.task.<task_id>.>; task.cancelled, task.failed and
 //     task.rejected cancel the job's context with cause ErrCancelled,
@@ -54,26 +65,32 @@
 //     ErrTimeout. A job whose work item carries a timeout also has the
 //     attempt's deadline on its context.
 //   - Checkpoint. dwr.cmd.<ws>.task.checkpoint {"task_id", "attempt",
-//     "checkpoint"}, command id "checkpoint.<task>.<attempt>.<n>" for the
-//     n-th save of the attempt. Refused with conflict: the attempt no longer
-//     holds the task, and the job's context is cancelled.
-//   - Report. task.succeed {"task_id", "attempt", "result", "artifacts",
-//     "model_steps"} (id "succeed.<task>.<attempt>") or task.fail
-//     {"task_id", "attempt", "error": {"code", "message"}, "retryable"} (id
-//     "fail.<task>.<attempt>"). A result the service refuses as invalid is
+//     "token", "checkpoint"}, command id "checkpoint.<task>.<attempt>.<n>"
+//     for the n-th save of the attempt. Refused with conflict: the attempt
+//     no longer holds the task, and the job's context is cancelled. Every
+//     command of an attempt without its token, or from another identity
+//     than the claimer, is refused (forbidden, field /token) and recorded
+//     nowhere, so a command id squatted that way stays free.
+//   - Report. task.succeed {"task_id", "attempt", "token", "result",
+//     "artifacts", "model_steps"} (id "succeed.<task>.<attempt>") or
+//     task.fail {"task_id", "attempt", "token", "error": {"code",
+//     "message"}, "retryable"} (id "fail.<task>.<attempt>"). Command ids are
+//     the sender's own: the same id from another identity is another
+//     command. A result the service refuses as invalid is
 //     reported as a failure with code CodeInvalidResult instead. Once the
 //     service answers, the item is acknowledged — except after a refusal
 //     (fencing) when a redelivery of the same item now runs a newer attempt:
 //     JetStream acknowledges by stream sequence, so that holder's item is
 //     left to it.
 //   - Waits. A handler that returns Sleep or AwaitSignal is reported with
-//     task.wait {"task_id", "attempt", "kind": "timer"|"signal", "until",
-//     "signal"} (id "wait.<task>.<attempt>"): the attempt ends parked.
+//     task.wait {"task_id", "attempt", "token", "kind": "timer"|"signal",
+//     "until", "signal"} (id "wait.<task>.<attempt>"): the attempt ends
+//     parked.
 //   - Approvals. The claimed task carries "approvals", each {"id"
 //     ("<task>-<n>"), "attempt" (0 for a gate), "action", "action_digest",
 //     "state", "decision": {"response", "approver", "role", "comment",
 //     "decided_at", ...}}. An attempt asks with task.request_approval
-//     {"task_id", "attempt", "action", "summary", "basis", "role",
+//     {"task_id", "attempt", "token", "action", "summary", "basis", "role",
 //     "responses", "branches", "on_expiry", "escalate_to", "expires_in"}
 //     (id "approval.<task>.<attempt>.<hex of the action digest>"); the
 //     reply names the "approval_id", and the request itself parks the

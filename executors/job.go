@@ -36,6 +36,13 @@ type Job struct {
 	// Attempt is this attempt's number, 1 for the first.
 	Attempt int
 
+	// Token is the attempt's token, as its claim returned it: every later
+	// command of the attempt (checkpoints, the report, waits, approval
+	// requests, heartbeats) carries it, and the worker sends them for the
+	// job. It is a secret: do not log it or hand it to anything that does
+	// not report for this attempt.
+	Token string
+
 	// OperationKey is stable across every attempt of the task: use it as
 	// the idempotency key of the side effects the job makes.
 	OperationKey string

@@ -90,6 +90,29 @@ func (c *client) command(ctx context.Context, name string, body any, id string) 
 	return c.request(ctx, c.subj.cmd+name, body, id)
 }
 
+// heartbeat tells the service that an attempt is alive (task.heartbeat):
+// one try, bounded by timeout. A heartbeat that is lost or refused changes
+// nothing the worker does — the next one follows — so it is only logged.
+func (c *client) heartbeat(ctx context.Context, b *heartbeatBody, timeout time.Duration) {
+	data, err := json.Marshal(b)
+	if err != nil {
+		return
+	}
+	m := nats.NewMsg(c.subj.cmd + "task.heartbeat")
+	m.Data = data
+	tctx, cancel := context.WithTimeout(ctx, min(timeout, requestTimeout))
+	defer cancel()
+	resp, err := c.nc.RequestMsgWithContext(tctx, m)
+	if err != nil {
+		c.log.Debug("executors: heartbeat not answered", logTask, b.TaskID, logAttempt, b.Attempt, logErr, err)
+		return
+	}
+	var r reply
+	if err := json.Unmarshal(resp.Data, &r); err == nil && !r.OK && r.Error != nil {
+		c.log.Debug("executors: heartbeat refused", logTask, b.TaskID, logAttempt, b.Attempt, "code", r.Error.Code, logErr, r.Error.Message)
+	}
+}
+
 // query sends the named query, with the same retries as command.
 func (c *client) query(ctx context.Context, name string, body any) (*reply, error) {
 	return c.request(ctx, c.subj.query+name, body, "")

@@ -26,6 +26,7 @@ import (
 type bundle struct {
 	srv     *embedded.Server
 	nc      *nats.Conn
+	svc     *handlers.Service
 	lastSeq atomic.Uint64 // the log sequence of the last command: queries wait for it
 }
 
@@ -33,7 +34,7 @@ type bundle struct {
 func setup(t *testing.T) *bundle {
 	t.Helper()
 	st := servicetest.Start(t, "", servicetest.Options{Config: handlers.Config{WriterID: "test-writer"}})
-	return &bundle{srv: st.Server, nc: st.Conn}
+	return &bundle{srv: st.Server, nc: st.Conn, svc: st.Svc}
 }
 
 // serviceLogger discards the service's logs unless DWR_TEST_LOG is set.

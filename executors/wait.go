@@ -64,15 +64,16 @@ func waitOf(err error) *WaitError {
 type waitBody struct {
 	TaskID  string     `json:"task_id"`
 	Attempt int        `json:"attempt"`
+	Token   string     `json:"token"`
 	Kind    string     `json:"kind"`
 	Signal  string     `json:"signal,omitempty"`
 	Until   *time.Time `json:"until,omitempty"`
 }
 
-func waitBodyOf(taskID string, attempt int, w *WaitError) waitBody {
+func waitBodyOf(j *Job, w *WaitError) waitBody {
 	if w.Signal != "" {
-		return waitBody{TaskID: taskID, Attempt: attempt, Kind: "signal", Signal: w.Signal}
+		return waitBody{TaskID: j.TaskID, Attempt: j.Attempt, Token: j.Token, Kind: "signal", Signal: w.Signal}
 	}
 	until := w.Until
-	return waitBody{TaskID: taskID, Attempt: attempt, Kind: "timer", Until: &until}
+	return waitBody{TaskID: j.TaskID, Attempt: j.Attempt, Token: j.Token, Kind: "timer", Until: &until}
 }

@@ -205,12 +205,14 @@ type claimBody struct {
 type checkpointBody struct {
 	TaskID     string          `json:"task_id"`
 	Attempt    int             `json:"attempt"`
+	Token      string          `json:"token"`
 	Checkpoint json.RawMessage `json:"checkpoint"`
 }
 
 type succeedBody struct {
 	TaskID     string          `json:"task_id"`
 	Attempt    int             `json:"attempt"`
+	Token      string          `json:"token"`
 	Result     json.RawMessage `json:"result,omitempty"`
 	Artifacts  []Artifact      `json:"artifacts,omitempty"`
 	ModelSteps []ModelStep     `json:"model_steps,omitempty"`
@@ -219,8 +221,16 @@ type succeedBody struct {
 type failBody struct {
 	TaskID    string    `json:"task_id"`
 	Attempt   int       `json:"attempt"`
+	Token     string    `json:"token"`
 	Error     ErrorInfo `json:"error"`
 	Retryable bool      `json:"retryable"`
+}
+
+// heartbeatBody is the task.heartbeat command: the attempt is alive.
+type heartbeatBody struct {
+	TaskID  string `json:"task_id"`
+	Attempt int    `json:"attempt"`
+	Token   string `json:"token"`
 }
 
 type queryBody struct {
@@ -242,6 +252,9 @@ type wireError struct {
 		Pointer string `json:"pointer"`
 		Message string `json:"message"`
 	} `json:"fields,omitempty"`
+	// RetryAfter is when the same request may be taken, for a request
+	// refused only for being early.
+	RetryAfter *time.Time `json:"retry_after,omitempty"`
 }
 
 // commandReply is the result of a task command.
@@ -254,6 +267,9 @@ type commandReply struct {
 	// ApprovalID is the approval a task.request_approval recorded.
 	ApprovalID string `json:"approval_id,omitempty"`
 	Duplicate  bool   `json:"duplicate,omitempty"`
+	// Token is, for task.claim, the attempt's token: its later commands
+	// carry it.
+	Token string `json:"token,omitempty"`
 }
 
 // taskState is a task as a claim or the task.get query returns it; only the

@@ -77,14 +77,15 @@ func TestWorkItemCheckNamesEveryProblem(t *testing.T) {
 }
 
 func TestApprovalRequestBody(t *testing.T) {
-	b, err := approvalBodyOf("01J00000000000000000000000", 3, ApprovalRequest{Action: map[string]any{"b": "<x>", "a": 1},
+	j := &Job{TaskID: "01J00000000000000000000000", Attempt: 3, Token: "the-token"}
+	b, err := approvalBodyOf(j, ApprovalRequest{Action: map[string]any{"b": "<x>", "a": 1},
 		Role: "finance", ExpiresIn: 90 * time.Minute})
 	require.NoError(t, err)
 	raw, err := json.Marshal(b)
 	require.NoError(t, err)
-	require.JSONEq(t, `{"task_id":"01J00000000000000000000000","attempt":3,"action":{"a":1,"b":"<x>"},"role":"finance","expires_in":"1h30m0s"}`, string(raw))
+	require.JSONEq(t, `{"task_id":"01J00000000000000000000000","attempt":3,"token":"the-token","action":{"a":1,"b":"<x>"},"role":"finance","expires_in":"1h30m0s"}`, string(raw))
 	require.Equal(t, `{"a":1,"b":"<x>"}`, string(b.Action), "the action is sent in its canonical form")
-	b, err = approvalBodyOf("T", 1, ApprovalRequest{Action: "x"})
+	b, err = approvalBodyOf(&Job{TaskID: "T", Attempt: 1}, ApprovalRequest{Action: "x"})
 	require.NoError(t, err)
 	raw, err = json.Marshal(b)
 	require.NoError(t, err)

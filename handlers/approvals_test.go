@@ -73,12 +73,14 @@ func TestApprovalsOverTheWire(t *testing.T) {
 
 	// An unauthorized decision is refused, answered as an error, and recorded.
 	a := b.approval(t, domain.ApprovalID(refund.ID, 1))
-	r = b.command(t, "approval.decide", decide(a, "bob", bob, "approve"), "bob-tries")
+	// Each approver decides on a connection of its own: an authenticated
+	// identity decides only as itself.
+	r = b.peer(t, "bob").send(t, "approval.decide", decide(a, "bob", bob, "approve"), "bob-tries")
 	require.False(t, r.OK)
 	require.Equal(t, string(domain.CodeForbidden), r.Error.Code)
 	require.True(t, strings.HasPrefix(r.Error.Message, domain.RefusedUnauthorized+":"), r.Error.Message)
 	require.Equal(t, "/approver", r.Error.Fields[0].Pointer)
-	again := b.command(t, "approval.decide", decide(a, "bob", bob, "approve"), "bob-tries")
+	again := b.peer(t, "bob").send(t, "approval.decide", decide(a, "bob", bob, "approve"), "bob-tries")
 	require.Equal(t, r.Error, again.Error, "a retry of a refused decision gets the same answer")
 	a = b.approval(t, a.ID)
 	require.Len(t, a.Refusals, 1, "the retry was not recorded twice")
@@ -86,7 +88,10 @@ func TestApprovalsOverTheWire(t *testing.T) {
 	require.Equal(t, domain.StateWaiting, b.task(t, refund.ID).State)
 
 	// The right approver decides; the task is ready and a work item is due.
-	ok, _ := b.mustCommand(t, "approval.decide", decide(a, "alice", alice, "approve"))
+	okr := b.peer(t, "alice").send(t, "approval.decide", decide(a, "alice", alice, "approve"), "")
+	require.True(t, okr.OK, "%+v", okr.Error)
+	var ok domain.Reply
+	require.NoError(t, json.Unmarshal(okr.Result, &ok))
 	require.Equal(t, domain.StateReady, ok.State)
 	require.Equal(t, a.ID, ok.ApprovalID)
 	a = b.approval(t, a.ID)
@@ -102,7 +107,7 @@ func TestApprovalsOverTheWire(t *testing.T) {
 	b.waitState(t, expiring.ID, domain.StateRejected)
 	e := b.approval(t, domain.ApprovalID(expiring.ID, 1))
 	require.Equal(t, domain.ApprovalStateExpired, e.State)
-	r = b.command(t, "approval.decide", decide(e, "alice", alice, "approve"), "")
+	r = b.peer(t, "alice").send(t, "approval.decide", decide(e, "alice", alice, "approve"), "")
 	require.False(t, r.OK)
 	require.Equal(t, string(domain.CodeConflict), r.Error.Code)
 	require.True(t, strings.HasPrefix(r.Error.Message, domain.RefusedExpired+":"), r.Error.Message)

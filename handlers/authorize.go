@@ -86,8 +86,10 @@ func (s *Service) authorize(h micro.Headers, ws, kind, name string) (principal, 
 		p.name, p.role, p.member = m.Name, m.Role, m
 	}
 	switch {
-	case kind == "cmd" && name == "workspace.create" && !p.global:
-		return principal{}, forbidden("%s may not create workspaces: only the service's admins may", p.name)
+	case kind == "cmd" && name == "workspace.create":
+		if !p.global {
+			return principal{}, forbidden("%s may not create workspaces: only the service's admins may", p.name)
+		}
 	case kind == "cmd" && !p.role.MayCommand(name):
 		return principal{}, forbidden("%s (role %s in %q) may not send %s", p.name, p.role, ws, name)
 	case kind == "q" && !p.role.MayQuery(name):

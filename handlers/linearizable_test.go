@@ -10,6 +10,7 @@ import (
 	"net"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -29,7 +30,10 @@ import (
 // them, and porcupine checks that the history they saw could have happened
 // one operation at a time, each at a moment between its call and its answer.
 // A command whose answer was lost to a restart is sent again with its
-// command id until it is answered: its one effect lies in that interval.
+// command id until it is answered: its one effect lies in that interval. A
+// client reports with the token its claim returned when it claimed the
+// attempt, and with a forged one when it did not: those reports must be
+// refused whatever the attempt's state.
 
 // linOp is an operation on a task as a client issued it.
 type linOp struct {
@@ -37,6 +41,8 @@ type linOp struct {
 	Kind    string // create | claim | succeed | fail | cancel | approve | get
 	Gated   bool   // for create
 	Attempt int    // for succeed and fail
+	Token   string // for succeed and fail: the token sent
+	Own     bool   // for succeed and fail: Token is the one the attempt's claim returned
 }
 
 // linOut is what the service answered.
@@ -46,6 +52,7 @@ type linOut struct {
 	State    string
 	Attempt  int // claim: the attempt started; get: how many attempts there are
 	Approved bool
+	Token    string // claim: the token returned
 }
 
 // linState is the model's view of one task.
@@ -126,12 +133,18 @@ func linStep(s linState, op linOp, o linOut) (linState, bool) {
 		s.Running, s.State = s.Attempts, domain.StateRunning
 		return s, o.OK && o.Attempt == s.Attempts && o.State == domain.StateRunning
 	case "succeed":
+		if !op.Own {
+			return s, forged(s, op, o)
+		}
 		if s.State != domain.StateRunning || op.Attempt != s.Running {
 			return s, conflict
 		}
 		s.State, s.Running = domain.StateAccepted, 0
 		return s, o.OK && o.State == s.State
 	case "fail":
+		if !op.Own {
+			return s, forged(s, op, o)
+		}
 		if s.State != domain.StateRunning || op.Attempt != s.Running {
 			return s, conflict
 		}
@@ -164,6 +177,19 @@ func linStep(s linState, op linOp, o linOut) (linState, bool) {
 	return s, false
 }
 
+// forged says whether o is the answer to a report with a token that is not
+// its attempt's: refused (forbidden) when the attempt exists, as a conflict
+// when it does not; never taken.
+func forged(s linState, op linOp, o linOut) bool {
+	if o.OK {
+		return false
+	}
+	if op.Attempt >= 1 && op.Attempt <= s.Attempts {
+		return o.Code == string(domain.CodeForbidden)
+	}
+	return o.Code == string(domain.CodeConflict)
+}
+
 // linClient is one client's connection with the retries that make every
 // command's outcome known.
 type linClient struct {
@@ -185,9 +211,9 @@ func (c *linClient) do(t *testing.T, op linOp, key ed25519.PrivateKey, deadline 
 	case "claim":
 		name, body = "task.claim", map[string]any{"task_id": op.Task, "executor": "lin"}
 	case "succeed":
-		name, body = "task.succeed", map[string]any{"task_id": op.Task, "attempt": op.Attempt}
+		name, body = "task.succeed", map[string]any{"task_id": op.Task, "attempt": op.Attempt, "token": op.Token}
 	case "fail":
-		name, body = "task.fail", map[string]any{"task_id": op.Task, "attempt": op.Attempt,
+		name, body = "task.fail", map[string]any{"task_id": op.Task, "attempt": op.Attempt, "token": op.Token,
 			"error": map[string]any{"message": "flaky"}, "retryable": true}
 	case "cancel":
 		name, body = "task.cancel", map[string]any{"task_id": op.Task}
@@ -217,7 +243,7 @@ func (c *linClient) do(t *testing.T, op linOp, key ed25519.PrivateKey, deadline 
 			if err := json.Unmarshal(r.Result, &rep); err != nil {
 				t.Errorf("%s: reply does not decode: %v", name, err)
 			}
-			return linOut{OK: true, State: rep.State, Attempt: rep.Attempt}
+			return linOut{OK: true, State: rep.State, Attempt: rep.Attempt, Token: rep.Token}
 		}
 		if time.Now().After(deadline) {
 			t.Errorf("command %s %s was not answered before the deadline: %v", name, cmdID, err)
@@ -266,7 +292,7 @@ func TestTaskHistoriesAreLinearizableAcrossRestarts(t *testing.T) {
 
 	key := testKey("ops-1")
 	pub := base64.StdEncoding.EncodeToString(key.Public().(ed25519.PublicKey))
-	reg := (&bundle{nc: svc.Conn})
+	reg := (&bundle{nc: svc.Conn, svcNC: svc.Conn})
 	reg.mustCommand(t, "approver.register", map[string]any{"name": "ops-1", "role": "ops", "public_key": pub})
 
 	const clients, tasks = 4, 8
@@ -317,7 +343,8 @@ func TestTaskHistoriesAreLinearizableAcrossRestarts(t *testing.T) {
 	for c := range clients {
 		wg.Go(func() {
 			rng := rand.New(rand.NewPCG(uint64(c), 42))
-			attempts := map[string]int{} // the attempt this client last claimed, per task
+			attempts := map[string]int{}  // the attempt this client last claimed, per task
+			tokens := map[string]string{} // the tokens its claims returned, by task/attempt
 			for range 500 {
 				switch rng.IntN(40) {
 				case 0:
@@ -335,12 +362,21 @@ func TestTaskHistoriesAreLinearizableAcrossRestarts(t *testing.T) {
 					if op.Attempt == 0 || rng.IntN(5) == 0 {
 						op.Attempt = 1 + rng.IntN(linMaxAttempts) // now and then a stale or unknown attempt
 					}
+					op.Token = tokens[fmt.Sprintf("%s/%d", op.Task, op.Attempt)]
+					op.Own = op.Token != "" && rng.IntN(8) > 0
+					if !op.Own {
+						op.Token = strings.Repeat("f", 43) // a forged token: well-formed, not the attempt's
+					}
 				}
 				call := time.Now()
 				out := conns[c].do(t, op, key, deadline)
 				record(c, op, call, out)
 				if op.Kind == "claim" && out.OK {
 					attempts[op.Task] = out.Attempt
+					if out.Token == "" {
+						t.Errorf("claim of %s started attempt %d without returning its token", op.Task, out.Attempt)
+					}
+					tokens[fmt.Sprintf("%s/%d", op.Task, out.Attempt)] = out.Token
 				}
 			}
 		})

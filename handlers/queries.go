@@ -54,7 +54,8 @@ func (s *Service) handleQuery(name string, req micro.Request) []byte {
 	if !domain.ValidName(ws) {
 		return errResponse(&WireError{Code: string(domain.CodeInvalid), Message: fmt.Sprintf("workspace %q in the subject is not a valid name", ws)})
 	}
-	if _, werr := s.authorize(req.Headers(), ws, "q", name); werr != nil {
+	p, werr := s.authorize(req.Headers(), ws, "q", name)
+	if werr != nil {
 		return errResponse(werr)
 	}
 	var q Query
@@ -87,14 +88,16 @@ func (s *Service) handleQuery(name string, req micro.Request) []byte {
 		}
 	}
 	seq := s.store.Checkpoint()
-	res, err := s.query(name, ws, q)
+	res, err := s.query(name, ws, p.name, q)
 	if err != nil {
 		return errResponse(toWire(err, s.cfg.Logger))
 	}
 	return okResponse(seq, res)
 }
 
-func (s *Service) query(name, ws string, q Query) (any, error) {
+// query answers query name in workspace ws for actor, the identity that
+// asks.
+func (s *Service) query(name, ws, actor string, q Query) (any, error) {
 	if q.Limit < 0 || q.Limit > 10_000 {
 		return nil, &WireError{Code: string(domain.CodeInvalid), Message: "limit must be between 0 and 10000",
 			Fields: []FieldError{{Pointer: "/limit", Message: "must be between 0 and 10000"}}}
@@ -160,7 +163,9 @@ func (s *Service) query(name, ws string, q Query) (any, error) {
 		}
 		return nonNil(w.Queues, nil)
 	case "command.get":
-		o, ok, err := s.store.Command(ws, q.ID)
+		// A command id is the sender's own: another identity's command under
+		// the same id is not found (domain.CommandKey).
+		o, ok, err := s.store.Command(ws, domain.CommandKey(actor, q.ID))
 		if err == nil && !ok {
 			return nil, notFound("command")
 		}

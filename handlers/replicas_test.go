@@ -65,7 +65,7 @@ func sharedServer(t *testing.T) (*nats.Conn, *bundle) {
 	nc, err := srv.Connect()
 	require.NoError(t, err)
 	t.Cleanup(nc.Close)
-	return nc, &bundle{nc: nc}
+	return nc, &bundle{nc: nc, svcNC: nc}
 }
 
 // eventually retries f until it returns true or the deadline passes.

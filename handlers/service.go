@@ -52,6 +52,21 @@ type Config struct {
 	Version string
 	// Auth says whom the service serves, and as whom.
 	Auth AuthConfig
+	// TokenKey is the secret attempt tokens are derived with (at least
+	// TokenKeyBytes). Default: a random key the service keeps in its KV
+	// bucket <prefix>-keys, made by the first service that needs it, so
+	// that every replica and every restart derives the same tokens. Give
+	// one to keep it elsewhere (a file of the data directory, a secret
+	// store); replicas of one log must share it.
+	TokenKey []byte
+	// DefaultLease is the lease of a queue whose work consumer cannot be
+	// found (an executor that consumes under another name): how long an
+	// attempt not heard from keeps its task. Default 30s, the SDK's.
+	DefaultLease time.Duration
+	// LeaseGrace is added to a queue's lease before a claim may supersede
+	// an attempt not heard from: the lease is counted from the attempt's
+	// last claim, checkpoint or heartbeat. Default 1s.
+	LeaseGrace time.Duration
 }
 
 func (c Config) withDefaults() Config {
@@ -85,6 +100,12 @@ func (c Config) withDefaults() Config {
 	if c.Version == "" {
 		c.Version = "0.1.0"
 	}
+	if c.DefaultLease == 0 {
+		c.DefaultLease = 30 * time.Second
+	}
+	if c.LeaseGrace == 0 {
+		c.LeaseGrace = time.Second
+	}
 	return c
 }
 
@@ -104,9 +125,15 @@ type Service struct {
 	sem        chan struct{}
 	// admins maps the service's admins' keys to their names.
 	admins map[string]string
+	// tokenKey derives attempt tokens; leases caches the queues' leases;
+	// refused counts the attempts' commands refused.
+	tokenKey []byte
+	leases   leases
+	refused  refusals
 
 	mu        sync.RWMutex
 	committer *eventstore.Committer[*request]
+	alive     *liveness     // when the running attempts were last alive; nil when not the writer
 	timerWake chan struct{} // wakes the writer's timer loop; nil when not the writer
 	writing   bool          // this replica is the writer: it applies its own records
 	changed   chan struct{} // closed and replaced when writing changes
@@ -119,6 +146,9 @@ func New(nc *nats.Conn, store *projections.Store, cfg Config) (*Service, error) 
 	cfg = cfg.withDefaults()
 	if !domain.ValidName(cfg.Prefix) || !domain.ValidName(cfg.Partition) {
 		return nil, fmt.Errorf("handlers: prefix %q and partition %q must be valid subject tokens", cfg.Prefix, cfg.Partition)
+	}
+	if n := len(cfg.TokenKey); n > 0 && n < TokenKeyBytes {
+		return nil, fmt.Errorf("handlers: the token key is %d bytes; at least %d are needed", n, TokenKeyBytes)
 	}
 	js, err := jetstream.New(nc)
 	if err != nil {
@@ -170,6 +200,12 @@ func (s *Service) Run(ctx context.Context) error {
 			return err
 		}
 		s.advisories, err = advisoriesStream(ctx, s.js, s.cfg, s.dispatch.stream)
+		return err
+	}); err != nil {
+		return nil
+	}
+	if err := s.retry(ctx, "read the attempt token key", func(ctx context.Context) (err error) {
+		s.tokenKey, err = tokenKey(ctx, s.js, s.cfg)
 		return err
 	}); err != nil {
 		return nil
@@ -320,11 +356,13 @@ func (s *Service) runWriter(ctx context.Context, lease *lease) error {
 		return err
 	}
 	s.mu.Lock()
-	s.committer, s.timerWake = c, timerWake
+	// What this writer knows of the attempts' lives starts now: every
+	// running attempt counts as alive at the takeover.
+	s.committer, s.timerWake, s.alive = c, timerWake, newLiveness(s.cfg.Clock().UTC())
 	s.mu.Unlock()
 	defer func() {
 		s.mu.Lock()
-		s.committer, s.timerWake = nil, nil
+		s.committer, s.timerWake, s.alive = nil, nil, nil
 		s.mu.Unlock()
 	}()
 	rctx, cancel := context.WithCancel(ctx)
@@ -520,6 +558,7 @@ func (s *Service) handleCommand(name string, req micro.Request) []byte {
 		return errResponse(toWire(err, s.cfg.Logger))
 	}
 	if err := schemas.ValidateCommand(name, body); err != nil {
+		s.countRefusal(name, domain.Meta{Workspace: ws, Actor: p.name}, err)
 		return errResponse(toWire(err, s.cfg.Logger))
 	}
 	if werr := s.authorizeTask(p, name, body); werr != nil {
@@ -540,8 +579,25 @@ func (s *Service) handleCommand(name string, req micro.Request) []byte {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	o := s.execute(ctx, cmd, m)
+	s.mu.RLock()
+	alive := s.alive
+	s.mu.RUnlock()
+	var o outcome
+	var token string
+	switch c := cmd.(type) {
+	case *domain.Heartbeat:
+		o = s.heartbeat(ctx, c, m, alive)
+	case *domain.ClaimTask:
+		var err error
+		if token, err = s.prepareClaim(ctx, c, m, alive); err != nil {
+			return errResponse(toWire(err, s.cfg.Logger))
+		}
+		o = s.execute(ctx, cmd, m)
+	default:
+		o = s.execute(ctx, cmd, m)
+	}
 	if o.Err != nil {
+		s.countRefusal(name, m, o.Err)
 		return errResponse(toWire(o.Err, s.cfg.Logger))
 	}
 	if (name == "member.add" || name == "member.remove") && s.cfg.Auth.OnMembersChanged != nil {
@@ -558,6 +614,15 @@ func (s *Service) handleCommand(name string, req micro.Request) []byte {
 		// again).
 		if werr := s.ensureQueueOf(ctx, ws, o.Reply); werr != nil {
 			return errResponse(werr)
+		}
+	}
+	switch c := cmd.(type) {
+	case *domain.ClaimTask:
+		// The token goes to the claimer only: it is in no stored reply.
+		o.Reply = withToken(o.Reply, token)
+	case *domain.SaveCheckpoint:
+		if alive != nil {
+			alive.mark(c.TaskID, c.Attempt, s.cfg.Clock().UTC(), s.running)
 		}
 	}
 	return okResponse(o.Seq, o.Reply)

@@ -27,16 +27,22 @@ import (
 type bundle struct {
 	dir   string
 	srv   *embedded.Server
-	nc    *nats.Conn
+	nc    *nats.Conn // an admin's connection: the service is closed, as dwr serve runs it
+	svcNC *nats.Conn // the service's own connection, for a look at its streams
 	store *projections.Store
 	svc   *handlers.Service
 	stop  func()
+	st    *servicetest.Service
+	peers map[string]*peer // members by name, made by peer
 }
 
 func start(t *testing.T, dir string) *bundle {
 	t.Helper()
-	st := servicetest.Start(t, dir, servicetest.Options{Config: handlers.Config{WriterID: "test-writer"}})
-	return &bundle{dir: st.Dir, srv: st.Server, nc: st.Conn, store: st.Store, svc: st.Svc, stop: st.Stop}
+	return bundleOf(servicetest.Start(t, dir, servicetest.Options{Secure: true, Config: handlers.Config{WriterID: "test-writer"}}))
+}
+
+func bundleOf(st *servicetest.Service) *bundle {
+	return &bundle{dir: st.Dir, srv: st.Server, nc: st.Admin, svcNC: st.Conn, store: st.Store, svc: st.Svc, stop: st.Stop, st: st}
 }
 
 // testLogger discards the service's logs unless DWR_TEST_LOG is set.
@@ -66,12 +72,53 @@ func (b *bundle) request(t *testing.T, subject string, body any, hdr nats.Header
 	return r
 }
 
+// claimed holds the tokens the tests' claims returned, by task/attempt
+// (task ids are unique: it outlives the restarts of a test's service).
+var claimed sync.Map
+
+// attemptCommands are the commands an attempt sends with its token.
+var attemptCommands = map[string]bool{"task.checkpoint": true, "task.succeed": true, "task.fail": true,
+	"task.wait": true, "task.request_approval": true, "task.heartbeat": true}
+
+// withToken returns body with the token of its attempt, as an executor
+// sends it, when body is an attempt's command without one.
+func withToken(name string, body any) any {
+	m, ok := body.(map[string]any)
+	if !ok || !attemptCommands[name] {
+		return body
+	}
+	if _, has := m["token"]; has {
+		return body
+	}
+	tok, _ := claimed.Load(fmt.Sprintf("%v/%v", m["task_id"], m["attempt"]))
+	out := map[string]any{"token": tok}
+	for k, v := range m {
+		out[k] = v
+	}
+	return out
+}
+
+// remember keeps the token a claim's reply carries.
+func remember(name string, r handlers.Response) {
+	if name != "task.claim" || !r.OK {
+		return
+	}
+	var rep domain.Reply
+	if json.Unmarshal(r.Result, &rep) == nil && rep.Token != "" {
+		claimed.Store(fmt.Sprintf("%s/%d", rep.ID, rep.Attempt), rep.Token)
+	}
+}
+
+// command sends a command as an executor would: an attempt's command
+// carries the token its claim returned unless body has one.
 func (b *bundle) command(t *testing.T, name string, body any, cmdID string) handlers.Response {
 	h := nats.Header{}
 	if cmdID != "" {
 		h.Set(handlers.HeaderCommandID, cmdID)
 	}
-	return b.request(t, "dwr.cmd.default."+name, body, h)
+	r := b.request(t, "dwr.cmd.default."+name, withToken(name, body), h)
+	remember(name, r)
+	return r
 }
 
 func (b *bundle) mustCommand(t *testing.T, name string, body any) (domain.Reply, uint64) {
@@ -95,7 +142,7 @@ func (b *bundle) query(t *testing.T, name string, q handlers.Query, minSeq uint6
 }
 
 func (b *bundle) jetstream(t *testing.T) jetstream.JetStream {
-	js, err := jetstream.New(b.nc)
+	js, err := jetstream.New(b.svcNC)
 	require.NoError(t, err)
 	return js
 }
@@ -105,13 +152,15 @@ func (b *bundle) jetstream(t *testing.T) jetstream.JetStream {
 func (b *bundle) tryCommand(name string, body any, cmdID string) (handlers.Response, error) {
 	m := nats.NewMsg("dwr.cmd.default." + name)
 	m.Header.Set(handlers.HeaderCommandID, cmdID)
-	m.Data, _ = json.Marshal(body)
+	m.Data, _ = json.Marshal(withToken(name, body))
 	resp, err := b.nc.RequestMsg(m, 5*time.Second)
 	if err != nil {
 		return handlers.Response{}, err
 	}
 	var r handlers.Response
-	return r, json.Unmarshal(resp.Data, &r)
+	err = json.Unmarshal(resp.Data, &r)
+	remember(name, r)
+	return r, err
 }
 
 func (b *bundle) lastSeq(t *testing.T) uint64 {
@@ -295,4 +344,43 @@ func TestInternalCommandsHaveNoEndpoint(t *testing.T) {
 		_, err := b.tryCommand(name, body, "internal-"+name)
 		require.ErrorIs(t, err, nats.ErrNoResponders, "%s must not be open to clients", name)
 	}
+}
+
+// commandAs sends a command as the member actor under command id cmdID.
+func (b *bundle) commandAs(t *testing.T, actor, name string, body any, cmdID string) handlers.Response {
+	t.Helper()
+	return b.peer(t, actor).send(t, name, body, cmdID)
+}
+
+func TestACommandIDBelongsToItsSender(t *testing.T) {
+	b := setup(t)
+	// Alice uses an id first; Bob's command under the same id is his own:
+	// decided, not answered with Alice's outcome, and it does not block her
+	// retry either.
+	a := b.commandAs(t, "alice", "goal.create", map[string]any{"title": "alice's"}, "shared-id")
+	require.True(t, a.OK, "%+v", a.Error)
+	bob := b.commandAs(t, "bob", "goal.create", map[string]any{"title": "bob's"}, "shared-id")
+	require.True(t, bob.OK, "%+v", bob.Error)
+	var ra, rb domain.Reply
+	require.NoError(t, json.Unmarshal(a.Result, &ra))
+	require.NoError(t, json.Unmarshal(bob.Result, &rb))
+	require.NotEqual(t, ra.ID, rb.ID, "bob's goal is a goal of its own")
+	require.False(t, rb.Duplicate)
+	again := b.commandAs(t, "alice", "goal.create", map[string]any{"title": "alice's"}, "shared-id")
+	require.JSONEq(t, string(a.Result), string(again.Result), "alice's retry is answered with her first outcome")
+	require.Equal(t, a.Seq, again.Seq)
+
+	// command.get answers each sender with their own command.
+	for who, want := range map[string]string{"alice": ra.ID, "bob": rb.ID} {
+		r := b.peer(t, who).request(t, "dwr.q.default.command.get", handlers.Query{ID: "shared-id"})
+		require.True(t, r.OK, "%+v", r.Error)
+		var o projections.CommandOutcome
+		require.NoError(t, json.Unmarshal(r.Result, &o))
+		var rep domain.Reply
+		require.NoError(t, json.Unmarshal(o.Reply, &rep))
+		require.Equal(t, want, rep.ID, who)
+	}
+	r := b.peer(t, "carol").request(t, "dwr.q.default.command.get", handlers.Query{ID: "shared-id"})
+	require.False(t, r.OK)
+	require.Equal(t, string(domain.CodeNotFound), r.Error.Code)
 }

@@ -22,8 +22,7 @@ var epoch = time.Date(2030, time.January, 2, 3, 4, 5, 0, time.UTC)
 
 func startClocked(t *testing.T, dir string, clock *servicetest.Clock) *bundle {
 	t.Helper()
-	st := servicetest.Start(t, dir, servicetest.Options{Clock: clock, Config: handlers.Config{WriterID: "test-writer"}})
-	return &bundle{dir: st.Dir, srv: st.Server, nc: st.Conn, store: st.Store, svc: st.Svc, stop: st.Stop}
+	return bundleOf(servicetest.Start(t, dir, servicetest.Options{Secure: true, Clock: clock, Config: handlers.Config{WriterID: "test-writer"}}))
 }
 
 func (b *bundle) task(t *testing.T, id string) domain.Task {

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"log/slog"
+	"time"
 
 	"github.com/dwr-run/dwr/domain"
 	"github.com/dwr-run/dwr/eventstore"
@@ -29,6 +30,9 @@ type WireError struct {
 	Code    string       `json:"code"`
 	Message string       `json:"message"`
 	Fields  []FieldError `json:"fields,omitempty"`
+	// RetryAfter, when set, is when the same request may be taken: it was
+	// refused only for being early.
+	RetryAfter *time.Time `json:"retry_after,omitempty"`
 }
 
 func (e *WireError) Error() string { return e.Code + ": " + e.Message }
@@ -56,6 +60,10 @@ func toWire(err error, logger *slog.Logger) *WireError {
 		if de.Field != "" {
 			w.Fields = []FieldError{{Pointer: de.Field, Message: de.Message}}
 			w.Message = de.Field + ": " + de.Message
+		}
+		if !de.RetryAfter.IsZero() {
+			at := de.RetryAfter.UTC()
+			w.RetryAfter = &at
 		}
 		return w
 	case errors.As(err, &se):

@@ -74,13 +74,16 @@ func (w *writer) Decide(items []*request) ([]eventstore.Event, []eventstore.Comm
 	var results []eventstore.CommandResult
 	seen := map[string]int{}
 	for i, it := range items {
-		k := it.meta.Workspace + "/" + it.meta.CommandID
+		// The idempotency key names the sender too: the same id from another
+		// identity is another command (domain.CommandKey).
+		key := it.meta.Key()
+		k := it.meta.Workspace + "/" + key
 		if j, ok := seen[k]; ok {
 			errs[i] = &answered{same: j}
 			continue
 		}
 		seen[k] = i
-		if prev, ok, err := w.store.Command(it.meta.Workspace, it.meta.CommandID); err != nil {
+		if prev, ok, err := w.store.Command(it.meta.Workspace, key); err != nil {
 			errs[i] = err
 			continue
 		} else if ok {
@@ -112,7 +115,7 @@ func (w *writer) Decide(items []*request) ([]eventstore.Event, []eventstore.Comm
 		}
 		evs := make([]eventstore.Event, 0, len(out.Changes))
 		for _, c := range out.Changes {
-			if err := o.Apply(c, domain.Recorded{CommandID: m.CommandID, Time: m.Now}); err != nil {
+			if err := o.Apply(c, domain.Recorded{CommandID: m.CommandID, Actor: m.Actor, Time: m.Now}); err != nil {
 				errs[i] = fmt.Errorf("handlers: apply decided change: %w", err)
 				break
 			}
@@ -131,7 +134,7 @@ func (w *writer) Decide(items []*request) ([]eventstore.Event, []eventstore.Comm
 			return w.redecideWithout(items, i, errs[i])
 		}
 		events = append(events, evs...)
-		results = append(results, eventstore.CommandResult{Workspace: m.Workspace, CommandID: m.CommandID, Reply: reply, Error: refusal})
+		results = append(results, eventstore.CommandResult{Workspace: m.Workspace, CommandID: m.CommandID, Actor: m.Actor, Reply: reply, Error: refusal})
 	}
 	return events, results, errs
 }
@@ -167,7 +170,7 @@ func (w *writer) Committed(items []*request, c *eventstore.Commit, seq uint64, i
 	results := map[string]eventstore.CommandResult{}
 	if c != nil {
 		for _, r := range c.Results {
-			results[r.Workspace+"/"+r.CommandID] = r
+			results[r.Workspace+"/"+domain.CommandKey(r.Actor, r.CommandID)] = r
 		}
 	}
 	outs := make([]outcome, len(items))
@@ -187,7 +190,7 @@ func (w *writer) Committed(items []*request, c *eventstore.Commit, seq uint64, i
 		case err != nil:
 			outs[i] = outcome{Err: err}
 		default:
-			r := results[it.meta.Workspace+"/"+it.meta.CommandID]
+			r := results[it.meta.Workspace+"/"+it.meta.Key()]
 			outs[i] = outcomeOf(seq, r.Reply, r.Error)
 		}
 		it.done <- outs[i]

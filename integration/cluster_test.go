@@ -52,7 +52,8 @@ func runChain3(t *testing.T, ctx context.Context, c *client, led *ledger, label 
 	for i, pt := range plan.Tasks {
 		cl := must(c.do(ctx, "task.claim", map[string]any{"task_id": pt.TaskID, "executor": label}, id()))
 		require.Equal(t, 1, cl.reply().Attempt, "claim of task %s", pt.Key)
-		done := must(c.do(ctx, "task.succeed", map[string]any{"task_id": pt.TaskID, "attempt": 1, "result": map[string]any{"i": i}}, id()))
+		done := must(c.do(ctx, "task.succeed", map[string]any{"task_id": pt.TaskID, "attempt": 1, "token": cl.reply().Token,
+			"result": map[string]any{"i": i}}, id()))
 		require.Equal(t, domain.StateAccepted, done.reply().State)
 	}
 	var gv projections.GoalView

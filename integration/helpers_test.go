@@ -19,6 +19,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"reflect"
 	"slices"
 	"strings"
 	"sync"
@@ -323,6 +324,7 @@ type client struct {
 	nc      *nats.Conn
 	ws      string
 	timeout time.Duration
+	actor   string // the identity the service knows it as
 }
 
 func dial(t *testing.T, url, name string, timeout time.Duration) *client {
@@ -331,7 +333,11 @@ func dial(t *testing.T, url, name string, timeout time.Duration) *client {
 		nats.ReconnectWait(50*time.Millisecond), nats.Timeout(time.Second))...)
 	require.NoError(t, err)
 	t.Cleanup(nc.Close)
-	return &client{nc: nc, ws: "default", timeout: timeout}
+	actor := "admin" // the admin of dwr serve's data directory, or of the generated accounts
+	if v, ok := creds.Load(url); !ok || v.(string) == "" {
+		actor = "anonymous" // an open service
+	}
+	return &client{nc: nc, ws: "default", timeout: timeout, actor: actor}
 }
 
 // member adds an identity with role to the workspace through admin c (the
@@ -352,7 +358,7 @@ func (c *client) member(t *testing.T, url, name string, role domain.Role, queues
 		nats.Nkey(pub, func(nonce []byte) ([]byte, error) { return kp.Sign(nonce) }))
 	require.NoError(t, err)
 	t.Cleanup(nc.Close)
-	return &client{nc: nc, ws: c.ws, timeout: c.timeout}, r
+	return &client{nc: nc, ws: c.ws, timeout: c.timeout, actor: name}, r
 }
 
 // errBadReply marks a reply that is not a valid Response: a wire bug.
@@ -421,6 +427,7 @@ func (a aggRef) String() string { return a.typ + "/" + a.id }
 // cmdResult is the final knowledge of one command id.
 type cmdResult struct {
 	Name, ID string
+	Actor    string // who sent it, as the service knows the sender
 	Body     any // what was sent, for replays
 	Outcome  outcome
 	Seq      uint64
@@ -450,7 +457,7 @@ const retryPause = 100 * time.Millisecond
 // do sends command name with id until it gets an answer — an ok reply or a
 // refusal — retrying unknown outcomes with the same id until ctx ends.
 func (c *client) do(ctx context.Context, name string, body any, id string) *cmdResult {
-	r := &cmdResult{Name: name, ID: id, Body: body, Sent: time.Now()}
+	r := &cmdResult{Name: name, ID: id, Actor: c.actor, Body: body, Sent: time.Now()}
 	h := nats.Header{}
 	h.Set(handlers.HeaderCommandID, id)
 	for {
@@ -616,11 +623,10 @@ func (a *audit) String() string {
 // builtinCommands are command ids the service issues itself.
 var builtinCommands = map[string]bool{"default/dwr-default-workspace": true}
 
-// serviceCommand reports whether k ("<workspace>/<command id>") is a command
-// the service issues itself: a builtin one, or the firing of a durable timer.
-func serviceCommand(k string) bool {
-	_, id, _ := strings.Cut(k, "/")
-	return builtinCommands[k] || strings.HasPrefix(id, "timer.")
+// serviceCommand reports whether the command id of workspace ws is one the
+// service issues itself: a builtin one, or the firing of a durable timer.
+func serviceCommand(ws, id string) bool {
+	return builtinCommands[ws+"/"+id] || strings.HasPrefix(id, "timer.")
 }
 
 // auditLog checks the log's records against the commands the clients sent.
@@ -629,6 +635,7 @@ func auditLog(recs []loggedRecord, cmds []*cmdResult) *audit {
 	chain := eventstore.NewChainVerifier()
 	lastVer := map[string]uint64{}
 	resultSeqs := map[string][]uint64{}
+	resultOf := map[string]eventstore.CommandResult{}
 	firstReply := map[string]json.RawMessage{}
 	eventSeqs := map[string][]uint64{}
 	var epoch uint64
@@ -655,16 +662,16 @@ func auditLog(recs []loggedRecord, cmds []*cmdResult) *audit {
 			if err := chain.Check(e); err != nil {
 				a.problem(&a.ChainErrors, "record %d: %v", r.Seq, err)
 			}
-			ck := e.Workspace + "/" + e.CommandID
+			ck := e.Workspace + "/" + domain.CommandKey(e.Actor, e.CommandID) // a command id is its sender's
 			addSeq(eventSeqs, ck, r.Seq)
 			withEvents[ck] = true
 		}
 		withResult := map[string]bool{}
 		for _, res := range r.C.Results {
-			ck := res.Workspace + "/" + res.CommandID
+			ck := res.Workspace + "/" + domain.CommandKey(res.Actor, res.CommandID)
 			addSeq(resultSeqs, ck, r.Seq)
 			if _, ok := firstReply[ck]; !ok {
-				firstReply[ck] = res.Reply
+				firstReply[ck], resultOf[ck] = res.Reply, res
 			}
 			withResult[ck] = true
 		}
@@ -692,7 +699,7 @@ func auditLog(recs []loggedRecord, cmds []*cmdResult) *audit {
 		}
 	}
 	for _, c := range cmds {
-		ck := "default/" + c.ID
+		ck := "default/" + domain.CommandKey(c.Actor, c.ID)
 		seen[ck] = true
 		seqs := resultSeqs[ck]
 		switch c.Outcome {
@@ -706,7 +713,7 @@ func auditLog(recs []loggedRecord, cmds []*cmdResult) *audit {
 				continue
 			case seqs[0] != c.Seq:
 				a.problem(&a.WrongReplies, "acked %s %s: reply names seq %d, the log has it at %d", c.Name, c.ID, c.Seq, seqs[0])
-			case !jsonEqual(firstReply[ck], c.Reply):
+			case !sameReply(c.Name, firstReply[ck], c.Reply):
 				a.problem(&a.WrongReplies, "acked %s %s: reply %s, the log's first outcome %s", c.Name, c.ID, c.Reply, firstReply[ck])
 			}
 			if !slices.Contains(eventSeqs[ck], seqs[0]) {
@@ -728,11 +735,31 @@ func auditLog(recs []loggedRecord, cmds []*cmdResult) *audit {
 		}
 	}
 	for k := range resultSeqs {
-		if !seen[k] && !serviceCommand(k) {
+		if res := resultOf[k]; !seen[k] && !serviceCommand(res.Workspace, res.CommandID) {
 			a.problem(&a.Unexpected, "command %s is in the log at %v but no client sent it", k, resultSeqs[k])
 		}
 	}
 	return a
+}
+
+// sameReply reports whether a client got the log's first outcome of its
+// command as the reply: a claim's reply may hold the attempt's token too,
+// which the service adds for the claimer and never stores.
+func sameReply(name string, logged, got json.RawMessage) bool {
+	if name != "task.claim" {
+		return jsonEqual(logged, got)
+	}
+	var l, g map[string]any
+	if json.Unmarshal(logged, &l) != nil || json.Unmarshal(got, &g) != nil {
+		return false
+	}
+	// A claim that started an attempt carries its token; one that did not
+	// (it ended the task), none.
+	if tok, _ := g["token"].(string); (l["state"] == "running") != (len(tok) == 43) {
+		return false
+	}
+	delete(g, "token")
+	return reflect.DeepEqual(l, g)
 }
 
 func jsonEqual(a, b []byte) bool {

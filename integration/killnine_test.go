@@ -88,10 +88,10 @@ func (w *killLoad) run(i int, c *client) {
 		}
 		var r *cmdResult
 		if rng.IntN(8) == 0 {
-			r = c.do(w.resolve, "task.fail", map[string]any{"task_id": taskID, "attempt": rep.Attempt,
+			r = c.do(w.resolve, "task.fail", map[string]any{"task_id": taskID, "attempt": rep.Attempt, "token": rep.Token,
 				"error": map[string]any{"message": "injected failure"}, "retryable": false}, newID())
 		} else {
-			r = c.do(w.resolve, "task.succeed", map[string]any{"task_id": taskID, "attempt": rep.Attempt,
+			r = c.do(w.resolve, "task.succeed", map[string]any{"task_id": taskID, "attempt": rep.Attempt, "token": rep.Token,
 				"result": map[string]any{"by": i}}, newID())
 		}
 		record(r)

@@ -247,8 +247,8 @@ func TestTimersAndApprovalsSurviveKillNine(t *testing.T) {
 		// A retry backoff.
 		_, rep = create(map[string]any{"queue": "tk-flaky",
 			"retry": map[string]any{"max_attempts": 3, "initial_backoff": ahead(due)}})
-		claim(rep.ID)
-		f := must("task.fail", map[string]any{"task_id": rep.ID, "attempt": 1,
+		flaky := claim(rep.ID)
+		f := must("task.fail", map[string]any{"task_id": rep.ID, "attempt": 1, "token": flaky.Token,
 			"error": map[string]any{"code": "flaky", "message": "injected retryable failure"}, "retryable": true})
 		f.Aggs = []aggRef{{domain.AggTask, rep.ID}}
 		require.Equal(t, domain.StateBackoff, f.reply().State)
@@ -398,7 +398,7 @@ func TestTimersAndApprovalsSurviveKillNine(t *testing.T) {
 		require.NoError(t, c.query("events", handlers.Query{ID: tk.id, Aggregate: domain.AggTask}, 0, &h))
 		liveHistory[tk.id] = h
 		if tk.decision != nil {
-			if msg := c.replay(tk.decision); msg != "" {
+			if msg := as[tk.approver].replay(tk.decision); msg != "" {
 				replayMismatches = append(replayMismatches, msg)
 			}
 		}

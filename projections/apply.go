@@ -75,7 +75,7 @@ func (s *Store) apply(seq uint64, c *eventstore.Commit, decided bool) error {
 		return err
 	}
 	for _, r := range c.Results {
-		k := key(pCommand, r.Workspace, r.CommandID)
+		k := key(pCommand, r.Workspace, domain.CommandKey(r.Actor, r.CommandID))
 		if !decided {
 			var prev CommandOutcome
 			if ok, err := s.get(k, &prev); err != nil {
@@ -166,7 +166,7 @@ func (bs *batchState) event(b *pebble.Batch, seq uint64, e *eventstore.Event) er
 	if err != nil {
 		return fmt.Errorf("projections: record %d: %w", seq, err)
 	}
-	r := domain.Recorded{CommandID: e.CommandID, Time: e.Time}
+	r := domain.Recorded{CommandID: e.CommandID, Actor: e.Actor, Time: e.Time}
 	fresh := e.Version == 1 // the tip showed the aggregate has no events: nothing to load
 	switch e.AggregateType {
 	case domain.AggWorkspace:

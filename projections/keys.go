@@ -18,7 +18,7 @@ const (
 	pDependents = "td" // td/<dependency>/<task>
 	pHistory    = "h"  // h/<aggtype>/<id>/<version BE>
 	pTip        = "a"  // a/<aggtype>/<id> -> chain tip
-	pCommand    = "c"  // c/<ws>/<command id> -> first outcome
+	pCommand    = "c"  // c/<ws>/<command key: domain.CommandKey of actor and id> -> first outcome
 	pTimer      = "tm" // tm/<due unix nanos BE>/<task>/<kind>/<attempt> -> workspace
 	pApproval   = "ap" // ap/<ws>/<approval state>/<approval id>
 )

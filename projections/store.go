@@ -311,10 +311,11 @@ type CommandOutcome struct {
 	Error json.RawMessage `json:"error,omitempty"` // the recorded refusal, instead of a reply
 }
 
-// Command returns the first outcome of command id in workspace ws.
-func (s *Store) Command(ws, id string) (*CommandOutcome, bool, error) {
+// Command returns the first outcome of the command with idempotency key
+// cmdKey (domain.CommandKey of its actor and id) in workspace ws.
+func (s *Store) Command(ws, cmdKey string) (*CommandOutcome, bool, error) {
 	var o CommandOutcome
-	ok, err := s.get(key(pCommand, ws, id), &o)
+	ok, err := s.get(key(pCommand, ws, cmdKey), &o)
 	if err != nil || !ok {
 		return nil, false, err
 	}

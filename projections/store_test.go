@@ -38,13 +38,14 @@ func (d *decider) Decide(items []cmd) ([]eventstore.Event, []eventstore.CommandR
 	var res []eventstore.CommandResult
 	for i, it := range items {
 		m := domain.Meta{CommandID: it.id, Workspace: "w", Actor: "test", Now: d.now}
+		withToken(o, it.c, d.now)
 		out, err := domain.Execute(o, it.c, m)
 		if err != nil {
 			errs[i] = err
 			continue
 		}
 		for _, ch := range out.Changes {
-			if err := o.Apply(ch, domain.Recorded{CommandID: it.id, Time: d.now}); err != nil {
+			if err := o.Apply(ch, domain.Recorded{CommandID: it.id, Actor: m.Actor, Time: d.now}); err != nil {
 				panic(err)
 			}
 			data, _ := json.Marshal(ch.Event)
@@ -53,9 +54,30 @@ func (d *decider) Decide(items []cmd) ([]eventstore.Event, []eventstore.CommandR
 				CommandID: it.id, Actor: "test", Time: d.now, Data: data})
 		}
 		reply, _ := json.Marshal(out.Reply)
-		res = append(res, eventstore.CommandResult{Workspace: "w", CommandID: it.id, Reply: reply})
+		res = append(res, eventstore.CommandResult{Workspace: "w", CommandID: it.id, Actor: m.Actor, Reply: reply})
 	}
 	return evs, res, errs
+}
+
+// tokenOf is the token of attempt n of task id in these tests.
+func tokenOf(id string, n int) string { return fmt.Sprintf("token-%s-%d", id, n) }
+
+// withToken does for c what the service and an executor do: a claim gets
+// the hash of the token of the attempt it would start (and, when it
+// supersedes, a lease that has lapsed), a report its attempt's token.
+func withToken(w domain.World, c domain.Command, now time.Time) {
+	switch c := c.(type) {
+	case *domain.ClaimTask:
+		n := 1
+		if t, _ := w.Task(c.TaskID); t != nil {
+			n = len(t.Attempts) + 1
+		}
+		c.TokenHash, c.SupersedeAfter = domain.TokenHash(tokenOf(c.TaskID, n)), now
+	case *domain.ReportSuccess:
+		c.Token = tokenOf(c.TaskID, c.Attempt)
+	case *domain.ReportFailure:
+		c.Token = tokenOf(c.TaskID, c.Attempt)
+	}
 }
 
 // harness drives commands one batch at a time through a committer on a

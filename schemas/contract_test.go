@@ -36,35 +36,53 @@ type contract struct {
 	keys   map[string]ed25519.PrivateKey // approver -> private key
 	actor  string                        // who sends the commands
 	authn  bool                          // whether NATS authenticated the actor
+	tokens map[string]string             // task/attempt -> the token its claim returned
+	claim  string                        // the token of the claim just decided
 }
 
 func newContract(t *testing.T) *contract {
 	return &contract{t: t, w: domain.NewOverlay(domain.Empty{}), now: time.Date(2025, 6, 2, 9, 0, 0, 0, time.UTC),
 		ws: "acme", hashes: map[string]string{}, cmds: map[string]bool{}, events: map[string]bool{},
-		keys: map[string]ed25519.PrivateKey{}, actor: "user:maria@acme.example"}
+		keys: map[string]ed25519.PrivateKey{}, actor: "user:maria@acme.example", tokens: map[string]string{}}
 }
 
 // execute sends command name with body as a client would: it checks the
 // body against the command's schema, decides it, and applies and checks
-// every change it causes.
+// every change it causes. An attempt's command carries its attempt's token
+// unless body has one; a claim is given the hash of a token made for it, as
+// the service does, and one that supersedes the moment the lease lapsed.
 func (c *contract) execute(name string, body map[string]any) *domain.Outcome {
 	t := c.t
 	t.Helper()
 	c.now = c.now.Add(time.Minute)
+	c.n++
+	id := domain.DeriveID(c.now, fmt.Sprint("cmd", c.n))
+	attempt, isAttempt := body["attempt"].(int)
+	if _, has := body["token"]; !has && isAttempt && name != "task.verify" && name != "timer.fire" {
+		body["token"] = c.tokens[fmt.Sprintf("%s/%d", body["task_id"], attempt)]
+	}
 	b, err := json.Marshal(body)
 	require.NoError(t, err)
 	require.NoError(t, schemas.ValidateCommand(name, b))
 	cmd, ok := domain.NewCommand(name)
 	require.True(t, ok)
 	require.NoError(t, decodeStrict(b, cmd))
-	c.n++
-	m := domain.Meta{CommandID: domain.DeriveID(c.now, fmt.Sprint("cmd", c.n)), Workspace: c.ws,
-		Actor: c.actor, Authenticated: c.authn, CorrelationID: "corr-1", Now: c.now}
+	c.claim = ""
+	if claim, ok := cmd.(*domain.ClaimTask); ok {
+		sum := sha256.Sum256([]byte(id))
+		c.claim = base64.RawURLEncoding.EncodeToString(sum[:])
+		claim.TokenHash = domain.TokenHash(c.claim)
+		claim.SupersedeAfter = c.now
+	}
+	m := domain.Meta{CommandID: id, Workspace: c.ws, Actor: c.actor, Authenticated: c.authn, CorrelationID: "corr-1", Now: c.now}
 	out, err := domain.Execute(c.w, cmd, m)
 	require.NoError(t, err, "%s %s", name, b)
 	for i, ch := range out.Changes {
-		require.NoError(t, c.w.Apply(ch, domain.Recorded{CommandID: m.CommandID, Time: m.Now}))
+		require.NoError(t, c.w.Apply(ch, domain.Recorded{CommandID: m.CommandID, Actor: m.Actor, Time: m.Now}))
 		c.event(m, i, ch)
+		if s, ok := ch.Event.(*domain.AttemptStarted); ok {
+			c.tokens[fmt.Sprintf("%s/%d", ch.AggregateID, s.Attempt)] = c.claim
+		}
 	}
 	c.cmds[name] = true
 	return out
@@ -77,6 +95,9 @@ func (c *contract) do(name string, body map[string]any) domain.Reply {
 	t.Helper()
 	out := c.execute(name, body)
 	require.Nil(t, out.Refusal, "%s was refused", name)
+	if name == "task.claim" {
+		out.Reply.Token = c.claim // the service adds it to the claimer's answer
+	}
 	c.seq++
 	reply, err := json.Marshal(map[string]any{"ok": true, "result": out.Reply, "seq": c.seq})
 	require.NoError(t, err)
@@ -222,6 +243,8 @@ func TestContractOfTheDomain(t *testing.T) {
 
 	r = c.do("task.claim", map[string]any{"task_id": collect, "executor": "researcher-1", "executor_version": "1.0.0"})
 	require.NotNil(t, r.Task)
+	require.NotEmpty(t, r.Token)
+	require.Empty(t, c.do("task.heartbeat", map[string]any{"task_id": collect, "attempt": 1}).Token)
 	c.do("task.checkpoint", map[string]any{"task_id": collect, "attempt": 1, "checkpoint": map[string]any{"page": 3}})
 	c.do("task.succeed", map[string]any{"task_id": collect, "attempt": 1, "result": map[string]any{"rows": 120},
 		"artifacts": []map[string]any{{"name": "data.csv", "sha256": hex.EncodeToString(make([]byte, 32)), "size": 4096, "type": "text/csv"}}})

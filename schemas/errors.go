@@ -1,5 +1,7 @@
 package schemas
 
+import "time"
+
 // The wire error codes this package returns; error.json lists every code of
 // the contract.
 const (
@@ -36,6 +38,9 @@ type Error struct {
 	Code    string       `json:"code"`
 	Message string       `json:"message"`
 	Fields  []FieldError `json:"fields,omitempty"`
+	// RetryAfter, when set, is the moment from which the same request may
+	// be taken: it was refused only for being early.
+	RetryAfter *time.Time `json:"retry_after,omitempty"`
 
 	// cause is the internal reason of a CodeInternal error: logged, never
 	// sent.

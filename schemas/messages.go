@@ -23,6 +23,7 @@ var patternText = map[string]string{
 	`^(0|([0-9]+(\.[0-9]+)?(ns|us|µs|μs|ms|s|m|h))+)$`: `must be a duration such as "30s", "1m30s" or "250ms" (units h, m, s, ms, us, ns), or a number of seconds`,
 	`^[0-9]{4}-[0-9]{2}-[0-9]{2}T([01][0-9]|2[0-3]):[0-5][0-9]:[0-5][0-9](\.[0-9]+)?(Z|[+-][0-9]{2}:[0-9]{2})$`: timeText,
 	`^[0-9a-f]{64}$`:       "must be a SHA-256 digest: 64 lower-case hex digits",
+	`^[A-Za-z0-9_-]{43}$`:  "must be an attempt token: the 43 characters of unpadded base64url that the attempt's claim returned",
 	`^[0-9a-f]{32}$`:       "must be 32 lower-case hex digits",
 	`^(/([^~/]|~[01])*)*$`: "must be a JSON pointer such as /tasks/0/key",
 	`^[0-7][0-9A-HJKMNP-TV-Z]{25}-[1-9][0-9]{0,8}$`: "must be an approval id: a task's ULID, '-' and the approval's number, such as 01J9ZQ3M5W8X2K4N6P7R9T1V3B-1",

@@ -79,10 +79,27 @@ func TestValidateCommandReportsEveryField(t *testing.T) {
 	}
 }
 
+// token is an attempt token as a claim returns it.
+const token = "KhiymZYPFrFU6oy_5dRGFXrvyIw7zxqAVT7FeMpRSQU"
+
+func TestValidateAttemptCommandsNeedAToken(t *testing.T) {
+	for _, name := range []string{"task.checkpoint", "task.succeed", "task.fail", "task.wait", "task.request_approval", "task.heartbeat"} {
+		body := []byte(`{"task_id":"` + taskID + `","attempt":1}`)
+		e := requireError(t, schemas.ValidateCommand(name, body), schemas.CodeInvalid)
+		require.Equal(t, "is required", fieldMap(e)["/token"], name)
+		for _, bad := range []string{"", "short", token + "A", strings.Replace(token, "_", "/", 1), strings.Replace(token, "K", "=", 1)} {
+			body := []byte(`{"task_id":"` + taskID + `","attempt":1,"token":"` + bad + `"}`)
+			e := requireError(t, schemas.ValidateCommand(name, body), schemas.CodeInvalid)
+			require.Contains(t, fieldMap(e)["/token"], "must be an attempt token", "%s %q", name, bad)
+		}
+	}
+	require.NoError(t, schemas.ValidateCommand("task.heartbeat", []byte(`{"task_id":"`+taskID+`","attempt":1,"token":"`+token+`"}`)))
+}
+
 func TestValidateCommandConditionalFields(t *testing.T) {
-	e := requireError(t, schemas.ValidateCommand("task.wait", []byte(`{"task_id":"`+taskID+`","attempt":1,"kind":"signal"}`)), schemas.CodeInvalid)
+	e := requireError(t, schemas.ValidateCommand("task.wait", []byte(`{"task_id":"`+taskID+`","attempt":1,"token":"`+token+`","kind":"signal"}`)), schemas.CodeInvalid)
 	require.Equal(t, map[string]string{"/signal": "is required"}, fieldMap(e))
-	e = requireError(t, schemas.ValidateCommand("task.wait", []byte(`{"task_id":"`+taskID+`","attempt":1,"kind":"timer"}`)), schemas.CodeInvalid)
+	e = requireError(t, schemas.ValidateCommand("task.wait", []byte(`{"task_id":"`+taskID+`","attempt":1,"token":"`+token+`","kind":"timer"}`)), schemas.CodeInvalid)
 	require.Equal(t, map[string]string{"/until": "is required"}, fieldMap(e))
 	e = requireError(t, schemas.ValidateCommand("timer.fire", []byte(`{"task_id":"`+taskID+`","kind":"attempt_timeout","due":"2025-06-03T10:22:40Z"}`)), schemas.CodeInvalid)
 	require.Equal(t, map[string]string{"/attempt": "is required"}, fieldMap(e))
@@ -198,7 +215,7 @@ func TestValidateCommandBoundsComeFirst(t *testing.T) {
 
 func TestValidateCommandBoundsNumbers(t *testing.T) {
 	long := "1" + strings.Repeat("0", schemas.MaxNumberLength)
-	body := `{"task_id":"` + taskID + `","attempt":1e999999,"error":{"message":""},"retryable":"yes","extra":` + long + `}`
+	body := `{"task_id":"` + taskID + `","attempt":1e999999,"token":"` + token + `","error":{"message":""},"retryable":"yes","extra":` + long + `}`
 	e := requireError(t, schemas.ValidateCommand("task.fail", []byte(body)), schemas.CodeInvalid)
 	got := fieldMap(e)
 	require.Contains(t, got["/attempt"], "exponent is out of range")
@@ -207,8 +224,8 @@ func TestValidateCommandBoundsNumbers(t *testing.T) {
 	require.Equal(t, "must be a boolean, not a string", got["/retryable"])
 	require.Len(t, got, 4)
 	// In opaque JSON as well: a validator may compare it.
-	requireCode(t, schemas.ValidateCommand("task.checkpoint", []byte(`{"task_id":"`+taskID+`","attempt":1,"checkpoint":[1e-999]}`)), schemas.CodeInvalid)
-	require.NoError(t, schemas.ValidateCommand("task.checkpoint", []byte(`{"task_id":"`+taskID+`","attempt":1,"checkpoint":[1e-300, 1.5E+300, -0.0]}`)))
+	requireCode(t, schemas.ValidateCommand("task.checkpoint", []byte(`{"task_id":"`+taskID+`","attempt":1,"token":"`+token+`","checkpoint":[1e-999]}`)), schemas.CodeInvalid)
+	require.NoError(t, schemas.ValidateCommand("task.checkpoint", []byte(`{"task_id":"`+taskID+`","attempt":1,"token":"`+token+`","checkpoint":[1e-300, 1.5E+300, -0.0]}`)))
 }
 
 func TestValidateCommandCapsFields(t *testing.T) {
@@ -308,9 +325,9 @@ func TestValidateApprovalSettings(t *testing.T) {
 
 	// An attempt's request must carry its action; escalate_to may come from
 	// the task's approval spec, so the command does not require it.
-	e = requireError(t, schemas.ValidateCommand("task.request_approval", []byte(`{"task_id":"`+taskID+`","attempt":1}`)), schemas.CodeInvalid)
+	e = requireError(t, schemas.ValidateCommand("task.request_approval", []byte(`{"task_id":"`+taskID+`","attempt":1,"token":"`+token+`"}`)), schemas.CodeInvalid)
 	require.Equal(t, map[string]string{"/action": "is required"}, fieldMap(e))
-	require.NoError(t, schemas.ValidateCommand("task.request_approval", []byte(`{"task_id":"`+taskID+`","attempt":1,"action":null,"responses":["escalate"]}`)))
+	require.NoError(t, schemas.ValidateCommand("task.request_approval", []byte(`{"task_id":"`+taskID+`","attempt":1,"token":"`+token+`","action":null,"responses":["escalate"]}`)))
 
 	e = requireError(t, schemas.ValidateCommand("timer.fire", []byte(`{"task_id":"`+taskID+`","kind":"approval_expiry","due":"2025-06-03T10:22:40Z"}`)), schemas.CodeInvalid)
 	require.Equal(t, map[string]string{"/attempt": "is required"}, fieldMap(e))

@@ -153,9 +153,9 @@ func TestCLIAdminRebuildMatchesTheLiveViews(t *testing.T) {
 	require.Len(t, tasks, 2)
 }
 
-// rawCommand sends a command over NATS, as an executor would, and requires
-// that it is accepted.
-func rawCommand(t *testing.T, url, name string, body any) {
+// rawCommand sends a command over NATS, as an executor would, requires that
+// it is accepted, and returns its result's token (a claim's), if any.
+func rawCommand(t *testing.T, url, name string, body any) string {
 	t.Helper()
 	nc, err := nats.Connect(url)
 	require.NoError(t, err)
@@ -165,6 +165,13 @@ func rawCommand(t *testing.T, url, name string, body any) {
 	resp, err := nc.Request("dwr.cmd.default."+name, data, 10*time.Second)
 	require.NoError(t, err)
 	require.Contains(t, string(resp.Data), `"ok":true`, name)
+	var r struct {
+		Result struct {
+			Token string `json:"token"`
+		} `json:"result"`
+	}
+	require.NoError(t, json.Unmarshal(resp.Data, &r))
+	return r.Result.Token
 }
 
 func TestCLISignalResumesAWaitingTask(t *testing.T) {
@@ -172,8 +179,8 @@ func TestCLISignalResumesAWaitingTask(t *testing.T) {
 	var task map[string]any
 	runJSON(t, url, &task, "task", "create", "--queue", "q")
 	id := task["id"].(string)
-	rawCommand(t, url, "task.claim", map[string]any{"task_id": id, "executor": "e"})
-	rawCommand(t, url, "task.wait", map[string]any{"task_id": id, "attempt": 1, "kind": "signal", "signal": "payment-settled"})
+	token := rawCommand(t, url, "task.claim", map[string]any{"task_id": id, "executor": "e"})
+	rawCommand(t, url, "task.wait", map[string]any{"task_id": id, "attempt": 1, "token": token, "kind": "signal", "signal": "payment-settled"})
 
 	code, _, errs := run(t, url, "signal", id, "vendor-answered")
 	require.Equal(t, exitConflict, code)
@@ -189,8 +196,8 @@ func TestCLIReviewDecidesAnInconclusiveTask(t *testing.T) {
 	var task map[string]any
 	runJSON(t, url, &task, "task", "create", "--queue", "q", "--verify-queue", "checks")
 	id := task["id"].(string)
-	rawCommand(t, url, "task.claim", map[string]any{"task_id": id, "executor": "e"})
-	rawCommand(t, url, "task.succeed", map[string]any{"task_id": id, "attempt": 1, "result": "draft"})
+	token := rawCommand(t, url, "task.claim", map[string]any{"task_id": id, "executor": "e"})
+	rawCommand(t, url, "task.succeed", map[string]any{"task_id": id, "attempt": 1, "token": token, "result": "draft"})
 	rawCommand(t, url, "task.verify", map[string]any{"task_id": id, "attempt": 1, "outcome": "INCONCLUSIVE",
 		"verifier": "checker", "result_digest": domain.ResultDigest([]byte(`"draft"`)), "evidence": map[string]any{"why": "unsure"}})
 

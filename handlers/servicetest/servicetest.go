@@ -6,6 +6,7 @@ package servicetest
 
 import (
 	"context"
+	"encoding/json"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -14,6 +15,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/oklog/ulid/v2"
 
 	"github.com/dwr-run/dwr/handlers"
 	"github.com/dwr-run/dwr/handlers/embedded"
@@ -30,6 +32,11 @@ type Options struct {
 	// Clock, when set, is the service's time source (it replaces
 	// Config.Clock), and moving it wakes the service's timers at once.
 	Clock *Clock
+	// Secure runs the service as `dwr serve` does: closed, with the
+	// service's and the clients' NATS accounts, identities from the
+	// connection (Config.Auth is set). Service.Admin is then an admin's
+	// connection, and Service.Member adds identities.
+	Secure bool
 }
 
 // Clock is a clock a test moves by hand, so that it moves time instead of
@@ -108,8 +115,14 @@ type Service struct {
 	Store  *projections.Store
 	Svc    *handlers.Service
 	URL    string // the client URL when Options.Listen was set
+	// Admin is, with Options.Secure, an in-process connection of an admin
+	// of every workspace (its key is kept in Dir, so it survives a
+	// restart on Dir); else the service's own connection, which an open
+	// service serves as the anonymous admin.
+	Admin *nats.Conn
 
 	stop func()
+	sec  *secure
 }
 
 // Logger discards the service's logs unless the environment variable
@@ -134,20 +147,33 @@ func Start(t testing.TB, dir string, o Options) *Service {
 	if o.Clock != nil {
 		o.Config.Clock = o.Clock.Now
 	}
-	srv, err := embedded.Start(embedded.Config{DataDir: dir, Listen: o.Listen, Logger: o.Config.Logger})
-	if err != nil {
-		t.Fatalf("servicetest: embedded NATS: %v", err)
-	}
-	nc, err := srv.Connect()
-	if err != nil {
-		srv.Shutdown()
-		t.Fatalf("servicetest: connect: %v", err)
-	}
 	store, err := projections.Open(filepath.Join(dir, "views"), projections.Options{})
 	if err != nil {
-		nc.Close()
-		srv.Shutdown()
 		t.Fatalf("servicetest: views: %v", err)
+	}
+	var sec *secure
+	ecfg := embedded.Config{DataDir: dir, Listen: o.Listen, Logger: o.Config.Logger}
+	if o.Secure {
+		sec = newSecure(t, dir, store)
+		ecfg.Accounts = sec.accounts()
+	}
+	srv, err := embedded.Start(ecfg)
+	if err != nil {
+		_ = store.Close()
+		t.Fatalf("servicetest: embedded NATS: %v", err)
+	}
+	var nc *nats.Conn
+	if sec != nil {
+		sec.srv = srv
+		o.Config.Auth = handlers.AuthConfig{Required: true, Admins: sec.admins(), OnMembersChanged: sec.reload}
+		nc, err = srv.Connect(nats.Name("dwr-serve"), sec.service.Option())
+	} else {
+		nc, err = srv.Connect()
+	}
+	if err != nil {
+		_ = store.Close()
+		srv.Shutdown()
+		t.Fatalf("servicetest: connect: %v", err)
 	}
 	svc, err := handlers.New(nc, store, o.Config)
 	if err != nil {
@@ -160,7 +186,7 @@ func Start(t testing.TB, dir string, o Options) *Service {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- svc.Run(ctx) }()
-	s := &Service{Dir: dir, Server: srv, Conn: nc, Store: store, Svc: svc, URL: srv.ClientURL()}
+	s := &Service{Dir: dir, Server: srv, Conn: nc, Store: store, Svc: svc, URL: srv.ClientURL(), Admin: nc, sec: sec}
 	var once sync.Once
 	s.stop = func() {
 		once.Do(func() {
@@ -168,6 +194,9 @@ func Start(t testing.TB, dir string, o Options) *Service {
 			cancel()
 			if err := <-done; err != nil {
 				t.Errorf("servicetest: the service stopped with an error: %v", err)
+			}
+			if s.Admin != nc {
+				s.Admin.Close()
 			}
 			nc.Close()
 			if err := store.Close(); err != nil {
@@ -185,9 +214,35 @@ func Start(t testing.TB, dir string, o Options) *Service {
 	case <-time.After(30 * time.Second):
 		t.Fatal("servicetest: the service was not ready within 30s")
 	}
+	if sec != nil {
+		sec.reload() // the members the views hold once caught up
+		s.Admin = sec.connect(t, sec.admin, "admin")
+	}
 	return s
 }
 
 // Stop stops the service (it is also stopped at cleanup); its data stays in
 // Dir for a restart.
 func (s *Service) Stop() { s.stop() }
+
+// Must sends command name with body to workspace ws on nc and fails the test
+// unless it is acknowledged; it returns the reply's result.
+func Must(t testing.TB, nc *nats.Conn, ws, name string, body any) json.RawMessage {
+	t.Helper()
+	b, err := json.Marshal(body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := nats.NewMsg("dwr.cmd." + ws + "." + name)
+	m.Data = b
+	m.Header.Set(handlers.HeaderCommandID, ulid.Make().String())
+	resp, err := nc.RequestMsg(m, 10*time.Second)
+	if err != nil {
+		t.Fatalf("servicetest: %s: %v", name, err)
+	}
+	var r handlers.Response
+	if err := json.Unmarshal(resp.Data, &r); err != nil || !r.OK {
+		t.Fatalf("servicetest: %s: %s", name, resp.Data)
+	}
+	return r.Result
+}
