@@ -428,7 +428,7 @@ func (a aggRef) String() string { return a.typ + "/" + a.id }
 type cmdResult struct {
 	Name, ID string
 	Actor    string // who sent it, as the service knows the sender
-	Body     any // what was sent, for replays
+	Body     any    // what was sent, for replays
 	Outcome  outcome
 	Seq      uint64
 	Reply    json.RawMessage
