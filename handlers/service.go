@@ -133,15 +133,15 @@ func (s *Service) Log() eventstore.Log { return s.log }
 
 // Run serves until ctx ends or a part fails; it returns nil on ctx's end.
 func (s *Service) Run(ctx context.Context) error {
-	// A cluster may still be electing its JetStream leader: keep trying.
+	// A cluster may still be electing its JetStream leader: keep trying,
+	// unless the log's stream is not as declared (it is never changed).
 	var l *eventstore.JetStreamLog
 	err := s.retry(ctx, "open the log", func(ctx context.Context) (err error) {
-		l, err = eventstore.NewJetStreamLog(ctx, s.js, eventstore.JetStreamConfig{
-			Prefix: s.cfg.Prefix, Partition: s.cfg.Partition, Replicas: s.cfg.Replicas})
+		l, err = eventstore.NewJetStreamLog(ctx, s.js, s.logConfig())
 		return err
 	})
 	if err != nil {
-		return nil // ctx ended
+		return permanent(err) // nil when ctx ended
 	}
 	s.log = l
 	if err := s.retry(ctx, "catch the views up", func(ctx context.Context) error {
@@ -270,8 +270,14 @@ func (s *Service) writerLoop(ctx context.Context) error {
 	return nil
 }
 
+// logConfig is the configuration of the log this service writes.
+func (s *Service) logConfig() eventstore.JetStreamConfig {
+	return eventstore.JetStreamConfig{Prefix: s.cfg.Prefix, Partition: s.cfg.Partition, Replicas: s.cfg.Replicas}
+}
+
 // retry runs fn, each try bounded by 5 s, until it succeeds or ctx ends
-// (then it returns ctx's error), logging each failure.
+// (then it returns ctx's error), logging each failure. An error wrapping
+// eventstore.ErrIntegrity is not retried: it is returned at once.
 func (s *Service) retry(ctx context.Context, what string, fn func(context.Context) error) error {
 	for wait := 250 * time.Millisecond; ; wait = min(2*wait, 5*time.Second) {
 		tctx, cancel := context.WithTimeout(ctx, 5*time.Second)
@@ -279,6 +285,9 @@ func (s *Service) retry(ctx context.Context, what string, fn func(context.Contex
 		cancel()
 		if err == nil {
 			return nil
+		}
+		if errors.Is(err, eventstore.ErrIntegrity) {
+			return fmt.Errorf("handlers: %s: %w", what, err)
 		}
 		if ctx.Err() != nil {
 			return ctx.Err()
@@ -288,6 +297,15 @@ func (s *Service) retry(ctx context.Context, what string, fn func(context.Contex
 			return ctx.Err()
 		}
 	}
+}
+
+// permanent returns err unless it only says that the context ended: what
+// Run returns after a retry gave up.
+func permanent(err error) error {
+	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+		return nil
+	}
+	return err
 }
 
 func sleepCtx(ctx context.Context, d time.Duration) bool {

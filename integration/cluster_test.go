@@ -253,7 +253,7 @@ func TestClusterR3(t *testing.T) {
 	require.NoError(t, srv.terminate(30*time.Second), "graceful stop of dwr serve")
 	phase("dwr serve stopped")
 
-	l, err := eventstore.NewJetStreamLog(ctx, js, eventstore.JetStreamConfig{Replicas: 3})
+	l, err := eventstore.OpenJetStreamLog(ctx, js, eventstore.JetStreamConfig{Replicas: 3})
 	require.NoError(t, err)
 	recs, err := readLog(ctx, l)
 	require.NoError(t, err)

@@ -684,7 +684,7 @@ func openLog(t *testing.T, ctx context.Context, dataDir string, logs io.Writer) 
 	t.Cleanup(nc.Close)
 	js, err := jetstream.New(nc)
 	require.NoError(t, err)
-	l, err := eventstore.NewJetStreamLog(ctx, js, eventstore.JetStreamConfig{})
+	l, err := eventstore.OpenJetStreamLog(ctx, js, eventstore.JetStreamConfig{})
 	require.NoError(t, err)
 	return l
 }

@@ -64,7 +64,9 @@ func rebuildViews(ctx context.Context, data string, n natsOpts, keep bool, out, 
 	if err != nil {
 		return err
 	}
-	log, err := eventstore.NewJetStreamLog(ctx, js, eventstore.JetStreamConfig{})
+	// Read-only: a maintenance command never creates or changes the stream
+	// (an update could lower its replicas, or hide a change made to it).
+	log, err := eventstore.OpenJetStreamLog(ctx, js, eventstore.JetStreamConfig{})
 	if err != nil {
 		return fail(exitError, "open the log: %v", err)
 	}

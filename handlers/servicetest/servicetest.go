@@ -6,6 +6,8 @@ package servicetest
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -125,6 +127,18 @@ func Logger() *slog.Logger {
 // empty) and waits until it is ready; it fails the test if it cannot.
 func Start(t testing.TB, dir string, o Options) *Service {
 	t.Helper()
+	s, err := TryStart(t, dir, o)
+	if err != nil {
+		t.Fatalf("servicetest: %v", err)
+	}
+	return s
+}
+
+// TryStart is Start for a test that expects the start to fail: it returns
+// the error the service stopped with before it was ready (everything it
+// started is stopped again), or the ready service.
+func TryStart(t testing.TB, dir string, o Options) (*Service, error) {
+	t.Helper()
 	if dir == "" {
 		dir = t.TempDir()
 	}
@@ -136,22 +150,25 @@ func Start(t testing.TB, dir string, o Options) *Service {
 	}
 	srv, err := embedded.Start(embedded.Config{DataDir: dir, Listen: o.Listen, Logger: o.Config.Logger})
 	if err != nil {
-		t.Fatalf("servicetest: embedded NATS: %v", err)
+		return nil, fmt.Errorf("embedded NATS: %w", err)
 	}
 	nc, err := srv.Connect()
 	if err != nil {
 		srv.Shutdown()
-		t.Fatalf("servicetest: connect: %v", err)
+		return nil, fmt.Errorf("connect: %w", err)
 	}
 	store, err := projections.Open(filepath.Join(dir, "views"), projections.Options{})
 	if err != nil {
 		nc.Close()
 		srv.Shutdown()
-		t.Fatalf("servicetest: views: %v", err)
+		return nil, fmt.Errorf("views: %w", err)
 	}
 	svc, err := handlers.New(nc, store, o.Config)
 	if err != nil {
-		t.Fatalf("servicetest: %v", err)
+		nc.Close()
+		_ = store.Close()
+		srv.Shutdown()
+		return nil, err
 	}
 	detach := func() {}
 	if o.Clock != nil {
@@ -162,11 +179,12 @@ func Start(t testing.TB, dir string, o Options) *Service {
 	go func() { done <- svc.Run(ctx) }()
 	s := &Service{Dir: dir, Server: srv, Conn: nc, Store: store, Svc: svc, URL: srv.ClientURL()}
 	var once sync.Once
+	var runErr error // the error Run returned before the service was stopped
 	s.stop = func() {
 		once.Do(func() {
 			detach()
 			cancel()
-			if err := <-done; err != nil {
+			if err := <-done; err != nil && runErr == nil {
 				t.Errorf("servicetest: the service stopped with an error: %v", err)
 			}
 			nc.Close()
@@ -179,13 +197,19 @@ func Start(t testing.TB, dir string, o Options) *Service {
 	t.Cleanup(s.stop)
 	select {
 	case <-svc.Ready():
+		return s, nil
 	case err := <-done:
-		done <- err
-		t.Fatalf("servicetest: the service stopped before it was ready: %v", err)
+		runErr = fmt.Errorf("the service stopped before it was ready: %w", err)
+		if err == nil {
+			runErr = errors.New("the service stopped before it was ready")
+		}
+		done <- nil
+		s.stop()
+		return nil, runErr
 	case <-time.After(30 * time.Second):
-		t.Fatal("servicetest: the service was not ready within 30s")
+		s.stop()
+		return nil, errors.New("the service was not ready within 30s")
 	}
-	return s
 }
 
 // Stop stops the service (it is also stopped at cleanup); its data stays in
