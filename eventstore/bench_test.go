@@ -19,13 +19,13 @@ import (
 // under light load.
 func benchRecord(b *testing.B) []byte {
 	rec, err := eventstore.EncodeCommit(&eventstore.Commit{
-		Kind: eventstore.KindEvents, Epoch: 1, Writer: "bench", Time: time.Now(),
+		Kind: eventstore.KindEvents, Epoch: 1, Writer: "bench", Time: time.Now(), N: 1,
 		Events: []eventstore.Event{{
 			ID: "01J00000000000000000000000", Type: "counter.incremented", SchemaVersion: 1, Workspace: "ws",
 			AggregateType: "counter", AggregateID: "a", Version: 1, CommandID: "c", Time: time.Now(),
 			Data: json.RawMessage(`{"pad":"xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx"}`),
 		}},
-	})
+	}, testKey)
 	require.NoError(b, err)
 	return rec
 }

@@ -245,6 +245,35 @@ func OpenJetStreamLog(ctx context.Context, js jetstream.JetStream, cfg JetStream
 	return openJetStreamLog(ctx, js, cfg, false)
 }
 
+// InspectJetStreamLog opens an existing log stream for reading whatever its
+// configuration, never changing it, and returns the log with the result of
+// checking its configuration (a *StreamConfigError, or nil): for a verifier
+// that reports a changed stream and still reads its records. It returns an
+// error wrapping jetstream.ErrStreamNotFound if there is no stream, or an
+// error reading it.
+func InspectJetStreamLog(ctx context.Context, js jetstream.JetStream, cfg JetStreamConfig) (l *JetStreamLog, configErr, err error) {
+	cfg = cfg.withDefaults()
+	if err := cfg.validate(); err != nil {
+		return nil, nil, err
+	}
+	st, err := js.Stream(ctx, cfg.Stream)
+	if err != nil {
+		return nil, nil, fmt.Errorf("eventstore: stream %s: %w", cfg.Stream, err)
+	}
+	return newJetStreamLog(js, cfg), CheckStreamConfig(cfg, st.CachedInfo().Config), nil
+}
+
+func newJetStreamLog(js jetstream.JetStream, cfg JetStreamConfig) *JetStreamLog {
+	return &JetStreamLog{
+		js:        js,
+		stream:    cfg.Stream,
+		subject:   cfg.Prefix + ".log." + cfg.Partition,
+		partition: cfg.Partition,
+		msgGet:    apiPrefix(js) + "STREAM.MSG.GET." + cfg.Stream,
+		attempt:   cfg.AttemptTimeout,
+	}
+}
+
 func openJetStreamLog(ctx context.Context, js jetstream.JetStream, cfg JetStreamConfig, create bool) (*JetStreamLog, error) {
 	cfg = cfg.withDefaults()
 	if err := cfg.validate(); err != nil {
@@ -263,14 +292,7 @@ func openJetStreamLog(ctx context.Context, js jetstream.JetStream, cfg JetStream
 	if err := CheckStreamConfig(cfg, st.CachedInfo().Config); err != nil {
 		return nil, err
 	}
-	return &JetStreamLog{
-		js:        js,
-		stream:    cfg.Stream,
-		subject:   cfg.Prefix + ".log." + cfg.Partition,
-		partition: cfg.Partition,
-		msgGet:    apiPrefix(js) + "STREAM.MSG.GET." + cfg.Stream,
-		attempt:   cfg.AttemptTimeout,
-	}, nil
+	return newJetStreamLog(js, cfg), nil
 }
 
 // CheckStream reads the stream's configuration again and checks it

@@ -49,7 +49,7 @@ type Log interface {
 }
 
 // LogStat is a log's own account of its records, to check against what was
-// verified.
+// verified (see CheckStat).
 type LogStat struct {
 	// Records is the number of records.
 	Records uint64

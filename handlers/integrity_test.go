@@ -1,7 +1,12 @@
 package handlers_test
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
 	"testing"
 	"time"
 
@@ -9,8 +14,10 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/dwr-run/dwr/eventstore"
+	"github.com/dwr-run/dwr/handlers"
 	"github.com/dwr-run/dwr/handlers/embedded"
 	"github.com/dwr-run/dwr/handlers/servicetest"
+	"github.com/dwr-run/dwr/projections"
 )
 
 // onStopped runs fn with a JetStream context on the data directory of a
@@ -59,4 +66,139 @@ func TestChangedLogStreamRefusesToStart(t *testing.T) {
 		require.NoError(t, err)
 		require.Equal(t, int64(3), s.CachedInfo().Config.MaxMsgs, "the service did not change the stream")
 	})
+}
+
+// forge publishes on the log subject a record that is chained exactly as the
+// writer would chain the next one, and authenticated under another key (or
+// a copy of the last record, when key is nil): what a client able to publish
+// on dwr.log.> could do.
+func forge(t *testing.T, ctx context.Context, js jetstream.JetStream, key *eventstore.LogKey) {
+	t.Helper()
+	s, err := js.Stream(ctx, "DWR_LOG")
+	require.NoError(t, err)
+	last, err := s.GetLastMsgForSubject(ctx, "dwr.log.0")
+	require.NoError(t, err)
+	rec := last.Data
+	if key != nil {
+		prev, err := eventstore.DecodeCommit(last.Data)
+		require.NoError(t, err)
+		c := &eventstore.Commit{Kind: eventstore.KindEvents, Epoch: prev.Epoch, Writer: "forger", Time: time.Now(),
+			N: prev.N + 1, Prev: prev.Hash, Events: []eventstore.Event{{ID: "01FORGED0000000000000000000", Type: "workspace.created",
+				SchemaVersion: 1, Workspace: "evil", AggregateType: "workspace", AggregateID: "evil", Version: 1, CommandID: "forged",
+				Time: time.Now(), Data: json.RawMessage(`{"name":"evil"}`)}},
+			Results: []eventstore.CommandResult{{Workspace: "evil", CommandID: "forged", Reply: json.RawMessage(`{}`)}}}
+		rec, err = eventstore.EncodeCommit(c, key)
+		require.NoError(t, err)
+	}
+	_, err = js.Publish(ctx, "dwr.log.0", rec)
+	require.NoError(t, err)
+}
+
+func otherKey(t *testing.T) *eventstore.LogKey {
+	k, err := eventstore.NewLogKey(bytes.Repeat([]byte("x"), eventstore.LogKeySize))
+	require.NoError(t, err)
+	return k
+}
+
+// A record published on the log subject by someone without the log key,
+// however well chained, or a copy of a genuine record, stops the start
+// naming its sequence and what is wrong: nothing is served.
+func TestForeignRecordRefusesToStart(t *testing.T) {
+	for name, key := range map[string]*eventstore.LogKey{"forged": otherKey(t), "replayed": nil} {
+		t.Run(name, func(t *testing.T) {
+			b := setup(t)
+			b.mustCommand(t, "goal.create", map[string]any{"title": "g"})
+			last := b.lastSeq(t)
+			dir := b.dir
+			b.stop()
+			onStopped(t, dir, func(ctx context.Context, js jetstream.JetStream) { forge(t, ctx, js, key) })
+
+			_, err := servicetest.TryStart(t, dir, servicetest.Options{})
+			var ie *eventstore.IntegrityError
+			require.ErrorAs(t, err, &ie)
+			require.Equal(t, last+1, ie.Seq)
+			require.ErrorContains(t, err, fmt.Sprintf("log damaged at seq %d", last+1))
+			if key != nil {
+				require.Equal(t, eventstore.ProblemOtherKey, ie.Problem)
+			} else {
+				require.Equal(t, eventstore.ProblemRepeated, ie.Problem)
+			}
+		})
+	}
+}
+
+// A foreign record appended while the service runs stops it: the writer's
+// next append conflicts, and catching up on the log finds the record.
+func TestForeignRecordStopsARunningService(t *testing.T) {
+	st := servicetest.Start(t, "", servicetest.Options{Config: handlers.Config{WriterID: "test-writer"}})
+	b := &bundle{dir: st.Dir, srv: st.Server, nc: st.Conn, store: st.Store, svc: st.Svc, stop: st.Stop}
+	b.mustCommand(t, "goal.create", map[string]any{"title": "g"})
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	forge(t, ctx, b.jetstream(t), otherKey(t))
+	r, err := b.tryCommand("goal.create", map[string]any{"title": "after"}, "after-forgery")
+	require.True(t, err != nil || !r.OK, "a command after a forged record is not acknowledged: %+v", r)
+	err = st.WaitEnded(t, 20*time.Second)
+	var ie *eventstore.IntegrityError
+	require.ErrorAs(t, err, &ie, "the service stops on the forged record")
+	require.Equal(t, eventstore.ProblemOtherKey, ie.Problem)
+}
+
+// A start with another key than the log was written with refuses, naming
+// both key ids.
+func TestWrongLogKeyRefusesToStart(t *testing.T) {
+	b := setup(t)
+	b.mustCommand(t, "goal.create", map[string]any{"title": "g"})
+	last := b.lastSeq(t)
+	dir := b.dir
+	b.stop()
+	_, err := servicetest.TryStart(t, dir, servicetest.Options{Config: handlers.Config{LogKey: bytes.Repeat([]byte("w"), eventstore.LogKeySize)}})
+	var ie *eventstore.IntegrityError
+	require.ErrorAs(t, err, &ie)
+	require.Equal(t, eventstore.ProblemOtherKey, ie.Problem)
+	require.Equal(t, last, ie.Seq, "found at the views' last record, before anything is written")
+	require.ErrorContains(t, err, "every replica must hold the same log key")
+}
+
+// Damaged or missing views are rebuilt from the log on start, and serve the
+// same state.
+func TestDamagedViewsAreRebuiltOnStart(t *testing.T) {
+	for name, damage := range map[string]func(t *testing.T, views string){
+		"deleted": func(t *testing.T, views string) { require.NoError(t, os.RemoveAll(views)) },
+		"flipped table bytes": func(t *testing.T, views string) {
+			tables, err := filepath.Glob(filepath.Join(views, "*.sst"))
+			require.NoError(t, err)
+			require.NotEmpty(t, tables, "the views were flushed on close")
+			for _, f := range tables {
+				b, err := os.ReadFile(f)
+				require.NoError(t, err)
+				b[len(b)/2] ^= 0xff
+				require.NoError(t, os.WriteFile(f, b, 0o600))
+			}
+		},
+	} {
+		t.Run(name, func(t *testing.T) {
+			b := setup(t)
+			goal, _, seq := chain3(t, b)
+			var before projections.GoalView
+			b.query(t, "goal.get", handlers.Query{ID: goal}, seq, &before)
+			dir := b.dir
+			b.stop()
+			damage(t, filepath.Join(dir, "views"))
+
+			b2 := start(t, dir)
+			var after projections.GoalView
+			b2.query(t, "goal.get", handlers.Query{ID: goal}, seq, &after)
+			require.Equal(t, before.Counts, after.Counts)
+			require.Equal(t, before.Nodes, after.Nodes)
+			var live bytes.Buffer
+			require.NoError(t, b2.store.Dump(&live))
+			rebuilt, err := projections.Rebuild(context.Background(), b2.svc.Log(), b2.svc.LogKey(), filepath.Join(t.TempDir(), "rebuilt"), projections.Options{}, nil)
+			require.NoError(t, err)
+			defer rebuilt.Close()
+			var fresh bytes.Buffer
+			require.NoError(t, rebuilt.Dump(&fresh))
+			require.True(t, bytes.Equal(live.Bytes(), fresh.Bytes()), "the rebuilt views equal a rebuild")
+		})
+	}
 }

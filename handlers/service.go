@@ -50,6 +50,13 @@ type Config struct {
 	Logger *slog.Logger
 	// Version is reported by the micro service. Default "0.1.0".
 	Version string
+	// LogKey is the secret that authenticates the log's records (at least
+	// eventstore.LogKeySize bytes; see LoadLogKey). Every replica of one log
+	// must hold the same key. Required.
+	LogKey []byte
+	// StreamCheckInterval is how often the running service checks the log
+	// stream's configuration again; a change stops it. Default 10s.
+	StreamCheckInterval time.Duration
 }
 
 func (c Config) withDefaults() Config {
@@ -83,6 +90,9 @@ func (c Config) withDefaults() Config {
 	if c.Version == "" {
 		c.Version = "0.1.0"
 	}
+	if c.StreamCheckInterval == 0 {
+		c.StreamCheckInterval = 10 * time.Second
+	}
 	return c
 }
 
@@ -91,6 +101,7 @@ func (c Config) withDefaults() Config {
 // command endpoints.
 type Service struct {
 	cfg      Config
+	key      *eventstore.LogKey
 	nc       *nats.Conn
 	js       jetstream.JetStream
 	store    *projections.Store
@@ -116,11 +127,15 @@ func New(nc *nats.Conn, store *projections.Store, cfg Config) (*Service, error) 
 	if !domain.ValidName(cfg.Prefix) || !domain.ValidName(cfg.Partition) {
 		return nil, fmt.Errorf("handlers: prefix %q and partition %q must be valid subject tokens", cfg.Prefix, cfg.Partition)
 	}
+	key, err := eventstore.NewLogKey(cfg.LogKey)
+	if err != nil {
+		return nil, fmt.Errorf("handlers: Config.LogKey: %w", err)
+	}
 	js, err := jetstream.New(nc)
 	if err != nil {
 		return nil, err
 	}
-	return &Service{cfg: cfg, nc: nc, js: js, store: store, sem: make(chan struct{}, cfg.MaxInFlight),
+	return &Service{cfg: cfg, key: key, nc: nc, js: js, store: store, sem: make(chan struct{}, cfg.MaxInFlight),
 		ready: make(chan struct{}), changed: make(chan struct{})}, nil
 }
 
@@ -130,6 +145,9 @@ func (s *Service) Ready() <-chan struct{} { return s.ready }
 
 // Log returns the log once Run has opened it.
 func (s *Service) Log() eventstore.Log { return s.log }
+
+// LogKey returns the key that authenticates the log's records.
+func (s *Service) LogKey() *eventstore.LogKey { return s.key }
 
 // Run serves until ctx ends or a part fails; it returns nil on ctx's end.
 func (s *Service) Run(ctx context.Context) error {
@@ -144,11 +162,10 @@ func (s *Service) Run(ctx context.Context) error {
 		return permanent(err) // nil when ctx ended
 	}
 	s.log = l
-	if err := s.retry(ctx, "catch the views up", func(ctx context.Context) error {
-		_, err := s.store.CatchUp(ctx, l)
-		return err
-	}); err != nil {
-		return nil
+	// Nothing is served before the log verifies from the views' last record
+	// on, and its own counts agree with them.
+	if err := s.retry(ctx, "verify the log and catch the views up", s.catchUpViews); err != nil {
+		return permanent(err)
 	}
 	if err := s.retry(ctx, "open the event feed", func(ctx context.Context) (err error) {
 		s.feed, err = newFeed(ctx, s.js, s.cfg, s.cfg.Logger)
@@ -175,10 +192,15 @@ func (s *Service) Run(ctx context.Context) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	var wg sync.WaitGroup
-	errc := make(chan error, 2)
+	errc := make(chan error, 3)
 	wg.Go(func() {
 		if err := s.followLoop(ctx); err != nil {
 			errc <- fmt.Errorf("handlers: views: %w", err)
+		}
+	})
+	wg.Go(func() {
+		if err := s.watchStorage(ctx); err != nil {
+			errc <- err
 		}
 	})
 	wg.Go(func() {
@@ -218,7 +240,7 @@ func (s *Service) followLoop(ctx context.Context) error {
 			case <-fctx.Done():
 			}
 		}()
-		err := s.store.Follow(fctx, s.log)
+		err := s.store.Follow(fctx, s.log, s.key)
 		cancel()
 		if err != nil && ctx.Err() == nil {
 			return err
@@ -262,6 +284,9 @@ func (s *Service) writerLoop(ctx context.Context) error {
 		if ctx.Err() != nil {
 			return nil
 		}
+		if errors.Is(err, eventstore.ErrIntegrity) || errors.Is(err, projections.ErrDamaged) {
+			return err // damage: nothing more is served
+		}
 		s.cfg.Logger.Warn("handlers: writer stepped down; will try again", "err", err)
 		if !sleepCtx(ctx, 200*time.Millisecond) {
 			return nil
@@ -277,7 +302,8 @@ func (s *Service) logConfig() eventstore.JetStreamConfig {
 
 // retry runs fn, each try bounded by 5 s, until it succeeds or ctx ends
 // (then it returns ctx's error), logging each failure. An error wrapping
-// eventstore.ErrIntegrity is not retried: it is returned at once.
+// eventstore.ErrIntegrity or projections.ErrDamaged is not retried: it is
+// returned at once.
 func (s *Service) retry(ctx context.Context, what string, fn func(context.Context) error) error {
 	for wait := 250 * time.Millisecond; ; wait = min(2*wait, 5*time.Second) {
 		tctx, cancel := context.WithTimeout(ctx, 5*time.Second)
@@ -286,7 +312,7 @@ func (s *Service) retry(ctx context.Context, what string, fn func(context.Contex
 		if err == nil {
 			return nil
 		}
-		if errors.Is(err, eventstore.ErrIntegrity) {
+		if errors.Is(err, eventstore.ErrIntegrity) || errors.Is(err, projections.ErrDamaged) {
 			return fmt.Errorf("handlers: %s: %w", what, err)
 		}
 		if ctx.Err() != nil {
@@ -383,11 +409,58 @@ func (s *Service) runWriter(ctx context.Context, lease *lease) error {
 	}
 }
 
+// catchUpViews verifies the log from the views' last record on and applies
+// what follows it, then checks the log's own counts against the views. Views
+// found damaged (Pebble corruption, records an accepted prefix discarded) are
+// moved aside and rebuilt from the log, verifying it whole.
+func (s *Service) catchUpViews(ctx context.Context) error {
+	_, err := s.store.CatchUp(ctx, s.log, s.key)
+	if errors.Is(err, projections.ErrDamaged) {
+		moved, rerr := s.store.Reset(err)
+		if rerr != nil {
+			return fmt.Errorf("handlers: views damaged (%w), and moving them aside failed: %w", err, rerr)
+		}
+		s.cfg.Logger.Warn("handlers: the views are damaged: moved aside, rebuilding them from the log", "moved_to", moved, "err", err)
+		_, err = s.store.CatchUp(ctx, s.log, s.key)
+	}
+	if err != nil {
+		return err
+	}
+	return s.store.CheckLog(ctx, s.log)
+}
+
+// watchStorage stops the service when its storage is found damaged while it
+// runs: Pebble reports corruption in the views (the next start rebuilds
+// them), or the log stream's configuration was changed (never changed
+// back by dwr).
+func (s *Service) watchStorage(ctx context.Context) error {
+	t := time.NewTicker(s.cfg.StreamCheckInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-s.store.Damaged():
+			return fmt.Errorf("handlers: %w (restart: the views are rebuilt from the log)", s.store.DamageErr())
+		case <-t.C:
+			cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+			err := s.log.CheckStream(cctx, s.logConfig())
+			cancel()
+			if errors.Is(err, eventstore.ErrIntegrity) {
+				return fmt.Errorf("handlers: %w", err)
+			}
+			if err != nil && ctx.Err() == nil {
+				s.cfg.Logger.Warn("handlers: could not check the log stream's configuration", "err", err)
+			}
+		}
+	}
+}
+
 // takeOver makes this replica the writer: it catches the views up, starts a
 // committer (which fences older writers with a new epoch), and repairs what
 // a crash may have lost of the derived streams (event feed, work items).
 func (s *Service) takeOver(ctx context.Context, timerWake chan struct{}) (*eventstore.Committer[*request], *writer, error) {
-	if _, err := s.store.CatchUp(ctx, s.log); err != nil {
+	if _, err := s.store.CatchUp(ctx, s.log, s.key); err != nil {
 		return nil, nil, err
 	}
 	w := &writer{store: s.store, clock: s.cfg.Clock, logger: s.cfg.Logger, broken: make(chan struct{}),
@@ -404,16 +477,16 @@ func (s *Service) takeOver(ctx context.Context, timerWake chan struct{}) (*event
 	// The chain tips come from the views, which apply every record before
 	// the next batch is linked; the verifier holds only the recent ones.
 	c := eventstore.NewCommitter[*request](s.log, w, eventstore.GroupConfig{
-		WriterID: s.cfg.WriterID, Clock: s.cfg.Clock, Logger: s.cfg.Logger,
-		Chain: eventstore.NewChainVerifierOver(s.store, 100_000), ResumeAfter: s.store.Checkpoint()})
+		WriterID: s.cfg.WriterID, Clock: s.cfg.Clock, Logger: s.cfg.Logger, LogKey: s.key,
+		Chain: eventstore.NewChainVerifierOver(s.store, 100_000), Resume: s.store.LogTip()})
 	if err := c.Start(ctx); err != nil {
 		return nil, nil, err
 	}
 	// Apply the writer's own epoch record, so the views stand at the log's end.
-	if _, err := s.store.CatchUp(ctx, s.log); err != nil {
+	if _, err := s.store.CatchUp(ctx, s.log, s.key); err != nil {
 		return nil, nil, err
 	}
-	if err := s.feed.catchUp(ctx, s.log, s.store.Checkpoint()); err != nil {
+	if err := s.feed.catchUp(ctx, s.log, s.store); err != nil {
 		s.cfg.Logger.Warn("handlers: event feed catch-up failed; it will be repaired on the next start", "err", err)
 	}
 	if n, err := s.dispatch.rederive(ctx, s.store); err != nil {

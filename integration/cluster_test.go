@@ -255,11 +255,11 @@ func TestClusterR3(t *testing.T) {
 
 	l, err := eventstore.OpenJetStreamLog(ctx, js, eventstore.JetStreamConfig{Replicas: 3})
 	require.NoError(t, err)
-	recs, err := readLog(ctx, l)
+	recs, err := readLog(ctx, l, logKeyOf(t, data))
 	require.NoError(t, err)
 	phase("log read")
 	a := auditLog(recs, led.all())
-	views := compareViews(t, ctx, filepath.Join(data, "views"), l)
+	views := compareViews(t, ctx, filepath.Join(data, "views"), l, logKeyOf(t, data))
 	lc := led.counts()
 	phase("views rebuilt and compared")
 

@@ -3,6 +3,8 @@ package main
 import (
 	"bytes"
 	"encoding/json"
+	"fmt"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
@@ -10,10 +12,13 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
 
 	"github.com/dwr-run/dwr/domain"
+	"github.com/dwr-run/dwr/handlers/embedded"
 	"github.com/dwr-run/dwr/handlers/servicetest"
+	"github.com/dwr-run/dwr/projections"
 )
 
 // cliServer starts the service on an embedded NATS server listening on a
@@ -223,4 +228,56 @@ func TestCLIPlanStartAfterWaitsUntilItsTime(t *testing.T) {
 	code, _, errs = run(t, url, "plan", "submit", "--goal", goal["id"].(string), "-f", plan)
 	require.Equal(t, exitInvalid, code)
 	require.Contains(t, errs, "/tasks/0/start_after")
+}
+
+// republishLast publishes a copy of the log's last record on the log subject
+// of a stopped server's data directory: a foreign record.
+func republishLast(t *testing.T, dir string) uint64 {
+	t.Helper()
+	srv, err := embedded.Start(embedded.Config{DataDir: dir, Logger: slog.New(slog.DiscardHandler)})
+	require.NoError(t, err)
+	defer srv.Shutdown()
+	nc, err := srv.Connect()
+	require.NoError(t, err)
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	require.NoError(t, err)
+	s, err := js.Stream(t.Context(), "DWR_LOG")
+	require.NoError(t, err)
+	last, err := s.GetLastMsgForSubject(t.Context(), "dwr.log.0")
+	require.NoError(t, err)
+	ack, err := js.Publish(t.Context(), "dwr.log.0", last.Data)
+	require.NoError(t, err)
+	return ack.Sequence
+}
+
+func TestCLIAdminRebuildRefusesADamagedLog(t *testing.T) {
+	dir := t.TempDir()
+	url, stop := cliServerIn(t, dir)
+	var goal map[string]any
+	runJSON(t, url, &goal, "goal", "create", "--title", "g", "--command-id", "g-1")
+	stop()
+	views := filepath.Join(dir, "views")
+	before := viewsSum(t, views)
+	seq := republishLast(t, dir)
+
+	code, _, errs := run(t, url, "admin", "rebuild", "--data", dir)
+	require.Equal(t, exitDamaged, code, errs)
+	require.Contains(t, errs, fmt.Sprintf("log damaged at seq %d", seq))
+	require.Contains(t, errs, "repeated position")
+	require.Contains(t, errs, "the views were left untouched")
+	require.Equal(t, before, viewsSum(t, views), "the views hold what they held")
+	matches, err := filepath.Glob(filepath.Join(dir, "views.*"))
+	require.NoError(t, err)
+	require.Empty(t, matches, "no rebuilt or old views were left behind")
+}
+
+func viewsSum(t *testing.T, dir string) string {
+	t.Helper()
+	s, err := projections.Open(dir, projections.Options{})
+	require.NoError(t, err)
+	defer s.Close()
+	sum, err := dumpSum(s)
+	require.NoError(t, err)
+	return fmt.Sprintf("%x@%d", sum, s.Checkpoint())
 }

@@ -16,6 +16,7 @@ import (
 	"github.com/oklog/ulid/v2"
 	"github.com/spf13/cobra"
 
+	"github.com/dwr-run/dwr/eventstore"
 	"github.com/dwr-run/dwr/handlers"
 	"github.com/dwr-run/dwr/handlers/embedded"
 	"github.com/dwr-run/dwr/projections"
@@ -57,6 +58,7 @@ type serveOpts struct {
 	data, listen, logLevel string
 	replicas               int
 	nats                   natsOpts
+	logKey                 logKeyOpts
 }
 
 func serveCmd() *cobra.Command {
@@ -77,6 +79,7 @@ func serveCmd() *cobra.Command {
 	f.IntVar(&o.replicas, "replicas", 1, "replicas of the log and the lease (3 on a NATS cluster)")
 	f.StringVar(&o.logLevel, "log-level", "info", "debug, info, warn or error")
 	o.nats.flags(cmd)
+	o.logKey.flags(cmd)
 	return cmd
 }
 
@@ -112,6 +115,10 @@ func serve(ctx context.Context, o serveOpts, stderr io.Writer) error {
 	if err != nil {
 		return fail(exitError, "writer id in %s: %v", o.data, err)
 	}
+	key, err := o.logKey.load(o.data, true, logger)
+	if err != nil {
+		return err
+	}
 	var nc *nats.Conn
 	where := o.nats.url
 	if o.nats.url == "" {
@@ -131,7 +138,10 @@ func serve(ctx context.Context, o serveOpts, stderr io.Writer) error {
 		return err
 	}
 	defer nc.Close()
-	store, err := projections.Open(filepath.Join(o.data, "views"), projections.Options{Logger: logger})
+	store, err := projections.Open(filepath.Join(o.data, "views"), projections.Options{Logger: logger,
+		OnDamaged: func(to string, cause error) {
+			logger.Warn("the views are damaged: moved aside, they are rebuilt from the log", "moved_to", to, "err", cause)
+		}})
 	if err != nil {
 		return fail(exitError, "views: %v (is another dwr serve using %s?)", err, o.data)
 	}
@@ -140,7 +150,8 @@ func serve(ctx context.Context, o serveOpts, stderr io.Writer) error {
 			logger.Error("closing the views", "err", err)
 		}
 	}()
-	svc, err := handlers.New(nc, store, handlers.Config{Replicas: o.replicas, WriterID: id, Logger: logger})
+	svc, err := handlers.New(nc, store, handlers.Config{Replicas: o.replicas, WriterID: id, Logger: logger,
+		LogKey: key})
 	if err != nil {
 		return fail(exitInvalid, "%v", err)
 	}
@@ -155,10 +166,10 @@ func serve(ctx context.Context, o serveOpts, stderr io.Writer) error {
 			logger.Info("dwr stopped before it was ready")
 			return nil
 		}
-		return fail(exitError, "%v", err)
+		return serveFailure(err)
 	}
 	if err := <-errc; err != nil && !errors.Is(err, context.Canceled) {
-		return fail(exitError, "%v", err)
+		return serveFailure(err)
 	}
 	logger.Info("dwr stopped")
 	return nil
@@ -171,4 +182,39 @@ func schemaCmd(g *globals) *cobra.Command {
 			return printSchemas(g.out, args)
 		},
 	}
+}
+
+// serveFailure is the exit of a service that stopped with err: a damaged log
+// exits with exitDamaged and says what the operator can do.
+func serveFailure(err error) error {
+	if errors.Is(err, eventstore.ErrIntegrity) {
+		return fail(exitDamaged, "%v\nnothing is served from a log that fails verification: restore the log (or its stream's configuration) "+
+			"from a replica or a backup", err)
+	}
+	return fail(exitError, "%v", err)
+}
+
+// logKeyOpts say where the log key is.
+type logKeyOpts struct{ file string }
+
+func (o *logKeyOpts) flags(cmd *cobra.Command) {
+	cmd.Flags().StringVar(&o.file, "log-key-file", os.Getenv("DWR_LOG_KEY_FILE"),
+		"the secret that authenticates the log's records (env DWR_LOG_KEY_FILE; default DATA/log.key, made on the first start); every replica of one log must be given the same key")
+}
+
+// load reads the log key: from --log-key-file, which must exist, or from
+// data/log.key, made there when create is set and it is missing.
+func (o *logKeyOpts) load(data string, create bool, logger *slog.Logger) ([]byte, error) {
+	path, explicit := o.file, o.file != ""
+	if !explicit {
+		path = filepath.Join(data, handlers.LogKeyFile)
+	}
+	key, created, err := handlers.LoadLogKey(path, create && !explicit)
+	if err != nil {
+		return nil, fail(exitInvalid, "%v (the log key: --log-key-file or DWR_LOG_KEY_FILE, default DATA/%s)", err, handlers.LogKeyFile)
+	}
+	if created && logger != nil {
+		logger.Info("made a new log key: give this file to every replica of this log (--log-key-file), and back it up", "file", path)
+	}
+	return key, nil
 }

@@ -23,7 +23,8 @@ import (
 )
 
 // Options adjust the service a test starts; the zero value is an in-process
-// server with the default configuration.
+// server with the default configuration, and the log key of the data
+// directory (made on the first start), as dwr serve has it.
 type Options struct {
 	// Listen makes the NATS server accept TCP clients, e.g. "127.0.0.1:0".
 	Listen string
@@ -111,7 +112,8 @@ type Service struct {
 	Svc    *handlers.Service
 	URL    string // the client URL when Options.Listen was set
 
-	stop func()
+	stop  func()
+	ended func(time.Duration) (error, bool)
 }
 
 // Logger discards the service's logs unless the environment variable
@@ -148,6 +150,13 @@ func TryStart(t testing.TB, dir string, o Options) (*Service, error) {
 	if o.Clock != nil {
 		o.Config.Clock = o.Clock.Now
 	}
+	if o.Config.LogKey == nil {
+		key, _, err := handlers.LoadLogKey(filepath.Join(dir, handlers.LogKeyFile), true)
+		if err != nil {
+			return nil, err
+		}
+		o.Config.LogKey = key
+	}
 	srv, err := embedded.Start(embedded.Config{DataDir: dir, Listen: o.Listen, Logger: o.Config.Logger})
 	if err != nil {
 		return nil, fmt.Errorf("embedded NATS: %w", err)
@@ -157,7 +166,11 @@ func TryStart(t testing.TB, dir string, o Options) (*Service, error) {
 		srv.Shutdown()
 		return nil, fmt.Errorf("connect: %w", err)
 	}
-	store, err := projections.Open(filepath.Join(dir, "views"), projections.Options{})
+	logger := o.Config.Logger
+	store, err := projections.Open(filepath.Join(dir, "views"), projections.Options{
+		OnDamaged: func(to string, cause error) {
+			logger.Warn("servicetest: the views are damaged: moved aside, they are rebuilt from the log", "moved_to", to, "err", cause)
+		}})
 	if err != nil {
 		nc.Close()
 		srv.Shutdown()
@@ -180,6 +193,16 @@ func TryStart(t testing.TB, dir string, o Options) (*Service, error) {
 	s := &Service{Dir: dir, Server: srv, Conn: nc, Store: store, Svc: svc, URL: srv.ClientURL()}
 	var once sync.Once
 	var runErr error // the error Run returned before the service was stopped
+	s.ended = func(d time.Duration) (error, bool) {
+		select {
+		case err := <-done:
+			runErr = fmt.Errorf("stopped by itself: %w", err)
+			done <- nil
+			return err, true
+		case <-time.After(d):
+			return nil, false
+		}
+	}
 	s.stop = func() {
 		once.Do(func() {
 			detach()
@@ -210,6 +233,18 @@ func TryStart(t testing.TB, dir string, o Options) (*Service, error) {
 		s.stop()
 		return nil, errors.New("the service was not ready within 30s")
 	}
+}
+
+// WaitEnded waits up to d for the service to stop by itself (as it does on
+// damage) and returns the error it stopped with; it fails the test if it
+// still runs after d. The error is then expected: cleanup does not report it.
+func (s *Service) WaitEnded(t testing.TB, d time.Duration) error {
+	t.Helper()
+	err, ok := s.ended(d)
+	if !ok {
+		t.Fatalf("servicetest: the service still runs after %s", d)
+	}
+	return err
 }
 
 // Stop stops the service (it is also stopped at cleanup); its data stays in
