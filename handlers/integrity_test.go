@@ -5,14 +5,18 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"log/slog"
 	"os"
 	"path/filepath"
+	"slices"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
 
+	"github.com/dwr-run/dwr/domain"
 	"github.com/dwr-run/dwr/eventstore"
 	"github.com/dwr-run/dwr/handlers"
 	"github.com/dwr-run/dwr/handlers/embedded"
@@ -201,4 +205,108 @@ func TestDamagedViewsAreRebuiltOnStart(t *testing.T) {
 			require.True(t, bytes.Equal(live.Bytes(), fresh.Bytes()), "the rebuilt views equal a rebuild")
 		})
 	}
+}
+
+// An operator can accept the verified prefix of a damaged log: the start
+// names the commands lost after it, rebuilds the views from it and goes on;
+// later starts verify the log through the acceptance, with no flag.
+func TestAcceptVerifiedPrefixOfADamagedLog(t *testing.T) {
+	b := setup(t)
+	kept, _ := b.mustCommand(t, "goal.create", map[string]any{"title": "kept"})
+	dir := b.dir
+	b.stop()
+	onStopped(t, dir, func(ctx context.Context, js jetstream.JetStream) { forge(t, ctx, js, otherKey(t)) })
+	_, err := servicetest.TryStart(t, dir, servicetest.Options{})
+	require.ErrorIs(t, err, eventstore.ErrIntegrity)
+
+	b2 := startWith(t, dir, handlers.Config{AcceptVerifiedPrefix: true})
+	var ws []map[string]any
+	b2.query(t, "workspace.list", handlers.Query{}, 0, &ws)
+	for _, w := range ws {
+		require.NotEqual(t, "evil", w["name"], "nothing of the forged record is served")
+	}
+	var g domain.Goal
+	b2.query(t, "goal.get", handlers.Query{ID: kept.ID}, 0, &g)
+	after, _ := b2.mustCommand(t, "goal.create", map[string]any{"title": "after"})
+	b2.stop()
+
+	b3 := start(t, dir) // no flag: the log verifies through the acceptance
+	b3.query(t, "goal.get", handlers.Query{ID: after.ID}, 0, &g)
+	v, err := eventstore.VerifyLog(context.Background(), b3.svc.Log(), b3.svc.LogKey(), nil)
+	require.NoError(t, err)
+	require.Nil(t, v.Damage)
+	require.Equal(t, 1, v.Accepted)
+}
+
+// A log restored from a backup (or truncated by a fault) ends before the
+// views: the start refuses, naming it; accepting the prefix names the
+// commands the views had and the log lost.
+func TestAcceptVerifiedPrefixOfATruncatedLog(t *testing.T) {
+	b := setup(t)
+	kept, _ := b.mustCommand(t, "goal.create", map[string]any{"title": "kept"})
+	dir := b.dir
+	b.stop()
+	backup := filepath.Join(t.TempDir(), "nats")
+	require.NoError(t, os.CopyFS(backup, os.DirFS(filepath.Join(dir, "nats"))))
+	b = start(t, dir)
+	r := b.command(t, "goal.create", map[string]any{"title": "lost"}, "lost-goal")
+	require.True(t, r.OK)
+	b.stop()
+	require.NoError(t, os.RemoveAll(filepath.Join(dir, "nats")))
+	require.NoError(t, os.CopyFS(filepath.Join(dir, "nats"), os.DirFS(backup)))
+
+	_, err := servicetest.TryStart(t, dir, servicetest.Options{})
+	var ie *eventstore.IntegrityError
+	require.ErrorAs(t, err, &ie)
+	require.Equal(t, eventstore.ProblemTruncated, ie.Problem)
+
+	var lost []string
+	capture := &captureHandler{}
+	b2 := startWith(t, dir, handlers.Config{AcceptVerifiedPrefix: true, Logger: slog.New(capture)})
+	for _, rec := range capture.records() {
+		if rec.Message == "handlers: acknowledged command lost" {
+			rec.Attrs(func(a slog.Attr) bool {
+				if a.Key == "command" {
+					lost = append(lost, a.Value.String())
+				}
+				return true
+			})
+		}
+	}
+	require.Equal(t, []string{"default/lost-goal"}, lost)
+	var g domain.Goal
+	b2.query(t, "goal.get", handlers.Query{ID: kept.ID}, 0, &g)
+	rq := b2.request(t, "dwr.q.default.command.get", handlers.Query{ID: "lost-goal"}, nil)
+	require.False(t, rq.OK, "the lost command is not known: %s", rq.Result)
+	require.Equal(t, string(domain.CodeNotFound), rq.Error.Code)
+}
+
+func startWith(t *testing.T, dir string, cfg handlers.Config) *bundle {
+	t.Helper()
+	if cfg.WriterID == "" {
+		cfg.WriterID = "test-writer"
+	}
+	st := servicetest.Start(t, dir, servicetest.Options{Config: cfg})
+	return &bundle{dir: st.Dir, srv: st.Server, nc: st.Conn, store: st.Store, svc: st.Svc, stop: st.Stop}
+}
+
+// captureHandler keeps the log records of a service.
+type captureHandler struct {
+	mu   sync.Mutex
+	recs []slog.Record
+}
+
+func (h *captureHandler) Enabled(context.Context, slog.Level) bool { return true }
+func (h *captureHandler) Handle(_ context.Context, r slog.Record) error {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.recs = append(h.recs, r.Clone())
+	return nil
+}
+func (h *captureHandler) WithAttrs([]slog.Attr) slog.Handler { return h }
+func (h *captureHandler) WithGroup(string) slog.Handler      { return h }
+func (h *captureHandler) records() []slog.Record {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return slices.Clone(h.recs)
 }

@@ -54,6 +54,12 @@ type Config struct {
 	// eventstore.LogKeySize bytes; see LoadLogKey). Every replica of one log
 	// must hold the same key. Required.
 	LogKey []byte
+	// AcceptVerifiedPrefix makes a start on a log that fails verification
+	// accept its verified prefix: the commands after it are reported lost
+	// (logged one by one), the views are rebuilt from the prefix and an
+	// acceptance record is appended, after which the writer carries on (see
+	// AcceptVerifiedPrefix). Without it such a start fails.
+	AcceptVerifiedPrefix bool
 	// StreamCheckInterval is how often the running service checks the log
 	// stream's configuration again; a change stops it. Default 10s.
 	StreamCheckInterval time.Duration
@@ -162,6 +168,14 @@ func (s *Service) Run(ctx context.Context) error {
 		return permanent(err) // nil when ctx ended
 	}
 	s.log = l
+	if s.cfg.AcceptVerifiedPrefix {
+		if err := s.retry(ctx, "accept the log's verified prefix", func(ctx context.Context) error {
+			_, err := AcceptVerifiedPrefix(ctx, l, s.key, s.store, s.cfg.WriterID, s.cfg.Clock(), s.cfg.Logger)
+			return err
+		}); err != nil {
+			return permanent(err)
+		}
+	}
 	// Nothing is served before the log verifies from the views' last record
 	// on, and its own counts agree with them.
 	if err := s.retry(ctx, "verify the log and catch the views up", s.catchUpViews); err != nil {

@@ -18,6 +18,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/dwr-run/dwr/eventstore"
+	"github.com/dwr-run/dwr/handlers"
 	"github.com/dwr-run/dwr/handlers/embedded"
 	"github.com/dwr-run/dwr/projections"
 )
@@ -25,7 +26,7 @@ import (
 func adminCmd() *cobra.Command {
 	cmd := &cobra.Command{Use: "admin", Short: "maintenance: rebuild the views"}
 	var data string
-	var keep bool
+	var keep, accept bool
 	var n natsOpts
 	var k logKeyOpts
 	rebuild := &cobra.Command{
@@ -33,15 +34,17 @@ func adminCmd() *cobra.Command {
 		Short: "rebuild the views from the log (stop `dwr serve` on DIR first)",
 		Long: "rebuild verifies the whole log and replays it into fresh views, compares them with the current ones byte for byte, reports the result, " +
 			"and puts the rebuilt views in place (the old ones are kept as views.old unless --keep=false). A log that fails verification, or " +
-			"that ends before what the current views hold, is refused (exit 6) and the views are left untouched. " +
+			"that ends before what the current views hold, is refused (exit 6) and the views are left untouched, unless --accept-verified-prefix: " +
+			"then the acknowledged commands after the verified prefix are printed as lost and an acceptance record is appended to the log first. " +
 			"The log's stream is never created or changed.",
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			return rebuildViews(cmd.Context(), data, n, k, keep, cmd.OutOrStdout(), cmd.ErrOrStderr())
+			return rebuildViews(cmd.Context(), data, n, k, keep, accept, cmd.OutOrStdout(), cmd.ErrOrStderr())
 		},
 	}
 	rebuild.Flags().StringVar(&data, "data", envOr("DWR_DATA", "dwr-data"), "the data directory of the server")
 	rebuild.Flags().BoolVar(&keep, "keep", true, "keep the old views as views.old")
+	rebuild.Flags().BoolVar(&accept, "accept-verified-prefix", false, "if the log fails verification, accept its verified prefix: the commands after it are lost")
 	n.flags(rebuild)
 	k.flags(rebuild)
 	cmd.AddCommand(rebuild)
@@ -122,7 +125,7 @@ func openViews(dir string) (s *projections.Store, damage error, err error) {
 	return s, nil, nil
 }
 
-func rebuildViews(ctx context.Context, data string, n natsOpts, k logKeyOpts, keep bool, out, errw io.Writer) error {
+func rebuildViews(ctx context.Context, data string, n natsOpts, k logKeyOpts, keep, accept bool, out, errw io.Writer) error {
 	if ctx == nil {
 		ctx = context.Background()
 	}
@@ -163,8 +166,20 @@ func rebuildViews(ctx context.Context, data string, n natsOpts, k logKeyOpts, ke
 	}
 	if errors.Is(err, eventstore.ErrIntegrity) {
 		_ = os.RemoveAll(fresh)
-		printLost(errw, err, old)
-		return fail(exitDamaged, "%v\nthe views were left untouched", err)
+		if !accept {
+			printLost(errw, err, old)
+			return fail(exitDamaged, "%v\nthe views were left untouched; to give up what follows the verified prefix, run again with --accept-verified-prefix", err)
+		}
+		a, aerr := handlers.AcceptVerifiedPrefix(ctx, al.log, al.key, old, "dwr-admin", time.Now(), slog.New(slog.DiscardHandler))
+		if aerr != nil {
+			return fail(exitError, "accept the verified prefix: %v", aerr)
+		}
+		printAcceptance(out, a)
+		closeOld() // the views were moved aside: a rebuild of the log replaces them
+		_ = os.RemoveAll(live)
+		oldDamage = fmt.Errorf("they held what the accepted prefix lost; moved to %s", a.ViewsMovedTo)
+		start = time.Now()
+		s, err = rebuildFrom(ctx, al, fresh, errw)
 	}
 	if err != nil {
 		_ = os.RemoveAll(fresh)
@@ -265,12 +280,26 @@ func printLost(w io.Writer, err error, views *projections.Store) {
 			cmds = append(cmds, more...)
 		}
 	}
-	fmt.Fprintf(w, "the verified prefix ends at %s; these acknowledged commands follow it (%d", ie.Prefix, len(dedupe(cmds)))
+	fmt.Fprintf(w, "the verified prefix ends at %s; accepting it would lose these acknowledged commands (%d", ie.Prefix, len(dedupe(cmds)))
 	if unnamed > 0 {
 		fmt.Fprintf(w, ", and those of %d records that do not decode", unnamed)
 	}
 	fmt.Fprintln(w, "):")
 	for _, c := range dedupe(cmds) {
+		fmt.Fprintln(w, "  "+c)
+	}
+}
+
+// printAcceptance prints an acceptance that was made.
+func printAcceptance(w io.Writer, a *handlers.Acceptance) {
+	fmt.Fprintf(w, "accepted the log's verified prefix, up to %s: %s\n", a.Verification.Tip, a.Problem)
+	fmt.Fprintf(w, "acceptance record appended at seq %d; the views were moved to %s\n", a.Seq, a.ViewsMovedTo)
+	fmt.Fprintf(w, "acknowledged commands lost (%d", len(a.Lost))
+	if a.Unnamed > 0 {
+		fmt.Fprintf(w, ", and those of %d records that cannot be named", a.Unnamed)
+	}
+	fmt.Fprintln(w, "):")
+	for _, c := range a.Lost {
 		fmt.Fprintln(w, "  "+c)
 	}
 }

@@ -281,3 +281,23 @@ func viewsSum(t *testing.T, dir string) string {
 	require.NoError(t, err)
 	return fmt.Sprintf("%x@%d", sum, s.Checkpoint())
 }
+
+func TestCLIAdminRebuildAcceptsTheVerifiedPrefix(t *testing.T) {
+	dir := t.TempDir()
+	url, stop := cliServerIn(t, dir)
+	var goal map[string]any
+	runJSON(t, url, &goal, "goal", "create", "--title", "g", "--command-id", "g-1")
+	stop()
+	republishLast(t, dir)
+
+	code, out, errs := run(t, url, "admin", "rebuild", "--data", dir, "--accept-verified-prefix")
+	require.Equal(t, 0, code, errs)
+	require.Contains(t, out, "accepted the log's verified prefix")
+	require.Contains(t, out, "repeated position")
+	require.Contains(t, out, "acknowledged commands lost (0)", "the copied record's command is in the prefix: not lost")
+	require.Contains(t, out, "every record verified")
+
+	// The log now verifies through the acceptance: the service starts on it.
+	url, _ = cliServerIn(t, dir)
+	runJSON(t, url, &goal, "goal", "get", goal["id"].(string))
+}

@@ -59,6 +59,7 @@ type serveOpts struct {
 	replicas               int
 	nats                   natsOpts
 	logKey                 logKeyOpts
+	acceptPrefix           bool
 }
 
 func serveCmd() *cobra.Command {
@@ -78,6 +79,7 @@ func serveCmd() *cobra.Command {
 	f.StringVar(&o.listen, "listen", envOr("DWR_LISTEN", "127.0.0.1:4222"), "host:port the embedded NATS server accepts clients on (env DWR_LISTEN)")
 	f.IntVar(&o.replicas, "replicas", 1, "replicas of the log and the lease (3 on a NATS cluster)")
 	f.StringVar(&o.logLevel, "log-level", "info", "debug, info, warn or error")
+	f.BoolVar(&o.acceptPrefix, "accept-verified-prefix", false, "if the log fails verification, accept its verified prefix: print the acknowledged commands lost after it, rebuild the views from it and go on after it (see the README)")
 	o.nats.flags(cmd)
 	o.logKey.flags(cmd)
 	return cmd
@@ -151,7 +153,7 @@ func serve(ctx context.Context, o serveOpts, stderr io.Writer) error {
 		}
 	}()
 	svc, err := handlers.New(nc, store, handlers.Config{Replicas: o.replicas, WriterID: id, Logger: logger,
-		LogKey: key})
+		LogKey: key, AcceptVerifiedPrefix: o.acceptPrefix})
 	if err != nil {
 		return fail(exitInvalid, "%v", err)
 	}
@@ -189,7 +191,7 @@ func schemaCmd(g *globals) *cobra.Command {
 func serveFailure(err error) error {
 	if errors.Is(err, eventstore.ErrIntegrity) {
 		return fail(exitDamaged, "%v\nnothing is served from a log that fails verification: restore the log (or its stream's configuration) "+
-			"from a replica or a backup", err)
+			"from a replica or a backup, or accept its verified prefix with --accept-verified-prefix (the commands after it are lost)", err)
 	}
 	return fail(exitError, "%v", err)
 }
