@@ -23,8 +23,8 @@ import (
 	"github.com/dwr-run/dwr/projections"
 )
 
-func adminCmd() *cobra.Command {
-	cmd := &cobra.Command{Use: "admin", Short: "maintenance: rebuild the views"}
+func adminCmd(g *globals) *cobra.Command {
+	cmd := &cobra.Command{Use: "admin", Short: "maintenance: verify the log, rebuild the views"}
 	var data string
 	var keep, accept bool
 	var n natsOpts
@@ -47,7 +47,22 @@ func adminCmd() *cobra.Command {
 	rebuild.Flags().BoolVar(&accept, "accept-verified-prefix", false, "if the log fails verification, accept its verified prefix: the commands after it are lost")
 	n.flags(rebuild)
 	k.flags(rebuild)
-	cmd.AddCommand(rebuild)
+	verify := &cobra.Command{
+		Use:   "verify --data DIR",
+		Short: "verify the whole log: its chain, every record's MAC, its stream's configuration, and the views' checkpoint against it",
+		Long: "verify reads every record of the log (stop `dwr serve` on DIR first, or use --nats) and checks that each decodes, is authenticated by the " +
+			"log key, takes the next position and carries the previous record's hash; that the log stream is configured as dwr's log must be; and " +
+			"that the views' last record is on the log's chain. It prints progress on stderr, then a table (or --json), and exits 6 naming what is wrong. " +
+			"It never changes anything.",
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return verifyLog(cmd.Context(), data, n, k, g.json, cmd.OutOrStdout(), cmd.ErrOrStderr())
+		},
+	}
+	verify.Flags().StringVar(&data, "data", envOr("DWR_DATA", "dwr-data"), "the data directory of the server")
+	n.flags(verify)
+	k.flags(verify)
+	cmd.AddCommand(rebuild, verify)
 	return cmd
 }
 

@@ -301,3 +301,49 @@ func TestCLIAdminRebuildAcceptsTheVerifiedPrefix(t *testing.T) {
 	url, _ = cliServerIn(t, dir)
 	runJSON(t, url, &goal, "goal", "get", goal["id"].(string))
 }
+
+func TestCLIAdminVerify(t *testing.T) {
+	dir := t.TempDir()
+	url, stop := cliServerIn(t, dir)
+	var goal map[string]any
+	runJSON(t, url, &goal, "goal", "create", "--title", "g", "--command-id", "g-1")
+	stop()
+
+	code, out, errs := run(t, url, "admin", "verify", "--data", dir)
+	require.Equal(t, 0, code, errs)
+	require.Contains(t, errs, "verifying: record", "progress is shown")
+	require.Contains(t, out, "verified to the end")
+	require.Contains(t, out, "on the log's verified chain")
+	require.Regexp(t, `result\s+OK`, out)
+
+	seq := republishLast(t, dir)
+	code, out, errs = run(t, url, "admin", "verify", "--data", dir, "--json")
+	require.Equal(t, exitDamaged, code, errs)
+	require.Contains(t, errs, fmt.Sprintf("log damaged at seq %d", seq))
+	var r struct {
+		OK     bool `json:"ok"`
+		Damage struct {
+			Seq     uint64 `json:"seq"`
+			Problem string `json:"problem"`
+			Lost    []struct {
+				Seq      uint64   `json:"seq"`
+				Commands []string `json:"commands"`
+			} `json:"lost"`
+		} `json:"damage"`
+		Verified struct {
+			Seq uint64 `json:"seq"`
+		} `json:"verified"`
+	}
+	require.NoError(t, json.Unmarshal([]byte(out), &r), out)
+	require.False(t, r.OK)
+	require.Equal(t, seq, r.Damage.Seq)
+	require.Equal(t, "repeated position", r.Damage.Problem)
+	require.Equal(t, seq-1, r.Verified.Seq)
+	require.Len(t, r.Damage.Lost, 1)
+	require.Equal(t, []string{"default/g-1"}, r.Damage.Lost[0].Commands)
+
+	code, out, _ = run(t, url, "admin", "verify", "--data", dir)
+	require.Equal(t, exitDamaged, code)
+	require.Regexp(t, fmt.Sprintf(`chain\s+DAMAGED at seq %d`, seq), out)
+	require.Regexp(t, `result\s+FAILED`, out)
+}

@@ -65,7 +65,7 @@ func Main(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	pf.BoolVar(&g.json, "json", false, "print machine-readable JSON instead of tables")
 	pf.StringVar(&g.timeout, "timeout", "10s", "how long to wait for the service to answer")
 	root.AddCommand(serveCmd(), workspaceCmd(g), goalCmd(g), planCmd(g), taskCmd(g), eventsCmd(g), watchCmd(g),
-		adminCmd(), schemaCmd(g), reviewCmd(g), signalCmd(g), benchCmd(g), workerCmd(g),
+		adminCmd(g), schemaCmd(g), reviewCmd(g), signalCmd(g), benchCmd(g), workerCmd(g),
 		keysCmd(g), approvalsCmd(g), approveCmd(g))
 	root.SetArgs(args)
 	root.SetOut(stdout)

@@ -191,7 +191,8 @@ func schemaCmd(g *globals) *cobra.Command {
 func serveFailure(err error) error {
 	if errors.Is(err, eventstore.ErrIntegrity) {
 		return fail(exitDamaged, "%v\nnothing is served from a log that fails verification: restore the log (or its stream's configuration) "+
-			"from a replica or a backup, or accept its verified prefix with --accept-verified-prefix (the commands after it are lost)", err)
+			"from a replica or a backup, or accept its verified prefix with --accept-verified-prefix (the commands after it are lost); "+
+			"`dwr admin verify` shows the damage", err)
 	}
 	return fail(exitError, "%v", err)
 }
