@@ -110,3 +110,32 @@ func benchCommitter(b *testing.B, log eventstore.Log) {
 	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "requests/s")
 	b.ReportMetric(float64(b.N)/float64(max(appends, 1)), "requests/append")
 }
+
+// BenchmarkJetStreamRead reads a log of 2,000 records from its start, as a
+// rebuild or a verification does: records/s.
+func BenchmarkJetStreamRead(b *testing.B) {
+	f := setupJetStream(b)
+	l := f.newLog(b)
+	rec := benchRecord(b)
+	ctx := context.Background()
+	const n = 2000
+	var last uint64
+	for range n {
+		seq, err := l.Append(ctx, rec, last)
+		if err != nil {
+			b.Fatal(err)
+		}
+		last = seq
+	}
+	b.ResetTimer()
+	for range b.N {
+		got := 0
+		if err := l.Read(ctx, 1, func(uint64, []byte) error { got++; return nil }); err != nil {
+			b.Fatal(err)
+		}
+		if got != n {
+			b.Fatalf("read %d records, want %d", got, n)
+		}
+	}
+	b.ReportMetric(float64(b.N*n)/b.Elapsed().Seconds(), "records/s")
+}

@@ -100,8 +100,9 @@ type Acceptance struct {
 	UpToSeq uint64 `json:"up_to_seq"`
 	// Discarded is the number of records present in the log between the
 	// prefix and this record: they stay (the log cannot delete) but are no
-	// longer part of it.
+	// longer part of it. FromSeq is the sequence of the first of them.
 	Discarded uint64 `json:"discarded"`
+	FromSeq   uint64 `json:"from_seq,omitempty"`
 	// LostToN is, when the views had seen further than the log now holds,
 	// the last position they had applied.
 	LostToN uint64 `json:"lost_to_n,omitempty"`

@@ -91,8 +91,11 @@ func (c JetStreamConfig) validate() error {
 // headers in MaxMsgSize.
 const maxHeaderBytes = 1024
 
-// readBufferBytes bounds what a reader buffers ahead of fn (a few records).
+// readBufferBytes bounds what a tail buffers ahead of fn (a few records).
 const readBufferBytes = 8 << 20
+
+// readBatch is the number of records a reader pulls at once.
+const readBatch = 256
 
 // JetStreamLog is a Log on one subject ("partition") of a JetStream stream.
 // Sequences are the stream's sequences. It is safe for concurrent use.
@@ -460,19 +463,72 @@ func (l *JetStreamLog) Stat(ctx context.Context) (LogStat, error) {
 	return out, nil
 }
 
-// Read calls fn for each record on the partition subject from from to the last
-// sequence at the time of the call, using an ordered consumer. It returns fn's
+// Read calls fn for each record on the partition subject from from to the
+// stream's last sequence at the time of the call, in order. It pulls batches
+// without waiting from an ephemeral consumer until the server has no more to
+// give, rather than reading up to the subject's last sequence: after damage
+// to its files, JetStream can report a subject's last message (or its count)
+// wrongly while the records before it are still there. It returns fn's
 // error, ctx's error, or an error reading the stream.
 func (l *JetStreamLog) Read(ctx context.Context, from uint64, fn func(seq uint64, rec []byte) error) error {
-	last, err := l.LastSeq(ctx)
+	st, err := l.js.Stream(ctx, l.stream)
 	if err != nil {
-		return err
+		return fmt.Errorf("eventstore: read %s: %w", l.subject, err)
 	}
+	until := st.CachedInfo().State.LastSeq
 	from = max(from, 1)
-	if from > last {
+	if from > until {
 		return nil
 	}
-	return l.consume(ctx, from, last, fn)
+	cons, err := l.js.CreateConsumer(ctx, l.stream, jetstream.ConsumerConfig{
+		FilterSubject:     l.subject,
+		DeliverPolicy:     jetstream.DeliverByStartSequencePolicy,
+		OptStartSeq:       from,
+		AckPolicy:         jetstream.AckNonePolicy,
+		MemoryStorage:     true,
+		InactiveThreshold: time.Minute,
+	})
+	if err != nil {
+		return fmt.Errorf("eventstore: read %s: %w", l.subject, err)
+	}
+	defer l.deleteConsumer(ctx, cons)
+	for {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		batch, err := cons.FetchNoWait(readBatch)
+		if err != nil {
+			return fmt.Errorf("eventstore: read %s: %w", l.subject, err)
+		}
+		n, done := 0, false
+		for msg := range batch.Messages() {
+			n++
+			if done {
+				continue // drain the batch
+			}
+			md, err := msg.Metadata()
+			if err != nil {
+				return fmt.Errorf("eventstore: read %s: %w", l.subject, err)
+			}
+			if md.Sequence.Stream > until {
+				done = true
+				continue
+			}
+			if err := fn(md.Sequence.Stream, msg.Data()); err != nil {
+				return err
+			}
+			done = md.Sequence.Stream == until
+		}
+		if err := batch.Error(); err != nil && !errors.Is(err, jetstream.ErrNoMessages) {
+			if ctx.Err() != nil {
+				return ctx.Err()
+			}
+			return fmt.Errorf("eventstore: read %s: %w", l.subject, err)
+		}
+		if n == 0 || done {
+			return nil
+		}
+	}
 }
 
 // Tail calls fn for every record on the partition subject from from on, using

@@ -2,6 +2,7 @@ package eventstore
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"strings"
@@ -41,6 +42,9 @@ func (t LogTip) Next(seq uint64, c *Commit) LogTip {
 	}
 	if c.Accept != nil {
 		n.Discarded += c.Accept.Discarded
+		if t.N == 0 && c.Accept.FromSeq > 0 {
+			n.First = c.Accept.FromSeq // the discarded records come first
+		}
 	}
 	return n
 }
@@ -379,10 +383,11 @@ func ReadVerified(ctx context.Context, l Log, key *LogKey, tip LogTip, fn func(s
 
 // CheckStat checks what a log's own counts say against a tip verified up to
 // its end: that the partition's first record is still the one the tip
-// started from, and, when the log ends at the tip, that it holds exactly the
-// tip's records. This finds records lost below the tip, which reading on from
-// the tip cannot see. It returns an *IntegrityError, or an error reading the
-// log's state.
+// started from, and, when the log ends at the tip, that it holds no fewer
+// records than were verified. It is cheap (three requests) but only as good
+// as the log's own accounting: JetStream can keep counting a message it lost
+// in a damaged block. CheckChain reads instead. It returns an
+// *IntegrityError, or an error reading the log's state.
 func CheckStat(ctx context.Context, l Log, tip LogTip) error {
 	if tip.N == 0 {
 		return nil
@@ -395,10 +400,85 @@ func CheckStat(ctx context.Context, l Log, tip LogTip) error {
 	case tip.First > 0 && st.First != tip.First:
 		return &IntegrityError{Problem: ProblemMissing, Prefix: tip,
 			Detail: fmt.Sprintf("the partition's first record is at seq %d, it was at seq %d: the records before were lost", st.First, tip.First)}
-	case st.Last == tip.Seq && st.Records != tip.N+tip.Discarded:
+	case st.Last == tip.Seq && st.Records < tip.N+tip.Discarded:
 		return &IntegrityError{Problem: ProblemMissing, Prefix: tip,
 			Detail: fmt.Sprintf("the partition holds %d records up to seq %d, %d were verified there: %d records below it were lost (run dwr admin verify to find them)",
-				st.Records, st.Last, tip.N+tip.Discarded, int64(tip.N+tip.Discarded)-int64(st.Records))}
+				st.Records, st.Last, tip.N+tip.Discarded, tip.N+tip.Discarded-st.Records)}
+	}
+	return nil
+}
+
+// CheckChain reads the partition from its first record up to tip (a tip
+// verified before, e.g. the views' checkpoint) and checks that it still is
+// the chain that was verified: every record in its place, each carrying the
+// hash of the one before, up to the tip's record with the tip's hash. Since
+// the tip's hash was verified, the hashes anchor every record below it: no
+// MAC is needed, and records are not decoded beyond their position and
+// previous hash. Stretches that acceptances discarded (first and last
+// sequence) are skipped. It finds a record lost or changed below a
+// checkpoint, which reading on from the checkpoint cannot see. It returns an
+// *IntegrityError, or an error reading the log.
+func CheckChain(ctx context.Context, l Log, tip LogTip, discarded [][2]uint64) error {
+	if tip.N == 0 {
+		return nil
+	}
+	var prev LogTip // the last record checked
+	found := false
+	errStop := errors.New("stop")
+	err := l.Read(ctx, 1, func(seq uint64, rec []byte) error {
+		if seq > tip.Seq {
+			return errStop
+		}
+		for _, d := range discarded {
+			if seq >= d[0] && seq <= d[1] {
+				return nil
+			}
+		}
+		var h struct {
+			F    int    `json:"f"`
+			N    uint64 `json:"n"`
+			Prev string `json:"prev"`
+		}
+		damage := func(p Problem, detail string) error {
+			return &IntegrityError{Seq: seq, N: h.N, Problem: p, Detail: detail + " (below the checkpoint, " + tip.String() + ")", Prefix: prev}
+		}
+		if err := json.Unmarshal(rec, &h); err != nil {
+			return damage(ProblemUndecodable, err.Error())
+		}
+		switch h.F {
+		case FormatLegacy:
+			if prev.Format == FormatChained {
+				return damage(ProblemUnauthenticated, "a record of the old format after chained ones")
+			}
+			h.N = prev.N + 1
+		case FormatChained:
+			switch {
+			case h.N > prev.N+1:
+				return damage(ProblemGap, fmt.Sprintf("records n %d..%d are missing before it", prev.N+1, h.N-1))
+			case h.N < prev.N+1:
+				return damage(ProblemRepeated, fmt.Sprintf("it takes position %d, which %s already holds", h.N, prev))
+			case h.Prev != prev.Hash:
+				return damage(ProblemPrev, "the record before it is not the one it was chained on")
+			}
+		default:
+			return damage(ProblemUndecodable, fmt.Sprintf("record format %d", h.F))
+		}
+		prev = LogTip{N: h.N, Seq: seq, Hash: hashBytes(rec), Format: h.F}
+		if seq == tip.Seq {
+			found = true
+			if prev.Hash != tip.Hash || prev.N != tip.N {
+				return damage(ProblemCheckpointChanged, fmt.Sprintf("the record at seq %d is not the one verified there", seq))
+			}
+			return errStop
+		}
+		return nil
+	})
+	if err != nil && !errors.Is(err, errStop) {
+		return err
+	}
+	if !found {
+		return &IntegrityError{Seq: tip.Seq, N: tip.N, Problem: ProblemCheckpointMissing, Prefix: prev,
+			Detail: fmt.Sprintf("the log has no record at seq %d", tip.Seq)}
 	}
 	return nil
 }

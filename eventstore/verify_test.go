@@ -411,3 +411,60 @@ func TestResumeFindsLossBelowTheCheckpoint(t *testing.T) {
 	// A log that goes on after the checkpoint is not counted against it.
 	require.NoError(t, eventstore.CheckStat(ctx, below, tip))
 }
+
+// CheckChain reads below a checkpoint: it finds a record lost or changed
+// there even when the log's own counts say nothing is missing (JetStream
+// keeps counting a message it lost in a damaged block).
+func TestCheckChainBelowTheCheckpoint(t *testing.T) {
+	ctx := t.Context()
+	w := newChainer(t)
+	recs := w.records(6)
+	problem := func(err error) (eventstore.Problem, uint64) {
+		t.Helper()
+		var ie *eventstore.IntegrityError
+		require.ErrorAs(t, err, &ie)
+		return ie.Problem, ie.Seq
+	}
+	require.NoError(t, eventstore.CheckChain(ctx, memLog(t, recs...), w.tip, nil))
+	require.NoError(t, eventstore.CheckChain(ctx, memLog(t, recs...), w.tips[2], nil), "up to an earlier checkpoint")
+
+	lying := &countingLog{sparseLog{memLog(t, recs...), map[uint64]bool{3: true}}, 6}
+	require.NoError(t, eventstore.CheckStat(ctx, lying, w.tip), "the counts miss it")
+	p, seq := problem(eventstore.CheckChain(ctx, lying, w.tip, nil))
+	require.Equal(t, eventstore.ProblemGap, p)
+	require.Equal(t, uint64(4), seq)
+
+	changed := slices.Clone(recs)
+	changed[1] = flip(changed[1], len(changed[1])/2)
+	p, seq = problem(eventstore.CheckChain(ctx, memLog(t, changed...), w.tip, nil))
+	require.Equal(t, eventstore.ProblemPrev, p, "the next record's hash anchors a changed one")
+	require.Equal(t, uint64(3), seq)
+
+	p, _ = problem(eventstore.CheckChain(ctx, memLog(t, recs[:4]...), w.tip, nil))
+	require.Equal(t, eventstore.ProblemCheckpointMissing, p)
+
+	// Stretches an acceptance discarded are skipped.
+	l := memLog(t, changed...)
+	v := verifyAll(t, l)
+	_, c, err := eventstore.AppendAcceptance(ctx, l, testKey, v.Tip, 6, eventstore.Acceptance{Discarded: 5, FromSeq: 2}, "op", time.Now())
+	require.NoError(t, err)
+	v = verifyAll(t, l)
+	require.Nil(t, v.Damage)
+	require.Equal(t, c.Hash, v.Tip.Hash)
+	require.NoError(t, eventstore.CheckChain(ctx, l, v.Tip, [][2]uint64{{2, 6}}))
+	require.NoError(t, eventstore.CheckStat(ctx, l, v.Tip))
+	_, seq = problem(eventstore.CheckChain(ctx, l, v.Tip, nil))
+	require.Equal(t, uint64(3), seq, "without the stretch, the record after the changed one breaks the chain")
+}
+
+// countingLog reports a fixed number of records, as a stale index does.
+type countingLog struct {
+	sparseLog
+	records uint64
+}
+
+func (l *countingLog) Stat(ctx context.Context) (eventstore.LogStat, error) {
+	st, err := l.sparseLog.Stat(ctx)
+	st.Records = l.records
+	return st, err
+}

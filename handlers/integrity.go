@@ -162,14 +162,24 @@ func AcceptVerifiedPrefix(ctx context.Context, l eventstore.Log, key *eventstore
 			return nil, err
 		}
 	}
-	acc := eventstore.Acceptance{Problem: a.Problem, Lost: a.Lost, Unnamed: a.Unnamed, By: "dwr --accept-verified-prefix"}
-	if v.Damage != nil {
-		acc.Discarded = uint64(len(v.Damage.Lost) + v.Damage.LostMore)
+	acc := eventstore.Acceptance{Problem: a.Problem, Lost: a.Lost, Unnamed: a.Unnamed, By: "dwr --accept-verified-prefix", UpToSeq: v.Last}
+	if d := v.Damage; d != nil {
+		acc.Discarded = uint64(len(d.Lost) + d.LostMore)
+		if len(d.Lost) > 0 {
+			acc.FromSeq = d.Lost[0].Seq
+		}
 	}
 	if beyond {
-		acc.LostToN, acc.UpToSeq = a.Views.N, a.Views.Seq
+		acc.LostToN, acc.UpToSeq = a.Views.N, max(acc.UpToSeq, a.Views.Seq)
 	}
-	a.Seq, a.Record, err = eventstore.AppendAcceptance(ctx, l, key, v.Tip, v.Last, acc, writer, now)
+	// Appended after whatever the log says its last record is (after damage
+	// JetStream can miss the last one it holds: its answer is what an append
+	// is checked against).
+	last, err := l.LastSeq(ctx)
+	if err != nil {
+		return nil, err
+	}
+	a.Seq, a.Record, err = eventstore.AppendAcceptance(ctx, l, key, v.Tip, last, acc, writer, now)
 	if err != nil {
 		return nil, err
 	}

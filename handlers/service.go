@@ -63,6 +63,13 @@ type Config struct {
 	// StreamCheckInterval is how often the running service checks the log
 	// stream's configuration again; a change stops it. Default 10s.
 	StreamCheckInterval time.Duration
+	// TrustBelowCheckpoint skips, on start, reading the log below the views'
+	// checkpoint to check its chain of hashes (one read of the whole log,
+	// without decoding): the start is faster on a very long log, but a
+	// record lost or changed below the checkpoint is then found only by
+	// `dwr admin verify` or a rebuild (the log's own counts, checked
+	// instead, can miss it).
+	TrustBelowCheckpoint bool
 }
 
 func (c Config) withDefaults() Config {
@@ -177,7 +184,7 @@ func (s *Service) Run(ctx context.Context) error {
 		}
 	}
 	// Nothing is served before the log verifies from the views' last record
-	// on, and its own counts agree with them.
+	// on, and still holds what the views were built from below it.
 	if err := s.retry(ctx, "verify the log and catch the views up", s.catchUpViews); err != nil {
 		return permanent(err)
 	}
@@ -424,10 +431,13 @@ func (s *Service) runWriter(ctx context.Context, lease *lease) error {
 }
 
 // catchUpViews verifies the log from the views' last record on and applies
-// what follows it, then checks the log's own counts against the views. Views
+// what follows it, then checks the log below that record (CheckLog). Views
 // found damaged (Pebble corruption, records an accepted prefix discarded) are
 // moved aside and rebuilt from the log, verifying it whole.
 func (s *Service) catchUpViews(ctx context.Context) error {
+	if s.store.Checkpoint() == 0 {
+		s.cfg.Logger.Info("handlers: the views are empty: building them from the log, verifying it whole")
+	}
 	_, err := s.store.CatchUp(ctx, s.log, s.key)
 	if errors.Is(err, projections.ErrDamaged) {
 		moved, rerr := s.store.Reset(err)
@@ -440,7 +450,7 @@ func (s *Service) catchUpViews(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	return s.store.CheckLog(ctx, s.log)
+	return s.store.CheckLog(ctx, s.log, !s.cfg.TrustBelowCheckpoint)
 }
 
 // watchStorage stops the service when its storage is found damaged while it

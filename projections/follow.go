@@ -30,13 +30,24 @@ func (s *Store) CatchUp(ctx context.Context, log eventstore.Log, key *eventstore
 	return s.Checkpoint(), err
 }
 
-// CheckLog checks the log's own account of its records against the views'
-// last record (eventstore.CheckStat): that records below it, which CatchUp
-// does not read again, are all still there. Call it once the views have
-// caught up. It returns an *eventstore.IntegrityError, or an error reading
-// the log's state.
-func (s *Store) CheckLog(ctx context.Context, log eventstore.Log) error {
-	return eventstore.CheckStat(ctx, log, s.LogTip())
+// CheckLog checks that the log still holds, below the views' last record,
+// what the views were built from — which CatchUp, reading on from that
+// record, does not see. With whole it reads the log up to that record and
+// checks its chain of hashes (eventstore.CheckChain, one read of the log, no
+// decoding); without, it asks the log's own counts only
+// (eventstore.CheckStat, which JetStream's stale accounting after a damaged
+// block can fool). Call it once the views have caught up. It returns an
+// *eventstore.IntegrityError, or an error reading the log.
+func (s *Store) CheckLog(ctx context.Context, log eventstore.Log, whole bool) error {
+	tip := s.LogTip()
+	if err := eventstore.CheckStat(ctx, log, tip); err != nil || !whole {
+		return err
+	}
+	discarded, err := s.Discarded()
+	if err != nil {
+		return err
+	}
+	return eventstore.CheckChain(ctx, log, tip, discarded)
 }
 
 // Follow verifies and applies records as they are appended to log, from the

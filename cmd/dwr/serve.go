@@ -60,6 +60,7 @@ type serveOpts struct {
 	nats                   natsOpts
 	logKey                 logKeyOpts
 	acceptPrefix           bool
+	trustBelow             bool
 }
 
 func serveCmd() *cobra.Command {
@@ -80,6 +81,7 @@ func serveCmd() *cobra.Command {
 	f.IntVar(&o.replicas, "replicas", 1, "replicas of the log and the lease (3 on a NATS cluster)")
 	f.StringVar(&o.logLevel, "log-level", "info", "debug, info, warn or error")
 	f.BoolVar(&o.acceptPrefix, "accept-verified-prefix", false, "if the log fails verification, accept its verified prefix: print the acknowledged commands lost after it, rebuild the views from it and go on after it (see the README)")
+	f.BoolVar(&o.trustBelow, "trust-below-checkpoint", false, "on start, do not read the log below the views' checkpoint to check its chain (faster on a very long log; damage there is then found by `dwr admin verify`)")
 	o.nats.flags(cmd)
 	o.logKey.flags(cmd)
 	return cmd
@@ -153,7 +155,7 @@ func serve(ctx context.Context, o serveOpts, stderr io.Writer) error {
 		}
 	}()
 	svc, err := handlers.New(nc, store, handlers.Config{Replicas: o.replicas, WriterID: id, Logger: logger,
-		LogKey: key, AcceptVerifiedPrefix: o.acceptPrefix})
+		LogKey: key, AcceptVerifiedPrefix: o.acceptPrefix, TrustBelowCheckpoint: o.trustBelow})
 	if err != nil {
 		return fail(exitInvalid, "%v", err)
 	}

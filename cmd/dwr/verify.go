@@ -80,7 +80,7 @@ func verifyLog(ctx context.Context, data string, n natsOpts, k logKeyOpts, asJSO
 	if d := v.Damage; d != nil {
 		r.Damage = &verifyDamage{Seq: d.Seq, N: d.N, Problem: string(d.Problem), Detail: d.Detail, Lost: d.Lost, LostMore: d.LostMore}
 		r.Problems = append(r.Problems, d.Error())
-	} else if err := eventstore.CheckStat(ctx, al.log, v.Tip); err != nil {
+	} else if err := eventstore.CheckStat(ctx, al.log, v.Tip); err != nil { // the log's own counts against what was read
 		r.Problems = append(r.Problems, err.Error())
 	}
 
