@@ -310,3 +310,53 @@ func (h *captureHandler) records() []slog.Record {
 	defer h.mu.Unlock()
 	return slices.Clone(h.recs)
 }
+
+// A log written before the chain (records of format 1, no views of the new
+// kind) is served after an upgrade: its records verify as the chain's
+// beginning, the views are rebuilt from them, and new records chain on the
+// last of them.
+func TestLegacyLogIsUpgraded(t *testing.T) {
+	old := setup(t)
+	goal, _ := old.mustCommand(t, "goal.create", map[string]any{"title": "from before"})
+	var legacy [][]byte
+	require.NoError(t, old.svc.Log().Read(context.Background(), 1, func(_ uint64, rec []byte) error {
+		c, err := eventstore.DecodeCommit(rec)
+		require.NoError(t, err)
+		events := make([]json.RawMessage, len(c.Events))
+		for i := range c.Events {
+			events[i] = c.Events[i].Raw
+		}
+		b, err := json.Marshal(map[string]any{"f": 1, "kind": c.Kind, "epoch": c.Epoch, "writer": c.Writer, "time": c.Time,
+			"events": events, "results": c.Results})
+		require.NoError(t, err)
+		legacy = append(legacy, b)
+		return nil
+	}))
+	old.stop()
+
+	dir := t.TempDir()
+	onStopped(t, dir, func(ctx context.Context, js jetstream.JetStream) {
+		l, err := eventstore.NewJetStreamLog(ctx, js, eventstore.JetStreamConfig{})
+		require.NoError(t, err)
+		var last uint64
+		for _, rec := range legacy {
+			last, err = l.Append(ctx, rec, last)
+			require.NoError(t, err)
+		}
+	})
+	b := start(t, dir)
+	var g domain.Goal
+	b.query(t, "goal.get", handlers.Query{ID: goal.ID}, 0, &g)
+	require.Equal(t, "from before", g.Title)
+	after, seq := b.mustCommand(t, "goal.create", map[string]any{"title": "after"})
+	v, err := eventstore.VerifyLog(context.Background(), b.svc.Log(), b.svc.LogKey(), nil)
+	require.NoError(t, err)
+	require.Nil(t, v.Damage)
+	require.Equal(t, len(legacy), v.Legacy)
+	require.Equal(t, seq, v.Tip.Seq)
+	require.Equal(t, uint64(len(legacy)+2), v.Tip.N, "positions count the legacy records (then an epoch and the goal)")
+	b.stop()
+
+	b = start(t, dir)
+	b.query(t, "goal.get", handlers.Query{ID: after.ID}, 0, &g)
+}
