@@ -3,6 +3,7 @@ package integration
 import (
 	"context"
 	"fmt"
+	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -262,6 +263,16 @@ func TestClusterR3(t *testing.T) {
 	views := compareViews(t, ctx, filepath.Join(data, "views"), l, logKeyOf(t, data))
 	lc := led.counts()
 	phase("views rebuilt and compared")
+
+	// Maintenance on the cluster never lowers the log's durability: it opens
+	// the stream read-only (it used to update it to R1).
+	for _, args := range [][]string{{"admin", "verify"}, {"admin", "rebuild"}} {
+		out, err := exec.Command(bin, append(args, "--nats", natsURL, "--data", data)...).CombinedOutput()
+		require.NoError(t, err, "dwr %s --nats: %s", strings.Join(args, " "), out)
+	}
+	info = streamInfo(t, ctx, js, "DWR_LOG", func(*jetstream.StreamInfo) bool { return true })
+	require.Equal(t, 3, info.Config.Replicas, "dwr admin left the log stream with three replicas")
+	phase("dwr admin verify and rebuild on the cluster")
 
 	t.Logf("cluster log: %s", a)
 	t.Logf("cluster views: live checkpoint %d, rebuilt %d, equal=%v %s", views.LiveCheckpoint, views.RebuiltCheckpoint, views.Equal, views.FirstDiff)
