@@ -139,3 +139,35 @@ func BenchmarkJetStreamRead(b *testing.B) {
 	}
 	b.ReportMetric(float64(b.N*n)/b.Elapsed().Seconds(), "records/s")
 }
+
+// BenchmarkCheckChain checks the chain of hashes of a log of 2,000 records
+// below its last one, as a start does: records/s.
+func BenchmarkCheckChain(b *testing.B) {
+	f := setupJetStream(b)
+	l := f.newLog(b)
+	ctx := context.Background()
+	const n = 2000
+	var tip eventstore.LogTip
+	for i := range n {
+		c := &eventstore.Commit{Kind: eventstore.KindEvents, Epoch: 1, Writer: "bench", Time: time.Now(), N: tip.N + 1, Prev: tip.Hash,
+			Events: []eventstore.Event{{ID: "01J00000000000000000000000", Type: "counter.incremented", SchemaVersion: 1, Workspace: "ws",
+				AggregateType: "counter", AggregateID: fmt.Sprint(i), Version: 1, CommandID: "c", Time: time.Now(),
+				Data: json.RawMessage(`{"pad":"xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx"}`)}}}
+		rec, err := eventstore.EncodeCommit(c, testKey)
+		if err != nil {
+			b.Fatal(err)
+		}
+		seq, err := l.Append(ctx, rec, tip.Seq)
+		if err != nil {
+			b.Fatal(err)
+		}
+		tip = tip.Next(seq, c)
+	}
+	b.ResetTimer()
+	for range b.N {
+		if err := eventstore.CheckChain(ctx, l, tip, nil); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.ReportMetric(float64(b.N*n)/b.Elapsed().Seconds(), "records/s")
+}

@@ -1,6 +1,7 @@
 package eventstore
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -434,16 +435,12 @@ func CheckChain(ctx context.Context, l Log, tip LogTip, discarded [][2]uint64) e
 				return nil
 			}
 		}
-		var h struct {
-			F    int    `json:"f"`
-			N    uint64 `json:"n"`
-			Prev string `json:"prev"`
-		}
+		h, herr := decodeHeader(rec)
 		damage := func(p Problem, detail string) error {
 			return &IntegrityError{Seq: seq, N: h.N, Problem: p, Detail: detail + " (below the checkpoint, " + tip.String() + ")", Prefix: prev}
 		}
-		if err := json.Unmarshal(rec, &h); err != nil {
-			return damage(ProblemUndecodable, err.Error())
+		if herr != nil {
+			return damage(ProblemUndecodable, herr.Error())
 		}
 		switch h.F {
 		case FormatLegacy:
@@ -481,4 +478,89 @@ func CheckChain(ctx context.Context, l Log, tip LogTip, discarded [][2]uint64) e
 			Detail: fmt.Sprintf("the log has no record at seq %d", tip.Seq)}
 	}
 	return nil
+}
+
+// recordHeader is what CheckChain reads of a record.
+type recordHeader struct {
+	F    int
+	N    uint64
+	Prev string
+}
+
+// decodeHeader reads a record's format, position and previous hash from
+// the fields that come before its events, without scanning the rest: the
+// record's hash, checked against the next record's, covers all of it.
+func decodeHeader(rec []byte) (recordHeader, error) {
+	if h, ok := fastHeader(rec); ok {
+		return h, nil
+	}
+	return slowHeader(rec)
+}
+
+// fastHeader reads the header as EncodeCommit lays it out: `{"f":2,` first,
+// then scalars (a quote inside a string is escaped, so `,"n":` cannot occur
+// before the field itself), `,"n":<digits>` and, unless it is the first
+// record, `,"prev":"<hex>"` right after. ok is false for any other layout.
+func fastHeader(rec []byte) (h recordHeader, ok bool) {
+	switch {
+	case bytes.HasPrefix(rec, []byte(`{"f":1,`)):
+		return recordHeader{F: FormatLegacy}, true
+	case !bytes.HasPrefix(rec, []byte(`{"f":2,`)):
+		return h, false
+	}
+	h.F = FormatChained
+	i := bytes.Index(rec, []byte(`,"n":`))
+	if i < 0 {
+		return h, false
+	}
+	rest := rec[i+len(`,"n":`):]
+	d := 0
+	for d < len(rest) && rest[d] >= '0' && rest[d] <= '9' {
+		h.N = h.N*10 + uint64(rest[d]-'0')
+		d++
+	}
+	if d == 0 || d > 19 {
+		return h, false
+	}
+	rest = rest[d:]
+	if p := []byte(`,"prev":"`); bytes.HasPrefix(rest, p) {
+		rest = rest[len(p):]
+		end := bytes.IndexByte(rest, '"')
+		if end < 0 {
+			return h, false
+		}
+		h.Prev = string(rest[:end])
+	}
+	return h, true
+}
+
+// slowHeader reads the header with a JSON decoder, for a layout other than
+// EncodeCommit's (the fields in any order): it reads every field.
+func slowHeader(rec []byte) (recordHeader, error) {
+	var h recordHeader
+	dec := json.NewDecoder(bytes.NewReader(rec))
+	if t, err := dec.Token(); err != nil || t != json.Delim('{') {
+		return h, fmt.Errorf("a record is a JSON object: %v", err)
+	}
+	for dec.More() {
+		t, err := dec.Token()
+		if err != nil {
+			return h, err
+		}
+		switch t {
+		case "f":
+			err = dec.Decode(&h.F)
+		case "n":
+			err = dec.Decode(&h.N)
+		case "prev":
+			err = dec.Decode(&h.Prev)
+		default:
+			var skip json.RawMessage
+			err = dec.Decode(&skip)
+		}
+		if err != nil {
+			return h, err
+		}
+	}
+	return h, nil
 }

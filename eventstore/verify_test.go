@@ -468,3 +468,21 @@ func (l *countingLog) Stat(ctx context.Context) (eventstore.LogStat, error) {
 	st.Records = l.records
 	return st, err
 }
+
+// The header CheckChain reads is the record's own, whatever its events hold.
+func TestRecordHeader(t *testing.T) {
+	w := newChainer(t)
+	recs := w.records(2)
+	for i, rec := range recs {
+		c, err := eventstore.DecodeCommit(rec)
+		require.NoError(t, err)
+		h := eventstore.DecodeHeaderForTest(rec)
+		require.Equal(t, [3]any{eventstore.FormatChained, c.N, c.Prev}, h, "record %d", i)
+	}
+	first := recs[0]
+	require.Equal(t, [3]any{eventstore.FormatChained, uint64(1), ""}, eventstore.DecodeHeaderForTest(first),
+		"the first record has no prev: the events' prev fields are not taken for it")
+	require.Equal(t, [3]any{eventstore.FormatLegacy, uint64(0), ""}, eventstore.DecodeHeaderForTest(legacyRecord(1)))
+	reordered := []byte(`{"kind":"epoch","events":[{"prev":"no","n":1}],"f":2,"n":7,"prev":"ab","epoch":1}`)
+	require.Equal(t, [3]any{eventstore.FormatChained, uint64(7), "ab"}, eventstore.DecodeHeaderForTest(reordered), "another layout is decoded")
+}
