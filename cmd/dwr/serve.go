@@ -221,5 +221,8 @@ func (o *logKeyOpts) load(data string, create bool, logger *slog.Logger) ([]byte
 	if created && logger != nil {
 		logger.Info("made a new log key: give this file to every replica of this log (--log-key-file), and back it up", "file", path)
 	}
+	if st, err := os.Stat(path); err == nil && st.Mode().Perm()&0o077 != 0 && logger != nil {
+		logger.Warn("the log key file is readable by others than its owner: whoever reads it can forge log records", "file", path, "mode", st.Mode().Perm().String())
+	}
 	return key, nil
 }
