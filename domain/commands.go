@@ -3,6 +3,7 @@ package domain
 import (
 	"encoding/json"
 	"strconv"
+	"strings"
 	"time"
 )
 
@@ -40,6 +41,18 @@ func (m Meta) Key() string { return CommandKey(m.Actor, m.CommandID) }
 // command, which is decided on its own — an id one identity used can never
 // answer for, or block, another's. A command without an actor (a request
 // that carries no identity) keeps its bare id; so does an empty id (none).
+// SplitCommandKey returns the actor and the id of a key CommandKey made
+// (no actor for a key without one).
+func SplitCommandKey(key string) (actor, id string) {
+	n, rest, ok := strings.Cut(key, ":")
+	size, err := strconv.Atoi(n)
+	if !ok || err != nil || size <= 0 || size >= len(rest) || rest[size] != ':' {
+		return "", key
+	}
+	return rest[:size], rest[size+1:]
+}
+
+// CommandKey returns the idempotency key of command id sent by actor.
 func CommandKey(actor, id string) string {
 	if actor == "" || id == "" {
 		return id

@@ -19,13 +19,13 @@ import (
 // under light load.
 func benchRecord(b *testing.B) []byte {
 	rec, err := eventstore.EncodeCommit(&eventstore.Commit{
-		Kind: eventstore.KindEvents, Epoch: 1, Writer: "bench", Time: time.Now(),
+		Kind: eventstore.KindEvents, Epoch: 1, Writer: "bench", Time: time.Now(), N: 1,
 		Events: []eventstore.Event{{
 			ID: "01J00000000000000000000000", Type: "counter.incremented", SchemaVersion: 1, Workspace: "ws",
 			AggregateType: "counter", AggregateID: "a", Version: 1, CommandID: "c", Time: time.Now(),
 			Data: json.RawMessage(`{"pad":"xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx"}`),
 		}},
-	})
+	}, testKey)
 	require.NoError(b, err)
 	return rec
 }
@@ -109,4 +109,65 @@ func benchCommitter(b *testing.B, log eventstore.Log) {
 	appends := l.appends.Load() - base
 	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "requests/s")
 	b.ReportMetric(float64(b.N)/float64(max(appends, 1)), "requests/append")
+}
+
+// BenchmarkJetStreamRead reads a log of 2,000 records from its start, as a
+// rebuild or a verification does: records/s.
+func BenchmarkJetStreamRead(b *testing.B) {
+	f := setupJetStream(b)
+	l := f.newLog(b)
+	rec := benchRecord(b)
+	ctx := context.Background()
+	const n = 2000
+	var last uint64
+	for range n {
+		seq, err := l.Append(ctx, rec, last)
+		if err != nil {
+			b.Fatal(err)
+		}
+		last = seq
+	}
+	b.ResetTimer()
+	for range b.N {
+		got := 0
+		if err := l.Read(ctx, 1, func(uint64, []byte) error { got++; return nil }); err != nil {
+			b.Fatal(err)
+		}
+		if got != n {
+			b.Fatalf("read %d records, want %d", got, n)
+		}
+	}
+	b.ReportMetric(float64(b.N*n)/b.Elapsed().Seconds(), "records/s")
+}
+
+// BenchmarkCheckChain checks the chain of hashes of a log of 2,000 records
+// below its last one, as a start does: records/s.
+func BenchmarkCheckChain(b *testing.B) {
+	f := setupJetStream(b)
+	l := f.newLog(b)
+	ctx := context.Background()
+	const n = 2000
+	var tip eventstore.LogTip
+	for i := range n {
+		c := &eventstore.Commit{Kind: eventstore.KindEvents, Epoch: 1, Writer: "bench", Time: time.Now(), N: tip.N + 1, Prev: tip.Hash,
+			Events: []eventstore.Event{{ID: "01J00000000000000000000000", Type: "counter.incremented", SchemaVersion: 1, Workspace: "ws",
+				AggregateType: "counter", AggregateID: fmt.Sprint(i), Version: 1, CommandID: "c", Time: time.Now(),
+				Data: json.RawMessage(`{"pad":"xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx"}`)}}}
+		rec, err := eventstore.EncodeCommit(c, testKey)
+		if err != nil {
+			b.Fatal(err)
+		}
+		seq, err := l.Append(ctx, rec, tip.Seq)
+		if err != nil {
+			b.Fatal(err)
+		}
+		tip = tip.Next(seq, c)
+	}
+	b.ResetTimer()
+	for range b.N {
+		if err := eventstore.CheckChain(ctx, l, tip, nil); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.ReportMetric(float64(b.N*n)/b.Elapsed().Seconds(), "records/s")
 }

@@ -8,35 +8,52 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
+// internalKey authenticates the records of the package's internal tests.
+func internalKey(t testing.TB) *LogKey {
+	k, err := NewLogKey([]byte("0123456789abcdef0123456789abcdef"))
+	require.NoError(t, err)
+	return k
+}
+
 // EncodeCommit splices the encoded events into the record: the bytes must be
 // exactly those json.Marshal gives for the record's wire shape, whatever the
-// events hold (HTML characters, line separators, nested JSON, no results).
+// events hold (HTML characters, line separators, nested JSON, no results),
+// and the MAC covers everything before it.
 func TestEncodeCommitIsTheWireShapeMarshalled(t *testing.T) {
 	at := time.Date(2030, 1, 2, 3, 4, 5, 6, time.FixedZone("x", 3600))
+	key := internalKey(t)
 	for _, c := range []*Commit{
-		{Kind: KindEpoch, Epoch: 7, Writer: "w<1>", Time: at},
-		{Kind: KindEvents, Epoch: 1, Writer: "w", Time: at, Events: []Event{
+		{Kind: KindEpoch, Epoch: 7, Writer: "w<1>", Time: at, N: 1},
+		{Kind: KindAccept, Epoch: 7, Writer: "w", Time: at, N: 9, Prev: "ab", Accept: &Acceptance{AfterSeq: 7, AfterN: 8,
+			Problem: "hmac <mismatch>", UpToSeq: 12, Discarded: 4, Lost: []string{"ws/c&1"}}},
+		{Kind: KindEvents, Epoch: 1, Writer: "w", Time: at, N: 2, Prev: "cd", Events: []Event{
 			{ID: "e1", Type: "task.created", SchemaVersion: 2, Workspace: "ws", AggregateType: "task", AggregateID: "t1",
 				Version: 1, CommandID: "c&1", Time: at, Data: json.RawMessage(` {"a": "<b> & \u2028", "n": [1, 2.50, {"x": null}]} `)},
 			{ID: "e2", Type: "task.ready", SchemaVersion: 1, Workspace: "ws", AggregateType: "task", AggregateID: "t1",
 				Version: 2, CommandID: "c&1", Time: at, Data: json.RawMessage(`{}`), PrevHash: "abc"},
 		}, Results: []CommandResult{{Workspace: "ws", CommandID: "c&1", Reply: json.RawMessage(`{"id": "t1", "note": "<ok>"}`)}}},
-		{Kind: KindEvents, Epoch: 1, Writer: "w", Time: at, Events: []Event{
+		{Kind: KindEvents, Epoch: 1, Writer: "w", Time: at, N: 3, Prev: "ef", Events: []Event{
 			{ID: "e3", Type: "goal.created", SchemaVersion: 1, Workspace: "ws", AggregateType: "goal", AggregateID: "g",
 				Version: 1, Time: at, Data: json.RawMessage(`{"title":"é"}`)}}},
 	} {
-		got, err := EncodeCommit(c)
+		got, err := EncodeCommit(c, key)
 		require.NoError(t, err)
-		w := commitWire{Format: recordFormat, Kind: c.Kind, Epoch: c.Epoch, Writer: c.Writer, Time: c.Time, Results: c.Results}
+		_, mac, err := splitMAC(got)
+		require.NoError(t, err)
+		w := commitWire{Format: FormatChained, Kind: c.Kind, Epoch: c.Epoch, Writer: c.Writer, Time: c.Time, N: c.N, Prev: c.Prev,
+			Results: c.Results, Accept: c.Accept, KeyID: key.ID(), MAC: mac}
 		for _, e := range c.Events {
 			w.Events = append(w.Events, e.Raw)
 		}
 		want, err := json.Marshal(&w)
 		require.NoError(t, err)
 		require.Equal(t, string(want), string(got))
+		require.True(t, key.Authentic(got))
 		back, err := DecodeCommit(got)
 		require.NoError(t, err)
 		require.Len(t, back.Events, len(c.Events))
+		require.Equal(t, c.Accept, back.Accept)
+		require.Equal(t, hashBytes(got), back.Hash)
 	}
 }
 
@@ -45,8 +62,9 @@ func TestEncodeCommitIsTheWireShapeMarshalled(t *testing.T) {
 func BenchmarkEncodeCommit(b *testing.B) {
 	at := time.Date(2030, 1, 2, 3, 4, 5, 6, time.UTC)
 	data := json.RawMessage(`{"goal_id":"01JWTD0Q80H4QX4FR84G98PBSK","plan_version":1,"spec":{"key":"extract","queue":"shell","input":{"doc":"s3://bucket/acme.pdf"},"retry":{"max_attempts":5}},"state":"ready"}`)
+	key := internalKey(b)
 	mk := func() *Commit {
-		c := &Commit{Kind: KindEvents, Epoch: 1, Writer: "w", Time: at}
+		c := &Commit{Kind: KindEvents, Epoch: 1, Writer: "w", Time: at, N: 1}
 		for i := range 8 {
 			c.Events = append(c.Events, Event{ID: "01JWTN5C28CB1VEX7BA94DPG5F", Type: "task.created", SchemaVersion: 2, Workspace: "default",
 				AggregateType: "task", AggregateID: "01JWTD0Q80H4QX4FR84G98PBSK", Version: uint64(i + 1), CommandID: "01JWTN5C28B3ATPB6K3VHHA4M8",
@@ -58,7 +76,7 @@ func BenchmarkEncodeCommit(b *testing.B) {
 	}
 	b.ReportAllocs()
 	for b.Loop() {
-		if _, err := EncodeCommit(mk()); err != nil {
+		if _, err := EncodeCommit(mk(), key); err != nil {
 			b.Fatal(err)
 		}
 	}

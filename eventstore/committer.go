@@ -47,13 +47,17 @@ type GroupConfig struct {
 	Clock func() time.Time
 	// Logger receives the committer's logs. Default: discarded.
 	Logger *slog.Logger
-	// Chain holds the aggregates' tips as of ResumeAfter; the committer
+	// Chain holds the aggregates' tips as of Resume; the committer
 	// verifies the records it catches up on with it and numbers and chains
-	// the events it writes. Default: an empty verifier (ResumeAfter must be 0).
+	// the events it writes. Default: an empty verifier (Resume must be zero).
 	Chain *ChainVerifier
-	// ResumeAfter is the log sequence that Chain and the Decider's state
-	// already reflect. Start replays the records after it.
-	ResumeAfter uint64
+	// Resume is the last record that Chain and the Decider's state already
+	// reflect, as verified (the zero LogTip: none). Start checks that the log
+	// still holds it, then verifies and replays the records after it.
+	Resume LogTip
+	// LogKey authenticates the records the committer reads and writes.
+	// Required.
+	LogKey *LogKey
 }
 
 func (c GroupConfig) withDefaults() GroupConfig {
@@ -95,8 +99,11 @@ func (c GroupConfig) validate() error {
 	if c.AppendTimeout < 0 {
 		errs = append(errs, fmt.Errorf("negative AppendTimeout %v", c.AppendTimeout))
 	}
-	if c.Chain == nil && c.ResumeAfter != 0 {
-		errs = append(errs, fmt.Errorf("ResumeAfter %d without a Chain", c.ResumeAfter))
+	if c.Chain == nil && c.Resume.Seq != 0 {
+		errs = append(errs, fmt.Errorf("resuming after %s without a Chain", c.Resume))
+	}
+	if c.LogKey == nil {
+		errs = append(errs, errors.New("no LogKey"))
 	}
 	if err := errors.Join(errs...); err != nil {
 		return fmt.Errorf("eventstore: invalid committer config: %w", err)
@@ -131,8 +138,8 @@ type Decider[T any] interface {
 
 // Replayer is implemented by a Decider that catches up on records appended
 // by earlier writers: Start calls Replay for each record after
-// GroupConfig.ResumeAfter, in order, after verifying its hash chain. An error
-// aborts Start.
+// GroupConfig.Resume, in order, after verifying the log's chain and the
+// aggregates' hash chains. An error aborts Start.
 type Replayer interface {
 	Replay(seq uint64, c *Commit) error
 }
@@ -161,6 +168,7 @@ type Committer[T any] struct {
 	running atomic.Bool
 	lastSeq atomic.Uint64
 	epoch   atomic.Uint64
+	tip     LogTip // the last record appended or caught up on; Start's and then the loop's
 
 	entropy *ulid.MonotonicEntropy // used by the loop only
 	lastMs  uint64
@@ -192,22 +200,24 @@ func (c *Committer[T]) LastSeq() uint64 { return c.lastSeq.Load() }
 // Epoch returns this committer's epoch, or 0 before Start.
 func (c *Committer[T]) Epoch() uint64 { return c.epoch.Load() }
 
-// Start catches up and takes over the log. It reads the log's last sequence,
-// replays the records after GroupConfig.ResumeAfter (verifying their hash
-// chain and passing them to the Decider if it is a Replayer) and finds the
-// highest epoch, which is the last record's since epochs never decrease along
-// the log. The cost is one read of the records after ResumeAfter, or of the
-// last record alone if there are none. It then appends an epoch record one
-// above, expecting the last sequence it read: from then on any older writer's
-// append fails.
+// Start catches up and takes over the log. It checks that the log still holds
+// the record GroupConfig.Resume names, verifies the records after it (the
+// log's chain and MACs, and the aggregates' hash chains) and passes them to
+// the Decider if it is a Replayer, following the highest epoch, which is the
+// last record's since epochs never decrease along the log. The cost is one
+// read from the Resume record on. It then appends an epoch record one above,
+// chained on the last record and expecting its sequence: from then on any
+// older writer's append fails.
 //
 // Start returns nil if the committer had already started. It returns an
-// error for an invalid configuration, a record that does not decode
-// (ErrCorrupt) or breaks a chain (*ChainError), or a failing Replay; an error
-// wrapping ErrFenced and ErrConflict if another writer appended meanwhile;
-// ErrStopped after Run ended; or an error wrapping ErrUnknownOutcome if the
-// epoch append's outcome is unknown. After an error the committer is stopped
-// and queued requests are answered with ErrStopped.
+// error for an invalid configuration; an *IntegrityError (wrapping
+// ErrIntegrity) for a log that does not verify; a *ChainError for an event
+// that breaks its aggregate's chain; an error wrapping ErrTipDiscarded; a
+// failing Replay's error; an error wrapping ErrFenced and ErrConflict if
+// another writer appended meanwhile; ErrStopped after Run ended; or an error
+// wrapping ErrUnknownOutcome if the epoch append's outcome is unknown. After
+// an error the committer is stopped and queued requests are answered with
+// ErrStopped.
 func (c *Committer[T]) Start(ctx context.Context) (err error) {
 	if c.started.Load() {
 		return nil
@@ -223,22 +233,24 @@ func (c *Committer[T]) Start(ctx context.Context) (err error) {
 	if err := c.cfg.validate(); err != nil {
 		return err
 	}
-	caught, maxEpoch, err := c.catchUp(ctx)
+	tip, err := c.catchUp(ctx)
 	if err != nil {
 		return err
 	}
-	epoch := maxEpoch + 1
-	rec, err := EncodeCommit(&Commit{Kind: KindEpoch, Epoch: epoch, Writer: c.cfg.WriterID, Time: c.cfg.Clock()})
+	epoch := tip.Epoch + 1
+	cm := &Commit{Kind: KindEpoch, Epoch: epoch, Writer: c.cfg.WriterID, Time: c.cfg.Clock(), N: tip.N + 1, Prev: tip.Hash}
+	rec, err := EncodeCommit(cm, c.cfg.LogKey)
 	if err != nil {
 		return err
 	}
-	seq, err := c.append(ctx, rec, caught)
+	seq, err := c.append(ctx, rec, tip.Seq)
 	switch {
 	case errors.Is(err, ErrConflict):
-		return fmt.Errorf("%w: epoch %d after sequence %d: %w", ErrFenced, epoch, caught, err)
+		return fmt.Errorf("%w: epoch %d after sequence %d: %w", ErrFenced, epoch, tip.Seq, err)
 	case err != nil:
 		return unknownOutcome(err)
 	}
+	c.tip = tip.Next(seq, cm)
 	c.lastSeq.Store(seq)
 	c.epoch.Store(epoch)
 	c.started.Store(true)
@@ -246,30 +258,11 @@ func (c *Committer[T]) Start(ctx context.Context) (err error) {
 	return nil
 }
 
-// catchUp replays the records after ResumeAfter and returns the last
-// sequence read and the highest epoch.
-func (c *Committer[T]) catchUp(ctx context.Context) (caught, maxEpoch uint64, err error) {
-	last, err := c.log.LastSeq(ctx)
-	if err != nil {
-		return 0, 0, err
-	}
-	resume := c.cfg.ResumeAfter
-	if resume > last {
-		return 0, 0, fmt.Errorf("eventstore: state resumes after sequence %d but the log ends at %d", resume, last)
-	}
-	if last == 0 {
-		return 0, 0, nil
-	}
+// catchUp verifies and replays the records after Resume and returns the
+// last one.
+func (c *Committer[T]) catchUp(ctx context.Context) (LogTip, error) {
 	replayer, _ := c.d.(Replayer)
-	err = c.log.Read(ctx, min(resume+1, last), func(seq uint64, rec []byte) error {
-		cm, err := DecodeCommit(rec)
-		if err != nil {
-			return fmt.Errorf("eventstore: record %d: %w", seq, err)
-		}
-		caught, maxEpoch = seq, max(maxEpoch, cm.Epoch)
-		if seq <= resume {
-			return nil // read only for its epoch
-		}
+	return ReadVerified(ctx, c.log, c.cfg.LogKey, c.cfg.Resume, func(seq uint64, cm *Commit) error {
 		for i := range cm.Events {
 			if err := c.chain.Check(&cm.Events[i]); err != nil {
 				return fmt.Errorf("eventstore: record %d: %w", seq, err)
@@ -282,7 +275,6 @@ func (c *Committer[T]) catchUp(ctx context.Context) (caught, maxEpoch uint64, er
 		}
 		return nil
 	})
-	return caught, maxEpoch, err
 }
 
 // Submit queues item for the next batch. It blocks only while the queue is

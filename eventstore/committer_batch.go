@@ -22,7 +22,8 @@ func (c *Committer[T]) commit(ctx context.Context, items []T) error {
 		return nil
 	}
 	now := c.cfg.Clock().UTC()
-	cm := &Commit{Kind: KindEvents, Epoch: c.Epoch(), Writer: c.cfg.WriterID, Time: now, Events: events, Results: results}
+	cm := &Commit{Kind: KindEvents, Epoch: c.Epoch(), Writer: c.cfg.WriterID, Time: now, Events: events, Results: results,
+		N: c.tip.N + 1, Prev: c.tip.Hash}
 	tx := c.chain.Begin()
 	for i := range cm.Events {
 		e := &cm.Events[i]
@@ -37,7 +38,7 @@ func (c *Committer[T]) commit(ctx context.Context, items []T) error {
 			return nil
 		}
 	}
-	rec, err := EncodeCommit(cm)
+	rec, err := EncodeCommit(cm, c.cfg.LogKey)
 	if err == nil && len(rec) > c.cfg.MaxRecordBytes {
 		err = fmt.Errorf("%w: %d bytes, limit %d", ErrTooLarge, len(rec), c.cfg.MaxRecordBytes)
 	}
@@ -53,6 +54,7 @@ func (c *Committer[T]) commit(ctx context.Context, items []T) error {
 	switch {
 	case err == nil:
 		tx.Commit()
+		c.tip = c.tip.Next(seq, cm)
 		c.lastSeq.Store(seq)
 		c.cfg.Logger.Debug("eventstore: committed", logKeySeq, seq, logKeyItems, len(items), logKeyEvents, len(events), logKeyBytes, len(rec))
 		c.d.Committed(items, cm, seq, itemErrs, nil)

@@ -176,6 +176,9 @@ func startCommitter(t testing.TB, l eventstore.Log, d eventstore.Decider[*req], 
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.NewTextHandler(tWriter{t}, &slog.HandlerOptions{Level: slog.LevelInfo}))
 	}
+	if cfg.LogKey == nil {
+		cfg.LogKey = testKey
+	}
 	c := eventstore.NewCommitter(l, d, cfg)
 	require.NoError(t, c.Start(t.Context()))
 	ctx, cancel := context.WithCancel(context.Background())
@@ -209,15 +212,12 @@ func (w tWriter) Write(p []byte) (int, error) {
 	return len(p), nil
 }
 
-// readLog decodes every record and verifies every chain.
+// readLog verifies the log's chain and every aggregate's chain, and returns
+// every record.
 func readLog(t *testing.T, l eventstore.Log) (seqs []uint64, commits []*eventstore.Commit) {
 	t.Helper()
 	v := eventstore.NewChainVerifier()
-	require.NoError(t, l.Read(t.Context(), 1, func(seq uint64, rec []byte) error {
-		c, err := eventstore.DecodeCommit(rec)
-		if err != nil {
-			return err
-		}
+	_, err := eventstore.ReadVerified(t.Context(), l, testKey, eventstore.LogTip{}, func(seq uint64, c *eventstore.Commit) error {
 		for i := range c.Events {
 			if err := v.Check(&c.Events[i]); err != nil {
 				return err
@@ -225,7 +225,8 @@ func readLog(t *testing.T, l eventstore.Log) (seqs []uint64, commits []*eventsto
 		}
 		seqs, commits = append(seqs, seq), append(commits, c)
 		return nil
-	}))
+	})
+	require.NoError(t, err)
 	return seqs, commits
 }
 
@@ -421,8 +422,8 @@ func TestCommitterFencing(t *testing.T) {
 
 func TestCommitterStartRace(t *testing.T) {
 	l := &hookLog{Log: eventstore.NewMemoryLog()}
-	a := eventstore.NewCommitter(l, newCounters(), eventstore.GroupConfig{WriterID: "a"})
-	b := eventstore.NewCommitter(l, newCounters(), eventstore.GroupConfig{WriterID: "b"})
+	a := eventstore.NewCommitter(l, newCounters(), eventstore.GroupConfig{WriterID: "a", LogKey: testKey})
+	b := eventstore.NewCommitter(l, newCounters(), eventstore.GroupConfig{WriterID: "b", LogKey: testKey})
 	g := l.holdNext()
 	errA := make(chan error, 1)
 	go func() { errA <- a.Start(context.Background()) }()
@@ -471,20 +472,21 @@ func TestCommitterStart(t *testing.T) {
 	ctx := t.Context()
 	t.Run("invalid config", func(t *testing.T) {
 		c := eventstore.NewCommitter(eventstore.NewMemoryLog(), newCounters(),
-			eventstore.GroupConfig{MaxBatch: -1, MaxRecordBytes: eventstore.MaxRecordBytes + 1, ResumeAfter: 3})
+			eventstore.GroupConfig{MaxBatch: -1, MaxRecordBytes: eventstore.MaxRecordBytes + 1, Resume: eventstore.LogTip{N: 3, Seq: 3}})
 		err := c.Start(ctx)
 		require.ErrorContains(t, err, "MaxBatch")
 		require.ErrorContains(t, err, "MaxRecordBytes")
-		require.ErrorContains(t, err, "ResumeAfter")
+		require.ErrorContains(t, err, "without a Chain")
+		require.ErrorContains(t, err, "LogKey")
 	})
 	t.Run("run before start", func(t *testing.T) {
-		c := eventstore.NewCommitter(eventstore.NewMemoryLog(), newCounters(), eventstore.GroupConfig{})
+		c := eventstore.NewCommitter(eventstore.NewMemoryLog(), newCounters(), eventstore.GroupConfig{LogKey: testKey})
 		require.ErrorContains(t, c.Run(ctx), "before a successful Start")
 		require.ErrorIs(t, c.Submit(ctx, newReq("x", "a")), eventstore.ErrStopped)
 	})
 	t.Run("idempotent", func(t *testing.T) {
 		l := eventstore.NewMemoryLog()
-		c := eventstore.NewCommitter(l, newCounters(), eventstore.GroupConfig{})
+		c := eventstore.NewCommitter(l, newCounters(), eventstore.GroupConfig{LogKey: testKey})
 		require.NoError(t, c.Start(ctx))
 		require.NoError(t, c.Start(ctx))
 		last, err := l.LastSeq(ctx)
@@ -500,29 +502,44 @@ func TestCommitterStart(t *testing.T) {
 			require.NoError(t, q.wait(t).err)
 		}
 		// A checkpoint taken after record 3 (epoch, events v1, events v2).
-		_, commits := readLog(t, l)
+		seqs, commits := readLog(t, l)
 		chain := eventstore.NewChainVerifier()
 		chain.Seed("counter", "a", 2, commits[2].Events[0].Hash())
+		var resume eventstore.LogTip
+		for i := range 3 {
+			resume = resume.Next(seqs[i], commits[i])
+		}
 		d := newCounters()
-		second := startCommitter(t, l, d, eventstore.GroupConfig{Chain: chain, ResumeAfter: 3})
+		second := startCommitter(t, l, d, eventstore.GroupConfig{Chain: chain, Resume: resume})
 		require.Equal(t, []uint64{4}, d.replayed, "only records after the checkpoint are replayed")
 		require.Equal(t, uint64(2), second.c.Epoch(), "the epoch comes from the last record")
 		ver, _ := chain.Tip("counter", "a")
 		require.Equal(t, uint64(3), ver)
 
-		c := eventstore.NewCommitter(l, newCounters(), eventstore.GroupConfig{Chain: chain, ResumeAfter: 99})
-		require.ErrorContains(t, c.Start(ctx), "log ends at")
+		beyond := resume
+		beyond.Seq = 99
+		c := eventstore.NewCommitter(l, newCounters(), eventstore.GroupConfig{Chain: chain, Resume: beyond, LogKey: testKey})
+		err := c.Start(ctx)
+		var ie *eventstore.IntegrityError
+		require.ErrorAs(t, err, &ie, "a log that ends before the checkpoint is damaged")
+		require.Equal(t, eventstore.ProblemTruncated, ie.Problem)
+
+		changed := resume
+		changed.Hash = commits[0].Hash
+		c = eventstore.NewCommitter(l, newCounters(), eventstore.GroupConfig{Chain: chain, Resume: changed, LogKey: testKey})
+		require.ErrorAs(t, c.Start(ctx), &ie, "the checkpoint's record must be the one verified")
+		require.Equal(t, eventstore.ProblemCheckpointChanged, ie.Problem)
 	})
 	t.Run("broken chain", func(t *testing.T) {
 		l := eventstore.NewMemoryLog()
-		rec, err := eventstore.EncodeCommit(&eventstore.Commit{Kind: eventstore.KindEvents, Epoch: 1, Events: []eventstore.Event{
+		rec, err := eventstore.EncodeCommit(&eventstore.Commit{Kind: eventstore.KindEvents, Epoch: 1, N: 1, Events: []eventstore.Event{
 			{ID: "x", Type: "t", AggregateType: "counter", AggregateID: "a", Version: 2, Data: json.RawMessage(`{}`)},
-		}})
+		}}, testKey)
 		require.NoError(t, err)
 		_, err = l.Append(ctx, rec, 0)
 		require.NoError(t, err)
 		var ce *eventstore.ChainError
-		require.ErrorAs(t, eventstore.NewCommitter(l, newCounters(), eventstore.GroupConfig{}).Start(ctx), &ce)
+		require.ErrorAs(t, eventstore.NewCommitter(l, newCounters(), eventstore.GroupConfig{LogKey: testKey}).Start(ctx), &ce)
 		require.Equal(t, eventstore.ChainGap, ce.Problem)
 	})
 }

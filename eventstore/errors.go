@@ -30,6 +30,13 @@ var (
 	// the record format.
 	ErrCorrupt = errors.New("eventstore: corrupt record")
 
+	// ErrIntegrity is wrapped by every error reporting that the log, or the
+	// stream holding it, is not what was written: a record missing, changed,
+	// repeated or foreign, the log ending before what was already seen of
+	// it, or a stream configuration that lets it lose records. Nothing may
+	// be served from such a log (see IntegrityError, StreamConfigError).
+	ErrIntegrity = errors.New("eventstore: log integrity")
+
 	// ErrUnknownSchema reports an event whose schema version cannot be brought
 	// to the current one: it is newer than the current version, or an upcaster
 	// in the chain is missing.

@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -89,8 +91,11 @@ func (c JetStreamConfig) validate() error {
 // headers in MaxMsgSize.
 const maxHeaderBytes = 1024
 
-// readBufferBytes bounds what a reader buffers ahead of fn (a few records).
+// readBufferBytes bounds what a tail buffers ahead of fn (a few records).
 const readBufferBytes = 8 << 20
+
+// readBatch is the number of records a reader pulls at once.
+const readBatch = 256
 
 // JetStreamLog is a Log on one subject ("partition") of a JetStream stream.
 // Sequences are the stream's sequences. It is safe for concurrent use.
@@ -112,33 +117,156 @@ type JetStreamLog struct {
 
 var _ Log = (*JetStreamLog)(nil)
 
-// NewJetStreamLog creates or updates the stream described by cfg (file
-// storage, limits retention, fsync per the server's settings, MaxMsgSize just
-// above MaxRecordBytes, direct gets allowed, deletes and purges denied) and
-// returns a log on its partition subject. It returns an error if cfg is
-// invalid or the stream cannot be created or updated (for example when an
-// existing stream has a different storage type).
+// StreamConfig returns the log stream's declared configuration: file
+// storage, limits retention with no limit on messages, bytes or age, fsync
+// per the server's settings (never asynchronous), MaxMsgSize just above
+// MaxRecordBytes, direct gets allowed, deletes, purges and roll-ups denied.
+// NewJetStreamLog creates the stream with it, and checks an existing stream
+// against it (CheckStreamConfig).
+func (c JetStreamConfig) StreamConfig() jetstream.StreamConfig {
+	c = c.withDefaults()
+	return jetstream.StreamConfig{
+		Name:              c.Stream,
+		Description:       "dwr log: commit records, the source of truth",
+		Subjects:          []string{c.Prefix + ".log.>"},
+		Storage:           jetstream.FileStorage,
+		Retention:         jetstream.LimitsPolicy,
+		MaxMsgs:           -1,
+		MaxBytes:          -1,
+		MaxMsgsPerSubject: -1,
+		Replicas:          c.Replicas,
+		Duplicates:        c.Duplicates,
+		MaxMsgSize:        MaxRecordBytes + maxHeaderBytes,
+		AllowDirect:       true,
+		DenyDelete:        true,
+		DenyPurge:         true,
+	}
+}
+
+// ConfigDiff is one setting of a stream that differs from the declared one.
+type ConfigDiff struct {
+	// Field is the stream setting, as nats-server names it (max_msgs, ...).
+	Field string
+	// Want says what is required; Got what the stream has.
+	Want, Got string
+}
+
+// StreamConfigError reports a log stream whose configuration differs from
+// the declared one in something that matters: it could lose records (limits,
+// deletes, purges, roll-ups), hold fewer copies, not fsync them, or not
+// receive them. It wraps ErrIntegrity. dwr never changes such a stream
+// itself: an update would hide the change, and could lower its replicas.
+type StreamConfigError struct {
+	Stream string
+	Diffs  []ConfigDiff
+}
+
+// Error names every differing setting with the values wanted and found.
+func (e *StreamConfigError) Error() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "eventstore: stream %s is not configured as dwr's log must be (it was changed outside dwr, which never changes it back):", e.Stream)
+	for i, d := range e.Diffs {
+		if i > 0 {
+			b.WriteByte(';')
+		}
+		fmt.Fprintf(&b, " %s is %s, want %s", d.Field, d.Got, d.Want)
+	}
+	return b.String()
+}
+
+// Unwrap makes errors.Is(err, ErrIntegrity) hold.
+func (e *StreamConfigError) Unwrap() error { return ErrIntegrity }
+
+// CheckStreamConfig compares got, an existing stream's configuration, with
+// the one cfg declares, in what matters: subjects, file storage, limits
+// retention, no message, byte, per-subject or age limit, deletes, purges and
+// roll-ups denied, no asynchronous persistence, a max message size that
+// takes every record, and at least cfg's replicas. It returns a
+// *StreamConfigError naming every difference, or nil.
+func CheckStreamConfig(cfg JetStreamConfig, got jetstream.StreamConfig) error {
+	want := cfg.StreamConfig()
+	var diffs []ConfigDiff
+	diff := func(field, want, got string) { diffs = append(diffs, ConfigDiff{Field: field, Want: want, Got: got}) }
+	if !slices.Equal(got.Subjects, want.Subjects) {
+		diff("subjects", fmt.Sprintf("%q", want.Subjects), fmt.Sprintf("%q", got.Subjects))
+	}
+	if got.Storage != want.Storage {
+		diff("storage", want.Storage.String(), got.Storage.String())
+	}
+	if got.Retention != want.Retention {
+		diff("retention", want.Retention.String(), got.Retention.String())
+	}
+	unlimited := func(field string, v int64) {
+		if v > 0 {
+			diff(field, "-1 (unlimited)", strconv.FormatInt(v, 10))
+		}
+	}
+	unlimited("max_msgs", got.MaxMsgs)
+	unlimited("max_bytes", got.MaxBytes)
+	unlimited("max_msgs_per_subject", got.MaxMsgsPerSubject)
+	if got.MaxAge != 0 {
+		diff("max_age", "0 (unlimited)", got.MaxAge.String())
+	}
+	if !got.DenyDelete {
+		diff("deny_delete", "true", "false")
+	}
+	if !got.DenyPurge {
+		diff("deny_purge", "true", "false")
+	}
+	if got.AllowRollup {
+		diff("allow_rollup_hdrs", "false", "true")
+	}
+	if got.PersistMode == jetstream.AsyncPersistMode {
+		diff("persist_mode", "default (fsync per the server)", "async")
+	}
+	if got.MaxMsgSize > 0 && got.MaxMsgSize < want.MaxMsgSize {
+		diff("max_msg_size", fmt.Sprintf(">= %d", want.MaxMsgSize), strconv.Itoa(int(got.MaxMsgSize)))
+	}
+	if got.Replicas < want.Replicas {
+		diff("num_replicas", fmt.Sprintf(">= %d", want.Replicas), strconv.Itoa(got.Replicas))
+	}
+	if len(diffs) == 0 {
+		return nil
+	}
+	return &StreamConfigError{Stream: want.Name, Diffs: diffs}
+}
+
+// NewJetStreamLog returns a log on cfg's partition subject of its stream,
+// creating the stream with the declared configuration (StreamConfig) if it
+// does not exist. An existing stream is checked against it and never
+// updated. It returns an error if cfg is invalid, a *StreamConfigError
+// (wrapping ErrIntegrity) if the existing stream differs in what matters, or
+// an error if the stream cannot be read or created.
 func NewJetStreamLog(ctx context.Context, js jetstream.JetStream, cfg JetStreamConfig) (*JetStreamLog, error) {
+	return openJetStreamLog(ctx, js, cfg, true)
+}
+
+// OpenJetStreamLog is NewJetStreamLog for maintenance: it never creates or
+// changes the stream, and returns an error wrapping
+// jetstream.ErrStreamNotFound if there is none.
+func OpenJetStreamLog(ctx context.Context, js jetstream.JetStream, cfg JetStreamConfig) (*JetStreamLog, error) {
+	return openJetStreamLog(ctx, js, cfg, false)
+}
+
+// InspectJetStreamLog opens an existing log stream for reading whatever its
+// configuration, never changing it, and returns the log with the result of
+// checking its configuration (a *StreamConfigError, or nil): for a verifier
+// that reports a changed stream and still reads its records. It returns an
+// error wrapping jetstream.ErrStreamNotFound if there is no stream, or an
+// error reading it.
+func InspectJetStreamLog(ctx context.Context, js jetstream.JetStream, cfg JetStreamConfig) (l *JetStreamLog, configErr, err error) {
 	cfg = cfg.withDefaults()
 	if err := cfg.validate(); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	_, err := js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{
-		Name:        cfg.Stream,
-		Description: "dwr log: commit records, the source of truth",
-		Subjects:    []string{cfg.Prefix + ".log.>"},
-		Storage:     jetstream.FileStorage,
-		Retention:   jetstream.LimitsPolicy,
-		Replicas:    cfg.Replicas,
-		Duplicates:  cfg.Duplicates,
-		MaxMsgSize:  MaxRecordBytes + maxHeaderBytes,
-		AllowDirect: true,
-		DenyDelete:  true,
-		DenyPurge:   true,
-	})
+	st, err := js.Stream(ctx, cfg.Stream)
 	if err != nil {
-		return nil, fmt.Errorf("eventstore: ensure stream %s: %w", cfg.Stream, err)
+		return nil, nil, fmt.Errorf("eventstore: stream %s: %w", cfg.Stream, err)
 	}
+	return newJetStreamLog(js, cfg), CheckStreamConfig(cfg, st.CachedInfo().Config), nil
+}
+
+func newJetStreamLog(js jetstream.JetStream, cfg JetStreamConfig) *JetStreamLog {
 	return &JetStreamLog{
 		js:        js,
 		stream:    cfg.Stream,
@@ -146,7 +274,41 @@ func NewJetStreamLog(ctx context.Context, js jetstream.JetStream, cfg JetStreamC
 		partition: cfg.Partition,
 		msgGet:    apiPrefix(js) + "STREAM.MSG.GET." + cfg.Stream,
 		attempt:   cfg.AttemptTimeout,
-	}, nil
+	}
+}
+
+func openJetStreamLog(ctx context.Context, js jetstream.JetStream, cfg JetStreamConfig, create bool) (*JetStreamLog, error) {
+	cfg = cfg.withDefaults()
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	st, err := js.Stream(ctx, cfg.Stream)
+	if errors.Is(err, jetstream.ErrStreamNotFound) && create {
+		st, err = js.CreateStream(ctx, cfg.StreamConfig())
+		if errors.Is(err, jetstream.ErrStreamNameAlreadyInUse) { // created meanwhile: check it
+			st, err = js.Stream(ctx, cfg.Stream)
+		}
+	}
+	if err != nil {
+		return nil, fmt.Errorf("eventstore: stream %s: %w", cfg.Stream, err)
+	}
+	if err := CheckStreamConfig(cfg, st.CachedInfo().Config); err != nil {
+		return nil, err
+	}
+	return newJetStreamLog(js, cfg), nil
+}
+
+// CheckStream reads the stream's configuration again and checks it
+// (CheckStreamConfig), as a running service does now and then: a change made
+// while it runs is found without a restart. It returns a *StreamConfigError
+// or an error reading the stream.
+func (l *JetStreamLog) CheckStream(ctx context.Context, cfg JetStreamConfig) error {
+	cfg = cfg.withDefaults()
+	st, err := l.js.Stream(ctx, l.stream)
+	if err != nil {
+		return fmt.Errorf("eventstore: stream %s: %w", l.stream, err)
+	}
+	return CheckStreamConfig(cfg, st.CachedInfo().Config)
 }
 
 // Stream returns the stream's name.
@@ -273,19 +435,100 @@ func (l *JetStreamLog) LastSeq(ctx context.Context) (uint64, error) {
 	return m.Sequence, nil
 }
 
-// Read calls fn for each record on the partition subject from from to the last
-// sequence at the time of the call, using an ordered consumer. It returns fn's
+// Stat returns the number of records on the partition subject and the
+// stream sequences of its first and last, asked of the stream leader (the
+// count first, so that an append racing with Stat shows as a later last
+// sequence rather than as a count above it). It returns an error if a
+// request fails.
+func (l *JetStreamLog) Stat(ctx context.Context) (LogStat, error) {
+	st, err := l.js.Stream(ctx, l.stream)
+	if err != nil {
+		return LogStat{}, fmt.Errorf("eventstore: stat %s: %w", l.subject, err)
+	}
+	info, err := st.Info(ctx, jetstream.WithSubjectFilter(l.subject))
+	if err != nil {
+		return LogStat{}, fmt.Errorf("eventstore: stat %s: %w", l.subject, err)
+	}
+	out := LogStat{Records: info.State.Subjects[l.subject]}
+	first, err := l.getMsg(ctx, msgGetRequest{Seq: 1, NextFor: l.subject})
+	if err != nil {
+		return LogStat{}, fmt.Errorf("eventstore: first record of %s: %w", l.subject, err)
+	}
+	if first != nil {
+		out.First = first.Sequence
+	}
+	if out.Last, err = l.LastSeq(ctx); err != nil {
+		return LogStat{}, err
+	}
+	return out, nil
+}
+
+// Read calls fn for each record on the partition subject from from to the
+// stream's last sequence at the time of the call, in order. It pulls batches
+// without waiting from an ephemeral consumer until the server has no more to
+// give, rather than reading up to the subject's last sequence: after damage
+// to its files, JetStream can report a subject's last message (or its count)
+// wrongly while the records before it are still there. It returns fn's
 // error, ctx's error, or an error reading the stream.
 func (l *JetStreamLog) Read(ctx context.Context, from uint64, fn func(seq uint64, rec []byte) error) error {
-	last, err := l.LastSeq(ctx)
+	st, err := l.js.Stream(ctx, l.stream)
 	if err != nil {
-		return err
+		return fmt.Errorf("eventstore: read %s: %w", l.subject, err)
 	}
+	until := st.CachedInfo().State.LastSeq
 	from = max(from, 1)
-	if from > last {
+	if from > until {
 		return nil
 	}
-	return l.consume(ctx, from, last, fn)
+	cons, err := l.js.CreateConsumer(ctx, l.stream, jetstream.ConsumerConfig{
+		FilterSubject:     l.subject,
+		DeliverPolicy:     jetstream.DeliverByStartSequencePolicy,
+		OptStartSeq:       from,
+		AckPolicy:         jetstream.AckNonePolicy,
+		MemoryStorage:     true,
+		InactiveThreshold: time.Minute,
+	})
+	if err != nil {
+		return fmt.Errorf("eventstore: read %s: %w", l.subject, err)
+	}
+	defer l.deleteConsumer(ctx, cons)
+	for {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		batch, err := cons.FetchNoWait(readBatch)
+		if err != nil {
+			return fmt.Errorf("eventstore: read %s: %w", l.subject, err)
+		}
+		n, done := 0, false
+		for msg := range batch.Messages() {
+			n++
+			if done {
+				continue // drain the batch
+			}
+			md, err := msg.Metadata()
+			if err != nil {
+				return fmt.Errorf("eventstore: read %s: %w", l.subject, err)
+			}
+			if md.Sequence.Stream > until {
+				done = true
+				continue
+			}
+			if err := fn(md.Sequence.Stream, msg.Data()); err != nil {
+				return err
+			}
+			done = md.Sequence.Stream == until
+		}
+		if err := batch.Error(); err != nil && !errors.Is(err, jetstream.ErrNoMessages) {
+			if ctx.Err() != nil {
+				return ctx.Err()
+			}
+			return fmt.Errorf("eventstore: read %s: %w", l.subject, err)
+		}
+		if n == 0 || done {
+			return nil
+		}
+	}
 }
 
 // Tail calls fn for every record on the partition subject from from on, using

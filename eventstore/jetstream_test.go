@@ -106,6 +106,48 @@ func TestJetStreamExpectedZero(t *testing.T) {
 	var got []uint64
 	require.NoError(t, p0.Read(ctx, 1, func(seq uint64, _ []byte) error { got = append(got, seq); return nil }))
 	require.Equal(t, []uint64{s0, s2}, got, "a partition reads only its own records")
+	st, err := p0.Stat(ctx)
+	require.NoError(t, err)
+	require.Equal(t, eventstore.LogStat{Records: 2, First: s0, Last: s2}, st, "a partition counts only its own records")
+}
+
+// An existing log stream is checked, never updated: a change that lets it
+// lose records, or fewer replicas than configured, refuses to open naming
+// each setting; the maintenance open never creates one.
+func TestJetStreamLogStreamChecked(t *testing.T) {
+	f := setupJetStream(t)
+	ctx := t.Context()
+	_, err := eventstore.OpenJetStreamLog(ctx, f.js, eventstore.JetStreamConfig{})
+	require.ErrorIs(t, err, jetstream.ErrStreamNotFound, "the maintenance open does not create the stream")
+	_, err = eventstore.NewJetStreamLog(ctx, f.js, eventstore.JetStreamConfig{})
+	require.NoError(t, err)
+	_, err = eventstore.OpenJetStreamLog(ctx, f.js, eventstore.JetStreamConfig{})
+	require.NoError(t, err)
+
+	_, err = eventstore.NewJetStreamLog(ctx, f.js, eventstore.JetStreamConfig{Replicas: 3})
+	var ce *eventstore.StreamConfigError
+	require.ErrorAs(t, err, &ce, "fewer replicas than configured")
+	require.ErrorIs(t, err, eventstore.ErrIntegrity)
+	require.Equal(t, []eventstore.ConfigDiff{{Field: "num_replicas", Want: ">= 3", Got: "1"}}, ce.Diffs)
+
+	s, err := f.js.Stream(ctx, "DWR_LOG")
+	require.NoError(t, err)
+	cfg := s.CachedInfo().Config
+	cfg.MaxMsgs, cfg.MaxAge = 3, time.Hour
+	_, err = f.js.UpdateStream(ctx, cfg)
+	require.NoError(t, err, "anyone with JetStream API access can do this")
+	_, err = eventstore.NewJetStreamLog(ctx, f.js, eventstore.JetStreamConfig{})
+	require.ErrorAs(t, err, &ce)
+	require.Equal(t, []eventstore.ConfigDiff{
+		{Field: "max_msgs", Want: "-1 (unlimited)", Got: "3"},
+		{Field: "max_age", Want: "0 (unlimited)", Got: "1h0m0s"},
+	}, ce.Diffs)
+	require.ErrorContains(t, err, "max_msgs is 3, want -1 (unlimited)")
+	_, err = eventstore.OpenJetStreamLog(ctx, f.js, eventstore.JetStreamConfig{})
+	require.ErrorAs(t, err, &ce)
+	s, err = f.js.Stream(ctx, "DWR_LOG")
+	require.NoError(t, err)
+	require.Equal(t, int64(3), s.CachedInfo().Config.MaxMsgs, "the stream was left as it was found")
 }
 
 // TestJetStreamRetryOnSingleServer pins that a single server checks the

@@ -31,6 +31,11 @@ type Log interface {
 	// empty.
 	LastSeq(ctx context.Context) (uint64, error)
 
+	// Stat returns what the log itself says about its records: how many
+	// there are and the sequences of the first and the last (all 0 when it
+	// is empty). It returns an error if the log cannot be asked.
+	Stat(ctx context.Context) (LogStat, error)
+
 	// Read calls fn, in order, for each record whose sequence is at least
 	// from and at most the last sequence at the time of the call. fn must not
 	// keep rec after it returns. Read returns fn's first error unchanged, or
@@ -41,4 +46,13 @@ type Log interface {
 	// from, waiting for new records, until ctx is done (it then returns ctx's
 	// error) or fn returns an error (returned unchanged).
 	Tail(ctx context.Context, from uint64, fn func(seq uint64, rec []byte) error) error
+}
+
+// LogStat is a log's own account of its records, to check against what was
+// verified (see CheckStat).
+type LogStat struct {
+	// Records is the number of records.
+	Records uint64
+	// First and Last are the sequences of the first and the last record.
+	First, Last uint64
 }

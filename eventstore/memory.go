@@ -59,6 +59,16 @@ func (l *MemoryLog) LastSeq(ctx context.Context) (uint64, error) {
 	return uint64(len(l.recs)), nil
 }
 
+// Stat returns the number of records, 1 as the first sequence and the
+// number again as the last (zeros when empty). It fails only if ctx is done.
+func (l *MemoryLog) Stat(ctx context.Context) (LogStat, error) {
+	n, err := l.LastSeq(ctx)
+	if err != nil || n == 0 {
+		return LogStat{}, err
+	}
+	return LogStat{Records: n, First: 1, Last: n}, nil
+}
+
 // Read calls fn with a copy of each record from from to the last one at the
 // time of the call. It returns fn's first error, or ctx's error.
 func (l *MemoryLog) Read(ctx context.Context, from uint64, fn func(seq uint64, rec []byte) error) error {

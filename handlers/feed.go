@@ -12,6 +12,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/dwr-run/dwr/eventstore"
+	"github.com/dwr-run/dwr/projections"
 )
 
 // HeaderLogSeq carries, on every feed message, the log sequence of the
@@ -66,8 +67,11 @@ func (f *feed) publish(c *eventstore.Commit, seq uint64) {
 }
 
 // catchUp republishes the events of the log records after the last one the
-// feed holds, up to upTo.
-func (f *feed) catchUp(ctx context.Context, log eventstore.Log, upTo uint64) error {
+// feed holds, up to the views' checkpoint. Those records were verified when
+// the views applied them; the stretches an acceptance left out of the log are
+// skipped.
+func (f *feed) catchUp(ctx context.Context, log eventstore.Log, views *projections.Store) error {
+	upTo := views.Checkpoint()
 	var from uint64 = 1
 	m, err := f.stream.GetLastMsgForSubject(ctx, f.prefix+".ev.>")
 	switch {
@@ -84,9 +88,18 @@ func (f *feed) catchUp(ctx context.Context, log eventstore.Log, upTo uint64) err
 	if from > upTo {
 		return nil
 	}
+	discarded, err := views.Discarded()
+	if err != nil {
+		return err
+	}
 	return log.Read(ctx, from, func(seq uint64, rec []byte) error {
 		if seq > upTo {
 			return nil
+		}
+		for _, d := range discarded {
+			if seq >= d[0] && seq <= d[1] {
+				return nil
+			}
 		}
 		c, err := eventstore.DecodeCommit(rec)
 		if err != nil {

@@ -18,11 +18,13 @@ import (
 
 	"github.com/anishathalye/porcupine"
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nkeys"
 	"github.com/stretchr/testify/require"
 
 	"github.com/dwr-run/dwr/domain"
 	"github.com/dwr-run/dwr/handlers"
 	"github.com/dwr-run/dwr/handlers/servicetest"
+	"github.com/dwr-run/dwr/schemas"
 )
 
 // The linearizability test: clients claim, complete, fail, cancel, approve
@@ -287,13 +289,19 @@ func TestTaskHistoriesAreLinearizableAcrossRestarts(t *testing.T) {
 	addr := l.Addr().String()
 	require.NoError(t, l.Close())
 	dir := t.TempDir()
-	opts := servicetest.Options{Listen: addr, Config: handlers.Config{WriterID: "lin-writer"}}
+	opts := servicetest.Options{Listen: addr, Secure: true, Config: handlers.Config{WriterID: "lin-writer"}}
 	svc := servicetest.Start(t, dir, opts)
 
 	key := testKey("ops-1")
 	pub := base64.StdEncoding.EncodeToString(key.Public().(ed25519.PublicKey))
-	reg := (&bundle{nc: svc.Conn, svcNC: svc.Conn})
+	reg := (&bundle{nc: svc.Admin, svcNC: svc.Conn})
 	reg.mustCommand(t, "approver.register", map[string]any{"name": "ops-1", "role": "ops", "public_key": pub})
+	// The clients are one identity, authenticated: ops-1, an admin of the
+	// workspace, who claims, reports and decides as the approver ops-1.
+	kp, err := nkeys.CreateUser()
+	require.NoError(t, err)
+	kpub, _ := kp.PublicKey()
+	reg.mustCommand(t, "member.add", map[string]any{"name": "ops-1", "role": "admin", "public_key": kpub})
 
 	const clients, tasks = 4, 8
 	var seq, retries atomic.Int64
@@ -309,7 +317,9 @@ func TestTaskHistoriesAreLinearizableAcrossRestarts(t *testing.T) {
 	}
 	conns := make([]*linClient, clients)
 	for i := range conns {
-		nc, err := nats.Connect("nats://"+addr, nats.MaxReconnects(-1), nats.ReconnectWait(50*time.Millisecond))
+		nc, err := nats.Connect("nats://"+addr, nats.MaxReconnects(-1), nats.ReconnectWait(50*time.Millisecond),
+			nats.IgnoreAuthErrorAbort(), nats.CustomInboxPrefix(schemas.InboxPrefix(kpub)),
+			nats.Nkey(kpub, func(n []byte) ([]byte, error) { return kp.Sign(n) }))
 		require.NoError(t, err)
 		t.Cleanup(nc.Close)
 		conns[i] = &linClient{nc: nc, seq: &seq, retries: &retries}

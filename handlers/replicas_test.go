@@ -1,6 +1,7 @@
 package handlers_test
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"path/filepath"
@@ -12,10 +13,14 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/dwr-run/dwr/domain"
+	"github.com/dwr-run/dwr/eventstore"
 	"github.com/dwr-run/dwr/handlers"
 	"github.com/dwr-run/dwr/handlers/embedded"
 	"github.com/dwr-run/dwr/projections"
 )
+
+// replicaKey is the log key every replica of a test holds.
+var replicaKey = bytes.Repeat([]byte("k"), eventstore.LogKeySize)
 
 // replica is one dwr service with its own views, on a shared NATS server.
 type replica struct {
@@ -29,7 +34,7 @@ func startReplica(t *testing.T, nc *nats.Conn, id string) *replica {
 	t.Helper()
 	store, err := projections.Open(filepath.Join(t.TempDir(), "views"), projections.Options{})
 	require.NoError(t, err)
-	svc, err := handlers.New(nc, store, handlers.Config{WriterID: id, LeaseTTL: time.Second, Logger: testLogger()})
+	svc, err := handlers.New(nc, store, handlers.Config{WriterID: id, LeaseTTL: time.Second, Logger: testLogger(), LogKey: replicaKey})
 	require.NoError(t, err)
 	ctx, cancel := context.WithCancel(context.Background())
 	r := &replica{store: store, svc: svc, cancel: cancel, done: make(chan error, 1)}

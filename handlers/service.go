@@ -67,6 +67,26 @@ type Config struct {
 	// an attempt not heard from: the lease is counted from the attempt's
 	// last claim, checkpoint or heartbeat. Default 1s.
 	LeaseGrace time.Duration
+	// LogKey is the secret that authenticates the log's records (at least
+	// eventstore.LogKeySize bytes; see LoadLogKey). Every replica of one log
+	// must hold the same key. Required.
+	LogKey []byte
+	// AcceptVerifiedPrefix makes a start on a log that fails verification
+	// accept its verified prefix: the commands after it are reported lost
+	// (logged one by one), the views are rebuilt from the prefix and an
+	// acceptance record is appended, after which the writer carries on (see
+	// AcceptVerifiedPrefix). Without it such a start fails.
+	AcceptVerifiedPrefix bool
+	// StreamCheckInterval is how often the running service checks the log
+	// stream's configuration again; a change stops it. Default 10s.
+	StreamCheckInterval time.Duration
+	// TrustBelowCheckpoint skips, on start, reading the log below the views'
+	// checkpoint to check its chain of hashes (one read of the whole log,
+	// without decoding): the start is faster on a very long log, but a
+	// record lost or changed below the checkpoint is then found only by
+	// `dwr admin verify` or a rebuild (the log's own counts, checked
+	// instead, can miss it).
+	TrustBelowCheckpoint bool
 }
 
 func (c Config) withDefaults() Config {
@@ -106,6 +126,9 @@ func (c Config) withDefaults() Config {
 	if c.LeaseGrace == 0 {
 		c.LeaseGrace = time.Second
 	}
+	if c.StreamCheckInterval == 0 {
+		c.StreamCheckInterval = 10 * time.Second
+	}
 	return c
 }
 
@@ -114,6 +137,7 @@ func (c Config) withDefaults() Config {
 // command endpoints.
 type Service struct {
 	cfg      Config
+	key      *eventstore.LogKey
 	nc       *nats.Conn
 	js       jetstream.JetStream
 	store    *projections.Store
@@ -150,6 +174,10 @@ func New(nc *nats.Conn, store *projections.Store, cfg Config) (*Service, error) 
 	if n := len(cfg.TokenKey); n > 0 && n < TokenKeyBytes {
 		return nil, fmt.Errorf("handlers: the token key is %d bytes; at least %d are needed", n, TokenKeyBytes)
 	}
+	key, err := eventstore.NewLogKey(cfg.LogKey)
+	if err != nil {
+		return nil, fmt.Errorf("handlers: Config.LogKey: %w", err)
+	}
 	js, err := jetstream.New(nc)
 	if err != nil {
 		return nil, err
@@ -158,7 +186,7 @@ func New(nc *nats.Conn, store *projections.Store, cfg Config) (*Service, error) 
 	for _, a := range cfg.Auth.Admins {
 		admins[a.PublicKey] = a.Name
 	}
-	return &Service{cfg: cfg, nc: nc, js: js, store: store, sem: make(chan struct{}, cfg.MaxInFlight),
+	return &Service{cfg: cfg, key: key, nc: nc, js: js, store: store, sem: make(chan struct{}, cfg.MaxInFlight),
 		admins: admins, ready: make(chan struct{}), changed: make(chan struct{})}, nil
 }
 
@@ -169,24 +197,34 @@ func (s *Service) Ready() <-chan struct{} { return s.ready }
 // Log returns the log once Run has opened it.
 func (s *Service) Log() eventstore.Log { return s.log }
 
+// LogKey returns the key that authenticates the log's records.
+func (s *Service) LogKey() *eventstore.LogKey { return s.key }
+
 // Run serves until ctx ends or a part fails; it returns nil on ctx's end.
 func (s *Service) Run(ctx context.Context) error {
-	// A cluster may still be electing its JetStream leader: keep trying.
+	// A cluster may still be electing its JetStream leader: keep trying,
+	// unless the log's stream is not as declared (it is never changed).
 	var l *eventstore.JetStreamLog
 	err := s.retry(ctx, "open the log", func(ctx context.Context) (err error) {
-		l, err = eventstore.NewJetStreamLog(ctx, s.js, eventstore.JetStreamConfig{
-			Prefix: s.cfg.Prefix, Partition: s.cfg.Partition, Replicas: s.cfg.Replicas})
+		l, err = eventstore.NewJetStreamLog(ctx, s.js, s.logConfig())
 		return err
 	})
 	if err != nil {
-		return nil // ctx ended
+		return permanent(err) // nil when ctx ended
 	}
 	s.log = l
-	if err := s.retry(ctx, "catch the views up", func(ctx context.Context) error {
-		_, err := s.store.CatchUp(ctx, l)
-		return err
-	}); err != nil {
-		return nil
+	if s.cfg.AcceptVerifiedPrefix {
+		if err := s.retry(ctx, "accept the log's verified prefix", func(ctx context.Context) error {
+			_, err := AcceptVerifiedPrefix(ctx, l, s.key, s.store, s.cfg.WriterID, s.cfg.Clock(), s.cfg.Logger)
+			return err
+		}); err != nil {
+			return permanent(err)
+		}
+	}
+	// Nothing is served before the log verifies from the views' last record
+	// on, and still holds what the views were built from below it.
+	if err := s.retry(ctx, "verify the log and catch the views up", s.catchUpViews); err != nil {
+		return permanent(err)
 	}
 	if err := s.retry(ctx, "open the event feed", func(ctx context.Context) (err error) {
 		s.feed, err = newFeed(ctx, s.js, s.cfg, s.cfg.Logger)
@@ -219,10 +257,15 @@ func (s *Service) Run(ctx context.Context) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	var wg sync.WaitGroup
-	errc := make(chan error, 2)
+	errc := make(chan error, 3)
 	wg.Go(func() {
 		if err := s.followLoop(ctx); err != nil {
 			errc <- fmt.Errorf("handlers: views: %w", err)
+		}
+	})
+	wg.Go(func() {
+		if err := s.watchStorage(ctx); err != nil {
+			errc <- err
 		}
 	})
 	wg.Go(func() {
@@ -262,7 +305,7 @@ func (s *Service) followLoop(ctx context.Context) error {
 			case <-fctx.Done():
 			}
 		}()
-		err := s.store.Follow(fctx, s.log)
+		err := s.store.Follow(fctx, s.log, s.key)
 		cancel()
 		if err != nil && ctx.Err() == nil {
 			return err
@@ -306,6 +349,9 @@ func (s *Service) writerLoop(ctx context.Context) error {
 		if ctx.Err() != nil {
 			return nil
 		}
+		if errors.Is(err, eventstore.ErrIntegrity) || errors.Is(err, projections.ErrDamaged) {
+			return err // damage: nothing more is served
+		}
 		s.cfg.Logger.Warn("handlers: writer stepped down; will try again", "err", err)
 		if !sleepCtx(ctx, 200*time.Millisecond) {
 			return nil
@@ -314,8 +360,15 @@ func (s *Service) writerLoop(ctx context.Context) error {
 	return nil
 }
 
+// logConfig is the configuration of the log this service writes.
+func (s *Service) logConfig() eventstore.JetStreamConfig {
+	return eventstore.JetStreamConfig{Prefix: s.cfg.Prefix, Partition: s.cfg.Partition, Replicas: s.cfg.Replicas}
+}
+
 // retry runs fn, each try bounded by 5 s, until it succeeds or ctx ends
-// (then it returns ctx's error), logging each failure.
+// (then it returns ctx's error), logging each failure. An error wrapping
+// eventstore.ErrIntegrity or projections.ErrDamaged is not retried: it is
+// returned at once.
 func (s *Service) retry(ctx context.Context, what string, fn func(context.Context) error) error {
 	for wait := 250 * time.Millisecond; ; wait = min(2*wait, 5*time.Second) {
 		tctx, cancel := context.WithTimeout(ctx, 5*time.Second)
@@ -323,6 +376,9 @@ func (s *Service) retry(ctx context.Context, what string, fn func(context.Contex
 		cancel()
 		if err == nil {
 			return nil
+		}
+		if errors.Is(err, eventstore.ErrIntegrity) || errors.Is(err, projections.ErrDamaged) {
+			return fmt.Errorf("handlers: %s: %w", what, err)
 		}
 		if ctx.Err() != nil {
 			return ctx.Err()
@@ -332,6 +388,15 @@ func (s *Service) retry(ctx context.Context, what string, fn func(context.Contex
 			return ctx.Err()
 		}
 	}
+}
+
+// permanent returns err unless it only says that the context ended: what
+// Run returns after a retry gave up.
+func permanent(err error) error {
+	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+		return nil
+	}
+	return err
 }
 
 func sleepCtx(ctx context.Context, d time.Duration) bool {
@@ -411,11 +476,61 @@ func (s *Service) runWriter(ctx context.Context, lease *lease) error {
 	}
 }
 
+// catchUpViews verifies the log from the views' last record on and applies
+// what follows it, then checks the log below that record (CheckLog). Views
+// found damaged (Pebble corruption, records an accepted prefix discarded) are
+// moved aside and rebuilt from the log, verifying it whole.
+func (s *Service) catchUpViews(ctx context.Context) error {
+	if s.store.Checkpoint() == 0 {
+		s.cfg.Logger.Info("handlers: the views are empty: building them from the log, verifying it whole")
+	}
+	_, err := s.store.CatchUp(ctx, s.log, s.key)
+	if errors.Is(err, projections.ErrDamaged) {
+		moved, rerr := s.store.Reset(err)
+		if rerr != nil {
+			return fmt.Errorf("handlers: views damaged (%w), and moving them aside failed: %w", err, rerr)
+		}
+		s.cfg.Logger.Warn("handlers: the views are damaged: moved aside, rebuilding them from the log", "moved_to", moved, "err", err)
+		_, err = s.store.CatchUp(ctx, s.log, s.key)
+	}
+	if err != nil {
+		return err
+	}
+	return s.store.CheckLog(ctx, s.log, !s.cfg.TrustBelowCheckpoint)
+}
+
+// watchStorage stops the service when its storage is found damaged while it
+// runs: Pebble reports corruption in the views (the next start rebuilds
+// them), or the log stream's configuration was changed (never changed
+// back by dwr).
+func (s *Service) watchStorage(ctx context.Context) error {
+	t := time.NewTicker(s.cfg.StreamCheckInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-s.store.Damaged():
+			return fmt.Errorf("handlers: %w (restart: the views are rebuilt from the log)", s.store.DamageErr())
+		case <-t.C:
+			cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+			err := s.log.CheckStream(cctx, s.logConfig())
+			cancel()
+			if errors.Is(err, eventstore.ErrIntegrity) {
+				return fmt.Errorf("handlers: %w", err)
+			}
+			if err != nil && ctx.Err() == nil {
+				s.cfg.Logger.Warn("handlers: could not check the log stream's configuration", "err", err)
+			}
+		}
+	}
+}
+
 // takeOver makes this replica the writer: it catches the views up, starts a
 // committer (which fences older writers with a new epoch), and repairs what
 // a crash may have lost of the derived streams (event feed, work items).
 func (s *Service) takeOver(ctx context.Context, timerWake chan struct{}) (*eventstore.Committer[*request], *writer, error) {
-	if _, err := s.store.CatchUp(ctx, s.log); err != nil {
+	if _, err := s.store.CatchUp(ctx, s.log, s.key); err != nil {
 		return nil, nil, err
 	}
 	w := &writer{store: s.store, clock: s.cfg.Clock, logger: s.cfg.Logger, broken: make(chan struct{}),
@@ -435,16 +550,16 @@ func (s *Service) takeOver(ctx context.Context, timerWake chan struct{}) (*event
 	// The chain tips come from the views, which apply every record before
 	// the next batch is linked; the verifier holds only the recent ones.
 	c := eventstore.NewCommitter[*request](s.log, w, eventstore.GroupConfig{
-		WriterID: s.cfg.WriterID, Clock: s.cfg.Clock, Logger: s.cfg.Logger,
-		Chain: eventstore.NewChainVerifierOver(s.store, 100_000), ResumeAfter: s.store.Checkpoint()})
+		WriterID: s.cfg.WriterID, Clock: s.cfg.Clock, Logger: s.cfg.Logger, LogKey: s.key,
+		Chain: eventstore.NewChainVerifierOver(s.store, 100_000), Resume: s.store.LogTip()})
 	if err := c.Start(ctx); err != nil {
 		return nil, nil, err
 	}
 	// Apply the writer's own epoch record, so the views stand at the log's end.
-	if _, err := s.store.CatchUp(ctx, s.log); err != nil {
+	if _, err := s.store.CatchUp(ctx, s.log, s.key); err != nil {
 		return nil, nil, err
 	}
-	if err := s.feed.catchUp(ctx, s.log, s.store.Checkpoint()); err != nil {
+	if err := s.feed.catchUp(ctx, s.log, s.store); err != nil {
 		s.cfg.Logger.Warn("handlers: event feed catch-up failed; it will be repaired on the next start", "err", err)
 	}
 	if n, err := s.dispatch.rederive(ctx, s.store); err != nil {

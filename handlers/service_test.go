@@ -325,7 +325,7 @@ func TestRestartKeepsStateAndRebuildEqualsLive(t *testing.T) {
 
 	var live bytes.Buffer
 	require.NoError(t, b2.store.Dump(&live))
-	rebuilt, err := projections.Rebuild(context.Background(), b2.svc.Log(), filepath.Join(t.TempDir(), "rebuilt"), projections.Options{}, nil)
+	rebuilt, err := projections.Rebuild(context.Background(), b2.svc.Log(), b2.svc.LogKey(), filepath.Join(t.TempDir(), "rebuilt"), projections.Options{}, nil)
 	require.NoError(t, err)
 	defer rebuilt.Close()
 	var fresh bytes.Buffer

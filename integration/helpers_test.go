@@ -565,18 +565,25 @@ type loggedRecord struct {
 	C   *eventstore.Commit
 }
 
-// readLog reads and decodes every record of l.
-func readLog(ctx context.Context, l eventstore.Log) ([]loggedRecord, error) {
+// readLog reads every record of l, verifying the log's chain and each
+// record's MAC under key.
+func readLog(ctx context.Context, l eventstore.Log, key *eventstore.LogKey) ([]loggedRecord, error) {
 	var out []loggedRecord
-	err := l.Read(ctx, 1, func(seq uint64, rec []byte) error {
-		c, err := eventstore.DecodeCommit(rec)
-		if err != nil {
-			return fmt.Errorf("record %d: %w", seq, err)
-		}
+	_, err := eventstore.ReadVerified(ctx, l, key, eventstore.LogTip{}, func(seq uint64, c *eventstore.Commit) error {
 		out = append(out, loggedRecord{Seq: seq, C: c})
 		return nil
 	})
 	return out, err
+}
+
+// logKeyOf returns the log key of a `dwr serve` data directory.
+func logKeyOf(t *testing.T, dataDir string) *eventstore.LogKey {
+	t.Helper()
+	b, _, err := handlers.LoadLogKey(filepath.Join(dataDir, handlers.LogKeyFile), false)
+	require.NoError(t, err)
+	k, err := eventstore.NewLogKey(b)
+	require.NoError(t, err)
+	return k
 }
 
 // audit is what reading the whole log found, checked against the ledger.
@@ -785,7 +792,7 @@ func openLog(t *testing.T, ctx context.Context, dataDir string, logs io.Writer) 
 	t.Cleanup(nc.Close)
 	js, err := jetstream.New(nc)
 	require.NoError(t, err)
-	l, err := eventstore.NewJetStreamLog(ctx, js, eventstore.JetStreamConfig{})
+	l, err := eventstore.OpenJetStreamLog(ctx, js, eventstore.JetStreamConfig{})
 	require.NoError(t, err)
 	return l
 }
@@ -801,12 +808,12 @@ type viewsCheck struct {
 // compareViews opens the live views in dir (their server stopped), rebuilds
 // views from the whole of l in a temporary directory, and compares their
 // dumps byte for byte.
-func compareViews(t *testing.T, ctx context.Context, dir string, l eventstore.Log) viewsCheck {
+func compareViews(t *testing.T, ctx context.Context, dir string, l eventstore.Log, key *eventstore.LogKey) viewsCheck {
 	t.Helper()
 	live, err := projections.Open(dir, projections.Options{})
 	require.NoError(t, err)
 	defer live.Close()
-	rebuilt, err := projections.Rebuild(ctx, l, filepath.Join(t.TempDir(), "rebuilt"), projections.Options{}, nil)
+	rebuilt, err := projections.Rebuild(ctx, l, key, filepath.Join(t.TempDir(), "rebuilt"), projections.Options{}, nil)
 	require.NoError(t, err)
 	defer rebuilt.Close()
 	var a, b bytes.Buffer

@@ -188,7 +188,7 @@ func TestKillNineLosesNothing(t *testing.T) {
 	ctx, stopCtx := context.WithTimeout(context.Background(), 60*time.Second)
 	defer stopCtx()
 	l := openLog(t, ctx, data, logs)
-	recs, err := readLog(ctx, l)
+	recs, err := readLog(ctx, l, logKeyOf(t, data))
 	require.NoError(t, err, "read the whole log")
 	last, err := l.LastSeq(ctx)
 	require.NoError(t, err)
@@ -196,7 +196,7 @@ func TestKillNineLosesNothing(t *testing.T) {
 	require.Equal(t, last, recs[len(recs)-1].Seq, "Read reached the log's last sequence")
 
 	a := auditLog(recs, cmds)
-	views := compareViews(t, ctx, filepath.Join(data, "views"), l)
+	views := compareViews(t, ctx, filepath.Join(data, "views"), l, logKeyOf(t, data))
 	lc := load.ledger.counts()
 
 	t.Logf("kill-9 load: %d commands, %d conflicts, %d other refusals, %d internal-error replies, %d bad replies, "+

@@ -413,11 +413,11 @@ func TestTimersAndApprovalsSurviveKillNine(t *testing.T) {
 	lctx, stopL := context.WithTimeout(context.Background(), 60*time.Second)
 	defer stopL()
 	l := openLog(t, lctx, data, logs)
-	recs, err := readLog(lctx, l)
+	recs, err := readLog(lctx, l, logKeyOf(t, data))
 	require.NoError(t, err, "read the whole log")
 	cmds := led.all()
 	a := auditLog(recs, cmds)
-	views := compareViews(t, lctx, filepath.Join(data, "views"), l)
+	views := compareViews(t, lctx, filepath.Join(data, "views"), l, logKeyOf(t, data))
 
 	// The log's events per task, and its timer commands.
 	history := map[string][]eventstore.Event{}

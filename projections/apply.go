@@ -38,11 +38,14 @@ type batchState struct {
 	tips       map[string]tip
 }
 
-// Apply applies the log record at seq to the views, in one Pebble batch with
-// the new checkpoint. A record at or below the checkpoint was applied
-// already and is skipped, so feeding a record twice is harmless. It returns a
-// *ChainError when the record's history does not verify, and an error for an
-// event it cannot decode (an unknown type stops the views loudly).
+// Apply applies the log record at seq, verified (see eventstore.LogVerifier),
+// to the views, in one Pebble batch with the new checkpoint and the record's
+// place in the log's chain (LogTip). A record at or below the checkpoint was
+// applied already and is skipped, so feeding a record twice is harmless. It
+// returns an error for a record that does not follow the last one applied
+// in the log's chain, a *ChainError when the record's aggregate histories do
+// not verify, and an error for an event it cannot decode (an unknown type
+// stops the views loudly).
 func (s *Store) Apply(seq uint64, c *eventstore.Commit) error { return s.apply(seq, c, false) }
 
 // ApplyDecided applies a record that the writer decided against this very
@@ -52,14 +55,20 @@ func (s *Store) Apply(seq uint64, c *eventstore.Commit) error { return s.apply(s
 // checked as Apply checks it.
 func (s *Store) ApplyDecided(seq uint64, c *eventstore.Commit) error { return s.apply(seq, c, true) }
 
-func (s *Store) apply(seq uint64, c *eventstore.Commit, decided bool) error {
+func (s *Store) apply(seq uint64, c *eventstore.Commit, decided bool) (err error) {
 	s.applyMu.Lock()
 	defer s.applyMu.Unlock()
+	defer s.recoverInto(&err)
 	if s.db == nil {
 		return ErrClosed
 	}
 	if seq <= s.Checkpoint() {
 		return nil
+	}
+	last := s.LogTip()
+	if c.N != last.N+1 || c.Hash == "" || (c.Format != eventstore.FormatLegacy && c.Prev != last.Hash) {
+		return fmt.Errorf("projections: log record %d (n %d) does not follow the views' last record, %s: the views apply verified records only",
+			seq, c.N, last)
 	}
 	b := s.db.NewBatch()
 	defer func() { _ = b.Close() }()
@@ -94,8 +103,21 @@ func (s *Store) apply(seq uint64, c *eventstore.Commit, decided bool) error {
 	if err := b.Set([]byte(pCheckpoint), cp[:], nil); err != nil {
 		return err
 	}
+	next := last.Next(seq, c)
+	nb, _ := json.Marshal(next)
+	if err := b.Set([]byte(pLogTip), nb, nil); err != nil {
+		return err
+	}
+	if c.Accept != nil && c.Accept.AfterSeq+1 < seq {
+		// The records between the accepted prefix and this record are not
+		// part of the log: derived streams that read it raw skip them.
+		k := binary.BigEndian.AppendUint64(key(pDiscarded, ""), c.Accept.AfterSeq+1)
+		if err := b.Set(k, binary.BigEndian.AppendUint64(nil, seq-1), nil); err != nil {
+			return err
+		}
+	}
 	if err := b.Commit(pebble.NoSync); err != nil {
-		return fmt.Errorf("projections: commit record %d: %w", seq, err)
+		return fmt.Errorf("projections: commit record %d: %w", seq, s.damagedErr(err))
 	}
 	s.mu.Lock()
 	for id, w := range bs.workspaces {
@@ -113,7 +135,7 @@ func (s *Store) apply(seq uint64, c *eventstore.Commit, decided bool) error {
 	if len(s.cache) > s.opts.CacheEntries {
 		clear(s.cache)
 	}
-	s.checkpoint = seq
+	s.checkpoint, s.logTip = seq, next
 	close(s.advanced)
 	s.advanced = make(chan struct{})
 	s.mu.Unlock()

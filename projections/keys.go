@@ -8,19 +8,21 @@ import (
 // contain '/'.
 const (
 	pCheckpoint = "k/checkpoint"
-	pWorkspace  = "w"  // w/<ws>
-	pGoal       = "g"  // g/<goal>
-	pGoalByWS   = "gw" // gw/<ws>/<goal>
-	pGoalCounts = "gc" // gc/<goal> -> map state->count
-	pTask       = "t"  // t/<task>
-	pTaskByWS   = "tw" // tw/<ws>/<state>/<task>
-	pTaskByGoal = "tg" // tg/<goal>/<task>
-	pDependents = "td" // td/<dependency>/<task>
-	pHistory    = "h"  // h/<aggtype>/<id>/<version BE>
-	pTip        = "a"  // a/<aggtype>/<id> -> chain tip
-	pCommand    = "c"  // c/<ws>/<command key: domain.CommandKey of actor and id> -> first outcome
-	pTimer      = "tm" // tm/<due unix nanos BE>/<task>/<kind>/<attempt> -> workspace
-	pApproval   = "ap" // ap/<ws>/<approval state>/<approval id>
+	pLogTip     = "k/logtip"    // the checkpoint's record as verified: eventstore.LogTip
+	pDiscarded  = "k/discarded" // k/discarded/<first seq BE> -> last seq BE: a stretch an acceptance left out
+	pWorkspace  = "w"           // w/<ws>
+	pGoal       = "g"           // g/<goal>
+	pGoalByWS   = "gw"          // gw/<ws>/<goal>
+	pGoalCounts = "gc"          // gc/<goal> -> map state->count
+	pTask       = "t"           // t/<task>
+	pTaskByWS   = "tw"          // tw/<ws>/<state>/<task>
+	pTaskByGoal = "tg"          // tg/<goal>/<task>
+	pDependents = "td"          // td/<dependency>/<task>
+	pHistory    = "h"           // h/<aggtype>/<id>/<version BE>
+	pTip        = "a"           // a/<aggtype>/<id> -> chain tip
+	pCommand    = "c"           // c/<ws>/<command key: domain.CommandKey of actor and id> -> first outcome
+	pTimer      = "tm"          // tm/<due unix nanos BE>/<task>/<kind>/<attempt> -> workspace
+	pApproval   = "ap"          // ap/<ws>/<approval state>/<approval id>
 )
 
 func key(parts ...string) []byte {

@@ -9,9 +9,12 @@ import (
 	"io"
 	"log/slog"
 	"sync"
+	"sync/atomic"
+	"time"
 
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/cockroachdb/pebble/v2/bloom"
+	"github.com/cockroachdb/pebble/v2/sstable"
 	"github.com/cockroachdb/pebble/v2/vfs"
 
 	"github.com/dwr-run/dwr/domain"
@@ -29,41 +32,124 @@ type Options struct {
 	Upcasters *eventstore.Upcasters
 	// CacheEntries bounds the decoded aggregates kept in memory (default 100,000).
 	CacheEntries int
+	// OnDamaged, when set, makes Open move views it cannot open, or whose
+	// files fail their checksums, aside (to <dir>.corrupt-<UTC time>) and
+	// open empty ones in their place; catching up then rebuilds them from
+	// the log. It is called with where the damaged views went and why. Reset
+	// calls it too. When nil, Open returns an error wrapping ErrDamaged.
+	OnDamaged func(movedTo string, cause error)
+}
+
+func (o Options) withDefaults() Options {
+	if o.CacheEntries == 0 {
+		o.CacheEntries = 100_000
+	}
+	if o.Upcasters == nil {
+		o.Upcasters = DomainUpcasters()
+	}
+	if o.FS == nil {
+		o.FS = vfs.Default
+	}
+	return o
 }
 
 // Store is the Pebble-backed set of views. It is safe for concurrent use:
 // Apply is serialised; readers see the state as of some checkpoint.
 type Store struct {
 	db   *pebble.DB
+	lock *pebble.Lock
+	dir  string
 	opts Options
 
-	mu         sync.RWMutex // guards checkpoint, advanced and the cache
+	mu         sync.RWMutex // guards checkpoint, logTip, advanced, the cache and the damage
 	checkpoint uint64
+	logTip     eventstore.LogTip
 	advanced   chan struct{} // closed and replaced whenever checkpoint moves
 	cache      map[string]any
+	damaged    chan struct{}          // closed when Pebble reports on-disk corruption
+	damage     error                  // the first corruption reported
+	reports    *atomic.Pointer[Store] // the store Pebble's corruption reports go to
 
 	applyMu sync.Mutex
 }
 
-// ErrClosed is returned by a Store used after Close.
-var ErrClosed = errors.New("projections: store is closed")
+var (
+	// ErrClosed is returned by a Store used after Close.
+	ErrClosed = errors.New("projections: store is closed")
 
-// Open opens (creating if needed) the views in dir.
+	// ErrDamaged is wrapped by errors reporting views that cannot be used
+	// as they are and must be rebuilt from the log: files that cannot be
+	// opened or fail their checksums, Pebble reporting corruption or
+	// panicking, views written before the log was chained, or views holding
+	// records that an accepted prefix discarded. The log is not at fault.
+	ErrDamaged = errors.New("projections: the views are damaged")
+)
+
+// Open opens (creating if needed) the views in dir, and checks the
+// checksums of all their files. It returns an error wrapping ErrDamaged for
+// views that cannot be opened or are corrupt (unless Options.OnDamaged is
+// set: they are then moved aside and empty views opened), and an error for
+// views that another process holds.
 func Open(dir string, opts Options) (*Store, error) {
-	if opts.CacheEntries == 0 {
-		opts.CacheEntries = 100_000
+	opts = opts.withDefaults()
+	s, err := open(dir, opts)
+	if err == nil || !errors.Is(err, ErrDamaged) || opts.OnDamaged == nil {
+		return s, err
 	}
-	if opts.Upcasters == nil {
-		opts.Upcasters = DomainUpcasters()
+	moved, merr := moveAside(opts.FS, dir)
+	if merr != nil {
+		return nil, fmt.Errorf("projections: move the damaged views in %s aside: %w (the damage: %w)", dir, merr, err)
 	}
+	opts.OnDamaged(moved, err)
+	return open(dir, opts)
+}
+
+// moveAside renames dir to dir.corrupt-<UTC time> and returns the new name.
+func moveAside(fs vfs.FS, dir string) (string, error) {
+	to := fmt.Sprintf("%s.corrupt-%s", dir, time.Now().UTC().Format("20060102T150405.000000000Z"))
+	return to, fs.Rename(dir, to)
+}
+
+func open(dir string, opts Options) (_ *Store, err error) {
+	if err := opts.FS.MkdirAll(dir, 0o750); err != nil {
+		return nil, fmt.Errorf("projections: create %s: %w", dir, err)
+	}
+	lock, err := pebble.LockDirectory(dir, opts.FS)
+	if err != nil {
+		return nil, fmt.Errorf("projections: the views in %s are in use: %w", dir, err)
+	}
+	s := &Store{lock: lock, dir: dir, opts: opts, advanced: make(chan struct{}), cache: map[string]any{},
+		damaged: make(chan struct{}), reports: &atomic.Pointer[Store]{}}
+	s.reports.Store(s)
+	reports := s.reports
+	defer func() {
+		if r := recover(); r != nil {
+			err = fmt.Errorf("%w: open %s: pebble panicked: %v", ErrDamaged, dir, r)
+		}
+		if err != nil {
+			if s.db != nil {
+				func() {
+					defer func() { _ = recover() }()
+					_ = s.db.Close()
+				}()
+			}
+			_ = lock.Close()
+		}
+	}()
 	cache := pebble.NewCache(64 << 20)
 	defer cache.Unref()
 	po := &pebble.Options{
 		FS:                 opts.FS,
+		Lock:               lock,
 		Cache:              cache,
 		MemTableSize:       64 << 20,
 		FormatMajorVersion: pebble.FormatNewest,
 		Logger:             pebbleLogger{opts.Logger},
+		// Pebble's default on corruption is to log fatally (our logger
+		// panics): report it instead; the read returns the error.
+		EventListener: &pebble.EventListener{DataCorruption: func(i pebble.DataCorruptionInfo) {
+			reports.Load().corrupt(fmt.Errorf("%w: %s: %w", ErrDamaged, i.Path, i.Details))
+		}},
 	}
 	po.CompactionConcurrencyRange = func() (int, int) { return 1, 2 }
 	// Bloom filters make a lookup of a key that is not there (a new command
@@ -71,32 +157,190 @@ func Open(dir string, opts Options) (*Store, error) {
 	po.Levels[0].FilterPolicy = bloom.FilterPolicy(10)
 	db, err := pebble.Open(dir, po)
 	if err != nil {
-		return nil, fmt.Errorf("projections: open %s: %w", dir, err)
+		return nil, fmt.Errorf("%w: open %s: %w", ErrDamaged, dir, err)
 	}
-	s := &Store{db: db, opts: opts, advanced: make(chan struct{}), cache: map[string]any{}}
-	v, closer, err := db.Get([]byte(pCheckpoint))
-	switch {
-	case err == nil:
-		s.checkpoint = binary.BigEndian.Uint64(v)
-		_ = closer.Close()
-	case errors.Is(err, pebble.ErrNotFound):
-	default:
-		_ = db.Close()
-		return nil, fmt.Errorf("projections: read checkpoint: %w", err)
+	s.db = db
+	if err := s.checkFiles(po); err != nil {
+		return nil, err
+	}
+	if s.checkpoint, err = s.readCheckpoint(); err != nil {
+		return nil, err
 	}
 	return s, nil
 }
 
-// Close flushes and closes the store. It is safe to call twice.
+// checkFiles reads every block of every table and checks its checksum, so
+// that a damaged file is found now rather than by a query. It costs one read
+// of the views' files.
+func (s *Store) checkFiles(po *pebble.Options) error {
+	levels, err := s.db.SSTables()
+	if err != nil {
+		return fmt.Errorf("%w: list the tables of %s: %w", ErrDamaged, s.dir, err)
+	}
+	ro := po.MakeReaderOptions()
+	for _, level := range levels {
+		for _, t := range level {
+			if t.BackingType != pebble.BackingTypeLocal {
+				continue
+			}
+			path := s.opts.FS.PathJoin(s.dir, fmt.Sprintf("%s.sst", t.BackingSSTNum))
+			if err := checkTable(s.opts.FS, path, ro); err != nil {
+				return fmt.Errorf("%w: table %s: %w", ErrDamaged, path, err)
+			}
+		}
+	}
+	return nil
+}
+
+func checkTable(fs vfs.FS, path string, ro sstable.ReaderOptions) error {
+	f, err := fs.Open(path)
+	if err != nil {
+		return err
+	}
+	readable, err := sstable.NewSimpleReadable(f)
+	if err != nil {
+		_ = f.Close()
+		return err
+	}
+	r, err := sstable.NewReader(context.Background(), readable, ro)
+	if err != nil {
+		_ = readable.Close()
+		return err
+	}
+	defer func() { _ = r.Close() }()
+	return r.ValidateBlockChecksums()
+}
+
+// readCheckpoint loads the checkpoint and the log tip.
+func (s *Store) readCheckpoint() (uint64, error) {
+	var cp uint64
+	v, closer, err := s.db.Get([]byte(pCheckpoint))
+	switch {
+	case err == nil:
+		if len(v) != 8 {
+			_ = closer.Close()
+			return 0, fmt.Errorf("%w: a checkpoint of %d bytes", ErrDamaged, len(v))
+		}
+		cp = binary.BigEndian.Uint64(v)
+		_ = closer.Close()
+	case errors.Is(err, pebble.ErrNotFound):
+	default:
+		return 0, fmt.Errorf("%w: read the checkpoint: %w", ErrDamaged, err)
+	}
+	ok, err := s.get([]byte(pLogTip), &s.logTip)
+	if err != nil {
+		return 0, err
+	}
+	if !ok && cp > 0 {
+		// Views written before the log was chained: the tip they stand on
+		// is not known. Rebuilding them verifies the whole log, once.
+		return 0, fmt.Errorf("%w: the views at log sequence %d predate the log's chain (they hold no verified tip)", ErrDamaged, cp)
+	}
+	return cp, nil
+}
+
+// corrupt records that Pebble reported on-disk corruption.
+func (s *Store) corrupt(err error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.damage == nil {
+		s.damage = err
+		close(s.damaged)
+	}
+}
+
+// Damaged is closed once Pebble has reported corruption in the views' files
+// (DamageErr says what): they must be rebuilt, which the next start does.
+func (s *Store) Damaged() <-chan struct{} {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	return s.damaged
+}
+
+// DamageErr returns the first corruption Pebble reported, or nil.
+func (s *Store) DamageErr() error {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	return s.damage
+}
+
+// Dir returns the views' directory.
+func (s *Store) Dir() string { return s.dir }
+
+// Reset moves the views aside (to <dir>.corrupt-<UTC time>) and opens empty
+// ones in their place: catching up then rebuilds them from the log. It is
+// for a damaged store found at start (an error wrapping ErrDamaged), while
+// nothing else uses it; cause says why, for Options.OnDamaged. It returns
+// where the old views went.
+func (s *Store) Reset(cause error) (string, error) {
+	s.applyMu.Lock()
+	defer s.applyMu.Unlock()
+	if s.db != nil {
+		func() {
+			defer func() { _ = recover() }()
+			_ = s.db.Close()
+		}()
+		s.db = nil
+	}
+	if s.lock != nil {
+		_ = s.lock.Close()
+		s.lock = nil
+	}
+	moved, err := moveAside(s.opts.FS, s.dir)
+	if err != nil {
+		return "", fmt.Errorf("projections: move the views in %s aside: %w", s.dir, err)
+	}
+	if s.opts.OnDamaged != nil {
+		s.opts.OnDamaged(moved, cause)
+	}
+	fresh, err := open(s.dir, s.opts)
+	if err != nil {
+		return moved, err
+	}
+	s.mu.Lock()
+	s.db, s.lock = fresh.db, fresh.lock
+	s.checkpoint, s.logTip = fresh.checkpoint, fresh.logTip
+	clear(s.cache)
+	s.damaged, s.damage = make(chan struct{}), nil
+	s.mu.Unlock()
+	// The fresh Pebble reports to fresh; from now on s is the store.
+	fresh.reports.Store(s)
+	s.reports = fresh.reports
+	return moved, nil
+}
+
+// Close flushes the store's memory table to its files and closes it. It is
+// safe to call twice.
 func (s *Store) Close() error {
 	s.applyMu.Lock()
 	defer s.applyMu.Unlock()
 	if s.db == nil {
 		return nil
 	}
-	err := s.db.Close()
+	var err error
+	func() {
+		defer func() {
+			if r := recover(); r != nil {
+				err = fmt.Errorf("%w: close: pebble panicked: %v", ErrDamaged, r)
+			}
+		}()
+		// Flushed, the views open without replaying their write-ahead log.
+		err = errors.Join(s.db.Flush(), s.db.Close())
+	}()
 	s.db = nil
+	if s.lock != nil {
+		_ = s.lock.Close()
+		s.lock = nil
+	}
 	return err
+}
+
+// LogTip returns the last log record applied, as verified: its position,
+// sequence and hash (the zero LogTip before the first).
+func (s *Store) LogTip() eventstore.LogTip {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	return s.logTip
 }
 
 // Checkpoint returns the sequence of the last log record applied.
@@ -146,16 +390,17 @@ func (p pebbleLogger) Fatalf(format string, args ...any) {
 }
 
 // get decodes the value at k into v; false when absent.
-func (s *Store) get(k []byte, v any) (bool, error) {
+func (s *Store) get(k []byte, v any) (_ bool, err error) {
 	if s.db == nil {
 		return false, ErrClosed
 	}
+	defer s.recoverInto(&err)
 	b, closer, err := s.db.Get(k)
 	if errors.Is(err, pebble.ErrNotFound) {
 		return false, nil
 	}
 	if err != nil {
-		return false, fmt.Errorf("projections: get %q: %w", k, err)
+		return false, fmt.Errorf("projections: get %q: %w", k, s.damagedErr(err))
 	}
 	defer func() { _ = closer.Close() }()
 	if err := json.Unmarshal(b, v); err != nil {
@@ -174,13 +419,14 @@ func (s *Store) scan(p []byte, fn func(k, v []byte) error) error {
 }
 
 // scanRange calls fn for every key in [lower, upper), in order.
-func (s *Store) scanRange(lower, upper []byte, fn func(k, v []byte) error) error {
+func (s *Store) scanRange(lower, upper []byte, fn func(k, v []byte) error) (err error) {
 	if s.db == nil {
 		return ErrClosed
 	}
+	defer s.recoverInto(&err)
 	it, err := s.db.NewIter(&pebble.IterOptions{LowerBound: lower, UpperBound: upper})
 	if err != nil {
-		return err
+		return s.damagedErr(err)
 	}
 	defer func() { _ = it.Close() }()
 	for it.First(); it.Valid(); it.Next() {
@@ -191,7 +437,27 @@ func (s *Store) scanRange(lower, upper []byte, fn func(k, v []byte) error) error
 			return err
 		}
 	}
-	return it.Error()
+	return s.damagedErr(it.Error())
+}
+
+// damagedErr marks err as ErrDamaged when Pebble reports corruption.
+func (s *Store) damagedErr(err error) error {
+	if err == nil || !errors.Is(err, pebble.ErrCorruption) || errors.Is(err, ErrDamaged) {
+		return err
+	}
+	err = fmt.Errorf("%w: %w", ErrDamaged, err)
+	s.corrupt(err)
+	return err
+}
+
+// recoverInto turns a panic of Pebble's, at the boundary of a read or a
+// write, into an error wrapping ErrDamaged: views are derived, so a broken
+// file is a reason to rebuild them, not to crash.
+func (s *Store) recoverInto(err *error) {
+	if r := recover(); r != nil {
+		*err = fmt.Errorf("%w: pebble panicked: %v", ErrDamaged, r)
+		s.corrupt(*err)
+	}
 }
 
 // Dump writes every row of the store, key and value, in key order: two stores

@@ -109,7 +109,16 @@ func (h *harness) batch(cmds ...cmd) {
 		require.NoError(h.t, tx.Link(&evs[i]))
 	}
 	rec.Events = evs
-	b, err := eventstore.EncodeCommit(rec)
+	seq, dec := h.append(rec)
+	require.NoError(h.t, h.store.Apply(seq, dec))
+}
+
+// append chains rec on the store's last record, appends it and returns its
+// sequence and the record as read back.
+func (h *harness) append(rec *eventstore.Commit) (uint64, *eventstore.Commit) {
+	tip := h.store.LogTip()
+	rec.N, rec.Prev = tip.N+1, tip.Hash
+	b, err := eventstore.EncodeCommit(rec, testKey)
 	require.NoError(h.t, err)
 	last, err := h.log.LastSeq(context.Background())
 	require.NoError(h.t, err)
@@ -117,8 +126,17 @@ func (h *harness) batch(cmds ...cmd) {
 	require.NoError(h.t, err)
 	dec, err := eventstore.DecodeCommit(b)
 	require.NoError(h.t, err)
-	require.NoError(h.t, h.store.Apply(seq, dec))
+	return seq, dec
 }
+
+// testKey authenticates the records the tests write.
+var testKey = func() *eventstore.LogKey {
+	k, err := eventstore.NewLogKey(bytes.Repeat([]byte{3}, eventstore.LogKeySize))
+	if err != nil {
+		panic(err)
+	}
+	return k
+}()
 
 func dump(t require.TestingT, s *projections.Store) []byte {
 	var b bytes.Buffer
@@ -190,7 +208,7 @@ func TestRebuiltViewsEqualLiveViews(t *testing.T) {
 			h.d.now = h.d.now.Add(time.Duration(rapid.IntRange(0, 5000).Draw(rt, "ms")) * time.Millisecond)
 			h.batch(cmds...)
 		}
-		rebuilt, err := projections.Rebuild(context.Background(), h.log, "rebuilt", projections.Options{FS: vfs.NewMem()}, nil)
+		rebuilt, err := projections.Rebuild(context.Background(), h.log, testKey, "rebuilt", projections.Options{FS: vfs.NewMem()}, nil)
 		require.NoError(rt, err)
 		defer rebuilt.Close()
 		require.Equal(rt, live.Checkpoint(), rebuilt.Checkpoint())
@@ -222,9 +240,9 @@ func TestCrashBeforeViewsSyncCatchesUp(t *testing.T) {
 	last, err := h.log.LastSeq(context.Background())
 	require.NoError(t, err)
 	require.Less(t, s2.Checkpoint(), last, "the unsynced record was lost with its rows")
-	_, err = s2.CatchUp(context.Background(), h.log)
+	_, err = s2.CatchUp(context.Background(), h.log, testKey)
 	require.NoError(t, err)
-	rebuilt, err := projections.Rebuild(context.Background(), h.log, "rebuilt", projections.Options{FS: vfs.NewMem()}, nil)
+	rebuilt, err := projections.Rebuild(context.Background(), h.log, testKey, "rebuilt", projections.Options{FS: vfs.NewMem()}, nil)
 	require.NoError(t, err)
 	defer rebuilt.Close()
 	require.Equal(t, dump(t, rebuilt), dump(t, s2))
@@ -253,12 +271,16 @@ func TestApplyIsIdempotentAndDetectsBrokenChains(t *testing.T) {
 	bad := &eventstore.Commit{Kind: eventstore.KindEvents, Epoch: 1, Writer: "t", Time: h.d.now, Events: []eventstore.Event{{
 		ID: ulid.Make().String(), Type: "goal.cancelled", SchemaVersion: 1, Workspace: "w", AggregateType: "goal",
 		AggregateID: goal, Version: 3, CommandID: "x", Time: h.d.now, Data: json.RawMessage(`{}`)}}}
-	b, err := eventstore.EncodeCommit(bad)
-	require.NoError(t, err)
-	dec, err := eventstore.DecodeCommit(b)
-	require.NoError(t, err)
+	seq, dec := h.append(bad)
 	var ce *projections.ChainError
-	require.ErrorAs(t, s.Apply(s.Checkpoint()+1, dec), &ce)
+	require.ErrorAs(t, s.Apply(seq, dec), &ce)
+	require.Equal(t, before, dump(t, s))
+
+	// So is a record that does not follow the last one in the log's chain.
+	ok := &eventstore.Commit{Kind: eventstore.KindEpoch, Epoch: 2, Writer: "t", Time: h.d.now}
+	seq, dec = h.append(ok)
+	dec.Prev = "elsewhere"
+	require.ErrorContains(t, s.Apply(seq, dec), "does not follow the views' last record")
 	require.Equal(t, before, dump(t, s))
 }
 
@@ -278,15 +300,8 @@ func TestOldEventsAreUpcastWhenRead(t *testing.T) {
 		if len(hist) > 0 {
 			e.PrevHash = hist[len(hist)-1].Hash()
 		}
-		b, err := eventstore.EncodeCommit(&eventstore.Commit{Kind: eventstore.KindEvents, Epoch: 1, Writer: "old", Time: h.d.now,
+		seq, dec := h.append(&eventstore.Commit{Kind: eventstore.KindEvents, Epoch: 1, Writer: "old", Time: h.d.now,
 			Events: []eventstore.Event{e}})
-		require.NoError(t, err)
-		last, err := h.log.LastSeq(context.Background())
-		require.NoError(t, err)
-		seq, err := h.log.Append(context.Background(), b, last)
-		require.NoError(t, err)
-		dec, err := eventstore.DecodeCommit(b)
-		require.NoError(t, err)
 		require.NoError(t, s.Apply(seq, dec))
 	}
 	// A task.created created waiting, with no wait_kind (and no wait_until:

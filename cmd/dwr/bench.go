@@ -459,7 +459,11 @@ func startBenchService(ctx context.Context, dir string, progress io.Writer) (_ *
 		return nil, err
 	}
 	cleanups = append(cleanups, func() { _ = store.Close() })
-	svc, err := handlers.New(snc, store, handlers.Config{WriterID: "bench"})
+	key, _, err := handlers.LoadLogKey(filepath.Join(dir, handlers.LogKeyFile), true)
+	if err != nil {
+		return nil, err
+	}
+	svc, err := handlers.New(snc, store, handlers.Config{WriterID: "bench", LogKey: key})
 	if err != nil {
 		return nil, err
 	}

@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -10,10 +11,12 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
 
 	"github.com/dwr-run/dwr/domain"
 	"github.com/dwr-run/dwr/handlers/servicetest"
+	"github.com/dwr-run/dwr/projections"
 )
 
 // cliServer starts the service on an embedded NATS server listening on a
@@ -230,4 +233,119 @@ func TestCLIPlanStartAfterWaitsUntilItsTime(t *testing.T) {
 	code, _, errs = run(t, url, "plan", "submit", "--goal", goal["id"].(string), "-f", plan)
 	require.Equal(t, exitInvalid, code)
 	require.Contains(t, errs, "/tasks/0/start_after")
+}
+
+// republishLast publishes a copy of the log's last record on the log subject
+// of a stopped server's data directory: a foreign record.
+func republishLast(t *testing.T, dir string) uint64 {
+	t.Helper()
+	srv, nc := servicetest.OpenStopped(t, dir)
+	defer srv.Shutdown()
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	require.NoError(t, err)
+	s, err := js.Stream(t.Context(), "DWR_LOG")
+	require.NoError(t, err)
+	last, err := s.GetLastMsgForSubject(t.Context(), "dwr.log.0")
+	require.NoError(t, err)
+	ack, err := js.Publish(t.Context(), "dwr.log.0", last.Data)
+	require.NoError(t, err)
+	return ack.Sequence
+}
+
+func TestCLIAdminRebuildRefusesADamagedLog(t *testing.T) {
+	dir := t.TempDir()
+	url, stop := cliServerIn(t, dir)
+	var goal map[string]any
+	runJSON(t, url, &goal, "goal", "create", "--title", "g", "--command-id", "g-1")
+	stop()
+	views := filepath.Join(dir, "views")
+	before := viewsSum(t, views)
+	seq := republishLast(t, dir)
+
+	code, _, errs := run(t, url, "admin", "rebuild", "--data", dir)
+	require.Equal(t, exitDamaged, code, errs)
+	require.Contains(t, errs, fmt.Sprintf("log damaged at seq %d", seq))
+	require.Contains(t, errs, "repeated position")
+	require.Contains(t, errs, "the views were left untouched")
+	require.Equal(t, before, viewsSum(t, views), "the views hold what they held")
+	matches, err := filepath.Glob(filepath.Join(dir, "views.*"))
+	require.NoError(t, err)
+	require.Empty(t, matches, "no rebuilt or old views were left behind")
+}
+
+func viewsSum(t *testing.T, dir string) string {
+	t.Helper()
+	s, err := projections.Open(dir, projections.Options{})
+	require.NoError(t, err)
+	defer s.Close()
+	sum, err := dumpSum(s)
+	require.NoError(t, err)
+	return fmt.Sprintf("%x@%d", sum, s.Checkpoint())
+}
+
+func TestCLIAdminRebuildAcceptsTheVerifiedPrefix(t *testing.T) {
+	dir := t.TempDir()
+	url, stop := cliServerIn(t, dir)
+	var goal map[string]any
+	runJSON(t, url, &goal, "goal", "create", "--title", "g", "--command-id", "g-1")
+	stop()
+	republishLast(t, dir)
+
+	code, out, errs := run(t, url, "admin", "rebuild", "--data", dir, "--accept-verified-prefix")
+	require.Equal(t, 0, code, errs)
+	require.Contains(t, out, "accepted the log's verified prefix")
+	require.Contains(t, out, "repeated position")
+	require.Contains(t, out, "acknowledged commands lost (0)", "the copied record's command is in the prefix: not lost")
+	require.Contains(t, out, "every record verified")
+
+	// The log now verifies through the acceptance: the service starts on it.
+	url, _ = cliServerIn(t, dir)
+	runJSON(t, url, &goal, "goal", "get", goal["id"].(string))
+}
+
+func TestCLIAdminVerify(t *testing.T) {
+	dir := t.TempDir()
+	url, stop := cliServerIn(t, dir)
+	var goal map[string]any
+	runJSON(t, url, &goal, "goal", "create", "--title", "g", "--command-id", "g-1")
+	stop()
+
+	code, out, errs := run(t, url, "admin", "verify", "--data", dir)
+	require.Equal(t, 0, code, errs)
+	require.Contains(t, errs, "verifying: record", "progress is shown")
+	require.Contains(t, out, "verified to the end")
+	require.Contains(t, out, "on the log's verified chain")
+	require.Regexp(t, `result\s+OK`, out)
+
+	seq := republishLast(t, dir)
+	code, out, errs = run(t, url, "admin", "verify", "--data", dir, "--json")
+	require.Equal(t, exitDamaged, code, errs)
+	require.Contains(t, errs, fmt.Sprintf("log damaged at seq %d", seq))
+	var r struct {
+		OK     bool `json:"ok"`
+		Damage struct {
+			Seq     uint64 `json:"seq"`
+			Problem string `json:"problem"`
+			Lost    []struct {
+				Seq      uint64   `json:"seq"`
+				Commands []string `json:"commands"`
+			} `json:"lost"`
+		} `json:"damage"`
+		Verified struct {
+			Seq uint64 `json:"seq"`
+		} `json:"verified"`
+	}
+	require.NoError(t, json.Unmarshal([]byte(out), &r), out)
+	require.False(t, r.OK)
+	require.Equal(t, seq, r.Damage.Seq)
+	require.Equal(t, "repeated position", r.Damage.Problem)
+	require.Equal(t, seq-1, r.Verified.Seq)
+	require.Len(t, r.Damage.Lost, 1)
+	require.Equal(t, []string{"default/g-1 (by anonymous)"}, r.Damage.Lost[0].Commands)
+
+	code, out, _ = run(t, url, "admin", "verify", "--data", dir)
+	require.Equal(t, exitDamaged, code)
+	require.Regexp(t, fmt.Sprintf(`chain\s+DAMAGED at seq %d`, seq), out)
+	require.Regexp(t, `result\s+FAILED`, out)
 }

@@ -17,6 +17,7 @@ const (
 	exitUnavailable = 3 // no server answered, or it is not ready
 	exitNotFound    = 4
 	exitConflict    = 5
+	exitDamaged     = 6 // the log, or its stream's configuration, fails verification
 )
 
 // exitError carries the exit code of a failed command.

@@ -16,6 +16,7 @@ import (
 	"github.com/oklog/ulid/v2"
 	"github.com/spf13/cobra"
 
+	"github.com/dwr-run/dwr/eventstore"
 	"github.com/dwr-run/dwr/handlers"
 	"github.com/dwr-run/dwr/handlers/access"
 	"github.com/dwr-run/dwr/handlers/embedded"
@@ -73,6 +74,9 @@ type serveOpts struct {
 	insecureOpen           bool
 	tlsCert, tlsKey, tlsCA string
 	adminKeys              []string
+	logKey                 logKeyOpts
+	acceptPrefix           bool
+	trustBelow             bool
 }
 
 func serveCmd() *cobra.Command {
@@ -97,7 +101,10 @@ func serveCmd() *cobra.Command {
 	f.StringVar(&o.tlsKey, "tls-key", os.Getenv("DWR_TLS_KEY"), "server key (PEM) (env DWR_TLS_KEY)")
 	f.StringVar(&o.tlsCA, "tls-ca", os.Getenv("DWR_TLS_CA"), "CA (PEM) of client certificates: mutual TLS (env DWR_TLS_CA)")
 	f.StringSliceVar(&o.adminKeys, "admin-key", nil, "with --nats: the nkey (U...) of an admin of every workspace (repeatable; see dwr admin nats-config)")
+	f.BoolVar(&o.acceptPrefix, "accept-verified-prefix", false, "if the log fails verification, accept its verified prefix: print the acknowledged commands lost after it, rebuild the views from it and go on after it (see the README)")
+	f.BoolVar(&o.trustBelow, "trust-below-checkpoint", false, "on start, do not read the log below the views' checkpoint to check its chain (faster on a very long log; damage there is then found by `dwr admin verify`)")
 	o.nats.flags(cmd)
+	o.logKey.flags(cmd)
 	return cmd
 }
 
@@ -133,9 +140,16 @@ func serve(ctx context.Context, o serveOpts, stderr io.Writer) error {
 	if err != nil {
 		return fail(exitError, "writer id in %s: %v", o.data, err)
 	}
+	key, err := o.logKey.load(o.data, true, logger)
+	if err != nil {
+		return err
+	}
 	// The views first: the embedded server starts with the members they
 	// hold, so that members reconnecting after a restart are let in.
-	store, err := projections.Open(filepath.Join(o.data, "views"), projections.Options{Logger: logger})
+	store, err := projections.Open(filepath.Join(o.data, "views"), projections.Options{Logger: logger,
+		OnDamaged: func(to string, cause error) {
+			logger.Warn("the views are damaged: moved aside, they are rebuilt from the log", "moved_to", to, "err", cause)
+		}})
 	if err != nil {
 		return fail(exitError, "views: %v (is another dwr serve using %s?)", err, o.data)
 	}
@@ -186,7 +200,8 @@ func serve(ctx context.Context, o serveOpts, stderr io.Writer) error {
 		}
 		auth.OnMembersChanged = reload
 	}
-	svc, err := handlers.New(nc, store, handlers.Config{Replicas: o.replicas, WriterID: id, Logger: logger, Auth: auth})
+	svc, err := handlers.New(nc, store, handlers.Config{Replicas: o.replicas, WriterID: id, Logger: logger, Auth: auth,
+		LogKey: key, AcceptVerifiedPrefix: o.acceptPrefix, TrustBelowCheckpoint: o.trustBelow})
 	if err != nil {
 		return fail(exitInvalid, "%v", err)
 	}
@@ -202,10 +217,10 @@ func serve(ctx context.Context, o serveOpts, stderr io.Writer) error {
 			logger.Info("dwr stopped before it was ready")
 			return nil
 		}
-		return fail(exitError, "%v", err)
+		return serveFailure(err)
 	}
 	if err := <-errc; err != nil && !errors.Is(err, context.Canceled) {
-		return fail(exitError, "%v", err)
+		return serveFailure(err)
 	}
 	logger.Info("dwr stopped")
 	return nil
@@ -218,4 +233,43 @@ func schemaCmd(g *globals) *cobra.Command {
 			return printSchemas(g.out, args)
 		},
 	}
+}
+
+// serveFailure is the exit of a service that stopped with err: a damaged log
+// exits with exitDamaged and says what the operator can do.
+func serveFailure(err error) error {
+	if errors.Is(err, eventstore.ErrIntegrity) {
+		return fail(exitDamaged, "%v\nnothing is served from a log that fails verification: restore the log (or its stream's configuration) "+
+			"from a replica or a backup, or accept its verified prefix with --accept-verified-prefix (the commands after it are lost); "+
+			"`dwr admin verify` shows the damage", err)
+	}
+	return fail(exitError, "%v", err)
+}
+
+// logKeyOpts say where the log key is.
+type logKeyOpts struct{ file string }
+
+func (o *logKeyOpts) flags(cmd *cobra.Command) {
+	cmd.Flags().StringVar(&o.file, "log-key-file", os.Getenv("DWR_LOG_KEY_FILE"),
+		"the secret that authenticates the log's records (env DWR_LOG_KEY_FILE; default DATA/log.key, made on the first start); every replica of one log must be given the same key")
+}
+
+// load reads the log key: from --log-key-file, which must exist, or from
+// data/log.key, made there when create is set and it is missing.
+func (o *logKeyOpts) load(data string, create bool, logger *slog.Logger) ([]byte, error) {
+	path, explicit := o.file, o.file != ""
+	if !explicit {
+		path = filepath.Join(data, handlers.LogKeyFile)
+	}
+	key, created, err := handlers.LoadLogKey(path, create && !explicit)
+	if err != nil {
+		return nil, fail(exitInvalid, "%v (the log key: --log-key-file or DWR_LOG_KEY_FILE, default DATA/%s)", err, handlers.LogKeyFile)
+	}
+	if created && logger != nil {
+		logger.Info("made a new log key: give this file to every replica of this log (--log-key-file), and back it up", "file", path)
+	}
+	if st, err := os.Stat(path); err == nil && st.Mode().Perm()&0o077 != 0 && logger != nil {
+		logger.Warn("the log key file is readable by others than its owner: whoever reads it can forge log records", "file", path, "mode", st.Mode().Perm().String())
+	}
+	return key, nil
 }

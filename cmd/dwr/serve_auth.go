@@ -1,7 +1,6 @@
 package main
 
 import (
-	"fmt"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -49,7 +48,7 @@ func (b *boundary) connect(srv *embedded.Server, name string) (*nats.Conn, error
 // directory (created on first start), and the members the views hold (those
 // the views have not caught up with yet come once they have).
 func startEmbedded(o serveOpts, store *projections.Store, logger *slog.Logger) (*embedded.Server, *boundary, error) {
-	if moved, err := migrateStore(o.data); err != nil {
+	if moved, err := access.MigrateStore(o.data); err != nil {
 		return nil, nil, fail(exitError, "%v", err)
 	} else if moved {
 		logger.Info("dwr: moved the streams into the service's own NATS account (a data directory from before accounts)", "account", access.ServiceAccount)
@@ -77,21 +76,6 @@ func startEmbedded(o serveOpts, store *projections.Store, logger *slog.Logger) (
 		return nil, nil, fail(exitError, "embedded NATS: %v", err)
 	}
 	return srv, b, nil
-}
-
-// migrateStore moves the streams of a data directory written before dwr
-// had accounts (in nats-server's global account, $G) into the service's
-// account, once, while the server is stopped. It returns whether it did.
-func migrateStore(data string) (bool, error) {
-	js := filepath.Join(data, "nats", "jetstream")
-	old, now := filepath.Join(js, "$G"), filepath.Join(js, access.ServiceAccount)
-	if _, err := os.Stat(filepath.Join(old, "streams")); err != nil {
-		return false, nil
-	}
-	if _, err := os.Stat(now); err == nil {
-		return false, fmt.Errorf("both %s and %s hold streams: move one away", old, now)
-	}
-	return true, os.Rename(old, now)
 }
 
 // openOffline starts the embedded server of a stopped `dwr serve`'s data

@@ -39,6 +39,7 @@ func Run(t *testing.T, newLog func(t *testing.T) eventstore.Log) {
 	t.Run("TailFromEnd", func(t *testing.T) { testTailFromEnd(t, newLog(t)) })
 	t.Run("TailStopsOnError", func(t *testing.T) { testTailStops(t, newLog(t)) })
 	t.Run("LastSeq", func(t *testing.T) { testLastSeq(t, newLog(t)) })
+	t.Run("Stat", func(t *testing.T) { testStat(t, newLog(t)) })
 	t.Run("TooLarge", func(t *testing.T) { testTooLarge(t, newLog(t)) })
 }
 
@@ -231,6 +232,17 @@ func testLastSeq(t *testing.T, l eventstore.Log) {
 	last, err = l.LastSeq(ctx)
 	require.NoError(t, err)
 	require.Equal(t, seqs[2], last)
+}
+
+func testStat(t *testing.T, l eventstore.Log) {
+	ctx := testCtx(t)
+	st, err := l.Stat(ctx)
+	require.NoError(t, err)
+	require.Equal(t, eventstore.LogStat{}, st, "empty log")
+	seqs := appendN(ctx, t, l, 3)
+	st, err = l.Stat(ctx)
+	require.NoError(t, err)
+	require.Equal(t, eventstore.LogStat{Records: 3, First: seqs[0], Last: seqs[2]}, st)
 }
 
 func testTooLarge(t *testing.T, l eventstore.Log) {

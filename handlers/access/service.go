@@ -2,6 +2,8 @@ package access
 
 import (
 	"fmt"
+	"os"
+	"path/filepath"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nkeys"
@@ -37,4 +39,24 @@ func (s *ServiceIdentity) Option() nats.Option {
 // streams live in ServiceAccount.
 func ServiceOnly(id *ServiceIdentity) string {
 	return ServerConfig(Spec{ServiceKeys: []string{id.PublicKey}})
+}
+
+// MigrateStore moves the streams of a data directory written without
+// accounts (in nats-server's global account, $G: before dwr had accounts,
+// or by an open test server) into ServiceAccount, once, while its server
+// is stopped. It returns whether it moved them, and an error when both
+// accounts hold streams.
+func MigrateStore(dataDir string) (bool, error) {
+	js := filepath.Join(dataDir, "nats", "jetstream")
+	old, now := filepath.Join(js, "$G"), filepath.Join(js, ServiceAccount)
+	if _, err := os.Stat(filepath.Join(old, "streams")); err != nil {
+		return false, nil
+	}
+	if _, err := os.Stat(now); err == nil {
+		return false, fmt.Errorf("access: both %s and %s hold streams: move one away", old, now)
+	}
+	if err := os.Rename(old, now); err != nil {
+		return false, fmt.Errorf("access: %w", err)
+	}
+	return true, nil
 }

@@ -119,3 +119,33 @@ func (s *Service) Connect(t testing.TB, kp nkeys.KeyPair, name string) (*nats.Co
 	return s.Server.Connect(nats.Name(name), nats.CustomInboxPrefix(schemas.InboxPrefix(pub)),
 		nats.Nkey(pub, func(nonce []byte) ([]byte, error) { return kp.Sign(nonce) }))
 }
+
+// OpenStopped starts the embedded NATS server of a stopped service's data
+// directory, without a listener, and returns it with a connection as the
+// service (in the service's account when the data is a closed service's),
+// for a test that looks at, or damages, the streams. Both are closed at
+// cleanup.
+func OpenStopped(t testing.TB, dir string) (*embedded.Server, *nats.Conn) {
+	t.Helper()
+	cfg := embedded.Config{DataDir: dir, Logger: Logger()}
+	var opts []nats.Option
+	if _, err := os.Stat(filepath.Join(dir, "nats", "jetstream", access.ServiceAccount)); err == nil {
+		id, err := access.NewServiceIdentity()
+		if err != nil {
+			t.Fatal(err)
+		}
+		cfg.Accounts = access.ServiceOnly(id)
+		opts = append(opts, id.Option())
+	}
+	srv, err := embedded.Start(cfg)
+	if err != nil {
+		t.Fatalf("servicetest: open the stopped service's NATS: %v", err)
+	}
+	t.Cleanup(srv.Shutdown)
+	nc, err := srv.Connect(opts...)
+	if err != nil {
+		t.Fatalf("servicetest: connect: %v", err)
+	}
+	t.Cleanup(nc.Close)
+	return srv, nc
+}

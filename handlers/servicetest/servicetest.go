@@ -7,6 +7,8 @@ package servicetest
 import (
 	"context"
 	"encoding/json"
+	"errors"
+	"fmt"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -18,12 +20,14 @@ import (
 	"github.com/oklog/ulid/v2"
 
 	"github.com/dwr-run/dwr/handlers"
+	"github.com/dwr-run/dwr/handlers/access"
 	"github.com/dwr-run/dwr/handlers/embedded"
 	"github.com/dwr-run/dwr/projections"
 )
 
 // Options adjust the service a test starts; the zero value is an in-process
-// server with the default configuration.
+// server with the default configuration, and the log key of the data
+// directory (made on the first start), as dwr serve has it.
 type Options struct {
 	// Listen makes the NATS server accept TCP clients, e.g. "127.0.0.1:0".
 	Listen string
@@ -35,7 +39,8 @@ type Options struct {
 	// Secure runs the service as `dwr serve` does: closed, with the
 	// service's and the clients' NATS accounts, identities from the
 	// connection (Config.Auth is set). Service.Admin is then an admin's
-	// connection, and Service.Member adds identities.
+	// connection, and Service.Member adds identities. A data directory a
+	// closed service wrote is always started closed.
 	Secure bool
 }
 
@@ -121,8 +126,9 @@ type Service struct {
 	// service serves as the anonymous admin.
 	Admin *nats.Conn
 
-	stop func()
-	sec  *secure
+	stop  func()
+	ended func(time.Duration) (error, bool)
+	sec   *secure
 }
 
 // Logger discards the service's logs unless the environment variable
@@ -138,6 +144,18 @@ func Logger() *slog.Logger {
 // empty) and waits until it is ready; it fails the test if it cannot.
 func Start(t testing.TB, dir string, o Options) *Service {
 	t.Helper()
+	s, err := TryStart(t, dir, o)
+	if err != nil {
+		t.Fatalf("servicetest: %v", err)
+	}
+	return s
+}
+
+// TryStart is Start for a test that expects the start to fail: it returns
+// the error the service stopped with before it was ready (everything it
+// started is stopped again), or the ready service.
+func TryStart(t testing.TB, dir string, o Options) (*Service, error) {
+	t.Helper()
 	if dir == "" {
 		dir = t.TempDir()
 	}
@@ -147,9 +165,29 @@ func Start(t testing.TB, dir string, o Options) *Service {
 	if o.Clock != nil {
 		o.Config.Clock = o.Clock.Now
 	}
-	store, err := projections.Open(filepath.Join(dir, "views"), projections.Options{})
+	if o.Config.LogKey == nil {
+		key, _, err := handlers.LoadLogKey(filepath.Join(dir, handlers.LogKeyFile), true)
+		if err != nil {
+			return nil, err
+		}
+		o.Config.LogKey = key
+	}
+	if o.Secure {
+		if _, err := access.MigrateStore(dir); err != nil { // as dwr serve does
+			return nil, err
+		}
+	}
+	if _, err := os.Stat(filepath.Join(dir, "nats", "jetstream", access.ServiceAccount)); err == nil {
+		o.Secure = true // a closed service's data: its streams live in the service's account
+	}
+	// The views first: a closed server starts with the members they hold.
+	logger := o.Config.Logger
+	store, err := projections.Open(filepath.Join(dir, "views"), projections.Options{
+		OnDamaged: func(to string, cause error) {
+			logger.Warn("servicetest: the views are damaged: moved aside, they are rebuilt from the log", "moved_to", to, "err", cause)
+		}})
 	if err != nil {
-		t.Fatalf("servicetest: views: %v", err)
+		return nil, fmt.Errorf("views: %w", err)
 	}
 	var sec *secure
 	ecfg := embedded.Config{DataDir: dir, Listen: o.Listen, Logger: o.Config.Logger}
@@ -160,7 +198,7 @@ func Start(t testing.TB, dir string, o Options) *Service {
 	srv, err := embedded.Start(ecfg)
 	if err != nil {
 		_ = store.Close()
-		t.Fatalf("servicetest: embedded NATS: %v", err)
+		return nil, fmt.Errorf("embedded NATS: %w", err)
 	}
 	var nc *nats.Conn
 	if sec != nil {
@@ -173,11 +211,14 @@ func Start(t testing.TB, dir string, o Options) *Service {
 	if err != nil {
 		_ = store.Close()
 		srv.Shutdown()
-		t.Fatalf("servicetest: connect: %v", err)
+		return nil, fmt.Errorf("connect: %w", err)
 	}
 	svc, err := handlers.New(nc, store, o.Config)
 	if err != nil {
-		t.Fatalf("servicetest: %v", err)
+		nc.Close()
+		_ = store.Close()
+		srv.Shutdown()
+		return nil, err
 	}
 	detach := func() {}
 	if o.Clock != nil {
@@ -188,11 +229,22 @@ func Start(t testing.TB, dir string, o Options) *Service {
 	go func() { done <- svc.Run(ctx) }()
 	s := &Service{Dir: dir, Server: srv, Conn: nc, Store: store, Svc: svc, URL: srv.ClientURL(), Admin: nc, sec: sec}
 	var once sync.Once
+	var runErr error // the error Run returned before the service was stopped
+	s.ended = func(d time.Duration) (error, bool) {
+		select {
+		case err := <-done:
+			runErr = fmt.Errorf("stopped by itself: %w", err)
+			done <- nil
+			return err, true
+		case <-time.After(d):
+			return nil, false
+		}
+	}
 	s.stop = func() {
 		once.Do(func() {
 			detach()
 			cancel()
-			if err := <-done; err != nil {
+			if err := <-done; err != nil && runErr == nil {
 				t.Errorf("servicetest: the service stopped with an error: %v", err)
 			}
 			if s.Admin != nc {
@@ -208,17 +260,35 @@ func Start(t testing.TB, dir string, o Options) *Service {
 	t.Cleanup(s.stop)
 	select {
 	case <-svc.Ready():
+		if sec != nil {
+			sec.reload() // the members the views hold once caught up
+			s.Admin = sec.connect(t, sec.admin, "admin")
+		}
+		return s, nil
 	case err := <-done:
-		done <- err
-		t.Fatalf("servicetest: the service stopped before it was ready: %v", err)
+		runErr = fmt.Errorf("the service stopped before it was ready: %w", err)
+		if err == nil {
+			runErr = errors.New("the service stopped before it was ready")
+		}
+		done <- nil
+		s.stop()
+		return nil, runErr
 	case <-time.After(30 * time.Second):
-		t.Fatal("servicetest: the service was not ready within 30s")
+		s.stop()
+		return nil, errors.New("the service was not ready within 30s")
 	}
-	if sec != nil {
-		sec.reload() // the members the views hold once caught up
-		s.Admin = sec.connect(t, sec.admin, "admin")
+}
+
+// WaitEnded waits up to d for the service to stop by itself (as it does on
+// damage) and returns the error it stopped with; it fails the test if it
+// still runs after d. The error is then expected: cleanup does not report it.
+func (s *Service) WaitEnded(t testing.TB, d time.Duration) error {
+	t.Helper()
+	err, ok := s.ended(d)
+	if !ok {
+		t.Fatalf("servicetest: the service still runs after %s", d)
 	}
-	return s
+	return err
 }
 
 // Stop stops the service (it is also stopped at cleanup); its data stays in

@@ -1,0 +1,189 @@
+package handlers_test
+
+import (
+	"context"
+	"crypto/ed25519"
+	"crypto/rand"
+	"encoding/base64"
+	"encoding/json"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/stretchr/testify/require"
+
+	"github.com/dwr-run/dwr/domain"
+	"github.com/dwr-run/dwr/executors"
+	"github.com/dwr-run/dwr/handlers"
+)
+
+// The attacks of a credentialed but malicious client, each tried through a
+// real embedded server on a closed service (RELIABILITY.md's "hostile
+// client"): every one is refused, nothing is appended, and the honest
+// clients are unaffected.
+
+// A member that joins the service's queue group on the command subjects
+// answers nothing: the subscription is refused, every command of the honest
+// client is answered by the service and is in the log.
+func TestHostileClientCannotHijackCommands(t *testing.T) {
+	b := setup(t)
+	hostile := b.peer(t, "mallory").nc
+	denied := make(chan error, 8)
+	hostile.SetErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) { denied <- err })
+	for _, subj := range []string{"dwr.cmd.default.task.create", "dwr.cmd.>", "dwr.q.>"} {
+		sub, err := hostile.QueueSubscribe(subj, "dwr", func(m *nats.Msg) {
+			_ = m.Respond([]byte(`{"ok":true}`)) // the fake answer of the attack
+		})
+		require.NoError(t, err)
+		defer func() { _ = sub.Unsubscribe() }()
+		require.NoError(t, hostile.Flush())
+		select {
+		case err := <-denied:
+			require.ErrorIs(t, err, nats.ErrPermissionViolation)
+		case <-time.After(5 * time.Second):
+			t.Fatalf("subscribing to %s was not refused", subj)
+		}
+	}
+	const n = 30
+	for i := range n {
+		r := b.command(t, "task.create", map[string]any{"spec": map[string]any{"queue": "q"}}, "")
+		require.True(t, r.OK, "%+v", r.Error)
+		require.NotZero(t, r.Seq, "command %d was answered by the service, after its commit", i)
+		var rep domain.Reply
+		require.NoError(t, json.Unmarshal(r.Result, &rep))
+		require.Equal(t, domain.StateReady, b.task(t, rep.ID).State, "task %d is in the views", i)
+	}
+}
+
+// The actor of an event is the identity NATS authenticated: a header that
+// names another is ignored.
+func TestTheActorIsTheAuthenticatedIdentity(t *testing.T) {
+	b := setup(t)
+	mallory := b.peer(t, "mallory")
+	m := nats.NewMsg("dwr.cmd.default.task.create")
+	m.Header.Set("Dwr-Actor", "alice")
+	m.Header.Set("Nats-Request-Info", `{"acc":"DWR_CLIENTS","user":"alice"}`)
+	m.Data = []byte(`{"spec":{"queue":"q"}}`)
+	resp, err := mallory.nc.RequestMsg(m, 10*time.Second)
+	require.NoError(t, err)
+	var r handlers.Response
+	require.NoError(t, json.Unmarshal(resp.Data, &r))
+	require.True(t, r.OK, "%+v", r.Error)
+	var rep domain.Reply
+	require.NoError(t, json.Unmarshal(r.Result, &rep))
+	var raw []struct {
+		Actor string `json:"actor"`
+	}
+	b.query(t, "events", handlers.Query{ID: rep.ID}, r.Seq, &raw)
+	require.NotEmpty(t, raw)
+	for _, e := range raw {
+		require.Equal(t, "mallory", e.Actor, "the server-stamped identity, not the headers the client wrote")
+	}
+}
+
+// Registering an approver is an admin's: a client cannot put its own key
+// under alice's name, and alice's key keeps deciding.
+func TestHostileClientCannotTakeOverAnApprover(t *testing.T) {
+	b := setup(t)
+	alicePub, alice, err := ed25519.GenerateKey(rand.Reader)
+	require.NoError(t, err)
+	b.mustCommand(t, "approver.register", map[string]any{"name": "alice", "role": "ops",
+		"public_key": base64.StdEncoding.EncodeToString(alicePub)})
+	evilPub, evil, err := ed25519.GenerateKey(rand.Reader)
+	require.NoError(t, err)
+
+	mallory := &who{name: "mallory", nc: b.st.Member(t, "default", "mallory", domain.RoleClient), denied: make(chan error, 8)}
+	mallory.nc.SetErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) { mallory.denied <- err })
+	before := b.lastSeq(t)
+	body := func(v any) []byte { b, _ := json.Marshal(v); return b }
+	v, detail := mallory.probe("dwr.cmd.default.approver.register", body(map[string]any{"name": "alice", "role": "ops",
+		"public_key": base64.StdEncoding.EncodeToString(evilPub)}))
+	require.Equal(t, deniedV, v, detail)
+	v, detail = mallory.probe("dwr.cmd.default.member.add", body(map[string]any{"name": "alice", "role": "approver",
+		"public_key": "UDLMXCB2GCXXVTRKKPDJIVXASMJ6JD2DUP5HFRRDPKXQIVFA5PTFMSGK"}))
+	require.Equal(t, deniedV, v, "a client adds no member: %s", detail)
+	require.Equal(t, before, b.lastSeq(t), "nothing was appended")
+
+	// A gate decided: mallory, even signing with her key as "alice", cannot;
+	// alice can.
+	tk, _ := b.mustCommand(t, "task.create", map[string]any{"spec": map[string]any{"queue": "q",
+		"approval": map[string]any{"role": "ops"}}})
+	a := b.approval(t, domain.ApprovalID(tk.ID, 1))
+	decide := func(key ed25519.PrivateKey) map[string]any {
+		return map[string]any{"approval_id": a.ID, "approver": "alice", "response": "approve",
+			"action_digest": a.ActionDigest, "signature": domain.SignDecision(key, a.ID, "approve", a.ActionDigest)}
+	}
+	v, detail = mallory.probe("dwr.cmd.default.approval.decide", body(decide(evil)))
+	require.Equal(t, deniedV, v, "a client may not decide: %s", detail)
+	r := b.peer(t, "alice").send(t, "approval.decide", decide(alice), "")
+	require.True(t, r.OK, "%+v", r.Error)
+	require.Equal(t, "alice", b.approval(t, a.ID).Decision.Approver)
+}
+
+// A forged cancellation on the feed never reaches a running job: the
+// subject is the service's to publish.
+func TestAForgedFeedEventDoesNotStopAJob(t *testing.T) {
+	b := setup(t)
+	tk, _ := b.mustCommand(t, "task.create", map[string]any{"spec": map[string]any{"queue": "work"}})
+	started, release := make(chan string, 1), make(chan struct{})
+	var cancelled error
+	w, err := executors.NewWorker(executors.Config{Conn: b.st.Member(t, "default", "worker-1", domain.RoleExecutor, "work"),
+		Queue: "work", Lease: 5 * time.Second},
+		func(ctx context.Context, job *executors.Job) (executors.Result, error) {
+			started <- job.TaskID
+			select {
+			case <-release:
+			case <-ctx.Done():
+				cancelled = context.Cause(ctx)
+				return executors.Result{}, ctx.Err()
+			}
+			return executors.Result{Output: json.RawMessage(`{"done":true}`)}, nil
+		})
+	require.NoError(t, err)
+	ctx, stop := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- w.Run(ctx) }()
+	t.Cleanup(func() { stop(); <-done })
+	select {
+	case id := <-started:
+		require.Equal(t, tk.ID, id)
+	case <-time.After(20 * time.Second):
+		t.Fatal("the job did not start")
+	}
+
+	mallory := b.st.Member(t, "default", "mallory", domain.RoleAdmin) // even an admin of the workspace
+	errs := make(chan error, 4)
+	mallory.SetErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) { errs <- err })
+	for _, ev := range []string{"cancelled", "failed", "attempt_abandoned"} {
+		require.NoError(t, mallory.Publish("dwr.ev.default.task."+tk.ID+"."+ev, []byte(`{"type":"task.cancelled"}`)))
+	}
+	require.NoError(t, mallory.Flush())
+	select {
+	case err := <-errs:
+		require.ErrorIs(t, err, nats.ErrPermissionViolation)
+	case <-time.After(5 * time.Second):
+		t.Fatal("publishing on the feed was not refused")
+	}
+	close(release)
+	b.waitState(t, tk.ID, domain.StateAccepted)
+	require.NoError(t, cancelled, "the job's context was never cancelled")
+}
+
+// A revoked identity is cut off once its revocation is acknowledged: its
+// connection is closed by the server, and it cannot connect again.
+func TestARevokedIdentityIsCutOffAtOnce(t *testing.T) {
+	b := setup(t)
+	nc := b.st.Member(t, "default", "temp", domain.RoleClient)
+	r := (&peer{nc: nc, actor: "temp"}).send(t, "goal.create", map[string]any{"title": "before"}, "")
+	require.True(t, r.OK, "%+v", r.Error)
+	b.mustCommand(t, "member.remove", map[string]any{"name": "temp"})
+	eventually(t, 10*time.Second, func() bool {
+		_, err := nc.Request("dwr.cmd.default.goal.create", []byte(`{"title":"after"}`), 500*time.Millisecond)
+		return err != nil
+	})
+	var ms []domain.Member
+	b.query(t, "member.list", handlers.Query{}, 0, &ms)
+	for _, m := range ms {
+		require.NotEqual(t, "temp", m.Name)
+	}
+}

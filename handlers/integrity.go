@@ -1,0 +1,239 @@
+package handlers
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"slices"
+	"time"
+
+	"github.com/dwr-run/dwr/eventstore"
+	"github.com/dwr-run/dwr/projections"
+)
+
+// LogKeyFile is the name of the log key's file in a data directory.
+const LogKeyFile = "log.key"
+
+// LoadLogKey reads the log key from path. When the file does not exist and
+// create is set, it makes a new random key and writes it there (mode 0600,
+// never overwriting a file that appeared meanwhile) and reports created. It
+// returns an error if the file cannot be read or written, or holds fewer
+// than eventstore.LogKeySize bytes.
+func LoadLogKey(path string, create bool) (key []byte, created bool, err error) {
+	b, err := os.ReadFile(path)
+	if errors.Is(err, os.ErrNotExist) && create {
+		if b, err = eventstore.GenerateLogKey(); err != nil {
+			return nil, false, err
+		}
+		if err := os.MkdirAll(filepath.Dir(path), 0o750); err != nil {
+			return nil, false, fmt.Errorf("handlers: log key: %w", err)
+		}
+		f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+		if err != nil {
+			return nil, false, fmt.Errorf("handlers: create the log key %s: %w", path, err)
+		}
+		_, werr := f.Write(b)
+		if err := errors.Join(werr, f.Sync(), f.Close()); err != nil {
+			_ = os.Remove(path)
+			return nil, false, fmt.Errorf("handlers: write the log key %s: %w", path, err)
+		}
+		return b, true, nil
+	}
+	if err != nil {
+		return nil, false, fmt.Errorf("handlers: read the log key: %w", err)
+	}
+	if len(b) < eventstore.LogKeySize {
+		return nil, false, fmt.Errorf("handlers: the log key %s holds %d bytes, at least %d are needed", path, len(b), eventstore.LogKeySize)
+	}
+	return b, false, nil
+}
+
+// Acceptance is what AcceptVerifiedPrefix found and did.
+type Acceptance struct {
+	// Verification is the whole log's verification.
+	Verification *eventstore.Verification
+	// Views is the views' last record before the acceptance.
+	Views eventstore.LogTip
+	// Problem says what was wrong: the damage found in the log, or the log
+	// ending before the views.
+	Problem string
+	// Lost names the acknowledged commands that are lost, as
+	// "<workspace>/<command id>": those of the records after the verified
+	// prefix that decode, and those the views had applied beyond it.
+	Lost []string
+	// Unnamed counts the lost records whose commands cannot be named.
+	Unnamed int
+	// Seq and Record are the acceptance appended (0 and nil when the log
+	// verified and nothing was lost).
+	Seq    uint64
+	Record *eventstore.Commit
+	// ViewsMovedTo is where the views went (they are rebuilt from the log).
+	ViewsMovedTo string
+}
+
+// AcceptVerifiedPrefix is what an operator does when the log fails
+// verification and the damage cannot be repaired from elsewhere (a replica,
+// a backup): it gives up what follows the verified prefix, with a record of
+// what was given up, instead of refusing to start forever.
+//
+// It verifies the whole log, and compares the views' last record with it.
+// When the log verifies to its end and the views are not beyond it, it does
+// nothing and returns an Acceptance with Seq 0. Otherwise it names the
+// commands lost — those in the records after the verified prefix, as far as
+// they decode, and those the views had applied from records the log no
+// longer holds — logging each, moves the views aside (they are rebuilt from
+// the log), and appends a KindAccept record chained on the last verified
+// record. The damaged records cannot be deleted (the stream denies deletes
+// and purges): they stay in the log, outside its chain, and every reader
+// verifies through the acceptance. The writer then appends after it.
+//
+// It returns an error if the log cannot be read or appended to (for
+// example eventstore.ErrConflict when something was appended meanwhile).
+func AcceptVerifiedPrefix(ctx context.Context, l eventstore.Log, key *eventstore.LogKey, views *projections.Store,
+	writer string, now time.Time, logger *slog.Logger,
+) (*Acceptance, error) {
+	if logger == nil {
+		logger = slog.New(slog.DiscardHandler)
+	}
+	v, err := eventstore.VerifyLog(ctx, l, key, func(seq, last uint64) {
+		logger.Info("handlers: verifying the whole log", "seq", seq, "last", last)
+	})
+	if err != nil {
+		return nil, err
+	}
+	a := &Acceptance{Verification: v}
+	if views != nil {
+		a.Views = views.LogTip()
+	}
+	lost := map[string]bool{}
+	if d := v.Damage; d != nil {
+		a.Problem = d.Error()
+		for _, r := range d.Lost {
+			if !r.Decoded {
+				a.Unnamed++
+			}
+			for _, c := range r.Commands {
+				lost[c] = true
+			}
+		}
+		if d.Problem == eventstore.ProblemGap && d.N > d.Prefix.N+1 {
+			a.Unnamed += int(d.N - d.Prefix.N - 1) // missing records
+		}
+	}
+	beyond, err := viewsBeyond(ctx, l, key, a.Views, v.Tip)
+	if err != nil {
+		return nil, err
+	}
+	if beyond {
+		if a.Problem == "" {
+			a.Problem = fmt.Sprintf("the log ends at %s, but the views had applied up to %s", v.Tip, a.Views)
+		}
+		cmds, err := views.CommandsAfter(v.Tip.Seq)
+		if err != nil {
+			return nil, fmt.Errorf("handlers: the commands the views hold beyond the log: %w", err)
+		}
+		for _, c := range cmds {
+			lost[c] = true
+		}
+	}
+	if v.Damage == nil && !beyond {
+		logger.Info("handlers: the log verifies: there is no damage to accept", "records", v.Records, "last", v.Tip)
+		return a, nil
+	}
+	// A command of a discarded record that the prefix holds too (a copied
+	// or replayed record) is not lost.
+	if err := keptInPrefix(ctx, l, key, v.Tip, lost); err != nil {
+		return nil, err
+	}
+	for c := range lost {
+		a.Lost = append(a.Lost, c)
+	}
+	slices.Sort(a.Lost)
+	logger.Warn("handlers: accepting the log's verified prefix: what follows it is lost", "problem", a.Problem,
+		"prefix", v.Tip.String(), "lost_commands", len(a.Lost), "unnamed_records", a.Unnamed)
+	for _, c := range a.Lost {
+		logger.Warn("handlers: acknowledged command lost", "command", c)
+	}
+	if views != nil {
+		if a.ViewsMovedTo, err = views.Reset(fmt.Errorf("%w: they are rebuilt from the accepted prefix", projections.ErrDamaged)); err != nil {
+			return nil, err
+		}
+	}
+	acc := eventstore.Acceptance{Problem: a.Problem, Lost: a.Lost, Unnamed: a.Unnamed, By: "dwr --accept-verified-prefix", UpToSeq: v.Last}
+	if d := v.Damage; d != nil {
+		acc.Discarded = uint64(len(d.Lost) + d.LostMore)
+		if len(d.Lost) > 0 {
+			acc.FromSeq = d.Lost[0].Seq
+		}
+	}
+	if beyond {
+		acc.LostToN, acc.UpToSeq = a.Views.N, max(acc.UpToSeq, a.Views.Seq)
+	}
+	// Appended after whatever the log says its last record is (after damage
+	// JetStream can miss the last one it holds: its answer is what an append
+	// is checked against).
+	last, err := l.LastSeq(ctx)
+	if err != nil {
+		return nil, err
+	}
+	a.Seq, a.Record, err = eventstore.AppendAcceptance(ctx, l, key, v.Tip, last, acc, writer, now)
+	if err != nil {
+		return nil, err
+	}
+	logger.Warn("handlers: the verified prefix is accepted: the log goes on after it", "acceptance_seq", a.Seq, "prefix", v.Tip.String())
+	return a, nil
+}
+
+// keptInPrefix removes from lost the commands whose results the records of
+// the verified prefix (up to tip) hold.
+func keptInPrefix(ctx context.Context, l eventstore.Log, key *eventstore.LogKey, tip eventstore.LogTip, lost map[string]bool) error {
+	if len(lost) == 0 || tip.N == 0 {
+		return nil
+	}
+	errDone := errors.New("done")
+	_, err := eventstore.ReadVerified(ctx, l, key, eventstore.LogTip{}, func(seq uint64, c *eventstore.Commit) error {
+		if seq > tip.Seq {
+			return errDone
+		}
+		for _, r := range c.Results {
+			delete(lost, eventstore.CommandName(r.Workspace, r.Actor, r.CommandID))
+		}
+		if seq == tip.Seq {
+			return errDone
+		}
+		return nil
+	})
+	if errors.Is(err, errDone) || errors.Is(err, eventstore.ErrIntegrity) {
+		return nil // read up to the prefix's end (what follows is the damage)
+	}
+	return err
+}
+
+// viewsBeyond reports whether views that applied up to tip hold records that
+// the log, verified up to end, no longer has: the log ends before tip, or
+// tip is not on its verified chain (and not in a stretch an acceptance left
+// out).
+func viewsBeyond(ctx context.Context, l eventstore.Log, key *eventstore.LogKey, tip, end eventstore.LogTip) (bool, error) {
+	if tip.N == 0 {
+		return false, nil
+	}
+	if tip.Seq > end.Seq {
+		return true, nil
+	}
+	_, err := eventstore.ReadVerified(ctx, l, key, tip, func(uint64, *eventstore.Commit) error { return nil })
+	var ie *eventstore.IntegrityError
+	switch {
+	case err == nil, errors.Is(err, eventstore.ErrTipDiscarded):
+		return false, nil
+	case errors.As(err, &ie) && (ie.Problem == eventstore.ProblemTruncated || ie.Problem == eventstore.ProblemCheckpointMissing ||
+		ie.Problem == eventstore.ProblemCheckpointChanged):
+		return true, nil
+	case errors.As(err, &ie):
+		return false, nil // damage after the views' record: the verification has it
+	default:
+		return false, err
+	}
+}

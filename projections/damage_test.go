@@ -1,0 +1,130 @@
+package projections_test
+
+import (
+	"context"
+	"encoding/binary"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/cockroachdb/pebble/v2"
+	"github.com/stretchr/testify/require"
+
+	"github.com/dwr-run/dwr/domain"
+	"github.com/dwr-run/dwr/eventstore"
+	"github.com/dwr-run/dwr/projections"
+)
+
+// viewsOnDisk writes some views to a directory, with their rows in tables
+// (not only in the write-ahead log), and returns it with the log they came
+// from.
+func viewsOnDisk(t *testing.T) (string, *eventstore.MemoryLog) {
+	t.Helper()
+	dir := filepath.Join(t.TempDir(), "views")
+	s, err := projections.Open(dir, projections.Options{})
+	require.NoError(t, err)
+	h := newHarness(t, s)
+	h.batch(cmd{&domain.CreateWorkspace{Name: "w"}, "ws"})
+	for i := range 20 {
+		h.batch(cmd{&domain.CreateGoal{GoalID: domain.DeriveID(h.d.now, string(rune('a'+i))), Title: strings.Repeat("g", 200)}, string(rune('a' + i))})
+	}
+	require.NoError(t, s.Close())
+	db, err := pebble.Open(dir, &pebble.Options{FormatMajorVersion: pebble.FormatNewest})
+	require.NoError(t, err)
+	require.NoError(t, db.Flush())
+	require.NoError(t, db.Close())
+	return dir, h.log
+}
+
+func flipTables(t *testing.T, dir string) {
+	t.Helper()
+	tables, err := filepath.Glob(filepath.Join(dir, "*.sst"))
+	require.NoError(t, err)
+	require.NotEmpty(t, tables)
+	for _, f := range tables {
+		b, err := os.ReadFile(f)
+		require.NoError(t, err)
+		b[len(b)/2] ^= 0xff
+		require.NoError(t, os.WriteFile(f, b, 0o600))
+	}
+}
+
+// A flipped byte in a table is found when the views are opened — not by a
+// query later, and never as a panic — and with OnDamaged the damaged views
+// are moved aside and rebuilt from the log, equal to a rebuild.
+func TestDamagedViewsAreMovedAsideAndRebuilt(t *testing.T) {
+	dir, log := viewsOnDisk(t)
+	flipTables(t, dir)
+
+	_, err := projections.Open(dir, projections.Options{})
+	require.ErrorIs(t, err, projections.ErrDamaged)
+	require.ErrorContains(t, err, "checksum")
+
+	var moved string
+	var cause error
+	s, err := projections.Open(dir, projections.Options{OnDamaged: func(to string, why error) { moved, cause = to, why }})
+	require.NoError(t, err)
+	defer s.Close()
+	require.ErrorIs(t, cause, projections.ErrDamaged)
+	require.True(t, strings.HasPrefix(moved, dir+".corrupt-"), moved)
+	require.DirExists(t, moved, "the damaged views are kept for a post-mortem")
+	require.Zero(t, s.Checkpoint())
+
+	_, err = s.CatchUp(context.Background(), log, testKey)
+	require.NoError(t, err)
+	rebuilt := openMem(t)
+	defer rebuilt.Close()
+	_, err = rebuilt.CatchUp(context.Background(), log, testKey)
+	require.NoError(t, err)
+	require.Equal(t, dump(t, rebuilt), dump(t, s))
+	goals, err := s.ListGoals("w", "", 0)
+	require.NoError(t, err)
+	require.Len(t, goals, 20)
+}
+
+// Views in use by another process are not damaged: they are left alone.
+func TestViewsInUseAreNotMovedAside(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "views")
+	s, err := projections.Open(dir, projections.Options{})
+	require.NoError(t, err)
+	defer s.Close()
+	_, err = projections.Open(dir, projections.Options{OnDamaged: func(string, error) { t.Error("moved views in use") }})
+	require.Error(t, err)
+	require.NotErrorIs(t, err, projections.ErrDamaged)
+	require.ErrorContains(t, err, "in use")
+}
+
+// Views written before the log was chained know no verified record to
+// resume from: they are rebuilt, once.
+func TestViewsWithoutALogTipAreRebuilt(t *testing.T) {
+	dir, _ := viewsOnDisk(t)
+	db, err := pebble.Open(dir, &pebble.Options{FormatMajorVersion: pebble.FormatNewest})
+	require.NoError(t, err)
+	require.NoError(t, db.Delete([]byte("k/logtip"), pebble.Sync))
+	require.NoError(t, db.Set([]byte("k/checkpoint"), binary.BigEndian.AppendUint64(nil, 21), pebble.Sync))
+	require.NoError(t, db.Close())
+	_, err = projections.Open(dir, projections.Options{})
+	require.ErrorIs(t, err, projections.ErrDamaged)
+	require.ErrorContains(t, err, "predate the log's chain")
+}
+
+// Reset moves views found damaged after opening (by CatchUp) aside.
+func TestResetStartsEmptyViews(t *testing.T) {
+	dir, log := viewsOnDisk(t)
+	var moved []string
+	s, err := projections.Open(dir, projections.Options{OnDamaged: func(to string, _ error) { moved = append(moved, to) }})
+	require.NoError(t, err)
+	defer s.Close()
+	require.NotZero(t, s.Checkpoint())
+	to, err := s.Reset(projections.ErrDamaged)
+	require.NoError(t, err)
+	require.Equal(t, []string{to}, moved)
+	require.Zero(t, s.Checkpoint())
+	require.Equal(t, eventstore.LogTip{}, s.LogTip())
+	_, err = s.CatchUp(context.Background(), log, testKey)
+	require.NoError(t, err)
+	last, err := log.LastSeq(context.Background())
+	require.NoError(t, err)
+	require.Equal(t, last, s.Checkpoint())
+}
