@@ -548,7 +548,7 @@ func (x *tx) decideApproval(c *DecideApproval) (Reply, error) {
 		if len(actor) > MaxTitle {
 			actor = strings.ToValidUTF8(actor[:MaxTitle], "")
 		}
-		return refuse(RefusedNotApprover, "/approver", "%q is authenticated and may decide only as itself, not as approver %q", actor, c.Approver)
+		return refuse(RefusedNotApprover, "/approver", "%q is authenticated and may decide only as itself, not as approver %q: send the decision with %q's own credential", actor, c.Approver, c.Approver)
 	}
 	if d := a.Decision; d != nil && d.Signature == c.Signature && d.Approver == c.Approver && d.Response == c.Response {
 		return duplicateTask(t), nil // the same signed decision, sent again

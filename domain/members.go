@@ -42,18 +42,17 @@ func (m *Member) MayWork(q string) bool {
 
 // Member returns the member named name, or nil.
 func (w *Workspace) Member(name string) *Member {
-	for i := range w.Members {
-		if w.Members[i].Name == name {
-			return &w.Members[i]
-		}
-	}
-	return nil
+	return w.member(func(m *Member) bool { return m.Name == name })
 }
 
 // MemberByKey returns the member whose NATS user key is pub, or nil.
 func (w *Workspace) MemberByKey(pub string) *Member {
+	return w.member(func(m *Member) bool { return m.PublicKey == pub })
+}
+
+func (w *Workspace) member(match func(*Member) bool) *Member {
 	for i := range w.Members {
-		if w.Members[i].PublicKey == pub {
+		if match(&w.Members[i]) {
 			return &w.Members[i]
 		}
 	}
