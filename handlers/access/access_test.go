@@ -1,8 +1,11 @@
 package access_test
 
 import (
+	"time"
+
 	"testing"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nkeys"
 	"github.com/stretchr/testify/require"
 
@@ -44,4 +47,35 @@ func TestPermissionsOfExecutor(t *testing.T) {
 	require.Contains(t, p.Publish, "$JS.ACK.DWR_WORK.dwr-acme-q1.>")
 	require.NotContains(t, p.Publish, "dwr.cmd.acme.task.create")
 	require.Equal(t, []string{"_INBOX.UKEY.>", "dwr.ev.acme.task.>"}, p.Subscribe)
+}
+
+// An open server lets anonymous clients in, as the admin of every
+// workspace, and still keeps them off the service's subjects: no
+// subscription to the command subjects, no JetStream API.
+func TestInsecureOpenKeepsTheServiceSubjects(t *testing.T) {
+	spec := access.Spec{ServiceKeys: []string{userKey(t)}, InsecureOpen: true}
+	srv, err := embedded.Start(embedded.Config{DataDir: t.TempDir(), Listen: "127.0.0.1:0", Accounts: access.ServerConfig(spec)})
+	require.NoError(t, err)
+	defer srv.Shutdown()
+	denied := make(chan error, 8)
+	nc, err := nats.Connect(srv.ClientURL(), nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) { denied <- err }))
+	require.NoError(t, err, "an anonymous client connects to an open server")
+	defer nc.Close()
+	_, err = nc.SubscribeSync("dwr.cmd.>")
+	require.NoError(t, err)
+	require.NoError(t, nc.Flush())
+	select {
+	case err := <-denied:
+		require.ErrorIs(t, err, nats.ErrPermissionViolation, "even anonymous admins cannot take the service's requests")
+	case <-time.After(5 * time.Second):
+		t.Fatal("subscribing to dwr.cmd.> was not refused")
+	}
+	require.NoError(t, nc.Publish("$JS.API.STREAM.LIST", nil))
+	require.NoError(t, nc.Flush())
+	select {
+	case err := <-denied:
+		require.ErrorIs(t, err, nats.ErrPermissionViolation, "nor reach the JetStream API")
+	case <-time.After(5 * time.Second):
+		t.Fatal("$JS.API was not refused")
+	}
 }
