@@ -189,6 +189,9 @@ func serve(ctx context.Context, o serveOpts, stderr io.Writer) error {
 		for _, k := range o.adminKeys {
 			auth.Admins = append(auth.Admins, access.Admin{Name: "admin", PublicKey: k})
 		}
+		if len(auth.Admins) == 0 && !o.insecureOpen {
+			logger.Warn("dwr: no --admin-key: nobody can create workspaces or add members; see dwr admin nats-config")
+		}
 	}
 	defer nc.Close()
 	reload := func() {}
