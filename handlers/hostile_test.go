@@ -1,7 +1,6 @@
 package handlers_test
 
 import (
-	"context"
 	"crypto/ed25519"
 	"crypto/rand"
 	"encoding/base64"
@@ -13,7 +12,6 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/dwr-run/dwr/domain"
-	"github.com/dwr-run/dwr/executors"
 	"github.com/dwr-run/dwr/handlers"
 )
 
@@ -118,55 +116,6 @@ func TestHostileClientCannotTakeOverAnApprover(t *testing.T) {
 	r := b.peer(t, "alice").send(t, "approval.decide", decide(alice), "")
 	require.True(t, r.OK, "%+v", r.Error)
 	require.Equal(t, "alice", b.approval(t, a.ID).Decision.Approver)
-}
-
-// A forged cancellation on the feed never reaches a running job: the
-// subject is the service's to publish.
-func TestAForgedFeedEventDoesNotStopAJob(t *testing.T) {
-	b := setup(t)
-	tk, _ := b.mustCommand(t, "task.create", map[string]any{"spec": map[string]any{"queue": "work"}})
-	started, release := make(chan string, 1), make(chan struct{})
-	var cancelled error
-	w, err := executors.NewWorker(executors.Config{Conn: b.st.Member(t, "default", "worker-1", domain.RoleExecutor, "work"),
-		Queue: "work", Lease: 5 * time.Second},
-		func(ctx context.Context, job *executors.Job) (executors.Result, error) {
-			started <- job.TaskID
-			select {
-			case <-release:
-			case <-ctx.Done():
-				cancelled = context.Cause(ctx)
-				return executors.Result{}, ctx.Err()
-			}
-			return executors.Result{Output: json.RawMessage(`{"done":true}`)}, nil
-		})
-	require.NoError(t, err)
-	ctx, stop := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- w.Run(ctx) }()
-	t.Cleanup(func() { stop(); <-done })
-	select {
-	case id := <-started:
-		require.Equal(t, tk.ID, id)
-	case <-time.After(20 * time.Second):
-		t.Fatal("the job did not start")
-	}
-
-	mallory := b.st.Member(t, "default", "mallory", domain.RoleAdmin) // even an admin of the workspace
-	errs := make(chan error, 4)
-	mallory.SetErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) { errs <- err })
-	for _, ev := range []string{"cancelled", "failed", "attempt_abandoned"} {
-		require.NoError(t, mallory.Publish("dwr.ev.default.task."+tk.ID+"."+ev, []byte(`{"type":"task.cancelled"}`)))
-	}
-	require.NoError(t, mallory.Flush())
-	select {
-	case err := <-errs:
-		require.ErrorIs(t, err, nats.ErrPermissionViolation)
-	case <-time.After(5 * time.Second):
-		t.Fatal("publishing on the feed was not refused")
-	}
-	close(release)
-	b.waitState(t, tk.ID, domain.StateAccepted)
-	require.NoError(t, cancelled, "the job's context was never cancelled")
 }
 
 // A revoked identity is cut off once its revocation is acknowledged: its
