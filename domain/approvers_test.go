@@ -89,7 +89,7 @@ func TestApproverKeyExpires(t *testing.T) {
 	e := w.recorded(decision(a, "alice", k, ResponseApprove), CodeForbidden, RefusedKeyExpired)
 	require.Equal(t, "/approver", e.Field)
 	w.advance(time.Hour)
-	w.recorded(decision(a, "alice", k, ResponseReject), CodeForbidden, RefusedKeyExpired)
+	_ = w.recorded(decision(a, "alice", k, ResponseReject), CodeForbidden, RefusedKeyExpired)
 	require.Equal(t, ApprovalStatePending, w.approval(a.ID).State)
 
 	// A new registration without expiry decides again.
@@ -116,7 +116,7 @@ func TestDecisionBoundToAuthenticatedIdentity(t *testing.T) {
 
 	// Not even the exact decision alice could send is taken from bob.
 	w.actor = ""
-	w.recorded(decision(a, "alice", k, ResponseApprove), CodeForbidden, RefusedNotApprover)
+	_ = w.recorded(decision(a, "alice", k, ResponseApprove), CodeForbidden, RefusedNotApprover)
 
 	w.actor = "alice"
 	out := w.must(decision(a, "alice", k, ResponseApprove))
@@ -125,7 +125,7 @@ func TestDecisionBoundToAuthenticatedIdentity(t *testing.T) {
 	// Once decided, a replay of the same decision by another identity is
 	// still refused as not_approver; by alice it is a duplicate.
 	w.actor = "bob"
-	w.recorded(decision(a, "alice", k, ResponseApprove), CodeForbidden, RefusedNotApprover)
+	_ = w.recorded(decision(a, "alice", k, ResponseApprove), CodeForbidden, RefusedNotApprover)
 	w.actor = "alice"
 	out = w.must(decision(a, "alice", k, ResponseApprove))
 	require.Empty(t, out.Changes)
@@ -142,7 +142,7 @@ func TestDecisionBoundToAuthenticatedIdentity(t *testing.T) {
 	c := w.gatedTask()
 	w.actor, w.authn = "alice", true
 	forged := decision(c, "alice", keyOf("mallory"), ResponseApprove)
-	w.recorded(forged, CodeForbidden, RefusedBadSignature)
+	_ = w.recorded(forged, CodeForbidden, RefusedBadSignature)
 	w.requireReplays()
 }
 
@@ -154,10 +154,10 @@ func TestApproverRefusalOrder(t *testing.T) {
 	a := w.gatedTask()
 	w.must(decision(a, "alice", k, ResponseApprove))
 	w.must(&RevokeApprover{Name: "alice"})
-	w.recorded(decision(a, "alice", k, ResponseReject), CodeConflict, RefusedAlreadyDecided)
+	_ = w.recorded(decision(a, "alice", k, ResponseReject), CodeConflict, RefusedAlreadyDecided)
 	w.actor, w.authn = "bob", true
-	w.recorded(decision(a, "alice", k, ResponseApprove), CodeForbidden, RefusedNotApprover)
+	_ = w.recorded(decision(a, "alice", k, ResponseApprove), CodeForbidden, RefusedNotApprover)
 	w.actor = "alice"
 	b := w.gatedTask()
-	w.recorded(decision(b, "alice", k, ResponseApprove), CodeForbidden, RefusedRevoked)
+	_ = w.recorded(decision(b, "alice", k, ResponseApprove), CodeForbidden, RefusedRevoked)
 }

@@ -79,7 +79,7 @@ func ValidUserKey(pub string) bool {
 		return false
 	}
 	for i := 0; i < len(pub); i++ {
-		if c := pub[i]; !(c >= 'A' && c <= 'Z' || c >= '2' && c <= '7') {
+		if c := pub[i]; (c < 'A' || c > 'Z') && (c < '2' || c > '7') {
 			return false
 		}
 	}

@@ -245,10 +245,10 @@ func TestRemoveMember(t *testing.T) {
 
 func TestMemberCommandsNeedTheWorkspace(t *testing.T) {
 	w := newWorld(t)
-	w.refused(&AddMember{Name: "alice", Role: RoleAdmin, PublicKey: userKey("alice")}, CodeNotFound)
-	w.refused(&RemoveMember{Name: "alice"}, CodeNotFound)
-	w.refused(&ConfigureQueue{Queue: "build", LeaseMS: 30_000, MaxDeliver: 5}, CodeNotFound)
-	w.refused(&RevokeApprover{Name: "alice"}, CodeNotFound)
+	_ = w.refused(&AddMember{Name: "alice", Role: RoleAdmin, PublicKey: userKey("alice")}, CodeNotFound)
+	_ = w.refused(&RemoveMember{Name: "alice"}, CodeNotFound)
+	_ = w.refused(&ConfigureQueue{Queue: "build", LeaseMS: 30_000, MaxDeliver: 5}, CodeNotFound)
+	_ = w.refused(&RevokeApprover{Name: "alice"}, CodeNotFound)
 }
 
 func TestMemberApplyRefusesBrokenHistory(t *testing.T) {

@@ -328,9 +328,6 @@ func lostRecord(seq uint64, c *Commit) LostRecord {
 	return LostRecord{Seq: seq, N: c.N, Commands: c.Commands(), Decoded: true, Kind: c.Kind}
 }
 
-// errStopRead ends a Read early.
-var errStopRead = errors.New("eventstore: stop reading")
-
 // ReadVerified reads the records of l after tip and passes each verified one
 // to fn, in order, with its sequence; it returns the new tip. It first checks
 // that the log still holds the record tip names, with the same bytes (a

@@ -42,7 +42,10 @@ func TestAForgedFeedEventDoesNotStopAJob(t *testing.T) {
 	ctx, stop := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- w.Run(ctx) }()
-	t.Cleanup(func() { stop(); <-done })
+	t.Cleanup(func() {
+		stop()
+		require.NoError(t, <-done)
+	})
 	select {
 	case id := <-started:
 		require.Equal(t, task.ID, id)

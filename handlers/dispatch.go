@@ -147,13 +147,6 @@ func (d *dispatcher) ensureConsumer(ctx context.Context, ws, queue string, qc *d
 	return nil
 }
 
-// forgetQueue makes the next ensureQueue look at the queue's settings again.
-func (d *dispatcher) forgetQueue(ws, queue string) {
-	d.mu.Lock()
-	delete(d.queues, access.Consumer(d.prefix, ws, queue))
-	d.mu.Unlock()
-}
-
 func newDispatcher(ctx context.Context, js jetstream.JetStream, cfg Config) (*dispatcher, error) {
 	name := strings.ToUpper(cfg.Prefix) + "_WORK"
 	// Work items are derived, so they need no fsync per message: a single

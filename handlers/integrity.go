@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"os"
 	"path/filepath"
 	"slices"
@@ -120,7 +121,7 @@ func AcceptVerifiedPrefix(ctx context.Context, l eventstore.Log, key *eventstore
 			}
 		}
 		if d.Problem == eventstore.ProblemGap && d.N > d.Prefix.N+1 {
-			a.Unnamed += int(d.N - d.Prefix.N - 1) // missing records
+			a.Unnamed += int(min(d.N-d.Prefix.N-1, math.MaxInt32)) // missing records
 		}
 	}
 	beyond, err := viewsBeyond(ctx, l, key, a.Views, v.Tip)
@@ -164,7 +165,7 @@ func AcceptVerifiedPrefix(ctx context.Context, l eventstore.Log, key *eventstore
 	}
 	acc := eventstore.Acceptance{Problem: a.Problem, Lost: a.Lost, Unnamed: a.Unnamed, By: "dwr --accept-verified-prefix", UpToSeq: v.Last}
 	if d := v.Damage; d != nil {
-		acc.Discarded = uint64(len(d.Lost) + d.LostMore)
+		acc.Discarded = uint64(len(d.Lost)) + uint64(max(d.LostMore, 0))
 		if len(d.Lost) > 0 {
 			acc.FromSeq = d.Lost[0].Seq
 		}

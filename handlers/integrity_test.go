@@ -173,7 +173,7 @@ func TestDamagedViewsAreRebuiltOnStart(t *testing.T) {
 				b, err := os.ReadFile(f)
 				require.NoError(t, err)
 				b[len(b)/2] ^= 0xff
-				require.NoError(t, os.WriteFile(f, b, 0o600))
+				require.NoError(t, os.WriteFile(f, b, 0o600)) //nolint:gosec // a file of the test's own temp dir
 			}
 		},
 	} {

@@ -124,7 +124,7 @@ func flipAt(t *testing.T, file string, at func(b []byte) int) {
 	i := at(b)
 	require.True(t, i >= 0 && i < len(b), "offset %d of %d", i, len(b))
 	b[i] ^= 0x01
-	require.NoError(t, os.WriteFile(file, b, 0o600))
+	require.NoError(t, os.WriteFile(file, b, 0o600)) //nolint:gosec // a file of the test's own temp dir
 }
 
 // withJetStream runs fn on a JetStream context on a stopped service's data

@@ -80,7 +80,7 @@ func TestValidateCommandReportsEveryField(t *testing.T) {
 }
 
 // token is an attempt token as a claim returns it.
-const token = "KhiymZYPFrFU6oy_5dRGFXrvyIw7zxqAVT7FeMpRSQU"
+const token = "KhiymZYPFrFU6oy_5dRGFXrvyIw7zxqAVT7FeMpRSQU" //nolint:gosec // a token shape for the schema, not a secret
 
 func TestValidateAttemptCommandsNeedAToken(t *testing.T) {
 	for _, name := range []string{"task.checkpoint", "task.succeed", "task.fail", "task.wait", "task.request_approval", "task.heartbeat"} {

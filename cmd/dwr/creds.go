@@ -42,7 +42,7 @@ func writeCreds(path string, kp nkeys.KeyPair, about string, force bool) error {
 		return err
 	}
 	if _, err := f.WriteString(body); err != nil {
-		f.Close()
+		_ = f.Close()
 		return err
 	}
 	return f.Close()

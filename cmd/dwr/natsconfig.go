@@ -71,7 +71,7 @@ func writeNatsConfig(g *globals, dir string, fromServer, insecureOpen bool, out 
 	}
 	spec := access.Spec{ServiceKeys: []string{svc}, Identities: access.IdentitiesOf(admins, wss), InsecureOpen: insecureOpen}
 	conf := filepath.Join(dir, natsConfigFile)
-	if err := os.WriteFile(conf, []byte(access.ServerConfig(spec)), 0o640); err != nil {
+	if err := os.WriteFile(conf, []byte(access.ServerConfig(spec)), 0o600); err != nil {
 		return err
 	}
 	if g.json {
