@@ -73,6 +73,9 @@ func (s *Service) handleQuery(name string, req micro.Request) []byte {
 	if err != nil {
 		return errResponse(toWire(err, s.cfg.Logger))
 	}
+	if werr := s.checkMinSeq(min); werr != nil {
+		return errResponse(werr)
+	}
 	if min == 0 {
 		// On the writer, a query reflects every command already answered:
 		// the writer answers a batch before it applies it to the views.
@@ -93,6 +96,44 @@ func (s *Service) handleQuery(name string, req micro.Request) []byte {
 		return errResponse(toWire(err, s.cfg.Logger))
 	}
 	return okResponse(seq, res)
+}
+
+// checkMinSeq refuses (invalid) a Dwr-Min-Seq beyond the log's end: no
+// reply named that sequence, so waiting for the views to reach it could only
+// time out. It costs nothing when the views already stand at seq. Above
+// them, the writer compares with the last record it appended; another
+// replica with the highest log end it has seen, and asks the log only when
+// seq is beyond that too. When the log cannot be asked, the query waits as
+// before.
+func (s *Service) checkMinSeq(seq uint64) *WireError {
+	if seq <= s.store.Checkpoint() {
+		return nil
+	}
+	end := s.answeredSeq()
+	if end == 0 { // not the writer
+		if seq <= s.logEnd.Load() {
+			return nil
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), s.cfg.MinSeqWait)
+		last, err := s.log.LastSeq(ctx)
+		cancel()
+		if err != nil {
+			s.cfg.Logger.Warn("handlers: could not read the log's end for a query's "+HeaderMinSeq, "err", err)
+			return nil
+		}
+		for {
+			seen := s.logEnd.Load()
+			if last <= seen || s.logEnd.CompareAndSwap(seen, last) {
+				break
+			}
+		}
+		end = last
+	}
+	if seq <= end {
+		return nil
+	}
+	return &WireError{Code: string(domain.CodeInvalid), Message: fmt.Sprintf(
+		"header %s names log sequence %d, beyond the log's end (%d): pass the seq of a reply you were given", HeaderMinSeq, seq, end)}
 }
 
 // query answers query name in workspace ws for actor, the identity that

@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -40,7 +41,8 @@ type Config struct {
 	// LeaseTTL is how long a writer lease lives without renewal. Default 10s.
 	LeaseTTL time.Duration
 	// MinSeqWait bounds how long a query waits for the views to reach the
-	// sequence it names. Default 5s.
+	// sequence it names (Dwr-Min-Seq); a sequence beyond the log's end is
+	// refused at once (invalid). Default 5s.
 	MinSeqWait time.Duration
 	// MaxInFlight bounds the requests handled at once. Default 16,384.
 	MaxInFlight int
@@ -147,6 +149,9 @@ type Service struct {
 	// advisories is the stream keeping the work stream's max-deliveries advisories.
 	advisories string
 	sem        chan struct{}
+	// logEnd is the highest log end a query asked this replica's log for
+	// (checkMinSeq); the writer knows its own.
+	logEnd atomic.Uint64
 	// admins maps the service's admins' keys to their names.
 	admins map[string]string
 	// tokenKey derives attempt tokens; leases caches the queues' leases;
