@@ -30,3 +30,8 @@ func (r *testRequest) Data() []byte                                            {
 func (r *testRequest) Headers() micro.Headers                                  { return micro.Headers(r.h) }
 func (r *testRequest) Subject() string                                         { return r.subject }
 func (r *testRequest) Reply() string                                           { return "" }
+
+// OnQuery makes f be called as each query starts to be served, with its
+// caller's name and the query, while the query holds its place in flight:
+// a test holds queries in flight by blocking in f.
+func (s *Service) OnQuery(f func(actor, query string)) { s.onQuery.Store(&f) }

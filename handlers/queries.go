@@ -39,7 +39,7 @@ func (s *Service) startQueries() (micro.Service, error) {
 		return nil, fmt.Errorf("handlers: query service: %w", err)
 	}
 	for _, name := range QueryNames {
-		h := func(req micro.Request) { s.async(req, func() []byte { return s.handleQuery(name, req) }) }
+		h := func(req micro.Request) { s.async(req, true, func() []byte { return s.handleQuery(name, req) }) }
 		if err := svc.AddEndpoint("q_"+strings.ReplaceAll(name, ".", "_"), micro.HandlerFunc(h),
 			micro.WithEndpointSubject(s.cfg.Prefix+".q.*."+name)); err != nil {
 			_ = svc.Stop()
@@ -57,6 +57,9 @@ func (s *Service) handleQuery(name string, req micro.Request) []byte {
 	p, werr := s.authorize(req.Headers(), ws, "q", name)
 	if werr != nil {
 		return errResponse(werr)
+	}
+	if f := s.onQuery.Load(); f != nil {
+		(*f)(p.name, name)
 	}
 	var q Query
 	if body := req.Data(); len(body) > 0 {
