@@ -105,6 +105,8 @@ func (s *Service) async(req micro.Request, query bool, handle func() []byte) {
 	}
 	go func() {
 		defer s.admission.release(caller, query)
-		_ = req.Respond(handle())
+		if err := req.Respond(handle()); err != nil {
+			s.cfg.Logger.Warn("handlers: a reply could not be sent", "subject", req.Subject(), "err", err)
+		}
 	}()
 }

@@ -61,6 +61,12 @@ type Config struct {
 	// client has in flight (a CLI one, an SDK worker its concurrency and a
 	// heartbeat per job), far below the service's whole budget.
 	MaxInFlightPerCaller int
+	// MaxReplyBytes bounds a reply: a query's result is kept 4 KiB under it
+	// (list queries answer as many items as fit, and a cursor to continue;
+	// a single result too large is refused with too_large). Default, and at
+	// most, the largest message the NATS connection carries (max_payload,
+	// 1 MiB by default). At least 8 KiB.
+	MaxReplyBytes int
 	// Clock is the time source. Default time.Now.
 	Clock func() time.Time
 	// Logger receives the service's logs. Default: discarded.
@@ -204,6 +210,9 @@ func New(nc *nats.Conn, store *projections.Store, cfg Config) (*Service, error) 
 		cfg.MaxInFlightPerCaller < 0 || cfg.MaxInFlightPerCaller > cfg.MaxInFlight {
 		return nil, fmt.Errorf("handlers: MaxInFlight %d, MaxQueriesInFlight %d and MaxInFlightPerCaller %d must be positive, the last two at most MaxInFlight",
 			cfg.MaxInFlight, cfg.MaxQueriesInFlight, cfg.MaxInFlightPerCaller)
+	}
+	if cfg.MaxReplyBytes != 0 && cfg.MaxReplyBytes < minReplyBytes {
+		return nil, fmt.Errorf("handlers: MaxReplyBytes %d is below the least, %d", cfg.MaxReplyBytes, minReplyBytes)
 	}
 	if n := len(cfg.TokenKey); n > 0 && n < TokenKeyBytes {
 		return nil, fmt.Errorf("handlers: the token key is %d bytes; at least %d are needed", n, TokenKeyBytes)
