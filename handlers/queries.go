@@ -26,8 +26,12 @@ type Query struct {
 	State     string `json:"state,omitempty"`
 	GoalID    string `json:"goal_id,omitempty"`
 	Role      string `json:"role,omitempty"` // for approval.list
-	After     string `json:"after,omitempty"`
-	Limit     int    `json:"limit,omitempty"`
+	// After, for a list query, continues the listing: the next of the
+	// reply before.
+	After string `json:"after,omitempty"`
+	// Limit, for a list query, bounds the items of a reply: 0 means
+	// DefaultLimit, at most MaxLimit.
+	Limit int `json:"limit,omitempty"`
 }
 
 // QueryNames lists the query endpoints (the last tokens of dwr.q.<ws>.<query>).
