@@ -104,8 +104,13 @@ func (s *Service) async(req micro.Request, query bool, handle func() []byte) {
 		return
 	}
 	go func() {
-		defer s.admission.release(caller, query)
-		if err := req.Respond(handle()); err != nil {
+		// The place is given back before the reply leaves: a caller that
+		// sends its next request once answered finds it free.
+		reply := func() []byte {
+			defer s.admission.release(caller, query)
+			return handle()
+		}()
+		if err := req.Respond(reply); err != nil {
 			s.cfg.Logger.Warn("handlers: a reply could not be sent", "subject", req.Subject(), "err", err)
 		}
 	}()
