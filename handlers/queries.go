@@ -5,11 +5,13 @@ import (
 	"encoding/json"
 	"fmt"
 	"slices"
+	"strconv"
 	"strings"
 
 	"github.com/nats-io/nats.go/micro"
 
 	"github.com/dwr-run/dwr/domain"
+	"github.com/dwr-run/dwr/eventstore"
 	"github.com/dwr-run/dwr/projections"
 	"github.com/dwr-run/dwr/schemas"
 )
@@ -24,8 +26,12 @@ type Query struct {
 	State     string `json:"state,omitempty"`
 	GoalID    string `json:"goal_id,omitempty"`
 	Role      string `json:"role,omitempty"` // for approval.list
-	After     string `json:"after,omitempty"`
-	Limit     int    `json:"limit,omitempty"`
+	// After, for a list query, continues the listing: the next of the
+	// reply before.
+	After string `json:"after,omitempty"`
+	// Limit, for a list query, bounds the items of a reply: 0 means
+	// DefaultLimit, at most MaxLimit.
+	Limit int `json:"limit,omitempty"`
 }
 
 // QueryNames lists the query endpoints (the last tokens of dwr.q.<ws>.<query>).
@@ -39,7 +45,7 @@ func (s *Service) startQueries() (micro.Service, error) {
 		return nil, fmt.Errorf("handlers: query service: %w", err)
 	}
 	for _, name := range QueryNames {
-		h := func(req micro.Request) { s.async(req, func() []byte { return s.handleQuery(name, req) }) }
+		h := func(req micro.Request) { s.async(req, true, func() []byte { return s.handleQuery(name, req) }) }
 		if err := svc.AddEndpoint("q_"+strings.ReplaceAll(name, ".", "_"), micro.HandlerFunc(h),
 			micro.WithEndpointSubject(s.cfg.Prefix+".q.*."+name)); err != nil {
 			_ = svc.Stop()
@@ -58,6 +64,9 @@ func (s *Service) handleQuery(name string, req micro.Request) []byte {
 	if werr != nil {
 		return errResponse(werr)
 	}
+	if f := s.onQuery.Load(); f != nil {
+		(*f)(p.name, name)
+	}
 	var q Query
 	if body := req.Data(); len(body) > 0 {
 		if err := schemas.CheckBounds(body, MaxQueryBytes, 8); err != nil {
@@ -72,6 +81,9 @@ func (s *Service) handleQuery(name string, req micro.Request) []byte {
 	min, err := minSeq(req.Headers())
 	if err != nil {
 		return errResponse(toWire(err, s.cfg.Logger))
+	}
+	if werr := s.checkMinSeq(min); werr != nil {
+		return errResponse(werr)
 	}
 	if min == 0 {
 		// On the writer, a query reflects every command already answered:
@@ -88,90 +100,162 @@ func (s *Service) handleQuery(name string, req micro.Request) []byte {
 		}
 	}
 	seq := s.store.Checkpoint()
-	res, err := s.query(name, ws, p.name, q)
+	res, next, err := s.query(name, ws, p.name, q)
 	if err != nil {
 		return errResponse(toWire(err, s.cfg.Logger))
 	}
-	return okResponse(seq, res)
+	return pageResponse(seq, res, next)
+}
+
+// checkMinSeq refuses (invalid) a Dwr-Min-Seq beyond the log's end: no
+// reply named that sequence, so waiting for the views to reach it could only
+// time out. It costs nothing when the views already stand at seq. Above
+// them, the writer compares with the last record it appended; another
+// replica with the highest log end it has seen, and asks the log only when
+// seq is beyond that too. When the log cannot be asked, the query waits as
+// before.
+func (s *Service) checkMinSeq(seq uint64) *WireError {
+	if seq <= s.store.Checkpoint() {
+		return nil
+	}
+	end := s.answeredSeq()
+	if end == 0 { // not the writer
+		if seq <= s.logEnd.Load() {
+			return nil
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), s.cfg.MinSeqWait)
+		last, err := s.log.LastSeq(ctx)
+		cancel()
+		if err != nil {
+			s.cfg.Logger.Warn("handlers: could not read the log's end for a query's "+HeaderMinSeq, "err", err)
+			return nil
+		}
+		for {
+			seen := s.logEnd.Load()
+			if last <= seen || s.logEnd.CompareAndSwap(seen, last) {
+				break
+			}
+		}
+		end = last
+	}
+	if seq <= end {
+		return nil
+	}
+	return &WireError{Code: string(domain.CodeInvalid), Message: fmt.Sprintf(
+		"header %s names log sequence %d, beyond the log's end (%d): pass the seq of a reply you were given", HeaderMinSeq, seq, end)}
 }
 
 // query answers query name in workspace ws for actor, the identity that
-// asks.
-func (s *Service) query(name, ws, actor string, q Query) (any, error) {
-	if q.Limit < 0 || q.Limit > 10_000 {
-		return nil, &WireError{Code: string(domain.CodeInvalid), Message: "limit must be between 0 and 10000",
-			Fields: []FieldError{{Pointer: "/limit", Message: "must be between 0 and 10000"}}}
+// asks: the result, and for a list query the cursor of the next page when
+// more follow. No result is larger than a reply can carry.
+func (s *Service) query(name, ws, actor string, q Query) (json.RawMessage, string, error) {
+	if q.Limit < 0 || q.Limit > MaxLimit {
+		msg := fmt.Sprintf("must be between 0 (%d) and %d", DefaultLimit, MaxLimit)
+		return nil, "", &WireError{Code: string(domain.CodeInvalid), Message: "limit " + msg,
+			Fields: []FieldError{{Pointer: "/limit", Message: msg}}}
 	}
+	limit := q.Limit
+	if limit == 0 {
+		limit = DefaultLimit
+	}
+	budget := s.replyBudget()
 	notFound := func(what string) error {
 		return &WireError{Code: string(domain.CodeNotFound), Message: fmt.Sprintf("%s %q not found in workspace %q", what, q.ID, ws)}
 	}
 	switch name {
 	case "workspace.list":
-		return nonNil(s.store.ListWorkspaces())
+		wss, err := s.store.ListWorkspaces()
+		return one(nonNil(wss), err, budget, tooLargeReply(budget))
 	case "goal.get":
 		g, err := s.store.GoalView(ws, q.ID)
 		if err == nil && g == nil {
-			return nil, notFound("goal")
+			return nil, "", notFound("goal")
 		}
-		return g, err
+		return one(g, err, budget, func(size int) string {
+			return fmt.Sprintf("goal %s with its plan is %d bytes, more than a reply can carry (%d): list its tasks page by page (task.list with goal_id %s)",
+				q.ID, size, budget, q.ID)
+		})
 	case "goal.list":
-		return nonNil(s.store.ListGoals(ws, q.After, q.Limit))
+		pg := newPage("goal", "list its tasks page by page (task.list with its goal_id)", limit, budget)
+		err := s.store.EachGoal(ws, q.After, func(g *projections.GoalView) bool { return pg.add(g, g.ID, g.ID) })
+		return pg.result(err)
 	case "task.get":
 		t, err := s.store.Task(q.ID)
 		if err == nil && (t == nil || t.Workspace != ws) {
-			return nil, notFound("task")
+			return nil, "", notFound("task")
 		}
-		return t, err
+		return one(t, err, budget, func(size int) string {
+			return fmt.Sprintf("task %s is %d bytes, more than a reply can carry (%d): read it through its events (the events query with id %s, page by page)",
+				q.ID, size, budget, q.ID)
+		})
 	case "task.list":
 		if q.State != "" && !validState(q.State) {
-			return nil, &WireError{Code: string(domain.CodeInvalid), Message: fmt.Sprintf("state %q is not one of %v", q.State, domain.TaskStates),
+			return nil, "", &WireError{Code: string(domain.CodeInvalid), Message: fmt.Sprintf("state %q is not one of %v", q.State, domain.TaskStates),
 				Fields: []FieldError{{Pointer: "/state", Message: "unknown state"}}}
 		}
-		return nonNil(s.store.ListTasks(ws, projections.TaskFilter{State: q.State, GoalID: q.GoalID, After: q.After, Limit: q.Limit}))
+		f := projections.TaskFilter{State: q.State, GoalID: q.GoalID, After: q.After}
+		pg := newPage("task", "read it through its events (the events query with its id, page by page)", limit, budget)
+		err := s.store.EachTask(ws, f, func(t *domain.Task) bool { return pg.add(t, t.ID, f.Cursor(t)) })
+		return pg.result(err)
 	case "events":
-		return s.history(ws, q)
+		return s.history(ws, q, newPage("event", "raise the NATS server's max_payload", limit, budget))
 	case "approval.list":
 		if q.State != "" && q.State != "all" && !slices.Contains(projections.ApprovalStates, q.State) {
-			return nil, &WireError{Code: string(domain.CodeInvalid), Message: fmt.Sprintf("state %q is not one of %v or all", q.State, projections.ApprovalStates),
+			return nil, "", &WireError{Code: string(domain.CodeInvalid), Message: fmt.Sprintf("state %q is not one of %v or all", q.State, projections.ApprovalStates),
 				Fields: []FieldError{{Pointer: "/state", Message: "unknown approval state"}}}
 		}
-		return nonNil(s.store.ListApprovals(ws, projections.ApprovalFilter{State: q.State, Role: q.Role, After: q.After, Limit: q.Limit}))
+		f := projections.ApprovalFilter{State: q.State, Role: q.Role, After: q.After}
+		pg := newPage("approval", "read its task through its events (the events query, page by page)", limit, budget)
+		err := s.store.EachApproval(ws, f, func(a *projections.ApprovalView) bool { return pg.add(a, a.ID, f.Cursor(a)) })
+		return pg.result(err)
 	case "approval.get":
 		a, err := s.store.Approval(ws, q.ID)
 		if err == nil && a == nil {
-			return nil, notFound("approval")
+			return nil, "", notFound("approval")
 		}
-		return a, err
+		return one(a, err, budget, tooLargeReply(budget))
 	case "approver.list":
 		w, err := s.workspace(ws)
 		if err != nil {
-			return nil, err
+			return nil, "", err
 		}
-		return nonNil(w.Approvers, nil)
+		return one(nonNil(w.Approvers), nil, budget, tooLargeReply(budget))
 	case "member.list":
 		// A member's public key is public: it is what NATS authenticates,
 		// never a secret.
 		w, err := s.workspace(ws)
 		if err != nil {
-			return nil, err
+			return nil, "", err
 		}
-		return nonNil(w.Members, nil)
+		return s.members(w, q, newPage("member", "raise the NATS server's max_payload", limit, budget))
 	case "queue.list":
 		w, err := s.workspace(ws)
 		if err != nil {
-			return nil, err
+			return nil, "", err
 		}
-		return nonNil(w.Queues, nil)
+		return one(nonNil(w.Queues), nil, budget, tooLargeReply(budget))
 	case "command.get":
 		// A command id is the sender's own: another identity's command under
 		// the same id is not found (domain.CommandKey).
 		o, ok, err := s.store.Command(ws, domain.CommandKey(actor, q.ID))
 		if err == nil && !ok {
-			return nil, notFound("command")
+			return nil, "", notFound("command")
 		}
-		return o, err
+		return one(o, err, budget, tooLargeReply(budget))
 	}
-	return nil, &WireError{Code: string(domain.CodeNotFound), Message: "unknown query " + name}
+	return nil, "", &WireError{Code: string(domain.CodeNotFound), Message: "unknown query " + name}
+}
+
+// members lists the members of w by name, after the name q.After.
+func (s *Service) members(w *domain.Workspace, q Query, pg *page) (json.RawMessage, string, error) {
+	ms := slices.Clone(w.Members)
+	slices.SortFunc(ms, func(a, b domain.Member) int { return strings.Compare(a.Name, b.Name) })
+	for i := range ms {
+		if m := &ms[i]; m.Name > q.After && !pg.add(m, m.Name, m.Name) {
+			break
+		}
+	}
+	return pg.result(nil)
 }
 
 // workspace returns workspace ws from the views, or not_found.
@@ -186,11 +270,13 @@ func (s *Service) workspace(ws string) (*domain.Workspace, error) {
 	return w, nil
 }
 
-func nonNil[T any](v []T, err error) ([]T, error) {
+// nonNil returns v, or an empty list for nil: a list query answers [],
+// never null.
+func nonNil[T any](v []T) []T {
 	if v == nil {
 		v = []T{}
 	}
-	return v, err
+	return v
 }
 
 func validState(s string) bool {
@@ -202,26 +288,36 @@ func validState(s string) bool {
 	return false
 }
 
-// history returns an aggregate's events; with no aggregate type given it
-// looks the id up as a task, then a goal, then a workspace.
-func (s *Service) history(ws string, q Query) ([]json.RawMessage, error) {
+// history lists an aggregate's events after the version q.After; with no
+// aggregate type given it looks the id up as a task, then a goal, then a
+// workspace.
+func (s *Service) history(ws string, q Query, pg *page) (json.RawMessage, string, error) {
+	var after uint64
+	if q.After != "" {
+		v, err := strconv.ParseUint(q.After, 10, 64)
+		if err != nil {
+			return nil, "", &WireError{Code: string(domain.CodeInvalid), Message: "after must be an event's version, as a reply's next gives it",
+				Fields: []FieldError{{Pointer: "/after", Message: "not an event's version"}}}
+		}
+		after = v
+	}
 	types := []string{domain.AggTask, domain.AggGoal, domain.AggWorkspace}
 	if q.Aggregate != "" {
 		types = []string{q.Aggregate}
 	}
 	for _, typ := range types {
-		evs, err := s.store.History(typ, q.ID)
+		w, ok, err := s.store.HistoryWorkspace(typ, q.ID)
 		if err != nil {
-			return nil, err
+			return nil, "", err
 		}
-		if len(evs) == 0 || evs[0].Workspace != ws {
+		if !ok || w != ws {
 			continue
 		}
-		out := make([]json.RawMessage, len(evs))
-		for i, e := range evs {
-			out[i] = e.Raw
-		}
-		return out, nil
+		err = s.store.EachEvent(typ, q.ID, after, func(e eventstore.Event) bool {
+			v := strconv.FormatUint(e.Version, 10)
+			return pg.addRaw(e.Raw, fmt.Sprintf("%s of %s %s", v, typ, q.ID), v)
+		})
+		return pg.result(err)
 	}
-	return nil, &WireError{Code: string(domain.CodeNotFound), Message: fmt.Sprintf("no aggregate %q in workspace %q", q.ID, ws)}
+	return nil, "", &WireError{Code: string(domain.CodeNotFound), Message: fmt.Sprintf("no aggregate %q in workspace %q", q.ID, ws)}
 }

@@ -32,9 +32,18 @@ type replica struct {
 
 func startReplica(t *testing.T, nc *nats.Conn, id string) *replica {
 	t.Helper()
+	return startReplicaWith(t, nc, handlers.Config{WriterID: id})
+}
+
+// startReplicaWith starts a replica with cfg, its lease, logger and log key
+// those of every replica of the tests.
+func startReplicaWith(t *testing.T, nc *nats.Conn, cfg handlers.Config) *replica {
+	t.Helper()
+	id := cfg.WriterID
 	store, err := projections.Open(filepath.Join(t.TempDir(), "views"), projections.Options{})
 	require.NoError(t, err)
-	svc, err := handlers.New(nc, store, handlers.Config{WriterID: id, LeaseTTL: time.Second, Logger: testLogger(), LogKey: replicaKey})
+	cfg.LeaseTTL, cfg.Logger, cfg.LogKey = time.Second, testLogger(), replicaKey
+	svc, err := handlers.New(nc, store, cfg)
 	require.NoError(t, err)
 	ctx, cancel := context.WithCancel(context.Background())
 	r := &replica{store: store, svc: svc, cancel: cancel, done: make(chan error, 1)}

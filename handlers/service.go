@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -40,10 +41,32 @@ type Config struct {
 	// LeaseTTL is how long a writer lease lives without renewal. Default 10s.
 	LeaseTTL time.Duration
 	// MinSeqWait bounds how long a query waits for the views to reach the
-	// sequence it names. Default 5s.
+	// sequence it names (Dwr-Min-Seq); a sequence beyond the log's end is
+	// refused at once (invalid). Default 5s.
 	MinSeqWait time.Duration
-	// MaxInFlight bounds the requests handled at once. Default 16,384.
+	// MaxInFlight bounds the requests, commands and queries, handled at
+	// once: one over it is refused with unavailable. Default 16,384.
 	MaxInFlight int
+	// MaxQueriesInFlight bounds the queries among them; the rest of
+	// MaxInFlight is kept for commands, so that queries, however many
+	// callers send them, never leave commands unanswered. At most
+	// MaxInFlight. Default three quarters of MaxInFlight (12,288).
+	MaxQueriesInFlight int
+	// MaxInFlightPerCaller bounds the requests of one caller handled at
+	// once — a caller is the identity the NATS server stamped on the request
+	// (account and user); requests without one count as one caller — so that
+	// one caller's flood is refused (unavailable, naming this caller's limit)
+	// while the others are served. At most MaxInFlight. Default 1,024, or a
+	// quarter of MaxInFlight when that is smaller: far above what an honest
+	// client has in flight (a CLI one, an SDK worker its concurrency and a
+	// heartbeat per job), far below the service's whole budget.
+	MaxInFlightPerCaller int
+	// MaxReplyBytes bounds a reply: a query's result is kept 4 KiB under it
+	// (list queries answer as many items as fit, and a cursor to continue;
+	// a single result too large is refused with too_large). Default, and at
+	// most, the largest message the NATS connection carries (max_payload,
+	// 1 MiB by default). At least 8 KiB.
+	MaxReplyBytes int
 	// Clock is the time source. Default time.Now.
 	Clock func() time.Time
 	// Logger receives the service's logs. Default: discarded.
@@ -109,7 +132,13 @@ func (c Config) withDefaults() Config {
 		c.MinSeqWait = 5 * time.Second
 	}
 	if c.MaxInFlight == 0 {
-		c.MaxInFlight = 16 << 10
+		c.MaxInFlight = DefaultMaxInFlight
+	}
+	if c.MaxQueriesInFlight == 0 {
+		c.MaxQueriesInFlight = max(1, c.MaxInFlight*3/4)
+	}
+	if c.MaxInFlightPerCaller == 0 {
+		c.MaxInFlightPerCaller = max(1, min(DefaultMaxInFlightPerCaller, c.MaxInFlight/4))
 	}
 	if c.Clock == nil {
 		c.Clock = time.Now
@@ -146,7 +175,13 @@ type Service struct {
 	dispatch *dispatcher
 	// advisories is the stream keeping the work stream's max-deliveries advisories.
 	advisories string
-	sem        chan struct{}
+	admission  *admission
+	// onQuery, when set, is called as a query starts to be served, with its
+	// caller's name and the query: tests hold queries in flight with it.
+	onQuery atomic.Pointer[func(actor, query string)]
+	// logEnd is the highest log end a query asked this replica's log for
+	// (checkMinSeq); the writer knows its own.
+	logEnd atomic.Uint64
 	// admins maps the service's admins' keys to their names.
 	admins map[string]string
 	// tokenKey derives attempt tokens; leases caches the queues' leases;
@@ -171,6 +206,14 @@ func New(nc *nats.Conn, store *projections.Store, cfg Config) (*Service, error) 
 	if !domain.ValidName(cfg.Prefix) || !domain.ValidName(cfg.Partition) {
 		return nil, fmt.Errorf("handlers: prefix %q and partition %q must be valid subject tokens", cfg.Prefix, cfg.Partition)
 	}
+	if cfg.MaxInFlight < 0 || cfg.MaxQueriesInFlight < 0 || cfg.MaxQueriesInFlight > cfg.MaxInFlight ||
+		cfg.MaxInFlightPerCaller < 0 || cfg.MaxInFlightPerCaller > cfg.MaxInFlight {
+		return nil, fmt.Errorf("handlers: MaxInFlight %d, MaxQueriesInFlight %d and MaxInFlightPerCaller %d must be positive, the last two at most MaxInFlight",
+			cfg.MaxInFlight, cfg.MaxQueriesInFlight, cfg.MaxInFlightPerCaller)
+	}
+	if cfg.MaxReplyBytes != 0 && cfg.MaxReplyBytes < minReplyBytes {
+		return nil, fmt.Errorf("handlers: MaxReplyBytes %d is below the least, %d", cfg.MaxReplyBytes, minReplyBytes)
+	}
 	if n := len(cfg.TokenKey); n > 0 && n < TokenKeyBytes {
 		return nil, fmt.Errorf("handlers: the token key is %d bytes; at least %d are needed", n, TokenKeyBytes)
 	}
@@ -186,7 +229,7 @@ func New(nc *nats.Conn, store *projections.Store, cfg Config) (*Service, error) 
 	for _, a := range cfg.Auth.Admins {
 		admins[a.PublicKey] = a.Name
 	}
-	return &Service{cfg: cfg, key: key, nc: nc, js: js, store: store, sem: make(chan struct{}, cfg.MaxInFlight),
+	return &Service{cfg: cfg, key: key, nc: nc, js: js, store: store, admission: newAdmission(cfg),
 		admins: admins, ready: make(chan struct{}), changed: make(chan struct{})}, nil
 }
 
@@ -622,7 +665,7 @@ func (s *Service) startCommands() (micro.Service, error) {
 			continue
 		}
 		subject := s.cfg.Prefix + ".cmd.*." + name
-		h := func(req micro.Request) { s.async(req, func() []byte { return s.handleCommand(name, req) }) }
+		h := func(req micro.Request) { s.async(req, false, func() []byte { return s.handleCommand(name, req) }) }
 		if err := svc.AddEndpoint(strings.ReplaceAll(name, ".", "_"), micro.HandlerFunc(h),
 			micro.WithEndpointSubject(subject)); err != nil {
 			_ = svc.Stop()
@@ -630,22 +673,6 @@ func (s *Service) startCommands() (micro.Service, error) {
 		}
 	}
 	return svc, nil
-}
-
-// async answers req from a goroutine, so that a waiting request does not
-// hold up the ones behind it on the same endpoint (and so batches form).
-func (s *Service) async(req micro.Request, handle func() []byte) {
-	select {
-	case s.sem <- struct{}{}:
-	default:
-		_ = req.Respond(errResponse(&WireError{Code: string(domain.CodeUnavailable),
-			Message: "the service is at its limit of requests in flight: retry shortly"}))
-		return
-	}
-	go func() {
-		defer func() { <-s.sem }()
-		_ = req.Respond(handle())
-	}()
 }
 
 // workspaceOf returns the workspace token of subject <prefix>.<kind>.<ws>....

@@ -9,6 +9,7 @@ import (
 
 	"github.com/dwr-run/dwr/domain"
 	"github.com/dwr-run/dwr/eventstore"
+	"github.com/dwr-run/dwr/projections"
 	"github.com/dwr-run/dwr/schemas"
 )
 
@@ -42,7 +43,11 @@ type Response struct {
 	OK     bool            `json:"ok"`
 	Result json.RawMessage `json:"result,omitempty"`
 	Seq    uint64          `json:"seq,omitempty"`
-	Error  *WireError      `json:"error,omitempty"`
+	// Next, in the reply of a list query, says that more items follow: the
+	// same query with after set to it continues the listing. Absent on the
+	// last page.
+	Next  string     `json:"next,omitempty"`
+	Error *WireError `json:"error,omitempty"`
 }
 
 // toWire translates any error into its wire form: the one table that maps
@@ -72,6 +77,9 @@ func toWire(err error, logger *slog.Logger) *WireError {
 			w.Fields = append(w.Fields, FieldError{Pointer: f.Pointer, Message: f.Message})
 		}
 		return w
+	case errors.Is(err, projections.ErrCursor):
+		return &WireError{Code: string(domain.CodeInvalid), Message: "after is not a cursor of this listing: pass the next that a reply to the same query gave",
+			Fields: []FieldError{{Pointer: "/after", Message: "not a cursor of this listing"}}}
 	case errors.Is(err, eventstore.ErrTooLarge):
 		return &WireError{Code: string(domain.CodeTooLarge), Message: "the command's events do not fit in one log record; split the command (for example a smaller plan)"}
 	case errors.Is(err, eventstore.ErrUnknownOutcome):
@@ -100,6 +108,13 @@ func okResponse(seq uint64, result any) []byte {
 		raw = b
 	}
 	b, _ := json.Marshal(Response{OK: true, Result: raw, Seq: seq})
+	return b
+}
+
+// pageResponse is the reply of a query: its encoded result, and next, the
+// cursor of a list's next page ("" when none follows).
+func pageResponse(seq uint64, result json.RawMessage, next string) []byte {
+	b, _ := json.Marshal(Response{OK: true, Result: result, Seq: seq, Next: next})
 	return b
 }
 

@@ -1,6 +1,10 @@
 package projections
 
 import (
+	"fmt"
+	"slices"
+	"strings"
+
 	"github.com/cockroachdb/pebble/v2"
 
 	"github.com/dwr-run/dwr/domain"
@@ -49,47 +53,80 @@ func moveApprovals(b *pebble.Batch, before, after *domain.Task) error {
 type ApprovalFilter struct {
 	State string
 	Role  string // only approvals this role may decide ("" = any)
-	After string // an approval id: list those after it
-	Limit int    // 0 = all
+	// After continues a listing after the approval a cursor names
+	// (Cursor): an approval id, or "<state>/<approval id>" when the listing
+	// is of every state. A bare id there lists the approvals after it in
+	// each state.
+	After string
+	Limit int // 0 = all
+}
+
+// Cursor returns the cursor that continues the listing f selects after
+// approval a: a's id, or for a listing of every state "<state>/<id>".
+func (f ApprovalFilter) Cursor(a *ApprovalView) string {
+	if f.State == "all" {
+		return a.State + "/" + a.ID
+	}
+	return a.ID
 }
 
 // ListApprovals returns the approvals of workspace ws that f selects, by
 // state and then id (oldest first within a state).
 func (s *Store) ListApprovals(ws string, f ApprovalFilter) ([]*ApprovalView, error) {
+	var out []*ApprovalView
+	err := s.EachApproval(ws, f, func(a *ApprovalView) bool {
+		out = append(out, a)
+		return f.Limit == 0 || len(out) < f.Limit
+	})
+	return out, err
+}
+
+// EachApproval calls fn with the approvals of workspace ws that f selects
+// (its Limit aside), in ListApprovals's order, until fn returns false. It
+// returns an error wrapping ErrCursor when f.After is not a cursor of the
+// listing.
+func (s *Store) EachApproval(ws string, f ApprovalFilter, fn func(*ApprovalView) bool) error {
 	states := []string{f.State}
+	from, after := "", f.After
 	switch f.State {
 	case "":
 		states = []string{domain.ApprovalStatePending}
 	case "all":
 		states = ApprovalStates
-	}
-	var out []*ApprovalView
-	for _, st := range states {
-		p := key(pApproval, ws, st, "")
-		var ids []string
-		if err := s.scan(p, func(k, _ []byte) error {
-			if id := string(k[len(p):]); id > f.After {
-				ids = append(ids, id)
+		if st, id, ok := strings.Cut(f.After, "/"); ok {
+			if !slices.Contains(ApprovalStates, st) {
+				return fmt.Errorf("%w: %q names no approval state", ErrCursor, f.After)
 			}
-			return nil
-		}); err != nil {
-			return nil, err
+			from, after = st, id
 		}
-		for _, id := range ids {
-			if f.Limit > 0 && len(out) >= f.Limit {
-				return out, nil
-			}
+	}
+	if f.State != "all" && strings.Contains(f.After, "/") {
+		return fmt.Errorf("%w: %q is not an approval id", ErrCursor, f.After)
+	}
+	more := true
+	for _, st := range states {
+		if from != "" && st != from {
+			continue // a state the cursor has passed
+		}
+		err := s.eachID(key(pApproval, ws, st, ""), after, func(id string) (bool, error) {
 			v, err := s.Approval(ws, id)
 			if err != nil {
-				return nil, err
+				return false, err
 			}
 			if v == nil || v.State != st || (f.Role != "" && v.Role != "" && v.Role != f.Role) {
-				continue
+				return true, nil
 			}
-			out = append(out, v)
+			more = fn(v)
+			return more, nil
+		})
+		if err != nil || !more {
+			return err
+		}
+		if from != "" {
+			from, after = "", "" // the states after the cursor's, whole
 		}
 	}
-	return out, nil
+	return nil
 }
 
 // Approval returns approval id of workspace ws, or nil when there is none.

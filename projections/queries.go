@@ -2,7 +2,10 @@ package projections
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
+	"slices"
+	"strings"
 
 	"github.com/dwr-run/dwr/domain"
 	"github.com/dwr-run/dwr/eventstore"
@@ -39,29 +42,50 @@ type PlanNode struct {
 // ListGoals returns the goals of workspace ws, oldest first, at most limit
 // (0 = all) after the goal id after.
 func (s *Store) ListGoals(ws, after string, limit int) ([]*GoalView, error) {
-	var ids []string
-	p := key(pGoalByWS, ws, "")
-	err := s.scan(p, func(k, _ []byte) error {
-		id := string(k[len(p):])
-		if id > after && (limit == 0 || len(ids) < limit) {
-			ids = append(ids, id)
-		}
-		return nil
+	var out []*GoalView
+	err := s.EachGoal(ws, after, func(g *GoalView) bool {
+		out = append(out, g)
+		return limit == 0 || len(out) < limit
 	})
-	if err != nil {
-		return nil, err
+	return out, err
+}
+
+// EachGoal calls fn with the goals of workspace ws after the goal id after
+// ("" for all), oldest first, until fn returns false. A goal's id is the
+// cursor that continues the listing after it.
+func (s *Store) EachGoal(ws, after string, fn func(*GoalView) bool) error {
+	if strings.Contains(after, "/") {
+		return fmt.Errorf("%w: %q is not a goal id", ErrCursor, after)
 	}
-	out := make([]*GoalView, 0, len(ids))
-	for _, id := range ids {
+	return s.eachID(key(pGoalByWS, ws, ""), after, func(id string) (bool, error) {
 		g, err := s.GoalView(ws, id)
-		if err != nil {
-			return nil, err
+		if err != nil || g == nil {
+			return true, err
 		}
-		if g != nil {
-			out = append(out, g)
-		}
+		return fn(g), nil
+	})
+}
+
+// ErrCursor is returned (wrapped, with the cursor) when a listing is asked
+// to continue after a cursor that no listing of its kind gives.
+var ErrCursor = errors.New("projections: not a cursor of this listing")
+
+// eachID calls fn with the last part of each key with prefix p whose last
+// part sorts after after, in order, until fn returns false or an error.
+func (s *Store) eachID(p []byte, after string, fn func(id string) (bool, error)) error {
+	lower := p
+	if after != "" {
+		// The smallest key after p+after: ids never contain '/', so every
+		// key above it names an id that sorts after after.
+		lower = append(append(append([]byte(nil), p...), after...), 0)
 	}
-	return out, nil
+	return s.scanRange(lower, upperBound(p), func(k, _ []byte) error {
+		more, err := fn(string(k[len(p):]))
+		if err == nil && !more {
+			return errStop
+		}
+		return err
+	})
 }
 
 // GoalView returns goal id of workspace ws with its plan graph and counts, or
@@ -93,74 +117,148 @@ func (s *Store) GoalView(ws, id string) (*GoalView, error) {
 type TaskFilter struct {
 	State  string
 	GoalID string
-	After  string // a task id: list those after it
-	Limit  int    // 0 = all
+	// After continues a listing after the task a cursor names (Cursor): a
+	// task id, or "<state>/<task id>" when the listing is of every state.
+	// A bare task id there lists the tasks after it in each state.
+	After string
+	Limit int // 0 = all
+}
+
+// Cursor returns the cursor that continues the listing f selects after
+// task t: t's id, or for a listing of every state "<state>/<id>" (that
+// listing is ordered by state, then id).
+func (f TaskFilter) Cursor(t *domain.Task) string {
+	if f.GoalID == "" && f.State == "" {
+		return t.State + "/" + t.ID
+	}
+	return t.ID
 }
 
 // ListTasks returns the tasks of workspace ws that f selects, ordered by
 // state and id (by id alone when f names a state or a goal).
 func (s *Store) ListTasks(ws string, f TaskFilter) ([]*domain.Task, error) {
-	var ids []string
-	collect := func(p []byte) error {
-		return s.scan(p, func(k, _ []byte) error {
-			id := string(k[len(p):])
-			if id > f.After && (f.Limit == 0 || len(ids) < f.Limit) {
-				ids = append(ids, id)
-			}
-			return nil
-		})
-	}
-	var err error
-	switch {
-	case f.GoalID != "":
-		err = collect(key(pTaskByGoal, f.GoalID, ""))
-	case f.State != "":
-		err = collect(key(pTaskByWS, ws, f.State, ""))
-	default:
-		for _, st := range domain.TaskStates {
-			if err = collect(key(pTaskByWS, ws, st, "")); err != nil {
-				break
-			}
-		}
-	}
-	if err != nil {
-		return nil, err
-	}
-	out := make([]*domain.Task, 0, len(ids))
-	for _, id := range ids {
+	var out []*domain.Task
+	err := s.EachTask(ws, f, func(t *domain.Task) bool {
+		out = append(out, t)
+		return f.Limit == 0 || len(out) < f.Limit
+	})
+	return out, err
+}
+
+// EachTask calls fn with the tasks of workspace ws that f selects (its
+// Limit aside), in ListTasks's order, until fn returns false. It returns an
+// error wrapping ErrCursor when f.After is not a cursor of the listing.
+func (s *Store) EachTask(ws string, f TaskFilter, fn func(*domain.Task) bool) error {
+	more := true
+	visit := func(id string) (bool, error) {
 		t, err := s.Task(id)
 		if err != nil {
-			return nil, err
+			return false, err
 		}
 		if t == nil || t.Workspace != ws || (f.State != "" && t.State != f.State) {
-			continue
+			return true, nil
 		}
-		out = append(out, t)
+		more = fn(t)
+		return more, nil
 	}
-	return out, nil
+	switch {
+	case f.GoalID != "" || f.State != "":
+		if strings.Contains(f.After, "/") {
+			return fmt.Errorf("%w: %q is not a task id", ErrCursor, f.After)
+		}
+		p := key(pTaskByWS, ws, f.State, "")
+		if f.GoalID != "" {
+			p = key(pTaskByGoal, f.GoalID, "")
+		}
+		return s.eachID(p, f.After, visit)
+	}
+	from, after, ok := strings.Cut(f.After, "/")
+	if !ok { // none, or a bare id: after it in each state
+		from, after = "", f.After
+	} else if !slices.Contains(domain.TaskStates, from) {
+		return fmt.Errorf("%w: %q names no task state", ErrCursor, f.After)
+	}
+	for _, st := range domain.TaskStates {
+		if from != "" && st != from {
+			continue // a state the cursor has passed
+		}
+		if err := s.eachID(key(pTaskByWS, ws, st, ""), after, visit); err != nil || !more {
+			return err
+		}
+		if from != "" {
+			from, after = "", "" // the states after the cursor's, whole
+		}
+	}
+	return nil
 }
 
 // History returns the stored events of one aggregate, oldest first, each
 // verified against the previous one's hash.
 func (s *Store) History(aggType, id string) ([]eventstore.Event, error) {
 	var out []eventstore.Event
-	prev := ""
-	err := s.scan(key(pHistory, aggType, id, ""), func(_, v []byte) error {
+	err := s.EachEvent(aggType, id, 0, func(e eventstore.Event) bool {
+		out = append(out, e)
+		return true
+	})
+	return out, err
+}
+
+// EachEvent calls fn with the stored events of one aggregate after version
+// after (0 for all), oldest first, until fn returns false. Each is verified
+// against the previous one's hash — the first against the event at version
+// after, which a listing before this one checked. An event's version is the
+// cursor that continues the listing after it.
+func (s *Store) EachEvent(aggType, id string, after uint64, fn func(eventstore.Event) bool) error {
+	prev, skip := "", after > 0
+	lower := key(pHistory, aggType, id, "")
+	upper := upperBound(lower)
+	if after > 0 {
+		lower = historyKey(aggType, id, after)
+	}
+	err := s.scanRange(lower, upper, func(_, v []byte) error {
 		var e eventstore.Event
 		if err := json.Unmarshal(v, &e); err != nil {
 			return err
 		}
 		e.Raw = append([]byte(nil), v...)
+		if skip {
+			skip = false
+			if e.Version != after {
+				return &ChainError{AggregateType: aggType, AggregateID: id, Version: after, Problem: "event missing"}
+			}
+			prev = e.Hash()
+			return nil
+		}
 		if e.PrevHash != prev {
 			return &ChainError{AggregateType: aggType, AggregateID: id, Version: e.Version,
 				Problem: "previous-event hash does not match"}
 		}
 		prev = e.Hash()
-		out = append(out, e)
+		if !fn(e) {
+			return errStop
+		}
 		return nil
 	})
 	if err != nil {
-		return nil, fmt.Errorf("projections: history of %s %s: %w", aggType, id, err)
+		return fmt.Errorf("projections: history of %s %s: %w", aggType, id, err)
 	}
-	return out, nil
+	return nil
+}
+
+// HistoryWorkspace returns the workspace of the aggregate whose events the
+// views keep, and false when they keep none.
+func (s *Store) HistoryWorkspace(aggType, id string) (string, bool, error) {
+	var ws string
+	found := false
+	err := s.scan(key(pHistory, aggType, id, ""), func(_, v []byte) error {
+		var e struct {
+			Workspace string `json:"ws"`
+		}
+		if err := json.Unmarshal(v, &e); err != nil {
+			return fmt.Errorf("projections: history of %s %s: %w", aggType, id, err)
+		}
+		ws, found = e.Workspace, true
+		return errStop
+	})
+	return ws, found, err
 }

@@ -292,6 +292,17 @@ func TestErrorEncodesAsTheContract(t *testing.T) {
 	}
 }
 
+// A reply may carry next, a list's cursor: optional, never empty.
+func TestReplyMayCarryANextCursor(t *testing.T) {
+	reply := func(next string) []byte {
+		return []byte(`{"ok":true,"result":{"id":"` + taskID + `","state":"ready","version":1},"seq":7` + next + `}`)
+	}
+	require.NoError(t, schemas.Validate(schemas.PathReply, reply("")))
+	require.NoError(t, schemas.Validate(schemas.PathReply, reply(`,"next":"ready/`+taskID+`"`)))
+	e := requireError(t, schemas.Validate(schemas.PathReply, reply(`,"next":""`)), schemas.CodeInvalid)
+	require.Contains(t, fieldMap(e), "/next")
+}
+
 func TestValidateCommandRefusesRepeatedKeys(t *testing.T) {
 	body := `{"task_id":"` + taskID + `","spec":{"queue":"q","retry":[],"retry":{}},"task_id":"` + taskID + `"}`
 	e := requireError(t, schemas.ValidateCommand("task.create", []byte(body)), schemas.CodeInvalid)

@@ -51,7 +51,7 @@ func printRaw(w io.Writer, res json.RawMessage) error {
 func approvalsCmd(g *globals) *cobra.Command {
 	cmd := &cobra.Command{Use: "approvals", Short: "the approvals waiting for a person's signed decision, and those decided"}
 	var role, state string
-	var limit int
+	var pages paging
 	list := &cobra.Command{
 		Use: "list [--role R] [--state pending|decided|expired|withdrawn|all]", Short: "list approvals (pending by default)", Args: cobra.NoArgs,
 		RunE: func(*cobra.Command, []string) error {
@@ -63,7 +63,7 @@ func approvalsCmd(g *globals) *cobra.Command {
 				return err
 			}
 			defer cl.close()
-			res, err := cl.query("approval.list", handlers.Query{State: state, Role: role, Limit: limit}, 0)
+			res, err := pages.list(g, cl, "approvals", "approval.list", handlers.Query{State: state, Role: role})
 			if err != nil {
 				return err
 			}
@@ -99,7 +99,7 @@ func approvalsCmd(g *globals) *cobra.Command {
 	}
 	list.Flags().StringVar(&role, "role", "", "only the approvals this role may decide")
 	list.Flags().StringVar(&state, "state", domain.ApprovalStatePending, "which approvals: "+strings.Join(approvalStates, ", "))
-	list.Flags().IntVar(&limit, "limit", 0, "at most this many (0: all)")
+	pages.flags(list, "approvals")
 
 	get := &cobra.Command{
 		Use: "get APPROVAL", Short: "show an approval: the proposed action and its digest, who may decide, the decision and any refusals", Args: cobra.ExactArgs(1),

@@ -10,6 +10,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/oklog/ulid/v2"
+	"github.com/spf13/cobra"
 
 	"github.com/dwr-run/dwr/handlers"
 )
@@ -71,6 +72,16 @@ func (c *client) close() { c.nc.Close() }
 // call sends a request and returns the result of an ok reply, or an error
 // with the exit code for the reply's error.
 func (c *client) call(subject string, body any, hdr nats.Header) (json.RawMessage, uint64, error) {
+	r, err := c.reply(subject, body, hdr)
+	if err != nil {
+		return nil, 0, err
+	}
+	return r.Result, r.Seq, nil
+}
+
+// reply sends a request and returns an ok reply, or an error with the exit
+// code for the reply's error.
+func (c *client) reply(subject string, body any, hdr nats.Header) (*handlers.Response, error) {
 	var data []byte
 	switch b := body.(type) {
 	case nil:
@@ -79,7 +90,7 @@ func (c *client) call(subject string, body any, hdr nats.Header) (json.RawMessag
 	default:
 		var err error
 		if data, err = json.Marshal(b); err != nil {
-			return nil, 0, err
+			return nil, err
 		}
 	}
 	m := nats.NewMsg(subject)
@@ -101,7 +112,7 @@ func (c *client) call(subject string, body any, hdr nats.Header) (json.RawMessag
 	if err != nil && errors.Is(err, context.Canceled) {
 		<-ctx.Done()
 		if deniedErr != nil {
-			return nil, 0, fail(exitConflict, "forbidden: %v\nyour credential (%s) does not allow %s: ask an admin for a role that does (dwr users add)", deniedErr, dash(c.g.credsFile()), subject)
+			return nil, fail(exitConflict, "forbidden: %v\nyour credential (%s) does not allow %s: ask an admin for a role that does (dwr users add)", deniedErr, dash(c.g.credsFile()), subject)
 		}
 	}
 	if errors.Is(err, context.DeadlineExceeded) {
@@ -109,20 +120,20 @@ func (c *client) call(subject string, body any, hdr nats.Header) (json.RawMessag
 	}
 	switch {
 	case errors.Is(err, nats.ErrNoResponders):
-		return nil, 0, fail(exitUnavailable, "no dwr service answers on %s (subject %s): start it with `dwr serve`", c.g.server, subject)
+		return nil, fail(exitUnavailable, "no dwr service answers on %s (subject %s): start it with `dwr serve`", c.g.server, subject)
 	case errors.Is(err, nats.ErrTimeout):
-		return nil, 0, fail(exitUnavailable, "the dwr service did not answer within %s: it may be overloaded or restarting; retry (with the same --command-id)", c.timeout)
+		return nil, fail(exitUnavailable, "the dwr service did not answer within %s: it may be overloaded or restarting; retry (with the same --command-id)", c.timeout)
 	case err != nil:
-		return nil, 0, fail(exitUnavailable, "request failed: %v", err)
+		return nil, fail(exitUnavailable, "request failed: %v", err)
 	}
 	var r handlers.Response
 	if err := json.Unmarshal(resp.Data, &r); err != nil {
-		return nil, 0, fail(exitError, "the service answered something that is not a dwr reply: %v", err)
+		return nil, fail(exitError, "the service answered something that is not a dwr reply: %v", err)
 	}
 	if !r.OK {
-		return nil, 0, replyError(r.Error)
+		return nil, replyError(r.Error)
 	}
-	return r.Result, r.Seq, nil
+	return &r, nil
 }
 
 func replyError(e *handlers.WireError) error {
@@ -171,4 +182,65 @@ func (c *client) query(name string, q handlers.Query, minSeq uint64) (json.RawMe
 	}
 	r, _, err := c.call("dwr.q."+c.g.workspace+"."+name, q, h)
 	return r, err
+}
+
+// queryPage sends list query name and returns one page of its result, and
+// the cursor of the next page ("" when it is the last).
+func (c *client) queryPage(name string, q handlers.Query) (json.RawMessage, string, error) {
+	r, err := c.reply("dwr.q."+c.g.workspace+"."+name, q, nil)
+	if err != nil {
+		return nil, "", err
+	}
+	return r.Result, r.Next, nil
+}
+
+// queryAll sends list query name, following each reply's next to the last
+// page, and returns the items of every page as one JSON array.
+func (c *client) queryAll(name string, q handlers.Query) (json.RawMessage, error) {
+	all := []json.RawMessage{}
+	for {
+		res, next, err := c.queryPage(name, q)
+		if err != nil {
+			return nil, err
+		}
+		var items []json.RawMessage
+		if err := json.Unmarshal(res, &items); err != nil {
+			return nil, fail(exitError, "the service answered %s with something that is not a list: %v", name, err)
+		}
+		all = append(all, items...)
+		if next == "" || len(items) == 0 {
+			return json.Marshal(all)
+		}
+		q.After = next
+	}
+}
+
+// paging is the flags of a list command that pages: --limit, --after and
+// --all.
+type paging struct {
+	limit int
+	after string
+	all   bool
+}
+
+func (p *paging) flags(cmd *cobra.Command, what string) {
+	f := cmd.Flags()
+	f.IntVar(&p.limit, "limit", 0, fmt.Sprintf("at most this many %s a page (0: the service's default, %d; at most %d)", what, handlers.DefaultLimit, handlers.MaxLimit))
+	f.StringVar(&p.after, "after", "", "list from the cursor that an earlier page's \"more follow\" note gave")
+	f.BoolVar(&p.all, "all", false, "list every "+strings.TrimSuffix(what, "s")+", page after page")
+}
+
+// list sends list query name with q as p asks: one page, or with --all
+// every page. When more follow one page, it says on g's error output how to
+// list them (what names the items, such as "tasks").
+func (p *paging) list(g *globals, cl *client, what, name string, q handlers.Query) (json.RawMessage, error) {
+	q.Limit, q.After = p.limit, p.after
+	if p.all {
+		return cl.queryAll(name, q)
+	}
+	res, next, err := cl.queryPage(name, q)
+	if err == nil && next != "" {
+		fmt.Fprintf(g.errOut, "more %s follow: repeat with --all to list them all, or with --after %s for the next page\n", what, next)
+	}
+	return res, err
 }

@@ -23,7 +23,7 @@ func eventsCmd(g *globals) *cobra.Command {
 				return err
 			}
 			defer cl.close()
-			res, err := cl.query("events", handlers.Query{ID: args[0]}, 0)
+			res, err := cl.queryAll("events", handlers.Query{ID: args[0]})
 			if err != nil {
 				return err
 			}

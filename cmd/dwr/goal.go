@@ -78,15 +78,16 @@ func goalCmd(g *globals) *cobra.Command {
 			return table(g.out, []string{"KEY", "TASK", "STATE", "DEPENDS ON"}, rows)
 		},
 	}
+	var pages paging
 	list := &cobra.Command{
-		Use: "list", Short: "list goals", Args: cobra.NoArgs,
+		Use: "list [--all | --limit N --after CURSOR]", Short: "list goals (a page; --all for every one)", Args: cobra.NoArgs,
 		RunE: func(*cobra.Command, []string) error {
 			cl, err := g.connect()
 			if err != nil {
 				return err
 			}
 			defer cl.close()
-			res, err := cl.query("goal.list", handlers.Query{}, 0)
+			res, err := pages.list(g, cl, "goals", "goal.list", handlers.Query{})
 			if err != nil {
 				return err
 			}
@@ -104,6 +105,7 @@ func goalCmd(g *globals) *cobra.Command {
 			return table(g.out, []string{"ID", "STATE", "PLAN", "TASKS", "TITLE"}, rows)
 		},
 	}
+	pages.flags(list, "goals")
 	cmd.AddCommand(create, get, list)
 	return cmd
 }

@@ -126,7 +126,7 @@ func readMembers(g *globals) ([]*domain.Workspace, error) {
 		gw := *g
 		gw.workspace = w.Name
 		c.g = &gw
-		res, err := c.query("member.list", handlers.Query{}, 0)
+		res, err := c.queryAll("member.list", handlers.Query{})
 		if err != nil {
 			return nil, err
 		}

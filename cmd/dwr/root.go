@@ -44,6 +44,7 @@ type globals struct {
 	timeout   string
 	stdin     io.Reader
 	out       io.Writer
+	errOut    io.Writer // notes beside the output, such as "more follow"
 }
 
 func envOr(k, def string) string {
@@ -55,7 +56,7 @@ func envOr(k, def string) string {
 
 // Main runs the CLI with args and returns the process's exit code.
 func Main(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
-	g := &globals{stdin: stdin, out: stdout}
+	g := &globals{stdin: stdin, out: stdout, errOut: stderr}
 	root := &cobra.Command{
 		Use:           "dwr",
 		Short:         "dwr — the durable work runtime",

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"os"
@@ -77,6 +78,7 @@ type serveOpts struct {
 	logKey                 logKeyOpts
 	acceptPrefix           bool
 	trustBelow             bool
+	perCaller              int
 }
 
 func serveCmd() *cobra.Command {
@@ -103,6 +105,8 @@ func serveCmd() *cobra.Command {
 	f.StringSliceVar(&o.adminKeys, "admin-key", nil, "with --nats: the nkey (U...) of an admin of every workspace (repeatable; see dwr admin nats-config)")
 	f.BoolVar(&o.acceptPrefix, "accept-verified-prefix", false, "if the log fails verification, accept its verified prefix: print the acknowledged commands lost after it, rebuild the views from it and go on after it (see the README)")
 	f.BoolVar(&o.trustBelow, "trust-below-checkpoint", false, "on start, do not read the log below the views' checkpoint to check its chain (faster on a very long log; damage there is then found by `dwr admin verify`)")
+	f.IntVar(&o.perCaller, "max-in-flight-per-caller", 0, fmt.Sprintf(
+		"requests one identity may have in flight at once; more are refused (unavailable) (0: %d)", handlers.DefaultMaxInFlightPerCaller))
 	o.nats.flags(cmd)
 	o.logKey.flags(cmd)
 	return cmd
@@ -204,7 +208,7 @@ func serve(ctx context.Context, o serveOpts, stderr io.Writer) error {
 		auth.OnMembersChanged = reload
 	}
 	svc, err := handlers.New(nc, store, handlers.Config{Replicas: o.replicas, WriterID: id, Logger: logger, Auth: auth,
-		LogKey: key, AcceptVerifiedPrefix: o.acceptPrefix, TrustBelowCheckpoint: o.trustBelow})
+		LogKey: key, AcceptVerifiedPrefix: o.acceptPrefix, TrustBelowCheckpoint: o.trustBelow, MaxInFlightPerCaller: o.perCaller})
 	if err != nil {
 		return fail(exitInvalid, "%v", err)
 	}

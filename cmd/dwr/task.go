@@ -185,16 +185,19 @@ func taskCmd(g *globals) *cobra.Command {
 		},
 	}
 	var state, goal string
-	var limit int
+	var pages paging
 	list := &cobra.Command{
-		Use: "list [--state S] [--goal ID]", Short: "list tasks", Args: cobra.NoArgs,
+		Use: "list [--state S] [--goal ID] [--all | --limit N --after CURSOR]", Short: "list tasks (a page; --all for every one)",
+		Long: "list lists the tasks of the workspace, a page at a time: by state, then id (by id with --state or --goal).\n" +
+			"When more follow it says so on stderr, with the --after cursor of the next page; --all lists every page.",
+		Args: cobra.NoArgs,
 		RunE: func(*cobra.Command, []string) error {
 			cl, err := g.connect()
 			if err != nil {
 				return err
 			}
 			defer cl.close()
-			res, err := cl.query("task.list", handlers.Query{State: state, GoalID: goal, Limit: limit}, 0)
+			res, err := pages.list(g, cl, "tasks", "task.list", handlers.Query{State: state, GoalID: goal})
 			if err != nil {
 				return err
 			}
@@ -214,7 +217,7 @@ func taskCmd(g *globals) *cobra.Command {
 	}
 	list.Flags().StringVar(&state, "state", "", "only tasks in this state ("+strings.Join(domain.TaskStates, ", ")+")")
 	list.Flags().StringVar(&goal, "goal", "", "only the tasks of this goal")
-	list.Flags().IntVar(&limit, "limit", 0, "at most this many (0: all)")
+	pages.flags(list, "tasks")
 
 	var reason, cancelID string
 	cancel := &cobra.Command{

@@ -63,7 +63,7 @@ func usersCmd(g *globals) *cobra.Command {
 				return err
 			}
 			defer c.close()
-			res, err := c.query("member.list", handlers.Query{}, 0)
+			res, err := c.queryAll("member.list", handlers.Query{})
 			if err != nil {
 				return err
 			}

@@ -1,0 +1,56 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+)
+
+// dwr task list shows a page and says on stderr when more follow, with the
+// cursor of the next page; --after lists that page, and --all every task.
+func TestCLITaskListPages(t *testing.T) {
+	url := cliServer(t)
+	var goal map[string]any
+	runJSON(t, url, &goal, "goal", "create", "--title", "five tasks")
+	var plan strings.Builder
+	plan.WriteString("tasks:\n")
+	for i := range 5 {
+		fmt.Fprintf(&plan, "  - key: k%d\n    queue: q\n", i)
+	}
+	file := filepath.Join(t.TempDir(), "plan.yaml")
+	require.NoError(t, os.WriteFile(file, []byte(plan.String()), 0o600))
+	code, _, errs := run(t, url, "plan", "submit", "--goal", goal["id"].(string), "-f", file)
+	require.Equal(t, 0, code, errs)
+
+	code, out, errs := run(t, url, "task", "list", "--limit", "2")
+	require.Equal(t, 0, code, errs)
+	require.Len(t, strings.Split(strings.TrimSpace(out), "\n"), 3, "a header and two tasks:\n%s", out)
+	m := regexp.MustCompile(`more tasks follow: repeat with --all .* --after (\S+) for the next page`).FindStringSubmatch(errs)
+	require.NotNil(t, m, errs)
+
+	var page []map[string]any
+	runJSON(t, url, &page, "task", "list", "--limit", "2", "--after", m[1])
+	require.Len(t, page, 2)
+
+	var all []map[string]any
+	code, out, errs = run(t, url, "task", "list", "--limit", "2", "--all", "--json")
+	require.Equal(t, 0, code, errs)
+	require.Empty(t, errs, "with --all nothing more follows")
+	require.NoError(t, json.Unmarshal([]byte(out), &all), out)
+	require.Len(t, all, 5)
+	seen := map[any]bool{}
+	for _, tk := range all {
+		require.False(t, seen[tk["id"]], "listed once")
+		seen[tk["id"]] = true
+	}
+
+	code, _, errs = run(t, url, "task", "list", "--after", "nostate/x")
+	require.Equal(t, exitInvalid, code)
+	require.Contains(t, errs, "after")
+}

@@ -1,0 +1,37 @@
+package handlers
+
+import (
+	"encoding/json"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/micro"
+)
+
+// ServeQuery answers a query on this replica alone, as its endpoint would
+// answer a request on subject with headers h and body: for a test that must
+// reach one replica of several (the endpoints of all share a queue group).
+func (s *Service) ServeQuery(name, subject string, h nats.Header, body []byte) Response {
+	var r Response
+	_ = json.Unmarshal(s.handleQuery(name, &testRequest{subject: subject, h: h, body: body}), &r)
+	return r
+}
+
+// testRequest is a request that no NATS connection carried.
+type testRequest struct {
+	subject string
+	h       nats.Header
+	body    []byte
+}
+
+func (r *testRequest) Respond([]byte, ...micro.RespondOpt) error               { return nil }
+func (r *testRequest) RespondJSON(any, ...micro.RespondOpt) error              { return nil }
+func (r *testRequest) Error(string, string, []byte, ...micro.RespondOpt) error { return nil }
+func (r *testRequest) Data() []byte                                            { return r.body }
+func (r *testRequest) Headers() micro.Headers                                  { return micro.Headers(r.h) }
+func (r *testRequest) Subject() string                                         { return r.subject }
+func (r *testRequest) Reply() string                                           { return "" }
+
+// OnQuery makes f be called as each query starts to be served, with its
+// caller's name and the query, while the query holds its place in flight:
+// a test holds queries in flight by blocking in f.
+func (s *Service) OnQuery(f func(actor, query string)) { s.onQuery.Store(&f) }

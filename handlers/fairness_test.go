@@ -1,0 +1,251 @@
+package handlers_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/stretchr/testify/require"
+
+	"github.com/dwr-run/dwr/domain"
+	"github.com/dwr-run/dwr/handlers"
+	"github.com/dwr-run/dwr/handlers/servicetest"
+)
+
+// minSeqHeader returns headers naming log sequence seq in Dwr-Min-Seq.
+func minSeqHeader(seq uint64) nats.Header {
+	h := nats.Header{}
+	h.Set(handlers.HeaderMinSeq, fmt.Sprint(seq))
+	return h
+}
+
+// A Dwr-Min-Seq beyond the log's end is refused at once, naming the header
+// and the log's end, instead of waiting for views that can never get there.
+// The service waits an hour for the views: had the query waited, the request
+// would have timed out.
+func TestMinSeqBeyondTheLogIsRefusedAtOnce(t *testing.T) {
+	b := bundleOf(servicetest.Start(t, "", servicetest.Options{Secure: true, Config: handlers.Config{MinSeqWait: time.Hour}}))
+	b.mustCommand(t, "goal.create", map[string]any{"title": "one"})
+	end := b.lastSeq(t)
+
+	var goals []json.RawMessage
+	b.query(t, "goal.list", handlers.Query{}, end, &goals)
+	require.Len(t, goals, 1, "a sequence within the log is waited for and served")
+
+	for _, seq := range []uint64{end + 1, end + 1_000_000} {
+		r := b.request(t, "dwr.q.default.goal.list", handlers.Query{}, minSeqHeader(seq))
+		require.False(t, r.OK)
+		require.Equal(t, string(domain.CodeInvalid), r.Error.Code)
+		require.Contains(t, r.Error.Message, handlers.HeaderMinSeq)
+		require.Contains(t, r.Error.Message, fmt.Sprintf("beyond the log's end (%d)", end))
+	}
+}
+
+// A replica that is not the writer asks the log for its end, only when a
+// query names a sequence its views have not reached, and refuses one beyond
+// it at once too.
+func TestMinSeqBeyondTheLogIsRefusedOnAStandby(t *testing.T) {
+	nc, b := sharedServer(t)
+	startReplicaWith(t, nc, handlers.Config{WriterID: "writer-a", MinSeqWait: 30 * time.Second})
+	var first handlers.Response
+	eventually(t, 10*time.Second, func() bool {
+		first = b.command(t, "goal.create", map[string]any{"title": "first"}, "first")
+		return first.OK
+	})
+	standby := startReplicaWith(t, nc, handlers.Config{WriterID: "writer-b", MinSeqWait: 30 * time.Second})
+	end, err := standby.svc.Log().LastSeq(context.Background())
+	require.NoError(t, err)
+
+	subject := "dwr.q.default.goal.list"
+	r := standby.svc.ServeQuery("goal.list", subject, minSeqHeader(end), nil)
+	require.True(t, r.OK, "%+v", r.Error)
+	require.GreaterOrEqual(t, r.Seq, end)
+
+	r = standby.svc.ServeQuery("goal.list", subject, minSeqHeader(end+1), nil)
+	require.False(t, r.OK)
+	require.Equal(t, string(domain.CodeInvalid), r.Error.Code)
+	require.Contains(t, r.Error.Message, handlers.HeaderMinSeq)
+	require.Contains(t, r.Error.Message, fmt.Sprintf("beyond the log's end (%d)", end))
+}
+
+// holdQueriesOf holds the queries of the callers named in flight, each until
+// release is called (at cleanup at the latest); held receives the name of
+// each caller whose query is held.
+func holdQueriesOf(t *testing.T, svc *handlers.Service, callers ...string) (held <-chan string, release func()) {
+	t.Helper()
+	h := make(chan string, 1024)
+	gate := make(chan struct{})
+	hold := map[string]bool{}
+	for _, c := range callers {
+		hold[c] = true
+	}
+	svc.OnQuery(func(actor, _ string) {
+		if hold[actor] {
+			h <- actor
+			<-gate
+		}
+	})
+	var once sync.Once
+	release = func() { once.Do(func() { close(gate) }) }
+	t.Cleanup(release)
+	return h, release
+}
+
+// asyncRequest sends a request on nc from its own goroutine; its answer (or
+// transport error) arrives on the channel returned.
+func asyncRequest(nc *nats.Conn, subject string, body any, out chan<- reply) {
+	go func() {
+		m := nats.NewMsg(subject)
+		m.Data, _ = json.Marshal(body)
+		resp, err := nc.RequestMsg(m, 30*time.Second)
+		if err != nil {
+			out <- reply{err: err}
+			return
+		}
+		var r handlers.Response
+		err = json.Unmarshal(resp.Data, &r)
+		out <- reply{r: r, err: err}
+	}()
+}
+
+type reply struct {
+	r   handlers.Response
+	err error
+}
+
+// receive takes n values from c, failing the test if they do not come
+// within d (a deadline against a hang, not a measure of speed).
+func receive[T any](t *testing.T, c <-chan T, n int, d time.Duration) []T {
+	t.Helper()
+	out := make([]T, 0, n)
+	deadline := time.NewTimer(d)
+	defer deadline.Stop()
+	for len(out) < n {
+		select {
+		case v := <-c:
+			out = append(out, v)
+		case <-deadline.C:
+			t.Fatalf("received %d of %d within %s", len(out), n, d)
+		}
+	}
+	return out
+}
+
+// commandsFrom sends n goal.create commands from nc, at most conc at once,
+// and returns their answers.
+func commandsFrom(t *testing.T, nc *nats.Conn, n, conc int) []reply {
+	t.Helper()
+	out := make(chan reply, n)
+	sem := make(chan struct{}, conc)
+	for i := range n {
+		sem <- struct{}{}
+		go func() {
+			defer func() { <-sem }()
+			m := nats.NewMsg("dwr.cmd.default.goal.create")
+			m.Header.Set(handlers.HeaderCommandID, fmt.Sprintf("fair-%d", i))
+			m.Data, _ = json.Marshal(map[string]any{"title": fmt.Sprintf("goal %d", i)})
+			resp, err := nc.RequestMsg(m, 30*time.Second)
+			if err != nil {
+				out <- reply{err: err}
+				return
+			}
+			var r handlers.Response
+			err = json.Unmarshal(resp.Data, &r)
+			out <- reply{r: r, err: err}
+		}()
+	}
+	return receive(t, out, n, time.Minute)
+}
+
+// One identity floods queries — far more at once than its limit — while
+// another identity sends commands: the flooder's requests beyond its limit
+// are refused at once, with a message naming its own limit, and every
+// command of the other is answered. The flooder's admitted queries are held
+// in flight until the commands are done, so the counts are exact.
+func TestOneCallersFloodLeavesOthersCommandsServed(t *testing.T) {
+	const perCaller, flood = 8, 200
+	st := servicetest.Start(t, "", servicetest.Options{Secure: true,
+		Config: handlers.Config{MaxInFlight: 64, MaxInFlightPerCaller: perCaller}})
+	flooder := st.Member(t, "default", "flooder", domain.RoleViewer)
+	client := st.Member(t, "default", "client", domain.RoleClient)
+	held, release := holdQueriesOf(t, st.Svc, "flooder")
+
+	answers := make(chan reply, flood)
+	for range flood {
+		asyncRequest(flooder, "dwr.q.default.task.list", handlers.Query{}, answers)
+	}
+	receive(t, held, perCaller, time.Minute)
+	// Nothing held can answer yet: every answer now is a refusal.
+	for _, a := range receive(t, answers, flood-perCaller, time.Minute) {
+		require.NoError(t, a.err)
+		require.False(t, a.r.OK)
+		require.Equal(t, string(domain.CodeUnavailable), a.r.Error.Code)
+		require.Contains(t, a.r.Error.Message, fmt.Sprintf("this caller already has %d requests in flight", perCaller))
+	}
+
+	// Meanwhile another identity's commands are all answered.
+	for _, a := range commandsFrom(t, client, 4*perCaller, perCaller) {
+		require.NoError(t, a.err)
+		require.True(t, a.r.OK, "%+v", a.r.Error)
+	}
+
+	// Released, the flooder's held queries are answered.
+	release()
+	for _, a := range receive(t, answers, perCaller, time.Minute) {
+		require.NoError(t, a.err)
+		require.True(t, a.r.OK, "%+v", a.r.Error)
+	}
+	select {
+	case a := <-held:
+		t.Fatalf("a query of %s was held beyond the limit", a)
+	default:
+	}
+}
+
+// Queries, however many callers send them, leave room for commands: once
+// the queries in flight reach MaxQueriesInFlight the next query is refused
+// at the service's query limit, and commands are still served from the rest
+// of MaxInFlight.
+func TestQueriesLeaveRoomForCommands(t *testing.T) {
+	const perCaller = 4
+	st := servicetest.Start(t, "", servicetest.Options{Secure: true,
+		Config: handlers.Config{MaxInFlight: 3 * perCaller, MaxQueriesInFlight: 2 * perCaller, MaxInFlightPerCaller: perCaller}})
+	readers := []*nats.Conn{
+		st.Member(t, "default", "reader-1", domain.RoleViewer),
+		st.Member(t, "default", "reader-2", domain.RoleViewer),
+		st.Member(t, "default", "reader-3", domain.RoleViewer),
+	}
+	client := st.Member(t, "default", "client", domain.RoleClient)
+	held, release := holdQueriesOf(t, st.Svc, "reader-1", "reader-2", "reader-3")
+
+	answers := make(chan reply, 3*perCaller)
+	for _, r := range readers[:2] {
+		for range perCaller {
+			asyncRequest(r, "dwr.q.default.goal.list", handlers.Query{}, answers)
+		}
+	}
+	receive(t, held, 2*perCaller, time.Minute) // the queries' budget is full
+	for range perCaller {
+		asyncRequest(readers[2], "dwr.q.default.goal.list", handlers.Query{}, answers)
+	}
+	for _, a := range receive(t, answers, perCaller, time.Minute) {
+		require.NoError(t, a.err)
+		require.False(t, a.r.OK)
+		require.Equal(t, string(domain.CodeUnavailable), a.r.Error.Code)
+		require.Contains(t, a.r.Error.Message, fmt.Sprintf("limit of %d queries in flight", 2*perCaller))
+	}
+
+	for _, a := range commandsFrom(t, client, 4*perCaller, perCaller) {
+		require.NoError(t, a.err)
+		require.True(t, a.r.OK, "%+v", a.r.Error)
+	}
+	release()
+	for _, a := range receive(t, answers, 2*perCaller, time.Minute) {
+		require.NoError(t, a.err)
+		require.True(t, a.r.OK, "%+v", a.r.Error)
+	}
+}

@@ -1,0 +1,117 @@
+package handlers
+
+import (
+	"fmt"
+	"sync"
+
+	"github.com/nats-io/nats.go/micro"
+
+	"github.com/dwr-run/dwr/domain"
+)
+
+// Defaults of the limits on requests in flight (Config).
+const (
+	// DefaultMaxInFlight is Config.MaxInFlight's default.
+	DefaultMaxInFlight = 16 << 10
+	// DefaultMaxInFlightPerCaller is Config.MaxInFlightPerCaller's default
+	// (a quarter of MaxInFlight when that is smaller).
+	DefaultMaxInFlightPerCaller = 1 << 10
+)
+
+// admission counts the requests in flight — those taken and not yet
+// answered — and refuses one over a limit: its caller's, the queries', or
+// the service's. Refusals are answered at once with unavailable, from replies
+// encoded once: a flood costs a lookup per request, no more.
+type admission struct {
+	maxCaller, maxQueries, maxAll int
+
+	refuseCaller, refuseQueries, refuseAll []byte
+
+	mu      sync.Mutex
+	callers map[string]int // requests in flight by caller; callers with none are absent
+	queries int
+	all     int
+}
+
+func newAdmission(cfg Config) *admission {
+	return &admission{
+		maxCaller: cfg.MaxInFlightPerCaller, maxQueries: cfg.MaxQueriesInFlight, maxAll: cfg.MaxInFlight,
+		refuseCaller: errResponse(&WireError{Code: string(domain.CodeUnavailable), Message: fmt.Sprintf(
+			"this caller already has %d requests in flight, the most one identity may have at once: "+
+				"retry once some of them are answered (the limit is this caller's own; other callers are served)", cfg.MaxInFlightPerCaller)}),
+		refuseQueries: errResponse(&WireError{Code: string(domain.CodeUnavailable), Message: fmt.Sprintf(
+			"the service is at its limit of %d queries in flight (commands keep room of their own): retry shortly", cfg.MaxQueriesInFlight)}),
+		refuseAll: errResponse(&WireError{Code: string(domain.CodeUnavailable),
+			Message: "the service is at its limit of requests in flight: retry shortly"}),
+		callers: map[string]int{},
+	}
+}
+
+// admit takes a place for a request of caller, a query when query is set. It
+// returns nil when the request may be served (it then holds its place until
+// release), or the reply that refuses it.
+func (a *admission) admit(caller string, query bool) []byte {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	switch {
+	case a.callers[caller] >= a.maxCaller:
+		return a.refuseCaller
+	case query && a.queries >= a.maxQueries:
+		return a.refuseQueries
+	case a.all >= a.maxAll:
+		return a.refuseAll
+	}
+	a.callers[caller]++
+	a.all++
+	if query {
+		a.queries++
+	}
+	return nil
+}
+
+// release gives back the place of an admitted request.
+func (a *admission) release(caller string, query bool) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if n := a.callers[caller]; n > 1 {
+		a.callers[caller] = n - 1
+	} else {
+		delete(a.callers, caller)
+	}
+	a.all--
+	if query {
+		a.queries--
+	}
+}
+
+// callerKey names who sent a request, for the per-caller limit: the NATS
+// account and user the server stamped on it, or "" — one caller — for every
+// request without an identity.
+func callerKey(h micro.Headers) string {
+	if c, ok := callerOf(h); ok {
+		return c.key()
+	}
+	return ""
+}
+
+// async answers req from a goroutine, so that a waiting request does not
+// hold up the ones behind it on the same endpoint (and so batches form),
+// once admission lets it in; a request over a limit is refused at once.
+func (s *Service) async(req micro.Request, query bool, handle func() []byte) {
+	caller := callerKey(req.Headers())
+	if refusal := s.admission.admit(caller, query); refusal != nil {
+		_ = req.Respond(refusal)
+		return
+	}
+	go func() {
+		// The place is given back before the reply leaves: a caller that
+		// sends its next request once answered finds it free.
+		reply := func() []byte {
+			defer s.admission.release(caller, query)
+			return handle()
+		}()
+		if err := req.Respond(reply); err != nil {
+			s.cfg.Logger.Warn("handlers: a reply could not be sent", "subject", req.Subject(), "err", err)
+		}
+	}()
+}

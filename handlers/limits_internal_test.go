@@ -1,0 +1,71 @@
+package handlers
+
+import (
+	"encoding/json"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/dwr-run/dwr/domain"
+)
+
+// requireRefused checks that reply refuses with unavailable and a message
+// containing what.
+func requireRefused(t *testing.T, reply []byte, what string) {
+	t.Helper()
+	require.NotNil(t, reply, "admitted; want a refusal naming %q", what)
+	var r Response
+	require.NoError(t, json.Unmarshal(reply, &r))
+	require.False(t, r.OK)
+	require.Equal(t, string(domain.CodeUnavailable), r.Error.Code)
+	require.Contains(t, r.Error.Message, what)
+}
+
+func TestAdmissionLimits(t *testing.T) {
+	a := newAdmission(Config{MaxInFlight: 6, MaxQueriesInFlight: 4, MaxInFlightPerCaller: 3})
+
+	// One caller: three requests in flight, then its own limit, for queries
+	// and commands alike.
+	for range 3 {
+		require.Nil(t, a.admit("flooder", true))
+	}
+	requireRefused(t, a.admit("flooder", true), "this caller already has 3 requests in flight")
+	requireRefused(t, a.admit("flooder", false), "this caller")
+
+	// Another caller's query takes the queries' last place; a third
+	// caller's query is refused at the queries' limit.
+	require.Nil(t, a.admit("other", true))
+	requireRefused(t, a.admit("third", true), "limit of 4 queries in flight")
+
+	// Commands keep their room: two places are left for them.
+	require.Nil(t, a.admit("third", false))
+	require.Nil(t, a.admit("third", false))
+	requireRefused(t, a.admit("fourth", false), "the service is at its limit of requests in flight")
+
+	// Answered requests give their places back; a caller with none in
+	// flight is forgotten.
+	for range 3 {
+		a.release("flooder", true)
+	}
+	require.NotContains(t, a.callers, "flooder")
+	require.Nil(t, a.admit("fourth", false))
+	require.Nil(t, a.admit("flooder", true))
+	a.release("flooder", true)
+	a.release("fourth", false)
+	a.release("other", true)
+	a.release("third", false)
+	a.release("third", false)
+	require.Empty(t, a.callers)
+	require.Zero(t, a.all)
+	require.Zero(t, a.queries)
+}
+
+func TestAdmissionDefaults(t *testing.T) {
+	c := Config{}.withDefaults()
+	require.Equal(t, 16384, c.MaxInFlight)
+	require.Equal(t, 12288, c.MaxQueriesInFlight)
+	require.Equal(t, 1024, c.MaxInFlightPerCaller)
+	c = Config{MaxInFlight: 64}.withDefaults()
+	require.Equal(t, 48, c.MaxQueriesInFlight)
+	require.Equal(t, 16, c.MaxInFlightPerCaller, "a quarter of a small MaxInFlight")
+}

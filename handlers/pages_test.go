@@ -1,0 +1,293 @@
+package handlers_test
+
+import (
+	"encoding/json"
+	"fmt"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/dwr-run/dwr/domain"
+	"github.com/dwr-run/dwr/handlers"
+	"github.com/dwr-run/dwr/handlers/servicetest"
+	"github.com/dwr-run/dwr/projections"
+)
+
+// listAll sends list query name with q, then again with after set to each
+// reply's next until a reply has none, and returns the items of every page
+// and the number of pages. Each reply must be ok.
+func (b *bundle) listAll(t *testing.T, name string, q handlers.Query) ([]json.RawMessage, int) {
+	t.Helper()
+	var all []json.RawMessage
+	for pages := 1; pages < 1000; pages++ {
+		r := b.request(t, "dwr.q.default."+name, q, nil)
+		require.True(t, r.OK, "%s page %d: %+v", name, pages, r.Error)
+		var items []json.RawMessage
+		require.NoError(t, json.Unmarshal(r.Result, &items))
+		all = append(all, items...)
+		if r.Next == "" {
+			return all, pages
+		}
+		require.NotEmpty(t, items, "a page with a next holds items")
+		q.After = r.Next
+	}
+	t.Fatalf("%s: paging does not end", name)
+	return nil, 0
+}
+
+// ids returns the "id" (or, lacking one, the "name" or "ver") of each item.
+func ids(t *testing.T, items []json.RawMessage) []string {
+	t.Helper()
+	out := make([]string, len(items))
+	for i, it := range items {
+		var v struct {
+			ID   string `json:"id"`
+			Name string `json:"name"`
+			Ver  uint64 `json:"ver"`
+		}
+		require.NoError(t, json.Unmarshal(it, &v))
+		switch {
+		case v.ID != "" && v.Ver == 0:
+			out[i] = v.ID
+		case v.Name != "":
+			out[i] = v.Name
+		default:
+			out[i] = fmt.Sprint(v.Ver)
+		}
+	}
+	return out
+}
+
+// task.list answers a page of at most the default limit, with a next that
+// continues after it, so that following next lists every task once, in
+// order — across every state (the cursor names the state), by state and by
+// goal — whatever the limit.
+func TestTaskListPagesThroughEveryTask(t *testing.T) {
+	b := setup(t)
+	g, _ := b.mustCommand(t, "goal.create", map[string]any{"title": "many"})
+	var specs []map[string]any
+	const n = handlers.DefaultLimit + 20
+	for i := range n {
+		spec := map[string]any{"key": fmt.Sprintf("t%03d", i), "queue": "q"}
+		if i%2 == 1 {
+			spec["depends_on"] = []string{fmt.Sprintf("t%03d", i-1)}
+		}
+		specs = append(specs, spec)
+	}
+	plan, seq := b.mustCommand(t, "plan.submit", map[string]any{"goal_id": g.ID, "tasks": specs})
+	require.Len(t, plan.Tasks, n)
+	for _, pt := range plan.Tasks[:6:6] {
+		if pt.Key[len(pt.Key)-1]%2 == 0 { // t000, t002, t004: ready, claimed
+			_, seq = b.mustCommand(t, "task.claim", map[string]any{"task_id": pt.TaskID, "executor": "e"})
+		}
+	}
+	want, err := b.store.ListTasks("default", projections.TaskFilter{})
+	require.NoError(t, err)
+	require.Len(t, want, n)
+	wantIDs := make([]string, n)
+	for i, tk := range want {
+		wantIDs[i] = tk.ID
+	}
+
+	// No limit: the default, then the rest.
+	r := b.request(t, "dwr.q.default.task.list", handlers.Query{}, minSeqHeader(seq))
+	require.True(t, r.OK, "%+v", r.Error)
+	var first []json.RawMessage
+	require.NoError(t, json.Unmarshal(r.Result, &first))
+	require.Len(t, first, handlers.DefaultLimit)
+	require.Equal(t, "ready/"+ids(t, first)[handlers.DefaultLimit-1], r.Next, "every state: the cursor names the state")
+	all, pages := b.listAll(t, "task.list", handlers.Query{})
+	require.Equal(t, 2, pages)
+	require.Equal(t, wantIDs, ids(t, all))
+
+	for _, limit := range []int{1, 7, n} {
+		all, _ := b.listAll(t, "task.list", handlers.Query{Limit: limit})
+		require.Equal(t, wantIDs, ids(t, all), "limit %d", limit)
+		for _, q := range []handlers.Query{{Limit: limit, State: domain.StatePending}, {Limit: limit, GoalID: g.ID}} {
+			got, _ := b.listAll(t, "task.list", q)
+			f := projections.TaskFilter{State: q.State, GoalID: q.GoalID}
+			w, err := b.store.ListTasks("default", f)
+			require.NoError(t, err)
+			require.Len(t, got, len(w))
+			for i := range w {
+				require.Equal(t, w[i].ID, ids(t, got)[i])
+			}
+		}
+	}
+
+	// Limits and cursors outside the contract are refused, naming the field.
+	for q, field := range map[*handlers.Query]string{
+		{Limit: handlers.MaxLimit + 1}:   "/limit",
+		{Limit: -1}:                      "/limit",
+		{After: "nostate/" + wantIDs[0]}: "/after",
+		{State: domain.StateReady, After: "ready/" + wantIDs[0]}: "/after",
+	} {
+		r := b.request(t, "dwr.q.default.task.list", *q, nil)
+		require.False(t, r.OK, "%+v", *q)
+		require.Equal(t, string(domain.CodeInvalid), r.Error.Code)
+		require.Equal(t, field, r.Error.Fields[0].Pointer, r.Error.Message)
+	}
+}
+
+// goal.list, approval.list, member.list and events page the same way.
+func TestListQueriesPage(t *testing.T) {
+	b := setup(t)
+	var goals []string
+	for i := range 5 {
+		g, _ := b.mustCommand(t, "goal.create", map[string]any{"title": fmt.Sprint("goal ", i)})
+		goals = append(goals, g.ID)
+	}
+	var gated []string
+	for i := range 5 {
+		tk, _ := b.mustCommand(t, "task.create", map[string]any{"spec": map[string]any{"queue": "q",
+			"title": fmt.Sprint("gated ", i), "approval": map[string]any{"role": "ops"}}})
+		gated = append(gated, tk.ID)
+	}
+	for _, id := range gated[1:3] {
+		b.mustCommand(t, "task.cancel", map[string]any{"task_id": id})
+	}
+	for _, name := range []string{"carol", "alice", "bob"} {
+		b.st.Member(t, "default", name, domain.RoleViewer)
+	}
+	worked, _ := b.mustCommand(t, "task.create", map[string]any{"spec": map[string]any{"queue": "q"}})
+	task := worked.ID
+	b.mustCommand(t, "task.claim", map[string]any{"task_id": task, "executor": "e"})
+	for i := range 4 {
+		b.mustCommand(t, "task.checkpoint", map[string]any{"task_id": task, "attempt": 1, "checkpoint": i})
+	}
+
+	for _, c := range []struct {
+		name string
+		q    handlers.Query
+		want []string
+	}{
+		{"goal.list", handlers.Query{Limit: 2}, goals},
+		{"approval.list", handlers.Query{Limit: 2}, []string{domain.ApprovalID(gated[0], 1), domain.ApprovalID(gated[3], 1), domain.ApprovalID(gated[4], 1)}},
+		{"member.list", handlers.Query{Limit: 2}, []string{"alice", "bob", "carol"}},
+	} {
+		all, pages := b.listAll(t, c.name, c.q)
+		require.Equal(t, c.want, ids(t, all), c.name)
+		require.Equal(t, (len(c.want)+1)/2, pages, c.name)
+	}
+
+	// Every state: pending first, then withdrawn, the cursor naming the state.
+	all, pages := b.listAll(t, "approval.list", handlers.Query{State: "all", Limit: 1})
+	require.Len(t, all, 5)
+	require.Equal(t, 5, pages)
+	var states []string
+	for _, it := range all {
+		var a projections.ApprovalView
+		require.NoError(t, json.Unmarshal(it, &a))
+		states = append(states, a.State)
+	}
+	require.Equal(t, []string{"pending", "pending", "pending", "withdrawn", "withdrawn"}, states)
+
+	// events: after a version, the cursor of the last event listed.
+	hist, err := b.store.History(domain.AggTask, task)
+	require.NoError(t, err)
+	all, _ = b.listAll(t, "events", handlers.Query{ID: task, Limit: 2})
+	require.Len(t, all, len(hist))
+	for i, e := range hist {
+		require.JSONEq(t, string(e.Raw), string(all[i]))
+	}
+	r := b.request(t, "dwr.q.default.events", handlers.Query{ID: task, After: "two"}, nil)
+	require.False(t, r.OK)
+	require.Equal(t, "/after", r.Error.Fields[0].Pointer)
+}
+
+// A list whose items would make a reply larger than NATS carries answers
+// the items that fit, under the connection's max payload, and a next for
+// the rest (before, such a reply was never delivered: the client timed
+// out).
+func TestListRepliesStayUnderTheMaxPayload(t *testing.T) {
+	b := setup(t)
+	blob := strings.Repeat("x", 200<<10)
+	const n = 7
+	var created []string
+	for i := range n {
+		tk, _ := b.mustCommand(t, "task.create", map[string]any{"spec": map[string]any{"queue": "q",
+			"title": fmt.Sprint("big ", i), "input": map[string]any{"blob": blob}}})
+		created = append(created, tk.ID)
+	}
+	max := int(b.nc.MaxPayload())
+	var all []json.RawMessage
+	q, pages := handlers.Query{State: domain.StateReady}, 0
+	for {
+		m := b.request(t, "dwr.q.default.task.list", q, nil)
+		require.True(t, m.OK, "%+v", m.Error)
+		raw, err := json.Marshal(m)
+		require.NoError(t, err)
+		require.Less(t, len(raw), max)
+		var items []json.RawMessage
+		require.NoError(t, json.Unmarshal(m.Result, &items))
+		require.NotEmpty(t, items)
+		all = append(all, items...)
+		pages++
+		if m.Next == "" {
+			break
+		}
+		q.After = m.Next
+	}
+	require.Greater(t, pages, 1, "%d tasks of 200 KiB take more than one reply", n)
+	require.Equal(t, created, ids(t, all))
+}
+
+// A single result larger than a reply can carry is refused with too_large
+// and a message that says what to do instead; a list whose first item alone
+// is too large says how to list past it.
+func TestTooLargeResultsSayWhatToDo(t *testing.T) {
+	b := bundleOf(servicetest.Start(t, "", servicetest.Options{Secure: true, Config: handlers.Config{MaxReplyBytes: 16 << 10}}))
+	g, _ := b.mustCommand(t, "goal.create", map[string]any{"title": "one big task"})
+	plan, _ := b.mustCommand(t, "plan.submit", map[string]any{"goal_id": g.ID, "tasks": []map[string]any{
+		{"key": "big", "queue": "q", "input": map[string]any{"blob": strings.Repeat("x", 20<<10)}},
+		{"key": "small", "queue": "q"}}})
+	keys := map[string]string{}
+	for _, pt := range plan.Tasks {
+		keys[pt.Key] = pt.TaskID
+	}
+	bigID, smallID := keys["big"], keys["small"]
+	wide, _ := b.mustCommand(t, "goal.create", map[string]any{"title": "a wide plan"})
+	var specs []map[string]any
+	for i := range 200 {
+		specs = append(specs, map[string]any{"key": fmt.Sprintf("k%03d", i), "queue": "q"})
+	}
+	_, seq := b.mustCommand(t, "plan.submit", map[string]any{"goal_id": wide.ID, "tasks": specs})
+
+	tooLarge := func(name string, q handlers.Query, says ...string) {
+		t.Helper()
+		r := b.request(t, "dwr.q.default."+name, q, minSeqHeader(seq))
+		require.False(t, r.OK, name)
+		require.Equal(t, string(domain.CodeTooLarge), r.Error.Code, name)
+		for _, s := range says {
+			require.Contains(t, r.Error.Message, s, name)
+		}
+	}
+	tooLarge("task.get", handlers.Query{ID: bigID}, "task "+bigID, "the events query")
+	tooLarge("goal.get", handlers.Query{ID: wide.ID}, "goal "+wide.ID, "task.list with goal_id "+wide.ID)
+	tooLarge("events", handlers.Query{ID: bigID}, "max_payload")
+
+	// Listing the first goal's tasks meets the big one alone: the refusal
+	// names the cursor past it, and the listing goes on from there.
+	var listed []string
+	sawBig, q := false, handlers.Query{GoalID: g.ID}
+	for range 10 {
+		r := b.request(t, "dwr.q.default.task.list", q, nil)
+		if !r.OK {
+			require.Equal(t, string(domain.CodeTooLarge), r.Error.Code)
+			require.Contains(t, r.Error.Message, "task "+bigID+" alone")
+			require.Contains(t, r.Error.Message, fmt.Sprintf("list past it with after %q", bigID))
+			sawBig, q.After = true, bigID
+			continue
+		}
+		var items []json.RawMessage
+		require.NoError(t, json.Unmarshal(r.Result, &items))
+		listed = append(listed, ids(t, items)...)
+		if r.Next == "" {
+			break
+		}
+		q.After = r.Next
+	}
+	require.True(t, sawBig)
+	require.Equal(t, []string{smallID}, listed)
+}
