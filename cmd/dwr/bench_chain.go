@@ -276,10 +276,10 @@ func chainRun(ctx context.Context, dir string, o chainOpts, n, submitters int, o
 	defer bs.close()
 
 	// Workers on the queue, as an executor fleet would run them: each an
-	// executor of the queue.
-	wctx, stopWorkers := context.WithCancel(ctx)
-	var wg sync.WaitGroup
-	defer func() { stopWorkers(); wg.Wait() }()
+	// executor of the queue. They start once every participant has joined:
+	// adding a member reloads the server's users, and a reload while a
+	// worker binds to its consumer can cost that worker a second.
+	var workers []*executors.Worker
 	for i := range o.workers {
 		nc, err := bs.join(fmt.Sprintf("bench-worker-%d", i), domain.RoleExecutor, "chain")
 		if err != nil {
@@ -294,11 +294,7 @@ func chainRun(ctx context.Context, dir string, o chainOpts, n, submitters int, o
 		if err != nil {
 			return nil, err
 		}
-		wg.Go(func() {
-			if err := w.Run(wctx); err != nil && wctx.Err() == nil {
-				fmt.Fprintf(os.Stderr, "bench: worker stopped: %v\n", err)
-			}
-		})
+		workers = append(workers, w)
 	}
 
 	// Each chain's end is its goal's achievement on the event feed.
@@ -334,6 +330,17 @@ func chainRun(ctx context.Context, dir string, o chainOpts, n, submitters int, o
 		return nil, err
 	}
 	defer closeConns()
+
+	wctx, stopWorkers := context.WithCancel(ctx)
+	var wg sync.WaitGroup
+	defer func() { stopWorkers(); wg.Wait() }()
+	for _, w := range workers {
+		wg.Go(func() {
+			if err := w.Run(wctx); err != nil && wctx.Err() == nil {
+				fmt.Fprintf(os.Stderr, "bench: worker stopped: %v\n", err)
+			}
+		})
+	}
 	var errCount atomic.Int64
 	var firstErr atomic.Value
 	next := atomic.Int64{}
