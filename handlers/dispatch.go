@@ -81,8 +81,11 @@ type dispatcher struct {
 	retry   chan WorkItem    // items whose publication failed, published again by retryLoop
 	pending chan pendingItem // items awaiting their acknowledgement, checked by retryLoop
 
-	mu     sync.Mutex
-	queues map[string]bool // the consumers known to stand as their queue's settings say
+	mu sync.Mutex
+	// queues are the consumers known to stand, with the settings last
+	// applied to them (zero: the defaults, or an existing consumer left as
+	// it was).
+	queues map[string]domain.QueueConfig
 }
 
 // The settings of a queue that no queue.configure has set: its consumer's
@@ -104,15 +107,31 @@ func (d *dispatcher) ensureQueue(ctx context.Context, store *projections.Store, 
 	} else if w != nil {
 		qc = w.Queue(queue)
 	}
+	return d.ensureQueueWith(ctx, ws, queue, qc)
+}
+
+// ensureQueueWith is ensureQueue with the queue's settings qc (nil: never
+// configured): it does nothing when the consumer is known to stand with
+// them — an update of a consumer writes and syncs its metadata file, which
+// dispatching every work item must not pay.
+func (d *dispatcher) ensureQueueWith(ctx context.Context, ws, queue string, qc *domain.QueueConfig) error {
+	d.mu.Lock()
+	applied, done := d.queues[access.Consumer(d.prefix, ws, queue)]
+	d.mu.Unlock()
+	if done && (qc == nil || (applied.LeaseMS == qc.LeaseMS && applied.MaxDeliver == qc.MaxDeliver)) {
+		return nil
+	}
 	return d.ensureConsumer(ctx, ws, queue, qc)
 }
 
 // ensureConsumer makes the consumer of a queue stand with settings qc, or,
-// when qc is nil, with the defaults unless it exists.
+// when qc is nil, with the defaults unless it exists. With settings it
+// always applies them, even when it applied them before: queue.configure
+// makes a consumer deleted by hand stand again.
 func (d *dispatcher) ensureConsumer(ctx context.Context, ws, queue string, qc *domain.QueueConfig) error {
 	name := access.Consumer(d.prefix, ws, queue)
 	d.mu.Lock()
-	done := d.queues[name]
+	_, done := d.queues[name]
 	d.mu.Unlock()
 	if done && qc == nil {
 		return nil
@@ -141,8 +160,12 @@ func (d *dispatcher) ensureConsumer(ctx context.Context, ws, queue string, qc *d
 	if err != nil {
 		return fmt.Errorf("handlers: the consumer of queue %s in %s: %w", queue, ws, err)
 	}
+	var applied domain.QueueConfig
+	if qc != nil {
+		applied = *qc
+	}
 	d.mu.Lock()
-	d.queues[name] = true
+	d.queues[name] = applied
 	d.mu.Unlock()
 	return nil
 }
@@ -167,7 +190,7 @@ func newDispatcher(ctx context.Context, js jetstream.JetStream, cfg Config) (*di
 		return nil, fmt.Errorf("handlers: work stream: %w", err)
 	}
 	return &dispatcher{js: js, stream: name, prefix: cfg.Prefix, logger: cfg.Logger, retry: make(chan WorkItem, 1024),
-		pending: make(chan pendingItem, 4096), queues: map[string]bool{}}, nil
+		pending: make(chan pendingItem, 4096), queues: map[string]domain.QueueConfig{}}, nil
 }
 
 // publish sends the work item of a ready task without waiting for its

@@ -27,9 +27,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/dwr-run/dwr/eventstore"
-	"github.com/dwr-run/dwr/handlers"
 	"github.com/dwr-run/dwr/handlers/embedded"
-	"github.com/dwr-run/dwr/projections"
 )
 
 // Benchmark modes.
@@ -48,6 +46,13 @@ type benchOpts struct {
 	dir      string
 	fsyncs   int
 	cpuProf  string
+	// auth runs the service closed, as dwr serve does (false: open).
+	auth bool
+	// compareAuth runs every group cell closed and open, alternating, in
+	// rounds, and reports the cost of authentication.
+	compareAuth bool
+	rounds      int
+	modesSet    bool // --modes was given
 }
 
 // benchReport is everything one run measured; --json prints it as is.
@@ -60,12 +65,19 @@ type benchReport struct {
 	Dir      string    `json:"dir"`
 	Duration string    `json:"duration"`
 	Warmup   string    `json:"warmup"`
+	// Auth is how the service ran: closed, open, or compare (both,
+	// alternating in Rounds rounds).
+	Auth   string `json:"auth"`
+	Rounds int    `json:"rounds,omitempty"`
 	// LoadAvg is the 1-minute load average before and after the run (Linux
 	// only): other work on the machine skews every figure.
 	LoadAvg [2]float64  `json:"load_avg"`
 	Fsync   *fsyncCell  `json:"fsync"`
 	Cells   []benchCell `json:"cells"`
 	Ratios  benchRatios `json:"ratios"`
+	// AuthCost is, when comparing, the cost of authentication at each
+	// level: the group cells closed ÷ open, round by round.
+	AuthCost []authCost `json:"auth_cost,omitempty"`
 }
 
 // fsyncCell is the reference: what the disk alone does.
@@ -80,7 +92,12 @@ type fsyncCell struct {
 
 // benchCell is one mode at one concurrency level.
 type benchCell struct {
-	Mode       string  `json:"mode"`
+	Mode string `json:"mode"`
+	// Auth is how the service ran in group mode: closed or open (the
+	// baseline has no service).
+	Auth string `json:"auth,omitempty"`
+	// Round is the cell's round (from 1) when comparing.
+	Round      int     `json:"round,omitempty"`
 	Clients    int     `json:"clients"`
 	Ops        int     `json:"ops"`
 	Errors     int     `json:"errors"`
@@ -97,6 +114,9 @@ type benchCell struct {
 	Batch float64 `json:"batch"`
 	// RecordBytes is the mean size of a record's payload (without headers).
 	RecordBytes float64 `json:"record_bytes"`
+	// CPUPerOp is the whole process's CPU time (server, service and
+	// clients) in the measured window, per operation, in microseconds.
+	CPUPerOp float64 `json:"cpu_us_per_op"`
 }
 
 // benchRatios are the summary figures; a zero field was not measured.
@@ -120,13 +140,19 @@ embedded NATS server that fsyncs before acknowledging (SyncAlways):
             waiting for the ack (the obvious design);
   group     the real dwr command path: the whole service in-process, each client sending
             goal.create requests with fresh command ids, answered after the commit record
-            holding them is fsynced;
+            holding them is fsynced. The service runs closed, as dwr serve does: the
+            service's and the clients' NATS accounts, the service on its own identity, and
+            each client a client-role member of the workspace connected with its own
+            credential (nkey and inbox prefix); --auth=false runs it open (no accounts,
+            no credentials), and --compare-auth runs both, alternating, in --rounds
+            rounds, and reports the cost of authentication as ratios;
   fsync     the reference: f.Sync() after a small append on a file in the same directory.
 
 Each client runs one operation at a time (a closed loop) for --duration after a warm-up.
 Progress goes to stderr; the table (or --json) to stdout.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			o.modesSet = cmd.Flags().Changed("modes")
 			return runReport(cmd, g, "bench",
 				func(ctx context.Context, progress io.Writer) (*benchReport, error) { return runBench(ctx, o, progress) },
 				printBench,
@@ -148,6 +174,9 @@ Progress goes to stderr; the table (or --json) to stdout.`,
 	f.StringVar(&o.dir, "dir", os.TempDir(), "where the fresh directories are made: put it on the disk you care about")
 	f.IntVar(&o.fsyncs, "fsyncs", 2000, "fsyncs timed for the reference (stops early after --duration)")
 	f.StringVar(&o.cpuProf, "cpuprofile", "", "write a CPU profile of the whole run (server, service and clients) to this file")
+	f.BoolVar(&o.auth, "auth", true, "run the service closed, as dwr serve does (--auth=false: open, without accounts or credentials)")
+	f.BoolVar(&o.compareAuth, "compare-auth", false, "run group mode closed and open, alternating in --rounds rounds, and print the cost of authentication")
+	f.IntVar(&o.rounds, "rounds", 3, "with --compare-auth: rounds, each measuring every level closed and open (the order swapped each round)")
 	cmd.AddCommand(benchChainCmd(g))
 	return cmd
 }
@@ -172,6 +201,15 @@ func (o *benchOpts) validate() error {
 			return fmt.Errorf("--modes: unknown mode %q (baseline, group)", m)
 		}
 	}
+	if o.compareAuth {
+		if o.modesSet && !slices.Equal(o.modes, []string{modeGroup}) {
+			return errors.New("--compare-auth measures group mode only (the baseline has no service to authenticate): leave --modes out")
+		}
+		o.modes = []string{modeGroup}
+		if o.rounds < 1 {
+			return errors.New("--rounds must be at least 1")
+		}
+	}
 	if o.warmup < 0 {
 		o.warmup = min(o.duration/5, time.Second)
 	}
@@ -184,7 +222,8 @@ func runBench(ctx context.Context, o benchOpts, progress io.Writer) (*benchRepor
 		return nil, err
 	}
 	rep := &benchReport{Started: time.Now().UTC().Round(time.Second), Go: runtime.Version(), OS: runtime.GOOS,
-		Arch: runtime.GOARCH, CPUs: runtime.NumCPU(), Dir: o.dir, Duration: o.duration.String(), Warmup: o.warmup.String()}
+		Arch: runtime.GOARCH, CPUs: runtime.NumCPU(), Dir: o.dir, Duration: o.duration.String(), Warmup: o.warmup.String(),
+		Auth: authName(!o.auth)}
 	logf := func(format string, args ...any) { _, _ = fmt.Fprintf(progress, "bench: "+format+"\n", args...) }
 	rep.LoadAvg[0] = loadAvg()
 	if rep.LoadAvg[0] > float64(rep.CPUs)/2 {
@@ -205,20 +244,49 @@ func runBench(ctx context.Context, o benchOpts, progress io.Writer) (*benchRepor
 	rep.Fsync = fs
 	logf("  %.0f fsyncs/s, p50 %.3f ms", fs.PerSecond, fs.P50)
 
-	for _, mode := range o.modes {
-		for _, n := range o.clients {
-			logf("%s, %d clients: %s warm-up + %s", mode, n, o.warmup, o.duration)
-			c, err := withTempDir(o.dir, func(dir string) (*benchCell, error) {
-				if mode == modeBaseline {
-					return benchBaseline(ctx, dir, n, o.warmup, o.duration, progress)
-				}
-				return benchGroup(ctx, dir, n, o.warmup, o.duration, progress)
-			})
-			if err != nil {
-				return nil, fmt.Errorf("%s with %d clients: %w", mode, n, err)
+	cell := func(mode string, n int, open bool, round int) error {
+		auth := ""
+		if mode == modeGroup {
+			auth = ", " + authName(open)
+		}
+		if round > 0 {
+			logf("round %d: %s%s, %d clients: %s warm-up + %s", round, mode, auth, n, o.warmup, o.duration)
+		} else {
+			logf("%s%s, %d clients: %s warm-up + %s", mode, auth, n, o.warmup, o.duration)
+		}
+		c, err := withTempDir(o.dir, func(dir string) (*benchCell, error) {
+			if mode == modeBaseline {
+				return benchBaseline(ctx, dir, n, o.warmup, o.duration, progress)
 			}
-			rep.Cells = append(rep.Cells, *c)
-			logf("  %.0f ops/s, p50 %.2f ms, p99 %.2f ms, batch %.1f", c.OpsPerSec, c.P50, c.P99, c.Batch)
+			return benchGroup(ctx, dir, n, open, o.warmup, o.duration, progress)
+		})
+		if err != nil {
+			return fmt.Errorf("%s%s with %d clients: %w", mode, auth, n, err)
+		}
+		c.Round = round
+		rep.Cells = append(rep.Cells, *c)
+		logf("  %.0f ops/s, p50 %.2f ms, p99 %.2f ms, batch %.1f, CPU %.0f µs/op", c.OpsPerSec, c.P50, c.P99, c.Batch, c.CPUPerOp)
+		return nil
+	}
+	if o.compareAuth {
+		rep.Auth, rep.Rounds = authCompare, o.rounds
+		for r := range o.rounds {
+			for _, n := range o.clients {
+				for _, open := range authOrder(r) {
+					if err := cell(modeGroup, n, open, r+1); err != nil {
+						return nil, err
+					}
+				}
+			}
+		}
+		rep.AuthCost = benchAuthCost(rep, o.clients)
+	} else {
+		for _, mode := range o.modes {
+			for _, n := range o.clients {
+				if err := cell(mode, n, !o.auth, 0); err != nil {
+					return nil, err
+				}
+			}
 		}
 	}
 	rep.Ratios = ratios(rep, o.clients)
@@ -227,14 +295,16 @@ func runBench(ctx context.Context, o benchOpts, progress io.Writer) (*benchRepor
 }
 
 // ratios compares group commit with the baseline at the highest level, and
-// group latency at the lowest level with one fsync.
+// group latency at the lowest level with one fsync (the first closed group
+// cell when comparing).
 func ratios(rep *benchReport, levels []int) benchRatios {
 	var r benchRatios
 	hi, lo := slices.Max(levels), slices.Min(levels)
 	find := func(mode string, n int) *benchCell {
 		for i := range rep.Cells {
-			if rep.Cells[i].Mode == mode && rep.Cells[i].Clients == n {
-				return &rep.Cells[i]
+			c := &rep.Cells[i]
+			if c.Mode == mode && c.Clients == n && (rep.Auth != authCompare || c.Auth == authClosed) {
+				return c
 			}
 		}
 		return nil
@@ -248,6 +318,38 @@ func ratios(rep *benchReport, levels []int) benchRatios {
 		r.GroupP50OverFsyncP50 = round2(g.P50 / rep.Fsync.P50)
 	}
 	return r
+}
+
+// benchAuthCost pairs each level's closed and open group cells of the same
+// round.
+func benchAuthCost(rep *benchReport, levels []int) []authCost {
+	var out []authCost
+	for _, n := range levels {
+		var pairs [][2]figures
+		for r := 1; r <= rep.Rounds; r++ {
+			var p [2]figures
+			var got [2]bool
+			for _, c := range rep.Cells {
+				if c.Mode != modeGroup || c.Clients != n || c.Round != r {
+					continue
+				}
+				i := 0
+				if c.Auth == authOpen {
+					i = 1
+				}
+				p[i], got[i] = figures{perS: c.OpsPerSec, p50: c.P50, p99: c.P99, cpu: c.CPUPerOp}, true
+			}
+			if got[0] && got[1] {
+				pairs = append(pairs, p)
+			}
+		}
+		load := fmt.Sprintf("%d clients", n)
+		if n == 1 {
+			load = "1 client"
+		}
+		out = append(out, costOf(load, pairs))
+	}
+	return out
 }
 
 // loadAvg returns the 1-minute load average, or 0 where it is unknown.
@@ -423,81 +525,15 @@ func benchBaseline(ctx context.Context, dir string, clients int, warm, dur time.
 
 // benchGroup measures the real command path: the whole service in-process,
 // each client sending goal.create requests with fresh command ids.
-// benchService is the whole dwr service in-process on a fresh embedded
-// server, for the benchmarks.
-type benchService struct {
-	srv   *embedded.Server
-	svc   *handlers.Service
-	close func()
-}
-
-// startBenchService starts the service in dir and waits until it is ready.
-func startBenchService(ctx context.Context, dir string, progress io.Writer) (_ *benchService, err error) {
-	var cleanups []func()
-	cleanup := func() {
-		for i := len(cleanups) - 1; i >= 0; i-- {
-			cleanups[i]()
-		}
-	}
-	defer func() {
-		if err != nil {
-			cleanup()
-		}
-	}()
-	srv, err := startServer(dir, progress)
-	if err != nil {
-		return nil, err
-	}
-	cleanups = append(cleanups, srv.Shutdown)
-	snc, err := srv.Connect(nats.Name("dwr-bench-service"))
-	if err != nil {
-		return nil, err
-	}
-	cleanups = append(cleanups, snc.Close)
-	store, err := projections.Open(filepath.Join(dir, "views"), projections.Options{})
-	if err != nil {
-		return nil, err
-	}
-	cleanups = append(cleanups, func() { _ = store.Close() })
-	key, _, err := handlers.LoadLogKey(filepath.Join(dir, handlers.LogKeyFile), true)
-	if err != nil {
-		return nil, err
-	}
-	svc, err := handlers.New(snc, store, handlers.Config{WriterID: "bench", LogKey: key})
-	if err != nil {
-		return nil, err
-	}
-	sctx, stop := context.WithCancel(ctx)
-	done := make(chan error, 1)
-	go func() { done <- svc.Run(sctx) }()
-	cleanups = append(cleanups, func() {
-		stop()
-		if err := <-done; err != nil {
-			_, _ = fmt.Fprintf(progress, "bench: the service stopped with an error: %v\n", err)
-		}
-	})
-	select {
-	case <-svc.Ready():
-	case err := <-done:
-		done <- nil // for the deferred wait
-		return nil, fmt.Errorf("service stopped before it was ready: %w", err)
-	case <-time.After(30 * time.Second):
-		return nil, errors.New("service not ready after 30s")
-	case <-ctx.Done():
-		return nil, ctx.Err()
-	}
-	return &benchService{srv: srv, svc: svc, close: cleanup}, nil
-}
-
-func benchGroup(ctx context.Context, dir string, clients int, warm, dur time.Duration, progress io.Writer) (*benchCell, error) {
-	bs, err := startBenchService(ctx, dir, progress)
+func benchGroup(ctx context.Context, dir string, clients int, open bool, warm, dur time.Duration, progress io.Writer) (*benchCell, error) {
+	bs, err := startBenchService(ctx, dir, open, progress)
 	if err != nil {
 		return nil, err
 	}
 	defer bs.close()
-	srv, log := bs.srv, bs.svc.Log()
+	log := bs.svc.Log()
 
-	conns, closeConns, err := connectClients(srv, clients)
+	conns, closeConns, err := bs.joinClients("bench-client", clients)
 	if err != nil {
 		return nil, err
 	}
@@ -517,7 +553,7 @@ func benchGroup(ctx context.Context, dir string, clients int, warm, dur time.Dur
 	if err != nil {
 		return nil, err
 	}
-	c.Mode, c.Clients = modeGroup, clients
+	c.Mode, c.Auth, c.Clients = modeGroup, authName(open), clients
 	var cmds, bytes int
 	if err := log.Read(ctx, before+1, func(_ uint64, rec []byte) error {
 		cm, err := eventstore.DecodeCommit(rec)
@@ -581,9 +617,11 @@ func drive(ctx context.Context, ops []func() error, warm, dur time.Duration, mar
 	}
 	// mark at t0 (or at once if the warm-up is zero), concurrently with the clients.
 	markErr := make(chan error, 1)
+	var cpu0 time.Duration
 	go func() {
 		select {
 		case <-time.After(time.Until(t0)):
+			cpu0 = cpuTime()
 			markErr <- mark()
 		case <-ctx.Done():
 			markErr <- ctx.Err()
@@ -592,9 +630,11 @@ func drive(ctx context.Context, ops []func() error, warm, dur time.Duration, mar
 	stopOnCancel := context.AfterFunc(ctx, func() { stopped.Store(true) })
 	defer stopOnCancel()
 	wg.Wait()
+	cpu := cpuTime()
 	if err := <-markErr; err != nil {
 		return nil, err
 	}
+	cpu -= cpu0
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
@@ -610,6 +650,9 @@ func drive(ctx context.Context, ops []func() error, warm, dur time.Duration, mar
 	p := percentiles(all)
 	c := &benchCell{Ops: len(all), Errors: int(errCount.Load()), Seconds: round2(el.Seconds()),
 		OpsPerSec: round1(float64(len(all)) / el.Seconds()), P50: p[0], P90: p[1], P99: p[2]}
+	if len(all) > 0 {
+		c.CPUPerOp = round1(float64(cpu.Nanoseconds()) / 1000 / float64(len(all)))
+	}
 	if s, ok := firstErr.Load().(string); ok {
 		c.FirstError = s
 	}
@@ -636,11 +679,20 @@ func round2(f float64) float64 { return math.Round(f*100) / 100 }
 // printBench prints the report for people: a table and the ratios.
 func printBench(w io.Writer, rep *benchReport) error {
 	var b strings.Builder
-	fmt.Fprintf(&b, "dwr bench: %s, %s/%s, %d CPUs (load %.2f → %.2f), %s per cell after %s warm-up, in %s\n\n",
-		rep.Go, rep.OS, rep.Arch, rep.CPUs, rep.LoadAvg[0], rep.LoadAvg[1], rep.Duration, rep.Warmup, rep.Dir)
+	auth := "service " + rep.Auth
+	if rep.Auth == authCompare {
+		auth = fmt.Sprintf("service closed and open alternating, %d rounds", rep.Rounds)
+	}
+	fmt.Fprintf(&b, "dwr bench: %s, %s/%s, %d CPUs (load %.2f → %.2f), %s per cell after %s warm-up, %s, in %s\n\n",
+		rep.Go, rep.OS, rep.Arch, rep.CPUs, rep.LoadAvg[0], rep.LoadAvg[1], rep.Duration, rep.Warmup, auth, rep.Dir)
+	compare := rep.Auth == authCompare
 	var rows [][]string
 	if f := rep.Fsync; f != nil {
-		rows = append(rows, []string{"fsync (disk alone)", "-", thousands(f.PerSecond), ms(f.P50), ms(f.P99), "-"})
+		row := []string{"fsync (disk alone)", "-", thousands(f.PerSecond), ms(f.P50), ms(f.P99), "-", "-"}
+		if compare {
+			row = append([]string{"-"}, row...)
+		}
+		rows = append(rows, row)
 	}
 	anyErr := false
 	for _, c := range rep.Cells {
@@ -649,20 +701,29 @@ func printBench(w io.Writer, rep *benchReport) error {
 	for _, c := range rep.Cells {
 		name := "baseline: 1 msg/event"
 		if c.Mode == modeGroup {
-			name = "group commit (dwr)"
+			name = "group commit (dwr, " + c.Auth + ")"
 		}
 		row := []string{name, strconv.Itoa(c.Clients), thousands(c.OpsPerSec), ms(c.P50), ms(c.P99),
-			strconv.FormatFloat(c.Batch, 'f', 1, 64)}
+			strconv.FormatFloat(c.Batch, 'f', 1, 64), thousands(c.CPUPerOp)}
+		if compare {
+			row = append([]string{strconv.Itoa(c.Round)}, row...)
+		}
 		if anyErr {
 			row = append(row, strconv.Itoa(c.Errors))
 		}
 		rows = append(rows, row)
 	}
-	header := []string{"MODE", "CLIENTS", "OPS/S", "P50 MS", "P99 MS", "BATCH"}
+	header := []string{"MODE", "CLIENTS", "OPS/S", "P50 MS", "P99 MS", "BATCH", "CPU µS/OP"}
+	if compare {
+		header = append([]string{"ROUND"}, header...)
+	}
 	if anyErr {
 		header = append(header, "ERRORS")
 	}
 	if err := table(&b, header, rows); err != nil {
+		return err
+	}
+	if err := printAuthCost(&b, "OPS/S", "CPU/OP", rep.AuthCost); err != nil {
 		return err
 	}
 	b.WriteString("\n")

@@ -19,6 +19,7 @@ import (
 	"github.com/oklog/ulid/v2"
 	"github.com/spf13/cobra"
 
+	"github.com/dwr-run/dwr/domain"
 	"github.com/dwr-run/dwr/executors"
 	"github.com/dwr-run/dwr/handlers"
 )
@@ -33,10 +34,19 @@ type chainOpts struct {
 	dir         string
 	timeout     time.Duration
 	cpuProf     string
+	auth        bool // the service closed, as dwr serve runs it (false: open)
+	compareAuth bool // closed and open, alternating in rounds
+	rounds      int
 }
 
 // chainCell is the result of running N chains.
 type chainCell struct {
+	// Auth is how the service ran: closed or open.
+	Auth string `json:"auth"`
+	// Round is the run's round (from 1) when comparing.
+	Round int `json:"round,omitempty"`
+	// OneAtATime: the chains ran one after the other (--single).
+	OneAtATime  bool    `json:"one_at_a_time,omitempty"`
 	Chains      int     `json:"chains"`
 	Seconds     float64 `json:"seconds"`
 	ChainsPerS  float64 `json:"chains_per_s"`
@@ -50,14 +60,21 @@ type chainCell struct {
 
 // chainReport is what `dwr bench chain3` prints.
 type chainReport struct {
-	Go           string      `json:"go"`
-	CPUs         int         `json:"cpus"`
-	Workers      int         `json:"workers"`
-	Concurrency  int         `json:"concurrency_per_worker"`
-	Single       chainCell   `json:"single"` // one chain at a time
-	Cells        []chainCell `json:"cells"`
-	PeakRSSMiB   float64     `json:"peak_rss_mib"`
-	ReferenceCPS float64     `json:"reference_chains_per_s"`
+	Go          string `json:"go"`
+	CPUs        int    `json:"cpus"`
+	Workers     int    `json:"workers"`
+	Concurrency int    `json:"concurrency_per_worker"`
+	// Auth is how the service ran: closed, open, or compare (both,
+	// alternating in Rounds rounds; every run is then in Cells).
+	Auth   string      `json:"auth"`
+	Rounds int         `json:"rounds,omitempty"`
+	Single chainCell   `json:"single"` // one chain at a time
+	Cells  []chainCell `json:"cells"`
+	// AuthCost is, when comparing, the cost of authentication of each kind
+	// of run: closed ÷ open, round by round.
+	AuthCost     []authCost `json:"auth_cost,omitempty"`
+	PeakRSSMiB   float64    `json:"peak_rss_mib"`
+	ReferenceCPS float64    `json:"reference_chains_per_s"`
 }
 
 // referenceChainsPerS is the better of the peers the issue names, measured
@@ -76,7 +93,14 @@ sequential tasks (a → b → c), as fast as --submitters clients can, and waits
 achieved. It reports chains/s and tasks/s (from the first submission to the last achievement), the
 latency of a chain (from its goal.create to its goal.achieved event) at p50 and p99, the CPU time of
 the whole process per chain (server, service, workers and clients), and the process's peak RSS. First
-it runs --single chains one after the other: the latency of a chain at low load.`,
+it runs --single chains one after the other: the latency of a chain at low load.
+
+The service runs closed, as dwr serve does: the service's and the clients' NATS accounts, the
+service on its own identity, the submitters (and the feed's reader) client-role members of the
+workspace and the workers executor-role members of their queue, each connected with its own
+credential (nkey and inbox prefix). --auth=false runs it open (no accounts, no credentials), and
+--compare-auth runs every run both ways, alternating, in --rounds rounds, and reports the cost of
+authentication as ratios.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			return runReport(cmd, g, "bench chain3",
@@ -103,6 +127,9 @@ it runs --single chains one after the other: the latency of a chain at low load.
 	f.StringVar(&o.dir, "dir", os.TempDir(), "where the fresh directories are made")
 	f.DurationVar(&o.timeout, "timeout", 5*time.Minute, "give up on a run after this long")
 	f.StringVar(&o.cpuProf, "cpuprofile", "", "write a CPU profile of the whole run to this file")
+	f.BoolVar(&o.auth, "auth", true, "run the service closed, as dwr serve does (--auth=false: open, without accounts or credentials)")
+	f.BoolVar(&o.compareAuth, "compare-auth", false, "run closed and open, alternating in --rounds rounds, and print the cost of authentication")
+	f.IntVar(&o.rounds, "rounds", 3, "with --compare-auth: rounds, each running everything closed and open (the order swapped each round)")
 	return cmd
 }
 
@@ -110,35 +137,123 @@ func runChainBench(ctx context.Context, o chainOpts, progress io.Writer) (*chain
 	if o.workers < 1 || o.concurrency < 1 || o.submitters < 1 || o.single < 0 || len(o.chains) == 0 {
 		return nil, errors.New("--workers, --concurrency and --submitters must be at least 1, --single at least 0, and --chains not empty")
 	}
+	if o.compareAuth && o.rounds < 1 {
+		return nil, errors.New("--rounds must be at least 1")
+	}
 	stopProfile, err := startCPUProfile(o.cpuProf)
 	if err != nil {
 		return nil, err
 	}
 	defer stopProfile()
 	rep := &chainReport{Go: runtime.Version(), CPUs: runtime.NumCPU(), Workers: o.workers, Concurrency: o.concurrency,
-		ReferenceCPS: referenceChainsPerS}
-	if o.single > 0 {
-		fmt.Fprintf(progress, "bench: %d single chains, one at a time\n", o.single)
-		c, err := withTempDir(o.dir, func(dir string) (*chainCell, error) { return chainRun(ctx, dir, o, o.single, 1) })
+		ReferenceCPS: referenceChainsPerS, Auth: authName(!o.auth)}
+	run := func(n int, single, open bool, round int) (*chainCell, error) {
+		at := ""
+		if round > 0 {
+			at = fmt.Sprintf("round %d: ", round)
+		}
+		submitters := o.submitters
+		if single {
+			submitters = 1
+			fmt.Fprintf(progress, "bench: %s%d single chains, one at a time, %s\n", at, n, authName(open))
+		} else {
+			fmt.Fprintf(progress, "bench: %s%d chains, %d submitters, %d workers × %d, %s\n", at, n, submitters, o.workers, o.concurrency, authName(open))
+		}
+		c, err := withTempDir(o.dir, func(dir string) (*chainCell, error) { return chainRun(ctx, dir, o, n, submitters, open) })
 		if err != nil {
 			return nil, err
 		}
-		rep.Single = *c
+		c.Round, c.OneAtATime = round, single
+		fmt.Fprintf(progress, "bench:   %.0f chains/s, p50 %.1f ms, p99 %.1f ms, CPU %.2f ms/chain\n", c.ChainsPerS, c.P50ms, c.P99ms, c.CPUmsPerRun)
+		return c, nil
 	}
-	for _, n := range o.chains {
-		fmt.Fprintf(progress, "bench: %d chains, %d submitters, %d workers × %d\n", n, o.submitters, o.workers, o.concurrency)
-		c, err := withTempDir(o.dir, func(dir string) (*chainCell, error) { return chainRun(ctx, dir, o, n, o.submitters) })
-		if err != nil {
-			return nil, err
+	if o.compareAuth {
+		rep.Auth, rep.Rounds = authCompare, o.rounds
+		type load struct {
+			n      int
+			single bool
 		}
-		fmt.Fprintf(progress, "bench:   %.0f chains/s, p50 %.1f ms, p99 %.1f ms\n", c.ChainsPerS, c.P50ms, c.P99ms)
-		rep.Cells = append(rep.Cells, *c)
+		var loads []load
+		if o.single > 0 {
+			loads = append(loads, load{o.single, true})
+		}
+		for _, n := range o.chains {
+			loads = append(loads, load{n, false})
+		}
+		for r := range o.rounds {
+			for _, l := range loads {
+				for _, open := range authOrder(r) {
+					c, err := run(l.n, l.single, open, r+1)
+					if err != nil {
+						return nil, err
+					}
+					rep.Cells = append(rep.Cells, *c)
+				}
+			}
+		}
+		rep.AuthCost = chainAuthCost(rep)
+	} else {
+		if o.single > 0 {
+			c, err := run(o.single, true, !o.auth, 0)
+			if err != nil {
+				return nil, err
+			}
+			rep.Single = *c
+		}
+		for _, n := range o.chains {
+			c, err := run(n, false, !o.auth, 0)
+			if err != nil {
+				return nil, err
+			}
+			rep.Cells = append(rep.Cells, *c)
+		}
 	}
 	var ru syscall.Rusage
 	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err == nil {
 		rep.PeakRSSMiB = round1(float64(ru.Maxrss) / 1024) // Linux reports KiB
 	}
 	return rep, nil
+}
+
+// chainAuthCost pairs the closed and open runs of each kind (one at a time,
+// and each N) of the same round.
+func chainAuthCost(rep *chainReport) []authCost {
+	var out []authCost
+	seen := map[[2]int]bool{}
+	for _, c := range rep.Cells {
+		kind := [2]int{c.Chains, 0}
+		if c.OneAtATime {
+			kind[1] = 1
+		}
+		if seen[kind] {
+			continue
+		}
+		seen[kind] = true
+		var pairs [][2]figures
+		for r := 1; r <= rep.Rounds; r++ {
+			var p [2]figures
+			var got [2]bool
+			for _, d := range rep.Cells {
+				if d.Chains != c.Chains || d.OneAtATime != c.OneAtATime || d.Round != r {
+					continue
+				}
+				i := 0
+				if d.Auth == authOpen {
+					i = 1
+				}
+				p[i], got[i] = figures{perS: d.ChainsPerS, p50: d.P50ms, p99: d.P99ms, cpu: d.CPUmsPerRun}, true
+			}
+			if got[0] && got[1] {
+				pairs = append(pairs, p)
+			}
+		}
+		label := fmt.Sprintf("N=%d", c.Chains)
+		if c.OneAtATime {
+			label = fmt.Sprintf("N=%d one at a time", c.Chains)
+		}
+		out = append(out, costOf(label, pairs))
+	}
+	return out
 }
 
 func cpuTime() time.Duration {
@@ -151,21 +266,22 @@ func cpuTime() time.Duration {
 
 // chainRun runs n chains on a fresh service in dir with the given number of
 // concurrent submitters.
-func chainRun(ctx context.Context, dir string, o chainOpts, n, submitters int) (*chainCell, error) {
+func chainRun(ctx context.Context, dir string, o chainOpts, n, submitters int, open bool) (*chainCell, error) {
 	ctx, cancel := context.WithTimeout(ctx, o.timeout)
 	defer cancel()
-	bs, err := startBenchService(ctx, dir, io.Discard)
+	bs, err := startBenchService(ctx, dir, open, io.Discard)
 	if err != nil {
 		return nil, err
 	}
 	defer bs.close()
 
-	// Workers on the queue, as an executor fleet would run them.
-	wctx, stopWorkers := context.WithCancel(ctx)
-	var wg sync.WaitGroup
-	defer func() { stopWorkers(); wg.Wait() }()
+	// Workers on the queue, as an executor fleet would run them: each an
+	// executor of the queue. They start once every participant has joined:
+	// adding a member reloads the server's users, and a reload while a
+	// worker binds to its consumer can cost that worker a second.
+	var workers []*executors.Worker
 	for i := range o.workers {
-		nc, err := bs.srv.Connect(nats.Name(fmt.Sprintf("dwr-bench-worker-%d", i)))
+		nc, err := bs.join(fmt.Sprintf("bench-worker-%d", i), domain.RoleExecutor, "chain")
 		if err != nil {
 			return nil, err
 		}
@@ -178,15 +294,11 @@ func chainRun(ctx context.Context, dir string, o chainOpts, n, submitters int) (
 		if err != nil {
 			return nil, err
 		}
-		wg.Go(func() {
-			if err := w.Run(wctx); err != nil && wctx.Err() == nil {
-				fmt.Fprintf(os.Stderr, "bench: worker stopped: %v\n", err)
-			}
-		})
+		workers = append(workers, w)
 	}
 
 	// Each chain's end is its goal's achievement on the event feed.
-	fnc, err := bs.srv.Connect(nats.Name("dwr-bench-feed"))
+	fnc, err := bs.join("bench-feed", domain.RoleClient)
 	if err != nil {
 		return nil, err
 	}
@@ -213,11 +325,22 @@ func chainRun(ctx context.Context, dir string, o chainOpts, n, submitters int) (
 		return nil, err
 	}
 
-	conns, closeConns, err := connectClients(bs.srv, submitters)
+	conns, closeConns, err := bs.joinClients("bench-submitter", submitters)
 	if err != nil {
 		return nil, err
 	}
 	defer closeConns()
+
+	wctx, stopWorkers := context.WithCancel(ctx)
+	var wg sync.WaitGroup
+	defer func() { stopWorkers(); wg.Wait() }()
+	for _, w := range workers {
+		wg.Go(func() {
+			if err := w.Run(wctx); err != nil && wctx.Err() == nil {
+				fmt.Fprintf(os.Stderr, "bench: worker stopped: %v\n", err)
+			}
+		})
+	}
 	var errCount atomic.Int64
 	var firstErr atomic.Value
 	next := atomic.Int64{}
@@ -275,7 +398,7 @@ func chainRun(ctx context.Context, dir string, o chainOpts, n, submitters int) (
 	slices.Sort(lats)
 	p := percentiles(lats)
 	secs := last.Sub(t0).Seconds()
-	c := &chainCell{Chains: n, Seconds: round2(secs), ChainsPerS: round1(float64(n) / secs), TasksPerS: round1(3 * float64(n) / secs),
+	c := &chainCell{Auth: authName(open), Chains: n, Seconds: round2(secs), ChainsPerS: round1(float64(n) / secs), TasksPerS: round1(3 * float64(n) / secs),
 		P50ms: p[0], P99ms: p[2], CPUmsPerRun: round2(float64(cpu.Microseconds()) / 1000 / float64(n)),
 		Errors: int(errCount.Load())}
 	if v, ok := firstErr.Load().(string); ok {
@@ -332,24 +455,44 @@ func benchCommand(nc *nats.Conn, name, body, id string) error {
 }
 
 func printChainBench(w io.Writer, rep *chainReport) error {
-	fmt.Fprintf(w, "dwr bench chain3: %s, %s/%s, %d CPUs, %d workers × %d jobs, fsync before ack\n\n",
-		rep.Go, runtime.GOOS, runtime.GOARCH, rep.CPUs, rep.Workers, rep.Concurrency)
+	auth := "service " + rep.Auth
+	compare := rep.Auth == authCompare
+	if compare {
+		auth = fmt.Sprintf("service closed and open alternating, %d rounds", rep.Rounds)
+	}
+	fmt.Fprintf(w, "dwr bench chain3: %s, %s/%s, %d CPUs, %d workers × %d jobs, fsync before ack, %s\n\n",
+		rep.Go, runtime.GOOS, runtime.GOARCH, rep.CPUs, rep.Workers, rep.Concurrency, auth)
 	rows := [][]string{}
-	row := func(label string, c chainCell) {
-		rows = append(rows, []string{label, fmt.Sprint(c.Chains), thousands(c.ChainsPerS), thousands(c.TasksPerS),
-			ms(c.P50ms), ms(c.P99ms), fmt.Sprintf("%.2f", c.CPUmsPerRun)})
+	row := func(c chainCell) {
+		label := "all at once"
+		if c.OneAtATime {
+			label = "one at a time"
+		}
+		r := []string{label, fmt.Sprint(c.Chains), thousands(c.ChainsPerS), thousands(c.TasksPerS),
+			ms(c.P50ms), ms(c.P99ms), fmt.Sprintf("%.2f", c.CPUmsPerRun)}
+		if compare {
+			r = append([]string{fmt.Sprint(c.Round), c.Auth}, r...)
+		}
+		rows = append(rows, r)
 	}
 	if rep.Single.Chains > 0 {
-		row("one at a time", rep.Single)
+		row(rep.Single)
 	}
 	for _, c := range rep.Cells {
-		row("all at once", c)
+		row(c)
 	}
-	if err := table(w, []string{"RUN", "CHAINS", "CHAINS/S", "TASKS/S", "P50 MS", "P99 MS", "CPU MS/CHAIN"}, rows); err != nil {
+	header := []string{"RUN", "CHAINS", "CHAINS/S", "TASKS/S", "P50 MS", "P99 MS", "CPU MS/CHAIN"}
+	if compare {
+		header = append([]string{"ROUND", "AUTH"}, header...)
+	}
+	if err := table(w, header, rows); err != nil {
+		return err
+	}
+	if err := printAuthCost(w, "CHAINS/S", "CPU/CHAIN", rep.AuthCost); err != nil {
 		return err
 	}
 	fmt.Fprintf(w, "\npeak RSS %.1f MiB", rep.PeakRSSMiB)
-	if len(rep.Cells) > 0 {
+	if len(rep.Cells) > 0 && !compare {
 		best := rep.Cells[len(rep.Cells)-1]
 		fmt.Fprintf(w, "; at N=%d: %.1f× the reference peer's %d chains/s", best.Chains, best.ChainsPerS/rep.ReferenceCPS, int(rep.ReferenceCPS))
 	}

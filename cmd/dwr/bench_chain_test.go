@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"encoding/json"
+	"fmt"
 	"strings"
 	"testing"
 
@@ -29,7 +30,42 @@ func TestBenchChain3EndToEnd(t *testing.T) {
 		require.Positive(t, c.CPUmsPerRun)
 	}
 	require.Positive(t, rep.PeakRSSMiB)
+	require.Equal(t, authClosed, rep.Auth)
+	require.Equal(t, authClosed, rep.Single.Auth)
+	require.Equal(t, authClosed, rep.Cells[0].Auth)
 	var human bytes.Buffer
 	require.NoError(t, printChainBench(&human, &rep))
 	require.Contains(t, human.String(), "CHAINS/S")
+	require.Contains(t, human.String(), "service closed")
+}
+
+// TestBenchChain3CompareAuth runs the chains closed and open, alternating
+// in two rounds, and checks the cost of authentication pairs them.
+func TestBenchChain3CompareAuth(t *testing.T) {
+	var out, errb bytes.Buffer
+	code := Main([]string{"bench", "chain3", "--chains", "6", "--single", "1", "--workers", "1", "--concurrency", "4",
+		"--submitters", "2", "--dir", t.TempDir(), "--compare-auth", "--rounds", "2", "--json"}, strings.NewReader(""), &out, &errb)
+	require.Equal(t, exitOK, code, "stderr:\n%s", errb.String())
+	var rep chainReport
+	require.NoError(t, json.Unmarshal(out.Bytes(), &rep), out.String())
+	require.Equal(t, authCompare, rep.Auth)
+	require.Zero(t, rep.Single.Chains, "every run is in cells")
+	var order []string
+	for _, c := range rep.Cells {
+		require.Zero(t, c.Errors, c.FirstError)
+		require.Positive(t, c.ChainsPerS)
+		order = append(order, fmt.Sprintf("%d/%d/%v/%s", c.Round, c.Chains, c.OneAtATime, c.Auth))
+	}
+	require.Equal(t, []string{"1/1/true/closed", "1/1/true/open", "1/6/false/closed", "1/6/false/open",
+		"2/1/true/open", "2/1/true/closed", "2/6/false/open", "2/6/false/closed"}, order)
+	require.Len(t, rep.AuthCost, 2)
+	require.Equal(t, "N=1 one at a time", rep.AuthCost[0].Load)
+	require.Equal(t, "N=6", rep.AuthCost[1].Load)
+	for _, c := range rep.AuthCost {
+		require.Len(t, c.PerS.Rounds, 2)
+		require.Len(t, c.CPU.Rounds, 2)
+	}
+	var human bytes.Buffer
+	require.NoError(t, printChainBench(&human, &rep))
+	require.Contains(t, human.String(), "the cost of authentication")
 }

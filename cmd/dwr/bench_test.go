@@ -4,10 +4,15 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"io"
 	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/dwr-run/dwr/domain"
+	"github.com/dwr-run/dwr/eventstore"
+	"github.com/dwr-run/dwr/handlers/access"
 )
 
 // TestBenchEndToEnd runs `dwr bench` briefly, for real (embedded NATS with
@@ -37,18 +42,117 @@ func TestBenchEndToEnd(t *testing.T) {
 		require.GreaterOrEqual(t, c.P99, c.P50)
 		require.Positive(t, c.Records, "%s/%d", c.Mode, c.Clients)
 		require.GreaterOrEqual(t, c.Batch, 1.0, "%s/%d", c.Mode, c.Clients)
+		require.Positive(t, c.CPUPerOp, "%s/%d", c.Mode, c.Clients)
+		if c.Mode == modeGroup {
+			require.Equal(t, authClosed, c.Auth, "the service runs as dwr serve does")
+		}
 	}
+	require.Equal(t, authClosed, rep.Auth)
+	require.Empty(t, rep.AuthCost)
 	require.Equal(t, map[string]bool{"baseline/1": true, "baseline/4": true, "group/1": true, "group/4": true}, seen)
 	require.Equal(t, 4, rep.Ratios.ThroughputClients)
 	require.Positive(t, rep.Ratios.GroupOverBaseline)
 	require.Equal(t, 1, rep.Ratios.LatencyClients)
 	require.Positive(t, rep.Ratios.GroupP50OverFsyncP50)
-	require.Contains(t, errb.String(), "group, 4 clients", "progress on stderr")
+	require.Contains(t, errb.String(), "group, closed, 4 clients", "progress on stderr")
 
 	var human bytes.Buffer
 	require.NoError(t, printBench(&human, &rep))
-	require.Contains(t, human.String(), "group commit (dwr)")
+	require.Contains(t, human.String(), "group commit (dwr, closed)")
 	require.Contains(t, human.String(), "summary: group commit ÷ baseline ops/s at 4 clients")
+}
+
+// TestBenchCompareAuth runs group mode closed and open, alternating in two
+// rounds (closed first in the first, open first in the second), and checks
+// the cost of authentication pairs the runs of each round.
+func TestBenchCompareAuth(t *testing.T) {
+	var out, errb bytes.Buffer
+	code := Main([]string{"bench", "--clients", "1,2", "--duration", "200ms", "--fsyncs", "50", "--dir", t.TempDir(),
+		"--compare-auth", "--rounds", "2", "--json"}, strings.NewReader(""), &out, &errb)
+	require.Equal(t, exitOK, code, "stderr:\n%s", errb.String())
+	var rep benchReport
+	require.NoError(t, json.Unmarshal(out.Bytes(), &rep), out.String())
+	require.Equal(t, authCompare, rep.Auth)
+	require.Equal(t, 2, rep.Rounds)
+	var order []string
+	for _, c := range rep.Cells {
+		require.Equal(t, modeGroup, c.Mode, "the baseline has no service to authenticate")
+		require.Zero(t, c.Errors, c.FirstError)
+		require.Positive(t, c.OpsPerSec)
+		require.Positive(t, c.CPUPerOp)
+		order = append(order, fmt.Sprintf("%d/%d/%s", c.Round, c.Clients, c.Auth))
+	}
+	require.Equal(t, []string{"1/1/closed", "1/1/open", "1/2/closed", "1/2/open",
+		"2/1/open", "2/1/closed", "2/2/open", "2/2/closed"}, order)
+	require.Len(t, rep.AuthCost, 2)
+	require.Equal(t, "1 client", rep.AuthCost[0].Load)
+	for _, c := range rep.AuthCost {
+		for _, s := range []ratioSet{c.PerS, c.P50, c.P99, c.CPU} {
+			require.Len(t, s.Rounds, 2, c.Load)
+			require.Positive(t, s.Median, c.Load)
+			require.LessOrEqual(t, s.Min, s.Median)
+			require.GreaterOrEqual(t, s.Max, s.Median)
+		}
+	}
+	var human bytes.Buffer
+	require.NoError(t, printBench(&human, &rep))
+	require.Contains(t, human.String(), "the cost of authentication: closed ÷ open")
+	require.Contains(t, human.String(), "group commit (dwr, open)")
+}
+
+func TestCostOf(t *testing.T) {
+	c := costOf("x", [][2]figures{
+		{{perS: 90, p50: 2, p99: 4, cpu: 110}, {perS: 100, p50: 1, p99: 4, cpu: 100}},
+		{{perS: 80, p50: 3, p99: 4, cpu: 120}, {perS: 100, p50: 2, p99: 2, cpu: 100}},
+		{{perS: 100, p50: 1, p99: 4, cpu: 100}, {perS: 100, p50: 1, p99: 0, cpu: 100}},
+	})
+	require.Equal(t, ratioSet{Rounds: []float64{0.9, 0.8, 1}, Median: 0.9, Min: 0.8, Max: 1}, c.PerS)
+	require.Equal(t, ratioSet{Rounds: []float64{2, 1.5, 1}, Median: 1.5, Min: 1, Max: 2}, c.P50)
+	require.Equal(t, ratioSet{Rounds: []float64{1, 2}, Median: 1.5, Min: 1, Max: 2}, c.P99, "an open figure of 0 is left out")
+	require.Equal(t, [2]bool{false, true}, authOrder(0))
+	require.Equal(t, [2]bool{true, false}, authOrder(1))
+}
+
+// TestBenchServiceIsClosed checks the benchmarks' service is closed as dwr
+// serve's is: a connection without a credential is refused, and a client's
+// command is recorded as sent by the member it joined as; open, it is the
+// anonymous admin's.
+func TestBenchServiceIsClosed(t *testing.T) {
+	for _, open := range []bool{false, true} {
+		t.Run(authName(open), func(t *testing.T) {
+			bs, err := startBenchService(t.Context(), t.TempDir(), open, io.Discard)
+			require.NoError(t, err)
+			defer bs.close()
+			if nc, err := bs.srv.Connect(); !open {
+				require.Error(t, err, "a connection without a credential")
+			} else {
+				require.NoError(t, err)
+				nc.Close()
+			}
+			nc, err := bs.join("bench-client-0", domain.RoleClient)
+			require.NoError(t, err)
+			defer nc.Close()
+			require.NoError(t, benchCommand(nc, "goal.create", `{"title":"t"}`, "c1"))
+			actor := ""
+			require.NoError(t, bs.svc.Log().Read(t.Context(), 1, func(_ uint64, rec []byte) error {
+				cm, err := eventstore.DecodeCommit(rec)
+				if err != nil {
+					return err
+				}
+				for _, r := range cm.Results {
+					if r.CommandID == "c1" {
+						actor = r.Actor
+					}
+				}
+				return nil
+			}))
+			want := "bench-client-0"
+			if open {
+				want = access.AnonymousUser
+			}
+			require.Equal(t, want, actor)
+		})
+	}
 }
 
 func TestBenchRejectsBadFlags(t *testing.T) {
@@ -56,6 +160,8 @@ func TestBenchRejectsBadFlags(t *testing.T) {
 		{"bench", "--clients", "0"},
 		{"bench", "--duration", "0s"},
 		{"bench", "--modes", "nope"},
+		{"bench", "--compare-auth", "--modes", "baseline,group"},
+		{"bench", "--compare-auth", "--rounds", "0"},
 	} {
 		var out, errb bytes.Buffer
 		require.NotEqual(t, exitOK, Main(args, strings.NewReader(""), &out, &errb), "%v", args)

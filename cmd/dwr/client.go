@@ -31,16 +31,9 @@ func (g *globals) connect() (*client, error) {
 	if err != nil {
 		return nil, fail(exitInvalid, "--timeout %q: %v", g.timeout, err)
 	}
-	denied := make(chan error, 8)
-	nc, err := g.dial("dwr-cli", nats.Timeout(d), nats.NoReconnect(),
-		nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) {
-			if errors.Is(err, nats.ErrPermissionViolation) {
-				select {
-				case denied <- err:
-				default:
-				}
-			}
-		}))
+	c, err := newClient(g, d, func(opts ...nats.Option) (*nats.Conn, error) {
+		return g.dial("dwr-cli", append([]nats.Option{nats.Timeout(d), nats.NoReconnect()}, opts...)...)
+	})
 	if err != nil {
 		var ce *cliError
 		if errors.As(err, &ce) {
@@ -48,7 +41,27 @@ func (g *globals) connect() (*client, error) {
 		}
 		return nil, fail(exitUnavailable, "cannot reach NATS at %s: %v\nstart the service with `dwr serve`, or point --server (DWR_SERVER) at it", g.server, err)
 	}
-	return &client{g: g, nc: nc, timeout: d, denied: denied}, nil
+	return c, nil
+}
+
+// newClient returns a client on the connection dial opens with the options
+// it is given (they report the server's permission violations to the
+// client's requests), waiting up to timeout for each reply. It returns
+// dial's error.
+func newClient(g *globals, timeout time.Duration, dial func(...nats.Option) (*nats.Conn, error)) (*client, error) {
+	denied := make(chan error, 8)
+	nc, err := dial(nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) {
+		if errors.Is(err, nats.ErrPermissionViolation) {
+			select {
+			case denied <- err:
+			default:
+			}
+		}
+	}))
+	if err != nil {
+		return nil, err
+	}
+	return &client{g: g, nc: nc, timeout: timeout, denied: denied}, nil
 }
 
 // dial connects to g.server with g's credential and TLS settings, then opts.

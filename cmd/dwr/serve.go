@@ -178,8 +178,8 @@ func serve(ctx context.Context, o serveOpts, stderr io.Writer) error {
 			return err
 		}
 		defer srv.Shutdown()
-		auth.Admins = bnd.admins
-		if nc, err = bnd.connect(srv, "dwr-serve"); err != nil {
+		auth = bnd.auth()
+		if nc, err = bnd.connect("dwr-serve"); err != nil {
 			return fail(exitError, "embedded NATS: %v", err)
 		}
 		where = srv.ClientURL()
@@ -199,13 +199,8 @@ func serve(ctx context.Context, o serveOpts, stderr io.Writer) error {
 	}
 	defer nc.Close()
 	reload := func() {}
-	if srv != nil {
-		reload = func() {
-			if err := srv.Reload(access.ServerConfig(bnd.spec(store, logger))); err != nil {
-				logger.Error("dwr: could not apply the members to NATS; they take effect at the next start", "err", err)
-			}
-		}
-		auth.OnMembersChanged = reload
+	if bnd != nil {
+		reload = bnd.reload
 	}
 	svc, err := handlers.New(nc, store, handlers.Config{Replicas: o.replicas, WriterID: id, Logger: logger, Auth: auth,
 		LogKey: key, AcceptVerifiedPrefix: o.acceptPrefix, TrustBelowCheckpoint: o.trustBelow, MaxInFlightPerCaller: o.perCaller})

@@ -7,6 +7,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 
+	"github.com/dwr-run/dwr/handlers"
 	"github.com/dwr-run/dwr/handlers/access"
 	"github.com/dwr-run/dwr/handlers/embedded"
 	"github.com/dwr-run/dwr/projections"
@@ -14,24 +15,28 @@ import (
 
 // boundary is the embedded server's trust boundary: the service's own
 // identity (a fresh nkey each start, never written down), the admins, and
-// whether anonymous clients are let in.
+// whether anonymous clients are let in; and the server whose users follow
+// the members the views hold.
 type boundary struct {
 	service      *access.ServiceIdentity
 	admins       []access.Admin
 	insecureOpen bool
+	srv          *embedded.Server
+	store        *projections.Store
+	logger       *slog.Logger
 }
 
 // spec returns the layout with the members the views hold (none when
-// store is nil).
-func (b *boundary) spec(store *projections.Store, logger *slog.Logger) access.Spec {
+// the store is nil).
+func (b *boundary) spec() access.Spec {
 	s := access.Spec{ServiceKeys: []string{b.service.PublicKey}, InsecureOpen: b.insecureOpen,
 		Identities: access.IdentitiesOf(b.admins, nil)}
-	if store == nil {
+	if b.store == nil {
 		return s
 	}
-	ws, err := store.ListWorkspaces()
+	ws, err := b.store.ListWorkspaces()
 	if err != nil {
-		logger.Error("dwr: reading the workspaces' members", "err", err)
+		b.logger.Error("dwr: reading the workspaces' members", "err", err)
 		return s
 	}
 	s.Identities = access.IdentitiesOf(b.admins, ws)
@@ -39,8 +44,25 @@ func (b *boundary) spec(store *projections.Store, logger *slog.Logger) access.Sp
 }
 
 // connect opens the service's own in-process connection.
-func (b *boundary) connect(srv *embedded.Server, name string) (*nats.Conn, error) {
-	return srv.Connect(nats.Name(name), b.service.Option())
+func (b *boundary) connect(name string) (*nats.Conn, error) {
+	return b.srv.Connect(nats.Name(name), b.service.Option())
+}
+
+// reload gives the server's users the members the views hold now; it logs
+// what it cannot apply.
+func (b *boundary) reload() {
+	if err := b.srv.Reload(access.ServerConfig(b.spec())); err != nil {
+		b.logger.Error("dwr: could not apply the members to NATS; they take effect at the next start", "err", err)
+	}
+}
+
+// auth returns whom the service serves behind the boundary: only identities
+// the server authenticated (anyone as the anonymous admin with
+// --insecure-open), the admins, and the server's users following every
+// change of the members.
+func (b *boundary) auth() handlers.AuthConfig {
+	return handlers.AuthConfig{Required: !b.insecureOpen, InsecureOpen: b.insecureOpen, Admins: b.admins,
+		OnMembersChanged: b.reload}
 }
 
 // startEmbedded starts the embedded NATS server closed: the service's
@@ -64,18 +86,17 @@ func startEmbedded(o serveOpts, store *projections.Store, logger *slog.Logger) (
 	if err != nil {
 		return nil, nil, err
 	}
-	b := &boundary{service: id, insecureOpen: o.insecureOpen,
+	b := &boundary{service: id, insecureOpen: o.insecureOpen, store: store, logger: logger,
 		admins: []access.Admin{{Name: "admin", PublicKey: pub}}}
 	cfg := embedded.Config{DataDir: o.data, Listen: o.listen, Logger: logger,
-		Accounts: access.ServerConfig(b.spec(store, logger))}
+		Accounts: access.ServerConfig(b.spec())}
 	if o.tlsCert != "" || o.tlsKey != "" || o.tlsCA != "" {
 		cfg.TLS = &embedded.TLSConfig{CertFile: o.tlsCert, KeyFile: o.tlsKey, CAFile: o.tlsCA}
 	}
-	srv, err := embedded.Start(cfg)
-	if err != nil {
+	if b.srv, err = embedded.Start(cfg); err != nil {
 		return nil, nil, fail(exitError, "embedded NATS: %v", err)
 	}
-	return srv, b, nil
+	return b.srv, b, nil
 }
 
 // openOffline starts the embedded server of a stopped `dwr serve`'s data

@@ -1,0 +1,110 @@
+package main
+
+import (
+	"fmt"
+	"io"
+	"slices"
+)
+
+// How a benchmark's service runs.
+const (
+	authClosed  = "closed"  // as dwr serve runs by default: accounts, credentials, roles
+	authOpen    = "open"    // an embedded server without accounts, every request the anonymous admin's
+	authCompare = "compare" // both, alternating in rounds
+)
+
+// authName returns the name of a service that is open or not.
+func authName(open bool) string {
+	if open {
+		return authOpen
+	}
+	return authClosed
+}
+
+// authOrder returns, for round r (from 0), whether each of the round's two
+// runs is open: closed then open in even rounds, open then closed in odd
+// ones, so that neither variant always runs first (A B, B A, A B, ...).
+func authOrder(r int) [2]bool {
+	if r%2 == 0 {
+		return [2]bool{false, true}
+	}
+	return [2]bool{true, false}
+}
+
+// figures are what the cost of authentication is computed from: one run's
+// throughput, latency and CPU per operation (or per chain).
+type figures struct {
+	perS, p50, p99, cpu float64
+}
+
+// ratioSet is one figure of the closed service divided by the open one's,
+// for each round (both measured in that round, one after the other), with
+// their median, minimum and maximum.
+type ratioSet struct {
+	Rounds []float64 `json:"rounds"`
+	Median float64   `json:"median"`
+	Min    float64   `json:"min"`
+	Max    float64   `json:"max"`
+}
+
+// authCost is what authentication costs at one load: the closed service's
+// figures divided by the open one's, round by round. Throughput below 1,
+// latency and CPU above 1, are the cost.
+type authCost struct {
+	Load string   `json:"load"`
+	PerS ratioSet `json:"per_s"`
+	P50  ratioSet `json:"p50"`
+	P99  ratioSet `json:"p99"`
+	CPU  ratioSet `json:"cpu"`
+}
+
+// costOf returns the cost of authentication at load from pairs of runs, one
+// pair per round: [0] closed, [1] open.
+func costOf(load string, pairs [][2]figures) authCost {
+	set := func(f func(figures) float64) ratioSet {
+		var s ratioSet
+		for _, p := range pairs {
+			if d := f(p[1]); d > 0 {
+				s.Rounds = append(s.Rounds, round2(f(p[0])/d))
+			}
+		}
+		if len(s.Rounds) == 0 {
+			return s
+		}
+		sorted := slices.Sorted(slices.Values(s.Rounds))
+		s.Min, s.Max = sorted[0], sorted[len(sorted)-1]
+		if n := len(sorted); n%2 == 1 {
+			s.Median = sorted[n/2]
+		} else {
+			s.Median = round2((sorted[n/2-1] + sorted[n/2]) / 2)
+		}
+		return s
+	}
+	return authCost{Load: load,
+		PerS: set(func(f figures) float64 { return f.perS }),
+		P50:  set(func(f figures) float64 { return f.p50 }),
+		P99:  set(func(f figures) float64 { return f.p99 }),
+		CPU:  set(func(f figures) float64 { return f.cpu })}
+}
+
+// printAuthCost prints the cost of authentication, one load a row: the
+// median ratio of each figure with its range over the rounds. perS and cpu
+// name the throughput and CPU columns.
+func printAuthCost(w io.Writer, perS, cpu string, costs []authCost) error {
+	if len(costs) == 0 {
+		return nil
+	}
+	rounds := len(costs[0].PerS.Rounds)
+	fmt.Fprintf(w, "\nthe cost of authentication: closed ÷ open, measured in the same round; median of %d rounds [min–max]\n", rounds)
+	cell := func(s ratioSet) string {
+		if len(s.Rounds) == 0 {
+			return "-"
+		}
+		return fmt.Sprintf("%.2f [%.2f–%.2f]", s.Median, s.Min, s.Max)
+	}
+	rows := make([][]string, len(costs))
+	for i, c := range costs {
+		rows[i] = []string{c.Load, cell(c.PerS), cell(c.P50), cell(c.P99), cell(c.CPU)}
+	}
+	return table(w, []string{"LOAD", perS, "P50", "P99", cpu}, rows)
+}

@@ -1,0 +1,168 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"path/filepath"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/dwr-run/dwr/domain"
+	"github.com/dwr-run/dwr/executors"
+	"github.com/dwr-run/dwr/handlers"
+	"github.com/dwr-run/dwr/handlers/embedded"
+	"github.com/dwr-run/dwr/projections"
+)
+
+// benchService is the whole dwr service in-process on a fresh embedded
+// server, for the benchmarks: closed as `dwr serve` runs it, or open.
+type benchService struct {
+	srv *embedded.Server
+	svc *handlers.Service
+	dir string
+	// admin is the admin's client of a closed service (nil when open): it
+	// adds the benchmark's participants as members.
+	admin *client
+	close func()
+}
+
+// startBenchService starts the service in dir and waits until it is ready.
+// Closed (open false), it is `dwr serve`'s default: the embedded server
+// started by startEmbedded with the service's and the clients' accounts, the
+// service on its own identity, identities required, and the admin
+// credential made in dir. Open, it is an embedded server without accounts,
+// where every connection shares one account and the service serves each
+// request as the anonymous admin: how the benchmarks ran before accounts.
+func startBenchService(ctx context.Context, dir string, open bool, progress io.Writer) (_ *benchService, err error) {
+	var cleanups []func()
+	cleanup := func() {
+		for i := len(cleanups) - 1; i >= 0; i-- {
+			cleanups[i]()
+		}
+	}
+	defer func() {
+		if err != nil {
+			cleanup()
+		}
+	}()
+	logger := slog.New(slog.NewTextHandler(progress, &slog.HandlerOptions{Level: slog.LevelError}))
+	// The views first, as dwr serve opens them: a closed server starts with
+	// the members they hold.
+	store, err := projections.Open(filepath.Join(dir, "views"), projections.Options{Logger: logger})
+	if err != nil {
+		return nil, err
+	}
+	cleanups = append(cleanups, func() { _ = store.Close() })
+	key, _, err := handlers.LoadLogKey(filepath.Join(dir, handlers.LogKeyFile), true)
+	if err != nil {
+		return nil, err
+	}
+	bs := &benchService{dir: dir}
+	var snc *nats.Conn
+	var bnd *boundary
+	cfg := handlers.Config{WriterID: "bench", LogKey: key, Logger: logger}
+	if open {
+		if bs.srv, err = startServer(dir, progress); err != nil {
+			return nil, err
+		}
+		cleanups = append(cleanups, bs.srv.Shutdown)
+		snc, err = bs.srv.Connect(nats.Name("dwr-bench-service"))
+	} else {
+		if bs.srv, bnd, err = startEmbedded(serveOpts{data: dir}, store, logger); err != nil {
+			return nil, err
+		}
+		cleanups = append(cleanups, bs.srv.Shutdown)
+		cfg.Auth = bnd.auth()
+		snc, err = bnd.connect("dwr-bench-service")
+	}
+	if err != nil {
+		return nil, err
+	}
+	cleanups = append(cleanups, snc.Close)
+	if bs.svc, err = handlers.New(snc, store, cfg); err != nil {
+		return nil, err
+	}
+	sctx, stop := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- bs.svc.Run(sctx) }()
+	cleanups = append(cleanups, func() {
+		stop()
+		if err := <-done; err != nil {
+			_, _ = fmt.Fprintf(progress, "bench: the service stopped with an error: %v\n", err)
+		}
+	})
+	select {
+	case <-bs.svc.Ready():
+	case err := <-done:
+		done <- nil // for the deferred wait
+		return nil, fmt.Errorf("service stopped before it was ready: %w", err)
+	case <-time.After(30 * time.Second):
+		return nil, errors.New("service not ready after 30s")
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+	if bnd != nil {
+		bnd.reload() // as dwr serve does once the views are caught up
+		admin := filepath.Join(dir, adminCredsFile)
+		bs.admin, err = newClient(&globals{workspace: "default", creds: admin}, 30*time.Second,
+			func(opts ...nats.Option) (*nats.Conn, error) {
+				return bs.connectCreds("dwr-bench-admin", admin, opts...)
+			})
+		if err != nil {
+			return nil, fmt.Errorf("connect as the admin: %w", err)
+		}
+		cleanups = append(cleanups, bs.admin.close)
+	}
+	bs.close = cleanup
+	return bs, nil
+}
+
+// connectCreds opens an in-process connection with a credential file, as
+// the SDK and the CLI connect: its nkey and inbox prefix.
+func (bs *benchService) connectCreds(name, file string, opts ...nats.Option) (*nats.Conn, error) {
+	creds, err := executors.Credentials(file)
+	if err != nil {
+		return nil, err
+	}
+	return bs.srv.Connect(append(append([]nats.Option{nats.Name(name)}, creds...), opts...)...)
+}
+
+// join opens a connection for one participant of a benchmark. On a closed
+// service, the admin first adds it to the default workspace as member name
+// with role (and an executor's queues) as `dwr users add` does, writing its
+// credential in the service's directory, and it connects with that
+// credential; on an open one it connects as anyone.
+func (bs *benchService) join(name string, role domain.Role, queues ...string) (*nats.Conn, error) {
+	if bs.admin == nil {
+		return bs.srv.Connect(nats.Name(name))
+	}
+	file := filepath.Join(bs.dir, name+".creds")
+	if _, _, err := addUser(bs.admin, name, role, queues, file, true, ""); err != nil {
+		return nil, fmt.Errorf("add %s as a member: %w", name, err)
+	}
+	return bs.connectCreds(name, file)
+}
+
+// joinClients opens n connections of client-role members named
+// prefix-0, prefix-1, ...
+func (bs *benchService) joinClients(prefix string, n int) ([]*nats.Conn, func(), error) {
+	conns := make([]*nats.Conn, 0, n)
+	closeAll := func() {
+		for _, nc := range conns {
+			nc.Close()
+		}
+	}
+	for i := range n {
+		nc, err := bs.join(fmt.Sprintf("%s-%d", prefix, i), domain.RoleClient)
+		if err != nil {
+			closeAll()
+			return nil, nil, err
+		}
+		conns = append(conns, nc)
+	}
+	return conns, closeAll, nil
+}

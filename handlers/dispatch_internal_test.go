@@ -1,0 +1,72 @@
+package handlers
+
+import (
+	"context"
+	"log/slog"
+	"sync/atomic"
+	"testing"
+
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/stretchr/testify/require"
+
+	"github.com/dwr-run/dwr/domain"
+	"github.com/dwr-run/dwr/handlers/embedded"
+)
+
+// countingJS counts the consumer creations and updates sent to JetStream.
+type countingJS struct {
+	jetstream.JetStream
+	writes atomic.Int64
+}
+
+func (c *countingJS) CreateConsumer(ctx context.Context, stream string, cfg jetstream.ConsumerConfig) (jetstream.Consumer, error) {
+	c.writes.Add(1)
+	return c.JetStream.CreateConsumer(ctx, stream, cfg)
+}
+
+func (c *countingJS) CreateOrUpdateConsumer(ctx context.Context, stream string, cfg jetstream.ConsumerConfig) (jetstream.Consumer, error) {
+	c.writes.Add(1)
+	return c.JetStream.CreateOrUpdateConsumer(ctx, stream, cfg)
+}
+
+// Dispatching a work item on a configured queue writes its consumer only
+// when its settings changed: an update writes and syncs the consumer's
+// metadata, which made every dispatch pay a file write, an fsync and a
+// rename. queue.configure still applies its settings every time.
+func TestDispatchWritesAQueuesConsumerOnlyWhenItsSettingsChange(t *testing.T) {
+	srv, err := embedded.Start(embedded.Config{DataDir: t.TempDir(), Logger: slog.New(slog.DiscardHandler)})
+	require.NoError(t, err)
+	t.Cleanup(srv.Shutdown)
+	nc, err := srv.Connect()
+	require.NoError(t, err)
+	t.Cleanup(nc.Close)
+	plain, err := jetstream.New(nc)
+	require.NoError(t, err)
+	js := &countingJS{JetStream: plain}
+	ctx := t.Context()
+	d, err := newDispatcher(ctx, js, Config{Prefix: "dwr", Replicas: 1, Logger: slog.New(slog.DiscardHandler)})
+	require.NoError(t, err)
+
+	for range 10 {
+		require.NoError(t, d.ensureQueueWith(ctx, "default", "q", nil))
+	}
+	require.EqualValues(t, 1, js.writes.Load(), "a queue never configured: its consumer is made once")
+
+	qc := &domain.QueueConfig{Name: "q", LeaseMS: 2000, MaxDeliver: 3}
+	for range 10 {
+		require.NoError(t, d.ensureQueueWith(ctx, "default", "q", qc))
+	}
+	require.EqualValues(t, 2, js.writes.Load(), "configured: its consumer is updated once")
+	cons, err := plain.Consumer(ctx, "DWR_WORK", "dwr-default-q")
+	require.NoError(t, err)
+	require.Equal(t, 3, cons.CachedInfo().Config.MaxDeliver)
+
+	changed := &domain.QueueConfig{Name: "q", LeaseMS: 4000, MaxDeliver: 3}
+	require.NoError(t, d.ensureQueueWith(ctx, "default", "q", changed))
+	require.NoError(t, d.ensureQueueWith(ctx, "default", "q", changed))
+	require.EqualValues(t, 3, js.writes.Load(), "changed settings are applied once")
+
+	require.NoError(t, d.ensureConsumer(ctx, "default", "q", changed))
+	require.EqualValues(t, 4, js.writes.Load(), "queue.configure applies its settings every time")
+
+}
