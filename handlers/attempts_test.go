@@ -46,10 +46,14 @@ func (b *bundle) peer(t *testing.T, actor string) *peer {
 	return p
 }
 
-// request sends a query or command on the peer's connection.
-func (p *peer) request(t *testing.T, subject string, body any) handlers.Response {
+// request sends a query or command on the peer's connection, with headers
+// h (none when nil).
+func (p *peer) request(t *testing.T, subject string, body any, h ...nats.Header) handlers.Response {
 	t.Helper()
 	m := nats.NewMsg(subject)
+	if len(h) > 0 {
+		m.Header = h[0]
+	}
 	var err error
 	m.Data, err = json.Marshal(body)
 	require.NoError(t, err)
@@ -64,18 +68,11 @@ func (p *peer) request(t *testing.T, subject string, body any) handlers.Response
 // empty) and returns the answer.
 func (p *peer) send(t *testing.T, name string, body any, cmdID string) handlers.Response {
 	t.Helper()
-	m := nats.NewMsg("dwr.cmd.default." + name)
+	h := nats.Header{}
 	if cmdID != "" {
-		m.Header.Set(handlers.HeaderCommandID, cmdID)
+		h.Set(handlers.HeaderCommandID, cmdID)
 	}
-	var err error
-	m.Data, err = json.Marshal(body)
-	require.NoError(t, err)
-	resp, err := p.nc.RequestMsg(m, 10*time.Second)
-	require.NoError(t, err)
-	var r handlers.Response
-	require.NoError(t, json.Unmarshal(resp.Data, &r), string(resp.Data))
-	return r
+	return p.request(t, "dwr.cmd.default."+name, body, h)
 }
 
 // claim claims task id and returns the reply, which must start an attempt

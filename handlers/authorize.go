@@ -4,8 +4,6 @@ import (
 	"encoding/json"
 	"fmt"
 
-	"github.com/nats-io/nats.go/micro"
-
 	"github.com/dwr-run/dwr/domain"
 	"github.com/dwr-run/dwr/eventstore"
 	"github.com/dwr-run/dwr/handlers/access"
@@ -53,10 +51,10 @@ func forbidden(format string, args ...any) *WireError {
 // authorize returns who sent req to workspace ws, or a forbidden error when
 // that identity may not send the command (kind "cmd") or query (kind "q")
 // named name there. Nothing is decoded from the body.
-func (s *Service) authorize(h micro.Headers, ws, kind, name string) (principal, *WireError) {
+func (s *Service) authorize(who sender, ws, kind, name string) (principal, *WireError) {
 	a := s.cfg.Auth
-	c, ok := callerOf(h)
-	if !ok {
+	c := who.Caller
+	if !who.known {
 		if a.Required {
 			return principal{}, forbidden("the request carries no identity: connect with a dwr credential (dwr --creds FILE, or DWR_CREDS)")
 		}

@@ -12,7 +12,8 @@ import (
 // reach one replica of several (the endpoints of all share a queue group).
 func (s *Service) ServeQuery(name, subject string, h nats.Header, body []byte) Response {
 	var r Response
-	_ = json.Unmarshal(s.handleQuery(name, &testRequest{subject: subject, h: h, body: body}), &r)
+	req := &testRequest{subject: subject, h: h, body: body}
+	_ = json.Unmarshal(s.handleQuery(name, req, senderOf(req.Headers())), &r)
 	return r
 }
 

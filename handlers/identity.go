@@ -38,5 +38,24 @@ func callerOf(h micro.Headers) (Caller, bool) {
 	return c, true
 }
 
-// key returns a string naming the caller, for per-caller limits.
-func (c Caller) key() string { return c.Account + "/" + c.User }
+// sender is a request's identity, decoded once when the request arrives:
+// the caller the server stamped on it, if any.
+type sender struct {
+	Caller
+	known bool // the request carried a server-stamped identity
+}
+
+// senderOf decodes the identity of a request with headers h.
+func senderOf(h micro.Headers) sender {
+	c, ok := callerOf(h)
+	return sender{Caller: c, known: ok}
+}
+
+// key names the sender for the per-caller limit: its account and user, or
+// "" — one caller — for every request without an identity.
+func (s sender) key() string {
+	if !s.known {
+		return ""
+	}
+	return s.Account + "/" + s.User
+}

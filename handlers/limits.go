@@ -84,21 +84,12 @@ func (a *admission) release(caller string, query bool) {
 	}
 }
 
-// callerKey names who sent a request, for the per-caller limit: the NATS
-// account and user the server stamped on it, or "" — one caller — for every
-// request without an identity.
-func callerKey(h micro.Headers) string {
-	if c, ok := callerOf(h); ok {
-		return c.key()
-	}
-	return ""
-}
-
 // async answers req from a goroutine, so that a waiting request does not
 // hold up the ones behind it on the same endpoint (and so batches form),
 // once admission lets it in; a request over a limit is refused at once.
-func (s *Service) async(req micro.Request, query bool, handle func() []byte) {
-	caller := callerKey(req.Headers())
+func (s *Service) async(req micro.Request, query bool, handle func(sender) []byte) {
+	who := senderOf(req.Headers()) // decoded once: admission and authorization share it
+	caller := who.key()
 	if refusal := s.admission.admit(caller, query); refusal != nil {
 		_ = req.Respond(refusal)
 		return
@@ -108,7 +99,7 @@ func (s *Service) async(req micro.Request, query bool, handle func() []byte) {
 		// sends its next request once answered finds it free.
 		reply := func() []byte {
 			defer s.admission.release(caller, query)
-			return handle()
+			return handle(who)
 		}()
 		if err := req.Respond(reply); err != nil {
 			s.cfg.Logger.Warn("handlers: a reply could not be sent", "subject", req.Subject(), "err", err)

@@ -45,7 +45,9 @@ func (s *Service) startQueries() (micro.Service, error) {
 		return nil, fmt.Errorf("handlers: query service: %w", err)
 	}
 	for _, name := range QueryNames {
-		h := func(req micro.Request) { s.async(req, true, func() []byte { return s.handleQuery(name, req) }) }
+		h := func(req micro.Request) {
+			s.async(req, true, func(who sender) []byte { return s.handleQuery(name, req, who) })
+		}
 		if err := svc.AddEndpoint("q_"+strings.ReplaceAll(name, ".", "_"), micro.HandlerFunc(h),
 			micro.WithEndpointSubject(s.cfg.Prefix+".q.*."+name)); err != nil {
 			_ = svc.Stop()
@@ -55,12 +57,12 @@ func (s *Service) startQueries() (micro.Service, error) {
 	return svc, nil
 }
 
-func (s *Service) handleQuery(name string, req micro.Request) []byte {
+func (s *Service) handleQuery(name string, req micro.Request, who sender) []byte {
 	ws := workspaceOf(req.Subject())
 	if !domain.ValidName(ws) {
 		return errResponse(&WireError{Code: string(domain.CodeInvalid), Message: fmt.Sprintf("workspace %q in the subject is not a valid name", ws)})
 	}
-	p, werr := s.authorize(req.Headers(), ws, "q", name)
+	p, werr := s.authorize(who, ws, "q", name)
 	if werr != nil {
 		return errResponse(werr)
 	}

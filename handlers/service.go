@@ -665,7 +665,9 @@ func (s *Service) startCommands() (micro.Service, error) {
 			continue
 		}
 		subject := s.cfg.Prefix + ".cmd.*." + name
-		h := func(req micro.Request) { s.async(req, false, func() []byte { return s.handleCommand(name, req) }) }
+		h := func(req micro.Request) {
+			s.async(req, false, func(who sender) []byte { return s.handleCommand(name, req, who) })
+		}
 		if err := svc.AddEndpoint(strings.ReplaceAll(name, ".", "_"), micro.HandlerFunc(h),
 			micro.WithEndpointSubject(subject)); err != nil {
 			_ = svc.Stop()
@@ -684,14 +686,14 @@ func workspaceOf(subject string) string {
 	return parts[2]
 }
 
-func (s *Service) handleCommand(name string, req micro.Request) []byte {
+func (s *Service) handleCommand(name string, req micro.Request, who sender) []byte {
 	ws := workspaceOf(req.Subject())
 	if !domain.ValidName(ws) {
 		return errResponse(&WireError{Code: string(domain.CodeInvalid),
 			Message: fmt.Sprintf("workspace %q in the subject is not a valid name", ws)})
 	}
 	h := req.Headers()
-	p, werr := s.authorize(h, ws, "cmd", name)
+	p, werr := s.authorize(who, ws, "cmd", name)
 	if werr != nil {
 		return errResponse(werr)
 	}

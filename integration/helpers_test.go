@@ -781,14 +781,9 @@ func jsonEqual(a, b []byte) bool {
 // directory (no TCP listener) and opens its log. Both are closed at cleanup.
 func openLog(t *testing.T, ctx context.Context, dataDir string, logs io.Writer) *eventstore.JetStreamLog {
 	t.Helper()
-	id, err := access.NewServiceIdentity()
-	require.NoError(t, err)
-	srv, err := embedded.Start(embedded.Config{DataDir: dataDir, Accounts: access.ServiceOnly(id),
-		Logger: slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelWarn}))})
+	srv, nc, err := access.OpenStopped(dataDir, slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelWarn})))
 	require.NoError(t, err)
 	t.Cleanup(srv.Shutdown)
-	nc, err := srv.Connect(nats.Name("integration-audit"), id.Option())
-	require.NoError(t, err)
 	t.Cleanup(nc.Close)
 	js, err := jetstream.New(nc)
 	require.NoError(t, err)

@@ -325,24 +325,10 @@ func ratios(rep *benchReport, levels []int) benchRatios {
 func benchAuthCost(rep *benchReport, levels []int) []authCost {
 	var out []authCost
 	for _, n := range levels {
-		var pairs [][2]figures
-		for r := 1; r <= rep.Rounds; r++ {
-			var p [2]figures
-			var got [2]bool
-			for _, c := range rep.Cells {
-				if c.Mode != modeGroup || c.Clients != n || c.Round != r {
-					continue
-				}
-				i := 0
-				if c.Auth == authOpen {
-					i = 1
-				}
-				p[i], got[i] = figures{perS: c.OpsPerSec, p50: c.P50, p99: c.P99, cpu: c.CPUPerOp}, true
-			}
-			if got[0] && got[1] {
-				pairs = append(pairs, p)
-			}
-		}
+		pairs := pairRounds(rep.Rounds, rep.Cells, func(c benchCell) (int, string, figures, bool) {
+			return c.Round, c.Auth, figures{perS: c.OpsPerSec, p50: c.P50, p99: c.P99, cpu: c.CPUPerOp},
+				c.Mode == modeGroup && c.Clients == n
+		})
 		load := fmt.Sprintf("%d clients", n)
 		if n == 1 {
 			load = "1 client"

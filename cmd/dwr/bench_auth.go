@@ -108,3 +108,29 @@ func printAuthCost(w io.Writer, perS, cpu string, costs []authCost) error {
 	}
 	return table(w, []string{"LOAD", perS, "P50", "P99", cpu}, rows)
 }
+
+// pairRounds pairs, round by round, the closed and the open figures of the
+// cells that match (pick's last result): [0] closed, [1] open. A round
+// missing either is left out.
+func pairRounds[C any](rounds int, cells []C, pick func(C) (round int, auth string, f figures, match bool)) [][2]figures {
+	var pairs [][2]figures
+	for r := 1; r <= rounds; r++ {
+		var p [2]figures
+		var got [2]bool
+		for _, c := range cells {
+			round, auth, f, match := pick(c)
+			if !match || round != r {
+				continue
+			}
+			i := 0
+			if auth == authOpen {
+				i = 1
+			}
+			p[i], got[i] = f, true
+		}
+		if got[0] && got[1] {
+			pairs = append(pairs, p)
+		}
+	}
+	return pairs
+}

@@ -229,24 +229,10 @@ func chainAuthCost(rep *chainReport) []authCost {
 			continue
 		}
 		seen[kind] = true
-		var pairs [][2]figures
-		for r := 1; r <= rep.Rounds; r++ {
-			var p [2]figures
-			var got [2]bool
-			for _, d := range rep.Cells {
-				if d.Chains != c.Chains || d.OneAtATime != c.OneAtATime || d.Round != r {
-					continue
-				}
-				i := 0
-				if d.Auth == authOpen {
-					i = 1
-				}
-				p[i], got[i] = figures{perS: d.ChainsPerS, p50: d.P50ms, p99: d.P99ms, cpu: d.CPUmsPerRun}, true
-			}
-			if got[0] && got[1] {
-				pairs = append(pairs, p)
-			}
-		}
+		pairs := pairRounds(rep.Rounds, rep.Cells, func(d chainCell) (int, string, figures, bool) {
+			return d.Round, d.Auth, figures{perS: d.ChainsPerS, p50: d.P50ms, p99: d.P99ms, cpu: d.CPUmsPerRun},
+				d.Chains == c.Chains && d.OneAtATime == c.OneAtATime
+		})
 		label := fmt.Sprintf("N=%d", c.Chains)
 		if c.OneAtATime {
 			label = fmt.Sprintf("N=%d one at a time", c.Chains)

@@ -2,8 +2,6 @@ package main
 
 import (
 	"log/slog"
-	"os"
-	"path/filepath"
 
 	"github.com/nats-io/nats.go"
 
@@ -103,25 +101,9 @@ func startEmbedded(o serveOpts, store *projections.Store, logger *slog.Logger) (
 // directory for maintenance, without a listener, and connects as the
 // service.
 func openOffline(data string, logger *slog.Logger) (*embedded.Server, *nats.Conn, error) {
-	id, err := access.NewServiceIdentity()
-	if err != nil {
-		return nil, nil, err
-	}
-	cfg := embedded.Config{DataDir: data, Accounts: access.ServiceOnly(id), Logger: logger}
-	opts := []nats.Option{nats.Name("dwr-admin"), id.Option()}
-	if _, err := os.Stat(filepath.Join(data, "nats", "jetstream", "$G", "streams")); err == nil {
-		// Written without accounts (before them, or by a test's open
-		// server): read it as it is, and leave moving it to dwr serve.
-		cfg.Accounts, opts = "", opts[:1]
-	}
-	srv, err := embedded.Start(cfg)
+	srv, nc, err := access.OpenStopped(data, logger)
 	if err != nil {
 		return nil, nil, fail(exitError, "open the log in %s: %v (is `dwr serve` still running on it?)", data, err)
-	}
-	nc, err := srv.Connect(opts...)
-	if err != nil {
-		srv.Shutdown()
-		return nil, nil, fail(exitError, "%v", err)
 	}
 	return srv, nc, nil
 }

@@ -127,25 +127,11 @@ func (s *Service) Connect(t testing.TB, kp nkeys.KeyPair, name string) (*nats.Co
 // cleanup.
 func OpenStopped(t testing.TB, dir string) (*embedded.Server, *nats.Conn) {
 	t.Helper()
-	cfg := embedded.Config{DataDir: dir, Logger: Logger()}
-	var opts []nats.Option
-	if _, err := os.Stat(filepath.Join(dir, "nats", "jetstream", access.ServiceAccount)); err == nil {
-		id, err := access.NewServiceIdentity()
-		if err != nil {
-			t.Fatal(err)
-		}
-		cfg.Accounts = access.ServiceOnly(id)
-		opts = append(opts, id.Option())
-	}
-	srv, err := embedded.Start(cfg)
+	srv, nc, err := access.OpenStopped(dir, Logger())
 	if err != nil {
 		t.Fatalf("servicetest: open the stopped service's NATS: %v", err)
 	}
 	t.Cleanup(srv.Shutdown)
-	nc, err := srv.Connect(opts...)
-	if err != nil {
-		t.Fatalf("servicetest: connect: %v", err)
-	}
 	t.Cleanup(nc.Close)
 	return srv, nc
 }

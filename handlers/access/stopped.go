@@ -1,0 +1,42 @@
+package access
+
+import (
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/dwr-run/dwr/handlers/embedded"
+)
+
+// OpenStopped starts the embedded NATS server of a stopped service's data
+// directory, without a listener, and connects as the service: in
+// ServiceAccount, where a closed service keeps its streams, or as they are
+// for data written without accounts (before them, or by an open test
+// server; dwr serve moves those, see MigrateStore). It is for maintenance
+// and tests that read or change the streams. On error nothing is left
+// running.
+func OpenStopped(dataDir string, logger *slog.Logger) (*embedded.Server, *nats.Conn, error) {
+	cfg := embedded.Config{DataDir: dataDir, Logger: logger}
+	opts := []nats.Option{nats.Name("dwr-maintenance")}
+	if _, err := os.Stat(filepath.Join(dataDir, "nats", "jetstream", "$G", "streams")); err != nil {
+		id, err := NewServiceIdentity()
+		if err != nil {
+			return nil, nil, err
+		}
+		cfg.Accounts = ServiceOnly(id)
+		opts = append(opts, id.Option())
+	}
+	srv, err := embedded.Start(cfg)
+	if err != nil {
+		return nil, nil, err
+	}
+	nc, err := srv.Connect(opts...)
+	if err != nil {
+		srv.Shutdown()
+		return nil, nil, fmt.Errorf("access: connect as the service: %w", err)
+	}
+	return srv, nc, nil
+}
