@@ -177,7 +177,12 @@ func ServerConfig(s Spec) string {
 	w("  }\n")
 	w("  %s {\n", ClientAccount)
 	w("    users: [\n")
-	ids := append([]Identity(nil), s.Identities...)
+	// A member may never take the service's own key: a workspace admin who
+	// added it would make every later configuration invalid (one nkey in two
+	// accounts), and so stop the server's users from following revocations.
+	ids := slices.DeleteFunc(append([]Identity(nil), s.Identities...), func(id Identity) bool {
+		return slices.Contains(s.ServiceKeys, id.PublicKey)
+	})
 	sort.Slice(ids, func(i, j int) bool { return ids[i].PublicKey < ids[j].PublicKey })
 	for _, id := range ids {
 		perm := PermissionsOf(p, id)

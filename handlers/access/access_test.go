@@ -79,3 +79,19 @@ func TestInsecureOpenKeepsTheServiceSubjects(t *testing.T) {
 		t.Fatal("$JS.API was not refused")
 	}
 }
+
+// A member added under the service's own key (by a hostile workspace admin
+// who learnt it) is left out of the configuration, which stays valid: the
+// server's users keep following additions and revocations.
+func TestAMemberCannotTakeTheServiceKey(t *testing.T) {
+	svc := userKey(t)
+	spec := access.Spec{ServiceKeys: []string{svc}, Identities: []access.Identity{
+		{Name: "admin", PublicKey: userKey(t), Grants: []access.Grant{{Workspace: access.AllWorkspaces, Role: domain.RoleAdmin}}},
+		{Name: "evil@acme", PublicKey: svc, Grants: []access.Grant{{Workspace: "acme", Role: domain.RoleClient}}},
+	}}
+	conf := access.ServerConfig(spec)
+	require.NotContains(t, conf, "evil@acme")
+	srv, err := embedded.Start(embedded.Config{DataDir: t.TempDir(), Accounts: conf})
+	require.NoError(t, err, conf)
+	srv.Shutdown()
+}
