@@ -1,10 +1,12 @@
 package handlers_test
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -13,6 +15,15 @@ import (
 	"github.com/dwr-run/dwr/handlers/servicetest"
 	"github.com/dwr-run/dwr/projections"
 )
+
+// applied waits until the views have applied the record at seq, so that what
+// the test reads next includes it.
+func (b *bundle) applied(t *testing.T, seq uint64) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	require.NoError(t, b.store.WaitFor(ctx, seq), "the views apply record %d", seq)
+}
 
 // listAll sends list query name with q, then again with after set to each
 // reply's next until a reply has none, and returns the items of every page
@@ -82,6 +93,7 @@ func TestTaskListPagesThroughEveryTask(t *testing.T) {
 			_, seq = b.mustCommand(t, "task.claim", map[string]any{"task_id": pt.TaskID, "executor": "e"})
 		}
 	}
+	b.applied(t, seq)
 	want, err := b.store.ListTasks("default", projections.TaskFilter{})
 	require.NoError(t, err)
 	require.Len(t, want, n)
@@ -153,9 +165,11 @@ func TestListQueriesPage(t *testing.T) {
 	worked, _ := b.mustCommand(t, "task.create", map[string]any{"spec": map[string]any{"queue": "q"}})
 	task := worked.ID
 	b.mustCommand(t, "task.claim", map[string]any{"task_id": task, "executor": "e"})
+	var seq uint64
 	for i := range 4 {
-		b.mustCommand(t, "task.checkpoint", map[string]any{"task_id": task, "attempt": 1, "checkpoint": i})
+		_, seq = b.mustCommand(t, "task.checkpoint", map[string]any{"task_id": task, "attempt": 1, "checkpoint": i})
 	}
+	b.applied(t, seq)
 
 	for _, c := range []struct {
 		name string
