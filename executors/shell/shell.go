@@ -1,4 +1,4 @@
-package main
+package shell
 
 import (
 	"bytes"
@@ -11,183 +11,75 @@ import (
 	"math"
 	"os"
 	"os/exec"
-	"os/signal"
+	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
 	"syscall"
 	"time"
 
-	"github.com/nats-io/nats.go"
-	"github.com/spf13/cobra"
-
-	"github.com/dwr-run/dwr/domain"
 	"github.com/dwr-run/dwr/executors"
 )
 
-// Limits and signals of `dwr worker`'s commands.
+// Limits, exit statuses and environment variables of a command.
 const (
-	maxStdout      = 256 << 10       // the result: at most 256 KiB of stdout
-	maxStderrTail  = 4 << 10         // the error message: the last 4 KiB of stderr
-	killGrace      = 5 * time.Second // SIGTERM, then SIGKILL this much later
-	pipeGrace      = 5 * time.Second // how long output is read after the command's group is gone
-	exitPermanent  = 100             // the exit status of a failure that must not be retried
-	exitWait       = 101             // the exit status of a command that parks its task on what DWR_WAIT_FILE says
-	maxWaitFile    = 256 << 10       // the wait file: at most 256 KiB
-	envCheckpoint  = "DWR_CHECKPOINT_FILE"
-	envWaitFile    = "DWR_WAIT_FILE"
-	envPriorJSON   = "DWR_PRIOR_ATTEMPTS"
-	workerConnName = "dwr-worker"
+	MaxStdout     = 256 << 10       // the result: at most 256 KiB of stdout
+	MaxStderrTail = 4 << 10         // the error message: the last 4 KiB of stderr
+	KillGrace     = 5 * time.Second // SIGTERM, then SIGKILL this much later
+	ExitPermanent = 100             // the exit status of a failure that must not be retried
+	ExitWait      = 101             // the exit status of a command that parks its task on what DWR_WAIT_FILE says
+	MaxWaitFile   = 256 << 10       // the wait file: at most 256 KiB
+
+	EnvCheckpointFile = "DWR_CHECKPOINT_FILE" // the file that holds the last checkpoint, and takes a new one
+	EnvWaitFile       = "DWR_WAIT_FILE"       // the file a command writes what it waits for in
+	EnvPriorAttempts  = "DWR_PRIOR_ATTEMPTS"  // the earlier attempts, JSON
+
+	pipeGrace = 5 * time.Second // how long output is read after the command's group is gone
 )
 
-// workerOpts are the flags of `dwr worker`.
-type workerOpts struct {
-	queue, executor, version, logLevel string
-	concurrency, maxDeliver            int
-	lease, drainTimeout                time.Duration
-	verify, reconfigure                bool
+// Options adjust a Command; the zero value is the defaults.
+type Options struct {
+	// Lease is the lease of the worker that runs the command: the
+	// checkpoint file is read every Lease/3 while the command runs.
+	// Default executors.DefaultLease.
+	Lease time.Duration
+	// Logger receives what the executor has to say about a command: a
+	// checkpoint file that does not hold JSON, a command it stops.
+	// Default: discarded.
+	Logger *slog.Logger
 }
 
-func workerCmd(g *globals) *cobra.Command {
-	var o workerOpts
-	cmd := &cobra.Command{
-		Use:   "worker --queue Q [flags] -- COMMAND [ARGS...]",
-		Short: "run COMMAND for every task of a queue: an executor made of any program",
-		Long: `dwr worker takes the work items of one queue and runs COMMAND once per attempt.
-
-The command gets the task's input (JSON) on stdin and, in its environment:
-  DWR_TASK_ID, DWR_ATTEMPT, DWR_OPERATION_KEY (the same for every attempt: key
-  your side effects by it), DWR_WORKSPACE, DWR_QUEUE, DWR_DEADLINE (RFC 3339,
-  when the task has a timeout), DWR_SIGNAL (the signal that resumed the task,
-  JSON {"name", "payload"}, when there is one), DWR_APPROVAL (the latest
-  decision on the task's approvals — the one that resumed it — JSON
-  {"approval_id", "action_digest", "action", "response", "comment",
-  "approver", "role", "decided_at"}, when there is one), DWR_VERIFICATIONS
-  (the FAIL verdicts of earlier results with their evidence, JSON, when there
-  are any),
-  DWR_PRIOR_ATTEMPTS (the earlier attempts, JSON;
-  without their results if those would make it longer than 64 KiB),
-  DWR_CHECKPOINT_FILE (holds the last checkpoint, empty for none: write JSON to
-  it to save a new one; it is read every lease/3 and when the command exits),
-  DWR_WAIT_FILE (an empty file: to wait, see below).
-
-What it prints on stdout (at most 256 KiB) is the result: as JSON when it
-parses, else as a JSON string. Exit 0 succeeds; exit 100 fails the task at
-once; exit 101 parks the task (below); any other exit status or a signal
-fails the attempt, retried per the task's retry policy, with the end of
-stderr as the error message.
-
-To wait without holding a process, a command writes one JSON object to
-DWR_WAIT_FILE (at most 256 KiB) and exits 101:
-  {"until": "2026-12-01T09:00:00Z"} or {"after": "10m"}
-      sleep durably until that time (after: a duration, or seconds);
-  {"signal": "payment-settled"}
-      wait for that signal (dwr signal TASK NAME --data JSON);
-  {"approval": {"action": {...}, "summary": "...", "basis": {...},
-   "role": "ops", "responses": ["approve", "reject", "revise"],
-   "expires_in": "1h", "on_expiry": "reject", "branches": {...},
-   "escalate_to": "..."}}
-      ask a person to approve the exact action (only "action" is required;
-      dwr approvals list, dwr approve APPROVAL).
-The attempt ends parked and the worker is free; save in DWR_CHECKPOINT_FILE
-what the next run needs. When the time comes, the signal arrives or the
-approval is decided, a new attempt runs the command again: it reads
-DWR_SIGNAL (the signal and its payload) or DWR_APPROVAL (the decision: its
-"response", and "action" and "action_digest", the action decided on) and
-acts on it. So a script checks DWR_APPROVAL before it asks: asking again
-for an action that is already decided fails the task (it would loop). An
-empty or invalid wait file fails the task too, naming the problem. A
-verifier (--verify) cannot wait.
-
-The command runs in its own process group. When the task is cancelled, the
-attempt loses its lease or passes its deadline, or the worker stops past its
-drain timeout, the group gets SIGTERM, then SIGKILL 5s later.
-
-SIGINT or SIGTERM stops the worker: it takes no more work and lets running
-commands finish for up to --drain-timeout.`,
-		Args: cobra.MinimumNArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			ctx, stop := signal.NotifyContext(cmd.Context(), syscall.SIGINT, syscall.SIGTERM)
-			defer stop()
-			return runWorker(ctx, g, o, args, cmd.ErrOrStderr())
-		},
+// New returns the executor that runs argv (a program and its arguments,
+// found in $PATH as exec.Command finds it) once per job. It returns an
+// error when argv is empty.
+func New(argv []string, o Options) (*Command, error) {
+	if len(argv) == 0 {
+		return nil, errors.New("shell: no command to run")
 	}
-	f := cmd.Flags()
-	f.SetInterspersed(false) // everything after COMMAND is its own
-	f.StringVar(&o.queue, "queue", "", "the work queue to take tasks from (required)")
-	f.IntVar(&o.concurrency, "concurrency", executors.DefaultConcurrency, "commands run at once")
-	f.DurationVar(&o.lease, "lease", executors.DefaultLease, "how long a task stays with this worker without a heartbeat (renewed every lease/3)")
-	f.IntVar(&o.maxDeliver, "max-deliver", executors.DefaultMaxDeliver, "deliveries of a work item before it is quarantined and its task failed")
-	f.BoolVar(&o.reconfigure, "reconfigure", false, "make --lease and --max-deliver the queue's (they are shared by every worker of the queue; without this flag, a worker uses the queue's)")
-	f.StringVar(&o.executor, "executor", "", "this worker's name in the attempts it runs (default <hostname>-<pid>)")
-	f.StringVar(&o.version, "executor-version", "", "the version recorded with every attempt")
-	f.DurationVar(&o.drainTimeout, "drain-timeout", executors.DefaultDrainTimeout, "how long running commands may finish after SIGINT or SIGTERM")
-	f.StringVar(&o.logLevel, "log-level", "info", "debug, info, warn or error")
-	f.BoolVar(&o.verify, "verify", false, "be a verifier: COMMAND gets the attempt's result on stdin and prints {\"outcome\": \"PASS\"|\"FAIL\"|\"INCONCLUSIVE\", \"evidence\": ...}")
-	return cmd
+	if o.Lease <= 0 {
+		o.Lease = executors.DefaultLease
+	}
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.DiscardHandler)
+	}
+	return &Command{argv: slices.Clone(argv), lease: o.Lease, logger: o.Logger}, nil
 }
 
-// runWorker runs the worker until ctx ends.
-func runWorker(ctx context.Context, g *globals, o workerOpts, argv []string, stderr io.Writer) error {
-	logger, err := newLogger(stderr, o.logLevel)
-	if err != nil {
-		return err
-	}
-	if o.queue == "" {
-		return fail(exitInvalid, "--queue is required")
-	}
-	// Reconnect forever, also when the service is not up yet: a worker
-	// outlives restarts of the service and of NATS.
-	// A worker rides out restarts: its identity may be let in again only
-	// once the restarted service has read its members.
-	nc, err := g.dial(workerConnName, nats.MaxReconnects(-1), nats.IgnoreAuthErrorAbort(),
-		nats.ReconnectWait(250*time.Millisecond), nats.RetryOnFailedConnect(true),
-		nats.DisconnectErrHandler(func(_ *nats.Conn, err error) {
-			logger.Warn("dwr worker: disconnected from NATS; reconnecting", "err", err)
-		}),
-		nats.ReconnectHandler(func(nc *nats.Conn) { logger.Info("dwr worker: reconnected", "url", nc.ConnectedUrl()) }),
-		nats.ConnectHandler(func(nc *nats.Conn) { logger.Info("dwr worker: connected", "url", nc.ConnectedUrl()) }))
-	var ce *cliError
-	if errors.As(err, &ce) {
-		return err
-	} else if err != nil {
-		return fail(exitUnavailable, "cannot connect to NATS at %s: %v", g.server, err)
-	}
-	defer nc.Close()
-	if !nc.IsConnected() {
-		logger.Warn("dwr worker: NATS is not reachable yet; retrying until it is", "server", g.server)
-	}
-	x := &commandExecutor{argv: argv, lease: o.lease, logger: logger}
-	cfg := executors.Config{Conn: nc, Workspace: g.workspace, Queue: o.queue,
-		Executor: o.executor, Version: o.version, Concurrency: o.concurrency, Lease: o.lease,
-		MaxDeliver: o.maxDeliver, Reconfigure: o.reconfigure, DrainTimeout: o.drainTimeout, Logger: logger}
-	var w *executors.Worker
-	if o.verify {
-		w, err = executors.NewVerifier(cfg, x.verify)
-	} else {
-		w, err = executors.NewWorker(cfg, x.handle)
-	}
-	if err != nil {
-		return fail(exitInvalid, "%v", err)
-	}
-	if err := w.Run(ctx); err != nil {
-		return fail(exitUnavailable, "%v", err)
-	}
-	return nil
-}
-
-// commandExecutor runs a command per job.
-type commandExecutor struct {
+// Command runs a program per job: its Handle is an executors.Handler, its
+// Verify an executors.VerifyHandler. It is safe for concurrent use: every
+// job runs its own process.
+type Command struct {
 	argv   []string
 	lease  time.Duration
 	logger *slog.Logger
 }
 
-// verify runs the command as a verifier: the attempt's result on stdin, the
+// Verify runs the command as a verifier: the attempt's result on stdin, the
 // verdict on stdout ({"outcome": "PASS"|"FAIL"|"INCONCLUSIVE", "evidence": ...}).
 // A command that fails or prints no verdict leaves the item to be delivered
-// again (and, past --max-deliver, quarantined).
-func (x *commandExecutor) verify(ctx context.Context, c *executors.Check) (executors.Verdict, error) {
+// again (and, past the queue's MaxDeliver, quarantined).
+func (x *Command) Verify(ctx context.Context, c *executors.Check) (executors.Verdict, error) {
 	job := executors.NewJob(executors.Job{TaskID: c.TaskID, Workspace: c.Workspace, Queue: c.Queue, GoalID: c.GoalID,
 		Key: c.Key, Title: c.Title, Attempt: c.Attempt, Input: c.Result, PriorAttempts: c.PriorAttempts}, nil)
 	res, err := x.run(ctx, job, false)
@@ -210,14 +102,14 @@ func (x *commandExecutor) verify(ctx context.Context, c *executors.Check) (execu
 	return executors.Verdict{Outcome: v.Outcome, Evidence: evidence, EvidenceRefs: v.EvidenceRefs}, nil
 }
 
-// handle runs the command for job: see workerCmd's help for the contract.
-func (x *commandExecutor) handle(ctx context.Context, job *executors.Job) (executors.Result, error) {
+// Handle runs the command for job, as Contract says.
+func (x *Command) Handle(ctx context.Context, job *executors.Job) (executors.Result, error) {
 	return x.run(ctx, job, true)
 }
 
 // run runs the command for job; a command may wait (exit 101) when waits
 // is set.
-func (x *commandExecutor) run(ctx context.Context, job *executors.Job, waits bool) (executors.Result, error) {
+func (x *Command) run(ctx context.Context, job *executors.Job, waits bool) (executors.Result, error) {
 	files, err := newJobFiles(job, waits)
 	if err != nil {
 		return executors.Result{}, fmt.Errorf("prepare the command's files: %w", err)
@@ -249,7 +141,7 @@ func (x *commandExecutor) run(ctx context.Context, job *executors.Job, waits boo
 		return executors.Result{}, executors.Failure{Code: "start_failed", Message: err.Error(), Retryable: true}
 	}
 	pgid := cmd.Process.Pid
-	stdout, stderrTail := &capped{max: maxStdout}, &tail{max: maxStderrTail}
+	stdout, stderrTail := &capped{max: MaxStdout}, &tail{max: MaxStderrTail}
 	var readers sync.WaitGroup
 	readers.Go(func() { _, _ = io.Copy(stdout, outR) })
 	readers.Go(func() { _, _ = io.Copy(stderrTail, errR) })
@@ -278,7 +170,7 @@ func (x *commandExecutor) run(ctx context.Context, job *executors.Job, waits boo
 
 	if ctx.Err() == nil {
 		cp.sync(ctx) // the checkpoint written last, before the report
-		if waits && cmd.ProcessState != nil && cmd.ProcessState.ExitCode() == exitWait {
+		if waits && cmd.ProcessState != nil && cmd.ProcessState.ExitCode() == ExitWait {
 			return x.park(ctx, job, files.wait, time.Now())
 		}
 	}
@@ -287,7 +179,7 @@ func (x *commandExecutor) run(ctx context.Context, job *executors.Job, waits boo
 
 // supervise saves the checkpoint file when it changes, every lease/3, and
 // stops the command's group when ctx ends: SIGTERM, then SIGKILL.
-func (x *commandExecutor) supervise(ctx context.Context, pgid int, cp *checkpointFile, exited <-chan struct{}) {
+func (x *Command) supervise(ctx context.Context, pgid int, cp *checkpointFile, exited <-chan struct{}) {
 	tick := time.NewTicker(x.lease / 3)
 	defer tick.Stop()
 	done := ctx.Done()
@@ -305,7 +197,7 @@ func (x *commandExecutor) supervise(ctx context.Context, pgid int, cp *checkpoin
 			x.logger.Info("dwr worker: stopping the command", "task", cp.job.TaskID, "attempt", cp.job.Attempt,
 				"why", context.Cause(ctx))
 			_ = syscall.Kill(-pgid, syscall.SIGTERM)
-			t := time.NewTimer(killGrace)
+			t := time.NewTimer(KillGrace)
 			defer t.Stop()
 			kill = t.C
 		case <-kill:
@@ -316,7 +208,7 @@ func (x *commandExecutor) supervise(ctx context.Context, pgid int, cp *checkpoin
 }
 
 // result turns how the command ended into the job's result or error.
-func (x *commandExecutor) result(ctx context.Context, st *os.ProcessState, waitErr error, stdout *capped, stderr *tail) (executors.Result, error) {
+func (x *Command) result(ctx context.Context, st *os.ProcessState, waitErr error, stdout *capped, stderr *tail) (executors.Result, error) {
 	if st == nil {
 		return executors.Result{}, fmt.Errorf("the command did not run: %v", waitErr)
 	}
@@ -326,7 +218,7 @@ func (x *commandExecutor) result(ctx context.Context, st *os.ProcessState, waitE
 	if st.Success() {
 		if stdout.over {
 			return executors.Result{}, executors.Failure{Code: executors.CodeInvalidResult,
-				Message: fmt.Sprintf("the command printed more than %d bytes on stdout; store large results as artifacts", maxStdout)}
+				Message: fmt.Sprintf("the command printed more than %d bytes on stdout; store large results as artifacts", MaxStdout)}
 		}
 		return executors.Result{Output: outputOf(stdout.Bytes())}, nil
 	}
@@ -342,7 +234,7 @@ func (x *commandExecutor) result(ctx context.Context, st *os.ProcessState, waitE
 		msg = "exit status " + strconv.Itoa(st.ExitCode())
 	}
 	return executors.Result{}, executors.Failure{Code: "exit_" + strconv.Itoa(st.ExitCode()), Message: msg,
-		Retryable: st.ExitCode() != exitPermanent}
+		Retryable: st.ExitCode() != ExitPermanent}
 }
 
 // outputOf returns stdout as the result: itself when it is JSON, else a JSON
@@ -391,7 +283,7 @@ func jobEnv(job *executors.Job, checkpoint, waitFile string) []string {
 	prior := priorJSON(job.PriorAttempts)
 	env := []string{"DWR_TASK_ID=" + job.TaskID, "DWR_ATTEMPT=" + strconv.Itoa(job.Attempt),
 		"DWR_OPERATION_KEY=" + job.OperationKey, "DWR_WORKSPACE=" + job.Workspace, "DWR_QUEUE=" + job.Queue,
-		envCheckpoint + "=" + checkpoint, envWaitFile + "=" + waitFile, envPriorJSON + "=" + string(prior), "DWR_DEADLINE="}
+		EnvCheckpointFile + "=" + checkpoint, EnvWaitFile + "=" + waitFile, EnvPriorAttempts + "=" + string(prior), "DWR_DEADLINE="}
 	if !job.Deadline.IsZero() {
 		env[len(env)-1] += job.Deadline.UTC().Format(time.RFC3339Nano)
 	}
@@ -550,9 +442,13 @@ func (t *tail) String() string { return strings.ToValidUTF8(string(t.buf), "") }
 
 // Error codes of a command's wait (exit 101) that cannot be honoured.
 const (
-	codeInvalidWait  = "invalid_wait"             // the wait file is empty or does not say what to wait for
-	codeAlreadyAsked = "approval_already_decided" // an approval asked again for an action already decided
+	CodeInvalidWait     = "invalid_wait"             // the wait file is empty or does not say what to wait for
+	CodeApprovalDecided = "approval_already_decided" // an approval asked again for an action already decided
 )
+
+// signalName is what a signal's name may be: the wire contract's "Key"
+// (schemas/common.json), which the service checks again.
+var signalName = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$`)
 
 // waitForms says what a wait file may hold: the end of every message about
 // one that does not.
@@ -594,10 +490,10 @@ type waitApproval struct {
 func parseWaitFile(b []byte, now time.Time) (waitRequest, error) {
 	t := bytes.TrimSpace(b)
 	if len(t) == 0 {
-		return waitRequest{}, fmt.Errorf("%s is empty", envWaitFile)
+		return waitRequest{}, fmt.Errorf("%s is empty", EnvWaitFile)
 	}
 	holds := func(format string, args ...any) error {
-		return fmt.Errorf("%s holds %q: %s", envWaitFile, short(strings.ToValidUTF8(string(t), "\uFFFD"), 200), fmt.Sprintf(format, args...))
+		return fmt.Errorf("%s holds %q: %s", EnvWaitFile, short(strings.ToValidUTF8(string(t), "\uFFFD"), 200), fmt.Sprintf(format, args...))
 	}
 	dec := json.NewDecoder(bytes.NewReader(t))
 	dec.DisallowUnknownFields()
@@ -628,7 +524,7 @@ func parseWaitFile(b []byte, now time.Time) (waitRequest, error) {
 		}
 		return waitRequest{until: at.UTC()}, nil
 	case f.Signal != nil:
-		if !domain.ValidKey(*f.Signal) {
+		if !signalName.MatchString(*f.Signal) {
 			return waitRequest{}, holds(`"signal" is not a valid signal name: letters, digits, '_', '.' and '-', starting with a letter or digit, at most 128`)
 		}
 		return waitRequest{signal: *f.Signal}, nil
@@ -688,19 +584,19 @@ func isNull(raw json.RawMessage) bool {
 }
 
 // readWaitFile returns the wait file's content, refusing more than
-// maxWaitFile bytes.
+// MaxWaitFile bytes.
 func readWaitFile(path string) ([]byte, error) {
 	f, err := os.Open(path) //nolint:gosec // G304: the worker's own temporary file
 	if err != nil {
-		return nil, fmt.Errorf("cannot read %s: %v", envWaitFile, err)
+		return nil, fmt.Errorf("cannot read %s: %v", EnvWaitFile, err)
 	}
 	defer func() { _ = f.Close() }()
-	b, err := io.ReadAll(io.LimitReader(f, maxWaitFile+1))
+	b, err := io.ReadAll(io.LimitReader(f, MaxWaitFile+1))
 	switch {
 	case err != nil:
-		return nil, fmt.Errorf("cannot read %s: %v", envWaitFile, err)
-	case len(b) > maxWaitFile:
-		return nil, fmt.Errorf("%s holds more than %d bytes", envWaitFile, maxWaitFile)
+		return nil, fmt.Errorf("cannot read %s: %v", EnvWaitFile, err)
+	case len(b) > MaxWaitFile:
+		return nil, fmt.Errorf("%s holds more than %d bytes", EnvWaitFile, MaxWaitFile)
 	}
 	return b, nil
 }
@@ -709,15 +605,15 @@ func readWaitFile(path string) ([]byte, error) {
 // waits for a signal, or asks for an approval, as the wait file at path
 // says. A wait file that does not say fails the task, not retried: the
 // command would only ask the same again.
-func (x *commandExecutor) park(ctx context.Context, job *executors.Job, path string, now time.Time) (executors.Result, error) {
+func (x *Command) park(ctx context.Context, job *executors.Job, path string, now time.Time) (executors.Result, error) {
 	b, err := readWaitFile(path)
 	var w waitRequest
 	if err == nil {
 		w, err = parseWaitFile(b, now)
 	}
 	if err != nil {
-		return executors.Result{}, executors.Failure{Code: codeInvalidWait,
-			Message: "the command exited " + strconv.Itoa(exitWait) + " to wait, but " + err.Error() + "; " + waitForms}
+		return executors.Result{}, executors.Failure{Code: CodeInvalidWait,
+			Message: "the command exited " + strconv.Itoa(ExitWait) + " to wait, but " + err.Error() + "; " + waitForms}
 	}
 	switch {
 	case w.approval != nil:
@@ -727,12 +623,20 @@ func (x *commandExecutor) park(ctx context.Context, job *executors.Job, path str
 		}
 		// The task holds a decision on exactly this action already: asking
 		// again would run the command again, which would ask again.
-		return executors.Result{}, executors.Failure{Code: codeAlreadyAsked, Message: fmt.Sprintf(
+		return executors.Result{}, executors.Failure{Code: CodeApprovalDecided, Message: fmt.Sprintf(
 			"the command exited %d to ask for approval of an action already decided (%s by %s, approval %s, action %s): "+
 				"read DWR_APPROVAL (its action_digest and response) before asking, and ask again only for another action",
-			exitWait, d.Response, d.Approver, d.ApprovalID, d.ActionDigest)}
+			ExitWait, d.Response, d.Approver, d.ApprovalID, d.ActionDigest)}
 	case w.signal != "":
 		return executors.Result{}, executors.AwaitSignal(w.signal)
 	}
 	return executors.Result{}, executors.Sleep(w.until)
+}
+
+// short cuts s to n characters at most, marking the cut with "...".
+func short(s string, n int) string {
+	if r := []rune(s); len(r) > n {
+		return string(r[:n-3]) + "..."
+	}
+	return s
 }

@@ -1,10 +1,11 @@
-package main
+package shell
 
 import (
 	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
@@ -17,10 +18,11 @@ import (
 
 	"github.com/dwr-run/dwr/executors"
 	"github.com/dwr-run/dwr/handlers"
+	"github.com/dwr-run/dwr/handlers/servicetest"
 )
 
-// workerTask is a task as `dwr task get --json` prints it; the fields the
-// worker tests read.
+// workerTask is a task as the task.get query answers it; the fields the
+// tests read.
 type workerTask struct {
 	ID         string          `json:"id"`
 	State      string          `json:"state"`
@@ -40,20 +42,17 @@ type workerTask struct {
 	Verifications []executors.Verification `json:"verifications"`
 }
 
-// workerEnv is a service and a client connection for the worker tests.
+// workerEnv is the service, in-process, and a client connection.
 type workerEnv struct {
 	t   *testing.T
-	url string
+	srv *servicetest.Service
 	nc  *nats.Conn
 	dir string
 }
 
 func newWorkerEnv(t *testing.T) *workerEnv {
-	url := cliServer(t)
-	nc, err := nats.Connect(url)
-	require.NoError(t, err)
-	t.Cleanup(nc.Close)
-	return &workerEnv{t: t, url: url, nc: nc, dir: t.TempDir()}
+	st := servicetest.Start(t, "", servicetest.Options{})
+	return &workerEnv{t: t, srv: st, nc: st.Conn, dir: t.TempDir()}
 }
 
 // script writes an executable shell script and returns its path.
@@ -63,7 +62,7 @@ func (e *workerEnv) script(name, body string) string {
 	return p
 }
 
-// logBuffer collects a worker's stderr and sends every line to t.Log.
+// logBuffer collects a worker's logs and sends every line to t.Log.
 type logBuffer struct {
 	t    *testing.T
 	mu   sync.Mutex
@@ -86,22 +85,44 @@ func (l *logBuffer) String() string {
 	return l.buf.String()
 }
 
-// startWorker runs `dwr worker --queue queue [flags] -- argv...` until the
-// test ends, and returns its stderr.
-func (e *workerEnv) startWorker(queue string, flags []string, argv ...string) *logBuffer {
+// workerOpts are the settings of a test's worker that differ from the
+// defaults.
+type workerOpts struct {
+	concurrency int           // default 1
+	lease       time.Duration // default 3s
+	verify      bool          // a verifier
+}
+
+// startWorker runs argv for the queue's tasks, as `dwr worker --queue
+// queue --lease 3s --executor cli-<queue> -- argv...` does, until the test
+// ends, and returns its logs.
+func (e *workerEnv) startWorker(queue string, o workerOpts, argv ...string) *logBuffer {
 	t := e.t
+	lease := o.lease
+	if lease <= 0 {
+		lease = 3 * time.Second
+	}
 	logs := &logBuffer{t: t}
-	cmd := workerCmd(&globals{server: e.url, workspace: "default"})
-	args := append([]string{"--queue", queue, "--lease", "3s", "--executor", "cli-" + queue}, flags...)
-	cmd.SetArgs(append(append(args, "--"), argv...))
-	cmd.SetOut(logs)
-	cmd.SetErr(logs)
+	logger := slog.New(slog.NewTextHandler(logs, nil))
+	nc, err := e.srv.Server.Connect(nats.Name("dwr-worker"))
+	require.NoError(t, err)
+	x, err := New(argv, Options{Lease: lease, Logger: logger})
+	require.NoError(t, err)
+	cfg := executors.Config{Conn: nc, Queue: queue, Lease: lease, Executor: "cli-" + queue, Concurrency: o.concurrency, Logger: logger}
+	var w *executors.Worker
+	if o.verify {
+		w, err = executors.NewVerifier(cfg, x.Verify)
+	} else {
+		w, err = executors.NewWorker(cfg, x.Handle)
+	}
+	require.NoError(t, err)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
-	go func() { done <- cmd.ExecuteContext(ctx) }()
+	go func() { done <- w.Run(ctx) }()
 	t.Cleanup(func() {
 		cancel()
 		require.NoError(t, <-done)
+		nc.Close()
 		logs.mu.Lock()
 		logs.done = true
 		logs.mu.Unlock()
@@ -129,35 +150,48 @@ func pollf(t *testing.T, d time.Duration, what func() string, f func() bool) {
 	}
 }
 
-// createTask creates a standalone task from spec and returns its id.
-func (e *workerEnv) createTask(spec map[string]any) string {
+// request sends a request and returns the service's reply.
+func (e *workerEnv) request(subject string, body any) handlers.Response {
 	e.t.Helper()
-	body, err := json.Marshal(map[string]any{"spec": spec})
+	data, err := json.Marshal(body)
 	require.NoError(e.t, err)
-	resp, err := e.nc.Request("dwr.cmd.default.task.create", body, 10*time.Second)
+	resp, err := e.nc.Request(subject, data, 10*time.Second)
 	require.NoError(e.t, err)
 	var r handlers.Response
 	require.NoError(e.t, json.Unmarshal(resp.Data, &r))
-	require.True(e.t, r.OK, "%+v", r.Error)
+	return r
+}
+
+// command sends a command and requires that it is accepted.
+func (e *workerEnv) command(name string, body any) json.RawMessage {
+	e.t.Helper()
+	r := e.request("dwr.cmd.default."+name, body)
+	require.True(e.t, r.OK, "%s: %+v", name, r.Error)
+	return r.Result
+}
+
+// createTask creates a standalone task from spec and returns its id.
+func (e *workerEnv) createTask(spec map[string]any) string {
+	e.t.Helper()
 	var rep struct{ ID string }
-	require.NoError(e.t, json.Unmarshal(r.Result, &rep))
+	require.NoError(e.t, json.Unmarshal(e.command("task.create", map[string]any{"spec": spec}), &rep))
 	return rep.ID
 }
 
-// waitState polls `dwr task get` until the task is in state (a task just
-// created may not be in the views yet: not found is "not yet").
+// waitState polls the task until it is in state (a task just created may
+// not be in the views yet: not found is "not yet").
 func (e *workerEnv) waitState(id, state string) workerTask {
 	e.t.Helper()
 	var tk workerTask
 	var last string
 	pollf(e.t, 20*time.Second, func() string { return "task " + id + " in state " + state + "; last seen: " + last }, func() bool {
-		code, out, errs := run(e.t, e.url, "task", "get", id, "--json")
-		if code != exitOK {
-			last = errs
+		r := e.request("dwr.q.default.task.get", handlers.Query{ID: id})
+		if !r.OK {
+			last = fmt.Sprintf("%+v", r.Error)
 			return false
 		}
 		tk = workerTask{}
-		require.NoError(e.t, json.Unmarshal([]byte(out), &tk), out)
+		require.NoError(e.t, json.Unmarshal(r.Result, &tk), string(r.Result))
 		last = fmt.Sprintf("%+v", tk)
 		return tk.State == state
 	})
@@ -173,7 +207,7 @@ esac
 printf '{"input": %s, "task": "%s", "attempt": %s, "op": "%s", "ws": "%s", "queue": "%s", "prior": %s, "cp": "%s"}\n' \
   "$input" "$DWR_TASK_ID" "$DWR_ATTEMPT" "$DWR_OPERATION_KEY" "$DWR_WORKSPACE" "$DWR_QUEUE" "$DWR_PRIOR_ATTEMPTS" "$(cat "$DWR_CHECKPOINT_FILE")"
 `)
-	logs := e.startWorker("echo", []string{"--concurrency", "2"}, echo)
+	logs := e.startWorker("echo", workerOpts{concurrency: 2}, echo)
 	id := e.createTask(map[string]any{"queue": "echo", "input": map[string]any{"n": 7}})
 	text := e.createTask(map[string]any{"queue": "echo", "input": "text"})
 
@@ -193,7 +227,7 @@ echo "noise" >&2
 echo "the input names no customer" >&2
 exit 100
 `)
-	e.startWorker("strict", nil, bad)
+	e.startWorker("strict", workerOpts{}, bad)
 	id := e.createTask(map[string]any{"queue": "strict", "retry": map[string]any{"max_attempts": 5}})
 	tk := e.waitState(id, "failed")
 	require.Len(t, tk.Attempts, 1)
@@ -212,7 +246,7 @@ if [ "$DWR_ATTEMPT" = 1 ]; then
 fi
 printf '{"resumed": %s, "prior": %s}\n' "$(cat "$DWR_CHECKPOINT_FILE")" "$DWR_PRIOR_ATTEMPTS"
 `)
-	e.startWorker("steps", nil, steps)
+	e.startWorker("steps", workerOpts{}, steps)
 	id := e.createTask(map[string]any{"queue": "steps", "retry": map[string]any{"max_attempts": 3, "initial_backoff": "100ms"}})
 	tk := e.waitState(id, "accepted")
 	require.Len(t, tk.Attempts, 2)
@@ -244,7 +278,7 @@ until [ -e %[2]q ]; do sleep 0.05; done
 echo '{"done": true}' >"$DWR_CHECKPOINT_FILE"
 echo '"ok"'
 `, half, release))
-	logs := e.startWorker("checkpoints", []string{"--lease", "1500ms"}, slow)
+	logs := e.startWorker("checkpoints", workerOpts{lease: 1500 * time.Millisecond}, slow)
 	id := e.createTask(map[string]any{"queue": "checkpoints"})
 	poll(t, 10*time.Second, "an invalid checkpoint file is ignored with a log line", func() bool {
 		return strings.Contains(logs.String(), "does not hold valid JSON")
@@ -270,14 +304,13 @@ sleep 60 &
 touch %q
 wait
 `, stopped, started))
-	logs := e.startWorker("long", nil, long)
+	logs := e.startWorker("long", workerOpts{}, long)
 	id := e.createTask(map[string]any{"queue": "long"})
 	poll(t, 10*time.Second, "the command started", func() bool {
 		_, err := os.Stat(started)
 		return err == nil
 	})
-	code, _, errs := run(t, e.url, "task", "cancel", id)
-	require.Equal(t, 0, code, errs)
+	e.command("task.cancel", map[string]any{"task_id": id})
 	poll(t, 3*time.Second, "the command's group got SIGTERM", func() bool {
 		b, _ := os.ReadFile(stopped)
 		return strings.Contains(string(b), id)
@@ -294,28 +327,68 @@ func TestWorkerRefusesTooMuchStdout(t *testing.T) {
 	chatty := e.script("chatty.sh", `cat >/dev/null
 head -c 300000 /dev/zero | tr '\0' a
 `)
-	e.startWorker("chatty", nil, chatty)
+	e.startWorker("chatty", workerOpts{}, chatty)
 	id := e.createTask(map[string]any{"queue": "chatty"})
 	tk := e.waitState(id, "failed")
 	require.Equal(t, "invalid_result", tk.Attempts[0].Error.Code)
 	require.False(t, tk.Attempts[0].Retryable)
 }
 
-func TestWorkerFlagsAreChecked(t *testing.T) {
-	var out, errb bytes.Buffer
-	code := Main([]string{"--server", "nats://127.0.0.1:1", "worker", "--", "true"}, strings.NewReader(""), &out, &errb)
-	require.Equal(t, exitInvalid, code)
-	require.Contains(t, errb.String(), "--queue is required")
+func TestWorkerAsAVerifierJudgesResults(t *testing.T) {
+	e := newWorkerEnv(t)
+	draft := e.script("draft.sh", `cat >/dev/null
+case "${DWR_VERIFICATIONS:-}" in
+*missing*) echo '{"text": "draft", "title": "T"}' ;;
+*) echo '{"text": "draft"}' ;;
+esac
+`)
+	check := e.script("check.sh", `result="$(cat)"
+case "$result" in
+*title*) echo '{"outcome": "PASS", "evidence": {"checked": "title"}}' ;;
+*) echo '{"outcome": "FAIL", "evidence": {"missing": "title"}, "evidence_refs": [{"name": "lint.log", "sha256": "'"$(printf 'ab%.0s' $(seq 32))"'"}]}' ;;
+esac
+`)
+	e.startWorker("drafts", workerOpts{}, draft)
+	logs := e.startWorker("checks", workerOpts{verify: true}, check)
+	id := e.createTask(map[string]any{"queue": "drafts", "verification": map[string]any{"queue": "checks"}})
+	tk := e.waitState(id, "accepted")
+	require.Len(t, tk.Attempts, 2, "FAIL started attempt 2, PASS accepted it")
+	require.JSONEq(t, `{"text": "draft", "title": "T"}`, string(tk.Attempts[1].Result))
+	require.Contains(t, logs.String(), "verdict=FAIL")
+	require.Contains(t, logs.String(), "verdict=PASS")
+	require.Equal(t, executors.Fail, tk.Verifications[0].Outcome)
+	require.Equal(t, []executors.Artifact{{Name: "lint.log", SHA256: strings.Repeat("ab", 32)}}, tk.Verifications[0].EvidenceRefs,
+		"bulky evidence travels by reference")
+}
 
-	errb.Reset()
-	code = Main([]string{"worker", "--queue", "q"}, strings.NewReader(""), &out, &errb)
-	require.Equal(t, exitInvalid, code, "a command is required")
+func TestWorkerCommandWaitsAndResumes(t *testing.T) {
+	e := newWorkerEnv(t)
+	waits := e.script("waits.sh", `input="$(cat)"
+case "$input" in
+*empty*) exit 101 ;;
+esac
+if [ -n "$(cat "$DWR_CHECKPOINT_FILE")" ]; then
+	printf '{"slept": true, "attempt": %s}\n' "$DWR_ATTEMPT"
+	exit 0
+fi
+echo '{"asleep": true}' >"$DWR_CHECKPOINT_FILE"
+echo '{"after": "200ms"}' >"$DWR_WAIT_FILE"
+exit 101
+`)
+	logs := e.startWorker("waits", workerOpts{}, waits)
+	id := e.createTask(map[string]any{"queue": "waits"})
+	bad := e.createTask(map[string]any{"queue": "waits", "input": "empty", "retry": map[string]any{"max_attempts": 5}})
 
-	errb.Reset()
-	code = Main([]string{"--server", "nats://127.0.0.1:1", "worker", "--queue", "Bad Queue", "--lease", "1ms", "--", "true"}, strings.NewReader(""), &out, &errb)
-	require.Equal(t, exitInvalid, code)
-	require.Contains(t, errb.String(), "Queue")
-	require.Contains(t, errb.String(), "Lease")
+	tk := e.waitState(id, "accepted")
+	require.Len(t, tk.Attempts, 2)
+	require.Equal(t, "parked", tk.Attempts[0].State)
+	require.JSONEq(t, `{"slept": true, "attempt": 2}`, string(tk.Attempts[1].Result))
+	require.Contains(t, logs.String(), "task="+id+" attempt=1 outcome=waiting")
+
+	tk = e.waitState(bad, "failed")
+	require.Len(t, tk.Attempts, 1, "an empty wait file is not retried")
+	require.Equal(t, CodeInvalidWait, tk.Attempts[0].Error.Code)
+	require.Contains(t, tk.Attempts[0].Error.Message, "DWR_WAIT_FILE is empty")
 }
 
 func TestWorkerOutputBuffers(t *testing.T) {
@@ -393,33 +466,6 @@ func TestWorkerEnvHandsTheSignalAndTheLatestDecision(t *testing.T) {
 	signal, ok := lookup(env, "DWR_SIGNAL")
 	require.True(t, ok)
 	require.JSONEq(t, `{"name": "go", "payload": {"n": 1}}`, signal)
-}
-
-func TestWorkerAsAVerifierJudgesResults(t *testing.T) {
-	e := newWorkerEnv(t)
-	draft := e.script("draft.sh", `cat >/dev/null
-case "${DWR_VERIFICATIONS:-}" in
-*missing*) echo '{"text": "draft", "title": "T"}' ;;
-*) echo '{"text": "draft"}' ;;
-esac
-`)
-	check := e.script("check.sh", `result="$(cat)"
-case "$result" in
-*title*) echo '{"outcome": "PASS", "evidence": {"checked": "title"}}' ;;
-*) echo '{"outcome": "FAIL", "evidence": {"missing": "title"}, "evidence_refs": [{"name": "lint.log", "sha256": "'"$(printf 'ab%.0s' $(seq 32))"'"}]}' ;;
-esac
-`)
-	e.startWorker("drafts", nil, draft)
-	logs := e.startWorker("checks", []string{"--verify"}, check)
-	id := e.createTask(map[string]any{"queue": "drafts", "verification": map[string]any{"queue": "checks"}})
-	tk := e.waitState(id, "accepted")
-	require.Len(t, tk.Attempts, 2, "FAIL started attempt 2, PASS accepted it")
-	require.JSONEq(t, `{"text": "draft", "title": "T"}`, string(tk.Attempts[1].Result))
-	require.Contains(t, logs.String(), "verdict=FAIL")
-	require.Contains(t, logs.String(), "verdict=PASS")
-	require.Equal(t, executors.Fail, tk.Verifications[0].Outcome)
-	require.Equal(t, []executors.Artifact{{Name: "lint.log", SHA256: strings.Repeat("ab", 32)}}, tk.Verifications[0].EvidenceRefs,
-		"bulky evidence travels by reference")
 }
 
 func TestWorkerWaitFileForms(t *testing.T) {
@@ -501,7 +547,7 @@ func TestWorkerWaitFileErrors(t *testing.T) {
 }
 
 func TestWorkerParkTurnsTheWaitFileIntoAWait(t *testing.T) {
-	x := &commandExecutor{}
+	x := &Command{}
 	now := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
 	dir := t.TempDir()
 	file := func(body string) string {
@@ -536,7 +582,7 @@ func TestWorkerParkTurnsTheWaitFileIntoAWait(t *testing.T) {
 	_, err = x.park(context.Background(), decided, file(`{"approval": {"action": {"order": "o-1", "cents": 900}}}`), now)
 	var f executors.Failure
 	require.ErrorAs(t, err, &f)
-	require.Equal(t, codeAlreadyAsked, f.Code)
+	require.Equal(t, CodeApprovalDecided, f.Code)
 	require.False(t, f.Retryable)
 	require.Contains(t, f.Message, "read DWR_APPROVAL")
 	require.Contains(t, f.Message, "approve by ada, approval T-1, action "+digest)
@@ -551,7 +597,7 @@ func TestWorkerParkTurnsTheWaitFileIntoAWait(t *testing.T) {
 	} {
 		_, err = x.park(context.Background(), job, file(body), now)
 		require.ErrorAs(t, err, &f)
-		require.Equal(t, codeInvalidWait, f.Code)
+		require.Equal(t, CodeInvalidWait, f.Code)
 		require.False(t, f.Retryable, "asking the same again would fail the same")
 		require.Contains(t, f.Message, "the command exited 101 to wait, but ")
 		require.Contains(t, f.Message, want)
@@ -560,34 +606,4 @@ func TestWorkerParkTurnsTheWaitFileIntoAWait(t *testing.T) {
 	_, err = x.park(context.Background(), job, filepath.Join(dir, "gone"), now)
 	require.ErrorAs(t, err, &f)
 	require.Contains(t, f.Message, "cannot read DWR_WAIT_FILE")
-}
-
-func TestWorkerCommandWaitsAndResumes(t *testing.T) {
-	e := newWorkerEnv(t)
-	waits := e.script("waits.sh", `input="$(cat)"
-case "$input" in
-*empty*) exit 101 ;;
-esac
-if [ -n "$(cat "$DWR_CHECKPOINT_FILE")" ]; then
-	printf '{"slept": true, "attempt": %s}\n' "$DWR_ATTEMPT"
-	exit 0
-fi
-echo '{"asleep": true}' >"$DWR_CHECKPOINT_FILE"
-echo '{"after": "200ms"}' >"$DWR_WAIT_FILE"
-exit 101
-`)
-	logs := e.startWorker("waits", nil, waits)
-	id := e.createTask(map[string]any{"queue": "waits"})
-	bad := e.createTask(map[string]any{"queue": "waits", "input": "empty", "retry": map[string]any{"max_attempts": 5}})
-
-	tk := e.waitState(id, "accepted")
-	require.Len(t, tk.Attempts, 2)
-	require.Equal(t, "parked", tk.Attempts[0].State)
-	require.JSONEq(t, `{"slept": true, "attempt": 2}`, string(tk.Attempts[1].Result))
-	require.Contains(t, logs.String(), "task="+id+" attempt=1 outcome=waiting")
-
-	tk = e.waitState(bad, "failed")
-	require.Len(t, tk.Attempts, 1, "an empty wait file is not retried")
-	require.Equal(t, codeInvalidWait, tk.Attempts[0].Error.Code)
-	require.Contains(t, tk.Attempts[0].Error.Message, "DWR_WAIT_FILE is empty")
 }
