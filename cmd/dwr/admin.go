@@ -19,6 +19,7 @@ import (
 
 	"github.com/dwr-run/dwr/eventstore"
 	"github.com/dwr-run/dwr/handlers"
+	"github.com/dwr-run/dwr/handlers/access"
 	"github.com/dwr-run/dwr/projections"
 )
 
@@ -96,9 +97,9 @@ func openAdminLog(ctx context.Context, data string, n natsOpts, k logKeyOpts) (*
 		if _, err := os.Stat(filepath.Join(data, "nats")); err != nil {
 			return nil, fail(exitInvalid, "%s holds no dwr log (%v)", data, err)
 		}
-		srv, onc, err := openOffline(data, slog.New(slog.DiscardHandler))
+		srv, onc, err := access.OpenStopped(data, slog.New(slog.DiscardHandler))
 		if err != nil {
-			return nil, err
+			return nil, fail(exitError, "open the log in %s: %v (is `dwr serve` still running on it?)", data, err)
 		}
 		closers = append(closers, srv.Shutdown)
 		nc = onc

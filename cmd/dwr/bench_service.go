@@ -14,6 +14,7 @@ import (
 	"github.com/dwr-run/dwr/domain"
 	"github.com/dwr-run/dwr/executors"
 	"github.com/dwr-run/dwr/handlers"
+	"github.com/dwr-run/dwr/handlers/access"
 	"github.com/dwr-run/dwr/handlers/embedded"
 	"github.com/dwr-run/dwr/projections"
 )
@@ -63,7 +64,7 @@ func startBenchService(ctx context.Context, dir string, open bool, progress io.W
 	}
 	bs := &benchService{dir: dir}
 	var snc *nats.Conn
-	var bnd *boundary
+	var bnd *handlers.Boundary
 	cfg := handlers.Config{WriterID: "bench", LogKey: key, Logger: logger}
 	if open {
 		if bs.srv, err = startServer(dir, progress); err != nil {
@@ -72,12 +73,13 @@ func startBenchService(ctx context.Context, dir string, open bool, progress io.W
 		cleanups = append(cleanups, bs.srv.Shutdown)
 		snc, err = bs.srv.Connect(nats.Name("dwr-bench-service"))
 	} else {
-		if bs.srv, bnd, err = startEmbedded(serveOpts{data: dir}, store, logger); err != nil {
+		if bnd, err = handlers.StartEmbedded(handlers.EmbeddedConfig{DataDir: dir, Logger: logger}, store); err != nil {
 			return nil, err
 		}
+		bs.srv = bnd.Server()
 		cleanups = append(cleanups, bs.srv.Shutdown)
-		cfg.Auth = bnd.auth()
-		snc, err = bnd.connect("dwr-bench-service")
+		cfg.Auth = bnd.Auth()
+		snc, err = bnd.Connect("dwr-bench-service")
 	}
 	if err != nil {
 		return nil, err
@@ -106,8 +108,8 @@ func startBenchService(ctx context.Context, dir string, open bool, progress io.W
 		return nil, ctx.Err()
 	}
 	if bnd != nil {
-		bnd.reload() // as dwr serve does once the views are caught up
-		admin := filepath.Join(dir, adminCredsFile)
+		bnd.Reload() // as dwr serve does once the views are caught up
+		admin := filepath.Join(dir, access.AdminCredsFile)
 		bs.admin, err = newClient(&globals{workspace: "default", creds: admin}, 30*time.Second,
 			func(opts ...nats.Option) (*nats.Conn, error) {
 				return bs.connectCreds("dwr-bench-admin", admin, opts...)

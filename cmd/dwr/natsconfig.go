@@ -2,14 +2,11 @@ package main
 
 import (
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
-	"io/fs"
 	"os"
 	"path/filepath"
 
-	"github.com/nats-io/nkeys"
 	"github.com/spf13/cobra"
 
 	"github.com/dwr-run/dwr/domain"
@@ -30,7 +27,7 @@ func natsConfigCmd(g *globals) *cobra.Command {
 		Use:   "nats-config --dir DIR [--from-server]",
 		Short: "write the NATS accounts, users and permissions that dwr needs on a cluster you run",
 		Long: "nats-config writes, in DIR: the service's nkey seed (" + serviceSeedFile + ", for every `dwr serve --nats` replica),\n" +
-			"the admin credential (" + adminCredsFile + "), both made once and kept, and " + natsConfigFile + ": the accounts block to\n" +
+			"the admin credential (" + access.AdminCredsFile + "), both made once and kept, and " + natsConfigFile + ": the accounts block to\n" +
 			"include in each nats-server's configuration (`include dwr-accounts.conf`). With --from-server it also lists every\n" +
 			"workspace's members (dwr users add) from the running service, as the admin: run it again after adding or revoking\n" +
 			"users, copy the file to the servers and reload them (`nats-server --signal reload`).",
@@ -40,7 +37,7 @@ func natsConfigCmd(g *globals) *cobra.Command {
 		},
 	}
 	cmd.Flags().StringVar(&dir, "dir", "dwr-nats", "directory for the files")
-	cmd.Flags().BoolVar(&fromServer, "from-server", false, "include the members of every workspace, read from the running service (--server, as --creds or DIR/"+adminCredsFile+")")
+	cmd.Flags().BoolVar(&fromServer, "from-server", false, "include the members of every workspace, read from the running service (--server, as --creds or DIR/"+access.AdminCredsFile+")")
 	cmd.Flags().BoolVar(&insecureOpen, "insecure-open", false, "let connections without credentials in as admins (throwaway clusters only)")
 	return cmd
 }
@@ -49,12 +46,12 @@ func writeNatsConfig(g *globals, dir string, fromServer, insecureOpen bool, out 
 	if err := os.MkdirAll(dir, 0o750); err != nil {
 		return fail(exitInvalid, "--dir %s: %v", dir, err)
 	}
-	svc, err := ensureSeed(filepath.Join(dir, serviceSeedFile), "the dwr service's own user (account "+access.ServiceAccount+"): give it to every replica with --nats-creds")
+	svc, _, err := access.EnsureCredential(filepath.Join(dir, serviceSeedFile), "the dwr service's own user (account "+access.ServiceAccount+"): give it to every replica with --nats-creds")
 	if err != nil {
 		return err
 	}
-	adminPath := filepath.Join(dir, adminCredsFile)
-	admin, err := ensureSeed(adminPath, "admin of every workspace")
+	adminPath := filepath.Join(dir, access.AdminCredsFile)
+	admin, _, err := access.EnsureCredential(adminPath, "admin of every workspace")
 	if err != nil {
 		return err
 	}
@@ -85,26 +82,6 @@ func writeNatsConfig(g *globals, dir string, fromServer, insecureOpen bool, out 
 	fmt.Fprintf(out, "3. Clients:        dwr --server URLS --creds %s ...  (then dwr users add ... for everyone else)\n", adminPath)
 	fmt.Fprintf(out, "After users change: dwr admin nats-config --dir %s --from-server, copy %s to the servers, reload them.\n", dir, natsConfigFile)
 	return nil
-}
-
-// ensureSeed returns the public key of the user nkey seed in path,
-// creating the file (mode 0600) when it does not exist.
-func ensureSeed(path, about string) (string, error) {
-	pub, err := readCredsKey(path)
-	if err == nil {
-		return pub, nil
-	}
-	if !errors.Is(err, fs.ErrNotExist) {
-		return "", err
-	}
-	kp, err := nkeys.CreateUser()
-	if err != nil {
-		return "", err
-	}
-	if err := writeCreds(path, kp, about, false); err != nil {
-		return "", err
-	}
-	return kp.PublicKey()
 }
 
 // readMembers reads every workspace with its members from the service.

@@ -112,6 +112,15 @@ func serveCmd() *cobra.Command {
 	return cmd
 }
 
+// embedded returns the configuration of the embedded NATS server.
+func (o serveOpts) embedded(logger *slog.Logger) handlers.EmbeddedConfig {
+	cfg := handlers.EmbeddedConfig{DataDir: o.data, Listen: o.listen, InsecureOpen: o.insecureOpen, Logger: logger}
+	if o.tlsCert != "" || o.tlsKey != "" || o.tlsCA != "" {
+		cfg.TLS = &embedded.TLSConfig{CertFile: o.tlsCert, KeyFile: o.tlsKey, CAFile: o.tlsCA}
+	}
+	return cfg
+}
+
 func newLogger(w io.Writer, level string) (*slog.Logger, error) {
 	var l slog.Level
 	if err := l.UnmarshalText([]byte(level)); err != nil {
@@ -163,8 +172,7 @@ func serve(ctx context.Context, o serveOpts, stderr io.Writer) error {
 		}
 	}()
 	var nc *nats.Conn
-	var srv *embedded.Server
-	var bnd *boundary
+	var bnd *handlers.Boundary
 	auth := handlers.AuthConfig{Required: !o.insecureOpen, InsecureOpen: o.insecureOpen}
 	if o.insecureOpen {
 		logger.Warn("dwr: --insecure-open: anyone who reaches NATS is an admin of every workspace, without credentials; use it only for throwaway experiments")
@@ -174,15 +182,15 @@ func serve(ctx context.Context, o serveOpts, stderr io.Writer) error {
 		return fail(exitInvalid, "--nats-creds, --nats-user, --nats-password and --nats-token apply to --nats (an external server); the embedded server takes dwr credentials (see dwr users add)")
 	}
 	if o.nats.url == "" {
-		if srv, bnd, err = startEmbedded(o, store, logger); err != nil {
-			return err
+		if bnd, err = handlers.StartEmbedded(o.embedded(logger), store); err != nil {
+			return fail(exitError, "%v", err)
 		}
-		defer srv.Shutdown()
-		auth = bnd.auth()
-		if nc, err = bnd.connect("dwr-serve"); err != nil {
+		defer bnd.Server().Shutdown()
+		auth = bnd.Auth()
+		if nc, err = bnd.Connect("dwr-serve"); err != nil {
 			return fail(exitError, "embedded NATS: %v", err)
 		}
-		where = srv.ClientURL()
+		where = bnd.Server().ClientURL()
 		if where == "" {
 			where = "in-process only"
 		}
@@ -200,7 +208,7 @@ func serve(ctx context.Context, o serveOpts, stderr io.Writer) error {
 	defer nc.Close()
 	reload := func() {}
 	if bnd != nil {
-		reload = bnd.reload
+		reload = bnd.Reload
 	}
 	svc, err := handlers.New(nc, store, handlers.Config{Replicas: o.replicas, WriterID: id, Logger: logger, Auth: auth,
 		LogKey: key, AcceptVerifiedPrefix: o.acceptPrefix, TrustBelowCheckpoint: o.trustBelow, MaxInFlightPerCaller: o.perCaller})

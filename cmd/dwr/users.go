@@ -6,11 +6,11 @@ import (
 	"os"
 	"strings"
 
-	"github.com/nats-io/nkeys"
 	"github.com/spf13/cobra"
 
 	"github.com/dwr-run/dwr/domain"
 	"github.com/dwr-run/dwr/handlers"
+	"github.com/dwr-run/dwr/handlers/access"
 )
 
 func usersCmd(g *globals) *cobra.Command {
@@ -113,21 +113,20 @@ func addUser(c *client, name string, role domain.Role, queues []string, out stri
 			return "", "", fail(exitInvalid, "%s exists: choose another file, or --force to replace it", out)
 		}
 	}
-	kp, err := nkeys.CreateUser()
+	cred, err := access.NewCredential()
 	if err != nil {
 		return "", "", err
 	}
-	pub, _ := kp.PublicKey()
 	if _, _, err := c.command("member.add", domain.AddMember{Name: name, Role: role,
-		PublicKey: pub, Queues: queues}, cmdID); err != nil {
+		PublicKey: cred.PublicKey, Queues: queues}, cmdID); err != nil {
 		return "", "", err
 	}
 	about := fmt.Sprintf("%s, role %s in workspace %s", name, role, c.g.workspace)
 	if len(queues) > 0 {
 		about += ", queues " + strings.Join(queues, ",")
 	}
-	if err := writeCreds(out, kp, about, true); err != nil {
+	if err := cred.Write(out, about, true); err != nil {
 		return "", "", err
 	}
-	return pub, about, nil
+	return cred.PublicKey, about, nil
 }

@@ -1,0 +1,40 @@
+package access_test
+
+import (
+	"io/fs"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/dwr-run/dwr/handlers/access"
+)
+
+// A credential file is made once, private, and read back as the identity it
+// holds.
+func TestEnsureCredentialMakesOneAndKeepsIt(t *testing.T) {
+	path := filepath.Join(t.TempDir(), access.AdminCredsFile)
+	pub, created, err := access.EnsureCredential(path, "admin of every workspace")
+	require.NoError(t, err)
+	require.True(t, created)
+	st, err := os.Stat(path)
+	require.NoError(t, err)
+	require.Equal(t, os.FileMode(0o600), st.Mode().Perm())
+	b, err := os.ReadFile(path)
+	require.NoError(t, err)
+	require.Contains(t, string(b), "# dwr credential: admin of every workspace\n# identity "+pub)
+
+	again, created, err := access.EnsureCredential(path, "another")
+	require.NoError(t, err)
+	require.False(t, created, "an existing credential is kept")
+	require.Equal(t, pub, again)
+
+	c, err := access.NewCredential()
+	require.NoError(t, err)
+	require.ErrorIs(t, c.Write(path, "x", false), fs.ErrExist, "no replacing without force")
+	require.NoError(t, c.Write(path, "x", true))
+	got, err := access.CredentialKey(path)
+	require.NoError(t, err)
+	require.Equal(t, c.PublicKey, got)
+}

@@ -1,0 +1,120 @@
+package handlers
+
+import (
+	"fmt"
+	"log/slog"
+	"path/filepath"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/dwr-run/dwr/handlers/access"
+	"github.com/dwr-run/dwr/handlers/embedded"
+	"github.com/dwr-run/dwr/projections"
+)
+
+// EmbeddedConfig is how the embedded NATS server of `dwr serve` runs.
+type EmbeddedConfig struct {
+	// DataDir holds the server's streams, and the admin credential
+	// (access.AdminCredsFile), made on the first start.
+	DataDir string
+	// Listen is the host:port clients connect to; "" for in-process
+	// connections only.
+	Listen string
+	// TLS, when set, makes clients connect with TLS.
+	TLS *embedded.TLSConfig
+	// InsecureOpen lets connections without credentials in, as the
+	// anonymous admin of every workspace.
+	InsecureOpen bool
+	// Logger receives the server's logs and what the boundary cannot
+	// apply. Required.
+	Logger *slog.Logger
+}
+
+// Boundary is the embedded server's trust boundary: the service's own
+// identity (a fresh nkey each start, never written down), the admins, and
+// whether anonymous clients are let in; and the server, whose users follow
+// the members the views hold.
+type Boundary struct {
+	service      *access.ServiceIdentity
+	admins       []access.Admin
+	insecureOpen bool
+	srv          *embedded.Server
+	store        *projections.Store
+	logger       *slog.Logger
+}
+
+// StartEmbedded starts the embedded NATS server closed: the service's
+// account and the clients' account, the admin credential of the data
+// directory (created on first start), and the members store holds (those
+// the views have not caught up with yet come with Reload, once they have).
+// A data directory from before accounts has its streams moved into the
+// service's account first. On error nothing is left running.
+func StartEmbedded(cfg EmbeddedConfig, store *projections.Store) (*Boundary, error) {
+	if moved, err := access.MigrateStore(cfg.DataDir); err != nil {
+		return nil, err
+	} else if moved {
+		cfg.Logger.Info("dwr: moved the streams into the service's own NATS account (a data directory from before accounts)", "account", access.ServiceAccount)
+	}
+	path := filepath.Join(cfg.DataDir, access.AdminCredsFile)
+	pub, created, err := access.EnsureCredential(path, "admin of every workspace, created by dwr serve")
+	if err != nil {
+		return nil, fmt.Errorf("the admin credential in %s: %v", cfg.DataDir, err)
+	}
+	if created {
+		cfg.Logger.Info("dwr: created the admin credential; the CLI on this machine finds it in the data directory (or give --creds / DWR_CREDS)", "file", path)
+	}
+	id, err := access.NewServiceIdentity()
+	if err != nil {
+		return nil, err
+	}
+	b := &Boundary{service: id, insecureOpen: cfg.InsecureOpen, store: store, logger: cfg.Logger,
+		admins: []access.Admin{{Name: "admin", PublicKey: pub}}}
+	ecfg := embedded.Config{DataDir: cfg.DataDir, Listen: cfg.Listen, Logger: cfg.Logger, TLS: cfg.TLS,
+		Accounts: access.ServerConfig(b.spec())}
+	if b.srv, err = embedded.Start(ecfg); err != nil {
+		return nil, fmt.Errorf("embedded NATS: %v", err)
+	}
+	return b, nil
+}
+
+// Server returns the embedded server.
+func (b *Boundary) Server() *embedded.Server { return b.srv }
+
+// spec returns the layout with the members the views hold (none when
+// the store is nil).
+func (b *Boundary) spec() access.Spec {
+	s := access.Spec{ServiceKeys: []string{b.service.PublicKey}, InsecureOpen: b.insecureOpen,
+		Identities: access.IdentitiesOf(b.admins, nil)}
+	if b.store == nil {
+		return s
+	}
+	ws, err := b.store.ListWorkspaces()
+	if err != nil {
+		b.logger.Error("dwr: reading the workspaces' members", "err", err)
+		return s
+	}
+	s.Identities = access.IdentitiesOf(b.admins, ws)
+	return s
+}
+
+// Connect opens the service's own in-process connection, named name.
+func (b *Boundary) Connect(name string) (*nats.Conn, error) {
+	return b.srv.Connect(nats.Name(name), b.service.Option())
+}
+
+// Reload gives the server's users the members the views hold now; it logs
+// what it cannot apply.
+func (b *Boundary) Reload() {
+	if err := b.srv.Reload(access.ServerConfig(b.spec())); err != nil {
+		b.logger.Error("dwr: could not apply the members to NATS; they take effect at the next start", "err", err)
+	}
+}
+
+// Auth returns whom the service serves behind the boundary: only identities
+// the server authenticated (anyone as the anonymous admin with
+// InsecureOpen), the admins, and the server's users following every change
+// of the members.
+func (b *Boundary) Auth() AuthConfig {
+	return AuthConfig{Required: !b.insecureOpen, InsecureOpen: b.insecureOpen, Admins: b.admins,
+		OnMembersChanged: b.Reload}
+}
