@@ -1,4 +1,4 @@
-package main
+package bench
 
 import (
 	"fmt"
@@ -8,17 +8,17 @@ import (
 
 // How a benchmark's service runs.
 const (
-	authClosed  = "closed"  // as dwr serve runs by default: accounts, credentials, roles
-	authOpen    = "open"    // an embedded server without accounts, every request the anonymous admin's
-	authCompare = "compare" // both, alternating in rounds
+	AuthClosed  = "closed"  // as dwr serve runs by default: accounts, credentials, roles
+	AuthOpen    = "open"    // an embedded server without accounts, every request the anonymous admin's
+	AuthCompare = "compare" // both, alternating in rounds
 )
 
 // authName returns the name of a service that is open or not.
 func authName(open bool) string {
 	if open {
-		return authOpen
+		return AuthOpen
 	}
-	return authClosed
+	return AuthClosed
 }
 
 // authOrder returns, for round r (from 0), whether each of the round's two
@@ -37,32 +37,32 @@ type figures struct {
 	perS, p50, p99, cpu float64
 }
 
-// ratioSet is one figure of the closed service divided by the open one's,
+// RatioSet is one figure of the closed service divided by the open one's,
 // for each round (both measured in that round, one after the other), with
 // their median, minimum and maximum.
-type ratioSet struct {
+type RatioSet struct {
 	Rounds []float64 `json:"rounds"`
 	Median float64   `json:"median"`
 	Min    float64   `json:"min"`
 	Max    float64   `json:"max"`
 }
 
-// authCost is what authentication costs at one load: the closed service's
+// AuthCost is what authentication costs at one load: the closed service's
 // figures divided by the open one's, round by round. Throughput below 1,
 // latency and CPU above 1, are the cost.
-type authCost struct {
+type AuthCost struct {
 	Load string   `json:"load"`
-	PerS ratioSet `json:"per_s"`
-	P50  ratioSet `json:"p50"`
-	P99  ratioSet `json:"p99"`
-	CPU  ratioSet `json:"cpu"`
+	PerS RatioSet `json:"per_s"`
+	P50  RatioSet `json:"p50"`
+	P99  RatioSet `json:"p99"`
+	CPU  RatioSet `json:"cpu"`
 }
 
 // costOf returns the cost of authentication at load from pairs of runs, one
 // pair per round: [0] closed, [1] open.
-func costOf(load string, pairs [][2]figures) authCost {
-	set := func(f func(figures) float64) ratioSet {
-		var s ratioSet
+func costOf(load string, pairs [][2]figures) AuthCost {
+	set := func(f func(figures) float64) RatioSet {
+		var s RatioSet
 		for _, p := range pairs {
 			if d := f(p[1]); d > 0 {
 				s.Rounds = append(s.Rounds, round2(f(p[0])/d))
@@ -80,7 +80,7 @@ func costOf(load string, pairs [][2]figures) authCost {
 		}
 		return s
 	}
-	return authCost{Load: load,
+	return AuthCost{Load: load,
 		PerS: set(func(f figures) float64 { return f.perS }),
 		P50:  set(func(f figures) float64 { return f.p50 }),
 		P99:  set(func(f figures) float64 { return f.p99 }),
@@ -90,13 +90,13 @@ func costOf(load string, pairs [][2]figures) authCost {
 // printAuthCost prints the cost of authentication, one load a row: the
 // median ratio of each figure with its range over the rounds. perS and cpu
 // name the throughput and CPU columns.
-func printAuthCost(w io.Writer, perS, cpu string, costs []authCost) error {
+func printAuthCost(w io.Writer, perS, cpu string, costs []AuthCost) error {
 	if len(costs) == 0 {
 		return nil
 	}
 	rounds := len(costs[0].PerS.Rounds)
 	fmt.Fprintf(w, "\nthe cost of authentication: closed ÷ open, measured in the same round; median of %d rounds [min–max]\n", rounds)
-	cell := func(s ratioSet) string {
+	cell := func(s RatioSet) string {
 		if len(s.Rounds) == 0 {
 			return "-"
 		}
@@ -123,7 +123,7 @@ func pairRounds[C any](rounds int, cells []C, pick func(C) (round int, auth stri
 				continue
 			}
 			i := 0
-			if auth == authOpen {
+			if auth == AuthOpen {
 				i = 1
 			}
 			p[i], got[i] = f, true

@@ -1,4 +1,4 @@
-package main
+package bench
 
 import (
 	"context"
@@ -17,30 +17,45 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/oklog/ulid/v2"
-	"github.com/spf13/cobra"
 
 	"github.com/dwr-run/dwr/domain"
 	"github.com/dwr-run/dwr/executors"
 	"github.com/dwr-run/dwr/handlers"
 )
 
-// chainOpts are the flags of `dwr bench chain3`.
-type chainOpts struct {
-	chains      []int
-	workers     int
-	concurrency int
-	submitters  int
-	single      int
-	dir         string
-	timeout     time.Duration
-	cpuProf     string
-	auth        bool // the service closed, as dwr serve runs it (false: open)
-	compareAuth bool // closed and open, alternating in rounds
-	rounds      int
+// ChainOptions are what `dwr bench chain3` runs, and how; its flags set
+// them.
+type ChainOptions struct {
+	// Chains are the numbers of chains to run, each in a fresh service.
+	Chains []int
+	// Workers are the SDK workers on the queue, each running Concurrency
+	// jobs at once.
+	Workers     int
+	Concurrency int
+	// Submitters are the clients submitting goals and plans concurrently.
+	Submitters int
+	// Single chains run one at a time first, for the latency at low load.
+	Single int
+	// Dir is where the fresh directories are made; "" for os.TempDir().
+	Dir string
+	// Timeout is how long a run may take before it is given up; default 5
+	// minutes.
+	Timeout time.Duration
+	// CPUProfile, when set, is the file a CPU profile of the whole run is
+	// written to.
+	CPUProfile string
+	// Auth runs the service closed, as dwr serve does (false: open).
+	Auth bool
+	// CompareAuth runs closed and open, alternating in Rounds rounds.
+	CompareAuth bool
+	Rounds      int
 }
 
-// chainCell is the result of running N chains.
-type chainCell struct {
+// DefaultChainTimeout is how long a run of chains may take by default.
+const DefaultChainTimeout = 5 * time.Minute
+
+// ChainCell is the result of running N chains.
+type ChainCell struct {
 	// Auth is how the service ran: closed or open.
 	Auth string `json:"auth"`
 	// Round is the run's round (from 1) when comparing.
@@ -58,8 +73,8 @@ type chainCell struct {
 	FirstError  string  `json:"first_error,omitempty"`
 }
 
-// chainReport is what `dwr bench chain3` prints.
-type chainReport struct {
+// ChainReport is what `dwr bench chain3` prints.
+type ChainReport struct {
 	Go          string `json:"go"`
 	CPUs        int    `json:"cpus"`
 	Workers     int    `json:"workers"`
@@ -68,98 +83,58 @@ type chainReport struct {
 	// alternating in Rounds rounds; every run is then in Cells).
 	Auth   string      `json:"auth"`
 	Rounds int         `json:"rounds,omitempty"`
-	Single chainCell   `json:"single"` // one chain at a time
-	Cells  []chainCell `json:"cells"`
+	Single ChainCell   `json:"single"` // one chain at a time
+	Cells  []ChainCell `json:"cells"`
 	// AuthCost is, when comparing, the cost of authentication of each kind
 	// of run: closed ÷ open, round by round.
-	AuthCost     []authCost `json:"auth_cost,omitempty"`
+	AuthCost     []AuthCost `json:"auth_cost,omitempty"`
 	PeakRSSMiB   float64    `json:"peak_rss_mib"`
 	ReferenceCPS float64    `json:"reference_chains_per_s"`
 }
 
-// referenceChainsPerS is the better of the peers the issue names, measured
+// ReferenceChainsPerS is the better of the peers the issue names, measured
 // on this kind of machine: a Postgres-backed durable workflow library with
 // synchronous commit (a Redis-backed one managed about 160).
-const referenceChainsPerS = 230
+const ReferenceChainsPerS = 230
 
-func benchChainCmd(g *globals) *cobra.Command {
-	var o chainOpts
-	cmd := &cobra.Command{
-		Use:   "chain3",
-		Short: "chains of three sequential tasks, executed by in-process SDK workers, with fsync before ack",
-		Long: `chain3 starts the whole service in-process (embedded NATS with SyncAlways, Pebble views) and
-SDK workers on one queue, then for each N in --chains submits N goals, each with a plan of three
-sequential tasks (a → b → c), as fast as --submitters clients can, and waits until every goal is
-achieved. It reports chains/s and tasks/s (from the first submission to the last achievement), the
-latency of a chain (from its goal.create to its goal.achieved event) at p50 and p99, the CPU time of
-the whole process per chain (server, service, workers and clients), and the process's peak RSS. First
-it runs --single chains one after the other: the latency of a chain at low load.
-
-The service runs closed, as dwr serve does: the service's and the clients' NATS accounts, the
-service on its own identity, the submitters (and the feed's reader) client-role members of the
-workspace and the workers executor-role members of their queue, each connected with its own
-credential (nkey and inbox prefix). --auth=false runs it open (no accounts, no credentials), and
---compare-auth runs every run both ways, alternating, in --rounds rounds, and reports the cost of
-authentication as ratios.`,
-		Args: cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			return runReport(cmd, g, "bench chain3",
-				func(ctx context.Context, progress io.Writer) (*chainReport, error) {
-					return runChainBench(ctx, o, progress)
-				},
-				printChainBench,
-				func(rep *chainReport) error {
-					for _, c := range append([]chainCell{rep.Single}, rep.Cells...) {
-						if c.Errors > 0 {
-							return fmt.Errorf("%d chains had %d errors (first: %s)", c.Chains, c.Errors, c.FirstError)
-						}
-					}
-					return nil
-				})
-		},
+// RunChain runs the chains of every run, each on a fresh service, and
+// returns the report; progress goes to progress. It returns an error when o
+// is invalid (naming the flag of `dwr bench chain3`), when a run cannot be
+// set up or does not end within o.Timeout, or when ctx ends; chains whose
+// submission failed are in the report (ChainReport.Err).
+func RunChain(ctx context.Context, o ChainOptions, progress io.Writer) (*ChainReport, error) {
+	if o.Dir == "" {
+		o.Dir = os.TempDir()
 	}
-	f := cmd.Flags()
-	f.IntSliceVar(&o.chains, "chains", []int{200, 2000}, "numbers of chains to run, each in a fresh service")
-	f.IntVar(&o.workers, "workers", 2, "SDK workers on the queue")
-	f.IntVar(&o.concurrency, "concurrency", 64, "jobs each worker runs at once")
-	f.IntVar(&o.submitters, "submitters", 32, "clients submitting goals and plans concurrently")
-	f.IntVar(&o.single, "single", 20, "chains run one at a time first, for the latency at low load")
-	f.StringVar(&o.dir, "dir", os.TempDir(), "where the fresh directories are made")
-	f.DurationVar(&o.timeout, "timeout", 5*time.Minute, "give up on a run after this long")
-	f.StringVar(&o.cpuProf, "cpuprofile", "", "write a CPU profile of the whole run to this file")
-	f.BoolVar(&o.auth, "auth", true, "run the service closed, as dwr serve does (--auth=false: open, without accounts or credentials)")
-	f.BoolVar(&o.compareAuth, "compare-auth", false, "run closed and open, alternating in --rounds rounds, and print the cost of authentication")
-	f.IntVar(&o.rounds, "rounds", 3, "with --compare-auth: rounds, each running everything closed and open (the order swapped each round)")
-	return cmd
-}
-
-func runChainBench(ctx context.Context, o chainOpts, progress io.Writer) (*chainReport, error) {
-	if o.workers < 1 || o.concurrency < 1 || o.submitters < 1 || o.single < 0 || len(o.chains) == 0 {
+	if o.Timeout <= 0 {
+		o.Timeout = DefaultChainTimeout
+	}
+	if o.Workers < 1 || o.Concurrency < 1 || o.Submitters < 1 || o.Single < 0 || len(o.Chains) == 0 {
 		return nil, errors.New("--workers, --concurrency and --submitters must be at least 1, --single at least 0, and --chains not empty")
 	}
-	if o.compareAuth && o.rounds < 1 {
+	if o.CompareAuth && o.Rounds < 1 {
 		return nil, errors.New("--rounds must be at least 1")
 	}
-	stopProfile, err := startCPUProfile(o.cpuProf)
+	stopProfile, err := startCPUProfile(o.CPUProfile)
 	if err != nil {
 		return nil, err
 	}
 	defer stopProfile()
-	rep := &chainReport{Go: runtime.Version(), CPUs: runtime.NumCPU(), Workers: o.workers, Concurrency: o.concurrency,
-		ReferenceCPS: referenceChainsPerS, Auth: authName(!o.auth)}
-	run := func(n int, single, open bool, round int) (*chainCell, error) {
+	rep := &ChainReport{Go: runtime.Version(), CPUs: runtime.NumCPU(), Workers: o.Workers, Concurrency: o.Concurrency,
+		ReferenceCPS: ReferenceChainsPerS, Auth: authName(!o.Auth)}
+	run := func(n int, single, open bool, round int) (*ChainCell, error) {
 		at := ""
 		if round > 0 {
 			at = fmt.Sprintf("round %d: ", round)
 		}
-		submitters := o.submitters
+		submitters := o.Submitters
 		if single {
 			submitters = 1
 			fmt.Fprintf(progress, "bench: %s%d single chains, one at a time, %s\n", at, n, authName(open))
 		} else {
-			fmt.Fprintf(progress, "bench: %s%d chains, %d submitters, %d workers × %d, %s\n", at, n, submitters, o.workers, o.concurrency, authName(open))
+			fmt.Fprintf(progress, "bench: %s%d chains, %d submitters, %d workers × %d, %s\n", at, n, submitters, o.Workers, o.Concurrency, authName(open))
 		}
-		c, err := withTempDir(o.dir, func(dir string) (*chainCell, error) { return chainRun(ctx, dir, o, n, submitters, open) })
+		c, err := withTempDir(o.Dir, func(dir string) (*ChainCell, error) { return chainRun(ctx, dir, o, n, submitters, open) })
 		if err != nil {
 			return nil, err
 		}
@@ -167,20 +142,20 @@ func runChainBench(ctx context.Context, o chainOpts, progress io.Writer) (*chain
 		fmt.Fprintf(progress, "bench:   %.0f chains/s, p50 %.1f ms, p99 %.1f ms, CPU %.2f ms/chain\n", c.ChainsPerS, c.P50ms, c.P99ms, c.CPUmsPerRun)
 		return c, nil
 	}
-	if o.compareAuth {
-		rep.Auth, rep.Rounds = authCompare, o.rounds
+	if o.CompareAuth {
+		rep.Auth, rep.Rounds = AuthCompare, o.Rounds
 		type load struct {
 			n      int
 			single bool
 		}
 		var loads []load
-		if o.single > 0 {
-			loads = append(loads, load{o.single, true})
+		if o.Single > 0 {
+			loads = append(loads, load{o.Single, true})
 		}
-		for _, n := range o.chains {
+		for _, n := range o.Chains {
 			loads = append(loads, load{n, false})
 		}
-		for r := range o.rounds {
+		for r := range o.Rounds {
 			for _, l := range loads {
 				for _, open := range authOrder(r) {
 					c, err := run(l.n, l.single, open, r+1)
@@ -193,15 +168,15 @@ func runChainBench(ctx context.Context, o chainOpts, progress io.Writer) (*chain
 		}
 		rep.AuthCost = chainAuthCost(rep)
 	} else {
-		if o.single > 0 {
-			c, err := run(o.single, true, !o.auth, 0)
+		if o.Single > 0 {
+			c, err := run(o.Single, true, !o.Auth, 0)
 			if err != nil {
 				return nil, err
 			}
 			rep.Single = *c
 		}
-		for _, n := range o.chains {
-			c, err := run(n, false, !o.auth, 0)
+		for _, n := range o.Chains {
+			c, err := run(n, false, !o.Auth, 0)
 			if err != nil {
 				return nil, err
 			}
@@ -217,8 +192,8 @@ func runChainBench(ctx context.Context, o chainOpts, progress io.Writer) (*chain
 
 // chainAuthCost pairs the closed and open runs of each kind (one at a time,
 // and each N) of the same round.
-func chainAuthCost(rep *chainReport) []authCost {
-	var out []authCost
+func chainAuthCost(rep *ChainReport) []AuthCost {
+	var out []AuthCost
 	seen := map[[2]int]bool{}
 	for _, c := range rep.Cells {
 		kind := [2]int{c.Chains, 0}
@@ -229,7 +204,7 @@ func chainAuthCost(rep *chainReport) []authCost {
 			continue
 		}
 		seen[kind] = true
-		pairs := pairRounds(rep.Rounds, rep.Cells, func(d chainCell) (int, string, figures, bool) {
+		pairs := pairRounds(rep.Rounds, rep.Cells, func(d ChainCell) (int, string, figures, bool) {
 			return d.Round, d.Auth, figures{perS: d.ChainsPerS, p50: d.P50ms, p99: d.P99ms, cpu: d.CPUmsPerRun},
 				d.Chains == c.Chains && d.OneAtATime == c.OneAtATime
 		})
@@ -252,10 +227,10 @@ func cpuTime() time.Duration {
 
 // chainRun runs n chains on a fresh service in dir with the given number of
 // concurrent submitters.
-func chainRun(ctx context.Context, dir string, o chainOpts, n, submitters int, open bool) (*chainCell, error) {
-	ctx, cancel := context.WithTimeout(ctx, o.timeout)
+func chainRun(ctx context.Context, dir string, o ChainOptions, n, submitters int, open bool) (*ChainCell, error) {
+	ctx, cancel := context.WithTimeout(ctx, o.Timeout)
 	defer cancel()
-	bs, err := startBenchService(ctx, dir, open, io.Discard)
+	bs, err := startService(ctx, dir, open, io.Discard)
 	if err != nil {
 		return nil, err
 	}
@@ -266,13 +241,13 @@ func chainRun(ctx context.Context, dir string, o chainOpts, n, submitters int, o
 	// adding a member reloads the server's users, and a reload while a
 	// worker binds to its consumer can cost that worker a second.
 	var workers []*executors.Worker
-	for i := range o.workers {
+	for i := range o.Workers {
 		nc, err := bs.join(fmt.Sprintf("bench-worker-%d", i), domain.RoleExecutor, "chain")
 		if err != nil {
 			return nil, err
 		}
 		defer nc.Close()
-		w, err := executors.NewWorker(executors.Config{Conn: nc, Queue: "chain", Concurrency: o.concurrency,
+		w, err := executors.NewWorker(executors.Config{Conn: nc, Queue: "chain", Concurrency: o.Concurrency,
 			Executor: fmt.Sprintf("bench-%d", i), DrainTimeout: time.Second},
 			func(_ context.Context, job *executors.Job) (executors.Result, error) {
 				return executors.Result{Output: json.RawMessage(`{"ok":true}`)}, nil
@@ -384,7 +359,7 @@ func chainRun(ctx context.Context, dir string, o chainOpts, n, submitters int, o
 	slices.Sort(lats)
 	p := percentiles(lats)
 	secs := last.Sub(t0).Seconds()
-	c := &chainCell{Auth: authName(open), Chains: n, Seconds: round2(secs), ChainsPerS: round1(float64(n) / secs), TasksPerS: round1(3 * float64(n) / secs),
+	c := &ChainCell{Auth: authName(open), Chains: n, Seconds: round2(secs), ChainsPerS: round1(float64(n) / secs), TasksPerS: round1(3 * float64(n) / secs),
 		P50ms: p[0], P99ms: p[2], CPUmsPerRun: round2(float64(cpu.Microseconds()) / 1000 / float64(n)),
 		Errors: int(errCount.Load())}
 	if v, ok := firstErr.Load().(string); ok {
@@ -410,16 +385,16 @@ func waitEnded(ctx context.Context, mu *sync.Mutex, ended map[string]time.Time, 
 
 // submitChain creates goal id and commits its plan of three sequential tasks.
 func submitChain(nc *nats.Conn, id string) error {
-	if err := benchCommand(nc, "goal.create", fmt.Sprintf(`{"goal_id":%q,"title":"chain"}`, id), "g."+id); err != nil {
+	if err := command(nc, "goal.create", fmt.Sprintf(`{"goal_id":%q,"title":"chain"}`, id), "g."+id); err != nil {
 		return err
 	}
 	plan := fmt.Sprintf(`{"goal_id":%q,"tasks":[{"key":"a","queue":"chain"},{"key":"b","queue":"chain","depends_on":["a"]},{"key":"c","queue":"chain","depends_on":["b"]}]}`, id)
-	return benchCommand(nc, "plan.submit", plan, "p."+id)
+	return command(nc, "plan.submit", plan, "p."+id)
 }
 
-// benchCommand sends command name with body and command id id in the default
+// command sends command name with body and command id id in the default
 // workspace and returns nil once it is accepted.
-func benchCommand(nc *nats.Conn, name, body, id string) error {
+func command(nc *nats.Conn, name, body, id string) error {
 	m := nats.NewMsg("dwr.cmd.default." + name)
 	m.Header.Set(handlers.HeaderCommandID, id)
 	m.Data = []byte(body)
@@ -440,16 +415,29 @@ func benchCommand(nc *nats.Conn, name, body, id string) error {
 	return nil
 }
 
-func printChainBench(w io.Writer, rep *chainReport) error {
+// Err returns an error naming the first run whose chains failed, or nil
+// when none did.
+func (rep *ChainReport) Err() error {
+	for _, c := range append([]ChainCell{rep.Single}, rep.Cells...) {
+		if c.Errors > 0 {
+			return fmt.Errorf("%d chains had %d errors (first: %s)", c.Chains, c.Errors, c.FirstError)
+		}
+	}
+	return nil
+}
+
+// PrintChain prints the report for people: a table, the cost of
+// authentication when comparing, and the peak RSS.
+func PrintChain(w io.Writer, rep *ChainReport) error {
 	auth := "service " + rep.Auth
-	compare := rep.Auth == authCompare
+	compare := rep.Auth == AuthCompare
 	if compare {
 		auth = fmt.Sprintf("service closed and open alternating, %d rounds", rep.Rounds)
 	}
 	fmt.Fprintf(w, "dwr bench chain3: %s, %s/%s, %d CPUs, %d workers × %d jobs, fsync before ack, %s\n\n",
 		rep.Go, runtime.GOOS, runtime.GOARCH, rep.CPUs, rep.Workers, rep.Concurrency, auth)
 	rows := [][]string{}
-	row := func(c chainCell) {
+	row := func(c ChainCell) {
 		label := "all at once"
 		if c.OneAtATime {
 			label = "one at a time"

@@ -1,4 +1,4 @@
-package main
+package bench
 
 import (
 	"context"
@@ -9,7 +9,6 @@ import (
 	"log/slog"
 	"math"
 	"os"
-	"os/signal"
 	"path/filepath"
 	"runtime"
 	"runtime/pprof"
@@ -18,13 +17,12 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
-	"syscall"
+	"text/tabwriter"
 	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/oklog/ulid/v2"
-	"github.com/spf13/cobra"
 
 	"github.com/dwr-run/dwr/eventstore"
 	"github.com/dwr-run/dwr/handlers/embedded"
@@ -32,31 +30,43 @@ import (
 
 // Benchmark modes.
 const (
-	modeBaseline = "baseline" // one JetStream message per event, optimistic concurrency per subject
-	modeGroup    = "group"    // the real dwr command path: group commit through the writer
-	modeFsync    = "fsync"    // the disk alone: f.Sync() after a small append
+	ModeBaseline = "baseline" // one JetStream message per event, optimistic concurrency per subject
+	ModeGroup    = "group"    // the real dwr command path: group commit through the writer
+	ModeFsync    = "fsync"    // the disk alone: f.Sync() after a small append
 )
 
-// benchOpts are the flags of `dwr bench`.
-type benchOpts struct {
-	clients  []int
-	duration time.Duration
-	warmup   time.Duration // < 0: the default, duration/5 capped at 1s
-	modes    []string
-	dir      string
-	fsyncs   int
-	cpuProf  string
-	// auth runs the service closed, as dwr serve does (false: open).
-	auth bool
-	// compareAuth runs every group cell closed and open, alternating, in
-	// rounds, and reports the cost of authentication.
-	compareAuth bool
-	rounds      int
-	modesSet    bool // --modes was given
+// Options are what `dwr bench` measures, and how; its flags set them.
+type Options struct {
+	// Clients are the concurrency levels: clients each with one operation
+	// in flight (1 to 4096 each).
+	Clients []int
+	// Duration is the measured time per mode and level.
+	Duration time.Duration
+	// Warmup is the unmeasured time before each measurement; negative for
+	// the default, Duration/5 capped at 1s.
+	Warmup time.Duration
+	// Modes are the modes run (ModeBaseline, ModeGroup); nil for both. The
+	// fsync reference always runs.
+	Modes []string
+	// Dir is where the fresh directories are made; "" for os.TempDir().
+	Dir string
+	// Fsyncs is how many fsyncs the reference times (it stops early after
+	// Duration).
+	Fsyncs int
+	// CPUProfile, when set, is the file a CPU profile of the whole run is
+	// written to.
+	CPUProfile string
+	// Auth runs the service closed, as dwr serve does (false: open).
+	Auth bool
+	// CompareAuth runs every group cell closed and open, alternating, in
+	// Rounds rounds, and reports the cost of authentication.
+	CompareAuth bool
+	Rounds      int
 }
 
-// benchReport is everything one run measured; --json prints it as is.
-type benchReport struct {
+// Report is everything one run measured; `dwr bench --json` prints it as
+// is.
+type Report struct {
 	Started  time.Time `json:"started"`
 	Go       string    `json:"go"`
 	OS       string    `json:"os"`
@@ -71,17 +81,17 @@ type benchReport struct {
 	Rounds int    `json:"rounds,omitempty"`
 	// LoadAvg is the 1-minute load average before and after the run (Linux
 	// only): other work on the machine skews every figure.
-	LoadAvg [2]float64  `json:"load_avg"`
-	Fsync   *fsyncCell  `json:"fsync"`
-	Cells   []benchCell `json:"cells"`
-	Ratios  benchRatios `json:"ratios"`
+	LoadAvg [2]float64 `json:"load_avg"`
+	Fsync   *FsyncCell `json:"fsync"`
+	Cells   []Cell     `json:"cells"`
+	Ratios  Ratios     `json:"ratios"`
 	// AuthCost is, when comparing, the cost of authentication at each
 	// level: the group cells closed ÷ open, round by round.
-	AuthCost []authCost `json:"auth_cost,omitempty"`
+	AuthCost []AuthCost `json:"auth_cost,omitempty"`
 }
 
-// fsyncCell is the reference: what the disk alone does.
-type fsyncCell struct {
+// FsyncCell is the reference: what the disk alone does.
+type FsyncCell struct {
 	Syncs     int     `json:"syncs"`
 	PerSecond float64 `json:"fsyncs_per_sec"`
 	Mean      float64 `json:"mean_ms"`
@@ -90,8 +100,8 @@ type fsyncCell struct {
 	P99       float64 `json:"p99_ms"`
 }
 
-// benchCell is one mode at one concurrency level.
-type benchCell struct {
+// Cell is one mode at one concurrency level.
+type Cell struct {
 	Mode string `json:"mode"`
 	// Auth is how the service ran in group mode: closed or open (the
 	// baseline has no service).
@@ -119,125 +129,81 @@ type benchCell struct {
 	CPUPerOp float64 `json:"cpu_us_per_op"`
 }
 
-// benchRatios are the summary figures; a zero field was not measured.
-type benchRatios struct {
+// Ratios are the summary figures; a zero field was not measured.
+type Ratios struct {
 	ThroughputClients    int     `json:"throughput_clients,omitempty"`
 	GroupOverBaseline    float64 `json:"group_over_baseline_ops,omitempty"`
 	LatencyClients       int     `json:"latency_clients,omitempty"`
 	GroupP50OverFsyncP50 float64 `json:"group_p50_over_fsync_p50,omitempty"`
 }
 
-func benchCmd(g *globals) *cobra.Command {
-	o := benchOpts{warmup: -1}
-	cmd := &cobra.Command{
-		Use:   "bench",
-		Short: "measure the durable write path: one message per event vs group commit, and the disk's fsync",
-		Long: `bench measures, on this machine and in one run, each in a fresh directory with an
-embedded NATS server that fsyncs before acknowledging (SyncAlways):
-
-  baseline  one JetStream message per event: each client publishes a ~300-byte event on
-            its own aggregate subject with the expected last sequence of that subject,
-            waiting for the ack (the obvious design);
-  group     the real dwr command path: the whole service in-process, each client sending
-            goal.create requests with fresh command ids, answered after the commit record
-            holding them is fsynced. The service runs closed, as dwr serve does: the
-            service's and the clients' NATS accounts, the service on its own identity, and
-            each client a client-role member of the workspace connected with its own
-            credential (nkey and inbox prefix); --auth=false runs it open (no accounts,
-            no credentials), and --compare-auth runs both, alternating, in --rounds
-            rounds, and reports the cost of authentication as ratios;
-  fsync     the reference: f.Sync() after a small append on a file in the same directory.
-
-Each client runs one operation at a time (a closed loop) for --duration after a warm-up.
-Progress goes to stderr; the table (or --json) to stdout.`,
-		Args: cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			o.modesSet = cmd.Flags().Changed("modes")
-			return runReport(cmd, g, "bench",
-				func(ctx context.Context, progress io.Writer) (*benchReport, error) { return runBench(ctx, o, progress) },
-				printBench,
-				func(rep *benchReport) error {
-					for _, c := range rep.Cells {
-						if c.Errors > 0 {
-							return fmt.Errorf("%s with %d clients had %d errors (first: %s)", c.Mode, c.Clients, c.Errors, c.FirstError)
-						}
-					}
-					return nil
-				})
-		},
-	}
-	f := cmd.Flags()
-	f.IntSliceVar(&o.clients, "clients", []int{1, 8, 64}, "concurrency levels: clients each with one operation in flight")
-	f.DurationVar(&o.duration, "duration", 5*time.Second, "measured time per mode and level")
-	f.DurationVar(&o.warmup, "warmup", -1, "unmeasured time before each measurement (default duration/5, at most 1s)")
-	f.StringSliceVar(&o.modes, "modes", []string{modeBaseline, modeGroup}, "modes to run: baseline, group (the fsync reference always runs)")
-	f.StringVar(&o.dir, "dir", os.TempDir(), "where the fresh directories are made: put it on the disk you care about")
-	f.IntVar(&o.fsyncs, "fsyncs", 2000, "fsyncs timed for the reference (stops early after --duration)")
-	f.StringVar(&o.cpuProf, "cpuprofile", "", "write a CPU profile of the whole run (server, service and clients) to this file")
-	f.BoolVar(&o.auth, "auth", true, "run the service closed, as dwr serve does (--auth=false: open, without accounts or credentials)")
-	f.BoolVar(&o.compareAuth, "compare-auth", false, "run group mode closed and open, alternating in --rounds rounds, and print the cost of authentication")
-	f.IntVar(&o.rounds, "rounds", 3, "with --compare-auth: rounds, each measuring every level closed and open (the order swapped each round)")
-	cmd.AddCommand(benchChainCmd(g))
-	return cmd
-}
-
-func (o *benchOpts) validate() error {
-	if len(o.clients) == 0 {
+// validate checks o and sets its defaults.
+func (o *Options) validate() error {
+	if len(o.Clients) == 0 {
 		return errors.New("--clients: give at least one level")
 	}
-	for _, c := range o.clients {
+	for _, c := range o.Clients {
 		if c < 1 || c > 4096 {
 			return fmt.Errorf("--clients: %d is not in 1..4096", c)
 		}
 	}
-	if o.duration <= 0 {
+	if o.Duration <= 0 {
 		return errors.New("--duration must be positive")
 	}
-	if o.fsyncs < 1 {
+	if o.Fsyncs < 1 {
 		return errors.New("--fsyncs must be at least 1")
 	}
-	for _, m := range o.modes {
-		if m != modeBaseline && m != modeGroup {
+	for _, m := range o.Modes {
+		if m != ModeBaseline && m != ModeGroup {
 			return fmt.Errorf("--modes: unknown mode %q (baseline, group)", m)
 		}
 	}
-	if o.compareAuth {
-		if o.modesSet && !slices.Equal(o.modes, []string{modeGroup}) {
+	if o.CompareAuth {
+		if o.Modes != nil && !slices.Equal(o.Modes, []string{ModeGroup}) {
 			return errors.New("--compare-auth measures group mode only (the baseline has no service to authenticate): leave --modes out")
 		}
-		o.modes = []string{modeGroup}
-		if o.rounds < 1 {
+		o.Modes = []string{ModeGroup}
+		if o.Rounds < 1 {
 			return errors.New("--rounds must be at least 1")
 		}
 	}
-	if o.warmup < 0 {
-		o.warmup = min(o.duration/5, time.Second)
+	if o.Modes == nil {
+		o.Modes = []string{ModeBaseline, ModeGroup}
+	}
+	if o.Warmup < 0 {
+		o.Warmup = min(o.Duration/5, time.Second)
+	}
+	if o.Dir == "" {
+		o.Dir = os.TempDir()
 	}
 	return nil
 }
 
-// runBench runs every cell and returns the report; progress goes to progress.
-func runBench(ctx context.Context, o benchOpts, progress io.Writer) (*benchReport, error) {
+// Run runs every cell, each in a fresh directory, and returns the report;
+// progress goes to progress. It returns an error when o is invalid (naming
+// the flag of `dwr bench`), when a cell cannot be set up, or when ctx ends;
+// a cell whose operations failed is in the report (Report.Err).
+func Run(ctx context.Context, o Options, progress io.Writer) (*Report, error) {
 	if err := o.validate(); err != nil {
 		return nil, err
 	}
-	rep := &benchReport{Started: time.Now().UTC().Round(time.Second), Go: runtime.Version(), OS: runtime.GOOS,
-		Arch: runtime.GOARCH, CPUs: runtime.NumCPU(), Dir: o.dir, Duration: o.duration.String(), Warmup: o.warmup.String(),
-		Auth: authName(!o.auth)}
+	rep := &Report{Started: time.Now().UTC().Round(time.Second), Go: runtime.Version(), OS: runtime.GOOS,
+		Arch: runtime.GOARCH, CPUs: runtime.NumCPU(), Dir: o.Dir, Duration: o.Duration.String(), Warmup: o.Warmup.String(),
+		Auth: authName(!o.Auth)}
 	logf := func(format string, args ...any) { _, _ = fmt.Fprintf(progress, "bench: "+format+"\n", args...) }
 	rep.LoadAvg[0] = loadAvg()
 	if rep.LoadAvg[0] > float64(rep.CPUs)/2 {
 		logf("warning: the machine is busy (load average %.2f on %d CPUs): the figures will be skewed", rep.LoadAvg[0], rep.CPUs)
 	}
 
-	stopProfile, err := startCPUProfile(o.cpuProf)
+	stopProfile, err := startCPUProfile(o.CPUProfile)
 	if err != nil {
 		return nil, err
 	}
 	defer stopProfile()
 
-	logf("fsync reference: up to %d syncs or %s in %s", o.fsyncs, o.duration, o.dir)
-	fs, err := withTempDir(o.dir, func(dir string) (*fsyncCell, error) { return benchFsync(ctx, dir, o.fsyncs, o.duration) })
+	logf("fsync reference: up to %d syncs or %s in %s", o.Fsyncs, o.Duration, o.Dir)
+	fs, err := withTempDir(o.Dir, func(dir string) (*FsyncCell, error) { return benchFsync(ctx, dir, o.Fsyncs, o.Duration) })
 	if err != nil {
 		return nil, fmt.Errorf("fsync reference: %w", err)
 	}
@@ -246,19 +212,19 @@ func runBench(ctx context.Context, o benchOpts, progress io.Writer) (*benchRepor
 
 	cell := func(mode string, n int, open bool, round int) error {
 		auth := ""
-		if mode == modeGroup {
+		if mode == ModeGroup {
 			auth = ", " + authName(open)
 		}
 		if round > 0 {
-			logf("round %d: %s%s, %d clients: %s warm-up + %s", round, mode, auth, n, o.warmup, o.duration)
+			logf("round %d: %s%s, %d clients: %s warm-up + %s", round, mode, auth, n, o.Warmup, o.Duration)
 		} else {
-			logf("%s%s, %d clients: %s warm-up + %s", mode, auth, n, o.warmup, o.duration)
+			logf("%s%s, %d clients: %s warm-up + %s", mode, auth, n, o.Warmup, o.Duration)
 		}
-		c, err := withTempDir(o.dir, func(dir string) (*benchCell, error) {
-			if mode == modeBaseline {
-				return benchBaseline(ctx, dir, n, o.warmup, o.duration, progress)
+		c, err := withTempDir(o.Dir, func(dir string) (*Cell, error) {
+			if mode == ModeBaseline {
+				return benchBaseline(ctx, dir, n, o.Warmup, o.Duration, progress)
 			}
-			return benchGroup(ctx, dir, n, open, o.warmup, o.duration, progress)
+			return benchGroup(ctx, dir, n, open, o.Warmup, o.Duration, progress)
 		})
 		if err != nil {
 			return fmt.Errorf("%s%s with %d clients: %w", mode, auth, n, err)
@@ -268,28 +234,28 @@ func runBench(ctx context.Context, o benchOpts, progress io.Writer) (*benchRepor
 		logf("  %.0f ops/s, p50 %.2f ms, p99 %.2f ms, batch %.1f, CPU %.0f µs/op", c.OpsPerSec, c.P50, c.P99, c.Batch, c.CPUPerOp)
 		return nil
 	}
-	if o.compareAuth {
-		rep.Auth, rep.Rounds = authCompare, o.rounds
-		for r := range o.rounds {
-			for _, n := range o.clients {
+	if o.CompareAuth {
+		rep.Auth, rep.Rounds = AuthCompare, o.Rounds
+		for r := range o.Rounds {
+			for _, n := range o.Clients {
 				for _, open := range authOrder(r) {
-					if err := cell(modeGroup, n, open, r+1); err != nil {
+					if err := cell(ModeGroup, n, open, r+1); err != nil {
 						return nil, err
 					}
 				}
 			}
 		}
-		rep.AuthCost = benchAuthCost(rep, o.clients)
+		rep.AuthCost = benchAuthCost(rep, o.Clients)
 	} else {
-		for _, mode := range o.modes {
-			for _, n := range o.clients {
-				if err := cell(mode, n, !o.auth, 0); err != nil {
+		for _, mode := range o.Modes {
+			for _, n := range o.Clients {
+				if err := cell(mode, n, !o.Auth, 0); err != nil {
 					return nil, err
 				}
 			}
 		}
 	}
-	rep.Ratios = ratios(rep, o.clients)
+	rep.Ratios = ratios(rep, o.Clients)
 	rep.LoadAvg[1] = loadAvg()
 	return rep, nil
 }
@@ -297,23 +263,23 @@ func runBench(ctx context.Context, o benchOpts, progress io.Writer) (*benchRepor
 // ratios compares group commit with the baseline at the highest level, and
 // group latency at the lowest level with one fsync (the first closed group
 // cell when comparing).
-func ratios(rep *benchReport, levels []int) benchRatios {
-	var r benchRatios
+func ratios(rep *Report, levels []int) Ratios {
+	var r Ratios
 	hi, lo := slices.Max(levels), slices.Min(levels)
-	find := func(mode string, n int) *benchCell {
+	find := func(mode string, n int) *Cell {
 		for i := range rep.Cells {
 			c := &rep.Cells[i]
-			if c.Mode == mode && c.Clients == n && (rep.Auth != authCompare || c.Auth == authClosed) {
+			if c.Mode == mode && c.Clients == n && (rep.Auth != AuthCompare || c.Auth == AuthClosed) {
 				return c
 			}
 		}
 		return nil
 	}
-	if g, b := find(modeGroup, hi), find(modeBaseline, hi); g != nil && b != nil && b.OpsPerSec > 0 {
+	if g, b := find(ModeGroup, hi), find(ModeBaseline, hi); g != nil && b != nil && b.OpsPerSec > 0 {
 		r.ThroughputClients = hi
 		r.GroupOverBaseline = round2(g.OpsPerSec / b.OpsPerSec)
 	}
-	if g := find(modeGroup, lo); g != nil && rep.Fsync != nil && rep.Fsync.P50 > 0 {
+	if g := find(ModeGroup, lo); g != nil && rep.Fsync != nil && rep.Fsync.P50 > 0 {
 		r.LatencyClients = lo
 		r.GroupP50OverFsyncP50 = round2(g.P50 / rep.Fsync.P50)
 	}
@@ -322,12 +288,12 @@ func ratios(rep *benchReport, levels []int) benchRatios {
 
 // benchAuthCost pairs each level's closed and open group cells of the same
 // round.
-func benchAuthCost(rep *benchReport, levels []int) []authCost {
-	var out []authCost
+func benchAuthCost(rep *Report, levels []int) []AuthCost {
+	var out []AuthCost
 	for _, n := range levels {
-		pairs := pairRounds(rep.Rounds, rep.Cells, func(c benchCell) (int, string, figures, bool) {
+		pairs := pairRounds(rep.Rounds, rep.Cells, func(c Cell) (int, string, figures, bool) {
 			return c.Round, c.Auth, figures{perS: c.OpsPerSec, p50: c.P50, p99: c.P99, cpu: c.CPUPerOp},
-				c.Mode == modeGroup && c.Clients == n
+				c.Mode == ModeGroup && c.Clients == n
 		})
 		load := fmt.Sprintf("%d clients", n)
 		if n == 1 {
@@ -360,7 +326,7 @@ func withTempDir[T any](base string, fn func(dir string) (T, error)) (T, error) 
 
 // benchFsync times up to n f.Sync() calls, each after a ~300-byte append,
 // stopping early after limit.
-func benchFsync(ctx context.Context, dir string, n int, limit time.Duration) (*fsyncCell, error) {
+func benchFsync(ctx context.Context, dir string, n int, limit time.Duration) (*FsyncCell, error) {
 	f, err := os.Create(filepath.Join(dir, "fsync.dat"))
 	if err != nil {
 		return nil, err
@@ -399,7 +365,7 @@ func benchFsync(ctx context.Context, dir string, n int, limit time.Duration) (*f
 	for _, l := range lats {
 		sum += l
 	}
-	return &fsyncCell{Syncs: len(lats), PerSecond: round1(float64(len(lats)) / el.Seconds()),
+	return &FsyncCell{Syncs: len(lats), PerSecond: round1(float64(len(lats)) / el.Seconds()),
 		Mean: math.Round(float64(sum)/float64(len(lats))/float64(time.Millisecond)*1000) / 1000,
 		P50:  p[0], P90: p[1], P99: p[2]}, nil
 }
@@ -446,7 +412,7 @@ func benchEvent(client int, n uint64) []byte {
 // benchBaseline measures one JetStream message per event: each client
 // publishes on its own aggregate subject, expecting the subject's last
 // sequence (optimistic concurrency), and waits for the ack.
-func benchBaseline(ctx context.Context, dir string, clients int, warm, dur time.Duration, progress io.Writer) (*benchCell, error) {
+func benchBaseline(ctx context.Context, dir string, clients int, warm, dur time.Duration, progress io.Writer) (*Cell, error) {
 	srv, err := startServer(dir, progress)
 	if err != nil {
 		return nil, err
@@ -502,7 +468,7 @@ func benchBaseline(ctx context.Context, dir string, clients int, warm, dur time.
 	if err != nil {
 		return nil, err
 	}
-	c.Mode, c.Clients = modeBaseline, clients
+	c.Mode, c.Clients = ModeBaseline, clients
 	c.Records = int(min(info.State.LastSeq-before, math.MaxInt32))
 	c.Batch = 1
 	c.RecordBytes = float64(len(benchEvent(0, 1)))
@@ -511,8 +477,8 @@ func benchBaseline(ctx context.Context, dir string, clients int, warm, dur time.
 
 // benchGroup measures the real command path: the whole service in-process,
 // each client sending goal.create requests with fresh command ids.
-func benchGroup(ctx context.Context, dir string, clients int, open bool, warm, dur time.Duration, progress io.Writer) (*benchCell, error) {
-	bs, err := startBenchService(ctx, dir, open, progress)
+func benchGroup(ctx context.Context, dir string, clients int, open bool, warm, dur time.Duration, progress io.Writer) (*Cell, error) {
+	bs, err := startService(ctx, dir, open, progress)
 	if err != nil {
 		return nil, err
 	}
@@ -528,7 +494,7 @@ func benchGroup(ctx context.Context, dir string, clients int, open bool, warm, d
 	ops := make([]func() error, clients)
 	for i := range clients {
 		nc := conns[i]
-		ops[i] = func() error { return benchCommand(nc, "goal.create", body, ulid.Make().String()) }
+		ops[i] = func() error { return command(nc, "goal.create", body, ulid.Make().String()) }
 	}
 	var before uint64
 	mark := func() (err error) {
@@ -539,7 +505,7 @@ func benchGroup(ctx context.Context, dir string, clients int, open bool, warm, d
 	if err != nil {
 		return nil, err
 	}
-	c.Mode, c.Auth, c.Clients = modeGroup, authName(open), clients
+	c.Mode, c.Auth, c.Clients = ModeGroup, authName(open), clients
 	var cmds, bytes int
 	if err := log.Read(ctx, before+1, func(_ uint64, rec []byte) error {
 		cm, err := eventstore.DecodeCommit(rec)
@@ -567,7 +533,7 @@ func benchGroup(ctx context.Context, dir string, clients int, open bool, warm, d
 // after the warm-up counts, with its whole latency; clients start no
 // operation after the measured time, and the window closes when the last one
 // finishes. So every client completes at least one measured operation.
-func drive(ctx context.Context, ops []func() error, warm, dur time.Duration, mark func() error) (*benchCell, error) {
+func drive(ctx context.Context, ops []func() error, warm, dur time.Duration, mark func() error) (*Cell, error) {
 	start := time.Now()
 	t0 := start.Add(warm)
 	t1 := t0.Add(dur)
@@ -634,7 +600,7 @@ func drive(ctx context.Context, ops []func() error, warm, dur time.Duration, mar
 	}
 	el := end.Sub(t0)
 	p := percentiles(all)
-	c := &benchCell{Ops: len(all), Errors: int(errCount.Load()), Seconds: round2(el.Seconds()),
+	c := &Cell{Ops: len(all), Errors: int(errCount.Load()), Seconds: round2(el.Seconds()),
 		OpsPerSec: round1(float64(len(all)) / el.Seconds()), P50: p[0], P90: p[1], P99: p[2]}
 	if len(all) > 0 {
 		c.CPUPerOp = round1(float64(cpu.Nanoseconds()) / 1000 / float64(len(all)))
@@ -659,19 +625,40 @@ func percentiles(lats []time.Duration) [3]float64 {
 	return out
 }
 
+// table prints rows under a header, aligned.
+func table(w io.Writer, header []string, rows [][]string) error {
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, strings.Join(header, "\t"))
+	for _, r := range rows {
+		fmt.Fprintln(tw, strings.Join(r, "\t"))
+	}
+	return tw.Flush()
+}
+
 func round1(f float64) float64 { return math.Round(f*10) / 10 }
 func round2(f float64) float64 { return math.Round(f*100) / 100 }
 
-// printBench prints the report for people: a table and the ratios.
-func printBench(w io.Writer, rep *benchReport) error {
+// Err returns an error naming the first cell whose operations failed, or
+// nil when none did.
+func (rep *Report) Err() error {
+	for _, c := range rep.Cells {
+		if c.Errors > 0 {
+			return fmt.Errorf("%s with %d clients had %d errors (first: %s)", c.Mode, c.Clients, c.Errors, c.FirstError)
+		}
+	}
+	return nil
+}
+
+// Print prints the report for people: a table and the ratios.
+func Print(w io.Writer, rep *Report) error {
 	var b strings.Builder
 	auth := "service " + rep.Auth
-	if rep.Auth == authCompare {
+	if rep.Auth == AuthCompare {
 		auth = fmt.Sprintf("service closed and open alternating, %d rounds", rep.Rounds)
 	}
 	fmt.Fprintf(&b, "dwr bench: %s, %s/%s, %d CPUs (load %.2f → %.2f), %s per cell after %s warm-up, %s, in %s\n\n",
 		rep.Go, rep.OS, rep.Arch, rep.CPUs, rep.LoadAvg[0], rep.LoadAvg[1], rep.Duration, rep.Warmup, auth, rep.Dir)
-	compare := rep.Auth == authCompare
+	compare := rep.Auth == AuthCompare
 	var rows [][]string
 	if f := rep.Fsync; f != nil {
 		row := []string{"fsync (disk alone)", "-", thousands(f.PerSecond), ms(f.P50), ms(f.P99), "-", "-"}
@@ -686,7 +673,7 @@ func printBench(w io.Writer, rep *benchReport) error {
 	}
 	for _, c := range rep.Cells {
 		name := "baseline: 1 msg/event"
-		if c.Mode == modeGroup {
+		if c.Mode == ModeGroup {
 			name = "group commit (dwr, " + c.Auth + ")"
 		}
 		row := []string{name, strconv.Itoa(c.Clients), thousands(c.OpsPerSec), ms(c.P50), ms(c.P99),
@@ -750,30 +737,6 @@ func thousands(f float64) string {
 		out = append(out, s[i])
 	}
 	return string(out)
-}
-
-// runReport runs a benchmark until a signal stops it, prints its report (as
-// JSON with --json), and fails when check finds the run had errors.
-func runReport[R any](cmd *cobra.Command, g *globals, name string, run func(context.Context, io.Writer) (R, error),
-	print func(io.Writer, R) error, check func(R) error) error {
-	ctx, stop := signal.NotifyContext(cmd.Context(), syscall.SIGINT, syscall.SIGTERM)
-	defer stop()
-	rep, err := run(ctx, cmd.ErrOrStderr())
-	if err != nil {
-		return fail(exitError, "%s: %v", name, err)
-	}
-	if g.json {
-		err = printJSON(g.out, rep)
-	} else {
-		err = print(g.out, rep)
-	}
-	if err != nil {
-		return err
-	}
-	if err := check(rep); err != nil {
-		return fail(exitError, "%s: %v", name, err)
-	}
-	return nil
 }
 
 // startCPUProfile starts writing a CPU profile of the whole process to path

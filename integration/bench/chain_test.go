@@ -1,10 +1,8 @@
-package main
+package bench
 
 import (
 	"bytes"
-	"encoding/json"
 	"fmt"
-	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -13,15 +11,14 @@ import (
 // TestBenchChain3EndToEnd runs a few chains through the whole service and
 // in-process SDK workers: every chain must end achieved.
 func TestBenchChain3EndToEnd(t *testing.T) {
-	var out, errb bytes.Buffer
-	code := Main([]string{"bench", "chain3", "--chains", "10", "--single", "2", "--workers", "1", "--concurrency", "4",
-		"--submitters", "4", "--dir", t.TempDir(), "--json"}, strings.NewReader(""), &out, &errb)
-	require.Equal(t, exitOK, code, "stderr:\n%s", errb.String())
-	var rep chainReport
-	require.NoError(t, json.Unmarshal(out.Bytes(), &rep), out.String())
+	var errb bytes.Buffer
+	rep, err := RunChain(t.Context(), ChainOptions{Chains: []int{10}, Single: 2, Workers: 1, Concurrency: 4, Submitters: 4,
+		Dir: t.TempDir(), Auth: true}, &errb)
+	require.NoError(t, err, "progress:\n%s", errb.String())
+	require.NoError(t, rep.Err())
 	require.Equal(t, 2, rep.Single.Chains)
 	require.Len(t, rep.Cells, 1)
-	for _, c := range append([]chainCell{rep.Single}, rep.Cells...) {
+	for _, c := range append([]ChainCell{rep.Single}, rep.Cells...) {
 		require.Zero(t, c.Errors, c.FirstError)
 		require.Positive(t, c.ChainsPerS)
 		require.InDelta(t, 3*c.ChainsPerS, c.TasksPerS, 0.2)
@@ -30,11 +27,11 @@ func TestBenchChain3EndToEnd(t *testing.T) {
 		require.Positive(t, c.CPUmsPerRun)
 	}
 	require.Positive(t, rep.PeakRSSMiB)
-	require.Equal(t, authClosed, rep.Auth)
-	require.Equal(t, authClosed, rep.Single.Auth)
-	require.Equal(t, authClosed, rep.Cells[0].Auth)
+	require.Equal(t, AuthClosed, rep.Auth)
+	require.Equal(t, AuthClosed, rep.Single.Auth)
+	require.Equal(t, AuthClosed, rep.Cells[0].Auth)
 	var human bytes.Buffer
-	require.NoError(t, printChainBench(&human, &rep))
+	require.NoError(t, PrintChain(&human, rep))
 	require.Contains(t, human.String(), "CHAINS/S")
 	require.Contains(t, human.String(), "service closed")
 }
@@ -42,13 +39,11 @@ func TestBenchChain3EndToEnd(t *testing.T) {
 // TestBenchChain3CompareAuth runs the chains closed and open, alternating
 // in two rounds, and checks the cost of authentication pairs them.
 func TestBenchChain3CompareAuth(t *testing.T) {
-	var out, errb bytes.Buffer
-	code := Main([]string{"bench", "chain3", "--chains", "6", "--single", "1", "--workers", "1", "--concurrency", "4",
-		"--submitters", "2", "--dir", t.TempDir(), "--compare-auth", "--rounds", "2", "--json"}, strings.NewReader(""), &out, &errb)
-	require.Equal(t, exitOK, code, "stderr:\n%s", errb.String())
-	var rep chainReport
-	require.NoError(t, json.Unmarshal(out.Bytes(), &rep), out.String())
-	require.Equal(t, authCompare, rep.Auth)
+	var errb bytes.Buffer
+	rep, err := RunChain(t.Context(), ChainOptions{Chains: []int{6}, Single: 1, Workers: 1, Concurrency: 4, Submitters: 2,
+		Dir: t.TempDir(), Auth: true, CompareAuth: true, Rounds: 2}, &errb)
+	require.NoError(t, err, "progress:\n%s", errb.String())
+	require.Equal(t, AuthCompare, rep.Auth)
 	require.Zero(t, rep.Single.Chains, "every run is in cells")
 	var order []string
 	for _, c := range rep.Cells {
@@ -66,6 +61,6 @@ func TestBenchChain3CompareAuth(t *testing.T) {
 		require.Len(t, c.CPU.Rounds, 2)
 	}
 	var human bytes.Buffer
-	require.NoError(t, printChainBench(&human, &rep))
+	require.NoError(t, PrintChain(&human, rep))
 	require.Contains(t, human.String(), "the cost of authentication")
 }

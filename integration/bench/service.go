@@ -1,7 +1,8 @@
-package main
+package bench
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -10,6 +11,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/oklog/ulid/v2"
 
 	"github.com/dwr-run/dwr/domain"
 	"github.com/dwr-run/dwr/executors"
@@ -19,26 +21,26 @@ import (
 	"github.com/dwr-run/dwr/projections"
 )
 
-// benchService is the whole dwr service in-process on a fresh embedded
+// service is the whole dwr service in-process on a fresh embedded
 // server, for the benchmarks: closed as `dwr serve` runs it, or open.
-type benchService struct {
+type service struct {
 	srv *embedded.Server
 	svc *handlers.Service
 	dir string
-	// admin is the admin's client of a closed service (nil when open): it
-	// adds the benchmark's participants as members.
-	admin *client
+	// admin is the admin's connection to a closed service (nil when open):
+	// it adds the benchmark's participants as members.
+	admin *nats.Conn
 	close func()
 }
 
-// startBenchService starts the service in dir and waits until it is ready.
+// startService starts the service in dir and waits until it is ready.
 // Closed (open false), it is `dwr serve`'s default: the embedded server
-// started by startEmbedded with the service's and the clients' accounts, the
+// started by handlers.StartEmbedded with the service's and the clients' accounts, the
 // service on its own identity, identities required, and the admin
 // credential made in dir. Open, it is an embedded server without accounts,
 // where every connection shares one account and the service serves each
 // request as the anonymous admin: how the benchmarks ran before accounts.
-func startBenchService(ctx context.Context, dir string, open bool, progress io.Writer) (_ *benchService, err error) {
+func startService(ctx context.Context, dir string, open bool, progress io.Writer) (_ *service, err error) {
 	var cleanups []func()
 	cleanup := func() {
 		for i := len(cleanups) - 1; i >= 0; i-- {
@@ -62,7 +64,7 @@ func startBenchService(ctx context.Context, dir string, open bool, progress io.W
 	if err != nil {
 		return nil, err
 	}
-	bs := &benchService{dir: dir}
+	bs := &service{dir: dir}
 	var snc *nats.Conn
 	var bnd *handlers.Boundary
 	cfg := handlers.Config{WriterID: "bench", LogKey: key, Logger: logger}
@@ -110,14 +112,10 @@ func startBenchService(ctx context.Context, dir string, open bool, progress io.W
 	if bnd != nil {
 		bnd.Reload() // as dwr serve does once the views are caught up
 		admin := filepath.Join(dir, access.AdminCredsFile)
-		bs.admin, err = newClient(&globals{workspace: "default", creds: admin}, 30*time.Second,
-			func(opts ...nats.Option) (*nats.Conn, error) {
-				return bs.connectCreds("dwr-bench-admin", admin, opts...)
-			})
-		if err != nil {
+		if bs.admin, err = bs.connectCreds("dwr-bench-admin", admin); err != nil {
 			return nil, fmt.Errorf("connect as the admin: %w", err)
 		}
-		cleanups = append(cleanups, bs.admin.close)
+		cleanups = append(cleanups, bs.admin.Close)
 	}
 	bs.close = cleanup
 	return bs, nil
@@ -125,7 +123,7 @@ func startBenchService(ctx context.Context, dir string, open bool, progress io.W
 
 // connectCreds opens an in-process connection with a credential file, as
 // the SDK and the CLI connect: its nkey and inbox prefix.
-func (bs *benchService) connectCreds(name, file string, opts ...nats.Option) (*nats.Conn, error) {
+func (bs *service) connectCreds(name, file string, opts ...nats.Option) (*nats.Conn, error) {
 	creds, err := executors.Credentials(file)
 	if err != nil {
 		return nil, err
@@ -138,20 +136,31 @@ func (bs *benchService) connectCreds(name, file string, opts ...nats.Option) (*n
 // with role (and an executor's queues) as `dwr users add` does, writing its
 // credential in the service's directory, and it connects with that
 // credential; on an open one it connects as anyone.
-func (bs *benchService) join(name string, role domain.Role, queues ...string) (*nats.Conn, error) {
+func (bs *service) join(name string, role domain.Role, queues ...string) (*nats.Conn, error) {
 	if bs.admin == nil {
 		return bs.srv.Connect(nats.Name(name))
 	}
-	file := filepath.Join(bs.dir, name+".creds")
-	if _, _, err := addUser(bs.admin, name, role, queues, file, true, ""); err != nil {
+	cred, err := access.NewCredential()
+	if err != nil {
+		return nil, err
+	}
+	body, err := json.Marshal(domain.AddMember{Name: name, Role: role, PublicKey: cred.PublicKey, Queues: queues})
+	if err != nil {
+		return nil, err
+	}
+	if err := command(bs.admin, "member.add", string(body), ulid.Make().String()); err != nil {
 		return nil, fmt.Errorf("add %s as a member: %w", name, err)
+	}
+	file := filepath.Join(bs.dir, name+".creds")
+	if err := cred.Write(file, fmt.Sprintf("%s, role %s in workspace default", name, role), true); err != nil {
+		return nil, err
 	}
 	return bs.connectCreds(name, file)
 }
 
 // joinClients opens n connections of client-role members named
 // prefix-0, prefix-1, ...
-func (bs *benchService) joinClients(prefix string, n int) ([]*nats.Conn, func(), error) {
+func (bs *service) joinClients(prefix string, n int) ([]*nats.Conn, func(), error) {
 	conns := make([]*nats.Conn, 0, n)
 	closeAll := func() {
 		for _, nc := range conns {

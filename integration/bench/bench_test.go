@@ -1,12 +1,11 @@
-package main
+package bench
 
 import (
 	"bytes"
-	"encoding/json"
 	"fmt"
 	"io"
-	"strings"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -15,17 +14,15 @@ import (
 	"github.com/dwr-run/dwr/handlers/access"
 )
 
-// TestBenchEndToEnd runs `dwr bench` briefly, for real (embedded NATS with
-// SyncAlways, the whole service in-process), and checks every cell measured
-// something and the output is JSON; then prints the same report for people.
+// TestBenchEndToEnd runs the benchmark briefly, for real (embedded NATS
+// with SyncAlways, the whole service in-process), and checks every cell
+// measured something; then prints the report for people.
 func TestBenchEndToEnd(t *testing.T) {
-	var out, errb bytes.Buffer
-	code := Main([]string{"bench", "--clients", "1,4", "--duration", "300ms", "--fsyncs", "200", "--dir", t.TempDir(), "--json"},
-		strings.NewReader(""), &out, &errb)
-	require.Equal(t, exitOK, code, "stderr:\n%s", errb.String())
-
-	var rep benchReport
-	require.NoError(t, json.Unmarshal(out.Bytes(), &rep), out.String())
+	var errb bytes.Buffer
+	rep, err := Run(t.Context(), Options{Clients: []int{1, 4}, Duration: 300 * time.Millisecond, Warmup: -1, Fsyncs: 200,
+		Dir: t.TempDir(), Auth: true}, &errb)
+	require.NoError(t, err, "progress:\n%s", errb.String())
+	require.NoError(t, rep.Err())
 	require.NotNil(t, rep.Fsync)
 	require.Positive(t, rep.Fsync.Syncs)
 	require.Positive(t, rep.Fsync.PerSecond)
@@ -43,11 +40,11 @@ func TestBenchEndToEnd(t *testing.T) {
 		require.Positive(t, c.Records, "%s/%d", c.Mode, c.Clients)
 		require.GreaterOrEqual(t, c.Batch, 1.0, "%s/%d", c.Mode, c.Clients)
 		require.Positive(t, c.CPUPerOp, "%s/%d", c.Mode, c.Clients)
-		if c.Mode == modeGroup {
-			require.Equal(t, authClosed, c.Auth, "the service runs as dwr serve does")
+		if c.Mode == ModeGroup {
+			require.Equal(t, AuthClosed, c.Auth, "the service runs as dwr serve does")
 		}
 	}
-	require.Equal(t, authClosed, rep.Auth)
+	require.Equal(t, AuthClosed, rep.Auth)
 	require.Empty(t, rep.AuthCost)
 	require.Equal(t, map[string]bool{"baseline/1": true, "baseline/4": true, "group/1": true, "group/4": true}, seen)
 	require.Equal(t, 4, rep.Ratios.ThroughputClients)
@@ -57,7 +54,7 @@ func TestBenchEndToEnd(t *testing.T) {
 	require.Contains(t, errb.String(), "group, closed, 4 clients", "progress on stderr")
 
 	var human bytes.Buffer
-	require.NoError(t, printBench(&human, &rep))
+	require.NoError(t, Print(&human, rep))
 	require.Contains(t, human.String(), "group commit (dwr, closed)")
 	require.Contains(t, human.String(), "summary: group commit ÷ baseline ops/s at 4 clients")
 }
@@ -66,17 +63,15 @@ func TestBenchEndToEnd(t *testing.T) {
 // rounds (closed first in the first, open first in the second), and checks
 // the cost of authentication pairs the runs of each round.
 func TestBenchCompareAuth(t *testing.T) {
-	var out, errb bytes.Buffer
-	code := Main([]string{"bench", "--clients", "1,2", "--duration", "200ms", "--fsyncs", "50", "--dir", t.TempDir(),
-		"--compare-auth", "--rounds", "2", "--json"}, strings.NewReader(""), &out, &errb)
-	require.Equal(t, exitOK, code, "stderr:\n%s", errb.String())
-	var rep benchReport
-	require.NoError(t, json.Unmarshal(out.Bytes(), &rep), out.String())
-	require.Equal(t, authCompare, rep.Auth)
+	var errb bytes.Buffer
+	rep, err := Run(t.Context(), Options{Clients: []int{1, 2}, Duration: 200 * time.Millisecond, Warmup: -1, Fsyncs: 50,
+		Dir: t.TempDir(), Auth: true, CompareAuth: true, Rounds: 2}, &errb)
+	require.NoError(t, err, "progress:\n%s", errb.String())
+	require.Equal(t, AuthCompare, rep.Auth)
 	require.Equal(t, 2, rep.Rounds)
 	var order []string
 	for _, c := range rep.Cells {
-		require.Equal(t, modeGroup, c.Mode, "the baseline has no service to authenticate")
+		require.Equal(t, ModeGroup, c.Mode, "the baseline has no service to authenticate")
 		require.Zero(t, c.Errors, c.FirstError)
 		require.Positive(t, c.OpsPerSec)
 		require.Positive(t, c.CPUPerOp)
@@ -87,7 +82,7 @@ func TestBenchCompareAuth(t *testing.T) {
 	require.Len(t, rep.AuthCost, 2)
 	require.Equal(t, "1 client", rep.AuthCost[0].Load)
 	for _, c := range rep.AuthCost {
-		for _, s := range []ratioSet{c.PerS, c.P50, c.P99, c.CPU} {
+		for _, s := range []RatioSet{c.PerS, c.P50, c.P99, c.CPU} {
 			require.Len(t, s.Rounds, 2, c.Load)
 			require.Positive(t, s.Median, c.Load)
 			require.LessOrEqual(t, s.Min, s.Median)
@@ -95,7 +90,7 @@ func TestBenchCompareAuth(t *testing.T) {
 		}
 	}
 	var human bytes.Buffer
-	require.NoError(t, printBench(&human, &rep))
+	require.NoError(t, Print(&human, rep))
 	require.Contains(t, human.String(), "the cost of authentication: closed ÷ open")
 	require.Contains(t, human.String(), "group commit (dwr, open)")
 }
@@ -106,9 +101,9 @@ func TestCostOf(t *testing.T) {
 		{{perS: 80, p50: 3, p99: 4, cpu: 120}, {perS: 100, p50: 2, p99: 2, cpu: 100}},
 		{{perS: 100, p50: 1, p99: 4, cpu: 100}, {perS: 100, p50: 1, p99: 0, cpu: 100}},
 	})
-	require.Equal(t, ratioSet{Rounds: []float64{0.9, 0.8, 1}, Median: 0.9, Min: 0.8, Max: 1}, c.PerS)
-	require.Equal(t, ratioSet{Rounds: []float64{2, 1.5, 1}, Median: 1.5, Min: 1, Max: 2}, c.P50)
-	require.Equal(t, ratioSet{Rounds: []float64{1, 2}, Median: 1.5, Min: 1, Max: 2}, c.P99, "an open figure of 0 is left out")
+	require.Equal(t, RatioSet{Rounds: []float64{0.9, 0.8, 1}, Median: 0.9, Min: 0.8, Max: 1}, c.PerS)
+	require.Equal(t, RatioSet{Rounds: []float64{2, 1.5, 1}, Median: 1.5, Min: 1, Max: 2}, c.P50)
+	require.Equal(t, RatioSet{Rounds: []float64{1, 2}, Median: 1.5, Min: 1, Max: 2}, c.P99, "an open figure of 0 is left out")
 	require.Equal(t, [2]bool{false, true}, authOrder(0))
 	require.Equal(t, [2]bool{true, false}, authOrder(1))
 }
@@ -120,7 +115,7 @@ func TestCostOf(t *testing.T) {
 func TestBenchServiceIsClosed(t *testing.T) {
 	for _, open := range []bool{false, true} {
 		t.Run(authName(open), func(t *testing.T) {
-			bs, err := startBenchService(t.Context(), t.TempDir(), open, io.Discard)
+			bs, err := startService(t.Context(), t.TempDir(), open, io.Discard)
 			require.NoError(t, err)
 			defer bs.close()
 			if nc, err := bs.srv.Connect(); !open {
@@ -132,7 +127,7 @@ func TestBenchServiceIsClosed(t *testing.T) {
 			nc, err := bs.join("bench-client-0", domain.RoleClient)
 			require.NoError(t, err)
 			defer nc.Close()
-			require.NoError(t, benchCommand(nc, "goal.create", `{"title":"t"}`, "c1"))
+			require.NoError(t, command(nc, "goal.create", `{"title":"t"}`, "c1"))
 			actor := ""
 			require.NoError(t, bs.svc.Log().Read(t.Context(), 1, func(_ uint64, rec []byte) error {
 				cm, err := eventstore.DecodeCommit(rec)
@@ -155,16 +150,22 @@ func TestBenchServiceIsClosed(t *testing.T) {
 	}
 }
 
-func TestBenchRejectsBadFlags(t *testing.T) {
-	for _, args := range [][]string{
-		{"bench", "--clients", "0"},
-		{"bench", "--duration", "0s"},
-		{"bench", "--modes", "nope"},
-		{"bench", "--compare-auth", "--modes", "baseline,group"},
-		{"bench", "--compare-auth", "--rounds", "0"},
+func TestBenchRejectsBadOptions(t *testing.T) {
+	ok := Options{Clients: []int{1}, Duration: time.Second, Fsyncs: 1, Rounds: 1}
+	for _, c := range []struct {
+		change func(*Options)
+		want   string
+	}{
+		{func(o *Options) { o.Clients = []int{0} }, "--clients: 0 is not in 1..4096"},
+		{func(o *Options) { o.Duration = 0 }, "--duration must be positive"},
+		{func(o *Options) { o.Modes = []string{"nope"} }, `--modes: unknown mode "nope"`},
+		{func(o *Options) { o.CompareAuth, o.Modes = true, []string{ModeBaseline, ModeGroup} }, "--compare-auth measures group mode only"},
+		{func(o *Options) { o.CompareAuth, o.Rounds = true, 0 }, "--rounds must be at least 1"},
 	} {
-		var out, errb bytes.Buffer
-		require.NotEqual(t, exitOK, Main(args, strings.NewReader(""), &out, &errb), "%v", args)
+		o := ok
+		c.change(&o)
+		_, err := Run(t.Context(), o, io.Discard)
+		require.ErrorContains(t, err, c.want)
 	}
 }
 
