@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"crypto/sha256"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
@@ -15,7 +14,6 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
-	"github.com/spf13/cobra"
 
 	"github.com/dwr-run/dwr/eventstore"
 	"github.com/dwr-run/dwr/handlers"
@@ -23,104 +21,69 @@ import (
 	"github.com/dwr-run/dwr/projections"
 )
 
-func adminCmd(g *globals) *cobra.Command {
-	cmd := &cobra.Command{Use: "admin", Short: "maintenance: verify the log, rebuild the views, NATS configuration for a cluster"}
-	cmd.AddCommand(natsConfigCmd(g))
-	var data string
-	var keep, accept bool
-	var n natsOpts
-	var k logKeyOpts
-	rebuild := &cobra.Command{
-		Use:   "rebuild --data DIR",
-		Short: "rebuild the views from the log (stop `dwr serve` on DIR first)",
-		Long: "rebuild verifies the whole log and replays it into fresh views, compares them with the current ones byte for byte, reports the result, " +
-			"and puts the rebuilt views in place (the old ones are kept as views.old unless --keep=false). A log that fails verification, or " +
-			"that ends before what the current views hold, is refused (exit 6) and the views are left untouched, unless --accept-verified-prefix: " +
-			"then the acknowledged commands after the verified prefix are printed as lost and an acceptance record is appended to the log first. " +
-			"The log's stream is never created or changed.",
-		Args: cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			return rebuildViews(cmd.Context(), data, n, k, keep, accept, cmd.OutOrStdout(), cmd.ErrOrStderr())
-		},
-	}
-	rebuild.Flags().StringVar(&data, "data", envOr("DWR_DATA", "dwr-data"), "the data directory of the server")
-	rebuild.Flags().BoolVar(&keep, "keep", true, "keep the old views as views.old")
-	rebuild.Flags().BoolVar(&accept, "accept-verified-prefix", false, "if the log fails verification, accept its verified prefix: the commands after it are lost")
-	n.flags(rebuild)
-	k.flags(rebuild)
-	verify := &cobra.Command{
-		Use:   "verify --data DIR",
-		Short: "verify the whole log: its chain, every record's MAC, its stream's configuration, and the views' checkpoint against it",
-		Long: "verify reads every record of the log (stop `dwr serve` on DIR first, or use --nats) and checks that each decodes, is authenticated by the " +
-			"log key, takes the next position and carries the previous record's hash; that the log stream is configured as dwr's log must be; and " +
-			"that the views' last record is on the log's chain. It prints progress on stderr, then a table (or --json), and exits 6 naming what is wrong. " +
-			"It never changes anything.",
-		Args: cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			return verifyLog(cmd.Context(), data, n, k, g.json, cmd.OutOrStdout(), cmd.ErrOrStderr())
-		},
-	}
-	verify.Flags().StringVar(&data, "data", envOr("DWR_DATA", "dwr-data"), "the data directory of the server")
-	n.flags(verify)
-	k.flags(verify)
-	cmd.AddCommand(rebuild, verify)
-	return cmd
-}
+// ErrNoLog is what OpenMaintenance returns (wrapped) for a data directory
+// that holds no dwr log.
+var ErrNoLog = errors.New("handlers: no dwr log")
 
-// adminLog is the log of a stopped server's data directory (on an embedded
-// NATS server) or of a cluster, opened for maintenance: its stream is never
-// created or changed.
-type adminLog struct {
+// Maintenance is the log of a stopped service's data directory (on that
+// directory's embedded NATS server, started without a listener) or of a
+// cluster, and the directory's views, opened for `dwr admin`: the log's
+// stream is never created or changed.
+type Maintenance struct {
+	dir       string
+	embedded  bool // the log is the data directory's own, not a cluster's
 	log       *eventstore.JetStreamLog
 	configErr error // the stream's configuration differs from the declared one
 	key       *eventstore.LogKey
 	close     func()
 }
 
-func openAdminLog(ctx context.Context, data string, n natsOpts, k logKeyOpts) (*adminLog, error) {
-	keyBytes, err := k.load(data, false, nil)
-	if err != nil {
-		return nil, err
-	}
-	key, err := eventstore.NewLogKey(keyBytes)
-	if err != nil {
-		return nil, fail(exitInvalid, "%v", err)
-	}
-	var nc *nats.Conn
-	closers := []func(){}
-	closeAll := func() {
-		for i := len(closers) - 1; i >= 0; i-- {
-			closers[i]()
+// OpenMaintenance opens the log of a stopped `dwr serve`'s data directory
+// dataDir when nc is nil, else the log that nc reaches (a cluster's; Close
+// and a failed open close nc), verified with key. It returns an error
+// wrapping ErrNoLog when dataDir holds no log, and another when the log
+// cannot be opened (the service still running on dataDir, say). Close
+// releases it.
+func OpenMaintenance(ctx context.Context, dataDir string, nc *nats.Conn, key *eventstore.LogKey) (*Maintenance, error) {
+	m := &Maintenance{dir: dataDir, key: key, embedded: nc == nil}
+	if nc != nil {
+		m.close = nc.Close
+	} else {
+		if _, err := os.Stat(filepath.Join(dataDir, "nats")); err != nil {
+			return nil, &noLogError{msg: fmt.Sprintf("%s holds no dwr log (%v)", dataDir, err)}
 		}
-	}
-	if n.url == "" {
-		if _, err := os.Stat(filepath.Join(data, "nats")); err != nil {
-			return nil, fail(exitInvalid, "%s holds no dwr log (%v)", data, err)
-		}
-		srv, onc, err := access.OpenStopped(data, slog.New(slog.DiscardHandler))
+		srv, onc, err := access.OpenStopped(dataDir, slog.New(slog.DiscardHandler))
 		if err != nil {
-			return nil, fail(exitError, "open the log in %s: %v (is `dwr serve` still running on it?)", data, err)
+			return nil, fmt.Errorf("open the log in %s: %v (is `dwr serve` still running on it?)", dataDir, err)
 		}
-		closers = append(closers, srv.Shutdown)
 		nc = onc
-	} else if nc, err = n.connect("dwr-admin"); err != nil {
-		return nil, err
+		m.close = func() {
+			onc.Close()
+			srv.Shutdown()
+		}
 	}
-	closers = append(closers, nc.Close)
 	js, err := jetstream.New(nc)
 	if err != nil {
-		closeAll()
+		m.close()
 		return nil, err
 	}
 	// Read-only: a maintenance command never creates or changes the stream
 	// (an update could lower its replicas, or hide a change made to it).
-	l, configErr, err := eventstore.InspectJetStreamLog(ctx, js, eventstore.JetStreamConfig{})
-	if err != nil {
-		closeAll()
-		return nil, fail(exitError, "open the log: %v", err)
+	if m.log, m.configErr, err = eventstore.InspectJetStreamLog(ctx, js, eventstore.JetStreamConfig{}); err != nil {
+		m.close()
+		return nil, fmt.Errorf("open the log: %v", err)
 	}
-	return &adminLog{log: l, configErr: configErr, key: key, close: closeAll}, nil
+	return m, nil
 }
+
+// noLogError is a data directory without a log.
+type noLogError struct{ msg string }
+
+func (e *noLogError) Error() string        { return e.msg }
+func (e *noLogError) Is(target error) bool { return target == ErrNoLog }
+
+// Close releases the log (and stops the embedded server it started).
+func (m *Maintenance) Close() { m.close() }
 
 // openViews opens the views in dir for reading, if there are any. Damaged
 // views are reported, not opened (nil store, damage set).
@@ -133,27 +96,72 @@ func openViews(dir string) (s *projections.Store, damage error, err error) {
 	case errors.Is(err, projections.ErrDamaged):
 		return nil, err, nil
 	case err != nil:
-		return nil, nil, fail(exitError, "open the views: %v (is `dwr serve` still running on them?)", err)
+		return nil, nil, fmt.Errorf("open the views: %v (is `dwr serve` still running on them?)", err)
 	}
 	return s, nil, nil
 }
 
-func rebuildViews(ctx context.Context, data string, n natsOpts, k logKeyOpts, keep, accept bool, out, errw io.Writer) error {
-	if ctx == nil {
-		ctx = context.Background()
+// RebuildOptions adjust Rebuild.
+type RebuildOptions struct {
+	// Keep keeps the old views as views.old.
+	Keep bool
+	// AcceptVerifiedPrefix accepts the log's verified prefix when the log
+	// fails verification: the commands after it are lost.
+	AcceptVerifiedPrefix bool
+	// Progress receives the progress of the rebuild, and notes; nil for
+	// none.
+	Progress io.Writer
+}
+
+// Rebuilt is what Rebuild did.
+type Rebuilt struct {
+	// Records is the number of log records the views were rebuilt from, in
+	// Took; Sum is the SHA-256 of their content.
+	Records uint64
+	Took    time.Duration
+	Sum     []byte
+	// Verdict compares them with the previous views.
+	Verdict string
+	// Acceptance is the acceptance of the verified prefix made first, with
+	// RebuildOptions.AcceptVerifiedPrefix; nil when none was needed.
+	Acceptance *handlers.Acceptance
+}
+
+// RebuildRefusedError is Rebuild's refusal of a log that fails
+// verification (Err, an *eventstore.IntegrityError), or that ends before
+// what the current views hold: the views are left untouched. Accepting the
+// verified prefix, which ends at Prefix, would lose the acknowledged
+// commands Lost, and those of Unnamed records that do not decode.
+type RebuildRefusedError struct {
+	Err     error
+	Prefix  eventstore.LogTip
+	Lost    []string
+	Unnamed int
+}
+
+func (e *RebuildRefusedError) Error() string { return e.Err.Error() }
+func (e *RebuildRefusedError) Unwrap() error { return e.Err }
+
+// Rebuild verifies the whole log and replays it into fresh views, compares
+// them with the current ones byte for byte, and puts the rebuilt views in
+// place. It returns a *RebuildRefusedError for a log that fails
+// verification or ends before what the current views hold, unless
+// o.AcceptVerifiedPrefix: then it accepts the verified prefix first. It
+// returns an error wrapping an *eventstore.StreamConfigError when the log's
+// stream is not configured as dwr's log must be, and other errors when the
+// views or the log cannot be read or written.
+func (m *Maintenance) Rebuild(ctx context.Context, o RebuildOptions) (*Rebuilt, error) {
+	errw := o.Progress
+	if errw == nil {
+		errw = io.Discard
 	}
-	al, err := openAdminLog(ctx, data, n, k)
-	if err != nil {
-		return err
+	if m.configErr != nil {
+		return nil, fmt.Errorf("%w\nrestore the stream's configuration first (dwr never changes it); the views were left untouched", m.configErr)
 	}
-	defer al.close()
-	if al.configErr != nil {
-		return fail(exitDamaged, "%v\nrestore the stream's configuration first (dwr never changes it); the views were left untouched", al.configErr)
-	}
-	live := filepath.Join(data, "views")
+	live := filepath.Join(m.dir, "views")
 	old, oldDamage, err := openViews(live)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	closeOld := func() {
 		if old != nil {
@@ -166,12 +174,13 @@ func rebuildViews(ctx context.Context, data string, n natsOpts, k logKeyOpts, ke
 		fmt.Fprintf(errw, "the current views are damaged (%v): they are replaced\n", oldDamage)
 	}
 
-	fresh := filepath.Join(data, fmt.Sprintf("views.rebuild-%d", time.Now().Unix()))
+	fresh := filepath.Join(m.dir, fmt.Sprintf("views.rebuild-%d", time.Now().Unix()))
 	start := time.Now()
-	s, err := rebuildFrom(ctx, al, fresh, errw)
+	r := &Rebuilt{}
+	s, err := m.rebuildFrom(ctx, fresh, errw)
 	if err == nil && old != nil {
 		var beyond bool
-		if beyond, err = viewsAhead(ctx, al, old, s.LogTip()); err == nil && beyond {
+		if beyond, err = m.viewsAhead(ctx, old, s.LogTip()); err == nil && beyond {
 			_ = s.Close()
 			err = &eventstore.IntegrityError{Problem: eventstore.ProblemTruncated, Prefix: s.LogTip(),
 				Detail: fmt.Sprintf("the current views had applied up to %s, the log now ends at %s", old.LogTip(), s.LogTip())}
@@ -179,52 +188,55 @@ func rebuildViews(ctx context.Context, data string, n natsOpts, k logKeyOpts, ke
 	}
 	if errors.Is(err, eventstore.ErrIntegrity) {
 		_ = os.RemoveAll(fresh)
-		if !accept {
-			printLost(errw, err, old)
-			return fail(exitDamaged, "%v\nthe views were left untouched; to give up what follows the verified prefix, run again with --accept-verified-prefix", err)
+		if !o.AcceptVerifiedPrefix {
+			return nil, refusal(err, old)
 		}
-		a, aerr := handlers.AcceptVerifiedPrefix(ctx, al.log, al.key, old, "dwr-admin", time.Now(), slog.New(slog.DiscardHandler))
-		if aerr != nil {
-			return fail(exitError, "accept the verified prefix: %v", aerr)
+		if r.Acceptance, err = handlers.AcceptVerifiedPrefix(ctx, m.log, m.key, old, "dwr-admin", time.Now(), slog.New(slog.DiscardHandler)); err != nil {
+			return nil, fmt.Errorf("accept the verified prefix: %v", err)
 		}
-		printAcceptance(out, a)
 		closeOld() // the views were moved aside: a rebuild of the log replaces them
 		_ = os.RemoveAll(live)
-		oldDamage = fmt.Errorf("they held what the accepted prefix lost; moved to %s", a.ViewsMovedTo)
+		oldDamage = fmt.Errorf("they held what the accepted prefix lost; moved to %s", r.Acceptance.ViewsMovedTo)
 		start = time.Now()
-		s, err = rebuildFrom(ctx, al, fresh, errw)
+		s, err = m.rebuildFrom(ctx, fresh, errw)
 	}
 	if err != nil {
 		_ = os.RemoveAll(fresh)
-		return fail(exitError, "rebuild: %v", err)
+		return nil, fmt.Errorf("rebuild: %v", err)
 	}
-	took := time.Since(start)
-	records := s.Checkpoint()
-	newSum, err := dumpSum(s)
+	r.Took = time.Since(start)
+	r.Records = s.Checkpoint()
+	r.Sum, err = ViewsSum(s)
 	_ = s.Close()
 	if err != nil {
-		return err
+		return nil, err
 	}
-	verdict := "no previous views"
+	r.Verdict = "no previous views"
 	switch {
 	case oldDamage != nil:
-		verdict = fmt.Sprintf("the previous views are replaced (%v)", oldDamage)
+		r.Verdict = fmt.Sprintf("the previous views are replaced (%v)", oldDamage)
 	case old != nil:
-		oldSum, err := dumpSum(old)
+		oldSum, err := ViewsSum(old)
 		oldCP := old.Checkpoint()
 		closeOld()
 		switch {
 		case err != nil:
-			verdict = fmt.Sprintf("the previous views could not be read (%v): the rebuilt ones replace them", err)
-		case oldCP != records:
-			verdict = fmt.Sprintf("the current views were at record %d, the log ends at %d: they were behind", oldCP, records)
-		case bytes.Equal(oldSum, newSum):
-			verdict = "identical to the current views, byte for byte"
+			r.Verdict = fmt.Sprintf("the previous views could not be read (%v): the rebuilt ones replace them", err)
+		case oldCP != r.Records:
+			r.Verdict = fmt.Sprintf("the current views were at record %d, the log ends at %d: they were behind", oldCP, r.Records)
+		case bytes.Equal(oldSum, r.Sum):
+			r.Verdict = "identical to the current views, byte for byte"
 		default:
-			verdict = "DIFFERENT from the current views: the rebuilt ones, from the log, replace them"
+			r.Verdict = "DIFFERENT from the current views: the rebuilt ones, from the log, replace them"
 		}
 	}
 	closeOld()
+	return r, swapViews(live, fresh, o.Keep)
+}
+
+// swapViews puts the views in fresh in place of those in live, keeping
+// these as live.old when keep is set.
+func swapViews(live, fresh string, keep bool) error {
 	if _, err := os.Stat(live); err == nil {
 		if keep {
 			_ = os.RemoveAll(live + ".old")
@@ -235,17 +247,12 @@ func rebuildViews(ctx context.Context, data string, n natsOpts, k logKeyOpts, ke
 			return err
 		}
 	}
-	if err := os.Rename(fresh, live); err != nil {
-		return err
-	}
-	fmt.Fprintf(out, "rebuilt views from %d log records in %s (%.0f records/s), every record verified\nsha256 %s\n%s\n",
-		records, took.Round(time.Millisecond), float64(records)/took.Seconds(), hex.EncodeToString(newSum), verdict)
-	return nil
+	return os.Rename(fresh, live)
 }
 
 // rebuildFrom rebuilds views from the whole log in dir, verifying it.
-func rebuildFrom(ctx context.Context, al *adminLog, dir string, errw io.Writer) (*projections.Store, error) {
-	s, err := projections.Rebuild(ctx, al.log, al.key, dir, projections.Options{}, func(done, total uint64) {
+func (m *Maintenance) rebuildFrom(ctx context.Context, dir string, errw io.Writer) (*projections.Store, error) {
+	s, err := projections.Rebuild(ctx, m.log, m.key, dir, projections.Options{}, func(done, total uint64) {
 		fmt.Fprintf(errw, "\rrebuilding: record %d of %d (%d%%)", done, total, done*100/max(total, 1))
 	})
 	fmt.Fprintln(errw)
@@ -254,7 +261,7 @@ func rebuildFrom(ctx context.Context, al *adminLog, dir string, errw io.Writer) 
 
 // viewsAhead reports whether views hold records beyond the end of the log
 // (tip): the log lost records they had applied.
-func viewsAhead(ctx context.Context, al *adminLog, views *projections.Store, end eventstore.LogTip) (bool, error) {
+func (m *Maintenance) viewsAhead(ctx context.Context, views *projections.Store, end eventstore.LogTip) (bool, error) {
 	tip := views.LogTip()
 	if tip.N == 0 {
 		return false, nil
@@ -262,7 +269,7 @@ func viewsAhead(ctx context.Context, al *adminLog, views *projections.Store, end
 	if tip.Seq > end.Seq {
 		return true, nil
 	}
-	_, err := eventstore.ReadVerified(ctx, al.log, al.key, tip, func(uint64, *eventstore.Commit) error { return nil })
+	_, err := eventstore.ReadVerified(ctx, m.log, m.key, tip, func(uint64, *eventstore.Commit) error { return nil })
 	switch {
 	case err == nil, errors.Is(err, eventstore.ErrTipDiscarded):
 		return false, nil
@@ -273,48 +280,30 @@ func viewsAhead(ctx context.Context, al *adminLog, views *projections.Store, end
 	}
 }
 
-// printLost prints what a refused rebuild would lose: the commands of the
-// records after the verified prefix, and those the views applied beyond it.
-func printLost(w io.Writer, err error, views *projections.Store) {
+// refusal returns the refusal of a rebuild that err (a failed
+// verification) stopped: what accepting the verified prefix would lose, the
+// commands of the records after it and those the views applied beyond it.
+func refusal(err error, views *projections.Store) error {
+	r := &RebuildRefusedError{Err: err}
 	var ie *eventstore.IntegrityError
 	if !errors.As(err, &ie) {
-		return
+		return r
 	}
+	r.Prefix = ie.Prefix
 	var cmds []string
-	unnamed := 0
-	for _, r := range ie.Lost {
-		if !r.Decoded {
-			unnamed++
+	for _, l := range ie.Lost {
+		if !l.Decoded {
+			r.Unnamed++
 		}
-		cmds = append(cmds, r.Commands...)
+		cmds = append(cmds, l.Commands...)
 	}
 	if views != nil {
 		if more, err := views.CommandsAfter(ie.Prefix.Seq); err == nil {
 			cmds = append(cmds, more...)
 		}
 	}
-	fmt.Fprintf(w, "the verified prefix ends at %s; accepting it would lose these acknowledged commands (%d", ie.Prefix, len(dedupe(cmds)))
-	if unnamed > 0 {
-		fmt.Fprintf(w, ", and those of %d records that do not decode", unnamed)
-	}
-	fmt.Fprintln(w, "):")
-	for _, c := range dedupe(cmds) {
-		fmt.Fprintln(w, "  "+c)
-	}
-}
-
-// printAcceptance prints an acceptance that was made.
-func printAcceptance(w io.Writer, a *handlers.Acceptance) {
-	fmt.Fprintf(w, "accepted the log's verified prefix, up to %s: %s\n", a.Verification.Tip, a.Problem)
-	fmt.Fprintf(w, "acceptance record appended at seq %d; the views were moved to %s\n", a.Seq, a.ViewsMovedTo)
-	fmt.Fprintf(w, "acknowledged commands lost (%d", len(a.Lost))
-	if a.Unnamed > 0 {
-		fmt.Fprintf(w, ", and those of %d records that cannot be named", a.Unnamed)
-	}
-	fmt.Fprintln(w, "):")
-	for _, c := range a.Lost {
-		fmt.Fprintln(w, "  "+c)
-	}
+	r.Lost = dedupe(cmds)
+	return r
 }
 
 func dedupe(s []string) []string {
@@ -329,7 +318,10 @@ func dedupe(s []string) []string {
 	return out
 }
 
-func dumpSum(s *projections.Store) ([]byte, error) {
+// ViewsSum returns the SHA-256 of everything the views hold, as
+// projections.Store.Dump writes it: two stores that hold the same have the
+// same sum.
+func ViewsSum(s *projections.Store) ([]byte, error) {
 	h := sha256.New()
 	if err := s.Dump(h); err != nil {
 		return nil, err

@@ -279,7 +279,7 @@ func viewsSum(t *testing.T, dir string) string {
 	s, err := projections.Open(dir, projections.Options{})
 	require.NoError(t, err)
 	defer s.Close()
-	sum, err := dumpSum(s)
+	sum, err := ViewsSum(s)
 	require.NoError(t, err)
 	return fmt.Sprintf("%x@%d", sum, s.Checkpoint())
 }
