@@ -34,7 +34,7 @@ func adminCmd(g *globals) *cobra.Command {
 			"The log's stream is never created or changed.",
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			return rebuildViews(cmd.Context(), data, n, k, RebuildOptions{Keep: keep, AcceptVerifiedPrefix: accept, Progress: cmd.ErrOrStderr()}, cmd.OutOrStdout())
+			return rebuildViews(cmd.Context(), data, n, k, handlers.RebuildOptions{Keep: keep, AcceptVerifiedPrefix: accept, Progress: cmd.ErrOrStderr()}, cmd.OutOrStdout())
 		},
 	}
 	rebuild.Flags().StringVar(&data, "data", envOr("DWR_DATA", "dwr-data"), "the data directory of the server")
@@ -67,7 +67,7 @@ func adminCmd(g *globals) *cobra.Command {
 
 // openMaintenance opens the log of the stopped service on data, or the one
 // at --nats, with the log key.
-func openMaintenance(ctx context.Context, data string, n natsOpts, k logKeyOpts) (*Maintenance, error) {
+func openMaintenance(ctx context.Context, data string, n natsOpts, k logKeyOpts) (*handlers.Maintenance, error) {
 	keyBytes, err := k.load(data, false, nil)
 	if err != nil {
 		return nil, err
@@ -82,9 +82,9 @@ func openMaintenance(ctx context.Context, data string, n natsOpts, k logKeyOpts)
 			return nil, err
 		}
 	}
-	m, err := OpenMaintenance(ctx, data, nc, key)
+	m, err := handlers.OpenMaintenance(ctx, data, nc, key)
 	switch {
-	case errors.Is(err, ErrNoLog):
+	case errors.Is(err, handlers.ErrNoLog):
 		err = fail(exitInvalid, "%v", err)
 	case err != nil:
 		err = fail(exitError, "%v", err)
@@ -92,7 +92,7 @@ func openMaintenance(ctx context.Context, data string, n natsOpts, k logKeyOpts)
 	return m, err
 }
 
-func rebuildViews(ctx context.Context, data string, n natsOpts, k logKeyOpts, o RebuildOptions, out io.Writer) error {
+func rebuildViews(ctx context.Context, data string, n natsOpts, k logKeyOpts, o handlers.RebuildOptions, out io.Writer) error {
 	if ctx == nil {
 		ctx = context.Background()
 	}
@@ -102,7 +102,7 @@ func rebuildViews(ctx context.Context, data string, n natsOpts, k logKeyOpts, o 
 	}
 	defer m.Close()
 	r, err := m.Rebuild(ctx, o)
-	var refused *RebuildRefusedError
+	var refused *handlers.RebuildRefusedError
 	var ce *eventstore.StreamConfigError
 	switch {
 	case errors.As(err, &refused):
@@ -123,7 +123,7 @@ func rebuildViews(ctx context.Context, data string, n natsOpts, k logKeyOpts, o 
 
 // printLost prints what a refused rebuild would lose: the commands of the
 // records after the verified prefix, and those the views applied beyond it.
-func printLost(w io.Writer, r *RebuildRefusedError) {
+func printLost(w io.Writer, r *handlers.RebuildRefusedError) {
 	var ie *eventstore.IntegrityError
 	if !errors.As(r, &ie) {
 		return
@@ -178,7 +178,7 @@ func verifyLog(ctx context.Context, data string, n natsOpts, k logKeyOpts, asJSO
 	return nil
 }
 
-func printVerify(out io.Writer, r *VerifyReport) {
+func printVerify(out io.Writer, r *handlers.VerifyReport) {
 	w := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
 	fmt.Fprintf(w, "log\t%s, subject %s, key id %s\n", r.Stream, r.Subject, r.KeyID)
 	if r.Config.OK {

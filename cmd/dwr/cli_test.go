@@ -15,6 +15,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/dwr-run/dwr/domain"
+	"github.com/dwr-run/dwr/handlers"
 	"github.com/dwr-run/dwr/handlers/servicetest"
 	"github.com/dwr-run/dwr/projections"
 )
@@ -279,7 +280,7 @@ func viewsSum(t *testing.T, dir string) string {
 	s, err := projections.Open(dir, projections.Options{})
 	require.NoError(t, err)
 	defer s.Close()
-	sum, err := ViewsSum(s)
+	sum, err := handlers.ViewsSum(s)
 	require.NoError(t, err)
 	return fmt.Sprintf("%x@%d", sum, s.Checkpoint())
 }

@@ -1,4 +1,4 @@
-package main
+package handlers
 
 import (
 	"bytes"
@@ -16,7 +16,6 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/dwr-run/dwr/eventstore"
-	"github.com/dwr-run/dwr/handlers"
 	"github.com/dwr-run/dwr/handlers/access"
 	"github.com/dwr-run/dwr/projections"
 )
@@ -124,7 +123,7 @@ type Rebuilt struct {
 	Verdict string
 	// Acceptance is the acceptance of the verified prefix made first, with
 	// RebuildOptions.AcceptVerifiedPrefix; nil when none was needed.
-	Acceptance *handlers.Acceptance
+	Acceptance *Acceptance
 }
 
 // RebuildRefusedError is Rebuild's refusal of a log that fails
@@ -191,7 +190,7 @@ func (m *Maintenance) Rebuild(ctx context.Context, o RebuildOptions) (*Rebuilt, 
 		if !o.AcceptVerifiedPrefix {
 			return nil, refusal(err, old)
 		}
-		if r.Acceptance, err = handlers.AcceptVerifiedPrefix(ctx, m.log, m.key, old, "dwr-admin", time.Now(), slog.New(slog.DiscardHandler)); err != nil {
+		if r.Acceptance, err = AcceptVerifiedPrefix(ctx, m.log, m.key, old, "dwr-admin", time.Now(), slog.New(slog.DiscardHandler)); err != nil {
 			return nil, fmt.Errorf("accept the verified prefix: %v", err)
 		}
 		closeOld() // the views were moved aside: a rebuild of the log replaces them
