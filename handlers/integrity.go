@@ -52,6 +52,29 @@ func LoadLogKey(path string, create bool) (key []byte, created bool, err error) 
 	return b, false, nil
 }
 
+// OpenLogKey returns the log key of a data directory: the one in file, which
+// must exist, or when file is "" the one in dataDir/LogKeyFile, made there
+// when create is set and it is missing (and logged, to be given to every
+// replica). It logs a warning when the key's file is readable by others
+// than its owner. It returns LoadLogKey's errors.
+func OpenLogKey(file, dataDir string, create bool, logger *slog.Logger) ([]byte, error) {
+	path, explicit := file, file != ""
+	if !explicit {
+		path = filepath.Join(dataDir, LogKeyFile)
+	}
+	key, created, err := LoadLogKey(path, create && !explicit)
+	if err != nil {
+		return nil, err
+	}
+	if created && logger != nil {
+		logger.Info("made a new log key: give this file to every replica of this log (--log-key-file), and back it up", "file", path)
+	}
+	if st, err := os.Stat(path); err == nil && st.Mode().Perm()&0o077 != 0 && logger != nil {
+		logger.Warn("the log key file is readable by others than its owner: whoever reads it can forge log records", "file", path, "mode", st.Mode().Perm().String())
+	}
+	return key, nil
+}
+
 // Acceptance is what AcceptVerifiedPrefix found and did.
 type Acceptance struct {
 	// Verification is the whole log's verification.

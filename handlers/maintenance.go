@@ -49,7 +49,7 @@ func OpenMaintenance(ctx context.Context, dataDir string, nc *nats.Conn, key *ev
 		m.close = nc.Close
 	} else {
 		if _, err := os.Stat(filepath.Join(dataDir, "nats")); err != nil {
-			return nil, &noLogError{msg: fmt.Sprintf("%s holds no dwr log (%v)", dataDir, err)}
+			return nil, classed{ErrNoLog, fmt.Errorf("%s holds no dwr log (%v)", dataDir, err)}
 		}
 		srv, onc, err := access.OpenStopped(dataDir, slog.New(slog.DiscardHandler))
 		if err != nil {
@@ -74,12 +74,6 @@ func OpenMaintenance(ctx context.Context, dataDir string, nc *nats.Conn, key *ev
 	}
 	return m, nil
 }
-
-// noLogError is a data directory without a log.
-type noLogError struct{ msg string }
-
-func (e *noLogError) Error() string        { return e.msg }
-func (e *noLogError) Is(target error) bool { return target == ErrNoLog }
 
 // Close releases the log (and stops the embedded server it started).
 func (m *Maintenance) Close() { m.close() }

@@ -5,8 +5,19 @@ import (
 	"io"
 	"sort"
 
+	"github.com/spf13/cobra"
+
 	"github.com/dwr-run/dwr/schemas"
 )
+
+func schemaCmd(g *globals) *cobra.Command {
+	return &cobra.Command{
+		Use: "schema [PATH]", Short: "print the wire contract's JSON Schemas (all paths, or one)", Args: cobra.MaximumNArgs(1),
+		RunE: func(_ *cobra.Command, args []string) error {
+			return printSchemas(g.out, args)
+		},
+	}
+}
 
 func printSchemas(w io.Writer, args []string) error {
 	if len(args) == 1 {

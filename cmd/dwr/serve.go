@@ -8,20 +8,16 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
-	"path/filepath"
 	"strings"
 	"syscall"
 	"time"
 
 	"github.com/nats-io/nats.go"
-	"github.com/oklog/ulid/v2"
 	"github.com/spf13/cobra"
 
 	"github.com/dwr-run/dwr/eventstore"
 	"github.com/dwr-run/dwr/handlers"
-	"github.com/dwr-run/dwr/handlers/access"
 	"github.com/dwr-run/dwr/handlers/embedded"
-	"github.com/dwr-run/dwr/projections"
 )
 
 // natsOpts are how dwr reaches an existing NATS server or cluster.
@@ -113,8 +109,8 @@ func serveCmd() *cobra.Command {
 }
 
 // embedded returns the configuration of the embedded NATS server.
-func (o serveOpts) embedded(logger *slog.Logger) handlers.EmbeddedConfig {
-	cfg := handlers.EmbeddedConfig{DataDir: o.data, Listen: o.listen, InsecureOpen: o.insecureOpen, Logger: logger}
+func (o serveOpts) embedded() handlers.EmbeddedConfig {
+	cfg := handlers.EmbeddedConfig{Listen: o.listen}
 	if o.tlsCert != "" || o.tlsKey != "" || o.tlsCA != "" {
 		cfg.TLS = &embedded.TLSConfig{CertFile: o.tlsCert, KeyFile: o.tlsKey, CAFile: o.tlsCA}
 	}
@@ -129,19 +125,7 @@ func newLogger(w io.Writer, level string) (*slog.Logger, error) {
 	return slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{Level: l})), nil
 }
 
-// writerID returns this data directory's stable writer id, so that a
-// restarted server re-takes its own writer lease at once.
-func writerID(data string) (string, error) {
-	p := filepath.Join(data, "writer-id")
-	if b, err := os.ReadFile(p); err == nil {
-		return strings.TrimSpace(string(b)), nil
-	}
-	id := ulid.Make().String()
-	return id, os.WriteFile(p, []byte(id+"\n"), 0o600)
-}
-
 func serve(ctx context.Context, o serveOpts, stderr io.Writer) error {
-	started := time.Now()
 	logger, err := newLogger(stderr, o.logLevel)
 	if err != nil {
 		return err
@@ -149,106 +133,28 @@ func serve(ctx context.Context, o serveOpts, stderr io.Writer) error {
 	if err := os.MkdirAll(o.data, 0o750); err != nil {
 		return fail(exitInvalid, "--data %s: %v", o.data, err)
 	}
-	id, err := writerID(o.data)
-	if err != nil {
-		return fail(exitError, "writer id in %s: %v", o.data, err)
-	}
 	key, err := o.logKey.load(o.data, true, logger)
 	if err != nil {
 		return err
 	}
-	// The views first: the embedded server starts with the members they
-	// hold, so that members reconnecting after a restart are let in.
-	store, err := projections.Open(filepath.Join(o.data, "views"), projections.Options{Logger: logger,
-		OnDamaged: func(to string, cause error) {
-			logger.Warn("the views are damaged: moved aside, they are rebuilt from the log", "moved_to", to, "err", cause)
-		}})
-	if err != nil {
-		return fail(exitError, "views: %v (is another dwr serve using %s?)", err, o.data)
-	}
-	defer func() {
-		if err := store.Close(); err != nil {
-			logger.Error("closing the views", "err", err)
-		}
-	}()
-	var nc *nats.Conn
-	var bnd *handlers.Boundary
-	auth := handlers.AuthConfig{Required: !o.insecureOpen, InsecureOpen: o.insecureOpen}
-	if o.insecureOpen {
-		logger.Warn("dwr: --insecure-open: anyone who reaches NATS is an admin of every workspace, without credentials; use it only for throwaway experiments")
-	}
-	where := o.nats.url
+	cfg := handlers.ServeConfig{DataDir: o.data, Embedded: o.embedded(), AdminKeys: o.adminKeys, InsecureOpen: o.insecureOpen,
+		Service: handlers.Config{Replicas: o.replicas, Logger: logger, LogKey: key, AcceptVerifiedPrefix: o.acceptPrefix,
+			TrustBelowCheckpoint: o.trustBelow, MaxInFlightPerCaller: o.perCaller}}
 	if o.nats.url == "" && (o.nats.creds != "" || o.nats.user != "" || o.nats.password != "" || o.nats.token != "") {
 		return fail(exitInvalid, "--nats-creds, --nats-user, --nats-password and --nats-token apply to --nats (an external server); the embedded server takes dwr credentials (see dwr users add)")
 	}
-	if o.nats.url == "" {
-		if bnd, err = handlers.StartEmbedded(o.embedded(logger), store); err != nil {
-			return fail(exitError, "%v", err)
-		}
-		defer bnd.Server().Shutdown()
-		auth = bnd.Auth()
-		if nc, err = bnd.Connect("dwr-serve"); err != nil {
-			return fail(exitError, "embedded NATS: %v", err)
-		}
-		where = bnd.Server().ClientURL()
-		if where == "" {
-			where = "in-process only"
-		}
-	} else {
-		if nc, err = o.nats.connect("dwr-serve"); err != nil {
+	if o.nats.url != "" {
+		if cfg.NATS, err = o.nats.connect("dwr-serve"); err != nil {
 			return err
 		}
-		for _, k := range o.adminKeys {
-			auth.Admins = append(auth.Admins, access.Admin{Name: "admin", PublicKey: k})
-		}
-		if len(auth.Admins) == 0 && !o.insecureOpen {
-			logger.Warn("dwr: no --admin-key: nobody can create workspaces or add members; see dwr admin nats-config")
-		}
 	}
-	defer nc.Close()
-	reload := func() {}
-	if bnd != nil {
-		reload = bnd.Reload
-	}
-	svc, err := handlers.New(nc, store, handlers.Config{Replicas: o.replicas, WriterID: id, Logger: logger, Auth: auth,
-		LogKey: key, AcceptVerifiedPrefix: o.acceptPrefix, TrustBelowCheckpoint: o.trustBelow, MaxInFlightPerCaller: o.perCaller})
-	if err != nil {
+	err = handlers.Serve(ctx, cfg)
+	switch {
+	case err == nil:
+		return nil
+	case errors.Is(err, handlers.ErrInvalidConfig):
 		return fail(exitInvalid, "%v", err)
-	}
-	errc := make(chan error, 1)
-	go func() { errc <- svc.Run(ctx) }()
-	select {
-	case <-svc.Ready():
-		reload() // the members the views hold, now that they are caught up
-		logger.Info("dwr ready", "nats", where, "data", o.data, "log_seq", store.Checkpoint(),
-			"ready_in", time.Since(started).Round(time.Millisecond))
-	case err := <-errc:
-		if err == nil { // stopped (a signal) before it was ready
-			logger.Info("dwr stopped before it was ready")
-			return nil
-		}
-		return serveFailure(err)
-	}
-	if err := <-errc; err != nil && !errors.Is(err, context.Canceled) {
-		return serveFailure(err)
-	}
-	logger.Info("dwr stopped")
-	return nil
-}
-
-func schemaCmd(g *globals) *cobra.Command {
-	return &cobra.Command{
-		Use: "schema [PATH]", Short: "print the wire contract's JSON Schemas (all paths, or one)", Args: cobra.MaximumNArgs(1),
-		RunE: func(_ *cobra.Command, args []string) error {
-			return printSchemas(g.out, args)
-		},
-	}
-}
-
-// serveFailure is the exit of a service that stopped with err: a damaged log
-// exits with exitDamaged and says what the operator can do.
-func serveFailure(err error) error {
-	if errors.Is(err, eventstore.ErrIntegrity) {
+	case errors.Is(err, eventstore.ErrIntegrity):
 		return fail(exitDamaged, "%v\nnothing is served from a log that fails verification: restore the log (or its stream's configuration) "+
 			"from a replica or a backup, or accept its verified prefix with --accept-verified-prefix (the commands after it are lost); "+
 			"`dwr admin verify` shows the damage", err)
@@ -267,19 +173,9 @@ func (o *logKeyOpts) flags(cmd *cobra.Command) {
 // load reads the log key: from --log-key-file, which must exist, or from
 // data/log.key, made there when create is set and it is missing.
 func (o *logKeyOpts) load(data string, create bool, logger *slog.Logger) ([]byte, error) {
-	path, explicit := o.file, o.file != ""
-	if !explicit {
-		path = filepath.Join(data, handlers.LogKeyFile)
-	}
-	key, created, err := handlers.LoadLogKey(path, create && !explicit)
+	key, err := handlers.OpenLogKey(o.file, data, create, logger)
 	if err != nil {
 		return nil, fail(exitInvalid, "%v (the log key: --log-key-file or DWR_LOG_KEY_FILE, default DATA/%s)", err, handlers.LogKeyFile)
-	}
-	if created && logger != nil {
-		logger.Info("made a new log key: give this file to every replica of this log (--log-key-file), and back it up", "file", path)
-	}
-	if st, err := os.Stat(path); err == nil && st.Mode().Perm()&0o077 != 0 && logger != nil {
-		logger.Warn("the log key file is readable by others than its owner: whoever reads it can forge log records", "file", path, "mode", st.Mode().Perm().String())
 	}
 	return key, nil
 }

@@ -1,0 +1,149 @@
+package handlers
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/oklog/ulid/v2"
+
+	"github.com/dwr-run/dwr/handlers/access"
+	"github.com/dwr-run/dwr/projections"
+)
+
+// ErrInvalidConfig is what Serve returns (wrapped) when the service's
+// configuration is refused.
+var ErrInvalidConfig = errors.New("handlers: invalid configuration")
+
+// ServeConfig is how Serve runs one replica of the service, as `dwr serve`
+// does; its flags set it.
+type ServeConfig struct {
+	// DataDir holds the views and this replica's writer id, and with the
+	// embedded server its streams and admin credential. It must exist.
+	DataDir string
+	// NATS is the connection to an existing NATS server or cluster (Serve
+	// closes it); nil runs the embedded server, as Embedded says (Serve
+	// sets its DataDir, InsecureOpen and Logger).
+	NATS     *nats.Conn
+	Embedded EmbeddedConfig
+	// AdminKeys are the nkeys (U...) of the admins of every workspace, on
+	// an existing server; the embedded one has its admin credential.
+	AdminKeys []string
+	// InsecureOpen serves connections without credentials as admins of
+	// every workspace.
+	InsecureOpen bool
+	// Service is the service's configuration; Serve sets its WriterID (the
+	// data directory's, so that a restarted replica takes its own writer
+	// lease again at once) and its Auth. Its Logger is required.
+	Service Config
+}
+
+// Serve runs the service on cfg until ctx ends: it opens the views, starts
+// the embedded server (or uses cfg.NATS), runs the service, and once it is
+// ready gives the server the members the views hold. It returns nil when
+// ctx ends, an error wrapping ErrInvalidConfig when the service refuses
+// cfg.Service, one wrapping eventstore.ErrIntegrity when the log fails
+// verification, and others when something cannot be opened or started.
+func Serve(ctx context.Context, cfg ServeConfig) error {
+	started := time.Now()
+	logger := cfg.Service.Logger
+	nc := cfg.NATS
+	if nc != nil {
+		defer nc.Close()
+	}
+	id, err := writerID(cfg.DataDir)
+	if err != nil {
+		return fmt.Errorf("writer id in %s: %v", cfg.DataDir, err)
+	}
+	// The views first: the embedded server starts with the members they
+	// hold, so that members reconnecting after a restart are let in.
+	store, err := projections.Open(filepath.Join(cfg.DataDir, "views"), projections.Options{Logger: logger,
+		OnDamaged: func(to string, cause error) {
+			logger.Warn("the views are damaged: moved aside, they are rebuilt from the log", "moved_to", to, "err", cause)
+		}})
+	if err != nil {
+		return fmt.Errorf("views: %v (is another dwr serve using %s?)", err, cfg.DataDir)
+	}
+	defer func() {
+		if err := store.Close(); err != nil {
+			logger.Error("closing the views", "err", err)
+		}
+	}()
+	if cfg.InsecureOpen {
+		logger.Warn("dwr: --insecure-open: anyone who reaches NATS is an admin of every workspace, without credentials; use it only for throwaway experiments")
+	}
+	auth, reload, where := AuthConfig{Required: !cfg.InsecureOpen, InsecureOpen: cfg.InsecureOpen}, func() {}, ""
+	if nc == nil {
+		e := cfg.Embedded
+		e.DataDir, e.InsecureOpen, e.Logger = cfg.DataDir, cfg.InsecureOpen, logger
+		bnd, err := StartEmbedded(e, store)
+		if err != nil {
+			return err
+		}
+		defer bnd.Server().Shutdown()
+		if nc, err = bnd.Connect("dwr-serve"); err != nil {
+			return fmt.Errorf("embedded NATS: %v", err)
+		}
+		defer nc.Close()
+		auth, reload, where = bnd.Auth(), bnd.Reload, bnd.Server().ClientURL()
+		if where == "" {
+			where = "in-process only"
+		}
+	} else {
+		for _, k := range cfg.AdminKeys {
+			auth.Admins = append(auth.Admins, access.Admin{Name: "admin", PublicKey: k})
+		}
+		if len(auth.Admins) == 0 && !cfg.InsecureOpen {
+			logger.Warn("dwr: no --admin-key: nobody can create workspaces or add members; see dwr admin nats-config")
+		}
+		where = nc.ConnectedUrl()
+	}
+	svcCfg := cfg.Service
+	svcCfg.WriterID, svcCfg.Auth = id, auth
+	svc, err := New(nc, store, svcCfg)
+	if err != nil {
+		return classed{ErrInvalidConfig, err}
+	}
+	errc := make(chan error, 1)
+	go func() { errc <- svc.Run(ctx) }()
+	select {
+	case <-svc.Ready():
+		reload() // the members the views hold, now that they are caught up
+		logger.Info("dwr ready", "nats", where, "data", cfg.DataDir, "log_seq", store.Checkpoint(),
+			"ready_in", time.Since(started).Round(time.Millisecond))
+	case err := <-errc:
+		if err == nil { // stopped (a signal) before it was ready
+			logger.Info("dwr stopped before it was ready")
+		}
+		return err
+	}
+	if err := <-errc; err != nil && !errors.Is(err, context.Canceled) {
+		return err
+	}
+	logger.Info("dwr stopped")
+	return nil
+}
+
+// writerID returns this data directory's stable writer id, so that a
+// restarted server re-takes its own writer lease at once.
+func writerID(data string) (string, error) {
+	p := filepath.Join(data, "writer-id")
+	if b, err := os.ReadFile(p); err == nil {
+		return strings.TrimSpace(string(b)), nil
+	}
+	id := ulid.Make().String()
+	return id, os.WriteFile(p, []byte(id+"\n"), 0o600)
+}
+
+// classed is an error that callers branch on by its class (errors.Is(err,
+// class)), with the message of err.
+type classed struct{ class, err error }
+
+func (e classed) Error() string        { return e.err.Error() }
+func (e classed) Is(target error) bool { return target == e.class }
+func (e classed) Unwrap() error        { return e.err }
