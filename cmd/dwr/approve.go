@@ -2,7 +2,6 @@ package main
 
 import (
 	"bytes"
-	"crypto/ed25519"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -14,6 +13,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/dwr-run/dwr/domain"
+	"github.com/dwr-run/dwr/executors"
 	"github.com/dwr-run/dwr/handlers"
 	"github.com/dwr-run/dwr/projections"
 )
@@ -269,18 +269,18 @@ func approveCmd(g *globals) *cobra.Command {
 			if keyFile == "" {
 				return fail(exitInvalid, "--key FILE is required: the private key `dwr keys create` wrote")
 			}
-			key, err := readSigningKey(keyFile)
+			key, err := executors.ReadSigningKey(keyFile)
 			if err != nil {
-				return err
+				return fail(exitInvalid, "%s", strings.TrimPrefix(err.Error(), "executors: "))
 			}
 			approver := as
 			if approver == "" {
-				approver = key.approver
+				approver = key.Approver
 			}
 			if approver == "" {
 				return fail(exitInvalid, "key file %s names no approver (no \"Approver:\" header): pass --as NAME", keyFile)
 			}
-			keyID := domain.KeyID(key.priv.Public().(ed25519.PublicKey))
+			keyID := executors.KeyID(key.Public())
 			cl, err := g.connect()
 			if err != nil {
 				return err
@@ -291,19 +291,19 @@ func approveCmd(g *globals) *cobra.Command {
 				return err
 			}
 			// Sign only the action as shown: its digest must be the one named.
-			digest, err := domain.ActionDigest(v.Action)
+			digest, err := executors.ActionDigest(v.Action)
 			if err != nil || digest != v.ActionDigest {
 				return fail(exitError, "approval %s names action digest %s, but the action shown digests to %s: not signing", v.ID, v.ActionDigest, digest)
 			}
 			if !g.json {
 				fmt.Fprintf(g.out, "signing approval %s: %s of action %s, as %s (key %s)\n", v.ID, response, digest, approver, keyID)
 			}
-			sig := domain.SignDecision(key.priv, v.ID, response, digest)
+			sig := executors.SignDecision(key.Private, v.ID, response, digest)
 			res, seq, err := cl.command("approval.decide", domain.DecideApproval{ApprovalID: v.ID, Approver: approver,
 				Response: response, ActionDigest: digest, Comment: comment, Signature: sig}, cmdID)
 			if err != nil {
-				if key.workspace != "" && key.workspace != g.workspace {
-					return fail(exitCode(err), "%v\nnote: key file %s was made in workspace %q, and this is workspace %q (--workspace)", err, keyFile, key.workspace, g.workspace)
+				if key.Workspace != "" && key.Workspace != g.workspace {
+					return fail(exitCode(err), "%v\nnote: key file %s was made in workspace %q, and this is workspace %q (--workspace)", err, keyFile, key.Workspace, g.workspace)
 				}
 				return err
 			}

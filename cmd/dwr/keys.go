@@ -2,11 +2,8 @@ package main
 
 import (
 	"crypto/ed25519"
-	"crypto/rand"
-	"crypto/x509"
 	"encoding/base64"
 	"encoding/json"
-	"encoding/pem"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -17,18 +14,8 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/dwr-run/dwr/domain"
+	"github.com/dwr-run/dwr/executors"
 	"github.com/dwr-run/dwr/handlers"
-)
-
-// Key files: a PEM "PRIVATE KEY" block (PKCS #8 Ed25519) whose headers name
-// the approver and the workspace the key was registered in, so that
-// `dwr approve` knows who signs.
-const (
-	pemPrivateKey      = "PRIVATE KEY"
-	pemPublicKey       = "PUBLIC KEY"
-	pemHeaderApprover  = "Approver"
-	pemHeaderWorkspace = "Workspace"
-	maxKeyFile         = 64 << 10
 )
 
 // keyOut is what `dwr keys create|add --json` prints.
@@ -63,16 +50,14 @@ func keysCmd(g *globals) *cobra.Command {
 					return fail(exitInvalid, "%s already exists: choose another --out, or pass --force to replace it (the key it holds will no longer be usable once replaced)", out)
 				}
 			}
-			pub, priv, err := ed25519.GenerateKey(rand.Reader)
+			key, err := executors.NewSigningKey(args[0], g.workspace)
 			if err != nil {
-				return fail(exitError, "generating a key: %v", err)
+				return fail(exitError, "%s", strings.TrimPrefix(err.Error(), "executors: "))
 			}
-			der, err := x509.MarshalPKCS8PrivateKey(priv)
+			data, err := key.PEM()
 			if err != nil {
-				return fail(exitError, "encoding the key: %v", err)
+				return fail(exitError, "%s", strings.TrimPrefix(err.Error(), "executors: "))
 			}
-			data := pem.EncodeToMemory(&pem.Block{Type: pemPrivateKey, Bytes: der,
-				Headers: map[string]string{pemHeaderApprover: args[0], pemHeaderWorkspace: g.workspace}})
 			// The private half goes to a temporary file beside FILE first, and
 			// into place only once the public half is registered: a refused
 			// registration leaves nothing behind, and FILE never holds a key
@@ -87,7 +72,7 @@ func keysCmd(g *globals) *cobra.Command {
 				return err
 			}
 			defer cl.close()
-			k, err := register(g, cl, args[0], role, pub, "")
+			k, err := register(g, cl, args[0], role, key.Public(), "")
 			if err != nil {
 				return err
 			}
@@ -126,9 +111,9 @@ func keysCmd(g *globals) *cobra.Command {
 			if addRole == "" || pubFile == "" {
 				return fail(exitInvalid, "both --role and --public-key are required")
 			}
-			pub, err := readPublicKey(pubFile)
+			pub, err := executors.ReadPublicKey(pubFile)
 			if err != nil {
-				return err
+				return fail(exitInvalid, "%s", strings.TrimPrefix(err.Error(), "executors: "))
 			}
 			cl, err := g.connect()
 			if err != nil {
@@ -219,7 +204,7 @@ func register(g *globals, cl *client, name, role string, pub ed25519.PublicKey, 
 	if err := json.Unmarshal(res, &r); err != nil {
 		return keyOut{}, err
 	}
-	return keyOut{Name: name, Role: role, KeyID: domain.KeyID(pub), PublicKey: b64, Workspace: g.workspace,
+	return keyOut{Name: name, Role: role, KeyID: executors.KeyID(pub), PublicKey: b64, Workspace: g.workspace,
 		Version: r.Version, Duplicate: r.Duplicate}, nil
 }
 
@@ -265,81 +250,4 @@ func placeFile(tmp, path string, force bool) error {
 		return os.Rename(tmp, path) // a file system without hard links
 	}
 	return os.Remove(tmp)
-}
-
-// readPublicKey reads an Ed25519 public key: a PEM "PUBLIC KEY" block
-// (PKIX), or the standard base64 of the key's 32 bytes.
-func readPublicKey(file string) (ed25519.PublicKey, error) {
-	b, err := readFile(file)
-	if err != nil {
-		return nil, fail(exitInvalid, "public key %s: %v", file, err)
-	}
-	if block, _ := pem.Decode(b); block != nil {
-		switch block.Type {
-		case pemPublicKey:
-			k, err := x509.ParsePKIXPublicKey(block.Bytes)
-			if err != nil {
-				return nil, fail(exitInvalid, "public key %s: the PEM PUBLIC KEY block does not parse: %v", file, err)
-			}
-			pub, ok := k.(ed25519.PublicKey)
-			if !ok {
-				return nil, fail(exitInvalid, "public key %s is a %T, not an Ed25519 key: approvals are signed with Ed25519 (openssl genpkey -algorithm ed25519, or dwr keys create)", file, k)
-			}
-			return pub, nil
-		case pemPrivateKey:
-			return nil, fail(exitInvalid, "%s holds a PRIVATE key: register only the public half (openssl pkey -in %s -pubout -out pub.pem), and keep the private one to yourself", file, file)
-		default:
-			return nil, fail(exitInvalid, "public key %s holds a PEM %q block: give a PEM \"PUBLIC KEY\" block (PKIX Ed25519) or the base64 of the key's 32 bytes", file, block.Type)
-		}
-	}
-	raw, err := base64.StdEncoding.DecodeString(strings.TrimSpace(string(b)))
-	if err != nil || len(raw) != ed25519.PublicKeySize {
-		return nil, fail(exitInvalid, "public key %s holds neither a PEM \"PUBLIC KEY\" block (PKIX Ed25519) nor the standard base64 of a %d-byte Ed25519 key: export one with `openssl pkey -in key.pem -pubout`, or make a pair with `dwr keys create`", file, ed25519.PublicKeySize)
-	}
-	return ed25519.PublicKey(raw), nil
-}
-
-// signingKey is a private key read from a key file, with the approver and
-// workspace its headers name.
-type signingKey struct {
-	priv      ed25519.PrivateKey
-	approver  string
-	workspace string
-}
-
-// readSigningKey reads a key file as `dwr keys create` writes it.
-func readSigningKey(file string) (signingKey, error) {
-	b, err := readFile(file)
-	if err != nil {
-		return signingKey{}, fail(exitInvalid, "key file %s: %v", file, err)
-	}
-	for rest := b; ; {
-		var block *pem.Block
-		block, rest = pem.Decode(rest)
-		if block == nil {
-			return signingKey{}, fail(exitInvalid, "key file %s holds no PEM \"PRIVATE KEY\" block: make one with `dwr keys create NAME --role ROLE --out FILE`", file)
-		}
-		if block.Type != pemPrivateKey {
-			continue
-		}
-		k, err := x509.ParsePKCS8PrivateKey(block.Bytes)
-		if err != nil {
-			return signingKey{}, fail(exitInvalid, "key file %s: the PRIVATE KEY block does not parse (PKCS #8): %v", file, err)
-		}
-		priv, ok := k.(ed25519.PrivateKey)
-		if !ok {
-			return signingKey{}, fail(exitInvalid, "key file %s holds a %T, not an Ed25519 key", file, k)
-		}
-		return signingKey{priv: priv, approver: block.Headers[pemHeaderApprover], workspace: block.Headers[pemHeaderWorkspace]}, nil
-	}
-}
-
-func readFile(file string) ([]byte, error) {
-	f, err := os.Open(file)
-	if err != nil {
-		return nil, err
-	}
-	b, err := readLimited(f, maxKeyFile)
-	_ = f.Close() // read-only: nothing to lose
-	return b, err
 }
