@@ -8,9 +8,12 @@ import (
 	"encoding/base64"
 	"encoding/hex"
 	"encoding/pem"
+	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
+	"path/filepath"
 	"strings"
 )
 
@@ -86,6 +89,65 @@ func (k *SigningKey) PEM() ([]byte, error) {
 	return pem.EncodeToMemory(&pem.Block{Type: pemPrivateKey, Bytes: der,
 		Headers: map[string]string{pemHeaderApprover: k.Approver, pemHeaderWorkspace: k.Workspace}}), nil
 }
+
+// PendingKeyFile is a key written beside its file, to be put in place once
+// its public half is registered: a refused registration leaves nothing
+// behind, and the file never holds a key the service does not know.
+type PendingKeyFile struct {
+	tmp, path string
+}
+
+// WritePending writes the key (as PEM does) to a new file (mode 0600) in
+// the directory of path, for Place to move to path. It returns the error of
+// the encoding or of the write.
+func (k *SigningKey) WritePending(path string) (*PendingKeyFile, error) {
+	data, err := k.PEM()
+	if err != nil {
+		return nil, err
+	}
+	f, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".tmp-*")
+	if err != nil {
+		return nil, err
+	}
+	p := &PendingKeyFile{tmp: f.Name(), path: path}
+	if err := f.Chmod(0o600); err == nil {
+		_, err = f.Write(data)
+		if err == nil {
+			err = f.Sync()
+		}
+		if cerr := f.Close(); err == nil {
+			err = cerr
+		}
+		if err == nil {
+			return p, nil
+		}
+	} else {
+		_ = f.Close() // already failing
+	}
+	p.Discard()
+	return nil, err
+}
+
+// Place moves the key to its file; without force it never replaces a file
+// that appeared there meanwhile.
+func (p *PendingKeyFile) Place(force bool) error {
+	if force {
+		return os.Rename(p.tmp, p.path)
+	}
+	if err := os.Link(p.tmp, p.path); err != nil {
+		if errors.Is(err, fs.ErrExist) {
+			return fmt.Errorf("%s appeared meanwhile; not replaced", p.path)
+		}
+		if _, serr := os.Lstat(p.path); serr == nil {
+			return fmt.Errorf("%s appeared meanwhile; not replaced", p.path)
+		}
+		return os.Rename(p.tmp, p.path) // a file system without hard links
+	}
+	return os.Remove(p.tmp)
+}
+
+// Discard removes the key's temporary file, if it is still there.
+func (p *PendingKeyFile) Discard() { _ = os.Remove(p.tmp) }
 
 // ReadSigningKey reads a key file as PEM writes it (the first PEM "PRIVATE
 // KEY" block of the file, PKCS #8 Ed25519). Its errors say what the file

@@ -1,243 +1,17 @@
 package main
 
 import (
-	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"slices"
 	"strings"
-	"time"
 
 	"github.com/spf13/cobra"
 
 	"github.com/dwr-run/dwr/domain"
 	"github.com/dwr-run/dwr/executors"
-	"github.com/dwr-run/dwr/handlers"
-	"github.com/dwr-run/dwr/projections"
 )
-
-// approvalView is an approval as the approval queries answer it.
-type approvalView = projections.ApprovalView
-
-// approvalStates are the values of `dwr approvals list --state`.
-var approvalStates = append(slices.Clone(projections.ApprovalStates), "all")
-
-// getApproval queries approval.get.
-func (c *client) getApproval(id string, minSeq uint64) (approvalView, json.RawMessage, error) {
-	res, err := c.query("approval.get", handlers.Query{ID: id}, minSeq)
-	if err != nil {
-		return approvalView{}, nil, err
-	}
-	var v approvalView
-	if err := json.Unmarshal(res, &v); err != nil {
-		return approvalView{}, nil, fail(exitError, "the service answered an approval that does not decode: %v", err)
-	}
-	return v, res, nil
-}
-
-// printRaw prints a query's result as indented JSON, as the service sent it.
-func printRaw(w io.Writer, res json.RawMessage) error {
-	var b bytes.Buffer
-	if err := json.Indent(&b, res, "", "  "); err != nil {
-		return err
-	}
-	b.WriteByte('\n')
-	_, err := w.Write(b.Bytes())
-	return err
-}
-
-func approvalsCmd(g *globals) *cobra.Command {
-	cmd := &cobra.Command{Use: "approvals", Short: "the approvals waiting for a person's signed decision, and those decided"}
-	var role, state string
-	var pages paging
-	list := &cobra.Command{
-		Use: "list [--role R] [--state pending|decided|expired|withdrawn|all]", Short: "list approvals (pending by default)", Args: cobra.NoArgs,
-		RunE: func(*cobra.Command, []string) error {
-			if !slices.Contains(approvalStates, state) {
-				return fail(exitInvalid, "--state %q: use one of %s", state, strings.Join(approvalStates, ", "))
-			}
-			cl, err := g.connect()
-			if err != nil {
-				return err
-			}
-			defer cl.close()
-			res, err := pages.list(g, cl, "approvals", "approval.list", handlers.Query{State: state, Role: role})
-			if err != nil {
-				return err
-			}
-			var vs []approvalView
-			if err := json.Unmarshal(res, &vs); err != nil {
-				return fail(exitError, "the service answered approvals that do not decode: %v", err)
-			}
-			if g.json {
-				if vs == nil {
-					res = json.RawMessage("[]")
-				}
-				return printRaw(g.out, res)
-			}
-			now := time.Now()
-			header := []string{"APPROVAL", "TASK", "ROLE", "SUMMARY", "RESPONSES", "EXPIRES"}
-			withState := state != domain.ApprovalStatePending
-			if withState {
-				header = append(header, "STATE")
-			}
-			rows := make([][]string, len(vs))
-			for i, v := range vs {
-				task := v.TaskKey
-				if task == "" {
-					task = v.TaskID
-				}
-				rows[i] = []string{v.ID, task, dash(v.Role), dash(short(v.Summary, 50)), strings.Join(v.Responses, ","), expires(v.ExpiresAt, now)}
-				if withState {
-					rows[i] = append(rows[i], v.State)
-				}
-			}
-			return table(g.out, header, rows)
-		},
-	}
-	list.Flags().StringVar(&role, "role", "", "only the approvals this role may decide")
-	list.Flags().StringVar(&state, "state", domain.ApprovalStatePending, "which approvals: "+strings.Join(approvalStates, ", "))
-	pages.flags(list, "approvals")
-
-	get := &cobra.Command{
-		Use: "get APPROVAL", Short: "show an approval: the proposed action and its digest, who may decide, the decision and any refusals", Args: cobra.ExactArgs(1),
-		RunE: func(_ *cobra.Command, args []string) error {
-			cl, err := g.connect()
-			if err != nil {
-				return err
-			}
-			defer cl.close()
-			v, res, err := cl.getApproval(args[0], 0)
-			if err != nil {
-				return err
-			}
-			if g.json {
-				return printRaw(g.out, res)
-			}
-			printApproval(g.out, v, time.Now())
-			return nil
-		},
-	}
-	cmd.AddCommand(list, get)
-	return cmd
-}
-
-// printApproval prints an approval for people.
-func printApproval(w io.Writer, v approvalView, now time.Time) {
-	fmt.Fprintf(w, "approval %s is %s\n", v.ID, v.State)
-	task := v.TaskID
-	if v.TaskKey != "" {
-		task += " (key " + v.TaskKey + ")"
-	}
-	fmt.Fprintf(w, "task:       %s", task)
-	if v.Queue != "" {
-		fmt.Fprintf(w, " on queue %s", v.Queue)
-	}
-	if v.TaskState != "" {
-		fmt.Fprintf(w, " is %s", v.TaskState)
-	}
-	if v.Attempt > 0 {
-		fmt.Fprintf(w, "; asked by attempt %d", v.Attempt)
-	} else {
-		fmt.Fprint(w, "; the task's gate (before its first attempt)")
-	}
-	fmt.Fprintln(w)
-	if v.GoalID != "" {
-		fmt.Fprintf(w, "goal:       %s\n", v.GoalID)
-	}
-	if v.Summary != "" {
-		fmt.Fprintf(w, "summary:    %s\n", v.Summary)
-	}
-	who := "any registered approver"
-	if v.Role != "" {
-		who = "an approver with role " + v.Role
-	}
-	fmt.Fprintf(w, "decided by: %s\n", who)
-	br := make([]string, len(v.Responses))
-	for i, r := range v.Responses {
-		br[i] = r + " → " + dash(v.Branches[r])
-		if v.Branches[r] == domain.BranchEscalate && v.EscalateTo != "" {
-			br[i] += " (role " + v.EscalateTo + ")"
-		}
-	}
-	fmt.Fprintf(w, "responses:  %s\n", strings.Join(br, ", "))
-	fmt.Fprintf(w, "requested:  %s\n", ago(v.RequestedAt))
-	switch {
-	case v.ExpiresAt != nil && v.State == domain.ApprovalStatePending:
-		fmt.Fprintf(w, "expires:    %s (%s); then → %s\n", ago(*v.ExpiresAt), expires(v.ExpiresAt, now), dash(v.OnExpiry))
-	case v.ExpiresAt != nil:
-		fmt.Fprintf(w, "expires:    %s; then → %s\n", ago(*v.ExpiresAt), dash(v.OnExpiry))
-	default:
-		fmt.Fprintln(w, "expires:    never")
-	}
-	fmt.Fprintf(w, "action digest: %s\naction:\n%s\n", v.ActionDigest, indent(v.Action))
-	if len(v.Basis) > 0 {
-		fmt.Fprintf(w, "basis:\n%s\n", indent(v.Basis))
-	}
-	if d := v.Decision; d != nil {
-		role := ""
-		if d.Role != "" {
-			role = "role " + d.Role + ", "
-		}
-		fmt.Fprintf(w, "decision:   %s → %s by %s (%skey %s) at %s\n", d.Response, d.Branch, d.Approver, role, d.KeyID, ago(d.DecidedAt))
-		if d.Comment != "" {
-			fmt.Fprintf(w, "comment:    %s\n", d.Comment)
-		}
-	}
-	if len(v.Refusals) > 0 {
-		fmt.Fprintf(w, "\nrefused decisions (%d):\n", len(v.Refusals))
-		rows := make([][]string, len(v.Refusals))
-		for i, r := range v.Refusals {
-			rows[i] = []string{ago(r.At), dash(r.Approver), dash(r.Response), r.Reason, short(strings.TrimPrefix(r.Message, r.Reason+": "), 100)}
-		}
-		_ = table(w, []string{"WHEN", "APPROVER", "RESPONSE", "REASON", "MESSAGE"}, rows) // terminal output
-	}
-}
-
-// indent pretty-prints a JSON document, two spaces in.
-func indent(doc json.RawMessage) string {
-	var b bytes.Buffer
-	if err := json.Indent(&b, doc, "  ", "  "); err != nil {
-		return "  " + string(doc)
-	}
-	return "  " + b.String()
-}
-
-// expires tells when at comes, relative to now: "in 59m", "3m ago", "-".
-func expires(at *time.Time, now time.Time) string {
-	if at == nil {
-		return "-"
-	}
-	d := at.Sub(now)
-	if d < 0 {
-		return "expired " + coarse(-d) + " ago"
-	}
-	return "in " + coarse(d)
-}
-
-// coarse writes a duration coarsely: 45s, 59m, 5h3m, 3d4h.
-func coarse(d time.Duration) string {
-	switch {
-	case d < time.Minute:
-		return fmt.Sprintf("%ds", int(d/time.Second))
-	case d < time.Hour:
-		return fmt.Sprintf("%dm", int(d/time.Minute))
-	case d < 48*time.Hour:
-		h, m := int(d/time.Hour), int(d%time.Hour/time.Minute)
-		if m == 0 {
-			return fmt.Sprintf("%dh", h)
-		}
-		return fmt.Sprintf("%dh%dm", h, m)
-	default:
-		days, h := int(d/(24*time.Hour)), int(d%(24*time.Hour)/time.Hour)
-		if h == 0 {
-			return fmt.Sprintf("%dd", days)
-		}
-		return fmt.Sprintf("%dd%dh", days, h)
-	}
-}
 
 // decisionOut is what `dwr approve --json` prints.
 type decisionOut struct {
@@ -252,8 +26,13 @@ type decisionOut struct {
 	Duplicate    bool   `json:"duplicate,omitempty"`
 }
 
+// approveFlags are the flags of `dwr approve`.
+type approveFlags struct {
+	response, comment, keyFile, as, cmdID string
+}
+
 func approveCmd(g *globals) *cobra.Command {
-	var response, comment, keyFile, as, cmdID string
+	var o approveFlags
 	cmd := &cobra.Command{
 		Use:   "approve APPROVAL --response approve|reject|revise|escalate --key FILE [--comment TEXT]",
 		Short: "decide an approval: sign the response and the action's digest with your key, and send it",
@@ -263,81 +42,92 @@ func approveCmd(g *globals) *cobra.Command {
 			"a response not permitted, already decided, expired) is recorded, and the command exits 5.",
 		Args: cobra.ExactArgs(1),
 		RunE: func(_ *cobra.Command, args []string) error {
-			if !slices.Contains(domain.Responses, response) {
-				return fail(exitInvalid, "--response %q: use one of %s", response, strings.Join(domain.Responses, ", "))
-			}
-			if keyFile == "" {
-				return fail(exitInvalid, "--key FILE is required: the private key `dwr keys create` wrote")
-			}
-			key, err := executors.ReadSigningKey(keyFile)
-			if err != nil {
-				return fail(exitInvalid, "%s", strings.TrimPrefix(err.Error(), "executors: "))
-			}
-			approver := as
-			if approver == "" {
-				approver = key.Approver
-			}
-			if approver == "" {
-				return fail(exitInvalid, "key file %s names no approver (no \"Approver:\" header): pass --as NAME", keyFile)
-			}
-			keyID := executors.KeyID(key.Public())
-			cl, err := g.connect()
+			key, approver, err := o.signer()
 			if err != nil {
 				return err
 			}
-			defer cl.close()
-			v, _, err := cl.getApproval(args[0], 0)
-			if err != nil {
-				return err
-			}
-			// Sign only the action as shown: its digest must be the one named.
-			digest, err := executors.ActionDigest(v.Action)
-			if err != nil || digest != v.ActionDigest {
-				return fail(exitError, "approval %s names action digest %s, but the action shown digests to %s: not signing", v.ID, v.ActionDigest, digest)
-			}
-			if !g.json {
-				fmt.Fprintf(g.out, "signing approval %s: %s of action %s, as %s (key %s)\n", v.ID, response, digest, approver, keyID)
-			}
-			sig := executors.SignDecision(key.Private, v.ID, response, digest)
-			res, seq, err := cl.command("approval.decide", domain.DecideApproval{ApprovalID: v.ID, Approver: approver,
-				Response: response, ActionDigest: digest, Comment: comment, Signature: sig}, cmdID)
-			if err != nil {
-				if key.Workspace != "" && key.Workspace != g.workspace {
-					return fail(exitCode(err), "%v\nnote: key file %s was made in workspace %q, and this is workspace %q (--workspace)", err, keyFile, key.Workspace, g.workspace)
-				}
-				return err
-			}
-			var r domain.Reply
-			if err := json.Unmarshal(res, &r); err != nil {
-				return err
-			}
-			out := decisionOut{ApprovalID: v.ID, TaskID: r.ID, TaskState: r.State, Response: response, Approver: approver,
-				KeyID: keyID, ActionDigest: digest, Duplicate: r.Duplicate, Branch: v.Branches[response]}
-			// The branch taken, as recorded (it is the approval's rule for the response).
-			if after, _, err := cl.getApproval(v.ID, seq); err == nil && after.Decision != nil {
-				out.Branch = after.Decision.Branch
-			}
-			if g.json {
-				return printJSON(g.out, out)
-			}
-			line := fmt.Sprintf("approval %s decided: %s by %s → %s; task %s is %s", v.ID, response, approver, dash(out.Branch), out.TaskID, out.TaskState)
-			if out.Branch == domain.BranchEscalate && v.EscalateTo != "" {
-				line += " (a new approval asks role " + v.EscalateTo + ": dwr approvals list --role " + v.EscalateTo + ")"
-			}
-			if r.Duplicate {
-				line += " (already applied: nothing changed)"
-			}
-			fmt.Fprintln(g.out, line)
-			return nil
+			return g.withClient(func(cl *client) error { return o.approve(g, cl, args[0], key, approver) })
 		},
 	}
 	f := cmd.Flags()
-	f.StringVar(&response, "response", "", "the decision: "+strings.Join(domain.Responses, ", ")+" (required)")
-	f.StringVar(&comment, "comment", "", "why: recorded with the decision")
-	f.StringVar(&keyFile, "key", "", "the approver's private key file, as `dwr keys create` writes it (required)")
-	f.StringVar(&as, "as", "", "the approver's name (default: the key file's \"Approver:\" header)")
-	f.StringVar(&cmdID, "command-id", "", "idempotency key (default: a fresh ULID)")
+	f.StringVar(&o.response, "response", "", "the decision: "+strings.Join(domain.Responses, ", ")+" (required)")
+	f.StringVar(&o.comment, "comment", "", "why: recorded with the decision")
+	f.StringVar(&o.keyFile, "key", "", "the approver's private key file, as `dwr keys create` writes it (required)")
+	f.StringVar(&o.as, "as", "", "the approver's name (default: the key file's \"Approver:\" header)")
+	f.StringVar(&o.cmdID, "command-id", "", "idempotency key (default: a fresh ULID)")
 	return cmd
+}
+
+// signer checks the flags and returns the key that signs and the approver
+// who decides.
+func (o approveFlags) signer() (*executors.SigningKey, string, error) {
+	if !slices.Contains(domain.Responses, o.response) {
+		return nil, "", fail(exitInvalid, "--response %q: use one of %s", o.response, strings.Join(domain.Responses, ", "))
+	}
+	if o.keyFile == "" {
+		return nil, "", fail(exitInvalid, "--key FILE is required: the private key `dwr keys create` wrote")
+	}
+	key, err := executors.ReadSigningKey(o.keyFile)
+	if err != nil {
+		return nil, "", fail(exitInvalid, "%s", strings.TrimPrefix(err.Error(), "executors: "))
+	}
+	approver := o.as
+	if approver == "" {
+		approver = key.Approver
+	}
+	if approver == "" {
+		return nil, "", fail(exitInvalid, "key file %s names no approver (no \"Approver:\" header): pass --as NAME", o.keyFile)
+	}
+	return key, approver, nil
+}
+
+// approve signs the decision on approval id as approver and sends it, then
+// prints what it decided.
+func (o approveFlags) approve(g *globals, cl *client, id string, key *executors.SigningKey, approver string) error {
+	keyID := executors.KeyID(key.Public())
+	v, _, err := cl.getApproval(id, 0)
+	if err != nil {
+		return err
+	}
+	// Sign only the action as shown: its digest must be the one named.
+	digest, err := executors.ActionDigest(v.Action)
+	if err != nil || digest != v.ActionDigest {
+		return fail(exitError, "approval %s names action digest %s, but the action shown digests to %s: not signing", v.ID, v.ActionDigest, digest)
+	}
+	if !g.json {
+		fmt.Fprintf(g.out, "signing approval %s: %s of action %s, as %s (key %s)\n", v.ID, o.response, digest, approver, keyID)
+	}
+	sig := executors.SignDecision(key.Private, v.ID, o.response, digest)
+	res, seq, err := cl.command("approval.decide", domain.DecideApproval{ApprovalID: v.ID, Approver: approver,
+		Response: o.response, ActionDigest: digest, Comment: o.comment, Signature: sig}, o.cmdID)
+	if err != nil {
+		if key.Workspace != "" && key.Workspace != g.workspace {
+			return fail(exitCode(err), "%v\nnote: key file %s was made in workspace %q, and this is workspace %q (--workspace)", err, o.keyFile, key.Workspace, g.workspace)
+		}
+		return err
+	}
+	var r domain.Reply
+	if err := json.Unmarshal(res, &r); err != nil {
+		return err
+	}
+	out := decisionOut{ApprovalID: v.ID, TaskID: r.ID, TaskState: r.State, Response: o.response, Approver: approver,
+		KeyID: keyID, ActionDigest: digest, Duplicate: r.Duplicate, Branch: v.Branches[o.response]}
+	// The branch taken, as recorded (it is the approval's rule for the response).
+	if after, _, err := cl.getApproval(v.ID, seq); err == nil && after.Decision != nil {
+		out.Branch = after.Decision.Branch
+	}
+	if g.json {
+		return printJSON(g.out, out)
+	}
+	line := fmt.Sprintf("approval %s decided: %s by %s → %s; task %s is %s", v.ID, o.response, approver, dash(out.Branch), out.TaskID, out.TaskState)
+	if out.Branch == domain.BranchEscalate && v.EscalateTo != "" {
+		line += " (a new approval asks role " + v.EscalateTo + ": dwr approvals list --role " + v.EscalateTo + ")"
+	}
+	if r.Duplicate {
+		line += " (already applied: nothing changed)"
+	}
+	fmt.Fprintln(g.out, line)
+	return nil
 }
 
 // exitCode returns the exit code an error carries.

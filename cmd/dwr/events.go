@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"os/signal"
 	"syscall"
 
@@ -18,31 +19,23 @@ func eventsCmd(g *globals) *cobra.Command {
 	return &cobra.Command{
 		Use: "events ID", Short: "show the history of a task, goal or workspace", Args: cobra.ExactArgs(1),
 		RunE: func(_ *cobra.Command, args []string) error {
-			cl, err := g.connect()
-			if err != nil {
-				return err
-			}
-			defer cl.close()
-			res, err := cl.queryAll("events", handlers.Query{ID: args[0]})
-			if err != nil {
-				return err
-			}
-			var evs []json.RawMessage
-			if err := json.Unmarshal(res, &evs); err != nil {
-				return err
-			}
-			if g.json {
-				return printJSON(g.out, evs)
-			}
-			rows := make([][]string, len(evs))
-			for i, raw := range evs {
-				var e eventstore.Event
-				if err := json.Unmarshal(raw, &e); err != nil {
+			return g.withClient(func(cl *client) error {
+				res, err := cl.queryAll("events", handlers.Query{ID: args[0]})
+				if err != nil {
 					return err
 				}
-				rows[i] = []string{fmt.Sprint(e.Version), ago(e.Time), e.Type, dash(e.Actor), e.CommandID, short(string(e.Data), 70)}
-			}
-			return table(g.out, []string{"VER", "TIME", "EVENT", "ACTOR", "COMMAND", "DATA"}, rows)
+				return show(g, res, func(w io.Writer, evs []json.RawMessage) error {
+					rows := make([][]string, len(evs))
+					for i, raw := range evs {
+						var e eventstore.Event
+						if err := json.Unmarshal(raw, &e); err != nil {
+							return err
+						}
+						rows[i] = []string{fmt.Sprint(e.Version), ago(e.Time), e.Type, dash(e.Actor), e.CommandID, short(string(e.Data), 70)}
+					}
+					return table(w, []string{"VER", "TIME", "EVENT", "ACTOR", "COMMAND", "DATA"}, rows)
+				})
+			})
 		},
 	}
 }

@@ -3,6 +3,7 @@ package main
 import (
 	"encoding/json"
 	"fmt"
+	"io"
 	"os"
 	"strings"
 	"time"
@@ -23,17 +24,8 @@ func goalCmd(g *globals) *cobra.Command {
 	create := &cobra.Command{
 		Use: "create --title TITLE", Short: "create a goal", Args: cobra.NoArgs,
 		RunE: func(*cobra.Command, []string) error {
-			cl, err := g.connect()
-			if err != nil {
-				return err
-			}
-			defer cl.close()
 			c.Envelope.Permissions.Queues = queues
-			res, _, err := cl.command("goal.create", c, cmdID)
-			if err != nil {
-				return err
-			}
-			return printReply(g, res, "goal")
+			return g.send("goal.create", c, cmdID, "goal")
 		},
 	}
 	f := create.Flags()
@@ -47,67 +39,54 @@ func goalCmd(g *globals) *cobra.Command {
 	get := &cobra.Command{
 		Use: "get ID", Short: "show a goal with its plan", Args: cobra.ExactArgs(1),
 		RunE: func(_ *cobra.Command, args []string) error {
-			cl, err := g.connect()
-			if err != nil {
-				return err
-			}
-			defer cl.close()
-			res, err := cl.query("goal.get", handlers.Query{ID: args[0]}, 0)
-			if err != nil {
-				return err
-			}
-			var v projections.GoalView
-			if err := json.Unmarshal(res, &v); err != nil {
-				return err
-			}
-			if g.json {
-				return printJSON(g.out, v)
-			}
-			fmt.Fprintf(g.out, "goal %s: %s\nstate: %s   plan version: %d\n", v.ID, v.Title, v.State, v.PlanVersion)
-			if v.Reason != "" {
-				fmt.Fprintf(g.out, "reason: %s\n", v.Reason)
-			}
-			for _, c := range v.SuccessCriteria {
-				fmt.Fprintf(g.out, "criterion: %s\n", c)
-			}
-			fmt.Fprintf(g.out, "tasks by state: %s\n\n", counts(v.Counts))
-			rows := make([][]string, len(v.Nodes))
-			for i, n := range v.Nodes {
-				rows[i] = []string{n.Key, n.TaskID, n.State, dash(strings.Join(n.DependsOn, ","))}
-			}
-			return table(g.out, []string{"KEY", "TASK", "STATE", "DEPENDS ON"}, rows)
+			return g.withClient(func(cl *client) error {
+				res, err := cl.query("goal.get", handlers.Query{ID: args[0]}, 0)
+				if err != nil {
+					return err
+				}
+				return show(g, res, printGoal)
+			})
 		},
 	}
 	var pages paging
 	list := &cobra.Command{
 		Use: "list [--all | --limit N --after CURSOR]", Short: "list goals (a page; --all for every one)", Args: cobra.NoArgs,
 		RunE: func(*cobra.Command, []string) error {
-			cl, err := g.connect()
-			if err != nil {
-				return err
-			}
-			defer cl.close()
-			res, err := pages.list(g, cl, "goals", "goal.list", handlers.Query{})
-			if err != nil {
-				return err
-			}
-			var vs []projections.GoalView
-			if err := json.Unmarshal(res, &vs); err != nil {
-				return err
-			}
-			if g.json {
-				return printJSON(g.out, vs)
-			}
-			rows := make([][]string, len(vs))
-			for i, v := range vs {
-				rows[i] = []string{v.ID, v.State, fmt.Sprint(v.PlanVersion), counts(v.Counts), v.Title}
-			}
-			return table(g.out, []string{"ID", "STATE", "PLAN", "TASKS", "TITLE"}, rows)
+			return g.withClient(func(cl *client) error {
+				res, err := pages.list(g, cl, "goals", "goal.list", handlers.Query{})
+				if err != nil {
+					return err
+				}
+				return show(g, res, func(w io.Writer, vs []projections.GoalView) error {
+					rows := make([][]string, len(vs))
+					for i, v := range vs {
+						rows[i] = []string{v.ID, v.State, fmt.Sprint(v.PlanVersion), counts(v.Counts), v.Title}
+					}
+					return table(w, []string{"ID", "STATE", "PLAN", "TASKS", "TITLE"}, rows)
+				})
+			})
 		},
 	}
 	pages.flags(list, "goals")
 	cmd.AddCommand(create, get, list)
 	return cmd
+}
+
+// printGoal prints a goal for people: what it is, and its plan's tasks.
+func printGoal(w io.Writer, v projections.GoalView) error {
+	fmt.Fprintf(w, "goal %s: %s\nstate: %s   plan version: %d\n", v.ID, v.Title, v.State, v.PlanVersion)
+	if v.Reason != "" {
+		fmt.Fprintf(w, "reason: %s\n", v.Reason)
+	}
+	for _, c := range v.SuccessCriteria {
+		fmt.Fprintf(w, "criterion: %s\n", c)
+	}
+	fmt.Fprintf(w, "tasks by state: %s\n\n", counts(v.Counts))
+	rows := make([][]string, len(v.Nodes))
+	for i, n := range v.Nodes {
+		rows[i] = []string{n.Key, n.TaskID, n.State, dash(strings.Join(n.DependsOn, ","))}
+	}
+	return table(w, []string{"KEY", "TASK", "STATE", "DEPENDS ON"}, rows)
 }
 
 func counts(m map[string]int) string {
@@ -136,29 +115,21 @@ func planCmd(g *globals) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			cl, err := g.connect()
-			if err != nil {
-				return err
-			}
-			defer cl.close()
-			body, _ := json.Marshal(map[string]any{"goal_id": goal, "tasks": tasks})
-			res, _, err := cl.command("plan.submit", body, cmdID)
-			if err != nil {
-				return err
-			}
-			var r domain.Reply
-			if err := json.Unmarshal(res, &r); err != nil {
-				return err
-			}
-			if g.json {
-				return printJSON(g.out, r)
-			}
-			fmt.Fprintf(g.out, "plan version %d of goal %s committed\n", r.PlanVersion, r.ID)
-			rows := make([][]string, len(r.Tasks))
-			for i, t := range r.Tasks {
-				rows[i] = []string{t.Key, t.TaskID, dash(strings.Join(t.DependsOn, ","))}
-			}
-			return table(g.out, []string{"KEY", "TASK", "DEPENDS ON"}, rows)
+			return g.withClient(func(cl *client) error {
+				body, _ := json.Marshal(map[string]any{"goal_id": goal, "tasks": tasks})
+				res, _, err := cl.command("plan.submit", body, cmdID)
+				if err != nil {
+					return err
+				}
+				return show(g, res, func(w io.Writer, r domain.Reply) error {
+					fmt.Fprintf(w, "plan version %d of goal %s committed\n", r.PlanVersion, r.ID)
+					rows := make([][]string, len(r.Tasks))
+					for i, t := range r.Tasks {
+						rows[i] = []string{t.Key, t.TaskID, dash(strings.Join(t.DependsOn, ","))}
+					}
+					return table(w, []string{"KEY", "TASK", "DEPENDS ON"}, rows)
+				})
+			})
 		},
 	}
 	submit.Flags().StringVar(&goal, "goal", "", "the goal's id")

@@ -4,11 +4,8 @@ import (
 	"crypto/ed25519"
 	"encoding/base64"
 	"encoding/json"
-	"errors"
 	"fmt"
-	"io/fs"
 	"os"
-	"path/filepath"
 	"strings"
 
 	"github.com/spf13/cobra"
@@ -34,163 +31,161 @@ type keyOut struct {
 
 func keysCmd(g *globals) *cobra.Command {
 	cmd := &cobra.Command{Use: "keys", Short: "register approvers' signing keys (Ed25519) and list them"}
+	cmd.AddCommand(keysCreateCmd(g), keysAddCmd(g), keysRevokeCmd(g), keysListCmd(g))
+	return cmd
+}
 
-	var role, out, credsOut string
-	var force bool
+// keyCreation is what `dwr keys create` makes.
+type keyCreation struct {
+	name, role, out, credsOut string
+	force                     bool
+}
+
+func keysCreateCmd(g *globals) *cobra.Command {
+	var o keyCreation
 	create := &cobra.Command{
 		Use:   "create NAME --role ROLE --out FILE [--creds-out FILE]",
 		Short: "make an Ed25519 key pair for approver NAME: register the public half, write the private half to FILE (mode 0600)",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(_ *cobra.Command, args []string) error {
-			if role == "" || out == "" {
-				return fail(exitInvalid, "both --role and --out are required")
-			}
-			if !force {
-				if _, err := os.Lstat(out); err == nil {
-					return fail(exitInvalid, "%s already exists: choose another --out, or pass --force to replace it (the key it holds will no longer be usable once replaced)", out)
-				}
-			}
-			key, err := executors.NewSigningKey(args[0], g.workspace)
-			if err != nil {
-				return fail(exitError, "%s", strings.TrimPrefix(err.Error(), "executors: "))
-			}
-			data, err := key.PEM()
-			if err != nil {
-				return fail(exitError, "%s", strings.TrimPrefix(err.Error(), "executors: "))
-			}
-			// The private half goes to a temporary file beside FILE first, and
-			// into place only once the public half is registered: a refused
-			// registration leaves nothing behind, and FILE never holds a key
-			// the service does not know.
-			tmp, err := writeTemp(out, data)
-			if err != nil {
-				return fail(exitInvalid, "cannot write the key to %s: %v", out, err)
-			}
-			defer func() { _ = os.Remove(tmp) }() // gone already once moved into place
-			cl, err := g.connect()
+			o.name = args[0]
+			k, err := o.create(g)
 			if err != nil {
 				return err
-			}
-			defer cl.close()
-			k, err := register(g, cl, args[0], role, key.Public(), "")
-			if err != nil {
-				return err
-			}
-			if err := placeFile(tmp, out, force); err != nil {
-				return fail(exitError, "the key %s is registered for %s, but writing %s failed: %v\nrun `dwr keys create` again (it replaces the registration)", k.KeyID, k.Name, out, err)
-			}
-			k.File = out
-			if credsOut != "" { // the approver's login: it decides as itself
-				if _, _, err := addUser(cl, args[0], domain.RoleApprover, nil, credsOut, force, ""); err != nil {
-					return err
-				}
-				k.Credential = credsOut
 			}
 			if g.json {
 				return printJSON(g.out, k)
 			}
 			fmt.Fprintf(g.out, "approver %s (role %s) registered in workspace %s with key %s\nprivate key written to %s (mode 0600): keep it secret, it signs decisions (dwr approve --key %s)\n",
-				k.Name, k.Role, k.Workspace, k.KeyID, out, out)
-			if credsOut != "" {
-				fmt.Fprintf(g.out, "user %s (role approver) added; credential written to %s: dwr --creds %s approve ...\n", args[0], credsOut, credsOut)
+				k.Name, k.Role, k.Workspace, k.KeyID, o.out, o.out)
+			if o.credsOut != "" {
+				fmt.Fprintf(g.out, "user %s (role approver) added; credential written to %s: dwr --creds %s approve ...\n", o.name, o.credsOut, o.credsOut)
 			}
 			return nil
 		},
 	}
-	create.Flags().StringVar(&role, "role", "", "the role that authorizes the approver (required)")
-	create.Flags().StringVar(&out, "out", "", "file to write the private key to (required)")
-	create.Flags().BoolVar(&force, "force", false, "replace FILE if it exists")
-	create.Flags().StringVar(&credsOut, "creds-out", "", "also add NAME as a user with role approver and write its credential here: an approver decides as itself")
+	create.Flags().StringVar(&o.role, "role", "", "the role that authorizes the approver (required)")
+	create.Flags().StringVar(&o.out, "out", "", "file to write the private key to (required)")
+	create.Flags().BoolVar(&o.force, "force", false, "replace FILE if it exists")
+	create.Flags().StringVar(&o.credsOut, "creds-out", "", "also add NAME as a user with role approver and write its credential here: an approver decides as itself")
+	return create
+}
 
-	var addRole, pubFile, cmdID string
+// create makes the key pair, registers its public half and writes its
+// private half (and the approver's credential with --creds-out).
+func (o keyCreation) create(g *globals) (keyOut, error) {
+	if o.role == "" || o.out == "" {
+		return keyOut{}, fail(exitInvalid, "both --role and --out are required")
+	}
+	if !o.force {
+		if _, err := os.Lstat(o.out); err == nil {
+			return keyOut{}, fail(exitInvalid, "%s already exists: choose another --out, or pass --force to replace it (the key it holds will no longer be usable once replaced)", o.out)
+		}
+	}
+	key, err := executors.NewSigningKey(o.name, g.workspace)
+	if err != nil {
+		return keyOut{}, fail(exitError, "%s", strings.TrimPrefix(err.Error(), "executors: "))
+	}
+	pending, err := key.WritePending(o.out)
+	if err != nil {
+		return keyOut{}, fail(exitInvalid, "cannot write the key to %s: %s", o.out, strings.TrimPrefix(err.Error(), "executors: "))
+	}
+	defer pending.Discard() // gone already once in place
+	var k keyOut
+	return k, g.withClient(func(cl *client) error {
+		if k, err = register(g, cl, o.name, o.role, key.Public(), ""); err != nil {
+			return err
+		}
+		if err := pending.Place(o.force); err != nil {
+			return fail(exitError, "the key %s is registered for %s, but writing %s failed: %v\nrun `dwr keys create` again (it replaces the registration)", k.KeyID, k.Name, o.out, err)
+		}
+		k.File = o.out
+		if o.credsOut != "" { // the approver's login: it decides as itself
+			if _, _, err := addUser(cl, o.name, domain.RoleApprover, nil, o.credsOut, o.force, ""); err != nil {
+				return err
+			}
+			k.Credential = o.credsOut
+		}
+		return nil
+	})
+}
+
+func keysAddCmd(g *globals) *cobra.Command {
+	var role, pubFile, cmdID string
 	add := &cobra.Command{
 		Use:   "add NAME --role ROLE --public-key FILE",
 		Short: "register an existing Ed25519 public key (PEM \"PUBLIC KEY\", or the base64 of its 32 bytes) for approver NAME",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(_ *cobra.Command, args []string) error {
-			if addRole == "" || pubFile == "" {
+			if role == "" || pubFile == "" {
 				return fail(exitInvalid, "both --role and --public-key are required")
 			}
 			pub, err := executors.ReadPublicKey(pubFile)
 			if err != nil {
 				return fail(exitInvalid, "%s", strings.TrimPrefix(err.Error(), "executors: "))
 			}
-			cl, err := g.connect()
-			if err != nil {
-				return err
-			}
-			defer cl.close()
-			k, err := register(g, cl, args[0], addRole, pub, cmdID)
-			if err != nil {
-				return err
-			}
-			if g.json {
-				return printJSON(g.out, k)
-			}
-			line := fmt.Sprintf("approver %s (role %s) registered in workspace %s with key %s", k.Name, k.Role, k.Workspace, k.KeyID)
-			if k.Duplicate {
-				line += " (already registered: nothing changed)"
-			}
-			fmt.Fprintln(g.out, line)
-			return nil
+			return g.withClient(func(cl *client) error {
+				k, err := register(g, cl, args[0], role, pub, cmdID)
+				if err != nil {
+					return err
+				}
+				if g.json {
+					return printJSON(g.out, k)
+				}
+				line := fmt.Sprintf("approver %s (role %s) registered in workspace %s with key %s", k.Name, k.Role, k.Workspace, k.KeyID)
+				if k.Duplicate {
+					line += " (already registered: nothing changed)"
+				}
+				fmt.Fprintln(g.out, line)
+				return nil
+			})
 		},
 	}
-	add.Flags().StringVar(&addRole, "role", "", "the role that authorizes the approver (required)")
+	add.Flags().StringVar(&role, "role", "", "the role that authorizes the approver (required)")
 	add.Flags().StringVar(&pubFile, "public-key", "", "file holding the public key (required)")
 	add.Flags().StringVar(&cmdID, "command-id", "", "idempotency key (default: a fresh ULID)")
+	return add
+}
 
-	var revokeID string
+func keysRevokeCmd(g *globals) *cobra.Command {
+	var cmdID string
 	revoke := &cobra.Command{
 		Use: "revoke NAME", Short: "revoke approver NAME's key: its decisions are refused (and recorded as refused) from now on", Args: cobra.ExactArgs(1),
 		RunE: func(_ *cobra.Command, args []string) error {
-			cl, err := g.connect()
-			if err != nil {
-				return err
-			}
-			defer cl.close()
-			if _, _, err := cl.command("approver.revoke", domain.RevokeApprover{Name: args[0]}, revokeID); err != nil {
-				return err
-			}
-			if g.json {
-				return printJSON(g.out, map[string]any{"name": args[0], "workspace": g.workspace, "revoked": true})
-			}
-			fmt.Fprintf(g.out, "approver %s's key revoked in workspace %s\n", args[0], g.workspace)
-			return nil
+			return g.revoke("approver.revoke", domain.RevokeApprover{Name: args[0]}, cmdID, args[0], "approver %s's key revoked in workspace %s\n")
 		},
 	}
-	revoke.Flags().StringVar(&revokeID, "command-id", "", "idempotency key (default: a fresh ULID)")
+	revoke.Flags().StringVar(&cmdID, "command-id", "", "idempotency key (default: a fresh ULID)")
+	return revoke
+}
 
-	list := &cobra.Command{
+func keysListCmd(g *globals) *cobra.Command {
+	return &cobra.Command{
 		Use: "list", Short: "list the workspace's approvers and their keys", Args: cobra.NoArgs,
 		RunE: func(*cobra.Command, []string) error {
-			cl, err := g.connect()
-			if err != nil {
-				return err
-			}
-			defer cl.close()
-			res, err := cl.query("approver.list", handlers.Query{}, 0)
-			if err != nil {
-				return err
-			}
-			var as []domain.Approver
-			if err := json.Unmarshal(res, &as); err != nil {
-				return err
-			}
-			if g.json {
-				if as == nil {
-					as = []domain.Approver{}
+			return g.withClient(func(cl *client) error {
+				res, err := cl.query("approver.list", handlers.Query{}, 0)
+				if err != nil {
+					return err
 				}
-				return printJSON(g.out, as)
-			}
-			rows := make([][]string, len(as))
-			for i, a := range as {
-				rows[i] = []string{a.Name, a.Role, a.KeyID, ago(a.RegisteredAt)}
-			}
-			return table(g.out, []string{"NAME", "ROLE", "KEY-ID", "REGISTERED"}, rows)
+				var as []domain.Approver
+				if err := json.Unmarshal(res, &as); err != nil {
+					return err
+				}
+				if g.json {
+					if as == nil {
+						as = []domain.Approver{}
+					}
+					return printJSON(g.out, as)
+				}
+				rows := make([][]string, len(as))
+				for i, a := range as {
+					rows[i] = []string{a.Name, a.Role, a.KeyID, ago(a.RegisteredAt)}
+				}
+				return table(g.out, []string{"NAME", "ROLE", "KEY-ID", "REGISTERED"}, rows)
+			})
 		},
 	}
-	cmd.AddCommand(create, add, revoke, list)
-	return cmd
 }
 
 // register sends approver.register for pub.
@@ -206,48 +201,4 @@ func register(g *globals, cl *client, name, role string, pub ed25519.PublicKey, 
 	}
 	return keyOut{Name: name, Role: role, KeyID: executors.KeyID(pub), PublicKey: b64, Workspace: g.workspace,
 		Version: r.Version, Duplicate: r.Duplicate}, nil
-}
-
-// writeTemp writes data to a new file (mode 0600) in the directory of path
-// and returns its name.
-func writeTemp(path string, data []byte) (string, error) {
-	f, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".tmp-*")
-	if err != nil {
-		return "", err
-	}
-	name := f.Name()
-	if err := f.Chmod(0o600); err == nil {
-		_, err = f.Write(data)
-		if err == nil {
-			err = f.Sync()
-		}
-		if cerr := f.Close(); err == nil {
-			err = cerr
-		}
-		if err == nil {
-			return name, nil
-		}
-	} else {
-		_ = f.Close() // already failing
-	}
-	_ = os.Remove(name)
-	return "", err
-}
-
-// placeFile moves tmp to path; without force it never replaces a file that
-// appeared at path meanwhile.
-func placeFile(tmp, path string, force bool) error {
-	if force {
-		return os.Rename(tmp, path)
-	}
-	if err := os.Link(tmp, path); err != nil {
-		if errors.Is(err, fs.ErrExist) {
-			return fmt.Errorf("%s appeared meanwhile; not replaced", path)
-		}
-		if _, serr := os.Lstat(path); serr == nil {
-			return fmt.Errorf("%s appeared meanwhile; not replaced", path)
-		}
-		return os.Rename(tmp, path) // a file system without hard links
-	}
-	return os.Remove(tmp)
 }

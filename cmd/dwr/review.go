@@ -21,16 +21,7 @@ func reviewCmd(g *globals) *cobra.Command {
 			default:
 				return fail(exitInvalid, "decision %q: use accept, reject or retry", args[1])
 			}
-			c, err := g.connect()
-			if err != nil {
-				return err
-			}
-			defer c.close()
-			res, _, err := c.command("task.review", domain.ReviewTask{TaskID: args[0], Decision: args[1], Reason: reason}, cmdID)
-			if err != nil {
-				return err
-			}
-			return printReply(g, res, "task")
+			return g.send("task.review", domain.ReviewTask{TaskID: args[0], Decision: args[1], Reason: reason}, cmdID, "task")
 		},
 	}
 	cmd.Flags().StringVar(&reason, "reason", "", "why: recorded with the decision")
@@ -53,16 +44,7 @@ func signalCmd(g *globals) *cobra.Command {
 				}
 				s.Payload = json.RawMessage(data)
 			}
-			c, err := g.connect()
-			if err != nil {
-				return err
-			}
-			defer c.close()
-			res, _, err := c.command("task.signal", s, cmdID)
-			if err != nil {
-				return err
-			}
-			return printReply(g, res, "task")
+			return g.send("task.signal", s, cmdID, "task")
 		},
 	}
 	cmd.Flags().StringVar(&data, "data", "", "the signal's payload, as JSON")

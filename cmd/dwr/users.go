@@ -1,8 +1,8 @@
 package main
 
 import (
-	"encoding/json"
 	"fmt"
+	"io"
 	"os"
 	"strings"
 
@@ -32,21 +32,18 @@ func usersCmd(g *globals) *cobra.Command {
 			if out == "" {
 				return fail(exitInvalid, "--out FILE is required: the credential is written there")
 			}
-			c, err := g.connect()
-			if err != nil {
-				return err
-			}
-			defer c.close()
-			pub, about, err := addUser(c, args[0], domain.Role(role), queues, out, force, cmdID)
-			if err != nil {
-				return err
-			}
-			if g.json {
-				return printJSON(g.out, map[string]any{"name": args[0], "role": role, "workspace": g.workspace,
-					"queues": queues, "public_key": pub, "credential": out})
-			}
-			fmt.Fprintf(g.out, "user %s added: %s\ncredential written to %s (keep it secret): dwr --creds %s ...\n", args[0], about, out, out)
-			return nil
+			return g.withClient(func(c *client) error {
+				pub, about, err := addUser(c, args[0], domain.Role(role), queues, out, force, cmdID)
+				if err != nil {
+					return err
+				}
+				if g.json {
+					return printJSON(g.out, map[string]any{"name": args[0], "role": role, "workspace": g.workspace,
+						"queues": queues, "public_key": pub, "credential": out})
+				}
+				fmt.Fprintf(g.out, "user %s added: %s\ncredential written to %s (keep it secret): dwr --creds %s ...\n", args[0], about, out, out)
+				return nil
+			})
 		},
 	}
 	add.Flags().StringVar(&role, "role", "", "admin, client, executor, approver or viewer (required)")
@@ -58,50 +55,45 @@ func usersCmd(g *globals) *cobra.Command {
 	list := &cobra.Command{
 		Use: "list", Short: "list the identities of the workspace (--workspace)", Args: cobra.NoArgs,
 		RunE: func(*cobra.Command, []string) error {
-			c, err := g.connect()
-			if err != nil {
-				return err
-			}
-			defer c.close()
-			res, err := c.queryAll("member.list", handlers.Query{})
-			if err != nil {
-				return err
-			}
-			var ms []domain.Member
-			if err := json.Unmarshal(res, &ms); err != nil {
-				return err
-			}
-			if g.json {
-				return printJSON(g.out, ms)
-			}
-			rows := make([][]string, len(ms))
-			for i, m := range ms {
-				rows[i] = []string{m.Name, string(m.Role), dash(strings.Join(m.Queues, ",")), short(m.PublicKey, 14), ago(m.AddedAt)}
-			}
-			return table(g.out, []string{"NAME", "ROLE", "QUEUES", "KEY", "ADDED"}, rows)
+			return g.withClient(func(c *client) error {
+				res, err := c.queryAll("member.list", handlers.Query{})
+				if err != nil {
+					return err
+				}
+				return show(g, res, func(w io.Writer, ms []domain.Member) error {
+					rows := make([][]string, len(ms))
+					for i, m := range ms {
+						rows[i] = []string{m.Name, string(m.Role), dash(strings.Join(m.Queues, ",")), short(m.PublicKey, 14), ago(m.AddedAt)}
+					}
+					return table(w, []string{"NAME", "ROLE", "QUEUES", "KEY", "ADDED"}, rows)
+				})
+			})
 		},
 	}
 	revoke := &cobra.Command{
 		Use: "revoke NAME", Short: "remove an identity from the workspace: its connections lose the workspace at once", Args: cobra.ExactArgs(1),
 		RunE: func(_ *cobra.Command, args []string) error {
-			c, err := g.connect()
-			if err != nil {
-				return err
-			}
-			defer c.close()
-			if _, _, err := c.command("member.remove", domain.RemoveMember{Name: args[0]}, cmdID); err != nil {
-				return err
-			}
-			if g.json {
-				return printJSON(g.out, map[string]any{"name": args[0], "workspace": g.workspace, "revoked": true})
-			}
-			fmt.Fprintf(g.out, "user %s revoked in workspace %s\n", args[0], g.workspace)
-			return nil
+			return g.revoke("member.remove", domain.RemoveMember{Name: args[0]}, cmdID, args[0], "user %s revoked in workspace %s\n")
 		},
 	}
 	revoke.Flags().StringVar(&cmdID, "command-id", "", "idempotency key (default: a fresh ULID)")
 	cmd.AddCommand(add, list, revoke)
 	return cmd
+}
+
+// revoke sends a revocation of name and prints it: line names the name and
+// the workspace.
+func (g *globals) revoke(command string, body any, cmdID, name, line string) error {
+	return g.withClient(func(c *client) error {
+		if _, _, err := c.command(command, body, cmdID); err != nil {
+			return err
+		}
+		if g.json {
+			return printJSON(g.out, map[string]any{"name": name, "workspace": g.workspace, "revoked": true})
+		}
+		fmt.Fprintf(g.out, line, name, g.workspace)
+		return nil
+	})
 }
 
 // addUser makes a key pair here, adds its public half to the workspace as

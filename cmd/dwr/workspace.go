@@ -2,6 +2,7 @@ package main
 
 import (
 	"encoding/json"
+	"io"
 
 	"github.com/spf13/cobra"
 
@@ -15,19 +16,16 @@ func workspaceCmd(g *globals) *cobra.Command {
 	create := &cobra.Command{
 		Use: "create NAME", Short: "create a workspace", Args: cobra.ExactArgs(1),
 		RunE: func(_ *cobra.Command, args []string) error {
-			c, err := g.connect()
-			if err != nil {
-				return err
-			}
-			defer c.close()
-			gg := *g
-			gg.workspace = args[0]
-			c.g = &gg
-			res, _, err := c.command("workspace.create", domain.CreateWorkspace{Name: args[0], Description: desc}, cmdID)
-			if err != nil {
-				return err
-			}
-			return printReply(g, res, "workspace")
+			return g.withClient(func(c *client) error {
+				gg := *g
+				gg.workspace = args[0]
+				c.g = &gg
+				res, _, err := c.command("workspace.create", domain.CreateWorkspace{Name: args[0], Description: desc}, cmdID)
+				if err != nil {
+					return err
+				}
+				return printReply(g, res, "workspace")
+			})
 		},
 	}
 	create.Flags().StringVar(&desc, "description", "", "what the workspace is for")
@@ -35,27 +33,19 @@ func workspaceCmd(g *globals) *cobra.Command {
 	list := &cobra.Command{
 		Use: "list", Short: "list workspaces", Args: cobra.NoArgs,
 		RunE: func(*cobra.Command, []string) error {
-			c, err := g.connect()
-			if err != nil {
-				return err
-			}
-			defer c.close()
-			res, err := c.query("workspace.list", handlers.Query{}, 0)
-			if err != nil {
-				return err
-			}
-			var ws []domain.Workspace
-			if err := json.Unmarshal(res, &ws); err != nil {
-				return err
-			}
-			if g.json {
-				return printJSON(g.out, ws)
-			}
-			rows := make([][]string, len(ws))
-			for i, w := range ws {
-				rows[i] = []string{w.Name, ago(w.CreatedAt), dash(w.Description)}
-			}
-			return table(g.out, []string{"NAME", "CREATED", "DESCRIPTION"}, rows)
+			return g.withClient(func(c *client) error {
+				res, err := c.query("workspace.list", handlers.Query{}, 0)
+				if err != nil {
+					return err
+				}
+				return show(g, res, func(out io.Writer, ws []domain.Workspace) error {
+					rows := make([][]string, len(ws))
+					for i, w := range ws {
+						rows[i] = []string{w.Name, ago(w.CreatedAt), dash(w.Description)}
+					}
+					return table(out, []string{"NAME", "CREATED", "DESCRIPTION"}, rows)
+				})
+			})
 		},
 	}
 	cmd.AddCommand(create, list)
