@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"path/filepath"
 
 	"github.com/spf13/cobra"
 
@@ -14,20 +13,14 @@ import (
 	"github.com/dwr-run/dwr/handlers/access"
 )
 
-// Files of `dwr admin nats-config --dir DIR`.
-const (
-	natsConfigFile  = "dwr-accounts.conf"
-	serviceSeedFile = "service.nk"
-)
-
 func natsConfigCmd(g *globals) *cobra.Command {
 	var dir string
 	var fromServer, insecureOpen bool
 	cmd := &cobra.Command{
 		Use:   "nats-config --dir DIR [--from-server]",
 		Short: "write the NATS accounts, users and permissions that dwr needs on a cluster you run",
-		Long: "nats-config writes, in DIR: the service's nkey seed (" + serviceSeedFile + ", for every `dwr serve --nats` replica),\n" +
-			"the admin credential (" + access.AdminCredsFile + "), both made once and kept, and " + natsConfigFile + ": the accounts block to\n" +
+		Long: "nats-config writes, in DIR: the service's nkey seed (" + access.ServiceSeedFile + ", for every `dwr serve --nats` replica),\n" +
+			"the admin credential (" + access.AdminCredsFile + "), both made once and kept, and " + access.ClusterConfigFile + ": the accounts block to\n" +
 			"include in each nats-server's configuration (`include dwr-accounts.conf`). With --from-server it also lists every\n" +
 			"workspace's members (dwr users add) from the running service, as the admin: run it again after adding or revoking\n" +
 			"users, copy the file to the servers and reload them (`nats-server --signal reload`).",
@@ -46,41 +39,34 @@ func writeNatsConfig(g *globals, dir string, fromServer, insecureOpen bool, out 
 	if err := os.MkdirAll(dir, 0o750); err != nil {
 		return fail(exitInvalid, "--dir %s: %v", dir, err)
 	}
-	svc, _, err := access.EnsureCredential(filepath.Join(dir, serviceSeedFile), "the dwr service's own user (account "+access.ServiceAccount+"): give it to every replica with --nats-creds")
+	cc, err := access.OpenClusterConfig(dir)
 	if err != nil {
 		return err
 	}
-	adminPath := filepath.Join(dir, access.AdminCredsFile)
-	admin, _, err := access.EnsureCredential(adminPath, "admin of every workspace")
-	if err != nil {
-		return err
-	}
-	admins := []access.Admin{{Name: "admin", PublicKey: admin}}
 	var wss []*domain.Workspace
 	if fromServer {
 		gg := *g
 		if gg.creds == "" {
-			gg.creds = adminPath
+			gg.creds = cc.AdminCreds()
 		}
 		if wss, err = readMembers(&gg); err != nil {
 			return err
 		}
 	}
-	spec := access.Spec{ServiceKeys: []string{svc}, Identities: access.IdentitiesOf(admins, wss), InsecureOpen: insecureOpen}
-	conf := filepath.Join(dir, natsConfigFile)
-	if err := os.WriteFile(conf, []byte(access.ServerConfig(spec)), 0o600); err != nil {
+	conf, identities, err := cc.Write(wss, insecureOpen)
+	if err != nil {
 		return err
 	}
 	if g.json {
-		return printJSON(out, map[string]any{"config": conf, "service_seed": filepath.Join(dir, serviceSeedFile),
-			"admin_credential": adminPath, "service_key": svc, "admin_key": admin, "identities": len(spec.Identities)})
+		return printJSON(out, map[string]any{"config": conf, "service_seed": cc.ServiceSeed(),
+			"admin_credential": cc.AdminCreds(), "service_key": cc.ServiceKey, "admin_key": cc.AdminKey, "identities": identities})
 	}
-	fmt.Fprintf(out, "wrote %s (%d identities)\n\n", conf, len(spec.Identities))
-	fmt.Fprintf(out, "1. In each nats-server's configuration: `include %s`, with jetstream { sync_interval: always }; reload or restart.\n", natsConfigFile)
+	fmt.Fprintf(out, "wrote %s (%d identities)\n\n", conf, identities)
+	fmt.Fprintf(out, "1. In each nats-server's configuration: `include %s`, with jetstream { sync_interval: always }; reload or restart.\n", access.ClusterConfigFile)
 	fmt.Fprintf(out, "2. Every replica:  dwr serve --nats URLS --replicas 3 --nats-creds %s --admin-key %s\n",
-		filepath.Join(dir, serviceSeedFile), admin)
-	fmt.Fprintf(out, "3. Clients:        dwr --server URLS --creds %s ...  (then dwr users add ... for everyone else)\n", adminPath)
-	fmt.Fprintf(out, "After users change: dwr admin nats-config --dir %s --from-server, copy %s to the servers, reload them.\n", dir, natsConfigFile)
+		cc.ServiceSeed(), cc.AdminKey)
+	fmt.Fprintf(out, "3. Clients:        dwr --server URLS --creds %s ...  (then dwr users add ... for everyone else)\n", cc.AdminCreds())
+	fmt.Fprintf(out, "After users change: dwr admin nats-config --dir %s --from-server, copy %s to the servers, reload them.\n", dir, access.ClusterConfigFile)
 	return nil
 }
 

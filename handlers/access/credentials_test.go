@@ -38,3 +38,21 @@ func TestEnsureCredentialMakesOneAndKeepsIt(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, c.PublicKey, got)
 }
+
+// A cluster's configuration keeps its credentials from one run to the next
+// and lists the service, the admin and the members.
+func TestClusterConfigKeepsItsCredentials(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "nats")
+	c, err := access.OpenClusterConfig(dir)
+	require.NoError(t, err)
+	again, err := access.OpenClusterConfig(dir)
+	require.NoError(t, err)
+	require.Equal(t, c, again)
+	path, n, err := c.Write(nil, false)
+	require.NoError(t, err)
+	require.Equal(t, 1, n, "the admin")
+	b, err := os.ReadFile(path)
+	require.NoError(t, err)
+	require.Contains(t, string(b), c.ServiceKey)
+	require.Contains(t, string(b), c.AdminKey)
+}
