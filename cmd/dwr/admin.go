@@ -34,7 +34,9 @@ func adminCmd(g *globals) *cobra.Command {
 			"The log's stream is never created or changed.",
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			return rebuildViews(cmd.Context(), data, n, k, handlers.RebuildOptions{Keep: keep, AcceptVerifiedPrefix: accept, Progress: cmd.ErrOrStderr()}, cmd.OutOrStdout())
+			return withMaintenance(cmd.Context(), data, n, k, func(ctx context.Context, m *handlers.Maintenance) error {
+				return rebuildViews(ctx, m, handlers.RebuildOptions{Keep: keep, AcceptVerifiedPrefix: accept, Progress: cmd.ErrOrStderr()}, cmd.OutOrStdout())
+			})
 		},
 	}
 	rebuild.Flags().StringVar(&data, "data", envOr("DWR_DATA", "dwr-data"), "the data directory of the server")
@@ -51,7 +53,9 @@ func adminCmd(g *globals) *cobra.Command {
 			"It never changes anything.",
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			return verifyLog(cmd.Context(), data, n, k, g.json, cmd.OutOrStdout(), cmd.ErrOrStderr())
+			return withMaintenance(cmd.Context(), data, n, k, func(ctx context.Context, m *handlers.Maintenance) error {
+				return verifyLog(ctx, m, g.json, cmd.OutOrStdout(), cmd.ErrOrStderr())
+			})
 		},
 	}
 	verify.Flags().StringVar(&data, "data", envOr("DWR_DATA", "dwr-data"), "the data directory of the server")
@@ -65,8 +69,20 @@ func adminCmd(g *globals) *cobra.Command {
 // NATS server) or of a cluster, opened for maintenance: its stream is never
 // created or changed.
 
-// openMaintenance opens the log of the stopped service on data, or the one
-// at --nats, with the log key.
+// withMaintenance opens the log of the stopped service on data, or the one
+// at --nats, with the log key, runs f on it and closes it.
+func withMaintenance(ctx context.Context, data string, n natsOpts, k logKeyOpts, f func(context.Context, *handlers.Maintenance) error) error {
+	if ctx == nil {
+		ctx = context.Background()
+	}
+	m, err := openMaintenance(ctx, data, n, k)
+	if err != nil {
+		return err
+	}
+	defer m.Close()
+	return f(ctx, m)
+}
+
 func openMaintenance(ctx context.Context, data string, n natsOpts, k logKeyOpts) (*handlers.Maintenance, error) {
 	keyBytes, err := k.load(data, false, nil)
 	if err != nil {
@@ -92,15 +108,7 @@ func openMaintenance(ctx context.Context, data string, n natsOpts, k logKeyOpts)
 	return m, err
 }
 
-func rebuildViews(ctx context.Context, data string, n natsOpts, k logKeyOpts, o handlers.RebuildOptions, out io.Writer) error {
-	if ctx == nil {
-		ctx = context.Background()
-	}
-	m, err := openMaintenance(ctx, data, n, k)
-	if err != nil {
-		return err
-	}
-	defer m.Close()
+func rebuildViews(ctx context.Context, m *handlers.Maintenance, o handlers.RebuildOptions, out io.Writer) error {
 	r, err := m.Rebuild(ctx, o)
 	var refused *handlers.RebuildRefusedError
 	var ce *eventstore.StreamConfigError
@@ -152,15 +160,7 @@ func printAcceptance(w io.Writer, a *handlers.Acceptance) {
 	}
 }
 
-func verifyLog(ctx context.Context, data string, n natsOpts, k logKeyOpts, asJSON bool, out, errw io.Writer) error {
-	if ctx == nil {
-		ctx = context.Background()
-	}
-	m, err := openMaintenance(ctx, data, n, k)
-	if err != nil {
-		return err
-	}
-	defer m.Close()
+func verifyLog(ctx context.Context, m *handlers.Maintenance, asJSON bool, out, errw io.Writer) error {
 	r, err := m.Verify(ctx, errw)
 	if err != nil {
 		return fail(exitError, "%v", err)
