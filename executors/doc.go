@@ -2,7 +2,8 @@
 // executor does for dwr. A Worker takes work items from one queue, claims
 // each task, runs a Handler with the task's input, last checkpoint and
 // earlier attempts, keeps the lease while it runs, and reports the result;
-// package executortest runs a Handler without a server.
+// package executortest runs a Handler without a server, and package shell
+// is the built-in executor that runs any program (`dwr worker`).
 //
 //	w, err := executors.NewWorker(executors.Config{Conn: nc, Queue: "shell"},
 //		func(ctx context.Context, job *executors.Job) (executors.Result, error) {
@@ -153,6 +154,8 @@
 // import the standard library, schemas (the JSON Schemas of work items and
 // results) and the NATS client libraries; never domain, eventstore,
 // projections or handlers, so that an executor in any language can rely on
-// exactly what a Go executor relies on. Its tests start a real service
-// (handlers, handlers/embedded, projections).
+// exactly what a Go executor relies on. Approvers sign their decisions with
+// the keys of signing.go, over the message the wire contract names
+// (DecisionMessage). Its tests start a real service (handlers,
+// handlers/embedded, projections).
 package executors

@@ -5,5 +5,6 @@
 // the server, recovery of derived streams and views from the log, leader
 // changes and a three-node cluster. Slow suites are skipped under -short.
 //
-// This package may import everything; nothing imports it.
+// This package may import everything; nothing imports it. Its
+// sub-package bench holds the benchmark harnesses that `dwr bench` runs.
 package integration

@@ -1,5 +1,8 @@
 // Command dwr is the durable work runtime: `dwr serve` runs the service
-// (embedded NATS by default) and the other commands are its client.
+// (embedded NATS by default) and the other commands are its client. It
+// parses flags and prints; the work is in the packages: handlers (serve,
+// admin), executors and executors/shell (worker, keys, approve),
+// integration/bench (bench).
 package main
 
 import (

@@ -3,8 +3,10 @@
 // the subjects one exports and the other imports, and per identity the
 // subjects its roles allow. ServerConfig renders it as nats-server
 // configuration, which the embedded server runs as is and which an operator
-// includes in a cluster's configuration.
+// includes in a cluster's configuration (ClusterConfig). It writes and reads
+// the credential files identities connect with.
 //
 // It may import domain (for roles and members), schemas (the names a client
-// connects with) and the standard library.
+// connects with), handlers/embedded (to open a stopped service's server),
+// the NATS client libraries and the standard library.
 package access
