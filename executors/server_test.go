@@ -19,6 +19,7 @@ import (
 	"github.com/dwr-run/dwr/handlers"
 	"github.com/dwr-run/dwr/handlers/embedded"
 	"github.com/dwr-run/dwr/handlers/servicetest"
+	"github.com/dwr-run/dwr/schemas"
 )
 
 // bundle is what setup returns: the dwr service on a real embedded NATS
@@ -50,18 +51,18 @@ func (b *bundle) command(t *testing.T, name string, body any) json.RawMessage {
 	return r.Result
 }
 
-func (b *bundle) request(t *testing.T, subject string, body any) handlers.Response {
+func (b *bundle) request(t *testing.T, subject string, body any) schemas.Reply {
 	t.Helper()
 	data, err := json.Marshal(body)
 	require.NoError(t, err)
 	m := nats.NewMsg(subject)
 	m.Data = data
 	if strings.HasPrefix(subject, "dwr.q.") {
-		m.Header.Set(handlers.HeaderMinSeq, fmt.Sprint(b.lastSeq.Load())) // read our own writes
+		m.Header.Set(schemas.HeaderMinSeq, fmt.Sprint(b.lastSeq.Load())) // read our own writes
 	}
 	resp, err := b.nc.RequestMsg(m, 10*time.Second)
 	require.NoError(t, err)
-	var r handlers.Response
+	var r schemas.Reply
 	require.NoError(t, json.Unmarshal(resp.Data, &r), string(resp.Data))
 	return r
 }
@@ -88,7 +89,7 @@ type task struct {
 
 func (b *bundle) task(t *testing.T, id string) task {
 	t.Helper()
-	r := b.request(t, "dwr.q.default.task.get", handlers.Query{ID: id})
+	r := b.request(t, "dwr.q.default.task.get", schemas.Query{ID: id})
 	require.True(t, r.OK, "task.get: %+v", r.Error)
 	var tk task
 	require.NoError(t, json.Unmarshal(r.Result, &tk))

@@ -53,18 +53,18 @@ func TestQueueConfigureMakesTheConsumer(t *testing.T) {
 }
 
 // next returns the next work item, waiting up to d.
-func (q *queue) next(d time.Duration) (handlers.WorkItem, jetstream.Msg) {
+func (q *queue) next(d time.Duration) (schemas.WorkItem, jetstream.Msg) {
 	q.t.Helper()
 	batch, err := q.cons.Fetch(1, jetstream.FetchMaxWait(d))
 	require.NoError(q.t, err)
 	for m := range batch.Messages() {
 		require.NoError(q.t, schemas.Validate(schemas.PathWorkItem, m.Data()), "a work item follows the wire contract")
-		var it handlers.WorkItem
+		var it schemas.WorkItem
 		require.NoError(q.t, json.Unmarshal(m.Data(), &it))
 		return it, m
 	}
 	q.t.Fatalf("no work item within %s", d)
-	return handlers.WorkItem{}, nil
+	return schemas.WorkItem{}, nil
 }
 
 func TestReadyTasksAreDispatchedInDependencyOrder(t *testing.T) {
@@ -111,7 +111,7 @@ func TestBackoffAndTimeoutAreDurableTimers(t *testing.T) {
 	require.NoError(t, m.Ack())
 
 	var got domain.Task
-	b.query(t, "task.get", handlers.Query{ID: task.ID}, 0, &got)
+	b.query(t, "task.get", schemas.Query{ID: task.ID}, 0, &got)
 	require.Equal(t, "ready", got.State)
 	require.Len(t, got.Attempts, 2)
 }
@@ -133,7 +133,7 @@ func TestPoisonWorkItemIsQuarantinedAndTheQueueFlows(t *testing.T) {
 			}
 		}
 		var got domain.Task
-		b.query(t, "task.get", handlers.Query{ID: bad.ID}, 0, &got)
+		b.query(t, "task.get", schemas.Query{ID: bad.ID}, 0, &got)
 		return got.State == domain.StateFailed && got.Reason == domain.ReasonQuarantined
 	})
 	good, _ := b.mustCommand(t, "task.create", map[string]any{"spec": map[string]any{"queue": "poison"}})
@@ -172,7 +172,7 @@ func TestVerifyingTasksAreDispatchedToTheirVerifier(t *testing.T) {
 	require.NoError(t, m.Ack())
 
 	v, vm := checks.next(5 * time.Second)
-	require.Equal(t, handlers.WorkKindVerify, v.Kind)
+	require.Equal(t, schemas.WorkKindVerify, v.Kind)
 	require.Equal(t, 1, v.Attempt)
 	require.JSONEq(t, `{"text":"v1"}`, string(v.Result))
 	require.Equal(t, domain.ResultDigest(v.Result), v.ResultDigest)
@@ -196,11 +196,11 @@ func TestAGoalsDeadlineIsADurableTimer(t *testing.T) {
 	b.mustCommand(t, "task.claim", map[string]any{"task_id": plan.Tasks[0].TaskID, "executor": "slowpoke"})
 	eventually(t, 10*time.Second, func() bool {
 		var gv projections.GoalView
-		b.query(t, "goal.get", handlers.Query{ID: g.ID}, 0, &gv)
+		b.query(t, "goal.get", schemas.Query{ID: g.ID}, 0, &gv)
 		return gv.State == domain.GoalStateFailed
 	})
 	var tk domain.Task
-	b.query(t, "task.get", handlers.Query{ID: plan.Tasks[0].TaskID}, 0, &tk)
+	b.query(t, "task.get", schemas.Query{ID: plan.Tasks[0].TaskID}, 0, &tk)
 	require.Equal(t, domain.ReasonDeadline, tk.Reason)
 	require.False(t, tk.Attempts[0].EndedAt.Before(deadline), "never early")
 }

@@ -14,8 +14,8 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/dwr-run/dwr/domain"
-	"github.com/dwr-run/dwr/handlers"
 	"github.com/dwr-run/dwr/projections"
+	"github.com/dwr-run/dwr/schemas"
 )
 
 // approvalView is an approval as the approval queries answer it.
@@ -26,7 +26,7 @@ var approvalStates = append(slices.Clone(projections.ApprovalStates), "all")
 
 // getApproval queries approval.get.
 func (c *client) getApproval(id string, minSeq uint64) (approvalView, json.RawMessage, error) {
-	res, err := c.query("approval.get", handlers.Query{ID: id}, minSeq)
+	res, err := c.query("approval.get", schemas.Query{ID: id}, minSeq)
 	if err != nil {
 		return approvalView{}, nil, err
 	}
@@ -63,7 +63,7 @@ func approvalsCmd(g *globals) *cobra.Command {
 				return err
 			}
 			defer cl.close()
-			res, err := pages.list(g, cl, "approvals", "approval.list", handlers.Query{State: state, Role: role})
+			res, err := pages.list(g, cl, "approvals", "approval.list", schemas.Query{State: state, Role: role})
 			if err != nil {
 				return err
 			}

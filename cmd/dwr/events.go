@@ -11,7 +11,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/dwr-run/dwr/eventstore"
-	"github.com/dwr-run/dwr/handlers"
+	"github.com/dwr-run/dwr/schemas"
 )
 
 func eventsCmd(g *globals) *cobra.Command {
@@ -23,7 +23,7 @@ func eventsCmd(g *globals) *cobra.Command {
 				return err
 			}
 			defer cl.close()
-			res, err := cl.queryAll("events", handlers.Query{ID: args[0]})
+			res, err := cl.queryAll("events", schemas.Query{ID: args[0]})
 			if err != nil {
 				return err
 			}

@@ -11,8 +11,8 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/dwr-run/dwr/domain"
-	"github.com/dwr-run/dwr/handlers"
 	"github.com/dwr-run/dwr/projections"
+	"github.com/dwr-run/dwr/schemas"
 )
 
 func goalCmd(g *globals) *cobra.Command {
@@ -52,7 +52,7 @@ func goalCmd(g *globals) *cobra.Command {
 				return err
 			}
 			defer cl.close()
-			res, err := cl.query("goal.get", handlers.Query{ID: args[0]}, 0)
+			res, err := cl.query("goal.get", schemas.Query{ID: args[0]}, 0)
 			if err != nil {
 				return err
 			}
@@ -87,7 +87,7 @@ func goalCmd(g *globals) *cobra.Command {
 				return err
 			}
 			defer cl.close()
-			res, err := pages.list(g, cl, "goals", "goal.list", handlers.Query{})
+			res, err := pages.list(g, cl, "goals", "goal.list", schemas.Query{})
 			if err != nil {
 				return err
 			}

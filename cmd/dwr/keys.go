@@ -17,7 +17,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/dwr-run/dwr/domain"
-	"github.com/dwr-run/dwr/handlers"
+	"github.com/dwr-run/dwr/schemas"
 )
 
 // Key files: a PEM "PRIVATE KEY" block (PKCS #8 Ed25519) whose headers name
@@ -183,7 +183,7 @@ func keysCmd(g *globals) *cobra.Command {
 				return err
 			}
 			defer cl.close()
-			res, err := cl.query("approver.list", handlers.Query{}, 0)
+			res, err := cl.query("approver.list", schemas.Query{}, 0)
 			if err != nil {
 				return err
 			}

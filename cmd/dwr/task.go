@@ -11,7 +11,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/dwr-run/dwr/domain"
-	"github.com/dwr-run/dwr/handlers"
+	"github.com/dwr-run/dwr/schemas"
 )
 
 // taskOut is a task as the CLI prints it with --json: the task itself, its
@@ -114,7 +114,7 @@ func taskCmd(g *globals) *cobra.Command {
 				return err
 			}
 			defer cl.close()
-			res, err := cl.query("task.get", handlers.Query{ID: args[0]}, 0)
+			res, err := cl.query("task.get", schemas.Query{ID: args[0]}, 0)
 			if err != nil {
 				return err
 			}
@@ -197,7 +197,7 @@ func taskCmd(g *globals) *cobra.Command {
 				return err
 			}
 			defer cl.close()
-			res, err := pages.list(g, cl, "tasks", "task.list", handlers.Query{State: state, GoalID: goal})
+			res, err := pages.list(g, cl, "tasks", "task.list", schemas.Query{State: state, GoalID: goal})
 			if err != nil {
 				return err
 			}

@@ -10,7 +10,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/dwr-run/dwr/domain"
-	"github.com/dwr-run/dwr/handlers"
+	"github.com/dwr-run/dwr/schemas"
 )
 
 func usersCmd(g *globals) *cobra.Command {
@@ -63,7 +63,7 @@ func usersCmd(g *globals) *cobra.Command {
 				return err
 			}
 			defer c.close()
-			res, err := c.queryAll("member.list", handlers.Query{})
+			res, err := c.queryAll("member.list", schemas.Query{})
 			if err != nil {
 				return err
 			}

@@ -16,7 +16,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/dwr-run/dwr/executors"
-	"github.com/dwr-run/dwr/handlers"
+	"github.com/dwr-run/dwr/schemas"
 )
 
 // workerTask is a task as `dwr task get --json` prints it; the fields the
@@ -136,7 +136,7 @@ func (e *workerEnv) createTask(spec map[string]any) string {
 	require.NoError(e.t, err)
 	resp, err := e.nc.Request("dwr.cmd.default.task.create", body, 10*time.Second)
 	require.NoError(e.t, err)
-	var r handlers.Response
+	var r schemas.Reply
 	require.NoError(e.t, json.Unmarshal(resp.Data, &r))
 	require.True(e.t, r.OK, "%+v", r.Error)
 	var rep struct{ ID string }

@@ -6,7 +6,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/dwr-run/dwr/domain"
-	"github.com/dwr-run/dwr/handlers"
+	"github.com/dwr-run/dwr/schemas"
 )
 
 func workspaceCmd(g *globals) *cobra.Command {
@@ -40,7 +40,7 @@ func workspaceCmd(g *globals) *cobra.Command {
 				return err
 			}
 			defer c.close()
-			res, err := c.query("workspace.list", handlers.Query{}, 0)
+			res, err := c.query("workspace.list", schemas.Query{}, 0)
 			if err != nil {
 				return err
 			}
