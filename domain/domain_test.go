@@ -1013,19 +1013,6 @@ func TestCommandAndEventTables(t *testing.T) {
 	require.Error(t, err)
 }
 
-func TestDurationJSON(t *testing.T) {
-	var d Duration
-	require.NoError(t, json.Unmarshal([]byte(`"1m30s"`), &d))
-	require.Equal(t, 90*time.Second, d.D())
-	require.NoError(t, json.Unmarshal([]byte(`2.5`), &d))
-	require.Equal(t, 2500*time.Millisecond, d.D())
-	require.Error(t, json.Unmarshal([]byte(`"soon"`), &d))
-	require.Error(t, json.Unmarshal([]byte(`true`), &d))
-	b, err := json.Marshal(Duration(3 * time.Second))
-	require.NoError(t, err)
-	require.Equal(t, `"3s"`, string(b))
-}
-
 func TestDeriveID(t *testing.T) {
 	id := DeriveID(epoch, "seed")
 	require.True(t, ValidID(id))

@@ -150,8 +150,10 @@
 // it is gone) and its commands; only a closed connection ends Run.
 //
 // An executor is written against the wire contract only. This package may
-// import the standard library, schemas (the JSON Schemas of work items and
-// results) and the NATS client libraries; never domain, eventstore,
+// import the standard library, schemas (the wire contract: its JSON Schemas
+// and the same contract as Go types — work items, command bodies, replies,
+// the task a claim returns — which this package uses rather than declaring
+// its own) and the NATS client libraries; never domain, eventstore,
 // projections or handlers, so that an executor in any language can rely on
 // exactly what a Go executor relies on. Its tests start a real service
 // (handlers, handlers/embedded, projections).
