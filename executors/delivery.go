@@ -249,60 +249,32 @@ func sleepCtx(ctx context.Context, d time.Duration) bool {
 	}
 }
 
-// job builds the handler's Job from the claimed task (fresher than the work
-// item, which it falls back on) and the attempt's token.
+// job builds the handler's Job from the task as the claim left it (its
+// reply's, or the views' when the reply carried none), the attempt it
+// started and the attempt's token: the work item only named the attempt.
 func (d *delivery) job(t *schemas.Task, a *schemas.Attempt, token string) *Job {
-	it := &d.item
-	j := &Job{TaskID: it.TaskID, Workspace: it.Workspace, Queue: it.Queue, GoalID: first(t.GoalID, it.GoalID),
-		Key: first(t.Key, it.Key), Title: first(t.Spec.Title, it.Title), Attempt: a.N, Token: token,
-		OperationKey: first(a.OperationKey, it.OperationKey), Input: t.Spec.Input, Checkpoint: t.Checkpoint}
-	if len(j.Input) == 0 {
-		j.Input = it.Input
-	}
-	j.Signal = t.Signal
-	if j.Signal == nil {
-		j.Signal = it.Signal
-	}
-	j.Decisions = decisionsOf(t)
+	j := &Job{TaskID: t.ID, Workspace: t.Workspace, Queue: t.Spec.Queue, GoalID: t.GoalID, Key: t.Key,
+		Title: t.Spec.Title, Attempt: a.N, Token: token, OperationKey: a.OperationKey, Input: t.Spec.Input,
+		Checkpoint: t.Checkpoint, Signal: t.Signal, Decisions: decisionsOf(t)}
 	for _, p := range t.Attempts {
 		if p.N < a.N {
 			j.PriorAttempts = append(j.PriorAttempts, p)
 		}
-	}
-	if len(t.Attempts) == 0 {
-		j.PriorAttempts = it.PriorAttempts
 	}
 	for _, v := range t.Verifications {
 		if v.Outcome == schemas.OutcomeFail {
 			j.Verifications = append(j.Verifications, v)
 		}
 	}
-	if len(t.Verifications) == 0 {
-		for _, v := range it.Verifications {
-			if v.Outcome == schemas.OutcomeFail {
-				j.Verifications = append(j.Verifications, v)
-			}
-		}
-	}
-	switch {
+	switch timeout := t.Spec.Timeout.D(); {
 	case a.Deadline != nil:
 		j.Deadline = *a.Deadline
-	case it.Timeout > 0:
-		j.Deadline = a.StartedAt.Add(time.Duration(it.Timeout))
-		if a.StartedAt.IsZero() {
-			j.Deadline = d.received.Add(time.Duration(it.Timeout))
-		}
+	case timeout > 0 && a.StartedAt.IsZero():
+		j.Deadline = d.received.Add(timeout)
+	case timeout > 0:
+		j.Deadline = a.StartedAt.Add(timeout)
 	}
 	return j
-}
-
-func first(s ...string) string {
-	for _, v := range s {
-		if v != "" {
-			return v
-		}
-	}
-	return ""
 }
 
 // run runs the handler for the claimed attempt and reports what it

@@ -67,31 +67,12 @@ func (b *bundle) request(t *testing.T, subject string, body any) schemas.Reply {
 	return r
 }
 
-// task is a task as the task.get query returns it; the fields tests read.
-type task struct {
-	ID       string `json:"id"`
-	Key      string `json:"key"`
-	State    string `json:"state"`
-	Reason   string `json:"reason"`
-	Attempts []struct {
-		N         int             `json:"n"`
-		State     string          `json:"state"`
-		Executor  string          `json:"executor"`
-		Result    json.RawMessage `json:"result"`
-		Retryable bool            `json:"retryable"`
-		Error     *struct {
-			Code    string `json:"code"`
-			Message string `json:"message"`
-		} `json:"error"`
-	} `json:"attempts"`
-	Checkpoint json.RawMessage `json:"checkpoint"`
-}
-
-func (b *bundle) task(t *testing.T, id string) task {
+// task returns the task as the task.get query does.
+func (b *bundle) task(t *testing.T, id string) schemas.Task {
 	t.Helper()
 	r := b.request(t, "dwr.q.default.task.get", schemas.Query{ID: id})
 	require.True(t, r.OK, "task.get: %+v", r.Error)
-	var tk task
+	var tk schemas.Task
 	require.NoError(t, json.Unmarshal(r.Result, &tk))
 	return tk
 }
@@ -107,9 +88,9 @@ func (b *bundle) createTask(t *testing.T, spec map[string]any) string {
 }
 
 // waitState waits until the task is in state, and returns it.
-func (b *bundle) waitState(t *testing.T, id, state string, d time.Duration) task {
+func (b *bundle) waitState(t *testing.T, id, state string, d time.Duration) schemas.Task {
 	t.Helper()
-	var tk task
+	var tk schemas.Task
 	eventually(t, d, func() bool {
 		tk = b.task(t, id)
 		return tk.State == state

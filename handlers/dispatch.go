@@ -20,8 +20,9 @@ import (
 	"github.com/dwr-run/dwr/schemas"
 )
 
-// workItemOf returns the work item of a ready task (an attempt to run) or of
-// a verifying task (a result to judge, on the verification queue).
+// workItemOf returns the work item of a ready task (an attempt to claim) or
+// of a verifying task (a result to judge, on the verification queue). An
+// execute item names the attempt only: its claim's reply carries the task.
 func workItemOf(t *domain.Task) schemas.WorkItem {
 	if t.State == domain.StateVerifying && t.Spec.Verification != nil {
 		a := t.Current()
@@ -30,10 +31,8 @@ func workItemOf(t *domain.Task) schemas.WorkItem {
 			Input: t.Spec.Input, PriorAttempts: t.Attempts[:len(t.Attempts)-1], Verifications: t.Verifications,
 			Result: a.Result, Artifacts: a.Artifacts, ResultDigest: domain.ResultDigest(a.Result)}
 	}
-	return schemas.WorkItem{Kind: schemas.WorkKindExecute, TaskID: t.ID, Workspace: t.Workspace, Queue: t.Spec.Queue, GoalID: t.GoalID,
-		Key: t.Key, Title: t.Spec.Title, Attempt: len(t.Attempts) + 1, OperationKey: domain.OperationKey(t.ID),
-		Input: t.Spec.Input, Checkpoint: t.Checkpoint, PriorAttempts: t.Attempts, Verifications: t.Verifications,
-		Signal: t.Signal, Timeout: t.Spec.Timeout}
+	return schemas.WorkItem{Kind: schemas.WorkKindExecute, TaskID: t.ID, Workspace: t.Workspace, Queue: t.Spec.Queue,
+		Attempt: len(t.Attempts) + 1, OperationKey: domain.OperationKey(t.ID)}
 }
 
 // WorkSubject returns the subject of a queue's work items.

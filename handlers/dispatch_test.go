@@ -3,6 +3,8 @@ package handlers_test
 import (
 	"context"
 	"encoding/json"
+	"maps"
+	"slices"
 	"testing"
 	"time"
 
@@ -77,11 +79,33 @@ func TestReadyTasksAreDispatchedInDependencyOrder(t *testing.T) {
 		require.Equal(t, 1, it.Attempt)
 		require.Equal(t, domain.OperationKey(pt.TaskID), it.OperationKey)
 		require.Equal(t, "shell", it.Queue)
-		require.Equal(t, pt.Key, it.Key)
-		b.mustCommand(t, "task.claim", map[string]any{"task_id": it.TaskID, "executor": "test"})
+		claim, _ := b.mustCommand(t, "task.claim", map[string]any{"task_id": it.TaskID, "executor": "test"})
+		require.Equal(t, pt.Key, claim.Task.Key, "the claim's reply carries the task")
 		b.mustCommand(t, "task.succeed", map[string]any{"task_id": it.TaskID, "attempt": it.Attempt})
 		require.NoError(t, m.Ack())
 	}
+}
+
+// An execute item names the attempt to claim and nothing more: the task
+// crosses the wire once, in the claim's reply, as it stands after the claim.
+func TestAnExecuteItemNamesOnlyTheAttemptToClaim(t *testing.T) {
+	b := setup(t)
+	q := b.queue(t, "lean", 30*time.Second, 5)
+	task, _ := b.mustCommand(t, "task.create", map[string]any{"spec": map[string]any{"queue": "lean", "title": "lean",
+		"input": map[string]any{"n": 1}, "timeout": "1h", "retry": map[string]any{"max_attempts": 2}}})
+	it, m := q.next(5 * time.Second)
+	var fields map[string]json.RawMessage
+	require.NoError(t, json.Unmarshal(m.Data(), &fields))
+	require.ElementsMatch(t, []string{"kind", "task_id", "workspace", "queue", "attempt", "operation_key"}, slices.Collect(maps.Keys(fields)))
+	require.Equal(t, schemas.WorkItem{Kind: schemas.WorkKindExecute, TaskID: task.ID, Workspace: "default", Queue: "lean",
+		Attempt: 1, OperationKey: domain.OperationKey(task.ID)}, it)
+
+	claim, _ := b.mustCommand(t, "task.claim", map[string]any{"task_id": task.ID, "executor": "test"})
+	require.Equal(t, domain.StateRunning, claim.Task.State)
+	require.JSONEq(t, `{"n":1}`, string(claim.Task.Spec.Input))
+	require.Equal(t, time.Hour, claim.Task.Spec.Timeout.D())
+	require.Equal(t, it.OperationKey, claim.Task.Running().OperationKey)
+	require.NoError(t, m.Ack())
 }
 
 func TestBackoffAndTimeoutAreDurableTimers(t *testing.T) {
@@ -99,21 +123,21 @@ func TestBackoffAndTimeoutAreDurableTimers(t *testing.T) {
 	require.NoError(t, m.Ack())
 	it, m = q.next(5 * time.Second)
 	require.Equal(t, 2, it.Attempt)
-	require.Len(t, it.PriorAttempts, 1)
-	require.Equal(t, "flaky", it.PriorAttempts[0].Error.Message)
 
 	// Attempt 2 goes silent: its deadline fails it (a timeout is retryable).
-	b.mustCommand(t, "task.claim", map[string]any{"task_id": task.ID, "executor": "test"})
+	claim, _ := b.mustCommand(t, "task.claim", map[string]any{"task_id": task.ID, "executor": "test"})
+	require.Len(t, claim.Task.Attempts, 2, "the claim's reply carries the task, its earlier attempt with it")
+	require.Equal(t, "flaky", claim.Task.Attempts[0].Error.Message)
 	require.NoError(t, m.Ack())
 	it, m = q.next(5 * time.Second)
 	require.Equal(t, 3, it.Attempt)
-	require.Equal(t, domain.ReasonTimeout, it.PriorAttempts[1].Error.Code)
 	require.NoError(t, m.Ack())
 
 	var got domain.Task
 	b.query(t, "task.get", schemas.Query{ID: task.ID}, 0, &got)
 	require.Equal(t, "ready", got.State)
 	require.Len(t, got.Attempts, 2)
+	require.Equal(t, domain.ReasonTimeout, got.Attempts[1].Error.Code)
 }
 
 func TestPoisonWorkItemIsQuarantinedAndTheQueueFlows(t *testing.T) {
@@ -182,8 +206,9 @@ func TestVerifyingTasksAreDispatchedToTheirVerifier(t *testing.T) {
 	require.NoError(t, vm.Ack())
 	it, m = exec.next(5 * time.Second)
 	require.Equal(t, 2, it.Attempt)
-	require.Len(t, it.Verifications, 1)
-	require.JSONEq(t, `{"missing":"a title"}`, string(it.Verifications[0].Evidence))
+	claim, _ := b.mustCommand(t, "task.claim", map[string]any{"task_id": task.ID, "executor": "writer"})
+	require.Len(t, claim.Task.Verifications, 1, "the claim's reply carries the task, the verifier's evidence with it")
+	require.JSONEq(t, `{"missing":"a title"}`, string(claim.Task.Verifications[0].Evidence))
 	require.NoError(t, m.Ack())
 }
 
