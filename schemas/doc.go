@@ -10,6 +10,8 @@
 //	events/<type>.json       the data of an event of that type
 //	envelope.json            an event as stored and published
 //	reply.json, error.json   a command's reply: success, or refusal
+//	work_item.json           a work item on dwr.work.<workspace>.<queue>
+//	query.json               the body of dwr.q.<workspace>.<query>
 //
 // The same contract is here as plain Go types, shared by the service, the
 // executor SDK and every Go client, like river's rivertype: the reply
