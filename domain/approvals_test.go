@@ -9,8 +9,6 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
-
-	"github.com/dwr-run/dwr/schemas"
 )
 
 // keyOf returns a fixed key pair for name, so tests are deterministic.
@@ -130,7 +128,7 @@ func TestApprovalGateBranches(t *testing.T) {
 		want, _ := ActionDigest(json.RawMessage(`{"to":"acct-7","amount":120}`))
 		require.Equal(t, want, ap.ActionDigest, "a gate's action is the task's input")
 		require.Equal(t, StatePending, w.state(b), "b's gate is asked only when its dependencies are met")
-		_ = w.refused(&ClaimTask{ClaimTask: schemas.ClaimTask{TaskID: a, Executor: "e"}}, CodeConflict)
+		_ = w.refused(&ClaimTask{ClaimBody: ClaimBody{TaskID: a, Executor: "e"}}, CodeConflict)
 
 		out = w.must(decision(ap, "alice", k, ResponseApprove))
 		require.Equal(t, []string{"task.approval_decided", "task.ready"}, events(out, a))

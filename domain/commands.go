@@ -116,13 +116,16 @@ type (
 	FireTimer = schemas.FireTimer
 )
 
+// ClaimBody is the body of task.claim, as it travels.
+type ClaimBody = schemas.ClaimTask
+
 // ClaimTask starts the next attempt of a ready task for an executor, held
 // by the identity that sends it (Meta.Actor) and by the token whose hash is
 // TokenHash. When the work item was redelivered because attempt Supersedes
 // lost its lease, that attempt is recorded as abandoned first — but only
 // from SupersedeAfter on, the moment its lease lapsed.
 type ClaimTask struct {
-	schemas.ClaimTask
+	ClaimBody
 
 	// TokenHash is TokenHash of the token the service hands the claimer.
 	// The service sets it; it is never read from the wire.

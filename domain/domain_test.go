@@ -8,8 +8,6 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
-
-	"github.com/dwr-run/dwr/schemas"
 )
 
 func TestPlanChainRunsToGoalAchieved(t *testing.T) {
@@ -32,7 +30,7 @@ func TestPlanChainRunsToGoalAchieved(t *testing.T) {
 	require.Equal(t, []string{a}, w.task(b).DependsOn)
 	require.Equal(t, []string{b}, w.task(c).DependsOn)
 
-	claim := w.must(&ClaimTask{ClaimTask: schemas.ClaimTask{TaskID: a, Executor: "exec-1", ExecutorVersion: "1.0"}})
+	claim := w.must(&ClaimTask{ClaimBody: ClaimBody{TaskID: a, Executor: "exec-1", ExecutorVersion: "1.0"}})
 	require.Equal(t, 1, claim.Reply.Attempt)
 	require.Equal(t, StateRunning, claim.Reply.State)
 	require.NotNil(t, claim.Reply.Task, "a claim hands the executor the task")
@@ -205,10 +203,10 @@ func TestFencing(t *testing.T) {
 	w.must(&SaveCheckpoint{TaskID: id, Attempt: 1, Checkpoint: json.RawMessage(`{"page":7}`)})
 
 	// A running attempt is not claimed again unless the claim supersedes it.
-	_ = w.refused(&ClaimTask{ClaimTask: schemas.ClaimTask{TaskID: id, Executor: "exec-2"}}, CodeConflict)
-	_ = w.refused(&ClaimTask{ClaimTask: schemas.ClaimTask{TaskID: id, Executor: "exec-2", Supersedes: 2}}, CodeConflict)
+	_ = w.refused(&ClaimTask{ClaimBody: ClaimBody{TaskID: id, Executor: "exec-2"}}, CodeConflict)
+	_ = w.refused(&ClaimTask{ClaimBody: ClaimBody{TaskID: id, Executor: "exec-2", Supersedes: 2}}, CodeConflict)
 
-	out := w.must(&ClaimTask{ClaimTask: schemas.ClaimTask{TaskID: id, Executor: "exec-2", Supersedes: 1}})
+	out := w.must(&ClaimTask{ClaimBody: ClaimBody{TaskID: id, Executor: "exec-2", Supersedes: 1}})
 	require.Equal(t, []string{"task.attempt_abandoned", "task.attempt_started"}, events(out, id))
 	ab := eventOf[*AttemptAbandoned](t, out, id)
 	require.Equal(t, AttemptAbandoned{Attempt: 1, Reason: ReasonLeaseLost}, *ab)
@@ -245,7 +243,7 @@ func TestSupersedingClaimWhenAttemptsAreSpent(t *testing.T) {
 	s.Retry = &RetryPolicy{MaxAttempts: 1}
 	w.must(&CreateTask{TaskID: id, Spec: s})
 	w.claim(id)
-	out := w.must(&ClaimTask{ClaimTask: schemas.ClaimTask{TaskID: id, Executor: "exec-2", Supersedes: 1}})
+	out := w.must(&ClaimTask{ClaimBody: ClaimBody{TaskID: id, Executor: "exec-2", Supersedes: 1}})
 	require.Equal(t, []string{"task.attempt_abandoned", "task.failed"}, events(out, id))
 	require.Equal(t, StateFailed, out.Reply.State)
 	require.Equal(t, ReasonAttemptsSpent, w.task(id).Reason)
@@ -291,7 +289,7 @@ func TestVerification(t *testing.T) {
 		out := w.verify(id, 1, OutcomeFail)
 		require.Equal(t, []string{"task.verification_recorded", "task.ready"}, events(out, id))
 		require.Equal(t, ReasonVerification, eventOf[*TaskReady](t, out, id).Reason)
-		claim := w.must(&ClaimTask{ClaimTask: schemas.ClaimTask{TaskID: id, Executor: "exec-1"}})
+		claim := w.must(&ClaimTask{ClaimBody: ClaimBody{TaskID: id, Executor: "exec-1"}})
 		require.Equal(t, 2, claim.Reply.Attempt)
 		vs := claim.Reply.Task.Verifications
 		require.Len(t, vs, 1)
@@ -327,7 +325,7 @@ func TestVerification(t *testing.T) {
 				out := w.verify(id, 1, OutcomeInconclusive)
 				require.Equal(t, []string{"task.verification_recorded"}, events(out, id))
 				require.Equal(t, StateNeedsReview, w.state(id))
-				_ = w.refused(&ClaimTask{ClaimTask: schemas.ClaimTask{TaskID: id, Executor: "e"}}, CodeConflict)
+				_ = w.refused(&ClaimTask{ClaimBody: ClaimBody{TaskID: id, Executor: "e"}}, CodeConflict)
 				out = w.must(&ReviewTask{TaskID: id, Decision: tc.decision, Reason: "looked at it"})
 				require.Equal(t, tc.events, events(out, id))
 				require.Equal(t, tc.state, w.state(id))
@@ -471,7 +469,7 @@ func TestWaitSignal(t *testing.T) {
 
 	require.Equal(t, "/name", w.refused(&SendSignal{TaskID: id, Name: "vendor.answered"}, CodeConflict).Field)
 	_ = w.refused(&ReportSuccess{TaskID: id, Attempt: n}, CodeConflict)
-	_ = w.refused(&ClaimTask{ClaimTask: schemas.ClaimTask{TaskID: id, Executor: "e"}}, CodeConflict)
+	_ = w.refused(&ClaimTask{ClaimBody: ClaimBody{TaskID: id, Executor: "e"}}, CodeConflict)
 	require.Empty(t, w.must(&FireTimer{TaskID: id, Kind: TimerWait}).Changes, "a waiting task's timer is stale when it waits on a signal")
 	require.Equal(t, StateWaiting, w.state(id))
 
@@ -526,7 +524,7 @@ func TestStartAt(t *testing.T) {
 	fire := &FireTimer{TaskID: id, Kind: TimerWait, Due: later}
 	w.advance(9 * time.Minute)
 	_ = w.refused(fire, CodeConflict)
-	_ = w.refused(&ClaimTask{ClaimTask: schemas.ClaimTask{TaskID: id, Executor: "e"}}, CodeConflict)
+	_ = w.refused(&ClaimTask{ClaimBody: ClaimBody{TaskID: id, Executor: "e"}}, CodeConflict)
 	w.advance(time.Minute)
 	out = w.must(fire)
 	require.Equal(t, []string{"task.ready"}, events(out, id))
@@ -553,7 +551,7 @@ func TestCancelTask(t *testing.T) {
 
 		_ = w.refused(&ReportSuccess{TaskID: a, Attempt: n}, CodeConflict)
 		_ = w.refused(&ReportFailure{TaskID: a, Attempt: n, Error: ErrorInfo{Message: "x"}}, CodeConflict)
-		_ = w.refused(&ClaimTask{ClaimTask: schemas.ClaimTask{TaskID: a, Executor: "e", Supersedes: n}}, CodeConflict)
+		_ = w.refused(&ClaimTask{ClaimBody: ClaimBody{TaskID: a, Executor: "e", Supersedes: n}}, CodeConflict)
 		_ = w.refused(&CancelTask{TaskID: a}, CodeConflict)
 		_ = w.refused(&CancelTask{TaskID: ids["b"]}, CodeConflict)
 
@@ -781,7 +779,7 @@ func TestValidation(t *testing.T) {
 		{"task dependency not an id", &CreateTask{TaskID: DeriveID(epoch, "t"), Spec: spec("", "a")}, CodeNotFound, "/spec/depends_on/0"},
 		{"workspace name", &CreateWorkspace{Name: "Acme"}, CodeInvalid, "/name"},
 		{"workspace name differs from the subject", &CreateWorkspace{Name: "other"}, CodeInvalid, "/name"},
-		{"unknown task", &ClaimTask{ClaimTask: schemas.ClaimTask{TaskID: DeriveID(epoch, "nope"), Executor: "e"}}, CodeNotFound, "/task_id"},
+		{"unknown task", &ClaimTask{ClaimBody: ClaimBody{TaskID: DeriveID(epoch, "nope"), Executor: "e"}}, CodeNotFound, "/task_id"},
 		{"timer of an unknown task", &FireTimer{TaskID: DeriveID(epoch, "nope"), Kind: TimerBackoff}, CodeNotFound, "/task_id"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -800,7 +798,7 @@ func TestValidationOfReports(t *testing.T) {
 	w := setup(t)
 	id := w.newID()
 	w.must(&CreateTask{TaskID: id, Spec: spec("")})
-	require.Equal(t, "/executor", w.refused(&ClaimTask{ClaimTask: schemas.ClaimTask{TaskID: id}}, CodeInvalid).Field)
+	require.Equal(t, "/executor", w.refused(&ClaimTask{ClaimBody: ClaimBody{TaskID: id}}, CodeInvalid).Field)
 	n := w.claim(id)
 	require.Equal(t, "/error/message", w.refused(&ReportFailure{TaskID: id, Attempt: n}, CodeInvalid).Field)
 	require.Equal(t, "/result", w.refused(&ReportSuccess{TaskID: id, Attempt: n, Result: make(json.RawMessage, MaxInputBytes+1)}, CodeInvalid).Field)
@@ -830,7 +828,7 @@ func TestUnknownWorkspace(t *testing.T) {
 		&SubmitPlan{GoalID: id, Tasks: chain()},
 		&CreateTask{TaskID: id, Spec: spec("")},
 		&CancelTask{TaskID: id},
-		&ClaimTask{ClaimTask: schemas.ClaimTask{TaskID: id, Executor: "e"}},
+		&ClaimTask{ClaimBody: ClaimBody{TaskID: id, Executor: "e"}},
 		&SaveCheckpoint{TaskID: id, Attempt: 1},
 		&ReportSuccess{TaskID: id, Attempt: 1},
 		&ReportFailure{TaskID: id, Attempt: 1, Error: ErrorInfo{Message: "m"}},
@@ -858,7 +856,7 @@ func TestOtherWorkspaceIsNotFound(t *testing.T) {
 	w.ws = "other"
 	w.must(&CreateWorkspace{Name: "other"})
 	require.Equal(t, "/goal_id", w.refused(&CancelGoal{GoalID: g}, CodeNotFound).Field)
-	require.Equal(t, "/task_id", w.refused(&ClaimTask{ClaimTask: schemas.ClaimTask{TaskID: ids["a"], Executor: "e"}}, CodeNotFound).Field)
+	require.Equal(t, "/task_id", w.refused(&ClaimTask{ClaimBody: ClaimBody{TaskID: ids["a"], Executor: "e"}}, CodeNotFound).Field)
 	_ = w.refused(&ReportSuccess{TaskID: ids["a"], Attempt: 1}, CodeNotFound)
 }
 
@@ -884,7 +882,7 @@ func TestIdempotency(t *testing.T) {
 		{"task.create", func(w *world) Command { return &CreateTask{TaskID: w.newID(), Spec: spec("")} }},
 		{"task.cancel", func(w *world) Command { return &CancelTask{TaskID: standalone(w, nil)} }},
 		{"task.claim", func(w *world) Command {
-			return &ClaimTask{ClaimTask: schemas.ClaimTask{TaskID: standalone(w, nil), Executor: "e"}}
+			return &ClaimTask{ClaimBody: ClaimBody{TaskID: standalone(w, nil), Executor: "e"}}
 		}},
 		{"task.checkpoint", func(w *world) Command {
 			id := standalone(w, nil)
@@ -1116,7 +1114,7 @@ func TestGoalBudgetEndsItsTasks(t *testing.T) {
 		g := w.createGoal(Envelope{Budget: Budget{Deadline: &deadline}})
 		ids, _ := w.plan(g, spec("a"))
 		w.advance(time.Minute)
-		out := w.must(&ClaimTask{ClaimTask: schemas.ClaimTask{TaskID: ids["a"], Executor: "e"}})
+		out := w.must(&ClaimTask{ClaimBody: ClaimBody{TaskID: ids["a"], Executor: "e"}})
 		require.Equal(t, []string{"task.failed"}, events(out, ids["a"]))
 		require.Equal(t, ReasonBudget, w.task(ids["a"]).Reason)
 	})
@@ -1126,7 +1124,7 @@ func TestGoalBudgetEndsItsTasks(t *testing.T) {
 		ids, _ := w.plan(g, spec("a"), spec("b"))
 		n := w.claim(ids["a"])
 		w.must(&ReportSuccess{TaskID: ids["a"], Attempt: n, ModelSteps: []ModelStep{{Model: "m", Tokens: 150}}})
-		out := w.must(&ClaimTask{ClaimTask: schemas.ClaimTask{TaskID: ids["b"], Executor: "e"}})
+		out := w.must(&ClaimTask{ClaimBody: ClaimBody{TaskID: ids["b"], Executor: "e"}})
 		require.Equal(t, []string{"task.failed"}, events(out, ids["b"]))
 	})
 }

@@ -8,8 +8,6 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
-
-	"github.com/dwr-run/dwr/schemas"
 )
 
 // testingT is what the harness needs from *testing.T and *rapid.T.
@@ -240,7 +238,7 @@ func (w *world) plan(goalID string, specs ...TaskSpec) (map[string]string, *Outc
 // claim claims a ready task and returns the attempt it started.
 func (w *world) claim(taskID string) int {
 	w.t.Helper()
-	out := w.must(&ClaimTask{ClaimTask: schemas.ClaimTask{TaskID: taskID, Executor: "exec-1", ExecutorVersion: "1.0"}})
+	out := w.must(&ClaimTask{ClaimBody: ClaimBody{TaskID: taskID, Executor: "exec-1", ExecutorVersion: "1.0"}})
 	require.Equal(w.t, StateRunning, out.Reply.State)
 	return out.Reply.Attempt
 }

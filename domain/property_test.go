@@ -14,8 +14,6 @@ import (
 
 	"github.com/stretchr/testify/require"
 	"pgregory.net/rapid"
-
-	"github.com/dwr-run/dwr/schemas"
 )
 
 // TestLifecycleProperties runs random command sequences — random plans
@@ -444,7 +442,7 @@ func (m *model) claim() {
 	if !ok {
 		return
 	}
-	c := &ClaimTask{ClaimTask: schemas.ClaimTask{TaskID: id, Executor: "exec"}}
+	c := &ClaimTask{ClaimBody: ClaimBody{TaskID: id, Executor: "exec"}}
 	if rapid.IntRange(0, 3).Draw(m.t, "supersede") == 0 {
 		c.Supersedes = m.attempt(t)
 		// The running attempt's lease lapsed a moment ago, or lapses in a moment.
