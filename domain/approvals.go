@@ -14,6 +14,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/dwr-run/dwr/schemas"
 )
 
 // Approval responses: what a person may answer to an approval request.
@@ -45,10 +47,10 @@ var Branches = []string{BranchResume, BranchReject, BranchFail, BranchEscalate}
 
 // Approval states.
 const (
-	ApprovalStatePending   = "pending"
-	ApprovalStateDecided   = "decided"
-	ApprovalStateExpired   = "expired"
-	ApprovalStateWithdrawn = "withdrawn" // the task ended before anyone decided
+	ApprovalStatePending   = schemas.ApprovalStatePending
+	ApprovalStateDecided   = schemas.ApprovalStateDecided
+	ApprovalStateExpired   = schemas.ApprovalStateExpired
+	ApprovalStateWithdrawn = schemas.ApprovalStateWithdrawn // the task ended before anyone decided
 )
 
 // Refusal reasons recorded for a decision that is not taken.
@@ -87,55 +89,27 @@ func DefaultBranches(gate bool) map[string]string {
 		ResponseRevise: revise, ResponseEscalate: BranchEscalate}
 }
 
-// Approval is a person's decision point inside a task: the proposed action
-// and its digest, the basis, who may decide, how long the request stands,
-// and what each response leads to; then the decision, or the refusals.
-type Approval struct {
-	ID           string            `json:"id"`
-	TaskID       string            `json:"task_id"`
-	Attempt      int               `json:"attempt,omitempty"` // the attempt that asked; 0 for a gate
-	Action       json.RawMessage   `json:"action"`
-	ActionDigest string            `json:"action_digest"`
-	Summary      string            `json:"summary,omitempty"`
-	Basis        json.RawMessage   `json:"basis,omitempty"`
-	Role         string            `json:"role,omitempty"` // "" = any registered approver
-	Responses    []string          `json:"responses"`
-	Branches     map[string]string `json:"branches"`
-	OnExpiry     string            `json:"on_expiry,omitempty"`
-	EscalateTo   string            `json:"escalate_to,omitempty"`
-	ExpiresIn    Duration          `json:"expires_in,omitempty"`
-	RequestedAt  time.Time         `json:"requested_at"`
-	ExpiresAt    *time.Time        `json:"expires_at,omitempty"`
-	State        string            `json:"state"`
-	Decision     *ApprovalDecision `json:"decision,omitempty"`
-	Refusals     []Refusal         `json:"refusals,omitempty"` // the latest MaxRefusalsKept
-}
-
-// Refusal is a decision that was refused, as an approval's state keeps it.
-type Refusal struct {
-	Approver string    `json:"approver,omitempty"`
-	Response string    `json:"response,omitempty"`
-	Reason   string    `json:"reason"`
-	Message  string    `json:"message"`
-	At       time.Time `json:"at"`
-}
+// An approval and what it keeps are wire data, defined once in schemas.
+type (
+	// Approval is a person's decision point inside a task: the proposed
+	// action and its digest, the basis, who may decide, how long the request
+	// stands, and what each response leads to; then the decision, or the
+	// refusals (the latest MaxRefusalsKept).
+	Approval = schemas.Approval
+	// Refusal is a decision that was refused, as an approval's state keeps
+	// it.
+	Refusal = schemas.Refusal
+	// ApprovalDecision is a decision that was taken: who, with what
+	// authority and key, what, and the signature that proves it.
+	ApprovalDecision = schemas.ApprovalDecision
+	// ApprovalRequest is what an attempt asks to be approved, or a gate's
+	// settings applied to a task's input.
+	ApprovalRequest = schemas.ApprovalRequest
+)
 
 // MaxRefusalsKept bounds the refusals an approval's state keeps; the log
 // keeps every one.
 const MaxRefusalsKept = 20
-
-// ApprovalDecision is a decision that was taken: who, with what authority
-// and key, what, and the signature that proves it.
-type ApprovalDecision struct {
-	Response  string    `json:"response"`
-	Branch    string    `json:"branch"`
-	Approver  string    `json:"approver"`
-	Role      string    `json:"role,omitempty"`
-	KeyID     string    `json:"key_id"`
-	Comment   string    `json:"comment,omitempty"`
-	Signature string    `json:"signature"`
-	DecidedAt time.Time `json:"decided_at"`
-}
 
 // Approver is a person registered in a workspace to decide approvals, with
 // the role that authorizes them and their Ed25519 public key; the key may
@@ -230,20 +204,6 @@ func DecisionMessage(approvalID, response, actionDigest string) []byte {
 // the signature as standard base64, as the approval.decide command carries it.
 func SignDecision(key ed25519.PrivateKey, approvalID, response, actionDigest string) string {
 	return base64.StdEncoding.EncodeToString(ed25519.Sign(key, DecisionMessage(approvalID, response, actionDigest)))
-}
-
-// ApprovalRequest is what an attempt asks to be approved, or a gate's
-// settings applied to a task's input.
-type ApprovalRequest struct {
-	Action     json.RawMessage   `json:"action"`
-	Summary    string            `json:"summary,omitempty"`
-	Basis      json.RawMessage   `json:"basis,omitempty"`
-	Role       string            `json:"role,omitempty"`
-	Responses  []string          `json:"responses,omitempty"`
-	Branches   map[string]string `json:"branches,omitempty"`
-	OnExpiry   string            `json:"on_expiry,omitempty"`
-	EscalateTo string            `json:"escalate_to,omitempty"`
-	ExpiresIn  Duration          `json:"expires_in,omitempty"`
 }
 
 // validateApproval checks an approval's settings; field is their pointer.
@@ -342,35 +302,6 @@ func gateRequest(t *Task) ApprovalRequest {
 	}
 	return ApprovalRequest{Action: t.Spec.Input, Summary: summary, Basis: a.Basis, Role: a.Role,
 		Responses: a.Responses, Branches: a.Branches, OnExpiry: a.OnExpiry, EscalateTo: a.EscalateTo, ExpiresIn: a.ExpiresIn}
-}
-
-// Approval returns the task's approval with id, or nil.
-func (t *Task) Approval(id string) *Approval {
-	for i := range t.Approvals {
-		if t.Approvals[i].ID == id {
-			return &t.Approvals[i]
-		}
-	}
-	return nil
-}
-
-// PendingApproval returns the approval the task waits on, or nil.
-func (t *Task) PendingApproval() *Approval {
-	if t.State != StateWaiting || t.Wait == nil || t.Wait.Kind != WaitApproval {
-		return nil
-	}
-	return t.Approval(t.Wait.ApprovalID)
-}
-
-// LastDecision returns the task's latest decided approval, or nil: what a
-// resumed attempt is handed.
-func (t *Task) LastDecision() *Approval {
-	for i := len(t.Approvals) - 1; i >= 0; i-- {
-		if t.Approvals[i].Decision != nil {
-			return &t.Approvals[i]
-		}
-	}
-	return nil
 }
 
 // Approver returns the registered approver name, or nil.

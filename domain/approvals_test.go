@@ -128,7 +128,7 @@ func TestApprovalGateBranches(t *testing.T) {
 		want, _ := ActionDigest(json.RawMessage(`{"to":"acct-7","amount":120}`))
 		require.Equal(t, want, ap.ActionDigest, "a gate's action is the task's input")
 		require.Equal(t, StatePending, w.state(b), "b's gate is asked only when its dependencies are met")
-		_ = w.refused(&ClaimTask{TaskID: a, Executor: "e"}, CodeConflict)
+		_ = w.refused(&ClaimTask{ClaimBody: ClaimBody{TaskID: a, Executor: "e"}}, CodeConflict)
 
 		out = w.must(decision(ap, "alice", k, ResponseApprove))
 		require.Equal(t, []string{"task.approval_decided", "task.ready"}, events(out, a))
@@ -221,7 +221,7 @@ func TestApprovalGateBranches(t *testing.T) {
 		w.must(&CreateTask{TaskID: id, Spec: s})
 		out := w.must(decision(w.pending(id), "alice", k, ResponseApprove))
 		require.Equal(t, []string{"task.approval_decided", "task.waiting"}, events(out, id))
-		require.Equal(t, &TaskWaiting{Kind: WaitTimer, Until: &at}, w.task(id).Wait)
+		require.Equal(t, &Wait{Kind: WaitTimer, Until: &at}, w.task(id).Wait)
 		w.advance(10 * time.Minute)
 		w.must(&FireTimer{TaskID: id, Kind: TimerWait, Due: at})
 		require.Equal(t, StateReady, w.state(id))

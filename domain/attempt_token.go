@@ -47,16 +47,6 @@ func holds(want, token string) bool {
 	return subtle.ConstantTimeCompare([]byte(want), []byte(TokenHash(token))) == 1
 }
 
-// Attempt returns attempt n of the task, or nil.
-func (t *Task) Attempt(n int) *Attempt {
-	for i := range t.Attempts {
-		if t.Attempts[i].N == n {
-			return &t.Attempts[i]
-		}
-	}
-	return nil
-}
-
 // holder returns the task when the command comes from its running attempt
 // n: it carries the attempt's token and is sent by the identity that
 // claimed it. A command naming an attempt that does not exist or no longer

@@ -83,7 +83,7 @@ func TestAnAttemptsCommandsComeFromItsClaimer(t *testing.T) {
 func TestTheLogKeepsOnlyTheTokensHash(t *testing.T) {
 	w := setup(t)
 	id := standalone(w, nil)
-	out := w.must(&ClaimTask{TaskID: id, Executor: "exec", TokenHash: TokenHash("the-secret-token")})
+	out := w.must(&ClaimTask{ClaimBody: ClaimBody{TaskID: id, Executor: "exec"}, TokenHash: TokenHash("the-secret-token")})
 	started := eventOf[*AttemptStarted](t, out, id)
 	require.Equal(t, TokenHash("the-secret-token"), started.TokenHash)
 	require.Equal(t, TokenHash("the-secret-token"), w.task(id).Running().TokenHash)
@@ -105,7 +105,7 @@ func TestAnAttemptWithoutATokenHashTakesNoCommand(t *testing.T) {
 	w := setup(t)
 	id := standalone(w, nil)
 	w.raw = true // no hash is filled in
-	w.must(&ClaimTask{TaskID: id, Executor: "old"})
+	w.must(&ClaimTask{ClaimBody: ClaimBody{TaskID: id, Executor: "old"}})
 	require.Empty(t, w.task(id).Running().TokenHash)
 	for _, token := range []string{"", "anything"} {
 		de := w.refused(&ReportSuccess{TaskID: id, Attempt: 1, Token: token}, CodeForbidden)
@@ -121,16 +121,16 @@ func TestSupersedingOnlyOnceTheLeaseLapsed(t *testing.T) {
 
 	// Alive within its lease: refused, saying from when it may be taken.
 	lapse := w.now.Add(30 * time.Second)
-	de := w.refused(&ClaimTask{TaskID: id, Executor: "exec-2", Supersedes: n, SupersedeAfter: lapse}, CodeConflict)
+	de := w.refused(&ClaimTask{ClaimBody: ClaimBody{TaskID: id, Executor: "exec-2", Supersedes: n}, SupersedeAfter: lapse}, CodeConflict)
 	require.Equal(t, "/supersedes", de.Field)
 	require.True(t, strings.HasPrefix(de.Message, RefusedLeaseHeld+": "), de.Message)
 	require.Equal(t, lapse, de.RetryAfter)
 	w.advance(29 * time.Second)
-	_ = w.refused(&ClaimTask{TaskID: id, Executor: "exec-2", Supersedes: n, SupersedeAfter: lapse}, CodeConflict)
+	_ = w.refused(&ClaimTask{ClaimBody: ClaimBody{TaskID: id, Executor: "exec-2", Supersedes: n}, SupersedeAfter: lapse}, CodeConflict)
 
 	// Not knowing when it was last alive is no reason to supersede it.
 	w.raw = true
-	de = w.refused(&ClaimTask{TaskID: id, Executor: "exec-2", Supersedes: n, TokenHash: TokenHash("t2")}, CodeConflict)
+	de = w.refused(&ClaimTask{ClaimBody: ClaimBody{TaskID: id, Executor: "exec-2", Supersedes: n}, TokenHash: TokenHash("t2")}, CodeConflict)
 	require.Equal(t, "/supersedes", de.Field)
 	require.True(t, de.RetryAfter.IsZero())
 	w.raw = false
@@ -141,7 +141,7 @@ func TestSupersedingOnlyOnceTheLeaseLapsed(t *testing.T) {
 
 	// From the moment the lease lapsed, the claim supersedes it.
 	w.advance(time.Second)
-	out := w.must(&ClaimTask{TaskID: id, Executor: "exec-2", Supersedes: n, SupersedeAfter: lapse})
+	out := w.must(&ClaimTask{ClaimBody: ClaimBody{TaskID: id, Executor: "exec-2", Supersedes: n}, SupersedeAfter: lapse})
 	require.Equal(t, []string{"task.attempt_abandoned", "task.attempt_started"}, events(out, id))
 	_ = w.refused(&ReportSuccess{TaskID: id, Attempt: n}, CodeConflict)
 	w.requireReplays()

@@ -1,17 +1,16 @@
 package domain
 
 import (
-	"encoding/json"
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/dwr-run/dwr/schemas"
 )
 
 // Command is a request to change one aggregate. CommandName is its wire name,
 // the last tokens of its subject (dwr.cmd.<workspace>.<name>).
-type Command interface {
-	CommandName() string
-}
+type Command = schemas.Command
 
 // Meta is what travels with every command: its id, the workspace it
 // addresses, who sent it, and the time the writer decides it at.
@@ -60,44 +59,65 @@ func CommandKey(actor, id string) string {
 	return strconv.Itoa(len(actor)) + ":" + actor + ":" + id
 }
 
-// CreateWorkspace creates a workspace named Name.
-type CreateWorkspace struct {
-	Name        string `json:"name"`
-	Description string `json:"description,omitempty"`
-}
+// The commands' bodies are wire data, defined once in schemas; ClaimTask
+// adds what only the service sets.
+type (
+	// CreateWorkspace creates a workspace named Name.
+	CreateWorkspace = schemas.CreateWorkspace
+	// CreateGoal creates a goal with the id the edge assigned.
+	CreateGoal = schemas.CreateGoal
+	// CancelGoal cancels a goal and every unfinished task of its plan.
+	CancelGoal = schemas.CancelGoal
+	// SubmitPlan commits a new version of a goal's plan.
+	SubmitPlan = schemas.SubmitPlan
+	// CreateTask creates a standalone task (not part of a plan).
+	CreateTask = schemas.CreateTask
+	// CancelTask cancels a task that has not ended.
+	CancelTask = schemas.CancelTask
+	// SaveCheckpoint saves the current attempt's checkpoint.
+	SaveCheckpoint = schemas.SaveCheckpoint
+	// ReportSuccess reports the current attempt's result.
+	ReportSuccess = schemas.ReportSuccess
+	// ReportFailure reports the current attempt's error.
+	ReportFailure = schemas.ReportFailure
+	// Heartbeat says that the current attempt is alive; it is never
+	// recorded.
+	Heartbeat = schemas.Heartbeat
+	// RecordVerification records a verifier's outcome for a verifying task.
+	RecordVerification = schemas.RecordVerification
+	// ReviewTask decides a task in needs_review.
+	ReviewTask = schemas.ReviewTask
+	// RegisterApprover registers a person who may decide approvals in the
+	// workspace.
+	RegisterApprover = schemas.RegisterApprover
+	// RevokeApprover revokes a registered approver.
+	RevokeApprover = schemas.RevokeApprover
+	// AddMember gives an identity a role in the workspace.
+	AddMember = schemas.AddMember
+	// RemoveMember removes a member from the workspace.
+	RemoveMember = schemas.RemoveMember
+	// ConfigureQueue sets a queue's lease and maximum deliveries.
+	ConfigureQueue = schemas.ConfigureQueue
+	// RequestApproval parks the current attempt's task on a person's
+	// decision about a concrete action.
+	RequestApproval = schemas.RequestApproval
+	// DecideApproval decides an approval, signed by a registered approver
+	// over DecisionMessage.
+	DecideApproval = schemas.DecideApproval
+	// WaitTask parks the current attempt's task on a signal or until a time.
+	WaitTask = schemas.WaitTask
+	// SendSignal delivers a named signal to a task waiting on it.
+	SendSignal = schemas.SendSignal
+	// QuarantineTask fails a task whose work item could not be processed.
+	QuarantineTask = schemas.QuarantineTask
+	// FireTimer is sent by the writer's timers when a moment it waits for
+	// has come: a backoff ended, an attempt's deadline passed, or a wait's
+	// time came.
+	FireTimer = schemas.FireTimer
+)
 
-// CreateGoal creates a goal with the id the edge assigned.
-type CreateGoal struct {
-	GoalID          string   `json:"goal_id,omitempty"`
-	Title           string   `json:"title"`
-	Description     string   `json:"description,omitempty"`
-	SuccessCriteria []string `json:"success_criteria,omitempty"`
-	Envelope        Envelope `json:"envelope"`
-}
-
-// CancelGoal cancels a goal and every unfinished task of its plan.
-type CancelGoal struct {
-	GoalID string `json:"goal_id"`
-	Reason string `json:"reason,omitempty"`
-}
-
-// SubmitPlan commits a new version of a goal's plan.
-type SubmitPlan struct {
-	GoalID string     `json:"goal_id"`
-	Tasks  []TaskSpec `json:"tasks"`
-}
-
-// CreateTask creates a standalone task (not part of a plan).
-type CreateTask struct {
-	TaskID string   `json:"task_id,omitempty"`
-	Spec   TaskSpec `json:"spec"`
-}
-
-// CancelTask cancels a task that has not ended.
-type CancelTask struct {
-	TaskID string `json:"task_id"`
-	Reason string `json:"reason,omitempty"`
-}
+// ClaimBody is the body of task.claim, as it travels.
+type ClaimBody = schemas.ClaimTask
 
 // ClaimTask starts the next attempt of a ready task for an executor, held
 // by the identity that sends it (Meta.Actor) and by the token whose hash is
@@ -105,10 +125,7 @@ type CancelTask struct {
 // lost its lease, that attempt is recorded as abandoned first — but only
 // from SupersedeAfter on, the moment its lease lapsed.
 type ClaimTask struct {
-	TaskID          string `json:"task_id"`
-	Executor        string `json:"executor"`
-	ExecutorVersion string `json:"executor_version,omitempty"`
-	Supersedes      int    `json:"supersedes,omitempty"`
+	ClaimBody
 
 	// TokenHash is TokenHash of the token the service hands the claimer.
 	// The service sets it; it is never read from the wire.
@@ -118,154 +135,6 @@ type ClaimTask struct {
 	// lease. The service sets it, since only it knows both; a claim that
 	// supersedes without it is refused.
 	SupersedeAfter time.Time `json:"-"`
-}
-
-// SaveCheckpoint saves the current attempt's checkpoint.
-type SaveCheckpoint struct {
-	TaskID     string          `json:"task_id"`
-	Attempt    int             `json:"attempt"`
-	Token      string          `json:"token"` // the attempt's token, as its claim returned it
-	Checkpoint json.RawMessage `json:"checkpoint"`
-}
-
-// ReportSuccess reports the current attempt's result.
-type ReportSuccess struct {
-	TaskID     string          `json:"task_id"`
-	Attempt    int             `json:"attempt"`
-	Token      string          `json:"token"`
-	Result     json.RawMessage `json:"result,omitempty"`
-	Artifacts  []ArtifactRef   `json:"artifacts,omitempty"`
-	ModelSteps []ModelStep     `json:"model_steps,omitempty"`
-}
-
-// ReportFailure reports the current attempt's error.
-type ReportFailure struct {
-	TaskID    string    `json:"task_id"`
-	Attempt   int       `json:"attempt"`
-	Token     string    `json:"token"`
-	Error     ErrorInfo `json:"error"`
-	Retryable bool      `json:"retryable"`
-}
-
-// Heartbeat says that the current attempt is alive. It changes nothing and
-// is never recorded: the service keeps the moment in memory, so that a
-// claim superseding the attempt is taken only once its lease has lapsed.
-type Heartbeat struct {
-	TaskID  string `json:"task_id"`
-	Attempt int    `json:"attempt"`
-	Token   string `json:"token"`
-}
-
-// RecordVerification records a verifier's outcome for a verifying task.
-type RecordVerification struct {
-	TaskID          string          `json:"task_id"`
-	Attempt         int             `json:"attempt"`
-	Outcome         string          `json:"outcome"`
-	Evidence        json.RawMessage `json:"evidence,omitempty"`
-	EvidenceRefs    []ArtifactRef   `json:"evidence_refs,omitempty"` // bulky evidence, by content hash
-	Verifier        string          `json:"verifier"`
-	VerifierVersion string          `json:"verifier_version,omitempty"`
-	ResultDigest    string          `json:"result_digest"`
-}
-
-// ReviewTask decides a task in needs_review.
-type ReviewTask struct {
-	TaskID   string `json:"task_id"`
-	Decision string `json:"decision"`
-	Reason   string `json:"reason,omitempty"`
-}
-
-// RegisterApprover registers a person who may decide approvals in the
-// workspace: their name, the role that authorizes them, their Ed25519 public
-// key, and optionally when the key expires. Registering a name again replaces
-// its key, role and expiry (and lifts a revocation); with the same ones it
-// changes nothing.
-type RegisterApprover struct {
-	Name      string     `json:"name"`
-	Role      string     `json:"role"`
-	PublicKey string     `json:"public_key"`           // standard base64 of the 32-byte key
-	ExpiresAt *time.Time `json:"expires_at,omitempty"` // after it, the key decides nothing; nil: no expiry
-}
-
-// RevokeApprover revokes a registered approver: from then on, every decision
-// in their name is refused (reason revoked) until the name is registered
-// again. The registration stays on record, marked revoked.
-type RevokeApprover struct {
-	Name string `json:"name"`
-}
-
-// AddMember gives an identity a role in the workspace: a name, the role, the
-// NATS user nkey it connects with and, for an executor, the queues it works.
-// Adding a name again with the same role, key and queues changes nothing;
-// with others it replaces the member (a key rotation, a change of role or
-// queues): there is no need to remove it first.
-type AddMember struct {
-	Name      string   `json:"name"`
-	Role      Role     `json:"role"`
-	PublicKey string   `json:"public_key"`       // a NATS user nkey: "U" and 55 more base32 characters
-	Queues    []string `json:"queues,omitempty"` // an executor's queues, and only an executor's
-}
-
-// RemoveMember removes a member from the workspace; its key no longer
-// reaches the workspace.
-type RemoveMember struct {
-	Name string `json:"name"`
-}
-
-// ConfigureQueue sets a queue's lease (how long an executor holds a work
-// item before it is delivered again) and how many times a work item is
-// delivered before it is quarantined. With IfUnset, a queue that is already
-// configured keeps its settings. The reply carries the settings in effect.
-type ConfigureQueue struct {
-	Queue      string `json:"queue"`
-	LeaseMS    int64  `json:"lease_ms"`
-	MaxDeliver int    `json:"max_deliver"`
-	IfUnset    bool   `json:"if_unset,omitempty"`
-}
-
-// RequestApproval parks the current attempt's task on a person's decision
-// about a concrete action. The task resumes (as a new attempt, handed the
-// decision) or ends, as the request's branches say.
-type RequestApproval struct {
-	TaskID  string `json:"task_id"`
-	Attempt int    `json:"attempt"`
-	Token   string `json:"token"`
-	ApprovalRequest
-}
-
-// DecideApproval decides an approval: signed by a registered approver over
-// the approval id, the response and the action digest.
-type DecideApproval struct {
-	ApprovalID   string `json:"approval_id"`
-	Approver     string `json:"approver"`
-	Response     string `json:"response"`
-	ActionDigest string `json:"action_digest"`
-	Comment      string `json:"comment,omitempty"`
-	Signature    string `json:"signature"` // standard base64 of the Ed25519 signature of DecisionMessage
-}
-
-// WaitTask parks the current attempt's task on a signal or until a time.
-type WaitTask struct {
-	TaskID  string     `json:"task_id"`
-	Attempt int        `json:"attempt"`
-	Token   string     `json:"token"`
-	Kind    string     `json:"kind"`
-	Signal  string     `json:"signal,omitempty"`
-	Until   *time.Time `json:"until,omitempty"`
-}
-
-// SendSignal delivers a named signal to a task waiting on it.
-type SendSignal struct {
-	TaskID  string          `json:"task_id"`
-	Name    string          `json:"name"`
-	Payload json.RawMessage `json:"payload,omitempty"`
-}
-
-// QuarantineTask fails a task whose work item could not be processed: it was
-// delivered the most times allowed without an executor finishing it.
-type QuarantineTask struct {
-	TaskID string `json:"task_id"`
-	Reason string `json:"reason,omitempty"`
 }
 
 // Timer kinds.
@@ -279,88 +148,6 @@ const (
 	// approval's number within its task.
 	TimerApproval = "approval_expiry"
 )
-
-// FireTimer is sent by the writer's timers when a moment it waits for has
-// come: a backoff ended, an attempt's deadline passed, or a wait's time came.
-type FireTimer struct {
-	TaskID  string    `json:"task_id,omitempty"`
-	GoalID  string    `json:"goal_id,omitempty"` // for kind goal_deadline
-	Kind    string    `json:"kind"`
-	Attempt int       `json:"attempt,omitempty"`
-	Due     time.Time `json:"due"`
-}
-
-// CommandName returns the command's wire name.
-func (CreateWorkspace) CommandName() string { return "workspace.create" }
-
-// CommandName returns the command's wire name.
-func (CreateGoal) CommandName() string { return "goal.create" }
-
-// CommandName returns the command's wire name.
-func (CancelGoal) CommandName() string { return "goal.cancel" }
-
-// CommandName returns the command's wire name.
-func (SubmitPlan) CommandName() string { return "plan.submit" }
-
-// CommandName returns the command's wire name.
-func (CreateTask) CommandName() string { return "task.create" }
-
-// CommandName returns the command's wire name.
-func (CancelTask) CommandName() string { return "task.cancel" }
-
-// CommandName returns the command's wire name.
-func (ClaimTask) CommandName() string { return "task.claim" }
-
-// CommandName returns the command's wire name.
-func (SaveCheckpoint) CommandName() string { return "task.checkpoint" }
-
-// CommandName returns the command's wire name.
-func (ReportSuccess) CommandName() string { return "task.succeed" }
-
-// CommandName returns the command's wire name.
-func (ReportFailure) CommandName() string { return "task.fail" }
-
-// CommandName returns the command's wire name.
-func (Heartbeat) CommandName() string { return "task.heartbeat" }
-
-// CommandName returns the command's wire name.
-func (RecordVerification) CommandName() string { return "task.verify" }
-
-// CommandName returns the command's wire name.
-func (ReviewTask) CommandName() string { return "task.review" }
-
-// CommandName returns the command's wire name.
-func (DecideApproval) CommandName() string { return "approval.decide" }
-
-// CommandName returns the command's wire name.
-func (RegisterApprover) CommandName() string { return "approver.register" }
-
-// CommandName returns the command's wire name.
-func (RevokeApprover) CommandName() string { return "approver.revoke" }
-
-// CommandName returns the command's wire name.
-func (AddMember) CommandName() string { return "member.add" }
-
-// CommandName returns the command's wire name.
-func (RemoveMember) CommandName() string { return "member.remove" }
-
-// CommandName returns the command's wire name.
-func (ConfigureQueue) CommandName() string { return "queue.configure" }
-
-// CommandName returns the command's wire name.
-func (RequestApproval) CommandName() string { return "task.request_approval" }
-
-// CommandName returns the command's wire name.
-func (WaitTask) CommandName() string { return "task.wait" }
-
-// CommandName returns the command's wire name.
-func (SendSignal) CommandName() string { return "task.signal" }
-
-// CommandName returns the command's wire name.
-func (FireTimer) CommandName() string { return "timer.fire" }
-
-// CommandName returns the command's wire name.
-func (QuarantineTask) CommandName() string { return "task.quarantine" }
 
 var commandTypes = map[string]func() Command{
 	"workspace.create":      func() Command { return &CreateWorkspace{} },

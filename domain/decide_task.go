@@ -100,7 +100,7 @@ func (x *tx) claimTask(c *ClaimTask) (Reply, error) {
 		}
 		return x.after(t.ID)
 	}
-	if spent(t) >= t.Retry().MaxAttempts {
+	if spent(t) >= retryOf(t).MaxAttempts {
 		if err := x.emit(t.ID, &TaskFailed{Reason: ReasonAttemptsSpent,
 			Error: &ErrorInfo{Code: ReasonAttemptsSpent, Message: fmt.Sprintf("%d attempts used", spent(t))}}); err != nil {
 			return Reply{}, err
@@ -178,7 +178,7 @@ func (x *tx) failAttempt(t *Task, n int, e ErrorInfo, retryable bool) error {
 	if err != nil {
 		return err
 	}
-	policy := t.Retry()
+	policy := retryOf(t)
 	switch {
 	case !retryable || (e.Code != "" && slices.Contains(policy.NonRetryable, e.Code)):
 		return x.emit(t.ID, &TaskFailed{Reason: ReasonNotRetryable, Error: &e})
@@ -190,7 +190,7 @@ func (x *tx) failAttempt(t *Task, n int, e ErrorInfo, retryable bool) error {
 	} else if why != "" {
 		return x.emit(t.ID, &TaskFailed{Reason: ReasonBudget, Error: &ErrorInfo{Code: ReasonBudget, Message: why}})
 	}
-	return x.emit(t.ID, &BackoffScheduled{Attempt: n, Until: x.m.Now.Add(policy.Backoff(spent(t)))})
+	return x.emit(t.ID, &BackoffScheduled{Attempt: n, Until: x.m.Now.Add(Backoff(policy, spent(t)))})
 }
 
 func (x *tx) recordVerification(c *RecordVerification) (Reply, error) {
@@ -243,10 +243,10 @@ func (x *tx) recordVerification(c *RecordVerification) (Reply, error) {
 	switch {
 	case c.Outcome == OutcomePass:
 		next = &TaskAccepted{Attempt: c.Attempt}
-	case t.Spec.Verification.onVerdict(c.Outcome) == VerdictReject:
+	case onVerdict(t.Spec.Verification, c.Outcome) == VerdictReject:
 		next = &TaskRejected{Reason: ReasonVerification}
-	case t.Spec.Verification.onVerdict(c.Outcome) == VerdictRetry:
-		if spent(t) >= t.Retry().MaxAttempts {
+	case onVerdict(t.Spec.Verification, c.Outcome) == VerdictRetry:
+		if spent(t) >= retryOf(t).MaxAttempts {
 			next = &TaskRejected{Reason: ReasonVerification}
 		} else {
 			next = &TaskReady{Reason: ReasonVerification}

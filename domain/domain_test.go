@@ -30,7 +30,7 @@ func TestPlanChainRunsToGoalAchieved(t *testing.T) {
 	require.Equal(t, []string{a}, w.task(b).DependsOn)
 	require.Equal(t, []string{b}, w.task(c).DependsOn)
 
-	claim := w.must(&ClaimTask{TaskID: a, Executor: "exec-1", ExecutorVersion: "1.0"})
+	claim := w.must(&ClaimTask{ClaimBody: ClaimBody{TaskID: a, Executor: "exec-1", ExecutorVersion: "1.0"}})
 	require.Equal(t, 1, claim.Reply.Attempt)
 	require.Equal(t, StateRunning, claim.Reply.State)
 	require.NotNil(t, claim.Reply.Task, "a claim hands the executor the task")
@@ -142,11 +142,11 @@ func TestRetryPolicyBackoff(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			for i, want := range tc.want {
-				require.Equal(t, want, tc.policy.Backoff(i+1), "after attempt %d", i+1)
+				require.Equal(t, want, Backoff(tc.policy, i+1), "after attempt %d", i+1)
 			}
 		})
 	}
-	require.Equal(t, DefaultMaxAttempts, RetryPolicy{}.WithDefaults().MaxAttempts)
+	require.Equal(t, DefaultMaxAttempts, RetryWithDefaults(RetryPolicy{}).MaxAttempts)
 }
 
 func TestNonRetryableFailsAtOnce(t *testing.T) {
@@ -203,10 +203,10 @@ func TestFencing(t *testing.T) {
 	w.must(&SaveCheckpoint{TaskID: id, Attempt: 1, Checkpoint: json.RawMessage(`{"page":7}`)})
 
 	// A running attempt is not claimed again unless the claim supersedes it.
-	_ = w.refused(&ClaimTask{TaskID: id, Executor: "exec-2"}, CodeConflict)
-	_ = w.refused(&ClaimTask{TaskID: id, Executor: "exec-2", Supersedes: 2}, CodeConflict)
+	_ = w.refused(&ClaimTask{ClaimBody: ClaimBody{TaskID: id, Executor: "exec-2"}}, CodeConflict)
+	_ = w.refused(&ClaimTask{ClaimBody: ClaimBody{TaskID: id, Executor: "exec-2", Supersedes: 2}}, CodeConflict)
 
-	out := w.must(&ClaimTask{TaskID: id, Executor: "exec-2", Supersedes: 1})
+	out := w.must(&ClaimTask{ClaimBody: ClaimBody{TaskID: id, Executor: "exec-2", Supersedes: 1}})
 	require.Equal(t, []string{"task.attempt_abandoned", "task.attempt_started"}, events(out, id))
 	ab := eventOf[*AttemptAbandoned](t, out, id)
 	require.Equal(t, AttemptAbandoned{Attempt: 1, Reason: ReasonLeaseLost}, *ab)
@@ -243,7 +243,7 @@ func TestSupersedingClaimWhenAttemptsAreSpent(t *testing.T) {
 	s.Retry = &RetryPolicy{MaxAttempts: 1}
 	w.must(&CreateTask{TaskID: id, Spec: s})
 	w.claim(id)
-	out := w.must(&ClaimTask{TaskID: id, Executor: "exec-2", Supersedes: 1})
+	out := w.must(&ClaimTask{ClaimBody: ClaimBody{TaskID: id, Executor: "exec-2", Supersedes: 1}})
 	require.Equal(t, []string{"task.attempt_abandoned", "task.failed"}, events(out, id))
 	require.Equal(t, StateFailed, out.Reply.State)
 	require.Equal(t, ReasonAttemptsSpent, w.task(id).Reason)
@@ -289,7 +289,7 @@ func TestVerification(t *testing.T) {
 		out := w.verify(id, 1, OutcomeFail)
 		require.Equal(t, []string{"task.verification_recorded", "task.ready"}, events(out, id))
 		require.Equal(t, ReasonVerification, eventOf[*TaskReady](t, out, id).Reason)
-		claim := w.must(&ClaimTask{TaskID: id, Executor: "exec-1"})
+		claim := w.must(&ClaimTask{ClaimBody: ClaimBody{TaskID: id, Executor: "exec-1"}})
 		require.Equal(t, 2, claim.Reply.Attempt)
 		vs := claim.Reply.Task.Verifications
 		require.Len(t, vs, 1)
@@ -325,7 +325,7 @@ func TestVerification(t *testing.T) {
 				out := w.verify(id, 1, OutcomeInconclusive)
 				require.Equal(t, []string{"task.verification_recorded"}, events(out, id))
 				require.Equal(t, StateNeedsReview, w.state(id))
-				_ = w.refused(&ClaimTask{TaskID: id, Executor: "e"}, CodeConflict)
+				_ = w.refused(&ClaimTask{ClaimBody: ClaimBody{TaskID: id, Executor: "e"}}, CodeConflict)
 				out = w.must(&ReviewTask{TaskID: id, Decision: tc.decision, Reason: "looked at it"})
 				require.Equal(t, tc.events, events(out, id))
 				require.Equal(t, tc.state, w.state(id))
@@ -463,13 +463,13 @@ func TestWaitSignal(t *testing.T) {
 	require.Equal(t, []string{"task.waiting"}, events(out, id))
 	task := w.task(id)
 	require.Equal(t, StateWaiting, task.State)
-	require.Equal(t, &TaskWaiting{Kind: WaitSignal, Signal: "payment.settled"}, task.Wait)
+	require.Equal(t, &Wait{Kind: WaitSignal, Signal: "payment.settled"}, task.Wait)
 	require.Nil(t, task.Running(), "a waiting task holds no process")
 	require.Equal(t, AttemptStateParked, task.Attempts[0].State)
 
 	require.Equal(t, "/name", w.refused(&SendSignal{TaskID: id, Name: "vendor.answered"}, CodeConflict).Field)
 	_ = w.refused(&ReportSuccess{TaskID: id, Attempt: n}, CodeConflict)
-	_ = w.refused(&ClaimTask{TaskID: id, Executor: "e"}, CodeConflict)
+	_ = w.refused(&ClaimTask{ClaimBody: ClaimBody{TaskID: id, Executor: "e"}}, CodeConflict)
 	require.Empty(t, w.must(&FireTimer{TaskID: id, Kind: TimerWait}).Changes, "a waiting task's timer is stale when it waits on a signal")
 	require.Equal(t, StateWaiting, w.state(id))
 
@@ -518,13 +518,13 @@ func TestStartAt(t *testing.T) {
 	ids, out := w.plan(g, s, p, spec("after", "later"))
 	id := ids["later"]
 	require.Equal(t, StateWaiting, eventOf[*TaskCreated](t, out, id).State)
-	require.Equal(t, &TaskWaiting{Kind: WaitTimer, Until: &later}, w.task(id).Wait)
+	require.Equal(t, &Wait{Kind: WaitTimer, Until: &later}, w.task(id).Wait)
 	require.Equal(t, StateReady, w.state(ids["past"]), "a start time already passed does not wait")
 
 	fire := &FireTimer{TaskID: id, Kind: TimerWait, Due: later}
 	w.advance(9 * time.Minute)
 	_ = w.refused(fire, CodeConflict)
-	_ = w.refused(&ClaimTask{TaskID: id, Executor: "e"}, CodeConflict)
+	_ = w.refused(&ClaimTask{ClaimBody: ClaimBody{TaskID: id, Executor: "e"}}, CodeConflict)
 	w.advance(time.Minute)
 	out = w.must(fire)
 	require.Equal(t, []string{"task.ready"}, events(out, id))
@@ -551,7 +551,7 @@ func TestCancelTask(t *testing.T) {
 
 		_ = w.refused(&ReportSuccess{TaskID: a, Attempt: n}, CodeConflict)
 		_ = w.refused(&ReportFailure{TaskID: a, Attempt: n, Error: ErrorInfo{Message: "x"}}, CodeConflict)
-		_ = w.refused(&ClaimTask{TaskID: a, Executor: "e", Supersedes: n}, CodeConflict)
+		_ = w.refused(&ClaimTask{ClaimBody: ClaimBody{TaskID: a, Executor: "e", Supersedes: n}}, CodeConflict)
 		_ = w.refused(&CancelTask{TaskID: a}, CodeConflict)
 		_ = w.refused(&CancelTask{TaskID: ids["b"]}, CodeConflict)
 
@@ -779,7 +779,7 @@ func TestValidation(t *testing.T) {
 		{"task dependency not an id", &CreateTask{TaskID: DeriveID(epoch, "t"), Spec: spec("", "a")}, CodeNotFound, "/spec/depends_on/0"},
 		{"workspace name", &CreateWorkspace{Name: "Acme"}, CodeInvalid, "/name"},
 		{"workspace name differs from the subject", &CreateWorkspace{Name: "other"}, CodeInvalid, "/name"},
-		{"unknown task", &ClaimTask{TaskID: DeriveID(epoch, "nope"), Executor: "e"}, CodeNotFound, "/task_id"},
+		{"unknown task", &ClaimTask{ClaimBody: ClaimBody{TaskID: DeriveID(epoch, "nope"), Executor: "e"}}, CodeNotFound, "/task_id"},
 		{"timer of an unknown task", &FireTimer{TaskID: DeriveID(epoch, "nope"), Kind: TimerBackoff}, CodeNotFound, "/task_id"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -798,7 +798,7 @@ func TestValidationOfReports(t *testing.T) {
 	w := setup(t)
 	id := w.newID()
 	w.must(&CreateTask{TaskID: id, Spec: spec("")})
-	require.Equal(t, "/executor", w.refused(&ClaimTask{TaskID: id}, CodeInvalid).Field)
+	require.Equal(t, "/executor", w.refused(&ClaimTask{ClaimBody: ClaimBody{TaskID: id}}, CodeInvalid).Field)
 	n := w.claim(id)
 	require.Equal(t, "/error/message", w.refused(&ReportFailure{TaskID: id, Attempt: n}, CodeInvalid).Field)
 	require.Equal(t, "/result", w.refused(&ReportSuccess{TaskID: id, Attempt: n, Result: make(json.RawMessage, MaxInputBytes+1)}, CodeInvalid).Field)
@@ -828,7 +828,7 @@ func TestUnknownWorkspace(t *testing.T) {
 		&SubmitPlan{GoalID: id, Tasks: chain()},
 		&CreateTask{TaskID: id, Spec: spec("")},
 		&CancelTask{TaskID: id},
-		&ClaimTask{TaskID: id, Executor: "e"},
+		&ClaimTask{ClaimBody: ClaimBody{TaskID: id, Executor: "e"}},
 		&SaveCheckpoint{TaskID: id, Attempt: 1},
 		&ReportSuccess{TaskID: id, Attempt: 1},
 		&ReportFailure{TaskID: id, Attempt: 1, Error: ErrorInfo{Message: "m"}},
@@ -856,7 +856,7 @@ func TestOtherWorkspaceIsNotFound(t *testing.T) {
 	w.ws = "other"
 	w.must(&CreateWorkspace{Name: "other"})
 	require.Equal(t, "/goal_id", w.refused(&CancelGoal{GoalID: g}, CodeNotFound).Field)
-	require.Equal(t, "/task_id", w.refused(&ClaimTask{TaskID: ids["a"], Executor: "e"}, CodeNotFound).Field)
+	require.Equal(t, "/task_id", w.refused(&ClaimTask{ClaimBody: ClaimBody{TaskID: ids["a"], Executor: "e"}}, CodeNotFound).Field)
 	_ = w.refused(&ReportSuccess{TaskID: ids["a"], Attempt: 1}, CodeNotFound)
 }
 
@@ -881,7 +881,9 @@ func TestIdempotency(t *testing.T) {
 		{"plan.submit", func(w *world) Command { return &SubmitPlan{GoalID: w.createGoal(Envelope{}), Tasks: chain()} }},
 		{"task.create", func(w *world) Command { return &CreateTask{TaskID: w.newID(), Spec: spec("")} }},
 		{"task.cancel", func(w *world) Command { return &CancelTask{TaskID: standalone(w, nil)} }},
-		{"task.claim", func(w *world) Command { return &ClaimTask{TaskID: standalone(w, nil), Executor: "e"} }},
+		{"task.claim", func(w *world) Command {
+			return &ClaimTask{ClaimBody: ClaimBody{TaskID: standalone(w, nil), Executor: "e"}}
+		}},
 		{"task.checkpoint", func(w *world) Command {
 			id := standalone(w, nil)
 			return &SaveCheckpoint{TaskID: id, Attempt: w.claim(id), Checkpoint: json.RawMessage(`1`)}
@@ -1009,19 +1011,6 @@ func TestCommandAndEventTables(t *testing.T) {
 	require.Error(t, err)
 }
 
-func TestDurationJSON(t *testing.T) {
-	var d Duration
-	require.NoError(t, json.Unmarshal([]byte(`"1m30s"`), &d))
-	require.Equal(t, 90*time.Second, d.D())
-	require.NoError(t, json.Unmarshal([]byte(`2.5`), &d))
-	require.Equal(t, 2500*time.Millisecond, d.D())
-	require.Error(t, json.Unmarshal([]byte(`"soon"`), &d))
-	require.Error(t, json.Unmarshal([]byte(`true`), &d))
-	b, err := json.Marshal(Duration(3 * time.Second))
-	require.NoError(t, err)
-	require.Equal(t, `"3s"`, string(b))
-}
-
 func TestDeriveID(t *testing.T) {
 	id := DeriveID(epoch, "seed")
 	require.True(t, ValidID(id))
@@ -1125,7 +1114,7 @@ func TestGoalBudgetEndsItsTasks(t *testing.T) {
 		g := w.createGoal(Envelope{Budget: Budget{Deadline: &deadline}})
 		ids, _ := w.plan(g, spec("a"))
 		w.advance(time.Minute)
-		out := w.must(&ClaimTask{TaskID: ids["a"], Executor: "e"})
+		out := w.must(&ClaimTask{ClaimBody: ClaimBody{TaskID: ids["a"], Executor: "e"}})
 		require.Equal(t, []string{"task.failed"}, events(out, ids["a"]))
 		require.Equal(t, ReasonBudget, w.task(ids["a"]).Reason)
 	})
@@ -1135,7 +1124,7 @@ func TestGoalBudgetEndsItsTasks(t *testing.T) {
 		ids, _ := w.plan(g, spec("a"), spec("b"))
 		n := w.claim(ids["a"])
 		w.must(&ReportSuccess{TaskID: ids["a"], Attempt: n, ModelSteps: []ModelStep{{Model: "m", Tokens: 150}}})
-		out := w.must(&ClaimTask{TaskID: ids["b"], Executor: "e"})
+		out := w.must(&ClaimTask{ClaimBody: ClaimBody{TaskID: ids["b"], Executor: "e"}})
 		require.Equal(t, []string{"task.failed"}, events(out, ids["b"]))
 	})
 }

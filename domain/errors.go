@@ -4,21 +4,23 @@ import (
 	"errors"
 	"fmt"
 	"time"
+
+	"github.com/dwr-run/dwr/schemas"
 )
 
 // Code classifies an error for callers and for the wire. The values are part
 // of the wire contract and never change.
 type Code string
 
-// The stable error codes.
+// The stable error codes: the wire's (schemas.Codes).
 const (
-	CodeInvalid     Code = "invalid"
-	CodeNotFound    Code = "not_found"
-	CodeConflict    Code = "conflict"
-	CodeForbidden   Code = "forbidden"
-	CodeTooLarge    Code = "too_large"
-	CodeUnavailable Code = "unavailable"
-	CodeInternal    Code = "internal"
+	CodeInvalid     Code = schemas.CodeInvalid
+	CodeNotFound    Code = schemas.CodeNotFound
+	CodeConflict    Code = schemas.CodeConflict
+	CodeForbidden   Code = schemas.CodeForbidden
+	CodeTooLarge    Code = schemas.CodeTooLarge
+	CodeUnavailable Code = schemas.CodeUnavailable
+	CodeInternal    Code = schemas.CodeInternal
 )
 
 // Sentinel errors to branch on with errors.Is; every *Error matches the

@@ -4,6 +4,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"time"
+
+	"github.com/dwr-run/dwr/schemas"
 )
 
 // Event is a fact about one aggregate. The set of events is closed: every
@@ -16,17 +18,17 @@ type Event interface {
 
 // Task states.
 const (
-	StatePending     = "pending"
-	StateReady       = "ready"
-	StateRunning     = "running"
-	StateWaiting     = "waiting"
-	StateVerifying   = "verifying"
-	StateNeedsReview = "needs_review"
-	StateBackoff     = "backoff"
-	StateAccepted    = "accepted"
-	StateRejected    = "rejected"
-	StateFailed      = "failed"
-	StateCancelled   = "cancelled"
+	StatePending     = schemas.StatePending
+	StateReady       = schemas.StateReady
+	StateRunning     = schemas.StateRunning
+	StateWaiting     = schemas.StateWaiting
+	StateVerifying   = schemas.StateVerifying
+	StateNeedsReview = schemas.StateNeedsReview
+	StateBackoff     = schemas.StateBackoff
+	StateAccepted    = schemas.StateAccepted
+	StateRejected    = schemas.StateRejected
+	StateFailed      = schemas.StateFailed
+	StateCancelled   = schemas.StateCancelled
 )
 
 // TaskStates lists every task state, non-terminal first.
@@ -34,13 +36,7 @@ var TaskStates = []string{StatePending, StateReady, StateRunning, StateWaiting, 
 	StateNeedsReview, StateBackoff, StateAccepted, StateRejected, StateFailed, StateCancelled}
 
 // Terminal reports whether a task in state s can never change again.
-func Terminal(s string) bool {
-	switch s {
-	case StateAccepted, StateRejected, StateFailed, StateCancelled:
-		return true
-	}
-	return false
-}
+func Terminal(s string) bool { return schemas.Terminal(s) }
 
 // Goal states.
 const (
@@ -52,9 +48,9 @@ const (
 
 // Verification outcomes.
 const (
-	OutcomePass         = "PASS"
-	OutcomeFail         = "FAIL"
-	OutcomeInconclusive = "INCONCLUSIVE"
+	OutcomePass         = schemas.OutcomePass
+	OutcomeFail         = schemas.OutcomeFail
+	OutcomeInconclusive = schemas.OutcomeInconclusive
 )
 
 // Review decisions for a task in needs_review.
@@ -96,11 +92,7 @@ type GoalCreated struct {
 }
 
 // PlanTask is one node of a committed plan.
-type PlanTask struct {
-	Key       string   `json:"key"`
-	TaskID    string   `json:"task_id"`
-	DependsOn []string `json:"depends_on,omitempty"` // keys
-}
+type PlanTask = schemas.PlanTask
 
 // PlanCommitted records a version of a goal's plan and how it relates to the
 // previous one.
@@ -142,20 +134,15 @@ type TaskReady struct {
 	Reason string `json:"reason"`
 }
 
-// TaskWaiting parks a task durably: on an approval, a signal or a time.
-type TaskWaiting struct {
-	Kind   string     `json:"kind"` // approval | signal | timer
-	Signal string     `json:"signal,omitempty"`
-	Until  *time.Time `json:"until,omitempty"`
-	// ApprovalID is the approval waited on; it is set by task.approval_requested.
-	ApprovalID string `json:"approval_id,omitempty"`
-}
+// TaskWaiting parks a task durably: on an approval, a signal or a time. The
+// task keeps it as its Wait.
+type TaskWaiting schemas.Wait
 
 // Wait kinds.
 const (
-	WaitApproval = "approval"
-	WaitSignal   = "signal"
-	WaitTimer    = "timer"
+	WaitApproval = schemas.WaitApproval
+	WaitSignal   = schemas.WaitSignal
+	WaitTimer    = schemas.WaitTimer
 )
 
 // AttemptStarted: an executor claimed the task and holds attempt n, with
@@ -203,17 +190,9 @@ type BackoffScheduled struct {
 	Until   time.Time `json:"until"`
 }
 
-// VerificationRecorded: a verifier's outcome for an attempt's result.
-type VerificationRecorded struct {
-	VerificationID  string          `json:"verification_id"`
-	Attempt         int             `json:"attempt"`
-	Outcome         string          `json:"outcome"`
-	Evidence        json.RawMessage `json:"evidence,omitempty"`
-	EvidenceRefs    []ArtifactRef   `json:"evidence_refs,omitempty"`
-	Verifier        string          `json:"verifier"`
-	VerifierVersion string          `json:"verifier_version,omitempty"`
-	ResultDigest    string          `json:"result_digest"`
-}
+// VerificationRecorded: a verifier's outcome for an attempt's result. The
+// task keeps it among its Verifications.
+type VerificationRecorded schemas.Verification
 
 // ReviewDecided: a person decided a task in needs_review.
 type ReviewDecided struct {
@@ -296,11 +275,9 @@ type ApprovalExpired struct {
 	Branch     string `json:"branch"`
 }
 
-// SignalReceived: a named signal reached a waiting task.
-type SignalReceived struct {
-	Name    string          `json:"name"`
-	Payload json.RawMessage `json:"payload,omitempty"`
-}
+// SignalReceived: a named signal reached a waiting task. The task keeps it
+// as its Signal.
+type SignalReceived schemas.Signal
 
 // TaskAccepted is terminal: the task's result is accepted.
 type TaskAccepted struct {

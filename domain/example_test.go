@@ -61,7 +61,7 @@ func Example() {
 	// scheduled. The service hands each claimer a secret token and the
 	// domain only its hash; every later command of the attempt carries the
 	// token.
-	claim := run(&domain.ClaimTask{TaskID: ids["fetch"], Executor: "http-worker", TokenHash: domain.TokenHash("token-1")})
+	claim := run(&domain.ClaimTask{ClaimBody: domain.ClaimBody{TaskID: ids["fetch"], Executor: "http-worker"}, TokenHash: domain.TokenHash("token-1")})
 	run(&domain.ReportFailure{TaskID: ids["fetch"], Attempt: claim.Reply.Attempt, Token: "token-1", Retryable: true,
 		Error: domain.ErrorInfo{Code: "unavailable", Message: "503 from upstream"}})
 	// The backoff timer may not fire early ...
@@ -71,10 +71,10 @@ func Example() {
 
 	// ... and the second attempt succeeds, which makes summarize ready. A
 	// report without the attempt's token is refused.
-	claim = run(&domain.ClaimTask{TaskID: ids["fetch"], Executor: "http-worker", TokenHash: domain.TokenHash("token-2")})
+	claim = run(&domain.ClaimTask{ClaimBody: domain.ClaimBody{TaskID: ids["fetch"], Executor: "http-worker"}, TokenHash: domain.TokenHash("token-2")})
 	run(&domain.ReportSuccess{TaskID: ids["fetch"], Attempt: claim.Reply.Attempt, Token: "guessed"})
 	run(&domain.ReportSuccess{TaskID: ids["fetch"], Attempt: claim.Reply.Attempt, Token: "token-2"})
-	claim = run(&domain.ClaimTask{TaskID: ids["summarize"], Executor: "llm-worker", TokenHash: domain.TokenHash("token-3")})
+	claim = run(&domain.ClaimTask{ClaimBody: domain.ClaimBody{TaskID: ids["summarize"], Executor: "llm-worker"}, TokenHash: domain.TokenHash("token-3")})
 	// The summary is accepted and, in the same outcome, the goal is achieved.
 	run(&domain.ReportSuccess{TaskID: ids["summarize"], Attempt: claim.Reply.Attempt, Token: "token-3"})
 

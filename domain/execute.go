@@ -5,27 +5,13 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+
+	"github.com/dwr-run/dwr/schemas"
 )
 
-// Reply is what a command answers once its events are committed.
-type Reply struct {
-	ID          string     `json:"id"`
-	State       string     `json:"state,omitempty"`
-	Version     uint64     `json:"version"`
-	Attempt     int        `json:"attempt,omitempty"`
-	PlanVersion int        `json:"plan_version,omitempty"`
-	Tasks       []PlanTask `json:"tasks,omitempty"`
-	Task        *Task      `json:"task,omitempty"`        // for task.claim: what the executor needs
-	ApprovalID  string     `json:"approval_id,omitempty"` // for task.request_approval and approval.decide
-	// For queue.configure: the queue's settings in effect.
-	Queue      string `json:"queue,omitempty"`
-	LeaseMS    int64  `json:"lease_ms,omitempty"`
-	MaxDeliver int    `json:"max_deliver,omitempty"`
-	Duplicate  bool   `json:"duplicate,omitempty"`
-	// Token is, for task.claim, the attempt's token: the service adds it to
-	// the claimer's answer. The domain never sets it, and it is never stored.
-	Token string `json:"token,omitempty"`
-}
+// Reply is what a command answers once its events are committed: the
+// result of its wire reply.
+type Reply = schemas.CommandResult
 
 // Outcome is a decided command: the changes to append (reactions included, in
 // order) and the reply. A command already applied to its aggregate decides to

@@ -238,7 +238,7 @@ func (w *world) plan(goalID string, specs ...TaskSpec) (map[string]string, *Outc
 // claim claims a ready task and returns the attempt it started.
 func (w *world) claim(taskID string) int {
 	w.t.Helper()
-	out := w.must(&ClaimTask{TaskID: taskID, Executor: "exec-1", ExecutorVersion: "1.0"})
+	out := w.must(&ClaimTask{ClaimBody: ClaimBody{TaskID: taskID, Executor: "exec-1", ExecutorVersion: "1.0"}})
 	require.Equal(w.t, StateRunning, out.Reply.State)
 	return out.Reply.Attempt
 }

@@ -442,7 +442,7 @@ func (m *model) claim() {
 	if !ok {
 		return
 	}
-	c := &ClaimTask{TaskID: id, Executor: "exec"}
+	c := &ClaimTask{ClaimBody: ClaimBody{TaskID: id, Executor: "exec"}}
 	if rapid.IntRange(0, 3).Draw(m.t, "supersede") == 0 {
 		c.Supersedes = m.attempt(t)
 		// The running attempt's lease lapsed a moment ago, or lapses in a moment.
@@ -811,7 +811,7 @@ func (m *model) checkTask(t *Task) {
 	case StateNeedsReview:
 		require.Equal(m.t, AttemptStateSucceeded, t.Current().State)
 		last := t.Verifications[len(t.Verifications)-1]
-		require.Equal(m.t, VerdictReview, t.Spec.Verification.onVerdict(last.Outcome), "needs_review after %s", last.Outcome)
+		require.Equal(m.t, VerdictReview, onVerdict(t.Spec.Verification, last.Outcome), "needs_review after %s", last.Outcome)
 		require.Equal(m.t, t.Current().N, last.Attempt)
 	case StateAccepted:
 		m.checkAccepted(t)
@@ -856,7 +856,7 @@ func (m *model) checkAccepted(t *Task) {
 	pass, reviewed := false, false
 	for _, v := range t.Verifications {
 		pass = pass || (v.Attempt == acc.Attempt && v.Outcome == OutcomePass)
-		reviewed = reviewed || (v.Attempt == acc.Attempt && t.Spec.Verification.onVerdict(v.Outcome) == VerdictReview)
+		reviewed = reviewed || (v.Attempt == acc.Attempt && onVerdict(t.Spec.Verification, v.Outcome) == VerdictReview)
 	}
 	if rd, ok := es[last-1].(*ReviewDecided); ok {
 		require.Equal(m.t, ReviewAccept, rd.Decision)

@@ -1,6 +1,10 @@
 package domain
 
-import "slices"
+import (
+	"slices"
+
+	"github.com/dwr-run/dwr/schemas"
+)
 
 // Bounds on a queue's settings (queue.configure).
 const (
@@ -13,11 +17,7 @@ const (
 // QueueConfig is a queue's settings, which its work items' consumer follows:
 // how long an executor holds a work item before it is delivered again, and
 // how many times it is delivered before it is quarantined.
-type QueueConfig struct {
-	Name       string `json:"name"`
-	LeaseMS    int64  `json:"lease_ms"`
-	MaxDeliver int    `json:"max_deliver"`
-}
+type QueueConfig = schemas.QueueConfig
 
 // Queue returns the settings of queue name, or nil when it was never
 // configured.

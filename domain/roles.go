@@ -1,10 +1,15 @@
 package domain
 
-import "sort"
+import (
+	"sort"
+
+	"github.com/dwr-run/dwr/schemas"
+)
 
 // Role is what a member of a workspace may do there. Roles are deny by
-// default: a command or query a role does not list is refused.
-type Role string
+// default: a command or query a role does not list is refused (MayCommand,
+// MayQuery).
+type Role = schemas.Role
 
 // The roles of a workspace member.
 const (
@@ -64,7 +69,7 @@ var approverQueries = map[string]bool{
 
 // MayCommand reports whether a member with role r may send the named
 // command in its workspace.
-func (r Role) MayCommand(name string) bool {
+func MayCommand(r Role, name string) bool {
 	switch r {
 	case RoleAdmin:
 		return name != "workspace.create"
@@ -80,7 +85,7 @@ func (r Role) MayCommand(name string) bool {
 
 // MayQuery reports whether a member with role r may send the named query
 // in its workspace.
-func (r Role) MayQuery(name string) bool {
+func MayQuery(r Role, name string) bool {
 	switch r {
 	case RoleAdmin, RoleClient, RoleViewer:
 		return true
@@ -95,9 +100,9 @@ func (r Role) MayQuery(name string) bool {
 // AdminCommand reports whether the named command is kept to admins.
 func AdminCommand(name string) bool { return adminCommands[name] }
 
-// QueryNames returns the queries a role is limited to, or nil when it may
+// QueryNames returns the queries role r is limited to, or nil when it may
 // send every query (or none: see MayQuery).
-func (r Role) QueryNames() []string {
+func QueryNames(r Role) []string {
 	switch r {
 	case RoleExecutor:
 		return []string{"task.get"}

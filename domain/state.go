@@ -1,10 +1,11 @@
 package domain
 
 import (
-	"encoding/json"
 	"fmt"
 	"slices"
 	"time"
+
+	"github.com/dwr-run/dwr/schemas"
 )
 
 // Workspace is the state of a workspace aggregate.
@@ -21,150 +22,46 @@ type Workspace struct {
 	Queues []QueueConfig `json:"queues,omitempty"`
 }
 
-// Goal is the state of a goal aggregate, its plan included.
-type Goal struct {
-	ID              string     `json:"id"`
-	Workspace       string     `json:"workspace"`
-	Title           string     `json:"title"`
-	Description     string     `json:"description,omitempty"`
-	SuccessCriteria []string   `json:"success_criteria,omitempty"`
-	Envelope        Envelope   `json:"envelope"`
-	State           string     `json:"state"`
-	Reason          string     `json:"reason,omitempty"`
-	PlanVersion     int        `json:"plan_version"`
-	Plan            []PlanTask `json:"plan,omitempty"`
-	CreatedAt       time.Time  `json:"created_at"`
-	UpdatedAt       time.Time  `json:"updated_at"`
-	Version         uint64     `json:"version"`
-	Commands        []string   `json:"commands,omitempty"`
-}
-
-// Attempt is one execution of a task (a WorkExecution).
-type Attempt struct {
-	N               int             `json:"n"`
-	Executor        string          `json:"executor"`
-	ExecutorVersion string          `json:"executor_version,omitempty"`
-	OperationKey    string          `json:"operation_key"`
-	State           string          `json:"state"` // running | succeeded | failed | abandoned | parked | cancelled
-	StartedAt       time.Time       `json:"started_at"`
-	EndedAt         *time.Time      `json:"ended_at,omitempty"`
-	Deadline        *time.Time      `json:"deadline,omitempty"`
-	Result          json.RawMessage `json:"result,omitempty"`
-	Artifacts       []ArtifactRef   `json:"artifacts,omitempty"`
-	ModelSteps      []ModelStep     `json:"model_steps,omitempty"`
-	Error           *ErrorInfo      `json:"error,omitempty"`
-	Retryable       bool            `json:"retryable,omitempty"`
-	Reason          string          `json:"reason,omitempty"`
-	// TokenHash is TokenHash of the attempt's token: the token itself is
-	// never kept. Empty for an attempt claimed before attempts had tokens,
-	// which no command can then come from.
-	TokenHash string `json:"token_hash,omitempty"`
-	// ClaimedBy is the identity that claimed the attempt (the claim's
-	// actor): the only one its later commands may come from.
-	ClaimedBy string `json:"claimed_by,omitempty"`
-}
+// The states of goals and tasks are wire data, defined once in schemas.
+type (
+	// Goal is the state of a goal aggregate, its plan included.
+	Goal = schemas.Goal
+	// Task is the state of a task aggregate with its attempts.
+	Task = schemas.Task
+	// Attempt is one execution of a task (a WorkExecution).
+	Attempt = schemas.Attempt
+	// Wait is what a waiting task waits on (the task.waiting event is
+	// TaskWaiting).
+	Wait = schemas.Wait
+	// Verification is a verifier's recorded outcome, as a task keeps it
+	// (the event is VerificationRecorded).
+	Verification = schemas.Verification
+	// Signal is the last signal a task received, as the task keeps it (the
+	// event is SignalReceived).
+	Signal = schemas.Signal
+)
 
 // Attempt states.
 const (
-	AttemptStateRunning   = "running"
-	AttemptStateSucceeded = "succeeded"
-	AttemptStateFailed    = "failed"
-	AttemptStateAbandoned = "abandoned"
-	AttemptStateParked    = "parked"
-	AttemptStateCancelled = "cancelled"
+	AttemptStateRunning   = schemas.AttemptStateRunning
+	AttemptStateSucceeded = schemas.AttemptStateSucceeded
+	AttemptStateFailed    = schemas.AttemptStateFailed
+	AttemptStateAbandoned = schemas.AttemptStateAbandoned
+	AttemptStateParked    = schemas.AttemptStateParked
+	AttemptStateCancelled = schemas.AttemptStateCancelled
 )
 
-// Task is the state of a task aggregate with its attempts.
-type Task struct {
-	ID            string                 `json:"id"`
-	Workspace     string                 `json:"workspace"`
-	GoalID        string                 `json:"goal_id,omitempty"`
-	PlanVersion   int                    `json:"plan_version,omitempty"`
-	Key           string                 `json:"key,omitempty"`
-	Spec          TaskSpec               `json:"spec"`
-	DependsOn     []string               `json:"depends_on,omitempty"`
-	State         string                 `json:"state"`
-	Wait          *TaskWaiting           `json:"wait,omitempty"`
-	Attempts      []Attempt              `json:"attempts,omitempty"`
-	Checkpoint    json.RawMessage        `json:"checkpoint,omitempty"`
-	BackoffUntil  *time.Time             `json:"backoff_until,omitempty"`
-	Verifications []VerificationRecorded `json:"verifications,omitempty"`
-	Approved      bool                   `json:"approved,omitempty"` // the gate was passed
-	Approvals     []Approval             `json:"approvals,omitempty"`
-	Signal        *SignalReceived        `json:"signal,omitempty"` // the last signal received, for the attempt it resumes
-	Reason        string                 `json:"reason,omitempty"`
-	Error         *ErrorInfo             `json:"error,omitempty"`
-	CreatedAt     time.Time              `json:"created_at"`
-	UpdatedAt     time.Time              `json:"updated_at"`
-	Version       uint64                 `json:"version"`
-	Commands      []string               `json:"commands,omitempty"`
-}
-
-// Current returns the latest attempt, or nil before the first.
-func (t *Task) Current() *Attempt {
-	if len(t.Attempts) == 0 {
-		return nil
-	}
-	return &t.Attempts[len(t.Attempts)-1]
-}
-
-// Running returns the attempt that holds the task now, or nil.
-func (t *Task) Running() *Attempt {
-	if a := t.Current(); a != nil && a.State == AttemptStateRunning {
-		return a
-	}
-	return nil
-}
-
-// Retry returns the task's retry policy with defaults filled in.
-func (t *Task) Retry() RetryPolicy {
+// retryOf returns the task's retry policy with defaults filled in.
+func retryOf(t *Task) RetryPolicy {
 	if t.Spec.Retry == nil {
-		return RetryPolicy{}.WithDefaults()
+		return RetryWithDefaults(RetryPolicy{})
 	}
-	return t.Spec.Retry.WithDefaults()
+	return RetryWithDefaults(*t.Spec.Retry)
 }
 
 // OperationKey returns the key a task's side effects are made under: stable
 // across every attempt of the task.
 func OperationKey(taskID string) string { return "op-" + taskID }
-
-// Clone returns a deep copy of t.
-func (t *Task) Clone() *Task {
-	c := *t
-	c.DependsOn = slices.Clone(t.DependsOn)
-	c.Attempts = slices.Clone(t.Attempts)
-	c.Verifications = slices.Clone(t.Verifications)
-	if t.Approvals != nil {
-		c.Approvals = make([]Approval, len(t.Approvals))
-		for i, a := range t.Approvals {
-			a.Refusals = slices.Clone(a.Refusals)
-			if a.Decision != nil {
-				d := *a.Decision
-				a.Decision = &d
-			}
-			c.Approvals[i] = a
-		}
-	}
-	c.Commands = slices.Clone(t.Commands)
-	if t.Wait != nil {
-		w := *t.Wait
-		c.Wait = &w
-	}
-	if t.Signal != nil {
-		s := *t.Signal
-		c.Signal = &s
-	}
-	return &c
-}
-
-// Clone returns a deep copy of g.
-func (g *Goal) Clone() *Goal {
-	c := *g
-	c.SuccessCriteria = slices.Clone(g.SuccessCriteria)
-	c.Plan = slices.Clone(g.Plan)
-	c.Commands = slices.Clone(g.Commands)
-	return &c
-}
 
 // Clone returns a copy of w.
 func (w *Workspace) Clone() *Workspace {
@@ -185,14 +82,6 @@ func (w *Workspace) Clone() *Workspace {
 // HasCommand reports whether the command with idempotency key key
 // (Meta.Key) was already applied to the workspace.
 func (w *Workspace) HasCommand(key string) bool { return key != "" && slices.Contains(w.Commands, key) }
-
-// HasCommand reports whether the command with idempotency key key
-// (Meta.Key) was already applied to the goal.
-func (g *Goal) HasCommand(key string) bool { return key != "" && slices.Contains(g.Commands, key) }
-
-// HasCommand reports whether the command with idempotency key key
-// (Meta.Key) was already applied to the task.
-func (t *Task) HasCommand(key string) bool { return key != "" && slices.Contains(t.Commands, key) }
 
 // Recorded is what the log adds to an event: the command it came from, who
 // sent it, and the time it was decided.
@@ -324,7 +213,7 @@ func ApplyTask(t *Task, id, workspace string, e Event, r Recorded) (*Task, error
 			Key: ev.Spec.Key, Spec: ev.Spec, DependsOn: ev.DependsOn, State: ev.State,
 			CreatedAt: r.Time, UpdatedAt: r.Time, Version: 1, Commands: addCommand(nil, r.Key())}
 		if ev.State == StateWaiting {
-			nt.Wait = &TaskWaiting{Kind: ev.WaitKind, Until: ev.WaitUntil}
+			nt.Wait = &Wait{Kind: ev.WaitKind, Until: ev.WaitUntil}
 		}
 		return nt, nil
 	}
@@ -345,7 +234,7 @@ func ApplyTask(t *Task, id, workspace string, e Event, r Recorded) (*Task, error
 	case *TaskReady:
 		t.State, t.Wait, t.BackoffUntil = StateReady, nil, nil
 	case *TaskWaiting:
-		w := *ev
+		w := Wait(*ev)
 		t.State, t.Wait = StateWaiting, &w
 		if a := t.Running(); a != nil {
 			at := r.Time
@@ -385,8 +274,8 @@ func ApplyTask(t *Task, id, workspace string, e Event, r Recorded) (*Task, error
 		until := ev.Until
 		t.State, t.BackoffUntil = StateBackoff, &until
 	case *VerificationRecorded:
-		t.Verifications = append(t.Verifications, *ev)
-		if t.Spec.Verification != nil && t.Spec.Verification.onVerdict(ev.Outcome) == VerdictReview {
+		t.Verifications = append(t.Verifications, Verification(*ev))
+		if t.Spec.Verification != nil && onVerdict(t.Spec.Verification, ev.Outcome) == VerdictReview {
 			t.State = StateNeedsReview
 		}
 	case *ReviewDecided:
@@ -395,7 +284,7 @@ func ApplyTask(t *Task, id, workspace string, e Event, r Recorded) (*Task, error
 		a := ev.Approval
 		a.TaskID = id
 		t.Approvals = append(t.Approvals, a)
-		t.State, t.Wait = StateWaiting, &TaskWaiting{Kind: WaitApproval, ApprovalID: a.ID}
+		t.State, t.Wait = StateWaiting, &Wait{Kind: WaitApproval, ApprovalID: a.ID}
 		if ra := t.Running(); ra != nil {
 			at := r.Time
 			ra.State, ra.EndedAt = AttemptStateParked, &at
@@ -431,7 +320,7 @@ func ApplyTask(t *Task, id, workspace string, e Event, r Recorded) (*Task, error
 			}
 		}
 	case *SignalReceived:
-		s := *ev
+		s := Signal(*ev)
 		t.Signal = &s // resumption follows as task.ready
 	case *TaskAccepted:
 		t.State = StateAccepted

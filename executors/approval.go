@@ -9,6 +9,8 @@ import (
 	"errors"
 	"fmt"
 	"time"
+
+	"github.com/dwr-run/dwr/schemas"
 )
 
 // Approval responses: what a person may answer to an approval request.
@@ -152,30 +154,14 @@ func (j *Job) RequestApproval(ctx context.Context, r ApprovalRequest) (*Decision
 
 // approvalFunc records an approval request for a job and returns the
 // approval's id.
-type approvalFunc func(ctx context.Context, body requestApprovalBody, commandID string) (string, error)
-
-// requestApprovalBody is the task.request_approval command.
-type requestApprovalBody struct {
-	TaskID     string            `json:"task_id"`
-	Attempt    int               `json:"attempt"`
-	Token      string            `json:"token"`
-	Action     json.RawMessage   `json:"action"`
-	Summary    string            `json:"summary,omitempty"`
-	Basis      json.RawMessage   `json:"basis,omitempty"`
-	Role       string            `json:"role,omitempty"`
-	Responses  []string          `json:"responses,omitempty"`
-	Branches   map[string]string `json:"branches,omitempty"`
-	OnExpiry   string            `json:"on_expiry,omitempty"`
-	EscalateTo string            `json:"escalate_to,omitempty"`
-	ExpiresIn  duration          `json:"expires_in,omitempty"`
-}
+type approvalFunc func(ctx context.Context, body schemas.RequestApproval, commandID string) (string, error)
 
 // approvalBodyOf returns the command that asks for r; its action is the
 // canonical JSON of r.Action.
-func approvalBodyOf(j *Job, r ApprovalRequest) (requestApprovalBody, error) {
-	b := requestApprovalBody{TaskID: j.TaskID, Attempt: j.Attempt, Token: j.Token, Summary: r.Summary, Role: r.Role,
-		Responses: r.Responses, Branches: r.Branches, OnExpiry: r.OnExpiry, EscalateTo: r.EscalateTo,
-		ExpiresIn: duration(r.ExpiresIn)}
+func approvalBodyOf(j *Job, r ApprovalRequest) (schemas.RequestApproval, error) {
+	b := schemas.RequestApproval{TaskID: j.TaskID, Attempt: j.Attempt, Token: j.Token, ApprovalRequest: schemas.ApprovalRequest{
+		Summary: r.Summary, Role: r.Role, Responses: r.Responses, Branches: r.Branches, OnExpiry: r.OnExpiry,
+		EscalateTo: r.EscalateTo, ExpiresIn: schemas.Duration(r.ExpiresIn)}}
 	action, err := encodeJSON(r.Action)
 	switch {
 	case err != nil:

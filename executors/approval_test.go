@@ -19,6 +19,7 @@ import (
 	"github.com/dwr-run/dwr/executors/executortest"
 	"github.com/dwr-run/dwr/handlers"
 	"github.com/dwr-run/dwr/handlers/servicetest"
+	"github.com/dwr-run/dwr/schemas"
 )
 
 // The SDK computes an action's digest as the service does: these are
@@ -97,46 +98,16 @@ func refunder(performed *sync.Map) executors.Handler {
 	}
 }
 
-// approvalTask is a task as task.get returns it, with its approvals.
-type approvalTask struct {
-	ID    string `json:"id"`
-	State string `json:"state"`
-	Wait  *struct {
-		Kind       string `json:"kind"`
-		ApprovalID string `json:"approval_id"`
-	} `json:"wait"`
-	Attempts []struct {
-		N      int             `json:"n"`
-		State  string          `json:"state"`
-		Result json.RawMessage `json:"result"`
-	} `json:"attempts"`
-	Approvals []struct {
-		ID           string          `json:"id"`
-		Attempt      int             `json:"attempt"`
-		Action       json.RawMessage `json:"action"`
-		ActionDigest string          `json:"action_digest"`
-		State        string          `json:"state"`
-		Decision     *struct {
-			Response string `json:"response"`
-			Approver string `json:"approver"`
-			Comment  string `json:"comment"`
-		} `json:"decision"`
-	} `json:"approvals"`
-}
-
-func (b *bundle) approvalTask(t *testing.T, id string) approvalTask {
+// approvalTask returns the task, with its approvals, as task.get does.
+func (b *bundle) approvalTask(t *testing.T, id string) schemas.Task {
 	t.Helper()
-	r := b.request(t, "dwr.q.default.task.get", map[string]string{"id": id})
-	require.True(t, r.OK, "task.get: %+v", r.Error)
-	var tk approvalTask
-	require.NoError(t, json.Unmarshal(r.Result, &tk))
-	return tk
+	return b.task(t, id)
 }
 
 // waitApproval waits until the task waits on approval approvalID.
-func (b *bundle) waitApproval(t *testing.T, id, approvalID string) approvalTask {
+func (b *bundle) waitApproval(t *testing.T, id, approvalID string) schemas.Task {
 	t.Helper()
-	var tk approvalTask
+	var tk schemas.Task
 	eventually(t, 10*time.Second, func() bool {
 		tk = b.approvalTask(t, id)
 		return tk.State == "waiting" && tk.Wait != nil && tk.Wait.Kind == "approval" && tk.Wait.ApprovalID == approvalID

@@ -12,6 +12,8 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/dwr-run/dwr/schemas"
 )
 
 // Job outcomes, as logged (key "outcome"), one line per delivery.
@@ -32,11 +34,11 @@ const (
 type delivery struct {
 	w         *Worker
 	msg       jetstream.Msg
-	item      workItem
+	item      schemas.WorkItem
 	delivered uint64
 	received  time.Time
 	// beat is the heartbeat of the attempt the delivery runs, once claimed.
-	beat atomic.Pointer[heartbeatBody]
+	beat atomic.Pointer[schemas.Heartbeat]
 }
 
 // deliver handles one work item: claim, run, report, acknowledge. It returns
@@ -51,12 +53,12 @@ func (w *Worker) deliver(hard context.Context, msg jetstream.Msg) {
 	}
 	d.delivered = meta.NumDelivered
 	err = json.Unmarshal(msg.Data(), &d.item)
-	kind := kindExecute
+	kind := schemas.WorkKindExecute
 	if w.verify != nil {
-		kind = kindVerify
+		kind = schemas.WorkKindVerify
 	}
 	if err == nil {
-		err = d.item.check(w.cfg.Workspace, w.cfg.Queue, kind)
+		err = checkItem(&d.item, w.cfg.Workspace, w.cfg.Queue, kind)
 	}
 	if err != nil {
 		// An item this SDK cannot run (malformed, or of a kind it does not
@@ -87,7 +89,7 @@ func (w *Worker) deliver(hard context.Context, msg jetstream.Msg) {
 	if !ok {
 		return
 	}
-	d.beat.Store(&heartbeatBody{TaskID: task.ID, Attempt: attempt.N, Token: token})
+	d.beat.Store(&schemas.Heartbeat{TaskID: task.ID, Attempt: attempt.N, Token: token})
 	d.run(hard, task, attempt, token, watch)
 }
 
@@ -124,24 +126,24 @@ const supersedeTries = 3
 // holder lost the lease), it claims again superseding that attempt — once
 // the service counts its lease as lapsed. It settles the item itself and
 // returns false when no job is to run.
-func (d *delivery) claim(ctx context.Context) (*taskState, *attemptState, string, bool) {
+func (d *delivery) claim(ctx context.Context) (*schemas.Task, *schemas.Attempt, string, bool) {
 	it := &d.item
-	body := claimBody{TaskID: it.TaskID, Executor: d.w.cfg.Executor, ExecutorVersion: d.w.cfg.Version}
+	body := schemas.ClaimTask{TaskID: it.TaskID, Executor: d.w.cfg.Executor, ExecutorVersion: d.w.cfg.Version}
 	id := fmt.Sprintf("claim.%s.%d.%d", it.TaskID, it.Attempt, d.delivered)
 	r, err := d.w.c.command(ctx, "task.claim", body, id)
 	if err != nil {
 		d.done(outcomeStopped, 0, logErr, err)
 		return nil, nil, "", false
 	}
-	if !r.OK && r.Error.Code == codeConflict && d.delivered > 1 {
+	if !r.OK && r.Error.Code == schemas.CodeConflict && d.delivered > 1 {
 		// The service found the task not ready: a view still showing it
 		// ready is behind.
-		t, err := d.taskAfter(ctx, func(t *taskState) bool { return t.State != "ready" })
+		t, err := d.taskAfter(ctx, func(t *schemas.Task) bool { return t.State != schemas.StateReady })
 		if err != nil {
 			d.done(outcomeUnsettled, 0, logErr, err) // redelivered after the lease
 			return nil, nil, "", false
 		}
-		if a, ok := t.runningFromItem(it.Attempt); ok {
+		if a, ok := runningFromItem(t, it.Attempt); ok {
 			body.Supersedes = a.N
 			for try := 1; ; try++ {
 				r, err = d.w.c.command(ctx, "task.claim", body, id+".s"+strconv.Itoa(a.N))
@@ -149,7 +151,7 @@ func (d *delivery) claim(ctx context.Context) (*taskState, *attemptState, string
 					d.done(outcomeStopped, 0, logErr, err)
 					return nil, nil, "", false
 				}
-				if r.OK || r.Error.Code != codeConflict {
+				if r.OK || r.Error.Code != schemas.CodeConflict {
 					break
 				}
 				// The service still counts the attempt alive within its
@@ -175,7 +177,7 @@ func (d *delivery) claim(ctx context.Context) (*taskState, *attemptState, string
 	}
 	if !r.OK {
 		switch r.Error.Code {
-		case codeConflict, codeNotFound:
+		case schemas.CodeConflict, schemas.CodeNotFound:
 			// The task is no longer ready: the item is stale.
 			d.ack()
 			d.done(outcomeSkipped, 0, logReason, r.Error.Message)
@@ -188,7 +190,7 @@ func (d *delivery) claim(ctx context.Context) (*taskState, *attemptState, string
 		}
 		return nil, nil, "", false
 	}
-	var cr commandReply
+	var cr schemas.CommandResult
 	if err := json.Unmarshal(r.Result, &cr); err != nil {
 		d.w.log.Error("executors: a claim reply that does not decode", logTask, it.TaskID, logErr, err)
 		_ = d.msg.NakWithDelay(d.w.leaseOf())
@@ -201,8 +203,8 @@ func (d *delivery) claim(ctx context.Context) (*taskState, *attemptState, string
 			return nil, nil, "", false
 		}
 	}
-	a := t.attempt(cr.Attempt)
-	if cr.State != stateRunning || a == nil || a.State != attemptStateRunning || a.Executor != d.w.cfg.Executor {
+	a := t.Attempt(cr.Attempt)
+	if cr.State != schemas.StateRunning || a == nil || a.State != schemas.AttemptStateRunning || a.Executor != d.w.cfg.Executor {
 		// The claim ended the task (attempts or budget spent) or answered
 		// for another attempt: nothing to run.
 		d.ack()
@@ -224,7 +226,7 @@ func (d *delivery) claim(ctx context.Context) (*taskState, *attemptState, string
 // supersedeWait returns how long to wait before claiming again a task whose
 // attempt the service still counts alive, as its refusal says: at most a
 // lease and a few seconds, else false.
-func (d *delivery) supersedeWait(e *wireError) (time.Duration, bool) {
+func (d *delivery) supersedeWait(e *schemas.Error) (time.Duration, bool) {
 	if e.RetryAfter == nil {
 		return 0, false
 	}
@@ -247,65 +249,37 @@ func sleepCtx(ctx context.Context, d time.Duration) bool {
 	}
 }
 
-// job builds the handler's Job from the claimed task (fresher than the work
-// item, which it falls back on) and the attempt's token.
-func (d *delivery) job(t *taskState, a *attemptState, token string) *Job {
-	it := &d.item
-	j := &Job{TaskID: it.TaskID, Workspace: it.Workspace, Queue: it.Queue, GoalID: first(t.GoalID, it.GoalID),
-		Key: first(t.Key, it.Key), Title: first(t.Spec.Title, it.Title), Attempt: a.N, Token: token,
-		OperationKey: first(a.OperationKey, it.OperationKey), Input: t.Spec.Input, Checkpoint: t.Checkpoint}
-	if len(j.Input) == 0 {
-		j.Input = it.Input
-	}
-	j.Signal = t.Signal
-	if j.Signal == nil {
-		j.Signal = it.Signal
-	}
-	j.Decisions = t.decisions()
+// job builds the handler's Job from the task as the claim left it (its
+// reply's, or the views' when the reply carried none), the attempt it
+// started and the attempt's token: the work item only named the attempt.
+func (d *delivery) job(t *schemas.Task, a *schemas.Attempt, token string) *Job {
+	j := &Job{TaskID: t.ID, Workspace: t.Workspace, Queue: t.Spec.Queue, GoalID: t.GoalID, Key: t.Key,
+		Title: t.Spec.Title, Attempt: a.N, Token: token, OperationKey: a.OperationKey, Input: t.Spec.Input,
+		Checkpoint: t.Checkpoint, Signal: t.Signal, Decisions: decisionsOf(t)}
 	for _, p := range t.Attempts {
 		if p.N < a.N {
-			j.PriorAttempts = append(j.PriorAttempts, p.PriorAttempt)
+			j.PriorAttempts = append(j.PriorAttempts, p)
 		}
 	}
-	if len(t.Attempts) == 0 {
-		j.PriorAttempts = it.PriorAttempts
-	}
 	for _, v := range t.Verifications {
-		if v.Outcome == "FAIL" {
+		if v.Outcome == schemas.OutcomeFail {
 			j.Verifications = append(j.Verifications, v)
 		}
 	}
-	if len(t.Verifications) == 0 {
-		for _, v := range it.Verifications {
-			if v.Outcome == "FAIL" {
-				j.Verifications = append(j.Verifications, v)
-			}
-		}
-	}
-	switch {
+	switch timeout := t.Spec.Timeout.D(); {
 	case a.Deadline != nil:
 		j.Deadline = *a.Deadline
-	case it.Timeout > 0:
-		j.Deadline = a.StartedAt.Add(time.Duration(it.Timeout))
-		if a.StartedAt.IsZero() {
-			j.Deadline = d.received.Add(time.Duration(it.Timeout))
-		}
+	case timeout > 0 && a.StartedAt.IsZero():
+		j.Deadline = d.received.Add(timeout)
+	case timeout > 0:
+		j.Deadline = a.StartedAt.Add(timeout)
 	}
 	return j
 }
 
-func first(s ...string) string {
-	for _, v := range s {
-		if v != "" {
-			return v
-		}
-	}
-	return ""
-}
-
 // run runs the handler for the claimed attempt and reports what it
 // returned.
-func (d *delivery) run(hard context.Context, t *taskState, a *attemptState, token string, watch *watch) {
+func (d *delivery) run(hard context.Context, t *schemas.Task, a *schemas.Attempt, token string, watch *watch) {
 	job := d.job(t, a, token)
 	jctx, cancel := context.WithCancelCause(hard)
 	defer cancel(nil)
@@ -329,7 +303,7 @@ func (d *delivery) run(hard context.Context, t *taskState, a *attemptState, toke
 
 // report sends the attempt's success or failure, then settles the item.
 func (d *delivery) report(ctx context.Context, job *Job, rep Report, watch *watch) {
-	var r *reply
+	var r *schemas.Reply
 	var err error
 	switch {
 	case rep.Wait != nil && rep.Wait.ApprovalID != "":
@@ -352,29 +326,29 @@ func (d *delivery) report(ctx context.Context, job *Job, rep Report, watch *watc
 		switch {
 		case err != nil:
 		case r.OK:
-			var cr commandReply
+			var cr schemas.CommandResult
 			if json.Unmarshal(r.Result, &cr) == nil {
 				wait.ApprovalID = cr.ApprovalID
 			}
-		case r.Error.Code == codeInvalid || r.Error.Code == codeTooLarge:
+		case r.Error.Code == schemas.CodeInvalid || r.Error.Code == schemas.CodeTooLarge:
 			rep.Wait, rep.Failure = nil, &Failure{Code: CodeInvalidResult, Message: clip("the service refused the approval request: "+r.Error.Message, maxMessage)}
 		}
 	case rep.Wait != nil:
 		r, err = d.w.c.command(ctx, "task.wait", waitBodyOf(job, rep.Wait),
 			fmt.Sprintf("wait.%s.%d", job.TaskID, job.Attempt))
-		if err == nil && !r.OK && r.Error.Code == codeInvalid {
+		if err == nil && !r.OK && r.Error.Code == schemas.CodeInvalid {
 			rep.Wait, rep.Failure = nil, &Failure{Code: CodeInvalidResult, Message: clip("the service refused the wait: "+r.Error.Message, maxMessage)}
 		}
 	case rep.Failure == nil:
-		r, err = d.w.c.command(ctx, "task.succeed", succeedBody{TaskID: job.TaskID, Attempt: job.Attempt, Token: job.Token,
+		r, err = d.w.c.command(ctx, "task.succeed", schemas.ReportSuccess{TaskID: job.TaskID, Attempt: job.Attempt, Token: job.Token,
 			Result: rep.Output, Artifacts: rep.Artifacts, ModelSteps: rep.ModelSteps},
 			fmt.Sprintf("succeed.%s.%d", job.TaskID, job.Attempt))
-		if err == nil && !r.OK && (r.Error.Code == codeInvalid || r.Error.Code == codeTooLarge) {
+		if err == nil && !r.OK && (r.Error.Code == schemas.CodeInvalid || r.Error.Code == schemas.CodeTooLarge) {
 			rep.Failure = &Failure{Code: CodeInvalidResult, Message: clip("the service refused the result: "+r.Error.Message, maxMessage)}
 		}
 	}
 	if rep.Failure != nil {
-		r, err = d.w.c.command(ctx, "task.fail", failBody{TaskID: job.TaskID, Attempt: job.Attempt, Token: job.Token,
+		r, err = d.w.c.command(ctx, "task.fail", schemas.ReportFailure{TaskID: job.TaskID, Attempt: job.Attempt, Token: job.Token,
 			Error: ErrorInfo{Code: rep.Failure.Code, Message: rep.Failure.Message}, Retryable: rep.Failure.Retryable},
 			fmt.Sprintf("fail.%s.%d", job.TaskID, job.Attempt))
 	}
@@ -393,7 +367,7 @@ func (d *delivery) report(ctx context.Context, job *Job, rep Report, watch *watc
 		default:
 			d.done(outcomePermanent, job.Attempt, logErr, rep.Failure.Error())
 		}
-	case r.Error.Code == codeConflict || r.Error.Code == codeNotFound:
+	case r.Error.Code == schemas.CodeConflict || r.Error.Code == schemas.CodeNotFound:
 		watch.end(ErrLeaseLost)
 		d.settleFenced(ctx, job, watch, r.Error.Message)
 	default:
@@ -414,15 +388,15 @@ func (d *delivery) settleFenced(ctx context.Context, job *Job, watch *watch, why
 	if !watch.terminal() {
 		// The service found this attempt not running: a view still showing
 		// it running is behind.
-		t, err := d.taskAfter(ctx, func(t *taskState) bool {
-			r := t.running()
+		t, err := d.taskAfter(ctx, func(t *schemas.Task) bool {
+			r := running(t)
 			return r == nil || r.N != job.Attempt
 		})
 		if err != nil {
 			d.done(outcomeUnsettled, job.Attempt, logErr, err)
 			return
 		}
-		if a, ok := t.runningFromItem(d.item.Attempt); ok && a.N > job.Attempt {
+		if a, ok := runningFromItem(t, d.item.Attempt); ok && a.N > job.Attempt {
 			d.done(outcomeRefused, job.Attempt, logReason, why+" (attempt "+strconv.Itoa(a.N)+" holds the item)")
 			return
 		}
@@ -443,13 +417,13 @@ func (d *delivery) checkpointer(hard context.Context, job *Job, cancel context.C
 		id := fmt.Sprintf("checkpoint.%s.%d.%d", job.TaskID, job.Attempt, seq)
 		rctx, stop := mergeCancel(ctx, hard)
 		defer stop()
-		r, err := d.w.c.command(rctx, "task.checkpoint", checkpointBody{TaskID: job.TaskID, Attempt: job.Attempt, Token: job.Token, Checkpoint: raw}, id)
+		r, err := d.w.c.command(rctx, "task.checkpoint", schemas.SaveCheckpoint{TaskID: job.TaskID, Attempt: job.Attempt, Token: job.Token, Checkpoint: raw}, id)
 		switch {
 		case err != nil:
 			return fmt.Errorf("executors: checkpoint of task %s not saved: %w", job.TaskID, err)
 		case r.OK:
 			return nil
-		case r.Error.Code == codeConflict || r.Error.Code == codeNotFound:
+		case r.Error.Code == schemas.CodeConflict || r.Error.Code == schemas.CodeNotFound:
 			cause := d.fencedCause(rctx, job, watch)
 			cancel(cause)
 			return fmt.Errorf("%w: checkpoint refused: %s", cause, r.Error.Message)
@@ -465,10 +439,10 @@ func (d *delivery) fencedCause(ctx context.Context, job *Job, watch *watch) erro
 	if watch.terminal() {
 		return ErrCancelled
 	}
-	if t, err := d.taskAfter(ctx, func(t *taskState) bool {
-		r := t.running()
+	if t, err := d.taskAfter(ctx, func(t *schemas.Task) bool {
+		r := running(t)
 		return r == nil || r.N != job.Attempt
-	}); err == nil && t.terminal() {
+	}); err == nil && schemas.Terminal(t.State) {
 		return ErrCancelled
 	}
 	return ErrLeaseLost
@@ -477,7 +451,7 @@ func (d *delivery) fencedCause(ctx context.Context, job *Job, watch *watch) erro
 // approvals returns the job's approval requester: task.request_approval
 // commands, with an id per attempt and action, retried until answered.
 func (d *delivery) approvals(hard context.Context, job *Job, cancel context.CancelCauseFunc, watch *watch) approvalFunc {
-	return func(ctx context.Context, body requestApprovalBody, id string) (string, error) {
+	return func(ctx context.Context, body schemas.RequestApproval, id string) (string, error) {
 		rctx, stop := mergeCancel(ctx, hard)
 		defer stop()
 		r, err := d.w.c.command(rctx, "task.request_approval", body, id)
@@ -485,7 +459,7 @@ func (d *delivery) approvals(hard context.Context, job *Job, cancel context.Canc
 		case err != nil:
 			return "", fmt.Errorf("executors: approval request of task %s not recorded: %w", job.TaskID, err)
 		case r.OK:
-			var cr commandReply
+			var cr schemas.CommandResult
 			if err := json.Unmarshal(r.Result, &cr); err == nil && cr.ApprovalID != "" {
 				return cr.ApprovalID, nil
 			}
@@ -493,7 +467,7 @@ func (d *delivery) approvals(hard context.Context, job *Job, cancel context.Canc
 			// approval: the task does.
 			digest := digestOf(body.Action)
 			var found string
-			_, err := d.taskAfter(rctx, func(t *taskState) bool {
+			_, err := d.taskAfter(rctx, func(t *schemas.Task) bool {
 				for i := len(t.Approvals) - 1; i >= 0 && found == ""; i-- {
 					if a := t.Approvals[i]; a.Attempt == job.Attempt && a.ActionDigest == digest {
 						found = a.ID
@@ -507,11 +481,11 @@ func (d *delivery) approvals(hard context.Context, job *Job, cancel context.Canc
 				d.w.log.Warn("executors: cannot tell which approval a request recorded", logTask, job.TaskID, logErr, err)
 			}
 			return found, nil
-		case r.Error.Code == codeConflict || r.Error.Code == codeNotFound:
+		case r.Error.Code == schemas.CodeConflict || r.Error.Code == schemas.CodeNotFound:
 			cause := d.fencedCause(rctx, job, watch)
 			cancel(cause)
 			return "", fmt.Errorf("%w: approval request refused: %s", cause, r.Error.Message)
-		case r.Error.Code == codeInvalid || r.Error.Code == codeTooLarge:
+		case r.Error.Code == schemas.CodeInvalid || r.Error.Code == schemas.CodeTooLarge:
 			return "", Permanent(&CommandError{Command: "task.request_approval", Code: r.Error.Code, Message: r.Error.Message})
 		}
 		return "", &CommandError{Command: "task.request_approval", Code: r.Error.Code, Message: r.Error.Message}
@@ -532,7 +506,7 @@ const viewLag = 5 * time.Second
 // taskAfter reads the task from the views once they reflect what a refusal
 // said (current reports whether a read does): the views follow the writer's
 // commits by a moment, and a replica's by more.
-func (d *delivery) taskAfter(ctx context.Context, current func(*taskState) bool) (*taskState, error) {
+func (d *delivery) taskAfter(ctx context.Context, current func(*schemas.Task) bool) (*schemas.Task, error) {
 	deadline := time.Now().Add(viewLag)
 	for {
 		t, err := d.getTask(ctx)
@@ -553,15 +527,15 @@ func (d *delivery) taskAfter(ctx context.Context, current func(*taskState) bool)
 }
 
 // getTask reads the task from the views.
-func (d *delivery) getTask(ctx context.Context) (*taskState, error) {
-	r, err := d.w.c.query(ctx, "task.get", queryBody{ID: d.item.TaskID})
+func (d *delivery) getTask(ctx context.Context) (*schemas.Task, error) {
+	r, err := d.w.c.query(ctx, "task.get", schemas.Query{ID: d.item.TaskID})
 	if err != nil {
 		return nil, err
 	}
 	if !r.OK {
 		return nil, &CommandError{Command: "task.get", Code: r.Error.Code, Message: r.Error.Message}
 	}
-	var t taskState
+	var t schemas.Task
 	if err := json.Unmarshal(r.Result, &t); err != nil {
 		return nil, fmt.Errorf("executors: task.get: %w", err)
 	}
@@ -655,7 +629,11 @@ func (ws *watchers) route(m *nats.Msg, prefix, name string) {
 			wt.end(ErrCancelled)
 		}
 	case "attempt_abandoned", "attempt_failed":
-		var e envelope
+		var e struct { // the event's envelope (envelope.json): only the attempt it names
+			Data struct {
+				Attempt int `json:"attempt"`
+			} `json:"data"`
+		}
 		if err := json.Unmarshal(m.Data, &e); err != nil || e.Data.Attempt == 0 {
 			return
 		}

@@ -24,13 +24,13 @@
 //   - Work items. The service publishes one message per ready task on the
 //     JetStream stream DWR_WORK (work-queue retention), subject
 //     dwr.work.<workspace>.<queue>, with header Nats-Msg-Id
-//     "<task_id>.<attempt>" and a JSON body {"kind": "execute", "task_id",
-//     "workspace", "queue", "goal_id", "key", "title", "attempt" (the number
-//     the claim will start), "operation_key", "input", "checkpoint",
-//     "prior_attempts", "verifications", "timeout"}. An item this SDK cannot
-//     run (malformed, or of another kind) is handed back with a delay of one
-//     lease: for an executor that can or, past MaxDeliver, for the service's
-//     quarantine.
+//     "<task_id>.<attempt>" and a JSON body (schemas.WorkItem) that names
+//     the attempt to claim and nothing more: {"kind": "execute", "task_id",
+//     "workspace", "queue", "attempt" (the number the claim will start),
+//     "operation_key"}. The task itself comes with the claim. An item this
+//     SDK cannot run (malformed, or of another kind) is handed back with a
+//     delay of one lease: for an executor that can or, past MaxDeliver, for
+//     the service's quarantine.
 //   - Consumer. Every worker of a queue shares the durable pull consumer
 //     dwr-<workspace>-<queue> (created or updated by each worker): explicit
 //     acks, AckWait = Config.Lease, MaxDeliver = Config.MaxDeliver (past it
@@ -40,10 +40,12 @@
 //   - Claim. Request dwr.cmd.<ws>.task.claim {"task_id", "executor",
 //     "executor_version"} with header Dwr-Command-Id
 //     "claim.<task>.<attempt>.<delivery>", so a retried claim returns its
-//     first outcome. The reply holds the attempt started, the task and the
-//     attempt's "token": a secret (Job.Token) that every later command of
-//     the attempt carries, and that only the identity that claimed may use
-//     (a retried claim returns the same token). A claim refused with
+//     first outcome. The reply holds the attempt started, the task as it
+//     stands after the claim — the Job is built from it: input, checkpoint,
+//     earlier attempts, verifications, signal, decisions, the attempt's
+//     deadline — and the attempt's "token": a secret (Job.Token) that every
+//     later command of the attempt carries, and that only the identity that
+//     claimed may use (a retried claim returns the same token). A claim refused with
 //     conflict or not_found means the item is stale: it is acknowledged and
 //     no job runs. But when the item was redelivered and the task is still
 //     running an attempt m that was started from this item (its holder lost
@@ -151,8 +153,10 @@
 // it is gone) and its commands; only a closed connection ends Run.
 //
 // An executor is written against the wire contract only. This package may
-// import the standard library, schemas (the JSON Schemas of work items and
-// results) and the NATS client libraries; never domain, eventstore,
+// import the standard library, schemas (the wire contract: its JSON Schemas
+// and the same contract as Go types — work items, command bodies, replies,
+// the task a claim returns — which this package uses rather than declaring
+// its own) and the NATS client libraries; never domain, eventstore,
 // projections or handlers, so that an executor in any language can rely on
 // exactly what a Go executor relies on. Approvers sign their decisions with
 // the keys of signing.go, over the message the wire contract names

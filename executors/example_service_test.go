@@ -13,6 +13,7 @@ import (
 	"github.com/dwr-run/dwr/handlers"
 	"github.com/dwr-run/dwr/handlers/embedded"
 	"github.com/dwr-run/dwr/projections"
+	"github.com/dwr-run/dwr/schemas"
 )
 
 // devService is the dwr service in-process, as `dwr serve` runs it, for the
@@ -68,7 +69,7 @@ func (s *devService) createTask(spec map[string]any) string {
 func (s *devService) waitState(id, state string) {
 	for deadline := time.Now().Add(20 * time.Second); time.Now().Before(deadline); {
 		var t struct{ State string }
-		must(json.Unmarshal(s.call("dwr.q.default.task.get", handlers.Query{ID: id}), &t))
+		must(json.Unmarshal(s.call("dwr.q.default.task.get", schemas.Query{ID: id}), &t))
 		if t.State == state {
 			return
 		}
@@ -83,7 +84,7 @@ func (s *devService) call(subject string, body any) json.RawMessage {
 	must(err)
 	resp, err := s.nc.Request(subject, data, 10*time.Second)
 	must(err)
-	var r handlers.Response
+	var r schemas.Reply
 	must(json.Unmarshal(resp.Data, &r))
 	if !r.OK {
 		panic(fmt.Sprintf("%s: %+v", subject, r.Error))

@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+
+	"github.com/dwr-run/dwr/schemas"
 )
 
 // Result is what a successful job returns.
@@ -86,14 +88,14 @@ var errClosed = errors.New("executors: the NATS connection is closed")
 // reply, asking again with the same id on timeouts, missing responders and
 // "unavailable" replies until the service answers or ctx ends (then ctx's
 // cause is returned).
-func (c *client) command(ctx context.Context, name string, body any, id string) (*reply, error) {
+func (c *client) command(ctx context.Context, name string, body any, id string) (*schemas.Reply, error) {
 	return c.request(ctx, c.subj.cmd+name, body, id)
 }
 
 // heartbeat tells the service that an attempt is alive (task.heartbeat):
 // one try, bounded by timeout. A heartbeat that is lost or refused changes
 // nothing the worker does — the next one follows — so it is only logged.
-func (c *client) heartbeat(ctx context.Context, b *heartbeatBody, timeout time.Duration) {
+func (c *client) heartbeat(ctx context.Context, b *schemas.Heartbeat, timeout time.Duration) {
 	data, err := json.Marshal(b)
 	if err != nil {
 		return
@@ -107,18 +109,18 @@ func (c *client) heartbeat(ctx context.Context, b *heartbeatBody, timeout time.D
 		c.log.Debug("executors: heartbeat not answered", logTask, b.TaskID, logAttempt, b.Attempt, logErr, err)
 		return
 	}
-	var r reply
+	var r schemas.Reply
 	if err := json.Unmarshal(resp.Data, &r); err == nil && !r.OK && r.Error != nil {
 		c.log.Debug("executors: heartbeat refused", logTask, b.TaskID, logAttempt, b.Attempt, "code", r.Error.Code, logErr, r.Error.Message)
 	}
 }
 
 // query sends the named query, with the same retries as command.
-func (c *client) query(ctx context.Context, name string, body any) (*reply, error) {
+func (c *client) query(ctx context.Context, name string, body any) (*schemas.Reply, error) {
 	return c.request(ctx, c.subj.query+name, body, "")
 }
 
-func (c *client) request(ctx context.Context, subject string, body any, id string) (*reply, error) {
+func (c *client) request(ctx context.Context, subject string, body any, id string) (*schemas.Reply, error) {
 	data, err := json.Marshal(body)
 	if err != nil {
 		return nil, fmt.Errorf("executors: encode %s: %w", subject, err)
@@ -128,7 +130,7 @@ func (c *client) request(ctx context.Context, subject string, body any, id strin
 		m := nats.NewMsg(subject)
 		m.Data = data
 		if id != "" {
-			m.Header.Set(headerCommandID, id)
+			m.Header.Set(schemas.HeaderCommandID, id)
 		}
 		tctx, cancel := context.WithTimeout(ctx, requestTimeout)
 		resp, err := c.nc.RequestMsgWithContext(tctx, m)
@@ -144,14 +146,14 @@ func (c *client) request(ctx context.Context, subject string, body any, id strin
 		case err != nil:
 			why = err.Error() // a timeout, no responders, a reconnect in progress
 		default:
-			var r reply
+			var r schemas.Reply
 			if err := json.Unmarshal(resp.Data, &r); err != nil {
 				return nil, fmt.Errorf("executors: %s: the answer is not a dwr reply: %w", subject, err)
 			}
 			if !r.OK && r.Error == nil {
-				r.Error = &wireError{Code: "internal", Message: "refused without an error"}
+				r.Error = &schemas.Error{Code: schemas.CodeInternal, Message: "refused without an error"}
 			}
-			if r.OK || r.Error.Code != codeUnavailable {
+			if r.OK || r.Error.Code != schemas.CodeUnavailable {
 				return &r, nil
 			}
 			why = r.Error.Message

@@ -19,6 +19,7 @@ import (
 	"github.com/dwr-run/dwr/handlers"
 	"github.com/dwr-run/dwr/handlers/embedded"
 	"github.com/dwr-run/dwr/handlers/servicetest"
+	"github.com/dwr-run/dwr/schemas"
 )
 
 // bundle is what setup returns: the dwr service on a real embedded NATS
@@ -50,47 +51,28 @@ func (b *bundle) command(t *testing.T, name string, body any) json.RawMessage {
 	return r.Result
 }
 
-func (b *bundle) request(t *testing.T, subject string, body any) handlers.Response {
+func (b *bundle) request(t *testing.T, subject string, body any) schemas.Reply {
 	t.Helper()
 	data, err := json.Marshal(body)
 	require.NoError(t, err)
 	m := nats.NewMsg(subject)
 	m.Data = data
 	if strings.HasPrefix(subject, "dwr.q.") {
-		m.Header.Set(handlers.HeaderMinSeq, fmt.Sprint(b.lastSeq.Load())) // read our own writes
+		m.Header.Set(schemas.HeaderMinSeq, fmt.Sprint(b.lastSeq.Load())) // read our own writes
 	}
 	resp, err := b.nc.RequestMsg(m, 10*time.Second)
 	require.NoError(t, err)
-	var r handlers.Response
+	var r schemas.Reply
 	require.NoError(t, json.Unmarshal(resp.Data, &r), string(resp.Data))
 	return r
 }
 
-// task is a task as the task.get query returns it; the fields tests read.
-type task struct {
-	ID       string `json:"id"`
-	Key      string `json:"key"`
-	State    string `json:"state"`
-	Reason   string `json:"reason"`
-	Attempts []struct {
-		N         int             `json:"n"`
-		State     string          `json:"state"`
-		Executor  string          `json:"executor"`
-		Result    json.RawMessage `json:"result"`
-		Retryable bool            `json:"retryable"`
-		Error     *struct {
-			Code    string `json:"code"`
-			Message string `json:"message"`
-		} `json:"error"`
-	} `json:"attempts"`
-	Checkpoint json.RawMessage `json:"checkpoint"`
-}
-
-func (b *bundle) task(t *testing.T, id string) task {
+// task returns the task as the task.get query does.
+func (b *bundle) task(t *testing.T, id string) schemas.Task {
 	t.Helper()
-	r := b.request(t, "dwr.q.default.task.get", handlers.Query{ID: id})
+	r := b.request(t, "dwr.q.default.task.get", schemas.Query{ID: id})
 	require.True(t, r.OK, "task.get: %+v", r.Error)
-	var tk task
+	var tk schemas.Task
 	require.NoError(t, json.Unmarshal(r.Result, &tk))
 	return tk
 }
@@ -106,9 +88,9 @@ func (b *bundle) createTask(t *testing.T, spec map[string]any) string {
 }
 
 // waitState waits until the task is in state, and returns it.
-func (b *bundle) waitState(t *testing.T, id, state string, d time.Duration) task {
+func (b *bundle) waitState(t *testing.T, id, state string, d time.Duration) schemas.Task {
 	t.Helper()
-	var tk task
+	var tk schemas.Task
 	eventually(t, d, func() bool {
 		tk = b.task(t, id)
 		return tk.State == state

@@ -8,13 +8,15 @@ import (
 	"sync"
 
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/dwr-run/dwr/schemas"
 )
 
 // Verification outcomes.
 const (
-	Pass         = "PASS"
-	Fail         = "FAIL"
-	Inconclusive = "INCONCLUSIVE"
+	Pass         = schemas.OutcomePass
+	Fail         = schemas.OutcomeFail
+	Inconclusive = schemas.OutcomeInconclusive
 )
 
 // Check is a result to judge: what a verifier receives for a task whose
@@ -70,18 +72,6 @@ func NewVerifier(cfg Config, v VerifyHandler) (*Worker, error) {
 	return w, nil
 }
 
-// verifyBody is the task.verify command.
-type verifyBody struct {
-	TaskID          string          `json:"task_id"`
-	Attempt         int             `json:"attempt"`
-	Outcome         string          `json:"outcome"`
-	Evidence        json.RawMessage `json:"evidence,omitempty"`
-	EvidenceRefs    []Artifact      `json:"evidence_refs,omitempty"`
-	Verifier        string          `json:"verifier"`
-	VerifierVersion string          `json:"verifier_version,omitempty"`
-	ResultDigest    string          `json:"result_digest"`
-}
-
 // judge runs the verifier on a verify item and records its verdict, keeping
 // the item's lease meanwhile; the item is acknowledged once the verdict is
 // recorded or found stale, and left to be redelivered otherwise.
@@ -114,7 +104,7 @@ func (d *delivery) judge(hard context.Context, msg jetstream.Msg) {
 		_ = msg.NakWithDelay(d.w.leaseOf())
 		return
 	}
-	r, err := d.w.c.command(hard, "task.verify", verifyBody{TaskID: it.TaskID, Attempt: it.Attempt, Outcome: verdict.Outcome,
+	r, err := d.w.c.command(hard, "task.verify", schemas.RecordVerification{TaskID: it.TaskID, Attempt: it.Attempt, Outcome: verdict.Outcome,
 		Evidence: evidence, EvidenceRefs: verdict.EvidenceRefs, Verifier: d.w.cfg.Executor, VerifierVersion: d.w.cfg.Version, ResultDigest: it.ResultDigest},
 		fmt.Sprintf("verify.%s.%d.%s", it.TaskID, it.Attempt, d.w.cfg.Executor))
 	switch {
@@ -123,7 +113,7 @@ func (d *delivery) judge(hard context.Context, msg jetstream.Msg) {
 	case r.OK:
 		d.ack()
 		d.done(outcomeVerified, it.Attempt, "verdict", verdict.Outcome)
-	case r.Error.Code == codeConflict || r.Error.Code == codeNotFound:
+	case r.Error.Code == schemas.CodeConflict || r.Error.Code == schemas.CodeNotFound:
 		d.ack() // the task moved on: the item is stale
 		d.done(outcomeRefused, it.Attempt, logReason, r.Error.Message)
 	default:

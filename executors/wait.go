@@ -4,6 +4,8 @@ import (
 	"errors"
 	"fmt"
 	"time"
+
+	"github.com/dwr-run/dwr/schemas"
 )
 
 // Sleep parks the task until t, holding no process: return it from a handler
@@ -60,20 +62,11 @@ func waitOf(err error) *WaitError {
 	return nil
 }
 
-// waitBody is the task.wait command.
-type waitBody struct {
-	TaskID  string     `json:"task_id"`
-	Attempt int        `json:"attempt"`
-	Token   string     `json:"token"`
-	Kind    string     `json:"kind"`
-	Signal  string     `json:"signal,omitempty"`
-	Until   *time.Time `json:"until,omitempty"`
-}
-
-func waitBodyOf(j *Job, w *WaitError) waitBody {
+// waitBodyOf returns the task.wait command that parks j's task as w asks.
+func waitBodyOf(j *Job, w *WaitError) schemas.WaitTask {
 	if w.Signal != "" {
-		return waitBody{TaskID: j.TaskID, Attempt: j.Attempt, Token: j.Token, Kind: "signal", Signal: w.Signal}
+		return schemas.WaitTask{TaskID: j.TaskID, Attempt: j.Attempt, Token: j.Token, Kind: schemas.WaitSignal, Signal: w.Signal}
 	}
 	until := w.Until
-	return waitBody{TaskID: j.TaskID, Attempt: j.Attempt, Token: j.Token, Kind: "timer", Until: &until}
+	return schemas.WaitTask{TaskID: j.TaskID, Attempt: j.Attempt, Token: j.Token, Kind: schemas.WaitTimer, Until: &until}
 }

@@ -8,31 +8,33 @@ import (
 	"unicode/utf8"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/dwr-run/dwr/schemas"
 )
 
 func TestRunningFromItem(t *testing.T) {
-	att := func(n int, state string) attemptState {
-		return attemptState{PriorAttempt: PriorAttempt{N: n, State: state}}
+	att := func(n int, state string) schemas.Attempt {
+		return schemas.Attempt{N: n, State: state}
 	}
 	cases := []struct {
 		name        string
 		state       string
-		attempts    []attemptState
+		attempts    []schemas.Attempt
 		itemAttempt int
 		want        int // 0: not this item's
 	}{
-		{"first claim of the item runs", "running", []attemptState{att(1, "running")}, 1, 1},
-		{"a redelivery superseded the first holder", "running", []attemptState{att(1, "abandoned"), att(2, "running")}, 1, 2},
-		{"after a failure the running attempt came from another item", "running", []attemptState{att(1, "failed"), att(2, "running")}, 1, 0},
-		{"a later item's attempt after abandonments", "running", []attemptState{att(1, "failed"), att(2, "abandoned"), att(3, "running")}, 2, 3},
-		{"an older attempt than the item's", "running", []attemptState{att(1, "running")}, 2, 0},
-		{"not running", "backoff", []attemptState{att(1, "failed")}, 1, 0},
-		{"accepted", "accepted", []attemptState{att(1, "succeeded")}, 1, 0},
+		{"first claim of the item runs", "running", []schemas.Attempt{att(1, "running")}, 1, 1},
+		{"a redelivery superseded the first holder", "running", []schemas.Attempt{att(1, "abandoned"), att(2, "running")}, 1, 2},
+		{"after a failure the running attempt came from another item", "running", []schemas.Attempt{att(1, "failed"), att(2, "running")}, 1, 0},
+		{"a later item's attempt after abandonments", "running", []schemas.Attempt{att(1, "failed"), att(2, "abandoned"), att(3, "running")}, 2, 3},
+		{"an older attempt than the item's", "running", []schemas.Attempt{att(1, "running")}, 2, 0},
+		{"not running", "backoff", []schemas.Attempt{att(1, "failed")}, 1, 0},
+		{"accepted", "accepted", []schemas.Attempt{att(1, "succeeded")}, 1, 0},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			ts := &taskState{State: tc.state, Attempts: tc.attempts}
-			a, ok := ts.runningFromItem(tc.itemAttempt)
+			ts := &schemas.Task{State: tc.state, Attempts: tc.attempts}
+			a, ok := runningFromItem(ts, tc.itemAttempt)
 			if tc.want == 0 {
 				require.False(t, ok)
 				return
@@ -51,29 +53,18 @@ func TestClipKeepsValidUTF8WithinTheLimit(t *testing.T) {
 	require.Equal(t, "abc", clip("abc", 10))
 }
 
-func TestWorkItemDurationAcceptsStringsAndSeconds(t *testing.T) {
-	for in, want := range map[string]time.Duration{`"30s"`: 30 * time.Second, `1.5`: 1500 * time.Millisecond, `""`: 0, `"1m0s"`: time.Minute} {
-		var d duration
-		require.NoError(t, json.Unmarshal([]byte(in), &d), in)
-		require.Equal(t, want, time.Duration(d), in)
-	}
-	var d duration
-	require.Error(t, json.Unmarshal([]byte(`"soon"`), &d))
-	require.Error(t, json.Unmarshal([]byte(`{}`), &d))
-}
-
 func TestWorkItemCheckNamesEveryProblem(t *testing.T) {
-	it := workItem{Kind: "verify", Workspace: "other", Queue: "q2"}
-	err := it.check("default", "q", kindExecute)
+	it := schemas.WorkItem{Kind: "verify", Workspace: "other", Queue: "q2"}
+	err := checkItem(&it, "default", "q", schemas.WorkKindExecute)
 	require.Error(t, err)
 	for _, want := range []string{"kind", "task_id", "workspace", "queue", "attempt"} {
 		require.Contains(t, err.Error(), want)
 	}
-	ok := workItem{Kind: kindExecute, TaskID: "T", Workspace: "default", Queue: "q", Attempt: 1}
-	require.NoError(t, ok.check("default", "q", kindExecute))
-	v := workItem{Kind: kindVerify, TaskID: "T", Workspace: "default", Queue: "q", Attempt: 1}
-	require.NoError(t, v.check("default", "q", kindVerify))
-	require.Error(t, v.check("default", "q", kindExecute), "a worker does not run verify items")
+	ok := schemas.WorkItem{Kind: schemas.WorkKindExecute, TaskID: "T", Workspace: "default", Queue: "q", Attempt: 1}
+	require.NoError(t, checkItem(&ok, "default", "q", schemas.WorkKindExecute))
+	v := schemas.WorkItem{Kind: schemas.WorkKindVerify, TaskID: "T", Workspace: "default", Queue: "q", Attempt: 1}
+	require.NoError(t, checkItem(&v, "default", "q", schemas.WorkKindVerify))
+	require.Error(t, checkItem(&v, "default", "q", schemas.WorkKindExecute), "a worker does not run verify items")
 }
 
 func TestApprovalRequestBody(t *testing.T) {

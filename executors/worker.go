@@ -216,7 +216,7 @@ func (w *Worker) fetchLoop(ctx, hard context.Context, slots chan struct{}, jobs 
 // creates or updates the consumer as the settings say, and the worker binds
 // to it.
 func (w *Worker) consumer(ctx context.Context) (jetstream.Consumer, error) {
-	r, err := w.c.command(ctx, "queue.configure", queueSettings{Queue: w.cfg.Queue,
+	r, err := w.c.command(ctx, "queue.configure", schemas.ConfigureQueue{Queue: w.cfg.Queue,
 		LeaseMS: w.cfg.Lease.Milliseconds(), MaxDeliver: w.cfg.MaxDeliver, IfUnset: !w.cfg.Reconfigure}, "")
 	if err != nil {
 		return nil, err
@@ -224,7 +224,7 @@ func (w *Worker) consumer(ctx context.Context) (jetstream.Consumer, error) {
 	if !r.OK {
 		return nil, fmt.Errorf("executors: queue.configure: %s: %s", r.Error.Code, r.Error.Message)
 	}
-	var got queueSettings
+	var got schemas.CommandResult
 	if err := json.Unmarshal(r.Result, &got); err != nil {
 		return nil, fmt.Errorf("executors: queue.configure: %w", err)
 	}

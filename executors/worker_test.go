@@ -14,6 +14,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/dwr-run/dwr/executors"
+	"github.com/dwr-run/dwr/schemas"
 )
 
 func TestPlanRunsInDependencyOrderThroughTheSDK(t *testing.T) {
@@ -62,6 +63,47 @@ func TestPlanRunsInDependencyOrderThroughTheSDK(t *testing.T) {
 	require.Equal(t, []string{"a", "b", "c"}, order, "each task ran once, after its dependency was accepted")
 	mu.Unlock()
 	b.waitSettled(t, "chain")
+}
+
+// A work item names only the attempt to claim: the job is built from the
+// task as the claim's reply carries it.
+func TestAJobIsBuiltFromTheClaimedTask(t *testing.T) {
+	b := setup(t)
+	jobs := make(chan *executors.Job, 1)
+	b.startWorker(t, executors.Config{Queue: "built"}, func(ctx context.Context, job *executors.Job) (executors.Result, error) {
+		jobs <- job
+		return executors.Result{Output: "ok"}, nil
+	})
+	var goal schemas.CommandResult
+	require.NoError(t, json.Unmarshal(b.command(t, "goal.create", map[string]any{"title": "built"}), &goal))
+	var plan schemas.CommandResult
+	require.NoError(t, json.Unmarshal(b.command(t, "plan.submit", map[string]any{"goal_id": goal.ID, "tasks": []map[string]any{
+		{"key": "only", "title": "the only task", "queue": "built", "input": map[string]any{"n": 7}, "timeout": "1h"}}}), &plan))
+	require.Len(t, plan.Tasks, 1)
+	id := plan.Tasks[0].TaskID
+
+	var job *executors.Job
+	select {
+	case job = <-jobs:
+	case <-time.After(15 * time.Second):
+		t.Fatal("no job ran")
+	}
+	require.Equal(t, id, job.TaskID)
+	require.Equal(t, "default", job.Workspace)
+	require.Equal(t, "built", job.Queue)
+	require.Equal(t, goal.ID, job.GoalID)
+	require.Equal(t, "only", job.Key)
+	require.Equal(t, "the only task", job.Title)
+	require.Equal(t, 1, job.Attempt)
+	require.Equal(t, "op-"+id, job.OperationKey)
+	require.JSONEq(t, `{"n":7}`, string(job.Input))
+	require.Empty(t, job.PriorAttempts)
+	require.NotEmpty(t, job.Token)
+
+	tk := b.waitState(t, id, "accepted", 15*time.Second)
+	require.NotNil(t, tk.Attempts[0].Deadline)
+	require.True(t, job.Deadline.Equal(*tk.Attempts[0].Deadline), "the job's deadline is its attempt's: %s, not %s", job.Deadline, *tk.Attempts[0].Deadline)
+	b.waitSettled(t, "built")
 }
 
 func TestAFailedAttemptIsRetriedAndSeesThePriorAttempt(t *testing.T) {

@@ -12,9 +12,9 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/dwr-run/dwr/domain"
-	"github.com/dwr-run/dwr/handlers"
 	"github.com/dwr-run/dwr/handlers/servicetest"
 	"github.com/dwr-run/dwr/projections"
+	"github.com/dwr-run/dwr/schemas"
 )
 
 func testKey(name string) ed25519.PrivateKey {
@@ -34,7 +34,7 @@ func (b *bundle) register(t *testing.T, name, role string) ed25519.PrivateKey {
 func (b *bundle) approval(t *testing.T, id string) projections.ApprovalView {
 	t.Helper()
 	var v projections.ApprovalView
-	b.query(t, "approval.get", handlers.Query{ID: id}, 0, &v)
+	b.query(t, "approval.get", schemas.Query{ID: id}, 0, &v)
 	return v
 }
 
@@ -49,7 +49,7 @@ func TestApprovalsOverTheWire(t *testing.T) {
 	alice := b.register(t, "alice", "ops")
 	bob := b.register(t, "bob", "intern")
 	var approvers []domain.Approver
-	b.query(t, "approver.list", handlers.Query{}, 0, &approvers)
+	b.query(t, "approver.list", schemas.Query{}, 0, &approvers)
 	require.Len(t, approvers, 2)
 
 	gate := map[string]any{"role": "ops", "expires_in": "1h"}
@@ -61,13 +61,13 @@ func TestApprovalsOverTheWire(t *testing.T) {
 
 	// The inbox lists both, for role ops; none for another role.
 	var inbox []projections.ApprovalView
-	b.query(t, "approval.list", handlers.Query{Role: "ops"}, 0, &inbox)
+	b.query(t, "approval.list", schemas.Query{Role: "ops"}, 0, &inbox)
 	require.Len(t, inbox, 2)
 	require.Equal(t, "refund order 7", inbox[0].Summary)
 	require.Equal(t, "payments", inbox[0].Queue)
-	b.query(t, "approval.list", handlers.Query{Role: "finance"}, 0, &inbox)
+	b.query(t, "approval.list", schemas.Query{Role: "finance"}, 0, &inbox)
 	require.Empty(t, inbox)
-	r := b.request(t, "dwr.q.default.approval.list", handlers.Query{State: "maybe"}, nil)
+	r := b.request(t, "dwr.q.default.approval.list", schemas.Query{State: "maybe"}, nil)
 	require.False(t, r.OK)
 	require.Equal(t, "/state", r.Error.Fields[0].Pointer)
 
@@ -97,9 +97,9 @@ func TestApprovalsOverTheWire(t *testing.T) {
 	a = b.approval(t, a.ID)
 	require.Equal(t, "alice", a.Decision.Approver)
 	require.Equal(t, "ops", a.Decision.Role)
-	b.query(t, "approval.list", handlers.Query{}, 0, &inbox)
+	b.query(t, "approval.list", schemas.Query{}, 0, &inbox)
 	require.Len(t, inbox, 1, "a decided approval leaves the pending inbox")
-	b.query(t, "approval.list", handlers.Query{State: "decided"}, 0, &inbox)
+	b.query(t, "approval.list", schemas.Query{State: "decided"}, 0, &inbox)
 	require.Len(t, inbox, 1)
 
 	// The other one expires: its expiry branch (reject) is taken, once.

@@ -239,7 +239,7 @@ func (s *Service) prepareClaim(ctx context.Context, c *domain.ClaimTask, m domai
 	}
 	lease, err := s.queueLease(ctx, m.Workspace, t.Spec.Queue)
 	if err != nil {
-		return "", &WireError{Code: string(domain.CodeUnavailable),
+		return "", &schemas.Error{Code: schemas.CodeUnavailable,
 			Message: "the queue's lease cannot be read right now: retry with the same command id"}
 	}
 	c.SupersedeAfter = alive.lastAlive(t.ID, a.N, a.StartedAt).Add(lease + s.cfg.LeaseGrace)
@@ -281,7 +281,7 @@ func (s *Service) waitAnswered(ctx context.Context) error {
 	wctx, cancel := context.WithTimeout(ctx, s.cfg.MinSeqWait)
 	defer cancel()
 	if err := s.store.WaitFor(wctx, seq); err != nil {
-		return &WireError{Code: string(domain.CodeUnavailable), Message: "the views are behind the writer: retry shortly"}
+		return &schemas.Error{Code: schemas.CodeUnavailable, Message: "the views are behind the writer: retry shortly"}
 	}
 	return nil
 }

@@ -17,6 +17,7 @@ import (
 	"github.com/dwr-run/dwr/handlers"
 	"github.com/dwr-run/dwr/handlers/servicetest"
 	"github.com/dwr-run/dwr/projections"
+	"github.com/dwr-run/dwr/schemas"
 )
 
 // The attempt tests play an honest executor and a hostile client on their
@@ -48,7 +49,7 @@ func (b *bundle) peer(t *testing.T, actor string) *peer {
 
 // request sends a query or command on the peer's connection, with headers
 // h (none when nil).
-func (p *peer) request(t *testing.T, subject string, body any, h ...nats.Header) handlers.Response {
+func (p *peer) request(t *testing.T, subject string, body any, h ...nats.Header) schemas.Reply {
 	t.Helper()
 	m := nats.NewMsg(subject)
 	if len(h) > 0 {
@@ -59,18 +60,18 @@ func (p *peer) request(t *testing.T, subject string, body any, h ...nats.Header)
 	require.NoError(t, err)
 	resp, err := p.nc.RequestMsg(m, 10*time.Second)
 	require.NoError(t, err)
-	var r handlers.Response
+	var r schemas.Reply
 	require.NoError(t, json.Unmarshal(resp.Data, &r), string(resp.Data))
 	return r
 }
 
 // send sends command name with body under command id cmdID (none when
 // empty) and returns the answer.
-func (p *peer) send(t *testing.T, name string, body any, cmdID string) handlers.Response {
+func (p *peer) send(t *testing.T, name string, body any, cmdID string) schemas.Reply {
 	t.Helper()
 	h := nats.Header{}
 	if cmdID != "" {
-		h.Set(handlers.HeaderCommandID, cmdID)
+		h.Set(schemas.HeaderCommandID, cmdID)
 	}
 	return p.request(t, "dwr.cmd.default."+name, body, h)
 }
@@ -92,7 +93,7 @@ func (p *peer) claim(t *testing.T, id string, cmdID string, supersedes int) doma
 	return rep
 }
 
-func (p *peer) succeed(t *testing.T, id string, attempt int, token, cmdID string, result any) handlers.Response {
+func (p *peer) succeed(t *testing.T, id string, attempt int, token, cmdID string, result any) schemas.Reply {
 	t.Helper()
 	return p.send(t, "task.succeed", map[string]any{"task_id": id, "attempt": attempt, "token": token, "result": result}, cmdID)
 }
@@ -102,7 +103,7 @@ var forgedToken = strings.Repeat("A", 43)
 
 // requireRefused requires r to be refused with code, naming /token when it
 // is forbidden.
-func requireRefused(t *testing.T, r handlers.Response, code domain.Code) {
+func requireRefused(t *testing.T, r schemas.Reply, code domain.Code) {
 	t.Helper()
 	require.False(t, r.OK, "the command was taken")
 	require.Equal(t, string(code), r.Error.Code, r.Error.Message)
@@ -149,7 +150,7 @@ func TestAThirdPartyReportIsRefusedAndRecordedNowhere(t *testing.T) {
 		requireRefused(t, hostile.send(t, name, body, "h-"+name), domain.CodeForbidden)
 	}
 	require.Equal(t, before, b.lastSeq(t), "the refused commands appended nothing")
-	r := hostile.request(t, "dwr.q.default.command.get", handlers.Query{ID: "h-tok-0"})
+	r := hostile.request(t, "dwr.q.default.command.get", schemas.Query{ID: "h-tok-0"})
 	require.False(t, r.OK, "no result was kept for a refused command")
 	refused := b.svc.Refused()
 	require.Equal(t, refusedBefore[domain.RefusedToken]+8, refused[domain.RefusedToken], "%v", refused)
@@ -158,7 +159,7 @@ func TestAThirdPartyReportIsRefusedAndRecordedNowhere(t *testing.T) {
 	r = honest.succeed(t, id, 1, claim.Token, "succeed."+id+".1", map[string]any{"by": "honest"})
 	require.True(t, r.OK, "%+v", r.Error)
 	var done domain.Task
-	b.query(t, "task.get", handlers.Query{ID: id}, r.Seq, &done)
+	b.query(t, "task.get", schemas.Query{ID: id}, r.Seq, &done)
 	require.Equal(t, domain.StateAccepted, done.State)
 	require.JSONEq(t, `{"by":"honest"}`, string(done.Attempts[0].Result))
 }
@@ -181,7 +182,7 @@ func TestASquattedReportIDStaysTheHolders(t *testing.T) {
 	require.False(t, rep.Duplicate, "the honest report was decided, not answered with another's outcome")
 	require.Equal(t, domain.StateAccepted, rep.State)
 	var done domain.Task
-	b.query(t, "task.get", handlers.Query{ID: id}, r.Seq, &done)
+	b.query(t, "task.get", schemas.Query{ID: id}, r.Seq, &done)
 	require.JSONEq(t, `"honest"`, string(done.Attempts[0].Result), "the task holds the honest result")
 
 	// Neither is the honest outcome handed to the squatter now.
@@ -240,7 +241,7 @@ func TestARetriedClaimReturnsTheSameTokenAndNoRecordHoldsIt(t *testing.T) {
 	require.NoError(t, b2.store.Dump(&views))
 	require.NotContains(t, views.String(), first.Token)
 	require.Contains(t, views.String(), domain.TokenHash(first.Token), "the views keep the token's hash")
-	cr := b2.peer(t, "executor").request(t, "dwr.q.default.command.get", handlers.Query{ID: "claim-x"})
+	cr := b2.peer(t, "executor").request(t, "dwr.q.default.command.get", schemas.Query{ID: "claim-x"})
 	require.True(t, cr.OK, "%+v", cr.Error)
 	var o projections.CommandOutcome
 	require.NoError(t, json.Unmarshal(cr.Result, &o))
@@ -276,14 +277,14 @@ func (b *bundle) workConsumer(t *testing.T, queue string, lease time.Duration) {
 }
 
 // supersede sends a claim of id superseding attempt n.
-func (p *peer) supersede(t *testing.T, id string, n int, cmdID string) handlers.Response {
+func (p *peer) supersede(t *testing.T, id string, n int, cmdID string) schemas.Reply {
 	t.Helper()
 	return p.send(t, "task.claim", map[string]any{"task_id": id, "executor": p.actor, "supersedes": n}, cmdID)
 }
 
 // requireLeaseHeld requires r to refuse a claim that supersedes too early,
 // naming the moment it may be sent again.
-func requireLeaseHeld(t *testing.T, r handlers.Response, retryAfter time.Time) {
+func requireLeaseHeld(t *testing.T, r schemas.Reply, retryAfter time.Time) {
 	t.Helper()
 	require.False(t, r.OK, "the claim superseded an attempt within its lease")
 	require.Equal(t, string(domain.CodeConflict), r.Error.Code, r.Error.Message)

@@ -7,6 +7,7 @@ import (
 	"github.com/dwr-run/dwr/domain"
 	"github.com/dwr-run/dwr/eventstore"
 	"github.com/dwr-run/dwr/handlers/access"
+	"github.com/dwr-run/dwr/schemas"
 )
 
 // AuthConfig says whom the service serves and as whom.
@@ -44,14 +45,14 @@ type principal struct {
 	member        *domain.Member
 }
 
-func forbidden(format string, args ...any) *WireError {
-	return &WireError{Code: string(domain.CodeForbidden), Message: fmt.Sprintf(format, args...)}
+func forbidden(format string, args ...any) *schemas.Error {
+	return &schemas.Error{Code: schemas.CodeForbidden, Message: fmt.Sprintf(format, args...)}
 }
 
 // authorize returns who sent req to workspace ws, or a forbidden error when
 // that identity may not send the command (kind "cmd") or query (kind "q")
 // named name there. Nothing is decoded from the body.
-func (s *Service) authorize(who sender, ws, kind, name string) (principal, *WireError) {
+func (s *Service) authorize(who sender, ws, kind, name string) (principal, *schemas.Error) {
 	a := s.cfg.Auth
 	c := who.Caller
 	if !who.known {
@@ -88,9 +89,9 @@ func (s *Service) authorize(who sender, ws, kind, name string) (principal, *Wire
 		if !p.global {
 			return principal{}, forbidden("%s may not create workspaces: only the service's admins may", p.name)
 		}
-	case kind == "cmd" && !p.role.MayCommand(name):
+	case kind == "cmd" && !domain.MayCommand(p.role, name):
 		return principal{}, forbidden("%s (role %s in %q) may not send %s", p.name, p.role, ws, name)
-	case kind == "q" && !p.role.MayQuery(name):
+	case kind == "q" && !domain.MayQuery(p.role, name):
 		return principal{}, forbidden("%s (role %s in %q) may not query %s", p.name, p.role, ws, name)
 	}
 	return p, nil
@@ -98,7 +99,7 @@ func (s *Service) authorize(who sender, ws, kind, name string) (principal, *Wire
 
 // authorizeTask refuses an executor's command for a task that is not on one
 // of its queues. body is the command, already validated.
-func (s *Service) authorizeTask(p principal, name string, body []byte) *WireError {
+func (s *Service) authorizeTask(p principal, name string, body []byte) *schemas.Error {
 	if p.member == nil || p.role != domain.RoleExecutor || !domain.ExecutorCommands[name] {
 		return nil
 	}

@@ -17,52 +17,22 @@ import (
 	"github.com/dwr-run/dwr/eventstore"
 	"github.com/dwr-run/dwr/handlers/access"
 	"github.com/dwr-run/dwr/projections"
+	"github.com/dwr-run/dwr/schemas"
 )
 
-// WorkItem is what an executor receives on <prefix>.work.<workspace>.<queue>:
-// everything an attempt needs, so that the executor reads nothing else.
-type WorkItem struct {
-	Kind          string                        `json:"kind"` // "execute" or "verify"
-	TaskID        string                        `json:"task_id"`
-	Workspace     string                        `json:"workspace"`
-	Queue         string                        `json:"queue"`
-	GoalID        string                        `json:"goal_id,omitempty"`
-	Key           string                        `json:"key,omitempty"`
-	Title         string                        `json:"title,omitempty"`
-	Attempt       int                           `json:"attempt"` // the number a claim of this item starts
-	OperationKey  string                        `json:"operation_key"`
-	Input         json.RawMessage               `json:"input,omitempty"`
-	Checkpoint    json.RawMessage               `json:"checkpoint,omitempty"`
-	PriorAttempts []domain.Attempt              `json:"prior_attempts,omitempty"`
-	Verifications []domain.VerificationRecorded `json:"verifications,omitempty"`
-	Signal        *domain.SignalReceived        `json:"signal,omitempty"`
-	Timeout       domain.Duration               `json:"timeout,omitempty"`
-	// For a verify item: the result to judge, as the attempt reported it.
-	Result       json.RawMessage      `json:"result,omitempty"`
-	Artifacts    []domain.ArtifactRef `json:"artifacts,omitempty"`
-	ResultDigest string               `json:"result_digest,omitempty"`
-}
-
-// Work item kinds.
-const (
-	WorkKindExecute = "execute" // run an attempt of a ready task
-	WorkKindVerify  = "verify"  // judge the result of a verifying task's attempt
-)
-
-// workItemOf returns the work item of a ready task (an attempt to run) or of
-// a verifying task (a result to judge, on the verification queue).
-func workItemOf(t *domain.Task) WorkItem {
+// workItemOf returns the work item of a ready task (an attempt to claim) or
+// of a verifying task (a result to judge, on the verification queue). An
+// execute item names the attempt only: its claim's reply carries the task.
+func workItemOf(t *domain.Task) schemas.WorkItem {
 	if t.State == domain.StateVerifying && t.Spec.Verification != nil {
 		a := t.Current()
-		return WorkItem{Kind: WorkKindVerify, TaskID: t.ID, Workspace: t.Workspace, Queue: t.Spec.Verification.Queue,
+		return schemas.WorkItem{Kind: schemas.WorkKindVerify, TaskID: t.ID, Workspace: t.Workspace, Queue: t.Spec.Verification.Queue,
 			GoalID: t.GoalID, Key: t.Key, Title: t.Spec.Title, Attempt: a.N, OperationKey: domain.OperationKey(t.ID),
 			Input: t.Spec.Input, PriorAttempts: t.Attempts[:len(t.Attempts)-1], Verifications: t.Verifications,
 			Result: a.Result, Artifacts: a.Artifacts, ResultDigest: domain.ResultDigest(a.Result)}
 	}
-	return WorkItem{Kind: WorkKindExecute, TaskID: t.ID, Workspace: t.Workspace, Queue: t.Spec.Queue, GoalID: t.GoalID,
-		Key: t.Key, Title: t.Spec.Title, Attempt: len(t.Attempts) + 1, OperationKey: domain.OperationKey(t.ID),
-		Input: t.Spec.Input, Checkpoint: t.Checkpoint, PriorAttempts: t.Attempts, Verifications: t.Verifications,
-		Signal: t.Signal, Timeout: t.Spec.Timeout}
+	return schemas.WorkItem{Kind: schemas.WorkKindExecute, TaskID: t.ID, Workspace: t.Workspace, Queue: t.Spec.Queue,
+		Attempt: len(t.Attempts) + 1, OperationKey: domain.OperationKey(t.ID)}
 }
 
 // WorkSubject returns the subject of a queue's work items.
@@ -78,8 +48,8 @@ type dispatcher struct {
 	stream  string
 	prefix  string
 	logger  *slog.Logger
-	retry   chan WorkItem    // items whose publication failed, published again by retryLoop
-	pending chan pendingItem // items awaiting their acknowledgement, checked by retryLoop
+	retry   chan schemas.WorkItem // items whose publication failed, published again by retryLoop
+	pending chan pendingItem      // items awaiting their acknowledgement, checked by retryLoop
 
 	mu sync.Mutex
 	// queues are the consumers known to stand, with the settings last
@@ -189,7 +159,7 @@ func newDispatcher(ctx context.Context, js jetstream.JetStream, cfg Config) (*di
 	if err != nil {
 		return nil, fmt.Errorf("handlers: work stream: %w", err)
 	}
-	return &dispatcher{js: js, stream: name, prefix: cfg.Prefix, logger: cfg.Logger, retry: make(chan WorkItem, 1024),
+	return &dispatcher{js: js, stream: name, prefix: cfg.Prefix, logger: cfg.Logger, retry: make(chan schemas.WorkItem, 1024),
 		pending: make(chan pendingItem, 4096), queues: map[string]domain.QueueConfig{}}, nil
 }
 
@@ -212,18 +182,18 @@ func (d *dispatcher) publish(t *domain.Task) {
 
 // pendingItem is a work item published and not yet acknowledged.
 type pendingItem struct {
-	it WorkItem
+	it schemas.WorkItem
 	f  jetstream.PubAckFuture
 }
 
-func (d *dispatcher) msg(it WorkItem) (*nats.Msg, error) {
+func (d *dispatcher) msg(it schemas.WorkItem) (*nats.Msg, error) {
 	b, err := json.Marshal(it)
 	if err != nil {
 		return nil, err
 	}
 	m := nats.NewMsg(WorkSubject(d.prefix, it.Workspace, it.Queue))
 	id := fmt.Sprintf("%s.%d", it.TaskID, it.Attempt)
-	if it.Kind == WorkKindVerify {
+	if it.Kind == schemas.WorkKindVerify {
 		id += ".verify"
 	}
 	m.Header.Set(jetstream.MsgIDHeader, id)
@@ -231,7 +201,7 @@ func (d *dispatcher) msg(it WorkItem) (*nats.Msg, error) {
 	return m, nil
 }
 
-func (d *dispatcher) failed(it WorkItem, err error) {
+func (d *dispatcher) failed(it schemas.WorkItem, err error) {
 	d.logger.Warn("handlers: work item not published; retrying", "task", it.TaskID, "attempt", it.Attempt, "err", err)
 	select {
 	case d.retry <- it:

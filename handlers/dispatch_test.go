@@ -3,6 +3,8 @@ package handlers_test
 import (
 	"context"
 	"encoding/json"
+	"maps"
+	"slices"
 	"testing"
 	"time"
 
@@ -53,18 +55,18 @@ func TestQueueConfigureMakesTheConsumer(t *testing.T) {
 }
 
 // next returns the next work item, waiting up to d.
-func (q *queue) next(d time.Duration) (handlers.WorkItem, jetstream.Msg) {
+func (q *queue) next(d time.Duration) (schemas.WorkItem, jetstream.Msg) {
 	q.t.Helper()
 	batch, err := q.cons.Fetch(1, jetstream.FetchMaxWait(d))
 	require.NoError(q.t, err)
 	for m := range batch.Messages() {
 		require.NoError(q.t, schemas.Validate(schemas.PathWorkItem, m.Data()), "a work item follows the wire contract")
-		var it handlers.WorkItem
+		var it schemas.WorkItem
 		require.NoError(q.t, json.Unmarshal(m.Data(), &it))
 		return it, m
 	}
 	q.t.Fatalf("no work item within %s", d)
-	return handlers.WorkItem{}, nil
+	return schemas.WorkItem{}, nil
 }
 
 func TestReadyTasksAreDispatchedInDependencyOrder(t *testing.T) {
@@ -77,11 +79,33 @@ func TestReadyTasksAreDispatchedInDependencyOrder(t *testing.T) {
 		require.Equal(t, 1, it.Attempt)
 		require.Equal(t, domain.OperationKey(pt.TaskID), it.OperationKey)
 		require.Equal(t, "shell", it.Queue)
-		require.Equal(t, pt.Key, it.Key)
-		b.mustCommand(t, "task.claim", map[string]any{"task_id": it.TaskID, "executor": "test"})
+		claim, _ := b.mustCommand(t, "task.claim", map[string]any{"task_id": it.TaskID, "executor": "test"})
+		require.Equal(t, pt.Key, claim.Task.Key, "the claim's reply carries the task")
 		b.mustCommand(t, "task.succeed", map[string]any{"task_id": it.TaskID, "attempt": it.Attempt})
 		require.NoError(t, m.Ack())
 	}
+}
+
+// An execute item names the attempt to claim and nothing more: the task
+// crosses the wire once, in the claim's reply, as it stands after the claim.
+func TestAnExecuteItemNamesOnlyTheAttemptToClaim(t *testing.T) {
+	b := setup(t)
+	q := b.queue(t, "lean", 30*time.Second, 5)
+	task, _ := b.mustCommand(t, "task.create", map[string]any{"spec": map[string]any{"queue": "lean", "title": "lean",
+		"input": map[string]any{"n": 1}, "timeout": "1h", "retry": map[string]any{"max_attempts": 2}}})
+	it, m := q.next(5 * time.Second)
+	var fields map[string]json.RawMessage
+	require.NoError(t, json.Unmarshal(m.Data(), &fields))
+	require.ElementsMatch(t, []string{"kind", "task_id", "workspace", "queue", "attempt", "operation_key"}, slices.Collect(maps.Keys(fields)))
+	require.Equal(t, schemas.WorkItem{Kind: schemas.WorkKindExecute, TaskID: task.ID, Workspace: "default", Queue: "lean",
+		Attempt: 1, OperationKey: domain.OperationKey(task.ID)}, it)
+
+	claim, _ := b.mustCommand(t, "task.claim", map[string]any{"task_id": task.ID, "executor": "test"})
+	require.Equal(t, domain.StateRunning, claim.Task.State)
+	require.JSONEq(t, `{"n":1}`, string(claim.Task.Spec.Input))
+	require.Equal(t, time.Hour, claim.Task.Spec.Timeout.D())
+	require.Equal(t, it.OperationKey, claim.Task.Running().OperationKey)
+	require.NoError(t, m.Ack())
 }
 
 func TestBackoffAndTimeoutAreDurableTimers(t *testing.T) {
@@ -99,21 +123,21 @@ func TestBackoffAndTimeoutAreDurableTimers(t *testing.T) {
 	require.NoError(t, m.Ack())
 	it, m = q.next(5 * time.Second)
 	require.Equal(t, 2, it.Attempt)
-	require.Len(t, it.PriorAttempts, 1)
-	require.Equal(t, "flaky", it.PriorAttempts[0].Error.Message)
 
 	// Attempt 2 goes silent: its deadline fails it (a timeout is retryable).
-	b.mustCommand(t, "task.claim", map[string]any{"task_id": task.ID, "executor": "test"})
+	claim, _ := b.mustCommand(t, "task.claim", map[string]any{"task_id": task.ID, "executor": "test"})
+	require.Len(t, claim.Task.Attempts, 2, "the claim's reply carries the task, its earlier attempt with it")
+	require.Equal(t, "flaky", claim.Task.Attempts[0].Error.Message)
 	require.NoError(t, m.Ack())
 	it, m = q.next(5 * time.Second)
 	require.Equal(t, 3, it.Attempt)
-	require.Equal(t, domain.ReasonTimeout, it.PriorAttempts[1].Error.Code)
 	require.NoError(t, m.Ack())
 
 	var got domain.Task
-	b.query(t, "task.get", handlers.Query{ID: task.ID}, 0, &got)
+	b.query(t, "task.get", schemas.Query{ID: task.ID}, 0, &got)
 	require.Equal(t, "ready", got.State)
 	require.Len(t, got.Attempts, 2)
+	require.Equal(t, domain.ReasonTimeout, got.Attempts[1].Error.Code)
 }
 
 func TestPoisonWorkItemIsQuarantinedAndTheQueueFlows(t *testing.T) {
@@ -133,7 +157,7 @@ func TestPoisonWorkItemIsQuarantinedAndTheQueueFlows(t *testing.T) {
 			}
 		}
 		var got domain.Task
-		b.query(t, "task.get", handlers.Query{ID: bad.ID}, 0, &got)
+		b.query(t, "task.get", schemas.Query{ID: bad.ID}, 0, &got)
 		return got.State == domain.StateFailed && got.Reason == domain.ReasonQuarantined
 	})
 	good, _ := b.mustCommand(t, "task.create", map[string]any{"spec": map[string]any{"queue": "poison"}})
@@ -172,7 +196,7 @@ func TestVerifyingTasksAreDispatchedToTheirVerifier(t *testing.T) {
 	require.NoError(t, m.Ack())
 
 	v, vm := checks.next(5 * time.Second)
-	require.Equal(t, handlers.WorkKindVerify, v.Kind)
+	require.Equal(t, schemas.WorkKindVerify, v.Kind)
 	require.Equal(t, 1, v.Attempt)
 	require.JSONEq(t, `{"text":"v1"}`, string(v.Result))
 	require.Equal(t, domain.ResultDigest(v.Result), v.ResultDigest)
@@ -182,8 +206,9 @@ func TestVerifyingTasksAreDispatchedToTheirVerifier(t *testing.T) {
 	require.NoError(t, vm.Ack())
 	it, m = exec.next(5 * time.Second)
 	require.Equal(t, 2, it.Attempt)
-	require.Len(t, it.Verifications, 1)
-	require.JSONEq(t, `{"missing":"a title"}`, string(it.Verifications[0].Evidence))
+	claim, _ := b.mustCommand(t, "task.claim", map[string]any{"task_id": task.ID, "executor": "writer"})
+	require.Len(t, claim.Task.Verifications, 1, "the claim's reply carries the task, the verifier's evidence with it")
+	require.JSONEq(t, `{"missing":"a title"}`, string(claim.Task.Verifications[0].Evidence))
 	require.NoError(t, m.Ack())
 }
 
@@ -196,11 +221,11 @@ func TestAGoalsDeadlineIsADurableTimer(t *testing.T) {
 	b.mustCommand(t, "task.claim", map[string]any{"task_id": plan.Tasks[0].TaskID, "executor": "slowpoke"})
 	eventually(t, 10*time.Second, func() bool {
 		var gv projections.GoalView
-		b.query(t, "goal.get", handlers.Query{ID: g.ID}, 0, &gv)
+		b.query(t, "goal.get", schemas.Query{ID: g.ID}, 0, &gv)
 		return gv.State == domain.GoalStateFailed
 	})
 	var tk domain.Task
-	b.query(t, "task.get", handlers.Query{ID: plan.Tasks[0].TaskID}, 0, &tk)
+	b.query(t, "task.get", schemas.Query{ID: plan.Tasks[0].TaskID}, 0, &tk)
 	require.Equal(t, domain.ReasonDeadline, tk.Reason)
 	require.False(t, tk.Attempts[0].EndedAt.Before(deadline), "never early")
 }

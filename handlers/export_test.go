@@ -5,13 +5,15 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/micro"
+
+	"github.com/dwr-run/dwr/schemas"
 )
 
 // ServeQuery answers a query on this replica alone, as its endpoint would
 // answer a request on subject with headers h and body: for a test that must
 // reach one replica of several (the endpoints of all share a queue group).
-func (s *Service) ServeQuery(name, subject string, h nats.Header, body []byte) Response {
-	var r Response
+func (s *Service) ServeQuery(name, subject string, h nats.Header, body []byte) schemas.Reply {
+	var r schemas.Reply
 	req := &testRequest{subject: subject, h: h, body: body}
 	_ = json.Unmarshal(s.handleQuery(name, req, senderOf(req.Headers())), &r)
 	return r

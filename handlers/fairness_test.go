@@ -14,12 +14,13 @@ import (
 	"github.com/dwr-run/dwr/domain"
 	"github.com/dwr-run/dwr/handlers"
 	"github.com/dwr-run/dwr/handlers/servicetest"
+	"github.com/dwr-run/dwr/schemas"
 )
 
 // minSeqHeader returns headers naming log sequence seq in Dwr-Min-Seq.
 func minSeqHeader(seq uint64) nats.Header {
 	h := nats.Header{}
-	h.Set(handlers.HeaderMinSeq, fmt.Sprint(seq))
+	h.Set(schemas.HeaderMinSeq, fmt.Sprint(seq))
 	return h
 }
 
@@ -33,14 +34,14 @@ func TestMinSeqBeyondTheLogIsRefusedAtOnce(t *testing.T) {
 	end := b.lastSeq(t)
 
 	var goals []json.RawMessage
-	b.query(t, "goal.list", handlers.Query{}, end, &goals)
+	b.query(t, "goal.list", schemas.Query{}, end, &goals)
 	require.Len(t, goals, 1, "a sequence within the log is waited for and served")
 
 	for _, seq := range []uint64{end + 1, end + 1_000_000} {
-		r := b.request(t, "dwr.q.default.goal.list", handlers.Query{}, minSeqHeader(seq))
+		r := b.request(t, "dwr.q.default.goal.list", schemas.Query{}, minSeqHeader(seq))
 		require.False(t, r.OK)
 		require.Equal(t, string(domain.CodeInvalid), r.Error.Code)
-		require.Contains(t, r.Error.Message, handlers.HeaderMinSeq)
+		require.Contains(t, r.Error.Message, schemas.HeaderMinSeq)
 		require.Contains(t, r.Error.Message, fmt.Sprintf("beyond the log's end (%d)", end))
 	}
 }
@@ -51,7 +52,7 @@ func TestMinSeqBeyondTheLogIsRefusedAtOnce(t *testing.T) {
 func TestMinSeqBeyondTheLogIsRefusedOnAStandby(t *testing.T) {
 	nc, b := sharedServer(t)
 	startReplicaWith(t, nc, handlers.Config{WriterID: "writer-a", MinSeqWait: 30 * time.Second})
-	var first handlers.Response
+	var first schemas.Reply
 	eventually(t, 10*time.Second, func() bool {
 		first = b.command(t, "goal.create", map[string]any{"title": "first"}, "first")
 		return first.OK
@@ -68,7 +69,7 @@ func TestMinSeqBeyondTheLogIsRefusedOnAStandby(t *testing.T) {
 	r = standby.svc.ServeQuery("goal.list", subject, minSeqHeader(end+1), nil)
 	require.False(t, r.OK)
 	require.Equal(t, string(domain.CodeInvalid), r.Error.Code)
-	require.Contains(t, r.Error.Message, handlers.HeaderMinSeq)
+	require.Contains(t, r.Error.Message, schemas.HeaderMinSeq)
 	require.Contains(t, r.Error.Message, fmt.Sprintf("beyond the log's end (%d)", end))
 }
 
@@ -106,14 +107,14 @@ func asyncRequest(nc *nats.Conn, subject string, body any, out chan<- reply) {
 			out <- reply{err: err}
 			return
 		}
-		var r handlers.Response
+		var r schemas.Reply
 		err = json.Unmarshal(resp.Data, &r)
 		out <- reply{r: r, err: err}
 	}()
 }
 
 type reply struct {
-	r   handlers.Response
+	r   schemas.Reply
 	err error
 }
 
@@ -146,14 +147,14 @@ func commandsFrom(t *testing.T, nc *nats.Conn, n, conc int) []reply {
 		go func() {
 			defer func() { <-sem }()
 			m := nats.NewMsg("dwr.cmd.default.goal.create")
-			m.Header.Set(handlers.HeaderCommandID, fmt.Sprintf("fair-%d", i))
+			m.Header.Set(schemas.HeaderCommandID, fmt.Sprintf("fair-%d", i))
 			m.Data, _ = json.Marshal(map[string]any{"title": fmt.Sprintf("goal %d", i)})
 			resp, err := nc.RequestMsg(m, 30*time.Second)
 			if err != nil {
 				out <- reply{err: err}
 				return
 			}
-			var r handlers.Response
+			var r schemas.Reply
 			err = json.Unmarshal(resp.Data, &r)
 			out <- reply{r: r, err: err}
 		}()
@@ -176,7 +177,7 @@ func TestOneCallersFloodLeavesOthersCommandsServed(t *testing.T) {
 
 	answers := make(chan reply, flood)
 	for range flood {
-		asyncRequest(flooder, "dwr.q.default.task.list", handlers.Query{}, answers)
+		asyncRequest(flooder, "dwr.q.default.task.list", schemas.Query{}, answers)
 	}
 	receive(t, held, perCaller, time.Minute)
 	// Nothing held can answer yet: every answer now is a refusal.
@@ -225,12 +226,12 @@ func TestQueriesLeaveRoomForCommands(t *testing.T) {
 	answers := make(chan reply, 3*perCaller)
 	for _, r := range readers[:2] {
 		for range perCaller {
-			asyncRequest(r, "dwr.q.default.goal.list", handlers.Query{}, answers)
+			asyncRequest(r, "dwr.q.default.goal.list", schemas.Query{}, answers)
 		}
 	}
 	receive(t, held, 2*perCaller, time.Minute) // the queries' budget is full
 	for range perCaller {
-		asyncRequest(readers[2], "dwr.q.default.goal.list", handlers.Query{}, answers)
+		asyncRequest(readers[2], "dwr.q.default.goal.list", schemas.Query{}, answers)
 	}
 	for _, a := range receive(t, answers, perCaller, time.Minute) {
 		require.NoError(t, a.err)

@@ -13,11 +13,8 @@ import (
 
 	"github.com/dwr-run/dwr/eventstore"
 	"github.com/dwr-run/dwr/projections"
+	"github.com/dwr-run/dwr/schemas"
 )
-
-// HeaderLogSeq carries, on every feed message, the log sequence of the
-// record that holds the event.
-const HeaderLogSeq = "Dwr-Log-Seq"
 
 // feed publishes committed events on <prefix>.ev.<ws>.<aggregate>.<id>.<event>,
 // captured by a derived stream (async persistence: it is rebuilt from the log).
@@ -57,7 +54,7 @@ func (f *feed) publish(c *eventstore.Commit, seq uint64) {
 		e := &c.Events[i]
 		m := nats.NewMsg(Subject(f.prefix, e))
 		m.Header.Set(jetstream.MsgIDHeader, e.ID)
-		m.Header.Set(HeaderLogSeq, strconv.FormatUint(seq, 10))
+		m.Header.Set(schemas.HeaderLogSeq, strconv.FormatUint(seq, 10))
 		m.Data = e.Raw
 		if err := nc.PublishMsg(m); err != nil {
 			f.logger.Warn("handlers: event feed publish failed", "seq", seq, "err", err)
@@ -79,9 +76,9 @@ func (f *feed) catchUp(ctx context.Context, log eventstore.Log, views *projectio
 	case err != nil:
 		return err
 	default:
-		n, err := strconv.ParseUint(m.Header.Get(HeaderLogSeq), 10, 64)
+		n, err := strconv.ParseUint(m.Header.Get(schemas.HeaderLogSeq), 10, 64)
 		if err != nil {
-			return fmt.Errorf("handlers: feed message without %s", HeaderLogSeq)
+			return fmt.Errorf("handlers: feed message without %s", schemas.HeaderLogSeq)
 		}
 		from = n + 1
 	}

@@ -12,7 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/dwr-run/dwr/domain"
-	"github.com/dwr-run/dwr/handlers"
+	"github.com/dwr-run/dwr/schemas"
 )
 
 // The attacks of a credentialed but malicious client, each tried through a
@@ -64,7 +64,7 @@ func TestTheActorIsTheAuthenticatedIdentity(t *testing.T) {
 	m.Data = []byte(`{"spec":{"queue":"q"}}`)
 	resp, err := mallory.nc.RequestMsg(m, 10*time.Second)
 	require.NoError(t, err)
-	var r handlers.Response
+	var r schemas.Reply
 	require.NoError(t, json.Unmarshal(resp.Data, &r))
 	require.True(t, r.OK, "%+v", r.Error)
 	var rep domain.Reply
@@ -72,7 +72,7 @@ func TestTheActorIsTheAuthenticatedIdentity(t *testing.T) {
 	var raw []struct {
 		Actor string `json:"actor"`
 	}
-	b.query(t, "events", handlers.Query{ID: rep.ID}, r.Seq, &raw)
+	b.query(t, "events", schemas.Query{ID: rep.ID}, r.Seq, &raw)
 	require.NotEmpty(t, raw)
 	for _, e := range raw {
 		require.Equal(t, "mallory", e.Actor, "the server-stamped identity, not the headers the client wrote")
@@ -131,7 +131,7 @@ func TestARevokedIdentityIsCutOffAtOnce(t *testing.T) {
 		return err != nil
 	})
 	var ms []domain.Member
-	b.query(t, "member.list", handlers.Query{}, 0, &ms)
+	b.query(t, "member.list", schemas.Query{}, 0, &ms)
 	for _, m := range ms {
 		require.NotEqual(t, "temp", m.Name)
 	}

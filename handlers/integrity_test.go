@@ -21,6 +21,7 @@ import (
 	"github.com/dwr-run/dwr/handlers"
 	"github.com/dwr-run/dwr/handlers/servicetest"
 	"github.com/dwr-run/dwr/projections"
+	"github.com/dwr-run/dwr/schemas"
 )
 
 // onStopped runs fn with a JetStream context on the data directory of a
@@ -181,14 +182,14 @@ func TestDamagedViewsAreRebuiltOnStart(t *testing.T) {
 			b := setup(t)
 			goal, _, seq := chain3(t, b)
 			var before projections.GoalView
-			b.query(t, "goal.get", handlers.Query{ID: goal}, seq, &before)
+			b.query(t, "goal.get", schemas.Query{ID: goal}, seq, &before)
 			dir := b.dir
 			b.stop()
 			damage(t, filepath.Join(dir, "views"))
 
 			b2 := start(t, dir)
 			var after projections.GoalView
-			b2.query(t, "goal.get", handlers.Query{ID: goal}, seq, &after)
+			b2.query(t, "goal.get", schemas.Query{ID: goal}, seq, &after)
 			require.Equal(t, before.Counts, after.Counts)
 			require.Equal(t, before.Nodes, after.Nodes)
 			var live bytes.Buffer
@@ -217,17 +218,17 @@ func TestAcceptVerifiedPrefixOfADamagedLog(t *testing.T) {
 
 	b2 := startWith(t, dir, handlers.Config{AcceptVerifiedPrefix: true})
 	var ws []map[string]any
-	b2.query(t, "workspace.list", handlers.Query{}, 0, &ws)
+	b2.query(t, "workspace.list", schemas.Query{}, 0, &ws)
 	for _, w := range ws {
 		require.NotEqual(t, "evil", w["name"], "nothing of the forged record is served")
 	}
 	var g domain.Goal
-	b2.query(t, "goal.get", handlers.Query{ID: kept.ID}, 0, &g)
+	b2.query(t, "goal.get", schemas.Query{ID: kept.ID}, 0, &g)
 	after, _ := b2.mustCommand(t, "goal.create", map[string]any{"title": "after"})
 	b2.stop()
 
 	b3 := start(t, dir) // no flag: the log verifies through the acceptance
-	b3.query(t, "goal.get", handlers.Query{ID: after.ID}, 0, &g)
+	b3.query(t, "goal.get", schemas.Query{ID: after.ID}, 0, &g)
 	v, err := eventstore.VerifyLog(context.Background(), b3.svc.Log(), b3.svc.LogKey(), nil)
 	require.NoError(t, err)
 	require.Nil(t, v.Damage)
@@ -271,8 +272,8 @@ func TestAcceptVerifiedPrefixOfATruncatedLog(t *testing.T) {
 	}
 	require.Equal(t, []string{"default/lost-goal (by admin)"}, lost)
 	var g domain.Goal
-	b2.query(t, "goal.get", handlers.Query{ID: kept.ID}, 0, &g)
-	rq := b2.request(t, "dwr.q.default.command.get", handlers.Query{ID: "lost-goal"}, nil)
+	b2.query(t, "goal.get", schemas.Query{ID: kept.ID}, 0, &g)
+	rq := b2.request(t, "dwr.q.default.command.get", schemas.Query{ID: "lost-goal"}, nil)
 	require.False(t, rq.OK, "the lost command is not known: %s", rq.Result)
 	require.Equal(t, string(domain.CodeNotFound), rq.Error.Code)
 }
@@ -342,7 +343,7 @@ func TestLegacyLogIsUpgraded(t *testing.T) {
 	})
 	b := start(t, dir)
 	var g domain.Goal
-	b.query(t, "goal.get", handlers.Query{ID: goal.ID}, 0, &g)
+	b.query(t, "goal.get", schemas.Query{ID: goal.ID}, 0, &g)
 	require.Equal(t, "from before", g.Title)
 	after, seq := b.mustCommand(t, "goal.create", map[string]any{"title": "after"})
 	v, err := eventstore.VerifyLog(context.Background(), b.svc.Log(), b.svc.LogKey(), nil)
@@ -354,5 +355,5 @@ func TestLegacyLogIsUpgraded(t *testing.T) {
 	b.stop()
 
 	b = start(t, dir)
-	b.query(t, "goal.get", handlers.Query{ID: after.ID}, 0, &g)
+	b.query(t, "goal.get", schemas.Query{ID: after.ID}, 0, &g)
 }

@@ -6,7 +6,7 @@ import (
 
 	"github.com/nats-io/nats.go/micro"
 
-	"github.com/dwr-run/dwr/domain"
+	"github.com/dwr-run/dwr/schemas"
 )
 
 // Defaults of the limits on requests in flight (Config).
@@ -36,12 +36,12 @@ type admission struct {
 func newAdmission(cfg Config) *admission {
 	return &admission{
 		maxCaller: cfg.MaxInFlightPerCaller, maxQueries: cfg.MaxQueriesInFlight, maxAll: cfg.MaxInFlight,
-		refuseCaller: errResponse(&WireError{Code: string(domain.CodeUnavailable), Message: fmt.Sprintf(
+		refuseCaller: errResponse(&schemas.Error{Code: schemas.CodeUnavailable, Message: fmt.Sprintf(
 			"this caller already has %d requests in flight, the most one identity may have at once: "+
 				"retry once some of them are answered (the limit is this caller's own; other callers are served)", cfg.MaxInFlightPerCaller)}),
-		refuseQueries: errResponse(&WireError{Code: string(domain.CodeUnavailable), Message: fmt.Sprintf(
+		refuseQueries: errResponse(&schemas.Error{Code: schemas.CodeUnavailable, Message: fmt.Sprintf(
 			"the service is at its limit of %d queries in flight (commands keep room of their own): retry shortly", cfg.MaxQueriesInFlight)}),
-		refuseAll: errResponse(&WireError{Code: string(domain.CodeUnavailable),
+		refuseAll: errResponse(&schemas.Error{Code: schemas.CodeUnavailable,
 			Message: "the service is at its limit of requests in flight: retry shortly"}),
 		callers: map[string]int{},
 	}

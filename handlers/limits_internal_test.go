@@ -7,6 +7,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/dwr-run/dwr/domain"
+	"github.com/dwr-run/dwr/schemas"
 )
 
 // requireRefused checks that reply refuses with unavailable and a message
@@ -14,7 +15,7 @@ import (
 func requireRefused(t *testing.T, reply []byte, what string) {
 	t.Helper()
 	require.NotNil(t, reply, "admitted; want a refusal naming %q", what)
-	var r Response
+	var r schemas.Reply
 	require.NoError(t, json.Unmarshal(reply, &r))
 	require.False(t, r.OK)
 	require.Equal(t, string(domain.CodeUnavailable), r.Error.Code)

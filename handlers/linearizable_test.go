@@ -230,10 +230,10 @@ func (c *linClient) do(t *testing.T, op linOp, key ed25519.PrivateKey, deadline 
 	cmdID := "lin-" + strconv.FormatInt(c.seq.Add(1), 10)
 	for {
 		m := nats.NewMsg("dwr.cmd.default." + name)
-		m.Header.Set(handlers.HeaderCommandID, cmdID)
+		m.Header.Set(schemas.HeaderCommandID, cmdID)
 		m.Data, _ = json.Marshal(body)
 		resp, err := c.nc.RequestMsg(m, 2*time.Second)
-		var r handlers.Response
+		var r schemas.Reply
 		if err == nil {
 			err = json.Unmarshal(resp.Data, &r)
 		}
@@ -258,9 +258,9 @@ func (c *linClient) do(t *testing.T, op linOp, key ed25519.PrivateKey, deadline 
 
 func (c *linClient) get(t *testing.T, op linOp, deadline time.Time) linOut {
 	for {
-		b, _ := json.Marshal(handlers.Query{ID: op.Task})
+		b, _ := json.Marshal(schemas.Query{ID: op.Task})
 		resp, err := c.nc.Request("dwr.q.default.task.get", b, 2*time.Second)
-		var r handlers.Response
+		var r schemas.Reply
 		if err == nil {
 			err = json.Unmarshal(resp.Data, &r)
 		}

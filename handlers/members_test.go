@@ -6,7 +6,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/dwr-run/dwr/domain"
-	"github.com/dwr-run/dwr/handlers"
+	"github.com/dwr-run/dwr/schemas"
 )
 
 // Public keys of NATS users made by nkeys.CreateUser.
@@ -18,17 +18,17 @@ const (
 func TestMembersAndQueuesOverTheWire(t *testing.T) {
 	b := setup(t)
 	var members []domain.Member
-	b.query(t, "member.list", handlers.Query{}, 0, &members)
+	b.query(t, "member.list", schemas.Query{}, 0, &members)
 	require.Empty(t, members)
 	require.NotNil(t, members, "an empty list, not null")
 	var queues []domain.QueueConfig
-	b.query(t, "queue.list", handlers.Query{}, 0, &queues)
+	b.query(t, "queue.list", schemas.Query{}, 0, &queues)
 	require.Empty(t, queues)
 
 	b.mustCommand(t, "member.add", map[string]any{"name": "ops", "role": "admin", "public_key": userKeyOps})
 	_, seq := b.mustCommand(t, "member.add", map[string]any{"name": "runner", "role": "executor", "public_key": userKeyRunner,
 		"queues": []string{"build", "test"}})
-	b.query(t, "member.list", handlers.Query{}, seq, &members)
+	b.query(t, "member.list", schemas.Query{}, seq, &members)
 	require.Len(t, members, 2)
 	require.Equal(t, "runner", members[1].Name)
 	require.Equal(t, domain.RoleExecutor, members[1].Role)
@@ -50,18 +50,18 @@ func TestMembersAndQueuesOverTheWire(t *testing.T) {
 	rep, seq = b.mustCommand(t, "queue.configure", map[string]any{"queue": "build", "lease_ms": 60000, "max_deliver": 9, "if_unset": true})
 	require.Equal(t, int64(30000), rep.LeaseMS, "if_unset answers the settings in effect")
 	require.Equal(t, 5, rep.MaxDeliver)
-	b.query(t, "queue.list", handlers.Query{}, seq, &queues)
+	b.query(t, "queue.list", schemas.Query{}, seq, &queues)
 	require.Equal(t, []domain.QueueConfig{{Name: "build", LeaseMS: 30000, MaxDeliver: 5}}, queues)
 
 	_, seq = b.mustCommand(t, "member.remove", map[string]any{"name": "runner"})
-	b.query(t, "member.list", handlers.Query{}, seq, &members)
+	b.query(t, "member.list", schemas.Query{}, seq, &members)
 	require.Len(t, members, 1)
 	r = b.command(t, "member.remove", map[string]any{"name": "runner"}, "")
 	require.False(t, r.OK)
 	require.Equal(t, string(domain.CodeNotFound), r.Error.Code)
 
 	for _, q := range []string{"member.list", "queue.list"} {
-		r := b.request(t, "dwr.q.nowhere."+q, handlers.Query{}, nil)
+		r := b.request(t, "dwr.q.nowhere."+q, schemas.Query{}, nil)
 		require.False(t, r.OK, q)
 		require.Equal(t, string(domain.CodeNotFound), r.Error.Code, q)
 	}

@@ -4,7 +4,6 @@ import (
 	"encoding/json"
 	"fmt"
 
-	"github.com/dwr-run/dwr/domain"
 	"github.com/dwr-run/dwr/schemas"
 )
 
@@ -89,7 +88,7 @@ func (p *page) addRaw(b []byte, id, cursor string) bool {
 		if cursor != "" {
 			after = fmt.Sprintf("; list past it with after %q", cursor)
 		}
-		p.err = &WireError{Code: string(domain.CodeTooLarge), Message: fmt.Sprintf(
+		p.err = &schemas.Error{Code: schemas.CodeTooLarge, Message: fmt.Sprintf(
 			"%s %s alone is %d bytes, more than a reply can carry (%d): %s%s", p.what, id, len(b), p.budget, p.read, after)}
 		return false
 	}
@@ -126,7 +125,7 @@ func one(v any, err error, budget int, tooLarge func(size int) string) (json.Raw
 		return nil, "", err
 	}
 	if len(b) > budget {
-		return nil, "", &WireError{Code: string(domain.CodeTooLarge), Message: tooLarge(len(b))}
+		return nil, "", &schemas.Error{Code: schemas.CodeTooLarge, Message: tooLarge(len(b))}
 	}
 	return b, "", nil
 }

@@ -14,6 +14,7 @@ import (
 	"github.com/dwr-run/dwr/handlers"
 	"github.com/dwr-run/dwr/handlers/servicetest"
 	"github.com/dwr-run/dwr/projections"
+	"github.com/dwr-run/dwr/schemas"
 )
 
 // applied waits until the views have applied the record at seq, so that what
@@ -28,7 +29,7 @@ func (b *bundle) applied(t *testing.T, seq uint64) {
 // listAll sends list query name with q, then again with after set to each
 // reply's next until a reply has none, and returns the items of every page
 // and the number of pages. Each reply must be ok.
-func (b *bundle) listAll(t *testing.T, name string, q handlers.Query) ([]json.RawMessage, int) {
+func (b *bundle) listAll(t *testing.T, name string, q schemas.Query) ([]json.RawMessage, int) {
 	t.Helper()
 	var all []json.RawMessage
 	for pages := 1; pages < 1000; pages++ {
@@ -103,20 +104,20 @@ func TestTaskListPagesThroughEveryTask(t *testing.T) {
 	}
 
 	// No limit: the default, then the rest.
-	r := b.request(t, "dwr.q.default.task.list", handlers.Query{}, minSeqHeader(seq))
+	r := b.request(t, "dwr.q.default.task.list", schemas.Query{}, minSeqHeader(seq))
 	require.True(t, r.OK, "%+v", r.Error)
 	var first []json.RawMessage
 	require.NoError(t, json.Unmarshal(r.Result, &first))
 	require.Len(t, first, handlers.DefaultLimit)
 	require.Equal(t, "ready/"+ids(t, first)[handlers.DefaultLimit-1], r.Next, "every state: the cursor names the state")
-	all, pages := b.listAll(t, "task.list", handlers.Query{})
+	all, pages := b.listAll(t, "task.list", schemas.Query{})
 	require.Equal(t, 2, pages)
 	require.Equal(t, wantIDs, ids(t, all))
 
 	for _, limit := range []int{1, 7, n} {
-		all, _ := b.listAll(t, "task.list", handlers.Query{Limit: limit})
+		all, _ := b.listAll(t, "task.list", schemas.Query{Limit: limit})
 		require.Equal(t, wantIDs, ids(t, all), "limit %d", limit)
-		for _, q := range []handlers.Query{{Limit: limit, State: domain.StatePending}, {Limit: limit, GoalID: g.ID}} {
+		for _, q := range []schemas.Query{{Limit: limit, State: domain.StatePending}, {Limit: limit, GoalID: g.ID}} {
 			got, _ := b.listAll(t, "task.list", q)
 			f := projections.TaskFilter{State: q.State, GoalID: q.GoalID}
 			w, err := b.store.ListTasks("default", f)
@@ -129,7 +130,7 @@ func TestTaskListPagesThroughEveryTask(t *testing.T) {
 	}
 
 	// Limits and cursors outside the contract are refused, naming the field.
-	for q, field := range map[*handlers.Query]string{
+	for q, field := range map[*schemas.Query]string{
 		{Limit: handlers.MaxLimit + 1}:   "/limit",
 		{Limit: -1}:                      "/limit",
 		{After: "nostate/" + wantIDs[0]}: "/after",
@@ -173,12 +174,12 @@ func TestListQueriesPage(t *testing.T) {
 
 	for _, c := range []struct {
 		name string
-		q    handlers.Query
+		q    schemas.Query
 		want []string
 	}{
-		{"goal.list", handlers.Query{Limit: 2}, goals},
-		{"approval.list", handlers.Query{Limit: 2}, []string{domain.ApprovalID(gated[0], 1), domain.ApprovalID(gated[3], 1), domain.ApprovalID(gated[4], 1)}},
-		{"member.list", handlers.Query{Limit: 2}, []string{"alice", "bob", "carol"}},
+		{"goal.list", schemas.Query{Limit: 2}, goals},
+		{"approval.list", schemas.Query{Limit: 2}, []string{domain.ApprovalID(gated[0], 1), domain.ApprovalID(gated[3], 1), domain.ApprovalID(gated[4], 1)}},
+		{"member.list", schemas.Query{Limit: 2}, []string{"alice", "bob", "carol"}},
 	} {
 		all, pages := b.listAll(t, c.name, c.q)
 		require.Equal(t, c.want, ids(t, all), c.name)
@@ -186,7 +187,7 @@ func TestListQueriesPage(t *testing.T) {
 	}
 
 	// Every state: pending first, then withdrawn, the cursor naming the state.
-	all, pages := b.listAll(t, "approval.list", handlers.Query{State: "all", Limit: 1})
+	all, pages := b.listAll(t, "approval.list", schemas.Query{State: "all", Limit: 1})
 	require.Len(t, all, 5)
 	require.Equal(t, 5, pages)
 	var states []string
@@ -200,12 +201,12 @@ func TestListQueriesPage(t *testing.T) {
 	// events: after a version, the cursor of the last event listed.
 	hist, err := b.store.History(domain.AggTask, task)
 	require.NoError(t, err)
-	all, _ = b.listAll(t, "events", handlers.Query{ID: task, Limit: 2})
+	all, _ = b.listAll(t, "events", schemas.Query{ID: task, Limit: 2})
 	require.Len(t, all, len(hist))
 	for i, e := range hist {
 		require.JSONEq(t, string(e.Raw), string(all[i]))
 	}
-	r := b.request(t, "dwr.q.default.events", handlers.Query{ID: task, After: "two"}, nil)
+	r := b.request(t, "dwr.q.default.events", schemas.Query{ID: task, After: "two"}, nil)
 	require.False(t, r.OK)
 	require.Equal(t, "/after", r.Error.Fields[0].Pointer)
 }
@@ -226,7 +227,7 @@ func TestListRepliesStayUnderTheMaxPayload(t *testing.T) {
 	}
 	max := int(b.nc.MaxPayload())
 	var all []json.RawMessage
-	q, pages := handlers.Query{State: domain.StateReady}, 0
+	q, pages := schemas.Query{State: domain.StateReady}, 0
 	for {
 		m := b.request(t, "dwr.q.default.task.list", q, nil)
 		require.True(t, m.OK, "%+v", m.Error)
@@ -268,7 +269,7 @@ func TestTooLargeResultsSayWhatToDo(t *testing.T) {
 	}
 	_, seq := b.mustCommand(t, "plan.submit", map[string]any{"goal_id": wide.ID, "tasks": specs})
 
-	tooLarge := func(name string, q handlers.Query, says ...string) {
+	tooLarge := func(name string, q schemas.Query, says ...string) {
 		t.Helper()
 		r := b.request(t, "dwr.q.default."+name, q, minSeqHeader(seq))
 		require.False(t, r.OK, name)
@@ -277,14 +278,14 @@ func TestTooLargeResultsSayWhatToDo(t *testing.T) {
 			require.Contains(t, r.Error.Message, s, name)
 		}
 	}
-	tooLarge("task.get", handlers.Query{ID: bigID}, "task "+bigID, "the events query")
-	tooLarge("goal.get", handlers.Query{ID: wide.ID}, "goal "+wide.ID, "task.list with goal_id "+wide.ID)
-	tooLarge("events", handlers.Query{ID: bigID}, "max_payload")
+	tooLarge("task.get", schemas.Query{ID: bigID}, "task "+bigID, "the events query")
+	tooLarge("goal.get", schemas.Query{ID: wide.ID}, "goal "+wide.ID, "task.list with goal_id "+wide.ID)
+	tooLarge("events", schemas.Query{ID: bigID}, "max_payload")
 
 	// Listing the first goal's tasks meets the big one alone: the refusal
 	// names the cursor past it, and the listing goes on from there.
 	var listed []string
-	sawBig, q := false, handlers.Query{GoalID: g.ID}
+	sawBig, q := false, schemas.Query{GoalID: g.ID}
 	for range 10 {
 		r := b.request(t, "dwr.q.default.task.list", q, nil)
 		if !r.OK {

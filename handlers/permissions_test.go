@@ -223,11 +223,11 @@ func TestPermissionMatrix(t *testing.T) {
 				// An empty body: allowed means the service looked at it (and
 				// found it invalid), denied that the identity was refused.
 				got, detail := w.probe("dwr.cmd."+ws+"."+name, []byte(`{}`))
-				check(w, "command "+ws+"."+name, expect(w.global || (ws == w.ws && w.role.MayCommand(name) && name != "workspace.create")), got, detail)
+				check(w, "command "+ws+"."+name, expect(w.global || (ws == w.ws && domain.MayCommand(w.role, name) && name != "workspace.create")), got, detail)
 			}
 			for _, name := range handlers.QueryNames {
 				got, detail := w.probe("dwr.q."+ws+"."+name, []byte(`{"id":"x"}`))
-				check(w, "query "+ws+"."+name, expect(w.global || (ws == w.ws && w.role.MayQuery(name))), got, detail)
+				check(w, "query "+ws+"."+name, expect(w.global || (ws == w.ws && domain.MayQuery(w.role, name))), got, detail)
 			}
 		}
 		// The JetStream API, directly and under the executors' prefix.

@@ -12,6 +12,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/dwr-run/dwr/domain"
+	"github.com/dwr-run/dwr/schemas"
 )
 
 // maxDeliveriesAdvisory is the part of JetStream's max-deliveries advisory
@@ -101,7 +102,7 @@ func (s *Service) quarantineItem(ctx context.Context, a maxDeliveriesAdvisory) e
 	if err != nil {
 		return fmt.Errorf("read work item %d: %w", a.StreamSeq, err)
 	}
-	var it WorkItem
+	var it schemas.WorkItem
 	if err := json.Unmarshal(raw.Data, &it); err != nil || it.TaskID == "" || !domain.ValidName(it.Workspace) {
 		s.cfg.Logger.Error("handlers: quarantine: unreadable work item; deleting it", "seq", a.StreamSeq, "err", err)
 	} else {

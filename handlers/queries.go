@@ -19,21 +19,6 @@ import (
 // MaxQueryBytes bounds a query's body.
 const MaxQueryBytes = 64 << 10
 
-// Query is the body of every query; each query reads the fields it needs.
-type Query struct {
-	ID        string `json:"id,omitempty"`
-	Aggregate string `json:"aggregate,omitempty"` // for events: workspace | goal | task
-	State     string `json:"state,omitempty"`
-	GoalID    string `json:"goal_id,omitempty"`
-	Role      string `json:"role,omitempty"` // for approval.list
-	// After, for a list query, continues the listing: the next of the
-	// reply before.
-	After string `json:"after,omitempty"`
-	// Limit, for a list query, bounds the items of a reply: 0 means
-	// DefaultLimit, at most MaxLimit.
-	Limit int `json:"limit,omitempty"`
-}
-
 // QueryNames lists the query endpoints (the last tokens of dwr.q.<ws>.<query>).
 var QueryNames = []string{"workspace.list", "goal.get", "goal.list", "task.get", "task.list", "events", "command.get",
 	"approval.list", "approval.get", "approver.list", "member.list", "queue.list"}
@@ -60,7 +45,7 @@ func (s *Service) startQueries() (micro.Service, error) {
 func (s *Service) handleQuery(name string, req micro.Request, who sender) []byte {
 	ws := workspaceOf(req.Subject())
 	if !domain.ValidName(ws) {
-		return errResponse(&WireError{Code: string(domain.CodeInvalid), Message: fmt.Sprintf("workspace %q in the subject is not a valid name", ws)})
+		return errResponse(&schemas.Error{Code: schemas.CodeInvalid, Message: fmt.Sprintf("workspace %q in the subject is not a valid name", ws)})
 	}
 	p, werr := s.authorize(who, ws, "q", name)
 	if werr != nil {
@@ -69,7 +54,7 @@ func (s *Service) handleQuery(name string, req micro.Request, who sender) []byte
 	if f := s.onQuery.Load(); f != nil {
 		(*f)(p.name, name)
 	}
-	var q Query
+	var q schemas.Query
 	if body := req.Data(); len(body) > 0 {
 		if err := schemas.CheckBounds(body, MaxQueryBytes, 8); err != nil {
 			return errResponse(toWire(err, s.cfg.Logger))
@@ -77,7 +62,7 @@ func (s *Service) handleQuery(name string, req micro.Request, who sender) []byte
 		dec := json.NewDecoder(strings.NewReader(string(body)))
 		dec.DisallowUnknownFields()
 		if err := dec.Decode(&q); err != nil {
-			return errResponse(&WireError{Code: string(domain.CodeInvalid), Message: "the query does not decode: " + err.Error()})
+			return errResponse(&schemas.Error{Code: schemas.CodeInvalid, Message: "the query does not decode: " + err.Error()})
 		}
 	}
 	min, err := minSeq(req.Headers())
@@ -97,7 +82,7 @@ func (s *Service) handleQuery(name string, req micro.Request, who sender) []byte
 		err := s.store.WaitFor(ctx, min)
 		cancel()
 		if err != nil {
-			return errResponse(&WireError{Code: string(domain.CodeUnavailable), Message: fmt.Sprintf(
+			return errResponse(&schemas.Error{Code: schemas.CodeUnavailable, Message: fmt.Sprintf(
 				"the views have not reached log sequence %d yet (at %d): retry shortly", min, s.store.Checkpoint())})
 		}
 	}
@@ -116,7 +101,7 @@ func (s *Service) handleQuery(name string, req micro.Request, who sender) []byte
 // replica with the highest log end it has seen, and asks the log only when
 // seq is beyond that too. When the log cannot be asked, the query waits as
 // before.
-func (s *Service) checkMinSeq(seq uint64) *WireError {
+func (s *Service) checkMinSeq(seq uint64) *schemas.Error {
 	if seq <= s.store.Checkpoint() {
 		return nil
 	}
@@ -129,7 +114,7 @@ func (s *Service) checkMinSeq(seq uint64) *WireError {
 		last, err := s.log.LastSeq(ctx)
 		cancel()
 		if err != nil {
-			s.cfg.Logger.Warn("handlers: could not read the log's end for a query's "+HeaderMinSeq, "err", err)
+			s.cfg.Logger.Warn("handlers: could not read the log's end for a query's "+schemas.HeaderMinSeq, "err", err)
 			return nil
 		}
 		for {
@@ -143,18 +128,18 @@ func (s *Service) checkMinSeq(seq uint64) *WireError {
 	if seq <= end {
 		return nil
 	}
-	return &WireError{Code: string(domain.CodeInvalid), Message: fmt.Sprintf(
-		"header %s names log sequence %d, beyond the log's end (%d): pass the seq of a reply you were given", HeaderMinSeq, seq, end)}
+	return &schemas.Error{Code: schemas.CodeInvalid, Message: fmt.Sprintf(
+		"header %s names log sequence %d, beyond the log's end (%d): pass the seq of a reply you were given", schemas.HeaderMinSeq, seq, end)}
 }
 
 // query answers query name in workspace ws for actor, the identity that
 // asks: the result, and for a list query the cursor of the next page when
 // more follow. No result is larger than a reply can carry.
-func (s *Service) query(name, ws, actor string, q Query) (json.RawMessage, string, error) {
+func (s *Service) query(name, ws, actor string, q schemas.Query) (json.RawMessage, string, error) {
 	if q.Limit < 0 || q.Limit > MaxLimit {
 		msg := fmt.Sprintf("must be between 0 (%d) and %d", DefaultLimit, MaxLimit)
-		return nil, "", &WireError{Code: string(domain.CodeInvalid), Message: "limit " + msg,
-			Fields: []FieldError{{Pointer: "/limit", Message: msg}}}
+		return nil, "", &schemas.Error{Code: schemas.CodeInvalid, Message: "limit " + msg,
+			Fields: []schemas.FieldError{{Pointer: "/limit", Message: msg}}}
 	}
 	limit := q.Limit
 	if limit == 0 {
@@ -162,7 +147,7 @@ func (s *Service) query(name, ws, actor string, q Query) (json.RawMessage, strin
 	}
 	budget := s.replyBudget()
 	notFound := func(what string) error {
-		return &WireError{Code: string(domain.CodeNotFound), Message: fmt.Sprintf("%s %q not found in workspace %q", what, q.ID, ws)}
+		return &schemas.Error{Code: schemas.CodeNotFound, Message: fmt.Sprintf("%s %q not found in workspace %q", what, q.ID, ws)}
 	}
 	switch name {
 	case "workspace.list":
@@ -192,8 +177,8 @@ func (s *Service) query(name, ws, actor string, q Query) (json.RawMessage, strin
 		})
 	case "task.list":
 		if q.State != "" && !validState(q.State) {
-			return nil, "", &WireError{Code: string(domain.CodeInvalid), Message: fmt.Sprintf("state %q is not one of %v", q.State, domain.TaskStates),
-				Fields: []FieldError{{Pointer: "/state", Message: "unknown state"}}}
+			return nil, "", &schemas.Error{Code: schemas.CodeInvalid, Message: fmt.Sprintf("state %q is not one of %v", q.State, domain.TaskStates),
+				Fields: []schemas.FieldError{{Pointer: "/state", Message: "unknown state"}}}
 		}
 		f := projections.TaskFilter{State: q.State, GoalID: q.GoalID, After: q.After}
 		pg := newPage("task", "read it through its events (the events query with its id, page by page)", limit, budget)
@@ -203,8 +188,8 @@ func (s *Service) query(name, ws, actor string, q Query) (json.RawMessage, strin
 		return s.history(ws, q, newPage("event", "raise the NATS server's max_payload", limit, budget))
 	case "approval.list":
 		if q.State != "" && q.State != "all" && !slices.Contains(projections.ApprovalStates, q.State) {
-			return nil, "", &WireError{Code: string(domain.CodeInvalid), Message: fmt.Sprintf("state %q is not one of %v or all", q.State, projections.ApprovalStates),
-				Fields: []FieldError{{Pointer: "/state", Message: "unknown approval state"}}}
+			return nil, "", &schemas.Error{Code: schemas.CodeInvalid, Message: fmt.Sprintf("state %q is not one of %v or all", q.State, projections.ApprovalStates),
+				Fields: []schemas.FieldError{{Pointer: "/state", Message: "unknown approval state"}}}
 		}
 		f := projections.ApprovalFilter{State: q.State, Role: q.Role, After: q.After}
 		pg := newPage("approval", "read its task through its events (the events query, page by page)", limit, budget)
@@ -245,11 +230,11 @@ func (s *Service) query(name, ws, actor string, q Query) (json.RawMessage, strin
 		}
 		return one(o, err, budget, tooLargeReply(budget))
 	}
-	return nil, "", &WireError{Code: string(domain.CodeNotFound), Message: "unknown query " + name}
+	return nil, "", &schemas.Error{Code: schemas.CodeNotFound, Message: "unknown query " + name}
 }
 
 // members lists the members of w by name, after the name q.After.
-func (s *Service) members(w *domain.Workspace, q Query, pg *page) (json.RawMessage, string, error) {
+func (s *Service) members(w *domain.Workspace, q schemas.Query, pg *page) (json.RawMessage, string, error) {
 	ms := slices.Clone(w.Members)
 	slices.SortFunc(ms, func(a, b domain.Member) int { return strings.Compare(a.Name, b.Name) })
 	for i := range ms {
@@ -267,7 +252,7 @@ func (s *Service) workspace(ws string) (*domain.Workspace, error) {
 		return nil, err
 	}
 	if w == nil {
-		return nil, &WireError{Code: string(domain.CodeNotFound), Message: fmt.Sprintf("workspace %q not found", ws)}
+		return nil, &schemas.Error{Code: schemas.CodeNotFound, Message: fmt.Sprintf("workspace %q not found", ws)}
 	}
 	return w, nil
 }
@@ -293,13 +278,13 @@ func validState(s string) bool {
 // history lists an aggregate's events after the version q.After; with no
 // aggregate type given it looks the id up as a task, then a goal, then a
 // workspace.
-func (s *Service) history(ws string, q Query, pg *page) (json.RawMessage, string, error) {
+func (s *Service) history(ws string, q schemas.Query, pg *page) (json.RawMessage, string, error) {
 	var after uint64
 	if q.After != "" {
 		v, err := strconv.ParseUint(q.After, 10, 64)
 		if err != nil {
-			return nil, "", &WireError{Code: string(domain.CodeInvalid), Message: "after must be an event's version, as a reply's next gives it",
-				Fields: []FieldError{{Pointer: "/after", Message: "not an event's version"}}}
+			return nil, "", &schemas.Error{Code: schemas.CodeInvalid, Message: "after must be an event's version, as a reply's next gives it",
+				Fields: []schemas.FieldError{{Pointer: "/after", Message: "not an event's version"}}}
 		}
 		after = v
 	}
@@ -321,5 +306,5 @@ func (s *Service) history(ws string, q Query, pg *page) (json.RawMessage, string
 		})
 		return pg.result(err)
 	}
-	return nil, "", &WireError{Code: string(domain.CodeNotFound), Message: fmt.Sprintf("no aggregate %q in workspace %q", q.ID, ws)}
+	return nil, "", &schemas.Error{Code: schemas.CodeNotFound, Message: fmt.Sprintf("no aggregate %q in workspace %q", q.ID, ws)}
 }

@@ -17,6 +17,7 @@ import (
 	"github.com/dwr-run/dwr/handlers"
 	"github.com/dwr-run/dwr/handlers/embedded"
 	"github.com/dwr-run/dwr/projections"
+	"github.com/dwr-run/dwr/schemas"
 )
 
 // replicaKey is the log key every replica of a test holds.
@@ -117,7 +118,7 @@ func TestStandbyTakesOverWhenTheWriterStops(t *testing.T) {
 	// The writer stops; the standby takes the lease and the writing.
 	a.stop(t)
 	start := time.Now()
-	var third handlers.Response
+	var third schemas.Reply
 	eventually(t, 20*time.Second, func() bool {
 		var err error
 		third, err = b.tryCommand("goal.create", map[string]any{"title": "third"}, "third")
@@ -164,7 +165,7 @@ func TestFeedIsRepairedFromTheLog(t *testing.T) {
 		if err != nil {
 			return false
 		}
-		got, err := strconv.ParseUint(m.Header.Get(handlers.HeaderLogSeq), 10, 64)
+		got, err := strconv.ParseUint(m.Header.Get(schemas.HeaderLogSeq), 10, 64)
 		return err == nil && got >= seq
 	})
 }

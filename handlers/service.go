@@ -689,7 +689,7 @@ func workspaceOf(subject string) string {
 func (s *Service) handleCommand(name string, req micro.Request, who sender) []byte {
 	ws := workspaceOf(req.Subject())
 	if !domain.ValidName(ws) {
-		return errResponse(&WireError{Code: string(domain.CodeInvalid),
+		return errResponse(&schemas.Error{Code: schemas.CodeInvalid,
 			Message: fmt.Sprintf("workspace %q in the subject is not a valid name", ws)})
 	}
 	h := req.Headers()
@@ -710,16 +710,16 @@ func (s *Service) handleCommand(name string, req micro.Request, who sender) []by
 	}
 	cmd, _ := domain.NewCommand(name)
 	if err := json.Unmarshal(body, cmd); err != nil {
-		return errResponse(&WireError{Code: string(domain.CodeInvalid), Message: "the command does not decode: " + err.Error()})
+		return errResponse(&schemas.Error{Code: schemas.CodeInvalid, Message: "the command does not decode: " + err.Error()})
 	}
 	fillIDs(cmd)
 	// The actor is who the NATS server authenticated, never a header.
-	m := domain.Meta{Workspace: ws, CommandID: h.Get(HeaderCommandID), Actor: p.name,
-		Authenticated: p.authenticated, CorrelationID: h.Get(HeaderCorrelationID)}
+	m := domain.Meta{Workspace: ws, CommandID: h.Get(schemas.HeaderCommandID), Actor: p.name,
+		Authenticated: p.authenticated, CorrelationID: h.Get(schemas.HeaderCorrelationID)}
 	if m.CommandID == "" {
 		m.CommandID = ulid.Make().String()
 	} else if len(m.CommandID) > 128 {
-		return errResponse(&WireError{Code: string(domain.CodeInvalid), Message: "header " + HeaderCommandID + " is longer than 128 bytes"})
+		return errResponse(&schemas.Error{Code: schemas.CodeInvalid, Message: "header " + schemas.HeaderCommandID + " is longer than 128 bytes"})
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
@@ -788,34 +788,28 @@ func fillIDs(cmd domain.Command) {
 }
 
 func minSeq(h micro.Headers) (uint64, error) {
-	v := h.Get(HeaderMinSeq)
+	v := h.Get(schemas.HeaderMinSeq)
 	if v == "" {
 		return 0, nil
 	}
 	n, err := strconv.ParseUint(v, 10, 64)
 	if err != nil {
-		return 0, &WireError{Code: string(domain.CodeInvalid), Message: "header " + HeaderMinSeq + " must be a log sequence number"}
+		return 0, &schemas.Error{Code: schemas.CodeInvalid, Message: "header " + schemas.HeaderMinSeq + " must be a log sequence number"}
 	}
 	return n, nil
 }
 
 // ensureQueueOf makes the consumer of the queue that a queue.configure reply
 // names stand with the settings it gives.
-func (s *Service) ensureQueueOf(ctx context.Context, ws string, reply json.RawMessage) *WireError {
-	var r domain.QueueConfig
-	var q struct {
-		Queue string `json:"queue"`
-	}
-	if err := json.Unmarshal(reply, &r); err != nil {
+func (s *Service) ensureQueueOf(ctx context.Context, ws string, reply json.RawMessage) *schemas.Error {
+	var res domain.Reply
+	if err := json.Unmarshal(reply, &res); err != nil {
 		return toWire(err, s.cfg.Logger)
 	}
-	if err := json.Unmarshal(reply, &q); err != nil {
-		return toWire(err, s.cfg.Logger)
-	}
-	r.Name = q.Queue
+	r := domain.QueueConfig{Name: res.Queue, LeaseMS: res.LeaseMS, MaxDeliver: res.MaxDeliver}
 	if err := s.dispatch.ensureConsumer(ctx, ws, r.Name, &r); err != nil {
 		s.cfg.Logger.Warn("handlers: a queue's consumer could not be configured", "err", err)
-		return &WireError{Code: string(domain.CodeUnavailable), Message: "the queue's consumer could not be configured: retry"}
+		return &schemas.Error{Code: schemas.CodeUnavailable, Message: "the queue's consumer could not be configured: retry"}
 	}
 	return nil
 }

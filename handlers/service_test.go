@@ -20,6 +20,7 @@ import (
 	"github.com/dwr-run/dwr/handlers/embedded"
 	"github.com/dwr-run/dwr/handlers/servicetest"
 	"github.com/dwr-run/dwr/projections"
+	"github.com/dwr-run/dwr/schemas"
 )
 
 // bundle is what setup returns: a running service on a real embedded NATS
@@ -50,7 +51,7 @@ func testLogger() *slog.Logger { return servicetest.Logger() }
 
 func setup(t *testing.T) *bundle { return start(t, t.TempDir()) }
 
-func (b *bundle) request(t *testing.T, subject string, body any, hdr nats.Header) handlers.Response {
+func (b *bundle) request(t *testing.T, subject string, body any, hdr nats.Header) schemas.Reply {
 	t.Helper()
 	m := nats.NewMsg(subject)
 	if hdr != nil {
@@ -67,7 +68,7 @@ func (b *bundle) request(t *testing.T, subject string, body any, hdr nats.Header
 	}
 	resp, err := b.nc.RequestMsg(m, 10*time.Second)
 	require.NoError(t, err)
-	var r handlers.Response
+	var r schemas.Reply
 	require.NoError(t, json.Unmarshal(resp.Data, &r), string(resp.Data))
 	return r
 }
@@ -99,7 +100,7 @@ func withToken(name string, body any) any {
 }
 
 // remember keeps the token a claim's reply carries.
-func remember(name string, r handlers.Response) {
+func remember(name string, r schemas.Reply) {
 	if name != "task.claim" || !r.OK {
 		return
 	}
@@ -111,10 +112,10 @@ func remember(name string, r handlers.Response) {
 
 // command sends a command as an executor would: an attempt's command
 // carries the token its claim returned unless body has one.
-func (b *bundle) command(t *testing.T, name string, body any, cmdID string) handlers.Response {
+func (b *bundle) command(t *testing.T, name string, body any, cmdID string) schemas.Reply {
 	h := nats.Header{}
 	if cmdID != "" {
-		h.Set(handlers.HeaderCommandID, cmdID)
+		h.Set(schemas.HeaderCommandID, cmdID)
 	}
 	r := b.request(t, "dwr.cmd.default."+name, withToken(name, body), h)
 	remember(name, r)
@@ -130,11 +131,11 @@ func (b *bundle) mustCommand(t *testing.T, name string, body any) (domain.Reply,
 	return rep, r.Seq
 }
 
-func (b *bundle) query(t *testing.T, name string, q handlers.Query, minSeq uint64, out any) {
+func (b *bundle) query(t *testing.T, name string, q schemas.Query, minSeq uint64, out any) {
 	t.Helper()
 	h := nats.Header{}
 	if minSeq > 0 {
-		h.Set(handlers.HeaderMinSeq, fmt.Sprint(minSeq))
+		h.Set(schemas.HeaderMinSeq, fmt.Sprint(minSeq))
 	}
 	r := b.request(t, "dwr.q.default."+name, q, h)
 	require.True(t, r.OK, "%s: %+v", name, r.Error)
@@ -149,15 +150,15 @@ func (b *bundle) jetstream(t *testing.T) jetstream.JetStream {
 
 // tryCommand sends a command and returns transport errors (no responders,
 // timeouts) instead of failing the test.
-func (b *bundle) tryCommand(name string, body any, cmdID string) (handlers.Response, error) {
+func (b *bundle) tryCommand(name string, body any, cmdID string) (schemas.Reply, error) {
 	m := nats.NewMsg("dwr.cmd.default." + name)
-	m.Header.Set(handlers.HeaderCommandID, cmdID)
+	m.Header.Set(schemas.HeaderCommandID, cmdID)
 	m.Data, _ = json.Marshal(withToken(name, body))
 	resp, err := b.nc.RequestMsg(m, 5*time.Second)
 	if err != nil {
-		return handlers.Response{}, err
+		return schemas.Reply{}, err
 	}
-	var r handlers.Response
+	var r schemas.Reply
 	err = json.Unmarshal(resp.Data, &r)
 	remember(name, r)
 	return r, err
@@ -190,7 +191,7 @@ func TestPlanRunsInDependencyOrder(t *testing.T) {
 	goalID, plan, seq := chain3(t, b)
 	require.Len(t, plan.Tasks, 3)
 	var tasks []domain.Task
-	b.query(t, "task.list", handlers.Query{GoalID: goalID}, seq, &tasks)
+	b.query(t, "task.list", schemas.Query{GoalID: goalID}, seq, &tasks)
 	states := map[string]string{}
 	for _, tk := range tasks {
 		states[tk.Key] = tk.State
@@ -205,17 +206,17 @@ func TestPlanRunsInDependencyOrder(t *testing.T) {
 		require.Equal(t, "accepted", done.State)
 		if i+1 < len(plan.Tasks) {
 			var next domain.Task
-			b.query(t, "task.get", handlers.Query{ID: plan.Tasks[i+1].TaskID}, seq, &next)
+			b.query(t, "task.get", schemas.Query{ID: plan.Tasks[i+1].TaskID}, seq, &next)
 			require.Equal(t, "ready", next.State, "the dependent is ready in the same commit")
 		}
 	}
 	var gv projections.GoalView
-	b.query(t, "goal.get", handlers.Query{ID: goalID}, b.lastSeq(t), &gv)
+	b.query(t, "goal.get", schemas.Query{ID: goalID}, b.lastSeq(t), &gv)
 	require.Equal(t, domain.GoalStateAchieved, gv.State)
 	require.Equal(t, map[string]int{"accepted": 3}, gv.Counts)
 
 	var hist []json.RawMessage
-	b.query(t, "events", handlers.Query{ID: plan.Tasks[2].TaskID}, 0, &hist)
+	b.query(t, "events", schemas.Query{ID: plan.Tasks[2].TaskID}, 0, &hist)
 	require.Len(t, hist, 5) // created, ready, attempt_started, attempt_succeeded, accepted
 	for i, raw := range hist {
 		var e struct {
@@ -284,7 +285,7 @@ func TestSameCommandIDAppliesOnce(t *testing.T) {
 	b := setup(t)
 	const id = "storm-1"
 	var wg sync.WaitGroup
-	replies := make([]handlers.Response, 50)
+	replies := make([]schemas.Reply, 50)
 	for i := range replies {
 		wg.Go(func() { replies[i] = b.command(t, "goal.create", map[string]any{"title": "once"}, id) })
 	}
@@ -295,7 +296,7 @@ func TestSameCommandIDAppliesOnce(t *testing.T) {
 		require.Equal(t, replies[0].Seq, r.Seq)
 	}
 	var goals []projections.GoalView
-	b.query(t, "goal.list", handlers.Query{}, b.lastSeq(t), &goals)
+	b.query(t, "goal.list", schemas.Query{}, b.lastSeq(t), &goals)
 	require.Len(t, goals, 1)
 
 	// After a restart the first outcome is still the answer, and nothing is appended.
@@ -320,7 +321,7 @@ func TestRestartKeepsStateAndRebuildEqualsLive(t *testing.T) {
 
 	b2 := start(t, dir)
 	var gv projections.GoalView
-	b2.query(t, "goal.get", handlers.Query{ID: goalID}, 0, &gv)
+	b2.query(t, "goal.get", schemas.Query{ID: goalID}, 0, &gv)
 	require.Equal(t, map[string]int{"backoff": 1, "pending": 2}, gv.Counts)
 
 	var live bytes.Buffer
@@ -347,7 +348,7 @@ func TestInternalCommandsHaveNoEndpoint(t *testing.T) {
 }
 
 // commandAs sends a command as the member actor under command id cmdID.
-func (b *bundle) commandAs(t *testing.T, actor, name string, body any, cmdID string) handlers.Response {
+func (b *bundle) commandAs(t *testing.T, actor, name string, body any, cmdID string) schemas.Reply {
 	t.Helper()
 	return b.peer(t, actor).send(t, name, body, cmdID)
 }
@@ -372,7 +373,7 @@ func TestACommandIDBelongsToItsSender(t *testing.T) {
 
 	// command.get answers each sender with their own command.
 	for who, want := range map[string]string{"alice": ra.ID, "bob": rb.ID} {
-		r := b.peer(t, who).request(t, "dwr.q.default.command.get", handlers.Query{ID: "shared-id"})
+		r := b.peer(t, who).request(t, "dwr.q.default.command.get", schemas.Query{ID: "shared-id"})
 		require.True(t, r.OK, "%+v", r.Error)
 		var o projections.CommandOutcome
 		require.NoError(t, json.Unmarshal(r.Result, &o))
@@ -380,7 +381,7 @@ func TestACommandIDBelongsToItsSender(t *testing.T) {
 		require.NoError(t, json.Unmarshal(o.Reply, &rep))
 		require.Equal(t, want, rep.ID, who)
 	}
-	r := b.peer(t, "carol").request(t, "dwr.q.default.command.get", handlers.Query{ID: "shared-id"})
+	r := b.peer(t, "carol").request(t, "dwr.q.default.command.get", schemas.Query{ID: "shared-id"})
 	require.False(t, r.OK)
 	require.Equal(t, string(domain.CodeNotFound), r.Error.Code)
 }

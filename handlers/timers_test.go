@@ -10,6 +10,7 @@ import (
 	"github.com/dwr-run/dwr/domain"
 	"github.com/dwr-run/dwr/handlers"
 	"github.com/dwr-run/dwr/handlers/servicetest"
+	"github.com/dwr-run/dwr/schemas"
 )
 
 // The timer tests move a manual clock instead of waiting for it: nothing
@@ -28,7 +29,7 @@ func startClocked(t *testing.T, dir string, clock *servicetest.Clock) *bundle {
 func (b *bundle) task(t *testing.T, id string) domain.Task {
 	t.Helper()
 	var tk domain.Task
-	b.query(t, "task.get", handlers.Query{ID: id}, 0, &tk)
+	b.query(t, "task.get", schemas.Query{ID: id}, 0, &tk)
 	return tk
 }
 
@@ -78,7 +79,7 @@ type event struct {
 func (b *bundle) events(t *testing.T, id string) []event {
 	t.Helper()
 	var raw []json.RawMessage
-	b.query(t, "events", handlers.Query{ID: id}, 0, &raw)
+	b.query(t, "events", schemas.Query{ID: id}, 0, &raw)
 	out := make([]event, len(raw))
 	for i, r := range raw {
 		require.NoError(t, json.Unmarshal(r, &out[i]))

@@ -12,6 +12,7 @@ import (
 	"github.com/dwr-run/dwr/domain"
 	"github.com/dwr-run/dwr/eventstore"
 	"github.com/dwr-run/dwr/projections"
+	"github.com/dwr-run/dwr/schemas"
 )
 
 // request is one command on its way through the writer.
@@ -34,7 +35,7 @@ type outcome struct {
 // decision on an approval that was not taken).
 func outcomeOf(seq uint64, reply, refusal json.RawMessage) outcome {
 	if len(refusal) > 0 {
-		var we WireError
+		var we schemas.Error
 		if err := json.Unmarshal(refusal, &we); err != nil {
 			return outcome{Err: fmt.Errorf("handlers: a stored refusal does not decode: %w", err)}
 		}
@@ -100,8 +101,8 @@ func (w *writer) Decide(items []*request) ([]eventstore.Event, []eventstore.Comm
 		}
 		var reply, refusal []byte
 		if r := out.Refusal; r != nil { // its message opens with the reason, e.g. "bad_signature: ..."
-			refusal, err = json.Marshal(&WireError{Code: string(r.Code), Message: r.Message,
-				Fields: []FieldError{{Pointer: r.Field, Message: r.Message}}})
+			refusal, err = json.Marshal(&schemas.Error{Code: string(r.Code), Message: r.Message,
+				Fields: []schemas.FieldError{{Pointer: r.Field, Message: r.Message}}})
 		} else {
 			reply, err = json.Marshal(out.Reply)
 		}

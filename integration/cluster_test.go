@@ -19,8 +19,8 @@ import (
 
 	"github.com/dwr-run/dwr/domain"
 	"github.com/dwr-run/dwr/eventstore"
-	"github.com/dwr-run/dwr/handlers"
 	"github.com/dwr-run/dwr/projections"
+	"github.com/dwr-run/dwr/schemas"
 )
 
 // runChain3 creates a goal with a chain of three tasks and runs every task
@@ -58,7 +58,7 @@ func runChain3(t *testing.T, ctx context.Context, c *client, led *ledger, label 
 		require.Equal(t, domain.StateAccepted, done.reply().State)
 	}
 	var gv projections.GoalView
-	require.NoError(t, c.query("goal.get", handlers.Query{ID: goalID}, lastSeq, &gv))
+	require.NoError(t, c.query("goal.get", schemas.Query{ID: goalID}, lastSeq, &gv))
 	require.Equal(t, domain.GoalStateAchieved, gv.State)
 	return goalID, lastSeq
 }

@@ -22,9 +22,9 @@ import (
 	"github.com/dwr-run/dwr/domain"
 	"github.com/dwr-run/dwr/eventstore"
 	"github.com/dwr-run/dwr/executors"
-	"github.com/dwr-run/dwr/handlers"
 	"github.com/dwr-run/dwr/handlers/servicetest"
 	"github.com/dwr-run/dwr/projections"
+	"github.com/dwr-run/dwr/schemas"
 )
 
 // corruptionBase is a stopped `dwr serve`'s data directory with some work
@@ -86,12 +86,12 @@ func servedState(t *testing.T, c *client, b *corruptionBase) string {
 	t.Helper()
 	var out strings.Builder
 	var goals, tasks json.RawMessage
-	require.NoError(t, c.query("goal.list", handlers.Query{}, b.lastSeq, &goals))
-	require.NoError(t, c.query("task.list", handlers.Query{}, b.lastSeq, &tasks))
+	require.NoError(t, c.query("goal.list", schemas.Query{}, b.lastSeq, &goals))
+	require.NoError(t, c.query("task.list", schemas.Query{}, b.lastSeq, &tasks))
 	fmt.Fprintf(&out, "goals %s\ntasks %s\n", goals, tasks)
 	for _, r := range b.cmds {
 		var o projections.CommandOutcome
-		if err := c.query("command.get", handlers.Query{ID: r.ID}, 0, &o); err != nil {
+		if err := c.query("command.get", schemas.Query{ID: r.ID}, 0, &o); err != nil {
 			fmt.Fprintf(&out, "%s: %v\n", r.ID, err)
 			continue
 		}
@@ -291,7 +291,7 @@ func pollReady(p *serverProc, url string, timeout time.Duration) bool {
 		if c, err := dialQuick(url); err == nil {
 			resp, err := c.Request("dwr.q.default.workspace.list", nil, 500*time.Millisecond)
 			c.Close()
-			var r handlers.Response
+			var r schemas.Reply
 			if err == nil && json.Unmarshal(resp.Data, &r) == nil && r.OK {
 				return true
 			}

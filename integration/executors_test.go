@@ -20,7 +20,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/dwr-run/dwr/domain"
-	"github.com/dwr-run/dwr/handlers"
+	"github.com/dwr-run/dwr/schemas"
 )
 
 // execEnv is a running `dwr serve` for the executor tests, with the helpers
@@ -113,7 +113,7 @@ func (e *execEnv) createTask(spec map[string]any) string {
 func (e *execEnv) task(id string) domain.Task {
 	e.t.Helper()
 	var t domain.Task
-	require.NoError(e.t, e.c.query("task.get", handlers.Query{ID: id}, 0, &t))
+	require.NoError(e.t, e.c.query("task.get", schemas.Query{ID: id}, 0, &t))
 	return t
 }
 
@@ -125,7 +125,7 @@ func (e *execEnv) waitTask(id string, timeout time.Duration, what string, ok fun
 	defer tick.Stop()
 	for {
 		var t domain.Task
-		if err := e.c.query("task.get", handlers.Query{ID: id}, 0, &t); err == nil && ok(t) {
+		if err := e.c.query("task.get", schemas.Query{ID: id}, 0, &t); err == nil && ok(t) {
 			return t
 		}
 		if time.Now().After(deadline) {
@@ -138,7 +138,7 @@ func (e *execEnv) waitTask(id string, timeout time.Duration, what string, ok fun
 func (e *execEnv) history(id string) []string {
 	e.t.Helper()
 	var evs []json.RawMessage
-	require.NoError(e.t, e.c.query("events", handlers.Query{ID: id}, 0, &evs))
+	require.NoError(e.t, e.c.query("events", schemas.Query{ID: id}, 0, &evs))
 	types := make([]string, len(evs))
 	for i, raw := range evs {
 		var ev struct{ Type string }

@@ -300,7 +300,7 @@ func waitReady(t *testing.T, p *serverProc, url string, timeout time.Duration) t
 		if nc != nil {
 			resp, err := nc.Request("dwr.q.default.workspace.list", nil, 500*time.Millisecond)
 			if err == nil {
-				var r handlers.Response
+				var r schemas.Reply
 				if json.Unmarshal(resp.Data, &r) == nil && r.OK {
 					return time.Since(p.started)
 				}
@@ -364,7 +364,7 @@ func (c *client) member(t *testing.T, url, name string, role domain.Role, queues
 // errBadReply marks a reply that is not a valid Response: a wire bug.
 var errBadReply = errors.New("reply is not a dwr response")
 
-func (c *client) request(subject string, body any, hdr nats.Header) (*handlers.Response, error) {
+func (c *client) request(subject string, body any, hdr nats.Header) (*schemas.Reply, error) {
 	m := nats.NewMsg(subject)
 	if hdr != nil {
 		m.Header = hdr
@@ -380,7 +380,7 @@ func (c *client) request(subject string, body any, hdr nats.Header) (*handlers.R
 	if err != nil {
 		return nil, err
 	}
-	var r handlers.Response
+	var r schemas.Reply
 	if err := json.Unmarshal(resp.Data, &r); err != nil {
 		return nil, fmt.Errorf("%w: %q: %v", errBadReply, resp.Data, err)
 	}
@@ -391,10 +391,10 @@ func (c *client) request(subject string, body any, hdr nats.Header) (*handlers.R
 }
 
 // query runs a query and decodes its result into out.
-func (c *client) query(name string, q handlers.Query, minSeq uint64, out any) error {
+func (c *client) query(name string, q schemas.Query, minSeq uint64, out any) error {
 	h := nats.Header{}
 	if minSeq > 0 {
-		h.Set(handlers.HeaderMinSeq, fmt.Sprint(minSeq))
+		h.Set(schemas.HeaderMinSeq, fmt.Sprint(minSeq))
 	}
 	r, err := c.request("dwr.q."+c.ws+"."+name, q, h)
 	if err != nil {
@@ -432,14 +432,14 @@ type cmdResult struct {
 	Outcome  outcome
 	Seq      uint64
 	Reply    json.RawMessage
-	Err      *handlers.WireError // the refusal
-	Unknowns int                 // attempts whose outcome was unknown before the last one
-	Internal int                 // of those, replies with code internal
-	BadReply int                 // of those, replies that were not dwr responses
-	LastErr  string              // the last unknown outcome's cause
-	Aggs     []aggRef            // aggregates an acked reply names
-	Sent     time.Time           // first attempt
-	Answered time.Time           // the answer
+	Err      *schemas.Error // the refusal
+	Unknowns int            // attempts whose outcome was unknown before the last one
+	Internal int            // of those, replies with code internal
+	BadReply int            // of those, replies that were not dwr responses
+	LastErr  string         // the last unknown outcome's cause
+	Aggs     []aggRef       // aggregates an acked reply names
+	Sent     time.Time      // first attempt
+	Answered time.Time      // the answer
 }
 
 // reply decodes an acked command's reply.
@@ -459,7 +459,7 @@ const retryPause = 100 * time.Millisecond
 func (c *client) do(ctx context.Context, name string, body any, id string) *cmdResult {
 	r := &cmdResult{Name: name, ID: id, Actor: c.actor, Body: body, Sent: time.Now()}
 	h := nats.Header{}
-	h.Set(handlers.HeaderCommandID, id)
+	h.Set(schemas.HeaderCommandID, id)
 	for {
 		resp, err := c.request("dwr.cmd."+c.ws+"."+name, body, h)
 		switch {
@@ -496,7 +496,7 @@ func (c *client) do(ctx context.Context, name string, body any, id string) *cmdR
 // answer differs from the first outcome ("" when it is the same).
 func (c *client) replay(r *cmdResult) string {
 	h := nats.Header{}
-	h.Set(handlers.HeaderCommandID, r.ID)
+	h.Set(schemas.HeaderCommandID, r.ID)
 	resp, err := c.request("dwr.cmd."+c.ws+"."+r.Name, r.Body, h)
 	switch {
 	case err != nil:

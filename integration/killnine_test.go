@@ -13,7 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/dwr-run/dwr/domain"
-	"github.com/dwr-run/dwr/handlers"
+	"github.com/dwr-run/dwr/schemas"
 )
 
 // killLoad is the client side of the kill -9 test: goroutines that create
@@ -45,7 +45,7 @@ func (w *killLoad) run(i int, c *client) {
 			ID string `json:"id"`
 		}
 		w.queries.Add(1)
-		if err := c.query("task.list", handlers.Query{State: domain.StateReady, Limit: 32}, minSeq, &ready); err != nil {
+		if err := c.query("task.list", schemas.Query{State: domain.StateReady, Limit: 32}, minSeq, &ready); err != nil {
 			w.queryErrs.Add(1)
 			t := time.NewTimer(50 * time.Millisecond) // pacing while the service is down
 			<-t.C

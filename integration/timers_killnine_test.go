@@ -20,8 +20,8 @@ import (
 
 	"github.com/dwr-run/dwr/domain"
 	"github.com/dwr-run/dwr/eventstore"
-	"github.com/dwr-run/dwr/handlers"
 	"github.com/dwr-run/dwr/projections"
+	"github.com/dwr-run/dwr/schemas"
 )
 
 // The kinds of task the timers crash test creates: each waits on one durable
@@ -149,7 +149,7 @@ func TestTimersAndApprovalsSurviveKillNine(t *testing.T) {
 	getTask := func(id string, minSeq uint64) domain.Task {
 		t.Helper()
 		var tk domain.Task
-		require.NoError(t, c.query("task.get", handlers.Query{ID: id}, minSeq, &tk))
+		require.NoError(t, c.query("task.get", schemas.Query{ID: id}, minSeq, &tk))
 		return tk
 	}
 
@@ -196,7 +196,7 @@ func TestTimersAndApprovalsSurviveKillNine(t *testing.T) {
 		require.Equal(t, domain.StateWaiting, rep.State)
 		tk := &tkTask{kind: kind, i: i, id: rep.ID, approvalID: domain.ApprovalID(rep.ID, 1)}
 		var a projections.ApprovalView
-		require.NoError(t, c.query("approval.get", handlers.Query{ID: tk.approvalID}, r.Seq, &a))
+		require.NoError(t, c.query("approval.get", schemas.Query{ID: tk.approvalID}, r.Seq, &a))
 		require.Equal(t, domain.ApprovalStatePending, a.State)
 		tk.digest = a.ActionDigest
 		if a.ExpiresAt != nil {
@@ -306,7 +306,7 @@ func TestTimersAndApprovalsSurviveKillNine(t *testing.T) {
 	pending := func() []string {
 		t.Helper()
 		var inbox []projections.ApprovalView
-		require.NoError(t, c.query("approval.list", handlers.Query{State: domain.ApprovalStatePending, Role: "ops", Limit: 1000}, 0, &inbox))
+		require.NoError(t, c.query("approval.list", schemas.Query{State: domain.ApprovalStatePending, Role: "ops", Limit: 1000}, 0, &inbox))
 		ids := make([]string, len(inbox))
 		for i, a := range inbox {
 			ids[i] = a.ID
@@ -391,11 +391,11 @@ func TestTimersAndApprovalsSurviveKillNine(t *testing.T) {
 	for _, tk := range tasks {
 		if tk.approvalID != "" {
 			var a projections.ApprovalView
-			require.NoError(t, c.query("approval.get", handlers.Query{ID: tk.approvalID}, 0, &a))
+			require.NoError(t, c.query("approval.get", schemas.Query{ID: tk.approvalID}, 0, &a))
 			liveApprovals[tk.approvalID] = a
 		}
 		var h []json.RawMessage
-		require.NoError(t, c.query("events", handlers.Query{ID: tk.id, Aggregate: domain.AggTask}, 0, &h))
+		require.NoError(t, c.query("events", schemas.Query{ID: tk.id, Aggregate: domain.AggTask}, 0, &h))
 		liveHistory[tk.id] = h
 		if tk.decision != nil {
 			if msg := as[tk.approver].replay(tk.decision); msg != "" {

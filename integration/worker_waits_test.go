@@ -14,7 +14,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/dwr-run/dwr/domain"
-	"github.com/dwr-run/dwr/handlers"
+	"github.com/dwr-run/dwr/schemas"
 )
 
 // command sends a command and requires it acked.
@@ -128,7 +128,7 @@ func TestShellWorkerWaitsForASignalAndATimer(t *testing.T) {
 	require.JSONEq(t, `{"attempt": 2, "woke_from": {"slept_in_attempt": 1}}`, string(woke.Result))
 	var until *time.Time
 	var evs []json.RawMessage
-	require.NoError(t, e.c.query("events", handlers.Query{ID: sleep}, 0, &evs))
+	require.NoError(t, e.c.query("events", schemas.Query{ID: sleep}, 0, &evs))
 	for _, raw := range evs {
 		var ev struct {
 			Type string             `json:"type"`

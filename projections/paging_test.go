@@ -64,7 +64,7 @@ func TestTasksPageThroughEveryTask(t *testing.T) {
 	require.NoError(t, err)
 	require.Len(t, ready, 7)
 	for i, tk := range ready[:3] {
-		h.batch(cmd{&domain.ClaimTask{TaskID: tk.ID, Executor: "e"}, fmt.Sprint("claim-", i)})
+		h.batch(cmd{&domain.ClaimTask{ClaimBody: domain.ClaimBody{TaskID: tk.ID, Executor: "e"}}, fmt.Sprint("claim-", i)})
 	}
 
 	for _, f := range []projections.TaskFilter{{}, {State: domain.StateReady}, {State: domain.StatePending}, {GoalID: goal}} {
@@ -101,7 +101,7 @@ func TestEventsPageThroughAHistory(t *testing.T) {
 	h.batch(cmd{&domain.CreateWorkspace{Name: "w"}, "ws"})
 	task := domain.DeriveID(h.d.now, "t")
 	h.batch(cmd{&domain.CreateTask{TaskID: task, Spec: domain.TaskSpec{Queue: "q"}}, "create"})
-	h.batch(cmd{&domain.ClaimTask{TaskID: task, Executor: "e"}, "claim"})
+	h.batch(cmd{&domain.ClaimTask{ClaimBody: domain.ClaimBody{TaskID: task, Executor: "e"}}, "claim"})
 	for n := range 8 {
 		h.batch(cmd{&domain.SaveCheckpoint{TaskID: task, Attempt: 1, Token: tokenOf(task, 1),
 			Checkpoint: json.RawMessage(fmt.Sprint(n))}, fmt.Sprint("checkpoint-", n)})

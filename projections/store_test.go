@@ -179,7 +179,7 @@ func genCommand(rt *rapid.T, h *harness, n int) cmd {
 		g := goals[rapid.IntRange(0, len(goals)-1).Draw(rt, "goal")]
 		return cmd{&domain.SubmitPlan{GoalID: g.ID, Tasks: specs}, id}
 	case k == 2 || k == 3:
-		return cmd{&domain.ClaimTask{TaskID: pickTask(), Executor: "e", Supersedes: rapid.IntRange(0, 2).Draw(rt, "sup")}, id}
+		return cmd{&domain.ClaimTask{ClaimBody: domain.ClaimBody{TaskID: pickTask(), Executor: "e", Supersedes: rapid.IntRange(0, 2).Draw(rt, "sup")}}, id}
 	case k == 4:
 		return cmd{&domain.ReportSuccess{TaskID: pickTask(), Attempt: rapid.IntRange(1, 3).Draw(rt, "att")}, id}
 	case k == 5:
@@ -326,7 +326,7 @@ func TestOldEventsAreUpcastWhenRead(t *testing.T) {
 	require.True(t, got.Approved, "upcast from v1: an approve passed the gate")
 
 	// And the domain decides on it as on a new one.
-	h.batch(cmd{&domain.ClaimTask{TaskID: task, Executor: "e"}, "claim-1"})
+	h.batch(cmd{&domain.ClaimTask{ClaimBody: domain.ClaimBody{TaskID: task, Executor: "e"}}, "claim-1"})
 	got, err = s.Task(task)
 	require.NoError(t, err)
 	require.Equal(t, domain.StateRunning, got.State)
@@ -340,7 +340,7 @@ func TestTimersFollowTheTasksState(t *testing.T) {
 	task := domain.DeriveID(h.d.now, "t")
 	h.batch(cmd{&domain.CreateTask{TaskID: task, Spec: domain.TaskSpec{Queue: "q", Timeout: domain.Duration(time.Minute),
 		Retry: &domain.RetryPolicy{InitialBackoff: domain.Duration(10 * time.Second)}}}, "c1"})
-	h.batch(cmd{&domain.ClaimTask{TaskID: task, Executor: "e"}, "c2"})
+	h.batch(cmd{&domain.ClaimTask{ClaimBody: domain.ClaimBody{TaskID: task, Executor: "e"}}, "c2"})
 
 	// A running attempt with a timeout waits for its deadline.
 	next, ok, err := s.NextTimer()

@@ -2,27 +2,47 @@ package schemas
 
 import "time"
 
-// The wire error codes this package returns; error.json lists every code of
-// the contract.
+// The wire error codes: every code of common.json#/$defs/ErrorCode. A
+// refusal's code says what a caller may do next; its message says it to a
+// person.
 const (
-	// CodeInvalid: the message is malformed, too deeply nested, or does not
-	// match its schema.
+	// CodeInvalid: the request is malformed, too deeply nested, does not
+	// match its schema, or asks for something the service refuses as it
+	// stands (Fields names the offending fields). Fix it; do not retry it
+	// as it is.
 	CodeInvalid = "invalid"
-	// CodeNotFound: no schema has the command name or event type asked for.
+	// CodeNotFound: what the request names does not exist (a task, a goal,
+	// an approval; for this package, a schema).
 	CodeNotFound = "not_found"
-	// CodeTooLarge: the message is larger than allowed.
+	// CodeConflict: the request does not fit the state it addresses (a
+	// task that is not ready, an attempt that no longer holds its task). With
+	// RetryAfter, it was refused only for being early.
+	CodeConflict = "conflict"
+	// CodeForbidden: the sender may not send it.
+	CodeForbidden = "forbidden"
+	// CodeTooLarge: the request, or its result, is larger than allowed.
 	CodeTooLarge = "too_large"
-	// CodeInternal: an embedded schema is broken (a bug caught by the tests).
+	// CodeUnavailable: the outcome may be unknown; retry with the same
+	// command id.
+	CodeUnavailable = "unavailable"
+	// CodeInternal: a bug; the service logged it (for this package: an
+	// embedded schema is broken, which the tests catch).
 	CodeInternal = "internal"
 )
+
+// Codes lists every wire error code, in the order of error.json.
+var Codes = []string{CodeInvalid, CodeNotFound, CodeConflict, CodeForbidden, CodeTooLarge, CodeUnavailable, CodeInternal}
 
 // Sentinel errors to branch on with errors.Is: every *Error matches the
 // sentinel of its code.
 var (
-	ErrInvalid  = &Error{Code: CodeInvalid, Message: "invalid"}
-	ErrNotFound = &Error{Code: CodeNotFound, Message: "not found"}
-	ErrTooLarge = &Error{Code: CodeTooLarge, Message: "too large"}
-	ErrInternal = &Error{Code: CodeInternal, Message: "internal"}
+	ErrInvalid     = &Error{Code: CodeInvalid, Message: "invalid"}
+	ErrNotFound    = &Error{Code: CodeNotFound, Message: "not found"}
+	ErrConflict    = &Error{Code: CodeConflict, Message: "conflict"}
+	ErrForbidden   = &Error{Code: CodeForbidden, Message: "forbidden"}
+	ErrTooLarge    = &Error{Code: CodeTooLarge, Message: "too large"}
+	ErrUnavailable = &Error{Code: CodeUnavailable, Message: "unavailable"}
+	ErrInternal    = &Error{Code: CodeInternal, Message: "internal"}
 )
 
 // FieldError is one offending field: its RFC 6901 JSON pointer in the
@@ -32,8 +52,9 @@ type FieldError struct {
 	Message string `json:"message"`
 }
 
-// Error is a refusal of a message. It encodes as the "error" object of
-// error.json.
+// Error is a refusal of a request: the "error" object of a reply
+// (common.json#/$defs/WireError), as this package's validation returns it
+// and as the service answers it.
 type Error struct {
 	Code    string       `json:"code"`
 	Message string       `json:"message"`

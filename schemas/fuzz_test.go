@@ -110,7 +110,7 @@ func knownGap(err error) bool {
 		return true
 	}
 	msg := err.Error()
-	return strings.Contains(msg, "domain: duration")
+	return strings.Contains(msg, "schemas: duration")
 }
 
 func FuzzValidateCommand(f *testing.F) {

@@ -14,7 +14,7 @@ import (
 	"github.com/santhosh-tekuri/jsonschema/v6"
 )
 
-//go:embed common.json envelope.json reply.json error.json work_item.json commands/*.json events/*.json
+//go:embed common.json envelope.json reply.json error.json work_item.json query.json commands/*.json events/*.json
 var files embed.FS
 
 // baseURL is the prefix of every schema's $id; a schema's path follows it.
@@ -27,6 +27,7 @@ const (
 	PathReply    = "reply.json"
 	PathError    = "error.json"
 	PathWorkItem = "work_item.json"
+	PathQuery    = "query.json"
 )
 
 // CommandPath returns the path of the schema of the command named name,

@@ -18,7 +18,7 @@ func TestEmbeddedSchemasCompile(t *testing.T) {
 	for p := range r.raw {
 		require.Contains(t, r.compiled, p)
 	}
-	for _, p := range []string{PathCommon, PathEnvelope, PathReply, PathError} {
+	for _, p := range []string{PathCommon, PathEnvelope, PathReply, PathError, PathWorkItem, PathQuery} {
 		require.Contains(t, r.compiled, p)
 	}
 }
@@ -110,7 +110,7 @@ func TestSchemaAndAllReturnCopies(t *testing.T) {
 
 	_, ok = Schema("nope.json")
 	require.False(t, ok)
-	require.Len(t, All(), len(CommandNames())+len(EventTypes())+5) // common, envelope, reply, error, work item
+	require.Len(t, All(), len(CommandNames())+len(EventTypes())+6) // common, envelope, reply, error, work item, query
 }
 
 func TestPointer(t *testing.T) {

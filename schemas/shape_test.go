@@ -6,6 +6,7 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"path"
 	"reflect"
 	"slices"
@@ -21,7 +22,10 @@ import (
 
 // The shape tests prove, by reflection, that each schema describes its Go
 // type exactly: the same properties as the json tags, a JSON type that the Go
-// type encodes to, and required fields that a Go client always sends.
+// type encodes to, and required fields that a Go client always sends. The Go
+// types are schemas' own (command bodies, the reply envelope and its error,
+// the command result, the work item, the query, the states a reply
+// carries) and, for the events, the domain's.
 
 // optionalByDesign lists the fields without omitempty that a schema leaves
 // optional because the domain gives their zero value a meaning.
@@ -157,7 +161,7 @@ func (s *shapes) refs(d doc) []string {
 
 var (
 	timeType     = reflect.TypeFor[time.Time]()
-	durationType = reflect.TypeFor[domain.Duration]()
+	durationType = reflect.TypeFor[schemas.Duration]()
 	rawType      = reflect.TypeFor[json.RawMessage]()
 )
 
@@ -173,7 +177,7 @@ func (s *shapes) check(where string, typ reflect.Type, d doc) {
 		require.Contains(t, s.refs(d), "Time", "%s: a time.Time is common.json#/$defs/Time", where)
 		return
 	case durationType:
-		require.Contains(t, s.refs(d), "Duration", "%s: a domain.Duration is common.json#/$defs/Duration", where)
+		require.Contains(t, s.refs(d), "Duration", "%s: a schemas.Duration is common.json#/$defs/Duration", where)
 		return
 	case rawType:
 		require.Contains(t, s.refs(d), "JSON", "%s: a json.RawMessage is common.json#/$defs/JSON", where)
@@ -347,13 +351,44 @@ func (s *shapes) defName(d doc) string {
 	return ""
 }
 
+// commandBodies is every command's body, as schemas defines it.
+var commandBodies = map[string]schemas.Command{
+	"workspace.create": schemas.CreateWorkspace{}, "goal.create": schemas.CreateGoal{}, "goal.cancel": schemas.CancelGoal{},
+	"plan.submit": schemas.SubmitPlan{}, "task.create": schemas.CreateTask{}, "task.cancel": schemas.CancelTask{},
+	"task.claim": schemas.ClaimTask{}, "task.checkpoint": schemas.SaveCheckpoint{}, "task.succeed": schemas.ReportSuccess{},
+	"task.fail": schemas.ReportFailure{}, "task.heartbeat": schemas.Heartbeat{}, "task.verify": schemas.RecordVerification{},
+	"task.review": schemas.ReviewTask{}, "approval.decide": schemas.DecideApproval{}, "approver.register": schemas.RegisterApprover{},
+	"approver.revoke": schemas.RevokeApprover{}, "member.add": schemas.AddMember{}, "member.remove": schemas.RemoveMember{},
+	"queue.configure": schemas.ConfigureQueue{}, "task.request_approval": schemas.RequestApproval{}, "task.wait": schemas.WaitTask{},
+	"task.signal": schemas.SendSignal{}, "timer.fire": schemas.FireTimer{}, "task.quarantine": schemas.QuarantineTask{},
+}
+
 func TestCommandSchemasMatchTypes(t *testing.T) {
 	s := newShapes(t)
+	require.ElementsMatch(t, schemas.CommandNames(), slices.Collect(maps.Keys(commandBodies)), "a Go body for every command's schema, and a schema for every body")
+	for name, body := range commandBodies {
+		require.Equal(t, name, body.CommandName())
+		p := schemas.CommandPath(name)
+		s.check(p, reflect.TypeOf(body), doc{p, s.docs[p].(map[string]any)})
+	}
+}
+
+// TestDomainDecodesTheWireBodies: the domain's commands are schemas' bodies
+// (aliases), or embed one and add only fields that never travel (json:"-"),
+// so the service decodes exactly what the schemas describe.
+func TestDomainDecodesTheWireBodies(t *testing.T) {
+	require.ElementsMatch(t, schemas.CommandNames(), domain.CommandNames())
 	for _, name := range domain.CommandNames() {
 		cmd, ok := domain.NewCommand(name)
 		require.True(t, ok)
-		p := schemas.CommandPath(name)
-		s.check(p, reflect.TypeOf(cmd), doc{p, s.docs[p].(map[string]any)})
+		typ, want := reflect.TypeOf(cmd).Elem(), reflect.TypeOf(commandBodies[name])
+		if typ == want {
+			continue
+		}
+		require.True(t, typ.Field(0).Anonymous && typ.Field(0).Type == want, "%s: %s is not %s and does not embed it first", name, typ, want)
+		for i := 1; i < typ.NumField(); i++ {
+			require.Equal(t, "-", typ.Field(i).Tag.Get("json"), "%s: %s.%s would travel", name, typ, typ.Field(i).Name)
+		}
 	}
 }
 
@@ -371,11 +406,57 @@ func TestReplySchemaMatchesTypes(t *testing.T) {
 	s := newShapes(t)
 	reply := s.child(doc{schemas.PathReply, s.docs[schemas.PathReply].(map[string]any)}, "properties")
 	require.Len(t, reply, 1)
-	s.check("reply.json#/properties/result", reflect.TypeFor[domain.Reply](), doc{reply[0].file, reply[0].node["result"].(map[string]any)})
+	s.check("reply.json#/properties/result", reflect.TypeFor[schemas.CommandResult](), doc{reply[0].file, reply[0].node["result"].(map[string]any)})
 
 	werr := s.child(doc{schemas.PathError, s.docs[schemas.PathError].(map[string]any)}, "properties")
 	require.Len(t, werr, 1)
 	s.check("error.json#/properties/error", reflect.TypeFor[schemas.Error](), doc{werr[0].file, werr[0].node["error"].(map[string]any)})
+}
+
+// TestReplyEnvelopeMatchesType: schemas.Reply is both reply.json and
+// error.json, so it has a field for every property of either and a property
+// for each of its fields.
+func TestReplyEnvelopeMatchesType(t *testing.T) {
+	s := newShapes(t)
+	props := map[string][]doc{}
+	for _, p := range []string{schemas.PathReply, schemas.PathError} {
+		for _, ps := range s.child(doc{p, s.docs[p].(map[string]any)}, "properties") {
+			for name, n := range ps.node {
+				props[name] = append(props[name], doc{ps.file, n.(map[string]any)})
+			}
+		}
+	}
+	var tags []string
+	for _, f := range jsonFields(reflect.TypeFor[schemas.Reply]()) {
+		name, opts, _ := strings.Cut(f.Tag.Get("json"), ",")
+		tags = append(tags, name)
+		ds, ok := props[name]
+		require.True(t, ok, "reply.json and error.json have no property %q (field %s)", name, f.Name)
+		if name == "ok" {
+			require.Len(t, ds, 2, "both envelopes say ok")
+		} else {
+			require.Len(t, ds, 1, "%s is in one envelope only", name)
+			require.Contains(t, opts, "omitempty", "%s is absent from the other envelope", name)
+		}
+		for _, d := range ds {
+			if name == "result" { // a command's CommandResult (checked above) or a query's result: JSON
+				require.Equal(t, rawType, f.Type)
+				continue
+			}
+			s.check("reply."+name, f.Type, d)
+		}
+	}
+	require.ElementsMatch(t, slices.Collect(maps.Keys(props)), tags, "the envelopes' properties are the json tags of schemas.Reply")
+}
+
+func TestWorkItemAndQuerySchemasMatchTypes(t *testing.T) {
+	s := newShapes(t)
+	for p, typ := range map[string]reflect.Type{
+		schemas.PathWorkItem: reflect.TypeFor[schemas.WorkItem](),
+		schemas.PathQuery:    reflect.TypeFor[schemas.Query](),
+	} {
+		s.check(p, typ, doc{p, s.docs[p].(map[string]any)})
+	}
 }
 
 // TestDefsMatchTypes checks the shared definitions that no command, event
@@ -385,12 +466,43 @@ func TestDefsMatchTypes(t *testing.T) {
 	defs := s.docs[schemas.PathCommon].(map[string]any)["$defs"].(map[string]any)
 	for name, typ := range map[string]reflect.Type{
 		"Approver":     reflect.TypeFor[domain.Approver](),
-		"Approval":     reflect.TypeFor[domain.Approval](),
-		"ApprovalSpec": reflect.TypeFor[domain.ApprovalSpec](),
+		"Approval":     reflect.TypeFor[schemas.Approval](),
+		"ApprovalSpec": reflect.TypeFor[schemas.ApprovalSpec](),
 		"Member":       reflect.TypeFor[domain.Member](),
-		"QueueConfig":  reflect.TypeFor[domain.QueueConfig](),
+		"QueueConfig":  reflect.TypeFor[schemas.QueueConfig](),
 	} {
 		s.check("common.json#/$defs/"+name, typ, doc{schemas.PathCommon, defs[name].(map[string]any)})
+	}
+}
+
+// enumOf returns the values of a schema node's enum.
+func enumOf(node any) []string {
+	var out []string
+	for _, e := range node.(map[string]any)["enum"].([]any) {
+		out = append(out, e.(string))
+	}
+	return out
+}
+
+// TestEnumsMatchConstants ties the contract's enumerations to schemas'
+// constants.
+func TestEnumsMatchConstants(t *testing.T) {
+	s := newShapes(t)
+	common := s.docs[schemas.PathCommon].(map[string]any)["$defs"].(map[string]any)
+	prop := func(node any, name string) any { return node.(map[string]any)["properties"].(map[string]any)[name] }
+	require.Equal(t, schemas.Codes, enumOf(common["ErrorCode"]))
+	require.Equal(t, []string{schemas.StatePending, schemas.StateReady, schemas.StateRunning, schemas.StateWaiting, schemas.StateVerifying,
+		schemas.StateNeedsReview, schemas.StateBackoff, schemas.StateAccepted, schemas.StateRejected, schemas.StateFailed, schemas.StateCancelled},
+		enumOf(common["TaskState"]))
+	require.Equal(t, domain.TaskStates, enumOf(common["TaskState"]))
+	require.Equal(t, []string{schemas.AttemptStateRunning, schemas.AttemptStateSucceeded, schemas.AttemptStateFailed, schemas.AttemptStateAbandoned,
+		schemas.AttemptStateParked, schemas.AttemptStateCancelled}, enumOf(prop(common["Attempt"], "state")))
+	require.Equal(t, []string{schemas.WaitApproval, schemas.WaitSignal, schemas.WaitTimer}, enumOf(prop(common["TaskWaiting"], "kind")))
+	require.Equal(t, []string{schemas.OutcomePass, schemas.OutcomeFail, schemas.OutcomeInconclusive}, enumOf(prop(common["VerificationRecorded"], "outcome")))
+	require.Equal(t, []string{schemas.WorkKindExecute, schemas.WorkKindVerify}, enumOf(prop(s.docs[schemas.PathWorkItem], "kind")))
+	require.Equal(t, []string{domain.AggWorkspace, domain.AggGoal, domain.AggTask}, enumOf(prop(s.docs[schemas.PathQuery], "aggregate")))
+	for _, st := range enumOf(common["TaskState"]) {
+		require.Equal(t, domain.Terminal(st), schemas.Terminal(st), st)
 	}
 }
 
@@ -557,21 +669,14 @@ func bytes32(b byte) []byte {
 func TestApprovalEnumsMatchDomain(t *testing.T) {
 	s := newShapes(t)
 	common := s.docs[schemas.PathCommon].(map[string]any)["$defs"].(map[string]any)
-	enum := func(node any) []string {
-		var out []string
-		for _, e := range node.(map[string]any)["enum"].([]any) {
-			out = append(out, e.(string))
-		}
-		return out
-	}
-	require.Equal(t, domain.Responses, enum(common["Response"]))
-	require.Equal(t, domain.Branches, enum(common["Branch"]))
+	require.Equal(t, domain.Responses, enumOf(common["Response"]))
+	require.Equal(t, domain.Branches, enumOf(common["Branch"]))
 	require.Equal(t, []string{domain.RefusedUnknownApprover, domain.RefusedUnauthorized, domain.RefusedBadSignature, domain.RefusedReplayed,
 		domain.RefusedActionMismatch, domain.RefusedExpired, domain.RefusedAlreadyDecided, domain.RefusedNotPermitted,
-		domain.RefusedRevoked, domain.RefusedKeyExpired, domain.RefusedNotApprover}, enum(common["RefusalReason"]))
+		domain.RefusedRevoked, domain.RefusedKeyExpired, domain.RefusedNotApprover}, enumOf(common["RefusalReason"]))
 	approval := common["Approval"].(map[string]any)["properties"].(map[string]any)
 	require.Equal(t, []string{domain.ApprovalStatePending, domain.ApprovalStateDecided, domain.ApprovalStateExpired, domain.ApprovalStateWithdrawn},
-		enum(approval["state"]))
+		enumOf(approval["state"]))
 	require.Equal(t, domain.MaxRefusalsKept, int(approval["refusals"].(map[string]any)["maxItems"].(float64)))
 	require.Equal(t, len(domain.Responses), int(common["Responses"].(map[string]any)["maxItems"].(float64)))
 	var branches []string
@@ -587,7 +692,7 @@ func TestApprovalEnumsMatchDomain(t *testing.T) {
 	require.Contains(t, ref(cmd("task.request_approval")["summary"]), "Title", "summary: at most MaxTitle")
 	require.Contains(t, ref(cmd("approval.decide")["comment"]), "Reason", "comment: at most MaxReason")
 	require.Equal(t, []string{domain.TimerBackoff, domain.TimerAttempt, domain.TimerWait, domain.TimerGoal, domain.TimerTask, domain.TimerApproval},
-		enum(cmd("timer.fire")["kind"]))
+		enumOf(cmd("timer.fire")["kind"]))
 }
 
 // TestMemberAndQueueSchemasMatchDomain ties the member and queue schemas to

@@ -12,8 +12,8 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/dwr-run/dwr/domain"
-	"github.com/dwr-run/dwr/handlers"
 	"github.com/dwr-run/dwr/projections"
+	"github.com/dwr-run/dwr/schemas"
 )
 
 // approvalView is an approval as the approval queries answer it.
@@ -24,7 +24,7 @@ var approvalStates = append(slices.Clone(projections.ApprovalStates), "all")
 
 // getApproval queries approval.get.
 func (c *client) getApproval(id string, minSeq uint64) (approvalView, json.RawMessage, error) {
-	res, err := c.query("approval.get", handlers.Query{ID: id}, minSeq)
+	res, err := c.query("approval.get", schemas.Query{ID: id}, minSeq)
 	if err != nil {
 		return approvalView{}, nil, err
 	}
@@ -62,7 +62,7 @@ func approvalsListCmd(g *globals) *cobra.Command {
 				return fail(exitInvalid, "--state %q: use one of %s", state, strings.Join(approvalStates, ", "))
 			}
 			return g.withClient(func(cl *client) error {
-				res, err := pages.list(g, cl, "approvals", "approval.list", handlers.Query{State: state, Role: role})
+				res, err := pages.list(g, cl, "approvals", "approval.list", schemas.Query{State: state, Role: role})
 				if err != nil {
 					return err
 				}

@@ -18,6 +18,7 @@ import (
 	"github.com/dwr-run/dwr/handlers"
 	"github.com/dwr-run/dwr/handlers/servicetest"
 	"github.com/dwr-run/dwr/projections"
+	"github.com/dwr-run/dwr/schemas"
 )
 
 // cliServer starts the service on an embedded NATS server listening on a
@@ -168,14 +169,12 @@ func rawCommand(t *testing.T, url, name string, body any) string {
 	require.NoError(t, err)
 	resp, err := nc.Request("dwr.cmd.default."+name, data, 10*time.Second)
 	require.NoError(t, err)
-	require.Contains(t, string(resp.Data), `"ok":true`, name)
-	var r struct {
-		Result struct {
-			Token string `json:"token"`
-		} `json:"result"`
-	}
+	var r schemas.Reply
 	require.NoError(t, json.Unmarshal(resp.Data, &r))
-	return r.Result.Token
+	require.True(t, r.OK, "%s: %+v", name, r.Error)
+	var res schemas.CommandResult
+	require.NoError(t, json.Unmarshal(r.Result, &res))
+	return res.Token
 }
 
 func TestCLISignalResumesAWaitingTask(t *testing.T) {

@@ -13,6 +13,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/dwr-run/dwr/handlers"
+	"github.com/dwr-run/dwr/schemas"
 )
 
 // client talks to the dwr service over NATS.
@@ -94,7 +95,7 @@ func (c *client) call(subject string, body any, hdr nats.Header) (json.RawMessag
 
 // reply sends a request and returns an ok reply, or an error with the exit
 // code for the reply's error.
-func (c *client) reply(subject string, body any, hdr nats.Header) (*handlers.Response, error) {
+func (c *client) reply(subject string, body any, hdr nats.Header) (*schemas.Reply, error) {
 	var data []byte
 	switch b := body.(type) {
 	case nil:
@@ -139,7 +140,7 @@ func (c *client) reply(subject string, body any, hdr nats.Header) (*handlers.Res
 	case err != nil:
 		return nil, fail(exitUnavailable, "request failed: %v", err)
 	}
-	var r handlers.Response
+	var r schemas.Reply
 	if err := json.Unmarshal(resp.Data, &r); err != nil {
 		return nil, fail(exitError, "the service answered something that is not a dwr reply: %v", err)
 	}
@@ -149,19 +150,19 @@ func (c *client) reply(subject string, body any, hdr nats.Header) (*handlers.Res
 	return &r, nil
 }
 
-func replyError(e *handlers.WireError) error {
+func replyError(e *schemas.Error) error {
 	if e == nil {
 		return fail(exitError, "the service refused the request without saying why")
 	}
 	code := exitError
 	switch e.Code {
-	case "invalid", "too_large":
+	case schemas.CodeInvalid, schemas.CodeTooLarge:
 		code = exitInvalid
-	case "not_found":
+	case schemas.CodeNotFound:
 		code = exitNotFound
-	case "conflict", "forbidden":
+	case schemas.CodeConflict, schemas.CodeForbidden:
 		code = exitConflict
-	case "unavailable":
+	case schemas.CodeUnavailable:
 		code = exitUnavailable
 	}
 	var b strings.Builder
@@ -181,17 +182,17 @@ func (c *client) command(name string, body any, id string) (json.RawMessage, uin
 		id = ulid.Make().String()
 	}
 	h := nats.Header{}
-	h.Set(handlers.HeaderCommandID, id)
+	h.Set(schemas.HeaderCommandID, id)
 	return c.call("dwr.cmd."+c.g.workspace+"."+name, body, h)
 }
 
 // query sends query name; minSeq > 0 asks the views to reflect that log
 // sequence first.
-func (c *client) query(name string, q handlers.Query, minSeq uint64) (json.RawMessage, error) {
+func (c *client) query(name string, q schemas.Query, minSeq uint64) (json.RawMessage, error) {
 	var h nats.Header
 	if minSeq > 0 {
 		h = nats.Header{}
-		h.Set(handlers.HeaderMinSeq, fmt.Sprint(minSeq))
+		h.Set(schemas.HeaderMinSeq, fmt.Sprint(minSeq))
 	}
 	r, _, err := c.call("dwr.q."+c.g.workspace+"."+name, q, h)
 	return r, err
@@ -199,7 +200,7 @@ func (c *client) query(name string, q handlers.Query, minSeq uint64) (json.RawMe
 
 // queryPage sends list query name and returns one page of its result, and
 // the cursor of the next page ("" when it is the last).
-func (c *client) queryPage(name string, q handlers.Query) (json.RawMessage, string, error) {
+func (c *client) queryPage(name string, q schemas.Query) (json.RawMessage, string, error) {
 	r, err := c.reply("dwr.q."+c.g.workspace+"."+name, q, nil)
 	if err != nil {
 		return nil, "", err
@@ -209,7 +210,7 @@ func (c *client) queryPage(name string, q handlers.Query) (json.RawMessage, stri
 
 // queryAll sends list query name, following each reply's next to the last
 // page, and returns the items of every page as one JSON array.
-func (c *client) queryAll(name string, q handlers.Query) (json.RawMessage, error) {
+func (c *client) queryAll(name string, q schemas.Query) (json.RawMessage, error) {
 	all := []json.RawMessage{}
 	for {
 		res, next, err := c.queryPage(name, q)
@@ -246,7 +247,7 @@ func (p *paging) flags(cmd *cobra.Command, what string) {
 // list sends list query name with q as p asks: one page, or with --all
 // every page. When more follow one page, it says on g's error output how to
 // list them (what names the items, such as "tasks").
-func (p *paging) list(g *globals, cl *client, what, name string, q handlers.Query) (json.RawMessage, error) {
+func (p *paging) list(g *globals, cl *client, what, name string, q schemas.Query) (json.RawMessage, error) {
 	q.Limit, q.After = p.limit, p.after
 	if p.all {
 		return cl.queryAll(name, q)

@@ -12,7 +12,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/dwr-run/dwr/eventstore"
-	"github.com/dwr-run/dwr/handlers"
+	"github.com/dwr-run/dwr/schemas"
 )
 
 func eventsCmd(g *globals) *cobra.Command {
@@ -20,7 +20,7 @@ func eventsCmd(g *globals) *cobra.Command {
 		Use: "events ID", Short: "show the history of a task, goal or workspace", Args: cobra.ExactArgs(1),
 		RunE: func(_ *cobra.Command, args []string) error {
 			return g.withClient(func(cl *client) error {
-				res, err := cl.queryAll("events", handlers.Query{ID: args[0]})
+				res, err := cl.queryAll("events", schemas.Query{ID: args[0]})
 				if err != nil {
 					return err
 				}

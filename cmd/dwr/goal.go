@@ -12,8 +12,8 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/dwr-run/dwr/domain"
-	"github.com/dwr-run/dwr/handlers"
 	"github.com/dwr-run/dwr/projections"
+	"github.com/dwr-run/dwr/schemas"
 )
 
 func goalCmd(g *globals) *cobra.Command {
@@ -40,7 +40,7 @@ func goalCmd(g *globals) *cobra.Command {
 		Use: "get ID", Short: "show a goal with its plan", Args: cobra.ExactArgs(1),
 		RunE: func(_ *cobra.Command, args []string) error {
 			return g.withClient(func(cl *client) error {
-				res, err := cl.query("goal.get", handlers.Query{ID: args[0]}, 0)
+				res, err := cl.query("goal.get", schemas.Query{ID: args[0]}, 0)
 				if err != nil {
 					return err
 				}
@@ -53,7 +53,7 @@ func goalCmd(g *globals) *cobra.Command {
 		Use: "list [--all | --limit N --after CURSOR]", Short: "list goals (a page; --all for every one)", Args: cobra.NoArgs,
 		RunE: func(*cobra.Command, []string) error {
 			return g.withClient(func(cl *client) error {
-				res, err := pages.list(g, cl, "goals", "goal.list", handlers.Query{})
+				res, err := pages.list(g, cl, "goals", "goal.list", schemas.Query{})
 				if err != nil {
 					return err
 				}

@@ -12,7 +12,7 @@ import (
 
 	"github.com/dwr-run/dwr/domain"
 	"github.com/dwr-run/dwr/executors"
-	"github.com/dwr-run/dwr/handlers"
+	"github.com/dwr-run/dwr/schemas"
 )
 
 // keyOut is what `dwr keys create|add --json` prints.
@@ -164,7 +164,7 @@ func keysListCmd(g *globals) *cobra.Command {
 		Use: "list", Short: "list the workspace's approvers and their keys", Args: cobra.NoArgs,
 		RunE: func(*cobra.Command, []string) error {
 			return g.withClient(func(cl *client) error {
-				res, err := cl.query("approver.list", handlers.Query{}, 0)
+				res, err := cl.query("approver.list", schemas.Query{}, 0)
 				if err != nil {
 					return err
 				}

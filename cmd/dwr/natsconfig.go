@@ -9,8 +9,8 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/dwr-run/dwr/domain"
-	"github.com/dwr-run/dwr/handlers"
 	"github.com/dwr-run/dwr/handlers/access"
+	"github.com/dwr-run/dwr/schemas"
 )
 
 func natsConfigCmd(g *globals) *cobra.Command {
@@ -77,7 +77,7 @@ func readMembers(g *globals) ([]*domain.Workspace, error) {
 		return nil, err
 	}
 	defer c.close()
-	res, err := c.query("workspace.list", handlers.Query{}, 0)
+	res, err := c.query("workspace.list", schemas.Query{}, 0)
 	if err != nil {
 		return nil, err
 	}
@@ -89,7 +89,7 @@ func readMembers(g *globals) ([]*domain.Workspace, error) {
 		gw := *g
 		gw.workspace = w.Name
 		c.g = &gw
-		res, err := c.queryAll("member.list", handlers.Query{})
+		res, err := c.queryAll("member.list", schemas.Query{})
 		if err != nil {
 			return nil, err
 		}

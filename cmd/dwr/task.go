@@ -11,7 +11,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/dwr-run/dwr/domain"
-	"github.com/dwr-run/dwr/handlers"
+	"github.com/dwr-run/dwr/schemas"
 )
 
 // taskOut is a task as the CLI prints it with --json: the task itself, its
@@ -127,7 +127,7 @@ func taskGetCmd(g *globals) *cobra.Command {
 		Use: "get ID", Short: "show a task with its attempts", Args: cobra.ExactArgs(1),
 		RunE: func(_ *cobra.Command, args []string) error {
 			return g.withClient(func(cl *client) error {
-				res, err := cl.query("task.get", handlers.Query{ID: args[0]}, 0)
+				res, err := cl.query("task.get", schemas.Query{ID: args[0]}, 0)
 				if err != nil {
 					return err
 				}
@@ -214,7 +214,7 @@ func taskListCmd(g *globals) *cobra.Command {
 		Args: cobra.NoArgs,
 		RunE: func(*cobra.Command, []string) error {
 			return g.withClient(func(cl *client) error {
-				res, err := pages.list(g, cl, "tasks", "task.list", handlers.Query{State: state, GoalID: goal})
+				res, err := pages.list(g, cl, "tasks", "task.list", schemas.Query{State: state, GoalID: goal})
 				if err != nil {
 					return err
 				}

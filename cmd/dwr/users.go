@@ -9,8 +9,8 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/dwr-run/dwr/domain"
-	"github.com/dwr-run/dwr/handlers"
 	"github.com/dwr-run/dwr/handlers/access"
+	"github.com/dwr-run/dwr/schemas"
 )
 
 func usersCmd(g *globals) *cobra.Command {
@@ -56,7 +56,7 @@ func usersCmd(g *globals) *cobra.Command {
 		Use: "list", Short: "list the identities of the workspace (--workspace)", Args: cobra.NoArgs,
 		RunE: func(*cobra.Command, []string) error {
 			return g.withClient(func(c *client) error {
-				res, err := c.queryAll("member.list", handlers.Query{})
+				res, err := c.queryAll("member.list", schemas.Query{})
 				if err != nil {
 					return err
 				}

@@ -7,7 +7,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/dwr-run/dwr/domain"
-	"github.com/dwr-run/dwr/handlers"
+	"github.com/dwr-run/dwr/schemas"
 )
 
 func workspaceCmd(g *globals) *cobra.Command {
@@ -34,7 +34,7 @@ func workspaceCmd(g *globals) *cobra.Command {
 		Use: "list", Short: "list workspaces", Args: cobra.NoArgs,
 		RunE: func(*cobra.Command, []string) error {
 			return g.withClient(func(c *client) error {
-				res, err := c.query("workspace.list", handlers.Query{}, 0)
+				res, err := c.query("workspace.list", schemas.Query{}, 0)
 				if err != nil {
 					return err
 				}

@@ -17,8 +17,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/dwr-run/dwr/executors"
-	"github.com/dwr-run/dwr/handlers"
 	"github.com/dwr-run/dwr/handlers/servicetest"
+	"github.com/dwr-run/dwr/schemas"
 )
 
 // workerTask is a task as the task.get query answers it; the fields the
@@ -151,13 +151,13 @@ func pollf(t *testing.T, d time.Duration, what func() string, f func() bool) {
 }
 
 // request sends a request and returns the service's reply.
-func (e *workerEnv) request(subject string, body any) handlers.Response {
+func (e *workerEnv) request(subject string, body any) schemas.Reply {
 	e.t.Helper()
 	data, err := json.Marshal(body)
 	require.NoError(e.t, err)
 	resp, err := e.nc.Request(subject, data, 10*time.Second)
 	require.NoError(e.t, err)
-	var r handlers.Response
+	var r schemas.Reply
 	require.NoError(e.t, json.Unmarshal(resp.Data, &r))
 	return r
 }
@@ -185,7 +185,7 @@ func (e *workerEnv) waitState(id, state string) workerTask {
 	var tk workerTask
 	var last string
 	pollf(e.t, 20*time.Second, func() string { return "task " + id + " in state " + state + "; last seen: " + last }, func() bool {
-		r := e.request("dwr.q.default.task.get", handlers.Query{ID: id})
+		r := e.request("dwr.q.default.task.get", schemas.Query{ID: id})
 		if !r.OK {
 			last = fmt.Sprintf("%+v", r.Error)
 			return false

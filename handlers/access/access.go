@@ -131,11 +131,11 @@ func PermissionsOf(prefix string, id Identity) Permissions {
 		}
 		if g.Role != domain.RoleAdmin {
 			for _, name := range domain.CommandNames() {
-				if g.Role.MayCommand(name) {
+				if domain.MayCommand(g.Role, name) {
 					p.Publish = append(p.Publish, cmd+name)
 				}
 			}
-			for _, name := range g.Role.QueryNames() {
+			for _, name := range domain.QueryNames(g.Role) {
 				p.Publish = append(p.Publish, q+name)
 			}
 		}

@@ -23,6 +23,7 @@ import (
 	"github.com/dwr-run/dwr/handlers/access"
 	"github.com/dwr-run/dwr/handlers/embedded"
 	"github.com/dwr-run/dwr/projections"
+	"github.com/dwr-run/dwr/schemas"
 )
 
 // Options adjust the service a test starts; the zero value is an in-process
@@ -305,12 +306,12 @@ func Must(t testing.TB, nc *nats.Conn, ws, name string, body any) json.RawMessag
 	}
 	m := nats.NewMsg("dwr.cmd." + ws + "." + name)
 	m.Data = b
-	m.Header.Set(handlers.HeaderCommandID, ulid.Make().String())
+	m.Header.Set(schemas.HeaderCommandID, ulid.Make().String())
 	resp, err := nc.RequestMsg(m, 10*time.Second)
 	if err != nil {
 		t.Fatalf("servicetest: %s: %v", name, err)
 	}
-	var r handlers.Response
+	var r schemas.Reply
 	if err := json.Unmarshal(resp.Data, &r); err != nil || !r.OK {
 		t.Fatalf("servicetest: %s: %s", name, resp.Data)
 	}

@@ -20,7 +20,7 @@ import (
 
 	"github.com/dwr-run/dwr/domain"
 	"github.com/dwr-run/dwr/executors"
-	"github.com/dwr-run/dwr/handlers"
+	"github.com/dwr-run/dwr/schemas"
 )
 
 // ChainOptions are what `dwr bench chain3` runs, and how; its flags set
@@ -396,13 +396,13 @@ func submitChain(nc *nats.Conn, id string) error {
 // workspace and returns nil once it is accepted.
 func command(nc *nats.Conn, name, body, id string) error {
 	m := nats.NewMsg("dwr.cmd.default." + name)
-	m.Header.Set(handlers.HeaderCommandID, id)
+	m.Header.Set(schemas.HeaderCommandID, id)
 	m.Data = []byte(body)
 	resp, err := nc.RequestMsg(m, 30*time.Second)
 	if err != nil {
 		return err
 	}
-	var r handlers.Response
+	var r schemas.Reply
 	if err := json.Unmarshal(resp.Data, &r); err != nil {
 		return fmt.Errorf("reply is not a dwr response: %w", err)
 	}

@@ -1,0 +1,64 @@
+package schemas
+
+import (
+	"slices"
+	"time"
+)
+
+// Goal is the state of a goal, its plan included, as goal.get carries it.
+type Goal struct {
+	ID              string     `json:"id"`
+	Workspace       string     `json:"workspace"`
+	Title           string     `json:"title"`
+	Description     string     `json:"description,omitempty"`
+	SuccessCriteria []string   `json:"success_criteria,omitempty"`
+	Envelope        Envelope   `json:"envelope"`
+	State           string     `json:"state"`
+	Reason          string     `json:"reason,omitempty"`
+	PlanVersion     int        `json:"plan_version"`
+	Plan            []PlanTask `json:"plan,omitempty"`
+	CreatedAt       time.Time  `json:"created_at"`
+	UpdatedAt       time.Time  `json:"updated_at"`
+	Version         uint64     `json:"version"`
+	Commands        []string   `json:"commands,omitempty"`
+}
+
+// PlanTask is one node of a committed plan: the task a key of the plan
+// names.
+type PlanTask struct {
+	Key       string   `json:"key"`
+	TaskID    string   `json:"task_id"`
+	DependsOn []string `json:"depends_on,omitempty"` // keys
+}
+
+// Envelope is a goal's budget and permissions.
+type Envelope struct {
+	Budget      Budget      `json:"budget"`
+	Permissions Permissions `json:"permissions"`
+}
+
+// Budget bounds what a goal's work may spend; a zero field is no bound.
+type Budget struct {
+	Cost     float64    `json:"cost,omitempty"`
+	Tokens   int64      `json:"tokens,omitempty"`
+	Attempts int        `json:"attempts,omitempty"`
+	Deadline *time.Time `json:"deadline,omitempty"`
+}
+
+// Permissions say which queues a goal's tasks may use; empty means any.
+type Permissions struct {
+	Queues []string `json:"queues,omitempty"`
+}
+
+// HasCommand reports whether the command with idempotency key key was
+// already applied to the goal.
+func (g *Goal) HasCommand(key string) bool { return key != "" && slices.Contains(g.Commands, key) }
+
+// Clone returns a deep copy of g.
+func (g *Goal) Clone() *Goal {
+	c := *g
+	c.SuccessCriteria = slices.Clone(g.SuccessCriteria)
+	c.Plan = slices.Clone(g.Plan)
+	c.Commands = slices.Clone(g.Commands)
+	return &c
+}

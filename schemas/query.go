@@ -1,0 +1,17 @@
+package schemas
+
+// Query is the body of every query (dwr.q.<workspace>.<query>, query.json);
+// each query reads the fields it needs.
+type Query struct {
+	ID        string `json:"id,omitempty"`
+	Aggregate string `json:"aggregate,omitempty"` // for events: workspace | goal | task
+	State     string `json:"state,omitempty"`
+	GoalID    string `json:"goal_id,omitempty"`
+	Role      string `json:"role,omitempty"` // for approval.list
+	// After, for a list query, continues the listing: the Next of the reply
+	// before.
+	After string `json:"after,omitempty"`
+	// Limit, for a list query, bounds the items of a reply: 0 means the
+	// service's default (100), at most 10,000.
+	Limit int `json:"limit,omitempty"`
+}

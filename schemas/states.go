@@ -1,0 +1,63 @@
+package schemas
+
+// The values of the contract's enumerations (common.json): what a task, an
+// attempt, an approval or a work item is, as replies, work items and events
+// carry it.
+
+// Task states (common.json#/$defs/TaskState).
+const (
+	StatePending     = "pending"
+	StateReady       = "ready"
+	StateRunning     = "running"
+	StateWaiting     = "waiting"
+	StateVerifying   = "verifying"
+	StateNeedsReview = "needs_review"
+	StateBackoff     = "backoff"
+	StateAccepted    = "accepted"
+	StateRejected    = "rejected"
+	StateFailed      = "failed"
+	StateCancelled   = "cancelled"
+)
+
+// Terminal reports whether a task in state s can never change again:
+// accepted, rejected, failed or cancelled.
+func Terminal(s string) bool {
+	switch s {
+	case StateAccepted, StateRejected, StateFailed, StateCancelled:
+		return true
+	}
+	return false
+}
+
+// Attempt states (Attempt.State).
+const (
+	AttemptStateRunning   = "running"
+	AttemptStateSucceeded = "succeeded"
+	AttemptStateFailed    = "failed"
+	AttemptStateAbandoned = "abandoned"
+	AttemptStateParked    = "parked"
+	AttemptStateCancelled = "cancelled"
+)
+
+// Approval states (Approval.State).
+const (
+	ApprovalStatePending   = "pending"
+	ApprovalStateDecided   = "decided"
+	ApprovalStateExpired   = "expired"
+	ApprovalStateWithdrawn = "withdrawn" // the task ended before anyone decided
+)
+
+// Wait kinds (Wait.Kind, and the kind of task.wait).
+const (
+	WaitApproval = "approval"
+	WaitSignal   = "signal"
+	WaitTimer    = "timer"
+)
+
+// Verification outcomes (Verification.Outcome, and the outcome of
+// task.verify).
+const (
+	OutcomePass         = "PASS"
+	OutcomeFail         = "FAIL"
+	OutcomeInconclusive = "INCONCLUSIVE"
+)

@@ -1,0 +1,205 @@
+package schemas
+
+import (
+	"encoding/json"
+	"slices"
+	"time"
+)
+
+// Task is the state of a task with its attempts, as task.get and a claim's
+// reply carry it (common.json#/$defs/Task).
+type Task struct {
+	ID            string          `json:"id"`
+	Workspace     string          `json:"workspace"`
+	GoalID        string          `json:"goal_id,omitempty"`
+	PlanVersion   int             `json:"plan_version,omitempty"`
+	Key           string          `json:"key,omitempty"`
+	Spec          TaskSpec        `json:"spec"`
+	DependsOn     []string        `json:"depends_on,omitempty"`
+	State         string          `json:"state"`
+	Wait          *Wait           `json:"wait,omitempty"`
+	Attempts      []Attempt       `json:"attempts,omitempty"`
+	Checkpoint    json.RawMessage `json:"checkpoint,omitempty"`
+	BackoffUntil  *time.Time      `json:"backoff_until,omitempty"`
+	Verifications []Verification  `json:"verifications,omitempty"`
+	Approved      bool            `json:"approved,omitempty"` // the gate was passed
+	Approvals     []Approval      `json:"approvals,omitempty"`
+	Signal        *Signal         `json:"signal,omitempty"` // the last signal received, for the attempt it resumes
+	Reason        string          `json:"reason,omitempty"`
+	Error         *ErrorInfo      `json:"error,omitempty"`
+	CreatedAt     time.Time       `json:"created_at"`
+	UpdatedAt     time.Time       `json:"updated_at"`
+	Version       uint64          `json:"version"`
+	Commands      []string        `json:"commands,omitempty"`
+}
+
+// Attempt is one execution of a task (a WorkExecution).
+type Attempt struct {
+	N               int             `json:"n"`
+	Executor        string          `json:"executor"`
+	ExecutorVersion string          `json:"executor_version,omitempty"`
+	OperationKey    string          `json:"operation_key"`
+	State           string          `json:"state"` // running | succeeded | failed | abandoned | parked | cancelled
+	StartedAt       time.Time       `json:"started_at"`
+	EndedAt         *time.Time      `json:"ended_at,omitempty"`
+	Deadline        *time.Time      `json:"deadline,omitempty"`
+	Result          json.RawMessage `json:"result,omitempty"`
+	Artifacts       []ArtifactRef   `json:"artifacts,omitempty"`
+	ModelSteps      []ModelStep     `json:"model_steps,omitempty"`
+	Error           *ErrorInfo      `json:"error,omitempty"`
+	Retryable       bool            `json:"retryable,omitempty"`
+	Reason          string          `json:"reason,omitempty"` // why it ended, e.g. lease_lost
+	// TokenHash is the hex SHA-256 of the attempt's token: the token itself
+	// is never kept. Empty for an attempt claimed before attempts had
+	// tokens, which no command can then come from.
+	TokenHash string `json:"token_hash,omitempty"`
+	// ClaimedBy is the identity that claimed the attempt (the claim's
+	// actor): the only one its later commands may come from.
+	ClaimedBy string `json:"claimed_by,omitempty"`
+}
+
+// Wait is what a waiting task waits on (common.json#/$defs/TaskWaiting).
+type Wait struct {
+	Kind   string     `json:"kind"` // approval | signal | timer
+	Signal string     `json:"signal,omitempty"`
+	Until  *time.Time `json:"until,omitempty"`
+	// ApprovalID is the approval waited on; it is set by task.approval_requested.
+	ApprovalID string `json:"approval_id,omitempty"`
+}
+
+// Verification is a verifier's recorded outcome for an attempt's result,
+// under its replay-safe identity (common.json#/$defs/VerificationRecorded).
+type Verification struct {
+	VerificationID  string          `json:"verification_id"`
+	Attempt         int             `json:"attempt"`
+	Outcome         string          `json:"outcome"` // PASS | FAIL | INCONCLUSIVE
+	Evidence        json.RawMessage `json:"evidence,omitempty"`
+	EvidenceRefs    []ArtifactRef   `json:"evidence_refs,omitempty"` // bulky evidence, by content hash
+	Verifier        string          `json:"verifier"`
+	VerifierVersion string          `json:"verifier_version,omitempty"`
+	ResultDigest    string          `json:"result_digest"`
+}
+
+// Signal is a named signal a task received, with its payload.
+type Signal struct {
+	Name    string          `json:"name"`
+	Payload json.RawMessage `json:"payload,omitempty"`
+}
+
+// ErrorInfo is an attempt's error as its executor reported it (or as the
+// runtime recorded it, for example code "timeout").
+type ErrorInfo struct {
+	Code    string `json:"code,omitempty"`
+	Message string `json:"message"`
+}
+
+// ArtifactRef points at an artifact in the store (the object store
+// dwr-artifacts) by its content hash.
+type ArtifactRef struct {
+	Name   string `json:"name"`
+	SHA256 string `json:"sha256"`
+	Size   int64  `json:"size,omitempty"`
+	Type   string `json:"type,omitempty"` // media type, e.g. "application/json"
+}
+
+// ModelStep records one consequential model call of an attempt; its tokens
+// and cost are charged to the goal's budget.
+type ModelStep struct {
+	InputRef          string          `json:"input_ref,omitempty"`
+	PromptVersion     string          `json:"prompt_version,omitempty"`
+	ToolSchemaVersion string          `json:"tool_schema_version,omitempty"`
+	Model             string          `json:"model"`
+	ResponseRef       string          `json:"response_ref,omitempty"`
+	Parsed            json.RawMessage `json:"parsed,omitempty"`
+	Validation        string          `json:"validation,omitempty"`
+	Tokens            int64           `json:"tokens,omitempty"`
+	Cost              float64         `json:"cost,omitempty"`
+}
+
+// Current returns the latest attempt, or nil before the first.
+func (t *Task) Current() *Attempt {
+	if len(t.Attempts) == 0 {
+		return nil
+	}
+	return &t.Attempts[len(t.Attempts)-1]
+}
+
+// Running returns the attempt that holds the task now, or nil.
+func (t *Task) Running() *Attempt {
+	if a := t.Current(); a != nil && a.State == AttemptStateRunning {
+		return a
+	}
+	return nil
+}
+
+// Attempt returns attempt n of the task, or nil.
+func (t *Task) Attempt(n int) *Attempt {
+	for i := range t.Attempts {
+		if t.Attempts[i].N == n {
+			return &t.Attempts[i]
+		}
+	}
+	return nil
+}
+
+// Approval returns the task's approval with id, or nil.
+func (t *Task) Approval(id string) *Approval {
+	for i := range t.Approvals {
+		if t.Approvals[i].ID == id {
+			return &t.Approvals[i]
+		}
+	}
+	return nil
+}
+
+// PendingApproval returns the approval the task waits on, or nil.
+func (t *Task) PendingApproval() *Approval {
+	if t.State != StateWaiting || t.Wait == nil || t.Wait.Kind != WaitApproval {
+		return nil
+	}
+	return t.Approval(t.Wait.ApprovalID)
+}
+
+// LastDecision returns the task's latest decided approval, or nil: what a
+// resumed attempt is handed.
+func (t *Task) LastDecision() *Approval {
+	for i := len(t.Approvals) - 1; i >= 0; i-- {
+		if t.Approvals[i].Decision != nil {
+			return &t.Approvals[i]
+		}
+	}
+	return nil
+}
+
+// HasCommand reports whether the command with idempotency key key was
+// already applied to the task.
+func (t *Task) HasCommand(key string) bool { return key != "" && slices.Contains(t.Commands, key) }
+
+// Clone returns a deep copy of t.
+func (t *Task) Clone() *Task {
+	c := *t
+	c.DependsOn = slices.Clone(t.DependsOn)
+	c.Attempts = slices.Clone(t.Attempts)
+	c.Verifications = slices.Clone(t.Verifications)
+	if t.Approvals != nil {
+		c.Approvals = make([]Approval, len(t.Approvals))
+		for i, a := range t.Approvals {
+			a.Refusals = slices.Clone(a.Refusals)
+			if a.Decision != nil {
+				d := *a.Decision
+				a.Decision = &d
+			}
+			c.Approvals[i] = a
+		}
+	}
+	c.Commands = slices.Clone(t.Commands)
+	if t.Wait != nil {
+		w := *t.Wait
+		c.Wait = &w
+	}
+	if t.Signal != nil {
+		s := *t.Signal
+		c.Signal = &s
+	}
+	return &c
+}
