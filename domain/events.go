@@ -40,10 +40,10 @@ func Terminal(s string) bool { return schemas.Terminal(s) }
 
 // Goal states.
 const (
-	GoalStateOpen      = "open"
-	GoalStateAchieved  = "achieved"
-	GoalStateFailed    = "failed"
-	GoalStateCancelled = "cancelled"
+	GoalStateOpen      = schemas.GoalStateOpen
+	GoalStateAchieved  = schemas.GoalStateAchieved
+	GoalStateFailed    = schemas.GoalStateFailed
+	GoalStateCancelled = schemas.GoalStateCancelled
 )
 
 // Verification outcomes.

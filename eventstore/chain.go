@@ -204,7 +204,7 @@ func (tx *ChainTx) Link(e *Event) error {
 	if err := verifyLink(k, tip, e); err != nil {
 		return err
 	}
-	if err := e.encode(); err != nil {
+	if err := encodeEvent(e); err != nil {
 		return err
 	}
 	tx.tips[k] = chainTip{e.Version, e.Hash()}

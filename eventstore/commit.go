@@ -178,7 +178,7 @@ func EncodeCommit(c *Commit, key *LogKey) ([]byte, error) {
 	c.Time = c.Time.UTC()
 	size := 0
 	for i := range c.Events {
-		if err := c.Events[i].encode(); err != nil {
+		if err := encodeEvent(&c.Events[i]); err != nil {
 			return nil, err
 		}
 		size += len(c.Events[i].Raw) + 1

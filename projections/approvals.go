@@ -8,19 +8,12 @@ import (
 	"github.com/cockroachdb/pebble/v2"
 
 	"github.com/dwr-run/dwr/domain"
+	"github.com/dwr-run/dwr/schemas"
 )
 
 // ApprovalView is an approval as the inbox shows it: the approval with the
 // task it belongs to.
-type ApprovalView struct {
-	domain.Approval
-	Workspace string `json:"workspace"`
-	TaskKey   string `json:"task_key,omitempty"`
-	TaskTitle string `json:"task_title,omitempty"`
-	Queue     string `json:"queue"`
-	GoalID    string `json:"goal_id,omitempty"`
-	TaskState string `json:"task_state"`
-}
+type ApprovalView = schemas.ApprovalView
 
 // ApprovalStates are the states the inbox lists approvals by.
 var ApprovalStates = []string{domain.ApprovalStatePending, domain.ApprovalStateDecided,

@@ -9,6 +9,7 @@ import (
 
 	"github.com/dwr-run/dwr/domain"
 	"github.com/dwr-run/dwr/eventstore"
+	"github.com/dwr-run/dwr/schemas"
 )
 
 // ListWorkspaces returns every workspace, by name.
@@ -27,17 +28,10 @@ func (s *Store) ListWorkspaces() ([]*domain.Workspace, error) {
 
 // GoalView is a goal with its plan graph (each node with its task's state)
 // and the number of its tasks in each state.
-type GoalView struct {
-	*domain.Goal
-	Nodes  []PlanNode     `json:"nodes,omitempty"`
-	Counts map[string]int `json:"counts"`
-}
+type GoalView = schemas.GoalView
 
 // PlanNode is one task of a goal's current plan.
-type PlanNode struct {
-	domain.PlanTask
-	State string `json:"state"`
-}
+type PlanNode = schemas.PlanNode
 
 // ListGoals returns the goals of workspace ws, oldest first, at most limit
 // (0 = all) after the goal id after.

@@ -1,0 +1,186 @@
+package client
+
+import (
+	"context"
+	"encoding/json"
+	"iter"
+
+	"github.com/dwr-run/dwr/schemas"
+)
+
+// Result is an accepted command's result: the aggregate it changed, its
+// state and version after the command, and the log sequence the reply
+// reflects.
+type Result struct {
+	schemas.CommandResult
+	// Seq is the log sequence of the command's commit (or, for a retry
+	// answered with its first outcome, a sequence at least as recent).
+	Seq uint64
+}
+
+func (c *Client) do(ctx context.Context, name string, body any, opts []CallOption) (*Result, error) {
+	r, err := c.Command(ctx, name, body, opts...)
+	if err != nil {
+		return nil, err
+	}
+	out := &Result{Seq: r.Seq}
+	if err := json.Unmarshal(r.Result, &out.CommandResult); err != nil {
+		return nil, &RequestError{Subject: name, Err: err}
+	}
+	return out, nil
+}
+
+// CreateGoal creates a goal (goal.create). Its plan follows with SubmitPlan.
+func (c *Client) CreateGoal(ctx context.Context, g schemas.CreateGoal, opts ...CallOption) (*Result, error) {
+	return c.do(ctx, "goal.create", g, opts)
+}
+
+// CancelGoal cancels a goal and every unfinished task of its plan
+// (goal.cancel).
+func (c *Client) CancelGoal(ctx context.Context, goalID, reason string, opts ...CallOption) (*Result, error) {
+	return c.do(ctx, "goal.cancel", schemas.CancelGoal{GoalID: goalID, Reason: reason}, opts)
+}
+
+// SubmitPlan commits the next version of a goal's plan (plan.submit): the
+// first plan, or a revision that keeps the tasks it names by key and
+// cancels the unfinished ones it leaves out. Result.Tasks maps each key to
+// its task id.
+func (c *Client) SubmitPlan(ctx context.Context, goalID string, tasks []schemas.TaskSpec, opts ...CallOption) (*Result, error) {
+	return c.do(ctx, "plan.submit", schemas.SubmitPlan{GoalID: goalID, Tasks: tasks}, opts)
+}
+
+// CreateTask creates a standalone task, outside any plan (task.create).
+func (c *Client) CreateTask(ctx context.Context, spec schemas.TaskSpec, opts ...CallOption) (*Result, error) {
+	return c.do(ctx, "task.create", schemas.CreateTask{Spec: spec}, opts)
+}
+
+// CancelTask cancels a task that has not ended (task.cancel).
+func (c *Client) CancelTask(ctx context.Context, taskID, reason string, opts ...CallOption) (*Result, error) {
+	return c.do(ctx, "task.cancel", schemas.CancelTask{TaskID: taskID, Reason: reason}, opts)
+}
+
+// Signal sends a named signal with a payload (encoded to JSON) to a task
+// (task.signal): a task waiting on that signal resumes with it.
+func (c *Client) Signal(ctx context.Context, taskID, name string, payload any, opts ...CallOption) (*Result, error) {
+	b := schemas.SendSignal{TaskID: taskID, Name: name}
+	if payload != nil {
+		raw, err := json.Marshal(payload)
+		if err != nil {
+			return nil, err
+		}
+		b.Payload = raw
+	}
+	return c.do(ctx, "task.signal", b, opts)
+}
+
+// Review decides a task that awaits review (task.review).
+func (c *Client) Review(ctx context.Context, r schemas.ReviewTask, opts ...CallOption) (*Result, error) {
+	return c.do(ctx, "task.review", r, opts)
+}
+
+// DecideApproval records an approver's signed decision (approval.decide).
+func (c *Client) DecideApproval(ctx context.Context, d schemas.DecideApproval, opts ...CallOption) (*Result, error) {
+	return c.do(ctx, "approval.decide", d, opts)
+}
+
+// get sends query name for id and decodes its result into a new T.
+func get[T any](ctx context.Context, c *Client, name, id string, opts []CallOption) (*T, error) {
+	var v T
+	if _, err := c.Query(ctx, name, schemas.Query{ID: id}, &v, opts...); err != nil {
+		return nil, err
+	}
+	return &v, nil
+}
+
+// list pages through list query name, yielding each item; the iteration ends
+// at the first error, which it yields.
+func list[T any](ctx context.Context, c *Client, name string, q schemas.Query, opts []CallOption) iter.Seq2[*T, error] {
+	return func(yield func(*T, error) bool) {
+		for {
+			var page []*T
+			r, err := c.Query(ctx, name, q, &page, opts...)
+			if err != nil {
+				yield(nil, err)
+				return
+			}
+			for _, v := range page {
+				if !yield(v, nil) {
+					return
+				}
+			}
+			if r.Next == "" || len(page) == 0 {
+				return
+			}
+			q.After = r.Next
+		}
+	}
+}
+
+// Goal returns a goal with its current plan and its tasks' states
+// (goal.get).
+func (c *Client) Goal(ctx context.Context, id string, opts ...CallOption) (*schemas.GoalView, error) {
+	return get[schemas.GoalView](ctx, c, "goal.get", id, opts)
+}
+
+// Goals lists the workspace's goals, oldest first (goal.list).
+func (c *Client) Goals(ctx context.Context, opts ...CallOption) iter.Seq2[*schemas.GoalView, error] {
+	return list[schemas.GoalView](ctx, c, "goal.list", schemas.Query{}, opts)
+}
+
+// Task returns a task (task.get).
+func (c *Client) Task(ctx context.Context, id string, opts ...CallOption) (*schemas.Task, error) {
+	return get[schemas.Task](ctx, c, "task.get", id, opts)
+}
+
+// TaskFilter selects the tasks Tasks lists: by state, by goal, or all.
+type TaskFilter struct {
+	State  string
+	GoalID string
+}
+
+// Tasks lists the workspace's tasks that f selects (task.list), page by
+// page.
+func (c *Client) Tasks(ctx context.Context, f TaskFilter, opts ...CallOption) iter.Seq2[*schemas.Task, error] {
+	return list[schemas.Task](ctx, c, "task.list", schemas.Query{State: f.State, GoalID: f.GoalID}, opts)
+}
+
+// Approval returns an approval with its task's context (approval.get).
+func (c *Client) Approval(ctx context.Context, id string, opts ...CallOption) (*schemas.ApprovalView, error) {
+	return get[schemas.ApprovalView](ctx, c, "approval.get", id, opts)
+}
+
+// ApprovalFilter selects the approvals Approvals lists: by state (pending
+// by default, or "all") and role.
+type ApprovalFilter struct {
+	State string
+	Role  string
+}
+
+// Approvals lists the workspace's approvals that f selects (approval.list),
+// page by page: an approver's inbox.
+func (c *Client) Approvals(ctx context.Context, f ApprovalFilter, opts ...CallOption) iter.Seq2[*schemas.ApprovalView, error] {
+	return list[schemas.ApprovalView](ctx, c, "approval.list", schemas.Query{State: f.State, Role: f.Role}, opts)
+}
+
+// goalEnded reports whether a goal in state has ended.
+func goalEnded(state string) bool {
+	switch state {
+	case schemas.GoalStateAchieved, schemas.GoalStateFailed, schemas.GoalStateCancelled:
+		return true
+	}
+	return false
+}
+
+// goalStateOf returns the state a goal event moves its goal to ("" when
+// the event does not end it).
+func goalStateOf(eventType string) string {
+	switch eventType {
+	case "goal.achieved":
+		return schemas.GoalStateAchieved
+	case "goal.failed":
+		return schemas.GoalStateFailed
+	case "goal.cancelled":
+		return schemas.GoalStateCancelled
+	}
+	return ""
+}

@@ -1,0 +1,388 @@
+package client
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"strconv"
+	"sync/atomic"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/oklog/ulid/v2"
+
+	"github.com/dwr-run/dwr/executors"
+	"github.com/dwr-run/dwr/schemas"
+)
+
+// Defaults of the options.
+const (
+	DefaultWorkspace = "default"
+	DefaultPrefix    = "dwr"
+	// DefaultTimeout bounds one try of a request.
+	DefaultTimeout = 5 * time.Second
+)
+
+// Retry pacing of a request the service could not take (a timeout, no
+// responder, an "unavailable" reply).
+const (
+	retryFirst = 100 * time.Millisecond
+	retryMax   = 2 * time.Second
+)
+
+// Client sends commands and queries to a dwr service for a caller: a
+// service that starts work, a tool that reads it. It is safe for concurrent
+// use. Commands carry a fresh command id unless one is given, and are sent
+// again with the same id while the service is unavailable, so a retry never
+// does the work twice. Queries see the caller's own writes: each carries the
+// highest log sequence this Client's commands were answered with
+// (Dwr-Min-Seq), and the service answers from views at least that fresh.
+type Client struct {
+	nc      *nats.Conn
+	own     bool // Close closes nc
+	ws      string
+	prefix  string
+	timeout time.Duration
+	retry   bool
+	seq     *atomic.Uint64 // shared by In's copies
+	denied  <-chan error   // the server's permission violations, when this Client dialled
+}
+
+type options struct {
+	ws, prefix string
+	timeout    time.Duration
+	noRetry    bool
+	name       string
+	creds      string
+	tlsCA      string
+	tlsCert    string
+	tlsKey     string
+	nats       []nats.Option
+}
+
+// Option configures a Client.
+type Option func(*options)
+
+// Workspace is the workspace the Client addresses. Default "default".
+func Workspace(ws string) Option { return func(o *options) { o.ws = ws } }
+
+// Prefix is the first token of every subject. Default "dwr".
+func Prefix(p string) Option { return func(o *options) { o.prefix = p } }
+
+// Timeout bounds one try of a request. Default DefaultTimeout.
+func Timeout(d time.Duration) Option { return func(o *options) { o.timeout = d } }
+
+// NoRetry makes a request try once: a timeout, a missing responder or an
+// "unavailable" reply is returned at once (as an error that matches
+// ErrUnavailable) instead of being tried again until the context ends.
+func NoRetry() Option { return func(o *options) { o.noRetry = true } }
+
+// Name names the connection Connect opens (shown by the NATS server).
+func Name(name string) Option { return func(o *options) { o.name = name } }
+
+// Credentials connects with a dwr credential file: what `dwr users add
+// --out FILE` writes, or the admin.creds `dwr serve` creates. Connect only.
+func Credentials(file string) Option { return func(o *options) { o.creds = file } }
+
+// TLS connects over TLS, trusting the certificates of caFile (PEM), and, when
+// certFile and keyFile are given, presenting that client certificate (for
+// a server that verifies clients). Empty arguments are left out. Connect
+// only.
+func TLS(caFile, certFile, keyFile string) Option {
+	return func(o *options) { o.tlsCA, o.tlsCert, o.tlsKey = caFile, certFile, keyFile }
+}
+
+// NATSOptions adds options to the connection Connect opens.
+func NATSOptions(opts ...nats.Option) Option {
+	return func(o *options) { o.nats = append(o.nats, opts...) }
+}
+
+func apply(opts []Option) options {
+	o := options{ws: DefaultWorkspace, prefix: DefaultPrefix, timeout: DefaultTimeout, name: "dwr-client"}
+	for _, f := range opts {
+		f(&o)
+	}
+	return o
+}
+
+// Connect connects to the NATS server at url (a comma-separated list for a
+// cluster) and returns a Client that owns the connection: Close closes it.
+// The connection reconnects for ever, so a Client rides out restarts of
+// the server.
+func Connect(url string, opts ...Option) (*Client, error) {
+	o := apply(opts)
+	nopts, err := o.connectOptions()
+	if err != nil {
+		return nil, err
+	}
+	denied := make(chan error, 8)
+	nopts = append(nopts, nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) {
+		if errors.Is(err, nats.ErrPermissionViolation) {
+			select {
+			case denied <- err:
+			default:
+			}
+		}
+	}))
+	nc, err := nats.Connect(url, append(nopts, o.nats...)...)
+	if err != nil {
+		return nil, fmt.Errorf("client: connect to %s: %w", url, err)
+	}
+	c := newClient(nc, o)
+	c.own, c.denied = true, denied
+	return c, nil
+}
+
+func (o *options) connectOptions() ([]nats.Option, error) {
+	out := []nats.Option{nats.Name(o.name), nats.MaxReconnects(-1)}
+	if o.creds != "" {
+		cred, err := executors.Credentials(o.creds)
+		if err != nil {
+			return nil, fmt.Errorf("client: %w", err)
+		}
+		out = append(out, cred...)
+	}
+	if o.tlsCA == "" && o.tlsCert == "" && o.tlsKey == "" {
+		return out, nil
+	}
+	tc := &tls.Config{MinVersion: tls.VersionTLS12}
+	if o.tlsCA != "" {
+		pem, err := os.ReadFile(o.tlsCA)
+		if err != nil {
+			return nil, fmt.Errorf("client: TLS CA: %w", err)
+		}
+		pool := x509.NewCertPool()
+		if !pool.AppendCertsFromPEM(pem) {
+			return nil, fmt.Errorf("client: TLS CA %s holds no PEM certificate", o.tlsCA)
+		}
+		tc.RootCAs = pool
+	}
+	if o.tlsCert != "" || o.tlsKey != "" {
+		cert, err := tls.LoadX509KeyPair(o.tlsCert, o.tlsKey)
+		if err != nil {
+			return nil, fmt.Errorf("client: TLS client certificate: %w", err)
+		}
+		tc.Certificates = []tls.Certificate{cert}
+	}
+	return append(out, nats.Secure(tc)), nil
+}
+
+// New returns a Client on a connection the caller opened and keeps: Close
+// leaves it open. Connect-only options (Credentials, TLS, Name,
+// NATSOptions) are ignored.
+func New(nc *nats.Conn, opts ...Option) *Client { return newClient(nc, apply(opts)) }
+
+func newClient(nc *nats.Conn, o options) *Client {
+	return &Client{nc: nc, ws: o.ws, prefix: o.prefix, timeout: o.timeout, retry: !o.noRetry, seq: new(atomic.Uint64)}
+}
+
+// Close closes the connection when Connect opened it.
+func (c *Client) Close() {
+	if c.own {
+		c.nc.Close()
+	}
+}
+
+// Conn returns the Client's NATS connection.
+func (c *Client) Conn() *nats.Conn { return c.nc }
+
+// Workspace returns the workspace the Client addresses.
+func (c *Client) Workspace() string { return c.ws }
+
+// In returns a Client that addresses workspace ws over the same connection,
+// sharing this one's read-your-writes sequence. Closing it closes nothing.
+func (c *Client) In(ws string) *Client {
+	cp := *c
+	cp.ws, cp.own = ws, false
+	return &cp
+}
+
+// Seq returns the highest log sequence this Client's commands were answered
+// with: the point its queries read from.
+func (c *Client) Seq() uint64 { return c.seq.Load() }
+
+// observe raises the read-your-writes sequence to seq.
+func (c *Client) observe(seq uint64) {
+	for {
+		cur := c.seq.Load()
+		if seq <= cur || c.seq.CompareAndSwap(cur, seq) {
+			return
+		}
+	}
+}
+
+// CallOption configures one command or query.
+type CallOption func(*call)
+
+type call struct {
+	id, correlation string
+	minSeq          uint64
+}
+
+// CommandID sets a command's id. A retry with the same id (by the same
+// identity) is answered with the first outcome instead of being done again.
+// Default: a fresh ULID per call.
+func CommandID(id string) CallOption { return func(c *call) { c.id = id } }
+
+// CorrelationID groups the events of this command with others of one
+// original request.
+func CorrelationID(id string) CallOption { return func(c *call) { c.correlation = id } }
+
+// MinSeq asks a query to be answered from views that have applied at least
+// log sequence seq (besides this Client's own writes, which it always
+// waits for).
+func MinSeq(seq uint64) CallOption { return func(c *call) { c.minSeq = seq } }
+
+// Reply is an accepted command's or query's answer.
+type Reply struct {
+	// Result is the reply's result, as the service encoded it.
+	Result json.RawMessage
+	// Seq is the log sequence the reply reflects.
+	Seq uint64
+	// Next, for a list query, is the cursor of the next page ("" on the
+	// last one).
+	Next string
+}
+
+// Command sends command name (the last tokens of dwr.cmd.<workspace>.<name>)
+// with body (encoded to JSON unless it is []byte or json.RawMessage) and
+// returns the accepted reply, or the service's refusal as a *schemas.Error
+// (errors.Is(err, ErrConflict), …).
+func (c *Client) Command(ctx context.Context, name string, body any, opts ...CallOption) (*Reply, error) {
+	var k call
+	for _, f := range opts {
+		f(&k)
+	}
+	if k.id == "" {
+		k.id = ulid.Make().String()
+	}
+	m := nats.NewMsg(c.prefix + ".cmd." + c.ws + "." + name)
+	m.Header.Set(schemas.HeaderCommandID, k.id)
+	if k.correlation != "" {
+		m.Header.Set(schemas.HeaderCorrelationID, k.correlation)
+	}
+	r, err := c.request(ctx, m, body)
+	if err != nil {
+		return nil, err
+	}
+	c.observe(r.Seq)
+	return r, nil
+}
+
+// Query sends query name (the last tokens of dwr.q.<workspace>.<name>) and
+// decodes its result into out (unless out is nil). It returns the reply,
+// whose Next continues a list.
+func (c *Client) Query(ctx context.Context, name string, q schemas.Query, out any, opts ...CallOption) (*Reply, error) {
+	var k call
+	for _, f := range opts {
+		f(&k)
+	}
+	m := nats.NewMsg(c.prefix + ".q." + c.ws + "." + name)
+	if seq := max(k.minSeq, c.seq.Load()); seq > 0 {
+		m.Header.Set(schemas.HeaderMinSeq, strconv.FormatUint(seq, 10))
+	}
+	r, err := c.request(ctx, m, q)
+	if err != nil {
+		return nil, err
+	}
+	if out != nil {
+		if err := json.Unmarshal(r.Result, out); err != nil {
+			return nil, fmt.Errorf("client: %s: the result does not decode: %w", name, err)
+		}
+	}
+	return r, nil
+}
+
+// request sends m with body and returns the accepted reply. It tries again
+// (unless NoRetry) while the service cannot take it, until ctx ends.
+func (c *Client) request(ctx context.Context, m *nats.Msg, body any) (*Reply, error) {
+	switch b := body.(type) {
+	case nil:
+	case []byte:
+		m.Data = b
+	case json.RawMessage:
+		m.Data = b
+	default:
+		data, err := json.Marshal(b)
+		if err != nil {
+			return nil, fmt.Errorf("client: encode %s: %w", m.Subject, err)
+		}
+		m.Data = data
+	}
+	wait := retryFirst
+	var last error // the last try's error, when the service could not take it
+	gaveUp := func() error {
+		return fmt.Errorf("client: %s: gave up retrying: %w; the last try: %w", m.Subject, context.Cause(ctx), last)
+	}
+	for {
+		r, err := c.try(ctx, m)
+		switch {
+		case err != nil && ctx.Err() != nil && last != nil:
+			return nil, gaveUp()
+		case err == nil || !c.retry || !errors.Is(err, ErrUnavailable):
+			return r, err
+		}
+		last = err
+		t := time.NewTimer(wait + rand.N(wait/2+1)) //nolint:gosec // G404: jitter, not a secret
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			t.Stop()
+			return nil, gaveUp()
+		}
+		wait = min(2*wait, retryMax)
+	}
+}
+
+// try sends m once.
+func (c *Client) try(ctx context.Context, m *nats.Msg) (*Reply, error) {
+	tctx, cancel := context.WithTimeout(ctx, c.timeout)
+	defer cancel()
+	// The server reports a permission violation only asynchronously: the
+	// request then fails at once instead of waiting out its timeout.
+	var denied error
+	settle := cancel
+	if c.denied != nil {
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			select {
+			case denied = <-c.denied:
+				cancel()
+			case <-tctx.Done():
+			}
+		}()
+		settle = func() { cancel(); <-done }
+	}
+	resp, err := c.nc.RequestMsgWithContext(tctx, m)
+	settle() // denied is read only after the watcher ended
+	switch {
+	case err == nil:
+	case ctx.Err() != nil:
+		return nil, context.Cause(ctx)
+	case denied != nil:
+		return nil, &RequestError{Subject: m.Subject, Code: schemas.CodeForbidden, Err: denied}
+	case errors.Is(err, context.DeadlineExceeded), errors.Is(err, nats.ErrTimeout):
+		return nil, &RequestError{Subject: m.Subject, Code: schemas.CodeUnavailable, Err: nats.ErrTimeout, Timeout: c.timeout}
+	case errors.Is(err, nats.ErrConnectionClosed), errors.Is(err, nats.ErrMaxPayload), errors.Is(err, nats.ErrBadSubject):
+		return nil, &RequestError{Subject: m.Subject, Err: err}
+	default: // no responders, a reconnection under way
+		return nil, &RequestError{Subject: m.Subject, Code: schemas.CodeUnavailable, Err: err}
+	}
+	var r schemas.Reply
+	if err := json.Unmarshal(resp.Data, &r); err != nil {
+		return nil, &RequestError{Subject: m.Subject, Err: fmt.Errorf("the answer is not a dwr reply: %w", err)}
+	}
+	if !r.OK {
+		if r.Error == nil {
+			return nil, &schemas.Error{Code: schemas.CodeInternal, Message: "the service refused the request without saying why"}
+		}
+		return nil, r.Error
+	}
+	return &Reply{Result: r.Result, Seq: r.Seq, Next: r.Next}, nil
+}

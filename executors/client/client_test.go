@@ -1,0 +1,258 @@
+package client_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/stretchr/testify/require"
+
+	"github.com/dwr-run/dwr/domain"
+	"github.com/dwr-run/dwr/executors"
+	"github.com/dwr-run/dwr/executors/client"
+	"github.com/dwr-run/dwr/handlers/access"
+	"github.com/dwr-run/dwr/handlers/embedded"
+	"github.com/dwr-run/dwr/handlers/servicetest"
+	"github.com/dwr-run/dwr/schemas"
+)
+
+func start(t *testing.T) *servicetest.Service {
+	t.Helper()
+	return servicetest.Start(t, t.TempDir(), servicetest.Options{Secure: true, Listen: "127.0.0.1:0"})
+}
+
+func within(t *testing.T, d time.Duration) context.Context {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+// credential adds a member of workspace "default" with role and writes its
+// credential file.
+func credential(t *testing.T, s *servicetest.Service, name string, role domain.Role) string {
+	t.Helper()
+	cred, err := access.NewCredential()
+	require.NoError(t, err)
+	servicetest.Must(t, s.Admin, "default", "member.add", domain.AddMember{Name: name, Role: role, PublicKey: cred.PublicKey})
+	path := filepath.Join(t.TempDir(), name+".creds")
+	require.NoError(t, cred.Write(path, name, false))
+	return path
+}
+
+// A caller starts work with the client and waits for it: the goal, its
+// plan, a worker that runs the tasks, and WaitGoal returning the achieved
+// goal — over a connection the client opened with a credential file.
+func TestClientRunsAGoalToItsEnd(t *testing.T) {
+	s := start(t)
+	ctx := within(t, 30*time.Second)
+	c, err := client.Connect(s.URL, client.Credentials(credential(t, s, "caller", domain.RoleClient)))
+	require.NoError(t, err)
+	defer c.Close()
+
+	w, err := executors.NewWorker(executors.Config{Conn: s.Member(t, "default", "worker", domain.RoleExecutor, "build"),
+		Queue: "build", Logger: servicetest.Logger()},
+		func(_ context.Context, job *executors.Job) (executors.Result, error) {
+			return executors.Result{Output: map[string]string{"built": job.TaskID}}, nil
+		})
+	require.NoError(t, err)
+	wctx, stop := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- w.Run(wctx) }()
+	defer func() { stop(); require.NoError(t, <-done) }()
+
+	g, err := c.CreateGoal(ctx, schemas.CreateGoal{Title: "release"})
+	require.NoError(t, err)
+	plan, err := c.SubmitPlan(ctx, g.ID, []schemas.TaskSpec{
+		{Key: "compile", Queue: "build"},
+		{Key: "package", Queue: "build", DependsOn: []string{"compile"}},
+	})
+	require.NoError(t, err)
+	require.Len(t, plan.Tasks, 2)
+
+	end, err := c.WaitGoal(ctx, g.ID)
+	require.NoError(t, err)
+	require.Equal(t, schemas.GoalStateAchieved, end.State)
+	require.Equal(t, 2, end.Counts[schemas.StateAccepted], "the goal as it stands at its end: %+v", end.Counts)
+
+	var ids []string
+	for tk, err := range c.Tasks(ctx, client.TaskFilter{GoalID: g.ID}) {
+		require.NoError(t, err)
+		require.Equal(t, schemas.StateAccepted, tk.State)
+		ids = append(ids, tk.ID)
+	}
+	require.ElementsMatch(t, []string{plan.Tasks[0].TaskID, plan.Tasks[1].TaskID}, ids)
+}
+
+// A query sees the Client's own writes at once: each carries the sequence
+// of the last command's reply.
+func TestClientReadsItsOwnWrites(t *testing.T) {
+	s := start(t)
+	ctx := within(t, 30*time.Second)
+	c := client.New(s.Admin)
+	for i := range 50 {
+		r, err := c.CreateTask(ctx, schemas.TaskSpec{Queue: "q", Title: fmt.Sprint("task ", i)})
+		require.NoError(t, err)
+		require.Equal(t, r.Seq, c.Seq())
+		tk, err := c.Task(ctx, r.ID)
+		require.NoError(t, err, "task %d is read right after it was created", i)
+		require.Equal(t, fmt.Sprint("task ", i), tk.Spec.Title)
+		_, err = c.CancelTask(ctx, r.ID, "done with it")
+		require.NoError(t, err)
+		tk, err = c.Task(ctx, r.ID)
+		require.NoError(t, err)
+		require.Equal(t, schemas.StateCancelled, tk.State, "the cancel is read right after it")
+	}
+}
+
+// Refusals come back as typed errors that name the code and the field;
+// a command id sent again is answered with the first outcome.
+func TestClientErrorsAndCommandIDs(t *testing.T) {
+	s := start(t)
+	ctx := within(t, 30*time.Second)
+	c := client.New(s.Admin)
+
+	_, err := c.CancelTask(ctx, "01J9ZQ3M5W8X2K4N6P7R9T1V3B", "")
+	require.ErrorIs(t, err, client.ErrNotFound)
+
+	_, err = c.CreateTask(ctx, schemas.TaskSpec{})
+	require.ErrorIs(t, err, client.ErrInvalid)
+	var se *schemas.Error
+	require.ErrorAs(t, err, &se)
+	require.NotEmpty(t, se.Fields)
+	require.Equal(t, "/spec/queue", se.Fields[0].Pointer)
+
+	first, err := c.CreateTask(ctx, schemas.TaskSpec{Queue: "q"}, client.CommandID("create-once"))
+	require.NoError(t, err)
+	again, err := c.CreateTask(ctx, schemas.TaskSpec{Queue: "q"}, client.CommandID("create-once"))
+	require.NoError(t, err)
+	require.Equal(t, first.ID, again.ID, "the retry is answered with the first outcome")
+	require.Equal(t, first.Seq, again.Seq)
+
+	_, err = c.CancelTask(ctx, first.ID, "")
+	require.NoError(t, err)
+	_, err = c.CancelTask(ctx, first.ID, "")
+	require.ErrorIs(t, err, client.ErrConflict, "a cancelled task cannot be cancelled again")
+
+	raw, err := c.Command(ctx, "task.create", json.RawMessage(`{"spec":{"queue":"q"},"extra":1}`))
+	require.ErrorIs(t, err, client.ErrInvalid)
+	require.Nil(t, raw)
+}
+
+// A viewer's client is refused a command by the NATS server itself: at
+// once, as ErrForbidden, not after a timeout.
+func TestClientForbiddenFailsFast(t *testing.T) {
+	s := start(t)
+	ctx := within(t, 30*time.Second)
+	c, err := client.Connect(s.URL, client.Credentials(credential(t, s, "watcher", domain.RoleViewer)),
+		client.Timeout(20*time.Second), client.NoRetry())
+	require.NoError(t, err)
+	defer c.Close()
+	began := time.Now()
+	_, err = c.CreateGoal(ctx, schemas.CreateGoal{Title: "not mine to start"})
+	require.ErrorIs(t, err, client.ErrForbidden)
+	require.ErrorIs(t, err, nats.ErrPermissionViolation)
+	require.Less(t, time.Since(began), 20*time.Second, "refused before the request's timeout")
+	for _, err := range c.Goals(ctx) {
+		require.NoError(t, err, "a viewer may query")
+	}
+}
+
+// With no service on the server, a request fails as unavailable: at once
+// with NoRetry, and after retrying until its context ends without.
+func TestClientUnavailable(t *testing.T) {
+	srv, err := embedded.Start(embedded.Config{DataDir: t.TempDir(), Listen: "127.0.0.1:0"})
+	require.NoError(t, err)
+	t.Cleanup(srv.Shutdown)
+	c, err := client.Connect(srv.ClientURL(), client.NoRetry())
+	require.NoError(t, err)
+	defer c.Close()
+	_, err = c.CreateGoal(within(t, 10*time.Second), schemas.CreateGoal{Title: "nobody listens"})
+	require.ErrorIs(t, err, client.ErrUnavailable)
+	require.ErrorIs(t, err, nats.ErrNoResponders)
+
+	retrying := client.New(c.Conn())
+	ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
+	defer cancel()
+	_, err = retrying.CreateGoal(ctx, schemas.CreateGoal{Title: "nobody listens"})
+	require.ErrorIs(t, err, context.DeadlineExceeded)
+	require.ErrorIs(t, err, client.ErrUnavailable, "with the last try's error")
+}
+
+// Watch yields an aggregate's events in version order, none missed or
+// repeated: its history first, then the live feed — across a reconnection
+// of the watcher's connection.
+func TestClientWatchFollowsATask(t *testing.T) {
+	s := start(t)
+	ctx := within(t, 60*time.Second)
+	c, err := client.Connect(s.URL, client.Credentials(credential(t, s, "watcher", domain.RoleClient)))
+	require.NoError(t, err)
+	defer c.Close()
+	admin := client.New(s.Admin)
+
+	tk, err := admin.CreateTask(ctx, schemas.TaskSpec{Queue: "q"})
+	require.NoError(t, err)
+	claim, err := admin.Command(ctx, "task.claim", schemas.ClaimTask{TaskID: tk.ID, Executor: "by-hand"})
+	require.NoError(t, err)
+	var claimed schemas.CommandResult
+	require.NoError(t, json.Unmarshal(claim.Result, &claimed))
+	checkpoint := func(i int) {
+		t.Helper()
+		_, err := admin.Command(ctx, "task.checkpoint", schemas.SaveCheckpoint{TaskID: tk.ID, Attempt: claimed.Attempt,
+			Token: claimed.Token, Checkpoint: json.RawMessage(fmt.Sprint(i))})
+		require.NoError(t, err)
+	}
+
+	wctx, stop := context.WithCancel(ctx)
+	defer stop()
+	var versions []uint64
+	var types []string
+	const checkpoints = 20
+	for e, err := range c.Watch(wctx, client.AggTask, tk.ID, 0) {
+		require.NoError(t, err)
+		versions = append(versions, e.Version)
+		types = append(types, e.Type)
+		require.Positive(t, e.Seq)
+		switch {
+		case e.Type == "task.attempt_started": // the history is read: the rest comes live
+			for i := range checkpoints / 2 {
+				checkpoint(i)
+			}
+			require.NoError(t, c.Conn().ForceReconnect())
+			for i := checkpoints / 2; i < checkpoints; i++ {
+				checkpoint(i)
+			}
+			_, err := admin.CancelTask(ctx, tk.ID, "seen enough")
+			require.NoError(t, err)
+		case e.Type == "task.cancelled":
+			stop()
+		}
+	}
+	require.Equal(t, "task.cancelled", types[len(types)-1], "%v", types)
+	require.Equal(t, checkpoints, count(types, "task.checkpoint_saved"), "%v", types)
+	for i, v := range versions {
+		require.Equal(t, uint64(i+1), v, "versions in order, none missed or repeated: %v", versions)
+	}
+
+	// From a version: only what follows it.
+	var after []uint64
+	for e, err := range c.History(ctx, client.AggTask, tk.ID, 5) {
+		require.NoError(t, err)
+		after = append(after, e.Version)
+	}
+	require.Equal(t, versions[5:], after)
+}
+
+func count(xs []string, x string) int {
+	n := 0
+	for _, y := range xs {
+		if y == x {
+			n++
+		}
+	}
+	return n
+}
