@@ -16,7 +16,6 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/oklog/ulid/v2"
 
-	"github.com/dwr-run/dwr/executors"
 	"github.com/dwr-run/dwr/schemas"
 )
 
@@ -141,9 +140,9 @@ func Connect(url string, opts ...Option) (*Client, error) {
 func (o *options) connectOptions() ([]nats.Option, error) {
 	out := []nats.Option{nats.Name(o.name), nats.MaxReconnects(-1)}
 	if o.creds != "" {
-		cred, err := executors.Credentials(o.creds)
+		cred, err := CredentialOptions(o.creds)
 		if err != nil {
-			return nil, fmt.Errorf("client: %w", err)
+			return nil, err
 		}
 		out = append(out, cred...)
 	}
