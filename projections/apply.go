@@ -11,21 +11,6 @@ import (
 	"github.com/dwr-run/dwr/eventstore"
 )
 
-// ChainError reports history that does not verify: an event whose version or
-// previous hash does not follow its aggregate's last event. The views stop
-// there rather than skip history.
-type ChainError struct {
-	Seq           uint64
-	AggregateType string
-	AggregateID   string
-	Version       uint64
-	Problem       string
-}
-
-func (e *ChainError) Error() string {
-	return fmt.Sprintf("projections: log record %d: %s %s version %d: %s", e.Seq, e.AggregateType, e.AggregateID, e.Version, e.Problem)
-}
-
 // batchState is the aggregates one record touches, as the record leaves them.
 type batchState struct {
 	s          *Store
@@ -43,8 +28,9 @@ type batchState struct {
 // place in the log's chain (LogTip). A record at or below the checkpoint was
 // applied already and is skipped, so feeding a record twice is harmless. It
 // returns an error for a record that does not follow the last one applied
-// in the log's chain, a *ChainError when the record's aggregate histories do
-// not verify, and an error for an event it cannot decode (an unknown type
+// in the log's chain, an error wrapping an *eventstore.ChainError when the
+// record's aggregate histories do not verify (the views stop there rather
+// than skip history), and an error for an event it cannot decode (an unknown type
 // stops the views loudly).
 func (s *Store) Apply(seq uint64, c *eventstore.Commit) error { return s.apply(seq, c, false) }
 
@@ -163,14 +149,8 @@ func (bs *batchState) event(b *pebble.Batch, seq uint64, e *eventstore.Event) er
 	if err != nil {
 		return err
 	}
-	broken := func(problem string) error {
-		return &ChainError{Seq: seq, AggregateType: e.AggregateType, AggregateID: e.AggregateID, Version: e.Version, Problem: problem}
-	}
-	switch {
-	case e.Version != t.Version+1:
-		return broken(fmt.Sprintf("expected version %d", t.Version+1))
-	case e.PrevHash != t.Hash:
-		return broken("previous-event hash does not match: history was altered or lost")
+	if err := eventstore.CheckNext(e, t.Version, t.Hash); err != nil {
+		return fmt.Errorf("projections: log record %d: %w", seq, err)
 	}
 	bs.tips[e.AggregateType+"/"+e.AggregateID] = tip{Version: e.Version, Hash: e.Hash()}
 	if err := b.Set(historyKey(e.AggregateType, e.AggregateID, e.Version), e.Raw, nil); err != nil {
