@@ -52,7 +52,7 @@ func TestMinSeqBeyondTheLogIsRefusedOnAStandby(t *testing.T) {
 	nc, b := sharedServer(t)
 	startReplicaWith(t, nc, handlers.Config{WriterID: "writer-a", MinSeqWait: 30 * time.Second})
 	var first handlers.Response
-	eventually(t, 10*time.Second, func() bool {
+	servicetest.Eventually(t, 10*time.Second, func() bool {
 		first = b.command(t, "goal.create", map[string]any{"title": "first"}, "first")
 		return first.OK
 	})

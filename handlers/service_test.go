@@ -33,7 +33,8 @@ type bundle struct {
 	svc   *handlers.Service
 	stop  func()
 	st    *servicetest.Service
-	peers map[string]*peer // members by name, made by peer
+	peers map[string]*peer    // members by name, made by peer
+	c     *servicetest.Client // the kit's client on nc
 }
 
 func start(t *testing.T, dir string) *bundle {
@@ -42,7 +43,8 @@ func start(t *testing.T, dir string) *bundle {
 }
 
 func bundleOf(st *servicetest.Service) *bundle {
-	return &bundle{dir: st.Dir, srv: st.Server, nc: st.Admin, svcNC: st.Conn, store: st.Store, svc: st.Svc, stop: st.Stop, st: st}
+	return &bundle{dir: st.Dir, srv: st.Server, nc: st.Admin, svcNC: st.Conn, store: st.Store, svc: st.Svc, stop: st.Stop, st: st,
+		c: st.Client("default")}
 }
 
 // testLogger discards the service's logs unless DWR_TEST_LOG is set.
@@ -52,24 +54,7 @@ func setup(t *testing.T) *bundle { return start(t, t.TempDir()) }
 
 func (b *bundle) request(t *testing.T, subject string, body any, hdr nats.Header) handlers.Response {
 	t.Helper()
-	m := nats.NewMsg(subject)
-	if hdr != nil {
-		m.Header = hdr
-	}
-	switch v := body.(type) {
-	case []byte:
-		m.Data = v
-	case nil:
-	default:
-		var err error
-		m.Data, err = json.Marshal(v)
-		require.NoError(t, err)
-	}
-	resp, err := b.nc.RequestMsg(m, 10*time.Second)
-	require.NoError(t, err)
-	var r handlers.Response
-	require.NoError(t, json.Unmarshal(resp.Data, &r), string(resp.Data))
-	return r
+	return b.c.Request(t, subject, body, hdr)
 }
 
 // claimed holds the tokens the tests' claims returned, by task/attempt

@@ -25,19 +25,6 @@ func startClocked(t *testing.T, dir string, clock *servicetest.Clock) *bundle {
 	return bundleOf(servicetest.Start(t, dir, servicetest.Options{Secure: true, Clock: clock, Config: handlers.Config{WriterID: "test-writer"}}))
 }
 
-func (b *bundle) task(t *testing.T, id string) domain.Task {
-	t.Helper()
-	var tk domain.Task
-	b.query(t, "task.get", handlers.Query{ID: id}, 0, &tk)
-	return tk
-}
-
-// waitState polls until task id is in state.
-func (b *bundle) waitState(t *testing.T, id, state string) {
-	t.Helper()
-	eventually(t, 10*time.Second, func() bool { return b.task(t, id).State == state })
-}
-
 // sleeper creates a task, claims it and parks its attempt until until
 // (task.wait with kind timer); it returns the task's id.
 func (b *bundle) sleeper(t *testing.T, until time.Time) string {
@@ -55,7 +42,7 @@ func (b *bundle) sleeper(t *testing.T, until time.Time) string {
 // the clock where it stands (a moment just before the one under test).
 func (b *bundle) loopLooked(t *testing.T, sentinel string) {
 	t.Helper()
-	b.waitState(t, sentinel, domain.StateReady)
+	b.c.WaitState(t, sentinel, domain.StateReady, 10*time.Second)
 }
 
 // requireNoDueTimer checks that the views hold no timer of task id due at
@@ -123,11 +110,11 @@ func TestADurableSleepEndsAtItsTimeAndNotBefore(t *testing.T) {
 	clock.Set(until.Add(-time.Second))
 	b.loopLooked(t, sentinel)
 	b.requireNoDueTimer(t, clock, id)
-	require.Equal(t, domain.StateWaiting, b.task(t, id).State)
+	require.Equal(t, domain.StateWaiting, b.c.Task(t, id).State)
 
 	// At its moment it wakes, once.
 	clock.Set(until)
-	b.waitState(t, id, domain.StateReady)
+	b.c.WaitState(t, id, domain.StateReady, 10*time.Second)
 	b.requireReadiedOnce(t, id, "task.waiting", "timer", until)
 	b.requireNoDueTimer(t, clock, id)
 }
@@ -141,7 +128,7 @@ func TestARetryBackoffEndsAtItsTimeAndNotBefore(t *testing.T) {
 	failed, _ := b.mustCommand(t, "task.fail", map[string]any{"task_id": tk.ID, "attempt": 1,
 		"error": map[string]any{"message": "flaky"}, "retryable": true})
 	require.Equal(t, domain.StateBackoff, failed.State)
-	got := b.task(t, tk.ID)
+	got := b.c.Task(t, tk.ID)
 	require.NotNil(t, got.BackoffUntil)
 	until := *got.BackoffUntil
 	require.True(t, until.Equal(clock.Now().Add(time.Minute)), "backoff until %s", until)
@@ -150,10 +137,10 @@ func TestARetryBackoffEndsAtItsTimeAndNotBefore(t *testing.T) {
 	clock.Set(until.Add(-time.Second))
 	b.loopLooked(t, sentinel)
 	b.requireNoDueTimer(t, clock, tk.ID)
-	require.Equal(t, domain.StateBackoff, b.task(t, tk.ID).State)
+	require.Equal(t, domain.StateBackoff, b.c.Task(t, tk.ID).State)
 
 	clock.Set(until)
-	b.waitState(t, tk.ID, domain.StateReady)
+	b.c.WaitState(t, tk.ID, domain.StateReady, 10*time.Second)
 	b.requireReadiedOnce(t, tk.ID, "task.backoff_scheduled", "backoff_elapsed", until)
 }
 
@@ -170,13 +157,13 @@ func TestAnAttemptTimesOutAtItsDeadlineAndNotBefore(t *testing.T) {
 	clock.Set(deadline.Add(-time.Second))
 	b.loopLooked(t, sentinel)
 	b.requireNoDueTimer(t, clock, tk.ID)
-	got := b.task(t, tk.ID)
+	got := b.c.Task(t, tk.ID)
 	require.Equal(t, domain.StateRunning, got.State)
 	require.Equal(t, domain.AttemptStateRunning, got.Attempts[0].State)
 
 	clock.Set(deadline)
-	eventually(t, 10*time.Second, func() bool { return b.task(t, tk.ID).State != domain.StateRunning })
-	got = b.task(t, tk.ID)
+	servicetest.Eventually(t, 10*time.Second, func() bool { return b.c.Task(t, tk.ID).State != domain.StateRunning })
+	got = b.c.Task(t, tk.ID)
 	require.Equal(t, domain.StateBackoff, got.State, "a timeout is retryable")
 	a := got.Attempts[0]
 	require.Equal(t, domain.AttemptStateFailed, a.State)
@@ -203,7 +190,7 @@ func TestATimerDueWhileTheServiceWasDownFiresOnceAtStart(t *testing.T) {
 
 	clock.Advance(2 * time.Hour) // the moment passes while no writer runs
 	b2 := startClocked(t, dir, clock)
-	b2.waitState(t, id, domain.StateReady)
+	b2.c.WaitState(t, id, domain.StateReady, 10*time.Second)
 	b2.requireReadiedOnce(t, id, "task.waiting", "timer", until)
 	b2.requireNoDueTimer(t, clock, id)
 }

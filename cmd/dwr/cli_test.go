@@ -8,7 +8,6 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -163,18 +162,11 @@ func rawCommand(t *testing.T, url, name string, body any) string {
 	nc, err := nats.Connect(url)
 	require.NoError(t, err)
 	defer nc.Close()
-	data, err := json.Marshal(body)
-	require.NoError(t, err)
-	resp, err := nc.Request("dwr.cmd.default."+name, data, 10*time.Second)
-	require.NoError(t, err)
-	require.Contains(t, string(resp.Data), `"ok":true`, name)
 	var r struct {
-		Result struct {
-			Token string `json:"token"`
-		} `json:"result"`
+		Token string `json:"token"`
 	}
-	require.NoError(t, json.Unmarshal(resp.Data, &r))
-	return r.Result.Token
+	require.NoError(t, json.Unmarshal(servicetest.NewClient(nc, "default").Command(t, name, body), &r))
+	return r.Token
 }
 
 func TestCLISignalResumesAWaitingTask(t *testing.T) {

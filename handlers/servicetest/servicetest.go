@@ -1,7 +1,10 @@
 // Package servicetest runs the whole dwr service in-process for tests: a
 // real embedded NATS server with JetStream on a directory, real Pebble
 // views, and the handlers, stopped at the test's cleanup. It is the one way
-// every package's tests start the service.
+// every package's tests start the service. Its Client (commands, queries,
+// CreateTask, WaitState, WaitTask) and Eventually are the one kit those
+// tests talk to a service and wait with, on any connection: the service
+// in-process, or `dwr serve` in another process.
 package servicetest
 
 import (
@@ -17,7 +20,6 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
-	"github.com/oklog/ulid/v2"
 
 	"github.com/dwr-run/dwr/handlers"
 	"github.com/dwr-run/dwr/handlers/access"
@@ -296,23 +298,9 @@ func (s *Service) WaitEnded(t testing.TB, d time.Duration) error {
 func (s *Service) Stop() { s.stop() }
 
 // Must sends command name with body to workspace ws on nc and fails the test
-// unless it is acknowledged; it returns the reply's result.
+// unless it is acknowledged; it returns the reply's result. It is
+// NewClient(nc, ws).Command.
 func Must(t testing.TB, nc *nats.Conn, ws, name string, body any) json.RawMessage {
 	t.Helper()
-	b, err := json.Marshal(body)
-	if err != nil {
-		t.Fatal(err)
-	}
-	m := nats.NewMsg("dwr.cmd." + ws + "." + name)
-	m.Data = b
-	m.Header.Set(handlers.HeaderCommandID, ulid.Make().String())
-	resp, err := nc.RequestMsg(m, 10*time.Second)
-	if err != nil {
-		t.Fatalf("servicetest: %s: %v", name, err)
-	}
-	var r handlers.Response
-	if err := json.Unmarshal(resp.Data, &r); err != nil || !r.OK {
-		t.Fatalf("servicetest: %s: %s", name, resp.Data)
-	}
-	return r.Result
+	return NewClient(nc, ws).Command(t, name, body)
 }
