@@ -45,7 +45,7 @@ func decide(a projections.ApprovalView, approver string, key ed25519.PrivateKey,
 
 func TestApprovalsOverTheWire(t *testing.T) {
 	clock := servicetest.NewClock(epoch)
-	b := startClocked(t, "", clock)
+	b := setupClocked(t, clock)
 	alice := b.register(t, "alice", "ops")
 	bob := b.register(t, "bob", "intern")
 	var approvers []domain.Approver
@@ -134,7 +134,7 @@ func TestApprovalsOverTheWire(t *testing.T) {
 
 func TestTaskDeadlineFailsTheTask(t *testing.T) {
 	clock := servicetest.NewClock(epoch)
-	b := startClocked(t, "", clock)
+	b := setupClocked(t, clock)
 	at := clock.Now().Add(time.Hour)
 	tk, _ := b.mustCommand(t, "task.create", map[string]any{"spec": map[string]any{"queue": "slow",
 		"deadline": at.Format(time.RFC3339Nano)}})

@@ -144,7 +144,7 @@ func TestPoisonWorkItemIsQuarantinedAndTheQueueFlows(t *testing.T) {
 }
 
 func TestWorkItemsAreDerivedAgainAfterARestart(t *testing.T) {
-	b := setup(t)
+	b := setupJetStream(t)
 	task, _ := b.mustCommand(t, "task.create", map[string]any{"spec": map[string]any{"queue": "shell"}})
 	st, err := b.jetstream(t).Stream(context.Background(), "DWR_WORK")
 	require.NoError(t, err)

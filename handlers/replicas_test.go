@@ -130,7 +130,7 @@ func waitFor(s *projections.Store, seq uint64) error {
 }
 
 func TestFeedIsRepairedFromTheLog(t *testing.T) {
-	b := setup(t)
+	b := setupJetStream(t)
 	_, seq := b.mustCommand(t, "goal.create", map[string]any{"title": "g"})
 	js := b.jetstream(t)
 	st, err := js.Stream(context.Background(), "DWR_EVENTS")

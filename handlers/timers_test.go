@@ -8,6 +8,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/dwr-run/dwr/domain"
+	"github.com/dwr-run/dwr/eventstore"
 	"github.com/dwr-run/dwr/handlers"
 	"github.com/dwr-run/dwr/handlers/servicetest"
 )
@@ -20,9 +21,18 @@ import (
 // time read from the wall clock by mistake shows.
 var epoch = time.Date(2030, time.January, 2, 3, 4, 5, 0, time.UTC)
 
+// startClocked is start on clock: the JetStream log on dir, for a test that
+// restarts the service.
 func startClocked(t *testing.T, dir string, clock *servicetest.Clock) *bundle {
 	t.Helper()
 	return bundleOf(servicetest.Start(t, dir, servicetest.Options{Secure: true, Clock: clock, Config: handlers.Config{WriterID: "test-writer"}}))
+}
+
+// setupClocked is setup on clock: an in-memory log.
+func setupClocked(t *testing.T, clock *servicetest.Clock) *bundle {
+	t.Helper()
+	return bundleOf(servicetest.Start(t, "", servicetest.Options{Secure: true, Clock: clock, Log: eventstore.NewMemoryLog(),
+		Config: handlers.Config{WriterID: "test-writer"}}))
 }
 
 // sleeper creates a task, claims it and parks its attempt until until
@@ -101,7 +111,7 @@ func (b *bundle) requireReadiedOnce(t *testing.T, id, after, reason string, due 
 
 func TestADurableSleepEndsAtItsTimeAndNotBefore(t *testing.T) {
 	clock := servicetest.NewClock(epoch)
-	b := startClocked(t, "", clock)
+	b := setupClocked(t, clock)
 	until := clock.Now().Add(time.Hour)
 	id := b.sleeper(t, until)
 	sentinel := b.sleeper(t, until.Add(-time.Second))
@@ -121,7 +131,7 @@ func TestADurableSleepEndsAtItsTimeAndNotBefore(t *testing.T) {
 
 func TestARetryBackoffEndsAtItsTimeAndNotBefore(t *testing.T) {
 	clock := servicetest.NewClock(epoch)
-	b := startClocked(t, "", clock)
+	b := setupClocked(t, clock)
 	tk, _ := b.mustCommand(t, "task.create", map[string]any{"spec": map[string]any{"queue": "flaky",
 		"retry": map[string]any{"max_attempts": 3, "initial_backoff": "1m"}}})
 	b.mustCommand(t, "task.claim", map[string]any{"task_id": tk.ID, "executor": "test"})
@@ -146,7 +156,7 @@ func TestARetryBackoffEndsAtItsTimeAndNotBefore(t *testing.T) {
 
 func TestAnAttemptTimesOutAtItsDeadlineAndNotBefore(t *testing.T) {
 	clock := servicetest.NewClock(epoch)
-	b := startClocked(t, "", clock)
+	b := setupClocked(t, clock)
 	tk, _ := b.mustCommand(t, "task.create", map[string]any{"spec": map[string]any{"queue": "slow", "timeout": "10m"}})
 	claim, _ := b.mustCommand(t, "task.claim", map[string]any{"task_id": tk.ID, "executor": "slowpoke"})
 	require.NotNil(t, claim.Task)
@@ -182,7 +192,7 @@ func TestAnAttemptTimesOutAtItsDeadlineAndNotBefore(t *testing.T) {
 
 func TestATimerDueWhileTheServiceWasDownFiresOnceAtStart(t *testing.T) {
 	clock := servicetest.NewClock(epoch)
-	b := startClocked(t, "", clock)
+	b := startClocked(t, t.TempDir(), clock)
 	until := clock.Now().Add(time.Hour)
 	id := b.sleeper(t, until)
 	dir := b.dir

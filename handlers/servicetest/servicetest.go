@@ -1,6 +1,8 @@
 // Package servicetest runs the whole dwr service in-process for tests: a
 // real embedded NATS server with JetStream on a directory, real Pebble
-// views, and the handlers, stopped at the test's cleanup. It is the one way
+// views, and the handlers, stopped at the test's cleanup. The log is the
+// JetStream stream on that server, or (Options.Log) an in-memory log for
+// tests that do not test storage. It is the one way
 // every package's tests start the service. Its Client (commands, queries,
 // CreateTask, WaitState, WaitTask) and Eventually are the one kit those
 // tests talk to a service and wait with, on any connection: the service
@@ -21,6 +23,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 
+	"github.com/dwr-run/dwr/eventstore"
 	"github.com/dwr-run/dwr/handlers"
 	"github.com/dwr-run/dwr/handlers/access"
 	"github.com/dwr-run/dwr/handlers/embedded"
@@ -44,6 +47,14 @@ type Options struct {
 	// connection, and Service.Member adds identities. A data directory a
 	// closed service wrote is always started closed.
 	Secure bool
+	// Log, when set, is the log the service writes (it replaces
+	// Config.Log) instead of the JetStream stream DWR_LOG on the embedded
+	// server: eventstore.NewMemoryLog() for a test that does not test
+	// storage — the work items, the event feed, the lease and the token key
+	// stay on the real server. A test that restarts the service on the same
+	// directory gives the same Log again. A test of storage, fencing,
+	// replicas or integrity leaves it nil.
+	Log eventstore.Log
 }
 
 // Clock is a clock a test moves by hand, so that it moves time instead of
@@ -166,6 +177,9 @@ func TryStart(t testing.TB, dir string, o Options) (*Service, error) {
 	}
 	if o.Clock != nil {
 		o.Config.Clock = o.Clock.Now
+	}
+	if o.Log != nil {
+		o.Config.Log = o.Log
 	}
 	if o.Config.LogKey == nil {
 		key, _, err := handlers.LoadLogKey(filepath.Join(dir, handlers.LogKeyFile), true)
