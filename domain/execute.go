@@ -120,35 +120,7 @@ func (x *tx) rec() Recorded {
 
 // emit applies e to its aggregate in the overlay, at the next version.
 func (x *tx) emit(id string, e Event) error {
-	var version uint64
-	switch e.AggregateType() {
-	case AggWorkspace:
-		w, err := x.o.Workspace(id)
-		if err != nil {
-			return err
-		}
-		if w != nil {
-			version = w.Version
-		}
-	case AggGoal:
-		g, err := x.o.Goal(id)
-		if err != nil {
-			return err
-		}
-		if g != nil {
-			version = g.Version
-		}
-	case AggTask:
-		t, err := x.o.Task(id)
-		if err != nil {
-			return err
-		}
-		if t != nil {
-			version = t.Version
-		}
-	}
-	return x.o.Apply(Change{AggregateType: e.AggregateType(), AggregateID: id, Workspace: x.m.Workspace,
-		Version: version + 1, Event: e}, x.rec())
+	return x.o.Apply(Change{AggregateType: e.AggregateType(), AggregateID: id, Workspace: x.m.Workspace, Event: e}, x.rec())
 }
 
 func (x *tx) emitAll(id string, es ...Event) error {

@@ -94,69 +94,86 @@ func (o *Overlay) Dependents(id string) ([]string, error) {
 func (o *Overlay) Changes() []Change { return o.changes }
 
 // Apply applies c on top of the overlay, checking that its version follows
-// the aggregate's.
+// the aggregate's; a Version of 0 takes the next one (the change is recorded
+// with it).
 func (o *Overlay) Apply(c Change, r Recorded) error {
-	switch c.AggregateType {
-	case AggWorkspace:
-		cur, err := o.Workspace(c.AggregateID)
-		if err != nil {
-			return err
+	v, err := Apply(overlayStates{o}, c.AggregateType, c.AggregateID, c.Workspace, c.Version, c.Event, r)
+	if err != nil {
+		return err
+	}
+	c.Version = v
+	if cr, ok := c.Event.(*TaskCreated); ok {
+		for _, dep := range cr.DependsOn {
+			o.dependents[dep] = append(o.dependents[dep], c.AggregateID)
 		}
-		if err := checkVersion(c, cur != nil, func() uint64 { return cur.Version }); err != nil {
-			return err
-		}
-		nw, err := ApplyWorkspace(cur, c.AggregateID, c.Event, r)
-		if err != nil {
-			return err
-		}
-		o.workspaces[c.AggregateID] = nw
-	case AggGoal:
-		cur, err := o.Goal(c.AggregateID)
-		if err != nil {
-			return err
-		}
-		if err := checkVersion(c, cur != nil, func() uint64 { return cur.Version }); err != nil {
-			return err
-		}
-		ng, err := ApplyGoal(cur, c.AggregateID, c.Workspace, c.Event, r)
-		if err != nil {
-			return err
-		}
-		o.goals[c.AggregateID] = ng
-	case AggTask:
-		cur, err := o.Task(c.AggregateID)
-		if err != nil {
-			return err
-		}
-		if err := checkVersion(c, cur != nil, func() uint64 { return cur.Version }); err != nil {
-			return err
-		}
-		nt, err := ApplyTask(cur, c.AggregateID, c.Workspace, c.Event, r)
-		if err != nil {
-			return err
-		}
-		o.tasks[c.AggregateID] = nt
-		if cr, ok := c.Event.(*TaskCreated); ok {
-			for _, dep := range cr.DependsOn {
-				o.dependents[dep] = append(o.dependents[dep], c.AggregateID)
-			}
-		}
-	default:
-		return fmt.Errorf("domain: unknown aggregate type %q", c.AggregateType)
 	}
 	o.changes = append(o.changes, c)
 	return nil
 }
 
-func checkVersion(c Change, exists bool, cur func() uint64) error {
-	want := uint64(1)
-	if exists {
-		want = cur() + 1
+// overlayStates keeps what Apply computes in the overlay.
+type overlayStates struct{ *Overlay }
+
+func (o overlayStates) SetWorkspace(name string, w *Workspace) { o.workspaces[name] = w }
+func (o overlayStates) SetGoal(id string, g *Goal)             { o.goals[id] = g }
+func (o overlayStates) SetTask(id string, t *Task)             { o.tasks[id] = t }
+
+// States is what Apply reads an aggregate's state from and keeps its new
+// state in: an Overlay, or the views' batch for one log record. A missing
+// aggregate is (nil, nil).
+type States interface {
+	Workspace(name string) (*Workspace, error)
+	Goal(id string) (*Goal, error)
+	Task(id string) (*Task, error)
+	SetWorkspace(name string, w *Workspace)
+	SetGoal(id string, g *Goal)
+	SetTask(id string, t *Task)
+}
+
+// Apply applies e, an event of the aggregate of kind agg (AggWorkspace,
+// AggGoal, AggTask) and id in workspace ws, to that aggregate's state in s:
+// it reads the state, applies e (ApplyWorkspace, ApplyGoal or ApplyTask) and
+// keeps the new state in s. version is the version e gives the aggregate,
+// which must follow the aggregate's (1 for a new one), or 0 for whatever
+// follows. It returns that version; or the error reading the state, an error
+// for a version that does not follow or an unknown kind, or the apply
+// function's error — s is then unchanged.
+func Apply(s States, agg, id, ws string, version uint64, e Event, r Recorded) (uint64, error) {
+	switch agg {
+	case AggWorkspace:
+		return applyTo(agg, id, version, s.Workspace, s.SetWorkspace, func(w *Workspace) uint64 { return w.Version },
+			func(w *Workspace) (*Workspace, error) { return ApplyWorkspace(w, id, e, r) })
+	case AggGoal:
+		return applyTo(agg, id, version, s.Goal, s.SetGoal, func(g *Goal) uint64 { return g.Version },
+			func(g *Goal) (*Goal, error) { return ApplyGoal(g, id, ws, e, r) })
+	case AggTask:
+		return applyTo(agg, id, version, s.Task, s.SetTask, func(t *Task) uint64 { return t.Version },
+			func(t *Task) (*Task, error) { return ApplyTask(t, id, ws, e, r) })
 	}
-	if c.Version != want {
-		return fmt.Errorf("domain: %s %s: event version %d, want %d", c.AggregateType, c.AggregateID, c.Version, want)
+	return 0, fmt.Errorf("domain: unknown aggregate type %q", agg)
+}
+
+// applyTo is Apply for one kind of aggregate: get and set its state,
+// versionOf reads its version, apply applies the event.
+func applyTo[S any](agg, id string, version uint64, get func(string) (*S, error), set func(string, *S),
+	versionOf func(*S) uint64, apply func(*S) (*S, error)) (uint64, error) {
+	cur, err := get(id)
+	if err != nil {
+		return 0, err
 	}
-	return nil
+	next := uint64(1)
+	if cur != nil {
+		next = versionOf(cur) + 1
+	}
+	if version != 0 && version != next {
+		return 0, fmt.Errorf("domain: %s %s: event version %d, want %d", agg, id, version, next)
+	}
+	n, err := apply(cur)
+	if err != nil {
+		return 0, err
+	}
+	set(id, n)
+	return next, nil
 }
 
 // Empty is a World with nothing in it.

@@ -154,11 +154,36 @@ func (v *ChainVerifier) Check(e *Event) error {
 	if err != nil {
 		return err
 	}
-	if err := verifyLink(k, t, e); err != nil {
+	if err := CheckNext(e, t.version, t.hash); err != nil {
 		return err
 	}
 	v.tips[k] = chainTip{e.Version, e.Hash()}
 	return nil
+}
+
+// CheckNext verifies that e is the next event of an aggregate whose last
+// event has version last and hash lastHash (0 and "" before its first event):
+// e's version is last plus one and its PrevHash is lastHash. It returns nil,
+// or a *ChainError saying what is wrong. It is the check that Check and
+// ChainTx.Link make against the tips they track; a reader that keeps the tips
+// elsewhere (the views keep theirs in Pebble) calls it directly.
+func CheckNext(e *Event, last uint64, lastHash string) error {
+	ce := &ChainError{
+		AggregateType: e.AggregateType, AggregateID: e.AggregateID,
+		Version: e.Version, WantVersion: last + 1,
+		GotPrev: e.PrevHash, WantPrev: lastHash,
+	}
+	switch {
+	case e.Version <= last:
+		ce.Problem = ChainDuplicate
+	case e.Version > last+1:
+		ce.Problem = ChainGap
+	case e.PrevHash != lastHash:
+		ce.Problem = ChainPrevMismatch
+	default:
+		return nil
+	}
+	return ce
 }
 
 // Begin starts a speculative extension of the chain, for a batch being
@@ -201,7 +226,7 @@ func (tx *ChainTx) Link(e *Event) error {
 	if e.PrevHash == "" {
 		e.PrevHash = tip.hash
 	}
-	if err := verifyLink(k, tip, e); err != nil {
+	if err := CheckNext(e, tip.version, tip.hash); err != nil {
 		return err
 	}
 	if err := encodeEvent(e); err != nil {
@@ -220,23 +245,4 @@ func (tx *ChainTx) Commit() {
 		tx.v.tips[k] = t
 	}
 	clear(tx.tips)
-}
-
-func verifyLink(k aggKey, tip chainTip, e *Event) error {
-	ce := &ChainError{
-		AggregateType: k.typ, AggregateID: k.id,
-		Version: e.Version, WantVersion: tip.version + 1,
-		GotPrev: e.PrevHash, WantPrev: tip.hash,
-	}
-	switch {
-	case e.Version <= tip.version:
-		ce.Problem = ChainDuplicate
-	case e.Version > tip.version+1:
-		ce.Problem = ChainGap
-	case e.PrevHash != tip.hash:
-		ce.Problem = ChainPrevMismatch
-	default:
-		return nil
-	}
-	return ce
 }

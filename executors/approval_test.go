@@ -101,14 +101,16 @@ func refunder(performed *sync.Map) executors.Handler {
 // approvalTask returns the task, with its approvals, as task.get does.
 func (b *bundle) approvalTask(t *testing.T, id string) schemas.Task {
 	t.Helper()
-	return b.task(t, id)
+	var tk schemas.Task
+	b.Query(t, "task.get", schemas.Query{ID: id}, &tk)
+	return tk
 }
 
 // waitApproval waits until the task waits on approval approvalID.
 func (b *bundle) waitApproval(t *testing.T, id, approvalID string) schemas.Task {
 	t.Helper()
 	var tk schemas.Task
-	eventually(t, 10*time.Second, func() bool {
+	servicetest.Eventually(t, 10*time.Second, func() bool {
 		tk = b.approvalTask(t, id)
 		return tk.State == "waiting" && tk.Wait != nil && tk.Wait.Kind == "approval" && tk.Wait.ApprovalID == approvalID
 	}, func() string { return fmt.Sprintf("task %s does not wait on approval %s: %+v", id, approvalID, tk) })
@@ -125,7 +127,7 @@ func (b *bundle) registerApprover(t *testing.T, name, role string) approver {
 	t.Helper()
 	pub, priv, err := ed25519.GenerateKey(rand.Reader)
 	require.NoError(t, err)
-	b.command(t, "approver.register", map[string]string{"name": name, "role": role,
+	b.Command(t, "approver.register", map[string]string{"name": name, "role": role,
 		"public_key": base64.StdEncoding.EncodeToString(pub)})
 	return approver{name: name, key: priv}
 }
@@ -150,7 +152,7 @@ func TestRequestApprovalWaitsThenResumesOnApproval(t *testing.T) {
 	digestA, err := executors.ActionDigest(a.action())
 	require.NoError(t, err)
 
-	id := b.createTask(t, map[string]any{"queue": "refunds", "input": a, "retry": map[string]any{"max_attempts": 1}})
+	id := b.CreateTask(t, map[string]any{"queue": "refunds", "input": a, "retry": map[string]any{"max_attempts": 1}})
 	tk := b.waitApproval(t, id, id+"-1")
 	require.Len(t, tk.Approvals, 1)
 	ap := tk.Approvals[0]
@@ -162,18 +164,18 @@ func TestRequestApprovalWaitsThenResumesOnApproval(t *testing.T) {
 	w.logs.waitLine(t, 10*time.Second, "outcome=waiting", "approval "+id+"-1")
 
 	// The approval is in the inbox.
-	r := b.request(t, "dwr.q.default.approval.list", map[string]string{"role": "finance"})
-	require.True(t, r.OK, "approval.list: %+v", r.Error)
-	require.Contains(t, string(r.Result), id+"-1")
+	var inbox json.RawMessage
+	b.Query(t, "approval.list", schemas.Query{Role: "finance"}, &inbox)
+	require.Contains(t, string(inbox), id+"-1")
 
 	// The worker (one slot) is free: it runs other work meanwhile.
-	other := b.createTask(t, map[string]any{"queue": "refunds"})
-	b.waitState(t, other, "accepted", 10*time.Second)
-	require.Equal(t, "waiting", b.task(t, id).State)
+	other := b.CreateTask(t, map[string]any{"queue": "refunds"})
+	b.WaitState(t, other, "accepted", 10*time.Second)
+	require.Equal(t, "waiting", b.Task(t, id).State)
 
 	ada := b.registerApprover(t, "ada", "finance")
-	b.command(t, "approval.decide", ada.decision(id+"-1", executors.ResponseApprove, digestA, "ok"))
-	done := b.waitState(t, id, "accepted", 10*time.Second)
+	b.Command(t, "approval.decide", ada.decision(id+"-1", executors.ResponseApprove, digestA, "ok"))
+	done := b.WaitState(t, id, "accepted", 10*time.Second)
 	require.Len(t, done.Attempts, 2, "a new attempt ran, handed the decision")
 	require.JSONEq(t, fmt.Sprintf(`{"refunded":{"order":"A-17","cents":1250},"approval":%q,"digest":%q,"attempt":2,"latest":%q}`,
 		id+"-1", digestA, id+"-1"), string(done.Attempts[1].Result))
@@ -198,9 +200,9 @@ func TestRequestApprovalOfARevisedActionIsANewRequest(t *testing.T) {
 	digestB, err := executors.ActionDigest(revised.action())
 	require.NoError(t, err)
 
-	id := b.createTask(t, map[string]any{"queue": "refunds", "input": a})
+	id := b.CreateTask(t, map[string]any{"queue": "refunds", "input": a})
 	b.waitApproval(t, id, id+"-1")
-	b.command(t, "approval.decide", ada.decision(id+"-1", executors.ResponseRevise, digestA, "cap 900"))
+	b.Command(t, "approval.decide", ada.decision(id+"-1", executors.ResponseRevise, digestA, "cap 900"))
 
 	tk := b.waitApproval(t, id, id+"-2")
 	require.Len(t, tk.Approvals, 2)
@@ -216,13 +218,13 @@ func TestRequestApprovalOfARevisedActionIsANewRequest(t *testing.T) {
 	require.False(t, ok, "nothing was refunded yet")
 
 	// A decision naming the first action cannot approve the second.
-	r := b.request(t, "dwr.cmd.default.approval.decide", ada.decision(id+"-2", executors.ResponseApprove, digestA, ""))
+	r := b.Request(t, "dwr.cmd.default.approval.decide", ada.decision(id+"-2", executors.ResponseApprove, digestA, ""), nil)
 	require.False(t, r.OK)
 	require.Equal(t, "forbidden", string(r.Error.Code))
 	require.True(t, strings.HasPrefix(r.Error.Message, "action_mismatch"), r.Error.Message)
 
-	b.command(t, "approval.decide", ada.decision(id+"-2", executors.ResponseApprove, digestB, ""))
-	done := b.waitState(t, id, "accepted", 10*time.Second)
+	b.Command(t, "approval.decide", ada.decision(id+"-2", executors.ResponseApprove, digestB, ""))
+	done := b.WaitState(t, id, "accepted", 10*time.Second)
 	require.Len(t, done.Attempts, 3)
 	require.JSONEq(t, fmt.Sprintf(`{"refunded":{"order":"B-2","cents":900},"approval":%q,"digest":%q,"attempt":3,"latest":%q}`,
 		id+"-2", digestB, id+"-2"), string(done.Attempts[2].Result))
@@ -295,13 +297,13 @@ func TestAWaitErrorWithAnApprovalRequestIsSentByTheWorker(t *testing.T) {
 		}
 		return executors.Result{}, &executors.WaitError{Approval: &executors.ApprovalRequest{Action: action, Summary: "deploy v2"}}
 	})
-	id := b.createTask(t, map[string]any{"queue": "deploys"})
+	id := b.CreateTask(t, map[string]any{"queue": "deploys"})
 	tk := b.waitApproval(t, id, id+"-1")
 	require.Equal(t, digest, tk.Approvals[0].ActionDigest)
 	w.logs.waitLine(t, 10*time.Second, "outcome=waiting", "waiting for approval "+id+"-1 of action "+digest)
 	ada := b.registerApprover(t, "ada", "ops")
-	b.command(t, "approval.decide", ada.decision(id+"-1", executors.ResponseApprove, digest, ""))
-	done := b.waitState(t, id, "accepted", 10*time.Second)
+	b.Command(t, "approval.decide", ada.decision(id+"-1", executors.ResponseApprove, digest, ""))
+	done := b.WaitState(t, id, "accepted", 10*time.Second)
 	require.JSONEq(t, fmt.Sprintf("%q", digest), string(done.Attempts[1].Result))
 	b.waitSettled(t, "deploys")
 }
@@ -312,7 +314,7 @@ func TestAWaitErrorWithAnApprovalRequestIsSentByTheWorker(t *testing.T) {
 func TestAnExpiredApprovalResumesWithResponseExpired(t *testing.T) {
 	clock := servicetest.NewClock(time.Date(2030, 1, 2, 3, 4, 5, 0, time.UTC))
 	st := servicetest.Start(t, "", servicetest.Options{Clock: clock, Config: handlers.Config{WriterID: "test-writer"}})
-	b := &bundle{srv: st.Server, nc: st.Conn}
+	b := bundleOf(st)
 	got := make(chan executors.Decision, 1)
 	b.startWorker(t, executors.Config{Queue: "reports"}, func(ctx context.Context, job *executors.Job) (executors.Result, error) {
 		d, err := job.RequestApproval(ctx, executors.ApprovalRequest{Action: map[string]string{"publish": "q3-report"},
@@ -323,10 +325,10 @@ func TestAnExpiredApprovalResumesWithResponseExpired(t *testing.T) {
 		got <- *d
 		return executors.Result{Output: d.Response}, nil
 	})
-	id := b.createTask(t, map[string]any{"queue": "reports"})
+	id := b.CreateTask(t, map[string]any{"queue": "reports"})
 	b.waitApproval(t, id, id+"-1")
 	clock.Advance(time.Hour)
-	done := b.waitState(t, id, "accepted", 10*time.Second)
+	done := b.WaitState(t, id, "accepted", 10*time.Second)
 	require.Len(t, done.Attempts, 2)
 	d := <-got
 	require.Equal(t, executors.ResponseExpired, d.Response)

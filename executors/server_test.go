@@ -2,12 +2,10 @@ package executors_test
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"log/slog"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -19,84 +17,31 @@ import (
 	"github.com/dwr-run/dwr/handlers"
 	"github.com/dwr-run/dwr/handlers/embedded"
 	"github.com/dwr-run/dwr/handlers/servicetest"
-	"github.com/dwr-run/dwr/schemas"
 )
 
 // bundle is what setup returns: the dwr service on a real embedded NATS
-// server and Pebble views, and a client connection.
+// server and Pebble views, and the kit's client on the service's connection
+// (its commands must be accepted; its queries read its own writes).
 type bundle struct {
-	srv     *embedded.Server
-	nc      *nats.Conn
-	svc     *handlers.Service
-	lastSeq atomic.Uint64 // the log sequence of the last command: queries wait for it
+	*servicetest.Client
+	srv *embedded.Server
+	nc  *nats.Conn
+	svc *handlers.Service
 }
 
 // setup starts the service in-process, stopped at cleanup.
 func setup(t *testing.T) *bundle {
 	t.Helper()
-	st := servicetest.Start(t, "", servicetest.Options{Config: handlers.Config{WriterID: "test-writer"}})
-	return &bundle{srv: st.Server, nc: st.Conn, svc: st.Svc}
+	return bundleOf(servicetest.Start(t, "", servicetest.Options{Config: handlers.Config{WriterID: "test-writer"}}))
+}
+
+// bundleOf is the bundle of a running service.
+func bundleOf(st *servicetest.Service) *bundle {
+	return &bundle{Client: servicetest.NewClient(st.Conn, "default"), srv: st.Server, nc: st.Conn, svc: st.Svc}
 }
 
 // serviceLogger discards the service's logs unless DWR_TEST_LOG is set.
 func serviceLogger() *slog.Logger { return servicetest.Logger() }
-
-// command sends a command and requires that it is accepted.
-func (b *bundle) command(t *testing.T, name string, body any) json.RawMessage {
-	t.Helper()
-	r := b.request(t, "dwr.cmd.default."+name, body)
-	require.True(t, r.OK, "%s: %+v", name, r.Error)
-	for seq := b.lastSeq.Load(); r.Seq > seq && !b.lastSeq.CompareAndSwap(seq, r.Seq); seq = b.lastSeq.Load() {
-	}
-	return r.Result
-}
-
-func (b *bundle) request(t *testing.T, subject string, body any) schemas.Reply {
-	t.Helper()
-	data, err := json.Marshal(body)
-	require.NoError(t, err)
-	m := nats.NewMsg(subject)
-	m.Data = data
-	if strings.HasPrefix(subject, "dwr.q.") {
-		m.Header.Set(schemas.HeaderMinSeq, fmt.Sprint(b.lastSeq.Load())) // read our own writes
-	}
-	resp, err := b.nc.RequestMsg(m, 10*time.Second)
-	require.NoError(t, err)
-	var r schemas.Reply
-	require.NoError(t, json.Unmarshal(resp.Data, &r), string(resp.Data))
-	return r
-}
-
-// task returns the task as the task.get query does.
-func (b *bundle) task(t *testing.T, id string) schemas.Task {
-	t.Helper()
-	r := b.request(t, "dwr.q.default.task.get", schemas.Query{ID: id})
-	require.True(t, r.OK, "task.get: %+v", r.Error)
-	var tk schemas.Task
-	require.NoError(t, json.Unmarshal(r.Result, &tk))
-	return tk
-}
-
-// createTask creates a standalone task from spec and returns its id.
-func (b *bundle) createTask(t *testing.T, spec map[string]any) string {
-	t.Helper()
-	var rep struct {
-		ID string `json:"id"`
-	}
-	require.NoError(t, json.Unmarshal(b.command(t, "task.create", map[string]any{"spec": spec}), &rep))
-	return rep.ID
-}
-
-// waitState waits until the task is in state, and returns it.
-func (b *bundle) waitState(t *testing.T, id, state string, d time.Duration) schemas.Task {
-	t.Helper()
-	var tk schemas.Task
-	eventually(t, d, func() bool {
-		tk = b.task(t, id)
-		return tk.State == state
-	}, func() string { return fmt.Sprintf("task %s is %s, not %s: %+v", id, tk.State, state, tk) })
-	return tk
-}
 
 // workState returns the queue's consumer: items not yet delivered and
 // delivered items not yet acknowledged.
@@ -116,25 +61,10 @@ func (b *bundle) waitSettled(t *testing.T, queue string) {
 	t.Helper()
 	var p uint64
 	var u int
-	eventually(t, 10*time.Second, func() bool {
+	servicetest.Eventually(t, 10*time.Second, func() bool {
 		p, u = b.workState(t, queue)
 		return p == 0 && u == 0
 	}, func() string { return fmt.Sprintf("queue %s: %d pending, %d unacknowledged", queue, p, u) })
-}
-
-// eventually polls f every 20ms until it holds, failing after d with
-// what's message.
-func eventually(t *testing.T, d time.Duration, f func() bool, what func() string) {
-	t.Helper()
-	deadline := time.Now().Add(d)
-	tick := time.NewTicker(20 * time.Millisecond)
-	defer tick.Stop()
-	for !f() {
-		if time.Now().After(deadline) {
-			t.Fatalf("not within %s: %s", d, what())
-		}
-		<-tick.C
-	}
 }
 
 // worker is a running executors.Worker.

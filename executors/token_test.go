@@ -76,10 +76,10 @@ func TestAJobsCommandsCarryItsTokenAndItsHeartbeatsReachTheService(t *testing.T)
 			}
 			return executors.Result{Output: "done"}, nil
 		})
-	id := b.createTask(t, map[string]any{"queue": "tokens"})
+	id := b.CreateTask(t, map[string]any{"queue": "tokens"})
 	job := <-jobs
 	require.Len(t, job.Token, 43, "the job carries its attempt's token")
-	tk := b.waitState(t, id, "accepted", 15*time.Second)
+	tk := b.WaitState(t, id, "accepted", 15*time.Second)
 	require.Equal(t, "done", strings.Trim(string(tk.Attempts[0].Result), `"`))
 
 	kinds := map[string]int{}
@@ -114,13 +114,13 @@ func TestARedeliveredItemWaitsForTheLeaseToLapseThenSupersedes(t *testing.T) {
 			return executors.Result{}, ctx.Err()
 		})
 	stale.w.PauseHeartbeats(true)
-	id := b.createTask(t, map[string]any{"queue": "lapse"})
+	id := b.CreateTask(t, map[string]any{"queue": "lapse"})
 	<-staleStarted
 	fresh := b.startWorker(t, executors.Config{Queue: "lapse", Executor: "fresh", Lease: lease},
 		func(context.Context, *executors.Job) (executors.Result, error) {
 			return executors.Result{Output: "fresh"}, nil
 		})
-	tk := b.waitState(t, id, "accepted", 20*time.Second)
+	tk := b.WaitState(t, id, "accepted", 20*time.Second)
 	require.Len(t, tk.Attempts, 2)
 	require.Equal(t, "abandoned", tk.Attempts[0].State)
 	require.Positive(t, b.svc.Refused()[domain.RefusedLeaseHeld], "the first supersede came before the lease lapsed")

@@ -42,8 +42,8 @@ func TestAVerifierFailsThenPassesAResult(t *testing.T) {
 			}
 			return executors.Verdict{Outcome: executors.Pass, Evidence: map[string]string{"checked": "title"}}, nil
 		})
-	id := b.createTask(t, map[string]any{"queue": "drafts", "verification": map[string]any{"queue": "checks"}})
-	done := b.waitState(t, id, "accepted", 15*time.Second)
+	id := b.CreateTask(t, map[string]any{"queue": "drafts", "verification": map[string]any{"queue": "checks"}})
+	done := b.WaitState(t, id, "accepted", 15*time.Second)
 	require.Len(t, done.Attempts, 2)
 	require.JSONEq(t, `{"text":"draft","added":"title"}`, string(done.Attempts[1].Result))
 	b.waitSettled(t, "drafts")
@@ -59,8 +59,8 @@ func TestAnInconclusiveVerdictAwaitsReview(t *testing.T) {
 	b.startVerifier(t, executors.Config{Queue: "checks"}, func(context.Context, *executors.Check) (executors.Verdict, error) {
 		return executors.Verdict{Outcome: executors.Inconclusive, Evidence: "cannot tell"}, nil
 	})
-	id := b.createTask(t, map[string]any{"queue": "drafts", "verification": map[string]any{"queue": "checks"}})
-	b.waitState(t, id, "needs_review", 15*time.Second)
-	b.command(t, "task.review", map[string]any{"task_id": id, "decision": "accept", "reason": "read it"})
-	b.waitState(t, id, "accepted", 5*time.Second)
+	id := b.CreateTask(t, map[string]any{"queue": "drafts", "verification": map[string]any{"queue": "checks"}})
+	b.WaitState(t, id, "needs_review", 15*time.Second)
+	b.Command(t, "task.review", map[string]any{"task_id": id, "decision": "accept", "reason": "read it"})
+	b.WaitState(t, id, "accepted", 5*time.Second)
 }

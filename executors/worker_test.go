@@ -14,6 +14,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/dwr-run/dwr/executors"
+	"github.com/dwr-run/dwr/handlers/servicetest"
 	"github.com/dwr-run/dwr/schemas"
 )
 
@@ -34,14 +35,14 @@ func TestPlanRunsInDependencyOrderThroughTheSDK(t *testing.T) {
 		})
 
 	var goal struct{ ID string }
-	require.NoError(t, json.Unmarshal(b.command(t, "goal.create", map[string]any{"title": "chain"}), &goal))
+	require.NoError(t, json.Unmarshal(b.Command(t, "goal.create", map[string]any{"title": "chain"}), &goal))
 	var plan struct {
 		Tasks []struct {
 			Key    string `json:"key"`
 			TaskID string `json:"task_id"`
 		} `json:"tasks"`
 	}
-	require.NoError(t, json.Unmarshal(b.command(t, "plan.submit", map[string]any{"goal_id": goal.ID, "tasks": []map[string]any{
+	require.NoError(t, json.Unmarshal(b.Command(t, "plan.submit", map[string]any{"goal_id": goal.ID, "tasks": []map[string]any{
 		{"key": "a", "queue": "chain", "input": map[string]any{"n": 1}},
 		{"key": "b", "queue": "chain", "input": map[string]any{"n": 2}, "depends_on": []string{"a"}},
 		{"key": "c", "queue": "chain", "input": map[string]any{"n": 3}, "depends_on": []string{"b"}},
@@ -49,13 +50,13 @@ func TestPlanRunsInDependencyOrderThroughTheSDK(t *testing.T) {
 	require.Len(t, plan.Tasks, 3)
 
 	for i, pt := range plan.Tasks {
-		tk := b.waitState(t, pt.TaskID, "accepted", 15*time.Second)
+		tk := b.WaitState(t, pt.TaskID, "accepted", 15*time.Second)
 		require.Len(t, tk.Attempts, 1)
 		require.Equal(t, "sdk-test", tk.Attempts[0].Executor)
 		require.JSONEq(t, fmt.Sprintf(`{"key":%q,"n":%d,"op":"op-%s"}`, pt.Key, i+1, pt.TaskID), string(tk.Attempts[0].Result))
 	}
-	eventually(t, 5*time.Second, func() bool {
-		r := b.request(t, "dwr.q.default.goal.get", map[string]any{"id": goal.ID})
+	servicetest.Eventually(t, 5*time.Second, func() bool {
+		r := b.Request(t, "dwr.q.default.goal.get", map[string]any{"id": goal.ID}, nil)
 		var g struct{ State string }
 		return r.OK && json.Unmarshal(r.Result, &g) == nil && g.State == "achieved"
 	}, func() string { return "the goal is not achieved" })
@@ -75,9 +76,9 @@ func TestAJobIsBuiltFromTheClaimedTask(t *testing.T) {
 		return executors.Result{Output: "ok"}, nil
 	})
 	var goal schemas.CommandResult
-	require.NoError(t, json.Unmarshal(b.command(t, "goal.create", map[string]any{"title": "built"}), &goal))
+	require.NoError(t, json.Unmarshal(b.Command(t, "goal.create", map[string]any{"title": "built"}), &goal))
 	var plan schemas.CommandResult
-	require.NoError(t, json.Unmarshal(b.command(t, "plan.submit", map[string]any{"goal_id": goal.ID, "tasks": []map[string]any{
+	require.NoError(t, json.Unmarshal(b.Command(t, "plan.submit", map[string]any{"goal_id": goal.ID, "tasks": []map[string]any{
 		{"key": "only", "title": "the only task", "queue": "built", "input": map[string]any{"n": 7}, "timeout": "1h"}}}), &plan))
 	require.Len(t, plan.Tasks, 1)
 	id := plan.Tasks[0].TaskID
@@ -100,7 +101,7 @@ func TestAJobIsBuiltFromTheClaimedTask(t *testing.T) {
 	require.Empty(t, job.PriorAttempts)
 	require.NotEmpty(t, job.Token)
 
-	tk := b.waitState(t, id, "accepted", 15*time.Second)
+	tk := b.WaitState(t, id, "accepted", 15*time.Second)
 	require.NotNil(t, tk.Attempts[0].Deadline)
 	require.True(t, job.Deadline.Equal(*tk.Attempts[0].Deadline), "the job's deadline is its attempt's: %s, not %s", job.Deadline, *tk.Attempts[0].Deadline)
 	b.waitSettled(t, "built")
@@ -116,9 +117,9 @@ func TestAFailedAttemptIsRetriedAndSeesThePriorAttempt(t *testing.T) {
 		}
 		return executors.Result{Output: "done"}, nil
 	})
-	id := b.createTask(t, map[string]any{"queue": "flaky", "retry": map[string]any{"max_attempts": 3, "initial_backoff": "100ms"}})
+	id := b.CreateTask(t, map[string]any{"queue": "flaky", "retry": map[string]any{"max_attempts": 3, "initial_backoff": "100ms"}})
 
-	tk := b.waitState(t, id, "accepted", 15*time.Second)
+	tk := b.WaitState(t, id, "accepted", 15*time.Second)
 	require.Len(t, tk.Attempts, 2)
 	require.Equal(t, "failed", tk.Attempts[0].State)
 	require.True(t, tk.Attempts[0].Retryable)
@@ -161,8 +162,8 @@ func TestFailuresAreReportedAsTheHandlerSays(t *testing.T) {
 				runs.Add(1)
 				return executors.Result{}, tc.err()
 			})
-			id := b.createTask(t, map[string]any{"queue": tc.queue, "retry": map[string]any{"max_attempts": 1}})
-			tk := b.waitState(t, id, "failed", 15*time.Second)
+			id := b.CreateTask(t, map[string]any{"queue": tc.queue, "retry": map[string]any{"max_attempts": 1}})
+			tk := b.WaitState(t, id, "failed", 15*time.Second)
 			require.Len(t, tk.Attempts, 1)
 			require.Equal(t, tc.code, tk.Attempts[0].Error.Code)
 			require.Equal(t, tc.retryable, tk.Attempts[0].Retryable)
@@ -196,8 +197,8 @@ func TestACheckpointIsHandedToTheNextAttempt(t *testing.T) {
 		}
 		return executors.Result{Output: map[string]int{"resumed_at": p.Step}}, nil
 	})
-	id := b.createTask(t, map[string]any{"queue": "resume", "retry": map[string]any{"initial_backoff": "100ms"}})
-	tk := b.waitState(t, id, "accepted", 15*time.Second)
+	id := b.CreateTask(t, map[string]any{"queue": "resume", "retry": map[string]any{"initial_backoff": "100ms"}})
+	tk := b.WaitState(t, id, "accepted", 15*time.Second)
 	require.JSONEq(t, `{"Step":2}`, string(<-resumed))
 	require.JSONEq(t, `{"resumed_at":2}`, string(tk.Attempts[1].Result))
 	b.waitSettled(t, "resume")
@@ -220,9 +221,9 @@ func TestCancellingATaskCancelsItsRunningJob(t *testing.T) {
 		stopped <- e
 		return executors.Result{}, ctx.Err()
 	})
-	id := b.createTask(t, map[string]any{"queue": "cancel"})
+	id := b.CreateTask(t, map[string]any{"queue": "cancel"})
 	<-started
-	b.command(t, "task.cancel", map[string]any{"task_id": id, "reason": "changed my mind"})
+	b.Command(t, "task.cancel", map[string]any{"task_id": id, "reason": "changed my mind"})
 	cancelled := time.Now()
 
 	e := <-stopped
@@ -230,7 +231,7 @@ func TestCancellingATaskCancelsItsRunningJob(t *testing.T) {
 	require.ErrorIs(t, e.cause, executors.ErrCancelled)
 	require.ErrorIs(t, e.cpErr, executors.ErrCancelled, "a checkpoint of a cancelled attempt is refused")
 	w.logs.waitLine(t, 10*time.Second, "outcome=refused")
-	tk := b.task(t, id)
+	tk := b.Task(t, id)
 	require.Equal(t, "cancelled", tk.State)
 	require.Equal(t, "cancelled", tk.Attempts[0].State, "the failure report was refused: the attempt stays cancelled")
 	require.Nil(t, tk.Attempts[0].Error)
@@ -247,10 +248,10 @@ func TestAnAttemptPastItsDeadlineIsCancelled(t *testing.T) {
 		causes <- context.Cause(ctx)
 		return executors.Result{}, ctx.Err()
 	})
-	id := b.createTask(t, map[string]any{"queue": "slow", "timeout": "1s", "retry": map[string]any{"max_attempts": 1}})
+	id := b.CreateTask(t, map[string]any{"queue": "slow", "timeout": "1s", "retry": map[string]any{"max_attempts": 1}})
 	require.False(t, (<-deadlines).IsZero(), "the job knows its deadline")
 	require.ErrorIs(t, <-causes, executors.ErrTimeout)
-	tk := b.waitState(t, id, "failed", 15*time.Second)
+	tk := b.WaitState(t, id, "failed", 15*time.Second)
 	require.Equal(t, executors.CodeTimeout, tk.Attempts[0].Error.Code, "failed by the service's timer or the worker's report: both say timeout")
 	b.waitSettled(t, "slow")
 }
@@ -269,7 +270,7 @@ func TestALapsedLeaseIsSupersededAndTheStaleReportRefused(t *testing.T) {
 			return executors.Result{}, ctx.Err()
 		})
 	stale.w.PauseHeartbeats(true) // as if its process hung: the lease lapses
-	id := b.createTask(t, map[string]any{"queue": "lease"})
+	id := b.CreateTask(t, map[string]any{"queue": "lease"})
 	<-staleStarted
 
 	release := make(chan struct{})
@@ -297,7 +298,7 @@ func TestALapsedLeaseIsSupersededAndTheStaleReportRefused(t *testing.T) {
 	require.Equal(t, 1, unacked, "the item is still held by the fresh delivery")
 
 	close(release)
-	tk := b.waitState(t, id, "accepted", 10*time.Second)
+	tk := b.WaitState(t, id, "accepted", 10*time.Second)
 	require.Equal(t, "abandoned", tk.Attempts[0].State, "attempt 1's failure report never landed")
 	require.Equal(t, "succeeded", tk.Attempts[1].State)
 	b.waitSettled(t, "lease")
@@ -324,8 +325,8 @@ func TestStoppingDrainsAndLeavesUnfinishedItemsForRedelivery(t *testing.T) {
 			causes <- context.Cause(ctx)
 			return executors.Result{}, ctx.Err()
 		})
-	quick := b.createTask(t, map[string]any{"queue": "drain", "input": map[string]any{"slow": false}})
-	slow := b.createTask(t, map[string]any{"queue": "drain", "input": map[string]any{"slow": true}})
+	quick := b.CreateTask(t, map[string]any{"queue": "drain", "input": map[string]any{"slow": false}})
+	slow := b.CreateTask(t, map[string]any{"queue": "drain", "input": map[string]any{"slow": true}})
 	<-started
 	<-started
 
@@ -334,8 +335,8 @@ func TestStoppingDrainsAndLeavesUnfinishedItemsForRedelivery(t *testing.T) {
 	close(finish) // the quick job finishes within the drain timeout
 	require.NoError(t, <-stopped)
 	require.ErrorIs(t, <-causes, executors.ErrStopping)
-	b.waitState(t, quick, "accepted", 5*time.Second)
-	tk := b.task(t, slow)
+	b.WaitState(t, quick, "accepted", 5*time.Second)
+	tk := b.Task(t, slow)
 	require.Equal(t, "running", tk.State, "the slow job was stopped without a report")
 	_, unacked := b.workState(t, "drain")
 	require.Equal(t, 1, unacked, "its item is left to be redelivered")
@@ -344,7 +345,7 @@ func TestStoppingDrainsAndLeavesUnfinishedItemsForRedelivery(t *testing.T) {
 	b.startWorker(t, executors.Config{Queue: "drain", Lease: lease}, func(ctx context.Context, job *executors.Job) (executors.Result, error) {
 		return executors.Result{Output: job.Attempt}, nil
 	})
-	tk = b.waitState(t, slow, "accepted", 15*time.Second)
+	tk = b.WaitState(t, slow, "accepted", 15*time.Second)
 	require.Equal(t, "abandoned", tk.Attempts[0].State)
 	require.JSONEq(t, `2`, string(tk.Attempts[1].Result))
 	b.waitSettled(t, "drain")
@@ -375,21 +376,21 @@ func TestConcurrencyBoundsTheJobsInFlight(t *testing.T) {
 	})
 	ids := make([]string, n)
 	for i := range ids {
-		ids[i] = b.createTask(t, map[string]any{"queue": "wide"})
+		ids[i] = b.CreateTask(t, map[string]any{"queue": "wide"})
 	}
 	for range limit {
 		<-running
 	}
 	var pending uint64
 	var unacked int
-	eventually(t, 5*time.Second, func() bool { // work items are published after their commit
+	servicetest.Eventually(t, 5*time.Second, func() bool { // work items are published after their commit
 		pending, unacked = b.workState(t, "wide")
 		return pending == n-limit
 	}, func() string { return fmt.Sprintf("%d items pending", pending) })
 	require.Equal(t, limit, unacked, "no more items are fetched than there are free slots")
 	close(gate)
 	for _, id := range ids {
-		b.waitState(t, id, "accepted", 15*time.Second)
+		b.WaitState(t, id, "accepted", 15*time.Second)
 	}
 	require.Equal(t, int32(limit), peak.Load())
 	b.waitSettled(t, "wide")
@@ -411,14 +412,14 @@ func TestTheWorkerRecreatesItsConsumerWhenItIsDeleted(t *testing.T) {
 	b.startWorker(t, executors.Config{Queue: "phoenix"}, func(ctx context.Context, job *executors.Job) (executors.Result, error) {
 		return executors.Result{Output: job.Attempt}, nil
 	})
-	first := b.createTask(t, map[string]any{"queue": "phoenix"})
-	b.waitState(t, first, "accepted", 10*time.Second)
+	first := b.CreateTask(t, map[string]any{"queue": "phoenix"})
+	b.WaitState(t, first, "accepted", 10*time.Second)
 
 	js, err := jetstream.New(b.nc)
 	require.NoError(t, err)
 	require.NoError(t, js.DeleteConsumer(context.Background(), "DWR_WORK", "dwr-default-phoenix"))
-	second := b.createTask(t, map[string]any{"queue": "phoenix"})
-	b.waitState(t, second, "accepted", 15*time.Second)
+	second := b.CreateTask(t, map[string]any{"queue": "phoenix"})
+	b.WaitState(t, second, "accepted", 15*time.Second)
 	b.waitSettled(t, "phoenix")
 }
 
@@ -441,7 +442,7 @@ func TestWorkersOfAQueueShareItsLease(t *testing.T) {
 	}
 	first := b.startWorker(t, executors.Config{Queue: "shared", Lease: 20 * time.Second, MaxDeliver: 4}, ok)
 	first.logs.waitLine(t, 10*time.Second, "worker started")
-	eventually(t, 10*time.Second, func() bool { l, _ := ackWait(); return l == 20*time.Second },
+	servicetest.Eventually(t, 10*time.Second, func() bool { l, _ := ackWait(); return l == 20*time.Second },
 		func() string { return "the first worker did not create the queue's consumer" })
 
 	second := b.startWorker(t, executors.Config{Queue: "shared", Lease: 2 * time.Second, MaxDeliver: 9}, ok)
@@ -452,6 +453,6 @@ func TestWorkersOfAQueueShareItsLease(t *testing.T) {
 
 	third := b.startWorker(t, executors.Config{Queue: "shared", Lease: 12 * time.Second, MaxDeliver: 6, Reconfigure: true}, ok)
 	third.logs.waitLine(t, 10*time.Second, "worker started")
-	eventually(t, 10*time.Second, func() bool { l, m := ackWait(); return l == 12*time.Second && m == 6 },
+	servicetest.Eventually(t, 10*time.Second, func() bool { l, m := ackWait(); return l == 12*time.Second && m == 6 },
 		func() string { return "Reconfigure did not update the queue's consumer" })
 }

@@ -45,7 +45,7 @@ func decide(a projections.ApprovalView, approver string, key ed25519.PrivateKey,
 
 func TestApprovalsOverTheWire(t *testing.T) {
 	clock := servicetest.NewClock(epoch)
-	b := startClocked(t, "", clock)
+	b := setupClocked(t, clock)
 	alice := b.register(t, "alice", "ops")
 	bob := b.register(t, "bob", "intern")
 	var approvers []domain.Approver
@@ -85,7 +85,7 @@ func TestApprovalsOverTheWire(t *testing.T) {
 	a = b.approval(t, a.ID)
 	require.Len(t, a.Refusals, 1, "the retry was not recorded twice")
 	require.Equal(t, domain.ApprovalStatePending, a.State)
-	require.Equal(t, domain.StateWaiting, b.task(t, refund.ID).State)
+	require.Equal(t, domain.StateWaiting, b.c.Task(t, refund.ID).State)
 
 	// The right approver decides; the task is ready and a work item is due.
 	okr := b.peer(t, "alice").send(t, "approval.decide", decide(a, "alice", alice, "approve"), "")
@@ -104,7 +104,7 @@ func TestApprovalsOverTheWire(t *testing.T) {
 
 	// The other one expires: its expiry branch (reject) is taken, once.
 	clock.Advance(30 * time.Minute)
-	b.waitState(t, expiring.ID, domain.StateRejected)
+	b.c.WaitState(t, expiring.ID, domain.StateRejected, 10*time.Second)
 	e := b.approval(t, domain.ApprovalID(expiring.ID, 1))
 	require.Equal(t, domain.ApprovalStateExpired, e.State)
 	r = b.peer(t, "alice").send(t, "approval.decide", decide(e, "alice", alice, "approve"), "")
@@ -134,7 +134,7 @@ func TestApprovalsOverTheWire(t *testing.T) {
 
 func TestTaskDeadlineFailsTheTask(t *testing.T) {
 	clock := servicetest.NewClock(epoch)
-	b := startClocked(t, "", clock)
+	b := setupClocked(t, clock)
 	at := clock.Now().Add(time.Hour)
 	tk, _ := b.mustCommand(t, "task.create", map[string]any{"spec": map[string]any{"queue": "slow",
 		"deadline": at.Format(time.RFC3339Nano)}})
@@ -142,10 +142,10 @@ func TestTaskDeadlineFailsTheTask(t *testing.T) {
 	sentinel := b.sleeper(t, at.Add(-time.Second))
 	clock.Set(at.Add(-time.Second))
 	b.loopLooked(t, sentinel)
-	require.Equal(t, domain.StateRunning, b.task(t, tk.ID).State)
+	require.Equal(t, domain.StateRunning, b.c.Task(t, tk.ID).State)
 	clock.Set(at)
-	b.waitState(t, tk.ID, domain.StateFailed)
-	got := b.task(t, tk.ID)
+	b.c.WaitState(t, tk.ID, domain.StateFailed, 10*time.Second)
+	got := b.c.Task(t, tk.ID)
 	require.Equal(t, domain.ReasonDeadline, got.Reason)
 	require.Equal(t, domain.AttemptStateCancelled, got.Attempts[0].State)
 }

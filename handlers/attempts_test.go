@@ -210,7 +210,7 @@ func TestAReportFromAnotherIdentityWithTheTokenIsRefused(t *testing.T) {
 }
 
 func TestARetriedClaimReturnsTheSameTokenAndNoRecordHoldsIt(t *testing.T) {
-	b := setup(t)
+	b := setupJetStream(t)
 	exec := b.peer(t, "executor")
 	id := b.newTask(t, "pay")
 	first := exec.claim(t, id, "claim-x", 0)
@@ -297,7 +297,7 @@ func requireLeaseHeld(t *testing.T, r schemas.Reply, retryAfter time.Time) {
 func TestASupersedingClaimWaitsUntilTheLeaseLapsed(t *testing.T) {
 	const lease, grace = 10 * time.Second, time.Second // grace: handlers.Config.LeaseGrace's default
 	clock := servicetest.NewClock(epoch)
-	b := startClocked(t, t.TempDir(), clock)
+	b := setupClocked(t, clock)
 	b.workConsumer(t, "pay", lease)
 	exec, rescuer := b.peer(t, "executor"), b.peer(t, "rescuer")
 

@@ -13,6 +13,7 @@ import (
 
 	"github.com/dwr-run/dwr/domain"
 	"github.com/dwr-run/dwr/handlers"
+	"github.com/dwr-run/dwr/handlers/servicetest"
 	"github.com/dwr-run/dwr/projections"
 	"github.com/dwr-run/dwr/schemas"
 )
@@ -149,7 +150,7 @@ func TestPoisonWorkItemIsQuarantinedAndTheQueueFlows(t *testing.T) {
 		it, _ := q.next(5 * time.Second)
 		require.Equal(t, bad.ID, it.TaskID)
 	}
-	eventually(t, 10*time.Second, func() bool {
+	servicetest.Eventually(t, 10*time.Second, func() bool {
 		// Executors keep asking for work; the server notices the exhausted
 		// item when it would deliver it again.
 		if batch, err := q.cons.Fetch(1, jetstream.FetchMaxWait(50*time.Millisecond)); err == nil {
@@ -167,11 +168,11 @@ func TestPoisonWorkItemIsQuarantinedAndTheQueueFlows(t *testing.T) {
 }
 
 func TestWorkItemsAreDerivedAgainAfterARestart(t *testing.T) {
-	b := setup(t)
+	b := setupJetStream(t)
 	task, _ := b.mustCommand(t, "task.create", map[string]any{"spec": map[string]any{"queue": "shell"}})
 	st, err := b.jetstream(t).Stream(context.Background(), "DWR_WORK")
 	require.NoError(t, err)
-	eventually(t, 5*time.Second, func() bool {
+	servicetest.Eventually(t, 5*time.Second, func() bool {
 		info, err := st.Info(context.Background())
 		return err == nil && info.State.Msgs == 1
 	})
@@ -219,7 +220,7 @@ func TestAGoalsDeadlineIsADurableTimer(t *testing.T) {
 		"budget": map[string]any{"deadline": deadline.Format(time.RFC3339Nano)}}})
 	plan, _ := b.mustCommand(t, "plan.submit", map[string]any{"goal_id": g.ID, "tasks": []map[string]any{{"key": "slow", "queue": "q"}}})
 	b.mustCommand(t, "task.claim", map[string]any{"task_id": plan.Tasks[0].TaskID, "executor": "slowpoke"})
-	eventually(t, 10*time.Second, func() bool {
+	servicetest.Eventually(t, 10*time.Second, func() bool {
 		var gv projections.GoalView
 		b.query(t, "goal.get", schemas.Query{ID: g.ID}, 0, &gv)
 		return gv.State == domain.GoalStateFailed

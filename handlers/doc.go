@@ -6,6 +6,13 @@
 // existing one), and Maintenance is `dwr admin`'s access to a stopped
 // service's log: Verify and Rebuild.
 //
+// The service writes and reads the log through the eventstore.Log interface
+// (Config.Log): by default the JetStream log on its connection, or any other
+// Log that passes eventstore's conformance suite — tests that do not test
+// storage give it the in-memory one. The derived streams (work items, event
+// feed, advisories), the writer lease and the token key are JetStream's on
+// the connection either way.
+//
 // It may import domain, eventstore, projections and schemas, its own
 // sub-packages (access, embedded), and the NATS and Pebble libraries.
 package handlers

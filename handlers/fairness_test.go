@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/dwr-run/dwr/domain"
+	"github.com/dwr-run/dwr/eventstore"
 	"github.com/dwr-run/dwr/handlers"
 	"github.com/dwr-run/dwr/handlers/servicetest"
 	"github.com/dwr-run/dwr/schemas"
@@ -29,7 +30,7 @@ func minSeqHeader(seq uint64) nats.Header {
 // The service waits an hour for the views: had the query waited, the request
 // would have timed out.
 func TestMinSeqBeyondTheLogIsRefusedAtOnce(t *testing.T) {
-	b := bundleOf(servicetest.Start(t, "", servicetest.Options{Secure: true, Config: handlers.Config{MinSeqWait: time.Hour}}))
+	b := bundleOf(servicetest.Start(t, "", servicetest.Options{Secure: true, Log: eventstore.NewMemoryLog(), Config: handlers.Config{MinSeqWait: time.Hour}}))
 	b.mustCommand(t, "goal.create", map[string]any{"title": "one"})
 	end := b.lastSeq(t)
 
@@ -53,7 +54,7 @@ func TestMinSeqBeyondTheLogIsRefusedOnAStandby(t *testing.T) {
 	nc, b := sharedServer(t)
 	startReplicaWith(t, nc, handlers.Config{WriterID: "writer-a", MinSeqWait: 30 * time.Second})
 	var first schemas.Reply
-	eventually(t, 10*time.Second, func() bool {
+	servicetest.Eventually(t, 10*time.Second, func() bool {
 		first = b.command(t, "goal.create", map[string]any{"title": "first"}, "first")
 		return first.OK
 	})
@@ -169,7 +170,7 @@ func commandsFrom(t *testing.T, nc *nats.Conn, n, conc int) []reply {
 // in flight until the commands are done, so the counts are exact.
 func TestOneCallersFloodLeavesOthersCommandsServed(t *testing.T) {
 	const perCaller, flood = 8, 200
-	st := servicetest.Start(t, "", servicetest.Options{Secure: true,
+	st := servicetest.Start(t, "", servicetest.Options{Secure: true, Log: eventstore.NewMemoryLog(),
 		Config: handlers.Config{MaxInFlight: 64, MaxInFlightPerCaller: perCaller}})
 	flooder := st.Member(t, "default", "flooder", domain.RoleViewer)
 	client := st.Member(t, "default", "client", domain.RoleClient)
@@ -213,7 +214,7 @@ func TestOneCallersFloodLeavesOthersCommandsServed(t *testing.T) {
 // of MaxInFlight.
 func TestQueriesLeaveRoomForCommands(t *testing.T) {
 	const perCaller = 4
-	st := servicetest.Start(t, "", servicetest.Options{Secure: true,
+	st := servicetest.Start(t, "", servicetest.Options{Secure: true, Log: eventstore.NewMemoryLog(),
 		Config: handlers.Config{MaxInFlight: 3 * perCaller, MaxQueriesInFlight: 2 * perCaller, MaxInFlightPerCaller: perCaller}})
 	readers := []*nats.Conn{
 		st.Member(t, "default", "reader-1", domain.RoleViewer),

@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/dwr-run/dwr/domain"
+	"github.com/dwr-run/dwr/handlers/servicetest"
 	"github.com/dwr-run/dwr/schemas"
 )
 
@@ -49,7 +50,7 @@ func TestHostileClientCannotHijackCommands(t *testing.T) {
 		require.NotZero(t, r.Seq, "command %d was answered by the service, after its commit", i)
 		var rep domain.Reply
 		require.NoError(t, json.Unmarshal(r.Result, &rep))
-		require.Equal(t, domain.StateReady, b.task(t, rep.ID).State, "task %d is in the views", i)
+		require.Equal(t, domain.StateReady, b.c.Task(t, rep.ID).State, "task %d is in the views", i)
 	}
 }
 
@@ -126,7 +127,7 @@ func TestARevokedIdentityIsCutOffAtOnce(t *testing.T) {
 	r := (&peer{nc: nc, actor: "temp"}).send(t, "goal.create", map[string]any{"title": "before"}, "")
 	require.True(t, r.OK, "%+v", r.Error)
 	b.mustCommand(t, "member.remove", map[string]any{"name": "temp"})
-	eventually(t, 10*time.Second, func() bool {
+	servicetest.Eventually(t, 10*time.Second, func() bool {
 		_, err := nc.Request("dwr.cmd.default.goal.create", []byte(`{"title":"after"}`), 500*time.Millisecond)
 		return err != nil
 	})

@@ -43,7 +43,7 @@ func onStopped(t *testing.T, dir string, fn func(ctx context.Context, js jetstre
 // records at once) refuses the start, naming the setting; the stream is
 // left as it was found, never "fixed" by an update that would hide it.
 func TestChangedLogStreamRefusesToStart(t *testing.T) {
-	b := setup(t)
+	b := setupJetStream(t)
 	for range 5 {
 		b.mustCommand(t, "goal.create", map[string]any{"title": "g"})
 	}
@@ -107,7 +107,7 @@ func otherKey(t *testing.T) *eventstore.LogKey {
 func TestForeignRecordRefusesToStart(t *testing.T) {
 	for name, key := range map[string]*eventstore.LogKey{"forged": otherKey(t), "replayed": nil} {
 		t.Run(name, func(t *testing.T) {
-			b := setup(t)
+			b := setupJetStream(t)
 			b.mustCommand(t, "goal.create", map[string]any{"title": "g"})
 			last := b.lastSeq(t)
 			dir := b.dir
@@ -148,7 +148,7 @@ func TestForeignRecordStopsARunningService(t *testing.T) {
 // A start with another key than the log was written with refuses, naming
 // both key ids.
 func TestWrongLogKeyRefusesToStart(t *testing.T) {
-	b := setup(t)
+	b := setupJetStream(t)
 	b.mustCommand(t, "goal.create", map[string]any{"title": "g"})
 	last := b.lastSeq(t)
 	dir := b.dir
@@ -179,7 +179,7 @@ func TestDamagedViewsAreRebuiltOnStart(t *testing.T) {
 		},
 	} {
 		t.Run(name, func(t *testing.T) {
-			b := setup(t)
+			b := setupJetStream(t)
 			goal, _, seq := chain3(t, b)
 			var before projections.GoalView
 			b.query(t, "goal.get", schemas.Query{ID: goal}, seq, &before)
@@ -208,7 +208,7 @@ func TestDamagedViewsAreRebuiltOnStart(t *testing.T) {
 // names the commands lost after it, rebuilds the views from it and goes on;
 // later starts verify the log through the acceptance, with no flag.
 func TestAcceptVerifiedPrefixOfADamagedLog(t *testing.T) {
-	b := setup(t)
+	b := setupJetStream(t)
 	kept, _ := b.mustCommand(t, "goal.create", map[string]any{"title": "kept"})
 	dir := b.dir
 	b.stop()
@@ -239,7 +239,7 @@ func TestAcceptVerifiedPrefixOfADamagedLog(t *testing.T) {
 // views: the start refuses, naming it; accepting the prefix names the
 // commands the views had and the log lost.
 func TestAcceptVerifiedPrefixOfATruncatedLog(t *testing.T) {
-	b := setup(t)
+	b := setupJetStream(t)
 	kept, _ := b.mustCommand(t, "goal.create", map[string]any{"title": "kept"})
 	dir := b.dir
 	b.stop()
@@ -313,7 +313,7 @@ func (h *captureHandler) records() []slog.Record {
 // beginning, the views are rebuilt from them, and new records chain on the
 // last of them.
 func TestLegacyLogIsUpgraded(t *testing.T) {
-	old := setup(t)
+	old := setupJetStream(t)
 	goal, _ := old.mustCommand(t, "goal.create", map[string]any{"title": "from before"})
 	var legacy [][]byte
 	require.NoError(t, old.svc.Log().Read(context.Background(), 1, func(_ uint64, rec []byte) error {

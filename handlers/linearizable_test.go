@@ -294,7 +294,7 @@ func TestTaskHistoriesAreLinearizableAcrossRestarts(t *testing.T) {
 
 	key := testKey("ops-1")
 	pub := base64.StdEncoding.EncodeToString(key.Public().(ed25519.PublicKey))
-	reg := (&bundle{nc: svc.Admin, svcNC: svc.Conn})
+	reg := &bundle{nc: svc.Admin, svcNC: svc.Conn, c: svc.Client("default")}
 	reg.mustCommand(t, "approver.register", map[string]any{"name": "ops-1", "role": "ops", "public_key": pub})
 	// The clients are one identity, authenticated: ops-1, an admin of the
 	// workspace, who claims, reports and decides as the approver ops-1.

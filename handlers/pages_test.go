@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/dwr-run/dwr/domain"
+	"github.com/dwr-run/dwr/eventstore"
 	"github.com/dwr-run/dwr/handlers"
 	"github.com/dwr-run/dwr/handlers/servicetest"
 	"github.com/dwr-run/dwr/projections"
@@ -252,7 +253,7 @@ func TestListRepliesStayUnderTheMaxPayload(t *testing.T) {
 // and a message that says what to do instead; a list whose first item alone
 // is too large says how to list past it.
 func TestTooLargeResultsSayWhatToDo(t *testing.T) {
-	b := bundleOf(servicetest.Start(t, "", servicetest.Options{Secure: true, Config: handlers.Config{MaxReplyBytes: 16 << 10}}))
+	b := bundleOf(servicetest.Start(t, "", servicetest.Options{Secure: true, Log: eventstore.NewMemoryLog(), Config: handlers.Config{MaxReplyBytes: 16 << 10}}))
 	g, _ := b.mustCommand(t, "goal.create", map[string]any{"title": "one big task"})
 	plan, _ := b.mustCommand(t, "plan.submit", map[string]any{"goal_id": g.ID, "tasks": []map[string]any{
 		{"key": "big", "queue": "q", "input": map[string]any{"blob": strings.Repeat("x", 20<<10)}},

@@ -16,6 +16,7 @@ import (
 	"github.com/dwr-run/dwr/eventstore"
 	"github.com/dwr-run/dwr/handlers"
 	"github.com/dwr-run/dwr/handlers/embedded"
+	"github.com/dwr-run/dwr/handlers/servicetest"
 	"github.com/dwr-run/dwr/projections"
 	"github.com/dwr-run/dwr/schemas"
 )
@@ -80,28 +81,14 @@ func sharedServer(t *testing.T) (*nats.Conn, *bundle) {
 	nc, err := srv.Connect()
 	require.NoError(t, err)
 	t.Cleanup(nc.Close)
-	return nc, &bundle{nc: nc, svcNC: nc}
-}
-
-// eventually retries f until it returns true or the deadline passes.
-func eventually(t *testing.T, d time.Duration, f func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(d)
-	tick := time.NewTicker(20 * time.Millisecond)
-	defer tick.Stop()
-	for !f() {
-		if time.Now().After(deadline) {
-			t.Fatalf("condition not met within %s", d)
-		}
-		<-tick.C
-	}
+	return nc, &bundle{nc: nc, svcNC: nc, c: servicetest.NewClient(nc, "default")}
 }
 
 func TestStandbyTakesOverWhenTheWriterStops(t *testing.T) {
 	nc, b := sharedServer(t)
 
 	a := startReplica(t, nc, "writer-a")
-	eventually(t, 10*time.Second, func() bool {
+	servicetest.Eventually(t, 10*time.Second, func() bool {
 		r := b.command(t, "goal.create", map[string]any{"title": "first"}, "first")
 		return r.OK
 	})
@@ -119,7 +106,7 @@ func TestStandbyTakesOverWhenTheWriterStops(t *testing.T) {
 	a.stop(t)
 	start := time.Now()
 	var third schemas.Reply
-	eventually(t, 20*time.Second, func() bool {
+	servicetest.Eventually(t, 20*time.Second, func() bool {
 		var err error
 		third, err = b.tryCommand("goal.create", map[string]any{"title": "third"}, "third")
 		return err == nil && third.OK
@@ -144,12 +131,12 @@ func waitFor(s *projections.Store, seq uint64) error {
 }
 
 func TestFeedIsRepairedFromTheLog(t *testing.T) {
-	b := setup(t)
+	b := setupJetStream(t)
 	_, seq := b.mustCommand(t, "goal.create", map[string]any{"title": "g"})
 	js := b.jetstream(t)
 	st, err := js.Stream(context.Background(), "DWR_EVENTS")
 	require.NoError(t, err)
-	eventually(t, 10*time.Second, func() bool {
+	servicetest.Eventually(t, 10*time.Second, func() bool {
 		info, err := st.Info(context.Background())
 		return err == nil && info.State.Msgs >= 2
 	})
@@ -160,7 +147,7 @@ func TestFeedIsRepairedFromTheLog(t *testing.T) {
 	b2 := start(t, dir)
 	st, err = b2.jetstream(t).Stream(context.Background(), "DWR_EVENTS")
 	require.NoError(t, err)
-	eventually(t, 10*time.Second, func() bool {
+	servicetest.Eventually(t, 10*time.Second, func() bool {
 		m, err := st.GetLastMsgForSubject(context.Background(), "dwr.ev.>")
 		if err != nil {
 			return false
@@ -178,7 +165,7 @@ func TestAnItemPoisonedWhileNoWriterRunsIsQuarantinedByTheNextWriter(t *testing.
 
 	a := startReplica(t, nc, "writer-a")
 	var task domain.Reply
-	eventually(t, 10*time.Second, func() bool {
+	servicetest.Eventually(t, 10*time.Second, func() bool {
 		r := b.command(t, "task.create", map[string]any{"spec": map[string]any{"queue": "poison"}}, "poison-task")
 		if r.OK {
 			require.NoError(t, json.Unmarshal(r.Result, &task))
@@ -187,7 +174,7 @@ func TestAnItemPoisonedWhileNoWriterRunsIsQuarantinedByTheNextWriter(t *testing.
 	})
 	work, err := b.jetstream(t).Stream(context.Background(), "DWR_WORK")
 	require.NoError(t, err)
-	eventually(t, 10*time.Second, func() bool {
+	servicetest.Eventually(t, 10*time.Second, func() bool {
 		info, err := work.Info(context.Background())
 		return err == nil && info.State.Msgs == 1
 	})
@@ -200,18 +187,18 @@ func TestAnItemPoisonedWhileNoWriterRunsIsQuarantinedByTheNextWriter(t *testing.
 	require.Equal(t, task.ID, it.TaskID)
 	adv, err := b.jetstream(t).Stream(context.Background(), "DWR_ADVISORIES")
 	require.NoError(t, err)
-	eventually(t, 10*time.Second, func() bool {
+	servicetest.Eventually(t, 10*time.Second, func() bool {
 		info, err := adv.Info(context.Background())
 		return err == nil && info.State.Msgs == 1
 	})
 
 	// The next writer quarantines the task and deletes the item.
 	next := startReplica(t, nc, "writer-b")
-	eventually(t, 20*time.Second, func() bool {
+	servicetest.Eventually(t, 20*time.Second, func() bool {
 		got, err := next.store.Task(task.ID)
 		return err == nil && got != nil && got.State == domain.StateFailed && got.Reason == domain.ReasonQuarantined
 	})
-	eventually(t, 10*time.Second, func() bool {
+	servicetest.Eventually(t, 10*time.Second, func() bool {
 		info, err := work.Info(context.Background())
 		advInfo, err2 := adv.Info(context.Background())
 		return err == nil && err2 == nil && info.State.Msgs == 0 && advInfo.State.Msgs == 0

@@ -110,6 +110,15 @@ type Config struct {
 	// `dwr admin verify` or a rebuild (the log's own counts, checked
 	// instead, can miss it).
 	TrustBelowCheckpoint bool
+	// Log is the log the service writes and reads. Default: the JetStream
+	// log of Prefix and Partition on the connection (stream <PREFIX>_LOG),
+	// made if missing, whose stream configuration is checked on start and
+	// every StreamCheckInterval. Another Log — eventstore.NewMemoryLog() for
+	// a test that does not test storage — is used as it is; it is checked
+	// like the JetStream log if it has a stream (a CheckStream method). The
+	// derived streams (work items, event feed), the writer lease and the
+	// token key stay in JetStream on the connection either way.
+	Log eventstore.Log
 }
 
 func (c Config) withDefaults() Config {
@@ -170,7 +179,7 @@ type Service struct {
 	nc       *nats.Conn
 	js       jetstream.JetStream
 	store    *projections.Store
-	log      *eventstore.JetStreamLog
+	log      eventstore.Log
 	feed     *feed
 	dispatch *dispatcher
 	// advisories is the stream keeping the work stream's max-deliveries advisories.
@@ -247,13 +256,15 @@ func (s *Service) LogKey() *eventstore.LogKey { return s.key }
 func (s *Service) Run(ctx context.Context) error {
 	// A cluster may still be electing its JetStream leader: keep trying,
 	// unless the log's stream is not as declared (it is never changed).
-	var l *eventstore.JetStreamLog
-	err := s.retry(ctx, "open the log", func(ctx context.Context) (err error) {
-		l, err = eventstore.NewJetStreamLog(ctx, s.js, s.logConfig())
-		return err
-	})
-	if err != nil {
-		return permanent(err) // nil when ctx ended
+	l := s.cfg.Log
+	if l == nil {
+		err := s.retry(ctx, "open the log", func(ctx context.Context) (err error) {
+			l, err = eventstore.NewJetStreamLog(ctx, s.js, s.logConfig())
+			return err
+		})
+		if err != nil {
+			return permanent(err) // nil when ctx ended
+		}
 	}
 	s.log = l
 	if s.cfg.AcceptVerifiedPrefix {
@@ -401,6 +412,15 @@ func (s *Service) writerLoop(ctx context.Context) error {
 		}
 	}
 	return nil
+}
+
+// streamLog is a log kept in a JetStream stream (eventstore.JetStreamLog):
+// its stream's configuration is declared once and checked, never changed.
+type streamLog interface {
+	eventstore.Log
+	// CheckStream returns an error wrapping eventstore.ErrIntegrity when the
+	// stream's configuration is not cfg's.
+	CheckStream(ctx context.Context, cfg eventstore.JetStreamConfig) error
 }
 
 // logConfig is the configuration of the log this service writes.
@@ -556,8 +576,12 @@ func (s *Service) watchStorage(ctx context.Context) error {
 		case <-s.store.Damaged():
 			return fmt.Errorf("handlers: %w (restart: the views are rebuilt from the log)", s.store.DamageErr())
 		case <-t.C:
+			sl, ok := s.log.(streamLog)
+			if !ok {
+				continue // no stream configuration to check
+			}
 			cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-			err := s.log.CheckStream(cctx, s.logConfig())
+			err := sl.CheckStream(cctx, s.logConfig())
 			cancel()
 			if errors.Is(err, eventstore.ErrIntegrity) {
 				return fmt.Errorf("handlers: %w", err)

@@ -16,6 +16,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/dwr-run/dwr/domain"
+	"github.com/dwr-run/dwr/eventstore"
 	"github.com/dwr-run/dwr/handlers"
 	"github.com/dwr-run/dwr/handlers/embedded"
 	"github.com/dwr-run/dwr/handlers/servicetest"
@@ -34,43 +35,43 @@ type bundle struct {
 	svc   *handlers.Service
 	stop  func()
 	st    *servicetest.Service
-	peers map[string]*peer // members by name, made by peer
+	peers map[string]*peer    // members by name, made by peer
+	c     *servicetest.Client // the kit's client on nc
 }
 
+// start starts the service, closed as dwr serve runs it, on data directory
+// dir (a fresh one when empty), writing the JetStream log on the embedded
+// server: for the tests of storage and restarts.
 func start(t *testing.T, dir string) *bundle {
 	t.Helper()
 	return bundleOf(servicetest.Start(t, dir, servicetest.Options{Secure: true, Config: handlers.Config{WriterID: "test-writer"}}))
 }
 
 func bundleOf(st *servicetest.Service) *bundle {
-	return &bundle{dir: st.Dir, srv: st.Server, nc: st.Admin, svcNC: st.Conn, store: st.Store, svc: st.Svc, stop: st.Stop, st: st}
+	return &bundle{dir: st.Dir, srv: st.Server, nc: st.Admin, svcNC: st.Conn, store: st.Store, svc: st.Svc, stop: st.Stop, st: st,
+		c: st.Client("default")}
 }
 
 // testLogger discards the service's logs unless DWR_TEST_LOG is set.
 func testLogger() *slog.Logger { return servicetest.Logger() }
 
-func setup(t *testing.T) *bundle { return start(t, t.TempDir()) }
+// setup starts the closed service on a fresh directory writing an
+// in-memory log: the work items, the event feed and the lease are on the
+// real embedded server, only the log is not. For the tests that do not test
+// storage; a test that restarts the service or looks at the log's stream
+// uses setupJetStream.
+func setup(t *testing.T) *bundle {
+	t.Helper()
+	return bundleOf(servicetest.Start(t, "", servicetest.Options{Secure: true, Log: eventstore.NewMemoryLog(),
+		Config: handlers.Config{WriterID: "test-writer"}}))
+}
+
+// setupJetStream is start on a fresh directory: the JetStream log.
+func setupJetStream(t *testing.T) *bundle { return start(t, t.TempDir()) }
 
 func (b *bundle) request(t *testing.T, subject string, body any, hdr nats.Header) schemas.Reply {
 	t.Helper()
-	m := nats.NewMsg(subject)
-	if hdr != nil {
-		m.Header = hdr
-	}
-	switch v := body.(type) {
-	case []byte:
-		m.Data = v
-	case nil:
-	default:
-		var err error
-		m.Data, err = json.Marshal(v)
-		require.NoError(t, err)
-	}
-	resp, err := b.nc.RequestMsg(m, 10*time.Second)
-	require.NoError(t, err)
-	var r schemas.Reply
-	require.NoError(t, json.Unmarshal(resp.Data, &r), string(resp.Data))
-	return r
+	return b.c.Request(t, subject, body, hdr)
 }
 
 // claimed holds the tokens the tests' claims returned, by task/attempt
@@ -282,7 +283,7 @@ func TestBadInputIsRefusedAndAppendsNothing(t *testing.T) {
 }
 
 func TestSameCommandIDAppliesOnce(t *testing.T) {
-	b := setup(t)
+	b := setupJetStream(t)
 	const id = "storm-1"
 	var wg sync.WaitGroup
 	replies := make([]schemas.Reply, 50)
@@ -311,7 +312,7 @@ func TestSameCommandIDAppliesOnce(t *testing.T) {
 }
 
 func TestRestartKeepsStateAndRebuildEqualsLive(t *testing.T) {
-	b := setup(t)
+	b := setupJetStream(t)
 	goalID, plan, _ := chain3(t, b)
 	b.mustCommand(t, "task.claim", map[string]any{"task_id": plan.Tasks[0].TaskID, "executor": "x"})
 	b.mustCommand(t, "task.fail", map[string]any{"task_id": plan.Tasks[0].TaskID, "attempt": 1,
@@ -333,6 +334,26 @@ func TestRestartKeepsStateAndRebuildEqualsLive(t *testing.T) {
 	require.NoError(t, rebuilt.Dump(&fresh))
 	require.Equal(t, b2.store.Checkpoint(), rebuilt.Checkpoint())
 	require.True(t, bytes.Equal(live.Bytes(), fresh.Bytes()), "rebuilt views equal the live ones byte for byte")
+}
+
+// The service writes the Log it is given: a command lands in the in-memory
+// log, the service reads it back through the same interface (a query
+// waiting for its sequence), and no JetStream log stream is made.
+func TestTheServiceWritesTheLogItIsGiven(t *testing.T) {
+	l := eventstore.NewMemoryLog()
+	b := bundleOf(servicetest.Start(t, "", servicetest.Options{Secure: true, Log: l}))
+	rep, seq := b.mustCommand(t, "goal.create", map[string]any{"title": "in memory"})
+	last, err := l.LastSeq(context.Background())
+	require.NoError(t, err)
+	require.Equal(t, last, seq)
+	require.Same(t, l, b.svc.Log())
+	var g domain.Goal
+	b.query(t, "goal.get", schemas.Query{ID: rep.ID}, seq, &g)
+	require.Equal(t, "in memory", g.Title)
+	_, err = b.jetstream(t).Stream(context.Background(), "DWR_LOG")
+	require.ErrorIs(t, err, jetstream.ErrStreamNotFound)
+	_, err = b.jetstream(t).Stream(context.Background(), "DWR_WORK")
+	require.NoError(t, err, "the derived streams are JetStream's")
 }
 
 func TestInternalCommandsHaveNoEndpoint(t *testing.T) {

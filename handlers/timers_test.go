@@ -8,6 +8,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/dwr-run/dwr/domain"
+	"github.com/dwr-run/dwr/eventstore"
 	"github.com/dwr-run/dwr/handlers"
 	"github.com/dwr-run/dwr/handlers/servicetest"
 	"github.com/dwr-run/dwr/schemas"
@@ -21,22 +22,18 @@ import (
 // time read from the wall clock by mistake shows.
 var epoch = time.Date(2030, time.January, 2, 3, 4, 5, 0, time.UTC)
 
+// startClocked is start on clock: the JetStream log on dir, for a test that
+// restarts the service.
 func startClocked(t *testing.T, dir string, clock *servicetest.Clock) *bundle {
 	t.Helper()
 	return bundleOf(servicetest.Start(t, dir, servicetest.Options{Secure: true, Clock: clock, Config: handlers.Config{WriterID: "test-writer"}}))
 }
 
-func (b *bundle) task(t *testing.T, id string) domain.Task {
+// setupClocked is setup on clock: an in-memory log.
+func setupClocked(t *testing.T, clock *servicetest.Clock) *bundle {
 	t.Helper()
-	var tk domain.Task
-	b.query(t, "task.get", schemas.Query{ID: id}, 0, &tk)
-	return tk
-}
-
-// waitState polls until task id is in state.
-func (b *bundle) waitState(t *testing.T, id, state string) {
-	t.Helper()
-	eventually(t, 10*time.Second, func() bool { return b.task(t, id).State == state })
+	return bundleOf(servicetest.Start(t, "", servicetest.Options{Secure: true, Clock: clock, Log: eventstore.NewMemoryLog(),
+		Config: handlers.Config{WriterID: "test-writer"}}))
 }
 
 // sleeper creates a task, claims it and parks its attempt until until
@@ -56,7 +53,7 @@ func (b *bundle) sleeper(t *testing.T, until time.Time) string {
 // the clock where it stands (a moment just before the one under test).
 func (b *bundle) loopLooked(t *testing.T, sentinel string) {
 	t.Helper()
-	b.waitState(t, sentinel, domain.StateReady)
+	b.c.WaitState(t, sentinel, domain.StateReady, 10*time.Second)
 }
 
 // requireNoDueTimer checks that the views hold no timer of task id due at
@@ -115,7 +112,7 @@ func (b *bundle) requireReadiedOnce(t *testing.T, id, after, reason string, due 
 
 func TestADurableSleepEndsAtItsTimeAndNotBefore(t *testing.T) {
 	clock := servicetest.NewClock(epoch)
-	b := startClocked(t, "", clock)
+	b := setupClocked(t, clock)
 	until := clock.Now().Add(time.Hour)
 	id := b.sleeper(t, until)
 	sentinel := b.sleeper(t, until.Add(-time.Second))
@@ -124,25 +121,25 @@ func TestADurableSleepEndsAtItsTimeAndNotBefore(t *testing.T) {
 	clock.Set(until.Add(-time.Second))
 	b.loopLooked(t, sentinel)
 	b.requireNoDueTimer(t, clock, id)
-	require.Equal(t, domain.StateWaiting, b.task(t, id).State)
+	require.Equal(t, domain.StateWaiting, b.c.Task(t, id).State)
 
 	// At its moment it wakes, once.
 	clock.Set(until)
-	b.waitState(t, id, domain.StateReady)
+	b.c.WaitState(t, id, domain.StateReady, 10*time.Second)
 	b.requireReadiedOnce(t, id, "task.waiting", "timer", until)
 	b.requireNoDueTimer(t, clock, id)
 }
 
 func TestARetryBackoffEndsAtItsTimeAndNotBefore(t *testing.T) {
 	clock := servicetest.NewClock(epoch)
-	b := startClocked(t, "", clock)
+	b := setupClocked(t, clock)
 	tk, _ := b.mustCommand(t, "task.create", map[string]any{"spec": map[string]any{"queue": "flaky",
 		"retry": map[string]any{"max_attempts": 3, "initial_backoff": "1m"}}})
 	b.mustCommand(t, "task.claim", map[string]any{"task_id": tk.ID, "executor": "test"})
 	failed, _ := b.mustCommand(t, "task.fail", map[string]any{"task_id": tk.ID, "attempt": 1,
 		"error": map[string]any{"message": "flaky"}, "retryable": true})
 	require.Equal(t, domain.StateBackoff, failed.State)
-	got := b.task(t, tk.ID)
+	got := b.c.Task(t, tk.ID)
 	require.NotNil(t, got.BackoffUntil)
 	until := *got.BackoffUntil
 	require.True(t, until.Equal(clock.Now().Add(time.Minute)), "backoff until %s", until)
@@ -151,16 +148,16 @@ func TestARetryBackoffEndsAtItsTimeAndNotBefore(t *testing.T) {
 	clock.Set(until.Add(-time.Second))
 	b.loopLooked(t, sentinel)
 	b.requireNoDueTimer(t, clock, tk.ID)
-	require.Equal(t, domain.StateBackoff, b.task(t, tk.ID).State)
+	require.Equal(t, domain.StateBackoff, b.c.Task(t, tk.ID).State)
 
 	clock.Set(until)
-	b.waitState(t, tk.ID, domain.StateReady)
+	b.c.WaitState(t, tk.ID, domain.StateReady, 10*time.Second)
 	b.requireReadiedOnce(t, tk.ID, "task.backoff_scheduled", "backoff_elapsed", until)
 }
 
 func TestAnAttemptTimesOutAtItsDeadlineAndNotBefore(t *testing.T) {
 	clock := servicetest.NewClock(epoch)
-	b := startClocked(t, "", clock)
+	b := setupClocked(t, clock)
 	tk, _ := b.mustCommand(t, "task.create", map[string]any{"spec": map[string]any{"queue": "slow", "timeout": "10m"}})
 	claim, _ := b.mustCommand(t, "task.claim", map[string]any{"task_id": tk.ID, "executor": "slowpoke"})
 	require.NotNil(t, claim.Task)
@@ -171,13 +168,13 @@ func TestAnAttemptTimesOutAtItsDeadlineAndNotBefore(t *testing.T) {
 	clock.Set(deadline.Add(-time.Second))
 	b.loopLooked(t, sentinel)
 	b.requireNoDueTimer(t, clock, tk.ID)
-	got := b.task(t, tk.ID)
+	got := b.c.Task(t, tk.ID)
 	require.Equal(t, domain.StateRunning, got.State)
 	require.Equal(t, domain.AttemptStateRunning, got.Attempts[0].State)
 
 	clock.Set(deadline)
-	eventually(t, 10*time.Second, func() bool { return b.task(t, tk.ID).State != domain.StateRunning })
-	got = b.task(t, tk.ID)
+	servicetest.Eventually(t, 10*time.Second, func() bool { return b.c.Task(t, tk.ID).State != domain.StateRunning })
+	got = b.c.Task(t, tk.ID)
 	require.Equal(t, domain.StateBackoff, got.State, "a timeout is retryable")
 	a := got.Attempts[0]
 	require.Equal(t, domain.AttemptStateFailed, a.State)
@@ -196,7 +193,7 @@ func TestAnAttemptTimesOutAtItsDeadlineAndNotBefore(t *testing.T) {
 
 func TestATimerDueWhileTheServiceWasDownFiresOnceAtStart(t *testing.T) {
 	clock := servicetest.NewClock(epoch)
-	b := startClocked(t, "", clock)
+	b := startClocked(t, t.TempDir(), clock)
 	until := clock.Now().Add(time.Hour)
 	id := b.sleeper(t, until)
 	dir := b.dir
@@ -204,7 +201,7 @@ func TestATimerDueWhileTheServiceWasDownFiresOnceAtStart(t *testing.T) {
 
 	clock.Advance(2 * time.Hour) // the moment passes while no writer runs
 	b2 := startClocked(t, dir, clock)
-	b2.waitState(t, id, domain.StateReady)
+	b2.c.WaitState(t, id, domain.StateReady, 10*time.Second)
 	b2.requireReadiedOnce(t, id, "task.waiting", "timer", until)
 	b2.requireNoDueTimer(t, clock, id)
 }

@@ -16,10 +16,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/oklog/ulid/v2"
 	"github.com/stretchr/testify/require"
 
 	"github.com/dwr-run/dwr/domain"
+	"github.com/dwr-run/dwr/handlers/servicetest"
 	"github.com/dwr-run/dwr/schemas"
 )
 
@@ -34,6 +34,7 @@ type execEnv struct {
 	logs *syncBuffer
 	srv  *serverProc
 	c    *client
+	k    *servicetest.Client // the kit's client on c's connection
 }
 
 func newExecEnv(t *testing.T) *execEnv {
@@ -43,6 +44,7 @@ func newExecEnv(t *testing.T) *execEnv {
 	logOnFailure(t, "dwr serve and worker output", e.logs)
 	e.startServe()
 	e.c = dial(t, e.url, "executor-test", 10*time.Second)
+	e.k = servicetest.NewClient(e.c.nc, e.c.ws)
 	return e
 }
 
@@ -101,40 +103,6 @@ func (e *execEnv) worker(label, queue string, lease time.Duration, maxDeliver in
 	return p
 }
 
-func (e *execEnv) createTask(spec map[string]any) string {
-	e.t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	r := e.c.do(ctx, "task.create", map[string]any{"spec": spec}, ulid.Make().String())
-	require.Equal(e.t, acked, r.Outcome, "task.create: %v %s", r.Err, r.LastErr)
-	return r.reply().ID
-}
-
-func (e *execEnv) task(id string) domain.Task {
-	e.t.Helper()
-	var t domain.Task
-	require.NoError(e.t, e.c.query("task.get", schemas.Query{ID: id}, 0, &t))
-	return t
-}
-
-// waitTask polls task id until ok holds or timeout passes, and returns it.
-func (e *execEnv) waitTask(id string, timeout time.Duration, what string, ok func(domain.Task) bool) domain.Task {
-	e.t.Helper()
-	deadline := time.Now().Add(timeout)
-	tick := time.NewTicker(25 * time.Millisecond)
-	defer tick.Stop()
-	for {
-		var t domain.Task
-		if err := e.c.query("task.get", schemas.Query{ID: id}, 0, &t); err == nil && ok(t) {
-			return t
-		}
-		if time.Now().After(deadline) {
-			e.t.Fatalf("task %s: %s: not within %s (state %s, %d attempts)", id, what, timeout, t.State, len(t.Attempts))
-		}
-		<-tick.C
-	}
-}
-
 func (e *execEnv) history(id string) []string {
 	e.t.Helper()
 	var evs []json.RawMessage
@@ -146,20 +114,6 @@ func (e *execEnv) history(id string) []string {
 		types[i] = ev.Type
 	}
 	return types
-}
-
-// pollUntil checks ok every 20 ms until it holds (true) or timeout passes.
-func pollUntil(timeout time.Duration, ok func() bool) bool {
-	deadline := time.Now().Add(timeout)
-	tick := time.NewTicker(20 * time.Millisecond)
-	defer tick.Stop()
-	for !ok() {
-		if time.Now().After(deadline) {
-			return false
-		}
-		<-tick.C
-	}
-	return true
 }
 
 func count(xs []string, x string) int {
@@ -215,14 +169,14 @@ func TestExecutorKilledMidTaskIsTakenOver(t *testing.T) {
 	e := newExecEnv(t)
 	lease := 2 * time.Second
 	w1 := e.worker("w1", "steps", lease, 5, "resumable.sh", "HANG_SECONDS=600")
-	id := e.createTask(map[string]any{"queue": "steps", "input": map[string]any{"n": 1}})
-	e.waitTask(id, 20*time.Second, "attempt 1 running with its checkpoint saved", func(t domain.Task) bool {
+	id := e.k.CreateTask(t, map[string]any{"queue": "steps", "input": map[string]any{"n": 1}})
+	e.k.WaitTask(t, id, 20*time.Second, "attempt 1 running with its checkpoint saved", func(t domain.Task) bool {
 		return t.State == domain.StateRunning && len(t.Checkpoint) > 0
 	})
 	killed := time.Now()
 	w1.kill9(t)
 	e.worker("w2", "steps", lease, 5, "resumable.sh", "HANG_SECONDS=600")
-	done := e.waitTask(id, 30*time.Second, "accepted", func(t domain.Task) bool { return t.State == domain.StateAccepted })
+	done := e.k.WaitTask(t, id, 30*time.Second, "accepted", func(t domain.Task) bool { return t.State == domain.StateAccepted })
 	require.Len(t, done.Attempts, 2)
 	require.Equal(t, domain.AttemptStateAbandoned, done.Attempts[0].State)
 	require.Equal(t, domain.AttemptStateSucceeded, done.Attempts[1].State)
@@ -245,24 +199,24 @@ func TestZombieExecutorIsFencedOff(t *testing.T) {
 	api, apiURL := newEffectAPI(t)
 	lease := 2 * time.Second
 	zombie := e.worker("zombie", "pay", lease, 5, "resumable.sh", "EFFECT_URL="+apiURL, "HANG_SECONDS=4")
-	id := e.createTask(map[string]any{"queue": "pay"})
+	id := e.k.CreateTask(t, map[string]any{"queue": "pay"})
 	key := domain.OperationKey(id)
-	e.waitTask(id, 20*time.Second, "attempt 1 made its call", func(domain.Task) bool {
+	e.k.WaitTask(t, id, 20*time.Second, "attempt 1 made its call", func(domain.Task) bool {
 		calls, _ := api.snapshot()
 		return calls[key] == 1
 	})
 	zombie.signal(syscall.SIGSTOP)
 	e.worker("healthy", "pay", lease, 5, "resumable.sh", "EFFECT_URL="+apiURL)
-	done := e.waitTask(id, 30*time.Second, "accepted by attempt 2", func(t domain.Task) bool { return t.State == domain.StateAccepted })
+	done := e.k.WaitTask(t, id, 30*time.Second, "accepted by attempt 2", func(t domain.Task) bool { return t.State == domain.StateAccepted })
 	require.Equal(t, "healthy", done.Attempts[len(done.Attempts)-1].Executor)
 	before := e.history(id)
 
 	zombie.signal(syscall.SIGCONT)
 	// The zombie's job finishes and reports for attempt 1: it must be refused.
 	refusal := "task=" + id + " attempt=1 outcome=refused"
-	require.True(t, pollUntil(20*time.Second, func() bool { return strings.Contains(e.logs.String(), refusal) }),
+	require.True(t, servicetest.Within(20*time.Second, func() bool { return strings.Contains(e.logs.String(), refusal) }),
 		"the zombie's report for attempt 1 was refused")
-	after := e.task(id)
+	after := e.k.Task(t, id)
 	require.Equal(t, domain.StateAccepted, after.State)
 	require.Equal(t, domain.AttemptStateAbandoned, after.Attempts[0].State, "attempt 1 stays abandoned")
 	require.Equal(t, before, e.history(id), "the stale report appended nothing")
@@ -277,12 +231,12 @@ func TestRetriesWithBackoffSurviveAServerCrash(t *testing.T) {
 	e := newExecEnv(t)
 	e.worker("w", "flaky", 5*time.Second, 5, "flaky.sh", "SUCCEED_ON=3")
 	backoff := 3 * time.Second
-	id := e.createTask(map[string]any{"queue": "flaky",
+	id := e.k.CreateTask(t, map[string]any{"queue": "flaky",
 		"retry": map[string]any{"max_attempts": 3, "initial_backoff": backoff.String(), "multiplier": 1}})
-	e.waitTask(id, 20*time.Second, "attempt 1 failed, in backoff", func(t domain.Task) bool { return t.State == domain.StateBackoff })
+	e.k.WaitTask(t, id, 20*time.Second, "attempt 1 failed, in backoff", func(t domain.Task) bool { return t.State == domain.StateBackoff })
 	e.srv.kill9(t)
 	e.startServe()
-	done := e.waitTask(id, 40*time.Second, "accepted", func(t domain.Task) bool { return t.State == domain.StateAccepted })
+	done := e.k.WaitTask(t, id, 40*time.Second, "accepted", func(t domain.Task) bool { return t.State == domain.StateAccepted })
 	require.Len(t, done.Attempts, 3)
 	for i := 1; i < len(done.Attempts); i++ {
 		prev, next := done.Attempts[i-1], done.Attempts[i]
@@ -298,23 +252,23 @@ func TestCancelReachesTheRunningAttempt(t *testing.T) {
 	e := newExecEnv(t)
 	stopped := filepath.Join(t.TempDir(), "stopped")
 	e.worker("w", "slow", 10*time.Second, 5, "slow.sh", "STOPPED_FILE="+stopped)
-	id := e.createTask(map[string]any{"queue": "slow"})
-	e.waitTask(id, 20*time.Second, "running", func(t domain.Task) bool { return t.State == domain.StateRunning })
+	id := e.k.CreateTask(t, map[string]any{"queue": "slow"})
+	e.k.WaitTask(t, id, 20*time.Second, "running", func(t domain.Task) bool { return t.State == domain.StateRunning })
 	start := time.Now()
 	out, err := exec.Command(e.bin, "--server", e.url, "--creds", e.adminCreds(), "task", "cancel", id, "--reason", "no longer needed").CombinedOutput()
 	require.NoError(t, err, string(out))
-	require.True(t, pollUntil(10*time.Second, func() bool {
+	require.True(t, servicetest.Within(10*time.Second, func() bool {
 		b, _ := os.ReadFile(stopped)
 		return strings.Contains(string(b), id)
 	}), "the running command was not stopped")
 	reached := time.Since(start)
 	t.Logf("cancel reached the running command in %s", reached.Round(time.Millisecond))
 	require.Less(t, reached, 3*time.Second)
-	got := e.task(id)
+	got := e.k.Task(t, id)
 	require.Equal(t, domain.StateCancelled, got.State)
 	require.Equal(t, domain.AttemptStateCancelled, got.Attempts[0].State)
-	next := e.createTask(map[string]any{"queue": "slow", "input": "fast"})
-	e.waitTask(next, 20*time.Second, "the next task accepted", func(t domain.Task) bool { return t.State == domain.StateAccepted })
+	next := e.k.CreateTask(t, map[string]any{"queue": "slow", "input": "fast"})
+	e.k.WaitTask(t, next, 20*time.Second, "the next task accepted", func(t domain.Task) bool { return t.State == domain.StateAccepted })
 }
 
 // (e) A poison work item (its executor crashes every time) is quarantined,
@@ -337,11 +291,11 @@ func TestPoisonJobIsQuarantined(t *testing.T) {
 			}
 		}
 	})
-	bad := e.createTask(map[string]any{"queue": "risky", "input": "poison"})
-	failed := e.waitTask(bad, 60*time.Second, "quarantined", func(t domain.Task) bool { return t.State == domain.StateFailed })
+	bad := e.k.CreateTask(t, map[string]any{"queue": "risky", "input": "poison"})
+	failed := e.k.WaitTask(t, bad, 60*time.Second, "quarantined", func(t domain.Task) bool { return t.State == domain.StateFailed })
 	require.Equal(t, domain.ReasonQuarantined, failed.Reason)
 	require.NotNil(t, failed.Error)
 	t.Logf("poison: quarantined after %d worker crashes: %s", restarts, failed.Error.Message)
-	good := e.createTask(map[string]any{"queue": "risky", "input": "fine"})
-	e.waitTask(good, 30*time.Second, "the next task accepted", func(t domain.Task) bool { return t.State == domain.StateAccepted })
+	good := e.k.CreateTask(t, map[string]any{"queue": "risky", "input": "fine"})
+	e.k.WaitTask(t, good, 30*time.Second, "the next task accepted", func(t domain.Task) bool { return t.State == domain.StateAccepted })
 }

@@ -10,7 +10,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/oklog/ulid/v2"
 	"github.com/stretchr/testify/require"
 
 	"github.com/dwr-run/dwr/domain"
@@ -18,15 +17,6 @@ import (
 )
 
 // command sends a command and requires it acked.
-func (e *execEnv) command(name string, body any) domain.Reply {
-	e.t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	r := e.c.do(ctx, name, body, ulid.Make().String())
-	require.Equal(e.t, acked, r.Outcome, "%s: %v %s", name, r.Err, r.LastErr)
-	return r.reply()
-}
-
 // A `dwr worker` command asks for approval of an action (exit 101 with the
 // request in DWR_WAIT_FILE): the task waits with no process; a signed
 // decision resumes it, and the resumed run reads DWR_APPROVAL and acts.
@@ -34,14 +24,14 @@ func TestShellWorkerWaitsForAnApproval(t *testing.T) {
 	e := newExecEnv(t)
 	pub, priv, err := ed25519.GenerateKey(rand.Reader)
 	require.NoError(t, err)
-	e.command("approver.register", domain.RegisterApprover{Name: "ada", Role: "ops",
+	e.k.Command(t, "approver.register", domain.RegisterApprover{Name: "ada", Role: "ops",
 		PublicKey: base64.StdEncoding.EncodeToString(pub)})
 	e.worker("w", "refunds", 5*time.Second, 5, "approval.sh")
 	input := `{"order": "o-17", "cents": 1250}`
-	id := e.createTask(map[string]any{"queue": "refunds", "input": json.RawMessage(input)})
+	id := e.k.CreateTask(t, map[string]any{"queue": "refunds", "input": json.RawMessage(input)})
 
 	start := time.Now()
-	waiting := e.waitTask(id, 20*time.Second, "waiting on a pending approval", func(t domain.Task) bool {
+	waiting := e.k.WaitTask(t, id, 20*time.Second, "waiting on a pending approval", func(t domain.Task) bool {
 		return t.State == domain.StateWaiting && t.Wait != nil && t.Wait.Kind == domain.WaitApproval &&
 			len(t.Approvals) == 1 && t.Approvals[0].State == domain.ApprovalStatePending
 	})
@@ -65,7 +55,7 @@ func TestShellWorkerWaitsForAnApproval(t *testing.T) {
 		ActionDigest: a.ActionDigest, Comment: "ok", Signature: domain.SignDecision(priv, a.ID, "approve", a.ActionDigest)}, "ada-decides")
 	require.Equal(t, acked, r.Outcome, "approval.decide: %v %s", r.Err, r.LastErr)
 	decided := time.Now()
-	done := e.waitTask(id, 20*time.Second, "accepted", func(t domain.Task) bool { return t.State == domain.StateAccepted })
+	done := e.k.WaitTask(t, id, 20*time.Second, "accepted", func(t domain.Task) bool { return t.State == domain.StateAccepted })
 	resumed := time.Since(decided)
 	require.Len(t, done.Attempts, 2)
 	var res struct {
@@ -101,15 +91,15 @@ func TestShellWorkerWaitsForAnApproval(t *testing.T) {
 func TestShellWorkerWaitsForASignalAndATimer(t *testing.T) {
 	e := newExecEnv(t)
 	e.worker("w", "waits", 5*time.Second, 5, "waits.sh")
-	sig := e.createTask(map[string]any{"queue": "waits", "input": "signal"})
-	sleep := e.createTask(map[string]any{"queue": "waits", "input": "sleep"})
+	sig := e.k.CreateTask(t, map[string]any{"queue": "waits", "input": "signal"})
+	sleep := e.k.CreateTask(t, map[string]any{"queue": "waits", "input": "sleep"})
 
-	e.waitTask(sig, 20*time.Second, "waiting for signal go", func(t domain.Task) bool {
+	e.k.WaitTask(t, sig, 20*time.Second, "waiting for signal go", func(t domain.Task) bool {
 		return t.State == domain.StateWaiting && t.Wait != nil && t.Wait.Kind == domain.WaitSignal && t.Wait.Signal == "go"
 	})
 	out, err := exec.Command(e.bin, "--server", e.url, "--creds", e.adminCreds(), "signal", sig, "go", "--data", `{"paid": 42}`).CombinedOutput()
 	require.NoError(t, err, string(out))
-	done := e.waitTask(sig, 20*time.Second, "accepted after the signal", func(t domain.Task) bool {
+	done := e.k.WaitTask(t, sig, 20*time.Second, "accepted after the signal", func(t domain.Task) bool {
 		return t.State == domain.StateAccepted
 	})
 	require.Len(t, done.Attempts, 2)
@@ -118,7 +108,7 @@ func TestShellWorkerWaitsForASignalAndATimer(t *testing.T) {
 
 	// The sleep may be over already: when it was due is read from the
 	// task's history.
-	done = e.waitTask(sleep, 20*time.Second, "accepted after the sleep", func(t domain.Task) bool {
+	done = e.k.WaitTask(t, sleep, 20*time.Second, "accepted after the sleep", func(t domain.Task) bool {
 		return t.State == domain.StateAccepted
 	})
 	require.Len(t, done.Attempts, 2)

@@ -11,21 +11,6 @@ import (
 	"github.com/dwr-run/dwr/eventstore"
 )
 
-// ChainError reports history that does not verify: an event whose version or
-// previous hash does not follow its aggregate's last event. The views stop
-// there rather than skip history.
-type ChainError struct {
-	Seq           uint64
-	AggregateType string
-	AggregateID   string
-	Version       uint64
-	Problem       string
-}
-
-func (e *ChainError) Error() string {
-	return fmt.Sprintf("projections: log record %d: %s %s version %d: %s", e.Seq, e.AggregateType, e.AggregateID, e.Version, e.Problem)
-}
-
 // batchState is the aggregates one record touches, as the record leaves them.
 type batchState struct {
 	s          *Store
@@ -36,6 +21,9 @@ type batchState struct {
 	taskBefore map[string]*domain.Task // state before the record, for index moves
 	goalBefore map[string]*domain.Goal // likewise, for the goals' timers
 	tips       map[string]tip
+	// fresh: the event being applied is its aggregate's first (its tip
+	// showed none), so there is no state to load.
+	fresh bool
 }
 
 // Apply applies the log record at seq, verified (see eventstore.LogVerifier),
@@ -43,8 +31,9 @@ type batchState struct {
 // place in the log's chain (LogTip). A record at or below the checkpoint was
 // applied already and is skipped, so feeding a record twice is harmless. It
 // returns an error for a record that does not follow the last one applied
-// in the log's chain, a *ChainError when the record's aggregate histories do
-// not verify, and an error for an event it cannot decode (an unknown type
+// in the log's chain, an error wrapping an *eventstore.ChainError when the
+// record's aggregate histories do not verify (the views stop there rather
+// than skip history), and an error for an event it cannot decode (an unknown type
 // stops the views loudly).
 func (s *Store) Apply(seq uint64, c *eventstore.Commit) error { return s.apply(seq, c, false) }
 
@@ -163,14 +152,8 @@ func (bs *batchState) event(b *pebble.Batch, seq uint64, e *eventstore.Event) er
 	if err != nil {
 		return err
 	}
-	broken := func(problem string) error {
-		return &ChainError{Seq: seq, AggregateType: e.AggregateType, AggregateID: e.AggregateID, Version: e.Version, Problem: problem}
-	}
-	switch {
-	case e.Version != t.Version+1:
-		return broken(fmt.Sprintf("expected version %d", t.Version+1))
-	case e.PrevHash != t.Hash:
-		return broken("previous-event hash does not match: history was altered or lost")
+	if err := eventstore.CheckNext(e, t.Version, t.Hash); err != nil {
+		return fmt.Errorf("projections: log record %d: %w", seq, err)
 	}
 	bs.tips[e.AggregateType+"/"+e.AggregateID] = tip{Version: e.Version, Hash: e.Hash()}
 	if err := b.Set(historyKey(e.AggregateType, e.AggregateID, e.Version), e.Raw, nil); err != nil {
@@ -189,53 +172,26 @@ func (bs *batchState) event(b *pebble.Batch, seq uint64, e *eventstore.Event) er
 		return fmt.Errorf("projections: record %d: %w", seq, err)
 	}
 	r := domain.Recorded{CommandID: e.CommandID, Actor: e.Actor, Time: e.Time}
-	fresh := e.Version == 1 // the tip showed the aggregate has no events: nothing to load
-	switch e.AggregateType {
-	case domain.AggWorkspace:
-		cur, err := bs.workspace(e.AggregateID, fresh)
-		if err != nil {
-			return err
-		}
-		nw, err := domain.ApplyWorkspace(cur, e.AggregateID, ev, r)
-		if err != nil {
-			return fmt.Errorf("projections: record %d: %w", seq, err)
-		}
-		bs.workspaces[e.AggregateID] = nw
-	case domain.AggGoal:
-		cur, err := bs.goal(e.AggregateID, fresh)
-		if err != nil {
-			return err
-		}
-		ng, err := domain.ApplyGoal(cur, e.AggregateID, e.Workspace, ev, r)
-		if err != nil {
-			return fmt.Errorf("projections: record %d: %w", seq, err)
-		}
-		bs.goals[e.AggregateID] = ng
-	case domain.AggTask:
-		cur, err := bs.task(e.AggregateID, fresh)
-		if err != nil {
-			return err
-		}
-		nt, err := domain.ApplyTask(cur, e.AggregateID, e.Workspace, ev, r)
-		if err != nil {
-			return fmt.Errorf("projections: record %d: %w", seq, err)
-		}
-		bs.tasks[e.AggregateID] = nt
-	default:
-		return fmt.Errorf("projections: record %d: unknown aggregate type %q", seq, e.AggregateType)
+	bs.fresh = e.Version == 1 // the tip showed the aggregate has no events: nothing to load
+	// The version was checked against the tip above: Apply takes the next.
+	if _, err := domain.Apply(bs, e.AggregateType, e.AggregateID, e.Workspace, 0, ev, r); err != nil {
+		return fmt.Errorf("projections: record %d: %w", seq, err)
 	}
 	return nil
 }
 
-func (bs *batchState) workspace(id string, fresh bool) (*domain.Workspace, error) {
-	if w, ok := bs.workspaces[id]; ok || fresh {
+// Workspace returns the workspace as the record has left it so far (the
+// batch is a domain.States).
+func (bs *batchState) Workspace(id string) (*domain.Workspace, error) {
+	if w, ok := bs.workspaces[id]; ok || bs.fresh {
 		return w, nil
 	}
 	return bs.s.Workspace(id)
 }
 
-func (bs *batchState) goal(id string, fresh bool) (*domain.Goal, error) {
-	if g, ok := bs.goals[id]; ok || fresh {
+// Goal returns the goal as the record has left it so far.
+func (bs *batchState) Goal(id string) (*domain.Goal, error) {
+	if g, ok := bs.goals[id]; ok || bs.fresh {
 		return g, nil
 	}
 	g, err := bs.s.Goal(id)
@@ -245,11 +201,12 @@ func (bs *batchState) goal(id string, fresh bool) (*domain.Goal, error) {
 	return g, err
 }
 
-func (bs *batchState) task(id string, fresh bool) (*domain.Task, error) {
+// Task returns the task as the record has left it so far.
+func (bs *batchState) Task(id string) (*domain.Task, error) {
 	if t, ok := bs.tasks[id]; ok {
 		return t, nil
 	}
-	if fresh {
+	if bs.fresh {
 		bs.taskBefore[id] = nil
 		return nil, nil
 	}
@@ -259,6 +216,15 @@ func (bs *batchState) task(id string, fresh bool) (*domain.Task, error) {
 	}
 	return t, err
 }
+
+// SetWorkspace keeps the workspace's new state.
+func (bs *batchState) SetWorkspace(id string, w *domain.Workspace) { bs.workspaces[id] = w }
+
+// SetGoal keeps the goal's new state.
+func (bs *batchState) SetGoal(id string, g *domain.Goal) { bs.goals[id] = g }
+
+// SetTask keeps the task's new state.
+func (bs *batchState) SetTask(id string, t *domain.Task) { bs.tasks[id] = t }
 
 // flush writes the final state of every aggregate the record touched, moves
 // index entries, and adjusts goal counts.

@@ -128,3 +128,60 @@ func TestResetStartsEmptyViews(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, last, s.Checkpoint())
 }
+
+// A history whose stored events no longer chain — one deleted, one changed —
+// is never served: History and a listing from a cursor stop with the
+// eventstore's *ChainError, naming the aggregate and the version.
+func TestBrokenHistoryIsNotServed(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "views")
+	s, err := projections.Open(dir, projections.Options{})
+	require.NoError(t, err)
+	h := newHarness(t, s)
+	h.batch(cmd{&domain.CreateWorkspace{Name: "w"}, "ws"})
+	goal := domain.DeriveID(h.d.now, "g")
+	h.batch(cmd{&domain.CreateGoal{GoalID: goal, Title: "g"}, "g"})
+	h.batch(cmd{&domain.CancelGoal{GoalID: goal}, "cancel"})
+	hist, err := s.History("goal", goal)
+	require.NoError(t, err)
+	require.Len(t, hist, 2)
+	require.NoError(t, s.Close())
+
+	historyKey := func(v uint64) []byte { return binary.BigEndian.AppendUint64([]byte("h/goal/"+goal+"/"), v) }
+	reopen := func(change func(db *pebble.DB)) *projections.Store {
+		db, err := pebble.Open(dir, &pebble.Options{FormatMajorVersion: pebble.FormatNewest})
+		require.NoError(t, err)
+		change(db)
+		require.NoError(t, db.Close())
+		s, err := projections.Open(dir, projections.Options{})
+		require.NoError(t, err)
+		t.Cleanup(func() { _ = s.Close() })
+		return s
+	}
+
+	s = reopen(func(db *pebble.DB) { require.NoError(t, db.Delete(historyKey(1), pebble.Sync)) })
+	_, err = s.History("goal", goal)
+	var ce *eventstore.ChainError
+	require.ErrorAs(t, err, &ce)
+	require.Equal(t, eventstore.ChainGap, ce.Problem)
+	require.Equal(t, uint64(2), ce.Version)
+	require.ErrorContains(t, err, "goal/"+goal+" v2: version gap: want v1")
+	err = s.EachEvent("goal", goal, 1, func(eventstore.Event) bool { return true })
+	require.ErrorAs(t, err, &ce, "the cursor's event is gone")
+	require.Equal(t, eventstore.ChainGap, ce.Problem)
+	require.NoError(t, s.Close())
+
+	s = reopen(func(db *pebble.DB) {
+		changed := strings.Replace(string(hist[0].Raw), `"title":"g"`, `"title":"h"`, 1)
+		require.NotEqual(t, string(hist[0].Raw), changed)
+		require.NoError(t, db.Set(historyKey(1), []byte(changed), pebble.Sync))
+	})
+	served := 0
+	_, err = s.History("goal", goal)
+	require.ErrorAs(t, err, &ce)
+	require.Equal(t, eventstore.ChainPrevMismatch, ce.Problem)
+	require.Equal(t, uint64(2), ce.Version)
+	err = s.EachEvent("goal", goal, 1, func(eventstore.Event) bool { served++; return true })
+	require.ErrorAs(t, err, &ce, "the event after the cursor does not chain on the cursor's")
+	require.Equal(t, eventstore.ChainPrevMismatch, ce.Problem)
+	require.Zero(t, served)
+}

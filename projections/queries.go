@@ -187,7 +187,7 @@ func (s *Store) EachTask(ws string, f TaskFilter, fn func(*domain.Task) bool) er
 }
 
 // History returns the stored events of one aggregate, oldest first, each
-// verified against the previous one's hash.
+// verified as the next of its aggregate's chain; see EachEvent.
 func (s *Store) History(aggType, id string) ([]eventstore.Event, error) {
 	var out []eventstore.Event
 	err := s.EachEvent(aggType, id, 0, func(e eventstore.Event) bool {
@@ -199,11 +199,15 @@ func (s *Store) History(aggType, id string) ([]eventstore.Event, error) {
 
 // EachEvent calls fn with the stored events of one aggregate after version
 // after (0 for all), oldest first, until fn returns false. Each is verified
-// against the previous one's hash — the first against the event at version
-// after, which a listing before this one checked. An event's version is the
-// cursor that continues the listing after it.
+// as the next event of the aggregate's chain (eventstore.CheckNext: the next
+// version, carrying the previous event's hash) — the first against the event
+// at version after, which a listing before this one checked. An event's
+// version is the cursor that continues the listing after it. It returns an
+// error wrapping an *eventstore.ChainError for a history that does not
+// verify: fn sees nothing after the break.
 func (s *Store) EachEvent(aggType, id string, after uint64, fn func(eventstore.Event) bool) error {
-	prev, skip := "", after > 0
+	var last uint64 // the version and hash of the event before e
+	lastHash, skip := "", after > 0
 	lower := key(pHistory, aggType, id, "")
 	upper := upperBound(lower)
 	if after > 0 {
@@ -217,17 +221,17 @@ func (s *Store) EachEvent(aggType, id string, after uint64, fn func(eventstore.E
 		e.Raw = append([]byte(nil), v...)
 		if skip {
 			skip = false
-			if e.Version != after {
-				return &ChainError{AggregateType: aggType, AggregateID: id, Version: after, Problem: "event missing"}
+			if e.Version != after { // the cursor's event is gone
+				return &eventstore.ChainError{AggregateType: aggType, AggregateID: id, Version: e.Version, WantVersion: after,
+					Problem: eventstore.ChainGap}
 			}
-			prev = e.Hash()
+			last, lastHash = e.Version, e.Hash()
 			return nil
 		}
-		if e.PrevHash != prev {
-			return &ChainError{AggregateType: aggType, AggregateID: id, Version: e.Version,
-				Problem: "previous-event hash does not match"}
+		if err := eventstore.CheckNext(&e, last, lastHash); err != nil {
+			return err
 		}
-		prev = e.Hash()
+		last, lastHash = e.Version, e.Hash()
 		if !fn(e) {
 			return errStop
 		}

@@ -272,8 +272,11 @@ func TestApplyIsIdempotentAndDetectsBrokenChains(t *testing.T) {
 		ID: ulid.Make().String(), Type: "goal.cancelled", SchemaVersion: 1, Workspace: "w", AggregateType: "goal",
 		AggregateID: goal, Version: 3, CommandID: "x", Time: h.d.now, Data: json.RawMessage(`{}`)}}}
 	seq, dec := h.append(bad)
-	var ce *projections.ChainError
-	require.ErrorAs(t, s.Apply(seq, dec), &ce)
+	var ce *eventstore.ChainError
+	err := s.Apply(seq, dec)
+	require.ErrorAs(t, err, &ce)
+	require.Equal(t, eventstore.ChainGap, ce.Problem)
+	require.ErrorContains(t, err, fmt.Sprintf("projections: log record %d: eventstore: goal/%s v3: version gap: want v2", seq, goal))
 	require.Equal(t, before, dump(t, s))
 
 	// So is a record that does not follow the last one in the log's chain.

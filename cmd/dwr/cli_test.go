@@ -8,7 +8,6 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -18,7 +17,6 @@ import (
 	"github.com/dwr-run/dwr/handlers"
 	"github.com/dwr-run/dwr/handlers/servicetest"
 	"github.com/dwr-run/dwr/projections"
-	"github.com/dwr-run/dwr/schemas"
 )
 
 // cliServer starts the service on an embedded NATS server listening on a
@@ -165,16 +163,11 @@ func rawCommand(t *testing.T, url, name string, body any) string {
 	nc, err := nats.Connect(url)
 	require.NoError(t, err)
 	defer nc.Close()
-	data, err := json.Marshal(body)
-	require.NoError(t, err)
-	resp, err := nc.Request("dwr.cmd.default."+name, data, 10*time.Second)
-	require.NoError(t, err)
-	var r schemas.Reply
-	require.NoError(t, json.Unmarshal(resp.Data, &r))
-	require.True(t, r.OK, "%s: %+v", name, r.Error)
-	var res schemas.CommandResult
-	require.NoError(t, json.Unmarshal(r.Result, &res))
-	return res.Token
+	var r struct {
+		Token string `json:"token"`
+	}
+	require.NoError(t, json.Unmarshal(servicetest.NewClient(nc, "default").Command(t, name, body), &r))
+	return r.Token
 }
 
 func TestCLISignalResumesAWaitingTask(t *testing.T) {

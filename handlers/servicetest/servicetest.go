@@ -1,7 +1,12 @@
 // Package servicetest runs the whole dwr service in-process for tests: a
 // real embedded NATS server with JetStream on a directory, real Pebble
-// views, and the handlers, stopped at the test's cleanup. It is the one way
-// every package's tests start the service.
+// views, and the handlers, stopped at the test's cleanup. The log is the
+// JetStream stream on that server, or (Options.Log) an in-memory log for
+// tests that do not test storage. It is the one way
+// every package's tests start the service. Its Client (commands, queries,
+// CreateTask, WaitState, WaitTask) and Eventually are the one kit those
+// tests talk to a service and wait with, on any connection: the service
+// in-process, or `dwr serve` in another process.
 package servicetest
 
 import (
@@ -17,13 +22,12 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
-	"github.com/oklog/ulid/v2"
 
+	"github.com/dwr-run/dwr/eventstore"
 	"github.com/dwr-run/dwr/handlers"
 	"github.com/dwr-run/dwr/handlers/access"
 	"github.com/dwr-run/dwr/handlers/embedded"
 	"github.com/dwr-run/dwr/projections"
-	"github.com/dwr-run/dwr/schemas"
 )
 
 // Options adjust the service a test starts; the zero value is an in-process
@@ -43,6 +47,14 @@ type Options struct {
 	// connection, and Service.Member adds identities. A data directory a
 	// closed service wrote is always started closed.
 	Secure bool
+	// Log, when set, is the log the service writes (it replaces
+	// Config.Log) instead of the JetStream stream DWR_LOG on the embedded
+	// server: eventstore.NewMemoryLog() for a test that does not test
+	// storage — the work items, the event feed, the lease and the token key
+	// stay on the real server. A test that restarts the service on the same
+	// directory gives the same Log again. A test of storage, fencing,
+	// replicas or integrity leaves it nil.
+	Log eventstore.Log
 }
 
 // Clock is a clock a test moves by hand, so that it moves time instead of
@@ -165,6 +177,9 @@ func TryStart(t testing.TB, dir string, o Options) (*Service, error) {
 	}
 	if o.Clock != nil {
 		o.Config.Clock = o.Clock.Now
+	}
+	if o.Log != nil {
+		o.Config.Log = o.Log
 	}
 	if o.Config.LogKey == nil {
 		key, _, err := handlers.LoadLogKey(filepath.Join(dir, handlers.LogKeyFile), true)
@@ -297,23 +312,9 @@ func (s *Service) WaitEnded(t testing.TB, d time.Duration) error {
 func (s *Service) Stop() { s.stop() }
 
 // Must sends command name with body to workspace ws on nc and fails the test
-// unless it is acknowledged; it returns the reply's result.
+// unless it is acknowledged; it returns the reply's result. It is
+// NewClient(nc, ws).Command.
 func Must(t testing.TB, nc *nats.Conn, ws, name string, body any) json.RawMessage {
 	t.Helper()
-	b, err := json.Marshal(body)
-	if err != nil {
-		t.Fatal(err)
-	}
-	m := nats.NewMsg("dwr.cmd." + ws + "." + name)
-	m.Data = b
-	m.Header.Set(schemas.HeaderCommandID, ulid.Make().String())
-	resp, err := nc.RequestMsg(m, 10*time.Second)
-	if err != nil {
-		t.Fatalf("servicetest: %s: %v", name, err)
-	}
-	var r schemas.Reply
-	if err := json.Unmarshal(resp.Data, &r); err != nil || !r.OK {
-		t.Fatalf("servicetest: %s: %s", name, resp.Data)
-	}
-	return r.Result
+	return NewClient(nc, ws).Command(t, name, body)
 }
