@@ -176,18 +176,30 @@ func testReadStops(t *testing.T, l eventstore.Log) {
 func testTail(t *testing.T, l eventstore.Log) {
 	ctx := testCtx(t)
 	before := appendN(ctx, t, l, 2)
+	next, stop := startTail(ctx, t, l, before[1])
+	require.Equal(t, before[1], next().seq, "tail starts at from")
 
+	after := appendN(ctx, t, l, 3)
+	for _, seq := range after {
+		require.Equal(t, seq, next().seq, "tail sees records appended after it started")
+	}
+	stop()
+}
+
+// startTail tails l from in the background. next waits for the tail's next
+// record; stop cancels the tail and requires that it ends with the cancel.
+func startTail(ctx context.Context, t *testing.T, l eventstore.Log, from uint64) (next func() record, stop func()) {
 	tailCtx, cancel := context.WithCancel(ctx)
-	defer cancel()
+	t.Cleanup(cancel)
 	got := make(chan record, 16)
 	done := make(chan error, 1)
 	go func() {
-		done <- l.Tail(tailCtx, before[1], func(seq uint64, r []byte) error {
+		done <- l.Tail(tailCtx, from, func(seq uint64, r []byte) error {
 			got <- record{seq, bytes.Clone(r)}
 			return nil
 		})
 	}()
-	next := func() record {
+	next = func() record {
 		t.Helper()
 		select {
 		case r := <-got:
@@ -199,20 +211,17 @@ func testTail(t *testing.T, l eventstore.Log) {
 		}
 		return record{}
 	}
-	require.Equal(t, before[1], next().seq, "tail starts at from")
-
-	after := appendN(ctx, t, l, 3)
-	for _, seq := range after {
-		require.Equal(t, seq, next().seq, "tail sees records appended after it started")
+	stop = func() {
+		t.Helper()
+		cancel()
+		select {
+		case err := <-done:
+			require.ErrorIs(t, err, context.Canceled)
+		case <-ctx.Done():
+			require.FailNow(t, "tail did not stop on cancel")
+		}
 	}
-
-	cancel()
-	select {
-	case err := <-done:
-		require.ErrorIs(t, err, context.Canceled)
-	case <-ctx.Done():
-		require.FailNow(t, "tail did not stop on cancel")
-	}
+	return next, stop
 }
 
 func testTailStops(t *testing.T, l eventstore.Log) {
@@ -265,30 +274,8 @@ func testTooLarge(t *testing.T, l eventstore.Log) {
 func testTailFromEnd(t *testing.T, l eventstore.Log) {
 	ctx := testCtx(t)
 	before := appendN(ctx, t, l, 2)
-	tailCtx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	got := make(chan uint64, 4)
-	done := make(chan error, 1)
-	go func() {
-		done <- l.Tail(tailCtx, before[1]+1, func(seq uint64, _ []byte) error {
-			got <- seq
-			return nil
-		})
-	}()
+	next, stop := startTail(ctx, t, l, before[1]+1)
 	after := appendN(ctx, t, l, 1)
-	select {
-	case seq := <-got:
-		require.Equal(t, after[0], seq, "a tail past the end waits for the next record")
-	case err := <-done:
-		require.FailNow(t, "tail ended early", "%v", err)
-	case <-ctx.Done():
-		require.FailNow(t, "timed out waiting for a tailed record")
-	}
-	cancel()
-	select {
-	case err := <-done:
-		require.ErrorIs(t, err, context.Canceled)
-	case <-ctx.Done():
-		require.FailNow(t, "tail did not stop on cancel")
-	}
+	require.Equal(t, after[0], next().seq, "a tail past the end waits for the next record")
+	stop()
 }
