@@ -315,12 +315,9 @@ func (w *Workspace) Approver(name string) *Approver {
 }
 
 func (x *tx) registerApprover(c *RegisterApprover) (Reply, error) {
-	w, err := x.o.Workspace(x.m.Workspace)
-	if err != nil {
-		return Reply{}, err
-	}
-	if w.HasCommand(x.m.Key()) {
-		return Reply{ID: w.Name, Version: w.Version, Duplicate: true}, nil
+	w, dup, err := x.commandWorkspace()
+	if err != nil || dup {
+		return duplicateWorkspaceOr(w, err)
 	}
 	if !ValidName(c.Name) {
 		return Reply{}, invalid("/name", "approver name %q is not valid: use 1-63 lower-case letters, digits, '_' or '-'", c.Name)
@@ -337,18 +334,14 @@ func (x *tx) registerApprover(c *RegisterApprover) (Reply, error) {
 	}
 	id := KeyID(pub)
 	if a := w.Approver(c.Name); a != nil && a.KeyID == id && a.Role == c.Role && a.RevokedAt == nil && sameTime(a.ExpiresAt, c.ExpiresAt) {
-		return Reply{ID: w.Name, Version: w.Version, Duplicate: true}, nil
+		return workspaceReply(w, true), nil
 	}
 	ev := &ApproverRegistered{Name: c.Name, Role: c.Role, PublicKey: c.PublicKey, KeyID: id}
 	if c.ExpiresAt != nil {
 		at := c.ExpiresAt.UTC()
 		ev.ExpiresAt = &at
 	}
-	if err := x.emit(w.Name, ev); err != nil {
-		return Reply{}, err
-	}
-	w, _ = x.o.Workspace(w.Name)
-	return Reply{ID: w.Name, Version: w.Version}, nil
+	return x.emitWorkspace(w, ev)
 }
 
 // sameTime reports whether two optional times are both unset or the same
@@ -361,12 +354,9 @@ func sameTime(a, b *time.Time) bool {
 }
 
 func (x *tx) revokeApprover(c *RevokeApprover) (Reply, error) {
-	w, err := x.o.Workspace(x.m.Workspace)
-	if err != nil {
-		return Reply{}, err
-	}
-	if w.HasCommand(x.m.Key()) {
-		return Reply{ID: w.Name, Version: w.Version, Duplicate: true}, nil
+	w, dup, err := x.commandWorkspace()
+	if err != nil || dup {
+		return duplicateWorkspaceOr(w, err)
 	}
 	if !ValidName(c.Name) {
 		return Reply{}, invalid("/name", "approver name %q is not valid: use 1-63 lower-case letters, digits, '_' or '-'", c.Name)
@@ -376,13 +366,9 @@ func (x *tx) revokeApprover(c *RevokeApprover) (Reply, error) {
 		return Reply{}, notFound("/name", "approver %q is not registered in workspace %q", c.Name, w.Name)
 	}
 	if a.RevokedAt != nil { // revoked already: nothing changes
-		return Reply{ID: w.Name, Version: w.Version, Duplicate: true}, nil
+		return workspaceReply(w, true), nil
 	}
-	if err := x.emit(w.Name, &ApproverRevoked{Name: c.Name, KeyID: a.KeyID}); err != nil {
-		return Reply{}, err
-	}
-	w, _ = x.o.Workspace(w.Name)
-	return Reply{ID: w.Name, Version: w.Version}, nil
+	return x.emitWorkspace(w, &ApproverRevoked{Name: c.Name, KeyID: a.KeyID})
 }
 
 func (x *tx) requestApproval(c *RequestApproval) (Reply, error) {
@@ -543,9 +529,7 @@ func (x *tx) expireApproval(t *Task, c *FireTimer) (Reply, error) {
 	id := ApprovalID(t.ID, c.Attempt)
 	a := t.Approval(id)
 	if a == nil || a.State != ApprovalStatePending || a.ExpiresAt == nil {
-		r := taskReply(t)
-		r.Duplicate = true
-		return r, nil
+		return duplicateTask(t), nil
 	}
 	if x.m.Now.Before(*a.ExpiresAt) {
 		return Reply{}, conflict("approval %s does not expire until %s", id, a.ExpiresAt)

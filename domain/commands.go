@@ -1,6 +1,8 @@
 package domain
 
 import (
+	"maps"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -178,11 +180,7 @@ var commandTypes = map[string]func() Command{
 
 // CommandNames returns every command's wire name.
 func CommandNames() []string {
-	out := make([]string, 0, len(commandTypes))
-	for k := range commandTypes {
-		out = append(out, k)
-	}
-	return out
+	return slices.Collect(maps.Keys(commandTypes))
 }
 
 // NewCommand returns a pointer to a zero command of the named type, ready to

@@ -74,9 +74,7 @@ func (x *tx) createGoal(c *CreateGoal) (Reply, error) {
 	}
 	if g != nil {
 		if g.HasCommand(x.m.Key()) {
-			r := goalReply(g)
-			r.Duplicate = true
-			return r, nil
+			return duplicateGoal(g), nil
 		}
 		return Reply{}, conflict("goal %s already exists", c.GoalID)
 	}
@@ -93,9 +91,7 @@ func (x *tx) cancelGoal(c *CancelGoal) (Reply, error) {
 		return Reply{}, err
 	}
 	if g.HasCommand(x.m.Key()) {
-		r := goalReply(g)
-		r.Duplicate = true
-		return r, nil
+		return duplicateGoal(g), nil
 	}
 	if err := checkText("/reason", c.Reason, MaxReason, false); err != nil {
 		return Reply{}, err
@@ -106,16 +102,8 @@ func (x *tx) cancelGoal(c *CancelGoal) (Reply, error) {
 	if err := x.emit(g.ID, &GoalCancelled{Reason: c.Reason}); err != nil {
 		return Reply{}, err
 	}
-	for _, pt := range slices.Backward(g.Plan) {
-		t, err := x.o.Task(pt.TaskID)
-		if err != nil {
-			return Reply{}, err
-		}
-		if t != nil && !Terminal(t.State) {
-			if err := x.emit(t.ID, &TaskCancelled{Reason: ReasonGoalCancelled}); err != nil {
-				return Reply{}, err
-			}
-		}
+	if err := x.endPlan(g, func() Event { return &TaskCancelled{Reason: ReasonGoalCancelled} }); err != nil {
+		return Reply{}, err
 	}
 	g, _ = x.o.Goal(g.ID)
 	return goalReply(g), nil
@@ -133,8 +121,8 @@ func (x *tx) submitPlan(c *SubmitPlan) (Reply, error) {
 		return Reply{}, err
 	}
 	if g.HasCommand(x.m.Key()) {
-		r := goalReply(g)
-		r.Tasks, r.Duplicate = g.Plan, true
+		r := duplicateGoal(g)
+		r.Tasks = g.Plan
 		return r, nil
 	}
 	if g.State != GoalStateOpen && g.State != GoalStateFailed {

@@ -45,12 +45,9 @@ func (x *tx) createTask(c *CreateTask) (Reply, error) {
 }
 
 func (x *tx) cancelTask(c *CancelTask) (Reply, error) {
-	t, err := x.task(c.TaskID, "/task_id")
-	if err != nil {
-		return Reply{}, err
-	}
-	if t.HasCommand(x.m.Key()) {
-		return duplicateTask(t), nil
+	t, dup, err := x.commandTask(c.TaskID)
+	if err != nil || dup {
+		return duplicateOr(t, err)
 	}
 	if err := checkText("/reason", c.Reason, MaxReason, false); err != nil {
 		return Reply{}, err
@@ -58,18 +55,15 @@ func (x *tx) cancelTask(c *CancelTask) (Reply, error) {
 	if Terminal(t.State) {
 		return Reply{}, conflict("task %s is already %s", t.ID, t.State)
 	}
-	if err := x.emit(t.ID, &TaskCancelled{Reason: c.Reason}); err != nil {
-		return Reply{}, err
-	}
-	return x.after(t.ID)
+	return x.emitReply(t.ID, &TaskCancelled{Reason: c.Reason})
 }
 
 func (x *tx) claimTask(c *ClaimTask) (Reply, error) {
-	t, err := x.task(c.TaskID, "/task_id")
+	t, dup, err := x.commandTask(c.TaskID)
 	if err != nil {
 		return Reply{}, err
 	}
-	if t.HasCommand(x.m.Key()) {
+	if dup {
 		r := duplicateTask(t)
 		r.Task = t
 		return r, nil
@@ -95,17 +89,11 @@ func (x *tx) claimTask(c *ClaimTask) (Reply, error) {
 	if why, err := x.overBudget(t); err != nil {
 		return Reply{}, err
 	} else if why != "" {
-		if err := x.emit(t.ID, &TaskFailed{Reason: ReasonBudget, Error: &ErrorInfo{Code: ReasonBudget, Message: why}}); err != nil {
-			return Reply{}, err
-		}
-		return x.after(t.ID)
+		return x.emitReply(t.ID, &TaskFailed{Reason: ReasonBudget, Error: &ErrorInfo{Code: ReasonBudget, Message: why}})
 	}
 	if spent(t) >= retryOf(t).MaxAttempts {
-		if err := x.emit(t.ID, &TaskFailed{Reason: ReasonAttemptsSpent,
-			Error: &ErrorInfo{Code: ReasonAttemptsSpent, Message: fmt.Sprintf("%d attempts used", spent(t))}}); err != nil {
-			return Reply{}, err
-		}
-		return x.after(t.ID)
+		return x.emitReply(t.ID, &TaskFailed{Reason: ReasonAttemptsSpent,
+			Error: &ErrorInfo{Code: ReasonAttemptsSpent, Message: fmt.Sprintf("%d attempts used", spent(t))}})
 	}
 	started := &AttemptStarted{Attempt: len(t.Attempts) + 1, Executor: c.Executor,
 		ExecutorVersion: c.ExecutorVersion, OperationKey: OperationKey(t.ID), TokenHash: c.TokenHash}
@@ -129,10 +117,7 @@ func (x *tx) saveCheckpoint(c *SaveCheckpoint) (Reply, error) {
 	if len(c.Checkpoint) > MaxInputBytes {
 		return Reply{}, invalid("/checkpoint", "is %d bytes; at most %d are allowed", len(c.Checkpoint), MaxInputBytes)
 	}
-	if err := x.emit(t.ID, &CheckpointSaved{Attempt: c.Attempt, Checkpoint: c.Checkpoint}); err != nil {
-		return Reply{}, err
-	}
-	return x.after(t.ID)
+	return x.emitReply(t.ID, &CheckpointSaved{Attempt: c.Attempt, Checkpoint: c.Checkpoint})
 }
 
 func (x *tx) reportSuccess(c *ReportSuccess) (Reply, error) {
@@ -194,12 +179,9 @@ func (x *tx) failAttempt(t *Task, n int, e ErrorInfo, retryable bool) error {
 }
 
 func (x *tx) recordVerification(c *RecordVerification) (Reply, error) {
-	t, err := x.task(c.TaskID, "/task_id")
-	if err != nil {
-		return Reply{}, err
-	}
-	if t.HasCommand(x.m.Key()) {
-		return duplicateTask(t), nil
+	t, dup, err := x.commandTask(c.TaskID)
+	if err != nil || dup {
+		return duplicateOr(t, err)
 	}
 	if !slices.Contains([]string{OutcomePass, OutcomeFail, OutcomeInconclusive}, c.Outcome) {
 		return Reply{}, invalid("/outcome", "outcome %q is not one of PASS, FAIL, INCONCLUSIVE", c.Outcome)
@@ -252,21 +234,16 @@ func (x *tx) recordVerification(c *RecordVerification) (Reply, error) {
 			next = &TaskReady{Reason: ReasonVerification}
 		}
 	}
-	if next != nil {
-		if err := x.emit(t.ID, next); err != nil {
-			return Reply{}, err
-		}
+	if next == nil {
+		return x.after(t.ID)
 	}
-	return x.after(t.ID)
+	return x.emitReply(t.ID, next)
 }
 
 func (x *tx) reviewTask(c *ReviewTask) (Reply, error) {
-	t, err := x.task(c.TaskID, "/task_id")
-	if err != nil {
-		return Reply{}, err
-	}
-	if t.HasCommand(x.m.Key()) {
-		return duplicateTask(t), nil
+	t, dup, err := x.commandTask(c.TaskID)
+	if err != nil || dup {
+		return duplicateOr(t, err)
 	}
 	if err := checkText("/reason", c.Reason, MaxReason, false); err != nil {
 		return Reply{}, err
@@ -288,10 +265,7 @@ func (x *tx) reviewTask(c *ReviewTask) (Reply, error) {
 	case ReviewRetry:
 		next = &TaskReady{Reason: "review_retry"}
 	}
-	if err := x.emitAll(t.ID, &ReviewDecided{Decision: c.Decision, Reason: c.Reason}, next); err != nil {
-		return Reply{}, err
-	}
-	return x.after(t.ID)
+	return x.emitReply(t.ID, &ReviewDecided{Decision: c.Decision, Reason: c.Reason}, next)
 }
 
 func (x *tx) waitTask(c *WaitTask) (Reply, error) {
@@ -314,19 +288,13 @@ func (x *tx) waitTask(c *WaitTask) (Reply, error) {
 	default:
 		return Reply{}, invalid("/kind", "kind %q is not one of signal, timer", c.Kind)
 	}
-	if err := x.emit(t.ID, w); err != nil {
-		return Reply{}, err
-	}
-	return x.after(t.ID)
+	return x.emitReply(t.ID, w)
 }
 
 func (x *tx) sendSignal(c *SendSignal) (Reply, error) {
-	t, err := x.task(c.TaskID, "/task_id")
-	if err != nil {
-		return Reply{}, err
-	}
-	if t.HasCommand(x.m.Key()) {
-		return duplicateTask(t), nil
+	t, dup, err := x.commandTask(c.TaskID)
+	if err != nil || dup {
+		return duplicateOr(t, err)
 	}
 	if len(c.Payload) > MaxInputBytes {
 		return Reply{}, invalid("/payload", "is %d bytes; at most %d are allowed", len(c.Payload), MaxInputBytes)
@@ -334,10 +302,7 @@ func (x *tx) sendSignal(c *SendSignal) (Reply, error) {
 	if t.State != StateWaiting || t.Wait == nil || t.Wait.Kind != WaitSignal || t.Wait.Signal != c.Name {
 		return Reply{}, &Error{Code: CodeConflict, Field: "/name", Message: fmt.Sprintf("task %s is %s and not waiting for signal %q", t.ID, t.State, c.Name)}
 	}
-	if err := x.emitAll(t.ID, &SignalReceived{Name: c.Name, Payload: c.Payload}, &TaskReady{Reason: "signal"}); err != nil {
-		return Reply{}, err
-	}
-	return x.after(t.ID)
+	return x.emitReply(t.ID, &SignalReceived{Name: c.Name, Payload: c.Payload}, &TaskReady{Reason: "signal"})
 }
 
 // fireTimer moves a task whose moment has come. A timer that is stale (the
@@ -346,14 +311,11 @@ func (x *tx) fireTimer(c *FireTimer) (Reply, error) {
 	if c.Kind == TimerGoal {
 		return x.goalDeadline(c)
 	}
-	t, err := x.task(c.TaskID, "/task_id")
-	if err != nil {
-		return Reply{}, err
+	t, dup, err := x.commandTask(c.TaskID)
+	if err != nil || dup {
+		return duplicateOr(t, err)
 	}
-	if t.HasCommand(x.m.Key()) {
-		return duplicateTask(t), nil
-	}
-	stale := func() (Reply, error) { r := taskReply(t); r.Duplicate = true; return r, nil }
+	stale := func() (Reply, error) { return duplicateTask(t), nil }
 	early := func(due fmt.Stringer) (Reply, error) {
 		return Reply{}, conflict("timer for task %s is not due until %s", t.ID, due)
 	}
@@ -455,12 +417,9 @@ func (x *tx) overBudget(t *Task) (string, error) {
 // so that it never blocks its queue. A task that has ended already is left as
 // it is (the work item was stale).
 func (x *tx) quarantineTask(c *QuarantineTask) (Reply, error) {
-	t, err := x.task(c.TaskID, "/task_id")
-	if err != nil {
-		return Reply{}, err
-	}
-	if t.HasCommand(x.m.Key()) || Terminal(t.State) {
-		return duplicateTask(t), nil
+	t, dup, err := x.commandTask(c.TaskID)
+	if err != nil || dup || Terminal(t.State) {
+		return duplicateOr(t, err)
 	}
 	if err := checkText("/reason", c.Reason, MaxReason, false); err != nil {
 		return Reply{}, err
@@ -469,10 +428,7 @@ func (x *tx) quarantineTask(c *QuarantineTask) (Reply, error) {
 	if msg == "" {
 		msg = "its work item could not be processed"
 	}
-	if err := x.emit(t.ID, &TaskFailed{Reason: ReasonQuarantined, Error: &ErrorInfo{Code: ReasonQuarantined, Message: msg}}); err != nil {
-		return Reply{}, err
-	}
-	return x.after(t.ID)
+	return x.emitReply(t.ID, &TaskFailed{Reason: ReasonQuarantined, Error: &ErrorInfo{Code: ReasonQuarantined, Message: msg}})
 }
 
 // goalDeadline fails a goal whose deadline passed, with every task of its
@@ -485,9 +441,7 @@ func (x *tx) goalDeadline(c *FireTimer) (Reply, error) {
 	}
 	d := g.Envelope.Budget.Deadline
 	if g.State != GoalStateOpen || d == nil {
-		r := goalReply(g)
-		r.Duplicate = true
-		return r, nil
+		return duplicateGoal(g), nil
 	}
 	if x.m.Now.Before(*d) {
 		return Reply{}, conflict("the deadline of goal %s is not until %s", g.ID, d)
@@ -496,16 +450,11 @@ func (x *tx) goalDeadline(c *FireTimer) (Reply, error) {
 	if err := x.emit(g.ID, &GoalFailed{Reason: why}); err != nil {
 		return Reply{}, err
 	}
-	for _, pt := range slices.Backward(g.Plan) { // dependents first: each ends with the deadline as its reason
-		t, err := x.o.Task(pt.TaskID)
-		if err != nil {
-			return Reply{}, err
-		}
-		if t != nil && !Terminal(t.State) {
-			if err := x.emit(t.ID, &TaskFailed{Reason: ReasonDeadline, Error: &ErrorInfo{Code: ReasonDeadline, Message: why}}); err != nil {
-				return Reply{}, err
-			}
-		}
+	err = x.endPlan(g, func() Event { // each ends with the deadline as its reason
+		return &TaskFailed{Reason: ReasonDeadline, Error: &ErrorInfo{Code: ReasonDeadline, Message: why}}
+	})
+	if err != nil {
+		return Reply{}, err
 	}
 	g, _ = x.o.Goal(g.ID)
 	return goalReply(g), nil

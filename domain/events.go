@@ -3,6 +3,8 @@ package domain
 import (
 	"encoding/json"
 	"fmt"
+	"maps"
+	"slices"
 	"time"
 
 	"github.com/dwr-run/dwr/schemas"
@@ -337,11 +339,7 @@ var eventTypes = map[string]func() Event{
 
 // EventTypes returns every event type name, for schemas and golden tests.
 func EventTypes() []string {
-	out := make([]string, 0, len(eventTypes))
-	for k := range eventTypes {
-		out = append(out, k)
-	}
-	return out
+	return slices.Collect(maps.Keys(eventTypes))
 }
 
 // NewEvent returns a zero event of the named type.

@@ -5,6 +5,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"slices"
 
 	"github.com/dwr-run/dwr/schemas"
 )
@@ -123,6 +124,7 @@ func (x *tx) emit(id string, e Event) error {
 	return x.o.Apply(Change{AggregateType: e.AggregateType(), AggregateID: id, Workspace: x.m.Workspace, Event: e}, x.rec())
 }
 
+// emitAll emits es to aggregate id, in order.
 func (x *tx) emitAll(id string, es ...Event) error {
 	for _, e := range es {
 		if err := x.emit(id, e); err != nil {
@@ -155,6 +157,27 @@ func (x *tx) goal(id, field string) (*Goal, error) {
 	return g, nil
 }
 
+// commandTask returns task id of this workspace (or not_found naming
+// /task_id) and whether this command was applied to it already.
+func (x *tx) commandTask(id string) (t *Task, dup bool, err error) {
+	t, err = x.task(id, "/task_id")
+	if err != nil {
+		return nil, false, err
+	}
+	return t, t.HasCommand(x.m.Key()), nil
+}
+
+// commandWorkspace returns this workspace and whether this command was
+// applied to it already. Every command but workspace.create runs in a
+// workspace that exists (requireWorkspace).
+func (x *tx) commandWorkspace() (w *Workspace, dup bool, err error) {
+	w, err = x.o.Workspace(x.m.Workspace)
+	if err != nil {
+		return nil, false, err
+	}
+	return w, w.HasCommand(x.m.Key()), nil
+}
+
 // task returns the task id of this workspace, or not_found naming field.
 func (x *tx) task(id, field string) (*Task, error) {
 	t, err := x.o.Task(id)
@@ -181,6 +204,21 @@ func goalReply(g *Goal) Reply {
 
 func duplicateTask(t *Task) Reply { r := taskReply(t); r.Duplicate = true; return r }
 
+func duplicateGoal(g *Goal) Reply { r := goalReply(g); r.Duplicate = true; return r }
+
+func workspaceReply(w *Workspace, dup bool) Reply {
+	return Reply{ID: w.Name, Version: w.Version, Duplicate: dup}
+}
+
+// duplicateWorkspaceOr returns err, or when there is none the duplicate reply
+// for w.
+func duplicateWorkspaceOr(w *Workspace, err error) (Reply, error) {
+	if err != nil {
+		return Reply{}, err
+	}
+	return workspaceReply(w, true), nil
+}
+
 // duplicateOr returns err, or when there is none the duplicate reply for t.
 func duplicateOr(t *Task, err error) (Reply, error) {
 	if err != nil {
@@ -196,6 +234,42 @@ func (x *tx) after(id string) (Reply, error) {
 		return Reply{}, err
 	}
 	return taskReply(t), nil
+}
+
+// emitReply emits es to task id and returns the task's reply as it then
+// is.
+func (x *tx) emitReply(id string, es ...Event) (Reply, error) {
+	if err := x.emitAll(id, es...); err != nil {
+		return Reply{}, err
+	}
+	return x.after(id)
+}
+
+// emitWorkspace emits e to workspace w and returns the workspace's reply as
+// it then is.
+func (x *tx) emitWorkspace(w *Workspace, e Event) (Reply, error) {
+	if err := x.emit(w.Name, e); err != nil {
+		return Reply{}, err
+	}
+	w, _ = x.o.Workspace(w.Name)
+	return workspaceReply(w, false), nil
+}
+
+// endPlan ends every task of g's plan that has not ended, dependents first,
+// with the event end returns.
+func (x *tx) endPlan(g *Goal, end func() Event) error {
+	for _, pt := range slices.Backward(g.Plan) {
+		t, err := x.o.Task(pt.TaskID)
+		if err != nil {
+			return err
+		}
+		if t != nil && !Terminal(t.State) {
+			if err := x.emit(t.ID, end()); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
 }
 
 // gate returns the event that moves a task whose dependencies are met: to
@@ -296,7 +370,9 @@ func (x *tx) react() error {
 	return nil
 }
 
-func (x *tx) onAccepted(id string) error {
+// forPendingDependents calls f with each task that depends on task id and is
+// pending when its turn comes.
+func (x *tx) forPendingDependents(id string, f func(d string, t *Task) error) error {
 	deps, err := x.o.Dependents(id)
 	if err != nil {
 		return err
@@ -309,47 +385,43 @@ func (x *tx) onAccepted(id string) error {
 		if t == nil || t.State != StatePending {
 			continue
 		}
-		met := true
+		if err := f(d, t); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (x *tx) onAccepted(id string) error {
+	err := x.forPendingDependents(id, func(d string, t *Task) error {
 		for _, dep := range t.DependsOn {
 			dt, err := x.o.Task(dep)
 			if err != nil {
 				return err
 			}
 			if dt == nil || dt.State != StateAccepted {
-				met = false
-				break
+				return nil
 			}
 		}
-		if met {
-			ev, err := x.gate(t, "dependencies_accepted")
-			if err != nil {
-				return err
-			}
-			if err := x.emit(d, ev); err != nil {
-				return err
-			}
+		ev, err := x.gate(t, "dependencies_accepted")
+		if err != nil {
+			return err
 		}
+		return x.emit(d, ev)
+	})
+	if err != nil {
+		return err
 	}
 	return x.checkGoalOf(id)
 }
 
 func (x *tx) onEnded(id string) error {
-	deps, err := x.o.Dependents(id)
+	err := x.forPendingDependents(id, func(d string, _ *Task) error {
+		return x.emit(d, &TaskFailed{Reason: ReasonDependencyFailed,
+			Error: &ErrorInfo{Code: ReasonDependencyFailed, Message: "dependency " + id + " did not succeed"}})
+	})
 	if err != nil {
 		return err
-	}
-	for _, d := range deps {
-		t, err := x.o.Task(d)
-		if err != nil {
-			return err
-		}
-		if t == nil || t.State != StatePending {
-			continue
-		}
-		if err := x.emit(d, &TaskFailed{Reason: ReasonDependencyFailed,
-			Error: &ErrorInfo{Code: ReasonDependencyFailed, Message: "dependency " + id + " did not succeed"}}); err != nil {
-			return err
-		}
 	}
 	return x.checkGoalOf(id)
 }

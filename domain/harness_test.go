@@ -197,20 +197,18 @@ func (w *world) duplicate(id string, cmd Command) *Outcome {
 	return out
 }
 
-func (w *world) task(id string) *Task {
-	w.t.Helper()
-	t, err := w.o.Task(id)
-	require.NoError(w.t, err)
-	require.NotNil(w.t, t, "task %s", id)
-	return t
-}
+func (w *world) task(id string) *Task { w.t.Helper(); return present(w.t, w.o.Task, "task", id) }
 
-func (w *world) goal(id string) *Goal {
-	w.t.Helper()
-	g, err := w.o.Goal(id)
-	require.NoError(w.t, err)
-	require.NotNil(w.t, g, "goal %s", id)
-	return g
+func (w *world) goal(id string) *Goal { w.t.Helper(); return present(w.t, w.o.Goal, "goal", id) }
+
+// present returns the aggregate (a kind) id as get reads it, and requires
+// that it is there.
+func present[S any](t testingT, get func(string) (*S, error), kind, id string) *S {
+	t.Helper()
+	s, err := get(id)
+	require.NoError(t, err)
+	require.NotNil(t, s, "%s %s", kind, id)
+	return s
 }
 
 func (w *world) state(taskID string) string { w.t.Helper(); return w.task(taskID).State }
@@ -322,27 +320,37 @@ func replay(history []entry) (*replayed, error) {
 	r := &replayed{workspaces: map[string]*Workspace{}, goals: map[string]*Goal{}, tasks: map[string]*Task{}}
 	versions := map[string]uint64{}
 	for i, e := range history {
-		k := e.AggregateType + "/" + e.AggregateID
-		if e.Version != versions[k]+1 {
-			return nil, fmt.Errorf("history[%d]: %s version %d follows %d", i, k, e.Version, versions[k])
-		}
-		versions[k] = e.Version
-		var err error
-		switch e.AggregateType {
-		case AggWorkspace:
-			r.workspaces[e.AggregateID], err = ApplyWorkspace(r.workspaces[e.AggregateID], e.AggregateID, e.Event, e.Recorded)
-		case AggGoal:
-			r.goals[e.AggregateID], err = ApplyGoal(r.goals[e.AggregateID], e.AggregateID, e.Workspace, e.Event, e.Recorded)
-		case AggTask:
-			r.tasks[e.AggregateID], err = ApplyTask(r.tasks[e.AggregateID], e.AggregateID, e.Workspace, e.Event, e.Recorded)
-		default:
-			err = fmt.Errorf("unknown aggregate type %q", e.AggregateType)
-		}
-		if err != nil {
-			return nil, fmt.Errorf("history[%d] %s: %w", i, e.Event.EventType(), err)
+		if err := r.apply(versions, e); err != nil {
+			return nil, fmt.Errorf("history[%d]: %w", i, err)
 		}
 	}
 	return r, nil
+}
+
+// apply folds one entry of a history into r with the Apply functions alone,
+// checking that its version follows the aggregate's in versions, which it
+// advances.
+func (r *replayed) apply(versions map[string]uint64, e entry) error {
+	k := e.AggregateType + "/" + e.AggregateID
+	if e.Version != versions[k]+1 {
+		return fmt.Errorf("%s version %d follows %d", k, e.Version, versions[k])
+	}
+	versions[k] = e.Version
+	var err error
+	switch e.AggregateType {
+	case AggWorkspace:
+		r.workspaces[e.AggregateID], err = ApplyWorkspace(r.workspaces[e.AggregateID], e.AggregateID, e.Event, e.Recorded)
+	case AggGoal:
+		r.goals[e.AggregateID], err = ApplyGoal(r.goals[e.AggregateID], e.AggregateID, e.Workspace, e.Event, e.Recorded)
+	case AggTask:
+		r.tasks[e.AggregateID], err = ApplyTask(r.tasks[e.AggregateID], e.AggregateID, e.Workspace, e.Event, e.Recorded)
+	default:
+		err = fmt.Errorf("unknown aggregate type %q", e.AggregateType)
+	}
+	if err != nil {
+		return fmt.Errorf("%s: %w", e.Event.EventType(), err)
+	}
+	return nil
 }
 
 // requireReplays checks that the history replays, from nothing, to states

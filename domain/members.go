@@ -152,12 +152,9 @@ func validateMember(c *AddMember) error {
 // same member again changes nothing. A key names at most one member of a
 // workspace, so that the identity NATS authenticates says who acts.
 func (x *tx) addMember(c *AddMember) (Reply, error) {
-	w, err := x.o.Workspace(x.m.Workspace)
-	if err != nil {
-		return Reply{}, err
-	}
-	if w.HasCommand(x.m.Key()) {
-		return Reply{ID: w.Name, Version: w.Version, Duplicate: true}, nil
+	w, dup, err := x.commandWorkspace()
+	if err != nil || dup {
+		return duplicateWorkspaceOr(w, err)
 	}
 	if err := validateMember(c); err != nil {
 		return Reply{}, err
@@ -167,22 +164,15 @@ func (x *tx) addMember(c *AddMember) (Reply, error) {
 			Message: fmt.Sprintf("the key is member %q's in workspace %q: a key names one member (remove %q first, or give it another key)", m.Name, w.Name, m.Name)}
 	}
 	if m := w.Member(c.Name); m != nil && m.Role == c.Role && m.PublicKey == c.PublicKey && sameQueues(m.Queues, c.Queues) {
-		return Reply{ID: w.Name, Version: w.Version, Duplicate: true}, nil
+		return workspaceReply(w, true), nil
 	}
-	if err := x.emit(w.Name, &MemberAdded{Name: c.Name, Role: c.Role, PublicKey: c.PublicKey, Queues: slices.Clone(c.Queues)}); err != nil {
-		return Reply{}, err
-	}
-	w, _ = x.o.Workspace(w.Name)
-	return Reply{ID: w.Name, Version: w.Version}, nil
+	return x.emitWorkspace(w, &MemberAdded{Name: c.Name, Role: c.Role, PublicKey: c.PublicKey, Queues: slices.Clone(c.Queues)})
 }
 
 func (x *tx) removeMember(c *RemoveMember) (Reply, error) {
-	w, err := x.o.Workspace(x.m.Workspace)
-	if err != nil {
-		return Reply{}, err
-	}
-	if w.HasCommand(x.m.Key()) {
-		return Reply{ID: w.Name, Version: w.Version, Duplicate: true}, nil
+	w, dup, err := x.commandWorkspace()
+	if err != nil || dup {
+		return duplicateWorkspaceOr(w, err)
 	}
 	if !ValidName(c.Name) {
 		return Reply{}, invalid("/name", "member name %q is not valid: use 1-63 lower-case letters, digits, '_' or '-'", c.Name)
@@ -190,9 +180,5 @@ func (x *tx) removeMember(c *RemoveMember) (Reply, error) {
 	if w.Member(c.Name) == nil {
 		return Reply{}, notFound("/name", "member %q not found in workspace %q", c.Name, w.Name)
 	}
-	if err := x.emit(w.Name, &MemberRemoved{Name: c.Name}); err != nil {
-		return Reply{}, err
-	}
-	w, _ = x.o.Workspace(w.Name)
-	return Reply{ID: w.Name, Version: w.Version}, nil
+	return x.emitWorkspace(w, &MemberRemoved{Name: c.Name})
 }

@@ -709,20 +709,7 @@ func (m *model) check() {
 func (m *model) checkHistory() {
 	m.t.Helper()
 	for _, e := range m.w.history[m.seen:] {
-		k := e.AggregateType + "/" + e.AggregateID
-		require.Equal(m.t, m.versions[k]+1, e.Version, "version of %s", k)
-		m.versions[k] = e.Version
-		var err error
-		r := m.replayed
-		switch e.AggregateType {
-		case AggWorkspace:
-			r.workspaces[e.AggregateID], err = ApplyWorkspace(r.workspaces[e.AggregateID], e.AggregateID, e.Event, e.Recorded)
-		case AggGoal:
-			r.goals[e.AggregateID], err = ApplyGoal(r.goals[e.AggregateID], e.AggregateID, e.Workspace, e.Event, e.Recorded)
-		case AggTask:
-			r.tasks[e.AggregateID], err = ApplyTask(r.tasks[e.AggregateID], e.AggregateID, e.Workspace, e.Event, e.Recorded)
-		}
-		require.NoError(m.t, err)
+		require.NoError(m.t, m.replayed.apply(m.versions, e))
 	}
 	m.seen = len(m.w.history)
 	m.w.requireSameAs(m.replayed, reflect.DeepEqual)

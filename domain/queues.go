@@ -38,18 +38,18 @@ func queueReply(w *Workspace, q *QueueConfig, duplicate bool) Reply {
 // nothing; with IfUnset, neither do other settings of a queue already
 // configured. The reply carries the settings in effect either way.
 func (x *tx) configureQueue(c *ConfigureQueue) (Reply, error) {
-	w, err := x.o.Workspace(x.m.Workspace)
+	w, dup, err := x.commandWorkspace()
 	if err != nil {
 		return Reply{}, err
 	}
 	if !ValidName(c.Queue) {
 		return Reply{}, invalid("/queue", "queue %q is not a valid name: use 1-63 lower-case letters, digits, '_' or '-'", c.Queue)
 	}
-	if w.HasCommand(x.m.Key()) {
+	if dup {
 		if q := w.Queue(c.Queue); q != nil {
 			return queueReply(w, q, true), nil
 		}
-		return Reply{ID: w.Name, Version: w.Version, Duplicate: true}, nil
+		return workspaceReply(w, true), nil
 	}
 	if c.LeaseMS < MinLeaseMS || c.LeaseMS > MaxLeaseMS {
 		return Reply{}, invalid("/lease_ms", "must be between %d (1s) and %d (24h) milliseconds (got %d)", MinLeaseMS, MaxLeaseMS, c.LeaseMS)

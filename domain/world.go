@@ -44,38 +44,26 @@ func NewOverlay(base World) *Overlay {
 // the base does not have is remembered as absent (a nil entry), so a batch
 // asks the base once: the base does not change under an overlay.
 func (o *Overlay) Workspace(name string) (*Workspace, error) {
-	if w, ok := o.workspaces[name]; ok {
-		return w, nil
-	}
-	w, err := o.base.Workspace(name)
-	if err == nil && w == nil {
-		o.workspaces[name] = nil
-	}
-	return w, err
+	return lookup(o.workspaces, name, o.base.Workspace)
 }
 
 // Goal returns the goal as changed by the overlay.
-func (o *Overlay) Goal(id string) (*Goal, error) {
-	if g, ok := o.goals[id]; ok {
-		return g, nil
-	}
-	g, err := o.base.Goal(id)
-	if err == nil && g == nil {
-		o.goals[id] = nil
-	}
-	return g, err
-}
+func (o *Overlay) Goal(id string) (*Goal, error) { return lookup(o.goals, id, o.base.Goal) }
 
 // Task returns the task as changed by the overlay.
-func (o *Overlay) Task(id string) (*Task, error) {
-	if t, ok := o.tasks[id]; ok {
-		return t, nil
+func (o *Overlay) Task(id string) (*Task, error) { return lookup(o.tasks, id, o.base.Task) }
+
+// lookup returns the state of id from the overlay's states, or else from
+// the base's get, remembering an absent one.
+func lookup[S any](states map[string]*S, id string, get func(string) (*S, error)) (*S, error) {
+	if s, ok := states[id]; ok {
+		return s, nil
 	}
-	t, err := o.base.Task(id)
-	if err == nil && t == nil {
-		o.tasks[id] = nil
+	s, err := get(id)
+	if err == nil && s == nil {
+		states[id] = nil
 	}
-	return t, err
+	return s, err
 }
 
 // Dependents returns the base's dependents of id and those added here.

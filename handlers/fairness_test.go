@@ -103,15 +103,19 @@ func asyncRequest(nc *nats.Conn, subject string, body any, out chan<- reply) {
 	go func() {
 		m := nats.NewMsg(subject)
 		m.Data, _ = json.Marshal(body)
-		resp, err := nc.RequestMsg(m, 30*time.Second)
-		if err != nil {
-			out <- reply{err: err}
-			return
-		}
-		var r schemas.Reply
-		err = json.Unmarshal(resp.Data, &r)
-		out <- reply{r: r, err: err}
+		out <- requestReply(nc, m)
 	}()
+}
+
+// requestReply sends m on nc and returns its answer, or the transport error.
+func requestReply(nc *nats.Conn, m *nats.Msg) reply {
+	resp, err := nc.RequestMsg(m, 30*time.Second)
+	if err != nil {
+		return reply{err: err}
+	}
+	var r schemas.Reply
+	err = json.Unmarshal(resp.Data, &r)
+	return reply{r: r, err: err}
 }
 
 type reply struct {
@@ -150,14 +154,7 @@ func commandsFrom(t *testing.T, nc *nats.Conn, n, conc int) []reply {
 			m := nats.NewMsg("dwr.cmd.default.goal.create")
 			m.Header.Set(schemas.HeaderCommandID, fmt.Sprintf("fair-%d", i))
 			m.Data, _ = json.Marshal(map[string]any{"title": fmt.Sprintf("goal %d", i)})
-			resp, err := nc.RequestMsg(m, 30*time.Second)
-			if err != nil {
-				out <- reply{err: err}
-				return
-			}
-			var r schemas.Reply
-			err = json.Unmarshal(resp.Data, &r)
-			out <- reply{r: r, err: err}
+			out <- requestReply(nc, m)
 		}()
 	}
 	return receive(t, out, n, time.Minute)

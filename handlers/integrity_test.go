@@ -192,14 +192,7 @@ func TestDamagedViewsAreRebuiltOnStart(t *testing.T) {
 			b2.query(t, "goal.get", schemas.Query{ID: goal}, seq, &after)
 			require.Equal(t, before.Counts, after.Counts)
 			require.Equal(t, before.Nodes, after.Nodes)
-			var live bytes.Buffer
-			require.NoError(t, b2.store.Dump(&live))
-			rebuilt, err := projections.Rebuild(context.Background(), b2.svc.Log(), b2.svc.LogKey(), filepath.Join(t.TempDir(), "rebuilt"), projections.Options{}, nil)
-			require.NoError(t, err)
-			defer rebuilt.Close()
-			var fresh bytes.Buffer
-			require.NoError(t, rebuilt.Dump(&fresh))
-			require.True(t, bytes.Equal(live.Bytes(), fresh.Bytes()), "the rebuilt views equal a rebuild")
+			b2.requireRebuildEqual(t)
 		})
 	}
 }

@@ -59,31 +59,25 @@ func (l *lease) acquire(ctx context.Context) (bool, error) {
 
 func (l *lease) try(ctx context.Context) (bool, error) {
 	e, err := l.kv.Get(ctx, l.key)
+	var rev uint64
 	switch {
 	case errors.Is(err, jetstream.ErrKeyNotFound):
-		rev, err := l.kv.Create(ctx, l.key, []byte(l.me))
-		if errors.Is(err, jetstream.ErrKeyExists) {
-			return false, nil
-		}
-		if err != nil {
-			return false, err
-		}
-		l.rev = rev
-		return true, nil
+		rev, err = l.kv.Create(ctx, l.key, []byte(l.me))
 	case err != nil:
 		return false, err
 	case string(e.Value()) == l.me:
-		rev, err := l.kv.Update(ctx, l.key, []byte(l.me), e.Revision())
-		if errors.Is(err, jetstream.ErrKeyExists) {
-			return false, nil
-		}
-		if err != nil {
-			return false, err
-		}
-		l.rev = rev
-		return true, nil
+		rev, err = l.kv.Update(ctx, l.key, []byte(l.me), e.Revision())
+	default:
+		return false, nil
 	}
-	return false, nil
+	if errors.Is(err, jetstream.ErrKeyExists) { // another took it first
+		return false, nil
+	}
+	if err != nil {
+		return false, err
+	}
+	l.rev = rev
+	return true, nil
 }
 
 // renew keeps the lease alive; it closes lost when it cannot.

@@ -130,11 +130,7 @@ func TestClusterR3(t *testing.T) {
 
 	acc := natsConfig(t, bin)
 	nodes := startCluster(t, 3, logs, acc.accounts)
-	urls := make([]string, len(nodes))
-	for i, n := range nodes {
-		urls[i] = n.url
-	}
-	natsURL := strings.Join(urls, ",")
+	natsURL := clusterURL(nodes)
 	creds.Store(natsURL, acc.AdminCredential)
 	waitFor(t, ctx, "JetStream meta leader elected", func() bool { return jetStreamReady(nodes) })
 	phase("JetStream cluster ready")
@@ -348,11 +344,7 @@ func TestServeStartsWithTheCluster(t *testing.T) {
 	logOnFailure(t, "cluster and dwr serve output", logs)
 	acc := natsConfig(t, bin)
 	nodes := startCluster(t, 3, logs, acc.accounts)
-	urls := make([]string, len(nodes))
-	for i, n := range nodes {
-		urls[i] = n.url
-	}
-	natsURL := strings.Join(urls, ",")
+	natsURL := clusterURL(nodes)
 	creds.Store(natsURL, acc.AdminCredential)
 	srv := startServer(t, bin, logs, "dwr serve started with the cluster", append([]string{"serve", "--nats", natsURL, "--replicas", "3",
 		"--data", filepath.Join(t.TempDir(), "data")}, acc.serveArgs()...)...)

@@ -982,3 +982,12 @@ func startCluster(t *testing.T, n int, logs io.Writer, accounts string) []*natsN
 	require.NoError(t, errors.Join(errs...))
 	return nodes
 }
+
+// clusterURL returns the client URLs of nodes as one --nats value.
+func clusterURL(nodes []*natsNode) string {
+	urls := make([]string, len(nodes))
+	for i, n := range nodes {
+		urls[i] = n.url
+	}
+	return strings.Join(urls, ",")
+}

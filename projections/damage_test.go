@@ -24,8 +24,7 @@ func viewsOnDisk(t *testing.T) (string, *eventstore.MemoryLog) {
 	dir := filepath.Join(t.TempDir(), "views")
 	s, err := projections.Open(dir, projections.Options{})
 	require.NoError(t, err)
-	h := newHarness(t, s)
-	h.batch(cmd{&domain.CreateWorkspace{Name: "w"}, "ws"})
+	h := inWorkspace(t, s)
 	for i := range 20 {
 		h.batch(cmd{&domain.CreateGoal{GoalID: domain.DeriveID(h.d.now, string(rune('a'+i))), Title: strings.Repeat("g", 200)}, string(rune('a' + i))})
 	}
@@ -136,8 +135,7 @@ func TestBrokenHistoryIsNotServed(t *testing.T) {
 	dir := filepath.Join(t.TempDir(), "views")
 	s, err := projections.Open(dir, projections.Options{})
 	require.NoError(t, err)
-	h := newHarness(t, s)
-	h.batch(cmd{&domain.CreateWorkspace{Name: "w"}, "ws"})
+	h := inWorkspace(t, s)
 	goal := domain.DeriveID(h.d.now, "g")
 	h.batch(cmd{&domain.CreateGoal{GoalID: goal, Title: "g"}, "g"})
 	h.batch(cmd{&domain.CancelGoal{GoalID: goal}, "cancel"})

@@ -48,10 +48,7 @@ func taskIDs(ts []*domain.Task) []string {
 // once, in the listing's order: by goal, by state, and across every state
 // (where a cursor names the state as well as the task).
 func TestTasksPageThroughEveryTask(t *testing.T) {
-	s := openMem(t)
-	defer s.Close()
-	h := newHarness(t, s)
-	h.batch(cmd{&domain.CreateWorkspace{Name: "w"}, "ws"})
+	s, h := setup(t)
 	goal := domain.DeriveID(h.d.now, "g")
 	h.batch(cmd{&domain.CreateGoal{GoalID: goal, Title: "g"}, "g"})
 	var specs []domain.TaskSpec
@@ -95,10 +92,7 @@ func TestTasksPageThroughEveryTask(t *testing.T) {
 // Paging through an aggregate's events after the version of the last one
 // listed gives the whole history, every link of the chain checked.
 func TestEventsPageThroughAHistory(t *testing.T) {
-	s := openMem(t)
-	defer s.Close()
-	h := newHarness(t, s)
-	h.batch(cmd{&domain.CreateWorkspace{Name: "w"}, "ws"})
+	s, h := setup(t)
 	task := domain.DeriveID(h.d.now, "t")
 	h.batch(cmd{&domain.CreateTask{TaskID: task, Spec: domain.TaskSpec{Queue: "q"}}, "create"})
 	h.batch(cmd{&domain.ClaimTask{ClaimBody: domain.ClaimBody{TaskID: task, Executor: "e"}}, "claim"})

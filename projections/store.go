@@ -496,47 +496,29 @@ func (s *Store) remember(k string, v any) {
 
 // Workspace returns the workspace named name, or nil.
 func (s *Store) Workspace(name string) (*domain.Workspace, error) {
-	k := string(key(pWorkspace, name))
-	if v, ok := s.cached(k); ok {
-		return v.(*domain.Workspace), nil
-	}
-	var w domain.Workspace
-	ok, err := s.get([]byte(k), &w)
-	if err != nil || !ok {
-		return nil, err
-	}
-	s.remember(k, &w)
-	return &w, nil
+	return load[domain.Workspace](s, pWorkspace, name)
 }
 
 // Goal returns the goal with id, or nil.
-func (s *Store) Goal(id string) (*domain.Goal, error) {
-	k := string(key(pGoal, id))
-	if v, ok := s.cached(k); ok {
-		return v.(*domain.Goal), nil
-	}
-	var g domain.Goal
-	ok, err := s.get([]byte(k), &g)
-	if err != nil || !ok {
-		return nil, err
-	}
-	s.remember(k, &g)
-	return &g, nil
-}
+func (s *Store) Goal(id string) (*domain.Goal, error) { return load[domain.Goal](s, pGoal, id) }
 
 // Task returns the task with id, or nil.
-func (s *Store) Task(id string) (*domain.Task, error) {
-	k := string(key(pTask, id))
+func (s *Store) Task(id string) (*domain.Task, error) { return load[domain.Task](s, pTask, id) }
+
+// load returns the state stored under prefix and id, from the cache when it
+// is there, or nil when there is none.
+func load[S any](s *Store, prefix, id string) (*S, error) {
+	k := string(key(prefix, id))
 	if v, ok := s.cached(k); ok {
-		return v.(*domain.Task), nil
+		return v.(*S), nil
 	}
-	var t domain.Task
-	ok, err := s.get([]byte(k), &t)
+	var st S
+	ok, err := s.get([]byte(k), &st)
 	if err != nil || !ok {
 		return nil, err
 	}
-	s.remember(k, &t)
-	return &t, nil
+	s.remember(k, &st)
+	return &st, nil
 }
 
 // Dependents returns the ids of the tasks that depend on task id.

@@ -144,6 +144,21 @@ func dump(t require.TestingT, s *projections.Store) []byte {
 	return b.Bytes()
 }
 
+// setup returns a store in memory, closed when the test ends, and a harness
+// on it in which workspace "w" exists.
+func setup(t *testing.T) (*projections.Store, *harness) {
+	s := openMem(t)
+	t.Cleanup(func() { _ = s.Close() })
+	return s, inWorkspace(t, s)
+}
+
+// inWorkspace returns a harness on s in which workspace "w" exists.
+func inWorkspace(t require.TestingT, s *projections.Store) *harness {
+	h := newHarness(t, s)
+	h.batch(cmd{&domain.CreateWorkspace{Name: "w"}, "ws"})
+	return h
+}
+
 func openMem(t require.TestingT) *projections.Store {
 	s, err := projections.Open("views", projections.Options{FS: vfs.NewMem()})
 	require.NoError(t, err)
@@ -196,8 +211,7 @@ func TestRebuiltViewsEqualLiveViews(t *testing.T) {
 	rapid.Check(t, func(rt *rapid.T) {
 		live := openMem(rt)
 		defer live.Close()
-		h := newHarness(rt, live)
-		h.batch(cmd{&domain.CreateWorkspace{Name: "w"}, "ws"})
+		h := inWorkspace(rt, live)
 		steps := rapid.IntRange(1, 40).Draw(rt, "steps")
 		for n := 0; n < steps; n++ {
 			size := rapid.IntRange(1, 3).Draw(rt, "batch")
@@ -220,8 +234,7 @@ func TestCrashBeforeViewsSyncCatchesUp(t *testing.T) {
 	fs := vfs.NewCrashableMem()
 	s, err := projections.Open("views", projections.Options{FS: fs})
 	require.NoError(t, err)
-	h := newHarness(t, s)
-	h.batch(cmd{&domain.CreateWorkspace{Name: "w"}, "ws"})
+	h := inWorkspace(t, s)
 	goal := domain.DeriveID(h.d.now, "g")
 	h.batch(cmd{&domain.CreateGoal{GoalID: goal, Title: "g"}, "c1"})
 	require.NoError(t, s.Close()) // Close flushes: everything so far is on "disk"
@@ -252,10 +265,7 @@ func TestCrashBeforeViewsSyncCatchesUp(t *testing.T) {
 }
 
 func TestApplyIsIdempotentAndDetectsBrokenChains(t *testing.T) {
-	s := openMem(t)
-	defer s.Close()
-	h := newHarness(t, s)
-	h.batch(cmd{&domain.CreateWorkspace{Name: "w"}, "ws"})
+	s, h := setup(t)
 	goal := domain.DeriveID(h.d.now, "g")
 	h.batch(cmd{&domain.CreateGoal{GoalID: goal, Title: "g"}, "c1"})
 	before := dump(t, s)
@@ -288,10 +298,7 @@ func TestApplyIsIdempotentAndDetectsBrokenChains(t *testing.T) {
 }
 
 func TestOldEventsAreUpcastWhenRead(t *testing.T) {
-	s := openMem(t)
-	defer s.Close()
-	h := newHarness(t, s)
-	h.batch(cmd{&domain.CreateWorkspace{Name: "w"}, "ws"})
+	s, h := setup(t)
 	// appendOld appends one event of schema version 1 as an older dwr stored
 	// it, chained to the task's event before it, and applies it.
 	task := domain.DeriveID(h.d.now, "t")
@@ -336,10 +343,7 @@ func TestOldEventsAreUpcastWhenRead(t *testing.T) {
 }
 
 func TestTimersFollowTheTasksState(t *testing.T) {
-	s := openMem(t)
-	defer s.Close()
-	h := newHarness(t, s)
-	h.batch(cmd{&domain.CreateWorkspace{Name: "w"}, "ws"})
+	s, h := setup(t)
 	task := domain.DeriveID(h.d.now, "t")
 	h.batch(cmd{&domain.CreateTask{TaskID: task, Spec: domain.TaskSpec{Queue: "q", Timeout: domain.Duration(time.Minute),
 		Retry: &domain.RetryPolicy{InitialBackoff: domain.Duration(10 * time.Second)}}}, "c1"})

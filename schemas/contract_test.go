@@ -179,7 +179,7 @@ func (c *contract) event(m domain.Meta, i int, ch domain.Change) {
 	require.NoError(t, err)
 	require.NoError(t, schemas.ValidateEvent(typ, data), "%s: %s", typ, data)
 	key := ch.AggregateType + "/" + ch.AggregateID
-	env := envelope{ID: domain.DeriveID(m.Now, fmt.Sprint(m.CommandID, i)), Type: typ, SchemaVersion: 1,
+	env := schemas.Event{ID: domain.DeriveID(m.Now, fmt.Sprint(m.CommandID, i)), Type: typ, SchemaVersion: 1,
 		Workspace: ch.Workspace, AggregateType: ch.AggregateType, AggregateID: ch.AggregateID, Version: ch.Version,
 		CommandID: m.CommandID, CorrelationID: m.CorrelationID, Actor: m.Actor, Time: m.Now, PrevHash: c.hashes[key], Data: data}
 	raw, err := json.Marshal(env)

@@ -8,31 +8,12 @@ import (
 	"slices"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/stretchr/testify/require"
 
 	"github.com/dwr-run/dwr/domain" //nolint:depguard // tests may import domain, to prove the schemas describe its types
 	"github.com/dwr-run/dwr/schemas"
 )
-
-// envelope mirrors the event envelope of eventstore (which this package may
-// not import, not even in tests) field for field.
-type envelope struct {
-	ID            string          `json:"id"`
-	Type          string          `json:"type"`
-	SchemaVersion int             `json:"v"`
-	Workspace     string          `json:"ws"`
-	AggregateType string          `json:"agg"`
-	AggregateID   string          `json:"agg_id"`
-	Version       uint64          `json:"ver"`
-	CommandID     string          `json:"cmd"`
-	CorrelationID string          `json:"corr,omitempty"`
-	Actor         string          `json:"actor,omitempty"`
-	Time          time.Time       `json:"time"`
-	PrevHash      string          `json:"prev,omitempty"`
-	Data          json.RawMessage `json:"data"`
-}
 
 // decodeStrict decodes b into v refusing unknown fields and trailing data.
 func decodeStrict(b []byte, v any) error {
@@ -61,62 +42,59 @@ func requireJSONEqual(t *testing.T, want, got []byte, msgAndArgs ...any) {
 }
 
 func TestGoldenEvents(t *testing.T) {
-	types := domain.EventTypes()
-	slices.Sort(types)
-	require.Equal(t, types, schemas.EventTypes(), "every domain event type needs a schema events/<type>.json, and no other")
+	forEachGolden(t, "events", domain.EventTypes(), schemas.EventTypes(), func(t *testing.T, typ string, raw []byte) {
+		require.NoError(t, schemas.Validate(schemas.PathEnvelope, raw), "the golden envelope")
 
-	for _, typ := range types {
-		t.Run(typ, func(t *testing.T) {
-			raw := readGolden(t, "events", typ)
-			require.NoError(t, schemas.Validate(schemas.PathEnvelope, raw), "the golden envelope")
+		var env schemas.Event
+		require.NoError(t, decodeStrict(raw, &env), "the golden envelope has exactly the envelope's fields")
+		require.Equal(t, typ, env.Type)
+		require.NoError(t, schemas.ValidateEvent(typ, env.Data))
 
-			var env envelope
-			require.NoError(t, decodeStrict(raw, &env), "the golden envelope has exactly the envelope's fields")
-			require.Equal(t, typ, env.Type)
-			require.NoError(t, schemas.ValidateEvent(typ, env.Data))
+		ev, err := domain.NewEvent(typ)
+		require.NoError(t, err)
+		require.NoError(t, decodeStrict(env.Data, ev), "the golden data decodes into %T with no unknown field", ev)
+		require.Equal(t, ev.AggregateType(), env.AggregateType)
+		_, err = domain.DecodeEvent(typ, env.Data)
+		require.NoError(t, err)
 
-			ev, err := domain.NewEvent(typ)
-			require.NoError(t, err)
-			require.NoError(t, decodeStrict(env.Data, ev), "the golden data decodes into %T with no unknown field", ev)
-			require.Equal(t, ev.AggregateType(), env.AggregateType)
-			_, err = domain.DecodeEvent(typ, env.Data)
-			require.NoError(t, err)
+		// The domain writes the golden data back exactly: a renamed field,
+		// a changed omitempty or a changed encoding breaks this.
+		again, err := json.Marshal(ev)
+		require.NoError(t, err)
+		require.NoError(t, schemas.ValidateEvent(typ, again), "the re-encoded event")
+		requireJSONEqual(t, env.Data, again, "the domain's encoding of %s differs from its golden file", typ)
 
-			// The domain writes the golden data back exactly: a renamed field,
-			// a changed omitempty or a changed encoding breaks this.
-			again, err := json.Marshal(ev)
-			require.NoError(t, err)
-			require.NoError(t, schemas.ValidateEvent(typ, again), "the re-encoded event")
-			requireJSONEqual(t, env.Data, again, "the domain's encoding of %s differs from its golden file", typ)
-
-			env.Data = again
-			whole, err := json.Marshal(env)
-			require.NoError(t, err)
-			require.NoError(t, schemas.Validate(schemas.PathEnvelope, whole))
-			requireJSONEqual(t, raw, whole)
-		})
-	}
+		env.Data = again
+		whole, err := json.Marshal(env)
+		require.NoError(t, err)
+		require.NoError(t, schemas.Validate(schemas.PathEnvelope, whole))
+		requireJSONEqual(t, raw, whole)
+	})
 }
 
 func TestGoldenCommands(t *testing.T) {
-	names := domain.CommandNames()
-	slices.Sort(names)
-	require.Equal(t, names, schemas.CommandNames(), "every domain command needs a schema commands/<name>.json, and no other")
+	forEachGolden(t, "commands", domain.CommandNames(), schemas.CommandNames(), func(t *testing.T, name string, raw []byte) {
+		require.NoError(t, schemas.ValidateCommand(name, raw))
 
-	for _, name := range names {
-		t.Run(name, func(t *testing.T) {
-			raw := readGolden(t, "commands", name)
-			require.NoError(t, schemas.ValidateCommand(name, raw))
+		cmd, ok := domain.NewCommand(name)
+		require.True(t, ok)
+		require.NoError(t, decodeStrict(raw, cmd), "the golden command decodes into %T with no unknown field", cmd)
+		require.Equal(t, name, cmd.CommandName())
 
-			cmd, ok := domain.NewCommand(name)
-			require.True(t, ok)
-			require.NoError(t, decodeStrict(raw, cmd), "the golden command decodes into %T with no unknown field", cmd)
-			require.Equal(t, name, cmd.CommandName())
+		again, err := json.Marshal(cmd)
+		require.NoError(t, err)
+		require.NoError(t, schemas.ValidateCommand(name, again), "the command as the domain encodes it: %s", again)
+	})
+}
 
-			again, err := json.Marshal(cmd)
-			require.NoError(t, err)
-			require.NoError(t, schemas.ValidateCommand(name, again), "the command as the domain encodes it: %s", again)
-		})
+// forEachGolden requires that the domain knows the names the schemas do
+// (each of its names needs a schema <dir>/<name>.json, and no other), then
+// checks the golden file testdata/<dir>/<name>.json of each.
+func forEachGolden(t *testing.T, dir string, domainNames, schemaNames []string, check func(t *testing.T, name string, raw []byte)) {
+	slices.Sort(domainNames)
+	require.Equal(t, domainNames, schemaNames, "every name the domain knows needs a schema %s/<name>.json, and no other", dir)
+	for _, name := range domainNames {
+		t.Run(name, func(t *testing.T) { check(t, name, readGolden(t, dir, name)) })
 	}
 }
 

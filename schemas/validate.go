@@ -29,32 +29,18 @@ import (
 //   - CodeInternal when an embedded schema is broken (a bug; the message
 //     says no more, Error and errors.Unwrap give the cause).
 func ValidateCommand(name string, body []byte) error {
-	r := load()
-	if r.err != nil {
-		return r.internal()
-	}
-	s, ok := r.compiled[CommandPath(name)]
-	if !ok {
-		return &Error{Code: CodeNotFound, Message: fmt.Sprintf("there is no command %s: the commands are %s",
-			quote(name), strings.Join(r.commands, ", "))}
-	}
-	return r.validate(s, "the "+name+" command", body)
+	return validateAt(CommandPath(name), "the "+name+" command", body, func(r *registry) string {
+		return fmt.Sprintf("there is no command %s: the commands are %s", quote(name), strings.Join(r.commands, ", "))
+	})
 }
 
 // ValidateEvent checks data, the data of an event of type eventType,
 // against the event's schema. It returns nil or an *Error as
 // ValidateCommand does; CodeNotFound names the event types there are.
 func ValidateEvent(eventType string, data []byte) error {
-	r := load()
-	if r.err != nil {
-		return r.internal()
-	}
-	s, ok := r.compiled[EventPath(eventType)]
-	if !ok {
-		return &Error{Code: CodeNotFound, Message: fmt.Sprintf("there is no event type %s: the event types are %s",
-			quote(eventType), strings.Join(r.events, ", "))}
-	}
-	return r.validate(s, "the data of a "+eventType+" event", data)
+	return validateAt(EventPath(eventType), "the data of a "+eventType+" event", data, func(r *registry) string {
+		return fmt.Sprintf("there is no event type %s: the event types are %s", quote(eventType), strings.Join(r.events, ", "))
+	})
 }
 
 // Validate checks b against the schema at path, such as PathEnvelope (an
@@ -62,15 +48,24 @@ func ValidateEvent(eventType string, data []byte) error {
 // nil or an *Error as ValidateCommand does; CodeNotFound when there is no
 // schema at path or path is common.json, which only holds definitions.
 func Validate(path string, b []byte) error {
+	return validateAt(path, "the message ("+path+")", b, func(*registry) string {
+		return fmt.Sprintf("there is no schema %s", quote(path))
+	})
+}
+
+// validateAt checks b, which what names in messages, against the schema at
+// path; when there is none (common.json holds only definitions), the error
+// is CodeNotFound with the message missing gives.
+func validateAt(path, what string, b []byte, missing func(*registry) string) error {
 	r := load()
 	if r.err != nil {
 		return r.internal()
 	}
 	s, ok := r.compiled[path]
 	if !ok || path == PathCommon {
-		return &Error{Code: CodeNotFound, Message: fmt.Sprintf("there is no schema %s", quote(path))}
+		return &Error{Code: CodeNotFound, Message: missing(r)}
 	}
-	return r.validate(s, "the message ("+path+")", b)
+	return r.validate(s, what, b)
 }
 
 func (r *registry) internal() error {

@@ -29,18 +29,25 @@ type record struct {
 // Run runs the conformance suite against logs made by newLog, which must
 // return a new, empty log for each call (cleaned up through t).
 func Run(t *testing.T, newLog func(t *testing.T) eventstore.Log) {
-	t.Run("AppendRead", func(t *testing.T) { testAppendRead(t, newLog(t)) })
-	t.Run("Conflict", func(t *testing.T) { testConflict(t, newLog(t)) })
-	t.Run("ConcurrentAppenders", func(t *testing.T) { testConcurrent(t, newLog(t)) })
-	t.Run("RetryIsIdempotent", func(t *testing.T) { testRetry(t, newLog(t)) })
-	t.Run("ReadFromMiddle", func(t *testing.T) { testReadFromMiddle(t, newLog(t)) })
-	t.Run("ReadStopsOnError", func(t *testing.T) { testReadStops(t, newLog(t)) })
-	t.Run("Tail", func(t *testing.T) { testTail(t, newLog(t)) })
-	t.Run("TailFromEnd", func(t *testing.T) { testTailFromEnd(t, newLog(t)) })
-	t.Run("TailStopsOnError", func(t *testing.T) { testTailStops(t, newLog(t)) })
-	t.Run("LastSeq", func(t *testing.T) { testLastSeq(t, newLog(t)) })
-	t.Run("Stat", func(t *testing.T) { testStat(t, newLog(t)) })
-	t.Run("TooLarge", func(t *testing.T) { testTooLarge(t, newLog(t)) })
+	for _, c := range []struct {
+		name string
+		test func(*testing.T, eventstore.Log)
+	}{
+		{"AppendRead", testAppendRead},
+		{"Conflict", testConflict},
+		{"ConcurrentAppenders", testConcurrent},
+		{"RetryIsIdempotent", testRetry},
+		{"ReadFromMiddle", testReadFromMiddle},
+		{"ReadStopsOnError", testReadStops},
+		{"Tail", testTail},
+		{"TailFromEnd", testTailFromEnd},
+		{"TailStopsOnError", testTailStops},
+		{"LastSeq", testLastSeq},
+		{"Stat", testStat},
+		{"TooLarge", testTooLarge},
+	} {
+		t.Run(c.name, func(t *testing.T) { c.test(t, newLog(t)) })
+	}
 }
 
 func testCtx(t *testing.T) context.Context {
@@ -176,18 +183,30 @@ func testReadStops(t *testing.T, l eventstore.Log) {
 func testTail(t *testing.T, l eventstore.Log) {
 	ctx := testCtx(t)
 	before := appendN(ctx, t, l, 2)
+	next, stop := startTail(ctx, t, l, before[1])
+	require.Equal(t, before[1], next().seq, "tail starts at from")
 
+	after := appendN(ctx, t, l, 3)
+	for _, seq := range after {
+		require.Equal(t, seq, next().seq, "tail sees records appended after it started")
+	}
+	stop()
+}
+
+// startTail tails l from in the background. next waits for the tail's next
+// record; stop cancels the tail and requires that it ends with the cancel.
+func startTail(ctx context.Context, t *testing.T, l eventstore.Log, from uint64) (next func() record, stop func()) {
 	tailCtx, cancel := context.WithCancel(ctx)
-	defer cancel()
+	t.Cleanup(cancel)
 	got := make(chan record, 16)
 	done := make(chan error, 1)
 	go func() {
-		done <- l.Tail(tailCtx, before[1], func(seq uint64, r []byte) error {
+		done <- l.Tail(tailCtx, from, func(seq uint64, r []byte) error {
 			got <- record{seq, bytes.Clone(r)}
 			return nil
 		})
 	}()
-	next := func() record {
+	next = func() record {
 		t.Helper()
 		select {
 		case r := <-got:
@@ -199,20 +218,17 @@ func testTail(t *testing.T, l eventstore.Log) {
 		}
 		return record{}
 	}
-	require.Equal(t, before[1], next().seq, "tail starts at from")
-
-	after := appendN(ctx, t, l, 3)
-	for _, seq := range after {
-		require.Equal(t, seq, next().seq, "tail sees records appended after it started")
+	stop = func() {
+		t.Helper()
+		cancel()
+		select {
+		case err := <-done:
+			require.ErrorIs(t, err, context.Canceled)
+		case <-ctx.Done():
+			require.FailNow(t, "tail did not stop on cancel")
+		}
 	}
-
-	cancel()
-	select {
-	case err := <-done:
-		require.ErrorIs(t, err, context.Canceled)
-	case <-ctx.Done():
-		require.FailNow(t, "tail did not stop on cancel")
-	}
+	return next, stop
 }
 
 func testTailStops(t *testing.T, l eventstore.Log) {
@@ -265,30 +281,8 @@ func testTooLarge(t *testing.T, l eventstore.Log) {
 func testTailFromEnd(t *testing.T, l eventstore.Log) {
 	ctx := testCtx(t)
 	before := appendN(ctx, t, l, 2)
-	tailCtx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	got := make(chan uint64, 4)
-	done := make(chan error, 1)
-	go func() {
-		done <- l.Tail(tailCtx, before[1]+1, func(seq uint64, _ []byte) error {
-			got <- seq
-			return nil
-		})
-	}()
+	next, stop := startTail(ctx, t, l, before[1]+1)
 	after := appendN(ctx, t, l, 1)
-	select {
-	case seq := <-got:
-		require.Equal(t, after[0], seq, "a tail past the end waits for the next record")
-	case err := <-done:
-		require.FailNow(t, "tail ended early", "%v", err)
-	case <-ctx.Done():
-		require.FailNow(t, "timed out waiting for a tailed record")
-	}
-	cancel()
-	select {
-	case err := <-done:
-		require.ErrorIs(t, err, context.Canceled)
-	case <-ctx.Done():
-		require.FailNow(t, "tail did not stop on cancel")
-	}
+	require.Equal(t, after[0], next().seq, "a tail past the end waits for the next record")
+	stop()
 }

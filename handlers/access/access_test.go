@@ -64,19 +64,21 @@ func TestInsecureOpenKeepsTheServiceSubjects(t *testing.T) {
 	_, err = nc.SubscribeSync("dwr.cmd.>")
 	require.NoError(t, err)
 	require.NoError(t, nc.Flush())
-	select {
-	case err := <-denied:
-		require.ErrorIs(t, err, nats.ErrPermissionViolation, "even anonymous admins cannot take the service's requests")
-	case <-time.After(5 * time.Second):
-		t.Fatal("subscribing to dwr.cmd.> was not refused")
-	}
+	requireDenied(t, denied, "subscribing to dwr.cmd.>", "even anonymous admins cannot take the service's requests")
 	require.NoError(t, nc.Publish("$JS.API.STREAM.LIST", nil))
 	require.NoError(t, nc.Flush())
+	requireDenied(t, denied, "$JS.API", "nor reach the JetStream API")
+}
+
+// requireDenied waits for the permission violation that what causes on
+// denied, a connection's asynchronous errors; why says why it must come.
+func requireDenied(t *testing.T, denied <-chan error, what, why string) {
+	t.Helper()
 	select {
 	case err := <-denied:
-		require.ErrorIs(t, err, nats.ErrPermissionViolation, "nor reach the JetStream API")
+		require.ErrorIs(t, err, nats.ErrPermissionViolation, why)
 	case <-time.After(5 * time.Second):
-		t.Fatal("$JS.API was not refused")
+		t.Fatalf("%s was not refused", what)
 	}
 }
 

@@ -26,15 +26,25 @@ type Credential struct {
 
 // NewCredential makes a fresh user key pair.
 func NewCredential() (*Credential, error) {
-	kp, err := nkeys.CreateUser()
-	if err != nil {
-		return nil, fmt.Errorf("access: %w", err)
-	}
-	pub, err := kp.PublicKey()
+	kp, pub, err := newUser()
 	if err != nil {
 		return nil, fmt.Errorf("access: %w", err)
 	}
 	return &Credential{kp: kp, PublicKey: pub}, nil
+}
+
+// newUser makes a fresh NATS user key pair and returns it with its public
+// key.
+func newUser() (nkeys.KeyPair, string, error) {
+	kp, err := nkeys.CreateUser()
+	if err != nil {
+		return nil, "", err
+	}
+	pub, err := kp.PublicKey()
+	if err != nil {
+		return nil, "", err
+	}
+	return kp, pub, nil
 }
 
 // Write writes the credential to path, mode 0600, with a comment saying

@@ -18,11 +18,7 @@ type ServiceIdentity struct {
 
 // NewServiceIdentity makes a fresh service identity.
 func NewServiceIdentity() (*ServiceIdentity, error) {
-	kp, err := nkeys.CreateUser()
-	if err != nil {
-		return nil, fmt.Errorf("access: service key: %w", err)
-	}
-	pub, err := kp.PublicKey()
+	kp, pub, err := newUser()
 	if err != nil {
 		return nil, fmt.Errorf("access: service key: %w", err)
 	}
