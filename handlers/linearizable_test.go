@@ -7,7 +7,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"math/rand/v2"
-	"net"
 	"slices"
 	"strconv"
 	"strings"
@@ -24,6 +23,7 @@ import (
 	"github.com/dwr-run/dwr/domain"
 	"github.com/dwr-run/dwr/handlers"
 	"github.com/dwr-run/dwr/handlers/servicetest"
+	"github.com/dwr-run/dwr/handlers/servicetest/ports"
 	"github.com/dwr-run/dwr/schemas"
 )
 
@@ -284,10 +284,7 @@ func TestTaskHistoriesAreLinearizableAcrossRestarts(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs for a few seconds")
 	}
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	addr := l.Addr().String()
-	require.NoError(t, l.Close())
+	addr := fmt.Sprintf("127.0.0.1:%d", ports.Free(t))
 	dir := t.TempDir()
 	opts := servicetest.Options{Listen: addr, Secure: true, Config: handlers.Config{WriterID: "lin-writer"}}
 	svc := servicetest.Start(t, dir, opts)

@@ -15,8 +15,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"math/rand/v2"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -39,6 +37,7 @@ import (
 	"github.com/dwr-run/dwr/handlers"
 	"github.com/dwr-run/dwr/handlers/access"
 	"github.com/dwr-run/dwr/handlers/embedded"
+	"github.com/dwr-run/dwr/handlers/servicetest/ports"
 	"github.com/dwr-run/dwr/projections"
 	"github.com/dwr-run/dwr/schemas"
 )
@@ -105,44 +104,8 @@ func dwrBinary(t *testing.T) string {
 	return binPath
 }
 
-// Ports freePort hands out: below Linux's ephemeral range (32768-60999 by
-// default), where the kernel picks the local ports of outgoing connections
-// and of listeners on port 0. A port taken from that range and freed is
-// soon the local end of another test's connection, so the server that
-// binds it later fails (address in use); one below it is taken only by
-// another explicit listener.
-const (
-	portsFrom = 10000
-	portsTo   = 32000
-)
-
-var (
-	portsMu   sync.Mutex
-	portsUsed = map[int]bool{} // handed out by this test binary: never twice
-)
-
-// freePort returns a loopback TCP port that was free a moment ago and that
-// this test binary has not handed out before.
-func freePort(t *testing.T) int {
-	t.Helper()
-	portsMu.Lock()
-	defer portsMu.Unlock()
-	for range 1000 {
-		port := portsFrom + rand.IntN(portsTo-portsFrom) //nolint:gosec // G404: a port to try, not a secret
-		if portsUsed[port] {
-			continue
-		}
-		l, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", port))
-		if err != nil {
-			continue
-		}
-		require.NoError(t, l.Close())
-		portsUsed[port] = true
-		return port
-	}
-	t.Fatal("no free loopback port found")
-	return 0
-}
+// freePort returns a loopback TCP port to listen on (ports.Free).
+func freePort(t *testing.T) int { return ports.Free(t) }
 
 // syncBuffer collects the output of child processes and in-process servers,
 // shown only when a test fails (never written to t after the test ends).

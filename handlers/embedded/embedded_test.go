@@ -16,6 +16,8 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
+
+	"github.com/dwr-run/dwr/handlers/servicetest/ports"
 )
 
 func TestMain(m *testing.M) {
@@ -72,16 +74,8 @@ func setup(t *testing.T, cfg Config) (*Server, *nats.Conn) {
 	return s, nc
 }
 
-// freePort returns a TCP port on the loopback interface that was free a
-// moment ago.
-func freePort(t *testing.T) int {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	port := l.Addr().(*net.TCPAddr).Port
-	require.NoError(t, l.Close())
-	return port
-}
+// freePort returns a loopback TCP port to listen on (ports.Free).
+func freePort(t *testing.T) int { return ports.Free(t) }
 
 func testContext(t *testing.T, d time.Duration) context.Context {
 	t.Helper()
