@@ -1,17 +1,15 @@
 package main
 
 import (
-	"encoding/json"
 	"fmt"
 	"io"
-	"os"
 	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
-	"sigs.k8s.io/yaml"
 
 	"github.com/dwr-run/dwr/domain"
+	"github.com/dwr-run/dwr/executors/planfile"
 	"github.com/dwr-run/dwr/projections"
 	"github.com/dwr-run/dwr/schemas"
 )
@@ -113,11 +111,10 @@ func planCmd(g *globals) *cobra.Command {
 			}
 			tasks, err := readPlan(g, file)
 			if err != nil {
-				return err
+				return fail(exitInvalid, "%v", err)
 			}
 			return g.withClient(func(cl *client) error {
-				body, _ := json.Marshal(map[string]any{"goal_id": goal, "tasks": tasks})
-				res, _, err := cl.command("plan.submit", body, cmdID)
+				res, _, err := cl.command("plan.submit", schemas.SubmitPlan{GoalID: goal, Tasks: tasks}, cmdID)
 				if err != nil {
 					return err
 				}
@@ -139,84 +136,11 @@ func planCmd(g *globals) *cobra.Command {
 	return cmd
 }
 
-// maxPlanFile bounds a plan file before it is parsed.
-const maxPlanFile = 1 << 20
-
-// readPlan reads a plan file as JSON tasks: a list of tasks, or an object with
-// a "tasks" list.
-func readPlan(g *globals, file string) (json.RawMessage, error) {
-	var b []byte
-	var err error
+// readPlan reads plan file file ("-": standard input), relative times
+// counted from now.
+func readPlan(g *globals, file string) ([]schemas.TaskSpec, error) {
 	if file == "-" {
-		b, err = readLimited(g.stdin, maxPlanFile)
-	} else {
-		var fh *os.File
-		if fh, err = os.Open(file); err == nil {
-			b, err = readLimited(fh, maxPlanFile)
-			_ = fh.Close() // read-only: nothing to lose
-		}
+		return planfile.Read(file, g.stdin, time.Now())
 	}
-	if err != nil {
-		return nil, fail(exitInvalid, "plan file %s: %v", file, err)
-	}
-	j, err := yaml.YAMLToJSON(b)
-	if err != nil {
-		return nil, fail(exitInvalid, "plan file %s is neither YAML nor JSON: %v", file, err)
-	}
-	var probe any
-	if err := json.Unmarshal(j, &probe); err != nil {
-		return nil, fail(exitInvalid, "plan file %s: %v", file, err)
-	}
-	var tasks []any
-	switch p := probe.(type) {
-	case []any:
-		tasks = p
-	case map[string]any:
-		t, ok := p["tasks"].([]any)
-		if !ok {
-			return nil, fail(exitInvalid, "plan file %s must be a list of tasks or an object with a \"tasks\" list", file)
-		}
-		tasks = t
-	default:
-		return nil, fail(exitInvalid, "plan file %s must be a list of tasks or an object with a \"tasks\" list", file)
-	}
-	if err := resolveStartAfter(tasks, time.Now()); err != nil {
-		return nil, fail(exitInvalid, "plan file %s: %v", file, err)
-	}
-	out, _ := json.Marshal(tasks)
-	return out, nil
-}
-
-// relativeTimes are the plan file conveniences resolved before a plan is
-// sent: a duration from now, and the absolute time the wire carries.
-var relativeTimes = [][2]string{{"start_after", "start_at"}, {"deadline_after", "deadline"}}
-
-// resolveStartAfter turns each task's start_after and deadline_after (a
-// duration from now, a convenience of plan files) into the start_at and
-// deadline the wire carries.
-func resolveStartAfter(tasks []any, now time.Time) error {
-	for i, t := range tasks {
-		m, ok := t.(map[string]any)
-		if !ok {
-			continue // the service names what is wrong with it
-		}
-		for _, rt := range relativeTimes {
-			after, at := rt[0], rt[1]
-			v, ok := m[after]
-			if !ok {
-				continue
-			}
-			s, _ := v.(string)
-			d, err := time.ParseDuration(s)
-			if err != nil || d < 0 {
-				return fmt.Errorf("/tasks/%d/%s: %v is not a duration such as \"4s\" or \"2h\"", i, after, v)
-			}
-			if _, both := m[at]; both {
-				return fmt.Errorf("/tasks/%d: give %s or %s, not both", i, at, after)
-			}
-			delete(m, after)
-			m[at] = now.Add(d).UTC().Format(time.RFC3339Nano)
-		}
-	}
-	return nil
+	return planfile.ReadFile(file, time.Now())
 }

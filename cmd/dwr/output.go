@@ -40,18 +40,6 @@ func dash(s string) string {
 	return s
 }
 
-// readLimited reads r to its end, failing when it holds more than max bytes.
-func readLimited(r io.Reader, max int64) ([]byte, error) {
-	b, err := io.ReadAll(io.LimitReader(r, max+1))
-	if err != nil {
-		return nil, err
-	}
-	if int64(len(b)) > max {
-		return nil, fmt.Errorf("larger than %d bytes", max)
-	}
-	return b, nil
-}
-
 // withClient connects to the service, runs f with the client, and closes
 // it.
 func (g *globals) withClient(f func(cl *client) error) error {
