@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"fmt"
 	"io"
 	"strings"
@@ -9,21 +10,23 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/dwr-run/dwr/domain"
+	"github.com/dwr-run/dwr/executors/client"
 	"github.com/dwr-run/dwr/executors/planfile"
-	"github.com/dwr-run/dwr/projections"
 	"github.com/dwr-run/dwr/schemas"
 )
 
 func goalCmd(g *globals) *cobra.Command {
 	cmd := &cobra.Command{Use: "goal", Short: "create, inspect and list goals"}
-	var c domain.CreateGoal
+	var c schemas.CreateGoal
 	var cmdID string
 	var queues []string
 	create := &cobra.Command{
 		Use: "create --title TITLE", Short: "create a goal", Args: cobra.NoArgs,
 		RunE: func(*cobra.Command, []string) error {
 			c.Envelope.Permissions.Queues = queues
-			return g.send("goal.create", c, cmdID, "goal")
+			return g.send("goal", func(ctx context.Context, cl *client.Client) (*client.Result, error) {
+				return cl.CreateGoal(ctx, c, client.CommandID(cmdID))
+			})
 		},
 	}
 	f := create.Flags()
@@ -32,46 +35,23 @@ func goalCmd(g *globals) *cobra.Command {
 	f.StringArrayVar(&c.SuccessCriteria, "criterion", nil, "a success criterion (repeatable)")
 	f.StringSliceVar(&queues, "allow-queue", nil, "queues the goal's tasks may use (default: any)")
 	f.IntVar(&c.Envelope.Budget.Attempts, "budget-attempts", 0, "most attempts in all (0: no limit)")
-	f.StringVar(&cmdID, "command-id", "", "idempotency key (default: a fresh ULID)")
+	commandIDFlag(create, &cmdID)
 
-	get := &cobra.Command{
-		Use: "get ID", Short: "show a goal with its plan", Args: cobra.ExactArgs(1),
-		RunE: func(_ *cobra.Command, args []string) error {
-			return g.withClient(func(cl *client) error {
-				res, err := cl.query("goal.get", schemas.Query{ID: args[0]}, 0)
-				if err != nil {
-					return err
-				}
-				return show(g, res, printGoal)
-			})
-		},
-	}
-	var pages paging
-	list := &cobra.Command{
-		Use: "list [--all | --limit N --after CURSOR]", Short: "list goals (a page; --all for every one)", Args: cobra.NoArgs,
-		RunE: func(*cobra.Command, []string) error {
-			return g.withClient(func(cl *client) error {
-				res, err := pages.list(g, cl, "goals", "goal.list", schemas.Query{})
-				if err != nil {
-					return err
-				}
-				return show(g, res, func(w io.Writer, vs []projections.GoalView) error {
-					rows := make([][]string, len(vs))
-					for i, v := range vs {
-						rows[i] = []string{v.ID, v.State, fmt.Sprint(v.PlanVersion), counts(v.Counts), v.Title}
-					}
-					return table(w, []string{"ID", "STATE", "PLAN", "TASKS", "TITLE"}, rows)
-				})
-			})
-		},
-	}
-	pages.flags(list, "goals")
+	get := getCmd(g, "get ID", "show a goal with its plan", (*client.Client).Goal, printGoal)
+	list := listCmd(g, &cobra.Command{Use: "list [--all | --limit N --after CURSOR]", Short: "list goals (a page; --all for every one)", Args: cobra.NoArgs},
+		&paging{}, "goals", "goal.list", everything, func(w io.Writer, vs []schemas.GoalView) error {
+			rows := make([][]string, len(vs))
+			for i, v := range vs {
+				rows[i] = []string{v.ID, v.State, fmt.Sprint(v.PlanVersion), counts(v.Counts), v.Title}
+			}
+			return table(w, []string{"ID", "STATE", "PLAN", "TASKS", "TITLE"}, rows)
+		})
 	cmd.AddCommand(create, get, list)
 	return cmd
 }
 
 // printGoal prints a goal for people: what it is, and its plan's tasks.
-func printGoal(w io.Writer, v projections.GoalView) error {
+func printGoal(w io.Writer, v *schemas.GoalView) error {
 	fmt.Fprintf(w, "goal %s: %s\nstate: %s   plan version: %d\n", v.ID, v.Title, v.State, v.PlanVersion)
 	if v.Reason != "" {
 		fmt.Fprintf(w, "reason: %s\n", v.Reason)
@@ -113,25 +93,18 @@ func planCmd(g *globals) *cobra.Command {
 			if err != nil {
 				return fail(exitInvalid, "%v", err)
 			}
-			return g.withClient(func(cl *client) error {
-				res, _, err := cl.command("plan.submit", schemas.SubmitPlan{GoalID: goal, Tasks: tasks}, cmdID)
+			return g.withClient(func(ctx context.Context, cl *client.Client) error {
+				r, err := cl.SubmitPlan(ctx, goal, tasks, client.CommandID(cmdID))
 				if err != nil {
 					return err
 				}
-				return show(g, res, func(w io.Writer, r domain.Reply) error {
-					fmt.Fprintf(w, "plan version %d of goal %s committed\n", r.PlanVersion, r.ID)
-					rows := make([][]string, len(r.Tasks))
-					for i, t := range r.Tasks {
-						rows[i] = []string{t.Key, t.TaskID, dash(strings.Join(t.DependsOn, ","))}
-					}
-					return table(w, []string{"KEY", "TASK", "DEPENDS ON"}, rows)
-				})
+				return show(g, &r.CommandResult, printPlan)
 			})
 		},
 	}
 	submit.Flags().StringVar(&goal, "goal", "", "the goal's id")
 	submit.Flags().StringVarP(&file, "file", "f", "", "plan file (YAML or JSON); - reads standard input")
-	submit.Flags().StringVar(&cmdID, "command-id", "", "idempotency key (default: a fresh ULID)")
+	commandIDFlag(submit, &cmdID)
 	cmd.AddCommand(submit)
 	return cmd
 }
@@ -143,4 +116,14 @@ func readPlan(g *globals, file string) ([]schemas.TaskSpec, error) {
 		return planfile.Read(file, g.stdin, time.Now())
 	}
 	return planfile.ReadFile(file, time.Now())
+}
+
+// printPlan prints a committed plan for people: its version and its tasks.
+func printPlan(w io.Writer, r *schemas.CommandResult) error {
+	fmt.Fprintf(w, "plan version %d of goal %s committed\n", r.PlanVersion, r.ID)
+	rows := make([][]string, len(r.Tasks))
+	for i, t := range r.Tasks {
+		rows[i] = []string{t.Key, t.TaskID, dash(strings.Join(t.DependsOn, ","))}
+	}
+	return table(w, []string{"KEY", "TASK", "DEPENDS ON"}, rows)
 }
