@@ -53,18 +53,17 @@ func printApprovals(w io.Writer, vs []approvalView, withState bool, now time.Tim
 	if withState {
 		header = append(header, "STATE")
 	}
-	rows := make([][]string, len(vs))
-	for i, v := range vs {
+	return columns(header, func(v approvalView) []string {
 		task := v.TaskKey
 		if task == "" {
 			task = v.TaskID
 		}
-		rows[i] = []string{v.ID, task, dash(v.Role), dash(short(v.Summary, 50)), strings.Join(v.Responses, ","), expires(v.ExpiresAt, now)}
+		row := []string{v.ID, task, dash(v.Role), dash(short(v.Summary, 50)), strings.Join(v.Responses, ","), expires(v.ExpiresAt, now)}
 		if withState {
-			rows[i] = append(rows[i], v.State)
+			row = append(row, v.State)
 		}
-	}
-	return table(w, header, rows)
+		return row
+	})(w, vs)
 }
 
 func approvalsGetCmd(g *globals) *cobra.Command {
@@ -139,11 +138,9 @@ func printApproval(w io.Writer, v *approvalView, now time.Time) {
 	}
 	if len(v.Refusals) > 0 {
 		fmt.Fprintf(w, "\nrefused decisions (%d):\n", len(v.Refusals))
-		rows := make([][]string, len(v.Refusals))
-		for i, r := range v.Refusals {
-			rows[i] = []string{ago(r.At), dash(r.Approver), dash(r.Response), r.Reason, short(strings.TrimPrefix(r.Message, r.Reason+": "), 100)}
-		}
-		_ = table(w, []string{"WHEN", "APPROVER", "RESPONSE", "REASON", "MESSAGE"}, rows) // terminal output
+		_ = columns([]string{"WHEN", "APPROVER", "RESPONSE", "REASON", "MESSAGE"}, func(r schemas.Refusal) []string { // terminal output
+			return []string{ago(r.At), dash(r.Approver), dash(r.Response), r.Reason, short(strings.TrimPrefix(r.Message, r.Reason+": "), 100)}
+		})(w, v.Refusals)
 	}
 }
 

@@ -39,13 +39,9 @@ func goalCmd(g *globals) *cobra.Command {
 
 	get := getCmd(g, "get ID", "show a goal with its plan", (*client.Client).Goal, printGoal)
 	list := listCmd(g, &cobra.Command{Use: "list [--all | --limit N --after CURSOR]", Short: "list goals (a page; --all for every one)", Args: cobra.NoArgs},
-		&paging{}, "goals", "goal.list", everything, func(w io.Writer, vs []schemas.GoalView) error {
-			rows := make([][]string, len(vs))
-			for i, v := range vs {
-				rows[i] = []string{v.ID, v.State, fmt.Sprint(v.PlanVersion), counts(v.Counts), v.Title}
-			}
-			return table(w, []string{"ID", "STATE", "PLAN", "TASKS", "TITLE"}, rows)
-		})
+		&paging{}, "goals", "goal.list", everything, columns([]string{"ID", "STATE", "PLAN", "TASKS", "TITLE"}, func(v schemas.GoalView) []string {
+			return []string{v.ID, v.State, fmt.Sprint(v.PlanVersion), counts(v.Counts), v.Title}
+		}))
 	cmd.AddCommand(create, get, list)
 	return cmd
 }
@@ -60,11 +56,9 @@ func printGoal(w io.Writer, v *schemas.GoalView) error {
 		fmt.Fprintf(w, "criterion: %s\n", c)
 	}
 	fmt.Fprintf(w, "tasks by state: %s\n\n", counts(v.Counts))
-	rows := make([][]string, len(v.Nodes))
-	for i, n := range v.Nodes {
-		rows[i] = []string{n.Key, n.TaskID, n.State, dash(strings.Join(n.DependsOn, ","))}
-	}
-	return table(w, []string{"KEY", "TASK", "STATE", "DEPENDS ON"}, rows)
+	return columns([]string{"KEY", "TASK", "STATE", "DEPENDS ON"}, func(n schemas.PlanNode) []string {
+		return []string{n.Key, n.TaskID, n.State, dash(strings.Join(n.DependsOn, ","))}
+	})(w, v.Nodes)
 }
 
 func counts(m map[string]int) string {
@@ -121,9 +115,7 @@ func readPlan(g *globals, file string) ([]schemas.TaskSpec, error) {
 // printPlan prints a committed plan for people: its version and its tasks.
 func printPlan(w io.Writer, r *schemas.CommandResult) error {
 	fmt.Fprintf(w, "plan version %d of goal %s committed\n", r.PlanVersion, r.ID)
-	rows := make([][]string, len(r.Tasks))
-	for i, t := range r.Tasks {
-		rows[i] = []string{t.Key, t.TaskID, dash(strings.Join(t.DependsOn, ","))}
-	}
-	return table(w, []string{"KEY", "TASK", "DEPENDS ON"}, rows)
+	return columns([]string{"KEY", "TASK", "DEPENDS ON"}, func(t schemas.PlanTask) []string {
+		return []string{t.Key, t.TaskID, dash(strings.Join(t.DependsOn, ","))}
+	})(w, r.Tasks)
 }

@@ -5,7 +5,6 @@ import (
 	"crypto/ed25519"
 	"encoding/base64"
 	"fmt"
-	"io"
 	"os"
 	"strings"
 
@@ -156,13 +155,9 @@ func keysRevokeCmd(g *globals) *cobra.Command {
 
 func keysListCmd(g *globals) *cobra.Command {
 	return listCmd(g, &cobra.Command{Use: "list", Short: "list the workspace's approvers and their keys", Args: cobra.NoArgs},
-		nil, "approvers", "approver.list", everything, func(w io.Writer, as []domain.Approver) error {
-			rows := make([][]string, len(as))
-			for i, a := range as {
-				rows[i] = []string{a.Name, a.Role, a.KeyID, ago(a.RegisteredAt)}
-			}
-			return table(w, []string{"NAME", "ROLE", "KEY-ID", "REGISTERED"}, rows)
-		})
+		nil, "approvers", "approver.list", everything, columns([]string{"NAME", "ROLE", "KEY-ID", "REGISTERED"}, func(a domain.Approver) []string {
+			return []string{a.Name, a.Role, a.KeyID, ago(a.RegisteredAt)}
+		}))
 }
 
 // register sends approver.register for pub, in the client's workspace.

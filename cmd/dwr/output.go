@@ -50,6 +50,18 @@ func short(s string, n int) string {
 	return s
 }
 
+// columns returns a printer of items as a table under header, with the row
+// that row makes of each.
+func columns[T any](header []string, row func(T) []string) func(io.Writer, []T) error {
+	return func(w io.Writer, items []T) error {
+		rows := make([][]string, len(items))
+		for i, v := range items {
+			rows[i] = row(v)
+		}
+		return table(w, header, rows)
+	}
+}
+
 // show prints v: as JSON with --json, else as human writes it.
 func show[V any](g *globals, v V, human func(w io.Writer, v V) error) error {
 	if g.json {

@@ -140,25 +140,21 @@ func printTask(w io.Writer, t *schemas.Task) error {
 	printTaskTimes(w, t)
 	if len(t.Approvals) > 0 {
 		fmt.Fprintln(w)
-		rows := make([][]string, len(t.Approvals))
-		for i, a := range t.Approvals {
+		if err := columns([]string{"APPROVAL", "STATE", "ROLE", "SUMMARY", "DECISION", "REFUSED"}, func(a schemas.Approval) []string {
 			decision := "-"
 			if d := a.Decision; d != nil {
 				decision = fmt.Sprintf("%s by %s → %s", d.Response, d.Approver, d.Branch)
 			}
-			rows[i] = []string{a.ID, a.State, dash(a.Role), dash(short(a.Summary, 40)), decision, fmt.Sprint(len(a.Refusals))}
-		}
-		if err := table(w, []string{"APPROVAL", "STATE", "ROLE", "SUMMARY", "DECISION", "REFUSED"}, rows); err != nil {
+			return []string{a.ID, a.State, dash(a.Role), dash(short(a.Summary, 40)), decision, fmt.Sprint(len(a.Refusals))}
+		})(w, t.Approvals); err != nil {
 			return err
 		}
 	}
 	if len(t.Verifications) > 0 {
 		fmt.Fprintln(w)
-		rows := make([][]string, len(t.Verifications))
-		for i, v := range t.Verifications {
-			rows[i] = []string{fmt.Sprint(v.Attempt), v.Outcome, v.Verifier, dash(short(string(v.Evidence), 60))}
-		}
-		if err := table(w, []string{"ATTEMPT", "VERDICT", "VERIFIER", "EVIDENCE"}, rows); err != nil {
+		if err := columns([]string{"ATTEMPT", "VERDICT", "VERIFIER", "EVIDENCE"}, func(v schemas.Verification) []string {
+			return []string{fmt.Sprint(v.Attempt), v.Outcome, v.Verifier, dash(short(string(v.Evidence), 60))}
+		})(w, t.Verifications); err != nil {
 			return err
 		}
 	}
@@ -171,8 +167,7 @@ func printTask(w io.Writer, t *schemas.Task) error {
 
 // printAttempts prints a task's attempts as a table.
 func printAttempts(w io.Writer, t *schemas.Task) error {
-	rows := make([][]string, len(t.Attempts))
-	for i, a := range t.Attempts {
+	return columns([]string{"ATTEMPT", "STATE", "EXECUTOR", "STARTED", "TOOK", "RESULT / ERROR"}, func(a schemas.Attempt) []string {
 		dur, outcome := "-", "-"
 		if a.EndedAt != nil {
 			dur = a.EndedAt.Sub(a.StartedAt).Round(time.Millisecond).String()
@@ -188,9 +183,8 @@ func printAttempts(w io.Writer, t *schemas.Task) error {
 		if len(outcome) > 60 {
 			outcome = outcome[:57] + "..."
 		}
-		rows[i] = []string{fmt.Sprint(a.N), a.State, a.Executor, ago(a.StartedAt), dur, outcome}
-	}
-	return table(w, []string{"ATTEMPT", "STATE", "EXECUTOR", "STARTED", "TOOK", "RESULT / ERROR"}, rows)
+		return []string{fmt.Sprint(a.N), a.State, a.Executor, ago(a.StartedAt), dur, outcome}
+	})(w, t.Attempts)
 }
 
 func taskListCmd(g *globals) *cobra.Command {
@@ -201,13 +195,9 @@ func taskListCmd(g *globals) *cobra.Command {
 			"When more follow it says so on stderr, with the --after cursor of the next page; --all lists every page.",
 		Args: cobra.NoArgs,
 	}, &paging{}, "tasks", "task.list", func([]string) (schemas.Query, error) { return schemas.Query{State: state, GoalID: goal}, nil },
-		func(w io.Writer, ts []schemas.Task) error {
-			rows := make([][]string, len(ts))
-			for i, t := range ts {
-				rows[i] = []string{t.ID, dash(t.Key), t.State, t.Spec.Queue, fmt.Sprint(len(t.Attempts)), dash(t.GoalID), ago(t.UpdatedAt)}
-			}
-			return table(w, []string{"ID", "KEY", "STATE", "QUEUE", "ATTEMPTS", "GOAL", "UPDATED"}, rows)
-		})
+		columns([]string{"ID", "KEY", "STATE", "QUEUE", "ATTEMPTS", "GOAL", "UPDATED"}, func(t schemas.Task) []string {
+			return []string{t.ID, dash(t.Key), t.State, t.Spec.Queue, fmt.Sprint(len(t.Attempts)), dash(t.GoalID), ago(t.UpdatedAt)}
+		}))
 	list.Flags().StringVar(&state, "state", "", "only tasks in this state ("+strings.Join(domain.TaskStates, ", ")+")")
 	list.Flags().StringVar(&goal, "goal", "", "only the tasks of this goal")
 	return list

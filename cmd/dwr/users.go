@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"io/fs"
 	"strings"
 
@@ -55,13 +54,9 @@ func usersCmd(g *globals) *cobra.Command {
 	commandIDFlag(add, &cmdID)
 
 	list := listCmd(g, &cobra.Command{Use: "list", Short: "list the identities of the workspace (--workspace)", Args: cobra.NoArgs},
-		nil, "members", "member.list", everything, func(w io.Writer, ms []domain.Member) error {
-			rows := make([][]string, len(ms))
-			for i, m := range ms {
-				rows[i] = []string{m.Name, string(m.Role), dash(strings.Join(m.Queues, ",")), short(m.PublicKey, 14), ago(m.AddedAt)}
-			}
-			return table(w, []string{"NAME", "ROLE", "QUEUES", "KEY", "ADDED"}, rows)
-		})
+		nil, "members", "member.list", everything, columns([]string{"NAME", "ROLE", "QUEUES", "KEY", "ADDED"}, func(m domain.Member) []string {
+			return []string{m.Name, string(m.Role), dash(strings.Join(m.Queues, ",")), short(m.PublicKey, 14), ago(m.AddedAt)}
+		}))
 	revoke := revokeCmd(g, "revoke NAME", "remove an identity from the workspace: its connections lose the workspace at once",
 		"member.remove", func(name string) any { return domain.RemoveMember{Name: name} }, "user %s revoked in workspace %s\n")
 	cmd.AddCommand(add, list, revoke)

@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"io"
 
 	"github.com/spf13/cobra"
 
@@ -25,13 +24,9 @@ func workspaceCmd(g *globals) *cobra.Command {
 	create.Flags().StringVar(&desc, "description", "", "what the workspace is for")
 	create.Flags().StringVar(&cmdID, "command-id", "", "idempotency key (default: a fresh ULID); resend the same id to retry safely")
 	list := listCmd(g, &cobra.Command{Use: "list", Short: "list workspaces", Args: cobra.NoArgs}, nil, "workspaces", "workspace.list", everything,
-		func(out io.Writer, ws []domain.Workspace) error {
-			rows := make([][]string, len(ws))
-			for i, w := range ws {
-				rows[i] = []string{w.Name, ago(w.CreatedAt), dash(w.Description)}
-			}
-			return table(out, []string{"NAME", "CREATED", "DESCRIPTION"}, rows)
-		})
+		columns([]string{"NAME", "CREATED", "DESCRIPTION"}, func(w domain.Workspace) []string {
+			return []string{w.Name, ago(w.CreatedAt), dash(w.Description)}
+		}))
 	cmd.AddCommand(create, list)
 	return cmd
 }
