@@ -18,8 +18,8 @@ func commandIDFlag(cmd *cobra.Command, id *string) {
 	cmd.Flags().StringVar(id, "command-id", "", "idempotency key (default: a fresh ULID)")
 }
 
-// getCmd is the command use ("get ID"): it shows what get returns for its
-// argument, as JSON with --json, else as human prints it.
+// getCmd returns the command use ("get ID"), which shows what get returns
+// for its argument: as JSON with --json, else as human prints it.
 func getCmd[T any](g *globals, use, short string, get func(*client.Client, context.Context, string, ...client.CallOption) (*T, error),
 	human func(io.Writer, *T) error) *cobra.Command {
 	return &cobra.Command{
@@ -37,9 +37,9 @@ func getCmd[T any](g *globals, use, short string, get func(*client.Client, conte
 }
 
 // listCmd makes cmd list the items (what, such as "tasks") of list query
-// name, with the query that query makes of the flags and arguments, and show them: as
-// JSON with --json, else as human prints them. With pages, cmd lists a page
-// at a time and has the paging flags; without, every item.
+// name, with the query that query makes of its flags and arguments, and
+// show them: as JSON with --json, else as human prints them. With pages,
+// cmd lists a page at a time and has the paging flags; without, every item.
 func listCmd[T any](g *globals, cmd *cobra.Command, pages *paging, what, name string, query func(args []string) (schemas.Query, error),
 	human func(io.Writer, []T) error) *cobra.Command {
 	if pages != nil {
