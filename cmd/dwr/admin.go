@@ -20,10 +20,8 @@ import (
 func adminCmd(g *globals) *cobra.Command {
 	cmd := &cobra.Command{Use: "admin", Short: "maintenance: verify the log, rebuild the views, NATS configuration for a cluster"}
 	cmd.AddCommand(natsConfigCmd(g))
-	var data string
+	var o maintenance
 	var keep, accept bool
-	var n natsOpts
-	var k logKeyOpts
 	rebuild := &cobra.Command{
 		Use:   "rebuild --data DIR",
 		Short: "rebuild the views from the log (stop `dwr serve` on DIR first)",
@@ -34,16 +32,14 @@ func adminCmd(g *globals) *cobra.Command {
 			"The log's stream is never created or changed.",
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			return withMaintenance(cmd.Context(), data, n, k, func(ctx context.Context, m *handlers.Maintenance) error {
+			return o.run(cmd.Context(), func(ctx context.Context, m *handlers.Maintenance) error {
 				return rebuildViews(ctx, m, handlers.RebuildOptions{Keep: keep, AcceptVerifiedPrefix: accept, Progress: cmd.ErrOrStderr()}, cmd.OutOrStdout())
 			})
 		},
 	}
-	rebuild.Flags().StringVar(&data, "data", envOr("DWR_DATA", "dwr-data"), "the data directory of the server")
+	o.flags(rebuild)
 	rebuild.Flags().BoolVar(&keep, "keep", true, "keep the old views as views.old")
 	rebuild.Flags().BoolVar(&accept, "accept-verified-prefix", false, "if the log fails verification, accept its verified prefix: the commands after it are lost")
-	n.flags(rebuild)
-	k.flags(rebuild)
 	verify := &cobra.Command{
 		Use:   "verify --data DIR",
 		Short: "verify the whole log: its chain, every record's MAC, its stream's configuration, and the views' checkpoint against it",
@@ -53,59 +49,56 @@ func adminCmd(g *globals) *cobra.Command {
 			"It never changes anything.",
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			return withMaintenance(cmd.Context(), data, n, k, func(ctx context.Context, m *handlers.Maintenance) error {
+			return o.run(cmd.Context(), func(ctx context.Context, m *handlers.Maintenance) error {
 				return verifyLog(ctx, m, g.json, cmd.OutOrStdout(), cmd.ErrOrStderr())
 			})
 		},
 	}
-	verify.Flags().StringVar(&data, "data", envOr("DWR_DATA", "dwr-data"), "the data directory of the server")
-	n.flags(verify)
-	k.flags(verify)
+	o.flags(verify)
 	cmd.AddCommand(rebuild, verify)
 	return cmd
 }
 
-// adminLog is the log of a stopped server's data directory (on an embedded
-// NATS server) or of a cluster, opened for maintenance: its stream is never
-// created or changed.
+// maintenance is the flags of a command on the log of a stopped service's
+// data directory (on an embedded NATS server) or of a cluster (--nats): its
+// stream is never created or changed.
+type maintenance struct {
+	data string
+	nats natsOpts
+	key  logKeyOpts
+}
 
-// withMaintenance opens the log of the stopped service on data, or the one
-// at --nats, with the log key, runs f on it and closes it.
-func withMaintenance(ctx context.Context, data string, n natsOpts, k logKeyOpts, f func(context.Context, *handlers.Maintenance) error) error {
-	if ctx == nil {
-		ctx = context.Background()
-	}
-	m, err := openMaintenance(ctx, data, n, k)
+func (o *maintenance) flags(cmd *cobra.Command) {
+	cmd.Flags().StringVar(&o.data, "data", envOr("DWR_DATA", "dwr-data"), "the data directory of the server")
+	o.nats.flags(cmd)
+	o.key.flags(cmd)
+}
+
+// run opens the log with the log key, runs f on it and closes it.
+func (o *maintenance) run(ctx context.Context, f func(context.Context, *handlers.Maintenance) error) error {
+	keyBytes, err := o.key.load(o.data, false, nil)
 	if err != nil {
 		return err
 	}
-	defer m.Close()
-	return f(ctx, m)
-}
-
-func openMaintenance(ctx context.Context, data string, n natsOpts, k logKeyOpts) (*handlers.Maintenance, error) {
-	keyBytes, err := k.load(data, false, nil)
-	if err != nil {
-		return nil, err
-	}
 	key, err := eventstore.NewLogKey(keyBytes)
 	if err != nil {
-		return nil, fail(exitInvalid, "%v", err)
+		return fail(exitInvalid, "%v", err)
 	}
 	var nc *nats.Conn
-	if n.url != "" {
-		if nc, err = n.connect("dwr-admin"); err != nil {
-			return nil, err
+	if o.nats.url != "" {
+		if nc, err = o.nats.connect("dwr-admin"); err != nil {
+			return err
 		}
 	}
-	m, err := handlers.OpenMaintenance(ctx, data, nc, key)
+	m, err := handlers.OpenMaintenance(ctx, o.data, nc, key)
 	switch {
 	case errors.Is(err, handlers.ErrNoLog):
-		err = fail(exitInvalid, "%v", err)
+		return fail(exitInvalid, "%v", err)
 	case err != nil:
-		err = fail(exitError, "%v", err)
+		return fail(exitError, "%v", err)
 	}
-	return m, err
+	defer m.Close()
+	return f(ctx, m)
 }
 
 func rebuildViews(ctx context.Context, m *handlers.Maintenance, o handlers.RebuildOptions, out io.Writer) error {

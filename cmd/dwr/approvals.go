@@ -12,39 +12,16 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/dwr-run/dwr/domain"
+	"github.com/dwr-run/dwr/executors/client"
 	"github.com/dwr-run/dwr/projections"
 	"github.com/dwr-run/dwr/schemas"
 )
 
 // approvalView is an approval as the approval queries answer it.
-type approvalView = projections.ApprovalView
+type approvalView = schemas.ApprovalView
 
 // approvalStates are the values of `dwr approvals list --state`.
 var approvalStates = append(slices.Clone(projections.ApprovalStates), "all")
-
-// getApproval queries approval.get.
-func (c *client) getApproval(id string, minSeq uint64) (approvalView, json.RawMessage, error) {
-	res, err := c.query("approval.get", schemas.Query{ID: id}, minSeq)
-	if err != nil {
-		return approvalView{}, nil, err
-	}
-	var v approvalView
-	if err := json.Unmarshal(res, &v); err != nil {
-		return approvalView{}, nil, fail(exitError, "the service answered an approval that does not decode: %v", err)
-	}
-	return v, res, nil
-}
-
-// printRaw prints a query's result as indented JSON, as the service sent it.
-func printRaw(w io.Writer, res json.RawMessage) error {
-	var b bytes.Buffer
-	if err := json.Indent(&b, res, "", "  "); err != nil {
-		return err
-	}
-	b.WriteByte('\n')
-	_, err := w.Write(b.Bytes())
-	return err
-}
 
 func approvalsCmd(g *globals) *cobra.Command {
 	cmd := &cobra.Command{Use: "approvals", Short: "the approvals waiting for a person's signed decision, and those decided"}
@@ -54,35 +31,18 @@ func approvalsCmd(g *globals) *cobra.Command {
 
 func approvalsListCmd(g *globals) *cobra.Command {
 	var role, state string
-	var pages paging
-	list := &cobra.Command{
+	list := listCmd(g, &cobra.Command{
 		Use: "list [--role R] [--state pending|decided|expired|withdrawn|all]", Short: "list approvals (pending by default)", Args: cobra.NoArgs,
-		RunE: func(*cobra.Command, []string) error {
-			if !slices.Contains(approvalStates, state) {
-				return fail(exitInvalid, "--state %q: use one of %s", state, strings.Join(approvalStates, ", "))
-			}
-			return g.withClient(func(cl *client) error {
-				res, err := pages.list(g, cl, "approvals", "approval.list", schemas.Query{State: state, Role: role})
-				if err != nil {
-					return err
-				}
-				var vs []approvalView
-				if err := json.Unmarshal(res, &vs); err != nil {
-					return fail(exitError, "the service answered approvals that do not decode: %v", err)
-				}
-				if g.json {
-					if vs == nil {
-						res = json.RawMessage("[]")
-					}
-					return printRaw(g.out, res)
-				}
-				return printApprovals(g.out, vs, state != domain.ApprovalStatePending, time.Now())
-			})
-		},
-	}
+	}, &paging{}, "approvals", "approval.list", func([]string) (schemas.Query, error) {
+		if !slices.Contains(approvalStates, state) {
+			return schemas.Query{}, fail(exitInvalid, "--state %q: use one of %s", state, strings.Join(approvalStates, ", "))
+		}
+		return schemas.Query{State: state, Role: role}, nil
+	}, func(w io.Writer, vs []approvalView) error {
+		return printApprovals(w, vs, state != domain.ApprovalStatePending, time.Now())
+	})
 	list.Flags().StringVar(&role, "role", "", "only the approvals this role may decide")
 	list.Flags().StringVar(&state, "state", domain.ApprovalStatePending, "which approvals: "+strings.Join(approvalStates, ", "))
-	pages.flags(list, "approvals")
 	return list
 }
 
@@ -93,41 +53,29 @@ func printApprovals(w io.Writer, vs []approvalView, withState bool, now time.Tim
 	if withState {
 		header = append(header, "STATE")
 	}
-	rows := make([][]string, len(vs))
-	for i, v := range vs {
+	return columns(header, func(v approvalView) []string {
 		task := v.TaskKey
 		if task == "" {
 			task = v.TaskID
 		}
-		rows[i] = []string{v.ID, task, dash(v.Role), dash(short(v.Summary, 50)), strings.Join(v.Responses, ","), expires(v.ExpiresAt, now)}
+		row := []string{v.ID, task, dash(v.Role), dash(short(v.Summary, 50)), strings.Join(v.Responses, ","), expires(v.ExpiresAt, now)}
 		if withState {
-			rows[i] = append(rows[i], v.State)
+			row = append(row, v.State)
 		}
-	}
-	return table(w, header, rows)
+		return row
+	})(w, vs)
 }
 
 func approvalsGetCmd(g *globals) *cobra.Command {
-	return &cobra.Command{
-		Use: "get APPROVAL", Short: "show an approval: the proposed action and its digest, who may decide, the decision and any refusals", Args: cobra.ExactArgs(1),
-		RunE: func(_ *cobra.Command, args []string) error {
-			return g.withClient(func(cl *client) error {
-				v, res, err := cl.getApproval(args[0], 0)
-				if err != nil {
-					return err
-				}
-				if g.json {
-					return printRaw(g.out, res)
-				}
-				printApproval(g.out, v, time.Now())
-				return nil
-			})
-		},
-	}
+	return getCmd(g, "get APPROVAL", "show an approval: the proposed action and its digest, who may decide, the decision and any refusals",
+		(*client.Client).Approval, func(w io.Writer, v *approvalView) error {
+			printApproval(w, v, time.Now())
+			return nil
+		})
 }
 
 // printApproval prints an approval for people.
-func printApproval(w io.Writer, v approvalView, now time.Time) {
+func printApproval(w io.Writer, v *approvalView, now time.Time) {
 	fmt.Fprintf(w, "approval %s is %s\n", v.ID, v.State)
 	task := v.TaskID
 	if v.TaskKey != "" {
@@ -190,11 +138,9 @@ func printApproval(w io.Writer, v approvalView, now time.Time) {
 	}
 	if len(v.Refusals) > 0 {
 		fmt.Fprintf(w, "\nrefused decisions (%d):\n", len(v.Refusals))
-		rows := make([][]string, len(v.Refusals))
-		for i, r := range v.Refusals {
-			rows[i] = []string{ago(r.At), dash(r.Approver), dash(r.Response), r.Reason, short(strings.TrimPrefix(r.Message, r.Reason+": "), 100)}
-		}
-		_ = table(w, []string{"WHEN", "APPROVER", "RESPONSE", "REASON", "MESSAGE"}, rows) // terminal output
+		_ = columns([]string{"WHEN", "APPROVER", "RESPONSE", "REASON", "MESSAGE"}, func(r schemas.Refusal) []string { // terminal output
+			return []string{ago(r.At), dash(r.Approver), dash(r.Response), r.Reason, short(strings.TrimPrefix(r.Message, r.Reason+": "), 100)}
+		})(w, v.Refusals)
 	}
 }
 

@@ -259,18 +259,6 @@ func TestCLITaskCreateResolvesRelativeTimes(t *testing.T) {
 	require.Contains(t, errs, "--approval-expires-in")
 }
 
-func TestPlanDeadlineAfterResolvesToADeadline(t *testing.T) {
-	now := time.Date(2026, 1, 2, 15, 4, 5, 0, time.UTC)
-	tasks := []any{map[string]any{"key": "a", "deadline_after": "2h", "start_after": "1h"}}
-	require.NoError(t, resolveStartAfter(tasks, now))
-	require.Equal(t, map[string]any{"key": "a", "deadline": "2026-01-02T17:04:05Z", "start_at": "2026-01-02T16:04:05Z"}, tasks[0])
-
-	err := resolveStartAfter([]any{map[string]any{"deadline_after": "later"}}, now)
-	require.ErrorContains(t, err, "/tasks/0/deadline_after")
-	err = resolveStartAfter([]any{map[string]any{"deadline_after": "1h", "deadline": "2026-01-02T17:04:05Z"}}, now)
-	require.ErrorContains(t, err, "not both")
-}
-
 func TestExpiresIsRelative(t *testing.T) {
 	now := time.Now()
 	at := func(d time.Duration) *time.Time { t := now.Add(d); return &t }

@@ -1,7 +1,7 @@
 package main
 
 import (
-	"encoding/json"
+	"context"
 	"errors"
 	"fmt"
 	"slices"
@@ -11,6 +11,8 @@ import (
 
 	"github.com/dwr-run/dwr/domain"
 	"github.com/dwr-run/dwr/executors"
+	"github.com/dwr-run/dwr/executors/client"
+	"github.com/dwr-run/dwr/schemas"
 )
 
 // decisionOut is what `dwr approve --json` prints.
@@ -46,7 +48,9 @@ func approveCmd(g *globals) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			return g.withClient(func(cl *client) error { return o.approve(g, cl, args[0], key, approver) })
+			return g.withClient(func(ctx context.Context, cl *client.Client) error {
+				return o.approve(ctx, g, cl, args[0], key, approver)
+			})
 		},
 	}
 	f := cmd.Flags()
@@ -54,7 +58,7 @@ func approveCmd(g *globals) *cobra.Command {
 	f.StringVar(&o.comment, "comment", "", "why: recorded with the decision")
 	f.StringVar(&o.keyFile, "key", "", "the approver's private key file, as `dwr keys create` writes it (required)")
 	f.StringVar(&o.as, "as", "", "the approver's name (default: the key file's \"Approver:\" header)")
-	f.StringVar(&o.cmdID, "command-id", "", "idempotency key (default: a fresh ULID)")
+	commandIDFlag(cmd, &o.cmdID)
 	return cmd
 }
 
@@ -83,9 +87,9 @@ func (o approveFlags) signer() (*executors.SigningKey, string, error) {
 
 // approve signs the decision on approval id as approver and sends it, then
 // prints what it decided.
-func (o approveFlags) approve(g *globals, cl *client, id string, key *executors.SigningKey, approver string) error {
+func (o approveFlags) approve(ctx context.Context, g *globals, cl *client.Client, id string, key *executors.SigningKey, approver string) error {
 	keyID := executors.KeyID(key.Public())
-	v, _, err := cl.getApproval(id, 0)
+	v, err := cl.Approval(ctx, id)
 	if err != nil {
 		return err
 	}
@@ -98,22 +102,19 @@ func (o approveFlags) approve(g *globals, cl *client, id string, key *executors.
 		fmt.Fprintf(g.out, "signing approval %s: %s of action %s, as %s (key %s)\n", v.ID, o.response, digest, approver, keyID)
 	}
 	sig := executors.SignDecision(key.Private, v.ID, o.response, digest)
-	res, seq, err := cl.command("approval.decide", domain.DecideApproval{ApprovalID: v.ID, Approver: approver,
-		Response: o.response, ActionDigest: digest, Comment: o.comment, Signature: sig}, o.cmdID)
-	if err != nil {
-		if key.Workspace != "" && key.Workspace != g.workspace {
-			return fail(exitCode(err), "%v\nnote: key file %s was made in workspace %q, and this is workspace %q (--workspace)", err, o.keyFile, key.Workspace, g.workspace)
-		}
-		return err
+	r, err := cl.DecideApproval(ctx, schemas.DecideApproval{ApprovalID: v.ID, Approver: approver,
+		Response: o.response, ActionDigest: digest, Comment: o.comment, Signature: sig}, client.CommandID(o.cmdID))
+	if err != nil && key.Workspace != "" && key.Workspace != g.workspace {
+		err = g.clientError(err)
+		return fail(exitCode(err), "%v\nnote: key file %s was made in workspace %q, and this is workspace %q (--workspace)", err, o.keyFile, key.Workspace, g.workspace)
 	}
-	var r domain.Reply
-	if err := json.Unmarshal(res, &r); err != nil {
+	if err != nil {
 		return err
 	}
 	out := decisionOut{ApprovalID: v.ID, TaskID: r.ID, TaskState: r.State, Response: o.response, Approver: approver,
 		KeyID: keyID, ActionDigest: digest, Duplicate: r.Duplicate, Branch: v.Branches[o.response]}
 	// The branch taken, as recorded (it is the approval's rule for the response).
-	if after, _, err := cl.getApproval(v.ID, seq); err == nil && after.Decision != nil {
+	if after, err := cl.Approval(ctx, v.ID, client.MinSeq(r.Seq)); err == nil && after.Decision != nil {
 		out.Branch = after.Decision.Branch
 	}
 	if g.json {

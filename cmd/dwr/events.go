@@ -11,41 +11,23 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/spf13/cobra"
 
-	"github.com/dwr-run/dwr/eventstore"
 	"github.com/dwr-run/dwr/schemas"
 )
 
 func eventsCmd(g *globals) *cobra.Command {
-	return &cobra.Command{
-		Use: "events ID", Short: "show the history of a task, goal or workspace", Args: cobra.ExactArgs(1),
-		RunE: func(_ *cobra.Command, args []string) error {
-			return g.withClient(func(cl *client) error {
-				res, err := cl.queryAll("events", schemas.Query{ID: args[0]})
-				if err != nil {
+	return listCmd(g, &cobra.Command{Use: "events ID", Short: "show the history of a task, goal or workspace", Args: cobra.ExactArgs(1)},
+		nil, "events", "events", func(args []string) (schemas.Query, error) { return schemas.Query{ID: args[0]}, nil },
+		func(w io.Writer, evs []json.RawMessage) error {
+			rows := make([][]string, len(evs))
+			for i, raw := range evs {
+				var e schemas.Event
+				if err := json.Unmarshal(raw, &e); err != nil {
 					return err
 				}
-				return show(g, res, func(w io.Writer, evs []json.RawMessage) error {
-					rows := make([][]string, len(evs))
-					for i, raw := range evs {
-						var e eventstore.Event
-						if err := json.Unmarshal(raw, &e); err != nil {
-							return err
-						}
-						rows[i] = []string{fmt.Sprint(e.Version), ago(e.Time), e.Type, dash(e.Actor), e.CommandID, short(string(e.Data), 70)}
-					}
-					return table(w, []string{"VER", "TIME", "EVENT", "ACTOR", "COMMAND", "DATA"}, rows)
-				})
-			})
-		},
-	}
-}
-
-// short cuts s to n characters at most, marking the cut with "...".
-func short(s string, n int) string {
-	if r := []rune(s); len(r) > n {
-		return string(r[:n-3]) + "..."
-	}
-	return s
+				rows[i] = []string{fmt.Sprint(e.Version), ago(e.Time), e.Type, dash(e.Actor), e.CommandID, short(string(e.Data), 70)}
+			}
+			return table(w, []string{"VER", "TIME", "EVENT", "ACTOR", "COMMAND", "DATA"}, rows)
+		})
 }
 
 func watchCmd(g *globals) *cobra.Command {
@@ -58,19 +40,19 @@ func watchCmd(g *globals) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			defer cl.close()
+			defer cl.Close()
 			filter := ">"
 			if len(args) == 1 {
 				filter = args[0]
 			}
 			ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 			defer stop()
-			sub, err := cl.nc.Subscribe("dwr.ev."+g.workspace+"."+filter, func(m *nats.Msg) {
+			sub, err := cl.Conn().Subscribe("dwr.ev."+g.workspace+"."+filter, func(m *nats.Msg) {
 				if g.json {
 					fmt.Fprintln(g.out, string(m.Data))
 					return
 				}
-				var e eventstore.Event
+				var e schemas.Event
 				if json.Unmarshal(m.Data, &e) != nil {
 					return
 				}
@@ -80,7 +62,7 @@ func watchCmd(g *globals) *cobra.Command {
 				return fail(exitUnavailable, "subscribe: %v", err)
 			}
 			defer func() { _ = sub.Unsubscribe() }()
-			if err := cl.nc.Flush(); err != nil {
+			if err := cl.Conn().Flush(); err != nil {
 				return fail(exitUnavailable, "subscribe: %v", err)
 			}
 			if !g.json {

@@ -1,31 +1,32 @@
 package main
 
 import (
-	"encoding/json"
+	"context"
 	"fmt"
 	"io"
-	"os"
 	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
-	"sigs.k8s.io/yaml"
 
 	"github.com/dwr-run/dwr/domain"
-	"github.com/dwr-run/dwr/projections"
+	"github.com/dwr-run/dwr/executors/client"
+	"github.com/dwr-run/dwr/executors/planfile"
 	"github.com/dwr-run/dwr/schemas"
 )
 
 func goalCmd(g *globals) *cobra.Command {
 	cmd := &cobra.Command{Use: "goal", Short: "create, inspect and list goals"}
-	var c domain.CreateGoal
+	var c schemas.CreateGoal
 	var cmdID string
 	var queues []string
 	create := &cobra.Command{
 		Use: "create --title TITLE", Short: "create a goal", Args: cobra.NoArgs,
 		RunE: func(*cobra.Command, []string) error {
 			c.Envelope.Permissions.Queues = queues
-			return g.send("goal.create", c, cmdID, "goal")
+			return g.send("goal", func(ctx context.Context, cl *client.Client) (*client.Result, error) {
+				return cl.CreateGoal(ctx, c, client.CommandID(cmdID))
+			})
 		},
 	}
 	f := create.Flags()
@@ -34,46 +35,19 @@ func goalCmd(g *globals) *cobra.Command {
 	f.StringArrayVar(&c.SuccessCriteria, "criterion", nil, "a success criterion (repeatable)")
 	f.StringSliceVar(&queues, "allow-queue", nil, "queues the goal's tasks may use (default: any)")
 	f.IntVar(&c.Envelope.Budget.Attempts, "budget-attempts", 0, "most attempts in all (0: no limit)")
-	f.StringVar(&cmdID, "command-id", "", "idempotency key (default: a fresh ULID)")
+	commandIDFlag(create, &cmdID)
 
-	get := &cobra.Command{
-		Use: "get ID", Short: "show a goal with its plan", Args: cobra.ExactArgs(1),
-		RunE: func(_ *cobra.Command, args []string) error {
-			return g.withClient(func(cl *client) error {
-				res, err := cl.query("goal.get", schemas.Query{ID: args[0]}, 0)
-				if err != nil {
-					return err
-				}
-				return show(g, res, printGoal)
-			})
-		},
-	}
-	var pages paging
-	list := &cobra.Command{
-		Use: "list [--all | --limit N --after CURSOR]", Short: "list goals (a page; --all for every one)", Args: cobra.NoArgs,
-		RunE: func(*cobra.Command, []string) error {
-			return g.withClient(func(cl *client) error {
-				res, err := pages.list(g, cl, "goals", "goal.list", schemas.Query{})
-				if err != nil {
-					return err
-				}
-				return show(g, res, func(w io.Writer, vs []projections.GoalView) error {
-					rows := make([][]string, len(vs))
-					for i, v := range vs {
-						rows[i] = []string{v.ID, v.State, fmt.Sprint(v.PlanVersion), counts(v.Counts), v.Title}
-					}
-					return table(w, []string{"ID", "STATE", "PLAN", "TASKS", "TITLE"}, rows)
-				})
-			})
-		},
-	}
-	pages.flags(list, "goals")
+	get := getCmd(g, "get ID", "show a goal with its plan", (*client.Client).Goal, printGoal)
+	list := listCmd(g, &cobra.Command{Use: "list [--all | --limit N --after CURSOR]", Short: "list goals (a page; --all for every one)", Args: cobra.NoArgs},
+		&paging{}, "goals", "goal.list", everything, columns([]string{"ID", "STATE", "PLAN", "TASKS", "TITLE"}, func(v schemas.GoalView) []string {
+			return []string{v.ID, v.State, fmt.Sprint(v.PlanVersion), counts(v.Counts), v.Title}
+		}))
 	cmd.AddCommand(create, get, list)
 	return cmd
 }
 
 // printGoal prints a goal for people: what it is, and its plan's tasks.
-func printGoal(w io.Writer, v projections.GoalView) error {
+func printGoal(w io.Writer, v *schemas.GoalView) error {
 	fmt.Fprintf(w, "goal %s: %s\nstate: %s   plan version: %d\n", v.ID, v.Title, v.State, v.PlanVersion)
 	if v.Reason != "" {
 		fmt.Fprintf(w, "reason: %s\n", v.Reason)
@@ -82,11 +56,9 @@ func printGoal(w io.Writer, v projections.GoalView) error {
 		fmt.Fprintf(w, "criterion: %s\n", c)
 	}
 	fmt.Fprintf(w, "tasks by state: %s\n\n", counts(v.Counts))
-	rows := make([][]string, len(v.Nodes))
-	for i, n := range v.Nodes {
-		rows[i] = []string{n.Key, n.TaskID, n.State, dash(strings.Join(n.DependsOn, ","))}
-	}
-	return table(w, []string{"KEY", "TASK", "STATE", "DEPENDS ON"}, rows)
+	return columns([]string{"KEY", "TASK", "STATE", "DEPENDS ON"}, func(n schemas.PlanNode) []string {
+		return []string{n.Key, n.TaskID, n.State, dash(strings.Join(n.DependsOn, ","))}
+	})(w, v.Nodes)
 }
 
 func counts(m map[string]int) string {
@@ -113,110 +85,37 @@ func planCmd(g *globals) *cobra.Command {
 			}
 			tasks, err := readPlan(g, file)
 			if err != nil {
-				return err
+				return fail(exitInvalid, "%v", err)
 			}
-			return g.withClient(func(cl *client) error {
-				body, _ := json.Marshal(map[string]any{"goal_id": goal, "tasks": tasks})
-				res, _, err := cl.command("plan.submit", body, cmdID)
+			return g.withClient(func(ctx context.Context, cl *client.Client) error {
+				r, err := cl.SubmitPlan(ctx, goal, tasks, client.CommandID(cmdID))
 				if err != nil {
 					return err
 				}
-				return show(g, res, func(w io.Writer, r domain.Reply) error {
-					fmt.Fprintf(w, "plan version %d of goal %s committed\n", r.PlanVersion, r.ID)
-					rows := make([][]string, len(r.Tasks))
-					for i, t := range r.Tasks {
-						rows[i] = []string{t.Key, t.TaskID, dash(strings.Join(t.DependsOn, ","))}
-					}
-					return table(w, []string{"KEY", "TASK", "DEPENDS ON"}, rows)
-				})
+				return show(g, &r.CommandResult, printPlan)
 			})
 		},
 	}
 	submit.Flags().StringVar(&goal, "goal", "", "the goal's id")
 	submit.Flags().StringVarP(&file, "file", "f", "", "plan file (YAML or JSON); - reads standard input")
-	submit.Flags().StringVar(&cmdID, "command-id", "", "idempotency key (default: a fresh ULID)")
+	commandIDFlag(submit, &cmdID)
 	cmd.AddCommand(submit)
 	return cmd
 }
 
-// maxPlanFile bounds a plan file before it is parsed.
-const maxPlanFile = 1 << 20
-
-// readPlan reads a plan file as JSON tasks: a list of tasks, or an object with
-// a "tasks" list.
-func readPlan(g *globals, file string) (json.RawMessage, error) {
-	var b []byte
-	var err error
+// readPlan reads plan file file ("-": standard input), relative times
+// counted from now.
+func readPlan(g *globals, file string) ([]schemas.TaskSpec, error) {
 	if file == "-" {
-		b, err = readLimited(g.stdin, maxPlanFile)
-	} else {
-		var fh *os.File
-		if fh, err = os.Open(file); err == nil {
-			b, err = readLimited(fh, maxPlanFile)
-			_ = fh.Close() // read-only: nothing to lose
-		}
+		return planfile.Read(file, g.stdin, time.Now())
 	}
-	if err != nil {
-		return nil, fail(exitInvalid, "plan file %s: %v", file, err)
-	}
-	j, err := yaml.YAMLToJSON(b)
-	if err != nil {
-		return nil, fail(exitInvalid, "plan file %s is neither YAML nor JSON: %v", file, err)
-	}
-	var probe any
-	if err := json.Unmarshal(j, &probe); err != nil {
-		return nil, fail(exitInvalid, "plan file %s: %v", file, err)
-	}
-	var tasks []any
-	switch p := probe.(type) {
-	case []any:
-		tasks = p
-	case map[string]any:
-		t, ok := p["tasks"].([]any)
-		if !ok {
-			return nil, fail(exitInvalid, "plan file %s must be a list of tasks or an object with a \"tasks\" list", file)
-		}
-		tasks = t
-	default:
-		return nil, fail(exitInvalid, "plan file %s must be a list of tasks or an object with a \"tasks\" list", file)
-	}
-	if err := resolveStartAfter(tasks, time.Now()); err != nil {
-		return nil, fail(exitInvalid, "plan file %s: %v", file, err)
-	}
-	out, _ := json.Marshal(tasks)
-	return out, nil
+	return planfile.ReadFile(file, time.Now())
 }
 
-// relativeTimes are the plan file conveniences resolved before a plan is
-// sent: a duration from now, and the absolute time the wire carries.
-var relativeTimes = [][2]string{{"start_after", "start_at"}, {"deadline_after", "deadline"}}
-
-// resolveStartAfter turns each task's start_after and deadline_after (a
-// duration from now, a convenience of plan files) into the start_at and
-// deadline the wire carries.
-func resolveStartAfter(tasks []any, now time.Time) error {
-	for i, t := range tasks {
-		m, ok := t.(map[string]any)
-		if !ok {
-			continue // the service names what is wrong with it
-		}
-		for _, rt := range relativeTimes {
-			after, at := rt[0], rt[1]
-			v, ok := m[after]
-			if !ok {
-				continue
-			}
-			s, _ := v.(string)
-			d, err := time.ParseDuration(s)
-			if err != nil || d < 0 {
-				return fmt.Errorf("/tasks/%d/%s: %v is not a duration such as \"4s\" or \"2h\"", i, after, v)
-			}
-			if _, both := m[at]; both {
-				return fmt.Errorf("/tasks/%d: give %s or %s, not both", i, at, after)
-			}
-			delete(m, after)
-			m[at] = now.Add(d).UTC().Format(time.RFC3339Nano)
-		}
-	}
-	return nil
+// printPlan prints a committed plan for people: its version and its tasks.
+func printPlan(w io.Writer, r *schemas.CommandResult) error {
+	fmt.Fprintf(w, "plan version %d of goal %s committed\n", r.PlanVersion, r.ID)
+	return columns([]string{"KEY", "TASK", "DEPENDS ON"}, func(t schemas.PlanTask) []string {
+		return []string{t.Key, t.TaskID, dash(strings.Join(t.DependsOn, ","))}
+	})(w, r.Tasks)
 }

@@ -1,9 +1,9 @@
 package main
 
 import (
+	"context"
 	"crypto/ed25519"
 	"encoding/base64"
-	"encoding/json"
 	"fmt"
 	"os"
 	"strings"
@@ -12,7 +12,7 @@ import (
 
 	"github.com/dwr-run/dwr/domain"
 	"github.com/dwr-run/dwr/executors"
-	"github.com/dwr-run/dwr/schemas"
+	"github.com/dwr-run/dwr/executors/client"
 )
 
 // keyOut is what `dwr keys create|add --json` prints.
@@ -92,8 +92,8 @@ func (o keyCreation) create(g *globals) (keyOut, error) {
 	}
 	defer pending.Discard() // gone already once in place
 	var k keyOut
-	return k, g.withClient(func(cl *client) error {
-		if k, err = register(g, cl, o.name, o.role, key.Public(), ""); err != nil {
+	err = g.withClient(func(ctx context.Context, cl *client.Client) error {
+		if k, err = register(ctx, cl, o.name, o.role, key.Public(), ""); err != nil {
 			return err
 		}
 		if err := pending.Place(o.force); err != nil {
@@ -101,13 +101,14 @@ func (o keyCreation) create(g *globals) (keyOut, error) {
 		}
 		k.File = o.out
 		if o.credsOut != "" { // the approver's login: it decides as itself
-			if _, _, err := addUser(cl, o.name, domain.RoleApprover, nil, o.credsOut, o.force, ""); err != nil {
+			if _, _, err := addUser(ctx, cl, domain.AddMember{Name: o.name, Role: domain.RoleApprover}, o.credsOut, o.force, ""); err != nil {
 				return err
 			}
 			k.Credential = o.credsOut
 		}
 		return nil
 	})
+	return k, err
 }
 
 func keysAddCmd(g *globals) *cobra.Command {
@@ -124,8 +125,8 @@ func keysAddCmd(g *globals) *cobra.Command {
 			if err != nil {
 				return fail(exitInvalid, "%s", strings.TrimPrefix(err.Error(), "executors: "))
 			}
-			return g.withClient(func(cl *client) error {
-				k, err := register(g, cl, args[0], role, pub, cmdID)
+			return g.withClient(func(ctx context.Context, cl *client.Client) error {
+				k, err := register(ctx, cl, args[0], role, pub, cmdID)
 				if err != nil {
 					return err
 				}
@@ -143,62 +144,29 @@ func keysAddCmd(g *globals) *cobra.Command {
 	}
 	add.Flags().StringVar(&role, "role", "", "the role that authorizes the approver (required)")
 	add.Flags().StringVar(&pubFile, "public-key", "", "file holding the public key (required)")
-	add.Flags().StringVar(&cmdID, "command-id", "", "idempotency key (default: a fresh ULID)")
+	commandIDFlag(add, &cmdID)
 	return add
 }
 
 func keysRevokeCmd(g *globals) *cobra.Command {
-	var cmdID string
-	revoke := &cobra.Command{
-		Use: "revoke NAME", Short: "revoke approver NAME's key: its decisions are refused (and recorded as refused) from now on", Args: cobra.ExactArgs(1),
-		RunE: func(_ *cobra.Command, args []string) error {
-			return g.revoke("approver.revoke", domain.RevokeApprover{Name: args[0]}, cmdID, args[0], "approver %s's key revoked in workspace %s\n")
-		},
-	}
-	revoke.Flags().StringVar(&cmdID, "command-id", "", "idempotency key (default: a fresh ULID)")
-	return revoke
+	return revokeCmd(g, "revoke NAME", "revoke approver NAME's key: its decisions are refused (and recorded as refused) from now on",
+		"approver.revoke", func(name string) any { return domain.RevokeApprover{Name: name} }, "approver %s's key revoked in workspace %s\n")
 }
 
 func keysListCmd(g *globals) *cobra.Command {
-	return &cobra.Command{
-		Use: "list", Short: "list the workspace's approvers and their keys", Args: cobra.NoArgs,
-		RunE: func(*cobra.Command, []string) error {
-			return g.withClient(func(cl *client) error {
-				res, err := cl.query("approver.list", schemas.Query{}, 0)
-				if err != nil {
-					return err
-				}
-				var as []domain.Approver
-				if err := json.Unmarshal(res, &as); err != nil {
-					return err
-				}
-				if g.json {
-					if as == nil {
-						as = []domain.Approver{}
-					}
-					return printJSON(g.out, as)
-				}
-				rows := make([][]string, len(as))
-				for i, a := range as {
-					rows[i] = []string{a.Name, a.Role, a.KeyID, ago(a.RegisteredAt)}
-				}
-				return table(g.out, []string{"NAME", "ROLE", "KEY-ID", "REGISTERED"}, rows)
-			})
-		},
-	}
+	return listCmd(g, &cobra.Command{Use: "list", Short: "list the workspace's approvers and their keys", Args: cobra.NoArgs},
+		nil, "approvers", "approver.list", everything, columns([]string{"NAME", "ROLE", "KEY-ID", "REGISTERED"}, func(a domain.Approver) []string {
+			return []string{a.Name, a.Role, a.KeyID, ago(a.RegisteredAt)}
+		}))
 }
 
-// register sends approver.register for pub.
-func register(g *globals, cl *client, name, role string, pub ed25519.PublicKey, cmdID string) (keyOut, error) {
+// register sends approver.register for pub, in the client's workspace.
+func register(ctx context.Context, cl *client.Client, name, role string, pub ed25519.PublicKey, cmdID string) (keyOut, error) {
 	b64 := base64.StdEncoding.EncodeToString(pub)
-	res, _, err := cl.command("approver.register", domain.RegisterApprover{Name: name, Role: role, PublicKey: b64}, cmdID)
+	r, err := command(ctx, cl, "approver.register", domain.RegisterApprover{Name: name, Role: role, PublicKey: b64}, cmdID)
 	if err != nil {
 		return keyOut{}, err
 	}
-	var r domain.Reply
-	if err := json.Unmarshal(res, &r); err != nil {
-		return keyOut{}, err
-	}
-	return keyOut{Name: name, Role: role, KeyID: executors.KeyID(pub), PublicKey: b64, Workspace: g.workspace,
+	return keyOut{Name: name, Role: role, KeyID: executors.KeyID(pub), PublicKey: b64, Workspace: cl.Workspace(),
 		Version: r.Version, Duplicate: r.Duplicate}, nil
 }

@@ -1,7 +1,7 @@
 package main
 
 import (
-	"encoding/json"
+	"context"
 	"fmt"
 	"io"
 	"os"
@@ -9,6 +9,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/dwr-run/dwr/domain"
+	"github.com/dwr-run/dwr/executors/client"
 	"github.com/dwr-run/dwr/handlers/access"
 	"github.com/dwr-run/dwr/schemas"
 )
@@ -72,30 +73,18 @@ func writeNatsConfig(g *globals, dir string, fromServer, insecureOpen bool, out 
 
 // readMembers reads every workspace with its members from the service.
 func readMembers(g *globals) ([]*domain.Workspace, error) {
-	c, err := g.connect()
-	if err != nil {
-		return nil, err
-	}
-	defer c.close()
-	res, err := c.query("workspace.list", schemas.Query{}, 0)
-	if err != nil {
-		return nil, err
-	}
 	var wss []*domain.Workspace
-	if err := json.Unmarshal(res, &wss); err != nil {
-		return nil, err
-	}
-	for _, w := range wss {
-		gw := *g
-		gw.workspace = w.Name
-		c.g = &gw
-		res, err := c.queryAll("member.list", schemas.Query{})
-		if err != nil {
-			return nil, err
+	err := g.withClient(func(ctx context.Context, cl *client.Client) error {
+		var err error
+		if wss, err = list[*domain.Workspace](ctx, g, cl, paging{all: true}, "workspaces", "workspace.list", schemas.Query{}); err != nil {
+			return err
 		}
-		if err := json.Unmarshal(res, &w.Members); err != nil {
-			return nil, err
+		for _, w := range wss {
+			if w.Members, err = list[domain.Member](ctx, g, cl.In(w.Name), paging{all: true}, "members", "member.list", schemas.Query{}); err != nil {
+				return err
+			}
 		}
-	}
-	return wss, nil
+		return nil
+	})
+	return wss, err
 }

@@ -7,6 +7,8 @@ import (
 	"strings"
 	"text/tabwriter"
 	"time"
+
+	"github.com/dwr-run/dwr/schemas"
 )
 
 // printJSON writes v as indented JSON.
@@ -40,50 +42,49 @@ func dash(s string) string {
 	return s
 }
 
-// readLimited reads r to its end, failing when it holds more than max bytes.
-func readLimited(r io.Reader, max int64) ([]byte, error) {
-	b, err := io.ReadAll(io.LimitReader(r, max+1))
-	if err != nil {
-		return nil, err
+// short cuts s to n characters at most, marking the cut with "...".
+func short(s string, n int) string {
+	if r := []rune(s); len(r) > n {
+		return string(r[:n-3]) + "..."
 	}
-	if int64(len(b)) > max {
-		return nil, fmt.Errorf("larger than %d bytes", max)
-	}
-	return b, nil
+	return s
 }
 
-// withClient connects to the service, runs f with the client, and closes
-// it.
-func (g *globals) withClient(f func(cl *client) error) error {
-	cl, err := g.connect()
-	if err != nil {
-		return err
-	}
-	defer cl.close()
-	return f(cl)
-}
-
-// send sends command name with body under command id cmdID (a fresh one
-// when empty) and prints its reply about what ("task", "goal").
-func (g *globals) send(name string, body any, cmdID, what string) error {
-	return g.withClient(func(cl *client) error {
-		res, _, err := cl.command(name, body, cmdID)
-		if err != nil {
-			return err
+// columns returns a printer of items as a table under header, with the row
+// that row makes of each.
+func columns[T any](header []string, row func(T) []string) func(io.Writer, []T) error {
+	return func(w io.Writer, items []T) error {
+		rows := make([][]string, len(items))
+		for i, v := range items {
+			rows[i] = row(v)
 		}
-		return printReply(g, res, what)
-	})
+		return table(w, header, rows)
+	}
 }
 
-// show decodes a query's result res into a T and prints it: as JSON with
-// --json, else as human writes it.
-func show[T any](g *globals, res json.RawMessage, human func(w io.Writer, v T) error) error {
-	var v T
-	if err := json.Unmarshal(res, &v); err != nil {
-		return err
-	}
+// show prints v: as JSON with --json, else as human writes it.
+func show[V any](g *globals, v V, human func(w io.Writer, v V) error) error {
 	if g.json {
 		return printJSON(g.out, v)
 	}
 	return human(g.out, v)
+}
+
+// printReply prints a command's result about what ("task", "goal"): as
+// JSON with --json, else as a line for people.
+func printReply(g *globals, r *schemas.CommandResult, what string) error {
+	return show(g, r, func(w io.Writer, r *schemas.CommandResult) error {
+		line := what + " " + r.ID
+		if r.State != "" {
+			line += " is " + r.State
+		}
+		if r.Attempt > 0 {
+			line += fmt.Sprintf(" (attempt %d)", r.Attempt)
+		}
+		if r.Duplicate {
+			line += " (already applied: nothing changed)"
+		}
+		_, err := fmt.Fprintln(w, line)
+		return err
+	})
 }

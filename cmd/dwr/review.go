@@ -1,11 +1,14 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
 
 	"github.com/spf13/cobra"
 
 	"github.com/dwr-run/dwr/domain"
+	"github.com/dwr-run/dwr/executors/client"
+	"github.com/dwr-run/dwr/schemas"
 )
 
 // reviewCmd decides a task in needs_review (a verifier was inconclusive).
@@ -21,11 +24,13 @@ func reviewCmd(g *globals) *cobra.Command {
 			default:
 				return fail(exitInvalid, "decision %q: use accept, reject or retry", args[1])
 			}
-			return g.send("task.review", domain.ReviewTask{TaskID: args[0], Decision: args[1], Reason: reason}, cmdID, "task")
+			return g.send("task", func(ctx context.Context, cl *client.Client) (*client.Result, error) {
+				return cl.Review(ctx, schemas.ReviewTask{TaskID: args[0], Decision: args[1], Reason: reason}, client.CommandID(cmdID))
+			})
 		},
 	}
 	cmd.Flags().StringVar(&reason, "reason", "", "why: recorded with the decision")
-	cmd.Flags().StringVar(&cmdID, "command-id", "", "idempotency key (default: a fresh ULID)")
+	commandIDFlag(cmd, &cmdID)
 	return cmd
 }
 
@@ -37,17 +42,19 @@ func signalCmd(g *globals) *cobra.Command {
 		Short: "deliver a named signal (a payment settled, a vendor answered) to a task waiting for it",
 		Args:  cobra.ExactArgs(2),
 		RunE: func(_ *cobra.Command, args []string) error {
-			s := domain.SendSignal{TaskID: args[0], Name: args[1]}
+			var payload any // none: no payload at all, not null
 			if data != "" {
 				if !json.Valid([]byte(data)) {
 					return fail(exitInvalid, "--data is not valid JSON")
 				}
-				s.Payload = json.RawMessage(data)
+				payload = json.RawMessage(data)
 			}
-			return g.send("task.signal", s, cmdID, "task")
+			return g.send("task", func(ctx context.Context, cl *client.Client) (*client.Result, error) {
+				return cl.Signal(ctx, args[0], args[1], payload, client.CommandID(cmdID))
+			})
 		},
 	}
 	cmd.Flags().StringVar(&data, "data", "", "the signal's payload, as JSON")
-	cmd.Flags().StringVar(&cmdID, "command-id", "", "idempotency key (default: a fresh ULID)")
+	commandIDFlag(cmd, &cmdID)
 	return cmd
 }

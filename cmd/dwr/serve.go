@@ -8,7 +8,6 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
-	"strings"
 	"syscall"
 	"time"
 
@@ -17,6 +16,7 @@ import (
 
 	"github.com/dwr-run/dwr/eventstore"
 	"github.com/dwr-run/dwr/handlers"
+	"github.com/dwr-run/dwr/handlers/access"
 	"github.com/dwr-run/dwr/handlers/embedded"
 )
 
@@ -37,19 +37,11 @@ func (o *natsOpts) flags(cmd *cobra.Command) {
 func (o *natsOpts) connect(name string) (*nats.Conn, error) {
 	opts := []nats.Option{nats.Name(name), nats.MaxReconnects(-1), nats.ReconnectWait(250 * time.Millisecond)}
 	if o.creds != "" {
-		b, err := os.ReadFile(o.creds)
+		creds, err := access.NATSCredentials(o.creds)
 		if err != nil {
 			return nil, fail(exitInvalid, "--nats-creds: %v", err)
 		}
-		if strings.Contains(string(b), "NATS USER JWT") {
-			opts = append(opts, nats.UserCredentials(o.creds))
-		} else {
-			nk, err := nats.NkeyOptionFromSeed(o.creds)
-			if err != nil {
-				return nil, fail(exitInvalid, "--nats-creds %s: neither a JWT credential nor an nkey seed: %v", o.creds, err)
-			}
-			opts = append(opts, nk)
-		}
+		opts = append(opts, creds)
 	}
 	if o.user != "" {
 		opts = append(opts, nats.UserInfo(o.user, o.password))

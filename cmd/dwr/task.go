@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -11,12 +12,9 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/dwr-run/dwr/domain"
+	"github.com/dwr-run/dwr/executors/client"
 	"github.com/dwr-run/dwr/schemas"
 )
-
-// taskOut is a task as the CLI prints it with --json: the task itself, its
-// plan key included.
-type taskOut = domain.Task
 
 func taskCmd(g *globals) *cobra.Command {
 	cmd := &cobra.Command{Use: "task", Short: "create, inspect, list and cancel tasks"}
@@ -47,7 +45,9 @@ func taskCreateCmd(g *globals) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			return g.send("task.create", map[string]any{"spec": spec}, cmdID, "task")
+			return g.send("task", func(ctx context.Context, cl *client.Client) (*client.Result, error) {
+				return cl.CreateTask(ctx, spec, client.CommandID(cmdID))
+			})
 		},
 	}
 	f := create.Flags()
@@ -70,7 +70,7 @@ func taskCreateCmd(g *globals) *cobra.Command {
 	f.StringSliceVar(&o.approval.Responses, "approval-responses", nil, "the permitted responses: "+strings.Join(domain.Responses, ",")+" (default approve,reject)")
 	f.StringVar(&o.approval.OnExpiry, "approval-on-expiry", "", "what follows an expiry: "+strings.Join(domain.Branches, ", ")+" (default fail)")
 	f.StringVar(&o.approval.EscalateTo, "approval-escalate-to", "", "the role an escalation asks next")
-	f.StringVar(&cmdID, "command-id", "", "idempotency key (default: a fresh ULID)")
+	commandIDFlag(create, &cmdID)
 	return create
 }
 
@@ -123,23 +123,12 @@ func (o *taskFlags) taskSpec(now time.Time) (domain.TaskSpec, error) {
 }
 
 func taskGetCmd(g *globals) *cobra.Command {
-	return &cobra.Command{
-		Use: "get ID", Short: "show a task with its attempts", Args: cobra.ExactArgs(1),
-		RunE: func(_ *cobra.Command, args []string) error {
-			return g.withClient(func(cl *client) error {
-				res, err := cl.query("task.get", schemas.Query{ID: args[0]}, 0)
-				if err != nil {
-					return err
-				}
-				return show(g, res, func(w io.Writer, t taskOut) error { return printTask(w, &t) })
-			})
-		},
-	}
+	return getCmd(g, "get ID", "show a task with its attempts", (*client.Client).Task, printTask)
 }
 
 // printTask prints a task for people: what it is, its approvals,
 // verifications and attempts.
-func printTask(w io.Writer, t *taskOut) error {
+func printTask(w io.Writer, t *schemas.Task) error {
 	fmt.Fprintf(w, "task %s  key %s  queue %s\nstate: %s", t.ID, dash(t.Key), t.Spec.Queue, t.State)
 	if t.Reason != "" {
 		fmt.Fprintf(w, " (%s)", t.Reason)
@@ -151,25 +140,21 @@ func printTask(w io.Writer, t *taskOut) error {
 	printTaskTimes(w, t)
 	if len(t.Approvals) > 0 {
 		fmt.Fprintln(w)
-		rows := make([][]string, len(t.Approvals))
-		for i, a := range t.Approvals {
+		if err := columns([]string{"APPROVAL", "STATE", "ROLE", "SUMMARY", "DECISION", "REFUSED"}, func(a schemas.Approval) []string {
 			decision := "-"
 			if d := a.Decision; d != nil {
 				decision = fmt.Sprintf("%s by %s → %s", d.Response, d.Approver, d.Branch)
 			}
-			rows[i] = []string{a.ID, a.State, dash(a.Role), dash(short(a.Summary, 40)), decision, fmt.Sprint(len(a.Refusals))}
-		}
-		if err := table(w, []string{"APPROVAL", "STATE", "ROLE", "SUMMARY", "DECISION", "REFUSED"}, rows); err != nil {
+			return []string{a.ID, a.State, dash(a.Role), dash(short(a.Summary, 40)), decision, fmt.Sprint(len(a.Refusals))}
+		})(w, t.Approvals); err != nil {
 			return err
 		}
 	}
 	if len(t.Verifications) > 0 {
 		fmt.Fprintln(w)
-		rows := make([][]string, len(t.Verifications))
-		for i, v := range t.Verifications {
-			rows[i] = []string{fmt.Sprint(v.Attempt), v.Outcome, v.Verifier, dash(short(string(v.Evidence), 60))}
-		}
-		if err := table(w, []string{"ATTEMPT", "VERDICT", "VERIFIER", "EVIDENCE"}, rows); err != nil {
+		if err := columns([]string{"ATTEMPT", "VERDICT", "VERIFIER", "EVIDENCE"}, func(v schemas.Verification) []string {
+			return []string{fmt.Sprint(v.Attempt), v.Outcome, v.Verifier, dash(short(string(v.Evidence), 60))}
+		})(w, t.Verifications); err != nil {
 			return err
 		}
 	}
@@ -181,9 +166,8 @@ func printTask(w io.Writer, t *taskOut) error {
 }
 
 // printAttempts prints a task's attempts as a table.
-func printAttempts(w io.Writer, t *taskOut) error {
-	rows := make([][]string, len(t.Attempts))
-	for i, a := range t.Attempts {
+func printAttempts(w io.Writer, t *schemas.Task) error {
+	return columns([]string{"ATTEMPT", "STATE", "EXECUTOR", "STARTED", "TOOK", "RESULT / ERROR"}, func(a schemas.Attempt) []string {
 		dur, outcome := "-", "-"
 		if a.EndedAt != nil {
 			dur = a.EndedAt.Sub(a.StartedAt).Round(time.Millisecond).String()
@@ -199,38 +183,23 @@ func printAttempts(w io.Writer, t *taskOut) error {
 		if len(outcome) > 60 {
 			outcome = outcome[:57] + "..."
 		}
-		rows[i] = []string{fmt.Sprint(a.N), a.State, a.Executor, ago(a.StartedAt), dur, outcome}
-	}
-	return table(w, []string{"ATTEMPT", "STATE", "EXECUTOR", "STARTED", "TOOK", "RESULT / ERROR"}, rows)
+		return []string{fmt.Sprint(a.N), a.State, a.Executor, ago(a.StartedAt), dur, outcome}
+	})(w, t.Attempts)
 }
 
 func taskListCmd(g *globals) *cobra.Command {
 	var state, goal string
-	var pages paging
-	list := &cobra.Command{
+	list := listCmd(g, &cobra.Command{
 		Use: "list [--state S] [--goal ID] [--all | --limit N --after CURSOR]", Short: "list tasks (a page; --all for every one)",
 		Long: "list lists the tasks of the workspace, a page at a time: by state, then id (by id with --state or --goal).\n" +
 			"When more follow it says so on stderr, with the --after cursor of the next page; --all lists every page.",
 		Args: cobra.NoArgs,
-		RunE: func(*cobra.Command, []string) error {
-			return g.withClient(func(cl *client) error {
-				res, err := pages.list(g, cl, "tasks", "task.list", schemas.Query{State: state, GoalID: goal})
-				if err != nil {
-					return err
-				}
-				return show(g, res, func(w io.Writer, ts []taskOut) error {
-					rows := make([][]string, len(ts))
-					for i, t := range ts {
-						rows[i] = []string{t.ID, dash(t.Key), t.State, t.Spec.Queue, fmt.Sprint(len(t.Attempts)), dash(t.GoalID), ago(t.UpdatedAt)}
-					}
-					return table(w, []string{"ID", "KEY", "STATE", "QUEUE", "ATTEMPTS", "GOAL", "UPDATED"}, rows)
-				})
-			})
-		},
-	}
+	}, &paging{}, "tasks", "task.list", func([]string) (schemas.Query, error) { return schemas.Query{State: state, GoalID: goal}, nil },
+		columns([]string{"ID", "KEY", "STATE", "QUEUE", "ATTEMPTS", "GOAL", "UPDATED"}, func(t schemas.Task) []string {
+			return []string{t.ID, dash(t.Key), t.State, t.Spec.Queue, fmt.Sprint(len(t.Attempts)), dash(t.GoalID), ago(t.UpdatedAt)}
+		}))
 	list.Flags().StringVar(&state, "state", "", "only tasks in this state ("+strings.Join(domain.TaskStates, ", ")+")")
 	list.Flags().StringVar(&goal, "goal", "", "only the tasks of this goal")
-	pages.flags(list, "tasks")
 	return list
 }
 
@@ -239,16 +208,18 @@ func taskCancelCmd(g *globals) *cobra.Command {
 	cancel := &cobra.Command{
 		Use: "cancel ID", Short: "cancel a task (a running attempt is told to stop)", Args: cobra.ExactArgs(1),
 		RunE: func(_ *cobra.Command, args []string) error {
-			return g.send("task.cancel", domain.CancelTask{TaskID: args[0], Reason: reason}, cmdID, "task")
+			return g.send("task", func(ctx context.Context, cl *client.Client) (*client.Result, error) {
+				return cl.CancelTask(ctx, args[0], reason, client.CommandID(cmdID))
+			})
 		},
 	}
 	cancel.Flags().StringVar(&reason, "reason", "", "why")
-	cancel.Flags().StringVar(&cmdID, "command-id", "", "idempotency key (default: a fresh ULID)")
+	commandIDFlag(cancel, &cmdID)
 	return cancel
 }
 
 // printTaskTimes prints what a task waits for and the moments that bound it.
-func printTaskTimes(w io.Writer, t *taskOut) {
+func printTaskTimes(w io.Writer, t *schemas.Task) {
 	if wt := t.Wait; wt != nil {
 		switch wt.Kind {
 		case domain.WaitApproval:

@@ -1,16 +1,17 @@
 package main
 
 import (
+	"context"
+	"errors"
 	"fmt"
-	"io"
-	"os"
+	"io/fs"
 	"strings"
 
 	"github.com/spf13/cobra"
 
 	"github.com/dwr-run/dwr/domain"
+	"github.com/dwr-run/dwr/executors/client"
 	"github.com/dwr-run/dwr/handlers/access"
-	"github.com/dwr-run/dwr/schemas"
 )
 
 func usersCmd(g *globals) *cobra.Command {
@@ -32,16 +33,16 @@ func usersCmd(g *globals) *cobra.Command {
 			if out == "" {
 				return fail(exitInvalid, "--out FILE is required: the credential is written there")
 			}
-			return g.withClient(func(c *client) error {
-				pub, about, err := addUser(c, args[0], domain.Role(role), queues, out, force, cmdID)
+			return g.withClient(func(ctx context.Context, cl *client.Client) error {
+				m, about, err := addUser(ctx, cl, domain.AddMember{Name: args[0], Role: domain.Role(role), Queues: queues}, out, force, cmdID)
 				if err != nil {
 					return err
 				}
 				if g.json {
-					return printJSON(g.out, map[string]any{"name": args[0], "role": role, "workspace": g.workspace,
-						"queues": queues, "public_key": pub, "credential": out})
+					return printJSON(g.out, map[string]any{"name": m.Name, "role": role, "workspace": g.workspace,
+						"queues": queues, "public_key": m.PublicKey, "credential": out})
 				}
-				fmt.Fprintf(g.out, "user %s added: %s\ncredential written to %s (keep it secret): dwr --creds %s ...\n", args[0], about, out, out)
+				fmt.Fprintf(g.out, "user %s added: %s\ncredential written to %s (keep it secret): dwr --creds %s ...\n", m.Name, about, out, out)
 				return nil
 			})
 		},
@@ -50,75 +51,52 @@ func usersCmd(g *globals) *cobra.Command {
 	add.Flags().StringSliceVar(&queues, "queue", nil, "a queue an executor may work (repeatable)")
 	add.Flags().StringVar(&out, "out", "", "file to write the credential to (required)")
 	add.Flags().BoolVar(&force, "force", false, "replace --out if it exists")
-	add.Flags().StringVar(&cmdID, "command-id", "", "idempotency key (default: a fresh ULID)")
+	commandIDFlag(add, &cmdID)
 
-	list := &cobra.Command{
-		Use: "list", Short: "list the identities of the workspace (--workspace)", Args: cobra.NoArgs,
-		RunE: func(*cobra.Command, []string) error {
-			return g.withClient(func(c *client) error {
-				res, err := c.queryAll("member.list", schemas.Query{})
-				if err != nil {
-					return err
-				}
-				return show(g, res, func(w io.Writer, ms []domain.Member) error {
-					rows := make([][]string, len(ms))
-					for i, m := range ms {
-						rows[i] = []string{m.Name, string(m.Role), dash(strings.Join(m.Queues, ",")), short(m.PublicKey, 14), ago(m.AddedAt)}
-					}
-					return table(w, []string{"NAME", "ROLE", "QUEUES", "KEY", "ADDED"}, rows)
-				})
-			})
-		},
-	}
-	revoke := &cobra.Command{
-		Use: "revoke NAME", Short: "remove an identity from the workspace: its connections lose the workspace at once", Args: cobra.ExactArgs(1),
-		RunE: func(_ *cobra.Command, args []string) error {
-			return g.revoke("member.remove", domain.RemoveMember{Name: args[0]}, cmdID, args[0], "user %s revoked in workspace %s\n")
-		},
-	}
-	revoke.Flags().StringVar(&cmdID, "command-id", "", "idempotency key (default: a fresh ULID)")
+	list := listCmd(g, &cobra.Command{Use: "list", Short: "list the identities of the workspace (--workspace)", Args: cobra.NoArgs},
+		nil, "members", "member.list", everything, columns([]string{"NAME", "ROLE", "QUEUES", "KEY", "ADDED"}, func(m domain.Member) []string {
+			return []string{m.Name, string(m.Role), dash(strings.Join(m.Queues, ",")), short(m.PublicKey, 14), ago(m.AddedAt)}
+		}))
+	revoke := revokeCmd(g, "revoke NAME", "remove an identity from the workspace: its connections lose the workspace at once",
+		"member.remove", func(name string) any { return domain.RemoveMember{Name: name} }, "user %s revoked in workspace %s\n")
 	cmd.AddCommand(add, list, revoke)
 	return cmd
 }
 
-// revoke sends a revocation of name and prints it: line names the name and
-// the workspace.
-func (g *globals) revoke(command string, body any, cmdID, name, line string) error {
-	return g.withClient(func(c *client) error {
-		if _, _, err := c.command(command, body, cmdID); err != nil {
-			return err
-		}
-		if g.json {
-			return printJSON(g.out, map[string]any{"name": name, "workspace": g.workspace, "revoked": true})
-		}
-		fmt.Fprintf(g.out, line, name, g.workspace)
-		return nil
-	})
+// revokeCmd is the command use ("revoke NAME"): it sends command name with
+// the body that body makes of NAME, and prints the revocation (line names
+// NAME and the workspace).
+func revokeCmd(g *globals, use, short, name string, body func(string) any, line string) *cobra.Command {
+	var cmdID string
+	cmd := &cobra.Command{
+		Use: use, Short: short, Args: cobra.ExactArgs(1),
+		RunE: func(_ *cobra.Command, args []string) error {
+			return g.withClient(func(ctx context.Context, cl *client.Client) error {
+				if _, err := cl.Command(ctx, name, body(args[0]), client.CommandID(cmdID)); err != nil {
+					return err
+				}
+				if g.json {
+					return printJSON(g.out, map[string]any{"name": args[0], "workspace": g.workspace, "revoked": true})
+				}
+				fmt.Fprintf(g.out, line, args[0], g.workspace)
+				return nil
+			})
+		},
+	}
+	commandIDFlag(cmd, &cmdID)
+	return cmd
 }
 
-// addUser makes a key pair here, adds its public half to the workspace as
-// name with role, and writes the credential to out. It returns the public
-// key and a line saying who the credential is.
-func addUser(c *client, name string, role domain.Role, queues []string, out string, force bool, cmdID string) (string, string, error) {
-	if !force {
-		if _, err := os.Lstat(out); err == nil {
-			return "", "", fail(exitInvalid, "%s exists: choose another file, or --force to replace it", out)
-		}
+// addUser adds member m to the client's workspace with a fresh credential,
+// written to out (access.AddUser). It returns m as added and a line saying
+// who the credential is.
+func addUser(ctx context.Context, cl *client.Client, m domain.AddMember, out string, force bool, cmdID string) (domain.AddMember, string, error) {
+	m, about, err := access.AddUser(cl.Workspace(), m, out, force, func(m domain.AddMember) error {
+		_, err := cl.Command(ctx, "member.add", m, client.CommandID(cmdID))
+		return err
+	})
+	if errors.Is(err, fs.ErrExist) {
+		return m, "", fail(exitInvalid, "%s exists: choose another file, or --force to replace it", out)
 	}
-	cred, err := access.NewCredential()
-	if err != nil {
-		return "", "", err
-	}
-	if _, _, err := c.command("member.add", domain.AddMember{Name: name, Role: role,
-		PublicKey: cred.PublicKey, Queues: queues}, cmdID); err != nil {
-		return "", "", err
-	}
-	about := fmt.Sprintf("%s, role %s in workspace %s", name, role, c.g.workspace)
-	if len(queues) > 0 {
-		about += ", queues " + strings.Join(queues, ",")
-	}
-	if err := cred.Write(out, about, true); err != nil {
-		return "", "", err
-	}
-	return cred.PublicKey, about, nil
+	return m, about, err
 }

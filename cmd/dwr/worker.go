@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"io"
 	"os/signal"
 	"syscall"
@@ -12,6 +11,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/dwr-run/dwr/executors"
+	"github.com/dwr-run/dwr/executors/client"
 	"github.com/dwr-run/dwr/executors/shell"
 )
 
@@ -70,20 +70,18 @@ func runWorker(ctx context.Context, g *globals, o workerOpts, argv []string, std
 	// outlives restarts of the service and of NATS.
 	// A worker rides out restarts: its identity may be let in again only
 	// once the restarted service has read its members.
-	nc, err := g.dial(workerConnName, nats.MaxReconnects(-1), nats.IgnoreAuthErrorAbort(),
+	cl, err := g.open(workerConnName, client.NATSOptions(nats.MaxReconnects(-1), nats.IgnoreAuthErrorAbort(),
 		nats.ReconnectWait(250*time.Millisecond), nats.RetryOnFailedConnect(true),
 		nats.DisconnectErrHandler(func(_ *nats.Conn, err error) {
 			logger.Warn("dwr worker: disconnected from NATS; reconnecting", "err", err)
 		}),
 		nats.ReconnectHandler(func(nc *nats.Conn) { logger.Info("dwr worker: reconnected", "url", nc.ConnectedUrl()) }),
-		nats.ConnectHandler(func(nc *nats.Conn) { logger.Info("dwr worker: connected", "url", nc.ConnectedUrl()) }))
-	var ce *cliError
-	if errors.As(err, &ce) {
+		nats.ConnectHandler(func(nc *nats.Conn) { logger.Info("dwr worker: connected", "url", nc.ConnectedUrl()) })))
+	if err != nil {
 		return err
-	} else if err != nil {
-		return fail(exitUnavailable, "cannot connect to NATS at %s: %v", g.server, err)
 	}
-	defer nc.Close()
+	defer cl.Close()
+	nc := cl.Conn()
 	if !nc.IsConnected() {
 		logger.Warn("dwr worker: NATS is not reachable yet; retrying until it is", "server", g.server)
 	}

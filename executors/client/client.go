@@ -112,7 +112,10 @@ func apply(opts []Option) options {
 // Connect connects to the NATS server at url (a comma-separated list for a
 // cluster) and returns a Client that owns the connection: Close closes it.
 // The connection reconnects for ever, so a Client rides out restarts of
-// the server.
+// the server. It returns an *OptionError, before dialling, when a
+// credential or TLS file cannot be used, and otherwise NATS's error wrapped
+// (errors.Is(err, nats.ErrAuthorization) when the server refused the
+// credential).
 func Connect(url string, opts ...Option) (*Client, error) {
 	o := apply(opts)
 	nopts, err := o.connectOptions()
@@ -142,7 +145,7 @@ func (o *options) connectOptions() ([]nats.Option, error) {
 	if o.creds != "" {
 		cred, err := CredentialOptions(o.creds)
 		if err != nil {
-			return nil, err
+			return nil, &OptionError{Option: OptionCredentials, File: o.creds, Err: err}
 		}
 		out = append(out, cred...)
 	}
@@ -153,18 +156,18 @@ func (o *options) connectOptions() ([]nats.Option, error) {
 	if o.tlsCA != "" {
 		pem, err := os.ReadFile(o.tlsCA)
 		if err != nil {
-			return nil, fmt.Errorf("client: TLS CA: %w", err)
+			return nil, &OptionError{Option: OptionTLS, File: o.tlsCA, Err: fmt.Errorf("client: TLS CA: %w", err)}
 		}
 		pool := x509.NewCertPool()
 		if !pool.AppendCertsFromPEM(pem) {
-			return nil, fmt.Errorf("client: TLS CA %s holds no PEM certificate", o.tlsCA)
+			return nil, &OptionError{Option: OptionTLS, File: o.tlsCA, Err: fmt.Errorf("client: TLS CA %s holds no PEM certificate", o.tlsCA)}
 		}
 		tc.RootCAs = pool
 	}
 	if o.tlsCert != "" || o.tlsKey != "" {
 		cert, err := tls.LoadX509KeyPair(o.tlsCert, o.tlsKey)
 		if err != nil {
-			return nil, fmt.Errorf("client: TLS client certificate: %w", err)
+			return nil, &OptionError{Option: OptionTLS, File: o.tlsCert, Err: fmt.Errorf("client: TLS client certificate: %w", err)}
 		}
 		tc.Certificates = []tls.Certificate{cert}
 	}

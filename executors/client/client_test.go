@@ -3,7 +3,9 @@ package client_test
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"os"
 	"path/filepath"
 	"testing"
 	"time"
@@ -255,4 +257,32 @@ func count(xs []string, x string) int {
 		}
 	}
 	return n
+}
+
+// A credential or TLS file that cannot be used is an *OptionError naming
+// the option and the file, returned before anything is dialled.
+func TestConnectNamesTheOptionThatCannotBeUsed(t *testing.T) {
+	dir := t.TempDir()
+	missing := filepath.Join(dir, "missing")
+	notPEM := filepath.Join(dir, "ca.pem")
+	require.NoError(t, os.WriteFile(notPEM, []byte("not a certificate"), 0o600))
+	for _, tc := range []struct {
+		opt          client.Option
+		option, file string
+	}{
+		{client.Credentials(missing), client.OptionCredentials, missing},
+		{client.Credentials(notPEM), client.OptionCredentials, notPEM},
+		{client.TLS(missing, "", ""), client.OptionTLS, missing},
+		{client.TLS(notPEM, "", ""), client.OptionTLS, notPEM},
+		{client.TLS("", missing, missing), client.OptionTLS, missing},
+	} {
+		_, err := client.Connect("nats://127.0.0.1:1", tc.opt)
+		var oe *client.OptionError
+		require.ErrorAs(t, err, &oe)
+		require.Equal(t, tc.option, oe.Option)
+		require.Equal(t, tc.file, oe.File)
+	}
+	_, err := client.Connect("nats://127.0.0.1:1", client.NATSOptions(nats.Timeout(time.Second), nats.NoReconnect()))
+	var oe *client.OptionError
+	require.False(t, errors.As(err, &oe), "an unreachable server is not an option's fault: %v", err)
 }

@@ -69,3 +69,27 @@ func (e *RequestError) Is(target error) bool {
 	t, ok := target.(*schemas.Error)
 	return ok && e.Code != "" && t.Code == e.Code
 }
+
+// The options an OptionError names.
+const (
+	OptionCredentials = "Credentials"
+	OptionTLS         = "TLS"
+)
+
+// OptionError is an option of Connect that cannot be used: a credential
+// file, or a TLS file, that cannot be read or does not hold what it must.
+// Connect returns it before dialling.
+type OptionError struct {
+	// Option is OptionCredentials or OptionTLS.
+	Option string
+	// File is the file that cannot be used (for a client certificate, the
+	// certificate's).
+	File string
+	// Err says what is wrong with it.
+	Err error
+}
+
+func (e *OptionError) Error() string { return e.Err.Error() }
+
+// Unwrap returns the cause.
+func (e *OptionError) Unwrap() error { return e.Err }

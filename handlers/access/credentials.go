@@ -5,7 +5,9 @@ import (
 	"fmt"
 	"io/fs"
 	"os"
+	"strings"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nkeys"
 )
 
@@ -104,4 +106,24 @@ func EnsureCredential(path, about string) (pub string, created bool, err error) 
 		return "", false, err
 	}
 	return c.PublicKey, true, nil
+}
+
+// NATSCredentials returns the option that connects to a NATS server you run
+// with the credentials file at path: a JWT credential (NATS USER JWT, as
+// nsc writes it) or an nkey seed (such as the service's, ServiceSeedFile).
+// It returns the read error as it is, or an error naming path when it holds
+// neither.
+func NATSCredentials(path string) (nats.Option, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	if strings.Contains(string(b), "NATS USER JWT") {
+		return nats.UserCredentials(path), nil
+	}
+	nk, err := nats.NkeyOptionFromSeed(path)
+	if err != nil {
+		return nil, fmt.Errorf("%s: neither a JWT credential nor an nkey seed: %w", path, err)
+	}
+	return nk, nil
 }

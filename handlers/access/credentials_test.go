@@ -56,3 +56,26 @@ func TestClusterConfigKeepsItsCredentials(t *testing.T) {
 	require.Contains(t, string(b), c.ServiceKey)
 	require.Contains(t, string(b), c.AdminKey)
 }
+
+// A NATS credentials file is a JWT credential or an nkey seed, such as the
+// service's that ClusterConfig writes; anything else is refused by name.
+func TestNATSCredentialsTakesAJWTOrASeed(t *testing.T) {
+	c, err := access.OpenClusterConfig(filepath.Join(t.TempDir(), "nats"))
+	require.NoError(t, err)
+	opt, err := access.NATSCredentials(c.ServiceSeed())
+	require.NoError(t, err)
+	require.NotNil(t, opt)
+
+	jwt := filepath.Join(t.TempDir(), "user.creds")
+	require.NoError(t, os.WriteFile(jwt, []byte("-----BEGIN NATS USER JWT-----\neyJ0...\n------END NATS USER JWT------\n"), 0o600))
+	opt, err = access.NATSCredentials(jwt)
+	require.NoError(t, err)
+	require.NotNil(t, opt)
+
+	junk := filepath.Join(t.TempDir(), "junk")
+	require.NoError(t, os.WriteFile(junk, []byte("hello"), 0o600))
+	_, err = access.NATSCredentials(junk)
+	require.ErrorContains(t, err, junk+": neither a JWT credential nor an nkey seed")
+	_, err = access.NATSCredentials(filepath.Join(t.TempDir(), "missing"))
+	require.ErrorIs(t, err, fs.ErrNotExist)
+}

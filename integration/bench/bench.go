@@ -25,6 +25,7 @@ import (
 	"github.com/oklog/ulid/v2"
 
 	"github.com/dwr-run/dwr/eventstore"
+	"github.com/dwr-run/dwr/executors/client"
 	"github.com/dwr-run/dwr/handlers/embedded"
 )
 
@@ -485,16 +486,19 @@ func benchGroup(ctx context.Context, dir string, clients int, open bool, warm, d
 	defer bs.close()
 	log := bs.svc.Log()
 
-	conns, closeConns, err := bs.joinClients("bench-client", clients)
+	cls, closeConns, err := bs.joinClients(ctx, "bench-client", clients)
 	if err != nil {
 		return nil, err
 	}
 	defer closeConns()
-	const body = `{"title":"bench goal","description":"a goal created by dwr bench"}`
+	body := []byte(`{"title":"bench goal","description":"a goal created by dwr bench"}`)
 	ops := make([]func() error, clients)
 	for i := range clients {
-		nc := conns[i]
-		ops[i] = func() error { return command(nc, "goal.create", body, ulid.Make().String()) }
+		cl := cls[i]
+		ops[i] = func() error {
+			_, err := cl.Command(ctx, "goal.create", body, client.CommandID(ulid.Make().String()))
+			return err
+		}
 	}
 	var before uint64
 	mark := func() (err error) {

@@ -11,6 +11,7 @@ import (
 
 	"github.com/dwr-run/dwr/domain"
 	"github.com/dwr-run/dwr/eventstore"
+	"github.com/dwr-run/dwr/executors/client"
 	"github.com/dwr-run/dwr/handlers/access"
 )
 
@@ -124,10 +125,11 @@ func TestBenchServiceIsClosed(t *testing.T) {
 				require.NoError(t, err)
 				nc.Close()
 			}
-			nc, err := bs.join("bench-client-0", domain.RoleClient)
+			nc, err := bs.join(t.Context(), "bench-client-0", domain.RoleClient)
 			require.NoError(t, err)
 			defer nc.Close()
-			require.NoError(t, command(nc, "goal.create", `{"title":"t"}`, "c1"))
+			_, err = newClient(nc).Command(t.Context(), "goal.create", []byte(`{"title":"t"}`), client.CommandID("c1"))
+			require.NoError(t, err)
 			actor := ""
 			require.NoError(t, bs.svc.Log().Read(t.Context(), 1, func(_ uint64, rec []byte) error {
 				cm, err := eventstore.DecodeCommit(rec)

@@ -20,7 +20,7 @@ import (
 
 	"github.com/dwr-run/dwr/domain"
 	"github.com/dwr-run/dwr/executors"
-	"github.com/dwr-run/dwr/schemas"
+	"github.com/dwr-run/dwr/executors/client"
 )
 
 // ChainOptions are what `dwr bench chain3` runs, and how; its flags set
@@ -242,7 +242,7 @@ func chainRun(ctx context.Context, dir string, o ChainOptions, n, submitters int
 	// worker binds to its consumer can cost that worker a second.
 	var workers []*executors.Worker
 	for i := range o.Workers {
-		nc, err := bs.join(fmt.Sprintf("bench-worker-%d", i), domain.RoleExecutor, "chain")
+		nc, err := bs.join(ctx, fmt.Sprintf("bench-worker-%d", i), domain.RoleExecutor, "chain")
 		if err != nil {
 			return nil, err
 		}
@@ -259,7 +259,7 @@ func chainRun(ctx context.Context, dir string, o ChainOptions, n, submitters int
 	}
 
 	// Each chain's end is its goal's achievement on the event feed.
-	fnc, err := bs.join("bench-feed", domain.RoleClient)
+	fnc, err := bs.join(ctx, "bench-feed", domain.RoleClient)
 	if err != nil {
 		return nil, err
 	}
@@ -286,7 +286,7 @@ func chainRun(ctx context.Context, dir string, o ChainOptions, n, submitters int
 		return nil, err
 	}
 
-	conns, closeConns, err := bs.joinClients("bench-submitter", submitters)
+	cls, closeConns, err := bs.joinClients(ctx, "bench-submitter", submitters)
 	if err != nil {
 		return nil, err
 	}
@@ -308,7 +308,7 @@ func chainRun(ctx context.Context, dir string, o ChainOptions, n, submitters int
 	cpu0, t0 := cpuTime(), time.Now()
 	var sw sync.WaitGroup
 	for i := range submitters {
-		nc := conns[i]
+		cl := cls[i]
 		sw.Go(func() {
 			for {
 				k := next.Add(1)
@@ -317,7 +317,7 @@ func chainRun(ctx context.Context, dir string, o ChainOptions, n, submitters int
 				}
 				id := ulid.Make().String()
 				at := time.Now()
-				err := submitChain(nc, id)
+				err := submitChain(ctx, cl, id)
 				if err != nil {
 					errCount.Add(1)
 					firstErr.CompareAndSwap(nil, err.Error())
@@ -383,36 +383,16 @@ func waitEnded(ctx context.Context, mu *sync.Mutex, ended map[string]time.Time, 
 	}
 }
 
-// submitChain creates goal id and commits its plan of three sequential tasks.
-func submitChain(nc *nats.Conn, id string) error {
-	if err := command(nc, "goal.create", fmt.Sprintf(`{"goal_id":%q,"title":"chain"}`, id), "g."+id); err != nil {
+// submitChain creates goal id and commits its plan of three sequential
+// tasks, with bodies encoded here as they go on the wire.
+func submitChain(ctx context.Context, cl *client.Client, id string) error {
+	goal := []byte(fmt.Sprintf(`{"goal_id":%q,"title":"chain"}`, id))
+	if _, err := cl.Command(ctx, "goal.create", goal, client.CommandID("g."+id)); err != nil {
 		return err
 	}
-	plan := fmt.Sprintf(`{"goal_id":%q,"tasks":[{"key":"a","queue":"chain"},{"key":"b","queue":"chain","depends_on":["a"]},{"key":"c","queue":"chain","depends_on":["b"]}]}`, id)
-	return command(nc, "plan.submit", plan, "p."+id)
-}
-
-// command sends command name with body and command id id in the default
-// workspace and returns nil once it is accepted.
-func command(nc *nats.Conn, name, body, id string) error {
-	m := nats.NewMsg("dwr.cmd.default." + name)
-	m.Header.Set(schemas.HeaderCommandID, id)
-	m.Data = []byte(body)
-	resp, err := nc.RequestMsg(m, 30*time.Second)
-	if err != nil {
-		return err
-	}
-	var r schemas.Reply
-	if err := json.Unmarshal(resp.Data, &r); err != nil {
-		return fmt.Errorf("reply is not a dwr response: %w", err)
-	}
-	if !r.OK {
-		if r.Error == nil {
-			return errors.New("refused without an error")
-		}
-		return r.Error
-	}
-	return nil
+	plan := []byte(fmt.Sprintf(`{"goal_id":%q,"tasks":[{"key":"a","queue":"chain"},{"key":"b","queue":"chain","depends_on":["a"]},{"key":"c","queue":"chain","depends_on":["b"]}]}`, id))
+	_, err := cl.Command(ctx, "plan.submit", plan, client.CommandID("p."+id))
+	return err
 }
 
 // Err returns an error naming the first run whose chains failed, or nil

@@ -2,7 +2,6 @@ package bench
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -11,10 +10,10 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
-	"github.com/oklog/ulid/v2"
 
 	"github.com/dwr-run/dwr/domain"
 	"github.com/dwr-run/dwr/executors"
+	"github.com/dwr-run/dwr/executors/client"
 	"github.com/dwr-run/dwr/handlers"
 	"github.com/dwr-run/dwr/handlers/access"
 	"github.com/dwr-run/dwr/handlers/embedded"
@@ -27,9 +26,9 @@ type service struct {
 	srv *embedded.Server
 	svc *handlers.Service
 	dir string
-	// admin is the admin's connection to a closed service (nil when open):
-	// it adds the benchmark's participants as members.
-	admin *nats.Conn
+	// admin is the admin's client of a closed service (nil when open): it
+	// adds the benchmark's participants as members.
+	admin *client.Client
 	close func()
 }
 
@@ -111,11 +110,12 @@ func startService(ctx context.Context, dir string, open bool, progress io.Writer
 	}
 	if bnd != nil {
 		bnd.Reload() // as dwr serve does once the views are caught up
-		admin := filepath.Join(dir, access.AdminCredsFile)
-		if bs.admin, err = bs.connectCreds("dwr-bench-admin", admin); err != nil {
+		anc, err := bs.connectCreds("dwr-bench-admin", filepath.Join(dir, access.AdminCredsFile))
+		if err != nil {
 			return nil, fmt.Errorf("connect as the admin: %w", err)
 		}
-		cleanups = append(cleanups, bs.admin.Close)
+		cleanups = append(cleanups, anc.Close)
+		bs.admin = newClient(anc)
 	}
 	bs.close = cleanup
 	return bs, nil
@@ -131,49 +131,55 @@ func (bs *service) connectCreds(name, file string, opts ...nats.Option) (*nats.C
 	return bs.srv.Connect(append(append([]nats.Option{nats.Name(name)}, creds...), opts...)...)
 }
 
+// requestTimeout bounds a benchmark client's request.
+const requestTimeout = 30 * time.Second
+
+// newClient returns a client of the benchmark's service on nc, in the
+// default workspace: each request is sent once and waited for up to
+// requestTimeout, so that a failure counts as one.
+func newClient(nc *nats.Conn) *client.Client {
+	return client.New(nc, client.NoRetry(), client.Timeout(requestTimeout))
+}
+
 // join opens a connection for one participant of a benchmark. On a closed
 // service, the admin first adds it to the default workspace as member name
-// with role (and an executor's queues) as `dwr users add` does, writing its
-// credential in the service's directory, and it connects with that
-// credential; on an open one it connects as anyone.
-func (bs *service) join(name string, role domain.Role, queues ...string) (*nats.Conn, error) {
+// with role (and an executor's queues) as `dwr users add` does
+// (access.AddUser), writing its credential in the service's directory, and
+// it connects with that credential; on an open one it connects as anyone.
+func (bs *service) join(ctx context.Context, name string, role domain.Role, queues ...string) (*nats.Conn, error) {
 	if bs.admin == nil {
 		return bs.srv.Connect(nats.Name(name))
 	}
-	cred, err := access.NewCredential()
-	if err != nil {
-		return nil, err
-	}
-	body, err := json.Marshal(domain.AddMember{Name: name, Role: role, PublicKey: cred.PublicKey, Queues: queues})
-	if err != nil {
-		return nil, err
-	}
-	if err := command(bs.admin, "member.add", string(body), ulid.Make().String()); err != nil {
-		return nil, fmt.Errorf("add %s as a member: %w", name, err)
-	}
 	file := filepath.Join(bs.dir, name+".creds")
-	if err := cred.Write(file, fmt.Sprintf("%s, role %s in workspace default", name, role), true); err != nil {
-		return nil, err
+	if _, _, err := access.AddUser(bs.admin.Workspace(), domain.AddMember{Name: name, Role: role, Queues: queues}, file, true,
+		func(m domain.AddMember) error {
+			_, err := bs.admin.Command(ctx, "member.add", m)
+			return err
+		}); err != nil {
+		return nil, fmt.Errorf("add %s as a member: %w", name, err)
 	}
 	return bs.connectCreds(name, file)
 }
 
-// joinClients opens n connections of client-role members named
-// prefix-0, prefix-1, ...
-func (bs *service) joinClients(prefix string, n int) ([]*nats.Conn, func(), error) {
+// joinClients returns n clients of client-role members named prefix-0,
+// prefix-1, ..., each on a connection of its own, and a function that
+// closes the connections.
+func (bs *service) joinClients(ctx context.Context, prefix string, n int) ([]*client.Client, func(), error) {
 	conns := make([]*nats.Conn, 0, n)
+	clients := make([]*client.Client, 0, n)
 	closeAll := func() {
 		for _, nc := range conns {
 			nc.Close()
 		}
 	}
 	for i := range n {
-		nc, err := bs.join(fmt.Sprintf("%s-%d", prefix, i), domain.RoleClient)
+		nc, err := bs.join(ctx, fmt.Sprintf("%s-%d", prefix, i), domain.RoleClient)
 		if err != nil {
 			closeAll()
 			return nil, nil, err
 		}
 		conns = append(conns, nc)
+		clients = append(clients, newClient(nc))
 	}
-	return conns, closeAll, nil
+	return clients, closeAll, nil
 }

@@ -1,0 +1,84 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"strings"
+
+	"github.com/spf13/cobra"
+
+	"github.com/dwr-run/dwr/executors/client"
+	"github.com/dwr-run/dwr/handlers"
+	"github.com/dwr-run/dwr/schemas"
+)
+
+// commandIDFlag adds --command-id to cmd.
+func commandIDFlag(cmd *cobra.Command, id *string) {
+	cmd.Flags().StringVar(id, "command-id", "", "idempotency key (default: a fresh ULID)")
+}
+
+// getCmd returns the command use ("get ID"), which shows what get returns
+// for its argument: as JSON with --json, else as human prints it.
+func getCmd[T any](g *globals, use, short string, get func(*client.Client, context.Context, string, ...client.CallOption) (*T, error),
+	human func(io.Writer, *T) error) *cobra.Command {
+	return &cobra.Command{
+		Use: use, Short: short, Args: cobra.ExactArgs(1),
+		RunE: func(_ *cobra.Command, args []string) error {
+			return g.withClient(func(ctx context.Context, cl *client.Client) error {
+				v, err := get(cl, ctx, args[0])
+				if err != nil {
+					return err
+				}
+				return show(g, v, human)
+			})
+		},
+	}
+}
+
+// listCmd makes cmd list the items (what, such as "tasks") of list query
+// name, with the query that query makes of its flags and arguments, and
+// show them: as JSON with --json, else as human prints them. With pages,
+// cmd lists a page at a time and has the paging flags; without, every item.
+func listCmd[T any](g *globals, cmd *cobra.Command, pages *paging, what, name string, query func(args []string) (schemas.Query, error),
+	human func(io.Writer, []T) error) *cobra.Command {
+	if pages != nil {
+		pages.flags(cmd, what)
+	}
+	cmd.RunE = func(_ *cobra.Command, args []string) error {
+		q, err := query(args)
+		if err != nil {
+			return err
+		}
+		p := paging{all: true}
+		if pages != nil {
+			p = *pages
+		}
+		return g.withClient(func(ctx context.Context, cl *client.Client) error {
+			items, err := list[T](ctx, g, cl, p, what, name, q)
+			if err != nil {
+				return err
+			}
+			return show(g, items, human)
+		})
+	}
+	return cmd
+}
+
+// everything is the query of a list command without filters.
+func everything([]string) (schemas.Query, error) { return schemas.Query{}, nil }
+
+// paging is the flags of a list command that pages: --limit, --after and
+// --all.
+type paging struct {
+	limit int
+	after string
+	all   bool
+}
+
+func (p *paging) flags(cmd *cobra.Command, what string) {
+	f := cmd.Flags()
+	f.IntVar(&p.limit, "limit", 0, fmt.Sprintf("at most this many %s a page (0: the service's default, %d; at most %d)", what, handlers.DefaultLimit, handlers.MaxLimit))
+	f.StringVar(&p.after, "after", "", "list from the cursor that an earlier page's \"more follow\" note gave")
+	f.BoolVar(&p.all, "all", false, "list every "+strings.TrimSuffix(what, "s")+", page after page")
+}

@@ -1,0 +1,14 @@
+// Package planfile reads plan files: a goal's plan written by hand as YAML
+// or JSON — a list of tasks, or an object with a "tasks" list — into the
+// task specs that client.SubmitPlan sends. It is what `dwr plan submit -f`
+// reads, for any caller that keeps its plans in files.
+//
+// A plan file may say when a task starts or must end relative to the
+// moment it is read (start_after: 4s, deadline_after: 48h); Read resolves
+// them into the start_at and deadline the wire carries. Anything else in a
+// task must be a field of schemas.TaskSpec: an unknown field is an error,
+// not something silently dropped.
+//
+// It may import schemas, the YAML converter (sigs.k8s.io/yaml) and the
+// standard library.
+package planfile

@@ -1,0 +1,113 @@
+package planfile
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"time"
+
+	"sigs.k8s.io/yaml"
+
+	"github.com/dwr-run/dwr/schemas"
+)
+
+// MaxSize bounds a plan file, in bytes, before it is parsed.
+const MaxSize = 1 << 20
+
+// ReadFile reads the plan file at path with Read, relative times counted
+// from now.
+func ReadFile(path string, now time.Time) ([]schemas.TaskSpec, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, fmt.Errorf("plan file %s: %w", path, err)
+	}
+	defer func() { _ = f.Close() }() // read-only: nothing to lose
+	return Read(path, f, now)
+}
+
+// Read reads a plan file from r (name names it in errors): YAML or JSON, a
+// list of tasks or an object with a "tasks" list, at most MaxSize bytes.
+// Each task's start_after and deadline_after (a duration from now) become
+// its start_at and deadline. It returns the tasks in the file's order, or
+// an error that names the file and, for a task, where in it (such as
+// /tasks/1/start_after).
+func Read(name string, r io.Reader, now time.Time) ([]schemas.TaskSpec, error) {
+	b, err := io.ReadAll(io.LimitReader(r, MaxSize+1))
+	switch {
+	case err != nil:
+		return nil, fmt.Errorf("plan file %s: %w", name, err)
+	case len(b) > MaxSize:
+		return nil, fmt.Errorf("plan file %s: larger than %d bytes", name, MaxSize)
+	}
+	j, err := yaml.YAMLToJSON(b)
+	if err != nil {
+		return nil, fmt.Errorf("plan file %s is neither YAML nor JSON: %w", name, err)
+	}
+	var doc any
+	if err := json.Unmarshal(j, &doc); err != nil {
+		return nil, fmt.Errorf("plan file %s: %w", name, err)
+	}
+	tasks, ok := doc.([]any)
+	if m, isObject := doc.(map[string]any); isObject {
+		tasks, ok = m["tasks"].([]any)
+	}
+	if !ok {
+		return nil, fmt.Errorf("plan file %s must be a list of tasks or an object with a \"tasks\" list", name)
+	}
+	specs := make([]schemas.TaskSpec, len(tasks))
+	for i, t := range tasks {
+		if err := resolveRelativeTimes(i, t, now); err != nil {
+			return nil, fmt.Errorf("plan file %s: %w", name, err)
+		}
+		if err := decodeStrict(t, &specs[i]); err != nil {
+			return nil, fmt.Errorf("plan file %s: /tasks/%d: %w", name, i, err)
+		}
+	}
+	return specs, nil
+}
+
+// relativeTimes are the plan file's conveniences, each a duration from now,
+// and the absolute time on the wire that each becomes.
+var relativeTimes = [][2]string{{"start_after", "start_at"}, {"deadline_after", "deadline"}}
+
+// resolveRelativeTimes turns task i's start_after and deadline_after into
+// its start_at and deadline, counted from now. A task that is not an object
+// is left for decoding to refuse.
+func resolveRelativeTimes(i int, task any, now time.Time) error {
+	m, ok := task.(map[string]any)
+	if !ok {
+		return nil
+	}
+	for _, rt := range relativeTimes {
+		after, at := rt[0], rt[1]
+		v, ok := m[after]
+		if !ok {
+			continue
+		}
+		s, _ := v.(string)
+		d, err := time.ParseDuration(s)
+		if err != nil || d < 0 {
+			return fmt.Errorf("/tasks/%d/%s: %v is not a duration such as \"4s\" or \"2h\"", i, after, v)
+		}
+		if _, both := m[at]; both {
+			return fmt.Errorf("/tasks/%d: give %s or %s, not both", i, at, after)
+		}
+		delete(m, after)
+		m[at] = now.Add(d).UTC().Format(time.RFC3339Nano)
+	}
+	return nil
+}
+
+// decodeStrict decodes task, a decoded JSON value, into spec, refusing a
+// field that spec does not have.
+func decodeStrict(task any, spec *schemas.TaskSpec) error {
+	j, err := json.Marshal(task)
+	if err != nil {
+		return err
+	}
+	dec := json.NewDecoder(bytes.NewReader(j))
+	dec.DisallowUnknownFields()
+	return dec.Decode(spec)
+}
