@@ -14,6 +14,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/dwr-run/dwr/executors"
+	"github.com/dwr-run/dwr/handlers/embedded"
 	"github.com/dwr-run/dwr/handlers/servicetest"
 	"github.com/dwr-run/dwr/schemas"
 )
@@ -455,4 +456,38 @@ func TestWorkersOfAQueueShareItsLease(t *testing.T) {
 	third.logs.waitLine(t, 10*time.Second, "worker started")
 	servicetest.Eventually(t, 10*time.Second, func() bool { l, m := ackWait(); return l == 12*time.Second && m == 6 },
 		func() string { return "Reconfigure did not update the queue's consumer" })
+}
+
+// A worker that starts before the service sends its first command again
+// with the same id, and warns at the third try that the service does not
+// answer.
+func TestAWorkerWarnsWhileTheServiceDoesNotAnswer(t *testing.T) {
+	srv, err := embedded.Start(embedded.Config{DataDir: t.TempDir(), Logger: serviceLogger()})
+	require.NoError(t, err)
+	t.Cleanup(srv.Shutdown) // after the worker stops
+	w := (&bundle{srv: srv}).startWorker(t, executors.Config{Queue: "early"}, func(ctx context.Context, job *executors.Job) (executors.Result, error) {
+		return executors.Result{Output: "ran"}, nil
+	})
+	line := w.logs.waitLine(t, 10*time.Second, "WARN executors: the service did not answer; retrying with the same command id",
+		"subject=dwr.cmd.default.queue.configure", "tries=3", "no responders")
+	require.NotContains(t, line, "command_id= ", "the retried command has an id")
+}
+
+// Run ends with an error once its connection is closed for good.
+func TestRunEndsWhenTheConnectionIsClosed(t *testing.T) {
+	b := setup(t)
+	nc, err := b.srv.Connect()
+	require.NoError(t, err)
+	w, err := executors.NewWorker(executors.Config{Conn: nc, Queue: "closing", Logger: serviceLogger()},
+		func(context.Context, *executors.Job) (executors.Result, error) { return executors.Result{}, nil })
+	require.NoError(t, err)
+	done := make(chan error, 1)
+	go func() { done <- w.Run(context.Background()) }()
+	nc.Close()
+	select {
+	case err := <-done:
+		require.ErrorIs(t, err, executors.ErrClosed)
+	case <-time.After(15 * time.Second):
+		t.Fatal("Run did not end after its connection closed")
+	}
 }

@@ -1,7 +1,8 @@
 // Package client is the Go client of dwr for callers: a service or a tool
 // that starts work (goals, plans, tasks), steers it (signals, reviews,
 // approvals, cancellation) and reads it (queries, the event feed). Executors
-// take work with the executor SDK (package executors) instead.
+// take work with the executor SDK (package executors) instead, which sends
+// its own commands and queries through this package.
 //
 //	c, err := client.Connect("nats://127.0.0.1:4222", client.Credentials("dwr-data/admin.creds"))
 //	if err != nil { ... }
