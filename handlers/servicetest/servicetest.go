@@ -4,9 +4,14 @@
 // JetStream stream on that server, or (Options.Log) an in-memory log for
 // tests that do not test storage. It is the one way
 // every package's tests start the service. Its Client (commands, queries,
-// CreateTask, WaitState, WaitTask) and Eventually are the one kit those
-// tests talk to a service and wait with, on any connection: the service
-// in-process, or `dwr serve` in another process.
+// CreateTask, WaitState, WaitTask: executors/client's Client, with a
+// testing.TB API) and Eventually are the one kit those tests talk to a
+// service and wait with, on any connection: the service in-process, or `dwr
+// serve` in another process.
+//
+// It is a test helper, never shipped, and the one handlers package that may
+// import executors/client (.golangci.yml, rule servicetest): the service
+// itself never imports executors.
 package servicetest
 
 import (
