@@ -22,9 +22,9 @@ import (
 	"github.com/dwr-run/dwr/schemas"
 )
 
-// The SDK computes an action's digest as the service does: these are
-// domain.ActionDigest's answers for the same documents (the SDK's tests may
-// not import domain, so they are pasted here).
+// The SDK computes an action's digest as the service does (both with
+// schemas.ActionDigest): these fixed answers freeze it, for documents and for
+// Go values, which the SDK marshals first.
 func TestActionDigestIsTheServices(t *testing.T) {
 	for doc, want := range map[string]string{
 		`{"b":2,"a":1}`: "sha256:43258cff783fe7036d8a43033f830adfc60ec037382473548ac742b888292777",
