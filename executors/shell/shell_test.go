@@ -505,6 +505,9 @@ func TestWorkerWaitFileForms(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, &executors.ApprovalRequest{Action: json.RawMessage(`"deploy v2"`), ExpiresIn: 30 * time.Second}, w.approval,
 		"only the action is required; no basis is nil, not null")
+	w, err = parseWaitFile([]byte(`{"approval": {"action": "deploy v2", "basis": null, "expires_in": null}}`), now)
+	require.NoError(t, err)
+	require.Equal(t, &executors.ApprovalRequest{Action: json.RawMessage(`"deploy v2"`)}, w.approval, "null is absent")
 }
 
 func TestWorkerWaitFileErrors(t *testing.T) {
