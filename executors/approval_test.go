@@ -330,7 +330,7 @@ func TestAnExpiredApprovalResumesWithResponseExpired(t *testing.T) {
 	clock.Advance(time.Hour)
 	done := b.WaitState(t, id, "accepted", 10*time.Second)
 	require.Len(t, done.Attempts, 2)
-	d := <-got
+	d := recv(t, got)
 	require.Equal(t, executors.ResponseExpired, d.Response)
 	require.Equal(t, id+"-1", d.ApprovalID)
 	require.Empty(t, d.Approver, "nobody decided")

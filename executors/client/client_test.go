@@ -14,8 +14,8 @@ import (
 	"github.com/dwr-run/dwr/domain"
 	"github.com/dwr-run/dwr/executors"
 	"github.com/dwr-run/dwr/executors/client"
+	"github.com/dwr-run/dwr/executors/executortest"
 	"github.com/dwr-run/dwr/handlers/access"
-	"github.com/dwr-run/dwr/handlers/embedded"
 	"github.com/dwr-run/dwr/handlers/servicetest"
 	"github.com/dwr-run/dwr/schemas"
 )
@@ -62,10 +62,7 @@ func TestClientRunsAGoalToItsEnd(t *testing.T) {
 			return executors.Result{Output: map[string]string{"built": job.TaskID}}, nil
 		})
 	require.NoError(t, err)
-	wctx, stop := context.WithCancel(ctx)
-	done := make(chan error, 1)
-	go func() { done <- w.Run(wctx) }()
-	defer func() { stop(); require.NoError(t, <-done) }()
+	executortest.StartWorker(t, w)
 
 	g, err := c.CreateGoal(ctx, schemas.CreateGoal{Title: "release"})
 	require.NoError(t, err)
@@ -164,17 +161,13 @@ func TestClientForbiddenFailsFast(t *testing.T) {
 // With no service on the server, a request fails as unavailable: at once
 // with NoRetry, and after retrying until its context ends without.
 func TestClientUnavailable(t *testing.T) {
-	srv, err := embedded.Start(embedded.Config{DataDir: t.TempDir(), Listen: "127.0.0.1:0"})
-	require.NoError(t, err)
-	t.Cleanup(srv.Shutdown)
-	c, err := client.Connect(srv.ClientURL(), client.NoRetry())
-	require.NoError(t, err)
-	defer c.Close()
-	_, err = c.CreateGoal(within(t, 10*time.Second), schemas.CreateGoal{Title: "nobody listens"})
+	_, nc := servicetest.StartNATS(t)
+	c := client.New(nc, client.NoRetry())
+	_, err := c.CreateGoal(within(t, 10*time.Second), schemas.CreateGoal{Title: "nobody listens"})
 	require.ErrorIs(t, err, client.ErrUnavailable)
 	require.ErrorIs(t, err, nats.ErrNoResponders)
 
-	retrying := client.New(c.Conn())
+	retrying := client.New(nc)
 	ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
 	defer cancel()
 	_, err = retrying.CreateGoal(ctx, schemas.CreateGoal{Title: "nobody listens"})
@@ -186,12 +179,7 @@ func TestClientUnavailable(t *testing.T) {
 // until it is answered, and OnRetry is told of every retry; Once tries one
 // call only once.
 func TestClientRetriesWithTheSameCommandID(t *testing.T) {
-	srv, err := embedded.Start(embedded.Config{DataDir: t.TempDir()})
-	require.NoError(t, err)
-	t.Cleanup(srv.Shutdown)
-	nc, err := srv.Connect()
-	require.NoError(t, err)
-	defer nc.Close()
+	_, nc := servicetest.StartNATS(t)
 	ctx := within(t, 30*time.Second)
 	const subject = "dwr.cmd.default.goal.create"
 

@@ -169,6 +169,25 @@ func Start(t testing.TB, dir string, o Options) *Service {
 	return s
 }
 
+// StartNATS starts an embedded NATS server with JetStream on a fresh
+// directory, and no service: for a test of what a client does while no
+// service answers. It returns the server and a connection to it, both
+// closed at the test's cleanup, and fails the test if it cannot.
+func StartNATS(t testing.TB) (*embedded.Server, *nats.Conn) {
+	t.Helper()
+	srv, err := embedded.Start(embedded.Config{DataDir: t.TempDir(), Logger: Logger()})
+	if err != nil {
+		t.Fatalf("servicetest: embedded NATS: %v", err)
+	}
+	t.Cleanup(srv.Shutdown)
+	nc, err := srv.Connect()
+	if err != nil {
+		t.Fatalf("servicetest: connect: %v", err)
+	}
+	t.Cleanup(nc.Close)
+	return srv, nc
+}
+
 // TryStart is Start for a test that expects the start to fail: it returns
 // the error the service stopped with before it was ready (everything it
 // started is stopped again), or the ready service.
