@@ -7,7 +7,9 @@
 // CreateTask, WaitState, WaitTask: executors/client's Client, with a
 // testing.TB API) and Eventually are the one kit those tests talk to a
 // service and wait with, on any connection: the service in-process, or `dwr
-// serve` in another process.
+// serve` in another process. StartDev runs the service for runnable
+// examples, which have no testing.TB; StartNATS starts a server without the
+// service, for a test of what a client does while no service answers.
 //
 // It is a test helper, never shipped, and the one handlers package that may
 // import executors/client (.golangci.yml, rule servicetest): the service
