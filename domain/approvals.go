@@ -1,7 +1,6 @@
 package domain
 
 import (
-	"bytes"
 	"cmp"
 	"crypto/ed25519"
 	"crypto/sha256"
@@ -153,39 +152,14 @@ func KeyID(pub ed25519.PublicKey) string {
 	return hex.EncodeToString(h[:8])
 }
 
-// ActionDigest returns the canonical digest of a proposed action:
-// "sha256:" and the hex SHA-256 of its canonical JSON (object keys sorted,
-// no insignificant space, numbers as written). Two encodings of the same
-// action have the same digest; any change to it changes the digest.
-func ActionDigest(action json.RawMessage) (string, error) {
-	canon, err := CanonicalJSON(action)
-	if err != nil {
-		return "", err
-	}
-	h := sha256.Sum256(canon)
-	return "sha256:" + hex.EncodeToString(h[:]), nil
-}
+// ActionDigest returns the canonical digest of a proposed action
+// (schemas.ActionDigest): "sha256:" and the hex SHA-256 of its canonical
+// JSON.
+func ActionDigest(action json.RawMessage) (string, error) { return schemas.ActionDigest(action) }
 
 // CanonicalJSON re-encodes a JSON document with sorted object keys and no
-// insignificant space; numbers keep the digits they were written with.
-func CanonicalJSON(doc json.RawMessage) ([]byte, error) {
-	dec := json.NewDecoder(bytes.NewReader(doc))
-	dec.UseNumber()
-	var v any
-	if err := dec.Decode(&v); err != nil {
-		return nil, fmt.Errorf("domain: action is not JSON: %w", err)
-	}
-	if dec.More() {
-		return nil, fmt.Errorf("domain: action holds more than one JSON value")
-	}
-	var buf bytes.Buffer
-	enc := json.NewEncoder(&buf)
-	enc.SetEscapeHTML(false)
-	if err := enc.Encode(v); err != nil { // maps encode with sorted keys
-		return nil, err
-	}
-	return bytes.TrimSuffix(buf.Bytes(), []byte("\n")), nil
-}
+// insignificant space (schemas.CanonicalJSON).
+func CanonicalJSON(doc json.RawMessage) ([]byte, error) { return schemas.CanonicalJSON(doc) }
 
 // DecisionPurpose opens every signed decision, so that a signature made for
 // dwr approvals cannot be taken for anything else, nor one made elsewhere

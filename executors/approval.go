@@ -1,10 +1,7 @@
 package executors
 
 import (
-	"bytes"
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -131,11 +128,10 @@ func (j *Job) Approval() *Decision {
 // the service answers. A job built by NewJob (as executortest does) sends
 // nothing: it returns the *WaitError with an empty ApprovalID.
 func (j *Job) RequestApproval(ctx context.Context, r ApprovalRequest) (*Decision, error) {
-	body, err := approvalBodyOf(j, r)
+	body, digest, err := approvalBodyOf(j, r)
 	if err != nil {
 		return nil, fmt.Errorf("executors: approval request of task %s: %w", j.TaskID, err)
 	}
-	digest := digestOf(body.Action)
 	for i := len(j.Decisions) - 1; i >= 0; i-- {
 		if j.Decisions[i].ActionDigest == digest {
 			d := j.Decisions[i]
@@ -146,59 +142,61 @@ func (j *Job) RequestApproval(ctx context.Context, r ApprovalRequest) (*Decision
 	if j.ask == nil {
 		return nil, w
 	}
-	if w.ApprovalID, err = j.ask(ctx, body, approvalCommandID(j.TaskID, j.Attempt, digest)); err != nil {
+	if w.ApprovalID, err = j.ask(ctx, body, digest); err != nil {
 		return nil, err
 	}
 	return nil, w
 }
 
-// approvalFunc records an approval request for a job and returns the
-// approval's id.
-type approvalFunc func(ctx context.Context, body schemas.RequestApproval, commandID string) (string, error)
+// approvalFunc records an approval request for a job, of the action whose
+// digest is digest, and returns the approval's id.
+type approvalFunc func(ctx context.Context, body schemas.RequestApproval, digest string) (string, error)
 
-// approvalBodyOf returns the command that asks for r; its action is the
-// canonical JSON of r.Action.
-func approvalBodyOf(j *Job, r ApprovalRequest) (schemas.RequestApproval, error) {
-	b := schemas.RequestApproval{TaskID: j.TaskID, Attempt: j.Attempt, Token: j.Token, ApprovalRequest: schemas.ApprovalRequest{
+// approvalBodyOf returns the command that asks for r, whose action is the
+// canonical JSON of r.Action, and the action's digest.
+func approvalBodyOf(j *Job, r ApprovalRequest) (b schemas.RequestApproval, digest string, err error) {
+	b = schemas.RequestApproval{TaskID: j.TaskID, Attempt: j.Attempt, Token: j.Token, ApprovalRequest: schemas.ApprovalRequest{
 		Summary: r.Summary, Role: r.Role, Responses: r.Responses, Branches: r.Branches, OnExpiry: r.OnExpiry,
 		EscalateTo: r.EscalateTo, ExpiresIn: schemas.Duration(r.ExpiresIn)}}
 	action, err := encodeJSON(r.Action)
 	switch {
 	case err != nil:
-		return b, fmt.Errorf("the action does not encode to JSON: %w", err)
+		return b, "", fmt.Errorf("the action does not encode to JSON: %w", err)
 	case action == nil:
-		return b, errors.New("the action is required: the concrete action to approve")
+		return b, "", errors.New("the action is required: the concrete action to approve")
 	}
-	if b.Action, err = canonicalJSON(action); err != nil {
-		return b, err
+	if b.Action, err = schemas.CanonicalJSON(action); err != nil {
+		return b, "", err
 	}
 	if len(b.Action) > MaxPayloadBytes {
-		return b, fmt.Errorf("the action is %d bytes; at most %d are allowed", len(b.Action), MaxPayloadBytes)
+		return b, "", fmt.Errorf("the action is %d bytes; at most %d are allowed", len(b.Action), MaxPayloadBytes)
 	}
 	if b.Basis, err = encodeJSON(r.Basis); err != nil {
-		return b, fmt.Errorf("the basis does not encode to JSON: %w", err)
+		return b, "", fmt.Errorf("the basis does not encode to JSON: %w", err)
 	}
 	if len(b.Basis) > MaxPayloadBytes {
-		return b, fmt.Errorf("the basis is %d bytes; at most %d are allowed (store larger evidence as an artifact)", len(b.Basis), MaxPayloadBytes)
+		return b, "", fmt.Errorf("the basis is %d bytes; at most %d are allowed (store larger evidence as an artifact)", len(b.Basis), MaxPayloadBytes)
 	}
-	return b, nil
+	if digest, err = schemas.ActionDigest(b.Action); err != nil {
+		return b, "", err
+	}
+	return b, digest, nil
 }
 
 // approvalCommandID is the command id of the request an attempt makes for
 // an action: the same for a retry of the same request, another for another
 // action. At most 105 bytes (a task id is a 26-character ULID).
 func approvalCommandID(taskID string, attempt int, digest string) string {
-	return fmt.Sprintf("approval.%s.%d.%s", taskID, attempt, digest[len(digestPrefix):])
+	return fmt.Sprintf("approval.%s.%d.%s", taskID, attempt, digest[len(schemas.ActionDigestPrefix):])
 }
-
-const digestPrefix = "sha256:"
 
 // ActionDigest returns the digest the service computes for an action, and
 // the one an approver signs: "sha256:" and the hex SHA-256 of the action's
-// canonical JSON. The action is marshalled to JSON (a json.RawMessage is
-// kept as it is), then re-encoded with object keys sorted, no insignificant
-// space, numbers as written and no HTML escaping. Two encodings of the same
-// action have the same digest; any change to the action changes it.
+// canonical JSON (schemas.ActionDigest). The action is marshalled to JSON
+// (a json.RawMessage is kept as it is), then re-encoded with object keys
+// sorted, no insignificant space, numbers as written and no HTML escaping.
+// Two encodings of the same action have the same digest; any change to the
+// action changes it.
 func ActionDigest(action any) (string, error) {
 	raw, err := encodeJSON(action)
 	if err != nil {
@@ -207,37 +205,5 @@ func ActionDigest(action any) (string, error) {
 	if raw == nil {
 		raw = json.RawMessage("null")
 	}
-	canon, err := canonicalJSON(raw)
-	if err != nil {
-		return "", err
-	}
-	return digestOf(canon), nil
-}
-
-// digestOf returns the digest of an action already in canonical JSON.
-func digestOf(canon json.RawMessage) string {
-	h := sha256.Sum256(canon)
-	return digestPrefix + hex.EncodeToString(h[:])
-}
-
-// canonicalJSON re-encodes a JSON document with sorted object keys and no
-// insignificant space; numbers keep the digits they were written with. It
-// is the service's canonical form, byte for byte (see the wire contract).
-func canonicalJSON(doc json.RawMessage) (json.RawMessage, error) {
-	dec := json.NewDecoder(bytes.NewReader(doc))
-	dec.UseNumber()
-	var v any
-	if err := dec.Decode(&v); err != nil {
-		return nil, fmt.Errorf("executors: the action is not JSON: %w", err)
-	}
-	if dec.More() {
-		return nil, errors.New("executors: the action holds more than one JSON value")
-	}
-	var buf bytes.Buffer
-	enc := json.NewEncoder(&buf)
-	enc.SetEscapeHTML(false)
-	if err := enc.Encode(v); err != nil { // maps encode with sorted keys
-		return nil, err
-	}
-	return bytes.TrimSuffix(buf.Bytes(), []byte("\n")), nil
+	return schemas.ActionDigest(raw)
 }

@@ -22,25 +22,17 @@ import (
 	"github.com/dwr-run/dwr/schemas"
 )
 
-// The SDK computes an action's digest as the service does: these are
-// domain.ActionDigest's answers for the same documents (the SDK's tests may
-// not import domain, so they are pasted here).
+// The SDK computes an action's digest as the service does
+// (schemas.ActionDigest, whose tests freeze it): a document as it is, and a
+// Go value as its JSON, HTML characters and key order notwithstanding.
 func TestActionDigestIsTheServices(t *testing.T) {
-	for doc, want := range map[string]string{
-		`{"b":2,"a":1}`: "sha256:43258cff783fe7036d8a43033f830adfc60ec037382473548ac742b888292777",
-		`{ "to": "ada@example.com", "amount": 1.50, "tags": ["<b>", "x&y"], "n": 1e3, "nested": {"z": null, "y": [true, false]} }`: "sha256:9bbbe27c4f07cd5a74eb44c0abcece75eca454bb564c8822f4cc2f9feeb58603",
-		`"caf\u00e9 \u2028 <script>"`:              "sha256:2052267902a999d7478786262951e2cb256c9d22416a1764678599262fc5c1c0",
-		`[1, 10.0, -0, 12345678901234567890]`:      "sha256:28bf6a6c5d5c3f46df04e4f44d6d18e6c3461320751065631a12d39aa1eafb92",
-		`null`:                                     "sha256:74234e98afe7498fb5daf1f36ac2d78acc339464f950703b8c019892f982b90b",
-		`{"refund":{"order":"A-17","cents":1250}}`: "sha256:79b413d8bddc4b91c41c2aefe93000b54f8fcc307c08de8d3217653d0a80cf3e",
-	} {
-		got, err := executors.ActionDigest(json.RawMessage(doc))
-		require.NoError(t, err, doc)
-		require.Equal(t, want, got, doc)
-	}
-	// A Go value digests as its JSON does, HTML characters and key order
-	// notwithstanding.
-	got, err := executors.ActionDigest(map[string]any{"tags": []string{"<b>", "x&y"}, "to": "ada@example.com",
+	got, err := executors.ActionDigest(json.RawMessage(`{"b":2,"a":1}`))
+	require.NoError(t, err)
+	require.Equal(t, "sha256:43258cff783fe7036d8a43033f830adfc60ec037382473548ac742b888292777", got)
+	got, err = executors.ActionDigest(nil)
+	require.NoError(t, err)
+	require.Equal(t, "sha256:74234e98afe7498fb5daf1f36ac2d78acc339464f950703b8c019892f982b90b", got, "nil is null")
+	got, err = executors.ActionDigest(map[string]any{"tags": []string{"<b>", "x&y"}, "to": "ada@example.com",
 		"amount": json.Number("1.50"), "n": json.Number("1e3"), "nested": map[string]any{"y": []bool{true, false}, "z": nil}})
 	require.NoError(t, err)
 	require.Equal(t, "sha256:9bbbe27c4f07cd5a74eb44c0abcece75eca454bb564c8822f4cc2f9feeb58603", got)
@@ -330,7 +322,7 @@ func TestAnExpiredApprovalResumesWithResponseExpired(t *testing.T) {
 	clock.Advance(time.Hour)
 	done := b.WaitState(t, id, "accepted", 10*time.Second)
 	require.Len(t, done.Attempts, 2)
-	d := <-got
+	d := recv(t, got)
 	require.Equal(t, executors.ResponseExpired, d.Response)
 	require.Equal(t, id+"-1", d.ApprovalID)
 	require.Empty(t, d.Approver, "nobody decided")

@@ -171,9 +171,6 @@ func (c Config) validate() error {
 type subjects struct {
 	stream   string // the work stream, e.g. DWR_WORK
 	consumer string // the durable consumer shared by the queue's workers
-	work     string // the queue's work item subject
-	cmd      string // command subject prefix: <prefix>.cmd.<ws>.
-	query    string // query subject prefix: <prefix>.q.<ws>.
 	events   string // task event subject prefix: <prefix>.ev.<ws>.task.
 }
 
@@ -181,9 +178,6 @@ func subjectsOf(c Config) subjects {
 	return subjects{
 		stream:   strings.ToUpper(c.Prefix) + "_WORK",
 		consumer: c.Prefix + "-" + c.Workspace + "-" + c.Queue,
-		work:     c.Prefix + ".work." + c.Workspace + "." + c.Queue,
-		cmd:      c.Prefix + ".cmd." + c.Workspace + ".",
-		query:    c.Prefix + ".q." + c.Workspace + ".",
 		events:   c.Prefix + ".ev." + c.Workspace + ".task.",
 	}
 }

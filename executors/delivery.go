@@ -314,13 +314,13 @@ func (d *delivery) report(ctx context.Context, job *Job, rep Report, watch *watc
 		return
 	case rep.Wait != nil && rep.Wait.Approval != nil:
 		// A request the handler made up itself: send it now.
-		body, berr := approvalBodyOf(job, *rep.Wait.Approval)
+		body, digest, berr := approvalBodyOf(job, *rep.Wait.Approval)
 		if berr != nil {
 			rep.Wait, rep.Failure = nil, &Failure{Code: CodeInvalidResult, Message: clip("the approval request cannot be sent: "+berr.Error(), maxMessage)}
 			break
 		}
 		wait := *rep.Wait
-		wait.ActionDigest = digestOf(body.Action)
+		wait.ActionDigest = digest
 		rep.Wait = &wait
 		r, err = d.w.c.command(ctx, "task.request_approval", body, approvalCommandID(job.TaskID, job.Attempt, wait.ActionDigest))
 		switch {
@@ -451,10 +451,10 @@ func (d *delivery) fencedCause(ctx context.Context, job *Job, watch *watch) erro
 // approvals returns the job's approval requester: task.request_approval
 // commands, with an id per attempt and action, retried until answered.
 func (d *delivery) approvals(hard context.Context, job *Job, cancel context.CancelCauseFunc, watch *watch) approvalFunc {
-	return func(ctx context.Context, body schemas.RequestApproval, id string) (string, error) {
+	return func(ctx context.Context, body schemas.RequestApproval, digest string) (string, error) {
 		rctx, stop := mergeCancel(ctx, hard)
 		defer stop()
-		r, err := d.w.c.command(rctx, "task.request_approval", body, id)
+		r, err := d.w.c.command(rctx, "task.request_approval", body, approvalCommandID(job.TaskID, job.Attempt, digest))
 		switch {
 		case err != nil:
 			return "", fmt.Errorf("executors: approval request of task %s not recorded: %w", job.TaskID, err)
@@ -465,7 +465,6 @@ func (d *delivery) approvals(hard context.Context, job *Job, cancel context.Canc
 			}
 			// Recorded, but the reply (a duplicate's) does not name the
 			// approval: the task does.
-			digest := digestOf(body.Action)
 			var found string
 			_, err := d.taskAfter(rctx, func(t *schemas.Task) bool {
 				for i := len(t.Approvals) - 1; i >= 0 && found == ""; i-- {

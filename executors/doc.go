@@ -56,10 +56,10 @@
 //     it refuses with conflict and error.retry_after, and the worker, still
 //     holding the item, claims again at that moment (up to three times).
 //   - Heartbeat. With every InProgress, once the attempt is claimed, the
-//     worker sends task.heartbeat {"task_id", "attempt", "token"} (no
-//     command id; one try, answered from the writer's memory, never
-//     recorded): the service counts an attempt alive from its claim, its
-//     checkpoints and its heartbeats.
+//     worker sends task.heartbeat {"task_id", "attempt", "token"} (one try,
+//     answered from the writer's memory, never recorded, its command id
+//     not remembered): the service counts an attempt alive from its claim,
+//     its checkpoints and its heartbeats.
 //   - Events. While it holds an item the worker follows
 //     dwr.ev.<ws>.task.<task_id>.>; task.cancelled, task.failed and
 //     task.rejected cancel the job's context with cause ErrCancelled,
@@ -107,7 +107,10 @@
 //     attempt or ends it, as the request's branches say.
 //   - Retries. Every command is retried with its command id on timeouts,
 //     missing responders and "unavailable" replies until the service answers
-//     or the worker's drain deadline passes; an item whose report was never
+//     or the worker's drain deadline passes (the worker sends them through
+//     the Go client, package client, and logs a warning at the third try
+//     and every twentieth); queries carry Dwr-Min-Seq, so they read what
+//     the worker's own commands wrote. An item whose report was never
 //     answered stays unacknowledged and is redelivered after the lease. A
 //     claim refused for another reason (forbidden, invalid) is handed back
 //     with a delay of one lease.
@@ -156,7 +159,9 @@
 // import the standard library, schemas (the wire contract: its JSON Schemas
 // and the same contract as Go types — work items, command bodies, replies,
 // the task a claim returns — which this package uses rather than declaring
-// its own) and the NATS client libraries; never domain, eventstore,
+// its own), its own sub-packages (client, the Go client it sends its
+// commands and queries through, which imports only schemas) and the NATS
+// client libraries; never domain, eventstore,
 // projections or handlers, so that an executor in any language can rely on
 // exactly what a Go executor relies on. Approvers sign their decisions with
 // the keys of signing.go, over the message the wire contract names

@@ -6,8 +6,10 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"time"
 
 	"github.com/dwr-run/dwr/executors"
+	"github.com/dwr-run/dwr/schemas"
 )
 
 // paymentsAPI stands in for an external system that deduplicates requests
@@ -74,8 +76,8 @@ func ExampleWorker() {
 	stopped := make(chan error, 1)
 	go func() { stopped <- w.Run(ctx) }()
 
-	id := dwr.createTask(map[string]any{"queue": "payments", "input": map[string]any{"orders": []int{100, 200, 300}},
-		"retry": map[string]any{"initial_backoff": "100ms"}})
+	id := dwr.createTask(schemas.TaskSpec{Queue: "payments", Input: json.RawMessage(`{"orders": [100, 200, 300]}`),
+		Retry: &schemas.RetryPolicy{InitialBackoff: schemas.Duration(100 * time.Millisecond)}})
 	dwr.waitState(id, "accepted")
 	stop()
 	if err := <-stopped; err != nil {

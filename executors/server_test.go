@@ -14,6 +14,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/dwr-run/dwr/executors"
+	"github.com/dwr-run/dwr/executors/executortest"
 	"github.com/dwr-run/dwr/handlers"
 	"github.com/dwr-run/dwr/handlers/embedded"
 	"github.com/dwr-run/dwr/handlers/servicetest"
@@ -96,22 +97,8 @@ func (b *bundle) run(t *testing.T, cfg executors.Config, build func(executors.Co
 	cfg.Logger = slog.New(sink)
 	w, err := build(cfg)
 	require.NoError(t, err)
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- w.Run(ctx) }()
-	var once sync.Once
-	var runErr error
-	stop := func() error {
-		once.Do(func() {
-			cancel()
-			runErr = <-done
-			nc.Close()
-			sink.close()
-		})
-		return runErr
-	}
-	t.Cleanup(func() { require.NoError(t, stop()) })
-	return &worker{w: w, logs: sink, stop: stop}
+	t.Cleanup(func() { nc.Close(); sink.close() }) // after the worker stops
+	return &worker{w: w, logs: sink, stop: executortest.StartWorker(t, w)}
 }
 
 // logSink is a slog.Handler that sends records to t.Log and to whoever
@@ -199,4 +186,20 @@ func containsAll(s string, parts []string) bool {
 		}
 	}
 	return true
+}
+
+// recv returns what ch yields (or its zero value once it is closed), and
+// fails the test when nothing comes within 20 s: a test waits on a signal,
+// never for ever.
+func recv[T any](t *testing.T, ch <-chan T) T {
+	t.Helper()
+	deadline := time.NewTimer(20 * time.Second)
+	defer deadline.Stop()
+	select {
+	case v := <-ch:
+		return v
+	case <-deadline.C:
+		t.Fatal("nothing received within 20s")
+		panic("unreachable")
+	}
 }

@@ -77,7 +77,7 @@ func TestAJobsCommandsCarryItsTokenAndItsHeartbeatsReachTheService(t *testing.T)
 			return executors.Result{Output: "done"}, nil
 		})
 	id := b.CreateTask(t, map[string]any{"queue": "tokens"})
-	job := <-jobs
+	job := recv(t, jobs)
 	require.Len(t, job.Token, 43, "the job carries its attempt's token")
 	tk := b.WaitState(t, id, "accepted", 15*time.Second)
 	require.Equal(t, "done", strings.Trim(string(tk.Attempts[0].Result), `"`))
@@ -115,7 +115,7 @@ func TestARedeliveredItemWaitsForTheLeaseToLapseThenSupersedes(t *testing.T) {
 		})
 	stale.w.PauseHeartbeats(true)
 	id := b.CreateTask(t, map[string]any{"queue": "lapse"})
-	<-staleStarted
+	recv(t, staleStarted)
 	fresh := b.startWorker(t, executors.Config{Queue: "lapse", Executor: "fresh", Lease: lease},
 		func(context.Context, *executors.Job) (executors.Result, error) {
 			return executors.Result{Output: "fresh"}, nil

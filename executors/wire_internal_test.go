@@ -69,19 +69,22 @@ func TestWorkItemCheckNamesEveryProblem(t *testing.T) {
 
 func TestApprovalRequestBody(t *testing.T) {
 	j := &Job{TaskID: "01J00000000000000000000000", Attempt: 3, Token: "the-token"}
-	b, err := approvalBodyOf(j, ApprovalRequest{Action: map[string]any{"b": "<x>", "a": 1},
+	b, digest, err := approvalBodyOf(j, ApprovalRequest{Action: map[string]any{"b": "<x>", "a": 1},
 		Role: "finance", ExpiresIn: 90 * time.Minute})
 	require.NoError(t, err)
+	want, err := ActionDigest(map[string]any{"a": 1, "b": "<x>"})
+	require.NoError(t, err)
+	require.Equal(t, want, digest)
 	raw, err := json.Marshal(b)
 	require.NoError(t, err)
 	require.JSONEq(t, `{"task_id":"01J00000000000000000000000","attempt":3,"token":"the-token","action":{"a":1,"b":"<x>"},"role":"finance","expires_in":"1h30m0s"}`, string(raw))
 	require.Equal(t, `{"a":1,"b":"<x>"}`, string(b.Action), "the action is sent in its canonical form")
-	b, err = approvalBodyOf(&Job{TaskID: "T", Attempt: 1}, ApprovalRequest{Action: "x"})
+	b, digest, err = approvalBodyOf(&Job{TaskID: "T", Attempt: 1}, ApprovalRequest{Action: "x"})
 	require.NoError(t, err)
 	raw, err = json.Marshal(b)
 	require.NoError(t, err)
 	require.NotContains(t, string(raw), "expires_in")
-	id := approvalCommandID("01J00000000000000000000000", 9999, digestOf(b.Action))
+	id := approvalCommandID("01J00000000000000000000000", 9999, digest)
 	require.LessOrEqual(t, len(id), 128, "the service's limit on command ids")
 	require.True(t, strings.HasPrefix(id, "approval.01J00000000000000000000000.9999."), id)
 }

@@ -13,6 +13,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/dwr-run/dwr/executors/client"
 	"github.com/dwr-run/dwr/schemas"
 )
 
@@ -21,8 +22,12 @@ import (
 // reveal a lost server within ten seconds.
 const fetchWindow = 15 * time.Second
 
-// maxPause bounds the wait between attempts to reach the consumer.
-const maxPause = 5 * time.Second
+// The wait between attempts to reach the consumer: from retryFirst,
+// doubling up to maxPause.
+const (
+	retryFirst = 100 * time.Millisecond
+	maxPause   = 5 * time.Second
+)
 
 // Worker takes work items from one queue and runs a Handler for each, with
 // at most Config.Concurrency jobs at once. Build it with NewWorker and run
@@ -31,7 +36,8 @@ type Worker struct {
 	cfg    Config
 	h      Handler
 	verify VerifyHandler // set by NewVerifier: the worker judges verify items
-	c      *client
+	c      *service
+	subj   subjects
 	// apis are the JetStream APIs that may serve the queue's consumer, in
 	// the order tried; once one did, only it.
 	apis    []jetstream.JetStream
@@ -69,7 +75,7 @@ func NewWorker(cfg Config, h Handler) (*Worker, error) {
 	}
 	log := cfg.Logger.With(logQueue, cfg.Queue)
 	return &Worker{cfg: cfg, h: h, apis: []jetstream.JetStream{prefixed, plain}, log: log,
-		c: &client{nc: cfg.Conn, subj: subjectsOf(cfg), executor: cfg.Executor, log: log}}, nil
+		c: newService(cfg, log), subj: subjectsOf(cfg)}, nil
 }
 
 // Config returns the worker's configuration with its defaults applied.
@@ -91,7 +97,7 @@ func (w *Worker) Run(ctx context.Context) error {
 	// hard ends the jobs and their reports: DrainTimeout after ctx ends.
 	hard, stopHard := context.WithCancelCause(context.WithoutCancel(ctx))
 	defer stopHard(nil)
-	if err := w.watchers.start(w.cfg.Conn, w.c.subj.events); err != nil {
+	if err := w.watchers.start(w.cfg.Conn, w.subj.events); err != nil {
 		w.log.Warn("executors: cannot watch the tasks' events; cancellation reaches a job only through refused checkpoints and reports",
 			logErr, err)
 	}
@@ -146,7 +152,7 @@ func (w *Worker) fetchLoop(ctx, hard context.Context, slots chan struct{}, jobs 
 		if cons == nil {
 			c, err := w.consumer(ctx)
 			if err != nil {
-				if ctx.Err() != nil || !pause("create the consumer "+w.c.subj.consumer+" on stream "+w.c.subj.stream, err) {
+				if ctx.Err() != nil || !pause("create the consumer "+w.subj.consumer+" on stream "+w.subj.stream, err) {
 					break
 				}
 				continue
@@ -234,7 +240,7 @@ func (w *Worker) consumer(ctx context.Context) (jetstream.Consumer, error) {
 			"lease", lease, "max_deliver", got.MaxDeliver, "worker_lease", w.cfg.Lease, "worker_max_deliver", w.cfg.MaxDeliver)
 	}
 	w.lease.Store(int64(max(lease, MinLease)))
-	tctx, cancel := context.WithTimeout(ctx, requestTimeout)
+	tctx, cancel := context.WithTimeout(ctx, client.DefaultTimeout)
 	defer cancel()
 	return w.bind(tctx)
 }
@@ -245,17 +251,17 @@ func (w *Worker) consumer(ctx context.Context) (jetstream.Consumer, error) {
 func (w *Worker) bind(ctx context.Context) (jetstream.Consumer, error) {
 	var errs []error
 	for _, js := range w.apis {
-		cons, err := js.Consumer(ctx, w.c.subj.stream, w.c.subj.consumer)
+		cons, err := js.Consumer(ctx, w.subj.stream, w.subj.consumer)
 		if err == nil {
 			w.apis = []jetstream.JetStream{js} // found: keep to it
 			return cons, nil
 		}
 		if errors.Is(err, jetstream.ErrConsumerNotFound) {
-			return nil, fmt.Errorf("executors: the service has not created the consumer %s yet: %w", w.c.subj.consumer, err)
+			return nil, fmt.Errorf("executors: the service has not created the consumer %s yet: %w", w.subj.consumer, err)
 		}
 		errs = append(errs, err)
 	}
-	return nil, fmt.Errorf("executors: no JetStream API serves the consumer %s: %w", w.c.subj.consumer, errors.Join(errs...))
+	return nil, fmt.Errorf("executors: no JetStream API serves the consumer %s: %w", w.subj.consumer, errors.Join(errs...))
 }
 
 // leaseOf returns the lease of the queue's work items: the consumer's ack

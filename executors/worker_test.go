@@ -83,12 +83,7 @@ func TestAJobIsBuiltFromTheClaimedTask(t *testing.T) {
 	require.Len(t, plan.Tasks, 1)
 	id := plan.Tasks[0].TaskID
 
-	var job *executors.Job
-	select {
-	case job = <-jobs:
-	case <-time.After(15 * time.Second):
-		t.Fatal("no job ran")
-	}
+	job := recv(t, jobs)
 	require.Equal(t, id, job.TaskID)
 	require.Equal(t, "default", job.Workspace)
 	require.Equal(t, "built", job.Queue)
@@ -125,7 +120,7 @@ func TestAFailedAttemptIsRetriedAndSeesThePriorAttempt(t *testing.T) {
 	require.True(t, tk.Attempts[0].Retryable)
 	require.Equal(t, "upstream said 503", tk.Attempts[0].Error.Message)
 
-	first, second := <-seen, <-seen
+	first, second := recv(t, seen), recv(t, seen)
 	require.Equal(t, 1, first.Attempt)
 	require.Empty(t, first.PriorAttempts)
 	require.Equal(t, 2, second.Attempt)
@@ -199,7 +194,7 @@ func TestACheckpointIsHandedToTheNextAttempt(t *testing.T) {
 	})
 	id := b.CreateTask(t, map[string]any{"queue": "resume", "retry": map[string]any{"initial_backoff": "100ms"}})
 	tk := b.WaitState(t, id, "accepted", 15*time.Second)
-	require.JSONEq(t, `{"Step":2}`, string(<-resumed))
+	require.JSONEq(t, `{"Step":2}`, string(recv(t, resumed)))
 	require.JSONEq(t, `{"resumed_at":2}`, string(tk.Attempts[1].Result))
 	b.waitSettled(t, "resume")
 }
@@ -222,11 +217,11 @@ func TestCancellingATaskCancelsItsRunningJob(t *testing.T) {
 		return executors.Result{}, ctx.Err()
 	})
 	id := b.CreateTask(t, map[string]any{"queue": "cancel"})
-	<-started
+	recv(t, started)
 	b.Command(t, "task.cancel", map[string]any{"task_id": id, "reason": "changed my mind"})
 	cancelled := time.Now()
 
-	e := <-stopped
+	e := recv(t, stopped)
 	require.Less(t, e.at.Sub(cancelled), time.Second, "the job's context is cancelled within a second")
 	require.ErrorIs(t, e.cause, executors.ErrCancelled)
 	require.ErrorIs(t, e.cpErr, executors.ErrCancelled, "a checkpoint of a cancelled attempt is refused")
@@ -249,8 +244,8 @@ func TestAnAttemptPastItsDeadlineIsCancelled(t *testing.T) {
 		return executors.Result{}, ctx.Err()
 	})
 	id := b.CreateTask(t, map[string]any{"queue": "slow", "timeout": "1s", "retry": map[string]any{"max_attempts": 1}})
-	require.False(t, (<-deadlines).IsZero(), "the job knows its deadline")
-	require.ErrorIs(t, <-causes, executors.ErrTimeout)
+	require.False(t, recv(t, deadlines).IsZero(), "the job knows its deadline")
+	require.ErrorIs(t, recv(t, causes), executors.ErrTimeout)
 	tk := b.WaitState(t, id, "failed", 15*time.Second)
 	require.Equal(t, executors.CodeTimeout, tk.Attempts[0].Error.Code, "failed by the service's timer or the worker's report: both say timeout")
 	b.waitSettled(t, "slow")
@@ -271,7 +266,7 @@ func TestALapsedLeaseIsSupersededAndTheStaleReportRefused(t *testing.T) {
 		})
 	stale.w.PauseHeartbeats(true) // as if its process hung: the lease lapses
 	id := b.CreateTask(t, map[string]any{"queue": "lease"})
-	<-staleStarted
+	recv(t, staleStarted)
 
 	release := make(chan struct{})
 	fresh := make(chan *executors.Job, 1)
@@ -284,12 +279,12 @@ func TestALapsedLeaseIsSupersededAndTheStaleReportRefused(t *testing.T) {
 			return executors.Result{Output: "fresh"}, nil
 		})
 
-	job := <-fresh // the item was redelivered; its claim superseded attempt 1
+	job := recv(t, fresh) // the item was redelivered; its claim superseded attempt 1
 	require.Equal(t, 2, job.Attempt)
 	require.Len(t, job.PriorAttempts, 1)
 	require.Equal(t, "abandoned", job.PriorAttempts[0].State)
 	require.Equal(t, "lease_lost", job.PriorAttempts[0].Reason)
-	require.ErrorIs(t, <-staleCause, executors.ErrLeaseLost)
+	require.ErrorIs(t, recv(t, staleCause), executors.ErrLeaseLost)
 
 	// The stale report is refused, and the stale worker leaves the item to
 	// the delivery that holds it now.
@@ -327,14 +322,14 @@ func TestStoppingDrainsAndLeavesUnfinishedItemsForRedelivery(t *testing.T) {
 		})
 	quick := b.CreateTask(t, map[string]any{"queue": "drain", "input": map[string]any{"slow": false}})
 	slow := b.CreateTask(t, map[string]any{"queue": "drain", "input": map[string]any{"slow": true}})
-	<-started
-	<-started
+	recv(t, started)
+	recv(t, started)
 
 	stopped := make(chan error, 1)
 	go func() { stopped <- first.stop() }()
 	close(finish) // the quick job finishes within the drain timeout
-	require.NoError(t, <-stopped)
-	require.ErrorIs(t, <-causes, executors.ErrStopping)
+	require.NoError(t, recv(t, stopped))
+	require.ErrorIs(t, recv(t, causes), executors.ErrStopping)
 	b.WaitState(t, quick, "accepted", 5*time.Second)
 	tk := b.Task(t, slow)
 	require.Equal(t, "running", tk.State, "the slow job was stopped without a report")
@@ -379,7 +374,7 @@ func TestConcurrencyBoundsTheJobsInFlight(t *testing.T) {
 		ids[i] = b.CreateTask(t, map[string]any{"queue": "wide"})
 	}
 	for range limit {
-		<-running
+		recv(t, running)
 	}
 	var pending uint64
 	var unacked int
@@ -455,4 +450,31 @@ func TestWorkersOfAQueueShareItsLease(t *testing.T) {
 	third.logs.waitLine(t, 10*time.Second, "worker started")
 	servicetest.Eventually(t, 10*time.Second, func() bool { l, m := ackWait(); return l == 12*time.Second && m == 6 },
 		func() string { return "Reconfigure did not update the queue's consumer" })
+}
+
+// A worker that starts before the service sends its first command again
+// with the same id, and warns at the third try that the service does not
+// answer.
+func TestAWorkerWarnsWhileTheServiceDoesNotAnswer(t *testing.T) {
+	srv, _ := servicetest.StartNATS(t) // stopped after the worker
+	w := (&bundle{srv: srv}).startWorker(t, executors.Config{Queue: "early"}, func(ctx context.Context, job *executors.Job) (executors.Result, error) {
+		return executors.Result{Output: "ran"}, nil
+	})
+	line := w.logs.waitLine(t, 10*time.Second, "WARN executors: the service did not answer; retrying with the same command id",
+		"subject=dwr.cmd.default.queue.configure", "tries=3", "no responders")
+	require.NotContains(t, line, "command_id= ", "the retried command has an id")
+}
+
+// Run ends with an error once its connection is closed for good.
+func TestRunEndsWhenTheConnectionIsClosed(t *testing.T) {
+	b := setup(t)
+	nc, err := b.srv.Connect()
+	require.NoError(t, err)
+	w, err := executors.NewWorker(executors.Config{Conn: nc, Queue: "closing", Logger: serviceLogger()},
+		func(context.Context, *executors.Job) (executors.Result, error) { return executors.Result{}, nil })
+	require.NoError(t, err)
+	done := make(chan error, 1)
+	go func() { done <- w.Run(context.Background()) }()
+	nc.Close()
+	require.ErrorIs(t, recv(t, done), executors.ErrClosed, "Run ended once its connection closed")
 }

@@ -1,7 +1,12 @@
 package schemas
 
 import (
+	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
+	"errors"
+	"fmt"
 	"time"
 )
 
@@ -64,4 +69,45 @@ type ApprovalRequest struct {
 	OnExpiry   string            `json:"on_expiry,omitempty"`
 	EscalateTo string            `json:"escalate_to,omitempty"`
 	ExpiresIn  Duration          `json:"expires_in,omitempty"`
+}
+
+// ActionDigestPrefix opens every action digest: it names the hash.
+const ActionDigestPrefix = "sha256:"
+
+// ActionDigest returns the digest of a proposed action, which the service
+// records with its approval and an approver signs: "sha256:" and the hex
+// SHA-256 of the action's canonical JSON (CanonicalJSON). Two encodings of
+// the same action have the same digest; any change to the action changes
+// it. It returns an error when action is not one JSON value.
+func ActionDigest(action json.RawMessage) (string, error) {
+	canon, err := CanonicalJSON(action)
+	if err != nil {
+		return "", err
+	}
+	h := sha256.Sum256(canon)
+	return ActionDigestPrefix + hex.EncodeToString(h[:]), nil
+}
+
+// CanonicalJSON re-encodes a JSON document with its object keys sorted, no
+// insignificant space, numbers as written (their digits kept) and no HTML
+// escaping: the form an action digest is taken of, byte for byte, by the
+// service and by every client. It returns an error when doc is not exactly
+// one JSON value.
+func CanonicalJSON(doc json.RawMessage) (json.RawMessage, error) {
+	dec := json.NewDecoder(bytes.NewReader(doc))
+	dec.UseNumber()
+	var v any
+	if err := dec.Decode(&v); err != nil {
+		return nil, fmt.Errorf("schemas: the action is not JSON: %w", err)
+	}
+	if dec.More() {
+		return nil, errors.New("schemas: the action holds more than one JSON value")
+	}
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(v); err != nil { // maps encode with sorted keys
+		return nil, err
+	}
+	return bytes.TrimSuffix(buf.Bytes(), []byte("\n")), nil
 }

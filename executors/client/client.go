@@ -48,6 +48,7 @@ type Client struct {
 	prefix  string
 	timeout time.Duration
 	retry   bool
+	onRetry func(Retry)
 	seq     *atomic.Uint64 // shared by In's copies
 	denied  <-chan error   // the server's permission violations, when this Client dialled
 }
@@ -56,6 +57,7 @@ type options struct {
 	ws, prefix string
 	timeout    time.Duration
 	noRetry    bool
+	onRetry    func(Retry)
 	name       string
 	creds      string
 	tlsCA      string
@@ -80,6 +82,29 @@ func Timeout(d time.Duration) Option { return func(o *options) { o.timeout = d }
 // "unavailable" reply is returned at once (as an error that matches
 // ErrUnavailable) instead of being tried again until the context ends.
 func NoRetry() Option { return func(o *options) { o.noRetry = true } }
+
+// Retry is a request the service could not take, about to be sent again:
+// what an OnRetry function is told.
+type Retry struct {
+	// Subject is the request's subject.
+	Subject string
+	// CommandID is the command's id, which the next try sends again ("" for
+	// a query).
+	CommandID string
+	// Tries is how many tries were made so far: 1 after the first.
+	Tries int
+	// Err is why the last try failed: a *RequestError, or the service's
+	// "unavailable" *schemas.Error. errors.Is(Err, ErrUnavailable) holds.
+	Err error
+	// Wait is how long the Client pauses before the next try.
+	Wait time.Duration
+}
+
+// OnRetry has fn called each time a request is to be sent again, after a
+// try the service could not take and before the pause that follows it: a
+// caller that retries for long logs it there. fn runs on the goroutine of
+// the request and should return quickly. Default: nothing is called.
+func OnRetry(fn func(Retry)) Option { return func(o *options) { o.onRetry = fn } }
 
 // Name names the connection Connect opens (shown by the NATS server).
 func Name(name string) Option { return func(o *options) { o.name = name } }
@@ -180,7 +205,8 @@ func (o *options) connectOptions() ([]nats.Option, error) {
 func New(nc *nats.Conn, opts ...Option) *Client { return newClient(nc, apply(opts)) }
 
 func newClient(nc *nats.Conn, o options) *Client {
-	return &Client{nc: nc, ws: o.ws, prefix: o.prefix, timeout: o.timeout, retry: !o.noRetry, seq: new(atomic.Uint64)}
+	return &Client{nc: nc, ws: o.ws, prefix: o.prefix, timeout: o.timeout, retry: !o.noRetry, onRetry: o.onRetry,
+		seq: new(atomic.Uint64)}
 }
 
 // Close closes the connection when Connect opened it.
@@ -224,6 +250,15 @@ type CallOption func(*call)
 type call struct {
 	id, correlation string
 	minSeq          uint64
+	once            bool
+}
+
+func callOf(opts []CallOption) call {
+	var k call
+	for _, f := range opts {
+		f(&k)
+	}
+	return k
 }
 
 // CommandID sets a command's id. A retry with the same id (by the same
@@ -234,6 +269,12 @@ func CommandID(id string) CallOption { return func(c *call) { c.id = id } }
 // CorrelationID groups the events of this command with others of one
 // original request.
 func CorrelationID(id string) CallOption { return func(c *call) { c.correlation = id } }
+
+// Once makes this one call try once, as NoRetry does for every call of a
+// Client: a timeout, a missing responder or an "unavailable" reply is
+// returned at once (as an error that matches ErrUnavailable). For a request
+// that the caller sends again anyway, such as a periodic heartbeat.
+func Once() CallOption { return func(c *call) { c.once = true } }
 
 // MinSeq asks a query to be answered from views that have applied at least
 // log sequence seq (besides this Client's own writes, which it always
@@ -256,10 +297,7 @@ type Reply struct {
 // returns the accepted reply, or the service's refusal as a *schemas.Error
 // (errors.Is(err, ErrConflict), …).
 func (c *Client) Command(ctx context.Context, name string, body any, opts ...CallOption) (*Reply, error) {
-	var k call
-	for _, f := range opts {
-		f(&k)
-	}
+	k := callOf(opts)
 	if k.id == "" {
 		k.id = ulid.Make().String()
 	}
@@ -268,7 +306,7 @@ func (c *Client) Command(ctx context.Context, name string, body any, opts ...Cal
 	if k.correlation != "" {
 		m.Header.Set(schemas.HeaderCorrelationID, k.correlation)
 	}
-	r, err := c.request(ctx, m, body)
+	r, err := c.request(ctx, m, body, k)
 	if err != nil {
 		return nil, err
 	}
@@ -280,15 +318,12 @@ func (c *Client) Command(ctx context.Context, name string, body any, opts ...Cal
 // decodes its result into out (unless out is nil). It returns the reply,
 // whose Next continues a list.
 func (c *Client) Query(ctx context.Context, name string, q schemas.Query, out any, opts ...CallOption) (*Reply, error) {
-	var k call
-	for _, f := range opts {
-		f(&k)
-	}
+	k := callOf(opts)
 	m := nats.NewMsg(c.prefix + ".q." + c.ws + "." + name)
 	if seq := max(k.minSeq, c.seq.Load()); seq > 0 {
 		m.Header.Set(schemas.HeaderMinSeq, strconv.FormatUint(seq, 10))
 	}
-	r, err := c.request(ctx, m, q)
+	r, err := c.request(ctx, m, q, k)
 	if err != nil {
 		return nil, err
 	}
@@ -300,9 +335,24 @@ func (c *Client) Query(ctx context.Context, name string, q schemas.Query, out an
 	return r, nil
 }
 
+// Request sends m once as it is (its subject, headers and data: no command
+// id is added, nothing is retried) and returns the service's reply, accepted
+// or refused: for tests and tools that speak the wire itself. A reply's Seq
+// counts as this Client's own write, which its later queries read. It
+// returns an error only when no dwr reply came: a *RequestError, or ctx's
+// cause when ctx ended first.
+func (c *Client) Request(ctx context.Context, m *nats.Msg) (*schemas.Reply, error) {
+	r, err := c.roundTrip(ctx, m)
+	if err != nil {
+		return nil, err
+	}
+	c.observe(r.Seq)
+	return r, nil
+}
+
 // request sends m with body and returns the accepted reply. It tries again
-// (unless NoRetry) while the service cannot take it, until ctx ends.
-func (c *Client) request(ctx context.Context, m *nats.Msg, body any) (*Reply, error) {
+// (unless NoRetry or Once) while the service cannot take it, until ctx ends.
+func (c *Client) request(ctx context.Context, m *nats.Msg, body any, k call) (*Reply, error) {
 	switch b := body.(type) {
 	case nil:
 	case []byte:
@@ -321,16 +371,20 @@ func (c *Client) request(ctx context.Context, m *nats.Msg, body any) (*Reply, er
 	gaveUp := func() error {
 		return fmt.Errorf("client: %s: gave up retrying: %w; the last try: %w", m.Subject, context.Cause(ctx), last)
 	}
-	for {
+	for tries := 1; ; tries++ {
 		r, err := c.try(ctx, m)
 		switch {
 		case err != nil && ctx.Err() != nil && last != nil:
 			return nil, gaveUp()
-		case err == nil || !c.retry || !errors.Is(err, ErrUnavailable):
+		case err == nil || !c.retry || k.once || !errors.Is(err, ErrUnavailable):
 			return r, err
 		}
 		last = err
-		t := time.NewTimer(wait + rand.N(wait/2+1)) //nolint:gosec // G404: jitter, not a secret
+		pause := wait + rand.N(wait/2+1) //nolint:gosec // G404: jitter, not a secret
+		if c.onRetry != nil {
+			c.onRetry(Retry{Subject: m.Subject, CommandID: k.id, Tries: tries, Err: err, Wait: pause})
+		}
+		t := time.NewTimer(pause)
 		select {
 		case <-t.C:
 		case <-ctx.Done():
@@ -341,8 +395,22 @@ func (c *Client) request(ctx context.Context, m *nats.Msg, body any) (*Reply, er
 	}
 }
 
-// try sends m once.
+// try sends m once and returns the accepted reply, or the refusal as the
+// service's *schemas.Error.
 func (c *Client) try(ctx context.Context, m *nats.Msg) (*Reply, error) {
+	r, err := c.roundTrip(ctx, m)
+	if err != nil {
+		return nil, err
+	}
+	if !r.OK {
+		return nil, r.Error
+	}
+	return &Reply{Result: r.Result, Seq: r.Seq, Next: r.Next}, nil
+}
+
+// roundTrip sends m once and returns the service's reply, accepted or
+// refused (a refusal always has its Error).
+func (c *Client) roundTrip(ctx context.Context, m *nats.Msg) (*schemas.Reply, error) {
 	tctx, cancel := context.WithTimeout(ctx, c.timeout)
 	defer cancel()
 	// The server reports a permission violation only asynchronously: the
@@ -380,11 +448,8 @@ func (c *Client) try(ctx context.Context, m *nats.Msg) (*Reply, error) {
 	if err := json.Unmarshal(resp.Data, &r); err != nil {
 		return nil, &RequestError{Subject: m.Subject, Err: fmt.Errorf("the answer is not a dwr reply: %w", err)}
 	}
-	if !r.OK {
-		if r.Error == nil {
-			return nil, &schemas.Error{Code: schemas.CodeInternal, Message: "the service refused the request without saying why"}
-		}
-		return nil, r.Error
+	if !r.OK && r.Error == nil {
+		r.Error = &schemas.Error{Code: schemas.CodeInternal, Message: "the service refused the request without saying why"}
 	}
-	return &Reply{Result: r.Result, Seq: r.Seq, Next: r.Next}, nil
+	return &r, nil
 }

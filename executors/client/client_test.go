@@ -16,8 +16,8 @@ import (
 	"github.com/dwr-run/dwr/domain"
 	"github.com/dwr-run/dwr/executors"
 	"github.com/dwr-run/dwr/executors/client"
+	"github.com/dwr-run/dwr/executors/executortest"
 	"github.com/dwr-run/dwr/handlers/access"
-	"github.com/dwr-run/dwr/handlers/embedded"
 	"github.com/dwr-run/dwr/handlers/servicetest"
 	"github.com/dwr-run/dwr/schemas"
 )
@@ -34,16 +34,20 @@ func within(t *testing.T, d time.Duration) context.Context {
 	return ctx
 }
 
-// credential adds a member of workspace "default" with role and writes its
-// credential file.
-func credential(t *testing.T, s *servicetest.Service, name string, role domain.Role) string {
+// connectAs adds a member of workspace "default" with role, writes its
+// credential file and returns a Client that connected with it (and opts),
+// closed at cleanup.
+func connectAs(t *testing.T, s *servicetest.Service, name string, role domain.Role, opts ...client.Option) *client.Client {
 	t.Helper()
 	cred, err := access.NewCredential()
 	require.NoError(t, err)
 	servicetest.Must(t, s.Admin, "default", "member.add", domain.AddMember{Name: name, Role: role, PublicKey: cred.PublicKey})
 	path := filepath.Join(t.TempDir(), name+".creds")
 	require.NoError(t, cred.Write(path, name, false))
-	return path
+	c, err := client.Connect(s.URL, append([]client.Option{client.Credentials(path)}, opts...)...)
+	require.NoError(t, err)
+	t.Cleanup(c.Close)
+	return c
 }
 
 // A caller starts work with the client and waits for it: the goal, its
@@ -52,9 +56,7 @@ func credential(t *testing.T, s *servicetest.Service, name string, role domain.R
 func TestClientRunsAGoalToItsEnd(t *testing.T) {
 	s := start(t)
 	ctx := within(t, 30*time.Second)
-	c, err := client.Connect(s.URL, client.Credentials(credential(t, s, "caller", domain.RoleClient)))
-	require.NoError(t, err)
-	defer c.Close()
+	c := connectAs(t, s, "caller", domain.RoleClient)
 
 	w, err := executors.NewWorker(executors.Config{Conn: s.Member(t, "default", "worker", domain.RoleExecutor, "build"),
 		Queue: "build", Logger: servicetest.Logger()},
@@ -62,10 +64,7 @@ func TestClientRunsAGoalToItsEnd(t *testing.T) {
 			return executors.Result{Output: map[string]string{"built": job.TaskID}}, nil
 		})
 	require.NoError(t, err)
-	wctx, stop := context.WithCancel(ctx)
-	done := make(chan error, 1)
-	go func() { done <- w.Run(wctx) }()
-	defer func() { stop(); require.NoError(t, <-done) }()
+	executortest.StartWorker(t, w)
 
 	g, err := c.CreateGoal(ctx, schemas.CreateGoal{Title: "release"})
 	require.NoError(t, err)
@@ -150,12 +149,9 @@ func TestClientErrorsAndCommandIDs(t *testing.T) {
 func TestClientForbiddenFailsFast(t *testing.T) {
 	s := start(t)
 	ctx := within(t, 30*time.Second)
-	c, err := client.Connect(s.URL, client.Credentials(credential(t, s, "watcher", domain.RoleViewer)),
-		client.Timeout(20*time.Second), client.NoRetry())
-	require.NoError(t, err)
-	defer c.Close()
+	c := connectAs(t, s, "watcher", domain.RoleViewer, client.Timeout(20*time.Second), client.NoRetry())
 	began := time.Now()
-	_, err = c.CreateGoal(ctx, schemas.CreateGoal{Title: "not mine to start"})
+	_, err := c.CreateGoal(ctx, schemas.CreateGoal{Title: "not mine to start"})
 	require.ErrorIs(t, err, client.ErrForbidden)
 	require.ErrorIs(t, err, nats.ErrPermissionViolation)
 	require.Less(t, time.Since(began), 20*time.Second, "refused before the request's timeout")
@@ -167,22 +163,94 @@ func TestClientForbiddenFailsFast(t *testing.T) {
 // With no service on the server, a request fails as unavailable: at once
 // with NoRetry, and after retrying until its context ends without.
 func TestClientUnavailable(t *testing.T) {
-	srv, err := embedded.Start(embedded.Config{DataDir: t.TempDir(), Listen: "127.0.0.1:0"})
-	require.NoError(t, err)
-	t.Cleanup(srv.Shutdown)
-	c, err := client.Connect(srv.ClientURL(), client.NoRetry())
-	require.NoError(t, err)
-	defer c.Close()
-	_, err = c.CreateGoal(within(t, 10*time.Second), schemas.CreateGoal{Title: "nobody listens"})
+	_, nc := servicetest.StartNATS(t)
+	c := client.New(nc, client.NoRetry())
+	_, err := c.CreateGoal(within(t, 10*time.Second), schemas.CreateGoal{Title: "nobody listens"})
 	require.ErrorIs(t, err, client.ErrUnavailable)
 	require.ErrorIs(t, err, nats.ErrNoResponders)
 
-	retrying := client.New(c.Conn())
+	retrying := client.New(nc)
 	ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
 	defer cancel()
 	_, err = retrying.CreateGoal(ctx, schemas.CreateGoal{Title: "nobody listens"})
 	require.ErrorIs(t, err, context.DeadlineExceeded)
 	require.ErrorIs(t, err, client.ErrUnavailable, "with the last try's error")
+}
+
+// A request the service cannot take is sent again with the same command id
+// until it is answered, and OnRetry is told of every retry; Once tries one
+// call only once.
+func TestClientRetriesWithTheSameCommandID(t *testing.T) {
+	_, nc := servicetest.StartNATS(t)
+	ctx := within(t, 30*time.Second)
+	const subject = "dwr.cmd.default.goal.create"
+
+	// The service comes after the second retry: a responder that answers
+	// as the service would, and keeps the command ids it was sent.
+	ids := make(chan string, 10)
+	var sub *nats.Subscription
+	var retries []client.Retry
+	c := client.New(nc, client.OnRetry(func(r client.Retry) {
+		retries = append(retries, r)
+		if r.Tries == 2 {
+			var serr error
+			sub, serr = nc.Subscribe(subject, func(m *nats.Msg) {
+				ids <- m.Header.Get(schemas.HeaderCommandID)
+				_ = m.Respond([]byte(`{"ok":true,"result":{"id":"g1","state":"open"},"seq":7}`))
+			})
+			require.NoError(t, serr)
+			require.NoError(t, nc.Flush())
+		}
+	}))
+	g, err := c.CreateGoal(ctx, schemas.CreateGoal{Title: "late service"}, client.CommandID("goal-1"))
+	require.NoError(t, err)
+	require.Equal(t, "g1", g.ID)
+	require.Equal(t, uint64(7), c.Seq())
+	require.Equal(t, "goal-1", <-ids, "the try that was answered carried the same id")
+	require.Len(t, retries, 2)
+	for i, r := range retries {
+		require.Equal(t, i+1, r.Tries)
+		require.Equal(t, subject, r.Subject)
+		require.Equal(t, "goal-1", r.CommandID)
+		require.ErrorIs(t, r.Err, client.ErrUnavailable)
+		require.ErrorIs(t, r.Err, nats.ErrNoResponders)
+		require.Positive(t, r.Wait)
+	}
+
+	require.NoError(t, sub.Unsubscribe())
+	retries = nil
+	_, err = c.CreateGoal(ctx, schemas.CreateGoal{Title: "once"}, client.Once())
+	require.ErrorIs(t, err, client.ErrUnavailable, "one try, not retried")
+	require.Empty(t, retries)
+}
+
+// Request sends a message as it is and returns the service's reply,
+// accepted or refused; an accepted reply's sequence is the Client's own
+// write.
+func TestClientRequestSpeaksTheWire(t *testing.T) {
+	s := start(t)
+	ctx := within(t, 30*time.Second)
+	c := client.New(s.Admin)
+
+	m := nats.NewMsg("dwr.cmd.default.task.create")
+	m.Header.Set(schemas.HeaderCommandID, "raw-1")
+	m.Data = []byte(`{"spec":{"queue":"q","title":"by hand"}}`)
+	r, err := c.Request(ctx, m)
+	require.NoError(t, err)
+	require.True(t, r.OK, "%+v", r.Error)
+	require.Equal(t, r.Seq, c.Seq())
+	var cr schemas.CommandResult
+	require.NoError(t, json.Unmarshal(r.Result, &cr))
+	tk, err := c.Task(ctx, cr.ID)
+	require.NoError(t, err, "read right after the write")
+	require.Equal(t, "by hand", tk.Spec.Title)
+
+	bad := nats.NewMsg("dwr.cmd.default.task.create")
+	bad.Data = []byte(`{"spec":{}}`)
+	r, err = c.Request(ctx, bad)
+	require.NoError(t, err, "a refusal is a reply")
+	require.False(t, r.OK)
+	require.Equal(t, schemas.CodeInvalid, r.Error.Code)
 }
 
 // Watch yields an aggregate's events in version order, none missed or
@@ -191,9 +259,7 @@ func TestClientUnavailable(t *testing.T) {
 func TestClientWatchFollowsATask(t *testing.T) {
 	s := start(t)
 	ctx := within(t, 60*time.Second)
-	c, err := client.Connect(s.URL, client.Credentials(credential(t, s, "watcher", domain.RoleClient)))
-	require.NoError(t, err)
-	defer c.Close()
+	c := connectAs(t, s, "watcher", domain.RoleClient)
 	admin := client.New(s.Admin)
 
 	tk, err := admin.CreateTask(ctx, schemas.TaskSpec{Queue: "q"})

@@ -4,6 +4,8 @@
 // worker would report — the result or the failure and whether it is
 // retryable — and at every checkpoint it saved. The job's context can be
 // cancelled mid-run, as a task cancellation or a lost lease would.
+// StartWorker runs a Worker for a test against a running service, stopped
+// at the test's end.
 //
 // It may import the standard library and executors only.
 package executortest

@@ -7,11 +7,13 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
 
 	"github.com/dwr-run/dwr/executors"
 	"github.com/dwr-run/dwr/executors/executortest"
+	"github.com/dwr-run/dwr/handlers/servicetest"
 )
 
 func TestMain(m *testing.M) {
@@ -160,4 +162,31 @@ func TestRunRefusesAJobThatCannotBeEncoded(t *testing.T) {
 	require.ErrorContains(t, err, "Input")
 	_, err = executortest.Run(context.Background(), steps(1), executortest.Job{Checkpoint: json.RawMessage(`{`)})
 	require.ErrorContains(t, err, "Checkpoint")
+}
+
+// StartWorker runs a worker until it is stopped, and stop reports how Run
+// ended: here, on a server without the service, after asking for its
+// queue's settings until it was stopped.
+func TestStartWorkerRunsUntilStopped(t *testing.T) {
+	_, nc := servicetest.StartNATS(t)
+	asked := make(chan struct{}, 1)
+	_, err := nc.Subscribe("dwr.cmd.default.queue.configure", func(*nats.Msg) { // heard, never answered
+		select {
+		case asked <- struct{}{}:
+		default:
+		}
+	})
+	require.NoError(t, err)
+	require.NoError(t, nc.Flush())
+	w, err := executors.NewWorker(executors.Config{Conn: nc, Queue: "test"},
+		func(context.Context, *executors.Job) (executors.Result, error) { return executors.Result{}, nil })
+	require.NoError(t, err)
+	stop := executortest.StartWorker(t, w)
+	select {
+	case <-asked:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the worker did not run")
+	}
+	require.NoError(t, stop())
+	require.NoError(t, stop(), "stopping again is nothing")
 }

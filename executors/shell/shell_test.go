@@ -16,44 +16,28 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/stretchr/testify/require"
 
+	"github.com/dwr-run/dwr/domain"
 	"github.com/dwr-run/dwr/executors"
+	"github.com/dwr-run/dwr/executors/executortest"
 	"github.com/dwr-run/dwr/handlers/servicetest"
-	"github.com/dwr-run/dwr/schemas"
 )
 
-// workerTask is a task as the task.get query answers it; the fields the
-// tests read.
-type workerTask struct {
-	ID         string          `json:"id"`
-	State      string          `json:"state"`
-	Reason     string          `json:"reason"`
-	Checkpoint json.RawMessage `json:"checkpoint"`
-	Attempts   []struct {
-		N         int             `json:"n"`
-		State     string          `json:"state"`
-		Executor  string          `json:"executor"`
-		Result    json.RawMessage `json:"result"`
-		Retryable bool            `json:"retryable"`
-		Error     *struct {
-			Code    string `json:"code"`
-			Message string `json:"message"`
-		} `json:"error"`
-	} `json:"attempts"`
-	Verifications []executors.Verification `json:"verifications"`
-}
-
-// workerEnv is the service, in-process, and a client connection.
+// workerEnv is the service, in-process, and the kit's client of it (its
+// commands must be accepted; its queries read its own writes).
 type workerEnv struct {
+	*servicetest.Client
 	t   *testing.T
 	srv *servicetest.Service
-	nc  *nats.Conn
 	dir string
 }
 
 func newWorkerEnv(t *testing.T) *workerEnv {
 	st := servicetest.Start(t, "", servicetest.Options{})
-	return &workerEnv{t: t, srv: st, nc: st.Conn, dir: t.TempDir()}
+	return &workerEnv{Client: st.Client("default"), t: t, srv: st, dir: t.TempDir()}
 }
+
+// waitFor is how long a test waits for a task to reach a state.
+const waitFor = 20 * time.Second
 
 // script writes an executable shell script and returns its path.
 func (e *workerEnv) script(name, body string) string {
@@ -116,86 +100,14 @@ func (e *workerEnv) startWorker(queue string, o workerOpts, argv ...string) *log
 		w, err = executors.NewWorker(cfg, x.Handle)
 	}
 	require.NoError(t, err)
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- w.Run(ctx) }()
-	t.Cleanup(func() {
-		cancel()
-		require.NoError(t, <-done)
+	t.Cleanup(func() { // after the worker stops
 		nc.Close()
 		logs.mu.Lock()
 		logs.done = true
 		logs.mu.Unlock()
 	})
+	executortest.StartWorker(t, w)
 	return logs
-}
-
-// poll calls f every 25ms until it holds, failing the test after d.
-func poll(t *testing.T, d time.Duration, what string, f func() bool) {
-	t.Helper()
-	pollf(t, d, func() string { return what }, f)
-}
-
-// pollf is poll with a description made when it fails.
-func pollf(t *testing.T, d time.Duration, what func() string, f func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(d)
-	tick := time.NewTicker(25 * time.Millisecond)
-	defer tick.Stop()
-	for !f() {
-		if time.Now().After(deadline) {
-			t.Fatalf("not within %s: %s", d, what())
-		}
-		<-tick.C
-	}
-}
-
-// request sends a request and returns the service's reply.
-func (e *workerEnv) request(subject string, body any) schemas.Reply {
-	e.t.Helper()
-	data, err := json.Marshal(body)
-	require.NoError(e.t, err)
-	resp, err := e.nc.Request(subject, data, 10*time.Second)
-	require.NoError(e.t, err)
-	var r schemas.Reply
-	require.NoError(e.t, json.Unmarshal(resp.Data, &r))
-	return r
-}
-
-// command sends a command and requires that it is accepted.
-func (e *workerEnv) command(name string, body any) json.RawMessage {
-	e.t.Helper()
-	r := e.request("dwr.cmd.default."+name, body)
-	require.True(e.t, r.OK, "%s: %+v", name, r.Error)
-	return r.Result
-}
-
-// createTask creates a standalone task from spec and returns its id.
-func (e *workerEnv) createTask(spec map[string]any) string {
-	e.t.Helper()
-	var rep struct{ ID string }
-	require.NoError(e.t, json.Unmarshal(e.command("task.create", map[string]any{"spec": spec}), &rep))
-	return rep.ID
-}
-
-// waitState polls the task until it is in state (a task just created may
-// not be in the views yet: not found is "not yet").
-func (e *workerEnv) waitState(id, state string) workerTask {
-	e.t.Helper()
-	var tk workerTask
-	var last string
-	pollf(e.t, 20*time.Second, func() string { return "task " + id + " in state " + state + "; last seen: " + last }, func() bool {
-		r := e.request("dwr.q.default.task.get", schemas.Query{ID: id})
-		if !r.OK {
-			last = fmt.Sprintf("%+v", r.Error)
-			return false
-		}
-		tk = workerTask{}
-		require.NoError(e.t, json.Unmarshal(r.Result, &tk), string(r.Result))
-		last = fmt.Sprintf("%+v", tk)
-		return tk.State == state
-	})
-	return tk
 }
 
 func TestWorkerSucceedsWithTheCommandsStdout(t *testing.T) {
@@ -208,14 +120,14 @@ printf '{"input": %s, "task": "%s", "attempt": %s, "op": "%s", "ws": "%s", "queu
   "$input" "$DWR_TASK_ID" "$DWR_ATTEMPT" "$DWR_OPERATION_KEY" "$DWR_WORKSPACE" "$DWR_QUEUE" "$DWR_PRIOR_ATTEMPTS" "$(cat "$DWR_CHECKPOINT_FILE")"
 `)
 	logs := e.startWorker("echo", workerOpts{concurrency: 2}, echo)
-	id := e.createTask(map[string]any{"queue": "echo", "input": map[string]any{"n": 7}})
-	text := e.createTask(map[string]any{"queue": "echo", "input": "text"})
+	id := e.CreateTask(t, map[string]any{"queue": "echo", "input": map[string]any{"n": 7}})
+	text := e.CreateTask(t, map[string]any{"queue": "echo", "input": "text"})
 
-	tk := e.waitState(id, "accepted")
+	tk := e.WaitState(t, id, "accepted", waitFor)
 	require.JSONEq(t, fmt.Sprintf(`{"input": {"n": 7}, "task": %q, "attempt": 1, "op": "op-%s", "ws": "default", "queue": "echo", "prior": [], "cp": ""}`, id, id),
 		string(tk.Attempts[0].Result))
 	require.Equal(t, "cli-echo", tk.Attempts[0].Executor)
-	tk = e.waitState(text, "accepted")
+	tk = e.WaitState(t, text, "accepted", waitFor)
 	require.JSONEq(t, `"hello\nworld"`, string(tk.Attempts[0].Result), "stdout that is not JSON is a JSON string")
 	require.Contains(t, logs.String(), "task="+id+" attempt=1 outcome=succeeded duration=", "one line per job")
 }
@@ -228,8 +140,8 @@ echo "the input names no customer" >&2
 exit 100
 `)
 	e.startWorker("strict", workerOpts{}, bad)
-	id := e.createTask(map[string]any{"queue": "strict", "retry": map[string]any{"max_attempts": 5}})
-	tk := e.waitState(id, "failed")
+	id := e.CreateTask(t, map[string]any{"queue": "strict", "retry": map[string]any{"max_attempts": 5}})
+	tk := e.WaitState(t, id, "failed", waitFor)
 	require.Len(t, tk.Attempts, 1)
 	require.Equal(t, "not_retryable", tk.Reason)
 	require.False(t, tk.Attempts[0].Retryable)
@@ -247,8 +159,8 @@ fi
 printf '{"resumed": %s, "prior": %s}\n' "$(cat "$DWR_CHECKPOINT_FILE")" "$DWR_PRIOR_ATTEMPTS"
 `)
 	e.startWorker("steps", workerOpts{}, steps)
-	id := e.createTask(map[string]any{"queue": "steps", "retry": map[string]any{"max_attempts": 3, "initial_backoff": "100ms"}})
-	tk := e.waitState(id, "accepted")
+	id := e.CreateTask(t, map[string]any{"queue": "steps", "retry": map[string]any{"max_attempts": 3, "initial_backoff": "100ms"}})
+	tk := e.WaitState(t, id, "accepted", waitFor)
 	require.Len(t, tk.Attempts, 2)
 	require.Equal(t, "failed", tk.Attempts[0].State)
 	require.True(t, tk.Attempts[0].Retryable)
@@ -279,19 +191,15 @@ echo '{"done": true}' >"$DWR_CHECKPOINT_FILE"
 echo '"ok"'
 `, half, release))
 	logs := e.startWorker("checkpoints", workerOpts{lease: 1500 * time.Millisecond}, slow)
-	id := e.createTask(map[string]any{"queue": "checkpoints"})
-	poll(t, 10*time.Second, "an invalid checkpoint file is ignored with a log line", func() bool {
-		return strings.Contains(logs.String(), "does not hold valid JSON")
-	})
+	id := e.CreateTask(t, map[string]any{"queue": "checkpoints"})
+	servicetest.Eventually(t, 10*time.Second, func() bool { return strings.Contains(logs.String(), "does not hold valid JSON") },
+		func() string { return "an invalid checkpoint file is not ignored with a log line" })
 	require.NoError(t, os.WriteFile(half, nil, 0o600))
-	var tk workerTask
-	poll(t, 10*time.Second, "the checkpoint is saved while the command runs", func() bool {
-		tk = e.waitState(id, "running")
-		return len(tk.Checkpoint) > 0
-	})
+	tk := e.WaitTask(t, id, 10*time.Second, "the checkpoint saved while the command runs",
+		func(tk domain.Task) bool { return tk.State == "running" && len(tk.Checkpoint) > 0 })
 	require.JSONEq(t, `{"half": true}`, string(tk.Checkpoint))
 	require.NoError(t, os.WriteFile(release, nil, 0o600))
-	tk = e.waitState(id, "accepted")
+	tk = e.WaitState(t, id, "accepted", waitFor)
 	require.JSONEq(t, `{"done": true}`, string(tk.Checkpoint), "the file is read once more when the command exits")
 }
 
@@ -305,21 +213,20 @@ touch %q
 wait
 `, stopped, started))
 	logs := e.startWorker("long", workerOpts{}, long)
-	id := e.createTask(map[string]any{"queue": "long"})
-	poll(t, 10*time.Second, "the command started", func() bool {
+	id := e.CreateTask(t, map[string]any{"queue": "long"})
+	servicetest.Eventually(t, 10*time.Second, func() bool {
 		_, err := os.Stat(started)
 		return err == nil
-	})
-	e.command("task.cancel", map[string]any{"task_id": id})
-	poll(t, 3*time.Second, "the command's group got SIGTERM", func() bool {
+	}, func() string { return "the command did not start" })
+	e.Command(t, "task.cancel", map[string]any{"task_id": id})
+	servicetest.Eventually(t, 3*time.Second, func() bool {
 		b, _ := os.ReadFile(stopped)
 		return strings.Contains(string(b), id)
-	})
-	tk := e.waitState(id, "cancelled")
+	}, func() string { return "the command's group did not get SIGTERM" })
+	tk := e.WaitState(t, id, "cancelled", waitFor)
 	require.Equal(t, "cancelled", tk.Attempts[0].State)
-	poll(t, 10*time.Second, "the stopped command's report is refused", func() bool {
-		return strings.Contains(logs.String(), "outcome=refused")
-	})
+	servicetest.Eventually(t, 10*time.Second, func() bool { return strings.Contains(logs.String(), "outcome=refused") },
+		func() string { return "the stopped command's report was not refused" })
 }
 
 func TestWorkerRefusesTooMuchStdout(t *testing.T) {
@@ -328,8 +235,8 @@ func TestWorkerRefusesTooMuchStdout(t *testing.T) {
 head -c 300000 /dev/zero | tr '\0' a
 `)
 	e.startWorker("chatty", workerOpts{}, chatty)
-	id := e.createTask(map[string]any{"queue": "chatty"})
-	tk := e.waitState(id, "failed")
+	id := e.CreateTask(t, map[string]any{"queue": "chatty"})
+	tk := e.WaitState(t, id, "failed", waitFor)
 	require.Equal(t, "invalid_result", tk.Attempts[0].Error.Code)
 	require.False(t, tk.Attempts[0].Retryable)
 }
@@ -350,8 +257,8 @@ esac
 `)
 	e.startWorker("drafts", workerOpts{}, draft)
 	logs := e.startWorker("checks", workerOpts{verify: true}, check)
-	id := e.createTask(map[string]any{"queue": "drafts", "verification": map[string]any{"queue": "checks"}})
-	tk := e.waitState(id, "accepted")
+	id := e.CreateTask(t, map[string]any{"queue": "drafts", "verification": map[string]any{"queue": "checks"}})
+	tk := e.WaitState(t, id, "accepted", waitFor)
 	require.Len(t, tk.Attempts, 2, "FAIL started attempt 2, PASS accepted it")
 	require.JSONEq(t, `{"text": "draft", "title": "T"}`, string(tk.Attempts[1].Result))
 	require.Contains(t, logs.String(), "verdict=FAIL")
@@ -376,16 +283,16 @@ echo '{"after": "200ms"}' >"$DWR_WAIT_FILE"
 exit 101
 `)
 	logs := e.startWorker("waits", workerOpts{}, waits)
-	id := e.createTask(map[string]any{"queue": "waits"})
-	bad := e.createTask(map[string]any{"queue": "waits", "input": "empty", "retry": map[string]any{"max_attempts": 5}})
+	id := e.CreateTask(t, map[string]any{"queue": "waits"})
+	bad := e.CreateTask(t, map[string]any{"queue": "waits", "input": "empty", "retry": map[string]any{"max_attempts": 5}})
 
-	tk := e.waitState(id, "accepted")
+	tk := e.WaitState(t, id, "accepted", waitFor)
 	require.Len(t, tk.Attempts, 2)
 	require.Equal(t, "parked", tk.Attempts[0].State)
 	require.JSONEq(t, `{"slept": true, "attempt": 2}`, string(tk.Attempts[1].Result))
 	require.Contains(t, logs.String(), "task="+id+" attempt=1 outcome=waiting")
 
-	tk = e.waitState(bad, "failed")
+	tk = e.WaitState(t, bad, "failed", waitFor)
 	require.Len(t, tk.Attempts, 1, "an empty wait file is not retried")
 	require.Equal(t, CodeInvalidWait, tk.Attempts[0].Error.Code)
 	require.Contains(t, tk.Attempts[0].Error.Message, "DWR_WAIT_FILE is empty")
@@ -505,6 +412,9 @@ func TestWorkerWaitFileForms(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, &executors.ApprovalRequest{Action: json.RawMessage(`"deploy v2"`), ExpiresIn: 30 * time.Second}, w.approval,
 		"only the action is required; no basis is nil, not null")
+	w, err = parseWaitFile([]byte(`{"approval": {"action": "deploy v2", "basis": null, "expires_in": null}}`), now)
+	require.NoError(t, err)
+	require.Equal(t, &executors.ApprovalRequest{Action: json.RawMessage(`"deploy v2"`)}, w.approval, "null is absent")
 }
 
 func TestWorkerWaitFileErrors(t *testing.T) {

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/dwr-run/dwr/executors"
+	"github.com/dwr-run/dwr/schemas"
 )
 
 // Error codes of a command's wait (exit 101) that cannot be honoured.
@@ -48,18 +49,12 @@ type waitFile struct {
 	Approval *waitApproval   `json:"approval"`
 }
 
-// waitApproval is the approval request of a wait file: the fields of
-// executors.ApprovalRequest.
+// waitApproval is the approval request of a wait file: the wire's
+// (task.request_approval's after its attempt's fields), but that its
+// expires_in is read here, so that it may be null and a bad one is named.
 type waitApproval struct {
-	Action     json.RawMessage   `json:"action"`
-	Summary    string            `json:"summary"`
-	Basis      json.RawMessage   `json:"basis"`
-	Role       string            `json:"role"`
-	Responses  []string          `json:"responses"`
-	Branches   map[string]string `json:"branches"`
-	OnExpiry   string            `json:"on_expiry"`
-	EscalateTo string            `json:"escalate_to"`
-	ExpiresIn  json.RawMessage   `json:"expires_in"`
+	schemas.ApprovalRequest
+	ExpiresIn json.RawMessage `json:"expires_in"` // shadows the embedded one
 }
 
 // parseWaitFile returns what the wait file b asks for; "after" counts from

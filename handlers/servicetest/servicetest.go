@@ -4,9 +4,16 @@
 // JetStream stream on that server, or (Options.Log) an in-memory log for
 // tests that do not test storage. It is the one way
 // every package's tests start the service. Its Client (commands, queries,
-// CreateTask, WaitState, WaitTask) and Eventually are the one kit those
-// tests talk to a service and wait with, on any connection: the service
-// in-process, or `dwr serve` in another process.
+// CreateTask, WaitState, WaitTask: executors/client's Client, with a
+// testing.TB API) and Eventually are the one kit those tests talk to a
+// service and wait with, on any connection: the service in-process, or `dwr
+// serve` in another process. StartDev runs the service for runnable
+// examples, which have no testing.TB; StartNATS starts a server without the
+// service, for a test of what a client does while no service answers.
+//
+// It is a test helper, never shipped, and the one handlers package that may
+// import executors/client (.golangci.yml, rule servicetest): the service
+// itself never imports executors.
 package servicetest
 
 import (
@@ -162,6 +169,25 @@ func Start(t testing.TB, dir string, o Options) *Service {
 		t.Fatalf("servicetest: %v", err)
 	}
 	return s
+}
+
+// StartNATS starts an embedded NATS server with JetStream on a fresh
+// directory, and no service: for a test of what a client does while no
+// service answers. It returns the server and a connection to it, both
+// closed at the test's cleanup, and fails the test if it cannot.
+func StartNATS(t testing.TB) (*embedded.Server, *nats.Conn) {
+	t.Helper()
+	srv, err := embedded.Start(embedded.Config{DataDir: t.TempDir(), Logger: Logger()})
+	if err != nil {
+		t.Fatalf("servicetest: embedded NATS: %v", err)
+	}
+	t.Cleanup(srv.Shutdown)
+	nc, err := srv.Connect()
+	if err != nil {
+		t.Fatalf("servicetest: connect: %v", err)
+	}
+	t.Cleanup(nc.Close)
+	return srv, nc
 }
 
 // TryStart is Start for a test that expects the start to fail: it returns
