@@ -37,8 +37,23 @@ type delivery struct {
 	item      schemas.WorkItem
 	delivered uint64
 	received  time.Time
-	// beat is the heartbeat of the attempt the delivery runs, once claimed.
+	// beat is the heartbeat of the attempt the delivery runs, once claimed,
+	// until the attempt reports.
 	beat atomic.Pointer[schemas.Heartbeat]
+	// beating is held while a heartbeat is sent, so that retireBeat can
+	// wait for one in flight.
+	beating sync.Mutex
+}
+
+// retireBeat ends the attempt's heartbeats, once any in flight is answered:
+// the attempt's report then reaches the service after its last heartbeat,
+// never before it (a heartbeat handled after the attempt ended is refused
+// as a stale attempt's). The item's lease is still renewed until it is
+// settled.
+func (d *delivery) retireBeat() {
+	d.beating.Lock()
+	defer d.beating.Unlock()
+	d.beat.Store(nil)
 }
 
 // deliver handles one work item: claim, run, report, acknowledge. It returns
@@ -110,9 +125,11 @@ func (d *delivery) heartbeat(ctx context.Context) {
 			if err := d.msg.InProgress(); err != nil {
 				d.w.log.Debug("executors: lease renewal failed", logTask, d.item.TaskID, logErr, err)
 			}
+			d.beating.Lock()
 			if b := d.beat.Load(); b != nil {
 				d.w.c.heartbeat(ctx, b, d.w.leaseOf()/3)
 			}
+			d.beating.Unlock()
 		}
 	}
 }
@@ -294,6 +311,7 @@ func (d *delivery) run(hard context.Context, t *schemas.Task, a *schemas.Attempt
 
 	res, err := Call(jctx, d.w.h, job)
 	rep := ReportFor(jctx, res, err)
+	d.retireBeat()
 	if hard.Err() != nil {
 		d.done(outcomeStopped, job.Attempt, logReason, "the drain timeout passed; the item will be redelivered")
 		return
