@@ -17,32 +17,29 @@ import (
 	"github.com/dwr-run/dwr/schemas"
 )
 
-// Approval responses: what a person may answer to an approval request.
+// Approval responses: what a person may answer to an approval request
+// (wire values, defined in schemas).
 const (
-	ResponseApprove  = "approve"
-	ResponseReject   = "reject"
-	ResponseRevise   = "revise"
-	ResponseEscalate = "escalate"
+	ResponseApprove  = schemas.ResponseApprove
+	ResponseReject   = schemas.ResponseReject
+	ResponseRevise   = schemas.ResponseRevise
+	ResponseEscalate = schemas.ResponseEscalate
 )
 
-// Responses lists every approval response.
-var Responses = []string{ResponseApprove, ResponseReject, ResponseRevise, ResponseEscalate}
+// Responses lists every approval response (schemas.Responses).
+var Responses = schemas.Responses
 
-// Branches: what follows a response or an expiry (the resumption rule).
+// Branches: what follows a response or an expiry (the resumption rule; wire
+// values, defined in schemas).
 const (
-	// BranchResume lets the task go on. A gate lets the first attempt start; a
-	// request made by an attempt starts a new attempt, handed the decision.
-	BranchResume = "resume"
-	// BranchReject ends the task rejected.
-	BranchReject = "reject"
-	// BranchFail ends the task failed.
-	BranchFail = "fail"
-	// BranchEscalate asks again, of the escalation role.
-	BranchEscalate = "escalate"
+	BranchResume   = schemas.BranchResume   // the task goes on
+	BranchReject   = schemas.BranchReject   // the task ends rejected
+	BranchFail     = schemas.BranchFail     // the task ends failed
+	BranchEscalate = schemas.BranchEscalate // asked again, of the escalation role
 )
 
-// Branches lists every branch.
-var Branches = []string{BranchResume, BranchReject, BranchFail, BranchEscalate}
+// Branches lists every branch (schemas.Branches).
+var Branches = schemas.Branches
 
 // Approval states.
 const (

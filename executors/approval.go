@@ -10,28 +10,30 @@ import (
 	"github.com/dwr-run/dwr/schemas"
 )
 
-// Approval responses: what a person may answer to an approval request.
+// Approval responses: what a person may answer to an approval request
+// (the wire values of schemas.Response*).
 const (
-	ResponseApprove  = "approve"
-	ResponseReject   = "reject"
-	ResponseRevise   = "revise"
-	ResponseEscalate = "escalate"
+	ResponseApprove  = schemas.ResponseApprove
+	ResponseReject   = schemas.ResponseReject
+	ResponseRevise   = schemas.ResponseRevise
+	ResponseEscalate = schemas.ResponseEscalate
 	// ResponseExpired is not a person's answer: nobody decided before the
 	// approval expired, and its expiry branch (on_expiry: resume) started a
 	// new attempt. The Decision has no Approver; its DecidedAt is the expiry.
 	ResponseExpired = "expired"
 )
 
-// Branches: what follows a response, or an approval's expiry.
+// Branches: what follows a response, or an approval's expiry (the wire
+// values of schemas.Branch*).
 const (
 	// BranchResume starts a new attempt of the task, handed the decision.
-	BranchResume = "resume"
+	BranchResume = schemas.BranchResume
 	// BranchReject ends the task rejected.
-	BranchReject = "reject"
+	BranchReject = schemas.BranchReject
 	// BranchFail ends the task failed.
-	BranchFail = "fail"
+	BranchFail = schemas.BranchFail
 	// BranchEscalate asks again, of the request's EscalateTo role.
-	BranchEscalate = "escalate"
+	BranchEscalate = schemas.BranchEscalate
 )
 
 // ApprovalRequest is what a job asks a person to approve before it makes a

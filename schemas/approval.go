@@ -10,6 +10,37 @@ import (
 	"time"
 )
 
+// Approval responses: what a person may answer to an approval request
+// (ApprovalDecision.Response, and the keys of Approval.Branches).
+const (
+	ResponseApprove  = "approve"
+	ResponseReject   = "reject"
+	ResponseRevise   = "revise"
+	ResponseEscalate = "escalate"
+)
+
+// Responses lists every approval response, in the order common.json's
+// Response enum gives them.
+var Responses = []string{ResponseApprove, ResponseReject, ResponseRevise, ResponseEscalate}
+
+// Branches: what follows a response or an expiry (ApprovalDecision.Branch,
+// the values of Approval.Branches, and Approval.OnExpiry).
+const (
+	// BranchResume lets the task go on. A gate lets the first attempt start; a
+	// request made by an attempt starts a new attempt, handed the decision.
+	BranchResume = "resume"
+	// BranchReject ends the task rejected.
+	BranchReject = "reject"
+	// BranchFail ends the task failed.
+	BranchFail = "fail"
+	// BranchEscalate asks again, of the escalation role.
+	BranchEscalate = "escalate"
+)
+
+// Branches lists every branch, in the order common.json's Branch enum gives
+// them.
+var Branches = []string{BranchResume, BranchReject, BranchFail, BranchEscalate}
+
 // Approval is a person's decision point inside a task: the proposed action
 // and its digest, the basis, who may decide, how long the request stands,
 // and what each response leads to; then the decision, or the refusals.
