@@ -12,7 +12,6 @@ import (
 	"github.com/dwr-run/dwr/domain"
 	"github.com/dwr-run/dwr/executors"
 	"github.com/dwr-run/dwr/executors/client"
-	"github.com/dwr-run/dwr/schemas"
 )
 
 // decisionOut is what `dwr approve --json` prints.
@@ -85,25 +84,21 @@ func (o approveFlags) signer() (*executors.SigningKey, string, error) {
 	return key, approver, nil
 }
 
-// approve signs the decision on approval id as approver and sends it, then
-// prints what it decided.
+// approve decides approval id as approver (executors.Decide), then prints
+// what it decided.
 func (o approveFlags) approve(ctx context.Context, g *globals, cl *client.Client, id string, key *executors.SigningKey, approver string) error {
-	keyID := executors.KeyID(key.Public())
-	v, err := cl.Approval(ctx, id)
-	if err != nil {
+	d, err := executors.Decide(ctx, cl, id, o.response, o.comment, key, approver, client.CommandID(o.cmdID))
+	var mismatch *executors.DigestMismatchError
+	if errors.As(err, &mismatch) {
+		return fail(exitError, "%s", mismatch.Error())
+	}
+	if d == nil {
 		return err
 	}
-	// Sign only the action as shown: its digest must be the one named.
-	digest, err := executors.ActionDigest(v.Action)
-	if err != nil || digest != v.ActionDigest {
-		return fail(exitError, "approval %s names action digest %s, but the action shown digests to %s: not signing", v.ID, v.ActionDigest, digest)
-	}
+	v := d.Approval
 	if !g.json {
-		fmt.Fprintf(g.out, "signing approval %s: %s of action %s, as %s (key %s)\n", v.ID, o.response, digest, approver, keyID)
+		fmt.Fprintf(g.out, "signing approval %s: %s of action %s, as %s (key %s)\n", v.ID, o.response, d.ActionDigest, approver, d.KeyID)
 	}
-	sig := executors.SignDecision(key.Private, v.ID, o.response, digest)
-	r, err := cl.DecideApproval(ctx, schemas.DecideApproval{ApprovalID: v.ID, Approver: approver,
-		Response: o.response, ActionDigest: digest, Comment: o.comment, Signature: sig}, client.CommandID(o.cmdID))
 	if err != nil && key.Workspace != "" && key.Workspace != g.workspace {
 		err = g.clientError(err)
 		return fail(exitCode(err), "%v\nnote: key file %s was made in workspace %q, and this is workspace %q (--workspace)", err, o.keyFile, key.Workspace, g.workspace)
@@ -111,12 +106,9 @@ func (o approveFlags) approve(ctx context.Context, g *globals, cl *client.Client
 	if err != nil {
 		return err
 	}
+	r := d.Result
 	out := decisionOut{ApprovalID: v.ID, TaskID: r.ID, TaskState: r.State, Response: o.response, Approver: approver,
-		KeyID: keyID, ActionDigest: digest, Duplicate: r.Duplicate, Branch: v.Branches[o.response]}
-	// The branch taken, as recorded (it is the approval's rule for the response).
-	if after, err := cl.Approval(ctx, v.ID, client.MinSeq(r.Seq)); err == nil && after.Decision != nil {
-		out.Branch = after.Decision.Branch
-	}
+		KeyID: d.KeyID, ActionDigest: d.ActionDigest, Duplicate: r.Duplicate, Branch: d.Branch}
 	if g.json {
 		return printJSON(g.out, out)
 	}

@@ -2,10 +2,9 @@ package main
 
 import (
 	"context"
-	"crypto/ed25519"
-	"encoding/base64"
+	"errors"
 	"fmt"
-	"os"
+	"io/fs"
 	"strings"
 
 	"github.com/spf13/cobra"
@@ -72,33 +71,27 @@ func keysCreateCmd(g *globals) *cobra.Command {
 }
 
 // create makes the key pair, registers its public half and writes its
-// private half (and the approver's credential with --creds-out).
+// private half (executors.CreateKey), and adds the approver's credential
+// with --creds-out.
 func (o keyCreation) create(g *globals) (keyOut, error) {
 	if o.role == "" || o.out == "" {
 		return keyOut{}, fail(exitInvalid, "both --role and --out are required")
 	}
-	if !o.force {
-		if _, err := os.Lstat(o.out); err == nil {
-			return keyOut{}, fail(exitInvalid, "%s already exists: choose another --out, or pass --force to replace it (the key it holds will no longer be usable once replaced)", o.out)
-		}
-	}
-	key, err := executors.NewSigningKey(o.name, g.workspace)
-	if err != nil {
-		return keyOut{}, fail(exitError, "%s", strings.TrimPrefix(err.Error(), "executors: "))
-	}
-	pending, err := key.WritePending(o.out)
-	if err != nil {
-		return keyOut{}, fail(exitInvalid, "cannot write the key to %s: %s", o.out, strings.TrimPrefix(err.Error(), "executors: "))
-	}
-	defer pending.Discard() // gone already once in place
 	var k keyOut
-	err = g.withClient(func(ctx context.Context, cl *client.Client) error {
-		if k, err = register(ctx, cl, o.name, o.role, key.Public(), ""); err != nil {
+	err := g.withClient(func(ctx context.Context, cl *client.Client) error {
+		_, reg, err := executors.CreateKey(ctx, cl, o.name, o.role, o.out, o.force)
+		var kf *executors.KeyFileError
+		switch {
+		case errors.As(err, &kf) && errors.Is(err, fs.ErrExist) && !kf.Registered:
+			return fail(exitInvalid, "%s already exists: choose another --out, or pass --force to replace it (the key it holds will no longer be usable once replaced)", o.out)
+		case errors.As(err, &kf) && !kf.Registered:
+			return fail(exitInvalid, "cannot write the key to %s: %s", o.out, kf.Err)
+		case errors.As(err, &kf):
+			return fail(exitError, "the key %s is registered for %s, but writing %s failed: %v\nrun `dwr keys create` again (it replaces the registration)", reg.KeyID, reg.Name, o.out, kf.Err)
+		case err != nil:
 			return err
 		}
-		if err := pending.Place(o.force); err != nil {
-			return fail(exitError, "the key %s is registered for %s, but writing %s failed: %v\nrun `dwr keys create` again (it replaces the registration)", k.KeyID, k.Name, o.out, err)
-		}
+		k = keyOutOf(reg)
 		k.File = o.out
 		if o.credsOut != "" { // the approver's login: it decides as itself
 			if _, _, err := addUser(ctx, cl, domain.AddMember{Name: o.name, Role: domain.RoleApprover}, o.credsOut, o.force, ""); err != nil {
@@ -126,10 +119,11 @@ func keysAddCmd(g *globals) *cobra.Command {
 				return fail(exitInvalid, "%s", strings.TrimPrefix(err.Error(), "executors: "))
 			}
 			return g.withClient(func(ctx context.Context, cl *client.Client) error {
-				k, err := register(ctx, cl, args[0], role, pub, cmdID)
+				reg, err := executors.RegisterKey(ctx, cl, args[0], role, pub, client.CommandID(cmdID))
 				if err != nil {
 					return err
 				}
+				k := keyOutOf(reg)
 				if g.json {
 					return printJSON(g.out, k)
 				}
@@ -160,13 +154,8 @@ func keysListCmd(g *globals) *cobra.Command {
 		}))
 }
 
-// register sends approver.register for pub, in the client's workspace.
-func register(ctx context.Context, cl *client.Client, name, role string, pub ed25519.PublicKey, cmdID string) (keyOut, error) {
-	b64 := base64.StdEncoding.EncodeToString(pub)
-	r, err := command(ctx, cl, "approver.register", domain.RegisterApprover{Name: name, Role: role, PublicKey: b64}, cmdID)
-	if err != nil {
-		return keyOut{}, err
-	}
-	return keyOut{Name: name, Role: role, KeyID: executors.KeyID(pub), PublicKey: b64, Workspace: cl.Workspace(),
-		Version: r.Version, Duplicate: r.Duplicate}, nil
+// keyOutOf returns what `dwr keys create|add --json` prints of reg.
+func keyOutOf(reg *executors.KeyRegistration) keyOut {
+	return keyOut{Name: reg.Name, Role: reg.Role, KeyID: reg.KeyID, PublicKey: reg.PublicKey, Workspace: reg.Workspace,
+		Version: reg.Version, Duplicate: reg.Duplicate}
 }

@@ -83,6 +83,12 @@ func (c *Client) DecideApproval(ctx context.Context, d schemas.DecideApproval, o
 	return c.do(ctx, "approval.decide", d, opts)
 }
 
+// RegisterApprover registers an approver's signing key in the workspace
+// (approver.register).
+func (c *Client) RegisterApprover(ctx context.Context, r schemas.RegisterApprover, opts ...CallOption) (*Result, error) {
+	return c.do(ctx, "approver.register", r, opts)
+}
+
 // get sends query name for id and decodes its result into a new T.
 func get[T any](ctx context.Context, c *Client, name, id string, opts []CallOption) (*T, error) {
 	var v T

@@ -1,0 +1,90 @@
+package executors
+
+import (
+	"context"
+	"crypto/ed25519"
+	"encoding/base64"
+	"fmt"
+	"io/fs"
+	"os"
+
+	"github.com/dwr-run/dwr/executors/client"
+	"github.com/dwr-run/dwr/schemas"
+)
+
+// KeyRegistration is an approver's key as registered: its name, role and
+// key, the workspace, and the registration's version.
+type KeyRegistration struct {
+	Name      string
+	Role      string
+	KeyID     string
+	PublicKey string // standard base64 of the 32-byte key
+	Workspace string
+	Version   uint64
+	Duplicate bool // the same key was registered already: nothing changed
+}
+
+// RegisterKey registers pub as approver name's key, authorized by role, in
+// c's workspace (approver.register, with opts). It returns the registration,
+// or the service's refusal as c returns it.
+func RegisterKey(ctx context.Context, c *client.Client, name, role string, pub ed25519.PublicKey, opts ...client.CallOption) (*KeyRegistration, error) {
+	b64 := base64.StdEncoding.EncodeToString(pub)
+	r, err := c.RegisterApprover(ctx, schemas.RegisterApprover{Name: name, Role: role, PublicKey: b64}, opts...)
+	if err != nil {
+		return nil, err
+	}
+	return &KeyRegistration{Name: name, Role: role, KeyID: KeyID(pub), PublicKey: b64, Workspace: c.Workspace(),
+		Version: r.Version, Duplicate: r.Duplicate}, nil
+}
+
+// KeyFileError is CreateKey's failure to write the private key's file:
+// before the key was registered (Registered false: nothing changed), or
+// after (Registered true: the registration stands, but its private half is
+// lost; create the key again, which replaces the registration).
+type KeyFileError struct {
+	File       string
+	Registered bool
+	Err        error
+}
+
+func (e *KeyFileError) Error() string {
+	return fmt.Sprintf("executors: key file %s: %v", e.File, e.Err)
+}
+
+func (e *KeyFileError) Unwrap() error { return e.Err }
+
+// CreateKey makes an Ed25519 key pair for approver name in c's workspace,
+// registers its public half with role (RegisterKey, with opts) and then
+// writes the private half to file (mode 0600, as ReadSigningKey reads it).
+// The file is written only once the registration is accepted, and replaces
+// an existing file only with force (without, an existing file is a
+// *KeyFileError wrapping fs.ErrExist, before anything is registered).
+//
+// It returns the key and its registration, or the error of making the key,
+// the registration's refusal as c returns it, or a *KeyFileError (with the
+// registration when Registered).
+func CreateKey(ctx context.Context, c *client.Client, name, role, file string, force bool,
+	opts ...client.CallOption) (*SigningKey, *KeyRegistration, error) {
+	if !force {
+		if _, err := os.Lstat(file); err == nil {
+			return nil, nil, &KeyFileError{File: file, Err: fs.ErrExist}
+		}
+	}
+	key, err := NewSigningKey(name, c.Workspace())
+	if err != nil {
+		return nil, nil, err
+	}
+	pending, err := key.WritePending(file)
+	if err != nil {
+		return nil, nil, &KeyFileError{File: file, Err: err}
+	}
+	defer pending.Discard() // gone already once in place
+	reg, err := RegisterKey(ctx, c, name, role, key.Public(), opts...)
+	if err != nil {
+		return nil, nil, err
+	}
+	if err := pending.Place(force); err != nil {
+		return nil, reg, &KeyFileError{File: file, Registered: true, Err: err}
+	}
+	return key, reg, nil
+}
