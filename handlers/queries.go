@@ -132,6 +132,13 @@ func (s *Service) checkMinSeq(seq uint64) *schemas.Error {
 		"header %s names log sequence %d, beyond the log's end (%d): pass the seq of a reply you were given", schemas.HeaderMinSeq, seq, end)}
 }
 
+// unknownState is the refusal of a list query's state filter, state, that
+// is not one of oneOf (as the message lists them); field says so at /state.
+func unknownState(state, oneOf, field string) error {
+	return &schemas.Error{Code: schemas.CodeInvalid, Message: fmt.Sprintf("state %q is not one of %s", state, oneOf),
+		Fields: []schemas.FieldError{{Pointer: "/state", Message: field}}}
+}
+
 // query answers query name in workspace ws for actor, the identity that
 // asks: the result, and for a list query the cursor of the next page when
 // more follow. No result is larger than a reply can carry.
@@ -177,8 +184,7 @@ func (s *Service) query(name, ws, actor string, q schemas.Query) (json.RawMessag
 		})
 	case "task.list":
 		if q.State != "" && !validState(q.State) {
-			return nil, "", &schemas.Error{Code: schemas.CodeInvalid, Message: fmt.Sprintf("state %q is not one of %v", q.State, domain.TaskStates),
-				Fields: []schemas.FieldError{{Pointer: "/state", Message: "unknown state"}}}
+			return nil, "", unknownState(q.State, fmt.Sprint(domain.TaskStates), "unknown state")
 		}
 		f := projections.TaskFilter{State: q.State, GoalID: q.GoalID, After: q.After}
 		pg := newPage("task", "read it through its events (the events query with its id, page by page)", limit, budget)
@@ -188,8 +194,7 @@ func (s *Service) query(name, ws, actor string, q schemas.Query) (json.RawMessag
 		return s.history(ws, q, newPage("event", "raise the NATS server's max_payload", limit, budget))
 	case "approval.list":
 		if q.State != "" && q.State != "all" && !slices.Contains(projections.ApprovalStates, q.State) {
-			return nil, "", &schemas.Error{Code: schemas.CodeInvalid, Message: fmt.Sprintf("state %q is not one of %v or all", q.State, projections.ApprovalStates),
-				Fields: []schemas.FieldError{{Pointer: "/state", Message: "unknown approval state"}}}
+			return nil, "", unknownState(q.State, fmt.Sprint(projections.ApprovalStates)+" or all", "unknown approval state")
 		}
 		f := projections.ApprovalFilter{State: q.State, Role: q.Role, After: q.After}
 		pg := newPage("approval", "read its task through its events (the events query, page by page)", limit, budget)
