@@ -24,21 +24,6 @@ import (
 	"github.com/dwr-run/dwr/schemas"
 )
 
-// onStopped runs fn with a JetStream context on the data directory of a
-// stopped service, as an attacker with JetStream API access (or a fault)
-// would change it.
-func onStopped(t *testing.T, dir string, fn func(ctx context.Context, js jetstream.JetStream)) {
-	t.Helper()
-	srv, nc := servicetest.OpenStopped(t, dir)
-	defer srv.Shutdown()
-	defer nc.Close()
-	js, err := jetstream.New(nc)
-	require.NoError(t, err)
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	fn(ctx, js)
-}
-
 // A log stream whose retention was changed (JetStream then drops the oldest
 // records at once) refuses the start, naming the setting; the stream is
 // left as it was found, never "fixed" by an update that would hide it.
@@ -49,7 +34,7 @@ func TestChangedLogStreamRefusesToStart(t *testing.T) {
 	}
 	dir := b.dir
 	b.stop()
-	onStopped(t, dir, func(ctx context.Context, js jetstream.JetStream) {
+	servicetest.OnStopped(t, dir, func(ctx context.Context, js jetstream.JetStream) {
 		s, err := js.Stream(ctx, "DWR_LOG")
 		require.NoError(t, err)
 		cfg := s.CachedInfo().Config
@@ -62,37 +47,11 @@ func TestChangedLogStreamRefusesToStart(t *testing.T) {
 	require.ErrorIs(t, err, eventstore.ErrIntegrity)
 	require.ErrorContains(t, err, "stream DWR_LOG")
 	require.ErrorContains(t, err, "max_msgs is 3, want -1 (unlimited)")
-	onStopped(t, dir, func(ctx context.Context, js jetstream.JetStream) {
+	servicetest.OnStopped(t, dir, func(ctx context.Context, js jetstream.JetStream) {
 		s, err := js.Stream(ctx, "DWR_LOG")
 		require.NoError(t, err)
 		require.Equal(t, int64(3), s.CachedInfo().Config.MaxMsgs, "the service did not change the stream")
 	})
-}
-
-// forge publishes on the log subject a record that is chained exactly as the
-// writer would chain the next one, and authenticated under another key (or
-// a copy of the last record, when key is nil): what a client able to publish
-// on dwr.log.> could do.
-func forge(t *testing.T, ctx context.Context, js jetstream.JetStream, key *eventstore.LogKey) {
-	t.Helper()
-	s, err := js.Stream(ctx, "DWR_LOG")
-	require.NoError(t, err)
-	last, err := s.GetLastMsgForSubject(ctx, "dwr.log.0")
-	require.NoError(t, err)
-	rec := last.Data
-	if key != nil {
-		prev, err := eventstore.DecodeCommit(last.Data)
-		require.NoError(t, err)
-		c := &eventstore.Commit{Kind: eventstore.KindEvents, Epoch: prev.Epoch, Writer: "forger", Time: time.Now(),
-			N: prev.N + 1, Prev: prev.Hash, Events: []eventstore.Event{{ID: "01FORGED0000000000000000000", Type: "workspace.created",
-				SchemaVersion: 1, Workspace: "evil", AggregateType: "workspace", AggregateID: "evil", Version: 1, CommandID: "forged",
-				Time: time.Now(), Data: json.RawMessage(`{"name":"evil"}`)}},
-			Results: []eventstore.CommandResult{{Workspace: "evil", CommandID: "forged", Reply: json.RawMessage(`{}`)}}}
-		rec, err = eventstore.EncodeCommit(c, key)
-		require.NoError(t, err)
-	}
-	_, err = js.Publish(ctx, "dwr.log.0", rec)
-	require.NoError(t, err)
 }
 
 func otherKey(t *testing.T) *eventstore.LogKey {
@@ -112,7 +71,7 @@ func TestForeignRecordRefusesToStart(t *testing.T) {
 			last := b.lastSeq(t)
 			dir := b.dir
 			b.stop()
-			onStopped(t, dir, func(ctx context.Context, js jetstream.JetStream) { forge(t, ctx, js, key) })
+			servicetest.OnStopped(t, dir, func(ctx context.Context, js jetstream.JetStream) { servicetest.Forge(t, ctx, js, key, "forger") })
 
 			_, err := servicetest.TryStart(t, dir, servicetest.Options{})
 			var ie *eventstore.IntegrityError
@@ -136,7 +95,7 @@ func TestForeignRecordStopsARunningService(t *testing.T) {
 	b.mustCommand(t, "goal.create", map[string]any{"title": "g"})
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	forge(t, ctx, b.jetstream(t), otherKey(t))
+	servicetest.Forge(t, ctx, b.jetstream(t), otherKey(t), "forger")
 	r, err := b.tryCommand("goal.create", map[string]any{"title": "after"}, "after-forgery")
 	require.True(t, err != nil || !r.OK, "a command after a forged record is not acknowledged: %+v", r)
 	err = st.WaitEnded(t, 20*time.Second)
@@ -205,7 +164,9 @@ func TestAcceptVerifiedPrefixOfADamagedLog(t *testing.T) {
 	kept, _ := b.mustCommand(t, "goal.create", map[string]any{"title": "kept"})
 	dir := b.dir
 	b.stop()
-	onStopped(t, dir, func(ctx context.Context, js jetstream.JetStream) { forge(t, ctx, js, otherKey(t)) })
+	servicetest.OnStopped(t, dir, func(ctx context.Context, js jetstream.JetStream) {
+		servicetest.Forge(t, ctx, js, otherKey(t), "forger")
+	})
 	_, err := servicetest.TryStart(t, dir, servicetest.Options{})
 	require.ErrorIs(t, err, eventstore.ErrIntegrity)
 
@@ -325,7 +286,7 @@ func TestLegacyLogIsUpgraded(t *testing.T) {
 	old.stop()
 
 	dir := t.TempDir()
-	onStopped(t, dir, func(ctx context.Context, js jetstream.JetStream) {
+	servicetest.OnStopped(t, dir, func(ctx context.Context, js jetstream.JetStream) {
 		l, err := eventstore.NewJetStreamLog(ctx, js, eventstore.JetStreamConfig{})
 		require.NoError(t, err)
 		var last uint64

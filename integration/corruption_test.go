@@ -19,7 +19,6 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
 
-	"github.com/dwr-run/dwr/domain"
 	"github.com/dwr-run/dwr/eventstore"
 	"github.com/dwr-run/dwr/executors"
 	"github.com/dwr-run/dwr/handlers/servicetest"
@@ -127,25 +126,11 @@ func flipAt(t *testing.T, file string, at func(b []byte) int) {
 	require.NoError(t, os.WriteFile(file, b, 0o600)) //nolint:gosec // a file of the test's own temp dir
 }
 
-// withJetStream runs fn on a JetStream context on a stopped service's data
-// directory, as someone with JetStream API access would.
-func withJetStream(t *testing.T, data string, fn func(ctx context.Context, js jetstream.JetStream)) {
-	t.Helper()
-	srv, nc := servicetest.OpenStopped(t, data) // as the service: its account holds the streams
-	defer srv.Shutdown()
-	defer nc.Close()
-	js, err := jetstream.New(nc)
-	require.NoError(t, err)
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	defer cancel()
-	fn(ctx, js)
-}
-
 // setMaxMsgs sets the log stream's MaxMsgs, as anyone with JetStream API
 // access can.
 func setMaxMsgs(t *testing.T, data string, n int64) {
 	t.Helper()
-	withJetStream(t, data, func(ctx context.Context, js jetstream.JetStream) {
+	servicetest.OnStopped(t, data, func(ctx context.Context, js jetstream.JetStream) {
 		s, err := js.Stream(ctx, "DWR_LOG")
 		require.NoError(t, err)
 		cfg := s.CachedInfo().Config
@@ -207,27 +192,12 @@ func corruptionFaults() []corruptionFault {
 			setMaxMsgs(t, data, -1) // and the configuration looks as declared again
 		}},
 		{name: "publish a forged, well chained record on the log subject", inject: func(t *testing.T, _ *corruptionBase, data string) {
-			withJetStream(t, data, func(ctx context.Context, js jetstream.JetStream) {
-				s, err := js.Stream(ctx, "DWR_LOG")
-				require.NoError(t, err)
-				last, err := s.GetLastMsgForSubject(ctx, "dwr.log.0")
-				require.NoError(t, err)
-				prev, err := eventstore.DecodeCommit(last.Data)
-				require.NoError(t, err)
-				forger, err := eventstore.NewLogKey(bytes.Repeat([]byte("f"), eventstore.LogKeySize))
-				require.NoError(t, err)
-				rec, err := eventstore.EncodeCommit(&eventstore.Commit{Kind: eventstore.KindEvents, Epoch: prev.Epoch, Writer: prev.Writer,
-					Time: time.Now(), N: prev.N + 1, Prev: prev.Hash, Events: []eventstore.Event{{ID: "01FORGED00000000000000000000",
-						Type: "workspace.created", SchemaVersion: 1, Workspace: "evil", AggregateType: domain.AggWorkspace, AggregateID: "evil",
-						Version: 1, CommandID: "forged", Time: time.Now(), Data: json.RawMessage(`{"name":"evil"}`)}},
-					Results: []eventstore.CommandResult{{Workspace: "evil", CommandID: "forged", Reply: json.RawMessage(`{}`)}}}, forger)
-				require.NoError(t, err)
-				_, err = js.Publish(ctx, "dwr.log.0", rec)
-				require.NoError(t, err)
-			})
+			forger, err := eventstore.NewLogKey(bytes.Repeat([]byte("f"), eventstore.LogKeySize))
+			require.NoError(t, err)
+			servicetest.OnStopped(t, data, func(ctx context.Context, js jetstream.JetStream) { servicetest.Forge(t, ctx, js, forger, "") })
 		}},
 		{name: "publish a copy of a genuine record on the log subject", inject: func(t *testing.T, _ *corruptionBase, data string) {
-			withJetStream(t, data, func(ctx context.Context, js jetstream.JetStream) {
+			servicetest.OnStopped(t, data, func(ctx context.Context, js jetstream.JetStream) {
 				s, err := js.Stream(ctx, "DWR_LOG")
 				require.NoError(t, err)
 				m, err := s.GetMsg(ctx, 3)

@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"fmt"
 	"os"
@@ -230,20 +231,10 @@ func TestCLIPlanStartAfterWaitsUntilItsTime(t *testing.T) {
 
 // republishLast publishes a copy of the log's last record on the log subject
 // of a stopped server's data directory: a foreign record.
-func republishLast(t *testing.T, dir string) uint64 {
+func republishLast(t *testing.T, dir string) (seq uint64) {
 	t.Helper()
-	srv, nc := servicetest.OpenStopped(t, dir)
-	defer srv.Shutdown()
-	defer nc.Close()
-	js, err := jetstream.New(nc)
-	require.NoError(t, err)
-	s, err := js.Stream(t.Context(), "DWR_LOG")
-	require.NoError(t, err)
-	last, err := s.GetLastMsgForSubject(t.Context(), "dwr.log.0")
-	require.NoError(t, err)
-	ack, err := js.Publish(t.Context(), "dwr.log.0", last.Data)
-	require.NoError(t, err)
-	return ack.Sequence
+	servicetest.OnStopped(t, dir, func(ctx context.Context, js jetstream.JetStream) { seq = servicetest.Forge(t, ctx, js, nil, "") })
+	return seq
 }
 
 func TestCLIAdminRebuildRefusesADamagedLog(t *testing.T) {
