@@ -15,7 +15,6 @@ import (
 	"github.com/dwr-run/dwr/domain"
 	"github.com/dwr-run/dwr/eventstore"
 	"github.com/dwr-run/dwr/handlers"
-	"github.com/dwr-run/dwr/handlers/embedded"
 	"github.com/dwr-run/dwr/handlers/servicetest"
 	"github.com/dwr-run/dwr/projections"
 	"github.com/dwr-run/dwr/schemas"
@@ -75,12 +74,7 @@ func (r *replica) stop(t *testing.T) {
 // cleanup, and returns a connection to it.
 func sharedServer(t *testing.T) (*nats.Conn, *bundle) {
 	t.Helper()
-	srv, err := embedded.Start(embedded.Config{DataDir: t.TempDir()})
-	require.NoError(t, err)
-	t.Cleanup(srv.Shutdown)
-	nc, err := srv.Connect()
-	require.NoError(t, err)
-	t.Cleanup(nc.Close)
+	_, nc := servicetest.StartNATS(t)
 	return nc, &bundle{nc: nc, svcNC: nc, c: servicetest.NewClient(nc, "default")}
 }
 
