@@ -137,12 +137,7 @@ func TestCLIBadInputNamesTheField(t *testing.T) {
 func TestCLIAdminRebuildMatchesTheLiveViews(t *testing.T) {
 	dir := t.TempDir()
 	url, stop := cliServerIn(t, dir)
-	var goal map[string]any
-	runJSON(t, url, &goal, "goal", "create", "--title", "g")
-	plan := filepath.Join(t.TempDir(), "plan.yaml")
-	require.NoError(t, os.WriteFile(plan, []byte("- {key: a, queue: q}\n- {key: b, queue: q, depends_on: [a]}\n"), 0o600))
-	code, _, errs := run(t, url, "plan", "submit", "--goal", goal["id"].(string), "-f", plan)
-	require.Equal(t, 0, code, errs)
+	goalWithPlan(t, url, "g", "- {key: a, queue: q}\n- {key: b, queue: q, depends_on: [a]}\n")
 	stop()
 
 	code, out, errs := run(t, url, "admin", "rebuild", "--data", dir)
@@ -209,24 +204,33 @@ func TestCLIReviewDecidesAnInconclusiveTask(t *testing.T) {
 
 func TestCLIPlanStartAfterWaitsUntilItsTime(t *testing.T) {
 	url := cliServer(t)
-	var goal map[string]any
-	runJSON(t, url, &goal, "goal", "create", "--title", "later")
-	plan := filepath.Join(t.TempDir(), "plan.yaml")
-	require.NoError(t, os.WriteFile(plan, []byte("- {key: now, queue: q}\n- {key: later, queue: q, start_after: 1h}\n"), 0o600))
-	code, _, errs := run(t, url, "plan", "submit", "--goal", goal["id"].(string), "-f", plan)
-	require.Equal(t, 0, code, errs)
+	goalID := goalWithPlan(t, url, "later", "- {key: now, queue: q}\n- {key: later, queue: q, start_after: 1h}\n")
 	var tasks []map[string]any
-	runJSON(t, url, &tasks, "task", "list", "--goal", goal["id"].(string))
+	runJSON(t, url, &tasks, "task", "list", "--goal", goalID)
 	states := map[string]any{}
 	for _, tk := range tasks {
 		states[tk["key"].(string)] = tk["state"]
 	}
 	require.Equal(t, map[string]any{"now": "ready", "later": "waiting"}, states)
 
+	plan := filepath.Join(t.TempDir(), "plan.yaml")
 	require.NoError(t, os.WriteFile(plan, []byte("- {key: bad, queue: q, start_after: soon}\n"), 0o600))
-	code, _, errs = run(t, url, "plan", "submit", "--goal", goal["id"].(string), "-f", plan)
+	code, _, errs := run(t, url, "plan", "submit", "--goal", goalID, "-f", plan)
 	require.Equal(t, exitInvalid, code)
 	require.Contains(t, errs, "/tasks/0/start_after")
+}
+
+// goalWithPlan creates a goal titled title and submits plan (YAML) to it
+// with the CLI; it returns the goal's id.
+func goalWithPlan(t *testing.T, url, title, plan string) string {
+	t.Helper()
+	var goal map[string]any
+	runJSON(t, url, &goal, "goal", "create", "--title", title)
+	file := filepath.Join(t.TempDir(), "plan.yaml")
+	require.NoError(t, os.WriteFile(file, []byte(plan), 0o600))
+	code, _, errs := run(t, url, "plan", "submit", "--goal", goal["id"].(string), "-f", file)
+	require.Equal(t, 0, code, errs)
+	return goal["id"].(string)
 }
 
 // republishLast publishes a copy of the log's last record on the log subject

@@ -3,8 +3,6 @@ package main
 import (
 	"encoding/json"
 	"fmt"
-	"os"
-	"path/filepath"
 	"regexp"
 	"strings"
 	"testing"
@@ -16,17 +14,12 @@ import (
 // cursor of the next page; --after lists that page, and --all every task.
 func TestCLITaskListPages(t *testing.T) {
 	url := cliServer(t)
-	var goal map[string]any
-	runJSON(t, url, &goal, "goal", "create", "--title", "five tasks")
 	var plan strings.Builder
 	plan.WriteString("tasks:\n")
 	for i := range 5 {
 		fmt.Fprintf(&plan, "  - key: k%d\n    queue: q\n", i)
 	}
-	file := filepath.Join(t.TempDir(), "plan.yaml")
-	require.NoError(t, os.WriteFile(file, []byte(plan.String()), 0o600))
-	code, _, errs := run(t, url, "plan", "submit", "--goal", goal["id"].(string), "-f", file)
-	require.Equal(t, 0, code, errs)
+	goalWithPlan(t, url, "five tasks", plan.String())
 
 	code, out, errs := run(t, url, "task", "list", "--limit", "2")
 	require.Equal(t, 0, code, errs)
