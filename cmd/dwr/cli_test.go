@@ -233,6 +233,19 @@ func goalWithPlan(t *testing.T, url, title, plan string) string {
 	return goal["id"].(string)
 }
 
+// stoppedWithAGoal runs the service in a fresh data directory, creates a
+// goal there (command id g-1) and stops the service; it returns the
+// directory, the URL the service had and the goal's id.
+func stoppedWithAGoal(t *testing.T) (dir, url, goalID string) {
+	t.Helper()
+	dir = t.TempDir()
+	url, stop := cliServerIn(t, dir)
+	var goal map[string]any
+	runJSON(t, url, &goal, "goal", "create", "--title", "g", "--command-id", "g-1")
+	stop()
+	return dir, url, goal["id"].(string)
+}
+
 // republishLast publishes a copy of the log's last record on the log subject
 // of a stopped server's data directory: a foreign record.
 func republishLast(t *testing.T, dir string) (seq uint64) {
@@ -242,11 +255,7 @@ func republishLast(t *testing.T, dir string) (seq uint64) {
 }
 
 func TestCLIAdminRebuildRefusesADamagedLog(t *testing.T) {
-	dir := t.TempDir()
-	url, stop := cliServerIn(t, dir)
-	var goal map[string]any
-	runJSON(t, url, &goal, "goal", "create", "--title", "g", "--command-id", "g-1")
-	stop()
+	dir, url, _ := stoppedWithAGoal(t)
 	views := filepath.Join(dir, "views")
 	before := viewsSum(t, views)
 	seq := republishLast(t, dir)
@@ -273,11 +282,7 @@ func viewsSum(t *testing.T, dir string) string {
 }
 
 func TestCLIAdminRebuildAcceptsTheVerifiedPrefix(t *testing.T) {
-	dir := t.TempDir()
-	url, stop := cliServerIn(t, dir)
-	var goal map[string]any
-	runJSON(t, url, &goal, "goal", "create", "--title", "g", "--command-id", "g-1")
-	stop()
+	dir, url, goalID := stoppedWithAGoal(t)
 	republishLast(t, dir)
 
 	code, out, errs := run(t, url, "admin", "rebuild", "--data", dir, "--accept-verified-prefix")
@@ -289,15 +294,12 @@ func TestCLIAdminRebuildAcceptsTheVerifiedPrefix(t *testing.T) {
 
 	// The log now verifies through the acceptance: the service starts on it.
 	url, _ = cliServerIn(t, dir)
-	runJSON(t, url, &goal, "goal", "get", goal["id"].(string))
+	var goal map[string]any
+	runJSON(t, url, &goal, "goal", "get", goalID)
 }
 
 func TestCLIAdminVerify(t *testing.T) {
-	dir := t.TempDir()
-	url, stop := cliServerIn(t, dir)
-	var goal map[string]any
-	runJSON(t, url, &goal, "goal", "create", "--title", "g", "--command-id", "g-1")
-	stop()
+	dir, url, _ := stoppedWithAGoal(t)
 
 	code, out, errs := run(t, url, "admin", "verify", "--data", dir)
 	require.Equal(t, 0, code, errs)
