@@ -35,6 +35,7 @@ type DigestMismatchError struct {
 	Computed   string // the action's digest ("" if it does not encode)
 }
 
+// Error says which digests differ and that nothing was signed.
 func (e *DigestMismatchError) Error() string {
 	return fmt.Sprintf("approval %s names action digest %s, but the action shown digests to %s: not signing", e.ApprovalID, e.Named, e.Computed)
 }

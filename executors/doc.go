@@ -165,6 +165,7 @@
 // projections or handlers, so that an executor in any language can rely on
 // exactly what a Go executor relies on. Approvers sign their decisions with
 // the keys of signing.go, over the message the wire contract names
-// (DecisionMessage). Its tests start a real service (handlers,
+// (DecisionMessage); Decide (decide.go) and CreateKey (keys.go) are the
+// flows of `dwr approve` and `dwr keys create` for any caller. Its tests start a real service (handlers,
 // handlers/embedded, projections).
 package executors

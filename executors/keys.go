@@ -47,10 +47,12 @@ type KeyFileError struct {
 	Err        error
 }
 
+// Error names the file and what went wrong.
 func (e *KeyFileError) Error() string {
 	return fmt.Sprintf("executors: key file %s: %v", e.File, e.Err)
 }
 
+// Unwrap returns the file system's error.
 func (e *KeyFileError) Unwrap() error { return e.Err }
 
 // CreateKey makes an Ed25519 key pair for approver name in c's workspace,
