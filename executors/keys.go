@@ -57,36 +57,72 @@ func (e *KeyFileError) Unwrap() error { return e.Err }
 
 // CreateKey makes an Ed25519 key pair for approver name in c's workspace,
 // registers its public half with role (RegisterKey, with opts) and then
-// writes the private half to file (mode 0600, as ReadSigningKey reads it).
-// The file is written only once the registration is accepted, and replaces
-// an existing file only with force (without, an existing file is a
-// *KeyFileError wrapping fs.ErrExist, before anything is registered).
+// writes the private half to file (mode 0600, as ReadSigningKey reads it):
+// PrepareKey, then NewKey.Register.
 //
 // It returns the key and its registration, or the error of making the key,
 // the registration's refusal as c returns it, or a *KeyFileError (with the
 // registration when Registered).
 func CreateKey(ctx context.Context, c *client.Client, name, role, file string, force bool,
 	opts ...client.CallOption) (*SigningKey, *KeyRegistration, error) {
-	if !force {
-		if _, err := os.Lstat(file); err == nil {
-			return nil, nil, &KeyFileError{File: file, Err: fs.ErrExist}
-		}
-	}
-	key, err := NewSigningKey(name, c.Workspace())
+	nk, err := PrepareKey(name, c.Workspace(), file, force)
 	if err != nil {
 		return nil, nil, err
+	}
+	defer nk.Discard()
+	reg, err := nk.Register(ctx, c, role, opts...)
+	if err != nil {
+		return nil, reg, err
+	}
+	return nk.Key, reg, nil
+}
+
+// NewKey is an approver's key pair made, with its private half written
+// beside its file but not yet in place: Register puts it there once the
+// public half is registered, Discard removes it otherwise.
+type NewKey struct {
+	Key     *SigningKey
+	file    string
+	force   bool
+	pending *PendingKeyFile
+}
+
+// PrepareKey makes an Ed25519 key pair for approver name in workspace and
+// writes its private half beside file, without the network: what can be
+// wrong with the file shows before anything is registered. An existing file
+// is replaced only with force (without, it is a *KeyFileError wrapping
+// fs.ErrExist); a file that cannot be written is a *KeyFileError too.
+func PrepareKey(name, workspace, file string, force bool) (*NewKey, error) {
+	if !force {
+		if _, err := os.Lstat(file); err == nil {
+			return nil, &KeyFileError{File: file, Err: fs.ErrExist}
+		}
+	}
+	key, err := NewSigningKey(name, workspace)
+	if err != nil {
+		return nil, err
 	}
 	pending, err := key.WritePending(file)
 	if err != nil {
-		return nil, nil, &KeyFileError{File: file, Err: err}
+		return nil, &KeyFileError{File: file, Err: err}
 	}
-	defer pending.Discard() // gone already once in place
-	reg, err := RegisterKey(ctx, c, name, role, key.Public(), opts...)
-	if err != nil {
-		return nil, nil, err
-	}
-	if err := pending.Place(force); err != nil {
-		return nil, reg, &KeyFileError{File: file, Registered: true, Err: err}
-	}
-	return key, reg, nil
+	return &NewKey{Key: key, file: file, force: force, pending: pending}, nil
 }
+
+// Register registers the key's public half with role in c's workspace
+// (RegisterKey, with opts), then puts its private half in place. A file
+// that cannot be placed is a *KeyFileError with Registered set, returned
+// with the registration.
+func (nk *NewKey) Register(ctx context.Context, c *client.Client, role string, opts ...client.CallOption) (*KeyRegistration, error) {
+	reg, err := RegisterKey(ctx, c, nk.Key.Approver, role, nk.Key.Public(), opts...)
+	if err != nil {
+		return nil, err
+	}
+	if err := nk.pending.Place(nk.force); err != nil {
+		return reg, &KeyFileError{File: nk.file, Registered: true, Err: err}
+	}
+	return reg, nil
+}
+
+// Discard removes the private half if it was not put in place.
+func (nk *NewKey) Discard() { nk.pending.Discard() }

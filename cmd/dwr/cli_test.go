@@ -57,6 +57,22 @@ func TestCLIWithoutAServerExitsUnavailable(t *testing.T) {
 	require.Contains(t, errs, "dwr serve")
 }
 
+// What is wrong with the key file is said before the network is tried:
+// an existing --out is bad input (exit 2) even with no service to reach.
+func TestCLIKeysCreateChecksItsFileFirst(t *testing.T) {
+	out := filepath.Join(t.TempDir(), "ada.key")
+	require.NoError(t, os.WriteFile(out, []byte("an earlier key"), 0o600))
+	code, _, errs := run(t, "nats://127.0.0.1:1", "keys", "create", "ada", "--role", "ops", "--out", out)
+	require.Equal(t, exitInvalid, code, errs)
+	require.Contains(t, errs, "already exists")
+	b, err := os.ReadFile(out)
+	require.NoError(t, err)
+	require.Equal(t, "an earlier key", string(b), "the file is left as it was")
+	entries, err := os.ReadDir(filepath.Dir(out))
+	require.NoError(t, err)
+	require.Len(t, entries, 1, "nothing is left beside it")
+}
+
 func TestCLITour(t *testing.T) {
 	url := cliServer(t)
 

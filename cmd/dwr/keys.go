@@ -71,21 +71,29 @@ func keysCreateCmd(g *globals) *cobra.Command {
 }
 
 // create makes the key pair, registers its public half and writes its
-// private half (executors.CreateKey), and adds the approver's credential
+// private half (executors.PrepareKey, then NewKey.Register), and adds the approver's credential
 // with --creds-out.
 func (o keyCreation) create(g *globals) (keyOut, error) {
 	if o.role == "" || o.out == "" {
 		return keyOut{}, fail(exitInvalid, "both --role and --out are required")
 	}
+	// The file first, without the network: what is wrong with it shows
+	// before anything is registered.
+	nk, err := executors.PrepareKey(o.name, g.workspace, o.out, o.force)
+	var kf *executors.KeyFileError
+	switch {
+	case errors.As(err, &kf) && errors.Is(err, fs.ErrExist):
+		return keyOut{}, fail(exitInvalid, "%s already exists: choose another --out, or pass --force to replace it (the key it holds will no longer be usable once replaced)", o.out)
+	case errors.As(err, &kf):
+		return keyOut{}, fail(exitInvalid, "cannot write the key to %s: %s", o.out, kf.Err)
+	case err != nil:
+		return keyOut{}, err
+	}
+	defer nk.Discard()
 	var k keyOut
-	err := g.withClient(func(ctx context.Context, cl *client.Client) error {
-		_, reg, err := executors.CreateKey(ctx, cl, o.name, o.role, o.out, o.force)
-		var kf *executors.KeyFileError
+	err = g.withClient(func(ctx context.Context, cl *client.Client) error {
+		reg, err := nk.Register(ctx, cl, o.role)
 		switch {
-		case errors.As(err, &kf) && errors.Is(err, fs.ErrExist) && !kf.Registered:
-			return fail(exitInvalid, "%s already exists: choose another --out, or pass --force to replace it (the key it holds will no longer be usable once replaced)", o.out)
-		case errors.As(err, &kf) && !kf.Registered:
-			return fail(exitInvalid, "cannot write the key to %s: %s", o.out, kf.Err)
 		case errors.As(err, &kf):
 			return fail(exitError, "the key %s is registered for %s, but writing %s failed: %v\nrun `dwr keys create` again (it replaces the registration)", reg.KeyID, reg.Name, o.out, kf.Err)
 		case err != nil:
