@@ -285,8 +285,8 @@ func TestClientWatchFollowsATask(t *testing.T) {
 		versions = append(versions, e.Version)
 		types = append(types, e.Type)
 		require.Positive(t, e.Seq)
-		switch {
-		case e.Type == "task.attempt_started": // the history is read: the rest comes live
+		switch e.Type {
+		case "task.attempt_started": // the history is read: the rest comes live
 			for i := range checkpoints / 2 {
 				checkpoint(i)
 			}
@@ -296,7 +296,7 @@ func TestClientWatchFollowsATask(t *testing.T) {
 			}
 			_, err := admin.CancelTask(ctx, tk.ID, "seen enough")
 			require.NoError(t, err)
-		case e.Type == "task.cancelled":
+		case "task.cancelled":
 			stop()
 		}
 	}
