@@ -6,7 +6,6 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -14,25 +13,8 @@ import (
 
 	"github.com/dwr-run/dwr/handlers"
 	"github.com/dwr-run/dwr/handlers/access"
+	"github.com/dwr-run/dwr/handlers/servicetest"
 )
-
-// syncBuffer is a log output that tests read while the service writes it.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  strings.Builder
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
 
 // Serve runs the service as dwr serve does: on its data directory, closed,
 // with the admin credential made there, until its context ends; a
@@ -41,7 +23,7 @@ func TestServeRunsUntilItsContextEnds(t *testing.T) {
 	dir := t.TempDir()
 	key, _, err := handlers.LoadLogKey(filepath.Join(dir, handlers.LogKeyFile), true)
 	require.NoError(t, err)
-	logs := &syncBuffer{}
+	logs := &servicetest.Output{}
 	cfg := handlers.ServeConfig{DataDir: dir, Service: handlers.Config{LogKey: key, Logger: slog.New(slog.NewTextHandler(logs, nil))}}
 
 	ctx, cancel := context.WithCancel(t.Context())

@@ -37,6 +37,7 @@ import (
 	"github.com/dwr-run/dwr/handlers"
 	"github.com/dwr-run/dwr/handlers/access"
 	"github.com/dwr-run/dwr/handlers/embedded"
+	"github.com/dwr-run/dwr/handlers/servicetest"
 	"github.com/dwr-run/dwr/handlers/servicetest/ports"
 	"github.com/dwr-run/dwr/projections"
 	"github.com/dwr-run/dwr/schemas"
@@ -109,22 +110,7 @@ func freePort(t *testing.T) int { return ports.Free(t) }
 
 // syncBuffer collects the output of child processes and in-process servers,
 // shown only when a test fails (never written to t after the test ends).
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
+type syncBuffer struct{ servicetest.Output }
 
 // lines returns the lines containing any of the needles, at most max.
 func (s *syncBuffer) lines(max int, needles ...string) []string {
