@@ -2,6 +2,7 @@ package executors_test
 
 import (
 	"context"
+	"encoding/json"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -52,8 +53,11 @@ func TestCreateKeyThenDecide(t *testing.T) {
 	require.NoError(t, err)
 	require.Empty(t, entries, "no temporary file is left behind")
 
-	id := b.CreateTask(t, map[string]any{"queue": "deploys", "input": map[string]string{"deploy": "v2"},
-		"approval": map[string]any{"role": "ops"}})
+	// Created through c, so that c's reads see the task and its gate.
+	tk, err := c.CreateTask(ctx, schemas.TaskSpec{Queue: "deploys", Input: json.RawMessage(`{"deploy":"v2"}`),
+		Approval: &schemas.ApprovalSpec{Role: "ops"}})
+	require.NoError(t, err)
+	id := tk.ID
 	d, err := executors.Decide(ctx, c, id+"-1", executors.ResponseApprove, "checked", key, "ada")
 	require.NoError(t, err)
 	require.Equal(t, id+"-1", d.Approval.ID)
