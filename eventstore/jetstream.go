@@ -97,6 +97,25 @@ const readBufferBytes = 8 << 20
 // readBatch is the number of records a reader pulls at once.
 const readBatch = 256
 
+// apiTry bounds one try of a JetStream API request of a read.
+const apiTry = 10 * time.Second
+
+// askAgain makes a JetStream API request (call, with a context) and asks
+// again each time a try goes unanswered for try, until ctx ends. In a
+// cluster whose servers just moved their leaders around, an API request
+// can go unanswered for good while the same request sent again is answered
+// at once; a read that waited on the first would wait out its whole ctx.
+func askAgain[T any](ctx context.Context, try time.Duration, call func(context.Context) (T, error)) (T, error) {
+	for {
+		tctx, cancel := context.WithTimeout(ctx, try)
+		v, err := call(tctx)
+		cancel()
+		if err == nil || ctx.Err() != nil || !errors.Is(err, context.DeadlineExceeded) {
+			return v, err
+		}
+	}
+}
+
 // JetStreamLog is a Log on one subject ("partition") of a JetStream stream.
 // Sequences are the stream's sequences. It is safe for concurrent use.
 //
@@ -471,7 +490,7 @@ func (l *JetStreamLog) Stat(ctx context.Context) (LogStat, error) {
 // wrongly while the records before it are still there. It returns fn's
 // error, ctx's error, or an error reading the stream.
 func (l *JetStreamLog) Read(ctx context.Context, from uint64, fn func(seq uint64, rec []byte) error) error {
-	st, err := l.js.Stream(ctx, l.stream)
+	st, err := askAgain(ctx, apiTry, func(ctx context.Context) (jetstream.Stream, error) { return l.js.Stream(ctx, l.stream) })
 	if err != nil {
 		return fmt.Errorf("eventstore: read %s: %w", l.subject, err)
 	}
@@ -480,13 +499,15 @@ func (l *JetStreamLog) Read(ctx context.Context, from uint64, fn func(seq uint64
 	if from > until {
 		return nil
 	}
-	cons, err := l.js.CreateConsumer(ctx, l.stream, jetstream.ConsumerConfig{
-		FilterSubject:     l.subject,
-		DeliverPolicy:     jetstream.DeliverByStartSequencePolicy,
-		OptStartSeq:       from,
-		AckPolicy:         jetstream.AckNonePolicy,
-		MemoryStorage:     true,
-		InactiveThreshold: time.Minute,
+	cons, err := askAgain(ctx, apiTry, func(ctx context.Context) (jetstream.Consumer, error) {
+		return l.js.CreateConsumer(ctx, l.stream, jetstream.ConsumerConfig{
+			FilterSubject:     l.subject,
+			DeliverPolicy:     jetstream.DeliverByStartSequencePolicy,
+			OptStartSeq:       from,
+			AckPolicy:         jetstream.AckNonePolicy,
+			MemoryStorage:     true,
+			InactiveThreshold: time.Minute, // one made by a try whose answer was lost goes by itself
+		})
 	})
 	if err != nil {
 		return fmt.Errorf("eventstore: read %s: %w", l.subject, err)
