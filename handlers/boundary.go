@@ -105,10 +105,14 @@ func (b *Boundary) Connect(name string) (*nats.Conn, error) {
 // Reload gives the server's users the members the views hold now; it logs
 // what it cannot apply.
 func (b *Boundary) Reload() {
-	if err := b.srv.Reload(access.ServerConfig(b.spec())); err != nil {
+	if err := b.ApplyMembers(); err != nil {
 		b.logger.Error("dwr: could not apply the members to NATS; they take effect at the next start", "err", err)
 	}
 }
+
+// ApplyMembers gives the server's users the members the views hold now,
+// and returns the server's error when it cannot.
+func (b *Boundary) ApplyMembers() error { return b.srv.Reload(access.ServerConfig(b.spec())) }
 
 // Auth returns whom the service serves behind the boundary: only identities
 // the server authenticated (anyone as the anonymous admin with

@@ -1,9 +1,6 @@
 package servicetest
 
 import (
-	"errors"
-	"io/fs"
-	"os"
 	"path/filepath"
 	"testing"
 
@@ -11,84 +8,46 @@ import (
 	"github.com/nats-io/nkeys"
 
 	"github.com/dwr-run/dwr/domain"
+	"github.com/dwr-run/dwr/executors/client"
+	"github.com/dwr-run/dwr/handlers"
 	"github.com/dwr-run/dwr/handlers/access"
 	"github.com/dwr-run/dwr/handlers/embedded"
-	"github.com/dwr-run/dwr/projections"
 	"github.com/dwr-run/dwr/schemas"
 )
 
-// secure is a closed service's trust boundary, as `dwr serve` builds it.
-type secure struct {
-	service *access.ServiceIdentity
-	admin   nkeys.KeyPair
-	store   *projections.Store
-	srv     *embedded.Server
-	t       testing.TB
-}
-
-func newSecure(t testing.TB, dir string, store *projections.Store) *secure {
-	t.Helper()
-	id, err := access.NewServiceIdentity()
-	if err != nil {
-		t.Fatalf("servicetest: %v", err)
-	}
-	return &secure{service: id, admin: adminKey(t, dir), store: store, t: t}
-}
-
-// adminKey returns the admin key kept in dir, made on first use.
-func adminKey(t testing.TB, dir string) nkeys.KeyPair {
-	t.Helper()
-	p := filepath.Join(dir, "test-admin.nk")
-	b, err := os.ReadFile(p)
-	if errors.Is(err, fs.ErrNotExist) {
-		kp, err := nkeys.CreateUser()
-		if err != nil {
-			t.Fatalf("servicetest: %v", err)
-		}
-		seed, _ := kp.Seed()
-		if err := os.WriteFile(p, seed, 0o600); err != nil {
-			t.Fatalf("servicetest: %v", err)
-		}
-		return kp
-	} else if err != nil {
-		t.Fatalf("servicetest: %v", err)
-	}
-	kp, err := nkeys.FromSeed(b)
-	if err != nil {
-		t.Fatalf("servicetest: %v", err)
-	}
-	return kp
-}
-
-func (s *secure) admins() []access.Admin {
-	pub, _ := s.admin.PublicKey()
-	return []access.Admin{{Name: "admin", PublicKey: pub}}
-}
-
-func (s *secure) accounts() string {
-	ws, err := s.store.ListWorkspaces()
-	if err != nil {
-		s.t.Errorf("servicetest: workspaces: %v", err)
-	}
-	return access.ServerConfig(access.Spec{ServiceKeys: []string{s.service.PublicKey},
-		Identities: access.IdentitiesOf(s.admins(), ws)})
-}
-
-func (s *secure) reload() {
-	if err := s.srv.Reload(s.accounts()); err != nil {
-		s.t.Errorf("servicetest: reload the NATS users: %v", err)
+// reload gives the boundary's server the members the views hold now; a
+// failure fails the test.
+func reload(t testing.TB, bnd *handlers.Boundary) {
+	if err := bnd.ApplyMembers(); err != nil {
+		t.Errorf("servicetest: reload the NATS users: %v", err)
 	}
 }
 
-// connect opens an in-process connection as the user of key kp, with the
-// inbox prefix its permissions allow.
-func (s *secure) connect(t testing.TB, kp nkeys.KeyPair, name string) *nats.Conn {
+// connect opens an in-process connection to srv as the user of key kp,
+// with the inbox prefix its permissions allow.
+func connect(t testing.TB, srv *embedded.Server, kp nkeys.KeyPair, name string) *nats.Conn {
 	t.Helper()
 	pub, _ := kp.PublicKey()
-	nc, err := s.srv.Connect(nats.Name(name), nats.CustomInboxPrefix(schemas.InboxPrefix(pub)),
+	nc, err := srv.Connect(nats.Name(name), nats.CustomInboxPrefix(schemas.InboxPrefix(pub)),
 		nats.Nkey(pub, func(nonce []byte) ([]byte, error) { return kp.Sign(nonce) }))
 	if err != nil {
 		t.Fatalf("servicetest: connect as %s: %v", name, err)
+	}
+	t.Cleanup(nc.Close)
+	return nc
+}
+
+// connectAdmin opens an in-process connection as the admin whose
+// credential `dwr serve`'s boundary keeps in the data directory dir.
+func connectAdmin(t testing.TB, srv *embedded.Server, dir string) *nats.Conn {
+	t.Helper()
+	opts, err := client.CredentialOptions(filepath.Join(dir, access.AdminCredsFile))
+	if err != nil {
+		t.Fatalf("servicetest: the admin credential: %v", err)
+	}
+	nc, err := srv.Connect(append(opts, nats.Name("admin"))...)
+	if err != nil {
+		t.Fatalf("servicetest: connect as the admin: %v", err)
 	}
 	t.Cleanup(nc.Close)
 	return nc
@@ -99,7 +58,7 @@ func (s *secure) connect(t testing.TB, kp nkeys.KeyPair, name string) *nats.Conn
 // Options.Secure.
 func (s *Service) Member(t testing.TB, ws, name string, role domain.Role, queues ...string) *nats.Conn {
 	t.Helper()
-	if s.sec == nil {
+	if !s.secure {
 		t.Fatal("servicetest: Member needs Options.Secure")
 	}
 	kp, err := nkeys.CreateUser()
@@ -108,7 +67,7 @@ func (s *Service) Member(t testing.TB, ws, name string, role domain.Role, queues
 	}
 	pub, _ := kp.PublicKey()
 	Must(t, s.Admin, ws, "member.add", domain.AddMember{Name: name, Role: role, PublicKey: pub, Queues: queues})
-	return s.sec.connect(t, kp, name)
+	return connect(t, s.Server, kp, name)
 }
 
 // Connect opens a connection as the user of key kp (which need not be a

@@ -146,9 +146,9 @@ type Service struct {
 	// service serves as the anonymous admin.
 	Admin *nats.Conn
 
-	stop  func()
-	ended func(time.Duration) (error, bool)
-	sec   *secure
+	stop   func()
+	ended  func(time.Duration) (error, bool)
+	secure bool // behind dwr serve's trust boundary (Options.Secure)
 }
 
 // Logger discards the service's logs unless the environment variable
@@ -231,23 +231,25 @@ func TryStart(t testing.TB, dir string, o Options) (*Service, error) {
 	if err != nil {
 		return nil, fmt.Errorf("views: %w", err)
 	}
-	var sec *secure
-	ecfg := embedded.Config{DataDir: dir, Listen: o.Listen, Logger: o.Config.Logger}
-	if o.Secure {
-		sec = newSecure(t, dir, store)
-		ecfg.Accounts = sec.accounts()
-	}
-	srv, err := embedded.Start(ecfg)
-	if err != nil {
-		_ = store.Close()
-		return nil, fmt.Errorf("embedded NATS: %w", err)
-	}
+	// A closed service runs behind the boundary `dwr serve` builds; an open
+	// one on a bare server.
+	var bnd *handlers.Boundary
+	var srv *embedded.Server
 	var nc *nats.Conn
-	if sec != nil {
-		sec.srv = srv
-		o.Config.Auth = handlers.AuthConfig{Required: true, Admins: sec.admins(), OnMembersChanged: sec.reload}
-		nc, err = srv.Connect(nats.Name("dwr-serve"), sec.service.Option())
+	if o.Secure {
+		if bnd, err = handlers.StartEmbedded(handlers.EmbeddedConfig{DataDir: dir, Listen: o.Listen, Logger: logger}, store); err != nil {
+			_ = store.Close()
+			return nil, err
+		}
+		srv = bnd.Server()
+		o.Config.Auth = bnd.Auth()
+		o.Config.Auth.OnMembersChanged = func() { reload(t, bnd) }
+		nc, err = bnd.Connect("dwr-serve")
 	} else {
+		if srv, err = embedded.Start(embedded.Config{DataDir: dir, Listen: o.Listen, Logger: logger}); err != nil {
+			_ = store.Close()
+			return nil, fmt.Errorf("embedded NATS: %w", err)
+		}
 		nc, err = srv.Connect()
 	}
 	if err != nil {
@@ -269,7 +271,7 @@ func TryStart(t testing.TB, dir string, o Options) (*Service, error) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- svc.Run(ctx) }()
-	s := &Service{Dir: dir, Server: srv, Conn: nc, Store: store, Svc: svc, URL: srv.ClientURL(), Admin: nc, sec: sec}
+	s := &Service{Dir: dir, Server: srv, Conn: nc, Store: store, Svc: svc, URL: srv.ClientURL(), Admin: nc, secure: bnd != nil}
 	var once sync.Once
 	var runErr error // the error Run returned before the service was stopped
 	s.ended = func(d time.Duration) (error, bool) {
@@ -302,9 +304,9 @@ func TryStart(t testing.TB, dir string, o Options) (*Service, error) {
 	t.Cleanup(s.stop)
 	select {
 	case <-svc.Ready():
-		if sec != nil {
-			sec.reload() // the members the views hold once caught up
-			s.Admin = sec.connect(t, sec.admin, "admin")
+		if bnd != nil {
+			reload(t, bnd) // the members the views hold once caught up
+			s.Admin = connectAdmin(t, srv, dir)
 		}
 		return s, nil
 	case err := <-done:
