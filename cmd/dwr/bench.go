@@ -67,7 +67,7 @@ func benchChainCmd(g *globals) *cobra.Command {
 	var o bench.ChainOptions
 	cmd := &cobra.Command{
 		Use:   "chain3",
-		Short: "chains of three sequential tasks, executed by in-process SDK workers, with fsync before ack",
+		Short: "chains of three sequential tasks, executed by SDK workers, with fsync before ack",
 		Long: `chain3 starts the whole service in-process (embedded NATS with SyncAlways, Pebble views) and
 SDK workers on one queue, then for each N in --chains submits N goals, each with a plan of three
 sequential tasks (a → b → c), as fast as --submitters clients can, and waits until every goal is
@@ -81,7 +81,16 @@ service on its own identity, the submitters (and the feed's reader) client-role 
 workspace and the workers executor-role members of their queue, each connected with its own
 credential (nkey and inbox prefix). --auth=false runs it open (no accounts, no credentials), and
 --compare-auth runs every run both ways, alternating, in --rounds rounds, and reports the cost of
-authentication as ratios.`,
+authentication as ratios.
+
+--deployed runs the service as a user deploys it: each run starts "dwr serve" (this very binary,
+or --binary) as its own process on a fresh --data directory and a free loopback port, connects as
+the admin with the credential serve writes (DATA/admin.creds) and adds the participants as members;
+the workers and submitters run in this process and reach the service over TCP. The CPU per chain is
+then both processes' over the measured window (this one's getrusage and the service's
+/proc/PID/stat), with the service's share beside it, and each run reports the service process's peak
+RSS (VmHWM). --warmup chains run first in each fresh service and are not measured, as the peers'
+harnesses warm up (see scripts/compare-peers).`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			return runReport(cmd, g, "bench chain3",
@@ -103,6 +112,9 @@ authentication as ratios.`,
 	f.BoolVar(&o.Auth, "auth", true, "run the service closed, as dwr serve does (--auth=false: open, without accounts or credentials)")
 	f.BoolVar(&o.CompareAuth, "compare-auth", false, "run closed and open, alternating in --rounds rounds, and print the cost of authentication")
 	f.IntVar(&o.Rounds, "rounds", 3, "with --compare-auth: rounds, each running everything closed and open (the order swapped each round)")
+	f.BoolVar(&o.Deployed, "deployed", false, "run the service as deployed: dwr serve in its own process, the workers and submitters in this one")
+	f.StringVar(&o.Binary, "binary", "", "with --deployed: the dwr binary to run as the service (default: this one)")
+	f.IntVar(&o.Warmup, "warmup", 0, "chains run in each fresh service before the measured ones, and not measured")
 	return cmd
 }
 

@@ -49,6 +49,16 @@ type ChainOptions struct {
 	// CompareAuth runs closed and open, alternating in Rounds rounds.
 	CompareAuth bool
 	Rounds      int
+	// Deployed runs the service as a user deploys it: `dwr serve` in its
+	// own OS process (Binary), reached over TCP by the workers and clients
+	// of this one. Otherwise the service runs in this process.
+	Deployed bool
+	// Binary is the dwr binary Deployed runs; "" for this process's own
+	// executable (os.Executable: `dwr bench` runs the dwr it is).
+	Binary string
+	// Warmup chains run (and are discarded) in each fresh service before
+	// the measured ones, as the peers' harnesses warm up.
+	Warmup int
 }
 
 // DefaultChainTimeout is how long a run of chains may take by default.
@@ -61,16 +71,23 @@ type ChainCell struct {
 	// Round is the run's round (from 1) when comparing.
 	Round int `json:"round,omitempty"`
 	// OneAtATime: the chains ran one after the other (--single).
-	OneAtATime  bool    `json:"one_at_a_time,omitempty"`
-	Chains      int     `json:"chains"`
-	Seconds     float64 `json:"seconds"`
-	ChainsPerS  float64 `json:"chains_per_s"`
-	TasksPerS   float64 `json:"tasks_per_s"`
-	P50ms       float64 `json:"p50_ms"`
-	P99ms       float64 `json:"p99_ms"`
+	OneAtATime bool    `json:"one_at_a_time,omitempty"`
+	Chains     int     `json:"chains"`
+	Seconds    float64 `json:"seconds"`
+	ChainsPerS float64 `json:"chains_per_s"`
+	TasksPerS  float64 `json:"tasks_per_s"`
+	P50ms      float64 `json:"p50_ms"`
+	P99ms      float64 `json:"p99_ms"`
+	// CPUmsPerRun is the CPU time per chain of the whole system over the
+	// measured window: this process, and when deployed the service's too.
 	CPUmsPerRun float64 `json:"cpu_ms_per_chain"`
-	Errors      int     `json:"errors"`
-	FirstError  string  `json:"first_error,omitempty"`
+	// ServiceCPUms is, when deployed, the service process's share of
+	// CPUmsPerRun; ServiceRSSMiB its peak RSS (VmHWM) over its whole life,
+	// warm-up and measured chains.
+	ServiceCPUms  float64 `json:"service_cpu_ms_per_chain,omitempty"`
+	ServiceRSSMiB float64 `json:"service_peak_rss_mib,omitempty"`
+	Errors        int     `json:"errors"`
+	FirstError    string  `json:"first_error,omitempty"`
 }
 
 // ChainReport is what `dwr bench chain3` prints.
@@ -79,6 +96,12 @@ type ChainReport struct {
 	CPUs        int    `json:"cpus"`
 	Workers     int    `json:"workers"`
 	Concurrency int    `json:"concurrency_per_worker"`
+	// Service is where the service ran: "in-process" or "deployed" (`dwr
+	// serve` in its own process).
+	Service string `json:"service"`
+	// Submitters and Warmup are the options the runs had.
+	Submitters int `json:"submitters"`
+	Warmup     int `json:"warmup"`
 	// Auth is how the service ran: closed, open, or compare (both,
 	// alternating in Rounds rounds; every run is then in Cells).
 	Auth   string      `json:"auth"`
@@ -87,15 +110,18 @@ type ChainReport struct {
 	Cells  []ChainCell `json:"cells"`
 	// AuthCost is, when comparing, the cost of authentication of each kind
 	// of run: closed ÷ open, round by round.
-	AuthCost     []AuthCost `json:"auth_cost,omitempty"`
-	PeakRSSMiB   float64    `json:"peak_rss_mib"`
-	ReferenceCPS float64    `json:"reference_chains_per_s"`
+	AuthCost []AuthCost `json:"auth_cost,omitempty"`
+	// PeakRSSMiB is this process's peak RSS: the whole system in-process;
+	// the workers and clients alone when deployed (each cell has the
+	// service's).
+	PeakRSSMiB float64 `json:"peak_rss_mib"`
 }
 
-// ReferenceChainsPerS is the better of the peers the issue names, measured
-// on this kind of machine: a Postgres-backed durable workflow library with
-// synchronous commit (a Redis-backed one managed about 160).
-const ReferenceChainsPerS = 230
+// Where a chain benchmark's service runs.
+const (
+	ServiceInProcess = "in-process"
+	ServiceDeployed  = "deployed"
+)
 
 // RunChain runs the chains of every run, each on a fresh service, and
 // returns the report; progress goes to progress. It returns an error when o
@@ -112,6 +138,9 @@ func RunChain(ctx context.Context, o ChainOptions, progress io.Writer) (*ChainRe
 	if o.Workers < 1 || o.Concurrency < 1 || o.Submitters < 1 || o.Single < 0 || len(o.Chains) == 0 {
 		return nil, errors.New("--workers, --concurrency and --submitters must be at least 1, --single at least 0, and --chains not empty")
 	}
+	if o.Warmup < 0 {
+		return nil, errors.New("--warmup must be at least 0")
+	}
 	if o.CompareAuth && o.Rounds < 1 {
 		return nil, errors.New("--rounds must be at least 1")
 	}
@@ -121,7 +150,10 @@ func RunChain(ctx context.Context, o ChainOptions, progress io.Writer) (*ChainRe
 	}
 	defer stopProfile()
 	rep := &ChainReport{Go: runtime.Version(), CPUs: runtime.NumCPU(), Workers: o.Workers, Concurrency: o.Concurrency,
-		ReferenceCPS: ReferenceChainsPerS, Auth: authName(!o.Auth)}
+		Service: ServiceInProcess, Submitters: o.Submitters, Warmup: o.Warmup, Auth: authName(!o.Auth)}
+	if o.Deployed {
+		rep.Service = ServiceDeployed
+	}
 	run := func(n int, single, open bool, round int) (*ChainCell, error) {
 		at := ""
 		if round > 0 {
@@ -139,7 +171,11 @@ func RunChain(ctx context.Context, o ChainOptions, progress io.Writer) (*ChainRe
 			return nil, err
 		}
 		c.Round, c.OneAtATime = round, single
-		fmt.Fprintf(progress, "bench:   %.0f chains/s, p50 %.1f ms, p99 %.1f ms, CPU %.2f ms/chain\n", c.ChainsPerS, c.P50ms, c.P99ms, c.CPUmsPerRun)
+		fmt.Fprintf(progress, "bench:   %.0f chains/s, p50 %.1f ms, p99 %.1f ms, CPU %.2f ms/chain", c.ChainsPerS, c.P50ms, c.P99ms, c.CPUmsPerRun)
+		if o.Deployed {
+			fmt.Fprintf(progress, " (service %.2f), service peak RSS %.1f MiB", c.ServiceCPUms, c.ServiceRSSMiB)
+		}
+		fmt.Fprintln(progress)
 		return c, nil
 	}
 	if o.CompareAuth {
@@ -225,12 +261,20 @@ func cpuTime() time.Duration {
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
-// chainRun runs n chains on a fresh service in dir with the given number of
-// concurrent submitters.
+// chainRun runs o.Warmup chains, then n measured ones, on a fresh service
+// in dir (in this process, or deployed) with the given number of concurrent
+// submitters.
 func chainRun(ctx context.Context, dir string, o ChainOptions, n, submitters int, open bool) (*ChainCell, error) {
 	ctx, cancel := context.WithTimeout(ctx, o.Timeout)
 	defer cancel()
-	bs, err := startService(ctx, dir, open, io.Discard)
+	var bs *service
+	var proc *deployed // the service's process when deployed
+	var err error
+	if o.Deployed {
+		bs, proc, err = startDeployed(ctx, dir, o.Binary, open)
+	} else {
+		bs, err = startService(ctx, dir, open, io.Discard)
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -258,25 +302,31 @@ func chainRun(ctx context.Context, dir string, o ChainOptions, n, submitters int
 		workers = append(workers, w)
 	}
 
-	// Each chain's end is its goal's achievement on the event feed.
+	// Each chain's end is its goal's achievement on the event feed. A phase
+	// (the warm-up, then the measured chains) ends when ended holds target
+	// chains: every earlier phase's and its own.
 	fnc, err := bs.join(ctx, "bench-feed", domain.RoleClient)
 	if err != nil {
 		return nil, err
 	}
 	defer fnc.Close()
 	var mu sync.Mutex
-	started := map[string]time.Time{}
 	ended := map[string]time.Time{}
-	all := make(chan struct{})
+	target := 0
+	var reached chan struct{} // closed (and cleared) once len(ended) reaches target
+	check := func() {         // with mu held
+		if reached != nil && len(ended) >= target {
+			close(reached)
+			reached = nil
+		}
+	}
 	sub, err := fnc.Subscribe("dwr.ev.default.goal.*.achieved", func(m *nats.Msg) {
 		now := time.Now()
 		parts := strings.Split(m.Subject, ".")
 		mu.Lock()
 		defer mu.Unlock()
 		ended[parts[4]] = now
-		if len(ended) == n {
-			close(all)
-		}
+		check()
 	})
 	if err != nil {
 		return nil, err
@@ -302,49 +352,86 @@ func chainRun(ctx context.Context, dir string, o ChainOptions, n, submitters int
 			}
 		})
 	}
-	var errCount atomic.Int64
-	var firstErr atomic.Value
-	next := atomic.Int64{}
-	cpu0, t0 := cpuTime(), time.Now()
-	var sw sync.WaitGroup
-	for i := range submitters {
-		cl := cls[i]
-		sw.Go(func() {
-			for {
-				k := next.Add(1)
-				if k > int64(n) || ctx.Err() != nil {
-					return
-				}
-				id := ulid.Make().String()
-				at := time.Now()
-				err := submitChain(ctx, cl, id)
-				if err != nil {
-					errCount.Add(1)
-					firstErr.CompareAndSwap(nil, err.Error())
+
+	// phase submits count chains from the submitters and waits until each
+	// has ended; it returns when each was submitted, and its errors.
+	phase := func(count int) (started map[string]time.Time, errs int64, first string, _ error) {
+		started = map[string]time.Time{}
+		mu.Lock()
+		target += count
+		all := make(chan struct{})
+		reached = all
+		check()
+		mu.Unlock()
+		var errCount atomic.Int64
+		var firstErr atomic.Value
+		next := atomic.Int64{}
+		var sw sync.WaitGroup
+		for i := range submitters {
+			cl := cls[i]
+			sw.Go(func() {
+				for {
+					k := next.Add(1)
+					if k > int64(count) || ctx.Err() != nil {
+						return
+					}
+					id := ulid.Make().String()
+					at := time.Now()
+					err := submitChain(ctx, cl, id)
 					mu.Lock()
-					ended[id] = at // counted, so the run ends
-					if len(ended) == n {
-						close(all)
+					if err != nil {
+						errCount.Add(1)
+						firstErr.CompareAndSwap(nil, err.Error())
+						ended[id] = at // counted, so the phase ends
+						check()
+					} else {
+						started[id] = at
 					}
 					mu.Unlock()
-					continue
+					if err == nil && submitters == 1 { // one chain at a time: wait for it
+						waitEnded(ctx, &mu, ended, id)
+					}
 				}
-				mu.Lock()
-				started[id] = at
-				mu.Unlock()
-				if submitters == 1 { // one chain at a time: wait for it
-					waitEnded(ctx, &mu, ended, id)
-				}
-			}
-		})
+			})
+		}
+		sw.Wait()
+		select {
+		case <-all:
+		case <-ctx.Done():
+			mu.Lock()
+			defer mu.Unlock()
+			return nil, 0, "", fmt.Errorf("%d of %d chains achieved before giving up: %w", len(ended), target, ctx.Err())
+		}
+		first, _ = firstErr.Load().(string)
+		return started, errCount.Load(), first, nil
 	}
-	sw.Wait()
-	select {
-	case <-all:
-	case <-ctx.Done():
-		return nil, fmt.Errorf("%d of %d chains achieved before giving up: %w", len(ended), n, ctx.Err())
+	if o.Warmup > 0 {
+		if _, errs, first, err := phase(o.Warmup); err != nil {
+			return nil, fmt.Errorf("warm-up: %w", err)
+		} else if errs > 0 {
+			return nil, fmt.Errorf("warm-up: %d chains failed (first: %s)", errs, first)
+		}
+	}
+
+	// The measured window: from the first submission to the last chain's
+	// end, CPU of this process (workers, clients) and of the service's
+	// process when deployed.
+	svc0, err := proc.cpuOrZero()
+	if err != nil {
+		return nil, err
+	}
+	cpu0, t0 := cpuTime(), time.Now()
+	started, errs, first, err := phase(n)
+	if err != nil {
+		return nil, err
 	}
 	cpu := cpuTime() - cpu0
+	svc1, err := proc.cpuOrZero()
+	if err != nil {
+		return nil, err
+	}
+	svcCPU := svc1 - svc0
+	cpu += svcCPU
 	mu.Lock()
 	defer mu.Unlock()
 	last := t0
@@ -359,11 +446,16 @@ func chainRun(ctx context.Context, dir string, o ChainOptions, n, submitters int
 	slices.Sort(lats)
 	p := percentiles(lats)
 	secs := last.Sub(t0).Seconds()
+	perChain := func(d time.Duration) float64 { return round2(float64(d.Microseconds()) / 1000 / float64(n)) }
 	c := &ChainCell{Auth: authName(open), Chains: n, Seconds: round2(secs), ChainsPerS: round1(float64(n) / secs), TasksPerS: round1(3 * float64(n) / secs),
-		P50ms: p[0], P99ms: p[2], CPUmsPerRun: round2(float64(cpu.Microseconds()) / 1000 / float64(n)),
-		Errors: int(errCount.Load())}
-	if v, ok := firstErr.Load().(string); ok {
-		c.FirstError = v
+		P50ms: p[0], P99ms: p[2], CPUmsPerRun: perChain(cpu), Errors: int(errs), FirstError: first}
+	if proc != nil {
+		c.ServiceCPUms = perChain(svcCPU)
+		rss, err := proc.peakRSS()
+		if err != nil {
+			return nil, err
+		}
+		c.ServiceRSSMiB = round1(rss)
 	}
 	return c, nil
 }
@@ -414,8 +506,13 @@ func PrintChain(w io.Writer, rep *ChainReport) error {
 	if compare {
 		auth = fmt.Sprintf("service closed and open alternating, %d rounds", rep.Rounds)
 	}
-	fmt.Fprintf(w, "dwr bench chain3: %s, %s/%s, %d CPUs, %d workers × %d jobs, fsync before ack, %s\n\n",
-		rep.Go, runtime.GOOS, runtime.GOARCH, rep.CPUs, rep.Workers, rep.Concurrency, auth)
+	deployed := rep.Service == ServiceDeployed
+	where := "service in-process"
+	if deployed {
+		where = "service deployed (dwr serve in its own process)"
+	}
+	fmt.Fprintf(w, "dwr bench chain3: %s, %s/%s, %d CPUs, %s, %d workers × %d jobs, %d submitters, %d warm-up chains, fsync before ack, %s\n\n",
+		rep.Go, runtime.GOOS, runtime.GOARCH, rep.CPUs, where, rep.Workers, rep.Concurrency, rep.Submitters, rep.Warmup, auth)
 	rows := [][]string{}
 	row := func(c ChainCell) {
 		label := "all at once"
@@ -424,6 +521,9 @@ func PrintChain(w io.Writer, rep *ChainReport) error {
 		}
 		r := []string{label, fmt.Sprint(c.Chains), thousands(c.ChainsPerS), thousands(c.TasksPerS),
 			ms(c.P50ms), ms(c.P99ms), fmt.Sprintf("%.2f", c.CPUmsPerRun)}
+		if deployed {
+			r = append(r, fmt.Sprintf("%.2f", c.ServiceCPUms), fmt.Sprintf("%.1f", c.ServiceRSSMiB))
+		}
 		if compare {
 			r = append([]string{fmt.Sprint(c.Round), c.Auth}, r...)
 		}
@@ -436,6 +536,9 @@ func PrintChain(w io.Writer, rep *ChainReport) error {
 		row(c)
 	}
 	header := []string{"RUN", "CHAINS", "CHAINS/S", "TASKS/S", "P50 MS", "P99 MS", "CPU MS/CHAIN"}
+	if deployed {
+		header = append(header, "OF WHICH SERVICE", "SERVICE PEAK RSS MIB")
+	}
 	if compare {
 		header = append([]string{"ROUND", "AUTH"}, header...)
 	}
@@ -445,11 +548,10 @@ func PrintChain(w io.Writer, rep *ChainReport) error {
 	if err := printAuthCost(w, "CHAINS/S", "CPU/CHAIN", rep.AuthCost); err != nil {
 		return err
 	}
-	fmt.Fprintf(w, "\npeak RSS %.1f MiB", rep.PeakRSSMiB)
-	if len(rep.Cells) > 0 && !compare {
-		best := rep.Cells[len(rep.Cells)-1]
-		fmt.Fprintf(w, "; at N=%d: %.1f× the reference peer's %d chains/s", best.Chains, best.ChainsPerS/rep.ReferenceCPS, int(rep.ReferenceCPS))
+	if deployed {
+		fmt.Fprintf(w, "\npeak RSS of this process (workers and clients) %.1f MiB\n", rep.PeakRSSMiB)
+	} else {
+		fmt.Fprintf(w, "\npeak RSS %.1f MiB\n", rep.PeakRSSMiB)
 	}
-	fmt.Fprintln(w)
 	return nil
 }

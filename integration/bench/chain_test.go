@@ -3,6 +3,10 @@ package bench
 import (
 	"bytes"
 	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -63,4 +67,54 @@ func TestBenchChain3CompareAuth(t *testing.T) {
 	var human bytes.Buffer
 	require.NoError(t, PrintChain(&human, rep))
 	require.Contains(t, human.String(), "the cost of authentication")
+}
+
+// TestBenchChain3Deployed runs a few chains with the service deployed: `dwr
+// serve` (built from this module) in its own process, the workers and
+// submitters in the test's, over TCP; every chain must end achieved, and
+// the service's CPU and peak RSS must be measured.
+func TestBenchChain3Deployed(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds the dwr binary")
+	}
+	bin := buildDWR(t)
+	var errb bytes.Buffer
+	rep, err := RunChain(t.Context(), ChainOptions{Chains: []int{10}, Single: 2, Workers: 1, Concurrency: 4, Submitters: 4,
+		Warmup: 3, Dir: t.TempDir(), Auth: true, Deployed: true, Binary: bin}, &errb)
+	require.NoError(t, err, "progress:\n%s", errb.String())
+	require.NoError(t, rep.Err())
+	require.Equal(t, ServiceDeployed, rep.Service)
+	require.Equal(t, AuthClosed, rep.Auth)
+	require.Equal(t, 3, rep.Warmup)
+	require.Len(t, rep.Cells, 1)
+	for _, c := range append([]ChainCell{rep.Single}, rep.Cells...) {
+		require.Zero(t, c.Errors, c.FirstError)
+		require.Positive(t, c.ChainsPerS)
+		require.Positive(t, c.P50ms)
+		require.GreaterOrEqual(t, c.P99ms, c.P50ms)
+		require.Positive(t, c.ServiceRSSMiB, "the service's VmHWM")
+		require.GreaterOrEqual(t, c.CPUmsPerRun, c.ServiceCPUms, "the whole system's CPU includes the service's")
+	}
+	require.Equal(t, 10, rep.Cells[0].Chains)
+	var human bytes.Buffer
+	require.NoError(t, PrintChain(&human, rep))
+	require.Contains(t, human.String(), "service deployed")
+	require.Contains(t, human.String(), "SERVICE PEAK RSS MIB")
+}
+
+// buildDWR builds ./cmd/dwr of this module into a temporary directory and
+// returns its path.
+func buildDWR(t *testing.T) string {
+	t.Helper()
+	out, err := exec.Command("go", "env", "GOMOD").Output()
+	require.NoError(t, err)
+	gomod := strings.TrimSpace(string(out))
+	require.NotEmpty(t, gomod, "not inside the dwr module")
+	require.NotEqual(t, os.DevNull, gomod, "not inside the dwr module")
+	bin := filepath.Join(t.TempDir(), "dwr")
+	cmd := exec.Command("go", "build", "-o", bin, "./cmd/dwr")
+	cmd.Dir = filepath.Dir(gomod)
+	b, err := cmd.CombinedOutput()
+	require.NoError(t, err, "go build ./cmd/dwr:\n%s", b)
+	return bin
 }

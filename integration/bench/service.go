@@ -26,6 +26,9 @@ type service struct {
 	srv *embedded.Server
 	svc *handlers.Service
 	dir string
+	// dial opens a connection to the service's NATS server: in-process, or
+	// over TCP to a deployed service (another process).
+	dial func(opts ...nats.Option) (*nats.Conn, error)
 	// admin is the admin's client of a closed service (nil when open): it
 	// adds the benchmark's participants as members.
 	admin *client.Client
@@ -64,6 +67,7 @@ func startService(ctx context.Context, dir string, open bool, progress io.Writer
 		return nil, err
 	}
 	bs := &service{dir: dir}
+	bs.dial = func(opts ...nats.Option) (*nats.Conn, error) { return bs.srv.Connect(opts...) }
 	var snc *nats.Conn
 	var bnd *handlers.Boundary
 	cfg := handlers.Config{WriterID: "bench", LogKey: key, Logger: logger}
@@ -121,14 +125,14 @@ func startService(ctx context.Context, dir string, open bool, progress io.Writer
 	return bs, nil
 }
 
-// connectCreds opens an in-process connection with a credential file, as
-// the SDK and the CLI connect: its nkey and inbox prefix.
+// connectCreds opens a connection with a credential file, as the SDK and
+// the CLI connect: its nkey and inbox prefix.
 func (bs *service) connectCreds(name, file string, opts ...nats.Option) (*nats.Conn, error) {
 	creds, err := executors.Credentials(file)
 	if err != nil {
 		return nil, err
 	}
-	return bs.srv.Connect(append(append([]nats.Option{nats.Name(name)}, creds...), opts...)...)
+	return bs.dial(append(append([]nats.Option{nats.Name(name)}, creds...), opts...)...)
 }
 
 // requestTimeout bounds a benchmark client's request.
@@ -148,7 +152,7 @@ func newClient(nc *nats.Conn) *client.Client {
 // it connects with that credential; on an open one it connects as anyone.
 func (bs *service) join(ctx context.Context, name string, role domain.Role, queues ...string) (*nats.Conn, error) {
 	if bs.admin == nil {
-		return bs.srv.Connect(nats.Name(name))
+		return bs.dial(nats.Name(name))
 	}
 	file := filepath.Join(bs.dir, name+".creds")
 	if _, _, err := access.AddUser(bs.admin.Workspace(), domain.AddMember{Name: name, Role: role, Queues: queues}, file, true,
