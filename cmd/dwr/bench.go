@@ -89,7 +89,7 @@ the admin with the credential serve writes (DATA/admin.creds) and adds the parti
 the workers and submitters run in this process and reach the service over TCP. The CPU per chain is
 then both processes' over the measured window (this one's getrusage and the service's
 /proc/PID/stat), with the service's share beside it, and each run reports the service process's peak
-RSS (VmHWM). --warmup chains run first in each fresh service and are not measured, as the peers'
+RSS (VmHWM); --auth=false runs it as "dwr serve --insecure-open". --warmup chains run first in each fresh service and are not measured, as the peers'
 harnesses warm up (see scripts/compare-peers).`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {

@@ -40,6 +40,7 @@ func TestBenchRejectsBadFlags(t *testing.T) {
 		{"bench", "--modes", "nope"},
 		{"bench", "--compare-auth", "--modes", "baseline,group"},
 		{"bench", "--compare-auth", "--rounds", "0"},
+		{"bench", "chain3", "--warmup", "-1"},
 	} {
 		var out, errb bytes.Buffer
 		require.NotEqual(t, exitOK, Main(args, strings.NewReader(""), &out, &errb), "%v", args)

@@ -447,8 +447,11 @@ func chainRun(ctx context.Context, dir string, o ChainOptions, n, submitters int
 	p := percentiles(lats)
 	secs := last.Sub(t0).Seconds()
 	perChain := func(d time.Duration) float64 { return round2(float64(d.Microseconds()) / 1000 / float64(n)) }
-	c := &ChainCell{Auth: authName(open), Chains: n, Seconds: round2(secs), ChainsPerS: round1(float64(n) / secs), TasksPerS: round1(3 * float64(n) / secs),
-		P50ms: p[0], P99ms: p[2], CPUmsPerRun: perChain(cpu), Errors: int(errs), FirstError: first}
+	c := &ChainCell{Auth: authName(open), Chains: n, Seconds: round2(secs), P50ms: p[0], P99ms: p[2], CPUmsPerRun: perChain(cpu),
+		Errors: int(errs), FirstError: first}
+	if secs > 0 { // not when every submission failed
+		c.ChainsPerS, c.TasksPerS = round1(float64(n)/secs), round1(3*float64(n)/secs)
+	}
 	if proc != nil {
 		c.ServiceCPUms = perChain(svcCPU)
 		rss, err := proc.peakRSS()

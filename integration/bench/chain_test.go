@@ -7,6 +7,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -102,19 +103,67 @@ func TestBenchChain3Deployed(t *testing.T) {
 	require.Contains(t, human.String(), "SERVICE PEAK RSS MIB")
 }
 
-// buildDWR builds ./cmd/dwr of this module into a temporary directory and
-// returns its path.
+// TestBenchChain3DeployedOpen runs chains on a deployed service that is
+// open (dwr serve --insecure-open): no admin adds members, so the first
+// requests come right after serve is ready.
+func TestBenchChain3DeployedOpen(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds the dwr binary")
+	}
+	bin := buildDWR(t)
+	var errb bytes.Buffer
+	rep, err := RunChain(t.Context(), ChainOptions{Chains: []int{8}, Single: 1, Workers: 1, Concurrency: 4, Submitters: 4,
+		Dir: t.TempDir(), Deployed: true, Binary: bin}, &errb)
+	require.NoError(t, err, "progress:\n%s", errb.String())
+	require.NoError(t, rep.Err())
+	require.Equal(t, AuthOpen, rep.Auth)
+	require.Equal(t, 8, rep.Cells[0].Chains)
+	require.Positive(t, rep.Cells[0].ServiceRSSMiB)
+}
+
+var (
+	dwrOnce sync.Once
+	dwrBin  string
+	dwrErr  error
+)
+
+// buildDWR builds ./cmd/dwr of this module, once per test run, and returns
+// its path.
 func buildDWR(t *testing.T) string {
 	t.Helper()
-	out, err := exec.Command("go", "env", "GOMOD").Output()
-	require.NoError(t, err)
-	gomod := strings.TrimSpace(string(out))
-	require.NotEmpty(t, gomod, "not inside the dwr module")
-	require.NotEqual(t, os.DevNull, gomod, "not inside the dwr module")
-	bin := filepath.Join(t.TempDir(), "dwr")
-	cmd := exec.Command("go", "build", "-o", bin, "./cmd/dwr")
-	cmd.Dir = filepath.Dir(gomod)
-	b, err := cmd.CombinedOutput()
-	require.NoError(t, err, "go build ./cmd/dwr:\n%s", b)
-	return bin
+	dwrOnce.Do(func() {
+		out, err := exec.Command("go", "env", "GOMOD").Output()
+		if err != nil {
+			dwrErr = fmt.Errorf("go env GOMOD: %w", err)
+			return
+		}
+		gomod := strings.TrimSpace(string(out))
+		if gomod == "" || gomod == os.DevNull {
+			dwrErr = fmt.Errorf("go env GOMOD: not inside the dwr module")
+			return
+		}
+		dir, err := os.MkdirTemp("", "dwr-bench-bin-")
+		if err != nil {
+			dwrErr = err
+			return
+		}
+		bin := filepath.Join(dir, "dwr")
+		cmd := exec.Command("go", "build", "-o", bin, "./cmd/dwr")
+		cmd.Dir = filepath.Dir(gomod)
+		if b, err := cmd.CombinedOutput(); err != nil {
+			dwrErr = fmt.Errorf("go build ./cmd/dwr: %w\n%s", err, b)
+			return
+		}
+		dwrBin = bin
+	})
+	require.NoError(t, dwrErr)
+	return dwrBin
+}
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if dwrBin != "" {
+		_ = os.RemoveAll(filepath.Dir(dwrBin))
+	}
+	os.Exit(code)
 }

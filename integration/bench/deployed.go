@@ -62,7 +62,7 @@ func startDeployed(ctx context.Context, dir, bin string, open bool) (_ *service,
 		return nil, nil, err
 	}
 	defer func() { _ = out.Close() }() // the child has its own copy
-	args := []string{"serve", "--data", data, "--listen", addr, "--log-level", "warn"}
+	args := []string{"serve", "--data", data, "--listen", addr, "--log-level", "info"}
 	if open {
 		args = append(args, "--insecure-open")
 	}
@@ -135,14 +135,21 @@ func freePort() (int, error) {
 	return 0, errors.New("no free loopback port found")
 }
 
-// waitReady waits until the service answers a query, connecting as the
-// admin (with the credential serve writes at its first start) unless open,
-// and returns that connection.
-func (p *deployed) waitReady(ctx context.Context, creds string, open bool) (*nats.Conn, error) {
+// waitReady waits until serve has logged that it is ready — it answers
+// queries a moment before, then reloads the server's users, and requests
+// sent meanwhile may find no responders — and until the service answers a
+// query, connecting as the admin (with the credential serve writes at its
+// first start) unless open, and returns that connection.
+func (p *deployed) waitReady(ctx context.Context, creds string, open bool) (_ *nats.Conn, err error) {
 	deadline := time.Now().Add(deployedReadyTimeout)
 	tick := time.NewTicker(20 * time.Millisecond)
 	defer tick.Stop()
 	var nc *nats.Conn
+	defer func() {
+		if err != nil && nc != nil {
+			nc.Close()
+		}
+	}()
 	var last error
 	for {
 		select {
@@ -152,14 +159,18 @@ func (p *deployed) waitReady(ctx context.Context, creds string, open bool) (*nat
 			return nil, ctx.Err()
 		default:
 		}
-		if nc == nil {
+		if b, _ := os.ReadFile(p.log); nc == nil && !strings.Contains(string(b), `msg="dwr ready"`) {
+			last = errors.New(`no "dwr ready" in its output yet`)
+		} else if nc == nil {
 			var opts []nats.Option
+			var err error
 			if !open {
-				opts, last = executors.Credentials(creds)
+				opts, err = executors.Credentials(creds) // serve writes it at its first start
 			}
-			if last == nil {
-				nc, last = nats.Connect(p.url, append(opts, nats.Name("dwr-bench-admin"), nats.Timeout(time.Second))...)
+			if err == nil {
+				nc, err = nats.Connect(p.url, append(opts, nats.Name("dwr-bench-admin"), nats.Timeout(time.Second))...)
 			}
+			last = err
 		}
 		if nc != nil {
 			resp, err := nc.Request("dwr.q.default.workspace.list", nil, time.Second)
@@ -173,9 +184,6 @@ func (p *deployed) waitReady(ctx context.Context, creds string, open bool) (*nat
 			last = err
 		}
 		if time.Now().After(deadline) {
-			if nc != nil {
-				nc.Close()
-			}
 			return nil, fmt.Errorf("dwr serve not ready after %s: %v\n%s", deployedReadyTimeout, last, p.tail())
 		}
 		<-tick.C
