@@ -108,7 +108,7 @@ harnesses warm up (see scripts/compare-peers).`,
 	f.IntVar(&o.Single, "single", 20, "chains run one at a time first, for the latency at low load")
 	f.StringVar(&o.Dir, "dir", os.TempDir(), "where the fresh directories are made")
 	f.DurationVar(&o.Timeout, "timeout", bench.DefaultChainTimeout, "give up on a run after this long")
-	f.StringVar(&o.CPUProfile, "cpuprofile", "", "write a CPU profile of the whole run to this file")
+	f.StringVar(&o.CPUProfile, "cpuprofile", "", "write a CPU profile of the whole run to this file (with --deployed: of this process, the workers and clients, only)")
 	f.BoolVar(&o.Auth, "auth", true, "run the service closed, as dwr serve does (--auth=false: open, without accounts or credentials)")
 	f.BoolVar(&o.CompareAuth, "compare-auth", false, "run closed and open, alternating in --rounds rounds, and print the cost of authentication")
 	f.IntVar(&o.Rounds, "rounds", 3, "with --compare-auth: rounds, each running everything closed and open (the order swapped each round)")
