@@ -57,6 +57,7 @@ func Validate(path string, b []byte) error {
 // path; when there is none (common.json holds only definitions), the error
 // is CodeNotFound with the message missing gives.
 func validateAt(path, what string, b []byte, missing func(*registry) string) error {
+	_ = growStack(0)
 	r := load()
 	if r.err != nil {
 		return r.internal()
@@ -276,4 +277,24 @@ func invalidFields(what string, fields []FieldError) *Error {
 		fmt.Fprintf(&b, "; only the first %d are listed", len(fields))
 	}
 	return &Error{Code: CodeInvalid, Message: b.String(), Fields: fields}
+}
+
+// validatorStack is the frame growStack takes: with it, a goroutine that
+// starts with the smallest stack (8 KiB) grows to 16 KiB at once, which holds
+// the validator's recursion for a command such as task.succeed.
+const validatorStack = 8 << 10
+
+// growStack grows the calling goroutine's stack, while it is still shallow,
+// to hold the validator's recursion. The service validates every request
+// on a fresh goroutine, which starts with a small stack: without this, the
+// stack grows in steps as the recursion deepens, each step copying the whole
+// deep stack (and adjusting every frame), which cost about a third of a
+// small command's validation (BenchmarkValidateCommandInFreshGoroutine with
+// GODEBUG=adaptivestackstart=0: runtime.newstack 18% of the samples without,
+// 2% with). Grown here, the stack is copied while it holds a few frames.
+//
+//go:noinline
+func growStack(i int) byte {
+	var pad [validatorStack]byte // indexed by a variable, it stays in the frame
+	return pad[i]
 }
