@@ -123,6 +123,15 @@ func decode(b []byte) (v any, dups []FieldError, e *Error) {
 	if !utf8.Valid(b) {
 		return nil, nil, &Error{Code: CodeInvalid, Message: fmt.Sprintf("is not valid UTF-8 (at byte %d)", invalidUTF8(b))}
 	}
+	if v, dups, ok := fastDecode(b); ok {
+		return v, dups, nil
+	}
+	return slowDecode(b)
+}
+
+// slowDecode is decode by json.Decoder's tokens: what fastDecode does not
+// read is read here, which says what is wrong with it.
+func slowDecode(b []byte) (v any, dups []FieldError, e *Error) {
 	dec := json.NewDecoder(bytes.NewReader(b))
 	dec.UseNumber()
 	v, err := readValue(dec, nil, &dups)
