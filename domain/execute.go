@@ -33,22 +33,29 @@ type Outcome struct {
 // plan has ended is achieved or failed. w is not modified. A refusal is an
 // *Error with a code and, where it applies, the field.
 func Execute(w World, cmd Command, m Meta) (*Outcome, error) {
+	out, _, err := execute(w, cmd, m)
+	return out, err
+}
+
+// execute is Execute; it returns the overlay on w that holds the outcome's
+// changes too.
+func execute(w World, cmd Command, m Meta) (*Outcome, *Overlay, error) {
 	if m.Now.IsZero() {
-		return nil, fmt.Errorf("domain: command decided without a time")
+		return nil, nil, fmt.Errorf("domain: command decided without a time")
 	}
 	x := &tx{o: NewOverlay(w), m: m}
 	reply, err := x.decide(cmd)
 	var rf *refusal
 	if errors.As(err, &rf) {
-		return &Outcome{Changes: x.o.Changes(), Refusal: rf.err}, nil
+		return &Outcome{Changes: x.o.Changes(), Refusal: rf.err}, x.o, nil
 	}
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	if err := x.react(); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	return &Outcome{Changes: x.o.Changes(), Reply: reply}, nil
+	return &Outcome{Changes: x.o.Changes(), Reply: reply}, x.o, nil
 }
 
 type tx struct {

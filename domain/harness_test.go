@@ -328,7 +328,8 @@ func replay(history []entry) (*replayed, error) {
 }
 
 // apply folds one entry of a history into r with the Apply functions alone,
-// checking that its version follows the aggregate's in versions, which it
+// its event encoded and decoded as the log gives it back (so a world that
+// equals its replay decides into the states the views replay to), checking that its version follows the aggregate's in versions, which it
 // advances.
 func (r *replayed) apply(versions map[string]uint64, e entry) error {
 	k := e.AggregateType + "/" + e.AggregateID
@@ -336,14 +337,22 @@ func (r *replayed) apply(versions map[string]uint64, e entry) error {
 		return fmt.Errorf("%s version %d follows %d", k, e.Version, versions[k])
 	}
 	versions[k] = e.Version
-	var err error
+	// Replayed as the log gives it back: encoded and decoded again.
+	data, err := json.Marshal(e.Event)
+	if err != nil {
+		return err
+	}
+	ev, err := DecodeEvent(e.Event.EventType(), data)
+	if err != nil {
+		return err
+	}
 	switch e.AggregateType {
 	case AggWorkspace:
-		r.workspaces[e.AggregateID], err = ApplyWorkspace(r.workspaces[e.AggregateID], e.AggregateID, e.Event, e.Recorded)
+		r.workspaces[e.AggregateID], err = ApplyWorkspace(r.workspaces[e.AggregateID], e.AggregateID, ev, e.Recorded)
 	case AggGoal:
-		r.goals[e.AggregateID], err = ApplyGoal(r.goals[e.AggregateID], e.AggregateID, e.Workspace, e.Event, e.Recorded)
+		r.goals[e.AggregateID], err = ApplyGoal(r.goals[e.AggregateID], e.AggregateID, e.Workspace, ev, e.Recorded)
 	case AggTask:
-		r.tasks[e.AggregateID], err = ApplyTask(r.tasks[e.AggregateID], e.AggregateID, e.Workspace, e.Event, e.Recorded)
+		r.tasks[e.AggregateID], err = ApplyTask(r.tasks[e.AggregateID], e.AggregateID, e.Workspace, ev, e.Recorded)
 	default:
 		err = fmt.Errorf("unknown aggregate type %q", e.AggregateType)
 	}

@@ -140,7 +140,7 @@ func (m *model) spec(key string, variant int, deps []string) TaskSpec {
 			m.features[k] = f
 		}
 	}
-	s := TaskSpec{Key: key, Queue: "work", DependsOn: deps, Input: json.RawMessage(fmt.Sprintf(`{"v":%d}`, variant)),
+	s := TaskSpec{Key: key, Queue: "work", DependsOn: deps, Input: json.RawMessage(fmt.Sprintf(`{ "v" : %d, "html": "<a&b>" }`, variant)),
 		Retry: &RetryPolicy{MaxAttempts: f.Max, InitialBackoff: Duration(time.Second), MaxBackoff: Duration(3 * time.Second)}}
 	if f.Verify {
 		s.Verification = &VerificationSpec{Queue: "verify", OnFail: f.OnFail, OnInconclusive: f.OnInc}
@@ -483,7 +483,7 @@ func (m *model) succeed() {
 		return
 	}
 	n := m.attempt(t)
-	_, _ = m.exec(&ReportSuccess{TaskID: id, Attempt: n, Token: m.sender(t, n), Result: json.RawMessage(`"done"`)}, AggTask, id)
+	_, _ = m.exec(&ReportSuccess{TaskID: id, Attempt: n, Token: m.sender(t, n), Result: json.RawMessage(` "done <now>" `)}, AggTask, id)
 }
 
 func (m *model) fail() {
@@ -502,7 +502,7 @@ func (m *model) checkpoint() {
 		return
 	}
 	n := m.attempt(t)
-	_, _ = m.exec(&SaveCheckpoint{TaskID: id, Attempt: n, Token: m.sender(t, n), Checkpoint: json.RawMessage(`{"at":1}`)}, AggTask, id)
+	_, _ = m.exec(&SaveCheckpoint{TaskID: id, Attempt: n, Token: m.sender(t, n), Checkpoint: json.RawMessage(`{"at": 1}`)}, AggTask, id)
 }
 
 func (m *model) verify() {

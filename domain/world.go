@@ -1,6 +1,9 @@
 package domain
 
-import "fmt"
+import (
+	"fmt"
+	"maps"
+)
 
 // World is the committed state a command is decided against. A missing
 // aggregate is (nil, nil); an error means the state could not be read.
@@ -84,7 +87,13 @@ func (o *Overlay) Changes() []Change { return o.changes }
 // Apply applies c on top of the overlay, checking that its version follows
 // the aggregate's; a Version of 0 takes the next one (the change is recorded
 // with it).
+//
+// It first brings c's event, in place, to its wire form (as the log gives it
+// back: raw JSON compacted, empty lists that are omitted as nil), which does
+// not change its encoding: the overlay's states are then exactly those that
+// replaying the log gives.
 func (o *Overlay) Apply(c Change, r Recorded) error {
+	wireForm(c.Event)
 	v, err := Apply(overlayStates{o}, c.AggregateType, c.AggregateID, c.Workspace, c.Version, c.Event, r)
 	if err != nil {
 		return err
@@ -97,6 +106,51 @@ func (o *Overlay) Apply(c Change, r Recorded) error {
 	}
 	o.changes = append(o.changes, c)
 	return nil
+}
+
+// Execute decides cmd against the overlay as Execute does and, unless the
+// decision fails (an error), keeps its changes, refusals recorded included,
+// on top of the overlay: the states the decision computed are kept, not
+// computed again. On an error the overlay is unchanged.
+func (o *Overlay) Execute(cmd Command, m Meta) (*Outcome, error) {
+	out, inner, err := execute(o, cmd, m)
+	if err != nil {
+		return nil, err
+	}
+	maps.Copy(o.workspaces, inner.workspaces)
+	maps.Copy(o.goals, inner.goals)
+	maps.Copy(o.tasks, inner.tasks)
+	for dep, ids := range inner.dependents {
+		o.dependents[dep] = append(o.dependents[dep], ids...)
+	}
+	o.changes = append(o.changes, inner.changes...)
+	return out, nil
+}
+
+// Touched is the state, as the overlay leaves it, of every aggregate its
+// changes touched, by kind and id.
+type Touched struct {
+	Workspaces map[string]*Workspace
+	Goals      map[string]*Goal
+	Tasks      map[string]*Task
+}
+
+// Touched returns the states of the aggregates the overlay's changes
+// touched. They are shared with the overlay: neither may change them.
+func (o *Overlay) Touched() Touched {
+	return Touched{Workspaces: stated(o.workspaces), Goals: stated(o.goals), Tasks: stated(o.tasks)}
+}
+
+// stated returns the entries of m that hold a state (the others remember
+// an aggregate the base does not have).
+func stated[S any](m map[string]*S) map[string]*S {
+	out := make(map[string]*S, len(m))
+	for id, s := range m {
+		if s != nil {
+			out[id] = s
+		}
+	}
+	return out
 }
 
 // overlayStates keeps what Apply computes in the overlay.

@@ -165,7 +165,12 @@ type commitWire struct {
 // position, an epoch record with events, an event without type, aggregate or
 // version) or key is nil, and an error wrapping ErrTooLarge if the record
 // exceeds MaxRecordBytes.
-func EncodeCommit(c *Commit, key *LogKey) ([]byte, error) {
+func EncodeCommit(c *Commit, key *LogKey) ([]byte, error) { return encodeCommit(c, key, false) }
+
+// encodeCommit is EncodeCommit; with linked, c's events were encoded by
+// ChainTx.Link with every field they are stored with, and their Raw is
+// spliced in as it is instead of being encoded a second time.
+func encodeCommit(c *Commit, key *LogKey, linked bool) ([]byte, error) {
 	if key == nil {
 		return nil, errors.New("eventstore: encode commit: no log key")
 	}
@@ -178,6 +183,10 @@ func EncodeCommit(c *Commit, key *LogKey) ([]byte, error) {
 	c.Time = c.Time.UTC()
 	size := 0
 	for i := range c.Events {
+		if linked && len(c.Events[i].Raw) > 0 {
+			size += len(c.Events[i].Raw) + 1
+			continue
+		}
 		if err := encodeEvent(&c.Events[i]); err != nil {
 			return nil, err
 		}

@@ -81,3 +81,39 @@ func BenchmarkEncodeCommit(b *testing.B) {
 		}
 	}
 }
+
+// The committer encodes each event once, as ChainTx.Link links it, and
+// splices those bytes into the record: the record is the one EncodeCommit
+// makes, which encodes the events itself.
+func TestALinkedBatchEncodesAsEncodeCommitDoes(t *testing.T) {
+	at := time.Date(2030, 1, 2, 3, 4, 5, 6, time.FixedZone("x", 3600))
+	key := internalKey(t)
+	events := func() []Event {
+		return []Event{
+			{ID: "e1", Type: "task.created", SchemaVersion: 2, Workspace: "ws", AggregateType: "task", AggregateID: "t1",
+				CommandID: "c&1", Time: at, Data: json.RawMessage(` {"a": "<b> & \u2028", "n": [1, 2.50]} `)},
+			{ID: "e2", Type: "task.ready", SchemaVersion: 1, Workspace: "ws", AggregateType: "task", AggregateID: "t1",
+				CommandID: "c&1", Time: at, Data: json.RawMessage(`{}`)},
+			{ID: "e3", Type: "goal.created", SchemaVersion: 1, Workspace: "ws", AggregateType: "goal", AggregateID: "g",
+				Time: at, Data: json.RawMessage(`{"title":"é"}`)},
+		}
+	}
+	linked := &Commit{Kind: KindEvents, Epoch: 1, Writer: "w", Time: at, N: 2, Prev: "cd", Events: events(),
+		Results: []CommandResult{{Workspace: "ws", CommandID: "c&1", Reply: json.RawMessage(`{"id": "t1"}`)}}}
+	tx := NewChainVerifier().Begin()
+	for i := range linked.Events {
+		require.NoError(t, tx.Link(&linked.Events[i]))
+	}
+	got, err := encodeCommit(linked, key, true)
+	require.NoError(t, err)
+
+	plain := *linked
+	plain.Events = events()
+	for i := range plain.Events { // what Link set, without its encoding
+		plain.Events[i].Version, plain.Events[i].PrevHash = linked.Events[i].Version, linked.Events[i].PrevHash
+	}
+	want, err := EncodeCommit(&plain, key)
+	require.NoError(t, err)
+	require.Equal(t, string(want), string(got))
+	require.Equal(t, plain.Hash, linked.Hash)
+}

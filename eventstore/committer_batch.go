@@ -38,7 +38,7 @@ func (c *Committer[T]) commit(ctx context.Context, items []T) error {
 			return nil
 		}
 	}
-	rec, err := EncodeCommit(cm, c.cfg.LogKey)
+	rec, err := encodeCommit(cm, c.cfg.LogKey, true) // Link encoded the events
 	if err == nil && len(rec) > c.cfg.MaxRecordBytes {
 		err = fmt.Errorf("%w: %d bytes, limit %d", ErrTooLarge, len(rec), c.cfg.MaxRecordBytes)
 	}

@@ -99,16 +99,16 @@ func (s *Service) authorize(who sender, ws, kind, name string) (principal, *sche
 
 // authorizeTask refuses an executor's command for a task that is not on one
 // of its queues. body is the command, already validated.
-func (s *Service) authorizeTask(p principal, name string, body []byte) *schemas.Error {
+func (s *Service) authorizeTask(p principal, name string, cmd domain.Command, body []byte) *schemas.Error {
 	if p.member == nil || p.role != domain.RoleExecutor || !domain.ExecutorCommands[name] {
 		return nil
 	}
-	var ref struct {
-		TaskID string `json:"task_id"`
-		Queue  string `json:"queue"`
-	}
-	if err := json.Unmarshal(body, &ref); err != nil {
-		return nil // the command's own decoding reports it
+	ref, ok := taskRefOf(cmd)
+	if !ok {
+		// A command taskRefOf does not know: read the fields from the body.
+		if err := json.Unmarshal(body, &ref); err != nil {
+			return nil // the command's own decoding reports it
+		}
 	}
 	q := ref.Queue
 	if ref.TaskID != "" {
@@ -128,6 +128,38 @@ func (s *Service) authorizeTask(p principal, name string, body []byte) *schemas.
 		return forbidden("%s may not work queue %q: its queues are %v", p.name, q, p.member.Queues)
 	}
 	return nil
+}
+
+// taskRef is what an executor's command names: its task, or a queue.
+type taskRef struct {
+	TaskID string `json:"task_id"`
+	Queue  string `json:"queue"`
+}
+
+// taskRefOf returns what the decoded executor command cmd names, without
+// decoding its body again; false for a command it does not know.
+func taskRefOf(cmd domain.Command) (taskRef, bool) {
+	switch c := cmd.(type) {
+	case *domain.ClaimTask:
+		return taskRef{TaskID: c.TaskID}, true
+	case *domain.SaveCheckpoint:
+		return taskRef{TaskID: c.TaskID}, true
+	case *domain.Heartbeat:
+		return taskRef{TaskID: c.TaskID}, true
+	case *domain.ReportSuccess:
+		return taskRef{TaskID: c.TaskID}, true
+	case *domain.ReportFailure:
+		return taskRef{TaskID: c.TaskID}, true
+	case *domain.WaitTask:
+		return taskRef{TaskID: c.TaskID}, true
+	case *domain.RequestApproval:
+		return taskRef{TaskID: c.TaskID}, true
+	case *domain.RecordVerification:
+		return taskRef{TaskID: c.TaskID}, true
+	case *domain.ConfigureQueue:
+		return taskRef{Queue: c.Queue}, true
+	}
+	return taskRef{}, false
 }
 
 func short(s string) string {

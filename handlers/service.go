@@ -729,12 +729,12 @@ func (s *Service) handleCommand(name string, req micro.Request, who sender) []by
 		s.countRefusal(name, domain.Meta{Workspace: ws, Actor: p.name}, err)
 		return errResponse(toWire(err, s.cfg.Logger))
 	}
-	if werr := s.authorizeTask(p, name, body); werr != nil {
-		return errResponse(werr)
-	}
 	cmd, _ := domain.NewCommand(name)
 	if err := json.Unmarshal(body, cmd); err != nil {
 		return errResponse(&schemas.Error{Code: schemas.CodeInvalid, Message: "the command does not decode: " + err.Error()})
+	}
+	if werr := s.authorizeTask(p, name, cmd, body); werr != nil {
+		return errResponse(werr)
 	}
 	fillIDs(cmd)
 	// The actor is who the NATS server authenticated, never a header.

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/dwr-run/dwr/domain"
@@ -66,6 +67,15 @@ type writer struct {
 	// views: the writer's state no longer follows the log, so it must stop.
 	broken     chan struct{}
 	brokenOnce sync.Once
+	// decided is what the last Decide left for Committed: its events, and
+	// the states they leave their aggregates in, which the views take
+	// instead of applying the events again.
+	decided struct {
+		events []eventstore.Event
+		final  domain.Touched
+	}
+	// finals counts the records the views take from the decided states.
+	finals atomic.Int64
 }
 
 func (w *writer) Decide(items []*request) ([]eventstore.Event, []eventstore.CommandResult, []error) {
@@ -94,7 +104,9 @@ func (w *writer) Decide(items []*request) ([]eventstore.Event, []eventstore.Comm
 		}
 		m := it.meta
 		m.Now = w.clock().UTC().Round(0)
-		out, err := domain.Execute(o, it.cmd, m)
+		// The overlay keeps the states the decision computed (the events in
+		// the form the log gives them back), for the next items and the views.
+		out, err := o.Execute(it.cmd, m)
 		if err != nil {
 			errs[i] = err
 			continue
@@ -107,8 +119,9 @@ func (w *writer) Decide(items []*request) ([]eventstore.Event, []eventstore.Comm
 			reply, err = json.Marshal(out.Reply)
 		}
 		if err != nil {
-			errs[i] = err
-			continue
+			// The overlay holds this command: decide the rest of the batch
+			// on a fresh one so nothing of it leaks.
+			return w.redecideWithout(items, i, err)
 		}
 		if len(out.Changes) == 0 {
 			errs[i] = &answered{out: &outcome{Seq: w.store.Checkpoint(), Reply: reply}, same: -1}
@@ -116,10 +129,6 @@ func (w *writer) Decide(items []*request) ([]eventstore.Event, []eventstore.Comm
 		}
 		evs := make([]eventstore.Event, 0, len(out.Changes))
 		for _, c := range out.Changes {
-			if err := o.Apply(c, domain.Recorded{CommandID: m.CommandID, Actor: m.Actor, Time: m.Now}); err != nil {
-				errs[i] = fmt.Errorf("handlers: apply decided change: %w", err)
-				break
-			}
 			data, err := json.Marshal(c.Event)
 			if err != nil {
 				errs[i] = err
@@ -130,13 +139,12 @@ func (w *writer) Decide(items []*request) ([]eventstore.Event, []eventstore.Comm
 				CommandID: m.CommandID, CorrelationID: m.CorrelationID, Actor: m.Actor, Time: m.Now, Data: data})
 		}
 		if errs[i] != nil {
-			// The overlay may hold part of this command: decide the rest of the
-			// batch on a fresh one so nothing of it leaks.
 			return w.redecideWithout(items, i, errs[i])
 		}
 		events = append(events, evs...)
 		results = append(results, eventstore.CommandResult{Workspace: m.Workspace, CommandID: m.CommandID, Actor: m.Actor, Reply: reply, Error: refusal})
 	}
+	w.decided.events, w.decided.final = events, o.Touched()
 	return events, results, errs
 }
 
@@ -196,10 +204,22 @@ func (w *writer) Committed(items []*request, c *eventstore.Commit, seq uint64, i
 		}
 		it.done <- outs[i]
 	}
+	decided := w.decided
+	w.decided.events, w.decided.final = nil, domain.Touched{}
 	if err != nil || seq == 0 {
 		return
 	}
-	if aerr := w.store.ApplyDecided(seq, c); aerr != nil {
+	fromFinal := len(c.Events) > 0 && len(decided.events) == len(c.Events) && &decided.events[0] == &c.Events[0]
+	var aerr error
+	if fromFinal {
+		// The record holds the very events the last Decide made: the views
+		// take the states that decision computed.
+		w.finals.Add(1)
+		aerr = w.store.ApplyFinal(seq, c, decided.final)
+	} else {
+		aerr = w.store.ApplyDecided(seq, c)
+	}
+	if aerr != nil {
 		w.logger.Error("handlers: views could not apply a committed record; the writer stops", "seq", seq, "err", aerr)
 		w.brokenOnce.Do(func() { close(w.broken) })
 		return

@@ -35,16 +35,33 @@ type batchState struct {
 // record's aggregate histories do not verify (the views stop there rather
 // than skip history), and an error for an event it cannot decode (an unknown type
 // stops the views loudly).
-func (s *Store) Apply(seq uint64, c *eventstore.Commit) error { return s.apply(seq, c, false) }
+func (s *Store) Apply(seq uint64, c *eventstore.Commit) error { return s.apply(seq, c, false, nil) }
 
 // ApplyDecided applies a record that the writer decided against this very
 // store and has just committed. It skips the lookups that the decision
 // already made against the same state: that a new aggregate does not exist
 // yet and that a command id was not applied before. Everything else is
 // checked as Apply checks it.
-func (s *Store) ApplyDecided(seq uint64, c *eventstore.Commit) error { return s.apply(seq, c, true) }
+func (s *Store) ApplyDecided(seq uint64, c *eventstore.Commit) error {
+	return s.apply(seq, c, true, nil)
+}
 
-func (s *Store) apply(seq uint64, c *eventstore.Commit, decided bool) (err error) {
+// ApplyFinal applies a record that the writer decided against this very
+// store and has just committed, as ApplyDecided does, but writes the
+// aggregates' rows from final, the states the writer's decision left the
+// aggregates of the record's events in (domain.Overlay.Touched), instead of
+// decoding the events and applying them again. The writer's overlay applies
+// events in the form the log gives them back, so both give the same views
+// byte for byte (a service's views equal the views rebuilt from its log).
+// Each event is still checked against its aggregate's chain and kept in its
+// history. It returns an error, and applies nothing, when final does not
+// hold exactly the aggregates of the record's events, each at the version of
+// its last event.
+func (s *Store) ApplyFinal(seq uint64, c *eventstore.Commit, final domain.Touched) error {
+	return s.apply(seq, c, true, &final)
+}
+
+func (s *Store) apply(seq uint64, c *eventstore.Commit, decided bool, final *domain.Touched) (err error) {
 	s.applyMu.Lock()
 	defer s.applyMu.Unlock()
 	defer s.recoverInto(&err)
@@ -64,9 +81,15 @@ func (s *Store) apply(seq uint64, c *eventstore.Commit, decided bool) (err error
 	bs := &batchState{s: s, decided: decided, workspaces: map[string]*domain.Workspace{}, goals: map[string]*domain.Goal{},
 		tasks: map[string]*domain.Task{}, taskBefore: map[string]*domain.Task{}, goalBefore: map[string]*domain.Goal{},
 		tips: map[string]tip{}}
-	for i := range c.Events {
-		if err := bs.event(b, seq, &c.Events[i]); err != nil {
+	if final != nil {
+		if err := bs.final(b, seq, c, final); err != nil {
 			return err
+		}
+	} else {
+		for i := range c.Events {
+			if err := bs.event(b, seq, &c.Events[i]); err != nil {
+				return err
+			}
 		}
 	}
 	if err := bs.flush(b); err != nil {
@@ -147,7 +170,9 @@ func (bs *batchState) tip(aggType, id string, version uint64) (tip, error) {
 	return t, err
 }
 
-func (bs *batchState) event(b *pebble.Batch, seq uint64, e *eventstore.Event) error {
+// chain checks that e follows its aggregate's tip, moves the tip and keeps
+// e in the aggregate's history.
+func (bs *batchState) chain(b *pebble.Batch, seq uint64, e *eventstore.Event) error {
 	t, err := bs.tip(e.AggregateType, e.AggregateID, e.Version)
 	if err != nil {
 		return err
@@ -156,7 +181,64 @@ func (bs *batchState) event(b *pebble.Batch, seq uint64, e *eventstore.Event) er
 		return fmt.Errorf("projections: log record %d: %w", seq, err)
 	}
 	bs.tips[e.AggregateType+"/"+e.AggregateID] = tip{Version: e.Version, Hash: e.Hash()}
-	if err := b.Set(historyKey(e.AggregateType, e.AggregateID, e.Version), e.Raw, nil); err != nil {
+	return b.Set(historyKey(e.AggregateType, e.AggregateID, e.Version), e.Raw, nil)
+}
+
+// final takes the states the record's events leave their aggregates in from
+// the writer's decision, with the states before the record that flush moves
+// index entries from, after checking each event against its chain and that
+// the states are exactly those of the record's aggregates, each at the
+// version of its last event.
+func (bs *batchState) final(b *pebble.Batch, seq uint64, c *eventstore.Commit, final *domain.Touched) error {
+	last := map[string]uint64{} // kind/id -> the version of its last event in the record
+	for i := range c.Events {
+		e := &c.Events[i]
+		if err := bs.chain(b, seq, e); err != nil {
+			return err
+		}
+		k := e.AggregateType + "/" + e.AggregateID
+		if _, seen := last[k]; !seen && e.Version > 1 {
+			// Not new: flush moves its index entries from its state before.
+			var err error
+			switch e.AggregateType {
+			case domain.AggGoal:
+				bs.goalBefore[e.AggregateID], err = bs.s.Goal(e.AggregateID)
+			case domain.AggTask:
+				bs.taskBefore[e.AggregateID], err = bs.s.Task(e.AggregateID)
+			}
+			if err != nil {
+				return err
+			}
+		}
+		last[k] = e.Version
+	}
+	if n := len(final.Workspaces) + len(final.Goals) + len(final.Tasks); n != len(last) {
+		return fmt.Errorf("projections: log record %d: the writer decided %d aggregates, the record's events touch %d", seq, n, len(last))
+	}
+	if err := takeFinal(seq, domain.AggWorkspace, final.Workspaces, bs.workspaces, last, func(w *domain.Workspace) uint64 { return w.Version }); err != nil {
+		return err
+	}
+	if err := takeFinal(seq, domain.AggGoal, final.Goals, bs.goals, last, func(g *domain.Goal) uint64 { return g.Version }); err != nil {
+		return err
+	}
+	return takeFinal(seq, domain.AggTask, final.Tasks, bs.tasks, last, func(t *domain.Task) uint64 { return t.Version })
+}
+
+// takeFinal keeps the decided states of one kind of aggregate in into,
+// checking that each is at the version of its last event in the record.
+func takeFinal[S any](seq uint64, kind string, states, into map[string]*S, last map[string]uint64, versionOf func(*S) uint64) error {
+	for id, st := range states {
+		v, ok := last[kind+"/"+id]
+		if !ok || st == nil || versionOf(st) != v {
+			return fmt.Errorf("projections: log record %d: the writer's state of %s %s does not follow the record's events", seq, kind, id)
+		}
+		into[id] = st
+	}
+	return nil
+}
+
+func (bs *batchState) event(b *pebble.Batch, seq uint64, e *eventstore.Event) error {
+	if err := bs.chain(b, seq, e); err != nil {
 		return err
 	}
 	data := e.Data

@@ -96,6 +96,7 @@ func compileAll(fsys fs.FS) (r *registry) {
 	c.DefaultDraft(jsonschema.Draft2020)
 	c.AssertFormat()
 	c.UseLoader(noLoader{})
+	c.UseRegexpEngine(compilePattern)
 	for _, p := range slices.Sorted(maps.Keys(r.raw)) {
 		doc, err := jsonschema.UnmarshalJSON(bytes.NewReader(r.raw[p]))
 		if err != nil {

@@ -1,0 +1,240 @@
+package schemas
+
+import (
+	"encoding/json"
+	"strconv"
+)
+
+// fastDecode decodes b, a JSON document of valid UTF-8 that CheckBounds
+// bounded, as decode's json.Decoder does (objects as map[string]any, arrays
+// as []any, numbers as json.Number, a repeated key reported in dups in the
+// same order), in one pass over the bytes and without the decoder's tokens.
+// It returns false for anything that is not one valid JSON value, which
+// decode then reads again to say what is wrong.
+func fastDecode(b []byte) (v any, dups []FieldError, ok bool) {
+	d := &fastDecoder{b: b}
+	d.space()
+	v, ok = d.value()
+	if !ok {
+		return nil, nil, false
+	}
+	d.space()
+	if d.i != len(d.b) {
+		return nil, nil, false
+	}
+	return v, d.dups, true
+}
+
+type fastDecoder struct {
+	b    []byte
+	i    int
+	loc  []string // the place of the value being read, for dups
+	dups []FieldError
+}
+
+func (d *fastDecoder) space() {
+	for d.i < len(d.b) {
+		switch d.b[d.i] {
+		case ' ', '\t', '\n', '\r':
+			d.i++
+		default:
+			return
+		}
+	}
+}
+
+func (d *fastDecoder) value() (any, bool) {
+	if d.i >= len(d.b) {
+		return nil, false
+	}
+	switch c := d.b[d.i]; {
+	case c == '{':
+		return d.object()
+	case c == '[':
+		return d.array()
+	case c == '"':
+		return d.str()
+	case c == '-' || c >= '0' && c <= '9':
+		return d.number()
+	case c == 't':
+		return true, d.literal("true")
+	case c == 'f':
+		return false, d.literal("false")
+	case c == 'n':
+		return nil, d.literal("null")
+	}
+	return nil, false
+}
+
+func (d *fastDecoder) literal(word string) bool {
+	if len(d.b)-d.i < len(word) || string(d.b[d.i:d.i+len(word)]) != word {
+		return false
+	}
+	d.i += len(word)
+	return d.i == len(d.b) || delimiter(d.b[d.i])
+}
+
+// delimiter reports whether c may follow a literal or a number.
+func delimiter(c byte) bool {
+	switch c {
+	case ' ', '\t', '\n', '\r', ',', ']', '}':
+		return true
+	}
+	return false
+}
+
+func (d *fastDecoder) object() (any, bool) {
+	d.i++ // {
+	m := map[string]any{}
+	d.space()
+	if d.i < len(d.b) && d.b[d.i] == '}' {
+		d.i++
+		return m, true
+	}
+	for {
+		d.space()
+		if d.i >= len(d.b) || d.b[d.i] != '"' {
+			return nil, false
+		}
+		kv, ok := d.str()
+		if !ok {
+			return nil, false
+		}
+		k := kv.(string)
+		d.space()
+		if d.i >= len(d.b) || d.b[d.i] != ':' {
+			return nil, false
+		}
+		d.i++
+		d.space()
+		d.loc = append(d.loc, k)
+		x, ok := d.value()
+		d.loc = d.loc[:len(d.loc)-1]
+		if !ok {
+			return nil, false
+		}
+		if _, dup := m[k]; dup {
+			d.dups = append(d.dups, FieldError{Pointer: pointer(child(d.loc, k)), Message: "appears more than once in its object"})
+		}
+		m[k] = x
+		d.space()
+		if d.i >= len(d.b) {
+			return nil, false
+		}
+		switch d.b[d.i] {
+		case ',':
+			d.i++
+		case '}':
+			d.i++
+			return m, true
+		default:
+			return nil, false
+		}
+	}
+}
+
+func (d *fastDecoder) array() (any, bool) {
+	d.i++ // [
+	a := []any{}
+	d.space()
+	if d.i < len(d.b) && d.b[d.i] == ']' {
+		d.i++
+		return a, true
+	}
+	for {
+		d.space()
+		d.loc = append(d.loc, strconv.Itoa(len(a)))
+		x, ok := d.value()
+		d.loc = d.loc[:len(d.loc)-1]
+		if !ok {
+			return nil, false
+		}
+		a = append(a, x)
+		d.space()
+		if d.i >= len(d.b) {
+			return nil, false
+		}
+		switch d.b[d.i] {
+		case ',':
+			d.i++
+		case ']':
+			d.i++
+			return a, true
+		default:
+			return nil, false
+		}
+	}
+}
+
+// str reads a string; one with escapes is unquoted by encoding/json.
+func (d *fastDecoder) str() (any, bool) {
+	start := d.i
+	d.i++ // "
+	escaped := false
+	for d.i < len(d.b) {
+		switch c := d.b[d.i]; {
+		case c == '"':
+			d.i++
+			if !escaped {
+				return string(d.b[start+1 : d.i-1]), true
+			}
+			var s string
+			if json.Unmarshal(d.b[start:d.i], &s) != nil {
+				return nil, false
+			}
+			return s, true
+		case c == '\\':
+			escaped = true
+			d.i += 2
+		case c < 0x20:
+			return nil, false
+		default:
+			d.i++
+		}
+	}
+	return nil, false
+}
+
+// number reads a number as the JSON grammar has it.
+func (d *fastDecoder) number() (any, bool) {
+	start := d.i
+	if d.b[d.i] == '-' {
+		d.i++
+	}
+	switch {
+	case d.i < len(d.b) && d.b[d.i] == '0':
+		d.i++
+	case d.i < len(d.b) && d.b[d.i] >= '1' && d.b[d.i] <= '9':
+		d.digits()
+	default:
+		return nil, false
+	}
+	if d.i < len(d.b) && d.b[d.i] == '.' {
+		d.i++
+		if d.digits() == 0 {
+			return nil, false
+		}
+	}
+	if d.i < len(d.b) && (d.b[d.i] == 'e' || d.b[d.i] == 'E') {
+		d.i++
+		if d.i < len(d.b) && (d.b[d.i] == '+' || d.b[d.i] == '-') {
+			d.i++
+		}
+		if d.digits() == 0 {
+			return nil, false
+		}
+	}
+	if d.i < len(d.b) && !delimiter(d.b[d.i]) {
+		return nil, false
+	}
+	return json.Number(d.b[start:d.i]), true
+}
+
+func (d *fastDecoder) digits() int {
+	n := 0
+	for d.i < len(d.b) && d.b[d.i] >= '0' && d.b[d.i] <= '9' {
+		d.i++
+		n++
+	}
+	return n
+}
