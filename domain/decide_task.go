@@ -68,6 +68,9 @@ func (x *tx) claimTask(c *ClaimTask) (Reply, error) {
 		if c.Supersedes > 0 || !c.OmitTask {
 			r.Task = t
 		}
+		if a := t.Attempt(r.Attempt); a != nil && a.ClaimedBy == x.m.Actor {
+			r.TokenHash = a.TokenHash
+		}
 		return r, nil
 	}
 	if err := checkText("/executor", c.Executor, MaxTitle, true); err != nil {
@@ -100,6 +103,7 @@ func (x *tx) claimTask(c *ClaimTask) (Reply, error) {
 	if c.Supersedes > 0 || !c.OmitTask {
 		r.Task, _ = x.o.Task(t.ID)
 	}
+	r.TokenHash = c.TokenHash
 	return r, err
 }
 

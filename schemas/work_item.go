@@ -2,11 +2,12 @@ package schemas
 
 import "encoding/json"
 
-// MaxItemTaskBytes bounds the encoded task an execute item carries
-// (WorkItem.Task): a larger task (its input, checkpoint, attempts and
-// verifications are each bounded, their sum is not) is left out, and the
-// executor claims first and runs from the claim's reply. It keeps every
-// item well below the work stream's 1 MiB message bound.
+// MaxItemTaskBytes bounds an execute item that carries its task
+// (WorkItem.Task): when the item with the task would be larger (its input,
+// checkpoint, attempts and verifications are each bounded, their sum is
+// not), the task is left out, and the executor claims first and runs from
+// the claim's reply. It keeps every execute item well below the work
+// stream's 1 MiB message bound.
 const MaxItemTaskBytes = 512 << 10
 
 // Work item kinds (WorkItem.Kind).
@@ -20,7 +21,7 @@ const (
 //
 // An execute item says which attempt to run, and where, and carries Task:
 // the task as it stood when the item was dispatched (without its Commands),
-// unless its encoding is larger than MaxItemTaskBytes. The task crosses the
+// unless the item with it would be larger than MaxItemTaskBytes. The task crosses the
 // wire once: an executor that runs the job from the item's task claims
 // lazily (at the job's first command of the attempt, at its first
 // heartbeat moment, or in its report: ReportClaim), and the reply to that
