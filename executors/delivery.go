@@ -436,7 +436,13 @@ func (d *delivery) report(ctx context.Context, job *Job, rep Report, watch *watc
 		d.done(outcomeUnsettled, job.Attempt, logErr, err)
 	case r.OK:
 		d.ack()
+		var cr schemas.CommandResult
 		switch {
+		case claim != nil && json.Unmarshal(r.Result, &cr) == nil && cr.Attempt != job.Attempt:
+			// The report's claim failed the task instead of starting the
+			// attempt (its goal's budget or its attempts were spent), as a
+			// claim would have: the report was not recorded.
+			d.done(outcomeRefused, job.Attempt, logReason, "the report's claim started no attempt; task is "+cr.State)
 		case rep.Wait != nil:
 			d.done(outcomeWaiting, job.Attempt, logReason, rep.Wait.Error())
 		case rep.Failure == nil:

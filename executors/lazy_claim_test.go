@@ -2,6 +2,7 @@ package executors_test
 
 import (
 	"context"
+	"encoding/json"
 	"strings"
 	"testing"
 	"time"
@@ -10,6 +11,7 @@ import (
 
 	"github.com/dwr-run/dwr/domain"
 	"github.com/dwr-run/dwr/executors"
+	"github.com/dwr-run/dwr/schemas"
 )
 
 // The lazy claim (lazy_claim.go): a job starts from the task its item
@@ -146,4 +148,39 @@ func TestARefusedLazyClaimCancelsTheJob(t *testing.T) {
 	require.Len(t, tk.Attempts, 1)
 	require.Equal(t, "other", tk.Attempts[0].Executor, "the other claim's attempt stands")
 	require.Equal(t, "running", tk.Attempts[0].State)
+}
+
+// A report whose claim finds the goal's budget spent fails the task
+// instead, as a claim would: nothing of the report is recorded, and the
+// worker says so.
+func TestAReportsClaimKeepsTheGoalsBudget(t *testing.T) {
+	b := setup(t)
+	var goal struct{ ID string }
+	require.NoError(t, json.Unmarshal(b.Command(t, "goal.create", map[string]any{"title": "one attempt", "envelope": map[string]any{
+		"budget": map[string]any{"attempts": 1}}}), &goal))
+	release := make(chan struct{})
+	started := make(chan struct{}, 2)
+	w := b.startWorker(t, executors.Config{Queue: "budget", Concurrency: 2}, func(ctx context.Context, job *executors.Job) (executors.Result, error) {
+		started <- struct{}{}
+		if !waitFor(ctx, release) {
+			return executors.Result{}, ctx.Err()
+		}
+		return executors.Result{Output: "done"}, nil
+	})
+	b.Command(t, "plan.submit", map[string]any{"goal_id": goal.ID, "tasks": []map[string]any{
+		{"key": "a", "queue": "budget"}, {"key": "b", "queue": "budget"}}})
+	recv(t, started)
+	recv(t, started)
+	close(release)
+	w.logs.waitLine(t, 10*time.Second, "outcome=refused", "the report's claim started no attempt")
+	var tasks []struct {
+		State    string
+		Attempts []json.RawMessage
+	}
+	b.Query(t, "task.list", schemas.Query{GoalID: goal.ID}, &tasks)
+	attempts := 0
+	for _, tk := range tasks {
+		attempts += len(tk.Attempts)
+	}
+	require.Equal(t, 1, attempts, "the goal's budget allowed one attempt")
 }

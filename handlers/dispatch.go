@@ -175,6 +175,10 @@ func (d *dispatcher) publish(it schemas.WorkItem) {
 		d.logger.Error("handlers: work item not encodable", "task", it.TaskID, "err", err)
 		return
 	}
+	// What waits for an acknowledgement (thousands of items) keeps no
+	// task: an item published again goes without it, and its executor
+	// claims first.
+	it.Task = nil
 	f, err := d.js.PublishMsgAsync(m)
 	if err != nil {
 		d.failed(it, err)
