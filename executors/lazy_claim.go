@@ -76,12 +76,22 @@ func (d *delivery) token(ctx context.Context) (string, error) {
 // claimAtHeartbeat claims an unclaimed job's attempt when its first
 // heartbeat is due, so that a long job holds its attempt (and heartbeats)
 // as a job that claimed first does.
+//
+// It never holds up the heartbeat loop, whose in-progress acks keep the
+// item: when a claim is in flight already (the job's first command claims)
+// it does nothing, and its own claim is bounded by a heartbeat interval (a
+// claim not answered by then is sent again at the next one, with the same
+// command id).
 func (d *delivery) claimAtHeartbeat(ctx context.Context) {
-	d.claimMu.Lock()
+	if !d.claimMu.TryLock() {
+		return
+	}
 	defer d.claimMu.Unlock()
 	if !d.lazy || d.jobEnded || d.tok != "" || d.lazyErr != nil || d.sealed {
 		return
 	}
+	ctx, cancel := context.WithTimeout(ctx, d.w.leaseOf()/3)
+	defer cancel()
 	if _, err := d.claimLazily(ctx); err != nil && d.lazyErr == nil {
 		d.w.log.Debug("executors: lazy claim not answered; claiming again at the next heartbeat", logTask, d.item.TaskID, logErr, err)
 	}
