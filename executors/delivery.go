@@ -421,7 +421,7 @@ func (d *delivery) report(ctx context.Context, job *Job, rep Report, watch *watc
 	case rep.Failure == nil:
 		r, err = d.w.c.command(ctx, "task.succeed", schemas.ReportSuccess{TaskID: job.TaskID, Attempt: job.Attempt, Token: token, Claim: claim,
 			Result: rep.Output, Artifacts: rep.Artifacts, ModelSteps: rep.ModelSteps},
-			fmt.Sprintf("succeed.%s.%d", job.TaskID, job.Attempt))
+			d.reportID("succeed", job, claim))
 		if err == nil && !r.OK && (r.Error.Code == schemas.CodeInvalid || r.Error.Code == schemas.CodeTooLarge) {
 			rep.Failure = &Failure{Code: CodeInvalidResult, Message: clip("the service refused the result: "+r.Error.Message, maxMessage)}
 		}
@@ -429,7 +429,7 @@ func (d *delivery) report(ctx context.Context, job *Job, rep Report, watch *watc
 	if rep.Failure != nil {
 		r, err = d.w.c.command(ctx, "task.fail", schemas.ReportFailure{TaskID: job.TaskID, Attempt: job.Attempt, Token: token, Claim: claim,
 			Error: ErrorInfo{Code: rep.Failure.Code, Message: rep.Failure.Message}, Retryable: rep.Failure.Retryable},
-			fmt.Sprintf("fail.%s.%d", job.TaskID, job.Attempt))
+			d.reportID("fail", job, claim))
 	}
 	switch {
 	case err != nil:
@@ -462,6 +462,19 @@ func (d *delivery) report(ctx context.Context, job *Job, rep Report, watch *watc
 			"code", r.Error.Code, logErr, r.Error.Message)
 		d.done(outcomeUnsettled, job.Attempt, logReason, "report refused: "+r.Error.Code)
 	}
+}
+
+// reportID returns the command id of the job's report: "<kind>.<task>.<attempt>"
+// — and ".<delivery>" after it when the report carries its claim. Two
+// deliveries of one item may both report attempt n without a claim between
+// them (a holder that hung before claiming, and the redelivery that claimed
+// n), and under one identity (a credential shared by several workers) the
+// same id would answer the hung one's report with the other's outcome.
+func (d *delivery) reportID(kind string, job *Job, claim *schemas.ReportClaim) string {
+	if claim != nil {
+		return fmt.Sprintf("%s.%s.%d.%d", kind, job.TaskID, job.Attempt, d.delivered)
+	}
+	return fmt.Sprintf("%s.%s.%d", kind, job.TaskID, job.Attempt)
 }
 
 // settleFenced settles the item of an attempt whose report was refused

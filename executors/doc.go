@@ -92,9 +92,11 @@
 //   - Report. task.succeed {"task_id", "attempt", "token", "result",
 //     "artifacts", "model_steps"} (id "succeed.<task>.<attempt>") or
 //     task.fail {"task_id", "attempt", "token", "error": {"code",
-//     "message"}, "retryable"} (id "fail.<task>.<attempt>"). Command ids are
-//     the sender's own: the same id from another identity is another
-//     command. A result the service refuses as invalid is
+//     "message"}, "retryable"} (id "fail.<task>.<attempt>"); a report that
+//     carries its claim instead of a token has the delivery appended to its
+//     id ("succeed.<task>.<attempt>.<delivery>"), since two deliveries of
+//     one item may report the same attempt. Command ids are the sender's
+//     own: the same id from another identity is another command. A result the service refuses as invalid is
 //     reported as a failure with code CodeInvalidResult instead. Once the
 //     service answers, the item is acknowledged — except after a refusal
 //     (fencing) when a redelivery of the same item now runs a newer attempt:

@@ -184,3 +184,46 @@ func TestAReportsClaimKeepsTheGoalsBudget(t *testing.T) {
 	}
 	require.Equal(t, 1, attempts, "the goal's budget allowed one attempt")
 }
+
+// A job that never claimed, whose item was redelivered (its holder hung
+// past the lease): the new delivery claims first and runs the attempt; the
+// hung job's report, which carries its claim, is refused, and nothing of it
+// is recorded.
+func TestAnUnclaimedJobsRedeliveredItemIsClaimedFirst(t *testing.T) {
+	b := setup(t)
+	commands, _ := b.watchCommands(t)
+	const lease = executors.MinLease
+	staleStarted := make(chan struct{}, 1)
+	release := make(chan struct{})
+	stale := b.startWorker(t, executors.Config{Queue: "hung", Executor: "stale", Lease: lease},
+		func(ctx context.Context, job *executors.Job) (executors.Result, error) {
+			staleStarted <- struct{}{}
+			if !waitFor(ctx, release) {
+				return executors.Result{}, ctx.Err()
+			}
+			return executors.Result{Output: "stale"}, nil
+		})
+	stale.w.PauseHeartbeats(true) // as if its process hung: no renewal, no claim
+	id := b.CreateTask(t, map[string]any{"queue": "hung"})
+	recv(t, staleStarted)
+	b.startWorker(t, executors.Config{Queue: "hung", Executor: "fresh", Lease: lease},
+		func(context.Context, *executors.Job) (executors.Result, error) {
+			return executors.Result{Output: "fresh"}, nil
+		})
+	tk := b.WaitState(t, id, "accepted", 20*time.Second)
+	require.Len(t, tk.Attempts, 1)
+	require.Equal(t, "fresh", tk.Attempts[0].Executor)
+	var fresh []string
+	for _, c := range commandsOf(commands(), id) {
+		if c.Name == "task.claim" || (c.Name == "task.succeed" && c.Token != "") {
+			fresh = append(fresh, c.Name)
+		}
+	}
+	require.Equal(t, []string{"task.claim", "task.succeed"}, fresh, "the redelivered item was claimed first")
+
+	close(release)
+	stale.logs.waitLine(t, 10*time.Second, "outcome=refused")
+	after := b.Task(t, id)
+	require.Equal(t, tk.Version, after.Version, "the stale report recorded nothing")
+	b.waitSettled(t, "hung")
+}
