@@ -42,16 +42,16 @@ type delivery struct {
 	beat atomic.Pointer[schemas.Heartbeat]
 	// beating is held while a heartbeat is sent, so that retireBeat can
 	// wait for one in flight.
-	beating  sync.Mutex
-	watching *watch
+	beating sync.Mutex
 
-	// The attempt's claim (lazy_claim.go), under claimMu: tok is the
-	// attempt's token once claimed; lazy is set when the job started
-	// without a claim; jobEnded once the handler returned (no claim is
-	// made for its heartbeats any more); sealed once its report carries
-	// the claim; lazyErr when a lazy claim was refused; cancelJob cancels
-	// the job.
+	// The attempt's claim (lazy_claim.go), under claimMu: watching is the
+	// job's watch of its task's events; tok is the attempt's token once
+	// claimed; lazy is set when the job started without a claim; jobEnded
+	// once the handler returned (no claim is made for its heartbeats any
+	// more); sealed once its report carries the claim; lazyErr when a lazy
+	// claim was refused; cancelJob cancels the job.
 	claimMu   sync.Mutex
+	watching  *watch
 	tok       string
 	lazy      bool
 	jobEnded  bool
@@ -115,11 +115,13 @@ func (w *Worker) deliver(hard context.Context, msg jetstream.Msg) {
 	// that ends the attempt is missed.
 	watch := d.watch()
 	defer watch.stop()
-	d.watching = watch
+	lazy := d.lazyItem(meta.Timestamp)
+	d.claimMu.Lock()
+	d.watching, d.lazy = watch, lazy
+	d.claimMu.Unlock()
 
-	if d.lazyItem(meta.Timestamp) {
+	if lazy {
 		// The job runs on the item's task, and claims lazily.
-		d.lazy = true
 		d.run(hard, d.item.Task, &schemas.Attempt{N: d.item.Attempt, OperationKey: d.item.OperationKey}, watch)
 		return
 	}
@@ -127,7 +129,9 @@ func (w *Worker) deliver(hard context.Context, msg jetstream.Msg) {
 	if !ok {
 		return
 	}
+	d.claimMu.Lock()
 	d.tok = token
+	d.claimMu.Unlock()
 	d.beat.Store(&schemas.Heartbeat{TaskID: task.ID, Attempt: attempt.N, Token: token})
 	d.run(hard, task, attempt, watch)
 }
@@ -336,7 +340,9 @@ func (d *delivery) job(t *schemas.Task, a *schemas.Attempt) *Job {
 // run runs the handler for the attempt (claimed, or to be claimed lazily)
 // and reports what it returned.
 func (d *delivery) run(hard context.Context, t *schemas.Task, a *schemas.Attempt, watch *watch) {
-	job := d.job(t, a)
+	d.claimMu.Lock()
+	job := d.job(t, a) // reads the token, when the attempt was claimed first
+	d.claimMu.Unlock()
 	jctx, cancel := context.WithCancelCause(hard)
 	defer cancel(nil)
 	d.claimMu.Lock()
