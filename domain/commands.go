@@ -82,6 +82,9 @@ type (
 	ReportSuccess = schemas.ReportSuccess
 	// ReportFailure reports the current attempt's error.
 	ReportFailure = schemas.ReportFailure
+	// ReportClaim is the claim a report carries when its job ran without
+	// claiming first: the report starts and ends the attempt in one commit.
+	ReportClaim = schemas.ReportClaim
 	// Heartbeat says that the current attempt is alive; it is never
 	// recorded.
 	Heartbeat = schemas.Heartbeat

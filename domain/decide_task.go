@@ -65,7 +65,12 @@ func (x *tx) claimTask(c *ClaimTask) (Reply, error) {
 	}
 	if dup {
 		r := duplicateTask(t)
-		r.Task = t
+		if c.Supersedes > 0 || !c.OmitTask {
+			r.Task = t
+		}
+		if a := t.Attempt(r.Attempt); a != nil && a.ClaimedBy == x.m.Actor {
+			r.TokenHash = a.TokenHash
+		}
 		return r, nil
 	}
 	if err := checkText("/executor", c.Executor, MaxTitle, true); err != nil {
@@ -86,27 +91,95 @@ func (x *tx) claimTask(c *ClaimTask) (Reply, error) {
 	default:
 		return Reply{}, conflict("task %s is %s, not ready; it cannot be claimed", t.ID, t.State)
 	}
-	if why, err := x.overBudget(t); err != nil {
+	if failed, err := x.refuseToStart(t); err != nil {
 		return Reply{}, err
+	} else if failed {
+		return x.after(t.ID)
+	}
+	if err := x.startAttempt(t, c.Executor, c.ExecutorVersion, c.TokenHash); err != nil {
+		return Reply{}, err
+	}
+	r, err := x.after(t.ID)
+	if c.Supersedes > 0 || !c.OmitTask {
+		r.Task, _ = x.o.Task(t.ID)
+	}
+	r.TokenHash = c.TokenHash
+	return r, err
+}
+
+// refuseToStart fails t instead of starting an attempt when its goal's
+// envelope or its retry policy allows no further attempt, as a claim does;
+// it reports whether it did.
+func (x *tx) refuseToStart(t *Task) (bool, error) {
+	if why, err := x.overBudget(t); err != nil {
+		return false, err
 	} else if why != "" {
-		return x.emitReply(t.ID, &TaskFailed{Reason: ReasonBudget, Error: &ErrorInfo{Code: ReasonBudget, Message: why}})
+		return true, x.emit(t.ID, &TaskFailed{Reason: ReasonBudget, Error: &ErrorInfo{Code: ReasonBudget, Message: why}})
 	}
 	if spent(t) >= retryOf(t).MaxAttempts {
-		return x.emitReply(t.ID, &TaskFailed{Reason: ReasonAttemptsSpent,
+		return true, x.emit(t.ID, &TaskFailed{Reason: ReasonAttemptsSpent,
 			Error: &ErrorInfo{Code: ReasonAttemptsSpent, Message: fmt.Sprintf("%d attempts used", spent(t))}})
 	}
-	started := &AttemptStarted{Attempt: len(t.Attempts) + 1, Executor: c.Executor,
-		ExecutorVersion: c.ExecutorVersion, OperationKey: OperationKey(t.ID), TokenHash: c.TokenHash}
+	return false, nil
+}
+
+// startAttempt starts t's next attempt, claimed by the command's sender
+// with the token whose hash is tokenHash.
+func (x *tx) startAttempt(t *Task, executor, version, tokenHash string) error {
+	started := &AttemptStarted{Attempt: len(t.Attempts) + 1, Executor: executor,
+		ExecutorVersion: version, OperationKey: OperationKey(t.ID), TokenHash: tokenHash}
 	if t.Spec.Timeout > 0 {
 		d := x.m.Now.Add(t.Spec.Timeout.D())
 		started.Deadline = &d
 	}
-	if err := x.emit(t.ID, started); err != nil {
-		return Reply{}, err
+	return x.emit(t.ID, started)
+}
+
+// reporter returns the task a report of attempt n is for. A report with a
+// token is the running attempt's (holder). A report with a claim (the lazy
+// claim: its job ran without claiming first) starts attempt n for the
+// sender, exactly as task.claim would, but only when the task is still
+// ready for exactly attempt n; otherwise it is refused as a conflict on
+// /attempt and nothing is recorded. check validates the report's body
+// before anything is started. t is nil when the claim failed the task
+// instead (budget or attempts spent, as a claim would): the report is then
+// not recorded, and its reply says the task failed.
+func (x *tx) reporter(taskID string, n int, token string, cl *ReportClaim, check func() error) (t *Task, dup bool, err error) {
+	if cl == nil {
+		if t, dup, err = x.holder(taskID, n, token); err != nil || dup {
+			return t, dup, err
+		}
+		return t, false, check()
 	}
-	r, err := x.after(t.ID)
-	r.Task, _ = x.o.Task(t.ID)
-	return r, err
+	if token != "" {
+		return nil, false, invalid("/claim", "a report carries either its attempt's token or a claim, never both")
+	}
+	// The command key names its sender, so a retry is this sender's own.
+	if t, dup, err = x.commandTask(taskID); err != nil || dup {
+		return t, dup, err
+	}
+	if err := checkText("/claim/executor", cl.Executor, MaxTitle, true); err != nil {
+		return nil, false, err
+	}
+	if err := checkText("/claim/executor_version", cl.ExecutorVersion, MaxTitle, false); err != nil {
+		return nil, false, err
+	}
+	if err := check(); err != nil {
+		return nil, false, err
+	}
+	if t.State != StateReady || len(t.Attempts)+1 != n {
+		return nil, false, &Error{Code: CodeConflict, Field: "/attempt", Message: fmt.Sprintf(
+			"task %s is %s after %d attempts, not ready for attempt %d: the report's claim is not taken, and nothing is recorded",
+			t.ID, t.State, len(t.Attempts), n)}
+	}
+	if failed, err := x.refuseToStart(t); err != nil || failed {
+		return nil, false, err
+	}
+	if err := x.startAttempt(t, cl.Executor, cl.ExecutorVersion, cl.TokenHash); err != nil {
+		return nil, false, err
+	}
+	t, err = x.o.Task(t.ID)
+	return t, false, err
 }
 
 func (x *tx) saveCheckpoint(c *SaveCheckpoint) (Reply, error) {
@@ -121,12 +194,17 @@ func (x *tx) saveCheckpoint(c *SaveCheckpoint) (Reply, error) {
 }
 
 func (x *tx) reportSuccess(c *ReportSuccess) (Reply, error) {
-	t, dup, err := x.holder(c.TaskID, c.Attempt, c.Token)
+	t, dup, err := x.reporter(c.TaskID, c.Attempt, c.Token, c.Claim, func() error {
+		if len(c.Result) > MaxInputBytes {
+			return invalid("/result", "is %d bytes; at most %d are allowed (store larger results as artifacts)", len(c.Result), MaxInputBytes)
+		}
+		return nil
+	})
 	if err != nil || dup {
 		return duplicateOr(t, err)
 	}
-	if len(c.Result) > MaxInputBytes {
-		return Reply{}, invalid("/result", "is %d bytes; at most %d are allowed (store larger results as artifacts)", len(c.Result), MaxInputBytes)
+	if t == nil { // the claim failed the task instead
+		return x.after(c.TaskID)
 	}
 	if err := x.emit(t.ID, &AttemptSucceeded{Attempt: c.Attempt, Result: c.Result, Artifacts: c.Artifacts, ModelSteps: c.ModelSteps}); err != nil {
 		return Reply{}, err
@@ -140,12 +218,14 @@ func (x *tx) reportSuccess(c *ReportSuccess) (Reply, error) {
 }
 
 func (x *tx) reportFailure(c *ReportFailure) (Reply, error) {
-	t, dup, err := x.holder(c.TaskID, c.Attempt, c.Token)
+	t, dup, err := x.reporter(c.TaskID, c.Attempt, c.Token, c.Claim, func() error {
+		return checkText("/error/message", c.Error.Message, MaxText, true)
+	})
 	if err != nil || dup {
 		return duplicateOr(t, err)
 	}
-	if err := checkText("/error/message", c.Error.Message, MaxText, true); err != nil {
-		return Reply{}, err
+	if t == nil { // the claim failed the task instead
+		return x.after(c.TaskID)
 	}
 	if err := x.failAttempt(t, c.Attempt, c.Error, c.Retryable); err != nil {
 		return Reply{}, err

@@ -127,9 +127,17 @@ func (w *world) fill(id string, cmd Command) (claimToken string) {
 	case *SaveCheckpoint:
 		tok(&c.Token, c.TaskID, c.Attempt)
 	case *ReportSuccess:
-		tok(&c.Token, c.TaskID, c.Attempt)
+		if c.Claim == nil {
+			tok(&c.Token, c.TaskID, c.Attempt)
+		} else {
+			claimToken = w.fillClaim(id, c.TaskID, c.Claim)
+		}
 	case *ReportFailure:
-		tok(&c.Token, c.TaskID, c.Attempt)
+		if c.Claim == nil {
+			tok(&c.Token, c.TaskID, c.Attempt)
+		} else {
+			claimToken = w.fillClaim(id, c.TaskID, c.Claim)
+		}
 	case *WaitTask:
 		tok(&c.Token, c.TaskID, c.Attempt)
 	case *RequestApproval:
@@ -138,6 +146,18 @@ func (w *world) fill(id string, cmd Command) (claimToken string) {
 		tok(&c.Token, c.TaskID, c.Attempt)
 	}
 	return claimToken
+}
+
+// fillClaim gives the claim a report carries (the lazy claim) the hash of
+// a token made for it, as the service does, unless the test set one; it
+// returns the token.
+func (w *world) fillClaim(id, taskID string, cl *ReportClaim) string {
+	if cl.TokenHash != "" {
+		return ""
+	}
+	token := "token-of-" + id + "-for-" + taskID
+	cl.TokenHash = TokenHash(token)
+	return token
 }
 
 // token returns the token the world's claim of attempt n of task id was

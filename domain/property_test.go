@@ -38,6 +38,7 @@ func TestLifecycleProperties(t *testing.T) {
 			"claim":       m.claim,
 			"succeed":     m.succeed,
 			"fail":        m.fail,
+			"lazy":        m.lazyReport,
 			"checkpoint":  m.checkpoint,
 			"verify":      m.verify,
 			"review":      m.review,
@@ -54,7 +55,7 @@ func TestLifecycleProperties(t *testing.T) {
 		// Progress needs claims and reports more often than the rest.
 		weighted := []string{"goal", "plan", "revise", "standalone",
 			"claim", "claim", "claim", "claim", "claim", "succeed", "succeed", "succeed", "succeed",
-			"fail", "fail", "checkpoint", "verify", "verify", "verify", "review", "review",
+			"fail", "fail", "lazy", "lazy", "lazy", "checkpoint", "verify", "verify", "verify", "review", "review",
 			"approve", "approve", "wait", "signal", "signal", "timer", "timer", "timer",
 			"cancel", "cancel goal", "clock", "clock", "keys", "member"}
 		m.check()
@@ -222,6 +223,16 @@ func (m *model) checkDecision(cmd Command, prev *Task, out *Outcome) {
 	case *ReportSuccess, *ReportFailure, *SaveCheckpoint, *WaitTask:
 		n := reflect.ValueOf(c).Elem().FieldByName("Attempt").Interface().(int)
 		token := reflect.ValueOf(c).Elem().FieldByName("Token").Interface().(string)
+		if cl := claimOf(c); cl != nil {
+			require.Empty(m.t, token, "a report with a claim and a token was taken")
+			require.Equal(m.t, StateReady, prev.State, "a report's claim was taken for a task that was %s", prev.State)
+			require.Equal(m.t, len(prev.Attempts)+1, n, "a report's claim was taken for attempt %d after %d attempts", n, len(prev.Attempts))
+			if a := m.w.task(prev.ID).Attempt(n); a != nil {
+				require.Equal(m.t, m.w.actor, a.ClaimedBy, "a report's claim was recorded for another identity")
+				require.Equal(m.t, cl.TokenHash, a.TokenHash)
+			}
+			return
+		}
 		a := prev.Running()
 		require.True(m.t, a != nil && a.N == n, "a report from attempt %d was taken, running attempt was %+v", n, a)
 		require.Equal(m.t, a.TokenHash, TokenHash(token), "a report without its attempt's token was taken")
@@ -494,6 +505,81 @@ func (m *model) fail() {
 	n := m.attempt(t)
 	_, _ = m.exec(&ReportFailure{TaskID: id, Attempt: n, Token: m.sender(t, n), Retryable: rapid.IntRange(0, 4).Draw(m.t, "retryable") > 0,
 		Error: ErrorInfo{Code: rapid.SampledFrom([]string{"", "boom", "fatal"}).Draw(m.t, "error code"), Message: "failed"}}, AggTask, id)
+}
+
+// lazyReport sends a report that carries a claim (the lazy claim) for a
+// ready task mostly, and for any other now and then, from either executor,
+// for an attempt number near the next one; now and then it carries a token
+// too (invalid). When it is taken, the task must be exactly what task.claim
+// followed by the plain report would have left, decided on a fork of the
+// world from the same state.
+func (m *model) lazyReport() {
+	id, t, ok := m.task(StateReady)
+	if !ok {
+		return
+	}
+	n := m.attempt(t) + 1
+	m.w.actor = rapid.SampledFrom(executors).Draw(m.t, "lazy claimer")
+	lazyToken := "lazy-token-" + m.w.nextCommandID()
+	cl := &ReportClaim{Executor: "exec", TokenHash: TokenHash(lazyToken)}
+	var token string
+	if rapid.IntRange(0, 9).Draw(m.t, "claim with token") == 0 {
+		token = "forged"
+	}
+	var report, plain Command
+	if rapid.Bool().Draw(m.t, "lazy success") {
+		r := &ReportSuccess{TaskID: id, Attempt: n, Token: token, Claim: cl, Result: json.RawMessage(`"done"`)}
+		p := *r
+		report, plain = r, &p
+	} else {
+		r := &ReportFailure{TaskID: id, Attempt: n, Token: token, Claim: cl, Retryable: rapid.IntRange(0, 4).Draw(m.t, "lazy retryable") > 0,
+			Error: ErrorInfo{Code: rapid.SampledFrom([]string{"", "boom", "fatal"}).Draw(m.t, "lazy error code"), Message: "failed"}}
+		p := *r
+		report, plain = r, &p
+	}
+	want := m.claimThenReport(id, cl, lazyToken, plain)
+	out, err := m.exec(report, AggTask, id)
+	if err != nil || out.Reply.Duplicate || len(out.Changes) == 0 {
+		return
+	}
+	require.Empty(m.t, token, "a report with a claim and a token was taken")
+	require.NotNil(m.t, want, "a merged report was taken where task.claim would have been refused")
+	got := m.w.task(id).Clone()
+	got.Commands, want.Commands = nil, nil
+	require.Equal(m.t, want, got, "a merged report left another task than claim-then-report")
+}
+
+// claimThenReport decides, on a fork of the world, task.claim for the
+// sender with cl's executor and token hash, then plain (the report without
+// its claim, with token, whose hash cl has): it returns the task as they
+// leave it, or nil when the claim is refused.
+func (m *model) claimThenReport(id string, cl *ReportClaim, token string, plain Command) *Task {
+	fork := NewOverlay(m.w.o)
+	run := func(c Command, cmdID string) bool {
+		meta := Meta{CommandID: cmdID, Workspace: m.w.ws, Actor: m.w.actor, Now: m.w.now}
+		out, err := Execute(fork, c, meta)
+		if err != nil || out.Refusal != nil {
+			return false
+		}
+		for _, ch := range out.Changes {
+			require.NoError(m.t, fork.Apply(ch, Recorded{CommandID: cmdID, Actor: meta.Actor, Time: meta.Now}))
+		}
+		return true
+	}
+	if !run(&ClaimTask{ClaimBody: ClaimBody{TaskID: id, Executor: cl.Executor, ExecutorVersion: cl.ExecutorVersion}, TokenHash: cl.TokenHash}, "fork-claim") {
+		return nil
+	}
+	switch c := plain.(type) {
+	case *ReportSuccess:
+		c.Claim, c.Token = nil, token
+	case *ReportFailure:
+		c.Claim, c.Token = nil, token
+	}
+	if t, _ := fork.Task(id); t.Running() != nil {
+		run(plain, "fork-report")
+	}
+	t, _ := fork.Task(id)
+	return t
 }
 
 func (m *model) checkpoint() {

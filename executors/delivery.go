@@ -43,6 +43,21 @@ type delivery struct {
 	// beating is held while a heartbeat is sent, so that retireBeat can
 	// wait for one in flight.
 	beating sync.Mutex
+
+	// The attempt's claim (lazy_claim.go), under claimMu: watching is the
+	// job's watch of its task's events; tok is the attempt's token once
+	// claimed; lazy is set when the job started without a claim; jobEnded
+	// once the handler returned (no claim is made for its heartbeats any
+	// more); sealed once its report carries the claim; lazyErr when a lazy
+	// claim was refused; cancelJob cancels the job.
+	claimMu   sync.Mutex
+	watching  *watch
+	tok       string
+	lazy      bool
+	jobEnded  bool
+	sealed    bool
+	lazyErr   error
+	cancelJob context.CancelCauseFunc
 }
 
 // retireBeat ends the attempt's heartbeats, once any in flight is answered:
@@ -56,7 +71,8 @@ func (d *delivery) retireBeat() {
 	d.beat.Store(nil)
 }
 
-// deliver handles one work item: claim, run, report, acknowledge. It returns
+// deliver handles one work item: claim (or not yet: lazy_claim.go), run,
+// report, acknowledge. It returns
 // once the item is settled (acknowledged, handed back, or left to be
 // redelivered) and every goroutine it started has ended.
 func (w *Worker) deliver(hard context.Context, msg jetstream.Msg) {
@@ -99,13 +115,25 @@ func (w *Worker) deliver(hard context.Context, msg jetstream.Msg) {
 	// that ends the attempt is missed.
 	watch := d.watch()
 	defer watch.stop()
+	lazy := d.lazyItem(meta.Timestamp)
+	d.claimMu.Lock()
+	d.watching, d.lazy = watch, lazy
+	d.claimMu.Unlock()
 
+	if lazy {
+		// The job runs on the item's task, and claims lazily.
+		d.run(hard, d.item.Task, &schemas.Attempt{N: d.item.Attempt, OperationKey: d.item.OperationKey}, watch)
+		return
+	}
 	task, attempt, token, ok := d.claim(hard)
 	if !ok {
 		return
 	}
+	d.claimMu.Lock()
+	d.tok = token
+	d.claimMu.Unlock()
 	d.beat.Store(&schemas.Heartbeat{TaskID: task.ID, Attempt: attempt.N, Token: token})
-	d.run(hard, task, attempt, token, watch)
+	d.run(hard, task, attempt, watch)
 }
 
 // heartbeat renews the work item's lease every Lease/3 until ctx ends and,
@@ -125,6 +153,7 @@ func (d *delivery) heartbeat(ctx context.Context) {
 			if err := d.msg.InProgress(); err != nil {
 				d.w.log.Debug("executors: lease renewal failed", logTask, d.item.TaskID, logErr, err)
 			}
+			d.claimAtHeartbeat(ctx)
 			d.beating.Lock()
 			if b := d.beat.Load(); b != nil {
 				d.w.c.heartbeat(ctx, b, d.w.leaseOf()/3)
@@ -145,7 +174,9 @@ const supersedeTries = 3
 // returns false when no job is to run.
 func (d *delivery) claim(ctx context.Context) (*schemas.Task, *schemas.Attempt, string, bool) {
 	it := &d.item
-	body := schemas.ClaimTask{TaskID: it.TaskID, Executor: d.w.cfg.Executor, ExecutorVersion: d.w.cfg.Version}
+	// The reply carries the task when the item did not, or when the claim
+	// supersedes an attempt (the item's task is stale then).
+	body := schemas.ClaimTask{TaskID: it.TaskID, Executor: d.w.cfg.Executor, ExecutorVersion: d.w.cfg.Version, OmitTask: it.Task != nil}
 	id := fmt.Sprintf("claim.%s.%d.%d", it.TaskID, it.Attempt, d.delivered)
 	r, err := d.w.c.command(ctx, "task.claim", body, id)
 	if err != nil {
@@ -214,13 +245,24 @@ func (d *delivery) claim(ctx context.Context) (*schemas.Task, *schemas.Attempt, 
 		return nil, nil, "", false
 	}
 	t := cr.Task
-	if t == nil {
+	var a *schemas.Attempt
+	switch {
+	case t != nil:
+		a = t.Attempt(cr.Attempt)
+	case it.Task != nil && cr.TokenHash != "" && cr.Attempt == len(it.Task.Attempts)+1:
+		// The claim started the item's attempt on the task the item
+		// carries: the job runs on it (the attempt's deadline is counted
+		// from the item's receipt, a moment before the claim's own).
+		t = it.Task
+		a = &schemas.Attempt{N: cr.Attempt, Executor: d.w.cfg.Executor, ExecutorVersion: d.w.cfg.Version,
+			OperationKey: it.OperationKey, State: schemas.AttemptStateRunning, TokenHash: cr.TokenHash}
+	default:
 		if t, err = d.getTask(ctx); err != nil {
 			d.done(outcomeStopped, 0, logErr, err)
 			return nil, nil, "", false
 		}
+		a = t.Attempt(cr.Attempt)
 	}
-	a := t.Attempt(cr.Attempt)
 	if cr.State != schemas.StateRunning || a == nil || a.State != schemas.AttemptStateRunning || a.Executor != d.w.cfg.Executor {
 		// The claim ended the task (attempts or budget spent) or answered
 		// for another attempt: nothing to run.
@@ -266,12 +308,13 @@ func sleepCtx(ctx context.Context, d time.Duration) bool {
 	}
 }
 
-// job builds the handler's Job from the task as the claim left it (its
-// reply's, or the views' when the reply carried none), the attempt it
-// started and the attempt's token: the work item only named the attempt.
-func (d *delivery) job(t *schemas.Task, a *schemas.Attempt, token string) *Job {
+// job builds the handler's Job from the task it runs on — the item's (a
+// job that claims lazily, or whose claim's reply omitted it), the claim's
+// reply's, or the views' — and its attempt, with the attempt's token when
+// it was claimed first.
+func (d *delivery) job(t *schemas.Task, a *schemas.Attempt) *Job {
 	j := &Job{TaskID: t.ID, Workspace: t.Workspace, Queue: t.Spec.Queue, GoalID: t.GoalID, Key: t.Key,
-		Title: t.Spec.Title, Attempt: a.N, Token: token, OperationKey: a.OperationKey, Input: t.Spec.Input,
+		Title: t.Spec.Title, Attempt: a.N, Token: d.tok, OperationKey: a.OperationKey, Input: t.Spec.Input,
 		Checkpoint: t.Checkpoint, Signal: t.Signal, Decisions: decisionsOf(t)}
 	for _, p := range t.Attempts {
 		if p.N < a.N {
@@ -294,12 +337,17 @@ func (d *delivery) job(t *schemas.Task, a *schemas.Attempt, token string) *Job {
 	return j
 }
 
-// run runs the handler for the claimed attempt and reports what it
-// returned.
-func (d *delivery) run(hard context.Context, t *schemas.Task, a *schemas.Attempt, token string, watch *watch) {
-	job := d.job(t, a, token)
+// run runs the handler for the attempt (claimed, or to be claimed lazily)
+// and reports what it returned.
+func (d *delivery) run(hard context.Context, t *schemas.Task, a *schemas.Attempt, watch *watch) {
+	d.claimMu.Lock()
+	job := d.job(t, a) // reads the token, when the attempt was claimed first
+	d.claimMu.Unlock()
 	jctx, cancel := context.WithCancelCause(hard)
 	defer cancel(nil)
+	d.claimMu.Lock()
+	d.cancelJob = cancel
+	d.claimMu.Unlock()
 	if !job.Deadline.IsZero() {
 		var stop context.CancelFunc
 		jctx, stop = context.WithDeadlineCause(jctx, job.Deadline, ErrTimeout)
@@ -311,6 +359,9 @@ func (d *delivery) run(hard context.Context, t *schemas.Task, a *schemas.Attempt
 
 	res, err := Call(jctx, d.w.h, job)
 	rep := ReportFor(jctx, res, err)
+	d.claimMu.Lock()
+	d.jobEnded = true // its heartbeats claim no more
+	d.claimMu.Unlock()
 	d.retireBeat()
 	if hard.Err() != nil {
 		d.done(outcomeStopped, job.Attempt, logReason, "the drain timeout passed; the item will be redelivered")
@@ -330,6 +381,20 @@ func (d *delivery) report(ctx context.Context, job *Job, rep Report, watch *watc
 		d.ack()
 		d.done(outcomeWaiting, job.Attempt, logReason, rep.Wait.Error())
 		return
+	}
+	// A wait needs the attempt claimed; a success or failure of a job that
+	// is not carries the claim instead.
+	token, claim, err := d.reportAuth(ctx, rep.Wait != nil)
+	if err != nil {
+		if d.refusedLazily() {
+			watch.end(ErrLeaseLost)
+			d.settleFenced(ctx, job, watch, err.Error(), true)
+			return
+		}
+		d.done(outcomeUnsettled, job.Attempt, logErr, err)
+		return
+	}
+	switch {
 	case rep.Wait != nil && rep.Wait.Approval != nil:
 		// A request the handler made up itself: send it now.
 		body, digest, berr := approvalBodyOf(job, *rep.Wait.Approval)
@@ -340,6 +405,7 @@ func (d *delivery) report(ctx context.Context, job *Job, rep Report, watch *watc
 		wait := *rep.Wait
 		wait.ActionDigest = digest
 		rep.Wait = &wait
+		body.Token = token
 		r, err = d.w.c.command(ctx, "task.request_approval", body, approvalCommandID(job.TaskID, job.Attempt, wait.ActionDigest))
 		switch {
 		case err != nil:
@@ -352,30 +418,37 @@ func (d *delivery) report(ctx context.Context, job *Job, rep Report, watch *watc
 			rep.Wait, rep.Failure = nil, &Failure{Code: CodeInvalidResult, Message: clip("the service refused the approval request: "+r.Error.Message, maxMessage)}
 		}
 	case rep.Wait != nil:
-		r, err = d.w.c.command(ctx, "task.wait", waitBodyOf(job, rep.Wait),
-			fmt.Sprintf("wait.%s.%d", job.TaskID, job.Attempt))
+		body := waitBodyOf(job, rep.Wait)
+		body.Token = token
+		r, err = d.w.c.command(ctx, "task.wait", body, fmt.Sprintf("wait.%s.%d", job.TaskID, job.Attempt))
 		if err == nil && !r.OK && r.Error.Code == schemas.CodeInvalid {
 			rep.Wait, rep.Failure = nil, &Failure{Code: CodeInvalidResult, Message: clip("the service refused the wait: "+r.Error.Message, maxMessage)}
 		}
 	case rep.Failure == nil:
-		r, err = d.w.c.command(ctx, "task.succeed", schemas.ReportSuccess{TaskID: job.TaskID, Attempt: job.Attempt, Token: job.Token,
+		r, err = d.w.c.command(ctx, "task.succeed", schemas.ReportSuccess{TaskID: job.TaskID, Attempt: job.Attempt, Token: token, Claim: claim,
 			Result: rep.Output, Artifacts: rep.Artifacts, ModelSteps: rep.ModelSteps},
-			fmt.Sprintf("succeed.%s.%d", job.TaskID, job.Attempt))
+			d.reportID("succeed", job, claim))
 		if err == nil && !r.OK && (r.Error.Code == schemas.CodeInvalid || r.Error.Code == schemas.CodeTooLarge) {
 			rep.Failure = &Failure{Code: CodeInvalidResult, Message: clip("the service refused the result: "+r.Error.Message, maxMessage)}
 		}
 	}
 	if rep.Failure != nil {
-		r, err = d.w.c.command(ctx, "task.fail", schemas.ReportFailure{TaskID: job.TaskID, Attempt: job.Attempt, Token: job.Token,
+		r, err = d.w.c.command(ctx, "task.fail", schemas.ReportFailure{TaskID: job.TaskID, Attempt: job.Attempt, Token: token, Claim: claim,
 			Error: ErrorInfo{Code: rep.Failure.Code, Message: rep.Failure.Message}, Retryable: rep.Failure.Retryable},
-			fmt.Sprintf("fail.%s.%d", job.TaskID, job.Attempt))
+			d.reportID("fail", job, claim))
 	}
 	switch {
 	case err != nil:
 		d.done(outcomeUnsettled, job.Attempt, logErr, err)
 	case r.OK:
 		d.ack()
+		var cr schemas.CommandResult
 		switch {
+		case claim != nil && json.Unmarshal(r.Result, &cr) == nil && cr.Attempt != job.Attempt:
+			// The report's claim failed the task instead of starting the
+			// attempt (its goal's budget or its attempts were spent), as a
+			// claim would have: the report was not recorded.
+			d.done(outcomeRefused, job.Attempt, logReason, "the report's claim started no attempt; task is "+cr.State)
 		case rep.Wait != nil:
 			d.done(outcomeWaiting, job.Attempt, logReason, rep.Wait.Error())
 		case rep.Failure == nil:
@@ -387,7 +460,7 @@ func (d *delivery) report(ctx context.Context, job *Job, rep Report, watch *watc
 		}
 	case r.Error.Code == schemas.CodeConflict || r.Error.Code == schemas.CodeNotFound:
 		watch.end(ErrLeaseLost)
-		d.settleFenced(ctx, job, watch, r.Error.Message)
+		d.settleFenced(ctx, job, watch, r.Error.Message, claim != nil)
 	default:
 		// Refused for another reason: leave the item to be redelivered,
 		// so that a later attempt supersedes this one.
@@ -397,16 +470,33 @@ func (d *delivery) report(ctx context.Context, job *Job, rep Report, watch *watc
 	}
 }
 
+// reportID returns the command id of the job's report: "<kind>.<task>.<attempt>"
+// — and ".<delivery>" after it when the report carries its claim. Two
+// deliveries of one item may both report attempt n without a claim between
+// them (a holder that hung before claiming, and the redelivery that claimed
+// n), and under one identity (a credential shared by several workers) the
+// same id would answer the hung one's report with the other's outcome.
+func (d *delivery) reportID(kind string, job *Job, claim *schemas.ReportClaim) string {
+	if claim != nil {
+		return fmt.Sprintf("%s.%s.%d.%d", kind, job.TaskID, job.Attempt, d.delivered)
+	}
+	return fmt.Sprintf("%s.%s.%d", kind, job.TaskID, job.Attempt)
+}
+
 // settleFenced settles the item of an attempt whose report was refused
-// because it no longer holds the task. The item is acknowledged unless a
-// redelivery of it now runs a newer attempt: JetStream acknowledges by
-// stream sequence, so acknowledging here would remove the item from under
-// that delivery's holder.
-func (d *delivery) settleFenced(ctx context.Context, job *Job, watch *watch, why string) {
+// because it no longer holds the task — or, when unclaimed, of a job that
+// never started its attempt and found the task no longer ready for it. The
+// item is acknowledged unless a redelivery of it now runs an attempt of its
+// own: JetStream acknowledges by stream sequence, so acknowledging here
+// would remove the item from under that delivery's holder.
+func (d *delivery) settleFenced(ctx context.Context, job *Job, watch *watch, why string, unclaimed bool) {
 	if !watch.terminal() {
-		// The service found this attempt not running: a view still showing
-		// it running is behind.
+		// The service found this attempt not running (or the task not
+		// ready for it): a view that still shows it so is behind.
 		t, err := d.taskAfter(ctx, func(t *schemas.Task) bool {
+			if unclaimed {
+				return t.State != schemas.StateReady || len(t.Attempts)+1 != job.Attempt
+			}
 			r := running(t)
 			return r == nil || r.N != job.Attempt
 		})
@@ -414,7 +504,7 @@ func (d *delivery) settleFenced(ctx context.Context, job *Job, watch *watch, why
 			d.done(outcomeUnsettled, job.Attempt, logErr, err)
 			return
 		}
-		if a, ok := runningFromItem(t, d.item.Attempt); ok && a.N > job.Attempt {
+		if a, ok := runningFromItem(t, d.item.Attempt); ok && (a.N > job.Attempt || unclaimed) {
 			d.done(outcomeRefused, job.Attempt, logReason, why+" (attempt "+strconv.Itoa(a.N)+" holds the item)")
 			return
 		}
@@ -435,7 +525,11 @@ func (d *delivery) checkpointer(hard context.Context, job *Job, cancel context.C
 		id := fmt.Sprintf("checkpoint.%s.%d.%d", job.TaskID, job.Attempt, seq)
 		rctx, stop := mergeCancel(ctx, hard)
 		defer stop()
-		r, err := d.w.c.command(rctx, "task.checkpoint", schemas.SaveCheckpoint{TaskID: job.TaskID, Attempt: job.Attempt, Token: job.Token, Checkpoint: raw}, id)
+		token, err := d.token(rctx)
+		if err != nil {
+			return fmt.Errorf("executors: checkpoint of task %s not saved: %w", job.TaskID, err)
+		}
+		r, err := d.w.c.command(rctx, "task.checkpoint", schemas.SaveCheckpoint{TaskID: job.TaskID, Attempt: job.Attempt, Token: token, Checkpoint: raw}, id)
 		switch {
 		case err != nil:
 			return fmt.Errorf("executors: checkpoint of task %s not saved: %w", job.TaskID, err)
@@ -472,6 +566,11 @@ func (d *delivery) approvals(hard context.Context, job *Job, cancel context.Canc
 	return func(ctx context.Context, body schemas.RequestApproval, digest string) (string, error) {
 		rctx, stop := mergeCancel(ctx, hard)
 		defer stop()
+		token, err := d.token(rctx)
+		if err != nil {
+			return "", fmt.Errorf("executors: approval request of task %s not recorded: %w", job.TaskID, err)
+		}
+		body.Token = token
 		r, err := d.w.c.command(rctx, "task.request_approval", body, approvalCommandID(job.TaskID, job.Attempt, digest))
 		switch {
 		case err != nil:

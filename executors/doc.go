@@ -27,7 +27,8 @@
 //     "<task_id>.<attempt>" and a JSON body (schemas.WorkItem) that names
 //     the attempt to claim and nothing more: {"kind": "execute", "task_id",
 //     "workspace", "queue", "attempt" (the number the claim will start),
-//     "operation_key"}. The task itself comes with the claim. An item this
+//     "operation_key", "task"}: the task as it stood when the item was
+//     dispatched (absent when too large). An item this
 //     SDK cannot run (malformed, or of another kind) is handed back with a
 //     delay of one lease: for an executor that can or, past MaxDeliver, for
 //     the service's quarantine.
@@ -37,11 +38,25 @@
 //     the service quarantines the item and fails the task). A worker fetches
 //     no more items than it has free slots (Config.Concurrency), and renews
 //     each item's lease with InProgress every Lease/3 until it is settled.
+//   - Lazy claim. A first delivery of an item that carries its task, ready
+//     for the item's attempt, at most a second old, runs its job at once on
+//     that task, unclaimed; the worker claims (below, with "omit_task":
+//     true) at the job's first command of the attempt (checkpoint, wait,
+//     approval request) or when its first heartbeat is due, and a job that
+//     ends before either reports with "claim": {"executor",
+//     "executor_version"} instead of a token: the service starts and ends
+//     the attempt in one commit, while the task is still ready for it, and
+//     refuses it with conflict otherwise (nothing is recorded; the item is
+//     settled as a lost attempt's). A lazy claim refused cancels the job
+//     with ErrCancelled (the task ended) or ErrLeaseLost. Every other item
+//     is claimed before its job runs.
 //   - Claim. Request dwr.cmd.<ws>.task.claim {"task_id", "executor",
-//     "executor_version"} with header Dwr-Command-Id
+//     "executor_version", "omit_task"} with header Dwr-Command-Id
 //     "claim.<task>.<attempt>.<delivery>", so a retried claim returns its
-//     first outcome. The reply holds the attempt started, the task as it
-//     stands after the claim — the Job is built from it: input, checkpoint,
+//     first outcome. The reply holds the attempt started, its token_hash,
+//     and, unless omit_task was set (the item carried the task) and the
+//     claim superseded nothing, the task as it stands after the claim — the
+//     Job is built from it (else from the item's task): input, checkpoint,
 //     earlier attempts, verifications, signal, decisions, the attempt's
 //     deadline — and the attempt's "token": a secret (Job.Token) that every
 //     later command of the attempt carries, and that only the identity that
@@ -77,9 +92,11 @@
 //   - Report. task.succeed {"task_id", "attempt", "token", "result",
 //     "artifacts", "model_steps"} (id "succeed.<task>.<attempt>") or
 //     task.fail {"task_id", "attempt", "token", "error": {"code",
-//     "message"}, "retryable"} (id "fail.<task>.<attempt>"). Command ids are
-//     the sender's own: the same id from another identity is another
-//     command. A result the service refuses as invalid is
+//     "message"}, "retryable"} (id "fail.<task>.<attempt>"); a report that
+//     carries its claim instead of a token has the delivery appended to its
+//     id ("succeed.<task>.<attempt>.<delivery>"), since two deliveries of
+//     one item may report the same attempt. Command ids are the sender's
+//     own: the same id from another identity is another command. A result the service refuses as invalid is
 //     reported as a failure with code CodeInvalidResult instead. Once the
 //     service answers, the item is acknowledged — except after a refusal
 //     (fencing) when a redelivery of the same item now runs a newer attempt:

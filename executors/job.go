@@ -36,11 +36,15 @@ type Job struct {
 	// Attempt is this attempt's number, 1 for the first.
 	Attempt int
 
-	// Token is the attempt's token, as its claim returned it: every later
-	// command of the attempt (checkpoints, the report, waits, approval
-	// requests, heartbeats) carries it, and the worker sends them for the
-	// job. It is a secret: do not log it or hand it to anything that does
-	// not report for this attempt.
+	// Token is the attempt's token, as its claim returned it, when the
+	// worker claimed before the job started (a redelivered item, or one
+	// that did not carry its task); it is empty for a job that claims
+	// lazily (its first command of the attempt, its first heartbeat moment
+	// or its report claims). Every command of a claimed attempt
+	// (checkpoints, the report, waits, approval requests, heartbeats)
+	// carries the token, and the worker sends them for the job. It is a
+	// secret: do not log it or hand it to anything that does not report for
+	// this attempt.
 	Token string
 
 	// OperationKey is stable across every attempt of the task: use it as

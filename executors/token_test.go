@@ -21,6 +21,9 @@ type sent struct {
 	TaskID  string `json:"task_id"`
 	Attempt int    `json:"attempt"`
 	Token   string `json:"token"`
+	Claim   *struct {
+		Executor string `json:"executor"`
+	} `json:"claim"`
 }
 
 // watchCommands collects the commands sent on the workspace's command
@@ -78,19 +81,30 @@ func TestAJobsCommandsCarryItsTokenAndItsHeartbeatsReachTheService(t *testing.T)
 		})
 	id := b.CreateTask(t, map[string]any{"queue": "tokens"})
 	job := recv(t, jobs)
-	require.Len(t, job.Token, 43, "the job carries its attempt's token")
+	require.Empty(t, job.Token, "the job started before its claim (its item carried the task): the worker holds the token")
 	tk := b.WaitState(t, id, "accepted", 15*time.Second)
 	require.Equal(t, "done", strings.Trim(string(tk.Attempts[0].Result), `"`))
 
 	kinds := map[string]int{}
+	token := ""
 	for _, c := range commands() {
-		if c.TaskID != id || c.Name == "task.claim" {
+		if c.TaskID != id {
 			continue
 		}
 		kinds[c.Name]++
+		if c.Name == "task.claim" {
+			require.Equal(t, 1, kinds["task.claim"]+kinds["task.checkpoint"]+kinds["task.heartbeat"], "the job claims at its first checkpoint")
+			continue
+		}
 		require.Equal(t, 1, c.Attempt, c.Name)
-		require.Equal(t, job.Token, c.Token, "%s carries the attempt's token", c.Name)
+		require.Len(t, c.Token, 43, "%s carries the attempt's token", c.Name)
+		if token == "" {
+			token = c.Token
+		}
+		require.Equal(t, token, c.Token, "%s carries the attempt's token", c.Name)
 	}
+	require.Equal(t, domain.TokenHash(token), tk.Attempts[0].TokenHash, "the token is the one the claim recorded")
+	require.Equal(t, 1, kinds["task.claim"])
 	require.Equal(t, 1, kinds["task.checkpoint"])
 	require.Equal(t, 1, kinds["task.succeed"])
 	require.GreaterOrEqual(t, kinds["task.heartbeat"], 2)
@@ -109,6 +123,10 @@ func TestARedeliveredItemWaitsForTheLeaseToLapseThenSupersedes(t *testing.T) {
 	var once sync.Once
 	stale := b.startWorker(t, executors.Config{Queue: "lapse", Executor: "stale", Lease: lease},
 		func(ctx context.Context, job *executors.Job) (executors.Result, error) {
+			// Its checkpoint claims the attempt, which then holds the task.
+			if err := job.SaveCheckpoint(ctx, "step 1"); err != nil {
+				return executors.Result{}, err
+			}
 			once.Do(func() { close(staleStarted) })
 			<-ctx.Done()
 			return executors.Result{}, ctx.Err()

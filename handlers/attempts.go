@@ -94,8 +94,9 @@ func attemptToken(key []byte, ws, actor, commandID, taskID string) string {
 }
 
 // withToken returns a claim's reply with the attempt's token added, when
-// the reply's task holds the attempt that token belongs to: its hash is
-// there (a claim that started no attempt gets none). The token is the
+// the reply names the attempt that token belongs to: its hash is there, in
+// the reply's token_hash or its task (a claim that started no attempt gets
+// none). The token is the
 // object's first member; the rest is the reply as stored.
 func withToken(reply json.RawMessage, token string) json.RawMessage {
 	if len(reply) < 2 || reply[0] != '{' || !bytes.Contains(reply, []byte(domain.TokenHash(token))) {
@@ -244,6 +245,26 @@ func (s *Service) prepareClaim(ctx context.Context, c *domain.ClaimTask, m domai
 	}
 	c.SupersedeAfter = alive.lastAlive(t.ID, a.N, a.StartedAt).Add(lease + s.cfg.LeaseGrace)
 	return token, nil
+}
+
+// prepareReportClaim gives the claim a report carries (the lazy claim: the
+// report starts its attempt and ends it in one commit) the hash of the token
+// the service derives for it, exactly as prepareClaim does for a claim with
+// the report's command id. The token is never handed out: the attempt has
+// ended by the time anyone could use it. A report without a claim is left
+// as it is.
+func (s *Service) prepareReportClaim(cmd domain.Command, m domain.Meta) {
+	var cl *domain.ReportClaim
+	var taskID string
+	switch c := cmd.(type) {
+	case *domain.ReportSuccess:
+		cl, taskID = c.Claim, c.TaskID
+	case *domain.ReportFailure:
+		cl, taskID = c.Claim, c.TaskID
+	}
+	if cl != nil {
+		cl.TokenHash = domain.TokenHash(attemptToken(s.tokenKey, m.Workspace, m.Actor, m.CommandID, taskID))
+	}
 }
 
 // heartbeat answers a task.heartbeat from the views and the writer's

@@ -20,9 +20,11 @@ import (
 	"github.com/dwr-run/dwr/schemas"
 )
 
-// workItemOf returns the work item of a ready task (an attempt to claim) or
+// workItemOf returns the work item of a ready task (an attempt to run) or
 // of a verifying task (a result to judge, on the verification queue). An
-// execute item names the attempt only: its claim's reply carries the task.
+// execute item carries the task as it is now, without the command ids it
+// remembers (they are its senders' business); msg leaves it out when the
+// item would be larger than schemas.MaxItemTaskBytes.
 func workItemOf(t *domain.Task) schemas.WorkItem {
 	if t.State == domain.StateVerifying && t.Spec.Verification != nil {
 		a := t.Current()
@@ -31,8 +33,10 @@ func workItemOf(t *domain.Task) schemas.WorkItem {
 			Input: t.Spec.Input, PriorAttempts: t.Attempts[:len(t.Attempts)-1], Verifications: t.Verifications,
 			Result: a.Result, Artifacts: a.Artifacts, ResultDigest: domain.ResultDigest(a.Result)}
 	}
+	task := t.Clone()
+	task.Commands = nil
 	return schemas.WorkItem{Kind: schemas.WorkKindExecute, TaskID: t.ID, Workspace: t.Workspace, Queue: t.Spec.Queue,
-		Attempt: len(t.Attempts) + 1, OperationKey: domain.OperationKey(t.ID)}
+		Attempt: len(t.Attempts) + 1, OperationKey: domain.OperationKey(t.ID), Task: task}
 }
 
 // WorkSubject returns the subject of a queue's work items.
@@ -163,15 +167,18 @@ func newDispatcher(ctx context.Context, js jetstream.JetStream, cfg Config) (*di
 		pending: make(chan pendingItem, 4096), queues: map[string]domain.QueueConfig{}}, nil
 }
 
-// publish sends the work item of a ready task without waiting for its
-// acknowledgement; a failure is handed to retryLoop.
-func (d *dispatcher) publish(t *domain.Task) {
-	it := workItemOf(t)
+// publish sends a work item without waiting for its acknowledgement; a
+// failure is handed to retryLoop.
+func (d *dispatcher) publish(it schemas.WorkItem) {
 	m, err := d.msg(it)
 	if err != nil {
-		d.logger.Error("handlers: work item not encodable", "task", t.ID, "err", err)
+		d.logger.Error("handlers: work item not encodable", "task", it.TaskID, "err", err)
 		return
 	}
+	// What waits for an acknowledgement (thousands of items) keeps no
+	// task: an item published again goes without it, and its executor
+	// claims first.
+	it.Task = nil
 	f, err := d.js.PublishMsgAsync(m)
 	if err != nil {
 		d.failed(it, err)
@@ -186,10 +193,19 @@ type pendingItem struct {
 	f  jetstream.PubAckFuture
 }
 
+// msg returns the message of work item it. An execute item goes without
+// its task when, with it, it would be larger than schemas.MaxItemTaskBytes
+// (the executor then claims first, and its claim's reply carries the task).
 func (d *dispatcher) msg(it schemas.WorkItem) (*nats.Msg, error) {
 	b, err := json.Marshal(it)
 	if err != nil {
 		return nil, err
+	}
+	if it.Task != nil && len(b) > schemas.MaxItemTaskBytes {
+		it.Task = nil
+		if b, err = json.Marshal(it); err != nil {
+			return nil, err
+		}
 	}
 	m := nats.NewMsg(WorkSubject(d.prefix, it.Workspace, it.Queue))
 	id := fmt.Sprintf("%s.%d", it.TaskID, it.Attempt)
@@ -275,7 +291,7 @@ func (d *dispatcher) dispatchCommit(store *projections.Store, c *eventstore.Comm
 			if err := d.ensureQueue(context.Background(), store, t.Workspace, it.Queue); err != nil {
 				d.logger.Warn("handlers: a queue's consumer could not be created; its items wait in the stream", "err", err)
 			}
-			d.publish(t)
+			d.publish(it)
 		}
 	}
 }

@@ -2,7 +2,9 @@ package handlers
 
 import (
 	"context"
+	"encoding/json"
 	"log/slog"
+	"strings"
 	"sync/atomic"
 	"testing"
 
@@ -11,6 +13,7 @@ import (
 
 	"github.com/dwr-run/dwr/domain"
 	"github.com/dwr-run/dwr/handlers/embedded"
+	"github.com/dwr-run/dwr/schemas"
 )
 
 // countingJS counts the consumer creations and updates sent to JetStream.
@@ -69,4 +72,30 @@ func TestDispatchWritesAQueuesConsumerOnlyWhenItsSettingsChange(t *testing.T) {
 	require.NoError(t, d.ensureConsumer(ctx, "default", "q", changed))
 	require.EqualValues(t, 4, js.writes.Load(), "queue.configure applies its settings every time")
 
+}
+
+// An execute item carries its task unless, with it, the item would be
+// larger than schemas.MaxItemTaskBytes: then it goes without, and its
+// executor claims first.
+func TestAnExecuteItemCarriesItsTaskWithinItsBound(t *testing.T) {
+	d := &dispatcher{prefix: "dwr"}
+	small := &domain.Task{ID: "01Q3G99648H87N2YG8NR952X83", Workspace: "default", State: domain.StateReady,
+		Spec: domain.TaskSpec{Queue: "q", Input: json.RawMessage(`{"n":1}`)}, Commands: []string{"5:alice:cmd-1"}}
+	var it schemas.WorkItem
+	m, err := d.msg(workItemOf(small))
+	require.NoError(t, err)
+	require.NoError(t, json.Unmarshal(m.Data, &it))
+	require.NotNil(t, it.Task)
+	require.Empty(t, it.Task.Commands)
+	require.Equal(t, []string{"5:alice:cmd-1"}, small.Commands)
+
+	big := small.Clone()
+	big.Spec.Input = json.RawMessage(`"` + strings.Repeat("a", schemas.MaxItemTaskBytes) + `"`)
+	m, err = d.msg(workItemOf(big))
+	require.NoError(t, err)
+	it = schemas.WorkItem{}
+	require.NoError(t, json.Unmarshal(m.Data, &it))
+	require.Nil(t, it.Task, "too large: the item goes without its task")
+	require.Equal(t, 1, it.Attempt)
+	require.Less(t, len(m.Data), 1024)
 }

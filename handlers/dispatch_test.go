@@ -87,9 +87,11 @@ func TestReadyTasksAreDispatchedInDependencyOrder(t *testing.T) {
 	}
 }
 
-// An execute item names the attempt to claim and nothing more: the task
-// crosses the wire once, in the claim's reply, as it stands after the claim.
-func TestAnExecuteItemNamesOnlyTheAttemptToClaim(t *testing.T) {
+// An execute item carries the task as it was dispatched (without its
+// command ids); the task crosses the wire once: a claim that says its
+// claimer holds it (omit_task) is answered without it, an older claimer's
+// with it, as it stands after the claim.
+func TestAnExecuteItemCarriesItsTaskOnce(t *testing.T) {
 	b := setup(t)
 	q := b.queue(t, "lean", 30*time.Second, 5)
 	task, _ := b.mustCommand(t, "task.create", map[string]any{"spec": map[string]any{"queue": "lean", "title": "lean",
@@ -97,15 +99,27 @@ func TestAnExecuteItemNamesOnlyTheAttemptToClaim(t *testing.T) {
 	it, m := q.next(5 * time.Second)
 	var fields map[string]json.RawMessage
 	require.NoError(t, json.Unmarshal(m.Data(), &fields))
-	require.ElementsMatch(t, []string{"kind", "task_id", "workspace", "queue", "attempt", "operation_key"}, slices.Collect(maps.Keys(fields)))
+	require.ElementsMatch(t, []string{"kind", "task_id", "workspace", "queue", "attempt", "operation_key", "task"}, slices.Collect(maps.Keys(fields)))
+	require.NotNil(t, it.Task)
+	require.Equal(t, domain.StateReady, it.Task.State)
+	require.JSONEq(t, `{"n":1}`, string(it.Task.Spec.Input))
+	require.Empty(t, it.Task.Commands, "an item carries no command ids")
+	it.Task = nil
 	require.Equal(t, schemas.WorkItem{Kind: schemas.WorkKindExecute, TaskID: task.ID, Workspace: "default", Queue: "lean",
 		Attempt: 1, OperationKey: domain.OperationKey(task.ID)}, it)
 
-	claim, _ := b.mustCommand(t, "task.claim", map[string]any{"task_id": task.ID, "executor": "test"})
+	lean, _ := b.mustCommand(t, "task.claim", map[string]any{"task_id": task.ID, "executor": "test", "omit_task": true})
+	require.Nil(t, lean.Task, "the claimer holds the task: its item carried it")
+	require.Equal(t, domain.StateRunning, lean.State)
+	require.Len(t, lean.TokenHash, 64)
+
+	// An older claimer, which does not say omit_task, gets the task.
+	other, _ := b.mustCommand(t, "task.create", map[string]any{"spec": map[string]any{"queue": "lean", "input": map[string]any{"n": 2}, "timeout": "1h"}})
+	claim, _ := b.mustCommand(t, "task.claim", map[string]any{"task_id": other.ID, "executor": "test"})
 	require.Equal(t, domain.StateRunning, claim.Task.State)
-	require.JSONEq(t, `{"n":1}`, string(claim.Task.Spec.Input))
+	require.JSONEq(t, `{"n":2}`, string(claim.Task.Spec.Input))
 	require.Equal(t, time.Hour, claim.Task.Spec.Timeout.D())
-	require.Equal(t, it.OperationKey, claim.Task.Running().OperationKey)
+	require.Equal(t, domain.OperationKey(other.ID), claim.Task.Running().OperationKey)
 	require.NoError(t, m.Ack())
 }
 

@@ -27,7 +27,8 @@ import (
 	"github.com/dwr-run/dwr/schemas"
 )
 
-// The linearizability test: clients claim, complete, fail, cancel, approve
+// The linearizability test: clients claim, complete (now and then with a
+// report that carries its claim: the lazy claim), fail, cancel, approve
 // and read a few tasks concurrently while the service is restarted under
 // them, and porcupine checks that the history they saw could have happened
 // one operation at a time, each at a moment between its call and its answer.
@@ -40,9 +41,9 @@ import (
 // linOp is an operation on a task as a client issued it.
 type linOp struct {
 	Task    string
-	Kind    string // create | claim | succeed | fail | cancel | approve | get
+	Kind    string // create | claim | succeed | fail | lazy (a success whose report carries its claim) | cancel | approve | get
 	Gated   bool   // for create
-	Attempt int    // for succeed and fail
+	Attempt int    // for succeed, fail and lazy
 	Token   string // for succeed and fail: the token sent
 	Own     bool   // for succeed and fail: Token is the one the attempt's claim returned
 }
@@ -134,6 +135,13 @@ func linStep(s linState, op linOp, o linOut) (linState, bool) {
 		s.Attempts++
 		s.Running, s.State = s.Attempts, domain.StateRunning
 		return s, o.OK && o.Attempt == s.Attempts && o.State == domain.StateRunning
+	case "lazy": // taken only when the task is ready for exactly this attempt
+		if s.State != domain.StateReady || op.Attempt != s.Attempts+1 {
+			return s, conflict
+		}
+		s.Attempts++
+		s.State = domain.StateAccepted
+		return s, o.OK && o.State == s.State
 	case "succeed":
 		if !op.Own {
 			return s, forged(s, op, o)
@@ -214,6 +222,8 @@ func (c *linClient) do(t *testing.T, op linOp, key ed25519.PrivateKey, deadline 
 		name, body = "task.claim", map[string]any{"task_id": op.Task, "executor": "lin"}
 	case "succeed":
 		name, body = "task.succeed", map[string]any{"task_id": op.Task, "attempt": op.Attempt, "token": op.Token}
+	case "lazy":
+		name, body = "task.succeed", map[string]any{"task_id": op.Task, "attempt": op.Attempt, "claim": map[string]any{"executor": "lin"}}
 	case "fail":
 		name, body = "task.fail", map[string]any{"task_id": op.Task, "attempt": op.Attempt, "token": op.Token,
 			"error": map[string]any{"message": "flaky"}, "retryable": true}
@@ -344,7 +354,7 @@ func TestTaskHistoriesAreLinearizableAcrossRestarts(t *testing.T) {
 		create(0, i%2 == 0)
 	}
 
-	kinds := []string{"claim", "claim", "claim", "succeed", "fail", "fail", "fail", "approve", "approve", "get", "get", "get"}
+	kinds := []string{"claim", "claim", "claim", "succeed", "fail", "fail", "fail", "lazy", "lazy", "approve", "approve", "get", "get", "get"}
 	var wg sync.WaitGroup
 	done := make(chan struct{})
 	for c := range clients {
@@ -364,6 +374,9 @@ func TestTaskHistoriesAreLinearizableAcrossRestarts(t *testing.T) {
 					continue
 				}
 				op := linOp{Task: pick(rng), Kind: kinds[rng.IntN(len(kinds))]}
+				if op.Kind == "lazy" {
+					op.Attempt = 1 + rng.IntN(linMaxAttempts) // the next attempt, or a stale or early one
+				}
 				if op.Kind == "succeed" || op.Kind == "fail" {
 					op.Attempt = attempts[op.Task]
 					if op.Attempt == 0 || rng.IntN(5) == 0 {

@@ -762,6 +762,7 @@ func (s *Service) handleCommand(name string, req micro.Request, who sender) []by
 		}
 		o = s.execute(ctx, cmd, m)
 	default:
+		s.prepareReportClaim(cmd, m)
 		o = s.execute(ctx, cmd, m)
 	}
 	if o.Err != nil {

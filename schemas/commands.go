@@ -55,12 +55,18 @@ type CancelTask struct {
 // ClaimTask starts the next attempt of a ready task for an executor. When
 // the work item was redelivered because attempt Supersedes lost its lease,
 // that attempt is recorded as abandoned first. The reply's result carries
-// the attempt's token and the task as it stands after the claim.
+// the attempt's token and, unless OmitTask is set and the claim superseded
+// nothing, the task as it stands after the claim.
 type ClaimTask struct {
 	TaskID          string `json:"task_id"`
 	Executor        string `json:"executor"`
 	ExecutorVersion string `json:"executor_version,omitempty"`
 	Supersedes      int    `json:"supersedes,omitempty"`
+	// OmitTask says that the claimer holds the task already (its work item
+	// carried it: WorkItem.Task), so the reply need not carry it. A claim
+	// that supersedes an attempt is answered with the task all the same:
+	// the item's is stale then.
+	OmitTask bool `json:"omit_task,omitempty"`
 }
 
 // SaveCheckpoint saves the current attempt's checkpoint.
@@ -71,23 +77,48 @@ type SaveCheckpoint struct {
 	Checkpoint json.RawMessage `json:"checkpoint"`
 }
 
-// ReportSuccess reports the current attempt's result.
+// ReportSuccess reports the current attempt's result. It carries either
+// the attempt's Token (the attempt was claimed) or a Claim (the lazy claim:
+// the job ran without claiming, and this report starts and ends attempt
+// Attempt in one commit), never both.
 type ReportSuccess struct {
 	TaskID     string          `json:"task_id"`
 	Attempt    int             `json:"attempt"`
-	Token      string          `json:"token"`
+	Token      string          `json:"token,omitempty"`
+	Claim      *ReportClaim    `json:"claim,omitempty"`
 	Result     json.RawMessage `json:"result,omitempty"`
 	Artifacts  []ArtifactRef   `json:"artifacts,omitempty"`
 	ModelSteps []ModelStep     `json:"model_steps,omitempty"`
 }
 
-// ReportFailure reports the current attempt's error.
+// ReportFailure reports the current attempt's error. Like ReportSuccess,
+// it carries either the attempt's Token or a Claim, never both.
 type ReportFailure struct {
-	TaskID    string    `json:"task_id"`
-	Attempt   int       `json:"attempt"`
-	Token     string    `json:"token"`
-	Error     ErrorInfo `json:"error"`
-	Retryable bool      `json:"retryable"`
+	TaskID    string       `json:"task_id"`
+	Attempt   int          `json:"attempt"`
+	Token     string       `json:"token,omitempty"`
+	Claim     *ReportClaim `json:"claim,omitempty"`
+	Error     ErrorInfo    `json:"error"`
+	Retryable bool         `json:"retryable"`
+}
+
+// ReportClaim is the claim a report carries when its job ran without
+// claiming first (the lazy claim of a short job): the report then starts
+// attempt Attempt and ends it in one commit, as task.claim followed by the
+// report would, but only when the task is still ready for exactly that
+// attempt and the sender may claim it (an executor of the task's queue).
+// Otherwise the report is refused (conflict on /attempt) and nothing is
+// recorded. The attempt is claimed by the sender, with the operation key,
+// the per-attempt deadline and a token hash as task.claim would record
+// them; the token itself is never handed out, since the attempt has ended.
+type ReportClaim struct {
+	Executor        string `json:"executor"`
+	ExecutorVersion string `json:"executor_version,omitempty"`
+
+	// TokenHash is the hash of the token the service derives for the
+	// report, as it would for a claim with the report's command id. The
+	// service sets it; it is never read from, or written to, the wire.
+	TokenHash string `json:"-"`
 }
 
 // Heartbeat says that the current attempt is alive. It changes nothing and

@@ -30,8 +30,14 @@ type CommandResult struct {
 	PlanVersion int        `json:"plan_version,omitempty"`
 	Tasks       []PlanTask `json:"tasks,omitempty"`
 	// Task is, for task.claim, the task as it stands after the claim: what
-	// the executor runs the attempt from.
-	Task       *Task  `json:"task,omitempty"`
+	// the executor runs the attempt from. It is left out when the claim
+	// said its claimer holds the task (ClaimTask.OmitTask) and superseded
+	// no attempt.
+	Task *Task `json:"task,omitempty"`
+	// TokenHash is, for task.claim that started an attempt, the hash of
+	// the attempt's token (Attempt.TokenHash): the service hands the token
+	// to the claimer whose claim this hash is of.
+	TokenHash  string `json:"token_hash,omitempty"`
 	ApprovalID string `json:"approval_id,omitempty"` // for task.request_approval and approval.decide
 	// For queue.configure: the queue's settings in effect.
 	Queue      string `json:"queue,omitempty"`

@@ -6,6 +6,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -436,4 +437,36 @@ func sortedKeys(m map[string]string) []string {
 	}
 	slices.Sort(out)
 	return out
+}
+
+// A report carries its attempt's token or, for the lazy claim, a claim —
+// never both, never neither.
+func TestValidateAReportCarriesATokenOrAClaim(t *testing.T) {
+	for _, name := range []string{"task.succeed", "task.fail"} {
+		extra := ""
+		if name == "task.fail" {
+			extra = `,"error":{"message":"x"},"retryable":true`
+		}
+		body := func(fields string) []byte {
+			return []byte(`{"task_id":"` + taskID + `","attempt":1` + extra + fields + `}`)
+		}
+		require.NoError(t, schemas.ValidateCommand(name, body(`,"claim":{"executor":"e","executor_version":"1"}`)), name)
+		require.NoError(t, schemas.ValidateCommand(name, body(`,"token":"`+token+`"`)), name)
+		e := requireError(t, schemas.ValidateCommand(name, body(`,"token":"`+token+`","claim":{"executor":"e"}`)), schemas.CodeInvalid)
+		require.Equal(t, map[string]string{"/token": "is not allowed here"}, fieldMap(e), name)
+		e = requireError(t, schemas.ValidateCommand(name, body(`,"claim":{}`)), schemas.CodeInvalid)
+		require.Equal(t, "is required", fieldMap(e)["/claim/executor"], name)
+		e = requireError(t, schemas.ValidateCommand(name, body(`,"claim":{"executor":"e","token_hash":"x"}`)), schemas.CodeInvalid)
+		require.Contains(t, fieldMap(e)["/claim/token_hash"], "is not a known field", name)
+	}
+}
+
+// An execute item carries the task it runs, and validates with it.
+func TestValidateAnExecuteItemWithItsTask(t *testing.T) {
+	it := schemas.WorkItem{Kind: schemas.WorkKindExecute, TaskID: taskID, Workspace: "acme", Queue: "work", Attempt: 1, OperationKey: "op-" + taskID,
+		Task: &schemas.Task{ID: taskID, Workspace: "acme", Spec: schemas.TaskSpec{Queue: "work", Input: json.RawMessage(`{"n":1}`)}, State: schemas.StateReady,
+			CreatedAt: time.Date(2030, 1, 2, 3, 4, 5, 0, time.UTC), UpdatedAt: time.Date(2030, 1, 2, 3, 4, 5, 0, time.UTC), Version: 1}}
+	b, err := json.Marshal(it)
+	require.NoError(t, err)
+	require.NoError(t, schemas.Validate(schemas.PathWorkItem, b))
 }

@@ -2,6 +2,14 @@ package schemas
 
 import "encoding/json"
 
+// MaxItemTaskBytes bounds an execute item that carries its task
+// (WorkItem.Task): when the item with the task would be larger (its input,
+// checkpoint, attempts and verifications are each bounded, their sum is
+// not), the task is left out, and the executor claims first and runs from
+// the claim's reply. It keeps every execute item well below the work
+// stream's 1 MiB message bound.
+const MaxItemTaskBytes = 512 << 10
+
 // Work item kinds (WorkItem.Kind).
 const (
 	WorkKindExecute = "execute" // run an attempt of a ready task
@@ -11,10 +19,20 @@ const (
 // WorkItem is what an executor receives on <prefix>.work.<workspace>.<queue>
 // (work_item.json).
 //
-// An execute item says only which attempt to claim, and where: the task
-// crosses the wire once, in the claim's reply (CommandResult.Task, the task
-// as it stands after the claim), which an executor runs the attempt from. A
-// verify item is not claimed, so it carries what the verifier judges: the
+// An execute item says which attempt to run, and where, and carries Task:
+// the task as it stood when the item was dispatched (without its Commands),
+// unless the item with it would be larger than MaxItemTaskBytes. The task crosses the
+// wire once: an executor that runs the job from the item's task claims
+// lazily (at the job's first command of the attempt, at its first
+// heartbeat moment, or in its report: ReportClaim), and the reply to that
+// claim carries no task. A claim's reply carries the task (as it stands
+// after the claim) only when the claim superseded an attempt — a
+// redelivered item whose attempt lost its lease: the job runs from the
+// claim's task, which holds that attempt's checkpoint — or when the item
+// carried none; the task.claim of an older executor that claims first is
+// answered the same way, so it reads the task from its item then.
+//
+// A verify item is not claimed, so it carries what the verifier judges: the
 // fields marked "verify" below.
 type WorkItem struct {
 	Kind         string `json:"kind"` // WorkKindExecute or WorkKindVerify
@@ -23,6 +41,8 @@ type WorkItem struct {
 	Queue        string `json:"queue"`
 	Attempt      int    `json:"attempt"` // execute: the number a claim of this item starts; verify: the attempt judged
 	OperationKey string `json:"operation_key"`
+
+	Task *Task `json:"task,omitempty"` // execute: the task when the item was dispatched (nil: too large; claim it first)
 
 	GoalID        string          `json:"goal_id,omitempty"`        // verify
 	Key           string          `json:"key,omitempty"`            // verify

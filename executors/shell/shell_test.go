@@ -218,6 +218,9 @@ wait
 		_, err := os.Stat(started)
 		return err == nil
 	}, func() string { return "the command did not start" })
+	// The job claims its attempt at its first heartbeat moment (the lazy
+	// claim): cancel the running attempt.
+	e.WaitState(t, id, "running", waitFor)
 	e.Command(t, "task.cancel", map[string]any{"task_id": id})
 	servicetest.Eventually(t, 3*time.Second, func() bool {
 		b, _ := os.ReadFile(stopped)
