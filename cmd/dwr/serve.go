@@ -67,6 +67,7 @@ type serveOpts struct {
 	acceptPrefix           bool
 	trustBelow             bool
 	perCaller              int
+	memoryLimit            string
 }
 
 func serveCmd() *cobra.Command {
@@ -95,6 +96,8 @@ func serveCmd() *cobra.Command {
 	f.BoolVar(&o.trustBelow, "trust-below-checkpoint", false, "on start, do not read the log below the views' checkpoint to check its chain (faster on a very long log; damage there is then found by `dwr admin verify`)")
 	f.IntVar(&o.perCaller, "max-in-flight-per-caller", 0, fmt.Sprintf(
 		"requests one identity may have in flight at once; more are refused (unavailable) (0: %d)", handlers.DefaultMaxInFlightPerCaller))
+	f.StringVar(&o.memoryLimit, "memory-limit", memoryLimitFlag(),
+		"soft limit of the service's Go memory, as GOMEMLIMIT: garbage is collected more often near it (more CPU, less memory); off: none (env DWR_MEMORY_LIMIT, else GOMEMLIMIT)")
 	o.nats.flags(cmd)
 	o.logKey.flags(cmd)
 	return cmd
@@ -122,6 +125,9 @@ func serve(ctx context.Context, o serveOpts, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
+	if err := setMemoryLimit(o.memoryLimit, logger); err != nil {
+		return err
+	}
 	if err := os.MkdirAll(o.data, 0o750); err != nil {
 		return fail(exitInvalid, "--data %s: %v", o.data, err)
 	}
@@ -139,6 +145,11 @@ func serve(ctx context.Context, o serveOpts, stderr io.Writer) error {
 		if cfg.NATS, err = o.nats.connect("dwr-serve"); err != nil {
 			return err
 		}
+	}
+	if file := os.Getenv(memProfileEnv); file != "" {
+		wctx, cancel := context.WithCancel(ctx)
+		watched := watchMemory(wctx, file, logger)
+		defer func() { cancel(); <-watched }()
 	}
 	err = handlers.Serve(ctx, cfg)
 	switch {
