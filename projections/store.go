@@ -138,11 +138,17 @@ func open(dir string, opts Options) (_ *Store, err error) {
 	}()
 	cache := pebble.NewCache(64 << 20)
 	defer cache.Unref()
+	// The memtable is allocated outside the Go heap (so --memory-limit
+	// does not bound it) and grows from 256 KiB up to this as views are
+	// written; up to two are held while one flushes. 32 MiB rather
+	// than 64: at 2,000 chains in flight ~6 MiB less peak RSS for no
+	// measurable CPU; 16 MiB stalled the views' writes (half the
+	// throughput).
 	po := &pebble.Options{
 		FS:                 opts.FS,
 		Lock:               lock,
 		Cache:              cache,
-		MemTableSize:       64 << 20,
+		MemTableSize:       32 << 20,
 		FormatMajorVersion: pebble.FormatNewest,
 		Logger:             pebbleLogger{opts.Logger},
 		// Pebble's default on corruption is to log fatally (our logger
