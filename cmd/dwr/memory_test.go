@@ -1,10 +1,17 @@
 package main
 
 import (
+	"context"
+	"log/slog"
 	"math"
+	"os"
+	"path/filepath"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/dwr-run/dwr/handlers/servicetest"
 )
 
 func TestParseMemoryLimit(t *testing.T) {
@@ -20,4 +27,35 @@ func TestParseMemoryLimit(t *testing.T) {
 		_, err := parseMemoryLimit(in)
 		require.Error(t, err, in)
 	}
+}
+
+// A bad --memory-limit is refused before anything is opened or made.
+func TestServeRefusesABadMemoryLimit(t *testing.T) {
+	data := filepath.Join(t.TempDir(), "data")
+	code, _, errs := run(t, "nats://127.0.0.1:1", "serve", "--data", data, "--memory-limit", "100MB")
+	require.Equal(t, exitInvalid, code, errs)
+	require.Contains(t, errs, "--memory-limit")
+	_, err := os.Stat(data)
+	require.ErrorIs(t, err, os.ErrNotExist)
+}
+
+// DWR_MEMPROFILE's watcher writes a heap profile at once (the first high)
+// and stops when its context ends.
+func TestWatchMemoryWritesAProfile(t *testing.T) {
+	file := filepath.Join(t.TempDir(), "heap.pprof")
+	ctx, cancel := context.WithCancel(context.Background())
+	done := watchMemory(ctx, file, slog.New(slog.DiscardHandler))
+	servicetest.Eventually(t, 10*time.Second, func() bool {
+		st, err := os.Stat(file)
+		return err == nil && st.Size() > 0
+	})
+	cancel()
+	require.True(t, servicetest.Within(10*time.Second, func() bool {
+		select {
+		case <-done:
+			return true
+		default:
+			return false
+		}
+	}), "the watcher stops when its context ends")
 }
