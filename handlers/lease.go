@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"sync/atomic"
 	"time"
 
@@ -49,6 +50,7 @@ type lease struct {
 	// paused, when set, stops the renewals (tests: a writer that cannot
 	// reach the KV bucket, or is stopped past its lease).
 	paused *atomic.Bool
+	logger *slog.Logger
 }
 
 func newLease(ctx context.Context, js jetstream.JetStream, cfg Config) (*lease, error) {
@@ -59,7 +61,7 @@ func newLease(ctx context.Context, js jetstream.JetStream, cfg Config) (*lease, 
 		return nil, fmt.Errorf("handlers: writer lease bucket: %w", err)
 	}
 	return &lease{kv: kv, key: "partition-" + cfg.Partition, me: cfg.WriterID, ttl: cfg.LeaseTTL,
-		base: time.Now(), paused: new(atomic.Bool)}, nil
+		base: time.Now(), paused: new(atomic.Bool), logger: cfg.Logger}, nil
 }
 
 // renewEvery is how often the holder renews its lease.
@@ -140,10 +142,18 @@ func (l *lease) take(ctx context.Context, rev uint64) (bool, error) {
 	tctx, cancel := context.WithTimeout(ctx, l.ttl/2)
 	defer cancel()
 	var err error
+	if rev != 0 {
+		rev, err = l.kv.Update(tctx, l.key, []byte(l.me), rev)
+		if errors.Is(err, jetstream.ErrKeyExists) {
+			// Gone (the bucket's TTL expired it: no watcher hears of that),
+			// or renewed since.
+			if _, gerr := l.kv.Get(tctx, l.key); errors.Is(gerr, jetstream.ErrKeyNotFound) {
+				rev = 0
+			}
+		}
+	}
 	if rev == 0 {
 		rev, err = l.kv.Create(tctx, l.key, []byte(l.me))
-	} else {
-		rev, err = l.kv.Update(tctx, l.key, []byte(l.me), rev)
 	}
 	switch {
 	case err == nil:
