@@ -2,7 +2,10 @@ package handlers_test
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
+	"net/http"
+	"net/http/httptest"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -223,4 +226,33 @@ func TestFailoverWhenTheWriterDies(t *testing.T) {
 	require.Zero(t, lost)
 	require.Zero(t, dup)
 	require.Less(t, p99, 10*time.Second, "failover p99")
+}
+
+// /readyz says whether a replica serves: ready while it is connected, not
+// ready (503, with the reason) once it has no NATS connection.
+func TestReadyzSaysWhenAReplicaCannotReachNATS(t *testing.T) {
+	srv, _ := servicetest.StartNATS(t)
+	nc, err := srv.Connect()
+	require.NoError(t, err)
+	r := startReplicaWith(t, nc, handlers.Config{WriterID: "alone"})
+	servicetest.Eventually(t, 10*time.Second, r.svc.HoldsLease)
+	ts := httptest.NewServer(r.svc.HealthHandler())
+	t.Cleanup(ts.Close)
+	get := func() (int, handlers.Health) {
+		resp, err := http.Get(ts.URL + "/readyz")
+		require.NoError(t, err)
+		defer func() { _ = resp.Body.Close() }()
+		var h handlers.Health
+		require.NoError(t, json.NewDecoder(resp.Body).Decode(&h))
+		return resp.StatusCode, h
+	}
+	code, h := get()
+	require.Equal(t, http.StatusOK, code, "%+v", h)
+	require.True(t, h.Ready && h.Writer, "%+v", h)
+
+	r.kill(nc)
+	code, h = get()
+	require.Equal(t, http.StatusServiceUnavailable, code, "%+v", h)
+	require.False(t, h.Ready)
+	require.Contains(t, h.Reason, "NATS")
 }

@@ -109,6 +109,10 @@ func (l *lease) acquire(ctx context.Context) error {
 			}
 			if ok {
 				l.hold(ctx, sent)
+				if holder != "" && holder != l.me {
+					l.logger.Info("handlers: writer lease taken over", "from", holder,
+						"renewal_unseen_for", time.Since(seenAt).Round(time.Millisecond))
+				}
 				return nil
 			}
 			if l.standby != nil {

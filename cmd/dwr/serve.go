@@ -35,7 +35,11 @@ func (o *natsOpts) flags(cmd *cobra.Command) {
 }
 
 func (o *natsOpts) connect(name string) (*nats.Conn, error) {
-	opts := []nats.Option{nats.Name(name), nats.MaxReconnects(-1), nats.ReconnectWait(250 * time.Millisecond)}
+	// Pings every 2 s, two unanswered and the connection is stale: a frozen
+	// node is left for another of the cluster's within seconds (NATS's
+	// default is 2 minutes), reconnecting forever.
+	opts := []nats.Option{nats.Name(name), nats.MaxReconnects(-1), nats.ReconnectWait(250 * time.Millisecond),
+		nats.PingInterval(2 * time.Second), nats.MaxPingsOutstanding(2)}
 	if o.creds != "" {
 		creds, err := access.NATSCredentials(o.creds)
 		if err != nil {
@@ -67,6 +71,7 @@ type serveOpts struct {
 	acceptPrefix           bool
 	trustBelow             bool
 	perCaller              int
+	healthListen           string
 }
 
 func serveCmd() *cobra.Command {
@@ -95,6 +100,8 @@ func serveCmd() *cobra.Command {
 	f.BoolVar(&o.trustBelow, "trust-below-checkpoint", false, "on start, do not read the log below the views' checkpoint to check its chain (faster on a very long log; damage there is then found by `dwr admin verify`)")
 	f.IntVar(&o.perCaller, "max-in-flight-per-caller", 0, fmt.Sprintf(
 		"requests one identity may have in flight at once; more are refused (unavailable) (0: %d)", handlers.DefaultMaxInFlightPerCaller))
+	f.StringVar(&o.healthListen, "health-listen", os.Getenv("DWR_HEALTH_LISTEN"),
+		"host:port of an HTTP listener for the replica's health: GET /readyz (200 ready, 503 not) and /livez (env DWR_HEALTH_LISTEN; default none)")
 	o.nats.flags(cmd)
 	o.logKey.flags(cmd)
 	return cmd
@@ -130,6 +137,7 @@ func serve(ctx context.Context, o serveOpts, stderr io.Writer) error {
 		return err
 	}
 	cfg := handlers.ServeConfig{DataDir: o.data, Embedded: o.embedded(), AdminKeys: o.adminKeys, InsecureOpen: o.insecureOpen,
+		HealthListen: o.healthListen,
 		Service: handlers.Config{Replicas: o.replicas, Logger: logger, LogKey: key, AcceptVerifiedPrefix: o.acceptPrefix,
 			TrustBelowCheckpoint: o.trustBelow, MaxInFlightPerCaller: o.perCaller}}
 	if o.nats.url == "" && (o.nats.creds != "" || o.nats.user != "" || o.nats.password != "" || o.nats.token != "") {
