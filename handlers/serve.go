@@ -40,6 +40,15 @@ type ServeConfig struct {
 	// InsecureOpen serves connections without credentials as admins of
 	// every workspace.
 	InsecureOpen bool
+	// NATSMonitor are the monitoring URLs (http_port) of the nodes of the
+	// NATS cluster: with NATS set, Serve starts only once every JetStream
+	// node of the cluster is shown to fsync before it acknowledges
+	// (CheckClusterSync), unless AcceptUnsyncedCluster.
+	NATSMonitor []string
+	// AcceptUnsyncedCluster lets Serve run on NATS without that check, or
+	// when it fails: acknowledged commands may then be lost when nodes lose
+	// power. Logged at every start.
+	AcceptUnsyncedCluster bool
 	// HealthListen, when set, is the host:port of an HTTP listener serving
 	// the replica's health: GET /readyz (200 ready, 503 not, with the
 	// reason) and GET /livez (see Service.HealthHandler).
@@ -110,6 +119,9 @@ func Serve(ctx context.Context, cfg ServeConfig) error {
 		}
 		where = nc.ConnectedUrl()
 		logConnection(nc, logger)
+		if err := checkSync(ctx, cfg, logger); err != nil {
+			return err
+		}
 	}
 	svcCfg := cfg.Service
 	svcCfg.WriterID, svcCfg.Auth = id, auth
@@ -190,4 +202,28 @@ func serveHealth(addr string, svc *Service, logger *slog.Logger) (stop func(), e
 	}()
 	logger.Info("dwr: health on http://" + ln.Addr().String() + "/readyz")
 	return func() { _ = srv.Close() }, nil
+}
+
+// checkSync refuses a cluster that does not fsync acknowledged writes, or
+// cannot be shown to, unless the operator accepted that.
+func checkSync(ctx context.Context, cfg ServeConfig, logger *slog.Logger) error {
+	const risk = "acknowledged commands can be lost when NATS nodes lose power (set jetstream { sync_interval: always } on every node)"
+	if len(cfg.NATSMonitor) == 0 {
+		if cfg.AcceptUnsyncedCluster {
+			logger.Warn("dwr: --accept-unsynced-cluster: whether the NATS cluster fsyncs acknowledged writes is not checked; " + risk)
+			return nil
+		}
+		return classed{ErrInvalidConfig, fmt.Errorf("%w: cannot tell whether the NATS cluster fsyncs acknowledged writes: "+
+			"give every node's monitoring URL (http_port) with --nats-monitor, or run with --accept-unsynced-cluster (%s)", ErrUnsyncedCluster, risk)}
+	}
+	err := CheckClusterSync(ctx, cfg.NATSMonitor)
+	switch {
+	case err == nil:
+		logger.Info("dwr: every JetStream node of the cluster fsyncs before it acknowledges", "checked", len(cfg.NATSMonitor))
+		return nil
+	case cfg.AcceptUnsyncedCluster:
+		logger.Warn("dwr: --accept-unsynced-cluster: "+risk, "err", err)
+		return nil
+	}
+	return classed{ErrInvalidConfig, fmt.Errorf("%w (or run with --accept-unsynced-cluster: %s)", err, risk)}
 }
