@@ -276,6 +276,9 @@ func (s *Service) Run(ctx context.Context) error {
 	// A cluster may still be electing its JetStream leader: keep trying,
 	// unless the log's stream is not as declared (it is never changed).
 	l := s.cfg.Log
+	if err := s.waitJetStream(ctx); err != nil {
+		return nil // ctx ended
+	}
 	if l == nil {
 		err := s.retry(ctx, "open the log", func(ctx context.Context) (err error) {
 			l, err = eventstore.NewJetStreamLog(ctx, s.js, s.logConfig())
@@ -354,6 +357,37 @@ func (s *Service) Run(ctx context.Context) error {
 	cancel()
 	wg.Wait()
 	return err
+}
+
+// waitJetStream returns once JetStream answers (its meta leader, on a
+// cluster), asking every 100 ms with a short timeout: a fresh cluster
+// elects its meta leader seconds after it starts, and a JetStream API
+// request sent before gets no answer at all, so that the streams' creation
+// would wait out the whole per-try timeout of retry. It returns ctx's error
+// when ctx ends first.
+func (s *Service) waitJetStream(ctx context.Context) error {
+	began, logged := time.Now(), false
+	for {
+		tctx, cancel := context.WithTimeout(ctx, time.Second)
+		_, err := s.js.AccountInfo(tctx)
+		cancel()
+		if err == nil {
+			if logged {
+				s.cfg.Logger.Info("handlers: JetStream answers", "after", time.Since(began).Round(time.Millisecond))
+			}
+			return nil
+		}
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		if !logged && time.Since(began) > 2*time.Second {
+			s.cfg.Logger.Warn("handlers: waiting for JetStream (a cluster electing its meta leader?)", "err", err)
+			logged = true
+		}
+		if !sleepCtx(ctx, 100*time.Millisecond) {
+			return ctx.Err()
+		}
+	}
 }
 
 // followLoop keeps the views following the log while this replica is not
