@@ -74,38 +74,51 @@ func (l *lease) valid() bool { return int64(time.Since(l.base)) < l.until.Load()
 func (l *lease) extend(sent time.Time) { l.until.Store(int64(sent.Sub(l.base) + l.ttl)) }
 
 // acquire returns once this replica holds the lease (re-taking its own
-// lease after a restart at once), or ctx's error. While another holds it,
-// it watches the key and takes it over by compare-and-set once it has seen
-// no renewal for the TTL, or at once when the key is deleted (a writer that
-// stopped released it) or gone.
+// lease after a restart at once), or an error when the lease's bucket could
+// not be read for a TTL, or ctx's. While another holds it, it reads the key
+// every TTL/8 and takes it over by compare-and-set once it has seen no
+// renewal for the TTL, or as soon as it finds the key deleted (a writer
+// that stopped released it) or gone. (It polls rather than watches: a
+// watch's consumer can stall through a node's failure without a word, and
+// a standby must never wait on it.)
 func (l *lease) acquire(ctx context.Context) error {
-	wctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	w, err := l.kv.Watch(wctx, l.key)
-	if err != nil {
-		return err
-	}
-	defer func() { _ = w.Stop() }()
 	var (
-		rev     uint64 // the revision last seen; 0: no lease
-		holder  string
-		seenAt  = time.Now()
-		initial = true // until the watcher's end of its initial values
+		rev    uint64 // the revision last seen; 0: no lease
+		holder string
+		seenAt = time.Now()
+		okAt   = time.Now() // when the bucket last answered
 	)
-	tick := time.NewTicker(max(l.ttl/20, 10*time.Millisecond))
-	defer tick.Stop()
+	every := max(l.ttl/8, 10*time.Millisecond)
 	for {
-		if !initial {
+		gctx, cancel := context.WithTimeout(ctx, max(l.ttl/2, 100*time.Millisecond))
+		e, err := l.kv.Get(gctx, l.key)
+		cancel()
+		switch {
+		case ctx.Err() != nil:
+			return ctx.Err()
+		case errors.Is(err, jetstream.ErrKeyNotFound):
+			rev, holder, okAt = 0, "", time.Now()
+		case err != nil:
+			if time.Since(okAt) > l.ttl {
+				return err
+			}
+		case e.Revision() != rev:
+			rev, holder, seenAt, okAt = e.Revision(), string(e.Value()), time.Now(), time.Now()
+		default:
+			okAt = time.Now()
+		}
+		if err == nil || errors.Is(err, jetstream.ErrKeyNotFound) {
 			sent := time.Now()
 			var ok bool
+			var terr error
 			switch {
 			case rev == 0:
-				ok, err = l.take(ctx, 0)
+				ok, terr = l.take(ctx, 0)
 			case holder == l.me || time.Since(seenAt) >= l.ttl:
-				ok, err = l.take(ctx, rev)
+				ok, terr = l.take(ctx, rev)
 			}
-			if err != nil {
-				return err
+			if terr != nil {
+				return terr
 			}
 			if ok {
 				l.hold(ctx, sent)
@@ -119,23 +132,8 @@ func (l *lease) acquire(ctx context.Context) error {
 				l.standby(rev == 0 || time.Since(seenAt) >= l.ttl/2)
 			}
 		}
-		select {
-		case <-ctx.Done():
+		if !sleepCtx(ctx, every) {
 			return ctx.Err()
-		case e, open := <-w.Updates():
-			if !open {
-				return errors.New("handlers: the writer lease's watch ended")
-			}
-			if e == nil {
-				initial = false
-				continue
-			}
-			if e.Operation() != jetstream.KeyValuePut {
-				rev, holder = 0, ""
-			} else if e.Revision() != rev {
-				rev, holder, seenAt = e.Revision(), string(e.Value()), time.Now()
-			}
-		case <-tick.C:
 		}
 	}
 }
@@ -149,7 +147,7 @@ func (l *lease) take(ctx context.Context, rev uint64) (bool, error) {
 	if rev != 0 {
 		rev, err = l.kv.Update(tctx, l.key, []byte(l.me), rev)
 		if errors.Is(err, jetstream.ErrKeyExists) {
-			// Gone (the bucket's TTL expired it: no watcher hears of that),
+			// Gone (the bucket's TTL expired it),
 			// or renewed since.
 			if _, gerr := l.kv.Get(tctx, l.key); errors.Is(gerr, jetstream.ErrKeyNotFound) {
 				rev = 0
@@ -164,7 +162,7 @@ func (l *lease) take(ctx context.Context, rev uint64) (bool, error) {
 		l.rev = rev
 		return true, nil
 	case errors.Is(err, jetstream.ErrKeyExists), errors.Is(err, jetstream.ErrKeyNotFound):
-		return false, nil // the watch shows what is there now
+		return false, nil // the next read shows what is there now
 	case ctx.Err() == nil && errors.Is(err, context.DeadlineExceeded):
 		return false, nil
 	}
