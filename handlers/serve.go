@@ -216,7 +216,25 @@ func checkSync(ctx context.Context, cfg ServeConfig, logger *slog.Logger) error 
 		return classed{ErrInvalidConfig, fmt.Errorf("%w: cannot tell whether the NATS cluster fsyncs acknowledged writes: "+
 			"give every node's monitoring URL (http_port) with --nats-monitor, or run with --accept-unsynced-cluster (%s)", ErrUnsyncedCluster, risk)}
 	}
-	err := CheckClusterSync(ctx, cfg.NATSMonitor)
+	// Nodes that do not answer yet (started with dwr) are asked again for
+	// a minute; a node that answers without sync_always is refused at once.
+	var err error
+	for deadline, logged := time.Now().Add(time.Minute), false; ; {
+		var unreadOnly bool
+		unreadOnly, err = checkClusterSync(ctx, cfg.NATSMonitor)
+		if err == nil || !unreadOnly || time.Now().After(deadline) {
+			break
+		}
+		if !logged {
+			logger.Warn("dwr: waiting for the NATS nodes' monitoring endpoints, to check that they fsync", "err", err)
+			logged = true
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(500 * time.Millisecond):
+		}
+	}
 	switch {
 	case err == nil:
 		logger.Info("dwr: every JetStream node of the cluster fsyncs before it acknowledges", "checked", len(cfg.NATSMonitor))

@@ -280,7 +280,7 @@ func (s *Service) Run(ctx context.Context) error {
 		return nil // ctx ended
 	}
 	if l == nil {
-		err := s.retry(ctx, "open the log", func(ctx context.Context) (err error) {
+		err := s.retryAPI(ctx, "open the log", func(ctx context.Context) (err error) {
 			l, err = eventstore.NewJetStreamLog(ctx, s.js, s.logConfig())
 			return err
 		})
@@ -289,6 +289,15 @@ func (s *Service) Run(ctx context.Context) error {
 		}
 	}
 	s.log = l
+	// A log stream just created on a cluster has no leader for a moment, and
+	// reading its end then gets no answer until a try's timeout: ask for
+	// its state (as its leader gives it) first.
+	if err := s.retryAPI(ctx, "read the log's state", func(ctx context.Context) error {
+		_, err := l.Stat(ctx)
+		return err
+	}); err != nil {
+		return permanent(err)
+	}
 	if s.cfg.AcceptVerifiedPrefix {
 		if err := s.retry(ctx, "accept the log's verified prefix", func(ctx context.Context) error {
 			_, err := AcceptVerifiedPrefix(ctx, l, s.key, s.store, s.cfg.WriterID, s.cfg.Clock(), s.cfg.Logger)
@@ -302,13 +311,13 @@ func (s *Service) Run(ctx context.Context) error {
 	if err := s.retry(ctx, "verify the log and catch the views up", s.catchUpViews); err != nil {
 		return permanent(err)
 	}
-	if err := s.retry(ctx, "open the event feed", func(ctx context.Context) (err error) {
+	if err := s.retryAPI(ctx, "open the event feed", func(ctx context.Context) (err error) {
 		s.feed, err = newFeed(ctx, s.js, s.cfg, s.cfg.Logger)
 		return err
 	}); err != nil {
 		return nil
 	}
-	if err := s.retry(ctx, "open the work stream", func(ctx context.Context) (err error) {
+	if err := s.retryAPI(ctx, "open the work stream", func(ctx context.Context) (err error) {
 		s.dispatch, err = newDispatcher(ctx, s.js, s.cfg)
 		if err != nil {
 			return err
@@ -318,7 +327,7 @@ func (s *Service) Run(ctx context.Context) error {
 	}); err != nil {
 		return nil
 	}
-	if err := s.retry(ctx, "read the attempt token key", func(ctx context.Context) (err error) {
+	if err := s.retryAPI(ctx, "read the attempt token key", func(ctx context.Context) (err error) {
 		s.tokenKey, err = tokenKey(ctx, s.js, s.cfg)
 		return err
 	}); err != nil {
@@ -414,8 +423,17 @@ func (s *Service) followLoop(ctx context.Context) error {
 		}()
 		err := s.store.Follow(fctx, s.log, s.key)
 		cancel()
-		if err != nil && ctx.Err() == nil {
+		if err == nil || ctx.Err() != nil || fctx.Err() != nil {
+			continue
+		}
+		if errors.Is(err, eventstore.ErrIntegrity) || errors.Is(err, projections.ErrDamaged) {
 			return err
+		}
+		// A read that failed while the cluster changes (no stream leader
+		// for a while, a node gone): follow again, from the views' end.
+		s.cfg.Logger.Warn("handlers: following the log failed; following it again", "err", err)
+		if !sleepCtx(ctx, 500*time.Millisecond) {
+			return nil
 		}
 	}
 	return nil
@@ -434,7 +452,7 @@ func (s *Service) setWriting(v bool) {
 // again.
 func (s *Service) writerLoop(ctx context.Context) error {
 	var l *lease
-	if err := s.retry(ctx, "open the writer lease", func(ctx context.Context) (err error) {
+	if err := s.retryAPI(ctx, "open the writer lease", func(ctx context.Context) (err error) {
 		l, err = newLease(ctx, s.js, s.cfg)
 		return err
 	}); err != nil {
@@ -545,8 +563,21 @@ func (s *Service) logConfig() eventstore.JetStreamConfig {
 // eventstore.ErrIntegrity or projections.ErrDamaged is not retried: it is
 // returned at once.
 func (s *Service) retry(ctx context.Context, what string, fn func(context.Context) error) error {
-	for wait := 250 * time.Millisecond; ; wait = min(2*wait, 5*time.Second) {
-		tctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	return s.retryFrom(ctx, 5*time.Second, what, fn)
+}
+
+// retryAPI is retry for a few JetStream API requests (creating or checking
+// a stream, a bucket, a key): its first try is bounded by 1 s, the next by
+// twice the one before, up to 5 s. On a fresh cluster, replicas starting
+// together ask to create the same streams at once, and the requests the
+// meta leader sets aside go unanswered: a short first try asks again soon.
+func (s *Service) retryAPI(ctx context.Context, what string, fn func(context.Context) error) error {
+	return s.retryFrom(ctx, time.Second, what, fn)
+}
+
+func (s *Service) retryFrom(ctx context.Context, try time.Duration, what string, fn func(context.Context) error) error {
+	for wait := 250 * time.Millisecond; ; wait, try = min(2*wait, 5*time.Second), min(2*try, 5*time.Second) {
+		tctx, cancel := context.WithTimeout(ctx, try)
 		err := fn(tctx)
 		cancel()
 		if err == nil {

@@ -44,9 +44,17 @@ type varz struct {
 // ($JS.API.INFO does not carry it): the monitoring endpoint is where the
 // server shows it.
 func CheckClusterSync(ctx context.Context, urls []string) error {
+	_, err := checkClusterSync(ctx, urls)
+	return err
+}
+
+// checkClusterSync is CheckClusterSync, also saying whether every problem
+// was a node that could not be read (which a retry may overcome).
+func checkClusterSync(ctx context.Context, urls []string) (unreadOnly bool, err error) {
 	if len(urls) == 0 {
-		return fmt.Errorf("%w: no monitoring URL to check it with", ErrUnsyncedCluster)
+		return false, fmt.Errorf("%w: no monitoring URL to check it with", ErrUnsyncedCluster)
 	}
+	unread := 0
 	synced := map[string]bool{} // node name → sync_always, for the nodes read
 	peers := map[string]bool{}
 	var problems []string
@@ -54,6 +62,7 @@ func CheckClusterSync(ctx context.Context, urls []string) error {
 		v, err := readVarz(ctx, u)
 		if err != nil {
 			problems = append(problems, err.Error())
+			unread++
 			continue
 		}
 		if v.JetStream.Config == nil {
@@ -85,9 +94,9 @@ func CheckClusterSync(ctx context.Context, urls []string) error {
 		problems = append(problems, fmt.Sprintf("no monitoring URL given for the JetStream node(s) %s: list every node", strings.Join(unseen, ", ")))
 	}
 	if len(problems) > 0 {
-		return fmt.Errorf("%w: %s", ErrUnsyncedCluster, strings.Join(problems, "; "))
+		return unread == len(problems), fmt.Errorf("%w: %s", ErrUnsyncedCluster, strings.Join(problems, "; "))
 	}
-	return nil
+	return false, nil
 }
 
 func readVarz(ctx context.Context, base string) (*varz, error) {

@@ -35,12 +35,12 @@ func (o *natsOpts) flags(cmd *cobra.Command) {
 	f.StringVar(&o.token, "nats-token", os.Getenv("DWR_NATS_TOKEN"), "NATS token (env DWR_NATS_TOKEN)")
 }
 
-func (o *natsOpts) connect(name string) (*nats.Conn, error) {
+func (o *natsOpts) connect(name string, extra ...nats.Option) (*nats.Conn, error) {
 	// Pings every 2 s, two unanswered and the connection is stale: a frozen
 	// node is left for another of the cluster's within seconds (NATS's
 	// default is 2 minutes), reconnecting forever.
-	opts := []nats.Option{nats.Name(name), nats.MaxReconnects(-1), nats.ReconnectWait(250 * time.Millisecond),
-		nats.PingInterval(2 * time.Second), nats.MaxPingsOutstanding(2)}
+	opts := append([]nats.Option{nats.Name(name), nats.MaxReconnects(-1), nats.ReconnectWait(250 * time.Millisecond),
+		nats.PingInterval(2 * time.Second), nats.MaxPingsOutstanding(2)}, extra...)
 	if o.creds != "" {
 		creds, err := access.NATSCredentials(o.creds)
 		if err != nil {
@@ -154,7 +154,9 @@ func serve(ctx context.Context, o serveOpts, stderr io.Writer) error {
 		return fail(exitInvalid, "--nats-monitor and --accept-unsynced-cluster apply to --nats (an external cluster); the embedded server always fsyncs")
 	}
 	if o.nats.url != "" {
-		if cfg.NATS, err = o.nats.connect("dwr-serve"); err != nil {
+		// A replica may start before the cluster's nodes (or while they
+		// restart): it keeps trying them, and is ready once they answer.
+		if cfg.NATS, err = o.nats.connect("dwr-serve", nats.RetryOnFailedConnect(true)); err != nil {
 			return err
 		}
 	}
