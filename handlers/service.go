@@ -43,7 +43,9 @@ type Config struct {
 	// has not renewed it for LeaseTTL (by its own clock, pauses included); a
 	// standby takes it over once it has seen no renewal for LeaseTTL, and
 	// answers commands "unavailable" once it has seen none for LeaseTTL/2.
-	// Default DefaultLeaseTTL (2s).
+	// Every replica of one log must use the same TTL (a standby with a
+	// shorter one takes the lease from a live writer; the log's fencing
+	// keeps that safe, not smooth). Default DefaultLeaseTTL (2s).
 	LeaseTTL time.Duration
 	// MinSeqWait bounds how long a query waits for the views to reach the
 	// sequence it names (Dwr-Min-Seq); a sequence beyond the log's end is
