@@ -212,7 +212,7 @@ func TestClusterProcessesUnderFailure(t *testing.T) {
 	)
 	const timeout = 2 * time.Second
 	for g := range clusterLoaders {
-		load := dial(t, natsURL, fmt.Sprintf("failover-load-%d", g), timeout)
+		load := dialPinging(t, natsURL, fmt.Sprintf("failover-load-%d", g), timeout)
 		loadWG.Go(func() {
 			for n := 1; !stop.Load(); n++ {
 				r := load.do(ctx, "goal.create", map[string]any{"title": "failover load"}, fmt.Sprintf("fo-%d-%d", g, n))
@@ -407,4 +407,17 @@ func TestClusterProcessesUnderFailure(t *testing.T) {
 	// The issue asks for p99 ≤ 3 s; the bound here is generous so that a
 	// loaded machine cannot make the test flaky: the figure is printed.
 	require.Less(t, p99, 10*time.Second, "failover p99")
+}
+
+// dialPinging is dial with pings every second, two unanswered and the
+// connection is given up for another node: a client on a frozen node
+// otherwise waits out NATS's default of two minutes before it notices.
+func dialPinging(t *testing.T, url, name string, timeout time.Duration) *client {
+	t.Helper()
+	nc, err := nats.Connect(url, append(connectOpts(t, url), nats.Name(name), nats.MaxReconnects(-1),
+		nats.ReconnectWait(50*time.Millisecond), nats.Timeout(time.Second),
+		nats.PingInterval(time.Second), nats.MaxPingsOutstanding(2))...)
+	require.NoError(t, err)
+	t.Cleanup(nc.Close)
+	return &client{nc: nc, ws: "default", timeout: timeout, actor: "admin"}
 }
