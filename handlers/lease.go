@@ -147,8 +147,7 @@ func (l *lease) take(ctx context.Context, rev uint64) (bool, error) {
 	if rev != 0 {
 		rev, err = l.kv.Update(tctx, l.key, []byte(l.me), rev)
 		if errors.Is(err, jetstream.ErrKeyExists) {
-			// Gone (the bucket's TTL expired it),
-			// or renewed since.
+			// Gone (the bucket's TTL expired it), or renewed since.
 			if _, gerr := l.kv.Get(tctx, l.key); errors.Is(gerr, jetstream.ErrKeyNotFound) {
 				rev = 0
 			}
