@@ -460,13 +460,25 @@ func (l *JetStreamLog) LastSeq(ctx context.Context) (uint64, error) {
 // sequence rather than as a count above it). It returns an error if a
 // request fails.
 func (l *JetStreamLog) Stat(ctx context.Context) (LogStat, error) {
-	st, err := l.js.Stream(ctx, l.stream)
+	st, err := l.leaderInfo(ctx)
 	if err != nil {
 		return LogStat{}, fmt.Errorf("eventstore: stat %s: %w", l.subject, err)
 	}
-	info, err := st.Info(ctx, jetstream.WithSubjectFilter(l.subject))
-	if err != nil {
-		return LogStat{}, fmt.Errorf("eventstore: stat %s: %w", l.subject, err)
+	var info *jetstream.StreamInfo
+	for { // as the leader gives it (see leaderInfo)
+		if info, err = st.Info(ctx, jetstream.WithSubjectFilter(l.subject)); err != nil {
+			return LogStat{}, fmt.Errorf("eventstore: stat %s: %w", l.subject, err)
+		}
+		if info.Cluster == nil || info.Cluster.Leader != "" {
+			break
+		}
+		t := time.NewTimer(100 * time.Millisecond)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return LogStat{}, fmt.Errorf("eventstore: stat %s: %w", l.subject, ctx.Err())
+		case <-t.C:
+		}
 	}
 	out := LogStat{Records: info.State.Subjects[l.subject]}
 	first, err := l.getMsg(ctx, msgGetRequest{Seq: 1, NextFor: l.subject})
@@ -490,7 +502,7 @@ func (l *JetStreamLog) Stat(ctx context.Context) (LogStat, error) {
 // wrongly while the records before it are still there. It returns fn's
 // error, ctx's error, or an error reading the stream.
 func (l *JetStreamLog) Read(ctx context.Context, from uint64, fn func(seq uint64, rec []byte) error) error {
-	st, err := askAgain(ctx, apiTry, func(ctx context.Context) (jetstream.Stream, error) { return l.js.Stream(ctx, l.stream) })
+	st, err := l.leaderInfo(ctx)
 	if err != nil {
 		return fmt.Errorf("eventstore: read %s: %w", l.subject, err)
 	}
@@ -548,6 +560,31 @@ func (l *JetStreamLog) Read(ctx context.Context, from uint64, fn func(seq uint64
 		}
 		if n == 0 || done {
 			return nil
+		}
+	}
+}
+
+// leaderInfo returns the stream with its information as its leader gives
+// it. While a replicated stream has no leader (a node's restart, an
+// election), any of its replicas answers a stream info request with its own
+// state, which may be stale — a restarted node still catching up reports
+// fewer records than were acknowledged — so such an answer is not taken: it
+// asks again every 100 ms until the stream has a leader, or ctx ends.
+func (l *JetStreamLog) leaderInfo(ctx context.Context) (jetstream.Stream, error) {
+	for {
+		st, err := askAgain(ctx, apiTry, func(ctx context.Context) (jetstream.Stream, error) { return l.js.Stream(ctx, l.stream) })
+		if err != nil {
+			return nil, err
+		}
+		if ci := st.CachedInfo().Cluster; ci == nil || ci.Leader != "" {
+			return st, nil
+		}
+		t := time.NewTimer(100 * time.Millisecond)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return nil, ctx.Err()
+		case <-t.C:
 		}
 	}
 }

@@ -19,6 +19,7 @@ import (
 
 	"github.com/dwr-run/dwr/domain"
 	"github.com/dwr-run/dwr/eventstore"
+	"github.com/dwr-run/dwr/handlers"
 	"github.com/dwr-run/dwr/projections"
 	"github.com/dwr-run/dwr/schemas"
 )
@@ -135,7 +136,7 @@ func TestClusterR3(t *testing.T) {
 	waitFor(t, ctx, "JetStream meta leader elected", func() bool { return jetStreamReady(nodes) })
 	phase("JetStream cluster ready")
 	data := filepath.Join(t.TempDir(), "data")
-	srv := startServer(t, bin, logs, "dwr serve on the cluster", append([]string{"serve", "--nats", natsURL, "--replicas", "3", "--data", data}, acc.serveArgs()...)...)
+	srv := startServer(t, bin, logs, "dwr serve on the cluster", append([]string{"serve", "--nats", natsURL, "--nats-monitor", monitorURLs(nodes), "--replicas", "3", "--data", data}, acc.serveArgs()...)...)
 	readyIn := waitReady(t, srv, natsURL, 60*time.Second)
 	phase("dwr ready")
 
@@ -346,10 +347,16 @@ func TestServeStartsWithTheCluster(t *testing.T) {
 	nodes := startCluster(t, 3, logs, acc.accounts)
 	natsURL := clusterURL(nodes)
 	creds.Store(natsURL, acc.AdminCredential)
-	srv := startServer(t, bin, logs, "dwr serve started with the cluster", append([]string{"serve", "--nats", natsURL, "--replicas", "3",
+	srv := startServer(t, bin, logs, "dwr serve started with the cluster", append([]string{"serve", "--nats", natsURL, "--nats-monitor", monitorURLs(nodes), "--replicas", "3",
 		"--data", filepath.Join(t.TempDir(), "data")}, acc.serveArgs()...)...)
 	readyIn := waitReady(t, srv, natsURL, 60*time.Second)
 	t.Logf("dwr serve ready %s after it started with the cluster", readyIn.Round(time.Millisecond))
+	// The sync check sees the whole JetStream cluster: a node left out of
+	// --nats-monitor is named.
+	err := handlers.CheckClusterSync(context.Background(), []string{nodes[0].monitor, nodes[1].monitor})
+	require.ErrorIs(t, err, handlers.ErrUnsyncedCluster)
+	require.ErrorContains(t, err, "n3")
+	require.NoError(t, handlers.CheckClusterSync(context.Background(), []string{nodes[0].monitor, nodes[1].monitor, nodes[2].monitor}))
 	require.NoError(t, srv.terminate(30*time.Second))
 }
 
