@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -914,6 +915,11 @@ func (s *Service) handleCommand(name string, req micro.Request, who sender) []by
 	// The actor is who the NATS server authenticated, never a header.
 	m := domain.Meta{Workspace: ws, CommandID: h.Get(schemas.HeaderCommandID), Actor: p.name,
 		Authenticated: p.authenticated, CorrelationID: h.Get(schemas.HeaderCorrelationID)}
+	if p.member != nil && p.role == domain.RoleExecutor {
+		// The writer checks the queue again on the state it decides on
+		// (authorizeTask read the views, which may not hold the task yet).
+		m.Executor, m.Queues = true, slices.Clone(p.member.Queues)
+	}
 	if m.CommandID == "" {
 		m.CommandID = ulid.Make().String()
 	} else if len(m.CommandID) > 128 {
