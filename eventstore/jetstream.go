@@ -132,6 +132,8 @@ type JetStreamLog struct {
 	partition string
 	msgGet    string // subject of the leader's STREAM.MSG.GET API
 	attempt   time.Duration
+	// replicas is the stream's replication factor when it was opened.
+	replicas int
 }
 
 var _ Log = (*JetStreamLog)(nil)
@@ -314,8 +316,15 @@ func openJetStreamLog(ctx context.Context, js jetstream.JetStream, cfg JetStream
 	if err := CheckStreamConfig(cfg, st.CachedInfo().Config); err != nil {
 		return nil, err
 	}
-	return newJetStreamLog(js, cfg), nil
+	l := newJetStreamLog(js, cfg)
+	l.replicas = st.CachedInfo().Config.Replicas
+	return l, nil
 }
+
+// Replicas returns the log stream's replication factor as it stood when the
+// log was opened: the stream remembers it, so a command that opens the log
+// with fewer (a restart without --replicas) keeps what the log has.
+func (l *JetStreamLog) Replicas() int { return l.replicas }
 
 // CheckStream reads the stream's configuration again and checks it
 // (CheckStreamConfig), as a running service does now and then: a change made

@@ -292,6 +292,15 @@ func (s *Service) Run(ctx context.Context) error {
 		}
 	}
 	s.log = l
+	// The log's stream remembers its replicas: the derived streams and the
+	// buckets follow it, so a replica started without --replicas never
+	// lowers what the cluster keeps (a log with fewer than --replicas was
+	// refused above).
+	if jl, ok := l.(interface{ Replicas() int }); ok && jl.Replicas() > s.cfg.Replicas {
+		s.cfg.Logger.Info("handlers: the log's stream has more replicas than configured; the derived streams and buckets follow the log",
+			"log_replicas", jl.Replicas(), "configured", s.cfg.Replicas)
+		s.cfg.Replicas = jl.Replicas()
+	}
 	// A log stream just created on a cluster has no leader for a moment, and
 	// reading its end then gets no answer until a try's timeout: ask for
 	// its state (as its leader gives it) first.
