@@ -516,6 +516,7 @@ func (l *JetStreamLog) Read(ctx context.Context, from uint64, fn func(seq uint64
 		return fmt.Errorf("eventstore: read %s: %w", l.subject, err)
 	}
 	until := st.CachedInfo().State.LastSeq
+	replicated := st.CachedInfo().Config.Replicas > 1
 	from = max(from, 1)
 	if from > until {
 		return nil
@@ -567,10 +568,34 @@ func (l *JetStreamLog) Read(ctx context.Context, from uint64, fn func(seq uint64
 			}
 			return fmt.Errorf("eventstore: read %s: %w", l.subject, err)
 		}
-		if n == 0 || done {
+		if done {
 			return nil
 		}
+		if n == 0 {
+			return l.readEnded(ctx, cons, replicated)
+		}
 	}
+}
+
+// readEnded returns nil when a read's consumer has nothing more to give, or
+// an error when it gave nothing although records it matches are still
+// pending: on a replicated stream whose leader just changed, a fresh
+// consumer can answer a fetch with nothing for a moment, and taking that
+// for the log's end would report the records after it as missing (a
+// "damaged" log that is not). The caller reads again.
+func (l *JetStreamLog) readEnded(ctx context.Context, cons jetstream.Consumer, replicated bool) error {
+	if !replicated {
+		return nil
+	}
+	info, err := cons.Info(ctx)
+	if err != nil {
+		return fmt.Errorf("eventstore: read %s: checking that the read reached the end: %w", l.subject, err)
+	}
+	if info.NumPending > 0 {
+		return fmt.Errorf("eventstore: read %s: cut short after stream seq %d with %d records pending (the stream's leader may have changed); read again",
+			l.subject, info.Delivered.Stream, info.NumPending)
+	}
+	return nil
 }
 
 // leaderInfo returns the stream with its information as its leader gives
