@@ -31,6 +31,11 @@ type Meta struct {
 	// trusted) Actor is only what the client said, and nothing is bound to
 	// it: the approver's signature alone decides.
 	Authenticated bool
+	// Executor is true when the sender is an executor member, confined to
+	// Queues: its commands are refused (forbidden) for a task, or a queue,
+	// not on one of them.
+	Executor bool
+	Queues   []string
 }
 
 // Key returns the command's idempotency key: CommandKey of its actor and id.

@@ -69,6 +69,9 @@ func (x *tx) decide(cmd Command) (Reply, error) {
 			return Reply{}, err
 		}
 	}
+	if err := x.mayWork(cmd); err != nil {
+		return Reply{}, err
+	}
 	switch c := cmd.(type) {
 	case *CreateWorkspace:
 		return x.createWorkspace(c)
@@ -469,4 +472,52 @@ func (x *tx) checkGoal(id string) error {
 		return x.emit(g.ID, &GoalAchieved{})
 	}
 	return x.emit(g.ID, &GoalFailed{Reason: notAccepted})
+}
+
+// mayWork refuses an executor's command for a task, or a queue, that is not
+// on one of its queues (Meta.Executor), judged on the state the command is
+// decided on: a check made before the command reached the writer could see
+// views that did not yet hold the task. A task not found is left to the
+// command, which says so.
+func (x *tx) mayWork(cmd Command) error {
+	if !x.m.Executor {
+		return nil
+	}
+	var taskID, queue string
+	switch c := cmd.(type) {
+	case *ClaimTask:
+		taskID = c.TaskID
+	case *SaveCheckpoint:
+		taskID = c.TaskID
+	case *Heartbeat:
+		taskID = c.TaskID
+	case *ReportSuccess:
+		taskID = c.TaskID
+	case *ReportFailure:
+		taskID = c.TaskID
+	case *WaitTask:
+		taskID = c.TaskID
+	case *RequestApproval:
+		taskID = c.TaskID
+	case *RecordVerification:
+		taskID = c.TaskID
+	case *ConfigureQueue:
+		queue = c.Queue
+	default:
+		return &Error{Code: CodeForbidden, Message: fmt.Sprintf("an executor may not send %T", cmd)}
+	}
+	if taskID != "" {
+		t, err := x.o.Task(taskID)
+		if err != nil || t == nil || t.Workspace != x.m.Workspace {
+			return err
+		}
+		queue = t.Spec.Queue
+		if _, ok := cmd.(*RecordVerification); ok && t.Spec.Verification != nil {
+			queue = t.Spec.Verification.Queue
+		}
+	}
+	if !slices.Contains(x.m.Queues, queue) {
+		return &Error{Code: CodeForbidden, Message: fmt.Sprintf("%s may not work queue %q: its queues are %v", x.m.Actor, queue, x.m.Queues)}
+	}
+	return nil
 }

@@ -31,10 +31,13 @@ type entry struct {
 // accepted outcome is applied to, a fake clock that moves only when told, and
 // the whole history in commit order.
 type world struct {
-	t       testingT
-	ws      string
-	actor   string // who sends the commands: Meta.Actor
-	authn   bool   // Meta.Authenticated of the commands decided
+	t     testingT
+	ws    string
+	actor string // who sends the commands: Meta.Actor
+	authn bool   // Meta.Authenticated of the commands decided
+	// queues, when not nil, makes the sender an executor of these queues
+	// (Meta.Executor, Meta.Queues).
+	queues  []string
 	o       *Overlay
 	now     time.Time
 	seq     int
@@ -84,7 +87,8 @@ func (w *world) run(cmd Command) (*Outcome, error) { return w.runID(w.nextComman
 func (w *world) runID(id string, cmd Command) (*Outcome, error) {
 	w.t.Helper()
 	token := w.fill(id, cmd)
-	m := Meta{CommandID: id, Workspace: w.ws, Actor: w.actor, Authenticated: w.authn, Now: w.now}
+	m := Meta{CommandID: id, Workspace: w.ws, Actor: w.actor, Authenticated: w.authn, Now: w.now,
+		Executor: w.queues != nil, Queues: w.queues}
 	out, err := Execute(w.o, cmd, m)
 	if err != nil {
 		require.Nil(w.t, out, "a refused command has no outcome")

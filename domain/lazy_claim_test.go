@@ -210,3 +210,21 @@ func TestAClaimOmitsTheTaskItsClaimerHolds(t *testing.T) {
 	out = w.must(&ClaimTask{ClaimBody: ClaimBody{TaskID: other, Executor: "e"}})
 	require.NotNil(t, out.Reply.Task)
 }
+
+// An executor's commands are judged against its queues on the state they are
+// decided on — a claim, a merged report and an attempt's command for a task
+// of another queue are refused, and nothing is recorded; on its own queue
+// they are taken.
+func TestAnExecutorWorksOnlyItsQueues(t *testing.T) {
+	w := setup(t)
+	pay := standalone(w, func(s *TaskSpec) { s.Queue = "pay" })
+	w.actor, w.queues = "mailer", []string{"mail"}
+	for _, cmd := range []Command{lazySuccess(pay, 1), lazyFailure(pay, 1, true), &ClaimTask{ClaimBody: ClaimBody{TaskID: pay, Executor: "x"}},
+		&ConfigureQueue{Queue: "pay"}} {
+		e := w.refused(cmd, CodeForbidden)
+		require.Contains(t, e.Message, `may not work queue "pay"`)
+	}
+	w.queues = []string{"mail", "pay"}
+	w.must(lazySuccess(pay, 1))
+	require.Equal(t, StateAccepted, w.task(pay).State)
+}

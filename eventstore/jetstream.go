@@ -132,6 +132,8 @@ type JetStreamLog struct {
 	partition string
 	msgGet    string // subject of the leader's STREAM.MSG.GET API
 	attempt   time.Duration
+	// replicas is the stream's replication factor when it was opened.
+	replicas int
 }
 
 var _ Log = (*JetStreamLog)(nil)
@@ -314,8 +316,15 @@ func openJetStreamLog(ctx context.Context, js jetstream.JetStream, cfg JetStream
 	if err := CheckStreamConfig(cfg, st.CachedInfo().Config); err != nil {
 		return nil, err
 	}
-	return newJetStreamLog(js, cfg), nil
+	l := newJetStreamLog(js, cfg)
+	l.replicas = st.CachedInfo().Config.Replicas
+	return l, nil
 }
+
+// Replicas returns the log stream's replication factor as it stood when the
+// log was opened: the stream remembers it, so a command that opens the log
+// with fewer (a restart without --replicas) keeps what the log has.
+func (l *JetStreamLog) Replicas() int { return l.replicas }
 
 // CheckStream reads the stream's configuration again and checks it
 // (CheckStreamConfig), as a running service does now and then: a change made
@@ -460,13 +469,25 @@ func (l *JetStreamLog) LastSeq(ctx context.Context) (uint64, error) {
 // sequence rather than as a count above it). It returns an error if a
 // request fails.
 func (l *JetStreamLog) Stat(ctx context.Context) (LogStat, error) {
-	st, err := l.js.Stream(ctx, l.stream)
+	st, err := l.leaderInfo(ctx)
 	if err != nil {
 		return LogStat{}, fmt.Errorf("eventstore: stat %s: %w", l.subject, err)
 	}
-	info, err := st.Info(ctx, jetstream.WithSubjectFilter(l.subject))
-	if err != nil {
-		return LogStat{}, fmt.Errorf("eventstore: stat %s: %w", l.subject, err)
+	var info *jetstream.StreamInfo
+	for { // as the leader gives it (see leaderInfo)
+		if info, err = st.Info(ctx, jetstream.WithSubjectFilter(l.subject)); err != nil {
+			return LogStat{}, fmt.Errorf("eventstore: stat %s: %w", l.subject, err)
+		}
+		if info.Cluster == nil || info.Cluster.Leader != "" {
+			break
+		}
+		t := time.NewTimer(100 * time.Millisecond)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return LogStat{}, fmt.Errorf("eventstore: stat %s: %w", l.subject, ctx.Err())
+		case <-t.C:
+		}
 	}
 	out := LogStat{Records: info.State.Subjects[l.subject]}
 	first, err := l.getMsg(ctx, msgGetRequest{Seq: 1, NextFor: l.subject})
@@ -490,11 +511,12 @@ func (l *JetStreamLog) Stat(ctx context.Context) (LogStat, error) {
 // wrongly while the records before it are still there. It returns fn's
 // error, ctx's error, or an error reading the stream.
 func (l *JetStreamLog) Read(ctx context.Context, from uint64, fn func(seq uint64, rec []byte) error) error {
-	st, err := askAgain(ctx, apiTry, func(ctx context.Context) (jetstream.Stream, error) { return l.js.Stream(ctx, l.stream) })
+	st, err := l.leaderInfo(ctx)
 	if err != nil {
 		return fmt.Errorf("eventstore: read %s: %w", l.subject, err)
 	}
 	until := st.CachedInfo().State.LastSeq
+	replicated := st.CachedInfo().Config.Replicas > 1
 	from = max(from, 1)
 	if from > until {
 		return nil
@@ -546,8 +568,57 @@ func (l *JetStreamLog) Read(ctx context.Context, from uint64, fn func(seq uint64
 			}
 			return fmt.Errorf("eventstore: read %s: %w", l.subject, err)
 		}
-		if n == 0 || done {
+		if done {
 			return nil
+		}
+		if n == 0 {
+			return l.readEnded(ctx, cons, replicated)
+		}
+	}
+}
+
+// readEnded returns nil when a read's consumer has nothing more to give, or
+// an error when it gave nothing although records it matches are still
+// pending: on a replicated stream whose leader just changed, a fresh
+// consumer can answer a fetch with nothing for a moment, and taking that
+// for the log's end would report the records after it as missing (a
+// "damaged" log that is not). The caller reads again.
+func (l *JetStreamLog) readEnded(ctx context.Context, cons jetstream.Consumer, replicated bool) error {
+	if !replicated {
+		return nil
+	}
+	info, err := cons.Info(ctx)
+	if err != nil {
+		return fmt.Errorf("eventstore: read %s: checking that the read reached the end: %w", l.subject, err)
+	}
+	if info.NumPending > 0 {
+		return fmt.Errorf("eventstore: read %s: cut short after stream seq %d with %d records pending (the stream's leader may have changed); read again",
+			l.subject, info.Delivered.Stream, info.NumPending)
+	}
+	return nil
+}
+
+// leaderInfo returns the stream with its information as its leader gives
+// it. While a replicated stream has no leader (a node's restart, an
+// election), any of its replicas answers a stream info request with its own
+// state, which may be stale — a restarted node still catching up reports
+// fewer records than were acknowledged — so such an answer is not taken: it
+// asks again every 100 ms until the stream has a leader, or ctx ends.
+func (l *JetStreamLog) leaderInfo(ctx context.Context) (jetstream.Stream, error) {
+	for {
+		st, err := askAgain(ctx, apiTry, func(ctx context.Context) (jetstream.Stream, error) { return l.js.Stream(ctx, l.stream) })
+		if err != nil {
+			return nil, err
+		}
+		if ci := st.CachedInfo().Cluster; ci == nil || ci.Leader != "" {
+			return st, nil
+		}
+		t := time.NewTimer(100 * time.Millisecond)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return nil, ctx.Err()
+		case <-t.C:
 		}
 	}
 }

@@ -3,6 +3,7 @@ package executors_test
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -11,6 +12,7 @@ import (
 
 	"github.com/dwr-run/dwr/domain"
 	"github.com/dwr-run/dwr/executors"
+	"github.com/dwr-run/dwr/handlers/servicetest"
 	"github.com/dwr-run/dwr/schemas"
 )
 
@@ -173,11 +175,23 @@ func TestAReportsClaimKeepsTheGoalsBudget(t *testing.T) {
 	recv(t, started)
 	close(release)
 	w.logs.waitLine(t, 10*time.Second, "outcome=refused", "the report's claim started no attempt")
+	// The reports are answered before the views apply their record: wait
+	// until both tasks have ended there.
 	var tasks []struct {
 		State    string
 		Attempts []json.RawMessage
 	}
-	b.Query(t, "task.list", schemas.Query{GoalID: goal.ID}, &tasks)
+	servicetest.Eventually(t, 10*time.Second, func() bool {
+		tasks = nil
+		b.Query(t, "task.list", schemas.Query{GoalID: goal.ID}, &tasks)
+		ended := 0
+		for _, tk := range tasks {
+			if tk.State == "accepted" || tk.State == "failed" {
+				ended++
+			}
+		}
+		return ended == 2
+	}, func() string { return fmt.Sprintf("tasks: %+v", tasks) })
 	attempts := 0
 	for _, tk := range tasks {
 		attempts += len(tk.Attempts)

@@ -38,3 +38,16 @@ func (r *testRequest) Reply() string                                           {
 // caller's name and the query, while the query holds its place in flight:
 // a test holds queries in flight by blocking in f.
 func (s *Service) OnQuery(f func(actor, query string)) { s.onQuery.Store(&f) }
+
+// PauseLease stops (or resumes) the renewals of this replica's writer
+// lease, as if it could not reach the lease's bucket or were stopped past
+// its lease — the rest of the replica runs on.
+func (s *Service) PauseLease(paused bool) { s.leasePaused.Store(paused) }
+
+// HoldsLease reports whether this replica holds the writer lease now, by
+// its own clock.
+func (s *Service) HoldsLease() bool { return s.holdsLease() }
+
+// Decided returns how many commands this replica's writer has taken to
+// decide.
+func (s *Service) Decided() uint64 { return s.decided.Load() }

@@ -43,7 +43,10 @@ func startReplicaWith(t *testing.T, nc *nats.Conn, cfg handlers.Config) *replica
 	id := cfg.WriterID
 	store, err := projections.Open(filepath.Join(t.TempDir(), "views"), projections.Options{})
 	require.NoError(t, err)
-	cfg.LeaseTTL, cfg.Logger, cfg.LogKey = time.Second, testLogger(), replicaKey
+	if cfg.LeaseTTL == 0 {
+		cfg.LeaseTTL = time.Second
+	}
+	cfg.Logger, cfg.LogKey = testLogger(), replicaKey
 	svc, err := handlers.New(nc, store, cfg)
 	require.NoError(t, err)
 	ctx, cancel := context.WithCancel(context.Background())

@@ -4,6 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
@@ -37,6 +40,19 @@ type ServeConfig struct {
 	// InsecureOpen serves connections without credentials as admins of
 	// every workspace.
 	InsecureOpen bool
+	// NATSMonitor are the monitoring URLs (http_port) of the nodes of the
+	// NATS cluster: with NATS set, Serve starts only once every JetStream
+	// node of the cluster is shown to fsync before it acknowledges
+	// (CheckClusterSync), unless AcceptUnsyncedCluster.
+	NATSMonitor []string
+	// AcceptUnsyncedCluster lets Serve run on NATS without that check, or
+	// when it fails: acknowledged commands may then be lost when nodes lose
+	// power. Logged at every start.
+	AcceptUnsyncedCluster bool
+	// HealthListen, when set, is the host:port of an HTTP listener serving
+	// the replica's health: GET /readyz (200 ready, 503 not, with the
+	// reason) and GET /livez (see Service.HealthHandler).
+	HealthListen string
 	// Service is the service's configuration; Serve sets its WriterID (the
 	// data directory's, so that a restarted replica takes its own writer
 	// lease again at once) and its Auth. Its Logger is required.
@@ -102,12 +118,23 @@ func Serve(ctx context.Context, cfg ServeConfig) error {
 			logger.Warn("dwr: no --admin-key: nobody can create workspaces or add members; see dwr admin nats-config")
 		}
 		where = nc.ConnectedUrl()
+		logConnection(nc, logger)
+		if err := checkSync(ctx, cfg, logger); err != nil {
+			return err
+		}
 	}
 	svcCfg := cfg.Service
 	svcCfg.WriterID, svcCfg.Auth = id, auth
 	svc, err := New(nc, store, svcCfg)
 	if err != nil {
 		return classed{ErrInvalidConfig, err}
+	}
+	if cfg.HealthListen != "" {
+		stop, err := serveHealth(cfg.HealthListen, svc, logger)
+		if err != nil {
+			return classed{ErrInvalidConfig, err}
+		}
+		defer stop()
 	}
 	errc := make(chan error, 1)
 	go func() { errc <- svc.Run(ctx) }()
@@ -147,3 +174,74 @@ type classed struct{ class, err error }
 func (e classed) Error() string        { return e.err.Error() }
 func (e classed) Is(target error) bool { return target == e.class }
 func (e classed) Unwrap() error        { return e.err }
+
+// logConnection logs the changes of nc's state, once each: a replica cut
+// off from its NATS node says so (and that it is trying the others), and
+// says again when it is back.
+func logConnection(nc *nats.Conn, logger *slog.Logger) {
+	nc.SetDisconnectErrHandler(func(nc *nats.Conn, err error) {
+		logger.Warn("dwr: NATS connection lost; reconnecting to the cluster's nodes (not ready meanwhile)", "err", err)
+	})
+	nc.SetReconnectHandler(func(nc *nats.Conn) {
+		logger.Info("dwr: NATS connection back", "server", nc.ConnectedUrlRedacted())
+	})
+	nc.SetClosedHandler(func(*nats.Conn) { logger.Info("dwr: NATS connection closed") })
+}
+
+// serveHealth serves svc's health on addr until stop is called.
+func serveHealth(addr string, svc *Service, logger *slog.Logger) (stop func(), err error) {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, fmt.Errorf("health listener: %w", err)
+	}
+	srv := &http.Server{Handler: svc.HealthHandler(), ReadHeaderTimeout: 5 * time.Second}
+	go func() {
+		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			logger.Error("dwr: health listener stopped", "err", err)
+		}
+	}()
+	logger.Info("dwr: health on http://" + ln.Addr().String() + "/readyz")
+	return func() { _ = srv.Close() }, nil
+}
+
+// checkSync refuses a cluster that does not fsync acknowledged writes, or
+// cannot be shown to, unless the operator accepted that.
+func checkSync(ctx context.Context, cfg ServeConfig, logger *slog.Logger) error {
+	const risk = "acknowledged commands can be lost when NATS nodes lose power (set jetstream { sync_interval: always } on every node)"
+	if len(cfg.NATSMonitor) == 0 {
+		if cfg.AcceptUnsyncedCluster {
+			logger.Warn("dwr: --accept-unsynced-cluster: whether the NATS cluster fsyncs acknowledged writes is not checked; " + risk)
+			return nil
+		}
+		return classed{ErrInvalidConfig, fmt.Errorf("%w: cannot tell whether the NATS cluster fsyncs acknowledged writes: "+
+			"give every node's monitoring URL (http_port) with --nats-monitor, or run with --accept-unsynced-cluster (%s)", ErrUnsyncedCluster, risk)}
+	}
+	// Nodes that do not answer yet (started with dwr) are asked again for
+	// a minute; a node that answers without sync_always is refused at once.
+	var err error
+	for deadline, logged := time.Now().Add(time.Minute), false; ; {
+		var unreadOnly bool
+		unreadOnly, err = checkClusterSync(ctx, cfg.NATSMonitor)
+		if err == nil || !unreadOnly || time.Now().After(deadline) {
+			break
+		}
+		if !logged {
+			logger.Warn("dwr: waiting for the NATS nodes' monitoring endpoints, to check that they fsync", "err", err)
+			logged = true
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(500 * time.Millisecond):
+		}
+	}
+	switch {
+	case err == nil:
+		logger.Info("dwr: every JetStream node of the cluster fsyncs before it acknowledges", "checked", len(cfg.NATSMonitor))
+		return nil
+	case cfg.AcceptUnsyncedCluster:
+		logger.Warn("dwr: --accept-unsynced-cluster: "+risk, "err", err)
+		return nil
+	}
+	return classed{ErrInvalidConfig, fmt.Errorf("%w (or run with --accept-unsynced-cluster: %s)", err, risk)}
+}

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -38,7 +39,14 @@ type Config struct {
 	Replicas int
 	// WriterID names this replica in log records and the lease. Default: a ULID.
 	WriterID string
-	// LeaseTTL is how long a writer lease lives without renewal. Default 10s.
+	// LeaseTTL is how long a writer lease lives without renewal: the writer
+	// renews it every LeaseTTL/4 and stops serving commands as soon as it
+	// has not renewed it for LeaseTTL (by its own clock, pauses included); a
+	// standby takes it over once it has seen no renewal for LeaseTTL, and
+	// answers commands "unavailable" once it has seen none for LeaseTTL/2.
+	// Every replica of one log must use the same TTL (a standby with a
+	// shorter one takes the lease from a live writer; the log's fencing
+	// keeps that safe, not smooth). Default DefaultLeaseTTL (2s).
 	LeaseTTL time.Duration
 	// MinSeqWait bounds how long a query waits for the views to reach the
 	// sequence it names (Dwr-Min-Seq); a sequence beyond the log's end is
@@ -135,7 +143,7 @@ func (c Config) withDefaults() Config {
 		c.WriterID = ulid.Make().String()
 	}
 	if c.LeaseTTL == 0 {
-		c.LeaseTTL = 10 * time.Second
+		c.LeaseTTL = DefaultLeaseTTL
 	}
 	if c.MinSeqWait == 0 {
 		c.MinSeqWait = 5 * time.Second
@@ -199,6 +207,20 @@ type Service struct {
 	leases   leases
 	refused  refusals
 
+	// lease is the writer lease while this replica holds it: nothing is
+	// decided once it is no longer valid. leasePaused stops its renewals
+	// (tests).
+	lease       atomic.Pointer[lease]
+	leasePaused atomic.Bool
+	// decided counts the commands this replica's writer took to decide.
+	decided atomic.Uint64
+	// jsUnreachable: the writer lease could not be read the last time it
+	// was tried (Health).
+	jsUnreachable atomic.Bool
+	// standbyCmds answers commands "unavailable" while no writer serves
+	// them (owned by writerLoop).
+	standbyCmds *nats.Subscription
+
 	mu        sync.RWMutex
 	committer *eventstore.Committer[*request]
 	alive     *liveness     // when the running attempts were last alive; nil when not the writer
@@ -257,8 +279,11 @@ func (s *Service) Run(ctx context.Context) error {
 	// A cluster may still be electing its JetStream leader: keep trying,
 	// unless the log's stream is not as declared (it is never changed).
 	l := s.cfg.Log
+	if err := s.waitJetStream(ctx); err != nil {
+		return nil // ctx ended
+	}
 	if l == nil {
-		err := s.retry(ctx, "open the log", func(ctx context.Context) (err error) {
+		err := s.retryAPI(ctx, "open the log", func(ctx context.Context) (err error) {
 			l, err = eventstore.NewJetStreamLog(ctx, s.js, s.logConfig())
 			return err
 		})
@@ -267,6 +292,24 @@ func (s *Service) Run(ctx context.Context) error {
 		}
 	}
 	s.log = l
+	// The log's stream remembers its replicas: the derived streams and the
+	// buckets follow it, so a replica started without --replicas never
+	// lowers what the cluster keeps (a log with fewer than --replicas was
+	// refused above).
+	if jl, ok := l.(interface{ Replicas() int }); ok && jl.Replicas() > s.cfg.Replicas {
+		s.cfg.Logger.Info("handlers: the log's stream has more replicas than configured; the derived streams and buckets follow the log",
+			"log_replicas", jl.Replicas(), "configured", s.cfg.Replicas)
+		s.cfg.Replicas = jl.Replicas()
+	}
+	// A log stream just created on a cluster has no leader for a moment, and
+	// reading its end then gets no answer until a try's timeout: ask for
+	// its state (as its leader gives it) first.
+	if err := s.retryAPI(ctx, "read the log's state", func(ctx context.Context) error {
+		_, err := l.Stat(ctx)
+		return err
+	}); err != nil {
+		return permanent(err)
+	}
 	if s.cfg.AcceptVerifiedPrefix {
 		if err := s.retry(ctx, "accept the log's verified prefix", func(ctx context.Context) error {
 			_, err := AcceptVerifiedPrefix(ctx, l, s.key, s.store, s.cfg.WriterID, s.cfg.Clock(), s.cfg.Logger)
@@ -280,13 +323,13 @@ func (s *Service) Run(ctx context.Context) error {
 	if err := s.retry(ctx, "verify the log and catch the views up", s.catchUpViews); err != nil {
 		return permanent(err)
 	}
-	if err := s.retry(ctx, "open the event feed", func(ctx context.Context) (err error) {
+	if err := s.retryAPI(ctx, "open the event feed", func(ctx context.Context) (err error) {
 		s.feed, err = newFeed(ctx, s.js, s.cfg, s.cfg.Logger)
 		return err
 	}); err != nil {
 		return nil
 	}
-	if err := s.retry(ctx, "open the work stream", func(ctx context.Context) (err error) {
+	if err := s.retryAPI(ctx, "open the work stream", func(ctx context.Context) (err error) {
 		s.dispatch, err = newDispatcher(ctx, s.js, s.cfg)
 		if err != nil {
 			return err
@@ -296,7 +339,7 @@ func (s *Service) Run(ctx context.Context) error {
 	}); err != nil {
 		return nil
 	}
-	if err := s.retry(ctx, "read the attempt token key", func(ctx context.Context) (err error) {
+	if err := s.retryAPI(ctx, "read the attempt token key", func(ctx context.Context) (err error) {
 		s.tokenKey, err = tokenKey(ctx, s.js, s.cfg)
 		return err
 	}); err != nil {
@@ -337,6 +380,37 @@ func (s *Service) Run(ctx context.Context) error {
 	return err
 }
 
+// waitJetStream returns once JetStream answers (its meta leader, on a
+// cluster), asking every 100 ms with a short timeout: a fresh cluster
+// elects its meta leader seconds after it starts, and a JetStream API
+// request sent before gets no answer at all, so that the streams' creation
+// would wait out the whole per-try timeout of retry. It returns ctx's error
+// when ctx ends first.
+func (s *Service) waitJetStream(ctx context.Context) error {
+	began, logged := time.Now(), false
+	for {
+		tctx, cancel := context.WithTimeout(ctx, time.Second)
+		_, err := s.js.AccountInfo(tctx)
+		cancel()
+		if err == nil {
+			if logged {
+				s.cfg.Logger.Info("handlers: JetStream answers", "after", time.Since(began).Round(time.Millisecond))
+			}
+			return nil
+		}
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		if !logged && time.Since(began) > 2*time.Second {
+			s.cfg.Logger.Warn("handlers: waiting for JetStream (a cluster electing its meta leader?)", "err", err)
+			logged = true
+		}
+		if !sleepCtx(ctx, 100*time.Millisecond) {
+			return ctx.Err()
+		}
+	}
+}
+
 // followLoop keeps the views following the log while this replica is not
 // the writer (the writer applies its own records as it commits them).
 func (s *Service) followLoop(ctx context.Context) error {
@@ -361,8 +435,17 @@ func (s *Service) followLoop(ctx context.Context) error {
 		}()
 		err := s.store.Follow(fctx, s.log, s.key)
 		cancel()
-		if err != nil && ctx.Err() == nil {
+		if err == nil || ctx.Err() != nil || fctx.Err() != nil {
+			continue
+		}
+		if errors.Is(err, eventstore.ErrIntegrity) || errors.Is(err, projections.ErrDamaged) {
 			return err
+		}
+		// A read that failed while the cluster changes (no stream leader
+		// for a while, a node gone): follow again, from the views' end.
+		s.cfg.Logger.Warn("handlers: following the log failed; following it again", "err", err)
+		if !sleepCtx(ctx, 500*time.Millisecond) {
+			return nil
 		}
 	}
 	return nil
@@ -377,29 +460,46 @@ func (s *Service) setWriting(v bool) {
 }
 
 // writerLoop holds the writer lease when it can and runs the writer while it
-// holds it; it steps down when fenced and tries again.
+// holds it; it steps down when fenced or when the lease runs out, and tries
+// again.
 func (s *Service) writerLoop(ctx context.Context) error {
-	var lease *lease
-	if err := s.retry(ctx, "open the writer lease", func(ctx context.Context) (err error) {
-		lease, err = newLease(ctx, s.js, s.cfg)
+	var l *lease
+	if err := s.retryAPI(ctx, "open the writer lease", func(ctx context.Context) (err error) {
+		l, err = newLease(ctx, s.js, s.cfg)
 		return err
 	}); err != nil {
 		return nil
 	}
-	lease.standby = func() { s.readyOnce.Do(func() { close(s.ready) }) }
+	l.paused = &s.leasePaused
+	l.standby = func(writerGone bool) {
+		s.jsUnreachable.Store(false)
+		s.readyOnce.Do(func() { close(s.ready) })
+		s.answerUnavailable(writerGone)
+	}
+	defer s.answerUnavailable(false)
+	failing := false
 	for ctx.Err() == nil {
-		if _, err := lease.acquire(ctx); err != nil {
+		if err := l.acquire(ctx); err != nil {
 			if ctx.Err() != nil {
 				return nil
 			}
-			s.cfg.Logger.Warn("handlers: writer lease unavailable; retrying", "err", err)
-			if !sleepCtx(ctx, time.Second) {
+			if !failing { // once per outage, not at every try
+				s.cfg.Logger.Warn("handlers: writer lease unavailable (JetStream unreachable?); not ready until it is reachable again", "err", err)
+			}
+			failing = true
+			s.jsUnreachable.Store(true)
+			if !sleepCtx(ctx, l.ttl/4) {
 				return nil
 			}
 			continue
 		}
-		err := s.runWriter(ctx, lease)
-		lease.release()
+		s.jsUnreachable.Store(false)
+		if failing {
+			s.cfg.Logger.Info("handlers: writer lease reachable again")
+			failing = false
+		}
+		err := s.runWriter(ctx, l)
+		l.release()
 		if ctx.Err() != nil {
 			return nil
 		}
@@ -412,6 +512,48 @@ func (s *Service) writerLoop(ctx context.Context) error {
 		}
 	}
 	return nil
+}
+
+// answerUnavailable, on, subscribes this replica (not the writer) to every
+// command subject to answer "unavailable, retry" while no writer serves
+// them, so that a client is told to retry with the same command id instead
+// of finding no responders; off, it unsubscribes. The writer's endpoints
+// are not in a queue group, so the first reply wins: this one comes late
+// (unavailableDelay), and a writer that serves answers first.
+func (s *Service) answerUnavailable(on bool) {
+	if on == (s.standbyCmds != nil) {
+		return
+	}
+	if !on {
+		_ = s.standbyCmds.Unsubscribe()
+		s.standbyCmds = nil
+		return
+	}
+	sub, err := s.nc.Subscribe(s.cfg.Prefix+".cmd.>", func(m *nats.Msg) {
+		if m.Reply == "" {
+			return
+		}
+		time.AfterFunc(unavailableDelay, func() {
+			_ = m.Respond(errResponse(noWriter(time.Now(), s.cfg.LeaseTTL)))
+		})
+	})
+	if err != nil {
+		s.cfg.Logger.Warn("handlers: could not answer commands while no writer serves them", "err", err)
+		return
+	}
+	s.standbyCmds = sub
+}
+
+// unavailableDelay is how long a replica that is not the writer waits
+// before answering a command "unavailable".
+const unavailableDelay = 100 * time.Millisecond
+
+// noWriter is the refusal of a command while no writer serves: retry with
+// the same command id, soon.
+func noWriter(now time.Time, ttl time.Duration) *schemas.Error {
+	at := now.Add(max(ttl/8, 50*time.Millisecond)).UTC()
+	return &schemas.Error{Code: schemas.CodeUnavailable, RetryAfter: &at,
+		Message: "no writer is available right now (a new one is being elected): retry with the same command id"}
 }
 
 // streamLog is a log kept in a JetStream stream (eventstore.JetStreamLog):
@@ -433,8 +575,21 @@ func (s *Service) logConfig() eventstore.JetStreamConfig {
 // eventstore.ErrIntegrity or projections.ErrDamaged is not retried: it is
 // returned at once.
 func (s *Service) retry(ctx context.Context, what string, fn func(context.Context) error) error {
-	for wait := 250 * time.Millisecond; ; wait = min(2*wait, 5*time.Second) {
-		tctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	return s.retryFrom(ctx, 5*time.Second, what, fn)
+}
+
+// retryAPI is retry for a few JetStream API requests (creating or checking
+// a stream, a bucket, a key): its first try is bounded by 1 s, the next by
+// twice the one before, up to 5 s. On a fresh cluster, replicas starting
+// together ask to create the same streams at once, and the requests the
+// meta leader sets aside go unanswered: a short first try asks again soon.
+func (s *Service) retryAPI(ctx context.Context, what string, fn func(context.Context) error) error {
+	return s.retryFrom(ctx, time.Second, what, fn)
+}
+
+func (s *Service) retryFrom(ctx context.Context, try time.Duration, what string, fn func(context.Context) error) error {
+	for wait := 250 * time.Millisecond; ; wait, try = min(2*wait, 5*time.Second), min(2*try, 5*time.Second) {
+		tctx, cancel := context.WithTimeout(ctx, try)
 		err := fn(tctx)
 		cancel()
 		if err == nil {
@@ -476,6 +631,8 @@ func sleepCtx(ctx context.Context, d time.Duration) bool {
 // runWriter catches up, fences older writers, serves the command endpoints
 // and commits until fenced, the lease is lost, or ctx ends.
 func (s *Service) runWriter(ctx context.Context, lease *lease) error {
+	s.lease.Store(lease)
+	defer s.lease.Store(nil)
 	s.setWriting(true)
 	defer s.setWriting(false)
 	timerWake := make(chan struct{}, 1)
@@ -513,7 +670,12 @@ func (s *Service) runWriter(ctx context.Context, lease *lease) error {
 		stopRun()
 		return err
 	}
-	defer func() { _ = csvc.Stop() }()
+	s.answerUnavailable(false)
+	// Stopped first when the writer steps down: from then on the commands
+	// go to the next writer only.
+	var stopOnce sync.Once
+	stopCommands := func() { stopOnce.Do(func() { _ = csvc.Stop() }) }
+	defer stopCommands()
 	unsubscribe, err := s.quarantine(rctx)
 	if err != nil {
 		stopRun()
@@ -529,12 +691,16 @@ func (s *Service) runWriter(ctx context.Context, lease *lease) error {
 	s.cfg.Logger.Info("handlers: writer serving", "writer", s.cfg.WriterID, "epoch", c.Epoch(), "seq", c.LastSeq())
 	select {
 	case <-lease.lost:
+		s.lease.Store(nil)
+		stopCommands()
 		stopRun()
 		return errors.New("handlers: writer lease lost")
 	case <-w.broken:
+		stopCommands()
 		stopRun()
 		return errors.New("handlers: the views could not apply a committed record")
 	case err := <-runErr:
+		stopCommands()
 		return err
 	}
 }
@@ -665,10 +831,20 @@ func (s *Service) execute(ctx context.Context, cmd domain.Command, m domain.Meta
 	s.mu.RLock()
 	c := s.committer
 	s.mu.RUnlock()
-	if c == nil {
+	if c == nil || !s.holdsLease() {
 		return outcome{Err: errNotWriter}
 	}
+	s.decided.Add(1)
 	return submit(ctx, c, cmd, m)
+}
+
+// holdsLease reports whether this replica holds the writer lease now, by
+// its own clock: a writer that was paused past its lease, or could not
+// renew it, decides nothing more, even before it has noticed and stepped
+// down.
+func (s *Service) holdsLease() bool {
+	l := s.lease.Load()
+	return l != nil && l.valid()
 }
 
 // internalCommands are decided only for the writer's own timers and
@@ -679,7 +855,11 @@ var internalCommands = map[string]bool{"timer.fire": true, "task.quarantine": tr
 // startCommands registers the micro service "dwr" with one endpoint per
 // command on <prefix>.cmd.<workspace>.<command>.
 func (s *Service) startCommands() (micro.Service, error) {
-	svc, err := micro.AddService(s.nc, micro.Config{Name: "dwr", Version: s.cfg.Version,
+	// Not in a queue group: a writer that was deposed while paused (or cut
+	// off) still holds its subscriptions until it runs again, and in a
+	// queue group it would take its share of the commands and answer none;
+	// with plain subscriptions every command also reaches the writer.
+	svc, err := micro.AddService(s.nc, micro.Config{Name: "dwr", Version: s.cfg.Version, QueueGroupDisabled: true,
 		Description: "dwr commands: decided by the writer, answered after the commit"})
 	if err != nil {
 		return nil, fmt.Errorf("handlers: command service: %w", err)
@@ -690,6 +870,10 @@ func (s *Service) startCommands() (micro.Service, error) {
 		}
 		subject := s.cfg.Prefix + ".cmd.*." + name
 		h := func(req micro.Request) {
+			if !s.holdsLease() { // a writer that has just lost its lease, before it stopped these endpoints
+				_ = req.Respond(errResponse(noWriter(time.Now(), s.cfg.LeaseTTL)))
+				return
+			}
 			s.async(req, false, func(who sender) []byte { return s.handleCommand(name, req, who) })
 		}
 		if err := svc.AddEndpoint(strings.ReplaceAll(name, ".", "_"), micro.HandlerFunc(h),
@@ -740,6 +924,11 @@ func (s *Service) handleCommand(name string, req micro.Request, who sender) []by
 	// The actor is who the NATS server authenticated, never a header.
 	m := domain.Meta{Workspace: ws, CommandID: h.Get(schemas.HeaderCommandID), Actor: p.name,
 		Authenticated: p.authenticated, CorrelationID: h.Get(schemas.HeaderCorrelationID)}
+	if p.member != nil && p.role == domain.RoleExecutor {
+		// The writer checks the queue again on the state it decides on
+		// (authorizeTask read the views, which may not hold the task yet).
+		m.Executor, m.Queues = true, slices.Clone(p.member.Queues)
+	}
 	if m.CommandID == "" {
 		m.CommandID = ulid.Make().String()
 	} else if len(m.CommandID) > 128 {

@@ -19,6 +19,7 @@ import (
 
 	"github.com/dwr-run/dwr/domain"
 	"github.com/dwr-run/dwr/eventstore"
+	"github.com/dwr-run/dwr/handlers"
 	"github.com/dwr-run/dwr/projections"
 	"github.com/dwr-run/dwr/schemas"
 )
@@ -135,7 +136,7 @@ func TestClusterR3(t *testing.T) {
 	waitFor(t, ctx, "JetStream meta leader elected", func() bool { return jetStreamReady(nodes) })
 	phase("JetStream cluster ready")
 	data := filepath.Join(t.TempDir(), "data")
-	srv := startServer(t, bin, logs, "dwr serve on the cluster", append([]string{"serve", "--nats", natsURL, "--replicas", "3", "--data", data}, acc.serveArgs()...)...)
+	srv := startServer(t, bin, logs, "dwr serve on the cluster", append([]string{"serve", "--nats", natsURL, "--nats-monitor", monitorURLs(nodes), "--replicas", "3", "--data", data}, acc.serveArgs()...)...)
 	readyIn := waitReady(t, srv, natsURL, 60*time.Second)
 	phase("dwr ready")
 
@@ -346,11 +347,47 @@ func TestServeStartsWithTheCluster(t *testing.T) {
 	nodes := startCluster(t, 3, logs, acc.accounts)
 	natsURL := clusterURL(nodes)
 	creds.Store(natsURL, acc.AdminCredential)
-	srv := startServer(t, bin, logs, "dwr serve started with the cluster", append([]string{"serve", "--nats", natsURL, "--replicas", "3",
-		"--data", filepath.Join(t.TempDir(), "data")}, acc.serveArgs()...)...)
+	data := filepath.Join(t.TempDir(), "data")
+	srv := startServer(t, bin, logs, "dwr serve started with the cluster", append([]string{"serve", "--nats", natsURL, "--nats-monitor", monitorURLs(nodes), "--replicas", "3",
+		"--data", data}, acc.serveArgs()...)...)
 	readyIn := waitReady(t, srv, natsURL, 60*time.Second)
 	t.Logf("dwr serve ready %s after it started with the cluster", readyIn.Round(time.Millisecond))
+	// The sync check sees the whole JetStream cluster: a node left out of
+	// --nats-monitor is named.
+	err := handlers.CheckClusterSync(context.Background(), []string{nodes[0].monitor, nodes[1].monitor})
+	require.ErrorIs(t, err, handlers.ErrUnsyncedCluster)
+	require.ErrorContains(t, err, "n3")
+	require.NoError(t, handlers.CheckClusterSync(context.Background(), []string{nodes[0].monitor, nodes[1].monitor, nodes[2].monitor}))
+	tnc := acc.service(t, natsURL)
+	js, err := jetstream.New(tnc)
+	require.NoError(t, err)
+	before := streamReplicas(t, js)
+	require.Equal(t, 3, before["DWR_LOG"], "streams: %v", before)
 	require.NoError(t, srv.terminate(30*time.Second))
+
+	// A restart without --replicas keeps what the cluster's streams have:
+	// the log remembers its replicas, and the derived streams and buckets
+	// follow it.
+	srv = startServer(t, bin, logs, "dwr serve restarted without --replicas", append([]string{"serve", "--nats", natsURL, "--nats-monitor", monitorURLs(nodes),
+		"--data", data}, acc.serveArgs()...)...)
+	waitReady(t, srv, natsURL, 60*time.Second)
+	require.Equal(t, before, streamReplicas(t, js), "every stream keeps its replicas after a restart without --replicas")
+	require.NoError(t, srv.terminate(30*time.Second))
+}
+
+// streamReplicas returns the replicas of every stream of the service's
+// account, by name.
+func streamReplicas(t *testing.T, js jetstream.JetStream) map[string]int {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	out := map[string]int{}
+	streams := js.ListStreams(ctx)
+	for info := range streams.Info() {
+		out[info.Config.Name] = info.Config.Replicas
+	}
+	require.NoError(t, streams.Err())
+	return out
 }
 
 // nodeOfClient returns the name of the node a client connection named name

@@ -849,11 +849,12 @@ func percentile(ds []time.Duration, p float64) time.Duration {
 
 // natsNode is one in-process NATS server of a test cluster.
 type natsNode struct {
-	name string
-	cfg  embedded.Config
-	mu   sync.Mutex
-	srv  *embedded.Server
-	url  string // client URL
+	name    string
+	cfg     embedded.Config
+	mu      sync.Mutex
+	srv     *embedded.Server
+	url     string // client URL
+	monitor string // monitoring URL (http_port)
 }
 
 func (n *natsNode) server() *embedded.Server {
@@ -933,13 +934,15 @@ func startCluster(t *testing.T, n int, logs io.Writer, accounts string) []*natsN
 		routes[i] = fmt.Sprintf("127.0.0.1:%d", freePort(t))
 	}
 	for i := range nodes {
-		port := freePort(t)
+		port, mport := freePort(t), freePort(t)
 		nodes[i] = &natsNode{
-			name: fmt.Sprintf("n%d", i+1),
-			url:  fmt.Sprintf("nats://127.0.0.1:%d", port),
+			name:    fmt.Sprintf("n%d", i+1),
+			url:     fmt.Sprintf("nats://127.0.0.1:%d", port),
+			monitor: fmt.Sprintf("http://127.0.0.1:%d", mport),
 			cfg: embedded.Config{
 				DataDir:    filepath.Join(t.TempDir(), fmt.Sprintf("n%d", i+1)),
 				Listen:     fmt.Sprintf("127.0.0.1:%d", port),
+				Monitor:    fmt.Sprintf("127.0.0.1:%d", mport),
 				ServerName: fmt.Sprintf("n%d", i+1),
 				MaxStore:   1 << 30,
 				Logger:     logger.With("node", fmt.Sprintf("n%d", i+1)),
@@ -960,6 +963,16 @@ func startCluster(t *testing.T, n int, logs io.Writer, accounts string) []*natsN
 	}
 	require.NoError(t, errors.Join(errs...))
 	return nodes
+}
+
+// monitorURLs returns the monitoring URLs of nodes as one --nats-monitor
+// value.
+func monitorURLs(nodes []*natsNode) string {
+	urls := make([]string, len(nodes))
+	for i, n := range nodes {
+		urls[i] = n.monitor
+	}
+	return strings.Join(urls, ",")
 }
 
 // clusterURL returns the client URLs of nodes as one --nats value.

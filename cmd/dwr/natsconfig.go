@@ -63,8 +63,8 @@ func writeNatsConfig(g *globals, dir string, fromServer, insecureOpen bool, out 
 			"admin_credential": cc.AdminCreds(), "service_key": cc.ServiceKey, "admin_key": cc.AdminKey, "identities": identities})
 	}
 	fmt.Fprintf(out, "wrote %s (%d identities)\n\n", conf, identities)
-	fmt.Fprintf(out, "1. In each nats-server's configuration: `include %s`, with jetstream { sync_interval: always }; reload or restart.\n", access.ClusterConfigFile)
-	fmt.Fprintf(out, "2. Every replica:  dwr serve --nats URLS --replicas 3 --nats-creds %s --admin-key %s\n",
+	fmt.Fprintf(out, "1. In each nats-server's configuration: `include %s`, with jetstream { sync_interval: always } and http_port: 8222; reload or restart.\n", access.ClusterConfigFile)
+	fmt.Fprintf(out, "2. Every replica:  dwr serve --nats URLS --nats-monitor MONITOR_URLS --replicas 3 --nats-creds %s --admin-key %s\n",
 		cc.ServiceSeed(), cc.AdminKey)
 	fmt.Fprintf(out, "3. Clients:        dwr --server URLS --creds %s ...  (then dwr users add ... for everyone else)\n", cc.AdminCreds())
 	fmt.Fprintf(out, "After users change: dwr admin nats-config --dir %s --from-server, copy %s to the servers, reload them.\n", dir, access.ClusterConfigFile)

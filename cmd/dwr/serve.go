@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 	"time"
 
@@ -34,8 +35,12 @@ func (o *natsOpts) flags(cmd *cobra.Command) {
 	f.StringVar(&o.token, "nats-token", os.Getenv("DWR_NATS_TOKEN"), "NATS token (env DWR_NATS_TOKEN)")
 }
 
-func (o *natsOpts) connect(name string) (*nats.Conn, error) {
-	opts := []nats.Option{nats.Name(name), nats.MaxReconnects(-1), nats.ReconnectWait(250 * time.Millisecond)}
+func (o *natsOpts) connect(name string, extra ...nats.Option) (*nats.Conn, error) {
+	// Pings every 2 s, two unanswered and the connection is stale: a frozen
+	// node is left for another of the cluster's within seconds (NATS's
+	// default is 2 minutes), reconnecting forever.
+	opts := append([]nats.Option{nats.Name(name), nats.MaxReconnects(-1), nats.ReconnectWait(250 * time.Millisecond),
+		nats.PingInterval(2 * time.Second), nats.MaxPingsOutstanding(2)}, extra...)
 	if o.creds != "" {
 		creds, err := access.NATSCredentials(o.creds)
 		if err != nil {
@@ -67,6 +72,9 @@ type serveOpts struct {
 	acceptPrefix           bool
 	trustBelow             bool
 	perCaller              int
+	healthListen           string
+	natsMonitor            []string
+	acceptUnsynced         bool
 	memoryLimit            string
 }
 
@@ -96,6 +104,12 @@ func serveCmd() *cobra.Command {
 	f.BoolVar(&o.trustBelow, "trust-below-checkpoint", false, "on start, do not read the log below the views' checkpoint to check its chain (faster on a very long log; damage there is then found by `dwr admin verify`)")
 	f.IntVar(&o.perCaller, "max-in-flight-per-caller", 0, fmt.Sprintf(
 		"requests one identity may have in flight at once; more are refused (unavailable) (0: %d)", handlers.DefaultMaxInFlightPerCaller))
+	f.StringSliceVar(&o.natsMonitor, "nats-monitor", envList("DWR_NATS_MONITOR"),
+		"with --nats: the monitoring URLs (http_port, http://host:8222) of every node of the cluster, to check that each fsyncs acknowledged writes before serving (env DWR_NATS_MONITOR, comma-separated)")
+	f.BoolVar(&o.acceptUnsynced, "accept-unsynced-cluster", false,
+		"with --nats: serve without showing that the cluster fsyncs acknowledged writes (acknowledged commands can be lost on power loss; logged at every start)")
+	f.StringVar(&o.healthListen, "health-listen", os.Getenv("DWR_HEALTH_LISTEN"),
+		"host:port of an HTTP listener for the replica's health: GET /readyz (200 ready, 503 not) and /livez (env DWR_HEALTH_LISTEN; default none)")
 	f.StringVar(&o.memoryLimit, "memory-limit", memoryLimitFlag(),
 		"soft limit of the service's Go memory, as GOMEMLIMIT: garbage is collected more often near it (more CPU, less memory); off: none (env DWR_MEMORY_LIMIT, else GOMEMLIMIT)")
 	o.nats.flags(cmd)
@@ -136,13 +150,19 @@ func serve(ctx context.Context, o serveOpts, stderr io.Writer) error {
 		return err
 	}
 	cfg := handlers.ServeConfig{DataDir: o.data, Embedded: o.embedded(), AdminKeys: o.adminKeys, InsecureOpen: o.insecureOpen,
+		HealthListen: o.healthListen, NATSMonitor: o.natsMonitor, AcceptUnsyncedCluster: o.acceptUnsynced,
 		Service: handlers.Config{Replicas: o.replicas, Logger: logger, LogKey: key, AcceptVerifiedPrefix: o.acceptPrefix,
 			TrustBelowCheckpoint: o.trustBelow, MaxInFlightPerCaller: o.perCaller}}
 	if o.nats.url == "" && (o.nats.creds != "" || o.nats.user != "" || o.nats.password != "" || o.nats.token != "") {
 		return fail(exitInvalid, "--nats-creds, --nats-user, --nats-password and --nats-token apply to --nats (an external server); the embedded server takes dwr credentials (see dwr users add)")
 	}
+	if o.nats.url == "" && (len(o.natsMonitor) > 0 || o.acceptUnsynced) {
+		return fail(exitInvalid, "--nats-monitor and --accept-unsynced-cluster apply to --nats (an external cluster); the embedded server always fsyncs")
+	}
 	if o.nats.url != "" {
-		if cfg.NATS, err = o.nats.connect("dwr-serve"); err != nil {
+		// A replica may start before the cluster's nodes (or while they
+		// restart): it keeps trying them, and is ready once they answer.
+		if cfg.NATS, err = o.nats.connect("dwr-serve", nats.RetryOnFailedConnect(true)); err != nil {
 			return err
 		}
 	}
@@ -181,4 +201,13 @@ func (o *logKeyOpts) load(data string, create bool, logger *slog.Logger) ([]byte
 		return nil, fail(exitInvalid, "%v (the log key: --log-key-file or DWR_LOG_KEY_FILE, default DATA/%s)", err, handlers.LogKeyFile)
 	}
 	return key, nil
+}
+
+// envList returns the comma-separated values of environment variable name.
+func envList(name string) []string {
+	v := os.Getenv(name)
+	if v == "" {
+		return nil
+	}
+	return strings.Split(v, ",")
 }

@@ -28,7 +28,8 @@ const (
 )
 
 // Retry pacing of a request the service could not take (a timeout, no
-// responder, an "unavailable" reply).
+// responder, an "unavailable" reply): backing off from retryFirst to
+// retryMax, unless the reply names when to retry (retry_after).
 const (
 	retryFirst = 100 * time.Millisecond
 	retryMax   = 2 * time.Second
@@ -381,6 +382,14 @@ func (c *Client) request(ctx context.Context, m *nats.Msg, body any, k call) (*R
 		}
 		last = err
 		pause := wait + rand.N(wait/2+1) //nolint:gosec // G404: jitter, not a secret
+		var se *schemas.Error
+		if errors.As(err, &se) && se.RetryAfter != nil {
+			// The service said when to come back (no writer while a new
+			// one is elected): then, with a little jitter, without backing
+			// off further.
+			d := min(max(time.Until(*se.RetryAfter), 0), retryMax)
+			pause, wait = d+rand.N(d/4+time.Millisecond), retryFirst //nolint:gosec // G404: jitter, not a secret
+		}
 		if c.onRetry != nil {
 			c.onRetry(Retry{Subject: m.Subject, CommandID: k.id, Tries: tries, Err: err, Wait: pause})
 		}

@@ -52,6 +52,11 @@ type Config struct {
 	// after its client listener.
 	Listen string
 
+	// Monitor, when set, is the host:port of the server's HTTP monitoring
+	// endpoint (nats-server's http_port: /varz, /healthz, ...), which shows,
+	// among the rest, that the server fsyncs every write. Empty: none.
+	Monitor string
+
 	// ServerName names the server. It must be unique in a cluster and stable
 	// across restarts of a clustered node (the JetStream node identity is
 	// derived from it), so it is required when Cluster is set. Defaults to
@@ -182,6 +187,14 @@ func buildOptions(cfg Config) (*options, error) {
 		addErr("Listen: %w", err)
 	} else {
 		o.Host, o.Port = host, port
+	}
+
+	if cfg.Monitor != "" {
+		if host, port, err := parseHostPort(cfg.Monitor); err != nil {
+			addErr("Monitor: %w", err)
+		} else {
+			o.HTTPHost, o.HTTPPort = host, port
+		}
 	}
 
 	if c := cfg.Cluster; c != nil {
