@@ -483,41 +483,54 @@ func (x *tx) mayWork(cmd Command) error {
 	if !x.m.Executor {
 		return nil
 	}
-	var taskID, queue string
-	switch c := cmd.(type) {
-	case *ClaimTask:
-		taskID = c.TaskID
-	case *SaveCheckpoint:
-		taskID = c.TaskID
-	case *Heartbeat:
-		taskID = c.TaskID
-	case *ReportSuccess:
-		taskID = c.TaskID
-	case *ReportFailure:
-		taskID = c.TaskID
-	case *WaitTask:
-		taskID = c.TaskID
-	case *RequestApproval:
-		taskID = c.TaskID
-	case *RecordVerification:
-		taskID = c.TaskID
-	case *ConfigureQueue:
-		queue = c.Queue
-	default:
-		return &Error{Code: CodeForbidden, Message: fmt.Sprintf("an executor may not send %T", cmd)}
+	taskID, queue, ok := ExecutorTarget(cmd)
+	if !ok {
+		return &Error{Code: CodeForbidden, Message: fmt.Sprintf("an executor may not send %s", cmd.CommandName())}
 	}
 	if taskID != "" {
 		t, err := x.o.Task(taskID)
 		if err != nil || t == nil || t.Workspace != x.m.Workspace {
 			return err
 		}
-		queue = t.Spec.Queue
-		if _, ok := cmd.(*RecordVerification); ok && t.Spec.Verification != nil {
-			queue = t.Spec.Verification.Queue
-		}
+		queue = WorkQueue(t, cmd)
 	}
 	if !slices.Contains(x.m.Queues, queue) {
 		return &Error{Code: CodeForbidden, Message: fmt.Sprintf("%s may not work queue %q: its queues are %v", x.m.Actor, queue, x.m.Queues)}
 	}
 	return nil
+}
+
+// ExecutorTarget returns what an executor's command cmd is for: its task,
+// or (queue.configure) a queue; false for a command executors do not send.
+func ExecutorTarget(cmd Command) (taskID, queue string, ok bool) {
+	switch c := cmd.(type) {
+	case *ClaimTask:
+		return c.TaskID, "", true
+	case *SaveCheckpoint:
+		return c.TaskID, "", true
+	case *Heartbeat:
+		return c.TaskID, "", true
+	case *ReportSuccess:
+		return c.TaskID, "", true
+	case *ReportFailure:
+		return c.TaskID, "", true
+	case *WaitTask:
+		return c.TaskID, "", true
+	case *RequestApproval:
+		return c.TaskID, "", true
+	case *RecordVerification:
+		return c.TaskID, "", true
+	case *ConfigureQueue:
+		return "", c.Queue, true
+	}
+	return "", "", false
+}
+
+// WorkQueue returns the queue whose executors may send cmd for task t: its
+// verification queue for a verdict, else its queue.
+func WorkQueue(t *Task, cmd Command) string {
+	if _, ok := cmd.(*RecordVerification); ok && t.Spec.Verification != nil {
+		return t.Spec.Verification.Queue
+	}
+	return t.Spec.Queue
 }

@@ -1,7 +1,6 @@
 package handlers
 
 import (
-	"encoding/json"
 	"fmt"
 
 	"github.com/dwr-run/dwr/domain"
@@ -98,68 +97,31 @@ func (s *Service) authorize(who sender, ws, kind, name string) (principal, *sche
 }
 
 // authorizeTask refuses an executor's command for a task that is not on one
-// of its queues. body is the command, already validated.
-func (s *Service) authorizeTask(p principal, name string, cmd domain.Command, body []byte) *schemas.Error {
+// of its queues, as the views have it: an early refusal. The writer judges
+// it again on the state it decides on (domain.Meta.Executor), which also
+// holds a task the views do not have yet.
+func (s *Service) authorizeTask(p principal, name string, cmd domain.Command) *schemas.Error {
 	if p.member == nil || p.role != domain.RoleExecutor || !domain.ExecutorCommands[name] {
 		return nil
 	}
-	ref, ok := taskRefOf(cmd)
+	taskID, q, ok := domain.ExecutorTarget(cmd)
 	if !ok {
-		// A command taskRefOf does not know: read the fields from the body.
-		if err := json.Unmarshal(body, &ref); err != nil {
-			return nil // the command's own decoding reports it
-		}
+		return nil // not an executor's command: authorize refused it already
 	}
-	q := ref.Queue
-	if ref.TaskID != "" {
-		t, err := s.store.Task(ref.TaskID)
+	if taskID != "" {
+		t, err := s.store.Task(taskID)
 		if err != nil {
 			return toWire(err, s.cfg.Logger)
 		}
 		if t == nil {
-			return nil // not found: the domain says so
+			return nil // not found here: the writer checks again on its state
 		}
-		q = t.Spec.Queue
-		if name == "task.verify" && t.Spec.Verification != nil {
-			q = t.Spec.Verification.Queue
-		}
+		q = domain.WorkQueue(t, cmd)
 	}
 	if q != "" && !p.member.MayWork(q) {
 		return forbidden("%s may not work queue %q: its queues are %v", p.name, q, p.member.Queues)
 	}
 	return nil
-}
-
-// taskRef is what an executor's command names: its task, or a queue.
-type taskRef struct {
-	TaskID string `json:"task_id"`
-	Queue  string `json:"queue"`
-}
-
-// taskRefOf returns what the decoded executor command cmd names, without
-// decoding its body again; false for a command it does not know.
-func taskRefOf(cmd domain.Command) (taskRef, bool) {
-	switch c := cmd.(type) {
-	case *domain.ClaimTask:
-		return taskRef{TaskID: c.TaskID}, true
-	case *domain.SaveCheckpoint:
-		return taskRef{TaskID: c.TaskID}, true
-	case *domain.Heartbeat:
-		return taskRef{TaskID: c.TaskID}, true
-	case *domain.ReportSuccess:
-		return taskRef{TaskID: c.TaskID}, true
-	case *domain.ReportFailure:
-		return taskRef{TaskID: c.TaskID}, true
-	case *domain.WaitTask:
-		return taskRef{TaskID: c.TaskID}, true
-	case *domain.RequestApproval:
-		return taskRef{TaskID: c.TaskID}, true
-	case *domain.RecordVerification:
-		return taskRef{TaskID: c.TaskID}, true
-	case *domain.ConfigureQueue:
-		return taskRef{Queue: c.Queue}, true
-	}
-	return taskRef{}, false
 }
 
 func short(s string) string {

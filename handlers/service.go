@@ -917,7 +917,7 @@ func (s *Service) handleCommand(name string, req micro.Request, who sender) []by
 	if err := json.Unmarshal(body, cmd); err != nil {
 		return errResponse(&schemas.Error{Code: schemas.CodeInvalid, Message: "the command does not decode: " + err.Error()})
 	}
-	if werr := s.authorizeTask(p, name, cmd, body); werr != nil {
+	if werr := s.authorizeTask(p, name, cmd); werr != nil {
 		return errResponse(werr)
 	}
 	fillIDs(cmd)
