@@ -15,10 +15,8 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/stretchr/testify/require"
 
-	"github.com/dwr-run/dwr/executors/client"
 	"github.com/dwr-run/dwr/handlers"
 	"github.com/dwr-run/dwr/handlers/servicetest"
-	"github.com/dwr-run/dwr/schemas"
 )
 
 // load sends goal.create commands from a few clients, each with its own
@@ -43,7 +41,7 @@ func startLoad(t *testing.T, connect func() (*nats.Conn, error), clients int) *l
 		nc, err := connect()
 		require.NoError(t, err)
 		t.Cleanup(nc.Close)
-		c := client.New(nc, client.Timeout(2*time.Second))
+		c := servicetest.NewLoadClient(nc, 2*time.Second)
 		l.wg.Go(func() {
 			for n := 0; ctx.Err() == nil; n++ {
 				id := fmt.Sprintf("c%d-%d", i, n)
@@ -52,14 +50,14 @@ func startLoad(t *testing.T, connect func() (*nats.Conn, error), clients int) *l
 				// even after the load stops: its outcome must be known.
 				rctx, rcancel := context.WithTimeout(context.Background(), 60*time.Second)
 				sent := time.Now()
-				r, err := c.CreateGoal(rctx, schemas.CreateGoal{Title: id}, client.CommandID(id))
+				seq, err := c.CreateGoal(rctx, id, id)
 				rcancel()
 				if err != nil {
 					t.Errorf("command %s: %v", id, err)
 					return
 				}
 				l.mu.Lock()
-				l.acked[id], l.sentAt[id], l.answered[id] = r.Seq, sent, time.Now()
+				l.acked[id], l.sentAt[id], l.answered[id] = seq, sent, time.Now()
 				l.mu.Unlock()
 			}
 		})
@@ -156,7 +154,9 @@ func TestADeposedWriterServesNothingOnceReplaced(t *testing.T) {
 func (r *replica) kill(nc *nats.Conn) {
 	nc.Close()
 	r.cancel()
-	<-r.done
+	if err := <-r.done; err != nil {
+		_ = err // how a killed replica's Run ends does not matter
+	}
 	r.cancel = nil
 	_ = r.store.Close()
 }

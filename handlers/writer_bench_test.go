@@ -37,7 +37,12 @@ func BenchmarkWriterChain3(b *testing.B) {
 	ctx, cancel := context.WithCancel(context.Background())
 	ran := make(chan error, 1)
 	go func() { ran <- c.Run(ctx) }()
-	defer func() { cancel(); <-ran }()
+	defer func() {
+		cancel()
+		if err := <-ran; err != nil {
+			b.Log(err)
+		}
+	}()
 
 	n := 0
 	run := func(cmds ...domain.Command) []domain.Reply {

@@ -62,7 +62,12 @@ func setupWriter(t *testing.T) *writerBench {
 	require.NoError(t, err)
 	ctx, cancel := context.WithCancel(context.Background())
 	go func() { b.ran <- b.c.Run(ctx) }()
-	t.Cleanup(func() { cancel(); <-b.ran })
+	t.Cleanup(func() {
+		cancel()
+		if err := <-b.ran; err != nil {
+			t.Log(err)
+		}
+	})
 	return b
 }
 

@@ -167,3 +167,22 @@ func (c *Client) WaitTask(t testing.TB, id string, d time.Duration, what string,
 	})
 	return tk
 }
+
+// NewLoadClient returns a client for load in the default workspace whose
+// tries each wait at most try (executors/client's Timeout); its CreateGoal
+// retries under the same command id while the service is unavailable.
+func NewLoadClient(nc *nats.Conn, try time.Duration) *Client {
+	return &Client{c: client.New(nc, client.Timeout(try))}
+}
+
+// CreateGoal sends goal.create titled title under command id id, retried
+// with that id while the service is unavailable or unreachable, until ctx
+// ends; it returns the log sequence that holds it. For load that must know
+// the outcome of every command it sent.
+func (c *Client) CreateGoal(ctx context.Context, title, id string) (uint64, error) {
+	r, err := c.c.CreateGoal(ctx, schemas.CreateGoal{Title: title}, client.CommandID(id))
+	if err != nil {
+		return 0, err
+	}
+	return r.Seq, nil
+}

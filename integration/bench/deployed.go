@@ -66,7 +66,7 @@ func startDeployed(ctx context.Context, dir, bin string, open bool) (_ *service,
 	if open {
 		args = append(args, "--insecure-open")
 	}
-	p.cmd = exec.Command(bin, args...)
+	p.cmd = exec.Command(bin, args...) //nolint:gosec // G204: the dwr binary the operator named (--binary), or this one
 	p.cmd.Env = serveEnv()
 	p.cmd.Stdout, p.cmd.Stderr = out, out
 	// Its own process group (a ^C reaches the benchmark, which stops it),
