@@ -1,13 +1,11 @@
 package main
 
 import (
-	"fmt"
 	"log/slog"
-	"math"
 	"os"
 	"runtime/debug"
-	"strconv"
-	"strings"
+
+	"github.com/dwr-run/dwr/handlers"
 )
 
 // defaultMemoryLimit is dwr serve's soft memory limit (--memory-limit) when
@@ -30,39 +28,11 @@ func memoryLimitFlag() string {
 	return defaultMemoryLimit
 }
 
-// parseMemoryLimit reads a soft memory limit as GOMEMLIMIT writes it: a
-// number of bytes with an optional unit (B, KiB, MiB, GiB, TiB), or "off"
-// (also "0"): no limit.
-func parseMemoryLimit(s string) (int64, error) {
-	t := strings.TrimSpace(s)
-	if t == "off" || t == "0" {
-		return math.MaxInt64, nil
-	}
-	mult := int64(1)
-	for _, u := range []struct {
-		suffix string
-		mult   int64
-	}{{"TiB", 1 << 40}, {"GiB", 1 << 30}, {"MiB", 1 << 20}, {"KiB", 1 << 10}, {"B", 1}} {
-		if strings.HasSuffix(t, u.suffix) {
-			t, mult = strings.TrimSuffix(t, u.suffix), u.mult
-			break
-		}
-	}
-	n, err := strconv.ParseInt(strings.TrimSpace(t), 10, 64)
-	if err != nil || n <= 0 || n > math.MaxInt64/mult {
-		return 0, fmt.Errorf("%q: want a size such as 100MiB or 1GiB, or off", s)
-	}
-	if n*mult < 16<<20 {
-		return 0, fmt.Errorf("%q: below 16MiB the service would spend its time collecting garbage", s)
-	}
-	return n * mult, nil
-}
-
 // setMemoryLimit applies --memory-limit: the Go runtime collects garbage
 // more often as its memory nears the limit (a soft limit: it is exceeded
 // rather than fail, and the collector takes at most about half the CPU).
 func setMemoryLimit(s string, logger *slog.Logger) error {
-	limit, err := parseMemoryLimit(s)
+	limit, err := handlers.ParseMemoryLimit(s)
 	if err != nil {
 		return fail(exitInvalid, "--memory-limit %v", err)
 	}

@@ -166,9 +166,9 @@ func serve(ctx context.Context, o serveOpts, stderr io.Writer) error {
 			return err
 		}
 	}
-	if file := os.Getenv(memProfileEnv); file != "" {
+	if file := os.Getenv(handlers.MemProfileEnv); file != "" {
 		wctx, cancel := context.WithCancel(ctx)
-		watched := watchMemory(wctx, file, logger)
+		watched := handlers.WatchMemory(wctx, file, logger)
 		defer func() { cancel(); <-watched }()
 	}
 	err = handlers.Serve(ctx, cfg)

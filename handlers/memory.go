@@ -1,26 +1,57 @@
-package main
+package handlers
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
+	"math"
 	"os"
 	"runtime"
 	"runtime/pprof"
+	"strconv"
 	"strings"
 	"time"
 )
 
-// memProfileEnv names the diagnostic environment variable that makes dwr
+// ParseMemoryLimit reads a soft memory limit as GOMEMLIMIT writes it: a
+// number of bytes with an optional unit (B, KiB, MiB, GiB, TiB), or "off"
+// (also "0"): no limit.
+func ParseMemoryLimit(s string) (int64, error) {
+	t := strings.TrimSpace(s)
+	if t == "off" || t == "0" {
+		return math.MaxInt64, nil
+	}
+	mult := int64(1)
+	for _, u := range []struct {
+		suffix string
+		mult   int64
+	}{{"TiB", 1 << 40}, {"GiB", 1 << 30}, {"MiB", 1 << 20}, {"KiB", 1 << 10}, {"B", 1}} {
+		if strings.HasSuffix(t, u.suffix) {
+			t, mult = strings.TrimSuffix(t, u.suffix), u.mult
+			break
+		}
+	}
+	n, err := strconv.ParseInt(strings.TrimSpace(t), 10, 64)
+	if err != nil || n <= 0 || n > math.MaxInt64/mult {
+		return 0, fmt.Errorf("%q: want a size such as 100MiB or 1GiB, or off", s)
+	}
+	if n*mult < 16<<20 {
+		return 0, fmt.Errorf("%q: below 16MiB the service would spend its time collecting garbage", s)
+	}
+	return n * mult, nil
+}
+
+// MemProfileEnv names the diagnostic environment variable that makes dwr
 // serve write a heap profile: a file name. Off by default; it writes only
 // to a local file the operator names, and opens nothing to the network.
-const memProfileEnv = "DWR_MEMPROFILE"
+const MemProfileEnv = "DWR_MEMPROFILE"
 
-// watchMemory samples the process's memory twice a second until ctx ends and,
+// WatchMemory samples the process's memory twice a second until ctx ends and,
 // whenever the heap in use reaches a new high (by 5 %), writes a heap
 // profile to file (replacing the last): the profile of the peak. When ctx
 // ends it logs the highs it saw (heap in use, stacks, goroutines, memory
 // obtained from the OS), so that they can be set beside the peak RSS.
-func watchMemory(ctx context.Context, file string, logger *slog.Logger) (done <-chan struct{}) {
+func WatchMemory(ctx context.Context, file string, logger *slog.Logger) (done <-chan struct{}) {
 	finished := make(chan struct{})
 	go func() {
 		defer close(finished)
@@ -36,15 +67,15 @@ func watchMemory(ctx context.Context, file string, logger *slog.Logger) (done <-
 			if ms.HeapInuse > heap+heap/20 {
 				heap = ms.HeapInuse
 				if err := writeHeapProfile(file); err != nil {
-					logger.Warn("dwr: "+memProfileEnv, "err", err)
+					logger.Warn("handlers: "+MemProfileEnv, "err", err)
 				}
-				logger.Info("dwr: heap high", "heap_inuse_mib", ms.HeapInuse>>20, "heap_idle_mib", ms.HeapIdle>>20,
+				logger.Info("handlers: heap high", "heap_inuse_mib", ms.HeapInuse>>20, "heap_idle_mib", ms.HeapIdle>>20,
 					"heap_released_mib", ms.HeapReleased>>20, "next_gc_mib", ms.NextGC>>20, "stack_inuse_mib", ms.StackInuse>>20,
 					"sys_mib", ms.Sys>>20, "goroutines", runtime.NumGoroutine(), "rss", rss())
 			}
 			select {
 			case <-ctx.Done():
-				logger.Info("dwr: memory highs", "heap_inuse_mib", heap>>20, "stack_inuse_mib", stacks>>20,
+				logger.Info("handlers: memory highs", "heap_inuse_mib", heap>>20, "stack_inuse_mib", stacks>>20,
 					"sys_mib", sys>>20, "goroutines", goroutines, "profile", file)
 				return
 			case <-t.C:
