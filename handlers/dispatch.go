@@ -207,6 +207,21 @@ func (d *dispatcher) msg(it schemas.WorkItem) (*nats.Msg, error) {
 			return nil, err
 		}
 	}
+	// A verify item's context (each attempt and verdict is bounded, their
+	// sum is not) goes when the item would be too large: first the earlier
+	// attempts, then the verdicts. What is judged — the input and the result,
+	// each bounded — stays, so the item fits the work stream's messages.
+	if it.Kind == schemas.WorkKindVerify && len(b) > schemas.MaxItemTaskBytes && (it.PriorAttempts != nil || it.Verifications != nil) {
+		for _, drop := range []func(){func() { it.PriorAttempts = nil }, func() { it.Verifications = nil }} {
+			drop()
+			if b, err = json.Marshal(it); err != nil {
+				return nil, err
+			}
+			if len(b) <= schemas.MaxItemTaskBytes {
+				break
+			}
+		}
+	}
 	m := nats.NewMsg(WorkSubject(d.prefix, it.Workspace, it.Queue))
 	id := fmt.Sprintf("%s.%d", it.TaskID, it.Attempt)
 	if it.Kind == schemas.WorkKindVerify {
@@ -250,6 +265,13 @@ func (d *dispatcher) retryLoop(ctx context.Context) {
 					cancel()
 				}
 				if err == nil || ctx.Err() != nil {
+					break
+				}
+				if errors.Is(err, nats.ErrMaxPayload) {
+					// Trying again cannot help, and would hold every other
+					// item's retry: the item is derived again at the next
+					// writer's start.
+					d.logger.Error("handlers: work item larger than the server's max_payload; not published", "task", it.TaskID, "attempt", it.Attempt, "bytes", len(m.Data), "err", err)
 					break
 				}
 				if !sleepCtx(ctx, wait) {

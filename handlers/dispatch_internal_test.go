@@ -99,3 +99,62 @@ func TestAnExecuteItemCarriesItsTaskWithinItsBound(t *testing.T) {
 	require.Equal(t, 1, it.Attempt)
 	require.Less(t, len(m.Data), 1024)
 }
+
+// A verify item carries the earlier attempts and verdicts as context, each
+// bounded but not their sum: when together they would pass the work
+// stream's message bound, they are left out (the earlier attempts first),
+// and the item with the input and the result to judge is still published —
+// before, its publish failed forever and held every other item's retry.
+func TestAVerifyItemStaysWithinTheStreamsMessageBound(t *testing.T) {
+	srv, err := embedded.Start(embedded.Config{DataDir: t.TempDir(), Logger: slog.New(slog.DiscardHandler)})
+	require.NoError(t, err)
+	t.Cleanup(srv.Shutdown)
+	nc, err := srv.Connect()
+	require.NoError(t, err)
+	t.Cleanup(nc.Close)
+	js, err := jetstream.New(nc)
+	require.NoError(t, err)
+	ctx := t.Context()
+	d, err := newDispatcher(ctx, js, Config{Prefix: "dwr", Replicas: 1, Logger: slog.New(slog.DiscardHandler)})
+	require.NoError(t, err)
+
+	big := func(c byte) json.RawMessage {
+		return json.RawMessage(`"` + strings.Repeat(string(c), domain.MaxInputBytes-16) + `"`)
+	}
+	task := &domain.Task{ID: "01J0000000000000000000TASK", Workspace: "default", State: domain.StateVerifying,
+		Spec: domain.TaskSpec{Queue: "work", Input: big('i'), Verification: &domain.VerificationSpec{Queue: "check"}}}
+	for n := 1; n <= 4; n++ {
+		task.Attempts = append(task.Attempts, schemas.Attempt{N: n, State: domain.AttemptStateSucceeded, Result: big('r')})
+	}
+	for n := 1; n <= 3; n++ {
+		task.Verifications = append(task.Verifications, schemas.Verification{Attempt: n, Outcome: domain.OutcomeFail, Evidence: big('e')})
+	}
+	it := workItemOf(task)
+	full, err := json.Marshal(it)
+	require.NoError(t, err)
+	require.Greater(t, len(full), 1<<20, "the whole item would not fit a message")
+
+	m, err := d.msg(it)
+	require.NoError(t, err)
+	require.Less(t, len(m.Data), 2*domain.MaxInputBytes+16<<10, "about the input and the result alone")
+	var sent schemas.WorkItem
+	require.NoError(t, json.Unmarshal(m.Data, &sent))
+	require.Nil(t, sent.PriorAttempts, "the earlier attempts went first")
+	require.Nil(t, sent.Verifications)
+	require.JSONEq(t, string(task.Spec.Input), string(sent.Input), "the input stays")
+	require.JSONEq(t, string(task.Attempts[3].Result), string(sent.Result), "the result judged stays")
+	require.Equal(t, domain.ResultDigest(task.Attempts[3].Result), sent.ResultDigest)
+	_, err = js.PublishMsg(ctx, m)
+	require.NoError(t, err, "the item fits the work stream")
+
+	// Context that fits stays.
+	task.Spec.Input = json.RawMessage(`{"doc":1}`)
+	task.Attempts = task.Attempts[2:]
+	task.Attempts[0].Result, task.Verifications = json.RawMessage(`{"ok":false}`), task.Verifications[:1]
+	task.Verifications[0].Evidence = json.RawMessage(`"too short"`)
+	m, err = d.msg(workItemOf(task))
+	require.NoError(t, err)
+	require.NoError(t, json.Unmarshal(m.Data, &sent))
+	require.Len(t, sent.PriorAttempts, 1)
+	require.Len(t, sent.Verifications, 1)
+}

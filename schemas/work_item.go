@@ -33,7 +33,9 @@ const (
 // answered the same way, so it reads the task from its item then.
 //
 // A verify item is not claimed, so it carries what the verifier judges: the
-// fields marked "verify" below.
+// fields marked "verify" below. When it would be larger than
+// MaxItemTaskBytes it leaves out PriorAttempts, and then Verifications (each
+// is bounded, their sum is not); the input and the result it judges stay.
 type WorkItem struct {
 	Kind         string `json:"kind"` // WorkKindExecute or WorkKindVerify
 	TaskID       string `json:"task_id"`
