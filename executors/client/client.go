@@ -167,7 +167,10 @@ func Connect(url string, opts ...Option) (*Client, error) {
 }
 
 func (o *options) connectOptions() ([]nats.Option, error) {
-	out := []nats.Option{nats.Name(o.name), nats.MaxReconnects(-1)}
+	// Pings every PingInterval, and a node that misses MaxPingsOut of them
+	// is left for another: a client (a worker) on a frozen node of a
+	// cluster would otherwise stall for NATS's default two minutes.
+	out := []nats.Option{nats.Name(o.name), nats.MaxReconnects(-1), nats.PingInterval(PingInterval), nats.MaxPingsOutstanding(MaxPingsOut)}
 	if o.creds != "" {
 		cred, err := CredentialOptions(o.creds)
 		if err != nil {
@@ -462,3 +465,12 @@ func (c *Client) roundTrip(ctx context.Context, m *nats.Msg) (*schemas.Reply, er
 	}
 	return &r, nil
 }
+
+// The liveness checks of a connection Connect opens (NATSOptions may
+// change them): a node that answers no ping for about PingInterval ×
+// MaxPingsOut is taken for gone, and the client reconnects to another node
+// of the cluster — as dwr serve's own connections do.
+const (
+	PingInterval = 2 * time.Second
+	MaxPingsOut  = 2
+)

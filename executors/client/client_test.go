@@ -57,6 +57,10 @@ func TestClientRunsAGoalToItsEnd(t *testing.T) {
 	s := start(t)
 	ctx := within(t, 30*time.Second)
 	c := connectAs(t, s, "caller", domain.RoleClient)
+	// A frozen node of a cluster is left within seconds, not NATS's default
+	// two minutes.
+	require.Equal(t, client.PingInterval, c.Conn().Opts.PingInterval)
+	require.Equal(t, client.MaxPingsOut, c.Conn().Opts.MaxPingsOut)
 
 	w, err := executors.NewWorker(executors.Config{Conn: s.Member(t, "default", "worker", domain.RoleExecutor, "build"),
 		Queue: "build", Logger: servicetest.Logger()},
