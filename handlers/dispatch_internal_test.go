@@ -16,6 +16,21 @@ import (
 	"github.com/dwr-run/dwr/schemas"
 )
 
+// startJetStream starts an embedded server for the test and returns
+// JetStream on a connection to it.
+func startJetStream(t *testing.T) jetstream.JetStream {
+	t.Helper()
+	srv, err := embedded.Start(embedded.Config{DataDir: t.TempDir(), Logger: slog.New(slog.DiscardHandler)})
+	require.NoError(t, err)
+	t.Cleanup(srv.Shutdown)
+	nc, err := srv.Connect()
+	require.NoError(t, err)
+	t.Cleanup(nc.Close)
+	js, err := jetstream.New(nc)
+	require.NoError(t, err)
+	return js
+}
+
 // countingJS counts the consumer creations and updates sent to JetStream.
 type countingJS struct {
 	jetstream.JetStream
@@ -37,14 +52,7 @@ func (c *countingJS) CreateOrUpdateConsumer(ctx context.Context, stream string, 
 // metadata, which made every dispatch pay a file write, an fsync and a
 // rename. queue.configure still applies its settings every time.
 func TestDispatchWritesAQueuesConsumerOnlyWhenItsSettingsChange(t *testing.T) {
-	srv, err := embedded.Start(embedded.Config{DataDir: t.TempDir(), Logger: slog.New(slog.DiscardHandler)})
-	require.NoError(t, err)
-	t.Cleanup(srv.Shutdown)
-	nc, err := srv.Connect()
-	require.NoError(t, err)
-	t.Cleanup(nc.Close)
-	plain, err := jetstream.New(nc)
-	require.NoError(t, err)
+	plain := startJetStream(t)
 	js := &countingJS{JetStream: plain}
 	ctx := t.Context()
 	d, err := newDispatcher(ctx, js, Config{Prefix: "dwr", Replicas: 1, Logger: slog.New(slog.DiscardHandler)})
@@ -106,14 +114,7 @@ func TestAnExecuteItemCarriesItsTaskWithinItsBound(t *testing.T) {
 // and the item with the input and the result to judge is still published —
 // before, its publish failed forever and held every other item's retry.
 func TestAVerifyItemStaysWithinTheStreamsMessageBound(t *testing.T) {
-	srv, err := embedded.Start(embedded.Config{DataDir: t.TempDir(), Logger: slog.New(slog.DiscardHandler)})
-	require.NoError(t, err)
-	t.Cleanup(srv.Shutdown)
-	nc, err := srv.Connect()
-	require.NoError(t, err)
-	t.Cleanup(nc.Close)
-	js, err := jetstream.New(nc)
-	require.NoError(t, err)
+	js := startJetStream(t)
 	ctx := t.Context()
 	d, err := newDispatcher(ctx, js, Config{Prefix: "dwr", Replicas: 1, Logger: slog.New(slog.DiscardHandler)})
 	require.NoError(t, err)
