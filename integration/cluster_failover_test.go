@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -23,6 +22,7 @@ import (
 	"github.com/dwr-run/dwr/domain"
 	"github.com/dwr-run/dwr/eventstore"
 	"github.com/dwr-run/dwr/handlers"
+	"github.com/dwr-run/dwr/handlers/servicetest"
 )
 
 var (
@@ -36,12 +36,9 @@ func natsServerBinary(t *testing.T) string {
 	t.Helper()
 	natsBinOnce.Do(func() {
 		path := filepath.Join(binDir, "nats-server")
-		cmd := exec.Command("go", "build", "-o", path, "github.com/nats-io/nats-server/v2")
-		if out, err := cmd.CombinedOutput(); err != nil {
-			natsBinErr = fmt.Errorf("go build nats-server: %w\n%s", err, out)
-			return
+		if natsBinErr = servicetest.GoBuild(path, "github.com/nats-io/nats-server/v2", false); natsBinErr == nil {
+			natsBinPath = path
 		}
-		natsBinPath = path
 	})
 	require.NoError(t, natsBinErr)
 	return natsBinPath

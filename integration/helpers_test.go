@@ -78,28 +78,10 @@ func childRace() bool { return os.Getenv("DWR_CHILD_RACE") == "1" }
 func dwrBinary(t *testing.T) string {
 	t.Helper()
 	binOnce.Do(func() {
-		out, err := exec.Command("go", "env", "GOMOD").Output()
-		if err != nil {
-			binErr = fmt.Errorf("go env GOMOD: %w", err)
-			return
-		}
-		gomod := strings.TrimSpace(string(out))
-		if gomod == "" || gomod == os.DevNull {
-			binErr = errors.New("go env GOMOD: not inside the dwr module")
-			return
-		}
 		path := filepath.Join(binDir, "dwr")
-		args := []string{"build", "-o", path}
-		if childRace() {
-			args = append(args, "-race")
+		if binErr = servicetest.GoBuild(path, "./cmd/dwr", childRace()); binErr == nil {
+			binPath = path
 		}
-		cmd := exec.Command("go", append(args, "./cmd/dwr")...)
-		cmd.Dir = filepath.Dir(gomod)
-		if out, err := cmd.CombinedOutput(); err != nil {
-			binErr = fmt.Errorf("go build ./cmd/dwr: %w\n%s", err, out)
-			return
-		}
-		binPath = path
 	})
 	require.NoError(t, binErr)
 	return binPath

@@ -4,13 +4,13 @@ import (
 	"bytes"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
-	"strings"
 	"sync"
 	"testing"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/dwr-run/dwr/handlers/servicetest"
 )
 
 // TestBenchChain3EndToEnd runs a few chains through the whole service and
@@ -132,29 +132,15 @@ var (
 func buildDWR(t *testing.T) string {
 	t.Helper()
 	dwrOnce.Do(func() {
-		out, err := exec.Command("go", "env", "GOMOD").Output()
-		if err != nil {
-			dwrErr = fmt.Errorf("go env GOMOD: %w", err)
-			return
-		}
-		gomod := strings.TrimSpace(string(out))
-		if gomod == "" || gomod == os.DevNull {
-			dwrErr = fmt.Errorf("go env GOMOD: not inside the dwr module")
-			return
-		}
 		dir, err := os.MkdirTemp("", "dwr-bench-bin-")
 		if err != nil {
 			dwrErr = err
 			return
 		}
 		bin := filepath.Join(dir, "dwr")
-		cmd := exec.Command("go", "build", "-o", bin, "./cmd/dwr")
-		cmd.Dir = filepath.Dir(gomod)
-		if b, err := cmd.CombinedOutput(); err != nil {
-			dwrErr = fmt.Errorf("go build ./cmd/dwr: %w\n%s", err, b)
-			return
+		if dwrErr = servicetest.GoBuild(bin, "./cmd/dwr", false); dwrErr == nil {
+			dwrBin = bin
 		}
-		dwrBin = bin
 	})
 	require.NoError(t, dwrErr)
 	return dwrBin
