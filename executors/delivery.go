@@ -167,6 +167,15 @@ func (d *delivery) heartbeat(ctx context.Context) {
 // attempt that the service still counts as alive.
 const supersedeTries = 3
 
+// claimRequest returns the body and the command id of this delivery's
+// claim of its attempt, made first or lazily: one id per delivery, so that
+// a claim sent again is answered with its first outcome.
+func (d *delivery) claimRequest(omitTask bool) (schemas.ClaimTask, string) {
+	it := &d.item
+	return schemas.ClaimTask{TaskID: it.TaskID, Executor: d.w.cfg.Executor, ExecutorVersion: d.w.cfg.Version, OmitTask: omitTask},
+		fmt.Sprintf("claim.%s.%d.%d", it.TaskID, it.Attempt, d.delivered)
+}
+
 // claim starts the attempt and returns it with its token. On a redelivered
 // item whose task is still running an attempt started from this item (its
 // holder lost the lease), it claims again superseding that attempt — once
@@ -176,8 +185,7 @@ func (d *delivery) claim(ctx context.Context) (*schemas.Task, *schemas.Attempt, 
 	it := &d.item
 	// The reply carries the task when the item did not, or when the claim
 	// supersedes an attempt (the item's task is stale then).
-	body := schemas.ClaimTask{TaskID: it.TaskID, Executor: d.w.cfg.Executor, ExecutorVersion: d.w.cfg.Version, OmitTask: it.Task != nil}
-	id := fmt.Sprintf("claim.%s.%d.%d", it.TaskID, it.Attempt, d.delivered)
+	body, id := d.claimRequest(it.Task != nil)
 	r, err := d.w.c.command(ctx, "task.claim", body, id)
 	if err != nil {
 		d.done(outcomeStopped, 0, logErr, err)

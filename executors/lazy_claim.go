@@ -136,8 +136,8 @@ func (d *delivery) refusedLazily() bool {
 // (claimMu held). The item carried the task, so the reply need not.
 func (d *delivery) claimLazily(ctx context.Context) (string, error) {
 	it := &d.item
-	body := schemas.ClaimTask{TaskID: it.TaskID, Executor: d.w.cfg.Executor, ExecutorVersion: d.w.cfg.Version, OmitTask: true}
-	r, err := d.w.c.command(ctx, "task.claim", body, fmt.Sprintf("claim.%s.%d.%d", it.TaskID, it.Attempt, d.delivered))
+	body, id := d.claimRequest(true)
+	r, err := d.w.c.command(ctx, "task.claim", body, id)
 	if err != nil {
 		return "", err
 	}
