@@ -216,13 +216,14 @@ func checkSync(ctx context.Context, cfg ServeConfig, logger *slog.Logger) error 
 		return classed{ErrInvalidConfig, fmt.Errorf("%w: cannot tell whether the NATS cluster fsyncs acknowledged writes: "+
 			"give every node's monitoring URL (http_port) with --nats-monitor, or run with --accept-unsynced-cluster (%s)", ErrUnsyncedCluster, risk)}
 	}
-	// Nodes that do not answer yet (started with dwr) are asked again for
-	// a minute; a node that answers without sync_always is refused at once.
+	// Nodes that do not answer yet, or whose JetStream has not started yet
+	// (started with dwr), are asked again for a minute; a node that answers
+	// without sync_always is refused at once.
 	var err error
 	for deadline, logged := time.Now().Add(time.Minute), false; ; {
-		var unreadOnly bool
-		unreadOnly, err = checkClusterSync(ctx, cfg.NATSMonitor)
-		if err == nil || !unreadOnly || time.Now().After(deadline) {
+		var retryable bool
+		retryable, err = checkClusterSync(ctx, cfg.NATSMonitor)
+		if err == nil || !retryable || time.Now().After(deadline) {
 			break
 		}
 		if !logged {

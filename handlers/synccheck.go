@@ -17,11 +17,16 @@ import (
 // cannot be shown to.
 var ErrUnsyncedCluster = errors.New("handlers: the NATS cluster does not fsync acknowledged writes")
 
-// varz is what CheckClusterSync reads of a node's /varz.
-type varz struct {
+// node is what CheckClusterSync reads of a node: its name from /varz,
+// and its JetStream from /jsz. /varz alone will not do: a nats-server
+// fills its /varz JetStream section once, on the first /varz request, so a
+// node asked while it was still starting JetStream shows none for ever
+// after; /jsz is computed on each request.
+type node struct {
 	ServerName string `json:"server_name"`
 	JetStream  struct {
-		Config *struct {
+		Disabled bool `json:"disabled"`
+		Config   struct {
 			SyncAlways   bool          `json:"sync_always"`
 			SyncInterval time.Duration `json:"sync_interval"`
 		} `json:"config"`
@@ -30,11 +35,11 @@ type varz struct {
 			Replicas []struct {
 				Name string `json:"name"`
 			} `json:"replicas"`
-		} `json:"meta"`
-	} `json:"jetstream"`
+		} `json:"meta_cluster"`
+	}
 }
 
-// CheckClusterSync reads the /varz of each monitoring URL (a node's
+// CheckClusterSync reads the /varz and /jsz of each monitoring URL (a node's
 // http_port: http://host:8222) and returns nil when every JetStream node
 // they name — themselves, and every peer of the JetStream cluster any of
 // them knows — runs with sync_always (jetstream { sync_interval: always }),
@@ -49,24 +54,27 @@ func CheckClusterSync(ctx context.Context, urls []string) error {
 }
 
 // checkClusterSync is CheckClusterSync, also saying whether every problem
-// was a node that could not be read (which a retry may overcome).
-func checkClusterSync(ctx context.Context, urls []string) (unreadOnly bool, err error) {
+// was a node that could not be read or was not yet running JetStream
+// (which a retry may overcome: a node's monitoring port answers before
+// its JetStream has started).
+func checkClusterSync(ctx context.Context, urls []string) (retryable bool, err error) {
 	if len(urls) == 0 {
 		return false, fmt.Errorf("%w: no monitoring URL to check it with", ErrUnsyncedCluster)
 	}
-	unread := 0
+	retry := 0
 	synced := map[string]bool{} // node name → sync_always, for the nodes read
 	peers := map[string]bool{}
 	var problems []string
 	for _, u := range urls {
-		v, err := readVarz(ctx, u)
+		v, err := readNode(ctx, u)
 		if err != nil {
 			problems = append(problems, err.Error())
-			unread++
+			retry++
 			continue
 		}
-		if v.JetStream.Config == nil {
+		if v.JetStream.Disabled {
 			problems = append(problems, fmt.Sprintf("%s (%s): JetStream is not enabled", v.ServerName, u))
+			retry++
 			continue
 		}
 		synced[v.ServerName] = v.JetStream.Config.SyncAlways
@@ -94,30 +102,41 @@ func checkClusterSync(ctx context.Context, urls []string) (unreadOnly bool, err 
 		problems = append(problems, fmt.Sprintf("no monitoring URL given for the JetStream node(s) %s: list every node", strings.Join(unseen, ", ")))
 	}
 	if len(problems) > 0 {
-		return unread == len(problems), fmt.Errorf("%w: %s", ErrUnsyncedCluster, strings.Join(problems, "; "))
+		return retry == len(problems), fmt.Errorf("%w: %s", ErrUnsyncedCluster, strings.Join(problems, "; "))
 	}
 	return false, nil
 }
 
-func readVarz(ctx context.Context, base string) (*varz, error) {
-	u := strings.TrimSuffix(base, "/") + "/varz"
+func readNode(ctx context.Context, base string) (*node, error) {
+	var v node
+	if err := getJSON(ctx, base, "/varz", &v); err != nil {
+		return nil, err
+	}
+	if err := getJSON(ctx, base, "/jsz", &v.JetStream); err != nil {
+		return nil, err
+	}
+	return &v, nil
+}
+
+// getJSON decodes what a nats-server monitoring endpoint answers.
+func getJSON(ctx context.Context, base, path string, into any) error {
+	u := strings.TrimSuffix(base, "/") + path
 	rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
 	req, err := http.NewRequestWithContext(rctx, http.MethodGet, u, nil)
 	if err != nil {
-		return nil, fmt.Errorf("%s: %w", base, err)
+		return fmt.Errorf("%s: %w", base, err)
 	}
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
-		return nil, fmt.Errorf("%s: %w", base, err)
+		return fmt.Errorf("%s: %w", base, err)
 	}
 	defer func() { _ = resp.Body.Close() }()
 	if resp.StatusCode != http.StatusOK {
-		return nil, fmt.Errorf("%s: %s", u, resp.Status)
+		return fmt.Errorf("%s: %s", u, resp.Status)
 	}
-	var v varz
-	if err := json.NewDecoder(io.LimitReader(resp.Body, 4<<20)).Decode(&v); err != nil {
-		return nil, fmt.Errorf("%s: not a nats-server /varz: %w", u, err)
+	if err := json.NewDecoder(io.LimitReader(resp.Body, 4<<20)).Decode(into); err != nil {
+		return fmt.Errorf("%s: not a nats-server %s: %w", u, path, err)
 	}
-	return &v, nil
+	return nil
 }

@@ -188,6 +188,9 @@ func TestClusterProcessesUnderFailure(t *testing.T) {
 		waitFor(t, ctx, what, func() bool {
 			all, seen := true, ""
 			for _, r := range replicas {
+				if r.proc.exited() { // err is set before done is closed
+					t.Fatalf("%s: dwr serve %s exited: %v", what, r.name, r.proc.err)
+				}
 				h, ok := r.state()
 				seen += fmt.Sprintf("%s answered=%v %+v; ", r.name, ok, h)
 				all = all && ok && h.Ready
