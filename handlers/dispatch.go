@@ -74,7 +74,7 @@ const (
 // for a queue never configured (an existing consumer is then left as it
 // is). Executors cannot create consumers: the service owns them. It
 // remembers what it did, so that it costs nothing the next time.
-func (d *dispatcher) ensureQueue(ctx context.Context, store *projections.Store, ws, queue string) error {
+func (d *dispatcher) ensureQueue(ctx context.Context, store aggregates, ws, queue string) error {
 	var qc *domain.QueueConfig
 	if w, err := store.Workspace(ws); err != nil {
 		return err
@@ -283,8 +283,8 @@ func (d *dispatcher) retryLoop(ctx context.Context) {
 }
 
 // dispatchCommit publishes the work items of the tasks that a committed
-// record left ready.
-func (d *dispatcher) dispatchCommit(store *projections.Store, c *eventstore.Commit) {
+// record left ready, as states has them.
+func (d *dispatcher) dispatchCommit(c *eventstore.Commit, store aggregates) {
 	seen := map[string]bool{}
 	for i := range c.Events {
 		e := &c.Events[i]

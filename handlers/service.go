@@ -767,9 +767,9 @@ func (s *Service) takeOver(ctx context.Context, timerWake chan struct{}) (*event
 		return nil, nil, err
 	}
 	w := &writer{store: s.store, clock: s.cfg.Clock, logger: s.cfg.Logger, broken: make(chan struct{}),
+		dispatch: s.dispatch.dispatchCommit,
 		after: func(c *eventstore.Commit, seq uint64) {
 			s.feed.publish(c, seq)
-			s.dispatch.dispatchCommit(s.store, c)
 			if f := s.cfg.Auth.OnMembersChanged; f != nil && changesMembers(c) {
 				f()
 			}

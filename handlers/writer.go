@@ -60,8 +60,13 @@ type writer struct {
 	store  *projections.Store
 	clock  func() time.Time
 	logger *slog.Logger
+	// dispatch runs once a record is committed, before the views apply it
+	// (they are written while the items travel): the work items of the
+	// tasks it left ready, with their states as the writer decided them.
+	dispatch func(c *eventstore.Commit, states aggregates)
 	// after runs once a committed record is applied to the views: the
-	// event feed, work items for tasks it left ready, the timers' wake-up.
+	// event feed (whose readers find the views at least as far), the
+	// timers' wake-up.
 	after func(c *eventstore.Commit, seq uint64)
 	// broken is closed when a committed record could not be applied to the
 	// views: the writer's state no longer follows the log, so it must stop.
@@ -213,11 +218,18 @@ func (w *writer) Committed(items []*request, c *eventstore.Commit, seq uint64, i
 	var aerr error
 	if fromFinal {
 		// The record holds the very events the last Decide made: the views
-		// take the states that decision computed.
+		// take the states that decision computed, and the work items leave
+		// with them first.
 		w.finals.Add(1)
+		if w.dispatch != nil {
+			w.dispatch(c, decidedStates{decided.final, w.store})
+		}
 		aerr = w.store.ApplyFinal(seq, c, decided.final)
 	} else {
 		aerr = w.store.ApplyDecided(seq, c)
+		if aerr == nil && w.dispatch != nil {
+			w.dispatch(c, w.store)
+		}
 	}
 	if aerr != nil {
 		w.logger.Error("handlers: views could not apply a committed record; the writer stops", "seq", seq, "err", aerr)
@@ -227,6 +239,34 @@ func (w *writer) Committed(items []*request, c *eventstore.Commit, seq uint64, i
 	if w.after != nil {
 		w.after(c, seq)
 	}
+}
+
+// aggregates reads the states a committed record left its aggregates in.
+type aggregates interface {
+	Task(id string) (*domain.Task, error)
+	Workspace(id string) (*domain.Workspace, error)
+}
+
+// decidedStates are the states the writer decided for a record, before the
+// views hold them: the aggregates it touched from the decision, the others
+// from the views (which hold every earlier record).
+type decidedStates struct {
+	final domain.Touched
+	views *projections.Store
+}
+
+func (d decidedStates) Task(id string) (*domain.Task, error) {
+	if t, ok := d.final.Tasks[id]; ok {
+		return t, nil
+	}
+	return d.views.Task(id)
+}
+
+func (d decidedStates) Workspace(id string) (*domain.Workspace, error) {
+	if w, ok := d.final.Workspaces[id]; ok {
+		return w, nil
+	}
+	return d.views.Workspace(id)
 }
 
 // Replay applies a record appended by an earlier writer to the views.
