@@ -74,13 +74,26 @@ func (x *tx) createGoal(c *CreateGoal) (Reply, error) {
 	}
 	if g != nil {
 		if g.HasCommand(x.m.Key()) {
-			return duplicateGoal(g), nil
+			r := duplicateGoal(g)
+			if c.Tasks != nil {
+				r.Tasks = g.Plan
+			}
+			return r, nil
 		}
 		return Reply{}, conflict("goal %s already exists", c.GoalID)
 	}
 	if err := x.emit(c.GoalID, &GoalCreated{Workspace: x.m.Workspace, Title: c.Title, Description: c.Description,
 		SuccessCriteria: c.SuccessCriteria, Envelope: c.Envelope}); err != nil {
 		return Reply{}, err
+	}
+	if c.Tasks != nil {
+		// The first plan, in the same record: a refusal of the plan refuses
+		// the goal too (the transaction is dropped whole).
+		g, err := x.o.Goal(c.GoalID)
+		if err != nil {
+			return Reply{}, err
+		}
+		return x.commitPlan(g, c.Tasks)
 	}
 	return Reply{ID: c.GoalID, State: GoalStateOpen, Version: 1}, nil
 }
@@ -128,6 +141,14 @@ func (x *tx) submitPlan(c *SubmitPlan) (Reply, error) {
 	if g.State != GoalStateOpen && g.State != GoalStateFailed {
 		return Reply{}, conflict("goal %s is %s; a plan can only be submitted to an open goal, or to a failed one to revise it", g.ID, g.State)
 	}
+	return x.commitPlan(g, c.Tasks)
+}
+
+// commitPlan commits tasks as the next version of goal g's plan: it keeps
+// the tasks of the previous version that the new one leaves as they were,
+// cancels the others, and creates the new ones.
+func (x *tx) commitPlan(g *Goal, tasks []TaskSpec) (Reply, error) {
+	c := &SubmitPlan{GoalID: g.ID, Tasks: tasks}
 	order, err := planOrder(c.Tasks)
 	if err != nil {
 		return Reply{}, err

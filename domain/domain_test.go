@@ -61,6 +61,45 @@ func TestPlanChainRunsToGoalAchieved(t *testing.T) {
 	w.requireReplaysFromWire()
 }
 
+// goal.create with tasks commits the goal and its first plan in one
+// outcome, as goal.create then plan.submit would; a plan it refuses
+// refuses the goal too, and its retry answers with the same tasks.
+func TestCreateGoalWithItsPlan(t *testing.T) {
+	w := setup(t)
+	g := w.newID()
+	create := &CreateGoal{GoalID: g, Title: "chain", Tasks: chain()}
+	out, err := w.runID("create-with-plan", create)
+	require.NoError(t, err)
+	require.Nil(t, out.Refusal)
+	require.Equal(t, []string{"goal.created", "goal.plan_committed"}, events(out, g))
+	require.Equal(t, 1, out.Reply.PlanVersion)
+	require.Equal(t, GoalStateOpen, out.Reply.State)
+	require.Len(t, out.Reply.Tasks, 3)
+	ids := map[string]string{}
+	for _, pt := range out.Reply.Tasks {
+		ids[pt.Key] = pt.TaskID
+		require.Equal(t, []string{"task.created"}, events(out, pt.TaskID))
+	}
+	require.Equal(t, StateReady, w.state(ids["a"]))
+	require.Equal(t, StatePending, w.state(ids["b"]))
+	require.Equal(t, []string{ids["b"]}, w.task(ids["c"]).DependsOn)
+
+	again := w.duplicate("create-with-plan", create)
+	require.Equal(t, out.Reply.Tasks, again.Reply.Tasks, "a retry answers with the plan's tasks")
+
+	w.succeed(ids["a"], w.claim(ids["a"]))
+	w.succeed(ids["b"], w.claim(ids["b"]))
+	w.succeed(ids["c"], w.claim(ids["c"]))
+	require.Equal(t, GoalStateAchieved, w.goal(g).State)
+
+	cyclic := &CreateGoal{GoalID: w.newID(), Title: "cycle", Tasks: []TaskSpec{spec("a", "b"), spec("b", "a")}}
+	de := w.refused(cyclic, CodeInvalid)
+	require.Contains(t, de.Field, "/tasks", "the refusal names the plan's field")
+	require.Empty(t, w.aggregates(AggGoal)[1:], "a refused plan leaves no goal behind")
+	w.requireReplays()
+	w.requireReplaysFromWire()
+}
+
 func TestDependentWaitsForEveryDependency(t *testing.T) {
 	w := setup(t)
 	g := w.createGoal(Envelope{})

@@ -25,6 +25,9 @@ type CreateGoal struct {
 	Description     string   `json:"description,omitempty"`
 	SuccessCriteria []string `json:"success_criteria,omitempty"`
 	Envelope        Envelope `json:"envelope"`
+	// Tasks, when set, are the goal's first plan, committed with the goal
+	// (as a plan.submit would be, in the same record).
+	Tasks []TaskSpec `json:"tasks,omitempty"`
 }
 
 // CancelGoal cancels a goal and every unfinished task of its plan.

@@ -42,6 +42,7 @@ var optionalByDesign = map[string]string{
 // the domain refuses their zero value anyway.
 var requiredByDomain = map[string]string{
 	"commands/plan.submit.json.tasks[].key": "a plan's task needs a key (domain.ValidKey)",
+	"commands/goal.create.json.tasks[].key": "a plan's task needs a key (domain.ValidKey)",
 }
 
 type doc struct {

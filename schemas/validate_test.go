@@ -80,6 +80,19 @@ func TestValidateCommandReportsEveryField(t *testing.T) {
 	}
 }
 
+// goal.create's first plan is checked field by field as plan.submit's is.
+func TestValidateGoalCreateWithItsPlan(t *testing.T) {
+	require.NoError(t, schemas.ValidateCommand("goal.create", []byte(
+		`{"title":"chain","tasks":[{"key":"a","queue":"q"},{"key":"b","queue":"q","depends_on":["a"]}]}`)))
+	body := `{"title":"chain","tasks":[{"key":"a","queue":"Web Research"},{"queue":"q"}]}`
+	e := requireError(t, schemas.ValidateCommand("goal.create", []byte(body)), schemas.CodeInvalid)
+	got := fieldMap(e)
+	require.Contains(t, got["/tasks/0/queue"], "must be a name of 1-63 lower-case letters")
+	require.Equal(t, "is required", got["/tasks/1/key"])
+	e = requireError(t, schemas.ValidateCommand("goal.create", []byte(`{"title":"chain","tasks":[]}`)), schemas.CodeInvalid)
+	require.Contains(t, fieldMap(e), "/tasks", "an empty plan is refused: leave tasks out for a goal without one")
+}
+
 // token is an attempt token as a claim returns it.
 const token = "KhiymZYPFrFU6oy_5dRGFXrvyIw7zxqAVT7FeMpRSQU" //nolint:gosec // a token shape for the schema, not a secret
 

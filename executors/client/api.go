@@ -30,7 +30,9 @@ func (c *Client) do(ctx context.Context, name string, body any, opts []CallOptio
 	return out, nil
 }
 
-// CreateGoal creates a goal (goal.create). Its plan follows with SubmitPlan.
+// CreateGoal creates a goal (goal.create). With g.Tasks it commits the
+// goal's first plan with it, in one record (Result.Tasks maps each key to
+// its task id); without, the plan follows with SubmitPlan.
 func (c *Client) CreateGoal(ctx context.Context, g schemas.CreateGoal, opts ...CallOption) (*Result, error) {
 	return c.do(ctx, "goal.create", g, opts)
 }

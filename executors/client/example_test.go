@@ -35,12 +35,12 @@ func Example() {
 
 	// The caller: usually client.Connect(url, client.Credentials(file)).
 	c := client.New(nc)
-	g, err := c.CreateGoal(ctx, schemas.CreateGoal{Title: "release 1.2"})
-	must(err)
-	_, err = c.SubmitPlan(ctx, g.ID, []schemas.TaskSpec{
+	// The goal and its first plan in one command (one commit); a revision
+	// of the plan goes with SubmitPlan.
+	g, err := c.CreateGoal(ctx, schemas.CreateGoal{Title: "release 1.2", Tasks: []schemas.TaskSpec{
 		{Key: "compile", Queue: "build"},
 		{Key: "package", Queue: "build", DependsOn: []string{"compile"}},
-	})
+	}})
 	must(err)
 	done, err := c.WaitGoal(ctx, g.ID)
 	must(err)

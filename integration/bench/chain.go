@@ -478,15 +478,12 @@ func waitEnded(ctx context.Context, mu *sync.Mutex, ended map[string]time.Time, 
 	}
 }
 
-// submitChain creates goal id and commits its plan of three sequential
-// tasks, with bodies encoded here as they go on the wire.
+// submitChain creates goal id with its plan of three sequential tasks, in
+// one command as a peer starts a workflow, its body encoded here as it goes
+// on the wire.
 func submitChain(ctx context.Context, cl *client.Client, id string) error {
-	goal := []byte(fmt.Sprintf(`{"goal_id":%q,"title":"chain"}`, id))
-	if _, err := cl.Command(ctx, "goal.create", goal, client.CommandID("g."+id)); err != nil {
-		return err
-	}
-	plan := []byte(fmt.Sprintf(`{"goal_id":%q,"tasks":[{"key":"a","queue":"chain"},{"key":"b","queue":"chain","depends_on":["a"]},{"key":"c","queue":"chain","depends_on":["b"]}]}`, id))
-	_, err := cl.Command(ctx, "plan.submit", plan, client.CommandID("p."+id))
+	goal := []byte(fmt.Sprintf(`{"goal_id":%q,"title":"chain","tasks":[{"key":"a","queue":"chain"},{"key":"b","queue":"chain","depends_on":["a"]},{"key":"c","queue":"chain","depends_on":["b"]}]}`, id))
+	_, err := cl.Command(ctx, "goal.create", goal, client.CommandID("g."+id))
 	return err
 }
 
