@@ -5,6 +5,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 	"time"
 
@@ -15,22 +16,13 @@ import (
 
 func benchCmd(g *globals) *cobra.Command {
 	o := bench.Options{Warmup: -1}
-	cmd := &cobra.Command{
-		Use:   "bench",
-		Short: "measure the durable write path: one message per event vs group commit, and the disk's fsync",
-		Long:  bench.Method,
-		Args:  cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
+	cmd := reportCmd(g, "bench", "measure the durable write path: one message per event vs group commit, and the disk's fsync", bench.Method,
+		func(ctx context.Context, cmd *cobra.Command, progress io.Writer) (*bench.Report, error) {
 			if !cmd.Flags().Changed("modes") {
 				o.Modes = nil // both, unless --compare-auth
 			}
-			return runReport(cmd, g, "bench",
-				func(ctx context.Context, progress io.Writer) (*bench.Report, error) {
-					return bench.Run(ctx, o, progress)
-				},
-				bench.Print)
-		},
-	}
+			return bench.Run(ctx, o, progress)
+		}, bench.Print)
 	f := cmd.Flags()
 	f.IntSliceVar(&o.Clients, "clients", []int{1, 8, 64}, "concurrency levels: clients each with one operation in flight")
 	f.DurationVar(&o.Duration, "duration", 5*time.Second, "measured time per mode and level")
@@ -48,19 +40,10 @@ func benchCmd(g *globals) *cobra.Command {
 
 func benchChainCmd(g *globals) *cobra.Command {
 	var o bench.ChainOptions
-	cmd := &cobra.Command{
-		Use:   "chain3",
-		Short: "chains of three sequential tasks, executed by SDK workers, with fsync before ack",
-		Long:  bench.ChainMethod,
-		Args:  cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			return runReport(cmd, g, "bench chain3",
-				func(ctx context.Context, progress io.Writer) (*bench.ChainReport, error) {
-					return bench.RunChain(ctx, o, progress)
-				},
-				bench.PrintChain)
-		},
-	}
+	cmd := reportCmd(g, "chain3", "chains of three sequential tasks, executed by SDK workers, with fsync before ack", bench.ChainMethod,
+		func(ctx context.Context, _ *cobra.Command, progress io.Writer) (*bench.ChainReport, error) {
+			return bench.RunChain(ctx, o, progress)
+		}, bench.PrintChain)
 	f := cmd.Flags()
 	f.IntSliceVar(&o.Chains, "chains", []int{200, 2000}, "numbers of chains to run, each in a fresh service")
 	f.IntVar(&o.Workers, "workers", 2, "SDK workers on the queue")
@@ -79,26 +62,33 @@ func benchChainCmd(g *globals) *cobra.Command {
 	return cmd
 }
 
-// runReport runs a benchmark until a signal stops it, prints its report (as
-// JSON with --json), and fails when the run had errors.
-func runReport[R interface{ Err() error }](cmd *cobra.Command, g *globals, name string, run func(context.Context, io.Writer) (R, error),
-	print func(io.Writer, R) error) error {
-	ctx, stop := signal.NotifyContext(cmd.Context(), syscall.SIGINT, syscall.SIGTERM)
-	defer stop()
-	rep, err := run(ctx, cmd.ErrOrStderr())
-	if err != nil {
-		return fail(exitError, "%s: %v", name, err)
+// reportCmd returns benchmark command use: it runs run until a signal
+// stops it, prints its report (as JSON with --json, else with print), and
+// fails when the run had errors.
+func reportCmd[R interface{ Err() error }](g *globals, use, short, long string, run func(context.Context, *cobra.Command, io.Writer) (R, error),
+	print func(io.Writer, R) error) *cobra.Command {
+	return &cobra.Command{
+		Use: use, Short: short, Long: long, Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			name := strings.TrimPrefix(cmd.CommandPath(), cmd.Root().Name()+" ") // "bench chain3"
+			ctx, stop := signal.NotifyContext(cmd.Context(), syscall.SIGINT, syscall.SIGTERM)
+			defer stop()
+			rep, err := run(ctx, cmd, cmd.ErrOrStderr())
+			if err != nil {
+				return fail(exitError, "%s: %v", name, err)
+			}
+			if g.json {
+				err = printJSON(g.out, rep)
+			} else {
+				err = print(g.out, rep)
+			}
+			if err != nil {
+				return err
+			}
+			if err := rep.Err(); err != nil {
+				return fail(exitError, "%s: %v", name, err)
+			}
+			return nil
+		},
 	}
-	if g.json {
-		err = printJSON(g.out, rep)
-	} else {
-		err = print(g.out, rep)
-	}
-	if err != nil {
-		return err
-	}
-	if err := rep.Err(); err != nil {
-		return fail(exitError, "%s: %v", name, err)
-	}
-	return nil
 }

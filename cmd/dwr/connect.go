@@ -154,18 +154,6 @@ func command(ctx context.Context, cl *client.Client, name string, body any, id s
 	return res, json.Unmarshal(r.Result, &res.CommandResult)
 }
 
-// send sends a command with do and prints its result about what ("task",
-// "goal").
-func (g *globals) send(what string, do func(context.Context, *client.Client) (*client.Result, error)) error {
-	return g.withClient(func(ctx context.Context, cl *client.Client) error {
-		r, err := do(ctx, cl)
-		if err != nil {
-			return err
-		}
-		return printReply(g, &r.CommandResult, what)
-	})
-}
-
 // list sends list query name with q as p asks, and returns the items: one
 // page, or with --all every page, following each reply's next. When more
 // follow one page, it says on g's error output how to list them (what names
