@@ -28,25 +28,10 @@ func natsFlags(cmd *cobra.Command, x *handlers.ExternalNATS) {
 	f.StringVar(&x.Token, "nats-token", os.Getenv("DWR_NATS_TOKEN"), "NATS token (env DWR_NATS_TOKEN)")
 }
 
-type serveOpts struct {
-	data, listen, logLevel string
-	replicas               int
-	nats                   handlers.ExternalNATS
-	insecureOpen           bool
-	tlsCert, tlsKey, tlsCA string
-	adminKeys              []string
-	logKeyFile             string
-	acceptPrefix           bool
-	trustBelow             bool
-	perCaller              int
-	healthListen           string
-	natsMonitor            []string
-	acceptUnsynced         bool
-	memoryLimit            string
-}
-
 func serveCmd() *cobra.Command {
-	var o serveOpts
+	var cfg handlers.ServeConfig
+	var tls embedded.TLSConfig
+	var logLevel string
 	cmd := &cobra.Command{
 		Use:   "serve",
 		Short: "run the dwr service (embedded NATS + JetStream + Pebble by default)",
@@ -54,43 +39,42 @@ func serveCmd() *cobra.Command {
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 			defer stop()
-			return serve(ctx, o, cmd.ErrOrStderr())
+			logger, err := newLogger(cmd.ErrOrStderr(), logLevel)
+			if err != nil {
+				return err
+			}
+			cfg.Service.Logger = logger
+			if tls != (embedded.TLSConfig{}) {
+				cfg.Embedded.TLS = &tls
+			}
+			return serveError(handlers.Serve(ctx, cfg))
 		},
 	}
 	f := cmd.Flags()
-	f.StringVar(&o.data, "data", envOr("DWR_DATA", "dwr-data"), "directory for the log (embedded mode) and the views (env DWR_DATA)")
-	f.StringVar(&o.listen, "listen", envOr("DWR_LISTEN", "127.0.0.1:4222"), "host:port the embedded NATS server accepts clients on (env DWR_LISTEN)")
-	f.IntVar(&o.replicas, "replicas", 1, "replicas of the log and the lease (3 on a NATS cluster)")
-	f.StringVar(&o.logLevel, "log-level", "info", "debug, info, warn or error")
-	f.BoolVar(&o.insecureOpen, "insecure-open", false, "let clients connect without credentials, as admins of every workspace: for throwaway experiments only")
-	f.StringVar(&o.tlsCert, "tls-cert", os.Getenv("DWR_TLS_CERT"), "server certificate (PEM): clients must connect with TLS (env DWR_TLS_CERT)")
-	f.StringVar(&o.tlsKey, "tls-key", os.Getenv("DWR_TLS_KEY"), "server key (PEM) (env DWR_TLS_KEY)")
-	f.StringVar(&o.tlsCA, "tls-ca", os.Getenv("DWR_TLS_CA"), "CA (PEM) of client certificates: mutual TLS (env DWR_TLS_CA)")
-	f.StringSliceVar(&o.adminKeys, "admin-key", nil, "with --nats: the nkey (U...) of an admin of every workspace (repeatable; see dwr admin nats-config)")
-	f.BoolVar(&o.acceptPrefix, "accept-verified-prefix", false, "if the log fails verification, accept its verified prefix: print the acknowledged commands lost after it, rebuild the views from it and go on after it (see the README)")
-	f.BoolVar(&o.trustBelow, "trust-below-checkpoint", false, "on start, do not read the log below the views' checkpoint to check its chain (faster on a very long log; damage there is then found by `dwr admin verify`)")
-	f.IntVar(&o.perCaller, "max-in-flight-per-caller", 0, fmt.Sprintf(
+	f.StringVar(&cfg.DataDir, "data", envOr("DWR_DATA", "dwr-data"), "directory for the log (embedded mode) and the views (env DWR_DATA)")
+	f.StringVar(&cfg.Embedded.Listen, "listen", envOr("DWR_LISTEN", "127.0.0.1:4222"), "host:port the embedded NATS server accepts clients on (env DWR_LISTEN)")
+	f.IntVar(&cfg.Service.Replicas, "replicas", 1, "replicas of the log and the lease (3 on a NATS cluster)")
+	f.StringVar(&logLevel, "log-level", "info", "debug, info, warn or error")
+	f.BoolVar(&cfg.InsecureOpen, "insecure-open", false, "let clients connect without credentials, as admins of every workspace: for throwaway experiments only")
+	f.StringVar(&tls.CertFile, "tls-cert", os.Getenv("DWR_TLS_CERT"), "server certificate (PEM): clients must connect with TLS (env DWR_TLS_CERT)")
+	f.StringVar(&tls.KeyFile, "tls-key", os.Getenv("DWR_TLS_KEY"), "server key (PEM) (env DWR_TLS_KEY)")
+	f.StringVar(&tls.CAFile, "tls-ca", os.Getenv("DWR_TLS_CA"), "CA (PEM) of client certificates: mutual TLS (env DWR_TLS_CA)")
+	f.StringSliceVar(&cfg.AdminKeys, "admin-key", nil, "with --nats: the nkey (U...) of an admin of every workspace (repeatable; see dwr admin nats-config)")
+	f.BoolVar(&cfg.Service.AcceptVerifiedPrefix, "accept-verified-prefix", false, "if the log fails verification, accept its verified prefix: print the acknowledged commands lost after it, rebuild the views from it and go on after it (see the README)")
+	f.BoolVar(&cfg.Service.TrustBelowCheckpoint, "trust-below-checkpoint", false, "on start, do not read the log below the views' checkpoint to check its chain (faster on a very long log; damage there is then found by `dwr admin verify`)")
+	f.IntVar(&cfg.Service.MaxInFlightPerCaller, "max-in-flight-per-caller", 0, fmt.Sprintf(
 		"requests one identity may have in flight at once; more are refused (unavailable) (0: %d)", handlers.DefaultMaxInFlightPerCaller))
-	f.StringSliceVar(&o.natsMonitor, "nats-monitor", envList("DWR_NATS_MONITOR"),
+	f.StringSliceVar(&cfg.NATSMonitor, "nats-monitor", envList("DWR_NATS_MONITOR"),
 		"with --nats: the monitoring URLs (http_port, http://host:8222) of every node of the cluster, to check that each fsyncs acknowledged writes before serving (env DWR_NATS_MONITOR, comma-separated)")
-	f.BoolVar(&o.acceptUnsynced, "accept-unsynced-cluster", false,
+	f.BoolVar(&cfg.AcceptUnsyncedCluster, "accept-unsynced-cluster", false,
 		"with --nats: serve without showing that the cluster fsyncs acknowledged writes (acknowledged commands can be lost on power loss; logged at every start)")
-	f.StringVar(&o.healthListen, "health-listen", os.Getenv("DWR_HEALTH_LISTEN"),
+	f.StringVar(&cfg.HealthListen, "health-listen", os.Getenv("DWR_HEALTH_LISTEN"),
 		"host:port of an HTTP listener for the replica's health: GET /readyz (200 ready, 503 not) and /livez (env DWR_HEALTH_LISTEN; default none)")
-	f.StringVar(&o.memoryLimit, "memory-limit", memoryLimitFlag(),
+	f.StringVar(&cfg.MemoryLimit, "memory-limit", memoryLimitFlag(),
 		"soft limit of the service's Go memory, as GOMEMLIMIT: garbage is collected more often near it (more CPU, less memory); off: none (env DWR_MEMORY_LIMIT, else GOMEMLIMIT)")
-	natsFlags(cmd, &o.nats)
-	logKeyFlag(cmd, &o.logKeyFile)
+	natsFlags(cmd, &cfg.External)
+	logKeyFlag(cmd, &cfg.LogKeyFile)
 	return cmd
-}
-
-// embedded returns the configuration of the embedded NATS server.
-func (o serveOpts) embedded() handlers.EmbeddedConfig {
-	cfg := handlers.EmbeddedConfig{Listen: o.listen}
-	if o.tlsCert != "" || o.tlsKey != "" || o.tlsCA != "" {
-		cfg.TLS = &embedded.TLSConfig{CertFile: o.tlsCert, KeyFile: o.tlsKey, CAFile: o.tlsCA}
-	}
-	return cfg
 }
 
 func newLogger(w io.Writer, level string) (*slog.Logger, error) {
@@ -101,16 +85,9 @@ func newLogger(w io.Writer, level string) (*slog.Logger, error) {
 	return slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{Level: l})), nil
 }
 
-func serve(ctx context.Context, o serveOpts, stderr io.Writer) error {
-	logger, err := newLogger(stderr, o.logLevel)
-	if err != nil {
-		return err
-	}
-	err = handlers.Serve(ctx, handlers.ServeConfig{DataDir: o.data, External: o.nats, Embedded: o.embedded(), LogKeyFile: o.logKeyFile,
-		MemoryLimit: o.memoryLimit, AdminKeys: o.adminKeys, InsecureOpen: o.insecureOpen, HealthListen: o.healthListen,
-		NATSMonitor: o.natsMonitor, AcceptUnsyncedCluster: o.acceptUnsynced,
-		Service: handlers.Config{Replicas: o.replicas, Logger: logger, AcceptVerifiedPrefix: o.acceptPrefix,
-			TrustBelowCheckpoint: o.trustBelow, MaxInFlightPerCaller: o.perCaller}})
+// serveError returns Serve's error with its exit code: a damaged log's
+// says what to do about it.
+func serveError(err error) error {
 	if errors.Is(err, eventstore.ErrIntegrity) && !errors.Is(err, handlers.ErrInvalidConfig) {
 		return fail(exitDamaged, "%v\nnothing is served from a log that fails verification: restore the log (or its stream's configuration) "+
 			"from a replica or a backup, or accept its verified prefix with --accept-verified-prefix (the commands after it are lost); "+
