@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -13,7 +12,6 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/dwr-run/dwr/eventstore"
 	"github.com/dwr-run/dwr/handlers"
 	"github.com/dwr-run/dwr/handlers/embedded"
 )
@@ -83,31 +81,6 @@ func newLogger(w io.Writer, level string) (*slog.Logger, error) {
 		return nil, fail(exitInvalid, "--log-level %q: use debug, info, warn or error", level)
 	}
 	return slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{Level: l})), nil
-}
-
-// serveError returns Serve's error with its exit code: a damaged log's
-// says what to do about it.
-func serveError(err error) error {
-	if errors.Is(err, eventstore.ErrIntegrity) && !errors.Is(err, handlers.ErrInvalidConfig) {
-		return fail(exitDamaged, "%v\nnothing is served from a log that fails verification: restore the log (or its stream's configuration) "+
-			"from a replica or a backup, or accept its verified prefix with --accept-verified-prefix (the commands after it are lost); "+
-			"`dwr admin verify` shows the damage", err)
-	}
-	return handlersError(err)
-}
-
-// handlersError returns an error of handlers with the exit code of its
-// class: bad input, NATS out of reach, or another failure.
-func handlersError(err error) error {
-	switch {
-	case err == nil:
-		return nil
-	case errors.Is(err, handlers.ErrInvalidConfig) || errors.Is(err, handlers.ErrNoLog):
-		return fail(exitInvalid, "%v", err)
-	case errors.Is(err, handlers.ErrUnreachable):
-		return fail(exitUnavailable, "%v", err)
-	}
-	return fail(exitError, "%v", err)
 }
 
 // logKeyFlag adds --log-key-file, the log key's file, to cmd.
