@@ -4,9 +4,7 @@ import (
 	"context"
 	"io"
 	"os"
-	"os/signal"
 	"strings"
-	"syscall"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -71,7 +69,7 @@ func reportCmd[R interface{ Err() error }](g *globals, use, short, long string, 
 		Use: use, Short: short, Long: long, Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			name := strings.TrimPrefix(cmd.CommandPath(), cmd.Root().Name()+" ") // "bench chain3"
-			ctx, stop := signal.NotifyContext(cmd.Context(), syscall.SIGINT, syscall.SIGTERM)
+			ctx, stop := untilStopped(cmd)
 			defer stop()
 			rep, err := run(ctx, cmd, cmd.ErrOrStderr())
 			if err != nil {

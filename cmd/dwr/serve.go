@@ -1,14 +1,11 @@
 package main
 
 import (
-	"context"
 	"fmt"
 	"io"
 	"log/slog"
 	"os"
-	"os/signal"
 	"strings"
-	"syscall"
 
 	"github.com/spf13/cobra"
 
@@ -35,8 +32,6 @@ func serveCmd() *cobra.Command {
 		Short: "run the dwr service (embedded NATS + JetStream + Pebble by default)",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
-			defer stop()
 			logger, err := newLogger(cmd.ErrOrStderr(), logLevel)
 			if err != nil {
 				return err
@@ -45,6 +40,8 @@ func serveCmd() *cobra.Command {
 			if tls != (embedded.TLSConfig{}) {
 				cfg.Embedded.TLS = &tls
 			}
+			ctx, stop := untilStopped(cmd)
+			defer stop()
 			return serveError(handlers.Serve(ctx, cfg))
 		},
 	}

@@ -2,8 +2,6 @@ package main
 
 import (
 	"context"
-	"os/signal"
-	"syscall"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -30,7 +28,7 @@ SIGINT or SIGTERM stops the worker: it takes no more work and lets running
 commands finish for up to --drain-timeout.`,
 		Args: cobra.MinimumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			ctx, stop := signal.NotifyContext(cmd.Context(), syscall.SIGINT, syscall.SIGTERM)
+			ctx, stop := untilStopped(cmd)
 			defer stop()
 			logger, err := newLogger(cmd.ErrOrStderr(), logLevel)
 			if err != nil {
