@@ -75,6 +75,16 @@ func OpenLogKey(file, dataDir string, create bool, logger *slog.Logger) ([]byte,
 	return key, nil
 }
 
+// openLogKey is OpenLogKey for Serve and OpenMaintenance: its error wraps
+// ErrInvalidConfig and says where the key is looked for.
+func openLogKey(file, dataDir string, create bool, logger *slog.Logger) ([]byte, error) {
+	key, err := OpenLogKey(file, dataDir, create, logger)
+	if err != nil {
+		return nil, classed{ErrInvalidConfig, fmt.Errorf("%v (the log key: --log-key-file or DWR_LOG_KEY_FILE, default DATA/%s)", err, LogKeyFile)}
+	}
+	return key, nil
+}
+
 // Acceptance is what AcceptVerifiedPrefix found and did.
 type Acceptance struct {
 	// Verification is the whole log's verification.

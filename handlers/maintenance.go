@@ -37,13 +37,49 @@ type Maintenance struct {
 	close     func()
 }
 
-// OpenMaintenance opens the log of a stopped `dwr serve`'s data directory
-// dataDir when nc is nil, else the log that nc reaches (a cluster's; Close
-// and a failed open close nc), verified with key. It returns an error
-// wrapping ErrNoLog when dataDir holds no log, and another when the log
-// cannot be opened (the service still running on dataDir, say). Close
-// releases it.
-func OpenMaintenance(ctx context.Context, dataDir string, nc *nats.Conn, key *eventstore.LogKey) (*Maintenance, error) {
+// MaintenanceConfig is what OpenMaintenance opens; `dwr admin`'s flags set
+// it.
+type MaintenanceConfig struct {
+	// DataDir is a stopped `dwr serve`'s data directory: its views, and its
+	// log unless External.URL is set.
+	DataDir string
+	// External, when its URL is set, is the cluster whose log is opened.
+	External ExternalNATS
+	// LogKeyFile is the file of the log key; "" for DataDir/LogKeyFile,
+	// which must exist.
+	LogKeyFile string
+}
+
+// OpenMaintenance opens the log of the stopped `dwr serve`'s data directory
+// cfg.DataDir, or the one cfg.External reaches (a cluster's), verified with
+// the log key of cfg.LogKeyFile. It returns an error wrapping
+// ErrInvalidConfig when the log key cannot be read or used (or
+// cfg.External's credentials), one wrapping ErrUnreachable when
+// cfg.External cannot be connected to, one wrapping ErrNoLog when the data
+// directory holds no log, and another when the log cannot be opened (the
+// service still running on the data directory, say). Close releases it.
+func OpenMaintenance(ctx context.Context, cfg MaintenanceConfig) (*Maintenance, error) {
+	keyBytes, err := openLogKey(cfg.LogKeyFile, cfg.DataDir, false, nil)
+	if err != nil {
+		return nil, err
+	}
+	key, err := eventstore.NewLogKey(keyBytes)
+	if err != nil {
+		return nil, classed{ErrInvalidConfig, err}
+	}
+	var nc *nats.Conn
+	if cfg.External.URL != "" {
+		if nc, err = cfg.External.Connect("dwr-admin"); err != nil {
+			return nil, err
+		}
+	}
+	return openMaintenance(ctx, cfg.DataDir, nc, key)
+}
+
+// openMaintenance opens the log of data directory dataDir when nc is nil,
+// else the log that nc reaches (Close and a failed open close nc), verified
+// with key.
+func openMaintenance(ctx context.Context, dataDir string, nc *nats.Conn, key *eventstore.LogKey) (*Maintenance, error) {
 	m := &Maintenance{dir: dataDir, key: key, embedded: nc == nil}
 	if nc != nil {
 		m.close = nc.Close

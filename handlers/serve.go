@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"runtime/debug"
 	"strings"
 	"time"
 
@@ -27,13 +28,26 @@ var ErrInvalidConfig = errors.New("handlers: invalid configuration")
 // does; its flags set it.
 type ServeConfig struct {
 	// DataDir holds the views and this replica's writer id, and with the
-	// embedded server its streams and admin credential. It must exist.
+	// embedded server its streams and admin credential; Serve makes it
+	// when it is missing.
 	DataDir string
 	// NATS is the connection to an existing NATS server or cluster (Serve
-	// closes it); nil runs the embedded server, as Embedded says (Serve
-	// sets its DataDir, InsecureOpen and Logger).
+	// closes it). When nil, Serve connects to External when its URL is
+	// set (trying nodes that are not up yet until they are: the replica is
+	// ready once they answer), else runs the embedded server, as Embedded
+	// says (Serve sets its DataDir, InsecureOpen and Logger).
 	NATS     *nats.Conn
+	External ExternalNATS
 	Embedded EmbeddedConfig
+	// LogKeyFile is the file of the log key when Service.LogKey is nil: ""
+	// for DataDir/LogKeyFile, made there on the first start (OpenLogKey).
+	LogKeyFile string
+	// MemoryLimit, when set, is the soft limit of the process's Go memory,
+	// as GOMEMLIMIT writes it (ParseMemoryLimit; "off": none), which Serve
+	// sets: the runtime collects garbage more often near it (a soft limit:
+	// it is exceeded rather than fail, and the collector takes at most about
+	// half the CPU).
+	MemoryLimit string
 	// AdminKeys are the nkeys (U...) of the admins of every workspace, on
 	// an existing server; the embedded one has its admin credential.
 	AdminKeys []string
@@ -60,17 +74,35 @@ type ServeConfig struct {
 }
 
 // Serve runs the service on cfg until ctx ends: it opens the views, starts
-// the embedded server (or uses cfg.NATS), runs the service, and once it is
-// ready gives the server the members the views hold. It returns nil when
-// ctx ends, an error wrapping ErrInvalidConfig when the service refuses
-// cfg.Service, one wrapping eventstore.ErrIntegrity when the log fails
-// verification, and others when something cannot be opened or started.
+// the embedded server (or uses cfg.NATS, or connects to cfg.External), runs
+// the service, and once it is ready gives the server the members the views
+// hold. With the environment variable MemProfileEnv set it watches the
+// process's memory meanwhile (WatchMemory). It returns nil when ctx ends, an
+// error wrapping ErrInvalidConfig when cfg is refused (before anything is
+// made when its MemoryLimit is), one wrapping ErrUnreachable when
+// cfg.External cannot be connected to, one wrapping eventstore.ErrIntegrity
+// when the log fails verification, and others when something cannot be
+// opened or started.
 func Serve(ctx context.Context, cfg ServeConfig) error {
 	started := time.Now()
 	logger := cfg.Service.Logger
+	if err := cfg.prepare(); err != nil {
+		return err
+	}
 	nc := cfg.NATS
+	if nc == nil && cfg.External.URL != "" {
+		var err error
+		if nc, err = cfg.External.Connect("dwr-serve", nats.RetryOnFailedConnect(true)); err != nil {
+			return err
+		}
+	}
 	if nc != nil {
 		defer nc.Close()
+	}
+	if file := os.Getenv(MemProfileEnv); file != "" {
+		wctx, cancel := context.WithCancel(ctx)
+		watched := WatchMemory(wctx, file, logger)
+		defer func() { cancel(); <-watched }()
 	}
 	id, err := writerID(cfg.DataDir)
 	if err != nil {
@@ -153,6 +185,37 @@ func Serve(ctx context.Context, cfg ServeConfig) error {
 		return err
 	}
 	logger.Info("dwr stopped")
+	return nil
+}
+
+// prepare applies cfg.MemoryLimit, makes the data directory, reads the log
+// key into cfg.Service, and checks the external server's flags, in that
+// order; the errors wrap ErrInvalidConfig.
+func (cfg *ServeConfig) prepare() error {
+	if cfg.MemoryLimit != "" {
+		limit, err := ParseMemoryLimit(cfg.MemoryLimit)
+		if err != nil {
+			return classed{ErrInvalidConfig, fmt.Errorf("--memory-limit %v", err)}
+		}
+		debug.SetMemoryLimit(limit)
+		cfg.Service.Logger.Debug("dwr: soft memory limit", "limit", cfg.MemoryLimit)
+	}
+	if err := os.MkdirAll(cfg.DataDir, 0o750); err != nil {
+		return classed{ErrInvalidConfig, fmt.Errorf("--data %s: %v", cfg.DataDir, err)}
+	}
+	if cfg.Service.LogKey == nil {
+		key, err := openLogKey(cfg.LogKeyFile, cfg.DataDir, true, cfg.Service.Logger)
+		if err != nil {
+			return err
+		}
+		cfg.Service.LogKey = key
+	}
+	if err := cfg.External.validate(); err != nil {
+		return err
+	}
+	if cfg.NATS == nil && cfg.External.URL == "" && (len(cfg.NATSMonitor) > 0 || cfg.AcceptUnsyncedCluster) {
+		return classed{ErrInvalidConfig, errors.New("--nats-monitor and --accept-unsynced-cluster apply to --nats (an external cluster); the embedded server always fsyncs")}
+	}
 	return nil
 }
 

@@ -10,7 +10,6 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"github.com/nats-io/nats.go"
 	"github.com/spf13/cobra"
 
 	"github.com/dwr-run/dwr/eventstore"
@@ -62,40 +61,19 @@ func adminCmd(g *globals) *cobra.Command {
 // maintenance is the flags of a command on the log of a stopped service's
 // data directory (on an embedded NATS server) or of a cluster (--nats): its
 // stream is never created or changed.
-type maintenance struct {
-	data string
-	nats natsOpts
-	key  logKeyOpts
-}
+type maintenance handlers.MaintenanceConfig
 
 func (o *maintenance) flags(cmd *cobra.Command) {
-	cmd.Flags().StringVar(&o.data, "data", envOr("DWR_DATA", "dwr-data"), "the data directory of the server")
-	o.nats.flags(cmd)
-	o.key.flags(cmd)
+	cmd.Flags().StringVar(&o.DataDir, "data", envOr("DWR_DATA", "dwr-data"), "the data directory of the server")
+	natsFlags(cmd, &o.External)
+	logKeyFlag(cmd, &o.LogKeyFile)
 }
 
 // run opens the log with the log key, runs f on it and closes it.
 func (o *maintenance) run(ctx context.Context, f func(context.Context, *handlers.Maintenance) error) error {
-	keyBytes, err := o.key.load(o.data, false, nil)
+	m, err := handlers.OpenMaintenance(ctx, handlers.MaintenanceConfig(*o))
 	if err != nil {
-		return err
-	}
-	key, err := eventstore.NewLogKey(keyBytes)
-	if err != nil {
-		return fail(exitInvalid, "%v", err)
-	}
-	var nc *nats.Conn
-	if o.nats.url != "" {
-		if nc, err = o.nats.connect("dwr-admin"); err != nil {
-			return err
-		}
-	}
-	m, err := handlers.OpenMaintenance(ctx, o.data, nc, key)
-	switch {
-	case errors.Is(err, handlers.ErrNoLog):
-		return fail(exitInvalid, "%v", err)
-	case err != nil:
-		return fail(exitError, "%v", err)
+		return handlersError(err)
 	}
 	defer m.Close()
 	return f(ctx, m)

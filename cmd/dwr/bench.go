@@ -4,8 +4,7 @@ import (
 	"context"
 	"io"
 	"os"
-	"os/signal"
-	"syscall"
+	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -15,39 +14,13 @@ import (
 
 func benchCmd(g *globals) *cobra.Command {
 	o := bench.Options{Warmup: -1}
-	cmd := &cobra.Command{
-		Use:   "bench",
-		Short: "measure the durable write path: one message per event vs group commit, and the disk's fsync",
-		Long: `bench measures, on this machine and in one run, each in a fresh directory with an
-embedded NATS server that fsyncs before acknowledging (SyncAlways):
-
-  baseline  one JetStream message per event: each client publishes a ~300-byte event on
-            its own aggregate subject with the expected last sequence of that subject,
-            waiting for the ack (the obvious design);
-  group     the real dwr command path: the whole service in-process, each client sending
-            goal.create requests with fresh command ids, answered after the commit record
-            holding them is fsynced. The service runs closed, as dwr serve does: the
-            service's and the clients' NATS accounts, the service on its own identity, and
-            each client a client-role member of the workspace connected with its own
-            credential (nkey and inbox prefix); --auth=false runs it open (no accounts,
-            no credentials), and --compare-auth runs both, alternating, in --rounds
-            rounds, and reports the cost of authentication as ratios;
-  fsync     the reference: f.Sync() after a small append on a file in the same directory.
-
-Each client runs one operation at a time (a closed loop) for --duration after a warm-up.
-Progress goes to stderr; the table (or --json) to stdout.`,
-		Args: cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
+	cmd := reportCmd(g, "bench", "measure the durable write path: one message per event vs group commit, and the disk's fsync", bench.Method,
+		func(ctx context.Context, cmd *cobra.Command, progress io.Writer) (*bench.Report, error) {
 			if !cmd.Flags().Changed("modes") {
 				o.Modes = nil // both, unless --compare-auth
 			}
-			return runReport(cmd, g, "bench",
-				func(ctx context.Context, progress io.Writer) (*bench.Report, error) {
-					return bench.Run(ctx, o, progress)
-				},
-				bench.Print)
-		},
-	}
+			return bench.Run(ctx, o, progress)
+		}, bench.Print)
 	f := cmd.Flags()
 	f.IntSliceVar(&o.Clients, "clients", []int{1, 8, 64}, "concurrency levels: clients each with one operation in flight")
 	f.DurationVar(&o.Duration, "duration", 5*time.Second, "measured time per mode and level")
@@ -65,41 +38,10 @@ Progress goes to stderr; the table (or --json) to stdout.`,
 
 func benchChainCmd(g *globals) *cobra.Command {
 	var o bench.ChainOptions
-	cmd := &cobra.Command{
-		Use:   "chain3",
-		Short: "chains of three sequential tasks, executed by SDK workers, with fsync before ack",
-		Long: `chain3 starts the whole service in-process (embedded NATS with SyncAlways, Pebble views) and
-SDK workers on one queue, then for each N in --chains submits N goals, each with a plan of three
-sequential tasks (a → b → c), as fast as --submitters clients can, and waits until every goal is
-achieved. It reports chains/s and tasks/s (from the first submission to the last achievement), the
-latency of a chain (from its goal.create to its goal.achieved event) at p50 and p99, the CPU time of
-the whole process per chain (server, service, workers and clients), and the process's peak RSS. First
-it runs --single chains one after the other: the latency of a chain at low load.
-
-The service runs closed, as dwr serve does: the service's and the clients' NATS accounts, the
-service on its own identity, the submitters (and the feed's reader) client-role members of the
-workspace and the workers executor-role members of their queue, each connected with its own
-credential (nkey and inbox prefix). --auth=false runs it open (no accounts, no credentials), and
---compare-auth runs every run both ways, alternating, in --rounds rounds, and reports the cost of
-authentication as ratios.
-
---deployed runs the service as a user deploys it: each run starts "dwr serve" (this very binary,
-or --binary) as its own process on a fresh --data directory and a free loopback port, connects as
-the admin with the credential serve writes (DATA/admin.creds) and adds the participants as members;
-the workers and submitters run in this process and reach the service over TCP. The CPU per chain is
-then both processes' over the measured window (this one's getrusage and the service's
-/proc/PID/stat), with the service's share beside it, and each run reports the service process's peak
-RSS (VmHWM); --auth=false runs it as "dwr serve --insecure-open". --warmup chains run first in each fresh service and are not measured, as the peers'
-harnesses warm up (see scripts/compare-peers).`,
-		Args: cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			return runReport(cmd, g, "bench chain3",
-				func(ctx context.Context, progress io.Writer) (*bench.ChainReport, error) {
-					return bench.RunChain(ctx, o, progress)
-				},
-				bench.PrintChain)
-		},
-	}
+	cmd := reportCmd(g, "chain3", "chains of three sequential tasks, executed by SDK workers, with fsync before ack", bench.ChainMethod,
+		func(ctx context.Context, _ *cobra.Command, progress io.Writer) (*bench.ChainReport, error) {
+			return bench.RunChain(ctx, o, progress)
+		}, bench.PrintChain)
 	f := cmd.Flags()
 	f.IntSliceVar(&o.Chains, "chains", []int{200, 2000}, "numbers of chains to run, each in a fresh service")
 	f.IntVar(&o.Workers, "workers", 2, "SDK workers on the queue")
@@ -118,26 +60,33 @@ harnesses warm up (see scripts/compare-peers).`,
 	return cmd
 }
 
-// runReport runs a benchmark until a signal stops it, prints its report (as
-// JSON with --json), and fails when the run had errors.
-func runReport[R interface{ Err() error }](cmd *cobra.Command, g *globals, name string, run func(context.Context, io.Writer) (R, error),
-	print func(io.Writer, R) error) error {
-	ctx, stop := signal.NotifyContext(cmd.Context(), syscall.SIGINT, syscall.SIGTERM)
-	defer stop()
-	rep, err := run(ctx, cmd.ErrOrStderr())
-	if err != nil {
-		return fail(exitError, "%s: %v", name, err)
+// reportCmd returns benchmark command use: it runs run until a signal
+// stops it, prints its report (as JSON with --json, else with print), and
+// fails when the run had errors.
+func reportCmd[R interface{ Err() error }](g *globals, use, short, long string, run func(context.Context, *cobra.Command, io.Writer) (R, error),
+	print func(io.Writer, R) error) *cobra.Command {
+	return &cobra.Command{
+		Use: use, Short: short, Long: long, Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			name := strings.TrimPrefix(cmd.CommandPath(), cmd.Root().Name()+" ") // "bench chain3"
+			ctx, stop := untilStopped(cmd)
+			defer stop()
+			rep, err := run(ctx, cmd, cmd.ErrOrStderr())
+			if err != nil {
+				return fail(exitError, "%s: %v", name, err)
+			}
+			if g.json {
+				err = printJSON(g.out, rep)
+			} else {
+				err = print(g.out, rep)
+			}
+			if err != nil {
+				return err
+			}
+			if err := rep.Err(); err != nil {
+				return fail(exitError, "%s: %v", name, err)
+			}
+			return nil
+		},
 	}
-	if g.json {
-		err = printJSON(g.out, rep)
-	} else {
-		err = print(g.out, rep)
-	}
-	if err != nil {
-		return err
-	}
-	if err := rep.Err(); err != nil {
-		return fail(exitError, "%s: %v", name, err)
-	}
-	return nil
 }

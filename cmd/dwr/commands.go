@@ -18,6 +18,31 @@ func commandIDFlag(cmd *cobra.Command, id *string) {
 	cmd.Flags().StringVar(id, "command-id", "", "idempotency key (default: a fresh ULID)")
 }
 
+// sendCmd makes cmd send a command and print its result about what ("task",
+// "goal"): check (nil for none) checks the arguments and flags before
+// anything is sent, then send sends the command with the id of
+// --command-id, which sendCmd adds.
+func sendCmd(g *globals, cmd *cobra.Command, what string, check func(args []string) error,
+	send func(ctx context.Context, cl *client.Client, args []string, id client.CallOption) (*client.Result, error)) *cobra.Command {
+	var cmdID string
+	commandIDFlag(cmd, &cmdID)
+	cmd.RunE = func(_ *cobra.Command, args []string) error {
+		if check != nil {
+			if err := check(args); err != nil {
+				return err
+			}
+		}
+		return g.withClient(func(ctx context.Context, cl *client.Client) error {
+			r, err := send(ctx, cl, args, client.CommandID(cmdID))
+			if err != nil {
+				return err
+			}
+			return printReply(g, &r.CommandResult, what)
+		})
+	}
+	return cmd
+}
+
 // getCmd returns the command use ("get ID"), which shows what get returns
 // for its argument: as JSON with --json, else as human prints it.
 func getCmd[T any](g *globals, use, short string, get func(*client.Client, context.Context, string, ...client.CallOption) (*T, error),

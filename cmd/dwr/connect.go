@@ -12,7 +12,9 @@ import (
 
 	"github.com/nats-io/nats.go"
 
+	"github.com/dwr-run/dwr/eventstore"
 	"github.com/dwr-run/dwr/executors/client"
+	"github.com/dwr-run/dwr/handlers"
 	"github.com/dwr-run/dwr/handlers/access"
 	"github.com/dwr-run/dwr/schemas"
 )
@@ -142,6 +144,31 @@ func refusal(e *schemas.Error) error {
 	return fail(code, "%s", b.String())
 }
 
+// serveError returns Serve's error with its exit code: a damaged log's
+// says what to do about it.
+func serveError(err error) error {
+	if errors.Is(err, eventstore.ErrIntegrity) && !errors.Is(err, handlers.ErrInvalidConfig) {
+		return fail(exitDamaged, "%v\nnothing is served from a log that fails verification: restore the log (or its stream's configuration) "+
+			"from a replica or a backup, or accept its verified prefix with --accept-verified-prefix (the commands after it are lost); "+
+			"`dwr admin verify` shows the damage", err)
+	}
+	return handlersError(err)
+}
+
+// handlersError returns an error of handlers with the exit code of its
+// class: bad input, NATS out of reach, or another failure.
+func handlersError(err error) error {
+	switch {
+	case err == nil:
+		return nil
+	case errors.Is(err, handlers.ErrInvalidConfig) || errors.Is(err, handlers.ErrNoLog):
+		return fail(exitInvalid, "%v", err)
+	case errors.Is(err, handlers.ErrUnreachable):
+		return fail(exitUnavailable, "%v", err)
+	}
+	return fail(exitError, "%v", err)
+}
+
 // command sends command name with body under command id id (a fresh one
 // when empty) and returns its result: for the commands the client has no
 // method of its own for.
@@ -152,18 +179,6 @@ func command(ctx context.Context, cl *client.Client, name string, body any, id s
 	}
 	res := &client.Result{Seq: r.Seq}
 	return res, json.Unmarshal(r.Result, &res.CommandResult)
-}
-
-// send sends a command with do and prints its result about what ("task",
-// "goal").
-func (g *globals) send(what string, do func(context.Context, *client.Client) (*client.Result, error)) error {
-	return g.withClient(func(ctx context.Context, cl *client.Client) error {
-		r, err := do(ctx, cl)
-		if err != nil {
-			return err
-		}
-		return printReply(g, &r.CommandResult, what)
-	})
 }
 
 // list sends list query name with q as p asks, and returns the items: one

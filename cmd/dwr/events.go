@@ -1,12 +1,9 @@
 package main
 
 import (
-	"context"
 	"encoding/json"
 	"fmt"
 	"io"
-	"os/signal"
-	"syscall"
 
 	"github.com/nats-io/nats.go"
 	"github.com/spf13/cobra"
@@ -35,7 +32,7 @@ func watchCmd(g *globals) *cobra.Command {
 		Use: "watch [SUBJECT-FILTER]", Short: "print events live as they are committed (Ctrl-C to stop)",
 		Long: "watch subscribes to dwr.ev.<workspace>.> (or the given filter after the workspace, e.g. 'task.>' or 'task.<ID>.>').",
 		Args: cobra.MaximumNArgs(1),
-		RunE: func(_ *cobra.Command, args []string) error {
+		RunE: func(cmd *cobra.Command, args []string) error {
 			cl, err := g.connect()
 			if err != nil {
 				return err
@@ -45,7 +42,7 @@ func watchCmd(g *globals) *cobra.Command {
 			if len(args) == 1 {
 				filter = args[0]
 			}
-			ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+			ctx, stop := untilStopped(cmd)
 			defer stop()
 			sub, err := cl.Conn().Subscribe("dwr.ev."+g.workspace+"."+filter, func(m *nats.Msg) {
 				if g.json {

@@ -18,24 +18,18 @@ import (
 func goalCmd(g *globals) *cobra.Command {
 	cmd := &cobra.Command{Use: "goal", Short: "create, inspect and list goals"}
 	var c schemas.CreateGoal
-	var cmdID string
 	var queues []string
-	create := &cobra.Command{
-		Use: "create --title TITLE", Short: "create a goal", Args: cobra.NoArgs,
-		RunE: func(*cobra.Command, []string) error {
+	create := sendCmd(g, &cobra.Command{Use: "create --title TITLE", Short: "create a goal", Args: cobra.NoArgs}, "goal", nil,
+		func(ctx context.Context, cl *client.Client, _ []string, id client.CallOption) (*client.Result, error) {
 			c.Envelope.Permissions.Queues = queues
-			return g.send("goal", func(ctx context.Context, cl *client.Client) (*client.Result, error) {
-				return cl.CreateGoal(ctx, c, client.CommandID(cmdID))
-			})
-		},
-	}
+			return cl.CreateGoal(ctx, c, id)
+		})
 	f := create.Flags()
 	f.StringVar(&c.Title, "title", "", "what the goal is (required)")
 	f.StringVar(&c.Description, "description", "", "longer description")
 	f.StringArrayVar(&c.SuccessCriteria, "criterion", nil, "a success criterion (repeatable)")
 	f.StringSliceVar(&queues, "allow-queue", nil, "queues the goal's tasks may use (default: any)")
 	f.IntVar(&c.Envelope.Budget.Attempts, "budget-attempts", 0, "most attempts in all (0: no limit)")
-	commandIDFlag(create, &cmdID)
 
 	get := getCmd(g, "get ID", "show a goal with its plan", (*client.Client).Goal, printGoal)
 	list := listCmd(g, &cobra.Command{Use: "list [--all | --limit N --after CURSOR]", Short: "list goals (a page; --all for every one)", Args: cobra.NoArgs},

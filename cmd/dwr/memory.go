@@ -1,11 +1,7 @@
 package main
 
 import (
-	"log/slog"
 	"os"
-	"runtime/debug"
-
-	"github.com/dwr-run/dwr/handlers"
 )
 
 // defaultMemoryLimit is dwr serve's soft memory limit (--memory-limit) when
@@ -26,17 +22,4 @@ func memoryLimitFlag() string {
 		return v
 	}
 	return defaultMemoryLimit
-}
-
-// setMemoryLimit applies --memory-limit: the Go runtime collects garbage
-// more often as its memory nears the limit (a soft limit: it is exceeded
-// rather than fail, and the collector takes at most about half the CPU).
-func setMemoryLimit(s string, logger *slog.Logger) error {
-	limit, err := handlers.ParseMemoryLimit(s)
-	if err != nil {
-		return fail(exitInvalid, "--memory-limit %v", err)
-	}
-	debug.SetMemoryLimit(limit)
-	logger.Debug("dwr: soft memory limit", "limit", s)
-	return nil
 }

@@ -1,10 +1,13 @@
 package main
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io"
 	"os"
+	"os/signal"
+	"syscall"
 
 	"github.com/spf13/cobra"
 )
@@ -45,6 +48,12 @@ type globals struct {
 	stdin     io.Reader
 	out       io.Writer
 	errOut    io.Writer // notes beside the output, such as "more follow"
+}
+
+// untilStopped returns cmd's context, ended by SIGINT or SIGTERM, and the
+// function that releases it.
+func untilStopped(cmd *cobra.Command) (context.Context, context.CancelFunc) {
+	return signal.NotifyContext(cmd.Context(), syscall.SIGINT, syscall.SIGTERM)
 }
 
 func envOr(k, def string) string {

@@ -1,129 +1,75 @@
 package main
 
 import (
-	"context"
-	"errors"
 	"fmt"
 	"io"
 	"log/slog"
 	"os"
-	"os/signal"
 	"strings"
-	"syscall"
-	"time"
 
-	"github.com/nats-io/nats.go"
 	"github.com/spf13/cobra"
 
-	"github.com/dwr-run/dwr/eventstore"
 	"github.com/dwr-run/dwr/handlers"
-	"github.com/dwr-run/dwr/handlers/access"
 	"github.com/dwr-run/dwr/handlers/embedded"
 )
 
-// natsOpts are how dwr reaches an existing NATS server or cluster.
-type natsOpts struct {
-	url, creds, user, password, token string
-}
-
-func (o *natsOpts) flags(cmd *cobra.Command) {
+// natsFlags adds the flags of an existing NATS server or cluster to cmd.
+func natsFlags(cmd *cobra.Command, x *handlers.ExternalNATS) {
 	f := cmd.Flags()
-	f.StringVar(&o.url, "nats", os.Getenv("DWR_NATS"), "use this existing NATS server or cluster (comma-separated URLs) instead of the embedded one (env DWR_NATS)")
-	f.StringVar(&o.creds, "nats-creds", "", "NATS credentials file")
-	f.StringVar(&o.user, "nats-user", "", "NATS user")
-	f.StringVar(&o.password, "nats-password", os.Getenv("DWR_NATS_PASSWORD"), "NATS password (env DWR_NATS_PASSWORD)")
-	f.StringVar(&o.token, "nats-token", os.Getenv("DWR_NATS_TOKEN"), "NATS token (env DWR_NATS_TOKEN)")
-}
-
-func (o *natsOpts) connect(name string, extra ...nats.Option) (*nats.Conn, error) {
-	// Pings every 2 s, two unanswered and the connection is stale: a frozen
-	// node is left for another of the cluster's within seconds (NATS's
-	// default is 2 minutes), reconnecting forever.
-	opts := append([]nats.Option{nats.Name(name), nats.MaxReconnects(-1), nats.ReconnectWait(250 * time.Millisecond),
-		nats.PingInterval(2 * time.Second), nats.MaxPingsOutstanding(2)}, extra...)
-	if o.creds != "" {
-		creds, err := access.NATSCredentials(o.creds)
-		if err != nil {
-			return nil, fail(exitInvalid, "--nats-creds: %v", err)
-		}
-		opts = append(opts, creds)
-	}
-	if o.user != "" {
-		opts = append(opts, nats.UserInfo(o.user, o.password))
-	}
-	if o.token != "" {
-		opts = append(opts, nats.Token(o.token))
-	}
-	nc, err := nats.Connect(o.url, opts...)
-	if err != nil {
-		return nil, fail(exitUnavailable, "cannot connect to NATS at %s: %v", o.url, err)
-	}
-	return nc, nil
-}
-
-type serveOpts struct {
-	data, listen, logLevel string
-	replicas               int
-	nats                   natsOpts
-	insecureOpen           bool
-	tlsCert, tlsKey, tlsCA string
-	adminKeys              []string
-	logKey                 logKeyOpts
-	acceptPrefix           bool
-	trustBelow             bool
-	perCaller              int
-	healthListen           string
-	natsMonitor            []string
-	acceptUnsynced         bool
-	memoryLimit            string
+	f.StringVar(&x.URL, "nats", os.Getenv("DWR_NATS"), "use this existing NATS server or cluster (comma-separated URLs) instead of the embedded one (env DWR_NATS)")
+	f.StringVar(&x.Creds, "nats-creds", "", "NATS credentials file")
+	f.StringVar(&x.User, "nats-user", "", "NATS user")
+	f.StringVar(&x.Password, "nats-password", os.Getenv("DWR_NATS_PASSWORD"), "NATS password (env DWR_NATS_PASSWORD)")
+	f.StringVar(&x.Token, "nats-token", os.Getenv("DWR_NATS_TOKEN"), "NATS token (env DWR_NATS_TOKEN)")
 }
 
 func serveCmd() *cobra.Command {
-	var o serveOpts
+	var cfg handlers.ServeConfig
+	var tls embedded.TLSConfig
+	var logLevel string
 	cmd := &cobra.Command{
 		Use:   "serve",
 		Short: "run the dwr service (embedded NATS + JetStream + Pebble by default)",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+			logger, err := newLogger(cmd.ErrOrStderr(), logLevel)
+			if err != nil {
+				return err
+			}
+			cfg.Service.Logger = logger
+			if tls != (embedded.TLSConfig{}) {
+				cfg.Embedded.TLS = &tls
+			}
+			ctx, stop := untilStopped(cmd)
 			defer stop()
-			return serve(ctx, o, cmd.ErrOrStderr())
+			return serveError(handlers.Serve(ctx, cfg))
 		},
 	}
 	f := cmd.Flags()
-	f.StringVar(&o.data, "data", envOr("DWR_DATA", "dwr-data"), "directory for the log (embedded mode) and the views (env DWR_DATA)")
-	f.StringVar(&o.listen, "listen", envOr("DWR_LISTEN", "127.0.0.1:4222"), "host:port the embedded NATS server accepts clients on (env DWR_LISTEN)")
-	f.IntVar(&o.replicas, "replicas", 1, "replicas of the log and the lease (3 on a NATS cluster)")
-	f.StringVar(&o.logLevel, "log-level", "info", "debug, info, warn or error")
-	f.BoolVar(&o.insecureOpen, "insecure-open", false, "let clients connect without credentials, as admins of every workspace: for throwaway experiments only")
-	f.StringVar(&o.tlsCert, "tls-cert", os.Getenv("DWR_TLS_CERT"), "server certificate (PEM): clients must connect with TLS (env DWR_TLS_CERT)")
-	f.StringVar(&o.tlsKey, "tls-key", os.Getenv("DWR_TLS_KEY"), "server key (PEM) (env DWR_TLS_KEY)")
-	f.StringVar(&o.tlsCA, "tls-ca", os.Getenv("DWR_TLS_CA"), "CA (PEM) of client certificates: mutual TLS (env DWR_TLS_CA)")
-	f.StringSliceVar(&o.adminKeys, "admin-key", nil, "with --nats: the nkey (U...) of an admin of every workspace (repeatable; see dwr admin nats-config)")
-	f.BoolVar(&o.acceptPrefix, "accept-verified-prefix", false, "if the log fails verification, accept its verified prefix: print the acknowledged commands lost after it, rebuild the views from it and go on after it (see the README)")
-	f.BoolVar(&o.trustBelow, "trust-below-checkpoint", false, "on start, do not read the log below the views' checkpoint to check its chain (faster on a very long log; damage there is then found by `dwr admin verify`)")
-	f.IntVar(&o.perCaller, "max-in-flight-per-caller", 0, fmt.Sprintf(
+	f.StringVar(&cfg.DataDir, "data", envOr("DWR_DATA", "dwr-data"), "directory for the log (embedded mode) and the views (env DWR_DATA)")
+	f.StringVar(&cfg.Embedded.Listen, "listen", envOr("DWR_LISTEN", "127.0.0.1:4222"), "host:port the embedded NATS server accepts clients on (env DWR_LISTEN)")
+	f.IntVar(&cfg.Service.Replicas, "replicas", 1, "replicas of the log and the lease (3 on a NATS cluster)")
+	f.StringVar(&logLevel, "log-level", "info", "debug, info, warn or error")
+	f.BoolVar(&cfg.InsecureOpen, "insecure-open", false, "let clients connect without credentials, as admins of every workspace: for throwaway experiments only")
+	f.StringVar(&tls.CertFile, "tls-cert", os.Getenv("DWR_TLS_CERT"), "server certificate (PEM): clients must connect with TLS (env DWR_TLS_CERT)")
+	f.StringVar(&tls.KeyFile, "tls-key", os.Getenv("DWR_TLS_KEY"), "server key (PEM) (env DWR_TLS_KEY)")
+	f.StringVar(&tls.CAFile, "tls-ca", os.Getenv("DWR_TLS_CA"), "CA (PEM) of client certificates: mutual TLS (env DWR_TLS_CA)")
+	f.StringSliceVar(&cfg.AdminKeys, "admin-key", nil, "with --nats: the nkey (U...) of an admin of every workspace (repeatable; see dwr admin nats-config)")
+	f.BoolVar(&cfg.Service.AcceptVerifiedPrefix, "accept-verified-prefix", false, "if the log fails verification, accept its verified prefix: print the acknowledged commands lost after it, rebuild the views from it and go on after it (see the README)")
+	f.BoolVar(&cfg.Service.TrustBelowCheckpoint, "trust-below-checkpoint", false, "on start, do not read the log below the views' checkpoint to check its chain (faster on a very long log; damage there is then found by `dwr admin verify`)")
+	f.IntVar(&cfg.Service.MaxInFlightPerCaller, "max-in-flight-per-caller", 0, fmt.Sprintf(
 		"requests one identity may have in flight at once; more are refused (unavailable) (0: %d)", handlers.DefaultMaxInFlightPerCaller))
-	f.StringSliceVar(&o.natsMonitor, "nats-monitor", envList("DWR_NATS_MONITOR"),
+	f.StringSliceVar(&cfg.NATSMonitor, "nats-monitor", envList("DWR_NATS_MONITOR"),
 		"with --nats: the monitoring URLs (http_port, http://host:8222) of every node of the cluster, to check that each fsyncs acknowledged writes before serving (env DWR_NATS_MONITOR, comma-separated)")
-	f.BoolVar(&o.acceptUnsynced, "accept-unsynced-cluster", false,
+	f.BoolVar(&cfg.AcceptUnsyncedCluster, "accept-unsynced-cluster", false,
 		"with --nats: serve without showing that the cluster fsyncs acknowledged writes (acknowledged commands can be lost on power loss; logged at every start)")
-	f.StringVar(&o.healthListen, "health-listen", os.Getenv("DWR_HEALTH_LISTEN"),
+	f.StringVar(&cfg.HealthListen, "health-listen", os.Getenv("DWR_HEALTH_LISTEN"),
 		"host:port of an HTTP listener for the replica's health: GET /readyz (200 ready, 503 not) and /livez (env DWR_HEALTH_LISTEN; default none)")
-	f.StringVar(&o.memoryLimit, "memory-limit", memoryLimitFlag(),
+	f.StringVar(&cfg.MemoryLimit, "memory-limit", memoryLimitFlag(),
 		"soft limit of the service's Go memory, as GOMEMLIMIT: garbage is collected more often near it (more CPU, less memory); off: none (env DWR_MEMORY_LIMIT, else GOMEMLIMIT)")
-	o.nats.flags(cmd)
-	o.logKey.flags(cmd)
+	natsFlags(cmd, &cfg.External)
+	logKeyFlag(cmd, &cfg.LogKeyFile)
 	return cmd
-}
-
-// embedded returns the configuration of the embedded NATS server.
-func (o serveOpts) embedded() handlers.EmbeddedConfig {
-	cfg := handlers.EmbeddedConfig{Listen: o.listen}
-	if o.tlsCert != "" || o.tlsKey != "" || o.tlsCA != "" {
-		cfg.TLS = &embedded.TLSConfig{CertFile: o.tlsCert, KeyFile: o.tlsKey, CAFile: o.tlsCA}
-	}
-	return cfg
 }
 
 func newLogger(w io.Writer, level string) (*slog.Logger, error) {
@@ -134,73 +80,10 @@ func newLogger(w io.Writer, level string) (*slog.Logger, error) {
 	return slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{Level: l})), nil
 }
 
-func serve(ctx context.Context, o serveOpts, stderr io.Writer) error {
-	logger, err := newLogger(stderr, o.logLevel)
-	if err != nil {
-		return err
-	}
-	if err := setMemoryLimit(o.memoryLimit, logger); err != nil {
-		return err
-	}
-	if err := os.MkdirAll(o.data, 0o750); err != nil {
-		return fail(exitInvalid, "--data %s: %v", o.data, err)
-	}
-	key, err := o.logKey.load(o.data, true, logger)
-	if err != nil {
-		return err
-	}
-	cfg := handlers.ServeConfig{DataDir: o.data, Embedded: o.embedded(), AdminKeys: o.adminKeys, InsecureOpen: o.insecureOpen,
-		HealthListen: o.healthListen, NATSMonitor: o.natsMonitor, AcceptUnsyncedCluster: o.acceptUnsynced,
-		Service: handlers.Config{Replicas: o.replicas, Logger: logger, LogKey: key, AcceptVerifiedPrefix: o.acceptPrefix,
-			TrustBelowCheckpoint: o.trustBelow, MaxInFlightPerCaller: o.perCaller}}
-	if o.nats.url == "" && (o.nats.creds != "" || o.nats.user != "" || o.nats.password != "" || o.nats.token != "") {
-		return fail(exitInvalid, "--nats-creds, --nats-user, --nats-password and --nats-token apply to --nats (an external server); the embedded server takes dwr credentials (see dwr users add)")
-	}
-	if o.nats.url == "" && (len(o.natsMonitor) > 0 || o.acceptUnsynced) {
-		return fail(exitInvalid, "--nats-monitor and --accept-unsynced-cluster apply to --nats (an external cluster); the embedded server always fsyncs")
-	}
-	if o.nats.url != "" {
-		// A replica may start before the cluster's nodes (or while they
-		// restart): it keeps trying them, and is ready once they answer.
-		if cfg.NATS, err = o.nats.connect("dwr-serve", nats.RetryOnFailedConnect(true)); err != nil {
-			return err
-		}
-	}
-	if file := os.Getenv(handlers.MemProfileEnv); file != "" {
-		wctx, cancel := context.WithCancel(ctx)
-		watched := handlers.WatchMemory(wctx, file, logger)
-		defer func() { cancel(); <-watched }()
-	}
-	err = handlers.Serve(ctx, cfg)
-	switch {
-	case err == nil:
-		return nil
-	case errors.Is(err, handlers.ErrInvalidConfig):
-		return fail(exitInvalid, "%v", err)
-	case errors.Is(err, eventstore.ErrIntegrity):
-		return fail(exitDamaged, "%v\nnothing is served from a log that fails verification: restore the log (or its stream's configuration) "+
-			"from a replica or a backup, or accept its verified prefix with --accept-verified-prefix (the commands after it are lost); "+
-			"`dwr admin verify` shows the damage", err)
-	}
-	return fail(exitError, "%v", err)
-}
-
-// logKeyOpts say where the log key is.
-type logKeyOpts struct{ file string }
-
-func (o *logKeyOpts) flags(cmd *cobra.Command) {
-	cmd.Flags().StringVar(&o.file, "log-key-file", os.Getenv("DWR_LOG_KEY_FILE"),
+// logKeyFlag adds --log-key-file, the log key's file, to cmd.
+func logKeyFlag(cmd *cobra.Command, file *string) {
+	cmd.Flags().StringVar(file, "log-key-file", os.Getenv("DWR_LOG_KEY_FILE"),
 		"the secret that authenticates the log's records (env DWR_LOG_KEY_FILE; default DATA/log.key, made on the first start); every replica of one log must be given the same key")
-}
-
-// load reads the log key: from --log-key-file, which must exist, or from
-// data/log.key, made there when create is set and it is missing.
-func (o *logKeyOpts) load(data string, create bool, logger *slog.Logger) ([]byte, error) {
-	key, err := handlers.OpenLogKey(o.file, data, create, logger)
-	if err != nil {
-		return nil, fail(exitInvalid, "%v (the log key: --log-key-file or DWR_LOG_KEY_FILE, default DATA/%s)", err, handlers.LogKeyFile)
-	}
-	return key, nil
 }
 
 // envList returns the comma-separated values of environment variable name.

@@ -37,19 +37,14 @@ type taskFlags struct {
 
 func taskCreateCmd(g *globals) *cobra.Command {
 	var o taskFlags
-	var cmdID string
-	create := &cobra.Command{
-		Use: "create --queue Q [--input JSON]", Short: "create a standalone task", Args: cobra.NoArgs,
-		RunE: func(*cobra.Command, []string) error {
-			spec, err := o.taskSpec(time.Now())
-			if err != nil {
-				return err
-			}
-			return g.send("task", func(ctx context.Context, cl *client.Client) (*client.Result, error) {
-				return cl.CreateTask(ctx, spec, client.CommandID(cmdID))
-			})
-		},
-	}
+	var spec domain.TaskSpec
+	create := sendCmd(g, &cobra.Command{Use: "create --queue Q [--input JSON]", Short: "create a standalone task", Args: cobra.NoArgs}, "task",
+		func([]string) (err error) {
+			spec, err = o.taskSpec(time.Now())
+			return err
+		}, func(ctx context.Context, cl *client.Client, _ []string, id client.CallOption) (*client.Result, error) {
+			return cl.CreateTask(ctx, spec, id)
+		})
 	f := create.Flags()
 	f.StringVar(&o.spec.Queue, "queue", "", "the work queue executors take it from (required)")
 	f.StringVar(&o.spec.Title, "title", "", "a short title")
@@ -70,7 +65,6 @@ func taskCreateCmd(g *globals) *cobra.Command {
 	f.StringSliceVar(&o.approval.Responses, "approval-responses", nil, "the permitted responses: "+strings.Join(domain.Responses, ",")+" (default approve,reject)")
 	f.StringVar(&o.approval.OnExpiry, "approval-on-expiry", "", "what follows an expiry: "+strings.Join(domain.Branches, ", ")+" (default fail)")
 	f.StringVar(&o.approval.EscalateTo, "approval-escalate-to", "", "the role an escalation asks next")
-	commandIDFlag(create, &cmdID)
 	return create
 }
 
@@ -204,17 +198,12 @@ func taskListCmd(g *globals) *cobra.Command {
 }
 
 func taskCancelCmd(g *globals) *cobra.Command {
-	var reason, cmdID string
-	cancel := &cobra.Command{
-		Use: "cancel ID", Short: "cancel a task (a running attempt is told to stop)", Args: cobra.ExactArgs(1),
-		RunE: func(_ *cobra.Command, args []string) error {
-			return g.send("task", func(ctx context.Context, cl *client.Client) (*client.Result, error) {
-				return cl.CancelTask(ctx, args[0], reason, client.CommandID(cmdID))
-			})
-		},
-	}
+	var reason string
+	cancel := sendCmd(g, &cobra.Command{Use: "cancel ID", Short: "cancel a task (a running attempt is told to stop)", Args: cobra.ExactArgs(1)}, "task", nil,
+		func(ctx context.Context, cl *client.Client, args []string, id client.CallOption) (*client.Result, error) {
+			return cl.CancelTask(ctx, args[0], reason, id)
+		})
 	cancel.Flags().StringVar(&reason, "reason", "", "why")
-	commandIDFlag(cancel, &cmdID)
 	return cancel
 }
 

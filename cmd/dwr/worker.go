@@ -2,9 +2,6 @@ package main
 
 import (
 	"context"
-	"io"
-	"os/signal"
-	"syscall"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -18,16 +15,10 @@ import (
 // workerConnName names a worker's NATS connection.
 const workerConnName = "dwr-worker"
 
-// workerOpts are the flags of `dwr worker`.
-type workerOpts struct {
-	queue, executor, version, logLevel string
-	concurrency, maxDeliver            int
-	lease, drainTimeout                time.Duration
-	verify, reconfigure                bool
-}
-
 func workerCmd(g *globals) *cobra.Command {
-	var o workerOpts
+	var cfg executors.Config
+	var logLevel string
+	var verify bool
 	cmd := &cobra.Command{
 		Use:   "worker --queue Q [flags] -- COMMAND [ARGS...]",
 		Short: "run COMMAND for every task of a queue: an executor made of any program",
@@ -37,33 +28,36 @@ SIGINT or SIGTERM stops the worker: it takes no more work and lets running
 commands finish for up to --drain-timeout.`,
 		Args: cobra.MinimumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			ctx, stop := signal.NotifyContext(cmd.Context(), syscall.SIGINT, syscall.SIGTERM)
+			ctx, stop := untilStopped(cmd)
 			defer stop()
-			return runWorker(ctx, g, o, args, cmd.ErrOrStderr())
+			logger, err := newLogger(cmd.ErrOrStderr(), logLevel)
+			if err != nil {
+				return err
+			}
+			cfg.Logger = logger
+			return runWorker(ctx, g, cfg, args, verify)
 		},
 	}
 	f := cmd.Flags()
 	f.SetInterspersed(false) // everything after COMMAND is its own
-	f.StringVar(&o.queue, "queue", "", "the work queue to take tasks from (required)")
-	f.IntVar(&o.concurrency, "concurrency", executors.DefaultConcurrency, "commands run at once")
-	f.DurationVar(&o.lease, "lease", executors.DefaultLease, "how long a task stays with this worker without a heartbeat (renewed every lease/3)")
-	f.IntVar(&o.maxDeliver, "max-deliver", executors.DefaultMaxDeliver, "deliveries of a work item before it is quarantined and its task failed")
-	f.BoolVar(&o.reconfigure, "reconfigure", false, "make --lease and --max-deliver the queue's (they are shared by every worker of the queue; without this flag, a worker uses the queue's)")
-	f.StringVar(&o.executor, "executor", "", "this worker's name in the attempts it runs (default <hostname>-<pid>)")
-	f.StringVar(&o.version, "executor-version", "", "the version recorded with every attempt")
-	f.DurationVar(&o.drainTimeout, "drain-timeout", executors.DefaultDrainTimeout, "how long running commands may finish after SIGINT or SIGTERM")
-	f.StringVar(&o.logLevel, "log-level", "info", "debug, info, warn or error")
-	f.BoolVar(&o.verify, "verify", false, "be a verifier: COMMAND gets the attempt's result on stdin and prints {\"outcome\": \"PASS\"|\"FAIL\"|\"INCONCLUSIVE\", \"evidence\": ...}")
+	f.StringVar(&cfg.Queue, "queue", "", "the work queue to take tasks from (required)")
+	f.IntVar(&cfg.Concurrency, "concurrency", executors.DefaultConcurrency, "commands run at once")
+	f.DurationVar(&cfg.Lease, "lease", executors.DefaultLease, "how long a task stays with this worker without a heartbeat (renewed every lease/3)")
+	f.IntVar(&cfg.MaxDeliver, "max-deliver", executors.DefaultMaxDeliver, "deliveries of a work item before it is quarantined and its task failed")
+	f.BoolVar(&cfg.Reconfigure, "reconfigure", false, "make --lease and --max-deliver the queue's (they are shared by every worker of the queue; without this flag, a worker uses the queue's)")
+	f.StringVar(&cfg.Executor, "executor", "", "this worker's name in the attempts it runs (default <hostname>-<pid>)")
+	f.StringVar(&cfg.Version, "executor-version", "", "the version recorded with every attempt")
+	f.DurationVar(&cfg.DrainTimeout, "drain-timeout", executors.DefaultDrainTimeout, "how long running commands may finish after SIGINT or SIGTERM")
+	f.StringVar(&logLevel, "log-level", "info", "debug, info, warn or error")
+	f.BoolVar(&verify, "verify", false, "be a verifier: COMMAND gets the attempt's result on stdin and prints {\"outcome\": \"PASS\"|\"FAIL\"|\"INCONCLUSIVE\", \"evidence\": ...}")
 	return cmd
 }
 
-// runWorker runs the worker until ctx ends.
-func runWorker(ctx context.Context, g *globals, o workerOpts, argv []string, stderr io.Writer) error {
-	logger, err := newLogger(stderr, o.logLevel)
-	if err != nil {
-		return err
-	}
-	if o.queue == "" {
+// runWorker runs the worker of cfg (shell.NewWorker) for argv until ctx
+// ends, connected as --creds in --workspace.
+func runWorker(ctx context.Context, g *globals, cfg executors.Config, argv []string, verify bool) error {
+	logger := cfg.Logger
+	if cfg.Queue == "" {
 		return fail(exitInvalid, "--queue is required")
 	}
 	// Reconnect forever, also when the service is not up yet: a worker
@@ -81,23 +75,11 @@ func runWorker(ctx context.Context, g *globals, o workerOpts, argv []string, std
 		return err
 	}
 	defer cl.Close()
-	nc := cl.Conn()
-	if !nc.IsConnected() {
+	cfg.Conn, cfg.Workspace = cl.Conn(), g.workspace
+	if !cfg.Conn.IsConnected() {
 		logger.Warn("dwr worker: NATS is not reachable yet; retrying until it is", "server", g.server)
 	}
-	x, err := shell.New(argv, shell.Options{Lease: o.lease, Logger: logger})
-	if err != nil {
-		return fail(exitInvalid, "%v", err)
-	}
-	cfg := executors.Config{Conn: nc, Workspace: g.workspace, Queue: o.queue,
-		Executor: o.executor, Version: o.version, Concurrency: o.concurrency, Lease: o.lease,
-		MaxDeliver: o.maxDeliver, Reconfigure: o.reconfigure, DrainTimeout: o.drainTimeout, Logger: logger}
-	var w *executors.Worker
-	if o.verify {
-		w, err = executors.NewVerifier(cfg, x.Verify)
-	} else {
-		w, err = executors.NewWorker(cfg, x.Handle)
-	}
+	w, err := shell.NewWorker(cfg, argv, verify)
 	if err != nil {
 		return fail(exitInvalid, "%v", err)
 	}

@@ -16,8 +16,12 @@ func workspaceCmd(g *globals) *cobra.Command {
 	create := &cobra.Command{
 		Use: "create NAME", Short: "create a workspace", Args: cobra.ExactArgs(1),
 		RunE: func(_ *cobra.Command, args []string) error {
-			return g.send("workspace", func(ctx context.Context, cl *client.Client) (*client.Result, error) {
-				return command(ctx, cl.In(args[0]), "workspace.create", schemas.CreateWorkspace{Name: args[0], Description: desc}, cmdID)
+			return g.withClient(func(ctx context.Context, cl *client.Client) error {
+				r, err := command(ctx, cl.In(args[0]), "workspace.create", schemas.CreateWorkspace{Name: args[0], Description: desc}, cmdID)
+				if err != nil {
+					return err
+				}
+				return printReply(g, &r.CommandResult, "workspace")
 			})
 		},
 	}

@@ -437,3 +437,18 @@ func (t *tail) Write(p []byte) (int, error) {
 }
 
 func (t *tail) String() string { return strings.ToValidUTF8(string(t.buf), "") }
+
+// NewWorker returns the worker that `dwr worker` runs: it runs argv (New,
+// with cfg's Lease and Logger) for every job of cfg's queue, or with verify
+// for every check of a verification queue (executors.NewVerifier). It
+// returns New's errors and those of the executors constructors.
+func NewWorker(cfg executors.Config, argv []string, verify bool) (*executors.Worker, error) {
+	x, err := New(argv, Options{Lease: cfg.Lease, Logger: cfg.Logger})
+	if err != nil {
+		return nil, err
+	}
+	if verify {
+		return executors.NewVerifier(cfg, x.Verify)
+	}
+	return executors.NewWorker(cfg, x.Handle)
+}

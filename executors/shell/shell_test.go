@@ -90,15 +90,8 @@ func (e *workerEnv) startWorker(queue string, o workerOpts, argv ...string) *log
 	logger := slog.New(slog.NewTextHandler(logs, nil))
 	nc, err := e.srv.Server.Connect(nats.Name("dwr-worker"))
 	require.NoError(t, err)
-	x, err := New(argv, Options{Lease: lease, Logger: logger})
-	require.NoError(t, err)
-	cfg := executors.Config{Conn: nc, Queue: queue, Lease: lease, Executor: "cli-" + queue, Concurrency: o.concurrency, Logger: logger}
-	var w *executors.Worker
-	if o.verify {
-		w, err = executors.NewVerifier(cfg, x.Verify)
-	} else {
-		w, err = executors.NewWorker(cfg, x.Handle)
-	}
+	w, err := NewWorker(executors.Config{Conn: nc, Queue: queue, Lease: lease, Executor: "cli-" + queue, Concurrency: o.concurrency, Logger: logger},
+		argv, o.verify)
 	require.NoError(t, err)
 	t.Cleanup(func() { // after the worker stops
 		nc.Close()
@@ -519,4 +512,19 @@ func TestWorkerParkTurnsTheWaitFileIntoAWait(t *testing.T) {
 	_, err = x.park(context.Background(), job, filepath.Join(dir, "gone"), now)
 	require.ErrorAs(t, err, &f)
 	require.Contains(t, f.Message, "cannot read DWR_WAIT_FILE")
+}
+
+// NewWorker refuses what New and the executors constructors refuse: no
+// command, or a configuration they do not take.
+func TestNewWorkerRefusesABadCommandOrConfig(t *testing.T) {
+	e := newWorkerEnv(t)
+	nc, err := e.srv.Server.Connect(nats.Name("dwr-worker"))
+	require.NoError(t, err)
+	defer nc.Close()
+	for _, verify := range []bool{false, true} {
+		_, err = NewWorker(executors.Config{Conn: nc, Queue: "q"}, nil, verify)
+		require.ErrorContains(t, err, "no command to run")
+		_, err = NewWorker(executors.Config{Conn: nc, Queue: "Bad Queue"}, []string{"true"}, verify)
+		require.ErrorContains(t, err, "Queue")
+	}
 }
