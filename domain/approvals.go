@@ -98,6 +98,9 @@ type (
 	// ApprovalDecision is a decision that was taken: who, with what
 	// authority and key, what, and the signature that proves it.
 	ApprovalDecision = schemas.ApprovalDecision
+	// SignedResponse is what an approver decided, signed: what the
+	// task.approval_decided event carries and an ApprovalDecision keeps.
+	SignedResponse = schemas.SignedResponse
 	// ApprovalRequest is what an attempt asks to be approved, or a gate's
 	// settings applied to a task's input.
 	ApprovalRequest = schemas.ApprovalRequest
@@ -487,8 +490,8 @@ func (x *tx) decideApproval(c *DecideApproval) (Reply, error) {
 	if branch == BranchEscalate && a.EscalateTo == "" {
 		branch = BranchReject // validated against; kept safe for old settings
 	}
-	if err := x.emit(t.ID, &ApprovalDecided{ApprovalID: a.ID, Response: c.Response, Branch: branch,
-		Approver: c.Approver, Role: ap.Role, KeyID: ap.KeyID, Comment: c.Comment, Signature: c.Signature}); err != nil {
+	if err := x.emit(t.ID, &ApprovalDecided{ApprovalID: a.ID, SignedResponse: SignedResponse{Response: c.Response, Branch: branch,
+		Approver: c.Approver, Role: ap.Role, KeyID: ap.KeyID, Comment: c.Comment, Signature: c.Signature}}); err != nil {
 		return Reply{}, err
 	}
 	if err := x.takeBranch(t.ID, a.ID, branch, fmt.Sprintf("approval %s: %s by %s", a.ID, c.Response, c.Approver), c.Comment); err != nil {

@@ -311,8 +311,7 @@ func ApplyTask(t *Task, id, workspace string, e Event, r Recorded) (*Task, error
 			return nil, fmt.Errorf("domain: task %s: decision on unknown approval %s", id, ev.ApprovalID)
 		}
 		a.State = ApprovalStateDecided
-		a.Decision = &ApprovalDecision{Response: ev.Response, Branch: ev.Branch, Approver: ev.Approver, Role: ev.Role,
-			KeyID: ev.KeyID, Comment: ev.Comment, Signature: ev.Signature, DecidedAt: r.Time}
+		a.Decision = &ApprovalDecision{SignedResponse: ev.SignedResponse, DecidedAt: r.Time}
 		if a.Attempt == 0 && ev.Branch == BranchResume {
 			t.Approved = true
 		}

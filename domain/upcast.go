@@ -75,5 +75,5 @@ func approvalDecidedV1toV2(data json.RawMessage) (json.RawMessage, error) {
 	if v1.Response == ResponseApprove {
 		branch = BranchResume
 	}
-	return json.Marshal(ApprovalDecided{Response: v1.Response, Branch: branch, Comment: v1.Reason})
+	return json.Marshal(ApprovalDecided{SignedResponse: SignedResponse{Response: v1.Response, Branch: branch, Comment: v1.Reason}})
 }
