@@ -98,9 +98,6 @@ type (
 	// ApprovalDecision is a decision that was taken: who, with what
 	// authority and key, what, and the signature that proves it.
 	ApprovalDecision = schemas.ApprovalDecision
-	// SignedResponse is what an approver decided, signed: what the
-	// task.approval_decided event carries and an ApprovalDecision keeps.
-	SignedResponse = schemas.SignedResponse
 	// ApprovalRequest is what an attempt asks to be approved, or a gate's
 	// settings applied to a task's input.
 	ApprovalRequest = schemas.ApprovalRequest
@@ -490,7 +487,7 @@ func (x *tx) decideApproval(c *DecideApproval) (Reply, error) {
 	if branch == BranchEscalate && a.EscalateTo == "" {
 		branch = BranchReject // validated against; kept safe for old settings
 	}
-	if err := x.emit(t.ID, &ApprovalDecided{ApprovalID: a.ID, SignedResponse: SignedResponse{Response: c.Response, Branch: branch,
+	if err := x.emit(t.ID, &ApprovalDecided{ApprovalID: a.ID, SignedResponse: schemas.SignedResponse{Response: c.Response, Branch: branch,
 		Approver: c.Approver, Role: ap.Role, KeyID: ap.KeyID, Comment: c.Comment, Signature: c.Signature}}); err != nil {
 		return Reply{}, err
 	}

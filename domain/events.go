@@ -251,7 +251,7 @@ type ApprovalRequested struct {
 // branch it takes follows as its own event.
 type ApprovalDecided struct {
 	ApprovalID string `json:"approval_id"`
-	SignedResponse
+	schemas.SignedResponse
 }
 
 // ApprovalRefused: a decision was refused; the approval is unchanged. It is
