@@ -179,11 +179,15 @@ func SignDecision(key ed25519.PrivateKey, approvalID, response, actionDigest str
 
 // validateApproval checks an approval's settings; field is their pointer.
 func validateApproval(field string, r ApprovalRequest) error {
-	if r.Role != "" && !ValidName(r.Role) {
-		return invalid(field+"/role", "role %q is not a valid name: use 1-63 lower-case letters, digits, '_' or '-'", r.Role)
+	if r.Role != "" {
+		if err := checkName(field+"/role", "role", r.Role); err != nil {
+			return err
+		}
 	}
-	if r.EscalateTo != "" && !ValidName(r.EscalateTo) {
-		return invalid(field+"/escalate_to", "role %q is not a valid name", r.EscalateTo)
+	if r.EscalateTo != "" {
+		if err := checkName(field+"/escalate_to", "role", r.EscalateTo); err != nil {
+			return err
+		}
 	}
 	if r.ExpiresIn < 0 {
 		return invalid(field+"/expires_in", "must not be negative")
@@ -290,11 +294,11 @@ func (x *tx) registerApprover(c *RegisterApprover) (Reply, error) {
 	if err != nil || dup {
 		return duplicateWorkspaceOr(w, err)
 	}
-	if !ValidName(c.Name) {
-		return Reply{}, invalid("/name", "approver name %q is not valid: use 1-63 lower-case letters, digits, '_' or '-'", c.Name)
+	if err := checkName("/name", "approver", c.Name); err != nil {
+		return Reply{}, err
 	}
-	if !ValidName(c.Role) {
-		return Reply{}, invalid("/role", "role %q is not valid: use 1-63 lower-case letters, digits, '_' or '-'", c.Role)
+	if err := checkName("/role", "role", c.Role); err != nil {
+		return Reply{}, err
 	}
 	pub, err := base64.StdEncoding.DecodeString(c.PublicKey)
 	if err != nil || len(pub) != ed25519.PublicKeySize {
@@ -329,8 +333,8 @@ func (x *tx) revokeApprover(c *RevokeApprover) (Reply, error) {
 	if err != nil || dup {
 		return duplicateWorkspaceOr(w, err)
 	}
-	if !ValidName(c.Name) {
-		return Reply{}, invalid("/name", "approver name %q is not valid: use 1-63 lower-case letters, digits, '_' or '-'", c.Name)
+	if err := checkName("/name", "approver", c.Name); err != nil {
+		return Reply{}, err
 	}
 	a := w.Approver(c.Name)
 	if a == nil {
@@ -406,8 +410,8 @@ func (x *tx) decideApproval(c *DecideApproval) (Reply, error) {
 	if !slices.Contains(Responses, c.Response) {
 		return Reply{}, invalid("/response", "response %q is not one of %s", c.Response, strings.Join(Responses, ", "))
 	}
-	if !ValidName(c.Approver) {
-		return Reply{}, invalid("/approver", "approver name %q is not valid: use 1-63 lower-case letters, digits, '_' or '-'", c.Approver)
+	if err := checkName("/approver", "approver", c.Approver); err != nil {
+		return Reply{}, err
 	}
 	if err := checkText("/comment", c.Comment, MaxReason, false); err != nil {
 		return Reply{}, err
@@ -483,8 +487,8 @@ func (x *tx) decideApproval(c *DecideApproval) (Reply, error) {
 	if branch == BranchEscalate && a.EscalateTo == "" {
 		branch = BranchReject // validated against; kept safe for old settings
 	}
-	if err := x.emit(t.ID, &ApprovalDecided{ApprovalID: a.ID, Response: c.Response, Branch: branch,
-		Approver: c.Approver, Role: ap.Role, KeyID: ap.KeyID, Comment: c.Comment, Signature: c.Signature}); err != nil {
+	if err := x.emit(t.ID, &ApprovalDecided{ApprovalID: a.ID, SignedResponse: schemas.SignedResponse{Response: c.Response, Branch: branch,
+		Approver: c.Approver, Role: ap.Role, KeyID: ap.KeyID, Comment: c.Comment, Signature: c.Signature}}); err != nil {
 		return Reply{}, err
 	}
 	if err := x.takeBranch(t.ID, a.ID, branch, fmt.Sprintf("approval %s: %s by %s", a.ID, c.Response, c.Approver), c.Comment); err != nil {

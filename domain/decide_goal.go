@@ -11,8 +11,8 @@ func (x *tx) createWorkspace(c *CreateWorkspace) (Reply, error) {
 	if name == "" {
 		name = x.m.Workspace
 	}
-	if !ValidName(name) {
-		return Reply{}, invalid("/name", "workspace name %q is not valid: use 1-63 lower-case letters, digits, '_' or '-'", name)
+	if err := checkName("/name", "workspace", name); err != nil {
+		return Reply{}, err
 	}
 	if name != x.m.Workspace {
 		return Reply{}, invalid("/name", "name %q differs from the workspace %q in the subject", name, x.m.Workspace)

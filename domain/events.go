@@ -251,13 +251,7 @@ type ApprovalRequested struct {
 // branch it takes follows as its own event.
 type ApprovalDecided struct {
 	ApprovalID string `json:"approval_id"`
-	Response   string `json:"response"`
-	Branch     string `json:"branch"`
-	Approver   string `json:"approver"`
-	Role       string `json:"role,omitempty"`
-	KeyID      string `json:"key_id"`
-	Comment    string `json:"comment,omitempty"`
-	Signature  string `json:"signature"`
+	schemas.SignedResponse
 }
 
 // ApprovalRefused: a decision was refused; the approval is unchanged. It is

@@ -114,8 +114,8 @@ func sameQueues(a, b []string) bool {
 
 // validateMember checks a member.add command.
 func validateMember(c *AddMember) error {
-	if !ValidName(c.Name) {
-		return invalid("/name", "member name %q is not valid: use 1-63 lower-case letters, digits, '_' or '-'", c.Name)
+	if err := checkName("/name", "member", c.Name); err != nil {
+		return err
 	}
 	if !ValidRole(c.Role) {
 		roles := make([]string, len(Roles))
@@ -137,8 +137,8 @@ func validateMember(c *AddMember) error {
 	}
 	for i, q := range c.Queues {
 		f := fmt.Sprintf("/queues/%d", i)
-		if !ValidName(q) {
-			return invalid(f, "queue %q is not a valid name: use 1-63 lower-case letters, digits, '_' or '-'", q)
+		if err := checkName(f, "queue", q); err != nil {
+			return err
 		}
 		if slices.Index(c.Queues, q) != i {
 			return invalid(f, "queue %q is listed twice", q)
@@ -174,8 +174,8 @@ func (x *tx) removeMember(c *RemoveMember) (Reply, error) {
 	if err != nil || dup {
 		return duplicateWorkspaceOr(w, err)
 	}
-	if !ValidName(c.Name) {
-		return Reply{}, invalid("/name", "member name %q is not valid: use 1-63 lower-case letters, digits, '_' or '-'", c.Name)
+	if err := checkName("/name", "member", c.Name); err != nil {
+		return Reply{}, err
 	}
 	if w.Member(c.Name) == nil {
 		return Reply{}, notFound("/name", "member %q not found in workspace %q", c.Name, w.Name)

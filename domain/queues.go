@@ -42,8 +42,8 @@ func (x *tx) configureQueue(c *ConfigureQueue) (Reply, error) {
 	if err != nil {
 		return Reply{}, err
 	}
-	if !ValidName(c.Queue) {
-		return Reply{}, invalid("/queue", "queue %q is not a valid name: use 1-63 lower-case letters, digits, '_' or '-'", c.Queue)
+	if err := checkName("/queue", "queue", c.Queue); err != nil {
+		return Reply{}, err
 	}
 	if dup {
 		if q := w.Queue(c.Queue); q != nil {

@@ -39,6 +39,8 @@ type (
 	// Signal is the last signal a task received, as the task keeps it (the
 	// event is SignalReceived).
 	Signal = schemas.Signal
+	// Versioned is what a goal or a task keeps of the events applied to it.
+	Versioned = schemas.Versioned
 )
 
 // Attempt states.
@@ -99,6 +101,20 @@ func addCommand(cmds []string, key string) []string {
 		return cmds
 	}
 	return append(cmds, key)
+}
+
+// created returns what a goal or a task keeps of the event r recorded,
+// which created it.
+func created(r Recorded) Versioned {
+	return Versioned{CreatedAt: r.Time, UpdatedAt: r.Time, Version: 1, Commands: addCommand(nil, r.Key())}
+}
+
+// applied adds the event r recorded to what a goal or a task keeps of its
+// events.
+func applied(v *Versioned, r Recorded) {
+	v.Version++
+	v.UpdatedAt = r.Time
+	v.Commands = addCommand(v.Commands, r.Key())
 }
 
 // ApplyWorkspace applies e to w (nil before the first event) and returns the
@@ -173,8 +189,7 @@ func ApplyGoal(g *Goal, id, workspace string, e Event, r Recorded) (*Goal, error
 			return nil, fmt.Errorf("domain: goal %s created twice", id)
 		}
 		return &Goal{ID: id, Workspace: workspace, Title: ev.Title, Description: ev.Description,
-			SuccessCriteria: ev.SuccessCriteria, Envelope: ev.Envelope, State: GoalStateOpen,
-			CreatedAt: r.Time, UpdatedAt: r.Time, Version: 1, Commands: addCommand(nil, r.Key())}, nil
+			SuccessCriteria: ev.SuccessCriteria, Envelope: ev.Envelope, State: GoalStateOpen, Versioned: created(r)}, nil
 	}
 	if g == nil {
 		return nil, fmt.Errorf("domain: %s before goal %s was created", e.EventType(), id)
@@ -196,9 +211,7 @@ func ApplyGoal(g *Goal, id, workspace string, e Event, r Recorded) (*Goal, error
 	default:
 		return nil, fmt.Errorf("domain: goal cannot apply %s", e.EventType())
 	}
-	g.Version++
-	g.UpdatedAt = r.Time
-	g.Commands = addCommand(g.Commands, r.Key())
+	applied(&g.Versioned, r)
 	return g, nil
 }
 
@@ -210,8 +223,7 @@ func ApplyTask(t *Task, id, workspace string, e Event, r Recorded) (*Task, error
 			return nil, fmt.Errorf("domain: task %s created twice", id)
 		}
 		nt := &Task{ID: id, Workspace: workspace, GoalID: ev.GoalID, PlanVersion: ev.PlanVersion,
-			Key: ev.Spec.Key, Spec: ev.Spec, DependsOn: ev.DependsOn, State: ev.State,
-			CreatedAt: r.Time, UpdatedAt: r.Time, Version: 1, Commands: addCommand(nil, r.Key())}
+			Key: ev.Spec.Key, Spec: ev.Spec, DependsOn: ev.DependsOn, State: ev.State, Versioned: created(r)}
 		if ev.State == StateWaiting {
 			nt.Wait = &Wait{Kind: ev.WaitKind, Until: ev.WaitUntil}
 		}
@@ -299,8 +311,7 @@ func ApplyTask(t *Task, id, workspace string, e Event, r Recorded) (*Task, error
 			return nil, fmt.Errorf("domain: task %s: decision on unknown approval %s", id, ev.ApprovalID)
 		}
 		a.State = ApprovalStateDecided
-		a.Decision = &ApprovalDecision{Response: ev.Response, Branch: ev.Branch, Approver: ev.Approver, Role: ev.Role,
-			KeyID: ev.KeyID, Comment: ev.Comment, Signature: ev.Signature, DecidedAt: r.Time}
+		a.Decision = &ApprovalDecision{SignedResponse: ev.SignedResponse, DecidedAt: r.Time}
 		if a.Attempt == 0 && ev.Branch == BranchResume {
 			t.Approved = true
 		}
@@ -349,8 +360,6 @@ func ApplyTask(t *Task, id, workspace string, e Event, r Recorded) (*Task, error
 			}
 		}
 	}
-	t.Version++
-	t.UpdatedAt = r.Time
-	t.Commands = addCommand(t.Commands, r.Key())
+	applied(&t.Versioned, r)
 	return t, nil
 }

@@ -3,6 +3,8 @@ package domain
 import (
 	"encoding/json"
 	"fmt"
+
+	"github.com/dwr-run/dwr/schemas"
 )
 
 // Upcast brings an older payload of an event type one schema version up.
@@ -75,5 +77,5 @@ func approvalDecidedV1toV2(data json.RawMessage) (json.RawMessage, error) {
 	if v1.Response == ResponseApprove {
 		branch = BranchResume
 	}
-	return json.Marshal(ApprovalDecided{Response: v1.Response, Branch: branch, Comment: v1.Reason})
+	return json.Marshal(ApprovalDecided{SignedResponse: schemas.SignedResponse{Response: v1.Response, Branch: branch, Comment: v1.Reason}})
 }

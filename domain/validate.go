@@ -32,11 +32,20 @@ func checkText(field, s string, max int, required bool) error {
 	return nil
 }
 
+// checkName returns nil for a valid name (ValidName), else invalid naming
+// field and what the name is of ("queue", "approver").
+func checkName(field, what, name string) error {
+	if ValidName(name) {
+		return nil
+	}
+	return invalid(field, "%s %q is not a valid name: use 1-63 lower-case letters, digits, '_' or '-'", what, name)
+}
+
 // ValidateSpec checks one task spec; field is the JSON pointer of the spec in
 // its command.
 func ValidateSpec(field string, s TaskSpec, env *Envelope) error {
-	if !ValidName(s.Queue) {
-		return invalid(field+"/queue", "queue %q is not a valid name: use 1-63 lower-case letters, digits, '_' or '-'", s.Queue)
+	if err := checkName(field+"/queue", "queue", s.Queue); err != nil {
+		return err
 	}
 	if env != nil && len(env.Permissions.Queues) > 0 && !slices.Contains(env.Permissions.Queues, s.Queue) {
 		return &Error{Code: CodeForbidden, Field: field + "/queue",

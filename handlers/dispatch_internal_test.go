@@ -88,7 +88,7 @@ func TestDispatchWritesAQueuesConsumerOnlyWhenItsSettingsChange(t *testing.T) {
 func TestAnExecuteItemCarriesItsTaskWithinItsBound(t *testing.T) {
 	d := &dispatcher{prefix: "dwr"}
 	small := &domain.Task{ID: "01Q3G99648H87N2YG8NR952X83", Workspace: "default", State: domain.StateReady,
-		Spec: domain.TaskSpec{Queue: "q", Input: json.RawMessage(`{"n":1}`)}, Commands: []string{"5:alice:cmd-1"}}
+		Spec: domain.TaskSpec{Queue: "q", Input: json.RawMessage(`{"n":1}`)}, Versioned: domain.Versioned{Commands: []string{"5:alice:cmd-1"}}}
 	var it schemas.WorkItem
 	m, err := d.msg(workItemOf(small))
 	require.NoError(t, err)

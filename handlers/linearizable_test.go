@@ -142,26 +142,20 @@ func linStep(s linState, op linOp, o linOut) (linState, bool) {
 		s.Attempts++
 		s.State = domain.StateAccepted
 		return s, o.OK && o.State == s.State
-	case "succeed":
+	case "succeed", "fail": // taken only from the attempt that holds the task
 		if !op.Own {
 			return s, forged(s, op, o)
 		}
 		if s.State != domain.StateRunning || op.Attempt != s.Running {
 			return s, conflict
 		}
-		s.State, s.Running = domain.StateAccepted, 0
-		return s, o.OK && o.State == s.State
-	case "fail":
-		if !op.Own {
-			return s, forged(s, op, o)
-		}
-		if s.State != domain.StateRunning || op.Attempt != s.Running {
-			return s, conflict
-		}
-		s.Failed++
-		s.Running, s.State = 0, domain.StateBackoff
-		if s.Failed >= linMaxAttempts {
-			s.State = domain.StateFailed
+		s.Running, s.State = 0, domain.StateAccepted
+		if op.Kind == "fail" {
+			s.Failed++
+			s.State = domain.StateBackoff
+			if s.Failed >= linMaxAttempts {
+				s.State = domain.StateFailed
+			}
 		}
 		return s, o.OK && o.State == s.State
 	case "cancel":

@@ -9,7 +9,6 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"syscall"
 	"testing"
@@ -19,29 +18,18 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
 
-	"github.com/dwr-run/dwr/domain"
 	"github.com/dwr-run/dwr/eventstore"
 	"github.com/dwr-run/dwr/handlers"
 	"github.com/dwr-run/dwr/handlers/servicetest"
 )
 
-var (
-	natsBinOnce sync.Once
-	natsBinPath string
-	natsBinErr  error
-)
+// natsServerBuild is nats-server, the version in go.mod, built on first use.
+var natsServerBuild servicetest.Binary
 
-// natsServerBinary builds nats-server, the version in go.mod, once.
+// natsServerBinary builds nats-server once per test run and returns its path.
 func natsServerBinary(t *testing.T) string {
 	t.Helper()
-	natsBinOnce.Do(func() {
-		path := filepath.Join(binDir, "nats-server")
-		if natsBinErr = servicetest.GoBuild(path, "github.com/nats-io/nats-server/v2", false); natsBinErr == nil {
-			natsBinPath = path
-		}
-	})
-	require.NoError(t, natsBinErr)
-	return natsBinPath
+	return natsServerBuild.Path(t, "nats-server", "github.com/nats-io/nats-server/v2", false)
 }
 
 // procNode is one nats-server process of a cluster, with its configuration
@@ -123,17 +111,12 @@ func TestClusterProcessesUnderFailure(t *testing.T) {
 	if testing.Short() {
 		t.Skip("three nats-server and three dwr serve processes, faults injected for about a minute")
 	}
-	writerKills := 3
-	if long() {
-		writerKills = 12
-	}
+	writerKills := times(3, 12)
 	bin, natsBin := dwrBinary(t), natsServerBinary(t)
-	logs := &syncBuffer{}
-	logOnFailure(t, "nats-server and dwr serve output", logs)
+	logs := logOnFailure(t, "nats-server and dwr serve output")
 	ctx, cancel := context.WithTimeout(context.Background(), time.Duration(120+15*writerKills)*time.Second)
 	defer cancel()
-	began := time.Now()
-	phase := func(what string) { t.Logf("%6.2fs %s", time.Since(began).Seconds(), what) }
+	phase := phases(t)
 
 	acc := natsConfig(t, bin)
 	nodes := startProcCluster(t, natsBin, logs, acc.accounts)
@@ -204,55 +187,25 @@ func TestClusterProcessesUnderFailure(t *testing.T) {
 	// Load: goal.create back to back from four connections, each command
 	// retried with its id until acknowledged.
 	led := &ledger{}
-	var (
-		mu      sync.Mutex
-		results []*cmdResult
-		stop    atomic.Bool
-		loadWG  sync.WaitGroup
-	)
 	const timeout = 2 * time.Second
-	for g := range clusterLoaders {
-		load := dialPinging(t, natsURL, fmt.Sprintf("failover-load-%d", g), timeout)
-		loadWG.Go(func() {
-			for n := 1; !stop.Load(); n++ {
-				r := load.do(ctx, "goal.create", map[string]any{"title": "failover load"}, fmt.Sprintf("fo-%d-%d", g, n))
-				led.add(r)
-				if r.Outcome == acked {
-					r.Aggs = []aggRef{{domain.AggGoal, r.reply().ID}}
-				}
-				mu.Lock()
-				results = append(results, r)
-				mu.Unlock()
-			}
-		})
-	}
-	stopLoad := sync.OnceFunc(func() { stop.Store(true); loadWG.Wait() })
-	t.Cleanup(stopLoad)
+	load := startGoalLoad(t, ctx, led, "fo", func(g int) *client {
+		return dialPinging(t, natsURL, fmt.Sprintf("failover-load-%d", g), timeout)
+	})
 	// firstAck returns the first acknowledgement of a command sent after
 	// from: a reply already on its way from a writer killed at from is not
 	// one its successor gave (a slight overestimate: the loaders send their
 	// next command only once their pending one is answered).
 	firstAck := func(from time.Time) (time.Time, bool) {
-		mu.Lock()
-		defer mu.Unlock()
 		var first time.Time
-		for _, r := range results {
-			if r.Outcome == acked && r.Sent.After(from) && (first.IsZero() || r.Answered.Before(first)) {
+		for _, r := range load.results(func(r *cmdResult) bool { return r.Outcome == acked && r.Sent.After(from) }) {
+			if first.IsZero() || r.Answered.Before(first) {
 				first = r.Answered
 			}
 		}
 		return first, !first.IsZero()
 	}
 	ackedSince := func(from time.Time) int {
-		mu.Lock()
-		defer mu.Unlock()
-		n := 0
-		for _, r := range results {
-			if r.Outcome == acked && r.Answered.After(from) {
-				n++
-			}
-		}
-		return n
+		return len(load.results(func(r *cmdResult) bool { return r.Outcome == acked && r.Answered.After(from) }))
 	}
 	waitAcks := func(what string, from time.Time, n int) time.Duration {
 		var at time.Time
@@ -278,17 +231,7 @@ func TestClusterProcessesUnderFailure(t *testing.T) {
 		return nodes[i]
 	}
 	healed := func(what string) {
-		streamInfo(t, ctx, js, "DWR_LOG", func(i *jetstream.StreamInfo) bool {
-			if i.Cluster == nil || i.Cluster.Leader == "" || len(i.Cluster.Replicas) != 2 {
-				return false
-			}
-			for _, r := range i.Cluster.Replicas {
-				if !r.Current || r.Offline {
-					return false
-				}
-			}
-			return true
-		})
+		streamInfo(t, ctx, js, "DWR_LOG", func(i *jetstream.StreamInfo) bool { return r3Current(i, false) })
 		allReady(what)
 	}
 
@@ -315,14 +258,10 @@ func TestClusterProcessesUnderFailure(t *testing.T) {
 	waitFor(t, ctx, "the writer stopped past three leases", func() bool { return time.Since(t0) > 3*handlers.DefaultLeaseTTL })
 	cont := time.Now()
 	w.proc.signal(syscall.SIGCONT)
-	mu.Lock()
-	var waitedOut int // commands sent after the new writer's first ack that waited out a timeout
-	for _, r := range results {
-		if r.Sent.After(newFirst) && r.Sent.Before(cont) && r.Answered.Sub(r.Sent) >= timeout {
-			waitedOut++
-		}
-	}
-	mu.Unlock()
+	// Commands sent after the new writer's first ack that waited out a timeout.
+	waitedOut := len(load.results(func(r *cmdResult) bool {
+		return r.Sent.After(newFirst) && r.Sent.Before(cont) && r.Answered.Sub(r.Sent) >= timeout
+	}))
 	phase(fmt.Sprintf("writer %s stopped: next acknowledgement after %s; commands that waited out a timeout after it: %d",
 		w.name, pausedFailover.Round(time.Millisecond), waitedOut))
 	writer("one writer once the stopped one resumed")
@@ -373,7 +312,7 @@ func TestClusterProcessesUnderFailure(t *testing.T) {
 	frozen.proc.signal(syscall.SIGCONT)
 	healed("the cluster healed after the freeze")
 
-	stopLoad()
+	load.stop()
 	for _, r := range replicas {
 		require.NoError(t, r.proc.terminate(30*time.Second), "graceful stop of %s", r.name)
 	}

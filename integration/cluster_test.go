@@ -90,9 +90,77 @@ func streamInfo(t *testing.T, ctx context.Context, js jetstream.JetStream, name 
 	}
 }
 
+// r3Current reports whether a stream of three replicas has a leader and two
+// followers, both current and online (and, when caughtUp, none lagging).
+func r3Current(i *jetstream.StreamInfo, caughtUp bool) bool {
+	if i.Cluster == nil || i.Cluster.Leader == "" || len(i.Cluster.Replicas) != 2 {
+		return false
+	}
+	for _, r := range i.Cluster.Replicas {
+		if !r.Current || r.Offline || caughtUp && r.Lag > 0 {
+			return false
+		}
+	}
+	return true
+}
+
 // clusterLoaders is how many connections send goal.create back to back
 // while the log's leader is shut down.
 const clusterLoaders = 4
+
+// goalLoad is steady load on a cluster: clusterLoaders connections send
+// goal.create back to back, each command retried with its id until it is
+// answered or ctx ends, until stopped. Every result goes to the ledger, and
+// is kept.
+type goalLoad struct {
+	mu      sync.Mutex
+	all     []*cmdResult
+	stopped atomic.Bool
+	wg      sync.WaitGroup
+}
+
+// startGoalLoad starts the load, one loader on each connection dial makes,
+// with command ids that begin with label. It is stopped when the test ends.
+func startGoalLoad(t *testing.T, ctx context.Context, led *ledger, label string, dial func(loader int) *client) *goalLoad {
+	l := &goalLoad{}
+	for g := range clusterLoaders {
+		c := dial(g)
+		l.wg.Go(func() {
+			for n := 1; !l.stopped.Load(); n++ {
+				r := c.do(ctx, "goal.create", map[string]any{"title": label}, fmt.Sprintf("%s-%d-%d", label, g, n))
+				led.add(r)
+				if r.Outcome == acked {
+					r.Aggs = []aggRef{{domain.AggGoal, r.reply().ID}}
+				}
+				l.mu.Lock()
+				l.all = append(l.all, r)
+				l.mu.Unlock()
+			}
+		})
+	}
+	t.Cleanup(l.stop)
+	return l
+}
+
+// stop stops the load and waits for the loaders' last commands.
+func (l *goalLoad) stop() {
+	l.stopped.Store(true)
+	l.wg.Wait()
+}
+
+// results returns the results so far that keep selects, in the order they
+// came.
+func (l *goalLoad) results(keep func(*cmdResult) bool) []*cmdResult {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	var out []*cmdResult
+	for _, r := range l.all {
+		if keep(r) {
+			out = append(out, r)
+		}
+	}
+	return out
+}
 
 // maxUnavailable bounds the unavailability window after a graceful shutdown
 // of the log's leader. NATS itself elects a new stream leader in about 0.3 s
@@ -117,17 +185,12 @@ func TestClusterR3(t *testing.T) {
 	if testing.Short() {
 		t.Skip("a three-node JetStream cluster takes seconds to form")
 	}
-	rounds := 4
-	if long() {
-		rounds = 12
-	}
+	rounds := times(4, 12)
 	bin := dwrBinary(t)
-	logs := &syncBuffer{}
-	logOnFailure(t, "cluster and dwr serve output", logs)
+	logs := logOnFailure(t, "cluster and dwr serve output")
 	ctx, cancel := context.WithTimeout(context.Background(), time.Duration(60+30*rounds)*time.Second)
 	defer cancel()
-	began := time.Now()
-	phase := func(what string) { t.Logf("%6.2fs %s", time.Since(began).Seconds(), what) }
+	phase := phases(t)
 
 	acc := natsConfig(t, bin)
 	nodes := startCluster(t, 3, logs, acc.accounts)
@@ -147,17 +210,7 @@ func TestClusterR3(t *testing.T) {
 	tnc := acc.service(t, natsURL, nats.MaxReconnects(-1), nats.ReconnectWait(50*time.Millisecond))
 	js, err := jetstream.New(tnc)
 	require.NoError(t, err)
-	healthy := func(i *jetstream.StreamInfo) bool {
-		if i.Cluster == nil || i.Cluster.Leader == "" || len(i.Cluster.Replicas) != 2 {
-			return false
-		}
-		for _, r := range i.Cluster.Replicas {
-			if !r.Current || r.Offline || r.Lag > 0 {
-				return false
-			}
-		}
-		return true
-	}
+	healthy := func(i *jetstream.StreamInfo) bool { return r3Current(i, true) }
 	info := streamInfo(t, ctx, js, "DWR_LOG", healthy)
 	require.Equal(t, 3, info.Config.Replicas)
 	require.Len(t, info.Cluster.Replicas, 2, "the log has two followers")
@@ -165,43 +218,19 @@ func TestClusterR3(t *testing.T) {
 
 	// Steady load: goal.create back to back from a few connections, so that
 	// an append is in flight when the leader goes.
-	var (
-		mu       sync.Mutex
-		ackTimes []time.Time
-		stop     atomic.Bool
-		loadWG   sync.WaitGroup
-	)
-	for g := range clusterLoaders {
-		// A reply in flight when the writer's node goes down is lost: the
-		// reply subject of a request that crossed accounts is mapped on the
-		// requester's side of the import, and a reply published after the
-		// writer reconnected elsewhere finds no mapping. Clients retry with
-		// the same command id after their timeout; keep it short.
-		load := dial(t, natsURL, fmt.Sprintf("cluster-load-%d", g), 2*time.Second)
-		loadWG.Go(func() {
-			for n := 1; !stop.Load(); n++ {
-				r := load.do(ctx, "goal.create", map[string]any{"title": "r3 load"}, fmt.Sprintf("r3-load-%d-%d", g, n))
-				led.add(r)
-				if r.Outcome == acked {
-					r.Aggs = []aggRef{{domain.AggGoal, r.reply().ID}}
-					mu.Lock()
-					ackTimes = append(ackTimes, r.Answered)
-					mu.Unlock()
-				}
-			}
-		})
-	}
-	stopLoad := sync.OnceFunc(func() { stop.Store(true); loadWG.Wait() })
-	t.Cleanup(stopLoad)
+	// A reply in flight when the writer's node goes down is lost: the reply
+	// subject of a request that crossed accounts is mapped on the
+	// requester's side of the import, and a reply published after the
+	// writer reconnected elsewhere finds no mapping. Clients retry with the
+	// same command id after their timeout; keep it short.
+	load := startGoalLoad(t, ctx, led, "r3-load", func(g int) *client {
+		return dial(t, natsURL, fmt.Sprintf("cluster-load-%d", g), 2*time.Second)
+	})
 	// acks returns the acknowledgement times after from, in order.
 	acks := func(from time.Time) []time.Time {
-		mu.Lock()
-		defer mu.Unlock()
 		var out []time.Time
-		for _, a := range ackTimes {
-			if a.After(from) {
-				out = append(out, a)
-			}
+		for _, r := range load.results(func(r *cmdResult) bool { return r.Outcome == acked && r.Answered.After(from) }) {
+			out = append(out, r.Answered)
 		}
 		slices.SortFunc(out, func(a, b time.Time) int { return a.Compare(b) })
 		return out
@@ -250,7 +279,7 @@ func TestClusterR3(t *testing.T) {
 			break // the stall showed: no need for more rounds
 		}
 	}
-	stopLoad()
+	load.stop()
 	if srv.exited() { // err is set before done is closed
 		t.Fatalf("dwr serve died: %v", srv.err)
 	}
@@ -341,8 +370,7 @@ func TestServeStartsWithTheCluster(t *testing.T) {
 		t.Skip("a three-node JetStream cluster takes seconds to form")
 	}
 	bin := dwrBinary(t)
-	logs := &syncBuffer{}
-	logOnFailure(t, "cluster and dwr serve output", logs)
+	logs := logOnFailure(t, "cluster and dwr serve output")
 	acc := natsConfig(t, bin)
 	nodes := startCluster(t, 3, logs, acc.accounts)
 	natsURL := clusterURL(nodes)

@@ -222,8 +222,7 @@ type startOutcome struct {
 // exits. When ready it reads the served state and stops it.
 func startOn(t *testing.T, bin string, b *corruptionBase, data, label string, args ...string) startOutcome {
 	t.Helper()
-	out := &syncBuffer{}
-	logOnFailure(t, label, out)
+	out := logOnFailure(t, label)
 	port := freePort(t)
 	url := fmt.Sprintf("nats://127.0.0.1:%d", port)
 	p := startServer(t, bin, out, label, append([]string{"serve", "--data", data, "--listen", fmt.Sprintf("127.0.0.1:%d", port)}, args...)...)
@@ -282,8 +281,7 @@ func pollReady(p *serverProc, url string, timeout time.Duration) bool {
 // every acknowledged command or name it as lost.
 func TestStorageCorruption(t *testing.T) {
 	bin := dwrBinary(t)
-	logs := &syncBuffer{}
-	logOnFailure(t, "base dwr serve output", logs)
+	logs := logOnFailure(t, "base dwr serve output")
 	base := buildCorruptionBase(t, bin, logs)
 	var injected, detected, silent, unnamed int
 	for _, f := range corruptionFaults() {

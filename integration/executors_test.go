@@ -39,9 +39,8 @@ type execEnv struct {
 
 func newExecEnv(t *testing.T) *execEnv {
 	t.Helper()
-	e := &execEnv{t: t, bin: dwrBinary(t), data: filepath.Join(t.TempDir(), "data"), port: freePort(t), logs: &syncBuffer{}}
+	e := &execEnv{t: t, bin: dwrBinary(t), data: filepath.Join(t.TempDir(), "data"), port: freePort(t), logs: logOnFailure(t, "dwr serve and worker output")}
 	e.url = fmt.Sprintf("nats://127.0.0.1:%d", e.port)
-	logOnFailure(t, "dwr serve and worker output", e.logs)
 	e.startServe()
 	e.c = dial(t, e.url, "executor-test", 10*time.Second)
 	e.k = servicetest.NewClient(e.c.nc, e.c.ws)

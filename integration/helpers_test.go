@@ -45,29 +45,24 @@ import (
 
 var longFlag = flag.Bool("long", false, "run the soak versions of the crash tests (also DWR_LONG=1)")
 
-// long reports whether the soak versions were asked for.
-func long() bool { return *longFlag || os.Getenv("DWR_LONG") == "1" }
-
-// binDir holds the dwr binary built for this test run.
-var binDir string
+// times returns how often a crash test repeats its fault: n, or soak when
+// the soak versions were asked for.
+func times(n, soak int) int {
+	if *longFlag || os.Getenv("DWR_LONG") == "1" {
+		return soak
+	}
+	return n
+}
 
 func TestMain(m *testing.M) {
-	dir, err := os.MkdirTemp("", "dwr-integration-")
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "integration: temp dir:", err)
-		os.Exit(1)
-	}
-	binDir = dir
 	code := m.Run()
-	_ = os.RemoveAll(dir)
+	dwrBuild.Remove()
+	natsServerBuild.Remove()
 	os.Exit(code)
 }
 
-var (
-	binOnce sync.Once
-	binPath string
-	binErr  error
-)
+// dwrBuild is ./cmd/dwr, built on first use.
+var dwrBuild servicetest.Binary
 
 // childRace reports whether the dwr child is built with the race detector:
 // DWR_CHILD_RACE=1 or 0 decides; by default it is not (a -race child is
@@ -77,14 +72,16 @@ func childRace() bool { return os.Getenv("DWR_CHILD_RACE") == "1" }
 // dwrBinary builds ./cmd/dwr once per test run and returns its path.
 func dwrBinary(t *testing.T) string {
 	t.Helper()
-	binOnce.Do(func() {
-		path := filepath.Join(binDir, "dwr")
-		if binErr = servicetest.GoBuild(path, "./cmd/dwr", childRace()); binErr == nil {
-			binPath = path
-		}
-	})
-	require.NoError(t, binErr)
-	return binPath
+	return dwrBuild.Path(t, "dwr", "./cmd/dwr", childRace())
+}
+
+// localServe returns the arguments of a `dwr serve` with its data in a new
+// temp dir and its NATS port a free loopback one, that data dir, and the URL
+// clients reach it at.
+func localServe(t *testing.T) (args []string, data, url string) {
+	data = filepath.Join(t.TempDir(), "data")
+	listen := fmt.Sprintf("127.0.0.1:%d", freePort(t))
+	return []string{"serve", "--data", data, "--listen", listen}, data, "nats://" + listen
 }
 
 // freePort returns a loopback TCP port to listen on (ports.Free).
@@ -110,14 +107,25 @@ func (s *syncBuffer) lines(max int, needles ...string) []string {
 	return out
 }
 
-// logOnFailure shows buf when the test fails. Register it before the
-// processes that write to buf, so that it runs after they were killed.
-func logOnFailure(t *testing.T, title string, buf *syncBuffer) {
+// phases returns a logger of the phases a long test reaches, each with the
+// seconds since it began.
+func phases(t *testing.T) func(what string) {
+	began := time.Now()
+	return func(what string) { t.Logf("%6.2fs %s", time.Since(began).Seconds(), what) }
+}
+
+// logOnFailure returns a buffer for the output of child processes and
+// in-process servers, shown under title when the test fails. Call it before
+// starting the processes that write to it, so that it is shown after they
+// were killed.
+func logOnFailure(t *testing.T, title string) *syncBuffer {
+	buf := &syncBuffer{}
 	t.Cleanup(func() {
 		if t.Failed() {
 			t.Logf("---- %s ----\n%s", title, buf.String())
 		}
 	})
+	return buf
 }
 
 // serverProc is one `dwr serve` child process, in its own process group.
@@ -759,6 +767,21 @@ type viewsCheck struct {
 	LiveRows, RebuiltRows             int
 	Equal                             bool
 	FirstDiff                         string
+}
+
+func (v viewsCheck) String() string {
+	return fmt.Sprintf("live checkpoint %d (%d rows), rebuilt checkpoint %d (%d rows), equal=%v %s",
+		v.LiveCheckpoint, v.LiveRows, v.RebuiltCheckpoint, v.RebuiltRows, v.Equal, v.FirstDiff)
+}
+
+// requireRebuiltEqual fails t unless the views rebuilt from the whole log
+// reached lastSeq, its last record, and the live ones reached it too and
+// equal them byte for byte.
+func (v viewsCheck) requireRebuiltEqual(t *testing.T, lastSeq uint64) {
+	t.Helper()
+	require.Equal(t, lastSeq, v.RebuiltCheckpoint)
+	require.Equal(t, v.RebuiltCheckpoint, v.LiveCheckpoint, "live views reached the end of the log")
+	require.True(t, v.Equal, "rebuilt views equal the live ones byte for byte: %s", v.FirstDiff)
 }
 
 // compareViews opens the live views in dir (their server stopped), rebuilds

@@ -106,18 +106,10 @@ func (w *killLoad) run(i int, c *client) {
 // acknowledged command is there once, histories are contiguous and chained,
 // and the views rebuilt from the log equal the live ones.
 func TestKillNineLosesNothing(t *testing.T) {
-	kills, clients := 3, 8
-	if long() {
-		kills = 20
-	}
+	kills, clients := times(3, 20), 8
 	bin := dwrBinary(t)
-	logs := &syncBuffer{}
-	logOnFailure(t, "dwr serve output", logs)
-	data := filepath.Join(t.TempDir(), "data")
-	port := freePort(t)
-	listen := fmt.Sprintf("127.0.0.1:%d", port)
-	url := "nats://" + listen
-	args := []string{"serve", "--data", data, "--listen", listen}
+	logs := logOnFailure(t, "dwr serve output")
+	args, data, url := localServe(t)
 
 	srv := startServer(t, bin, logs, "start 0", args...)
 	cold := waitReady(t, srv, url, 60*time.Second)
@@ -203,8 +195,7 @@ func TestKillNineLosesNothing(t *testing.T) {
 		"%d queries (%d failed); %d acked commands replayed, %d answered otherwise", len(cmds), lc.conflicts,
 		lc.refused-lc.conflicts, lc.internal, lc.badReplies, load.queries.Load(), load.queryErrs.Load(), replays, replayMismatches)
 	t.Logf("kill-9 log: %s", a)
-	t.Logf("kill-9 views: live checkpoint %d (%d rows), rebuilt checkpoint %d (%d rows), equal=%v %s",
-		views.LiveCheckpoint, views.LiveRows, views.RebuiltCheckpoint, views.RebuiltRows, views.Equal, views.FirstDiff)
+	t.Logf("kill-9 views: %s", views)
 	t.Logf("kill-9: cold start ready in %s; restarts ready in %v", cold.Round(time.Millisecond), readyIn)
 	for _, line := range logs.lines(30, "level=ERROR", "level=WARN", "panic", "DATA RACE") {
 		t.Log("dwr serve: " + line)
@@ -222,7 +213,5 @@ func TestKillNineLosesNothing(t *testing.T) {
 	require.Zero(t, lc.badReplies, "replies that are not dwr responses")
 	require.Zero(t, lc.invalid, "the workload's commands are valid; an invalid refusal is a wire bug")
 	require.Positive(t, lc.acked)
-	require.Equal(t, a.LastSeq, views.RebuiltCheckpoint)
-	require.Equal(t, views.RebuiltCheckpoint, views.LiveCheckpoint, "live views reached the end of the log")
-	require.True(t, views.Equal, "rebuilt views equal the live ones byte for byte: %s", views.FirstDiff)
+	views.requireRebuiltEqual(t, a.LastSeq)
 }

@@ -119,12 +119,8 @@ func TestTimersAndApprovalsSurviveKillNine(t *testing.T) {
 		setupLead = 4 * time.Second // from the start of the timed tasks' setup to the first kill
 	)
 	bin := dwrBinary(t)
-	logs := &syncBuffer{}
-	logOnFailure(t, "dwr serve output", logs)
-	data := filepath.Join(t.TempDir(), "data")
-	listen := fmt.Sprintf("127.0.0.1:%d", freePort(t))
-	url := "nats://" + listen
-	args := []string{"serve", "--data", data, "--listen", listen}
+	logs := logOnFailure(t, "dwr serve output")
+	args, data, url := localServe(t)
 
 	srv := startServer(t, bin, logs, "start 0", args...)
 	cold := waitReady(t, srv, url, 60*time.Second)
@@ -767,8 +763,7 @@ func TestTimersAndApprovalsSurviveKillNine(t *testing.T) {
 		"pending at kill 1: %d, at kill 2: %d, at the end: %d", ms(cold), ms(down1), ms(ready1),
 		down2.Round(100*time.Microsecond), ms(ready2), ms(settled), len(pendingAtKill1), len(pendingAtKill2), len(stillPending))
 	t.Logf("timers kill-9 log: %s", a)
-	t.Logf("timers kill-9 views: live checkpoint %d (%d rows), rebuilt checkpoint %d (%d rows), equal=%v %s",
-		views.LiveCheckpoint, views.LiveRows, views.RebuiltCheckpoint, views.RebuiltRows, views.Equal, views.FirstDiff)
+	t.Logf("timers kill-9 views: %s", views)
 	for _, line := range logs.lines(30, "level=ERROR", "level=WARN", "panic", "DATA RACE") {
 		t.Log("dwr serve: " + line)
 	}
@@ -789,9 +784,7 @@ func TestTimersAndApprovalsSurviveKillNine(t *testing.T) {
 	require.Zero(t, downEvents, "events dated while the service was down")
 	require.Zero(t, a.safety(), "safety counts: %s", a)
 	require.Zero(t, lc.unresolved+lc.refused+lc.badReplies, "every command of the test is acknowledged: %+v", lc)
-	require.Equal(t, a.LastSeq, views.RebuiltCheckpoint)
-	require.Equal(t, views.RebuiltCheckpoint, views.LiveCheckpoint, "live views reached the end of the log")
-	require.True(t, views.Equal, "rebuilt views equal the live ones byte for byte: %s", views.FirstDiff)
+	views.requireRebuiltEqual(t, a.LastSeq)
 }
 
 func maxTime(a, b time.Time) time.Time {

@@ -65,17 +65,24 @@ type Approval struct {
 	Refusals     []Refusal         `json:"refusals,omitempty"` // the latest ones
 }
 
-// ApprovalDecision is a decision that was taken: who, with what authority
-// and key, what, and the signature that proves it.
+// ApprovalDecision is a decision that was taken: its signed response, and
+// when it was decided.
 type ApprovalDecision struct {
-	Response  string    `json:"response"`
-	Branch    string    `json:"branch"`
-	Approver  string    `json:"approver"`
-	Role      string    `json:"role,omitempty"`
-	KeyID     string    `json:"key_id"`
-	Comment   string    `json:"comment,omitempty"`
-	Signature string    `json:"signature"`
+	SignedResponse
 	DecidedAt time.Time `json:"decided_at"`
+}
+
+// SignedResponse is what an approver decided: who, with what authority and
+// key, what, the branch it took, and the signature that proves it. The
+// task.approval_decided event carries it, and the approval keeps it.
+type SignedResponse struct {
+	Response  string `json:"response"`
+	Branch    string `json:"branch"`
+	Approver  string `json:"approver"`
+	Role      string `json:"role,omitempty"`
+	KeyID     string `json:"key_id"`
+	Comment   string `json:"comment,omitempty"`
+	Signature string `json:"signature"`
 }
 
 // Refusal is a decision that was refused, as an approval's state keeps it.

@@ -84,11 +84,8 @@ func delimiter(c byte) bool {
 }
 
 func (d *fastDecoder) object() (any, bool) {
-	d.i++ // {
 	m := map[string]any{}
-	d.space()
-	if d.i < len(d.b) && d.b[d.i] == '}' {
-		d.i++
+	if d.open('}') {
 		return m, true
 	}
 	for {
@@ -107,9 +104,7 @@ func (d *fastDecoder) object() (any, bool) {
 		}
 		d.i++
 		d.space()
-		d.loc = append(d.loc, k)
-		x, ok := d.value()
-		d.loc = d.loc[:len(d.loc)-1]
+		x, ok := d.member(k)
 		if !ok {
 			return nil, false
 		}
@@ -117,53 +112,67 @@ func (d *fastDecoder) object() (any, bool) {
 			d.dups = append(d.dups, FieldError{Pointer: pointer(child(d.loc, k)), Message: "appears more than once in its object"})
 		}
 		m[k] = x
-		d.space()
-		if d.i >= len(d.b) {
-			return nil, false
-		}
-		switch d.b[d.i] {
-		case ',':
-			d.i++
-		case '}':
-			d.i++
-			return m, true
-		default:
-			return nil, false
+		if more, ok := d.next('}'); !more {
+			return m, ok
 		}
 	}
 }
 
 func (d *fastDecoder) array() (any, bool) {
-	d.i++ // [
 	a := []any{}
-	d.space()
-	if d.i < len(d.b) && d.b[d.i] == ']' {
-		d.i++
+	if d.open(']') {
 		return a, true
 	}
 	for {
 		d.space()
-		d.loc = append(d.loc, strconv.Itoa(len(a)))
-		x, ok := d.value()
-		d.loc = d.loc[:len(d.loc)-1]
+		x, ok := d.member(strconv.Itoa(len(a)))
 		if !ok {
 			return nil, false
 		}
 		a = append(a, x)
-		d.space()
-		if d.i >= len(d.b) {
-			return nil, false
-		}
-		switch d.b[d.i] {
-		case ',':
-			d.i++
-		case ']':
-			d.i++
-			return a, true
-		default:
-			return nil, false
+		if more, ok := d.next(']'); !more {
+			return a, ok
 		}
 	}
+}
+
+// open steps over the opening bracket of an object or an array and reports
+// whether closing follows at once (the container is empty; stepped over).
+func (d *fastDecoder) open(closing byte) bool {
+	d.i++
+	d.space()
+	if d.i < len(d.b) && d.b[d.i] == closing {
+		d.i++
+		return true
+	}
+	return false
+}
+
+// member reads the value of an object's member or an array's element, with
+// key on loc while it is read.
+func (d *fastDecoder) member(key string) (any, bool) {
+	d.loc = append(d.loc, key)
+	x, ok := d.value()
+	d.loc = d.loc[:len(d.loc)-1]
+	return x, ok
+}
+
+// next reads what follows a member or an element: a comma (more), or
+// closing (ok and not more); anything else is neither.
+func (d *fastDecoder) next(closing byte) (more, ok bool) {
+	d.space()
+	if d.i >= len(d.b) {
+		return false, false
+	}
+	switch d.b[d.i] {
+	case ',':
+		d.i++
+		return true, true
+	case closing:
+		d.i++
+		return false, true
+	}
+	return false, false
 }
 
 // str reads a string; one with escapes is unquoted by encoding/json.

@@ -17,11 +17,22 @@ type Goal struct {
 	Reason          string     `json:"reason,omitempty"`
 	PlanVersion     int        `json:"plan_version"`
 	Plan            []PlanTask `json:"plan,omitempty"`
-	CreatedAt       time.Time  `json:"created_at"`
-	UpdatedAt       time.Time  `json:"updated_at"`
-	Version         uint64     `json:"version"`
-	Commands        []string   `json:"commands,omitempty"`
+	Versioned
 }
+
+// Versioned is what the state of a goal or a task keeps of the events
+// applied to it: when the first and the last were decided, how many there
+// were, and the idempotency keys of the commands they came from.
+type Versioned struct {
+	CreatedAt time.Time `json:"created_at"`
+	UpdatedAt time.Time `json:"updated_at"`
+	Version   uint64    `json:"version"`
+	Commands  []string  `json:"commands,omitempty"`
+}
+
+// HasCommand reports whether the command with idempotency key key was
+// already applied.
+func (v *Versioned) HasCommand(key string) bool { return key != "" && slices.Contains(v.Commands, key) }
 
 // PlanTask is one node of a committed plan: the task a key of the plan
 // names.
@@ -49,10 +60,6 @@ type Budget struct {
 type Permissions struct {
 	Queues []string `json:"queues,omitempty"`
 }
-
-// HasCommand reports whether the command with idempotency key key was
-// already applied to the goal.
-func (g *Goal) HasCommand(key string) bool { return key != "" && slices.Contains(g.Commands, key) }
 
 // Clone returns a deep copy of g.
 func (g *Goal) Clone() *Goal {

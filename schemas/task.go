@@ -27,10 +27,7 @@ type Task struct {
 	Signal        *Signal         `json:"signal,omitempty"` // the last signal received, for the attempt it resumes
 	Reason        string          `json:"reason,omitempty"`
 	Error         *ErrorInfo      `json:"error,omitempty"`
-	CreatedAt     time.Time       `json:"created_at"`
-	UpdatedAt     time.Time       `json:"updated_at"`
-	Version       uint64          `json:"version"`
-	Commands      []string        `json:"commands,omitempty"`
+	Versioned
 }
 
 // Attempt is one execution of a task (a WorkExecution).
@@ -170,10 +167,6 @@ func (t *Task) LastDecision() *Approval {
 	}
 	return nil
 }
-
-// HasCommand reports whether the command with idempotency key key was
-// already applied to the task.
-func (t *Task) HasCommand(key string) bool { return key != "" && slices.Contains(t.Commands, key) }
 
 // Clone returns a deep copy of t.
 func (t *Task) Clone() *Task {

@@ -30,9 +30,9 @@ func TestDurationJSON(t *testing.T) {
 
 // The accessors read a task as the service and the SDK both need to.
 func TestTaskAccessors(t *testing.T) {
-	tk := &schemas.Task{State: schemas.StateRunning, Commands: []string{"c1"},
+	tk := &schemas.Task{State: schemas.StateRunning, Versioned: schemas.Versioned{Commands: []string{"c1"}},
 		Attempts:  []schemas.Attempt{{N: 1, State: schemas.AttemptStateAbandoned}, {N: 2, State: schemas.AttemptStateRunning}},
-		Approvals: []schemas.Approval{{ID: "T-1", Decision: &schemas.ApprovalDecision{Response: "approve"}}, {ID: "T-2", State: schemas.ApprovalStatePending}}}
+		Approvals: []schemas.Approval{{ID: "T-1", Decision: &schemas.ApprovalDecision{SignedResponse: schemas.SignedResponse{Response: "approve"}}}, {ID: "T-2", State: schemas.ApprovalStatePending}}}
 	require.Equal(t, 2, tk.Current().N)
 	require.Equal(t, 2, tk.Running().N)
 	require.Equal(t, 1, tk.Attempt(1).N)

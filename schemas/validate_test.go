@@ -478,7 +478,7 @@ func TestValidateAReportCarriesATokenOrAClaim(t *testing.T) {
 func TestValidateAnExecuteItemWithItsTask(t *testing.T) {
 	it := schemas.WorkItem{Kind: schemas.WorkKindExecute, TaskID: taskID, Workspace: "acme", Queue: "work", Attempt: 1, OperationKey: "op-" + taskID,
 		Task: &schemas.Task{ID: taskID, Workspace: "acme", Spec: schemas.TaskSpec{Queue: "work", Input: json.RawMessage(`{"n":1}`)}, State: schemas.StateReady,
-			CreatedAt: time.Date(2030, 1, 2, 3, 4, 5, 0, time.UTC), UpdatedAt: time.Date(2030, 1, 2, 3, 4, 5, 0, time.UTC), Version: 1}}
+			Versioned: schemas.Versioned{CreatedAt: time.Date(2030, 1, 2, 3, 4, 5, 0, time.UTC), UpdatedAt: time.Date(2030, 1, 2, 3, 4, 5, 0, time.UTC), Version: 1}}}
 	b, err := json.Marshal(it)
 	require.NoError(t, err)
 	require.NoError(t, schemas.Validate(schemas.PathWorkItem, b))

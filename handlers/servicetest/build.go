@@ -7,6 +7,8 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
+	"testing"
 )
 
 // GoBuild builds package pkg — a path in this module such as ./cmd/dwr, or
@@ -33,4 +35,43 @@ func GoBuild(out, pkg string, race bool) error {
 		return fmt.Errorf("go build %s: %w\n%s", pkg, err, b)
 	}
 	return nil
+}
+
+// Binary is a package built once per test run, on its first use, into a
+// temp dir of its own, for the tests that run it as a child process. The
+// zero Binary is ready to use; TestMain calls Remove once the tests ran.
+type Binary struct {
+	once sync.Once
+	dir  string
+	path string
+	err  error
+}
+
+// Path builds pkg (GoBuild, with -race when race) into a file called name
+// on its first call and returns that file's path; it fails t when the build
+// failed. Later calls return what the first one built, whatever their
+// arguments.
+func (b *Binary) Path(t testing.TB, name, pkg string, race bool) string {
+	t.Helper()
+	b.once.Do(func() {
+		if b.dir, b.err = os.MkdirTemp("", "dwr-test-bin-"); b.err != nil {
+			return
+		}
+		out := filepath.Join(b.dir, name)
+		if b.err = GoBuild(out, pkg, race); b.err == nil {
+			b.path = out
+		}
+	})
+	if b.err != nil {
+		t.Fatal(b.err)
+	}
+	return b.path
+}
+
+// Remove deletes what Path built, if anything; call it after the tests
+// ran.
+func (b *Binary) Remove() {
+	if b.dir != "" {
+		_ = os.RemoveAll(b.dir)
+	}
 }

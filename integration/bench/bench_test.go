@@ -1,7 +1,6 @@
 package bench
 
 import (
-	"bytes"
 	"fmt"
 	"io"
 	"testing"
@@ -19,10 +18,8 @@ import (
 // with SyncAlways, the whole service in-process), and checks every cell
 // measured something; then prints the report for people.
 func TestBenchEndToEnd(t *testing.T) {
-	var errb bytes.Buffer
-	rep, err := Run(t.Context(), Options{Clients: []int{1, 4}, Duration: 300 * time.Millisecond, Warmup: -1, Fsyncs: 200,
-		Dir: t.TempDir(), Auth: true}, &errb)
-	require.NoError(t, err, "progress:\n%s", errb.String())
+	rep, progress := mustRun(t, Run, Options{Clients: []int{1, 4}, Duration: 300 * time.Millisecond, Warmup: -1, Fsyncs: 200,
+		Dir: t.TempDir(), Auth: true})
 	require.NoError(t, rep.Err())
 	require.NotNil(t, rep.Fsync)
 	require.Positive(t, rep.Fsync.Syncs)
@@ -52,22 +49,19 @@ func TestBenchEndToEnd(t *testing.T) {
 	require.Positive(t, rep.Ratios.GroupOverBaseline)
 	require.Equal(t, 1, rep.Ratios.LatencyClients)
 	require.Positive(t, rep.Ratios.GroupP50OverFsyncP50)
-	require.Contains(t, errb.String(), "group, closed, 4 clients", "progress on stderr")
+	require.Contains(t, progress, "group, closed, 4 clients", "progress on stderr")
 
-	var human bytes.Buffer
-	require.NoError(t, Print(&human, rep))
-	require.Contains(t, human.String(), "group commit (dwr, closed)")
-	require.Contains(t, human.String(), "summary: group commit ÷ baseline ops/s at 4 clients")
+	human := printed(t, Print, rep)
+	require.Contains(t, human, "group commit (dwr, closed)")
+	require.Contains(t, human, "summary: group commit ÷ baseline ops/s at 4 clients")
 }
 
 // TestBenchCompareAuth runs group mode closed and open, alternating in two
 // rounds (closed first in the first, open first in the second), and checks
 // the cost of authentication pairs the runs of each round.
 func TestBenchCompareAuth(t *testing.T) {
-	var errb bytes.Buffer
-	rep, err := Run(t.Context(), Options{Clients: []int{1, 2}, Duration: 200 * time.Millisecond, Warmup: -1, Fsyncs: 50,
-		Dir: t.TempDir(), Auth: true, CompareAuth: true, Rounds: 2}, &errb)
-	require.NoError(t, err, "progress:\n%s", errb.String())
+	rep, _ := mustRun(t, Run, Options{Clients: []int{1, 2}, Duration: 200 * time.Millisecond, Warmup: -1, Fsyncs: 50,
+		Dir: t.TempDir(), Auth: true, CompareAuth: true, Rounds: 2})
 	require.Equal(t, AuthCompare, rep.Auth)
 	require.Equal(t, 2, rep.Rounds)
 	var order []string
@@ -90,10 +84,9 @@ func TestBenchCompareAuth(t *testing.T) {
 			require.GreaterOrEqual(t, s.Max, s.Median)
 		}
 	}
-	var human bytes.Buffer
-	require.NoError(t, Print(&human, rep))
-	require.Contains(t, human.String(), "the cost of authentication: closed ÷ open")
-	require.Contains(t, human.String(), "group commit (dwr, open)")
+	human := printed(t, Print, rep)
+	require.Contains(t, human, "the cost of authentication: closed ÷ open")
+	require.Contains(t, human, "group commit (dwr, open)")
 }
 
 func TestCostOf(t *testing.T) {

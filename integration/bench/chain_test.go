@@ -2,10 +2,10 @@ package bench
 
 import (
 	"bytes"
+	"context"
 	"fmt"
+	"io"
 	"os"
-	"path/filepath"
-	"sync"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -16,10 +16,8 @@ import (
 // TestBenchChain3EndToEnd runs a few chains through the whole service and
 // in-process SDK workers: every chain must end achieved.
 func TestBenchChain3EndToEnd(t *testing.T) {
-	var errb bytes.Buffer
-	rep, err := RunChain(t.Context(), ChainOptions{Chains: []int{10}, Single: 2, Workers: 1, Concurrency: 4, Submitters: 4,
-		Dir: t.TempDir(), Auth: true}, &errb)
-	require.NoError(t, err, "progress:\n%s", errb.String())
+	rep, _ := mustRun(t, RunChain, ChainOptions{Chains: []int{10}, Single: 2, Workers: 1, Concurrency: 4, Submitters: 4,
+		Dir: t.TempDir(), Auth: true})
 	require.NoError(t, rep.Err())
 	require.Equal(t, 2, rep.Single.Chains)
 	require.Len(t, rep.Cells, 1)
@@ -35,19 +33,16 @@ func TestBenchChain3EndToEnd(t *testing.T) {
 	require.Equal(t, AuthClosed, rep.Auth)
 	require.Equal(t, AuthClosed, rep.Single.Auth)
 	require.Equal(t, AuthClosed, rep.Cells[0].Auth)
-	var human bytes.Buffer
-	require.NoError(t, PrintChain(&human, rep))
-	require.Contains(t, human.String(), "CHAINS/S")
-	require.Contains(t, human.String(), "service closed")
+	human := printed(t, PrintChain, rep)
+	require.Contains(t, human, "CHAINS/S")
+	require.Contains(t, human, "service closed")
 }
 
 // TestBenchChain3CompareAuth runs the chains closed and open, alternating
 // in two rounds, and checks the cost of authentication pairs them.
 func TestBenchChain3CompareAuth(t *testing.T) {
-	var errb bytes.Buffer
-	rep, err := RunChain(t.Context(), ChainOptions{Chains: []int{6}, Single: 1, Workers: 1, Concurrency: 4, Submitters: 2,
-		Dir: t.TempDir(), Auth: true, CompareAuth: true, Rounds: 2}, &errb)
-	require.NoError(t, err, "progress:\n%s", errb.String())
+	rep, _ := mustRun(t, RunChain, ChainOptions{Chains: []int{6}, Single: 1, Workers: 1, Concurrency: 4, Submitters: 2,
+		Dir: t.TempDir(), Auth: true, CompareAuth: true, Rounds: 2})
 	require.Equal(t, AuthCompare, rep.Auth)
 	require.Zero(t, rep.Single.Chains, "every run is in cells")
 	var order []string
@@ -65,9 +60,8 @@ func TestBenchChain3CompareAuth(t *testing.T) {
 		require.Len(t, c.PerS.Rounds, 2)
 		require.Len(t, c.CPU.Rounds, 2)
 	}
-	var human bytes.Buffer
-	require.NoError(t, PrintChain(&human, rep))
-	require.Contains(t, human.String(), "the cost of authentication")
+	human := printed(t, PrintChain, rep)
+	require.Contains(t, human, "the cost of authentication")
 }
 
 // TestBenchChain3Deployed runs a few chains with the service deployed: `dwr
@@ -75,14 +69,9 @@ func TestBenchChain3CompareAuth(t *testing.T) {
 // submitters in the test's, over TCP; every chain must end achieved, and
 // the service's CPU and peak RSS must be measured.
 func TestBenchChain3Deployed(t *testing.T) {
-	if testing.Short() {
-		t.Skip("builds the dwr binary")
-	}
 	bin := buildDWR(t)
-	var errb bytes.Buffer
-	rep, err := RunChain(t.Context(), ChainOptions{Chains: []int{10}, Single: 2, Workers: 1, Concurrency: 4, Submitters: 4,
-		Warmup: 3, Dir: t.TempDir(), Auth: true, Deployed: true, Binary: bin}, &errb)
-	require.NoError(t, err, "progress:\n%s", errb.String())
+	rep, _ := mustRun(t, RunChain, ChainOptions{Chains: []int{10}, Single: 2, Workers: 1, Concurrency: 4, Submitters: 4,
+		Warmup: 3, Dir: t.TempDir(), Auth: true, Deployed: true, Binary: bin})
 	require.NoError(t, rep.Err())
 	require.Equal(t, ServiceDeployed, rep.Service)
 	require.Equal(t, AuthClosed, rep.Auth)
@@ -97,59 +86,58 @@ func TestBenchChain3Deployed(t *testing.T) {
 		require.GreaterOrEqual(t, c.CPUmsPerRun, c.ServiceCPUms, "the whole system's CPU includes the service's")
 	}
 	require.Equal(t, 10, rep.Cells[0].Chains)
-	var human bytes.Buffer
-	require.NoError(t, PrintChain(&human, rep))
-	require.Contains(t, human.String(), "service deployed")
-	require.Contains(t, human.String(), "SERVICE PEAK RSS MIB")
+	human := printed(t, PrintChain, rep)
+	require.Contains(t, human, "service deployed")
+	require.Contains(t, human, "SERVICE PEAK RSS MIB")
 }
 
 // TestBenchChain3DeployedOpen runs chains on a deployed service that is
 // open (dwr serve --insecure-open): no admin adds members, so the first
 // requests come right after serve is ready.
 func TestBenchChain3DeployedOpen(t *testing.T) {
-	if testing.Short() {
-		t.Skip("builds the dwr binary")
-	}
 	bin := buildDWR(t)
-	var errb bytes.Buffer
-	rep, err := RunChain(t.Context(), ChainOptions{Chains: []int{8}, Single: 1, Workers: 1, Concurrency: 4, Submitters: 4,
-		Dir: t.TempDir(), Deployed: true, Binary: bin}, &errb)
-	require.NoError(t, err, "progress:\n%s", errb.String())
+	rep, _ := mustRun(t, RunChain, ChainOptions{Chains: []int{8}, Single: 1, Workers: 1, Concurrency: 4, Submitters: 4,
+		Dir: t.TempDir(), Deployed: true, Binary: bin})
 	require.NoError(t, rep.Err())
 	require.Equal(t, AuthOpen, rep.Auth)
 	require.Equal(t, 8, rep.Cells[0].Chains)
 	require.Positive(t, rep.Cells[0].ServiceRSSMiB)
 }
 
-var (
-	dwrOnce sync.Once
-	dwrBin  string
-	dwrErr  error
-)
+// mustRun runs a benchmark (Run or RunChain) with o, its progress written
+// to a buffer, and returns its report and progress; it fails t, showing the
+// progress, when the run fails.
+func mustRun[O, R any](t *testing.T, run func(context.Context, O, io.Writer) (R, error), o O) (rep R, progress string) {
+	t.Helper()
+	var b bytes.Buffer
+	rep, err := run(t.Context(), o, &b)
+	require.NoError(t, err, "progress:\n%s", b.String())
+	return rep, b.String()
+}
+
+// printed returns what write (Print or PrintChain) writes of rep.
+func printed[R any](t *testing.T, write func(io.Writer, R) error, rep R) string {
+	t.Helper()
+	var b bytes.Buffer
+	require.NoError(t, write(&b, rep))
+	return b.String()
+}
+
+// dwrBuild is ./cmd/dwr of this module, built on first use.
+var dwrBuild servicetest.Binary
 
 // buildDWR builds ./cmd/dwr of this module, once per test run, and returns
-// its path.
+// its path; it skips t under -short.
 func buildDWR(t *testing.T) string {
 	t.Helper()
-	dwrOnce.Do(func() {
-		dir, err := os.MkdirTemp("", "dwr-bench-bin-")
-		if err != nil {
-			dwrErr = err
-			return
-		}
-		bin := filepath.Join(dir, "dwr")
-		if dwrErr = servicetest.GoBuild(bin, "./cmd/dwr", false); dwrErr == nil {
-			dwrBin = bin
-		}
-	})
-	require.NoError(t, dwrErr)
-	return dwrBin
+	if testing.Short() {
+		t.Skip("builds the dwr binary")
+	}
+	return dwrBuild.Path(t, "dwr", "./cmd/dwr", false)
 }
 
 func TestMain(m *testing.M) {
 	code := m.Run()
-	if dwrBin != "" {
-		_ = os.RemoveAll(filepath.Dir(dwrBin))
-	}
+	dwrBuild.Remove()
 	os.Exit(code)
 }
