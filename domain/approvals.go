@@ -107,24 +107,9 @@ type (
 // keeps every one.
 const MaxRefusalsKept = 20
 
-// Approver is a person registered in a workspace to decide approvals, with
-// the role that authorizes them and their Ed25519 public key; the key may
-// expire, and the approver may be revoked.
-type Approver struct {
-	Name         string     `json:"name"`
-	Role         string     `json:"role"`
-	PublicKey    string     `json:"public_key"` // standard base64 of the 32-byte key
-	KeyID        string     `json:"key_id"`
-	RegisteredAt time.Time  `json:"registered_at"`
-	ExpiresAt    *time.Time `json:"expires_at,omitempty"` // from then on the key decides nothing
-	RevokedAt    *time.Time `json:"revoked_at,omitempty"` // set while the approver is revoked
-}
-
-// Active reports whether the approver may decide at now: not revoked, and
-// its key not expired.
-func (a *Approver) Active(now time.Time) bool {
-	return a.RevokedAt == nil && (a.ExpiresAt == nil || now.Before(*a.ExpiresAt))
-}
+// Approver is a person registered in a workspace to decide approvals
+// (schemas.Approver, with Active).
+type Approver = schemas.Approver
 
 // ApprovalID returns the id of a task's n-th approval (n from 1).
 func ApprovalID(taskID string, n int) string { return taskID + "-" + strconv.Itoa(n) }
@@ -277,16 +262,6 @@ func gateRequest(t *Task) ApprovalRequest {
 	}
 	return ApprovalRequest{Action: t.Spec.Input, Summary: summary, Basis: a.Basis, Role: a.Role,
 		Responses: a.Responses, Branches: a.Branches, OnExpiry: a.OnExpiry, EscalateTo: a.EscalateTo, ExpiresIn: a.ExpiresIn}
-}
-
-// Approver returns the registered approver name, or nil.
-func (w *Workspace) Approver(name string) *Approver {
-	for i := range w.Approvers {
-		if w.Approvers[i].Name == name {
-			return &w.Approvers[i]
-		}
-	}
-	return nil
 }
 
 func (x *tx) registerApprover(c *RegisterApprover) (Reply, error) {

@@ -5,59 +5,15 @@ import (
 	"fmt"
 	"slices"
 	"strings"
-	"time"
+
+	"github.com/dwr-run/dwr/schemas"
 )
 
-// Member is an identity with a role in a workspace: the NATS user (an nkey)
-// that connects, the role that says what it may send, and for an executor
-// the queues it may work.
-type Member struct {
-	// Name names the member in the workspace, and is the actor of the
-	// events its commands cause.
-	Name string `json:"name"`
-	// Role is what the member may do.
-	Role Role `json:"role"`
-	// PublicKey is the member's NATS user nkey ("U..."), the identity the
-	// NATS server authenticates.
-	PublicKey string `json:"public_key"`
-	// Queues are the queues an executor may take work from and report on.
-	Queues []string `json:"queues,omitempty"`
-	// AddedAt is when the member was added, or last replaced by a
-	// member.add of the same name.
-	AddedAt time.Time `json:"added_at"`
-}
-
-// MayWork reports whether the member may work tasks of queue q.
-func (m *Member) MayWork(q string) bool {
-	if m.Role == RoleAdmin {
-		return true
-	}
-	for _, x := range m.Queues {
-		if x == q {
-			return true
-		}
-	}
-	return false
-}
-
-// Member returns the member named name, or nil.
-func (w *Workspace) Member(name string) *Member {
-	return w.member(func(m *Member) bool { return m.Name == name })
-}
-
-// MemberByKey returns the member whose NATS user key is pub, or nil.
-func (w *Workspace) MemberByKey(pub string) *Member {
-	return w.member(func(m *Member) bool { return m.PublicKey == pub })
-}
-
-func (w *Workspace) member(match func(*Member) bool) *Member {
-	for i := range w.Members {
-		if match(&w.Members[i]) {
-			return &w.Members[i]
-		}
-	}
-	return nil
-}
+// Member is an identity with a role in a workspace: the NATS user (an
+// nkey) that connects, the role that says what it may send, and for an
+// executor the queues it may work (schemas.Member, with MayWork; Workspace's
+// Member and MemberByKey find one).
+type Member = schemas.Member
 
 // MaxMemberQueues bounds the queues of one executor.
 const MaxMemberQueues = 100

@@ -1,8 +1,6 @@
 package domain
 
 import (
-	"slices"
-
 	"github.com/dwr-run/dwr/schemas"
 )
 
@@ -18,16 +16,6 @@ const (
 // how long an executor holds a work item before it is delivered again, and
 // how many times it is delivered before it is quarantined.
 type QueueConfig = schemas.QueueConfig
-
-// Queue returns the settings of queue name, or nil when it was never
-// configured.
-func (w *Workspace) Queue(name string) *QueueConfig {
-	i := slices.IndexFunc(w.Queues, func(q QueueConfig) bool { return q.Name == name })
-	if i < 0 {
-		return nil
-	}
-	return &w.Queues[i]
-}
 
 // queueReply answers a queue.configure with the settings in effect.
 func queueReply(w *Workspace, q *QueueConfig, duplicate bool) Reply {

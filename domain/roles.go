@@ -15,7 +15,7 @@ type Role = schemas.Role
 const (
 	// RoleAdmin may send every command and query of its workspace,
 	// including registering approvers and adding or removing members.
-	RoleAdmin Role = "admin"
+	RoleAdmin = schemas.RoleAdmin
 	// RoleClient starts and steers work: goals, plans, tasks, signals,
 	// cancellations and reviews, and every query.
 	RoleClient Role = "client"

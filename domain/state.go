@@ -8,19 +8,9 @@ import (
 	"github.com/dwr-run/dwr/schemas"
 )
 
-// Workspace is the state of a workspace aggregate.
-type Workspace struct {
-	Name        string     `json:"id"`
-	Description string     `json:"description,omitempty"`
-	CreatedAt   time.Time  `json:"created_at"`
-	Version     uint64     `json:"version"`
-	Commands    []string   `json:"commands,omitempty"`
-	Approvers   []Approver `json:"approvers,omitempty"`
-	// Members are the identities with a role in the workspace.
-	Members []Member `json:"members,omitempty"`
-	// Queues are the queues whose lease and deliveries were configured.
-	Queues []QueueConfig `json:"queues,omitempty"`
-}
+// Workspace is the state of a workspace aggregate: wire data, defined in
+// schemas with its methods (Clone, HasCommand, Member, Approver, Queue).
+type Workspace = schemas.Workspace
 
 // The states of goals and tasks are wire data, defined once in schemas.
 type (
@@ -64,26 +54,6 @@ func retryOf(t *Task) RetryPolicy {
 // OperationKey returns the key a task's side effects are made under: stable
 // across every attempt of the task.
 func OperationKey(taskID string) string { return "op-" + taskID }
-
-// Clone returns a copy of w.
-func (w *Workspace) Clone() *Workspace {
-	c := *w
-	c.Commands = slices.Clone(w.Commands)
-	c.Approvers = slices.Clone(w.Approvers)
-	if w.Members != nil {
-		c.Members = make([]Member, len(w.Members))
-		for i, m := range w.Members {
-			m.Queues = slices.Clone(m.Queues)
-			c.Members[i] = m
-		}
-	}
-	c.Queues = slices.Clone(w.Queues)
-	return &c
-}
-
-// HasCommand reports whether the command with idempotency key key
-// (Meta.Key) was already applied to the workspace.
-func (w *Workspace) HasCommand(key string) bool { return key != "" && slices.Contains(w.Commands, key) }
 
 // Recorded is what the log adds to an event: the command it came from, who
 // sent it, and the time it was decided.

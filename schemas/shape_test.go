@@ -466,11 +466,12 @@ func TestDefsMatchTypes(t *testing.T) {
 	s := newShapes(t)
 	defs := s.docs[schemas.PathCommon].(map[string]any)["$defs"].(map[string]any)
 	for name, typ := range map[string]reflect.Type{
-		"Approver":     reflect.TypeFor[domain.Approver](),
+		"Approver":     reflect.TypeFor[schemas.Approver](),
 		"Approval":     reflect.TypeFor[schemas.Approval](),
 		"ApprovalSpec": reflect.TypeFor[schemas.ApprovalSpec](),
-		"Member":       reflect.TypeFor[domain.Member](),
+		"Member":       reflect.TypeFor[schemas.Member](),
 		"QueueConfig":  reflect.TypeFor[schemas.QueueConfig](),
+		"Workspace":    reflect.TypeFor[schemas.Workspace](),
 	} {
 		s.check("common.json#/$defs/"+name, typ, doc{schemas.PathCommon, defs[name].(map[string]any)})
 	}

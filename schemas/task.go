@@ -131,22 +131,12 @@ func (t *Task) Running() *Attempt {
 
 // Attempt returns attempt n of the task, or nil.
 func (t *Task) Attempt(n int) *Attempt {
-	for i := range t.Attempts {
-		if t.Attempts[i].N == n {
-			return &t.Attempts[i]
-		}
-	}
-	return nil
+	return find(t.Attempts, func(a *Attempt) bool { return a.N == n })
 }
 
 // Approval returns the task's approval with id, or nil.
 func (t *Task) Approval(id string) *Approval {
-	for i := range t.Approvals {
-		if t.Approvals[i].ID == id {
-			return &t.Approvals[i]
-		}
-	}
-	return nil
+	return find(t.Approvals, func(a *Approval) bool { return a.ID == id })
 }
 
 // PendingApproval returns the approval the task waits on, or nil.

@@ -1,8 +1,18 @@
 package schemas
 
+import (
+	"slices"
+	"time"
+)
+
 // Role is what a member of a workspace may do there
 // (common.json#/$defs/Role): admin, client, executor, approver or viewer.
 type Role string
+
+// RoleAdmin may send every command and query of its workspace, including
+// registering approvers and adding or removing members (domain.Roles lists
+// the others).
+const RoleAdmin Role = "admin"
 
 // QueueConfig is a queue's settings, which its work items' consumer follows:
 // how long an executor holds a work item before it is delivered again, and
@@ -11,4 +21,118 @@ type QueueConfig struct {
 	Name       string `json:"name"`
 	LeaseMS    int64  `json:"lease_ms"`
 	MaxDeliver int    `json:"max_deliver"`
+}
+
+// Workspace is the state of a workspace aggregate, as workspace.list
+// answers it: its name, description and version, with its approvers,
+// members and configured queues.
+type Workspace struct {
+	Name        string    `json:"id"`
+	Description string    `json:"description,omitempty"`
+	CreatedAt   time.Time `json:"created_at"`
+	Version     uint64    `json:"version"`
+	// Commands are the keys of the commands applied to the workspace (for
+	// idempotency).
+	Commands  []string   `json:"commands,omitempty"`
+	Approvers []Approver `json:"approvers,omitempty"`
+	// Members are the identities with a role in the workspace.
+	Members []Member `json:"members,omitempty"`
+	// Queues are the queues whose lease and deliveries were configured.
+	Queues []QueueConfig `json:"queues,omitempty"`
+}
+
+// Clone returns a copy of w.
+func (w *Workspace) Clone() *Workspace {
+	c := *w
+	c.Commands = slices.Clone(w.Commands)
+	c.Approvers = slices.Clone(w.Approvers)
+	if w.Members != nil {
+		c.Members = make([]Member, len(w.Members))
+		for i, m := range w.Members {
+			m.Queues = slices.Clone(m.Queues)
+			c.Members[i] = m
+		}
+	}
+	c.Queues = slices.Clone(w.Queues)
+	return &c
+}
+
+// HasCommand reports whether the command with idempotency key key
+// (domain's Meta.Key) was already applied to the workspace.
+func (w *Workspace) HasCommand(key string) bool { return key != "" && slices.Contains(w.Commands, key) }
+
+// Approver returns the registered approver name, or nil.
+func (w *Workspace) Approver(name string) *Approver {
+	return find(w.Approvers, func(a *Approver) bool { return a.Name == name })
+}
+
+// Member returns the member named name, or nil.
+func (w *Workspace) Member(name string) *Member {
+	return find(w.Members, func(m *Member) bool { return m.Name == name })
+}
+
+// MemberByKey returns the member whose NATS user key is pub, or nil.
+func (w *Workspace) MemberByKey(pub string) *Member {
+	return find(w.Members, func(m *Member) bool { return m.PublicKey == pub })
+}
+
+// Queue returns the settings of queue name, or nil when it was never
+// configured.
+func (w *Workspace) Queue(name string) *QueueConfig {
+	return find(w.Queues, func(q *QueueConfig) bool { return q.Name == name })
+}
+
+// find returns the first element of xs that match accepts, in place (a
+// pointer into xs), or nil.
+func find[T any](xs []T, match func(*T) bool) *T {
+	for i := range xs {
+		if match(&xs[i]) {
+			return &xs[i]
+		}
+	}
+	return nil
+}
+
+// Member is an identity with a role in a workspace, as member.list answers
+// it: the NATS user (an nkey) that connects, the role that says what it may
+// send, and for an executor the queues it may work.
+type Member struct {
+	// Name names the member in the workspace, and is the actor of the
+	// events its commands cause.
+	Name string `json:"name"`
+	// Role is what the member may do.
+	Role Role `json:"role"`
+	// PublicKey is the member's NATS user nkey ("U..."), the identity the
+	// NATS server authenticates.
+	PublicKey string `json:"public_key"`
+	// Queues are the queues an executor may take work from and report on.
+	Queues []string `json:"queues,omitempty"`
+	// AddedAt is when the member was added, or last replaced by a
+	// member.add of the same name.
+	AddedAt time.Time `json:"added_at"`
+}
+
+// MayWork reports whether the member may work tasks of queue q.
+func (m *Member) MayWork(q string) bool {
+	return m.Role == RoleAdmin || slices.Contains(m.Queues, q)
+}
+
+// Approver is a person registered in a workspace to decide approvals, with
+// the role that authorizes them and their Ed25519 public key, as
+// approver.list answers it; the key may expire, and the approver may be
+// revoked.
+type Approver struct {
+	Name         string     `json:"name"`
+	Role         string     `json:"role"`
+	PublicKey    string     `json:"public_key"` // standard base64 of the 32-byte key
+	KeyID        string     `json:"key_id"`
+	RegisteredAt time.Time  `json:"registered_at"`
+	ExpiresAt    *time.Time `json:"expires_at,omitempty"` // from then on the key decides nothing
+	RevokedAt    *time.Time `json:"revoked_at,omitempty"` // set while the approver is revoked
+}
+
+// Active reports whether the approver may decide at now: not revoked, and
+// its key not expired.
+func (a *Approver) Active(now time.Time) bool {
+	return a.RevokedAt == nil && (a.ExpiresAt == nil || now.Before(*a.ExpiresAt))
 }

@@ -2,9 +2,11 @@ package main
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"fmt"
 	"io"
+	"iter"
 	"slices"
 	"strings"
 	"time"
@@ -33,11 +35,13 @@ func approvalsListCmd(g *globals) *cobra.Command {
 	var role, state string
 	list := listCmd(g, &cobra.Command{
 		Use: "list [--role R] [--state pending|decided|expired|withdrawn|all]", Short: "list approvals (pending by default)", Args: cobra.NoArgs,
-	}, &paging{}, "approvals", "approval.list", func([]string) (schemas.Query, error) {
+	}, &paging{}, "approvals", func([]string) error {
 		if !slices.Contains(approvalStates, state) {
-			return schemas.Query{}, fail(exitInvalid, "--state %q: use one of %s", state, strings.Join(approvalStates, ", "))
+			return fail(exitInvalid, "--state %q: use one of %s", state, strings.Join(approvalStates, ", "))
 		}
-		return schemas.Query{State: state, Role: role}, nil
+		return nil
+	}, func(ctx context.Context, cl *client.Client, _ []string, opts ...client.CallOption) iter.Seq2[*approvalView, error] {
+		return cl.Approvals(ctx, client.ApprovalFilter{State: state, Role: role}, opts...)
 	}, func(w io.Writer, vs []approvalView) error {
 		return printApprovals(w, vs, state != domain.ApprovalStatePending, time.Now())
 	})

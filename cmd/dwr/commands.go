@@ -4,13 +4,13 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"iter"
 	"strings"
 
 	"github.com/spf13/cobra"
 
 	"github.com/dwr-run/dwr/executors/client"
 	"github.com/dwr-run/dwr/handlers"
-	"github.com/dwr-run/dwr/schemas"
 )
 
 // commandIDFlag adds --command-id to cmd.
@@ -61,37 +61,48 @@ func getCmd[T any](g *globals, use, short string, get func(*client.Client, conte
 	}
 }
 
-// listCmd makes cmd list the items (what, such as "tasks") of list query
-// name, with the query that query makes of its flags and arguments, and
-// show them: as JSON with --json, else as human prints them. With pages,
-// cmd lists a page at a time and has the paging flags; without, every item.
-func listCmd[T any](g *globals, cmd *cobra.Command, pages *paging, what, name string, query func(args []string) (schemas.Query, error),
+// listCmd makes cmd list the items (what, such as "tasks") that items
+// yields for its arguments, and show them: as JSON with --json, else as
+// human prints them. check (nil for none) checks the arguments and flags
+// before anything is sent. With pages, cmd lists a page at a time and has
+// the paging flags; without, every item.
+func listCmd[T any](g *globals, cmd *cobra.Command, pages *paging, what string, check func(args []string) error,
+	items func(ctx context.Context, cl *client.Client, args []string, opts ...client.CallOption) iter.Seq2[*T, error],
 	human func(io.Writer, []T) error) *cobra.Command {
 	if pages != nil {
 		pages.flags(cmd, what)
 	}
 	cmd.RunE = func(_ *cobra.Command, args []string) error {
-		q, err := query(args)
-		if err != nil {
-			return err
+		if check != nil {
+			if err := check(args); err != nil {
+				return err
+			}
 		}
 		p := paging{all: true}
 		if pages != nil {
 			p = *pages
 		}
 		return g.withClient(func(ctx context.Context, cl *client.Client) error {
-			items, err := list[T](ctx, g, cl, p, what, name, q)
-			if err != nil {
-				return err
+			var next string
+			opts := []client.CallOption{client.Limit(p.limit), client.After(p.after)}
+			if !p.all {
+				opts = append(opts, client.OnePage(&next))
 			}
-			return show(g, items, human)
+			out := []T{}
+			for v, err := range items(ctx, cl, args, opts...) {
+				if err != nil {
+					return err
+				}
+				out = append(out, *v)
+			}
+			if next != "" {
+				fmt.Fprintf(g.errOut, "more %s follow: repeat with --all to list them all, or with --after %s for the next page\n", what, next)
+			}
+			return show(g, out, human)
 		})
 	}
 	return cmd
 }
-
-// everything is the query of a list command without filters.
-func everything([]string) (schemas.Query, error) { return schemas.Query{}, nil }
 
 // paging is the flags of a list command that pages: --limit, --after and
 // --all.

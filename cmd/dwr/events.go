@@ -1,19 +1,25 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"io"
+	"iter"
 
 	"github.com/nats-io/nats.go"
 	"github.com/spf13/cobra"
 
+	"github.com/dwr-run/dwr/executors/client"
 	"github.com/dwr-run/dwr/schemas"
 )
 
 func eventsCmd(g *globals) *cobra.Command {
 	return listCmd(g, &cobra.Command{Use: "events ID", Short: "show the history of a task, goal or workspace", Args: cobra.ExactArgs(1)},
-		nil, "events", "events", func(args []string) (schemas.Query, error) { return schemas.Query{ID: args[0]}, nil },
+		nil, "events", nil, func(ctx context.Context, cl *client.Client, args []string, opts ...client.CallOption) iter.Seq2[*json.RawMessage, error] {
+			// Each event as the service encoded it: --json prints it whole.
+			return client.List[json.RawMessage](ctx, cl, "events", schemas.Query{ID: args[0]}, opts...)
+		},
 		func(w io.Writer, evs []json.RawMessage) error {
 			rows := make([][]string, len(evs))
 			for i, raw := range evs {

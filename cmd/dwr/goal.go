@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"iter"
 	"strings"
 	"time"
 
@@ -33,7 +34,9 @@ func goalCmd(g *globals) *cobra.Command {
 
 	get := getCmd(g, "get ID", "show a goal with its plan", (*client.Client).Goal, printGoal)
 	list := listCmd(g, &cobra.Command{Use: "list [--all | --limit N --after CURSOR]", Short: "list goals (a page; --all for every one)", Args: cobra.NoArgs},
-		&paging{}, "goals", "goal.list", everything, columns([]string{"ID", "STATE", "PLAN", "TASKS", "TITLE"}, func(v schemas.GoalView) []string {
+		&paging{}, "goals", nil, func(ctx context.Context, cl *client.Client, _ []string, opts ...client.CallOption) iter.Seq2[*schemas.GoalView, error] {
+			return cl.Goals(ctx, opts...)
+		}, columns([]string{"ID", "STATE", "PLAN", "TASKS", "TITLE"}, func(v schemas.GoalView) []string {
 			return []string{v.ID, v.State, fmt.Sprint(v.PlanVersion), counts(v.Counts), v.Title}
 		}))
 	cmd.AddCommand(create, get, list)

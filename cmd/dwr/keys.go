@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"iter"
 	"strings"
 
 	"github.com/spf13/cobra"
@@ -12,6 +13,7 @@ import (
 	"github.com/dwr-run/dwr/domain"
 	"github.com/dwr-run/dwr/executors"
 	"github.com/dwr-run/dwr/executors/client"
+	"github.com/dwr-run/dwr/schemas"
 )
 
 // keyOut is what `dwr keys create|add --json` prints.
@@ -152,12 +154,14 @@ func keysAddCmd(g *globals) *cobra.Command {
 
 func keysRevokeCmd(g *globals) *cobra.Command {
 	return revokeCmd(g, "revoke NAME", "revoke approver NAME's key: its decisions are refused (and recorded as refused) from now on",
-		"approver.revoke", func(name string) any { return domain.RevokeApprover{Name: name} }, "approver %s's key revoked in workspace %s\n")
+		(*client.Client).RevokeApprover, "approver %s's key revoked in workspace %s\n")
 }
 
 func keysListCmd(g *globals) *cobra.Command {
 	return listCmd(g, &cobra.Command{Use: "list", Short: "list the workspace's approvers and their keys", Args: cobra.NoArgs},
-		nil, "approvers", "approver.list", everything, columns([]string{"NAME", "ROLE", "KEY-ID", "REGISTERED"}, func(a domain.Approver) []string {
+		nil, "approvers", nil, func(ctx context.Context, cl *client.Client, _ []string, opts ...client.CallOption) iter.Seq2[*schemas.Approver, error] {
+			return cl.Approvers(ctx, opts...)
+		}, columns([]string{"NAME", "ROLE", "KEY-ID", "REGISTERED"}, func(a schemas.Approver) []string {
 			return []string{a.Name, a.Role, a.KeyID, ago(a.RegisteredAt)}
 		}))
 }

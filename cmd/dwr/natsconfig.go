@@ -11,7 +11,6 @@ import (
 	"github.com/dwr-run/dwr/domain"
 	"github.com/dwr-run/dwr/executors/client"
 	"github.com/dwr-run/dwr/handlers/access"
-	"github.com/dwr-run/dwr/schemas"
 )
 
 func natsConfigCmd(g *globals) *cobra.Command {
@@ -75,14 +74,18 @@ func writeNatsConfig(g *globals, dir string, fromServer, insecureOpen bool, out 
 func readMembers(g *globals) ([]*domain.Workspace, error) {
 	var wss []*domain.Workspace
 	err := g.withClient(func(ctx context.Context, cl *client.Client) error {
-		var err error
-		if wss, err = list[*domain.Workspace](ctx, g, cl, paging{all: true}, "workspaces", "workspace.list", schemas.Query{}); err != nil {
-			return err
-		}
-		for _, w := range wss {
-			if w.Members, err = list[domain.Member](ctx, g, cl.In(w.Name), paging{all: true}, "members", "member.list", schemas.Query{}); err != nil {
+		for w, err := range cl.Workspaces(ctx) {
+			if err != nil {
 				return err
 			}
+			w.Members = nil // every member, page after page
+			for m, err := range cl.In(w.Name).Members(ctx) {
+				if err != nil {
+					return err
+				}
+				w.Members = append(w.Members, *m)
+			}
+			wss = append(wss, w)
 		}
 		return nil
 	})

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"iter"
 	"math"
 	"strings"
 	"time"
@@ -188,10 +189,11 @@ func taskListCmd(g *globals) *cobra.Command {
 		Long: "list lists the tasks of the workspace, a page at a time: by state, then id (by id with --state or --goal).\n" +
 			"When more follow it says so on stderr, with the --after cursor of the next page; --all lists every page.",
 		Args: cobra.NoArgs,
-	}, &paging{}, "tasks", "task.list", func([]string) (schemas.Query, error) { return schemas.Query{State: state, GoalID: goal}, nil },
-		columns([]string{"ID", "KEY", "STATE", "QUEUE", "ATTEMPTS", "GOAL", "UPDATED"}, func(t schemas.Task) []string {
-			return []string{t.ID, dash(t.Key), t.State, t.Spec.Queue, fmt.Sprint(len(t.Attempts)), dash(t.GoalID), ago(t.UpdatedAt)}
-		}))
+	}, &paging{}, "tasks", nil, func(ctx context.Context, cl *client.Client, _ []string, opts ...client.CallOption) iter.Seq2[*schemas.Task, error] {
+		return cl.Tasks(ctx, client.TaskFilter{State: state, GoalID: goal}, opts...)
+	}, columns([]string{"ID", "KEY", "STATE", "QUEUE", "ATTEMPTS", "GOAL", "UPDATED"}, func(t schemas.Task) []string {
+		return []string{t.ID, dash(t.Key), t.State, t.Spec.Queue, fmt.Sprint(len(t.Attempts)), dash(t.GoalID), ago(t.UpdatedAt)}
+	}))
 	list.Flags().StringVar(&state, "state", "", "only tasks in this state ("+strings.Join(domain.TaskStates, ", ")+")")
 	list.Flags().StringVar(&goal, "goal", "", "only the tasks of this goal")
 	return list

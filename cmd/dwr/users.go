@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"iter"
 	"strings"
 
 	"github.com/spf13/cobra"
@@ -12,6 +13,7 @@ import (
 	"github.com/dwr-run/dwr/domain"
 	"github.com/dwr-run/dwr/executors/client"
 	"github.com/dwr-run/dwr/handlers/access"
+	"github.com/dwr-run/dwr/schemas"
 )
 
 func usersCmd(g *globals) *cobra.Command {
@@ -54,25 +56,27 @@ func usersCmd(g *globals) *cobra.Command {
 	commandIDFlag(add, &cmdID)
 
 	list := listCmd(g, &cobra.Command{Use: "list", Short: "list the identities of the workspace (--workspace)", Args: cobra.NoArgs},
-		nil, "members", "member.list", everything, columns([]string{"NAME", "ROLE", "QUEUES", "KEY", "ADDED"}, func(m domain.Member) []string {
+		nil, "members", nil, func(ctx context.Context, cl *client.Client, _ []string, opts ...client.CallOption) iter.Seq2[*schemas.Member, error] {
+			return cl.Members(ctx, opts...)
+		}, columns([]string{"NAME", "ROLE", "QUEUES", "KEY", "ADDED"}, func(m schemas.Member) []string {
 			return []string{m.Name, string(m.Role), dash(strings.Join(m.Queues, ",")), short(m.PublicKey, 14), ago(m.AddedAt)}
 		}))
 	revoke := revokeCmd(g, "revoke NAME", "remove an identity from the workspace: its connections lose the workspace at once",
-		"member.remove", func(name string) any { return domain.RemoveMember{Name: name} }, "user %s revoked in workspace %s\n")
+		(*client.Client).RemoveMember, "user %s revoked in workspace %s\n")
 	cmd.AddCommand(add, list, revoke)
 	return cmd
 }
 
-// revokeCmd is the command use ("revoke NAME"): it sends command name with
-// the body that body makes of NAME, and prints the revocation (line names
-// NAME and the workspace).
-func revokeCmd(g *globals, use, short, name string, body func(string) any, line string) *cobra.Command {
+// revokeCmd is the command use ("revoke NAME"): it revokes NAME with
+// revoke, and prints the revocation (line names NAME and the workspace).
+func revokeCmd(g *globals, use, short string, revoke func(*client.Client, context.Context, string, ...client.CallOption) (*client.Result, error),
+	line string) *cobra.Command {
 	var cmdID string
 	cmd := &cobra.Command{
 		Use: use, Short: short, Args: cobra.ExactArgs(1),
 		RunE: func(_ *cobra.Command, args []string) error {
 			return g.withClient(func(ctx context.Context, cl *client.Client) error {
-				if _, err := cl.Command(ctx, name, body(args[0]), client.CommandID(cmdID)); err != nil {
+				if _, err := revoke(cl, ctx, args[0], client.CommandID(cmdID)); err != nil {
 					return err
 				}
 				if g.json {
@@ -92,7 +96,7 @@ func revokeCmd(g *globals, use, short, name string, body func(string) any, line 
 // who the credential is.
 func addUser(ctx context.Context, cl *client.Client, m domain.AddMember, out string, force bool, cmdID string) (domain.AddMember, string, error) {
 	m, about, err := access.AddUser(cl.Workspace(), m, out, force, func(m domain.AddMember) error {
-		_, err := cl.Command(ctx, "member.add", m, client.CommandID(cmdID))
+		_, err := cl.AddMember(ctx, m, client.CommandID(cmdID))
 		return err
 	})
 	if errors.Is(err, fs.ErrExist) {

@@ -100,9 +100,20 @@ func get[T any](ctx context.Context, c *Client, name, id string, opts []CallOpti
 	return &v, nil
 }
 
-// list pages through list query name, yielding each item; the iteration ends
-// at the first error, which it yields.
-func list[T any](ctx context.Context, c *Client, name string, q schemas.Query, opts []CallOption) iter.Seq2[*T, error] {
+// List pages through list query name (the last tokens of
+// dwr.q.<workspace>.<name>) with q, yielding each item decoded into a new T:
+// every page, following each reply's next, or as Limit, After and OnePage
+// say. It is the list queries' loop, for a list the Client has no method
+// for (T json.RawMessage keeps each item as the service encoded it). The
+// iteration ends at the first error, which it yields.
+func List[T any](ctx context.Context, c *Client, name string, q schemas.Query, opts ...CallOption) iter.Seq2[*T, error] {
+	k := callOf(opts)
+	if k.limit > 0 {
+		q.Limit = k.limit
+	}
+	if k.after != "" {
+		q.After = k.after
+	}
 	return func(yield func(*T, error) bool) {
 		for {
 			var page []*T
@@ -111,12 +122,15 @@ func list[T any](ctx context.Context, c *Client, name string, q schemas.Query, o
 				yield(nil, err)
 				return
 			}
+			if k.next != nil {
+				*k.next = r.Next
+			}
 			for _, v := range page {
 				if !yield(v, nil) {
 					return
 				}
 			}
-			if r.Next == "" || len(page) == 0 {
+			if r.Next == "" || len(page) == 0 || k.next != nil {
 				return
 			}
 			q.After = r.Next
@@ -132,7 +146,7 @@ func (c *Client) Goal(ctx context.Context, id string, opts ...CallOption) (*sche
 
 // Goals lists the workspace's goals, oldest first (goal.list).
 func (c *Client) Goals(ctx context.Context, opts ...CallOption) iter.Seq2[*schemas.GoalView, error] {
-	return list[schemas.GoalView](ctx, c, "goal.list", schemas.Query{}, opts)
+	return List[schemas.GoalView](ctx, c, "goal.list", schemas.Query{}, opts...)
 }
 
 // Task returns a task (task.get).
@@ -149,7 +163,7 @@ type TaskFilter struct {
 // Tasks lists the workspace's tasks that f selects (task.list), page by
 // page.
 func (c *Client) Tasks(ctx context.Context, f TaskFilter, opts ...CallOption) iter.Seq2[*schemas.Task, error] {
-	return list[schemas.Task](ctx, c, "task.list", schemas.Query{State: f.State, GoalID: f.GoalID}, opts)
+	return List[schemas.Task](ctx, c, "task.list", schemas.Query{State: f.State, GoalID: f.GoalID}, opts...)
 }
 
 // Approval returns an approval with its task's context (approval.get).
@@ -167,7 +181,7 @@ type ApprovalFilter struct {
 // Approvals lists the workspace's approvals that f selects (approval.list),
 // page by page: an approver's inbox.
 func (c *Client) Approvals(ctx context.Context, f ApprovalFilter, opts ...CallOption) iter.Seq2[*schemas.ApprovalView, error] {
-	return list[schemas.ApprovalView](ctx, c, "approval.list", schemas.Query{State: f.State, Role: f.Role}, opts)
+	return List[schemas.ApprovalView](ctx, c, "approval.list", schemas.Query{State: f.State, Role: f.Role}, opts...)
 }
 
 // goalEnded reports whether a goal in state has ended.

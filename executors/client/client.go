@@ -255,6 +255,9 @@ type call struct {
 	id, correlation string
 	minSeq          uint64
 	once            bool
+	limit           int     // list queries: items a page
+	after           string  // list queries: the cursor to start after
+	next            *string // list queries: one page only, its next cursor here
 }
 
 func callOf(opts []CallOption) call {
@@ -284,6 +287,20 @@ func Once() CallOption { return func(c *call) { c.once = true } }
 // log sequence seq (besides this Client's own writes, which it always
 // waits for).
 func MinSeq(seq uint64) CallOption { return func(c *call) { c.minSeq = seq } }
+
+// Limit bounds the items of each page a list query reads: 0 means the
+// service's default (100), at most 10,000. A larger page is one request
+// fewer, and a larger reply.
+func Limit(n int) CallOption { return func(c *call) { c.limit = n } }
+
+// After starts a list query after cursor: the next cursor an earlier page
+// gave (OnePage), to go on from there.
+func After(cursor string) CallOption { return func(c *call) { c.after = cursor } }
+
+// OnePage makes a list query read one page only, and sets *next to the
+// cursor of the page that follows it ("" when it was the last): a caller
+// that shows a page at a time goes on with After(*next).
+func OnePage(next *string) CallOption { return func(c *call) { c.next = next } }
 
 // Reply is an accepted command's or query's answer.
 type Reply struct {

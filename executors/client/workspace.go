@@ -1,0 +1,67 @@
+package client
+
+import (
+	"context"
+	"iter"
+
+	"github.com/dwr-run/dwr/schemas"
+)
+
+// The commands and queries of a workspace's administration: the workspace
+// itself, its members, its approvers and its queues. The workspace is the
+// Client's (In gives a Client of another).
+
+// CreateWorkspace creates the Client's workspace (workspace.create); w.Name
+// empty means the Client's.
+func (c *Client) CreateWorkspace(ctx context.Context, w schemas.CreateWorkspace, opts ...CallOption) (*Result, error) {
+	return c.do(ctx, "workspace.create", w, opts)
+}
+
+// Workspaces lists the workspaces, with their members, approvers and
+// queues (workspace.list).
+func (c *Client) Workspaces(ctx context.Context, opts ...CallOption) iter.Seq2[*schemas.Workspace, error] {
+	return List[schemas.Workspace](ctx, c, "workspace.list", schemas.Query{}, opts...)
+}
+
+// AddMember gives an identity a role in the workspace (member.add): a new
+// member, or a replaced one (another key, role or queues) under the same
+// name.
+func (c *Client) AddMember(ctx context.Context, m schemas.AddMember, opts ...CallOption) (*Result, error) {
+	return c.do(ctx, "member.add", m, opts)
+}
+
+// RemoveMember removes a member from the workspace (member.remove): its
+// connections lose the workspace at once.
+func (c *Client) RemoveMember(ctx context.Context, name string, opts ...CallOption) (*Result, error) {
+	return c.do(ctx, "member.remove", schemas.RemoveMember{Name: name}, opts)
+}
+
+// Members lists the workspace's members by name (member.list), page by
+// page.
+func (c *Client) Members(ctx context.Context, opts ...CallOption) iter.Seq2[*schemas.Member, error] {
+	return List[schemas.Member](ctx, c, "member.list", schemas.Query{}, opts...)
+}
+
+// RevokeApprover revokes a registered approver (approver.revoke): its
+// decisions are refused from then on. (RegisterApprover registers one.)
+func (c *Client) RevokeApprover(ctx context.Context, name string, opts ...CallOption) (*Result, error) {
+	return c.do(ctx, "approver.revoke", schemas.RevokeApprover{Name: name}, opts)
+}
+
+// Approvers lists the workspace's approvers and their keys
+// (approver.list).
+func (c *Client) Approvers(ctx context.Context, opts ...CallOption) iter.Seq2[*schemas.Approver, error] {
+	return List[schemas.Approver](ctx, c, "approver.list", schemas.Query{}, opts...)
+}
+
+// ConfigureQueue sets a queue's lease and deliveries (queue.configure).
+// The Result's Queue, LeaseMS and MaxDeliver are the settings in effect:
+// with q.IfUnset, the queue's own when it had some already.
+func (c *Client) ConfigureQueue(ctx context.Context, q schemas.ConfigureQueue, opts ...CallOption) (*Result, error) {
+	return c.do(ctx, "queue.configure", q, opts)
+}
+
+// Queues lists the workspace's configured queues (queue.list).
+func (c *Client) Queues(ctx context.Context, opts ...CallOption) iter.Seq2[*schemas.QueueConfig, error] {
+	return List[schemas.QueueConfig](ctx, c, "queue.list", schemas.Query{}, opts...)
+}

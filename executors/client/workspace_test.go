@@ -1,0 +1,100 @@
+package client_test
+
+import (
+	"crypto/ed25519"
+	"crypto/rand"
+	"encoding/base64"
+	"iter"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/dwr-run/dwr/executors/client"
+	"github.com/dwr-run/dwr/handlers/access"
+	"github.com/dwr-run/dwr/schemas"
+)
+
+// collect returns every item of a list, failing the test at an error.
+func collect[T any](t *testing.T, seq iter.Seq2[*T, error]) []*T {
+	t.Helper()
+	var out []*T
+	for v, err := range seq {
+		require.NoError(t, err)
+		out = append(out, v)
+	}
+	return out
+}
+
+// An admin runs a workspace with the client: creates it, adds and removes
+// members, registers and revokes an approver, configures a queue, and reads
+// each back; a list is read whole or a page at a time.
+func TestClientAdministersAWorkspace(t *testing.T) {
+	s := start(t)
+	ctx := within(t, 30*time.Second)
+	admin := client.New(s.Admin)
+	ops := admin.In("ops")
+
+	r, err := ops.CreateWorkspace(ctx, schemas.CreateWorkspace{Description: "operations"})
+	require.NoError(t, err)
+	require.Equal(t, "ops", r.ID)
+	var names []string
+	for _, w := range collect(t, admin.Workspaces(ctx)) {
+		names = append(names, w.Name)
+		if w.Name == "ops" {
+			require.Equal(t, "operations", w.Description)
+		}
+	}
+	require.Subset(t, names, []string{"default", "ops"})
+
+	for _, name := range []string{"carol", "alice", "bob"} {
+		cred, err := access.NewCredential()
+		require.NoError(t, err)
+		_, err = ops.AddMember(ctx, schemas.AddMember{Name: name, Role: "executor", PublicKey: cred.PublicKey, Queues: []string{"build"}})
+		require.NoError(t, err)
+	}
+	var got []string
+	for _, m := range collect(t, ops.Members(ctx, client.Limit(2))) { // two pages
+		got = append(got, m.Name)
+		require.Equal(t, schemas.Role("executor"), m.Role)
+		require.Equal(t, []string{"build"}, m.Queues)
+	}
+	require.Equal(t, []string{"alice", "bob", "carol"}, got, "by name, across pages")
+	var next string
+	page := collect(t, ops.Members(ctx, client.Limit(2), client.OnePage(&next)))
+	require.Len(t, page, 2)
+	require.NotEmpty(t, next, "more follow the first page")
+	page = collect(t, ops.Members(ctx, client.Limit(2), client.After(next), client.OnePage(&next)))
+	require.Len(t, page, 1)
+	require.Equal(t, "carol", page[0].Name)
+	require.Empty(t, next, "the last page")
+
+	_, err = ops.RemoveMember(ctx, "bob")
+	require.NoError(t, err)
+	got = nil
+	for _, m := range collect(t, ops.Members(ctx)) {
+		got = append(got, m.Name)
+	}
+	require.Equal(t, []string{"alice", "carol"}, got)
+
+	pub, _, err := ed25519.GenerateKey(rand.Reader)
+	require.NoError(t, err)
+	_, err = ops.RegisterApprover(ctx, schemas.RegisterApprover{Name: "dana", Role: "ops", PublicKey: base64.StdEncoding.EncodeToString(pub)})
+	require.NoError(t, err)
+	_, err = ops.RevokeApprover(ctx, "dana")
+	require.NoError(t, err)
+	aps := collect(t, ops.Approvers(ctx))
+	require.Len(t, aps, 1)
+	require.Equal(t, "dana", aps[0].Name)
+	require.NotNil(t, aps[0].RevokedAt, "revoked, and still on record")
+
+	q, err := ops.ConfigureQueue(ctx, schemas.ConfigureQueue{Queue: "build", LeaseMS: 60_000, MaxDeliver: 7})
+	require.NoError(t, err)
+	require.Equal(t, int64(60_000), q.LeaseMS)
+	q, err = ops.ConfigureQueue(ctx, schemas.ConfigureQueue{Queue: "build", LeaseMS: 5_000, MaxDeliver: 2, IfUnset: true})
+	require.NoError(t, err)
+	require.Equal(t, int64(60_000), q.LeaseMS, "if_unset keeps the queue's settings")
+	require.Equal(t, 7, q.MaxDeliver)
+	qs := collect(t, ops.Queues(ctx))
+	require.Equal(t, []*schemas.QueueConfig{{Name: "build", LeaseMS: 60_000, MaxDeliver: 7}}, qs)
+}
