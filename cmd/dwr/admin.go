@@ -2,13 +2,9 @@ package main
 
 import (
 	"context"
-	"encoding/hex"
 	"errors"
-	"fmt"
 	"io"
 	"strings"
-	"text/tabwriter"
-	"time"
 
 	"github.com/spf13/cobra"
 
@@ -85,50 +81,14 @@ func rebuildViews(ctx context.Context, m *handlers.Maintenance, o handlers.Rebui
 	var ce *eventstore.StreamConfigError
 	switch {
 	case errors.As(err, &refused):
-		printLost(o.Progress, refused)
+		_ = refused.PrintLost(o.Progress) // notes on stderr
 		return fail(exitDamaged, "%v\nthe views were left untouched; to give up what follows the verified prefix, run again with --accept-verified-prefix", err)
 	case errors.As(err, &ce):
 		return fail(exitDamaged, "%v", err)
 	case err != nil:
 		return fail(exitError, "%v", err)
 	}
-	if r.Acceptance != nil {
-		printAcceptance(out, r.Acceptance)
-	}
-	fmt.Fprintf(out, "rebuilt views from %d log records in %s (%.0f records/s), every record verified\nsha256 %s\n%s\n",
-		r.Records, r.Took.Round(time.Millisecond), float64(r.Records)/r.Took.Seconds(), hex.EncodeToString(r.Sum), r.Verdict)
-	return nil
-}
-
-// printLost prints what a refused rebuild would lose: the commands of the
-// records after the verified prefix, and those the views applied beyond it.
-func printLost(w io.Writer, r *handlers.RebuildRefusedError) {
-	var ie *eventstore.IntegrityError
-	if !errors.As(r, &ie) {
-		return
-	}
-	fmt.Fprintf(w, "the verified prefix ends at %s; accepting it would lose these acknowledged commands (%d", r.Prefix, len(r.Lost))
-	if r.Unnamed > 0 {
-		fmt.Fprintf(w, ", and those of %d records that do not decode", r.Unnamed)
-	}
-	fmt.Fprintln(w, "):")
-	for _, c := range r.Lost {
-		fmt.Fprintln(w, "  "+c)
-	}
-}
-
-// printAcceptance prints an acceptance that was made.
-func printAcceptance(w io.Writer, a *handlers.Acceptance) {
-	fmt.Fprintf(w, "accepted the log's verified prefix, up to %s: %s\n", a.Verification.Tip, a.Problem)
-	fmt.Fprintf(w, "acceptance record appended at seq %d; the views were moved to %s\n", a.Seq, a.ViewsMovedTo)
-	fmt.Fprintf(w, "acknowledged commands lost (%d", len(a.Lost))
-	if a.Unnamed > 0 {
-		fmt.Fprintf(w, ", and those of %d records that cannot be named", a.Unnamed)
-	}
-	fmt.Fprintln(w, "):")
-	for _, c := range a.Lost {
-		fmt.Fprintln(w, "  "+c)
-	}
+	return r.Print(out)
 }
 
 func verifyLog(ctx context.Context, m *handlers.Maintenance, asJSON bool, out, errw io.Writer) error {
@@ -137,70 +97,15 @@ func verifyLog(ctx context.Context, m *handlers.Maintenance, asJSON bool, out, e
 		return fail(exitError, "%v", err)
 	}
 	if asJSON {
-		if err := printJSON(out, r); err != nil {
-			return err
-		}
+		err = printJSON(out, r)
 	} else {
-		printVerify(out, r)
+		err = r.Print(out)
+	}
+	if err != nil {
+		return err
 	}
 	if !r.OK {
 		return fail(exitDamaged, "the log fails verification: %s", strings.Join(r.Problems, "; "))
 	}
 	return nil
-}
-
-func printVerify(out io.Writer, r *handlers.VerifyReport) {
-	w := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
-	fmt.Fprintf(w, "log\t%s, subject %s, key id %s\n", r.Stream, r.Subject, r.KeyID)
-	if r.Config.OK {
-		fmt.Fprintf(w, "stream config\tok\n")
-	}
-	for _, d := range r.Config.Diffs {
-		fmt.Fprintf(w, "stream config\tCHANGED: %s is %s, want %s\n", d.Field, d.Got, d.Want)
-	}
-	legacy := ""
-	if r.Legacy > 0 {
-		legacy = fmt.Sprintf(" (%d of the old unauthenticated format, before the chain)", r.Legacy)
-	}
-	fmt.Fprintf(w, "records\t%d read up to seq %d%s\n", r.Records, r.LastSeq, legacy)
-	if r.Accepted > 0 {
-		fmt.Fprintf(w, "accepted\t%d damaged stretch(es) closed by an acceptance record\n", r.Accepted)
-	}
-	if d := r.Damage; d != nil {
-		fmt.Fprintf(w, "chain\tDAMAGED at seq %d (n %d): %s: %s\n", d.Seq, d.N, d.Problem, d.Detail)
-		fmt.Fprintf(w, "verified prefix\t%s (sha256 %.16s…)\n", r.Verified, r.Verified.Hash)
-		var cmds []string
-		undecodable := 0
-		for _, l := range d.Lost {
-			if !l.Decoded {
-				undecodable++
-			}
-			cmds = append(cmds, l.Commands...)
-		}
-		fmt.Fprintf(w, "after it\t%d records do not verify (%d undecodable); their commands: %s\n",
-			len(d.Lost)+d.LostMore, undecodable, orNone(strings.Join(cmds, " ")))
-	} else {
-		fmt.Fprintf(w, "chain\tverified to the end: %s (sha256 %.16s…)\n", r.Verified, r.Verified.Hash)
-	}
-	switch v := r.Views; {
-	case v == nil:
-		fmt.Fprintf(w, "views\tnone checked\n")
-	case v.OK:
-		fmt.Fprintf(w, "views\tcheckpoint %s: on the log's verified chain\n", v.Tip)
-	default:
-		fmt.Fprintf(w, "views\t%s\n", v.Problem)
-	}
-	if r.OK {
-		fmt.Fprintf(w, "result\tOK\n")
-	} else {
-		fmt.Fprintf(w, "result\tFAILED\n")
-	}
-	_ = w.Flush()
-}
-
-func orNone(s string) string {
-	if s == "" {
-		return "none named"
-	}
-	return s
 }
