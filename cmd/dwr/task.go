@@ -2,11 +2,10 @@ package main
 
 import (
 	"context"
-	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"iter"
-	"math"
 	"strings"
 	"time"
 
@@ -14,6 +13,7 @@ import (
 
 	"github.com/dwr-run/dwr/domain"
 	"github.com/dwr-run/dwr/executors/client"
+	"github.com/dwr-run/dwr/executors/planfile"
 	"github.com/dwr-run/dwr/schemas"
 )
 
@@ -23,98 +23,50 @@ func taskCmd(g *globals) *cobra.Command {
 	return cmd
 }
 
-// taskFlags are the flags of `dwr task create`: the spec, and what is
-// resolved into it.
-type taskFlags struct {
-	spec                                            domain.TaskSpec
-	input, startAfter, startAt, timeout             string
-	maxAttempts                                     int
-	verifyQueue, verifyOnFail, verifyOnInconclusive string
-	deadline, deadlineAfter                         string
-	gate                                            bool
-	approval                                        domain.ApprovalSpec
-	approvalExpiresIn                               string
-}
-
 func taskCreateCmd(g *globals) *cobra.Command {
-	var o taskFlags
+	o := planfile.Options{Spec: domain.TaskSpec{Approval: &domain.ApprovalSpec{}}}
 	var spec domain.TaskSpec
 	create := sendCmd(g, &cobra.Command{Use: "create --queue Q [--input JSON]", Short: "create a standalone task", Args: cobra.NoArgs}, "task",
-		func([]string) (err error) {
-			spec, err = o.taskSpec(time.Now())
+		func([]string) error {
+			var err error
+			spec, err = o.TaskSpec(time.Now())
+			var oe *planfile.OptionError
+			if errors.As(err, &oe) {
+				return fail(exitInvalid, "%s", oe.Message(func(opt string) string { return "--" + taskFlagOf[opt] }))
+			}
 			return err
 		}, func(ctx context.Context, cl *client.Client, _ []string, id client.CallOption) (*client.Result, error) {
 			return cl.CreateTask(ctx, spec, id)
 		})
 	f := create.Flags()
-	f.StringVar(&o.spec.Queue, "queue", "", "the work queue executors take it from (required)")
-	f.StringVar(&o.spec.Title, "title", "", "a short title")
-	f.StringVar(&o.input, "input", "", "the task's input, as JSON")
-	f.StringSliceVar(&o.spec.DependsOn, "depends-on", nil, "ids of tasks that must be accepted first")
-	f.IntVar(&o.maxAttempts, "max-attempts", 0, "attempts in all before the task fails (default 3)")
-	f.StringVar(&o.timeout, "timeout-attempt", "", "per-attempt timeout, e.g. 5m")
-	f.StringVar(&o.verifyQueue, "verify-queue", "", "queue of the verifier that must PASS the result")
-	f.StringVar(&o.verifyOnFail, "verify-on-fail", "", "what a FAIL verdict does: retry (default: a new attempt, handed the evidence), reject, review")
-	f.StringVar(&o.verifyOnInconclusive, "verify-on-inconclusive", "", "what an INCONCLUSIVE verdict does: review (default: dwr review decides), retry, reject")
-	f.StringVar(&o.startAfter, "start-after", "", "make the task ready only after this long, e.g. 4s")
-	f.StringVar(&o.startAt, "start-at", "", "make the task ready only at this time (RFC 3339)")
-	f.StringVar(&o.deadline, "deadline", "", "fail the task (reason deadline) if it has not ended by this time (RFC 3339)")
-	f.StringVar(&o.deadlineAfter, "deadline-after", "", "fail the task (reason deadline) if it has not ended this long from now, e.g. 48h")
-	f.BoolVar(&o.gate, "approval", false, "gate the task on a person's signed approval before its first attempt (implied by any --approval-* flag)")
-	f.StringVar(&o.approval.Role, "approval-role", "", "the role whose approvers may decide the gate (default: any registered approver)")
-	f.StringVar(&o.approvalExpiresIn, "approval-expires-in", "", "how long the approval request stands, e.g. 1h (default: until decided)")
-	f.StringSliceVar(&o.approval.Responses, "approval-responses", nil, "the permitted responses: "+strings.Join(domain.Responses, ",")+" (default approve,reject)")
-	f.StringVar(&o.approval.OnExpiry, "approval-on-expiry", "", "what follows an expiry: "+strings.Join(domain.Branches, ", ")+" (default fail)")
-	f.StringVar(&o.approval.EscalateTo, "approval-escalate-to", "", "the role an escalation asks next")
+	f.StringVar(&o.Spec.Queue, "queue", "", "the work queue executors take it from (required)")
+	f.StringVar(&o.Spec.Title, "title", "", "a short title")
+	f.StringVar(&o.Input, "input", "", "the task's input, as JSON")
+	f.StringSliceVar(&o.Spec.DependsOn, "depends-on", nil, "ids of tasks that must be accepted first")
+	f.IntVar(&o.MaxAttempts, "max-attempts", 0, "attempts in all before the task fails (default 3)")
+	f.StringVar(&o.Timeout, "timeout-attempt", "", "per-attempt timeout, e.g. 5m")
+	f.StringVar(&o.VerifyQueue, "verify-queue", "", "queue of the verifier that must PASS the result")
+	f.StringVar(&o.VerifyOnFail, "verify-on-fail", "", "what a FAIL verdict does: retry (default: a new attempt, handed the evidence), reject, review")
+	f.StringVar(&o.VerifyOnInconclusive, "verify-on-inconclusive", "", "what an INCONCLUSIVE verdict does: review (default: dwr review decides), retry, reject")
+	f.StringVar(&o.StartAfter, "start-after", "", "make the task ready only after this long, e.g. 4s")
+	f.StringVar(&o.StartAt, "start-at", "", "make the task ready only at this time (RFC 3339)")
+	f.StringVar(&o.Deadline, "deadline", "", "fail the task (reason deadline) if it has not ended by this time (RFC 3339)")
+	f.StringVar(&o.DeadlineAfter, "deadline-after", "", "fail the task (reason deadline) if it has not ended this long from now, e.g. 48h")
+	f.BoolVar(&o.Approval, "approval", false, "gate the task on a person's signed approval before its first attempt (implied by any --approval-* flag)")
+	f.StringVar(&o.Spec.Approval.Role, "approval-role", "", "the role whose approvers may decide the gate (default: any registered approver)")
+	f.StringVar(&o.ApprovalExpiresIn, "approval-expires-in", "", "how long the approval request stands, e.g. 1h (default: until decided)")
+	f.StringSliceVar(&o.Spec.Approval.Responses, "approval-responses", nil, "the permitted responses: "+strings.Join(domain.Responses, ",")+" (default approve,reject)")
+	f.StringVar(&o.Spec.Approval.OnExpiry, "approval-on-expiry", "", "what follows an expiry: "+strings.Join(domain.Branches, ", ")+" (default fail)")
+	f.StringVar(&o.Spec.Approval.EscalateTo, "approval-escalate-to", "", "the role an escalation asks next")
 	return create
 }
 
-// taskSpec returns the spec the flags describe, relative times counted from
-// now.
-func (o *taskFlags) taskSpec(now time.Time) (domain.TaskSpec, error) {
-	spec := o.spec
-	if o.input != "" {
-		if !json.Valid([]byte(o.input)) {
-			return spec, fail(exitInvalid, "--input is not valid JSON")
-		}
-		spec.Input = json.RawMessage(o.input)
-	}
-	if o.maxAttempts > 0 {
-		spec.Retry = &domain.RetryPolicy{MaxAttempts: o.maxAttempts}
-	}
-	if o.timeout != "" {
-		d, err := time.ParseDuration(o.timeout)
-		if err != nil {
-			return spec, fail(exitInvalid, "--timeout-attempt %q: %v", o.timeout, err)
-		}
-		spec.Timeout = domain.Duration(d)
-	}
-	switch {
-	case o.verifyQueue != "":
-		spec.Verification = &domain.VerificationSpec{Queue: o.verifyQueue, OnFail: o.verifyOnFail, OnInconclusive: o.verifyOnInconclusive}
-	case o.verifyOnFail != "" || o.verifyOnInconclusive != "":
-		return spec, fail(exitInvalid, "--verify-on-fail and --verify-on-inconclusive need --verify-queue")
-	}
-	var err error
-	if spec.StartAt, err = momentFlags("start-at", o.startAt, "start-after", o.startAfter, math.MinInt64, now); err != nil {
-		return spec, err
-	}
-	if spec.Deadline, err = momentFlags("deadline", o.deadline, "deadline-after", o.deadlineAfter, 1, now); err != nil {
-		return spec, err
-	}
-	approval := o.approval
-	if o.approvalExpiresIn != "" {
-		d, err := time.ParseDuration(o.approvalExpiresIn)
-		if err != nil || d <= 0 {
-			return spec, fail(exitInvalid, "--approval-expires-in %q is not a positive duration such as 1h", o.approvalExpiresIn)
-		}
-		approval.ExpiresIn = domain.Duration(d)
-	}
-	if o.gate || approval.Role != "" || approval.ExpiresIn != 0 || len(approval.Responses) > 0 ||
-		approval.OnExpiry != "" || approval.EscalateTo != "" {
-		spec.Approval = &approval
-	}
-	return spec, nil
+// taskFlagOf names the flag of each option of planfile.Options.
+var taskFlagOf = map[string]string{
+	planfile.OptInput: "input", planfile.OptTimeout: "timeout-attempt", planfile.OptVerifyQueue: "verify-queue",
+	planfile.OptVerifyOnFail: "verify-on-fail", planfile.OptVerifyOnInconclusive: "verify-on-inconclusive",
+	planfile.OptStartAt: "start-at", planfile.OptStartAfter: "start-after", planfile.OptDeadline: "deadline",
+	planfile.OptDeadlineAfter: "deadline-after", planfile.OptApprovalExpiresIn: "approval-expires-in",
 }
 
 func taskGetCmd(g *globals) *cobra.Command {
@@ -229,32 +181,4 @@ func printTaskTimes(w io.Writer, t *schemas.Task) {
 	if t.Spec.Deadline != nil {
 		fmt.Fprintf(w, "deadline: %s\n", t.Spec.Deadline.Local().Format(time.DateTime))
 	}
-}
-
-// momentFlags resolves the pair of flags that name one moment: --atFlag TIME
-// (RFC 3339), or --afterFlag DURATION counted from now, at least minAfter.
-// It returns nil when neither is given.
-func momentFlags(atFlag, at, afterFlag, after string, minAfter time.Duration, now time.Time) (*time.Time, error) {
-	switch {
-	case at != "" && after != "":
-		return nil, fail(exitInvalid, "give --%s or --%s, not both", atFlag, afterFlag)
-	case after != "":
-		d, err := time.ParseDuration(after)
-		if err != nil || d < minAfter {
-			kind := "a duration"
-			if minAfter > 0 {
-				kind = "a positive duration"
-			}
-			return nil, fail(exitInvalid, "--%s %q is not %s such as 30m or 48h", afterFlag, after, kind)
-		}
-		t := now.Add(d).UTC()
-		return &t, nil
-	case at != "":
-		t, err := time.Parse(time.RFC3339, at)
-		if err != nil {
-			return nil, fail(exitInvalid, "--%s %q is not an RFC 3339 time (2026-01-02T15:04:05Z): %v", atFlag, at, err)
-		}
-		return &t, nil
-	}
-	return nil, nil
 }

@@ -9,6 +9,11 @@
 // task must be a field of schemas.TaskSpec: an unknown field is an error,
 // not something silently dropped.
 //
+// Options are one task's settings as plain values, the way a command line
+// gives them (`dwr task create`'s flags): Options.TaskSpec resolves them
+// into the spec, and its *OptionError names the options it refuses so that
+// the caller can say them in its own words.
+//
 // It may import schemas, the YAML converter (sigs.k8s.io/yaml) and the
 // standard library.
 package planfile
