@@ -15,13 +15,13 @@ import (
 // KeyRegistration is an approver's key as registered: its name, role and
 // key, the workspace, and the registration's version.
 type KeyRegistration struct {
-	Name      string
-	Role      string
-	KeyID     string
-	PublicKey string // standard base64 of the 32-byte key
-	Workspace string
-	Version   uint64
-	Duplicate bool // the same key was registered already: nothing changed
+	Name      string `json:"name"`
+	Role      string `json:"role"`
+	KeyID     string `json:"key_id"`
+	PublicKey string `json:"public_key"` // standard base64 of the 32-byte key
+	Workspace string `json:"workspace"`
+	Version   uint64 `json:"version"`
+	Duplicate bool   `json:"duplicate,omitempty"` // the same key was registered already: nothing changed
 }
 
 // RegisterKey registers pub as approver name's key, authorized by role, in

@@ -16,18 +16,13 @@ import (
 	"github.com/dwr-run/dwr/schemas"
 )
 
-// keyOut is what `dwr keys create|add --json` prints.
+// keyOut is what `dwr keys create|add --json` prints: the registration,
+// and what keys create wrote.
 type keyOut struct {
-	Name      string `json:"name"`
-	Role      string `json:"role"`
-	KeyID     string `json:"key_id"`
-	PublicKey string `json:"public_key"`
-	Workspace string `json:"workspace"`
-	File      string `json:"file,omitempty"` // the private key's file (keys create)
+	executors.KeyRegistration
+	File string `json:"file,omitempty"` // the private key's file (keys create)
 	// Credential is the approver's NATS credential (keys create --creds-out).
 	Credential string `json:"credential,omitempty"`
-	Version    uint64 `json:"version"`
-	Duplicate  bool   `json:"duplicate,omitempty"`
 }
 
 func keysCmd(g *globals) *cobra.Command {
@@ -101,7 +96,7 @@ func (o keyCreation) create(g *globals) (keyOut, error) {
 		case err != nil:
 			return err
 		}
-		k = keyOutOf(reg)
+		k = keyOut{KeyRegistration: *reg}
 		k.File = o.out
 		if o.credsOut != "" { // the approver's login: it decides as itself
 			if _, _, err := addUser(ctx, cl, domain.AddMember{Name: o.name, Role: domain.RoleApprover}, o.credsOut, o.force, ""); err != nil {
@@ -133,7 +128,7 @@ func keysAddCmd(g *globals) *cobra.Command {
 				if err != nil {
 					return err
 				}
-				k := keyOutOf(reg)
+				k := keyOut{KeyRegistration: *reg}
 				if g.json {
 					return printJSON(g.out, k)
 				}
@@ -164,10 +159,4 @@ func keysListCmd(g *globals) *cobra.Command {
 		}, columns([]string{"NAME", "ROLE", "KEY-ID", "REGISTERED"}, func(a schemas.Approver) []string {
 			return []string{a.Name, a.Role, a.KeyID, ago(a.RegisteredAt)}
 		}))
-}
-
-// keyOutOf returns what `dwr keys create|add --json` prints of reg.
-func keyOutOf(reg *executors.KeyRegistration) keyOut {
-	return keyOut{Name: reg.Name, Role: reg.Role, KeyID: reg.KeyID, PublicKey: reg.PublicKey, Workspace: reg.Workspace,
-		Version: reg.Version, Duplicate: reg.Duplicate}
 }
