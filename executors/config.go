@@ -30,10 +30,11 @@ const (
 // NewWorker validates the whole Config and reports every problem at once.
 type Config struct {
 	// Conn is the NATS connection to the dwr service. Required. Connect
-	// with nats.MaxReconnects(-1) (and, for a worker that may start before
-	// the server, nats.RetryOnFailedConnect(true)) so that the worker rides
-	// out server restarts: the SDK retries its requests and its fetches,
-	// but a closed connection ends Run.
+	// with client.Lasting (or at least nats.MaxReconnects(-1) and, for a
+	// worker that may start before the server,
+	// nats.RetryOnFailedConnect(true)) so that the worker rides out server
+	// restarts: the SDK retries its requests and its fetches, but a closed
+	// connection ends Run.
 	Conn *nats.Conn
 
 	// Workspace the work belongs to. Default "default".

@@ -2,9 +2,7 @@ package main
 
 import (
 	"context"
-	"time"
 
-	"github.com/nats-io/nats.go"
 	"github.com/spf13/cobra"
 
 	"github.com/dwr-run/dwr/executors"
@@ -60,17 +58,8 @@ func runWorker(ctx context.Context, g *globals, cfg executors.Config, argv []str
 	if cfg.Queue == "" {
 		return fail(exitInvalid, "--queue is required")
 	}
-	// Reconnect forever, also when the service is not up yet: a worker
-	// outlives restarts of the service and of NATS.
-	// A worker rides out restarts: its identity may be let in again only
-	// once the restarted service has read its members.
-	cl, err := g.open(workerConnName, client.NATSOptions(nats.MaxReconnects(-1), nats.IgnoreAuthErrorAbort(),
-		nats.ReconnectWait(250*time.Millisecond), nats.RetryOnFailedConnect(true),
-		nats.DisconnectErrHandler(func(_ *nats.Conn, err error) {
-			logger.Warn("dwr worker: disconnected from NATS; reconnecting", "err", err)
-		}),
-		nats.ReconnectHandler(func(nc *nats.Conn) { logger.Info("dwr worker: reconnected", "url", nc.ConnectedUrl()) }),
-		nats.ConnectHandler(func(nc *nats.Conn) { logger.Info("dwr worker: connected", "url", nc.ConnectedUrl()) })))
+	// A worker outlives restarts of the service and of NATS.
+	cl, err := g.open(workerConnName, client.Lasting(logger, "dwr worker"))
 	if err != nil {
 		return err
 	}

@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"math/rand/v2"
 	"os"
 	"strconv"
@@ -121,6 +122,29 @@ func Credentials(file string) Option { return func(o *options) { o.creds = file 
 func TLS(caFile, certFile, keyFile string) Option {
 	return func(o *options) { o.tlsCA, o.tlsCert, o.tlsKey = caFile, certFile, keyFile }
 }
+
+// Lasting makes the connection Connect opens outlive restarts of the
+// service and of NATS, as a worker must: it is made even when no server
+// answers yet (and tried until one does), and it reconnects every
+// LastingReconnectWait without end, also after the server refused the
+// credential (a restarted service lets its members in again only once it
+// has read them). Each disconnection and connection is logged to log, its
+// messages prefixed with name (as "dwr worker"). Connect only.
+func Lasting(log *slog.Logger, name string) Option {
+	return func(o *options) {
+		o.nats = append(o.nats, nats.MaxReconnects(-1), nats.IgnoreAuthErrorAbort(),
+			nats.ReconnectWait(LastingReconnectWait), nats.RetryOnFailedConnect(true),
+			nats.DisconnectErrHandler(func(_ *nats.Conn, err error) {
+				log.Warn(name+": disconnected from NATS; reconnecting", "err", err)
+			}),
+			nats.ReconnectHandler(func(nc *nats.Conn) { log.Info(name+": reconnected", "url", nc.ConnectedUrl()) }),
+			nats.ConnectHandler(func(nc *nats.Conn) { log.Info(name+": connected", "url", nc.ConnectedUrl()) }))
+	}
+}
+
+// LastingReconnectWait is the pause between two tries of a Lasting
+// connection.
+const LastingReconnectWait = 250 * time.Millisecond
 
 // NATSOptions adds options to the connection Connect opens.
 func NATSOptions(opts ...nats.Option) Option {

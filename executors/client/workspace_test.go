@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"encoding/base64"
 	"iter"
+	"net"
 	"testing"
 	"time"
 
@@ -12,6 +13,7 @@ import (
 
 	"github.com/dwr-run/dwr/executors/client"
 	"github.com/dwr-run/dwr/handlers/access"
+	"github.com/dwr-run/dwr/handlers/servicetest"
 	"github.com/dwr-run/dwr/schemas"
 )
 
@@ -97,4 +99,23 @@ func TestClientAdministersAWorkspace(t *testing.T) {
 	require.Equal(t, 7, q.MaxDeliver)
 	qs := collect(t, ops.Queues(ctx))
 	require.Equal(t, []*schemas.QueueConfig{{Name: "build", LeaseMS: 60_000, MaxDeliver: 7}}, qs)
+}
+
+// A Lasting connection is made before any server answers, and keeps
+// trying, where a plain one fails at once.
+func TestLastingConnectsBeforeTheServer(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	url := "nats://" + ln.Addr().String()
+	require.NoError(t, ln.Close()) // nothing listens there now
+
+	_, err = client.Connect(url)
+	require.Error(t, err, "a plain connection needs a server")
+	c, err := client.Connect(url, client.Lasting(servicetest.Logger(), "test"))
+	require.NoError(t, err, "a lasting one is made anyway")
+	t.Cleanup(c.Close)
+	require.False(t, c.Conn().IsConnected())
+	require.False(t, c.Conn().IsClosed(), "it keeps trying")
+	require.Equal(t, -1, c.Conn().Opts.MaxReconnect)
+	require.Equal(t, client.LastingReconnectWait, c.Conn().Opts.ReconnectWait)
 }
