@@ -13,6 +13,26 @@ import (
 	"time"
 )
 
+// DefaultMemoryLimit is dwr serve's soft memory limit (ServeConfig's
+// MemoryLimit) when neither DWR_MEMORY_LIMIT nor GOMEMLIMIT says otherwise:
+// none. A limit trades CPU for memory (the README has the measured curve),
+// and the lean path's first target is CPU; a limit below a large
+// deployment's live heap would make it collect continually.
+const DefaultMemoryLimit = "off"
+
+// MemoryLimitFromEnv returns the soft memory limit the environment asks
+// for: DWR_MEMORY_LIMIT, else GOMEMLIMIT (which the Go runtime has already
+// applied), else DefaultMemoryLimit.
+func MemoryLimitFromEnv() string {
+	if v := os.Getenv("DWR_MEMORY_LIMIT"); v != "" {
+		return v
+	}
+	if v := os.Getenv("GOMEMLIMIT"); v != "" {
+		return v
+	}
+	return DefaultMemoryLimit
+}
+
 // ParseMemoryLimit reads a soft memory limit as GOMEMLIMIT writes it: a
 // number of bytes with an optional unit (B, KiB, MiB, GiB, TiB), or "off"
 // (also "0"): no limit.

@@ -32,6 +32,18 @@ func TestParseMemoryLimit(t *testing.T) {
 
 // DWR_MEMPROFILE's watcher writes a heap profile at once (the first high)
 // and stops when its context ends.
+// dwr serve's memory limit comes from DWR_MEMORY_LIMIT, else GOMEMLIMIT,
+// else the default (none).
+func TestMemoryLimitFromEnv(t *testing.T) {
+	t.Setenv("DWR_MEMORY_LIMIT", "")
+	t.Setenv("GOMEMLIMIT", "")
+	require.Equal(t, handlers.DefaultMemoryLimit, handlers.MemoryLimitFromEnv())
+	t.Setenv("GOMEMLIMIT", "1GiB")
+	require.Equal(t, "1GiB", handlers.MemoryLimitFromEnv())
+	t.Setenv("DWR_MEMORY_LIMIT", "512MiB")
+	require.Equal(t, "512MiB", handlers.MemoryLimitFromEnv())
+}
+
 func TestWatchMemoryWritesAProfile(t *testing.T) {
 	file := filepath.Join(t.TempDir(), "heap.pprof")
 	ctx, cancel := context.WithCancel(context.Background())

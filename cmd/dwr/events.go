@@ -7,7 +7,6 @@ import (
 	"io"
 	"iter"
 
-	"github.com/nats-io/nats.go"
 	"github.com/spf13/cobra"
 
 	"github.com/dwr-run/dwr/executors/client"
@@ -50,24 +49,21 @@ func watchCmd(g *globals) *cobra.Command {
 			}
 			ctx, stop := untilStopped(cmd)
 			defer stop()
-			sub, err := cl.Conn().Subscribe("dwr.ev."+g.workspace+"."+filter, func(m *nats.Msg) {
+			unsubscribe, err := cl.Feed(filter, func(raw []byte) {
 				if g.json {
-					fmt.Fprintln(g.out, string(m.Data))
+					fmt.Fprintln(g.out, string(raw))
 					return
 				}
 				var e schemas.Event
-				if json.Unmarshal(m.Data, &e) != nil {
+				if json.Unmarshal(raw, &e) != nil {
 					return
 				}
 				fmt.Fprintf(g.out, "%s  %-26s %-9s %s v%d  %s\n", e.Time.Local().Format("15:04:05.000"), e.Type, e.AggregateType, e.AggregateID, e.Version, short(string(e.Data), 80))
 			})
 			if err != nil {
-				return fail(exitUnavailable, "subscribe: %v", err)
+				return fail(exitUnavailable, "subscribe: %v", cause(err))
 			}
-			defer func() { _ = sub.Unsubscribe() }()
-			if err := cl.Conn().Flush(); err != nil {
-				return fail(exitUnavailable, "subscribe: %v", err)
-			}
+			defer unsubscribe()
 			if !g.json {
 				fmt.Fprintf(g.out, "watching workspace %s (Ctrl-C to stop)\n", g.workspace)
 			}

@@ -65,7 +65,7 @@ func serveCmd() *cobra.Command {
 		"with --nats: serve without showing that the cluster fsyncs acknowledged writes (acknowledged commands can be lost on power loss; logged at every start)")
 	f.StringVar(&cfg.HealthListen, "health-listen", os.Getenv("DWR_HEALTH_LISTEN"),
 		"host:port of an HTTP listener for the replica's health: GET /readyz (200 ready, 503 not) and /livez (env DWR_HEALTH_LISTEN; default none)")
-	f.StringVar(&cfg.MemoryLimit, "memory-limit", memoryLimitFlag(),
+	f.StringVar(&cfg.MemoryLimit, "memory-limit", handlers.MemoryLimitFromEnv(),
 		"soft limit of the service's Go memory, as GOMEMLIMIT: garbage is collected more often near it (more CPU, less memory); off: none (env DWR_MEMORY_LIMIT, else GOMEMLIMIT)")
 	natsFlags(cmd, &cfg.External)
 	logKeyFlag(cmd, &cfg.LogKeyFile)

@@ -168,3 +168,24 @@ func (c *Client) WaitGoal(ctx context.Context, id string) (*schemas.GoalView, er
 	}
 	return nil, errors.New("client: the watch of the goal ended")
 }
+
+// Feed calls f with each event of the Client's workspace that the service
+// publishes on the live feed from now on, as it encoded it, until stop is
+// called: those whose subject, after <prefix>.ev.<workspace>., matches
+// filter (">" for every event, "task.>" for the tasks', "task.<id>.>" for
+// one task's). f runs on one goroutine, an event at a time. The feed is
+// published without acknowledgements, so an event can be missed; Watch
+// follows one aggregate without a gap. It returns an error when the
+// subscription cannot be made.
+func (c *Client) Feed(filter string, f func(raw []byte)) (stop func(), err error) {
+	sub, err := c.nc.Subscribe(c.prefix+".ev."+c.ws+"."+filter, func(m *nats.Msg) { f(m.Data) })
+	if err != nil {
+		return nil, fmt.Errorf("client: feed %s: %w", filter, err)
+	}
+	stop = func() { _ = sub.Unsubscribe() }
+	if err := c.nc.Flush(); err != nil { // the server has the subscription
+		stop()
+		return nil, fmt.Errorf("client: feed %s: %w", filter, err)
+	}
+	return stop, nil
+}

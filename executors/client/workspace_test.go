@@ -4,6 +4,7 @@ import (
 	"crypto/ed25519"
 	"crypto/rand"
 	"encoding/base64"
+	"encoding/json"
 	"iter"
 	"net"
 	"testing"
@@ -118,4 +119,27 @@ func TestLastingConnectsBeforeTheServer(t *testing.T) {
 	require.False(t, c.Conn().IsClosed(), "it keeps trying")
 	require.Equal(t, -1, c.Conn().Opts.MaxReconnect)
 	require.Equal(t, client.LastingReconnectWait, c.Conn().Opts.ReconnectWait)
+}
+
+// Feed hands over the live feed's events of the workspace that its filter
+// matches, as the service encoded them, until stopped.
+func TestFeedHandsOverTheLiveEvents(t *testing.T) {
+	s := start(t)
+	ctx := within(t, 30*time.Second)
+	c := client.New(s.Admin)
+	got := make(chan []byte, 16)
+	stop, err := c.Feed("task.>", func(raw []byte) { got <- raw })
+	require.NoError(t, err)
+	defer stop()
+	r, err := c.CreateTask(ctx, schemas.TaskSpec{Queue: "q"})
+	require.NoError(t, err)
+	select {
+	case raw := <-got:
+		var e schemas.Event
+		require.NoError(t, json.Unmarshal(raw, &e))
+		require.Equal(t, "task.created", e.Type)
+		require.Equal(t, r.ID, e.AggregateID)
+	case <-ctx.Done():
+		t.Fatal("no event on the feed")
+	}
 }
