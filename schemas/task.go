@@ -164,17 +164,13 @@ func (t *Task) Clone() *Task {
 	c.DependsOn = slices.Clone(t.DependsOn)
 	c.Attempts = slices.Clone(t.Attempts)
 	c.Verifications = slices.Clone(t.Verifications)
-	if t.Approvals != nil {
-		c.Approvals = make([]Approval, len(t.Approvals))
-		for i, a := range t.Approvals {
-			a.Refusals = slices.Clone(a.Refusals)
-			if a.Decision != nil {
-				d := *a.Decision
-				a.Decision = &d
-			}
-			c.Approvals[i] = a
+	c.Approvals = cloneEach(t.Approvals, func(a *Approval) {
+		a.Refusals = slices.Clone(a.Refusals)
+		if a.Decision != nil {
+			d := *a.Decision
+			a.Decision = &d
 		}
-	}
+	})
 	c.Commands = slices.Clone(t.Commands)
 	if t.Wait != nil {
 		w := *t.Wait

@@ -46,13 +46,7 @@ func (w *Workspace) Clone() *Workspace {
 	c := *w
 	c.Commands = slices.Clone(w.Commands)
 	c.Approvers = slices.Clone(w.Approvers)
-	if w.Members != nil {
-		c.Members = make([]Member, len(w.Members))
-		for i, m := range w.Members {
-			m.Queues = slices.Clone(m.Queues)
-			c.Members[i] = m
-		}
-	}
+	c.Members = cloneEach(w.Members, func(m *Member) { m.Queues = slices.Clone(m.Queues) })
 	c.Queues = slices.Clone(w.Queues)
 	return &c
 }
@@ -80,6 +74,20 @@ func (w *Workspace) MemberByKey(pub string) *Member {
 // configured.
 func (w *Workspace) Queue(name string) *QueueConfig {
 	return find(w.Queues, func(q *QueueConfig) bool { return q.Name == name })
+}
+
+// cloneEach returns a copy of xs (nil for nil) whose every element deepen
+// has made its own copy of what it shares.
+func cloneEach[T any](xs []T, deepen func(*T)) []T {
+	if xs == nil {
+		return nil
+	}
+	c := make([]T, len(xs))
+	for i, x := range xs {
+		deepen(&x)
+		c[i] = x
+	}
+	return c
 }
 
 // find returns the first element of xs that match accepts, in place (a
