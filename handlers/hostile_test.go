@@ -1,6 +1,7 @@
 package handlers_test
 
 import (
+	"context"
 	"crypto/ed25519"
 	"crypto/rand"
 	"encoding/base64"
@@ -12,6 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/dwr-run/dwr/domain"
+	"github.com/dwr-run/dwr/executors/client"
 	"github.com/dwr-run/dwr/handlers/servicetest"
 	"github.com/dwr-run/dwr/schemas"
 )
@@ -78,6 +80,39 @@ func TestTheActorIsTheAuthenticatedIdentity(t *testing.T) {
 	for _, e := range raw {
 		require.Equal(t, "mallory", e.Actor, "the server-stamped identity, not the headers the client wrote")
 	}
+}
+
+// workspace.list shows a member its own workspace only: another
+// workspace's members, approvers, queues and command keys are not a
+// member's to read. The service's admin sees every workspace.
+func TestAMemberListsOnlyItsOwnWorkspace(t *testing.T) {
+	b := setup(t)
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	defer cancel()
+	admin := client.New(b.st.Admin)
+	_, err := admin.In("other").CreateWorkspace(ctx, schemas.CreateWorkspace{Name: "other"})
+	require.NoError(t, err)
+	b.st.Member(t, "other", "bob", domain.RoleClient)
+	// Every role that may send workspace.list (an executor may not: NATS
+	// refuses it the subject).
+	for _, role := range []domain.Role{domain.RoleViewer, domain.RoleClient, domain.RoleAdmin} {
+		nc := b.st.Member(t, "default", "mallory-"+string(role), role)
+		var names []string
+		for w, err := range client.New(nc).Workspaces(ctx) {
+			require.NoError(t, err)
+			names = append(names, w.Name)
+			for _, m := range w.Members {
+				require.NotEqual(t, "bob", m.Name, "a %s of default read a member of another workspace", role)
+			}
+		}
+		require.Equal(t, []string{"default"}, names, "a %s of default lists its own workspace only", role)
+	}
+	var all []string
+	for w, err := range admin.Workspaces(ctx) {
+		require.NoError(t, err)
+		all = append(all, w.Name)
+	}
+	require.ElementsMatch(t, []string{"default", "other"}, all, "the service's admin lists every workspace")
 }
 
 // Registering an approver is an admin's: a client cannot put its own key

@@ -87,7 +87,7 @@ func (s *Service) handleQuery(name string, req micro.Request, who sender) []byte
 		}
 	}
 	seq := s.store.Checkpoint()
-	res, next, err := s.query(name, ws, p.name, q)
+	res, next, err := s.query(name, ws, p, q)
 	if err != nil {
 		return errResponse(toWire(err, s.cfg.Logger))
 	}
@@ -142,7 +142,8 @@ func unknownState(state, oneOf, field string) error {
 // query answers query name in workspace ws for actor, the identity that
 // asks: the result, and for a list query the cursor of the next page when
 // more follow. No result is larger than a reply can carry.
-func (s *Service) query(name, ws, actor string, q schemas.Query) (json.RawMessage, string, error) {
+func (s *Service) query(name, ws string, p principal, q schemas.Query) (json.RawMessage, string, error) {
+	actor := p.name
 	if q.Limit < 0 || q.Limit > MaxLimit {
 		msg := fmt.Sprintf("must be between 0 (%d) and %d", DefaultLimit, MaxLimit)
 		return nil, "", &schemas.Error{Code: schemas.CodeInvalid, Message: "limit " + msg,
@@ -158,6 +159,16 @@ func (s *Service) query(name, ws, actor string, q schemas.Query) (json.RawMessag
 	}
 	switch name {
 	case "workspace.list":
+		if !p.global {
+			// A member sees its own workspace, never another's (its
+			// members, approvers, queues and command keys).
+			w, err := s.store.Workspace(ws)
+			wss := []*domain.Workspace{}
+			if w != nil {
+				wss = append(wss, w)
+			}
+			return one(wss, err, budget, tooLargeReply(budget))
+		}
 		wss, err := s.store.ListWorkspaces()
 		return one(nonNil(wss), err, budget, tooLargeReply(budget))
 	case "goal.get":
