@@ -22,11 +22,17 @@ import (
 type gatedWriter struct {
 	*writer
 	gate    *request
+	entered chan struct{} // closed once the gate's batch is being decided
 	release chan struct{}
 }
 
 func (g *gatedWriter) Decide(items []*request) ([]eventstore.Event, []eventstore.CommandResult, []error) {
 	if items[0] == g.gate {
+		select {
+		case <-g.entered:
+		default:
+			close(g.entered)
+		}
 		<-g.release
 	}
 	return g.writer.Decide(items)
@@ -84,8 +90,12 @@ func (b *writerBench) batch(items ...item) []outcome {
 	ctx := b.t.Context()
 	b.w.gate = &request{cmd: &domain.CreateWorkspace{Name: "w"}, meta: domain.Meta{Workspace: "w", CommandID: "ws", Actor: "tester"},
 		done: make(chan outcome, 1)}
-	b.w.release = make(chan struct{})
+	b.w.entered, b.w.release = make(chan struct{}), make(chan struct{})
 	require.NoError(b.t, b.c.Submit(ctx, b.w.gate))
+	// The gate is decided alone: the items queue behind it and are decided
+	// together, as one batch, once it is released (submitted while the
+	// committer was still taking the gate, some would join the gate's batch).
+	<-b.w.entered
 	reqs := make([]*request, len(items))
 	for i, it := range items {
 		reqs[i] = &request{cmd: it.cmd, meta: domain.Meta{Workspace: "w", CommandID: it.id, Actor: "tester", Authenticated: true},
