@@ -16,8 +16,7 @@ import (
 type ApprovalView = schemas.ApprovalView
 
 // ApprovalStates are the states the inbox lists approvals by.
-var ApprovalStates = []string{domain.ApprovalStatePending, domain.ApprovalStateDecided,
-	domain.ApprovalStateExpired, domain.ApprovalStateWithdrawn}
+var ApprovalStates = schemas.ApprovalStates
 
 // moveApprovals keeps the approvals index (ap/<ws>/<state>/<id>) in step
 // with a task's approvals, in batch b.

@@ -679,6 +679,7 @@ func TestApprovalEnumsMatchDomain(t *testing.T) {
 	approval := common["Approval"].(map[string]any)["properties"].(map[string]any)
 	require.Equal(t, []string{domain.ApprovalStatePending, domain.ApprovalStateDecided, domain.ApprovalStateExpired, domain.ApprovalStateWithdrawn},
 		enumOf(approval["state"]))
+	require.Equal(t, enumOf(approval["state"]), schemas.ApprovalStates, "the states approval.list takes are the schema's")
 	require.Equal(t, domain.MaxRefusalsKept, int(approval["refusals"].(map[string]any)["maxItems"].(float64)))
 	require.Equal(t, len(domain.Responses), int(common["Responses"].(map[string]any)["maxItems"].(float64)))
 	var branches []string

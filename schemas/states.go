@@ -47,6 +47,10 @@ const (
 	ApprovalStateWithdrawn = "withdrawn" // the task ended before anyone decided
 )
 
+// ApprovalStates are the approval states, in their order of life: the
+// states approval.list lists approvals by.
+var ApprovalStates = []string{ApprovalStatePending, ApprovalStateDecided, ApprovalStateExpired, ApprovalStateWithdrawn}
+
 // Wait kinds (Wait.Kind, and the kind of task.wait).
 const (
 	WaitApproval = "approval"

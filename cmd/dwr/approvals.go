@@ -15,7 +15,6 @@ import (
 
 	"github.com/dwr-run/dwr/domain"
 	"github.com/dwr-run/dwr/executors/client"
-	"github.com/dwr-run/dwr/projections"
 	"github.com/dwr-run/dwr/schemas"
 )
 
@@ -23,7 +22,7 @@ import (
 type approvalView = schemas.ApprovalView
 
 // approvalStates are the values of `dwr approvals list --state`.
-var approvalStates = append(slices.Clone(projections.ApprovalStates), "all")
+var approvalStates = append(slices.Clone(schemas.ApprovalStates), "all")
 
 func approvalsCmd(g *globals) *cobra.Command {
 	cmd := &cobra.Command{Use: "approvals", Short: "the approvals waiting for a person's signed decision, and those decided"}
