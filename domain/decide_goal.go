@@ -148,12 +148,11 @@ func (x *tx) submitPlan(c *SubmitPlan) (Reply, error) {
 // the tasks of the previous version that the new one leaves as they were,
 // cancels the others, and creates the new ones.
 func (x *tx) commitPlan(g *Goal, tasks []TaskSpec) (Reply, error) {
-	c := &SubmitPlan{GoalID: g.ID, Tasks: tasks}
-	order, err := planOrder(c.Tasks)
+	order, err := planOrder(tasks)
 	if err != nil {
 		return Reply{}, err
 	}
-	for i, s := range c.Tasks {
+	for i, s := range tasks {
 		if err := ValidateSpec(fmt.Sprintf("/tasks/%d", i), s, &g.Envelope); err != nil {
 			return Reply{}, err
 		}
@@ -168,7 +167,7 @@ func (x *tx) commitPlan(g *Goal, tasks []TaskSpec) (Reply, error) {
 	ev := &PlanCommitted{Version: version}
 	var creates []int
 	for _, i := range order {
-		s := c.Tasks[i]
+		s := tasks[i]
 		old, had := prev[s.Key]
 		if had {
 			t, err := x.o.Task(old.TaskID)
@@ -199,7 +198,7 @@ func (x *tx) commitPlan(g *Goal, tasks []TaskSpec) (Reply, error) {
 		ids[s.Key] = DeriveSeqID(x.m.Now, i, fmt.Sprintf("%s/%d/%s/%s", g.ID, version, s.Key, x.m.CommandID))
 		creates = append(creates, i)
 	}
-	for _, s := range c.Tasks {
+	for _, s := range tasks {
 		ev.Tasks = append(ev.Tasks, PlanTask{Key: s.Key, TaskID: ids[s.Key], DependsOn: s.DependsOn})
 	}
 	var ending []string
@@ -234,7 +233,7 @@ func (x *tx) commitPlan(g *Goal, tasks []TaskSpec) (Reply, error) {
 		}
 	}
 	for _, i := range creates {
-		s := c.Tasks[i]
+		s := tasks[i]
 		var deps []string
 		if len(s.DependsOn) > 0 {
 			deps = make([]string, len(s.DependsOn))
