@@ -508,15 +508,28 @@ func (l *JetStreamLog) Stat(ctx context.Context) (LogStat, error) {
 // without waiting from an ephemeral consumer until the server has no more to
 // give, rather than reading up to the subject's last sequence: after damage
 // to its files, JetStream can report a subject's last message (or its count)
-// wrongly while the records before it are still there. It returns fn's
-// error, ctx's error, or an error reading the stream.
+// wrongly while the records before it are still there.
+//
+// On a replicated stream the consumer reads the copy of whichever replica
+// the meta leader placed it on, which may be one still catching up (a node
+// just restarted): its "nothing more" is not the log's end. There, Read
+// reads on until the subject's last record as the stream's leader gives it,
+// waiting for that replica while it catches up (readLagWait without a new
+// record), and returns an error saying to read again if it does not. It
+// returns fn's error, ctx's error, or an error reading the stream.
 func (l *JetStreamLog) Read(ctx context.Context, from uint64, fn func(seq uint64, rec []byte) error) error {
 	st, err := l.leaderInfo(ctx)
 	if err != nil {
 		return fmt.Errorf("eventstore: read %s: %w", l.subject, err)
 	}
 	until := st.CachedInfo().State.LastSeq
-	replicated := st.CachedInfo().Config.Replicas > 1
+	var want uint64 // a replicated read reaches the leader's last record
+	if st.CachedInfo().Config.Replicas > 1 {
+		if want, err = l.LastSeq(ctx); err != nil {
+			return fmt.Errorf("eventstore: read %s: %w", l.subject, err)
+		}
+		until = max(until, want)
+	}
 	from = max(from, 1)
 	if from > until {
 		return nil
@@ -535,6 +548,8 @@ func (l *JetStreamLog) Read(ctx context.Context, from uint64, fn func(seq uint64
 		return fmt.Errorf("eventstore: read %s: %w", l.subject, err)
 	}
 	defer l.deleteConsumer(ctx, cons)
+	last := from - 1 // the last record read
+	var lagging time.Time
 	for {
 		if err := ctx.Err(); err != nil {
 			return err
@@ -560,7 +575,8 @@ func (l *JetStreamLog) Read(ctx context.Context, from uint64, fn func(seq uint64
 			if err := fn(md.Sequence.Stream, msg.Data()); err != nil {
 				return err
 			}
-			done = md.Sequence.Stream == until
+			last = md.Sequence.Stream
+			done = last == until
 		}
 		if err := batch.Error(); err != nil && !errors.Is(err, jetstream.ErrNoMessages) {
 			if ctx.Err() != nil {
@@ -568,35 +584,37 @@ func (l *JetStreamLog) Read(ctx context.Context, from uint64, fn func(seq uint64
 			}
 			return fmt.Errorf("eventstore: read %s: %w", l.subject, err)
 		}
-		if done {
+		switch {
+		case done:
 			return nil
+		case n > 0:
+			lagging = time.Time{}
+			continue
+		case last >= want:
+			return nil
+		case lagging.IsZero():
+			lagging = time.Now()
+		case time.Since(lagging) > readLagWait:
+			return fmt.Errorf("eventstore: read %s: cut short after stream seq %d, the stream's leader has records up to seq %d (the replica serving the read lags behind); read again",
+				l.subject, last, want)
 		}
-		if n == 0 {
-			return l.readEnded(ctx, cons, replicated)
+		t := time.NewTimer(readLagPoll)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return ctx.Err()
+		case <-t.C:
 		}
 	}
 }
 
-// readEnded returns nil when a read's consumer has nothing more to give, or
-// an error when it gave nothing although records it matches are still
-// pending: on a replicated stream whose leader just changed, a fresh
-// consumer can answer a fetch with nothing for a moment, and taking that
-// for the log's end would report the records after it as missing (a
-// "damaged" log that is not). The caller reads again.
-func (l *JetStreamLog) readEnded(ctx context.Context, cons jetstream.Consumer, replicated bool) error {
-	if !replicated {
-		return nil
-	}
-	info, err := cons.Info(ctx)
-	if err != nil {
-		return fmt.Errorf("eventstore: read %s: checking that the read reached the end: %w", l.subject, err)
-	}
-	if info.NumPending > 0 {
-		return fmt.Errorf("eventstore: read %s: cut short after stream seq %d with %d records pending (the stream's leader may have changed); read again",
-			l.subject, info.Delivered.Stream, info.NumPending)
-	}
-	return nil
-}
+// readLagWait is how long a read waits, without a new record, for the
+// replica serving it to catch up with the stream's leader; readLagPoll is
+// how often it asks meanwhile.
+const (
+	readLagWait = 5 * time.Second
+	readLagPoll = 20 * time.Millisecond
+)
 
 // leaderInfo returns the stream with its information as its leader gives
 // it. While a replicated stream has no leader (a node's restart, an

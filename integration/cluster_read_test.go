@@ -1,0 +1,72 @@
+package integration
+
+import (
+	"bytes"
+	"context"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/stretchr/testify/require"
+
+	"github.com/dwr-run/dwr/eventstore"
+)
+
+// TestReadWhileAReplicaCatchesUp reads a replicated log again and again
+// while one of its replicas, restarted after missing many records, catches
+// up. A read's consumer may be placed on that replica, whose copy ends
+// early; every read must still give every record the leader had when it
+// began (a read that ended early made `dwr serve` report its log damaged and
+// exit, in TestClusterR3).
+func TestReadWhileAReplicaCatchesUp(t *testing.T) {
+	if testing.Short() {
+		t.Skip("a three-node JetStream cluster takes seconds to form")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	logs := logOnFailure(t, "cluster output")
+	acc := natsConfig(t, dwrBinary(t))
+	nodes := startCluster(t, 3, logs, acc.accounts)
+	waitFor(t, ctx, "JetStream meta leader elected", func() bool { return jetStreamReady(nodes) })
+	js, err := jetstream.New(acc.service(t, clusterURL(nodes), nats.MaxReconnects(-1), nats.ReconnectWait(50*time.Millisecond)))
+	require.NoError(t, err)
+	l, err := eventstore.NewJetStreamLog(ctx, js, eventstore.JetStreamConfig{Replicas: 3})
+	require.NoError(t, err)
+	rec := bytes.Repeat([]byte("r"), 8<<10)
+	seq, err := l.Append(ctx, rec, 0)
+	require.NoError(t, err)
+	info := streamInfo(t, ctx, js, "DWR_LOG", func(i *jetstream.StreamInfo) bool { return r3Current(i, true) })
+
+	// A follower misses most of the log.
+	follower := nodes[slices.IndexFunc(nodes, func(n *natsNode) bool { return n.name == info.Cluster.Replicas[0].Name })]
+	follower.shutdown()
+	const missed = 2000
+	for range missed {
+		seq, err = l.Append(ctx, rec, seq)
+		require.NoError(t, err)
+	}
+	require.NoError(t, follower.start())
+
+	// Read while it catches up, and a few times after.
+	reads, after := 0, 0
+	for after < 5 {
+		caughtUp := false
+		if st, err := js.Stream(ctx, "DWR_LOG"); err == nil {
+			caughtUp = r3Current(st.CachedInfo(), true)
+		}
+		n, lastRead := 0, uint64(0)
+		err := l.Read(ctx, 1, func(s uint64, _ []byte) error {
+			n, lastRead = n+1, s
+			return nil
+		})
+		require.NoError(t, err)
+		reads++
+		require.Equal(t, missed+1, n, "read %d gave %d records, up to seq %d (the log has %d, up to seq %d)", reads, n, lastRead, missed+1, seq)
+		if caughtUp {
+			after++
+		}
+	}
+	t.Logf("%d reads, each of %d records, while a replica caught up and after", reads, missed+1)
+}
