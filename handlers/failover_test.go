@@ -18,6 +18,7 @@ import (
 	"github.com/dwr-run/dwr/handlers"
 	"github.com/dwr-run/dwr/handlers/servicetest"
 	"github.com/dwr-run/dwr/projections"
+	"github.com/dwr-run/dwr/schemas"
 )
 
 // load sends goal.create commands from a few clients, each with its own
@@ -277,4 +278,53 @@ func TestReadyzSaysWhenAReplicaCannotReachNATS(t *testing.T) {
 	require.Equal(t, http.StatusServiceUnavailable, code, "%+v", h)
 	require.False(t, h.Ready)
 	require.Contains(t, h.Reason, "NATS")
+}
+
+// Once the writer dies, a standby answers commands "unavailable" (retry
+// with the same id) at once, where clients would otherwise find no
+// responders until the lease shows the writer gone: here the lease is 30 s,
+// so the lease alone would leave them without an answer for 15 s.
+func TestStandbysAnswerUnavailableAsSoonAsTheWriterDies(t *testing.T) {
+	srv, _ := servicetest.StartNATS(t)
+	connect := func() *nats.Conn {
+		nc, err := srv.Connect()
+		require.NoError(t, err)
+		t.Cleanup(nc.Close)
+		return nc
+	}
+	const ttl = 30 * time.Second
+	ncA := connect()
+	a := startReplicaWith(t, ncA, handlers.Config{WriterID: "writer-a", LeaseTTL: ttl})
+	servicetest.Eventually(t, 10*time.Second, a.svc.HoldsLease)
+	startReplicaWith(t, connect(), handlers.Config{WriterID: "standby-b", LeaseTTL: ttl})
+
+	c := connect()
+	send := func() (code string, err error) {
+		m := nats.NewMsg("dwr.cmd.default.goal.create")
+		m.Header.Set(schemas.HeaderCommandID, "the-same-id")
+		m.Data = []byte(`{"title":"after the writer"}`)
+		r, err := c.RequestMsg(m, 2*time.Second)
+		if err != nil {
+			return "", err
+		}
+		var rep schemas.Reply
+		require.NoError(t, json.Unmarshal(r.Data, &rep))
+		if rep.OK {
+			return "ok", nil
+		}
+		return rep.Error.Code, nil
+	}
+	code, err := send()
+	require.NoError(t, err)
+	require.Equal(t, "ok", code, "the writer answers while it lives")
+
+	died := time.Now()
+	a.kill(ncA)
+	var last error
+	servicetest.Eventually(t, 5*time.Second, func() bool {
+		code, last = send()
+		return last == nil && code == string(schemas.CodeUnavailable)
+	})
+	require.Less(t, time.Since(died), ttl/2, "answered before the lease showed the writer gone")
+	t.Logf("a standby answered %q %s after the writer's death (lease %s)", code, time.Since(died).Round(time.Millisecond), ttl)
 }

@@ -218,8 +218,13 @@ type Service struct {
 	// was tried (Health).
 	jsUnreachable atomic.Bool
 	// standbyCmds answers commands "unavailable" while no writer serves
-	// them (owned by writerLoop).
-	standbyCmds *nats.Subscription
+	// them (guarded by standbyMu). leaseGone: the lease shows no writer
+	// (no renewal seen for TTL/2, or no lease); writerAbsent: the writer's
+	// liveness subject has no responder (probeWriter).
+	standbyMu    sync.Mutex
+	standbyCmds  *nats.Subscription
+	leaseGone    atomic.Bool
+	writerAbsent atomic.Bool
 
 	mu        sync.RWMutex
 	committer *eventstore.Committer[*request]
@@ -474,12 +479,13 @@ func (s *Service) writerLoop(ctx context.Context) error {
 	l.standby = func(writerGone bool) {
 		s.jsUnreachable.Store(false)
 		s.readyOnce.Do(func() { close(s.ready) })
-		s.answerUnavailable(writerGone)
+		s.leaseGone.Store(writerGone)
+		s.answerUnavailable(s.standbyAnswers())
 	}
 	defer s.answerUnavailable(false)
 	failing := false
 	for ctx.Err() == nil {
-		if err := l.acquire(ctx); err != nil {
+		if err := s.acquire(ctx, l); err != nil {
 			if ctx.Err() != nil {
 				return nil
 			}
@@ -514,6 +520,66 @@ func (s *Service) writerLoop(ctx context.Context) error {
 	return nil
 }
 
+// acquire is l.acquire while probeWriter watches the writer's liveness
+// subject; it returns once the probe has stopped, with the standby's view
+// of the writer forgotten.
+func (s *Service) acquire(ctx context.Context, l *lease) error {
+	pctx, cancel := context.WithCancel(ctx)
+	probed := make(chan struct{})
+	go func() {
+		defer close(probed)
+		s.probeWriter(pctx)
+	}()
+	err := l.acquire(ctx)
+	cancel()
+	<-probed
+	s.leaseGone.Store(false)
+	s.writerAbsent.Store(false)
+	return err
+}
+
+// standbyAnswers reports whether a standby answers commands "unavailable":
+// the lease shows no writer, or the writer's liveness subject has no
+// responder.
+func (s *Service) standbyAnswers() bool { return s.leaseGone.Load() || s.writerAbsent.Load() }
+
+// probeEvery is how often a standby asks whether the writer still listens.
+const probeEvery = 100 * time.Millisecond
+
+// probeWriter asks the writer's liveness subject every probeEvery until
+// ctx ends. A writer that dies (kill -9, a lost connection) loses its
+// subscriptions at once, and NATS answers "no responders": the standby then
+// answers commands "unavailable" (retry with the same id) within about
+// probeEvery, where the lease shows it only after TTL/2 without renewal —
+// and meanwhile the clients' requests would find no responders. A writer
+// that is alive but paused keeps its subscription: the probe times out, and
+// the lease decides. The subject is the service account's own: no client
+// can answer it.
+func (s *Service) probeWriter(ctx context.Context) {
+	t := time.NewTicker(probeEvery)
+	defer t.Stop()
+	for {
+		rctx, cancel := context.WithTimeout(ctx, probeEvery)
+		_, err := s.nc.RequestWithContext(rctx, s.writerSubject(), nil)
+		cancel()
+		if ctx.Err() != nil {
+			return
+		}
+		if absent := errors.Is(err, nats.ErrNoResponders); absent != s.writerAbsent.Load() {
+			s.writerAbsent.Store(absent)
+			s.answerUnavailable(s.standbyAnswers())
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
+
+// writerSubject is the writer's liveness subject, <prefix>.writer.<partition>.
+func (s *Service) writerSubject() string { return s.cfg.Prefix + ".writer." + s.cfg.Partition }
+
 // answerUnavailable, on, subscribes this replica (not the writer) to every
 // command subject to answer "unavailable, retry" while no writer serves
 // them, so that a client is told to retry with the same command id instead
@@ -521,6 +587,8 @@ func (s *Service) writerLoop(ctx context.Context) error {
 // are not in a queue group, so the first reply wins: this one comes late
 // (unavailableDelay), and a writer that serves answers first.
 func (s *Service) answerUnavailable(on bool) {
+	s.standbyMu.Lock()
+	defer s.standbyMu.Unlock()
 	if on == (s.standbyCmds != nil) {
 		return
 	}
@@ -670,11 +738,24 @@ func (s *Service) runWriter(ctx context.Context, lease *lease) error {
 		stopRun()
 		return err
 	}
+	// Standbys probe this subject: while it has a responder, the writer
+	// serves (probeWriter).
+	alive, err := s.nc.Subscribe(s.writerSubject(), func(m *nats.Msg) { _ = m.Respond(nil) })
+	if err != nil {
+		_ = csvc.Stop()
+		stopRun()
+		return fmt.Errorf("handlers: writer liveness subject: %w", err)
+	}
 	s.answerUnavailable(false)
 	// Stopped first when the writer steps down: from then on the commands
 	// go to the next writer only.
 	var stopOnce sync.Once
-	stopCommands := func() { stopOnce.Do(func() { _ = csvc.Stop() }) }
+	stopCommands := func() {
+		stopOnce.Do(func() {
+			_ = alive.Unsubscribe()
+			_ = csvc.Stop()
+		})
+	}
 	defer stopCommands()
 	unsubscribe, err := s.quarantine(rctx)
 	if err != nil {
