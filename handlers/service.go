@@ -643,20 +643,23 @@ func (s *Service) logConfig() eventstore.JetStreamConfig {
 // eventstore.ErrIntegrity or projections.ErrDamaged is not retried: it is
 // returned at once.
 func (s *Service) retry(ctx context.Context, what string, fn func(context.Context) error) error {
-	return s.retryFrom(ctx, 5*time.Second, what, fn)
+	return s.retryFrom(ctx, 5*time.Second, 250*time.Millisecond, what, fn)
 }
 
 // retryAPI is retry for a few JetStream API requests (creating or checking
-// a stream, a bucket, a key): its first try is bounded by 1 s, the next by
-// twice the one before, up to 5 s. On a fresh cluster, replicas starting
-// together ask to create the same streams at once, and the requests the
-// meta leader sets aside go unanswered: a short first try asks again soon.
+// a stream, a bucket, a key): its first try is bounded by 250 ms, the next
+// by twice the one before, up to 5 s, with 100 ms before the second. On a
+// fresh cluster, replicas starting together ask to create the same streams
+// at once, and a create the meta leader finds already in flight goes
+// unanswered (it is proposed again, and the stream made once): a short
+// first try asks again soon, and finds the stream there. A create that
+// takes longer is answered on a later, longer try.
 func (s *Service) retryAPI(ctx context.Context, what string, fn func(context.Context) error) error {
-	return s.retryFrom(ctx, time.Second, what, fn)
+	return s.retryFrom(ctx, 250*time.Millisecond, 100*time.Millisecond, what, fn)
 }
 
-func (s *Service) retryFrom(ctx context.Context, try time.Duration, what string, fn func(context.Context) error) error {
-	for wait := 250 * time.Millisecond; ; wait, try = min(2*wait, 5*time.Second), min(2*try, 5*time.Second) {
+func (s *Service) retryFrom(ctx context.Context, try, wait time.Duration, what string, fn func(context.Context) error) error {
+	for ; ; wait, try = min(2*wait, 5*time.Second), min(2*try, 5*time.Second) {
 		tctx, cancel := context.WithTimeout(ctx, try)
 		err := fn(tctx)
 		cancel()
