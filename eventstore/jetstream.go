@@ -512,11 +512,11 @@ func (l *JetStreamLog) Stat(ctx context.Context) (LogStat, error) {
 //
 // On a replicated stream the consumer reads the copy of whichever replica
 // the meta leader placed it on, which may be one still catching up (a node
-// just restarted): its "nothing more" is not the log's end. There, Read
-// reads on until the subject's last record as the stream's leader gives it,
-// waiting for that replica while it catches up (readLagWait without a new
-// record), and returns an error saying to read again if it does not. It
-// returns fn's error, ctx's error, or an error reading the stream.
+// just restarted, or resumed): its "nothing more" is not the log's end.
+// There, Read reads on until the subject's last record as the stream's
+// leader gives it: it waits readLagWait for that replica to deliver more,
+// then asks the leader for the rest, one record at a time. It returns fn's
+// error, ctx's error, or an error reading the stream.
 func (l *JetStreamLog) Read(ctx context.Context, from uint64, fn func(seq uint64, rec []byte) error) error {
 	st, err := l.leaderInfo(ctx)
 	if err != nil {
@@ -595,8 +595,7 @@ func (l *JetStreamLog) Read(ctx context.Context, from uint64, fn func(seq uint64
 		case lagging.IsZero():
 			lagging = time.Now()
 		case time.Since(lagging) > readLagWait:
-			return fmt.Errorf("eventstore: read %s: cut short after stream seq %d, the stream's leader has records up to seq %d (the replica serving the read lags behind); read again",
-				l.subject, last, want)
+			return l.readFromLeader(ctx, last+1, want, fn)
 		}
 		t := time.NewTimer(readLagPoll)
 		select {
@@ -609,12 +608,34 @@ func (l *JetStreamLog) Read(ctx context.Context, from uint64, fn func(seq uint64
 }
 
 // readLagWait is how long a read waits, without a new record, for the
-// replica serving it to catch up with the stream's leader; readLagPoll is
-// how often it asks meanwhile.
+// replica serving it to catch up with the stream's leader before it asks
+// the leader; readLagPoll is how often it asks the replica meanwhile.
 const (
-	readLagWait = 5 * time.Second
+	readLagWait = time.Second
 	readLagPoll = 20 * time.Millisecond
 )
+
+// readFromLeader calls fn for each record on the partition subject from
+// from to until, asking the stream's leader for each (STREAM.MSG.GET): for
+// the end of a read whose replica lags behind.
+func (l *JetStreamLog) readFromLeader(ctx context.Context, from, until uint64, fn func(seq uint64, rec []byte) error) error {
+	for seq := from; seq <= until; {
+		m, err := askAgain(ctx, apiTry, func(ctx context.Context) (*storedMsg, error) {
+			return l.getMsg(ctx, msgGetRequest{Seq: seq, NextFor: l.subject})
+		})
+		if err != nil {
+			return fmt.Errorf("eventstore: read %s from its leader at seq %d: %w", l.subject, seq, err)
+		}
+		if m == nil || m.Sequence > until {
+			return nil
+		}
+		if err := fn(m.Sequence, m.Data); err != nil {
+			return err
+		}
+		seq = m.Sequence + 1
+	}
+	return nil
+}
 
 // leaderInfo returns the stream with its information as its leader gives
 // it. While a replicated stream has no leader (a node's restart, an
@@ -726,6 +747,7 @@ type msgGetRequest struct {
 type storedMsg struct {
 	Sequence uint64 `json:"seq"`
 	Header   []byte `json:"hdrs,omitempty"`
+	Data     []byte `json:"data,omitempty"`
 }
 
 type msgGetResponse struct {

@@ -187,3 +187,42 @@ func TestJetStreamReadDeletesItsConsumer(t *testing.T) {
 	require.NoError(t, err)
 	require.Zero(t, s.CachedInfo().State.Consumers)
 }
+
+// The end of a read whose replica lags is asked of the stream's leader,
+// record by record: it gives the partition's records from from to until,
+// in order, with their data, and none of another partition's.
+func TestJetStreamReadFromLeader(t *testing.T) {
+	f := setupJetStream(t)
+	ctx := t.Context()
+	open := func(partition string) *eventstore.JetStreamLog {
+		l, err := eventstore.NewJetStreamLog(ctx, f.js, eventstore.JetStreamConfig{Stream: "SHARED", Prefix: "s", Partition: partition})
+		require.NoError(t, err)
+		return l
+	}
+	a, b := open("a"), open("b")
+	type rec struct {
+		seq  uint64
+		data string
+	}
+	var want []rec
+	var lastA, lastB uint64
+	for i := range 6 {
+		seq, err := a.Append(ctx, []byte(fmt.Sprintf("a%d", i)), lastA)
+		require.NoError(t, err)
+		lastA = seq
+		want = append(want, rec{seq, fmt.Sprintf("a%d", i)})
+		lastB, err = b.Append(ctx, []byte(fmt.Sprintf("b%d", i)), lastB)
+		require.NoError(t, err)
+	}
+	read := func(from, until uint64) []rec {
+		var got []rec
+		require.NoError(t, a.ReadFromLeaderForTest(ctx, from, until, func(seq uint64, r []byte) error {
+			got = append(got, rec{seq, string(r)})
+			return nil
+		}))
+		return got
+	}
+	require.Equal(t, want, read(1, lastA), "the whole partition")
+	require.Equal(t, want[2:4], read(want[1].seq+1, want[3].seq), "from after a record to another")
+	require.Empty(t, read(lastA+1, lastB), "nothing after the partition's last record")
+}
