@@ -227,16 +227,17 @@ func (x *tx) reportFailure(c *ReportFailure) (Reply, error) {
 	if t == nil { // the claim failed the task instead
 		return x.after(c.TaskID)
 	}
-	if err := x.failAttempt(t, c.Attempt, c.Error, c.Retryable); err != nil {
+	if err := x.failAttempt(t, c.Attempt, c.Error, c.Retryable, c.ModelSteps); err != nil {
 		return Reply{}, err
 	}
 	return x.after(t.ID)
 }
 
-// failAttempt records attempt n's failure and what follows it: a backoff, or
+// failAttempt records attempt n's failure (with the model steps it made,
+// which count against the goal's budget) and what follows it: a backoff, or
 // the task's failure when the error is not retryable or attempts are spent.
-func (x *tx) failAttempt(t *Task, n int, e ErrorInfo, retryable bool) error {
-	if err := x.emit(t.ID, &AttemptFailed{Attempt: n, Error: e, Retryable: retryable}); err != nil {
+func (x *tx) failAttempt(t *Task, n int, e ErrorInfo, retryable bool, steps []ModelStep) error {
+	if err := x.emit(t.ID, &AttemptFailed{Attempt: n, Error: e, Retryable: retryable, ModelSteps: steps}); err != nil {
 		return err
 	}
 	t, err := x.o.Task(t.ID)
@@ -435,7 +436,7 @@ func (x *tx) fireTimer(c *FireTimer) (Reply, error) {
 		if x.m.Now.Before(*a.Deadline) {
 			return early(*a.Deadline)
 		}
-		err = x.failAttempt(t, a.N, ErrorInfo{Code: ReasonTimeout, Message: fmt.Sprintf("attempt %d passed its deadline", a.N)}, true)
+		err = x.failAttempt(t, a.N, ErrorInfo{Code: ReasonTimeout, Message: fmt.Sprintf("attempt %d passed its deadline", a.N)}, true, nil)
 	default:
 		return Reply{}, invalid("/kind", "timer kind %q is not one of backoff, wait, attempt_timeout, task_deadline, approval_expiry", c.Kind)
 	}
@@ -463,25 +464,11 @@ func (x *tx) overBudget(t *Task) (string, error) {
 	if b.Attempts == 0 && b.Tokens == 0 && b.Cost == 0 {
 		return "", nil
 	}
-	var attempts int
-	var tokens int64
-	var cost float64
-	for _, pt := range g.Plan {
-		pt, err := x.o.Task(pt.TaskID)
-		if err != nil {
-			return "", err
-		}
-		if pt == nil {
-			continue
-		}
-		attempts += len(pt.Attempts)
-		for _, a := range pt.Attempts {
-			for _, s := range a.ModelSteps {
-				tokens += s.Tokens
-				cost += s.Cost
-			}
-		}
+	sp, err := GoalSpend(g, x.m.Now, x.o.Task)
+	if err != nil {
+		return "", err
 	}
+	attempts, tokens, cost := sp.Attempts, sp.Tokens, sp.Cost
 	switch {
 	case b.Attempts > 0 && attempts >= b.Attempts:
 		return fmt.Sprintf("the goal's budget of %d attempts is used up", b.Attempts), nil

@@ -1168,6 +1168,38 @@ func TestGoalBudgetEndsItsTasks(t *testing.T) {
 	})
 }
 
+// A goal's spend is cumulative: a failed attempt's model steps count, and a
+// plan revision that drops a task that spent does not give its spend back
+// (a goal with a 1,000-token budget was once achieved at 1,800 tokens).
+func TestGoalBudgetHoldsAcrossRevisionsAndFailures(t *testing.T) {
+	w := setup(t)
+	g := w.createGoal(Envelope{Budget: Budget{Tokens: 100}})
+	ids, _ := w.plan(g, spec("a"))
+	n := w.claim(ids["a"])
+	w.must(&ReportFailure{TaskID: ids["a"], Attempt: n, Retryable: true, Error: ErrorInfo{Code: "boom", Message: "it broke"},
+		ModelSteps: []ModelStep{{Model: "m", Tokens: 60}}})
+	require.Equal(t, int64(60), w.task(ids["a"]).Attempts[0].ModelSteps[0].Tokens, "the failed attempt keeps its model steps")
+
+	// The revision drops a, which spent 60 tokens.
+	ids2, _ := w.plan(g, spec("b"), spec("c", "b"))
+	require.Equal(t, StateCancelled, w.state(ids["a"]))
+	require.Equal(t, []string{ids["a"]}, w.goal(g).RetiredTasks)
+	n = w.claim(ids2["b"])
+	w.must(&ReportSuccess{TaskID: ids2["b"], Attempt: n, ModelSteps: []ModelStep{{Model: "m", Tokens: 50}}})
+	require.Equal(t, StateAccepted, w.state(ids2["b"]))
+
+	// 110 tokens spent over both versions: c gets no attempt.
+	out := w.must(&ClaimTask{ClaimBody: ClaimBody{TaskID: ids2["c"], Executor: "e"}})
+	require.Equal(t, []string{"task.failed"}, events(out, ids2["c"]))
+	require.Equal(t, ReasonBudget, w.task(ids2["c"]).Reason)
+	require.Contains(t, eventOf[*TaskFailed](t, out, ids2["c"]).Error.Message, "110 used")
+
+	sp, err := GoalSpend(w.goal(g), w.now, w.o.Task)
+	require.NoError(t, err)
+	require.Equal(t, Spend{Attempts: 2, Tokens: 110}, sp)
+	w.requireReplays()
+}
+
 func TestQuarantineFailsTheTaskAndItsDependents(t *testing.T) {
 	w := setup(t)
 	g := w.createGoal(Envelope{})

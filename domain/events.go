@@ -181,9 +181,10 @@ type AttemptSucceeded struct {
 
 // AttemptFailed: attempt n reported an error (or timed out).
 type AttemptFailed struct {
-	Attempt   int       `json:"attempt"`
-	Error     ErrorInfo `json:"error"`
-	Retryable bool      `json:"retryable"`
+	Attempt    int         `json:"attempt"`
+	Error      ErrorInfo   `json:"error"`
+	Retryable  bool        `json:"retryable"`
+	ModelSteps []ModelStep `json:"model_steps,omitempty"`
 }
 
 // BackoffScheduled: the task will be ready again at Until.

@@ -167,6 +167,11 @@ func ApplyGoal(g *Goal, id, workspace string, e Event, r Recorded) (*Goal, error
 	g = g.Clone()
 	switch ev := e.(type) {
 	case *PlanCommitted:
+		for _, pt := range g.Plan {
+			if !slices.ContainsFunc(ev.Tasks, func(n PlanTask) bool { return n.TaskID == pt.TaskID }) {
+				g.RetiredTasks = append(g.RetiredTasks, pt.TaskID)
+			}
+		}
 		g.PlanVersion = ev.Version
 		g.Plan = ev.Tasks
 		if g.State == GoalStateFailed { // a revision reopens a failed goal
@@ -251,7 +256,7 @@ func ApplyTask(t *Task, id, workspace string, e Event, r Recorded) (*Task, error
 			return nil, err
 		}
 		errInfo := ev.Error
-		a.Error, a.Retryable = &errInfo, ev.Retryable
+		a.Error, a.Retryable, a.ModelSteps = &errInfo, ev.Retryable, ev.ModelSteps
 	case *BackoffScheduled:
 		until := ev.Until
 		t.State, t.BackoffUntil = StateBackoff, &until

@@ -30,6 +30,8 @@ type (
 	TaskSpec = schemas.TaskSpec
 	// Budget bounds what a goal's work may spend.
 	Budget = schemas.Budget
+	// Spend is what a goal's work has used (GoalSpend).
+	Spend = schemas.Spend
 	// Permissions say which queues a goal's tasks may use.
 	Permissions = schemas.Permissions
 	// Envelope is a goal's budget and permissions.

@@ -442,7 +442,8 @@ func (d *delivery) report(ctx context.Context, job *Job, rep Report, watch *watc
 	}
 	if rep.Failure != nil {
 		r, err = d.w.c.command(ctx, "task.fail", schemas.ReportFailure{TaskID: job.TaskID, Attempt: job.Attempt, Token: token, Claim: claim,
-			Error: ErrorInfo{Code: rep.Failure.Code, Message: rep.Failure.Message}, Retryable: rep.Failure.Retryable},
+			Error: ErrorInfo{Code: rep.Failure.Code, Message: rep.Failure.Message}, Retryable: rep.Failure.Retryable,
+			ModelSteps: rep.ModelSteps},
 			d.reportID("fail", job, claim))
 	}
 	switch {

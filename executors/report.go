@@ -30,7 +30,8 @@ type Report struct {
 }
 
 // ReportFor returns what a worker reports when a handler that ran with the
-// job context ctx returned (res, err). A Sleep, AwaitSignal or
+// job context ctx returned (res, err). res.ModelSteps are reported with a
+// failure too: the calls were made, and count against the goal's budget. A Sleep, AwaitSignal or
 // RequestApproval (a *WaitError) becomes a wait.
 // Any other error becomes FailureOf(err), with
 // code CodeTimeout when it has no code and the attempt's deadline had
@@ -46,15 +47,17 @@ func ReportFor(ctx context.Context, res Result, err error) Report {
 		if f.Code == "" && ctx.Err() != nil && errors.Is(context.Cause(ctx), ErrTimeout) {
 			f.Code = CodeTimeout
 		}
-		return Report{Failure: &f}
+		return Report{Failure: &f, ModelSteps: res.ModelSteps}
 	}
 	out, encErr := encodeJSON(res.Output)
 	switch {
 	case encErr != nil:
-		return Report{Failure: &Failure{Code: CodeInvalidResult, Message: clip("the result's output does not encode to JSON: "+encErr.Error(), maxMessage)}}
+		return Report{Failure: &Failure{Code: CodeInvalidResult, Message: clip("the result's output does not encode to JSON: "+encErr.Error(), maxMessage)},
+			ModelSteps: res.ModelSteps}
 	case len(out) > MaxPayloadBytes:
 		return Report{Failure: &Failure{Code: CodeInvalidResult, Message: fmt.Sprintf(
-			"the result's output is %d bytes; at most %d are allowed (store large outputs as artifacts)", len(out), MaxPayloadBytes)}}
+			"the result's output is %d bytes; at most %d are allowed (store large outputs as artifacts)", len(out), MaxPayloadBytes)},
+			ModelSteps: res.ModelSteps}
 	}
 	return Report{Output: out, Artifacts: res.Artifacts, ModelSteps: res.ModelSteps}
 }

@@ -171,6 +171,43 @@ func TestFailuresAreReportedAsTheHandlerSays(t *testing.T) {
 	}
 }
 
+// A job that fails after calling a model reports its model steps with the
+// failure: they count against the goal's budget, and goal.get shows them
+// spent beside it.
+func TestAFailedJobReportsItsModelSteps(t *testing.T) {
+	b := setup(t)
+	b.startWorker(t, executors.Config{Queue: "spendy"}, func(context.Context, *executors.Job) (executors.Result, error) {
+		return executors.Result{ModelSteps: []executors.ModelStep{{Model: "m", Tokens: 70, Cost: 0.5}}}, errors.New("the model said no")
+	})
+	var goal struct{ ID string }
+	require.NoError(t, json.Unmarshal(b.Command(t, "goal.create", map[string]any{"title": "budgeted",
+		"envelope": map[string]any{"budget": map[string]any{"tokens": 100}},
+		"tasks":    []map[string]any{{"key": "a", "queue": "spendy", "retry": map[string]any{"max_attempts": 5, "initial_backoff": "10ms"}}}}), &goal))
+	var g struct {
+		State string `json:"state"`
+		Nodes []struct {
+			TaskID string `json:"task_id"`
+		} `json:"nodes"`
+		Spent struct {
+			Attempts int     `json:"attempts"`
+			Tokens   int64   `json:"tokens"`
+			Cost     float64 `json:"cost"`
+		} `json:"spent"`
+	}
+	servicetest.Eventually(t, 15*time.Second, func() bool {
+		r := b.Request(t, "dwr.q.default.goal.get", map[string]any{"id": goal.ID}, nil)
+		return r.OK && json.Unmarshal(r.Result, &g) == nil && g.State == "failed"
+	}, func() string { return "the goal did not fail" })
+	// 70 tokens, then 140: the second failure leaves no budget for a third.
+	require.Equal(t, 2, g.Spent.Attempts)
+	require.Equal(t, int64(140), g.Spent.Tokens)
+	require.InDelta(t, 1.0, g.Spent.Cost, 1e-9)
+	tk := b.Task(t, g.Nodes[0].TaskID)
+	require.Equal(t, "budget_exhausted", tk.Reason)
+	require.Equal(t, int64(70), tk.Attempts[1].ModelSteps[0].Tokens, "the failed attempt keeps its model steps")
+	b.waitSettled(t, "spendy")
+}
+
 func TestACheckpointIsHandedToTheNextAttempt(t *testing.T) {
 	b := setup(t)
 	type progress struct{ Step int }

@@ -1,6 +1,8 @@
 package projections
 
 import (
+	"time"
+
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -103,6 +105,9 @@ func (s *Store) GoalView(ws, id string) (*GoalView, error) {
 			n.State = t.State
 		}
 		v.Nodes = append(v.Nodes, n)
+	}
+	if v.Spent, err = domain.GoalSpend(g, time.Now(), s.Task); err != nil {
+		return nil, err
 	}
 	return v, nil
 }

@@ -103,6 +103,9 @@ type ReportFailure struct {
 	Claim     *ReportClaim `json:"claim,omitempty"`
 	Error     ErrorInfo    `json:"error"`
 	Retryable bool         `json:"retryable"`
+	// ModelSteps record the model calls the failed attempt made: they
+	// count against the goal's budget.
+	ModelSteps []ModelStep `json:"model_steps,omitempty"`
 }
 
 // ReportClaim is the claim a report carries when its job ran without

@@ -17,7 +17,22 @@ type Goal struct {
 	Reason          string     `json:"reason,omitempty"`
 	PlanVersion     int        `json:"plan_version"`
 	Plan            []PlanTask `json:"plan,omitempty"`
+	// RetiredTasks are the tasks of earlier plan versions that the current
+	// one no longer holds, oldest first: what they spent still counts
+	// against the goal's budget.
+	RetiredTasks []string `json:"retired_tasks,omitempty"`
 	Versioned
+}
+
+// Spend is what a goal's work has used, over every version of its plan and
+// every attempt, failed ones included: the attempts started, the tokens and
+// cost of their model steps, and their time from start to end (a running
+// attempt's up to now).
+type Spend struct {
+	Attempts int     `json:"attempts"`
+	Tokens   int64   `json:"tokens"`
+	Cost     float64 `json:"cost"`
+	WallMS   int64   `json:"wall_ms"`
 }
 
 // Versioned is what the state of a goal or a task keeps of the events
@@ -66,6 +81,7 @@ func (g *Goal) Clone() *Goal {
 	c := *g
 	c.SuccessCriteria = slices.Clone(g.SuccessCriteria)
 	c.Plan = slices.Clone(g.Plan)
+	c.RetiredTasks = slices.Clone(g.RetiredTasks)
 	c.Commands = slices.Clone(g.Commands)
 	return &c
 }

@@ -15,6 +15,8 @@ type GoalView struct {
 	*Goal
 	Nodes  []PlanNode     `json:"nodes,omitempty"`
 	Counts map[string]int `json:"counts"`
+	// Spent is what the goal's work has used, to set beside its budget.
+	Spent Spend `json:"spent"`
 }
 
 // PlanNode is one task of a goal's current plan, with its task's state.

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"iter"
+	"strconv"
 	"strings"
 	"time"
 
@@ -52,10 +53,27 @@ func printGoal(w io.Writer, v *schemas.GoalView) error {
 	for _, c := range v.SuccessCriteria {
 		fmt.Fprintf(w, "criterion: %s\n", c)
 	}
-	fmt.Fprintf(w, "tasks by state: %s\n\n", counts(v.Counts))
+	fmt.Fprintf(w, "tasks by state: %s\n", counts(v.Counts))
+	fmt.Fprintf(w, "spent: %s\n\n", spent(v.Spent, v.Envelope.Budget))
 	return columns([]string{"KEY", "TASK", "STATE", "DEPENDS ON"}, func(n schemas.PlanNode) []string {
 		return []string{n.Key, n.TaskID, n.State, dash(strings.Join(n.DependsOn, ","))}
 	})(w, v.Nodes)
+}
+
+// spent prints a goal's spend, each dimension beside its budget when it
+// has one: "attempts 2/3  tokens 140/100  cost 1/-  wall 3.2s".
+func spent(sp schemas.Spend, b schemas.Budget) string {
+	of := func(used string, limited bool, limit string) string {
+		if !limited {
+			return used
+		}
+		return used + "/" + limit
+	}
+	return fmt.Sprintf("attempts %s  tokens %s  cost %s  wall %s",
+		of(strconv.Itoa(sp.Attempts), b.Attempts > 0, strconv.Itoa(b.Attempts)),
+		of(strconv.FormatInt(sp.Tokens, 10), b.Tokens > 0, strconv.FormatInt(b.Tokens, 10)),
+		of(strconv.FormatFloat(sp.Cost, 'g', -1, 64), b.Cost > 0, strconv.FormatFloat(b.Cost, 'g', -1, 64)),
+		(time.Duration(sp.WallMS) * time.Millisecond).String())
 }
 
 func counts(m map[string]int) string {
