@@ -4,12 +4,14 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"path/filepath"
 	"strconv"
 	"testing"
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
 
 	"github.com/dwr-run/dwr/domain"
@@ -152,6 +154,63 @@ func TestFeedIsRepairedFromTheLog(t *testing.T) {
 		got, err := strconv.ParseUint(m.Header.Get(schemas.HeaderLogSeq), 10, 64)
 		return err == nil && got >= seq
 	})
+}
+
+// A record whose events reached the feed only in part (a crash between
+// two publishes) is completed from the log at the next start: the feed then
+// holds every event once.
+func TestFeedResumesInsideARecordCutShort(t *testing.T) {
+	b := setupJetStream(t)
+	// A goal with its plan: one record of several events.
+	_, seq := b.mustCommand(t, "goal.create", map[string]any{"title": "g",
+		"tasks": []map[string]any{{"key": "a", "queue": "q"}, {"key": "b", "queue": "q", "depends_on": []string{"a"}}}})
+	ctx := context.Background()
+	st, err := b.jetstream(t).Stream(ctx, "DWR_EVENTS")
+	require.NoError(t, err)
+	var info *jetstream.StreamInfo
+	servicetest.Eventually(t, 10*time.Second, func() bool {
+		m, err := st.GetLastMsgForSubject(ctx, "dwr.ev.>")
+		if err != nil || m.Header.Get(schemas.HeaderLogSeq) != strconv.FormatUint(seq, 10) {
+			return false
+		}
+		info, err = st.Info(ctx)
+		return err == nil
+	})
+	want := int(info.State.Msgs)
+	require.Greater(t, want, 3, "the record has several events")
+	// Cut the record short: its last two events never reached the feed.
+	last := info.State.LastSeq
+	require.NoError(t, st.DeleteMsg(ctx, last))
+	require.NoError(t, st.DeleteMsg(ctx, last-1))
+	dir := b.dir
+	b.stop()
+	b2 := start(t, dir)
+	st, err = b2.jetstream(t).Stream(ctx, "DWR_EVENTS")
+	require.NoError(t, err)
+	ids := func() map[string]int {
+		seen := map[string]int{}
+		c, err := st.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{})
+		require.NoError(t, err)
+		batch, err := c.FetchNoWait(1000)
+		require.NoError(t, err)
+		for m := range batch.Messages() {
+			var e struct {
+				ID string `json:"id"`
+			}
+			require.NoError(t, json.Unmarshal(m.Data(), &e))
+			seen[e.ID]++
+		}
+		return seen
+	}
+	var seen map[string]int
+	servicetest.Eventually(t, 10*time.Second, func() bool {
+		seen = ids()
+		return len(seen) >= want
+	}, func() string { return fmt.Sprintf("the feed holds %d distinct events, the log %d", len(seen), want) })
+	for id, n := range seen {
+		require.Equal(t, 1, n, "event %s is in the feed %d times", id, n)
+	}
+	require.Len(t, seen, want)
 }
 
 // A work item that passes its consumer's MaxDeliver while no writer runs is

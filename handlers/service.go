@@ -853,7 +853,12 @@ func (s *Service) takeOver(ctx context.Context, timerWake chan struct{}) (*event
 	w := &writer{store: s.store, clock: s.cfg.Clock, logger: s.cfg.Logger, broken: make(chan struct{}),
 		dispatch: s.dispatch.dispatchCommit,
 		after: func(c *eventstore.Commit, seq uint64) {
-			s.feed.publish(c, seq)
+			// A writer deposed meanwhile (paused past its lease) leaves the
+			// record to its successor's feed catch-up: the feed repeats
+			// nothing, without JetStream's deduplication.
+			if s.holdsLease() {
+				s.feed.publish(c, seq)
+			}
 			if f := s.cfg.Auth.OnMembersChanged; f != nil && changesMembers(c) {
 				f()
 			}
