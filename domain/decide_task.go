@@ -361,6 +361,12 @@ func (x *tx) waitTask(c *WaitTask) (Reply, error) {
 			return Reply{}, invalid("/signal", "signal name %q is not valid", c.Signal)
 		}
 		w.Signal = c.Signal
+		// A signal sent before the wait: the wait takes it at once, and
+		// the task is ready again to resume with it.
+		if i := slices.IndexFunc(t.PendingSignals, func(p Signal) bool { return p.Name == c.Signal }); i >= 0 {
+			p := t.PendingSignals[i]
+			return x.emitReply(t.ID, w, &SignalReceived{Name: p.Name, Payload: p.Payload}, &TaskReady{Reason: "signal"})
+		}
 	case WaitTimer:
 		if c.Until == nil || !c.Until.After(x.m.Now) {
 			return Reply{}, invalid("/until", "a timer wait needs a time in the future")
@@ -380,10 +386,26 @@ func (x *tx) sendSignal(c *SendSignal) (Reply, error) {
 	if len(c.Payload) > MaxInputBytes {
 		return Reply{}, invalid("/payload", "is %d bytes; at most %d are allowed", len(c.Payload), MaxInputBytes)
 	}
-	if t.State != StateWaiting || t.Wait == nil || t.Wait.Kind != WaitSignal || t.Wait.Signal != c.Name {
-		return Reply{}, &Error{Code: CodeConflict, Field: "/name", Message: fmt.Sprintf("task %s is %s and not waiting for signal %q", t.ID, t.State, c.Name)}
+	if Terminal(t.State) {
+		return Reply{}, &Error{Code: CodeConflict, Field: "/task_id", Message: fmt.Sprintf("task %s has ended (%s): it takes no more signals", t.ID, t.State)}
 	}
-	return x.emitReply(t.ID, &SignalReceived{Name: c.Name, Payload: c.Payload}, &TaskReady{Reason: "signal"})
+	if t.State == StateWaiting && t.Wait != nil && t.Wait.Kind == WaitSignal && t.Wait.Signal == c.Name {
+		return x.emitReply(t.ID, &SignalReceived{Name: c.Name, Payload: c.Payload}, &TaskReady{Reason: "signal"})
+	}
+	// Not waiting for it (yet): the task keeps it for its next wait.
+	if len(t.PendingSignals) >= MaxPendingSignals {
+		return Reply{}, &Error{Code: CodeConflict, Field: "/name", Message: fmt.Sprintf(
+			"task %s already keeps %d signals it has not waited for (at most %d): this one is refused; the task must wait for one first", t.ID, len(t.PendingSignals), MaxPendingSignals)}
+	}
+	kept := len(c.Payload)
+	for _, p := range t.PendingSignals {
+		kept += len(p.Payload)
+	}
+	if kept > MaxPendingSignalBytes {
+		return Reply{}, &Error{Code: CodeConflict, Field: "/payload", Message: fmt.Sprintf(
+			"task %s would keep %d bytes of signal payloads it has not waited for (at most %d): this one is refused", t.ID, kept, MaxPendingSignalBytes)}
+	}
+	return x.emitReply(t.ID, &SignalBuffered{Name: c.Name, Payload: c.Payload})
 }
 
 // fireTimer moves a task whose moment has come. A timer that is stale (the

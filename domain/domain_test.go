@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -506,7 +507,8 @@ func TestWaitSignal(t *testing.T) {
 	require.Nil(t, task.Running(), "a waiting task holds no process")
 	require.Equal(t, AttemptStateParked, task.Attempts[0].State)
 
-	require.Equal(t, "/name", w.refused(&SendSignal{TaskID: id, Name: "vendor.answered"}, CodeConflict).Field)
+	// Another signal is kept for a later wait; the task keeps waiting.
+	require.Equal(t, []string{"task.signal_buffered"}, events(w.must(&SendSignal{TaskID: id, Name: "vendor.answered"}), id))
 	_ = w.refused(&ReportSuccess{TaskID: id, Attempt: n}, CodeConflict)
 	_ = w.refused(&ClaimTask{ClaimBody: ClaimBody{TaskID: id, Executor: "e"}}, CodeConflict)
 	require.Empty(t, w.must(&FireTimer{TaskID: id, Kind: TimerWait}).Changes, "a waiting task's timer is stale when it waits on a signal")
@@ -517,7 +519,57 @@ func TestWaitSignal(t *testing.T) {
 	require.Equal(t, StateReady, w.state(id))
 	require.Nil(t, w.task(id).Wait)
 	require.Equal(t, 2, w.claim(id))
-	_ = w.refused(&SendSignal{TaskID: id, Name: "payment.settled"}, CodeConflict)
+	require.Equal(t, []Signal{{Name: "vendor.answered"}}, w.task(id).PendingSignals)
+	w.requireReplays()
+}
+
+// A signal sent before its task waits for it is kept (up to a bound) and
+// taken by the task's next wait for its name, which then resumes at once;
+// a signal to a task that has ended is refused.
+func TestASignalSentBeforeItsWaitIsKept(t *testing.T) {
+	w := setup(t)
+	id := w.newID()
+	w.must(&CreateTask{TaskID: id, Spec: spec("")})
+	n := w.claim(id)
+	w.must(&SendSignal{TaskID: id, Name: "payment.settled", Payload: json.RawMessage(`{"n":1}`)})
+	w.must(&SendSignal{TaskID: id, Name: "payment.settled", Payload: json.RawMessage(`{"n":2}`)})
+	w.must(&SendSignal{TaskID: id, Name: "other"})
+	require.Equal(t, StateRunning, w.state(id), "a kept signal does not disturb the attempt")
+	require.Len(t, w.task(id).PendingSignals, 3)
+
+	out := w.must(&WaitTask{TaskID: id, Attempt: n, Kind: WaitSignal, Signal: "payment.settled"})
+	require.Equal(t, []string{"task.waiting", "task.signal_received", "task.ready"}, events(out, id))
+	tk := w.task(id)
+	require.Equal(t, StateReady, tk.State, "the wait took the first kept signal at once")
+	require.JSONEq(t, `{"n":1}`, string(tk.Signal.Payload))
+	require.Equal(t, []Signal{{Name: "payment.settled", Payload: json.RawMessage(`{"n":2}`)}, {Name: "other"}}, tk.PendingSignals)
+
+	// The next attempt's wait takes the second.
+	n = w.claim(id)
+	w.must(&WaitTask{TaskID: id, Attempt: n, Kind: WaitSignal, Signal: "payment.settled"})
+	require.JSONEq(t, `{"n":2}`, string(w.task(id).Signal.Payload))
+	require.Equal(t, []Signal{{Name: "other"}}, w.task(id).PendingSignals)
+
+	// Bounded: the kept signals stay, the one beyond is refused — by bytes,
+	// then by count.
+	n = w.claim(id)
+	payload := func(kb int) json.RawMessage { return json.RawMessage(`"` + strings.Repeat("x", kb<<10) + `"`) }
+	w.must(&SendSignal{TaskID: id, Name: "big", Payload: payload(200)})
+	require.Equal(t, "/payload", w.refused(&SendSignal{TaskID: id, Name: "big", Payload: payload(100)}, CodeConflict).Field)
+	for i := len(w.task(id).PendingSignals); i < MaxPendingSignals; i++ {
+		w.must(&SendSignal{TaskID: id, Name: "other"})
+	}
+	de := w.refused(&SendSignal{TaskID: id, Name: "other"}, CodeConflict)
+	require.Equal(t, "/name", de.Field)
+	require.Contains(t, de.Message, "at most 16")
+	require.Len(t, w.task(id).PendingSignals, MaxPendingSignals)
+	w.must(&WaitTask{TaskID: id, Attempt: n, Kind: WaitSignal, Signal: "big"})
+	require.Len(t, w.task(id).PendingSignals, MaxPendingSignals-1, "a wait makes room")
+
+	// Ended: refused.
+	w.succeed(id, w.claim(id))
+	require.Equal(t, "/task_id", w.refused(&SendSignal{TaskID: id, Name: "other"}, CodeConflict).Field)
+	w.requireReplays()
 }
 
 func TestWaitTimer(t *testing.T) {
@@ -540,7 +592,8 @@ func TestWaitTimer(t *testing.T) {
 	w.advance(time.Hour - time.Nanosecond)
 	_ = w.refused(fire, CodeConflict)
 	require.Equal(t, StateWaiting, w.state(id))
-	_ = w.refused(&SendSignal{TaskID: id, Name: "x"}, CodeConflict)
+	require.Equal(t, []string{"task.signal_buffered"}, events(w.must(&SendSignal{TaskID: id, Name: "x"}), id), "kept for a wait for it")
+	require.Equal(t, StateWaiting, w.state(id))
 	w.advance(time.Nanosecond)
 	out := w.must(fire)
 	require.Equal(t, []string{"task.ready"}, events(out, id))

@@ -135,6 +135,13 @@ func (*SignalReceived) EventType() string { return "task.signal_received" }
 func (*SignalReceived) AggregateType() string { return AggTask }
 func (*SignalReceived) isEvent()              {}
 
+// EventType returns "task.signal_buffered".
+func (*SignalBuffered) EventType() string { return "task.signal_buffered" }
+
+// AggregateType returns AggTask.
+func (*SignalBuffered) AggregateType() string { return AggTask }
+func (*SignalBuffered) isEvent()              {}
+
 // EventType returns "task.accepted".
 func (*TaskAccepted) EventType() string { return "task.accepted" }
 

@@ -273,8 +273,13 @@ type ApprovalExpired struct {
 }
 
 // SignalReceived: a named signal reached a waiting task. The task keeps it
-// as its Signal.
+// as its Signal, and drops the first pending signal of that name, if any
+// (the wait took it from there).
 type SignalReceived schemas.Signal
+
+// SignalBuffered: a named signal reached a task that was not waiting for
+// it. The task keeps it among its PendingSignals until a wait for that name.
+type SignalBuffered schemas.Signal
 
 // TaskAccepted is terminal: the task's result is accepted.
 type TaskAccepted struct {
@@ -326,6 +331,7 @@ var eventTypes = map[string]func() Event{
 	"workspace.member_removed":      func() Event { return &MemberRemoved{} },
 	"workspace.queue_configured":    func() Event { return &QueueConfigured{} },
 	"task.signal_received":          func() Event { return &SignalReceived{} },
+	"task.signal_buffered":          func() Event { return &SignalBuffered{} },
 	"task.accepted":                 func() Event { return &TaskAccepted{} },
 	"task.rejected":                 func() Event { return &TaskRejected{} },
 	"task.failed":                   func() Event { return &TaskFailed{} },

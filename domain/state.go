@@ -308,6 +308,11 @@ func ApplyTask(t *Task, id, workspace string, e Event, r Recorded) (*Task, error
 	case *SignalReceived:
 		s := Signal(*ev)
 		t.Signal = &s // resumption follows as task.ready
+		if i := slices.IndexFunc(t.PendingSignals, func(p Signal) bool { return p.Name == ev.Name }); i >= 0 {
+			t.PendingSignals = slices.Delete(t.PendingSignals, i, i+1)
+		}
+	case *SignalBuffered:
+		t.PendingSignals = append(t.PendingSignals, Signal(*ev))
 	case *TaskAccepted:
 		t.State = StateAccepted
 	case *TaskRejected:

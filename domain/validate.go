@@ -17,6 +17,11 @@ const (
 	MaxInputBytes   = 256 << 10
 	MaxReason       = 2_000
 	MaxArtifacts    = 1_000
+	// MaxPendingSignals bounds the signals a task keeps before it waits for
+	// them, and MaxPendingSignalBytes their payloads together: a signal
+	// beyond either is refused, the ones kept stay.
+	MaxPendingSignals     = 16
+	MaxPendingSignalBytes = MaxInputBytes
 )
 
 func checkText(field, s string, max int, required bool) error {

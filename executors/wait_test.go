@@ -56,3 +56,39 @@ func TestAwaitSignalResumesOnTheSignal(t *testing.T) {
 	require.JSONEq(t, `{"amount":12}`, string(done.Attempts[1].Result), "the resumed attempt got the signal's payload")
 	b.waitSettled(t, "pay")
 }
+
+// A signal sent while the job still runs, before it awaits it, is kept: the
+// job's AwaitSignal then parks the task and it resumes at once with it.
+func TestASignalSentBeforeAwaitSignalIsNotLost(t *testing.T) {
+	b := setup(t)
+	running := make(chan string, 1)
+	sent := make(chan struct{})
+	b.startWorker(t, executors.Config{Queue: "early"}, func(ctx context.Context, job *executors.Job) (executors.Result, error) {
+		if job.Attempt == 1 {
+			running <- job.TaskID
+			select { // the signal is sent while this attempt runs
+			case <-sent:
+			case <-ctx.Done():
+				return executors.Result{}, ctx.Err()
+			}
+			return executors.Result{}, executors.AwaitSignal("payment-settled")
+		}
+		if job.Signal == nil || job.Signal.Name != "payment-settled" {
+			return executors.Result{}, executors.Permanent(errors.New("resumed without its signal"))
+		}
+		return executors.Result{Output: job.Signal.Payload}, nil
+	})
+	id := b.CreateTask(t, map[string]any{"queue": "early"})
+	select {
+	case got := <-running:
+		require.Equal(t, id, got)
+	case <-time.After(10 * time.Second):
+		t.Fatal("the job did not start")
+	}
+	b.Command(t, "task.signal", map[string]any{"task_id": id, "name": "payment-settled", "payload": map[string]int{"amount": 7}})
+	close(sent)
+	done := b.WaitState(t, id, "accepted", 10*time.Second)
+	require.JSONEq(t, `{"amount":7}`, string(done.Attempts[1].Result), "the resumed attempt got the early signal")
+	require.Empty(t, done.PendingSignals)
+	b.waitSettled(t, "early")
+}

@@ -25,8 +25,11 @@ type Task struct {
 	Approved      bool            `json:"approved,omitempty"` // the gate was passed
 	Approvals     []Approval      `json:"approvals,omitempty"`
 	Signal        *Signal         `json:"signal,omitempty"` // the last signal received, for the attempt it resumes
-	Reason        string          `json:"reason,omitempty"`
-	Error         *ErrorInfo      `json:"error,omitempty"`
+	// PendingSignals are signals sent before the task waited for them,
+	// oldest first: its next wait for one of their names takes the first.
+	PendingSignals []Signal   `json:"pending_signals,omitempty"`
+	Reason         string     `json:"reason,omitempty"`
+	Error          *ErrorInfo `json:"error,omitempty"`
 	Versioned
 }
 
@@ -180,5 +183,6 @@ func (t *Task) Clone() *Task {
 		s := *t.Signal
 		c.Signal = &s
 	}
+	c.PendingSignals = slices.Clone(t.PendingSignals)
 	return &c
 }

@@ -190,13 +190,18 @@ func TestCLISignalResumesAWaitingTask(t *testing.T) {
 	token := rawCommand(t, url, "task.claim", map[string]any{"task_id": id, "executor": "e"})
 	rawCommand(t, url, "task.wait", map[string]any{"task_id": id, "attempt": 1, "token": token, "kind": "signal", "signal": "payment-settled"})
 
-	code, _, errs := run(t, url, "signal", id, "vendor-answered")
-	require.Equal(t, exitConflict, code)
-	require.Contains(t, errs, `not waiting for signal "vendor-answered"`)
+	var kept map[string]any
+	runJSON(t, url, &kept, "signal", id, "vendor-answered")
+	require.Equal(t, "waiting", kept["state"], "another signal is kept for a later wait")
 
 	var got map[string]any
 	runJSON(t, url, &got, "signal", id, "payment-settled", "--data", `{"amount": 12}`)
 	require.Equal(t, "ready", got["state"])
+
+	run(t, url, "task", "cancel", id)
+	code, _, errs := run(t, url, "signal", id, "payment-settled")
+	require.Equal(t, exitConflict, code)
+	require.Contains(t, errs, "has ended")
 }
 
 func TestCLIReviewDecidesAnInconclusiveTask(t *testing.T) {
