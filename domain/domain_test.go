@@ -1188,6 +1188,38 @@ func TestPlanTasksListInPlanOrder(t *testing.T) {
 	require.Len(t, ids, 4)
 }
 
+// A join may wait on a whole plan: one task depending on the other 999
+// becomes ready when the last of them is accepted, and the goal is achieved
+// with it. One dependency more than a plan holds is refused.
+func TestAJoinOverAWholePlan(t *testing.T) {
+	w := setup(t)
+	g := w.createGoal(Envelope{})
+	specs := make([]TaskSpec, 0, MaxPlanTasks)
+	var keys []string
+	for i := range MaxPlanTasks - 1 {
+		k := fmt.Sprintf("leaf-%d", i)
+		keys = append(keys, k)
+		specs = append(specs, spec(k))
+	}
+	specs = append(specs, spec("join", keys...))
+	ids, _ := w.plan(g, specs...)
+	for i, k := range keys {
+		require.Equal(t, StatePending, w.state(ids["join"]), "after %d of %d", i, len(keys))
+		w.succeed(ids[k], w.claim(ids[k]))
+	}
+	require.Equal(t, StateReady, w.state(ids["join"]))
+	w.succeed(ids["join"], w.claim(ids["join"]))
+	require.Equal(t, GoalStateAchieved, w.goal(g).State)
+
+	many := make([]string, MaxDependencies+1)
+	for i := range many {
+		many[i] = w.newID()
+	}
+	de := w.refused(&CreateTask{TaskID: w.newID(), Spec: TaskSpec{Queue: "q", DependsOn: many}}, CodeInvalid)
+	require.Contains(t, de.Field, "depends_on")
+	require.Contains(t, de.Message, "at most 1000")
+}
+
 func TestGoalBudgetEndsItsTasks(t *testing.T) {
 	t.Run("attempts", func(t *testing.T) {
 		w := setup(t)

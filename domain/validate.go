@@ -13,7 +13,7 @@ const (
 	MaxText         = 10_000
 	MaxCriteria     = 100
 	MaxPlanTasks    = 1_000
-	MaxDependencies = 100
+	MaxDependencies = MaxPlanTasks // a join over a whole plan
 	MaxInputBytes   = 256 << 10
 	MaxReason       = 2_000
 	MaxArtifacts    = 1_000
