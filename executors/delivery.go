@@ -351,6 +351,13 @@ func (d *delivery) run(hard context.Context, t *schemas.Task, a *schemas.Attempt
 	d.claimMu.Lock()
 	job := d.job(t, a) // reads the token, when the attempt was claimed first
 	d.claimMu.Unlock()
+	deps, err := d.dependencies(hard, t)
+	if err != nil {
+		d.report(hard, job, Report{Failure: &Failure{Code: CodeDependencies, Retryable: true,
+			Message: clip("the results of the task's dependencies could not be read: "+err.Error(), maxMessage)}}, watch)
+		return
+	}
+	job.Dependencies = deps
 	jctx, cancel := context.WithCancelCause(hard)
 	defer cancel(nil)
 	d.claimMu.Lock()
@@ -842,6 +849,67 @@ func (wt *watch) stop() {
 		delete(set, wt)
 		if len(set) == 0 {
 			delete(wt.w.byTask, wt.taskID)
+		}
+	}
+}
+
+// dependencies returns the accepted outcomes of the tasks t depends on, by
+// plan key (by task id for a standalone task's): from the work item when it
+// carried them with t, else read with task.get, waiting up to viewLag for
+// the views to show each accepted.
+func (d *delivery) dependencies(ctx context.Context, t *schemas.Task) (map[string]Dependency, error) {
+	if len(t.DependsOn) == 0 {
+		return nil, nil
+	}
+	list := d.item.Dependencies
+	if d.item.Task != t || len(list) != len(t.DependsOn) {
+		list = make([]Dependency, 0, len(t.DependsOn))
+		for _, id := range t.DependsOn {
+			dep, err := d.dependency(ctx, id)
+			if err != nil {
+				return nil, err
+			}
+			list = append(list, dep)
+		}
+	}
+	out := make(map[string]Dependency, len(list))
+	for _, dep := range list {
+		k := dep.Key
+		if k == "" {
+			k = dep.TaskID
+		}
+		out[k] = dep
+	}
+	return out, nil
+}
+
+// dependency reads task id's accepted outcome with task.get.
+func (d *delivery) dependency(ctx context.Context, id string) (Dependency, error) {
+	deadline := time.Now().Add(viewLag)
+	for {
+		r, err := d.w.c.query(ctx, "task.get", schemas.Query{ID: id})
+		if err != nil {
+			return Dependency{}, err
+		}
+		if !r.OK {
+			return Dependency{}, &CommandError{Command: "task.get", Code: r.Error.Code, Message: r.Error.Message}
+		}
+		var t schemas.Task
+		if err := json.Unmarshal(r.Result, &t); err != nil {
+			return Dependency{}, fmt.Errorf("executors: task.get %s: %w", id, err)
+		}
+		if dep, ok := schemas.DependencyOf(&t); ok {
+			return dep, nil
+		}
+		if time.Now().After(deadline) {
+			return Dependency{}, fmt.Errorf("executors: dependency %s is %s, not accepted", id, t.State)
+		}
+		tick := time.NewTimer(50 * time.Millisecond)
+		select {
+		case <-tick.C:
+		case <-ctx.Done():
+			tick.Stop()
+			return Dependency{}, context.Cause(ctx)
 		}
 	}
 }

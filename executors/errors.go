@@ -50,6 +50,9 @@ const (
 	// handler's Result cannot be reported: its output does not encode to
 	// JSON, exceeds MaxPayloadBytes, or the service refused it as invalid.
 	CodeInvalidResult = "invalid_result"
+	// CodeDependencies is the code of an attempt that could not read the
+	// results of its task's dependencies (retryable).
+	CodeDependencies = "dependencies_unavailable"
 )
 
 // Failure is a handler error with full control over what is reported: the

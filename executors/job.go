@@ -70,6 +70,12 @@ type Job struct {
 	// after AwaitSignal — or nil.
 	Signal *Signal
 
+	// Dependencies are the accepted outcomes of the tasks this one depends
+	// on, by their key in the goal's plan (by task id for a standalone
+	// task's): the result and artifacts each was accepted with. Empty when
+	// the task depends on none.
+	Dependencies map[string]Dependency
+
 	// Decisions are the decisions taken on the task's approvals, in the
 	// order the approvals were requested: RequestApproval looks here for a
 	// decision on its action, and Approval returns the latest.

@@ -33,6 +33,9 @@ type (
 	ModelStep = schemas.ModelStep
 	// Signal is a named signal a task received, with its payload.
 	Signal = schemas.Signal
+	// Dependency is the accepted outcome of a task the job's task depends
+	// on: its result and artifacts (Job.Dependencies).
+	Dependency = schemas.Dependency
 )
 
 // Limits of the wire contract the SDK checks before it sends.

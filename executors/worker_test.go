@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -64,6 +65,60 @@ func TestPlanRunsInDependencyOrderThroughTheSDK(t *testing.T) {
 	require.Equal(t, []string{"a", "b", "c"}, order, "each task ran once, after its dependency was accepted")
 	mu.Unlock()
 	b.waitSettled(t, "chain")
+}
+
+// A task's dependencies' results flow to it: a join sees each accepted
+// result by plan key — from its work item when they fit in it, read with
+// task.get when they do not.
+func TestAJobSeesItsDependenciesResults(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		size int // bytes of each leaf's result
+	}{{"in the work item", 10}, {"read when too large for the item", 200 << 10}} {
+		t.Run(tc.name, func(t *testing.T) {
+			b := setup(t)
+			queue := fmt.Sprintf("flow-%d", tc.size)
+			var mu sync.Mutex
+			var seen map[string]executors.Dependency
+			b.startWorker(t, executors.Config{Queue: queue, Concurrency: 3}, func(ctx context.Context, job *executors.Job) (executors.Result, error) {
+				if job.Key == "join" {
+					mu.Lock()
+					seen = job.Dependencies
+					mu.Unlock()
+					return executors.Result{Output: map[string]int{"deps": len(job.Dependencies)}}, nil
+				}
+				if len(job.Dependencies) != 0 {
+					return executors.Result{}, executors.Permanent(errors.New("a leaf has no dependencies"))
+				}
+				return executors.Result{Output: map[string]string{"leaf": job.Key, "pad": strings.Repeat("x", tc.size)},
+					Artifacts: []executors.Artifact{{Name: job.Key + ".txt", SHA256: strings.Repeat("a", 64)}}}, nil
+			})
+			var goal struct{ ID string }
+			require.NoError(t, json.Unmarshal(b.Command(t, "goal.create", map[string]any{"title": "join", "tasks": []map[string]any{
+				{"key": "a", "queue": queue}, {"key": "b", "queue": queue}, {"key": "c", "queue": queue},
+				{"key": "join", "queue": queue, "depends_on": []string{"a", "b", "c"}},
+			}}), &goal))
+			servicetest.Eventually(t, 15*time.Second, func() bool {
+				r := b.Request(t, "dwr.q.default.goal.get", map[string]any{"id": goal.ID}, nil)
+				var g struct{ State string }
+				return r.OK && json.Unmarshal(r.Result, &g) == nil && g.State == "achieved"
+			}, func() string { return "the goal is not achieved" })
+			mu.Lock()
+			defer mu.Unlock()
+			require.Len(t, seen, 3)
+			for _, k := range []string{"a", "b", "c"} {
+				d := seen[k]
+				require.Equal(t, k, d.Key)
+				require.NotEmpty(t, d.TaskID)
+				var out struct{ Leaf, Pad string }
+				require.NoError(t, json.Unmarshal(d.Result, &out))
+				require.Equal(t, k, out.Leaf)
+				require.Len(t, out.Pad, tc.size)
+				require.Equal(t, []executors.Artifact{{Name: k + ".txt", SHA256: strings.Repeat("a", 64)}}, d.Artifacts)
+			}
+			b.waitSettled(t, queue)
+		})
+	}
 }
 
 // A work item carries the task: the job is built from it, and its report

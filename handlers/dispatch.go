@@ -25,7 +25,7 @@ import (
 // execute item carries the task as it is now, without the command ids it
 // remembers (they are its senders' business); msg leaves it out when the
 // item would be larger than schemas.MaxItemTaskBytes.
-func workItemOf(t *domain.Task) schemas.WorkItem {
+func workItemOf(t *domain.Task, store aggregates) schemas.WorkItem {
 	if t.State == domain.StateVerifying && t.Spec.Verification != nil {
 		a := t.Current()
 		return schemas.WorkItem{Kind: schemas.WorkKindVerify, TaskID: t.ID, Workspace: t.Workspace, Queue: t.Spec.Verification.Queue,
@@ -36,7 +36,27 @@ func workItemOf(t *domain.Task) schemas.WorkItem {
 	task := t.Clone()
 	task.Commands = nil
 	return schemas.WorkItem{Kind: schemas.WorkKindExecute, TaskID: t.ID, Workspace: t.Workspace, Queue: t.Spec.Queue,
-		Attempt: len(t.Attempts) + 1, OperationKey: domain.OperationKey(t.ID), Task: task}
+		Attempt: len(t.Attempts) + 1, OperationKey: domain.OperationKey(t.ID), Task: task,
+		Dependencies: dependenciesOf(t, store)}
+}
+
+// dependenciesOf returns the accepted outcome of each task t depends on, in
+// the order of its DependsOn, or nil when it has none or one cannot be read
+// as accepted (the executor then reads them with task.get).
+func dependenciesOf(t *domain.Task, store aggregates) []schemas.Dependency {
+	if len(t.DependsOn) == 0 {
+		return nil
+	}
+	deps := make([]schemas.Dependency, 0, len(t.DependsOn))
+	for _, id := range t.DependsOn {
+		dt, err := store.Task(id)
+		d, ok := schemas.DependencyOf(dt)
+		if err != nil || !ok {
+			return nil
+		}
+		deps = append(deps, d)
+	}
+	return deps
 }
 
 // WorkSubject returns the subject of a queue's work items.
@@ -178,7 +198,7 @@ func (d *dispatcher) publish(it schemas.WorkItem) {
 	// What waits for an acknowledgement (thousands of items) keeps no
 	// task: an item published again goes without it, and its executor
 	// claims first.
-	it.Task = nil
+	it.Task, it.Dependencies = nil, nil
 	f, err := d.js.PublishMsgAsync(m)
 	if err != nil {
 		d.failed(it, err)
@@ -194,12 +214,20 @@ type pendingItem struct {
 }
 
 // msg returns the message of work item it. An execute item goes without
-// its task when, with it, it would be larger than schemas.MaxItemTaskBytes
-// (the executor then claims first, and its claim's reply carries the task).
+// its dependencies' results when, with them, it would be larger than
+// schemas.MaxItemTaskBytes (the executor then reads them with task.get),
+// and without its task too when it still would be (the executor then
+// claims first, and its claim's reply carries the task).
 func (d *dispatcher) msg(it schemas.WorkItem) (*nats.Msg, error) {
 	b, err := json.Marshal(it)
 	if err != nil {
 		return nil, err
+	}
+	if it.Dependencies != nil && len(b) > schemas.MaxItemTaskBytes {
+		it.Dependencies = nil
+		if b, err = json.Marshal(it); err != nil {
+			return nil, err
+		}
 	}
 	if it.Task != nil && len(b) > schemas.MaxItemTaskBytes {
 		it.Task = nil
@@ -309,7 +337,7 @@ func (d *dispatcher) dispatchCommit(c *eventstore.Commit, store aggregates) {
 			continue
 		}
 		if dispatchable(t) {
-			it := workItemOf(t)
+			it := workItemOf(t, store)
 			if err := d.ensureQueue(context.Background(), store, t.Workspace, it.Queue); err != nil {
 				d.logger.Warn("handlers: a queue's consumer could not be created; its items wait in the stream", "err", err)
 			}
@@ -350,7 +378,7 @@ func (d *dispatcher) rederive(ctx context.Context, store *projections.Store) (in
 		}
 		tasks := append(ready, verifying...)
 		for _, t := range tasks {
-			it := workItemOf(t)
+			it := workItemOf(t, store)
 			if err := d.ensureQueue(ctx, store, ws.Name, it.Queue); err != nil {
 				return n, err
 			}

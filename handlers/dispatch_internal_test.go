@@ -90,7 +90,7 @@ func TestAnExecuteItemCarriesItsTaskWithinItsBound(t *testing.T) {
 	small := &domain.Task{ID: "01Q3G99648H87N2YG8NR952X83", Workspace: "default", State: domain.StateReady,
 		Spec: domain.TaskSpec{Queue: "q", Input: json.RawMessage(`{"n":1}`)}, Versioned: domain.Versioned{Commands: []string{"5:alice:cmd-1"}}}
 	var it schemas.WorkItem
-	m, err := d.msg(workItemOf(small))
+	m, err := d.msg(workItemOf(small, nil))
 	require.NoError(t, err)
 	require.NoError(t, json.Unmarshal(m.Data, &it))
 	require.NotNil(t, it.Task)
@@ -99,13 +99,56 @@ func TestAnExecuteItemCarriesItsTaskWithinItsBound(t *testing.T) {
 
 	big := small.Clone()
 	big.Spec.Input = json.RawMessage(`"` + strings.Repeat("a", schemas.MaxItemTaskBytes) + `"`)
-	m, err = d.msg(workItemOf(big))
+	m, err = d.msg(workItemOf(big, nil))
 	require.NoError(t, err)
 	it = schemas.WorkItem{}
 	require.NoError(t, json.Unmarshal(m.Data, &it))
 	require.Nil(t, it.Task, "too large: the item goes without its task")
 	require.Equal(t, 1, it.Attempt)
 	require.Less(t, len(m.Data), 1024)
+}
+
+// tasks is an aggregates of tasks held in a map.
+type tasks map[string]*domain.Task
+
+func (m tasks) Task(id string) (*domain.Task, error)        { return m[id], nil }
+func (m tasks) Workspace(string) (*domain.Workspace, error) { return nil, nil }
+
+// An execute item carries the accepted results of its task's dependencies,
+// in the order of its depends_on — unless, with them, the item would be
+// larger than its bound: then it goes without them first (its executor reads
+// them), and keeps its task. A dependency not (yet) seen accepted leaves
+// them all to the executor.
+func TestAnExecuteItemCarriesItsDependenciesWithinItsBound(t *testing.T) {
+	d := &dispatcher{prefix: "dwr"}
+	dep := func(id, key, result string) *domain.Task {
+		return &domain.Task{ID: id, Key: key, State: domain.StateAccepted, Attempts: []domain.Attempt{
+			{N: 1, State: domain.AttemptStateFailed}, {N: 2, State: domain.AttemptStateSucceeded, Result: json.RawMessage(result)}}}
+	}
+	store := tasks{"01Q3G99648H87N2YG8NR952X81": dep("01Q3G99648H87N2YG8NR952X81", "a", `{"a":1}`),
+		"01Q3G99648H87N2YG8NR952X82": dep("01Q3G99648H87N2YG8NR952X82", "b", `{"b":2}`)}
+	task := &domain.Task{ID: "01Q3G99648H87N2YG8NR952X83", Workspace: "default", State: domain.StateReady, Key: "join",
+		Spec: domain.TaskSpec{Queue: "q"}, DependsOn: []string{"01Q3G99648H87N2YG8NR952X82", "01Q3G99648H87N2YG8NR952X81"}}
+	read := func(it schemas.WorkItem) schemas.WorkItem {
+		m, err := d.msg(it)
+		require.NoError(t, err)
+		var got schemas.WorkItem
+		require.NoError(t, json.Unmarshal(m.Data, &got))
+		return got
+	}
+	it := read(workItemOf(task, store))
+	require.Equal(t, []schemas.Dependency{
+		{Key: "b", TaskID: "01Q3G99648H87N2YG8NR952X82", Result: json.RawMessage(`{"b":2}`)},
+		{Key: "a", TaskID: "01Q3G99648H87N2YG8NR952X81", Result: json.RawMessage(`{"a":1}`)}}, it.Dependencies,
+		"the accepted attempt's result, in depends_on order")
+
+	store["01Q3G99648H87N2YG8NR952X81"].Attempts[1].Result = json.RawMessage(`"` + strings.Repeat("a", schemas.MaxItemTaskBytes) + `"`)
+	it = read(workItemOf(task, store))
+	require.Nil(t, it.Dependencies, "too large: the item goes without them")
+	require.NotNil(t, it.Task, "and keeps its task")
+
+	store["01Q3G99648H87N2YG8NR952X81"].State = domain.StateRunning
+	require.Nil(t, workItemOf(task, store).Dependencies, "not seen accepted: left to the executor")
 }
 
 // A verify item carries the earlier attempts and verdicts as context, each
@@ -130,7 +173,7 @@ func TestAVerifyItemStaysWithinTheStreamsMessageBound(t *testing.T) {
 	for n := 1; n <= 3; n++ {
 		task.Verifications = append(task.Verifications, schemas.Verification{Attempt: n, Outcome: domain.OutcomeFail, Evidence: big('e')})
 	}
-	it := workItemOf(task)
+	it := workItemOf(task, nil)
 	full, err := json.Marshal(it)
 	require.NoError(t, err)
 	require.Greater(t, len(full), 1<<20, "the whole item would not fit a message")
@@ -153,7 +196,7 @@ func TestAVerifyItemStaysWithinTheStreamsMessageBound(t *testing.T) {
 	task.Attempts = task.Attempts[2:]
 	task.Attempts[0].Result, task.Verifications = json.RawMessage(`{"ok":false}`), task.Verifications[:1]
 	task.Verifications[0].Evidence = json.RawMessage(`"too short"`)
-	m, err = d.msg(workItemOf(task))
+	m, err = d.msg(workItemOf(task, nil))
 	require.NoError(t, err)
 	require.NoError(t, json.Unmarshal(m.Data, &sent))
 	require.Len(t, sent.PriorAttempts, 1)

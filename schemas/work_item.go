@@ -45,6 +45,10 @@ type WorkItem struct {
 	OperationKey string `json:"operation_key"`
 
 	Task *Task `json:"task,omitempty"` // execute: the task when the item was dispatched (nil: too large; claim it first)
+	// Dependencies are, for an execute item that carries its task, the
+	// accepted result of each task it depends on (nil when the item with
+	// them would be larger than MaxItemTaskBytes: read them with task.get).
+	Dependencies []Dependency `json:"dependencies,omitempty"`
 
 	GoalID        string          `json:"goal_id,omitempty"`        // verify
 	Key           string          `json:"key,omitempty"`            // verify
@@ -55,4 +59,30 @@ type WorkItem struct {
 	Result        json.RawMessage `json:"result,omitempty"`         // verify: the result to judge, as the attempt reported it
 	Artifacts     []ArtifactRef   `json:"artifacts,omitempty"`      // verify: the attempt's artifacts
 	ResultDigest  string          `json:"result_digest,omitempty"`  // verify: sha256:<hex> of the result, to send back in task.verify
+}
+
+// Dependency is the accepted outcome of a task another depends on: what
+// flows from it to its dependents (the work item's Dependencies).
+type Dependency struct {
+	Key       string          `json:"key,omitempty"` // its key in the goal's plan; empty for a standalone task
+	TaskID    string          `json:"task_id"`
+	Result    json.RawMessage `json:"result,omitempty"`
+	Artifacts []ArtifactRef   `json:"artifacts,omitempty"`
+}
+
+// DependencyOf returns the accepted outcome of task t: the result and
+// artifacts of its accepted attempt (the last that succeeded). ok is false
+// when t has not been accepted.
+func DependencyOf(t *Task) (d Dependency, ok bool) {
+	if t == nil || t.State != StateAccepted {
+		return Dependency{}, false
+	}
+	d = Dependency{Key: t.Key, TaskID: t.ID}
+	for i := len(t.Attempts) - 1; i >= 0; i-- {
+		if a := t.Attempts[i]; a.State == AttemptStateSucceeded {
+			d.Result, d.Artifacts = a.Result, a.Artifacts
+			break
+		}
+	}
+	return d, true
 }

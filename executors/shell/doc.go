@@ -30,7 +30,10 @@ const Contract = `The command gets the task's input (JSON) on stdin and, in its 
   {"approval_id", "action_digest", "action", "response", "comment",
   "approver", "role", "decided_at"}, when there is one), DWR_VERIFICATIONS
   (the FAIL verdicts of earlier results with their evidence, JSON, when there
-  are any),
+  are any), DWR_DEPENDENCIES_FILE and DWR_DEPENDENCIES (the accepted result
+  and artifacts of each task this one depends on, JSON {"<key>": {"key",
+  "task_id", "result", "artifacts"}}: always in the file, inline too when at
+  most 64 KiB; when the task depends on others),
   DWR_PRIOR_ATTEMPTS (the earlier attempts, JSON;
   without their results if those would make it longer than 64 KiB),
   DWR_CHECKPOINT_FILE (holds the last checkpoint, empty for none: write JSON to

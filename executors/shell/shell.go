@@ -116,7 +116,7 @@ func (x *Command) run(ctx context.Context, job *executors.Job, waits bool) (exec
 	cp := &checkpointFile{path: files.checkpoint, last: job.Checkpoint, job: job, logger: x.logger}
 
 	cmd := exec.Command(x.argv[0], x.argv[1:]...) //nolint:gosec // G204: running the operator's command is the point
-	cmd.Env = append(os.Environ(), jobEnv(job, files.checkpoint, files.wait)...)
+	cmd.Env = append(os.Environ(), jobEnv(job, files.checkpoint, files.wait, files.dependencies)...)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	cmd.Stdin = files.stdin
 	outR, outW, err := os.Pipe()
@@ -276,8 +276,9 @@ func priorJSON(prior []executors.PriorAttempt) []byte {
 }
 
 // jobEnv is what the command learns about its job from its environment.
-// waitFile is "" (and DWR_WAIT_FILE set empty) when the command may not wait.
-func jobEnv(job *executors.Job, checkpoint, waitFile string) []string {
+// waitFile is "" (and DWR_WAIT_FILE set empty) when the command may not wait;
+// depsFile is "" when the task depends on no other.
+func jobEnv(job *executors.Job, checkpoint, waitFile, depsFile string) []string {
 	prior := priorJSON(job.PriorAttempts)
 	env := []string{"DWR_TASK_ID=" + job.TaskID, "DWR_ATTEMPT=" + strconv.Itoa(job.Attempt),
 		"DWR_OPERATION_KEY=" + job.OperationKey, "DWR_WORKSPACE=" + job.Workspace, "DWR_QUEUE=" + job.Queue,
@@ -300,15 +301,31 @@ func jobEnv(job *executors.Job, checkpoint, waitFile string) []string {
 			env = append(env, "DWR_APPROVAL="+string(b))
 		}
 	}
+	if depsFile != "" {
+		env = append(env, EnvDependenciesFile+"="+depsFile)
+		if b, err := json.Marshal(job.Dependencies); err == nil && len(b) <= maxPriorEnv {
+			env = append(env, EnvDependencies+"="+string(b))
+		}
+	}
 	return env
 }
+
+// The environment that hands a command its task's dependencies: the same
+// JSON object, {"<key>": {"key", "task_id", "result", "artifacts"}, ...}
+// (by plan key; by task id for a standalone task's dependencies), inline
+// when it is at most 64 KiB and always in a file.
+const (
+	EnvDependencies     = "DWR_DEPENDENCIES"
+	EnvDependenciesFile = "DWR_DEPENDENCIES_FILE"
+)
 
 // jobFiles are a job's temporary files: the command's stdin (the input), its
 // checkpoint file and its wait file.
 type jobFiles struct {
-	stdin      *os.File
-	checkpoint string
-	wait       string // "" when the command may not wait
+	stdin        *os.File
+	checkpoint   string
+	wait         string // "" when the command may not wait
+	dependencies string // "" when the task depends on none
 }
 
 func newJobFiles(job *executors.Job, waits bool) (*jobFiles, error) {
@@ -339,6 +356,16 @@ func newJobFiles(job *executors.Job, waits bool) (*jobFiles, error) {
 		f.remove()
 		return nil, err
 	}
+	if len(job.Dependencies) > 0 {
+		b, err := json.Marshal(job.Dependencies)
+		if err == nil {
+			f.dependencies, err = writeTemp("dwr-dependencies-*.json", b)
+		}
+		if err != nil {
+			f.remove()
+			return nil, err
+		}
+	}
 	if waits {
 		w, err := os.CreateTemp("", "dwr-wait-*.json")
 		if err != nil {
@@ -363,6 +390,27 @@ func (f *jobFiles) remove() {
 	if f.wait != "" {
 		_ = os.Remove(f.wait)
 	}
+	if f.dependencies != "" {
+		_ = os.Remove(f.dependencies)
+	}
+}
+
+// writeTemp writes b to a new temporary file named by pattern and returns
+// its name.
+func writeTemp(pattern string, b []byte) (string, error) {
+	f, err := os.CreateTemp("", pattern)
+	if err != nil {
+		return "", err
+	}
+	_, err = f.Write(b)
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		_ = os.Remove(f.Name())
+		return "", err
+	}
+	return f.Name(), nil
 }
 
 // checkpointFile saves the content of a job's checkpoint file whenever it

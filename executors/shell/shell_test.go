@@ -125,6 +125,39 @@ printf '{"input": %s, "task": "%s", "attempt": %s, "op": "%s", "ws": "%s", "queu
 	require.Contains(t, logs.String(), "task="+id+" attempt=1 outcome=succeeded duration=", "one line per job")
 }
 
+// A command gets the accepted results of its task's dependencies, by plan
+// key, inline and in a file.
+func TestWorkerHandsTheDependenciesResults(t *testing.T) {
+	e := newWorkerEnv(t)
+	flow := e.script("flow.sh", `input="$(cat)"
+if [ -z "${DWR_DEPENDENCIES_FILE:-}" ]; then
+  printf '{"leaf": %s}\n' "$input"; exit 0
+fi
+printf '{"inline": %s, "file": %s}\n' "$DWR_DEPENDENCIES" "$(cat "$DWR_DEPENDENCIES_FILE")"
+`)
+	e.startWorker("flow", workerOpts{concurrency: 2}, flow)
+	var plan struct {
+		Tasks []struct {
+			Key    string `json:"key"`
+			TaskID string `json:"task_id"`
+		} `json:"tasks"`
+	}
+	require.NoError(t, json.Unmarshal(e.Command(t, "goal.create", map[string]any{"title": "flow", "tasks": []map[string]any{
+		{"key": "a", "queue": "flow", "input": 1}, {"key": "b", "queue": "flow", "input": 2},
+		{"key": "sum", "queue": "flow", "depends_on": []string{"a", "b"}},
+	}}), &plan))
+	ids := map[string]string{}
+	for _, pt := range plan.Tasks {
+		ids[pt.Key] = pt.TaskID
+	}
+	tk := e.WaitState(t, ids["sum"], "accepted", waitFor)
+	want := fmt.Sprintf(`{"a": {"key": "a", "task_id": %q, "result": {"leaf": 1}}, "b": {"key": "b", "task_id": %q, "result": {"leaf": 2}}}`, ids["a"], ids["b"])
+	var got struct{ Inline, File json.RawMessage }
+	require.NoError(t, json.Unmarshal(tk.Attempts[0].Result, &got))
+	require.JSONEq(t, want, string(got.Inline))
+	require.JSONEq(t, want, string(got.File))
+}
+
 func TestWorkerExit100FailsTheTaskAtOnce(t *testing.T) {
 	e := newWorkerEnv(t)
 	bad := e.script("bad.sh", `cat >/dev/null
@@ -341,11 +374,11 @@ func TestWorkerEnvHandsTheSignalAndTheLatestDecision(t *testing.T) {
 		return "", false
 	}
 	job := &executors.Job{TaskID: "T", Attempt: 1}
-	env := jobEnv(job, "/tmp/cp", "/tmp/wait")
+	env := jobEnv(job, "/tmp/cp", "/tmp/wait", "")
 	wait, ok := lookup(env, "DWR_WAIT_FILE")
 	require.True(t, ok)
 	require.Equal(t, "/tmp/wait", wait)
-	wait, ok = lookup(jobEnv(job, "/tmp/cp", ""), "DWR_WAIT_FILE")
+	wait, ok = lookup(jobEnv(job, "/tmp/cp", "", ""), "DWR_WAIT_FILE")
 	require.True(t, ok, "a command that may not wait gets DWR_WAIT_FILE empty, not the worker's own")
 	require.Empty(t, wait)
 	_, ok = lookup(env, "DWR_APPROVAL")
@@ -361,7 +394,7 @@ func TestWorkerEnvHandsTheSignalAndTheLatestDecision(t *testing.T) {
 			{ApprovalID: "T-2", ActionDigest: "sha256:bb", Action: json.RawMessage(`{"cents":900}`), Response: "approve",
 				Approver: "bob", Role: "finance", DecidedAt: at.Add(time.Hour)},
 		}}
-	env = jobEnv(job, "/tmp/cp", "/tmp/wait")
+	env = jobEnv(job, "/tmp/cp", "/tmp/wait", "")
 	approval, ok := lookup(env, "DWR_APPROVAL")
 	require.True(t, ok)
 	require.JSONEq(t, `{"approval_id": "T-2", "action_digest": "sha256:bb", "action": {"cents": 900}, "response": "approve",
