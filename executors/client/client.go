@@ -11,6 +11,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"strconv"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -229,7 +230,9 @@ func (o *options) connectOptions() ([]nats.Option, error) {
 
 // New returns a Client on a connection the caller opened and keeps: Close
 // leaves it open. Connect-only options (Credentials, TLS, Name,
-// NATSOptions) are ignored.
+// NATSOptions) are ignored. A request the server does not let the
+// connection send fails as ErrForbidden once its timeout has passed (a
+// Client that dialled with Connect learns it at once), and is not retried.
 func New(nc *nats.Conn, opts ...Option) *Client { return newClient(nc, apply(opts)) }
 
 func newClient(nc *nats.Conn, o options) *Client {
@@ -461,6 +464,16 @@ func (c *Client) try(ctx context.Context, m *nats.Msg) (*Reply, error) {
 	return &Reply{Result: r.Result, Seq: r.Seq, Next: r.Next}, nil
 }
 
+// deniedOn returns nc's last error when it is the server's refusal to let
+// this connection publish on subject, else nil.
+func deniedOn(nc *nats.Conn, subject string) error {
+	err := nc.LastError()
+	if err != nil && errors.Is(err, nats.ErrPermissionViolation) && strings.Contains(err.Error(), `"`+subject+`"`) {
+		return err
+	}
+	return nil
+}
+
 // roundTrip sends m once and returns the service's reply, accepted or
 // refused (a refusal always has its Error).
 func (c *Client) roundTrip(ctx context.Context, m *nats.Msg) (*schemas.Reply, error) {
@@ -490,6 +503,11 @@ func (c *Client) roundTrip(ctx context.Context, m *nats.Msg) (*schemas.Reply, er
 		return nil, context.Cause(ctx)
 	case denied != nil:
 		return nil, &RequestError{Subject: m.Subject, Code: schemas.CodeForbidden, Err: denied}
+	case c.denied == nil && deniedOn(c.nc, m.Subject) != nil:
+		// A connection the caller opened has its own error handler: the
+		// violation shows as the connection's last error, after the
+		// request's timeout.
+		return nil, &RequestError{Subject: m.Subject, Code: schemas.CodeForbidden, Err: deniedOn(c.nc, m.Subject)}
 	case errors.Is(err, context.DeadlineExceeded), errors.Is(err, nats.ErrTimeout):
 		return nil, &RequestError{Subject: m.Subject, Code: schemas.CodeUnavailable, Err: nats.ErrTimeout, Timeout: c.timeout}
 	case errors.Is(err, nats.ErrConnectionClosed), errors.Is(err, nats.ErrMaxPayload), errors.Is(err, nats.ErrBadSubject):

@@ -164,6 +164,29 @@ func TestClientForbiddenFailsFast(t *testing.T) {
 	}
 }
 
+// On a connection the caller opened (New), a request the server does not
+// let it send fails as ErrForbidden once its timeout has passed, and is not
+// retried until the caller's context ends.
+func TestClientOnTheCallersConnectionLearnsItIsForbidden(t *testing.T) {
+	s := start(t)
+	ctx := within(t, 30*time.Second)
+	cred, err := access.NewCredential()
+	require.NoError(t, err)
+	servicetest.Must(t, s.Admin, "default", "member.add", domain.AddMember{Name: "watcher", Role: domain.RoleViewer, PublicKey: cred.PublicKey})
+	path := filepath.Join(t.TempDir(), "watcher.creds")
+	require.NoError(t, cred.Write(path, "watcher", false))
+	opts, err := client.CredentialOptions(path)
+	require.NoError(t, err)
+	nc, err := nats.Connect(s.URL, opts...)
+	require.NoError(t, err)
+	t.Cleanup(nc.Close)
+	c := client.New(nc, client.Timeout(time.Second))
+	_, err = c.CreateGoal(ctx, schemas.CreateGoal{Title: "not mine to start"})
+	require.ErrorIs(t, err, client.ErrForbidden)
+	require.ErrorIs(t, err, nats.ErrPermissionViolation)
+	require.NoError(t, ctx.Err(), "refused, not retried until the context ended")
+}
+
 // With no service on the server, a request fails as unavailable: at once
 // with NoRetry, and after retrying until its context ends without.
 func TestClientUnavailable(t *testing.T) {
