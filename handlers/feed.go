@@ -27,11 +27,19 @@ type feed struct {
 	logger *slog.Logger
 }
 
+// DefaultFeedMaxBytes is the event feed stream's default bound (Config's
+// FeedMaxBytes): 1 GiB, some two million events.
+const DefaultFeedMaxBytes = 1 << 30
+
+// minFeedBytes is the least FeedMaxBytes: one message at its largest.
+const minFeedBytes = 1 << 20
+
 func newFeed(ctx context.Context, js jetstream.JetStream, cfg Config, logger *slog.Logger) (*feed, error) {
 	st, err := js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{
 		Name: strings.ToUpper(cfg.Prefix) + "_EVENTS", Description: "dwr public event feed, derived from the log",
 		Subjects: []string{cfg.Prefix + ".ev.>"}, Storage: jetstream.FileStorage, Retention: jetstream.LimitsPolicy,
 		Replicas: 1, PersistMode: jetstream.AsyncPersistMode, AllowDirect: true,
+		MaxBytes: cfg.FeedMaxBytes, Discard: jetstream.DiscardOld,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("handlers: event feed stream: %w", err)

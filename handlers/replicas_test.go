@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -211,6 +212,46 @@ func TestFeedResumesInsideARecordCutShort(t *testing.T) {
 		require.Equal(t, 1, n, "event %s is in the feed %d times", id, n)
 	}
 	require.Len(t, seen, want)
+}
+
+// The event feed keeps within its bound, dropping its oldest events, and a
+// restart resumes it after its last event rather than publishing the log
+// again.
+func TestFeedKeepsWithinItsBound(t *testing.T) {
+	dir := t.TempDir()
+	cfg := handlers.Config{WriterID: "test-writer", FeedMaxBytes: 1 << 20}
+	b := bundleOf(servicetest.Start(t, dir, servicetest.Options{Secure: true, Config: cfg}))
+	description := strings.Repeat("d", 9_000)
+	var seq uint64
+	for i := range 150 { // ~1.4 MB of events
+		_, seq = b.mustCommand(t, "goal.create", map[string]any{"title": fmt.Sprintf("g%d", i), "description": description})
+	}
+	ctx := context.Background()
+	st, err := b.jetstream(t).Stream(ctx, "DWR_EVENTS")
+	require.NoError(t, err)
+	var info *jetstream.StreamInfo
+	servicetest.Eventually(t, 10*time.Second, func() bool {
+		m, err := st.GetLastMsgForSubject(ctx, "dwr.ev.>")
+		if err != nil || m.Header.Get(schemas.HeaderLogSeq) != strconv.FormatUint(seq, 10) {
+			return false
+		}
+		info, err = st.Info(ctx)
+		return err == nil
+	})
+	require.LessOrEqual(t, info.State.Bytes, uint64(1<<20), "within its bound")
+	require.Greater(t, info.State.FirstSeq, uint64(1), "its oldest events dropped")
+	last := info.State.LastSeq
+
+	b.stop()
+	b2 := bundleOf(servicetest.Start(t, dir, servicetest.Options{Secure: true, Config: cfg}))
+	b2.mustCommand(t, "goal.create", map[string]any{"title": "after the restart"})
+	st, err = b2.jetstream(t).Stream(ctx, "DWR_EVENTS")
+	require.NoError(t, err)
+	servicetest.Eventually(t, 10*time.Second, func() bool {
+		info, err = st.Info(ctx)
+		return err == nil && info.State.LastSeq > last
+	})
+	require.Equal(t, last+1, info.State.LastSeq, "the restart published the new goal's event only")
 }
 
 // A work item that passes its consumer's MaxDeliver while no writer runs is

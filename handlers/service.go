@@ -75,6 +75,12 @@ type Config struct {
 	// most, the largest message the NATS connection carries (max_payload,
 	// 1 MiB by default). At least 8 KiB.
 	MaxReplyBytes int
+	// FeedMaxBytes bounds the event feed's stream (DWR_EVENTS): past it, its
+	// oldest events are dropped. The feed is derived and read live (an
+	// aggregate's history comes from the views), so what it drops is
+	// never needed again; it keeps its last event, from which a writer's
+	// start resumes it. Default DefaultFeedMaxBytes (1 GiB); -1: no bound.
+	FeedMaxBytes int64
 	// Clock is the time source. Default time.Now.
 	Clock func() time.Time
 	// Logger receives the service's logs. Default: discarded.
@@ -156,6 +162,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.MaxInFlightPerCaller == 0 {
 		c.MaxInFlightPerCaller = max(1, min(DefaultMaxInFlightPerCaller, c.MaxInFlight/4))
+	}
+	if c.FeedMaxBytes == 0 {
+		c.FeedMaxBytes = DefaultFeedMaxBytes
 	}
 	if c.Clock == nil {
 		c.Clock = time.Now
@@ -246,6 +255,9 @@ func New(nc *nats.Conn, store *projections.Store, cfg Config) (*Service, error) 
 		cfg.MaxInFlightPerCaller < 0 || cfg.MaxInFlightPerCaller > cfg.MaxInFlight {
 		return nil, fmt.Errorf("handlers: MaxInFlight %d, MaxQueriesInFlight %d and MaxInFlightPerCaller %d must be positive, the last two at most MaxInFlight",
 			cfg.MaxInFlight, cfg.MaxQueriesInFlight, cfg.MaxInFlightPerCaller)
+	}
+	if cfg.FeedMaxBytes != -1 && cfg.FeedMaxBytes < minFeedBytes {
+		return nil, fmt.Errorf("handlers: FeedMaxBytes %d must be -1 (no bound) or at least %d (1 MiB, the largest event)", cfg.FeedMaxBytes, minFeedBytes)
 	}
 	if cfg.MaxReplyBytes != 0 && cfg.MaxReplyBytes < minReplyBytes {
 		return nil, fmt.Errorf("handlers: MaxReplyBytes %d is below the least, %d", cfg.MaxReplyBytes, minReplyBytes)

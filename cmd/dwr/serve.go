@@ -57,6 +57,8 @@ func serveCmd() *cobra.Command {
 	f.StringSliceVar(&cfg.AdminKeys, "admin-key", nil, "with --nats: the nkey (U...) of an admin of every workspace (repeatable; see dwr admin nats-config)")
 	f.BoolVar(&cfg.Service.AcceptVerifiedPrefix, "accept-verified-prefix", false, "if the log fails verification, accept its verified prefix: print the acknowledged commands lost after it, rebuild the views from it and go on after it (see the README)")
 	f.BoolVar(&cfg.Service.TrustBelowCheckpoint, "trust-below-checkpoint", false, "on start, do not read the log below the views' checkpoint to check its chain (faster on a very long log; damage there is then found by `dwr admin verify`)")
+	f.Int64Var(&cfg.Service.FeedMaxBytes, "feed-max-bytes", handlers.DefaultFeedMaxBytes,
+		"bound of the event feed's stream (DWR_EVENTS): its oldest events are dropped past it (-1: none)")
 	f.IntVar(&cfg.Service.MaxInFlightPerCaller, "max-in-flight-per-caller", 0, fmt.Sprintf(
 		"requests one identity may have in flight at once; more are refused (unavailable) (0: %d)", handlers.DefaultMaxInFlightPerCaller))
 	f.StringSliceVar(&cfg.NATSMonitor, "nats-monitor", envList("DWR_NATS_MONITOR"),
