@@ -255,13 +255,15 @@ func TestPermissionMatrix(t *testing.T) {
 	}
 
 	// Publishing where only the service may: the log, the work queue, the
-	// feed. Nothing may land, nor reach anyone.
+	// feed, the writer's liveness subject (a client answering or asking it
+	// could make standbys think the writer alive, or gone). Nothing may
+	// land, nor reach anyone.
 	before := state()
 	feed := make(chan *nats.Msg, 64)
 	sub, err := st.Conn.ChanSubscribe("dwr.ev.>", feed)
 	require.NoError(t, err)
 	for _, w := range ids {
-		for _, subj := range []string{"dwr.log.0", "dwr.work.default.q1", "dwr.ev.default.task.01J0000000000000000000000X.cancelled"} {
+		for _, subj := range []string{"dwr.log.0", "dwr.work.default.q1", "dwr.ev.default.task.01J0000000000000000000000X.cancelled", "dwr.writer.0"} {
 			w.drain()
 			require.NoError(t, w.nc.Publish(subj, []byte(`{"f":1,"kind":"events","epoch":99}`)))
 			require.NoError(t, w.nc.Flush())
