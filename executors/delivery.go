@@ -3,6 +3,7 @@ package executors
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"strconv"
 	"strings"
@@ -265,7 +266,7 @@ func (d *delivery) claim(ctx context.Context) (*schemas.Task, *schemas.Attempt, 
 		a = &schemas.Attempt{N: cr.Attempt, Executor: d.w.cfg.Executor, ExecutorVersion: d.w.cfg.Version,
 			OperationKey: it.OperationKey, State: schemas.AttemptStateRunning, TokenHash: cr.TokenHash}
 	default:
-		if t, err = d.getTask(ctx); err != nil {
+		if t, err = d.getTask(ctx, d.item.TaskID); err != nil {
 			d.done(outcomeStopped, 0, logErr, err)
 			return nil, nil, "", false
 		}
@@ -639,14 +640,28 @@ const viewLag = 5 * time.Second
 // said (current reports whether a read does): the views follow the writer's
 // commits by a moment, and a replica's by more.
 func (d *delivery) taskAfter(ctx context.Context, current func(*schemas.Task) bool) (*schemas.Task, error) {
+	t, err := d.readTask(ctx, d.item.TaskID, current)
+	if errors.Is(err, errViewLag) {
+		return nil, fmt.Errorf("executors: the views still show task %s as %s, which the service refused", d.item.TaskID, t.State)
+	}
+	return t, err
+}
+
+// errViewLag is readTask's error when the views did not show the task as
+// wanted within viewLag.
+var errViewLag = errors.New("executors: the views did not catch up")
+
+// readTask reads task id from the views until ok holds for it, for up to
+// viewLag; past it, it returns the last read with errViewLag.
+func (d *delivery) readTask(ctx context.Context, id string, ok func(*schemas.Task) bool) (*schemas.Task, error) {
 	deadline := time.Now().Add(viewLag)
 	for {
-		t, err := d.getTask(ctx)
-		if err != nil || current(t) {
+		t, err := d.getTask(ctx, id)
+		if err != nil || ok(t) {
 			return t, err
 		}
 		if time.Now().After(deadline) {
-			return nil, fmt.Errorf("executors: the views still show task %s as %s, which the service refused", d.item.TaskID, t.State)
+			return t, errViewLag
 		}
 		tick := time.NewTimer(50 * time.Millisecond)
 		select {
@@ -658,9 +673,9 @@ func (d *delivery) taskAfter(ctx context.Context, current func(*schemas.Task) bo
 	}
 }
 
-// getTask reads the task from the views.
-func (d *delivery) getTask(ctx context.Context) (*schemas.Task, error) {
-	r, err := d.w.c.query(ctx, "task.get", schemas.Query{ID: d.item.TaskID})
+// getTask reads task id from the views.
+func (d *delivery) getTask(ctx context.Context, id string) (*schemas.Task, error) {
+	r, err := d.w.c.query(ctx, "task.get", schemas.Query{ID: id})
 	if err != nil {
 		return nil, err
 	}
@@ -885,31 +900,13 @@ func (d *delivery) dependencies(ctx context.Context, t *schemas.Task) (map[strin
 
 // dependency reads task id's accepted outcome with task.get.
 func (d *delivery) dependency(ctx context.Context, id string) (Dependency, error) {
-	deadline := time.Now().Add(viewLag)
-	for {
-		r, err := d.w.c.query(ctx, "task.get", schemas.Query{ID: id})
-		if err != nil {
-			return Dependency{}, err
-		}
-		if !r.OK {
-			return Dependency{}, &CommandError{Command: "task.get", Code: r.Error.Code, Message: r.Error.Message}
-		}
-		var t schemas.Task
-		if err := json.Unmarshal(r.Result, &t); err != nil {
-			return Dependency{}, fmt.Errorf("executors: task.get %s: %w", id, err)
-		}
-		if dep, ok := schemas.DependencyOf(&t); ok {
-			return dep, nil
-		}
-		if time.Now().After(deadline) {
-			return Dependency{}, fmt.Errorf("executors: dependency %s is %s, not accepted", id, t.State)
-		}
-		tick := time.NewTimer(50 * time.Millisecond)
-		select {
-		case <-tick.C:
-		case <-ctx.Done():
-			tick.Stop()
-			return Dependency{}, context.Cause(ctx)
-		}
+	t, err := d.readTask(ctx, id, func(t *schemas.Task) bool { return t.State == schemas.StateAccepted })
+	if errors.Is(err, errViewLag) {
+		return Dependency{}, fmt.Errorf("executors: dependency %s is %s, not accepted", id, t.State)
 	}
+	if err != nil {
+		return Dependency{}, err
+	}
+	dep, _ := schemas.DependencyOf(t)
+	return dep, nil
 }

@@ -185,7 +185,7 @@ func (d *delivery) endedCause(ctx context.Context) error {
 	if d.watching != nil && d.watching.terminal() {
 		return ErrCancelled
 	}
-	if t, err := d.getTask(ctx); err == nil && schemas.Terminal(t.State) {
+	if t, err := d.getTask(ctx, d.item.TaskID); err == nil && schemas.Terminal(t.State) {
 		return ErrCancelled
 	}
 	return ErrLeaseLost
