@@ -515,8 +515,10 @@ func (l *JetStreamLog) Stat(ctx context.Context) (LogStat, error) {
 // just restarted, or resumed): its "nothing more" is not the log's end.
 // There, Read reads on until the subject's last record as the stream's
 // leader gives it: it waits readLagWait for that replica to deliver more,
-// then asks the leader for the rest, one record at a time. It returns fn's
-// error, ctx's error, or an error reading the stream.
+// then reads on with a new consumer (placed anew, likely on a replica that
+// is current), and after readConsumers of them asks the leader for the rest,
+// one record at a time. It returns fn's error, ctx's error, or an error
+// reading the stream.
 func (l *JetStreamLog) Read(ctx context.Context, from uint64, fn func(seq uint64, rec []byte) error) error {
 	st, err := l.leaderInfo(ctx)
 	if err != nil {
@@ -534,29 +536,49 @@ func (l *JetStreamLog) Read(ctx context.Context, from uint64, fn func(seq uint64
 	if from > until {
 		return nil
 	}
+	last := from - 1 // the last record read
+	for consumers := 1; ; consumers++ {
+		lagged, err := l.readConsumer(ctx, &last, until, want, fn)
+		switch {
+		case err != nil || !lagged:
+			return err
+		case consumers < readConsumers:
+			continue // a new consumer may be placed on a replica that is current
+		}
+		return l.readFromLeader(ctx, last+1, want, fn)
+	}
+}
+
+// readConsumers is how many consumers a read tries, each placed anew, before
+// it asks the leader for the rest record by record.
+const readConsumers = 3
+
+// readConsumer reads with one ephemeral consumer from *last+1, advancing
+// *last, to until or, when its replica has no more, to want. lagged is true
+// when the replica gave nothing for readLagWait while the leader has more.
+func (l *JetStreamLog) readConsumer(ctx context.Context, last *uint64, until, want uint64, fn func(seq uint64, rec []byte) error) (lagged bool, err error) {
 	cons, err := askAgain(ctx, apiTry, func(ctx context.Context) (jetstream.Consumer, error) {
 		return l.js.CreateConsumer(ctx, l.stream, jetstream.ConsumerConfig{
 			FilterSubject:     l.subject,
 			DeliverPolicy:     jetstream.DeliverByStartSequencePolicy,
-			OptStartSeq:       from,
+			OptStartSeq:       *last + 1,
 			AckPolicy:         jetstream.AckNonePolicy,
 			MemoryStorage:     true,
 			InactiveThreshold: time.Minute, // one made by a try whose answer was lost goes by itself
 		})
 	})
 	if err != nil {
-		return fmt.Errorf("eventstore: read %s: %w", l.subject, err)
+		return false, fmt.Errorf("eventstore: read %s: %w", l.subject, err)
 	}
 	defer l.deleteConsumer(ctx, cons)
-	last := from - 1 // the last record read
 	var lagging time.Time
 	for {
 		if err := ctx.Err(); err != nil {
-			return err
+			return false, err
 		}
 		batch, err := cons.FetchNoWait(readBatch)
 		if err != nil {
-			return fmt.Errorf("eventstore: read %s: %w", l.subject, err)
+			return false, fmt.Errorf("eventstore: read %s: %w", l.subject, err)
 		}
 		n, done := 0, false
 		for msg := range batch.Messages() {
@@ -566,42 +588,42 @@ func (l *JetStreamLog) Read(ctx context.Context, from uint64, fn func(seq uint64
 			}
 			md, err := msg.Metadata()
 			if err != nil {
-				return fmt.Errorf("eventstore: read %s: %w", l.subject, err)
+				return false, fmt.Errorf("eventstore: read %s: %w", l.subject, err)
 			}
 			if md.Sequence.Stream > until {
 				done = true
 				continue
 			}
 			if err := fn(md.Sequence.Stream, msg.Data()); err != nil {
-				return err
+				return false, err
 			}
-			last = md.Sequence.Stream
-			done = last == until
+			*last = md.Sequence.Stream
+			done = *last == until
 		}
 		if err := batch.Error(); err != nil && !errors.Is(err, jetstream.ErrNoMessages) {
 			if ctx.Err() != nil {
-				return ctx.Err()
+				return false, ctx.Err()
 			}
-			return fmt.Errorf("eventstore: read %s: %w", l.subject, err)
+			return false, fmt.Errorf("eventstore: read %s: %w", l.subject, err)
 		}
 		switch {
 		case done:
-			return nil
+			return false, nil
 		case n > 0:
 			lagging = time.Time{}
 			continue
-		case last >= want:
-			return nil
+		case *last >= want:
+			return false, nil
 		case lagging.IsZero():
 			lagging = time.Now()
 		case time.Since(lagging) > readLagWait:
-			return l.readFromLeader(ctx, last+1, want, fn)
+			return true, nil
 		}
 		t := time.NewTimer(readLagPoll)
 		select {
 		case <-ctx.Done():
 			t.Stop()
-			return ctx.Err()
+			return false, ctx.Err()
 		case <-t.C:
 		}
 	}
