@@ -105,14 +105,36 @@ const apiTry = 10 * time.Second
 // cluster whose servers just moved their leaders around, an API request
 // can go unanswered for good while the same request sent again is answered
 // at once; a read that waited on the first would wait out its whole ctx.
+// Within a try it also asks again, every askPause, while NATS finds no
+// responders — a node whose JetStream is still starting after a restart,
+// or a subject whose interest has not yet reached this connection's node —
+// and returns that error once the try has passed.
 func askAgain[T any](ctx context.Context, try time.Duration, call func(context.Context) (T, error)) (T, error) {
 	for {
 		tctx, cancel := context.WithTimeout(ctx, try)
 		v, err := call(tctx)
+		for errors.Is(err, nats.ErrNoResponders) && sleepUntil(tctx, askPause) {
+			v, err = call(tctx)
+		}
 		cancel()
 		if err == nil || ctx.Err() != nil || !errors.Is(err, context.DeadlineExceeded) {
 			return v, err
 		}
+	}
+}
+
+// askPause spaces askAgain's requests that found no responders.
+const askPause = 50 * time.Millisecond
+
+// sleepUntil waits d, or until ctx ends (then it returns false).
+func sleepUntil(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return ctx.Err() == nil
+	case <-ctx.Done():
+		return false
 	}
 }
 
@@ -600,7 +622,10 @@ func (l *JetStreamLog) readConsumer(ctx context.Context, last *uint64, until, wa
 			*last = md.Sequence.Stream
 			done = *last == until
 		}
-		if err := batch.Error(); err != nil && !errors.Is(err, jetstream.ErrNoMessages) {
+		// No responders: the consumer's interest has not yet reached the
+		// node this connection is on (a cluster propagates it a moment after
+		// the consumer is made) — as a fetch that gave nothing.
+		if err := batch.Error(); err != nil && !errors.Is(err, jetstream.ErrNoMessages) && !errors.Is(err, nats.ErrNoResponders) {
 			if ctx.Err() != nil {
 				return false, ctx.Err()
 			}
