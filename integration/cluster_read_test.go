@@ -32,8 +32,12 @@ func TestReadWhileAReplicaCatchesUp(t *testing.T) {
 	waitFor(t, ctx, "JetStream meta leader elected", func() bool { return jetStreamReady(nodes) })
 	js, err := jetstream.New(acc.service(t, clusterURL(nodes), nats.MaxReconnects(-1), nats.ReconnectWait(50*time.Millisecond)))
 	require.NoError(t, err)
-	l, err := eventstore.NewJetStreamLog(ctx, js, eventstore.JetStreamConfig{Replicas: 3})
-	require.NoError(t, err)
+	// Until every node is known online, an R3 stream finds no peers.
+	var l *eventstore.JetStreamLog
+	waitFor(t, ctx, "the R3 log stream created", func() bool {
+		l, err = eventstore.NewJetStreamLog(ctx, js, eventstore.JetStreamConfig{Replicas: 3})
+		return err == nil
+	})
 	rec := bytes.Repeat([]byte("r"), 8<<10)
 	seq, err := l.Append(ctx, rec, 0)
 	require.NoError(t, err)
