@@ -157,14 +157,10 @@ func TestFeedIsRepairedFromTheLog(t *testing.T) {
 	})
 }
 
-// A record whose events reached the feed only in part (a crash between
-// two publishes) is completed from the log at the next start: the feed then
-// holds every event once.
-func TestFeedResumesInsideARecordCutShort(t *testing.T) {
-	b := setupJetStream(t)
-	// A goal with its plan: one record of several events.
-	_, seq := b.mustCommand(t, "goal.create", map[string]any{"title": "g",
-		"tasks": []map[string]any{{"key": "a", "queue": "q"}, {"key": "b", "queue": "q", "depends_on": []string{"a"}}}})
+// feedAt waits until the event feed's last event came from log record seq
+// and returns the feed's stream with its state then.
+func feedAt(t *testing.T, b *bundle, seq uint64) (jetstream.Stream, *jetstream.StreamInfo) {
+	t.Helper()
 	ctx := context.Background()
 	st, err := b.jetstream(t).Stream(ctx, "DWR_EVENTS")
 	require.NoError(t, err)
@@ -177,6 +173,19 @@ func TestFeedResumesInsideARecordCutShort(t *testing.T) {
 		info, err = st.Info(ctx)
 		return err == nil
 	})
+	return st, info
+}
+
+// A record whose events reached the feed only in part (a crash between
+// two publishes) is completed from the log at the next start: the feed then
+// holds every event once.
+func TestFeedResumesInsideARecordCutShort(t *testing.T) {
+	b := setupJetStream(t)
+	// A goal with its plan: one record of several events.
+	_, seq := b.mustCommand(t, "goal.create", map[string]any{"title": "g",
+		"tasks": []map[string]any{{"key": "a", "queue": "q"}, {"key": "b", "queue": "q", "depends_on": []string{"a"}}}})
+	ctx := context.Background()
+	st, info := feedAt(t, b, seq)
 	want := int(info.State.Msgs)
 	require.Greater(t, want, 3, "the record has several events")
 	// Cut the record short: its last two events never reached the feed.
@@ -186,7 +195,7 @@ func TestFeedResumesInsideARecordCutShort(t *testing.T) {
 	dir := b.dir
 	b.stop()
 	b2 := start(t, dir)
-	st, err = b2.jetstream(t).Stream(ctx, "DWR_EVENTS")
+	st, err := b2.jetstream(t).Stream(ctx, "DWR_EVENTS")
 	require.NoError(t, err)
 	ids := func() map[string]int {
 		seen := map[string]int{}
@@ -227,17 +236,7 @@ func TestFeedKeepsWithinItsBound(t *testing.T) {
 		_, seq = b.mustCommand(t, "goal.create", map[string]any{"title": fmt.Sprintf("g%d", i), "description": description})
 	}
 	ctx := context.Background()
-	st, err := b.jetstream(t).Stream(ctx, "DWR_EVENTS")
-	require.NoError(t, err)
-	var info *jetstream.StreamInfo
-	servicetest.Eventually(t, 10*time.Second, func() bool {
-		m, err := st.GetLastMsgForSubject(ctx, "dwr.ev.>")
-		if err != nil || m.Header.Get(schemas.HeaderLogSeq) != strconv.FormatUint(seq, 10) {
-			return false
-		}
-		info, err = st.Info(ctx)
-		return err == nil
-	})
+	_, info := feedAt(t, b, seq)
 	require.LessOrEqual(t, info.State.Bytes, uint64(1<<20), "within its bound")
 	require.Greater(t, info.State.FirstSeq, uint64(1), "its oldest events dropped")
 	last := info.State.LastSeq
@@ -245,7 +244,7 @@ func TestFeedKeepsWithinItsBound(t *testing.T) {
 	b.stop()
 	b2 := bundleOf(servicetest.Start(t, dir, servicetest.Options{Secure: true, Config: cfg}))
 	b2.mustCommand(t, "goal.create", map[string]any{"title": "after the restart"})
-	st, err = b2.jetstream(t).Stream(ctx, "DWR_EVENTS")
+	st, err := b2.jetstream(t).Stream(ctx, "DWR_EVENTS")
 	require.NoError(t, err)
 	servicetest.Eventually(t, 10*time.Second, func() bool {
 		info, err = st.Info(ctx)
