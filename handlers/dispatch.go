@@ -223,30 +223,29 @@ func (d *dispatcher) msg(it schemas.WorkItem) (*nats.Msg, error) {
 	if err != nil {
 		return nil, err
 	}
-	if it.Dependencies != nil && len(b) > schemas.MaxItemTaskBytes {
-		it.Dependencies = nil
-		if b, err = json.Marshal(it); err != nil {
-			return nil, err
+	// What goes, in this order, while the item would be too large. An
+	// execute item: its dependencies' results, then its task. A verify
+	// item's context (each attempt and verdict is bounded, their sum is
+	// not): the earlier attempts, then the verdicts; what is judged — the
+	// input and the result, each bounded — stays, so the item fits the work
+	// stream's messages.
+	drops := []func() bool{
+		func() bool { had := it.Dependencies != nil; it.Dependencies = nil; return had },
+		func() bool { had := it.Task != nil; it.Task = nil; return had },
+	}
+	if it.Kind == schemas.WorkKindVerify {
+		drops = []func() bool{
+			func() bool { had := it.PriorAttempts != nil; it.PriorAttempts = nil; return had },
+			func() bool { had := it.Verifications != nil; it.Verifications = nil; return had },
 		}
 	}
-	if it.Task != nil && len(b) > schemas.MaxItemTaskBytes {
-		it.Task = nil
-		if b, err = json.Marshal(it); err != nil {
-			return nil, err
+	for _, drop := range drops {
+		if len(b) <= schemas.MaxItemTaskBytes {
+			break
 		}
-	}
-	// A verify item's context (each attempt and verdict is bounded, their
-	// sum is not) goes when the item would be too large: first the earlier
-	// attempts, then the verdicts. What is judged — the input and the result,
-	// each bounded — stays, so the item fits the work stream's messages.
-	if it.Kind == schemas.WorkKindVerify && len(b) > schemas.MaxItemTaskBytes && (it.PriorAttempts != nil || it.Verifications != nil) {
-		for _, drop := range []func(){func() { it.PriorAttempts = nil }, func() { it.Verifications = nil }} {
-			drop()
+		if drop() {
 			if b, err = json.Marshal(it); err != nil {
 				return nil, err
-			}
-			if len(b) <= schemas.MaxItemTaskBytes {
-				break
 			}
 		}
 	}

@@ -95,18 +95,26 @@ func (s *Store) GoalView(ws, id string) (*GoalView, error) {
 	if _, err := s.get(key(pGoalCounts, id), &v.Counts); err != nil {
 		return nil, err
 	}
+	plan := make(map[string]*domain.Task, len(g.Plan)) // read once, for the nodes and the spend
 	for _, pt := range g.Plan {
 		t, err := s.Task(pt.TaskID)
 		if err != nil {
 			return nil, err
 		}
+		plan[pt.TaskID] = t
 		n := PlanNode{PlanTask: pt}
 		if t != nil {
 			n.State = t.State
 		}
 		v.Nodes = append(v.Nodes, n)
 	}
-	if v.Spent, err = domain.GoalSpend(g, time.Now(), s.Task); err != nil {
+	task := func(id string) (*domain.Task, error) {
+		if t, ok := plan[id]; ok {
+			return t, nil
+		}
+		return s.Task(id) // a retired task
+	}
+	if v.Spent, err = domain.GoalSpend(g, time.Now(), task); err != nil {
 		return nil, err
 	}
 	return v, nil

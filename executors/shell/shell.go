@@ -342,17 +342,7 @@ func newJobFiles(job *executors.Job, waits bool) (*jobFiles, error) {
 		f.remove()
 		return nil, err
 	}
-	cp, err := os.CreateTemp("", "dwr-checkpoint-*.json")
-	if err != nil {
-		f.remove()
-		return nil, err
-	}
-	f.checkpoint = cp.Name()
-	_, err = cp.Write(job.Checkpoint)
-	if cerr := cp.Close(); err == nil {
-		err = cerr
-	}
-	if err != nil {
+	if f.checkpoint, err = writeTemp("dwr-checkpoint-*.json", job.Checkpoint); err != nil {
 		f.remove()
 		return nil, err
 	}
