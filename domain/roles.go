@@ -1,7 +1,8 @@
 package domain
 
 import (
-	"sort"
+	"maps"
+	"slices"
 
 	"github.com/dwr-run/dwr/schemas"
 )
@@ -65,7 +66,18 @@ var clientCommands = map[string]bool{
 
 var approverQueries = map[string]bool{
 	"approval.list": true, "approval.get": true, "approver.list": true, "task.get": true,
+	"artifact.get": true, "artifact.info": true,
 }
+
+// executorQueries are an executor's: its task, and the artifacts its jobs
+// read (dependencies', evidence) and make.
+var executorQueries = map[string]bool{
+	"task.get": true, "artifact.get": true, "artifact.info": true, "artifact.chunk": true, "artifact.put": true,
+}
+
+// ArtifactWrites are the query subjects that store an artifact: a viewer
+// may read artifacts, not make them.
+var ArtifactWrites = map[string]bool{"artifact.chunk": true, "artifact.put": true}
 
 // MayCommand reports whether a member with role r may send the named
 // command in its workspace.
@@ -87,10 +99,12 @@ func MayCommand(r Role, name string) bool {
 // in its workspace.
 func MayQuery(r Role, name string) bool {
 	switch r {
-	case RoleAdmin, RoleClient, RoleViewer:
+	case RoleAdmin, RoleClient:
 		return true
+	case RoleViewer:
+		return !ArtifactWrites[name]
 	case RoleExecutor:
-		return name == "task.get"
+		return executorQueries[name]
 	case RoleApprover:
 		return approverQueries[name]
 	}
@@ -105,14 +119,9 @@ func AdminCommand(name string) bool { return adminCommands[name] }
 func QueryNames(r Role) []string {
 	switch r {
 	case RoleExecutor:
-		return []string{"task.get"}
+		return slices.Sorted(maps.Keys(executorQueries))
 	case RoleApprover:
-		out := make([]string, 0, len(approverQueries))
-		for q := range approverQueries {
-			out = append(out, q)
-		}
-		sort.Strings(out)
-		return out
+		return slices.Sorted(maps.Keys(approverQueries))
 	}
 	return nil
 }

@@ -88,6 +88,11 @@ func (a *admission) release(caller string, query bool) {
 // hold up the ones behind it on the same endpoint (and so batches form),
 // once admission lets it in; a request over a limit is refused at once.
 func (s *Service) async(req micro.Request, query bool, handle func(sender) []byte) {
+	s.asyncRespond(req, query, func(who sender) ([]byte, micro.Headers) { return handle(who), nil })
+}
+
+// asyncRespond is async for a reply with headers.
+func (s *Service) asyncRespond(req micro.Request, query bool, handle func(sender) ([]byte, micro.Headers)) {
 	who := senderOf(req.Headers()) // decoded once: admission and authorization share it
 	caller := who.key()
 	if refusal := s.admission.admit(caller, query); refusal != nil {
@@ -97,11 +102,15 @@ func (s *Service) async(req micro.Request, query bool, handle func(sender) []byt
 	go func() {
 		// The place is given back before the reply leaves: a caller that
 		// sends its next request once answered finds it free.
-		reply := func() []byte {
+		reply, h := func() ([]byte, micro.Headers) {
 			defer s.admission.release(caller, query)
 			return handle(who)
 		}()
-		if err := req.Respond(reply); err != nil {
+		var opts []micro.RespondOpt
+		if h != nil {
+			opts = append(opts, micro.WithHeaders(h))
+		}
+		if err := req.Respond(reply, opts...); err != nil {
 			s.cfg.Logger.Warn("handlers: a reply could not be sent", "subject", req.Subject(), "err", err)
 		}
 	}()

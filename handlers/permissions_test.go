@@ -177,7 +177,7 @@ func TestPermissionMatrix(t *testing.T) {
 
 	js, err := jetstream.New(st.Conn)
 	require.NoError(t, err)
-	streams := []string{"DWR_LOG", "DWR_EVENTS", "DWR_WORK", "DWR_ADVISORIES", "KV_dwr-writer", "KV_dwr-keys"}
+	streams := []string{"DWR_LOG", "DWR_EVENTS", "DWR_WORK", "DWR_ADVISORIES", "KV_dwr-writer", "KV_dwr-keys", "DWR_UPLOADS", "OBJ_dwr-artifacts"}
 	state := func() map[string]uint64 {
 		out := map[string]uint64{}
 		for _, s := range streams {
@@ -225,7 +225,7 @@ func TestPermissionMatrix(t *testing.T) {
 				got, detail := w.probe("dwr.cmd."+ws+"."+name, []byte(`{}`))
 				check(w, "command "+ws+"."+name, expect(w.global || (ws == w.ws && domain.MayCommand(w.role, name) && name != "workspace.create")), got, detail)
 			}
-			for _, name := range handlers.QueryNames {
+			for _, name := range slices.Concat(handlers.QueryNames, handlers.ArtifactQueries) {
 				got, detail := w.probe("dwr.q."+ws+"."+name, []byte(`{"id":"x"}`))
 				check(w, "query "+ws+"."+name, expect(w.global || (ws == w.ws && domain.MayQuery(w.role, name))), got, detail)
 			}
@@ -263,7 +263,8 @@ func TestPermissionMatrix(t *testing.T) {
 	sub, err := st.Conn.ChanSubscribe("dwr.ev.>", feed)
 	require.NoError(t, err)
 	for _, w := range ids {
-		for _, subj := range []string{"dwr.log.0", "dwr.work.default.q1", "dwr.ev.default.task.01J0000000000000000000000X.cancelled", "dwr.writer.0"} {
+		for _, subj := range []string{"dwr.log.0", "dwr.work.default.q1", "dwr.ev.default.task.01J0000000000000000000000X.cancelled", "dwr.writer.0",
+			"dwr.upload.default.0011223344556677.up", "$O.dwr-artifacts.C.x", "$O.dwr-artifacts.M.x"} {
 			w.drain()
 			require.NoError(t, w.nc.Publish(subj, []byte(`{"f":1,"kind":"events","epoch":99}`)))
 			require.NoError(t, w.nc.Flush())

@@ -39,6 +39,16 @@ func (s *Service) startQueries() (micro.Service, error) {
 			return nil, fmt.Errorf("handlers: query endpoint %s: %w", name, err)
 		}
 	}
+	for _, name := range ArtifactQueries {
+		h := func(req micro.Request) {
+			s.asyncRespond(req, true, func(who sender) ([]byte, micro.Headers) { return s.handleArtifact(name, req, who) })
+		}
+		if err := svc.AddEndpoint("q_"+strings.ReplaceAll(name, ".", "_"), micro.HandlerFunc(h),
+			micro.WithEndpointSubject(s.cfg.Prefix+".q.*."+name)); err != nil {
+			_ = svc.Stop()
+			return nil, fmt.Errorf("handlers: query endpoint %s: %w", name, err)
+		}
+	}
 	return svc, nil
 }
 

@@ -81,6 +81,12 @@ type Config struct {
 	// never needed again; it keeps its last event, from which a writer's
 	// start resumes it. Default DefaultFeedMaxBytes (1 GiB); -1: no bound.
 	FeedMaxBytes int64
+	// ArtifactMaxBytes bounds one artifact. Default
+	// DefaultArtifactMaxBytes (1 GiB).
+	ArtifactMaxBytes int64
+	// ArtifactStoreMaxBytes bounds the artifact store (the object store
+	// <prefix>-artifacts): past it, a put is refused. Default 0: no bound.
+	ArtifactStoreMaxBytes int64
 	// Clock is the time source. Default time.Now.
 	Clock func() time.Time
 	// Logger receives the service's logs. Default: discarded.
@@ -166,6 +172,12 @@ func (c Config) withDefaults() Config {
 	if c.FeedMaxBytes == 0 {
 		c.FeedMaxBytes = DefaultFeedMaxBytes
 	}
+	if c.ArtifactMaxBytes <= 0 {
+		c.ArtifactMaxBytes = DefaultArtifactMaxBytes
+	}
+	if c.ArtifactStoreMaxBytes <= 0 {
+		c.ArtifactStoreMaxBytes = -1
+	}
 	if c.Clock == nil {
 		c.Clock = time.Now
 	}
@@ -199,6 +211,8 @@ type Service struct {
 	log      eventstore.Log
 	feed     *feed
 	dispatch *dispatcher
+	// artifacts is the artifact store, and the uploads in progress.
+	artifacts *artifactStore
 	// advisories is the stream keeping the work stream's max-deliveries advisories.
 	advisories string
 	admission  *admission
@@ -358,6 +372,12 @@ func (s *Service) Run(ctx context.Context) error {
 	}
 	if err := s.retryAPI(ctx, "read the attempt token key", func(ctx context.Context) (err error) {
 		s.tokenKey, err = tokenKey(ctx, s.js, s.cfg)
+		return err
+	}); err != nil {
+		return nil
+	}
+	if err := s.retryAPI(ctx, "open the artifact store", func(ctx context.Context) (err error) {
+		s.artifacts, err = newArtifactStore(ctx, s.js, s.cfg)
 		return err
 	}); err != nil {
 		return nil
@@ -1022,6 +1042,11 @@ func (s *Service) handleCommand(name string, req micro.Request, who sender) []by
 		return errResponse(werr)
 	}
 	fillIDs(cmd)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if werr := s.checkArtifacts(ctx, ws, cmd); werr != nil {
+		return errResponse(werr)
+	}
 	// The actor is who the NATS server authenticated, never a header.
 	m := domain.Meta{Workspace: ws, CommandID: h.Get(schemas.HeaderCommandID), Actor: p.name,
 		Authenticated: p.authenticated, CorrelationID: h.Get(schemas.HeaderCorrelationID)}
@@ -1035,8 +1060,6 @@ func (s *Service) handleCommand(name string, req micro.Request, who sender) []by
 	} else if len(m.CommandID) > 128 {
 		return errResponse(&schemas.Error{Code: schemas.CodeInvalid, Message: "header " + schemas.HeaderCommandID + " is longer than 128 bytes"})
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
 	s.mu.RLock()
 	alive := s.alive
 	s.mu.RUnlock()

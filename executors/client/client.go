@@ -366,12 +366,17 @@ func (c *Client) Command(ctx context.Context, name string, body any, opts ...Cal
 // decodes its result into out (unless out is nil). It returns the reply,
 // whose Next continues a list.
 func (c *Client) Query(ctx context.Context, name string, q schemas.Query, out any, opts ...CallOption) (*Reply, error) {
-	k := callOf(opts)
+	return c.query(ctx, name, q, out, callOf(opts))
+}
+
+// query sends body on the query subject name and decodes the result into
+// out (unless out is nil).
+func (c *Client) query(ctx context.Context, name string, body, out any, k call) (*Reply, error) {
 	m := nats.NewMsg(c.prefix + ".q." + c.ws + "." + name)
 	if seq := max(k.minSeq, c.seq.Load()); seq > 0 {
 		m.Header.Set(schemas.HeaderMinSeq, strconv.FormatUint(seq, 10))
 	}
-	r, err := c.request(ctx, m, q, k)
+	r, err := c.request(ctx, m, body, k)
 	if err != nil {
 		return nil, err
 	}
@@ -414,18 +419,30 @@ func (c *Client) request(ctx context.Context, m *nats.Msg, body any, k call) (*R
 		}
 		m.Data = data
 	}
+	var r *Reply
+	err := c.retrying(ctx, m.Subject, k, func() (err error) {
+		r, err = c.try(ctx, m)
+		return err
+	})
+	return r, err
+}
+
+// retrying runs try (a request to subject) and runs it again (unless
+// NoRetry or Once) while it fails with ErrUnavailable, backing off, until
+// ctx ends.
+func (c *Client) retrying(ctx context.Context, subject string, k call, try func() error) error {
 	wait := retryFirst
 	var last error // the last try's error, when the service could not take it
 	gaveUp := func() error {
-		return fmt.Errorf("client: %s: gave up retrying: %w; the last try: %w", m.Subject, context.Cause(ctx), last)
+		return fmt.Errorf("client: %s: gave up retrying: %w; the last try: %w", subject, context.Cause(ctx), last)
 	}
 	for tries := 1; ; tries++ {
-		r, err := c.try(ctx, m)
+		err := try()
 		switch {
 		case err != nil && ctx.Err() != nil && last != nil:
-			return nil, gaveUp()
+			return gaveUp()
 		case err == nil || !c.retry || k.once || !errors.Is(err, ErrUnavailable):
-			return r, err
+			return err
 		}
 		last = err
 		pause := wait + rand.N(wait/2+1) //nolint:gosec // G404: jitter, not a secret
@@ -438,14 +455,14 @@ func (c *Client) request(ctx context.Context, m *nats.Msg, body any, k call) (*R
 			pause, wait = d+rand.N(d/4+time.Millisecond), retryFirst //nolint:gosec // G404: jitter, not a secret
 		}
 		if c.onRetry != nil {
-			c.onRetry(Retry{Subject: m.Subject, CommandID: k.id, Tries: tries, Err: err, Wait: pause})
+			c.onRetry(Retry{Subject: subject, CommandID: k.id, Tries: tries, Err: err, Wait: pause})
 		}
 		t := time.NewTimer(pause)
 		select {
 		case <-t.C:
 		case <-ctx.Done():
 			t.Stop()
-			return nil, gaveUp()
+			return gaveUp()
 		}
 		wait = min(2*wait, retryMax)
 	}
@@ -477,6 +494,28 @@ func deniedOn(nc *nats.Conn, subject string) error {
 // roundTrip sends m once and returns the service's reply, accepted or
 // refused (a refusal always has its Error).
 func (c *Client) roundTrip(ctx context.Context, m *nats.Msg) (*schemas.Reply, error) {
+	resp, err := c.exchange(ctx, m)
+	if err != nil {
+		return nil, err
+	}
+	return decodeReply(m.Subject, resp.Data)
+}
+
+// decodeReply decodes a dwr reply to a request on subject.
+func decodeReply(subject string, data []byte) (*schemas.Reply, error) {
+	var r schemas.Reply
+	if err := json.Unmarshal(data, &r); err != nil {
+		return nil, &RequestError{Subject: subject, Err: fmt.Errorf("the answer is not a dwr reply: %w", err)}
+	}
+	if !r.OK && r.Error == nil {
+		r.Error = &schemas.Error{Code: schemas.CodeInternal, Message: "the service refused the request without saying why"}
+	}
+	return &r, nil
+}
+
+// exchange sends m once and returns the answer as it came, or a
+// *RequestError when none came.
+func (c *Client) exchange(ctx context.Context, m *nats.Msg) (*nats.Msg, error) {
 	tctx, cancel := context.WithTimeout(ctx, c.timeout)
 	defer cancel()
 	// The server reports a permission violation only asynchronously: the
@@ -515,14 +554,7 @@ func (c *Client) roundTrip(ctx context.Context, m *nats.Msg) (*schemas.Reply, er
 	default: // no responders, a reconnection under way
 		return nil, &RequestError{Subject: m.Subject, Code: schemas.CodeUnavailable, Err: err}
 	}
-	var r schemas.Reply
-	if err := json.Unmarshal(resp.Data, &r); err != nil {
-		return nil, &RequestError{Subject: m.Subject, Err: fmt.Errorf("the answer is not a dwr reply: %w", err)}
-	}
-	if !r.OK && r.Error == nil {
-		r.Error = &schemas.Error{Code: schemas.CodeInternal, Message: "the service refused the request without saying why"}
-	}
-	return &r, nil
+	return resp, nil
 }
 
 // The liveness checks of a connection Connect opens (NATSOptions may

@@ -1,0 +1,461 @@
+package handlers
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/base64"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/nats-io/nats.go/micro"
+
+	"github.com/dwr-run/dwr/domain"
+	"github.com/dwr-run/dwr/schemas"
+)
+
+// DefaultArtifactMaxBytes is the default bound of one artifact (Config's
+// ArtifactMaxBytes): 1 GiB.
+const DefaultArtifactMaxBytes = 1 << 30
+
+// uploadMaxAge is how long the chunks of an upload wait for its put.
+const uploadMaxAge = time.Hour
+
+// The headers an artifact keeps in the object store, besides its digest.
+const (
+	objHeaderName = "Dwr-Name"
+	objHeaderType = "Dwr-Type"
+	objHeaderTask = "Dwr-Task"
+	objHeaderBy   = "Dwr-Uploader"
+)
+
+// ArtifactQueries are the artifact operations on the query subjects
+// (dwr.q.<ws>.artifact.*): see schemas.ArtifactPut.
+var ArtifactQueries = []string{"artifact.chunk", "artifact.put", "artifact.get", "artifact.info"}
+
+// artifactStore keeps artifacts in the object store <prefix>-artifacts,
+// named <workspace>/<sha256>, and the chunks of uploads in progress in the
+// stream <PREFIX>_UPLOADS, on subjects <prefix>.upload.<ws>.<uploader>.<upload>
+// (uploader: a digest of the uploading identity, so that one identity
+// cannot add to another's upload).
+type artifactStore struct {
+	js       jetstream.JetStream
+	obs      jetstream.ObjectStore
+	objects  jetstream.Stream // the object store's stream
+	uploads  jetstream.Stream
+	bucket   string
+	prefix   string
+	maxBytes int64
+}
+
+func newArtifactStore(ctx context.Context, js jetstream.JetStream, cfg Config) (*artifactStore, error) {
+	bucket := cfg.Prefix + "-artifacts"
+	obs, err := js.CreateOrUpdateObjectStore(ctx, jetstream.ObjectStoreConfig{
+		Bucket: bucket, Description: "dwr artifacts: <workspace>/<sha256>, written through the service only",
+		Storage: jetstream.FileStorage, Replicas: cfg.Replicas, MaxBytes: cfg.ArtifactStoreMaxBytes,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("handlers: artifact store: %w", err)
+	}
+	objects, err := js.Stream(ctx, "OBJ_"+bucket)
+	if err != nil {
+		return nil, fmt.Errorf("handlers: artifact store: %w", err)
+	}
+	uploads, err := js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{
+		Name: strings.ToUpper(cfg.Prefix) + "_UPLOADS", Description: "dwr: chunks of artifact uploads until they are put (dropped after an hour)",
+		Subjects: []string{cfg.Prefix + ".upload.>"}, Storage: jetstream.FileStorage, Replicas: cfg.Replicas,
+		MaxAge: uploadMaxAge, MaxBytes: 4 * cfg.ArtifactMaxBytes, Discard: jetstream.DiscardNew,
+		MaxMsgSize: schemas.ArtifactChunkBytes + 4<<10, Duplicates: 2 * time.Minute,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("handlers: uploads stream: %w", err)
+	}
+	return &artifactStore{js: js, obs: obs, objects: objects, uploads: uploads, bucket: bucket, prefix: cfg.Prefix, maxBytes: cfg.ArtifactMaxBytes}, nil
+}
+
+func objectName(ws, sha string) string { return ws + "/" + sha }
+
+// uploadSubject is where the chunks of one identity's upload wait.
+func (a *artifactStore) uploadSubject(ws string, who sender, upload string) string {
+	h := sha256.Sum256([]byte(who.key()))
+	return a.prefix + ".upload." + ws + "." + hex.EncodeToString(h[:8]) + "." + upload
+}
+
+func invalidField(pointer, format string, args ...any) *schemas.Error {
+	msg := fmt.Sprintf(format, args...)
+	return &schemas.Error{Code: schemas.CodeInvalid, Message: pointer + ": " + msg,
+		Fields: []schemas.FieldError{{Pointer: pointer, Message: msg}}}
+}
+
+// validUpload reports whether an upload id can stand as a subject token.
+func validUpload(id string) bool {
+	if id == "" || len(id) > 64 {
+		return false
+	}
+	for _, c := range []byte(id) {
+		if !(c >= '0' && c <= '9' || c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c == '-' || c == '_') {
+			return false
+		}
+	}
+	return true
+}
+
+// handleArtifact serves one artifact operation; its reply's headers are
+// set for a download's chunk.
+func (s *Service) handleArtifact(name string, req micro.Request, who sender) ([]byte, micro.Headers) {
+	ws := workspaceOf(req.Subject())
+	if !domain.ValidName(ws) {
+		return errResponse(&schemas.Error{Code: schemas.CodeInvalid, Message: fmt.Sprintf("workspace %q in the subject is not a valid name", ws)}), nil
+	}
+	p, werr := s.authorize(who, ws, "q", name)
+	if werr != nil {
+		return errResponse(werr), nil
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if name == "artifact.chunk" {
+		return s.artifacts.chunk(ctx, ws, who, req), nil
+	}
+	body := req.Data()
+	if err := schemas.CheckBounds(body, MaxQueryBytes, 4); err != nil {
+		return errResponse(toWire(err, s.cfg.Logger)), nil
+	}
+	switch name {
+	case "artifact.put":
+		var put schemas.ArtifactPut
+		if werr := decodeStrict(body, &put); werr != nil {
+			return errResponse(werr), nil
+		}
+		info, werr := s.artifacts.put(ctx, ws, who, p.name, put)
+		if werr != nil {
+			return errResponse(werr), nil
+		}
+		return okResponse(0, info), nil
+	}
+	var g schemas.ArtifactGet
+	if werr := decodeStrict(body, &g); werr != nil {
+		return errResponse(werr), nil
+	}
+	if !schemas.ValidSHA256(g.SHA256) {
+		return errResponse(invalidField("/sha256", "must be 64 lower-case hex digits")), nil
+	}
+	info, werr := s.artifacts.info(ctx, ws, g.SHA256)
+	if werr != nil {
+		return errResponse(werr), nil
+	}
+	if name == "artifact.info" {
+		return okResponse(0, artifactInfoOf(info)), nil
+	}
+	return s.artifacts.read(ctx, info, g.After)
+}
+
+func decodeStrict(body []byte, v any) *schemas.Error {
+	dec := json.NewDecoder(strings.NewReader(string(body)))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		return &schemas.Error{Code: schemas.CodeInvalid, Message: "the request does not decode: " + err.Error()}
+	}
+	return nil
+}
+
+// chunk stores one chunk of an upload.
+func (a *artifactStore) chunk(ctx context.Context, ws string, who sender, req micro.Request) []byte {
+	h := req.Headers()
+	upload := h.Get(schemas.HeaderUpload)
+	if !validUpload(upload) {
+		return errResponse(&schemas.Error{Code: schemas.CodeInvalid,
+			Message: "header " + schemas.HeaderUpload + " must name the upload: 1 to 64 letters, digits, '-' or '_'"})
+	}
+	idx, err := strconv.Atoi(h.Get(schemas.HeaderChunk))
+	if maxChunks := int(a.maxBytes/schemas.ArtifactChunkBytes) + 1; err != nil || idx < 0 || idx >= maxChunks {
+		return errResponse(&schemas.Error{Code: schemas.CodeInvalid,
+			Message: fmt.Sprintf("header %s must be the chunk's index, 0 to %d (an artifact holds at most %d bytes)", schemas.HeaderChunk, maxChunks-1, a.maxBytes)})
+	}
+	if n := len(req.Data()); n > schemas.ArtifactChunkBytes {
+		return errResponse(&schemas.Error{Code: schemas.CodeTooLarge,
+			Message: fmt.Sprintf("the chunk is %d bytes; at most %d are allowed", n, schemas.ArtifactChunkBytes)})
+	}
+	subject := a.uploadSubject(ws, who, upload)
+	m := nats.NewMsg(subject)
+	m.Data = req.Data()
+	m.Header.Set(schemas.HeaderChunk, strconv.Itoa(idx))
+	m.Header.Set(jetstream.MsgIDHeader, subject+"."+strconv.Itoa(idx)) // a chunk sent again is stored once
+	if _, err := a.js.PublishMsg(ctx, m); err != nil {
+		return errResponse(&schemas.Error{Code: schemas.CodeUnavailable,
+			Message: "the chunk could not be stored now (" + err.Error() + "): send it again, or fewer uploads at once"})
+	}
+	return okResponse(0, map[string]int{"chunk": idx})
+}
+
+// put checks an upload's chunks against p and stores them as an artifact
+// of workspace ws.
+func (a *artifactStore) put(ctx context.Context, ws string, who sender, by string, p schemas.ArtifactPut) (schemas.ArtifactInfo, *schemas.Error) {
+	if werr := a.checkPut(p); werr != nil {
+		return schemas.ArtifactInfo{}, werr
+	}
+	subject := a.uploadSubject(ws, who, p.Upload)
+	// The chunks are read twice: checked first, then stored, so that no
+	// object under the digest ever holds other bytes.
+	staged := a.staged(subject, 0)
+	h := sha256.New()
+	n, err := io.Copy(h, staged)
+	if errors.Is(err, errChunkMissing) && staged.chunks == 0 && p.Chunks == 0 {
+		err = nil // an empty artifact: no chunks
+	}
+	sum := hex.EncodeToString(h.Sum(nil))
+	existing, ierr := a.info(ctx, ws, p.SHA256)
+	switch {
+	case errors.Is(err, errChunkMissing) && staged.chunks == 0 && ierr == nil:
+		return artifactInfoOf(existing).duplicate(), nil // put again once stored: its chunks are gone
+	case err != nil:
+		return schemas.ArtifactInfo{}, stagedError(err, p)
+	case staged.chunks != p.Chunks:
+		return schemas.ArtifactInfo{}, invalidField("/chunks", "the upload holds %d chunks, not %d: send the missing ones, then put again", staged.chunks, p.Chunks)
+	case n != p.Size:
+		return schemas.ArtifactInfo{}, invalidField("/size", "the upload's chunks hold %d bytes, not %d", n, p.Size)
+	case sum != p.SHA256:
+		_ = a.uploads.Purge(ctx, jetstream.WithPurgeSubject(subject))
+		return schemas.ArtifactInfo{}, invalidField("/sha256", "the upload's bytes have digest %s, not %s: upload them again", sum, p.SHA256)
+	case ierr == nil:
+		_ = a.uploads.Purge(ctx, jetstream.WithPurgeSubject(subject))
+		return artifactInfoOf(existing).duplicate(), nil
+	case ierr.Code != schemas.CodeNotFound:
+		return schemas.ArtifactInfo{}, ierr
+	}
+	meta := jetstream.ObjectMeta{Name: objectName(ws, p.SHA256), Headers: nats.Header{},
+		Opts: &jetstream.ObjectMetaOptions{ChunkSize: schemas.ArtifactChunkBytes}}
+	for k, v := range map[string]string{objHeaderName: p.Name, objHeaderType: p.Type, objHeaderTask: p.TaskID, objHeaderBy: by} {
+		if v != "" {
+			meta.Headers.Set(k, v)
+		}
+	}
+	var r io.Reader = a.staged(subject, staged.last)
+	if p.Chunks == 0 {
+		r = strings.NewReader("")
+	}
+	info, err := a.obs.Put(ctx, meta, r)
+	if err != nil {
+		return schemas.ArtifactInfo{}, &schemas.Error{Code: schemas.CodeUnavailable, Message: "the artifact could not be stored now (" + err.Error() + "): put it again"}
+	}
+	if info.Digest != objectDigest(p.SHA256) || int64(info.Size) != p.Size {
+		// Changed between the two reads: nothing under the digest may hold
+		// other bytes.
+		_ = a.obs.Delete(ctx, meta.Name)
+		return schemas.ArtifactInfo{}, &schemas.Error{Code: schemas.CodeConflict, Message: "the upload changed while it was stored: put it again"}
+	}
+	_ = a.uploads.Purge(ctx, jetstream.WithPurgeSubject(subject))
+	return schemas.ArtifactInfo(artifactInfoOf(info)), nil
+}
+
+func (a *artifactStore) checkPut(p schemas.ArtifactPut) *schemas.Error {
+	maxChunks := a.maxBytes/schemas.ArtifactChunkBytes + 1
+	switch {
+	case !validUpload(p.Upload):
+		return invalidField("/upload", "must name the upload: 1 to 64 letters, digits, '-' or '_'")
+	case !schemas.ValidSHA256(p.SHA256):
+		return invalidField("/sha256", "must be 64 lower-case hex digits")
+	case p.Size < 0 || p.Size > a.maxBytes:
+		w := invalidField("/size", "is %d bytes; an artifact holds at most %d", p.Size, a.maxBytes)
+		w.Code = schemas.CodeTooLarge
+		return w
+	case p.Chunks < 0 || int64(p.Chunks) > maxChunks:
+		return invalidField("/chunks", "must be 0 to %d", maxChunks)
+	case len(p.Name) > 1024 || strings.ContainsFunc(p.Name, func(r rune) bool { return r < ' ' }):
+		return invalidField("/name", "must be at most 1,024 bytes, without control characters")
+	case len(p.Type) > 128 || strings.ContainsFunc(p.Type, func(r rune) bool { return r <= ' ' }):
+		return invalidField("/type", "must be a media type: at most 128 bytes, without spaces")
+	case p.TaskID != "" && !domain.ValidID(p.TaskID):
+		return invalidField("/task_id", "must be a task id")
+	}
+	return nil
+}
+
+// errChunkMissing is wrapped by a chunkError.
+var errChunkMissing = errors.New("handlers: chunk missing")
+
+type chunkError struct{ want int }
+
+func (e *chunkError) Error() string { return fmt.Sprintf("chunk %d missing", e.want) }
+func (e *chunkError) Unwrap() error { return errChunkMissing }
+
+// stagedError says what is wrong with an upload's chunks.
+func stagedError(err error, p schemas.ArtifactPut) *schemas.Error {
+	var ce *chunkError
+	if errors.As(err, &ce) {
+		return invalidField("/chunks", "chunk %d of upload %s is missing (an unknown upload, one older than an hour, or a chunk not answered): send it, then put again", ce.want, p.Upload)
+	}
+	return &schemas.Error{Code: schemas.CodeUnavailable, Message: "the upload's chunks could not be read now (" + err.Error() + "): put it again"}
+}
+
+// stagedReader reads an upload's chunks in the order of their index, one
+// message at a time: a chunk stored twice is read once, a gap is a
+// chunkError, and reading ends at the subject's last chunk, or after the
+// message bound when it is not 0.
+type stagedReader struct {
+	a       *artifactStore
+	subject string
+	bound   uint64
+	last    uint64 // the last message read
+	chunks  int
+	buf     []byte
+}
+
+func (a *artifactStore) staged(subject string, bound uint64) *stagedReader {
+	return &stagedReader{a: a, subject: subject, bound: bound}
+}
+
+func (r *stagedReader) Read(p []byte) (int, error) {
+	for len(r.buf) == 0 {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		m, err := r.a.uploads.GetMsg(ctx, r.last+1, jetstream.WithGetMsgSubject(r.subject))
+		cancel()
+		switch {
+		case errors.Is(err, jetstream.ErrMsgNotFound) && r.chunks == 0:
+			return 0, &chunkError{want: 0}
+		case errors.Is(err, jetstream.ErrMsgNotFound), err == nil && r.bound > 0 && m.Sequence > r.bound:
+			return 0, io.EOF
+		case err != nil:
+			return 0, err
+		}
+		r.last = m.Sequence
+		idx, err := strconv.Atoi(m.Header.Get(schemas.HeaderChunk))
+		switch {
+		case err != nil || idx > r.chunks:
+			return 0, &chunkError{want: r.chunks}
+		case idx < r.chunks:
+			continue // sent again after the stream forgot it had it
+		}
+		r.chunks++
+		r.buf = m.Data
+	}
+	n := copy(p, r.buf)
+	r.buf = r.buf[n:]
+	return n, nil
+}
+
+// info returns the stored artifact's object info, or not_found.
+func (a *artifactStore) info(ctx context.Context, ws, sha string) (*jetstream.ObjectInfo, *schemas.Error) {
+	info, err := a.obs.GetInfo(ctx, objectName(ws, sha))
+	switch {
+	case errors.Is(err, jetstream.ErrObjectNotFound):
+		return nil, &schemas.Error{Code: schemas.CodeNotFound,
+			Message: fmt.Sprintf("artifact %s is not in workspace %q: upload it first (dwr artifact put, Job.PutArtifact)", sha, ws)}
+	case err != nil:
+		return nil, &schemas.Error{Code: schemas.CodeUnavailable, Message: "the artifact store could not be read now (" + err.Error() + "): try again"}
+	}
+	return info, nil
+}
+
+// read answers one chunk of an artifact: the first after stream position
+// after.
+func (a *artifactStore) read(ctx context.Context, info *jetstream.ObjectInfo, after uint64) ([]byte, micro.Headers) {
+	h := micro.Headers{}
+	h[schemas.HeaderArtifactSize] = []string{strconv.FormatUint(info.Size, 10)}
+	h[schemas.HeaderArtifactChunks] = []string{strconv.FormatUint(uint64(info.Chunks), 10)}
+	if info.Chunks == 0 {
+		h[schemas.HeaderChunkSeq] = []string{"0"}
+		return nil, h
+	}
+	m, err := a.objects.GetMsg(ctx, after+1, jetstream.WithGetMsgSubject("$O."+a.bucket+".C."+info.NUID))
+	switch {
+	case errors.Is(err, jetstream.ErrMsgNotFound):
+		return errResponse(&schemas.Error{Code: schemas.CodeInternal,
+			Message: fmt.Sprintf("the store holds no chunk of artifact %s after position %d: it is damaged (upload the artifact again)", info.Name, after)}), nil
+	case err != nil:
+		return errResponse(&schemas.Error{Code: schemas.CodeUnavailable, Message: "the artifact store could not be read now (" + err.Error() + "): try again"}), nil
+	}
+	h[schemas.HeaderChunkSeq] = []string{strconv.FormatUint(m.Sequence, 10)}
+	return m.Data, h
+}
+
+// objectDigest is how the object store writes a SHA-256 digest.
+func objectDigest(sha string) string {
+	b, _ := hex.DecodeString(sha)
+	return "SHA-256=" + base64.URLEncoding.EncodeToString(b)
+}
+
+// artifactInfo is schemas.ArtifactInfo, made from an object's info.
+type artifactInfo schemas.ArtifactInfo
+
+func (i artifactInfo) duplicate() schemas.ArtifactInfo {
+	i.Duplicate = true
+	return schemas.ArtifactInfo(i)
+}
+
+func artifactInfoOf(o *jetstream.ObjectInfo) artifactInfo {
+	_, sha, _ := strings.Cut(o.Name, "/")
+	i := artifactInfo{SHA256: sha, Size: int64(o.Size), Chunks: int(o.Chunks), StoredAt: o.ModTime.UTC()}
+	if o.Headers != nil {
+		i.Name, i.Type, i.TaskID = o.Headers.Get(objHeaderName), o.Headers.Get(objHeaderType), o.Headers.Get(objHeaderTask)
+	}
+	return i
+}
+
+// checkArtifacts refuses a command that names an artifact its workspace's
+// store does not hold (or holds with another size): a report's artifacts,
+// a verdict's evidence, a model step's "sha256:" input or response.
+func (s *Service) checkArtifacts(ctx context.Context, ws string, cmd domain.Command) *schemas.Error {
+	refs := artifactRefs(cmd)
+	seen := map[string]*jetstream.ObjectInfo{}
+	for _, r := range refs {
+		if !schemas.ValidSHA256(r.sha) {
+			return invalidField(r.pointer, "names an artifact by %q: an artifact's digest is 64 lower-case hex digits", r.sha)
+		}
+		info, ok := seen[r.sha]
+		if !ok {
+			var werr *schemas.Error
+			if info, werr = s.artifacts.info(ctx, ws, r.sha); werr != nil && werr.Code != schemas.CodeNotFound {
+				return werr
+			}
+			seen[r.sha] = info
+		}
+		switch {
+		case info == nil:
+			return invalidField(r.pointer, "artifact %s is not in workspace %q: upload it first (Job.PutArtifact, dwr artifact put), then report", r.sha, ws)
+		case r.size > 0 && r.size != int64(info.Size):
+			return invalidField(strings.TrimSuffix(r.pointer, "sha256")+"size", "is %d, but artifact %s holds %d bytes", r.size, r.sha, info.Size)
+		}
+	}
+	return nil
+}
+
+// artifactRef is an artifact a command names, at its field.
+type artifactRef struct {
+	pointer, sha string
+	size         int64
+}
+
+func artifactRefs(cmd domain.Command) []artifactRef {
+	var refs []artifactRef
+	arts := func(field string, as []schemas.ArtifactRef) {
+		for i, a := range as {
+			refs = append(refs, artifactRef{fmt.Sprintf("%s/%d/sha256", field, i), a.SHA256, a.Size})
+		}
+	}
+	steps := func(ms []schemas.ModelStep) {
+		for i, m := range ms {
+			for _, r := range [][2]string{{"input_ref", m.InputRef}, {"response_ref", m.ResponseRef}} {
+				if sha, ok := schemas.ArtifactOfRef(r[1]); ok {
+					refs = append(refs, artifactRef{fmt.Sprintf("/model_steps/%d/%s", i, r[0]), sha, 0})
+				}
+			}
+		}
+	}
+	switch c := cmd.(type) {
+	case *domain.ReportSuccess:
+		arts("/artifacts", c.Artifacts)
+		steps(c.ModelSteps)
+	case *domain.ReportFailure:
+		steps(c.ModelSteps)
+	case *domain.RecordVerification:
+		arts("/evidence_refs", c.EvidenceRefs)
+	}
+	return refs
+}

@@ -1,0 +1,255 @@
+package handlers_test
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"io"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/stretchr/testify/require"
+
+	"github.com/dwr-run/dwr/domain"
+	"github.com/dwr-run/dwr/eventstore"
+	"github.com/dwr-run/dwr/executors/client"
+	"github.com/dwr-run/dwr/handlers/servicetest"
+	"github.com/dwr-run/dwr/schemas"
+)
+
+func randomBytes(t *testing.T, n int) []byte {
+	t.Helper()
+	b := make([]byte, n)
+	_, err := rand.Read(b)
+	require.NoError(t, err)
+	return b
+}
+
+func digest(b []byte) string {
+	s := sha256.Sum256(b)
+	return hex.EncodeToString(s[:])
+}
+
+func readArtifact(t *testing.T, cl *client.Client, sha string) ([]byte, error) {
+	t.Helper()
+	r, err := cl.GetArtifact(context.Background(), sha)
+	if err != nil {
+		return nil, err
+	}
+	defer func() { _ = r.Close() }()
+	return io.ReadAll(r)
+}
+
+// An artifact goes in chunk by chunk and comes back byte for byte, under
+// the digest of its bytes; the same bytes again are not stored twice, and
+// an empty artifact is an artifact too.
+func TestArtifactRoundTrip(t *testing.T) {
+	svc := servicetest.Start(t, "", servicetest.Options{Secure: true, Log: eventstore.NewMemoryLog()})
+	cl := client.New(svc.Admin, client.Workspace("default"))
+	ctx := context.Background()
+	for _, n := range []int{0, 1, schemas.ArtifactChunkBytes, 3*schemas.ArtifactChunkBytes + 17} {
+		data := randomBytes(t, n)
+		info, err := cl.PutArtifact(ctx, bytes.NewReader(data), client.ArtifactMeta{Name: "data.bin", Type: "application/octet-stream"})
+		require.NoError(t, err, "%d bytes", n)
+		require.Equal(t, digest(data), info.SHA256)
+		require.Equal(t, int64(n), info.Size)
+		require.Equal(t, "data.bin", info.Name)
+		require.False(t, info.Duplicate)
+
+		got, err := readArtifact(t, cl, info.SHA256)
+		require.NoError(t, err)
+		require.True(t, bytes.Equal(data, got), "%d bytes come back as they went", n)
+
+		again, err := cl.PutArtifact(ctx, bytes.NewReader(data), client.ArtifactMeta{Name: "copy.bin"})
+		require.NoError(t, err)
+		require.True(t, again.Duplicate, "the same bytes are stored once")
+		require.Equal(t, "data.bin", again.Name, "the first put's name stays")
+
+		stat, err := cl.ArtifactInfo(ctx, info.SHA256)
+		require.NoError(t, err)
+		require.Equal(t, int64(n), stat.Size)
+	}
+	_, err := cl.ArtifactInfo(ctx, digest([]byte("never stored")))
+	require.ErrorIs(t, err, client.ErrNotFound)
+	_, err = cl.GetArtifact(ctx, digest([]byte("never stored")))
+	require.ErrorIs(t, err, client.ErrNotFound)
+}
+
+// A put whose chunks do not hold what it claims is refused with the field
+// that is wrong, and stores nothing under the claimed digest.
+func TestArtifactPutChecksTheChunks(t *testing.T) {
+	svc := servicetest.Start(t, "", servicetest.Options{Secure: true, Log: eventstore.NewMemoryLog()})
+	cl := servicetest.NewClient(svc.Admin, "default")
+	chunk := func(upload string, i int, data []byte) schemas.Reply {
+		h := nats.Header{}
+		h.Set(schemas.HeaderUpload, upload)
+		h.Set(schemas.HeaderChunk, strconv.Itoa(i))
+		return cl.Request(t, "dwr.q.default.artifact.chunk", data, h)
+	}
+	put := func(p schemas.ArtifactPut) schemas.Reply {
+		return cl.Request(t, "dwr.q.default.artifact.put", p, nil)
+	}
+	a, b := []byte("first chunk "), []byte("second chunk")
+	whole := append(append([]byte{}, a...), b...)
+	require.True(t, chunk("up1", 0, a).OK)
+	require.True(t, chunk("up1", 0, a).OK, "a chunk sent again is taken")
+
+	r := put(schemas.ArtifactPut{Upload: "up1", Chunks: 2, Size: int64(len(whole)), SHA256: digest(whole)})
+	requireField(t, r, "/chunks")
+	require.True(t, chunk("up1", 1, b).OK)
+	r = put(schemas.ArtifactPut{Upload: "up1", Chunks: 2, Size: int64(len(whole)) + 1, SHA256: digest(whole)})
+	requireField(t, r, "/size")
+	r = put(schemas.ArtifactPut{Upload: "up1", Chunks: 2, Size: int64(len(whole)), SHA256: digest([]byte("other"))})
+	requireField(t, r, "/sha256")
+	stat := cl.Request(t, "dwr.q.default.artifact.info", schemas.ArtifactGet{SHA256: digest([]byte("other"))}, nil)
+	require.Equal(t, string(domain.CodeNotFound), stat.Error.Code, "nothing is stored under a digest the bytes do not have")
+
+	require.True(t, chunk("up2", 1, b).OK)
+	r = put(schemas.ArtifactPut{Upload: "up2", Chunks: 2, Size: int64(len(whole)), SHA256: digest(whole)})
+	requireField(t, r, "/chunks")
+	require.Contains(t, r.Error.Message, "chunk 0 of upload up2 is missing")
+
+	for _, bad := range []schemas.ArtifactPut{
+		{Upload: "no spaces", SHA256: digest(whole)},
+		{Upload: "up3", SHA256: "ABC"},
+		{Upload: "up3", SHA256: digest(whole), Size: 2 << 30},
+	} {
+		r := put(bad)
+		require.False(t, r.OK, "%+v", bad)
+		require.NotEmpty(t, r.Error.Fields, "%+v", bad)
+	}
+	r = chunk("up4", 0, make([]byte, schemas.ArtifactChunkBytes+1))
+	require.False(t, r.OK)
+	require.Equal(t, string(domain.CodeTooLarge), r.Error.Code)
+}
+
+func requireField(t *testing.T, r schemas.Reply, pointer string) {
+	t.Helper()
+	require.False(t, r.OK, "refused")
+	require.Equal(t, string(domain.CodeInvalid), r.Error.Code, r.Error.Message)
+	require.Len(t, r.Error.Fields, 1, r.Error.Message)
+	require.Equal(t, pointer, r.Error.Fields[0].Pointer, r.Error.Message)
+}
+
+// An artifact whose stored bytes were changed is refused on read: the
+// reader checks them against the digest it asked for.
+func TestAnArtifactChangedInTheStoreIsRefusedOnRead(t *testing.T) {
+	svc := servicetest.Start(t, "", servicetest.Options{Secure: true, Log: eventstore.NewMemoryLog()})
+	cl := client.New(svc.Admin, client.Workspace("default"))
+	ctx := context.Background()
+	data := randomBytes(t, 2*schemas.ArtifactChunkBytes+5)
+	info, err := cl.PutArtifact(ctx, bytes.NewReader(data), client.ArtifactMeta{Name: "report.pdf"})
+	require.NoError(t, err)
+
+	// Whoever reaches the service's account (an operator, a bug) puts
+	// other bytes under the artifact's name.
+	js, err := jetstream.New(svc.Conn)
+	require.NoError(t, err)
+	obs, err := js.ObjectStore(ctx, "dwr-artifacts")
+	require.NoError(t, err)
+	changed := bytes.Clone(data)
+	changed[len(changed)/2] ^= 0xff
+	_, err = obs.Put(ctx, jetstream.ObjectMeta{Name: "default/" + info.SHA256,
+		Opts: &jetstream.ObjectMetaOptions{ChunkSize: schemas.ArtifactChunkBytes}}, bytes.NewReader(changed))
+	require.NoError(t, err)
+
+	_, err = readArtifact(t, cl, info.SHA256)
+	require.ErrorIs(t, err, client.ErrArtifactCorrupt)
+}
+
+// A report naming an artifact its workspace does not hold is refused with
+// the field named, and nothing is appended; one naming a stored artifact
+// is recorded.
+func TestAReportNamesOnlyStoredArtifacts(t *testing.T) {
+	svc := servicetest.Start(t, "", servicetest.Options{Secure: true, Log: eventstore.NewMemoryLog()})
+	cl := client.New(svc.Admin, client.Workspace("default"))
+	kit := servicetest.NewClient(svc.Admin, "default")
+	ctx := context.Background()
+	taskID := kit.CreateTask(t, map[string]any{"queue": "q"})
+	var claim domain.Reply
+	require.NoError(t, json.Unmarshal(kit.Command(t, "task.claim", map[string]any{"task_id": taskID, "executor": "test"}), &claim))
+	token := claim.Token
+
+	missing := digest([]byte("not uploaded"))
+	before, err := svc.Svc.Log().LastSeq(ctx)
+	require.NoError(t, err)
+	r := kit.Request(t, "dwr.cmd.default.task.succeed", map[string]any{"task_id": taskID, "attempt": 1, "token": token,
+		"result": map[string]any{"ok": true}, "artifacts": []schemas.ArtifactRef{{Name: "x", SHA256: missing}}}, nil)
+	requireField(t, r, "/artifacts/0/sha256")
+	r = kit.Request(t, "dwr.cmd.default.task.succeed", map[string]any{"task_id": taskID, "attempt": 1, "token": token,
+		"result": map[string]any{"ok": true}, "model_steps": []schemas.ModelStep{{Model: "m", ResponseRef: "sha256:" + missing}}}, nil)
+	requireField(t, r, "/model_steps/0/response_ref")
+	after, err := svc.Svc.Log().LastSeq(ctx)
+	require.NoError(t, err)
+	require.Equal(t, before, after, "nothing appended")
+
+	info, err := cl.PutArtifact(ctx, strings.NewReader("the report"), client.ArtifactMeta{Name: "report.txt", TaskID: taskID})
+	require.NoError(t, err)
+	ref := info.Ref()
+	ref.Size++
+	r = kit.Request(t, "dwr.cmd.default.task.succeed", map[string]any{"task_id": taskID, "attempt": 1, "token": token,
+		"result": map[string]any{"ok": true}, "artifacts": []schemas.ArtifactRef{ref}}, nil)
+	requireField(t, r, "/artifacts/0/size")
+	kit.Command(t, "task.succeed", map[string]any{"task_id": taskID, "attempt": 1, "token": token,
+		"result": map[string]any{"ok": true}, "artifacts": []schemas.ArtifactRef{info.Ref()},
+		"model_steps": []schemas.ModelStep{{Model: "m", ResponseRef: "sha256:" + info.SHA256}}})
+	task := kit.WaitState(t, taskID, "accepted", 10*time.Second)
+	require.Equal(t, []schemas.ArtifactRef{info.Ref()}, task.Attempts[0].Artifacts)
+}
+
+// Who may read and make artifacts: a viewer reads, never stores; another
+// workspace's member reaches neither; an executor does both in its own.
+func TestArtifactPermissions(t *testing.T) {
+	svc := servicetest.Start(t, "", servicetest.Options{Secure: true, Log: eventstore.NewMemoryLog()})
+	ctx := context.Background()
+	servicetest.Must(t, svc.Admin, "other", "workspace.create", map[string]any{"name": "other"})
+	admin := client.New(svc.Admin, client.Workspace("default"))
+	info, err := admin.PutArtifact(ctx, strings.NewReader("secret plan"), client.ArtifactMeta{})
+	require.NoError(t, err)
+
+	viewer := client.New(svc.Member(t, "default", "vera", domain.RoleViewer), client.Workspace("default"), client.NoRetry())
+	got, err := readArtifact(t, viewer, info.SHA256)
+	require.NoError(t, err)
+	require.Equal(t, "secret plan", string(got))
+	_, err = viewer.PutArtifact(ctx, strings.NewReader("x"), client.ArtifactMeta{})
+	require.ErrorIs(t, err, client.ErrForbidden)
+
+	stranger := client.New(svc.Member(t, "other", "olga", domain.RoleClient), client.Workspace("default"),
+		client.NoRetry(), client.Timeout(2*time.Second))
+	_, err = stranger.GetArtifact(ctx, info.SHA256)
+	require.ErrorIs(t, err, client.ErrForbidden)
+	_, err = stranger.In("other").GetArtifact(ctx, info.SHA256)
+	require.ErrorIs(t, err, client.ErrNotFound, "workspaces do not share artifacts")
+
+	exec := client.New(svc.Member(t, "default", "ed", domain.RoleExecutor, "q"), client.Workspace("default"))
+	mine, err := exec.PutArtifact(ctx, strings.NewReader("made by a job"), client.ArtifactMeta{})
+	require.NoError(t, err)
+	got, err = readArtifact(t, exec, mine.SHA256)
+	require.NoError(t, err)
+	require.Equal(t, "made by a job", string(got))
+
+	// One identity cannot add chunks to another's upload: the chunks of
+	// each are kept apart, so the put finds none of the other's.
+	upload := "shared-upload"
+	for i, nc := range []*nats.Conn{svc.Admin, exec.Conn()} {
+		m := nats.NewMsg("dwr.q.default.artifact.chunk")
+		m.Header.Set(schemas.HeaderUpload, upload)
+		m.Header.Set(schemas.HeaderChunk, strconv.Itoa(i))
+		m.Data = []byte("part")
+		resp, err := nc.RequestMsg(m, 5*time.Second)
+		require.NoError(t, err)
+		require.Contains(t, string(resp.Data), `"ok":true`)
+	}
+	r := servicetest.NewClient(svc.Admin, "default").Request(t, "dwr.q.default.artifact.put",
+		schemas.ArtifactPut{Upload: upload, Chunks: 2, Size: 8, SHA256: digest([]byte("partpart"))}, nil)
+	requireField(t, r, "/chunks")
+	require.True(t, errors.Is(r.Error, client.ErrInvalid))
+}
