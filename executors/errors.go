@@ -34,6 +34,10 @@ var (
 	// not built by a Worker or NewJob.
 	ErrNoCheckpointStore = errors.New("executors: this job has no checkpoint store (jobs come from a Worker, NewJob or executortest)")
 
+	// ErrNoArtifactStore is returned by PutArtifact and GetArtifact on a
+	// Job or Check that was not built by a Worker.
+	ErrNoArtifactStore = errors.New("executors: this job reaches no artifact store (jobs and checks come from a Worker)")
+
 	// ErrAlreadyRunning is returned by Run when it was called before.
 	ErrAlreadyRunning = errors.New("executors: the worker was already run")
 )

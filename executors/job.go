@@ -4,8 +4,13 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
+	"mime"
+	"path"
 	"runtime/debug"
 	"time"
+
+	"github.com/dwr-run/dwr/executors/client"
 )
 
 // Handler does the work of one job (one attempt of a task) and returns its
@@ -87,6 +92,8 @@ type Job struct {
 
 	save CheckpointFunc
 	ask  approvalFunc // nil for a job from NewJob: RequestApproval sends nothing
+	// artifacts is the worker's client: nil for a job from NewJob.
+	artifacts *client.Client
 }
 
 // CheckpointFunc stores a checkpoint durably for a job; it returns nil once
@@ -140,6 +147,51 @@ func (j *Job) SaveCheckpoint(ctx context.Context, data any) error {
 		return ErrNoCheckpointStore
 	}
 	return j.save(ctx, raw)
+}
+
+// PutArtifact stores the bytes r yields as an artifact of the task's
+// workspace — a file too large for the result, a model's raw response —
+// and returns its reference: put it in Result.Artifacts, or make it a
+// ModelStep's InputRef or ResponseRef as "sha256:" and its digest. The bytes
+// stream in chunks: memory stays flat whatever the size. The media type is
+// guessed from name's extension.
+func (j *Job) PutArtifact(ctx context.Context, name string, r io.Reader) (Artifact, error) {
+	return putArtifact(ctx, j.artifacts, name, j.TaskID, r)
+}
+
+// GetArtifact opens an artifact of the task's workspace by its digest: a
+// dependency's (Job.Dependencies), an earlier attempt's. The reader checks
+// the bytes against the digest; its last Read returns
+// client.ErrArtifactCorrupt when they differ, so read to the end before
+// trusting them. Close it when done.
+func (j *Job) GetArtifact(ctx context.Context, sha256 string) (*client.ArtifactReader, error) {
+	return getArtifact(ctx, j.artifacts, sha256)
+}
+
+func putArtifact(ctx context.Context, c *client.Client, name, taskID string, r io.Reader) (Artifact, error) {
+	if c == nil {
+		return Artifact{}, ErrNoArtifactStore
+	}
+	typ, _, err := mime.ParseMediaType(mime.TypeByExtension(path.Ext(name)))
+	if err != nil {
+		typ = "" // unknown: none
+	}
+	info, err := c.PutArtifact(ctx, r, client.ArtifactMeta{Name: name, TaskID: taskID, Type: typ})
+	if err != nil {
+		return Artifact{}, fmt.Errorf("executors: put artifact %q: %w", name, err)
+	}
+	return info.Ref(), nil
+}
+
+func getArtifact(ctx context.Context, c *client.Client, sha256 string) (*client.ArtifactReader, error) {
+	if c == nil {
+		return nil, ErrNoArtifactStore
+	}
+	r, err := c.GetArtifact(ctx, sha256)
+	if err != nil {
+		return nil, fmt.Errorf("executors: get artifact %s: %w", sha256, err)
+	}
+	return r, nil
 }
 
 // Call runs h on job as a worker does: a panic in h is recovered and

@@ -5,10 +5,12 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"sync"
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/dwr-run/dwr/executors/client"
 	"github.com/dwr-run/dwr/schemas"
 )
 
@@ -36,6 +38,21 @@ type Check struct {
 	// outcomes recorded for them.
 	PriorAttempts []PriorAttempt
 	Verifications []Verification
+
+	artifacts *client.Client
+}
+
+// GetArtifact opens one of the judged attempt's artifacts (or any of the
+// workspace's) by its digest, as Job.GetArtifact does: read to the end
+// before trusting the bytes.
+func (c *Check) GetArtifact(ctx context.Context, sha256 string) (*client.ArtifactReader, error) {
+	return getArtifact(ctx, c.artifacts, sha256)
+}
+
+// PutArtifact stores evidence too bulky for the verdict as an artifact and
+// returns its reference for Verdict.EvidenceRefs, as Job.PutArtifact does.
+func (c *Check) PutArtifact(ctx context.Context, name string, r io.Reader) (Artifact, error) {
+	return putArtifact(ctx, c.artifacts, name, c.TaskID, r)
 }
 
 // Verdict is a verifier's judgment: PASS accepts the task; FAIL starts a new
@@ -84,7 +101,7 @@ func (d *delivery) judge(hard context.Context, msg jetstream.Msg) {
 	it := &d.item
 	c := &Check{TaskID: it.TaskID, Workspace: it.Workspace, Queue: it.Queue, GoalID: it.GoalID, Key: it.Key,
 		Title: it.Title, Attempt: it.Attempt, Input: it.Input, Result: it.Result, Artifacts: it.Artifacts,
-		ResultDigest: it.ResultDigest, PriorAttempts: it.PriorAttempts, Verifications: it.Verifications}
+		ResultDigest: it.ResultDigest, PriorAttempts: it.PriorAttempts, Verifications: it.Verifications, artifacts: d.w.c.c}
 	verdict, err := callVerifier(hard, d.w.verify, c)
 	if err != nil {
 		d.done(outcomeUnsettled, it.Attempt, logErr, err)

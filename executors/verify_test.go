@@ -31,14 +31,18 @@ func TestAVerifierFailsThenPassesAResult(t *testing.T) {
 		return executors.Result{Output: map[string]string{"text": "draft", "added": ev.Missing}}, nil
 	})
 	b.startVerifier(t, executors.Config{Queue: "checks", Executor: "title-check", Version: "1.0"},
-		func(_ context.Context, c *executors.Check) (executors.Verdict, error) {
+		func(ctx context.Context, c *executors.Check) (executors.Verdict, error) {
 			var r map[string]string
 			if err := json.Unmarshal(c.Result, &r); err != nil {
 				return executors.Verdict{}, err
 			}
 			if r["added"] == "" {
+				diff, err := c.PutArtifact(ctx, "diff.txt", strings.NewReader("+ title"))
+				if err != nil {
+					return executors.Verdict{}, err
+				}
 				return executors.Verdict{Outcome: executors.Fail, Evidence: map[string]string{"missing": "title"},
-					EvidenceRefs: []executors.Artifact{{Name: "diff.txt", SHA256: strings.Repeat("0f", 32), Size: 812}}}, nil
+					EvidenceRefs: []executors.Artifact{diff}}, nil
 			}
 			return executors.Verdict{Outcome: executors.Pass, Evidence: map[string]string{"checked": "title"}}, nil
 		})

@@ -2,9 +2,12 @@ package executors_test
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -68,7 +71,7 @@ func TestPlanRunsInDependencyOrderThroughTheSDK(t *testing.T) {
 }
 
 // A task's dependencies' results flow to it: a join sees each accepted
-// result by plan key — from its work item when they fit in it, read with
+// result by plan key, and reads the artifacts each made, — from its work item when they fit in it, read with
 // task.get when they do not.
 func TestAJobSeesItsDependenciesResults(t *testing.T) {
 	for _, tc := range []struct {
@@ -80,18 +83,35 @@ func TestAJobSeesItsDependenciesResults(t *testing.T) {
 			queue := fmt.Sprintf("flow-%d", tc.size)
 			var mu sync.Mutex
 			var seen map[string]executors.Dependency
+			var read map[string]string // the text of each dependency's artifact
 			b.startWorker(t, executors.Config{Queue: queue, Concurrency: 3}, func(ctx context.Context, job *executors.Job) (executors.Result, error) {
 				if job.Key == "join" {
+					texts := map[string]string{}
+					for k, d := range job.Dependencies {
+						r, err := job.GetArtifact(ctx, d.Artifacts[0].SHA256)
+						if err != nil {
+							return executors.Result{}, err
+						}
+						b, err := io.ReadAll(r)
+						if err != nil {
+							return executors.Result{}, err
+						}
+						texts[k] = string(b)
+					}
 					mu.Lock()
-					seen = job.Dependencies
+					seen, read = job.Dependencies, texts
 					mu.Unlock()
 					return executors.Result{Output: map[string]int{"deps": len(job.Dependencies)}}, nil
 				}
 				if len(job.Dependencies) != 0 {
 					return executors.Result{}, executors.Permanent(errors.New("a leaf has no dependencies"))
 				}
+				ref, err := job.PutArtifact(ctx, job.Key+".json", strings.NewReader(`"the text of `+job.Key+`"`))
+				if err != nil {
+					return executors.Result{}, err
+				}
 				return executors.Result{Output: map[string]string{"leaf": job.Key, "pad": strings.Repeat("x", tc.size)},
-					Artifacts: []executors.Artifact{{Name: job.Key + ".txt", SHA256: strings.Repeat("a", 64)}}}, nil
+					Artifacts: []executors.Artifact{ref}}, nil
 			})
 			var goal struct{ ID string }
 			require.NoError(t, json.Unmarshal(b.Command(t, "goal.create", map[string]any{"title": "join", "tasks": []map[string]any{
@@ -114,7 +134,11 @@ func TestAJobSeesItsDependenciesResults(t *testing.T) {
 				require.NoError(t, json.Unmarshal(d.Result, &out))
 				require.Equal(t, k, out.Leaf)
 				require.Len(t, out.Pad, tc.size)
-				require.Equal(t, []executors.Artifact{{Name: k + ".txt", SHA256: strings.Repeat("a", 64)}}, d.Artifacts)
+				text := `"the text of ` + k + `"`
+				sum := sha256.Sum256([]byte(text))
+				require.Equal(t, []executors.Artifact{{Name: k + ".json", SHA256: hex.EncodeToString(sum[:]), Size: int64(len(text)),
+					Type: "application/json"}}, d.Artifacts)
+				require.Equal(t, text, read[k], "a dependency's artifact is read back")
 			}
 			b.waitSettled(t, queue)
 		})

@@ -269,8 +269,8 @@ func (a *artifactStore) checkPut(p schemas.ArtifactPut) *schemas.Error {
 		return invalidField("/chunks", "must be 0 to %d", maxChunks)
 	case len(p.Name) > 1024 || strings.ContainsFunc(p.Name, func(r rune) bool { return r < ' ' }):
 		return invalidField("/name", "must be at most 1,024 bytes, without control characters")
-	case len(p.Type) > 128 || strings.ContainsFunc(p.Type, func(r rune) bool { return r <= ' ' }):
-		return invalidField("/type", "must be a media type: at most 128 bytes, without spaces")
+	case len(p.Type) > 200 || strings.ContainsFunc(p.Type, func(r rune) bool { return r < ' ' }):
+		return invalidField("/type", "must be a media type: at most 200 bytes, without control characters")
 	case p.TaskID != "" && !domain.ValidID(p.TaskID):
 		return invalidField("/task_id", "must be a task id")
 	}

@@ -81,9 +81,14 @@ type ArtifactInfo struct {
 	Duplicate bool `json:"duplicate,omitempty"`
 }
 
-// Ref returns the artifact's reference, as reports and verdicts carry it.
+// Ref returns the artifact's reference, as reports and verdicts carry it
+// (named by its digest when it was stored without a name).
 func (i ArtifactInfo) Ref() ArtifactRef {
-	return ArtifactRef{Name: i.Name, SHA256: i.SHA256, Size: i.Size, Type: i.Type}
+	name := i.Name
+	if name == "" {
+		name = i.SHA256
+	}
+	return ArtifactRef{Name: name, SHA256: i.SHA256, Size: i.Size, Type: i.Type}
 }
 
 // ValidSHA256 reports whether s is a SHA-256 digest as artifacts are

@@ -38,7 +38,11 @@ const Contract = `The command gets the task's input (JSON) on stdin and, in its 
   without their results if those would make it longer than 64 KiB),
   DWR_CHECKPOINT_FILE (holds the last checkpoint, empty for none: write JSON to
   it to save a new one; it is read every lease/3 and when the command exits),
-  DWR_WAIT_FILE (an empty file: to wait, see below).
+  DWR_WAIT_FILE (an empty file: to wait, see below),
+  DWR_ARTIFACTS_DIR (an empty directory: the regular files a command that
+  exits 0 leaves in it, below it too, are stored as artifacts, named by
+  their path in it, and attached to the report — a verifier's to its
+  verdict's evidence_refs; at most 1,000; links are left out).
 
 What it prints on stdout (at most 256 KiB) is the result: as JSON when it
 parses, else as a JSON string. Exit 0 succeeds; exit 100 fails the task at

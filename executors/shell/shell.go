@@ -7,9 +7,11 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"log/slog"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -32,6 +34,11 @@ const (
 	EnvCheckpointFile = "DWR_CHECKPOINT_FILE" // the file that holds the last checkpoint, and takes a new one
 	EnvWaitFile       = "DWR_WAIT_FILE"       // the file a command writes what it waits for in
 	EnvPriorAttempts  = "DWR_PRIOR_ATTEMPTS"  // the earlier attempts, JSON
+	// EnvArtifactsDir is an empty directory: the files a command that
+	// succeeds leaves in it (below it, named by their path in it) are
+	// stored as artifacts and attached to its report — a verifier's to its
+	// verdict's evidence_refs.
+	EnvArtifactsDir = "DWR_ARTIFACTS_DIR"
 
 	pipeGrace = 5 * time.Second // how long output is read after the command's group is gone
 )
@@ -80,7 +87,7 @@ type Command struct {
 func (x *Command) Verify(ctx context.Context, c *executors.Check) (executors.Verdict, error) {
 	job := executors.NewJob(executors.Job{TaskID: c.TaskID, Workspace: c.Workspace, Queue: c.Queue, GoalID: c.GoalID,
 		Key: c.Key, Title: c.Title, Attempt: c.Attempt, Input: c.Result, PriorAttempts: c.PriorAttempts}, nil)
-	res, err := x.run(ctx, job, false)
+	res, err := x.run(ctx, job, false, c.PutArtifact)
 	if err != nil {
 		return executors.Verdict{}, err
 	}
@@ -97,17 +104,20 @@ func (x *Command) Verify(ctx context.Context, c *executors.Check) (executors.Ver
 	if len(v.Evidence) > 0 {
 		evidence = v.Evidence
 	}
-	return executors.Verdict{Outcome: v.Outcome, Evidence: evidence, EvidenceRefs: v.EvidenceRefs}, nil
+	return executors.Verdict{Outcome: v.Outcome, Evidence: evidence, EvidenceRefs: append(v.EvidenceRefs, res.Artifacts...)}, nil
 }
 
 // Handle runs the command for job, as Contract says.
 func (x *Command) Handle(ctx context.Context, job *executors.Job) (executors.Result, error) {
-	return x.run(ctx, job, true)
+	return x.run(ctx, job, true, job.PutArtifact)
 }
 
+// putFunc stores an artifact (Job.PutArtifact, Check.PutArtifact).
+type putFunc func(ctx context.Context, name string, r io.Reader) (executors.Artifact, error)
+
 // run runs the command for job; a command may wait (exit 101) when waits
-// is set.
-func (x *Command) run(ctx context.Context, job *executors.Job, waits bool) (executors.Result, error) {
+// is set. What it leaves in its artifacts directory is stored with put.
+func (x *Command) run(ctx context.Context, job *executors.Job, waits bool, put putFunc) (executors.Result, error) {
 	files, err := newJobFiles(job, waits)
 	if err != nil {
 		return executors.Result{}, fmt.Errorf("prepare the command's files: %w", err)
@@ -117,6 +127,7 @@ func (x *Command) run(ctx context.Context, job *executors.Job, waits bool) (exec
 
 	cmd := exec.Command(x.argv[0], x.argv[1:]...) //nolint:gosec // G204: running the operator's command is the point
 	cmd.Env = append(os.Environ(), jobEnv(job, files.checkpoint, files.wait, files.dependencies)...)
+	cmd.Env = append(cmd.Env, EnvArtifactsDir+"="+files.artifacts)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	cmd.Stdin = files.stdin
 	outR, outW, err := os.Pipe()
@@ -172,8 +183,43 @@ func (x *Command) run(ctx context.Context, job *executors.Job, waits bool) (exec
 			return x.park(ctx, job, files.wait, time.Now())
 		}
 	}
-	return x.result(ctx, cmd.ProcessState, waitErr, stdout, stderrTail)
+	res, err := x.result(ctx, cmd.ProcessState, waitErr, stdout, stderrTail)
+	if err == nil {
+		res.Artifacts, err = storeArtifacts(ctx, files.artifacts, put)
+	}
+	return res, err
 }
+
+// storeArtifacts stores the regular files below dir, named by their path in
+// it, and returns their references.
+func storeArtifacts(ctx context.Context, dir string, put putFunc) ([]executors.Artifact, error) {
+	var refs []executors.Artifact
+	err := filepath.WalkDir(dir, func(path string, d fs.DirEntry, err error) error {
+		if err != nil || !d.Type().IsRegular() {
+			return err // links and other non-files are left out
+		}
+		if len(refs) == maxArtifacts {
+			return executors.Failure{Code: executors.CodeInvalidResult,
+				Message: fmt.Sprintf("the command left more than %d files in %s", maxArtifacts, EnvArtifactsDir)}
+		}
+		name, _ := filepath.Rel(dir, path)
+		f, err := os.Open(path) //nolint:gosec // G304: a file the command made in its own directory
+		if err != nil {
+			return err
+		}
+		defer func() { _ = f.Close() }()
+		ref, err := put(ctx, filepath.ToSlash(name), f)
+		if err != nil {
+			return executors.Failure{Code: "artifact_failed", Message: err.Error(), Retryable: true}
+		}
+		refs = append(refs, ref)
+		return nil
+	})
+	return refs, err
+}
+
+// maxArtifacts bounds the artifacts of one report.
+const maxArtifacts = 1_000
 
 // supervise saves the checkpoint file when it changes, every lease/3, and
 // stops the command's group when ctx ends: SIGTERM, then SIGKILL.
@@ -326,6 +372,7 @@ type jobFiles struct {
 	checkpoint   string
 	wait         string // "" when the command may not wait
 	dependencies string // "" when the task depends on none
+	artifacts    string // the command's artifacts directory
 }
 
 func newJobFiles(job *executors.Job, waits bool) (*jobFiles, error) {
@@ -334,6 +381,10 @@ func newJobFiles(job *executors.Job, waits bool) (*jobFiles, error) {
 		return nil, err
 	}
 	f := &jobFiles{stdin: in}
+	if f.artifacts, err = os.MkdirTemp("", "dwr-artifacts-*"); err != nil {
+		f.remove()
+		return nil, err
+	}
 	if _, err := in.Write(job.Input); err != nil {
 		f.remove()
 		return nil, err
@@ -382,6 +433,9 @@ func (f *jobFiles) remove() {
 	}
 	if f.dependencies != "" {
 		_ = os.Remove(f.dependencies)
+	}
+	if f.artifacts != "" {
+		_ = os.RemoveAll(f.artifacts)
 	}
 }
 

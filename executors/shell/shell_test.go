@@ -3,8 +3,11 @@ package shell
 import (
 	"bytes"
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"io"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -18,6 +21,7 @@ import (
 
 	"github.com/dwr-run/dwr/domain"
 	"github.com/dwr-run/dwr/executors"
+	"github.com/dwr-run/dwr/executors/client"
 	"github.com/dwr-run/dwr/executors/executortest"
 	"github.com/dwr-run/dwr/handlers/servicetest"
 )
@@ -281,7 +285,8 @@ esac
 	check := e.script("check.sh", `result="$(cat)"
 case "$result" in
 *title*) echo '{"outcome": "PASS", "evidence": {"checked": "title"}}' ;;
-*) echo '{"outcome": "FAIL", "evidence": {"missing": "title"}, "evidence_refs": [{"name": "lint.log", "sha256": "'"$(printf 'ab%.0s' $(seq 32))"'"}]}' ;;
+*) printf 'no title' >"$DWR_ARTIFACTS_DIR/lint.log"
+   echo '{"outcome": "FAIL", "evidence": {"missing": "title"}}' ;;
 esac
 `)
 	e.startWorker("drafts", workerOpts{}, draft)
@@ -293,8 +298,47 @@ esac
 	require.Contains(t, logs.String(), "verdict=FAIL")
 	require.Contains(t, logs.String(), "verdict=PASS")
 	require.Equal(t, executors.Fail, tk.Verifications[0].Outcome)
-	require.Equal(t, []executors.Artifact{{Name: "lint.log", SHA256: strings.Repeat("ab", 32)}}, tk.Verifications[0].EvidenceRefs,
-		"bulky evidence travels by reference")
+	sum := sha256.Sum256([]byte("no title"))
+	refs := tk.Verifications[0].EvidenceRefs
+	require.Len(t, refs, 1, "bulky evidence travels by reference: a file the verifier left in its artifacts directory")
+	require.Equal(t, executors.Artifact{Name: "lint.log", SHA256: hex.EncodeToString(sum[:]), Size: 8, Type: refs[0].Type}, refs[0])
+}
+
+// The files a command leaves in DWR_ARTIFACTS_DIR are stored as artifacts
+// and attached to its report, named by their path in it; a failed command's
+// are not.
+func TestWorkerCommandLeavesArtifacts(t *testing.T) {
+	e := newWorkerEnv(t)
+	report := e.script("report.sh", `cat >/dev/null
+mkdir -p "$DWR_ARTIFACTS_DIR/charts"
+printf 'a,b\n1,2\n' >"$DWR_ARTIFACTS_DIR/data.csv"
+printf 'chart' >"$DWR_ARTIFACTS_DIR/charts/q2.svg"
+ln -s /etc/passwd "$DWR_ARTIFACTS_DIR/link"
+[ "$DWR_ATTEMPT" = 1 ] && exit 3
+echo '{"rows": 1}'
+`)
+	e.startWorker("reports", workerOpts{}, report)
+	id := e.CreateTask(t, map[string]any{"queue": "reports", "retry": map[string]any{"max_attempts": 2, "initial_backoff": "10ms"}})
+	tk := e.WaitState(t, id, "accepted", waitFor)
+	require.Len(t, tk.Attempts, 2)
+	require.Empty(t, tk.Attempts[0].Artifacts, "a failed attempt reports no artifacts")
+	got := map[string]executors.Artifact{}
+	for _, a := range tk.Attempts[1].Artifacts {
+		got[a.Name] = a
+	}
+	require.Len(t, got, 2, "regular files only: %+v", tk.Attempts[1].Artifacts)
+	cl := client.New(e.srv.Conn, client.Workspace("default"))
+	for name, want := range map[string]string{"data.csv": "a,b\n1,2\n", "charts/q2.svg": "chart"} {
+		a, ok := got[name]
+		require.True(t, ok, name)
+		require.Equal(t, int64(len(want)), a.Size)
+		r, err := cl.GetArtifact(context.Background(), a.SHA256)
+		require.NoError(t, err)
+		b, err := io.ReadAll(r)
+		require.NoError(t, err)
+		require.Equal(t, want, string(b))
+	}
+	require.Equal(t, "image/svg+xml", got["charts/q2.svg"].Type)
 }
 
 func TestWorkerCommandWaitsAndResumes(t *testing.T) {
