@@ -11,6 +11,7 @@ import (
 	"io"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -53,6 +54,7 @@ type artifactStore struct {
 	bucket   string
 	prefix   string
 	maxBytes int64
+	putting  sync.Map // upload subject → *sync.Mutex: the puts under way here
 }
 
 func newArtifactStore(ctx context.Context, js jetstream.JetStream, cfg Config) (*artifactStore, error) {
@@ -118,7 +120,7 @@ func (s *Service) handleArtifact(name string, req micro.Request, who sender) ([]
 	if werr != nil {
 		return errResponse(werr), nil
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), schemas.ArtifactPutTime(s.cfg.ArtifactMaxBytes))
 	defer cancel()
 	if name == "artifact.chunk" {
 		return s.artifacts.chunk(ctx, ws, who, req), nil
@@ -201,6 +203,14 @@ func (a *artifactStore) put(ctx context.Context, ws string, who sender, by strin
 		return schemas.ArtifactInfo{}, werr
 	}
 	subject := a.uploadSubject(ws, who, p.Upload)
+	// A put sent again while the first is still storing waits for it (and
+	// then finds the artifact stored).
+	mu, _ := a.putting.LoadOrStore(subject, &sync.Mutex{})
+	mu.(*sync.Mutex).Lock()
+	defer func() {
+		mu.(*sync.Mutex).Unlock()
+		a.putting.Delete(subject)
+	}()
 	// The chunks are read twice: checked first, then stored, so that no
 	// object under the digest ever holds other bytes.
 	staged := a.staged(subject, 0)
@@ -236,7 +246,9 @@ func (a *artifactStore) put(ctx context.Context, ws string, who sender, by strin
 			meta.Headers.Set(k, v)
 		}
 	}
-	var r io.Reader = a.staged(subject, staged.last)
+	again := a.staged(subject, staged.last)
+	again.want = staged.chunks
+	var r io.Reader = again
 	if p.Chunks == 0 {
 		r = strings.NewReader("")
 	}
@@ -302,9 +314,12 @@ type stagedReader struct {
 	a       *artifactStore
 	subject string
 	bound   uint64
-	last    uint64 // the last message read
-	chunks  int
-	buf     []byte
+	// want, when not 0, is how many chunks must be read: fewer (the
+	// upload dropped meanwhile) is an error, never a shorter artifact.
+	want   int
+	last   uint64 // the last message read
+	chunks int
+	buf    []byte
 }
 
 func (a *artifactStore) staged(subject string, bound uint64) *stagedReader {
@@ -317,8 +332,8 @@ func (r *stagedReader) Read(p []byte) (int, error) {
 		m, err := r.a.uploads.GetMsg(ctx, r.last+1, jetstream.WithGetMsgSubject(r.subject))
 		cancel()
 		switch {
-		case errors.Is(err, jetstream.ErrMsgNotFound) && r.chunks == 0:
-			return 0, &chunkError{want: 0}
+		case errors.Is(err, jetstream.ErrMsgNotFound) && (r.chunks == 0 || r.chunks < r.want):
+			return 0, &chunkError{want: r.chunks}
 		case errors.Is(err, jetstream.ErrMsgNotFound), err == nil && r.bound > 0 && m.Sequence > r.bound:
 			return 0, io.EOF
 		case err != nil:

@@ -45,6 +45,13 @@ const (
 	ArtifactRefPrefix = "sha256:"
 )
 
+// ArtifactPutTime is how long a put of size bytes may take: the service
+// reads its chunks twice (checked, then stored), at 2 MiB/s at worst, after
+// half a minute.
+func ArtifactPutTime(size int64) time.Duration {
+	return 30*time.Second + time.Duration(size/(2<<20))*time.Second
+}
+
 // ArtifactPut stores the chunks of an upload as an artifact.
 type ArtifactPut struct {
 	Upload string `json:"upload"`

@@ -59,6 +59,10 @@ func serveCmd() *cobra.Command {
 	f.BoolVar(&cfg.Service.TrustBelowCheckpoint, "trust-below-checkpoint", false, "on start, do not read the log below the views' checkpoint to check its chain (faster on a very long log; damage there is then found by `dwr admin verify`)")
 	f.Int64Var(&cfg.Service.FeedMaxBytes, "feed-max-bytes", handlers.DefaultFeedMaxBytes,
 		"bound of the event feed's stream (DWR_EVENTS): its oldest events are dropped past it (-1: none)")
+	f.Int64Var(&cfg.Service.ArtifactMaxBytes, "artifact-max-bytes", handlers.DefaultArtifactMaxBytes,
+		"the largest artifact a put may store")
+	f.Int64Var(&cfg.Service.ArtifactStoreMaxBytes, "artifacts-max-bytes", 0,
+		"bound of the artifact store (the object store dwr-artifacts): past it, puts are refused (0: none)")
 	f.IntVar(&cfg.Service.MaxInFlightPerCaller, "max-in-flight-per-caller", 0, fmt.Sprintf(
 		"requests one identity may have in flight at once; more are refused (unavailable) (0: %d)", handlers.DefaultMaxInFlightPerCaller))
 	f.StringSliceVar(&cfg.NATSMonitor, "nats-monitor", envList("DWR_NATS_MONITOR"),

@@ -64,7 +64,7 @@ func (c *Client) PutArtifact(ctx context.Context, r io.Reader, meta ArtifactMeta
 	put := schemas.ArtifactPut{Upload: upload, Chunks: chunks, Size: size, SHA256: hex.EncodeToString(h.Sum(nil)),
 		Name: meta.Name, Type: meta.Type, TaskID: meta.TaskID}
 	var info schemas.ArtifactInfo
-	if _, err := c.query(ctx, "artifact.put", put, &info, call{}); err != nil {
+	if _, err := c.query(ctx, "artifact.put", put, &info, call{timeout: max(c.timeout, schemas.ArtifactPutTime(size))}); err != nil {
 		return nil, err
 	}
 	return &info, nil
@@ -166,7 +166,7 @@ func (r *ArtifactReader) fetch() error {
 	var resp *nats.Msg
 	err = c.retrying(r.ctx, m.Subject, call{}, func() error {
 		var err error
-		if resp, err = c.exchange(r.ctx, m); err != nil {
+		if resp, err = c.exchange(r.ctx, m, 0); err != nil {
 			return err
 		}
 		if resp.Header.Get(schemas.HeaderChunkSeq) != "" {

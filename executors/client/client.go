@@ -279,6 +279,8 @@ func (c *Client) observe(seq uint64) {
 type CallOption func(*call)
 
 type call struct {
+	// timeout, when set, replaces the Client's Timeout for each try.
+	timeout         time.Duration
 	id, correlation string
 	minSeq          uint64
 	once            bool
@@ -395,7 +397,7 @@ func (c *Client) query(ctx context.Context, name string, body, out any, k call) 
 // returns an error only when no dwr reply came: a *RequestError, or ctx's
 // cause when ctx ended first.
 func (c *Client) Request(ctx context.Context, m *nats.Msg) (*schemas.Reply, error) {
-	r, err := c.roundTrip(ctx, m)
+	r, err := c.roundTrip(ctx, m, 0)
 	if err != nil {
 		return nil, err
 	}
@@ -421,7 +423,7 @@ func (c *Client) request(ctx context.Context, m *nats.Msg, body any, k call) (*R
 	}
 	var r *Reply
 	err := c.retrying(ctx, m.Subject, k, func() (err error) {
-		r, err = c.try(ctx, m)
+		r, err = c.try(ctx, m, k.timeout)
 		return err
 	})
 	return r, err
@@ -470,8 +472,8 @@ func (c *Client) retrying(ctx context.Context, subject string, k call, try func(
 
 // try sends m once and returns the accepted reply, or the refusal as the
 // service's *schemas.Error.
-func (c *Client) try(ctx context.Context, m *nats.Msg) (*Reply, error) {
-	r, err := c.roundTrip(ctx, m)
+func (c *Client) try(ctx context.Context, m *nats.Msg, timeout time.Duration) (*Reply, error) {
+	r, err := c.roundTrip(ctx, m, timeout)
 	if err != nil {
 		return nil, err
 	}
@@ -493,8 +495,8 @@ func deniedOn(nc *nats.Conn, subject string) error {
 
 // roundTrip sends m once and returns the service's reply, accepted or
 // refused (a refusal always has its Error).
-func (c *Client) roundTrip(ctx context.Context, m *nats.Msg) (*schemas.Reply, error) {
-	resp, err := c.exchange(ctx, m)
+func (c *Client) roundTrip(ctx context.Context, m *nats.Msg, timeout time.Duration) (*schemas.Reply, error) {
+	resp, err := c.exchange(ctx, m, timeout)
 	if err != nil {
 		return nil, err
 	}
@@ -514,9 +516,12 @@ func decodeReply(subject string, data []byte) (*schemas.Reply, error) {
 }
 
 // exchange sends m once and returns the answer as it came, or a
-// *RequestError when none came.
-func (c *Client) exchange(ctx context.Context, m *nats.Msg) (*nats.Msg, error) {
-	tctx, cancel := context.WithTimeout(ctx, c.timeout)
+// *RequestError when none came within timeout (0: the Client's).
+func (c *Client) exchange(ctx context.Context, m *nats.Msg, timeout time.Duration) (*nats.Msg, error) {
+	if timeout <= 0 {
+		timeout = c.timeout
+	}
+	tctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	// The server reports a permission violation only asynchronously: the
 	// request then fails at once instead of waiting out its timeout.
@@ -548,7 +553,7 @@ func (c *Client) exchange(ctx context.Context, m *nats.Msg) (*nats.Msg, error) {
 		// request's timeout.
 		return nil, &RequestError{Subject: m.Subject, Code: schemas.CodeForbidden, Err: deniedOn(c.nc, m.Subject)}
 	case errors.Is(err, context.DeadlineExceeded), errors.Is(err, nats.ErrTimeout):
-		return nil, &RequestError{Subject: m.Subject, Code: schemas.CodeUnavailable, Err: nats.ErrTimeout, Timeout: c.timeout}
+		return nil, &RequestError{Subject: m.Subject, Code: schemas.CodeUnavailable, Err: nats.ErrTimeout, Timeout: timeout}
 	case errors.Is(err, nats.ErrConnectionClosed), errors.Is(err, nats.ErrMaxPayload), errors.Is(err, nats.ErrBadSubject):
 		return nil, &RequestError{Subject: m.Subject, Err: err}
 	default: // no responders, a reconnection under way
