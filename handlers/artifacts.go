@@ -19,6 +19,7 @@ import (
 	"github.com/nats-io/nats.go/micro"
 
 	"github.com/dwr-run/dwr/domain"
+	"github.com/dwr-run/dwr/projections"
 	"github.com/dwr-run/dwr/schemas"
 )
 
@@ -473,4 +474,134 @@ func artifactRefs(cmd domain.Command) []artifactRef {
 		arts("/evidence_refs", c.EvidenceRefs)
 	}
 	return refs
+}
+
+// DefaultArtifactRetention is how long the unreferenced artifacts of an
+// ended goal are kept (Config's ArtifactRetention): a week.
+const DefaultArtifactRetention = 7 * 24 * time.Hour
+
+// SweptArtifact is an artifact SweepArtifacts removed.
+type SweptArtifact struct {
+	Workspace, SHA256, Name, TaskID, GoalID string
+	Size                                    int64
+}
+
+// SweepArtifacts removes the artifacts made by a task (their put named it)
+// that no task of their workspace names — in an attempt's artifacts or
+// model steps, or a verification's evidence — once the task's goal (a
+// standalone task: the task) ended more than Config.ArtifactRetention ago.
+// An artifact a task names, or that no task made (dwr artifact put), is
+// never removed. The writer sweeps every hour; each removal is logged.
+func (s *Service) SweepArtifacts(ctx context.Context) ([]SweptArtifact, error) {
+	if s.cfg.ArtifactRetention < 0 || s.artifacts == nil {
+		return nil, nil
+	}
+	infos, err := s.artifacts.obs.List(ctx)
+	if errors.Is(err, jetstream.ErrNoObjectsFound) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("handlers: list the artifacts: %w", err)
+	}
+	now := s.cfg.Clock()
+	named := map[string]map[string]bool{} // workspace → digests its tasks name
+	var swept []SweptArtifact
+	for _, info := range infos {
+		ws, sha, _ := strings.Cut(info.Name, "/")
+		taskID := ""
+		if info.Headers != nil {
+			taskID = info.Headers.Get(objHeaderTask)
+		}
+		ended, goalID, err := s.endedAt(taskID)
+		if err != nil {
+			return swept, err
+		}
+		if ended.IsZero() || now.Sub(ended) < s.cfg.ArtifactRetention {
+			continue
+		}
+		if named[ws] == nil {
+			if named[ws], err = s.namedArtifacts(ws); err != nil {
+				return swept, err
+			}
+		}
+		if named[ws][sha] {
+			continue
+		}
+		if err := s.artifacts.obs.Delete(ctx, info.Name); err != nil && !errors.Is(err, jetstream.ErrObjectNotFound) {
+			return swept, fmt.Errorf("handlers: remove artifact %s: %w", info.Name, err)
+		}
+		a := SweptArtifact{Workspace: ws, SHA256: sha, Name: info.Headers.Get(objHeaderName), TaskID: taskID, GoalID: goalID, Size: int64(info.Size)}
+		swept = append(swept, a)
+		s.cfg.Logger.Info("handlers: removed an artifact no task names, made for a goal that ended", "workspace", ws,
+			"sha256", sha, "name", a.Name, "task", taskID, "goal", goalID, "size", a.Size, "ended", ended)
+	}
+	return swept, nil
+}
+
+// endedAt returns when the goal of task id ended (a standalone task: the
+// task), zero when it has not, or when the task is unknown.
+func (s *Service) endedAt(taskID string) (time.Time, string, error) {
+	if taskID == "" {
+		return time.Time{}, "", nil
+	}
+	t, err := s.store.Task(taskID)
+	if err != nil || t == nil {
+		return time.Time{}, "", err
+	}
+	if t.GoalID == "" {
+		if !domain.Terminal(t.State) {
+			return time.Time{}, "", nil
+		}
+		return t.UpdatedAt, "", nil
+	}
+	g, err := s.store.Goal(t.GoalID)
+	if err != nil || g == nil || g.State == schemas.GoalStateOpen {
+		return time.Time{}, t.GoalID, err
+	}
+	return g.UpdatedAt, t.GoalID, nil
+}
+
+// namedArtifacts returns the digests the tasks of workspace ws name.
+func (s *Service) namedArtifacts(ws string) (map[string]bool, error) {
+	named := map[string]bool{}
+	err := s.store.EachTask(ws, projections.TaskFilter{}, func(t *domain.Task) bool {
+		for _, a := range t.Attempts {
+			for _, r := range a.Artifacts {
+				named[r.SHA256] = true
+			}
+			for _, m := range a.ModelSteps {
+				for _, ref := range []string{m.InputRef, m.ResponseRef} {
+					if sha, ok := schemas.ArtifactOfRef(ref); ok {
+						named[sha] = true
+					}
+				}
+			}
+		}
+		for _, v := range t.Verifications {
+			for _, r := range v.EvidenceRefs {
+				named[r.SHA256] = true
+			}
+		}
+		return true
+	})
+	return named, err
+}
+
+// artifactSweep is how often the writer sweeps the artifact store.
+const artifactSweep = time.Hour
+
+// sweepLoop sweeps the artifact store every artifactSweep while ctx lasts.
+func (s *Service) sweepLoop(ctx context.Context) {
+	t := time.NewTicker(artifactSweep)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		if _, err := s.SweepArtifacts(ctx); err != nil && ctx.Err() == nil {
+			s.cfg.Logger.Warn("handlers: sweeping the artifact store failed; will try again", "err", err)
+		}
+	}
 }

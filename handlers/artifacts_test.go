@@ -25,6 +25,7 @@ import (
 	"github.com/dwr-run/dwr/domain"
 	"github.com/dwr-run/dwr/eventstore"
 	"github.com/dwr-run/dwr/executors/client"
+	"github.com/dwr-run/dwr/handlers"
 	"github.com/dwr-run/dwr/handlers/servicetest"
 	"github.com/dwr-run/dwr/schemas"
 )
@@ -341,4 +342,54 @@ func (p *patternReader) Read(b []byte) (int, error) {
 	p.left -= len(b)
 	p.h.Write(b)
 	return len(b), nil
+}
+
+// Retention: once a goal has ended for longer than the retention, the
+// artifacts its tasks made and no task names are removed; the ones a report
+// names, those of a goal still open and those no task made are kept.
+func TestUnreferencedArtifactsOfEndedGoalsAreSwept(t *testing.T) {
+	clock := servicetest.NewClock(time.Date(2026, 12, 1, 9, 0, 0, 0, time.UTC))
+	svc := servicetest.Start(t, "", servicetest.Options{Secure: true, Log: eventstore.NewMemoryLog(), Clock: clock,
+		Config: handlers.Config{ArtifactRetention: 24 * time.Hour}})
+	cl := client.New(svc.Admin, client.Workspace("default"))
+	kit := servicetest.NewClient(svc.Admin, "default")
+	ctx := context.Background()
+	put := func(text, taskID string) schemas.ArtifactInfo {
+		info, err := cl.PutArtifact(ctx, strings.NewReader(text), client.ArtifactMeta{Name: text, TaskID: taskID})
+		require.NoError(t, err)
+		return *info
+	}
+	goal := func(title string) (goalID, taskID string) {
+		var r schemas.CommandResult
+		require.NoError(t, json.Unmarshal(kit.Command(t, "goal.create", map[string]any{"title": title,
+			"tasks": []map[string]any{{"key": "only", "queue": "q"}}}), &r))
+		return r.ID, r.Tasks[0].TaskID
+	}
+	_, done := goal("ends")
+	_, open := goal("stays open")
+	var claim domain.Reply
+	require.NoError(t, json.Unmarshal(kit.Command(t, "task.claim", map[string]any{"task_id": done, "executor": "test"}), &claim))
+	reported := put("reported", done)
+	dropped := put("made, never reported", done)
+	ownerless := put("put by hand", "")
+	pending := put("made by an open goal's task", open)
+	kit.Command(t, "task.succeed", map[string]any{"task_id": done, "attempt": 1, "token": claim.Token, "result": "ok",
+		"artifacts": []schemas.ArtifactRef{reported.Ref()}})
+	kit.WaitState(t, done, "accepted", 10*time.Second)
+
+	swept, err := svc.Svc.SweepArtifacts(ctx)
+	require.NoError(t, err)
+	require.Empty(t, swept, "within the retention nothing goes")
+
+	clock.Advance(25 * time.Hour)
+	swept, err = svc.Svc.SweepArtifacts(ctx)
+	require.NoError(t, err)
+	require.Len(t, swept, 1)
+	require.Equal(t, dropped.SHA256, swept[0].SHA256)
+	_, err = cl.ArtifactInfo(ctx, dropped.SHA256)
+	require.ErrorIs(t, err, client.ErrNotFound)
+	for _, kept := range []schemas.ArtifactInfo{reported, ownerless, pending} {
+		_, err := cl.ArtifactInfo(ctx, kept.SHA256)
+		require.NoError(t, err, "%s is kept", kept.Name)
+	}
 }

@@ -87,6 +87,10 @@ type Config struct {
 	// ArtifactStoreMaxBytes bounds the artifact store (the object store
 	// <prefix>-artifacts): past it, a put is refused. Default 0: no bound.
 	ArtifactStoreMaxBytes int64
+	// ArtifactRetention is how long the artifacts a task made and no task
+	// names are kept once the task's goal ended (SweepArtifacts). Default
+	// DefaultArtifactRetention (a week); negative: kept forever.
+	ArtifactRetention time.Duration
 	// Clock is the time source. Default time.Now.
 	Clock func() time.Time
 	// Logger receives the service's logs. Default: discarded.
@@ -174,6 +178,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.ArtifactMaxBytes <= 0 {
 		c.ArtifactMaxBytes = DefaultArtifactMaxBytes
+	}
+	if c.ArtifactRetention == 0 {
+		c.ArtifactRetention = DefaultArtifactRetention
 	}
 	if c.ArtifactStoreMaxBytes <= 0 {
 		c.ArtifactStoreMaxBytes = -1
@@ -803,6 +810,7 @@ func (s *Service) runWriter(ctx context.Context, lease *lease) error {
 	defer cancel()
 	bg.Go(func() { s.dispatch.retryLoop(rctx) })
 	bg.Go(func() { s.runTimers(rctx, timerWake) })
+	bg.Go(func() { s.sweepLoop(rctx) })
 	s.readyOnce.Do(func() { close(s.ready) })
 	s.cfg.Logger.Info("handlers: writer serving", "writer", s.cfg.WriterID, "epoch", c.Epoch(), "seq", c.LastSeq())
 	select {

@@ -61,6 +61,8 @@ func serveCmd() *cobra.Command {
 		"bound of the event feed's stream (DWR_EVENTS): its oldest events are dropped past it (-1: none)")
 	f.Int64Var(&cfg.Service.ArtifactMaxBytes, "artifact-max-bytes", handlers.DefaultArtifactMaxBytes,
 		"the largest artifact a put may store")
+	f.DurationVar(&cfg.Service.ArtifactRetention, "artifact-retention", handlers.DefaultArtifactRetention,
+		"how long the artifacts a task made and no task names are kept once its goal ended (-1s: forever)")
 	f.Int64Var(&cfg.Service.ArtifactStoreMaxBytes, "artifacts-max-bytes", 0,
 		"bound of the artifact store (the object store dwr-artifacts): past it, puts are refused (0: none)")
 	f.IntVar(&cfg.Service.MaxInFlightPerCaller, "max-in-flight-per-caller", 0, fmt.Sprintf(
