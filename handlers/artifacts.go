@@ -565,22 +565,8 @@ func (s *Service) endedAt(taskID string) (time.Time, string, error) {
 func (s *Service) namedArtifacts(ws string) (map[string]bool, error) {
 	named := map[string]bool{}
 	err := s.store.EachTask(ws, projections.TaskFilter{}, func(t *domain.Task) bool {
-		for _, a := range t.Attempts {
-			for _, r := range a.Artifacts {
-				named[r.SHA256] = true
-			}
-			for _, m := range a.ModelSteps {
-				for _, ref := range []string{m.InputRef, m.ResponseRef} {
-					if sha, ok := schemas.ArtifactOfRef(ref); ok {
-						named[sha] = true
-					}
-				}
-			}
-		}
-		for _, v := range t.Verifications {
-			for _, r := range v.EvidenceRefs {
-				named[r.SHA256] = true
-			}
+		for _, a := range t.NamedArtifacts() {
+			named[a.SHA256] = true
 		}
 		return true
 	})

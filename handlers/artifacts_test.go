@@ -10,6 +10,8 @@ import (
 	"errors"
 	"hash"
 	"io"
+	"os"
+	"path/filepath"
 	"runtime"
 	"runtime/debug"
 	"strconv"
@@ -168,6 +170,12 @@ func TestAnArtifactChangedInTheStoreIsRefusedOnRead(t *testing.T) {
 
 	_, err = readArtifact(t, cl, info.SHA256)
 	require.ErrorIs(t, err, client.ErrArtifactCorrupt)
+	file := filepath.Join(t.TempDir(), "report.pdf")
+	require.ErrorIs(t, cl.SaveArtifact(ctx, info.SHA256, file), client.ErrArtifactCorrupt)
+	require.NoFileExists(t, file, "no file holds bytes that failed the check")
+	entries, err := os.ReadDir(filepath.Dir(file))
+	require.NoError(t, err)
+	require.Empty(t, entries, "nor the temporary one")
 }
 
 // A report naming an artifact its workspace does not hold is refused with

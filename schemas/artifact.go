@@ -1,6 +1,8 @@
 package schemas
 
 import (
+	"fmt"
+	"strconv"
 	"strings"
 	"time"
 )
@@ -118,4 +120,37 @@ func ValidSHA256(s string) bool {
 func ArtifactOfRef(ref string) (string, bool) {
 	d, ok := strings.CutPrefix(ref, ArtifactRefPrefix)
 	return d, ok
+}
+
+// NamedArtifact is an artifact a task names, and where.
+type NamedArtifact struct {
+	ArtifactRef
+	// From says where: "attempt 2", "attempt 2 model step 1",
+	// "verification of attempt 1 (FAIL)".
+	From string `json:"from"`
+}
+
+// NamedArtifacts lists the artifacts t names: its attempts' artifacts and
+// model steps' "sha256:" references, and its verifications' evidence.
+func (t *Task) NamedArtifacts() []NamedArtifact {
+	out := []NamedArtifact{}
+	for _, a := range t.Attempts {
+		from := "attempt " + strconv.Itoa(a.N)
+		for _, r := range a.Artifacts {
+			out = append(out, NamedArtifact{r, from})
+		}
+		for i, m := range a.ModelSteps {
+			for _, ref := range []string{m.InputRef, m.ResponseRef} {
+				if sha, ok := ArtifactOfRef(ref); ok {
+					out = append(out, NamedArtifact{ArtifactRef{Name: ref, SHA256: sha}, fmt.Sprintf("%s model step %d", from, i+1)})
+				}
+			}
+		}
+	}
+	for _, v := range t.Verifications {
+		for _, r := range v.EvidenceRefs {
+			out = append(out, NamedArtifact{r, fmt.Sprintf("verification of attempt %d (%s)", v.Attempt, v.Outcome)})
+		}
+	}
+	return out
 }

@@ -74,41 +74,26 @@ func artifactGetCmd(g *globals) *cobra.Command {
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return g.withClient(func(ctx context.Context, cl *client.Client) error {
+				if out != "" && out != "-" {
+					err := cl.SaveArtifact(ctx, args[0], out)
+					var pe *os.PathError
+					if errors.As(err, &pe) && !errors.Is(err, client.ErrArtifactCorrupt) {
+						return fail(exitInvalid, "cannot write %s: %v", out, pe.Err)
+					}
+					return artifactError(args[0], err)
+				}
 				r, err := cl.GetArtifact(ctx, args[0])
 				if err != nil {
 					return err
 				}
 				defer func() { _ = r.Close() }()
-				if out == "" || out == "-" {
-					_, err = io.Copy(cmd.OutOrStdout(), r)
-					return artifactError(args[0], err)
-				}
-				return writeChecked(out, r, args[0])
+				_, err = io.Copy(cmd.OutOrStdout(), r)
+				return artifactError(args[0], err)
 			})
 		},
 	}
 	get.Flags().StringVarP(&out, "output", "o", "", "the file to write (default: stdout, where bytes that fail the check are already written when it says so)")
 	return get
-}
-
-// writeChecked writes r to file: to a temporary file beside it first, moved
-// in place once every byte passed the digest check.
-func writeChecked(file string, r io.Reader, sha string) error {
-	f, err := os.CreateTemp(filepath.Dir(file), "."+filepath.Base(file)+".*")
-	if err != nil {
-		return fail(exitInvalid, "cannot write %s: %v", file, errors.Unwrap(err))
-	}
-	_, err = io.Copy(f, r)
-	if cerr := f.Close(); err == nil && cerr != nil {
-		err = fail(exitError, "cannot write %s: %v", file, cerr)
-	}
-	if err == nil {
-		err = os.Rename(f.Name(), file)
-	}
-	if err != nil {
-		_ = os.Remove(f.Name())
-	}
-	return artifactError(sha, err)
 }
 
 // artifactError says what a failed read of an artifact means.
@@ -117,13 +102,6 @@ func artifactError(sha string, err error) error {
 		return fail(exitDamaged, "artifact %s: the stored bytes do not have its digest: the store is damaged; put the artifact again from its source (%v)", sha, err)
 	}
 	return err
-}
-
-// artifactRow is a row of `dwr artifact ls`: an artifact and where the
-// task names it.
-type artifactRow struct {
-	schemas.ArtifactRef
-	From string `json:"from"`
 }
 
 func artifactLsCmd(g *globals) *cobra.Command {
@@ -141,11 +119,11 @@ func artifactLsCmd(g *globals) *cobra.Command {
 				if err != nil {
 					return err
 				}
-				rows := artifactsOf(t)
+				rows := t.NamedArtifacts()
 				if g.json {
 					return printJSON(g.out, rows)
 				}
-				return columns([]string{"SHA256", "NAME", "SIZE", "TYPE", "FROM"}, func(r artifactRow) []string {
+				return columns([]string{"SHA256", "NAME", "SIZE", "TYPE", "FROM"}, func(r schemas.NamedArtifact) []string {
 					return []string{r.SHA256[:16], r.Name, size(r.Size), dash(r.Type), r.From}
 				})(g.out, rows)
 			})
@@ -153,30 +131,6 @@ func artifactLsCmd(g *globals) *cobra.Command {
 	}
 	ls.Flags().StringVar(&taskID, "task", "", "the task (required)")
 	return ls
-}
-
-// artifactsOf lists the artifacts task t names, with where.
-func artifactsOf(t *schemas.Task) []artifactRow {
-	rows := []artifactRow{}
-	for _, a := range t.Attempts {
-		from := "attempt " + strconv.Itoa(a.N)
-		for _, r := range a.Artifacts {
-			rows = append(rows, artifactRow{r, from})
-		}
-		for i, m := range a.ModelSteps {
-			for _, ref := range []string{m.InputRef, m.ResponseRef} {
-				if sha, ok := schemas.ArtifactOfRef(ref); ok {
-					rows = append(rows, artifactRow{schemas.ArtifactRef{Name: ref, SHA256: sha}, fmt.Sprintf("%s model step %d", from, i+1)})
-				}
-			}
-		}
-	}
-	for _, v := range t.Verifications {
-		for _, r := range v.EvidenceRefs {
-			rows = append(rows, artifactRow{r, fmt.Sprintf("verification of attempt %d (%s)", v.Attempt, v.Outcome)})
-		}
-	}
-	return rows
 }
 
 // size says n bytes for people.

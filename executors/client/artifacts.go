@@ -9,6 +9,8 @@ import (
 	"fmt"
 	"hash"
 	"io"
+	"os"
+	"path/filepath"
 	"strconv"
 
 	"github.com/nats-io/nats.go"
@@ -193,6 +195,35 @@ func (r *ArtifactReader) fetch() error {
 		r.buf = resp.Data
 		r.h.Write(resp.Data)
 		r.read += int64(len(resp.Data))
+	}
+	return nil
+}
+
+// SaveArtifact writes the artifact stored under sha to file: to a
+// temporary file beside it first, moved in place only once every byte
+// passed the digest check, so that file never holds bytes that failed it
+// (the error then wraps ErrArtifactCorrupt). An error about the file wraps
+// the *os.PathError.
+func (c *Client) SaveArtifact(ctx context.Context, sha, file string) error {
+	r, err := c.GetArtifact(ctx, sha)
+	if err != nil {
+		return err
+	}
+	defer func() { _ = r.Close() }()
+	f, err := os.CreateTemp(filepath.Dir(file), "."+filepath.Base(file)+".*")
+	if err != nil {
+		return fmt.Errorf("client: save artifact %s: %w", sha, err)
+	}
+	_, err = io.Copy(f, r)
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = os.Rename(f.Name(), file)
+	}
+	if err != nil {
+		_ = os.Remove(f.Name())
+		return fmt.Errorf("client: save artifact %s: %w", sha, err)
 	}
 	return nil
 }
