@@ -74,8 +74,12 @@ func newArtifactStore(ctx context.Context, js jetstream.JetStream, cfg Config) (
 	uploads, err := js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{
 		Name: strings.ToUpper(cfg.Prefix) + "_UPLOADS", Description: "dwr: chunks of artifact uploads until they are put (dropped after an hour)",
 		Subjects: []string{cfg.Prefix + ".upload.>"}, Storage: jetstream.FileStorage, Replicas: cfg.Replicas,
-		MaxAge: uploadMaxAge, MaxBytes: 4 * cfg.ArtifactMaxBytes, Discard: jetstream.DiscardNew,
-		MaxMsgSize: schemas.ArtifactChunkBytes + 4<<10, Duplicates: 2 * time.Minute,
+		// No MaxBytes: JetStream reserves a stream's MaxBytes on its nodes
+		// when it places it (a node with less free storage is refused).
+		// Each upload is bounded (MaxMsgsPerSubject), and its chunks go
+		// after MaxAge.
+		MaxAge: uploadMaxAge, MaxMsgsPerSubject: cfg.ArtifactMaxBytes/schemas.ArtifactChunkBytes + 2, Discard: jetstream.DiscardNew,
+		DiscardNewPerSubject: true, MaxMsgSize: schemas.ArtifactChunkBytes + 4<<10, Duplicates: 2 * time.Minute,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("handlers: uploads stream: %w", err)

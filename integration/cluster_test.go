@@ -409,12 +409,16 @@ func streamReplicas(t *testing.T, js jetstream.JetStream) map[string]int {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
+	// A listing of every stream's info can leave one out on a cluster
+	// ("Did not receive all stream info results"): each is asked for.
 	out := map[string]int{}
-	streams := js.ListStreams(ctx)
-	for info := range streams.Info() {
-		out[info.Config.Name] = info.Config.Replicas
+	names := js.StreamNames(ctx)
+	for name := range names.Name() {
+		s, err := js.Stream(ctx, name)
+		require.NoError(t, err)
+		out[name] = s.CachedInfo().Config.Replicas
 	}
-	require.NoError(t, streams.Err())
+	require.NoError(t, names.Err())
 	return out
 }
 
