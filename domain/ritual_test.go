@@ -175,3 +175,16 @@ func FuzzParseTemplate(f *testing.F) {
 		}
 	})
 }
+
+// The roles of the ritual subjects: admins and clients define and run,
+// viewers read, executors and approvers neither.
+func TestRitualRoles(t *testing.T) {
+	for _, r := range Roles {
+		client := r == RoleAdmin || r == RoleClient
+		require.Equal(t, client, MayCommand(r, "ritual.define"), r)
+		require.Equal(t, client, MayCommand(r, "ritual.run"), r)
+		reader := client || r == RoleViewer
+		require.Equal(t, reader, MayQuery(r, "ritual.get"), r)
+		require.Equal(t, reader, MayQuery(r, "ritual.list"), r)
+	}
+}
