@@ -47,6 +47,9 @@ func goalCmd(g *globals) *cobra.Command {
 // printGoal prints a goal for people: what it is, and its plan's tasks.
 func printGoal(w io.Writer, v *schemas.GoalView) error {
 	fmt.Fprintf(w, "goal %s: %s\nstate: %s   plan version: %d\n", v.ID, v.Title, v.State, v.PlanVersion)
+	if v.Ritual != nil {
+		fmt.Fprintf(w, "from ritual %s version %d\n", v.Ritual.Name, v.Ritual.Version)
+	}
 	if v.Reason != "" {
 		fmt.Fprintf(w, "reason: %s\n", v.Reason)
 	}
