@@ -35,17 +35,17 @@ func (x *tx) defineRitual(c *DefineRitual) (Reply, error) {
 	if err != nil {
 		return Reply{}, err
 	}
-	version := 1
+	var version uint64 = 1
 	if r != nil {
 		if r.HasCommand(x.m.Key()) || r.Digest == digest {
 			return Reply{ID: c.Name, Version: r.Version, Duplicate: true}, nil
 		}
-		version = int(r.Version) + 1
+		version = r.Version + 1
 	}
 	if err := x.emit(id, &RitualDefined{Name: c.Name, Version: version, Digest: digest, RitualTemplate: c.RitualTemplate}); err != nil {
 		return Reply{}, err
 	}
-	return Reply{ID: c.Name, Version: uint64(version)}, nil
+	return Reply{ID: c.Name, Version: version}, nil
 }
 
 // wireMessage returns the message of err, a *schemas.Error, or its text.
@@ -111,7 +111,7 @@ func duplicateRun(g *Goal, err error) (Reply, error) {
 
 // ritualVersion returns version (the latest for 0) of the ritual name of
 // this workspace, or not_found naming /name or /version.
-func (x *tx) ritualVersion(name string, version int) (*RitualVersion, error) {
+func (x *tx) ritualVersion(name string, version uint64) (*RitualVersion, error) {
 	id := RitualID(x.m.Workspace, name)
 	r, err := x.o.Ritual(id)
 	if err != nil {
@@ -121,9 +121,9 @@ func (x *tx) ritualVersion(name string, version int) (*RitualVersion, error) {
 		return nil, notFound("/name", "ritual %q not found in workspace %q: define it first (dwr ritual define -f FILE)", name, x.m.Workspace)
 	}
 	if version == 0 {
-		version = int(r.Version)
+		version = r.Version
 	}
-	if version < 1 || uint64(version) > r.Version {
+	if version > r.Version {
 		return nil, notFound("/version", "ritual %q has no version %d: its versions are 1 to %d", name, version, r.Version)
 	}
 	rv, err := x.o.RitualVersion(id, version)
@@ -149,7 +149,8 @@ func paramsRefused(what string, err error) error {
 		field += we.Fields[0].Pointer
 	}
 	return &Error{Code: Code(we.Code), Field: field,
-		Message: fmt.Sprintf("%s: %s", what, strings.Replace(we.Message, "the params is invalid: ", "a param fails the parameters' schema: ", 1))}
+		Message: fmt.Sprintf("%s: %s (ritual.get shows its parameters)", what,
+			strings.Replace(we.Message, "the params is invalid: ", "a param fails the parameters' schema: ", 1))}
 }
 
 // fromRitual returns err, a refusal of the goal.create a ritual rendered,

@@ -35,7 +35,7 @@ type (
 // aggregate version is the ritual's version.
 type RitualDefined struct {
 	Name    string `json:"name"`
-	Version int    `json:"version"`
+	Version uint64 `json:"version"`
 	Digest  string `json:"digest"`
 	RitualTemplate
 }
@@ -48,7 +48,9 @@ const MaxParamNameLength = 64
 func RitualID(ws, name string) string { return ws + ":" + name }
 
 // ritualVersionKey is the key of a ritual's version in an overlay.
-func ritualVersionKey(id string, version int) string { return id + "/" + strconv.Itoa(version) }
+func ritualVersionKey(id string, version uint64) string {
+	return id + "/" + strconv.FormatUint(version, 10)
+}
 
 // NewRitualVersion returns the version of ritual that ev, an event of
 // workspace ws that r recorded, defined.
@@ -84,7 +86,7 @@ func ApplyRitual(x *Ritual, id, workspace string, e Event, r Recorded) (*Ritual,
 	if x != nil {
 		next = x.Version + 1
 	}
-	if uint64(ev.Version) != next {
+	if ev.Version != next {
 		return nil, fmt.Errorf("domain: ritual %s: version %d defined, want %d", id, ev.Version, next)
 	}
 	if x == nil {

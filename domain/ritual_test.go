@@ -30,7 +30,7 @@ func TestRitualDefineNumbersVersions(t *testing.T) {
 	require.Equal(t, uint64(1), out.Reply.Version)
 	require.Equal(t, "onboard", out.Reply.ID)
 	ev := eventOf[*RitualDefined](t, out, RitualID(w.ws, "onboard"))
-	require.Equal(t, 1, ev.Version)
+	require.Equal(t, uint64(1), ev.Version)
 
 	// The same content, spaced otherwise, is the same version.
 	same := onboard()
@@ -82,7 +82,7 @@ func TestRitualRunOfAnEarlierVersion(t *testing.T) {
 	require.Equal(t, "Onboard ACME", w.goal(old.Reply.ID).Title)
 	latest := w.must(&RunRitual{Name: "onboard", Params: json.RawMessage(`{"customer": "ACME"}`), GoalID: w.newID()})
 	require.Equal(t, "Welcome ACME", w.goal(latest.Reply.ID).Title)
-	require.Equal(t, 2, w.goal(latest.Reply.ID).Ritual.Version)
+	require.Equal(t, uint64(2), w.goal(latest.Reply.ID).Ritual.Version)
 	e := w.refused(&RunRitual{Name: "onboard", Version: 3, GoalID: w.newID()}, CodeNotFound)
 	require.Equal(t, "/version", e.Field)
 	e = w.refused(&RunRitual{Name: "nope", GoalID: w.newID()}, CodeNotFound)

@@ -17,7 +17,7 @@ type World interface {
 	Ritual(id string) (*Ritual, error)
 	// RitualVersion returns the version numbered version of ritual id, or
 	// nil when it has none.
-	RitualVersion(id string, version int) (*RitualVersion, error)
+	RitualVersion(id string, version uint64) (*RitualVersion, error)
 }
 
 // Change is one event of one aggregate, with the version it gives the
@@ -70,7 +70,7 @@ func (o *Overlay) Ritual(id string) (*Ritual, error) { return lookup(o.rituals, 
 
 // RitualVersion returns a version of ritual id defined in the overlay, or
 // else the base's.
-func (o *Overlay) RitualVersion(id string, version int) (*RitualVersion, error) {
+func (o *Overlay) RitualVersion(id string, version uint64) (*RitualVersion, error) {
 	if v, ok := o.versions[ritualVersionKey(id, version)]; ok {
 		return v, nil
 	}
@@ -271,4 +271,4 @@ func (Empty) Dependents(string) ([]string, error) { return nil, nil }
 func (Empty) Ritual(string) (*Ritual, error) { return nil, nil }
 
 // RitualVersion returns nil.
-func (Empty) RitualVersion(string, int) (*RitualVersion, error) { return nil, nil }
+func (Empty) RitualVersion(string, uint64) (*RitualVersion, error) { return nil, nil }

@@ -258,10 +258,6 @@ func (s *Service) query(name, ws string, p principal, q schemas.Query) (json.Raw
 // ritual answers ritual.get: version q.Version (the latest for 0) of the
 // ritual named q.ID.
 func (s *Service) ritual(ws string, q schemas.Query, budget int) (json.RawMessage, string, error) {
-	if q.Version < 0 {
-		return nil, "", &schemas.Error{Code: schemas.CodeInvalid, Message: "version must be 1 or more, or 0 for the latest",
-			Fields: []schemas.FieldError{{Pointer: "/version", Message: "must be 0 or more"}}}
-	}
 	id := domain.RitualID(ws, q.ID)
 	r, err := s.store.Ritual(id)
 	if err != nil {
@@ -272,7 +268,7 @@ func (s *Service) ritual(ws string, q schemas.Query, budget int) (json.RawMessag
 	}
 	version := q.Version
 	if version == 0 {
-		version = int(r.Version)
+		version = r.Version
 	}
 	v, err := s.store.RitualVersion(id, version)
 	if err == nil && v == nil {

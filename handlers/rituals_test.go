@@ -65,15 +65,15 @@ func TestRitualDefineAndRunOverTheWire(t *testing.T) {
 	latest, seq := b.mustCommand(t, "ritual.run", map[string]any{"name": "onboard", "params": map[string]any{"customer": "Initech", "region": "us"}})
 	b.query(t, "goal.get", schemas.Query{ID: latest.ID}, seq, &g)
 	require.Equal(t, "Welcome Initech (us)", g.Title)
-	require.Equal(t, 2, g.Ritual.Version)
+	require.Equal(t, uint64(2), g.Ritual.Version)
 
 	// The queries: a version, the latest, the list; and the ritual's history.
 	var v schemas.RitualVersion
 	b.query(t, "ritual.get", schemas.Query{ID: "onboard", Version: 1}, seq, &v)
-	require.Equal(t, 1, v.Version)
+	require.Equal(t, uint64(1), v.Version)
 	require.JSONEq(t, `{"title": "Onboard ${customer}", "success_criteria": ["${customer} has an account"]}`, string(v.Goal))
 	b.query(t, "ritual.get", schemas.Query{ID: "onboard"}, seq, &v)
-	require.Equal(t, 2, v.Version)
+	require.Equal(t, uint64(2), v.Version)
 	require.NotEmpty(t, v.DefinedBy)
 	var list []schemas.Ritual
 	b.query(t, "ritual.list", schemas.Query{}, seq, &list)

@@ -59,7 +59,7 @@ func upperBound(p []byte) []byte {
 	return nil
 }
 
-func ritualVersionKey(id string, version int) []byte {
+func ritualVersionKey(id string, version uint64) []byte {
 	b := key(pRitualVer, id, "")
-	return binary.BigEndian.AppendUint64(b, uint64(version))
+	return binary.BigEndian.AppendUint64(b, version)
 }

@@ -516,7 +516,7 @@ func (s *Store) Task(id string) (*domain.Task, error) { return load[domain.Task]
 func (s *Store) Ritual(id string) (*domain.Ritual, error) { return load[domain.Ritual](s, pRitual, id) }
 
 // RitualVersion returns the version numbered version of ritual id, or nil.
-func (s *Store) RitualVersion(id string, version int) (*domain.RitualVersion, error) {
+func (s *Store) RitualVersion(id string, version uint64) (*domain.RitualVersion, error) {
 	var v domain.RitualVersion
 	ok, err := s.get(ritualVersionKey(id, version), &v)
 	if err != nil || !ok {

@@ -9,7 +9,7 @@ type Query struct {
 	GoalID    string `json:"goal_id,omitempty"`
 	Role      string `json:"role,omitempty"` // for approval.list
 	// Version, for ritual.get, is the version to read: 0 for the latest.
-	Version int `json:"version,omitempty"`
+	Version uint64 `json:"version,omitempty"`
 	// After, for a list query, continues the listing: the Next of the reply
 	// before.
 	After string `json:"after,omitempty"`

@@ -37,7 +37,7 @@ type DefineRitual struct {
 // set.
 type RunRitual struct {
 	Name    string          `json:"name"`
-	Version int             `json:"version,omitempty"`
+	Version uint64          `json:"version,omitempty"`
 	Params  json.RawMessage `json:"params,omitempty"`
 	GoalID  string          `json:"goal_id,omitempty"`
 }
@@ -45,7 +45,7 @@ type RunRitual struct {
 // RitualRef names a version of a ritual: the one a goal was created from.
 type RitualRef struct {
 	Name    string `json:"name"`
-	Version int    `json:"version"`
+	Version uint64 `json:"version"`
 }
 
 // Ritual is the state of a ritual: its name and its latest version
@@ -69,7 +69,7 @@ func (r *Ritual) Clone() *Ritual {
 type RitualVersion struct {
 	Workspace string `json:"workspace"`
 	Name      string `json:"name"`
-	Version   int    `json:"version"`
+	Version   uint64 `json:"version"`
 	// Digest is the SHA-256 of the version's content, RitualTemplate in
 	// canonical JSON (CanonicalJSON), hex-encoded.
 	Digest string `json:"digest"`

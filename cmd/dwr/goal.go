@@ -133,7 +133,12 @@ func readPlan(g *globals, file string) ([]schemas.TaskSpec, error) {
 // printPlan prints a committed plan for people: its version and its tasks.
 func printPlan(w io.Writer, r *schemas.CommandResult) error {
 	fmt.Fprintf(w, "plan version %d of goal %s committed\n", r.PlanVersion, r.ID)
+	return planTasks(w, r.Tasks)
+}
+
+// planTasks prints a committed plan's tasks as a table.
+func planTasks(w io.Writer, tasks []schemas.PlanTask) error {
 	return columns([]string{"KEY", "TASK", "DEPENDS ON"}, func(t schemas.PlanTask) []string {
 		return []string{t.Key, t.TaskID, dash(strings.Join(t.DependsOn, ","))}
-	})(w, r.Tasks)
+	})(w, tasks)
 }

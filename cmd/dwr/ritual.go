@@ -67,7 +67,7 @@ func readRitual(g *globals, file string) (schemas.DefineRitual, error) {
 }
 
 func ritualRunCmd(g *globals) *cobra.Command {
-	var version int
+	var version uint64
 	var pairs []string
 	var paramsFile, cmdID string
 	run := &cobra.Command{
@@ -94,14 +94,14 @@ func ritualRunCmd(g *globals) *cobra.Command {
 					return err
 				}
 				return show(g, &r.CommandResult, func(w io.Writer, r *schemas.CommandResult) error {
-					fmt.Fprintf(w, "goal %s created from ritual %s version %d\n", r.ID, rv.Name, rv.Version)
-					return printPlan(w, r)
+					fmt.Fprintf(w, "goal %s created from ritual %s version %d, with plan version %d\n", r.ID, rv.Name, rv.Version, r.PlanVersion)
+					return planTasks(w, r.Tasks)
 				})
 			})
 		},
 	}
 	f := run.Flags()
-	f.IntVar(&version, "version", 0, "the version to run (default: the latest)")
+	f.Uint64Var(&version, "version", 0, "the version to run (default: the latest)")
 	f.StringArrayVar(&pairs, "param", nil, "a parameter's value, NAME=VALUE (repeatable): text for a string parameter, else JSON")
 	f.StringVar(&paramsFile, "params-file", "", "a YAML or JSON object of parameters (--param overrides its values)")
 	commandIDFlag(run, &cmdID)
@@ -186,11 +186,20 @@ func textParam(prop map[string]any) bool {
 	return len(values) > 0 && !slices.ContainsFunc(values, func(v any) bool { _, isString := v.(string); return !isString })
 }
 
-// typeOf says a parameter's type as its schema gives it ("any" for none).
+// typeOf says a parameter's type as its schema gives it: its type, else
+// the values of its enum ("eu"|"us"), else "any".
 func typeOf(prop map[string]any) string {
 	if t, ok := prop["type"]; ok {
 		b, _ := json.Marshal(t)
 		return strings.Trim(string(b), `"`)
+	}
+	if values, ok := prop["enum"].([]any); ok {
+		out := make([]string, len(values))
+		for i, v := range values {
+			b, _ := json.Marshal(v)
+			out[i] = string(b)
+		}
+		return strings.Join(out, "|")
 	}
 	return "any"
 }
@@ -205,7 +214,7 @@ func ritualListCmd(g *globals) *cobra.Command {
 }
 
 func ritualGetCmd(g *globals) *cobra.Command {
-	var version int
+	var version uint64
 	get := &cobra.Command{
 		Use: "get NAME [--version V]", Short: "show a ritual's version (the latest by default): its parameters and templates", Args: cobra.ExactArgs(1),
 		RunE: func(_ *cobra.Command, args []string) error {
@@ -218,7 +227,7 @@ func ritualGetCmd(g *globals) *cobra.Command {
 			})
 		},
 	}
-	get.Flags().IntVar(&version, "version", 0, "the version to show (default: the latest)")
+	get.Flags().Uint64Var(&version, "version", 0, "the version to show (default: the latest)")
 	return get
 }
 

@@ -32,7 +32,7 @@ func (c *Client) RunRitual(ctx context.Context, r schemas.RunRitual, opts ...Cal
 
 // Ritual returns a version of the ritual name, whole (ritual.get; version
 // 0 is the latest), or ErrNotFound.
-func (c *Client) Ritual(ctx context.Context, name string, version int, opts ...CallOption) (*schemas.RitualVersion, error) {
+func (c *Client) Ritual(ctx context.Context, name string, version uint64, opts ...CallOption) (*schemas.RitualVersion, error) {
 	var v schemas.RitualVersion
 	if _, err := c.Query(ctx, "ritual.get", schemas.Query{ID: name, Version: version}, &v, opts...); err != nil {
 		return nil, err

@@ -48,7 +48,7 @@ func TestClientDefinesAndRunsRituals(t *testing.T) {
 
 	v, err := c.Ritual(ctx, "release", 0)
 	require.NoError(t, err)
-	require.Equal(t, 2, v.Version)
+	require.Equal(t, uint64(2), v.Version)
 	require.JSONEq(t, `{"title": "Ship ${version}"}`, string(v.Goal))
 	var names []string
 	for r, err := range c.Rituals(ctx) {
