@@ -7,12 +7,10 @@ import (
 	"io"
 	"iter"
 	"maps"
-	"os"
 	"slices"
 	"strings"
 
 	"github.com/spf13/cobra"
-	"sigs.k8s.io/yaml"
 
 	"github.com/dwr-run/dwr/executors/client"
 	"github.com/dwr-run/dwr/executors/planfile"
@@ -108,25 +106,12 @@ func ritualRunCmd(g *globals) *cobra.Command {
 	return run
 }
 
-// readParamsFile reads a params file: a YAML or JSON object ("" for none:
-// an empty one).
+// readParamsFile reads a params file ("" for none: no params).
 func readParamsFile(file string) (map[string]any, error) {
-	params := map[string]any{}
 	if file == "" {
-		return params, nil
+		return map[string]any{}, nil
 	}
-	b, err := os.ReadFile(file)
-	if err != nil {
-		return nil, fmt.Errorf("params file: %w", err)
-	}
-	j, err := yaml.YAMLToJSON(b)
-	if err != nil {
-		return nil, fmt.Errorf("params file %s is neither YAML nor JSON: %w", file, err)
-	}
-	if err := json.Unmarshal(j, &params); err != nil || params == nil {
-		return nil, fmt.Errorf("params file %s must be an object: a value for each parameter by name", file)
-	}
-	return params, nil
+	return planfile.ReadParamsFile(file)
 }
 
 // ritualParams returns the params of a run of rv: base with each --param
@@ -146,8 +131,8 @@ func ritualParams(rv *schemas.RitualVersion, base map[string]any, pairs []string
 			base[name] = value
 			continue
 		}
-		var v any
-		if err := json.Unmarshal([]byte(value), &v); err != nil {
+		v, err := decodeJSON(value)
+		if err != nil {
 			if !declared {
 				base[name] = value
 				continue
@@ -158,6 +143,20 @@ func ritualParams(rv *schemas.RitualVersion, base map[string]any, pairs []string
 		base[name] = v
 	}
 	return json.Marshal(base)
+}
+
+// decodeJSON decodes s as one JSON value, its numbers kept as written.
+func decodeJSON(s string) (any, error) {
+	dec := json.NewDecoder(strings.NewReader(s))
+	dec.UseNumber()
+	var v any
+	if err := dec.Decode(&v); err != nil {
+		return nil, err
+	}
+	if dec.More() {
+		return nil, fmt.Errorf("more follows the first JSON value")
+	}
+	return v, nil
 }
 
 // paramProperties returns the properties of a parameters schema, by name.

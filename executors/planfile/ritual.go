@@ -69,3 +69,23 @@ func ReadRitual(name string, r io.Reader) (schemas.DefineRitual, error) {
 	}
 	return def, nil
 }
+
+// ReadParamsFile reads a params file at path: the params of a ritual's run,
+// a YAML or JSON object of at most MaxSize bytes, a value for each
+// parameter by name (numbers kept as written).
+func ReadParamsFile(path string) (map[string]any, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, fmt.Errorf("params file %s: %w", path, err)
+	}
+	defer func() { _ = f.Close() }() // read-only: nothing to lose
+	doc, err := readDoc("params file", path, f)
+	if err != nil {
+		return nil, err
+	}
+	m, ok := doc.(map[string]any)
+	if !ok {
+		return nil, fmt.Errorf("params file %s must be an object: a value for each parameter by name", path)
+	}
+	return m, nil
+}

@@ -1,6 +1,9 @@
 package planfile_test
 
 import (
+	"encoding/json"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -39,4 +42,16 @@ tasks:
 		_, err := planfile.ReadRitual("r.yaml", strings.NewReader(doc))
 		require.ErrorContains(t, err, want, doc)
 	}
+}
+
+func TestReadParamsFile(t *testing.T) {
+	dir := t.TempDir()
+	file := filepath.Join(dir, "params.yaml")
+	require.NoError(t, os.WriteFile(file, []byte("customer: ACME\nattempts: 5\n"), 0o600))
+	params, err := planfile.ReadParamsFile(file)
+	require.NoError(t, err)
+	require.Equal(t, map[string]any{"customer": "ACME", "attempts": json.Number("5")}, params)
+	require.NoError(t, os.WriteFile(file, []byte("[1]"), 0o600))
+	_, err = planfile.ReadParamsFile(file)
+	require.ErrorContains(t, err, "must be an object")
 }
