@@ -295,9 +295,9 @@ func (r *renderer) render(v any) (any, error) {
 		return out, nil
 	case map[string]any:
 		out := make(map[string]any, len(x))
-		for k, e := range x {
+		for _, k := range slices.Sorted(maps.Keys(x)) { // in order: the same refusal every time
 			var err error
-			if out[k], err = r.render(e); err != nil {
+			if out[k], err = r.render(x[k]); err != nil {
 				return nil, err
 			}
 		}

@@ -2,6 +2,7 @@ package domain
 
 import (
 	"encoding/json"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -187,4 +188,44 @@ func TestRitualRoles(t *testing.T) {
 		require.Equal(t, reader, MayQuery(r, "ritual.get"), r)
 		require.Equal(t, reader, MayQuery(r, "ritual.list"), r)
 	}
+}
+
+func TestRitualRunRefusesAParamWithNoValue(t *testing.T) {
+	w := setup(t)
+	d := onboard()
+	d.Parameters = json.RawMessage(`{"type": "object", "properties": {"customer": {"type": "string"}, "note": {"type": "string"}}}`)
+	d.Goal = json.RawMessage(`{"title": "Onboard ${customer}", "description": "${note}"}`)
+	d.Tasks = json.RawMessage(`[{"key": "a", "queue": "shell"}]`)
+	w.must(d)
+	e := w.refused(&RunRitual{Name: "onboard", Params: json.RawMessage(`{"customer": "ACME"}`), GoalID: w.newID()}, CodeInvalid)
+	require.Equal(t, "/params/note", e.Field, "referred to, neither given nor defaulted")
+}
+
+func TestRitualRunRefusesParamsThatRenderTooMuch(t *testing.T) {
+	w := setup(t)
+	d := onboard()
+	d.Parameters = json.RawMessage(`{"type": "object", "properties": {"big": {"type": "string"}}}`)
+	d.Goal = json.RawMessage(`{"title": "t", "description": "${big}"}`)
+	d.Tasks = json.RawMessage(`[` + strings.Repeat(`{"key": "k", "queue": "q", "input": "${big}${big}"},`, 10) + `{"key": "z", "queue": "q"}]`)
+	w.must(d)
+	big, err := json.Marshal(map[string]string{"big": strings.Repeat("x", 100_000)})
+	require.NoError(t, err)
+	e := w.refused(&RunRitual{Name: "onboard", Params: big, GoalID: w.newID()}, CodeTooLarge)
+	require.Equal(t, "/params", e.Field)
+}
+
+// A retried run is its first outcome, even once the ritual has a newer
+// version whose schema its params would fail.
+func TestRitualRunRetryIsItsFirstOutcome(t *testing.T) {
+	w := setup(t)
+	w.must(onboard())
+	run := &RunRitual{Name: "onboard", Params: json.RawMessage(`{"customer": "ACME"}`), GoalID: w.newID()}
+	first, err := w.runID("run-1", run)
+	require.NoError(t, err)
+	v2 := onboard()
+	v2.Parameters = json.RawMessage(`{"type": "object", "required": ["owner"], "properties": {"customer": {"type": "string"},
+		"region": {"type": "string"}, "attempts": {"type": "integer"}, "owner": {"type": "string"}}}`)
+	w.must(v2)
+	again := w.duplicate("run-1", run)
+	require.Equal(t, first.Reply.Tasks, again.Reply.Tasks)
 }

@@ -556,6 +556,7 @@ func TestBoundsMatchDomain(t *testing.T) {
 	require.Equal(t, domain.MaxCriteria, num(goal["success_criteria"], "maxItems"))
 	require.Equal(t, domain.MaxText, num(goal["success_criteria"].(map[string]any)["items"], "maxLength"))
 	require.Equal(t, domain.MaxTitle, num(goal["title"], "maxLength"))
+	require.Equal(t, domain.MaxPlanTasks, num(common["RitualTasks"], "maxItems"), "a ritual's plan is a plan")
 }
 
 // TestPatternsMatchDomain checks that the ULID, name and key patterns accept
