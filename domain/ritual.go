@@ -43,6 +43,11 @@ type RitualDefined struct {
 // MaxParamNameLength bounds a parameter's name in a template reference.
 const MaxParamNameLength = 64
 
+// MaxRenderedBytes bounds the goal.create a ritual renders: what the edge
+// lets a goal.create body be (handlers.MaxCommandBytes), so that a run's
+// events fit in one log record as the goal.create's would.
+const MaxRenderedBytes = 512 << 10
+
 // RitualID returns the aggregate id of the ritual name of workspace ws:
 // "<ws>:<name>" (names hold no ':').
 func RitualID(ws, name string) string { return ws + ":" + name }
@@ -244,15 +249,15 @@ func validParamName(name string) bool {
 // reference inside a longer string, the param's text (a string as it is,
 // any other value as JSON). It refuses (invalid, naming /params/<name>) a
 // reference to a param that was not given and has no default, and
-// (too_large, naming /params) params that would render more than a command
-// may hold.
+// (too_large, naming /params) params that would render more than
+// MaxRenderedBytes.
 func renderGoal(t RitualTemplate, params json.RawMessage, goalID string) ([]byte, error) {
 	values, err := decodeTemplate(params)
 	m, ok := values.(map[string]any)
 	if err != nil || !ok {
 		return nil, invalid("/params", "must be a JSON object")
 	}
-	r := &renderer{params: m, texts: map[string]string{}, left: schemas.MaxMessageBytes - len(t.Goal) - len(t.Tasks)}
+	r := &renderer{params: m, texts: map[string]string{}, left: MaxRenderedBytes - len(t.Goal) - len(t.Tasks)}
 	goal, _ := decodeTemplate(t.Goal)
 	tasks, _ := decodeTemplate(t.Tasks)
 	g, err := r.render(goal)
@@ -269,7 +274,17 @@ func renderGoal(t RitualTemplate, params json.RawMessage, goalID string) ([]byte
 	if goalID != "" {
 		body["goal_id"] = goalID
 	}
-	return json.Marshal(body)
+	b, err := json.Marshal(body)
+	if err == nil && len(b) > MaxRenderedBytes {
+		return nil, tooMuch()
+	}
+	return b, err
+}
+
+// tooMuch is the refusal of params that render more than MaxRenderedBytes.
+func tooMuch() error {
+	return &Error{Code: CodeTooLarge, Field: "/params",
+		Message: fmt.Sprintf("the ritual's templates with these params render more than a goal.create may hold (%d bytes)", MaxRenderedBytes)}
 }
 
 // renderer replaces parameter references with params, within a budget of
@@ -352,8 +367,7 @@ func (r *renderer) text(name string) (string, error) {
 		r.texts[name] = t
 	}
 	if r.left -= len(t); r.left < 0 {
-		return "", &Error{Code: CodeTooLarge, Field: "/params",
-			Message: fmt.Sprintf("the ritual's templates with these params render more than a command may hold (%d bytes)", schemas.MaxMessageBytes)}
+		return "", tooMuch()
 	}
 	return t, nil
 }

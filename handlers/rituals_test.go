@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/dwr-run/dwr/domain"
+	"github.com/dwr-run/dwr/handlers"
 	"github.com/dwr-run/dwr/schemas"
 )
 
@@ -178,4 +179,10 @@ func queuesOf(r domain.Role) []string {
 		return []string{"shell"}
 	}
 	return nil
+}
+
+// A run renders at most what the edge lets a goal.create be, so that its
+// events fit in one record as the goal.create's would.
+func TestRitualRenderBoundIsTheCommandBound(t *testing.T) {
+	require.Equal(t, handlers.MaxCommandBytes, domain.MaxRenderedBytes)
 }
