@@ -2,6 +2,7 @@ package domain
 
 import (
 	"encoding/json"
+	"errors"
 	"strings"
 	"testing"
 
@@ -228,4 +229,28 @@ func TestRitualRunRetryIsItsFirstOutcome(t *testing.T) {
 	w.must(v2)
 	again := w.duplicate("run-1", run)
 	require.Equal(t, first.Reply.Tasks, again.Reply.Tasks)
+}
+
+// FuzzRitualRun runs a ritual with any params: a run is taken or refused
+// with a *Error naming a field, never anything else.
+func FuzzRitualRun(f *testing.F) {
+	for _, s := range []string{`{"customer": "ACME"}`, `{"customer": "A", "region": "us", "attempts": 2}`, `{}`, `[]`, `{"customer": "${x}"}`,
+		`{"customer": "A", "attempts": 1e400}`, `{"customer": "A", "attempts": "3"}`} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, params []byte) {
+		w := setup(t)
+		w.must(onboard())
+		out, err := Execute(w.o, &RunRitual{Name: "onboard", Params: params, GoalID: w.newID()}, Meta{CommandID: "run", Workspace: w.ws, Actor: "a", Now: w.now})
+		if err != nil {
+			var de *Error
+			if !errors.As(err, &de) || de.Message == "" {
+				t.Fatalf("%q: %T %v", params, err, err)
+			}
+			return
+		}
+		if len(out.Changes) == 0 {
+			t.Fatalf("%q: taken, but nothing made", params)
+		}
+	})
 }
