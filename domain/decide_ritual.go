@@ -21,7 +21,7 @@ func (x *tx) defineRitual(c *DefineRitual) (Reply, error) {
 	}
 	ps, err := schemas.CompileParams(c.Parameters)
 	if err != nil {
-		return Reply{}, invalid("/parameters", "%s", wireMessage(err))
+		return Reply{}, invalid("/parameters"+firstPointer(err), "%s", wireMessage(err))
 	}
 	if err := checkTemplates(ps, c.RitualTemplate); err != nil {
 		return Reply{}, err
@@ -46,6 +46,16 @@ func (x *tx) defineRitual(c *DefineRitual) (Reply, error) {
 		return Reply{}, err
 	}
 	return Reply{ID: c.Name, Version: version}, nil
+}
+
+// firstPointer returns the pointer of the first field err, a
+// *schemas.Error, names ("" for none).
+func firstPointer(err error) string {
+	var we *schemas.Error
+	if errors.As(err, &we) && len(we.Fields) > 0 {
+		return we.Fields[0].Pointer
+	}
+	return ""
 }
 
 // wireMessage returns the message of err, a *schemas.Error, or its text.

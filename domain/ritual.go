@@ -137,13 +137,19 @@ func checkTemplates(ps *schemas.ParamsSchema, t RitualTemplate) error {
 	return walkStrings(tasks, "/tasks", check)
 }
 
+// quoteAll quotes names for a message: at most 20 of them, then how many
+// more there are.
 func quoteAll(names []string) []string {
 	if len(names) == 0 {
 		return []string{"none"}
 	}
-	out := make([]string, len(names))
-	for i, n := range names {
-		out[i] = strconv.Quote(n)
+	const shown = 20
+	out := make([]string, 0, min(len(names), shown)+1)
+	for _, n := range names[:min(len(names), shown)] {
+		out = append(out, strconv.Quote(n))
+	}
+	if len(names) > shown {
+		out = append(out, fmt.Sprintf("and %d more", len(names)-shown))
 	}
 	return out
 }

@@ -128,7 +128,7 @@ func TestRitualDefineRefusals(t *testing.T) {
 	broken := onboard()
 	broken.Parameters = json.RawMessage(`{"type": "object", "properties": {"customer": {"type": "strange"}}}`)
 	e = w.refused(broken, CodeInvalid)
-	require.Equal(t, "/parameters", e.Field)
+	require.Equal(t, "/parameters/properties/customer/type", e.Field, "the keyword that breaks the metaschema")
 
 	open := onboard()
 	open.Goal = json.RawMessage(`{"title": "Onboard ${customer"}`)

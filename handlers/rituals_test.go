@@ -113,7 +113,7 @@ func TestRitualRefusalsNameTheFieldAndAppendNothing(t *testing.T) {
 			d := onboardRitual("Onboard ${customer}")
 			d["parameters"] = map[string]any{"type": "object", "properties": map[string]any{"customer": map[string]any{"minLength": "one"}}}
 			return d
-		}(), "/parameters"},
+		}(), "/parameters/properties/customer/minLength"},
 	} {
 		before := b.lastSeq(t)
 		r := b.command(t, c.cmd, c.body, "")

@@ -27,10 +27,11 @@ const paramsFile = "rituals/parameters.json"
 
 // CompileParams compiles schema, a JSON Schema (draft 2020-12 unless its
 // $schema names another draft) for the params object of a ritual's runs.
-// It returns an *Error with CodeInvalid, naming no field (the caller knows
-// where schema came from), when schema is not a JSON object, does not
-// compile, refers to a schema outside itself, or has properties that are
-// not an object.
+// It returns an *Error with CodeInvalid when schema is not a JSON object,
+// does not compile, refers to a schema outside itself, or has properties
+// that are not an object; when the schema breaks its metaschema, Fields
+// name each offending keyword by its JSON pointer within schema
+// (/properties/region/type).
 func CompileParams(schema json.RawMessage) (_ *ParamsSchema, err error) {
 	defer func() {
 		if p := recover(); p != nil {
@@ -49,16 +50,17 @@ func CompileParams(schema json.RawMessage) (_ *ParamsSchema, err error) {
 	c := jsonschema.NewCompiler()
 	c.DefaultDraft(jsonschema.Draft2020)
 	c.AssertFormat()
-	c.UseLoader(noLoader{})
+	c.UseLoader(paramsLoader{})
 	c.UseRegexpEngine(compilePattern)
+	r := &registry{docs: map[string]any{paramsFile: doc}}
 	if err := c.AddResource(baseURL+paramsFile, doc); err != nil {
 		return nil, &Error{Code: CodeInvalid, Message: "the parameters' schema does not compile: " + err.Error()}
 	}
 	s, err := c.Compile(baseURL + paramsFile)
 	if err != nil {
-		return nil, &Error{Code: CodeInvalid, Message: "the parameters' schema does not compile: " + err.Error()}
+		return nil, schemaRefused(r, err)
 	}
-	p := &ParamsSchema{compiled: s, r: &registry{docs: map[string]any{paramsFile: doc}}, defaults: map[string]any{}}
+	p := &ParamsSchema{compiled: s, r: r, defaults: map[string]any{}}
 	props, ok := obj["properties"].(map[string]any)
 	if _, has := obj["properties"]; has && !ok {
 		return nil, &Error{Code: CodeInvalid, Message: "the parameters' schema has properties that are not an object"}
@@ -73,6 +75,26 @@ func CompileParams(schema json.RawMessage) (_ *ParamsSchema, err error) {
 	}
 	slices.Sort(p.names)
 	return p, nil
+}
+
+// paramsLoader refuses to fetch anything: a parameters schema holds all
+// it refers to.
+type paramsLoader struct{}
+
+func (paramsLoader) Load(url string) (any, error) {
+	return nil, fmt.Errorf("it refers to %s, outside itself: a parameters schema holds all it refers to (under $defs)", url)
+}
+
+// schemaRefused is the refusal of a parameters schema that does not
+// compile, err: the keywords that break the metaschema, by their pointers
+// within the schema, or else the compiler's message.
+func schemaRefused(r *registry, err error) *Error {
+	var se *jsonschema.SchemaValidationError
+	var ve *jsonschema.ValidationError
+	if errors.As(err, &se) && errors.As(se.Err, &ve) {
+		return invalidFields("the parameters' schema", r.fieldErrors(ve))
+	}
+	return &Error{Code: CodeInvalid, Message: "the parameters' schema does not compile: " + err.Error()}
 }
 
 // Declares reports whether the schema declares the parameter name: whether
