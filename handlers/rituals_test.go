@@ -186,3 +186,32 @@ func queuesOf(r domain.Role) []string {
 func TestRitualRenderBoundIsTheCommandBound(t *testing.T) {
 	require.Equal(t, handlers.MaxCommandBytes, domain.MaxRenderedBytes)
 }
+
+// ritual.list pages by name, like the other list queries.
+func TestRitualListPages(t *testing.T) {
+	b := setup(t)
+	for _, name := range []string{"b-ritual", "a-ritual", "c-ritual"} {
+		d := onboardRitual("Onboard ${customer}")
+		d["name"] = name
+		b.mustCommand(t, "ritual.define", d)
+	}
+	var names []string
+	q := schemas.Query{Limit: 2}
+	for range 3 {
+		r := b.request(t, "dwr.q.default.ritual.list", q, nil)
+		require.True(t, r.OK, "%+v", r.Error)
+		var page []schemas.Ritual
+		require.NoError(t, json.Unmarshal(r.Result, &page))
+		for _, p := range page {
+			names = append(names, p.Name)
+		}
+		if r.Next == "" {
+			break
+		}
+		q.After = r.Next
+	}
+	require.Equal(t, []string{"a-ritual", "b-ritual", "c-ritual"}, names)
+	r := b.request(t, "dwr.q.default.ritual.list", schemas.Query{After: "not/a-name"}, nil)
+	require.False(t, r.OK)
+	require.Equal(t, schemas.CodeInvalid, r.Error.Code)
+}
