@@ -120,6 +120,10 @@ type (
 	SendSignal = schemas.SendSignal
 	// QuarantineTask fails a task whose work item could not be processed.
 	QuarantineTask = schemas.QuarantineTask
+	// DefineRitual stores the next version of a ritual.
+	DefineRitual = schemas.DefineRitual
+	// RunRitual creates a goal and its first plan from a ritual's version.
+	RunRitual = schemas.RunRitual
 	// FireTimer is sent by the writer's timers when a moment it waits for
 	// has come: a backoff ended, an attempt's deadline passed, or a wait's
 	// time came.
@@ -184,6 +188,8 @@ var commandTypes = map[string]func() Command{
 	"task.signal":           func() Command { return &SendSignal{} },
 	"timer.fire":            func() Command { return &FireTimer{} },
 	"task.quarantine":       func() Command { return &QuarantineTask{} },
+	"ritual.define":         func() Command { return &DefineRitual{} },
+	"ritual.run":            func() Command { return &RunRitual{} },
 }
 
 // CommandNames returns every command's wire name.

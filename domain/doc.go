@@ -1,5 +1,6 @@
-// Package domain holds dwr's aggregates — Workspace, Goal (with its Plan) and
-// Task (with its attempts) — their commands, events and state machines.
+// Package domain holds dwr's aggregates — Workspace, Goal (with its Plan),
+// Task (with its attempts) and Ritual (versioned templates of a goal and its
+// plan) — their commands, events and state machines.
 //
 // Everything here is pure: state is changed only by applying events, and a
 // command is decided against state and a time passed in by the caller. The

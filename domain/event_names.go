@@ -225,3 +225,10 @@ func (*QueueConfigured) EventType() string { return "workspace.queue_configured"
 // AggregateType returns AggWorkspace.
 func (*QueueConfigured) AggregateType() string { return AggWorkspace }
 func (*QueueConfigured) isEvent()              {}
+
+// EventType returns "ritual.defined".
+func (*RitualDefined) EventType() string { return "ritual.defined" }
+
+// AggregateType returns AggRitual.
+func (*RitualDefined) AggregateType() string { return AggRitual }
+func (*RitualDefined) isEvent()              {}

@@ -91,6 +91,9 @@ type GoalCreated struct {
 	Description     string   `json:"description,omitempty"`
 	SuccessCriteria []string `json:"success_criteria,omitempty"`
 	Envelope        Envelope `json:"envelope"`
+	// Ritual names the ritual version the goal was created from
+	// (ritual.run), if any.
+	Ritual *RitualRef `json:"ritual,omitempty"`
 }
 
 // PlanTask is one node of a committed plan.
@@ -336,6 +339,7 @@ var eventTypes = map[string]func() Event{
 	"task.rejected":                 func() Event { return &TaskRejected{} },
 	"task.failed":                   func() Event { return &TaskFailed{} },
 	"task.cancelled":                func() Event { return &TaskCancelled{} },
+	"ritual.defined":                func() Event { return &RitualDefined{} },
 }
 
 // EventTypes returns every event type name, for schemas and golden tests.

@@ -121,6 +121,10 @@ func (x *tx) decide(cmd Command) (Reply, error) {
 		return x.fireTimer(c)
 	case *QuarantineTask:
 		return x.quarantineTask(c)
+	case *DefineRitual:
+		return x.defineRitual(c)
+	case *RunRitual:
+		return x.runRitual(c)
 	}
 	return Reply{}, invalid("", "unknown command %T", cmd)
 }

@@ -336,12 +336,13 @@ type replayed struct {
 	workspaces map[string]*Workspace
 	goals      map[string]*Goal
 	tasks      map[string]*Task
+	rituals    map[string]*Ritual
 }
 
 // replay folds history into state with the Apply functions alone, from
 // nothing, checking that each aggregate's versions run 1, 2, 3, ...
 func replay(history []entry) (*replayed, error) {
-	r := &replayed{workspaces: map[string]*Workspace{}, goals: map[string]*Goal{}, tasks: map[string]*Task{}}
+	r := &replayed{workspaces: map[string]*Workspace{}, goals: map[string]*Goal{}, tasks: map[string]*Task{}, rituals: map[string]*Ritual{}}
 	versions := map[string]uint64{}
 	for i, e := range history {
 		if err := r.apply(versions, e); err != nil {
@@ -377,6 +378,8 @@ func (r *replayed) apply(versions map[string]uint64, e entry) error {
 		r.goals[e.AggregateID], err = ApplyGoal(r.goals[e.AggregateID], e.AggregateID, e.Workspace, ev, e.Recorded)
 	case AggTask:
 		r.tasks[e.AggregateID], err = ApplyTask(r.tasks[e.AggregateID], e.AggregateID, e.Workspace, ev, e.Recorded)
+	case AggRitual:
+		r.rituals[e.AggregateID], err = ApplyRitual(r.rituals[e.AggregateID], e.AggregateID, e.Workspace, ev, e.Recorded)
 	default:
 		err = fmt.Errorf("unknown aggregate type %q", e.AggregateType)
 	}
@@ -432,6 +435,11 @@ func (w *world) requireSameAs(r *replayed, equal func(a, b any) bool) {
 	for _, id := range w.aggregates(AggTask) {
 		require.True(w.t, equal(r.tasks[id], w.task(id)), "task %s:\nreplayed  %+v\ncommitted %+v", id, r.tasks[id], w.task(id))
 	}
+	for _, id := range w.aggregates(AggRitual) {
+		got := present(w.t, w.o.Ritual, "ritual", id)
+		require.True(w.t, equal(r.rituals[id], got), "ritual %s:\nreplayed  %+v\ncommitted %+v", id, r.rituals[id], got)
+	}
+	require.Len(w.t, r.rituals, len(w.aggregates(AggRitual)))
 	require.Len(w.t, r.workspaces, len(w.aggregates(AggWorkspace)))
 	require.Len(w.t, r.goals, len(w.aggregates(AggGoal)))
 	require.Len(w.t, r.tasks, len(w.aggregates(AggTask)))
@@ -451,6 +459,10 @@ func (w *world) snapshot() string {
 	}
 	for _, id := range w.aggregates(AggTask) {
 		all = append(all, w.task(id))
+	}
+	for _, id := range w.aggregates(AggRitual) {
+		r, _ := w.o.Ritual(id)
+		all = append(all, r)
 	}
 	b, err := json.Marshal(all)
 	require.NoError(w.t, err)

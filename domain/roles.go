@@ -17,8 +17,8 @@ const (
 	// RoleAdmin may send every command and query of its workspace,
 	// including registering approvers and adding or removing members.
 	RoleAdmin = schemas.RoleAdmin
-	// RoleClient starts and steers work: goals, plans, tasks, signals,
-	// cancellations and reviews, and every query.
+	// RoleClient starts and steers work: goals, plans, tasks, rituals,
+	// signals, cancellations and reviews, and every query.
 	RoleClient Role = "client"
 	// RoleExecutor takes work from its queues: it claims, checkpoints,
 	// heartbeats, waits, requests approvals and reports, only for tasks on
@@ -62,6 +62,7 @@ var ExecutorCommands = map[string]bool{
 var clientCommands = map[string]bool{
 	"goal.create": true, "goal.cancel": true, "plan.submit": true, "task.create": true,
 	"task.cancel": true, "task.review": true, "task.signal": true,
+	"ritual.define": true, "ritual.run": true,
 }
 
 var approverQueries = map[string]bool{

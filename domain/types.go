@@ -11,6 +11,7 @@ const (
 	AggWorkspace = "workspace"
 	AggGoal      = "goal"
 	AggTask      = "task"
+	AggRitual    = "ritual"
 )
 
 // The wire data the domain decides on is defined once, in schemas (the wire

@@ -13,6 +13,11 @@ type World interface {
 	Task(id string) (*Task, error)
 	// Dependents returns the ids of the tasks that depend on task id.
 	Dependents(id string) ([]string, error)
+	// Ritual returns the ritual whose aggregate id is id (RitualID).
+	Ritual(id string) (*Ritual, error)
+	// RitualVersion returns the version numbered version of ritual id, or
+	// nil when it has none.
+	RitualVersion(id string, version uint64) (*RitualVersion, error)
 }
 
 // Change is one event of one aggregate, with the version it gives the
@@ -33,14 +38,18 @@ type Overlay struct {
 	workspaces map[string]*Workspace
 	goals      map[string]*Goal
 	tasks      map[string]*Task
+	rituals    map[string]*Ritual
 	dependents map[string][]string
-	changes    []Change
+	// versions holds the ritual versions defined here, by ritualVersionKey.
+	versions map[string]*RitualVersion
+	changes  []Change
 }
 
 // NewOverlay returns an empty overlay on base.
 func NewOverlay(base World) *Overlay {
 	return &Overlay{base: base, workspaces: map[string]*Workspace{}, goals: map[string]*Goal{},
-		tasks: map[string]*Task{}, dependents: map[string][]string{}}
+		tasks: map[string]*Task{}, rituals: map[string]*Ritual{}, dependents: map[string][]string{},
+		versions: map[string]*RitualVersion{}}
 }
 
 // Workspace returns the workspace as changed by the overlay. An aggregate
@@ -55,6 +64,18 @@ func (o *Overlay) Goal(id string) (*Goal, error) { return lookup(o.goals, id, o.
 
 // Task returns the task as changed by the overlay.
 func (o *Overlay) Task(id string) (*Task, error) { return lookup(o.tasks, id, o.base.Task) }
+
+// Ritual returns the ritual as changed by the overlay.
+func (o *Overlay) Ritual(id string) (*Ritual, error) { return lookup(o.rituals, id, o.base.Ritual) }
+
+// RitualVersion returns a version of ritual id defined in the overlay, or
+// else the base's.
+func (o *Overlay) RitualVersion(id string, version uint64) (*RitualVersion, error) {
+	if v, ok := o.versions[ritualVersionKey(id, version)]; ok {
+		return v, nil
+	}
+	return o.base.RitualVersion(id, version)
+}
 
 // lookup returns the state of id from the overlay's states, or else from
 // the base's get, remembering an absent one.
@@ -99,10 +120,13 @@ func (o *Overlay) Apply(c Change, r Recorded) error {
 		return err
 	}
 	c.Version = v
-	if cr, ok := c.Event.(*TaskCreated); ok {
-		for _, dep := range cr.DependsOn {
+	switch ev := c.Event.(type) {
+	case *TaskCreated:
+		for _, dep := range ev.DependsOn {
 			o.dependents[dep] = append(o.dependents[dep], c.AggregateID)
 		}
+	case *RitualDefined:
+		o.versions[ritualVersionKey(c.AggregateID, ev.Version)] = NewRitualVersion(c.Workspace, ev, r)
 	}
 	o.changes = append(o.changes, c)
 	return nil
@@ -120,6 +144,8 @@ func (o *Overlay) Execute(cmd Command, m Meta) (*Outcome, error) {
 	maps.Copy(o.workspaces, inner.workspaces)
 	maps.Copy(o.goals, inner.goals)
 	maps.Copy(o.tasks, inner.tasks)
+	maps.Copy(o.rituals, inner.rituals)
+	maps.Copy(o.versions, inner.versions)
 	for dep, ids := range inner.dependents {
 		o.dependents[dep] = append(o.dependents[dep], ids...)
 	}
@@ -133,12 +159,14 @@ type Touched struct {
 	Workspaces map[string]*Workspace
 	Goals      map[string]*Goal
 	Tasks      map[string]*Task
+	Rituals    map[string]*Ritual
 }
 
 // Touched returns the states of the aggregates the overlay's changes
 // touched. They are shared with the overlay: neither may change them.
 func (o *Overlay) Touched() Touched {
-	return Touched{Workspaces: stated(o.workspaces), Goals: stated(o.goals), Tasks: stated(o.tasks)}
+	return Touched{Workspaces: stated(o.workspaces), Goals: stated(o.goals), Tasks: stated(o.tasks),
+		Rituals: stated(o.rituals)}
 }
 
 // stated returns the entries of m that hold a state (the others remember
@@ -159,6 +187,7 @@ type overlayStates struct{ *Overlay }
 func (o overlayStates) SetWorkspace(name string, w *Workspace) { o.workspaces[name] = w }
 func (o overlayStates) SetGoal(id string, g *Goal)             { o.goals[id] = g }
 func (o overlayStates) SetTask(id string, t *Task)             { o.tasks[id] = t }
+func (o overlayStates) SetRitual(id string, r *Ritual)         { o.rituals[id] = r }
 
 // States is what Apply reads an aggregate's state from and keeps its new
 // state in: an Overlay, or the views' batch for one log record. A missing
@@ -167,14 +196,16 @@ type States interface {
 	Workspace(name string) (*Workspace, error)
 	Goal(id string) (*Goal, error)
 	Task(id string) (*Task, error)
+	Ritual(id string) (*Ritual, error)
 	SetWorkspace(name string, w *Workspace)
 	SetGoal(id string, g *Goal)
 	SetTask(id string, t *Task)
+	SetRitual(id string, r *Ritual)
 }
 
 // Apply applies e, an event of the aggregate of kind agg (AggWorkspace,
-// AggGoal, AggTask) and id in workspace ws, to that aggregate's state in s:
-// it reads the state, applies e (ApplyWorkspace, ApplyGoal or ApplyTask) and
+// AggGoal, AggTask, AggRitual) and id in workspace ws, to that aggregate's state in s:
+// it reads the state, applies e (ApplyWorkspace, ApplyGoal, ApplyTask or ApplyRitual) and
 // keeps the new state in s. version is the version e gives the aggregate,
 // which must follow the aggregate's (1 for a new one), or 0 for whatever
 // follows. It returns that version; or the error reading the state, an error
@@ -191,6 +222,9 @@ func Apply(s States, agg, id, ws string, version uint64, e Event, r Recorded) (u
 	case AggTask:
 		return applyTo(agg, id, version, s.Task, s.SetTask, func(t *Task) uint64 { return t.Version },
 			func(t *Task) (*Task, error) { return ApplyTask(t, id, ws, e, r) })
+	case AggRitual:
+		return applyTo(agg, id, version, s.Ritual, s.SetRitual, func(x *Ritual) uint64 { return x.Version },
+			func(x *Ritual) (*Ritual, error) { return ApplyRitual(x, id, ws, e, r) })
 	}
 	return 0, fmt.Errorf("domain: unknown aggregate type %q", agg)
 }
@@ -232,3 +266,9 @@ func (Empty) Task(string) (*Task, error) { return nil, nil }
 
 // Dependents returns nil.
 func (Empty) Dependents(string) ([]string, error) { return nil, nil }
+
+// Ritual returns nil.
+func (Empty) Ritual(string) (*Ritual, error) { return nil, nil }
+
+// RitualVersion returns nil.
+func (Empty) RitualVersion(string, uint64) (*RitualVersion, error) { return nil, nil }

@@ -21,7 +21,7 @@ const MaxQueryBytes = 64 << 10
 
 // QueryNames lists the query endpoints (the last tokens of dwr.q.<ws>.<query>).
 var QueryNames = []string{"workspace.list", "goal.get", "goal.list", "task.get", "task.list", "events", "command.get",
-	"approval.list", "approval.get", "approver.list", "member.list", "queue.list"}
+	"approval.list", "approval.get", "approver.list", "member.list", "queue.list", "ritual.get", "ritual.list"}
 
 func (s *Service) startQueries() (micro.Service, error) {
 	svc, err := micro.AddService(s.nc, micro.Config{Name: "dwr-query", Version: s.cfg.Version,
@@ -247,6 +247,12 @@ func (s *Service) query(name, ws string, p principal, q schemas.Query) (json.Raw
 			return nil, "", err
 		}
 		return one(nonNil(w.Queues), nil, budget, tooLargeReply(budget))
+	case "ritual.get":
+		return s.ritual(ws, q, budget)
+	case "ritual.list":
+		pg := newPage("ritual", "get it alone (ritual.get)", limit, budget)
+		err := s.store.EachRitual(ws, q.After, func(r *domain.Ritual) bool { return pg.add(r, r.Name, r.Name) })
+		return pg.result(err)
 	case "command.get":
 		// A command id is the sender's own: another identity's command under
 		// the same id is not found (domain.CommandKey).
@@ -257,6 +263,29 @@ func (s *Service) query(name, ws string, p principal, q schemas.Query) (json.Raw
 		return one(o, err, budget, tooLargeReply(budget))
 	}
 	return nil, "", &schemas.Error{Code: schemas.CodeNotFound, Message: "unknown query " + name}
+}
+
+// ritual answers ritual.get: version q.Version (the latest for 0) of the
+// ritual named q.ID.
+func (s *Service) ritual(ws string, q schemas.Query, budget int) (json.RawMessage, string, error) {
+	id := domain.RitualID(ws, q.ID)
+	r, err := s.store.Ritual(id)
+	if err != nil {
+		return nil, "", err
+	}
+	if r == nil || !domain.ValidName(q.ID) {
+		return nil, "", &schemas.Error{Code: schemas.CodeNotFound, Message: fmt.Sprintf("ritual %q not found in workspace %q", q.ID, ws)}
+	}
+	version := q.Version
+	if version == 0 {
+		version = r.Version
+	}
+	v, err := s.store.RitualVersion(id, version)
+	if err == nil && v == nil {
+		return nil, "", &schemas.Error{Code: schemas.CodeNotFound, Message: fmt.Sprintf("ritual %q has no version %d: its versions are 1 to %d", q.ID, version, r.Version),
+			Fields: []schemas.FieldError{{Pointer: "/version", Message: "no such version"}}}
+	}
+	return one(v, err, budget, tooLargeReply(budget))
 }
 
 // members lists the members of w by name, after the name q.After.
@@ -303,7 +332,7 @@ func validState(s string) bool {
 
 // history lists an aggregate's events after the version q.After; with no
 // aggregate type given it looks the id up as a task, then a goal, then a
-// workspace.
+// workspace, then a ritual (by its name, or its id <ws>:<name>).
 func (s *Service) history(ws string, q schemas.Query, pg *page) (json.RawMessage, string, error) {
 	var after uint64
 	if q.After != "" {
@@ -314,21 +343,25 @@ func (s *Service) history(ws string, q schemas.Query, pg *page) (json.RawMessage
 		}
 		after = v
 	}
-	types := []string{domain.AggTask, domain.AggGoal, domain.AggWorkspace}
+	types := []string{domain.AggTask, domain.AggGoal, domain.AggWorkspace, domain.AggRitual}
 	if q.Aggregate != "" {
 		types = []string{q.Aggregate}
 	}
 	for _, typ := range types {
-		w, ok, err := s.store.HistoryWorkspace(typ, q.ID)
+		id := q.ID
+		if typ == domain.AggRitual && domain.ValidName(id) {
+			id = domain.RitualID(ws, id)
+		}
+		w, ok, err := s.store.HistoryWorkspace(typ, id)
 		if err != nil {
 			return nil, "", err
 		}
 		if !ok || w != ws {
 			continue
 		}
-		err = s.store.EachEvent(typ, q.ID, after, func(e eventstore.Event) bool {
+		err = s.store.EachEvent(typ, id, after, func(e eventstore.Event) bool {
 			v := strconv.FormatUint(e.Version, 10)
-			return pg.addRaw(e.Raw, fmt.Sprintf("%s of %s %s", v, typ, q.ID), v)
+			return pg.addRaw(e.Raw, fmt.Sprintf("%s of %s %s", v, typ, id), v)
 		})
 		return pg.result(err)
 	}

@@ -1130,6 +1130,10 @@ func fillIDs(cmd domain.Command) {
 		if c.TaskID == "" {
 			c.TaskID = ulid.Make().String()
 		}
+	case *domain.RunRitual:
+		if c.GoalID == "" {
+			c.GoalID = ulid.Make().String()
+		}
 	}
 }
 

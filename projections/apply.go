@@ -18,6 +18,9 @@ type batchState struct {
 	workspaces map[string]*domain.Workspace
 	goals      map[string]*domain.Goal
 	tasks      map[string]*domain.Task
+	rituals    map[string]*domain.Ritual
+	// versions are the ritual versions the record defines.
+	versions   []*domain.RitualVersion
 	taskBefore map[string]*domain.Task // state before the record, for index moves
 	goalBefore map[string]*domain.Goal // likewise, for the goals' timers
 	tips       map[string]tip
@@ -79,8 +82,8 @@ func (s *Store) apply(seq uint64, c *eventstore.Commit, decided bool, final *dom
 	b := s.db.NewBatch()
 	defer func() { _ = b.Close() }()
 	bs := &batchState{s: s, decided: decided, workspaces: map[string]*domain.Workspace{}, goals: map[string]*domain.Goal{},
-		tasks: map[string]*domain.Task{}, taskBefore: map[string]*domain.Task{}, goalBefore: map[string]*domain.Goal{},
-		tips: map[string]tip{}}
+		tasks: map[string]*domain.Task{}, rituals: map[string]*domain.Ritual{}, taskBefore: map[string]*domain.Task{},
+		goalBefore: map[string]*domain.Goal{}, tips: map[string]tip{}}
 	if final != nil {
 		if err := bs.final(b, seq, c, final); err != nil {
 			return err
@@ -141,6 +144,9 @@ func (s *Store) apply(seq uint64, c *eventstore.Commit, decided bool, final *dom
 	for id, t := range bs.tasks {
 		s.cache[string(key(pTask, id))] = t
 	}
+	for id, r := range bs.rituals {
+		s.cache[string(key(pRitual, id))] = r
+	}
 	for k, t := range bs.tips {
 		s.cache[string(key(pTip, k))] = t
 	}
@@ -196,6 +202,9 @@ func (bs *batchState) final(b *pebble.Batch, seq uint64, c *eventstore.Commit, f
 		if err := bs.chain(b, seq, e); err != nil {
 			return err
 		}
+		if err := bs.ritualVersion(e, nil); err != nil {
+			return fmt.Errorf("projections: record %d: %w", seq, err)
+		}
 		k := e.AggregateType + "/" + e.AggregateID
 		if _, seen := last[k]; !seen && e.Version > 1 {
 			// Not new: flush moves its index entries from its state before.
@@ -212,7 +221,7 @@ func (bs *batchState) final(b *pebble.Batch, seq uint64, c *eventstore.Commit, f
 		}
 		last[k] = e.Version
 	}
-	if n := len(final.Workspaces) + len(final.Goals) + len(final.Tasks); n != len(last) {
+	if n := len(final.Workspaces) + len(final.Goals) + len(final.Tasks) + len(final.Rituals); n != len(last) {
 		return fmt.Errorf("projections: log record %d: the writer decided %d aggregates, the record's events touch %d", seq, n, len(last))
 	}
 	if err := takeFinal(seq, domain.AggWorkspace, final.Workspaces, bs.workspaces, last, func(w *domain.Workspace) uint64 { return w.Version }); err != nil {
@@ -221,7 +230,31 @@ func (bs *batchState) final(b *pebble.Batch, seq uint64, c *eventstore.Commit, f
 	if err := takeFinal(seq, domain.AggGoal, final.Goals, bs.goals, last, func(g *domain.Goal) uint64 { return g.Version }); err != nil {
 		return err
 	}
+	if err := takeFinal(seq, domain.AggRitual, final.Rituals, bs.rituals, last, func(r *domain.Ritual) uint64 { return r.Version }); err != nil {
+		return err
+	}
 	return takeFinal(seq, domain.AggTask, final.Tasks, bs.tasks, last, func(t *domain.Task) uint64 { return t.Version })
+}
+
+// ritualVersion keeps, for flush, the ritual version e defines when it is
+// a ritual.defined; ev is e's data decoded, or nil to decode it here.
+func (bs *batchState) ritualVersion(e *eventstore.Event, ev domain.Event) error {
+	if e.Type != "ritual.defined" {
+		return nil
+	}
+	if ev == nil {
+		var err error
+		if ev, err = domain.DecodeEvent(e.Type, e.Data); err != nil {
+			return err
+		}
+	}
+	rd, ok := ev.(*domain.RitualDefined)
+	if !ok {
+		return fmt.Errorf("projections: a ritual.defined event decoded as %T", ev)
+	}
+	r := domain.Recorded{CommandID: e.CommandID, Actor: e.Actor, Time: e.Time}
+	bs.versions = append(bs.versions, domain.NewRitualVersion(e.Workspace, rd, r))
+	return nil
 }
 
 // takeFinal keeps the decided states of one kind of aggregate in into,
@@ -259,7 +292,7 @@ func (bs *batchState) event(b *pebble.Batch, seq uint64, e *eventstore.Event) er
 	if _, err := domain.Apply(bs, e.AggregateType, e.AggregateID, e.Workspace, 0, ev, r); err != nil {
 		return fmt.Errorf("projections: record %d: %w", seq, err)
 	}
-	return nil
+	return bs.ritualVersion(e, ev)
 }
 
 // Workspace returns the workspace as the record has left it so far (the
@@ -299,6 +332,17 @@ func (bs *batchState) Task(id string) (*domain.Task, error) {
 	return t, err
 }
 
+// Ritual returns the ritual as the record has left it so far.
+func (bs *batchState) Ritual(id string) (*domain.Ritual, error) {
+	if r, ok := bs.rituals[id]; ok || bs.fresh {
+		return r, nil
+	}
+	return bs.s.Ritual(id)
+}
+
+// SetRitual keeps the ritual's new state.
+func (bs *batchState) SetRitual(id string, r *domain.Ritual) { bs.rituals[id] = r }
+
 // SetWorkspace keeps the workspace's new state.
 func (bs *batchState) SetWorkspace(id string, w *domain.Workspace) { bs.workspaces[id] = w }
 
@@ -332,6 +376,16 @@ func (bs *batchState) flush(b *pebble.Batch) error {
 	}
 	for id, w := range bs.workspaces {
 		if err := setJSON(b, key(pWorkspace, id), w); err != nil {
+			return err
+		}
+	}
+	for id, r := range bs.rituals {
+		if err := setJSON(b, key(pRitual, id), r); err != nil {
+			return err
+		}
+	}
+	for _, v := range bs.versions {
+		if err := setJSON(b, ritualVersionKey(domain.RitualID(v.Workspace, v.Name), v.Version), v); err != nil {
 			return err
 		}
 	}

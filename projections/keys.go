@@ -23,6 +23,8 @@ const (
 	pCommand    = "c"           // c/<ws>/<command key: domain.CommandKey of actor and id> -> first outcome
 	pTimer      = "tm"          // tm/<due unix nanos BE>/<task>/<kind>/<attempt> -> workspace
 	pApproval   = "ap"          // ap/<ws>/<approval state>/<approval id>
+	pRitual     = "r"           // r/<ritual id: <ws>:<name>>
+	pRitualVer  = "rv"          // rv/<ritual id>/<version BE> -> domain.RitualVersion
 )
 
 func key(parts ...string) []byte {
@@ -55,4 +57,9 @@ func upperBound(p []byte) []byte {
 		}
 	}
 	return nil
+}
+
+func ritualVersionKey(id string, version uint64) []byte {
+	b := key(pRitualVer, id, "")
+	return binary.BigEndian.AppendUint64(b, version)
 }

@@ -273,3 +273,19 @@ func (s *Store) HistoryWorkspace(aggType, id string) (string, bool, error) {
 	})
 	return ws, found, err
 }
+
+// EachRitual calls fn with the rituals of workspace ws whose names sort
+// after after ("" for all), by name, until fn returns false. A ritual's
+// name is the cursor that continues the listing after it.
+func (s *Store) EachRitual(ws, after string, fn func(*domain.Ritual) bool) error {
+	if after != "" && !domain.ValidName(after) {
+		return fmt.Errorf("%w: %q is not a ritual's name", ErrCursor, after)
+	}
+	return s.eachID([]byte(pRitual+"/"+domain.RitualID(ws, "")), after, func(name string) (bool, error) {
+		r, err := s.Ritual(domain.RitualID(ws, name))
+		if err != nil || r == nil {
+			return true, err
+		}
+		return fn(r), nil
+	})
+}

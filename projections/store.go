@@ -511,6 +511,20 @@ func (s *Store) Goal(id string) (*domain.Goal, error) { return load[domain.Goal]
 // Task returns the task with id, or nil.
 func (s *Store) Task(id string) (*domain.Task, error) { return load[domain.Task](s, pTask, id) }
 
+// Ritual returns the ritual whose aggregate id is id (domain.RitualID), or
+// nil.
+func (s *Store) Ritual(id string) (*domain.Ritual, error) { return load[domain.Ritual](s, pRitual, id) }
+
+// RitualVersion returns the version numbered version of ritual id, or nil.
+func (s *Store) RitualVersion(id string, version uint64) (*domain.RitualVersion, error) {
+	var v domain.RitualVersion
+	ok, err := s.get(ritualVersionKey(id, version), &v)
+	if err != nil || !ok {
+		return nil, err
+	}
+	return &v, nil
+}
+
 // load returns the state stored under prefix and id, from the cache when it
 // is there, or nil when there is none.
 func load[S any](s *Store, prefix, id string) (*S, error) {

@@ -392,6 +392,29 @@ func TestContractOfTheDomain(t *testing.T) {
 	c.do("task.create", map[string]any{"task_id": poisoned, "spec": map[string]any{"queue": "billing"}})
 	c.do("task.quarantine", map[string]any{"task_id": poisoned, "reason": "work item delivered 5 times without being completed"})
 
+	// A ritual: two versions, the first run by number, the second by
+	// default; the goals it makes are ordinary ones that name it.
+	ritual := map[string]any{"name": "quarterly", "description": "A quarterly report.",
+		"parameters": map[string]any{"type": "object", "required": []string{"quarter"}, "properties": map[string]any{
+			"quarter": map[string]any{"type": "string"}, "attempts": map[string]any{"type": "integer", "default": 2}}},
+		"goal":  map[string]any{"title": "Report ${quarter}"},
+		"tasks": []map[string]any{{"key": "collect", "queue": "research", "input": map[string]any{"quarter": "${quarter}"}}}}
+	r = c.do("ritual.define", ritual)
+	require.Equal(t, uint64(1), r.Version)
+	require.True(t, c.do("ritual.define", ritual).Duplicate, "the same content again is the same version")
+	ritual["tasks"] = []map[string]any{{"key": "collect", "queue": "research", "retry": map[string]any{"max_attempts": "${attempts}"}}}
+	require.Equal(t, uint64(2), c.do("ritual.define", ritual).Version)
+	ran := domain.DeriveID(c.now, "goal-4")
+	r = c.do("ritual.run", map[string]any{"name": "quarterly", "version": 1, "params": map[string]any{"quarter": "2025-Q3"}, "goal_id": ran})
+	require.Equal(t, ran, r.ID)
+	require.Len(t, r.Tasks, 1)
+	g, err = c.w.Goal(ran)
+	require.NoError(t, err)
+	require.Equal(t, "Report 2025-Q3", g.Title)
+	require.Equal(t, &domain.RitualRef{Name: "quarterly", Version: 1}, g.Ritual)
+	r = c.do("ritual.run", map[string]any{"name": "quarterly", "params": map[string]any{"quarter": "2025-Q4"}, "goal_id": domain.DeriveID(c.now, "goal-5")})
+	require.Equal(t, 2, c.task(r.Tasks[0].TaskID).Spec.Retry.MaxAttempts, "the default of attempts")
+
 	var cmds, events []string
 	for n := range c.cmds {
 		cmds = append(cmds, n)

@@ -21,6 +21,9 @@ type Goal struct {
 	// one no longer holds, oldest first: what they spent still counts
 	// against the goal's budget.
 	RetiredTasks []string `json:"retired_tasks,omitempty"`
+	// Ritual names the ritual version the goal was created from
+	// (ritual.run), if any.
+	Ritual *RitualRef `json:"ritual,omitempty"`
 	Versioned
 }
 
@@ -83,5 +86,9 @@ func (g *Goal) Clone() *Goal {
 	c.Plan = slices.Clone(g.Plan)
 	c.RetiredTasks = slices.Clone(g.RetiredTasks)
 	c.Commands = slices.Clone(g.Commands)
+	if g.Ritual != nil {
+		r := *g.Ritual
+		c.Ritual = &r
+	}
 	return &c
 }

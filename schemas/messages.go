@@ -16,11 +16,12 @@ import (
 // patternText says in words what each pattern of the schemas asks for; a
 // test checks that every pattern has its words here.
 var patternText = map[string]string{
-	`^[0-7][0-9A-HJKMNP-TV-Z]{25}$`:                    "must be a ULID: 26 characters of Crockford base32 in upper case, such as 01J9ZQ3M5W8X2K4N6P7R9T1V3B",
-	`^[a-z0-9][a-z0-9_-]{0,62}$`:                       "must be a name of 1-63 lower-case letters, digits, '_' or '-', starting with a letter or digit",
-	`^([a-z0-9][a-z0-9_-]{0,62})?$`:                    "must be empty or a name of 1-63 lower-case letters, digits, '_' or '-', starting with a letter or digit",
-	`^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$`:               "must be a key of 1-128 letters, digits, '_', '.' or '-', starting with a letter or digit",
-	`^(0|([0-9]+(\.[0-9]+)?(ns|us|µs|μs|ms|s|m|h))+)$`: `must be a duration such as "30s", "1m30s" or "250ms" (units h, m, s, ms, us, ns), or a number of seconds`,
+	`^[0-7][0-9A-HJKMNP-TV-Z]{25}$`:                       "must be a ULID: 26 characters of Crockford base32 in upper case, such as 01J9ZQ3M5W8X2K4N6P7R9T1V3B",
+	`^[a-z0-9][a-z0-9_-]{0,62}$`:                          "must be a name of 1-63 lower-case letters, digits, '_' or '-', starting with a letter or digit",
+	`^[a-z0-9][a-z0-9_-]{0,62}:[a-z0-9][a-z0-9_-]{0,62}$`: "must be a ritual's id: its workspace's name, ':' and its own name, such as default:onboard",
+	`^([a-z0-9][a-z0-9_-]{0,62})?$`:                       "must be empty or a name of 1-63 lower-case letters, digits, '_' or '-', starting with a letter or digit",
+	`^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$`:                  "must be a key of 1-128 letters, digits, '_', '.' or '-', starting with a letter or digit",
+	`^(0|([0-9]+(\.[0-9]+)?(ns|us|µs|μs|ms|s|m|h))+)$`:    `must be a duration such as "30s", "1m30s" or "250ms" (units h, m, s, ms, us, ns), or a number of seconds`,
 	`^[0-9]{4}-[0-9]{2}-[0-9]{2}T([01][0-9]|2[0-3]):[0-5][0-9]:[0-5][0-9](\.[0-9]+)?(Z|[+-][0-9]{2}:[0-9]{2})$`: timeText,
 	`^[0-9a-f]{64}$`:       "must be a SHA-256 digest: 64 lower-case hex digits",
 	`^[A-Za-z0-9_-]{43}$`:  "must be an attempt token: the 43 characters of unpadded base64url that the attempt's claim returned",

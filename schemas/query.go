@@ -4,10 +4,12 @@ package schemas
 // each query reads the fields it needs.
 type Query struct {
 	ID        string `json:"id,omitempty"`
-	Aggregate string `json:"aggregate,omitempty"` // for events: workspace | goal | task
+	Aggregate string `json:"aggregate,omitempty"` // for events: workspace | goal | task | ritual
 	State     string `json:"state,omitempty"`
 	GoalID    string `json:"goal_id,omitempty"`
 	Role      string `json:"role,omitempty"` // for approval.list
+	// Version, for ritual.get, is the version to read: 0 for the latest.
+	Version uint64 `json:"version,omitempty"`
 	// After, for a list query, continues the listing: the Next of the reply
 	// before.
 	After string `json:"after,omitempty"`

@@ -362,6 +362,7 @@ var commandBodies = map[string]schemas.Command{
 	"approver.revoke": schemas.RevokeApprover{}, "member.add": schemas.AddMember{}, "member.remove": schemas.RemoveMember{},
 	"queue.configure": schemas.ConfigureQueue{}, "task.request_approval": schemas.RequestApproval{}, "task.wait": schemas.WaitTask{},
 	"task.signal": schemas.SendSignal{}, "timer.fire": schemas.FireTimer{}, "task.quarantine": schemas.QuarantineTask{},
+	"ritual.define": schemas.DefineRitual{}, "ritual.run": schemas.RunRitual{},
 }
 
 func TestCommandSchemasMatchTypes(t *testing.T) {
@@ -466,12 +467,15 @@ func TestDefsMatchTypes(t *testing.T) {
 	s := newShapes(t)
 	defs := s.docs[schemas.PathCommon].(map[string]any)["$defs"].(map[string]any)
 	for name, typ := range map[string]reflect.Type{
-		"Approver":     reflect.TypeFor[schemas.Approver](),
-		"Approval":     reflect.TypeFor[schemas.Approval](),
-		"ApprovalSpec": reflect.TypeFor[schemas.ApprovalSpec](),
-		"Member":       reflect.TypeFor[schemas.Member](),
-		"QueueConfig":  reflect.TypeFor[schemas.QueueConfig](),
-		"Workspace":    reflect.TypeFor[schemas.Workspace](),
+		"Approver":           reflect.TypeFor[schemas.Approver](),
+		"Approval":           reflect.TypeFor[schemas.Approval](),
+		"ApprovalSpec":       reflect.TypeFor[schemas.ApprovalSpec](),
+		"Member":             reflect.TypeFor[schemas.Member](),
+		"QueueConfig":        reflect.TypeFor[schemas.QueueConfig](),
+		"Workspace":          reflect.TypeFor[schemas.Workspace](),
+		"Ritual":             reflect.TypeFor[schemas.Ritual](),
+		"RitualVersionState": reflect.TypeFor[schemas.RitualVersion](),
+		"RitualRef":          reflect.TypeFor[schemas.RitualRef](),
 	} {
 		s.check("common.json#/$defs/"+name, typ, doc{schemas.PathCommon, defs[name].(map[string]any)})
 	}
@@ -502,7 +506,7 @@ func TestEnumsMatchConstants(t *testing.T) {
 	require.Equal(t, []string{schemas.WaitApproval, schemas.WaitSignal, schemas.WaitTimer}, enumOf(prop(common["TaskWaiting"], "kind")))
 	require.Equal(t, []string{schemas.OutcomePass, schemas.OutcomeFail, schemas.OutcomeInconclusive}, enumOf(prop(common["VerificationRecorded"], "outcome")))
 	require.Equal(t, []string{schemas.WorkKindExecute, schemas.WorkKindVerify}, enumOf(prop(s.docs[schemas.PathWorkItem], "kind")))
-	require.Equal(t, []string{domain.AggWorkspace, domain.AggGoal, domain.AggTask}, enumOf(prop(s.docs[schemas.PathQuery], "aggregate")))
+	require.Equal(t, []string{domain.AggWorkspace, domain.AggGoal, domain.AggTask, domain.AggRitual}, enumOf(prop(s.docs[schemas.PathQuery], "aggregate")))
 	for _, st := range enumOf(common["TaskState"]) {
 		require.Equal(t, domain.Terminal(st), schemas.Terminal(st), st)
 	}
@@ -552,6 +556,7 @@ func TestBoundsMatchDomain(t *testing.T) {
 	require.Equal(t, domain.MaxCriteria, num(goal["success_criteria"], "maxItems"))
 	require.Equal(t, domain.MaxText, num(goal["success_criteria"].(map[string]any)["items"], "maxLength"))
 	require.Equal(t, domain.MaxTitle, num(goal["title"], "maxLength"))
+	require.Equal(t, domain.MaxPlanTasks, num(common["RitualTasks"], "maxItems"), "a ritual's plan is a plan")
 }
 
 // TestPatternsMatchDomain checks that the ULID, name and key patterns accept

@@ -47,6 +47,9 @@ func goalCmd(g *globals) *cobra.Command {
 // printGoal prints a goal for people: what it is, and its plan's tasks.
 func printGoal(w io.Writer, v *schemas.GoalView) error {
 	fmt.Fprintf(w, "goal %s: %s\nstate: %s   plan version: %d\n", v.ID, v.Title, v.State, v.PlanVersion)
+	if v.Ritual != nil {
+		fmt.Fprintf(w, "from ritual %s version %d\n", v.Ritual.Name, v.Ritual.Version)
+	}
 	if v.Reason != "" {
 		fmt.Fprintf(w, "reason: %s\n", v.Reason)
 	}
@@ -130,7 +133,12 @@ func readPlan(g *globals, file string) ([]schemas.TaskSpec, error) {
 // printPlan prints a committed plan for people: its version and its tasks.
 func printPlan(w io.Writer, r *schemas.CommandResult) error {
 	fmt.Fprintf(w, "plan version %d of goal %s committed\n", r.PlanVersion, r.ID)
+	return planTasks(w, r.Tasks)
+}
+
+// planTasks prints a committed plan's tasks as a table.
+func planTasks(w io.Writer, tasks []schemas.PlanTask) error {
 	return columns([]string{"KEY", "TASK", "DEPENDS ON"}, func(t schemas.PlanTask) []string {
 		return []string{t.Key, t.TaskID, dash(strings.Join(t.DependsOn, ","))}
-	})(w, r.Tasks)
+	})(w, tasks)
 }

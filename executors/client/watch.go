@@ -19,6 +19,9 @@ const (
 	AggWorkspace = "workspace"
 	AggGoal      = "goal"
 	AggTask      = "task"
+	// AggRitual: a ritual, whose id is "<workspace>:<name>" (History also
+	// takes its name alone).
+	AggRitual = "ritual"
 )
 
 // Event is one event of an aggregate's history, as the feed publishes it

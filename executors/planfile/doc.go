@@ -9,6 +9,11 @@
 // task must be a field of schemas.TaskSpec: an unknown field is an error,
 // not something silently dropped.
 //
+// A ritual file (ReadRitual, what `dwr ritual define -f` reads) is the
+// body of a ritual.define written the same way: its name, description,
+// parameters (a JSON Schema) and the goal and tasks templates, whose
+// "${name}" strings the service fills in on each run.
+//
 // Options are one task's settings as plain values, the way a command line
 // gives them (`dwr task create`'s flags): Options.TaskSpec resolves them
 // into the spec, and its *OptionError names the options it refuses so that

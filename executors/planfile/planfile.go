@@ -34,20 +34,9 @@ func ReadFile(path string, now time.Time) ([]schemas.TaskSpec, error) {
 // an error that names the file and, for a task, where in it (such as
 // /tasks/1/start_after).
 func Read(name string, r io.Reader, now time.Time) ([]schemas.TaskSpec, error) {
-	b, err := io.ReadAll(io.LimitReader(r, MaxSize+1))
-	switch {
-	case err != nil:
-		return nil, fmt.Errorf("plan file %s: %w", name, err)
-	case len(b) > MaxSize:
-		return nil, fmt.Errorf("plan file %s: larger than %d bytes", name, MaxSize)
-	}
-	j, err := yaml.YAMLToJSON(b)
+	doc, err := readDoc("plan file", name, r)
 	if err != nil {
-		return nil, fmt.Errorf("plan file %s is neither YAML nor JSON: %w", name, err)
-	}
-	var doc any
-	if err := json.Unmarshal(j, &doc); err != nil {
-		return nil, fmt.Errorf("plan file %s: %w", name, err)
+		return nil, err
 	}
 	tasks, ok := doc.([]any)
 	if m, isObject := doc.(map[string]any); isObject {
@@ -66,6 +55,29 @@ func Read(name string, r io.Reader, now time.Time) ([]schemas.TaskSpec, error) {
 		}
 	}
 	return specs, nil
+}
+
+// readDoc reads a YAML or JSON document of at most MaxSize bytes from r;
+// kind and name name it in errors ("plan file", its path).
+func readDoc(kind, name string, r io.Reader) (any, error) {
+	b, err := io.ReadAll(io.LimitReader(r, MaxSize+1))
+	switch {
+	case err != nil:
+		return nil, fmt.Errorf("%s %s: %w", kind, name, err)
+	case len(b) > MaxSize:
+		return nil, fmt.Errorf("%s %s: larger than %d bytes", kind, name, MaxSize)
+	}
+	j, err := yaml.YAMLToJSON(b)
+	if err != nil {
+		return nil, fmt.Errorf("%s %s is neither YAML nor JSON: %w", kind, name, err)
+	}
+	dec := json.NewDecoder(bytes.NewReader(j))
+	dec.UseNumber()
+	var doc any
+	if err := dec.Decode(&doc); err != nil {
+		return nil, fmt.Errorf("%s %s: %w", kind, name, err)
+	}
+	return doc, nil
 }
 
 // relativeTimes are the plan file's conveniences, each a duration from now,
