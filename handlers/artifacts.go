@@ -190,6 +190,11 @@ func (a *artifactStore) chunk(ctx context.Context, ws string, who sender, req mi
 			Message: fmt.Sprintf("the chunk is %d bytes; at most %d are allowed", n, schemas.ArtifactChunkBytes)})
 	}
 	subject := a.uploadSubject(ws, who, upload)
+	if idx == 0 {
+		if werr := a.checkUploads(ctx, subject); werr != nil {
+			return errResponse(werr)
+		}
+	}
 	m := nats.NewMsg(subject)
 	m.Data = req.Data()
 	m.Header.Set(schemas.HeaderChunk, strconv.Itoa(idx))
@@ -199,6 +204,26 @@ func (a *artifactStore) chunk(ctx context.Context, ws string, who sender, req mi
 			Message: "the chunk could not be stored now (" + err.Error() + "): send it again, or fewer uploads at once"})
 	}
 	return okResponse(0, map[string]int{"chunk": idx})
+}
+
+// MaxUploadsPerIdentity bounds the uploads one identity has in progress in
+// a workspace (chunks sent, not yet put): with ArtifactMaxBytes, what it
+// can make the service keep for an hour without storing anything.
+const MaxUploadsPerIdentity = 4
+
+// checkUploads refuses the first chunk of another upload from an identity
+// with MaxUploadsPerIdentity uploads in progress (subject is the new one's).
+func (a *artifactStore) checkUploads(ctx context.Context, subject string) *schemas.Error {
+	mine := subject[:strings.LastIndexByte(subject, '.')+1] + "*"
+	info, err := a.uploads.Info(ctx, jetstream.WithSubjectFilter(mine))
+	if err != nil {
+		return &schemas.Error{Code: schemas.CodeUnavailable, Message: "the uploads in progress could not be read now (" + err.Error() + "): send the chunk again"}
+	}
+	if _, ongoing := info.State.Subjects[subject]; !ongoing && len(info.State.Subjects) >= MaxUploadsPerIdentity {
+		return &schemas.Error{Code: schemas.CodeConflict, Message: fmt.Sprintf(
+			"%d uploads of yours are in progress in this workspace, the most allowed: put them (or let them be dropped an hour after their last chunk) before starting another", len(info.State.Subjects))}
+	}
+	return nil
 }
 
 // put checks an upload's chunks against p and stores them as an artifact

@@ -401,3 +401,32 @@ func TestUnreferencedArtifactsOfEndedGoalsAreSwept(t *testing.T) {
 		require.NoError(t, err, "%s is kept", kept.Name)
 	}
 }
+
+// One identity may have MaxUploadsPerIdentity uploads in progress in a
+// workspace: the first chunk of one more is refused until one is put;
+// another identity is not held back.
+func TestUploadsInProgressAreBoundedPerIdentity(t *testing.T) {
+	svc := servicetest.Start(t, "", servicetest.Options{Secure: true, Log: eventstore.NewMemoryLog()})
+	cl := servicetest.NewClient(svc.Admin, "default")
+	chunk := func(c *servicetest.Client, upload string, i int) schemas.Reply {
+		h := nats.Header{}
+		h.Set(schemas.HeaderUpload, upload)
+		h.Set(schemas.HeaderChunk, strconv.Itoa(i))
+		return c.Request(t, "dwr.q.default.artifact.chunk", []byte("part"), h)
+	}
+	for i := range handlers.MaxUploadsPerIdentity {
+		require.True(t, chunk(cl, "up"+strconv.Itoa(i), 0).OK)
+	}
+	r := chunk(cl, "one-more", 0)
+	require.False(t, r.OK)
+	require.Equal(t, string(domain.CodeConflict), r.Error.Code)
+	require.Contains(t, r.Error.Message, "uploads of yours are in progress")
+	require.True(t, chunk(cl, "up0", 1).OK, "an upload in progress goes on")
+
+	other := servicetest.NewClient(svc.Member(t, "default", "exec", domain.RoleExecutor, "q"), "default")
+	require.True(t, chunk(other, "one-more", 0).OK, "another identity is not held back")
+
+	p := cl.Request(t, "dwr.q.default.artifact.put", schemas.ArtifactPut{Upload: "up0", Chunks: 2, Size: 8, SHA256: digest([]byte("partpart"))}, nil)
+	require.True(t, p.OK, "%+v", p.Error)
+	require.True(t, chunk(cl, "one-more", 0).OK, "a put makes room")
+}
