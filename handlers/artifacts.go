@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"strconv"
 	"strings"
 	"sync"
@@ -107,7 +108,9 @@ func validUpload(id string) bool {
 		return false
 	}
 	for _, c := range []byte(id) {
-		if !(c >= '0' && c <= '9' || c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c == '-' || c == '_') {
+		switch {
+		case c >= '0' && c <= '9', c >= 'a' && c <= 'z', c >= 'A' && c <= 'Z', c == '-', c == '_':
+		default:
 			return false
 		}
 	}
@@ -286,7 +289,7 @@ func (a *artifactStore) put(ctx context.Context, ws string, who sender, by strin
 	if err != nil {
 		return schemas.ArtifactInfo{}, &schemas.Error{Code: schemas.CodeUnavailable, Message: "the artifact could not be stored now (" + err.Error() + "): put it again"}
 	}
-	if info.Digest != objectDigest(p.SHA256) || int64(info.Size) != p.Size {
+	if info.Digest != objectDigest(p.SHA256) || info.Size != uint64(p.Size) { //nolint:gosec // G115: p.Size was checked within 0..maxBytes
 		// Changed between the two reads: nothing under the digest may hold
 		// other bytes.
 		_ = a.obs.Delete(ctx, meta.Name)
@@ -436,7 +439,7 @@ func (i artifactInfo) duplicate() schemas.ArtifactInfo {
 
 func artifactInfoOf(o *jetstream.ObjectInfo) artifactInfo {
 	_, sha, _ := strings.Cut(o.Name, "/")
-	i := artifactInfo{SHA256: sha, Size: int64(o.Size), Chunks: int(o.Chunks), StoredAt: o.ModTime.UTC()}
+	i := artifactInfo{SHA256: sha, Size: int64(min(o.Size, math.MaxInt64)), Chunks: int(o.Chunks), StoredAt: o.ModTime.UTC()} //nolint:gosec // G115: bounded just before
 	if o.Headers != nil {
 		i.Name, i.Type, i.TaskID = o.Headers.Get(objHeaderName), o.Headers.Get(objHeaderType), o.Headers.Get(objHeaderTask)
 	}
@@ -464,7 +467,7 @@ func (s *Service) checkArtifacts(ctx context.Context, ws string, cmd domain.Comm
 		switch {
 		case info == nil:
 			return invalidField(r.pointer, "artifact %s is not in workspace %q: upload it first (Job.PutArtifact, dwr artifact put), then report", r.sha, ws)
-		case r.size > 0 && r.size != int64(info.Size):
+		case r.size > 0 && uint64(r.size) != info.Size: //nolint:gosec // G115: r.size > 0
 			return invalidField(strings.TrimSuffix(r.pointer, "sha256")+"size", "is %d, but artifact %s holds %d bytes", r.size, r.sha, info.Size)
 		}
 	}
@@ -559,7 +562,7 @@ func (s *Service) SweepArtifacts(ctx context.Context) ([]SweptArtifact, error) {
 		if err := s.artifacts.obs.Delete(ctx, info.Name); err != nil && !errors.Is(err, jetstream.ErrObjectNotFound) {
 			return swept, fmt.Errorf("handlers: remove artifact %s: %w", info.Name, err)
 		}
-		a := SweptArtifact{Workspace: ws, SHA256: sha, Name: info.Headers.Get(objHeaderName), TaskID: taskID, GoalID: goalID, Size: int64(info.Size)}
+		a := SweptArtifact{Workspace: ws, SHA256: sha, Name: info.Headers.Get(objHeaderName), TaskID: taskID, GoalID: goalID, Size: artifactInfoOf(info).Size}
 		swept = append(swept, a)
 		s.cfg.Logger.Info("handlers: removed an artifact no task names, made for a goal that ended", "workspace", ws,
 			"sha256", sha, "name", a.Name, "task", taskID, "goal", goalID, "size", a.Size, "ended", ended)

@@ -1,4 +1,4 @@
-package handlers_test
+package client_test
 
 import (
 	"bytes"
@@ -25,7 +25,6 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/dwr-run/dwr/domain"
-	"github.com/dwr-run/dwr/eventstore"
 	"github.com/dwr-run/dwr/executors/client"
 	"github.com/dwr-run/dwr/handlers"
 	"github.com/dwr-run/dwr/handlers/servicetest"
@@ -59,7 +58,7 @@ func readArtifact(t *testing.T, cl *client.Client, sha string) ([]byte, error) {
 // the digest of its bytes; the same bytes again are not stored twice, and
 // an empty artifact is an artifact too.
 func TestArtifactRoundTrip(t *testing.T) {
-	svc := servicetest.Start(t, "", servicetest.Options{Secure: true, Log: eventstore.NewMemoryLog()})
+	svc := servicetest.Start(t, "", servicetest.Options{Secure: true})
 	cl := client.New(svc.Admin, client.Workspace("default"))
 	ctx := context.Background()
 	for _, n := range []int{0, 1, schemas.ArtifactChunkBytes, 3*schemas.ArtifactChunkBytes + 17} {
@@ -93,7 +92,7 @@ func TestArtifactRoundTrip(t *testing.T) {
 // A put whose chunks do not hold what it claims is refused with the field
 // that is wrong, and stores nothing under the claimed digest.
 func TestArtifactPutChecksTheChunks(t *testing.T) {
-	svc := servicetest.Start(t, "", servicetest.Options{Secure: true, Log: eventstore.NewMemoryLog()})
+	svc := servicetest.Start(t, "", servicetest.Options{Secure: true})
 	cl := servicetest.NewClient(svc.Admin, "default")
 	chunk := func(upload string, i int, data []byte) schemas.Reply {
 		h := nats.Header{}
@@ -149,7 +148,7 @@ func requireField(t *testing.T, r schemas.Reply, pointer string) {
 // An artifact whose stored bytes were changed is refused on read: the
 // reader checks them against the digest it asked for.
 func TestAnArtifactChangedInTheStoreIsRefusedOnRead(t *testing.T) {
-	svc := servicetest.Start(t, "", servicetest.Options{Secure: true, Log: eventstore.NewMemoryLog()})
+	svc := servicetest.Start(t, "", servicetest.Options{Secure: true})
 	cl := client.New(svc.Admin, client.Workspace("default"))
 	ctx := context.Background()
 	data := randomBytes(t, 2*schemas.ArtifactChunkBytes+5)
@@ -182,7 +181,7 @@ func TestAnArtifactChangedInTheStoreIsRefusedOnRead(t *testing.T) {
 // the field named, and nothing is appended; one naming a stored artifact
 // is recorded.
 func TestAReportNamesOnlyStoredArtifacts(t *testing.T) {
-	svc := servicetest.Start(t, "", servicetest.Options{Secure: true, Log: eventstore.NewMemoryLog()})
+	svc := servicetest.Start(t, "", servicetest.Options{Secure: true})
 	cl := client.New(svc.Admin, client.Workspace("default"))
 	kit := servicetest.NewClient(svc.Admin, "default")
 	ctx := context.Background()
@@ -221,7 +220,7 @@ func TestAReportNamesOnlyStoredArtifacts(t *testing.T) {
 // Who may read and make artifacts: a viewer reads, never stores; another
 // workspace's member reaches neither; an executor does both in its own.
 func TestArtifactPermissions(t *testing.T) {
-	svc := servicetest.Start(t, "", servicetest.Options{Secure: true, Log: eventstore.NewMemoryLog()})
+	svc := servicetest.Start(t, "", servicetest.Options{Secure: true})
 	ctx := context.Background()
 	servicetest.Must(t, svc.Admin, "other", "workspace.create", map[string]any{"name": "other"})
 	admin := client.New(svc.Admin, client.Workspace("default"))
@@ -281,7 +280,7 @@ func TestALargeArtifactStreamsWithFlatMemory(t *testing.T) {
 	if raceOn {
 		size = 8 << 20
 	}
-	svc := servicetest.Start(t, "", servicetest.Options{Secure: true, Log: eventstore.NewMemoryLog()})
+	svc := servicetest.Start(t, "", servicetest.Options{Secure: true})
 	cl := client.New(svc.Admin, client.Workspace("default"))
 	ctx := context.Background()
 
@@ -357,7 +356,7 @@ func (p *patternReader) Read(b []byte) (int, error) {
 // names, those of a goal still open and those no task made are kept.
 func TestUnreferencedArtifactsOfEndedGoalsAreSwept(t *testing.T) {
 	clock := servicetest.NewClock(time.Date(2026, 12, 1, 9, 0, 0, 0, time.UTC))
-	svc := servicetest.Start(t, "", servicetest.Options{Secure: true, Log: eventstore.NewMemoryLog(), Clock: clock,
+	svc := servicetest.Start(t, "", servicetest.Options{Secure: true, Clock: clock,
 		Config: handlers.Config{ArtifactRetention: 24 * time.Hour}})
 	cl := client.New(svc.Admin, client.Workspace("default"))
 	kit := servicetest.NewClient(svc.Admin, "default")
@@ -406,7 +405,7 @@ func TestUnreferencedArtifactsOfEndedGoalsAreSwept(t *testing.T) {
 // workspace: the first chunk of one more is refused until one is put;
 // another identity is not held back.
 func TestUploadsInProgressAreBoundedPerIdentity(t *testing.T) {
-	svc := servicetest.Start(t, "", servicetest.Options{Secure: true, Log: eventstore.NewMemoryLog()})
+	svc := servicetest.Start(t, "", servicetest.Options{Secure: true})
 	cl := servicetest.NewClient(svc.Admin, "default")
 	chunk := func(c *servicetest.Client, upload string, i int) schemas.Reply {
 		h := nats.Header{}

@@ -1,6 +1,6 @@
 //go:build !race
 
-package handlers_test
+package client_test
 
 // raceOn: the race detector slows the tests that move many bytes tenfold.
 const raceOn = false
