@@ -193,10 +193,10 @@ func (a *artifactStore) chunk(ctx context.Context, ws string, who sender, req mi
 			Message: fmt.Sprintf("the chunk is %d bytes; at most %d are allowed", n, schemas.ArtifactChunkBytes)})
 	}
 	subject := a.uploadSubject(ws, who, upload)
-	if idx == 0 {
-		if werr := a.checkUploads(ctx, subject); werr != nil {
-			return errResponse(werr)
-		}
+	// Every chunk, not only the first: one that left out its chunk 0
+	// would start an upload unchecked.
+	if werr := a.checkUploads(ctx, subject); werr != nil {
+		return errResponse(werr)
 	}
 	m := nats.NewMsg(subject)
 	m.Data = req.Data()
@@ -214,8 +214,10 @@ func (a *artifactStore) chunk(ctx context.Context, ws string, who sender, req mi
 // can make the service keep for an hour without storing anything.
 const MaxUploadsPerIdentity = 4
 
-// checkUploads refuses the first chunk of another upload from an identity
-// with MaxUploadsPerIdentity uploads in progress (subject is the new one's).
+// checkUploads refuses a chunk of another upload from an identity with
+// MaxUploadsPerIdentity uploads in progress (subject is the chunk's
+// upload's). Chunks of new uploads checked at the same moment may pass it
+// together: the bound holds up to the requests in flight.
 func (a *artifactStore) checkUploads(ctx context.Context, subject string) *schemas.Error {
 	mine := subject[:strings.LastIndexByte(subject, '.')+1] + "*"
 	info, err := a.uploads.Info(ctx, jetstream.WithSubjectFilter(mine))

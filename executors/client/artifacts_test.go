@@ -421,6 +421,7 @@ func TestUploadsInProgressAreBoundedPerIdentity(t *testing.T) {
 	require.Equal(t, string(domain.CodeConflict), r.Error.Code)
 	require.Contains(t, r.Error.Message, "uploads of yours are in progress")
 	require.True(t, chunk(cl, "up0", 1).OK, "an upload in progress goes on")
+	require.False(t, chunk(cl, "no-first-chunk", 3).OK, "an upload that leaves out its first chunk is counted too")
 
 	other := servicetest.NewClient(svc.Member(t, "default", "exec", domain.RoleExecutor, "q"), "default")
 	require.True(t, chunk(other, "one-more", 0).OK, "another identity is not held back")
