@@ -90,7 +90,8 @@
 //     than the claimer, is refused (forbidden, field /token) and recorded
 //     nowhere, so a command id squatted that way stays free.
 //   - Report. task.succeed {"task_id", "attempt", "token", "result",
-//     "artifacts", "model_steps"} (id "succeed.<task>.<attempt>") or
+//     "artifacts", "model_steps"} (id "succeed.<task>.<attempt>"; every
+//     artifact it names must be stored first: Job.PutArtifact) or
 //     task.fail {"task_id", "attempt", "token", "error": {"code",
 //     "message"}, "retryable"} (id "fail.<task>.<attempt>"); a report that
 //     carries its claim instead of a token has the delivery appended to its

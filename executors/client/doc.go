@@ -29,6 +29,10 @@
 //   - The feed. Watch follows one aggregate's events from a version: its
 //     history, then the live feed, with no event missed or repeated across
 //     reconnections.
+//   - Artifacts. PutArtifact streams bytes into the workspace's store in
+//     chunks and returns their digest; GetArtifact reads them back, checking
+//     the digest (ErrArtifactCorrupt); SaveArtifact writes them to a file
+//     only once checked.
 //
 // Request sends a message as it is (its subject, headers and data) and
 // returns the service's reply, accepted or refused: for tests and tools that
