@@ -18,6 +18,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/nats-io/nats.go/micro"
+	"github.com/oklog/ulid/v2"
 
 	"github.com/dwr-run/dwr/domain"
 	"github.com/dwr-run/dwr/projections"
@@ -81,6 +82,10 @@ func newArtifactStore(ctx context.Context, js jetstream.JetStream, cfg Config) (
 		// after MaxAge.
 		MaxAge: uploadMaxAge, MaxMsgsPerSubject: cfg.ArtifactMaxBytes/schemas.ArtifactChunkBytes + 2, Discard: jetstream.DiscardNew,
 		DiscardNewPerSubject: true, MaxMsgSize: schemas.ArtifactChunkBytes + 4<<10, Duplicates: 2 * time.Minute,
+		// One replica: a put reads its chunks raw (a direct get), not as
+		// base64 in JSON. With more, a direct get may be served by a
+		// replica that has not the last chunk yet.
+		AllowDirect: cfg.Replicas == 1,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("handlers: uploads stream: %w", err)
@@ -287,7 +292,7 @@ func (a *artifactStore) put(ctx context.Context, ws string, who sender, by strin
 	if p.Chunks == 0 {
 		r = strings.NewReader("")
 	}
-	info, err := a.obs.Put(ctx, meta, r)
+	info, err := a.store(ctx, meta, r)
 	if err != nil {
 		return schemas.ArtifactInfo{}, &schemas.Error{Code: schemas.CodeUnavailable, Message: "the artifact could not be stored now (" + err.Error() + "): put it again"}
 	}
@@ -299,6 +304,51 @@ func (a *artifactStore) put(ctx context.Context, ws string, who sender, by strin
 	}
 	_ = a.uploads.Purge(ctx, jetstream.WithPurgeSubject(subject))
 	return schemas.ArtifactInfo(artifactInfoOf(info)), nil
+}
+
+// store writes r's bytes as the object meta names, in the object store's
+// format (as ObjectStore.Put writes it: chunks on a subject of their own,
+// then the object's info), publishing one chunk at a time and waiting for
+// its acknowledgment. Put publishes asynchronously, thousands of chunks in
+// flight: the server's memory then grows with the artifact.
+func (a *artifactStore) store(ctx context.Context, meta jetstream.ObjectMeta, r io.Reader) (*jetstream.ObjectInfo, error) {
+	info := &jetstream.ObjectInfo{ObjectMeta: meta, Bucket: a.bucket, NUID: ulid.Make().String()}
+	chunkSubj := "$O." + a.bucket + ".C." + info.NUID
+	purge := func() { _ = a.objects.Purge(context.WithoutCancel(ctx), jetstream.WithPurgeSubject(chunkSubj)) }
+	h := sha256.New()
+	buf := make([]byte, schemas.ArtifactChunkBytes)
+	for {
+		n, err := io.ReadFull(r, buf)
+		if n > 0 {
+			h.Write(buf[:n])
+			if _, perr := a.js.Publish(ctx, chunkSubj, buf[:n]); perr != nil {
+				purge()
+				return nil, perr
+			}
+			info.Size += uint64(n)
+			info.Chunks++
+		}
+		if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
+			break
+		}
+		if err != nil {
+			purge()
+			return nil, err
+		}
+	}
+	info.Digest = jetstream.GetObjectDigestValue(h)
+	m := nats.NewMsg("$O." + a.bucket + ".M." + base64.URLEncoding.EncodeToString([]byte(meta.Name)))
+	m.Header.Set(jetstream.MsgRollup, jetstream.MsgRollupSubject)
+	var err error
+	if m.Data, err = json.Marshal(info); err == nil {
+		_, err = a.js.PublishMsg(ctx, m)
+	}
+	if err != nil {
+		purge()
+		return nil, err
+	}
+	info.ModTime = time.Now().UTC()
+	return info, nil
 }
 
 func (a *artifactStore) checkPut(p schemas.ArtifactPut) *schemas.Error {

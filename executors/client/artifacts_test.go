@@ -161,6 +161,9 @@ func TestAnArtifactChangedInTheStoreIsRefusedOnRead(t *testing.T) {
 	require.NoError(t, err)
 	obs, err := js.ObjectStore(ctx, "dwr-artifacts")
 	require.NoError(t, err)
+	stored, err := obs.GetBytes(ctx, "default/"+info.SHA256)
+	require.NoError(t, err, "the service writes the object store's own format: nats.go reads it, checking its digest")
+	require.Equal(t, data, stored)
 	changed := bytes.Clone(data)
 	changed[len(changed)/2] ^= 0xff
 	_, err = obs.Put(ctx, jetstream.ObjectMeta{Name: "default/" + info.SHA256,
@@ -309,7 +312,9 @@ func TestALargeArtifactStreamsWithFlatMemory(t *testing.T) {
 		}
 	}()
 	src := &patternReader{left: size}
+	began := time.Now()
 	info, err := cl.PutArtifact(ctx, src, client.ArtifactMeta{Name: "big.bin"})
+	put := time.Since(began)
 	require.NoError(t, err)
 	require.Equal(t, int64(size), info.Size)
 	require.Equal(t, hex.EncodeToString(src.h.Sum(nil)), info.SHA256)
@@ -320,6 +325,7 @@ func TestALargeArtifactStreamsWithFlatMemory(t *testing.T) {
 	n, err := io.Copy(h, r)
 	require.NoError(t, err, "the reader checked the digest at its end")
 	require.Equal(t, int64(size), n)
+	t.Logf("put %s, read %s", put.Round(time.Millisecond), (time.Since(began) - put).Round(time.Millisecond))
 	close(stop)
 	<-sampled
 	grew := int64(peak.Load()) - int64(base.HeapInuse)
