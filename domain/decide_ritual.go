@@ -102,7 +102,7 @@ func (x *tx) runRitual(c *RunRitual) (Reply, error) {
 	if err := json.Unmarshal(body, &cg); err != nil {
 		return Reply{}, fromRitual(what, invalid("", "does not decode as goal.create: %v", err))
 	}
-	r, err := x.createGoalFrom(&cg, &RitualRef{Name: rv.Name, Version: rv.Version})
+	r, err := x.createGoalFrom(&cg, &RitualRef{Name: rv.Name, Version: rv.Version}, nil)
 	if err != nil {
 		return Reply{}, fromRitual(what, err)
 	}
