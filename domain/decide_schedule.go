@@ -156,14 +156,7 @@ func (x *tx) trialGoal(spec ScheduleSpec, slot time.Time) (*CreateGoal, error) {
 // schedule's spec, naming the spec's field: "/tasks/..." stays, any other
 // becomes "/goal/...".
 func asScheduleField(err error) error {
-	var we *schemas.Error
-	if errors.As(err, &we) {
-		field := ""
-		if len(we.Fields) > 0 {
-			field = we.Fields[0].Pointer
-		}
-		err = &Error{Code: Code(we.Code), Field: field, Message: we.Message}
-	}
+	err = asDomainError(err)
 	var de *Error
 	if !errors.As(err, &de) {
 		return err
