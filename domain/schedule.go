@@ -218,7 +218,16 @@ func ApplySchedule(x *Schedule, id, workspace string, e Event, r Recorded) (*Sch
 	default:
 		return nil, fmt.Errorf("domain: schedule cannot apply %s", e.EventType())
 	}
-	applied(&x.Versioned, r)
+	switch e.(type) {
+	case *ScheduleFired, *ScheduleSkipped:
+		// A firing's command (the timer's) is not kept: a schedule fires
+		// without end, and a firing already decided is known by its slot
+		// (the timer's due is no longer the next slot).
+		x.Version++
+		x.UpdatedAt = r.Time
+	default:
+		applied(&x.Versioned, r)
+	}
 	return x, nil
 }
 

@@ -170,6 +170,7 @@ func TestScheduleFiresEachSlotOnce(t *testing.T) {
 	early := &FireTimer{Schedule: "ten", Kind: TimerSchedule, Due: *w.schedule("ten").NextSlot}
 	require.Equal(t, CodeConflict, w.refused(early, CodeConflict).Code)
 	require.Equal(t, uint64(1), w.schedule("ten").Fired)
+	require.NotContains(t, w.schedule("ten").Commands, CommandKey(w.actor, id), "a schedule keeps no firing's command: it fires without end")
 }
 
 func TestScheduleOverlap(t *testing.T) {
