@@ -124,6 +124,14 @@ type (
 	DefineRitual = schemas.DefineRitual
 	// RunRitual creates a goal and its first plan from a ritual's version.
 	RunRitual = schemas.RunRitual
+	// CreateSchedule creates a schedule that starts a goal at each slot.
+	CreateSchedule = schemas.CreateSchedule
+	// PauseSchedule stops a schedule's firing until it is resumed.
+	PauseSchedule = schemas.PauseSchedule
+	// ResumeSchedule lets a paused schedule fire again from its next slot.
+	ResumeSchedule = schemas.ResumeSchedule
+	// DeleteSchedule ends a schedule.
+	DeleteSchedule = schemas.DeleteSchedule
 	// FireTimer is sent by the writer's timers when a moment it waits for
 	// has come: a backoff ended, an attempt's deadline passed, or a wait's
 	// time came.
@@ -190,6 +198,10 @@ var commandTypes = map[string]func() Command{
 	"task.quarantine":       func() Command { return &QuarantineTask{} },
 	"ritual.define":         func() Command { return &DefineRitual{} },
 	"ritual.run":            func() Command { return &RunRitual{} },
+	"schedule.create":       func() Command { return &CreateSchedule{} },
+	"schedule.pause":        func() Command { return &PauseSchedule{} },
+	"schedule.resume":       func() Command { return &ResumeSchedule{} },
+	"schedule.delete":       func() Command { return &DeleteSchedule{} },
 }
 
 // CommandNames returns every command's wire name.

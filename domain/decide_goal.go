@@ -36,11 +36,12 @@ func (x *tx) createWorkspace(c *CreateWorkspace) (Reply, error) {
 	return Reply{ID: name, Version: 1}, nil
 }
 
-func (x *tx) createGoal(c *CreateGoal) (Reply, error) { return x.createGoalFrom(c, nil) }
+func (x *tx) createGoal(c *CreateGoal) (Reply, error) { return x.createGoalFrom(c, nil, nil) }
 
 // createGoalFrom creates the goal c asks for; ritual, when set, names the
-// ritual version it was rendered from (ritual.run).
-func (x *tx) createGoalFrom(c *CreateGoal, ritual *RitualRef) (Reply, error) {
+// ritual version it was rendered from (ritual.run), and schedule the
+// schedule and slot it was started for.
+func (x *tx) createGoalFrom(c *CreateGoal, ritual *RitualRef, schedule *ScheduleRef) (Reply, error) {
 	if !ValidID(c.GoalID) {
 		return Reply{}, invalid("/goal_id", "goal id %q is not a ULID", c.GoalID)
 	}
@@ -87,7 +88,7 @@ func (x *tx) createGoalFrom(c *CreateGoal, ritual *RitualRef) (Reply, error) {
 		return Reply{}, conflict("goal %s already exists", c.GoalID)
 	}
 	if err := x.emit(c.GoalID, &GoalCreated{Workspace: x.m.Workspace, Title: c.Title, Description: c.Description,
-		SuccessCriteria: c.SuccessCriteria, Envelope: c.Envelope, Ritual: ritual}); err != nil {
+		SuccessCriteria: c.SuccessCriteria, Envelope: c.Envelope, Ritual: ritual, Schedule: schedule}); err != nil {
 		return Reply{}, err
 	}
 	if c.Tasks != nil {

@@ -102,11 +102,26 @@ func (x *tx) runRitual(c *RunRitual) (Reply, error) {
 	if err := json.Unmarshal(body, &cg); err != nil {
 		return Reply{}, fromRitual(what, invalid("", "does not decode as goal.create: %v", err))
 	}
-	r, err := x.createGoalFrom(&cg, &RitualRef{Name: rv.Name, Version: rv.Version})
+	r, err := x.createGoalFrom(&cg, &RitualRef{Name: rv.Name, Version: rv.Version}, nil)
 	if err != nil {
 		return Reply{}, fromRitual(what, err)
 	}
 	return r, nil
+}
+
+// asDomainError returns err, a *schemas.Error (the refusal of a body its
+// schema does not take), as an *Error naming its first field; any other err
+// as it is.
+func asDomainError(err error) error {
+	var we *schemas.Error
+	if !errors.As(err, &we) {
+		return err
+	}
+	field := ""
+	if len(we.Fields) > 0 {
+		field = we.Fields[0].Pointer
+	}
+	return &Error{Code: Code(we.Code), Field: field, Message: we.Message}
 }
 
 // duplicateRun answers a retried run with its goal as it stands.
@@ -168,14 +183,7 @@ func paramsRefused(what string, err error) error {
 // came from, "/ritual/goal/..." or "/ritual/tasks/...", and the message
 // says which ritual version rendered it. /goal_id, the run's own, stays.
 func fromRitual(what string, err error) error {
-	var we *schemas.Error
-	if errors.As(err, &we) {
-		field := ""
-		if len(we.Fields) > 0 {
-			field = we.Fields[0].Pointer
-		}
-		err = &Error{Code: Code(we.Code), Field: field, Message: we.Message}
-	}
+	err = asDomainError(err)
 	var de *Error
 	if !errors.As(err, &de) || de.Code == CodeConflict || de.Code == CodeNotFound {
 		return err // about the goal id, not the templates

@@ -411,6 +411,9 @@ func (x *tx) sendSignal(c *SendSignal) (Reply, error) {
 // fireTimer moves a task whose moment has come. A timer that is stale (the
 // task moved on) changes nothing; one that is early is refused.
 func (x *tx) fireTimer(c *FireTimer) (Reply, error) {
+	if c.Kind == TimerSchedule {
+		return x.fireSchedule(c)
+	}
 	if c.Kind == TimerGoal {
 		return x.goalDeadline(c)
 	}

@@ -232,3 +232,45 @@ func (*RitualDefined) EventType() string { return "ritual.defined" }
 // AggregateType returns AggRitual.
 func (*RitualDefined) AggregateType() string { return AggRitual }
 func (*RitualDefined) isEvent()              {}
+
+// EventType returns "schedule.created".
+func (*ScheduleCreated) EventType() string { return "schedule.created" }
+
+// AggregateType returns AggSchedule.
+func (*ScheduleCreated) AggregateType() string { return AggSchedule }
+func (*ScheduleCreated) isEvent()              {}
+
+// EventType returns "schedule.paused".
+func (*SchedulePaused) EventType() string { return "schedule.paused" }
+
+// AggregateType returns AggSchedule.
+func (*SchedulePaused) AggregateType() string { return AggSchedule }
+func (*SchedulePaused) isEvent()              {}
+
+// EventType returns "schedule.resumed".
+func (*ScheduleResumed) EventType() string { return "schedule.resumed" }
+
+// AggregateType returns AggSchedule.
+func (*ScheduleResumed) AggregateType() string { return AggSchedule }
+func (*ScheduleResumed) isEvent()              {}
+
+// EventType returns "schedule.deleted".
+func (*ScheduleDeleted) EventType() string { return "schedule.deleted" }
+
+// AggregateType returns AggSchedule.
+func (*ScheduleDeleted) AggregateType() string { return AggSchedule }
+func (*ScheduleDeleted) isEvent()              {}
+
+// EventType returns "schedule.fired".
+func (*ScheduleFired) EventType() string { return "schedule.fired" }
+
+// AggregateType returns AggSchedule.
+func (*ScheduleFired) AggregateType() string { return AggSchedule }
+func (*ScheduleFired) isEvent()              {}
+
+// EventType returns "schedule.skipped".
+func (*ScheduleSkipped) EventType() string { return "schedule.skipped" }
+
+// AggregateType returns AggSchedule.
+func (*ScheduleSkipped) AggregateType() string { return AggSchedule }
+func (*ScheduleSkipped) isEvent()              {}

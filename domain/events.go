@@ -94,6 +94,9 @@ type GoalCreated struct {
 	// Ritual names the ritual version the goal was created from
 	// (ritual.run), if any.
 	Ritual *RitualRef `json:"ritual,omitempty"`
+	// Schedule names the schedule and the slot the goal was started for,
+	// if any.
+	Schedule *ScheduleRef `json:"schedule,omitempty"`
 }
 
 // PlanTask is one node of a committed plan.
@@ -340,6 +343,12 @@ var eventTypes = map[string]func() Event{
 	"task.failed":                   func() Event { return &TaskFailed{} },
 	"task.cancelled":                func() Event { return &TaskCancelled{} },
 	"ritual.defined":                func() Event { return &RitualDefined{} },
+	"schedule.created":              func() Event { return &ScheduleCreated{} },
+	"schedule.paused":               func() Event { return &SchedulePaused{} },
+	"schedule.resumed":              func() Event { return &ScheduleResumed{} },
+	"schedule.deleted":              func() Event { return &ScheduleDeleted{} },
+	"schedule.fired":                func() Event { return &ScheduleFired{} },
+	"schedule.skipped":              func() Event { return &ScheduleSkipped{} },
 }
 
 // EventTypes returns every event type name, for schemas and golden tests.

@@ -125,6 +125,14 @@ func (x *tx) decide(cmd Command) (Reply, error) {
 		return x.defineRitual(c)
 	case *RunRitual:
 		return x.runRitual(c)
+	case *CreateSchedule:
+		return x.createSchedule(c)
+	case *PauseSchedule:
+		return x.pauseSchedule(c)
+	case *ResumeSchedule:
+		return x.resumeSchedule(c)
+	case *DeleteSchedule:
+		return x.deleteSchedule(c)
 	}
 	return Reply{}, invalid("", "unknown command %T", cmd)
 }

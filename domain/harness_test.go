@@ -337,12 +337,13 @@ type replayed struct {
 	goals      map[string]*Goal
 	tasks      map[string]*Task
 	rituals    map[string]*Ritual
+	schedules  map[string]*Schedule
 }
 
 // replay folds history into state with the Apply functions alone, from
 // nothing, checking that each aggregate's versions run 1, 2, 3, ...
 func replay(history []entry) (*replayed, error) {
-	r := &replayed{workspaces: map[string]*Workspace{}, goals: map[string]*Goal{}, tasks: map[string]*Task{}, rituals: map[string]*Ritual{}}
+	r := &replayed{workspaces: map[string]*Workspace{}, goals: map[string]*Goal{}, tasks: map[string]*Task{}, rituals: map[string]*Ritual{}, schedules: map[string]*Schedule{}}
 	versions := map[string]uint64{}
 	for i, e := range history {
 		if err := r.apply(versions, e); err != nil {
@@ -380,6 +381,8 @@ func (r *replayed) apply(versions map[string]uint64, e entry) error {
 		r.tasks[e.AggregateID], err = ApplyTask(r.tasks[e.AggregateID], e.AggregateID, e.Workspace, ev, e.Recorded)
 	case AggRitual:
 		r.rituals[e.AggregateID], err = ApplyRitual(r.rituals[e.AggregateID], e.AggregateID, e.Workspace, ev, e.Recorded)
+	case AggSchedule:
+		r.schedules[e.AggregateID], err = ApplySchedule(r.schedules[e.AggregateID], e.AggregateID, e.Workspace, ev, e.Recorded)
 	default:
 		err = fmt.Errorf("unknown aggregate type %q", e.AggregateType)
 	}
@@ -440,6 +443,11 @@ func (w *world) requireSameAs(r *replayed, equal func(a, b any) bool) {
 		require.True(w.t, equal(r.rituals[id], got), "ritual %s:\nreplayed  %+v\ncommitted %+v", id, r.rituals[id], got)
 	}
 	require.Len(w.t, r.rituals, len(w.aggregates(AggRitual)))
+	for _, id := range w.aggregates(AggSchedule) {
+		got := present(w.t, w.o.Schedule, "schedule", id)
+		require.True(w.t, equal(r.schedules[id], got), "schedule %s:\nreplayed  %+v\ncommitted %+v", id, r.schedules[id], got)
+	}
+	require.Len(w.t, r.schedules, len(w.aggregates(AggSchedule)))
 	require.Len(w.t, r.workspaces, len(w.aggregates(AggWorkspace)))
 	require.Len(w.t, r.goals, len(w.aggregates(AggGoal)))
 	require.Len(w.t, r.tasks, len(w.aggregates(AggTask)))
@@ -463,6 +471,10 @@ func (w *world) snapshot() string {
 	for _, id := range w.aggregates(AggRitual) {
 		r, _ := w.o.Ritual(id)
 		all = append(all, r)
+	}
+	for _, id := range w.aggregates(AggSchedule) {
+		x, _ := w.o.Schedule(id)
+		all = append(all, x)
 	}
 	b, err := json.Marshal(all)
 	require.NoError(w.t, err)

@@ -17,7 +17,7 @@ const (
 	// RoleAdmin may send every command and query of its workspace,
 	// including registering approvers and adding or removing members.
 	RoleAdmin = schemas.RoleAdmin
-	// RoleClient starts and steers work: goals, plans, tasks, rituals,
+	// RoleClient starts and steers work: goals, plans, tasks, rituals, schedules,
 	// signals, cancellations and reviews, and every query.
 	RoleClient Role = "client"
 	// RoleExecutor takes work from its queues: it claims, checkpoints,
@@ -63,6 +63,7 @@ var clientCommands = map[string]bool{
 	"goal.create": true, "goal.cancel": true, "plan.submit": true, "task.create": true,
 	"task.cancel": true, "task.review": true, "task.signal": true,
 	"ritual.define": true, "ritual.run": true,
+	"schedule.create": true, "schedule.pause": true, "schedule.resume": true, "schedule.delete": true,
 }
 
 var approverQueries = map[string]bool{

@@ -159,7 +159,7 @@ func ApplyGoal(g *Goal, id, workspace string, e Event, r Recorded) (*Goal, error
 			return nil, fmt.Errorf("domain: goal %s created twice", id)
 		}
 		return &Goal{ID: id, Workspace: workspace, Title: ev.Title, Description: ev.Description,
-			SuccessCriteria: ev.SuccessCriteria, Envelope: ev.Envelope, Ritual: ev.Ritual, State: GoalStateOpen, Versioned: created(r)}, nil
+			SuccessCriteria: ev.SuccessCriteria, Envelope: ev.Envelope, Ritual: ev.Ritual, Schedule: ev.Schedule, State: GoalStateOpen, Versioned: created(r)}, nil
 	}
 	if g == nil {
 		return nil, fmt.Errorf("domain: %s before goal %s was created", e.EventType(), id)

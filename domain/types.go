@@ -12,6 +12,7 @@ const (
 	AggGoal      = "goal"
 	AggTask      = "task"
 	AggRitual    = "ritual"
+	AggSchedule  = "schedule"
 )
 
 // The wire data the domain decides on is defined once, in schemas (the wire

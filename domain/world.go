@@ -18,6 +18,8 @@ type World interface {
 	// RitualVersion returns the version numbered version of ritual id, or
 	// nil when it has none.
 	RitualVersion(id string, version uint64) (*RitualVersion, error)
+	// Schedule returns the schedule whose aggregate id is id (ScheduleID).
+	Schedule(id string) (*Schedule, error)
 }
 
 // Change is one event of one aggregate, with the version it gives the
@@ -39,6 +41,7 @@ type Overlay struct {
 	goals      map[string]*Goal
 	tasks      map[string]*Task
 	rituals    map[string]*Ritual
+	schedules  map[string]*Schedule
 	dependents map[string][]string
 	// versions holds the ritual versions defined here, by ritualVersionKey.
 	versions map[string]*RitualVersion
@@ -48,7 +51,7 @@ type Overlay struct {
 // NewOverlay returns an empty overlay on base.
 func NewOverlay(base World) *Overlay {
 	return &Overlay{base: base, workspaces: map[string]*Workspace{}, goals: map[string]*Goal{},
-		tasks: map[string]*Task{}, rituals: map[string]*Ritual{}, dependents: map[string][]string{},
+		tasks: map[string]*Task{}, rituals: map[string]*Ritual{}, schedules: map[string]*Schedule{}, dependents: map[string][]string{},
 		versions: map[string]*RitualVersion{}}
 }
 
@@ -67,6 +70,11 @@ func (o *Overlay) Task(id string) (*Task, error) { return lookup(o.tasks, id, o.
 
 // Ritual returns the ritual as changed by the overlay.
 func (o *Overlay) Ritual(id string) (*Ritual, error) { return lookup(o.rituals, id, o.base.Ritual) }
+
+// Schedule returns the schedule as changed by the overlay.
+func (o *Overlay) Schedule(id string) (*Schedule, error) {
+	return lookup(o.schedules, id, o.base.Schedule)
+}
 
 // RitualVersion returns a version of ritual id defined in the overlay, or
 // else the base's.
@@ -145,6 +153,7 @@ func (o *Overlay) Execute(cmd Command, m Meta) (*Outcome, error) {
 	maps.Copy(o.goals, inner.goals)
 	maps.Copy(o.tasks, inner.tasks)
 	maps.Copy(o.rituals, inner.rituals)
+	maps.Copy(o.schedules, inner.schedules)
 	maps.Copy(o.versions, inner.versions)
 	for dep, ids := range inner.dependents {
 		o.dependents[dep] = append(o.dependents[dep], ids...)
@@ -160,13 +169,14 @@ type Touched struct {
 	Goals      map[string]*Goal
 	Tasks      map[string]*Task
 	Rituals    map[string]*Ritual
+	Schedules  map[string]*Schedule
 }
 
 // Touched returns the states of the aggregates the overlay's changes
 // touched. They are shared with the overlay: neither may change them.
 func (o *Overlay) Touched() Touched {
 	return Touched{Workspaces: stated(o.workspaces), Goals: stated(o.goals), Tasks: stated(o.tasks),
-		Rituals: stated(o.rituals)}
+		Rituals: stated(o.rituals), Schedules: stated(o.schedules)}
 }
 
 // stated returns the entries of m that hold a state (the others remember
@@ -188,6 +198,7 @@ func (o overlayStates) SetWorkspace(name string, w *Workspace) { o.workspaces[na
 func (o overlayStates) SetGoal(id string, g *Goal)             { o.goals[id] = g }
 func (o overlayStates) SetTask(id string, t *Task)             { o.tasks[id] = t }
 func (o overlayStates) SetRitual(id string, r *Ritual)         { o.rituals[id] = r }
+func (o overlayStates) SetSchedule(id string, x *Schedule)     { o.schedules[id] = x }
 
 // States is what Apply reads an aggregate's state from and keeps its new
 // state in: an Overlay, or the views' batch for one log record. A missing
@@ -197,15 +208,17 @@ type States interface {
 	Goal(id string) (*Goal, error)
 	Task(id string) (*Task, error)
 	Ritual(id string) (*Ritual, error)
+	Schedule(id string) (*Schedule, error)
 	SetWorkspace(name string, w *Workspace)
 	SetGoal(id string, g *Goal)
 	SetTask(id string, t *Task)
 	SetRitual(id string, r *Ritual)
+	SetSchedule(id string, x *Schedule)
 }
 
 // Apply applies e, an event of the aggregate of kind agg (AggWorkspace,
-// AggGoal, AggTask, AggRitual) and id in workspace ws, to that aggregate's state in s:
-// it reads the state, applies e (ApplyWorkspace, ApplyGoal, ApplyTask or ApplyRitual) and
+// AggGoal, AggTask, AggRitual, AggSchedule) and id in workspace ws, to that aggregate's state in s:
+// it reads the state, applies e (ApplyWorkspace, ApplyGoal, ApplyTask, ApplyRitual or ApplySchedule) and
 // keeps the new state in s. version is the version e gives the aggregate,
 // which must follow the aggregate's (1 for a new one), or 0 for whatever
 // follows. It returns that version; or the error reading the state, an error
@@ -225,6 +238,9 @@ func Apply(s States, agg, id, ws string, version uint64, e Event, r Recorded) (u
 	case AggRitual:
 		return applyTo(agg, id, version, s.Ritual, s.SetRitual, func(x *Ritual) uint64 { return x.Version },
 			func(x *Ritual) (*Ritual, error) { return ApplyRitual(x, id, ws, e, r) })
+	case AggSchedule:
+		return applyTo(agg, id, version, s.Schedule, s.SetSchedule, func(x *Schedule) uint64 { return x.Version },
+			func(x *Schedule) (*Schedule, error) { return ApplySchedule(x, id, ws, e, r) })
 	}
 	return 0, fmt.Errorf("domain: unknown aggregate type %q", agg)
 }
@@ -272,3 +288,6 @@ func (Empty) Ritual(string) (*Ritual, error) { return nil, nil }
 
 // RitualVersion returns nil.
 func (Empty) RitualVersion(string, uint64) (*RitualVersion, error) { return nil, nil }
+
+// Schedule returns nil.
+func (Empty) Schedule(string) (*Schedule, error) { return nil, nil }

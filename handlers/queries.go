@@ -21,7 +21,7 @@ const MaxQueryBytes = 64 << 10
 
 // QueryNames lists the query endpoints (the last tokens of dwr.q.<ws>.<query>).
 var QueryNames = []string{"workspace.list", "goal.get", "goal.list", "task.get", "task.list", "events", "command.get",
-	"approval.list", "approval.get", "approver.list", "member.list", "queue.list", "ritual.get", "ritual.list"}
+	"approval.list", "approval.get", "approver.list", "member.list", "queue.list", "ritual.get", "ritual.list", "schedule.get", "schedule.list"}
 
 func (s *Service) startQueries() (micro.Service, error) {
 	svc, err := micro.AddService(s.nc, micro.Config{Name: "dwr-query", Version: s.cfg.Version,
@@ -253,6 +253,16 @@ func (s *Service) query(name, ws string, p principal, q schemas.Query) (json.Raw
 		pg := newPage("ritual", "get it alone (ritual.get)", limit, budget)
 		err := s.store.EachRitual(ws, q.After, func(r *domain.Ritual) bool { return pg.add(r, r.Name, r.Name) })
 		return pg.result(err)
+	case "schedule.get":
+		x, err := s.store.Schedule(domain.ScheduleID(ws, q.ID))
+		if err == nil && (x == nil || x.Deleted || !domain.ValidName(q.ID)) {
+			return nil, "", &schemas.Error{Code: schemas.CodeNotFound, Message: fmt.Sprintf("schedule %q not found in workspace %q", q.ID, ws)}
+		}
+		return one(x, err, budget, tooLargeReply(budget))
+	case "schedule.list":
+		pg := newPage("schedule", "get it alone (schedule.get)", limit, budget)
+		err := s.store.EachSchedule(ws, q.After, func(x *domain.Schedule) bool { return pg.add(x, x.Name, x.Name) })
+		return pg.result(err)
 	case "command.get":
 		// A command id is the sender's own: another identity's command under
 		// the same id is not found (domain.CommandKey).
@@ -332,7 +342,8 @@ func validState(s string) bool {
 
 // history lists an aggregate's events after the version q.After; with no
 // aggregate type given it looks the id up as a task, then a goal, then a
-// workspace, then a ritual (by its name, or its id <ws>:<name>).
+// workspace, then a ritual, then a schedule (by its name, or its id
+// <ws>:<name>).
 func (s *Service) history(ws string, q schemas.Query, pg *page) (json.RawMessage, string, error) {
 	var after uint64
 	if q.After != "" {
@@ -343,14 +354,14 @@ func (s *Service) history(ws string, q schemas.Query, pg *page) (json.RawMessage
 		}
 		after = v
 	}
-	types := []string{domain.AggTask, domain.AggGoal, domain.AggWorkspace, domain.AggRitual}
+	types := []string{domain.AggTask, domain.AggGoal, domain.AggWorkspace, domain.AggRitual, domain.AggSchedule}
 	if q.Aggregate != "" {
 		types = []string{q.Aggregate}
 	}
 	for _, typ := range types {
 		id := q.ID
-		if typ == domain.AggRitual && domain.ValidName(id) {
-			id = domain.RitualID(ws, id)
+		if (typ == domain.AggRitual || typ == domain.AggSchedule) && domain.ValidName(id) {
+			id = domain.RitualID(ws, id) // a schedule's id is made the same way (domain.ScheduleID)
 		}
 		w, ok, err := s.store.HistoryWorkspace(typ, id)
 		if err != nil {

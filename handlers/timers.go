@@ -32,11 +32,11 @@ func (s *Service) runTimers(ctx context.Context, wake <-chan struct{}) {
 		var wg sync.WaitGroup
 		for _, t := range due {
 			wg.Go(func() {
-				o := s.execute(ctx, &domain.FireTimer{TaskID: t.TaskID, GoalID: t.GoalID, Kind: t.Kind, Attempt: t.Attempt, Due: t.Due},
+				o := s.execute(ctx, &domain.FireTimer{TaskID: t.TaskID, GoalID: t.GoalID, Schedule: t.Schedule, Kind: t.Kind, Attempt: t.Attempt, Due: t.Due},
 					domain.Meta{Workspace: t.Workspace, CommandID: t.CommandID(), Actor: "dwr-timer"})
 				if o.Err != nil {
 					if ctx.Err() == nil && !errors.Is(o.Err, errNotWriter) && !errors.Is(o.Err, eventstore.ErrStopped) {
-						s.cfg.Logger.Warn("handlers: firing a timer failed; will retry", "task", t.TaskID, "kind", t.Kind, "err", o.Err)
+						s.cfg.Logger.Warn("handlers: firing a timer failed; will retry", "task", t.TaskID, "schedule", t.Schedule, "kind", t.Kind, "err", o.Err)
 					}
 					failed.Store(true)
 				}
@@ -83,7 +83,7 @@ func setsTimer(c *eventstore.Commit) bool {
 	for i := range c.Events {
 		switch c.Events[i].Type {
 		case "task.backoff_scheduled", "task.attempt_started", "task.waiting", "task.created", "goal.created",
-			"task.approval_requested":
+			"task.approval_requested", "schedule.created", "schedule.resumed", "schedule.fired", "schedule.skipped":
 			return true
 		}
 	}

@@ -19,6 +19,10 @@ type batchState struct {
 	goals      map[string]*domain.Goal
 	tasks      map[string]*domain.Task
 	rituals    map[string]*domain.Ritual
+	schedules  map[string]*domain.Schedule
+	// scheduleBefore are the schedules' states before the record, for
+	// their timers.
+	scheduleBefore map[string]*domain.Schedule
 	// versions are the ritual versions the record defines.
 	versions   []*domain.RitualVersion
 	taskBefore map[string]*domain.Task // state before the record, for index moves
@@ -82,7 +86,8 @@ func (s *Store) apply(seq uint64, c *eventstore.Commit, decided bool, final *dom
 	b := s.db.NewBatch()
 	defer func() { _ = b.Close() }()
 	bs := &batchState{s: s, decided: decided, workspaces: map[string]*domain.Workspace{}, goals: map[string]*domain.Goal{},
-		tasks: map[string]*domain.Task{}, rituals: map[string]*domain.Ritual{}, taskBefore: map[string]*domain.Task{},
+		tasks: map[string]*domain.Task{}, rituals: map[string]*domain.Ritual{}, schedules: map[string]*domain.Schedule{},
+		scheduleBefore: map[string]*domain.Schedule{}, taskBefore: map[string]*domain.Task{},
 		goalBefore: map[string]*domain.Goal{}, tips: map[string]tip{}}
 	if final != nil {
 		if err := bs.final(b, seq, c, final); err != nil {
@@ -146,6 +151,9 @@ func (s *Store) apply(seq uint64, c *eventstore.Commit, decided bool, final *dom
 	}
 	for id, r := range bs.rituals {
 		s.cache[string(key(pRitual, id))] = r
+	}
+	for id, x := range bs.schedules {
+		s.cache[string(key(pSchedule, id))] = x
 	}
 	for k, t := range bs.tips {
 		s.cache[string(key(pTip, k))] = t
@@ -214,6 +222,8 @@ func (bs *batchState) final(b *pebble.Batch, seq uint64, c *eventstore.Commit, f
 				bs.goalBefore[e.AggregateID], err = bs.s.Goal(e.AggregateID)
 			case domain.AggTask:
 				bs.taskBefore[e.AggregateID], err = bs.s.Task(e.AggregateID)
+			case domain.AggSchedule:
+				bs.scheduleBefore[e.AggregateID], err = bs.s.Schedule(e.AggregateID)
 			}
 			if err != nil {
 				return err
@@ -221,7 +231,7 @@ func (bs *batchState) final(b *pebble.Batch, seq uint64, c *eventstore.Commit, f
 		}
 		last[k] = e.Version
 	}
-	if n := len(final.Workspaces) + len(final.Goals) + len(final.Tasks) + len(final.Rituals); n != len(last) {
+	if n := len(final.Workspaces) + len(final.Goals) + len(final.Tasks) + len(final.Rituals) + len(final.Schedules); n != len(last) {
 		return fmt.Errorf("projections: log record %d: the writer decided %d aggregates, the record's events touch %d", seq, n, len(last))
 	}
 	if err := takeFinal(seq, domain.AggWorkspace, final.Workspaces, bs.workspaces, last, func(w *domain.Workspace) uint64 { return w.Version }); err != nil {
@@ -231,6 +241,9 @@ func (bs *batchState) final(b *pebble.Batch, seq uint64, c *eventstore.Commit, f
 		return err
 	}
 	if err := takeFinal(seq, domain.AggRitual, final.Rituals, bs.rituals, last, func(r *domain.Ritual) uint64 { return r.Version }); err != nil {
+		return err
+	}
+	if err := takeFinal(seq, domain.AggSchedule, final.Schedules, bs.schedules, last, func(x *domain.Schedule) uint64 { return x.Version }); err != nil {
 		return err
 	}
 	return takeFinal(seq, domain.AggTask, final.Tasks, bs.tasks, last, func(t *domain.Task) uint64 { return t.Version })
@@ -340,6 +353,21 @@ func (bs *batchState) Ritual(id string) (*domain.Ritual, error) {
 	return bs.s.Ritual(id)
 }
 
+// Schedule returns the schedule as the record has left it so far.
+func (bs *batchState) Schedule(id string) (*domain.Schedule, error) {
+	if x, ok := bs.schedules[id]; ok || bs.fresh {
+		return x, nil
+	}
+	x, err := bs.s.Schedule(id)
+	if err == nil {
+		bs.scheduleBefore[id] = x
+	}
+	return x, err
+}
+
+// SetSchedule keeps the schedule's new state.
+func (bs *batchState) SetSchedule(id string, x *domain.Schedule) { bs.schedules[id] = x }
+
 // SetRitual keeps the ritual's new state.
 func (bs *batchState) SetRitual(id string, r *domain.Ritual) { bs.rituals[id] = r }
 
@@ -381,6 +409,14 @@ func (bs *batchState) flush(b *pebble.Batch) error {
 	}
 	for id, r := range bs.rituals {
 		if err := setJSON(b, key(pRitual, id), r); err != nil {
+			return err
+		}
+	}
+	for id, x := range bs.schedules {
+		if err := setJSON(b, key(pSchedule, id), x); err != nil {
+			return err
+		}
+		if err := replaceTimers(b, scheduleTimersOf(bs.scheduleBefore[id]), scheduleTimersOf(x)); err != nil {
 			return err
 		}
 	}

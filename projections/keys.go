@@ -21,10 +21,11 @@ const (
 	pHistory    = "h"           // h/<aggtype>/<id>/<version BE>
 	pTip        = "a"           // a/<aggtype>/<id> -> chain tip
 	pCommand    = "c"           // c/<ws>/<command key: domain.CommandKey of actor and id> -> first outcome
-	pTimer      = "tm"          // tm/<due unix nanos BE>/<task>/<kind>/<attempt> -> workspace
+	pTimer      = "tm"          // tm/<due unix nanos BE>/<task, goal or schedule id>/<kind>/<attempt> -> workspace
 	pApproval   = "ap"          // ap/<ws>/<approval state>/<approval id>
 	pRitual     = "r"           // r/<ritual id: <ws>:<name>>
 	pRitualVer  = "rv"          // rv/<ritual id>/<version BE> -> domain.RitualVersion
+	pSchedule   = "sc"          // sc/<schedule id: <ws>:<name>>
 )
 
 func key(parts ...string) []byte {

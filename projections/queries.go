@@ -289,3 +289,20 @@ func (s *Store) EachRitual(ws, after string, fn func(*domain.Ritual) bool) error
 		return fn(r), nil
 	})
 }
+
+// EachSchedule calls fn with the schedules of workspace ws (deleted ones
+// left out) whose names sort after after ("" for all), by name, until fn
+// returns false. A schedule's name is the cursor that continues the
+// listing after it.
+func (s *Store) EachSchedule(ws, after string, fn func(*domain.Schedule) bool) error {
+	if after != "" && !domain.ValidName(after) {
+		return fmt.Errorf("%w: %q is not a schedule's name", ErrCursor, after)
+	}
+	return s.eachID([]byte(pSchedule+"/"+domain.ScheduleID(ws, "")), after, func(name string) (bool, error) {
+		x, err := s.Schedule(domain.ScheduleID(ws, name))
+		if err != nil || x == nil || x.Deleted {
+			return true, err
+		}
+		return fn(x), nil
+	})
+}

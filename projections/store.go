@@ -515,6 +515,12 @@ func (s *Store) Task(id string) (*domain.Task, error) { return load[domain.Task]
 // nil.
 func (s *Store) Ritual(id string) (*domain.Ritual, error) { return load[domain.Ritual](s, pRitual, id) }
 
+// Schedule returns the schedule whose aggregate id is id
+// (domain.ScheduleID), deleted ones included, or nil.
+func (s *Store) Schedule(id string) (*domain.Schedule, error) {
+	return load[domain.Schedule](s, pSchedule, id)
+}
+
 // RitualVersion returns the version numbered version of ritual id, or nil.
 func (s *Store) RitualVersion(id string, version uint64) (*domain.RitualVersion, error) {
 	var v domain.RitualVersion

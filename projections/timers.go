@@ -12,9 +12,9 @@ import (
 	"github.com/dwr-run/dwr/domain"
 )
 
-// Timer is a moment a task or goal waits for: the end of a backoff, an
-// attempt's, a task's or a goal's deadline, an approval's expiry, or the
-// time a waiting task resumes. The writer fires each one
+// Timer is a moment a task, a goal or a schedule waits for: the end of a backoff, an
+// attempt's, a task's or a goal's deadline, an approval's expiry, the
+// time a waiting task resumes, or a schedule's next slot. The writer fires each one
 // (domain.FireTimer) when it is due; the index is derived from the tasks'
 // state, so it is rebuilt with the views and survives every restart.
 type Timer struct {
@@ -22,14 +22,19 @@ type Timer struct {
 	Workspace string
 	TaskID    string // the task, for every kind but domain.TimerGoal
 	GoalID    string // the goal, for domain.TimerGoal
-	Kind      string // domain.TimerBackoff, TimerAttempt, TimerWait, TimerTask, TimerApproval or TimerGoal
-	Attempt   int    // the attempt, for TimerAttempt; the approval's number, for TimerApproval
+	// Schedule is, for domain.TimerSchedule, the schedule's name.
+	Schedule string
+	Kind     string // domain.TimerBackoff, TimerAttempt, TimerWait, TimerTask, TimerApproval, TimerGoal or TimerSchedule
+	Attempt  int    // the attempt, for TimerAttempt; the approval's number, for TimerApproval
 }
 
 // id returns the aggregate the timer belongs to.
 func (t Timer) id() string {
-	if t.Kind == domain.TimerGoal {
+	switch t.Kind {
+	case domain.TimerGoal:
 		return t.GoalID
+	case domain.TimerSchedule:
+		return domain.ScheduleID(t.Workspace, t.Schedule)
 	}
 	return t.TaskID
 }
@@ -92,9 +97,12 @@ func parseTimerKey(k, v []byte) (Timer, error) {
 		return Timer{}, fmt.Errorf("projections: malformed timer key %q", k)
 	}
 	t := Timer{Due: time.Unix(0, due).UTC(), Workspace: string(v), Kind: parts[1], Attempt: n}
-	if t.Kind == domain.TimerGoal {
+	switch t.Kind {
+	case domain.TimerGoal:
 		t.GoalID = parts[0]
-	} else {
+	case domain.TimerSchedule:
+		t.Schedule = strings.TrimPrefix(parts[0], t.Workspace+":")
+	default:
 		t.TaskID = parts[0]
 	}
 	return t, nil
@@ -107,6 +115,15 @@ func goalTimersOf(g *domain.Goal) []Timer {
 		return nil
 	}
 	return []Timer{{Due: *g.Envelope.Budget.Deadline, Workspace: g.Workspace, GoalID: g.ID, Kind: domain.TimerGoal}}
+}
+
+// scheduleTimersOf returns the timer of a schedule in state x: its next
+// slot, unless it is paused or deleted.
+func scheduleTimersOf(x *domain.Schedule) []Timer {
+	if x == nil || x.Deleted || x.Paused || x.NextSlot == nil {
+		return nil
+	}
+	return []Timer{{Due: *x.NextSlot, Workspace: x.Workspace, Schedule: x.Name, Kind: domain.TimerSchedule}}
 }
 
 // moveTimers replaces the timers of a task's state before with those of its

@@ -255,11 +255,13 @@ type QuarantineTask struct {
 // come: a backoff ended, an attempt's deadline passed, or a wait's time came.
 // Only the service's writer sends it.
 type FireTimer struct {
-	TaskID  string    `json:"task_id,omitempty"`
-	GoalID  string    `json:"goal_id,omitempty"` // for kind goal_deadline
-	Kind    string    `json:"kind"`
-	Attempt int       `json:"attempt,omitempty"`
-	Due     time.Time `json:"due"`
+	TaskID string `json:"task_id,omitempty"`
+	GoalID string `json:"goal_id,omitempty"` // for kind goal_deadline
+	// Schedule is, for kind schedule, the schedule's name.
+	Schedule string    `json:"schedule,omitempty"`
+	Kind     string    `json:"kind"`
+	Attempt  int       `json:"attempt,omitempty"`
+	Due      time.Time `json:"due"`
 }
 
 // CommandName returns the command's wire name.

@@ -415,6 +415,26 @@ func TestContractOfTheDomain(t *testing.T) {
 	r = c.do("ritual.run", map[string]any{"name": "quarterly", "params": map[string]any{"quarter": "2025-Q4"}, "goal_id": domain.DeriveID(c.now, "goal-5")})
 	require.Equal(t, 2, c.task(r.Tasks[0].TaskID).Spec.Retry.MaxAttempts, "the default of attempts")
 
+	// A schedule every hour, its service down for three slots: catch-up
+	// one starts the latest, with its goal in the same commit, and records
+	// the two before it skipped.
+	c.do("schedule.create", map[string]any{"name": "hourly", "every": "1h", "overlap": "allow",
+		"goal": map[string]any{"title": "Hourly check"}, "tasks": []map[string]any{{"key": "check", "queue": "research"}}})
+	sc, err := c.w.Schedule(domain.ScheduleID(c.ws, "hourly"))
+	require.NoError(t, err)
+	first := *sc.NextSlot
+	c.now = first.Add(2*time.Hour + 29*time.Minute)
+	c.do("timer.fire", map[string]any{"schedule": "hourly", "kind": "schedule", "due": first.Format(time.RFC3339Nano)})
+	sc, err = c.w.Schedule(domain.ScheduleID(c.ws, "hourly"))
+	require.NoError(t, err)
+	require.Equal(t, []uint64{1, 2}, []uint64{sc.Fired, sc.Skipped})
+	g, err = c.w.Goal(sc.LastGoal)
+	require.NoError(t, err)
+	require.Equal(t, &domain.ScheduleRef{Name: "hourly", Slot: first.Add(2 * time.Hour)}, g.Schedule)
+	c.do("schedule.pause", map[string]any{"name": "hourly"})
+	c.do("schedule.resume", map[string]any{"name": "hourly"})
+	c.do("schedule.delete", map[string]any{"name": "hourly"})
+
 	var cmds, events []string
 	for n := range c.cmds {
 		cmds = append(cmds, n)

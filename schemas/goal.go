@@ -24,6 +24,9 @@ type Goal struct {
 	// Ritual names the ritual version the goal was created from
 	// (ritual.run), if any.
 	Ritual *RitualRef `json:"ritual,omitempty"`
+	// Schedule names the schedule and the slot the goal was started for,
+	// if any.
+	Schedule *ScheduleRef `json:"schedule,omitempty"`
 	Versioned
 }
 

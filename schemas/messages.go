@@ -18,7 +18,7 @@ import (
 var patternText = map[string]string{
 	`^[0-7][0-9A-HJKMNP-TV-Z]{25}$`:                       "must be a ULID: 26 characters of Crockford base32 in upper case, such as 01J9ZQ3M5W8X2K4N6P7R9T1V3B",
 	`^[a-z0-9][a-z0-9_-]{0,62}$`:                          "must be a name of 1-63 lower-case letters, digits, '_' or '-', starting with a letter or digit",
-	`^[a-z0-9][a-z0-9_-]{0,62}:[a-z0-9][a-z0-9_-]{0,62}$`: "must be a ritual's id: its workspace's name, ':' and its own name, such as default:onboard",
+	`^[a-z0-9][a-z0-9_-]{0,62}:[a-z0-9][a-z0-9_-]{0,62}$`: "must be a ritual's or a schedule's id: its workspace's name, ':' and its own name, such as default:onboard",
 	`^([a-z0-9][a-z0-9_-]{0,62})?$`:                       "must be empty or a name of 1-63 lower-case letters, digits, '_' or '-', starting with a letter or digit",
 	`^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$`:                  "must be a key of 1-128 letters, digits, '_', '.' or '-', starting with a letter or digit",
 	`^(0|([0-9]+(\.[0-9]+)?(ns|us|µs|μs|ms|s|m|h))+)$`:    `must be a duration such as "30s", "1m30s" or "250ms" (units h, m, s, ms, us, ns), or a number of seconds`,

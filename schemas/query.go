@@ -4,7 +4,7 @@ package schemas
 // each query reads the fields it needs.
 type Query struct {
 	ID        string `json:"id,omitempty"`
-	Aggregate string `json:"aggregate,omitempty"` // for events: workspace | goal | task | ritual
+	Aggregate string `json:"aggregate,omitempty"` // for events: workspace | goal | task | ritual | schedule
 	State     string `json:"state,omitempty"`
 	GoalID    string `json:"goal_id,omitempty"`
 	Role      string `json:"role,omitempty"` // for approval.list

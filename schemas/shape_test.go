@@ -363,6 +363,8 @@ var commandBodies = map[string]schemas.Command{
 	"queue.configure": schemas.ConfigureQueue{}, "task.request_approval": schemas.RequestApproval{}, "task.wait": schemas.WaitTask{},
 	"task.signal": schemas.SendSignal{}, "timer.fire": schemas.FireTimer{}, "task.quarantine": schemas.QuarantineTask{},
 	"ritual.define": schemas.DefineRitual{}, "ritual.run": schemas.RunRitual{},
+	"schedule.create": schemas.CreateSchedule{}, "schedule.pause": schemas.PauseSchedule{},
+	"schedule.resume": schemas.ResumeSchedule{}, "schedule.delete": schemas.DeleteSchedule{},
 }
 
 func TestCommandSchemasMatchTypes(t *testing.T) {
@@ -476,6 +478,8 @@ func TestDefsMatchTypes(t *testing.T) {
 		"Ritual":             reflect.TypeFor[schemas.Ritual](),
 		"RitualVersionState": reflect.TypeFor[schemas.RitualVersion](),
 		"RitualRef":          reflect.TypeFor[schemas.RitualRef](),
+		"Schedule":           reflect.TypeFor[schemas.Schedule](),
+		"ScheduleRef":        reflect.TypeFor[schemas.ScheduleRef](),
 	} {
 		s.check("common.json#/$defs/"+name, typ, doc{schemas.PathCommon, defs[name].(map[string]any)})
 	}
@@ -506,7 +510,7 @@ func TestEnumsMatchConstants(t *testing.T) {
 	require.Equal(t, []string{schemas.WaitApproval, schemas.WaitSignal, schemas.WaitTimer}, enumOf(prop(common["TaskWaiting"], "kind")))
 	require.Equal(t, []string{schemas.OutcomePass, schemas.OutcomeFail, schemas.OutcomeInconclusive}, enumOf(prop(common["VerificationRecorded"], "outcome")))
 	require.Equal(t, []string{schemas.WorkKindExecute, schemas.WorkKindVerify}, enumOf(prop(s.docs[schemas.PathWorkItem], "kind")))
-	require.Equal(t, []string{domain.AggWorkspace, domain.AggGoal, domain.AggTask, domain.AggRitual}, enumOf(prop(s.docs[schemas.PathQuery], "aggregate")))
+	require.Equal(t, []string{domain.AggWorkspace, domain.AggGoal, domain.AggTask, domain.AggRitual, domain.AggSchedule}, enumOf(prop(s.docs[schemas.PathQuery], "aggregate")))
 	for _, st := range enumOf(common["TaskState"]) {
 		require.Equal(t, domain.Terminal(st), schemas.Terminal(st), st)
 	}
@@ -699,7 +703,7 @@ func TestApprovalEnumsMatchDomain(t *testing.T) {
 	ref := func(node any) []string { return s.refs(doc{"commands/x.json", node.(map[string]any)}) }
 	require.Contains(t, ref(cmd("task.request_approval")["summary"]), "Title", "summary: at most MaxTitle")
 	require.Contains(t, ref(cmd("approval.decide")["comment"]), "Reason", "comment: at most MaxReason")
-	require.Equal(t, []string{domain.TimerBackoff, domain.TimerAttempt, domain.TimerWait, domain.TimerGoal, domain.TimerTask, domain.TimerApproval},
+	require.Equal(t, []string{domain.TimerBackoff, domain.TimerAttempt, domain.TimerWait, domain.TimerGoal, domain.TimerTask, domain.TimerApproval, domain.TimerSchedule},
 		enumOf(cmd("timer.fire")["kind"]))
 }
 

@@ -14,7 +14,7 @@ import (
 )
 
 func eventsCmd(g *globals) *cobra.Command {
-	return listCmd(g, &cobra.Command{Use: "events ID", Short: "show the history of a task, goal, workspace or ritual (by its name)", Args: cobra.ExactArgs(1)},
+	return listCmd(g, &cobra.Command{Use: "events ID", Short: "show the history of a task, goal, workspace, ritual or schedule (by its name)", Args: cobra.ExactArgs(1)},
 		nil, "events", nil, func(ctx context.Context, cl *client.Client, args []string, opts ...client.CallOption) iter.Seq2[*json.RawMessage, error] {
 			// Each event as the service encoded it: --json prints it whole.
 			return client.List[json.RawMessage](ctx, cl, "events", schemas.Query{ID: args[0]}, opts...)

@@ -50,6 +50,9 @@ func printGoal(w io.Writer, v *schemas.GoalView) error {
 	if v.Ritual != nil {
 		fmt.Fprintf(w, "from ritual %s version %d\n", v.Ritual.Name, v.Ritual.Version)
 	}
+	if v.Schedule != nil {
+		fmt.Fprintf(w, "from schedule %s, slot %s\n", v.Schedule.Name, v.Schedule.Slot.UTC().Format(time.RFC3339))
+	}
 	if v.Reason != "" {
 		fmt.Fprintf(w, "reason: %s\n", v.Reason)
 	}

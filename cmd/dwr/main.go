@@ -7,6 +7,9 @@ package main
 
 import (
 	"os"
+	// The IANA zones of schedules (domain reads them with time.LoadLocation)
+	// resolve even where the system has no zoneinfo, as in a scratch image.
+	_ "time/tzdata"
 )
 
 func main() {

@@ -84,7 +84,7 @@ func Main(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	pf.StringVar(&g.timeout, "timeout", "10s", "how long to wait for the service to answer")
 	root.AddCommand(serveCmd(), workspaceCmd(g), goalCmd(g), planCmd(g), taskCmd(g), eventsCmd(g), watchCmd(g),
 		adminCmd(g), schemaCmd(g), reviewCmd(g), signalCmd(g), benchCmd(g), workerCmd(g),
-		keysCmd(g), approvalsCmd(g), approveCmd(g), usersCmd(g), artifactCmd(g), ritualCmd(g))
+		keysCmd(g), approvalsCmd(g), approveCmd(g), usersCmd(g), artifactCmd(g), ritualCmd(g), scheduleCmd(g))
 	root.SetArgs(args)
 	root.SetOut(stdout)
 	root.SetErr(stderr)

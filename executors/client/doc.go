@@ -1,5 +1,5 @@
 // Package client is the Go client of dwr for callers: a service or a tool
-// that starts work (goals, plans, tasks, rituals' runs), steers it (signals, reviews,
+// that starts work (goals, plans, tasks, rituals' runs, schedules), steers it (signals, reviews,
 // approvals, cancellation) and reads it (queries, the event feed). Executors
 // take work with the executor SDK (package executors) instead, which sends
 // its own commands and queries through this package.

@@ -22,6 +22,9 @@ const (
 	// AggRitual: a ritual, whose id is "<workspace>:<name>" (History also
 	// takes its name alone).
 	AggRitual = "ritual"
+	// AggSchedule: a schedule, whose id is "<workspace>:<name>" (History
+	// also takes its name alone).
+	AggSchedule = "schedule"
 )
 
 // Event is one event of an aggregate's history, as the feed publishes it

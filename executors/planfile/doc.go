@@ -14,6 +14,10 @@
 // parameters (a JSON Schema) and the goal and tasks templates, whose
 // "${name}" strings the service fills in on each run.
 //
+// A schedule's file (ReadSchedule, what `dwr schedule create -f` reads) is
+// {goal: {...}, tasks: [...]}: the goal each slot starts, as goal.create
+// takes it without goal_id and tasks, and its first plan.
+//
 // Options are one task's settings as plain values, the way a command line
 // gives them (`dwr task create`'s flags): Options.TaskSpec resolves them
 // into the spec, and its *OptionError names the options it refuses so that

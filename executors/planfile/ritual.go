@@ -48,15 +48,11 @@ func ReadRitual(name string, r io.Reader) (schemas.DefineRitual, error) {
 			return def, fmt.Errorf("ritual file %s: /%s is not a field of a ritual (its fields: %s)", name, k, strings.Join(ritualFields, ", "))
 		}
 	}
-	tasks, _ := m["tasks"].([]any)
-	for i, t := range tasks {
-		task, _ := t.(map[string]any)
-		for _, rt := range relativeTimes {
-			if _, has := task[rt[0]]; has {
-				return def, fmt.Errorf("ritual file %s: /tasks/%d/%s: a ritual's task cannot count from when the file is read; give %s (a time, which may be a parameter), or leave it out",
-					name, i, rt[0], rt[1])
-			}
-		}
+	if err := noRelativeTimes(m["tasks"], func(i int, rt [2]string) error {
+		return fmt.Errorf("ritual file %s: /tasks/%d/%s: a ritual's task cannot count from when the file is read; give %s (a time, which may be a parameter), or leave it out",
+			name, i, rt[0], rt[1])
+	}); err != nil {
+		return def, err
 	}
 	j, err := json.Marshal(m)
 	if err != nil {
@@ -88,4 +84,20 @@ func ReadParamsFile(path string) (map[string]any, error) {
 		return nil, fmt.Errorf("params file %s must be an object: a value for each parameter by name", path)
 	}
 	return m, nil
+}
+
+// noRelativeTimes returns refuse's error for the first task of tasks (a
+// decoded list) that has a start_after or deadline_after: a template, read
+// once and used later, cannot count from when it was read.
+func noRelativeTimes(tasks any, refuse func(i int, rt [2]string) error) error {
+	list, _ := tasks.([]any)
+	for i, t := range list {
+		task, _ := t.(map[string]any)
+		for _, rt := range relativeTimes {
+			if _, has := task[rt[0]]; has {
+				return refuse(i, rt)
+			}
+		}
+	}
+	return nil
 }
