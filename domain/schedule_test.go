@@ -220,10 +220,10 @@ func TestSchedulePauseResumeDelete(t *testing.T) {
 
 	// The same spec again is the same schedule; another is a conflict.
 	w.duplicate(w.nextCommandID(), report("ten", "10m"))
-	w.refused(report("ten", "20m"), CodeConflict)
+	_ = w.refused(report("ten", "20m"), CodeConflict)
 	w.must(&DeleteSchedule{Name: "ten"})
 	require.Nil(t, w.schedule("ten").NextSlot)
-	w.refused(&PauseSchedule{Name: "ten"}, CodeNotFound)
+	_ = w.refused(&PauseSchedule{Name: "ten"}, CodeNotFound)
 	// Deleted, the name can be created again.
 	w.must(report("ten", "20m"))
 	require.Equal(t, w.now.Add(20*time.Minute), *w.schedule("ten").NextSlot)
