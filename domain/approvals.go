@@ -508,6 +508,9 @@ func (x *tx) takeBranch(taskID, id, branch, why, comment string) error {
 	if comment != "" {
 		why += ": " + comment
 	}
+	if a.Kind == schemas.ApprovalKindBudget {
+		return x.budgetBranch(t, a, branch, why)
+	}
 	switch branch {
 	case BranchResume:
 		if a.Attempt == 0 { // the gate is passed: on to the start time, or ready
@@ -535,4 +538,32 @@ func (x *tx) takeBranch(taskID, id, branch, why, comment string) error {
 	default:
 		return x.emit(taskID, &TaskFailed{Reason: ReasonApproval, Error: &ErrorInfo{Code: ReasonApproval, Message: why}})
 	}
+}
+
+// budgetBranch takes the branch of a budget approval: approved, the goal's
+// budget becomes the one the approval proposed (unless it already allows as
+// much) and the task is ready again; otherwise the task fails as its
+// budget said.
+func (x *tx) budgetBranch(t *Task, a *Approval, branch, why string) error {
+	if branch != BranchResume {
+		return x.emit(t.ID, &TaskFailed{Reason: ReasonBudget, Error: &ErrorInfo{Code: ReasonBudget,
+			Message: "the goal's budget was not extended (" + why + ")"}})
+	}
+	var ext schemas.BudgetExtension
+	if err := json.Unmarshal(a.Action, &ext); err != nil {
+		return fmt.Errorf("domain: budget approval %s: %w", a.ID, err)
+	}
+	g, err := x.o.Goal(ext.ExtendBudget.GoalID)
+	if err != nil || g == nil {
+		return err
+	}
+	to, now := ext.ExtendBudget.To, g.Envelope.Budget
+	if to.Attempts > now.Attempts || to.Tokens > now.Tokens || to.Cost > now.Cost {
+		to.Attempts, to.Tokens, to.Cost = max(to.Attempts, now.Attempts), max(to.Tokens, now.Tokens), max(to.Cost, now.Cost)
+		to.Deadline = now.Deadline
+		if err := x.emit(g.ID, &GoalBudgetExtended{Budget: to, ApprovalID: a.ID}); err != nil {
+			return err
+		}
+	}
+	return x.emit(t.ID, &TaskReady{Reason: "budget extended"})
 }

@@ -4,6 +4,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"slices"
+
+	"github.com/dwr-run/dwr/schemas"
 )
 
 func (x *tx) createWorkspace(c *CreateWorkspace) (Reply, error) {
@@ -67,6 +69,15 @@ func (x *tx) createGoalFrom(c *CreateGoal, ritual *RitualRef, schedule *Schedule
 		return Reply{}, invalid("/envelope/budget/tokens", "must not be negative")
 	case b.Attempts < 0:
 		return Reply{}, invalid("/envelope/budget/attempts", "must not be negative")
+	case c.Envelope.OnExhausted != "" && c.Envelope.OnExhausted != schemas.OnExhaustedFail && c.Envelope.OnExhausted != schemas.OnExhaustedApproval:
+		return Reply{}, invalid("/envelope/on_exhausted", "%q is neither fail nor approval", c.Envelope.OnExhausted)
+	case c.Envelope.ExtensionRole != "" && c.Envelope.OnExhausted != schemas.OnExhaustedApproval:
+		return Reply{}, invalid("/envelope/extension_role", "applies only with on_exhausted approval")
+	}
+	if c.Envelope.ExtensionRole != "" {
+		if err := checkName("/envelope/extension_role", "role", c.Envelope.ExtensionRole); err != nil {
+			return Reply{}, err
+		}
 	}
 	for i, q := range c.Envelope.Permissions.Queues {
 		if !ValidName(q) {

@@ -1,9 +1,14 @@
 package domain
 
 import (
+	"encoding/json"
 	"fmt"
 	"slices"
+	"strconv"
+	"strings"
 	"time"
+
+	"github.com/dwr-run/dwr/schemas"
 )
 
 func (x *tx) createTask(c *CreateTask) (Reply, error) {
@@ -114,7 +119,7 @@ func (x *tx) refuseToStart(t *Task) (bool, error) {
 	if why, err := x.overBudget(t); err != nil {
 		return false, err
 	} else if why != "" {
-		return true, x.emit(t.ID, &TaskFailed{Reason: ReasonBudget, Error: &ErrorInfo{Code: ReasonBudget, Message: why}})
+		return true, x.exhausted(t, 0, why)
 	}
 	if spent(t) >= retryOf(t).MaxAttempts {
 		return true, x.emit(t.ID, &TaskFailed{Reason: ReasonAttemptsSpent,
@@ -254,7 +259,7 @@ func (x *tx) failAttempt(t *Task, n int, e ErrorInfo, retryable bool, steps []Mo
 	if why, err := x.overBudget(t); err != nil {
 		return err
 	} else if why != "" {
-		return x.emit(t.ID, &TaskFailed{Reason: ReasonBudget, Error: &ErrorInfo{Code: ReasonBudget, Message: why}})
+		return x.exhausted(t, n, why)
 	}
 	return x.emit(t.ID, &BackoffScheduled{Attempt: n, Until: x.m.Now.Add(Backoff(policy, spent(t)))})
 }
@@ -503,6 +508,42 @@ func (x *tx) overBudget(t *Task) (string, error) {
 		return fmt.Sprintf("the goal's budget of cost %g is used up (%g used)", b.Cost, cost), nil
 	}
 	return "", nil
+}
+
+// exhausted ends t's way forward when its goal's budget allows it no
+// further attempt (why): it fails, or — when the goal's envelope says
+// on_exhausted approval, and the budget is one an approval can extend —
+// it waits on a budget approval (attempt: the attempt that ended, 0 before
+// any) whose approval doubles each bound of the budget.
+func (x *tx) exhausted(t *Task, attempt int, why string) error {
+	g, err := x.o.Goal(t.GoalID)
+	if err != nil {
+		return err
+	}
+	b := g.Envelope.Budget
+	if g.Envelope.OnExhausted != schemas.OnExhaustedApproval || (b.Deadline != nil && !x.m.Now.Before(*b.Deadline)) {
+		return x.emit(t.ID, &TaskFailed{Reason: ReasonBudget, Error: &ErrorInfo{Code: ReasonBudget, Message: why}})
+	}
+	var ext schemas.BudgetExtension
+	e := &ext.ExtendBudget
+	e.GoalID, e.Why, e.Budget, e.To = g.ID, why, b, b
+	e.To.Attempts, e.To.Tokens, e.To.Cost = 2*b.Attempts, 2*b.Tokens, 2*b.Cost
+	action, err := json.Marshal(ext)
+	if err != nil {
+		return err
+	}
+	title := g.Title
+	if len(title) > MaxTitle/2 {
+		title = strings.ToValidUTF8(title[:MaxTitle/2], "")
+	}
+	ev, err := newApproval(t, attempt, ApprovalRequest{Action: action, Summary: "extend the budget of goal " + title,
+		Basis: json.RawMessage(strconv.Quote(why)), Role: g.Envelope.ExtensionRole, Responses: []string{ResponseApprove, ResponseReject},
+		Branches: map[string]string{ResponseApprove: BranchResume, ResponseReject: BranchFail}, OnExpiry: BranchFail}, false, x.m.Now)
+	if err != nil {
+		return err
+	}
+	ev.Kind = schemas.ApprovalKindBudget
+	return x.emit(t.ID, ev)
 }
 
 // quarantineTask fails a task whose work item kept failing to be processed,

@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/dwr-run/dwr/schemas"
 )
 
 func TestPlanChainRunsToGoalAchieved(t *testing.T) {
@@ -1341,4 +1343,70 @@ func TestAGoalsDeadlineFailsWhatOverrunsIt(t *testing.T) {
 	again := w.must(fire)
 	require.Empty(t, again.Changes, "a stale deadline changes nothing")
 	w.requireReplays()
+}
+
+// A goal whose envelope says on_exhausted approval does not fail the task
+// its budget stops: the task waits on a budget approval; approved, the
+// budget doubles and the task goes on; rejected, it fails as the budget
+// said.
+func TestGoalBudgetExhaustedAsksForAnExtension(t *testing.T) {
+	for _, response := range []string{ResponseApprove, ResponseReject} {
+		t.Run(response, func(t *testing.T) {
+			w := setup(t)
+			key := w.approver("olga", "finance")
+			g := w.createGoal(Envelope{Budget: Budget{Tokens: 100}, OnExhausted: schemas.OnExhaustedApproval, ExtensionRole: "finance"})
+			ids, _ := w.plan(g, spec("a"))
+			n := w.claim(ids["a"])
+			w.must(&ReportFailure{TaskID: ids["a"], Attempt: n, Retryable: true, Error: ErrorInfo{Code: "boom", Message: "it broke"},
+				ModelSteps: []ModelStep{{Model: "m", Tokens: 140}}})
+			require.Equal(t, StateWaiting, w.state(ids["a"]), "the budget stops the task, which waits")
+			require.Equal(t, GoalStateOpen, w.goal(g).State)
+			a := w.pending(ids["a"])
+			require.Equal(t, schemas.ApprovalKindBudget, a.Kind)
+			require.Equal(t, "finance", a.Role)
+			var ext schemas.BudgetExtension
+			require.NoError(t, json.Unmarshal(a.Action, &ext))
+			require.Equal(t, int64(200), ext.ExtendBudget.To.Tokens, "the approval doubles the budget")
+			require.Contains(t, ext.ExtendBudget.Why, "140 used")
+
+			w.must(decision(a, "olga", key, response))
+			if response == ResponseReject {
+				require.Equal(t, StateFailed, w.state(ids["a"]))
+				require.Equal(t, ReasonBudget, w.task(ids["a"]).Reason)
+				require.Equal(t, GoalStateFailed, w.goal(g).State)
+				w.requireReplays()
+				return
+			}
+			require.Equal(t, int64(200), w.goal(g).Envelope.Budget.Tokens)
+			require.Equal(t, StateReady, w.state(ids["a"]))
+			n = w.claim(ids["a"])
+			require.Equal(t, 2, n, "the next attempt starts")
+			w.must(&ReportSuccess{TaskID: ids["a"], Attempt: n, ModelSteps: []ModelStep{{Model: "m", Tokens: 100}}})
+			require.Equal(t, GoalStateAchieved, w.goal(g).State)
+
+			// Exhausted again before an attempt starts: the claim asks.
+			g2 := w.createGoal(Envelope{Budget: Budget{Attempts: 1}, OnExhausted: schemas.OnExhaustedApproval})
+			ids2, _ := w.plan(g2, spec("b"), spec("c"))
+			w.succeed(ids2["b"], w.claim(ids2["b"]))
+			out := w.must(&ClaimTask{ClaimBody: ClaimBody{TaskID: ids2["c"], Executor: "e"}})
+			require.Equal(t, []string{"task.approval_requested"}, events(out, ids2["c"]))
+			require.Equal(t, 0, w.pending(ids2["c"]).Attempt)
+			w.requireReplays()
+		})
+	}
+}
+
+func TestGoalEnvelopeOnExhaustedIsChecked(t *testing.T) {
+	w := setup(t)
+	for _, c := range []struct {
+		env   Envelope
+		field string
+	}{
+		{Envelope{OnExhausted: "pray"}, "/envelope/on_exhausted"},
+		{Envelope{ExtensionRole: "finance"}, "/envelope/extension_role"},
+		{Envelope{OnExhausted: schemas.OnExhaustedApproval, ExtensionRole: "no spaces allowed"}, "/envelope/extension_role"},
+	} {
+		err := w.refused(&CreateGoal{GoalID: DeriveID(epoch, c.field+c.env.OnExhausted), Title: "t", Envelope: c.env}, CodeInvalid)
+		require.Equal(t, c.field, err.Field)
+	}
 }

@@ -30,6 +30,13 @@ func (*GoalAchieved) EventType() string { return "goal.achieved" }
 func (*GoalAchieved) AggregateType() string { return AggGoal }
 func (*GoalAchieved) isEvent()              {}
 
+// EventType returns "goal.budget_extended".
+func (*GoalBudgetExtended) EventType() string { return "goal.budget_extended" }
+
+// AggregateType returns AggGoal.
+func (*GoalBudgetExtended) AggregateType() string { return AggGoal }
+func (*GoalBudgetExtended) isEvent()              {}
+
 // EventType returns "goal.failed".
 func (*GoalFailed) EventType() string { return "goal.failed" }
 

@@ -121,6 +121,14 @@ type GoalFailed struct {
 	Reason string `json:"reason"`
 }
 
+// GoalBudgetExtended: an approver approved a budget approval (the goal's
+// envelope says on_exhausted approval): the goal's budget is Budget from
+// now on.
+type GoalBudgetExtended struct {
+	Budget     Budget `json:"budget"`
+	ApprovalID string `json:"approval_id"`
+}
+
 // GoalCancelled: the goal was cancelled along with its unfinished tasks.
 type GoalCancelled struct {
 	Reason string `json:"reason,omitempty"`
@@ -316,6 +324,7 @@ var eventTypes = map[string]func() Event{
 	"goal.achieved":                 func() Event { return &GoalAchieved{} },
 	"goal.failed":                   func() Event { return &GoalFailed{} },
 	"goal.cancelled":                func() Event { return &GoalCancelled{} },
+	"goal.budget_extended":          func() Event { return &GoalBudgetExtended{} },
 	"task.created":                  func() Event { return &TaskCreated{} },
 	"task.ready":                    func() Event { return &TaskReady{} },
 	"task.waiting":                  func() Event { return &TaskWaiting{} },

@@ -177,6 +177,8 @@ func ApplyGoal(g *Goal, id, workspace string, e Event, r Recorded) (*Goal, error
 		if g.State == GoalStateFailed { // a revision reopens a failed goal
 			g.State, g.Reason = GoalStateOpen, ""
 		}
+	case *GoalBudgetExtended:
+		g.Envelope.Budget = ev.Budget
 	case *GoalAchieved:
 		g.State = GoalStateAchieved
 	case *GoalFailed:

@@ -149,3 +149,37 @@ func TestTaskDeadlineFailsTheTask(t *testing.T) {
 	require.Equal(t, domain.ReasonDeadline, got.Reason)
 	require.Equal(t, domain.AttemptStateCancelled, got.Attempts[0].State)
 }
+
+// A goal's budget that runs out with on_exhausted approval: the task waits
+// on a budget approval in the inbox of the extension role; approved by a
+// signed decision, the goal's budget doubles and the task runs again.
+func TestABudgetExtensionOverTheWire(t *testing.T) {
+	b := setup(t)
+	olga := b.register(t, "olga", "finance")
+	goal, _ := b.mustCommand(t, "goal.create", map[string]any{"title": "research", "envelope": map[string]any{
+		"budget": map[string]any{"tokens": 100}, "on_exhausted": "approval", "extension_role": "finance"},
+		"tasks": []map[string]any{{"key": "a", "queue": "q"}}})
+	taskID := goal.Tasks[0].TaskID
+	claim, _ := b.mustCommand(t, "task.claim", map[string]any{"task_id": taskID, "executor": "test"})
+	failed, seq := b.mustCommand(t, "task.fail", map[string]any{"task_id": taskID, "attempt": 1, "token": claim.Token,
+		"error": map[string]any{"message": "try again"}, "retryable": true, "model_steps": []map[string]any{{"model": "m", "tokens": 120}}})
+	require.Equal(t, domain.StateWaiting, failed.State)
+
+	var inbox []projections.ApprovalView
+	b.query(t, "approval.list", schemas.Query{Role: "finance"}, seq, &inbox)
+	require.Len(t, inbox, 1)
+	a := inbox[0]
+	require.Equal(t, schemas.ApprovalKindBudget, a.Kind)
+	require.Contains(t, a.Summary, "extend the budget of goal research")
+
+	r := b.peer(t, "olga").send(t, "approval.decide", decide(a, "olga", olga, "approve"), "")
+	require.True(t, r.OK, "%+v", r.Error)
+	var decided domain.Reply
+	require.NoError(t, json.Unmarshal(r.Result, &decided))
+	require.Equal(t, domain.StateReady, decided.State)
+	seq = r.Seq
+	var g schemas.GoalView
+	b.query(t, "goal.get", schemas.Query{ID: goal.ID}, seq, &g)
+	require.Equal(t, int64(200), g.Envelope.Budget.Tokens)
+	require.Equal(t, int64(120), g.Spent.Tokens)
+}

@@ -45,9 +45,12 @@ var Branches = []string{BranchResume, BranchReject, BranchFail, BranchEscalate}
 // and its digest, the basis, who may decide, how long the request stands,
 // and what each response leads to; then the decision, or the refusals.
 type Approval struct {
-	ID           string            `json:"id"` // <task id>-<n>
-	TaskID       string            `json:"task_id"`
-	Attempt      int               `json:"attempt,omitempty"` // the attempt that asked; 0 for a gate
+	ID      string `json:"id"` // <task id>-<n>
+	TaskID  string `json:"task_id"`
+	Attempt int    `json:"attempt,omitempty"` // the attempt that asked; 0 for a gate (or a budget extension asked before an attempt)
+	// Kind is ApprovalKindBudget for a request to extend the goal's
+	// budget (Envelope.OnExhausted); "" for a task's own approval.
+	Kind         string            `json:"kind,omitempty"`
 	Action       json.RawMessage   `json:"action"`
 	ActionDigest string            `json:"action_digest"`
 	Summary      string            `json:"summary,omitempty"`
@@ -107,6 +110,21 @@ type ApprovalRequest struct {
 	OnExpiry   string            `json:"on_expiry,omitempty"`
 	EscalateTo string            `json:"escalate_to,omitempty"`
 	ExpiresIn  Duration          `json:"expires_in,omitempty"`
+}
+
+// ApprovalKindBudget marks an approval that extends its goal's budget: its
+// action is a BudgetExtension.
+const ApprovalKindBudget = "budget"
+
+// BudgetExtension is the action of a budget approval: the goal's budget
+// now, and the one approving makes it.
+type BudgetExtension struct {
+	ExtendBudget struct {
+		GoalID string `json:"goal_id"`
+		Why    string `json:"why"`
+		Budget Budget `json:"budget"`
+		To     Budget `json:"to"`
+	} `json:"extend_budget"`
 }
 
 // ActionDigestPrefix opens every action digest: it names the hash.

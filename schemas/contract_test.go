@@ -318,6 +318,19 @@ func TestContractOfTheDomain(t *testing.T) {
 	c.do("task.claim", map[string]any{"task_id": plan2["a"], "executor": "r"})
 	c.do("task.fail", map[string]any{"task_id": plan2["a"], "attempt": 1, "error": map[string]any{"message": "bad input"}, "retryable": false})
 
+	// A goal whose budget runs out asks finance to extend it, who approves.
+	goal4 := domain.DeriveID(c.now, "goal-4")
+	c.do("goal.create", map[string]any{"goal_id": goal4, "title": "Fourth", "envelope": map[string]any{
+		"budget": map[string]any{"attempts": 1}, "on_exhausted": "approval", "extension_role": "finance"}})
+	plan4 := ids(c.do("plan.submit", map[string]any{"goal_id": goal4, "tasks": []map[string]any{{"key": "p", "queue": "research"}}}))
+	c.do("task.claim", map[string]any{"task_id": plan4["p"], "executor": "r"})
+	r = c.do("task.fail", map[string]any{"task_id": plan4["p"], "attempt": 1, "error": map[string]any{"message": "flaky"}, "retryable": true})
+	require.Equal(t, domain.StateWaiting, r.State)
+	extension := c.pending(plan4["p"])
+	require.Equal(t, "budget", extension.Kind)
+	r = c.do("approval.decide", c.decision(plan4["p"], extension.ID, "omar", "approve", "one more try"))
+	require.Equal(t, domain.StateReady, r.State)
+
 	// A goal whose plan is revised (kept, replaced, added, removed), then
 	// canceled.
 	goal3 := domain.DeriveID(c.now, "goal-3")

@@ -67,7 +67,19 @@ type PlanTask struct {
 type Envelope struct {
 	Budget      Budget      `json:"budget"`
 	Permissions Permissions `json:"permissions"`
+	// OnExhausted is what a task does when the budget allows it no further
+	// attempt: OnExhaustedFail (the default) fails it; OnExhaustedApproval
+	// parks it on an approval to extend the budget (ExtensionRole decides;
+	// "" any registered approver).
+	OnExhausted   string `json:"on_exhausted,omitempty"`
+	ExtensionRole string `json:"extension_role,omitempty"`
 }
+
+// What a task does when its goal's budget is used up (Envelope.OnExhausted).
+const (
+	OnExhaustedFail     = "fail"
+	OnExhaustedApproval = "approval"
+)
 
 // Budget bounds what a goal's work may spend; a zero field is no bound.
 type Budget struct {

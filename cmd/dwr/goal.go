@@ -32,6 +32,10 @@ func goalCmd(g *globals) *cobra.Command {
 	f.StringArrayVar(&c.SuccessCriteria, "criterion", nil, "a success criterion (repeatable)")
 	f.StringSliceVar(&queues, "allow-queue", nil, "queues the goal's tasks may use (default: any)")
 	f.IntVar(&c.Envelope.Budget.Attempts, "budget-attempts", 0, "most attempts in all (0: no limit)")
+	f.Int64Var(&c.Envelope.Budget.Tokens, "budget-tokens", 0, "most model tokens in all (0: no limit)")
+	f.Float64Var(&c.Envelope.Budget.Cost, "budget-cost", 0, "most cost in all (0: no limit)")
+	f.StringVar(&c.Envelope.OnExhausted, "on-exhausted", "", "when the budget is used up: fail the task (fail, the default), or ask an approver to extend it (approval)")
+	f.StringVar(&c.Envelope.ExtensionRole, "extension-role", "", "with --on-exhausted approval: the approver role that may extend the budget (default: any)")
 
 	get := getCmd(g, "get ID", "show a goal with its plan", (*client.Client).Goal, printGoal)
 	list := listCmd(g, &cobra.Command{Use: "list [--all | --limit N --after CURSOR]", Short: "list goals (a page; --all for every one)", Args: cobra.NoArgs},
