@@ -545,6 +545,37 @@ func (x *tx) takeBranch(taskID, id, branch, why, comment string) error {
 // much) and the task is ready again; otherwise the task fails as its
 // budget said.
 func (x *tx) budgetBranch(t *Task, a *Approval, branch, why string) error {
+	if err := x.budgetDecided(t, a, branch, why); err != nil {
+		return err
+	}
+	// The tasks of the goal that waited on this approval follow it.
+	g, err := x.o.Goal(t.GoalID)
+	if err != nil || g == nil {
+		return err
+	}
+	for _, p := range g.Plan {
+		o, err := x.o.Task(p.TaskID)
+		if err != nil {
+			return err
+		}
+		if o.ID == t.ID || o.State != StateWaiting || o.Wait == nil || o.Wait.Kind != WaitBudget || o.Wait.ApprovalID != a.ID {
+			continue
+		}
+		if branch == BranchResume {
+			err = x.emit(o.ID, &TaskReady{Reason: "budget extended"})
+		} else {
+			err = x.emit(o.ID, &TaskFailed{Reason: ReasonBudget, Error: &ErrorInfo{Code: ReasonBudget,
+				Message: "the goal's budget was not extended (" + why + ")"}})
+		}
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// budgetDecided takes the branch of budget approval a for its own task t.
+func (x *tx) budgetDecided(t *Task, a *Approval, branch, why string) error {
 	if branch != BranchResume {
 		return x.emit(t.ID, &TaskFailed{Reason: ReasonBudget, Error: &ErrorInfo{Code: ReasonBudget,
 			Message: "the goal's budget was not extended (" + why + ")"}})

@@ -524,6 +524,14 @@ func (x *tx) exhausted(t *Task, attempt int, why string) error {
 	if g.Envelope.OnExhausted != schemas.OnExhaustedApproval || (b.Deadline != nil && !x.m.Now.Before(*b.Deadline)) {
 		return x.emit(t.ID, &TaskFailed{Reason: ReasonBudget, Error: &ErrorInfo{Code: ReasonBudget, Message: why}})
 	}
+	// The goal pauses on one approval: a task stopped while another's is
+	// pending waits on that one.
+	if asked, err := x.budgetApproval(g); err != nil || asked != nil {
+		if err != nil || asked.TaskID == t.ID {
+			return err
+		}
+		return x.emit(t.ID, &TaskWaiting{Kind: WaitBudget, ApprovalID: asked.ID})
+	}
 	var ext schemas.BudgetExtension
 	e := &ext.ExtendBudget
 	e.GoalID, e.Why, e.Budget, e.To = g.ID, why, b, b
@@ -544,6 +552,21 @@ func (x *tx) exhausted(t *Task, attempt int, why string) error {
 	}
 	ev.Kind = schemas.ApprovalKindBudget
 	return x.emit(t.ID, ev)
+}
+
+// budgetApproval returns the pending budget approval of goal g's current
+// plan, or nil.
+func (x *tx) budgetApproval(g *Goal) (*Approval, error) {
+	for _, p := range g.Plan {
+		t, err := x.o.Task(p.TaskID)
+		if err != nil {
+			return nil, err
+		}
+		if a := t.PendingApproval(); a != nil && a.Kind == schemas.ApprovalKindBudget {
+			return a, nil
+		}
+	}
+	return nil, nil
 }
 
 // quarantineTask fails a task whose work item kept failing to be processed,

@@ -1410,3 +1410,49 @@ func TestGoalEnvelopeOnExhaustedIsChecked(t *testing.T) {
 		require.Equal(t, c.field, err.Field)
 	}
 }
+
+// The goal pauses on one budget approval: a second task the budget stops
+// waits on the first one's approval, and follows its decision.
+func TestABudgetApprovalHoldsTheGoal(t *testing.T) {
+	for _, response := range []string{ResponseApprove, ResponseReject} {
+		t.Run(response, func(t *testing.T) {
+			w := setup(t)
+			key := w.approver("olga", "finance")
+			g := w.createGoal(Envelope{Budget: Budget{Attempts: 2}, OnExhausted: schemas.OnExhaustedApproval})
+			ids, _ := w.plan(g, spec("a"), spec("b"), spec("c"))
+			w.succeed(ids["a"], w.claim(ids["a"]))
+			w.succeed(ids["b"], w.claim(ids["b"]))
+			w.must(&ClaimTask{ClaimBody: ClaimBody{TaskID: ids["c"], Executor: "e"}})
+			asked := w.pending(ids["c"])
+
+			// A fourth task, added by a revision, is stopped too: it waits
+			// on c's approval instead of asking again.
+			ids2, _ := w.plan(g, spec("a"), spec("b"), spec("c"), spec("d"))
+			out := w.must(&ClaimTask{ClaimBody: ClaimBody{TaskID: ids2["d"], Executor: "e"}})
+			require.Equal(t, []string{"task.waiting"}, events(out, ids2["d"]))
+			d := w.task(ids2["d"])
+			require.Equal(t, WaitBudget, d.Wait.Kind)
+			require.Equal(t, asked.ID, d.Wait.ApprovalID)
+			require.Empty(t, d.Approvals, "one approval for the goal")
+
+			if response == ResponseReject {
+				// Before the decision, the asking task is cancelled: the
+				// waiting one is ready again and asks for itself.
+				ids3, _ := w.plan(g, spec("a"), spec("b"), spec("d"))
+				require.Equal(t, StateCancelled, w.state(ids["c"]))
+				require.Equal(t, StateReady, w.state(ids3["d"]))
+				w.must(&ClaimTask{ClaimBody: ClaimBody{TaskID: ids3["d"], Executor: "e"}})
+				asked = w.pending(ids3["d"])
+				ids["c"] = ids3["d"]
+			}
+			w.must(decision(asked, "olga", key, response))
+			want := StateReady
+			if response == ResponseReject {
+				want = StateFailed
+			}
+			require.Equal(t, want, w.state(ids["c"]))
+			require.Equal(t, want, w.state(ids2["d"]), "the waiting task follows the decision")
+			w.requireReplays()
+		})
+	}
+}

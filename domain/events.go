@@ -159,6 +159,7 @@ const (
 	WaitApproval = schemas.WaitApproval
 	WaitSignal   = schemas.WaitSignal
 	WaitTimer    = schemas.WaitTimer
+	WaitBudget   = schemas.WaitBudget
 )
 
 // AttemptStarted: an executor claimed the task and holds attempt n, with

@@ -442,10 +442,42 @@ func (x *tx) onEnded(id string) error {
 		return x.emit(d, &TaskFailed{Reason: ReasonDependencyFailed,
 			Error: &ErrorInfo{Code: ReasonDependencyFailed, Message: "dependency " + id + " did not succeed"}})
 	})
+	if err == nil {
+		err = x.releaseBudgetWaiters(id)
+	}
 	if err != nil {
 		return err
 	}
 	return x.checkGoalOf(id)
+}
+
+// releaseBudgetWaiters makes ready again the tasks that waited on the budget
+// approval of task id, which ended before anyone decided it: each asks
+// anew at its next claim if the budget still stops it.
+func (x *tx) releaseBudgetWaiters(id string) error {
+	t, err := x.o.Task(id)
+	if err != nil || t == nil || t.GoalID == "" {
+		return err
+	}
+	g, err := x.o.Goal(t.GoalID)
+	if err != nil || g == nil {
+		return err
+	}
+	for _, p := range g.Plan {
+		o, err := x.o.Task(p.TaskID)
+		if err != nil {
+			return err
+		}
+		if o == nil || o.State != StateWaiting || o.Wait == nil || o.Wait.Kind != WaitBudget {
+			continue
+		}
+		if owner, _, ok := ParseApprovalID(o.Wait.ApprovalID); ok && owner == id {
+			if err := x.emit(o.ID, &TaskReady{Reason: "budget approval withdrawn"}); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
 }
 
 // checkGoalOf ends the goal of task id when every task of its current plan

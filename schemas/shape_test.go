@@ -507,7 +507,7 @@ func TestEnumsMatchConstants(t *testing.T) {
 	require.Equal(t, domain.TaskStates, enumOf(common["TaskState"]))
 	require.Equal(t, []string{schemas.AttemptStateRunning, schemas.AttemptStateSucceeded, schemas.AttemptStateFailed, schemas.AttemptStateAbandoned,
 		schemas.AttemptStateParked, schemas.AttemptStateCancelled}, enumOf(prop(common["Attempt"], "state")))
-	require.Equal(t, []string{schemas.WaitApproval, schemas.WaitSignal, schemas.WaitTimer}, enumOf(prop(common["TaskWaiting"], "kind")))
+	require.Equal(t, []string{schemas.WaitApproval, schemas.WaitSignal, schemas.WaitTimer, schemas.WaitBudget}, enumOf(prop(common["TaskWaiting"], "kind")))
 	require.Equal(t, []string{schemas.OutcomePass, schemas.OutcomeFail, schemas.OutcomeInconclusive}, enumOf(prop(common["VerificationRecorded"], "outcome")))
 	require.Equal(t, []string{schemas.WorkKindExecute, schemas.WorkKindVerify}, enumOf(prop(s.docs[schemas.PathWorkItem], "kind")))
 	require.Equal(t, []string{domain.AggWorkspace, domain.AggGoal, domain.AggTask, domain.AggRitual, domain.AggSchedule}, enumOf(prop(s.docs[schemas.PathQuery], "aggregate")))

@@ -56,6 +56,10 @@ const (
 	WaitApproval = "approval"
 	WaitSignal   = "signal"
 	WaitTimer    = "timer"
+	// WaitBudget: the task's goal waits on a budget approval another task
+	// asked (Wait.ApprovalID names it); its decision resumes or fails this
+	// task too.
+	WaitBudget = "budget"
 )
 
 // Verification outcomes (Verification.Outcome, and the outcome of
