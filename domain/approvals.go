@@ -549,7 +549,19 @@ func (x *tx) budgetBranch(t *Task, a *Approval, branch, why string) error {
 		return err
 	}
 	// The tasks of the goal that waited on this approval follow it.
-	g, err := x.o.Goal(t.GoalID)
+	return x.budgetWaiters(t.GoalID, func(id string) bool { return id == a.ID }, func() Event {
+		if branch == BranchResume {
+			return &TaskReady{Reason: "budget extended"}
+		}
+		return &TaskFailed{Reason: ReasonBudget, Error: &ErrorInfo{Code: ReasonBudget,
+			Message: "the goal's budget was not extended (" + why + ")"}}
+	})
+}
+
+// budgetWaiters emits to each task of goal goalID that waits (wait kind
+// budget) on an approval match accepts the event ev makes.
+func (x *tx) budgetWaiters(goalID string, match func(approvalID string) bool, ev func() Event) error {
+	g, err := x.o.Goal(goalID)
 	if err != nil || g == nil {
 		return err
 	}
@@ -558,17 +570,10 @@ func (x *tx) budgetBranch(t *Task, a *Approval, branch, why string) error {
 		if err != nil {
 			return err
 		}
-		if o.ID == t.ID || o.State != StateWaiting || o.Wait == nil || o.Wait.Kind != WaitBudget || o.Wait.ApprovalID != a.ID {
-			continue
-		}
-		if branch == BranchResume {
-			err = x.emit(o.ID, &TaskReady{Reason: "budget extended"})
-		} else {
-			err = x.emit(o.ID, &TaskFailed{Reason: ReasonBudget, Error: &ErrorInfo{Code: ReasonBudget,
-				Message: "the goal's budget was not extended (" + why + ")"}})
-		}
-		if err != nil {
-			return err
+		if o != nil && o.State == StateWaiting && o.Wait != nil && o.Wait.Kind == WaitBudget && match(o.Wait.ApprovalID) {
+			if err := x.emit(o.ID, ev()); err != nil {
+				return err
+			}
 		}
 	}
 	return nil

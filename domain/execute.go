@@ -459,25 +459,10 @@ func (x *tx) releaseBudgetWaiters(id string) error {
 	if err != nil || t == nil || t.GoalID == "" {
 		return err
 	}
-	g, err := x.o.Goal(t.GoalID)
-	if err != nil || g == nil {
-		return err
-	}
-	for _, p := range g.Plan {
-		o, err := x.o.Task(p.TaskID)
-		if err != nil {
-			return err
-		}
-		if o == nil || o.State != StateWaiting || o.Wait == nil || o.Wait.Kind != WaitBudget {
-			continue
-		}
-		if owner, _, ok := ParseApprovalID(o.Wait.ApprovalID); ok && owner == id {
-			if err := x.emit(o.ID, &TaskReady{Reason: "budget approval withdrawn"}); err != nil {
-				return err
-			}
-		}
-	}
-	return nil
+	return x.budgetWaiters(t.GoalID, func(approvalID string) bool {
+		owner, _, ok := ParseApprovalID(approvalID)
+		return ok && owner == id
+	}, func() Event { return &TaskReady{Reason: "budget approval withdrawn"} })
 }
 
 // checkGoalOf ends the goal of task id when every task of its current plan
