@@ -257,10 +257,8 @@ func gateRequest(t *Task) ApprovalRequest {
 	} else if summary == "" {
 		summary = "start a task on queue " + t.Spec.Queue
 	}
-	if len(summary) > MaxTitle { // a long key: cut at a rune boundary
-		summary = strings.ToValidUTF8(summary[:MaxTitle], "")
-	}
-	return ApprovalRequest{Action: t.Spec.Input, Summary: summary, Basis: a.Basis, Role: a.Role,
+	// A long key: the summary is cut at a rune boundary.
+	return ApprovalRequest{Action: t.Spec.Input, Summary: clip(summary, MaxTitle), Basis: a.Basis, Role: a.Role,
 		Responses: a.Responses, Branches: a.Branches, OnExpiry: a.OnExpiry, EscalateTo: a.EscalateTo, ExpiresIn: a.ExpiresIn}
 }
 
@@ -411,10 +409,7 @@ func (x *tx) decideApproval(c *DecideApproval) (Reply, error) {
 		return Reply{}, &refusal{&Error{Code: code, Field: field, Message: reason + ": " + msg}}
 	}
 	if x.m.Authenticated && x.m.Actor != c.Approver {
-		actor := x.m.Actor
-		if len(actor) > MaxTitle {
-			actor = strings.ToValidUTF8(actor[:MaxTitle], "")
-		}
+		actor := clip(x.m.Actor, MaxTitle)
 		return refuse(RefusedNotApprover, "/approver", "%q is authenticated and may decide only as itself, not as approver %q: send the decision with %q's own credential", actor, c.Approver, c.Approver)
 	}
 	if d := a.Decision; d != nil && d.Signature == c.Signature && d.Approver == c.Approver && d.Response == c.Response {
@@ -602,4 +597,12 @@ func (x *tx) budgetDecided(t *Task, a *Approval, branch, why string) error {
 		}
 	}
 	return x.emit(t.ID, &TaskReady{Reason: "budget extended"})
+}
+
+// clip cuts s to at most n bytes, at a rune boundary.
+func clip(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return strings.ToValidUTF8(s[:n], "")
 }

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"slices"
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/dwr-run/dwr/schemas"
@@ -540,11 +539,7 @@ func (x *tx) exhausted(t *Task, attempt int, why string) error {
 	if err != nil {
 		return err
 	}
-	title := g.Title
-	if len(title) > MaxTitle/2 {
-		title = strings.ToValidUTF8(title[:MaxTitle/2], "")
-	}
-	ev, err := newApproval(t, attempt, ApprovalRequest{Action: action, Summary: "extend the budget of goal " + title,
+	ev, err := newApproval(t, attempt, ApprovalRequest{Action: action, Summary: "extend the budget of goal " + clip(g.Title, MaxTitle/2),
 		Basis: json.RawMessage(strconv.Quote(why)), Role: g.Envelope.ExtensionRole, Responses: []string{ResponseApprove, ResponseReject},
 		Branches: map[string]string{ResponseApprove: BranchResume, ResponseReject: BranchFail}, OnExpiry: BranchFail}, false, x.m.Now)
 	if err != nil {

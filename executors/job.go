@@ -172,15 +172,21 @@ func putArtifact(ctx context.Context, c *client.Client, name, taskID string, r i
 	if c == nil {
 		return Artifact{}, ErrNoArtifactStore
 	}
-	typ, _, err := mime.ParseMediaType(mime.TypeByExtension(path.Ext(name)))
-	if err != nil {
-		typ = "" // unknown: none
-	}
-	info, err := c.PutArtifact(ctx, r, client.ArtifactMeta{Name: name, TaskID: taskID, Type: typ})
+	info, err := c.PutArtifact(ctx, r, client.ArtifactMeta{Name: name, TaskID: taskID, Type: MediaType(name)})
 	if err != nil {
 		return Artifact{}, fmt.Errorf("executors: put artifact %q: %w", name, err)
 	}
 	return info.Ref(), nil
+}
+
+// MediaType returns the media type a file name's extension says, without
+// parameters ("text/plain", not "text/plain; charset=utf-8"), or "".
+func MediaType(name string) string {
+	typ, _, err := mime.ParseMediaType(mime.TypeByExtension(path.Ext(name)))
+	if err != nil {
+		return ""
+	}
+	return typ
 }
 
 func getArtifact(ctx context.Context, c *client.Client, sha256 string) (*client.ArtifactReader, error) {

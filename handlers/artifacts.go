@@ -102,9 +102,7 @@ func (a *artifactStore) uploadSubject(ws string, who sender, upload string) stri
 }
 
 func invalidField(pointer, format string, args ...any) *schemas.Error {
-	msg := fmt.Sprintf(format, args...)
-	return &schemas.Error{Code: schemas.CodeInvalid, Message: pointer + ": " + msg,
-		Fields: []schemas.FieldError{{Pointer: pointer, Message: msg}}}
+	return toWire(&domain.Error{Code: domain.CodeInvalid, Field: pointer, Message: fmt.Sprintf(format, args...)}, nil)
 }
 
 // validUpload reports whether an upload id can stand as a subject token.
@@ -145,7 +143,7 @@ func (s *Service) handleArtifact(name string, req micro.Request, who sender) ([]
 	switch name {
 	case "artifact.put":
 		var put schemas.ArtifactPut
-		if werr := decodeStrict(body, &put); werr != nil {
+		if werr := decodeStrict(body, &put, "request"); werr != nil {
 			return errResponse(werr), nil
 		}
 		info, werr := s.artifacts.put(ctx, ws, who, p.name, put)
@@ -155,7 +153,7 @@ func (s *Service) handleArtifact(name string, req micro.Request, who sender) ([]
 		return okResponse(0, info), nil
 	}
 	var g schemas.ArtifactGet
-	if werr := decodeStrict(body, &g); werr != nil {
+	if werr := decodeStrict(body, &g, "request"); werr != nil {
 		return errResponse(werr), nil
 	}
 	if !schemas.ValidSHA256(g.SHA256) {
@@ -166,16 +164,18 @@ func (s *Service) handleArtifact(name string, req micro.Request, who sender) ([]
 		return errResponse(werr), nil
 	}
 	if name == "artifact.info" {
-		return okResponse(0, artifactInfoOf(info)), nil
+		return okResponse(0, artifactInfoOf(info, false)), nil
 	}
 	return s.artifacts.read(ctx, info, g.After)
 }
 
-func decodeStrict(body []byte, v any) *schemas.Error {
+// decodeStrict decodes body into v, refusing unknown fields; what names
+// the body in the refusal.
+func decodeStrict(body []byte, v any, what string) *schemas.Error {
 	dec := json.NewDecoder(strings.NewReader(string(body)))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(v); err != nil {
-		return &schemas.Error{Code: schemas.CodeInvalid, Message: "the request does not decode: " + err.Error()}
+		return &schemas.Error{Code: schemas.CodeInvalid, Message: "the " + what + " does not decode: " + err.Error()}
 	}
 	return nil
 }
@@ -263,7 +263,7 @@ func (a *artifactStore) put(ctx context.Context, ws string, who sender, by strin
 	existing, ierr := a.info(ctx, ws, p.SHA256)
 	switch {
 	case errors.Is(err, errChunkMissing) && staged.chunks == 0 && ierr == nil:
-		return artifactInfoOf(existing).duplicate(), nil // put again once stored: its chunks are gone
+		return artifactInfoOf(existing, true), nil // put again once stored: its chunks are gone
 	case err != nil:
 		return schemas.ArtifactInfo{}, stagedError(err, p)
 	case staged.chunks != p.Chunks:
@@ -275,7 +275,7 @@ func (a *artifactStore) put(ctx context.Context, ws string, who sender, by strin
 		return schemas.ArtifactInfo{}, invalidField("/sha256", "the upload's bytes have digest %s, not %s: upload them again", sum, p.SHA256)
 	case ierr == nil:
 		_ = a.uploads.Purge(ctx, jetstream.WithPurgeSubject(subject))
-		return artifactInfoOf(existing).duplicate(), nil
+		return artifactInfoOf(existing, true), nil
 	case ierr.Code != schemas.CodeNotFound:
 		return schemas.ArtifactInfo{}, ierr
 	}
@@ -303,7 +303,7 @@ func (a *artifactStore) put(ctx context.Context, ws string, who sender, by strin
 		return schemas.ArtifactInfo{}, &schemas.Error{Code: schemas.CodeConflict, Message: "the upload changed while it was stored: put it again"}
 	}
 	_ = a.uploads.Purge(ctx, jetstream.WithPurgeSubject(subject))
-	return schemas.ArtifactInfo(artifactInfoOf(info)), nil
+	return artifactInfoOf(info, false), nil
 }
 
 // store writes r's bytes as the object meta names, in the object store's
@@ -481,17 +481,11 @@ func objectDigest(sha string) string {
 	return "SHA-256=" + base64.URLEncoding.EncodeToString(b)
 }
 
-// artifactInfo is schemas.ArtifactInfo, made from an object's info.
-type artifactInfo schemas.ArtifactInfo
-
-func (i artifactInfo) duplicate() schemas.ArtifactInfo {
-	i.Duplicate = true
-	return schemas.ArtifactInfo(i)
-}
-
-func artifactInfoOf(o *jetstream.ObjectInfo) artifactInfo {
+// artifactInfoOf describes a stored object; duplicate says a put found it
+// stored already.
+func artifactInfoOf(o *jetstream.ObjectInfo, duplicate bool) schemas.ArtifactInfo {
 	_, sha, _ := strings.Cut(o.Name, "/")
-	i := artifactInfo{SHA256: sha, Size: int64(min(o.Size, math.MaxInt64)), Chunks: int(o.Chunks), StoredAt: o.ModTime.UTC()} //nolint:gosec // G115: bounded just before
+	i := schemas.ArtifactInfo{Duplicate: duplicate, SHA256: sha, Size: int64(min(o.Size, math.MaxInt64)), Chunks: int(o.Chunks), StoredAt: o.ModTime.UTC()} //nolint:gosec // G115: bounded just before
 	if o.Headers != nil {
 		i.Name, i.Type, i.TaskID = o.Headers.Get(objHeaderName), o.Headers.Get(objHeaderType), o.Headers.Get(objHeaderTask)
 	}
@@ -614,7 +608,7 @@ func (s *Service) SweepArtifacts(ctx context.Context) ([]SweptArtifact, error) {
 		if err := s.artifacts.obs.Delete(ctx, info.Name); err != nil && !errors.Is(err, jetstream.ErrObjectNotFound) {
 			return swept, fmt.Errorf("handlers: remove artifact %s: %w", info.Name, err)
 		}
-		a := SweptArtifact{Workspace: ws, SHA256: sha, Name: info.Headers.Get(objHeaderName), TaskID: taskID, GoalID: goalID, Size: artifactInfoOf(info).Size}
+		a := SweptArtifact{Workspace: ws, SHA256: sha, Name: info.Headers.Get(objHeaderName), TaskID: taskID, GoalID: goalID, Size: artifactInfoOf(info, false).Size}
 		swept = append(swept, a)
 		s.cfg.Logger.Info("handlers: removed an artifact no task names, made for a goal that ended", "workspace", ws,
 			"sha256", sha, "name", a.Name, "task", taskID, "goal", goalID, "size", a.Size, "ended", ended)

@@ -69,10 +69,8 @@ func (s *Service) handleQuery(name string, req micro.Request, who sender) []byte
 		if err := schemas.CheckBounds(body, MaxQueryBytes, 8); err != nil {
 			return errResponse(toWire(err, s.cfg.Logger))
 		}
-		dec := json.NewDecoder(strings.NewReader(string(body)))
-		dec.DisallowUnknownFields()
-		if err := dec.Decode(&q); err != nil {
-			return errResponse(&schemas.Error{Code: schemas.CodeInvalid, Message: "the query does not decode: " + err.Error()})
+		if werr := decodeStrict(body, &q, "query"); werr != nil {
+			return errResponse(werr)
 		}
 	}
 	min, err := minSeq(req.Headers())

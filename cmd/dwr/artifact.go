@@ -5,13 +5,13 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"mime"
 	"os"
 	"path/filepath"
 	"strconv"
 
 	"github.com/spf13/cobra"
 
+	"github.com/dwr-run/dwr/executors"
 	"github.com/dwr-run/dwr/executors/client"
 	"github.com/dwr-run/dwr/schemas"
 )
@@ -41,7 +41,7 @@ func artifactPutCmd(g *globals) *cobra.Command {
 					meta.Name = filepath.Base(args[0])
 				}
 				if meta.Type == "" {
-					meta.Type, _, _ = mime.ParseMediaType(mime.TypeByExtension(filepath.Ext(args[0])))
+					meta.Type = executors.MediaType(args[0])
 				}
 			}
 			return g.withClient(func(ctx context.Context, cl *client.Client) error {
