@@ -118,6 +118,9 @@ type (
 	WaitTask = schemas.WaitTask
 	// SendSignal delivers a named signal to a task waiting on it.
 	SendSignal = schemas.SendSignal
+	// DelegateTask hands work of the running attempt on to a child goal
+	// linked to its task.
+	DelegateTask = schemas.DelegateTask
 	// QuarantineTask fails a task whose work item could not be processed.
 	QuarantineTask = schemas.QuarantineTask
 	// DefineRitual stores the next version of a ritual.
@@ -194,6 +197,7 @@ var commandTypes = map[string]func() Command{
 	"task.request_approval": func() Command { return &RequestApproval{} },
 	"task.wait":             func() Command { return &WaitTask{} },
 	"task.signal":           func() Command { return &SendSignal{} },
+	"task.delegate":         func() Command { return &DelegateTask{} },
 	"timer.fire":            func() Command { return &FireTimer{} },
 	"task.quarantine":       func() Command { return &QuarantineTask{} },
 	"ritual.define":         func() Command { return &DefineRitual{} },

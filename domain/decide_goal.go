@@ -38,12 +38,21 @@ func (x *tx) createWorkspace(c *CreateWorkspace) (Reply, error) {
 	return Reply{ID: name, Version: 1}, nil
 }
 
-func (x *tx) createGoal(c *CreateGoal) (Reply, error) { return x.createGoalFrom(c, nil, nil) }
+func (x *tx) createGoal(c *CreateGoal) (Reply, error) { return x.createGoalFrom(c, goalOrigin{}) }
 
-// createGoalFrom creates the goal c asks for; ritual, when set, names the
-// ritual version it was rendered from (ritual.run), and schedule the
-// schedule and slot it was started for.
-func (x *tx) createGoalFrom(c *CreateGoal, ritual *RitualRef, schedule *ScheduleRef) (Reply, error) {
+// goalOrigin is where a goal comes from, when not from goal.create itself:
+// the ritual version it was rendered from (ritual.run), the schedule and
+// slot it was started for, or the task that delegated it (task.delegate),
+// whose goal's envelope, within, bounds the permissions of this one.
+type goalOrigin struct {
+	ritual   *RitualRef
+	schedule *ScheduleRef
+	parent   *ParentRef
+	within   *Envelope
+}
+
+// createGoalFrom creates the goal c asks for, from origin.
+func (x *tx) createGoalFrom(c *CreateGoal, origin goalOrigin) (Reply, error) {
 	if !ValidID(c.GoalID) {
 		return Reply{}, invalid("/goal_id", "goal id %q is not a ULID", c.GoalID)
 	}
@@ -84,6 +93,9 @@ func (x *tx) createGoalFrom(c *CreateGoal, ritual *RitualRef, schedule *Schedule
 			return Reply{}, invalid(fmt.Sprintf("/envelope/permissions/queues/%d", i), "queue %q is not a valid name", q)
 		}
 	}
+	if err := narrowPermissions(&c.Envelope, origin.within); err != nil {
+		return Reply{}, err
+	}
 	g, err := x.o.Goal(c.GoalID)
 	if err != nil {
 		return Reply{}, err
@@ -99,7 +111,8 @@ func (x *tx) createGoalFrom(c *CreateGoal, ritual *RitualRef, schedule *Schedule
 		return Reply{}, conflict("goal %s already exists", c.GoalID)
 	}
 	if err := x.emit(c.GoalID, &GoalCreated{Workspace: x.m.Workspace, Title: c.Title, Description: c.Description,
-		SuccessCriteria: c.SuccessCriteria, Envelope: c.Envelope, Ritual: ritual, Schedule: schedule}); err != nil {
+		SuccessCriteria: c.SuccessCriteria, Envelope: c.Envelope, Ritual: origin.ritual, Schedule: origin.schedule,
+		Parent: origin.parent}); err != nil {
 		return Reply{}, err
 	}
 	if c.Tasks != nil {

@@ -78,6 +78,12 @@ func (x *tx) runRitual(c *RunRitual) (Reply, error) {
 			return duplicateRun(g, err)
 		}
 	}
+	return x.runRitualFrom(c, goalOrigin{})
+}
+
+// runRitualFrom creates the goal and plan that a version of the ritual c
+// names renders with c's params, from origin (whose ritual it sets).
+func (x *tx) runRitualFrom(c *RunRitual, origin goalOrigin) (Reply, error) {
 	rv, err := x.ritualVersion(c.Name, c.Version)
 	if err != nil {
 		return Reply{}, err
@@ -102,7 +108,8 @@ func (x *tx) runRitual(c *RunRitual) (Reply, error) {
 	if err := json.Unmarshal(body, &cg); err != nil {
 		return Reply{}, fromRitual(what, invalid("", "does not decode as goal.create: %v", err))
 	}
-	r, err := x.createGoalFrom(&cg, &RitualRef{Name: rv.Name, Version: rv.Version}, nil)
+	origin.ritual = &RitualRef{Name: rv.Name, Version: rv.Version}
+	r, err := x.createGoalFrom(&cg, origin)
 	if err != nil {
 		return Reply{}, fromRitual(what, err)
 	}

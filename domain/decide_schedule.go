@@ -334,7 +334,7 @@ func (f *firing) start(slot time.Time) error {
 		// made): recorded, and the schedule goes on.
 		return f.skip(slot, slot, 1, schemas.SkipRefused)
 	}
-	if _, err := f.x.createGoalFrom(cg, nil, &ScheduleRef{Name: f.s.Name, Slot: slot}); err != nil {
+	if _, err := f.x.createGoalFrom(cg, goalOrigin{schedule: &ScheduleRef{Name: f.s.Name, Slot: slot}}); err != nil {
 		return fmt.Errorf("domain: schedule %s: the goal of slot %s: %w", f.id, slot.Format(time.RFC3339), err)
 	}
 	return f.x.emit(f.id, &ScheduleFired{Slot: slot, GoalID: goalID, NextSlot: f.next})

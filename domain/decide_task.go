@@ -344,7 +344,12 @@ func (x *tx) reviewTask(c *ReviewTask) (Reply, error) {
 	var next Event
 	switch c.Decision {
 	case ReviewAccept:
-		next = &TaskAccepted{Attempt: t.Current().N}
+		a := t.Current()
+		if a == nil || a.State != AttemptStateSucceeded {
+			return Reply{}, &Error{Code: CodeConflict, Field: "/decision", Message: fmt.Sprintf(
+				"task %s has no result to accept (the goal it delegated to failed): retry it (a new attempt, handed the failed delegation) or reject it", t.ID)}
+		}
+		next = &TaskAccepted{Attempt: a.N}
 	case ReviewReject:
 		next = &TaskRejected{Reason: "review: " + c.Reason}
 	case ReviewRetry:

@@ -281,3 +281,24 @@ func (*ScheduleSkipped) EventType() string { return "schedule.skipped" }
 // AggregateType returns AggSchedule.
 func (*ScheduleSkipped) AggregateType() string { return AggSchedule }
 func (*ScheduleSkipped) isEvent()              {}
+
+// EventType returns "task.delegated".
+func (*TaskDelegated) EventType() string { return "task.delegated" }
+
+// AggregateType returns AggTask.
+func (*TaskDelegated) AggregateType() string { return AggTask }
+func (*TaskDelegated) isEvent()              {}
+
+// EventType returns "task.delegation_ended".
+func (*TaskDelegationEnded) EventType() string { return "task.delegation_ended" }
+
+// AggregateType returns AggTask.
+func (*TaskDelegationEnded) AggregateType() string { return AggTask }
+func (*TaskDelegationEnded) isEvent()              {}
+
+// EventType returns "task.review_requested".
+func (*TaskReviewRequested) EventType() string { return "task.review_requested" }
+
+// AggregateType returns AggTask.
+func (*TaskReviewRequested) AggregateType() string { return AggTask }
+func (*TaskReviewRequested) isEvent()              {}

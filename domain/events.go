@@ -76,6 +76,8 @@ const (
 	ReasonBudget           = "budget_exhausted"
 	ReasonQuarantined      = "quarantined"
 	ReasonDeadline         = "deadline"
+	ReasonDelegation       = "delegation_failed"
+	ReasonParentEnded      = "parent_ended"
 )
 
 // WorkspaceCreated starts a workspace.
@@ -97,6 +99,43 @@ type GoalCreated struct {
 	// Schedule names the schedule and the slot the goal was started for,
 	// if any.
 	Schedule *ScheduleRef `json:"schedule,omitempty"`
+	// Parent names the task whose attempt delegated the goal
+	// (task.delegate), if any.
+	Parent *ParentRef `json:"parent,omitempty"`
+}
+
+// ParentRef names the task whose attempt delegated a goal.
+type ParentRef = schemas.ParentRef
+
+// Delegation is a child goal a task's attempt delegated work to, as the
+// task keeps it.
+type Delegation = schemas.Delegation
+
+// TaskDelegated: attempt Attempt delegated work to the child goal GoalID,
+// created in the same record; the attempt is parked and the task waits on
+// the goal (kind delegation).
+type TaskDelegated struct {
+	Key       string `json:"key"`
+	GoalID    string `json:"goal_id"`
+	Attempt   int    `json:"attempt"`
+	OnFailure string `json:"on_failure"`
+}
+
+// TaskDelegationEnded: the child goal of the delegation Key ended, in
+// State, with its plan's Tasks; what the task does next follows as its own
+// event.
+type TaskDelegationEnded struct {
+	Key    string     `json:"key"`
+	GoalID string     `json:"goal_id"`
+	State  string     `json:"state"`
+	Reason string     `json:"reason,omitempty"`
+	Tasks  []PlanTask `json:"tasks,omitempty"`
+}
+
+// TaskReviewRequested: the task waits for a person's review (task.review),
+// without a result to judge: the goal it delegated to failed.
+type TaskReviewRequested struct {
+	Reason string `json:"reason"`
 }
 
 // PlanTask is one node of a committed plan.
@@ -160,6 +199,8 @@ const (
 	WaitSignal   = schemas.WaitSignal
 	WaitTimer    = schemas.WaitTimer
 	WaitBudget   = schemas.WaitBudget
+	// WaitDelegation: the task waits on the child goal it delegated to.
+	WaitDelegation = schemas.WaitDelegation
 )
 
 // AttemptStarted: an executor claimed the task and holds attempt n, with
@@ -348,6 +389,9 @@ var eventTypes = map[string]func() Event{
 	"workspace.queue_configured":    func() Event { return &QueueConfigured{} },
 	"task.signal_received":          func() Event { return &SignalReceived{} },
 	"task.signal_buffered":          func() Event { return &SignalBuffered{} },
+	"task.delegated":                func() Event { return &TaskDelegated{} },
+	"task.delegation_ended":         func() Event { return &TaskDelegationEnded{} },
+	"task.review_requested":         func() Event { return &TaskReviewRequested{} },
 	"task.accepted":                 func() Event { return &TaskAccepted{} },
 	"task.rejected":                 func() Event { return &TaskRejected{} },
 	"task.failed":                   func() Event { return &TaskFailed{} },

@@ -117,6 +117,8 @@ func (x *tx) decide(cmd Command) (Reply, error) {
 		return x.waitTask(c)
 	case *SendSignal:
 		return x.sendSignal(c)
+	case *DelegateTask:
+		return x.delegateTask(c)
 	case *FireTimer:
 		return x.fireTimer(c)
 	case *QuarantineTask:
@@ -375,6 +377,15 @@ func VerificationID(taskID string, attempt int, resultDigest, verifier, version 
 func (x *tx) react() error {
 	for i := 0; i < len(x.o.Changes()); i++ {
 		c := x.o.Changes()[i]
+		if c.AggregateType == AggGoal {
+			switch c.Event.(type) {
+			case *GoalAchieved, *GoalFailed, *GoalCancelled:
+				if err := x.onGoalEnded(c.AggregateID); err != nil {
+					return err
+				}
+			}
+			continue
+		}
 		if c.AggregateType != AggTask {
 			continue
 		}
@@ -444,6 +455,9 @@ func (x *tx) onEnded(id string) error {
 	})
 	if err == nil {
 		err = x.releaseBudgetWaiters(id)
+	}
+	if err == nil {
+		err = x.cancelDelegations(id)
 	}
 	if err != nil {
 		return err
@@ -544,6 +558,8 @@ func ExecutorTarget(cmd Command) (taskID, queue string, ok bool) {
 	case *ReportFailure:
 		return c.TaskID, "", true
 	case *WaitTask:
+		return c.TaskID, "", true
+	case *DelegateTask:
 		return c.TaskID, "", true
 	case *RequestApproval:
 		return c.TaskID, "", true

@@ -144,6 +144,8 @@ func (w *world) fill(id string, cmd Command) (claimToken string) {
 		}
 	case *WaitTask:
 		tok(&c.Token, c.TaskID, c.Attempt)
+	case *DelegateTask:
+		tok(&c.Token, c.TaskID, c.Attempt)
 	case *RequestApproval:
 		tok(&c.Token, c.TaskID, c.Attempt)
 	case *Heartbeat:

@@ -56,6 +56,7 @@ var adminCommands = map[string]bool{
 var ExecutorCommands = map[string]bool{
 	"task.claim": true, "task.checkpoint": true, "task.heartbeat": true, "task.succeed": true,
 	"task.fail": true, "task.wait": true, "task.request_approval": true, "task.verify": true,
+	"task.delegate":   true,
 	"queue.configure": true,
 }
 

@@ -159,7 +159,8 @@ func ApplyGoal(g *Goal, id, workspace string, e Event, r Recorded) (*Goal, error
 			return nil, fmt.Errorf("domain: goal %s created twice", id)
 		}
 		return &Goal{ID: id, Workspace: workspace, Title: ev.Title, Description: ev.Description,
-			SuccessCriteria: ev.SuccessCriteria, Envelope: ev.Envelope, Ritual: ev.Ritual, Schedule: ev.Schedule, State: GoalStateOpen, Versioned: created(r)}, nil
+			SuccessCriteria: ev.SuccessCriteria, Envelope: ev.Envelope, Ritual: ev.Ritual, Schedule: ev.Schedule, Parent: ev.Parent,
+			State: GoalStateOpen, Versioned: created(r)}, nil
 	}
 	if g == nil {
 		return nil, fmt.Errorf("domain: %s before goal %s was created", e.EventType(), id)
@@ -315,6 +316,22 @@ func ApplyTask(t *Task, id, workspace string, e Event, r Recorded) (*Task, error
 		}
 	case *SignalBuffered:
 		t.PendingSignals = append(t.PendingSignals, Signal(*ev))
+	case *TaskDelegated:
+		t.Delegations = append(t.Delegations, Delegation{Key: ev.Key, GoalID: ev.GoalID, Attempt: ev.Attempt,
+			OnFailure: ev.OnFailure, State: GoalStateOpen})
+		t.State, t.Wait = StateWaiting, &Wait{Kind: WaitDelegation, GoalID: ev.GoalID}
+		if a := t.Running(); a != nil {
+			at := r.Time
+			a.State, a.EndedAt = AttemptStateParked, &at
+		}
+	case *TaskDelegationEnded:
+		d := t.Delegation(ev.Key)
+		if d == nil || d.GoalID != ev.GoalID {
+			return nil, fmt.Errorf("domain: task %s: delegation %q to goal %s ended but was never made", id, ev.Key, ev.GoalID)
+		}
+		d.State, d.Reason, d.Tasks = ev.State, ev.Reason, slices.Clone(ev.Tasks)
+	case *TaskReviewRequested:
+		t.State, t.Wait = StateNeedsReview, nil
 	case *TaskAccepted:
 		t.State = StateAccepted
 	case *TaskRejected:

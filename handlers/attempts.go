@@ -348,7 +348,7 @@ func (s *Service) Refused() map[string]uint64 {
 // attemptCommands are the commands that an attempt sends, or that start
 // one: their refusals are counted.
 var attemptCommands = map[string]bool{"task.claim": true, "task.checkpoint": true, "task.succeed": true, "task.fail": true,
-	"task.wait": true, "task.request_approval": true, "task.heartbeat": true}
+	"task.wait": true, "task.request_approval": true, "task.heartbeat": true, "task.delegate": true}
 
 // countRefusal counts err if it refuses a command of an attempt (or a claim
 // that would supersede one), and logs it.

@@ -1134,6 +1134,15 @@ func fillIDs(cmd domain.Command) {
 		if c.GoalID == "" {
 			c.GoalID = ulid.Make().String()
 		}
+	case *domain.DelegateTask:
+		// A retry with the same command id is answered with the goal the
+		// first made, whatever id this one is given.
+		if c.Goal != nil {
+			fillIDs(c.Goal)
+		}
+		if c.Ritual != nil {
+			fillIDs(c.Ritual)
+		}
 	}
 }
 

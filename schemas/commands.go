@@ -236,6 +236,29 @@ type WaitTask struct {
 	Until   *time.Time `json:"until,omitempty"`
 }
 
+// DelegateTask hands work of the running attempt on to a child goal,
+// linked to its task: a goal with its plan (Goal, whose Tasks are
+// required) or the goal a ritual renders (Ritual), one of the two. The
+// child goal is created and the attempt parked in one commit; the task
+// waits until the child goal ends. Achieved, the task is ready again and
+// its next attempt is handed the children's accepted results; failed or
+// cancelled, the task does what OnFailure says. Ending the task (a cancel,
+// its deadline) cancels the child goal, and so down the tree.
+type DelegateTask struct {
+	TaskID  string `json:"task_id"`
+	Attempt int    `json:"attempt"`
+	Token   string `json:"token"`
+	// Key names the delegation within its task: an attempt asks for its
+	// outcome by it. A task delegates under a key once.
+	Key    string      `json:"key"`
+	Goal   *CreateGoal `json:"goal,omitempty"`
+	Ritual *RunRitual  `json:"ritual,omitempty"`
+	// OnFailure is what the task does when the child goal fails or is
+	// cancelled: DelegationFail (the default), DelegationReview or
+	// DelegationResume.
+	OnFailure string `json:"on_failure,omitempty"`
+}
+
 // SendSignal delivers a named signal to a task waiting on it.
 type SendSignal struct {
 	TaskID  string          `json:"task_id"`
@@ -326,6 +349,9 @@ func (RequestApproval) CommandName() string { return "task.request_approval" }
 
 // CommandName returns the command's wire name.
 func (WaitTask) CommandName() string { return "task.wait" }
+
+// CommandName returns the command's wire name.
+func (DelegateTask) CommandName() string { return "task.delegate" }
 
 // CommandName returns the command's wire name.
 func (SendSignal) CommandName() string { return "task.signal" }

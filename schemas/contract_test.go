@@ -428,6 +428,47 @@ func TestContractOfTheDomain(t *testing.T) {
 	r = c.do("ritual.run", map[string]any{"name": "quarterly", "params": map[string]any{"quarter": "2025-Q4"}, "goal_id": domain.DeriveID(c.now, "goal-5")})
 	require.Equal(t, 2, c.task(r.Tasks[0].TaskID).Spec.Retry.MaxAttempts, "the default of attempts")
 
+	// Delegation: a task hands work on to a child goal, which fails; its
+	// review retries it; the new attempt delegates to a ritual's goal,
+	// which is achieved and resumes it; a third delegation is cancelled
+	// with its parent.
+	goal6 := domain.DeriveID(c.now, "goal-6")
+	lead := ids(c.do("goal.create", map[string]any{"goal_id": goal6, "title": "Sixth",
+		"envelope": map[string]any{"permissions": map[string]any{"queues": []string{"research", "writer"}}},
+		"tasks":    []map[string]any{{"key": "lead", "queue": "research"}}}))["lead"]
+	c.do("task.claim", map[string]any{"task_id": lead, "executor": "r"})
+	child := domain.DeriveID(c.now, "goal-7")
+	r = c.do("task.delegate", map[string]any{"task_id": lead, "attempt": 1, "key": "sources", "on_failure": "review",
+		"goal": map[string]any{"goal_id": child, "title": "Sources", "tasks": []map[string]any{{"key": "s", "queue": "writer"}}}})
+	require.Equal(t, child, r.GoalID)
+	require.Equal(t, domain.StateWaiting, r.State)
+	g, err = c.w.Goal(child)
+	require.NoError(t, err)
+	require.Equal(t, &domain.ParentRef{TaskID: lead, GoalID: goal6, Key: "sources", Depth: 1}, g.Parent)
+	require.Equal(t, []string{"research", "writer"}, g.Envelope.Permissions.Queues, "the child takes its parent's permissions")
+	c.do("task.claim", map[string]any{"task_id": g.Plan[0].TaskID, "executor": "w"})
+	c.do("task.fail", map[string]any{"task_id": g.Plan[0].TaskID, "attempt": 1, "error": map[string]any{"message": "no access"}, "retryable": false})
+	require.Equal(t, domain.StateNeedsReview, c.task(lead).State)
+	c.do("task.review", map[string]any{"task_id": lead, "decision": "retry"})
+	c.do("task.claim", map[string]any{"task_id": lead, "executor": "r"})
+	r = c.do("task.delegate", map[string]any{"task_id": lead, "attempt": 2, "key": "quarterly",
+		"ritual": map[string]any{"name": "quarterly", "version": 1, "params": map[string]any{"quarter": "2025-Q2"}, "goal_id": domain.DeriveID(c.now, "goal-9")}})
+	g, err = c.w.Goal(r.GoalID)
+	require.NoError(t, err)
+	require.Equal(t, &domain.RitualRef{Name: "quarterly", Version: 1}, g.Ritual)
+	c.do("task.claim", map[string]any{"task_id": g.Plan[0].TaskID, "executor": "r"})
+	c.do("task.succeed", map[string]any{"task_id": g.Plan[0].TaskID, "attempt": 1, "result": map[string]any{"rows": 3}})
+	require.Equal(t, domain.StateReady, c.task(lead).State)
+	c.do("task.claim", map[string]any{"task_id": lead, "executor": "r"})
+	r = c.do("task.delegate", map[string]any{"task_id": lead, "attempt": 3, "key": "more",
+		"goal": map[string]any{"title": "More", "goal_id": domain.DeriveID(c.now, "goal-8"), "tasks": []map[string]any{{"key": "m", "queue": "research"}}}})
+	c.do("task.cancel", map[string]any{"task_id": lead, "reason": "enough"})
+	g, err = c.w.Goal(r.GoalID)
+	require.NoError(t, err)
+	require.Equal(t, domain.GoalStateCancelled, g.State)
+	require.Equal(t, []string{domain.GoalStateFailed, domain.GoalStateAchieved, domain.GoalStateCancelled},
+		[]string{c.task(lead).Delegations[0].State, c.task(lead).Delegations[1].State, c.task(lead).Delegations[2].State})
+
 	// A schedule every hour, its service down for three slots: catch-up
 	// one starts the latest, with its goal in the same commit, and records
 	// the two before it skipped.

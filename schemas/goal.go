@@ -27,7 +27,21 @@ type Goal struct {
 	// Schedule names the schedule and the slot the goal was started for,
 	// if any.
 	Schedule *ScheduleRef `json:"schedule,omitempty"`
+	// Parent names the task whose attempt delegated the goal
+	// (task.delegate), if any.
+	Parent *ParentRef `json:"parent,omitempty"`
 	Versioned
+}
+
+// ParentRef names the task whose attempt delegated a goal (task.delegate):
+// the goal is that task's child, and its end resumes the task.
+type ParentRef struct {
+	TaskID string `json:"task_id"`
+	GoalID string `json:"goal_id,omitempty"` // the parent task's goal; empty for a standalone task
+	Key    string `json:"key"`               // the delegation's key within the parent task
+	// Depth is how many delegations lead to the goal: 1 for a goal a task
+	// of an undelegated goal (or a standalone task) delegated.
+	Depth int `json:"depth"`
 }
 
 // Spend is what a goal's work has used, over every version of its plan and

@@ -39,6 +39,7 @@ type CommandResult struct {
 	// to the claimer whose claim this hash is of.
 	TokenHash  string `json:"token_hash,omitempty"`
 	ApprovalID string `json:"approval_id,omitempty"` // for task.request_approval and approval.decide
+	GoalID     string `json:"goal_id,omitempty"`     // for task.delegate: the child goal
 	// For queue.configure: the queue's settings in effect.
 	Queue      string `json:"queue,omitempty"`
 	LeaseMS    int64  `json:"lease_ms,omitempty"`

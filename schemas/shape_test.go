@@ -41,8 +41,9 @@ var optionalByDesign = map[string]string{
 // requiredByDomain lists the omitempty fields that a schema requires where
 // the domain refuses their zero value anyway.
 var requiredByDomain = map[string]string{
-	"commands/plan.submit.json.tasks[].key": "a plan's task needs a key (domain.ValidKey)",
-	"commands/goal.create.json.tasks[].key": "a plan's task needs a key (domain.ValidKey)",
+	"commands/plan.submit.json.tasks[].key":        "a plan's task needs a key (domain.ValidKey)",
+	"commands/goal.create.json.tasks[].key":        "a plan's task needs a key (domain.ValidKey)",
+	"commands/task.delegate.json.goal.tasks[].key": "a plan's task needs a key (domain.ValidKey)",
 }
 
 type doc struct {
@@ -361,7 +362,8 @@ var commandBodies = map[string]schemas.Command{
 	"task.review": schemas.ReviewTask{}, "approval.decide": schemas.DecideApproval{}, "approver.register": schemas.RegisterApprover{},
 	"approver.revoke": schemas.RevokeApprover{}, "member.add": schemas.AddMember{}, "member.remove": schemas.RemoveMember{},
 	"queue.configure": schemas.ConfigureQueue{}, "task.request_approval": schemas.RequestApproval{}, "task.wait": schemas.WaitTask{},
-	"task.signal": schemas.SendSignal{}, "timer.fire": schemas.FireTimer{}, "task.quarantine": schemas.QuarantineTask{},
+	"task.delegate": schemas.DelegateTask{},
+	"task.signal":   schemas.SendSignal{}, "timer.fire": schemas.FireTimer{}, "task.quarantine": schemas.QuarantineTask{},
 	"ritual.define": schemas.DefineRitual{}, "ritual.run": schemas.RunRitual{},
 	"schedule.create": schemas.CreateSchedule{}, "schedule.pause": schemas.PauseSchedule{},
 	"schedule.resume": schemas.ResumeSchedule{}, "schedule.delete": schemas.DeleteSchedule{},
@@ -507,7 +509,8 @@ func TestEnumsMatchConstants(t *testing.T) {
 	require.Equal(t, domain.TaskStates, enumOf(common["TaskState"]))
 	require.Equal(t, []string{schemas.AttemptStateRunning, schemas.AttemptStateSucceeded, schemas.AttemptStateFailed, schemas.AttemptStateAbandoned,
 		schemas.AttemptStateParked, schemas.AttemptStateCancelled}, enumOf(prop(common["Attempt"], "state")))
-	require.Equal(t, []string{schemas.WaitApproval, schemas.WaitSignal, schemas.WaitTimer, schemas.WaitBudget}, enumOf(prop(common["TaskWaiting"], "kind")))
+	require.Equal(t, []string{schemas.WaitApproval, schemas.WaitSignal, schemas.WaitTimer, schemas.WaitBudget, schemas.WaitDelegation}, enumOf(prop(common["TaskWaiting"], "kind")))
+	require.Equal(t, []string{schemas.DelegationFail, schemas.DelegationReview, schemas.DelegationResume}, enumOf(common["DelegationOnFailure"]))
 	require.Equal(t, []string{schemas.OutcomePass, schemas.OutcomeFail, schemas.OutcomeInconclusive}, enumOf(prop(common["VerificationRecorded"], "outcome")))
 	require.Equal(t, []string{schemas.WorkKindExecute, schemas.WorkKindVerify}, enumOf(prop(s.docs[schemas.PathWorkItem], "kind")))
 	require.Equal(t, []string{domain.AggWorkspace, domain.AggGoal, domain.AggTask, domain.AggRitual, domain.AggSchedule}, enumOf(prop(s.docs[schemas.PathQuery], "aggregate")))

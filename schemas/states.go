@@ -60,6 +60,23 @@ const (
 	// asked (Wait.ApprovalID names it); its decision resumes or fails this
 	// task too.
 	WaitBudget = "budget"
+	// WaitDelegation: an attempt of the task delegated work to a child goal
+	// (task.delegate; Wait.GoalID names it); the goal's end resumes, fails
+	// or puts up for review the task, as the delegation's OnFailure says.
+	WaitDelegation = "delegation"
+)
+
+// What a task does when the goal it delegated to fails or is cancelled
+// (Delegation.OnFailure).
+const (
+	// DelegationFail fails the task, reason delegation_failed (the default).
+	DelegationFail = "fail"
+	// DelegationReview puts the task up for review: retry runs a new
+	// attempt, handed the failed delegation; reject ends it.
+	DelegationReview = "review"
+	// DelegationResume makes the task ready again: a new attempt is handed
+	// the failed delegation and decides what to do.
+	DelegationResume = "resume"
 )
 
 // Verification outcomes (Verification.Outcome, and the outcome of

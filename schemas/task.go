@@ -27,10 +27,31 @@ type Task struct {
 	Signal        *Signal         `json:"signal,omitempty"` // the last signal received, for the attempt it resumes
 	// PendingSignals are signals sent before the task waited for them,
 	// oldest first: its next wait for one of their names takes the first.
-	PendingSignals []Signal   `json:"pending_signals,omitempty"`
-	Reason         string     `json:"reason,omitempty"`
-	Error          *ErrorInfo `json:"error,omitempty"`
+	PendingSignals []Signal `json:"pending_signals,omitempty"`
+	// Delegations are the child goals the task's attempts delegated work
+	// to (task.delegate), oldest first.
+	Delegations []Delegation `json:"delegations,omitempty"`
+	Reason      string       `json:"reason,omitempty"`
+	Error       *ErrorInfo   `json:"error,omitempty"`
 	Versioned
+}
+
+// Delegation is a child goal an attempt of a task started (task.delegate),
+// as the task keeps it: the task waits until the goal ends.
+type Delegation struct {
+	// Key names the delegation within its task: an attempt resumed after
+	// it asks for it by this key (the SDK's Job.Delegate).
+	Key       string `json:"key"`
+	GoalID    string `json:"goal_id"`
+	Attempt   int    `json:"attempt"`    // the attempt that delegated
+	OnFailure string `json:"on_failure"` // fail | review | resume
+	// State is the child goal's: open until it ends, then achieved,
+	// failed or cancelled.
+	State  string `json:"state"`
+	Reason string `json:"reason,omitempty"` // why the child goal failed or was cancelled
+	// Tasks are the child goal's plan when it ended: the tasks whose
+	// accepted results the resumed attempt is handed.
+	Tasks []PlanTask `json:"tasks,omitempty"`
 }
 
 // Attempt is one execution of a task (a WorkExecution).
@@ -65,6 +86,9 @@ type Wait struct {
 	Until  *time.Time `json:"until,omitempty"`
 	// ApprovalID is the approval waited on; it is set by task.approval_requested.
 	ApprovalID string `json:"approval_id,omitempty"`
+	// GoalID is, for kind delegation, the child goal waited on; it is set
+	// by task.delegated.
+	GoalID string `json:"goal_id,omitempty"`
 }
 
 // Verification is a verifier's recorded outcome for an attempt's result,
@@ -150,6 +174,11 @@ func (t *Task) PendingApproval() *Approval {
 	return t.Approval(t.Wait.ApprovalID)
 }
 
+// Delegation returns the task's delegation named key, or nil.
+func (t *Task) Delegation(key string) *Delegation {
+	return find(t.Delegations, func(d *Delegation) bool { return d.Key == key })
+}
+
 // LastDecision returns the task's latest decided approval, or nil: what a
 // resumed attempt is handed.
 func (t *Task) LastDecision() *Approval {
@@ -184,5 +213,6 @@ func (t *Task) Clone() *Task {
 		c.Signal = &s
 	}
 	c.PendingSignals = slices.Clone(t.PendingSignals)
+	c.Delegations = cloneEach(t.Delegations, func(d *Delegation) { d.Tasks = slices.Clone(d.Tasks) })
 	return &c
 }

@@ -259,7 +259,7 @@ func TestValidateCommandCapsFields(t *testing.T) {
 func TestValidateUnknown(t *testing.T) {
 	e := requireError(t, schemas.ValidateCommand("task.launch", []byte(`{}`)), schemas.CodeNotFound)
 	require.Contains(t, e.Message, `"task.launch"`)
-	require.Contains(t, e.Message, "task.create, task.fail")
+	require.Contains(t, e.Message, "task.create, task.delegate, task.fail")
 	require.ErrorIs(t, e, schemas.ErrNotFound)
 
 	e = requireError(t, schemas.ValidateEvent("task.launched", []byte(`{}`)), schemas.CodeNotFound)
