@@ -359,6 +359,11 @@ func (d *delivery) run(hard context.Context, t *schemas.Task, a *schemas.Attempt
 		return
 	}
 	job.Dependencies = deps
+	if job.Delegations, err = delegationsOf(hard, t, d.endedTask); err != nil {
+		d.report(hard, job, Report{Failure: &Failure{Code: CodeDelegations, Retryable: true,
+			Message: clip("the results of the task's delegations could not be read: "+err.Error(), maxMessage)}}, watch)
+		return
+	}
 	jctx, cancel := context.WithCancelCause(hard)
 	defer cancel(nil)
 	d.claimMu.Lock()
@@ -372,6 +377,7 @@ func (d *delivery) run(hard context.Context, t *schemas.Task, a *schemas.Attempt
 	watch.bind(job.Attempt, cancel)
 	job.save = d.checkpointer(hard, job, cancel, watch)
 	job.ask = d.approvals(hard, job, cancel, watch)
+	job.delegate = d.delegations(hard, job, cancel, watch)
 
 	res, err := Call(jctx, d.w.h, job)
 	rep := ReportFor(jctx, res, err)
@@ -391,9 +397,10 @@ func (d *delivery) report(ctx context.Context, job *Job, rep Report, watch *watc
 	var r *schemas.Reply
 	var err error
 	switch {
-	case rep.Wait != nil && rep.Wait.ApprovalID != "":
-		// RequestApproval recorded the request, which parked the attempt:
-		// there is nothing more to report.
+	case rep.Wait != nil && (rep.Wait.ApprovalID != "" || rep.Wait.GoalID != ""):
+		// RequestApproval recorded the request, or Delegate the
+		// delegation, which parked the attempt: there is nothing more to
+		// report.
 		d.ack()
 		d.done(outcomeWaiting, job.Attempt, logReason, rep.Wait.Error())
 		return
@@ -432,6 +439,18 @@ func (d *delivery) report(ctx context.Context, job *Job, rep Report, watch *watc
 			}
 		case r.Error.Code == schemas.CodeInvalid || r.Error.Code == schemas.CodeTooLarge:
 			rep.Wait, rep.Failure = nil, &Failure{Code: CodeInvalidResult, Message: clip("the service refused the approval request: "+r.Error.Message, maxMessage)}
+		}
+	case rep.Wait != nil && rep.Wait.Delegation != nil:
+		// A delegation not sent yet: send it now.
+		body, berr := delegateBodyOf(job, *rep.Wait.Delegation)
+		if berr != nil {
+			rep.Wait, rep.Failure = nil, &Failure{Code: CodeInvalidResult, Message: clip("the delegation cannot be sent: "+berr.Error(), maxMessage)}
+			break
+		}
+		body.Token = token
+		r, err = d.w.c.command(ctx, "task.delegate", body, delegateCommandID(job.TaskID, job.Attempt, body.Key))
+		if err == nil && !r.OK && !fencedRefusal(r.Error) {
+			rep.Wait, rep.Failure = nil, &Failure{Code: CodeInvalidResult, Message: clip("the service refused the delegation: "+r.Error.Message, maxMessage)}
 		}
 	case rep.Wait != nil:
 		body := waitBodyOf(job, rep.Wait)
@@ -671,6 +690,59 @@ func (d *delivery) readTask(ctx context.Context, id string, ok func(*schemas.Tas
 			return nil, context.Cause(ctx)
 		}
 	}
+}
+
+// endedTask reads task id from the views once they show it ended.
+func (d *delivery) endedTask(ctx context.Context, id string) (*schemas.Task, error) {
+	t, err := d.readTask(ctx, id, func(t *schemas.Task) bool { return schemas.Terminal(t.State) })
+	if errors.Is(err, errViewLag) {
+		return nil, fmt.Errorf("executors: task %s is %s, not ended", id, t.State)
+	}
+	return t, err
+}
+
+// delegations returns the delegateFunc of job: it records a delegation of
+// the attempt (claiming it first when it was not) and returns the child
+// goal's id.
+func (d *delivery) delegations(hard context.Context, job *Job, cancel context.CancelCauseFunc, watch *watch) delegateFunc {
+	return func(ctx context.Context, body schemas.DelegateTask) (string, error) {
+		rctx, stop := mergeCancel(ctx, hard)
+		defer stop()
+		token, err := d.token(rctx)
+		if err != nil {
+			return "", fmt.Errorf("executors: delegation of task %s not recorded: %w", job.TaskID, err)
+		}
+		body.Token = token
+		r, err := d.w.c.command(rctx, "task.delegate", body, delegateCommandID(job.TaskID, job.Attempt, body.Key))
+		switch {
+		case err != nil:
+			return "", fmt.Errorf("executors: delegation of task %s not recorded: %w", job.TaskID, err)
+		case r.OK:
+			return delegatedResult(r.Result), nil
+		case fencedRefusal(r.Error):
+			cause := d.fencedCause(rctx, job, watch)
+			cancel(cause)
+			return "", fmt.Errorf("%w: delegation refused: %s", cause, r.Error.Message)
+		case r.Error.Code == schemas.CodeUnavailable || r.Error.Code == schemas.CodeInternal:
+			return "", &CommandError{Command: "task.delegate", Code: r.Error.Code, Message: r.Error.Message}
+		}
+		return "", Permanent(&CommandError{Command: "task.delegate", Code: r.Error.Code, Message: r.Error.Message})
+	}
+}
+
+// fencedRefusal reports whether e refuses a command because its attempt no
+// longer holds the task: not the running attempt, the task gone, or a
+// token that is not the attempt's.
+func fencedRefusal(e *schemas.Error) bool {
+	for _, f := range e.Fields {
+		switch {
+		case f.Pointer == "/attempt" && e.Code == schemas.CodeConflict,
+			f.Pointer == "/task_id" && e.Code == schemas.CodeNotFound,
+			f.Pointer == "/token":
+			return true
+		}
+	}
+	return false
 }
 
 // getTask reads task id from the views.

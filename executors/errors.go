@@ -57,6 +57,9 @@ const (
 	// CodeDependencies is the code of an attempt that could not read the
 	// results of its task's dependencies (retryable).
 	CodeDependencies = "dependencies_unavailable"
+	// CodeDelegations is the code of an attempt that could not read the
+	// results of the goals its task delegated to (retryable).
+	CodeDelegations = "delegations_unavailable"
 )
 
 // Failure is a handler error with full control over what is reported: the

@@ -86,12 +86,19 @@ type Job struct {
 	// decision on its action, and Approval returns the latest.
 	Decisions []Decision
 
+	// Delegations are the outcomes of the task's delegations whose child
+	// goals ended (Delegate), oldest first, each with the accepted results
+	// of the child goal's tasks.
+	Delegations []Delegated
+
 	// Deadline is when the attempt times out; zero when it has no timeout.
 	// The handler's context carries the same deadline.
 	Deadline time.Time
 
 	save CheckpointFunc
 	ask  approvalFunc // nil for a job from NewJob: RequestApproval sends nothing
+	// delegate is nil for a job from NewJob: Delegate sends nothing.
+	delegate delegateFunc
 	// artifacts is the worker's client: nil for a job from NewJob.
 	artifacts *client.Client
 }
@@ -103,9 +110,10 @@ type CheckpointFunc func(ctx context.Context, checkpoint json.RawMessage) error
 // NewJob returns a copy of j whose SaveCheckpoint calls save. It is for
 // running a handler outside a worker, as executortest does; a worker builds
 // its jobs itself. Its RequestApproval sends no request: it returns the
-// *WaitError a worker would report, or the decision j.Decisions holds.
+// *WaitError a worker would report, or the decision j.Decisions holds; its
+// Delegate likewise sends nothing.
 func NewJob(j Job, save CheckpointFunc) *Job {
-	j.save, j.ask = save, nil
+	j.save, j.ask, j.delegate = save, nil, nil
 	return &j
 }
 

@@ -38,9 +38,22 @@ type WaitError struct {
 	Approval     *ApprovalRequest
 	ActionDigest string
 	ApprovalID   string
+
+	// Delegation is the delegation of a Delegate, and GoalID the child
+	// goal the service created for it; GoalID is empty when it was not
+	// sent (a job built by NewJob, or a WaitError the handler built): a
+	// worker then sends it when the handler returns.
+	Delegation *Delegation
+	GoalID     string
 }
 
 func (e *WaitError) Error() string {
+	if e.Delegation != nil {
+		if e.GoalID == "" {
+			return fmt.Sprintf("executors: waiting for the goal delegated as %q", e.Delegation.Key)
+		}
+		return fmt.Sprintf("executors: waiting for goal %s, delegated as %q", e.GoalID, e.Delegation.Key)
+	}
 	if e.Approval != nil {
 		if e.ApprovalID == "" {
 			return "executors: waiting for approval of action " + e.ActionDigest

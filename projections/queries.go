@@ -105,6 +105,10 @@ func (s *Store) GoalView(ws, id string) (*GoalView, error) {
 		n := PlanNode{PlanTask: pt}
 		if t != nil {
 			n.State = t.State
+			for _, d := range t.Delegations {
+				d.Tasks = nil
+				n.Delegations = append(n.Delegations, d)
+			}
 		}
 		v.Nodes = append(v.Nodes, n)
 	}

@@ -19,10 +19,13 @@ type GoalView struct {
 	Spent Spend `json:"spent"`
 }
 
-// PlanNode is one task of a goal's current plan, with its task's state.
+// PlanNode is one task of a goal's current plan, with its task's state
+// and the child goals its attempts delegated work to (without their
+// tasks: goal.get of each child has them).
 type PlanNode struct {
 	PlanTask
-	State string `json:"state"`
+	State       string       `json:"state"`
+	Delegations []Delegation `json:"delegations,omitempty"`
 }
 
 // ApprovalView is an approval as approval.get and approval.list (the inbox)

@@ -37,7 +37,7 @@ func goalCmd(g *globals) *cobra.Command {
 	f.StringVar(&c.Envelope.OnExhausted, "on-exhausted", "", "when the budget is used up: fail the task (fail, the default), or ask an approver to extend it (approval)")
 	f.StringVar(&c.Envelope.ExtensionRole, "extension-role", "", "with --on-exhausted approval: the approver role that may extend the budget (default: any)")
 
-	get := getCmd(g, "get ID", "show a goal with its plan", (*client.Client).Goal, printGoal)
+	get := goalGetCmd(g)
 	list := listCmd(g, &cobra.Command{Use: "list [--all | --limit N --after CURSOR]", Short: "list goals (a page; --all for every one)", Args: cobra.NoArgs},
 		&paging{}, "goals", nil, func(ctx context.Context, cl *client.Client, _ []string, opts ...client.CallOption) iter.Seq2[*schemas.GoalView, error] {
 			return cl.Goals(ctx, opts...)
@@ -57,6 +57,9 @@ func printGoal(w io.Writer, v *schemas.GoalView) error {
 	if v.Schedule != nil {
 		fmt.Fprintf(w, "from schedule %s, slot %s\n", v.Schedule.Name, v.Schedule.Slot.UTC().Format(time.RFC3339))
 	}
+	if p := v.Parent; p != nil {
+		fmt.Fprintf(w, "delegated by task %s as %q (goal %s, depth %d)\n", p.TaskID, p.Key, dash(p.GoalID), p.Depth)
+	}
 	if v.Reason != "" {
 		fmt.Fprintf(w, "reason: %s\n", v.Reason)
 	}
@@ -68,6 +71,68 @@ func printGoal(w io.Writer, v *schemas.GoalView) error {
 	return columns([]string{"KEY", "TASK", "STATE", "DEPENDS ON"}, func(n schemas.PlanNode) []string {
 		return []string{n.Key, n.TaskID, n.State, dash(strings.Join(n.DependsOn, ","))}
 	})(w, v.Nodes)
+}
+
+func goalGetCmd(g *globals) *cobra.Command {
+	return &cobra.Command{
+		Use: "get ID", Short: "show a goal with its plan, and the tree of goals its tasks delegated to", Args: cobra.ExactArgs(1),
+		RunE: func(_ *cobra.Command, args []string) error {
+			return g.withClient(func(ctx context.Context, cl *client.Client) error {
+				v, err := cl.Goal(ctx, args[0])
+				if err != nil {
+					return err
+				}
+				return show(g, v, func(w io.Writer, v *schemas.GoalView) error {
+					if err := printGoal(w, v); err != nil || !delegates(v) {
+						return err
+					}
+					fmt.Fprintln(w, "\ndelegations:")
+					return printTree(ctx, w, cl, v, "  ", &treeBudget{goals: maxTreeGoals})
+				})
+			})
+		},
+	}
+}
+
+// maxTreeGoals bounds how many child goals dwr goal get reads for its tree.
+const maxTreeGoals = 200
+
+// treeBudget counts the child goals a tree may still read.
+type treeBudget struct{ goals int }
+
+// delegates reports whether a task of v's plan delegated work.
+func delegates(v *schemas.GoalView) bool {
+	for _, n := range v.Nodes {
+		if len(n.Delegations) > 0 {
+			return true
+		}
+	}
+	return false
+}
+
+// printTree prints the tasks of v's plan and, under each, the goals it
+// delegated to with their own tasks, and so down: each level indented
+// further.
+func printTree(ctx context.Context, w io.Writer, cl *client.Client, v *schemas.GoalView, indent string, b *treeBudget) error {
+	for _, n := range v.Nodes {
+		fmt.Fprintf(w, "%s%s %s %s\n", indent, n.Key, n.TaskID, n.State)
+		for _, d := range n.Delegations {
+			fmt.Fprintf(w, "%s  %q -> goal %s %s\n", indent, d.Key, d.GoalID, d.State)
+			if b.goals == 0 {
+				fmt.Fprintf(w, "%s    (not shown: the tree has more than %d goals; dwr goal get %s)\n", indent, maxTreeGoals, d.GoalID)
+				continue
+			}
+			b.goals--
+			child, err := cl.Goal(ctx, d.GoalID)
+			if err != nil {
+				return err
+			}
+			if err := printTree(ctx, w, cl, child, indent+"    ", b); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
 }
 
 // spent prints a goal's spend, each dimension beside its budget when it

@@ -126,7 +126,7 @@ func (x *Command) run(ctx context.Context, job *executors.Job, waits bool, put p
 	cp := &checkpointFile{path: files.checkpoint, last: job.Checkpoint, job: job, logger: x.logger}
 
 	cmd := exec.Command(x.argv[0], x.argv[1:]...) //nolint:gosec // G204: running the operator's command is the point
-	cmd.Env = append(os.Environ(), jobEnv(job, files.checkpoint, files.wait, files.dependencies)...)
+	cmd.Env = append(os.Environ(), jobEnv(job, files)...)
 	cmd.Env = append(cmd.Env, EnvArtifactsDir+"="+files.artifacts)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	cmd.Stdin = files.stdin
@@ -321,14 +321,15 @@ func priorJSON(prior []executors.PriorAttempt) []byte {
 	return []byte("[]")
 }
 
-// jobEnv is what the command learns about its job from its environment.
-// waitFile is "" (and DWR_WAIT_FILE set empty) when the command may not wait;
-// depsFile is "" when the task depends on no other.
-func jobEnv(job *executors.Job, checkpoint, waitFile, depsFile string) []string {
+// jobEnv is what the command learns about its job from its environment,
+// with the paths of its files f: f.wait is "" (and DWR_WAIT_FILE set empty)
+// when the command may not wait; f.dependencies and f.delegations are ""
+// when the task has none.
+func jobEnv(job *executors.Job, f *jobFiles) []string {
 	prior := priorJSON(job.PriorAttempts)
 	env := []string{"DWR_TASK_ID=" + job.TaskID, "DWR_ATTEMPT=" + strconv.Itoa(job.Attempt),
 		"DWR_OPERATION_KEY=" + job.OperationKey, "DWR_WORKSPACE=" + job.Workspace, "DWR_QUEUE=" + job.Queue,
-		EnvCheckpointFile + "=" + checkpoint, EnvWaitFile + "=" + waitFile, EnvPriorAttempts + "=" + string(prior), "DWR_DEADLINE="}
+		EnvCheckpointFile + "=" + f.checkpoint, EnvWaitFile + "=" + f.wait, EnvPriorAttempts + "=" + string(prior), "DWR_DEADLINE="}
 	if !job.Deadline.IsZero() {
 		env[len(env)-1] += job.Deadline.UTC().Format(time.RFC3339Nano)
 	}
@@ -347,13 +348,33 @@ func jobEnv(job *executors.Job, checkpoint, waitFile, depsFile string) []string 
 			env = append(env, "DWR_APPROVAL="+string(b))
 		}
 	}
-	if depsFile != "" {
-		env = append(env, EnvDependenciesFile+"="+depsFile)
-		if b, err := json.Marshal(job.Dependencies); err == nil && len(b) <= maxPriorEnv {
-			env = append(env, EnvDependencies+"="+string(b))
-		}
+	if f.dependencies != "" {
+		env = handOver(env, EnvDependencies, EnvDependenciesFile, f.dependencies, job.Dependencies)
+	}
+	if f.delegations != "" {
+		env = handOver(env, EnvDelegations, EnvDelegationsFile, f.delegations, delegationsByKey(job))
 	}
 	return env
+}
+
+// handOver adds to env the variable fileVar naming the file at path, which
+// holds v as JSON, and inlineVar with the same JSON when it is at most 64
+// KiB.
+func handOver(env []string, inlineVar, fileVar, path string, v any) []string {
+	env = append(env, fileVar+"="+path)
+	if b, err := json.Marshal(v); err == nil && len(b) <= maxPriorEnv {
+		env = append(env, inlineVar+"="+string(b))
+	}
+	return env
+}
+
+// delegationsByKey returns the job's ended delegations by their key.
+func delegationsByKey(job *executors.Job) map[string]executors.Delegated {
+	out := make(map[string]executors.Delegated, len(job.Delegations))
+	for _, d := range job.Delegations {
+		out[d.Key] = d
+	}
+	return out
 }
 
 // The environment that hands a command its task's dependencies: the same
@@ -365,6 +386,16 @@ const (
 	EnvDependenciesFile = "DWR_DEPENDENCIES_FILE"
 )
 
+// The environment that hands a command the outcomes of the goals its task
+// delegated to (a wait file's "delegate") that have ended: the same JSON
+// object, {"<key>": {"key", "goal_id", "state", "reason", "results":
+// {"<task key>": {"key", "task_id", "result", "artifacts"}}}, ...}, inline
+// when it is at most 64 KiB and always in a file.
+const (
+	EnvDelegations     = "DWR_DELEGATIONS"
+	EnvDelegationsFile = "DWR_DELEGATIONS_FILE"
+)
+
 // jobFiles are a job's temporary files: the command's stdin (the input), its
 // checkpoint file and its wait file.
 type jobFiles struct {
@@ -372,6 +403,7 @@ type jobFiles struct {
 	checkpoint   string
 	wait         string // "" when the command may not wait
 	dependencies string // "" when the task depends on none
+	delegations  string // "" when no goal the task delegated to has ended
 	artifacts    string // the command's artifacts directory
 }
 
@@ -398,11 +430,13 @@ func newJobFiles(job *executors.Job, waits bool) (*jobFiles, error) {
 		return nil, err
 	}
 	if len(job.Dependencies) > 0 {
-		b, err := json.Marshal(job.Dependencies)
-		if err == nil {
-			f.dependencies, err = writeTemp("dwr-dependencies-*.json", b)
+		if f.dependencies, err = writeJSONTemp("dwr-dependencies-*.json", job.Dependencies); err != nil {
+			f.remove()
+			return nil, err
 		}
-		if err != nil {
+	}
+	if len(job.Delegations) > 0 {
+		if f.delegations, err = writeJSONTemp("dwr-delegations-*.json", delegationsByKey(job)); err != nil {
 			f.remove()
 			return nil, err
 		}
@@ -431,12 +465,24 @@ func (f *jobFiles) remove() {
 	if f.wait != "" {
 		_ = os.Remove(f.wait)
 	}
-	if f.dependencies != "" {
-		_ = os.Remove(f.dependencies)
+	for _, p := range []string{f.dependencies, f.delegations} {
+		if p != "" {
+			_ = os.Remove(p)
+		}
 	}
 	if f.artifacts != "" {
 		_ = os.RemoveAll(f.artifacts)
 	}
+}
+
+// writeJSONTemp writes v as JSON to a new temporary file named by pattern
+// and returns its name.
+func writeJSONTemp(pattern string, v any) (string, error) {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return "", err
+	}
+	return writeTemp(pattern, b)
 }
 
 // writeTemp writes b to a new temporary file named by pattern and returns

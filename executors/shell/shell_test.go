@@ -24,6 +24,7 @@ import (
 	"github.com/dwr-run/dwr/executors/client"
 	"github.com/dwr-run/dwr/executors/executortest"
 	"github.com/dwr-run/dwr/handlers/servicetest"
+	"github.com/dwr-run/dwr/schemas"
 )
 
 // workerEnv is the service, in-process, and the kit's client of it (its
@@ -158,6 +159,35 @@ printf '{"inline": %s, "file": %s}\n' "$DWR_DEPENDENCIES" "$(cat "$DWR_DEPENDENC
 	want := fmt.Sprintf(`{"a": {"key": "a", "task_id": %q, "result": {"leaf": 1}}, "b": {"key": "b", "task_id": %q, "result": {"leaf": 2}}}`, ids["a"], ids["b"])
 	var got struct{ Inline, File json.RawMessage }
 	require.NoError(t, json.Unmarshal(tk.Attempts[0].Result, &got))
+	require.JSONEq(t, want, string(got.Inline))
+	require.JSONEq(t, want, string(got.File))
+}
+
+// A command delegates a child goal through its wait file; the child's
+// command answers; the resumed command reads the child's result from
+// DWR_DELEGATIONS and DWR_DELEGATIONS_FILE.
+func TestWorkerCommandDelegates(t *testing.T) {
+	e := newWorkerEnv(t)
+	flow := e.script("delegates.sh", `input="$(cat)"
+case "$input" in
+*leaf*) echo '{"found": 42}'; exit 0 ;;
+esac
+if [ -n "${DWR_DELEGATIONS_FILE:-}" ]; then
+  printf '{"inline": %s, "file": %s}\n' "$DWR_DELEGATIONS" "$(cat "$DWR_DELEGATIONS_FILE")"
+  exit 0
+fi
+echo '{"delegate": {"key": "dig", "goal": {"title": "dig", "tasks": [{"key": "leaf", "queue": "deleg", "input": "leaf"}]}}}' >"$DWR_WAIT_FILE"
+exit 101
+`)
+	e.startWorker("deleg", workerOpts{concurrency: 2}, flow)
+	id := e.CreateTask(t, map[string]any{"queue": "deleg"})
+	tk := e.WaitState(t, id, "accepted", waitFor)
+	require.Len(t, tk.Delegations, 1)
+	d := tk.Delegations[0]
+	want := fmt.Sprintf(`{"dig": {"key": "dig", "goal_id": %q, "state": "achieved", "results": {"leaf": {"key": "leaf", "task_id": %q, "result": {"found": 42}}}}}`,
+		d.GoalID, d.Tasks[0].TaskID)
+	var got struct{ Inline, File json.RawMessage }
+	require.NoError(t, json.Unmarshal(tk.Attempts[1].Result, &got), string(tk.Attempts[1].Result))
 	require.JSONEq(t, want, string(got.Inline))
 	require.JSONEq(t, want, string(got.File))
 }
@@ -418,11 +448,11 @@ func TestWorkerEnvHandsTheSignalAndTheLatestDecision(t *testing.T) {
 		return "", false
 	}
 	job := &executors.Job{TaskID: "T", Attempt: 1}
-	env := jobEnv(job, "/tmp/cp", "/tmp/wait", "")
+	env := jobEnv(job, &jobFiles{checkpoint: "/tmp/cp", wait: "/tmp/wait"})
 	wait, ok := lookup(env, "DWR_WAIT_FILE")
 	require.True(t, ok)
 	require.Equal(t, "/tmp/wait", wait)
-	wait, ok = lookup(jobEnv(job, "/tmp/cp", "", ""), "DWR_WAIT_FILE")
+	wait, ok = lookup(jobEnv(job, &jobFiles{checkpoint: "/tmp/cp"}), "DWR_WAIT_FILE")
 	require.True(t, ok, "a command that may not wait gets DWR_WAIT_FILE empty, not the worker's own")
 	require.Empty(t, wait)
 	_, ok = lookup(env, "DWR_APPROVAL")
@@ -438,7 +468,7 @@ func TestWorkerEnvHandsTheSignalAndTheLatestDecision(t *testing.T) {
 			{ApprovalID: "T-2", ActionDigest: "sha256:bb", Action: json.RawMessage(`{"cents":900}`), Response: "approve",
 				Approver: "bob", Role: "finance", DecidedAt: at.Add(time.Hour)},
 		}}
-	env = jobEnv(job, "/tmp/cp", "/tmp/wait", "")
+	env = jobEnv(job, &jobFiles{checkpoint: "/tmp/cp", wait: "/tmp/wait"})
 	approval, ok := lookup(env, "DWR_APPROVAL")
 	require.True(t, ok)
 	require.JSONEq(t, `{"approval_id": "T-2", "action_digest": "sha256:bb", "action": {"cents": 900}, "response": "approve",
@@ -488,6 +518,17 @@ func TestWorkerWaitFileForms(t *testing.T) {
 	w, err = parseWaitFile([]byte(`{"approval": {"action": "deploy v2", "basis": null, "expires_in": null}}`), now)
 	require.NoError(t, err)
 	require.Equal(t, &executors.ApprovalRequest{Action: json.RawMessage(`"deploy v2"`)}, w.approval, "null is absent")
+
+	w, err = parseWaitFile([]byte(`{"delegate": {"key": "sources", "on_failure": "review",
+		"goal": {"title": "gather", "envelope": {"budget": {"tokens": 100}}, "tasks": [{"key": "crm", "queue": "agents", "input": {"q": 2}}]}}}`), now)
+	require.NoError(t, err)
+	require.Equal(t, &executors.Delegation{Key: "sources", OnFailure: "review", Title: "gather",
+		Envelope: schemas.Envelope{Budget: schemas.Budget{Tokens: 100}},
+		Tasks:    []schemas.TaskSpec{{Key: "crm", Queue: "agents", Input: json.RawMessage(`{"q": 2}`)}}}, w.delegate)
+	w, err = parseWaitFile([]byte(`{"delegate": {"key": "q3", "ritual": {"name": "quarterly", "version": 2, "params": {"quarter": "Q3"}}}}`), now)
+	require.NoError(t, err)
+	require.Equal(t, &executors.Delegation{Key: "q3", Ritual: &executors.RitualRun{Name: "quarterly", Version: 2,
+		Params: json.RawMessage(`{"quarter": "Q3"}`)}}, w.delegate)
 }
 
 func TestWorkerWaitFileErrors(t *testing.T) {
@@ -498,7 +539,7 @@ func TestWorkerWaitFileErrors(t *testing.T) {
 		{"signal go", `DWR_WAIT_FILE holds "signal go": invalid character`},
 		{`["go"]`, "cannot unmarshal array"},
 		{"null", "0 waits"},
-		{"{}", "0 waits; name exactly one of until, after, signal, approval"},
+		{"{}", "0 waits; name exactly one of until, after, signal, approval, delegate"},
 		{`{"signal": "go", "after": "1s"}`, "2 waits"},
 		{`{"sigal": "go"}`, `unknown field "sigal"`},
 		{`{"approval": {"action": 1, "role": "ops", "rol": "x"}}`, `unknown field "rol"`},
@@ -518,6 +559,11 @@ func TestWorkerWaitFileErrors(t *testing.T) {
 		{`{"approval": {"action": null}}`, `"approval" has no "action"`},
 		{`{"approval": {"action": 1, "expires_in": "forever"}}`, `"expires_in" is not a duration`},
 		{`{"approval": {"action": 1, "expires_in": "-1h"}}`, `"expires_in" is not a duration`},
+		{`{"delegate": {"goal": {"title": "t", "tasks": [{"key": "a", "queue": "q"}]}}}`, `"delegate"."key" is not a valid key`},
+		{`{"delegate": {"key": "k"}}`, `names "goal" (with its "tasks") or "ritual", one of the two`},
+		{`{"delegate": {"key": "k", "goal": {"title": "t"}, "ritual": {"name": "r"}}}`, `one of the two`},
+		{`{"delegate": {"key": "k", "goal": {"title": "t"}}}`, `"delegate"."goal" has no "tasks"`},
+		{`{"delegate": {"key": "k", "goal": {"title": "t", "tasks": [{"key": "a", "queue": "q", "inptu": 1}]}}}`, `unknown field "inptu"`},
 	} {
 		_, err := parseWaitFile([]byte(c.file), now)
 		require.Error(t, err, c.file)
@@ -572,6 +618,17 @@ func TestWorkerParkTurnsTheWaitFileIntoAWait(t *testing.T) {
 	// Another action is a new request.
 	_, err = x.park(context.Background(), decided, file(`{"approval": {"action": {"order": "o-1", "cents": 800}}}`), now)
 	require.ErrorAs(t, err, &wait)
+
+	// Delegating again under a key whose goal has ended is a misuse too.
+	_, err = x.park(context.Background(), job, file(`{"delegate": {"key": "k", "goal": {"title": "t", "tasks": [{"key": "a", "queue": "q"}]}}}`), now)
+	require.ErrorAs(t, err, &wait)
+	require.Equal(t, "k", wait.Delegation.Key)
+	ended := executors.NewJob(executors.Job{TaskID: "T", Attempt: 2, Delegations: []executors.Delegated{
+		{Key: "k", GoalID: "G", State: "achieved"}}}, nil)
+	_, err = x.park(context.Background(), ended, file(`{"delegate": {"key": "k", "goal": {"title": "t", "tasks": [{"key": "b", "queue": "q"}]}}}`), now)
+	require.ErrorAs(t, err, &f)
+	require.Equal(t, CodeDelegationEnded, f.Code)
+	require.Contains(t, f.Message, `key "k", whose goal G has ended (achieved): read DWR_DELEGATIONS`)
 
 	for body, want := range map[string]string{
 		"":                           "DWR_WAIT_FILE is empty",

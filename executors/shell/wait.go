@@ -22,6 +22,7 @@ import (
 const (
 	CodeInvalidWait     = "invalid_wait"             // the wait file is empty or does not say what to wait for
 	CodeApprovalDecided = "approval_already_decided" // an approval asked again for an action already decided
+	CodeDelegationEnded = "delegation_already_ended" // a delegation asked again under a key whose goal has ended
 )
 
 // signalName is what a signal's name may be: the wire contract's "Key"
@@ -31,14 +32,16 @@ var signalName = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$`)
 // waitForms says what a wait file may hold: the end of every message about
 // one that does not.
 const waitForms = `expected one JSON object: {"until": "<RFC 3339 time>"}, {"after": "<duration, e.g. 10m>"}, ` +
-	`{"signal": "<name>"} or {"approval": {"action": <the action to approve>, "summary": ..., ...}}`
+	`{"signal": "<name>"}, {"approval": {"action": <the action to approve>, "summary": ..., ...}} or ` +
+	`{"delegate": {"key": "<name>", "goal": {"title": ..., "tasks": [...]} | "ritual": {"name": ..., "params": {...}}, "on_failure": "fail|review|resume"}}`
 
 // waitRequest is what a command asked for in its wait file: a durable sleep
-// until a time, a signal, or an approval.
+// until a time, a signal, an approval, or a child goal's end.
 type waitRequest struct {
 	until    time.Time
 	signal   string
 	approval *executors.ApprovalRequest
+	delegate *executors.Delegation
 }
 
 // waitFile is a wait file as written.
@@ -47,6 +50,16 @@ type waitFile struct {
 	After    json.RawMessage `json:"after"`
 	Signal   *string         `json:"signal"`
 	Approval *waitApproval   `json:"approval"`
+	Delegate *waitDelegate   `json:"delegate"`
+}
+
+// waitDelegate is the delegation of a wait file: task.delegate's body
+// after its attempt's fields.
+type waitDelegate struct {
+	Key       string              `json:"key"`
+	Goal      *schemas.CreateGoal `json:"goal"`
+	Ritual    *schemas.RunRitual  `json:"ritual"`
+	OnFailure string              `json:"on_failure"`
 }
 
 // waitApproval is the approval request of a wait file: the wire's
@@ -77,13 +90,13 @@ func parseWaitFile(b []byte, now time.Time) (waitRequest, error) {
 		return waitRequest{}, holds("more than one JSON value")
 	}
 	n := 0
-	for _, set := range []bool{f.Until != nil, !isNull(f.After), f.Signal != nil, f.Approval != nil} {
+	for _, set := range []bool{f.Until != nil, !isNull(f.After), f.Signal != nil, f.Approval != nil, f.Delegate != nil} {
 		if set {
 			n++
 		}
 	}
 	if n != 1 {
-		return waitRequest{}, holds("%d waits; name exactly one of until, after, signal, approval", n)
+		return waitRequest{}, holds("%d waits; name exactly one of until, after, signal, approval, delegate", n)
 	}
 	switch {
 	case f.Until != nil:
@@ -102,6 +115,8 @@ func parseWaitFile(b []byte, now time.Time) (waitRequest, error) {
 		return waitRequest{signal: *f.Signal}, nil
 	case f.Approval != nil:
 		return approvalOf(f.Approval, holds)
+	case f.Delegate != nil:
+		return delegationOf(f.Delegate, holds)
 	}
 	d, err := durationOf(f.After)
 	if err != nil || d <= 0 {
@@ -131,6 +146,29 @@ func approvalOf(a *waitApproval, holds func(string, ...any) error) (waitRequest,
 		r.ExpiresIn = d
 	}
 	return waitRequest{approval: r}, nil
+}
+
+// delegationOf returns the delegation of a wait file.
+func delegationOf(d *waitDelegate, holds func(string, ...any) error) (waitRequest, error) {
+	switch {
+	case !signalName.MatchString(d.Key):
+		return waitRequest{}, holds(`"delegate"."key" is not a valid key: letters, digits, '_', '.' and '-', starting with a letter or digit, at most 128`)
+	case (d.Goal == nil) == (d.Ritual == nil):
+		return waitRequest{}, holds(`"delegate" names "goal" (with its "tasks") or "ritual", one of the two`)
+	case d.Goal != nil && len(d.Goal.Tasks) == 0:
+		return waitRequest{}, holds(`"delegate"."goal" has no "tasks": a delegated goal needs its plan`)
+	}
+	del := &executors.Delegation{Key: d.Key, OnFailure: d.OnFailure}
+	if d.Goal != nil {
+		del.Title, del.Description, del.SuccessCriteria = d.Goal.Title, d.Goal.Description, d.Goal.SuccessCriteria
+		del.Envelope, del.Tasks = d.Goal.Envelope, d.Goal.Tasks
+	} else {
+		del.Ritual = &executors.RitualRun{Name: d.Ritual.Name, Version: d.Ritual.Version}
+		if !isNull(d.Ritual.Params) {
+			del.Ritual.Params = d.Ritual.Params
+		}
+	}
+	return waitRequest{delegate: del}, nil
 }
 
 // durationOf decodes a duration: a string such as "10m", or a number of
@@ -174,8 +212,8 @@ func readWaitFile(path string) ([]byte, error) {
 }
 
 // park honours the wait of a command that exited 101: the task sleeps,
-// waits for a signal, or asks for an approval, as the wait file at path
-// says. A wait file that does not say fails the task, not retried: the
+// waits for a signal, asks for an approval, or delegates to a child goal,
+// as the wait file at path says. A wait file that does not say fails the task, not retried: the
 // command would only ask the same again.
 func (x *Command) park(ctx context.Context, job *executors.Job, path string, now time.Time) (executors.Result, error) {
 	b, err := readWaitFile(path)
@@ -188,6 +226,16 @@ func (x *Command) park(ctx context.Context, job *executors.Job, path string, now
 			Message: "the command exited " + strconv.Itoa(ExitWait) + " to wait, but " + err.Error() + "; " + waitForms}
 	}
 	switch {
+	case w.delegate != nil:
+		out, err := job.Delegate(ctx, *w.delegate)
+		if out == nil {
+			return executors.Result{}, err // a *executors.WaitError: the delegation parked the task, or its refusal
+		}
+		// The task's goal under this key has ended already: delegating
+		// again would run the command again, which would delegate again.
+		return executors.Result{}, executors.Failure{Code: CodeDelegationEnded, Message: fmt.Sprintf(
+			"the command exited %d to delegate under key %q, whose goal %s has ended (%s): read %s (or %s) before delegating, "+
+				"and delegate again only under another key", ExitWait, out.Key, out.GoalID, out.State, EnvDelegations, EnvDelegationsFile)}
 	case w.approval != nil:
 		d, err := job.RequestApproval(ctx, *w.approval)
 		if err != nil {
