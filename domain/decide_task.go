@@ -115,10 +115,10 @@ func (x *tx) claimTask(c *ClaimTask) (Reply, error) {
 // envelope or its retry policy allows no further attempt, as a claim does;
 // it reports whether it did.
 func (x *tx) refuseToStart(t *Task) (bool, error) {
-	if why, err := x.overBudget(t); err != nil {
+	if why, of, err := x.overBudget(t); err != nil {
 		return false, err
 	} else if why != "" {
-		return true, x.exhausted(t, 0, why)
+		return true, x.exhausted(t, 0, why, of)
 	}
 	if spent(t) >= retryOf(t).MaxAttempts {
 		return true, x.emit(t.ID, &TaskFailed{Reason: ReasonAttemptsSpent,
@@ -255,10 +255,10 @@ func (x *tx) failAttempt(t *Task, n int, e ErrorInfo, retryable bool, steps []Mo
 	case spent(t) >= policy.MaxAttempts:
 		return x.emit(t.ID, &TaskFailed{Reason: ReasonAttemptsSpent, Error: &e})
 	}
-	if why, err := x.overBudget(t); err != nil {
+	if why, of, err := x.overBudget(t); err != nil {
 		return err
 	} else if why != "" {
-		return x.exhausted(t, n, why)
+		return x.exhausted(t, n, why, of)
 	}
 	return x.emit(t.ID, &BackoffScheduled{Attempt: n, Until: x.m.Now.Add(Backoff(policy, spent(t)))})
 }
@@ -480,17 +480,35 @@ func (x *tx) fireTimer(c *FireTimer) (Reply, error) {
 	return x.after(t.ID)
 }
 
-// overBudget says why the envelope of t's goal allows no further attempt:
-// its attempts, tokens or cost are used up, or its deadline has passed. It
-// returns "" when another attempt is allowed (and for standalone tasks).
-func (x *tx) overBudget(t *Task) (string, error) {
-	if t.GoalID == "" {
-		return "", nil
+// overBudget says why the envelope of t's goal, or of a goal up the tree
+// that delegated the work to it, allows no further attempt (its attempts,
+// tokens or cost are used up, counting what the goals it delegated to
+// spent, or its deadline has passed), and which goal's it is. It returns
+// "" when another attempt is allowed (and for standalone tasks).
+func (x *tx) overBudget(t *Task) (why, goalID string, err error) {
+	for id := t.GoalID; id != ""; {
+		g, err := x.o.Goal(id)
+		if err != nil || g == nil {
+			return "", "", err
+		}
+		why, err := x.goalOverBudget(g)
+		if err != nil || why != "" {
+			if why != "" && g.ID != t.GoalID {
+				why = fmt.Sprintf("%s (goal %s, which delegated this work)", why, g.ID)
+			}
+			return why, g.ID, err
+		}
+		if g.Parent == nil {
+			break
+		}
+		id = g.Parent.GoalID
 	}
-	g, err := x.o.Goal(t.GoalID)
-	if err != nil || g == nil {
-		return "", err
-	}
+	return "", "", nil
+}
+
+// goalOverBudget says why goal g's envelope allows no further attempt, or
+// "".
+func (x *tx) goalOverBudget(g *Goal) (string, error) {
 	b := g.Envelope.Budget
 	if b.Deadline != nil && !x.m.Now.Before(*b.Deadline) {
 		return fmt.Sprintf("the goal's deadline %s has passed", b.Deadline.Format(time.RFC3339)), nil
@@ -498,7 +516,7 @@ func (x *tx) overBudget(t *Task) (string, error) {
 	if b.Attempts == 0 && b.Tokens == 0 && b.Cost == 0 {
 		return "", nil
 	}
-	sp, err := GoalSpend(g, x.m.Now, x.o.Task)
+	sp, err := GoalSpend(g, x.m.Now, x.o.Task, x.o.Goal)
 	if err != nil {
 		return "", err
 	}
@@ -514,18 +532,20 @@ func (x *tx) overBudget(t *Task) (string, error) {
 	return "", nil
 }
 
-// exhausted ends t's way forward when its goal's budget allows it no
-// further attempt (why): it fails, or — when the goal's envelope says
-// on_exhausted approval, and the budget is one an approval can extend —
-// it waits on a budget approval (attempt: the attempt that ended, 0 before
-// any) whose approval doubles each bound of the budget.
-func (x *tx) exhausted(t *Task, attempt int, why string) error {
+// exhausted ends t's way forward when the budget of goal of (its goal, or
+// one up the tree) allows it no further attempt (why): it fails, or — when
+// of is its own goal, whose envelope says on_exhausted approval, and the
+// budget is one an approval can extend — it waits on a budget approval
+// (attempt: the attempt that ended, 0 before any) whose approval doubles
+// each bound of the budget. A goal up the tree asks for its extension
+// where its own tasks are stopped.
+func (x *tx) exhausted(t *Task, attempt int, why, of string) error {
 	g, err := x.o.Goal(t.GoalID)
 	if err != nil {
 		return err
 	}
 	b := g.Envelope.Budget
-	if g.Envelope.OnExhausted != schemas.OnExhaustedApproval || (b.Deadline != nil && !x.m.Now.Before(*b.Deadline)) {
+	if of != g.ID || g.Envelope.OnExhausted != schemas.OnExhaustedApproval || (b.Deadline != nil && !x.m.Now.Before(*b.Deadline)) {
 		return x.emit(t.ID, &TaskFailed{Reason: ReasonBudget, Error: &ErrorInfo{Code: ReasonBudget, Message: why}})
 	}
 	// The goal pauses on one approval: a task stopped while another's is

@@ -234,3 +234,32 @@ func TestDelegationsPerTaskAreBounded(t *testing.T) {
 	e = w.refused(&DelegateTask{TaskID: task, Attempt: n, Key: "new", Goal: &CreateGoal{GoalID: w.newID(), Title: "c", Tasks: []TaskSpec{spec("x")}}}, CodeConflict)
 	require.Contains(t, e.Message, "32 times")
 }
+
+// Work handed on spends its delegating goal's budget: a child's attempts
+// count against its parent goal, and a child task is stopped when a goal
+// up the tree has spent its budget (failed, whatever its own envelope says:
+// a goal's extension is asked where its own tasks are stopped).
+func TestDelegatedWorkSpendsTheParentsBudget(t *testing.T) {
+	w := setup(t)
+	top := w.createGoal(Envelope{Budget: Budget{Attempts: 3}})
+	ids, _ := w.plan(top, spec("lead"))
+	lead := ids["lead"]
+	child := w.delegate(lead, w.claim(lead), "k", "", spec("x"), spec("y"), spec("z"))
+	plan := w.goal(child).Plan
+	w.claim(plan[0].TaskID)
+	w.claim(plan[1].TaskID)
+	sp, err := GoalSpend(w.goal(top), w.now, w.o.Task, w.o.Goal)
+	require.NoError(t, err)
+	require.Equal(t, 3, sp.Attempts, "the lead's attempt and its child goal's two")
+
+	out := w.must(&ClaimTask{ClaimBody: ClaimBody{TaskID: plan[2].TaskID, Executor: "exec-1"}})
+	require.Equal(t, StateFailed, out.Reply.State)
+	z := w.task(plan[2].TaskID)
+	require.Equal(t, ReasonBudget, z.Reason)
+	require.Contains(t, z.Error.Message, "the goal's budget of 3 attempts is used up (goal "+top+", which delegated this work)")
+
+	w.succeed(plan[0].TaskID, 1)
+	w.succeed(plan[1].TaskID, 1)
+	require.Equal(t, GoalStateFailed, w.goal(child).State)
+	require.Equal(t, StateFailed, w.state(lead), "the child goal failed: so does its parent task (on_failure fail)")
+}

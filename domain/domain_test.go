@@ -1281,7 +1281,7 @@ func TestGoalBudgetHoldsAcrossRevisionsAndFailures(t *testing.T) {
 	require.Equal(t, ReasonBudget, w.task(ids2["c"]).Reason)
 	require.Contains(t, eventOf[*TaskFailed](t, out, ids2["c"]).Error.Message, "110 used")
 
-	sp, err := GoalSpend(w.goal(g), w.now, w.o.Task)
+	sp, err := GoalSpend(w.goal(g), w.now, w.o.Task, w.o.Goal)
 	require.NoError(t, err)
 	require.Equal(t, Spend{Attempts: 2, Tokens: 110}, sp)
 	w.requireReplays()

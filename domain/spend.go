@@ -5,14 +5,33 @@ import "time"
 // GoalSpend returns what goal g's work has used by now: over the tasks of
 // every version of its plan (the current one's and RetiredTasks, so that a
 // revision that drops spent tasks does not give their spend back) and every
-// attempt of each, failed ones included. task reads a task's state (nil
-// when there is none).
-func GoalSpend(g *Goal, now time.Time, task func(id string) (*Task, error)) (Spend, error) {
+// attempt of each, failed ones included, and over the goals those tasks
+// delegated to, down the tree: work handed on is still the goal's. task
+// and goal read a task's and a goal's state (nil when there is none).
+func GoalSpend(g *Goal, now time.Time, task func(id string) (*Task, error), goal func(id string) (*Goal, error)) (Spend, error) {
+	return goalSpend(g, now, task, goal, 0)
+}
+
+func goalSpend(g *Goal, now time.Time, task func(id string) (*Task, error), goal func(id string) (*Goal, error), depth int) (Spend, error) {
 	var sp Spend
 	add := func(id string) error {
 		t, err := task(id)
 		if err != nil || t == nil {
 			return err
+		}
+		for _, d := range t.Delegations {
+			if depth >= MaxDelegationDepth {
+				break // deeper than delegations go: a history that is not one
+			}
+			c, err := goal(d.GoalID)
+			if err != nil || c == nil {
+				return err
+			}
+			csp, err := goalSpend(c, now, task, goal, depth+1)
+			if err != nil {
+				return err
+			}
+			sp.Attempts, sp.Tokens, sp.Cost, sp.WallMS = sp.Attempts+csp.Attempts, sp.Tokens+csp.Tokens, sp.Cost+csp.Cost, sp.WallMS+csp.WallMS
 		}
 		sp.Attempts += len(t.Attempts)
 		for _, a := range t.Attempts {

@@ -142,6 +142,7 @@ func TestAThirdPartyReportIsRefusedAndRecordedNowhere(t *testing.T) {
 		"task.wait":             {"kind": "signal", "signal": "s"},
 		"task.request_approval": {"action": 1},
 		"task.heartbeat":        {},
+		"task.delegate":         {"key": "k", "goal": map[string]any{"title": "t", "tasks": []map[string]any{{"key": "a", "queue": "pay"}}}},
 	} {
 		body := map[string]any{"task_id": id, "attempt": 1, "token": forgedToken}
 		for k, v := range extra {
@@ -153,7 +154,7 @@ func TestAThirdPartyReportIsRefusedAndRecordedNowhere(t *testing.T) {
 	r := hostile.request(t, "dwr.q.default.command.get", schemas.Query{ID: "h-tok-0"})
 	require.False(t, r.OK, "no result was kept for a refused command")
 	refused := b.svc.Refused()
-	require.Equal(t, refusedBefore[domain.RefusedToken]+8, refused[domain.RefusedToken], "%v", refused)
+	require.Equal(t, refusedBefore[domain.RefusedToken]+9, refused[domain.RefusedToken], "%v", refused)
 
 	// The honest worker's report then succeeds.
 	r = honest.succeed(t, id, 1, claim.Token, "succeed."+id+".1", map[string]any{"by": "honest"})

@@ -80,7 +80,7 @@ var claimed sync.Map
 
 // attemptCommands are the commands an attempt sends with its token.
 var attemptCommands = map[string]bool{"task.checkpoint": true, "task.succeed": true, "task.fail": true,
-	"task.wait": true, "task.request_approval": true, "task.heartbeat": true}
+	"task.wait": true, "task.request_approval": true, "task.heartbeat": true, "task.delegate": true}
 
 // withToken returns body with the token of its attempt, as an executor
 // sends it, when body is an attempt's command without one.

@@ -118,7 +118,7 @@ func (s *Store) GoalView(ws, id string) (*GoalView, error) {
 		}
 		return s.Task(id) // a retired task
 	}
-	if v.Spent, err = domain.GoalSpend(g, time.Now(), task); err != nil {
+	if v.Spent, err = domain.GoalSpend(g, time.Now(), task, s.Goal); err != nil {
 		return nil, err
 	}
 	return v, nil
