@@ -204,6 +204,41 @@ func TestCLISignalResumesAWaitingTask(t *testing.T) {
 	require.Contains(t, errs, "has ended")
 }
 
+// dwr goal get shows the tree of goals its tasks delegated to; dwr task get
+// what a delegating task waits for and its delegations.
+func TestCLIGoalGetShowsTheDelegationTree(t *testing.T) {
+	url := cliServer(t)
+	nc, err := nats.Connect(url)
+	require.NoError(t, err)
+	defer nc.Close()
+	k := servicetest.NewClient(nc, "default")
+	var top, child struct {
+		ID     string `json:"id"`
+		GoalID string `json:"goal_id"`
+		Tasks  []struct {
+			TaskID string `json:"task_id"`
+		} `json:"tasks"`
+	}
+	require.NoError(t, json.Unmarshal(k.Command(t, "goal.create", map[string]any{"title": "report",
+		"tasks": []map[string]any{{"key": "lead", "queue": "q"}}}), &top))
+	lead := top.Tasks[0].TaskID
+	token := rawCommand(t, url, "task.claim", map[string]any{"task_id": lead, "executor": "e"})
+	require.NoError(t, json.Unmarshal(k.Command(t, "task.delegate", map[string]any{"task_id": lead, "attempt": 1, "token": token,
+		"key": "sources", "goal": map[string]any{"title": "sources", "tasks": []map[string]any{{"key": "crm", "queue": "q"}}}}), &child))
+
+	code, out, errs := run(t, url, "goal", "get", top.ID)
+	require.Equal(t, 0, code, errs)
+	require.Contains(t, out, "\ndelegations:\n  lead "+lead+" waiting\n    \"sources\" -> goal "+child.GoalID+" open\n      crm ")
+	code, out, errs = run(t, url, "goal", "get", child.GoalID)
+	require.Equal(t, 0, code, errs)
+	require.Contains(t, out, fmt.Sprintf("delegated by task %s as \"sources\" (goal %s, depth 1)", lead, top.ID))
+	require.NotContains(t, out, "delegations:", "no task of the child delegated")
+	code, out, errs = run(t, url, "task", "get", lead)
+	require.Equal(t, 0, code, errs)
+	require.Contains(t, out, "waiting for: goal "+child.GoalID+", delegated to (dwr goal get "+child.GoalID+")")
+	require.Regexp(t, `sources\s+1\s+`+child.GoalID+`\s+open\s+fail`, out)
+}
+
 func TestCLIReviewDecidesAnInconclusiveTask(t *testing.T) {
 	url := cliServer(t)
 	var task map[string]any

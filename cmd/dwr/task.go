@@ -105,6 +105,14 @@ func printTask(w io.Writer, t *schemas.Task) error {
 			return err
 		}
 	}
+	if len(t.Delegations) > 0 {
+		fmt.Fprintln(w)
+		if err := columns([]string{"DELEGATED", "BY ATTEMPT", "GOAL", "STATE", "ON FAILURE"}, func(d schemas.Delegation) []string {
+			return []string{d.Key, fmt.Sprint(d.Attempt), d.GoalID, d.State, d.OnFailure}
+		})(w, t.Delegations); err != nil {
+			return err
+		}
+	}
 	if len(t.Attempts) == 0 {
 		return nil
 	}
@@ -169,6 +177,8 @@ func printTaskTimes(w io.Writer, t *schemas.Task) {
 			fmt.Fprintf(w, "waiting for: approval %s (dwr approvals get %s)\n", wt.ApprovalID, wt.ApprovalID)
 		case domain.WaitSignal:
 			fmt.Fprintf(w, "waiting for: signal %q (dwr signal %s %s)\n", wt.Signal, t.ID, wt.Signal)
+		case domain.WaitDelegation:
+			fmt.Fprintf(w, "waiting for: goal %s, delegated to (dwr goal get %s)\n", wt.GoalID, wt.GoalID)
 		case domain.WaitTimer:
 			if wt.Until != nil {
 				fmt.Fprintf(w, "waiting until: %s\n", wt.Until.Local().Format(time.DateTime))
