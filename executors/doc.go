@@ -123,6 +123,14 @@
 //     decision (approval.decide, signed by a registered approver over the
 //     approval id, the response and the digest) resumes the task as a new
 //     attempt or ends it, as the request's branches say.
+//   - Delegations. An attempt hands work on with task.delegate {"task_id",
+//     "attempt", "token", "key", "goal" | "ritual", "on_failure"} (id
+//     "delegate.<task>.<attempt>.<key>"): the reply names the child goal
+//     ("goal_id"), the attempt is parked (wait {"kind": "delegation",
+//     "goal_id"}) and the item is acknowledged. The task keeps its
+//     "delegations", each {"key", "goal_id", "attempt", "on_failure",
+//     "state", "reason", "tasks"}; the resumed attempt reads the accepted
+//     results of an ended one's tasks with task.get.
 //   - Retries. Every command is retried with its command id on timeouts,
 //     missing responders and "unavailable" replies until the service answers
 //     or the worker's drain deadline passes (the worker sends them through
@@ -163,6 +171,25 @@
 // decision on that action instead of asking again. A decision is bound to
 // the action's digest: an altered action is a new request, and a decision
 // on one action cannot authorize another.
+//
+// # Delegation
+//
+// A handler hands work on to a child goal that the service tracks for its
+// task, and resumes with the results:
+//
+//	out, err := job.Delegate(ctx, executors.Delegation{Key: "sources", Title: "gather the sources",
+//		Tasks: []schemas.TaskSpec{{Key: "crm", Queue: "agents"}}})
+//	if err != nil {
+//		return executors.Result{}, err // a *WaitError: the task waits for its child goal
+//	}
+//	return executors.Result{Output: out.Results["crm"].Result}, nil
+//
+// The first Delegate records the delegation and the handler returns: the
+// task waits, holding no worker, until the child goal ends. Achieved, a new
+// attempt runs, handed Job.Delegations, where the same Delegate returns the
+// child tasks' accepted results; failed or cancelled, the task fails, waits
+// for a review, or resumes with the outcome and ErrDelegationFailed, as
+// Delegation.OnFailure says. Cancelling the task cancels the child goal.
 //
 // Handler errors: a returned error is a retryable failure; Permanent(err)
 // is not retried; a Failure sets the code, message and retryability. A
