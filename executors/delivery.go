@@ -602,15 +602,11 @@ func (d *delivery) approvals(hard context.Context, job *Job, cancel context.Canc
 	return func(ctx context.Context, body schemas.RequestApproval, digest string) (string, error) {
 		rctx, stop := mergeCancel(ctx, hard)
 		defer stop()
-		token, err := d.token(rctx)
-		if err != nil {
-			return "", fmt.Errorf("executors: approval request of task %s not recorded: %w", job.TaskID, err)
-		}
-		body.Token = token
-		r, err := d.w.c.command(rctx, "task.request_approval", body, approvalCommandID(job.TaskID, job.Attempt, digest))
+		r, err := d.attemptCommand(rctx, job, "approval request", "task.request_approval", approvalCommandID(job.TaskID, job.Attempt, digest),
+			func(token string) any { body.Token = token; return body })
 		switch {
 		case err != nil:
-			return "", fmt.Errorf("executors: approval request of task %s not recorded: %w", job.TaskID, err)
+			return "", err
 		case r.OK:
 			var cr schemas.CommandResult
 			if err := json.Unmarshal(r.Result, &cr); err == nil && cr.ApprovalID != "" {
@@ -708,15 +704,11 @@ func (d *delivery) delegations(hard context.Context, job *Job, cancel context.Ca
 	return func(ctx context.Context, body schemas.DelegateTask) (string, error) {
 		rctx, stop := mergeCancel(ctx, hard)
 		defer stop()
-		token, err := d.token(rctx)
-		if err != nil {
-			return "", fmt.Errorf("executors: delegation of task %s not recorded: %w", job.TaskID, err)
-		}
-		body.Token = token
-		r, err := d.w.c.command(rctx, "task.delegate", body, delegateCommandID(job.TaskID, job.Attempt, body.Key))
+		r, err := d.attemptCommand(rctx, job, "delegation", "task.delegate", delegateCommandID(job.TaskID, job.Attempt, body.Key),
+			func(token string) any { body.Token = token; return body })
 		switch {
 		case err != nil:
-			return "", fmt.Errorf("executors: delegation of task %s not recorded: %w", job.TaskID, err)
+			return "", err
 		case r.OK:
 			return delegatedResult(r.Result), nil
 		case fencedRefusal(r.Error):
@@ -728,6 +720,20 @@ func (d *delivery) delegations(hard context.Context, job *Job, cancel context.Ca
 		}
 		return "", Permanent(&CommandError{Command: "task.delegate", Code: r.Error.Code, Message: r.Error.Message})
 	}
+}
+
+// attemptCommand sends command name (what, for its errors) of job's
+// attempt under command id id, claiming the attempt first when it was not:
+// withToken returns the body with the attempt's token.
+func (d *delivery) attemptCommand(ctx context.Context, job *Job, what, name, id string, withToken func(token string) any) (*schemas.Reply, error) {
+	token, err := d.token(ctx)
+	if err == nil {
+		var r *schemas.Reply
+		if r, err = d.w.c.command(ctx, name, withToken(token), id); err == nil {
+			return r, nil
+		}
+	}
+	return nil, fmt.Errorf("executors: %s of task %s not recorded: %w", what, job.TaskID, err)
 }
 
 // fencedRefusal reports whether e refuses a command because its attempt no
