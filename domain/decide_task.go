@@ -191,16 +191,16 @@ func (x *tx) saveCheckpoint(c *SaveCheckpoint) (Reply, error) {
 	if err != nil || dup {
 		return duplicateOr(t, err)
 	}
-	if len(c.Checkpoint) > MaxInputBytes {
-		return Reply{}, invalid("/checkpoint", "is %d bytes; at most %d are allowed", len(c.Checkpoint), MaxInputBytes)
+	if schemas.PayloadSize(c.Checkpoint) > MaxInputBytes {
+		return Reply{}, invalid("/checkpoint", "is %d bytes; at most %d are allowed", schemas.PayloadSize(c.Checkpoint), MaxInputBytes)
 	}
 	return x.emitReply(t.ID, &CheckpointSaved{Attempt: c.Attempt, Checkpoint: c.Checkpoint})
 }
 
 func (x *tx) reportSuccess(c *ReportSuccess) (Reply, error) {
 	t, dup, err := x.reporter(c.TaskID, c.Attempt, c.Token, c.Claim, func() error {
-		if len(c.Result) > MaxInputBytes {
-			return invalid("/result", "is %d bytes; at most %d are allowed (store larger results as artifacts)", len(c.Result), MaxInputBytes)
+		if schemas.PayloadSize(c.Result) > MaxInputBytes {
+			return invalid("/result", "is %d bytes; at most %d are allowed (store larger results as artifacts)", schemas.PayloadSize(c.Result), MaxInputBytes)
 		}
 		return nil
 	})
@@ -277,8 +277,8 @@ func (x *tx) recordVerification(c *RecordVerification) (Reply, error) {
 	if err := checkText("/result_digest", c.ResultDigest, MaxTitle, true); err != nil {
 		return Reply{}, err
 	}
-	if len(c.Evidence) > MaxInputBytes {
-		return Reply{}, invalid("/evidence", "is %d bytes; at most %d are allowed (store larger evidence as artifacts)", len(c.Evidence), MaxInputBytes)
+	if schemas.PayloadSize(c.Evidence) > MaxInputBytes {
+		return Reply{}, invalid("/evidence", "is %d bytes; at most %d are allowed (store larger evidence as artifacts)", schemas.PayloadSize(c.Evidence), MaxInputBytes)
 	}
 	if len(c.EvidenceRefs) > MaxArtifacts {
 		return Reply{}, invalid("/evidence_refs", "has %d entries; at most %d are allowed", len(c.EvidenceRefs), MaxArtifacts)
@@ -392,8 +392,8 @@ func (x *tx) sendSignal(c *SendSignal) (Reply, error) {
 	if err != nil || dup {
 		return duplicateOr(t, err)
 	}
-	if len(c.Payload) > MaxInputBytes {
-		return Reply{}, invalid("/payload", "is %d bytes; at most %d are allowed", len(c.Payload), MaxInputBytes)
+	if schemas.PayloadSize(c.Payload) > MaxInputBytes {
+		return Reply{}, invalid("/payload", "is %d bytes; at most %d are allowed", schemas.PayloadSize(c.Payload), MaxInputBytes)
 	}
 	if Terminal(t.State) {
 		return Reply{}, &Error{Code: CodeConflict, Field: "/task_id", Message: fmt.Sprintf("task %s has ended (%s): it takes no more signals", t.ID, t.State)}
@@ -406,9 +406,9 @@ func (x *tx) sendSignal(c *SendSignal) (Reply, error) {
 		return Reply{}, &Error{Code: CodeConflict, Field: "/name", Message: fmt.Sprintf(
 			"task %s already keeps %d signals it has not waited for (at most %d): this one is refused; the task must wait for one first", t.ID, len(t.PendingSignals), MaxPendingSignals)}
 	}
-	kept := len(c.Payload)
+	kept := schemas.PayloadSize(c.Payload)
 	for _, p := range t.PendingSignals {
-		kept += len(p.Payload)
+		kept += schemas.PayloadSize(p.Payload)
 	}
 	if kept > MaxPendingSignalBytes {
 		return Reply{}, &Error{Code: CodeConflict, Field: "/payload", Message: fmt.Sprintf(

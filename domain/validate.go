@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"slices"
 	"unicode/utf8"
+
+	"github.com/dwr-run/dwr/schemas"
 )
 
 // Bounds on what a command may hold. The edge bounds message size and
@@ -59,8 +61,8 @@ func ValidateSpec(field string, s TaskSpec, env *Envelope) error {
 	if err := checkText(field+"/title", s.Title, MaxTitle, false); err != nil {
 		return err
 	}
-	if len(s.Input) > MaxInputBytes {
-		return invalid(field+"/input", "is %d bytes; at most %d are allowed (store larger inputs as artifacts)", len(s.Input), MaxInputBytes)
+	if schemas.PayloadSize(s.Input) > MaxInputBytes {
+		return invalid(field+"/input", "is %d bytes; at most %d are allowed (store larger inputs as artifacts)", schemas.PayloadSize(s.Input), MaxInputBytes)
 	}
 	if len(s.DependsOn) > MaxDependencies {
 		return invalid(field+"/depends_on", "has %d entries; at most %d are allowed", len(s.DependsOn), MaxDependencies)
