@@ -121,6 +121,10 @@ type (
 	// DelegateTask hands work of the running attempt on to a child goal
 	// linked to its task.
 	DelegateTask = schemas.DelegateTask
+	// ShredGoal records that a goal's data key was destroyed.
+	ShredGoal = schemas.ShredGoal
+	// ShredWorkspace records that a workspace's data keys were destroyed.
+	ShredWorkspace = schemas.ShredWorkspace
 	// QuarantineTask fails a task whose work item could not be processed.
 	QuarantineTask = schemas.QuarantineTask
 	// DefineRitual stores the next version of a ritual.
@@ -198,6 +202,8 @@ var commandTypes = map[string]func() Command{
 	"task.wait":             func() Command { return &WaitTask{} },
 	"task.signal":           func() Command { return &SendSignal{} },
 	"task.delegate":         func() Command { return &DelegateTask{} },
+	"goal.shred":            func() Command { return &ShredGoal{} },
+	"workspace.shred":       func() Command { return &ShredWorkspace{} },
 	"timer.fire":            func() Command { return &FireTimer{} },
 	"task.quarantine":       func() Command { return &QuarantineTask{} },
 	"ritual.define":         func() Command { return &DefineRitual{} },

@@ -83,6 +83,9 @@ func (x *tx) createGoalFrom(c *CreateGoal, origin goalOrigin) (Reply, error) {
 	case c.Envelope.ExtensionRole != "" && c.Envelope.OnExhausted != schemas.OnExhaustedApproval:
 		return Reply{}, invalid("/envelope/extension_role", "applies only with on_exhausted approval")
 	}
+	if p := c.Envelope.Privacy; p != nil && p.Key != schemas.PrivacyKeyWorkspace && p.Key != schemas.PrivacyKeyGoal {
+		return Reply{}, invalid("/envelope/privacy/key", "%q is neither workspace nor goal", p.Key)
+	}
 	if c.Envelope.ExtensionRole != "" {
 		if err := checkName("/envelope/extension_role", "role", c.Envelope.ExtensionRole); err != nil {
 			return Reply{}, err
@@ -289,4 +292,50 @@ func (x *tx) commitPlan(g *Goal, tasks []TaskSpec) (Reply, error) {
 	r := goalReply(g)
 	r.Tasks = ev.Tasks
 	return r, nil
+}
+
+// shredGoal records that the goal's own data key was destroyed, and
+// cancels the goal when it is open: its payloads are gone.
+func (x *tx) shredGoal(c *ShredGoal) (Reply, error) {
+	g, err := x.goal(c.GoalID, "/goal_id")
+	if err != nil {
+		return Reply{}, err
+	}
+	if g.HasCommand(x.m.Key()) || g.Shredded {
+		return duplicateGoal(g), nil
+	}
+	if err := checkText("/reason", c.Reason, MaxReason, false); err != nil {
+		return Reply{}, err
+	}
+	if !g.Envelope.OwnKey() {
+		return Reply{}, &Error{Code: CodeConflict, Field: "/goal_id", Message: fmt.Sprintf(
+			"goal %s keeps its payloads under its workspace's data key: only a goal created with envelope privacy key goal "+
+				"can be shredded alone (shred the workspace to shred this one)", g.ID)}
+	}
+	if err := x.emit(g.ID, &GoalShredded{Reason: c.Reason}); err != nil {
+		return Reply{}, err
+	}
+	if g.State == GoalStateOpen {
+		if err := x.emit(g.ID, &GoalCancelled{Reason: "shredded"}); err != nil {
+			return Reply{}, err
+		}
+		if err := x.endPlan(g, func() Event { return &TaskCancelled{Reason: ReasonGoalCancelled} }); err != nil {
+			return Reply{}, err
+		}
+	}
+	g, _ = x.o.Goal(g.ID)
+	return goalReply(g), nil
+}
+
+// shredWorkspace records that every data key of the workspace was
+// destroyed.
+func (x *tx) shredWorkspace(c *ShredWorkspace) (Reply, error) {
+	w, dup, err := x.commandWorkspace()
+	if err != nil || dup || w.Shredded {
+		return duplicateWorkspaceOr(w, err)
+	}
+	if err := checkText("/reason", c.Reason, MaxReason, false); err != nil {
+		return Reply{}, err
+	}
+	return x.emitWorkspace(w, &WorkspaceShredded{Reason: c.Reason})
 }

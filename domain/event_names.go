@@ -302,3 +302,17 @@ func (*TaskReviewRequested) EventType() string { return "task.review_requested" 
 // AggregateType returns AggTask.
 func (*TaskReviewRequested) AggregateType() string { return AggTask }
 func (*TaskReviewRequested) isEvent()              {}
+
+// EventType returns "goal.shredded".
+func (*GoalShredded) EventType() string { return "goal.shredded" }
+
+// AggregateType returns AggGoal.
+func (*GoalShredded) AggregateType() string { return AggGoal }
+func (*GoalShredded) isEvent()              {}
+
+// EventType returns "workspace.shredded".
+func (*WorkspaceShredded) EventType() string { return "workspace.shredded" }
+
+// AggregateType returns AggWorkspace.
+func (*WorkspaceShredded) AggregateType() string { return AggWorkspace }
+func (*WorkspaceShredded) isEvent()              {}

@@ -132,6 +132,17 @@ type TaskDelegationEnded struct {
 	Tasks  []PlanTask `json:"tasks,omitempty"`
 }
 
+// GoalShredded: the goal's data key was destroyed; its payloads, and those
+// of the goals it delegated to, read as "[shredded]".
+type GoalShredded struct {
+	Reason string `json:"reason,omitempty"`
+}
+
+// WorkspaceShredded: every data key of the workspace was destroyed.
+type WorkspaceShredded struct {
+	Reason string `json:"reason,omitempty"`
+}
+
 // TaskReviewRequested: the task waits for a person's review (task.review),
 // without a result to judge: the goal it delegated to failed.
 type TaskReviewRequested struct {
@@ -392,6 +403,8 @@ var eventTypes = map[string]func() Event{
 	"task.delegated":                func() Event { return &TaskDelegated{} },
 	"task.delegation_ended":         func() Event { return &TaskDelegationEnded{} },
 	"task.review_requested":         func() Event { return &TaskReviewRequested{} },
+	"goal.shredded":                 func() Event { return &GoalShredded{} },
+	"workspace.shredded":            func() Event { return &WorkspaceShredded{} },
 	"task.accepted":                 func() Event { return &TaskAccepted{} },
 	"task.rejected":                 func() Event { return &TaskRejected{} },
 	"task.failed":                   func() Event { return &TaskFailed{} },

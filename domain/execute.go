@@ -119,6 +119,10 @@ func (x *tx) decide(cmd Command) (Reply, error) {
 		return x.sendSignal(c)
 	case *DelegateTask:
 		return x.delegateTask(c)
+	case *ShredGoal:
+		return x.shredGoal(c)
+	case *ShredWorkspace:
+		return x.shredWorkspace(c)
 	case *FireTimer:
 		return x.fireTimer(c)
 	case *QuarantineTask:

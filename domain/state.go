@@ -136,6 +136,8 @@ func ApplyWorkspace(w *Workspace, id string, e Event, r Recorded) (*Workspace, e
 		if len(w.Members) == 0 {
 			w.Members = nil
 		}
+	case *WorkspaceShredded:
+		w.Shredded = true
 	case *QueueConfigured:
 		q := QueueConfig{Name: ev.Queue, LeaseMS: ev.LeaseMS, MaxDeliver: ev.MaxDeliver}
 		if i := slices.IndexFunc(w.Queues, func(x QueueConfig) bool { return x.Name == ev.Queue }); i >= 0 {
@@ -180,6 +182,8 @@ func ApplyGoal(g *Goal, id, workspace string, e Event, r Recorded) (*Goal, error
 		}
 	case *GoalBudgetExtended:
 		g.Envelope.Budget = ev.Budget
+	case *GoalShredded:
+		g.Shredded = true
 	case *GoalAchieved:
 		g.State = GoalStateAchieved
 	case *GoalFailed:

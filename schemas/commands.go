@@ -259,6 +259,20 @@ type DelegateTask struct {
 	OnFailure string `json:"on_failure,omitempty"`
 }
 
+// ShredGoal destroys the data key of a goal whose envelope says privacy
+// key goal: its payloads, and those of the goals it delegated to, can never
+// be read again (everywhere, the log included); an open goal is cancelled.
+type ShredGoal struct {
+	GoalID string `json:"goal_id"`
+	Reason string `json:"reason,omitempty"`
+}
+
+// ShredWorkspace destroys every data key of the workspace: the payloads of
+// all its work can never be read again, and it takes no new ones.
+type ShredWorkspace struct {
+	Reason string `json:"reason,omitempty"`
+}
+
 // SendSignal delivers a named signal to a task waiting on it.
 type SendSignal struct {
 	TaskID  string          `json:"task_id"`
@@ -352,6 +366,12 @@ func (WaitTask) CommandName() string { return "task.wait" }
 
 // CommandName returns the command's wire name.
 func (DelegateTask) CommandName() string { return "task.delegate" }
+
+// CommandName returns the command's wire name.
+func (ShredGoal) CommandName() string { return "goal.shred" }
+
+// CommandName returns the command's wire name.
+func (ShredWorkspace) CommandName() string { return "workspace.shred" }
 
 // CommandName returns the command's wire name.
 func (SendSignal) CommandName() string { return "task.signal" }

@@ -469,6 +469,14 @@ func TestContractOfTheDomain(t *testing.T) {
 	require.Equal(t, []string{domain.GoalStateFailed, domain.GoalStateAchieved, domain.GoalStateCancelled},
 		[]string{c.task(lead).Delegations[0].State, c.task(lead).Delegations[1].State, c.task(lead).Delegations[2].State})
 
+	// Privacy: a goal with its own data key is shredded (and cancelled);
+	// then the whole workspace is.
+	goal10 := domain.DeriveID(c.now, "goal-10")
+	c.do("goal.create", map[string]any{"goal_id": goal10, "title": "Tenth", "envelope": map[string]any{"privacy": map[string]any{"key": "goal"}},
+		"tasks": []map[string]any{{"key": "t", "queue": "research", "input": "secret"}}})
+	r = c.do("goal.shred", map[string]any{"goal_id": goal10, "reason": "erasure request"})
+	require.Equal(t, domain.GoalStateCancelled, r.State)
+
 	// A schedule every hour, its service down for three slots: catch-up
 	// one starts the latest, with its goal in the same commit, and records
 	// the two before it skipped.
@@ -488,6 +496,7 @@ func TestContractOfTheDomain(t *testing.T) {
 	c.do("schedule.pause", map[string]any{"name": "hourly"})
 	c.do("schedule.resume", map[string]any{"name": "hourly"})
 	c.do("schedule.delete", map[string]any{"name": "hourly"})
+	c.do("workspace.shred", map[string]any{"reason": "the customer left"})
 
 	var cmds, events []string
 	for n := range c.cmds {

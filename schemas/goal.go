@@ -30,6 +30,9 @@ type Goal struct {
 	// Parent names the task whose attempt delegated the goal
 	// (task.delegate), if any.
 	Parent *ParentRef `json:"parent,omitempty"`
+	// Shredded is set once goal.shred destroyed the goal's data key: its
+	// payloads read as "[shredded]".
+	Shredded bool `json:"shredded,omitempty"`
 	Versioned
 }
 
@@ -87,7 +90,26 @@ type Envelope struct {
 	// "" any registered approver).
 	OnExhausted   string `json:"on_exhausted,omitempty"`
 	ExtensionRole string `json:"extension_role,omitempty"`
+	// Privacy says which data key seals the payloads of the goal's work:
+	// nil or key workspace, the workspace's; key goal, the goal's own, so
+	// that goal.shred can shred the goal's data without the rest (the
+	// goals it delegates to use it too).
+	Privacy *Privacy `json:"privacy,omitempty"`
 }
+
+// Privacy is a goal's choice of data key (Envelope.Privacy).
+type Privacy struct {
+	Key string `json:"key"` // PrivacyKeyWorkspace or PrivacyKeyGoal
+}
+
+// The data keys a goal's payloads may be sealed with (Privacy.Key).
+const (
+	PrivacyKeyWorkspace = "workspace"
+	PrivacyKeyGoal      = "goal"
+)
+
+// OwnKey reports whether the envelope asks for the goal's own data key.
+func (e *Envelope) OwnKey() bool { return e.Privacy != nil && e.Privacy.Key == PrivacyKeyGoal }
 
 // What a task does when its goal's budget is used up (Envelope.OnExhausted).
 const (

@@ -39,6 +39,9 @@ type Workspace struct {
 	Members []Member `json:"members,omitempty"`
 	// Queues are the queues whose lease and deliveries were configured.
 	Queues []QueueConfig `json:"queues,omitempty"`
+	// Shredded is set once workspace.shred destroyed the workspace's data
+	// keys: its payloads read as "[shredded]", and it takes no new ones.
+	Shredded bool `json:"shredded,omitempty"`
 }
 
 // Clone returns a copy of w.

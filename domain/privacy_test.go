@@ -1,0 +1,35 @@
+package domain
+
+import (
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/dwr-run/dwr/schemas"
+)
+
+// goal.shred records a goal's data key destroyed and cancels the goal; only
+// a goal with its own key may be shredded alone. workspace.shred records
+// the workspace's.
+func TestShred(t *testing.T) {
+	w := setup(t)
+	shared := w.createGoal(Envelope{})
+	e := w.refused(&ShredGoal{GoalID: shared}, CodeConflict)
+	require.Contains(t, e.Message, "privacy key goal")
+	w.refused(&CreateGoal{GoalID: w.newID(), Title: "t", Envelope: Envelope{Privacy: &schemas.Privacy{Key: "customer"}}}, CodeInvalid)
+
+	own := w.createGoal(Envelope{Privacy: &schemas.Privacy{Key: schemas.PrivacyKeyGoal}})
+	ids, _ := w.plan(own, spec("a"), spec("b", "a"))
+	w.claim(ids["a"])
+	out := w.must(&ShredGoal{GoalID: own, Reason: "erasure request"})
+	require.Equal(t, []string{"goal.shredded", "goal.cancelled"}, events(out, own))
+	require.True(t, w.goal(own).Shredded)
+	require.Equal(t, StateCancelled, w.state(ids["a"]))
+	require.True(t, w.must(&ShredGoal{GoalID: own}).Reply.Duplicate, "shredded already")
+
+	out = w.must(&ShredWorkspace{Reason: "the customer left"})
+	require.Equal(t, []string{"workspace.shredded"}, events(out, w.ws))
+	require.True(t, w.workspace().Shredded)
+	require.True(t, w.must(&ShredWorkspace{}).Reply.Duplicate)
+	w.requireReplays()
+}
