@@ -252,3 +252,37 @@ func (r *Keyring) Rewrap(ctx context.Context, next []byte) (int, error) {
 	r.mu.Unlock()
 	return n, nil
 }
+
+// ShredWorkspace shreds every data key of workspace ws: its own and its
+// goals'. The workspace's tombstone stays even when it made no key, so
+// that none is made after.
+func (r *Keyring) ShredWorkspace(ctx context.Context, ws string) error {
+	prefix := r.prefix + ".keys." + ws + "."
+	info, err := r.stream.Info(ctx, jetstream.WithSubjectFilter(prefix+">"))
+	if err != nil {
+		return fmt.Errorf("eventstore: list the data keys of workspace %s: %w", ws, err)
+	}
+	scopes := []string{ScopeWorkspace}
+	for subj := range info.State.Subjects {
+		if s := strings.TrimPrefix(subj, prefix); s != ScopeWorkspace {
+			scopes = append(scopes, s)
+		}
+	}
+	for _, scope := range scopes {
+		if err := r.Shred(ctx, ws, scope); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// ForgetWorkspace drops every key of workspace ws from memory.
+func (r *Keyring) ForgetWorkspace(ws string) {
+	r.mu.Lock()
+	for id := range r.keys {
+		if strings.HasPrefix(id, ws+"/") {
+			delete(r.keys, id)
+		}
+	}
+	r.mu.Unlock()
+}

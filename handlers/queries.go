@@ -99,6 +99,12 @@ func (s *Service) handleQuery(name string, req micro.Request, who sender) []byte
 	if err != nil {
 		return errResponse(toWire(err, s.cfg.Logger))
 	}
+	if s.privacy != nil {
+		var werr *schemas.Error
+		if res, werr = s.openReply(ws, res); werr != nil {
+			return errResponse(werr)
+		}
+	}
 	return pageResponse(seq, res, next)
 }
 

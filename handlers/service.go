@@ -99,6 +99,16 @@ type Config struct {
 	Version string
 	// Auth says whom the service serves, and as whom.
 	Auth AuthConfig
+	// Encryption seals the payloads of commands (task inputs, results,
+	// checkpoints, signal payloads, verdict evidence) with the data key of
+	// their workspace, or of their goal (schemas.Envelope.Privacy), before
+	// they are decided: the log, the event feed, the work queue and the
+	// views hold them sealed, and replies carry them opened. The data keys
+	// live in the stream <PREFIX>_KEYS, wrapped by MasterKey.
+	Encryption bool
+	// MasterKey wraps the data keys (eventstore.MasterKeyBytes); required
+	// with Encryption. Every replica of one log must hold the same key.
+	MasterKey []byte
 	// TokenKey is the secret attempt tokens are derived with (at least
 	// TokenKeyBytes). Default: a random key the service keeps in its KV
 	// bucket <prefix>-keys, made by the first service that needs it, so
@@ -220,6 +230,8 @@ type Service struct {
 	dispatch *dispatcher
 	// artifacts is the artifact store, and the uploads in progress.
 	artifacts *artifactStore
+	// privacy seals and opens payloads; nil when Config.Encryption is off.
+	privacy *privacy
 	// advisories is the stream keeping the work stream's max-deliveries advisories.
 	advisories string
 	admission  *admission
@@ -388,6 +400,17 @@ func (s *Service) Run(ctx context.Context) error {
 		return err
 	}); err != nil {
 		return nil
+	}
+	if s.cfg.Encryption {
+		var keys *eventstore.Keyring
+		if err := s.retryAPI(ctx, "open the keyring", func(ctx context.Context) (err error) {
+			keys, err = eventstore.OpenKeyring(ctx, s.js, s.cfg.Prefix, s.cfg.Replicas, s.cfg.MasterKey)
+			return err
+		}); err != nil {
+			return nil
+		}
+		s.privacy = &privacy{keys: keys}
+		s.store.OnApplied(s.privacy.forget)
 	}
 	qsvc, err := s.startQueries()
 	if err != nil {
@@ -909,6 +932,9 @@ func (s *Service) takeOver(ctx context.Context, timerWake chan struct{}) (*event
 				}
 			}
 		}}
+	if s.privacy != nil {
+		w.seal = s.privacy.seal
+	}
 	// The chain tips come from the views, which apply every record before
 	// the next batch is linked; the verifier holds only the recent ones.
 	c := eventstore.NewCommitter[*request](s.log, w, eventstore.GroupConfig{
@@ -1103,6 +1129,11 @@ func (s *Service) handleCommand(name string, req micro.Request, who sender) []by
 		// it: also when nothing changed (a consumer deleted by hand is made
 		// again).
 		if werr := s.ensureQueueOf(ctx, ws, o.Reply); werr != nil {
+			return errResponse(werr)
+		}
+	}
+	if s.privacy != nil {
+		if werr := s.afterPrivacy(ctx, ws, cmd, &o); werr != nil {
 			return errResponse(werr)
 		}
 	}

@@ -81,6 +81,9 @@ type writer struct {
 	}
 	// finals counts the records the views take from the decided states.
 	finals atomic.Int64
+	// seal, when set, seals the payloads of a command before it is
+	// decided, against the state it is decided on (privacy.seal).
+	seal func(w domain.World, ws string, cmd domain.Command) error
 }
 
 func (w *writer) Decide(items []*request) ([]eventstore.Event, []eventstore.CommandResult, []error) {
@@ -106,6 +109,12 @@ func (w *writer) Decide(items []*request) ([]eventstore.Event, []eventstore.Comm
 			out := outcomeOf(prev.Seq, prev.Reply, prev.Error)
 			errs[i] = &answered{out: &out, same: -1}
 			continue
+		}
+		if w.seal != nil {
+			if err := w.seal(o, it.meta.Workspace, it.cmd); err != nil {
+				errs[i] = err
+				continue
+			}
 		}
 		m := it.meta
 		m.Now = w.clock().UTC().Round(0)

@@ -165,8 +165,15 @@ func (s *Store) apply(seq uint64, c *eventstore.Commit, decided bool, final *dom
 	close(s.advanced)
 	s.advanced = make(chan struct{})
 	s.mu.Unlock()
+	if f := s.applied.Load(); f != nil {
+		(*f)(c)
+	}
 	return nil
 }
+
+// OnApplied has f called with every record once the views applied it (on
+// the goroutine that applied it: f must be quick).
+func (s *Store) OnApplied(f func(c *eventstore.Commit)) { s.applied.Store(&f) }
 
 func (bs *batchState) tip(aggType, id string, version uint64) (tip, error) {
 	k := aggType + "/" + id

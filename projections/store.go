@@ -66,9 +66,10 @@ type Store struct {
 	logTip     eventstore.LogTip
 	advanced   chan struct{} // closed and replaced whenever checkpoint moves
 	cache      map[string]any
-	damaged    chan struct{}          // closed when Pebble reports on-disk corruption
-	damage     error                  // the first corruption reported
-	reports    *atomic.Pointer[Store] // the store Pebble's corruption reports go to
+	applied    atomic.Pointer[func(c *eventstore.Commit)] // OnApplied
+	damaged    chan struct{}                              // closed when Pebble reports on-disk corruption
+	damage     error                                      // the first corruption reported
+	reports    *atomic.Pointer[Store]                     // the store Pebble's corruption reports go to
 
 	applyMu sync.Mutex
 }

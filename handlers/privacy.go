@@ -1,0 +1,221 @@
+package handlers
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/dwr-run/dwr/domain"
+	"github.com/dwr-run/dwr/eventstore"
+	"github.com/dwr-run/dwr/schemas"
+)
+
+// privacy seals the payloads of commands before the writer decides them,
+// and opens those of replies, with the data keys of the keyring: a
+// workspace's, or a goal's own (schemas.Envelope.Privacy). A nil privacy
+// (encryption off) does neither.
+type privacy struct {
+	keys *eventstore.Keyring
+}
+
+// keyTimeout bounds reading or making a data key.
+const keyTimeout = 10 * time.Second
+
+// key returns the data key of scope in workspace ws, making it when create
+// is set and there is none.
+func (p *privacy) key(ws, scope string, create bool) (*eventstore.DataKey, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), keyTimeout)
+	defer cancel()
+	return p.keys.Key(ctx, ws, scope, create)
+}
+
+// goalScope returns the scope of the data key that seals goal g's
+// payloads: its own when its envelope says privacy key goal, else that of
+// the goal up its delegation tree that has one, else the workspace's.
+func goalScope(w domain.World, g *domain.Goal) (string, error) {
+	for depth := 0; g != nil && depth <= domain.MaxDelegationDepth; depth++ {
+		if g.Envelope.OwnKey() {
+			return eventstore.GoalScope(g.ID), nil
+		}
+		if g.Parent == nil || g.Parent.GoalID == "" {
+			break
+		}
+		var err error
+		if g, err = w.Goal(g.Parent.GoalID); err != nil {
+			return "", err
+		}
+	}
+	return eventstore.ScopeWorkspace, nil
+}
+
+// taskScope returns the scope of the data key that seals task id's
+// payloads ("" when there is no such task: the command is refused).
+func taskScope(w domain.World, id string) (string, error) {
+	t, err := w.Task(id)
+	if err != nil || t == nil {
+		return "", err
+	}
+	if t.GoalID == "" {
+		return eventstore.ScopeWorkspace, nil
+	}
+	g, err := w.Goal(t.GoalID)
+	if err != nil {
+		return "", err
+	}
+	return goalScope(w, g)
+}
+
+// seal seals the payloads cmd carries, in workspace ws, with the data key
+// of their scope as w (the writer's state, its batch so far included)
+// says. A command whose payloads belong to a scope that was shredded is
+// refused (conflict), naming it.
+func (p *privacy) seal(w domain.World, ws string, cmd domain.Command) error {
+	var scope string
+	var fields []*json.RawMessage
+	var err error
+	specs := func(tasks []domain.TaskSpec) {
+		for i := range tasks {
+			fields = append(fields, &tasks[i].Input)
+		}
+	}
+	switch c := cmd.(type) {
+	case *domain.CreateGoal:
+		scope = eventstore.ScopeWorkspace
+		if c.Envelope.OwnKey() {
+			scope = eventstore.GoalScope(c.GoalID)
+		}
+		specs(c.Tasks)
+	case *domain.SubmitPlan:
+		var g *domain.Goal
+		if g, err = w.Goal(c.GoalID); err == nil && g != nil {
+			scope, err = goalScope(w, g)
+		}
+		specs(c.Tasks)
+	case *domain.CreateTask:
+		scope = eventstore.ScopeWorkspace
+		fields = append(fields, &c.Spec.Input)
+	case *domain.ReportSuccess:
+		scope, err = taskScope(w, c.TaskID)
+		fields = append(fields, &c.Result)
+	case *domain.SaveCheckpoint:
+		scope, err = taskScope(w, c.TaskID)
+		fields = append(fields, &c.Checkpoint)
+	case *domain.SendSignal:
+		scope, err = taskScope(w, c.TaskID)
+		fields = append(fields, &c.Payload)
+	case *domain.RecordVerification:
+		scope, err = taskScope(w, c.TaskID)
+		fields = append(fields, &c.Evidence)
+	case *domain.DelegateTask:
+		if c.Goal == nil {
+			return nil
+		}
+		if c.Goal.Envelope.OwnKey() {
+			scope = eventstore.GoalScope(c.Goal.GoalID)
+		} else {
+			scope, err = taskScope(w, c.TaskID)
+		}
+		specs(c.Goal.Tasks)
+	default:
+		return nil
+	}
+	if err != nil || scope == "" || !carries(fields) {
+		return err
+	}
+	if scope != eventstore.ScopeWorkspace {
+		// A goal's own key is not made in a workspace that was shredded.
+		if _, err := p.key(ws, eventstore.ScopeWorkspace, false); errors.Is(err, eventstore.ErrShredded) {
+			return &domain.Error{Code: domain.CodeConflict, Message: shreddedMessage(ws, eventstore.ScopeWorkspace)}
+		}
+	}
+	k, err := p.key(ws, scope, true)
+	if errors.Is(err, eventstore.ErrShredded) {
+		return &domain.Error{Code: domain.CodeConflict, Message: shreddedMessage(ws, scope)}
+	}
+	if err != nil {
+		return fmt.Errorf("handlers: the data key of %s/%s: %w", ws, scope, err)
+	}
+	for _, f := range fields {
+		*f = k.Seal(ws, scope, *f)
+	}
+	return nil
+}
+
+// carries reports whether a field holds a payload.
+func carries(fields []*json.RawMessage) bool {
+	for _, f := range fields {
+		if len(*f) > 0 {
+			return true
+		}
+	}
+	return false
+}
+
+func shreddedMessage(ws, scope string) string {
+	if scope == eventstore.ScopeWorkspace {
+		return fmt.Sprintf("the data of workspace %s was shredded: it takes no new payloads", ws)
+	}
+	return fmt.Sprintf("the data of goal %s was shredded (workspace %s): its work takes no new payloads", scope[len("g."):], ws)
+}
+
+// open returns b, a reply's result in workspace ws, with its sealed
+// payloads opened (those of a shredded scope read "[shredded]").
+func (p *privacy) open(ws string, b []byte) ([]byte, error) {
+	if p == nil {
+		return b, nil
+	}
+	return eventstore.OpenAll(b, ws, func(ws, scope string) (*eventstore.DataKey, error) {
+		return p.key(ws, scope, false)
+	})
+}
+
+// shred destroys the data keys a goal.shred or workspace.shred decided:
+// the goal's own, or every key of the workspace.
+func (p *privacy) shred(ctx context.Context, ws string, cmd domain.Command) error {
+	switch c := cmd.(type) {
+	case *domain.ShredGoal:
+		return p.keys.Shred(ctx, ws, eventstore.GoalScope(c.GoalID))
+	case *domain.ShredWorkspace:
+		return p.keys.ShredWorkspace(ctx, ws)
+	}
+	return nil
+}
+
+// forget drops from memory the keys a committed record shredded: another
+// replica destroyed them.
+func (p *privacy) forget(c *eventstore.Commit) {
+	for i := range c.Events {
+		switch e := c.Events[i]; e.Type {
+		case "goal.shredded":
+			p.keys.Forget(e.Workspace, eventstore.GoalScope(e.AggregateID))
+		case "workspace.shredded":
+			p.keys.ForgetWorkspace(e.Workspace)
+		}
+	}
+}
+
+// afterPrivacy does what a committed command leaves to privacy: a shred
+// destroys its keys (again, for a retry: a shred cut short by a crash
+// completes), and the reply, which may carry the task (a claim's), is
+// opened for its sender.
+func (s *Service) afterPrivacy(ctx context.Context, ws string, cmd domain.Command, o *outcome) *schemas.Error {
+	if err := s.privacy.shred(ctx, ws, cmd); err != nil {
+		s.cfg.Logger.Error("handlers: a shred is recorded but its keys are not destroyed yet", "workspace", ws, "err", err)
+		return &schemas.Error{Code: schemas.CodeUnavailable, Message: "the shred is recorded, but its data keys could not be destroyed yet: retry with the same command id"}
+	}
+	var werr *schemas.Error
+	o.Reply, werr = s.openReply(ws, o.Reply)
+	return werr
+}
+
+// openReply returns the reply of a command or query, whose result it
+// opens first.
+func (s *Service) openReply(ws string, result json.RawMessage) (json.RawMessage, *schemas.Error) {
+	out, err := s.privacy.open(ws, result)
+	if err != nil {
+		return nil, toWire(err, s.cfg.Logger)
+	}
+	return out, nil
+}

@@ -1,0 +1,184 @@
+package handlers_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/base64"
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/stretchr/testify/require"
+
+	"github.com/dwr-run/dwr/domain"
+	"github.com/dwr-run/dwr/handlers"
+	"github.com/dwr-run/dwr/handlers/servicetest"
+	"github.com/dwr-run/dwr/schemas"
+)
+
+// encrypted starts the service with encryption on, in dir, its logs in out.
+func encrypted(t *testing.T, dir string, out *servicetest.Output) *servicetest.Service {
+	t.Helper()
+	return servicetest.Start(t, dir, servicetest.Options{Config: handlers.Config{WriterID: "test-writer", Encryption: true,
+		MasterKey: bytes.Repeat([]byte{42}, 32), Logger: slog.New(slog.NewTextHandler(out, &slog.HandlerOptions{Level: slog.LevelDebug}))}})
+}
+
+// markers are the payloads of one scope's work, each distinctive.
+type markers struct{ input, checkpoint, signal, result, evidence string }
+
+func markersOf(name string) markers {
+	return markers{input: "MARK-" + name + "-INPUT", checkpoint: "MARK-" + name + "-CHECKPOINT", signal: "MARK-" + name + "-SIGNAL",
+		result: "MARK-" + name + "-RESULT", evidence: "MARK-" + name + "-EVIDENCE"}
+}
+
+func (m markers) all() []string { return []string{m.input, m.checkpoint, m.signal, m.result, m.evidence} }
+
+// work runs a task through every payload it may carry: input, checkpoint,
+// a signal kept for a later wait, a result, a verdict's evidence. It
+// returns the task's id.
+func work(t *testing.T, st *servicetest.Service, c *servicetest.Client, ws string, goal map[string]any, m markers) string {
+	t.Helper()
+	var g schemas.CommandResult
+	goal["tasks"] = []map[string]any{{"key": "t", "queue": "q", "input": map[string]string{"secret": m.input},
+		"verification": map[string]any{"queue": "checks"}}}
+	require.NoError(t, json.Unmarshal(c.Command(t, "goal.create", goal), &g))
+	id := g.Tasks[0].TaskID
+	var claim schemas.CommandResult
+	require.NoError(t, json.Unmarshal(c.Command(t, "task.claim", map[string]any{"task_id": id, "executor": "e"}), &claim))
+	require.Contains(t, string(claim.Task.Spec.Input), m.input, "the claimer gets the input opened")
+	c.Command(t, "task.checkpoint", map[string]any{"task_id": id, "attempt": 1, "token": claim.Token, "checkpoint": m.checkpoint})
+	c.Command(t, "task.signal", map[string]any{"task_id": id, "name": "s", "payload": m.signal})
+	c.Command(t, "task.succeed", map[string]any{"task_id": id, "attempt": 1, "token": claim.Token, "result": m.result})
+	c.Command(t, "task.verify", map[string]any{"task_id": id, "attempt": 1, "outcome": "INCONCLUSIVE", "verifier": "v",
+		"result_digest": verifyItem(t, st, ws).ResultDigest, "evidence": m.evidence})
+	return id
+}
+
+// verifyItem returns the last verify work item of workspace ws: what a
+// verifier is handed, its result sealed.
+func verifyItem(t *testing.T, st *servicetest.Service, ws string) schemas.WorkItem {
+	t.Helper()
+	js, err := jetstream.New(st.Conn)
+	require.NoError(t, err)
+	ctx := context.Background()
+	s, err := js.Stream(ctx, "DWR_WORK")
+	require.NoError(t, err)
+	var m *jetstream.RawStreamMsg
+	require.True(t, servicetest.Within(10*time.Second, func() bool { // published once the record is committed
+		m, err = s.GetLastMsgForSubject(ctx, "dwr.work."+ws+".checks")
+		return err == nil
+	}), "no verify item: %v", err)
+	var it schemas.WorkItem
+	require.NoError(t, json.Unmarshal(m.Data, &it))
+	require.True(t, schemas.IsSealed(it.Result), "a work item carries the result sealed: %s", it.Result)
+	return it
+}
+
+// hits counts where below dir, and in logs, a marker stands: as written,
+// JSON-escaped (the same, for these), or in base64 at each alignment.
+func hits(t *testing.T, dir string, logs []byte, marker string) int {
+	t.Helper()
+	forms := [][]byte{[]byte(marker)}
+	for i := range 3 {
+		b := base64.StdEncoding.EncodeToString([]byte("xx" + marker)[2-i:])
+		forms = append(forms, []byte(b[4:len(b)-4]))
+	}
+	n := 0
+	count := func(data []byte) {
+		for _, f := range forms {
+			n += bytes.Count(data, f)
+		}
+	}
+	count(logs)
+	require.NoError(t, filepath.Walk(dir, func(p string, info os.FileInfo, err error) error {
+		if err != nil || info.IsDir() {
+			return err
+		}
+		data, err := os.ReadFile(p) //nolint:gosec // the test's own data directory
+		if err == nil {
+			count(data)
+		}
+		return err
+	}))
+	return n
+}
+
+// The crypto-shredding test: with encryption on, every payload is sealed
+// wherever it is stored; a goal with its own key and a whole workspace are
+// shredded; then no byte of the data directory, nor the service's logs,
+// holds their payloads, while the rest still reads.
+func TestCryptoShredding(t *testing.T) {
+	dir := t.TempDir()
+	var out servicetest.Output
+	st := encrypted(t, dir, &out)
+	c := st.Client("default")
+	acme := st.Client("acme")
+	acme.Command(t, "workspace.create", map[string]any{"name": "acme"})
+
+	shredGoal, keep, shredWS := markersOf("GOAL"), markersOf("KEEP"), markersOf("WS")
+	own := work(t, st, c, "default", map[string]any{"title": "own key", "envelope": map[string]any{"privacy": map[string]any{"key": "goal"}}}, shredGoal)
+	kept := work(t, st, c, "default", map[string]any{"title": "workspace key"}, keep)
+	other := work(t, st, acme, "acme", map[string]any{"title": "another workspace"}, shredWS)
+
+	// Read back opened, before anything is shredded.
+	for id, m := range map[string]markers{own: shredGoal, kept: keep} {
+		tk := c.Task(t, id)
+		require.Contains(t, string(tk.Spec.Input), m.input)
+		require.Equal(t, `"`+m.result+`"`, string(tk.Attempts[0].Result))
+		require.Equal(t, `"`+m.evidence+`"`, string(tk.Verifications[0].Evidence))
+		require.Equal(t, `"`+m.signal+`"`, string(tk.PendingSignals[0].Payload))
+	}
+
+	// A goal under its workspace's key cannot be shredded alone.
+	var own1 schemas.Task
+	c.Query(t, "task.get", schemas.Query{ID: own}, &own1)
+	r := c.Request(t, "dwr.cmd.default.goal.shred", map[string]any{"goal_id": c.Task(t, kept).GoalID}, nil)
+	require.False(t, r.OK)
+	require.Equal(t, schemas.CodeConflict, r.Error.Code)
+	c.Command(t, "goal.shred", map[string]any{"goal_id": own1.GoalID, "reason": "erasure request"})
+	acme.Command(t, "workspace.shred", map[string]any{"reason": "the customer left"})
+
+	tk := c.Task(t, own)
+	require.Equal(t, `"[shredded]"`, string(tk.Spec.Input))
+	require.Equal(t, `"[shredded]"`, string(tk.Attempts[0].Result))
+	require.Equal(t, domain.StateCancelled, tk.State, "an open goal shredded is cancelled")
+	require.Equal(t, `"[shredded]"`, string(acme.Task(t, other).Spec.Input))
+	require.Contains(t, string(c.Task(t, kept).Spec.Input), keep.input, "the rest still reads")
+	var evs []schemas.Event
+	c.Query(t, "events", schemas.Query{ID: own, Aggregate: domain.AggTask}, &evs)
+	require.Contains(t, string(evs[0].Data), `"[shredded]"`)
+
+	// No new payloads for what was shredded.
+	r = acme.Request(t, "dwr.cmd.acme.task.create", map[string]any{"spec": map[string]any{"queue": "q", "input": 1}}, nil)
+	require.False(t, r.OK)
+	require.Equal(t, schemas.CodeConflict, r.Error.Code)
+	require.Contains(t, r.Error.Message, "the data of workspace acme was shredded")
+	r = acme.Request(t, "dwr.cmd.acme.goal.create", map[string]any{"title": "t", "envelope": map[string]any{"privacy": map[string]any{"key": "goal"}},
+		"tasks": []map[string]any{{"key": "a", "queue": "q", "input": 1}}}, nil)
+	require.False(t, r.OK, "nor a goal key made in a shredded workspace")
+
+	// Restarted on the same data, the same.
+	st.Stop()
+	logs := []byte(out.String())
+	var shredded, total int
+	for _, m := range append(shredGoal.all(), shredWS.all()...) {
+		n := hits(t, dir, logs, m)
+		shredded += n
+		require.Zero(t, n, "%s is left somewhere", m)
+	}
+	for _, m := range keep.all() {
+		total += hits(t, dir, logs, m)
+	}
+	t.Logf("crypto-shredding: plaintext hits of the shredded payloads %d (of 10 markers), of the kept ones %d (sealed at rest)", shredded, total)
+	st = encrypted(t, dir, &out)
+	c = st.Client("default")
+	require.Equal(t, `"[shredded]"`, string(c.Task(t, own).Spec.Input))
+	require.Contains(t, string(c.Task(t, kept).Spec.Input), keep.input)
+	require.Zero(t, total, "with encryption on no payload is stored in plaintext")
+	_ = fmt.Sprint
+}
