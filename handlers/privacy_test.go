@@ -36,7 +36,9 @@ func markersOf(name string) markers {
 		result: "MARK-" + name + "-RESULT", evidence: "MARK-" + name + "-EVIDENCE"}
 }
 
-func (m markers) all() []string { return []string{m.input, m.checkpoint, m.signal, m.result, m.evidence} }
+func (m markers) all() []string {
+	return []string{m.input, m.checkpoint, m.signal, m.result, m.evidence}
+}
 
 // work runs a task through every payload it may carry: input, checkpoint,
 // a signal kept for a later wait, a result, a verdict's evidence. It
