@@ -1,6 +1,7 @@
 package executors
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -36,6 +37,7 @@ type delivery struct {
 	w         *Worker
 	msg       jetstream.Msg
 	item      schemas.WorkItem
+	encrypted bool // the item carries sealed payloads (dropped: read opened)
 	delivered uint64
 	received  time.Time
 	// beat is the heartbeat of the attempt the delivery runs, once claimed,
@@ -101,9 +103,23 @@ func (w *Worker) deliver(hard context.Context, msg jetstream.Msg) {
 		_ = msg.NakWithDelay(w.leaseOf())
 		return
 	}
+	// Sealed payloads (the service encrypts them) are read opened from
+	// the service: an execute item then runs from the task as task.get
+	// answers it (or, when the views do not show it ready for the item's
+	// attempt yet, from its claim's), a verify item from task.get.
+	d.encrypted = bytes.Contains(msg.Data(), []byte(schemas.SealedPrefix))
+	if d.encrypted {
+		d.item.Task, d.item.Dependencies = nil, nil
+	}
 	if w.verify != nil {
 		d.judge(hard, msg)
 		return
+	}
+	if d.encrypted && d.delivered == 1 {
+		it := &d.item
+		if t, err := d.getTask(hard, it.TaskID); err == nil && t.State == schemas.StateReady && len(t.Attempts)+1 == it.Attempt {
+			it.Task = t
+		}
 	}
 
 	// The lease is renewed from receipt until the item is settled.

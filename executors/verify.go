@@ -99,6 +99,13 @@ func (d *delivery) judge(hard context.Context, msg jetstream.Msg) {
 	defer func() { stopHB(); hb.Wait() }()
 
 	it := &d.item
+	if d.encrypted {
+		if err := d.openCheck(hard); err != nil {
+			d.done(outcomeUnsettled, it.Attempt, logErr, err)
+			_ = msg.NakWithDelay(d.w.leaseOf())
+			return
+		}
+	}
 	c := &Check{TaskID: it.TaskID, Workspace: it.Workspace, Queue: it.Queue, GoalID: it.GoalID, Key: it.Key,
 		Title: it.Title, Attempt: it.Attempt, Input: it.Input, Result: it.Result, Artifacts: it.Artifacts,
 		ResultDigest: it.ResultDigest, PriorAttempts: it.PriorAttempts, Verifications: it.Verifications, artifacts: d.w.c.c}
@@ -146,4 +153,28 @@ func callVerifier(ctx context.Context, v VerifyHandler, c *Check) (verdict Verdi
 		}
 	}()
 	return v(ctx, c)
+}
+
+// openCheck replaces the sealed payloads of the verify item by the task's
+// as task.get answers them, opened: its input, the result judged (its
+// digest stays the item's: the one the service compares), the earlier
+// attempts and the verifications.
+func (d *delivery) openCheck(ctx context.Context) error {
+	it := &d.item
+	t, err := d.getTask(ctx, it.TaskID)
+	if err != nil {
+		return err
+	}
+	a := t.Attempt(it.Attempt)
+	if a == nil {
+		return fmt.Errorf("executors: task %s has no attempt %d to judge", it.TaskID, it.Attempt)
+	}
+	it.Input, it.Result, it.Verifications = t.Spec.Input, a.Result, t.Verifications
+	it.PriorAttempts = nil
+	for _, p := range t.Attempts {
+		if p.N < it.Attempt {
+			it.PriorAttempts = append(it.PriorAttempts, p)
+		}
+	}
+	return nil
 }

@@ -2,6 +2,8 @@ package handlers
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/base64"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -9,6 +11,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/dwr-run/dwr/eventstore"
@@ -24,32 +27,73 @@ const LogKeyFile = "log.key"
 // returns an error if the file cannot be read or written, or holds fewer
 // than eventstore.LogKeySize bytes.
 func LoadLogKey(path string, create bool) (key []byte, created bool, err error) {
-	b, err := os.ReadFile(path)
+	return loadKey(path, create, "log key", eventstore.LogKeySize, eventstore.GenerateLogKey)
+}
+
+// loadKey reads the secret what from path, at least size bytes, making it
+// with generate (mode 0600, never overwriting a file that appeared
+// meanwhile) when the file does not exist and create is set.
+func loadKey(path string, create bool, what string, size int, generate func() ([]byte, error)) (key []byte, created bool, err error) {
+	b, err := os.ReadFile(path) //nolint:gosec // the operator's key file
 	if errors.Is(err, os.ErrNotExist) && create {
-		if b, err = eventstore.GenerateLogKey(); err != nil {
+		if b, err = generate(); err != nil {
 			return nil, false, err
 		}
 		if err := os.MkdirAll(filepath.Dir(path), 0o750); err != nil {
-			return nil, false, fmt.Errorf("handlers: log key: %w", err)
+			return nil, false, fmt.Errorf("handlers: %s: %w", what, err)
 		}
-		f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+		f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600) //nolint:gosec // the operator's key file
 		if err != nil {
-			return nil, false, fmt.Errorf("handlers: create the log key %s: %w", path, err)
+			return nil, false, fmt.Errorf("handlers: create the %s %s: %w", what, path, err)
 		}
 		_, werr := f.Write(b)
 		if err := errors.Join(werr, f.Sync(), f.Close()); err != nil {
 			_ = os.Remove(path)
-			return nil, false, fmt.Errorf("handlers: write the log key %s: %w", path, err)
+			return nil, false, fmt.Errorf("handlers: write the %s %s: %w", what, path, err)
 		}
 		return b, true, nil
 	}
 	if err != nil {
-		return nil, false, fmt.Errorf("handlers: read the log key: %w", err)
+		return nil, false, fmt.Errorf("handlers: read the %s: %w", what, err)
 	}
-	if len(b) < eventstore.LogKeySize {
-		return nil, false, fmt.Errorf("handlers: the log key %s holds %d bytes, at least %d are needed", path, len(b), eventstore.LogKeySize)
+	if len(b) < size {
+		return nil, false, fmt.Errorf("handlers: the %s %s holds %d bytes, at least %d are needed", what, path, len(b), size)
 	}
 	return b, false, nil
+}
+
+// MasterKeyFile is the name of the master key's file in a data directory.
+const MasterKeyFile = "master.key"
+
+// OpenMasterKey returns the master key that wraps the data keys: from env
+// (standard base64 of eventstore.MasterKeyBytes bytes) when it is set, else
+// from file, which must exist, or when file is "" from
+// dataDir/MasterKeyFile, made there when it is missing (and logged, to be
+// given to every replica and backed up: without it no payload can be read).
+func OpenMasterKey(env, file, dataDir string, logger *slog.Logger) ([]byte, error) {
+	if env != "" {
+		key, err := base64.StdEncoding.DecodeString(strings.TrimSpace(env))
+		if err != nil || len(key) != eventstore.MasterKeyBytes {
+			return nil, classed{ErrInvalidConfig, fmt.Errorf("DWR_MASTER_KEY is not the standard base64 of %d bytes", eventstore.MasterKeyBytes)}
+		}
+		return key, nil
+	}
+	path, explicit := file, file != ""
+	if !explicit {
+		path = filepath.Join(dataDir, MasterKeyFile)
+	}
+	key, created, err := loadKey(path, !explicit, "master key", eventstore.MasterKeyBytes, func() ([]byte, error) {
+		b := make([]byte, eventstore.MasterKeyBytes)
+		_, err := rand.Read(b)
+		return b, err
+	})
+	if err != nil {
+		return nil, classed{ErrInvalidConfig, fmt.Errorf("%v (the master key: --master-key-file, DWR_MASTER_KEY_FILE or DWR_MASTER_KEY, default DATA/%s)", err, MasterKeyFile)}
+	}
+	if created && logger != nil {
+		logger.Info("made a new master key: give this file to every replica (--master-key-file), and back it up apart from the data: without it no payload can be read", "file", path)
+	}
+	return key[:eventstore.MasterKeyBytes], nil
 }
 
 // OpenLogKey returns the log key of a data directory: the one in file, which

@@ -42,6 +42,11 @@ type ServeConfig struct {
 	// LogKeyFile is the file of the log key when Service.LogKey is nil: ""
 	// for DataDir/LogKeyFile, made there on the first start (OpenLogKey).
 	LogKeyFile string
+	// MasterKeyFile is the file of the master key when Service.Encryption
+	// is on and Service.MasterKey is nil: "" for DataDir/MasterKeyFile, made
+	// there on the first start; MasterKeyEnv, when set, holds the key
+	// itself (DWR_MASTER_KEY, standard base64) instead.
+	MasterKeyFile, MasterKeyEnv string
 	// MemoryLimit, when set, is the soft limit of the process's Go memory,
 	// as GOMEMLIMIT writes it (ParseMemoryLimit; "off": none), which Serve
 	// sets: the runtime collects garbage more often near it (a soft limit:
@@ -209,6 +214,13 @@ func (cfg *ServeConfig) prepare() error {
 			return err
 		}
 		cfg.Service.LogKey = key
+	}
+	if cfg.Service.Encryption && cfg.Service.MasterKey == nil {
+		key, err := OpenMasterKey(cfg.MasterKeyEnv, cfg.MasterKeyFile, cfg.DataDir, cfg.Service.Logger)
+		if err != nil {
+			return err
+		}
+		cfg.Service.MasterKey = key
 	}
 	if err := cfg.External.validate(); err != nil {
 		return err

@@ -75,6 +75,11 @@ func serveCmd() *cobra.Command {
 		"host:port of an HTTP listener for the replica's health: GET /readyz (200 ready, 503 not) and /livez (env DWR_HEALTH_LISTEN; default none)")
 	f.StringVar(&cfg.MemoryLimit, "memory-limit", handlers.MemoryLimitFromEnv(),
 		"soft limit of the service's Go memory, as GOMEMLIMIT: garbage is collected more often near it (more CPU, less memory); off: none (env DWR_MEMORY_LIMIT, else GOMEMLIMIT)")
+	f.BoolVar(&cfg.Service.Encryption, "encryption", envOr("DWR_ENCRYPTION", "on") != "off",
+		"seal the payloads of commands (inputs, results, checkpoints, signals, evidence) with a data key of their workspace or goal before they are stored: --encryption=false stores them in plaintext (env DWR_ENCRYPTION=off)")
+	f.StringVar(&cfg.MasterKeyFile, "master-key-file", os.Getenv("DWR_MASTER_KEY_FILE"),
+		"the key that wraps the data keys (env DWR_MASTER_KEY_FILE, or the key itself in DWR_MASTER_KEY; default DATA/master.key, made on the first start); every replica must be given the same key, and it must be backed up apart from the data")
+	cfg.MasterKeyEnv = os.Getenv("DWR_MASTER_KEY")
 	natsFlags(cmd, &cfg.External)
 	logKeyFlag(cmd, &cfg.LogKeyFile)
 	return cmd
