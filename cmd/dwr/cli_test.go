@@ -239,6 +239,43 @@ func TestCLIGoalGetShowsTheDelegationTree(t *testing.T) {
 	require.Regexp(t, `sources\s+1\s+`+child.GoalID+`\s+open\s+fail`, out)
 }
 
+// dwr goal create --own-key, then dwr shred --goal: the goal's payloads read
+// [shredded]; dwr shred --all shreds the workspace.
+func TestCLIShred(t *testing.T) {
+	st := servicetest.Start(t, t.TempDir(), servicetest.Options{Listen: "127.0.0.1:0",
+		Config: handlers.Config{Encryption: true, MasterKey: bytes.Repeat([]byte{5}, 32)}})
+	url := st.URL
+	code, _, errs := run(t, url, "shred")
+	require.Equal(t, exitInvalid, code)
+	require.Contains(t, errs, "give --goal ID, or --all")
+
+	var goal map[string]any
+	runJSON(t, url, &goal, "goal", "create", "--title", "erasable", "--own-key")
+	id := goal["id"].(string)
+	plan := filepath.Join(t.TempDir(), "plan.yaml")
+	require.NoError(t, os.WriteFile(plan, []byte("- key: a\n  queue: q\n  input: {card: 4111}\n"), 0o600))
+	var committed struct {
+		Tasks []struct {
+			TaskID string `json:"task_id"`
+		} `json:"tasks"`
+	}
+	runJSON(t, url, &committed, "plan", "submit", "--goal", id, "-f", plan)
+	task := committed.Tasks[0].TaskID
+	_, out, _ := run(t, url, "task", "get", task)
+	require.Contains(t, out, `input: {"card":4111}`)
+
+	code, out, errs = run(t, url, "shred", "--goal", id, "--reason", "erasure request")
+	require.Equal(t, 0, code, errs)
+	require.Contains(t, out, "goal "+id+" is cancelled")
+	_, out, _ = run(t, url, "task", "get", task)
+	require.Contains(t, out, `input: "[shredded]"`)
+	code, _, errs = run(t, url, "shred", "--all")
+	require.Equal(t, 0, code, errs)
+	code, _, errs = run(t, url, "task", "create", "--queue", "q", "--input", "1")
+	require.Equal(t, exitConflict, code)
+	require.Contains(t, errs, "the data of workspace default was shredded")
+}
+
 func TestCLIReviewDecidesAnInconclusiveTask(t *testing.T) {
 	url := cliServer(t)
 	var task map[string]any

@@ -21,9 +21,13 @@ func goalCmd(g *globals) *cobra.Command {
 	cmd := &cobra.Command{Use: "goal", Short: "create, inspect and list goals"}
 	var c schemas.CreateGoal
 	var queues []string
+	var ownKey bool
 	create := sendCmd(g, &cobra.Command{Use: "create --title TITLE", Short: "create a goal", Args: cobra.NoArgs}, "goal", nil,
 		func(ctx context.Context, cl *client.Client, _ []string, id client.CallOption) (*client.Result, error) {
 			c.Envelope.Permissions.Queues = queues
+			if ownKey {
+				c.Envelope.Privacy = &schemas.Privacy{Key: schemas.PrivacyKeyGoal}
+			}
 			return cl.CreateGoal(ctx, c, id)
 		})
 	f := create.Flags()
@@ -35,6 +39,7 @@ func goalCmd(g *globals) *cobra.Command {
 	f.Int64Var(&c.Envelope.Budget.Tokens, "budget-tokens", 0, "most model tokens in all (0: no limit)")
 	f.Float64Var(&c.Envelope.Budget.Cost, "budget-cost", 0, "most cost in all (0: no limit)")
 	f.StringVar(&c.Envelope.OnExhausted, "on-exhausted", "", "when the budget is used up: fail the task (fail, the default), or ask an approver to extend it (approval)")
+	f.BoolVar(&ownKey, "own-key", false, "seal the goal's payloads with its own data key, so that dwr shred --goal can shred them alone")
 	f.StringVar(&c.Envelope.ExtensionRole, "extension-role", "", "with --on-exhausted approval: the approver role that may extend the budget (default: any)")
 
 	get := goalGetCmd(g)

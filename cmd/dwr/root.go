@@ -82,7 +82,7 @@ func Main(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	pf.StringVar(&g.workspace, "workspace", envOr("DWR_WORKSPACE", "default"), "workspace to act in (env DWR_WORKSPACE)")
 	pf.BoolVar(&g.json, "json", false, "print machine-readable JSON instead of tables")
 	pf.StringVar(&g.timeout, "timeout", "10s", "how long to wait for the service to answer")
-	root.AddCommand(serveCmd(), workspaceCmd(g), goalCmd(g), planCmd(g), taskCmd(g), eventsCmd(g), watchCmd(g),
+	root.AddCommand(serveCmd(), shredCmd(g), workspaceCmd(g), goalCmd(g), planCmd(g), taskCmd(g), eventsCmd(g), watchCmd(g),
 		adminCmd(g), schemaCmd(g), reviewCmd(g), signalCmd(g), benchCmd(g), workerCmd(g),
 		keysCmd(g), approvalsCmd(g), approveCmd(g), usersCmd(g), artifactCmd(g), ritualCmd(g), scheduleCmd(g))
 	root.SetArgs(args)

@@ -43,6 +43,21 @@ func (c *Client) CancelGoal(ctx context.Context, goalID, reason string, opts ...
 	return c.do(ctx, "goal.cancel", schemas.CancelGoal{GoalID: goalID, Reason: reason}, opts)
 }
 
+// ShredGoal destroys the data key of a goal created with envelope privacy
+// key goal (goal.shred, an admin's): its payloads, and those of the goals
+// it delegated to, read "[shredded]" from then on; an open goal is
+// cancelled.
+func (c *Client) ShredGoal(ctx context.Context, goalID, reason string, opts ...CallOption) (*Result, error) {
+	return c.do(ctx, "goal.shred", schemas.ShredGoal{GoalID: goalID, Reason: reason}, opts)
+}
+
+// ShredWorkspace destroys every data key of the client's workspace
+// (workspace.shred, an admin's): all its payloads read "[shredded]", and it
+// takes no new ones.
+func (c *Client) ShredWorkspace(ctx context.Context, reason string, opts ...CallOption) (*Result, error) {
+	return c.do(ctx, "workspace.shred", schemas.ShredWorkspace{Reason: reason}, opts)
+}
+
 // SubmitPlan commits the next version of a goal's plan (plan.submit): the
 // first plan, or a revision that keeps the tasks it names by key and
 // cancels the unfinished ones it leaves out. Result.Tasks maps each key to
