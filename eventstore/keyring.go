@@ -20,6 +20,10 @@ const MasterKeyBytes = 32
 // ErrNoKey is the error of a data key that was never made.
 var ErrNoKey = errors.New("eventstore: no such data key")
 
+// ErrMasterKey is the error of a master key that is not the one the data
+// keys were wrapped with.
+var ErrMasterKey = errors.New("the master key is not the one it was wrapped with")
+
 // headerShredded marks the tombstone a shredded key leaves: it says the
 // key was shredded rather than never made.
 const headerShredded = "Dwr-Shredded"
@@ -59,6 +63,46 @@ func OpenKeyring(ctx context.Context, js jetstream.JetStream, prefix string, rep
 	})
 	if err != nil {
 		return nil, fmt.Errorf("eventstore: keys stream: %w", err)
+	}
+	r := &Keyring{stream: st, js: js, prefix: prefix, master: aead, keys: map[string]*DataKey{}}
+	if err := r.check(ctx); err != nil {
+		return nil, err
+	}
+	return r, nil
+}
+
+// check unwraps one data key of the stream, if it holds one: a master key
+// that is not the one they were wrapped with is refused at once, not at
+// the first read of a payload.
+func (r *Keyring) check(ctx context.Context) error {
+	info, err := r.stream.Info(ctx)
+	if err != nil {
+		return fmt.Errorf("eventstore: keys stream: %w", err)
+	}
+	for seq, tries := info.State.FirstSeq, 0; seq > 0 && seq <= info.State.LastSeq && tries < 64; seq, tries = seq+1, tries+1 {
+		m, err := r.stream.GetMsg(ctx, seq)
+		if errors.Is(err, jetstream.ErrMsgNotFound) {
+			continue
+		}
+		if err != nil {
+			return fmt.Errorf("eventstore: keys stream: %w", err)
+		}
+		if m.Header.Get(headerShredded) != "" {
+			continue
+		}
+		_, err = unwrap(r.master, m.Data, m.Subject)
+		return err
+	}
+	return nil
+}
+
+// KeyringOf returns the keyring over the keys stream st as it stands (it
+// is not created or changed: for maintenance), with master the key that
+// wraps its data keys.
+func KeyringOf(js jetstream.JetStream, st jetstream.Stream, prefix string, master []byte) (*Keyring, error) {
+	aead, err := masterAEAD(master)
+	if err != nil {
+		return nil, err
 	}
 	return &Keyring{stream: st, js: js, prefix: prefix, master: aead, keys: map[string]*DataKey{}}, nil
 }
@@ -140,7 +184,7 @@ func unwrap(master cipher.AEAD, wrapped []byte, subj string) ([]byte, error) {
 	}
 	raw, err := master.Open(nil, wrapped[:n], wrapped[n:], []byte(subj))
 	if err != nil {
-		return nil, fmt.Errorf("eventstore: the data key of %s does not unwrap: the master key is not the one it was wrapped with", subj)
+		return nil, fmt.Errorf("eventstore: the data key of %s does not unwrap: %w", subj, ErrMasterKey)
 	}
 	return raw, nil
 }

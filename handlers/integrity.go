@@ -82,11 +82,7 @@ func OpenMasterKey(env, file, dataDir string, logger *slog.Logger) ([]byte, erro
 	if !explicit {
 		path = filepath.Join(dataDir, MasterKeyFile)
 	}
-	key, created, err := loadKey(path, !explicit, "master key", eventstore.MasterKeyBytes, func() ([]byte, error) {
-		b := make([]byte, eventstore.MasterKeyBytes)
-		_, err := rand.Read(b)
-		return b, err
-	})
+	key, created, err := loadKey(path, !explicit, "master key", eventstore.MasterKeyBytes, newMasterKey)
 	if err != nil {
 		return nil, classed{ErrInvalidConfig, fmt.Errorf("%v (the master key: --master-key-file, DWR_MASTER_KEY_FILE or DWR_MASTER_KEY, default DATA/%s)", err, MasterKeyFile)}
 	}
@@ -314,4 +310,37 @@ func viewsBeyond(ctx context.Context, l eventstore.Log, key *eventstore.LogKey, 
 	default:
 		return false, err
 	}
+}
+
+func newMasterKey() ([]byte, error) {
+	b := make([]byte, eventstore.MasterKeyBytes)
+	_, err := rand.Read(b)
+	return b, err
+}
+
+// LoadOrMakeMasterKey returns the master key in the file at path, making
+// it there (mode 0600) when the file does not exist.
+func LoadOrMakeMasterKey(path string) ([]byte, error) {
+	key, _, err := loadKey(path, true, "master key", eventstore.MasterKeyBytes, newMasterKey)
+	if err != nil {
+		return nil, classed{ErrInvalidConfig, err}
+	}
+	return key[:eventstore.MasterKeyBytes], nil
+}
+
+// ReplaceKeyFile replaces the key file at path by one holding key (mode
+// 0600), whole or not at all: written beside it, synced, then renamed over
+// it.
+func ReplaceKeyFile(path string, key []byte) error {
+	tmp := path + ".new"
+	f, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o600) //nolint:gosec // the operator's key file
+	if err != nil {
+		return err
+	}
+	_, werr := f.Write(key)
+	if err := errors.Join(werr, f.Sync(), f.Close()); err != nil {
+		_ = os.Remove(tmp)
+		return err
+	}
+	return os.Rename(tmp, path)
 }

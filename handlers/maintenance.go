@@ -32,6 +32,7 @@ type Maintenance struct {
 	dir       string
 	embedded  bool // the log is the data directory's own, not a cluster's
 	log       *eventstore.JetStreamLog
+	js        jetstream.JetStream
 	configErr error // the stream's configuration differs from the declared one
 	key       *eventstore.LogKey
 	close     func()
@@ -102,6 +103,7 @@ func openMaintenance(ctx context.Context, dataDir string, nc *nats.Conn, key *ev
 		m.close()
 		return nil, err
 	}
+	m.js = js
 	// Read-only: a maintenance command never creates or changes the stream
 	// (an update could lower its replicas, or hide a change made to it).
 	if m.log, m.configErr, err = eventstore.InspectJetStreamLog(ctx, js, eventstore.JetStreamConfig{}); err != nil {
@@ -356,4 +358,26 @@ func ViewsSum(s *projections.Store) ([]byte, error) {
 		return nil, err
 	}
 	return h.Sum(nil), nil
+}
+
+// RotateMasterKey wraps every data key of the keys stream again with the
+// master key next, in place of current (the key they are wrapped with), and
+// erases the old wrappings; it returns how many keys it rewrapped. Run it
+// with the service stopped, then start every replica with next. A rotation
+// cut short can be run again with the same keys.
+func (m *Maintenance) RotateMasterKey(ctx context.Context, prefix string, current, next []byte) (int, error) {
+	if prefix == "" {
+		prefix = "dwr"
+	}
+	st, err := m.js.Stream(ctx, eventstore.KeysStream(prefix))
+	if errors.Is(err, jetstream.ErrStreamNotFound) {
+		return 0, nil // no data key was ever made
+	} else if err != nil {
+		return 0, err
+	}
+	keys, err := eventstore.KeyringOf(m.js, st, prefix, current)
+	if err != nil {
+		return 0, classed{ErrInvalidConfig, err}
+	}
+	return keys.Rewrap(ctx, next)
 }

@@ -407,7 +407,7 @@ func (s *Service) Run(ctx context.Context) error {
 			keys, err = eventstore.OpenKeyring(ctx, s.js, s.cfg.Prefix, s.cfg.Replicas, s.cfg.MasterKey)
 			return err
 		}); err != nil {
-			return nil
+			return permanent(err)
 		}
 		s.privacy = &privacy{keys: keys}
 		s.store.OnApplied(s.privacy.forget)
@@ -728,7 +728,7 @@ func (s *Service) retryFrom(ctx context.Context, try, wait time.Duration, what s
 		if err == nil {
 			return nil
 		}
-		if errors.Is(err, eventstore.ErrIntegrity) || errors.Is(err, projections.ErrDamaged) {
+		if errors.Is(err, eventstore.ErrIntegrity) || errors.Is(err, projections.ErrDamaged) || errors.Is(err, eventstore.ErrMasterKey) {
 			return fmt.Errorf("handlers: %s: %w", what, err)
 		}
 		if ctx.Err() != nil {

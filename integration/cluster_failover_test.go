@@ -132,12 +132,15 @@ func TestClusterProcessesUnderFailure(t *testing.T) {
 	keyFile := filepath.Join(keyDir, handlers.LogKeyFile)
 	_, _, err := handlers.LoadLogKey(keyFile, true)
 	require.NoError(t, err)
+	masterFile := filepath.Join(keyDir, handlers.MasterKeyFile) // every replica shares the master key too
+	_, err = handlers.LoadOrMakeMasterKey(masterFile)
+	require.NoError(t, err)
 	replicas := make([]*procReplica, 3)
 	for i := range replicas {
 		r := &procReplica{name: fmt.Sprintf("dwr%d", i+1), data: filepath.Join(t.TempDir(), "data"),
 			health: fmt.Sprintf("127.0.0.1:%d", freePort(t))}
 		r.args = append([]string{"serve", "--nats", natsURL, "--nats-monitor", strings.Join(monitors, ","), "--replicas", "3",
-			"--data", r.data, "--log-key-file", keyFile, "--health-listen", r.health}, acc.serveArgs()...)
+			"--data", r.data, "--log-key-file", keyFile, "--master-key-file", masterFile, "--health-listen", r.health}, acc.serveArgs()...)
 		r.start(t, bin, logs)
 		replicas[i] = r
 	}
@@ -326,7 +329,7 @@ func TestClusterProcessesUnderFailure(t *testing.T) {
 	require.NoError(t, err)
 	recs, err := readLog(ctx, l, lk)
 	require.NoError(t, err)
-	a := auditLog(recs, led.all())
+	a := auditLog(recs, led.all(), payloadOpener(t, ctx, js, masterFile))
 	lc := led.counts()
 	for _, p := range a.Problems {
 		t.Log("problem: " + p)

@@ -291,7 +291,7 @@ func TestClusterR3(t *testing.T) {
 	recs, err := readLog(ctx, l, logKeyOf(t, data))
 	require.NoError(t, err)
 	phase("log read")
-	a := auditLog(recs, led.all())
+	a := auditLog(recs, led.all(), payloadOpener(t, ctx, js, filepath.Join(data, handlers.MasterKeyFile)))
 	views := compareViews(t, ctx, filepath.Join(data, "views"), l, logKeyOf(t, data))
 	lc := led.counts()
 	phase("views rebuilt and compared")

@@ -606,7 +606,7 @@ func serviceCommand(ws, id string) bool {
 }
 
 // auditLog checks the log's records against the commands the clients sent.
-func auditLog(recs []loggedRecord, cmds []*cmdResult) *audit {
+func auditLog(recs []loggedRecord, cmds []*cmdResult, open opener) *audit {
 	a := &audit{Records: len(recs)}
 	chain := eventstore.NewChainVerifier()
 	lastVer := map[string]uint64{}
@@ -689,7 +689,7 @@ func auditLog(recs []loggedRecord, cmds []*cmdResult) *audit {
 				continue
 			case seqs[0] != c.Seq:
 				a.problem(&a.WrongReplies, "acked %s %s: reply names seq %d, the log has it at %d", c.Name, c.ID, c.Seq, seqs[0])
-			case !sameReply(c.Name, firstReply[ck], c.Reply):
+			case !sameReply(c.Name, open(resultOf[ck].Workspace, firstReply[ck]), c.Reply):
 				a.problem(&a.WrongReplies, "acked %s %s: reply %s, the log's first outcome %s", c.Name, c.ID, c.Reply, firstReply[ck])
 			}
 			if !slices.Contains(eventSeqs[ck], seqs[0]) {
@@ -747,8 +747,12 @@ func jsonEqual(a, b []byte) bool {
 }
 
 // openLog starts an embedded NATS server on a stopped `dwr serve`'s data
-// directory (no TCP listener) and opens its log. Both are closed at cleanup.
-func openLog(t *testing.T, ctx context.Context, dataDir string, logs io.Writer) *eventstore.JetStreamLog {
+// directory (no TCP listener) and opens its log, both closed at cleanup. It
+// returns the log with what opens its sealed payloads (encrypted by
+// default), as the service opens them for a query: with the data keys of
+// its keys stream, unwrapped by DATA/master.key (a document is returned as
+// it is when the service made no data key).
+func openLog(t *testing.T, ctx context.Context, dataDir string, logs io.Writer) (*eventstore.JetStreamLog, opener) {
 	t.Helper()
 	srv, nc, err := access.OpenStopped(dataDir, slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelWarn})))
 	require.NoError(t, err)
@@ -758,7 +762,32 @@ func openLog(t *testing.T, ctx context.Context, dataDir string, logs io.Writer) 
 	require.NoError(t, err)
 	l, err := eventstore.OpenJetStreamLog(ctx, js, eventstore.JetStreamConfig{})
 	require.NoError(t, err)
-	return l
+	return l, payloadOpener(t, ctx, js, filepath.Join(dataDir, handlers.MasterKeyFile))
+}
+
+// opener opens the sealed payloads of a document of a workspace.
+type opener func(ws string, b []byte) []byte
+
+// payloadOpener returns what opens the sealed payloads of the service whose
+// streams js reaches, as it opens them for a query: with the data keys of
+// its keys stream, unwrapped by the master key in masterFile. It returns
+// documents as they are when the service made no data key.
+func payloadOpener(t *testing.T, ctx context.Context, js jetstream.JetStream, masterFile string) opener {
+	t.Helper()
+	st, err := js.Stream(ctx, eventstore.KeysStream("dwr"))
+	if errors.Is(err, jetstream.ErrStreamNotFound) {
+		return func(_ string, b []byte) []byte { return b }
+	}
+	require.NoError(t, err)
+	master, err := os.ReadFile(masterFile) //nolint:gosec // the test's own key
+	require.NoError(t, err)
+	keys, err := eventstore.KeyringOf(js, st, "dwr", master)
+	require.NoError(t, err)
+	return func(ws string, b []byte) []byte {
+		out, err := eventstore.OpenAll(b, ws, func(ws, scope string) (*eventstore.DataKey, error) { return keys.Key(ctx, ws, scope, false) })
+		require.NoError(t, err)
+		return out
+	}
 }
 
 // viewsCheck compares the live views in dir with views rebuilt from l.

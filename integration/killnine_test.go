@@ -179,7 +179,7 @@ func TestKillNineLosesNothing(t *testing.T) {
 	require.NoError(t, srv.terminate(30*time.Second), "graceful stop of dwr serve")
 	ctx, stopCtx := context.WithTimeout(context.Background(), 60*time.Second)
 	defer stopCtx()
-	l := openLog(t, ctx, data, logs)
+	l, opened := openLog(t, ctx, data, logs)
 	recs, err := readLog(ctx, l, logKeyOf(t, data))
 	require.NoError(t, err, "read the whole log")
 	last, err := l.LastSeq(ctx)
@@ -187,7 +187,7 @@ func TestKillNineLosesNothing(t *testing.T) {
 	require.NotEmpty(t, recs)
 	require.Equal(t, last, recs[len(recs)-1].Seq, "Read reached the log's last sequence")
 
-	a := auditLog(recs, cmds)
+	a := auditLog(recs, cmds, opened)
 	views := compareViews(t, ctx, filepath.Join(data, "views"), l, logKeyOf(t, data))
 	lc := load.ledger.counts()
 

@@ -408,11 +408,11 @@ func TestTimersAndApprovalsSurviveKillNine(t *testing.T) {
 	require.NoError(t, srv.terminate(30*time.Second), "graceful stop of dwr serve")
 	lctx, stopL := context.WithTimeout(context.Background(), 60*time.Second)
 	defer stopL()
-	l := openLog(t, lctx, data, logs)
+	l, opened := openLog(t, lctx, data, logs)
 	recs, err := readLog(lctx, l, logKeyOf(t, data))
 	require.NoError(t, err, "read the whole log")
 	cmds := led.all()
-	a := auditLog(recs, cmds)
+	a := auditLog(recs, cmds, opened)
 	views := compareViews(t, lctx, filepath.Join(data, "views"), l, logKeyOf(t, data))
 
 	// The log's events per task, and its timer commands.
@@ -531,7 +531,7 @@ func TestTimersAndApprovalsSurviveKillNine(t *testing.T) {
 			problem(tk, "the events query lists %d events, the log has %d", len(live), len(evs))
 		} else {
 			for i := range evs {
-				if !jsonEqual(live[i], evs[i].Raw) {
+				if !jsonEqual(live[i], opened(evs[i].Workspace, evs[i].Raw)) {
 					problem(tk, "event %d: the events query has %.200s, the log %.200s", i+1, live[i], evs[i].Raw)
 				}
 			}

@@ -3,7 +3,10 @@ package main
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
+	"os"
+	"path/filepath"
 	"strings"
 
 	"github.com/spf13/cobra"
@@ -50,8 +53,60 @@ func adminCmd(g *globals) *cobra.Command {
 		},
 	}
 	o.flags(verify)
-	cmd.AddCommand(rebuild, verify)
+	cmd.AddCommand(rebuild, verify, rotateMasterKeyCmd())
 	return cmd
+}
+
+// rotateMasterKeyCmd rewraps the data keys with a new master key.
+func rotateMasterKeyCmd() *cobra.Command {
+	var o maintenance
+	var current, next string
+	cmd := &cobra.Command{
+		Use:   "rotate-master-key --data DIR --new-key-file FILE [--master-key-file FILE]",
+		Short: "wrap every data key again with a new master key, and erase the old wrappings (stop `dwr serve` on DIR first)",
+		Long: "rotate-master-key unwraps every data key with the current master key (--master-key-file, default DATA/master.key), wraps it\n" +
+			"with the new one (--new-key-file: made, 32 random bytes, mode 0600, when the file does not exist) and erases the old\n" +
+			"wrapping. When the current key is DATA/master.key, that file then holds the new key. Start every replica with the new\n" +
+			"key; the old one opens nothing any more. Run it again with the same keys if it was cut short.",
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if next == "" {
+				return fail(exitInvalid, "--new-key-file FILE is required: the new master key (made when the file does not exist)")
+			}
+			return o.run(cmd.Context(), func(ctx context.Context, m *handlers.Maintenance) error {
+				return rotateMasterKey(ctx, m, o.DataDir, current, next, cmd.OutOrStdout())
+			})
+		},
+	}
+	o.flags(cmd)
+	cmd.Flags().StringVar(&current, "master-key-file", os.Getenv("DWR_MASTER_KEY_FILE"), "the current master key (default DATA/master.key)")
+	cmd.Flags().StringVar(&next, "new-key-file", "", "the new master key (made when the file does not exist)")
+	return cmd
+}
+
+func rotateMasterKey(ctx context.Context, m *handlers.Maintenance, dataDir, current, next string, out io.Writer) error {
+	old, err := handlers.OpenMasterKey("", current, dataDir, nil)
+	if err != nil {
+		return handlersError(err)
+	}
+	key, err := handlers.LoadOrMakeMasterKey(next)
+	if err != nil {
+		return handlersError(err)
+	}
+	n, err := m.RotateMasterKey(ctx, "", old, key)
+	if err != nil {
+		return fail(exitError, "%v", err)
+	}
+	fmt.Fprintf(out, "rewrapped %d data keys with the master key of %s\n", n, next)
+	if current == "" {
+		path := filepath.Join(dataDir, handlers.MasterKeyFile)
+		if err := handlers.ReplaceKeyFile(path, key); err != nil {
+			return fail(exitError, "the data keys are rewrapped, but %s could not be replaced by the new key: %v; start dwr serve with --master-key-file %s", path, err, next)
+		}
+		fmt.Fprintf(out, "%s now holds the new key\n", path)
+	}
+	fmt.Fprintln(out, "give the new key to every replica (--master-key-file); the old one opens nothing any more")
+	return nil
 }
 
 // maintenance is the flags of a command on the log of a stopped service's

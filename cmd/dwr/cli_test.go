@@ -276,6 +276,43 @@ func TestCLIShred(t *testing.T) {
 	require.Contains(t, errs, "the data of workspace default was shredded")
 }
 
+// dwr admin rotate-master-key rewraps the data keys: the service reads its
+// payloads with the new key, and not with the old one.
+func TestCLIRotateMasterKey(t *testing.T) {
+	dir := t.TempDir()
+	old, err := handlers.LoadOrMakeMasterKey(filepath.Join(dir, handlers.MasterKeyFile))
+	require.NoError(t, err)
+	start := func(key []byte) (*servicetest.Service, error) {
+		return servicetest.TryStart(t, dir, servicetest.Options{Listen: "127.0.0.1:0", Config: handlers.Config{Encryption: true, MasterKey: key}})
+	}
+	st, err := start(old)
+	require.NoError(t, err)
+	var task map[string]any
+	runJSON(t, st.URL, &task, "task", "create", "--queue", "q", "--input", `{"card": 4111}`)
+	id := task["id"].(string)
+	st.Stop()
+
+	newKey := filepath.Join(t.TempDir(), "new.key")
+	code, out, errs := run(t, "nats://127.0.0.1:1", "admin", "rotate-master-key", "--data", dir, "--new-key-file", newKey)
+	require.Equal(t, 0, code, errs)
+	require.Contains(t, out, "rewrapped 1 data keys")
+	next, err := os.ReadFile(newKey)
+	require.NoError(t, err)
+	inPlace, err := os.ReadFile(filepath.Join(dir, handlers.MasterKeyFile))
+	require.NoError(t, err)
+	require.Equal(t, next, inPlace, "DATA/master.key holds the new key")
+
+	st, err = start(next)
+	require.NoError(t, err)
+	_, out, _ = run(t, st.URL, "task", "get", id)
+	require.Contains(t, out, `input: {"card":4111}`)
+	st.Stop()
+	_, err = start(old)
+	if err == nil {
+		t.Fatal("the old master key still opens the data keys")
+	}
+}
+
 func TestCLIReviewDecidesAnInconclusiveTask(t *testing.T) {
 	url := cliServer(t)
 	var task map[string]any
