@@ -14,6 +14,19 @@ const (
 )
 
 // authName returns the name of a service that is open or not.
+// How a benchmark's service stores payloads (ChainOptions.Plain).
+const (
+	EncryptionSealed = "sealed" // as dwr serve runs by default
+	EncryptionPlain  = "plain"
+)
+
+func encryptionName(plain bool) string {
+	if plain {
+		return EncryptionPlain
+	}
+	return EncryptionSealed
+}
+
 func authName(open bool) string {
 	if open {
 		return AuthOpen
@@ -91,11 +104,16 @@ func costOf(load string, pairs [][2]figures) AuthCost {
 // median ratio of each figure with its range over the rounds. perS and cpu
 // name the throughput and CPU columns.
 func printAuthCost(w io.Writer, perS, cpu string, costs []AuthCost) error {
+	return printCost(w, "the cost of authentication: closed ÷ open", perS, cpu, costs)
+}
+
+// printCost prints costs, the ratios of what, as a table.
+func printCost(w io.Writer, what, perS, cpu string, costs []AuthCost) error {
 	if len(costs) == 0 {
 		return nil
 	}
 	rounds := len(costs[0].PerS.Rounds)
-	fmt.Fprintf(w, "\nthe cost of authentication: closed ÷ open, measured in the same round; median of %d rounds [min–max]\n", rounds)
+	fmt.Fprintf(w, "\n%s, measured in the same round; median of %d rounds [min–max]\n", what, rounds)
 	cell := func(s RatioSet) string {
 		if len(s.Rounds) == 0 {
 			return "-"

@@ -479,7 +479,7 @@ func benchBaseline(ctx context.Context, dir string, clients int, warm, dur time.
 // benchGroup measures the real command path: the whole service in-process,
 // each client sending goal.create requests with fresh command ids.
 func benchGroup(ctx context.Context, dir string, clients int, open bool, warm, dur time.Duration, progress io.Writer) (*Cell, error) {
-	bs, err := startService(ctx, dir, open, progress)
+	bs, err := startService(ctx, dir, setup{open: open}, progress)
 	if err != nil {
 		return nil, err
 	}

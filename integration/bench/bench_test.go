@@ -109,7 +109,7 @@ func TestCostOf(t *testing.T) {
 func TestBenchServiceIsClosed(t *testing.T) {
 	for _, open := range []bool{false, true} {
 		t.Run(authName(open), func(t *testing.T) {
-			bs, err := startService(t.Context(), t.TempDir(), open, io.Discard)
+			bs, err := startService(t.Context(), t.TempDir(), setup{open: open}, io.Discard)
 			require.NoError(t, err)
 			defer bs.close()
 			if nc, err := bs.srv.Connect(); !open {

@@ -49,6 +49,12 @@ type ChainOptions struct {
 	// CompareAuth runs closed and open, alternating in Rounds rounds.
 	CompareAuth bool
 	Rounds      int
+	// Plain runs the service without encryption (payloads stored as
+	// sent); by default it seals them, as dwr serve does.
+	Plain bool
+	// CompareEncryption runs encrypted and plain, alternating in Rounds
+	// rounds (with Auth as it is).
+	CompareEncryption bool
 	// Deployed runs the service as a user deploys it: `dwr serve` in its
 	// own OS process (Binary), reached over TCP by the workers and clients
 	// of this one. Otherwise the service runs in this process.
@@ -68,6 +74,8 @@ const DefaultChainTimeout = 5 * time.Minute
 type ChainCell struct {
 	// Auth is how the service ran: closed or open.
 	Auth string `json:"auth"`
+	// Encryption is how it stored payloads: sealed or plain.
+	Encryption string `json:"encryption"`
 	// Round is the run's round (from 1) when comparing.
 	Round int `json:"round,omitempty"`
 	// OneAtATime: the chains ran one after the other (--single).
@@ -111,6 +119,12 @@ type ChainReport struct {
 	// AuthCost is, when comparing, the cost of authentication of each kind
 	// of run: closed ÷ open, round by round.
 	AuthCost []AuthCost `json:"auth_cost,omitempty"`
+	// Encryption is how the service stored payloads: sealed, plain, or
+	// compare (both, alternating in Rounds rounds).
+	Encryption string `json:"encryption"`
+	// EncryptionCost is, when comparing encryption, its cost for each kind
+	// of run: sealed ÷ plain, round by round.
+	EncryptionCost []AuthCost `json:"encryption_cost,omitempty"`
 	// PeakRSSMiB is this process's peak RSS: the whole system in-process;
 	// the workers and clients alone when deployed (each cell has the
 	// service's).
@@ -141,8 +155,11 @@ func RunChain(ctx context.Context, o ChainOptions, progress io.Writer) (*ChainRe
 	if o.Warmup < 0 {
 		return nil, errors.New("--warmup must be at least 0")
 	}
-	if o.CompareAuth && o.Rounds < 1 {
+	if (o.CompareAuth || o.CompareEncryption) && o.Rounds < 1 {
 		return nil, errors.New("--rounds must be at least 1")
+	}
+	if o.CompareAuth && o.CompareEncryption {
+		return nil, errors.New("compare one thing at a time: --compare-auth or --compare-encryption")
 	}
 	stopProfile, err := startCPUProfile(o.CPUProfile)
 	if err != nil {
@@ -150,11 +167,12 @@ func RunChain(ctx context.Context, o ChainOptions, progress io.Writer) (*ChainRe
 	}
 	defer stopProfile()
 	rep := &ChainReport{Go: runtime.Version(), CPUs: runtime.NumCPU(), Workers: o.Workers, Concurrency: o.Concurrency,
-		Service: ServiceInProcess, Submitters: o.Submitters, Warmup: o.Warmup, Auth: authName(!o.Auth)}
+		Service: ServiceInProcess, Submitters: o.Submitters, Warmup: o.Warmup, Auth: authName(!o.Auth), Encryption: encryptionName(o.Plain)}
 	if o.Deployed {
 		rep.Service = ServiceDeployed
 	}
-	run := func(n int, single, open bool, round int) (*ChainCell, error) {
+	run := func(n int, single bool, s setup, round int) (*ChainCell, error) {
+		open := s.open
 		at := ""
 		if round > 0 {
 			at = fmt.Sprintf("round %d: ", round)
@@ -162,15 +180,16 @@ func RunChain(ctx context.Context, o ChainOptions, progress io.Writer) (*ChainRe
 		submitters := o.Submitters
 		if single {
 			submitters = 1
-			fmt.Fprintf(progress, "bench: %s%d single chains, one at a time, %s\n", at, n, authName(open))
+			fmt.Fprintf(progress, "bench: %s%d single chains, one at a time, %s, %s\n", at, n, authName(open), encryptionName(s.plain))
 		} else {
-			fmt.Fprintf(progress, "bench: %s%d chains, %d submitters, %d workers × %d, %s\n", at, n, submitters, o.Workers, o.Concurrency, authName(open))
+			fmt.Fprintf(progress, "bench: %s%d chains, %d submitters, %d workers × %d, %s, %s\n", at, n, submitters, o.Workers, o.Concurrency,
+				authName(open), encryptionName(s.plain))
 		}
-		c, err := withTempDir(o.Dir, func(dir string) (*ChainCell, error) { return chainRun(ctx, dir, o, n, submitters, open) })
+		c, err := withTempDir(o.Dir, func(dir string) (*ChainCell, error) { return chainRun(ctx, dir, o, n, submitters, s) })
 		if err != nil {
 			return nil, err
 		}
-		c.Round, c.OneAtATime = round, single
+		c.Round, c.OneAtATime, c.Encryption = round, single, encryptionName(s.plain)
 		fmt.Fprintf(progress, "bench:   %.0f chains/s, p50 %.1f ms, p99 %.1f ms, CPU %.2f ms/chain", c.ChainsPerS, c.P50ms, c.P99ms, c.CPUmsPerRun)
 		if o.Deployed {
 			fmt.Fprintf(progress, " (service %.2f), service peak RSS %.1f MiB", c.ServiceCPUms, c.ServiceRSSMiB)
@@ -178,8 +197,13 @@ func RunChain(ctx context.Context, o ChainOptions, progress io.Writer) (*ChainRe
 		fmt.Fprintln(progress)
 		return c, nil
 	}
-	if o.CompareAuth {
-		rep.Auth, rep.Rounds = AuthCompare, o.Rounds
+	if o.CompareAuth || o.CompareEncryption {
+		rep.Rounds = o.Rounds
+		if o.CompareAuth {
+			rep.Auth = AuthCompare
+		} else {
+			rep.Encryption = AuthCompare
+		}
 		type load struct {
 			n      int
 			single bool
@@ -193,8 +217,9 @@ func RunChain(ctx context.Context, o ChainOptions, progress io.Writer) (*ChainRe
 		}
 		for r := range o.Rounds {
 			for _, l := range loads {
-				for _, open := range authOrder(r) {
-					c, err := run(l.n, l.single, open, r+1)
+				for _, b := range authOrder(r) { // b: the variant without what is measured
+					s := setup{open: !o.Auth || (o.CompareAuth && b), plain: o.Plain || (o.CompareEncryption && b)}
+					c, err := run(l.n, l.single, s, r+1)
 					if err != nil {
 						return nil, err
 					}
@@ -202,17 +227,21 @@ func RunChain(ctx context.Context, o ChainOptions, progress io.Writer) (*ChainRe
 				}
 			}
 		}
-		rep.AuthCost = chainAuthCost(rep)
+		if o.CompareAuth {
+			rep.AuthCost = chainAuthCost(rep, func(c ChainCell) bool { return c.Auth == AuthOpen })
+		} else {
+			rep.EncryptionCost = chainAuthCost(rep, func(c ChainCell) bool { return c.Encryption == EncryptionPlain })
+		}
 	} else {
 		if o.Single > 0 {
-			c, err := run(o.Single, true, !o.Auth, 0)
+			c, err := run(o.Single, true, setup{open: !o.Auth, plain: o.Plain}, 0)
 			if err != nil {
 				return nil, err
 			}
 			rep.Single = *c
 		}
 		for _, n := range o.Chains {
-			c, err := run(n, false, !o.Auth, 0)
+			c, err := run(n, false, setup{open: !o.Auth, plain: o.Plain}, 0)
 			if err != nil {
 				return nil, err
 			}
@@ -226,9 +255,10 @@ func RunChain(ctx context.Context, o ChainOptions, progress io.Writer) (*ChainRe
 	return rep, nil
 }
 
-// chainAuthCost pairs the closed and open runs of each kind (one at a time,
-// and each N) of the same round.
-func chainAuthCost(rep *ChainReport) []AuthCost {
+// chainAuthCost pairs the runs with and without what is measured (without:
+// the cells b reports) of each kind (one at a time, and each N) of the
+// same round: with ÷ without.
+func chainAuthCost(rep *ChainReport, b func(ChainCell) bool) []AuthCost {
 	var out []AuthCost
 	seen := map[[2]int]bool{}
 	for _, c := range rep.Cells {
@@ -241,7 +271,11 @@ func chainAuthCost(rep *ChainReport) []AuthCost {
 		}
 		seen[kind] = true
 		pairs := pairRounds(rep.Rounds, rep.Cells, func(d ChainCell) (int, string, figures, bool) {
-			return d.Round, d.Auth, figures{perS: d.ChainsPerS, p50: d.P50ms, p99: d.P99ms, cpu: d.CPUmsPerRun},
+			variant := AuthClosed
+			if b(d) {
+				variant = AuthOpen // pairRounds puts it second: the denominator
+			}
+			return d.Round, variant, figures{perS: d.ChainsPerS, p50: d.P50ms, p99: d.P99ms, cpu: d.CPUmsPerRun},
 				d.Chains == c.Chains && d.OneAtATime == c.OneAtATime
 		})
 		label := fmt.Sprintf("N=%d", c.Chains)
@@ -264,16 +298,17 @@ func cpuTime() time.Duration {
 // chainRun runs o.Warmup chains, then n measured ones, on a fresh service
 // in dir (in this process, or deployed) with the given number of concurrent
 // submitters.
-func chainRun(ctx context.Context, dir string, o ChainOptions, n, submitters int, open bool) (*ChainCell, error) {
+func chainRun(ctx context.Context, dir string, o ChainOptions, n, submitters int, s setup) (*ChainCell, error) {
+	open := s.open
 	ctx, cancel := context.WithTimeout(ctx, o.Timeout)
 	defer cancel()
 	var bs *service
 	var proc *deployed // the service's process when deployed
 	var err error
 	if o.Deployed {
-		bs, proc, err = startDeployed(ctx, dir, o.Binary, open)
+		bs, proc, err = startDeployed(ctx, dir, o.Binary, s)
 	} else {
-		bs, err = startService(ctx, dir, open, io.Discard)
+		bs, err = startService(ctx, dir, s, io.Discard)
 	}
 	if err != nil {
 		return nil, err
@@ -501,10 +536,13 @@ func (rep *ChainReport) Err() error {
 // PrintChain prints the report for people: a table, the cost of
 // authentication when comparing, and the peak RSS.
 func PrintChain(w io.Writer, rep *ChainReport) error {
-	auth := "service " + rep.Auth
-	compare := rep.Auth == AuthCompare
-	if compare {
-		auth = fmt.Sprintf("service closed and open alternating, %d rounds", rep.Rounds)
+	auth := "service " + rep.Auth + ", payloads " + rep.Encryption
+	compare := rep.Auth == AuthCompare || rep.Encryption == AuthCompare
+	switch {
+	case rep.Auth == AuthCompare:
+		auth = fmt.Sprintf("service closed and open alternating, %d rounds, payloads %s", rep.Rounds, rep.Encryption)
+	case rep.Encryption == AuthCompare:
+		auth = fmt.Sprintf("service %s, payloads sealed and plain alternating, %d rounds", rep.Auth, rep.Rounds)
 	}
 	deployed := rep.Service == ServiceDeployed
 	where := "service in-process"
@@ -525,7 +563,7 @@ func PrintChain(w io.Writer, rep *ChainReport) error {
 			r = append(r, fmt.Sprintf("%.2f", c.ServiceCPUms), fmt.Sprintf("%.1f", c.ServiceRSSMiB))
 		}
 		if compare {
-			r = append([]string{fmt.Sprint(c.Round), c.Auth}, r...)
+			r = append([]string{fmt.Sprint(c.Round), c.Auth + "/" + c.Encryption}, r...)
 		}
 		rows = append(rows, r)
 	}
@@ -540,12 +578,15 @@ func PrintChain(w io.Writer, rep *ChainReport) error {
 		header = append(header, "OF WHICH SERVICE", "SERVICE PEAK RSS MIB")
 	}
 	if compare {
-		header = append([]string{"ROUND", "AUTH"}, header...)
+		header = append([]string{"ROUND", "AUTH/PAYLOADS"}, header...)
 	}
 	if err := table(w, header, rows); err != nil {
 		return err
 	}
 	if err := printAuthCost(w, "CHAINS/S", "CPU/CHAIN", rep.AuthCost); err != nil {
+		return err
+	}
+	if err := printCost(w, "the cost of encryption: sealed ÷ plain", "CHAINS/S", "CPU/CHAIN", rep.EncryptionCost); err != nil {
 		return err
 	}
 	if deployed {

@@ -64,6 +64,26 @@ func TestBenchChain3CompareAuth(t *testing.T) {
 	require.Contains(t, human, "the cost of authentication")
 }
 
+// TestBenchChain3CompareEncryption runs the chains with payloads sealed and
+// plain, alternating in two rounds, and pairs them: the cost of encryption.
+func TestBenchChain3CompareEncryption(t *testing.T) {
+	rep, _ := mustRun(t, RunChain, ChainOptions{Chains: []int{6}, Workers: 1, Concurrency: 4, Submitters: 2,
+		Dir: t.TempDir(), Auth: true, CompareEncryption: true, Rounds: 2})
+	require.Equal(t, AuthCompare, rep.Encryption)
+	require.Equal(t, AuthClosed, rep.Auth)
+	var order []string
+	for _, c := range rep.Cells {
+		require.Zero(t, c.Errors, c.FirstError)
+		order = append(order, fmt.Sprintf("%d/%s/%s", c.Round, c.Auth, c.Encryption))
+	}
+	require.Equal(t, []string{"1/closed/sealed", "1/closed/plain", "2/closed/plain", "2/closed/sealed"}, order)
+	require.Len(t, rep.EncryptionCost, 1)
+	require.Len(t, rep.EncryptionCost[0].CPU.Rounds, 2)
+	require.Contains(t, printed(t, PrintChain, rep), "the cost of encryption: sealed ÷ plain")
+	_, err := RunChain(t.Context(), ChainOptions{Chains: []int{1}, Workers: 1, Concurrency: 1, Submitters: 1, CompareAuth: true, CompareEncryption: true, Rounds: 1}, io.Discard)
+	require.ErrorContains(t, err, "compare one thing at a time")
+}
+
 // TestBenchChain3Deployed runs a few chains with the service deployed: `dwr
 // serve` (built from this module) in its own process, the workers and
 // submitters in the test's, over TCP; every chain must end achieved, and

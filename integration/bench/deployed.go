@@ -44,7 +44,8 @@ const deployedReadyTimeout = 60 * time.Second
 // members; open: --insecure-open, everyone connecting as anyone) and the
 // process, for its CPU time and peak RSS. Closing the service stops the
 // process (SIGTERM, then SIGKILL after 30 s).
-func startDeployed(ctx context.Context, dir, bin string, open bool) (_ *service, _ *deployed, err error) {
+func startDeployed(ctx context.Context, dir, bin string, s setup) (_ *service, _ *deployed, err error) {
+	open := s.open
 	if bin == "" {
 		if bin, err = os.Executable(); err != nil {
 			return nil, nil, fmt.Errorf("the dwr binary: %w", err)
@@ -65,6 +66,9 @@ func startDeployed(ctx context.Context, dir, bin string, open bool) (_ *service,
 	args := []string{"serve", "--data", data, "--listen", addr, "--log-level", "info"}
 	if open {
 		args = append(args, "--insecure-open")
+	}
+	if s.plain {
+		args = append(args, "--encryption=false")
 	}
 	p.cmd = exec.Command(bin, args...) //nolint:gosec // G204: the dwr binary the operator named (--binary), or this one
 	p.cmd.Env = serveEnv()

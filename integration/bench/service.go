@@ -35,6 +35,11 @@ type service struct {
 	close func()
 }
 
+// setup is how a benchmark's service runs: open (no accounts, no
+// credentials) or closed, and plain (payloads stored as sent) or
+// encrypted, as dwr serve runs by default.
+type setup struct{ open, plain bool }
+
 // startService starts the service in dir and waits until it is ready.
 // Closed (open false), it is `dwr serve`'s default: the embedded server
 // started by handlers.StartEmbedded with the service's and the clients' accounts, the
@@ -42,7 +47,8 @@ type service struct {
 // credential made in dir. Open, it is an embedded server without accounts,
 // where every connection shares one account and the service serves each
 // request as the anonymous admin: how the benchmarks ran before accounts.
-func startService(ctx context.Context, dir string, open bool, progress io.Writer) (_ *service, err error) {
+func startService(ctx context.Context, dir string, s setup, progress io.Writer) (_ *service, err error) {
+	open := s.open
 	var cleanups []func()
 	cleanup := func() {
 		for i := len(cleanups) - 1; i >= 0; i-- {
@@ -71,6 +77,13 @@ func startService(ctx context.Context, dir string, open bool, progress io.Writer
 	var snc *nats.Conn
 	var bnd *handlers.Boundary
 	cfg := handlers.Config{WriterID: "bench", LogKey: key, Logger: logger}
+	if !s.plain {
+		// Encrypted, as dwr serve runs by default.
+		if cfg.MasterKey, err = handlers.OpenMasterKey("", "", dir, nil); err != nil {
+			return nil, err
+		}
+		cfg.Encryption = true
+	}
 	if open {
 		if bs.srv, err = startServer(dir, progress); err != nil {
 			return nil, err
