@@ -25,6 +25,9 @@ type EmbeddedConfig struct {
 	// InsecureOpen lets connections without credentials in, as the
 	// anonymous admin of every workspace.
 	InsecureOpen bool
+	// AtRestKey, when set, makes JetStream encrypt its files
+	// (embedded.Config.AtRestKey).
+	AtRestKey string
 	// Logger receives the server's logs and what the boundary cannot
 	// apply. Required.
 	Logger *slog.Logger
@@ -70,7 +73,7 @@ func StartEmbedded(cfg EmbeddedConfig, store *projections.Store) (*Boundary, err
 	b := &Boundary{service: id, insecureOpen: cfg.InsecureOpen, store: store, logger: cfg.Logger,
 		admins: []access.Admin{{Name: "admin", PublicKey: pub}}}
 	ecfg := embedded.Config{DataDir: cfg.DataDir, Listen: cfg.Listen, Logger: cfg.Logger, TLS: cfg.TLS,
-		Accounts: access.ServerConfig(b.spec())}
+		Accounts: access.ServerConfig(b.spec()), AtRestKey: cfg.AtRestKey}
 	if b.srv, err = embedded.Start(ecfg); err != nil {
 		return nil, fmt.Errorf("embedded NATS: %v", err)
 	}

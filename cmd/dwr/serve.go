@@ -26,7 +26,7 @@ func natsFlags(cmd *cobra.Command, x *handlers.ExternalNATS) {
 func serveCmd() *cobra.Command {
 	var cfg handlers.ServeConfig
 	var tls embedded.TLSConfig
-	var logLevel string
+	var logLevel, atRestKey string
 	cmd := &cobra.Command{
 		Use:   "serve",
 		Short: "run the dwr service (embedded NATS + JetStream + Pebble by default)",
@@ -39,6 +39,16 @@ func serveCmd() *cobra.Command {
 			cfg.Service.Logger = logger
 			if tls != (embedded.TLSConfig{}) {
 				cfg.Embedded.TLS = &tls
+			}
+			if atRestKey != "" {
+				if cfg.External.URL != "" {
+					return fail(exitInvalid, "--at-rest-key-file is for the embedded server: with --nats, configure encryption at rest on your NATS servers (jetstream { cipher: chachapoly, key: ... })")
+				}
+				b, err := os.ReadFile(atRestKey) //nolint:gosec // the operator's key file
+				if err != nil || len(strings.TrimSpace(string(b))) < 16 {
+					return fail(exitInvalid, "--at-rest-key-file %s: need a file holding a key of at least 16 characters (e.g. head -c 32 /dev/urandom | base64 > FILE)", atRestKey)
+				}
+				cfg.Embedded.AtRestKey = strings.TrimSpace(string(b))
 			}
 			ctx, stop := untilStopped(cmd)
 			defer stop()
@@ -80,6 +90,8 @@ func serveCmd() *cobra.Command {
 	f.StringVar(&cfg.MasterKeyFile, "master-key-file", os.Getenv("DWR_MASTER_KEY_FILE"),
 		"the key that wraps the data keys (env DWR_MASTER_KEY_FILE, or the key itself in DWR_MASTER_KEY; default DATA/master.key, made on the first start); every replica must be given the same key, and it must be backed up apart from the data")
 	cfg.MasterKeyEnv = os.Getenv("DWR_MASTER_KEY")
+	f.StringVar(&atRestKey, "at-rest-key-file", os.Getenv("DWR_AT_REST_KEY_FILE"),
+		"encrypt the embedded server's files with JetStream's own encryption at rest (ChaCha20-Poly1305), with the key in this file: give it from the first start on, and to dwr admin too (env DWR_AT_REST_KEY_FILE)")
 	natsFlags(cmd, &cfg.External)
 	logKeyFlag(cmd, &cfg.LogKeyFile)
 	return cmd

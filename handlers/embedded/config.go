@@ -86,6 +86,13 @@ type Config struct {
 	// TLS, when set, makes client connections use TLS.
 	TLS *TLSConfig
 
+	// AtRestKey, when set, makes JetStream encrypt what it stores on disk
+	// (every stream's blocks and indexes, ChaCha20-Poly1305 with a key
+	// derived from it): nats-server's own encryption at rest. Give it from
+	// the first start on, and every time after: without it the streams
+	// cannot be read. Empty: none.
+	AtRestKey string
+
 	// Logger receives the server's log lines. Nil means slog.Default().
 	// The levels are quiet: warnings and errors at slog.LevelWarn and
 	// slog.LevelError, the server's notices (startup banner, stream
@@ -154,6 +161,9 @@ func buildOptions(cfg Config) (*options, error) {
 		}
 		o.JetStream, o.SyncAlways, o.NoSigs = true, true, true
 		o.JetStreamMaxMemory, o.JetStreamMaxStore = cfg.MaxMemory, cfg.MaxStore
+	}
+	if cfg.AtRestKey != "" {
+		o.JetStreamKey, o.JetStreamCipher = cfg.AtRestKey, server.ChaCha
 	}
 	if t := cfg.TLS; t != nil {
 		if t.CertFile == "" || t.KeyFile == "" {
