@@ -125,6 +125,8 @@ type (
 	ShredGoal = schemas.ShredGoal
 	// ShredWorkspace records that a workspace's data keys were destroyed.
 	ShredWorkspace = schemas.ShredWorkspace
+	// ConfigureWorkspace sets a workspace's retention.
+	ConfigureWorkspace = schemas.ConfigureWorkspace
 	// QuarantineTask fails a task whose work item could not be processed.
 	QuarantineTask = schemas.QuarantineTask
 	// DefineRitual stores the next version of a ritual.
@@ -204,6 +206,7 @@ var commandTypes = map[string]func() Command{
 	"task.delegate":         func() Command { return &DelegateTask{} },
 	"goal.shred":            func() Command { return &ShredGoal{} },
 	"workspace.shred":       func() Command { return &ShredWorkspace{} },
+	"workspace.configure":   func() Command { return &ConfigureWorkspace{} },
 	"timer.fire":            func() Command { return &FireTimer{} },
 	"task.quarantine":       func() Command { return &QuarantineTask{} },
 	"ritual.define":         func() Command { return &DefineRitual{} },

@@ -99,6 +99,11 @@ func (x *tx) createGoalFrom(c *CreateGoal, origin goalOrigin) (Reply, error) {
 	if err := narrowPermissions(&c.Envelope, origin.within); err != nil {
 		return Reply{}, err
 	}
+	if origin.parent == nil {
+		if err := DefaultPrivacy(x.o, x.m.Workspace, &c.Envelope); err != nil {
+			return Reply{}, err
+		}
+	}
 	g, err := x.o.Goal(c.GoalID)
 	if err != nil {
 		return Reply{}, err
@@ -338,4 +343,37 @@ func (x *tx) shredWorkspace(c *ShredWorkspace) (Reply, error) {
 		return Reply{}, err
 	}
 	return x.emitWorkspace(w, &WorkspaceShredded{Reason: c.Reason})
+}
+
+// configureWorkspace sets the workspace's retention.
+func (x *tx) configureWorkspace(c *ConfigureWorkspace) (Reply, error) {
+	w, dup, err := x.commandWorkspace()
+	if err != nil || dup {
+		return duplicateWorkspaceOr(w, err)
+	}
+	if c.RetainEnded < 0 {
+		return Reply{}, invalid("/retain_ended", "must not be negative")
+	}
+	if w.RetainEnded == c.RetainEnded {
+		return workspaceReply(w, true), nil
+	}
+	return x.emitWorkspace(w, &WorkspaceConfigured{RetainEnded: c.RetainEnded})
+}
+
+// DefaultPrivacy gives env, the envelope of a new goal of workspace ws that
+// no task delegated, the data key its workspace implies when it names
+// none: in a workspace that retains ended goals' payloads for a time
+// (RetainEnded), the goal's own, which the retention shreds. (A delegated
+// goal shares its parent's.) The service seals a goal.create's payloads
+// with the key this leaves.
+func DefaultPrivacy(w World, ws string, env *Envelope) error {
+	if env.Privacy != nil {
+		return nil
+	}
+	wk, err := w.Workspace(ws)
+	if err != nil || wk == nil || wk.RetainEnded <= 0 {
+		return err
+	}
+	env.Privacy = &schemas.Privacy{Key: schemas.PrivacyKeyGoal}
+	return nil
 }

@@ -316,3 +316,10 @@ func (*WorkspaceShredded) EventType() string { return "workspace.shredded" }
 // AggregateType returns AggWorkspace.
 func (*WorkspaceShredded) AggregateType() string { return AggWorkspace }
 func (*WorkspaceShredded) isEvent()              {}
+
+// EventType returns "workspace.configured".
+func (*WorkspaceConfigured) EventType() string { return "workspace.configured" }
+
+// AggregateType returns AggWorkspace.
+func (*WorkspaceConfigured) AggregateType() string { return AggWorkspace }
+func (*WorkspaceConfigured) isEvent()              {}

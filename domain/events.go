@@ -138,6 +138,11 @@ type GoalShredded struct {
 	Reason string `json:"reason,omitempty"`
 }
 
+// WorkspaceConfigured: the workspace's retention was set.
+type WorkspaceConfigured struct {
+	RetainEnded schemas.Duration `json:"retain_ended,omitempty"`
+}
+
 // WorkspaceShredded: every data key of the workspace was destroyed.
 type WorkspaceShredded struct {
 	Reason string `json:"reason,omitempty"`
@@ -405,6 +410,7 @@ var eventTypes = map[string]func() Event{
 	"task.review_requested":         func() Event { return &TaskReviewRequested{} },
 	"goal.shredded":                 func() Event { return &GoalShredded{} },
 	"workspace.shredded":            func() Event { return &WorkspaceShredded{} },
+	"workspace.configured":          func() Event { return &WorkspaceConfigured{} },
 	"task.accepted":                 func() Event { return &TaskAccepted{} },
 	"task.rejected":                 func() Event { return &TaskRejected{} },
 	"task.failed":                   func() Event { return &TaskFailed{} },

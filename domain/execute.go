@@ -123,6 +123,8 @@ func (x *tx) decide(cmd Command) (Reply, error) {
 		return x.shredGoal(c)
 	case *ShredWorkspace:
 		return x.shredWorkspace(c)
+	case *ConfigureWorkspace:
+		return x.configureWorkspace(c)
 	case *FireTimer:
 		return x.fireTimer(c)
 	case *QuarantineTask:

@@ -2,6 +2,7 @@ package domain
 
 import (
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -32,4 +33,19 @@ func TestShred(t *testing.T) {
 	require.True(t, w.workspace().Shredded)
 	require.True(t, w.must(&ShredWorkspace{}).Reply.Duplicate)
 	w.requireReplays()
+}
+
+// With a retention, a goal gets its own key (so that the retention can
+// shred it) unless its envelope names the workspace's.
+func TestRetentionGivesGoalsTheirOwnKeys(t *testing.T) {
+	w := setup(t)
+	before := w.createGoal(Envelope{})
+	require.False(t, w.goal(before).Envelope.OwnKey())
+	w.refused(&ConfigureWorkspace{RetainEnded: -1}, CodeInvalid)
+	w.must(&ConfigureWorkspace{RetainEnded: schemas.Duration(time.Hour)})
+	require.Equal(t, schemas.Duration(time.Hour), w.workspace().RetainEnded)
+	require.True(t, w.must(&ConfigureWorkspace{RetainEnded: schemas.Duration(time.Hour)}).Reply.Duplicate, "the same again")
+	require.True(t, w.goal(w.createGoal(Envelope{})).Envelope.OwnKey())
+	shared := w.createGoal(Envelope{Privacy: &schemas.Privacy{Key: schemas.PrivacyKeyWorkspace}})
+	require.False(t, w.goal(shared).Envelope.OwnKey(), "the envelope's choice stands")
 }

@@ -48,7 +48,7 @@ func ValidRole(r Role) bool {
 // of every workspace), since no workspace member exists before it.
 var adminCommands = map[string]bool{
 	"workspace.create": true, "approver.register": true, "approver.revoke": true,
-	"member.add": true, "member.remove": true, "goal.shred": true, "workspace.shred": true,
+	"member.add": true, "member.remove": true, "goal.shred": true, "workspace.shred": true, "workspace.configure": true,
 }
 
 // ExecutorCommands are the commands of an attempt: an executor sends them

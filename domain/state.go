@@ -138,6 +138,8 @@ func ApplyWorkspace(w *Workspace, id string, e Event, r Recorded) (*Workspace, e
 		}
 	case *WorkspaceShredded:
 		w.Shredded = true
+	case *WorkspaceConfigured:
+		w.RetainEnded = ev.RetainEnded
 	case *QueueConfigured:
 		q := QueueConfig{Name: ev.Queue, LeaseMS: ev.LeaseMS, MaxDeliver: ev.MaxDeliver}
 		if i := slices.IndexFunc(w.Queues, func(x QueueConfig) bool { return x.Name == ev.Queue }); i >= 0 {

@@ -667,5 +667,8 @@ func (s *Service) sweepLoop(ctx context.Context) {
 		if _, err := s.SweepArtifacts(ctx); err != nil && ctx.Err() == nil {
 			s.cfg.Logger.Warn("handlers: sweeping the artifact store failed; will try again", "err", err)
 		}
+		if _, err := s.SweepRetention(ctx); err != nil && ctx.Err() == nil {
+			s.cfg.Logger.Warn("handlers: shredding the goals past their retention failed; will try again", "err", err)
+		}
 	}
 }

@@ -83,7 +83,7 @@ func (p *privacy) seal(w domain.World, ws string, cmd domain.Command) error {
 	switch c := cmd.(type) {
 	case *domain.CreateGoal:
 		scope = eventstore.ScopeWorkspace
-		if c.Envelope.OwnKey() {
+		if err = domain.DefaultPrivacy(w, ws, &c.Envelope); err == nil && c.Envelope.OwnKey() {
 			scope = eventstore.GoalScope(c.GoalID)
 		}
 		specs(c.Tasks)
@@ -218,4 +218,50 @@ func (s *Service) openReply(ws string, result json.RawMessage) (json.RawMessage,
 		return nil, toWire(err, s.cfg.Logger)
 	}
 	return out, nil
+}
+
+// SweepRetention shreds the payloads of the goals that ended longer ago
+// than their workspace's retention (schemas.Workspace.RetainEnded): each
+// such goal with its own data key, not shredded yet, is shredded as
+// goal.shred would (reason retention), by the writer. It returns the goals
+// it shredded. It does nothing unless this service is the writer with
+// encryption on.
+func (s *Service) SweepRetention(ctx context.Context) ([]string, error) {
+	if s.privacy == nil || !s.holdsLease() {
+		return nil, nil
+	}
+	wss, err := s.store.ListWorkspaces()
+	if err != nil {
+		return nil, err
+	}
+	now := s.cfg.Clock()
+	var shredded []string
+	for _, w := range wss {
+		if w.RetainEnded <= 0 || w.Shredded {
+			continue
+		}
+		var due []string
+		err := s.store.EachGoal(w.Name, "", func(g *schemas.GoalView) bool {
+			if g.State != schemas.GoalStateOpen && !g.Shredded && g.Envelope.OwnKey() && now.Sub(g.UpdatedAt) >= w.RetainEnded.D() {
+				due = append(due, g.ID)
+			}
+			return true
+		})
+		if err != nil {
+			return shredded, err
+		}
+		for _, id := range due {
+			cmd := &domain.ShredGoal{GoalID: id, Reason: "retention: ended more than " + w.RetainEnded.D().String() + " ago"}
+			o := s.execute(ctx, cmd, domain.Meta{Workspace: w.Name, CommandID: "retention." + id, Actor: "dwr-retention"})
+			if o.Err != nil {
+				return shredded, fmt.Errorf("handlers: retention of goal %s: %w", id, o.Err)
+			}
+			if err := s.privacy.shred(ctx, w.Name, cmd); err != nil {
+				return shredded, err
+			}
+			shredded = append(shredded, id)
+			s.cfg.Logger.Info("handlers: shredded the payloads of a goal past its workspace's retention", "workspace", w.Name, "goal", id)
+		}
+	}
+	return shredded, nil
 }

@@ -57,26 +57,24 @@ func work(t *testing.T, st *servicetest.Service, c *servicetest.Client, ws strin
 	c.Command(t, "task.signal", map[string]any{"task_id": id, "name": "s", "payload": m.signal})
 	c.Command(t, "task.succeed", map[string]any{"task_id": id, "attempt": 1, "token": claim.Token, "result": m.result})
 	c.Command(t, "task.verify", map[string]any{"task_id": id, "attempt": 1, "outcome": "INCONCLUSIVE", "verifier": "v",
-		"result_digest": verifyItem(t, st, ws).ResultDigest, "evidence": m.evidence})
+		"result_digest": verifyItem(t, st, ws, id).ResultDigest, "evidence": m.evidence})
 	return id
 }
 
-// verifyItem returns the last verify work item of workspace ws: what a
-// verifier is handed, its result sealed.
-func verifyItem(t *testing.T, st *servicetest.Service, ws string) schemas.WorkItem {
+// verifyItem returns the verify work item of task id of workspace ws: what
+// a verifier is handed, its result sealed.
+func verifyItem(t *testing.T, st *servicetest.Service, ws, id string) schemas.WorkItem {
 	t.Helper()
 	js, err := jetstream.New(st.Conn)
 	require.NoError(t, err)
 	ctx := context.Background()
 	s, err := js.Stream(ctx, "DWR_WORK")
 	require.NoError(t, err)
-	var m *jetstream.RawStreamMsg
-	require.True(t, servicetest.Within(10*time.Second, func() bool { // published once the record is committed
-		m, err = s.GetLastMsgForSubject(ctx, "dwr.work."+ws+".checks")
-		return err == nil
-	}), "no verify item: %v", err)
 	var it schemas.WorkItem
-	require.NoError(t, json.Unmarshal(m.Data, &it))
+	require.True(t, servicetest.Within(10*time.Second, func() bool { // published once the record is committed
+		m, err := s.GetLastMsgForSubject(ctx, "dwr.work."+ws+".checks")
+		return err == nil && json.Unmarshal(m.Data, &it) == nil && it.TaskID == id
+	}), "no verify item for task %s", id)
 	require.True(t, schemas.IsSealed(it.Result), "a work item carries the result sealed: %s", it.Result)
 	return it
 }
@@ -183,4 +181,42 @@ func TestCryptoShredding(t *testing.T) {
 	require.Contains(t, string(c.Task(t, kept).Spec.Input), keep.input)
 	require.Zero(t, total, "with encryption on no payload is stored in plaintext")
 	_ = fmt.Sprint
+}
+
+// A workspace's retention shreds the payloads of goals ended longer ago,
+// and of those only.
+func TestRetentionShredsEndedGoals(t *testing.T) {
+	clock := servicetest.NewClock(time.Now())
+	st := servicetest.Start(t, "", servicetest.Options{Clock: clock, Config: handlers.Config{WriterID: "test-writer", Encryption: true,
+		MasterKey: bytes.Repeat([]byte{7}, 32)}})
+	c := st.Client("default")
+	c.Command(t, "workspace.configure", map[string]any{"retain_ended": "1h"})
+	goal := func(title string, finish bool) (string, string) {
+		var g schemas.CommandResult
+		require.NoError(t, json.Unmarshal(c.Command(t, "goal.create", map[string]any{"title": title,
+			"tasks": []map[string]any{{"key": "t", "queue": "q", "input": "secret of " + title}}}), &g))
+		id := g.Tasks[0].TaskID
+		if finish {
+			var claim schemas.CommandResult
+			require.NoError(t, json.Unmarshal(c.Command(t, "task.claim", map[string]any{"task_id": id, "executor": "e"}), &claim))
+			c.Command(t, "task.succeed", map[string]any{"task_id": id, "attempt": 1, "token": claim.Token, "result": "done " + title})
+		}
+		return g.ID, id
+	}
+	oldGoal, oldTask := goal("old", true)
+	_, openTask := goal("open", false)
+	clock.Advance(2 * time.Hour)
+	_, recentTask := goal("recent", true)
+
+	shredded, err := st.Svc.SweepRetention(context.Background())
+	require.NoError(t, err)
+	require.Equal(t, []string{oldGoal}, shredded)
+	require.Equal(t, `"[shredded]"`, string(c.Task(t, oldTask).Spec.Input))
+	require.Equal(t, `"[shredded]"`, string(c.Task(t, oldTask).Attempts[0].Result))
+	require.Equal(t, domain.StateAccepted, c.Task(t, oldTask).State, "the spine stays")
+	require.Equal(t, `"secret of open"`, string(c.Task(t, openTask).Spec.Input), "an open goal is kept")
+	require.Equal(t, `"secret of recent"`, string(c.Task(t, recentTask).Spec.Input), "a goal ended within the retention is kept")
+	again, err := st.Svc.SweepRetention(context.Background())
+	require.NoError(t, err)
+	require.Empty(t, again, "shredded once")
 }

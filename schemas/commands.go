@@ -267,6 +267,13 @@ type ShredGoal struct {
 	Reason string `json:"reason,omitempty"`
 }
 
+// ConfigureWorkspace sets a workspace's retention: how long the payloads of
+// an ended goal are kept (RetainEnded; 0: for ever) before the service
+// shreds them.
+type ConfigureWorkspace struct {
+	RetainEnded Duration `json:"retain_ended"`
+}
+
 // ShredWorkspace destroys every data key of the workspace: the payloads of
 // all its work can never be read again, and it takes no new ones.
 type ShredWorkspace struct {
@@ -369,6 +376,9 @@ func (DelegateTask) CommandName() string { return "task.delegate" }
 
 // CommandName returns the command's wire name.
 func (ShredGoal) CommandName() string { return "goal.shred" }
+
+// CommandName returns the command's wire name.
+func (ConfigureWorkspace) CommandName() string { return "workspace.configure" }
 
 // CommandName returns the command's wire name.
 func (ShredWorkspace) CommandName() string { return "workspace.shred" }

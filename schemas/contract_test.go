@@ -470,7 +470,9 @@ func TestContractOfTheDomain(t *testing.T) {
 		[]string{c.task(lead).Delegations[0].State, c.task(lead).Delegations[1].State, c.task(lead).Delegations[2].State})
 
 	// Privacy: a goal with its own data key is shredded (and cancelled);
-	// then the whole workspace is.
+	// then the whole workspace is. With a retention, goals get their own
+	// keys.
+	c.do("workspace.configure", map[string]any{"retain_ended": "720h"})
 	goal10 := domain.DeriveID(c.now, "goal-10")
 	c.do("goal.create", map[string]any{"goal_id": goal10, "title": "Tenth", "envelope": map[string]any{"privacy": map[string]any{"key": "goal"}},
 		"tasks": []map[string]any{{"key": "t", "queue": "research", "input": "secret"}}})

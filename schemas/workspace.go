@@ -42,6 +42,11 @@ type Workspace struct {
 	// Shredded is set once workspace.shred destroyed the workspace's data
 	// keys: its payloads read as "[shredded]", and it takes no new ones.
 	Shredded bool `json:"shredded,omitempty"`
+	// RetainEnded, when set (workspace.configure), is how long the
+	// payloads of an ended goal are kept: the service then shreds the
+	// goal's own key. Goals created meanwhile get their own keys unless
+	// their envelope names the workspace's.
+	RetainEnded Duration `json:"retain_ended,omitempty"`
 }
 
 // Clone returns a copy of w.
