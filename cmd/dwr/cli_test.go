@@ -248,6 +248,14 @@ func TestCLIShred(t *testing.T) {
 	code, _, errs := run(t, url, "shred")
 	require.Equal(t, exitInvalid, code)
 	require.Contains(t, errs, "give --goal ID, or --all")
+	code, _, errs = run(t, url, "workspace", "set", "default", "--retain-ended", "-1s")
+	require.Equal(t, exitInvalid, code, errs)
+	code, out, errs := run(t, url, "workspace", "set", "default", "--retain-ended", "720h", "--json")
+	require.Equal(t, 0, code, errs)
+	require.Contains(t, out, `"id": "default"`)
+	var ws []map[string]any
+	runJSON(t, url, &ws, "workspace", "list")
+	require.Equal(t, "720h0m0s", ws[0]["retain_ended"])
 
 	var goal map[string]any
 	runJSON(t, url, &goal, "goal", "create", "--title", "erasable", "--own-key")
@@ -261,7 +269,7 @@ func TestCLIShred(t *testing.T) {
 	}
 	runJSON(t, url, &committed, "plan", "submit", "--goal", id, "-f", plan)
 	task := committed.Tasks[0].TaskID
-	_, out, _ := run(t, url, "task", "get", task)
+	_, out, _ = run(t, url, "task", "get", task)
 	require.Contains(t, out, `input: {"card":4111}`)
 
 	code, out, errs = run(t, url, "shred", "--goal", id, "--reason", "erasure request")

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"iter"
+	"time"
 
 	"github.com/spf13/cobra"
 
@@ -33,6 +34,17 @@ func workspaceCmd(g *globals) *cobra.Command {
 		}, columns([]string{"NAME", "CREATED", "DESCRIPTION"}, func(w schemas.Workspace) []string {
 			return []string{w.Name, ago(w.CreatedAt), dash(w.Description)}
 		}))
-	cmd.AddCommand(create, list)
+	var retain time.Duration
+	set := sendCmd(g, &cobra.Command{Use: "set NAME --retain-ended D", Short: "set a workspace's retention: the payloads of goals ended longer than D ago are shredded (0: kept for ever)",
+		Args: cobra.ExactArgs(1)}, "workspace", func([]string) error {
+		if retain < 0 {
+			return fail(exitInvalid, "--retain-ended must not be negative")
+		}
+		return nil
+	}, func(ctx context.Context, cl *client.Client, args []string, id client.CallOption) (*client.Result, error) {
+		return cl.In(args[0]).ConfigureWorkspace(ctx, retain, id)
+	})
+	set.Flags().DurationVar(&retain, "retain-ended", 0, "how long the payloads of an ended goal are kept (e.g. 720h); goals created from then on get their own data keys")
+	cmd.AddCommand(create, list, set)
 	return cmd
 }

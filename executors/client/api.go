@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"iter"
+	"time"
 
 	"github.com/dwr-run/dwr/schemas"
 )
@@ -49,6 +50,13 @@ func (c *Client) CancelGoal(ctx context.Context, goalID, reason string, opts ...
 // cancelled.
 func (c *Client) ShredGoal(ctx context.Context, goalID, reason string, opts ...CallOption) (*Result, error) {
 	return c.do(ctx, "goal.shred", schemas.ShredGoal{GoalID: goalID, Reason: reason}, opts)
+}
+
+// ConfigureWorkspace sets the client's workspace's retention
+// (workspace.configure, an admin's): the payloads of goals ended longer
+// than retainEnded ago are shredded by the service (0: kept for ever).
+func (c *Client) ConfigureWorkspace(ctx context.Context, retainEnded time.Duration, opts ...CallOption) (*Result, error) {
+	return c.do(ctx, "workspace.configure", schemas.ConfigureWorkspace{RetainEnded: schemas.Duration(retainEnded)}, opts)
 }
 
 // ShredWorkspace destroys every data key of the client's workspace
