@@ -81,6 +81,16 @@ func (p *privacy) seal(w domain.World, ws string, cmd domain.Command) error {
 		}
 	}
 	switch c := cmd.(type) {
+	case *domain.ClaimTask:
+		// Work whose payloads were shredded cannot run: its claim is
+		// refused, saying so.
+		if scope, err = taskScope(w, c.TaskID); err != nil || scope == "" {
+			return err
+		}
+		if _, err := p.key(ws, scope, false); errors.Is(err, eventstore.ErrShredded) {
+			return &domain.Error{Code: domain.CodeConflict, Field: "/task_id", Message: fmt.Sprintf("%s: its task %s cannot run", shreddedWhat(ws, scope), c.TaskID)}
+		}
+		return nil
 	case *domain.CreateGoal:
 		scope = eventstore.ScopeWorkspace
 		if err = domain.DefaultPrivacy(w, ws, &c.Envelope); err == nil && c.Envelope.OwnKey() {
@@ -154,10 +164,15 @@ func carries(fields []*json.RawMessage) bool {
 }
 
 func shreddedMessage(ws, scope string) string {
+	return shreddedWhat(ws, scope) + ": it takes no new payloads"
+}
+
+// shreddedWhat says whose data was shredded.
+func shreddedWhat(ws, scope string) string {
 	if scope == eventstore.ScopeWorkspace {
-		return fmt.Sprintf("the data of workspace %s was shredded: it takes no new payloads", ws)
+		return "the data of workspace " + ws + " was shredded"
 	}
-	return fmt.Sprintf("the data of goal %s was shredded (workspace %s): its work takes no new payloads", scope[len("g."):], ws)
+	return fmt.Sprintf("the data of goal %s was shredded (workspace %s)", scope[len("g."):], ws)
 }
 
 // open returns b, a reply's result in workspace ws, with its sealed

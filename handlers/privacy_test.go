@@ -153,7 +153,13 @@ func TestCryptoShredding(t *testing.T) {
 	c.Query(t, "events", schemas.Query{ID: own, Aggregate: domain.AggTask}, &evs)
 	require.Contains(t, string(evs[0].Data), `"[shredded]"`)
 
-	// No new payloads for what was shredded.
+	// No new payloads for what was shredded, and its work cannot run.
+	r = acme.Request(t, "dwr.cmd.acme.task.review", map[string]any{"task_id": other, "decision": "retry"}, nil)
+	require.True(t, r.OK, "%+v", r.Error)
+	r = acme.Request(t, "dwr.cmd.acme.task.claim", map[string]any{"task_id": other, "executor": "e"}, nil)
+	require.False(t, r.OK)
+	require.Equal(t, schemas.CodeConflict, r.Error.Code)
+	require.Contains(t, r.Error.Message, "the data of workspace acme was shredded: its task "+other+" cannot run")
 	r = acme.Request(t, "dwr.cmd.acme.task.create", map[string]any{"spec": map[string]any{"queue": "q", "input": 1}}, nil)
 	require.False(t, r.OK)
 	require.Equal(t, schemas.CodeConflict, r.Error.Code)
