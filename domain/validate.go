@@ -33,8 +33,8 @@ func checkText(field, s string, max int, required bool) error {
 	if !utf8.ValidString(s) {
 		return invalid(field, "is not valid UTF-8")
 	}
-	if len(s) > max {
-		return invalid(field, "is %d bytes long; at most %d are allowed", len(s), max)
+	if n := schemas.TextSize(s); n > max {
+		return invalid(field, "is %d bytes long; at most %d are allowed", n, max)
 	}
 	return nil
 }

@@ -74,7 +74,13 @@ func taskScope(w domain.World, id string) (string, error) {
 func (p *privacy) seal(w domain.World, ws string, cmd domain.Command) error {
 	var scope string
 	var fields []*json.RawMessage
+	var texts []*string // string fields: sealed as JSON strings, kept strings
 	var err error
+	steps := func(ms []domain.ModelStep) {
+		for i := range ms {
+			fields = append(fields, &ms[i].Parsed)
+		}
+	}
 	specs := func(tasks []domain.TaskSpec) {
 		for i := range tasks {
 			fields = append(fields, &tasks[i].Input)
@@ -109,6 +115,11 @@ func (p *privacy) seal(w domain.World, ws string, cmd domain.Command) error {
 	case *domain.ReportSuccess:
 		scope, err = taskScope(w, c.TaskID)
 		fields = append(fields, &c.Result)
+		steps(c.ModelSteps)
+	case *domain.ReportFailure:
+		scope, err = taskScope(w, c.TaskID)
+		texts = append(texts, &c.Error.Message)
+		steps(c.ModelSteps)
 	case *domain.SaveCheckpoint:
 		scope, err = taskScope(w, c.TaskID)
 		fields = append(fields, &c.Checkpoint)
@@ -131,7 +142,7 @@ func (p *privacy) seal(w domain.World, ws string, cmd domain.Command) error {
 	default:
 		return nil
 	}
-	if err != nil || scope == "" || !carries(fields) {
+	if err != nil || scope == "" || (!carries(fields) && len(texts) == 0) {
 		return err
 	}
 	if scope != eventstore.ScopeWorkspace {
@@ -149,6 +160,17 @@ func (p *privacy) seal(w domain.World, ws string, cmd domain.Command) error {
 	}
 	for _, f := range fields {
 		*f = k.Seal(ws, scope, *f)
+	}
+	for _, s := range texts {
+		if *s == "" {
+			continue
+		}
+		b, err := json.Marshal(*s)
+		if err != nil {
+			return err
+		}
+		sealed := k.Seal(ws, scope, b)
+		*s = string(sealed[1 : len(sealed)-1])
 	}
 	return nil
 }

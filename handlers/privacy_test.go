@@ -29,15 +29,15 @@ func encrypted(t *testing.T, dir string, out *servicetest.Output) *servicetest.S
 }
 
 // markers are the payloads of one scope's work, each distinctive.
-type markers struct{ input, checkpoint, signal, result, evidence string }
+type markers struct{ input, checkpoint, signal, result, evidence, parsed, failure string }
 
 func markersOf(name string) markers {
 	return markers{input: "MARK-" + name + "-INPUT", checkpoint: "MARK-" + name + "-CHECKPOINT", signal: "MARK-" + name + "-SIGNAL",
-		result: "MARK-" + name + "-RESULT", evidence: "MARK-" + name + "-EVIDENCE"}
+		result: "MARK-" + name + "-RESULT", evidence: "MARK-" + name + "-EVIDENCE", parsed: "MARK-" + name + "-PARSED", failure: "MARK-" + name + "-FAILURE"}
 }
 
 func (m markers) all() []string {
-	return []string{m.input, m.checkpoint, m.signal, m.result, m.evidence}
+	return []string{m.input, m.checkpoint, m.signal, m.result, m.evidence, m.parsed, m.failure}
 }
 
 // work runs a task through every payload it may carry: input, checkpoint,
@@ -47,7 +47,7 @@ func work(t *testing.T, st *servicetest.Service, c *servicetest.Client, ws strin
 	t.Helper()
 	var g schemas.CommandResult
 	goal["tasks"] = []map[string]any{{"key": "t", "queue": "q", "input": map[string]string{"secret": m.input},
-		"verification": map[string]any{"queue": "checks"}}}
+		"verification": map[string]any{"queue": "checks"}}, {"key": "f", "queue": "q"}}
 	require.NoError(t, json.Unmarshal(c.Command(t, "goal.create", goal), &g))
 	id := g.Tasks[0].TaskID
 	var claim schemas.CommandResult
@@ -55,7 +55,14 @@ func work(t *testing.T, st *servicetest.Service, c *servicetest.Client, ws strin
 	require.Contains(t, string(claim.Task.Spec.Input), m.input, "the claimer gets the input opened")
 	c.Command(t, "task.checkpoint", map[string]any{"task_id": id, "attempt": 1, "token": claim.Token, "checkpoint": m.checkpoint})
 	c.Command(t, "task.signal", map[string]any{"task_id": id, "name": "s", "payload": m.signal})
-	c.Command(t, "task.succeed", map[string]any{"task_id": id, "attempt": 1, "token": claim.Token, "result": m.result})
+	c.Command(t, "task.succeed", map[string]any{"task_id": id, "attempt": 1, "token": claim.Token, "result": m.result,
+		"model_steps": []map[string]any{{"model": "m", "parsed": map[string]string{"answer": m.parsed}, "tokens": 10}}})
+	failing := g.Tasks[1].TaskID
+	var fc schemas.CommandResult
+	require.NoError(t, json.Unmarshal(c.Command(t, "task.claim", map[string]any{"task_id": failing, "executor": "e"}), &fc))
+	c.Command(t, "task.fail", map[string]any{"task_id": failing, "attempt": 1, "token": fc.Token, "retryable": false,
+		"error": map[string]any{"code": "refused", "message": "the vendor said " + m.failure}})
+	require.Equal(t, "the vendor said "+m.failure, c.Task(t, failing).Attempts[0].Error.Message, "read back opened")
 	c.Command(t, "task.verify", map[string]any{"task_id": id, "attempt": 1, "outcome": "INCONCLUSIVE", "verifier": "v",
 		"result_digest": verifyItem(t, st, ws, id).ResultDigest, "evidence": m.evidence})
 	return id
@@ -180,7 +187,7 @@ func TestCryptoShredding(t *testing.T) {
 	for _, m := range keep.all() {
 		total += hits(t, dir, logs, m)
 	}
-	t.Logf("crypto-shredding: plaintext hits of the shredded payloads %d (of 10 markers), of the kept ones %d (sealed at rest)", shredded, total)
+	t.Logf("crypto-shredding: plaintext hits of the shredded payloads %d (of 14 markers), of the kept ones %d (sealed at rest)", shredded, total)
 	st = encrypted(t, dir, &out)
 	c = st.Client("default")
 	require.Equal(t, `"[shredded]"`, string(c.Task(t, own).Spec.Input))

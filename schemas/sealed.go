@@ -36,6 +36,17 @@ func IsSealed(raw []byte) bool {
 	return len(raw) > len(sealedOpen) && bytes.HasPrefix(raw, sealedOpen) && raw[len(raw)-1] == '"'
 }
 
+// TextSize returns the size of the text s as its sender wrote it: its
+// length, or for a sealed text (a string field the service seals, such as
+// an error's message: the sealed value without its quotes) about the length
+// of the text it seals.
+func TextSize(s string) int {
+	if len(s) <= len(SealedPrefix) || s[:len(SealedPrefix)] != SealedPrefix {
+		return len(s)
+	}
+	return max(PayloadSize([]byte(`"`+s+`"`))-2, 0)
+}
+
 // PayloadSize returns the size of the payload raw as its sender wrote it:
 // its length, or for a sealed value the length of the plaintext it seals.
 // The bounds on payloads (256 KiB) are on that size.
