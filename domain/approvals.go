@@ -180,8 +180,8 @@ func validateApproval(field string, r ApprovalRequest) error {
 	if err := checkText(field+"/summary", r.Summary, MaxTitle, false); err != nil {
 		return err
 	}
-	if len(r.Basis) > MaxInputBytes {
-		return invalid(field+"/basis", "is %d bytes; at most %d are allowed (store larger evidence as artifacts)", len(r.Basis), MaxInputBytes)
+	if schemas.PayloadSize(r.Basis) > MaxInputBytes {
+		return invalid(field+"/basis", "is %d bytes; at most %d are allowed (store larger evidence as artifacts)", schemas.PayloadSize(r.Basis), MaxInputBytes)
 	}
 	for i, resp := range r.Responses {
 		if !slices.Contains(Responses, resp) {
@@ -217,9 +217,12 @@ func newApproval(t *Task, attempt int, r ApprovalRequest, gate bool, now time.Ti
 	if len(action) == 0 {
 		action = json.RawMessage("null")
 	}
-	digest, err := ActionDigest(action)
-	if err != nil {
-		return nil, invalid("/action", "%v", err)
+	digest := r.ActionDigest // the plaintext's, when the action was sealed
+	if digest == "" {
+		var err error
+		if digest, err = ActionDigest(action); err != nil {
+			return nil, invalid("/action", "%v", err)
+		}
 	}
 	responses := slices.Clone(r.Responses)
 	if len(responses) == 0 {
@@ -258,8 +261,12 @@ func gateRequest(t *Task) ApprovalRequest {
 		summary = "start a task on queue " + t.Spec.Queue
 	}
 	// A long key: the summary is cut at a rune boundary.
-	return ApprovalRequest{Action: t.Spec.Input, Summary: clip(summary, MaxTitle), Basis: a.Basis, Role: a.Role,
+	r := ApprovalRequest{Action: t.Spec.Input, Summary: clip(summary, MaxTitle), Basis: a.Basis, Role: a.Role,
 		Responses: a.Responses, Branches: a.Branches, OnExpiry: a.OnExpiry, EscalateTo: a.EscalateTo, ExpiresIn: a.ExpiresIn}
+	if schemas.IsSealed(t.Spec.Input) {
+		r.ActionDigest = a.ActionDigest // the input's as sent, which the service took before it sealed it
+	}
+	return r
 }
 
 func (x *tx) registerApprover(c *RegisterApprover) (Reply, error) {
@@ -327,8 +334,8 @@ func (x *tx) requestApproval(c *RequestApproval) (Reply, error) {
 	if len(c.Action) == 0 {
 		return Reply{}, invalid("/action", "is required: the concrete action to approve")
 	}
-	if len(c.Action) > MaxInputBytes {
-		return Reply{}, invalid("/action", "is %d bytes; at most %d are allowed", len(c.Action), MaxInputBytes)
+	if schemas.PayloadSize(c.Action) > MaxInputBytes {
+		return Reply{}, invalid("/action", "is %d bytes; at most %d are allowed", schemas.PayloadSize(c.Action), MaxInputBytes)
 	}
 	req := c.ApprovalRequest
 	if g := t.Spec.Approval; g != nil { // the task's approval settings are the request's defaults
@@ -519,7 +526,7 @@ func (x *tx) takeBranch(taskID, id, branch, why, comment string) error {
 	case BranchReject:
 		return x.emit(taskID, &TaskRejected{Reason: why})
 	case BranchEscalate:
-		req := ApprovalRequest{Action: a.Action, Summary: a.Summary, Basis: a.Basis, Role: a.EscalateTo,
+		req := ApprovalRequest{Action: a.Action, ActionDigest: a.ActionDigest, Summary: a.Summary, Basis: a.Basis, Role: a.EscalateTo,
 			Responses: slices.DeleteFunc(slices.Clone(a.Responses), func(r string) bool { return r == ResponseEscalate }),
 			Branches:  a.Branches, OnExpiry: a.OnExpiry, ExpiresIn: a.ExpiresIn}
 		if req.OnExpiry == BranchEscalate {

@@ -83,6 +83,7 @@ func (p *privacy) seal(w domain.World, ws string, cmd domain.Command) error {
 	}
 	specs := func(tasks []domain.TaskSpec) {
 		for i := range tasks {
+			gateDigest(&tasks[i])
 			fields = append(fields, &tasks[i].Input)
 		}
 	}
@@ -111,6 +112,7 @@ func (p *privacy) seal(w domain.World, ws string, cmd domain.Command) error {
 		specs(c.Tasks)
 	case *domain.CreateTask:
 		scope = eventstore.ScopeWorkspace
+		gateDigest(&c.Spec)
 		fields = append(fields, &c.Spec.Input)
 	case *domain.ReportSuccess:
 		scope, err = taskScope(w, c.TaskID)
@@ -120,6 +122,28 @@ func (p *privacy) seal(w domain.World, ws string, cmd domain.Command) error {
 		scope, err = taskScope(w, c.TaskID)
 		texts = append(texts, &c.Error.Message)
 		steps(c.ModelSteps)
+	case *domain.RequestApproval:
+		// Approvers sign the digest of the action as sent: it is taken
+		// before the action is sealed.
+		if len(c.Action) > 0 && !schemas.IsSealed(c.Action) {
+			canonical, cerr := schemas.CanonicalJSON(c.Action)
+			if cerr != nil {
+				return nil // refused by the domain, which says why
+			}
+			c.Action = canonical
+			if c.ActionDigest, err = schemas.ActionDigest(canonical); err != nil {
+				return nil
+			}
+		}
+		scope, err = taskScope(w, c.TaskID)
+		fields = append(fields, &c.Action, &c.Basis)
+	case *domain.DecideApproval:
+		// The signature covers the approval, the response and the
+		// digest: the comment may be sealed.
+		if taskID, _, ok := domain.ParseApprovalID(c.ApprovalID); ok {
+			scope, err = taskScope(w, taskID)
+		}
+		texts = append(texts, &c.Comment)
 	case *domain.SaveCheckpoint:
 		scope, err = taskScope(w, c.TaskID)
 		fields = append(fields, &c.Checkpoint)
@@ -173,6 +197,27 @@ func (p *privacy) seal(w domain.World, ws string, cmd domain.Command) error {
 		*s = string(sealed[1 : len(sealed)-1])
 	}
 	return nil
+}
+
+// gateDigest gives the approval gate of s, if it has one, the digest of
+// its action — the task's input — as sent, before the input is sealed: the
+// digest the gate's approvers sign (they read the input opened). An input
+// that is not valid JSON is left to the domain, which refuses it.
+func gateDigest(s *domain.TaskSpec) {
+	if s.Approval == nil || len(s.Input) == 0 || schemas.IsSealed(s.Input) {
+		return
+	}
+	canonical, err := schemas.CanonicalJSON(s.Input)
+	if err != nil {
+		return
+	}
+	digest, err := schemas.ActionDigest(canonical)
+	if err != nil {
+		return
+	}
+	a := *s.Approval
+	a.ActionDigest = digest
+	s.Approval = &a
 }
 
 // carries reports whether a field holds a payload.

@@ -3,6 +3,7 @@ package handlers_test
 import (
 	"bytes"
 	"context"
+	"crypto/ed25519"
 	"encoding/base64"
 	"encoding/json"
 	"fmt"
@@ -232,4 +233,57 @@ func TestRetentionShredsEndedGoals(t *testing.T) {
 	again, err := st.Svc.SweepRetention(context.Background())
 	require.NoError(t, err)
 	require.Empty(t, again, "shredded once")
+}
+
+// An approval's action, basis and comment are sealed too; the digest the
+// approver signs is the plaintext action's, so the signature holds.
+func TestApprovalsOverSealedActions(t *testing.T) {
+	dir := t.TempDir()
+	var out servicetest.Output
+	st := encrypted(t, dir, &out)
+	c := st.Client("default")
+	pub, priv, err := ed25519.GenerateKey(nil)
+	require.NoError(t, err)
+	c.Command(t, "approver.register", map[string]any{"name": "ada", "role": "ops", "public_key": base64.StdEncoding.EncodeToString(pub)})
+	id := c.CreateTask(t, map[string]any{"queue": "refunds"})
+	var claim schemas.CommandResult
+	require.NoError(t, json.Unmarshal(c.Command(t, "task.claim", map[string]any{"task_id": id, "executor": "e"}), &claim))
+	action := map[string]any{"refund": "MARK-APPROVAL-ACTION", "cents": 1250}
+	var asked schemas.CommandResult
+	require.NoError(t, json.Unmarshal(c.Command(t, "task.request_approval", map[string]any{"task_id": id, "attempt": 1, "token": claim.Token,
+		"action": action, "basis": "MARK-APPROVAL-BASIS", "summary": "refund"}), &asked))
+	b, err := json.Marshal(action)
+	require.NoError(t, err)
+	canonical, err := schemas.CanonicalJSON(b)
+	require.NoError(t, err)
+	digest, err := schemas.ActionDigest(canonical)
+	require.NoError(t, err)
+	var a schemas.ApprovalView
+	c.Query(t, "approval.get", schemas.Query{ID: asked.ApprovalID}, &a)
+	require.Equal(t, digest, a.ActionDigest, "the digest of the action as sent")
+	require.JSONEq(t, string(canonical), string(a.Action), "read back opened")
+	c.Command(t, "approval.decide", map[string]any{"approval_id": a.ID, "approver": "ada", "response": "approve", "action_digest": digest,
+		"comment": "MARK-APPROVAL-COMMENT", "signature": domain.SignDecision(priv, a.ID, "approve", digest)})
+	c.Query(t, "approval.get", schemas.Query{ID: asked.ApprovalID}, &a)
+	require.Equal(t, "MARK-APPROVAL-COMMENT", a.Decision.Comment)
+
+	// A gate's action is the task's input, sealed: its digest is the input's
+	// as sent, which an approver computes from the action it is shown (as
+	// dwr approve checks before it signs).
+	gated := c.CreateTask(t, map[string]any{"queue": "refunds", "input": map[string]any{"pay": "MARK-GATE-INPUT", "cents": 5},
+		"approval": map[string]any{"role": "ops"}})
+	gate := c.Task(t, gated).Approvals[0]
+	var g schemas.ApprovalView
+	c.Query(t, "approval.get", schemas.Query{ID: gate.ID}, &g)
+	shown, err := schemas.ActionDigest(g.Action)
+	require.NoError(t, err)
+	require.Equal(t, shown, g.ActionDigest, "the digest of the action shown")
+	r := c.Request(t, "dwr.cmd.default.approval.decide", map[string]any{"approval_id": g.ID, "approver": "ada", "response": "approve",
+		"action_digest": shown, "signature": domain.SignDecision(priv, g.ID, "approve", shown)}, nil)
+	require.True(t, r.OK, "%+v", r.Error)
+	require.Equal(t, domain.StateReady, c.Task(t, gated).State)
+	st.Stop()
+	for _, m := range []string{"MARK-APPROVAL-ACTION", "MARK-APPROVAL-BASIS", "MARK-APPROVAL-COMMENT", "MARK-GATE-INPUT"} {
+		require.Zero(t, hits(t, dir, []byte(out.String()), m), "%s is stored in plaintext", m)
+	}
 }

@@ -110,6 +110,12 @@ type ApprovalRequest struct {
 	OnExpiry   string            `json:"on_expiry,omitempty"`
 	EscalateTo string            `json:"escalate_to,omitempty"`
 	ExpiresIn  Duration          `json:"expires_in,omitempty"`
+
+	// ActionDigest is the digest of the action as sent, set by the
+	// service before it seals the action (ActionDigest of the plaintext):
+	// the one approvers sign. It is never read from, or written to, the
+	// wire.
+	ActionDigest string `json:"-"`
 }
 
 // ApprovalKindBudget marks an approval that extends its goal's budget: its

@@ -85,4 +85,9 @@ type ApprovalSpec struct {
 	OnExpiry   string            `json:"on_expiry,omitempty"` // default fail
 	EscalateTo string            `json:"escalate_to,omitempty"`
 	Basis      json.RawMessage   `json:"basis,omitempty"`
+	// ActionDigest is set by the service when it seals the task's input
+	// (the gate's action): the digest of the input as sent, which the
+	// gate's approvers sign. It is ignored for an input that is not sealed,
+	// whose digest is computed.
+	ActionDigest string `json:"action_digest,omitempty"`
 }
