@@ -17,7 +17,8 @@ func TestShred(t *testing.T) {
 	shared := w.createGoal(Envelope{})
 	e := w.refused(&ShredGoal{GoalID: shared}, CodeConflict)
 	require.Contains(t, e.Message, "privacy key goal")
-	w.refused(&CreateGoal{GoalID: w.newID(), Title: "t", Envelope: Envelope{Privacy: &schemas.Privacy{Key: "customer"}}}, CodeInvalid)
+	e = w.refused(&CreateGoal{GoalID: w.newID(), Title: "t", Envelope: Envelope{Privacy: &schemas.Privacy{Key: "customer"}}}, CodeInvalid)
+	require.Equal(t, "/envelope/privacy/key", e.Field)
 
 	own := w.createGoal(Envelope{Privacy: &schemas.Privacy{Key: schemas.PrivacyKeyGoal}})
 	ids, _ := w.plan(own, spec("a"), spec("b", "a"))
@@ -41,7 +42,7 @@ func TestRetentionGivesGoalsTheirOwnKeys(t *testing.T) {
 	w := setup(t)
 	before := w.createGoal(Envelope{})
 	require.False(t, w.goal(before).Envelope.OwnKey())
-	w.refused(&ConfigureWorkspace{RetainEnded: -1}, CodeInvalid)
+	require.Equal(t, "/retain_ended", w.refused(&ConfigureWorkspace{RetainEnded: -1}, CodeInvalid).Field)
 	w.must(&ConfigureWorkspace{RetainEnded: schemas.Duration(time.Hour)})
 	require.Equal(t, schemas.Duration(time.Hour), w.workspace().RetainEnded)
 	require.True(t, w.must(&ConfigureWorkspace{RetainEnded: schemas.Duration(time.Hour)}).Reply.Duplicate, "the same again")
