@@ -74,12 +74,7 @@ func (k *DataKey) Seal(ws, scope string, payload json.RawMessage) json.RawMessag
 	if len(payload) == 0 || bytes.Equal(payload, []byte("null")) || schemas.IsSealed(payload) {
 		return payload
 	}
-	ad := aad(ws, scope)
-	m := hmac.New(sha256.New, k.mac)
-	m.Write(ad)
-	m.Write(payload)
-	nonce := m.Sum(nil)[:chacha20poly1305.NonceSizeX]
-	sealed := k.aead.Seal(nonce, nonce, payload, ad)
+	sealed := k.SealBytes(ws, scope, payload)
 	out := make([]byte, 0, len(schemas.SealedPrefix)+len(scope)+base64.RawURLEncoding.EncodedLen(len(sealed))+3)
 	out = append(out, '"')
 	out = append(out, schemas.SealedPrefix...)
@@ -89,15 +84,36 @@ func (k *DataKey) Seal(ws, scope string, payload json.RawMessage) json.RawMessag
 	return append(out, '"')
 }
 
-// open returns the plaintext of the sealed token body (what follows the
-// prefix: "<scope>:<base64>") of workspace ws.
-func (k *DataKey) open(ws, scope string, b64 []byte) ([]byte, error) {
-	sealed, err := base64.RawURLEncoding.AppendDecode(nil, b64)
-	if err != nil || len(sealed) < chacha20poly1305.NonceSizeX+k.aead.Overhead() {
+// SealBytes returns b sealed in scope of workspace ws, in binary: the
+// nonce, then the ciphertext and its tag (an artifact's chunk). As Seal,
+// it is deterministic.
+func (k *DataKey) SealBytes(ws, scope string, b []byte) []byte {
+	ad := aad(ws, scope)
+	m := hmac.New(sha256.New, k.mac)
+	m.Write(ad)
+	m.Write(b)
+	nonce := m.Sum(nil)[:chacha20poly1305.NonceSizeX]
+	return k.aead.Seal(nonce, nonce, b, ad)
+}
+
+// OpenBytes returns the plaintext SealBytes sealed in scope of workspace
+// ws, or an error when it does not open there.
+func (k *DataKey) OpenBytes(ws, scope string, sealed []byte) ([]byte, error) {
+	if len(sealed) < chacha20poly1305.NonceSizeX+k.aead.Overhead() {
 		return nil, errors.New("eventstore: a sealed value is malformed")
 	}
 	nonce := sealed[:chacha20poly1305.NonceSizeX]
 	return k.aead.Open(nil, nonce, sealed[chacha20poly1305.NonceSizeX:], aad(ws, scope))
+}
+
+// open returns the plaintext of the sealed token body (what follows the
+// prefix: "<scope>:<base64>") of workspace ws.
+func (k *DataKey) open(ws, scope string, b64 []byte) ([]byte, error) {
+	sealed, err := base64.RawURLEncoding.AppendDecode(nil, b64)
+	if err != nil {
+		return nil, errors.New("eventstore: a sealed value is malformed")
+	}
+	return k.OpenBytes(ws, scope, sealed)
 }
 
 // KeyFunc returns the data key of scope in workspace ws: ErrShredded when

@@ -21,6 +21,7 @@ import (
 	"github.com/oklog/ulid/v2"
 
 	"github.com/dwr-run/dwr/domain"
+	"github.com/dwr-run/dwr/eventstore"
 	"github.com/dwr-run/dwr/projections"
 	"github.com/dwr-run/dwr/schemas"
 )
@@ -38,6 +39,9 @@ const (
 	objHeaderType = "Dwr-Type"
 	objHeaderTask = "Dwr-Task"
 	objHeaderBy   = "Dwr-Uploader"
+	// headerSealed marks an upload's chunk, or an object, whose bytes are
+	// sealed with its workspace's data key (encryption on).
+	headerSealed = "Dwr-Sealed"
 )
 
 // ArtifactQueries are the artifact operations on the query subjects
@@ -58,6 +62,41 @@ type artifactStore struct {
 	prefix   string
 	maxBytes int64
 	putting  sync.Map // upload subject → *sync.Mutex: the puts under way here
+	// privacy seals the bytes of chunks and objects with the workspace's
+	// data key; nil when encryption is off.
+	privacy *privacy
+}
+
+// sealChunk returns chunk b of workspace ws as it is stored: sealed with
+// the workspace's key when encryption is on (sealed reports it).
+func (a *artifactStore) sealChunk(ws string, b []byte) (out []byte, sealed bool, werr *schemas.Error) {
+	if a.privacy == nil {
+		return b, false, nil
+	}
+	k, err := a.privacy.key(ws, eventstore.ScopeWorkspace, true)
+	if errors.Is(err, eventstore.ErrShredded) {
+		return nil, false, &schemas.Error{Code: schemas.CodeConflict, Message: shreddedMessage(ws, eventstore.ScopeWorkspace)}
+	}
+	if err != nil {
+		return nil, false, &schemas.Error{Code: schemas.CodeUnavailable, Message: "the workspace's data key could not be read now: try again"}
+	}
+	return k.SealBytes(ws, eventstore.ScopeWorkspace, b), true, nil
+}
+
+// openChunk returns the bytes of a stored chunk b of workspace ws, sealed
+// or not.
+func (a *artifactStore) openChunk(ws string, b []byte, sealed bool) ([]byte, error) {
+	if !sealed {
+		return b, nil
+	}
+	if a.privacy == nil {
+		return nil, errors.New("handlers: a sealed artifact, and encryption is off: start the service with its master key")
+	}
+	k, err := a.privacy.key(ws, eventstore.ScopeWorkspace, false)
+	if err != nil {
+		return nil, err
+	}
+	return k.OpenBytes(ws, eventstore.ScopeWorkspace, b)
 }
 
 func newArtifactStore(ctx context.Context, js jetstream.JetStream, cfg Config) (*artifactStore, error) {
@@ -166,7 +205,7 @@ func (s *Service) handleArtifact(name string, req micro.Request, who sender) ([]
 	if name == "artifact.info" {
 		return okResponse(0, artifactInfoOf(info, false)), nil
 	}
-	return s.artifacts.read(ctx, info, g.After)
+	return s.artifacts.read(ctx, ws, info, g.After)
 }
 
 // decodeStrict decodes body into v, refusing unknown fields; what names
@@ -204,7 +243,14 @@ func (a *artifactStore) chunk(ctx context.Context, ws string, who sender, req mi
 		return errResponse(werr)
 	}
 	m := nats.NewMsg(subject)
-	m.Data = req.Data()
+	data, sealed, werr := a.sealChunk(ws, req.Data())
+	if werr != nil {
+		return errResponse(werr)
+	}
+	m.Data = data
+	if sealed {
+		m.Header.Set(headerSealed, "1")
+	}
 	m.Header.Set(schemas.HeaderChunk, strconv.Itoa(idx))
 	m.Header.Set(jetstream.MsgIDHeader, subject+"."+strconv.Itoa(idx)) // a chunk sent again is stored once
 	if _, err := a.js.PublishMsg(ctx, m); err != nil {
@@ -253,7 +299,7 @@ func (a *artifactStore) put(ctx context.Context, ws string, who sender, by strin
 	}()
 	// The chunks are read twice: checked first, then stored, so that no
 	// object under the digest ever holds other bytes.
-	staged := a.staged(subject, 0)
+	staged := a.staged(ws, subject, 0)
 	h := sha256.New()
 	n, err := io.Copy(h, staged)
 	if errors.Is(err, errChunkMissing) && staged.chunks == 0 && p.Chunks == 0 {
@@ -281,18 +327,21 @@ func (a *artifactStore) put(ctx context.Context, ws string, who sender, by strin
 	}
 	meta := jetstream.ObjectMeta{Name: objectName(ws, p.SHA256), Headers: nats.Header{},
 		Opts: &jetstream.ObjectMetaOptions{ChunkSize: schemas.ArtifactChunkBytes}}
+	if a.privacy != nil {
+		meta.Headers.Set(headerSealed, "1")
+	}
 	for k, v := range map[string]string{objHeaderName: p.Name, objHeaderType: p.Type, objHeaderTask: p.TaskID, objHeaderBy: by} {
 		if v != "" {
 			meta.Headers.Set(k, v)
 		}
 	}
-	again := a.staged(subject, staged.last)
+	again := a.staged(ws, subject, staged.last)
 	again.want = staged.chunks
 	var r io.Reader = again
 	if p.Chunks == 0 {
 		r = strings.NewReader("")
 	}
-	info, err := a.store(ctx, meta, r)
+	info, err := a.store(ctx, ws, meta, r)
 	if err != nil {
 		return schemas.ArtifactInfo{}, &schemas.Error{Code: schemas.CodeUnavailable, Message: "the artifact could not be stored now (" + err.Error() + "): put it again"}
 	}
@@ -311,7 +360,7 @@ func (a *artifactStore) put(ctx context.Context, ws string, who sender, by strin
 // then the object's info), publishing one chunk at a time and waiting for
 // its acknowledgment. Put publishes asynchronously, thousands of chunks in
 // flight: the server's memory then grows with the artifact.
-func (a *artifactStore) store(ctx context.Context, meta jetstream.ObjectMeta, r io.Reader) (*jetstream.ObjectInfo, error) {
+func (a *artifactStore) store(ctx context.Context, ws string, meta jetstream.ObjectMeta, r io.Reader) (*jetstream.ObjectInfo, error) {
 	info := &jetstream.ObjectInfo{ObjectMeta: meta, Bucket: a.bucket, NUID: ulid.Make().String()}
 	chunkSubj := "$O." + a.bucket + ".C." + info.NUID
 	purge := func() { _ = a.objects.Purge(context.WithoutCancel(ctx), jetstream.WithPurgeSubject(chunkSubj)) }
@@ -321,7 +370,15 @@ func (a *artifactStore) store(ctx context.Context, meta jetstream.ObjectMeta, r 
 		n, err := io.ReadFull(r, buf)
 		if n > 0 {
 			h.Write(buf[:n])
-			if _, perr := a.js.Publish(ctx, chunkSubj, buf[:n]); perr != nil {
+			stored := buf[:n]
+			if meta.Headers.Get(headerSealed) != "" {
+				var werr *schemas.Error
+				if stored, _, werr = a.sealChunk(ws, stored); werr != nil {
+					purge()
+					return nil, werr
+				}
+			}
+			if _, perr := a.js.Publish(ctx, chunkSubj, stored); perr != nil {
 				purge()
 				return nil, perr
 			}
@@ -397,6 +454,7 @@ func stagedError(err error, p schemas.ArtifactPut) *schemas.Error {
 // message bound when it is not 0.
 type stagedReader struct {
 	a       *artifactStore
+	ws      string
 	subject string
 	bound   uint64
 	// want, when not 0, is how many chunks must be read: fewer (the
@@ -407,8 +465,8 @@ type stagedReader struct {
 	buf    []byte
 }
 
-func (a *artifactStore) staged(subject string, bound uint64) *stagedReader {
-	return &stagedReader{a: a, subject: subject, bound: bound}
+func (a *artifactStore) staged(ws, subject string, bound uint64) *stagedReader {
+	return &stagedReader{a: a, ws: ws, subject: subject, bound: bound}
 }
 
 func (r *stagedReader) Read(p []byte) (int, error) {
@@ -433,7 +491,9 @@ func (r *stagedReader) Read(p []byte) (int, error) {
 			continue // sent again after the stream forgot it had it
 		}
 		r.chunks++
-		r.buf = m.Data
+		if r.buf, err = r.a.openChunk(r.ws, m.Data, m.Header.Get(headerSealed) != ""); err != nil {
+			return 0, err
+		}
 	}
 	n := copy(p, r.buf)
 	r.buf = r.buf[n:]
@@ -455,7 +515,7 @@ func (a *artifactStore) info(ctx context.Context, ws, sha string) (*jetstream.Ob
 
 // read answers one chunk of an artifact: the first after stream position
 // after.
-func (a *artifactStore) read(ctx context.Context, info *jetstream.ObjectInfo, after uint64) ([]byte, micro.Headers) {
+func (a *artifactStore) read(ctx context.Context, ws string, info *jetstream.ObjectInfo, after uint64) ([]byte, micro.Headers) {
 	h := micro.Headers{}
 	h[schemas.HeaderArtifactSize] = []string{strconv.FormatUint(info.Size, 10)}
 	h[schemas.HeaderArtifactChunks] = []string{strconv.FormatUint(uint64(info.Chunks), 10)}
@@ -471,8 +531,15 @@ func (a *artifactStore) read(ctx context.Context, info *jetstream.ObjectInfo, af
 	case err != nil:
 		return errResponse(&schemas.Error{Code: schemas.CodeUnavailable, Message: "the artifact store could not be read now (" + err.Error() + "): try again"}), nil
 	}
+	data, err := a.openChunk(ws, m.Data, info.Headers.Get(headerSealed) != "")
+	switch {
+	case errors.Is(err, eventstore.ErrShredded):
+		return errResponse(&schemas.Error{Code: schemas.CodeConflict, Message: fmt.Sprintf("artifact %s: %s", info.Name, shreddedWhat(ws, eventstore.ScopeWorkspace))}), nil
+	case err != nil:
+		return errResponse(toWire(err, nil)), nil
+	}
 	h[schemas.HeaderChunkSeq] = []string{strconv.FormatUint(m.Sequence, 10)}
-	return m.Data, h
+	return data, h
 }
 
 // objectDigest is how the object store writes a SHA-256 digest.

@@ -4,7 +4,9 @@ import (
 	"bytes"
 	"context"
 	"crypto/ed25519"
+	"crypto/sha256"
 	"encoding/base64"
+	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"log/slog"
@@ -13,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
 
@@ -67,6 +70,35 @@ func work(t *testing.T, st *servicetest.Service, c *servicetest.Client, ws strin
 	c.Command(t, "task.verify", map[string]any{"task_id": id, "attempt": 1, "outcome": "INCONCLUSIVE", "verifier": "v",
 		"result_digest": verifyItem(t, st, ws, id).ResultDigest, "evidence": m.evidence})
 	return id
+}
+
+// putArtifact stores b as an artifact of workspace ws (one chunk) and
+// returns its digest.
+func putArtifact(t *testing.T, c *servicetest.Client, ws string, b []byte) string {
+	t.Helper()
+	sum := sha256.Sum256(b)
+	sha := hex.EncodeToString(sum[:])
+	r := c.Request(t, "dwr.q."+ws+".artifact.chunk", b, nats.Header{schemas.HeaderUpload: {"u1"}, schemas.HeaderChunk: {"0"}})
+	require.True(t, r.OK, "%+v", r.Error)
+	r = c.Request(t, "dwr.q."+ws+".artifact.put", schemas.ArtifactPut{Upload: "u1", Chunks: 1, Size: int64(len(b)), SHA256: sha, Name: "notes.txt"}, nil)
+	require.True(t, r.OK, "%+v", r.Error)
+	return sha
+}
+
+// getArtifact reads the one chunk of artifact sha of workspace ws: its
+// bytes, or the error reply.
+func getArtifact(t *testing.T, nc *nats.Conn, ws, sha string) ([]byte, *schemas.Error) {
+	t.Helper()
+	b, err := json.Marshal(schemas.ArtifactGet{SHA256: sha})
+	require.NoError(t, err)
+	m, err := nc.Request("dwr.q."+ws+".artifact.get", b, 10*time.Second)
+	require.NoError(t, err)
+	if m.Header.Get(schemas.HeaderChunkSeq) == "" {
+		var r schemas.Reply
+		require.NoError(t, json.Unmarshal(m.Data, &r))
+		return nil, r.Error
+	}
+	return m.Data, nil
 }
 
 // verifyItem returns the verify work item of task id of workspace ws: what
@@ -133,6 +165,13 @@ func TestCryptoShredding(t *testing.T) {
 	kept := work(t, st, c, "default", map[string]any{"title": "workspace key"}, keep)
 	other := work(t, st, acme, "acme", map[string]any{"title": "another workspace"}, shredWS)
 
+	// Artifacts: their bytes are sealed with the workspace's key.
+	keptArtifact := putArtifact(t, c, "default", []byte("MARK-KEEP-ARTIFACT"))
+	gone := putArtifact(t, acme, "acme", []byte("MARK-WS-ARTIFACT"))
+	got, werr := getArtifact(t, st.Conn, "acme", gone)
+	require.Nil(t, werr)
+	require.Equal(t, "MARK-WS-ARTIFACT", string(got), "read back opened")
+
 	// Read back opened, before anything is shredded.
 	for id, m := range map[string]markers{own: shredGoal, kept: keep} {
 		tk := c.Task(t, id)
@@ -157,6 +196,12 @@ func TestCryptoShredding(t *testing.T) {
 	require.Equal(t, domain.StateCancelled, tk.State, "an open goal shredded is cancelled")
 	require.Equal(t, `"[shredded]"`, string(acme.Task(t, other).Spec.Input))
 	require.Contains(t, string(c.Task(t, kept).Spec.Input), keep.input, "the rest still reads")
+	_, werr = getArtifact(t, st.Conn, "acme", gone)
+	require.NotNil(t, werr, "a shredded workspace's artifact cannot be read")
+	require.Contains(t, werr.Message, "the data of workspace acme was shredded")
+	got, werr = getArtifact(t, st.Conn, "default", keptArtifact)
+	require.Nil(t, werr)
+	require.Equal(t, "MARK-KEEP-ARTIFACT", string(got))
 	var evs []schemas.Event
 	c.Query(t, "events", schemas.Query{ID: own, Aggregate: domain.AggTask}, &evs)
 	require.Contains(t, string(evs[0].Data), `"[shredded]"`)
@@ -180,15 +225,15 @@ func TestCryptoShredding(t *testing.T) {
 	st.Stop()
 	logs := []byte(out.String())
 	var shredded, total int
-	for _, m := range append(shredGoal.all(), shredWS.all()...) {
+	for _, m := range append(append(shredGoal.all(), shredWS.all()...), "MARK-WS-ARTIFACT") {
 		n := hits(t, dir, logs, m)
 		shredded += n
 		require.Zero(t, n, "%s is left somewhere", m)
 	}
-	for _, m := range keep.all() {
+	for _, m := range append(keep.all(), "MARK-KEEP-ARTIFACT") {
 		total += hits(t, dir, logs, m)
 	}
-	t.Logf("crypto-shredding: plaintext hits of the shredded payloads %d (of 14 markers), of the kept ones %d (sealed at rest)", shredded, total)
+	t.Logf("crypto-shredding: plaintext hits of the shredded payloads %d (of 15 markers), of the kept ones %d (sealed at rest)", shredded, total)
 	st = encrypted(t, dir, &out)
 	c = st.Client("default")
 	require.Equal(t, `"[shredded]"`, string(c.Task(t, own).Spec.Input))

@@ -411,6 +411,7 @@ func (s *Service) Run(ctx context.Context) error {
 		}
 		s.privacy = &privacy{keys: keys}
 		s.store.OnApplied(s.privacy.forget)
+		s.artifacts.privacy = s.privacy
 	}
 	qsvc, err := s.startQueries()
 	if err != nil {

@@ -56,9 +56,17 @@ func readArtifact(t *testing.T, cl *client.Client, sha string) ([]byte, error) {
 
 // An artifact goes in chunk by chunk and comes back byte for byte, under
 // the digest of its bytes; the same bytes again are not stored twice, and
-// an empty artifact is an artifact too.
+// an empty artifact is an artifact too. So too with encryption on, which
+// seals the chunks as they are stored.
 func TestArtifactRoundTrip(t *testing.T) {
-	svc := servicetest.Start(t, "", servicetest.Options{Secure: true})
+	t.Run("plain", func(t *testing.T) { artifactRoundTrip(t, handlers.Config{}) })
+	t.Run("sealed", func(t *testing.T) {
+		artifactRoundTrip(t, handlers.Config{Encryption: true, MasterKey: bytes.Repeat([]byte{9}, 32)})
+	})
+}
+
+func artifactRoundTrip(t *testing.T, cfg handlers.Config) {
+	svc := servicetest.Start(t, "", servicetest.Options{Secure: true, Config: cfg})
 	cl := client.New(svc.Admin, client.Workspace("default"))
 	ctx := context.Background()
 	for _, n := range []int{0, 1, schemas.ArtifactChunkBytes, 3*schemas.ArtifactChunkBytes + 17} {
