@@ -84,36 +84,59 @@ func (x *tx) runRitual(c *RunRitual) (Reply, error) {
 // runRitualFrom creates the goal and plan that a version of the ritual c
 // names renders with c's params, from origin (whose ritual it sets).
 func (x *tx) runRitualFrom(c *RunRitual, origin goalOrigin) (Reply, error) {
-	rv, err := x.ritualVersion(c.Name, c.Version)
-	if err != nil {
-		return Reply{}, err
+	rendered := c.Rendered
+	if rendered == nil || rendered.Goal == nil || rendered.Goal.GoalID != c.GoalID {
+		var err error
+		if rendered, err = x.renderRitual(c); err != nil {
+			return Reply{}, err
+		}
 	}
-	what := fmt.Sprintf("ritual %s version %d", rv.Name, rv.Version)
-	ps, err := schemas.CompileParams(rv.Parameters)
-	if err != nil {
-		return Reply{}, invalid("/name", "%s: %s", what, wireMessage(err))
-	}
-	params, err := ps.Validate(c.Params)
-	if err != nil {
-		return Reply{}, paramsRefused(what, err)
-	}
-	body, err := renderGoal(rv.RitualTemplate, params, c.GoalID)
-	if err != nil {
-		return Reply{}, err
-	}
-	if err := schemas.ValidateCommand("goal.create", body); err != nil {
-		return Reply{}, fromRitual(what, err)
-	}
-	var cg CreateGoal
-	if err := json.Unmarshal(body, &cg); err != nil {
-		return Reply{}, fromRitual(what, invalid("", "does not decode as goal.create: %v", err))
-	}
-	origin.ritual = &RitualRef{Name: rv.Name, Version: rv.Version}
+	what := fmt.Sprintf("ritual %s version %d", rendered.Ritual.Name, rendered.Ritual.Version)
+	ref := rendered.Ritual
+	origin.ritual = &ref
+	cg := *rendered.Goal
 	r, err := x.createGoalFrom(&cg, origin)
 	if err != nil {
 		return Reply{}, fromRitual(what, err)
 	}
 	return r, nil
+}
+
+// RenderRitual renders the ritual version run c names (in workspace ws of
+// w) with c's params: the goal.create it makes, as ritual.run would. The
+// service renders it before it seals the goal's payloads
+// (RunRitual.Rendered); an error is the refusal ritual.run would answer.
+func RenderRitual(w World, ws string, c *RunRitual) (*schemas.RenderedRitual, error) {
+	x := &tx{o: NewOverlay(w), m: Meta{Workspace: ws}}
+	return x.renderRitual(c)
+}
+
+func (x *tx) renderRitual(c *RunRitual) (*schemas.RenderedRitual, error) {
+	rv, err := x.ritualVersion(c.Name, c.Version)
+	if err != nil {
+		return nil, err
+	}
+	what := fmt.Sprintf("ritual %s version %d", rv.Name, rv.Version)
+	ps, err := schemas.CompileParams(rv.Parameters)
+	if err != nil {
+		return nil, invalid("/name", "%s: %s", what, wireMessage(err))
+	}
+	params, err := ps.Validate(c.Params)
+	if err != nil {
+		return nil, paramsRefused(what, err)
+	}
+	body, err := renderGoal(rv.RitualTemplate, params, c.GoalID)
+	if err != nil {
+		return nil, err
+	}
+	if err := schemas.ValidateCommand("goal.create", body); err != nil {
+		return nil, fromRitual(what, err)
+	}
+	var cg CreateGoal
+	if err := json.Unmarshal(body, &cg); err != nil {
+		return nil, fromRitual(what, invalid("", "does not decode as goal.create: %v", err))
+	}
+	return &schemas.RenderedRitual{Goal: &cg, Ritual: RitualRef{Name: rv.Name, Version: rv.Version}}, nil
 }
 
 // asDomainError returns err, a *schemas.Error (the refusal of a body its

@@ -137,6 +137,29 @@ func (p *privacy) seal(w domain.World, ws string, cmd domain.Command) error {
 		}
 		scope, err = taskScope(w, c.TaskID)
 		fields = append(fields, &c.Action, &c.Basis)
+	case *domain.CreateSchedule:
+		// The plan each slot's goal takes: its inputs are the workspace's
+		// (every slot's goal shares them).
+		var tasks []map[string]json.RawMessage
+		if json.Unmarshal(c.Tasks, &tasks) != nil {
+			return nil // refused by the domain, which says why
+		}
+		inputs := make([]json.RawMessage, len(tasks))
+		for i, t := range tasks {
+			inputs[i] = t["input"]
+			fields = append(fields, &inputs[i])
+		}
+		scope = eventstore.ScopeWorkspace
+		defer func() {
+			for i, t := range tasks {
+				if len(inputs[i]) > 0 {
+					t["input"] = inputs[i]
+				}
+			}
+			if b, err := json.Marshal(tasks); err == nil {
+				c.Tasks = b
+			}
+		}()
 	case *domain.DecideApproval:
 		// The signature covers the approval, the response and the
 		// digest: the comment may be sealed.
@@ -153,16 +176,39 @@ func (p *privacy) seal(w domain.World, ws string, cmd domain.Command) error {
 	case *domain.RecordVerification:
 		scope, err = taskScope(w, c.TaskID)
 		fields = append(fields, &c.Evidence)
-	case *domain.DelegateTask:
-		if c.Goal == nil {
+	case *domain.RunRitual:
+		// Rendered here, so that the payloads the params put in the goal
+		// are sealed (a rendering the domain would refuse is left to it).
+		r, rerr := domain.RenderRitual(w, ws, c)
+		if rerr != nil {
 			return nil
 		}
-		if c.Goal.Envelope.OwnKey() {
-			scope = eventstore.GoalScope(c.Goal.GoalID)
+		c.Rendered = r
+		scope = eventstore.ScopeWorkspace
+		if err = domain.DefaultPrivacy(w, ws, &r.Goal.Envelope); err == nil && r.Goal.Envelope.OwnKey() {
+			scope = eventstore.GoalScope(r.Goal.GoalID)
+		}
+		specs(r.Goal.Tasks)
+	case *domain.DelegateTask:
+		var g *domain.CreateGoal
+		switch {
+		case c.Goal != nil:
+			g = c.Goal
+		case c.Ritual != nil:
+			r, rerr := domain.RenderRitual(w, ws, c.Ritual)
+			if rerr != nil {
+				return nil
+			}
+			c.Ritual.Rendered, g = r, r.Goal
+		default:
+			return nil
+		}
+		if g.Envelope.OwnKey() {
+			scope = eventstore.GoalScope(g.GoalID)
 		} else {
 			scope, err = taskScope(w, c.TaskID)
 		}
-		specs(c.Goal.Tasks)
+		specs(g.Tasks)
 	default:
 		return nil
 	}

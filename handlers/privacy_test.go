@@ -332,3 +332,29 @@ func TestApprovalsOverSealedActions(t *testing.T) {
 		require.Zero(t, hits(t, dir, []byte(out.String()), m), "%s is stored in plaintext", m)
 	}
 }
+
+// A schedule's plan is sealed as it is stored, and read back opened; so is
+// what a ritual's params put in the goal it renders.
+func TestRitualsAndSchedulesAreSealed(t *testing.T) {
+	dir := t.TempDir()
+	var out servicetest.Output
+	st := encrypted(t, dir, &out)
+	c := st.Client("default")
+	c.Command(t, "schedule.create", map[string]any{"name": "nightly", "every": "24h", "goal": map[string]any{"title": "nightly"},
+		"tasks": []map[string]any{{"key": "export", "queue": "q", "input": map[string]string{"customer": "MARK-SCHEDULE-INPUT"}}}})
+	var s schemas.Schedule
+	c.Query(t, "schedule.get", schemas.Query{ID: "nightly"}, &s)
+	require.Contains(t, string(s.Tasks), "MARK-SCHEDULE-INPUT", "read back opened")
+
+	c.Command(t, "ritual.define", map[string]any{"name": "onboard",
+		"parameters": map[string]any{"type": "object", "properties": map[string]any{"customer": map[string]any{"type": "string"}}},
+		"goal":       map[string]any{"title": "onboard"},
+		"tasks":      []map[string]any{{"key": "create", "queue": "q", "input": map[string]any{"customer": "${customer}"}}}})
+	var run schemas.CommandResult
+	require.NoError(t, json.Unmarshal(c.Command(t, "ritual.run", map[string]any{"name": "onboard", "params": map[string]any{"customer": "MARK-RITUAL-PARAM"}}), &run))
+	require.JSONEq(t, `{"customer": "MARK-RITUAL-PARAM"}`, string(c.Task(t, run.Tasks[0].TaskID).Spec.Input), "rendered, read back opened")
+	st.Stop()
+	for _, m := range []string{"MARK-SCHEDULE-INPUT", "MARK-RITUAL-PARAM"} {
+		require.Zero(t, hits(t, dir, []byte(out.String()), m), m)
+	}
+}

@@ -40,6 +40,18 @@ type RunRitual struct {
 	Version uint64          `json:"version,omitempty"`
 	Params  json.RawMessage `json:"params,omitempty"`
 	GoalID  string          `json:"goal_id,omitempty"`
+
+	// Rendered is the goal the service rendered from the ritual's version
+	// before it sealed its payloads; the domain creates it as it would the
+	// one it renders. It is never read from, or written to, the wire.
+	Rendered *RenderedRitual `json:"-"`
+}
+
+// RenderedRitual is a ritual version rendered with a run's params: the
+// goal.create it makes, and the version it came from.
+type RenderedRitual struct {
+	Goal   *CreateGoal
+	Ritual RitualRef
 }
 
 // RitualRef names a version of a ritual: the one a goal was created from.
