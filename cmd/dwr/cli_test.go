@@ -247,7 +247,7 @@ func TestCLIShred(t *testing.T) {
 	url := st.URL
 	code, _, errs := run(t, url, "shred")
 	require.Equal(t, exitInvalid, code)
-	require.Contains(t, errs, "give --goal ID, or --all")
+	require.Contains(t, errs, "give --goal ID, or --workspace NAME (or --all)")
 	code, _, errs = run(t, url, "workspace", "set", "default", "--retain-ended", "-1s")
 	require.Equal(t, exitInvalid, code, errs)
 	code, out, errs := run(t, url, "workspace", "set", "default", "--retain-ended", "720h", "--json")
@@ -277,7 +277,7 @@ func TestCLIShred(t *testing.T) {
 	require.Contains(t, out, "goal "+id+" is cancelled")
 	_, out, _ = run(t, url, "task", "get", task)
 	require.Contains(t, out, `input: "[shredded]"`)
-	code, _, errs = run(t, url, "shred", "--all")
+	code, _, errs = run(t, url, "shred", "--workspace", "default")
 	require.Equal(t, 0, code, errs)
 	code, _, errs = run(t, url, "task", "create", "--queue", "q", "--input", "1")
 	require.Equal(t, exitConflict, code)
