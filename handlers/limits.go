@@ -1,7 +1,10 @@
 package handlers
 
 import (
+	"bytes"
+	"encoding/json"
 	"fmt"
+	"strings"
 	"sync"
 
 	"github.com/nats-io/nats.go/micro"
@@ -91,12 +94,34 @@ func (s *Service) async(req micro.Request, query bool, handle func(sender) []byt
 	s.asyncRespond(req, query, func(who sender) ([]byte, micro.Headers) { return handle(who), nil })
 }
 
+// respond sends reply to req: a refusal (a reply that is not OK) with the
+// headers of a micro service error (Nats-Service-Error, -Code) that name
+// it; the body is the reply all the same. (Not with req.Error: the reply
+// may leave after the endpoint's handler returned, and micro reads what
+// Error records when the handler returns, so `nats micro stats` cannot
+// count these.)
+func respond(req micro.Request, reply []byte, opts ...micro.RespondOpt) error {
+	if !bytes.HasPrefix(reply, []byte(`{"ok":false`)) {
+		return req.Respond(reply, opts...)
+	}
+	var r schemas.Reply
+	if err := json.Unmarshal(reply, &r); err != nil || r.Error == nil {
+		return req.Respond(reply, opts...)
+	}
+	desc := strings.Join(strings.Fields(r.Error.Message), " ") // one header line
+	if len(desc) > 256 {
+		desc = desc[:253] + "..."
+	}
+	return req.Respond(reply, append(opts, micro.WithHeaders(micro.Headers{
+		micro.ErrorHeader: {desc}, micro.ErrorCodeHeader: {r.Error.Code}}))...)
+}
+
 // asyncRespond is async for a reply with headers.
 func (s *Service) asyncRespond(req micro.Request, query bool, handle func(sender) ([]byte, micro.Headers)) {
 	who := senderOf(req.Headers()) // decoded once: admission and authorization share it
 	caller := who.key()
 	if refusal := s.admission.admit(caller, query); refusal != nil {
-		_ = req.Respond(refusal)
+		_ = respond(req, refusal)
 		return
 	}
 	go func() {
@@ -110,7 +135,7 @@ func (s *Service) asyncRespond(req micro.Request, query bool, handle func(sender
 		if h != nil {
 			opts = append(opts, micro.WithHeaders(h))
 		}
-		if err := req.Respond(reply, opts...); err != nil {
+		if err := respond(req, reply, opts...); err != nil {
 			s.cfg.Logger.Warn("handlers: a reply could not be sent", "subject", req.Subject(), "err", err)
 		}
 	}()

@@ -1027,7 +1027,7 @@ func (s *Service) startCommands() (micro.Service, error) {
 		subject := s.cfg.Prefix + ".cmd.*." + name
 		h := func(req micro.Request) {
 			if !s.holdsLease() { // a writer that has just lost its lease, before it stopped these endpoints
-				_ = req.Respond(errResponse(noWriter(time.Now(), s.cfg.LeaseTTL)))
+				_ = respond(req, errResponse(noWriter(time.Now(), s.cfg.LeaseTTL)))
 				return
 			}
 			s.async(req, false, func(who sender) []byte { return s.handleCommand(name, req, who) })

@@ -321,6 +321,37 @@ func TestCLIRotateMasterKey(t *testing.T) {
 	}
 }
 
+// dwr version, dwr goal cancel, and errors as JSON under --json.
+func TestCLIVersionGoalCancelAndJSONErrors(t *testing.T) {
+	url := cliServer(t)
+	code, out, errs := run(t, url, "version")
+	require.Equal(t, 0, code, errs)
+	require.Regexp(t, `^dwr \S+.*, go1\.\d+`, out)
+	var v map[string]any
+	runJSON(t, url, &v, "version")
+	require.NotEmpty(t, v["version"])
+
+	var goal map[string]any
+	runJSON(t, url, &goal, "goal", "create", "--title", "to cancel")
+	id := goal["id"].(string)
+	var cancelled map[string]any
+	runJSON(t, url, &cancelled, "goal", "cancel", id, "--reason", "not needed")
+	require.Equal(t, "cancelled", cancelled["state"])
+
+	code, out, errs = run(t, url, "goal", "cancel", id, "--json")
+	require.Equal(t, exitConflict, code)
+	require.Empty(t, out)
+	var e struct {
+		Error struct {
+			Message  string `json:"message"`
+			ExitCode int    `json:"exit_code"`
+		} `json:"error"`
+	}
+	require.NoError(t, json.Unmarshal([]byte(errs), &e), errs)
+	require.Equal(t, exitConflict, e.Error.ExitCode)
+	require.Contains(t, e.Error.Message, "already cancelled")
+}
+
 func TestCLIReviewDecidesAnInconclusiveTask(t *testing.T) {
 	url := cliServer(t)
 	var task map[string]any

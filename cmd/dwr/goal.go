@@ -49,7 +49,14 @@ func goalCmd(g *globals) *cobra.Command {
 		}, columns([]string{"ID", "STATE", "PLAN", "TASKS", "TITLE"}, func(v schemas.GoalView) []string {
 			return []string{v.ID, v.State, fmt.Sprint(v.PlanVersion), counts(v.Counts), v.Title}
 		}))
-	cmd.AddCommand(create, get, list)
+	var reason string
+	cancel := sendCmd(g, &cobra.Command{Use: "cancel ID [--reason R]", Short: "cancel a goal with its unfinished tasks (their running attempts are told to stop)",
+		Args: cobra.ExactArgs(1)}, "goal", nil,
+		func(ctx context.Context, cl *client.Client, args []string, id client.CallOption) (*client.Result, error) {
+			return cl.CancelGoal(ctx, args[0], reason, id)
+		})
+	cancel.Flags().StringVar(&reason, "reason", "", "why: recorded with the cancellation")
+	cmd.AddCommand(create, get, list, cancel)
 	return cmd
 }
 

@@ -84,7 +84,7 @@ func Main(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	pf.StringVar(&g.timeout, "timeout", "10s", "how long to wait for the service to answer")
 	root.AddCommand(serveCmd(), shredCmd(g), workspaceCmd(g), goalCmd(g), planCmd(g), taskCmd(g), eventsCmd(g), watchCmd(g),
 		adminCmd(g), schemaCmd(g), reviewCmd(g), signalCmd(g), benchCmd(g), workerCmd(g),
-		keysCmd(g), approvalsCmd(g), approveCmd(g), usersCmd(g), artifactCmd(g), ritualCmd(g), scheduleCmd(g))
+		keysCmd(g), approvalsCmd(g), approveCmd(g), usersCmd(g), artifactCmd(g), ritualCmd(g), scheduleCmd(g), versionCmd(g))
 	root.SetArgs(args)
 	root.SetOut(stdout)
 	root.SetErr(stderr)
@@ -93,11 +93,16 @@ func Main(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	if err == nil {
 		return exitOK
 	}
+	code, msg := exitInvalid, err.Error() // cobra's own errors: unknown flags, wrong arguments
 	var ce *cliError
 	if errors.As(err, &ce) {
-		fmt.Fprintln(stderr, "dwr:", ce.msg)
-		return ce.code
+		code, msg = ce.code, ce.msg
 	}
-	fmt.Fprintln(stderr, "dwr:", err)
-	return exitInvalid // cobra's own errors: unknown flags, wrong arguments
+	if g.json {
+		// A program reads the error as it reads a result.
+		_ = printJSON(stderr, map[string]any{"error": map[string]any{"message": msg, "exit_code": code}})
+		return code
+	}
+	fmt.Fprintln(stderr, "dwr:", msg)
+	return code
 }
