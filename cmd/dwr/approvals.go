@@ -61,7 +61,11 @@ func printApprovals(w io.Writer, vs []approvalView, withState bool, now time.Tim
 		if task == "" {
 			task = v.TaskID
 		}
-		row := []string{v.ID, task, dash(v.Role), dash(short(v.Summary, 50)), strings.Join(v.Responses, ","), expires(v.ExpiresAt, now)}
+		exp := "-" // a decided, expired or withdrawn approval expires no more
+		if v.State == domain.ApprovalStatePending {
+			exp = expires(v.ExpiresAt, now)
+		}
+		row := []string{v.ID, task, dash(v.Role), dash(short(v.Summary, 50)), strings.Join(v.Responses, ","), exp}
 		if withState {
 			row = append(row, v.State)
 		}

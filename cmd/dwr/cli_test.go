@@ -350,6 +350,10 @@ func TestCLIVersionGoalCancelAndJSONErrors(t *testing.T) {
 	require.NoError(t, json.Unmarshal([]byte(errs), &e), errs)
 	require.Equal(t, exitConflict, e.Error.ExitCode)
 	require.Contains(t, e.Error.Message, "already cancelled")
+
+	code, _, errs = run(t, url, "watch", "bad subject")
+	require.Equal(t, exitInvalid, code, "a bad filter is bad input, not a service down")
+	require.Contains(t, errs, "is not a subject filter")
 }
 
 func TestCLIReviewDecidesAnInconclusiveTask(t *testing.T) {

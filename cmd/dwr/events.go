@@ -3,10 +3,12 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"iter"
 
+	"github.com/nats-io/nats.go"
 	"github.com/spf13/cobra"
 
 	"github.com/dwr-run/dwr/executors/client"
@@ -60,6 +62,9 @@ func watchCmd(g *globals) *cobra.Command {
 				}
 				fmt.Fprintf(g.out, "%s  %-26s %-9s %s v%d  %s\n", e.Time.Local().Format("15:04:05.000"), e.Type, e.AggregateType, e.AggregateID, e.Version, short(string(e.Data), 80))
 			})
+			if errors.Is(err, nats.ErrBadSubject) {
+				return fail(exitInvalid, "%q is not a subject filter: use tokens separated by dots, * for one token and > for the rest, e.g. 'task.>'", filter)
+			}
 			if err != nil {
 				return fail(exitUnavailable, "subscribe: %v", cause(err))
 			}

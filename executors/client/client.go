@@ -135,7 +135,11 @@ func Lasting(log *slog.Logger, name string) Option {
 	return func(o *options) {
 		o.nats = append(o.nats, nats.MaxReconnects(-1), nats.IgnoreAuthErrorAbort(),
 			nats.ReconnectWait(LastingReconnectWait), nats.RetryOnFailedConnect(true),
-			nats.DisconnectErrHandler(func(_ *nats.Conn, err error) {
+			nats.DisconnectErrHandler(func(nc *nats.Conn, err error) {
+				if err == nil || nc.IsClosed() {
+					log.Info(name + ": disconnected from NATS") // a stop, not a loss
+					return
+				}
 				log.Warn(name+": disconnected from NATS; reconnecting", "err", err)
 			}),
 			nats.ReconnectHandler(func(nc *nats.Conn) { log.Info(name+": reconnected", "url", nc.ConnectedUrl()) }),
