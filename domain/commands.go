@@ -36,6 +36,10 @@ type Meta struct {
 	// not on one of them.
 	Executor bool
 	Queues   []string
+	// Body names the command as sent: "<name>:<digest of its body>". A
+	// command id sent again with another body is refused (the writer
+	// compares it with the first's); empty for the service's own commands.
+	Body string
 }
 
 // Key returns the command's idempotency key: CommandKey of its actor and id.

@@ -135,6 +135,9 @@ type CommandResult struct {
 	// Error, instead of Reply, is the error the command was refused with
 	// when the refusal itself was recorded in the commit, opaque JSON.
 	Error json.RawMessage `json:"error,omitempty"`
+	// Body names the command as it was sent, "<name>:<digest>"
+	// (domain.Meta.Body): the same id with another body is refused.
+	Body string `json:"body,omitempty"`
 }
 
 // commitWire is the stored shape of a Commit. The field order is the order

@@ -1084,7 +1084,7 @@ func (s *Service) handleCommand(name string, req micro.Request, who sender) []by
 	}
 	// The actor is who the NATS server authenticated, never a header.
 	m := domain.Meta{Workspace: ws, CommandID: h.Get(schemas.HeaderCommandID), Actor: p.name,
-		Authenticated: p.authenticated, CorrelationID: h.Get(schemas.HeaderCorrelationID)}
+		Authenticated: p.authenticated, CorrelationID: h.Get(schemas.HeaderCorrelationID), Body: bodyName(name, body)}
 	if p.member != nil && p.role == domain.RoleExecutor {
 		// The writer checks the queue again on the state it decides on
 		// (authorizeTask read the views, which may not hold the task yet).

@@ -2,6 +2,8 @@ package handlers
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"log/slog"
@@ -82,4 +84,16 @@ func pageResponse(seq uint64, result json.RawMessage, next string) []byte {
 func errResponse(w *schemas.Error) []byte {
 	b, _ := json.Marshal(schemas.Reply{OK: false, Error: w})
 	return b
+}
+
+// bodyName names a command as sent: its name and the digest of its body's
+// canonical JSON (the digest of the bytes when they do not canonicalize),
+// so that the same command sent again is known whatever its key order or
+// spacing, and another under the same id is not taken for it.
+func bodyName(name string, body []byte) string {
+	if c, err := schemas.CanonicalJSON(body); err == nil {
+		body = c
+	}
+	sum := sha256.Sum256(body)
+	return name + ":" + hex.EncodeToString(sum[:16])
 }

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -98,6 +99,10 @@ func (w *writer) Decide(items []*request) ([]eventstore.Event, []eventstore.Comm
 		key := it.meta.Key()
 		k := it.meta.Workspace + "/" + key
 		if j, ok := seen[k]; ok {
+			if other := items[j].meta.Body; otherBody(other, it.meta.Body) {
+				errs[i] = reusedID(it.meta, other, 0)
+				continue
+			}
 			errs[i] = &answered{same: j}
 			continue
 		}
@@ -106,6 +111,10 @@ func (w *writer) Decide(items []*request) ([]eventstore.Event, []eventstore.Comm
 			errs[i] = err
 			continue
 		} else if ok {
+			if otherBody(prev.Body, it.meta.Body) {
+				errs[i] = reusedID(it.meta, prev.Body, prev.Seq)
+				continue
+			}
 			out := outcomeOf(prev.Seq, prev.Reply, prev.Error)
 			errs[i] = &answered{out: &out, same: -1}
 			continue
@@ -156,10 +165,29 @@ func (w *writer) Decide(items []*request) ([]eventstore.Event, []eventstore.Comm
 			return w.redecideWithout(items, i, errs[i])
 		}
 		events = append(events, evs...)
-		results = append(results, eventstore.CommandResult{Workspace: m.Workspace, CommandID: m.CommandID, Actor: m.Actor, Reply: reply, Error: refusal})
+		results = append(results, eventstore.CommandResult{Workspace: m.Workspace, CommandID: m.CommandID, Actor: m.Actor, Reply: reply, Error: refusal,
+			Body: m.Body})
 	}
 	w.decided.events, w.decided.final = events, o.Touched()
 	return events, results, errs
+}
+
+// otherBody reports whether a command id's first command, first, and a
+// command sent again under it, again, differ (both named: the service's
+// own commands, and those of records made before bodies were, are not).
+func otherBody(first, again string) bool { return first != "" && again != "" && first != again }
+
+// reusedID refuses a command sent under the id of another command, first
+// (committed at seq; 0 when it is in the same batch).
+func reusedID(m domain.Meta, first string, seq uint64) error {
+	name, _, _ := strings.Cut(first, ":")
+	where := "in the same batch"
+	if seq > 0 {
+		where = fmt.Sprintf("at log sequence %d", seq)
+	}
+	return &domain.Error{Code: domain.CodeConflict, Message: fmt.Sprintf(
+		"command id %s was used before for another command (%s, %s): a command id names one command; send this one under a new id",
+		m.CommandID, name, where)}
 }
 
 // redecideWithout decides the batch again with item bad refused up front.

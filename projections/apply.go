@@ -113,7 +113,7 @@ func (s *Store) apply(seq uint64, c *eventstore.Commit, decided bool, final *dom
 				continue // the first outcome stands
 			}
 		}
-		v, _ := json.Marshal(CommandOutcome{Seq: seq, Reply: r.Reply, Error: r.Error})
+		v, _ := json.Marshal(CommandOutcome{Seq: seq, Reply: r.Reply, Error: r.Error, Body: r.Body})
 		if err := b.Set(k, v, nil); err != nil {
 			return err
 		}

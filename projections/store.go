@@ -584,6 +584,7 @@ type CommandOutcome struct {
 	Seq   uint64          `json:"seq"`
 	Reply json.RawMessage `json:"reply"`
 	Error json.RawMessage `json:"error,omitempty"` // the recorded refusal, instead of a reply
+	Body  string          `json:"body,omitempty"`  // the command as sent, "<name>:<digest>"
 }
 
 // Command returns the first outcome of the command with idempotency key

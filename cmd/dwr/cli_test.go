@@ -84,8 +84,11 @@ func TestCLITour(t *testing.T) {
 	runJSON(t, url, &goal, "goal", "create", "--title", "Onboard ACME", "--criterion", "account exists", "--command-id", "g-1")
 	require.Equal(t, "open", goal["state"])
 	var again map[string]any
-	runJSON(t, url, &again, "goal", "create", "--title", "Onboard ACME", "--command-id", "g-1")
+	runJSON(t, url, &again, "goal", "create", "--title", "Onboard ACME", "--criterion", "account exists", "--command-id", "g-1")
 	require.Equal(t, goal["id"], again["id"], "the same command id returns the first outcome")
+	code, _, errs0 := run(t, url, "goal", "create", "--title", "Onboard ACME", "--command-id", "g-1")
+	require.Equal(t, exitConflict, code, "the same id for another command is refused")
+	require.Contains(t, errs0, "command id g-1 was used before for another command (goal.create")
 
 	plan := filepath.Join(t.TempDir(), "plan.yaml")
 	require.NoError(t, os.WriteFile(plan, []byte(`tasks:
