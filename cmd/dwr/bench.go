@@ -17,7 +17,7 @@ func benchCmd(g *globals) *cobra.Command {
 	cmd := reportCmd(g, "bench", "measure the durable write path: one message per event vs group commit, and the disk's fsync", bench.Method,
 		func(ctx context.Context, cmd *cobra.Command, progress io.Writer) (*bench.Report, error) {
 			if !cmd.Flags().Changed("modes") {
-				o.Modes = nil // both, unless --compare-auth
+				o.Modes = nil // both, unless comparing
 			}
 			return bench.Run(ctx, o, progress)
 		}, bench.Print)
@@ -31,7 +31,10 @@ func benchCmd(g *globals) *cobra.Command {
 	f.StringVar(&o.CPUProfile, "cpuprofile", "", "write a CPU profile of the whole run (server, service and clients) to this file")
 	f.BoolVar(&o.Auth, "auth", true, "run the service closed, as dwr serve does (--auth=false: open, without accounts or credentials)")
 	f.BoolVar(&o.CompareAuth, "compare-auth", false, "run group mode closed and open, alternating in --rounds rounds, and print the cost of authentication")
-	f.IntVar(&o.Rounds, "rounds", 3, "with --compare-auth: rounds, each measuring every level closed and open (the order swapped each round)")
+	f.IntVar(&o.Rounds, "rounds", 3, "with --compare-auth or --compare-encryption: rounds, each measuring every level both ways (the order swapped each round)")
+	f.BoolVar(&o.Plain, "plain", false, "run the service without encryption (payloads stored as sent); by default it seals them, as dwr serve does")
+	f.BoolVar(&o.CompareEncryption, "compare-encryption", false, "run group mode with payloads sealed and plain, alternating in --rounds rounds, and print the cost of encryption (give --payload-bytes: goal.create carries no payload otherwise)")
+	f.IntVar(&o.PayloadBytes, "payload-bytes", 0, "make each goal.create carry a plan of one task whose input holds this many bytes (0: none)")
 	cmd.AddCommand(benchChainCmd(g))
 	return cmd
 }

@@ -63,6 +63,16 @@ type Options struct {
 	// Rounds rounds, and reports the cost of authentication.
 	CompareAuth bool
 	Rounds      int
+	// Plain runs the service without encryption; by default it seals
+	// payloads, as dwr serve does.
+	Plain bool
+	// CompareEncryption runs every group cell with payloads sealed and
+	// plain, alternating in Rounds rounds, and reports the cost of
+	// encryption (with PayloadBytes, or there is nothing to seal).
+	CompareEncryption bool
+	// PayloadBytes, when positive, makes each goal.create carry a plan of
+	// one task whose input holds that many bytes: a payload to seal.
+	PayloadBytes int
 }
 
 // Report is everything one run measured; `dwr bench --json` prints it as
@@ -89,6 +99,13 @@ type Report struct {
 	// AuthCost is, when comparing, the cost of authentication at each
 	// level: the group cells closed ÷ open, round by round.
 	AuthCost []AuthCost `json:"auth_cost,omitempty"`
+	// Encryption is how the service stored payloads: sealed, plain, or
+	// compare; PayloadBytes the size of each goal's task input.
+	Encryption   string `json:"encryption"`
+	PayloadBytes int    `json:"payload_bytes,omitempty"`
+	// EncryptionCost is, when comparing encryption, its cost at each
+	// level: sealed ÷ plain, round by round.
+	EncryptionCost []AuthCost `json:"encryption_cost,omitempty"`
 }
 
 // FsyncCell is the reference: what the disk alone does.
@@ -105,8 +122,9 @@ type FsyncCell struct {
 type Cell struct {
 	Mode string `json:"mode"`
 	// Auth is how the service ran in group mode: closed or open (the
-	// baseline has no service).
-	Auth string `json:"auth,omitempty"`
+	// baseline has no service); Encryption how it stored payloads.
+	Auth       string `json:"auth,omitempty"`
+	Encryption string `json:"encryption,omitempty"`
 	// Round is the cell's round (from 1) when comparing.
 	Round      int     `json:"round,omitempty"`
 	Clients    int     `json:"clients"`
@@ -159,9 +177,15 @@ func (o *Options) validate() error {
 			return fmt.Errorf("--modes: unknown mode %q (baseline, group)", m)
 		}
 	}
-	if o.CompareAuth {
+	if o.CompareAuth && o.CompareEncryption {
+		return errors.New("compare one thing at a time: --compare-auth or --compare-encryption")
+	}
+	if o.PayloadBytes < 0 || o.PayloadBytes > 200<<10 {
+		return errors.New("--payload-bytes must be 0 to 204800 (a task input holds at most 256 KiB)")
+	}
+	if o.CompareAuth || o.CompareEncryption {
 		if o.Modes != nil && !slices.Equal(o.Modes, []string{ModeGroup}) {
-			return errors.New("--compare-auth measures group mode only (the baseline has no service to authenticate): leave --modes out")
+			return errors.New("--compare-auth and --compare-encryption measure group mode only (the baseline has no service): leave --modes out")
 		}
 		o.Modes = []string{ModeGroup}
 		if o.Rounds < 1 {
@@ -190,7 +214,7 @@ func Run(ctx context.Context, o Options, progress io.Writer) (*Report, error) {
 	}
 	rep := &Report{Started: time.Now().UTC().Round(time.Second), Go: runtime.Version(), OS: runtime.GOOS,
 		Arch: runtime.GOARCH, CPUs: runtime.NumCPU(), Dir: o.Dir, Duration: o.Duration.String(), Warmup: o.Warmup.String(),
-		Auth: authName(!o.Auth)}
+		Auth: authName(!o.Auth), Encryption: encryptionName(o.Plain), PayloadBytes: o.PayloadBytes}
 	logf := func(format string, args ...any) { _, _ = fmt.Fprintf(progress, "bench: "+format+"\n", args...) }
 	rep.LoadAvg[0] = loadAvg()
 	if rep.LoadAvg[0] > float64(rep.CPUs)/2 {
@@ -211,10 +235,11 @@ func Run(ctx context.Context, o Options, progress io.Writer) (*Report, error) {
 	rep.Fsync = fs
 	logf("  %.0f fsyncs/s, p50 %.3f ms", fs.PerSecond, fs.P50)
 
-	cell := func(mode string, n int, open bool, round int) error {
+	cell := func(mode string, n int, s setup, round int) error {
+		open := s.open
 		auth := ""
 		if mode == ModeGroup {
-			auth = ", " + authName(open)
+			auth = ", " + authName(open) + ", " + encryptionName(s.plain)
 		}
 		if round > 0 {
 			logf("round %d: %s%s, %d clients: %s warm-up + %s", round, mode, auth, n, o.Warmup, o.Duration)
@@ -225,32 +250,45 @@ func Run(ctx context.Context, o Options, progress io.Writer) (*Report, error) {
 			if mode == ModeBaseline {
 				return benchBaseline(ctx, dir, n, o.Warmup, o.Duration, progress)
 			}
-			return benchGroup(ctx, dir, n, open, o.Warmup, o.Duration, progress)
+			return benchGroup(ctx, dir, n, s, o.PayloadBytes, o.Warmup, o.Duration, progress)
 		})
 		if err != nil {
 			return fmt.Errorf("%s%s with %d clients: %w", mode, auth, n, err)
 		}
 		c.Round = round
+		if mode == ModeGroup {
+			c.Encryption = encryptionName(s.plain)
+		}
 		rep.Cells = append(rep.Cells, *c)
 		logf("  %.0f ops/s, p50 %.2f ms, p99 %.2f ms, batch %.1f, CPU %.0f µs/op", c.OpsPerSec, c.P50, c.P99, c.Batch, c.CPUPerOp)
 		return nil
 	}
-	if o.CompareAuth {
-		rep.Auth, rep.Rounds = AuthCompare, o.Rounds
+	if o.CompareAuth || o.CompareEncryption {
+		rep.Rounds = o.Rounds
+		if o.CompareAuth {
+			rep.Auth = AuthCompare
+		} else {
+			rep.Encryption = AuthCompare
+		}
 		for r := range o.Rounds {
 			for _, n := range o.Clients {
-				for _, open := range authOrder(r) {
-					if err := cell(ModeGroup, n, open, r+1); err != nil {
+				for _, b := range authOrder(r) { // b: the variant without what is measured
+					s := setup{open: !o.Auth || (o.CompareAuth && b), plain: o.Plain || (o.CompareEncryption && b)}
+					if err := cell(ModeGroup, n, s, r+1); err != nil {
 						return nil, err
 					}
 				}
 			}
 		}
-		rep.AuthCost = benchAuthCost(rep, o.Clients)
+		if o.CompareAuth {
+			rep.AuthCost = benchAuthCost(rep, o.Clients, func(c Cell) bool { return c.Auth == AuthOpen })
+		} else {
+			rep.EncryptionCost = benchAuthCost(rep, o.Clients, func(c Cell) bool { return c.Encryption == EncryptionPlain })
+		}
 	} else {
 		for _, mode := range o.Modes {
 			for _, n := range o.Clients {
-				if err := cell(mode, n, !o.Auth, 0); err != nil {
+				if err := cell(mode, n, setup{open: !o.Auth, plain: o.Plain}, 0); err != nil {
 					return nil, err
 				}
 			}
@@ -287,13 +325,18 @@ func ratios(rep *Report, levels []int) Ratios {
 	return r
 }
 
-// benchAuthCost pairs each level's closed and open group cells of the same
-// round.
-func benchAuthCost(rep *Report, levels []int) []AuthCost {
+// benchAuthCost pairs each level's group cells with and without what is
+// measured (without: the cells b reports) of the same round: with ÷
+// without.
+func benchAuthCost(rep *Report, levels []int, b func(Cell) bool) []AuthCost {
 	var out []AuthCost
 	for _, n := range levels {
 		pairs := pairRounds(rep.Rounds, rep.Cells, func(c Cell) (int, string, figures, bool) {
-			return c.Round, c.Auth, figures{perS: c.OpsPerSec, p50: c.P50, p99: c.P99, cpu: c.CPUPerOp},
+			variant := AuthClosed
+			if b(c) {
+				variant = AuthOpen // pairRounds puts it second: the denominator
+			}
+			return c.Round, variant, figures{perS: c.OpsPerSec, p50: c.P50, p99: c.P99, cpu: c.CPUPerOp},
 				c.Mode == ModeGroup && c.Clients == n
 		})
 		load := fmt.Sprintf("%d clients", n)
@@ -478,8 +521,9 @@ func benchBaseline(ctx context.Context, dir string, clients int, warm, dur time.
 
 // benchGroup measures the real command path: the whole service in-process,
 // each client sending goal.create requests with fresh command ids.
-func benchGroup(ctx context.Context, dir string, clients int, open bool, warm, dur time.Duration, progress io.Writer) (*Cell, error) {
-	bs, err := startService(ctx, dir, setup{open: open}, progress)
+func benchGroup(ctx context.Context, dir string, clients int, s setup, payload int, warm, dur time.Duration, progress io.Writer) (*Cell, error) {
+	open := s.open
+	bs, err := startService(ctx, dir, s, progress)
 	if err != nil {
 		return nil, err
 	}
@@ -492,6 +536,10 @@ func benchGroup(ctx context.Context, dir string, clients int, open bool, warm, d
 	}
 	defer closeConns()
 	body := []byte(`{"title":"bench goal","description":"a goal created by dwr bench"}`)
+	if payload > 0 {
+		body = []byte(`{"title":"bench goal","description":"a goal created by dwr bench","tasks":[{"key":"t","queue":"bench","input":"` +
+			strings.Repeat("x", payload) + `"}]}`)
+	}
 	ops := make([]func() error, clients)
 	for i := range clients {
 		cl := cls[i]
@@ -656,13 +704,19 @@ func (rep *Report) Err() error {
 // Print prints the report for people: a table and the ratios.
 func Print(w io.Writer, rep *Report) error {
 	var b strings.Builder
-	auth := "service " + rep.Auth
-	if rep.Auth == AuthCompare {
-		auth = fmt.Sprintf("service closed and open alternating, %d rounds", rep.Rounds)
+	auth := "service " + rep.Auth + ", payloads " + rep.Encryption
+	switch {
+	case rep.Auth == AuthCompare:
+		auth = fmt.Sprintf("service closed and open alternating, %d rounds, payloads %s", rep.Rounds, rep.Encryption)
+	case rep.Encryption == AuthCompare:
+		auth = fmt.Sprintf("service %s, payloads sealed and plain alternating, %d rounds", rep.Auth, rep.Rounds)
+	}
+	if rep.PayloadBytes > 0 {
+		auth += fmt.Sprintf(", a %d-byte task input in each goal.create", rep.PayloadBytes)
 	}
 	fmt.Fprintf(&b, "dwr bench: %s, %s/%s, %d CPUs (load %.2f → %.2f), %s per cell after %s warm-up, %s, in %s\n\n",
 		rep.Go, rep.OS, rep.Arch, rep.CPUs, rep.LoadAvg[0], rep.LoadAvg[1], rep.Duration, rep.Warmup, auth, rep.Dir)
-	compare := rep.Auth == AuthCompare
+	compare := rep.Auth == AuthCompare || rep.Encryption == AuthCompare
 	var rows [][]string
 	if f := rep.Fsync; f != nil {
 		row := []string{"fsync (disk alone)", "-", thousands(f.PerSecond), ms(f.P50), ms(f.P99), "-", "-"}
@@ -678,7 +732,7 @@ func Print(w io.Writer, rep *Report) error {
 	for _, c := range rep.Cells {
 		name := "baseline: 1 msg/event"
 		if c.Mode == ModeGroup {
-			name = "group commit (dwr, " + c.Auth + ")"
+			name = "group commit (dwr, " + c.Auth + ", " + c.Encryption + ")"
 		}
 		row := []string{name, strconv.Itoa(c.Clients), thousands(c.OpsPerSec), ms(c.P50), ms(c.P99),
 			strconv.FormatFloat(c.Batch, 'f', 1, 64), thousands(c.CPUPerOp)}
@@ -701,6 +755,9 @@ func Print(w io.Writer, rep *Report) error {
 		return err
 	}
 	if err := printAuthCost(&b, "OPS/S", "CPU/OP", rep.AuthCost); err != nil {
+		return err
+	}
+	if err := printCost(&b, "the cost of encryption: sealed ÷ plain", "OPS/S", "CPU/OP", rep.EncryptionCost); err != nil {
 		return err
 	}
 	b.WriteString("\n")

@@ -49,11 +49,29 @@ func TestBenchEndToEnd(t *testing.T) {
 	require.Positive(t, rep.Ratios.GroupOverBaseline)
 	require.Equal(t, 1, rep.Ratios.LatencyClients)
 	require.Positive(t, rep.Ratios.GroupP50OverFsyncP50)
-	require.Contains(t, progress, "group, closed, 4 clients", "progress on stderr")
+	require.Contains(t, progress, "group, closed, sealed, 4 clients", "progress on stderr")
 
 	human := printed(t, Print, rep)
-	require.Contains(t, human, "group commit (dwr, closed)")
+	require.Contains(t, human, "group commit (dwr, closed, sealed)")
 	require.Contains(t, human, "summary: group commit ÷ baseline ops/s at 4 clients")
+}
+
+// TestBenchCompareEncryption runs group mode, each goal.create carrying a
+// task input to seal, with payloads sealed and plain alternating in two
+// rounds, and pairs them: the cost of encryption.
+func TestBenchCompareEncryption(t *testing.T) {
+	rep, _ := mustRun(t, Run, Options{Clients: []int{2}, Duration: 200 * time.Millisecond, Warmup: -1, Fsyncs: 50,
+		Dir: t.TempDir(), Auth: true, CompareEncryption: true, PayloadBytes: 512, Rounds: 2})
+	require.Equal(t, AuthCompare, rep.Encryption)
+	var order []string
+	for _, c := range rep.Cells {
+		require.Zero(t, c.Errors, c.FirstError)
+		order = append(order, fmt.Sprintf("%d/%s/%s", c.Round, c.Auth, c.Encryption))
+	}
+	require.Equal(t, []string{"1/closed/sealed", "1/closed/plain", "2/closed/plain", "2/closed/sealed"}, order)
+	require.Len(t, rep.EncryptionCost, 1)
+	require.Len(t, rep.EncryptionCost[0].CPU.Rounds, 2)
+	require.Contains(t, printed(t, Print, rep), "the cost of encryption: sealed ÷ plain")
 }
 
 // TestBenchCompareAuth runs group mode closed and open, alternating in two
@@ -86,7 +104,7 @@ func TestBenchCompareAuth(t *testing.T) {
 	}
 	human := printed(t, Print, rep)
 	require.Contains(t, human, "the cost of authentication: closed ÷ open")
-	require.Contains(t, human, "group commit (dwr, open)")
+	require.Contains(t, human, "group commit (dwr, open, sealed)")
 }
 
 func TestCostOf(t *testing.T) {
@@ -154,7 +172,7 @@ func TestBenchRejectsBadOptions(t *testing.T) {
 		{func(o *Options) { o.Clients = []int{0} }, "--clients: 0 is not in 1..4096"},
 		{func(o *Options) { o.Duration = 0 }, "--duration must be positive"},
 		{func(o *Options) { o.Modes = []string{"nope"} }, `--modes: unknown mode "nope"`},
-		{func(o *Options) { o.CompareAuth, o.Modes = true, []string{ModeBaseline, ModeGroup} }, "--compare-auth measures group mode only"},
+		{func(o *Options) { o.CompareAuth, o.Modes = true, []string{ModeBaseline, ModeGroup} }, "--compare-auth and --compare-encryption measure group mode only"},
 		{func(o *Options) { o.CompareAuth, o.Rounds = true, 0 }, "--rounds must be at least 1"},
 	} {
 		o := ok
