@@ -23,7 +23,7 @@ func TestBenchCommands(t *testing.T) {
 	require.NoError(t, json.Unmarshal(out.Bytes(), &rep), out.String())
 	require.Len(t, rep.Cells, 2)
 	require.Equal(t, bench.AuthClosed, rep.Auth)
-	require.Contains(t, errb.String(), "group, closed, 1 clients", "progress on stderr")
+	require.Contains(t, errb.String(), "group, closed, sealed, 1 clients", "progress on stderr")
 
 	out.Reset()
 	code = Main([]string{"bench", "chain3", "--chains", "2", "--single", "1", "--workers", "1", "--concurrency", "2",

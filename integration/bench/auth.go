@@ -20,6 +20,29 @@ const (
 	EncryptionPlain  = "plain"
 )
 
+// comparison is what a run compares, if anything: authentication
+// (closed ÷ open) or encryption (sealed ÷ plain), with how the service
+// otherwise runs.
+type comparison struct {
+	auth, encryption bool // what is compared
+	closed, plain    bool // how the service runs otherwise
+}
+
+// setup is how a run of the comparison's runs: b, the variant without what
+// is measured (open, or plain).
+func (c comparison) setup(b bool) setup {
+	return setup{open: !c.closed || (c.auth && b), plain: c.plain || (c.encryption && b)}
+}
+
+// mark names what is compared in a report's auth and encryption.
+func (c comparison) mark(auth, encryption *string) {
+	if c.auth {
+		*auth = AuthCompare
+	} else {
+		*encryption = AuthCompare
+	}
+}
+
 func encryptionName(plain bool) string {
 	if plain {
 		return EncryptionPlain

@@ -264,17 +264,13 @@ func Run(ctx context.Context, o Options, progress io.Writer) (*Report, error) {
 		return nil
 	}
 	if o.CompareAuth || o.CompareEncryption {
+		cmp := comparison{auth: o.CompareAuth, encryption: o.CompareEncryption, closed: o.Auth, plain: o.Plain}
 		rep.Rounds = o.Rounds
-		if o.CompareAuth {
-			rep.Auth = AuthCompare
-		} else {
-			rep.Encryption = AuthCompare
-		}
+		cmp.mark(&rep.Auth, &rep.Encryption)
 		for r := range o.Rounds {
 			for _, n := range o.Clients {
-				for _, b := range authOrder(r) { // b: the variant without what is measured
-					s := setup{open: !o.Auth || (o.CompareAuth && b), plain: o.Plain || (o.CompareEncryption && b)}
-					if err := cell(ModeGroup, n, s, r+1); err != nil {
+				for _, b := range authOrder(r) {
+					if err := cell(ModeGroup, n, cmp.setup(b), r+1); err != nil {
 						return nil, err
 					}
 				}

@@ -198,12 +198,9 @@ func RunChain(ctx context.Context, o ChainOptions, progress io.Writer) (*ChainRe
 		return c, nil
 	}
 	if o.CompareAuth || o.CompareEncryption {
+		cmp := comparison{auth: o.CompareAuth, encryption: o.CompareEncryption, closed: o.Auth, plain: o.Plain}
 		rep.Rounds = o.Rounds
-		if o.CompareAuth {
-			rep.Auth = AuthCompare
-		} else {
-			rep.Encryption = AuthCompare
-		}
+		cmp.mark(&rep.Auth, &rep.Encryption)
 		type load struct {
 			n      int
 			single bool
@@ -217,9 +214,8 @@ func RunChain(ctx context.Context, o ChainOptions, progress io.Writer) (*ChainRe
 		}
 		for r := range o.Rounds {
 			for _, l := range loads {
-				for _, b := range authOrder(r) { // b: the variant without what is measured
-					s := setup{open: !o.Auth || (o.CompareAuth && b), plain: o.Plain || (o.CompareEncryption && b)}
-					c, err := run(l.n, l.single, s, r+1)
+				for _, b := range authOrder(r) {
+					c, err := run(l.n, l.single, cmp.setup(b), r+1)
 					if err != nil {
 						return nil, err
 					}
