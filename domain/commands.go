@@ -85,6 +85,8 @@ type (
 	CreateTask = schemas.CreateTask
 	// CancelTask cancels a task that has not ended.
 	CancelTask = schemas.CancelTask
+	// RetryTask gives a failed or rejected task a new attempt.
+	RetryTask = schemas.RetryTask
 	// SaveCheckpoint saves the current attempt's checkpoint.
 	SaveCheckpoint = schemas.SaveCheckpoint
 	// ReportSuccess reports the current attempt's result.
@@ -191,6 +193,7 @@ var commandTypes = map[string]func() Command{
 	"plan.submit":           func() Command { return &SubmitPlan{} },
 	"task.create":           func() Command { return &CreateTask{} },
 	"task.cancel":           func() Command { return &CancelTask{} },
+	"task.retry":            func() Command { return &RetryTask{} },
 	"task.claim":            func() Command { return &ClaimTask{} },
 	"task.checkpoint":       func() Command { return &SaveCheckpoint{} },
 	"task.succeed":          func() Command { return &ReportSuccess{} },

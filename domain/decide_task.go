@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/dwr-run/dwr/schemas"
@@ -60,6 +61,123 @@ func (x *tx) cancelTask(c *CancelTask) (Reply, error) {
 		return Reply{}, conflict("task %s is already %s", t.ID, t.State)
 	}
 	return x.emitReply(t.ID, &TaskCancelled{Reason: c.Reason})
+}
+
+// retryTask gives a failed or rejected task a new attempt (its retry
+// policy afresh), waits its dependents that failed because of it for it
+// again, and reopens its goal when that had failed. A task that failed
+// because a dependency did not succeed is retried through that dependency;
+// a goal that was cancelled, shredded or is over its budget (its deadline
+// among it) is not reopened.
+func (x *tx) retryTask(c *RetryTask) (Reply, error) {
+	t, dup, err := x.commandTask(c.TaskID)
+	if err != nil || dup {
+		return duplicateOr(t, err)
+	}
+	if err := checkText("/reason", c.Reason, MaxReason, false); err != nil {
+		return Reply{}, err
+	}
+	if t.State != StateFailed && t.State != StateRejected {
+		return Reply{}, conflict("task %s is %s: only a failed or rejected task can be retried", t.ID, t.State)
+	}
+	if t.Reason == ReasonDependencyFailed {
+		return Reply{}, conflict("task %s failed because a dependency did not succeed: retry the dependency (%s), and this task waits for it again",
+			t.ID, strings.Join(x.unaccepted(t), ", "))
+	}
+	if w, err := x.o.Workspace(t.Workspace); err != nil {
+		return Reply{}, err
+	} else if w != nil && w.Shredded {
+		return Reply{}, conflict("workspace %s was shredded: its work cannot run again", t.Workspace)
+	}
+	var reopen *Goal
+	if t.GoalID != "" {
+		g, err := x.goal(t.GoalID, "/task_id")
+		if err != nil {
+			return Reply{}, err
+		}
+		if reopen, err = x.retryableGoal(g, t); err != nil {
+			return Reply{}, err
+		}
+	}
+	if err := x.emit(t.ID, &TaskRetried{State: StateReady, Reason: c.Reason}); err != nil {
+		return Reply{}, err
+	}
+	if err := x.waitDependentsAgain(t.ID); err != nil {
+		return Reply{}, err
+	}
+	if reopen != nil {
+		if err := x.emit(reopen.ID, &GoalReopened{TaskID: t.ID, Reason: c.Reason}); err != nil {
+			return Reply{}, err
+		}
+	}
+	return x.after(t.ID)
+}
+
+// retryableGoal refuses a retry of task t that goal g cannot take, and
+// returns g when the retry reopens it (it had failed).
+func (x *tx) retryableGoal(g *Goal, t *Task) (*Goal, error) {
+	switch {
+	case g.Shredded:
+		return nil, conflict("goal %s was shredded: its work cannot run again", g.ID)
+	case g.State == GoalStateCancelled:
+		return nil, conflict("goal %s was cancelled: its tasks cannot be retried", g.ID)
+	case !slices.ContainsFunc(g.Plan, func(pt PlanTask) bool { return pt.TaskID == t.ID }):
+		return nil, conflict("task %s is no longer in goal %s's plan (version %d): submit a plan that has it again", t.ID, g.ID, g.PlanVersion)
+	}
+	why, err := x.goalOverBudget(g)
+	if err != nil {
+		return nil, err
+	}
+	if why != "" {
+		return nil, conflict("goal %s cannot run more work: %s", g.ID, why)
+	}
+	if g.State == GoalStateFailed {
+		return g, nil
+	}
+	return nil, nil
+}
+
+// unaccepted returns the dependencies of t that have ended without being
+// accepted.
+func (x *tx) unaccepted(t *Task) []string {
+	var ids []string
+	for _, d := range t.DependsOn {
+		if dt, err := x.o.Task(d); err == nil && dt != nil && Terminal(dt.State) && dt.State != StateAccepted {
+			ids = append(ids, d)
+		}
+	}
+	return ids
+}
+
+// waitDependentsAgain makes pending again each task that failed because task
+// id, or a task so made pending, did not succeed — once none of its
+// dependencies has ended unaccepted, so that it can still run.
+func (x *tx) waitDependentsAgain(id string) error {
+	frontier := []string{id}
+	for changed := true; changed; {
+		changed = false
+		for i := 0; i < len(frontier); i++ {
+			deps, err := x.o.Dependents(frontier[i])
+			if err != nil {
+				return err
+			}
+			for _, d := range deps {
+				dt, err := x.o.Task(d)
+				if err != nil {
+					return err
+				}
+				if dt == nil || dt.State != StateFailed || dt.Reason != ReasonDependencyFailed || len(x.unaccepted(dt)) > 0 {
+					continue
+				}
+				if err := x.emit(d, &TaskRetried{State: StatePending, Retried: id}); err != nil {
+					return err
+				}
+				frontier = append(frontier, d)
+				changed = true
+			}
+		}
+	}
+	return nil
 }
 
 func (x *tx) claimTask(c *ClaimTask) (Reply, error) {

@@ -177,6 +177,20 @@ func (*TaskCancelled) EventType() string { return "task.cancelled" }
 func (*TaskCancelled) AggregateType() string { return AggTask }
 func (*TaskCancelled) isEvent()              {}
 
+// EventType returns "task.retried".
+func (*TaskRetried) EventType() string { return "task.retried" }
+
+// AggregateType returns AggTask.
+func (*TaskRetried) AggregateType() string { return AggTask }
+func (*TaskRetried) isEvent()              {}
+
+// EventType returns "goal.reopened".
+func (*GoalReopened) EventType() string { return "goal.reopened" }
+
+// AggregateType returns AggGoal.
+func (*GoalReopened) AggregateType() string { return AggGoal }
+func (*GoalReopened) isEvent()              {}
+
 // EventType returns "task.approval_requested".
 func (*ApprovalRequested) EventType() string { return "task.approval_requested" }
 

@@ -375,6 +375,24 @@ type TaskCancelled struct {
 	Reason string `json:"reason,omitempty"`
 }
 
+// TaskRetried takes a failed or rejected task out of its end: State is
+// ready for the task retried (task.retry; its retry policy counts the
+// attempts after this one's from then on), pending for each task that had
+// failed because it did not succeed.
+type TaskRetried struct {
+	State  string `json:"state"`
+	Reason string `json:"reason,omitempty"`
+	// Retried is the task that task.retry named, on a dependent.
+	Retried string `json:"retried,omitempty"`
+}
+
+// GoalReopened: a task of the failed goal was retried (task.retry), so the
+// goal is open again.
+type GoalReopened struct {
+	TaskID string `json:"task_id"`
+	Reason string `json:"reason,omitempty"`
+}
+
 var eventTypes = map[string]func() Event{
 	"workspace.created":             func() Event { return &WorkspaceCreated{} },
 	"goal.created":                  func() Event { return &GoalCreated{} },
@@ -415,6 +433,8 @@ var eventTypes = map[string]func() Event{
 	"task.rejected":                 func() Event { return &TaskRejected{} },
 	"task.failed":                   func() Event { return &TaskFailed{} },
 	"task.cancelled":                func() Event { return &TaskCancelled{} },
+	"task.retried":                  func() Event { return &TaskRetried{} },
+	"goal.reopened":                 func() Event { return &GoalReopened{} },
 	"ritual.defined":                func() Event { return &RitualDefined{} },
 	"schedule.created":              func() Event { return &ScheduleCreated{} },
 	"schedule.paused":               func() Event { return &SchedulePaused{} },

@@ -85,6 +85,8 @@ func (x *tx) decide(cmd Command) (Reply, error) {
 		return x.createTask(c)
 	case *CancelTask:
 		return x.cancelTask(c)
+	case *RetryTask:
+		return x.retryTask(c)
 	case *ClaimTask:
 		return x.claimTask(c)
 	case *SaveCheckpoint:
@@ -343,10 +345,10 @@ func (x *tx) create(id string, created *TaskCreated, depsOpen bool) error {
 }
 
 // spent counts the attempts that used up the retry budget: failed, abandoned,
-// and succeeded but failed verification.
+// and succeeded but failed verification, since the task was last retried.
 func spent(t *Task) int {
 	n := 0
-	for _, a := range t.Attempts {
+	for _, a := range t.Attempts[min(t.RetriedAfter, len(t.Attempts)):] {
 		switch a.State {
 		case AttemptStateFailed, AttemptStateAbandoned:
 			n++

@@ -190,6 +190,8 @@ func ApplyGoal(g *Goal, id, workspace string, e Event, r Recorded) (*Goal, error
 		g.State = GoalStateAchieved
 	case *GoalFailed:
 		g.State, g.Reason = GoalStateFailed, ev.Reason
+	case *GoalReopened:
+		g.State, g.Reason = GoalStateOpen, ""
 	case *GoalCancelled:
 		g.State, g.Reason = GoalStateCancelled, ev.Reason
 	default:
@@ -347,6 +349,11 @@ func ApplyTask(t *Task, id, workspace string, e Event, r Recorded) (*Task, error
 		if a := t.Running(); a != nil { // failed from outside the attempt (deadline, quarantine)
 			at := r.Time
 			a.State, a.EndedAt, a.Reason = AttemptStateCancelled, &at, ev.Reason
+		}
+	case *TaskRetried:
+		t.State, t.Reason, t.Error = ev.State, "", nil
+		if ev.Retried == "" {
+			t.RetriedAfter = len(t.Attempts)
 		}
 	case *TaskCancelled:
 		t.State, t.Reason = StateCancelled, ev.Reason

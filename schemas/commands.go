@@ -55,6 +55,15 @@ type CancelTask struct {
 	Reason string `json:"reason,omitempty"`
 }
 
+// RetryTask gives a failed or rejected task a new attempt, with its retry
+// policy afresh: the task is ready again, the tasks that failed because it
+// did not succeed wait for it again (pending), and its goal, when it had
+// failed, is open again.
+type RetryTask struct {
+	TaskID string `json:"task_id"`
+	Reason string `json:"reason,omitempty"`
+}
+
 // ClaimTask starts the next attempt of a ready task for an executor. When
 // the work item was redelivered because attempt Supersedes lost its lease,
 // that attempt is recorded as abandoned first. The reply's result carries
@@ -325,6 +334,9 @@ func (CreateTask) CommandName() string { return "task.create" }
 
 // CommandName returns the command's wire name.
 func (CancelTask) CommandName() string { return "task.cancel" }
+
+// CommandName returns the command's wire name.
+func (RetryTask) CommandName() string { return "task.retry" }
 
 // CommandName returns the command's wire name.
 func (ClaimTask) CommandName() string { return "task.claim" }

@@ -317,6 +317,14 @@ func TestContractOfTheDomain(t *testing.T) {
 		{"key": "a", "queue": "research"}, {"key": "b", "queue": "research", "depends_on": []string{"a"}}}}))
 	c.do("task.claim", map[string]any{"task_id": plan2["a"], "executor": "r"})
 	c.do("task.fail", map[string]any{"task_id": plan2["a"], "attempt": 1, "error": map[string]any{"message": "bad input"}, "retryable": false})
+	// A person fixes the input and retries it: the goal reopens, b waits for
+	// a again, and a's second attempt carries the goal.
+	r = c.do("task.retry", map[string]any{"task_id": plan2["a"], "reason": "input fixed"})
+	require.Equal(t, domain.StateReady, r.State)
+	c.do("task.claim", map[string]any{"task_id": plan2["a"], "executor": "r"})
+	r = c.do("task.succeed", map[string]any{"task_id": plan2["a"], "attempt": 2})
+	require.Equal(t, domain.StateAccepted, r.State)
+	require.Equal(t, domain.StateReady, c.task(plan2["b"]).State)
 
 	// A goal whose budget runs out asks finance to extend it, who approves.
 	goal4 := domain.DeriveID(c.now, "goal-4")

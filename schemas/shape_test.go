@@ -364,6 +364,7 @@ var commandBodies = map[string]schemas.Command{
 	"queue.configure": schemas.ConfigureQueue{}, "task.request_approval": schemas.RequestApproval{}, "task.wait": schemas.WaitTask{},
 	"task.delegate": schemas.DelegateTask{},
 	"goal.shred":    schemas.ShredGoal{}, "workspace.shred": schemas.ShredWorkspace{},
+	"task.retry":          schemas.RetryTask{},
 	"workspace.configure": schemas.ConfigureWorkspace{},
 	"task.signal":         schemas.SendSignal{}, "timer.fire": schemas.FireTimer{}, "task.quarantine": schemas.QuarantineTask{},
 	"ritual.define": schemas.DefineRitual{}, "ritual.run": schemas.RunRitual{},

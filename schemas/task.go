@@ -31,8 +31,12 @@ type Task struct {
 	// Delegations are the child goals the task's attempts delegated work
 	// to (task.delegate), oldest first.
 	Delegations []Delegation `json:"delegations,omitempty"`
-	Reason      string       `json:"reason,omitempty"`
-	Error       *ErrorInfo   `json:"error,omitempty"`
+	// RetriedAfter is the number of attempts the task had when it was last
+	// retried (task.retry): its retry policy counts only the attempts
+	// after them.
+	RetriedAfter int        `json:"retried_after,omitempty"`
+	Reason       string     `json:"reason,omitempty"`
+	Error        *ErrorInfo `json:"error,omitempty"`
 	Versioned
 }
 

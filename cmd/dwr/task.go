@@ -19,7 +19,7 @@ import (
 
 func taskCmd(g *globals) *cobra.Command {
 	cmd := &cobra.Command{Use: "task", Short: "create, inspect, list and cancel tasks"}
-	cmd.AddCommand(taskCreateCmd(g), taskGetCmd(g), taskListCmd(g), taskCancelCmd(g))
+	cmd.AddCommand(taskCreateCmd(g), taskGetCmd(g), taskListCmd(g), taskCancelCmd(g), taskRetryCmd(g))
 	return cmd
 }
 
@@ -79,6 +79,9 @@ func printTask(w io.Writer, t *schemas.Task) error {
 	fmt.Fprintf(w, "task %s  key %s  queue %s\nstate: %s", t.ID, dash(t.Key), t.Spec.Queue, t.State)
 	if t.Reason != "" {
 		fmt.Fprintf(w, " (%s)", t.Reason)
+	}
+	if (t.State == domain.StateFailed || t.State == domain.StateRejected) && t.Reason != domain.ReasonDependencyFailed {
+		fmt.Fprintf(w, " — to run it again: dwr task retry %s", t.ID)
 	}
 	fmt.Fprintf(w, "\ngoal: %s   depends on: %s\ncreated %s, updated %s\n", dash(t.GoalID), dash(strings.Join(t.DependsOn, ",")), ago(t.CreatedAt), ago(t.UpdatedAt))
 	if len(t.Spec.Input) > 0 {
@@ -167,6 +170,17 @@ func taskCancelCmd(g *globals) *cobra.Command {
 		})
 	cancel.Flags().StringVar(&reason, "reason", "", "why")
 	return cancel
+}
+
+func taskRetryCmd(g *globals) *cobra.Command {
+	var reason string
+	retry := sendCmd(g, &cobra.Command{Use: "retry ID", Short: "give a failed or rejected task a new attempt (its dependents wait for it again; a failed goal reopens)",
+		Args: cobra.ExactArgs(1)}, "task", nil,
+		func(ctx context.Context, cl *client.Client, args []string, id client.CallOption) (*client.Result, error) {
+			return cl.RetryTask(ctx, args[0], reason, id)
+		})
+	retry.Flags().StringVar(&reason, "reason", "", "why (recorded with the retry)")
+	return retry
 }
 
 // printTaskTimes prints what a task waits for and the moments that bound it.

@@ -20,41 +20,89 @@ func TestWorkerRunsTheCommand(t *testing.T) {
 	url := cliServer(t)
 	script := filepath.Join(t.TempDir(), "echo.sh")
 	require.NoError(t, os.WriteFile(script, []byte("#!/bin/sh\nprintf '{\"input\": %s, \"attempt\": %s}\\n' \"$(cat)\" \"$DWR_ATTEMPT\"\n"), 0o700)) //nolint:gosec // a test script must be executable
-	var stderr bytes.Buffer
-	cmd := workerCmd(&globals{server: url, workspace: "default"})
-	cmd.SetArgs([]string{"--queue", "echo", "--executor", "cli-echo", "--", script})
-	cmd.SetOut(&stderr)
-	cmd.SetErr(&stderr)
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- cmd.ExecuteContext(ctx) }()
-	defer func() {
-		cancel()
-		require.NoError(t, <-done)
-	}()
+	startWorker(t, url, "--queue", "echo", "--executor", "cli-echo", "--", script)
 
 	var created map[string]any
 	runJSON(t, url, &created, "task", "create", "--queue", "echo", "--input", `{"n": 7}`)
 	id := created["id"].(string)
-	var tk struct {
-		State    string
-		Attempts []struct {
-			Executor string
-			Result   json.RawMessage
-		}
+	tk := waitTaskState(t, url, id, "accepted")
+	require.JSONEq(t, `{"input": {"n": 7}, "attempt": 1}`, string(tk.Attempts[0].Result))
+	require.Equal(t, "cli-echo", tk.Attempts[0].Executor)
+}
+
+// cliTask is what the CLI tests read of `dwr task get --json`.
+type cliTask struct {
+	State    string
+	Reason   string
+	Attempts []struct {
+		Executor string
+		Result   json.RawMessage
 	}
+}
+
+// waitTaskState waits until task id is in state, reading it with `dwr task
+// get`, and returns it.
+func waitTaskState(t *testing.T, url, id, state string) cliTask {
+	t.Helper()
+	var tk cliTask
 	deadline := time.Now().Add(20 * time.Second)
 	tick := time.NewTicker(25 * time.Millisecond)
 	defer tick.Stop()
-	for tk.State != "accepted" { // a task just created may not be in the views yet: not found is "not yet"
-		require.True(t, time.Now().Before(deadline), "task %s is %q, not accepted", id, tk.State)
+	for tk.State != state { // a task just created may not be in the views yet: not found is "not yet"
+		require.True(t, time.Now().Before(deadline), "task %s is %q, not %s", id, tk.State, state)
 		<-tick.C
 		if code, out, _ := run(t, url, "task", "get", id, "--json"); code == exitOK {
 			require.NoError(t, json.Unmarshal([]byte(out), &tk), out)
 		}
 	}
-	require.JSONEq(t, `{"input": {"n": 7}, "attempt": 1}`, string(tk.Attempts[0].Result))
-	require.Equal(t, "cli-echo", tk.Attempts[0].Executor)
+	return tk
+}
+
+// startWorker runs `dwr worker` with args until the test ends.
+func startWorker(t *testing.T, url string, args ...string) {
+	t.Helper()
+	var stderr bytes.Buffer
+	cmd := workerCmd(&globals{server: url, workspace: "default"})
+	cmd.SetArgs(args)
+	cmd.SetOut(&stderr)
+	cmd.SetErr(&stderr)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- cmd.ExecuteContext(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		require.NoError(t, <-done)
+	})
+}
+
+// TestTaskRetryRunsAFailedTaskAgain: a command fails for good (exit 100);
+// once what it needed is there, `dwr task retry` gives it a new attempt.
+func TestTaskRetryRunsAFailedTaskAgain(t *testing.T) {
+	url := cliServer(t)
+	dir := t.TempDir()
+	flag := filepath.Join(dir, "fixed")
+	script := filepath.Join(dir, "needs-fix.sh")
+	require.NoError(t, os.WriteFile(script, []byte("#!/bin/sh\n[ -f "+flag+" ] || { echo 'not fixed yet' >&2; exit 100; }\necho '\"done\"'\n"), 0o700)) //nolint:gosec // a test script must be executable
+	startWorker(t, url, "--queue", "fix", "--", script)
+
+	var created map[string]any
+	runJSON(t, url, &created, "task", "create", "--queue", "fix")
+	id := created["id"].(string)
+	waitTaskState(t, url, id, "failed")
+	code, out, _ := run(t, url, "task", "get", id)
+	require.Equal(t, exitOK, code)
+	require.Contains(t, out, "dwr task retry "+id, "a failed task says how to retry it")
+
+	require.NoError(t, os.WriteFile(flag, nil, 0o600))
+	var retried map[string]any
+	runJSON(t, url, &retried, "task", "retry", id, "--reason", "fixed")
+	require.Contains(t, []any{"ready", "running", "accepted"}, retried["state"])
+	tk := waitTaskState(t, url, id, "accepted")
+	require.Len(t, tk.Attempts, 2, "the retry is a new attempt; the failed one stays in the record")
+
+	code, _, errs := run(t, url, "task", "retry", id)
+	require.Equal(t, exitConflict, code)
+	require.Contains(t, errs, "only a failed or rejected task can be retried")
 }
 
 func TestWorkerFlagsAreChecked(t *testing.T) {

@@ -84,6 +84,13 @@ func (c *Client) CancelTask(ctx context.Context, taskID, reason string, opts ...
 	return c.do(ctx, "task.cancel", schemas.CancelTask{TaskID: taskID, Reason: reason}, opts)
 }
 
+// RetryTask gives a failed or rejected task a new attempt, with its retry
+// policy afresh (task.retry): the tasks that failed because it did not
+// succeed wait for it again, and its goal, if it had failed, is open again.
+func (c *Client) RetryTask(ctx context.Context, taskID, reason string, opts ...CallOption) (*Result, error) {
+	return c.do(ctx, "task.retry", schemas.RetryTask{TaskID: taskID, Reason: reason}, opts)
+}
+
 // Signal sends a named signal with a payload (encoded to JSON) to a task
 // (task.signal): a task waiting on that signal resumes with it.
 func (c *Client) Signal(ctx context.Context, taskID, name string, payload any, opts ...CallOption) (*Result, error) {
