@@ -49,22 +49,38 @@ func (s *Service) Health() Health {
 
 // HealthHandler serves the replica's health over HTTP: GET /readyz answers
 // 200 when it is ready and 503 when not, GET /livez 200 while the process
-// runs; both with the Health as JSON.
+// runs; both with the Health as JSON. It is what --health-listen serves;
+// the HTTP server of Serve (--http) serves the same handlers as /readyz and
+// /healthz.
 func (s *Service) HealthHandler() http.Handler {
 	mux := http.NewServeMux()
-	write := func(w http.ResponseWriter, code int, h Health) {
-		w.Header().Set("Content-Type", "application/json")
-		w.WriteHeader(code)
-		_ = json.NewEncoder(w).Encode(h)
-	}
-	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, _ *http.Request) {
+	mux.Handle("GET /readyz", s.ReadyHandler())
+	mux.Handle("GET /livez", s.LiveHandler())
+	return mux
+}
+
+// ReadyHandler answers 200 when the replica is ready and 503 when not, with
+// its Health as JSON (the reason in it).
+func (s *Service) ReadyHandler() http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
 		h := s.Health()
 		code := http.StatusOK
 		if !h.Ready {
 			code = http.StatusServiceUnavailable
 		}
-		write(w, code, h)
+		writeHealth(w, code, h)
 	})
-	mux.HandleFunc("GET /livez", func(w http.ResponseWriter, _ *http.Request) { write(w, http.StatusOK, s.Health()) })
-	return mux
+}
+
+// LiveHandler answers 200 while the process runs, with the replica's Health
+// as JSON: a replica that is not ready is still alive.
+func (s *Service) LiveHandler() http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { writeHealth(w, http.StatusOK, s.Health()) })
+}
+
+func writeHealth(w http.ResponseWriter, code int, h Health) {
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Cache-Control", "no-store")
+	w.WriteHeader(code)
+	_ = json.NewEncoder(w).Encode(h)
 }

@@ -72,6 +72,18 @@ type ServeConfig struct {
 	// the replica's health: GET /readyz (200 ready, 503 not, with the
 	// reason) and GET /livez (see Service.HealthHandler).
 	HealthListen string
+	// HTTP is the host:port of the HTTP server (`--http`): the console at
+	// /, GET /metrics, GET /healthz and GET /readyz (package web); "" for
+	// none. An address that cannot be bound is a start error, unless
+	// HTTPIsDefault.
+	HTTP string
+	// HTTPIsDefault says HTTP is the default address (web.DefaultAddr), not
+	// one the operator gave: when it is taken (a second replica on one
+	// machine), Serve logs a warning and runs without HTTP.
+	HTTPIsDefault bool
+	// Console, when set, makes the web console's handler for the running
+	// service; the HTTP server mounts it at /.
+	Console func(*Service) http.Handler
 	// Service is the service's configuration; Serve sets its WriterID (the
 	// data directory's, so that a restarted replica takes its own writer
 	// lease again at once) and its Auth. Its Logger is required.
@@ -94,6 +106,11 @@ func Serve(ctx context.Context, cfg ServeConfig) error {
 	if err := cfg.prepare(); err != nil {
 		return err
 	}
+	face, err := startHTTP(&cfg, logger)
+	if err != nil {
+		return err
+	}
+	defer face.stop()
 	nc := cfg.NATS
 	if nc == nil && cfg.External.URL != "" {
 		var err error
@@ -166,6 +183,11 @@ func Serve(ctx context.Context, cfg ServeConfig) error {
 	if err != nil {
 		return classed{ErrInvalidConfig, err}
 	}
+	var console http.Handler
+	if cfg.Console != nil {
+		console = cfg.Console(svc)
+	}
+	face.attach(svc, console)
 	if cfg.HealthListen != "" {
 		stop, err := serveHealth(cfg.HealthListen, svc, logger)
 		if err != nil {

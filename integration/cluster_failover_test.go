@@ -140,7 +140,7 @@ func TestClusterProcessesUnderFailure(t *testing.T) {
 		r := &procReplica{name: fmt.Sprintf("dwr%d", i+1), data: filepath.Join(t.TempDir(), "data"),
 			health: fmt.Sprintf("127.0.0.1:%d", freePort(t))}
 		r.args = append([]string{"serve", "--nats", natsURL, "--nats-monitor", strings.Join(monitors, ","), "--replicas", "3",
-			"--data", r.data, "--log-key-file", keyFile, "--master-key-file", masterFile, "--health-listen", r.health}, acc.serveArgs()...)
+			"--data", r.data, "--log-key-file", keyFile, "--master-key-file", masterFile, "--health-listen", r.health, "--http", ""}, acc.serveArgs()...)
 		r.start(t, bin, logs)
 		replicas[i] = r
 	}

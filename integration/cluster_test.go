@@ -199,7 +199,7 @@ func TestClusterR3(t *testing.T) {
 	waitFor(t, ctx, "JetStream meta leader elected", func() bool { return jetStreamReady(nodes) })
 	phase("JetStream cluster ready")
 	data := filepath.Join(t.TempDir(), "data")
-	srv := startServer(t, bin, logs, "dwr serve on the cluster", append([]string{"serve", "--nats", natsURL, "--nats-monitor", monitorURLs(nodes), "--replicas", "3", "--data", data}, acc.serveArgs()...)...)
+	srv := startServer(t, bin, logs, "dwr serve on the cluster", append([]string{"serve", "--nats", natsURL, "--nats-monitor", monitorURLs(nodes), "--replicas", "3", "--data", data, "--http", ""}, acc.serveArgs()...)...)
 	readyIn := waitReady(t, srv, natsURL, 60*time.Second)
 	phase("dwr ready")
 
@@ -377,7 +377,7 @@ func TestServeStartsWithTheCluster(t *testing.T) {
 	creds.Store(natsURL, acc.AdminCredential)
 	data := filepath.Join(t.TempDir(), "data")
 	srv := startServer(t, bin, logs, "dwr serve started with the cluster", append([]string{"serve", "--nats", natsURL, "--nats-monitor", monitorURLs(nodes), "--replicas", "3",
-		"--data", data}, acc.serveArgs()...)...)
+		"--data", data, "--http", ""}, acc.serveArgs()...)...)
 	readyIn := waitReady(t, srv, natsURL, 60*time.Second)
 	t.Logf("dwr serve ready %s after it started with the cluster", readyIn.Round(time.Millisecond))
 	// The sync check sees the whole JetStream cluster: a node left out of
@@ -397,7 +397,7 @@ func TestServeStartsWithTheCluster(t *testing.T) {
 	// the log remembers its replicas, and the derived streams and buckets
 	// follow it.
 	srv = startServer(t, bin, logs, "dwr serve restarted without --replicas", append([]string{"serve", "--nats", natsURL, "--nats-monitor", monitorURLs(nodes),
-		"--data", data}, acc.serveArgs()...)...)
+		"--data", data, "--http", ""}, acc.serveArgs()...)...)
 	waitReady(t, srv, natsURL, 60*time.Second)
 	require.Equal(t, before, streamReplicas(t, js), "every stream keeps its replicas after a restart without --replicas")
 	require.NoError(t, srv.terminate(30*time.Second))

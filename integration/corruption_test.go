@@ -44,7 +44,7 @@ func buildCorruptionBase(t *testing.T, bin string, logs *syncBuffer) *corruption
 	b := &corruptionBase{data: filepath.Join(t.TempDir(), "base")}
 	port := freePort(t)
 	url := fmt.Sprintf("nats://127.0.0.1:%d", port)
-	srv := startServer(t, bin, logs, "base", "serve", "--data", b.data, "--listen", fmt.Sprintf("127.0.0.1:%d", port))
+	srv := startServer(t, bin, logs, "base", "serve", "--data", b.data, "--listen", fmt.Sprintf("127.0.0.1:%d", port), "--http", "")
 	waitReady(t, srv, url, 60*time.Second)
 	c := dial(t, url, "corruption-base", 5*time.Second)
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
@@ -225,7 +225,7 @@ func startOn(t *testing.T, bin string, b *corruptionBase, data, label string, ar
 	out := logOnFailure(t, label)
 	port := freePort(t)
 	url := fmt.Sprintf("nats://127.0.0.1:%d", port)
-	p := startServer(t, bin, out, label, append([]string{"serve", "--data", data, "--listen", fmt.Sprintf("127.0.0.1:%d", port)}, args...)...)
+	p := startServer(t, bin, out, label, append([]string{"serve", "--data", data, "--listen", fmt.Sprintf("127.0.0.1:%d", port), "--http", ""}, args...)...)
 	creds.Store(url, credsOf([]string{"serve", "--data", data}))
 	ready := pollReady(p, url, 60*time.Second)
 	o := startOutcome{ready: ready}

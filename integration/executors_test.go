@@ -73,7 +73,7 @@ func (e *execEnv) executorCreds(label, queue string) string {
 }
 
 func (e *execEnv) startServe() {
-	e.srv = startServer(e.t, e.bin, e.logs, "dwr serve", "serve", "--data", e.data, "--listen", fmt.Sprintf("127.0.0.1:%d", e.port))
+	e.srv = startServer(e.t, e.bin, e.logs, "dwr serve", "serve", "--data", e.data, "--listen", fmt.Sprintf("127.0.0.1:%d", e.port), "--http", "")
 	waitReady(e.t, e.srv, e.url, 30*time.Second)
 }
 

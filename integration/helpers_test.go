@@ -81,7 +81,7 @@ func dwrBinary(t *testing.T) string {
 func localServe(t *testing.T) (args []string, data, url string) {
 	data = filepath.Join(t.TempDir(), "data")
 	listen := fmt.Sprintf("127.0.0.1:%d", freePort(t))
-	return []string{"serve", "--data", data, "--listen", listen}, data, "nats://" + listen
+	return []string{"serve", "--data", data, "--listen", listen, "--http", ""}, data, "nats://" + listen
 }
 
 // freePort returns a loopback TCP port to listen on (ports.Free).

@@ -11,6 +11,7 @@ import (
 
 	"github.com/dwr-run/dwr/handlers"
 	"github.com/dwr-run/dwr/handlers/embedded"
+	"github.com/dwr-run/dwr/handlers/web"
 )
 
 // natsFlags adds the flags of an existing NATS server or cluster to cmd.
@@ -37,6 +38,8 @@ func serveCmd() *cobra.Command {
 				return err
 			}
 			cfg.Service.Logger = logger
+			_, httpFromEnv := os.LookupEnv("DWR_HTTP")
+			cfg.HTTPIsDefault = !cmd.Flags().Changed("http") && !httpFromEnv
 			if tls != (embedded.TLSConfig{}) {
 				cfg.Embedded.TLS = &tls
 			}
@@ -83,6 +86,9 @@ func serveCmd() *cobra.Command {
 		"with --nats: serve without showing that the cluster fsyncs acknowledged writes (acknowledged commands can be lost on power loss; logged at every start)")
 	f.StringVar(&cfg.HealthListen, "health-listen", os.Getenv("DWR_HEALTH_LISTEN"),
 		"host:port of an HTTP listener for the replica's health: GET /readyz (200 ready, 503 not) and /livez (env DWR_HEALTH_LISTEN; default none)")
+	f.StringVar(&cfg.HTTP, "http", httpDefault(),
+		"host:port of the HTTP server: the web console, GET /metrics (Prometheus), /healthz and /readyz; \"\" for none (env DWR_HTTP). "+
+			"Unauthenticated apart from the console's sign-in: keep it on loopback or a private network")
 	f.StringVar(&cfg.MemoryLimit, "memory-limit", handlers.MemoryLimitFromEnv(),
 		"soft limit of the service's Go memory, as GOMEMLIMIT: garbage is collected more often near it (more CPU, less memory); off: none (env DWR_MEMORY_LIMIT, else GOMEMLIMIT)")
 	f.BoolVar(&cfg.Service.Encryption, "encryption", envOr("DWR_ENCRYPTION", "on") != "off",
@@ -103,6 +109,15 @@ func newLogger(w io.Writer, level string) (*slog.Logger, error) {
 		return nil, fail(exitInvalid, "--log-level %q: use debug, info, warn or error", level)
 	}
 	return slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{Level: l})), nil
+}
+
+// httpDefault is --http's default: DWR_HTTP when it is set (empty: no HTTP
+// server), else the loopback address web.DefaultAddr.
+func httpDefault() string {
+	if v, ok := os.LookupEnv("DWR_HTTP"); ok {
+		return v
+	}
+	return web.DefaultAddr
 }
 
 // logKeyFlag adds --log-key-file, the log key's file, to cmd.

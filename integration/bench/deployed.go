@@ -63,7 +63,7 @@ func startDeployed(ctx context.Context, dir, bin string, s setup) (_ *service, _
 		return nil, nil, err
 	}
 	defer func() { _ = out.Close() }() // the child has its own copy
-	args := []string{"serve", "--data", data, "--listen", addr, "--log-level", "info"}
+	args := []string{"serve", "--data", data, "--listen", addr, "--log-level", "info", "--http", ""}
 	if open {
 		args = append(args, "--insecure-open")
 	}
