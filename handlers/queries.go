@@ -21,7 +21,7 @@ const MaxQueryBytes = 64 << 10
 
 // QueryNames lists the query endpoints (the last tokens of dwr.q.<ws>.<query>).
 var QueryNames = []string{"workspace.list", "goal.get", "goal.list", "task.get", "task.list", "events", "command.get",
-	"approval.list", "approval.get", "approver.list", "member.list", "queue.list", "ritual.get", "ritual.list", "schedule.get", "schedule.list"}
+	"approval.list", "approval.get", "approver.list", "member.list", "queue.list", "ritual.get", "ritual.list", "schedule.get", "schedule.list", "feed"}
 
 func (s *Service) startQueries() (micro.Service, error) {
 	svc, err := micro.AddService(s.nc, micro.Config{Name: "dwr-query", Version: s.cfg.Version,
@@ -217,6 +217,8 @@ func (s *Service) query(name, ws string, p principal, q schemas.Query) (json.Raw
 		return pg.result(err)
 	case "events":
 		return s.history(ws, q, newPage("event", "raise the NATS server's max_payload", limit, budget))
+	case "feed":
+		return s.feedPage(ws, q, newPage("event", "raise the NATS server's max_payload", limit, budget))
 	case "approval.list":
 		if q.State != "" && q.State != "all" && !slices.Contains(projections.ApprovalStates, q.State) {
 			return nil, "", unknownState(q.State, fmt.Sprint(projections.ApprovalStates)+" or all", "unknown approval state")

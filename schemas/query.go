@@ -1,5 +1,7 @@
 package schemas
 
+import "time"
+
 // Query is the body of every query (dwr.q.<workspace>.<query>, query.json);
 // each query reads the fields it needs.
 type Query struct {
@@ -16,4 +18,14 @@ type Query struct {
 	// Limit, for a list query, bounds the items of a reply: 0 means the
 	// service's default (100), at most 10,000.
 	Limit int `json:"limit,omitempty"`
+	// Filter, for feed, is the subject filter after
+	// <prefix>.ev.<workspace>. of the events to list: "task.>", "task.<id>.>",
+	// "goal.*.failed"; absent, ">" (every event).
+	Filter string `json:"filter,omitempty"`
+	// FromSeq, for feed without after, lists the events of the log records
+	// from this log sequence on (a reply's seq names one).
+	FromSeq uint64 `json:"from_seq,omitempty"`
+	// Since, for feed without after or from_seq, lists the events stored at
+	// or after this time; absent both, from the oldest the feed holds.
+	Since *time.Time `json:"since,omitempty"`
 }

@@ -44,6 +44,19 @@ func (g *globals) connect() (*client.Client, error) {
 	return g.open("dwr-cli", client.NATSOptions(nats.Timeout(d), nats.NoReconnect()), client.NoRetry(), client.Timeout(d))
 }
 
+// follow returns a client for a command that follows the service for long
+// (dwr watch): its connection reconnects for as long as it runs (a first
+// connection that fails is an error all the same); each request waits
+// --timeout.
+func (g *globals) follow() (*client.Client, error) {
+	d, err := time.ParseDuration(g.timeout)
+	if err != nil {
+		return nil, fail(exitInvalid, "--timeout %q: %v", g.timeout, err)
+	}
+	return g.open("dwr-watch", client.NATSOptions(nats.Timeout(d), nats.MaxReconnects(-1), nats.ReconnectWait(250*time.Millisecond)),
+		client.NoRetry(), client.Timeout(d))
+}
+
 // open connects to --server as connection name, with the credential and TLS
 // flags, in --workspace, then opts; its errors say what to do.
 func (g *globals) open(name string, opts ...client.Option) (*client.Client, error) {

@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 
 	"github.com/spf13/cobra"
@@ -65,6 +66,16 @@ func envOr(k, def string) string {
 
 // Main runs the CLI with args and returns the process's exit code.
 func Main(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
+	return mainIn(context.Background(), args, stdin, stdout, stderr)
+}
+
+// MainContext is Main until ctx ends, as Ctrl-C ends a command that runs
+// until stopped (watch, worker), with nothing on stdin.
+func MainContext(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	return mainIn(ctx, args, strings.NewReader(""), stdout, stderr)
+}
+
+func mainIn(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	g := &globals{stdin: stdin, out: stdout, errOut: stderr}
 	root := &cobra.Command{
 		Use:           "dwr",
@@ -89,7 +100,7 @@ func Main(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	root.SetOut(stdout)
 	root.SetErr(stderr)
 	root.SetIn(stdin)
-	err := root.Execute()
+	err := root.ExecuteContext(ctx)
 	if err == nil {
 		return exitOK
 	}
