@@ -104,8 +104,10 @@ func (w *Worker) Run(ctx context.Context) error {
 	defer w.watchers.stop()
 	slots := make(chan struct{}, w.cfg.Concurrency)
 	var jobs sync.WaitGroup
+	// The lease asked for; the queue's settings may differ, and the line
+	// that says the queue is bound gives the one in force.
 	w.log.Info("executors: worker started", "executor", w.cfg.Executor, "workspace", w.cfg.Workspace,
-		"concurrency", w.cfg.Concurrency, "lease", w.cfg.Lease)
+		"queue", w.cfg.Queue, "concurrency", w.cfg.Concurrency, "lease_asked", w.cfg.Lease)
 	err := w.fetchLoop(ctx, hard, slots, &jobs)
 
 	drained := make(chan struct{})
@@ -242,7 +244,12 @@ func (w *Worker) consumer(ctx context.Context) (jetstream.Consumer, error) {
 	w.lease.Store(int64(max(lease, MinLease)))
 	tctx, cancel := context.WithTimeout(ctx, client.DefaultTimeout)
 	defer cancel()
-	return w.bind(tctx)
+	cons, err := w.bind(tctx)
+	if err == nil {
+		w.log.Info("executors: taking work from the queue", "queue", w.cfg.Queue, "lease", time.Duration(w.lease.Load()),
+			"max_deliver", got.MaxDeliver)
+	}
+	return cons, err
 }
 
 // bind returns the queue's consumer through the JetStream API this

@@ -568,6 +568,9 @@ func TestWorkersOfAQueueShareItsLease(t *testing.T) {
 
 	second := b.startWorker(t, executors.Config{Queue: "shared", Lease: 2 * time.Second, MaxDeliver: 9}, ok)
 	second.logs.waitLine(t, 10*time.Second, "using the queue's")
+	// Its log says which lease is in force: the queue's, not the one it asked for.
+	second.logs.waitLine(t, 10*time.Second, "worker started", "lease_asked=2s")
+	second.logs.waitLine(t, 10*time.Second, "taking work from the queue", "lease=20s", "max_deliver=4")
 	lease, maxDeliver := ackWait()
 	require.Equal(t, 20*time.Second, lease, "a second worker does not shorten the lease the first renews at its own pace")
 	require.Equal(t, 4, maxDeliver)

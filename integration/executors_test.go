@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -188,6 +189,41 @@ func TestExecutorKilledMidTaskIsTakenOver(t *testing.T) {
 	require.JSONEq(t, `{"step":1,"by_attempt":1}`, string(res.ResumedFrom), "attempt 2 was handed attempt 1's checkpoint")
 	require.Equal(t, 1, count(e.history(id), "task.accepted"))
 	t.Logf("executor kill: attempt 2 started %s after the kill (lease %s)", done.Attempts[1].StartedAt.Sub(killed).Round(time.Millisecond), lease)
+}
+
+// A worker killed by kill -9 takes its command with it (Linux's
+// parent-death signal): the command cannot go on beside the attempt another
+// worker starts after the lease.
+func TestKilledWorkersCommandDiesWithIt(t *testing.T) {
+	e := newExecEnv(t)
+	pidFile := filepath.Join(t.TempDir(), "pid")
+	w := e.worker("w1", "orphans", 30*time.Second, 5, "orphan.sh", "PID_FILE="+pidFile)
+	e.k.CreateTask(t, map[string]any{"queue": "orphans"})
+	var pid int
+	require.True(t, servicetest.Within(20*time.Second, func() bool {
+		b, err := os.ReadFile(pidFile) //nolint:gosec // the test's own file
+		if err != nil {
+			return false
+		}
+		pid, err = strconv.Atoi(strings.TrimSpace(string(b)))
+		return err == nil
+	}), "the command started and wrote its pid")
+	require.True(t, processAlive(pid), "the command runs")
+	w.kill9(t)
+	require.True(t, servicetest.Within(10*time.Second, func() bool { return !processAlive(pid) }),
+		"the command (pid %d) outlived its worker", pid)
+}
+
+// processAlive reports whether process pid exists and is not a zombie.
+func processAlive(pid int) bool {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return false
+	}
+	// pid (comm) state ...: the state follows the last ')'.
+	s := string(b)
+	i := strings.LastIndexByte(s, ')')
+	return i >= 0 && i+2 < len(s) && s[i+2] != 'Z' && s[i+2] != 'X'
 }
 
 // (b) A worker stopped past its lease: attempt 2 completes elsewhere; when the

@@ -48,7 +48,9 @@ What it prints on stdout (at most 256 KiB) is the result: as JSON when it
 parses, else as a JSON string. Exit 0 succeeds; exit 100 fails the task at
 once; exit 101 parks the task (below); any other exit status or a signal
 fails the attempt, retried per the task's retry policy, with the end of
-stderr as the error message.
+stderr as the error message. What a command that exits 0 prints on stderr
+is kept: its end is logged, and its last 64 KiB are stored as the artifact
+"dwr/stderr.txt" attached to the report.
 
 To wait without holding a process, a command writes one JSON object to
 DWR_WAIT_FILE (at most 256 KiB) and exits 101:
@@ -74,4 +76,8 @@ verifier (--verify) cannot wait.
 
 The command runs in its own process group. When the task is cancelled, the
 attempt loses its lease or passes its deadline, or the worker stops past its
-drain timeout, the group gets SIGTERM, then SIGKILL 5s later.`
+drain timeout, the group gets SIGTERM, then SIGKILL 5s later. On Linux the
+command is also killed when the worker dies, even by kill -9 (the parent-
+death signal; what the command itself started in the background is not,
+unless it dies with its parent too), so that it cannot go on beside the
+next attempt that another worker starts.`

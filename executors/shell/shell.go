@@ -12,6 +12,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -24,12 +25,17 @@ import (
 
 // Limits, exit statuses and environment variables of a command.
 const (
-	MaxStdout     = 256 << 10       // the result: at most 256 KiB of stdout
-	MaxStderrTail = 4 << 10         // the error message: the last 4 KiB of stderr
-	KillGrace     = 5 * time.Second // SIGTERM, then SIGKILL this much later
-	ExitPermanent = 100             // the exit status of a failure that must not be retried
-	ExitWait      = 101             // the exit status of a command that parks its task on what DWR_WAIT_FILE says
-	MaxWaitFile   = 256 << 10       // the wait file: at most 256 KiB
+	MaxStdout     = 256 << 10 // the result: at most 256 KiB of stdout
+	MaxStderrTail = 4 << 10   // the error message: the last 4 KiB of stderr
+	// MaxStderrKept bounds what is kept of a successful command's stderr:
+	// its last 64 KiB, stored as the attempt's artifact StderrArtifact.
+	MaxStderrKept = 64 << 10
+	// StderrArtifact names the artifact of a successful command's stderr.
+	StderrArtifact = "dwr/stderr.txt"
+	KillGrace      = 5 * time.Second // SIGTERM, then SIGKILL this much later
+	ExitPermanent  = 100             // the exit status of a failure that must not be retried
+	ExitWait       = 101             // the exit status of a command that parks its task on what DWR_WAIT_FILE says
+	MaxWaitFile    = 256 << 10       // the wait file: at most 256 KiB
 
 	EnvCheckpointFile = "DWR_CHECKPOINT_FILE" // the file that holds the last checkpoint, and takes a new one
 	EnvWaitFile       = "DWR_WAIT_FILE"       // the file a command writes what it waits for in
@@ -128,7 +134,7 @@ func (x *Command) run(ctx context.Context, job *executors.Job, waits bool, put p
 	cmd := exec.Command(x.argv[0], x.argv[1:]...) //nolint:gosec // G204: running the operator's command is the point
 	cmd.Env = append(os.Environ(), jobEnv(job, files)...)
 	cmd.Env = append(cmd.Env, EnvArtifactsDir+"="+files.artifacts)
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	cmd.SysProcAttr = procAttr()
 	cmd.Stdin = files.stdin
 	outR, outW, err := os.Pipe()
 	if err != nil {
@@ -141,6 +147,11 @@ func (x *Command) run(ctx context.Context, job *executors.Job, waits bool, put p
 		return executors.Result{}, err
 	}
 	cmd.Stdout, cmd.Stderr = outW, errW
+	// The parent-death signal follows the OS thread that starts the
+	// command: keep this goroutine on it until the command has exited, so
+	// that the runtime does not end that thread under a running command.
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
 	err = cmd.Start()
 	_ = outW.Close() // the command holds its own copies
 	_ = errW.Close()
@@ -150,7 +161,7 @@ func (x *Command) run(ctx context.Context, job *executors.Job, waits bool, put p
 		return executors.Result{}, executors.Failure{Code: "start_failed", Message: err.Error(), Retryable: true}
 	}
 	pgid := cmd.Process.Pid
-	stdout, stderrTail := &capped{max: MaxStdout}, &tail{max: MaxStderrTail}
+	stdout, stderrTail := &capped{max: MaxStdout}, &tail{max: MaxStderrKept}
 	var readers sync.WaitGroup
 	readers.Go(func() { _, _ = io.Copy(stdout, outR) })
 	readers.Go(func() { _, _ = io.Copy(stderrTail, errR) })
@@ -187,7 +198,26 @@ func (x *Command) run(ctx context.Context, job *executors.Job, waits bool, put p
 	if err == nil {
 		res.Artifacts, err = storeArtifacts(ctx, files.artifacts, put)
 	}
+	if err == nil && stderrTail.Len() > 0 {
+		var ref executors.Artifact
+		if ref, err = x.keepStderr(ctx, job, stderrTail, put); err == nil {
+			res.Artifacts = append(res.Artifacts, ref)
+		}
+	}
 	return res, err
+}
+
+// keepStderr logs what a command that succeeded printed on stderr (its last
+// MaxStderrTail bytes) and stores the last MaxStderrKept bytes as the
+// attempt's artifact StderrArtifact.
+func (x *Command) keepStderr(ctx context.Context, job *executors.Job, stderr *tail, put putFunc) (executors.Artifact, error) {
+	x.logger.Info("shell: the command's stderr", "task", job.TaskID, "attempt", job.Attempt, "bytes", stderr.Len(),
+		"stderr", strings.TrimSpace(stderr.Last(MaxStderrTail)))
+	ref, err := put(ctx, StderrArtifact, strings.NewReader(stderr.String()))
+	if err != nil {
+		return executors.Artifact{}, executors.Failure{Code: "artifact_failed", Message: "keep the command's stderr: " + err.Error(), Retryable: true}
+	}
+	return ref, nil
 }
 
 // storeArtifacts stores the regular files below dir, named by their path in
@@ -266,7 +296,7 @@ func (x *Command) result(ctx context.Context, st *os.ProcessState, waitErr error
 		}
 		return executors.Result{Output: outputOf(stdout.Bytes())}, nil
 	}
-	msg := strings.TrimSpace(stderr.String())
+	msg := strings.TrimSpace(stderr.Last(MaxStderrTail))
 	ws, _ := st.Sys().(syscall.WaitStatus)
 	switch {
 	case ws.Signaled():
@@ -575,6 +605,14 @@ func (t *tail) Write(p []byte) (int, error) {
 }
 
 func (t *tail) String() string { return strings.ToValidUTF8(string(t.buf), "") }
+
+// Len returns how many bytes the tail holds.
+func (t *tail) Len() int { return len(t.buf) }
+
+// Last returns the last n bytes the tail holds, as valid UTF-8.
+func (t *tail) Last(n int) string {
+	return strings.ToValidUTF8(string(t.buf[max(0, len(t.buf)-n):]), "")
+}
 
 // NewWorker returns the worker that `dwr worker` runs: it runs argv (New,
 // with cfg's Lease and Logger) for every job of cfg's queue, or with verify

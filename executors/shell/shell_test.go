@@ -371,6 +371,38 @@ echo '{"rows": 1}'
 	require.Equal(t, "image/svg+xml", got["charts/q2.svg"].Type)
 }
 
+// What a command that succeeds prints on stderr is logged and kept with its
+// attempt; a failing one's stays the error message, its end only.
+func TestWorkerKeepsASuccessfulCommandsStderr(t *testing.T) {
+	e := newWorkerEnv(t)
+	noisy := e.script("noisy.sh", `cat >/dev/null
+i=0
+while [ $i -lt 2000 ]; do echo "progress line $i of a chatty command" >&2; i=$((i+1)); done
+echo "resized 3 images" >&2
+[ "$DWR_ATTEMPT" = 1 ] && exit 3
+echo '"done"'
+`)
+	logs := e.startWorker("noisy", workerOpts{}, noisy)
+	id := e.CreateTask(t, map[string]any{"queue": "noisy", "retry": map[string]any{"max_attempts": 2, "initial_backoff": "10ms"}})
+	tk := e.WaitState(t, id, "accepted", waitFor)
+	require.Len(t, tk.Attempts, 2)
+	msg := tk.Attempts[0].Error.Message
+	require.True(t, strings.HasSuffix(msg, "resized 3 images"), msg)
+	require.LessOrEqual(t, len(msg), MaxStderrTail, "a failure's message is the end of stderr")
+
+	require.Len(t, tk.Attempts[1].Artifacts, 1)
+	a := tk.Attempts[1].Artifacts[0]
+	require.Equal(t, StderrArtifact, a.Name)
+	require.Equal(t, int64(MaxStderrKept), a.Size, "the last 64 KiB of a longer stderr")
+	r, err := client.New(e.srv.Conn, client.Workspace("default")).GetArtifact(context.Background(), a.SHA256)
+	require.NoError(t, err)
+	b, err := io.ReadAll(r)
+	require.NoError(t, err)
+	require.True(t, strings.HasSuffix(string(b), "resized 3 images\n"))
+	require.Eventually(t, func() bool { return strings.Contains(logs.String(), "the command's stderr") }, waitFor, 20*time.Millisecond)
+	require.Contains(t, logs.String(), "resized 3 images", "the end of stderr is logged")
+}
+
 func TestWorkerCommandWaitsAndResumes(t *testing.T) {
 	e := newWorkerEnv(t)
 	waits := e.script("waits.sh", `input="$(cat)"
