@@ -1,6 +1,7 @@
 package executors
 
 import (
+	"bytes"
 	"crypto/ed25519"
 	"crypto/rand"
 	"crypto/sha256"
@@ -21,14 +22,18 @@ import (
 // public half is registered for them (approver.register); the service
 // checks the signature of every decision (approval.decide).
 
-// Key files: a PEM "PRIVATE KEY" block (PKCS #8 Ed25519) whose headers name
-// the approver and the workspace the key was registered in, so that whoever
-// signs with it (`dwr approve`) knows who signs.
+// Key files: a standard PEM "PRIVATE KEY" block (PKCS #8 Ed25519, as
+// openssl and WebCrypto read it), after comment lines that name the approver
+// and the workspace the key was registered in ("# approver: ada"), so that
+// whoever signs with it (`dwr approve`) knows who signs. Files written
+// before named them in PEM headers, which are still read.
 const (
 	pemPrivateKey      = "PRIVATE KEY"
 	pemPublicKey       = "PUBLIC KEY"
 	pemHeaderApprover  = "Approver"
 	pemHeaderWorkspace = "Workspace"
+	commentApprover    = "# approver: "
+	commentWorkspace   = "# workspace: "
 	maxKeyFile         = 64 << 10
 )
 
@@ -79,15 +84,27 @@ func NewSigningKey(approver, workspace string) (*SigningKey, error) {
 // Public returns the key's public half, the one to register.
 func (k *SigningKey) Public() ed25519.PublicKey { return k.Private.Public().(ed25519.PublicKey) }
 
-// PEM returns the key as ReadSigningKey reads it: a PEM "PRIVATE KEY" block
-// whose headers name the approver and the workspace.
+// PEM returns the key as ReadSigningKey reads it: comment lines naming the
+// approver and the workspace, then a standard PEM "PRIVATE KEY" block
+// (PKCS #8), which openssl (`openssl pkey -in FILE -pubout`) and a
+// browser's WebCrypto read as they are.
 func (k *SigningKey) PEM() ([]byte, error) {
 	der, err := x509.MarshalPKCS8PrivateKey(k.Private)
 	if err != nil {
 		return nil, fmt.Errorf("executors: encoding the key: %w", err)
 	}
-	return pem.EncodeToMemory(&pem.Block{Type: pemPrivateKey, Bytes: der,
-		Headers: map[string]string{pemHeaderApprover: k.Approver, pemHeaderWorkspace: k.Workspace}}), nil
+	var b bytes.Buffer
+	b.WriteString("# dwr approver key: keep it secret (mode 0600)\n")
+	if k.Approver != "" {
+		b.WriteString(commentApprover + k.Approver + "\n")
+	}
+	if k.Workspace != "" {
+		b.WriteString(commentWorkspace + k.Workspace + "\n")
+	}
+	if err := pem.Encode(&b, &pem.Block{Type: pemPrivateKey, Bytes: der}); err != nil {
+		return nil, fmt.Errorf("executors: encoding the key: %w", err)
+	}
+	return b.Bytes(), nil
 }
 
 // PendingKeyFile is a key written beside its file, to be put in place once
@@ -150,12 +167,26 @@ func (p *PendingKeyFile) Place(force bool) error {
 func (p *PendingKeyFile) Discard() { _ = os.Remove(p.tmp) }
 
 // ReadSigningKey reads a key file as PEM writes it (the first PEM "PRIVATE
-// KEY" block of the file, PKCS #8 Ed25519). Its errors say what the file
-// holds instead.
+// KEY" block of the file, PKCS #8 Ed25519, with the approver and workspace
+// its comment lines or PEM headers name), or any PKCS #8 Ed25519 key file
+// (openssl genpkey -algorithm ed25519), which names neither. Its errors say
+// what the file holds instead.
 func ReadSigningKey(file string) (*SigningKey, error) {
 	b, err := readKeyFile(file)
 	if err != nil {
 		return nil, fmt.Errorf("executors: key file %s: %v", file, err)
+	}
+	var approver, workspace string
+	for line := range strings.Lines(string(b)) {
+		line = strings.TrimSpace(line)
+		if strings.HasPrefix(line, "-----BEGIN") {
+			break
+		}
+		if v, ok := strings.CutPrefix(line, strings.TrimSpace(commentApprover)); ok {
+			approver = strings.TrimSpace(v)
+		} else if v, ok := strings.CutPrefix(line, strings.TrimSpace(commentWorkspace)); ok {
+			workspace = strings.TrimSpace(v)
+		}
 	}
 	for rest := b; ; {
 		var block *pem.Block
@@ -174,7 +205,13 @@ func ReadSigningKey(file string) (*SigningKey, error) {
 		if !ok {
 			return nil, fmt.Errorf("executors: key file %s holds a %T, not an Ed25519 key", file, k)
 		}
-		return &SigningKey{Private: priv, Approver: block.Headers[pemHeaderApprover], Workspace: block.Headers[pemHeaderWorkspace]}, nil
+		if v := block.Headers[pemHeaderApprover]; v != "" { // a file written before the comments
+			approver = v
+		}
+		if v := block.Headers[pemHeaderWorkspace]; v != "" {
+			workspace = v
+		}
+		return &SigningKey{Private: priv, Approver: approver, Workspace: workspace}, nil
 	}
 }
 

@@ -39,7 +39,7 @@ func approveCmd(g *globals) *cobra.Command {
 		Short: "decide an approval: sign the response and the action's digest with your key, and send it",
 		Long: "approve fetches the approval, checks that the action it shows has the digest it names, signs\n" +
 			"(approval id, response, action digest) with the Ed25519 key in FILE and sends the decision.\n" +
-			"The approver is the key file's \"Approver:\" header, or --as. A refused decision (wrong key or role,\n" +
+			"The approver is the one the key file names (its \"# approver:\" line), or --as. A refused decision (wrong key or role,\n" +
 			"a response not permitted, already decided, expired) is recorded, and the command exits 5.",
 		Args: cobra.ExactArgs(1),
 		RunE: func(_ *cobra.Command, args []string) error {
@@ -56,7 +56,7 @@ func approveCmd(g *globals) *cobra.Command {
 	f.StringVar(&o.response, "response", "", "the decision: "+strings.Join(domain.Responses, ", ")+" (required)")
 	f.StringVar(&o.comment, "comment", "", "why: recorded with the decision")
 	f.StringVar(&o.keyFile, "key", "", "the approver's private key file, as `dwr keys create` writes it (required)")
-	f.StringVar(&o.as, "as", "", "the approver's name (default: the key file's \"Approver:\" header)")
+	f.StringVar(&o.as, "as", "", "the approver's name (default: the one the key file names, its \"# approver:\" line)")
 	commandIDFlag(cmd, &o.cmdID)
 	return cmd
 }
@@ -79,7 +79,7 @@ func (o approveFlags) signer() (*executors.SigningKey, string, error) {
 		approver = key.Approver
 	}
 	if approver == "" {
-		return nil, "", fail(exitInvalid, "key file %s names no approver (no \"Approver:\" header): pass --as NAME", o.keyFile)
+		return nil, "", fail(exitInvalid, "key file %s names no approver (no \"# approver:\" line: a key made by openssl, say): pass --as NAME", o.keyFile)
 	}
 	return key, approver, nil
 }
