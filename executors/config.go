@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"go.opentelemetry.io/otel/trace"
+	"go.opentelemetry.io/otel/trace/noop"
 )
 
 // Defaults of Config, applied to its zero fields.
@@ -89,12 +91,22 @@ type Config struct {
 	// Logger receives the worker's logs: one line per job at Info, retries
 	// and refusals at Warn. Default: discarded.
 	Logger *slog.Logger
+
+	// Tracer makes an OpenTelemetry span per job, "dwr.job <queue>": a
+	// child of the trace its work item carries (the service's dispatch of
+	// it), the parent of the job's commands (claim, checkpoints, report),
+	// which carry it to the service (traceparent). The job's context holds
+	// it, so the handler's own spans join the trace. Default: none are made.
+	Tracer trace.TracerProvider
 }
 
 var nameRe = regexp.MustCompile(`^[a-z0-9][a-z0-9_-]{0,62}$`)
 
 // withDefaults returns c with every zero field set to its default.
 func (c Config) withDefaults() Config {
+	if c.Tracer == nil {
+		c.Tracer = noop.NewTracerProvider()
+	}
 	if c.Workspace == "" {
 		c.Workspace = DefaultWorkspace
 	}

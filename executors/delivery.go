@@ -79,6 +79,8 @@ func (d *delivery) retireBeat() {
 // once the item is settled (acknowledged, handed back, or left to be
 // redelivered) and every goroutine it started has ended.
 func (w *Worker) deliver(hard context.Context, msg jetstream.Msg) {
+	hard, span := w.traceJob(hard, msg)
+	defer span.End()
 	d := &delivery{w: w, msg: msg, received: time.Now()}
 	meta, err := msg.Metadata()
 	if err != nil {

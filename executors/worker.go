@@ -12,6 +12,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/dwr-run/dwr/executors/client"
 	"github.com/dwr-run/dwr/schemas"
@@ -42,6 +43,7 @@ type Worker struct {
 	// the order tried; once one did, only it.
 	apis    []jetstream.JetStream
 	log     *slog.Logger
+	tracer  trace.Tracer
 	started atomic.Bool
 	// watchers hands the events that end attempts to the running jobs.
 	watchers watchers
@@ -74,7 +76,7 @@ func NewWorker(cfg Config, h Handler) (*Worker, error) {
 		return nil, fmt.Errorf("executors: jetstream: %w", err)
 	}
 	log := cfg.Logger.With(logQueue, cfg.Queue)
-	return &Worker{cfg: cfg, h: h, apis: []jetstream.JetStream{prefixed, plain}, log: log,
+	return &Worker{cfg: cfg, h: h, apis: []jetstream.JetStream{prefixed, plain}, log: log, tracer: cfg.Tracer.Tracer(tracerName),
 		c: newService(cfg, log), subj: subjectsOf(cfg)}, nil
 }
 

@@ -12,6 +12,8 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/dwr-run/dwr/domain"
 	"github.com/dwr-run/dwr/eventstore"
@@ -68,6 +70,7 @@ func WorkSubject(prefix, workspace, queue string) string {
 // derived from the log: async persistence (no fsync per item), and message
 // ids of task and attempt, so that publishing an item again is harmless.
 type dispatcher struct {
+	tracer  trace.Tracer
 	js      jetstream.JetStream
 	stream  string
 	prefix  string
@@ -183,17 +186,20 @@ func newDispatcher(ctx context.Context, js jetstream.JetStream, cfg Config) (*di
 	if err != nil {
 		return nil, fmt.Errorf("handlers: work stream: %w", err)
 	}
-	return &dispatcher{js: js, stream: name, prefix: cfg.Prefix, logger: cfg.Logger, retry: make(chan schemas.WorkItem, 1024),
+	return &dispatcher{js: js, stream: name, prefix: cfg.Prefix, logger: cfg.Logger, tracer: cfg.Tracer.Tracer(tracerName), retry: make(chan schemas.WorkItem, 1024),
 		pending: make(chan pendingItem, 4096), queues: map[string]domain.QueueConfig{}}, nil
 }
 
 // publish sends a work item without waiting for its acknowledgement; a
 // failure is handed to retryLoop.
-func (d *dispatcher) publish(it schemas.WorkItem) {
+func (d *dispatcher) publish(it schemas.WorkItem, traced context.Context) {
 	m, err := d.msg(it)
 	if err != nil {
 		d.logger.Error("handlers: work item not encodable", "task", it.TaskID, "err", err)
 		return
+	}
+	if traced != nil {
+		traceContext.Inject(traced, schemas.TraceCarrier(m.Header))
 	}
 	// What waits for an acknowledgement (thousands of items) keeps no
 	// task: an item published again goes without it, and its executor
@@ -311,7 +317,7 @@ func (d *dispatcher) retryLoop(ctx context.Context) {
 
 // dispatchCommit publishes the work items of the tasks that a committed
 // record left ready, as states has them.
-func (d *dispatcher) dispatchCommit(c *eventstore.Commit, store aggregates) {
+func (d *dispatcher) dispatchCommit(c *eventstore.Commit, store aggregates, traces commandTraces) {
 	seen := map[string]bool{}
 	for i := range c.Events {
 		e := &c.Events[i]
@@ -340,9 +346,24 @@ func (d *dispatcher) dispatchCommit(c *eventstore.Commit, store aggregates) {
 			if err := d.ensureQueue(context.Background(), store, t.Workspace, it.Queue); err != nil {
 				d.logger.Warn("handlers: a queue's consumer could not be created; its items wait in the stream", "err", err)
 			}
-			d.publish(it)
+			d.publishTraced(it, traces.of(e))
 		}
 	}
+}
+
+// publishTraced publishes work item it; when the command that made it
+// ready was traced (parent), within a span "dwr.dispatch" of that trace,
+// whose context the item carries to its executor.
+func (d *dispatcher) publishTraced(it schemas.WorkItem, parent trace.SpanContext) {
+	if !parent.IsValid() || d.tracer == nil {
+		d.publish(it, nil)
+		return
+	}
+	ctx, span := d.tracer.Start(trace.ContextWithRemoteSpanContext(context.Background(), parent), "dwr.dispatch "+it.Queue,
+		trace.WithSpanKind(trace.SpanKindProducer),
+		trace.WithAttributes(attribute.String("dwr.task_id", it.TaskID), attribute.Int("dwr.attempt", it.Attempt)))
+	defer span.End()
+	d.publish(it, ctx)
 }
 
 // dispatchable reports whether a task in its state has a work item: ready

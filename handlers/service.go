@@ -17,6 +17,8 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/nats-io/nats.go/micro"
 	"github.com/oklog/ulid/v2"
+	"go.opentelemetry.io/otel/trace"
+	"go.opentelemetry.io/otel/trace/noop"
 
 	"github.com/dwr-run/dwr/domain"
 	"github.com/dwr-run/dwr/eventstore"
@@ -93,6 +95,10 @@ type Config struct {
 	ArtifactRetention time.Duration
 	// Clock is the time source. Default time.Now.
 	Clock func() time.Time
+	// Tracer makes the OpenTelemetry spans of the commands (dwr.command,
+	// dwr.commit) and of the work items dispatched (dwr.dispatch), children
+	// of the trace a request carries (traceparent). Default: none are made.
+	Tracer trace.TracerProvider
 	// Logger receives the service's logs. Default: discarded.
 	Logger *slog.Logger
 	// Version is reported by the micro service. Default "0.1.0".
@@ -198,6 +204,9 @@ func (c Config) withDefaults() Config {
 	if c.Clock == nil {
 		c.Clock = time.Now
 	}
+	if c.Tracer == nil {
+		c.Tracer = noop.NewTracerProvider()
+	}
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
 	}
@@ -221,6 +230,7 @@ func (c Config) withDefaults() Config {
 // command endpoints.
 type Service struct {
 	cfg      Config
+	tracer   trace.Tracer
 	key      *eventstore.LogKey
 	nc       *nats.Conn
 	js       jetstream.JetStream
@@ -310,7 +320,7 @@ func New(nc *nats.Conn, store *projections.Store, cfg Config) (*Service, error) 
 	for _, a := range cfg.Auth.Admins {
 		admins[a.PublicKey] = a.Name
 	}
-	return &Service{cfg: cfg, key: key, nc: nc, js: js, store: store, admission: newAdmission(cfg),
+	return &Service{cfg: cfg, tracer: cfg.Tracer.Tracer(tracerName), key: key, nc: nc, js: js, store: store, admission: newAdmission(cfg),
 		admins: admins, ready: make(chan struct{}), changed: make(chan struct{})}, nil
 }
 
@@ -914,7 +924,7 @@ func (s *Service) takeOver(ctx context.Context, timerWake chan struct{}) (*event
 	if _, err := s.store.CatchUp(ctx, s.log, s.key); err != nil {
 		return nil, nil, err
 	}
-	w := &writer{store: s.store, clock: s.cfg.Clock, logger: s.cfg.Logger, broken: make(chan struct{}),
+	w := &writer{store: s.store, clock: s.cfg.Clock, logger: s.cfg.Logger, broken: make(chan struct{}), tracer: s.tracer,
 		dispatch: s.dispatch.dispatchCommit,
 		after: func(c *eventstore.Commit, seq uint64) {
 			// A writer deposed meanwhile (paused past its lease) leaves the
@@ -1050,12 +1060,14 @@ func workspaceOf(subject string) string {
 	return parts[2]
 }
 
-func (s *Service) handleCommand(name string, req micro.Request, who sender) []byte {
+func (s *Service) handleCommand(name string, req micro.Request, who sender) (reply []byte) {
 	ws := workspaceOf(req.Subject())
 	if !domain.ValidName(ws) {
 		return errResponse(&schemas.Error{Code: schemas.CodeInvalid,
 			Message: fmt.Sprintf("workspace %q in the subject is not a valid name", ws)})
 	}
+	traced, end := s.traceCommand(name, ws, req)
+	defer func() { end(refusalOf(reply)) }()
 	h := req.Headers()
 	p, werr := s.authorize(who, ws, "cmd", name)
 	if werr != nil {
@@ -1077,7 +1089,7 @@ func (s *Service) handleCommand(name string, req micro.Request, who sender) []by
 		return errResponse(werr)
 	}
 	fillIDs(cmd)
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	ctx, cancel := context.WithTimeout(traced, 30*time.Second)
 	defer cancel()
 	if werr := s.checkArtifacts(ctx, ws, cmd); werr != nil {
 		return errResponse(werr)

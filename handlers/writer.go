@@ -11,6 +11,10 @@ import (
 	"sync/atomic"
 	"time"
 
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/dwr-run/dwr/domain"
 	"github.com/dwr-run/dwr/eventstore"
 	"github.com/dwr-run/dwr/projections"
@@ -22,6 +26,9 @@ type request struct {
 	cmd  domain.Command
 	meta domain.Meta
 	done chan outcome // buffered 1; answered exactly once
+	// trace is the span of the command's handling, when it is traced: the
+	// commit's span and the work items it dispatches are its children.
+	trace trace.SpanContext
 }
 
 // outcome is a command's answer: its reply and the log sequence that holds
@@ -64,7 +71,7 @@ type writer struct {
 	// dispatch runs once a record is committed, before the views apply it
 	// (they are written while the items travel): the work items of the
 	// tasks it left ready, with their states as the writer decided them.
-	dispatch func(c *eventstore.Commit, states aggregates)
+	dispatch func(c *eventstore.Commit, states aggregates, traces commandTraces)
 	// after runs once a committed record is applied to the views: the
 	// event feed (whose readers find the views at least as far), the
 	// timers' wake-up.
@@ -85,9 +92,27 @@ type writer struct {
 	// seal, when set, seals the payloads of a command before it is
 	// decided, against the state it is decided on (privacy.seal).
 	seal func(w domain.World, ws string, cmd domain.Command) error
+	// tracer makes the spans of a batch's traced commands; decideStart and
+	// decideEnd are when the last Decide ran.
+	tracer                 trace.Tracer
+	decideStart, decideEnd time.Time
+}
+
+// commandTraces are the spans of a committed batch's traced commands, by
+// workspace and command id (nil when none is traced).
+type commandTraces map[string]trace.SpanContext
+
+// of returns the span of the command that produced event e.
+func (t commandTraces) of(e *eventstore.Event) trace.SpanContext {
+	if t == nil {
+		return trace.SpanContext{}
+	}
+	return t[e.Workspace+"/"+e.CommandID]
 }
 
 func (w *writer) Decide(items []*request) ([]eventstore.Event, []eventstore.CommandResult, []error) {
+	w.decideStart = time.Now()
+	defer func() { w.decideEnd = time.Now() }()
 	o := domain.NewOverlay(w.store)
 	errs := make([]error, len(items))
 	var events []eventstore.Event
@@ -248,6 +273,7 @@ func (w *writer) Committed(items []*request, c *eventstore.Commit, seq uint64, i
 	}
 	decided := w.decided
 	w.decided.events, w.decided.final = nil, domain.Touched{}
+	traces := w.traceCommit(items, seq, err)
 	if err != nil || seq == 0 {
 		return
 	}
@@ -259,13 +285,13 @@ func (w *writer) Committed(items []*request, c *eventstore.Commit, seq uint64, i
 		// with them first.
 		w.finals.Add(1)
 		if w.dispatch != nil {
-			w.dispatch(c, decidedStates{decided.final, w.store})
+			w.dispatch(c, decidedStates{decided.final, w.store}, traces)
 		}
 		aerr = w.store.ApplyFinal(seq, c, decided.final)
 	} else {
 		aerr = w.store.ApplyDecided(seq, c)
 		if aerr == nil && w.dispatch != nil {
-			w.dispatch(c, w.store)
+			w.dispatch(c, w.store, traces)
 		}
 	}
 	if aerr != nil {
@@ -311,7 +337,7 @@ func (w *writer) Replay(seq uint64, c *eventstore.Commit) error { return w.store
 
 // submit hands a request to the committer and waits for its outcome.
 func submit(ctx context.Context, c *eventstore.Committer[*request], cmd domain.Command, m domain.Meta) outcome {
-	r := &request{cmd: cmd, meta: m, done: make(chan outcome, 1)}
+	r := &request{cmd: cmd, meta: m, done: make(chan outcome, 1), trace: trace.SpanContextFromContext(ctx)}
 	if err := c.Submit(ctx, r); err != nil {
 		return outcome{Err: err}
 	}
@@ -321,4 +347,30 @@ func submit(ctx context.Context, c *eventstore.Committer[*request], cmd domain.C
 	case <-ctx.Done():
 		return outcome{Err: fmt.Errorf("%w: %w", eventstore.ErrUnknownOutcome, ctx.Err())}
 	}
+}
+
+// traceCommit records, for each traced command of a committed batch, a span
+// "dwr.commit" (a child of the command's) from the batch's decision to its
+// commit, with an event when the decision was made, and returns the
+// commands' spans for the dispatch of the work items.
+func (w *writer) traceCommit(items []*request, seq uint64, err error) commandTraces {
+	var traces commandTraces
+	for _, it := range items {
+		if !it.trace.IsValid() || w.tracer == nil {
+			continue
+		}
+		if traces == nil {
+			traces = commandTraces{}
+		}
+		traces[it.meta.Workspace+"/"+it.meta.CommandID] = it.trace
+		ctx := trace.ContextWithRemoteSpanContext(context.Background(), it.trace)
+		_, span := w.tracer.Start(ctx, "dwr.commit", trace.WithTimestamp(w.decideStart),
+			trace.WithAttributes(attribute.Int("dwr.batch_size", len(items)), attribute.Int64("dwr.log_seq", int64(seq)))) //nolint:gosec // a log sequence is far below 2^63
+		span.AddEvent("decided", trace.WithTimestamp(w.decideEnd))
+		if err != nil {
+			span.SetStatus(codes.Error, err.Error())
+		}
+		span.End()
+	}
+	return traces
 }

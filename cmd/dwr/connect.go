@@ -101,7 +101,11 @@ func (g *globals) withClient(f func(context.Context, *client.Client) error) erro
 		return err
 	}
 	defer cl.Close()
-	return g.clientError(f(context.Background(), cl))
+	ctx := g.ctx
+	if ctx == nil {
+		ctx = context.Background()
+	}
+	return g.clientError(f(ctx, cl))
 }
 
 // clientError returns an error of the client with the exit code and the

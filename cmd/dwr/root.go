@@ -11,6 +11,9 @@ import (
 	"syscall"
 
 	"github.com/spf13/cobra"
+	"go.opentelemetry.io/otel/propagation"
+
+	"github.com/dwr-run/dwr/schemas"
 )
 
 // Exit codes, documented in the README.
@@ -47,6 +50,7 @@ type globals struct {
 	json      bool
 	timeout   string
 	stdin     io.Reader
+	ctx       context.Context // the trace the commands belong to, if any (TRACEPARENT)
 	out       io.Writer
 	errOut    io.Writer // notes beside the output, such as "more follow"
 }
@@ -76,7 +80,11 @@ func MainContext(ctx context.Context, args []string, stdout, stderr io.Writer) i
 }
 
 func mainIn(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) int {
-	g := &globals{stdin: stdin, out: stdout, errOut: stderr}
+	// A command run by a job (dwr worker sets TRACEPARENT) joins its trace.
+	if tp := os.Getenv(schemas.EnvTraceparent); tp != "" {
+		ctx = propagation.TraceContext{}.Extract(ctx, schemas.TraceCarrier{schemas.HeaderTraceparent: {tp}})
+	}
+	g := &globals{stdin: stdin, out: stdout, errOut: stderr, ctx: ctx}
 	root := &cobra.Command{
 		Use:           "dwr",
 		Short:         "dwr — the durable work runtime",

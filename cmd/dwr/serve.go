@@ -27,7 +27,7 @@ func natsFlags(cmd *cobra.Command, x *handlers.ExternalNATS) {
 func serveCmd() *cobra.Command {
 	var cfg handlers.ServeConfig
 	var tls embedded.TLSConfig
-	var logLevel, atRestKey string
+	var logLevel, atRestKey, otlp string
 	cmd := &cobra.Command{
 		Use:   "serve",
 		Short: "run the dwr service (embedded NATS + JetStream + Pebble by default)",
@@ -55,6 +55,12 @@ func serveCmd() *cobra.Command {
 			}
 			ctx, stop := untilStopped(cmd)
 			defer stop()
+			tp, shutdown, err := tracerProvider(ctx, otlp, "dwr-serve")
+			if err != nil {
+				return err
+			}
+			defer shutdown()
+			cfg.Service.Tracer = tp
 			return serveError(handlers.Serve(ctx, cfg))
 		},
 	}
@@ -63,6 +69,7 @@ func serveCmd() *cobra.Command {
 	f.StringVar(&cfg.Embedded.Listen, "listen", envOr("DWR_LISTEN", "127.0.0.1:4222"), "host:port the embedded NATS server accepts clients on (env DWR_LISTEN)")
 	f.IntVar(&cfg.Service.Replicas, "replicas", 1, "replicas of the log and the lease (3 on a NATS cluster)")
 	f.StringVar(&logLevel, "log-level", "info", "debug, info, warn or error")
+	otlpFlag(f, &otlp)
 	f.BoolVar(&cfg.InsecureOpen, "insecure-open", false, "let clients connect without credentials, as admins of every workspace: for throwaway experiments only")
 	f.StringVar(&tls.CertFile, "tls-cert", os.Getenv("DWR_TLS_CERT"), "server certificate (PEM): clients must connect with TLS (env DWR_TLS_CERT)")
 	f.StringVar(&tls.KeyFile, "tls-key", os.Getenv("DWR_TLS_KEY"), "server key (PEM) (env DWR_TLS_KEY)")

@@ -15,7 +15,7 @@ const workerConnName = "dwr-worker"
 
 func workerCmd(g *globals) *cobra.Command {
 	var cfg executors.Config
-	var logLevel string
+	var logLevel, otlp string
 	var verify bool
 	cmd := &cobra.Command{
 		Use:   "worker --queue Q [flags] -- COMMAND [ARGS...]",
@@ -33,6 +33,12 @@ commands finish for up to --drain-timeout.`,
 				return err
 			}
 			cfg.Logger = logger
+			tp, shutdown, err := tracerProvider(ctx, otlp, "dwr-worker")
+			if err != nil {
+				return err
+			}
+			defer shutdown()
+			cfg.Tracer = tp
 			return runWorker(ctx, g, cfg, args, verify)
 		},
 	}
@@ -47,6 +53,7 @@ commands finish for up to --drain-timeout.`,
 	f.StringVar(&cfg.Version, "executor-version", "", "the version recorded with every attempt")
 	f.DurationVar(&cfg.DrainTimeout, "drain-timeout", executors.DefaultDrainTimeout, "how long running commands may finish after SIGINT or SIGTERM")
 	f.StringVar(&logLevel, "log-level", "info", "debug, info, warn or error")
+	otlpFlag(f, &otlp)
 	f.BoolVar(&verify, "verify", false, "be a verifier: COMMAND gets the attempt's result on stdin and prints {\"outcome\": \"PASS\"|\"FAIL\"|\"INCONCLUSIVE\", \"evidence\": ...}")
 	return cmd
 }

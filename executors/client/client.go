@@ -17,6 +17,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/oklog/ulid/v2"
+	"go.opentelemetry.io/otel/propagation"
 
 	"github.com/dwr-run/dwr/schemas"
 )
@@ -425,6 +426,12 @@ func (c *Client) request(ctx context.Context, m *nats.Msg, body any, k call) (*R
 		}
 		m.Data = data
 	}
+	// The trace ctx belongs to, if any, goes with the request (W3C trace
+	// context): the service's span for it is a child of the caller's.
+	if m.Header == nil {
+		m.Header = nats.Header{}
+	}
+	traceContext.Inject(ctx, schemas.TraceCarrier(m.Header))
 	var r *Reply
 	err := c.retrying(ctx, m.Subject, k, func() (err error) {
 		r, err = c.try(ctx, m, k.timeout)
@@ -574,3 +581,7 @@ const (
 	PingInterval = 2 * time.Second
 	MaxPingsOut  = 2
 )
+
+// traceContext propagates W3C trace context (traceparent, tracestate): the
+// wire's format, whatever propagator the program sets globally.
+var traceContext = propagation.TraceContext{}

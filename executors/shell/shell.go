@@ -21,6 +21,7 @@ import (
 	"time"
 
 	"github.com/dwr-run/dwr/executors"
+	"github.com/dwr-run/dwr/schemas"
 )
 
 // Limits, exit statuses and environment variables of a command.
@@ -134,6 +135,9 @@ func (x *Command) run(ctx context.Context, job *executors.Job, waits bool, put p
 	cmd := exec.Command(x.argv[0], x.argv[1:]...) //nolint:gosec // G204: running the operator's command is the point
 	cmd.Env = append(os.Environ(), jobEnv(job, files)...)
 	cmd.Env = append(cmd.Env, EnvArtifactsDir+"="+files.artifacts)
+	if tp := executors.Traceparent(ctx); tp != "" { // the command's own dwr commands join the job's trace
+		cmd.Env = append(cmd.Env, schemas.EnvTraceparent+"="+tp)
+	}
 	cmd.SysProcAttr = procAttr()
 	cmd.Stdin = files.stdin
 	outR, outW, err := os.Pipe()

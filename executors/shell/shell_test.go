@@ -18,6 +18,9 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/stretchr/testify/require"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/sdk/trace/tracetest"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/dwr-run/dwr/domain"
 	"github.com/dwr-run/dwr/executors"
@@ -80,6 +83,7 @@ type workerOpts struct {
 	concurrency int           // default 1
 	lease       time.Duration // default 3s
 	verify      bool          // a verifier
+	tracer      trace.TracerProvider
 }
 
 // startWorker runs argv for the queue's tasks, as `dwr worker --queue
@@ -95,7 +99,8 @@ func (e *workerEnv) startWorker(queue string, o workerOpts, argv ...string) *log
 	logger := slog.New(slog.NewTextHandler(logs, nil))
 	nc, err := e.srv.Server.Connect(nats.Name("dwr-worker"))
 	require.NoError(t, err)
-	w, err := NewWorker(executors.Config{Conn: nc, Queue: queue, Lease: lease, Executor: "cli-" + queue, Concurrency: o.concurrency, Logger: logger},
+	w, err := NewWorker(executors.Config{Conn: nc, Queue: queue, Lease: lease, Executor: "cli-" + queue, Concurrency: o.concurrency, Logger: logger,
+		Tracer: o.tracer},
 		argv, o.verify)
 	require.NoError(t, err)
 	t.Cleanup(func() { // after the worker stops
@@ -401,6 +406,37 @@ echo '"done"'
 	require.True(t, strings.HasSuffix(string(b), "resized 3 images\n"))
 	require.Eventually(t, func() bool { return strings.Contains(logs.String(), "the command's stderr") }, waitFor, 20*time.Millisecond)
 	require.Contains(t, logs.String(), "resized 3 images", "the end of stderr is logged")
+}
+
+// A command gets its job's trace as TRACEPARENT, so that the dwr commands
+// it runs join the trace; without tracing it gets none.
+func TestWorkerHandsTheCommandItsTrace(t *testing.T) {
+	e := newWorkerEnv(t)
+	exp := tracetest.NewInMemoryExporter()
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSyncer(exp))
+	t.Cleanup(func() { _ = tp.Shutdown(context.Background()) })
+	echo := e.script("traceparent.sh", `cat >/dev/null; printf '"%s"' "${TRACEPARENT:-none}"`)
+	e.startWorker("traced", workerOpts{tracer: tp}, echo)
+	e.startWorker("untraced", workerOpts{}, echo)
+	id := e.CreateTask(t, map[string]any{"queue": "traced"})
+	tk := e.WaitState(t, id, "accepted", waitFor)
+	var tp0 string
+	require.NoError(t, json.Unmarshal(tk.Attempts[0].Result, &tp0))
+	var job sdktrace.ReadOnlySpan
+	require.Eventually(t, func() bool {
+		for _, sp := range exp.GetSpans().Snapshots() {
+			if sp.Name() == "dwr.job traced" {
+				job = sp
+				return true
+			}
+		}
+		return false
+	}, waitFor, 20*time.Millisecond)
+	require.Equal(t, "00-"+job.SpanContext().TraceID().String()+"-"+job.SpanContext().SpanID().String()+"-01", tp0,
+		"TRACEPARENT names the job's span")
+	id = e.CreateTask(t, map[string]any{"queue": "untraced"})
+	tk = e.WaitState(t, id, "accepted", waitFor)
+	require.JSONEq(t, `"none"`, string(tk.Attempts[0].Result))
 }
 
 func TestWorkerCommandWaitsAndResumes(t *testing.T) {
