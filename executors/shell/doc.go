@@ -42,7 +42,11 @@ const Contract = `The command gets the task's input (JSON) on stdin and, in its 
   DWR_ARTIFACTS_DIR (an empty directory: the regular files a command that
   exits 0 leaves in it, below it too, are stored as artifacts, named by
   their path in it, and attached to the report — a verifier's to its
-  verdict's evidence_refs; at most 1,000; links are left out).
+  verdict's evidence_refs; at most 1,000; links are left out),
+  DWR_MODEL_STEPS_FILE (an empty file: append one JSON object a line for each
+  consequential model call, {"model", "prompt_version", "tool_schema_version",
+  "input_ref", "response_ref", "parsed", "validation", "tokens", "cost"},
+  "model" required, at most 1 MiB; recorded with the report, a failure's too).
 
 What it prints on stdout (at most 256 KiB) is the result: as JSON when it
 parses, else as a JSON string. Exit 0 succeeds; exit 100 fails the task at

@@ -46,6 +46,13 @@ const (
 	// stored as artifacts and attached to its report — a verifier's to its
 	// verdict's evidence_refs.
 	EnvArtifactsDir = "DWR_ARTIFACTS_DIR"
+	// EnvModelStepsFile is an empty file: the command appends to it one
+	// JSON object a line for each consequential model call it made
+	// (schemas.ModelStep: model, prompt_version, tokens, cost, ...); they are
+	// recorded with its report, a success's or a failure's.
+	EnvModelStepsFile = "DWR_MODEL_STEPS_FILE"
+	// MaxModelStepsFile bounds the model-steps file.
+	MaxModelStepsFile = 1 << 20
 
 	pipeGrace = 5 * time.Second // how long output is read after the command's group is gone
 )
@@ -134,7 +141,7 @@ func (x *Command) run(ctx context.Context, job *executors.Job, waits bool, put p
 
 	cmd := exec.Command(x.argv[0], x.argv[1:]...) //nolint:gosec // G204: running the operator's command is the point
 	cmd.Env = append(os.Environ(), jobEnv(job, files)...)
-	cmd.Env = append(cmd.Env, EnvArtifactsDir+"="+files.artifacts)
+	cmd.Env = append(cmd.Env, EnvArtifactsDir+"="+files.artifacts, EnvModelStepsFile+"="+files.modelSteps)
 	if tp := executors.Traceparent(ctx); tp != "" { // the command's own dwr commands join the job's trace
 		cmd.Env = append(cmd.Env, schemas.EnvTraceparent+"="+tp)
 	}
@@ -199,6 +206,11 @@ func (x *Command) run(ctx context.Context, job *executors.Job, waits bool, put p
 		}
 	}
 	res, err := x.result(ctx, cmd.ProcessState, waitErr, stdout, stderrTail)
+	steps, stepsErr := readModelSteps(files.modelSteps)
+	res.ModelSteps = steps // with a failure too: the calls were made
+	if err == nil {
+		err = stepsErr
+	}
 	if err == nil {
 		res.Artifacts, err = storeArtifacts(ctx, files.artifacts, put)
 	}
@@ -250,6 +262,43 @@ func storeArtifacts(ctx context.Context, dir string, put putFunc) ([]executors.A
 		return nil
 	})
 	return refs, err
+}
+
+// readModelSteps reads the model steps a command recorded in file, one JSON
+// object a line. A file past MaxModelStepsFile, or a line that is not a
+// model step, is a failure that is not retried, naming the line.
+func readModelSteps(file string) ([]executors.ModelStep, error) {
+	f, err := os.Open(file)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	b, err := io.ReadAll(io.LimitReader(f, MaxModelStepsFile+1))
+	if err != nil {
+		return nil, err
+	}
+	if len(b) > MaxModelStepsFile {
+		return nil, executors.Failure{Code: "invalid_model_steps",
+			Message: fmt.Sprintf("%s holds more than %d bytes", EnvModelStepsFile, MaxModelStepsFile)}
+	}
+	var steps []executors.ModelStep
+	for i, line := range bytes.Split(b, []byte("\n")) {
+		if len(bytes.TrimSpace(line)) == 0 {
+			continue
+		}
+		var step executors.ModelStep
+		dec := json.NewDecoder(bytes.NewReader(line))
+		dec.DisallowUnknownFields()
+		if err := dec.Decode(&step); err != nil || step.Model == "" {
+			if err == nil {
+				err = errors.New(`"model" is required`)
+			}
+			return nil, executors.Failure{Code: "invalid_model_steps",
+				Message: fmt.Sprintf("%s line %d: not a model step: %v", EnvModelStepsFile, i+1, err)}
+		}
+		steps = append(steps, step)
+	}
+	return steps, nil
 }
 
 // maxArtifacts bounds the artifacts of one report.
@@ -439,6 +488,7 @@ type jobFiles struct {
 	dependencies string // "" when the task depends on none
 	delegations  string // "" when no goal the task delegated to has ended
 	artifacts    string // the command's artifacts directory
+	modelSteps   string // the file the command records its model steps in
 }
 
 func newJobFiles(job *executors.Job, waits bool) (*jobFiles, error) {
@@ -460,6 +510,10 @@ func newJobFiles(job *executors.Job, waits bool) (*jobFiles, error) {
 		return nil, err
 	}
 	if f.checkpoint, err = writeTemp("dwr-checkpoint-*.json", job.Checkpoint); err != nil {
+		f.remove()
+		return nil, err
+	}
+	if f.modelSteps, err = writeTemp("dwr-model-steps-*.jsonl", nil); err != nil {
 		f.remove()
 		return nil, err
 	}
@@ -499,7 +553,7 @@ func (f *jobFiles) remove() {
 	if f.wait != "" {
 		_ = os.Remove(f.wait)
 	}
-	for _, p := range []string{f.dependencies, f.delegations} {
+	for _, p := range []string{f.dependencies, f.delegations, f.modelSteps} {
 		if p != "" {
 			_ = os.Remove(p)
 		}

@@ -408,6 +408,39 @@ echo '"done"'
 	require.Contains(t, logs.String(), "resized 3 images", "the end of stderr is logged")
 }
 
+// A command records its model calls in DWR_MODEL_STEPS_FILE, one JSON
+// object a line: they are recorded with its report, a failure's too; a line
+// that is not a model step fails the attempt, naming the line.
+func TestWorkerRecordsTheCommandsModelSteps(t *testing.T) {
+	e := newWorkerEnv(t)
+	steps := e.script("steps.sh", `cat >/dev/null
+echo '{"model": "fake-1", "prompt_version": "p1", "tokens": 120, "cost": 0.01}' >> "$DWR_MODEL_STEPS_FILE"
+[ "$DWR_ATTEMPT" = 1 ] && { echo "the model's answer did not parse" >&2; exit 3; }
+echo '{"model": "fake-1", "prompt_version": "p2", "tokens": 80}' >> "$DWR_MODEL_STEPS_FILE"
+echo '"done"'
+`)
+	bad := e.script("bad-steps.sh", `cat >/dev/null
+echo '{"model": "fake-1"}' >> "$DWR_MODEL_STEPS_FILE"
+echo '{"tokens": 3}' >> "$DWR_MODEL_STEPS_FILE"
+echo '"done"'
+`)
+	e.startWorker("steps", workerOpts{}, steps)
+	e.startWorker("bad-steps", workerOpts{}, bad)
+	id := e.CreateTask(t, map[string]any{"queue": "steps", "retry": map[string]any{"max_attempts": 2, "initial_backoff": "10ms"}})
+	tk := e.WaitState(t, id, "accepted", waitFor)
+	require.Len(t, tk.Attempts, 2)
+	require.Equal(t, []schemas.ModelStep{{Model: "fake-1", PromptVersion: "p1", Tokens: 120, Cost: 0.01}}, tk.Attempts[0].ModelSteps,
+		"a failed attempt's model calls are recorded")
+	require.Equal(t, []schemas.ModelStep{{Model: "fake-1", PromptVersion: "p1", Tokens: 120, Cost: 0.01},
+		{Model: "fake-1", PromptVersion: "p2", Tokens: 80}}, tk.Attempts[1].ModelSteps)
+
+	id = e.CreateTask(t, map[string]any{"queue": "bad-steps", "retry": map[string]any{"max_attempts": 3}})
+	tk = e.WaitState(t, id, "failed", waitFor)
+	require.Len(t, tk.Attempts, 1, "a bad model-steps file is not retried")
+	require.Contains(t, tk.Attempts[0].Error.Message, EnvModelStepsFile+" line 2")
+	require.Contains(t, tk.Attempts[0].Error.Message, `"model" is required`)
+}
+
 // A command gets its job's trace as TRACEPARENT, so that the dwr commands
 // it runs join the trace; without tracing it gets none.
 func TestWorkerHandsTheCommandItsTrace(t *testing.T) {
