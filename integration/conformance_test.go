@@ -295,7 +295,7 @@ func conformanceScenarios() []conformanceScenario {
 			second := r.executor(q, conformance.RoleWorker)
 			r.observed(id, 2, conformance.EventStarted) // took the task over past the lease
 			require.NoError(r.t, os.WriteFile(conformance.ReleaseFile(r.dir, id), nil, 0o600))
-			task := r.waitState(id, schemas.StateAccepted)
+			r.waitState(id, schemas.StateAccepted)
 			second.signal(syscall.SIGKILL)
 			first.signal(syscall.SIGCONT) // it sees the release too, or its loss
 			ctx, cancel := context.WithTimeout(r.ctx, 30*time.Second)
@@ -309,7 +309,7 @@ func conformanceScenarios() []conformanceScenario {
 				return false
 			})
 			require.NoError(r.t, first.terminate(20*time.Second), "the first executor stops cleanly, its report done")
-			task = r.waitState(id, schemas.StateAccepted)
+			task := r.waitState(id, schemas.StateAccepted)
 			require.Equal(r.t, 2.0, result(r.t, task)["attempt"], "the result is the second attempt's: %s", describeTask(task))
 			require.Equal(r.t, schemas.AttemptStateAbandoned, task.Attempts[0].State,
 				"the superseded attempt's report is refused: %s", describeTask(task))

@@ -272,8 +272,8 @@ func readModelSteps(file string) ([]executors.ModelStep, error) {
 	if err != nil {
 		return nil, err
 	}
-	defer f.Close()
 	b, err := io.ReadAll(io.LimitReader(f, MaxModelStepsFile+1))
+	_ = f.Close() // read only: nothing to lose
 	if err != nil {
 		return nil, err
 	}

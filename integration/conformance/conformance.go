@@ -153,8 +153,11 @@ func (e *Env) Observe(o Observation) {
 		fmt.Fprintln(os.Stderr, "conformance: observe:", err)
 		return
 	}
-	defer f.Close()
-	if _, err := f.Write(append(b, '\n')); err != nil {
+	_, err = f.Write(append(b, '\n'))
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
 		fmt.Fprintln(os.Stderr, "conformance: observe:", err)
 	}
 }
