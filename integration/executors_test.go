@@ -85,22 +85,7 @@ func (e *execEnv) worker(label, queue string, lease time.Duration, maxDeliver in
 	require.NoError(e.t, err)
 	args := []string{"--server", e.url, "--creds", e.executorCreds(label, queue), "worker", "--queue", queue, "--lease", lease.String(),
 		"--max-deliver", fmt.Sprint(maxDeliver), "--executor", label, "--", abs}
-	cmd := exec.Command(e.bin, args...)
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	cmd.Env = append(os.Environ(), env...)
-	cmd.Stdout, cmd.Stderr = e.logs, e.logs
-	fmt.Fprintf(e.logs, "==== worker %s: %s ====\n", label, strings.Join(args, " "))
-	p := &serverProc{cmd: cmd, done: make(chan struct{}), started: time.Now()}
-	require.NoError(e.t, cmd.Start())
-	go func() { p.err = cmd.Wait(); close(p.done) }()
-	e.t.Cleanup(func() {
-		if !p.exited() {
-			p.signal(syscall.SIGCONT)
-			p.signal(syscall.SIGKILL)
-			<-p.done
-		}
-	})
-	return p
+	return startProc(e.t, e, "worker "+label, e.bin, args, env)
 }
 
 func (e *execEnv) history(id string) []string {
