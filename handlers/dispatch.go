@@ -14,6 +14,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/trace"
+	"go.opentelemetry.io/otel/trace/noop"
 
 	"github.com/dwr-run/dwr/domain"
 	"github.com/dwr-run/dwr/eventstore"
@@ -186,7 +187,11 @@ func newDispatcher(ctx context.Context, js jetstream.JetStream, cfg Config) (*di
 	if err != nil {
 		return nil, fmt.Errorf("handlers: work stream: %w", err)
 	}
-	return &dispatcher{js: js, stream: name, prefix: cfg.Prefix, logger: cfg.Logger, tracer: cfg.Tracer.Tracer(tracerName), retry: make(chan schemas.WorkItem, 1024),
+	tp := cfg.Tracer
+	if tp == nil { // a Config not through withDefaults
+		tp = noop.NewTracerProvider()
+	}
+	return &dispatcher{js: js, stream: name, prefix: cfg.Prefix, logger: cfg.Logger, tracer: tp.Tracer(tracerName), retry: make(chan schemas.WorkItem, 1024),
 		pending: make(chan pendingItem, 4096), queues: map[string]domain.QueueConfig{}}, nil
 }
 

@@ -12,6 +12,7 @@ import (
 
 	"github.com/dwr-run/dwr/domain"
 	"github.com/dwr-run/dwr/eventstore"
+	"github.com/dwr-run/dwr/handlers/endpoints"
 	"github.com/dwr-run/dwr/projections"
 	"github.com/dwr-run/dwr/schemas"
 )
@@ -23,8 +24,8 @@ const MaxQueryBytes = 64 << 10
 var QueryNames = []string{"workspace.list", "goal.get", "goal.list", "task.get", "task.list", "events", "command.get",
 	"approval.list", "approval.get", "approver.list", "member.list", "queue.list", "ritual.get", "ritual.list", "schedule.get", "schedule.list", "feed"}
 
-func (s *Service) startQueries() (micro.Service, error) {
-	svc, err := micro.AddService(s.nc, micro.Config{Name: "dwr-query", Version: s.cfg.Version,
+func (s *Service) startQueries() (*endpoints.Service, error) {
+	svc, err := endpoints.New(s.nc, endpoints.Config{Name: "dwr-query", Version: s.cfg.Version, QueueGroup: micro.DefaultQueueGroup,
 		Description: "dwr queries: served from the views by every replica"})
 	if err != nil {
 		return nil, fmt.Errorf("handlers: query service: %w", err)
@@ -33,8 +34,7 @@ func (s *Service) startQueries() (micro.Service, error) {
 		h := func(req micro.Request) {
 			s.async(req, true, func(who sender) []byte { return s.handleQuery(name, req, who) })
 		}
-		if err := svc.AddEndpoint("q_"+strings.ReplaceAll(name, ".", "_"), micro.HandlerFunc(h),
-			micro.WithEndpointSubject(s.cfg.Prefix+".q.*."+name)); err != nil {
+		if err := svc.Add("q_"+strings.ReplaceAll(name, ".", "_"), s.cfg.Prefix+".q.*."+name, h); err != nil {
 			_ = svc.Stop()
 			return nil, fmt.Errorf("handlers: query endpoint %s: %w", name, err)
 		}
@@ -43,8 +43,7 @@ func (s *Service) startQueries() (micro.Service, error) {
 		h := func(req micro.Request) {
 			s.asyncRespond(req, true, func(who sender) ([]byte, micro.Headers) { return s.handleArtifact(name, req, who) })
 		}
-		if err := svc.AddEndpoint("q_"+strings.ReplaceAll(name, ".", "_"), micro.HandlerFunc(h),
-			micro.WithEndpointSubject(s.cfg.Prefix+".q.*."+name)); err != nil {
+		if err := svc.Add("q_"+strings.ReplaceAll(name, ".", "_"), s.cfg.Prefix+".q.*."+name, h); err != nil {
 			_ = svc.Stop()
 			return nil, fmt.Errorf("handlers: query endpoint %s: %w", name, err)
 		}

@@ -22,6 +22,7 @@ import (
 
 	"github.com/dwr-run/dwr/domain"
 	"github.com/dwr-run/dwr/eventstore"
+	"github.com/dwr-run/dwr/handlers/endpoints"
 	"github.com/dwr-run/dwr/projections"
 	"github.com/dwr-run/dwr/schemas"
 )
@@ -1020,12 +1021,12 @@ var internalCommands = map[string]bool{"timer.fire": true, "task.quarantine": tr
 
 // startCommands registers the micro service "dwr" with one endpoint per
 // command on <prefix>.cmd.<workspace>.<command>.
-func (s *Service) startCommands() (micro.Service, error) {
+func (s *Service) startCommands() (*endpoints.Service, error) {
 	// Not in a queue group: a writer that was deposed while paused (or cut
 	// off) still holds its subscriptions until it runs again, and in a
 	// queue group it would take its share of the commands and answer none;
 	// with plain subscriptions every command also reaches the writer.
-	svc, err := micro.AddService(s.nc, micro.Config{Name: "dwr", Version: s.cfg.Version, QueueGroupDisabled: true,
+	svc, err := endpoints.New(s.nc, endpoints.Config{Name: "dwr", Version: s.cfg.Version,
 		Description: "dwr commands: decided by the writer, answered after the commit"})
 	if err != nil {
 		return nil, fmt.Errorf("handlers: command service: %w", err)
@@ -1042,8 +1043,7 @@ func (s *Service) startCommands() (micro.Service, error) {
 			}
 			s.async(req, false, func(who sender) []byte { return s.handleCommand(name, req, who) })
 		}
-		if err := svc.AddEndpoint(strings.ReplaceAll(name, ".", "_"), micro.HandlerFunc(h),
-			micro.WithEndpointSubject(subject)); err != nil {
+		if err := svc.Add(strings.ReplaceAll(name, ".", "_"), subject, h); err != nil {
 			_ = svc.Stop()
 			return nil, fmt.Errorf("handlers: endpoint %s: %w", name, err)
 		}

@@ -80,6 +80,11 @@ func Consumer(prefix, workspace, queue string) string {
 	return prefix + "-" + workspace + "-" + queue
 }
 
+// MonitorSubjects are the NATS micro services' control subjects (PING,
+// INFO, STATS): the service's admins reach its command and query services'
+// there, as `nats micro stats dwr` does.
+const MonitorSubjects = "$SRV.>"
+
 // InboxPrefix returns the inbox prefix a user must connect with
 // (nats.CustomInboxPrefix): the only replies it may subscribe to.
 func InboxPrefix(publicKey string) string { return schemas.InboxPrefix(publicKey) }
@@ -115,6 +120,10 @@ func PermissionsOf(prefix string, id Identity) Permissions {
 			if g.Workspace == AllWorkspaces { // consumer names hold the workspace inside one token
 				p.Publish = append(p.Publish, JSAPIPrefix+".CONSUMER.MSG.NEXT."+stream+".*",
 					JSAPIPrefix+".CONSUMER.INFO."+stream+".*", "$JS.ACK."+stream+".>")
+				// The micro services' monitoring (nats micro ls|info|stats):
+				// it counts every workspace's requests and names their last
+				// errors, so only the service's admins reach it.
+				p.Publish = append(p.Publish, MonitorSubjects)
 			}
 		case domain.RoleClient, domain.RoleViewer:
 			p.Publish = append(p.Publish, q+">")
@@ -173,6 +182,7 @@ func ServerConfig(s Spec) string {
 	w("      { service: %s, accounts: [%s] }\n", q("$JS.API.CONSUMER.INFO."+stream+".*"), ClientAccount)
 	w("      { service: %s, accounts: [%s] }\n", q("$JS.ACK."+stream+".>"), ClientAccount)
 	w("      { stream: %s, accounts: [%s] }\n", q(p+".ev.>"), ClientAccount)
+	w("      { service: %s, response_type: stream, accounts: [%s] }\n", q(MonitorSubjects), ClientAccount)
 	w("    ]\n")
 	w("  }\n")
 	w("  %s {\n", ClientAccount)
@@ -208,6 +218,7 @@ func ServerConfig(s Spec) string {
 		q("$JS.API.CONSUMER.INFO."+stream+".*"), q(JSAPIPrefix+".CONSUMER.INFO."+stream+".*"))
 	w("      { service: { account: %s, subject: %s } }\n", ServiceAccount, q("$JS.ACK."+stream+".>"))
 	w("      { stream: { account: %s, subject: %s } }\n", ServiceAccount, q(p+".ev.>"))
+	w("      { service: { account: %s, subject: %s } }\n", ServiceAccount, q(MonitorSubjects))
 	w("    ]\n")
 	w("  }\n")
 	w("}\n")
