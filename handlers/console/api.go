@@ -318,6 +318,7 @@ type queueRow struct {
 	MaxDeliver  int    `json:"max_deliver,omitempty"`
 	Ready       int    `json:"ready"`
 	Running     int    `json:"running"`
+	Waiting     int    `json:"waiting"`
 	Quarantined int    `json:"quarantined"`
 	// Truncated is set when a state had more tasks than the console counts.
 	Truncated bool `json:"truncated,omitempty"`
@@ -346,7 +347,7 @@ func (c *Console) queues(w http.ResponseWriter, r *http.Request, s *session) {
 		x.LeaseMS, x.MaxDeliver = q.LeaseMS, q.MaxDeliver
 	}
 	truncated := false
-	for _, state := range []string{schemas.StateReady, schemas.StateRunning, schemas.StateFailed} {
+	for _, state := range []string{schemas.StateReady, schemas.StateRunning, schemas.StateWaiting, schemas.StateFailed} {
 		n := 0
 		for t, err := range s.cl.Tasks(ctx, client.TaskFilter{State: state}, client.Limit(1000)) {
 			if err != nil {
@@ -362,6 +363,8 @@ func (c *Console) queues(w http.ResponseWriter, r *http.Request, s *session) {
 				row(t.Spec.Queue).Ready++
 			case state == schemas.StateRunning:
 				row(t.Spec.Queue).Running++
+			case state == schemas.StateWaiting:
+				row(t.Spec.Queue).Waiting++
 			case t.Reason == quarantinedReason:
 				row(t.Spec.Queue).Quarantined++
 			}

@@ -569,14 +569,15 @@ func TestTimelineShowsAVerifiedChain(t *testing.T) {
 	require.Equal(t, http.StatusNotFound, code)
 }
 
-// The queues page counts ready tasks (depth), running attempts and
-// quarantined items per queue.
+// The queues page counts ready tasks (depth), running attempts, waiting
+// tasks and quarantined items per queue.
 func TestQueues(t *testing.T) {
 	e := setup(t)
 	for range 2 {
 		_, err := e.admin.CreateTask(ctx(t), schemas.TaskSpec{Queue: "render"})
 		require.NoError(t, err)
 	}
+	e.gatedTask(t, "alice") // queue payments, waiting for its approval
 	b := e.browser(t)
 	code, er := b.signIn(e.member(t, "vera", roleViewer))
 	require.Equal(t, http.StatusOK, code, er.Error.Message)
@@ -584,12 +585,16 @@ func TestQueues(t *testing.T) {
 		Name    string `json:"name"`
 		Ready   int    `json:"ready"`
 		Running int    `json:"running"`
+		Waiting int    `json:"waiting"`
 	}
 	code, _ = b.get("/api/queues", &qs)
 	require.Equal(t, http.StatusOK, code)
-	require.Len(t, qs, 1)
-	require.Equal(t, "render", qs[0].Name)
-	require.Equal(t, 2, qs[0].Ready)
+	require.Len(t, qs, 2)
+	require.Equal(t, "payments", qs[0].Name)
+	require.Equal(t, 1, qs[0].Waiting)
+	require.Equal(t, 0, qs[0].Ready)
+	require.Equal(t, "render", qs[1].Name)
+	require.Equal(t, 2, qs[1].Ready)
 }
 
 // The page and its assets are served from the binary, with a policy that

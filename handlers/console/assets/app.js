@@ -24,7 +24,7 @@ function h(tag, attrs, ...children) {
 }
 
 function show(...nodes) {
-  main.replaceChildren(...nodes);
+  main.replaceChildren(...nodes.filter((n) => n !== null && n !== undefined && n !== false));
 }
 
 class APIError extends Error {
@@ -443,12 +443,12 @@ async function renderApproval(id) {
 async function renderQueues() {
   const qs = await api("GET", "/api/queues");
   const rows = qs.map((q) => h("tr", { "data-queue": q.name },
-    h("td", {}, q.name), h("td", { class: "num" }, q.ready), h("td", { class: "num" }, q.running),
+    h("td", {}, q.name), h("td", { class: "num" }, q.ready), h("td", { class: "num" }, q.running), h("td", { class: "num" }, q.waiting),
     h("td", { class: "num" + (q.quarantined ? " bad" : "") }, q.quarantined),
     h("td", {}, q.lease_ms ? q.lease_ms / 1000 + " s" : "-"), h("td", {}, q.max_deliver || "-")));
   show(h("h1", {}, "Queues"),
-    h("p", { class: "muted" }, "Depth: tasks ready for an executor. Running: attempts in progress. Quarantined: tasks failed because their work item was delivered the most times the queue allows."),
-    table("queues", ["Queue", "Depth", "Running", "Quarantined", "Lease", "Max deliveries"], rows));
+    h("p", { class: "muted" }, "Depth: tasks ready for an executor. Running: attempts in progress. Waiting: tasks parked on an approval, a signal, a timer or a delegated goal. Quarantined: tasks failed because their work item was delivered the most times the queue allows."),
+    table("queues", ["Queue", "Depth", "Running", "Waiting", "Quarantined", "Lease", "Max deliveries"], rows));
 }
 
 // ---- routing ----
