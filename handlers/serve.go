@@ -194,7 +194,7 @@ func Serve(ctx context.Context, cfg ServeConfig) error {
 	if cfg.Console != nil {
 		console = cfg.Console(consoleNATS)
 		if c, ok := console.(io.Closer); ok {
-			defer c.Close() // before the HTTP server stops: its streams end
+			defer func() { _ = c.Close() }() // before the HTTP server stops: its streams end
 		}
 	}
 	face.attach(svc, console)

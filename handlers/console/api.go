@@ -179,6 +179,9 @@ type chain struct {
 	Problem  string `json:"problem,omitempty"`
 	// Truncated is set when the history is longer than the console reads.
 	Truncated bool `json:"truncated,omitempty"`
+	// Withheld says why the history is not shown (an approver may read a
+	// task but not its events).
+	Withheld string `json:"withheld,omitempty"`
 }
 
 // timeline is GET /api/tasks/{id}: the task, its history and its chain.
@@ -200,6 +203,11 @@ func (c *Console) task(w http.ResponseWriter, r *http.Request, s *session) {
 	out := timeline{Task: t, History: []historyEvent{}}
 	var raws []json.RawMessage
 	for raw, err := range client.List[json.RawMessage](ctx, s.cl, "events", schemas.Query{ID: id, Aggregate: "task"}, client.Limit(500)) {
+		if errors.Is(err, client.ErrForbidden) {
+			out.Chain.Withheld = "this identity may not read histories: " + err.Error()
+			writeJSON(w, http.StatusOK, out)
+			return
+		}
 		if err != nil {
 			writeClientError(w, err)
 			return

@@ -49,7 +49,7 @@ func screenshot(t *testing.T, name string) chromedp.Action[chromedp.Void] {
 			return err
 		}
 		t.Logf("screenshot %s.png (%d bytes)", name, len(png))
-		return os.WriteFile(filepath.Join(dir, name+".png"), png, 0o644)
+		return os.WriteFile(filepath.Join(dir, name+".png"), png, 0o600) //nolint:gosec // G703: the directory the developer named
 	})
 }
 
@@ -104,7 +104,12 @@ func TestBrowser(t *testing.T) {
 	wctx, stopWorker := context.WithCancel(context.Background())
 	workerDone := make(chan error, 1)
 	go func() { workerDone <- w.Run(wctx) }()
-	t.Cleanup(func() { stopWorker(); <-workerDone })
+	t.Cleanup(func() {
+		stopWorker()
+		if err := <-workerDone; err != nil {
+			t.Logf("the worker stopped: %v", err)
+		}
+	})
 
 	// A refund that waits for a person's approval.
 	refund, err := e.admin.CreateTask(ctx(t), schemas.TaskSpec{Queue: "payments", Title: "refund order 7 (120.50 EUR)",

@@ -129,7 +129,7 @@ func New(cfg Config) (*Console, error) {
 func CheckHost(h string) error {
 	ok := h != "" && len(h) <= 253
 	for _, r := range h {
-		if !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '-' || r == '.') {
+		if !nameRune(r) && r != '.' {
 			ok = false
 		}
 	}

@@ -152,7 +152,7 @@ func TestSignIn(t *testing.T) {
 	code, _ := b.get("/api/goals", nil)
 	require.Equal(t, http.StatusUnauthorized, code)
 
-	code, er := b.post("/api/signin", map[string]string{"credentials": "not a credential"}, nil)
+	code, er := b.post("/api/signin", map[string]string{"credentials": "not a credential"}, nil) //nolint:gosec // G101: a file that is no credential
 	require.Equal(t, http.StatusBadRequest, code)
 	require.Contains(t, er.Error.Message, "/credentials")
 
@@ -303,6 +303,20 @@ func TestApproverDecides(t *testing.T) {
 	b := e.browser(t)
 	code, er := b.signIn(e.member(t, "alice", roleApprover))
 	require.Equal(t, http.StatusOK, code, er.Error.Message)
+
+	// An approver reads the task, not its history, nor the goals.
+	var tl struct {
+		Task  schemas.Task `json:"task"`
+		Chain struct {
+			Withheld string `json:"withheld"`
+		} `json:"chain"`
+	}
+	code, _ = b.get("/api/tasks/"+taskID, &tl)
+	require.Equal(t, http.StatusOK, code)
+	require.Equal(t, taskID, tl.Task.ID)
+	require.NotEmpty(t, tl.Chain.Withheld)
+	code, er = b.get("/api/goals", nil)
+	require.Equal(t, http.StatusForbidden, code, er.Error.Message)
 
 	var inbox []schemas.ApprovalView
 	code, _ = b.get("/api/approvals", &inbox)

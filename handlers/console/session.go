@@ -109,7 +109,11 @@ func (c *Console) signIn(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusServiceUnavailable, "unavailable", err.Error())
 		return
 	}
-	http.SetCookie(w, &http.Cookie{Name: CookieName, Value: id, Path: "/", HttpOnly: true, SameSite: http.SameSiteStrictMode, Secure: r.TLS != nil})
+	c.end(r) // a session this browser held before
+	// Secure over TLS only: on the default http://127.0.0.1 a Secure cookie
+	// would never be sent back.
+	ck := &http.Cookie{Name: CookieName, Value: id, Path: "/", HttpOnly: true, SameSite: http.SameSiteStrictMode, Secure: r.TLS != nil} //nolint:gosec // G124: Secure over TLS only, as said
+	http.SetCookie(w, ck)
 	writeJSON(w, http.StatusOK, me{Workspace: s.workspace, PublicKey: pub, About: s.about})
 }
 
@@ -157,17 +161,26 @@ func (c *Console) lookup(r *http.Request) *session {
 	return s
 }
 
-func (c *Console) signOut(w http.ResponseWriter, r *http.Request) {
-	if ck, err := r.Cookie(CookieName); err == nil {
-		c.mu.Lock()
-		s := c.sessions[ck.Value]
-		delete(c.sessions, ck.Value)
-		c.mu.Unlock()
-		if s != nil {
-			s.close()
-		}
+// end ends the request's session, if it has one: its connection and its
+// streams are closed.
+func (c *Console) end(r *http.Request) {
+	ck, err := r.Cookie(CookieName)
+	if err != nil {
+		return
 	}
-	http.SetCookie(w, &http.Cookie{Name: CookieName, Value: "", Path: "/", MaxAge: -1, HttpOnly: true, SameSite: http.SameSiteStrictMode})
+	c.mu.Lock()
+	s := c.sessions[ck.Value]
+	delete(c.sessions, ck.Value)
+	c.mu.Unlock()
+	if s != nil {
+		s.close()
+	}
+}
+
+func (c *Console) signOut(w http.ResponseWriter, r *http.Request) {
+	c.end(r)
+	gone := &http.Cookie{Name: CookieName, Value: "", Path: "/", MaxAge: -1, HttpOnly: true, SameSite: http.SameSiteStrictMode, Secure: r.TLS != nil} //nolint:gosec // G124: it deletes the cookie
+	http.SetCookie(w, gone)
 	w.WriteHeader(http.StatusNoContent)
 }
 
@@ -210,8 +223,10 @@ func validName(s string) bool {
 		return false
 	}
 	for i := 0; i < len(s); i++ {
-		ch := s[i]
-		if !(ch >= 'a' && ch <= 'z' || ch >= '0' && ch <= '9' || (ch == '-' || ch == '_') && i > 0) {
+		switch ch := s[i]; {
+		case ch >= 'a' && ch <= 'z', ch >= '0' && ch <= '9':
+		case (ch == '-' || ch == '_') && i > 0:
+		default:
 			return false
 		}
 	}
@@ -225,9 +240,14 @@ func validToken(s string) bool {
 		return false
 	}
 	for _, r := range s {
-		if !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '-' || r == '_') {
+		if !nameRune(r) && r != '_' {
 			return false
 		}
 	}
 	return true
+}
+
+// nameRune reports whether r is an ASCII letter, a digit or '-'.
+func nameRune(r rune) bool {
+	return r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '-'
 }

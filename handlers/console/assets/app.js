@@ -322,7 +322,8 @@ async function renderTask(id) {
   const history = tl.history.map((e) => h("tr", {},
     h("td", {}, e.ver), h("td", {}, h("code", {}, e.type)), h("td", {}, e.actor || "-"), h("td", {}, ago(e.time)),
     h("td", { class: "hash", title: e.hash }, e.hash.slice(0, 12)), h("td", { class: "hash", title: e.prev || "" }, (e.prev || "-").slice(0, 12))));
-  const chainBox = ch.verified
+  const chainBox = ch.withheld ? h("p", { id: "chain", class: "muted", "data-verified": "withheld" }, "history not shown: " + ch.withheld)
+    : ch.verified
     ? h("p", { id: "chain", class: "ok", "data-verified": "true" }, `✔ chain verified: ${ch.events} events, head ${ch.head}` + (ch.truncated ? " (the first ones only)" : ""))
     : h("p", { id: "chain", class: "error", "data-verified": "false" }, "✘ chain broken: " + ch.problem);
   let wait = null;
