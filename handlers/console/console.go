@@ -4,11 +4,12 @@
 // and the queues, served from assets embedded in the binary.
 //
 // The console is a client of dwr like any other: a person signs in with
-// their credential file, the console opens a NATS connection as that
-// identity (kept in an in-memory session, never written down) and sends
-// every query and command through executors/client on it, so the service's
-// role checks and the NATS permissions of that identity apply. It never
-// imports the service.
+// their credential file, whose seed stays in the browser (the page signs
+// the NATS server's nonce with it); the console holds the NATS connection so
+// made, as that identity, in an in-memory session, and sends every query
+// and command through executors/client on it, so the service's role checks
+// and the NATS permissions of that identity apply. It never imports the
+// service.
 package console
 
 import (
@@ -86,6 +87,7 @@ type Console struct {
 
 	mu       sync.Mutex
 	sessions map[string]*session
+	pending  map[string]*pendingSignIn
 	closed   bool
 	done     chan struct{}
 }
@@ -108,7 +110,7 @@ func New(cfg Config) (*Console, error) {
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
-	c := &Console{cfg: cfg, hosts: map[string]bool{"localhost": true}, sessions: map[string]*session{}, done: make(chan struct{})}
+	c := &Console{cfg: cfg, hosts: map[string]bool{"localhost": true}, sessions: map[string]*session{}, pending: map[string]*pendingSignIn{}, done: make(chan struct{})}
 	for _, h := range cfg.AllowedHosts {
 		if err := CheckHost(h); err != nil {
 			return nil, err
@@ -144,6 +146,7 @@ func (c *Console) routes() *http.ServeMux {
 	m.HandleFunc("GET /{$}", c.index)
 	m.Handle("GET /assets/", http.StripPrefix("/assets", c.static))
 	m.HandleFunc("POST /api/signin", c.signIn)
+	m.HandleFunc("POST /api/signin/{challenge}", c.signInFinish)
 	m.HandleFunc("POST /api/signout", c.signOut)
 	m.HandleFunc("GET /api/me", c.withSession(c.me))
 	m.HandleFunc("GET /api/goals", c.withSession(c.goals))
@@ -234,11 +237,14 @@ func (c *Console) Close() error {
 	}
 	c.closed = true
 	close(c.done)
-	all := c.sessions
-	c.sessions = map[string]*session{}
+	all, pending := c.sessions, c.pending
+	c.sessions, c.pending = map[string]*session{}, map[string]*pendingSignIn{}
 	c.mu.Unlock()
 	for _, s := range all {
 		s.close()
+	}
+	for _, p := range pending {
+		go drain(p)
 	}
 	return nil
 }

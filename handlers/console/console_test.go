@@ -22,6 +22,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nkeys"
 	"github.com/stretchr/testify/require"
 
 	"github.com/dwr-run/dwr/executors/client"
@@ -67,9 +68,10 @@ func (e *env) member(t *testing.T, name string, role schemas.Role) string {
 // browser is a person's browser on the console: a cookie jar, and the
 // console's header and origin on what it posts.
 type browser struct {
-	t   *testing.T
-	url string
-	hc  *http.Client
+	t       *testing.T
+	url     string
+	hc      *http.Client
+	cookies []*http.Cookie // the last response's
 }
 
 func (e *env) browser(t *testing.T) *browser {
@@ -85,6 +87,7 @@ func (b *browser) do(req *http.Request, out any) (int, apiErr) {
 	resp, err := b.hc.Do(req)
 	require.NoError(b.t, err)
 	defer resp.Body.Close()
+	b.cookies = resp.Cookies()
 	body, err := io.ReadAll(resp.Body)
 	require.NoError(b.t, err)
 	var e apiErr
@@ -131,10 +134,37 @@ func (b *browser) postWith(path string, body any, out any, headers map[string]st
 	return b.do(req, out)
 }
 
+// signIn signs in as the page does: it reads the credential file, sends
+// its public key, signs the NATS server's nonce with its seed and sends the
+// signature. The seed never leaves.
 func (b *browser) signIn(credsFile string) (int, apiErr) {
+	b.t.Helper()
 	data, err := os.ReadFile(credsFile)
 	require.NoError(b.t, err)
-	return b.post("/api/signin", map[string]string{"workspace": "default", "credentials": string(data)}, nil)
+	kp, err := nkeys.ParseDecoratedUserNKey(data)
+	require.NoError(b.t, err)
+	defer kp.Wipe()
+	pub, err := kp.PublicKey()
+	require.NoError(b.t, err)
+	return b.signInWith(pub, kp.Sign)
+}
+
+// signInWith signs in as pub, signing the nonce with sign.
+func (b *browser) signInWith(pub string, sign func([]byte) ([]byte, error)) (int, apiErr) {
+	b.t.Helper()
+	var ch struct {
+		Challenge string `json:"challenge"`
+		Nonce     string `json:"nonce"`
+	}
+	code, er := b.post("/api/signin", map[string]string{"workspace": "default", "public_key": pub, "about": "a test's"}, &ch)
+	if code != http.StatusOK {
+		return code, er
+	}
+	nonce, err := base64.StdEncoding.DecodeString(ch.Nonce)
+	require.NoError(b.t, err)
+	sig, err := sign(nonce)
+	require.NoError(b.t, err)
+	return b.post("/api/signin/"+ch.Challenge, map[string]string{"signature": base64.StdEncoding.EncodeToString(sig)}, nil)
 }
 
 func ctx(t *testing.T) context.Context {
@@ -152,34 +182,36 @@ func TestSignIn(t *testing.T) {
 	code, _ := b.get("/api/goals", nil)
 	require.Equal(t, http.StatusUnauthorized, code)
 
-	code, er := b.post("/api/signin", map[string]string{"credentials": "not a credential"}, nil) //nolint:gosec // G101: a file that is no credential
+	code, er := b.post("/api/signin", map[string]string{"public_key": "not a key"}, nil)
 	require.Equal(t, http.StatusBadRequest, code)
-	require.Contains(t, er.Error.Message, "/credentials")
+	require.Contains(t, er.Error.Message, "/public_key")
+	code, er = b.post("/api/signin", map[string]string{"workspace": "Not A Name", "public_key": "x"}, nil)
+	require.Equal(t, http.StatusBadRequest, code)
+	require.Contains(t, er.Error.Message, "/workspace")
 
+	// The admin's key with a signature of another key, and a key the
+	// server does not know, are refused by the NATS server.
+	admin, err := nkeys.ParseDecoratedUserNKey(mustRead(t, filepath.Join(e.svc.Dir, access.AdminCredsFile)))
+	require.NoError(t, err)
+	adminPub, err := admin.PublicKey()
+	require.NoError(t, err)
+	other, err := nkeys.CreateUser()
+	require.NoError(t, err)
+	code, er = b.signInWith(adminPub, other.Sign)
+	require.Equal(t, http.StatusUnauthorized, code, er.Error.Message)
 	stranger, err := access.NewCredential()
 	require.NoError(t, err)
 	path := filepath.Join(t.TempDir(), "stranger.creds")
 	require.NoError(t, stranger.Write(path, "nobody", false))
 	code, er = b.signIn(path)
 	require.Equal(t, http.StatusUnauthorized, code, er.Error.Message)
+	code, er = b.post("/api/signin/"+strings.Repeat("0", 64), map[string]string{"signature": base64.StdEncoding.EncodeToString(make([]byte, 64))}, nil)
+	require.Equal(t, http.StatusNotFound, code, "no such challenge: %s", er.Error.Message)
 
-	code, er = b.post("/api/signin", map[string]string{"workspace": "Not A Name", "credentials": "x"}, nil)
-	require.Equal(t, http.StatusBadRequest, code)
-	require.Contains(t, er.Error.Message, "/workspace")
-
-	data, err := os.ReadFile(filepath.Join(e.svc.Dir, access.AdminCredsFile))
-	require.NoError(t, err)
-	req, err := http.NewRequest(http.MethodPost, e.url+"/api/signin",
-		strings.NewReader(`{"workspace":"default","credentials":`+strconvQuote(string(data))+`}`))
-	require.NoError(t, err)
-	req.Header.Set(console.HeaderCSRF, "1")
-	req.Header.Set("Origin", e.url)
-	resp, err := b.hc.Do(req)
-	require.NoError(t, err)
-	resp.Body.Close()
-	require.Equal(t, http.StatusOK, resp.StatusCode)
+	code, er = b.signIn(filepath.Join(e.svc.Dir, access.AdminCredsFile))
+	require.Equal(t, http.StatusOK, code, er.Error.Message)
 	var session *http.Cookie
-	for _, c := range resp.Cookies() {
+	for _, c := range b.cookies {
 		if c.Name == console.CookieName {
 			session = c
 		}
@@ -214,9 +246,11 @@ const (
 	roleApprover schemas.Role = "approver"
 )
 
-func strconvQuote(s string) string {
-	b, _ := json.Marshal(s)
-	return string(b)
+func mustRead(t *testing.T, path string) []byte {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	require.NoError(t, err)
+	return b
 }
 
 // gatedTask creates a task that waits for an approval by role ops, and
@@ -395,11 +429,11 @@ func TestCrossSiteRequestsAreRefused(t *testing.T) {
 func TestBodiesAreBounded(t *testing.T) {
 	e := setup(t)
 	b := e.browser(t)
-	big := []byte(`{"credentials":"` + strings.Repeat("x", console.MaxRequestBytes) + `"}`)
+	big := []byte(`{"public_key":"` + strings.Repeat("x", console.MaxRequestBytes) + `"}`)
 	code, er := b.post("/api/signin", big, nil)
 	require.Equal(t, http.StatusRequestEntityTooLarge, code)
 	require.Equal(t, "too_large", er.Error.Code)
-	code, er = b.post("/api/signin", []byte(`{"credentials":"x","extra":1}`), nil)
+	code, er = b.post("/api/signin", []byte(`{"public_key":"x","extra":1}`), nil)
 	require.Equal(t, http.StatusBadRequest, code)
 	require.Contains(t, er.Error.Message, "extra")
 }
@@ -615,7 +649,7 @@ func TestQueues(t *testing.T) {
 // lets them load nothing from elsewhere.
 func TestServesThePage(t *testing.T) {
 	e := setup(t)
-	for _, p := range []string{"/", "/assets/app.js", "/assets/canonical.js", "/assets/style.css"} {
+	for _, p := range []string{"/", "/assets/app.js", "/assets/canonical.js", "/assets/credential.js", "/assets/style.css"} {
 		resp, err := http.Get(e.url + p)
 		require.NoError(t, err)
 		resp.Body.Close()

@@ -2,29 +2,23 @@ package console
 
 import (
 	"context"
-	"errors"
 	"fmt"
-	"io"
 	"net/http"
 	"strings"
 	"sync"
 	"sync/atomic"
-	"time"
-
-	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nkeys"
+	"unicode"
 
 	"github.com/dwr-run/dwr/executors/client"
-	"github.com/dwr-run/dwr/schemas"
 )
 
-// session is a signed-in person: their connection as their identity, and
-// the key that connection authenticates with (in memory only, for its
-// reconnections; wiped at sign-out).
+// session is a signed-in person: their connection as their identity,
+// which the browser authenticated by signing the NATS server's nonce (the
+// console never holds the key, so the connection does not reconnect: once
+// it is lost, the person signs in again).
 type session struct {
 	id        string
 	cl        *client.Client
-	kp        nkeys.KeyPair
 	workspace string
 	publicKey string
 	about     string // the credential file's own description of whose it is
@@ -39,15 +33,7 @@ func (s *session) close() {
 	s.once.Do(func() {
 		s.cancel()
 		s.cl.Close()
-		s.kp.Wipe()
 	})
-}
-
-// signInRequest is the body of POST /api/signin: the credential file's
-// text and the workspace to work in.
-type signInRequest struct {
-	Workspace   string `json:"workspace"`
-	Credentials string `json:"credentials"`
 }
 
 // me is what the console shows of the signed-in identity.
@@ -55,66 +41,6 @@ type me struct {
 	Workspace string `json:"workspace"`
 	PublicKey string `json:"public_key"`
 	About     string `json:"about,omitempty"`
-}
-
-func (c *Console) signIn(w http.ResponseWriter, r *http.Request) {
-	var req signInRequest
-	if !readJSON(w, r, &req) {
-		return
-	}
-	if req.Workspace == "" {
-		req.Workspace = client.DefaultWorkspace
-	}
-	if !validName(req.Workspace) {
-		writeError(w, http.StatusBadRequest, "invalid", fmt.Sprintf("/workspace: %q is not a workspace name (lower-case letters, digits, '-' and '_')", req.Workspace))
-		return
-	}
-	kp, err := nkeys.ParseDecoratedUserNKey([]byte(req.Credentials))
-	if err != nil {
-		writeError(w, http.StatusBadRequest, "invalid", "/credentials: not a dwr credential file (a user nkey seed, as dwr users add --out or dwr-data/admin.creds): "+err.Error())
-		return
-	}
-	pub, err := kp.PublicKey()
-	if err != nil {
-		kp.Wipe()
-		writeError(w, http.StatusBadRequest, "invalid", "/credentials: "+err.Error())
-		return
-	}
-	id, err := newID()
-	if err != nil {
-		kp.Wipe()
-		writeError(w, http.StatusInternalServerError, "internal", err.Error())
-		return
-	}
-	opts := append([]nats.Option{}, c.cfg.NATSOptions...)
-	opts = append(opts, nats.Nkey(pub, kp.Sign), nats.CustomInboxPrefix(schemas.InboxPrefix(pub)), nats.ReconnectWait(time.Second))
-	cl, err := client.Connect(c.cfg.NATSURL, client.Workspace(req.Workspace), client.Prefix(c.cfg.Prefix),
-		client.Name("dwr-console"), client.NATSOptions(opts...))
-	if err != nil {
-		kp.Wipe()
-		// Refused, the embedded server closes an in-process connection
-		// without a word.
-		if errors.Is(err, nats.ErrAuthorization) || errors.Is(err, io.ErrClosedPipe) {
-			writeError(w, http.StatusUnauthorized, "unauthorized", "the server refused this credential (an identity unknown in this dwr, or revoked)")
-			return
-		}
-		writeError(w, http.StatusBadGateway, "unavailable", "cannot connect to NATS: "+err.Error())
-		return
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	s := &session{id: id, cl: cl, kp: kp, workspace: req.Workspace, publicKey: pub, about: aboutOf(req.Credentials), ctx: ctx, cancel: cancel}
-	s.last.Store(c.cfg.Now().UnixNano())
-	if err := c.add(s); err != nil {
-		s.close()
-		writeError(w, http.StatusServiceUnavailable, "unavailable", err.Error())
-		return
-	}
-	c.end(r) // a session this browser held before
-	// Secure over TLS only: on the default http://127.0.0.1 a Secure cookie
-	// would never be sent back.
-	ck := &http.Cookie{Name: CookieName, Value: id, Path: "/", HttpOnly: true, SameSite: http.SameSiteStrictMode, Secure: r.TLS != nil} //nolint:gosec // G124: Secure over TLS only, as said
-	http.SetCookie(w, ck)
-	writeJSON(w, http.StatusOK, me{Workspace: s.workspace, PublicKey: pub, About: s.about})
 }
 
 // add keeps s, first dropping the sessions idle too long; it refuses when
@@ -193,6 +119,11 @@ func (c *Console) withSession(h func(http.ResponseWriter, *http.Request, *sessio
 			writeError(w, http.StatusUnauthorized, "unauthorized", "not signed in (or the session expired): sign in with your credential file")
 			return
 		}
+		if s.cl.Conn().IsClosed() {
+			c.end(r)
+			writeError(w, http.StatusUnauthorized, "unauthorized", "the session's connection to dwr was lost (a restart?): sign in again")
+			return
+		}
 		h(w, r, s)
 	}
 }
@@ -201,18 +132,20 @@ func (c *Console) me(w http.ResponseWriter, _ *http.Request, s *session) {
 	writeJSON(w, http.StatusOK, me{Workspace: s.workspace, PublicKey: s.publicKey, About: s.about})
 }
 
-// aboutOf returns the description a credential file gives of itself (its
-// "# dwr credential: " line), shown to its holder; it proves nothing.
-func aboutOf(creds string) string {
-	for line := range strings.Lines(creds) {
-		if v, ok := strings.CutPrefix(strings.TrimSpace(line), "# dwr credential: "); ok {
-			if len(v) > 200 {
-				v = v[:200]
-			}
-			return v
+// cleanAbout returns the description a credential file gives of itself
+// (its "# dwr credential: " line, read by the page), shown to its holder: at
+// most 200 printable characters. It proves nothing.
+func cleanAbout(about string) string {
+	var b strings.Builder
+	for _, r := range about {
+		if b.Len() >= 200 {
+			break
+		}
+		if unicode.IsPrint(r) {
+			b.WriteRune(r)
 		}
 	}
-	return ""
+	return b.String()
 }
 
 // validName reports whether s is a workspace name as the service takes it

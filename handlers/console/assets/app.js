@@ -46,7 +46,7 @@ async function api(method, path, body) {
   const text = await r.text();
   const data = text ? JSON.parse(text) : null;
   if (!r.ok) {
-    if (r.status === 401 && path !== "/api/signin") {
+    if (r.status === 401 && !path.startsWith("/api/signin")) {
       me = null;
       renderSignIn("Your session ended: sign in again.");
     }
@@ -94,7 +94,8 @@ function renderSignIn(msg) {
   const form = h("form", { id: "signin-form", class: "card" },
     h("h1", {}, "Sign in"),
     h("p", { class: "muted" }, "Pick your credential file: what dwr users add --out wrote, or dwr-data/admin.creds. " +
-      "The console connects to dwr as that identity, in a session held in memory; the file is never stored."),
+      "Its key stays in this browser: the page signs the NATS server's challenge with it, and the console keeps the connection so made, " +
+      "as that identity, in a session held in memory."),
     h("label", {}, "Credential file ", creds),
     h("label", {}, "Workspace ", ws),
     h("button", { type: "submit", id: "signin" }, "Sign in"),
@@ -110,7 +111,10 @@ function renderSignIn(msg) {
       return;
     }
     try {
-      me = await api("POST", "/api/signin", { workspace: ws.value.trim(), credentials: await f.text() });
+      if (!window.crypto || !crypto.subtle) throw new Error("signing in needs a secure context: open the console at http://127.0.0.1, localhost, or over HTTPS");
+      const cred = await window.dwrCredential.read(await f.text());
+      const ch = await api("POST", "/api/signin", { workspace: ws.value.trim(), public_key: cred.publicKey, about: cred.about });
+      me = await api("POST", "/api/signin/" + encodeURIComponent(ch.challenge), { signature: await window.dwrCredential.signNonce(cred.key, ch.nonce) });
       signedIn();
       route();
     } catch (err) {
