@@ -18,10 +18,12 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 	"github.com/nats-io/nkeys"
 	"github.com/stretchr/testify/require"
 
@@ -42,10 +44,14 @@ type env struct {
 	con   *console.Console
 }
 
-func setup(t *testing.T) *env {
+func setup(t *testing.T, adjust ...func(*console.Config)) *env {
 	t.Helper()
 	s := servicetest.Start(t, "", servicetest.Options{Secure: true})
-	c, err := console.New(console.Config{NATSOptions: []nats.Option{nats.InProcessServer(s.Server.NATS())}, Logger: servicetest.Logger()})
+	cfg := console.Config{NATSOptions: []nats.Option{nats.InProcessServer(s.Server.NATS())}, Logger: servicetest.Logger()}
+	for _, f := range adjust {
+		f(&cfg)
+	}
+	c, err := console.New(cfg)
 	require.NoError(t, err)
 	ts := httptest.NewServer(c)
 	t.Cleanup(ts.Close)
@@ -626,23 +632,47 @@ func TestQueues(t *testing.T) {
 		require.NoError(t, err)
 	}
 	e.gatedTask(t, "alice") // queue payments, waiting for its approval
+
+	// A poison item: delivered the most times its queue allows, never
+	// acknowledged (an executor crashing on it), it is quarantined.
+	_, err := e.admin.Command(ctx(t), "queue.configure", map[string]any{"queue": "poison", "lease_ms": 1000, "max_deliver": 1})
+	require.NoError(t, err)
+	bad, err := e.admin.CreateTask(ctx(t), schemas.TaskSpec{Queue: "poison"})
+	require.NoError(t, err)
+	js, err := jetstream.New(e.svc.Conn) // the service's own account: the work stream itself
+	require.NoError(t, err)
+	cons, err := js.Consumer(ctx(t), "DWR_WORK", "dwr-default-poison")
+	require.NoError(t, err)
+	servicetest.Eventually(t, 20*time.Second, func() bool {
+		if batch, err := cons.Fetch(1, jetstream.FetchMaxWait(100*time.Millisecond)); err == nil {
+			for range batch.Messages() { // taken, never acknowledged
+			}
+		}
+		task, err := e.admin.Task(ctx(t), bad.ID)
+		return err == nil && task.State == schemas.StateFailed && task.Reason == "quarantined"
+	})
 	b := e.browser(t)
 	code, er := b.signIn(e.member(t, "vera", roleViewer))
 	require.Equal(t, http.StatusOK, code, er.Error.Message)
 	var qs []struct {
-		Name    string `json:"name"`
-		Ready   int    `json:"ready"`
-		Running int    `json:"running"`
-		Waiting int    `json:"waiting"`
+		Name        string `json:"name"`
+		Ready       int    `json:"ready"`
+		Running     int    `json:"running"`
+		Waiting     int    `json:"waiting"`
+		Quarantined int    `json:"quarantined"`
+		MaxDeliver  int    `json:"max_deliver"`
 	}
 	code, _ = b.get("/api/queues", &qs)
 	require.Equal(t, http.StatusOK, code)
-	require.Len(t, qs, 2)
+	require.Len(t, qs, 3)
 	require.Equal(t, "payments", qs[0].Name)
 	require.Equal(t, 1, qs[0].Waiting)
 	require.Equal(t, 0, qs[0].Ready)
-	require.Equal(t, "render", qs[1].Name)
-	require.Equal(t, 2, qs[1].Ready)
+	require.Equal(t, "poison", qs[1].Name)
+	require.Equal(t, 1, qs[1].Quarantined)
+	require.Equal(t, 1, qs[1].MaxDeliver)
+	require.Equal(t, "render", qs[2].Name)
+	require.Equal(t, 2, qs[2].Ready)
 }
 
 // The page and its assets are served from the binary, with a policy that
@@ -694,4 +724,42 @@ func TestServeMountsTheConsole(t *testing.T) {
 	code, er = b.get("/api/goals", &goals)
 	require.Equal(t, http.StatusOK, code, er.Error.Message)
 	require.Empty(t, goals)
+}
+
+// Sessions are bounded: past MaxSessions a sign-in is refused; one idle
+// past IdleTimeout is ended (and makes room); closing the console ends the
+// live streams.
+func TestSessionsAreBoundedAndExpire(t *testing.T) {
+	var mu sync.Mutex
+	now := time.Now()
+	clock := func() time.Time { mu.Lock(); defer mu.Unlock(); return now }
+	e := setup(t, func(c *console.Config) { c.MaxSessions, c.IdleTimeout, c.Now = 1, time.Minute, clock })
+	g, err := e.admin.CreateGoal(ctx(t), schemas.CreateGoal{Title: "g", Tasks: []schemas.TaskSpec{{Key: "a", Queue: "q"}}})
+	require.NoError(t, err)
+	admin := filepath.Join(e.svc.Dir, access.AdminCredsFile)
+	first, second := e.browser(t), e.browser(t)
+	code, er := first.signIn(admin)
+	require.Equal(t, http.StatusOK, code, er.Error.Message)
+	code, er = second.signIn(admin)
+	require.Equal(t, http.StatusServiceUnavailable, code)
+	require.Contains(t, er.Error.Message, "1 sessions")
+
+	mu.Lock()
+	now = now.Add(2 * time.Minute)
+	mu.Unlock()
+	code, er = second.signIn(admin)
+	require.Equal(t, http.StatusOK, code, "the idle session made room: %s", er.Error.Message)
+	code, _ = first.get("/api/me", nil)
+	require.Equal(t, http.StatusUnauthorized, code, "the idle session ended")
+
+	s := second.stream(t, g.ID, "")
+	s.waitGoal(t, func(*schemas.GoalView) bool { return true })
+	require.NoError(t, e.con.Close())
+	for {
+		if _, err := s.r.ReadString('\n'); err != nil {
+			break // the stream ended with the console
+		}
+	}
+	code, _ = second.get("/api/me", nil)
+	require.Equal(t, http.StatusUnauthorized, code, "closing the console ended its sessions")
 }
