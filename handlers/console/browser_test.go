@@ -170,6 +170,7 @@ func TestBrowser(t *testing.T) {
 	// The approver signs in, opens the approval and approves with their key.
 	require.NoError(t, do(t, bctx,
 		signIn(alice),
+		chromedp.WaitVisible(chromedp.CSS(`#main [data-error-code="forbidden"]`)), // an approver may not read goals: the service says so
 		chromedp.Click(chromedp.CSS(`a[data-nav="approvals"]`)),
 		chromedp.WaitVisible(chromedp.CSS(fmt.Sprintf(`tr[data-approval-id=%q] a`, approvalID))),
 		screenshot(t, "approvals-inbox"),

@@ -475,7 +475,11 @@ async function route() {
       default: show(h("p", {}, "Nothing here."));
     }
   } catch (err) {
-    if (me) show(errorBox(err));
+    if (!me) return;
+    const hint = err.status === 403 && (parts[0] || "goals") === "goals"
+      ? h("p", { class: "muted" }, "This identity may not read goals (an approver's may not): see ", h("a", { href: "#/approvals" }, "Approvals"), ".")
+      : null;
+    show(errorBox(err), hint);
   }
 }
 
