@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"net/http"
@@ -81,9 +82,10 @@ type ServeConfig struct {
 	// one the operator gave: when it is taken (a second replica on one
 	// machine), Serve logs a warning and runs without HTTP.
 	HTTPIsDefault bool
-	// Console, when set, makes the web console's handler for the running
-	// service; the HTTP server mounts it at /.
-	Console func(*Service) http.Handler
+	// Console, when set, makes the web console's handler, given how to
+	// reach the NATS server as its users; the HTTP server mounts it at /.
+	// A handler that is an io.Closer is closed when Serve stops.
+	Console func(ConsoleNATS) http.Handler
 	// Service is the service's configuration; Serve sets its WriterID (the
 	// data directory's, so that a restarted replica takes its own writer
 	// lease again at once) and its Auth. Its Logger is required.
@@ -148,6 +150,7 @@ func Serve(ctx context.Context, cfg ServeConfig) error {
 		logger.Warn("dwr: --insecure-open: anyone who reaches NATS is an admin of every workspace, without credentials; use it only for throwaway experiments")
 	}
 	auth, reload, where := AuthConfig{Required: !cfg.InsecureOpen, InsecureOpen: cfg.InsecureOpen}, func() {}, ""
+	consoleNATS := ConsoleNATS{URL: cfg.External.URL}
 	if nc == nil {
 		e := cfg.Embedded
 		e.DataDir, e.InsecureOpen, e.Logger = cfg.DataDir, cfg.InsecureOpen, logger
@@ -161,6 +164,7 @@ func Serve(ctx context.Context, cfg ServeConfig) error {
 		}
 		defer nc.Close()
 		auth, reload, where = bnd.Auth(), bnd.Reload, bnd.Server().ClientURL()
+		consoleNATS = ConsoleNATS{Options: []nats.Option{nats.InProcessServer(bnd.Server().NATS())}}
 		if where == "" {
 			where = "in-process only"
 		}
@@ -172,6 +176,9 @@ func Serve(ctx context.Context, cfg ServeConfig) error {
 			logger.Warn("dwr: no --admin-key: nobody can create workspaces or add members; see dwr admin nats-config")
 		}
 		where = nc.ConnectedUrl()
+		if consoleNATS.URL == "" {
+			consoleNATS.URL = where
+		}
 		logConnection(nc, logger)
 		if err := checkSync(ctx, cfg, logger); err != nil {
 			return err
@@ -185,7 +192,10 @@ func Serve(ctx context.Context, cfg ServeConfig) error {
 	}
 	var console http.Handler
 	if cfg.Console != nil {
-		console = cfg.Console(svc)
+		console = cfg.Console(consoleNATS)
+		if c, ok := console.(io.Closer); ok {
+			defer func() { _ = c.Close() }() // before the HTTP server stops: its streams end
+		}
 	}
 	face.attach(svc, console)
 	if cfg.HealthListen != "" {
@@ -213,6 +223,14 @@ func Serve(ctx context.Context, cfg ServeConfig) error {
 	}
 	logger.Info("dwr stopped")
 	return nil
+}
+
+// ConsoleNATS is how the web console reaches the NATS server to connect
+// as each person who signs in: the URL to dial ("" in-process) and options
+// to dial with, before the person's own credential.
+type ConsoleNATS struct {
+	URL     string
+	Options []nats.Option
 }
 
 // prepare applies cfg.MemoryLimit, makes the data directory, reads the log

@@ -4,12 +4,14 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net/http"
 	"os"
 	"strings"
 
 	"github.com/spf13/cobra"
 
 	"github.com/dwr-run/dwr/handlers"
+	"github.com/dwr-run/dwr/handlers/console"
 	"github.com/dwr-run/dwr/handlers/embedded"
 	"github.com/dwr-run/dwr/handlers/web"
 )
@@ -28,6 +30,7 @@ func serveCmd() *cobra.Command {
 	var cfg handlers.ServeConfig
 	var tls embedded.TLSConfig
 	var logLevel, atRestKey, otlp string
+	var consoleHosts []string
 	cmd := &cobra.Command{
 		Use:   "serve",
 		Short: "run the dwr service (embedded NATS + JetStream + Pebble by default)",
@@ -52,6 +55,9 @@ func serveCmd() *cobra.Command {
 					return fail(exitInvalid, "--at-rest-key-file %s: need a file holding a key of at least 16 characters (e.g. head -c 32 /dev/urandom | base64 > FILE)", atRestKey)
 				}
 				cfg.Embedded.AtRestKey = strings.TrimSpace(string(b))
+			}
+			if err := consoleHandler(&cfg, consoleHosts, logger); err != nil {
+				return err
 			}
 			ctx, stop := untilStopped(cmd)
 			defer stop()
@@ -105,6 +111,8 @@ func serveCmd() *cobra.Command {
 	cfg.MasterKeyEnv = os.Getenv("DWR_MASTER_KEY")
 	f.StringVar(&atRestKey, "at-rest-key-file", os.Getenv("DWR_AT_REST_KEY_FILE"),
 		"encrypt the embedded server's files with JetStream's own encryption at rest (ChaCha20-Poly1305), with the key in this file: give it from the first start on, and to dwr admin too (env DWR_AT_REST_KEY_FILE)")
+	f.StringSliceVar(&consoleHosts, "console-host", envList("DWR_CONSOLE_HOST"),
+		"a host name the web console answers for, besides IP addresses and localhost (repeatable; env DWR_CONSOLE_HOST, comma-separated): requests naming another host are refused, against DNS rebinding")
 	natsFlags(cmd, &cfg.External)
 	logKeyFlag(cmd, &cfg.LogKeyFile)
 	return cmd
@@ -140,4 +148,23 @@ func envList(name string) []string {
 		return nil
 	}
 	return strings.Split(v, ",")
+}
+
+// consoleHandler sets cfg.Console to the web console (handlers/console),
+// answering for hosts besides IP addresses and localhost.
+func consoleHandler(cfg *handlers.ServeConfig, hosts []string, logger *slog.Logger) error {
+	for _, h := range hosts {
+		if err := console.CheckHost(h); err != nil {
+			return fail(exitInvalid, "%s", strings.TrimPrefix(err.Error(), "console: "))
+		}
+	}
+	cfg.Console = func(n handlers.ConsoleNATS) http.Handler {
+		c, err := console.New(console.Config{NATSURL: n.URL, NATSOptions: n.Options, AllowedHosts: hosts, Logger: logger})
+		if err != nil { // the hosts were checked: not expected
+			logger.Error("dwr: no web console", "err", err)
+			return http.NotFoundHandler()
+		}
+		return c
+	}
+	return nil
 }

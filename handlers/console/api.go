@@ -1,0 +1,391 @@
+package console
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"sort"
+
+	"github.com/dwr-run/dwr/executors/client"
+	"github.com/dwr-run/dwr/schemas"
+)
+
+// Bounds of what one page of the console reads.
+const (
+	// MaxListed bounds the goals, approvals and tasks a list page reads.
+	MaxListed = 500
+	// MaxHistory bounds the events of a task's history the timeline reads.
+	MaxHistory = 2000
+)
+
+// apiError is the body of every error the console answers.
+type apiError struct {
+	Error struct {
+		Code    string               `json:"code"`
+		Message string               `json:"message"`
+		Fields  []schemas.FieldError `json:"fields,omitempty"`
+	} `json:"error"`
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	w.Header().Set("Content-Type", "application/json; charset=utf-8")
+	w.WriteHeader(status)
+	_ = json.NewEncoder(w).Encode(v)
+}
+
+func writeError(w http.ResponseWriter, status int, code, msg string) {
+	var e apiError
+	e.Error.Code, e.Error.Message = code, msg
+	writeJSON(w, status, e)
+}
+
+// writeClientError answers the error of a query or command: the service's
+// refusal with its code and message (a viewer's cancel is the service's
+// "forbidden"), or why no answer came.
+func writeClientError(w http.ResponseWriter, err error) {
+	status, code := http.StatusBadGateway, "unavailable"
+	for _, c := range []struct {
+		err    error
+		status int
+	}{
+		{client.ErrInvalid, http.StatusBadRequest}, {client.ErrNotFound, http.StatusNotFound},
+		{client.ErrConflict, http.StatusConflict}, {client.ErrForbidden, http.StatusForbidden},
+		{client.ErrTooLarge, http.StatusRequestEntityTooLarge}, {client.ErrUnavailable, http.StatusServiceUnavailable},
+		{client.ErrInternal, http.StatusInternalServerError},
+	} {
+		if errors.Is(err, c.err) {
+			status, code = c.status, c.err.(*schemas.Error).Code
+			break
+		}
+	}
+	var e apiError
+	e.Error.Code, e.Error.Message = code, err.Error()
+	var se *schemas.Error
+	if errors.As(err, &se) {
+		e.Error.Message, e.Error.Fields = se.Message, se.Fields
+	}
+	if errors.Is(err, context.DeadlineExceeded) {
+		status = http.StatusGatewayTimeout
+	}
+	writeJSON(w, status, e)
+}
+
+// readJSON decodes the request's body into v: at most MaxRequestBytes,
+// checked before decoding, and nothing but one JSON object. It answers the
+// error itself and returns false when it cannot.
+func readJSON(w http.ResponseWriter, r *http.Request, v any) bool {
+	b, err := io.ReadAll(io.LimitReader(r.Body, MaxRequestBytes+1))
+	if err != nil {
+		writeError(w, http.StatusBadRequest, "invalid", "the body cannot be read: "+err.Error())
+		return false
+	}
+	if len(b) > MaxRequestBytes {
+		writeError(w, http.StatusRequestEntityTooLarge, "too_large", fmt.Sprintf("the body is more than %d bytes", MaxRequestBytes))
+		return false
+	}
+	dec := json.NewDecoder(bytes.NewReader(b))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		writeError(w, http.StatusBadRequest, "invalid", "the body is not the JSON object expected: "+err.Error())
+		return false
+	}
+	return true
+}
+
+func (c *Console) goals(w http.ResponseWriter, r *http.Request, s *session) {
+	ctx, cancel := requestCtx(r)
+	defer cancel()
+	out := []*schemas.GoalView{}
+	for g, err := range s.cl.Goals(ctx, client.Limit(100)) {
+		if err != nil {
+			writeClientError(w, err)
+			return
+		}
+		if out = append(out, g); len(out) >= MaxListed {
+			break
+		}
+	}
+	// Newest first: the list query answers oldest first.
+	for i, j := 0, len(out)-1; i < j; i, j = i+1, j-1 {
+		out[i], out[j] = out[j], out[i]
+	}
+	writeJSON(w, http.StatusOK, out)
+}
+
+func (c *Console) goal(w http.ResponseWriter, r *http.Request, s *session) {
+	ctx, cancel := requestCtx(r)
+	defer cancel()
+	g, err := s.cl.Goal(ctx, r.PathValue("id"))
+	if err != nil {
+		writeClientError(w, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, g)
+}
+
+// reasonRequest is the body of a cancel.
+type reasonRequest struct {
+	Reason string `json:"reason"`
+}
+
+func (c *Console) cancelGoal(w http.ResponseWriter, r *http.Request, s *session) {
+	var req reasonRequest
+	if !readJSON(w, r, &req) {
+		return
+	}
+	ctx, cancel := requestCtx(r)
+	defer cancel()
+	res, err := s.cl.CancelGoal(ctx, r.PathValue("id"), req.Reason)
+	if err != nil {
+		writeClientError(w, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, res)
+}
+
+func (c *Console) cancelTask(w http.ResponseWriter, r *http.Request, s *session) {
+	var req reasonRequest
+	if !readJSON(w, r, &req) {
+		return
+	}
+	ctx, cancel := requestCtx(r)
+	defer cancel()
+	res, err := s.cl.CancelTask(ctx, r.PathValue("id"), req.Reason)
+	if err != nil {
+		writeClientError(w, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, res)
+}
+
+// historyEvent is one event of a task's history as the timeline shows it.
+type historyEvent struct {
+	schemas.Event
+	// Hash is the SHA-256 of the event as stored: the next event's prev.
+	Hash string `json:"hash"`
+}
+
+// chain is what the console found checking a history's hash chain.
+type chain struct {
+	Verified bool   `json:"verified"`
+	Events   int    `json:"events"`
+	Head     string `json:"head,omitempty"` // the hash of the last event read
+	Problem  string `json:"problem,omitempty"`
+	// Truncated is set when the history is longer than the console reads.
+	Truncated bool `json:"truncated,omitempty"`
+	// Withheld says why the history is not shown (an approver may read a
+	// task but not its events).
+	Withheld string `json:"withheld,omitempty"`
+}
+
+// timeline is GET /api/tasks/{id}: the task, its history and its chain.
+type timeline struct {
+	Task    *schemas.Task  `json:"task"`
+	History []historyEvent `json:"history"`
+	Chain   chain          `json:"chain"`
+}
+
+func (c *Console) task(w http.ResponseWriter, r *http.Request, s *session) {
+	ctx, cancel := requestCtx(r)
+	defer cancel()
+	id := r.PathValue("id")
+	t, err := s.cl.Task(ctx, id)
+	if err != nil {
+		writeClientError(w, err)
+		return
+	}
+	out := timeline{Task: t, History: []historyEvent{}}
+	var raws []json.RawMessage
+	for raw, err := range client.List[json.RawMessage](ctx, s.cl, "events", schemas.Query{ID: id, Aggregate: "task"}, client.Limit(500)) {
+		if errors.Is(err, client.ErrForbidden) {
+			out.Chain.Withheld = "this identity may not read histories: " + err.Error()
+			writeJSON(w, http.StatusOK, out)
+			return
+		}
+		if err != nil {
+			writeClientError(w, err)
+			return
+		}
+		if len(raws) >= MaxHistory {
+			out.Chain.Truncated = true
+			break
+		}
+		raws = append(raws, *raw)
+	}
+	out.Chain = verifyChain(raws, &out.History, out.Chain.Truncated)
+	writeJSON(w, http.StatusOK, out)
+}
+
+// verifyChain checks that raws, an aggregate's events from its first on,
+// form its hash chain: versions 1, 2, 3... and each event's prev the
+// SHA-256 of the one before as stored (empty for the first). It appends
+// each event to hist.
+func verifyChain(raws []json.RawMessage, hist *[]historyEvent, truncated bool) chain {
+	ch := chain{Verified: true, Events: len(raws), Truncated: truncated}
+	prev := ""
+	for i, raw := range raws {
+		var e schemas.Event
+		if err := json.Unmarshal(raw, &e); err != nil {
+			return chain{Events: len(raws), Problem: fmt.Sprintf("event %d does not decode: %v", i+1, err)}
+		}
+		sum := sha256.Sum256(raw)
+		hash := hex.EncodeToString(sum[:])
+		*hist = append(*hist, historyEvent{Event: e, Hash: hash})
+		switch {
+		case e.Version != uint64(i+1):
+			ch.Verified, ch.Problem = false, fmt.Sprintf("event %d has version %d: the chain has a gap", i+1, e.Version)
+		case e.PrevHash != prev:
+			ch.Verified, ch.Problem = false, fmt.Sprintf("version %d names prev %s, but version %d hashes to %s", e.Version, e.PrevHash, e.Version-1, prev)
+		}
+		if !ch.Verified {
+			return ch
+		}
+		prev = hash
+	}
+	ch.Head = prev
+	return ch
+}
+
+func (c *Console) approvals(w http.ResponseWriter, r *http.Request, s *session) {
+	ctx, cancel := requestCtx(r)
+	defer cancel()
+	state := r.URL.Query().Get("state")
+	out := []*schemas.ApprovalView{}
+	for a, err := range s.cl.Approvals(ctx, client.ApprovalFilter{State: state}, client.Limit(100)) {
+		if err != nil {
+			writeClientError(w, err)
+			return
+		}
+		if out = append(out, a); len(out) >= MaxListed {
+			break
+		}
+	}
+	writeJSON(w, http.StatusOK, out)
+}
+
+// approvalPage is GET /api/approvals/{id}: the approval, with its action
+// as the exact text the service holds, which the page digests before it
+// signs (a JSON parse would lose how its numbers are written).
+type approvalPage struct {
+	Approval   *schemas.ApprovalView `json:"approval"`
+	ActionText string                `json:"action_text"`
+	// DigestOK says whether the action digests to the digest named, as the
+	// console computes it; the page computes it again itself.
+	DigestOK bool `json:"digest_ok"`
+}
+
+func (c *Console) approval(w http.ResponseWriter, r *http.Request, s *session) {
+	ctx, cancel := requestCtx(r)
+	defer cancel()
+	a, err := s.cl.Approval(ctx, r.PathValue("id"))
+	if err != nil {
+		writeClientError(w, err)
+		return
+	}
+	d, err := schemas.ActionDigest(a.Action)
+	writeJSON(w, http.StatusOK, approvalPage{Approval: a, ActionText: string(a.Action), DigestOK: err == nil && d == a.ActionDigest})
+}
+
+// decideRequest is the body of POST /api/approvals/{id}/decide: what the
+// person signed in the browser, and the signature. The private key never
+// reaches the console.
+type decideRequest struct {
+	Approver     string `json:"approver"`
+	Response     string `json:"response"`
+	ActionDigest string `json:"action_digest"`
+	Comment      string `json:"comment,omitempty"`
+	Signature    string `json:"signature"`
+}
+
+func (c *Console) decide(w http.ResponseWriter, r *http.Request, s *session) {
+	var req decideRequest
+	if !readJSON(w, r, &req) {
+		return
+	}
+	ctx, cancel := requestCtx(r)
+	defer cancel()
+	res, err := s.cl.DecideApproval(ctx, schemas.DecideApproval{ApprovalID: r.PathValue("id"), Approver: req.Approver,
+		Response: req.Response, ActionDigest: req.ActionDigest, Comment: req.Comment, Signature: req.Signature})
+	if err != nil {
+		writeClientError(w, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, res)
+}
+
+// queueRow is one queue of GET /api/queues.
+type queueRow struct {
+	Name        string `json:"name"`
+	LeaseMS     int64  `json:"lease_ms,omitempty"`
+	MaxDeliver  int    `json:"max_deliver,omitempty"`
+	Ready       int    `json:"ready"`
+	Running     int    `json:"running"`
+	Waiting     int    `json:"waiting"`
+	Quarantined int    `json:"quarantined"`
+	// Truncated is set when a state had more tasks than the console counts.
+	Truncated bool `json:"truncated,omitempty"`
+}
+
+// quarantinedReason is the reason of a task failed because its work item
+// was delivered the most times its queue allows (domain.ReasonQuarantined).
+const quarantinedReason = "quarantined"
+
+func (c *Console) queues(w http.ResponseWriter, r *http.Request, s *session) {
+	ctx, cancel := requestCtx(r)
+	defer cancel()
+	rows := map[string]*queueRow{}
+	row := func(name string) *queueRow {
+		if rows[name] == nil {
+			rows[name] = &queueRow{Name: name}
+		}
+		return rows[name]
+	}
+	for q, err := range s.cl.Queues(ctx) {
+		if err != nil {
+			writeClientError(w, err)
+			return
+		}
+		x := row(q.Name)
+		x.LeaseMS, x.MaxDeliver = q.LeaseMS, q.MaxDeliver
+	}
+	truncated := false
+	for _, state := range []string{schemas.StateReady, schemas.StateRunning, schemas.StateWaiting, schemas.StateFailed} {
+		n := 0
+		for t, err := range s.cl.Tasks(ctx, client.TaskFilter{State: state}, client.Limit(1000)) {
+			if err != nil {
+				writeClientError(w, err)
+				return
+			}
+			if n++; n > 10*MaxListed {
+				truncated = true
+				break
+			}
+			switch {
+			case state == schemas.StateReady:
+				row(t.Spec.Queue).Ready++
+			case state == schemas.StateRunning:
+				row(t.Spec.Queue).Running++
+			case state == schemas.StateWaiting:
+				row(t.Spec.Queue).Waiting++
+			case t.Reason == quarantinedReason:
+				row(t.Spec.Queue).Quarantined++
+			}
+		}
+	}
+	out := make([]*queueRow, 0, len(rows))
+	for _, x := range rows {
+		x.Truncated = truncated
+		out = append(out, x)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
+	writeJSON(w, http.StatusOK, out)
+}
+
+// errorsIsInvalid reports whether err is the service's "invalid".
+func errorsIsInvalid(err error) bool { return errors.Is(err, client.ErrInvalid) }

@@ -1,0 +1,487 @@
+// The dwr console: a small single-page app over the console's JSON API.
+// Every text from the service goes into the page as text (textContent),
+// never as markup.
+"use strict";
+
+const main = document.getElementById("main");
+let me = null; // the signed-in identity
+let live = null; // the EventSource of the goal page shown
+
+// h makes an element: h("td", {class: "x"}, "text", child...).
+function h(tag, attrs, ...children) {
+  const svg = ["svg", "g", "rect", "path", "text", "title", "defs", "marker"].includes(tag);
+  const el = svg ? document.createElementNS("http://www.w3.org/2000/svg", tag) : document.createElement(tag);
+  for (const [k, v] of Object.entries(attrs || {})) {
+    if (v === undefined || v === null || v === false) continue;
+    if (k.startsWith("on")) el.addEventListener(k.slice(2), v);
+    else el.setAttribute(k, v === true ? "" : String(v));
+  }
+  for (const c of children.flat()) {
+    if (c === undefined || c === null || c === false) continue;
+    el.append(c instanceof Node ? c : document.createTextNode(String(c)));
+  }
+  return el;
+}
+
+function show(...nodes) {
+  main.replaceChildren(...nodes.filter((n) => n !== null && n !== undefined && n !== false));
+}
+
+class APIError extends Error {
+  constructor(status, body) {
+    super((body && body.error && body.error.message) || "HTTP " + status);
+    this.status = status;
+    this.code = body && body.error && body.error.code;
+  }
+}
+
+async function api(method, path, body) {
+  const opts = { method, headers: {}, credentials: "same-origin" };
+  if (method !== "GET") {
+    opts.headers["X-Dwr-Console"] = "1";
+    opts.headers["Content-Type"] = "application/json";
+    opts.body = JSON.stringify(body || {});
+  }
+  const r = await fetch(path, opts);
+  const text = await r.text();
+  const data = text ? JSON.parse(text) : null;
+  if (!r.ok) {
+    if (r.status === 401 && !path.startsWith("/api/signin")) {
+      me = null;
+      renderSignIn("Your session ended: sign in again.");
+    }
+    throw new APIError(r.status, data);
+  }
+  return data;
+}
+
+function errorBox(err) {
+  return h("p", { class: "error", role: "alert", "data-error-code": err.code || "" }, err.message);
+}
+
+function ago(t) {
+  if (!t) return "-";
+  const d = new Date(t);
+  const s = Math.round((Date.now() - d.getTime()) / 1000);
+  const rel = s < 60 ? s + "s" : s < 3600 ? Math.round(s / 60) + "m" : s < 86400 ? Math.round(s / 3600) + "h" : Math.round(s / 86400) + "d";
+  return h("time", { datetime: d.toISOString(), title: d.toISOString() }, s >= 0 ? rel + " ago" : "in " + rel.replace("-", ""));
+}
+
+function dur(a, b) {
+  if (!a || !b) return "-";
+  const ms = new Date(b) - new Date(a);
+  return ms < 1000 ? ms + " ms" : (ms / 1000).toFixed(1) + " s";
+}
+
+function pre(v) {
+  if (v === undefined || v === null) return "-";
+  return h("pre", {}, typeof v === "string" ? v : JSON.stringify(v, null, 2));
+}
+
+function state(s) {
+  return h("span", { class: "state s-" + s }, s);
+}
+
+// ---- sign-in ----
+
+function renderSignIn(msg) {
+  document.getElementById("nav").hidden = true;
+  document.getElementById("signout").hidden = true;
+  document.getElementById("who").textContent = "";
+  const out = h("div", { id: "signin-result" });
+  const creds = h("input", { type: "file", id: "creds", required: true });
+  const ws = h("input", { type: "text", id: "workspace", value: "default", required: true });
+  const form = h("form", { id: "signin-form", class: "card" },
+    h("h1", {}, "Sign in"),
+    h("p", { class: "muted" }, "Pick your credential file: what dwr users add --out wrote, or dwr-data/admin.creds. " +
+      "Its key stays in this browser: the page signs the NATS server's challenge with it, and the console keeps the connection so made, " +
+      "as that identity, in a session held in memory."),
+    h("label", {}, "Credential file ", creds),
+    h("label", {}, "Workspace ", ws),
+    h("button", { type: "submit", id: "signin" }, "Sign in"),
+    out);
+  if (msg) out.append(h("p", { class: "muted" }, msg));
+  form.addEventListener("submit", async (ev) => {
+    ev.preventDefault();
+    out.replaceChildren();
+    const f = creds.files[0];
+    if (!f) return;
+    if (f.size > 60000) {
+      out.append(errorBox(new Error("this file is too large to be a credential")));
+      return;
+    }
+    try {
+      if (!window.crypto || !crypto.subtle) throw new Error("signing in needs a secure context: open the console at http://127.0.0.1, localhost, or over HTTPS");
+      const cred = await window.dwrCredential.read(await f.text());
+      const ch = await api("POST", "/api/signin", { workspace: ws.value.trim(), public_key: cred.publicKey, about: cred.about });
+      me = await api("POST", "/api/signin/" + encodeURIComponent(ch.challenge), { signature: await window.dwrCredential.signNonce(cred.key, ch.nonce) });
+      signedIn();
+      route();
+    } catch (err) {
+      out.append(errorBox(err));
+    }
+  });
+  show(form);
+}
+
+function signedIn() {
+  document.getElementById("nav").hidden = false;
+  document.getElementById("signout").hidden = false;
+  document.getElementById("who").textContent = (me.about || me.public_key.slice(0, 12) + "…") + " · workspace " + me.workspace;
+}
+
+document.getElementById("signout").addEventListener("click", async () => {
+  try { await api("POST", "/api/signout"); } catch (e) { /* signed out anyway */ }
+  me = null;
+  location.hash = "#/goals";
+  renderSignIn("Signed out.");
+});
+
+// ---- goals ----
+
+async function renderGoals() {
+  const gs = await api("GET", "/api/goals");
+  const rows = gs.map((g) => {
+    const total = Object.values(g.counts || {}).reduce((a, b) => a + b, 0);
+    const done = (g.counts || {}).accepted || 0;
+    return h("tr", { "data-goal-id": g.id },
+      h("td", {}, h("a", { href: "#/goals/" + g.id }, g.title || g.id)),
+      h("td", {}, state(g.state)),
+      h("td", {}, h("progress", { max: total || 1, value: done }), " " + done + "/" + total),
+      h("td", {}, g.plan_version || "-"),
+      h("td", {}, ago(g.updated_at)));
+  });
+  show(h("h1", {}, "Goals"),
+    gs.length === 0 ? h("p", { class: "muted" }, "No goals yet: dwr goal create …") :
+      h("table", { id: "goals" }, h("thead", {}, h("tr", {}, h("th", {}, "Goal"), h("th", {}, "State"), h("th", {}, "Progress"),
+        h("th", {}, "Plan"), h("th", {}, "Updated"))), h("tbody", {}, rows)));
+}
+
+// layout places a plan's nodes in layers: a node's layer is the longest
+// path to it from a root; within a layer, nodes are ordered by the mean
+// position of their dependencies (barycenter), a few sweeps down.
+function layout(nodes) {
+  const byKey = new Map(nodes.map((n) => [n.key, n]));
+  const layer = new Map();
+  const depth = (n, seen) => {
+    if (layer.has(n.key)) return layer.get(n.key);
+    if (seen.has(n.key)) return 0; // a cycle cannot be committed; be safe
+    seen.add(n.key);
+    let d = 0;
+    for (const k of n.depends_on || []) if (byKey.has(k)) d = Math.max(d, depth(byKey.get(k), seen) + 1);
+    layer.set(n.key, d);
+    return d;
+  };
+  nodes.forEach((n) => depth(n, new Set()));
+  const layers = [];
+  for (const n of nodes) (layers[layer.get(n.key)] ||= []).push(n);
+  const pos = new Map();
+  for (let sweep = 0; sweep < 4; sweep++) {
+    layers.forEach((l, i) => {
+      if (i > 0) {
+        const bary = (n) => {
+          const ps = (n.depends_on || []).filter((k) => pos.has(k)).map((k) => pos.get(k));
+          return ps.length ? ps.reduce((a, b) => a + b, 0) / ps.length : pos.get(n.key) || 0;
+        };
+        l.sort((a, b) => bary(a) - bary(b));
+      }
+      l.forEach((n, j) => pos.set(n.key, j - (l.length - 1) / 2));
+    });
+  }
+  return { layers, pos, layer };
+}
+
+function drawGraph(goal) {
+  const nodes = goal.nodes || [];
+  const W = 170, H = 44, GX = 70, GY = 26;
+  const { layers, pos, layer } = layout(nodes);
+  const widest = Math.max(1, ...layers.map((l) => l.length));
+  const width = layers.length * (W + GX) + GX, height = widest * (H + GY) + GY;
+  const x = (k) => GX / 2 + layer.get(k) * (W + GX);
+  const y = (k) => height / 2 + pos.get(k) * (H + GY) - H / 2;
+  const svg = h("svg", { id: "graph", viewBox: `0 0 ${width} ${height}`, width, height, role: "img", "aria-label": "plan graph" },
+    h("defs", {}, h("marker", { id: "arrow", viewBox: "0 0 10 10", refX: 10, refY: 5, markerWidth: 7, markerHeight: 7, orient: "auto" },
+      h("path", { d: "M0,0 L10,5 L0,10 z", class: "arrowhead" }))));
+  for (const n of nodes) {
+    for (const k of n.depends_on || []) {
+      if (!layer.has(k)) continue;
+      const x1 = x(k) + W, y1 = y(k) + H / 2, x2 = x(n.key), y2 = y(n.key) + H / 2;
+      svg.append(h("path", { class: "edge", d: `M${x1},${y1} C${x1 + GX / 2},${y1} ${x2 - GX / 2},${y2} ${x2},${y2}`, "marker-end": "url(#arrow)" }));
+    }
+  }
+  for (const n of nodes) {
+    const g = h("g", { class: "node s-" + n.state, "data-task-id": n.task_id, "data-task-key": n.key, "data-task-state": n.state,
+      transform: `translate(${x(n.key)},${y(n.key)})`, tabindex: 0, role: "link" },
+      h("title", {}, n.key + ": " + n.state),
+      h("rect", { width: W, height: H, rx: 6 }),
+      h("text", { x: 10, y: 18, class: "key" }, n.key.length > 22 ? n.key.slice(0, 21) + "…" : n.key),
+      h("text", { x: 10, y: 35, class: "st" }, n.state));
+    const open = () => { location.hash = "#/tasks/" + n.task_id; };
+    g.addEventListener("click", open);
+    g.addEventListener("keydown", (e) => { if (e.key === "Enter") open(); });
+    svg.append(g);
+  }
+  return svg;
+}
+
+// recolour updates the graph's nodes to the states of goal's nodes; a
+// plan whose shape changed is drawn again.
+function recolour(goal, holder) {
+  const svg = holder.querySelector("svg");
+  const nodes = goal.nodes || [];
+  const drawn = svg ? svg.querySelectorAll("g.node") : [];
+  if (!svg || drawn.length !== nodes.length || nodes.some((n) => !svg.querySelector(`g.node[data-task-id="${n.task_id}"]`))) {
+    holder.replaceChildren(drawGraph(goal));
+    return;
+  }
+  for (const n of nodes) {
+    const g = svg.querySelector(`g.node[data-task-id="${n.task_id}"]`);
+    g.setAttribute("class", "node s-" + n.state);
+    g.setAttribute("data-task-state", n.state);
+    g.querySelector("text.st").textContent = n.state;
+    g.querySelector("title").textContent = n.key + ": " + n.state;
+  }
+}
+
+function goalHeader(g) {
+  const total = Object.values(g.counts || {}).reduce((a, b) => a + b, 0);
+  return h("div", { id: "goal-head" },
+    h("h1", {}, g.title || g.id), h("p", {}, state(g.state), " ", h("span", { id: "goal-state", "data-goal-state": g.state }, ""),
+      " plan version " + g.plan_version + " · " + ((g.counts || {}).accepted || 0) + "/" + total + " accepted · goal " + g.id),
+    g.reason ? h("p", { class: "muted" }, "reason: " + g.reason) : null,
+    (g.success_criteria || []).length ? h("ul", {}, g.success_criteria.map((c) => h("li", {}, c))) : null);
+}
+
+async function renderGoal(id) {
+  const g = await api("GET", "/api/goals/" + encodeURIComponent(id));
+  const head = h("div", {}, goalHeader(g));
+  const holder = h("div", { class: "graph" }, drawGraph(g));
+  const status = h("span", { id: "live", class: "muted" }, "connecting…");
+  const feed = h("ol", { id: "activity", class: "activity" });
+  const cancel = h("button", { type: "button", id: "cancel-goal", class: "danger" }, "Cancel goal");
+  const msg = h("div");
+  cancel.addEventListener("click", async () => {
+    msg.replaceChildren();
+    if (!confirm("Cancel this goal and its unfinished tasks?")) return;
+    try { await api("POST", `/api/goals/${encodeURIComponent(id)}/cancel`, { reason: "cancelled from the console" }); } catch (err) { msg.append(errorBox(err)); }
+  });
+  show(head, h("p", {}, "Live: ", status, " ", cancel), msg, holder,
+    h("p", { class: "muted" }, "Click a task for its timeline."), h("h2", {}, "Activity"), feed);
+  const es = new EventSource(`/api/goals/${encodeURIComponent(id)}/stream`);
+  live = es;
+  es.addEventListener("open", () => { status.textContent = "live"; status.className = "ok"; });
+  es.addEventListener("error", () => { status.textContent = "reconnecting…"; status.className = "muted"; });
+  es.addEventListener("goal", (ev) => {
+    const s = JSON.parse(ev.data);
+    head.replaceChildren(goalHeader(s.goal));
+    recolour(s.goal, holder);
+  });
+  es.addEventListener("event", (ev) => {
+    const e = JSON.parse(ev.data);
+    feed.prepend(h("li", {}, h("code", {}, e.type), " ", e.agg + " " + e.agg_id + " v" + e.ver, e.actor ? " by " + e.actor : "", " ", ago(e.time)));
+    while (feed.children.length > 200) feed.lastChild.remove();
+  });
+  es.addEventListener("failure", (ev) => { msg.replaceChildren(errorBox(new Error(JSON.parse(ev.data).message))); });
+}
+
+// ---- task timeline ----
+
+function section(title, ...content) {
+  return h("section", {}, h("h2", {}, title), ...content);
+}
+
+function table(id, head, rows) {
+  if (!rows.length) return h("p", { class: "muted" }, "none");
+  return h("table", { id }, h("thead", {}, h("tr", {}, head.map((c) => h("th", {}, c)))), h("tbody", {}, rows));
+}
+
+async function renderTask(id) {
+  const tl = await api("GET", "/api/tasks/" + encodeURIComponent(id));
+  const t = tl.task;
+  const ch = tl.chain;
+  const msg = h("div");
+  const cancel = h("button", { type: "button", id: "cancel-task", class: "danger" }, "Cancel task");
+  cancel.addEventListener("click", async () => {
+    msg.replaceChildren();
+    if (!confirm("Cancel this task?")) return;
+    try { await api("POST", `/api/tasks/${encodeURIComponent(id)}/cancel`, { reason: "cancelled from the console" }); route(); } catch (err) { msg.append(errorBox(err)); }
+  });
+  const attempts = (t.attempts || []).map((a) => h("tr", { "data-attempt": a.n },
+    h("td", {}, a.n), h("td", {}, state(a.state)), h("td", {}, a.executor + (a.executor_version ? " " + a.executor_version : "")),
+    h("td", {}, ago(a.started_at)), h("td", {}, dur(a.started_at, a.ended_at)),
+    h("td", {}, a.error ? (a.error.code ? a.error.code + ": " : "") + a.error.message : a.reason || ""),
+    h("td", {}, a.result ? pre(a.result) : "-"),
+    h("td", {}, (a.model_steps || []).map((m) => h("div", {}, m.model + (m.tokens ? " · " + m.tokens + " tokens" : "") +
+      (m.cost ? " · " + m.cost : "") + (m.prompt_version ? " · prompt " + m.prompt_version : "") + (m.validation ? " · " + m.validation : "")))),
+    h("td", {}, (a.artifacts || []).map((r) => h("div", {}, r.name + " " + r.sha256.slice(0, 12))))));
+  const verdicts = (t.verifications || []).map((v) => h("tr", {},
+    h("td", {}, v.attempt), h("td", {}, h("span", { class: "verdict v-" + v.outcome }, v.outcome)), h("td", {}, v.verifier),
+    h("td", {}, pre(v.evidence)), h("td", {}, (v.evidence_refs || []).map((r) => h("div", {}, r.name + " " + r.sha256.slice(0, 12))))));
+  const approvals = (t.approvals || []).map((a) => h("tr", {},
+    h("td", {}, h("a", { href: "#/approvals/" + a.id }, a.id)), h("td", {}, state(a.state)), h("td", {}, a.summary || ""),
+    h("td", {}, a.decision ? `${a.decision.response} by ${a.decision.approver} → ${a.decision.branch}` : "-"),
+    h("td", {}, (a.refusals || []).map((r) => h("div", { class: "refusal" }, `${r.approver || "?"}: ${r.reason} (${r.message})`)))));
+  const signals = [...(t.signal ? [["received", t.signal]] : []), ...(t.pending_signals || []).map((s) => ["pending", s])]
+    .map(([k, s]) => h("tr", {}, h("td", {}, s.name), h("td", {}, k), h("td", {}, pre(s.payload))));
+  const history = tl.history.map((e) => h("tr", {},
+    h("td", {}, e.ver), h("td", {}, h("code", {}, e.type)), h("td", {}, e.actor || "-"), h("td", {}, ago(e.time)),
+    h("td", { class: "hash", title: e.hash }, e.hash.slice(0, 12)), h("td", { class: "hash", title: e.prev || "" }, (e.prev || "-").slice(0, 12))));
+  const chainBox = ch.withheld ? h("p", { id: "chain", class: "muted", "data-verified": "withheld" }, "history not shown: " + ch.withheld)
+    : ch.verified
+    ? h("p", { id: "chain", class: "ok", "data-verified": "true" }, `✔ chain verified: ${ch.events} events, head ${ch.head}` + (ch.truncated ? " (the first ones only)" : ""))
+    : h("p", { id: "chain", class: "error", "data-verified": "false" }, "✘ chain broken: " + ch.problem);
+  let wait = null;
+  if (t.wait) {
+    wait = h("p", { id: "wait" }, "waiting for " + t.wait.kind + (t.wait.signal ? " " + t.wait.signal : "") +
+      (t.wait.approval_id ? " " + t.wait.approval_id : ""), t.wait.until ? h("span", {}, " until ", ago(t.wait.until)) : null);
+  }
+  show(h("h1", {}, "Task " + (t.key || t.id)),
+    h("p", {}, state(t.state), " queue " + t.spec.queue + " · task " + t.id,
+      t.goal_id ? h("span", {}, " · goal ", h("a", { href: "#/goals/" + t.goal_id }, t.goal_id)) : null, " ", cancel),
+    msg, t.reason ? h("p", { class: "muted" }, "reason: " + t.reason) : null,
+    t.error ? h("p", { class: "error" }, (t.error.code || "") + " " + t.error.message) : null,
+    wait, t.backoff_until ? h("p", {}, "backoff until ", ago(t.backoff_until)) : null,
+    t.spec.start_at ? h("p", {}, "timer: starts ", ago(t.spec.start_at)) : null,
+    t.spec.deadline ? h("p", {}, "timer: deadline ", ago(t.spec.deadline)) : null,
+    section("Input", pre(t.spec.input)),
+    section("Attempts", table("attempts", ["#", "State", "Executor", "Started", "Took", "Error", "Result", "Model steps", "Artifacts"], attempts)),
+    section("Checkpoint", pre(t.checkpoint)),
+    section("Verdicts", table("verdicts", ["Attempt", "Outcome", "Verifier", "Evidence", "Evidence files"], verdicts)),
+    section("Approvals", table("task-approvals", ["Approval", "State", "Summary", "Decision", "Refused"], approvals)),
+    section("Signals", table("signals", ["Name", "", "Payload"], signals)),
+    section("History", chainBox, table("history", ["Ver", "Event", "Actor", "Time", "Hash", "Prev"], history)));
+}
+
+// ---- approvals ----
+
+async function renderApprovals() {
+  const sel = new URLSearchParams(location.hash.split("?")[1] || "").get("state") || "pending";
+  const as = await api("GET", "/api/approvals?state=" + encodeURIComponent(sel));
+  const filter = h("select", { id: "approval-state" }, ["pending", "decided", "expired", "withdrawn", "all"].map((s) =>
+    h("option", { value: s, selected: s === sel }, s)));
+  filter.addEventListener("change", () => { location.hash = "#/approvals?state=" + filter.value; });
+  const rows = as.map((a) => h("tr", { "data-approval-id": a.id },
+    h("td", {}, h("a", { href: "#/approvals/" + a.id }, a.id)), h("td", {}, state(a.state)), h("td", {}, a.task_key || a.task_id),
+    h("td", {}, a.role || "any"), h("td", {}, a.summary || ""), h("td", {}, (a.responses || []).join(", ")),
+    h("td", {}, a.expires_at ? ago(a.expires_at) : "-")));
+  show(h("h1", {}, "Approvals"), h("p", {}, "Show ", filter),
+    table("approvals", ["Approval", "State", "Task", "Role", "Summary", "Responses", "Expires"], rows));
+}
+
+// keyOf reads an approver key file: the "# approver:" comment and the PEM
+// block after it, imported as a non-extractable Ed25519 signing key.
+async function keyOf(file) {
+  if (file.size > 60000) throw new Error("this file is too large to be a key file");
+  const text = await file.text();
+  const approver = (/^#\s*approver:\s*(\S+)/m.exec(text) || [])[1] || "";
+  const m = /-----BEGIN PRIVATE KEY-----([\s\S]*?)-----END PRIVATE KEY-----/.exec(text);
+  if (!m) throw new Error("no PEM \"PRIVATE KEY\" block in this file: pick the key file dwr keys create wrote (an encrypted key cannot be used)");
+  const der = Uint8Array.from(atob(m[1].replace(/\s+/g, "")), (c) => c.charCodeAt(0));
+  const key = await crypto.subtle.importKey("pkcs8", der, { name: "Ed25519" }, false, ["sign"]);
+  return { key, approver };
+}
+
+async function renderApproval(id) {
+  const p = await api("GET", "/api/approvals/" + encodeURIComponent(id));
+  const a = p.approval;
+  let computed = "";
+  let digestErr = null;
+  try {
+    computed = await window.dwrCanonical.actionDigest(p.action_text);
+  } catch (err) {
+    digestErr = err;
+  }
+  const digestOK = computed === a.action_digest;
+  const out = h("div", { id: "decide-result" });
+  const keyfile = h("input", { type: "file", id: "keyfile" });
+  const approver = h("input", { type: "text", id: "approver", placeholder: "from the key file" });
+  const comment = h("input", { type: "text", id: "comment" });
+  keyfile.addEventListener("change", async () => {
+    try {
+      const k = await keyOf(keyfile.files[0]);
+      if (k.approver && !approver.value) approver.value = k.approver;
+    } catch (err) { out.replaceChildren(errorBox(err)); }
+  });
+  const decide = async (response) => {
+    out.replaceChildren();
+    try {
+      if (!digestOK) throw new Error("the action shown does not digest to the approval's digest: not signing");
+      if (!window.crypto || !crypto.subtle) throw new Error("signing needs a secure context: open the console at http://127.0.0.1, localhost, or over HTTPS");
+      if (!keyfile.files[0]) throw new Error("pick your approver key file first");
+      const k = await keyOf(keyfile.files[0]);
+      const name = approver.value.trim() || k.approver;
+      if (!name) throw new Error("the key file names no approver: type your approver name");
+      const msg = new TextEncoder().encode(`dwr approval decision v1\n${a.id}\n${response}\n${a.action_digest}`);
+      const sig = new Uint8Array(await crypto.subtle.sign("Ed25519", k.key, msg));
+      const r = await api("POST", `/api/approvals/${encodeURIComponent(a.id)}/decide`, {
+        approver: name, response, action_digest: a.action_digest, comment: comment.value, signature: btoa(String.fromCharCode(...sig)) });
+      out.replaceChildren(h("p", { class: "ok", "data-decided": response }, `Decided: ${response} by ${name}; task ${r.id} is ${r.state}.`));
+    } catch (err) {
+      out.replaceChildren(errorBox(err));
+    }
+  };
+  const pending = a.state === "pending";
+  show(h("h1", {}, "Approval " + a.id),
+    h("p", {}, state(a.state), " task ", h("a", { href: "#/tasks/" + a.task_id }, a.task_key || a.task_id),
+      " · role " + (a.role || "any approver") + " · requested ", ago(a.requested_at), a.expires_at ? h("span", {}, " · expires ", ago(a.expires_at)) : ""),
+    a.summary ? h("p", { class: "summary" }, a.summary) : null,
+    section("Action", pre(p.action_text),
+      h("p", {}, "digest ", h("code", { id: "digest" }, a.action_digest)),
+      digestOK ? h("p", { class: "ok", id: "digest-check", "data-ok": "true" }, "✔ this page digests the action shown to the same digest")
+        : h("p", { class: "error", id: "digest-check", "data-ok": "false" }, "✘ the action shown digests to " + (computed || String(digestErr)) + ": nothing will be signed")),
+    section("Basis", pre(a.basis)),
+    section("Branches", h("ul", {}, (a.responses || []).map((r) => h("li", {}, r + " → " + ((a.branches || {})[r] || "-"))))),
+    a.decision ? section("Decision", h("p", { id: "decision" }, `${a.decision.response} by ${a.decision.approver} (key ${a.decision.key_id}) → ${a.decision.branch}, `, ago(a.decided_at || a.decision.decided_at))) : null,
+    (a.refusals || []).length ? section("Refused decisions", h("ul", {}, a.refusals.map((r) => h("li", {}, `${r.approver || "?"} ${r.response || ""}: ${r.reason} — ${r.message}`)))) : null,
+    pending ? section("Decide",
+      h("p", { class: "muted" }, "Your key signs in this browser (WebCrypto Ed25519): the private key never leaves it; only the signature is sent."),
+      h("label", {}, "Key file ", keyfile), h("label", {}, "Approver ", approver), h("label", {}, "Comment ", comment),
+      h("p", {}, (a.responses || []).map((r) => {
+        const b = h("button", { type: "button", "data-response": r, class: r === "reject" ? "danger" : "" }, r);
+        b.addEventListener("click", () => decide(r));
+        return b;
+      })), out) : null);
+}
+
+// ---- queues ----
+
+async function renderQueues() {
+  const qs = await api("GET", "/api/queues");
+  const rows = qs.map((q) => h("tr", { "data-queue": q.name },
+    h("td", {}, q.name), h("td", { class: "num" }, q.ready), h("td", { class: "num" }, q.running), h("td", { class: "num" }, q.waiting),
+    h("td", { class: "num" + (q.quarantined ? " bad" : "") }, q.quarantined),
+    h("td", {}, q.lease_ms ? q.lease_ms / 1000 + " s" : "-"), h("td", {}, q.max_deliver || "-")));
+  show(h("h1", {}, "Queues"),
+    h("p", { class: "muted" }, "Depth: tasks ready for an executor. Running: attempts in progress. Waiting: tasks parked on an approval, a signal, a timer or a delegated goal. Quarantined: tasks failed because their work item was delivered the most times the queue allows."),
+    table("queues", ["Queue", "Depth", "Running", "Waiting", "Quarantined", "Lease", "Max deliveries"], rows));
+}
+
+// ---- routing ----
+
+async function route() {
+  if (live) { live.close(); live = null; }
+  if (!me) {
+    try { me = await api("GET", "/api/me"); signedIn(); } catch (e) { if (!me) { renderSignIn(); return; } }
+  }
+  const [path] = location.hash.replace(/^#/, "").split("?");
+  const parts = path.split("/").filter(Boolean);
+  document.querySelectorAll("#nav a").forEach((a) => a.classList.toggle("active", a.dataset.nav === (parts[0] || "goals")));
+  try {
+    switch (parts[0] || "goals") {
+      case "goals": await (parts[1] ? renderGoal(parts[1]) : renderGoals()); break;
+      case "tasks": await renderTask(parts[1]); break;
+      case "approvals": await (parts[1] ? renderApproval(parts[1]) : renderApprovals()); break;
+      case "queues": await renderQueues(); break;
+      default: show(h("p", {}, "Nothing here."));
+    }
+  } catch (err) {
+    if (!me) return;
+    const hint = err.status === 403 && (parts[0] || "goals") === "goals"
+      ? h("p", { class: "muted" }, "This identity may not read goals (an approver's may not): see ", h("a", { href: "#/approvals" }, "Approvals"), ".")
+      : null;
+    show(errorBox(err), hint);
+  }
+}
+
+window.addEventListener("hashchange", route);
+route();

@@ -1,0 +1,200 @@
+package console_test
+
+import (
+	"context"
+	"crypto/ed25519"
+	"encoding/base64"
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/chromedp/chromedp"
+	"github.com/stretchr/testify/require"
+
+	"github.com/dwr-run/dwr/executors"
+	"github.com/dwr-run/dwr/handlers/access"
+	"github.com/dwr-run/dwr/schemas"
+)
+
+// chromium returns the path of the Chromium binary the browser test drives.
+// Without one it skips the test, unless CI is set: CI installs it
+// (.ci/run), and there the test must run.
+func chromium(t *testing.T) string {
+	t.Helper()
+	for _, name := range []string{"/usr/bin/chromium", "chromium", "chromium-browser"} {
+		if p, err := exec.LookPath(name); err == nil {
+			return p
+		}
+	}
+	if os.Getenv("CI") != "" {
+		t.Fatal("the browser test needs Chromium, and CI is set: install it (apt-get install -y chromium; .ci/run does)")
+	}
+	t.Skip("Chromium is not installed (apt-get install chromium): the browser test is skipped; in CI it runs")
+	return ""
+}
+
+// screenshot saves the page as DIR/name.png when DWR_SCREENSHOTS=DIR.
+func screenshot(t *testing.T, name string) chromedp.Action[chromedp.Void] {
+	dir := os.Getenv("DWR_SCREENSHOTS")
+	return chromedp.Func(func(ctx context.Context, target *chromedp.Target) error {
+		if dir == "" {
+			return nil
+		}
+		png, err := chromedp.CaptureScreenshot()(ctx, target)
+		if err != nil {
+			return err
+		}
+		t.Logf("screenshot %s.png (%d bytes)", name, len(png))
+		return os.WriteFile(filepath.Join(dir, name+".png"), png, 0o600) //nolint:gosec // G703: the directory the developer named
+	})
+}
+
+// do runs the steps in order, each with a deadline of its own; when one
+// fails it logs where the page was and what it showed, and fails the test.
+func do(t *testing.T, ctx context.Context, steps ...chromedp.Action[chromedp.Void]) error {
+	t.Helper()
+	for i, step := range steps {
+		sctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+		_, err := chromedp.Run(sctx, step)
+		cancel()
+		if err != nil {
+			where, _ := chromedp.Run(ctx, chromedp.Location())
+			text, _ := chromedp.Run(ctx, chromedp.Evaluate[string]("document.body.innerText"))
+			return fmt.Errorf("step %d: %w\nat %s, the page showed:\n%s", i+1, err, where, text)
+		}
+	}
+	return nil
+}
+
+// A person runs the console in a real browser: signs in as the admin with
+// the credential file, watches a plan's graph turn green as SDK workers run
+// its tasks (pushed over server-sent events), opens a task's timeline with
+// its verified chain and the queues; then signs in as an approver and
+// decides an approval, signing with their key file in the page. The
+// decision is in the log, by that approver, with a signature the key
+// verifies.
+func TestBrowser(t *testing.T) {
+	exe := chromium(t)
+	e := setup(t)
+
+	// The approver: a member who may decide (role approver), registered
+	// with a key for role ops, and the key file dwr keys create writes.
+	alice := e.member(t, "alice", roleApprover)
+	key, err := executors.NewSigningKey("alice", "default")
+	require.NoError(t, err)
+	_, err = e.admin.RegisterApprover(ctx(t), schemas.RegisterApprover{Name: "alice", Role: "ops",
+		PublicKey: base64.StdEncoding.EncodeToString(key.Public())})
+	require.NoError(t, err)
+	pemKey, err := key.PEM()
+	require.NoError(t, err)
+	keyFile := filepath.Join(t.TempDir(), "alice.key")
+	require.NoError(t, os.WriteFile(keyFile, pemKey, 0o600))
+
+	// Workers of the SDK run the plan's tasks.
+	runner := e.svc.Member(t, "default", "runner", "executor", "build")
+	w, err := executors.NewWorker(executors.Config{Conn: runner, Queue: "build", Executor: "runner-1", Concurrency: 2},
+		func(_ context.Context, j *executors.Job) (executors.Result, error) {
+			return executors.Result{Output: map[string]any{"built": j.Key}}, nil
+		})
+	require.NoError(t, err)
+	wctx, stopWorker := context.WithCancel(context.Background())
+	workerDone := make(chan error, 1)
+	go func() { workerDone <- w.Run(wctx) }()
+	t.Cleanup(func() {
+		stopWorker()
+		if err := <-workerDone; err != nil {
+			t.Logf("the worker stopped: %v", err)
+		}
+	})
+
+	// A refund that waits for a person's approval.
+	refund, err := e.admin.CreateTask(ctx(t), schemas.TaskSpec{Queue: "payments", Title: "refund order 7 (120.50 EUR)",
+		Input:    json.RawMessage(`{"order":"o-7","refund":120.50,"currency":"EUR"}`),
+		Approval: &schemas.ApprovalSpec{Role: "ops", Basis: json.RawMessage(`{"policy":"refunds over 100 EUR need ops","ticket":"T-42"}`)}})
+	require.NoError(t, err)
+	approvalID := refund.ID + "-1"
+
+	actx, cancel := chromedp.NewExecAllocator(context.Background(), chromedp.ExecPath(exe),
+		chromedp.Flag("headless", true), chromedp.NoSandbox, chromedp.DisableGPU, chromedp.Flag("disable-quic", true),
+		chromedp.NoFirstRun, chromedp.Flag("disable-background-networking", true), chromedp.Flag("disable-component-update", true),
+		chromedp.Flag("disable-sync", true), chromedp.UserDataDir(t.TempDir()), chromedp.WindowSize(1280, 800))
+	defer cancel()
+	bctx, cancel := chromedp.NewContext(actx, chromedp.WithErrorf(t.Logf))
+	defer cancel()
+	require.NoError(t, chromedp.Do(bctx, chromedp.EmulateViewport(1280, 800)), "start the browser") // without a deadline, which would stop it
+
+	admin := filepath.Join(e.svc.Dir, access.AdminCredsFile)
+	signIn := func(creds string) chromedp.Action[chromedp.Void] {
+		return chromedp.Steps(
+			chromedp.WaitVisible(chromedp.CSS("#creds")),
+			chromedp.SetUploadFiles(chromedp.CSS("#creds"), []string{creds}),
+			chromedp.Click(chromedp.CSS("#signin")),
+			chromedp.WaitVisible(chromedp.CSS("#signout")),
+		)
+	}
+	require.NoError(t, do(t, bctx, chromedp.Navigate(e.url+"/"), signIn(admin)))
+
+	// The plan: three tasks, build after fetch and test, as a client submits it.
+	g, err := e.admin.CreateGoal(ctx(t), schemas.CreateGoal{Title: "release 1.4", SuccessCriteria: []string{"1.4 is built"},
+		Tasks: []schemas.TaskSpec{{Key: "fetch", Queue: "build"}, {Key: "test", Queue: "build", DependsOn: []string{"fetch"}},
+			{Key: "package", Queue: "build", DependsOn: []string{"fetch", "test"}}}})
+	require.NoError(t, err)
+	node := func(key, state string) string {
+		return fmt.Sprintf(`g.node[data-task-key=%q][data-task-state=%q]`, key, state)
+	}
+	require.NoError(t, do(t, bctx,
+		chromedp.Navigate(e.url+"/#/goals"),
+		chromedp.WaitVisible(chromedp.CSS(fmt.Sprintf(`tr[data-goal-id=%q] a`, g.ID))),
+		screenshot(t, "goals"),
+		chromedp.Click(chromedp.CSS(fmt.Sprintf(`tr[data-goal-id=%q] a`, g.ID))),
+		chromedp.WaitVisible(chromedp.CSS("#graph")),
+		chromedp.WaitVisible(chromedp.CSS(node("fetch", "accepted"))),
+		chromedp.WaitVisible(chromedp.CSS(node("test", "accepted"))),
+		chromedp.WaitVisible(chromedp.CSS(node("package", "accepted"))),
+		chromedp.WaitVisible(chromedp.CSS(`[data-goal-state="achieved"]`)),
+		screenshot(t, "plan-graph"),
+		chromedp.Click(chromedp.CSS(`g.node[data-task-key="test"]`)),
+		chromedp.WaitVisible(chromedp.CSS(`#chain[data-verified="true"]`)),
+		chromedp.WaitVisible(chromedp.CSS(`#attempts tr[data-attempt="1"]`)),
+		screenshot(t, "task-timeline"),
+		chromedp.Click(chromedp.CSS(`a[data-nav="queues"]`)),
+		chromedp.WaitVisible(chromedp.CSS(`tr[data-queue="payments"]`)), // the refund waits for its approval
+		screenshot(t, "queues"),
+		chromedp.Click(chromedp.CSS("#signout")),
+	))
+
+	// The approver signs in, opens the approval and approves with their key.
+	require.NoError(t, do(t, bctx,
+		signIn(alice),
+		chromedp.WaitVisible(chromedp.CSS(`#main [data-error-code="forbidden"]`)), // an approver may not read goals: the service says so
+		chromedp.Click(chromedp.CSS(`a[data-nav="approvals"]`)),
+		chromedp.WaitVisible(chromedp.CSS(fmt.Sprintf(`tr[data-approval-id=%q] a`, approvalID))),
+		screenshot(t, "approvals-inbox"),
+		chromedp.Click(chromedp.CSS(fmt.Sprintf(`tr[data-approval-id=%q] a`, approvalID))),
+		chromedp.WaitVisible(chromedp.CSS(`#digest-check[data-ok="true"]`)),
+	))
+	shown, err := chromedp.Run(bctx, chromedp.Text(chromedp.CSS("#digest")))
+	require.NoError(t, err)
+	require.NoError(t, do(t, bctx,
+		chromedp.SetUploadFiles(chromedp.CSS("#keyfile"), []string{keyFile}),
+		chromedp.SendKeys(chromedp.CSS("#comment"), "refund checked against T-42"),
+		chromedp.Click(chromedp.CSS(`button[data-response="approve"]`)),
+		chromedp.WaitVisible(chromedp.CSS(`[data-decided="approve"]`)),
+		screenshot(t, "approval-decide"),
+	))
+
+	a := e.waitApproval(t, approvalID, schemas.ApprovalStateDecided)
+	require.Equal(t, a.ActionDigest, shown, "the page showed the digest it signed")
+	require.Equal(t, "alice", a.Decision.Approver)
+	require.Equal(t, "approve", a.Decision.Response)
+	require.Equal(t, "refund checked against T-42", a.Decision.Comment)
+	require.Equal(t, executors.KeyID(key.Public()), a.Decision.KeyID)
+	sig, err := base64.StdEncoding.DecodeString(a.Decision.Signature)
+	require.NoError(t, err)
+	require.True(t, ed25519.Verify(key.Public(), executors.DecisionMessage(a.ID, "approve", a.ActionDigest), sig),
+		"the signature the browser made verifies with the approver's key")
+}

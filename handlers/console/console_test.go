@@ -1,0 +1,765 @@
+package console_test
+
+import (
+	"bufio"
+	"context"
+	"crypto/ed25519"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/base64"
+	"encoding/hex"
+	"encoding/json"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/cookiejar"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/nats-io/nkeys"
+	"github.com/stretchr/testify/require"
+
+	"github.com/dwr-run/dwr/executors/client"
+	"github.com/dwr-run/dwr/handlers"
+	"github.com/dwr-run/dwr/handlers/access"
+	"github.com/dwr-run/dwr/handlers/console"
+	"github.com/dwr-run/dwr/handlers/servicetest"
+	"github.com/dwr-run/dwr/schemas"
+)
+
+// env is a closed service (as dwr serve runs it) with the console in front
+// of it on an httptest server.
+type env struct {
+	svc   *servicetest.Service
+	admin *client.Client
+	url   string
+	con   *console.Console
+}
+
+func setup(t *testing.T, adjust ...func(*console.Config)) *env {
+	t.Helper()
+	s := servicetest.Start(t, "", servicetest.Options{Secure: true})
+	cfg := console.Config{NATSOptions: []nats.Option{nats.InProcessServer(s.Server.NATS())}, Logger: servicetest.Logger()}
+	for _, f := range adjust {
+		f(&cfg)
+	}
+	c, err := console.New(cfg)
+	require.NoError(t, err)
+	ts := httptest.NewServer(c)
+	t.Cleanup(ts.Close)
+	t.Cleanup(func() { require.NoError(t, c.Close()) }) // first: it ends the streams ts.Close waits for
+	return &env{svc: s, admin: client.New(s.Admin), url: ts.URL, con: c}
+}
+
+// member adds name with role to the default workspace and returns the path
+// of its credential file, as dwr users add writes it.
+func (e *env) member(t *testing.T, name string, role schemas.Role) string {
+	t.Helper()
+	cred, err := access.NewCredential()
+	require.NoError(t, err)
+	path := filepath.Join(t.TempDir(), name+".creds")
+	require.NoError(t, cred.Write(path, name+" ("+string(role)+") of workspace default", false))
+	servicetest.Must(t, e.svc.Admin, "default", "member.add", schemas.AddMember{Name: name, Role: role, PublicKey: cred.PublicKey})
+	return path
+}
+
+// browser is a person's browser on the console: a cookie jar, and the
+// console's header and origin on what it posts.
+type browser struct {
+	t       *testing.T
+	url     string
+	hc      *http.Client
+	cookies []*http.Cookie // the last response's
+}
+
+func (e *env) browser(t *testing.T) *browser {
+	jar, err := cookiejar.New(nil)
+	require.NoError(t, err)
+	return &browser{t: t, url: e.url, hc: &http.Client{Jar: jar, Timeout: 30 * time.Second}}
+}
+
+// do sends a request and returns its status and decoded body (into out
+// when it is not nil).
+func (b *browser) do(req *http.Request, out any) (int, apiErr) {
+	b.t.Helper()
+	resp, err := b.hc.Do(req)
+	require.NoError(b.t, err)
+	defer resp.Body.Close()
+	b.cookies = resp.Cookies()
+	body, err := io.ReadAll(resp.Body)
+	require.NoError(b.t, err)
+	var e apiErr
+	if resp.StatusCode >= 300 {
+		require.NoError(b.t, json.Unmarshal(body, &e), "%s", body)
+	} else if out != nil {
+		require.NoError(b.t, json.Unmarshal(body, out), "%s", body)
+	}
+	return resp.StatusCode, e
+}
+
+type apiErr struct {
+	Error struct {
+		Code    string `json:"code"`
+		Message string `json:"message"`
+	} `json:"error"`
+}
+
+func (b *browser) get(path string, out any) (int, apiErr) {
+	req, err := http.NewRequest(http.MethodGet, b.url+path, nil)
+	require.NoError(b.t, err)
+	return b.do(req, out)
+}
+
+// post posts body as the console's page does: with its header and from its
+// origin.
+func (b *browser) post(path string, body any, out any) (int, apiErr) {
+	return b.postWith(path, body, out, map[string]string{console.HeaderCSRF: "1", "Origin": b.url})
+}
+
+func (b *browser) postWith(path string, body any, out any, headers map[string]string) (int, apiErr) {
+	raw, ok := body.([]byte)
+	if !ok {
+		var err error
+		raw, err = json.Marshal(body)
+		require.NoError(b.t, err)
+	}
+	req, err := http.NewRequest(http.MethodPost, b.url+path, strings.NewReader(string(raw)))
+	require.NoError(b.t, err)
+	req.Header.Set("Content-Type", "application/json")
+	for k, v := range headers {
+		req.Header.Set(k, v)
+	}
+	return b.do(req, out)
+}
+
+// signIn signs in as the page does: it reads the credential file, sends
+// its public key, signs the NATS server's nonce with its seed and sends the
+// signature. The seed never leaves.
+func (b *browser) signIn(credsFile string) (int, apiErr) {
+	b.t.Helper()
+	data, err := os.ReadFile(credsFile)
+	require.NoError(b.t, err)
+	kp, err := nkeys.ParseDecoratedUserNKey(data)
+	require.NoError(b.t, err)
+	defer kp.Wipe()
+	pub, err := kp.PublicKey()
+	require.NoError(b.t, err)
+	return b.signInWith(pub, kp.Sign)
+}
+
+// signInWith signs in as pub, signing the nonce with sign.
+func (b *browser) signInWith(pub string, sign func([]byte) ([]byte, error)) (int, apiErr) {
+	b.t.Helper()
+	var ch struct {
+		Challenge string `json:"challenge"`
+		Nonce     string `json:"nonce"`
+	}
+	code, er := b.post("/api/signin", map[string]string{"workspace": "default", "public_key": pub, "about": "a test's"}, &ch)
+	if code != http.StatusOK {
+		return code, er
+	}
+	nonce, err := base64.StdEncoding.DecodeString(ch.Nonce)
+	require.NoError(b.t, err)
+	sig, err := sign(nonce)
+	require.NoError(b.t, err)
+	return b.post("/api/signin/"+ch.Challenge, map[string]string{"signature": base64.StdEncoding.EncodeToString(sig)}, nil)
+}
+
+func ctx(t *testing.T) context.Context {
+	c, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	t.Cleanup(cancel)
+	return c
+}
+
+// A good credential signs in (an HttpOnly, SameSite=Strict session cookie);
+// a file that is no credential, and one the server does not know, do not;
+// without a session nothing is answered.
+func TestSignIn(t *testing.T) {
+	e := setup(t)
+	b := e.browser(t)
+	code, _ := b.get("/api/goals", nil)
+	require.Equal(t, http.StatusUnauthorized, code)
+
+	code, er := b.post("/api/signin", map[string]string{"public_key": "not a key"}, nil)
+	require.Equal(t, http.StatusBadRequest, code)
+	require.Contains(t, er.Error.Message, "/public_key")
+	code, er = b.post("/api/signin", map[string]string{"workspace": "Not A Name", "public_key": "x"}, nil)
+	require.Equal(t, http.StatusBadRequest, code)
+	require.Contains(t, er.Error.Message, "/workspace")
+
+	// The admin's key with a signature of another key, and a key the
+	// server does not know, are refused by the NATS server.
+	admin, err := nkeys.ParseDecoratedUserNKey(mustRead(t, filepath.Join(e.svc.Dir, access.AdminCredsFile)))
+	require.NoError(t, err)
+	adminPub, err := admin.PublicKey()
+	require.NoError(t, err)
+	other, err := nkeys.CreateUser()
+	require.NoError(t, err)
+	code, er = b.signInWith(adminPub, other.Sign)
+	require.Equal(t, http.StatusUnauthorized, code, er.Error.Message)
+	stranger, err := access.NewCredential()
+	require.NoError(t, err)
+	path := filepath.Join(t.TempDir(), "stranger.creds")
+	require.NoError(t, stranger.Write(path, "nobody", false))
+	code, er = b.signIn(path)
+	require.Equal(t, http.StatusUnauthorized, code, er.Error.Message)
+	code, er = b.post("/api/signin/"+strings.Repeat("0", 64), map[string]string{"signature": base64.StdEncoding.EncodeToString(make([]byte, 64))}, nil)
+	require.Equal(t, http.StatusNotFound, code, "no such challenge: %s", er.Error.Message)
+
+	code, er = b.signIn(filepath.Join(e.svc.Dir, access.AdminCredsFile))
+	require.Equal(t, http.StatusOK, code, er.Error.Message)
+	var session *http.Cookie
+	for _, c := range b.cookies {
+		if c.Name == console.CookieName {
+			session = c
+		}
+	}
+	require.NotNil(t, session)
+	require.True(t, session.HttpOnly)
+	require.Equal(t, http.SameSiteStrictMode, session.SameSite)
+	require.Len(t, session.Value, 64, "256 random bits, as hex")
+
+	var who struct {
+		Workspace string `json:"workspace"`
+		PublicKey string `json:"public_key"`
+	}
+	code, _ = b.get("/api/me", &who)
+	require.Equal(t, http.StatusOK, code)
+	require.Equal(t, "default", who.Workspace)
+	pub, err := access.CredentialKey(filepath.Join(e.svc.Dir, access.AdminCredsFile))
+	require.NoError(t, err)
+	require.Equal(t, pub, who.PublicKey)
+	var goals []schemas.GoalView
+	code, _ = b.get("/api/goals", &goals)
+	require.Equal(t, http.StatusOK, code)
+
+	code, _ = b.post("/api/signout", nil, nil)
+	require.Equal(t, http.StatusNoContent, code)
+	code, _ = b.get("/api/goals", nil)
+	require.Equal(t, http.StatusUnauthorized, code, "signed out")
+}
+
+const (
+	roleViewer   schemas.Role = "viewer"
+	roleApprover schemas.Role = "approver"
+)
+
+func mustRead(t *testing.T, path string) []byte {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	require.NoError(t, err)
+	return b
+}
+
+// gatedTask creates a task that waits for an approval by role ops, and
+// registers approver name (role ops) with a fresh key.
+func (e *env) gatedTask(t *testing.T, approver string) (taskID string, key ed25519.PrivateKey) {
+	t.Helper()
+	pub, key, err := ed25519.GenerateKey(rand.Reader)
+	require.NoError(t, err)
+	_, err = e.admin.RegisterApprover(ctx(t), schemas.RegisterApprover{Name: approver, Role: "ops", PublicKey: base64.StdEncoding.EncodeToString(pub)})
+	require.NoError(t, err)
+	r, err := e.admin.CreateTask(ctx(t), schemas.TaskSpec{Queue: "payments", Title: "refund order 7",
+		Input: json.RawMessage(`{"refund": 120.50, "order": "o-7"}`), Approval: &schemas.ApprovalSpec{Role: "ops"}})
+	require.NoError(t, err)
+	require.Equal(t, schemas.StateWaiting, r.State)
+	return r.ID, key
+}
+
+// waitApproval waits until the admin reads approval id in state.
+func (e *env) waitApproval(t *testing.T, id, state string) *schemas.ApprovalView {
+	t.Helper()
+	var a *schemas.ApprovalView
+	require.Eventually(t, func() bool {
+		var err error
+		a, err = e.admin.Approval(ctx(t), id)
+		return err == nil && a.State == state
+	}, 10*time.Second, 20*time.Millisecond)
+	return a
+}
+
+// sign signs a decision as the page does with WebCrypto.
+func sign(key ed25519.PrivateKey, approvalID, response, digest string) string {
+	msg := "dwr approval decision v1\n" + approvalID + "\n" + response + "\n" + digest
+	return base64.StdEncoding.EncodeToString(ed25519.Sign(key, []byte(msg)))
+}
+
+// A viewer reads but cannot cancel or decide: the refusal is the service's
+// own (forbidden, with its reason), and nothing changes.
+func TestViewerCannotCancelOrDecide(t *testing.T) {
+	e := setup(t)
+	taskID, key := e.gatedTask(t, "alice")
+	approvalID := taskID + "-1"
+	b := e.browser(t)
+	code, er := b.signIn(e.member(t, "vera", roleViewer))
+	require.Equal(t, http.StatusOK, code, er.Error.Message)
+
+	var tl struct {
+		Task schemas.Task `json:"task"`
+	}
+	code, _ = b.get("/api/tasks/"+taskID, &tl)
+	require.Equal(t, http.StatusOK, code, "a viewer reads")
+	require.Equal(t, schemas.StateWaiting, tl.Task.State)
+
+	code, er = b.post("/api/tasks/"+taskID+"/cancel", map[string]string{"reason": "vera tries"}, nil)
+	require.Equal(t, http.StatusForbidden, code)
+	require.Equal(t, schemas.CodeForbidden, er.Error.Code)
+	require.NotEmpty(t, er.Error.Message)
+
+	var page struct {
+		Approval schemas.ApprovalView `json:"approval"`
+	}
+	code, _ = b.get("/api/approvals/"+approvalID, &page)
+	require.Equal(t, http.StatusOK, code)
+	d := page.Approval.ActionDigest
+	code, er = b.post("/api/approvals/"+approvalID+"/decide", map[string]string{"approver": "alice", "response": "approve",
+		"action_digest": d, "signature": sign(key, approvalID, "approve", d)}, nil)
+	require.Equal(t, http.StatusForbidden, code, "a viewer holding an approver's key still cannot decide")
+	require.Equal(t, schemas.CodeForbidden, er.Error.Code)
+
+	task, err := e.admin.Task(ctx(t), taskID)
+	require.NoError(t, err)
+	require.Equal(t, schemas.StateWaiting, task.State, "nothing changed")
+	a, err := e.admin.Approval(ctx(t), approvalID)
+	require.NoError(t, err)
+	require.Equal(t, schemas.ApprovalStatePending, a.State)
+}
+
+// An approver signed in decides with a signature made from the action's
+// digest (as the page makes it); the decision is in the log, by that
+// approver.
+func TestApproverDecides(t *testing.T) {
+	e := setup(t)
+	taskID, key := e.gatedTask(t, "alice")
+	approvalID := taskID + "-1"
+	b := e.browser(t)
+	code, er := b.signIn(e.member(t, "alice", roleApprover))
+	require.Equal(t, http.StatusOK, code, er.Error.Message)
+
+	// An approver reads the task, not its history, nor the goals.
+	var tl struct {
+		Task  schemas.Task `json:"task"`
+		Chain struct {
+			Withheld string `json:"withheld"`
+		} `json:"chain"`
+	}
+	code, _ = b.get("/api/tasks/"+taskID, &tl)
+	require.Equal(t, http.StatusOK, code)
+	require.Equal(t, taskID, tl.Task.ID)
+	require.NotEmpty(t, tl.Chain.Withheld)
+	code, er = b.get("/api/goals", nil)
+	require.Equal(t, http.StatusForbidden, code, er.Error.Message)
+
+	var inbox []schemas.ApprovalView
+	code, _ = b.get("/api/approvals", &inbox)
+	require.Equal(t, http.StatusOK, code)
+	require.Len(t, inbox, 1)
+	var page struct {
+		Approval   schemas.ApprovalView `json:"approval"`
+		ActionText string               `json:"action_text"`
+		DigestOK   bool                 `json:"digest_ok"`
+	}
+	code, _ = b.get("/api/approvals/"+approvalID, &page)
+	require.Equal(t, http.StatusOK, code)
+	require.True(t, page.DigestOK)
+	require.Contains(t, page.ActionText, "120.50", "the action's text as the service holds it, numbers as written")
+	d, err := schemas.ActionDigest(json.RawMessage(page.ActionText))
+	require.NoError(t, err)
+	require.Equal(t, page.Approval.ActionDigest, d)
+
+	// A signature over another response is refused by the service.
+	code, er = b.post("/api/approvals/"+approvalID+"/decide", map[string]string{"approver": "alice", "response": "approve",
+		"action_digest": d, "signature": sign(key, approvalID, "reject", d)}, nil)
+	require.Equal(t, http.StatusForbidden, code, er.Error.Message)
+
+	var res schemas.CommandResult
+	code, er = b.post("/api/approvals/"+approvalID+"/decide", map[string]string{"approver": "alice", "response": "approve",
+		"action_digest": d, "signature": sign(key, approvalID, "approve", d), "comment": "ok"}, &res)
+	require.Equal(t, http.StatusOK, code, er.Error.Message)
+	require.Equal(t, schemas.StateReady, res.State)
+	a := e.waitApproval(t, approvalID, schemas.ApprovalStateDecided)
+	require.Equal(t, schemas.ApprovalStateDecided, a.State)
+	require.Equal(t, "alice", a.Decision.Approver)
+	require.Equal(t, "approve", a.Decision.Response)
+}
+
+// A state-changing request without the console's header, or from another
+// origin, or for another host name, is refused before it reaches dwr:
+// nothing changes.
+func TestCrossSiteRequestsAreRefused(t *testing.T) {
+	e := setup(t)
+	r, err := e.admin.CreateTask(ctx(t), schemas.TaskSpec{Queue: "q"})
+	require.NoError(t, err)
+	b := e.browser(t)
+	code, er := b.signIn(filepath.Join(e.svc.Dir, access.AdminCredsFile))
+	require.Equal(t, http.StatusOK, code, er.Error.Message)
+
+	cancel := "/api/tasks/" + r.ID + "/cancel"
+	code, er = b.postWith(cancel, map[string]string{}, nil, map[string]string{"Origin": e.url})
+	require.Equal(t, http.StatusForbidden, code)
+	require.Equal(t, "csrf", er.Error.Code)
+	require.Contains(t, er.Error.Message, console.HeaderCSRF)
+	code, er = b.postWith(cancel, map[string]string{}, nil, map[string]string{console.HeaderCSRF: "1", "Origin": "http://evil.example"})
+	require.Equal(t, http.StatusForbidden, code)
+	require.Contains(t, er.Error.Message, "evil.example")
+	code, _ = b.postWith(cancel, map[string]string{}, nil, map[string]string{console.HeaderCSRF: "1"})
+	require.Equal(t, http.StatusForbidden, code, "no origin at all")
+
+	req, err := http.NewRequest(http.MethodGet, e.url+"/api/goals", nil)
+	require.NoError(t, err)
+	req.Host = "rebound.evil.example"
+	code, er = b.do(req, nil)
+	require.Equal(t, http.StatusMisdirectedRequest, code, "a DNS-rebound name is not answered")
+	require.Contains(t, er.Error.Message, "--console-host")
+
+	task, err := e.admin.Task(ctx(t), r.ID)
+	require.NoError(t, err)
+	require.Equal(t, schemas.StateReady, task.State, "nothing changed")
+
+	code, _ = b.post(cancel, map[string]string{"reason": "by the page"}, nil)
+	require.Equal(t, http.StatusOK, code, "the page's own request goes through")
+	task, err = e.admin.Task(ctx(t), r.ID)
+	require.NoError(t, err)
+	require.Equal(t, schemas.StateCancelled, task.State)
+}
+
+// A body past the bound is refused before it is decoded.
+func TestBodiesAreBounded(t *testing.T) {
+	e := setup(t)
+	b := e.browser(t)
+	big := []byte(`{"public_key":"` + strings.Repeat("x", console.MaxRequestBytes) + `"}`)
+	code, er := b.post("/api/signin", big, nil)
+	require.Equal(t, http.StatusRequestEntityTooLarge, code)
+	require.Equal(t, "too_large", er.Error.Code)
+	code, er = b.post("/api/signin", []byte(`{"public_key":"x","extra":1}`), nil)
+	require.Equal(t, http.StatusBadRequest, code)
+	require.Contains(t, er.Error.Message, "extra")
+}
+
+// sse reads server-sent events from a stream.
+type sse struct {
+	r    *bufio.Reader
+	body io.Closer
+}
+
+type sseEvent struct {
+	id, event, data string
+}
+
+func (s *sse) next(t *testing.T) sseEvent {
+	t.Helper()
+	var ev sseEvent
+	for {
+		line, err := s.r.ReadString('\n')
+		require.NoError(t, err)
+		line = strings.TrimRight(line, "\n")
+		switch {
+		case line == "":
+			if ev.event != "" {
+				return ev
+			}
+		case strings.HasPrefix(line, "id: "):
+			ev.id = line[4:]
+		case strings.HasPrefix(line, "event: "):
+			ev.event = line[7:]
+		case strings.HasPrefix(line, "data: "):
+			ev.data = line[6:]
+		}
+	}
+}
+
+func (b *browser) stream(t *testing.T, goalID, lastID string) *sse {
+	t.Helper()
+	req, err := http.NewRequest(http.MethodGet, b.url+"/api/goals/"+goalID+"/stream", nil)
+	require.NoError(t, err)
+	if lastID != "" {
+		req.Header.Set("Last-Event-ID", lastID)
+	}
+	hc := *b.hc
+	hc.Timeout = 0 // a stream lasts; the reads below end with the test's deadline
+	resp, err := hc.Do(req)
+	require.NoError(t, err)
+	if resp.StatusCode != http.StatusOK {
+		body, _ := io.ReadAll(resp.Body)
+		t.Fatalf("stream: %d %s", resp.StatusCode, body)
+	}
+	require.Equal(t, "text/event-stream", resp.Header.Get("Content-Type"))
+	t.Cleanup(func() { resp.Body.Close() })
+	return &sse{r: bufio.NewReader(resp.Body), body: resp.Body}
+}
+
+// waitGoal reads the stream until a "goal" snapshot satisfies ok, and
+// returns it with its id.
+func (s *sse) waitGoal(t *testing.T, ok func(*schemas.GoalView) bool) (string, []string) {
+	t.Helper()
+	var events []string
+	deadline := time.AfterFunc(20*time.Second, func() { s.body.Close() })
+	defer deadline.Stop()
+	for {
+		ev := s.next(t)
+		switch ev.event {
+		case "event":
+			var fe struct {
+				Type string `json:"type"`
+			}
+			require.NoError(t, json.Unmarshal([]byte(ev.data), &fe))
+			events = append(events, fe.Type)
+		case "goal":
+			var snap struct {
+				Seq  uint64            `json:"seq"`
+				Goal *schemas.GoalView `json:"goal"`
+			}
+			require.NoError(t, json.Unmarshal([]byte(ev.data), &snap))
+			require.NotEmpty(t, ev.id, "a snapshot names the log sequence it reflects")
+			if ok(snap.Goal) {
+				return ev.id, events
+			}
+		case "failure":
+			t.Fatalf("the stream failed: %s", ev.data)
+		}
+	}
+}
+
+func nodeState(g *schemas.GoalView, key string) string {
+	for _, n := range g.Nodes {
+		if n.Key == key {
+			return n.State
+		}
+	}
+	return ""
+}
+
+// The goal's stream pushes its tasks' state changes as they are committed;
+// a reconnection with Last-Event-ID is told the events it missed, then the
+// goal as it stands.
+func TestStreamPushesTaskStates(t *testing.T) {
+	e := setup(t)
+	g, err := e.admin.CreateGoal(ctx(t), schemas.CreateGoal{Title: "ship", Tasks: []schemas.TaskSpec{
+		{Key: "build", Queue: "q"}, {Key: "deploy", Queue: "q", DependsOn: []string{"build"}}}})
+	require.NoError(t, err)
+	b := e.browser(t)
+	code, er := b.signIn(e.member(t, "vera", roleViewer))
+	require.Equal(t, http.StatusOK, code, er.Error.Message)
+
+	s := b.stream(t, g.ID, "")
+	first, _ := s.waitGoal(t, func(v *schemas.GoalView) bool { return nodeState(v, "build") == schemas.StateReady })
+	build := ""
+	for _, pt := range g.Tasks {
+		if pt.Key == "build" {
+			build = pt.TaskID
+		}
+	}
+	_, err = e.admin.CancelTask(ctx(t), build, "changed my mind")
+	require.NoError(t, err)
+	_, events := s.waitGoal(t, func(v *schemas.GoalView) bool {
+		return nodeState(v, "build") == schemas.StateCancelled && nodeState(v, "deploy") == schemas.StateFailed
+	})
+	require.Contains(t, events, "task.cancelled", "the events themselves are pushed too")
+
+	again := b.stream(t, g.ID, first)
+	_, missed := again.waitGoal(t, func(v *schemas.GoalView) bool { return v.State == schemas.GoalStateFailed })
+	require.Contains(t, missed, "task.cancelled", "a resumed stream is told what it missed")
+
+	// A stream ends when its session signs out.
+	code, _ = b.post("/api/signout", nil, nil)
+	require.Equal(t, http.StatusNoContent, code)
+	for {
+		if _, err := again.r.ReadString('\n'); err != nil {
+			break
+		}
+	}
+}
+
+// A task's timeline carries its history with the hash chain checked: each
+// event's prev is the SHA-256 of the one before, and the head is the last
+// one's.
+func TestTimelineShowsAVerifiedChain(t *testing.T) {
+	e := setup(t)
+	r, err := e.admin.CreateTask(ctx(t), schemas.TaskSpec{Queue: "q", Input: json.RawMessage(`{"n":1}`)})
+	require.NoError(t, err)
+	_, err = e.admin.CancelTask(ctx(t), r.ID, "done with it")
+	require.NoError(t, err)
+	b := e.browser(t)
+	code, er := b.signIn(filepath.Join(e.svc.Dir, access.AdminCredsFile))
+	require.Equal(t, http.StatusOK, code, er.Error.Message)
+	var tl struct {
+		Task    schemas.Task `json:"task"`
+		History []struct {
+			Type string `json:"type"`
+			Hash string `json:"hash"`
+			Prev string `json:"prev"`
+		} `json:"history"`
+		Chain struct {
+			Verified bool   `json:"verified"`
+			Events   int    `json:"events"`
+			Head     string `json:"head"`
+		} `json:"chain"`
+	}
+	code, _ = b.get("/api/tasks/"+r.ID, &tl)
+	require.Equal(t, http.StatusOK, code)
+	require.True(t, tl.Chain.Verified)
+	require.GreaterOrEqual(t, tl.Chain.Events, 2)
+	require.Equal(t, "task.cancelled", tl.History[len(tl.History)-1].Type)
+	var last json.RawMessage
+	for raw, err := range client.List[json.RawMessage](ctx(t), e.admin, "events", schemas.Query{ID: r.ID, Aggregate: "task"}) {
+		require.NoError(t, err)
+		last = *raw
+	}
+	sum := sha256.Sum256(last)
+	require.Equal(t, hex.EncodeToString(sum[:]), tl.Chain.Head)
+	for i := 1; i < len(tl.History); i++ {
+		require.Equal(t, tl.History[i-1].Hash, tl.History[i].Prev)
+	}
+
+	code, _ = b.get("/api/tasks/01NOTATASK0000000000000000", nil)
+	require.Equal(t, http.StatusNotFound, code)
+}
+
+// The queues page counts ready tasks (depth), running attempts, waiting
+// tasks and quarantined items per queue.
+func TestQueues(t *testing.T) {
+	e := setup(t)
+	for range 2 {
+		_, err := e.admin.CreateTask(ctx(t), schemas.TaskSpec{Queue: "render"})
+		require.NoError(t, err)
+	}
+	e.gatedTask(t, "alice") // queue payments, waiting for its approval
+
+	// A poison item: delivered the most times its queue allows, never
+	// acknowledged (an executor crashing on it), it is quarantined.
+	_, err := e.admin.Command(ctx(t), "queue.configure", map[string]any{"queue": "poison", "lease_ms": 1000, "max_deliver": 1})
+	require.NoError(t, err)
+	bad, err := e.admin.CreateTask(ctx(t), schemas.TaskSpec{Queue: "poison"})
+	require.NoError(t, err)
+	js, err := jetstream.New(e.svc.Conn) // the service's own account: the work stream itself
+	require.NoError(t, err)
+	cons, err := js.Consumer(ctx(t), "DWR_WORK", "dwr-default-poison")
+	require.NoError(t, err)
+	servicetest.Eventually(t, 20*time.Second, func() bool {
+		if batch, err := cons.Fetch(1, jetstream.FetchMaxWait(100*time.Millisecond)); err == nil {
+			for range batch.Messages() { // taken, never acknowledged
+			}
+		}
+		task, err := e.admin.Task(ctx(t), bad.ID)
+		return err == nil && task.State == schemas.StateFailed && task.Reason == "quarantined"
+	})
+	b := e.browser(t)
+	code, er := b.signIn(e.member(t, "vera", roleViewer))
+	require.Equal(t, http.StatusOK, code, er.Error.Message)
+	var qs []struct {
+		Name        string `json:"name"`
+		Ready       int    `json:"ready"`
+		Running     int    `json:"running"`
+		Waiting     int    `json:"waiting"`
+		Quarantined int    `json:"quarantined"`
+		MaxDeliver  int    `json:"max_deliver"`
+	}
+	code, _ = b.get("/api/queues", &qs)
+	require.Equal(t, http.StatusOK, code)
+	require.Len(t, qs, 3)
+	require.Equal(t, "payments", qs[0].Name)
+	require.Equal(t, 1, qs[0].Waiting)
+	require.Equal(t, 0, qs[0].Ready)
+	require.Equal(t, "poison", qs[1].Name)
+	require.Equal(t, 1, qs[1].Quarantined)
+	require.Equal(t, 1, qs[1].MaxDeliver)
+	require.Equal(t, "render", qs[2].Name)
+	require.Equal(t, 2, qs[2].Ready)
+}
+
+// The page and its assets are served from the binary, with a policy that
+// lets them load nothing from elsewhere.
+func TestServesThePage(t *testing.T) {
+	e := setup(t)
+	for _, p := range []string{"/", "/assets/app.js", "/assets/canonical.js", "/assets/credential.js", "/assets/style.css"} {
+		resp, err := http.Get(e.url + p)
+		require.NoError(t, err)
+		resp.Body.Close()
+		require.Equal(t, http.StatusOK, resp.StatusCode, p)
+		require.Contains(t, resp.Header.Get("Content-Security-Policy"), "default-src 'self'")
+	}
+}
+
+var consoleAt = regexp.MustCompile(`console and metrics on (http://[^/ "]+)/`)
+
+// dwr serve mounts the console at / of its HTTP server, and the console
+// reaches the embedded server in-process as whoever signs in.
+func TestServeMountsTheConsole(t *testing.T) {
+	dir := t.TempDir()
+	key, _, err := handlers.LoadLogKey(filepath.Join(dir, handlers.LogKeyFile), true)
+	require.NoError(t, err)
+	logs := &servicetest.Output{}
+	cfg := handlers.ServeConfig{DataDir: dir, HTTP: "127.0.0.1:0", Embedded: handlers.EmbeddedConfig{Listen: ""},
+		Console: func(n handlers.ConsoleNATS) http.Handler {
+			c, err := console.New(console.Config{NATSURL: n.URL, NATSOptions: n.Options})
+			require.NoError(t, err)
+			return c
+		}}
+	cfg.Service.LogKey, cfg.Service.Logger = key, slog.New(slog.NewTextHandler(logs, nil))
+	sctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- handlers.Serve(sctx, cfg) }()
+	defer func() {
+		cancel()
+		require.NoError(t, <-done)
+	}()
+	servicetest.Eventually(t, 20*time.Second, func() bool {
+		return strings.Contains(logs.String(), "dwr ready") && consoleAt.MatchString(logs.String())
+	}, logs.String)
+	b := &browser{t: t, url: consoleAt.FindStringSubmatch(logs.String())[1], hc: &http.Client{Timeout: 30 * time.Second}}
+	jar, err := cookiejar.New(nil)
+	require.NoError(t, err)
+	b.hc.Jar = jar
+	code, er := b.signIn(filepath.Join(dir, access.AdminCredsFile))
+	require.Equal(t, http.StatusOK, code, er.Error.Message)
+	var goals []schemas.GoalView
+	code, er = b.get("/api/goals", &goals)
+	require.Equal(t, http.StatusOK, code, er.Error.Message)
+	require.Empty(t, goals)
+}
+
+// Sessions are bounded: past MaxSessions a sign-in is refused; one idle
+// past IdleTimeout is ended (and makes room); closing the console ends the
+// live streams.
+func TestSessionsAreBoundedAndExpire(t *testing.T) {
+	var mu sync.Mutex
+	now := time.Now()
+	clock := func() time.Time { mu.Lock(); defer mu.Unlock(); return now }
+	e := setup(t, func(c *console.Config) { c.MaxSessions, c.IdleTimeout, c.Now = 1, time.Minute, clock })
+	g, err := e.admin.CreateGoal(ctx(t), schemas.CreateGoal{Title: "g", Tasks: []schemas.TaskSpec{{Key: "a", Queue: "q"}}})
+	require.NoError(t, err)
+	admin := filepath.Join(e.svc.Dir, access.AdminCredsFile)
+	first, second := e.browser(t), e.browser(t)
+	code, er := first.signIn(admin)
+	require.Equal(t, http.StatusOK, code, er.Error.Message)
+	code, er = second.signIn(admin)
+	require.Equal(t, http.StatusServiceUnavailable, code)
+	require.Contains(t, er.Error.Message, "1 sessions")
+
+	mu.Lock()
+	now = now.Add(2 * time.Minute)
+	mu.Unlock()
+	code, er = second.signIn(admin)
+	require.Equal(t, http.StatusOK, code, "the idle session made room: %s", er.Error.Message)
+	code, _ = first.get("/api/me", nil)
+	require.Equal(t, http.StatusUnauthorized, code, "the idle session ended")
+
+	s := second.stream(t, g.ID, "")
+	s.waitGoal(t, func(*schemas.GoalView) bool { return true })
+	require.NoError(t, e.con.Close())
+	for {
+		if _, err := s.r.ReadString('\n'); err != nil {
+			break // the stream ended with the console
+		}
+	}
+	code, _ = second.get("/api/me", nil)
+	require.Equal(t, http.StatusUnauthorized, code, "closing the console ended its sessions")
+}
