@@ -81,6 +81,10 @@ type ServeConfig struct {
 	// one the operator gave: when it is taken (a second replica on one
 	// machine), Serve logs a warning and runs without HTTP.
 	HTTPIsDefault bool
+	// NoMetrics leaves GET /metrics out of the HTTP server (`--metrics=false`).
+	// Otherwise, with HTTP set and Service.Metrics nil, Serve gives the
+	// service a registry of its own (NewMetricsRegistry) and serves it.
+	NoMetrics bool
 	// Console, when set, makes the web console's handler for the running
 	// service; the HTTP server mounts it at /.
 	Console func(*Service) http.Handler
@@ -106,11 +110,17 @@ func Serve(ctx context.Context, cfg ServeConfig) error {
 	if err := cfg.prepare(); err != nil {
 		return err
 	}
+	if cfg.HTTP != "" && !cfg.NoMetrics && cfg.Service.Metrics == nil {
+		cfg.Service.Metrics = NewMetricsRegistry()
+	}
 	face, err := startHTTP(&cfg, logger)
 	if err != nil {
 		return err
 	}
 	defer face.stop()
+	if face == nil {
+		cfg.Service.Metrics = nil // nobody could scrape them
+	}
 	nc := cfg.NATS
 	if nc == nil && cfg.External.URL != "" {
 		var err error
