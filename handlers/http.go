@@ -76,7 +76,8 @@ func (f *httpFace) attach(svc *Service, console http.Handler) {
 	f.svc.Store(svc)
 }
 
-// stop shuts the server down, giving requests in flight a moment.
+// stop shuts the server down, giving requests in flight a moment; once it
+// returns, no request is served. Stopping it again does nothing.
 func (f *httpFace) stop() {
 	if f == nil {
 		return

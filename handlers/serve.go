@@ -198,6 +198,7 @@ func Serve(ctx context.Context, cfg ServeConfig) error {
 		console = cfg.Console(svc)
 	}
 	face.attach(svc, console)
+	defer face.stop() // before the views close: no scrape reads them closed (stop again later does nothing)
 	if cfg.HealthListen != "" {
 		stop, err := serveHealth(cfg.HealthListen, svc, logger)
 		if err != nil {

@@ -61,6 +61,7 @@ func benchChainCmd(g *globals) *cobra.Command {
 	f.BoolVar(&o.CompareEncryption, "compare-encryption", false, "run with payloads sealed and plain, alternating in --rounds rounds, and print the cost of encryption")
 	f.BoolVar(&o.CompareObservability, "compare-observability", false,
 		"run with observability off and on (metrics kept and scraped every second, every span made by an OpenTelemetry SDK tracer that exports nowhere), alternating in --rounds rounds, and print its cost (in-process only)")
+	f.BoolVar(&o.Observe, "observe", false, "run with observability on, as --compare-observability's \"on\" (to profile it with --cpuprofile; in-process only)")
 	f.BoolVar(&o.Deployed, "deployed", false, "run the service as deployed: dwr serve in its own process, the workers and submitters in this one")
 	f.StringVar(&o.Binary, "binary", "", "with --deployed: the dwr binary to run as the service (default: this one)")
 	f.IntVar(&o.Warmup, "warmup", 0, "chains run in each fresh service before the measured ones, and not measured")

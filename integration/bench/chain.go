@@ -59,6 +59,9 @@ type ChainOptions struct {
 	// (ObservabilityOff, ObservabilityOn), alternating in Rounds rounds: the
 	// cost of metrics and tracing. In-process only.
 	CompareObservability bool
+	// Observe runs with observability on (ObservabilityOn) when not
+	// comparing it: to profile it.
+	Observe bool
 	// Deployed runs the service as a user deploys it: `dwr serve` in its
 	// own OS process (Binary), reached over TCP by the workers and clients
 	// of this one. Otherwise the service runs in this process.
@@ -178,7 +181,7 @@ func RunChain(ctx context.Context, o ChainOptions, progress io.Writer) (*ChainRe
 	if (o.CompareAuth && o.CompareEncryption) || (o.CompareObservability && (o.CompareAuth || o.CompareEncryption)) {
 		return nil, errors.New("compare one thing at a time: --compare-auth, --compare-encryption or --compare-observability")
 	}
-	if o.CompareObservability && o.Deployed {
+	if (o.CompareObservability || o.Observe) && o.Deployed {
 		return nil, errors.New("--compare-observability runs the service in-process: drop --deployed")
 	}
 	stopProfile, err := startCPUProfile(o.CPUProfile)
@@ -188,7 +191,7 @@ func RunChain(ctx context.Context, o ChainOptions, progress io.Writer) (*ChainRe
 	defer stopProfile()
 	rep := &ChainReport{Go: runtime.Version(), CPUs: runtime.NumCPU(), Workers: o.Workers, Concurrency: o.Concurrency,
 		Service: ServiceInProcess, Submitters: o.Submitters, Warmup: o.Warmup, Auth: authName(!o.Auth), Encryption: encryptionName(o.Plain),
-		Observability: ObservabilityOff}
+		Observability: observabilityName(o.Observe)}
 	if o.Deployed {
 		rep.Service = ServiceDeployed
 	}
@@ -255,14 +258,14 @@ func RunChain(ctx context.Context, o ChainOptions, progress io.Writer) (*ChainRe
 		}
 	} else {
 		if o.Single > 0 {
-			c, err := run(o.Single, true, setup{open: !o.Auth, plain: o.Plain}, 0)
+			c, err := run(o.Single, true, setup{open: !o.Auth, plain: o.Plain, observe: o.Observe}, 0)
 			if err != nil {
 				return nil, err
 			}
 			rep.Single = *c
 		}
 		for _, n := range o.Chains {
-			c, err := run(n, false, setup{open: !o.Auth, plain: o.Plain}, 0)
+			c, err := run(n, false, setup{open: !o.Auth, plain: o.Plain, observe: o.Observe}, 0)
 			if err != nil {
 				return nil, err
 			}
@@ -569,6 +572,9 @@ func PrintChain(w io.Writer, rep *ChainReport) error {
 		auth = fmt.Sprintf("service closed and open alternating, %d rounds, payloads %s", rep.Rounds, rep.Encryption)
 	case rep.Encryption == AuthCompare:
 		auth = fmt.Sprintf("service %s, payloads sealed and plain alternating, %d rounds", rep.Auth, rep.Rounds)
+	}
+	if rep.Observability == ObservabilityOn {
+		auth += ", observability on"
 	}
 	deployed := rep.Service == ServiceDeployed
 	where := "service in-process"
