@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
 
 	"github.com/dwr-run/dwr/domain"
@@ -160,6 +161,37 @@ func TestMetricsCountWriterLeaseLosses(t *testing.T) {
 	servicetest.Eventually(t, 10*time.Second, func() bool {
 		v, _ := b.scrape(t).Value("dwr_writer")
 		return v == 1
+	})
+}
+
+// A work item delivered and not acknowledged is in flight, and the queue's
+// oldest; once it was delivered as often as its queue allows, its task is
+// quarantined, counted, and the queue is empty again.
+func TestMetricsCountQuarantinesAndQueueDepth(t *testing.T) {
+	b := metered(t, nil, handlers.Config{})
+	q := b.queue(t, "poison", 200*time.Millisecond, 2)
+	queue := func(name string) float64 {
+		v, ok := b.scrape(t).Value(name, "workspace", "default", "queue", "poison")
+		require.True(t, ok, name)
+		return v
+	}
+	bad, _ := b.mustCommand(t, "task.create", map[string]any{"spec": map[string]any{"queue": "poison"}})
+	it, _ := q.next(5 * time.Second) // delivered, never acknowledged (an executor crashing on it)
+	require.Equal(t, bad.ID, it.TaskID)
+	require.Equal(t, 1.0, queue("dwr_queue_in_flight")+queue("dwr_queue_pending"), "one item, in flight or back to pending once its lease ran out")
+	require.Positive(t, queue("dwr_queue_oldest_item_age_seconds"))
+	q.next(5 * time.Second)
+	servicetest.Eventually(t, 10*time.Second, func() bool {
+		// The server notices the exhausted item when it would deliver it again.
+		if batch, err := q.cons.Fetch(1, jetstream.FetchMaxWait(50*time.Millisecond)); err == nil {
+			for range batch.Messages() {
+			}
+		}
+		v, _ := b.scrape(t).Value("dwr_quarantines_total")
+		return v == 1
+	})
+	servicetest.Eventually(t, 10*time.Second, func() bool {
+		return queue("dwr_queue_pending") == 0 && queue("dwr_queue_in_flight") == 0 && queue("dwr_queue_oldest_item_age_seconds") == 0
 	})
 }
 
