@@ -21,6 +21,11 @@ import (
 // kinds, and the names of configured workspaces and queues. Never an id, a
 // member's name or a payload: /metrics is unauthenticated.
 
+// maxQueueSeries bounds the queues a scrape reports: the work stream's
+// consumers are the service's own, one per configured queue, but a label's
+// values must stay bounded whatever the stream holds.
+const maxQueueSeries = 1000
+
 // ScrapeTimeout bounds what a scrape asks JetStream (the log's end, the
 // queues' consumers and oldest items): past it, the figures that needed it
 // are left out of that scrape.
@@ -287,10 +292,14 @@ func (s *Service) collectQueues(ctx context.Context, gauge func(*prometheus.Desc
 		return err
 	}
 	infos := st.ListConsumers(ctx)
+	n := 0
 	for ci := range infos.Info() {
 		parts := strings.Split(ci.Config.FilterSubject, ".")
-		if len(parts) != 4 || parts[0] != s.cfg.Prefix || parts[1] != "work" {
+		if len(parts) != 4 || parts[0] != s.cfg.Prefix || parts[1] != "work" || !domain.ValidName(parts[2]) || !domain.ValidName(parts[3]) {
 			continue // not a queue's consumer
+		}
+		if n++; n > maxQueueSeries {
+			continue // read on to the listing's end, not reported
 		}
 		ws, queue := parts[2], parts[3]
 		gauge(descQueuePending, float64(ci.NumPending), ws, queue)
