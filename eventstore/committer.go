@@ -58,6 +58,14 @@ type GroupConfig struct {
 	// LogKey authenticates the records the committer reads and writes.
 	// Required.
 	LogKey *LogKey
+	// OnAppended, when set, is called on the committer's loop after each
+	// record it durably appended: the log sequence of the record, the
+	// requests it answers (0 for Start's epoch record), its size in bytes,
+	// and how long it took from the moment the loop took its batch's first
+	// request to the append's acknowledgement (deciding, encoding and the
+	// append; for the epoch record, the append alone). It must not block:
+	// metrics count with it.
+	OnAppended func(seq uint64, requests, bytes int, took time.Duration)
 }
 
 func (c GroupConfig) withDefaults() GroupConfig {
@@ -243,12 +251,16 @@ func (c *Committer[T]) Start(ctx context.Context) (err error) {
 	if err != nil {
 		return err
 	}
+	began := time.Now()
 	seq, err := c.append(ctx, rec, tip.Seq)
 	switch {
 	case errors.Is(err, ErrConflict):
 		return fmt.Errorf("%w: epoch %d after sequence %d: %w", ErrFenced, epoch, tip.Seq, err)
 	case err != nil:
 		return unknownOutcome(err)
+	}
+	if c.cfg.OnAppended != nil {
+		c.cfg.OnAppended(seq, 0, len(rec), time.Since(began))
 	}
 	c.tip = tip.Next(seq, cm)
 	c.lastSeq.Store(seq)
@@ -330,6 +342,10 @@ func (c *Committer[T]) Run(ctx context.Context) error {
 		case item := <-c.queue:
 			batch = append(make([]T, 0, min(len(c.queue)+1, c.cfg.MaxBatch)), item)
 		}
+		var began time.Time // when the batch's first request was taken: OnAppended's start
+		if c.cfg.OnAppended != nil {
+			began = time.Now()
+		}
 	fill:
 		for len(batch) < c.cfg.MaxBatch {
 			select {
@@ -339,7 +355,7 @@ func (c *Committer[T]) Run(ctx context.Context) error {
 				break fill
 			}
 		}
-		if err := c.commit(ctx, batch); err != nil {
+		if err := c.commit(ctx, batch, began); err != nil {
 			c.cfg.Logger.Error("eventstore: writer stopped", logKeyWriter, c.cfg.WriterID, logKeyEpoch, c.Epoch(), logKeyErr, err)
 			return err
 		}

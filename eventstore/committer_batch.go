@@ -12,7 +12,9 @@ import (
 // commit decides and appends one batch, splitting it in halves while its
 // record is too large. It returns an error only when the committer must stop
 // (fenced, or an append of unknown outcome); every item has been answered.
-func (c *Committer[T]) commit(ctx context.Context, items []T) error {
+// began is when the loop took the batch's first request (OnAppended's
+// start; zero without it).
+func (c *Committer[T]) commit(ctx context.Context, items []T, began time.Time) error {
 	events, results, itemErrs := c.d.Decide(items)
 	if len(itemErrs) != len(items) {
 		itemErrs = make([]error, len(items))
@@ -44,7 +46,7 @@ func (c *Committer[T]) commit(ctx context.Context, items []T) error {
 	}
 	if err != nil {
 		if errors.Is(err, ErrTooLarge) && len(items) > 1 {
-			return c.split(ctx, items)
+			return c.split(ctx, items, began)
 		}
 		c.d.Committed(items, nil, 0, itemErrs, err)
 		return nil
@@ -57,6 +59,9 @@ func (c *Committer[T]) commit(ctx context.Context, items []T) error {
 		c.tip = c.tip.Next(seq, cm)
 		c.lastSeq.Store(seq)
 		c.cfg.Logger.Debug("eventstore: committed", logKeySeq, seq, logKeyItems, len(items), logKeyEvents, len(events), logKeyBytes, len(rec))
+		if c.cfg.OnAppended != nil {
+			c.cfg.OnAppended(seq, len(items), len(rec), time.Since(began))
+		}
 		c.d.Committed(items, cm, seq, itemErrs, nil)
 		return nil
 	case errors.Is(err, ErrConflict):
@@ -74,14 +79,14 @@ func (c *Committer[T]) commit(ctx context.Context, items []T) error {
 
 // split commits the two halves of items one after the other. If the first
 // half stops the committer, the second is answered with ErrStopped.
-func (c *Committer[T]) split(ctx context.Context, items []T) error {
+func (c *Committer[T]) split(ctx context.Context, items []T, began time.Time) error {
 	h := len(items) / 2
 	c.cfg.Logger.Debug("eventstore: splitting a batch too large for one record", logKeyItems, len(items))
-	if err := c.commit(ctx, items[:h]); err != nil {
+	if err := c.commit(ctx, items[:h], began); err != nil {
 		c.d.Committed(items[h:], nil, 0, make([]error, len(items)-h), ErrStopped)
 		return err
 	}
-	return c.commit(ctx, items[h:])
+	return c.commit(ctx, items[h:], began)
 }
 
 // newID returns a ULID greater than every one this committer made before,

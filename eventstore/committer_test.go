@@ -568,3 +568,57 @@ func TestCommitterAssignsIDsAndTimes(t *testing.T) {
 		require.Equal(t, uint64(1), c.Epoch)
 	}
 }
+
+// appended is what GroupConfig.OnAppended reported for one record.
+type appended struct {
+	seq             uint64
+	requests, bytes int
+	took            time.Duration
+}
+
+// OnAppended reports every record the committer appended, the epoch record
+// included, with the requests each answers: what the service's metrics
+// count (appends, batch sizes, commit latency).
+func TestCommitterReportsAppends(t *testing.T) {
+	forEachLog(t, func(t *testing.T, newLog func(t *testing.T) eventstore.Log) {
+		l := &hookLog{Log: newLog(t)}
+		var mu sync.Mutex
+		var got []appended
+		r := startCommitter(t, l, newCounters(), eventstore.GroupConfig{
+			OnAppended: func(seq uint64, requests, bytes int, took time.Duration) {
+				mu.Lock()
+				defer mu.Unlock()
+				got = append(got, appended{seq, requests, bytes, took})
+			}})
+		g := l.holdNext()
+		first := newReq("c0", "a")
+		require.NoError(t, r.c.Submit(t.Context(), first))
+		g.waitEntered(t)
+		const n = 10
+		reqs := make([]*req, n)
+		for i := range reqs {
+			reqs[i] = newReq(fmt.Sprintf("c%d", i+1), "b")
+			require.NoError(t, r.c.Submit(t.Context(), reqs[i]))
+		}
+		rejected := &req{id: "bad", agg: "b", reject: true, done: make(chan outcome, 1)}
+		close(g.release)
+		o1 := first.wait(t)
+		var o2 outcome
+		for _, q := range reqs {
+			o2 = q.wait(t)
+		}
+		require.NoError(t, r.c.Submit(t.Context(), rejected))
+		require.Error(t, rejected.wait(t).err)
+
+		mu.Lock()
+		defer mu.Unlock()
+		require.Len(t, got, 3, "the epoch record, the lone request, the batch; nothing for a batch that appends nothing: %+v", got)
+		require.Equal(t, 0, got[0].requests, "the epoch record answers no request")
+		require.Equal(t, appended{seq: o1.seq, requests: 1}, appended{seq: got[1].seq, requests: got[1].requests})
+		require.Equal(t, appended{seq: o2.seq, requests: n}, appended{seq: got[2].seq, requests: got[2].requests})
+		for _, a := range got {
+			require.Positive(t, a.bytes)
+			require.Positive(t, a.took)
+		}
+	})
+}

@@ -13,6 +13,11 @@
 // feed, advisories), the writer lease and the token key are JetStream's on
 // the connection either way.
 //
+// Its metrics (metrics.go) are Prometheus's, on a registry private to each
+// service (Config.Metrics), served by Service.Metrics on dwr serve's GET
+// /metrics; their labels never carry ids, member names or payloads.
+//
 // It may import domain, eventstore, projections and schemas, its own
-// sub-packages (access, embedded), and the NATS and Pebble libraries.
+// sub-packages (access, embedded), the NATS and Pebble libraries, the
+// OpenTelemetry API and the Prometheus client.
 package handlers

@@ -20,6 +20,7 @@ type httpFace struct {
 	srv     *web.Server
 	svc     atomic.Pointer[Service]
 	console atomic.Pointer[http.Handler]
+	metrics atomic.Pointer[http.Handler]
 	done    chan struct{}
 }
 
@@ -36,6 +37,9 @@ func startHTTP(cfg *ServeConfig, logger *slog.Logger) (*httpFace, error) {
 		Healthz: http.HandlerFunc(f.healthz), Readyz: http.HandlerFunc(f.readyz)}
 	if cfg.Console != nil {
 		wcfg.Console = http.HandlerFunc(f.serveConsole)
+	}
+	if cfg.Service.Metrics != nil {
+		wcfg.Metrics = http.HandlerFunc(f.serveMetrics)
 	}
 	srv, err := web.New(wcfg)
 	switch {
@@ -66,10 +70,14 @@ func (f *httpFace) attach(svc *Service, console http.Handler) {
 	if console != nil {
 		f.console.Store(&console)
 	}
+	if h := svc.Metrics(); h != nil {
+		f.metrics.Store(&h)
+	}
 	f.svc.Store(svc)
 }
 
-// stop shuts the server down, giving requests in flight a moment.
+// stop shuts the server down, giving requests in flight a moment; once it
+// returns, no request is served. Stopping it again does nothing.
 func (f *httpFace) stop() {
 	if f == nil {
 		return
@@ -101,6 +109,15 @@ func (f *httpFace) readyz(w http.ResponseWriter, r *http.Request) {
 
 func (f *httpFace) serveConsole(w http.ResponseWriter, r *http.Request) {
 	if h := f.console.Load(); h != nil {
+		(*h).ServeHTTP(w, r)
+		return
+	}
+	w.Header().Set("Retry-After", "1")
+	http.Error(w, fmt.Sprintf("dwr is starting: %s", starting.Reason), http.StatusServiceUnavailable)
+}
+
+func (f *httpFace) serveMetrics(w http.ResponseWriter, r *http.Request) {
+	if h := f.metrics.Load(); h != nil {
 		(*h).ServeHTTP(w, r)
 		return
 	}

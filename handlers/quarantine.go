@@ -112,6 +112,9 @@ func (s *Service) quarantineItem(ctx context.Context, a maxDeliveriesAdvisory) e
 		if o.Err != nil && domain.CodeOf(o.Err) != domain.CodeNotFound {
 			return fmt.Errorf("fail task %s: %w", it.TaskID, o.Err)
 		}
+		if o.Err == nil {
+			s.metrics.quarantined()
+		}
 		s.cfg.Logger.Warn("handlers: task quarantined", "task", it.TaskID, "attempt", it.Attempt, "deliveries", a.Deliveries)
 	}
 	if err := st.DeleteMsg(ctx, a.StreamSeq); err != nil && !isNotFound(err) {

@@ -82,6 +82,10 @@ type ServeConfig struct {
 	// one the operator gave: when it is taken (a second replica on one
 	// machine), Serve logs a warning and runs without HTTP.
 	HTTPIsDefault bool
+	// NoMetrics leaves GET /metrics out of the HTTP server (`--metrics=false`).
+	// Otherwise, with HTTP set and Service.Metrics nil, Serve gives the
+	// service a registry of its own (NewMetricsRegistry) and serves it.
+	NoMetrics bool
 	// Console, when set, makes the web console's handler, given how to
 	// reach the NATS server as its users; the HTTP server mounts it at /.
 	// A handler that is an io.Closer is closed when Serve stops.
@@ -108,11 +112,17 @@ func Serve(ctx context.Context, cfg ServeConfig) error {
 	if err := cfg.prepare(); err != nil {
 		return err
 	}
+	if cfg.HTTP != "" && !cfg.NoMetrics && cfg.Service.Metrics == nil {
+		cfg.Service.Metrics = NewMetricsRegistry()
+	}
 	face, err := startHTTP(&cfg, logger)
 	if err != nil {
 		return err
 	}
 	defer face.stop()
+	if face == nil {
+		cfg.Service.Metrics = nil // nobody could scrape them
+	}
 	nc := cfg.NATS
 	if nc == nil && cfg.External.URL != "" {
 		var err error
@@ -198,6 +208,7 @@ func Serve(ctx context.Context, cfg ServeConfig) error {
 		}
 	}
 	face.attach(svc, console)
+	defer face.stop() // before the views close: no scrape reads them closed (stop again later does nothing)
 	if cfg.HealthListen != "" {
 		stop, err := serveHealth(cfg.HealthListen, svc, logger)
 		if err != nil {

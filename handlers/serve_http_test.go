@@ -135,3 +135,36 @@ func TestServeHTTPAddressTaken(t *testing.T) {
 	default:
 	}
 }
+
+// dwr serve's HTTP server answers GET /metrics with the service's metrics
+// (its own registry, with the Go and process collectors) once it runs, and
+// lists it at /; with NoMetrics it has no /metrics.
+func TestServeHTTPServesMetrics(t *testing.T) {
+	logs, _ := httpServe(t, handlers.ServeConfig{HTTP: "127.0.0.1:0"})
+	base := baseURL(t, logs)
+	servicetest.Eventually(t, 20*time.Second, func() bool {
+		code, _ := getHealth(t, base+"/readyz")
+		return code == http.StatusOK
+	}, logs.String)
+	m := servicetest.Scrape(t, base+"/metrics")
+	writer, ok := m.Value("dwr_writer")
+	require.True(t, ok)
+	require.Equal(t, 1.0, writer)
+	appends, _ := m.Value("dwr_log_appends_total")
+	require.GreaterOrEqual(t, appends, 1.0, "the epoch record, and the default workspace")
+	_, ok = m.Value("process_resident_memory_bytes")
+	require.True(t, ok)
+	resp, err := http.Get(base + "/")
+	require.NoError(t, err)
+	b, err := io.ReadAll(resp.Body)
+	require.NoError(t, err)
+	_ = resp.Body.Close()
+	require.Contains(t, string(b), "GET /metrics")
+
+	logs, _ = httpServe(t, handlers.ServeConfig{HTTP: "127.0.0.1:0", NoMetrics: true})
+	base = baseURL(t, logs)
+	resp, err = http.Get(base + "/metrics")
+	require.NoError(t, err)
+	_ = resp.Body.Close()
+	require.Equal(t, http.StatusNotFound, resp.StatusCode)
+}

@@ -17,6 +17,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/nats-io/nats.go/micro"
 	"github.com/oklog/ulid/v2"
+	"github.com/prometheus/client_golang/prometheus"
 	"go.opentelemetry.io/otel/trace"
 	"go.opentelemetry.io/otel/trace/noop"
 
@@ -100,6 +101,11 @@ type Config struct {
 	// dwr.commit) and of the work items dispatched (dwr.dispatch), children
 	// of the trace a request carries (traceparent). Default: none are made.
 	Tracer trace.TracerProvider
+	// Metrics, when set, is the registry the service's Prometheus metrics
+	// are registered on (dwr_*; see Service.Metrics), private to this
+	// service: NewMetricsRegistry makes one with the Go and process
+	// collectors, as dwr serve does. Default nil: no metrics are kept.
+	Metrics *prometheus.Registry
 	// Logger receives the service's logs. Default: discarded.
 	Logger *slog.Logger
 	// Version is reported by the micro service. Default "0.1.0".
@@ -259,6 +265,8 @@ type Service struct {
 	tokenKey []byte
 	leases   leases
 	refused  refusals
+	// metrics counts what Config.Metrics reports; nil without it.
+	metrics *metrics
 
 	// lease is the writer lease while this replica holds it: nothing is
 	// decided once it is no longer valid. leasePaused stops its renewals
@@ -321,8 +329,12 @@ func New(nc *nats.Conn, store *projections.Store, cfg Config) (*Service, error) 
 	for _, a := range cfg.Auth.Admins {
 		admins[a.PublicKey] = a.Name
 	}
-	return &Service{cfg: cfg, tracer: cfg.Tracer.Tracer(tracerName), key: key, nc: nc, js: js, store: store, admission: newAdmission(cfg),
-		admins: admins, ready: make(chan struct{}), changed: make(chan struct{})}, nil
+	s := &Service{cfg: cfg, tracer: cfg.Tracer.Tracer(tracerName), key: key, nc: nc, js: js, store: store, admission: newAdmission(cfg),
+		admins: admins, ready: make(chan struct{}), changed: make(chan struct{})}
+	if s.metrics, err = newMetrics(cfg.Metrics, s); err != nil {
+		return nil, fmt.Errorf("handlers: Config.Metrics: %w", err)
+	}
+	return s, nil
 }
 
 // Ready is closed once the replica serves queries and, if it is the writer,
@@ -851,6 +863,9 @@ func (s *Service) runWriter(ctx context.Context, lease *lease) error {
 	select {
 	case <-lease.lost:
 		s.lease.Store(nil)
+		if ctx.Err() == nil {
+			s.metrics.writerLeaseLost()
+		}
 		stopCommands()
 		stopRun()
 		return errors.New("handlers: writer lease lost")
@@ -937,6 +952,7 @@ func (s *Service) takeOver(ctx context.Context, timerWake chan struct{}) (*event
 			if f := s.cfg.Auth.OnMembersChanged; f != nil && changesMembers(c) {
 				f()
 			}
+			s.metrics.committed(c)
 			if setsTimer(c) {
 				select {
 				case timerWake <- struct{}{}:
@@ -951,7 +967,7 @@ func (s *Service) takeOver(ctx context.Context, timerWake chan struct{}) (*event
 	// the next batch is linked; the verifier holds only the recent ones.
 	c := eventstore.NewCommitter[*request](s.log, w, eventstore.GroupConfig{
 		WriterID: s.cfg.WriterID, Clock: s.cfg.Clock, Logger: s.cfg.Logger, LogKey: s.key,
-		Chain: eventstore.NewChainVerifierOver(s.store, 100_000), Resume: s.store.LogTip()})
+		Chain: eventstore.NewChainVerifierOver(s.store, 100_000), Resume: s.store.LogTip(), OnAppended: s.metrics.onAppended()})
 	if err := c.Start(ctx); err != nil {
 		return nil, nil, err
 	}
@@ -1038,10 +1054,16 @@ func (s *Service) startCommands() (*endpoints.Service, error) {
 		subject := s.cfg.Prefix + ".cmd.*." + name
 		h := func(req micro.Request) {
 			if !s.holdsLease() { // a writer that has just lost its lease, before it stopped these endpoints
-				_ = respond(req, errResponse(noWriter(time.Now(), s.cfg.LeaseTTL)))
+				reply := errResponse(noWriter(time.Now(), s.cfg.LeaseTTL))
+				s.metrics.command(name, reply)
+				_ = respond(req, reply)
 				return
 			}
-			s.async(req, false, func(who sender) []byte { return s.handleCommand(name, req, who) })
+			s.async(req, false, func(who sender) []byte {
+				reply := s.handleCommand(name, req, who)
+				s.metrics.command(name, reply)
+				return reply
+			})
 		}
 		if err := svc.Add(strings.ReplaceAll(name, ".", "_"), subject, h); err != nil {
 			_ = svc.Stop()

@@ -39,7 +39,9 @@ func (s *Service) runTimers(ctx context.Context, wake <-chan struct{}) {
 						s.cfg.Logger.Warn("handlers: firing a timer failed; will retry", "task", t.TaskID, "schedule", t.Schedule, "kind", t.Kind, "err", o.Err)
 					}
 					failed.Store(true)
+					return
 				}
+				s.metrics.timerFired(t.Kind, t.Due, s.cfg.Clock())
 			})
 		}
 		wg.Wait()

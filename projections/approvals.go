@@ -138,3 +138,15 @@ func (s *Store) Approval(ws, id string) (*ApprovalView, error) {
 	return &ApprovalView{Approval: *a, Workspace: ws, TaskKey: t.Key, TaskTitle: t.Spec.Title, Queue: t.Spec.Queue,
 		GoalID: t.GoalID, TaskState: t.State}, nil
 }
+
+// CountApprovals returns how many approvals of workspace ws are in state
+// (domain.ApprovalStatePending, ...), from the inbox's index alone: none is
+// read.
+func (s *Store) CountApprovals(ws, state string) (int, error) {
+	n := 0
+	err := s.eachID(key(pApproval, ws, state, ""), "", func(string) (bool, error) {
+		n++
+		return true, nil
+	})
+	return n, err
+}

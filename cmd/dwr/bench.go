@@ -56,9 +56,12 @@ func benchChainCmd(g *globals) *cobra.Command {
 	f.StringVar(&o.CPUProfile, "cpuprofile", "", "write a CPU profile of the whole run to this file (with --deployed: of this process, the workers and clients, only)")
 	f.BoolVar(&o.Auth, "auth", true, "run the service closed, as dwr serve does (--auth=false: open, without accounts or credentials)")
 	f.BoolVar(&o.CompareAuth, "compare-auth", false, "run closed and open, alternating in --rounds rounds, and print the cost of authentication")
-	f.IntVar(&o.Rounds, "rounds", 3, "with --compare-auth or --compare-encryption: rounds, each running everything both ways (the order swapped each round)")
+	f.IntVar(&o.Rounds, "rounds", 3, "with --compare-auth, --compare-encryption or --compare-observability: rounds, each running everything both ways (the order swapped each round)")
 	f.BoolVar(&o.Plain, "plain", false, "run the service without encryption (payloads stored as sent); by default it seals them, as dwr serve does")
 	f.BoolVar(&o.CompareEncryption, "compare-encryption", false, "run with payloads sealed and plain, alternating in --rounds rounds, and print the cost of encryption")
+	f.BoolVar(&o.CompareObservability, "compare-observability", false,
+		"run with observability off and on (metrics kept and scraped every second, every span made by an OpenTelemetry SDK tracer that exports nowhere), alternating in --rounds rounds, and print its cost (in-process only)")
+	f.BoolVar(&o.Observe, "observe", false, "run with observability on, as --compare-observability's \"on\" (to profile it with --cpuprofile; in-process only)")
 	f.BoolVar(&o.Deployed, "deployed", false, "run the service as deployed: dwr serve in its own process, the workers and submitters in this one")
 	f.StringVar(&o.Binary, "binary", "", "with --deployed: the dwr binary to run as the service (default: this one)")
 	f.IntVar(&o.Warmup, "warmup", 0, "chains run in each fresh service before the measured ones, and not measured")

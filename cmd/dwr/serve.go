@@ -31,6 +31,7 @@ func serveCmd() *cobra.Command {
 	var tls embedded.TLSConfig
 	var logLevel, atRestKey, otlp string
 	var consoleHosts []string
+	var metricsOn bool
 	cmd := &cobra.Command{
 		Use:   "serve",
 		Short: "run the dwr service (embedded NATS + JetStream + Pebble by default)",
@@ -41,6 +42,7 @@ func serveCmd() *cobra.Command {
 				return err
 			}
 			cfg.Service.Logger = logger
+			cfg.NoMetrics = !metricsOn
 			_, httpFromEnv := os.LookupEnv("DWR_HTTP")
 			cfg.HTTPIsDefault = !cmd.Flags().Changed("http") && !httpFromEnv
 			if tls != (embedded.TLSConfig{}) {
@@ -102,6 +104,8 @@ func serveCmd() *cobra.Command {
 	f.StringVar(&cfg.HTTP, "http", httpDefault(),
 		"host:port of the HTTP server: the web console, GET /metrics (Prometheus), /healthz and /readyz; \"\" for none (env DWR_HTTP). "+
 			"Unauthenticated apart from the console's sign-in: keep it on loopback or a private network")
+	f.BoolVar(&metricsOn, "metrics", envOr("DWR_METRICS", "on") != "off",
+		"serve GET /metrics (Prometheus) on --http: --metrics=false turns it off (env DWR_METRICS=off)")
 	f.StringVar(&cfg.MemoryLimit, "memory-limit", handlers.MemoryLimitFromEnv(),
 		"soft limit of the service's Go memory, as GOMEMLIMIT: garbage is collected more often near it (more CPU, less memory); off: none (env DWR_MEMORY_LIMIT, else GOMEMLIMIT)")
 	f.BoolVar(&cfg.Service.Encryption, "encryption", envOr("DWR_ENCRYPTION", "on") != "off",

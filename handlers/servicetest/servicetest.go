@@ -10,6 +10,8 @@
 // serve` in another process. StartDev runs the service for runnable
 // examples, which have no testing.TB; StartNATS starts a server without the
 // service, for a test of what a client does while no service answers.
+// Scrape and ScrapeHandler read a /metrics endpoint as Prometheus parses it
+// (Metrics: values, histograms and label values by name).
 //
 // It is a test helper, never shipped, and the one handlers package that may
 // import executors/client (.golangci.yml, rule servicetest): the service

@@ -128,7 +128,7 @@ func (s *Server) index(w http.ResponseWriter, _ *http.Request) {
 	lines := []string{"dwr", "", "GET /healthz   200 while the process is alive",
 		"GET /readyz    200 when this replica serves, 503 with the reason when not"}
 	if s.cfg.Metrics != nil {
-		lines = append(lines, "GET /metrics   Prometheus metrics (counts and states, never payloads or names)")
+		lines = append(lines, "GET /metrics   Prometheus metrics (counts and states; never payloads, ids or member names)")
 	}
 	fmt.Fprintln(w, strings.Join(lines, "\n"))
 }

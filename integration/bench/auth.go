@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"io"
 	"slices"
+	"time"
 )
 
 // How a benchmark's service runs.
@@ -20,25 +21,55 @@ const (
 	EncryptionPlain  = "plain"
 )
 
+// Whether a benchmark's service keeps metrics and makes spans
+// (ChainOptions.CompareObservability).
+const (
+	// ObservabilityOff: no metrics registry, no-op tracers (the
+	// handlers' and the SDK's defaults).
+	ObservabilityOff = "off"
+	// ObservabilityOn: the service's metrics on a registry of its own
+	// (handlers.NewMetricsRegistry, as dwr serve --http keeps them),
+	// gathered and encoded as a scrape every ScrapeEvery, and spans of the
+	// service and the workers made by an OpenTelemetry SDK tracer provider
+	// that samples every trace and exports nowhere.
+	ObservabilityOn = "on"
+)
+
+// ScrapeEvery is how often a benchmark scrapes the metrics of a service
+// with observability on: more often than Prometheus's usual 15 s, so that
+// the scrapes' cost is counted, not hidden.
+const ScrapeEvery = time.Second
+
+func observabilityName(on bool) string {
+	if on {
+		return ObservabilityOn
+	}
+	return ObservabilityOff
+}
+
 // comparison is what a run compares, if anything: authentication
-// (closed ÷ open) or encryption (sealed ÷ plain), with how the service
-// otherwise runs.
+// (closed ÷ open), encryption (sealed ÷ plain) or observability (on ÷
+// off), with how the service otherwise runs.
 type comparison struct {
-	auth, encryption bool // what is compared
-	closed, plain    bool // how the service runs otherwise
+	auth, encryption, observability bool // what is compared
+	closed, plain                   bool // how the service runs otherwise
 }
 
 // setup is how a run of the comparison's runs: b, the variant without what
-// is measured (open, or plain).
+// is measured (open, plain, or observability off).
 func (c comparison) setup(b bool) setup {
-	return setup{open: !c.closed || (c.auth && b), plain: c.plain || (c.encryption && b)}
+	return setup{open: !c.closed || (c.auth && b), plain: c.plain || (c.encryption && b), observe: c.observability && !b}
 }
 
-// mark names what is compared in a report's auth and encryption.
-func (c comparison) mark(auth, encryption *string) {
-	if c.auth {
+// mark names what is compared in a report's auth, encryption or
+// observability.
+func (c comparison) mark(auth, encryption, observability *string) {
+	switch {
+	case c.auth:
 		*auth = AuthCompare
-	} else {
+	case c.observability:
+		*observability = AuthCompare
+	default:
 		*encryption = AuthCompare
 	}
 }

@@ -55,6 +55,13 @@ type ChainOptions struct {
 	// CompareEncryption runs encrypted and plain, alternating in Rounds
 	// rounds (with Auth as it is).
 	CompareEncryption bool
+	// CompareObservability runs with observability off and on
+	// (ObservabilityOff, ObservabilityOn), alternating in Rounds rounds: the
+	// cost of metrics and tracing. In-process only.
+	CompareObservability bool
+	// Observe runs with observability on (ObservabilityOn) when not
+	// comparing it: to profile it.
+	Observe bool
 	// Deployed runs the service as a user deploys it: `dwr serve` in its
 	// own OS process (Binary), reached over TCP by the workers and clients
 	// of this one. Otherwise the service runs in this process.
@@ -65,6 +72,10 @@ type ChainOptions struct {
 	// Warmup chains run (and are discarded) in each fresh service before
 	// the measured ones, as the peers' harnesses warm up.
 	Warmup int
+
+	// afterRun, when set, is called with each run's service once its chains
+	// have ended, before it is stopped (tests).
+	afterRun func(*service)
 }
 
 // DefaultChainTimeout is how long a run of chains may take by default.
@@ -76,6 +87,8 @@ type ChainCell struct {
 	Auth string `json:"auth"`
 	// Encryption is how it stored payloads: sealed or plain.
 	Encryption string `json:"encryption"`
+	// Observability is whether it kept metrics and made spans: on or off.
+	Observability string `json:"observability"`
 	// Round is the run's round (from 1) when comparing.
 	Round int `json:"round,omitempty"`
 	// OneAtATime: the chains ran one after the other (--single).
@@ -125,6 +138,12 @@ type ChainReport struct {
 	// EncryptionCost is, when comparing encryption, its cost for each kind
 	// of run: sealed ÷ plain, round by round.
 	EncryptionCost []AuthCost `json:"encryption_cost,omitempty"`
+	// Observability is whether the service kept metrics and made spans:
+	// off, or compare (off and on, alternating in Rounds rounds).
+	Observability string `json:"observability"`
+	// ObservabilityCost is, when comparing observability, its cost for
+	// each kind of run: on ÷ off, round by round.
+	ObservabilityCost []AuthCost `json:"observability_cost,omitempty"`
 	// PeakRSSMiB is this process's peak RSS: the whole system in-process;
 	// the workers and clients alone when deployed (each cell has the
 	// service's).
@@ -155,11 +174,15 @@ func RunChain(ctx context.Context, o ChainOptions, progress io.Writer) (*ChainRe
 	if o.Warmup < 0 {
 		return nil, errors.New("--warmup must be at least 0")
 	}
-	if (o.CompareAuth || o.CompareEncryption) && o.Rounds < 1 {
+	comparing := o.CompareAuth || o.CompareEncryption || o.CompareObservability
+	if comparing && o.Rounds < 1 {
 		return nil, errors.New("--rounds must be at least 1")
 	}
-	if o.CompareAuth && o.CompareEncryption {
-		return nil, errors.New("compare one thing at a time: --compare-auth or --compare-encryption")
+	if (o.CompareAuth && o.CompareEncryption) || (o.CompareObservability && (o.CompareAuth || o.CompareEncryption)) {
+		return nil, errors.New("compare one thing at a time: --compare-auth, --compare-encryption or --compare-observability")
+	}
+	if (o.CompareObservability || o.Observe) && o.Deployed {
+		return nil, errors.New("--compare-observability runs the service in-process: drop --deployed")
 	}
 	stopProfile, err := startCPUProfile(o.CPUProfile)
 	if err != nil {
@@ -167,7 +190,8 @@ func RunChain(ctx context.Context, o ChainOptions, progress io.Writer) (*ChainRe
 	}
 	defer stopProfile()
 	rep := &ChainReport{Go: runtime.Version(), CPUs: runtime.NumCPU(), Workers: o.Workers, Concurrency: o.Concurrency,
-		Service: ServiceInProcess, Submitters: o.Submitters, Warmup: o.Warmup, Auth: authName(!o.Auth), Encryption: encryptionName(o.Plain)}
+		Service: ServiceInProcess, Submitters: o.Submitters, Warmup: o.Warmup, Auth: authName(!o.Auth), Encryption: encryptionName(o.Plain),
+		Observability: observabilityName(o.Observe)}
 	if o.Deployed {
 		rep.Service = ServiceDeployed
 	}
@@ -180,16 +204,17 @@ func RunChain(ctx context.Context, o ChainOptions, progress io.Writer) (*ChainRe
 		submitters := o.Submitters
 		if single {
 			submitters = 1
-			fmt.Fprintf(progress, "bench: %s%d single chains, one at a time, %s, %s\n", at, n, authName(open), encryptionName(s.plain))
+			fmt.Fprintf(progress, "bench: %s%d single chains, one at a time, %s, %s, observability %s\n", at, n, authName(open), encryptionName(s.plain),
+				observabilityName(s.observe))
 		} else {
-			fmt.Fprintf(progress, "bench: %s%d chains, %d submitters, %d workers × %d, %s, %s\n", at, n, submitters, o.Workers, o.Concurrency,
-				authName(open), encryptionName(s.plain))
+			fmt.Fprintf(progress, "bench: %s%d chains, %d submitters, %d workers × %d, %s, %s, observability %s\n", at, n, submitters, o.Workers, o.Concurrency,
+				authName(open), encryptionName(s.plain), observabilityName(s.observe))
 		}
 		c, err := withTempDir(o.Dir, func(dir string) (*ChainCell, error) { return chainRun(ctx, dir, o, n, submitters, s) })
 		if err != nil {
 			return nil, err
 		}
-		c.Round, c.OneAtATime, c.Encryption = round, single, encryptionName(s.plain)
+		c.Round, c.OneAtATime, c.Encryption, c.Observability = round, single, encryptionName(s.plain), observabilityName(s.observe)
 		fmt.Fprintf(progress, "bench:   %.0f chains/s, p50 %.1f ms, p99 %.1f ms, CPU %.2f ms/chain", c.ChainsPerS, c.P50ms, c.P99ms, c.CPUmsPerRun)
 		if o.Deployed {
 			fmt.Fprintf(progress, " (service %.2f), service peak RSS %.1f MiB", c.ServiceCPUms, c.ServiceRSSMiB)
@@ -197,10 +222,10 @@ func RunChain(ctx context.Context, o ChainOptions, progress io.Writer) (*ChainRe
 		fmt.Fprintln(progress)
 		return c, nil
 	}
-	if o.CompareAuth || o.CompareEncryption {
-		cmp := comparison{auth: o.CompareAuth, encryption: o.CompareEncryption, closed: o.Auth, plain: o.Plain}
+	if comparing {
+		cmp := comparison{auth: o.CompareAuth, encryption: o.CompareEncryption, observability: o.CompareObservability, closed: o.Auth, plain: o.Plain}
 		rep.Rounds = o.Rounds
-		cmp.mark(&rep.Auth, &rep.Encryption)
+		cmp.mark(&rep.Auth, &rep.Encryption, &rep.Observability)
 		type load struct {
 			n      int
 			single bool
@@ -223,21 +248,24 @@ func RunChain(ctx context.Context, o ChainOptions, progress io.Writer) (*ChainRe
 				}
 			}
 		}
-		if o.CompareAuth {
+		switch {
+		case o.CompareAuth:
 			rep.AuthCost = chainAuthCost(rep, func(c ChainCell) bool { return c.Auth == AuthOpen })
-		} else {
+		case o.CompareObservability:
+			rep.ObservabilityCost = chainAuthCost(rep, func(c ChainCell) bool { return c.Observability == ObservabilityOff })
+		default:
 			rep.EncryptionCost = chainAuthCost(rep, func(c ChainCell) bool { return c.Encryption == EncryptionPlain })
 		}
 	} else {
 		if o.Single > 0 {
-			c, err := run(o.Single, true, setup{open: !o.Auth, plain: o.Plain}, 0)
+			c, err := run(o.Single, true, setup{open: !o.Auth, plain: o.Plain, observe: o.Observe}, 0)
 			if err != nil {
 				return nil, err
 			}
 			rep.Single = *c
 		}
 		for _, n := range o.Chains {
-			c, err := run(n, false, setup{open: !o.Auth, plain: o.Plain}, 0)
+			c, err := run(n, false, setup{open: !o.Auth, plain: o.Plain, observe: o.Observe}, 0)
 			if err != nil {
 				return nil, err
 			}
@@ -323,7 +351,7 @@ func chainRun(ctx context.Context, dir string, o ChainOptions, n, submitters int
 		}
 		defer nc.Close()
 		w, err := executors.NewWorker(executors.Config{Conn: nc, Queue: "chain", Concurrency: o.Concurrency,
-			Executor: fmt.Sprintf("bench-%d", i), DrainTimeout: time.Second},
+			Executor: fmt.Sprintf("bench-%d", i), DrainTimeout: time.Second, Tracer: bs.tracer},
 			func(_ context.Context, job *executors.Job) (executors.Result, error) {
 				return executors.Result{Output: json.RawMessage(`{"ok":true}`)}, nil
 			})
@@ -463,6 +491,9 @@ func chainRun(ctx context.Context, dir string, o ChainOptions, n, submitters int
 	}
 	svcCPU := svc1 - svc0
 	cpu += svcCPU
+	if o.afterRun != nil {
+		o.afterRun(bs)
+	}
 	mu.Lock()
 	defer mu.Unlock()
 	last := t0
@@ -533,12 +564,17 @@ func (rep *ChainReport) Err() error {
 // authentication when comparing, and the peak RSS.
 func PrintChain(w io.Writer, rep *ChainReport) error {
 	auth := "service " + rep.Auth + ", payloads " + rep.Encryption
-	compare := rep.Auth == AuthCompare || rep.Encryption == AuthCompare
+	compare := rep.Auth == AuthCompare || rep.Encryption == AuthCompare || rep.Observability == AuthCompare
 	switch {
+	case rep.Observability == AuthCompare:
+		auth = fmt.Sprintf("service %s, payloads %s, observability off and on alternating, %d rounds", rep.Auth, rep.Encryption, rep.Rounds)
 	case rep.Auth == AuthCompare:
 		auth = fmt.Sprintf("service closed and open alternating, %d rounds, payloads %s", rep.Rounds, rep.Encryption)
 	case rep.Encryption == AuthCompare:
 		auth = fmt.Sprintf("service %s, payloads sealed and plain alternating, %d rounds", rep.Auth, rep.Rounds)
+	}
+	if rep.Observability == ObservabilityOn {
+		auth += ", observability on"
 	}
 	deployed := rep.Service == ServiceDeployed
 	where := "service in-process"
@@ -559,7 +595,7 @@ func PrintChain(w io.Writer, rep *ChainReport) error {
 			r = append(r, fmt.Sprintf("%.2f", c.ServiceCPUms), fmt.Sprintf("%.1f", c.ServiceRSSMiB))
 		}
 		if compare {
-			r = append([]string{fmt.Sprint(c.Round), c.Auth + "/" + c.Encryption}, r...)
+			r = append([]string{fmt.Sprint(c.Round), c.Auth + "/" + c.Encryption + "/" + c.Observability}, r...)
 		}
 		rows = append(rows, r)
 	}
@@ -574,7 +610,7 @@ func PrintChain(w io.Writer, rep *ChainReport) error {
 		header = append(header, "OF WHICH SERVICE", "SERVICE PEAK RSS MIB")
 	}
 	if compare {
-		header = append([]string{"ROUND", "AUTH/PAYLOADS"}, header...)
+		header = append([]string{"ROUND", "AUTH/PAYLOADS/OBS"}, header...)
 	}
 	if err := table(w, header, rows); err != nil {
 		return err
@@ -583,6 +619,10 @@ func PrintChain(w io.Writer, rep *ChainReport) error {
 		return err
 	}
 	if err := printCost(w, "the cost of encryption: sealed ÷ plain", "CHAINS/S", "CPU/CHAIN", rep.EncryptionCost); err != nil {
+		return err
+	}
+	if err := printCost(w, "the cost of observability (metrics, scraped every "+ScrapeEvery.String()+", and every span made, none exported): on ÷ off",
+		"CHAINS/S", "CPU/CHAIN", rep.ObservabilityCost); err != nil {
 		return err
 	}
 	if deployed {

@@ -161,3 +161,25 @@ func TestMain(m *testing.M) {
 	dwrBuild.Remove()
 	os.Exit(code)
 }
+
+// TestBenchChain3CompareObservability runs the chains with observability
+// off and on, alternating in two rounds, and pairs them: its cost.
+func TestBenchChain3CompareObservability(t *testing.T) {
+	rep, _ := mustRun(t, RunChain, ChainOptions{Chains: []int{6}, Workers: 1, Concurrency: 4, Submitters: 2,
+		Dir: t.TempDir(), Auth: true, CompareObservability: true, Rounds: 2})
+	require.Equal(t, AuthCompare, rep.Observability)
+	require.Equal(t, AuthClosed, rep.Auth)
+	require.Equal(t, EncryptionSealed, rep.Encryption)
+	var order []string
+	for _, c := range rep.Cells {
+		require.Zero(t, c.Errors, c.FirstError)
+		order = append(order, fmt.Sprintf("%d/%s", c.Round, c.Observability))
+	}
+	require.Equal(t, []string{"1/on", "1/off", "2/off", "2/on"}, order)
+	require.Len(t, rep.ObservabilityCost, 1)
+	require.Len(t, rep.ObservabilityCost[0].CPU.Rounds, 2)
+	require.Len(t, rep.ObservabilityCost[0].PerS.Rounds, 2)
+	require.Contains(t, printed(t, PrintChain, rep), "the cost of observability")
+	_, err := RunChain(t.Context(), ChainOptions{Chains: []int{1}, Workers: 1, Concurrency: 1, Submitters: 1, CompareObservability: true, Deployed: true, Rounds: 1}, io.Discard)
+	require.ErrorContains(t, err, "in-process")
+}

@@ -6,10 +6,13 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net/http"
 	"path/filepath"
 	"time"
 
 	"github.com/nats-io/nats.go"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/dwr-run/dwr/domain"
 	"github.com/dwr-run/dwr/executors"
@@ -32,13 +35,17 @@ type service struct {
 	// admin is the admin's client of a closed service (nil when open): it
 	// adds the benchmark's participants as members.
 	admin *client.Client
-	close func()
+	// tracer makes the spans of the service and its workers when
+	// observability is on; nil (no spans) otherwise.
+	tracer trace.TracerProvider
+	close  func()
 }
 
 // setup is how a benchmark's service runs: open (no accounts, no
-// credentials) or closed, and plain (payloads stored as sent) or
-// encrypted, as dwr serve runs by default.
-type setup struct{ open, plain bool }
+// credentials) or closed, plain (payloads stored as sent) or encrypted, as
+// dwr serve runs by default, and with observability (ObservabilityOn) or
+// without.
+type setup struct{ open, plain, observe bool }
 
 // startService starts the service in dir and waits until it is ready.
 // Closed (open false), it is `dwr serve`'s default: the embedded server
@@ -84,6 +91,12 @@ func startService(ctx context.Context, dir string, s setup, progress io.Writer) 
 		}
 		cfg.Encryption = true
 	}
+	if s.observe {
+		cfg.Metrics = handlers.NewMetricsRegistry()
+		tp := sdktrace.NewTracerProvider(sdktrace.WithSampler(sdktrace.AlwaysSample()))
+		cleanups = append(cleanups, func() { _ = tp.Shutdown(context.Background()) })
+		cfg.Tracer, bs.tracer = tp, tp
+	}
 	if open {
 		if bs.srv, err = startServer(dir, progress); err != nil {
 			return nil, err
@@ -124,6 +137,10 @@ func startService(ctx context.Context, dir string, s setup, progress io.Writer) 
 		return nil, errors.New("service not ready after 30s")
 	case <-ctx.Done():
 		return nil, ctx.Err()
+	}
+	if s.observe {
+		stopScrapes := scrapeEvery(bs.svc.Metrics(), ScrapeEvery)
+		cleanups = append(cleanups, stopScrapes)
 	}
 	if bnd != nil {
 		bnd.Reload() // as dwr serve does once the views are caught up
@@ -200,3 +217,31 @@ func (bs *service) joinClients(ctx context.Context, prefix string, n int) ([]*cl
 	}
 	return clients, closeAll, nil
 }
+
+// scrapeEvery serves GET /metrics of h every interval, as Prometheus
+// scrapes it, discarding the answer, until stop is called.
+func scrapeEvery(h http.Handler, interval time.Duration) (stop func()) {
+	done, stopped := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(stopped)
+		t := time.NewTicker(interval)
+		defer t.Stop()
+		req, _ := http.NewRequest(http.MethodGet, "/metrics", nil)
+		for {
+			select {
+			case <-done:
+				return
+			case <-t.C:
+				h.ServeHTTP(&discard{header: http.Header{}}, req)
+			}
+		}
+	}()
+	return func() { close(done); <-stopped }
+}
+
+// discard is a ResponseWriter that keeps nothing.
+type discard struct{ header http.Header }
+
+func (d *discard) Header() http.Header         { return d.header }
+func (d *discard) Write(b []byte) (int, error) { return len(b), nil }
+func (d *discard) WriteHeader(int)             {}

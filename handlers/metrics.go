@@ -1,0 +1,317 @@
+package handlers
+
+import (
+	"context"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/dwr-run/dwr/domain"
+	"github.com/dwr-run/dwr/eventstore"
+	"github.com/dwr-run/dwr/schemas"
+)
+
+// The metrics' labels carry only bounded values that name no one: command
+// types (domain.CommandNames), outcome codes (schemas' fixed set), timer
+// kinds, and the names of configured workspaces and queues. Never an id, a
+// member's name or a payload: /metrics is unauthenticated.
+
+// maxQueueSeries bounds the queues a scrape reports: the work stream's
+// consumers are the service's own, one per configured queue, but a label's
+// values must stay bounded whatever the stream holds.
+const maxQueueSeries = 1000
+
+// ScrapeTimeout bounds what a scrape asks JetStream (the log's end, the
+// queues' consumers and oldest items): past it, the figures that needed it
+// are left out of that scrape.
+const ScrapeTimeout = 2 * time.Second
+
+// NewMetricsRegistry returns a private registry holding the Go runtime's
+// and the process's collectors, as dwr serve gives Config.Metrics: private,
+// so that several services in one process (tests, benchmarks) each keep
+// their own.
+func NewMetricsRegistry() *prometheus.Registry {
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	return reg
+}
+
+// outcomeOK is the outcome label of a command that was answered ok.
+const outcomeOK = "ok"
+
+// knownCodes are the outcome labels of refusals; a code outside them (none
+// is made today) is counted as internal, so that the label stays bounded.
+var knownCodes = map[string]bool{schemas.CodeInvalid: true, schemas.CodeNotFound: true, schemas.CodeConflict: true,
+	schemas.CodeForbidden: true, schemas.CodeTooLarge: true, schemas.CodeUnavailable: true, schemas.CodeInternal: true}
+
+// metrics are the service's Prometheus metrics, counted where the service
+// does what they count. A nil *metrics (Config.Metrics nil) counts nothing.
+type metrics struct {
+	reg           *prometheus.Registry
+	commands      *prometheus.CounterVec
+	okCommands    map[string]prometheus.Counter // commands's ok counter of each command type, looked up once
+	appends       prometheus.Counter
+	appendedBytes prometheus.Counter
+	batchSize     prometheus.Histogram
+	commitSeconds prometheus.Histogram
+	attemptLeases prometheus.Counter
+	writerLeases  prometheus.Counter
+	quarantines   prometheus.Counter
+	timerLateness *prometheus.HistogramVec
+}
+
+// newMetrics registers the service's metrics on reg, or returns nil when
+// reg is nil.
+func newMetrics(reg *prometheus.Registry, s *Service) (*metrics, error) {
+	if reg == nil {
+		return nil, nil
+	}
+	m := &metrics{reg: reg,
+		commands: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "dwr_commands_total",
+			Help: "Commands answered by this replica, by command type and outcome: ok, or the refusal's code (invalid, forbidden, conflict, not_found, too_large, unavailable, internal)."},
+			[]string{"command", "outcome"}),
+		appends: prometheus.NewCounter(prometheus.CounterOpts{Name: "dwr_log_appends_total",
+			Help: "Records the writer appended to the log, each fsynced before it was acknowledged: its epoch records and its batches of commands."}),
+		appendedBytes: prometheus.NewCounter(prometheus.CounterOpts{Name: "dwr_log_appended_bytes_total",
+			Help: "Bytes of the records the writer appended to the log."}),
+		batchSize: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "dwr_commit_batch_requests",
+			Help:    "Requests (commands, timer firings) answered by one record the writer appended: the group commit's batch size.",
+			Buckets: prometheus.ExponentialBuckets(1, 2, 11)}),
+		commitSeconds: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "dwr_commit_seconds",
+			Help:    "Seconds from the moment the writer took a batch's first request to the acknowledgement of its record's durable append.",
+			Buckets: prometheus.ExponentialBuckets(0.0005, 2, 14)}),
+		attemptLeases: prometheus.NewCounter(prometheus.CounterOpts{Name: "dwr_attempt_lease_expiries_total",
+			Help: "Attempts abandoned because their lease ran out without a sign of life and a claim superseded them."}),
+		writerLeases: prometheus.NewCounter(prometheus.CounterOpts{Name: "dwr_writer_lease_losses_total",
+			Help: "Times this replica lost the writer lease while it was the writer (not renewed in time, or taken over)."}),
+		quarantines: prometheus.NewCounter(prometheus.CounterOpts{Name: "dwr_quarantines_total",
+			Help: "Tasks quarantined: failed because their work item was delivered the most times its queue allows without being completed."}),
+		timerLateness: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "dwr_timer_lateness_seconds",
+			Help:    "Seconds from a durable timer's due time to its firing's commit, by timer kind.",
+			Buckets: prometheus.ExponentialBuckets(0.001, 4, 10)}, []string{"kind"}),
+	}
+	m.okCommands = make(map[string]prometheus.Counter)
+	for _, name := range domain.CommandNames() {
+		m.okCommands[name] = m.commands.WithLabelValues(name, outcomeOK)
+	}
+	for _, c := range []prometheus.Collector{m.commands, m.appends, m.appendedBytes, m.batchSize, m.commitSeconds,
+		m.attemptLeases, m.writerLeases, m.quarantines, m.timerLateness, stateCollector{s}} {
+		if err := reg.Register(c); err != nil {
+			return nil, err
+		}
+	}
+	return m, nil
+}
+
+// handler answers GET /metrics in Prometheus's formats.
+func (m *metrics) handler() http.Handler {
+	return promhttp.HandlerFor(m.reg, promhttp.HandlerOpts{ErrorHandling: promhttp.ContinueOnError, MaxRequestsInFlight: 4,
+		Timeout: 2 * ScrapeTimeout})
+}
+
+// command counts the answer reply to a command of type name.
+func (m *metrics) command(name string, reply []byte) {
+	if m == nil {
+		return
+	}
+	werr := refusalOf(reply)
+	if werr == nil {
+		if c, ok := m.okCommands[name]; ok {
+			c.Inc()
+			return
+		}
+		m.commands.WithLabelValues(name, outcomeOK).Inc()
+		return
+	}
+	code := werr.Code
+	if !knownCodes[code] {
+		code = schemas.CodeInternal
+	}
+	m.commands.WithLabelValues(name, code).Inc()
+}
+
+// appended is the committer's OnAppended.
+func (m *metrics) appended(_ uint64, requests, bytes int, took time.Duration) {
+	m.appends.Inc()
+	m.appendedBytes.Add(float64(bytes))
+	if requests > 0 {
+		m.batchSize.Observe(float64(requests))
+		m.commitSeconds.Observe(took.Seconds())
+	}
+}
+
+// onAppended returns the committer's OnAppended, or nil without metrics.
+func (m *metrics) onAppended() func(uint64, int, int, time.Duration) {
+	if m == nil {
+		return nil
+	}
+	return m.appended
+}
+
+// committed counts what a committed record c did that is counted by its
+// events: attempts abandoned for their lapsed lease.
+func (m *metrics) committed(c *eventstore.Commit) {
+	if m == nil {
+		return
+	}
+	for i := range c.Events {
+		if c.Events[i].Type == abandonedEvent {
+			m.attemptLeases.Inc()
+		}
+	}
+}
+
+// abandonedEvent is the type of domain.AttemptAbandoned: an attempt whose
+// lease lapsed, superseded by a claim.
+var abandonedEvent = (*domain.AttemptAbandoned)(nil).EventType()
+
+// writerLeaseLost counts a loss of the writer lease.
+func (m *metrics) writerLeaseLost() {
+	if m != nil {
+		m.writerLeases.Inc()
+	}
+}
+
+// quarantined counts a quarantined task.
+func (m *metrics) quarantined() {
+	if m != nil {
+		m.quarantines.Inc()
+	}
+}
+
+// timerFired observes the lateness of a timer of kind fired at now.
+func (m *metrics) timerFired(kind string, due, now time.Time) {
+	if m == nil {
+		return
+	}
+	m.timerLateness.WithLabelValues(kind).Observe(max(now.Sub(due), 0).Seconds())
+}
+
+// Metrics returns the handler of GET /metrics: the service's metrics in
+// Prometheus's formats, from the registry Config.Metrics; nil when it is
+// nil (metrics off).
+func (s *Service) Metrics() http.Handler {
+	if s.metrics == nil {
+		return nil
+	}
+	return s.metrics.handler()
+}
+
+// stateCollector reports, at each scrape, what the service's state says:
+// how far the views are behind the log, each queue's depth and oldest item,
+// the pending approvals. They are read when asked (bounded by
+// ScrapeTimeout) rather than refreshed in the background: exact at the
+// scrape, and nothing is asked of JetStream while nobody scrapes.
+type stateCollector struct{ s *Service }
+
+var (
+	descWriter = prometheus.NewDesc("dwr_writer",
+		"1 while this replica is the writer (holds the writer lease), else 0.", nil, nil)
+	descLogLast = prometheus.NewDesc("dwr_log_last_sequence",
+		"Sequence of the log's last record.", nil, nil)
+	descViewsApplied = prometheus.NewDesc("dwr_views_applied_sequence",
+		"Sequence of the last log record the views applied.", nil, nil)
+	descViewsLag = prometheus.NewDesc("dwr_views_lag_records",
+		"Log records the views have not applied yet: dwr_log_last_sequence - dwr_views_applied_sequence.", nil, nil)
+	queueLabels       = []string{"workspace", "queue"}
+	descQueuePending  = prometheus.NewDesc("dwr_queue_pending", "Work items of a queue not delivered to a worker yet.", queueLabels, nil)
+	descQueueInFlight = prometheus.NewDesc("dwr_queue_in_flight",
+		"Work items of a queue delivered to a worker and not acknowledged yet.", queueLabels, nil)
+	descQueueOldest = prometheus.NewDesc("dwr_queue_oldest_item_age_seconds",
+		"Age of a queue's oldest work item not acknowledged yet (0 when it has none).", queueLabels, nil)
+	descApprovals = prometheus.NewDesc("dwr_approvals_pending", "Approvals waiting for a decision.", []string{"workspace"}, nil)
+)
+
+func (c stateCollector) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range []*prometheus.Desc{descWriter, descLogLast, descViewsApplied, descViewsLag,
+		descQueuePending, descQueueInFlight, descQueueOldest, descApprovals} {
+		ch <- d
+	}
+}
+
+func (c stateCollector) Collect(ch chan<- prometheus.Metric) {
+	s := c.s
+	gauge := func(d *prometheus.Desc, v float64, labels ...string) {
+		ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, v, labels...)
+	}
+	writer := 0.0
+	if s.holdsLease() {
+		writer = 1
+	}
+	gauge(descWriter, writer)
+	applied := s.store.Checkpoint()
+	gauge(descViewsApplied, float64(applied))
+	s.collectApprovals(gauge)
+	select {
+	case <-s.ready: // the log and the work stream are open
+	default:
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), ScrapeTimeout)
+	defer cancel()
+	last := s.answeredSeq() // the writer knows the log's end
+	if last == 0 {
+		var err error
+		if last, err = s.log.LastSeq(ctx); err != nil {
+			s.cfg.Logger.Debug("handlers: metrics: the log's end cannot be read", "err", err)
+		}
+	}
+	if last > 0 {
+		gauge(descLogLast, float64(last))
+		gauge(descViewsLag, float64(last-min(applied, last)))
+	}
+	if err := s.collectQueues(ctx, gauge); err != nil {
+		s.cfg.Logger.Debug("handlers: metrics: the queues cannot be read", "err", err)
+	}
+}
+
+// collectApprovals reports the pending approvals of each workspace.
+func (s *Service) collectApprovals(gauge func(*prometheus.Desc, float64, ...string)) {
+	wss, err := s.store.ListWorkspaces()
+	if err != nil {
+		return
+	}
+	for _, w := range wss {
+		if n, err := s.store.CountApprovals(w.Name, domain.ApprovalStatePending); err == nil {
+			gauge(descApprovals, float64(n), w.Name)
+		}
+	}
+}
+
+// collectQueues reports the depth and the oldest item of each queue, from
+// the work stream's consumers (one per queue, named by their filter
+// subject <prefix>.work.<workspace>.<queue>).
+func (s *Service) collectQueues(ctx context.Context, gauge func(*prometheus.Desc, float64, ...string)) error {
+	st, err := s.js.Stream(ctx, s.dispatch.stream)
+	if err != nil {
+		return err
+	}
+	infos := st.ListConsumers(ctx)
+	n := 0
+	for ci := range infos.Info() {
+		parts := strings.Split(ci.Config.FilterSubject, ".")
+		if len(parts) != 4 || parts[0] != s.cfg.Prefix || parts[1] != "work" || !domain.ValidName(parts[2]) || !domain.ValidName(parts[3]) {
+			continue // not a queue's consumer
+		}
+		if n++; n > maxQueueSeries {
+			continue // read on to the listing's end, not reported
+		}
+		ws, queue := parts[2], parts[3]
+		gauge(descQueuePending, float64(ci.NumPending), ws, queue)
+		gauge(descQueueInFlight, float64(ci.NumAckPending), ws, queue)
+		age := 0.0
+		if ci.NumPending+uint64(max(ci.NumAckPending, 0)) > 0 {
+			// The first item after the ack floor is the oldest not acknowledged.
+			if m, err := st.GetMsg(ctx, ci.AckFloor.Stream+1, jetstream.WithGetMsgSubject(ci.Config.FilterSubject)); err == nil {
+				age = max(time.Since(m.Time).Seconds(), 0)
+			}
+		}
+		gauge(descQueueOldest, age, ws, queue)
+	}
+	return infos.Err()
+}
