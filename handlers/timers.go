@@ -21,7 +21,18 @@ const timerPoll = time.Second
 // writer ran fires as soon as one does; each firing carries the timer's own
 // command id, so it applies once. The domain refuses a timer that is early.
 func (s *Service) runTimers(ctx context.Context, wake <-chan struct{}) {
+	// A timer read again as due before the views applied its firing is
+	// fired again and answered with its first outcome (its command id):
+	// its lateness is observed once, for the record that fired it.
+	var observed sync.Map // command id → the sequence of its firing
 	for ctx.Err() == nil {
+		applied := s.store.Checkpoint()
+		observed.Range(func(id, seq any) bool {
+			if seq.(uint64) <= applied { // the views no longer list it as due
+				observed.Delete(id)
+			}
+			return true
+		})
 		now := s.cfg.Clock()
 		due, err := s.store.DueTimers(now, 256)
 		if err != nil {
@@ -41,7 +52,9 @@ func (s *Service) runTimers(ctx context.Context, wake <-chan struct{}) {
 					failed.Store(true)
 					return
 				}
-				s.metrics.timerFired(t.Kind, t.Due, s.cfg.Clock())
+				if _, again := observed.LoadOrStore(t.CommandID(), o.Seq); !again {
+					s.metrics.timerFired(t.Kind, t.Due, s.cfg.Clock())
+				}
 			})
 		}
 		wg.Wait()
