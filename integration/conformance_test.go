@@ -46,6 +46,9 @@ type executorImpl struct {
 	// start starts one executor serving queue as role, its credential
 	// creds, with the suite's variables env; it is killed at cleanup.
 	start func(t *testing.T, e *execEnv, creds, queue, role string, env []string) *serverProc
+	// prepare, when set, runs before the implementation's scenarios: it
+	// skips (or fails) them when the implementation cannot run here.
+	prepare func(t *testing.T)
 }
 
 var goexecBuild, cmdexecBuild servicetest.Binary
@@ -65,7 +68,33 @@ func conformanceImpls() []executorImpl {
 			}
 			return startProc(t, e, "dwr worker "+queue, e.bin, append(args, "--", bin), env)
 		}},
+		{name: "TypeScript SDK", prepare: func(t *testing.T) { tsConformance(t) }, start: func(t *testing.T, e *execEnv, creds, queue, role string, env []string) *serverProc {
+			return startProc(t, e, "tsexec "+queue, "node", []string{tsConformance(t)}, append(env, "DWR_SERVER="+e.url, "DWR_CREDS="+creds))
+		}},
 	}
+}
+
+// tsConformance returns the TypeScript SDK's conformance program, built by
+// `npm ci && npm run build` in executors/typescript. Without it the
+// implementation's scenarios are skipped — and fail when CI is set.
+func tsConformance(t *testing.T) string {
+	t.Helper()
+	script, err := filepath.Abs(filepath.Join("..", "executors", "typescript", "dist", "conformance.js"))
+	require.NoError(t, err)
+	_, statErr := os.Stat(script)
+	_, nodeErr := exec.LookPath("node")
+	if statErr == nil && nodeErr == nil {
+		return script
+	}
+	msg := "run npm ci && npm run build in executors/typescript"
+	if nodeErr != nil {
+		msg = "node is not installed; " + msg
+	}
+	if os.Getenv("CI") != "" {
+		t.Fatal(msg)
+	}
+	t.Skip(msg)
+	return ""
 }
 
 // startProc starts bin with args and env (added to the test's), its output
@@ -444,6 +473,9 @@ func TestExecutorConformance(t *testing.T) {
 	impls, scenarios := conformanceImpls(), conformanceScenarios()
 	for _, impl := range impls {
 		t.Run(impl.name, func(t *testing.T) {
+			if impl.prepare != nil {
+				impl.prepare(t)
+			}
 			e := newExecEnv(t)
 			c, err := dwrclient.Connect(e.url, dwrclient.Credentials(e.adminCreds()))
 			require.NoError(t, err)
