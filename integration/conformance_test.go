@@ -68,33 +68,10 @@ func conformanceImpls() []executorImpl {
 			}
 			return startProc(t, e, "dwr worker "+queue, e.bin, append(args, "--", bin), env)
 		}},
-		{name: "TypeScript SDK", prepare: func(t *testing.T) { tsConformance(t) }, start: func(t *testing.T, e *execEnv, creds, queue, role string, env []string) *serverProc {
-			return startProc(t, e, "tsexec "+queue, "node", []string{tsConformance(t)}, append(env, "DWR_SERVER="+e.url, "DWR_CREDS="+creds))
+		{name: "TypeScript SDK", prepare: func(t *testing.T) { tsProgram(t, "conformance.js") }, start: func(t *testing.T, e *execEnv, creds, queue, role string, env []string) *serverProc {
+			return startProc(t, e, "tsexec "+queue, "node", []string{tsProgram(t, "conformance.js")}, append(env, "DWR_SERVER="+e.url, "DWR_CREDS="+creds))
 		}},
 	}
-}
-
-// tsConformance returns the TypeScript SDK's conformance program, built by
-// `npm ci && npm run build` in executors/typescript. Without it the
-// implementation's scenarios are skipped — and fail when CI is set.
-func tsConformance(t *testing.T) string {
-	t.Helper()
-	script, err := filepath.Abs(filepath.Join("..", "executors", "typescript", "dist", "conformance.js"))
-	require.NoError(t, err)
-	_, statErr := os.Stat(script)
-	_, nodeErr := exec.LookPath("node")
-	if statErr == nil && nodeErr == nil {
-		return script
-	}
-	msg := "run npm ci && npm run build in executors/typescript"
-	if nodeErr != nil {
-		msg = "node is not installed; " + msg
-	}
-	if os.Getenv("CI") != "" {
-		t.Fatal(msg)
-	}
-	t.Skip(msg)
-	return ""
 }
 
 // startProc starts bin with args and env (added to the test's), its output

@@ -103,9 +103,10 @@ export class Client {
     return this.command("goal.cancel", { goal_id: goalId, reason }, opts);
   }
 
-  /** createTask creates a standalone task. */
-  createTask(spec: TaskSpec, opts?: CallOptions): Promise<CommandResult> {
-    return this.command("task.create", spec, opts);
+  /** createTask creates a standalone task (with the id taskId gives, if any). */
+  createTask(spec: TaskSpec, opts: CallOptions & { taskId?: string } = {}): Promise<CommandResult> {
+    const { taskId, ...call } = opts;
+    return this.command("task.create", { spec, task_id: taskId }, call);
   }
 
   /** cancelTask cancels a task: its running attempt's executor is told. */

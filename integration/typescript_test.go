@@ -1,0 +1,134 @@
+package integration
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/dwr-run/dwr/schemas"
+)
+
+// tsProgram returns the path of a program of the TypeScript SDK's build
+// (rel under executors/typescript/dist), made by `npm ci && npm run build`
+// in executors/typescript. Without it (or without node) the test is
+// skipped — and fails when CI is set.
+func tsProgram(t *testing.T, rel string) string {
+	t.Helper()
+	script, err := filepath.Abs(filepath.Join("..", "executors", "typescript", "dist", rel))
+	require.NoError(t, err)
+	_, statErr := os.Stat(script)
+	_, nodeErr := exec.LookPath("node")
+	if statErr == nil && nodeErr == nil {
+		return script
+	}
+	msg := "run npm ci && npm run build in executors/typescript"
+	if nodeErr != nil {
+		msg = "node is not installed; " + msg
+	}
+	if os.Getenv("CI") != "" {
+		t.Fatal(msg)
+	}
+	t.Skip(msg)
+	return ""
+}
+
+// clientCreds adds a user of role client (once) and returns its credential.
+func (e *execEnv) clientCreds(name string) string {
+	e.t.Helper()
+	path := filepath.Join(filepath.Dir(e.data), name+".creds")
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		out, err := exec.Command(e.bin, "--server", e.url, "--creds", e.adminCreds(), "users", "add", name,
+			"--role", "client", "--out", path, "--force").CombinedOutput()
+		var ee *exec.ExitError
+		if errors.As(err, &ee) && ee.ExitCode() == 3 && time.Now().Before(deadline) {
+			continue // no writer serves commands yet
+		}
+		require.NoError(e.t, err, "dwr users add: %s", out)
+		return path
+	}
+}
+
+// TestTypeScriptClient runs the TypeScript client's round trip
+// (executors/typescript/src/test/client_e2e.ts) against a real dwr serve,
+// as a client's identity, with a TypeScript Worker as an executor's: a goal
+// and its plan run and waited for, a task signalled and cancelled, a
+// command id sent twice, refusals read as DwrError. It checks what the
+// program says against the service's own answers.
+func TestTypeScriptClient(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts dwr serve and node")
+	}
+	script := tsProgram(t, "test/client_e2e.js")
+	e := newExecEnv(t)
+	const queue = "ts-e2e"
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, "node", script)
+	cmd.Env = append(os.Environ(), "DWR_SERVER="+e.url, "DWR_CREDS="+e.clientCreds("ts-client"),
+		"DWR_EXECUTOR_CREDS="+e.executorCreds("ts", queue), "E2E_QUEUE="+queue)
+	var stdout bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, e.logs
+	require.NoError(t, cmd.Run(), "the TypeScript client's round trip; its output: %s", stdout.String())
+
+	var got struct {
+		GoalID    string             `json:"goal_id"`
+		PlanTasks []schemas.PlanTask `json:"plan_tasks"`
+		GoalState string             `json:"goal_state"`
+		BResult   map[string]any     `json:"b_result"`
+		IdleID    string             `json:"idle_id"`
+		Pending   int                `json:"idle_pending"`
+		IdleState string             `json:"idle_state"`
+		SameID    bool               `json:"same_id"`
+		OnceID    string             `json:"once_id"`
+		Refused   map[string]string  `json:"refused"`
+		NotFound  string             `json:"not_found"`
+	}
+	require.NoError(t, json.Unmarshal(stdout.Bytes(), &got), "output: %s", stdout.String())
+
+	// The goal ran to its end through the TypeScript worker, b after a.
+	require.Equal(t, schemas.GoalStateAchieved, got.GoalState)
+	require.Len(t, got.PlanTasks, 2)
+	var goal schemas.GoalView
+	require.NoError(t, e.c.query("goal.get", schemas.Query{ID: got.GoalID}, 0, &goal))
+	require.Equal(t, schemas.GoalStateAchieved, goal.State)
+	require.Equal(t, map[string]any{"doubled": 4.0, "deps": []any{"a"}, "attempt": 1.0}, got.BResult,
+		"b ran once, handed a's result as a dependency")
+	for _, pt := range got.PlanTasks {
+		var task schemas.Task
+		require.NoError(t, e.c.query("task.get", schemas.Query{ID: pt.TaskID}, 0, &task))
+		require.Equal(t, schemas.StateAccepted, task.State)
+		require.Equal(t, "ts-e2e", task.Current().Executor)
+	}
+
+	// The signal was kept for the idle task, which was then cancelled.
+	require.Equal(t, 1, got.Pending)
+	require.Equal(t, schemas.StateCancelled, got.IdleState)
+	require.Contains(t, e.history(got.IdleID), "task.signal_buffered")
+	require.Contains(t, e.history(got.IdleID), "task.cancelled")
+
+	// One command id, one task.
+	require.True(t, got.SameID, "a command sent again with its id is answered with the first outcome")
+	var tasks []schemas.Task
+	require.NoError(t, e.c.query("task.list", schemas.Query{State: schemas.StateReady}, 0, &tasks))
+	n := 0
+	for _, task := range tasks {
+		if task.Spec.Title == "once" {
+			n++
+		}
+	}
+	require.Equal(t, 1, n, "the command sent twice made one task")
+
+	// Refusals are DwrErrors with the service's code and field.
+	require.Equal(t, schemas.CodeInvalid, got.Refused["code"], "%v", got.Refused)
+	require.Equal(t, "/spec/queue", got.Refused["field"], "%v", got.Refused)
+	require.Equal(t, schemas.CodeNotFound, got.NotFound)
+}
