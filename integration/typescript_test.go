@@ -132,3 +132,46 @@ func TestTypeScriptClient(t *testing.T) {
 	require.Equal(t, "/spec/queue", got.Refused["field"], "%v", got.Refused)
 	require.Equal(t, schemas.CodeNotFound, got.NotFound)
 }
+
+// TestTypeScriptActionDigest holds the TypeScript SDK's canonical JSON and
+// action digests against the service's (schemas.CanonicalJSON,
+// schemas.ActionDigest), byte for byte: a decision is found by its digest,
+// so an SDK that computed another would ask for approval again forever.
+func TestTypeScriptActionDigest(t *testing.T) {
+	script := tsProgram(t, "test/digest.js")
+	docs := []string{
+		`{"refund": 120, "order": "o-7"}`,
+		`{"b":1,"a":{"d":[1,2,{"z":null,"y":true}],"c":"x"}}`,
+		`{"amount": 1.50, "big": 12345678901234567890, "exp": 1e3, "neg": -0.0, "E": 2E-7}`,
+		`{"é": 1, "e": 2, "z": 3, "€": 4, "😀": 5, "ｚ": 6}`,
+		`{"s": "line\u2028sep\u2029par <tag> & \"quoted\" \\ \t\n\u0001\u001f \u00e9 😀"}`,
+		`{"html": "<script>alert('x')</script>", "amp": "a&b"}`,
+		`[ 1 , "two" , [ ] , { } , false ]`,
+		`"just a string"`,
+		`{"dup": 1, "dup": 2}`,
+	}
+	cmd := exec.Command("node", script)
+	var in, out bytes.Buffer
+	for _, d := range docs {
+		in.WriteString(d + "\n")
+	}
+	in.WriteString(`{"not": json}` + "\n")
+	cmd.Stdin, cmd.Stdout = &in, &out
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	require.NoError(t, cmd.Run(), "%s", stderr.String())
+	lines := bytes.Split(bytes.TrimSpace(out.Bytes()), []byte("\n"))
+	require.Len(t, lines, len(docs)+1)
+	for i, d := range docs {
+		var got struct{ Canonical, Digest, Error string }
+		require.NoError(t, json.Unmarshal(lines[i], &got))
+		require.Empty(t, got.Error, d)
+		want, err := schemas.CanonicalJSON(json.RawMessage(d))
+		require.NoError(t, err)
+		require.Equal(t, string(want), got.Canonical, "canonical JSON of %s", d)
+		digest, err := schemas.ActionDigest(json.RawMessage(d))
+		require.NoError(t, err)
+		require.Equal(t, digest, got.Digest, "digest of %s", d)
+	}
+	require.Contains(t, string(lines[len(docs)]), `"error"`, "a document that is not JSON is refused")
+}
