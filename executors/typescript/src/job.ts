@@ -77,6 +77,16 @@ export class WaitError extends Error {
   }
 }
 
+/**
+ * parked returns a promise rejected with w, marked handled: a handler that
+ * forgets to return it leaves no unhandled rejection to end the process.
+ */
+function parked(w: WaitError): Promise<never> {
+  const p = Promise.reject(w);
+  p.catch(() => undefined);
+  return p;
+}
+
 /** The worker's side of a job: the commands of its attempt. */
 export interface JobBackend {
   saveCheckpoint(data: unknown, signal?: AbortSignal): Promise<void>;
@@ -173,12 +183,12 @@ export class Job implements JobFields {
    * checkpoint.
    */
   sleep(until: Date | number): Promise<never> {
-    return Promise.reject(new WaitError({ until: new Date(until) }));
+    return parked(new WaitError({ until: new Date(until) }));
   }
 
   /** awaitSignal parks the task until the signal `name` arrives: `return job.awaitSignal(name)`. The resumed attempt has it in job.signal. */
   awaitSignal(name: string): Promise<never> {
-    return Promise.reject(new WaitError({ signal: name }));
+    return parked(new WaitError({ signal: name }));
   }
 
   /** approval returns the latest decision taken on the task's approvals, or undefined. */

@@ -86,7 +86,10 @@ export class Service {
     let wait = retryFirstMs;
     let last: unknown;
     for (let tries = 1; ; tries++) {
-      opts.signal?.throwIfAborted();
+      if (opts.signal?.aborted) {
+        if (tries === 1) opts.signal.throwIfAborted(); // aborted before it was sent
+        break;
+      }
       let pause = wait + Math.random() * (wait / 2);
       try {
         const m = await this.nc.request(subject, data, { timeout: opts.timeoutMs ?? DefaultTimeoutMs, headers: h });
@@ -106,7 +109,6 @@ export class Service {
         if (err instanceof DwrError || opts.once || this.nc.isClosed()) throw err;
         last = err;
       }
-      if (opts.signal?.aborted) break;
       await sleep(pause, opts.signal);
       wait = Math.min(2 * wait, retryMaxMs);
     }

@@ -639,7 +639,11 @@ class Delivery {
   private heartbeats(): () => Promise<void> {
     const every = this.w.lease / 3;
     const t = setInterval(() => {
-      this.msg.working();
+      try {
+        this.msg.working();
+      } catch (e) {
+        this.c.log.debug("dwr: lease renewal failed:", (e as Error).message);
+      }
       const b = this.beat;
       if (b && !this.beating) {
         this.beating = this.svc
