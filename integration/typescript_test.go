@@ -13,6 +13,8 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	dwrclient "github.com/dwr-run/dwr/executors/client"
+	"github.com/dwr-run/dwr/integration/conformance"
 	"github.com/dwr-run/dwr/schemas"
 )
 
@@ -174,4 +176,41 @@ func TestTypeScriptActionDigest(t *testing.T) {
 		require.Equal(t, digest, got.Digest, "digest of %s", d)
 	}
 	require.Contains(t, string(lines[len(docs)]), `"error"`, "a document that is not JSON is refused")
+}
+
+// TestTypeScriptWorkerDrain stops a TypeScript worker (SIGTERM: its
+// stop()) while a job runs: the job is let finish and report, and the
+// process exits cleanly after it — the task accepted by that one attempt.
+func TestTypeScriptWorkerDrain(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts dwr serve and node")
+	}
+	script := tsProgram(t, "conformance.js")
+	e := newExecEnv(t)
+	const queue = "ts-drain"
+	dir := t.TempDir()
+	p := startProc(t, e, "tsexec "+queue, "node", []string{script}, []string{"CONFORMANCE_QUEUE=" + queue,
+		"CONFORMANCE_LEASE_MS=1500", "CONFORMANCE_OBSERVE=" + filepath.Join(dir, "observations.jsonl"), "CONFORMANCE_DIR=" + dir,
+		"DWR_SERVER=" + e.url, "DWR_CREDS=" + e.executorCreds("ts", queue)})
+	c, err := dwrclient.Connect(e.url, dwrclient.Credentials(e.adminCreds()))
+	require.NoError(t, err)
+	t.Cleanup(c.Close)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	in, err := json.Marshal(conformance.Input{Scenario: conformance.OutliveLease, Millis: 3000})
+	require.NoError(t, err)
+	res, err := c.CreateTask(ctx, schemas.TaskSpec{Title: "drained", Queue: queue, Input: in})
+	require.NoError(t, err)
+	waitFor(t, ctx, "the job running", func() bool {
+		task, err := c.Task(ctx, res.ID)
+		return err == nil && task.State == schemas.StateRunning
+	})
+	require.NoError(t, p.terminate(30*time.Second), "the worker drains and exits cleanly")
+	// No executor runs any more: only the drained job's report can end the task.
+	var task *schemas.Task
+	waitFor(t, ctx, "the drained job's report", func() bool {
+		task, err = c.Task(ctx, res.ID)
+		return err == nil && task.State == schemas.StateAccepted
+	})
+	require.Len(t, task.Attempts, 1, describeTask(task))
 }
