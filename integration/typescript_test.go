@@ -214,3 +214,41 @@ func TestTypeScriptWorkerDrain(t *testing.T) {
 	})
 	require.Len(t, task.Attempts, 1, describeTask(task))
 }
+
+// TestTypeScriptWorkerSurvivesServerRestart kills dwr serve -9 under a
+// TypeScript worker and starts it again: the worker reconnects, binds its
+// queue again and runs the next task.
+func TestTypeScriptWorkerSurvivesServerRestart(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts dwr serve and node")
+	}
+	script := tsProgram(t, "conformance.js")
+	e := newExecEnv(t)
+	const queue = "ts-restart"
+	dir := t.TempDir()
+	startProc(t, e, "tsexec "+queue, "node", []string{script}, []string{"CONFORMANCE_QUEUE=" + queue,
+		"CONFORMANCE_LEASE_MS=1500", "CONFORMANCE_OBSERVE=" + filepath.Join(dir, "observations.jsonl"), "CONFORMANCE_DIR=" + dir,
+		"DWR_SERVER=" + e.url, "DWR_CREDS=" + e.executorCreds("ts", queue)})
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+	run := func(n int) {
+		t.Helper()
+		c, err := dwrclient.Connect(e.url, dwrclient.Credentials(e.adminCreds()))
+		require.NoError(t, err)
+		defer c.Close()
+		in, err := json.Marshal(conformance.Input{Scenario: conformance.Succeed, Value: n})
+		require.NoError(t, err)
+		res, err := c.CreateTask(ctx, schemas.TaskSpec{Title: "restart", Queue: queue, Input: in})
+		require.NoError(t, err)
+		var task *schemas.Task
+		waitFor(t, ctx, "the task accepted", func() bool {
+			task, err = c.Task(ctx, res.ID)
+			return err == nil && task.State == schemas.StateAccepted
+		})
+		require.Equal(t, float64(n), result(t, task)["value"])
+	}
+	run(1)
+	e.srv.kill9(t)
+	e.startServe()
+	run(2)
+}
