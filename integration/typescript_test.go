@@ -75,8 +75,13 @@ func TestTypeScriptClient(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, "node", script)
+	key, approverCreds := filepath.Join(t.TempDir(), "ada.key"), filepath.Join(t.TempDir(), "ada.creds")
+	out, err := exec.Command(e.bin, "--server", e.url, "--creds", e.adminCreds(), "keys", "create", "ada",
+		"--role", "ops", "--out", key, "--creds-out", approverCreds).CombinedOutput()
+	require.NoError(t, err, "dwr keys create: %s", out)
 	cmd.Env = append(os.Environ(), "DWR_SERVER="+e.url, "DWR_CREDS="+e.clientCreds("ts-client"),
-		"DWR_EXECUTOR_CREDS="+e.executorCreds("ts", queue), "E2E_QUEUE="+queue)
+		"DWR_EXECUTOR_CREDS="+e.executorCreds("ts", queue), "E2E_QUEUE="+queue,
+		"DWR_APPROVER_CREDS="+approverCreds, "DWR_APPROVER_KEY="+key)
 	var stdout bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, e.logs
 	require.NoError(t, cmd.Run(), "the TypeScript client's round trip; its output: %s", stdout.String())
@@ -93,6 +98,9 @@ func TestTypeScriptClient(t *testing.T) {
 		OnceID    string             `json:"once_id"`
 		Refused   map[string]string  `json:"refused"`
 		NotFound  string             `json:"not_found"`
+		Approval  string             `json:"approval_task"`
+		Forged    string             `json:"forged"`
+		Approved  map[string]any     `json:"approved"`
 	}
 	require.NoError(t, json.Unmarshal(stdout.Bytes(), &got), "output: %s", stdout.String())
 
@@ -133,6 +141,16 @@ func TestTypeScriptClient(t *testing.T) {
 	require.Equal(t, schemas.CodeInvalid, got.Refused["code"], "%v", got.Refused)
 	require.Equal(t, "/spec/queue", got.Refused["field"], "%v", got.Refused)
 	require.Equal(t, schemas.CodeNotFound, got.NotFound)
+
+	// The approver decided with its key; a decision signed by ada's key in
+	// another approver's name was refused.
+	require.Equal(t, schemas.CodeForbidden, got.Forged, "a decision in another approver's name")
+	require.Equal(t, map[string]any{"response": "approve", "approver": "ada"}, got.Approved)
+	var approved schemas.Task
+	require.NoError(t, e.c.query("task.get", schemas.Query{ID: got.Approval}, 0, &approved))
+	require.Len(t, approved.Approvals, 1)
+	require.Equal(t, "ada", approved.Approvals[0].Decision.Approver)
+	require.Equal(t, "fine", approved.Approvals[0].Decision.Comment)
 }
 
 // TestTypeScriptActionDigest holds the TypeScript SDK's canonical JSON and

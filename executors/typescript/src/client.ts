@@ -1,6 +1,8 @@
 import { connect, type NatsConnection } from "@nats-io/transport-node";
 import { getArtifact, putArtifact, type ArtifactInfo, type ArtifactMeta } from "./artifacts.js";
+import { actionDigest } from "./canonical.js";
 import { credentialOptions } from "./credentials.js";
+import { readSigningKey, signDecision, type SigningKey } from "./signing.js";
 import { DwrError } from "./errors.js";
 import { Service, resultOf, type CallOptions } from "./service.js";
 import type { CommandResult, Goal, Task, TaskSpec } from "./wire.js";
@@ -168,6 +170,38 @@ export class Client {
       sub.unsubscribe();
       opts.signal?.removeEventListener("abort", onAbort);
     }
+  }
+
+  /**
+   * decideApproval decides an approval as an approver: it reads the
+   * approval, checks that its action has the digest the approval names
+   * (else it signs nothing and throws), signs (approval id, response,
+   * digest) with the approver's Ed25519 key — a key file as `dwr keys
+   * create` writes it, or a SigningKey — and sends approval.decide. The
+   * approver defaults to the one the key file names. A refusal (an
+   * approver of another role, a key not registered, a response not
+   * permitted) is a DwrError.
+   */
+  async decideApproval(
+    approvalId: string,
+    response: string,
+    key: string | SigningKey,
+    opts: CallOptions & { approver?: string; comment?: string } = {},
+  ): Promise<CommandResult> {
+    const { approver, comment, ...call } = opts;
+    const k = typeof key === "string" ? readSigningKey(key) : key;
+    const who = approver ?? k.approver;
+    if (!who) throw new Error("dwr: decideApproval: the key file names no approver: give opts.approver");
+    const a = await this.query<{ id: string; action: unknown; action_digest: string }>("approval.get", { id: approvalId }, call);
+    const digest = actionDigest(a.action);
+    if (digest !== a.action_digest) {
+      throw new Error(`dwr: approval ${a.id} names action digest ${a.action_digest}, but the action shown digests to ${digest}: not signing`);
+    }
+    return this.command(
+      "approval.decide",
+      { approval_id: a.id, approver: who, response, action_digest: digest, comment, signature: signDecision(k.key, a.id, response, digest) },
+      call,
+    );
   }
 
   /** putArtifact stores bytes in the workspace's artifact store. */

@@ -8,6 +8,7 @@ export { Job, WaitError, type Result, type Decision, type ApprovalRequest } from
 export { DwrError, Permanent, Failure, AbortReason, Cause, causeOf, type CauseName } from "./errors.js";
 export { credentialOptions, readCredential, inboxPrefix, type Credential } from "./credentials.js";
 export { actionDigest, canonicalJSON } from "./canonical.js";
+export { readSigningKey, signDecision, decisionMessage, DecisionPurpose, type SigningKey } from "./signing.js";
 export { putArtifact, getArtifact, mediaType, type ArtifactInfo, type ArtifactMeta } from "./artifacts.js";
 export { Service, DefaultTimeoutMs, type CallOptions } from "./service.js";
 export * from "./wire.js";

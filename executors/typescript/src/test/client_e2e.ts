@@ -5,7 +5,8 @@
 // as one JSON object, which the Go test checks against the log.
 //
 // Environment: DWR_SERVER, DWR_CREDS (a client's credential),
-// DWR_EXECUTOR_CREDS (an executor's of queue E2E_QUEUE), E2E_QUEUE.
+// DWR_EXECUTOR_CREDS (an executor's of queue E2E_QUEUE), E2E_QUEUE,
+// DWR_APPROVER_CREDS and DWR_APPROVER_KEY (approver ada's, of role ops).
 import { connect } from "@nats-io/transport-node";
 import { Client, DwrError, Worker, credentialOptions, type Job } from "../index.js";
 
@@ -23,7 +24,12 @@ async function main() {
 
   const enc = await connect({ servers: server, maxReconnectAttempts: -1, ...credentialOptions(env("DWR_EXECUTOR_CREDS")) });
   const w = new Worker({ nc: enc, queue, leaseMs: 3000, executor: "ts-e2e", concurrency: 2 }, async (job: Job) => {
-    const n = (job.input as { n: number }).n;
+    const input = job.input as { n: number; approve?: unknown };
+    if (input.approve !== undefined) {
+      const d = await job.requestApproval({ action: input.approve, role: "ops", summary: "e2e" });
+      return { output: { response: d.response, approver: d.approver } };
+    }
+    const n = input.n;
     return { output: { doubled: n * 2, deps: Object.keys(job.dependencies).sort(), attempt: job.attempt } };
   });
   const running = w.run();
@@ -83,6 +89,37 @@ async function main() {
   }
 
   step("refusals read");
+  // An approval asked by the worker's job, decided by the approver with its key.
+  const appr = await Client.connect(server, { creds: env("DWR_APPROVER_CREDS"), name: "ts-e2e-approver" });
+  const asks = await c.createTask({ queue, title: "approve", input: { approve: { refund: 120, order: "o-7" } } });
+  out.approval_task = asks.id;
+  let approvalId = "";
+  while (!approvalId) {
+    signal.throwIfAborted();
+    const t = await c.task(asks.id);
+    approvalId = t.state === "waiting" ? (t.wait?.approval_id ?? "") : "";
+    if (!approvalId) await new Promise((r) => setTimeout(r, 50));
+  }
+  try {
+    await appr.decideApproval(approvalId, "approve", env("DWR_APPROVER_KEY"), { approver: "mallory" });
+    out.forged = false;
+  } catch (e) {
+    if (!(e instanceof DwrError)) throw e;
+    out.forged = e.code;
+  }
+  await appr.decideApproval(approvalId, "approve", env("DWR_APPROVER_KEY"), { comment: "fine" });
+  for (;;) {
+    signal.throwIfAborted();
+    const t = await c.task(asks.id);
+    if (t.state === "accepted") {
+      out.approved = t.attempts?.at(-1)?.result;
+      break;
+    }
+    await new Promise((r) => setTimeout(r, 50));
+  }
+  await appr.close();
+  step("approval decided");
+
   await w.stop();
   await running;
   await c.close();
