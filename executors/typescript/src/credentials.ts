@@ -1,6 +1,6 @@
-import { readFileSync } from "node:fs";
 import { fromSeed } from "@nats-io/nkeys";
 import { nkeyAuthenticator, type ConnectionOptions } from "@nats-io/transport-node";
+import { readBounded } from "./files.js";
 
 /** The largest credential file read: a seed and its comments. */
 const maxCredsBytes = 64 << 10;
@@ -21,10 +21,7 @@ export interface Credential {
  * larger than 64 KiB, or holds no user nkey seed.
  */
 export function readCredential(file: string): Credential {
-  const buf = readFileSync(file);
-  if (buf.length > maxCredsBytes) {
-    throw new Error(`dwr: credential ${file}: ${buf.length} bytes; a credential file is at most ${maxCredsBytes}`);
-  }
+  const buf = readBounded(file, maxCredsBytes, "credential");
   const m = seedRe.exec(buf.toString("utf8"));
   if (!m) throw new Error(`dwr: credential ${file}: holds no user nkey seed (a line "SU...")`);
   const seed = new TextEncoder().encode(m[0]);

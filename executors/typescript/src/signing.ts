@@ -1,5 +1,5 @@
 import { createPrivateKey, sign, type KeyObject } from "node:crypto";
-import { readFileSync } from "node:fs";
+import { readBounded } from "./files.js";
 
 /** Opens every signed decision: a signature made for dwr approvals is taken for nothing else. */
 export const DecisionPurpose = "dwr approval decision v1";
@@ -22,8 +22,7 @@ export interface SigningKey {
  * KiB or holds no Ed25519 private key.
  */
 export function readSigningKey(file: string): SigningKey {
-  const b = readFileSync(file);
-  if (b.length > maxKeyFile) throw new Error(`dwr: key file ${file}: larger than ${maxKeyFile} bytes`);
+  const b = readBounded(file, maxKeyFile, "key file");
   const text = b.toString("utf8");
   let approver = "";
   let workspace = "";

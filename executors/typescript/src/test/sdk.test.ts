@@ -3,12 +3,25 @@
 // the worker's own rules), approvals by digest, durations, credentials.
 // `npm test` runs them; integration/ runs the SDK against a real service.
 import assert from "node:assert/strict";
+import { generateKeyPairSync, verify } from "node:crypto";
 import { mkdtempSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { test } from "node:test";
 import { createUser } from "@nats-io/nkeys";
-import { AbortReason, Cause, Failure, Permanent, actionDigest, canonicalJSON, parseDuration, readCredential, type Job } from "../index.js";
+import {
+  AbortReason,
+  Cause,
+  Failure,
+  Permanent,
+  actionDigest,
+  canonicalJSON,
+  parseDuration,
+  readCredential,
+  readSigningKey,
+  signDecision,
+  type Job,
+} from "../index.js";
 import { runJob } from "../testing.js";
 
 test("a result is reported as the output, with its artifacts and model steps", async () => {
@@ -172,5 +185,24 @@ test("a credential file yields its seed and public key; anything else is refused
   assert.throws(() => readCredential(empty), /holds no user nkey seed/);
   const huge = join(dir, "huge.creds");
   writeFileSync(huge, "#".repeat(70 << 10));
-  assert.throws(() => readCredential(huge), /at most 65536/);
+  assert.throws(() => readCredential(huge), /larger than 65536 bytes/);
+});
+
+test("a key file yields the approver's Ed25519 key; another kind of key is refused", () => {
+  const dir = mkdtempSync(join(tmpdir(), "dwr-key-"));
+  const { privateKey, publicKey } = generateKeyPairSync("ed25519");
+  const file = join(dir, "ada.key");
+  writeFileSync(file, `# approver: ada\n# workspace: default\n${privateKey.export({ type: "pkcs8", format: "pem" })}`);
+  const k = readSigningKey(file);
+  assert.equal(k.approver, "ada");
+  assert.equal(k.workspace, "default");
+  const sig = signDecision(k.key, "T-1", "approve", "sha256:ab");
+  assert.ok(verify(null, Buffer.from("dwr approval decision v1\nT-1\napprove\nsha256:ab"), publicKey, Buffer.from(sig, "base64")));
+
+  const rsa = join(dir, "rsa.key");
+  writeFileSync(rsa, generateKeyPairSync("rsa", { modulusLength: 1024 }).privateKey.export({ type: "pkcs8", format: "pem" }));
+  assert.throws(() => readSigningKey(rsa), /not an Ed25519 key/);
+  const none = join(dir, "none.key");
+  writeFileSync(none, "# approver: ada\n");
+  assert.throws(() => readSigningKey(none), /holds no PEM "PRIVATE KEY" block/);
 });
