@@ -70,7 +70,10 @@ export async function putArtifact(
   const sha256 = createHash("sha256").update(data).digest("hex");
   const type = meta.type ?? (meta.name ? mediaType(meta.name) : "");
   const put = { upload, chunks, size: data.length, sha256, name: meta.name, type: type || undefined, task_id: meta.taskId };
-  const r = await svc.query<ArtifactInfo>("artifact.put", put, { signal, timeoutMs: 30000 + Math.floor(data.length / (2 << 20)) * 1000 });
+  const r = await svc.query<ArtifactInfo>("artifact.put", put, {
+    signal,
+    timeoutMs: 30000 + Math.floor(data.length / (2 << 20)) * 1000,
+  });
   return resultOf(r, "artifact.put");
 }
 
@@ -87,9 +90,17 @@ export function refOf(info: ArtifactInfo): ArtifactRef {
  * It refuses an artifact larger than maxBytes (default 64 MiB) before
  * reading it.
  */
-export async function getArtifact(svc: Service, sha256: string, opts: { signal?: AbortSignal; maxBytes?: number } = {}): Promise<Uint8Array> {
+export async function getArtifact(
+  svc: Service,
+  sha256: string,
+  opts: { signal?: AbortSignal; maxBytes?: number } = {},
+): Promise<Uint8Array> {
   if (!/^[0-9a-f]{64}$/.test(sha256)) {
-    throw new DwrError({ code: "invalid", message: "/sha256: must be 64 lower-case hex digits", fields: [{ pointer: "/sha256", message: "must be 64 lower-case hex digits" }] });
+    throw new DwrError({
+      code: "invalid",
+      message: "/sha256: must be 64 lower-case hex digits",
+      fields: [{ pointer: "/sha256", message: "must be 64 lower-case hex digits" }],
+    });
   }
   const maxBytes = opts.maxBytes ?? 64 << 20;
   const parts: Uint8Array[] = [];
@@ -106,11 +117,16 @@ export async function getArtifact(svc: Service, sha256: string, opts: { signal?:
       throw new Error("dwr: artifact.get: a reply without its chunk");
     }
     const size = Number(m.headers?.get(Header.ArtifactSize));
-    if (size > maxBytes) throw new DwrError({ code: "too_large", message: `artifact ${sha256} is ${size} bytes; more than the ${maxBytes} asked for` });
+    if (size > maxBytes)
+      throw new DwrError({
+        code: "too_large",
+        message: `artifact ${sha256} is ${size} bytes; more than the ${maxBytes} asked for`,
+      });
     total = Number(m.headers?.get(Header.ArtifactChunks));
     after = Number(seq);
     got += m.data.length;
-    if (got > maxBytes) throw new DwrError({ code: "too_large", message: `artifact ${sha256} is larger than the ${maxBytes} bytes asked for` });
+    if (got > maxBytes)
+      throw new DwrError({ code: "too_large", message: `artifact ${sha256} is larger than the ${maxBytes} bytes asked for` });
     h.update(m.data);
     parts.push(m.data);
   }

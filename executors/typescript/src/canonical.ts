@@ -58,7 +58,9 @@ function encode(v: Value): string {
 // surrogates (invalid UTF-8 in Go) replaced by U+FFFD.
 function encodeString(s: string): string {
   const fixed = s.toWellFormed();
-  return JSON.stringify(fixed).replace(/\u2028/g, "\\u2028").replace(/\u2029/g, "\\u2029");
+  return JSON.stringify(fixed)
+    .replace(/\u2028/g, "\\u2028")
+    .replace(/\u2029/g, "\\u2029");
 }
 
 class Parser {

@@ -195,11 +195,20 @@ export class Client {
     const a = await this.query<{ id: string; action: unknown; action_digest: string }>("approval.get", { id: approvalId }, call);
     const digest = actionDigest(a.action);
     if (digest !== a.action_digest) {
-      throw new Error(`dwr: approval ${a.id} names action digest ${a.action_digest}, but the action shown digests to ${digest}: not signing`);
+      throw new Error(
+        `dwr: approval ${a.id} names action digest ${a.action_digest}, but the action shown digests to ${digest}: not signing`,
+      );
     }
     return this.command(
       "approval.decide",
-      { approval_id: a.id, approver: who, response, action_digest: digest, comment, signature: signDecision(k.key, a.id, response, digest) },
+      {
+        approval_id: a.id,
+        approver: who,
+        response,
+        action_digest: digest,
+        comment,
+        signature: signDecision(k.key, a.id, response, digest),
+      },
       call,
     );
   }

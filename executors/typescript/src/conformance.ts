@@ -10,7 +10,17 @@
 import { appendFileSync, existsSync } from "node:fs";
 import { join } from "node:path";
 import { connect } from "@nats-io/transport-node";
-import { Permanent, Verifier, Worker, causeOf, credentialOptions, type Check, type Job, type Result, type Verdict } from "./index.js";
+import {
+  Permanent,
+  Verifier,
+  Worker,
+  causeOf,
+  credentialOptions,
+  type Check,
+  type Job,
+  type Result,
+  type Verdict,
+} from "./index.js";
 
 interface Env {
   server: string;
@@ -50,7 +60,13 @@ function fromEnv(): Env {
     dir: v("CONFORMANCE_DIR"),
   };
   if (!Number.isFinite(e.leaseMs)) throw new Error("CONFORMANCE_LEASE_MS: not a number");
-  for (const [k, val] of Object.entries({ DWR_SERVER: e.server, DWR_CREDS: e.creds, CONFORMANCE_QUEUE: e.queue, CONFORMANCE_OBSERVE: e.observations, CONFORMANCE_DIR: e.dir })) {
+  for (const [k, val] of Object.entries({
+    DWR_SERVER: e.server,
+    DWR_CREDS: e.creds,
+    CONFORMANCE_QUEUE: e.queue,
+    CONFORMANCE_OBSERVE: e.observations,
+    CONFORMANCE_DIR: e.dir,
+  })) {
     if (!val) throw new Error(k + " is not set");
   }
   return e;
@@ -163,7 +179,10 @@ function handler(env: Env) {
       }
 
       case "model_step":
-        return { output: done, modelSteps: [{ model: input.model ?? "", prompt_version: input.prompt_version, tokens: input.tokens }] };
+        return {
+          output: done,
+          modelSteps: [{ model: input.model ?? "", prompt_version: input.prompt_version, tokens: input.tokens }],
+        };
 
       case "verified":
         done.verdicts = input.verdicts;

@@ -6,7 +6,16 @@ import { SDKCode, clip, maxMessage, reportFor, type Report } from "./report.js";
 import { sleep, type Service } from "./service.js";
 import { parseDuration } from "./duration.js";
 import type { Check, Config, Handler, Verdict, VerifyHandler, Worker } from "./worker.js";
-import { MaxPayloadBytes, terminal, type Attempt, type CommandResult, type Dependency, type Reply, type Task, type WorkItem } from "./wire.js";
+import {
+  MaxPayloadBytes,
+  terminal,
+  type Attempt,
+  type CommandResult,
+  type Dependency,
+  type Reply,
+  type Task,
+  type WorkItem,
+} from "./wire.js";
 
 // Delivery: one work item, from its receipt to its settlement (claim, run,
 // report, acknowledge), and the watch of its task's ending events.
@@ -89,7 +98,13 @@ function decisionsOf(t: Task): Decision[] {
         decidedAt: a.decision.decided_at,
       });
     } else if (a.state === "expired" && a.expires_at) {
-      out.push({ approvalId: a.id, actionDigest: a.action_digest, action: a.action, response: "expired", decidedAt: a.expires_at });
+      out.push({
+        approvalId: a.id,
+        actionDigest: a.action_digest,
+        action: a.action,
+        response: "expired",
+        decidedAt: a.expires_at,
+      });
     }
   }
   return out;
@@ -331,13 +346,25 @@ export class Delivery {
     const timeout = parseDuration(t.spec.timeout);
     if (a.deadline) deadline = new Date(a.deadline);
     else if (timeout > 0) deadline = new Date(Date.parse(a.started_at) + timeout);
-    const deadlineTimer = deadline ? setTimeout(() => ctl.abort(timedOut()), Math.max(deadline.getTime() - Date.now(), 0)) : undefined;
+    const deadlineTimer = deadline
+      ? setTimeout(() => ctl.abort(timedOut()), Math.max(deadline.getTime() - Date.now(), 0))
+      : undefined;
     try {
       let deps: Record<string, Dependency>;
       try {
         deps = await this.dependencies(t);
       } catch (e) {
-        await this.report(a.n, { failure: { code: SDKCode.Dependencies, message: clip("the results of the task's dependencies could not be read: " + (e as Error).message, maxMessage), retryable: true } }, watch);
+        await this.report(
+          a.n,
+          {
+            failure: {
+              code: SDKCode.Dependencies,
+              message: clip("the results of the task's dependencies could not be read: " + (e as Error).message, maxMessage),
+              retryable: true,
+            },
+          },
+          watch,
+        );
         return;
       }
       watch.bind(a.n, ctl);
@@ -398,7 +425,11 @@ export class Delivery {
         const text = JSON.stringify(data);
         if (text === undefined) return Promise.reject(new Error("dwr: the checkpoint does not encode to JSON"));
         if (Buffer.byteLength(text) > MaxPayloadBytes) {
-          return Promise.reject(new Error(`dwr: checkpoint of task ${id} is ${Buffer.byteLength(text)} bytes; at most ${MaxPayloadBytes} are allowed (store large state as an artifact)`));
+          return Promise.reject(
+            new Error(
+              `dwr: checkpoint of task ${id} is ${Buffer.byteLength(text)} bytes; at most ${MaxPayloadBytes} are allowed (store large state as an artifact)`,
+            ),
+          );
         }
         const n = ++seq;
         const p = chain.then(async () => {
@@ -426,12 +457,15 @@ export class Delivery {
         if (r.ok) {
           if (r.result?.approval_id) return r.result.approval_id;
           // Recorded, but the reply (a duplicate's) does not name the approval: the task does.
-          const { task } = await this.readTask(id, (t) => (t.approvals ?? []).some((x) => x.attempt === attempt && x.action_digest === digest));
+          const { task } = await this.readTask(id, (t) =>
+            (t.approvals ?? []).some((x) => x.attempt === attempt && x.action_digest === digest),
+          );
           return task.approvals?.findLast((x) => x.attempt === attempt && x.action_digest === digest)?.id ?? "";
         }
         const e = r.error!;
         if (e.code === "conflict" || e.code === "not_found") throw await fenced("approval request", e);
-        if (e.code === "invalid" || e.code === "too_large") throw new Permanent(new DwrError(e, "task.request_approval").message, { code: e.code });
+        if (e.code === "invalid" || e.code === "too_large")
+          throw new Permanent(new DwrError(e, "task.request_approval").message, { code: e.code });
         throw new DwrError(e, "task.request_approval");
       },
     };
@@ -457,17 +491,34 @@ export class Delivery {
             : { ...base, kind: "timer", until: w.until!.toISOString() };
         r = await this.svc.command("task.wait", body, { commandId: `wait.${id}.${attempt}`, signal: this.hard });
         if (!r.ok && r.error!.code === "invalid") {
-          rep = { failure: { code: SDKCode.InvalidResult, message: clip("the service refused the wait: " + r.error!.message, maxMessage), retryable: false } };
+          rep = {
+            failure: {
+              code: SDKCode.InvalidResult,
+              message: clip("the service refused the wait: " + r.error!.message, maxMessage),
+              retryable: false,
+            },
+          };
         }
       } else if (!rep.failure) {
-        const raw = `{"task_id":${JSON.stringify(id)},"attempt":${attempt},"token":${JSON.stringify(this.token)}` +
+        const raw =
+          `{"task_id":${JSON.stringify(id)},"attempt":${attempt},"token":${JSON.stringify(this.token)}` +
           (rep.output !== undefined ? `,"result":${rep.output}` : "") +
           (rep.artifacts?.length ? `,"artifacts":${JSON.stringify(rep.artifacts)}` : "") +
           (rep.modelSteps?.length ? `,"model_steps":${JSON.stringify(rep.modelSteps)}` : "") +
           "}";
-        r = await this.svc.command("task.succeed", new TextEncoder().encode(raw), { commandId: `succeed.${id}.${attempt}`, signal: this.hard });
+        r = await this.svc.command("task.succeed", new TextEncoder().encode(raw), {
+          commandId: `succeed.${id}.${attempt}`,
+          signal: this.hard,
+        });
         if (!r.ok && (r.error!.code === "invalid" || r.error!.code === "too_large")) {
-          rep = { failure: { code: SDKCode.InvalidResult, message: clip("the service refused the result: " + r.error!.message, maxMessage), retryable: false }, modelSteps: rep.modelSteps };
+          rep = {
+            failure: {
+              code: SDKCode.InvalidResult,
+              message: clip("the service refused the result: " + r.error!.message, maxMessage),
+              retryable: false,
+            },
+            modelSteps: rep.modelSteps,
+          };
         }
       }
       if (rep.failure) {
@@ -484,7 +535,10 @@ export class Delivery {
     }
     if (r!.ok) {
       this.ack();
-      this.log(rep.wait ? "waiting" : rep.failure ? (rep.failure.retryable ? "failed" : "failed_permanently") : "succeeded", attempt);
+      this.log(
+        rep.wait ? "waiting" : rep.failure ? (rep.failure.retryable ? "failed" : "failed_permanently") : "succeeded",
+        attempt,
+      );
       return;
     }
     const e = r!.error!;
@@ -565,8 +619,10 @@ export class Delivery {
       }
       const evidence = v?.evidence === undefined ? undefined : JSON.stringify(v.evidence);
       let bad = "";
-      if (!v || !["PASS", "FAIL", "INCONCLUSIVE"].includes(v.outcome)) bad = `outcome "${v?.outcome}" is not PASS, FAIL or INCONCLUSIVE`;
-      else if (evidence !== undefined && Buffer.byteLength(evidence) > MaxPayloadBytes) bad = `the evidence is ${Buffer.byteLength(evidence)} bytes; at most ${MaxPayloadBytes} are allowed (store it as an artifact)`;
+      if (!v || !["PASS", "FAIL", "INCONCLUSIVE"].includes(v.outcome))
+        bad = `outcome "${v?.outcome}" is not PASS, FAIL or INCONCLUSIVE`;
+      else if (evidence !== undefined && Buffer.byteLength(evidence) > MaxPayloadBytes)
+        bad = `the evidence is ${Buffer.byteLength(evidence)} bytes; at most ${MaxPayloadBytes} are allowed (store it as an artifact)`;
       if (bad) {
         this.c.log.error(`dwr: an unusable verdict on task ${it.task_id}; the item is delivered again: ${bad}`);
         this.log("unsettled", it.attempt, bad);

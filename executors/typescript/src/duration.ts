@@ -2,7 +2,7 @@
 export function parseDuration(d: string | number | undefined): number {
   if (d === undefined) return 0;
   if (typeof d === "number") return d * 1000;
-  const units: Record<string, number> = { ns: 1e-6, us: 1e-3, "µs": 1e-3, ms: 1, s: 1000, m: 60000, h: 3600000 };
+  const units: Record<string, number> = { ns: 1e-6, us: 1e-3, µs: 1e-3, ms: 1, s: 1000, m: 60000, h: 3600000 };
   let ms = 0;
   const re = /(\d+(?:\.\d*)?|\.\d+)(ns|us|µs|ms|s|m|h)/gy;
   const sign = d.startsWith("-") ? -1 : 1;

@@ -86,8 +86,7 @@ export const cancelled = () => new AbortReason(Cause.Cancelled, "dwr: the task w
 export const leaseLost = () =>
   new AbortReason(Cause.LeaseLost, "dwr: the attempt lost its lease; another attempt holds the task");
 export const timedOut = () => new AbortReason(Cause.Timeout, "dwr: the attempt passed its deadline");
-export const stopping = () =>
-  new AbortReason(Cause.Stopping, "dwr: the worker is stopping and the drain timeout has passed");
+export const stopping = () => new AbortReason(Cause.Stopping, "dwr: the worker is stopping and the drain timeout has passed");
 
 /** causeOf returns the cause of an abort signal's reason (one of Cause), if it is a dwr one. */
 export function causeOf(reason: unknown): CauseName | undefined {

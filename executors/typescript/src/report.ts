@@ -17,7 +17,9 @@ export const SDKCode = {
 export function clip(s: string, n: number): string {
   s = s.toWellFormed();
   if (Buffer.byteLength(s) > n) {
-    let b = Buffer.from(s).subarray(0, n - 3).toString("utf8");
+    let b = Buffer.from(s)
+      .subarray(0, n - 3)
+      .toString("utf8");
     if (b.endsWith("\uFFFD")) b = b.slice(0, -1);
     s = b + "...";
   }
@@ -60,11 +62,22 @@ export function reportFor(abort: AbortSignal, res: Result | void, err: unknown, 
   try {
     out = res && res.output !== undefined ? JSON.stringify(res.output) : undefined;
   } catch (e) {
-    return { failure: { code: SDKCode.InvalidResult, message: clip("the result's output does not encode to JSON: " + (e as Error).message, maxMessage), retryable: false }, modelSteps: ms };
+    return {
+      failure: {
+        code: SDKCode.InvalidResult,
+        message: clip("the result's output does not encode to JSON: " + (e as Error).message, maxMessage),
+        retryable: false,
+      },
+      modelSteps: ms,
+    };
   }
   if (out !== undefined && Buffer.byteLength(out) > MaxPayloadBytes) {
     return {
-      failure: { code: SDKCode.InvalidResult, message: `the result's output is ${Buffer.byteLength(out)} bytes; at most ${MaxPayloadBytes} are allowed (store large outputs as artifacts)`, retryable: false },
+      failure: {
+        code: SDKCode.InvalidResult,
+        message: `the result's output is ${Buffer.byteLength(out)} bytes; at most ${MaxPayloadBytes} are allowed (store large outputs as artifacts)`,
+        retryable: false,
+      },
       modelSteps: ms,
     };
   }

@@ -76,7 +76,10 @@ export class Service {
     decoded = false,
   ): Promise<{ data: Uint8Array; headers?: MsgHdrs }> {
     if (data.length > MaxMessageBytes) {
-      throw new DwrError({ code: "too_large", message: `the request is ${data.length} bytes; at most ${MaxMessageBytes} are allowed` }, subject);
+      throw new DwrError(
+        { code: "too_large", message: `the request is ${data.length} bytes; at most ${MaxMessageBytes} are allowed` },
+        subject,
+      );
     }
     let h: MsgHdrs | undefined;
     if (opts.headers && Object.keys(opts.headers).length > 0) {
@@ -94,7 +97,10 @@ export class Service {
       try {
         const m = await this.nc.request(subject, data, { timeout: opts.timeoutMs ?? DefaultTimeoutMs, headers: h });
         if (m.data.length > MaxMessageBytes) {
-          throw new DwrError({ code: "too_large", message: `the reply is ${m.data.length} bytes; more than ${MaxMessageBytes}` }, subject);
+          throw new DwrError(
+            { code: "too_large", message: `the reply is ${m.data.length} bytes; more than ${MaxMessageBytes}` },
+            subject,
+          );
         }
         if (!decoded || opts.once) return { data: m.data, headers: m.headers };
         const r = decodeReply(m.data, subject);
@@ -114,7 +120,10 @@ export class Service {
     }
     const why = opts.signal?.reason instanceof Error ? opts.signal.reason.message : String(opts.signal?.reason);
     throw new DwrError(
-      { code: "unavailable", message: `gave up retrying: ${why}; the last try: ${last instanceof Error ? last.message : String(last)}` },
+      {
+        code: "unavailable",
+        message: `gave up retrying: ${why}; the last try: ${last instanceof Error ? last.message : String(last)}`,
+      },
       subject,
     );
   }
@@ -129,7 +138,10 @@ export function encode(body: unknown): Uint8Array {
 /** decodeReply decodes a reply of at most 1 MiB. */
 export function decodeReply<T>(data: Uint8Array, subject: string): Reply<T> {
   if (data.length > MaxMessageBytes) {
-    throw new DwrError({ code: "too_large", message: `the reply is ${data.length} bytes; more than ${MaxMessageBytes}` }, subject);
+    throw new DwrError(
+      { code: "too_large", message: `the reply is ${data.length} bytes; more than ${MaxMessageBytes}` },
+      subject,
+    );
   }
   let r: Reply<T>;
   try {

@@ -33,7 +33,10 @@ export function readSigningKey(file: string): SigningKey {
     else if (line.startsWith("# workspace:")) workspace = line.slice("# workspace:".length).trim();
   }
   const m = /-----BEGIN PRIVATE KEY-----[\s\S]*?-----END PRIVATE KEY-----/.exec(text);
-  if (!m) throw new Error(`dwr: key file ${file} holds no PEM "PRIVATE KEY" block: make one with \`dwr keys create NAME --role ROLE --out FILE\``);
+  if (!m)
+    throw new Error(
+      `dwr: key file ${file} holds no PEM "PRIVATE KEY" block: make one with \`dwr keys create NAME --role ROLE --out FILE\``,
+    );
   let key: KeyObject;
   try {
     key = createPrivateKey({ key: m[0], format: "pem" });

@@ -2,7 +2,15 @@
 import { createHash } from "node:crypto";
 import { Job, WaitError, type Decision, type Result } from "./job.js";
 import { reportFor } from "./report.js";
-import { MaxPayloadBytes, type ArtifactRef, type Attempt, type Dependency, type ModelStep, type Signal, type Verification } from "./wire.js";
+import {
+  MaxPayloadBytes,
+  type ArtifactRef,
+  type Attempt,
+  type Dependency,
+  type ModelStep,
+  type Signal,
+  type Verification,
+} from "./wire.js";
 import type { Handler } from "./worker.js";
 
 /** The attempt to hand the handler; every field has a default. */
@@ -84,7 +92,9 @@ export async function runJob(handler: Handler, j: TestJob = {}): Promise<Outcome
         const text = JSON.stringify(data);
         if (text === undefined) throw new Error("dwr: the checkpoint does not encode to JSON");
         if (Buffer.byteLength(text) > MaxPayloadBytes) {
-          throw new Error(`dwr: checkpoint of task ${taskId} is ${Buffer.byteLength(text)} bytes; at most ${MaxPayloadBytes} are allowed (store large state as an artifact)`);
+          throw new Error(
+            `dwr: checkpoint of task ${taskId} is ${Buffer.byteLength(text)} bytes; at most ${MaxPayloadBytes} are allowed (store large state as an artifact)`,
+          );
         }
         checkpoints.push(JSON.parse(text));
       },
@@ -107,7 +117,14 @@ export async function runJob(handler: Handler, j: TestJob = {}): Promise<Outcome
     err = e ?? new Error("the handler threw " + String(e));
   }
   const rep = reportFor(job.abort, res, err, job.modelSteps);
-  const out: Outcome = { state: "succeeded", checkpoints, stored, approvals, artifacts: rep.artifacts, modelSteps: rep.modelSteps };
+  const out: Outcome = {
+    state: "succeeded",
+    checkpoints,
+    stored,
+    approvals,
+    artifacts: rep.artifacts,
+    modelSteps: rep.modelSteps,
+  };
   if (rep.wait) return { ...out, state: "waiting", wait: rep.wait };
   if (rep.failure) return { ...out, state: "failed", failure: rep.failure };
   return { ...out, output: rep.output === undefined ? undefined : JSON.parse(rep.output) };

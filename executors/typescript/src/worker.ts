@@ -5,7 +5,15 @@ import { Delivery, Watch, checkItem } from "./delivery.js";
 import { DwrError, leaseLost, stopping, timedOut } from "./errors.js";
 import type { Job, Result } from "./job.js";
 import { Service, sleep } from "./service.js";
-import { JetStreamAPIPrefix, MaxMessageBytes, type ArtifactRef, type Attempt, type CommandResult, type Verification, type WorkItem } from "./wire.js";
+import {
+  JetStreamAPIPrefix,
+  MaxMessageBytes,
+  type ArtifactRef,
+  type Attempt,
+  type CommandResult,
+  type Verification,
+  type WorkItem,
+} from "./wire.js";
 
 export { SDKCode } from "./report.js";
 export { parseDuration } from "./duration.js";
@@ -92,7 +100,6 @@ const maxLabel = 200;
 const fetchWindowMs = 15000;
 const endingEvents = ["cancelled", "failed", "rejected", "attempt_abandoned", "attempt_failed"] as const;
 
-
 export interface Config {
   nc: NatsConnection;
   queue: string;
@@ -126,14 +133,19 @@ function configOf(o: WorkerOptions): Config {
   const bad: string[] = [];
   if (!c.nc) bad.push("nc is required");
   if (!c.queue) bad.push("queue is required");
-  else if (!nameRe.test(c.queue)) bad.push(`queue "${c.queue}" is not a valid name (lower-case letters, digits, '-' and '_', at most 63)`);
-  if (!nameRe.test(c.workspace)) bad.push(`workspace "${c.workspace}" is not a valid name (lower-case letters, digits, '-' and '_', at most 63)`);
+  else if (!nameRe.test(c.queue))
+    bad.push(`queue "${c.queue}" is not a valid name (lower-case letters, digits, '-' and '_', at most 63)`);
+  if (!nameRe.test(c.workspace))
+    bad.push(`workspace "${c.workspace}" is not a valid name (lower-case letters, digits, '-' and '_', at most 63)`);
   if (!nameRe.test(c.prefix)) bad.push(`prefix "${c.prefix}" is not a valid subject token`);
-  if (c.executor.trim() === "" || Buffer.byteLength(c.executor) > maxLabel) bad.push(`executor "${c.executor}" must be 1 to ${maxLabel} bytes`);
+  if (c.executor.trim() === "" || Buffer.byteLength(c.executor) > maxLabel)
+    bad.push(`executor "${c.executor}" must be 1 to ${maxLabel} bytes`);
   if (Buffer.byteLength(c.version) > maxLabel) bad.push(`version is more than ${maxLabel} bytes`);
-  if (!Number.isInteger(c.concurrency) || c.concurrency < 1) bad.push(`concurrency ${c.concurrency} must be an integer of at least 1`);
+  if (!Number.isInteger(c.concurrency) || c.concurrency < 1)
+    bad.push(`concurrency ${c.concurrency} must be an integer of at least 1`);
   if (!(c.leaseMs >= MinLeaseMs)) bad.push(`leaseMs ${c.leaseMs} must be at least ${MinLeaseMs}`);
-  if (!Number.isInteger(c.maxDeliver) || c.maxDeliver < 1) bad.push(`maxDeliver ${c.maxDeliver} must be an integer of at least 1`);
+  if (!Number.isInteger(c.maxDeliver) || c.maxDeliver < 1)
+    bad.push(`maxDeliver ${c.maxDeliver} must be an integer of at least 1`);
   if (!(c.drainTimeoutMs >= 0)) bad.push(`drainTimeoutMs ${c.drainTimeoutMs} must not be negative`);
   if (bad.length > 0) throw new Error("dwr: invalid worker options: " + bad.join("; "));
   return c;

@@ -75,9 +75,12 @@ test("a failure keeps the model steps the job recorded", async () => {
 test("an error after the deadline aborted the job is coded timeout", async () => {
   const ctl = new AbortController();
   ctl.abort(new AbortReason(Cause.Timeout, "dwr: the attempt passed its deadline"));
-  const out = await runJob(async (job: Job) => {
-    throw job.abort.reason;
-  }, { abort: ctl.signal });
+  const out = await runJob(
+    async (job: Job) => {
+      throw job.abort.reason;
+    },
+    { abort: ctl.signal },
+  );
   assert.equal(out.failure?.code, "timeout");
   assert.equal(out.failure?.retryable, true);
 });
@@ -143,7 +146,13 @@ test("an approval is asked once, and the decision on that exact action is handed
   assert.equal(asked.wait?.actionDigest, digest);
   assert.deepEqual(asked.approvals[0]?.action, { order: "o-7", refund: 120 });
 
-  const other = { approvalId: "x-1", actionDigest: actionDigest({ refund: 999, order: "o-7" }), response: "approve", approver: "eve", decidedAt: "2026-01-01T00:00:00Z" };
+  const other = {
+    approvalId: "x-1",
+    actionDigest: actionDigest({ refund: 999, order: "o-7" }),
+    response: "approve",
+    approver: "eve",
+    decidedAt: "2026-01-01T00:00:00Z",
+  };
   const still = await runJob(handler, { decisions: [other] });
   assert.equal(still.state, "waiting", "a decision on another action authorizes nothing");
 
@@ -197,7 +206,9 @@ test("a key file yields the approver's Ed25519 key; another kind of key is refus
   assert.equal(k.approver, "ada");
   assert.equal(k.workspace, "default");
   const sig = signDecision(k.key, "T-1", "approve", "sha256:ab");
-  assert.ok(verify(null, Buffer.from("dwr approval decision v1\nT-1\napprove\nsha256:ab"), publicKey, Buffer.from(sig, "base64")));
+  assert.ok(
+    verify(null, Buffer.from("dwr approval decision v1\nT-1\napprove\nsha256:ab"), publicKey, Buffer.from(sig, "base64")),
+  );
 
   const rsa = join(dir, "rsa.key");
   writeFileSync(rsa, generateKeyPairSync("rsa", { modulusLength: 1024 }).privateKey.export({ type: "pkcs8", format: "pem" }));
