@@ -342,10 +342,17 @@ export class Delivery {
     const ctl = new AbortController();
     const onHard = () => ctl.abort(this.hard.reason);
     this.hard.addEventListener("abort", onHard, { once: true });
+    if (this.hard.aborted) onHard();
     let deadline: Date | undefined;
-    const timeout = parseDuration(t.spec.timeout);
+    let timeout = 0;
+    try {
+      timeout = parseDuration(t.spec.timeout);
+    } catch {
+      // unreadable: the service still fails the attempt at its deadline
+    }
     if (a.deadline) deadline = new Date(a.deadline);
     else if (timeout > 0) deadline = new Date(Date.parse(a.started_at) + timeout);
+    if (deadline && Number.isNaN(deadline.getTime())) deadline = undefined; // unreadable: the service still fails the attempt at its deadline
     const deadlineTimer = deadline
       ? setTimeout(() => ctl.abort(timedOut()), Math.max(deadline.getTime() - Date.now(), 0))
       : undefined;

@@ -277,13 +277,11 @@ export class Worker {
       }
       const n = await this.slots();
       if (n === 0) break;
-      let got = 0;
       try {
         const batch = await cons.fetch({ max_messages: n, expires: fetchWindowMs });
         this.fetching = batch;
         if (stop.aborted) batch.stop();
         for await (const m of batch) {
-          got++;
           if (stop.aborted) {
             m.nak(); // stopping: straight back, for another worker
             continue;
@@ -306,7 +304,6 @@ export class Worker {
         cons = undefined;
         await pause("fetch work items", e);
       }
-      void got;
     }
   }
 
@@ -407,8 +404,9 @@ export class Worker {
       return;
     }
     let item: WorkItem;
+    const text = new TextDecoder().decode(msg.data);
     try {
-      item = JSON.parse(new TextDecoder().decode(msg.data)) as WorkItem;
+      item = JSON.parse(text) as WorkItem;
       checkItem(item, this.cfg, this.verifier ? "verify" : "execute");
     } catch (e) {
       // An item this worker cannot run: back for one that can, and past
@@ -418,7 +416,7 @@ export class Worker {
       return;
     }
     d.item = item;
-    if (new TextDecoder().decode(msg.data).includes("dwr:sealed:1:")) {
+    if (text.includes("dwr:sealed:1:")) {
       // Sealed payloads: read them opened from the service.
       d.sealed = true;
       item.task = undefined;
