@@ -69,6 +69,7 @@ export const Cause = {
   Stopping: "stopping",
 } as const;
 
+/** One of Cause's values. */
 export type CauseName = (typeof Cause)[keyof typeof Cause];
 
 /** AbortReason is the reason of an aborted job's signal: `job.abort.reason`. */
@@ -82,6 +83,7 @@ export class AbortReason extends Error {
   }
 }
 
+/** The AbortReasons the worker aborts a job with. */
 export const cancelled = () => new AbortReason(Cause.Cancelled, "dwr: the task was cancelled or has ended");
 export const leaseLost = () =>
   new AbortReason(Cause.LeaseLost, "dwr: the attempt lost its lease; another attempt holds the task");

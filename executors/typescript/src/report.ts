@@ -26,6 +26,7 @@ export function clip(s: string, n: number): string {
   return s || "failed";
 }
 
+/** What a worker reports for a job: a success (output, JSON text), a failure, or a wait. */
 export interface Report {
   output?: string; // JSON text
   artifacts?: ArtifactRef[];

@@ -22,6 +22,7 @@ export interface Reply<T = unknown> {
   error?: WireError;
 }
 
+/** An artifact as a result, a verdict or a dependency names it: by its SHA-256. */
 export interface ArtifactRef {
   name: string;
   sha256: string;
@@ -29,6 +30,7 @@ export interface ArtifactRef {
   type?: string;
 }
 
+/** A consequential model call an attempt made: counted against its goal's budget. */
 export interface ModelStep {
   model: string;
   prompt_version?: string;
@@ -41,11 +43,13 @@ export interface ModelStep {
   cost?: number;
 }
 
+/** A failed attempt's (or task's) error: its code and message. */
 export interface ErrorInfo {
   code?: string;
   message: string;
 }
 
+/** One attempt of a task: who ran it, how it ended, what it reported. */
 export interface Attempt {
   n: number;
   executor: string;
@@ -64,6 +68,7 @@ export interface Attempt {
   token_hash?: string;
 }
 
+/** A verifier's verdict on an attempt's result. */
 export interface Verification {
   attempt: number;
   outcome: string;
@@ -74,6 +79,7 @@ export interface Verification {
   result_digest?: string;
 }
 
+/** A person's decision on an approval. */
 export interface ApprovalDecision {
   response: string;
   comment?: string;
@@ -82,6 +88,7 @@ export interface ApprovalDecision {
   decided_at: string;
 }
 
+/** An approval a task asked for: the action, its digest and, once decided, the decision. */
 export interface Approval {
   id: string;
   task_id: string;
@@ -96,11 +103,13 @@ export interface Approval {
   decision?: ApprovalDecision;
 }
 
+/** A signal sent to a task (task.signal). */
 export interface Signal {
   name: string;
   payload?: unknown;
 }
 
+/** How a task's failed attempts are retried (durations as "30s"). */
 export interface RetryPolicy {
   max_attempts?: number;
   initial_backoff?: string;
@@ -109,6 +118,7 @@ export interface RetryPolicy {
   non_retryable?: string[];
 }
 
+/** A task as a plan or task.create gives it; the service takes more fields than are typed here. */
 export interface TaskSpec {
   key?: string;
   title?: string;
@@ -121,6 +131,7 @@ export interface TaskSpec {
   [more: string]: unknown;
 }
 
+/** What a waiting task waits for. */
 export interface Wait {
   kind: string;
   signal?: string;
@@ -129,6 +140,7 @@ export interface Wait {
   goal_id?: string;
 }
 
+/** A task as task.get and a claim answer it. */
 export interface Task {
   id: string;
   workspace: string;
@@ -148,6 +160,7 @@ export interface Task {
   error?: ErrorInfo;
 }
 
+/** The accepted result and artifacts of a task another depends on. */
 export interface Dependency {
   key?: string;
   task_id: string;
@@ -155,6 +168,7 @@ export interface Dependency {
   artifacts?: ArtifactRef[];
 }
 
+/** A work item on a queue (schemas/work_item.json): an attempt to run, or a result to verify. */
 export interface WorkItem {
   kind: string; // execute | verify
   task_id: string;
@@ -194,6 +208,7 @@ export interface CommandResult {
   duplicate?: boolean;
 }
 
+/** A goal as goal.get answers it (its view: state, plan, tasks, spend). */
 export interface Goal {
   id: string;
   workspace: string;

@@ -100,6 +100,7 @@ const maxLabel = 200;
 const fetchWindowMs = 15000;
 const endingEvents = ["cancelled", "failed", "rejected", "attempt_abandoned", "attempt_failed"] as const;
 
+/** WorkerOptions with their defaults applied, validated. */
 export interface Config {
   nc: NatsConnection;
   queue: string;
