@@ -98,6 +98,7 @@ func TestTypeScriptClient(t *testing.T) {
 		OnceID    string             `json:"once_id"`
 		Refused   map[string]string  `json:"refused"`
 		NotFound  string             `json:"not_found"`
+		Elsewhere string             `json:"elsewhere"`
 		Approval  string             `json:"approval_task"`
 		Forged    string             `json:"forged"`
 		Approved  map[string]any     `json:"approved"`
@@ -141,6 +142,7 @@ func TestTypeScriptClient(t *testing.T) {
 	require.Equal(t, schemas.CodeInvalid, got.Refused["code"], "%v", got.Refused)
 	require.Equal(t, "/spec/queue", got.Refused["field"], "%v", got.Refused)
 	require.Equal(t, schemas.CodeNotFound, got.NotFound)
+	require.Equal(t, schemas.CodeForbidden, got.Elsewhere, "another workspace's subjects are refused to a client of this one")
 
 	// The approver decided with its key; a decision signed by ada's key in
 	// another approver's name was refused.

@@ -1,5 +1,11 @@
 import { randomUUID } from "node:crypto";
-import { headers as natsHeaders, type MsgHdrs, type NatsConnection } from "@nats-io/transport-node";
+import {
+  PermissionViolationError,
+  headers as natsHeaders,
+  type Msg,
+  type MsgHdrs,
+  type NatsConnection,
+} from "@nats-io/transport-node";
 import { DwrError } from "./errors.js";
 import { Header, MaxMessageBytes, type Reply } from "./wire.js";
 
@@ -94,26 +100,38 @@ export class Service {
         break;
       }
       let pause = wait + Math.random() * (wait / 2);
+      let m: Msg;
       try {
-        const m = await this.nc.request(subject, data, { timeout: opts.timeoutMs ?? DefaultTimeoutMs, headers: h });
-        if (m.data.length > MaxMessageBytes) {
+        m = await this.nc.request(subject, data, { timeout: opts.timeoutMs ?? DefaultTimeoutMs, headers: h });
+      } catch (err) {
+        const denied = permissionDenied(err);
+        if (denied) {
+          // The NATS server refused this credential the subject: no retry makes it pass.
           throw new DwrError(
-            { code: "too_large", message: `the reply is ${m.data.length} bytes; more than ${MaxMessageBytes}` },
+            { code: "forbidden", message: `the NATS server refused this credential: ${denied.message}` },
             subject,
           );
         }
-        if (!decoded || opts.once) return { data: m.data, headers: m.headers };
-        const r = decodeReply(m.data, subject);
-        if (r.ok || r.error?.code !== "unavailable") return { data: m.data, headers: m.headers };
-        last = new DwrError(r.error, subject);
-        if (r.error.retry_after) {
-          const d = Math.min(Math.max(Date.parse(r.error.retry_after) - Date.now(), 0), retryMaxMs);
-          pause = d + Math.random() * (d / 4 + 1);
-          wait = retryFirstMs;
-        }
-      } catch (err) {
-        if (err instanceof DwrError || opts.once || this.nc.isClosed()) throw err;
+        if (opts.once || this.nc.isClosed()) throw err;
         last = err;
+        await sleep(pause, opts.signal);
+        wait = Math.min(2 * wait, retryMaxMs);
+        continue;
+      }
+      if (m.data.length > MaxMessageBytes) {
+        throw new DwrError(
+          { code: "too_large", message: `the reply is ${m.data.length} bytes; more than ${MaxMessageBytes}` },
+          subject,
+        );
+      }
+      if (!decoded || opts.once) return { data: m.data, headers: m.headers };
+      const r = decodeReply(m.data, subject); // a reply that is not a dwr reply: thrown, not retried
+      if (r.ok || r.error?.code !== "unavailable") return { data: m.data, headers: m.headers };
+      last = new DwrError(r.error, subject);
+      if (r.error.retry_after) {
+        const d = Math.min(Math.max(Date.parse(r.error.retry_after) - Date.now(), 0), retryMaxMs);
+        pause = d + Math.random() * (d / 4 + 1);
+        wait = retryFirstMs;
       }
       await sleep(pause, opts.signal);
       wait = Math.min(2 * wait, retryMaxMs);
@@ -127,6 +145,13 @@ export class Service {
       subject,
     );
   }
+}
+
+/** permissionDenied returns the server's refusal of a subject to this connection, when err is one. */
+function permissionDenied(err: unknown): PermissionViolationError | undefined {
+  if (err instanceof PermissionViolationError) return err;
+  if (err instanceof Error && err.cause instanceof PermissionViolationError) return err.cause;
+  return undefined;
 }
 
 /** encode returns body as JSON bytes (a Uint8Array is sent as it is). */

@@ -218,14 +218,14 @@ export class Worker {
     return this.done;
   }
 
-  /** stop stops fetching and drains (see run); it resolves once the worker has stopped. */
+  /** stop stops fetching and drains (see run); it resolves once the worker has stopped (run says how it ended). */
   async stop(): Promise<void> {
     if (!this.stopCtl.signal.aborted) {
       this.stopCtl.abort(stopping());
       this.fetching?.stop();
       this.slotFreed?.();
     }
-    await this.done;
+    await this.done?.catch(() => undefined); // run() carries its error
   }
 
   private async loop(): Promise<void> {

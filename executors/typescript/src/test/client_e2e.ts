@@ -80,6 +80,16 @@ async function main() {
     if (!(e instanceof DwrError)) throw e;
     out.refused = { code: e.code, field: e.field, message: e.message };
   }
+  // Another workspace's subjects are refused by the NATS server: forbidden at once, not retried.
+  const t1 = Date.now();
+  try {
+    await new Client(c.nc, { workspace: "elsewhere" }).task("01ZZZZZZZZZZZZZZZZZZZZZZZZ");
+    out.elsewhere = false;
+  } catch (e) {
+    if (!(e instanceof DwrError)) throw e;
+    out.elsewhere = e.code;
+    out.elsewhere_ms = Date.now() - t1;
+  }
   try {
     await c.task("01ZZZZZZZZZZZZZZZZZZZZZZZZ");
     out.not_found = false;
