@@ -98,6 +98,7 @@ func TestTypeScriptClient(t *testing.T) {
 		OnceID    string             `json:"once_id"`
 		Refused   map[string]string  `json:"refused"`
 		NotFound  string             `json:"not_found"`
+		Listed    []string           `json:"listed"`
 		Elsewhere string             `json:"elsewhere"`
 		Approval  string             `json:"approval_task"`
 		Forged    string             `json:"forged"`
@@ -108,6 +109,7 @@ func TestTypeScriptClient(t *testing.T) {
 	// The goal ran to its end through the TypeScript worker, b after a.
 	require.Equal(t, schemas.GoalStateAchieved, got.GoalState)
 	require.Len(t, got.PlanTasks, 2)
+	require.Equal(t, []string{"a", "b"}, got.Listed, "the goal's tasks, listed a page at a time")
 	var goal schemas.GoalView
 	require.NoError(t, e.c.query("goal.get", schemas.Query{ID: got.GoalID}, 0, &goal))
 	require.Equal(t, schemas.GoalStateAchieved, goal.State)

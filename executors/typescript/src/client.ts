@@ -132,6 +132,31 @@ export class Client {
   }
 
   /**
+   * list reads a list query page after page (following each reply's
+   * `next`), yielding its items: `for await (const t of c.list<Task>("task.list", { goal_id }))`.
+   * `limit` sets the page size (at most 10,000).
+   */
+  async *list<T = unknown>(name: string, q: Record<string, unknown> = {}, opts: CallOptions = {}): AsyncGenerator<T> {
+    let after: string | undefined;
+    for (;;) {
+      const r = await this.svc.query<T[]>(name, { ...q, after }, this.withDefaults(opts));
+      for (const item of resultOf(r, name) ?? []) yield item;
+      if (!r.next) return;
+      after = r.next;
+    }
+  }
+
+  /** tasks lists the workspace's tasks: of a goal, in a state, or all of them. */
+  tasks(filter: { goalId?: string; state?: string; limit?: number } = {}, opts?: CallOptions): AsyncGenerator<Task> {
+    return this.list<Task>("task.list", { goal_id: filter.goalId, state: filter.state, limit: filter.limit }, opts);
+  }
+
+  /** goals lists the workspace's goals, oldest first (of a state, when given). */
+  goals(filter: { state?: string; limit?: number } = {}, opts?: CallOptions): AsyncGenerator<Goal> {
+    return this.list<Goal>("goal.list", { state: filter.state, limit: filter.limit }, opts);
+  }
+
+  /**
    * waitGoal waits until the goal has ended (achieved, failed or cancelled)
    * and returns it: it reads the goal again at each of its events on the
    * feed, and every pollMs (default 2 s) in case the feed missed one, until

@@ -53,6 +53,9 @@ async function main() {
   out.goal_state = done.state;
   const b = await c.task(g.tasks!.find((t) => t.key === "b")!.task_id);
   out.b_result = b.attempts?.at(-1)?.result;
+  const listed: string[] = [];
+  for await (const t of c.tasks({ goalId: g.id, limit: 1 })) listed.push(t.key ?? ""); // a page a task
+  out.listed = listed.sort();
 
   step("goal ended");
   // A task nobody serves: signalled (the signal is kept), then cancelled.
