@@ -3,6 +3,8 @@ package integration
 import (
 	"bytes"
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"os"
@@ -98,6 +100,9 @@ func TestTypeScriptClient(t *testing.T) {
 		OnceID    string             `json:"once_id"`
 		Refused   map[string]string  `json:"refused"`
 		NotFound  string             `json:"not_found"`
+		Stored    string             `json:"stored"`
+		Read      map[string]any     `json:"read"`
+		ReadBack  string             `json:"read_back"`
 		Listed    []string           `json:"listed"`
 		Elsewhere string             `json:"elsewhere"`
 		Approval  string             `json:"approval_task"`
@@ -121,6 +126,12 @@ func TestTypeScriptClient(t *testing.T) {
 		require.Equal(t, schemas.StateAccepted, task.State)
 		require.Equal(t, "ts-e2e", task.Current().Executor)
 	}
+
+	// An artifact the client stored is the job's to read by its digest, and the client's.
+	sum := sha256.Sum256([]byte("a few words, stored by the client"))
+	require.Equal(t, hex.EncodeToString(sum[:]), got.Stored)
+	require.Equal(t, map[string]any{"text": "a few words, stored by the client"}, got.Read)
+	require.Equal(t, "a few words, stored by the client", got.ReadBack)
 
 	// The signal was kept for the idle task, which was then cancelled.
 	require.Equal(t, 1, got.Pending)

@@ -455,6 +455,7 @@ export class Delivery {
       },
       putArtifact: async (name: string, bytes: Uint8Array | string) =>
         refOf(await putArtifact(this.svc, bytes, { name, taskId: id }, this.hard)),
+      getArtifact: (sha256: string) => getArtifact(this.svc, sha256, { signal: this.hard }),
       requestApproval: async (body: Record<string, unknown>, digest: string) => {
         const r = await this.svc.command<CommandResult>(
           "task.request_approval",
@@ -615,6 +616,7 @@ export class Delivery {
         verifications: it.verifications ?? [],
         abort: this.hard,
         getArtifact: (sha) => getArtifact(this.svc, sha, { signal: this.hard }),
+        putArtifact: async (name, bytes) => refOf(await putArtifact(this.svc, bytes, { name, taskId: it.task_id }, this.hard)),
       };
       let v: Verdict;
       try {

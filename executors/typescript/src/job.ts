@@ -91,6 +91,7 @@ function parked(w: WaitError): Promise<never> {
 export interface JobBackend {
   saveCheckpoint(data: unknown, signal?: AbortSignal): Promise<void>;
   putArtifact(name: string, bytes: Uint8Array | string, signal?: AbortSignal): Promise<ArtifactRef>;
+  getArtifact(sha256: string): Promise<Uint8Array>;
   requestApproval(body: Record<string, unknown>, digest: string, signal?: AbortSignal): Promise<string>;
 }
 
@@ -169,6 +170,11 @@ export class Job implements JobFields {
   /** putArtifact stores bytes as an artifact of the task and returns its reference, for Result.artifacts. */
   putArtifact(name: string, bytes: Uint8Array | string): Promise<ArtifactRef> {
     return this.backend.putArtifact(name, bytes);
+  }
+
+  /** getArtifact reads an artifact of the task's workspace by its digest, checked against it (at most 64 MiB). */
+  getArtifact(sha256: string): Promise<Uint8Array> {
+    return this.backend.getArtifact(sha256);
   }
 
   /** recordModelStep records a model call: it is reported with the job's result, or its failure. */

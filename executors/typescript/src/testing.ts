@@ -31,6 +31,8 @@ export interface TestJob {
   decisions?: Decision[];
   dependencies?: Record<string, Dependency>;
   deadline?: Date;
+  /** Artifacts job.getArtifact finds, by digest (besides those the job stored). */
+  artifacts?: Record<string, Uint8Array | string>;
   /** Abort it to stop the job mid-run, as a cancellation or a lost lease would (its reason is job.abort.reason). */
   abort?: AbortSignal;
 }
@@ -102,6 +104,14 @@ export async function runJob(handler: Handler, j: TestJob = {}): Promise<Outcome
         const data = typeof bytes === "string" ? new TextEncoder().encode(bytes) : bytes;
         stored.set(name, data);
         return { name, sha256: createHash("sha256").update(data).digest("hex"), size: data.length };
+      },
+      async getArtifact(sha256) {
+        for (const data of stored.values()) {
+          if (createHash("sha256").update(data).digest("hex") === sha256) return data;
+        }
+        const given = j.artifacts?.[sha256];
+        if (given === undefined) throw new Error(`dwr: no artifact ${sha256} (give it in TestJob.artifacts)`);
+        return typeof given === "string" ? new TextEncoder().encode(given) : given;
       },
       async requestApproval(body) {
         approvals.push(body);

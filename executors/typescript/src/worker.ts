@@ -82,6 +82,8 @@ export interface Check {
   abort: AbortSignal;
   /** getArtifact reads one of the workspace's artifacts by its digest, checked. */
   getArtifact(sha256: string): Promise<Uint8Array>;
+  /** putArtifact stores evidence too bulky for the verdict, and returns its reference for Verdict.evidenceRefs. */
+  putArtifact(name: string, bytes: Uint8Array | string): Promise<ArtifactRef>;
 }
 
 /** A verifier's judgment. */

@@ -24,7 +24,8 @@ async function main() {
 
   const enc = await connect({ servers: server, maxReconnectAttempts: -1, ...credentialOptions(env("DWR_EXECUTOR_CREDS")) });
   const w = new Worker({ nc: enc, queue, leaseMs: 3000, executor: "ts-e2e", concurrency: 2 }, async (job: Job) => {
-    const input = job.input as { n: number; approve?: unknown };
+    const input = job.input as { n: number; approve?: unknown; read?: string };
+    if (input.read !== undefined) return { output: { text: new TextDecoder().decode(await job.getArtifact(input.read)) } };
     if (input.approve !== undefined) {
       const d = await job.requestApproval({ action: input.approve, role: "ops", summary: "e2e" });
       return { output: { response: d.response, approver: d.approver } };
@@ -58,6 +59,21 @@ async function main() {
   out.listed = listed.sort();
 
   step("goal ended");
+  // An artifact the client stores, which a job reads by its digest.
+  const stored = await c.putArtifact("a few words, stored by the client", { name: "words.txt" });
+  out.stored = stored.sha256;
+  const reader = await c.createTask({ queue, title: "read", input: { read: stored.sha256 } });
+  for (;;) {
+    signal.throwIfAborted();
+    const t = await c.task(reader.id);
+    if (t.state === "accepted" || t.state === "failed") {
+      out.read = t.attempts?.at(-1)?.result;
+      break;
+    }
+    await new Promise((r) => setTimeout(r, 50));
+  }
+  out.read_back = new TextDecoder().decode(await c.getArtifact(stored.sha256));
+
   // A task nobody serves: signalled (the signal is kept), then cancelled.
   const idle = await c.createTask({ queue: queue + "-idle", title: "idle", input: {} });
   out.idle_id = idle.id;

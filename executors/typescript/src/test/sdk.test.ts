@@ -217,3 +217,17 @@ test("a key file yields the approver's Ed25519 key; another kind of key is refus
   writeFileSync(none, "# approver: ada\n");
   assert.throws(() => readSigningKey(none), /holds no PEM "PRIVATE KEY" block/);
 });
+
+test("a job reads artifacts by digest: those it stored, and those the test gives", async () => {
+  const given = "2cf24dba5fb0a30e26e83b2ac5b9e29e1b161e5c1fa7425e73043362938b9824"; // sha256("hello")
+  const out = await runJob(
+    async (job: Job) => {
+      const a = await job.putArtifact("mine.txt", "mine");
+      const mine = new TextDecoder().decode(await job.getArtifact(a.sha256));
+      const theirs = new TextDecoder().decode(await job.getArtifact(given));
+      return { output: { mine, theirs } };
+    },
+    { artifacts: { [given]: "hello" } },
+  );
+  assert.deepEqual(out.output, { mine: "mine", theirs: "hello" });
+});
