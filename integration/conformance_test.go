@@ -46,6 +46,9 @@ type executorImpl struct {
 	// start starts one executor serving queue as role, its credential
 	// creds, with the suite's variables env; it is killed at cleanup.
 	start func(t *testing.T, e *execEnv, creds, queue, role string, env []string) *serverProc
+	// prepare, when set, runs before the implementation's scenarios: it
+	// skips (or fails) them when the implementation cannot run here.
+	prepare func(t *testing.T)
 }
 
 var goexecBuild, cmdexecBuild servicetest.Binary
@@ -64,6 +67,9 @@ func conformanceImpls() []executorImpl {
 				args = append(args, "--verify")
 			}
 			return startProc(t, e, "dwr worker "+queue, e.bin, append(args, "--", bin), env)
+		}},
+		{name: "TypeScript SDK", prepare: func(t *testing.T) { tsProgram(t, "conformance.js") }, start: func(t *testing.T, e *execEnv, creds, queue, role string, env []string) *serverProc {
+			return startProc(t, e, "tsexec "+queue, "node", []string{tsProgram(t, "conformance.js")}, append(env, "DWR_SERVER="+e.url, "DWR_CREDS="+creds))
 		}},
 	}
 }
@@ -444,6 +450,9 @@ func TestExecutorConformance(t *testing.T) {
 	impls, scenarios := conformanceImpls(), conformanceScenarios()
 	for _, impl := range impls {
 		t.Run(impl.name, func(t *testing.T) {
+			if impl.prepare != nil {
+				impl.prepare(t)
+			}
 			e := newExecEnv(t)
 			c, err := dwrclient.Connect(e.url, dwrclient.Credentials(e.adminCreds()))
 			require.NoError(t, err)

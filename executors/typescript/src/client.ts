@@ -1,0 +1,252 @@
+import { connect, type NatsConnection } from "@nats-io/transport-node";
+import { getArtifact, putArtifact, type ArtifactInfo, type ArtifactMeta } from "./artifacts.js";
+import { actionDigest } from "./canonical.js";
+import { credentialOptions } from "./credentials.js";
+import { readSigningKey, signDecision, type SigningKey } from "./signing.js";
+import { DwrError } from "./errors.js";
+import { Service, resultOf, type CallOptions } from "./service.js";
+import type { CommandResult, Goal, Task, TaskSpec } from "./wire.js";
+
+/** Options of Client.connect. */
+export interface ConnectOptions {
+  /** The credential file to connect with (what `dwr users add --out FILE` writes). */
+  creds?: string;
+  /** The workspace addressed; default "default". */
+  workspace?: string;
+  /** The first token of every subject; default "dwr". */
+  prefix?: string;
+  /** The connection's name, as the server shows it. */
+  name?: string;
+}
+
+/** A goal and its first plan: goal.create's body. */
+export interface CreateGoal {
+  goal_id?: string;
+  title: string;
+  description?: string;
+  success_criteria?: string[];
+  envelope?: Record<string, unknown>;
+  tasks?: TaskSpec[];
+}
+
+/** The goal states that end it. */
+const goalEnded = (s: string) => s === "achieved" || s === "failed" || s === "cancelled";
+
+/**
+ * Client starts work and follows it: dwr's commands and queries for callers.
+ * A command carries a fresh command id unless `commandId` gives one, and is
+ * sent again with that id when no reply came or the service was
+ * unavailable, until `signal` aborts (default: 30 s): a retry is answered
+ * with the first outcome. A refusal is thrown as a DwrError (its code,
+ * message and field).
+ *
+ *     const c = await Client.connect("nats://localhost:4222", { creds: "caller.creds" });
+ *     const t = await c.createTask({ queue: "payments", input: { invoice: "i-1" } });
+ *     const task = await c.task(t.id);
+ *     await c.close();
+ */
+export class Client {
+  readonly svc: Service;
+  private readonly owned: boolean;
+
+  /** new Client(nc) uses a connection the caller opened (and closes). */
+  constructor(
+    readonly nc: NatsConnection,
+    opts: { workspace?: string; prefix?: string; owned?: boolean } = {},
+  ) {
+    this.svc = new Service(nc, opts.workspace ?? "default", opts.prefix ?? "dwr");
+    this.owned = opts.owned ?? false;
+  }
+
+  /** connect opens a connection to the NATS server at url (reconnecting forever) with the credential, and returns its Client. */
+  static async connect(url: string | string[], opts: ConnectOptions = {}): Promise<Client> {
+    const nc = await connect({
+      servers: url,
+      name: opts.name,
+      maxReconnectAttempts: -1,
+      pingInterval: 2000,
+      maxPingOut: 2,
+      ...(opts.creds ? credentialOptions(opts.creds) : {}),
+    });
+    return new Client(nc, { workspace: opts.workspace, prefix: opts.prefix, owned: true });
+  }
+
+  /** close closes the connection when connect opened it. */
+  async close(): Promise<void> {
+    if (this.owned) await this.nc.close();
+  }
+
+  private withDefaults(opts: CallOptions): CallOptions {
+    return { ...opts, signal: opts.signal ?? AbortSignal.timeout(30000) };
+  }
+
+  /** command sends any command by name and returns its result; a refusal is thrown as a DwrError. */
+  async command<T = CommandResult>(name: string, body: unknown, opts: CallOptions = {}): Promise<T> {
+    return resultOf(await this.svc.command<T>(name, body, this.withDefaults(opts)), name);
+  }
+
+  /** query sends any query by name and returns its result, reading at least this client's own writes. */
+  async query<T = unknown>(name: string, body: unknown, opts: CallOptions = {}): Promise<T> {
+    return resultOf(await this.svc.query<T>(name, body, this.withDefaults(opts)), name);
+  }
+
+  /** createGoal creates a goal, with its first plan when goal.tasks is given (one commit). */
+  createGoal(goal: CreateGoal, opts?: CallOptions): Promise<CommandResult> {
+    return this.command("goal.create", goal, opts);
+  }
+
+  /** submitPlan submits a plan of the goal, or a later version that revises it. */
+  submitPlan(goalId: string, tasks: TaskSpec[], opts?: CallOptions): Promise<CommandResult> {
+    return this.command("plan.submit", { goal_id: goalId, tasks }, opts);
+  }
+
+  /** cancelGoal cancels a goal and every task of its plan that has not ended. */
+  cancelGoal(goalId: string, reason?: string, opts?: CallOptions): Promise<CommandResult> {
+    return this.command("goal.cancel", { goal_id: goalId, reason }, opts);
+  }
+
+  /** createTask creates a standalone task (with the id taskId gives, if any). */
+  createTask(spec: TaskSpec, opts: CallOptions & { taskId?: string } = {}): Promise<CommandResult> {
+    const { taskId, ...call } = opts;
+    return this.command("task.create", { spec, task_id: taskId }, call);
+  }
+
+  /** cancelTask cancels a task: its running attempt's executor is told. */
+  cancelTask(taskId: string, reason?: string, opts?: CallOptions): Promise<CommandResult> {
+    return this.command("task.cancel", { task_id: taskId, reason }, opts);
+  }
+
+  /** signal sends the signal name to a task (kept until the task waits for it). */
+  signal(taskId: string, name: string, payload?: unknown, opts?: CallOptions): Promise<CommandResult> {
+    return this.command("task.signal", { task_id: taskId, name, payload }, opts);
+  }
+
+  /** task reads a task. */
+  task(id: string, opts?: CallOptions): Promise<Task> {
+    return this.query<Task>("task.get", { id }, opts);
+  }
+
+  /** goal reads a goal's view: its state, plan and tasks. */
+  goal(id: string, opts?: CallOptions): Promise<Goal> {
+    return this.query<Goal>("goal.get", { id }, opts);
+  }
+
+  /**
+   * list reads a list query page after page (following each reply's
+   * `next`), yielding its items: `for await (const t of c.list<Task>("task.list", { goal_id }))`.
+   * `limit` sets the page size (at most 10,000).
+   */
+  async *list<T = unknown>(name: string, q: Record<string, unknown> = {}, opts: CallOptions = {}): AsyncGenerator<T> {
+    let after: string | undefined;
+    for (;;) {
+      const r = await this.svc.query<T[]>(name, { ...q, after }, this.withDefaults(opts));
+      for (const item of resultOf(r, name) ?? []) yield item;
+      if (!r.next) return;
+      after = r.next;
+    }
+  }
+
+  /** tasks lists the workspace's tasks: of a goal, in a state, or all of them. */
+  tasks(filter: { goalId?: string; state?: string; limit?: number } = {}, opts?: CallOptions): AsyncGenerator<Task> {
+    return this.list<Task>("task.list", { goal_id: filter.goalId, state: filter.state, limit: filter.limit }, opts);
+  }
+
+  /** goals lists the workspace's goals, oldest first (of a state, when given). */
+  goals(filter: { state?: string; limit?: number } = {}, opts?: CallOptions): AsyncGenerator<Goal> {
+    return this.list<Goal>("goal.list", { state: filter.state, limit: filter.limit }, opts);
+  }
+
+  /**
+   * waitGoal waits until the goal has ended (achieved, failed or cancelled)
+   * and returns it: it reads the goal again at each of its events on the
+   * feed, and every pollMs (default 2 s) in case the feed missed one, until
+   * signal aborts (default: none).
+   */
+  async waitGoal(id: string, opts: { signal?: AbortSignal; pollMs?: number } = {}): Promise<Goal> {
+    let wake: (() => void) | undefined;
+    let woken = false;
+    const sub = this.nc.subscribe(`${this.svc.prefix}.ev.${this.svc.workspace}.goal.${id}.*`, {
+      callback: () => {
+        woken = true;
+        wake?.();
+      },
+    });
+    const onAbort = () => wake?.();
+    opts.signal?.addEventListener("abort", onAbort, { once: true });
+    try {
+      await this.nc.flush();
+      for (;;) {
+        opts.signal?.throwIfAborted();
+        woken = false;
+        const g = await this.goal(id, { signal: opts.signal });
+        if (goalEnded(g.state)) return g;
+        if (!woken) {
+          await new Promise<void>((resolve) => {
+            const t = setTimeout(resolve, opts.pollMs ?? 2000);
+            wake = () => {
+              clearTimeout(t);
+              resolve();
+            };
+          });
+          wake = undefined;
+        }
+      }
+    } finally {
+      sub.unsubscribe();
+      opts.signal?.removeEventListener("abort", onAbort);
+    }
+  }
+
+  /**
+   * decideApproval decides an approval as an approver: it reads the
+   * approval, checks that its action has the digest the approval names
+   * (else it signs nothing and throws), signs (approval id, response,
+   * digest) with the approver's Ed25519 key — a key file as `dwr keys
+   * create` writes it, or a SigningKey — and sends approval.decide. The
+   * approver defaults to the one the key file names. A refusal (an
+   * approver of another role, a key not registered, a response not
+   * permitted) is a DwrError.
+   */
+  async decideApproval(
+    approvalId: string,
+    response: string,
+    key: string | SigningKey,
+    opts: CallOptions & { approver?: string; comment?: string } = {},
+  ): Promise<CommandResult> {
+    const { approver, comment, ...call } = opts;
+    const k = typeof key === "string" ? readSigningKey(key) : key;
+    const who = approver ?? k.approver;
+    if (!who) throw new Error("dwr: decideApproval: the key file names no approver: give opts.approver");
+    const a = await this.query<{ id: string; action: unknown; action_digest: string }>("approval.get", { id: approvalId }, call);
+    const digest = actionDigest(a.action);
+    if (digest !== a.action_digest) {
+      throw new Error(
+        `dwr: approval ${a.id} names action digest ${a.action_digest}, but the action shown digests to ${digest}: not signing`,
+      );
+    }
+    return this.command(
+      "approval.decide",
+      {
+        approval_id: a.id,
+        approver: who,
+        response,
+        action_digest: digest,
+        comment,
+        signature: signDecision(k.key, a.id, response, digest),
+      },
+      call,
+    );
+  }
+
+  /** putArtifact stores bytes in the workspace's artifact store. */
+  putArtifact(bytes: Uint8Array | string, meta: ArtifactMeta = {}, signal?: AbortSignal): Promise<ArtifactInfo> {
+    return putArtifact(this.svc, bytes, meta, signal);
+  }
+
+  /** getArtifact reads an artifact by its digest, checked against it. */
+  getArtifact(sha256: string, opts: { signal?: AbortSignal; maxBytes?: number } = {}): Promise<Uint8Array> {
+    return getArtifact(this.svc, sha256, opts);
+  }
+}
+
+export { DwrError };

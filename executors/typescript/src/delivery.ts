@@ -1,0 +1,670 @@
+import type { JsMsg } from "@nats-io/jetstream";
+import { getArtifact, putArtifact, refOf } from "./artifacts.js";
+import { AbortReason, DwrError, Permanent, cancelled, leaseLost, timedOut } from "./errors.js";
+import { Job, type Decision, type JobBackend, type Result } from "./job.js";
+import { SDKCode, clip, maxMessage, reportFor, type Report } from "./report.js";
+import { sleep, type Service } from "./service.js";
+import { parseDuration } from "./duration.js";
+import type { Check, Config, Handler, Verdict, VerifyHandler, Worker } from "./worker.js";
+import {
+  MaxPayloadBytes,
+  terminal,
+  type Attempt,
+  type CommandResult,
+  type Dependency,
+  type Reply,
+  type Task,
+  type WorkItem,
+} from "./wire.js";
+
+// Delivery: one work item, from its receipt to its settlement (claim, run,
+// report, acknowledge), and the watch of its task's ending events.
+
+const viewLagMs = 5000;
+const supersedeTries = 3;
+
+/** checkItem throws when the item is not one this worker may run. */
+export function checkItem(it: WorkItem, c: Config, kind: string) {
+  if (typeof it !== "object" || it === null) throw new Error("the item is not a JSON object");
+  if (it.kind !== kind) throw new Error(`an item of kind "${it.kind}"; this worker runs "${kind}" items`);
+  if (typeof it.task_id !== "string" || it.task_id === "" || it.task_id.length > 64 || /[.*> ]/.test(it.task_id)) {
+    throw new Error("/task_id: not a task id");
+  }
+  if (it.workspace !== c.workspace || it.queue !== c.queue) {
+    throw new Error(`an item of ${it.workspace}/${it.queue}; this worker serves ${c.workspace}/${c.queue}`);
+  }
+  if (!Number.isInteger(it.attempt) || it.attempt < 1) throw new Error("/attempt: must be a positive integer");
+}
+
+/** Watch follows a task's ending events while its item is held, and aborts the job when one ends its attempt. */
+export class Watch {
+  attempt = 0;
+  private ctl?: AbortController;
+  ended = false;
+  private readonly lost = new Map<number, AbortReason>();
+
+  constructor(readonly stop: () => void) {}
+
+  bind(attempt: number, ctl: AbortController) {
+    this.attempt = attempt;
+    this.ctl = ctl;
+    if (this.ended) ctl.abort(cancelled());
+    else if (this.lost.has(attempt)) ctl.abort(this.lost.get(attempt));
+  }
+
+  end() {
+    this.ended = true;
+    this.ctl?.abort(cancelled());
+  }
+
+  endAttempt(n: number, why: AbortReason) {
+    if (!this.lost.has(n)) this.lost.set(n, why);
+    if (this.ctl && this.attempt === n) this.ctl.abort(why);
+  }
+}
+
+/** running returns the attempt that holds the task now, or undefined. */
+function running(t: Task): Attempt | undefined {
+  if (t.state !== "running") return undefined;
+  return t.attempts?.findLast((a) => a.state === "running");
+}
+
+/**
+ * runningFromItem returns the running attempt when it was started from the
+ * item whose first claim starts itemAttempt (by its first delivery, or by a
+ * redelivery that superseded an earlier one).
+ */
+function runningFromItem(t: Task, itemAttempt: number): Attempt | undefined {
+  const r = running(t);
+  if (!r || r.n < itemAttempt) return undefined;
+  for (const a of t.attempts ?? []) {
+    if (a.n >= itemAttempt && a.n < r.n && a.state !== "abandoned") return undefined;
+  }
+  return r;
+}
+
+function decisionsOf(t: Task): Decision[] {
+  const out: Decision[] = [];
+  for (const a of t.approvals ?? []) {
+    if (a.decision) {
+      out.push({
+        approvalId: a.id,
+        actionDigest: a.action_digest,
+        action: a.action,
+        response: a.decision.response,
+        comment: a.decision.comment,
+        approver: a.decision.approver,
+        role: a.decision.role,
+        decidedAt: a.decision.decided_at,
+      });
+    } else if (a.state === "expired" && a.expires_at) {
+      out.push({
+        approvalId: a.id,
+        actionDigest: a.action_digest,
+        action: a.action,
+        response: "expired",
+        decidedAt: a.expires_at,
+      });
+    }
+  }
+  return out;
+}
+
+/** Delivery is one work item delivered to this worker, from its receipt to its settlement. */
+export class Delivery {
+  item!: WorkItem;
+  sealed = false;
+  private token = "";
+  private beat?: { task_id: string; attempt: number; token: string };
+  private beating?: Promise<unknown>;
+  private readonly received = Date.now();
+  private readonly delivered: number;
+
+  constructor(
+    private readonly w: Worker,
+    private readonly c: Config,
+    private readonly svc: Service,
+    private readonly msg: JsMsg,
+    private readonly hard: AbortSignal,
+  ) {
+    this.delivered = msg.info.deliveryCount;
+  }
+
+  private log(outcome: string, attempt: number, detail = "") {
+    const line = `dwr: job task=${this.item.task_id} attempt=${attempt} outcome=${outcome} delivered=${this.delivered} duration=${Date.now() - this.received}ms${detail ? " " + detail : ""}`;
+    if (outcome === "unsettled" || outcome === "stopped") this.c.log.warn(line);
+    else this.c.log.info(line);
+  }
+
+  /** heartbeats renews the item's lease every lease/3 and, once claimed, tells the service the attempt is alive. */
+  private heartbeats(): () => Promise<void> {
+    const every = this.w.lease / 3;
+    const t = setInterval(() => {
+      try {
+        this.msg.working();
+      } catch (e) {
+        this.c.log.debug("dwr: lease renewal failed:", (e as Error).message);
+      }
+      const b = this.beat;
+      if (b && !this.beating) {
+        this.beating = this.svc
+          .command("task.heartbeat", b, { once: true, timeoutMs: Math.min(every, 5000) })
+          .catch((e) => this.c.log.debug("dwr: heartbeat not answered:", (e as Error).message))
+          .finally(() => (this.beating = undefined));
+      }
+    }, every);
+    return async () => {
+      clearInterval(t);
+      await this.retireBeat();
+    };
+  }
+
+  /** retireBeat ends the attempt's heartbeats once any in flight is answered: the report follows the last one. */
+  private async retireBeat() {
+    this.beat = undefined;
+    await this.beating;
+  }
+
+  private ack() {
+    try {
+      this.msg.ack();
+    } catch (e) {
+      this.c.log.warn("dwr: ack failed:", (e as Error).message);
+    }
+  }
+
+  private nak() {
+    try {
+      this.msg.nak(this.w.lease);
+    } catch (e) {
+      this.c.log.warn("dwr: nak failed:", (e as Error).message);
+    }
+  }
+
+  async getTask(id: string, signal?: AbortSignal): Promise<Task> {
+    const r = await this.svc.query<Task>("task.get", { id }, { signal: signal ?? this.hard });
+    if (!r.ok) throw new DwrError(r.error!, "task.get");
+    return r.result!;
+  }
+
+  /** readTask reads the task until ok holds for it, for up to 5 s (the views follow the writer by a moment). */
+  private async readTask(id: string, ok: (t: Task) => boolean): Promise<{ task: Task; caughtUp: boolean }> {
+    const deadline = Date.now() + viewLagMs;
+    for (;;) {
+      const t = await this.getTask(id);
+      if (ok(t)) return { task: t, caughtUp: true };
+      if (Date.now() > deadline) return { task: t, caughtUp: false };
+      await sleep(50, this.hard);
+      this.hard.throwIfAborted();
+    }
+  }
+
+  /** claim starts the attempt and returns it with its token, or settles the item and returns undefined. */
+  private async claim(): Promise<{ task: Task; attempt: Attempt } | undefined> {
+    const it = this.item;
+    const body: Record<string, unknown> = {
+      task_id: it.task_id,
+      executor: this.c.executor,
+      executor_version: this.c.version || undefined,
+      omit_task: it.task !== undefined,
+    };
+    const id = `claim.${it.task_id}.${it.attempt}.${this.delivered}`;
+    let r: Reply<CommandResult>;
+    try {
+      r = await this.svc.command<CommandResult>("task.claim", body, { commandId: id, signal: this.hard });
+      if (!r.ok && r.error!.code === "conflict" && this.delivered > 1) {
+        // A redelivery: the task may still run the attempt an earlier delivery of this item started.
+        const { task: t, caughtUp } = await this.readTask(it.task_id, (t) => t.state !== "ready");
+        if (!caughtUp) {
+          this.log("unsettled", 0, `the views still show task ${it.task_id} as ${t.state}`);
+          return undefined;
+        }
+        const a = runningFromItem(t, it.attempt);
+        if (a) {
+          body.supersedes = a.n;
+          body.omit_task = false; // the item's task is stale now
+          for (let tries = 1; ; tries++) {
+            r = await this.svc.command<CommandResult>("task.claim", body, { commandId: `${id}.s${a.n}`, signal: this.hard });
+            if (r.ok || r.error!.code !== "conflict") break;
+            // The service still counts the attempt alive within its lease: wait for the moment it names, holding the item.
+            const ra = r.error!.retry_after ? Date.parse(r.error!.retry_after) - Date.now() + 10 : -1;
+            if (ra >= -10 && ra <= this.w.lease + 5000 && tries < supersedeTries) {
+              await sleep(Math.max(ra, 0), this.hard);
+              this.hard.throwIfAborted();
+              continue;
+            }
+            this.nak();
+            this.log("skipped", 0, "supersede refused: " + r.error!.message);
+            return undefined;
+          }
+        }
+      }
+    } catch (e) {
+      this.log("stopped", 0, (e as Error).message);
+      return undefined;
+    }
+    if (!r.ok) {
+      const e = r.error!;
+      if (e.code === "conflict" || e.code === "not_found") {
+        this.ack(); // the task is no longer ready: the item is stale
+        this.log("skipped", 0, e.message);
+      } else {
+        this.c.log.error(`dwr: claim of task ${it.task_id} refused: ${e.code}: ${e.message}`);
+        this.nak();
+        this.log("skipped", 0, "claim refused: " + e.code);
+      }
+      return undefined;
+    }
+    const cr = r.result!;
+    let t = cr.task;
+    let a: Attempt | undefined;
+    if (t) {
+      a = t.attempts?.find((x) => x.n === cr.attempt);
+    } else if (it.task && cr.token_hash && cr.attempt === (it.task.attempts?.length ?? 0) + 1) {
+      t = it.task;
+      a = {
+        n: cr.attempt,
+        executor: this.c.executor,
+        executor_version: this.c.version || undefined,
+        operation_key: it.operation_key,
+        state: "running",
+        started_at: new Date(this.received).toISOString(),
+        token_hash: cr.token_hash,
+      };
+    } else {
+      try {
+        t = await this.getTask(it.task_id);
+      } catch (e) {
+        this.log("stopped", 0, (e as Error).message);
+        return undefined;
+      }
+      a = t.attempts?.find((x) => x.n === cr.attempt);
+    }
+    if (cr.state !== "running" || !a || a.state !== "running" || a.executor !== this.c.executor) {
+      this.ack(); // the claim ended the task (attempts or budget spent), or started no attempt of ours
+      this.log("skipped", cr.attempt ?? 0, `the claim started no attempt; task is ${cr.state}`);
+      return undefined;
+    }
+    if (!cr.token) {
+      this.c.log.error(`dwr: the claim of task ${it.task_id} answered no token`);
+      this.log("unsettled", cr.attempt ?? 0, "the claim returned no token");
+      return undefined;
+    }
+    this.token = cr.token;
+    return { task: t, attempt: a };
+  }
+
+  /** fencedCause says why the service refused a command of the attempt as not holding the task. */
+  private async fencedCause(attempt: number, watch: Watch): Promise<AbortReason> {
+    if (watch.ended) return cancelled();
+    try {
+      const { task } = await this.readTask(this.item.task_id, (t) => running(t)?.n !== attempt);
+      if (terminal(task.state)) return cancelled();
+    } catch {
+      // the lease is lost all the same
+    }
+    return leaseLost();
+  }
+
+  private async dependencies(t: Task): Promise<Record<string, Dependency>> {
+    const ids = t.depends_on ?? [];
+    const out: Record<string, Dependency> = {};
+    if (ids.length === 0) return out;
+    let list = this.item.dependencies;
+    if (this.item.task !== t || !list || list.length !== ids.length) {
+      list = [];
+      for (const id of ids) {
+        const { task, caughtUp } = await this.readTask(id, (x) => x.state === "accepted");
+        if (!caughtUp) throw new Error(`dependency ${id} is ${task.state}, not accepted`);
+        const last = task.attempts?.findLast((x) => x.state === "succeeded");
+        list.push({ key: task.key, task_id: task.id, result: last?.result, artifacts: last?.artifacts });
+      }
+    }
+    for (const d of list) out[d.key || d.task_id] = d;
+    return out;
+  }
+
+  /** execute claims the item's attempt, runs the handler and reports. */
+  async execute(handler: Handler, watch: Watch): Promise<void> {
+    const stopBeats = this.heartbeats();
+    try {
+      const claimed = await this.claim();
+      if (!claimed) return;
+      const { task: t, attempt: a } = claimed;
+      this.beat = { task_id: t.id, attempt: a.n, token: this.token };
+      await this.run(handler, t, a, watch);
+    } finally {
+      await stopBeats();
+    }
+  }
+
+  private async run(handler: Handler, t: Task, a: Attempt, watch: Watch): Promise<void> {
+    const ctl = new AbortController();
+    const onHard = () => ctl.abort(this.hard.reason);
+    this.hard.addEventListener("abort", onHard, { once: true });
+    if (this.hard.aborted) onHard();
+    let deadline: Date | undefined;
+    let timeout = 0;
+    try {
+      timeout = parseDuration(t.spec.timeout);
+    } catch {
+      // unreadable: the service still fails the attempt at its deadline
+    }
+    if (a.deadline) deadline = new Date(a.deadline);
+    else if (timeout > 0) deadline = new Date(Date.parse(a.started_at) + timeout);
+    if (deadline && Number.isNaN(deadline.getTime())) deadline = undefined; // unreadable: the service still fails the attempt at its deadline
+    const deadlineTimer = deadline
+      ? setTimeout(() => ctl.abort(timedOut()), Math.max(deadline.getTime() - Date.now(), 0))
+      : undefined;
+    try {
+      let deps: Record<string, Dependency>;
+      try {
+        deps = await this.dependencies(t);
+      } catch (e) {
+        await this.report(
+          a.n,
+          {
+            failure: {
+              code: SDKCode.Dependencies,
+              message: clip("the results of the task's dependencies could not be read: " + (e as Error).message, maxMessage),
+              retryable: true,
+            },
+          },
+          watch,
+        );
+        return;
+      }
+      watch.bind(a.n, ctl);
+      const job = new Job(
+        {
+          taskId: t.id,
+          workspace: t.workspace,
+          queue: t.spec.queue,
+          goalId: t.goal_id,
+          key: t.key,
+          title: t.spec.title,
+          attempt: a.n,
+          operationKey: a.operation_key,
+          input: t.spec.input,
+          checkpoint: t.checkpoint,
+          priorAttempts: (t.attempts ?? []).filter((p) => p.n < a.n),
+          verifications: (t.verifications ?? []).filter((v) => v.outcome === "FAIL"),
+          signal: t.signal,
+          decisions: decisionsOf(t),
+          dependencies: deps,
+          deadline,
+          abort: ctl.signal,
+        },
+        this.backend(a.n, ctl, watch),
+      );
+      let res: Result | void = undefined;
+      let err: unknown;
+      try {
+        res = await handler(job);
+      } catch (e) {
+        err = e ?? new Error("the handler threw " + String(e));
+      }
+      const rep = reportFor(ctl.signal, res, err, job.modelSteps);
+      await this.retireBeat();
+      if (this.hard.aborted) {
+        this.log("stopped", a.n, "the drain timeout passed; the item will be redelivered");
+        return;
+      }
+      await this.report(a.n, rep, watch);
+    } finally {
+      clearTimeout(deadlineTimer);
+      this.hard.removeEventListener("abort", onHard);
+    }
+  }
+
+  /** backend returns the commands of the job's attempt: checkpoints, artifacts, approval requests. */
+  private backend(attempt: number, ctl: AbortController, watch: Watch): JobBackend {
+    const id = this.item.task_id;
+    let seq = 0;
+    let chain: Promise<unknown> = Promise.resolve();
+    const fenced = async (what: string, e: { message: string }) => {
+      const why = await this.fencedCause(attempt, watch);
+      ctl.abort(why);
+      return new AbortReason(why.code, `${why.message}: ${what} refused: ${e.message}`);
+    };
+    return {
+      saveCheckpoint: (data: unknown) => {
+        const text = JSON.stringify(data);
+        if (text === undefined) return Promise.reject(new Error("dwr: the checkpoint does not encode to JSON"));
+        if (Buffer.byteLength(text) > MaxPayloadBytes) {
+          return Promise.reject(
+            new Error(
+              `dwr: checkpoint of task ${id} is ${Buffer.byteLength(text)} bytes; at most ${MaxPayloadBytes} are allowed (store large state as an artifact)`,
+            ),
+          );
+        }
+        const n = ++seq;
+        const p = chain.then(async () => {
+          const r = await this.svc.command(
+            "task.checkpoint",
+            { task_id: id, attempt, token: this.token, checkpoint: JSON.parse(text) },
+            { commandId: `checkpoint.${id}.${attempt}.${n}`, signal: this.hard },
+          );
+          if (r.ok) return;
+          const e = r.error!;
+          if (e.code === "conflict" || e.code === "not_found") throw await fenced("checkpoint", e);
+          throw new DwrError(e, "task.checkpoint");
+        });
+        chain = p.catch(() => undefined);
+        return p;
+      },
+      putArtifact: async (name: string, bytes: Uint8Array | string) =>
+        refOf(await putArtifact(this.svc, bytes, { name, taskId: id }, this.hard)),
+      getArtifact: (sha256: string) => getArtifact(this.svc, sha256, { signal: this.hard }),
+      requestApproval: async (body: Record<string, unknown>, digest: string) => {
+        const r = await this.svc.command<CommandResult>(
+          "task.request_approval",
+          { ...body, task_id: id, attempt, token: this.token },
+          { commandId: `approval.${id}.${attempt}.${digest.slice("sha256:".length)}`, signal: this.hard },
+        );
+        if (r.ok) {
+          if (r.result?.approval_id) return r.result.approval_id;
+          // Recorded, but the reply (a duplicate's) does not name the approval: the task does.
+          const { task } = await this.readTask(id, (t) =>
+            (t.approvals ?? []).some((x) => x.attempt === attempt && x.action_digest === digest),
+          );
+          return task.approvals?.findLast((x) => x.attempt === attempt && x.action_digest === digest)?.id ?? "";
+        }
+        const e = r.error!;
+        if (e.code === "conflict" || e.code === "not_found") throw await fenced("approval request", e);
+        if (e.code === "invalid" || e.code === "too_large")
+          throw new Permanent(new DwrError(e, "task.request_approval").message, { code: e.code });
+        throw new DwrError(e, "task.request_approval");
+      },
+    };
+  }
+
+  /** report sends the attempt's outcome, then settles the item. */
+  private async report(attempt: number, rep: Report, watch: Watch): Promise<void> {
+    const id = this.item.task_id;
+    const base = { task_id: id, attempt, token: this.token };
+    let r: Reply | undefined;
+    try {
+      if (rep.wait?.approvalId !== undefined) {
+        // The request recorded the approval, which parked the attempt.
+        this.ack();
+        this.log("waiting", attempt, rep.wait.message);
+        return;
+      }
+      if (rep.wait) {
+        const w = rep.wait;
+        const body =
+          w.signalName !== undefined
+            ? { ...base, kind: "signal", signal: w.signalName }
+            : { ...base, kind: "timer", until: w.until!.toISOString() };
+        r = await this.svc.command("task.wait", body, { commandId: `wait.${id}.${attempt}`, signal: this.hard });
+        if (!r.ok && r.error!.code === "invalid") {
+          rep = {
+            failure: {
+              code: SDKCode.InvalidResult,
+              message: clip("the service refused the wait: " + r.error!.message, maxMessage),
+              retryable: false,
+            },
+          };
+        }
+      } else if (!rep.failure) {
+        const raw =
+          `{"task_id":${JSON.stringify(id)},"attempt":${attempt},"token":${JSON.stringify(this.token)}` +
+          (rep.output !== undefined ? `,"result":${rep.output}` : "") +
+          (rep.artifacts?.length ? `,"artifacts":${JSON.stringify(rep.artifacts)}` : "") +
+          (rep.modelSteps?.length ? `,"model_steps":${JSON.stringify(rep.modelSteps)}` : "") +
+          "}";
+        r = await this.svc.command("task.succeed", new TextEncoder().encode(raw), {
+          commandId: `succeed.${id}.${attempt}`,
+          signal: this.hard,
+        });
+        if (!r.ok && (r.error!.code === "invalid" || r.error!.code === "too_large")) {
+          rep = {
+            failure: {
+              code: SDKCode.InvalidResult,
+              message: clip("the service refused the result: " + r.error!.message, maxMessage),
+              retryable: false,
+            },
+            modelSteps: rep.modelSteps,
+          };
+        }
+      }
+      if (rep.failure) {
+        const f = rep.failure;
+        r = await this.svc.command(
+          "task.fail",
+          { ...base, error: { code: f.code, message: f.message }, retryable: f.retryable, model_steps: rep.modelSteps },
+          { commandId: `fail.${id}.${attempt}`, signal: this.hard },
+        );
+      }
+    } catch (e) {
+      this.log("unsettled", attempt, (e as Error).message);
+      return;
+    }
+    if (r!.ok) {
+      this.ack();
+      this.log(
+        rep.wait ? "waiting" : rep.failure ? (rep.failure.retryable ? "failed" : "failed_permanently") : "succeeded",
+        attempt,
+      );
+      return;
+    }
+    const e = r!.error!;
+    if (e.code === "conflict" || e.code === "not_found") {
+      await this.settleFenced(attempt, watch, e.message);
+      return;
+    }
+    // Refused for another reason: left to be redelivered, so that a later attempt supersedes this one.
+    this.c.log.error(`dwr: report of task ${id} attempt ${attempt} refused: ${e.code}: ${e.message}`);
+    this.log("unsettled", attempt, "report refused: " + e.code);
+  }
+
+  /**
+   * settleFenced settles the item of an attempt whose report was refused as
+   * no longer holding the task: acknowledged, unless a redelivery of it now
+   * runs an attempt of its own (an ack would take the item from under it).
+   */
+  private async settleFenced(attempt: number, watch: Watch, why: string) {
+    if (!watch.ended) {
+      try {
+        const { task, caughtUp } = await this.readTask(this.item.task_id, (t) => running(t)?.n !== attempt);
+        if (!caughtUp) {
+          this.log("unsettled", attempt, "the views still show the attempt running");
+          return;
+        }
+        const a = runningFromItem(task, this.item.attempt);
+        if (a && a.n > attempt) {
+          this.log("refused", attempt, `${why} (attempt ${a.n} holds the item)`);
+          return;
+        }
+      } catch (e) {
+        this.log("unsettled", attempt, (e as Error).message);
+        return;
+      }
+    }
+    this.ack();
+    this.log("refused", attempt, why);
+  }
+
+  /** judge runs the verifier on a verify item and records its verdict. */
+  async judge(verify: VerifyHandler): Promise<void> {
+    const stopBeats = this.heartbeats();
+    const it = this.item;
+    try {
+      if (this.sealed) {
+        const t = await this.getTask(it.task_id);
+        const a = t.attempts?.find((x) => x.n === it.attempt);
+        if (!a) throw new Error(`task ${it.task_id} has no attempt ${it.attempt} to judge`);
+        it.input = t.spec.input;
+        it.result = a.result;
+        it.verifications = t.verifications;
+        it.prior_attempts = (t.attempts ?? []).filter((p) => p.n < it.attempt);
+      }
+      const check: Check = {
+        taskId: it.task_id,
+        workspace: it.workspace,
+        queue: it.queue,
+        goalId: it.goal_id,
+        key: it.key,
+        title: it.title,
+        attempt: it.attempt,
+        input: it.input,
+        result: it.result,
+        artifacts: it.artifacts ?? [],
+        resultDigest: it.result_digest ?? "",
+        priorAttempts: it.prior_attempts ?? [],
+        verifications: it.verifications ?? [],
+        abort: this.hard,
+        getArtifact: (sha) => getArtifact(this.svc, sha, { signal: this.hard }),
+        putArtifact: async (name, bytes) => refOf(await putArtifact(this.svc, bytes, { name, taskId: it.task_id }, this.hard)),
+      };
+      let v: Verdict;
+      try {
+        v = await verify(check);
+      } catch (e) {
+        this.log("unsettled", it.attempt, (e as Error)?.message ?? String(e));
+        this.nak();
+        return;
+      }
+      const evidence = v?.evidence === undefined ? undefined : JSON.stringify(v.evidence);
+      let bad = "";
+      if (!v || !["PASS", "FAIL", "INCONCLUSIVE"].includes(v.outcome))
+        bad = `outcome "${v?.outcome}" is not PASS, FAIL or INCONCLUSIVE`;
+      else if (evidence !== undefined && Buffer.byteLength(evidence) > MaxPayloadBytes)
+        bad = `the evidence is ${Buffer.byteLength(evidence)} bytes; at most ${MaxPayloadBytes} are allowed (store it as an artifact)`;
+      if (bad) {
+        this.c.log.error(`dwr: an unusable verdict on task ${it.task_id}; the item is delivered again: ${bad}`);
+        this.log("unsettled", it.attempt, bad);
+        this.nak();
+        return;
+      }
+      const r = await this.svc.command(
+        "task.verify",
+        {
+          task_id: it.task_id,
+          attempt: it.attempt,
+          outcome: v.outcome,
+          evidence: evidence === undefined ? undefined : JSON.parse(evidence),
+          evidence_refs: v.evidenceRefs,
+          verifier: this.c.executor,
+          verifier_version: this.c.version || undefined,
+          result_digest: it.result_digest,
+        },
+        { commandId: `verify.${it.task_id}.${it.attempt}.${this.c.executor}`, signal: this.hard },
+      );
+      if (r.ok) {
+        this.ack();
+        this.log("verified", it.attempt, "verdict=" + v.outcome);
+      } else if (r.error!.code === "conflict" || r.error!.code === "not_found") {
+        this.ack(); // the task moved on: the item is stale
+        this.log("refused", it.attempt, r.error!.message);
+      } else {
+        this.log("unsettled", it.attempt, `verdict refused: ${r.error!.code}: ${r.error!.message}`);
+      }
+    } catch (e) {
+      this.log("unsettled", it.attempt, (e as Error).message);
+    } finally {
+      await stopBeats();
+    }
+  }
+}

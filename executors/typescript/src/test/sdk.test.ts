@@ -1,0 +1,233 @@
+// Unit tests of the SDK's parts that need no server: what a handler's
+// return or throw is reported as (through the testing harness, which uses
+// the worker's own rules), approvals by digest, durations, credentials.
+// `npm test` runs them; integration/ runs the SDK against a real service.
+import assert from "node:assert/strict";
+import { generateKeyPairSync, verify } from "node:crypto";
+import { mkdtempSync, writeFileSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { test } from "node:test";
+import { createUser } from "@nats-io/nkeys";
+import {
+  AbortReason,
+  Cause,
+  Failure,
+  Permanent,
+  actionDigest,
+  canonicalJSON,
+  parseDuration,
+  readCredential,
+  readSigningKey,
+  signDecision,
+  type Job,
+} from "../index.js";
+import { runJob } from "../testing.js";
+
+test("a result is reported as the output, with its artifacts and model steps", async () => {
+  const out = await runJob(
+    async (job: Job) => {
+      await job.saveCheckpoint({ step: 1 });
+      const a = await job.putArtifact("report.txt", "hello");
+      job.recordModelStep({ model: "m1", tokens: 3 });
+      return { output: { n: (job.input as { n: number }).n + 1, key: job.operationKey }, artifacts: [a] };
+    },
+    { input: { n: 41 }, operationKey: "op-1" },
+  );
+  assert.equal(out.state, "succeeded");
+  assert.deepEqual(out.output, { n: 42, key: "op-1" });
+  assert.deepEqual(out.checkpoints, [{ step: 1 }]);
+  assert.equal(out.artifacts?.[0]?.sha256, "2cf24dba5fb0a30e26e83b2ac5b9e29e1b161e5c1fa7425e73043362938b9824");
+  assert.deepEqual(out.modelSteps, [{ model: "m1", tokens: 3 }]);
+});
+
+test("an error is a retryable failure; Permanent and Failure say otherwise", async () => {
+  const retry = await runJob(async () => {
+    throw new Error("the API timed out");
+  });
+  assert.deepEqual(retry.failure, { message: "the API timed out", retryable: true });
+
+  const perm = await runJob(async () => {
+    throw new Permanent("no such order", { code: "not_found" });
+  });
+  assert.deepEqual(perm.failure, { code: "not_found", message: "no such order", retryable: false });
+
+  const f = await runJob(async () => {
+    throw new Failure("rate limited", { code: "rate_limited", retryable: true });
+  });
+  assert.deepEqual(f.failure, { code: "rate_limited", message: "rate limited", retryable: true });
+
+  const odd = await runJob(async () => {
+    throw "a string"; // eslint-disable-line no-throw-literal
+  });
+  assert.deepEqual(odd.failure, { message: "a string", retryable: true });
+});
+
+test("a failure keeps the model steps the job recorded", async () => {
+  const out = await runJob(async (job: Job) => {
+    job.recordModelStep({ model: "m1", tokens: 7 });
+    throw new Error("the model's answer did not parse");
+  });
+  assert.equal(out.state, "failed");
+  assert.deepEqual(out.modelSteps, [{ model: "m1", tokens: 7 }]);
+});
+
+test("an error after the deadline aborted the job is coded timeout", async () => {
+  const ctl = new AbortController();
+  ctl.abort(new AbortReason(Cause.Timeout, "dwr: the attempt passed its deadline"));
+  const out = await runJob(
+    async (job: Job) => {
+      throw job.abort.reason;
+    },
+    { abort: ctl.signal },
+  );
+  assert.equal(out.failure?.code, "timeout");
+  assert.equal(out.failure?.retryable, true);
+});
+
+test("an output too large or that does not encode is a failure not retried", async () => {
+  const big = await runJob(async () => ({ output: "x".repeat(256 << 10) }));
+  assert.equal(big.failure?.code, "invalid_result");
+  assert.equal(big.failure?.retryable, false);
+  const cyclic: Record<string, unknown> = {};
+  cyclic.self = cyclic;
+  const bad = await runJob(async () => ({ output: cyclic }));
+  assert.equal(bad.failure?.code, "invalid_result");
+});
+
+test("a checkpoint larger than 256 KiB is refused before it is sent", async () => {
+  const out = await runJob(async (job: Job) => {
+    await job.saveCheckpoint({ blob: "x".repeat(256 << 10) });
+    return {};
+  });
+  assert.equal(out.state, "failed");
+  assert.match(out.failure!.message, /at most 262144 are allowed/);
+  assert.deepEqual(out.checkpoints, []);
+});
+
+test("sleep and awaitSignal park the task", async () => {
+  const until = new Date("2030-01-01T00:00:00Z");
+  const slept = await runJob((job: Job) => job.sleep(until));
+  assert.equal(slept.state, "waiting");
+  assert.equal(slept.wait?.until?.toISOString(), until.toISOString());
+
+  const waited = await runJob(async (job: Job) => {
+    if (!job.signal) return job.awaitSignal("go-ahead");
+    return { output: job.signal.payload };
+  });
+  assert.equal(waited.wait?.signalName, "go-ahead");
+  const resumed = await runJob(
+    async (job: Job) => {
+      if (!job.signal) return job.awaitSignal("go-ahead");
+      return { output: job.signal.payload };
+    },
+    { signal: { name: "go-ahead", payload: { by: "ops" } } },
+  );
+  assert.deepEqual(resumed.output, { by: "ops" });
+});
+
+test("a dropped sleep does not end the process with an unhandled rejection", async () => {
+  const out = await runJob(async (job: Job) => {
+    void job.sleep(new Date()); // forgotten: not returned
+    return { output: 1 };
+  });
+  assert.equal(out.state, "succeeded");
+});
+
+test("an approval is asked once, and the decision on that exact action is handed back", async () => {
+  const handler = async (job: Job) => {
+    const d = await job.requestApproval({ action: { refund: 120, order: "o-7" }, role: "ops", summary: "refund" });
+    return { output: { response: d.response, digest: d.actionDigest } };
+  };
+  const asked = await runJob(handler);
+  assert.equal(asked.state, "waiting");
+  assert.equal(asked.wait?.approvalId, "01J00000000000000000000000-1");
+  const digest = actionDigest({ order: "o-7", refund: 120 }); // key order does not matter
+  assert.equal(asked.wait?.actionDigest, digest);
+  assert.deepEqual(asked.approvals[0]?.action, { order: "o-7", refund: 120 });
+
+  const other = {
+    approvalId: "x-1",
+    actionDigest: actionDigest({ refund: 999, order: "o-7" }),
+    response: "approve",
+    approver: "eve",
+    decidedAt: "2026-01-01T00:00:00Z",
+  };
+  const still = await runJob(handler, { decisions: [other] });
+  assert.equal(still.state, "waiting", "a decision on another action authorizes nothing");
+
+  const mine = { ...other, actionDigest: digest, approver: "ada" };
+  const done = await runJob(handler, { decisions: [other, mine] });
+  assert.deepEqual(done.output, { response: "approve", digest });
+});
+
+test("canonical JSON sorts keys by their UTF-8 bytes and keeps numbers as written", () => {
+  assert.equal(canonicalJSON('{"b": 1.50, "a": [1e3, -0.0], "é": 1, "z": 2}'), '{"a":[1e3,-0.0],"b":1.50,"z":2,"é":1}');
+  assert.equal(canonicalJSON('"a\u2028b<&>"'), '"a\\u2028b<&>"');
+  assert.throws(() => canonicalJSON('{"a": 1} {"b": 2}'), /more than one JSON value/);
+  assert.throws(() => canonicalJSON("[".repeat(40) + "]".repeat(40)), /deeper than 32/);
+  assert.throws(() => canonicalJSON("{'a': 1}"), /not JSON/);
+});
+
+test("durations read as the service writes them", () => {
+  assert.equal(parseDuration("1m30s"), 90000);
+  assert.equal(parseDuration("1.5s"), 1500);
+  assert.equal(parseDuration("250ms"), 250);
+  assert.equal(parseDuration("1h0m0s"), 3600000);
+  assert.equal(parseDuration(2), 2000);
+  assert.equal(parseDuration(undefined), 0);
+  assert.throws(() => parseDuration("soon"), /not a duration/);
+});
+
+test("a credential file yields its seed and public key; anything else is refused", () => {
+  const dir = mkdtempSync(join(tmpdir(), "dwr-creds-"));
+  const kp = createUser();
+  const seed = new TextDecoder().decode(kp.getSeed());
+  const file = join(dir, "pay-1.creds");
+  writeFileSync(file, `# dwr credential: executor pay-1\n# identity ${kp.getPublicKey()}\n${seed}\n`);
+  const c = readCredential(file);
+  assert.equal(c.publicKey, kp.getPublicKey());
+  assert.equal(new TextDecoder().decode(c.seed), seed);
+
+  const empty = join(dir, "empty.creds");
+  writeFileSync(empty, "# nothing here\n");
+  assert.throws(() => readCredential(empty), /holds no user nkey seed/);
+  const huge = join(dir, "huge.creds");
+  writeFileSync(huge, "#".repeat(70 << 10));
+  assert.throws(() => readCredential(huge), /larger than 65536 bytes/);
+});
+
+test("a key file yields the approver's Ed25519 key; another kind of key is refused", () => {
+  const dir = mkdtempSync(join(tmpdir(), "dwr-key-"));
+  const { privateKey, publicKey } = generateKeyPairSync("ed25519");
+  const file = join(dir, "ada.key");
+  writeFileSync(file, `# approver: ada\n# workspace: default\n${privateKey.export({ type: "pkcs8", format: "pem" })}`);
+  const k = readSigningKey(file);
+  assert.equal(k.approver, "ada");
+  assert.equal(k.workspace, "default");
+  const sig = signDecision(k.key, "T-1", "approve", "sha256:ab");
+  assert.ok(
+    verify(null, Buffer.from("dwr approval decision v1\nT-1\napprove\nsha256:ab"), publicKey, Buffer.from(sig, "base64")),
+  );
+
+  const rsa = join(dir, "rsa.key");
+  writeFileSync(rsa, generateKeyPairSync("rsa", { modulusLength: 1024 }).privateKey.export({ type: "pkcs8", format: "pem" }));
+  assert.throws(() => readSigningKey(rsa), /not an Ed25519 key/);
+  const none = join(dir, "none.key");
+  writeFileSync(none, "# approver: ada\n");
+  assert.throws(() => readSigningKey(none), /holds no PEM "PRIVATE KEY" block/);
+});
+
+test("a job reads artifacts by digest: those it stored, and those the test gives", async () => {
+  const given = "2cf24dba5fb0a30e26e83b2ac5b9e29e1b161e5c1fa7425e73043362938b9824"; // sha256("hello")
+  const out = await runJob(
+    async (job: Job) => {
+      const a = await job.putArtifact("mine.txt", "mine");
+      const mine = new TextDecoder().decode(await job.getArtifact(a.sha256));
+      const theirs = new TextDecoder().decode(await job.getArtifact(given));
+      return { output: { mine, theirs } };
+    },
+    { artifacts: { [given]: "hello" } },
+  );
+  assert.deepEqual(out.output, { mine: "mine", theirs: "hello" });
+});

@@ -1,0 +1,272 @@
+// The wire contract's types (schemas/*.json), as the SDK and the client
+// read and send them. Only the fields this package uses are typed; the
+// service may send more.
+
+/** A JSON value. */
+export type JSONValue = null | boolean | number | string | JSONValue[] | { [key: string]: JSONValue };
+
+/** The service's refusal: `{"ok": false, "error": {...}}`. */
+export interface WireError {
+  code: string;
+  message: string;
+  fields?: { pointer: string; message: string }[];
+  retry_after?: string;
+}
+
+/** Every reply of the service. */
+export interface Reply<T = unknown> {
+  ok: boolean;
+  result?: T;
+  seq?: number;
+  next?: string;
+  error?: WireError;
+}
+
+/** An artifact as a result, a verdict or a dependency names it: by its SHA-256. */
+export interface ArtifactRef {
+  name: string;
+  sha256: string;
+  size?: number;
+  type?: string;
+}
+
+/** A consequential model call an attempt made: counted against its goal's budget. */
+export interface ModelStep {
+  model: string;
+  prompt_version?: string;
+  tool_schema_version?: string;
+  input_ref?: string;
+  response_ref?: string;
+  parsed?: unknown;
+  validation?: string;
+  tokens?: number;
+  cost?: number;
+}
+
+/** A failed attempt's (or task's) error: its code and message. */
+export interface ErrorInfo {
+  code?: string;
+  message: string;
+}
+
+/** One attempt of a task: who ran it, how it ended, what it reported. */
+export interface Attempt {
+  n: number;
+  executor: string;
+  executor_version?: string;
+  operation_key: string;
+  state: string; // running | succeeded | failed | abandoned | parked | cancelled
+  started_at: string;
+  ended_at?: string;
+  deadline?: string;
+  result?: unknown;
+  artifacts?: ArtifactRef[];
+  model_steps?: ModelStep[];
+  error?: ErrorInfo;
+  retryable?: boolean;
+  reason?: string;
+  token_hash?: string;
+}
+
+/** A verifier's verdict on an attempt's result. */
+export interface Verification {
+  attempt: number;
+  outcome: string;
+  evidence?: unknown;
+  evidence_refs?: ArtifactRef[];
+  verifier?: string;
+  verifier_version?: string;
+  result_digest?: string;
+}
+
+/** A person's decision on an approval. */
+export interface ApprovalDecision {
+  response: string;
+  comment?: string;
+  approver: string;
+  role?: string;
+  decided_at: string;
+}
+
+/** An approval a task asked for: the action, its digest and, once decided, the decision. */
+export interface Approval {
+  id: string;
+  task_id: string;
+  attempt?: number;
+  kind?: string;
+  action: unknown;
+  action_digest: string;
+  summary?: string;
+  role?: string;
+  state: string;
+  expires_at?: string;
+  decision?: ApprovalDecision;
+}
+
+/** A signal sent to a task (task.signal). */
+export interface Signal {
+  name: string;
+  payload?: unknown;
+}
+
+/** How a task's failed attempts are retried (durations as "30s"). */
+export interface RetryPolicy {
+  max_attempts?: number;
+  initial_backoff?: string;
+  multiplier?: number;
+  max_backoff?: string;
+  non_retryable?: string[];
+}
+
+/** A task as a plan or task.create gives it; the service takes more fields than are typed here. */
+export interface TaskSpec {
+  key?: string;
+  title?: string;
+  queue: string;
+  input?: unknown;
+  depends_on?: string[];
+  retry?: RetryPolicy;
+  timeout?: string;
+  verification?: { queue: string; on_fail?: string; on_inconclusive?: string };
+  [more: string]: unknown;
+}
+
+/** What a waiting task waits for. */
+export interface Wait {
+  kind: string;
+  signal?: string;
+  until?: string;
+  approval_id?: string;
+  goal_id?: string;
+}
+
+/** A task as task.get and a claim answer it. */
+export interface Task {
+  id: string;
+  workspace: string;
+  goal_id?: string;
+  plan_version?: number;
+  key?: string;
+  spec: TaskSpec;
+  depends_on?: string[];
+  state: string;
+  wait?: Wait;
+  attempts?: Attempt[];
+  checkpoint?: unknown;
+  verifications?: Verification[];
+  approvals?: Approval[];
+  signal?: Signal;
+  reason?: string;
+  error?: ErrorInfo;
+}
+
+/** The accepted result and artifacts of a task another depends on. */
+export interface Dependency {
+  key?: string;
+  task_id: string;
+  result?: unknown;
+  artifacts?: ArtifactRef[];
+}
+
+/** A work item on a queue (schemas/work_item.json): an attempt to run, or a result to verify. */
+export interface WorkItem {
+  kind: string; // execute | verify
+  task_id: string;
+  workspace: string;
+  queue: string;
+  attempt: number;
+  operation_key: string;
+  task?: Task;
+  dependencies?: Dependency[];
+  goal_id?: string;
+  key?: string;
+  title?: string;
+  input?: unknown;
+  prior_attempts?: Attempt[];
+  verifications?: Verification[];
+  result?: unknown;
+  artifacts?: ArtifactRef[];
+  result_digest?: string;
+}
+
+/** What a command answers (schemas.CommandResult). */
+export interface CommandResult {
+  id: string;
+  state?: string;
+  version: number;
+  attempt?: number;
+  plan_version?: number;
+  tasks?: { key: string; task_id: string }[];
+  task?: Task;
+  token_hash?: string;
+  token?: string;
+  approval_id?: string;
+  goal_id?: string;
+  queue?: string;
+  lease_ms?: number;
+  max_deliver?: number;
+  duplicate?: boolean;
+}
+
+/** A goal as goal.get answers it (its view: state, plan, tasks, spend). */
+export interface Goal {
+  id: string;
+  workspace: string;
+  title: string;
+  state: string;
+  reason?: string;
+  plan_version?: number;
+  [more: string]: unknown;
+}
+
+/** Task states. */
+export const TaskState = {
+  Pending: "pending",
+  Ready: "ready",
+  Running: "running",
+  Waiting: "waiting",
+  Verifying: "verifying",
+  NeedsReview: "needs_review",
+  Backoff: "backoff",
+  Accepted: "accepted",
+  Failed: "failed",
+  Rejected: "rejected",
+  Cancelled: "cancelled",
+} as const;
+
+/** Error codes of the service's refusals. */
+export const Code = {
+  Invalid: "invalid",
+  NotFound: "not_found",
+  Conflict: "conflict",
+  Forbidden: "forbidden",
+  TooLarge: "too_large",
+  Unavailable: "unavailable",
+  Internal: "internal",
+} as const;
+
+/** The wire's headers. */
+export const Header = {
+  CommandID: "Dwr-Command-Id",
+  CorrelationID: "Dwr-Correlation-Id",
+  MinSeq: "Dwr-Min-Seq",
+  Upload: "Dwr-Upload",
+  Chunk: "Dwr-Chunk",
+  ChunkSeq: "Dwr-Chunk-Seq",
+  ArtifactSize: "Dwr-Artifact-Size",
+  ArtifactChunks: "Dwr-Artifact-Chunks",
+} as const;
+
+/** A message is at most this large (the service's bound), checked before it is decoded. */
+export const MaxMessageBytes = 1 << 20;
+
+/** A result, checkpoint, action or evidence is at most this large once encoded. */
+export const MaxPayloadBytes = 256 << 10;
+
+/** The JetStream API prefix an executor account reaches JetStream through. */
+export const JetStreamAPIPrefix = "dwrjs";
+
+/** The states a task ends in. */
+export function terminal(state: string): boolean {
+  return state === "accepted" || state === "failed" || state === "rejected" || state === "cancelled";
+}
