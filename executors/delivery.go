@@ -15,6 +15,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/dwr-run/dwr/executors/client"
 	"github.com/dwr-run/dwr/schemas"
 )
 
@@ -770,8 +771,8 @@ func fencedRefusal(e *schemas.Error) bool {
 }
 
 // getTask reads task id from the views.
-func (d *delivery) getTask(ctx context.Context, id string) (*schemas.Task, error) {
-	r, err := d.w.c.query(ctx, "task.get", schemas.Query{ID: id})
+func (d *delivery) getTask(ctx context.Context, id string, opts ...client.CallOption) (*schemas.Task, error) {
+	r, err := d.w.c.query(ctx, "task.get", schemas.Query{ID: id}, opts...)
 	if err != nil {
 		return nil, err
 	}

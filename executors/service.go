@@ -50,8 +50,8 @@ func (s *service) command(ctx context.Context, name string, body any, id string)
 
 // query sends the named query, with the same retries as command; it reads
 // at least what the worker's accepted commands wrote.
-func (s *service) query(ctx context.Context, name string, q schemas.Query) (*schemas.Reply, error) {
-	r, err := s.c.Query(ctx, name, q, nil)
+func (s *service) query(ctx context.Context, name string, q schemas.Query, opts ...client.CallOption) (*schemas.Reply, error) {
+	r, err := s.c.Query(ctx, name, q, nil, opts...)
 	return replyOf(ctx, r, err)
 }
 

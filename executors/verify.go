@@ -161,7 +161,9 @@ func callVerifier(ctx context.Context, v VerifyHandler, c *Check) (verdict Verdi
 // attempts and the verifications.
 func (d *delivery) openCheck(ctx context.Context) error {
 	it := &d.item
-	t, err := d.getTask(ctx, it.TaskID)
+	// The item left before the views applied the result it judges: read
+	// them at least as of the item's record.
+	t, err := d.getTask(ctx, it.TaskID, client.MinSeq(it.Seq))
 	if err != nil {
 		return err
 	}

@@ -28,19 +28,19 @@ import (
 // execute item carries the task as it is now, without the command ids it
 // remembers (they are its senders' business); msg leaves it out when the
 // item would be larger than schemas.MaxItemTaskBytes.
-func workItemOf(t *domain.Task, store aggregates) schemas.WorkItem {
+func workItemOf(t *domain.Task, store aggregates, seq uint64) schemas.WorkItem {
 	if t.State == domain.StateVerifying && t.Spec.Verification != nil {
 		a := t.Current()
 		return schemas.WorkItem{Kind: schemas.WorkKindVerify, TaskID: t.ID, Workspace: t.Workspace, Queue: t.Spec.Verification.Queue,
 			GoalID: t.GoalID, Key: t.Key, Title: t.Spec.Title, Attempt: a.N, OperationKey: domain.OperationKey(t.ID),
 			Input: t.Spec.Input, PriorAttempts: t.Attempts[:len(t.Attempts)-1], Verifications: t.Verifications,
-			Result: a.Result, Artifacts: a.Artifacts, ResultDigest: domain.ResultDigest(a.Result)}
+			Result: a.Result, Artifacts: a.Artifacts, ResultDigest: domain.ResultDigest(a.Result), Seq: seq}
 	}
 	task := t.Clone()
 	task.Commands = nil
 	return schemas.WorkItem{Kind: schemas.WorkKindExecute, TaskID: t.ID, Workspace: t.Workspace, Queue: t.Spec.Queue,
 		Attempt: len(t.Attempts) + 1, OperationKey: domain.OperationKey(t.ID), Task: task,
-		Dependencies: dependenciesOf(t, store)}
+		Dependencies: dependenciesOf(t, store), Seq: seq}
 }
 
 // dependenciesOf returns the accepted outcome of each task t depends on, in
@@ -322,7 +322,7 @@ func (d *dispatcher) retryLoop(ctx context.Context) {
 
 // dispatchCommit publishes the work items of the tasks that a committed
 // record left ready, as states has them.
-func (d *dispatcher) dispatchCommit(c *eventstore.Commit, store aggregates, traces commandTraces) {
+func (d *dispatcher) dispatchCommit(c *eventstore.Commit, seq uint64, store aggregates, traces commandTraces) {
 	seen := map[string]bool{}
 	for i := range c.Events {
 		e := &c.Events[i]
@@ -347,7 +347,7 @@ func (d *dispatcher) dispatchCommit(c *eventstore.Commit, store aggregates, trac
 			continue
 		}
 		if dispatchable(t) {
-			it := workItemOf(t, store)
+			it := workItemOf(t, store, seq)
 			if err := d.ensureQueue(context.Background(), store, t.Workspace, it.Queue); err != nil {
 				d.logger.Warn("handlers: a queue's consumer could not be created; its items wait in the stream", "err", err)
 			}
@@ -403,7 +403,7 @@ func (d *dispatcher) rederive(ctx context.Context, store *projections.Store) (in
 		}
 		tasks := append(ready, verifying...)
 		for _, t := range tasks {
-			it := workItemOf(t, store)
+			it := workItemOf(t, store, store.Checkpoint())
 			if err := d.ensureQueue(ctx, store, ws.Name, it.Queue); err != nil {
 				return n, err
 			}

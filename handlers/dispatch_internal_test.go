@@ -90,7 +90,7 @@ func TestAnExecuteItemCarriesItsTaskWithinItsBound(t *testing.T) {
 	small := &domain.Task{ID: "01Q3G99648H87N2YG8NR952X83", Workspace: "default", State: domain.StateReady,
 		Spec: domain.TaskSpec{Queue: "q", Input: json.RawMessage(`{"n":1}`)}, Versioned: domain.Versioned{Commands: []string{"5:alice:cmd-1"}}}
 	var it schemas.WorkItem
-	m, err := d.msg(workItemOf(small, nil))
+	m, err := d.msg(workItemOf(small, nil, 0))
 	require.NoError(t, err)
 	require.NoError(t, json.Unmarshal(m.Data, &it))
 	require.NotNil(t, it.Task)
@@ -99,7 +99,7 @@ func TestAnExecuteItemCarriesItsTaskWithinItsBound(t *testing.T) {
 
 	big := small.Clone()
 	big.Spec.Input = json.RawMessage(`"` + strings.Repeat("a", schemas.MaxItemTaskBytes) + `"`)
-	m, err = d.msg(workItemOf(big, nil))
+	m, err = d.msg(workItemOf(big, nil, 0))
 	require.NoError(t, err)
 	it = schemas.WorkItem{}
 	require.NoError(t, json.Unmarshal(m.Data, &it))
@@ -136,19 +136,19 @@ func TestAnExecuteItemCarriesItsDependenciesWithinItsBound(t *testing.T) {
 		require.NoError(t, json.Unmarshal(m.Data, &got))
 		return got
 	}
-	it := read(workItemOf(task, store))
+	it := read(workItemOf(task, store, 0))
 	require.Equal(t, []schemas.Dependency{
 		{Key: "b", TaskID: "01Q3G99648H87N2YG8NR952X82", Result: json.RawMessage(`{"b":2}`)},
 		{Key: "a", TaskID: "01Q3G99648H87N2YG8NR952X81", Result: json.RawMessage(`{"a":1}`)}}, it.Dependencies,
 		"the accepted attempt's result, in depends_on order")
 
 	store["01Q3G99648H87N2YG8NR952X81"].Attempts[1].Result = json.RawMessage(`"` + strings.Repeat("a", schemas.MaxItemTaskBytes) + `"`)
-	it = read(workItemOf(task, store))
+	it = read(workItemOf(task, store, 0))
 	require.Nil(t, it.Dependencies, "too large: the item goes without them")
 	require.NotNil(t, it.Task, "and keeps its task")
 
 	store["01Q3G99648H87N2YG8NR952X81"].State = domain.StateRunning
-	require.Nil(t, workItemOf(task, store).Dependencies, "not seen accepted: left to the executor")
+	require.Nil(t, workItemOf(task, store, 0).Dependencies, "not seen accepted: left to the executor")
 }
 
 // A verify item carries the earlier attempts and verdicts as context, each
@@ -173,7 +173,7 @@ func TestAVerifyItemStaysWithinTheStreamsMessageBound(t *testing.T) {
 	for n := 1; n <= 3; n++ {
 		task.Verifications = append(task.Verifications, schemas.Verification{Attempt: n, Outcome: domain.OutcomeFail, Evidence: big('e')})
 	}
-	it := workItemOf(task, nil)
+	it := workItemOf(task, nil, 0)
 	full, err := json.Marshal(it)
 	require.NoError(t, err)
 	require.Greater(t, len(full), 1<<20, "the whole item would not fit a message")
@@ -196,7 +196,7 @@ func TestAVerifyItemStaysWithinTheStreamsMessageBound(t *testing.T) {
 	task.Attempts = task.Attempts[2:]
 	task.Attempts[0].Result, task.Verifications = json.RawMessage(`{"ok":false}`), task.Verifications[:1]
 	task.Verifications[0].Evidence = json.RawMessage(`"too short"`)
-	m, err = d.msg(workItemOf(task, nil))
+	m, err = d.msg(workItemOf(task, nil, 0))
 	require.NoError(t, err)
 	require.NoError(t, json.Unmarshal(m.Data, &sent))
 	require.Len(t, sent.PriorAttempts, 1)

@@ -207,7 +207,7 @@ func TestVerifyingTasksAreDispatchedToTheirVerifier(t *testing.T) {
 		"verification": map[string]any{"queue": "checks"}}})
 	it, m := exec.next(5 * time.Second)
 	b.mustCommand(t, "task.claim", map[string]any{"task_id": task.ID, "executor": "writer"})
-	b.mustCommand(t, "task.succeed", map[string]any{"task_id": task.ID, "attempt": it.Attempt, "result": map[string]any{"text": "v1"}})
+	_, succeeded := b.mustCommand(t, "task.succeed", map[string]any{"task_id": task.ID, "attempt": it.Attempt, "result": map[string]any{"text": "v1"}})
 	require.NoError(t, m.Ack())
 
 	v, vm := checks.next(5 * time.Second)
@@ -215,6 +215,13 @@ func TestVerifyingTasksAreDispatchedToTheirVerifier(t *testing.T) {
 	require.Equal(t, 1, v.Attempt)
 	require.JSONEq(t, `{"text":"v1"}`, string(v.Result))
 	require.Equal(t, domain.ResultDigest(v.Result), v.ResultDigest)
+	// The item names the record that dispatched it: it left before the
+	// views applied that record, and a read at least as of it sees the
+	// result judged.
+	require.Equal(t, succeeded, v.Seq)
+	var seen schemas.Task
+	b.query(t, "task.get", schemas.Query{ID: task.ID}, v.Seq, &seen)
+	require.JSONEq(t, `{"text":"v1"}`, string(seen.Attempt(v.Attempt).Result))
 	// FAIL: a new attempt is dispatched, handed the evidence.
 	b.mustCommand(t, "task.verify", map[string]any{"task_id": task.ID, "attempt": v.Attempt, "outcome": "FAIL",
 		"verifier": "checker", "result_digest": v.ResultDigest, "evidence": map[string]any{"missing": "a title"}})

@@ -71,7 +71,7 @@ type writer struct {
 	// dispatch runs once a record is committed, before the views apply it
 	// (they are written while the items travel): the work items of the
 	// tasks it left ready, with their states as the writer decided them.
-	dispatch func(c *eventstore.Commit, states aggregates, traces commandTraces)
+	dispatch func(c *eventstore.Commit, seq uint64, states aggregates, traces commandTraces)
 	// after runs once a committed record is applied to the views: the
 	// event feed (whose readers find the views at least as far), the
 	// timers' wake-up.
@@ -285,13 +285,13 @@ func (w *writer) Committed(items []*request, c *eventstore.Commit, seq uint64, i
 		// with them first.
 		w.finals.Add(1)
 		if w.dispatch != nil {
-			w.dispatch(c, decidedStates{decided.final, w.store}, traces)
+			w.dispatch(c, seq, decidedStates{decided.final, w.store}, traces)
 		}
 		aerr = w.store.ApplyFinal(seq, c, decided.final)
 	} else {
 		aerr = w.store.ApplyDecided(seq, c)
 		if aerr == nil && w.dispatch != nil {
-			w.dispatch(c, w.store, traces)
+			w.dispatch(c, seq, w.store, traces)
 		}
 	}
 	if aerr != nil {

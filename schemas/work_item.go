@@ -59,6 +59,12 @@ type WorkItem struct {
 	Result        json.RawMessage `json:"result,omitempty"`         // verify: the result to judge, as the attempt reported it
 	Artifacts     []ArtifactRef   `json:"artifacts,omitempty"`      // verify: the attempt's artifacts
 	ResultDigest  string          `json:"result_digest,omitempty"`  // verify: sha256:<hex> of the result, to send back in task.verify
+
+	// Seq is the log sequence of the record that dispatched the item (the
+	// task's state as the item has it). Items leave before the views apply
+	// that record: read the task with a Dwr-Min-Seq of Seq (client.MinSeq)
+	// to see at least what the item saw — its result, for a verifier.
+	Seq uint64 `json:"seq,omitempty"`
 }
 
 // Dependency is the accepted outcome of a task another depends on: what
