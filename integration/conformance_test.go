@@ -65,6 +65,11 @@ func conformanceImpls() []executorImpl {
 			}
 			return startProc(t, e, "dwr worker "+queue, e.bin, append(args, "--", bin), env)
 		}},
+		{name: "Python SDK", start: func(t *testing.T, e *execEnv, creds, queue, role string, env []string) *serverProc {
+			py := pythonSDK(t)
+			return startProc(t, e, "pyexec "+queue, py, []string{"-m", "dwr.conformance"},
+				append(env, "DWR_SERVER="+e.url, "DWR_CREDS="+creds, "PYTHONPATH="+pythonSDKDir, "PYTHONUNBUFFERED=1"))
+		}},
 	}
 }
 
