@@ -5,6 +5,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -20,9 +21,11 @@ var pythonSDKDir = func() string {
 	return dir
 }()
 
-// pythonSDK returns the python3 that runs the Python SDK. Without python3,
-// or without the cryptography package the SDK depends on, the test fails
-// naming what to install when CI is set, and is skipped otherwise.
+// pythonSDK returns the Python interpreter that runs the Python SDK: the
+// python3 on PATH, resolved to its executable once (a version manager's shim
+// costs seconds at every start). Without python3, or without the
+// cryptography package the SDK depends on, the test fails naming what to
+// install when CI is set, and is skipped otherwise.
 func pythonSDK(t *testing.T) string {
 	t.Helper()
 	missing := func(what string) {
@@ -37,13 +40,25 @@ func pythonSDK(t *testing.T) string {
 	if err != nil {
 		missing("python3 (3.10 or later) on PATH")
 	}
-	out, err := exec.Command(py, "-c", "import sys, cryptography; assert sys.version_info >= (3, 10)").CombinedOutput()
-	if err != nil {
+	pythonOnce.Do(func() {
+		out, err := exec.Command(py, "-c", "import sys, cryptography; assert sys.version_info >= (3, 10); print(sys.executable)").CombinedOutput()
+		if err != nil {
+			pythonErr = strings.TrimSpace(string(out))
+			return
+		}
+		pythonExe = strings.TrimSpace(string(out))
+	})
+	if pythonExe == "" {
 		missing("Python 3.10 or later with the cryptography package (pip install cryptography, or apt-get install python3-cryptography): " +
-			strings.TrimSpace(string(out)))
+			pythonErr)
 	}
-	return py
+	return pythonExe
 }
+
+var (
+	pythonOnce           sync.Once
+	pythonExe, pythonErr string
+)
 
 // TestPythonSDKUnit runs the Python SDK's unit tests (python3 -m unittest
 // in executors/python): its NATS protocol layer, nkeys, credentials and

@@ -161,10 +161,17 @@ class Subscription:
 
     async def next_msg(self, timeout: Optional[float] = 1.0) -> Msg:
         """The next message; TimeoutError when none comes within timeout."""
+        # Not asyncio.wait_for: before Python 3.12 it can swallow a
+        # cancellation that comes as the message does.
+        getter = asyncio.ensure_future(self._queue.get())
         try:
-            msg = await asyncio.wait_for(self._queue.get(), timeout)
-        except asyncio.TimeoutError:
-            raise TimeoutError("no message on %s within %ss" % (self.subject, timeout)) from None
+            await asyncio.wait({getter}, timeout=timeout)
+        finally:
+            if not getter.done():
+                getter.cancel()
+        if getter.cancelled() or not getter.done():
+            raise TimeoutError("no message on %s within %ss" % (self.subject, timeout))
+        msg = getter.result()
         if msg is None:
             raise ConnectionClosedError("the subscription ended")
         return msg
@@ -445,10 +452,12 @@ class Client:
         self._resp_subject[token] = subject
         try:
             await self.publish(subject, payload, reply=self._resp_prefix + token, headers=headers)
-            try:
-                msg = await asyncio.wait_for(fut, timeout)
-            except asyncio.TimeoutError:
-                raise TimeoutError("no reply to %s within %ss" % (subject, timeout)) from None
+            # Not asyncio.wait_for: before Python 3.12 it can swallow a
+            # cancellation that comes as the reply does.
+            await asyncio.wait({fut}, timeout=timeout)
+            if not fut.done():
+                raise TimeoutError("no reply to %s within %ss" % (subject, timeout))
+            msg = fut.result()
         finally:
             self._resp.pop(token, None)
             self._resp_subject.pop(token, None)

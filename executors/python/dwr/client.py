@@ -136,7 +136,7 @@ class Client:
             try:
                 return await self._try(subject, data, headers, timeout or self.timeout)
             except DwrError as e:
-                if e.code != UNAVAILABLE or not retry:
+                if e.code != UNAVAILABLE or not retry or self.nc.is_closed:
                     raise
                 pause = wait + random.uniform(0, wait / 2)
                 if e.retry_after:

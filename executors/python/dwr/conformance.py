@@ -177,8 +177,11 @@ async def main() -> None:
     else:
         w.task(env.queue)(handler(env))
     loop = asyncio.get_running_loop()
+    def stop() -> None:
+        logging.getLogger("dwr.conformance").info("stopping: draining the running jobs")
+        w.stop()
     for s in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(s, w.stop)
+        loop.add_signal_handler(s, stop)
     try:
         await w.run()
     finally:
@@ -187,7 +190,7 @@ async def main() -> None:
 
 def run(argv: Optional[list] = None) -> None:
     logging.basicConfig(level=os.environ.get("DWR_LOG_LEVEL", "INFO"), stream=sys.stderr,
-                        format="pyexec %(asctime)s %(levelname)s %(message)s")
+                        format="pyexec %(process)d %(asctime)s %(levelname)s %(message)s")
     asyncio.run(main())
 
 
