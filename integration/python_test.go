@@ -1,12 +1,14 @@
 package integration
 
 import (
+	"errors"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 )
@@ -70,5 +72,37 @@ func TestPythonSDKUnit(t *testing.T) {
 	cmd.Env = append(os.Environ(), "PYTHONPATH="+pythonSDKDir, "PYTHONDONTWRITEBYTECODE=1")
 	out, err := cmd.CombinedOutput()
 	require.NoError(t, err, "python3 -m unittest: %s", out)
+	t.Logf("%s", out)
+}
+
+// TestPythonClient runs the Python SDK's client against a real dwr serve
+// (executors/python/tests/live_client.py): a goal with its plan and a
+// revision, a task read, signalled, cancelled, refusals with their codes and
+// fields, a command id's retry, a subject the role may not use, and an
+// artifact put and read back.
+func TestPythonClient(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts dwr serve")
+	}
+	py := pythonSDK(t)
+	e := newExecEnv(t)
+	creds := filepath.Join(t.TempDir(), "py-caller.creds")
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		out, err := exec.Command(e.bin, "--server", e.url, "--creds", e.adminCreds(), "users", "add", "py-caller",
+			"--role", "client", "--out", creds).CombinedOutput()
+		var ee *exec.ExitError
+		if errors.As(err, &ee) && ee.ExitCode() == 3 && time.Now().Before(deadline) {
+			continue // no writer serves commands yet
+		}
+		require.NoError(t, err, "dwr users add: %s", out)
+		break
+	}
+	cmd := exec.Command(py, filepath.Join("tests", "live_client.py"))
+	cmd.Dir = pythonSDKDir
+	cmd.Env = append(os.Environ(), "PYTHONPATH="+pythonSDKDir, "PYTHONDONTWRITEBYTECODE=1", "DWR_SERVER="+e.url, "DWR_CREDS="+creds)
+	out, err := cmd.CombinedOutput()
+	require.NoError(t, err, "live_client.py: %s", out)
+	require.Contains(t, string(out), "live client: ok")
 	t.Logf("%s", out)
 }

@@ -18,13 +18,15 @@ from __future__ import annotations
 import asyncio
 import base64
 import json
+import logging
 import secrets
-import sys
 from dataclasses import dataclass, field
 from typing import Awaitable, Callable, Dict, List, Optional
 from urllib.parse import urlparse
 
 from ._nkeys import KeyPair
+
+log = logging.getLogger("dwr.nats")
 
 __all__ = [
     "Client",
@@ -320,7 +322,7 @@ class Client:
                     if self.error_cb is not None:
                         self.error_cb(err)
                     else:
-                        print("dwr: nats: server error: " + err, file=sys.stderr)
+                        log.warning("dwr: nats: server error: %s", err)
                 elif line.startswith(b"INFO "):
                     try:
                         self.info.update(json.loads(line[5:]))
@@ -395,7 +397,7 @@ class Client:
     def _task_done(self, task: "asyncio.Task[None]") -> None:
         self._tasks.discard(task)
         if not task.cancelled() and task.exception() is not None:
-            print("dwr: nats: a message handler failed: %r" % (task.exception(),), file=sys.stderr)
+            log.error("dwr: nats: a message handler failed: %r", task.exception())
 
     # -- writing ------------------------------------------------------------
 
