@@ -252,7 +252,7 @@ class Client:
         if u.scheme not in ("nats", ""):
             raise NatsError("scheme %r is not supported (plain nats:// only)" % u.scheme)
         self._reader, self._writer = await asyncio.open_connection(u.hostname or "127.0.0.1", u.port or 4222,
-                                                                   limit=MAX_PAYLOAD_CEILING + 4096)
+                                                                   limit=MAX_CONTROL_LINE + 2)
         line = await self._read_line()
         if not line.startswith(b"INFO "):
             raise NatsError("the server did not start with INFO: %r" % line[:60])
@@ -260,8 +260,8 @@ class Client:
         if self.info.get("tls_required"):
             raise NatsError("the server requires TLS, which this client does not speak")
         mp = self.info.get("max_payload")
-        if isinstance(mp, int) and 0 < mp <= MAX_PAYLOAD_CEILING:
-            self.max_payload = mp
+        if isinstance(mp, int) and mp > 0:
+            self.max_payload = min(mp, MAX_PAYLOAD_CEILING)
         opts: Dict[str, object] = {"verbose": False, "pedantic": False, "lang": "python-dwr", "version": "0.1.0",
                                    "protocol": 1, "headers": True, "no_responders": True, "name": name}
         if nkey_seed is not None:
@@ -359,7 +359,7 @@ class Client:
                 hlen = 0
         except ValueError:
             raise NatsError("a malformed message line: %r" % line[:80]) from None
-        if tlen < 0 or hlen < 0 or hlen > tlen or tlen > MAX_PAYLOAD_CEILING:
+        if tlen < 0 or hlen < 0 or hlen > tlen or tlen > self.max_payload:
             raise NatsError("a message of %d bytes (headers %d) is out of bounds" % (tlen, hlen))
         try:
             body = await self._reader.readexactly(tlen + 2)
@@ -506,8 +506,8 @@ class Client:
             return
         if self._writer is not None:
             try:
-                await self._writer.drain()
-            except (OSError, ConnectionError):
+                await asyncio.wait_for(self._writer.drain(), 2.0)
+            except (OSError, ConnectionError, asyncio.TimeoutError):
                 pass
         await self._shut()
         if self._read_task is not None and self._read_task is not asyncio.current_task():

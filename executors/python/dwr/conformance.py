@@ -171,7 +171,8 @@ async def verify(c: Check) -> Verdict:
 async def main() -> None:
     env = Env()
     nc = await connect(env.server, env.creds, name="pyexec")
-    w = Worker(nc, lease=env.lease, executor="pyexec", concurrency=4)
+    # A drain shorter than the suite's 20 s wait for a stopped executor.
+    w = Worker(nc, lease=env.lease, executor="pyexec", concurrency=4, drain_timeout=10)
     if env.role == ROLE_VERIFIER:
         w.verifier(env.queue)(verify)
     else:

@@ -213,6 +213,33 @@ class FakeServerTest(unittest.IsolatedAsyncioTestCase):
         await server.wait_closed()
 
 
+class LongLineTest(unittest.IsolatedAsyncioTestCase):
+    async def test_a_control_line_beyond_the_bound_closes_the_connection(self) -> None:
+        async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+            writer.write(b'INFO {"server_id":"x"}\r\n')
+            await reader.readline()
+            await reader.readline()
+            writer.write(b"PONG\r\n")
+            await reader.readline()
+            writer.write(b"MSG " + b"a" * (_nats.MAX_CONTROL_LINE + 10))  # no line end
+            await writer.drain()
+            await reader.read()
+            writer.close()
+            await writer.wait_closed()
+
+        server = await asyncio.start_server(serve, "127.0.0.1", 0)
+        port = server.sockets[0].getsockname()[1]
+        nc = await _nats.connect("nats://127.0.0.1:%d" % port)
+        for _ in range(100):
+            if nc.is_closed:
+                break
+            await asyncio.sleep(0.02)
+        self.assertTrue(nc.is_closed)
+        self.assertIn("too long", nc.last_error or "")
+        server.close()
+        await server.wait_closed()
+
+
 class CanonicalTest(unittest.TestCase):
     # The service's fixed answers (schemas/approval_test.go TestActionDigest).
     VECTORS = {
