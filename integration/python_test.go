@@ -86,23 +86,54 @@ func TestPythonClient(t *testing.T) {
 	}
 	py := pythonSDK(t)
 	e := newExecEnv(t)
-	creds := filepath.Join(t.TempDir(), "py-caller.creds")
+	out := runPythonScript(t, py, "live_client.py", "DWR_SERVER="+e.url, "DWR_CREDS="+pythonUser(t, e, "py-caller", "client"))
+	require.Contains(t, out, "live client: ok")
+}
+
+// TestPythonWorker runs a dwr.Worker and a dwr.Client in one Python process
+// against a real dwr serve (executors/python/tests/live_worker.py): a
+// goal's dependent task handed its dependency's result, a delegation parked
+// and resumed with the child goal's results, a per-attempt timeout that
+// cancels the handler with cause "timeout", and a drain that lets a running
+// job report before run returns.
+func TestPythonWorker(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts dwr serve")
+	}
+	py := pythonSDK(t)
+	e := newExecEnv(t)
+	out := runPythonScript(t, py, "live_worker.py", "DWR_SERVER="+e.url,
+		"DWR_CREDS="+pythonUser(t, e, "py-caller", "client"), "DWR_EXECUTOR_CREDS="+e.executorCreds("py", "pyw"))
+	require.Contains(t, out, "live worker: ok")
+}
+
+// pythonUser adds a member of role (once the service takes commands) and
+// returns its credential.
+func pythonUser(t *testing.T, e *execEnv, name, role string) string {
+	t.Helper()
+	creds := filepath.Join(t.TempDir(), name+".creds")
 	deadline := time.Now().Add(30 * time.Second)
 	for {
-		out, err := exec.Command(e.bin, "--server", e.url, "--creds", e.adminCreds(), "users", "add", "py-caller",
-			"--role", "client", "--out", creds).CombinedOutput()
+		out, err := exec.Command(e.bin, "--server", e.url, "--creds", e.adminCreds(), "users", "add", name,
+			"--role", role, "--out", creds).CombinedOutput()
 		var ee *exec.ExitError
 		if errors.As(err, &ee) && ee.ExitCode() == 3 && time.Now().Before(deadline) {
 			continue // no writer serves commands yet
 		}
 		require.NoError(t, err, "dwr users add: %s", out)
-		break
+		return creds
 	}
-	cmd := exec.Command(py, filepath.Join("tests", "live_client.py"))
+}
+
+// runPythonScript runs executors/python/tests/<script> with env, and
+// returns its output; a failure fails the test with it.
+func runPythonScript(t *testing.T, py, script string, env ...string) string {
+	t.Helper()
+	cmd := exec.Command(py, filepath.Join("tests", script))
 	cmd.Dir = pythonSDKDir
-	cmd.Env = append(os.Environ(), "PYTHONPATH="+pythonSDKDir, "PYTHONDONTWRITEBYTECODE=1", "DWR_SERVER="+e.url, "DWR_CREDS="+creds)
+	cmd.Env = append(append(os.Environ(), "PYTHONPATH="+pythonSDKDir, "PYTHONDONTWRITEBYTECODE=1"), env...)
 	out, err := cmd.CombinedOutput()
-	require.NoError(t, err, "live_client.py: %s", out)
-	require.Contains(t, string(out), "live client: ok")
+	require.NoError(t, err, "%s: %s", script, out)
 	t.Logf("%s", out)
+	return string(out)
 }

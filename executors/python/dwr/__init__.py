@@ -18,11 +18,12 @@ from .client import Client
 from .credentials import Credentials, connect, read_credentials
 from .errors import AttemptEnded, DwrError, Permanent
 from .worker import (CAUSE_CANCELLED, CAUSE_LEASE_LOST, CAUSE_STOPPING, CAUSE_TIMEOUT, FAIL, INCONCLUSIVE, PASS,
-                     ApprovalPending, Artifact, Check, Decision, Job, ModelStep, Result, Signal, Verdict, Wait, Worker)
+                     ApprovalPending, Artifact, Check, Decision, Delegated, DelegationFailed,
+                     DelegationPending, Job, ModelStep, Result, Signal, Verdict, Wait, Worker)
 
 __all__ = [
     "connect", "read_credentials", "Credentials", "Client", "Worker", "Job", "Check", "Verdict", "Result", "Artifact",
-    "ModelStep", "Decision", "Signal", "Wait", "ApprovalPending", "DwrError", "Permanent", "AttemptEnded", "PASS", "FAIL",
+    "ModelStep", "Decision", "Signal", "Wait", "ApprovalPending", "Delegated", "DelegationPending", "DelegationFailed", "DwrError", "Permanent", "AttemptEnded", "PASS", "FAIL",
     "INCONCLUSIVE", "CAUSE_CANCELLED", "CAUSE_LEASE_LOST", "CAUSE_TIMEOUT", "CAUSE_STOPPING", "action_digest",
     "canonical_json",
 ]

@@ -7,6 +7,7 @@ import asyncio
 import json
 import logging
 import os
+import re
 import socket
 import time
 from dataclasses import dataclass, field
@@ -20,7 +21,7 @@ from .errors import CONFLICT, INVALID, NOT_FOUND, TOO_LARGE, AttemptEnded, DwrEr
 
 __all__ = [
     "Worker", "Job", "Check", "Verdict", "Result", "Artifact", "ModelStep", "Decision", "Signal", "Wait",
-    "ApprovalPending", "PASS", "FAIL", "INCONCLUSIVE", "CAUSE_CANCELLED", "CAUSE_LEASE_LOST", "CAUSE_TIMEOUT",
+    "ApprovalPending", "Delegated", "DelegationPending", "DelegationFailed", "PASS", "FAIL", "INCONCLUSIVE", "CAUSE_CANCELLED", "CAUSE_LEASE_LOST", "CAUSE_TIMEOUT",
     "CAUSE_STOPPING", "MAX_PAYLOAD_BYTES", "MAX_ITEM_BYTES",
 ]
 
@@ -49,6 +50,7 @@ FETCH_WINDOW = 15.0
 # Failure codes of the SDK's own failures.
 CODE_INVALID_RESULT = "invalid_result"
 CODE_DEPENDENCIES = "dependencies"
+CODE_DELEGATIONS = "delegations"
 MAX_MESSAGE = 4096
 # How long a refusal's reading of the views waits for them to catch up.
 VIEW_LAG = 5.0
@@ -160,6 +162,33 @@ class Decision:
         return self.response == "approve"
 
 
+@dataclass
+class Delegated:
+    """The outcome of a delegation whose child goal ended: its state
+    (achieved, failed or cancelled), and the accepted ``result`` and
+    ``artifacts`` of its tasks by plan key (``results``)."""
+
+    key: str
+    goal_id: str
+    state: str
+    reason: str = ""
+    results: Dict[str, Dict[str, Any]] = field(default_factory=dict)
+
+    @property
+    def achieved(self) -> bool:
+        return self.state == "achieved"
+
+
+class DelegationFailed(Exception):
+    """Job.delegate's error when the delegated goal failed or was cancelled
+    (the task resumed by a review's retry, or on_failure "resume"):
+    ``delegated`` says how."""
+
+    def __init__(self, delegated: Delegated) -> None:
+        self.delegated = delegated
+        super().__init__("the delegated goal %s was not achieved: %s %s" % (delegated.goal_id, delegated.state, delegated.reason))
+
+
 class Wait(Exception):
     """Raise it from a handler to park the task without holding a process:
     made by Job.sleep(until) or Job.await_signal(name). The attempt ends
@@ -217,6 +246,7 @@ class Job:
         self.signal: Optional[Signal] = Signal(sig.get("name", ""), sig.get("payload")) if isinstance(sig, dict) else None
         self.decisions: List[Decision] = _decisions_of(task)
         self.dependencies: Dict[str, Dict[str, Any]] = {}
+        self.delegations: List[Delegated] = []
         self.deadline: Optional[datetime] = None
         self.cancel_cause: Optional[str] = None
         self.model_steps: List[ModelStep] = []
@@ -285,6 +315,52 @@ class Job:
         ``raise job.await_signal("go")``."""
         return Wait(signal=name)
 
+    async def delegate(self, key: str, *, title: str = "", tasks: Optional[List[Dict[str, Any]]] = None,
+                       description: str = "", success_criteria: Optional[List[str]] = None,
+                       envelope: Optional[Dict[str, Any]] = None, ritual: str = "", ritual_version: int = 0,
+                       params: Any = None, on_failure: str = "") -> Delegated:
+        """Hands work on to a child goal (title and tasks, or the goal the
+        ritual renders) that the service tracks for this task. When the task
+        holds the outcome of the delegation key (a resumed attempt), it
+        returns it — raising DelegationFailed when the goal was not
+        achieved. Otherwise it records the delegation (task.delegate) and
+        raises DelegationPending: let it propagate. on_failure: "fail" (the
+        default), "review" or "resume"."""
+        if not _DELEGATION_KEY.match(key):
+            raise ValueError("delegation key %r is not valid: letters, digits, '_', '.' and '-', at most 128" % key)
+        for d in self.delegations:
+            if d.key == key:
+                if d.achieved:
+                    return d
+                raise DelegationFailed(d)
+        body: Dict[str, Any] = {"task_id": self.task_id, "attempt": self.attempt, "token": self._token, "key": key}
+        if on_failure:
+            body["on_failure"] = on_failure
+        if ritual:
+            if title or tasks is not None:
+                raise ValueError("give the child goal (title, tasks) or a ritual, not both")
+            r: Dict[str, Any] = {"name": ritual}
+            if ritual_version:
+                r["version"] = ritual_version
+            if params is not None:
+                r["params"] = params
+            body["ritual"] = r
+        else:
+            g: Dict[str, Any] = {"title": title, "tasks": tasks or []}
+            for k, v in (("description", description), ("success_criteria", success_criteria), ("envelope", envelope)):
+                if v:
+                    g[k] = v
+            body["goal"] = g
+        try:
+            r2 = await self._d.command("task.delegate", body, "delegate.%s.%d.%s" % (self.task_id, self.attempt, key))
+        except DwrError as e:
+            if e.code in (CONFLICT, NOT_FOUND) and e.field in ("/attempt", "/task_id") or e.field == "/token":
+                raise await self._d.fenced(e) from None
+            if e.code in ("unavailable", "internal"):
+                raise
+            raise Permanent("the service refused the delegation: " + e.message, e.code) from None
+        raise DelegationPending(key, (r2 or {}).get("goal_id", "") if isinstance(r2, dict) else "")
+
     async def request_approval(self, action: Any, *, summary: str = "", basis: Any = None, role: str = "",
                                responses: Optional[List[str]] = None, branches: Optional[Dict[str, str]] = None,
                                on_expiry: str = "", escalate_to: str = "",
@@ -329,6 +405,22 @@ class Job:
             raise
         approval_id = (r or {}).get("approval_id", "") if isinstance(r, dict) else ""
         raise ApprovalPending(approval_id, digest)
+
+
+class DelegationPending(Wait):
+    """Job.delegate recorded a delegation: let it propagate from the
+    handler. The task waits for the child goal, holding no worker; a new
+    attempt runs once it ends, and its delegate with the same key returns
+    the outcome."""
+
+    def __init__(self, key: str, goal_id: str) -> None:
+        Exception.__init__(self, "waiting for goal %s, delegated as %r" % (goal_id, key))
+        self.until, self.signal = None, ""
+        self.key = key
+        self.goal_id = goal_id
+
+
+_DELEGATION_KEY = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$")
 
 
 def _decisions_of(task: Dict[str, Any]) -> List[Decision]:
@@ -679,6 +771,24 @@ class _Delivery:
                              "artifacts": last.get("artifacts") or []})
         return {(d.get("key") or d.get("task_id")): d for d in deps}
 
+    async def _delegations(self, t: Dict[str, Any]) -> List[Delegated]:
+        """The outcomes of the task's delegations whose child goal ended,
+        with the accepted results of the child plan's tasks."""
+        out = []
+        for d in t.get("delegations") or []:
+            if d.get("state") == "open":
+                continue
+            dd = Delegated(key=d.get("key", ""), goal_id=d.get("goal_id", ""), state=d.get("state", ""),
+                           reason=d.get("reason", ""))
+            for pt in d.get("tasks") or []:
+                ct = await self.get_task(pt["task_id"])
+                if ct.get("state") == "accepted":
+                    last = next((x for x in reversed(ct.get("attempts") or []) if x.get("state") == "succeeded"), {})
+                    dd.results[pt.get("key", "")] = {"key": pt.get("key", ""), "task_id": pt["task_id"],
+                                                     "result": last.get("result"), "artifacts": last.get("artifacts") or []}
+            out.append(dd)
+        return out
+
     async def _execute(self, t: Dict[str, Any], a: Dict[str, Any]) -> None:
         job = Job(self, t, a, self.token)
         self.job = job
@@ -687,6 +797,11 @@ class _Delivery:
             job.dependencies = await self._dependencies(t)
         except DwrError as e:
             await self._report(job, failure=(CODE_DEPENDENCIES, _clip("the results of the task's dependencies could not be read: " + e.message), True))
+            return
+        try:
+            job.delegations = await self._delegations(t)
+        except DwrError as e:
+            await self._report(job, failure=(CODE_DELEGATIONS, _clip("the results of the task's delegations could not be read: " + e.message), True))
             return
         timeout = _duration_seconds((t.get("spec") or {}).get("timeout"))
         if a.get("deadline"):
@@ -731,6 +846,9 @@ class _Delivery:
                 await self._report(job, output=res.output, artifacts=res.artifacts, steps=steps + list(res.model_steps))
             else:
                 await self._report(job, output=res, steps=steps)
+        elif isinstance(exc, DelegationPending):
+            await self.ack()  # the delegation parked the attempt
+            log.info("dwr: task %s attempt %d: %s", job.task_id, job.attempt, exc)
         elif isinstance(exc, ApprovalPending):
             if exc.approval_id:
                 await self.ack()
@@ -878,9 +996,11 @@ class _Delivery:
 
 def _duration_seconds(d: Any) -> float:
     """Seconds of a duration as the wire writes it ("1m30s", "250ms", or a
-    number of nanoseconds); 0 when absent or unreadable."""
+    number of seconds: schemas.Duration); 0 when absent or unreadable."""
+    if isinstance(d, bool):
+        return 0.0
     if isinstance(d, (int, float)):
-        return float(d) / 1e9
+        return float(d)
     if not isinstance(d, str) or not d:
         return 0.0
     units = {"ns": 1e-9, "us": 1e-6, "µs": 1e-6, "ms": 1e-3, "s": 1.0, "m": 60.0, "h": 3600.0}
