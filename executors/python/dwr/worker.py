@@ -1077,8 +1077,8 @@ class Worker:
         self._handlers: Dict[str, tuple] = {}
         self._watches: Dict[str, Set[_Delivery]] = {}
         self._jobs: Set["asyncio.Task[None]"] = set()
-        self._stop: Optional[asyncio.Event] = None
-        self._running = False
+        self._stop = asyncio.Event()
+        self._ran = False
 
     def task(self, queue: str) -> Callable[[Handler], Handler]:
         """Registers the decorated coroutine function as the handler of
@@ -1104,21 +1104,21 @@ class Worker:
         return deco
 
     def stop(self) -> None:
-        """Makes run stop taking work and drain."""
-        if self._stop is not None:
-            self._stop.set()
+        """Makes run stop taking work and drain (at once, when called before
+        run)."""
+        self._stop.set()
 
     async def run(self) -> None:
         """Takes work items and runs jobs until stop() is called, then drains:
         it stops fetching, lets the running jobs finish and report for up to
         drain_timeout, then cancels the rest (cause "stopping") and leaves
-        their items unacknowledged, to be redelivered."""
-        if self._running:
-            raise RuntimeError("dwr: the worker runs already")
+        their items unacknowledged, to be redelivered. A worker runs once.
+        It raises when the NATS connection closes."""
+        if self._ran:
+            raise RuntimeError("dwr: a worker runs once")
         if not self._handlers:
             raise ValueError("dwr: the worker has no handler: decorate one with @worker.task(queue)")
-        self._running = True
-        self._stop = self._stop or asyncio.Event()
+        self._ran = True
         subs = []
         events = "%s.ev.%s.task." % (self.prefix, self.workspace)
         for name in ENDING_EVENTS:
@@ -1146,7 +1146,6 @@ class Worker:
                     await s.unsubscribe()
                 except _nats.NatsError:
                     pass
-            self._running = False
         for t in loops:
             if t in done and not t.cancelled() and t.exception() is not None:
                 raise t.exception()  # type: ignore[misc]
