@@ -200,8 +200,9 @@ class Client:
         """Sends query name (``dwr.q.<workspace>.<name>``) and returns the
         whole reply (its ``next`` pages on)."""
         h = dict(headers or {})
-        if self.seq:
-            h[HEADER_MIN_SEQ] = str(self.seq)
+        seq = max(self.seq or 0, int(h.get(HEADER_MIN_SEQ) or 0))
+        if seq:
+            h[HEADER_MIN_SEQ] = str(seq)
         return await self.request("%s.q.%s.%s" % (self.prefix, self.workspace, name), body if body is not None else {},
                                   h or None, timeout=timeout, retry_for=retry_for)
 

@@ -16,7 +16,7 @@ from typing import Any, Awaitable, Callable, Dict, List, Optional, Set
 
 from . import _nats
 from ._canonical import ACTION_DIGEST_PREFIX, action_digest, canonical_json
-from .client import Client, encode, _parse_time
+from .client import HEADER_MIN_SEQ, Client, encode, _parse_time
 from .errors import CONFLICT, INVALID, NOT_FOUND, TOO_LARGE, AttemptEnded, DwrError, Permanent
 
 __all__ = [
@@ -565,8 +565,11 @@ class _Delivery:
         answered (or the worker stops hard)."""
         return await self.w.client.command(name, body, command_id=command_id, retry_for=None)
 
-    async def get_task(self, task_id: str) -> Dict[str, Any]:
-        return await self.w.client.query("task.get", {"id": task_id}, retry_for=None)
+    async def get_task(self, task_id: str, min_seq: int = 0) -> Dict[str, Any]:
+        """task.get, from views that reflect at least min_seq (a work item's
+        ``seq``: items leave before the views apply their record)."""
+        headers = {HEADER_MIN_SEQ: str(min_seq)} if min_seq else None
+        return await self.w.client.query("task.get", {"id": task_id}, headers=headers, retry_for=None)
 
     async def task_after(self, ok: Callable[[Dict[str, Any]], bool], task_id: str = "") -> Optional[Dict[str, Any]]:
         """The task from the views once ok holds for it, waiting up to
@@ -951,7 +954,8 @@ class _Delivery:
     async def _judge(self) -> None:
         it = self.item
         if SEALED_PREFIX in self.msg.data:
-            t = await self.get_task(it["task_id"])
+            # The item left before the views applied the result it judges.
+            t = await self.get_task(it["task_id"], int(it.get("seq") or 0))
             a = next((x for x in t.get("attempts") or [] if x.get("n") == it["attempt"]), None)
             if a is None:
                 await self.nak(self.lease)

@@ -181,8 +181,8 @@ export class Delivery {
     }
   }
 
-  async getTask(id: string, signal?: AbortSignal): Promise<Task> {
-    const r = await this.svc.query<Task>("task.get", { id }, { signal: signal ?? this.hard });
+  async getTask(id: string, signal?: AbortSignal, minSeq?: number): Promise<Task> {
+    const r = await this.svc.query<Task>("task.get", { id }, { signal: signal ?? this.hard, minSeq });
     if (!r.ok) throw new DwrError(r.error!, "task.get");
     return r.result!;
   }
@@ -592,7 +592,8 @@ export class Delivery {
     const it = this.item;
     try {
       if (this.sealed) {
-        const t = await this.getTask(it.task_id);
+        // The item left before the views applied the result it judges: read them as of its record.
+        const t = await this.getTask(it.task_id, undefined, it.seq);
         const a = t.attempts?.find((x) => x.n === it.attempt);
         if (!a) throw new Error(`task ${it.task_id} has no attempt ${it.attempt} to judge`);
         it.input = t.spec.input;

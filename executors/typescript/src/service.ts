@@ -27,6 +27,8 @@ export interface CallOptions {
   timeoutMs?: number;
   /** Extra headers. */
   headers?: Record<string, string>;
+  /** A query waits until the views reflect at least this log sequence (Dwr-Min-Seq), e.g. a work item's `seq`. */
+  minSeq?: number;
 }
 
 /**
@@ -61,7 +63,8 @@ export class Service {
   /** query sends query name with body, reading at least what this Service's commands wrote. */
   async query<T = unknown>(name: string, body: unknown, opts: CallOptions = {}): Promise<Reply<T>> {
     const h: Record<string, string> = { ...opts.headers };
-    if (this.minSeq > 0) h[Header.MinSeq] = String(this.minSeq);
+    const min = Math.max(this.minSeq, opts.minSeq ?? 0);
+    if (min > 0) h[Header.MinSeq] = String(min);
     return this.request<T>(`${this.prefix}.q.${this.workspace}.${name}`, encode(body), { ...opts, headers: h });
   }
 

@@ -187,6 +187,8 @@ export interface WorkItem {
   result?: unknown;
   artifacts?: ArtifactRef[];
   result_digest?: string;
+  /** The log sequence of the record that dispatched the item: read the task with Dwr-Min-Seq of it. */
+  seq?: number;
 }
 
 /** What a command answers (schemas.CommandResult). */
