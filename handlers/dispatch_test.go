@@ -94,19 +94,19 @@ func TestReadyTasksAreDispatchedInDependencyOrder(t *testing.T) {
 func TestAnExecuteItemCarriesItsTaskOnce(t *testing.T) {
 	b := setup(t)
 	q := b.queue(t, "lean", 30*time.Second, 5)
-	task, _ := b.mustCommand(t, "task.create", map[string]any{"spec": map[string]any{"queue": "lean", "title": "lean",
+	task, created := b.mustCommand(t, "task.create", map[string]any{"spec": map[string]any{"queue": "lean", "title": "lean",
 		"input": map[string]any{"n": 1}, "timeout": "1h", "retry": map[string]any{"max_attempts": 2}}})
 	it, m := q.next(5 * time.Second)
 	var fields map[string]json.RawMessage
 	require.NoError(t, json.Unmarshal(m.Data(), &fields))
-	require.ElementsMatch(t, []string{"kind", "task_id", "workspace", "queue", "attempt", "operation_key", "task"}, slices.Collect(maps.Keys(fields)))
+	require.ElementsMatch(t, []string{"kind", "task_id", "workspace", "queue", "attempt", "operation_key", "task", "seq"}, slices.Collect(maps.Keys(fields)))
 	require.NotNil(t, it.Task)
 	require.Equal(t, domain.StateReady, it.Task.State)
 	require.JSONEq(t, `{"n":1}`, string(it.Task.Spec.Input))
 	require.Empty(t, it.Task.Commands, "an item carries no command ids")
 	it.Task = nil
 	require.Equal(t, schemas.WorkItem{Kind: schemas.WorkKindExecute, TaskID: task.ID, Workspace: "default", Queue: "lean",
-		Attempt: 1, OperationKey: domain.OperationKey(task.ID)}, it)
+		Attempt: 1, OperationKey: domain.OperationKey(task.ID), Seq: created}, it, "the item names the record that made the task ready")
 
 	lean, _ := b.mustCommand(t, "task.claim", map[string]any{"task_id": task.ID, "executor": "test", "omit_task": true})
 	require.Nil(t, lean.Task, "the claimer holds the task: its item carried it")
