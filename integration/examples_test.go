@@ -281,3 +281,42 @@ func TestPythonAgentExample(t *testing.T) {
 		steps:    2,
 	})
 }
+
+// tsExample returns the path of a program of the TypeScript example's build
+// (examples/typescript-agent/dist/rel), made by `npm ci && npm run build`
+// there after the SDK's own build. Without it (or without node) the test
+// is skipped — and fails when CI is set.
+func tsExample(t *testing.T, rel string) string {
+	t.Helper()
+	tsProgram(t, "index.js") // the SDK's build, which the example links to
+	script := filepath.Join(exampleDir(t, "typescript-agent"), "dist", rel)
+	if _, err := os.Stat(script); err == nil {
+		return script
+	}
+	msg := "run npm ci && npm run build in examples/typescript-agent (after executors/typescript)"
+	if os.Getenv("CI") != "" {
+		t.Fatal(msg)
+	}
+	t.Skip(msg)
+	return ""
+}
+
+// TestTypeScriptAgentExample runs examples/typescript-agent as its README does.
+func TestTypeScriptAgentExample(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts dwr serve and node")
+	}
+	model, agent := tsExample(t, "fake-model.js"), tsExample(t, "agent.js")
+	e := newExecEnv(t)
+	runAgentExample(t, e, agentExample{
+		dir: "typescript-agent",
+		startModel: func(t *testing.T, e *execEnv, port int) *serverProc {
+			return startProc(t, e, "fake model", "node", []string{model, fmt.Sprint(port)}, nil)
+		},
+		startAgent: func(t *testing.T, e *execEnv, env []string) *serverProc {
+			return startProc(t, e, "typescript agent", "node", []string{agent}, env)
+		},
+		executor: "typescript-agent",
+		steps:    1,
+	})
+}
