@@ -97,11 +97,13 @@ func waitListening(t *testing.T, port int, what string) {
 func runAgentExample(t *testing.T, e *execEnv, ex agentExample) {
 	dir := exampleDir(t, ex.dir)
 	work := t.TempDir()
+	start := time.Now()
 	creds := filepath.Join(work, "agent.creds")
 	e.cli("users", "add", "agent", "--role", "executor", "--queue", "agent", "--queue", "agent-checks", "--out", creds)
 	key, approverCreds := filepath.Join(work, "lee.key"), filepath.Join(work, "lee.creds")
 	e.cli("keys", "create", "lee", "--role", "support-lead", "--out", key, "--creds-out", approverCreds)
 
+	t.Logf("%s: users and keys added in %s", ex.dir, time.Since(start).Round(time.Millisecond))
 	port := freePort(t)
 	ex.startModel(t, e, port)
 	waitListening(t, port, "the fake model")
@@ -109,6 +111,7 @@ func runAgentExample(t *testing.T, e *execEnv, ex agentExample) {
 	agent := ex.startAgent(t, e, []string{"DWR_SERVER=" + e.url, "DWR_CREDS=" + creds, "OUTBOX=" + outbox,
 		fmt.Sprintf("MODEL_URL=http://127.0.0.1:%d/v1/chat/completions", port)})
 
+	t.Logf("%s: the model and the agent started in %s", ex.dir, time.Since(start).Round(time.Millisecond))
 	// The plan file, submitted to a goal with a token budget, as the README does.
 	var goal struct {
 		ID string `json:"id"`
@@ -145,6 +148,7 @@ func runAgentExample(t *testing.T, e *execEnv, ex agentExample) {
 		return err == nil && tk.State == schemas.StateWaiting && len(tk.Approvals) == 1
 	}, describe)
 	asked := task()
+	t.Logf("%s: the approval was asked %s after the start", ex.dir, time.Since(start).Round(time.Millisecond))
 	require.Equal(t, schemas.AttemptStateParked, asked.Attempts[0].State, "the approval request parked the first attempt")
 	require.NoError(t, readLines(outbox, func(string) { t.Fatal("the outbox was written before the approval") }))
 	ap := asked.Approvals[0]
@@ -162,6 +166,7 @@ func runAgentExample(t *testing.T, e *execEnv, ex agentExample) {
 		var g schemas.GoalView
 		return e.c.query("goal.get", schemas.Query{ID: goal.ID}, 0, &g) == nil && g.State == schemas.GoalStateAchieved
 	}, describe)
+	t.Logf("%s: the goal was achieved %s after the start", ex.dir, time.Since(start).Round(time.Millisecond))
 	done := task()
 	require.Equal(t, schemas.StateAccepted, done.State)
 	require.Len(t, done.Attempts, 2, "%s", describeTask(&done))
