@@ -253,10 +253,14 @@ async def verify(c: dwr.Check) -> dwr.Verdict:
         problems.append("the result has no model response")
     else:
         last = responses[-1]
-        proposed = parse_proposal(parse_response(await c.get_artifact(last.sha256)).get("content"))
         evidence["model_response"] = "sha256:" + last.sha256
-        if (proposed.get("order_id"), proposed.get("amount")) != (refund.get("order_id"), refund.get("amount")):
-            problems.append("the refund is not what the model proposed in %s" % last.name)
+        try:
+            proposed = parse_proposal(parse_response(await c.get_artifact(last.sha256)).get("content"))
+        except dwr.Permanent as e:  # a verdict, not an error: the item would be delivered again
+            problems.append("%s: %s" % (last.name, e))
+        else:
+            if (proposed.get("order_id"), proposed.get("amount")) != (refund.get("order_id"), refund.get("amount")):
+                problems.append("the refund is not what the model proposed in %s" % last.name)
     evidence["outbox_lines"] = already_applied(str(res.get("operation_key")))
     if evidence["outbox_lines"] != 1:
         problems.append("the outbox holds %d refunds for the operation key, not 1" % evidence["outbox_lines"])

@@ -107,7 +107,13 @@ async function verify(c: Check): Promise<Verdict> {
   const order = orders[r.refund?.order_id ?? ""];
   if (!r.refund || !order) return { outcome: "FAIL", evidence: { problems: ["no refund of a known order"] } };
   const response = c.artifacts.find((a) => a.name === "model-response-1.json");
-  const proposed = response ? proposal(await c.getArtifact(response.sha256)) : undefined;
+  const raw = response && (await c.getArtifact(response.sha256)); // a failed read throws: the item comes again
+  let proposed: { amount: number } | undefined;
+  try {
+    proposed = raw && proposal(raw);
+  } catch {
+    proposed = undefined; // a response that proposes no refund is a FAIL below
+  }
   const lines = existsSync(outbox) ? readFileSync(outbox, "utf8").split("\n").filter((l) => l && JSON.parse(l).operation_key === r.operation_key) : [];
   const evidence = {
     order_total: order.total,
