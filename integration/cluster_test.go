@@ -2,6 +2,7 @@ package integration
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os/exec"
 	"path/filepath"
@@ -411,15 +412,31 @@ func streamReplicas(t *testing.T, js jetstream.JetStream) map[string]int {
 	defer cancel()
 	// A listing of every stream's info can leave one out on a cluster
 	// ("Did not receive all stream info results"): each is asked for.
-	out := map[string]int{}
-	names := js.StreamNames(ctx)
-	for name := range names.Name() {
-		s, err := js.Stream(ctx, name)
-		require.NoError(t, err)
-		out[name] = s.CachedInfo().Config.Replicas
+	// A stream just created can be listed by the meta leader before the
+	// node asked has its assignment ("stream not found"): the listing is
+	// taken again until every stream it names is found.
+	for {
+		out, missing := map[string]int{}, ""
+		names := js.StreamNames(ctx)
+		for name := range names.Name() {
+			s, err := js.Stream(ctx, name)
+			if errors.Is(err, jetstream.ErrStreamNotFound) {
+				missing = name
+				continue
+			}
+			require.NoError(t, err)
+			out[name] = s.CachedInfo().Config.Replicas
+		}
+		require.NoError(t, names.Err())
+		if missing == "" {
+			return out
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatalf("stream %s is listed but not found", missing)
+		case <-time.After(100 * time.Millisecond):
+		}
 	}
-	require.NoError(t, names.Err())
-	return out
 }
 
 // nodeOfClient returns the name of the node a client connection named name
