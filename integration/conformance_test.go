@@ -71,6 +71,11 @@ func conformanceImpls() []executorImpl {
 		{name: "TypeScript SDK", prepare: func(t *testing.T) { tsProgram(t, "conformance.js") }, start: func(t *testing.T, e *execEnv, creds, queue, role string, env []string) *serverProc {
 			return startProc(t, e, "tsexec "+queue, "node", []string{tsProgram(t, "conformance.js")}, append(env, "DWR_SERVER="+e.url, "DWR_CREDS="+creds))
 		}},
+		{name: "Python SDK", start: func(t *testing.T, e *execEnv, creds, queue, role string, env []string) *serverProc {
+			py := pythonSDK(t)
+			return startProc(t, e, "pyexec "+queue, py, []string{"-m", "dwr.conformance"},
+				append(env, "DWR_SERVER="+e.url, "DWR_CREDS="+creds, "PYTHONPATH="+pythonSDKDir, "PYTHONUNBUFFERED=1"))
+		}},
 	}
 }
 

@@ -1,0 +1,358 @@
+"""The dwr client: commands and queries over NATS request/reply."""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+import random
+import secrets
+import time
+from typing import Any, Dict, List, Optional
+
+from . import _nats
+from .credentials import connect as _connect
+from .errors import FORBIDDEN, INTERNAL, INVALID, TOO_LARGE, UNAVAILABLE, DwrError
+
+__all__ = ["Client", "encode", "new_command_id", "HEADER_COMMAND_ID", "HEADER_MIN_SEQ", "DEFAULT_TIMEOUT",
+           "MAX_MESSAGE_BYTES"]
+
+HEADER_COMMAND_ID = "Dwr-Command-Id"
+HEADER_CORRELATION_ID = "Dwr-Correlation-Id"
+HEADER_MIN_SEQ = "Dwr-Min-Seq"
+HEADER_UPLOAD = "Dwr-Upload"
+HEADER_CHUNK = "Dwr-Chunk"
+HEADER_CHUNK_SEQ = "Dwr-Chunk-Seq"
+HEADER_ARTIFACT_SIZE = "Dwr-Artifact-Size"
+HEADER_ARTIFACT_CHUNKS = "Dwr-Artifact-Chunks"
+# ARTIFACT_CHUNK_BYTES bounds one chunk of an upload or a download.
+ARTIFACT_CHUNK_BYTES = 256 << 10
+
+# DEFAULT_TIMEOUT bounds one try of a request, in seconds.
+DEFAULT_TIMEOUT = 5.0
+# A request that the service could not take is tried again, backing off
+# from RETRY_FIRST to RETRY_MAX seconds.
+RETRY_FIRST = 0.1
+RETRY_MAX = 2.0
+# The service takes at most 1 MiB a message; a reply is at most the
+# server's max_payload.
+MAX_MESSAGE_BYTES = 1 << 20
+# A command id is at most 128 bytes.
+MAX_COMMAND_ID = 128
+
+
+def encode(body: Any) -> bytes:
+    """The JSON of a request's body (None: empty)."""
+    if body is None:
+        return b""
+    if isinstance(body, (bytes, bytearray)):
+        return bytes(body)
+    return json.dumps(body, separators=(",", ":"), ensure_ascii=False).encode()
+
+
+def new_command_id() -> str:
+    """A fresh command id."""
+    return "py-" + secrets.token_hex(12)
+
+
+def _parse_time(s: str) -> float:
+    """Seconds since the epoch of an RFC 3339 time (nanoseconds cut)."""
+    from datetime import datetime
+
+    s = s.strip()
+    if s.endswith("Z"):
+        s = s[:-1] + "+00:00"
+    # Python before 3.11 takes at most 6 fraction digits.
+    if "." in s:
+        head, _, rest = s.partition(".")
+        i = 0
+        while i < len(rest) and rest[i].isdigit():
+            i += 1
+        s = head + "." + rest[:i][:6].ljust(6, "0") + rest[i:]
+    return datetime.fromisoformat(s).timestamp()
+
+
+class Client:
+    """A client of one workspace of dwr, on a NATS connection.
+
+    Commands (``create_goal``, ``submit_plan``, ``create_task``,
+    ``cancel_task``, ``signal``, or any by name with ``command``) carry a
+    fresh command id unless given one; a request the service could not take
+    (no responder, no writer, a timeout, an ``unavailable`` reply) is sent
+    again with the same id, backing off, for up to ``retry_for`` seconds
+    (None: until cancelled), so that a retry is answered with the first
+    outcome. Queries (``task``, ``goal``, or any by name with ``query``) read
+    the client's own writes: each carries, as ``Dwr-Min-Seq``, the highest
+    log sequence the client's commands were answered with. A refusal raises
+    ``DwrError`` with the service's code, message and fields."""
+
+    def __init__(self, nc: _nats.Client, *, workspace: str = "default", prefix: str = "dwr",
+                 timeout: float = DEFAULT_TIMEOUT, retry_for: Optional[float] = 60.0) -> None:
+        self.nc = nc
+        self.workspace = workspace
+        self.prefix = prefix
+        self.timeout = timeout
+        self.retry_for = retry_for
+        self.seq = 0  # the highest log sequence a command of this client was answered with
+        self._owns = False
+
+    @classmethod
+    async def connect(cls, url: Optional[str] = None, creds: Optional[str] = None, **kwargs: Any) -> "Client":
+        """Connects with a credential file (see dwr.connect) and returns a
+        client that closes the connection on close()."""
+        nc = await _connect(url, creds)
+        c = cls(nc, **kwargs)
+        c._owns = True
+        return c
+
+    async def close(self) -> None:
+        if self._owns:
+            await self.nc.close()
+
+    async def __aenter__(self) -> "Client":
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    # -- the exchange -------------------------------------------------------
+
+    async def request(self, subject: str, body: Any = None, headers: Optional[Dict[str, str]] = None, *,
+                      timeout: Optional[float] = None, retry: bool = True,
+                      retry_for: Any = "default") -> Dict[str, Any]:
+        """Sends a request to subject and returns the service's reply (the
+        whole envelope: ok, result, seq, next) when it is ok; raises
+        DwrError otherwise. Retried as the class says unless retry is
+        False."""
+        data = encode(body)
+        if len(data) > MAX_MESSAGE_BYTES:
+            raise DwrError(TOO_LARGE, "the request is %d bytes; at most %d are allowed" % (len(data), MAX_MESSAGE_BYTES))
+        span = self.retry_for if retry_for == "default" else retry_for
+        give_up = None if span is None else time.monotonic() + float(span)
+        wait = RETRY_FIRST
+        tries = 0
+        while True:
+            tries += 1
+            try:
+                return await self._try(subject, data, headers, timeout or self.timeout)
+            except DwrError as e:
+                if e.code != UNAVAILABLE or not retry or self.nc.is_closed:
+                    raise
+                pause = wait + random.uniform(0, wait / 2)
+                if e.retry_after:
+                    try:
+                        pause = min(max(_parse_time(e.retry_after) - time.time(), 0), RETRY_MAX) + random.uniform(0, 0.05)
+                    except ValueError:
+                        pass
+                if give_up is not None and time.monotonic() + pause > give_up:
+                    raise DwrError(UNAVAILABLE, "%s: gave up after %d tries; the last: %s" % (subject, tries, e.message),
+                                   e.fields, e.retry_after) from e
+                await asyncio.sleep(pause)
+                wait = min(2 * wait, RETRY_MAX)
+
+    async def _try(self, subject: str, data: bytes, headers: Optional[Dict[str, str]],
+                   timeout: float) -> Dict[str, Any]:
+        try:
+            msg = await self.nc.request(subject, data, timeout=timeout, headers=headers)
+        except _nats.PermissionsViolation as e:
+            raise DwrError(FORBIDDEN, "%s: the NATS server refused the subject to this credential: %s" % (subject, e)) from None
+        except _nats.NoRespondersError:
+            raise DwrError(UNAVAILABLE, "%s: no responders: is dwr serve running?" % subject) from None
+        except _nats.TimeoutError:
+            raise DwrError(UNAVAILABLE, "%s: no reply within %ss" % (subject, timeout)) from None
+        except _nats.ConnectionClosedError as e:
+            raise DwrError(UNAVAILABLE, "%s: %s" % (subject, e)) from None
+        except (_nats.NatsError, ValueError) as e:
+            raise DwrError(INVALID, "%s: %s" % (subject, e)) from None
+        return self._decode(subject, msg)
+
+    def _decode(self, subject: str, msg: _nats.Msg) -> Dict[str, Any]:
+        if len(msg.data) > max(self.nc.max_payload, MAX_MESSAGE_BYTES):
+            raise DwrError(INTERNAL, "%s: a reply of %d bytes is larger than any dwr reply" % (subject, len(msg.data)))
+        try:
+            r = json.loads(msg.data)
+        except ValueError as e:
+            raise DwrError(INTERNAL, "%s: the answer is not a dwr reply: %s" % (subject, e)) from None
+        if not isinstance(r, dict) or not isinstance(r.get("ok"), bool):
+            raise DwrError(INTERNAL, "%s: the answer is not a dwr reply" % subject)
+        if not r["ok"]:
+            raise DwrError.from_reply(r.get("error"))
+        return r
+
+    async def command(self, name: str, body: Any = None, *, command_id: Optional[str] = None,
+                      timeout: Optional[float] = None, retry: bool = True, retry_for: Any = "default") -> Any:
+        """Sends command name (``dwr.cmd.<workspace>.<name>``) with body and
+        returns its result; retried with the same command id (a fresh one
+        when command_id is None; "" sends none, as task.heartbeat wants)."""
+        cid = new_command_id() if command_id is None else command_id
+        if len(cid.encode()) > MAX_COMMAND_ID:
+            raise DwrError(INVALID, "the command id is longer than %d bytes" % MAX_COMMAND_ID)
+        r = await self.request("%s.cmd.%s.%s" % (self.prefix, self.workspace, name), body,
+                               {HEADER_COMMAND_ID: cid} if cid else None,
+                               timeout=timeout, retry=retry, retry_for=retry_for)
+        seq = r.get("seq")
+        if isinstance(seq, int) and seq > self.seq:
+            self.seq = seq
+        return r.get("result")
+
+    async def query_reply(self, name: str, body: Any = None, *, timeout: Optional[float] = None,
+                          headers: Optional[Dict[str, str]] = None, retry_for: Any = "default") -> Dict[str, Any]:
+        """Sends query name (``dwr.q.<workspace>.<name>``) and returns the
+        whole reply (its ``next`` pages on)."""
+        h = dict(headers or {})
+        if self.seq:
+            h[HEADER_MIN_SEQ] = str(self.seq)
+        return await self.request("%s.q.%s.%s" % (self.prefix, self.workspace, name), body if body is not None else {},
+                                  h or None, timeout=timeout, retry_for=retry_for)
+
+    async def query(self, name: str, body: Any = None, **kwargs: Any) -> Any:
+        """Sends query name and returns its result."""
+        return (await self.query_reply(name, body, **kwargs)).get("result")
+
+    # -- commands -----------------------------------------------------------
+
+    async def create_goal(self, title: str, *, tasks: Optional[List[Dict[str, Any]]] = None,
+                          command_id: Optional[str] = None, **fields: Any) -> Dict[str, Any]:
+        """goal.create: a goal, and with tasks its first plan in the same
+        commit. The result names the goal (``id``) and its tasks."""
+        body: Dict[str, Any] = {"title": title, **fields}
+        if tasks is not None:
+            body["tasks"] = tasks
+        return await self.command("goal.create", body, command_id=command_id)
+
+    async def submit_plan(self, goal_id: str, tasks: List[Dict[str, Any]], *,
+                          command_id: Optional[str] = None) -> Dict[str, Any]:
+        """plan.submit: a plan of the goal, or a later version revising it."""
+        return await self.command("plan.submit", {"goal_id": goal_id, "tasks": tasks}, command_id=command_id)
+
+    async def create_task(self, queue: str, input: Any = None, *, title: str = "", command_id: Optional[str] = None,
+                          **spec: Any) -> Dict[str, Any]:
+        """task.create: a standalone task on queue (spec: retry, timeout,
+        verification, ... as schemas/commands/task.create.json says). The
+        result's ``id`` names it."""
+        s: Dict[str, Any] = {"queue": queue, **spec}
+        if title:
+            s["title"] = title
+        if input is not None:
+            s["input"] = input
+        return await self.command("task.create", {"spec": s}, command_id=command_id)
+
+    async def cancel_task(self, task_id: str, reason: str = "", *, command_id: Optional[str] = None) -> Dict[str, Any]:
+        """task.cancel."""
+        body: Dict[str, Any] = {"task_id": task_id}
+        if reason:
+            body["reason"] = reason
+        return await self.command("task.cancel", body, command_id=command_id)
+
+    async def cancel_goal(self, goal_id: str, reason: str = "", *, command_id: Optional[str] = None) -> Dict[str, Any]:
+        """goal.cancel."""
+        body: Dict[str, Any] = {"goal_id": goal_id}
+        if reason:
+            body["reason"] = reason
+        return await self.command("goal.cancel", body, command_id=command_id)
+
+    async def signal(self, task_id: str, name: str, payload: Any = None, *,
+                     command_id: Optional[str] = None) -> Dict[str, Any]:
+        """task.signal: resumes a task waiting for the signal name (or keeps
+        it for the task's next wait for it)."""
+        body: Dict[str, Any] = {"task_id": task_id, "name": name}
+        if payload is not None:
+            body["payload"] = payload
+        return await self.command("task.signal", body, command_id=command_id)
+
+    # -- queries ------------------------------------------------------------
+
+    async def task(self, task_id: str) -> Dict[str, Any]:
+        """task.get: the task as the views hold it (schemas.Task as JSON)."""
+        return await self.query("task.get", {"id": task_id})
+
+    async def goal(self, goal_id: str) -> Dict[str, Any]:
+        """goal.get: the goal with its plan's tasks (schemas.GoalView)."""
+        return await self.query("goal.get", {"id": goal_id})
+
+    # -- artifacts ----------------------------------------------------------
+
+    async def put_artifact(self, data: Any, *, name: str = "", type: str = "", task_id: str = "") -> Dict[str, Any]:
+        """Stores data (bytes, or a binary file object read to its end) as an
+        artifact, in chunks of 256 KiB, and returns its info (``sha256``,
+        ``size``, ``name``, ``type``, ``duplicate``...). The service checks
+        the chunks against the size and digest sent."""
+        upload = secrets.token_hex(13)
+        h = hashlib.sha256()
+        size = 0
+        chunks = 0
+        read = (lambda n: data.read(n)) if hasattr(data, "read") else None
+        view = memoryview(bytes(data)) if read is None else None
+        while True:
+            if read is not None:
+                chunk = read(ARTIFACT_CHUNK_BYTES)
+            else:
+                assert view is not None
+                chunk = bytes(view[size:size + ARTIFACT_CHUNK_BYTES])
+            if not chunk:
+                break
+            h.update(chunk)
+            await self.query("artifact.chunk", bytes(chunk),
+                             headers={HEADER_UPLOAD: upload, HEADER_CHUNK: str(chunks)})
+            chunks += 1
+            size += len(chunk)
+        put: Dict[str, Any] = {"upload": upload, "chunks": chunks, "size": size, "sha256": h.hexdigest()}
+        for k, v in (("name", name), ("type", type), ("task_id", task_id)):
+            if v:
+                put[k] = v
+        return await self.query("artifact.put", put, timeout=max(self.timeout, 30.0 + size / (2 << 20)))
+
+    async def get_artifact(self, sha256: str, *, max_bytes: int = 64 << 20) -> bytes:
+        """Reads the artifact stored under the digest sha256, chunk after
+        chunk, and checks its bytes against the digest: DwrError
+        ``invalid`` when they differ or when it is larger than max_bytes."""
+        if len(sha256) != 64 or any(c not in "0123456789abcdef" for c in sha256):
+            raise DwrError(INVALID, "/sha256: must be 64 lower-case hex digits", [{"pointer": "/sha256",
+                                                                                  "message": "must be 64 lower-case hex digits"}])
+        subject = "%s.q.%s.artifact.get" % (self.prefix, self.workspace)
+        out = bytearray()
+        after = 0
+        got = 0
+        while True:
+            msg = await self._chunk(subject, {"sha256": sha256, "after": after} if after else {"sha256": sha256})
+            hdr = msg.headers or {}
+            try:
+                seq, size, total = int(hdr[HEADER_CHUNK_SEQ]), int(hdr[HEADER_ARTIFACT_SIZE]), int(hdr[HEADER_ARTIFACT_CHUNKS])
+            except (KeyError, ValueError):
+                raise DwrError(INTERNAL, "%s: the answer is not a chunk of artifact %s" % (subject, sha256)) from None
+            if size > max_bytes:
+                raise DwrError(TOO_LARGE, "artifact %s is %d bytes; at most %d are read" % (sha256, size, max_bytes))
+            if total == 0:
+                break
+            if seq <= after:
+                raise DwrError(INTERNAL, "%s: the answer is not the next chunk of artifact %s" % (subject, sha256))
+            out += msg.data
+            got += 1
+            after = seq
+            if got >= total:
+                break
+        if hashlib.sha256(out).hexdigest() != sha256:
+            raise DwrError(INVALID, "artifact %s: the bytes read do not have its digest" % sha256)
+        return bytes(out)
+
+    async def _chunk(self, subject: str, body: Dict[str, Any]) -> _nats.Msg:
+        """One chunk of a download: a reply with Dwr-Chunk-Seq, or a dwr
+        error reply (raised)."""
+        data = encode(body)
+        wait = RETRY_FIRST
+        give_up = None if self.retry_for is None else time.monotonic() + self.retry_for
+        while True:
+            try:
+                msg = await self.nc.request(subject, data, timeout=self.timeout)
+                if msg.headers and HEADER_CHUNK_SEQ in msg.headers:
+                    return msg
+                self._decode(subject, msg)
+                raise DwrError(INTERNAL, "%s: an ok reply without a chunk" % subject)
+            except (_nats.TimeoutError, _nats.NoRespondersError) as e:
+                if give_up is not None and time.monotonic() > give_up:
+                    raise DwrError(UNAVAILABLE, "%s: %s" % (subject, e)) from None
+            except DwrError as e:
+                if e.code != UNAVAILABLE or (give_up is not None and time.monotonic() > give_up):
+                    raise
+            await asyncio.sleep(wait)
+            wait = min(2 * wait, RETRY_MAX)

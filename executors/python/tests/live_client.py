@@ -1,0 +1,78 @@
+"""dwr.Client against a running dwr serve: run by go test -run TestPythonClient
+./integration/ (DWR_SERVER, and DWR_CREDS a client's credential). Not a
+unittest module: it needs the service."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import sys
+
+import dwr
+
+
+async def expect_error(coro, code: str, field: str | None = None) -> dwr.DwrError:
+    try:
+        await coro
+    except dwr.DwrError as e:
+        assert e.code == code, "want %s, got %r" % (code, e)
+        if field is not None:
+            assert e.field == field, "want field %s, got %r (%s)" % (field, e.field, e.fields)
+        return e
+    raise AssertionError("no error; want %s" % code)
+
+
+async def main() -> None:
+    import time
+    t0 = time.monotonic()
+    async with await dwr.Client.connect(os.environ["DWR_SERVER"], os.environ["DWR_CREDS"]) as c:
+        # A goal with its first plan, then a revision.
+        g = await c.create_goal("py goal", tasks=[{"key": "a", "queue": "pyq"},
+                                                   {"key": "b", "queue": "pyq", "depends_on": ["a"]}])
+        assert {t["key"] for t in g["tasks"]} == {"a", "b"}, g
+        p = await c.submit_plan(g["id"], [{"key": "a", "queue": "pyq"}, {"key": "b", "queue": "pyq", "depends_on": ["a"]},
+                                          {"key": "c", "queue": "pyq"}])
+        assert p["plan_version"] == 2, p
+        view = await c.goal(g["id"])  # reads the client's own write (Dwr-Min-Seq)
+        assert view["id"] == g["id"] and view["state"] == "open", view
+        assert {n["key"] for n in view["nodes"]} == {"a", "b", "c"}, view["nodes"]
+
+        # A standalone task: read, signalled (kept: it does not wait yet), cancelled.
+        t = await c.create_task("pyq", {"n": 1}, title="py task")
+        got = await c.task(t["id"])
+        assert got["state"] == "ready" and got["spec"]["input"] == {"n": 1}, got
+        await c.signal(t["id"], "go", {"by": "py"})
+        got = await c.task(t["id"])
+        assert [s["name"] for s in got.get("pending_signals", [])] == ["go"], got
+        await c.cancel_task(t["id"], "py test")
+        assert (await c.task(t["id"]))["state"] == "cancelled"
+        await expect_error(c.signal(t["id"], "go"), "conflict", "/task_id")
+
+        # Refusals carry the code and the field.
+        await expect_error(c.create_task("Not A Queue"), "invalid", "/spec/queue")
+        await expect_error(c.task("01M8V7X5XHF3EHMEV2MFVAWN09"), "not_found")
+
+        # One command id, one command: the retry is answered with the first outcome.
+        first = await c.create_task("pyq", {"n": 2}, command_id="py-create-1")
+        again = await c.create_task("pyq", {"n": 2}, command_id="py-create-1")
+        assert first["id"] == again["id"], (first, again)
+        await expect_error(c.create_task("pyq", {"n": 3}, command_id="py-create-1"), "conflict")
+
+        # A command the client's role may not send: the NATS server refuses the subject.
+        await expect_error(c.command("task.claim", {"task_id": t["id"], "executor": "x"}), "forbidden")
+
+        # Artifacts: two chunks and a bit, read back checked.
+        blob = bytes(range(256)) * 2100  # 537,600 bytes
+        info = await c.put_artifact(blob, name="blob.bin", type="application/octet-stream")
+        assert info["size"] == len(blob), info
+        assert await c.get_artifact(info["sha256"]) == blob
+        await expect_error(c.get_artifact("NOT-A-DIGEST"), "invalid", "/sha256")
+    print("live client: ok in %.1fs" % (time.monotonic() - t0))
+
+
+if __name__ == "__main__":
+    try:
+        asyncio.run(main())
+    except AssertionError as e:
+        print("live client: FAILED:", e, file=sys.stderr)
+        raise

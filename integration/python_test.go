@@ -1,0 +1,139 @@
+package integration
+
+import (
+	"errors"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+)
+
+// pythonSDKDir is the Python SDK's package root (executors/python), from
+// the integration tests' working directory.
+var pythonSDKDir = func() string {
+	dir, err := filepath.Abs(filepath.Join("..", "executors", "python"))
+	if err != nil {
+		panic(err)
+	}
+	return dir
+}()
+
+// pythonSDK returns the Python interpreter that runs the Python SDK: the
+// python3 on PATH, resolved to its executable once (a version manager's shim
+// costs seconds at every start). Without python3, or without the
+// cryptography package the SDK depends on, the test fails naming what to
+// install when CI is set, and is skipped otherwise.
+func pythonSDK(t *testing.T) string {
+	t.Helper()
+	missing := func(what string) {
+		t.Helper()
+		msg := "the Python SDK needs " + what
+		if os.Getenv("CI") != "" {
+			t.Fatal(msg)
+		}
+		t.Skip(msg)
+	}
+	py, err := exec.LookPath("python3")
+	if err != nil {
+		missing("python3 (3.10 or later) on PATH")
+	}
+	pythonOnce.Do(func() {
+		out, err := exec.Command(py, "-c", "import sys, cryptography; assert sys.version_info >= (3, 10); print(sys.executable)").CombinedOutput()
+		if err != nil {
+			pythonErr = strings.TrimSpace(string(out))
+			return
+		}
+		pythonExe = strings.TrimSpace(string(out))
+	})
+	if pythonExe == "" {
+		missing("Python 3.10 or later with the cryptography package (pip install cryptography, or apt-get install python3-cryptography): " +
+			pythonErr)
+	}
+	return pythonExe
+}
+
+var (
+	pythonOnce           sync.Once
+	pythonExe, pythonErr string
+)
+
+// TestPythonSDKUnit runs the Python SDK's unit tests (python3 -m unittest
+// in executors/python): its NATS protocol layer, nkeys, credentials and
+// canonical JSON.
+func TestPythonSDKUnit(t *testing.T) {
+	py := pythonSDK(t)
+	cmd := exec.Command(py, "-m", "unittest", "discover", "-s", "tests")
+	cmd.Dir = pythonSDKDir
+	cmd.Env = append(os.Environ(), "PYTHONPATH="+pythonSDKDir, "PYTHONDONTWRITEBYTECODE=1")
+	out, err := cmd.CombinedOutput()
+	require.NoError(t, err, "python3 -m unittest: %s", out)
+	t.Logf("%s", out)
+}
+
+// TestPythonClient runs the Python SDK's client against a real dwr serve
+// (executors/python/tests/live_client.py): a goal with its plan and a
+// revision, a task read, signalled, cancelled, refusals with their codes and
+// fields, a command id's retry, a subject the role may not use, and an
+// artifact put and read back.
+func TestPythonClient(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts dwr serve")
+	}
+	py := pythonSDK(t)
+	e := newExecEnv(t)
+	out := runPythonScript(t, py, "live_client.py", "DWR_SERVER="+e.url, "DWR_CREDS="+pythonUser(t, e, "py-caller", "client"))
+	require.Contains(t, out, "live client: ok")
+}
+
+// TestPythonWorker runs a dwr.Worker and a dwr.Client in one Python process
+// against a real dwr serve (executors/python/tests/live_worker.py): a
+// goal's dependent task handed its dependency's result, a delegation parked
+// and resumed with the child goal's results, a per-attempt timeout that
+// cancels the handler with cause "timeout", and a drain that lets a running
+// job report before run returns.
+func TestPythonWorker(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts dwr serve")
+	}
+	py := pythonSDK(t)
+	e := newExecEnv(t)
+	out := runPythonScript(t, py, "live_worker.py", "DWR_SERVER="+e.url,
+		"DWR_CREDS="+pythonUser(t, e, "py-caller", "client"), "DWR_EXECUTOR_CREDS="+e.executorCreds("py", "pyw"))
+	require.Contains(t, out, "live worker: ok")
+}
+
+// pythonUser adds a member of role (once the service takes commands) and
+// returns its credential.
+func pythonUser(t *testing.T, e *execEnv, name, role string) string {
+	t.Helper()
+	creds := filepath.Join(t.TempDir(), name+".creds")
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		out, err := exec.Command(e.bin, "--server", e.url, "--creds", e.adminCreds(), "users", "add", name,
+			"--role", role, "--out", creds).CombinedOutput()
+		var ee *exec.ExitError
+		if errors.As(err, &ee) && ee.ExitCode() == 3 && time.Now().Before(deadline) {
+			continue // no writer serves commands yet
+		}
+		require.NoError(t, err, "dwr users add: %s", out)
+		return creds
+	}
+}
+
+// runPythonScript runs executors/python/tests/<script> with env, and
+// returns its output; a failure fails the test with it.
+func runPythonScript(t *testing.T, py, script string, env ...string) string {
+	t.Helper()
+	cmd := exec.Command(py, filepath.Join("tests", script))
+	cmd.Dir = pythonSDKDir
+	cmd.Env = append(append(os.Environ(), "PYTHONPATH="+pythonSDKDir, "PYTHONDONTWRITEBYTECODE=1"), env...)
+	out, err := cmd.CombinedOutput()
+	require.NoError(t, err, "%s: %s", script, out)
+	t.Logf("%s", out)
+	return string(out)
+}
