@@ -758,7 +758,11 @@ func PrintChain(w io.Writer, rep *ChainReport) error {
 		if deployed {
 			r = append(r, fmt.Sprintf("%.2f", c.ServiceCPUms))
 			if external {
-				r = append(r, fmt.Sprintf("%.2f", c.WorkerCPUms))
+				wk := "-" // Go's workers: in this process, counted in its CPU
+				if c.Workers != WorkerGo {
+					wk = fmt.Sprintf("%.2f", c.WorkerCPUms)
+				}
+				r = append(r, wk)
 			}
 			r = append(r, fmt.Sprintf("%.1f", c.ServiceRSSMiB))
 		}

@@ -5,7 +5,8 @@ until SIGTERM, then drains.
 
 Environment (set by the benchmark): DWR_SERVER, DWR_CREDS (none when the
 service is open), BENCH_QUEUE, BENCH_CONCURRENCY (jobs at once) and
-BENCH_EXECUTOR (the executor's name). It writes the line "ready" to stdout
+BENCH_EXECUTOR (the executor's name); with BENCH_CPROFILE=PREFIX it runs
+under cProfile and writes its profile to PREFIX.PID when it stops. It writes the line "ready" to stdout
 once the worker takes work from the queue (the SDK's "taking work" log), so
 that the benchmark measures nothing of its start.
 """
@@ -37,6 +38,9 @@ class _Ready(logging.Handler):
             self.said = True
             sys.stdout.write("ready\n")
             sys.stdout.flush()
+            # No more INFO records (one a job): they would be made for
+            # nothing, and measured.
+            logging.getLogger("dwr.worker").setLevel(logging.WARNING)
 
 
 def _env_int(name: str) -> int:
@@ -81,7 +85,17 @@ def run() -> None:
     errors.setLevel(logging.WARNING)
     errors.setFormatter(logging.Formatter("pybench %(process)d %(asctime)s %(levelname)s %(message)s"))
     worker_log.addHandler(errors)
-    asyncio.run(main())
+    profile = os.environ.get("BENCH_CPROFILE", "")
+    if not profile:
+        asyncio.run(main())
+        return
+    import cProfile
+
+    with cProfile.Profile() as p:
+        try:
+            asyncio.run(main())
+        finally:
+            p.dump_stats("%s.%d" % (profile, os.getpid()))
 
 
 if __name__ == "__main__":
