@@ -234,7 +234,7 @@ func RunChain(ctx context.Context, o ChainOptions, progress io.Writer) (*ChainRe
 		return nil, errors.New("--worker-sdk and --compare-workers run the workers as processes of their own, which reach the service over TCP: add --deployed")
 	}
 	var err error
-	if o.programs, err = workerPrograms(o.SDKRoot, sdks); err != nil {
+	if o.programs, err = workerPrograms(o.SDKRoot, o.Binary, sdks); err != nil {
 		return nil, err
 	}
 	if (o.CompareObservability || o.Observe) && o.Deployed {
@@ -468,9 +468,7 @@ func chainRun(ctx context.Context, dir string, o ChainOptions, n, submitters int
 		defer nc.Close()
 		w, err := executors.NewWorker(executors.Config{Conn: nc, Queue: "chain", Concurrency: o.Concurrency,
 			Executor: fmt.Sprintf("bench-%d", i), DrainTimeout: time.Second, Tracer: bs.tracer},
-			func(_ context.Context, job *executors.Job) (executors.Result, error) {
-				return executors.Result{Output: json.RawMessage(`{"ok":true}`)}, nil
-			})
+			chainHandler)
 		if err != nil {
 			return nil, err
 		}
@@ -674,6 +672,12 @@ func chainRun(ctx context.Context, dir string, o ChainOptions, n, submitters int
 		c.WorkerRSSMiB = round1(rss)
 	}
 	return c, nil
+}
+
+// chainHandler is what every worker of the chains runs, whatever its SDK:
+// it returns {"ok":true}.
+func chainHandler(_ context.Context, _ *executors.Job) (executors.Result, error) {
+	return executors.Result{Output: json.RawMessage(`{"ok":true}`)}, nil
 }
 
 // waitEnded waits until chain id has ended (its goal was achieved).

@@ -5,14 +5,21 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
+	"log/slog"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/dwr-run/dwr/executors"
 )
 
 // The SDKs a chain benchmark's workers are written with
@@ -23,10 +30,14 @@ const (
 	WorkerGo         = "go"
 	WorkerPython     = "python"     // python3 -m dwr.bench_worker, from executors/python
 	WorkerTypeScript = "typescript" // node executors/typescript/dist/bench_worker.js
+	// WorkerGoProcess is the Go SDK's workers as processes of their own, as
+	// the others run: `dwr bench worker` (ServeWorker) of the dwr binary
+	// (ChainOptions.Binary).
+	WorkerGoProcess = "go-process"
 )
 
 // workerSDKs are the worker SDKs, in the order they are listed.
-var workerSDKs = []string{WorkerGo, WorkerPython, WorkerTypeScript}
+var workerSDKs = []string{WorkerGo, WorkerGoProcess, WorkerPython, WorkerTypeScript}
 
 // workerReadyTimeout bounds the wait for a worker process to take work.
 const workerReadyTimeout = 60 * time.Second
@@ -39,9 +50,10 @@ type workerProgram struct {
 }
 
 // workerPrograms finds the programs of the SDKs other than Go in sdks,
-// under root (the repository's checkout): an error names what is missing
-// and how to get it.
-func workerPrograms(root string, sdks []string) (map[string]workerProgram, error) {
+// under root (the repository's checkout), and dwr binary bin's for
+// WorkerGoProcess ("": this executable): an error names what is missing and
+// how to get it.
+func workerPrograms(root, bin string, sdks []string) (map[string]workerProgram, error) {
 	if root == "" {
 		root = "."
 	}
@@ -53,6 +65,13 @@ func workerPrograms(root string, sdks []string) (map[string]workerProgram, error
 	for _, sdk := range sdks {
 		switch sdk {
 		case WorkerGo:
+		case WorkerGoProcess:
+			if bin == "" {
+				if bin, err = os.Executable(); err != nil {
+					return nil, fmt.Errorf("the dwr binary: %w", err)
+				}
+			}
+			progs[sdk] = workerProgram{bin: bin, args: []string{"bench", "worker"}}
 		case WorkerPython:
 			dir := filepath.Join(root, "executors", "python")
 			if _, err := os.Stat(filepath.Join(dir, "dwr", "bench_worker.py")); err != nil {
@@ -242,4 +261,76 @@ func checkWorkerSDKs(o ChainOptions) error {
 func workerOrder(sdks []string, r int) []string {
 	k := r % len(sdks)
 	return append(slices.Clone(sdks[k:]), sdks[:k]...)
+}
+
+// ServeWorker runs one Go SDK worker of the chains as a process of its own
+// (`dwr bench worker`, which --worker-sdk go-process starts), as the other
+// SDKs' bench workers run: configured by the environment (DWR_SERVER,
+// DWR_CREDS, none on an open service, BENCH_QUEUE, BENCH_EXECUTOR,
+// BENCH_CONCURRENCY), it writes "ready" to stdout once it takes work from
+// the queue, and runs until ctx ends, then drains. Its warnings and errors
+// go to stderr.
+func ServeWorker(ctx context.Context, stdout, stderr io.Writer) error {
+	url, creds := os.Getenv("DWR_SERVER"), os.Getenv("DWR_CREDS")
+	queue, name := os.Getenv("BENCH_QUEUE"), os.Getenv("BENCH_EXECUTOR")
+	if url == "" || queue == "" || name == "" {
+		return errors.New("DWR_SERVER, BENCH_QUEUE and BENCH_EXECUTOR must be set")
+	}
+	concurrency, err := strconv.Atoi(os.Getenv("BENCH_CONCURRENCY"))
+	if err != nil {
+		return fmt.Errorf("BENCH_CONCURRENCY: %w", err)
+	}
+	opts := []nats.Option{nats.Name(name)}
+	if creds != "" {
+		c, err := executors.Credentials(creds)
+		if err != nil {
+			return err
+		}
+		opts = append(opts, c...)
+	}
+	nc, err := nats.Connect(url, opts...)
+	if err != nil {
+		return err
+	}
+	defer nc.Close()
+	log := &readyLog{out: stdout, next: slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelWarn}), ready: new(atomic.Bool)}
+	w, err := executors.NewWorker(executors.Config{Conn: nc, Queue: queue, Concurrency: concurrency, Executor: name,
+		DrainTimeout: time.Second, Logger: slog.New(log)}, chainHandler)
+	if err != nil {
+		return err
+	}
+	return w.Run(ctx)
+}
+
+// readyLog is a worker's log handler that writes "ready" to out at the
+// worker's "taking work" line, and hands warnings and errors to next. It
+// takes Info records only until then (the worker logs one a job).
+type readyLog struct {
+	out   io.Writer
+	next  slog.Handler
+	ready *atomic.Bool // shared with the handlers derived from it
+}
+
+func (h *readyLog) Enabled(ctx context.Context, l slog.Level) bool {
+	return (l == slog.LevelInfo && !h.ready.Load()) || h.next.Enabled(ctx, l)
+}
+
+func (h *readyLog) Handle(ctx context.Context, r slog.Record) error {
+	if r.Level == slog.LevelInfo && strings.HasPrefix(r.Message, "executors: taking work from the queue") && h.ready.CompareAndSwap(false, true) {
+		if _, err := io.WriteString(h.out, "ready\n"); err != nil {
+			return err
+		}
+	}
+	if h.next.Enabled(ctx, r.Level) {
+		return h.next.Handle(ctx, r)
+	}
+	return nil
+}
+
+func (h *readyLog) WithAttrs(as []slog.Attr) slog.Handler {
+	return &readyLog{out: h.out, next: h.next.WithAttrs(as), ready: h.ready}
+}
+
+func (h *readyLog) WithGroup(name string) slog.Handler {
+	return &readyLog{out: h.out, next: h.next.WithGroup(name), ready: h.ready}
 }

@@ -24,7 +24,7 @@ var sdkRoot = filepath.Join("..", "..")
 // the conformance suite does, and fails it instead when CI is set.
 func needWorkerSDK(t *testing.T, sdks ...string) {
 	t.Helper()
-	if _, err := workerPrograms(sdkRoot, sdks); err != nil {
+	if _, err := workerPrograms(sdkRoot, "", sdks); err != nil {
 		if os.Getenv("CI") != "" {
 			t.Fatal(err)
 		}
@@ -33,13 +33,14 @@ func needWorkerSDK(t *testing.T, sdks ...string) {
 }
 
 // TestBenchChain3OtherSDKWorkers runs 20 chains on a deployed service with
-// the workers of the Python SDK, then of the TypeScript SDK, each worker a
-// process of its own: every chain must end achieved, each of its tasks
-// succeeded by that SDK's worker with the handler's output, and the worker
-// processes' CPU must be counted in the whole system's.
+// the workers of the Python SDK, then of the TypeScript SDK, then of the Go
+// SDK as `dwr bench worker` processes, each worker a process of its own:
+// every chain must end achieved, each of its tasks succeeded by that SDK's
+// worker with the handler's output, and the worker processes' CPU must be
+// counted in the whole system's.
 func TestBenchChain3OtherSDKWorkers(t *testing.T) {
 	bin := buildDWR(t)
-	for _, sdk := range []string{WorkerPython, WorkerTypeScript} {
+	for _, sdk := range []string{WorkerPython, WorkerTypeScript, WorkerGoProcess} {
 		t.Run(sdk, func(t *testing.T) {
 			needWorkerSDK(t, sdk)
 			const chains, single = 20, 2
