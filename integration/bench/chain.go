@@ -73,10 +73,11 @@ type ChainOptions struct {
 	// the measured ones, as the peers' harnesses warm up.
 	Warmup int
 	// WorkerSDK is the SDK the workers are written with: WorkerGo (or "")
-	// runs them in this process; WorkerPython and WorkerTypeScript run each
-	// worker as a process of its own, the SDK's bench worker program (found
-	// under SDKRoot), reaching the deployed service over TCP (Deployed
-	// only). The submitters and the measuring stay in this process.
+	// runs them in this process; WorkerPython, WorkerTypeScript and
+	// WorkerGoProcess run each worker as a process of its own, the SDK's
+	// bench worker program (found under SDKRoot; Binary's for Go), reaching
+	// the deployed service over TCP (Deployed only). The submitters and the
+	// measuring stay in this process.
 	WorkerSDK string
 	// CompareWorkers runs the chains with the workers of each SDK named (go
 	// and at least one other), alternating in Rounds rounds, the order
@@ -120,15 +121,16 @@ type ChainCell struct {
 	P99ms      float64 `json:"p99_ms"`
 	// CPUmsPerRun is the CPU time per chain of the whole system over the
 	// measured window: this process, and when deployed the service's too,
-	// and the worker processes' when the workers are not Go's.
+	// and the worker processes' when the workers run as processes of their
+	// own.
 	CPUmsPerRun float64 `json:"cpu_ms_per_chain"`
 	// ServiceCPUms is, when deployed, the service process's share of
 	// CPUmsPerRun; ServiceRSSMiB its peak RSS (VmHWM) over its whole life,
 	// warm-up and measured chains.
 	ServiceCPUms  float64 `json:"service_cpu_ms_per_chain,omitempty"`
 	ServiceRSSMiB float64 `json:"service_peak_rss_mib,omitempty"`
-	// WorkerCPUms is, when the workers are processes of their own (not
-	// Go's), their share of CPUmsPerRun, read from /proc/PID/stat of each
+	// WorkerCPUms is, when the workers are processes of their own (all but
+	// WorkerGo), their share of CPUmsPerRun, read from /proc/PID/stat of each
 	// before and after the measured window; WorkerRSSMiB the sum of their
 	// peak RSS (VmHWM) over their whole life.
 	WorkerCPUms  float64 `json:"worker_cpu_ms_per_chain,omitempty"`
