@@ -35,7 +35,7 @@ func benchCmd(g *globals) *cobra.Command {
 	f.BoolVar(&o.Plain, "plain", false, "run the service without encryption (payloads stored as sent); by default it seals them, as dwr serve does")
 	f.BoolVar(&o.CompareEncryption, "compare-encryption", false, "run group mode with payloads sealed and plain, alternating in --rounds rounds, and print the cost of encryption (give --payload-bytes: goal.create carries no payload otherwise)")
 	f.IntVar(&o.PayloadBytes, "payload-bytes", 0, "make each goal.create carry a plan of one task whose input holds this many bytes (0: none)")
-	cmd.AddCommand(benchChainCmd(g))
+	cmd.AddCommand(benchChainCmd(g), benchWorkerCmd())
 	return cmd
 }
 
@@ -56,7 +56,7 @@ func benchChainCmd(g *globals) *cobra.Command {
 	f.StringVar(&o.CPUProfile, "cpuprofile", "", "write a CPU profile of the whole run to this file (with --deployed: of this process, the workers and clients, only)")
 	f.BoolVar(&o.Auth, "auth", true, "run the service closed, as dwr serve does (--auth=false: open, without accounts or credentials)")
 	f.BoolVar(&o.CompareAuth, "compare-auth", false, "run closed and open, alternating in --rounds rounds, and print the cost of authentication")
-	f.IntVar(&o.Rounds, "rounds", 3, "with --compare-auth, --compare-encryption or --compare-observability: rounds, each running everything both ways (the order swapped each round)")
+	f.IntVar(&o.Rounds, "rounds", 3, "with --compare-auth, --compare-encryption, --compare-observability or --compare-workers: rounds, each running everything each way (the order changed each round)")
 	f.BoolVar(&o.Plain, "plain", false, "run the service without encryption (payloads stored as sent); by default it seals them, as dwr serve does")
 	f.BoolVar(&o.CompareEncryption, "compare-encryption", false, "run with payloads sealed and plain, alternating in --rounds rounds, and print the cost of encryption")
 	f.BoolVar(&o.CompareObservability, "compare-observability", false,
@@ -65,7 +65,29 @@ func benchChainCmd(g *globals) *cobra.Command {
 	f.BoolVar(&o.Deployed, "deployed", false, "run the service as deployed: dwr serve in its own process, the workers and submitters in this one")
 	f.StringVar(&o.Binary, "binary", "", "with --deployed: the dwr binary to run as the service (default: this one)")
 	f.IntVar(&o.Warmup, "warmup", 0, "chains run in each fresh service before the measured ones, and not measured")
+	f.StringVar(&o.WorkerSDK, "worker-sdk", bench.WorkerGo,
+		"the SDK the workers are written with: go (in this process); go-process, python or typescript (with --deployed: each worker a process of its own, its CPU counted)")
+	f.StringSliceVar(&o.CompareWorkers, "compare-workers", nil,
+		"run with the workers of each SDK named (go and go-process, python and/or typescript), alternating in --rounds rounds, and print the ratios to go (with --deployed)")
+	f.StringVar(&o.SDKRoot, "sdk-root", ".", "with --worker-sdk or --compare-workers: the checkout holding executors/python and executors/typescript (built with npm run build)")
 	return cmd
+}
+
+// benchWorkerCmd is `dwr bench worker`: one Go SDK worker of chain-3 as a
+// process of its own, which `dwr bench chain3 --worker-sdk go-process`
+// starts (bench.ServeWorker); hidden, it is the benchmark's, not a user's.
+func benchWorkerCmd() *cobra.Command {
+	return &cobra.Command{
+		Use: "worker", Short: "a Go SDK worker of dwr bench chain3 --worker-sdk go-process (configured by its environment)", Hidden: true, Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			ctx, stop := untilStopped(cmd)
+			defer stop()
+			if err := bench.ServeWorker(ctx, cmd.OutOrStdout(), cmd.ErrOrStderr()); err != nil {
+				return fail(exitError, "bench worker: %v", err)
+			}
+			return nil
+		},
+	}
 }
 
 // reportCmd returns benchmark command use: it runs run until a signal

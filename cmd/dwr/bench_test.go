@@ -41,6 +41,9 @@ func TestBenchRejectsBadFlags(t *testing.T) {
 		{"bench", "--compare-auth", "--modes", "baseline,group"},
 		{"bench", "--compare-auth", "--rounds", "0"},
 		{"bench", "chain3", "--warmup", "-1"},
+		{"bench", "chain3", "--worker-sdk", "python"}, // not deployed
+		{"bench", "chain3", "--worker-sdk", "cobol", "--deployed"},
+		{"bench", "chain3", "--compare-workers", "python,typescript", "--deployed"}, // no go
 	} {
 		var out, errb bytes.Buffer
 		require.NotEqual(t, exitOK, Main(args, strings.NewReader(""), &out, &errb), "%v", args)

@@ -51,14 +51,15 @@ func observabilityName(on bool) string {
 // (closed ÷ open), encryption (sealed ÷ plain) or observability (on ÷
 // off), with how the service otherwise runs.
 type comparison struct {
-	auth, encryption, observability bool // what is compared
-	closed, plain                   bool // how the service runs otherwise
+	auth, encryption, observability bool   // what is compared
+	closed, plain                   bool   // how the service runs otherwise
+	workers                         string // the workers' SDK
 }
 
 // setup is how a run of the comparison's runs: b, the variant without what
 // is measured (open, plain, or observability off).
 func (c comparison) setup(b bool) setup {
-	return setup{open: !c.closed || (c.auth && b), plain: c.plain || (c.encryption && b), observe: c.observability && !b}
+	return setup{open: !c.closed || (c.auth && b), plain: c.plain || (c.encryption && b), observe: c.observability && !b, workers: c.workers}
 }
 
 // mark names what is compared in a report's auth, encryption or

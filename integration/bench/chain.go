@@ -72,6 +72,24 @@ type ChainOptions struct {
 	// Warmup chains run (and are discarded) in each fresh service before
 	// the measured ones, as the peers' harnesses warm up.
 	Warmup int
+	// WorkerSDK is the SDK the workers are written with: WorkerGo (or "")
+	// runs them in this process; WorkerPython, WorkerTypeScript and
+	// WorkerGoProcess run each worker as a process of its own, the SDK's
+	// bench worker program (found under SDKRoot; Binary's for Go), reaching
+	// the deployed service over TCP (Deployed only). The submitters and the
+	// measuring stay in this process.
+	WorkerSDK string
+	// CompareWorkers runs the chains with the workers of each SDK named (go
+	// and at least one other), alternating in Rounds rounds, the order
+	// rotated each round; the ratios are to go's.
+	CompareWorkers []string
+	// SDKRoot is the checkout holding executors/python and
+	// executors/typescript (built); "" for the current directory.
+	SDKRoot string
+
+	// programs are the worker programs of the SDKs run (RunChain finds
+	// them).
+	programs map[string]workerProgram
 
 	// afterRun, when set, is called with each run's service once its chains
 	// have ended, before it is stopped (tests).
@@ -89,6 +107,8 @@ type ChainCell struct {
 	Encryption string `json:"encryption"`
 	// Observability is whether it kept metrics and made spans: on or off.
 	Observability string `json:"observability"`
+	// Workers is the SDK the workers were written with (WorkerGo, ...).
+	Workers string `json:"workers"`
 	// Round is the run's round (from 1) when comparing.
 	Round int `json:"round,omitempty"`
 	// OneAtATime: the chains ran one after the other (--single).
@@ -100,15 +120,23 @@ type ChainCell struct {
 	P50ms      float64 `json:"p50_ms"`
 	P99ms      float64 `json:"p99_ms"`
 	// CPUmsPerRun is the CPU time per chain of the whole system over the
-	// measured window: this process, and when deployed the service's too.
+	// measured window: this process, and when deployed the service's too,
+	// and the worker processes' when the workers run as processes of their
+	// own.
 	CPUmsPerRun float64 `json:"cpu_ms_per_chain"`
 	// ServiceCPUms is, when deployed, the service process's share of
 	// CPUmsPerRun; ServiceRSSMiB its peak RSS (VmHWM) over its whole life,
 	// warm-up and measured chains.
 	ServiceCPUms  float64 `json:"service_cpu_ms_per_chain,omitempty"`
 	ServiceRSSMiB float64 `json:"service_peak_rss_mib,omitempty"`
-	Errors        int     `json:"errors"`
-	FirstError    string  `json:"first_error,omitempty"`
+	// WorkerCPUms is, when the workers are processes of their own (all but
+	// WorkerGo), their share of CPUmsPerRun, read from /proc/PID/stat of each
+	// before and after the measured window; WorkerRSSMiB the sum of their
+	// peak RSS (VmHWM) over their whole life.
+	WorkerCPUms  float64 `json:"worker_cpu_ms_per_chain,omitempty"`
+	WorkerRSSMiB float64 `json:"workers_peak_rss_mib,omitempty"`
+	Errors       int     `json:"errors"`
+	FirstError   string  `json:"first_error,omitempty"`
 }
 
 // ChainReport is what `dwr bench chain3` prints.
@@ -144,6 +172,12 @@ type ChainReport struct {
 	// ObservabilityCost is, when comparing observability, its cost for
 	// each kind of run: on ÷ off, round by round.
 	ObservabilityCost []AuthCost `json:"observability_cost,omitempty"`
+	// WorkerSDK is the SDK the workers were written with, or compare (those
+	// of CompareWorkers, alternating in Rounds rounds).
+	WorkerSDK string `json:"worker_sdk"`
+	// WorkerCost is, when comparing the workers' SDKs, each one's figures
+	// divided by go's, at each kind of run, round by round.
+	WorkerCost []AuthCost `json:"worker_cost,omitempty"`
 	// PeakRSSMiB is this process's peak RSS: the whole system in-process;
 	// the workers and clients alone when deployed (each cell has the
 	// service's).
@@ -174,12 +208,36 @@ func RunChain(ctx context.Context, o ChainOptions, progress io.Writer) (*ChainRe
 	if o.Warmup < 0 {
 		return nil, errors.New("--warmup must be at least 0")
 	}
-	comparing := o.CompareAuth || o.CompareEncryption || o.CompareObservability
+	if err := checkWorkerSDKs(o); err != nil {
+		return nil, err
+	}
+	if o.WorkerSDK == "" {
+		o.WorkerSDK = WorkerGo
+	}
+	compareWorkers := len(o.CompareWorkers) > 0
+	comparing := o.CompareAuth || o.CompareEncryption || o.CompareObservability || compareWorkers
 	if comparing && o.Rounds < 1 {
 		return nil, errors.New("--rounds must be at least 1")
 	}
-	if (o.CompareAuth && o.CompareEncryption) || (o.CompareObservability && (o.CompareAuth || o.CompareEncryption)) {
-		return nil, errors.New("compare one thing at a time: --compare-auth, --compare-encryption or --compare-observability")
+	compared := 0
+	for _, c := range []bool{o.CompareAuth, o.CompareEncryption, o.CompareObservability, compareWorkers} {
+		if c {
+			compared++
+		}
+	}
+	if compared > 1 {
+		return nil, errors.New("compare one thing at a time: --compare-auth, --compare-encryption, --compare-observability or --compare-workers")
+	}
+	sdks := []string{o.WorkerSDK}
+	if compareWorkers {
+		sdks = o.CompareWorkers
+	}
+	if (compareWorkers || o.WorkerSDK != WorkerGo) && !o.Deployed {
+		return nil, errors.New("--worker-sdk and --compare-workers run the workers as processes of their own, which reach the service over TCP: add --deployed")
+	}
+	var err error
+	if o.programs, err = workerPrograms(o.SDKRoot, o.Binary, sdks); err != nil {
+		return nil, err
 	}
 	if (o.CompareObservability || o.Observe) && o.Deployed {
 		return nil, errors.New("--compare-observability runs the service in-process: drop --deployed")
@@ -191,11 +249,14 @@ func RunChain(ctx context.Context, o ChainOptions, progress io.Writer) (*ChainRe
 	defer stopProfile()
 	rep := &ChainReport{Go: runtime.Version(), CPUs: runtime.NumCPU(), Workers: o.Workers, Concurrency: o.Concurrency,
 		Service: ServiceInProcess, Submitters: o.Submitters, Warmup: o.Warmup, Auth: authName(!o.Auth), Encryption: encryptionName(o.Plain),
-		Observability: observabilityName(o.Observe)}
+		Observability: observabilityName(o.Observe), WorkerSDK: o.WorkerSDK}
 	if o.Deployed {
 		rep.Service = ServiceDeployed
 	}
 	run := func(n int, single bool, s setup, round int) (*ChainCell, error) {
+		if s.workers == "" {
+			s.workers = o.WorkerSDK
+		}
 		open := s.open
 		at := ""
 		if round > 0 {
@@ -204,11 +265,11 @@ func RunChain(ctx context.Context, o ChainOptions, progress io.Writer) (*ChainRe
 		submitters := o.Submitters
 		if single {
 			submitters = 1
-			fmt.Fprintf(progress, "bench: %s%d single chains, one at a time, %s, %s, observability %s\n", at, n, authName(open), encryptionName(s.plain),
-				observabilityName(s.observe))
+			fmt.Fprintf(progress, "bench: %s%d single chains, one at a time, %s workers, %s, %s, observability %s\n", at, n, s.workers, authName(open),
+				encryptionName(s.plain), observabilityName(s.observe))
 		} else {
-			fmt.Fprintf(progress, "bench: %s%d chains, %d submitters, %d workers × %d, %s, %s, observability %s\n", at, n, submitters, o.Workers, o.Concurrency,
-				authName(open), encryptionName(s.plain), observabilityName(s.observe))
+			fmt.Fprintf(progress, "bench: %s%d chains, %d submitters, %d %s workers × %d, %s, %s, observability %s\n", at, n, submitters, o.Workers, s.workers,
+				o.Concurrency, authName(open), encryptionName(s.plain), observabilityName(s.observe))
 		}
 		c, err := withTempDir(o.Dir, func(dir string) (*ChainCell, error) { return chainRun(ctx, dir, o, n, submitters, s) })
 		if err != nil {
@@ -217,15 +278,39 @@ func RunChain(ctx context.Context, o ChainOptions, progress io.Writer) (*ChainRe
 		c.Round, c.OneAtATime, c.Encryption, c.Observability = round, single, encryptionName(s.plain), observabilityName(s.observe)
 		fmt.Fprintf(progress, "bench:   %.0f chains/s, p50 %.1f ms, p99 %.1f ms, CPU %.2f ms/chain", c.ChainsPerS, c.P50ms, c.P99ms, c.CPUmsPerRun)
 		if o.Deployed {
-			fmt.Fprintf(progress, " (service %.2f), service peak RSS %.1f MiB", c.ServiceCPUms, c.ServiceRSSMiB)
+			fmt.Fprintf(progress, " (service %.2f", c.ServiceCPUms)
+			if c.Workers != WorkerGo {
+				fmt.Fprintf(progress, ", %s workers %.2f", c.Workers, c.WorkerCPUms)
+			}
+			fmt.Fprintf(progress, "), service peak RSS %.1f MiB", c.ServiceRSSMiB)
 		}
 		fmt.Fprintln(progress)
 		return c, nil
 	}
 	if comparing {
-		cmp := comparison{auth: o.CompareAuth, encryption: o.CompareEncryption, observability: o.CompareObservability, closed: o.Auth, plain: o.Plain}
+		cmp := comparison{auth: o.CompareAuth, encryption: o.CompareEncryption, observability: o.CompareObservability, closed: o.Auth, plain: o.Plain,
+			workers: o.WorkerSDK}
 		rep.Rounds = o.Rounds
-		cmp.mark(&rep.Auth, &rep.Encryption, &rep.Observability)
+		if compareWorkers {
+			rep.WorkerSDK = AuthCompare
+		} else {
+			cmp.mark(&rep.Auth, &rep.Encryption, &rep.Observability)
+		}
+		// The runs of round r (from 0): both ways of what is compared, or
+		// each SDK's workers, in an order that changes each round.
+		runsOf := func(r int) []setup {
+			var ss []setup
+			if compareWorkers {
+				for _, sdk := range workerOrder(o.CompareWorkers, r) {
+					ss = append(ss, setup{open: !o.Auth, plain: o.Plain, workers: sdk})
+				}
+				return ss
+			}
+			for _, b := range authOrder(r) {
+				ss = append(ss, cmp.setup(b))
+			}
+			return ss
+		}
 		type load struct {
 			n      int
 			single bool
@@ -239,8 +324,8 @@ func RunChain(ctx context.Context, o ChainOptions, progress io.Writer) (*ChainRe
 		}
 		for r := range o.Rounds {
 			for _, l := range loads {
-				for _, b := range authOrder(r) {
-					c, err := run(l.n, l.single, cmp.setup(b), r+1)
+				for _, s := range runsOf(r) {
+					c, err := run(l.n, l.single, s, r+1)
 					if err != nil {
 						return nil, err
 					}
@@ -249,6 +334,15 @@ func RunChain(ctx context.Context, o ChainOptions, progress io.Writer) (*ChainRe
 			}
 		}
 		switch {
+		case compareWorkers:
+			for _, sdk := range o.CompareWorkers {
+				if sdk == WorkerGo {
+					continue
+				}
+				rep.WorkerCost = append(rep.WorkerCost, chainCost(rep, sdk+" ÷ go, ",
+					func(c ChainCell) bool { return c.Workers == sdk || c.Workers == WorkerGo },
+					func(c ChainCell) bool { return c.Workers == WorkerGo })...)
+			}
 		case o.CompareAuth:
 			rep.AuthCost = chainAuthCost(rep, func(c ChainCell) bool { return c.Auth == AuthOpen })
 		case o.CompareObservability:
@@ -283,9 +377,18 @@ func RunChain(ctx context.Context, o ChainOptions, progress io.Writer) (*ChainRe
 // the cells b reports) of each kind (one at a time, and each N) of the
 // same round: with ÷ without.
 func chainAuthCost(rep *ChainReport, b func(ChainCell) bool) []AuthCost {
+	return chainCost(rep, "", func(ChainCell) bool { return true }, b)
+}
+
+// chainCost is chainAuthCost of the cells in reports, each load labelled
+// with prefix first.
+func chainCost(rep *ChainReport, prefix string, in, b func(ChainCell) bool) []AuthCost {
 	var out []AuthCost
 	seen := map[[2]int]bool{}
 	for _, c := range rep.Cells {
+		if !in(c) {
+			continue
+		}
 		kind := [2]int{c.Chains, 0}
 		if c.OneAtATime {
 			kind[1] = 1
@@ -300,11 +403,11 @@ func chainAuthCost(rep *ChainReport, b func(ChainCell) bool) []AuthCost {
 				variant = AuthOpen // pairRounds puts it second: the denominator
 			}
 			return d.Round, variant, figures{perS: d.ChainsPerS, p50: d.P50ms, p99: d.P99ms, cpu: d.CPUmsPerRun},
-				d.Chains == c.Chains && d.OneAtATime == c.OneAtATime
+				in(d) && d.Chains == c.Chains && d.OneAtATime == c.OneAtATime
 		})
-		label := fmt.Sprintf("N=%d", c.Chains)
+		label := fmt.Sprintf("%sN=%d", prefix, c.Chains)
 		if c.OneAtATime {
-			label = fmt.Sprintf("N=%d one at a time", c.Chains)
+			label = fmt.Sprintf("%sN=%d one at a time", prefix, c.Chains)
 		}
 		out = append(out, costOf(label, pairs))
 	}
@@ -326,6 +429,10 @@ func chainRun(ctx context.Context, dir string, o ChainOptions, n, submitters int
 	open := s.open
 	ctx, cancel := context.WithTimeout(ctx, o.Timeout)
 	defer cancel()
+	// A worker process that exits before it is stopped ends the run, with
+	// its error as the cause.
+	ctx, died := context.WithCancelCause(ctx)
+	defer died(nil)
 	var bs *service
 	var proc *deployed // the service's process when deployed
 	var err error
@@ -342,19 +449,28 @@ func chainRun(ctx context.Context, dir string, o ChainOptions, n, submitters int
 	// Workers on the queue, as an executor fleet would run them: each an
 	// executor of the queue. They start once every participant has joined:
 	// adding a member reloads the server's users, and a reload while a
-	// worker binds to its consumer can cost that worker a second.
+	// worker binds to its consumer can cost that worker a second. Go's run
+	// in this process; another SDK's each in a process of its own.
 	var workers []*executors.Worker
+	var workerCreds []string // the other SDK's processes' credentials ("" when open)
 	for i := range o.Workers {
-		nc, err := bs.join(ctx, fmt.Sprintf("bench-worker-%d", i), domain.RoleExecutor, "chain")
+		name := fmt.Sprintf("bench-worker-%d", i)
+		if s.workers != WorkerGo {
+			creds, err := bs.member(ctx, name, domain.RoleExecutor, "chain")
+			if err != nil {
+				return nil, err
+			}
+			workerCreds = append(workerCreds, creds)
+			continue
+		}
+		nc, err := bs.join(ctx, name, domain.RoleExecutor, "chain")
 		if err != nil {
 			return nil, err
 		}
 		defer nc.Close()
 		w, err := executors.NewWorker(executors.Config{Conn: nc, Queue: "chain", Concurrency: o.Concurrency,
 			Executor: fmt.Sprintf("bench-%d", i), DrainTimeout: time.Second, Tracer: bs.tracer},
-			func(_ context.Context, job *executors.Job) (executors.Result, error) {
-				return executors.Result{Output: json.RawMessage(`{"ok":true}`)}, nil
-			})
+			chainHandler)
 		if err != nil {
 			return nil, err
 		}
@@ -411,6 +527,25 @@ func chainRun(ctx context.Context, dir string, o ChainOptions, n, submitters int
 			}
 		})
 	}
+	var procs []*workerProc
+	defer func() {
+		for _, p := range procs {
+			p.stop()
+		}
+	}()
+	for i, creds := range workerCreds {
+		p, err := startWorkerProc(o.programs[s.workers], fmt.Sprintf("%s worker %d", s.workers, i), dir, bs.url, creds, "chain",
+			fmt.Sprintf("bench-%s-%d", s.workers, i), o.Concurrency, died)
+		if err != nil {
+			return nil, err
+		}
+		procs = append(procs, p)
+	}
+	for _, p := range procs { // not measured: they are up and taking work
+		if err := p.waitReady(ctx); err != nil {
+			return nil, err
+		}
+	}
 
 	// phase submits count chains from the submitters and waits until each
 	// has ended; it returns when each was submitted, and its errors.
@@ -459,7 +594,7 @@ func chainRun(ctx context.Context, dir string, o ChainOptions, n, submitters int
 		case <-ctx.Done():
 			mu.Lock()
 			defer mu.Unlock()
-			return nil, 0, "", fmt.Errorf("%d of %d chains achieved before giving up: %w", len(ended), target, ctx.Err())
+			return nil, 0, "", fmt.Errorf("%d of %d chains achieved before giving up: %w", len(ended), target, context.Cause(ctx))
 		}
 		first, _ = firstErr.Load().(string)
 		return started, errCount.Load(), first, nil
@@ -473,9 +608,13 @@ func chainRun(ctx context.Context, dir string, o ChainOptions, n, submitters int
 	}
 
 	// The measured window: from the first submission to the last chain's
-	// end, CPU of this process (workers, clients) and of the service's
-	// process when deployed.
+	// end, CPU of this process (workers, clients), of the service's
+	// process when deployed, and of the worker processes.
 	svc0, err := proc.cpuOrZero()
+	if err != nil {
+		return nil, err
+	}
+	wk0, err := workerCPU(procs)
 	if err != nil {
 		return nil, err
 	}
@@ -489,8 +628,12 @@ func chainRun(ctx context.Context, dir string, o ChainOptions, n, submitters int
 	if err != nil {
 		return nil, err
 	}
-	svcCPU := svc1 - svc0
-	cpu += svcCPU
+	wk1, err := workerCPU(procs)
+	if err != nil {
+		return nil, err
+	}
+	svcCPU, wkCPU := svc1-svc0, wk1-wk0
+	cpu += svcCPU + wkCPU
 	if o.afterRun != nil {
 		o.afterRun(bs)
 	}
@@ -509,7 +652,7 @@ func chainRun(ctx context.Context, dir string, o ChainOptions, n, submitters int
 	p := percentiles(lats)
 	secs := last.Sub(t0).Seconds()
 	perChain := func(d time.Duration) float64 { return round2(float64(d.Microseconds()) / 1000 / float64(n)) }
-	c := &ChainCell{Auth: authName(open), Chains: n, Seconds: round2(secs), P50ms: p[0], P99ms: p[2], CPUmsPerRun: perChain(cpu),
+	c := &ChainCell{Auth: authName(open), Workers: s.workers, Chains: n, Seconds: round2(secs), P50ms: p[0], P99ms: p[2], CPUmsPerRun: perChain(cpu),
 		Errors: int(errs), FirstError: first}
 	if secs > 0 { // not when every submission failed
 		c.ChainsPerS, c.TasksPerS = round1(float64(n)/secs), round1(3*float64(n)/secs)
@@ -522,7 +665,21 @@ func chainRun(ctx context.Context, dir string, o ChainOptions, n, submitters int
 		}
 		c.ServiceRSSMiB = round1(rss)
 	}
+	if len(procs) > 0 {
+		c.WorkerCPUms = perChain(wkCPU)
+		rss, err := workerPeakRSS(procs)
+		if err != nil {
+			return nil, err
+		}
+		c.WorkerRSSMiB = round1(rss)
+	}
 	return c, nil
+}
+
+// chainHandler is what every worker of the chains runs, whatever its SDK:
+// it returns {"ok":true}.
+func chainHandler(_ context.Context, _ *executors.Job) (executors.Result, error) {
+	return executors.Result{Output: json.RawMessage(`{"ok":true}`)}, nil
 }
 
 // waitEnded waits until chain id has ended (its goal was achieved).
@@ -564,8 +721,11 @@ func (rep *ChainReport) Err() error {
 // authentication when comparing, and the peak RSS.
 func PrintChain(w io.Writer, rep *ChainReport) error {
 	auth := "service " + rep.Auth + ", payloads " + rep.Encryption
-	compare := rep.Auth == AuthCompare || rep.Encryption == AuthCompare || rep.Observability == AuthCompare
+	compareWorkers := rep.WorkerSDK == AuthCompare
+	compare := rep.Auth == AuthCompare || rep.Encryption == AuthCompare || rep.Observability == AuthCompare || compareWorkers
 	switch {
+	case compareWorkers:
+		auth = fmt.Sprintf("service %s, payloads %s, the workers' SDKs alternating, %d rounds", rep.Auth, rep.Encryption, rep.Rounds)
 	case rep.Observability == AuthCompare:
 		auth = fmt.Sprintf("service %s, payloads %s, observability off and on alternating, %d rounds", rep.Auth, rep.Encryption, rep.Rounds)
 	case rep.Auth == AuthCompare:
@@ -581,8 +741,18 @@ func PrintChain(w io.Writer, rep *ChainReport) error {
 	if deployed {
 		where = "service deployed (dwr serve in its own process)"
 	}
-	fmt.Fprintf(w, "dwr bench chain3: %s, %s/%s, %d CPUs, %s, %d workers × %d jobs, %d submitters, %d warm-up chains, fsync before ack, %s\n\n",
-		rep.Go, runtime.GOOS, runtime.GOARCH, rep.CPUs, where, rep.Workers, rep.Concurrency, rep.Submitters, rep.Warmup, auth)
+	sdk := rep.WorkerSDK + " "
+	if compareWorkers {
+		sdk = ""
+	}
+	// Another SDK's workers are processes of their own, with CPU of their
+	// own.
+	external := false
+	for _, c := range append([]ChainCell{rep.Single}, rep.Cells...) {
+		external = external || (c.Chains > 0 && c.Workers != WorkerGo)
+	}
+	fmt.Fprintf(w, "dwr bench chain3: %s, %s/%s, %d CPUs, %s, %d %sworkers × %d jobs, %d submitters, %d warm-up chains, fsync before ack, %s\n\n",
+		rep.Go, runtime.GOOS, runtime.GOARCH, rep.CPUs, where, rep.Workers, sdk, rep.Concurrency, rep.Submitters, rep.Warmup, auth)
 	rows := [][]string{}
 	row := func(c ChainCell) {
 		label := "all at once"
@@ -592,9 +762,20 @@ func PrintChain(w io.Writer, rep *ChainReport) error {
 		r := []string{label, fmt.Sprint(c.Chains), thousands(c.ChainsPerS), thousands(c.TasksPerS),
 			ms(c.P50ms), ms(c.P99ms), fmt.Sprintf("%.2f", c.CPUmsPerRun)}
 		if deployed {
-			r = append(r, fmt.Sprintf("%.2f", c.ServiceCPUms), fmt.Sprintf("%.1f", c.ServiceRSSMiB))
+			r = append(r, fmt.Sprintf("%.2f", c.ServiceCPUms))
+			if external {
+				wk := "-" // Go's workers: in this process, counted in its CPU
+				if c.Workers != WorkerGo {
+					wk = fmt.Sprintf("%.2f", c.WorkerCPUms)
+				}
+				r = append(r, wk)
+			}
+			r = append(r, fmt.Sprintf("%.1f", c.ServiceRSSMiB))
 		}
-		if compare {
+		switch {
+		case compareWorkers:
+			r = append([]string{fmt.Sprint(c.Round), c.Workers}, r...)
+		case compare:
 			r = append([]string{fmt.Sprint(c.Round), c.Auth + "/" + c.Encryption + "/" + c.Observability}, r...)
 		}
 		rows = append(rows, r)
@@ -607,9 +788,16 @@ func PrintChain(w io.Writer, rep *ChainReport) error {
 	}
 	header := []string{"RUN", "CHAINS", "CHAINS/S", "TASKS/S", "P50 MS", "P99 MS", "CPU MS/CHAIN"}
 	if deployed {
-		header = append(header, "OF WHICH SERVICE", "SERVICE PEAK RSS MIB")
+		header = append(header, "OF WHICH SERVICE")
+		if external {
+			header = append(header, "OF WHICH WORKERS")
+		}
+		header = append(header, "SERVICE PEAK RSS MIB")
 	}
-	if compare {
+	switch {
+	case compareWorkers:
+		header = append([]string{"ROUND", "WORKERS"}, header...)
+	case compare:
 		header = append([]string{"ROUND", "AUTH/PAYLOADS/OBS"}, header...)
 	}
 	if err := table(w, header, rows); err != nil {
@@ -625,7 +813,18 @@ func PrintChain(w io.Writer, rep *ChainReport) error {
 		"CHAINS/S", "CPU/CHAIN", rep.ObservabilityCost); err != nil {
 		return err
 	}
-	if deployed {
+	if err := printCost(w, "the workers' SDKs, each ÷ go (CPU: this process's, the service's and the worker processes')",
+		"CHAINS/S", "CPU/CHAIN", rep.WorkerCost); err != nil {
+		return err
+	}
+	if external {
+		var peak float64
+		for _, c := range append([]ChainCell{rep.Single}, rep.Cells...) {
+			peak = max(peak, c.WorkerRSSMiB)
+		}
+		fmt.Fprintf(w, "\npeak RSS of this process (clients, and Go's workers) %.1f MiB; of the worker processes of another SDK, together, at most %.1f MiB\n",
+			rep.PeakRSSMiB, peak)
+	} else if deployed {
 		fmt.Fprintf(w, "\npeak RSS of this process (workers and clients) %.1f MiB\n", rep.PeakRSSMiB)
 	} else {
 		fmt.Fprintf(w, "\npeak RSS %.1f MiB\n", rep.PeakRSSMiB)

@@ -92,7 +92,7 @@ func startDeployed(ctx context.Context, dir, bin string, s setup) (_ *service, _
 	if err != nil {
 		return nil, nil, err
 	}
-	bs := &service{dir: dir, dial: func(opts ...nats.Option) (*nats.Conn, error) {
+	bs := &service{dir: dir, url: p.url, dial: func(opts ...nats.Option) (*nats.Conn, error) {
 		return nats.Connect(p.url, opts...)
 	}}
 	if !open {
@@ -219,21 +219,27 @@ func (p *deployed) tail() string {
 // clockTick is USER_HZ, the unit of /proc's CPU times on Linux.
 const clockTick = 100
 
-// cpu returns the CPU time (user and system) the process has used so far,
-// from /proc/PID/stat.
-func (p *deployed) cpu() (time.Duration, error) {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", p.cmd.Process.Pid))
+// cpu returns the CPU time (user and system) the process has used so far.
+func (p *deployed) cpu() (time.Duration, error) { return procCPU(p.cmd.Process.Pid) }
+
+// peakRSS returns the process's peak resident set size (VmHWM) in MiB.
+func (p *deployed) peakRSS() (float64, error) { return procPeakRSS(p.cmd.Process.Pid) }
+
+// procCPU returns the CPU time (user and system) process pid has used so
+// far, all its threads, from /proc/PID/stat (Linux).
+func procCPU(pid int) (time.Duration, error) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
 	if err != nil {
 		return 0, err
 	}
 	s := string(b)
 	i := strings.LastIndexByte(s, ')') // the command may hold spaces
 	if i < 0 {
-		return 0, fmt.Errorf("/proc/%d/stat: %q", p.cmd.Process.Pid, s)
+		return 0, fmt.Errorf("/proc/%d/stat: %q", pid, s)
 	}
 	f := strings.Fields(s[i+1:])
 	if len(f) < 13 {
-		return 0, fmt.Errorf("/proc/%d/stat: %q", p.cmd.Process.Pid, s)
+		return 0, fmt.Errorf("/proc/%d/stat: %q", pid, s)
 	}
 	var ticks int64
 	for _, k := range []int{11, 12} { // utime, stime: fields 14 and 15 of stat(5)
@@ -246,9 +252,10 @@ func (p *deployed) cpu() (time.Duration, error) {
 	return time.Duration(ticks) * time.Second / clockTick, nil
 }
 
-// peakRSS returns the process's peak resident set size (VmHWM) in MiB.
-func (p *deployed) peakRSS() (float64, error) {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", p.cmd.Process.Pid))
+// procPeakRSS returns process pid's peak resident set size (VmHWM) in MiB,
+// from /proc/PID/status (Linux).
+func procPeakRSS(pid int) (float64, error) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
 	if err != nil {
 		return 0, err
 	}
@@ -261,7 +268,7 @@ func (p *deployed) peakRSS() (float64, error) {
 			return kb / 1024, nil
 		}
 	}
-	return 0, fmt.Errorf("/proc/%d/status: no VmHWM", p.cmd.Process.Pid)
+	return 0, fmt.Errorf("/proc/%d/status: no VmHWM", pid)
 }
 
 // cpuOrZero is cpu, and 0 when there is no process (the service runs in

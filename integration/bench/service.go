@@ -32,6 +32,9 @@ type service struct {
 	// dial opens a connection to the service's NATS server: in-process, or
 	// over TCP to a deployed service (another process).
 	dial func(opts ...nats.Option) (*nats.Conn, error)
+	// url is the NATS URL a deployed service is reached at by processes
+	// other than the benchmark's ("" in-process).
+	url string
 	// admin is the admin's client of a closed service (nil when open): it
 	// adds the benchmark's participants as members.
 	admin *client.Client
@@ -44,8 +47,12 @@ type service struct {
 // setup is how a benchmark's service runs: open (no accounts, no
 // credentials) or closed, plain (payloads stored as sent) or encrypted, as
 // dwr serve runs by default, and with observability (ObservabilityOn) or
-// without.
-type setup struct{ open, plain, observe bool }
+// without; and, for the chain benchmark, the SDK of its workers (WorkerGo,
+// ...).
+type setup struct {
+	open, plain, observe bool
+	workers              string
+}
 
 // startService starts the service in dir and waits until it is ready.
 // Closed (open false), it is `dwr serve`'s default: the embedded server
@@ -176,13 +183,28 @@ func newClient(nc *nats.Conn) *client.Client {
 }
 
 // join opens a connection for one participant of a benchmark. On a closed
-// service, the admin first adds it to the default workspace as member name
-// with role (and an executor's queues) as `dwr users add` does
-// (access.AddUser), writing its credential in the service's directory, and
-// it connects with that credential; on an open one it connects as anyone.
+// service, the admin first adds it to the default workspace (member) and it
+// connects with the credential written; on an open one it connects as
+// anyone.
 func (bs *service) join(ctx context.Context, name string, role domain.Role, queues ...string) (*nats.Conn, error) {
-	if bs.admin == nil {
+	file, err := bs.member(ctx, name, role, queues...)
+	if err != nil {
+		return nil, err
+	}
+	if file == "" {
 		return bs.dial(nats.Name(name))
+	}
+	return bs.connectCreds(name, file)
+}
+
+// member adds participant name to a closed service's default workspace as
+// a member with role (and an executor's queues), as `dwr users add` does
+// (access.AddUser), and returns its credential file, written in the
+// service's directory; on an open service it returns "" (anyone connects
+// as anyone).
+func (bs *service) member(ctx context.Context, name string, role domain.Role, queues ...string) (string, error) {
+	if bs.admin == nil {
+		return "", nil
 	}
 	file := filepath.Join(bs.dir, name+".creds")
 	if _, _, err := access.AddUser(bs.admin.Workspace(), domain.AddMember{Name: name, Role: role, Queues: queues}, file, true,
@@ -190,9 +212,9 @@ func (bs *service) join(ctx context.Context, name string, role domain.Role, queu
 			_, err := bs.admin.Command(ctx, "member.add", m)
 			return err
 		}); err != nil {
-		return nil, fmt.Errorf("add %s as a member: %w", name, err)
+		return "", fmt.Errorf("add %s as a member: %w", name, err)
 	}
-	return bs.connectCreds(name, file)
+	return file, nil
 }
 
 // joinClients returns n clients of client-role members named prefix-0,
