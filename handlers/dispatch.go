@@ -14,7 +14,6 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/trace"
-	"go.opentelemetry.io/otel/trace/noop"
 
 	"github.com/dwr-run/dwr/domain"
 	"github.com/dwr-run/dwr/eventstore"
@@ -187,11 +186,7 @@ func newDispatcher(ctx context.Context, js jetstream.JetStream, cfg Config) (*di
 	if err != nil {
 		return nil, fmt.Errorf("handlers: work stream: %w", err)
 	}
-	tp := cfg.Tracer
-	if tp == nil { // a Config not through withDefaults
-		tp = noop.NewTracerProvider()
-	}
-	return &dispatcher{js: js, stream: name, prefix: cfg.Prefix, logger: cfg.Logger, tracer: tp.Tracer(tracerName), retry: make(chan schemas.WorkItem, 1024),
+	return &dispatcher{js: js, stream: name, prefix: cfg.Prefix, logger: cfg.Logger, tracer: cfg.Tracer.Tracer(tracerName), retry: make(chan schemas.WorkItem, 1024),
 		pending: make(chan pendingItem, 4096), queues: map[string]domain.QueueConfig{}}, nil
 }
 

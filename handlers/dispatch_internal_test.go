@@ -55,7 +55,7 @@ func TestDispatchWritesAQueuesConsumerOnlyWhenItsSettingsChange(t *testing.T) {
 	plain := startJetStream(t)
 	js := &countingJS{JetStream: plain}
 	ctx := t.Context()
-	d, err := newDispatcher(ctx, js, Config{Prefix: "dwr", Replicas: 1, Logger: slog.New(slog.DiscardHandler)})
+	d, err := newDispatcher(ctx, js, Config{Logger: slog.New(slog.DiscardHandler)}.withDefaults())
 	require.NoError(t, err)
 
 	for range 10 {
@@ -159,7 +159,7 @@ func TestAnExecuteItemCarriesItsDependenciesWithinItsBound(t *testing.T) {
 func TestAVerifyItemStaysWithinTheStreamsMessageBound(t *testing.T) {
 	js := startJetStream(t)
 	ctx := t.Context()
-	d, err := newDispatcher(ctx, js, Config{Prefix: "dwr", Replicas: 1, Logger: slog.New(slog.DiscardHandler)})
+	d, err := newDispatcher(ctx, js, Config{Logger: slog.New(slog.DiscardHandler)}.withDefaults())
 	require.NoError(t, err)
 
 	big := func(c byte) json.RawMessage {

@@ -22,14 +22,13 @@ const timerPoll = time.Second
 // command id, so it applies once. The domain refuses a timer that is early.
 func (s *Service) runTimers(ctx context.Context, wake <-chan struct{}) {
 	// A timer read again as due before the views applied its firing is
-	// fired again and answered with its first outcome (its command id):
-	// its lateness is observed once, for the record that fired it.
-	var observed sync.Map // command id → the sequence of its firing
+	// not fired again: it is decided (its lateness observed) once.
+	var fired sync.Map // command id → the sequence of its firing
 	for ctx.Err() == nil {
 		applied := s.store.Checkpoint()
-		observed.Range(func(id, seq any) bool {
+		fired.Range(func(id, seq any) bool {
 			if seq.(uint64) <= applied { // the views no longer list it as due
-				observed.Delete(id)
+				fired.Delete(id)
 			}
 			return true
 		})
@@ -41,7 +40,12 @@ func (s *Service) runTimers(ctx context.Context, wake <-chan struct{}) {
 		// Fire them together: they are decided in the same batches.
 		var failed atomic.Bool
 		var wg sync.WaitGroup
+		skipped := 0
 		for _, t := range due {
+			if _, ok := fired.Load(t.CommandID()); ok {
+				skipped++
+				continue
+			}
 			wg.Go(func() {
 				o := s.execute(ctx, &domain.FireTimer{TaskID: t.TaskID, GoalID: t.GoalID, Schedule: t.Schedule, Kind: t.Kind, Attempt: t.Attempt, Due: t.Due},
 					domain.Meta{Workspace: t.Workspace, CommandID: t.CommandID(), Actor: "dwr-timer"})
@@ -52,14 +56,13 @@ func (s *Service) runTimers(ctx context.Context, wake <-chan struct{}) {
 					failed.Store(true)
 					return
 				}
-				if _, again := observed.LoadOrStore(t.CommandID(), o.Seq); !again {
-					s.metrics.timerFired(t.Kind, t.Due, s.cfg.Clock())
-				}
+				fired.Store(t.CommandID(), o.Seq)
+				s.metrics.timerFired(t.Kind, t.Due, s.cfg.Clock())
 			})
 		}
 		wg.Wait()
 		stuck := failed.Load()
-		if len(due) == 256 && !stuck {
+		if len(due) == 256 && !stuck && skipped < len(due) {
 			continue // more are due
 		}
 		wait := timerPoll
