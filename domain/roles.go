@@ -75,8 +75,13 @@ var approverQueries = map[string]bool{
 // executorQueries are an executor's: its task, and the artifacts its jobs
 // read (dependencies', evidence) and make.
 var executorQueries = map[string]bool{
-	"task.get": true, "artifact.get": true, "artifact.info": true, "artifact.chunk": true, "artifact.put": true,
+	"task.get": true, "queue.key": true, "artifact.get": true, "artifact.info": true, "artifact.chunk": true, "artifact.put": true,
 }
+
+// executorOnly are the queries only an executor (or an admin) may send:
+// queue.key hands the key that opens a queue's work items to whoever works
+// the queue, and nobody else needs it.
+var executorOnly = map[string]bool{"queue.key": true}
 
 // ArtifactWrites are the query subjects that store an artifact: a viewer
 // may read artifacts, not make them.
@@ -102,10 +107,12 @@ func MayCommand(r Role, name string) bool {
 // in its workspace.
 func MayQuery(r Role, name string) bool {
 	switch r {
-	case RoleAdmin, RoleClient:
+	case RoleAdmin:
 		return true
+	case RoleClient:
+		return !executorOnly[name]
 	case RoleViewer:
-		return !ArtifactWrites[name]
+		return !ArtifactWrites[name] && !executorOnly[name]
 	case RoleExecutor:
 		return executorQueries[name]
 	case RoleApprover:

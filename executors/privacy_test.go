@@ -6,9 +6,11 @@ import (
 	"encoding/json"
 	"errors"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/stretchr/testify/require"
 
 	"github.com/dwr-run/dwr/executors"
@@ -48,4 +50,73 @@ func TestWorkersReadSealedPayloadsOpened(t *testing.T) {
 	done := b.WaitState(t, g.Tasks[1].TaskID, "accepted", 20*time.Second)
 	require.Equal(t, `"secret-b+secret-a"`, string(done.Attempts[len(done.Attempts)-1].Result))
 	require.Len(t, done.Attempts, 1, "judged PASS at once")
+}
+
+// With encryption on, a worker opens its queue's items itself, with the
+// queue's key of the day: a chain of three tasks, each reading its
+// dependency's sealed result, runs without a single task.get, and the key
+// is read once. A goal with its own key (shredded alone) is not sealed with
+// the queue's key: its jobs read their task with task.get, as before.
+func TestWorkersOpenTheirQueuesSealedItemsThemselves(t *testing.T) {
+	b := bundleOf(servicetest.Start(t, "", servicetest.Options{Config: handlers.Config{WriterID: "test-writer", Encryption: true,
+		MasterKey: bytes.Repeat([]byte{3}, 32)}}))
+	// The queries sent, as the server routes them (the test waits for the
+	// last task of each chain with task.get: only the others count).
+	var mu sync.Mutex
+	var keyReads int
+	read := map[string]int{}
+	sub, err := b.nc.Subscribe("dwr.q.default.>", func(m *nats.Msg) {
+		var q schemas.Query
+		_ = json.Unmarshal(m.Data, &q)
+		mu.Lock()
+		defer mu.Unlock()
+		switch {
+		case strings.HasSuffix(m.Subject, ".queue.key"):
+			keyReads++
+		case strings.HasSuffix(m.Subject, ".task.get"):
+			read[q.ID]++
+		}
+	})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = sub.Unsubscribe() })
+	require.NoError(t, b.nc.Flush())
+	taskGets := func(tasks []schemas.PlanTask) int {
+		mu.Lock()
+		defer mu.Unlock()
+		return read[tasks[0].TaskID] + read[tasks[1].TaskID]
+	}
+	b.startWorker(t, executors.Config{Queue: "steps", Concurrency: 2}, func(ctx context.Context, job *executors.Job) (executors.Result, error) {
+		var in struct{ Secret string }
+		if err := job.Decode(&in); err != nil || in.Secret == "" {
+			return executors.Result{}, executors.Permanent(errors.New("the input is not opened: " + string(job.Input)))
+		}
+		out := in.Secret
+		for _, d := range job.Dependencies {
+			out += "+" + strings.Trim(string(d.Result), `"`)
+		}
+		return executors.Result{Output: out}, nil
+	})
+	chain := func(privacy map[string]any) (string, []schemas.PlanTask) {
+		var g schemas.CommandResult
+		goal := map[string]any{"title": "sealed", "tasks": []map[string]any{
+			{"key": "a", "queue": "steps", "input": map[string]string{"secret": "secret-a"}},
+			{"key": "b", "queue": "steps", "depends_on": []string{"a"}, "input": map[string]string{"secret": "secret-b"}},
+			{"key": "c", "queue": "steps", "depends_on": []string{"b"}, "input": map[string]string{"secret": "secret-c"}}}}
+		if privacy != nil {
+			goal["envelope"] = map[string]any{"privacy": privacy}
+		}
+		require.NoError(t, json.Unmarshal(b.Command(t, "goal.create", goal), &g))
+		done := b.WaitState(t, g.Tasks[2].TaskID, "accepted", 20*time.Second)
+		return string(done.Attempts[len(done.Attempts)-1].Result), g.Tasks
+	}
+	out, tasks := chain(nil)
+	require.Equal(t, `"secret-c+secret-b+secret-a"`, out)
+	require.Zero(t, taskGets(tasks), "every item was opened with the queue's key")
+	mu.Lock()
+	require.Equal(t, 1, keyReads, "the day's key is read once")
+	mu.Unlock()
+
+	out, tasks = chain(map[string]any{"key": "goal"})
+	require.Equal(t, `"secret-c+secret-b+secret-a"`, out)
+	require.GreaterOrEqual(t, taskGets(tasks), 3, "a goal's own key is not the queue's: its jobs read their tasks")
 }

@@ -49,6 +49,8 @@ type Worker struct {
 	watchers watchers
 	// lease is the queue's lease (its consumer's ack wait), in nanoseconds.
 	lease atomic.Int64
+	// queueKeys open the queue's sealed items (queue_keys.go).
+	queueKeys queueKeys
 
 	// pauseHeartbeats stops the renewal of leases: tests use it to make a
 	// lease lapse while a job runs.

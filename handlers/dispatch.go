@@ -77,6 +77,9 @@ type dispatcher struct {
 	logger  *slog.Logger
 	retry   chan schemas.WorkItem // items whose publication failed, published again by retryLoop
 	pending chan pendingItem      // items awaiting their acknowledgement, checked by retryLoop
+	// reseal, with encryption on, seals an execute item's payloads again
+	// with its queue's key (privacy.resealItem); nil leaves them as they are.
+	reseal func(ws, queue string, b []byte) []byte
 
 	mu sync.Mutex
 	// queues are the consumers known to stand, with the settings last
@@ -225,7 +228,14 @@ type pendingItem struct {
 // and without its task too when it still would be (the executor then
 // claims first, and its claim's reply carries the task).
 func (d *dispatcher) msg(it schemas.WorkItem) (*nats.Msg, error) {
-	b, err := json.Marshal(it)
+	encode := func() ([]byte, error) {
+		b, err := json.Marshal(it)
+		if err == nil && d.reseal != nil && it.Kind == schemas.WorkKindExecute {
+			b = d.reseal(it.Workspace, it.Queue, b)
+		}
+		return b, err
+	}
+	b, err := encode()
 	if err != nil {
 		return nil, err
 	}
@@ -250,7 +260,7 @@ func (d *dispatcher) msg(it schemas.WorkItem) (*nats.Msg, error) {
 			break
 		}
 		if drop() {
-			if b, err = json.Marshal(it); err != nil {
+			if b, err = encode(); err != nil {
 				return nil, err
 			}
 		}

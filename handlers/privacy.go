@@ -1,15 +1,19 @@
 package handlers
 
 import (
+	"bytes"
 	"context"
+	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"sync"
 	"time"
 
 	"github.com/dwr-run/dwr/domain"
 	"github.com/dwr-run/dwr/eventstore"
 	"github.com/dwr-run/dwr/schemas"
+	"github.com/dwr-run/dwr/schemas/seal"
 )
 
 // privacy seals the payloads of commands before the writer decides them,
@@ -18,6 +22,10 @@ import (
 // (encryption off) does neither.
 type privacy struct {
 	keys *eventstore.Keyring
+
+	mu     sync.Mutex
+	epoch  int64                          // the day queueKeys holds the keys of
+	queues map[string]*eventstore.DataKey // queue keys of the day by workspace/queue
 }
 
 // keyTimeout bounds reading or making a data key.
@@ -392,4 +400,105 @@ func (s *Service) SweepRetention(ctx context.Context) ([]string, error) {
 		}
 	}
 	return shredded, nil
+}
+
+// Work items an executor opens itself. An execute item carries its task and
+// its dependencies' results, whose payloads are sealed with the workspace's
+// key; without more, an executor had to read the task again with task.get
+// (one query per item, and one per dependency) to run it. The dispatcher
+// seals them again, as it publishes the item, with the queue's key of the
+// day (seal.QueueKey: derived from the workspace's key, never stored), and
+// the queue's executors read that key with the queue.key query and open the
+// item themselves. Payloads sealed with a goal's own key stay as they are
+// (a goal that can be shredded alone is read with task.get), and so does
+// everything once the workspace's key is shredded.
+
+// maxQueueKeyAhead is how many days after today a queue key may be asked
+// for: a day, for clocks that disagree around midnight.
+const maxQueueKeyAhead = 1
+
+// queueKey returns queue's key of epoch in workspace ws.
+func (p *privacy) queueKey(ws, queue string, epoch int64) (*eventstore.DataKey, []byte, error) {
+	k, err := p.key(ws, eventstore.ScopeWorkspace, false)
+	if err != nil {
+		return nil, nil, err
+	}
+	raw := k.QueueKey(ws, queue, epoch)
+	qk, err := eventstore.NewDataKey(raw)
+	return qk, raw, err
+}
+
+// resealItem returns b, the encoded execute item of queue in workspace ws,
+// with the payloads the workspace's key sealed sealed again with the
+// queue's key of day now; b as it is when it has none, or when they cannot
+// be (the executor then reads the task with task.get, as before).
+func (p *privacy) resealItem(ws, queue string, now time.Time, b []byte) []byte {
+	if p == nil || !bytes.Contains(b, []byte(schemas.SealedPrefix+eventstore.ScopeWorkspace+":")) {
+		return b
+	}
+	k, err := p.key(ws, eventstore.ScopeWorkspace, false)
+	if err != nil {
+		return b
+	}
+	epoch := seal.QueueEpoch(now)
+	qk, err := p.dayKey(k, ws, queue, epoch)
+	if err != nil {
+		return b
+	}
+	out, err := seal.Reseal(b, ws, eventstore.ScopeWorkspace, k, qk, seal.QueueScope(epoch))
+	if err != nil {
+		return b
+	}
+	return out
+}
+
+// dayKey returns queue's key of epoch, derived from k (the workspace's key),
+// from memory when it was derived before that day: only the keys of one day
+// are kept.
+func (p *privacy) dayKey(k *eventstore.DataKey, ws, queue string, epoch int64) (*eventstore.DataKey, error) {
+	id := ws + "/" + queue
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.epoch != epoch || p.queues == nil {
+		p.epoch, p.queues = epoch, map[string]*eventstore.DataKey{}
+	}
+	if qk := p.queues[id]; qk != nil {
+		return qk, nil
+	}
+	qk, err := eventstore.NewDataKey(k.QueueKey(ws, queue, epoch))
+	if err == nil {
+		p.queues[id] = qk
+	}
+	return qk, err
+}
+
+// queueKeyQuery answers queue.key: the key the executors of q.Queue open
+// the items sealed on day q.Epoch with. Only those executors (and admins)
+// get it: an executor of another queue is refused.
+func (s *Service) queueKeyQuery(ws string, p principal, q schemas.Query) (json.RawMessage, error) {
+	if !domain.ValidName(q.Queue) {
+		return nil, &schemas.Error{Code: schemas.CodeInvalid, Message: fmt.Sprintf("queue %q is not a queue name", q.Queue),
+			Fields: []schemas.FieldError{{Pointer: "/queue", Message: "want a queue name: 1-63 lower-case letters, digits, '_' or '-'"}}}
+	}
+	today := seal.QueueEpoch(s.cfg.Clock())
+	if q.Epoch < 0 || q.Epoch > today+maxQueueKeyAhead {
+		return nil, &schemas.Error{Code: schemas.CodeInvalid, Message: fmt.Sprintf("epoch %d is after tomorrow (%d): no item is sealed with its key", q.Epoch, today+1),
+			Fields: []schemas.FieldError{{Pointer: "/epoch", Message: fmt.Sprintf("at most %d", today+maxQueueKeyAhead)}}}
+	}
+	if p.role != domain.RoleAdmin && (p.member == nil || !p.member.MayWork(q.Queue)) {
+		return nil, forbidden("%s may not read the key of queue %q: only its executors may", p.name, q.Queue)
+	}
+	if s.privacy == nil {
+		return nil, &schemas.Error{Code: schemas.CodeNotFound, Message: "the service does not seal payloads (encryption is off): work items carry them as sent"}
+	}
+	_, raw, err := s.privacy.queueKey(ws, q.Queue, q.Epoch)
+	switch {
+	case errors.Is(err, eventstore.ErrShredded):
+		return nil, &schemas.Error{Code: schemas.CodeConflict, Message: shreddedMessage(ws, eventstore.ScopeWorkspace) + ": no queue key is made from it"}
+	case errors.Is(err, eventstore.ErrNoKey):
+		return nil, &schemas.Error{Code: schemas.CodeNotFound, Message: fmt.Sprintf("workspace %q has sealed nothing yet: its items carry no sealed payload", ws)}
+	case err != nil:
+		return nil, err
+	}
+	return json.Marshal(schemas.QueueKey{Queue: q.Queue, Epoch: q.Epoch, Key: base64.RawURLEncoding.EncodeToString(raw)})
 }

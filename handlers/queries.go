@@ -22,7 +22,7 @@ const MaxQueryBytes = 64 << 10
 
 // QueryNames lists the query endpoints (the last tokens of dwr.q.<ws>.<query>).
 var QueryNames = []string{"workspace.list", "goal.get", "goal.list", "task.get", "task.list", "events", "command.get",
-	"approval.list", "approval.get", "approver.list", "member.list", "queue.list", "ritual.get", "ritual.list", "schedule.get", "schedule.list", "feed"}
+	"approval.list", "approval.get", "approver.list", "member.list", "queue.list", "ritual.get", "ritual.list", "schedule.get", "schedule.list", "feed", "queue.key"}
 
 func (s *Service) startQueries() (*endpoints.Service, error) {
 	svc, err := endpoints.New(s.nc, endpoints.Config{Name: "dwr-query", Version: s.cfg.Version, QueueGroup: micro.DefaultQueueGroup,
@@ -197,6 +197,9 @@ func (s *Service) query(name, ws string, p principal, q schemas.Query) (json.Raw
 		pg := newPage("goal", "list its tasks page by page (task.list with its goal_id)", limit, budget)
 		err := s.store.EachGoal(ws, q.After, func(g *projections.GoalView) bool { return pg.add(g, g.ID, g.ID) })
 		return pg.result(err)
+	case "queue.key":
+		res, err := s.queueKeyQuery(ws, p, q)
+		return res, "", err
 	case "task.get":
 		t, err := s.store.Task(q.ID)
 		if err == nil && (t == nil || t.Workspace != ws) {

@@ -435,6 +435,9 @@ func (s *Service) Run(ctx context.Context) error {
 		s.privacy = &privacy{keys: keys}
 		s.store.OnApplied(s.privacy.forget)
 		s.artifacts.privacy = s.privacy
+		s.dispatch.reseal = func(ws, queue string, b []byte) []byte {
+			return s.privacy.resealItem(ws, queue, s.cfg.Clock(), b)
+		}
 	}
 	qsvc, err := s.startQueries()
 	if err != nil {

@@ -28,4 +28,18 @@ type Query struct {
 	// Since, for feed without after or from_seq, lists the events stored at
 	// or after this time; absent both, from the oldest the feed holds.
 	Since *time.Time `json:"since,omitempty"`
+	// Queue, for queue.key, is the queue whose key to read.
+	Queue string `json:"queue,omitempty"`
+	// Epoch, for queue.key, is the day whose key to read (the scope of a
+	// work item's sealed values names it: seal.QueueScope).
+	Epoch int64 `json:"epoch,omitempty"`
+}
+
+// QueueKey is the result of queue.key: the key an executor of Queue opens
+// the work items sealed on day Epoch with (their scope is q.<epoch>). Key
+// is 32 bytes, base64url without padding.
+type QueueKey struct {
+	Queue string `json:"queue"`
+	Epoch int64  `json:"epoch"`
+	Key   string `json:"key"`
 }
