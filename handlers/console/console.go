@@ -76,6 +76,7 @@ type Console struct {
 	mu       sync.Mutex
 	sessions map[string]*session
 	pending  map[string]*pendingSignIn
+	dials    sync.WaitGroup // the connection attempts of sign-ins
 	closed   bool
 	done     chan struct{}
 }
@@ -231,8 +232,17 @@ func (c *Console) Close() error {
 	for _, s := range all {
 		s.close()
 	}
+	// The sign-ins in progress end at once (their nonce callbacks see
+	// done): wait for their connection attempts, and close what they made.
+	c.dials.Wait()
 	for _, p := range pending {
-		go drain(p)
+		select { // every attempt has ended; its outcome may have been taken already
+		case res := <-p.done:
+			if res.cl != nil {
+				res.cl.Close()
+			}
+		default:
+		}
 	}
 	return nil
 }

@@ -11,6 +11,7 @@ import (
 	"encoding/json"
 	"io"
 	"log/slog"
+	"net"
 	"net/http"
 	"net/http/cookiejar"
 	"net/http/httptest"
@@ -763,4 +764,36 @@ func TestSessionsAreBoundedAndExpire(t *testing.T) {
 	}
 	code, _ = second.get("/api/me", nil)
 	require.Equal(t, http.StatusUnauthorized, code, "closing the console ended its sessions")
+}
+
+// One client that starts sign-ins and never signs holds at most
+// MaxPendingSignInsPerAddress of the console's slots: a sign-in from
+// another address still goes through.
+func TestPendingSignInsAreBoundedPerAddress(t *testing.T) {
+	e := setup(t)
+	admin := filepath.Join(e.svc.Dir, access.AdminCredsFile)
+	data, err := os.ReadFile(admin)
+	require.NoError(t, err)
+	kp, err := nkeys.ParseDecoratedUserNKey(data)
+	require.NoError(t, err)
+	pub, err := kp.PublicKey()
+	require.NoError(t, err)
+	from := func(ip string) *browser { // a browser whose connections come from ip (a loopback address)
+		b := e.browser(t)
+		d := &net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP(ip)}, Timeout: 10 * time.Second}
+		b.hc.Transport = &http.Transport{DialContext: d.DialContext}
+		return b
+	}
+	hog := from("127.0.0.1")
+	start := map[string]string{"workspace": "default", "public_key": pub}
+	for i := range console.MaxPendingSignInsPerAddress {
+		code, er := hog.post("/api/signin", start, nil)
+		require.Equal(t, http.StatusOK, code, "sign-in %d: %s", i, er.Error.Message)
+	}
+	code, er := hog.post("/api/signin", start, nil)
+	require.Equal(t, http.StatusServiceUnavailable, code)
+	require.Contains(t, er.Error.Message, "from your address")
+
+	code, er = from("127.0.0.2").signIn(admin)
+	require.Equal(t, http.StatusOK, code, "another address signs in: %s", er.Error.Message)
 }

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"time"
 
@@ -28,6 +29,10 @@ import (
 const (
 	// MaxPendingSignIns bounds the sign-ins waiting for their signature.
 	MaxPendingSignIns = 16
+	// MaxPendingSignInsPerAddress bounds those of one remote address, so
+	// that one client that never signs cannot hold every slot (each for
+	// up to twice SignInWait) and keep everyone else from signing in.
+	MaxPendingSignInsPerAddress = 4
 	// SignInWait bounds how long a sign-in waits for the NATS server's
 	// nonce, and then for the page's signature (the server itself gives a
 	// connection 2 s to authenticate).
@@ -59,6 +64,7 @@ type signInProof struct {
 // the page's signature.
 type pendingSignIn struct {
 	id, workspace, pub, about string
+	addr                      string // the remote address (its host) the sign-in came from
 	created                   time.Time
 	nonce                     chan []byte
 	sig                       chan []byte
@@ -95,13 +101,20 @@ func (c *Console) signIn(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusInternalServerError, "internal", err.Error())
 		return
 	}
-	p := &pendingSignIn{id: id, workspace: req.Workspace, pub: req.PublicKey, about: cleanAbout(req.About), created: c.cfg.Now(),
+	addr, _, err := net.SplitHostPort(r.RemoteAddr)
+	if err != nil {
+		addr = r.RemoteAddr
+	}
+	p := &pendingSignIn{id: id, workspace: req.Workspace, pub: req.PublicKey, about: cleanAbout(req.About), addr: addr, created: c.cfg.Now(),
 		nonce: make(chan []byte, 1), sig: make(chan []byte, 1), done: make(chan connected, 1)}
 	if err := c.addPending(p); err != nil {
 		writeError(w, http.StatusServiceUnavailable, "unavailable", err.Error())
 		return
 	}
-	go c.dial(p)
+	go func() {
+		defer c.dials.Done() // added by addPending
+		c.dial(p)
+	}()
 	t := time.NewTimer(SignInWait)
 	defer t.Stop()
 	select {
@@ -134,6 +147,8 @@ func (c *Console) dial(p *pendingSignIn) {
 			return sig, nil
 		case <-t.C:
 			return nil, errNoSignature
+		case <-c.done: // the console closes
+			return nil, errClosed
 		}
 	}
 	opts := append([]nats.Option{}, c.cfg.NATSOptions...)
@@ -223,7 +238,17 @@ func (c *Console) addPending(p *pendingSignIn) error {
 	if len(c.pending) >= MaxPendingSignIns {
 		return fmt.Errorf("%d sign-ins are in progress, the console's bound: try again in a few seconds", len(c.pending))
 	}
+	mine := 0
+	for _, q := range c.pending {
+		if q.addr == p.addr {
+			mine++
+		}
+	}
+	if mine >= MaxPendingSignInsPerAddress {
+		return fmt.Errorf("%d sign-ins from your address are in progress, the bound for one address: finish one, or try again in a few seconds", mine)
+	}
 	c.pending[p.id] = p
+	c.dials.Add(1) // under mu, so before Close waits: the caller dials
 	return nil
 }
 
