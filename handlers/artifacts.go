@@ -185,6 +185,9 @@ func (s *Service) handleArtifact(name string, req micro.Request, who sender) ([]
 		if werr := decodeStrict(body, &put, "request"); werr != nil {
 			return errResponse(werr), nil
 		}
+		if err := schemas.CheckNotSealed(name, body); err != nil { // its name and type are kept
+			return errResponse(toWire(err, s.cfg.Logger)), nil
+		}
 		info, werr := s.artifacts.put(ctx, ws, who, p.name, put)
 		if werr != nil {
 			return errResponse(werr), nil

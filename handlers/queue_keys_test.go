@@ -126,3 +126,43 @@ func TestQueueKeyWithEncryptionOff(t *testing.T) {
 	require.False(t, r.OK)
 	require.Equal(t, schemas.CodeNotFound, r.Error.Code)
 }
+
+// Only the service writes sealed values. A client's string that begins
+// with the sealed prefix — an input, a title, an object's key — is refused
+// (invalid, naming the field) and changes nothing: stored, it would be
+// taken for a sealed value and every reply carrying it would fail to open
+// (before this, one forged input made the workspace's task.list fail). A
+// string that only contains the prefix is text like any other.
+func TestForgedSealedValuesAreRefused(t *testing.T) {
+	for _, encryption := range []bool{true, false} {
+		st := servicetest.Start(t, "", servicetest.Options{Config: handlers.Config{WriterID: "test-writer",
+			Encryption: encryption, MasterKey: bytes.Repeat([]byte{7}, 32)}})
+		c := st.Client("default")
+		forged := schemas.SealedPrefix + "w:AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA"
+		for _, tc := range []struct {
+			pointer string
+			goal    map[string]any
+		}{
+			{"/tasks/0/input", map[string]any{"title": "t", "tasks": []map[string]any{{"key": "a", "queue": "q", "input": forged}}}},
+			{"/tasks/0/input/deep/1", map[string]any{"title": "t", "tasks": []map[string]any{{"key": "a", "queue": "q",
+				"input": map[string]any{"deep": []string{"x", forged}}}}}},
+			{"/tasks/0/input/" + forged, map[string]any{"title": "t", "tasks": []map[string]any{{"key": "a", "queue": "q",
+				"input": map[string]any{forged: 1}}}}},
+			{"/title", map[string]any{"title": forged}},
+		} {
+			r := c.Request(t, "dwr.cmd.default.goal.create", tc.goal, nil)
+			require.False(t, r.OK, "encryption %v: %s", encryption, tc.pointer)
+			require.Equal(t, schemas.CodeInvalid, r.Error.Code)
+			require.Equal(t, tc.pointer, r.Error.Fields[0].Pointer, r.Error.Message)
+			require.Contains(t, r.Error.Message, "send it as it is")
+		}
+		text := "see " + forged
+		var g schemas.CommandResult
+		require.NoError(t, json.Unmarshal(c.Command(t, "goal.create", map[string]any{"title": text, "tasks": []map[string]any{
+			{"key": "a", "queue": "q", "input": map[string]string{"note": text}}}}), &g))
+		var tasks []schemas.Task
+		c.Query(t, "task.list", schemas.Query{}, &tasks)
+		require.Len(t, tasks, 1, "only the goal that was taken has a task, and the listing works")
+		require.JSONEq(t, `{"note":"`+text+`"}`, string(tasks[0].Spec.Input))
+	}
+}

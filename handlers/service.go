@@ -1106,6 +1106,10 @@ func (s *Service) handleCommand(name string, req micro.Request, who sender) (rep
 		s.countRefusal(name, domain.Meta{Workspace: ws, Actor: p.name}, err)
 		return errResponse(toWire(err, s.cfg.Logger))
 	}
+	if err := schemas.CheckNotSealed(name, body); err != nil {
+		s.countRefusal(name, domain.Meta{Workspace: ws, Actor: p.name}, err)
+		return errResponse(toWire(err, s.cfg.Logger))
+	}
 	cmd, _ := domain.NewCommand(name)
 	if err := json.Unmarshal(body, cmd); err != nil {
 		return errResponse(&schemas.Error{Code: schemas.CodeInvalid, Message: "the command does not decode: " + err.Error()})

@@ -3,6 +3,10 @@ package schemas
 import (
 	"bytes"
 	"encoding/base64"
+	"encoding/json"
+	"slices"
+	"strconv"
+	"strings"
 )
 
 // Sealed values. With encryption on (the default of dwr serve), the
@@ -60,4 +64,53 @@ func PayloadSize(raw []byte) int {
 		return len(raw)
 	}
 	return max(base64.RawURLEncoding.DecodedLen(len(body)-i-1)-SealOverhead, 0)
+}
+
+// CheckNotSealed refuses (invalid, naming each field) a message whose
+// strings — values or object keys — begin with SealedPrefix: only the
+// service writes sealed values, and anything of that form in what it
+// stores is taken for one and opened when it is read. A client's forged
+// "sealed" input would otherwise make every reply that carries it fail
+// (a task list of the whole workspace among them). what names the message.
+func CheckNotSealed(what string, b []byte) error {
+	if !bytes.Contains(b, sealedOpen) {
+		return nil // the common case: no string can begin with the prefix
+	}
+	dec := json.NewDecoder(bytes.NewReader(b))
+	dec.UseNumber()
+	var v any
+	if dec.Decode(&v) != nil {
+		return nil // not JSON: the validation that follows says why
+	}
+	var fields []FieldError
+	var walk func(v any, loc []string)
+	bad := func(loc []string) {
+		fields = append(fields, FieldError{Pointer: pointer(loc),
+			Message: "begins with " + SealedPrefix + ", which marks a payload the service sealed: send it as it is"})
+	}
+	walk = func(v any, loc []string) {
+		switch x := v.(type) {
+		case string:
+			if strings.HasPrefix(x, SealedPrefix) {
+				bad(loc)
+			}
+		case map[string]any:
+			for k, e := range x {
+				if strings.HasPrefix(k, SealedPrefix) {
+					bad(append(slices.Clone(loc), k))
+					continue
+				}
+				walk(e, append(slices.Clone(loc), k))
+			}
+		case []any:
+			for i, e := range x {
+				walk(e, append(slices.Clone(loc), strconv.Itoa(i)))
+			}
+		}
+	}
+	walk(v, nil)
+	if len(fields) == 0 {
+		return nil
+	}
+	return invalidFields(what, fields)
 }
