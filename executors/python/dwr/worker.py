@@ -672,24 +672,37 @@ class _Delivery(LazyClaim):
             self.w._unwatch(item["task_id"], self)
 
     async def _heartbeat(self) -> None:
-        """Renews the item's lease every lease/3 (+WPI), claims a lazy job's
-        attempt at the first, and, once claimed, tells the service the
-        attempt is alive (task.heartbeat)."""
+        """Renews the item's lease every lease/3 (+WPI) and, at each renewal,
+        claims a lazy job's attempt (at the first) and, once claimed, tells
+        the service the attempt is alive (task.heartbeat). The claim and the
+        heartbeat run beside the renewals, never holding them up: a tick
+        whose claim or heartbeat is still in flight sends no other."""
         every = self.lease / 3
-        while True:
-            await asyncio.sleep(every)
-            if self.w._pause_heartbeats:
-                continue
-            await self._settle(b"+WPI")
-            await self.claim_at_heartbeat(every)
-            async with self.beating:
-                if self.beat is not None:
-                    try:
-                        await self.w.client.command("task.heartbeat", self.beat, command_id="", retry=False,
-                                                    timeout=min(every, 5.0), traceparent=self.traceparent,
-                                                    tracestate=self.tracestate)
-                    except DwrError as e:
-                        log.debug("dwr: heartbeat of task %s: %s", self.beat.get("task_id"), e)
+        beat: Optional["asyncio.Task[None]"] = None
+        try:
+            while True:
+                await asyncio.sleep(every)
+                if self.w._pause_heartbeats:
+                    continue
+                await self._settle(b"+WPI")
+                if beat is None or beat.done():
+                    beat = asyncio.get_running_loop().create_task(self._beat(every))
+        finally:
+            if beat is not None and not beat.done():
+                beat.cancel()
+
+    async def _beat(self, every: float) -> None:
+        """One heartbeat: the lazy claim when it is due, then task.heartbeat
+        of the claimed attempt, each bounded by the heartbeat interval."""
+        await self.claim_at_heartbeat(every)
+        async with self.beating:
+            if self.beat is not None:
+                try:
+                    await self.w.client.command("task.heartbeat", self.beat, command_id="", retry=False,
+                                                timeout=min(every, 5.0), traceparent=self.traceparent,
+                                                tracestate=self.tracestate)
+                except DwrError as e:
+                    log.debug("dwr: heartbeat of task %s: %s", self.beat.get("task_id"), e)
 
     async def _retire_beat(self) -> None:
         async with self.beating:
