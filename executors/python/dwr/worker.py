@@ -33,7 +33,6 @@ PASS = "PASS"
 FAIL = "FAIL"
 INCONCLUSIVE = "INCONCLUSIVE"
 
-
 # MAX_PAYLOAD_BYTES bounds a result, checkpoint, action or evidence
 # (executors.MaxPayloadBytes): store anything larger as an artifact.
 MAX_PAYLOAD_BYTES = 256 << 10
@@ -226,8 +225,8 @@ class Job:
     none): every command of the job carries it, and a process the handler
     starts joins the trace with it in its TRACEPARENT.
 
-    A job may start before its attempt is claimed (the lazy claim, README
-    "The lazy claim"): its first command that needs the attempt's token
+    A job may start before its attempt is claimed (the lazy claim,
+    _lazy_claim.py): its first command that needs the attempt's token
     (save_checkpoint, request_approval, delegate, a Wait) claims it first."""
 
     def __init__(self, d: "_Delivery", task: Dict[str, Any], attempt: Dict[str, Any]) -> None:

@@ -17,7 +17,7 @@ from typing import Any, Callable, Dict, List
 import dwr
 
 QUEUE = "pyl"
-LEASE = 2.0
+LEASE = 3.0
 
 
 async def wait_task(c: dwr.Client, task_id: str, what: str, cond: Callable[[Dict[str, Any]], bool]) -> Dict[str, Any]:
