@@ -150,6 +150,7 @@ func TestPythonLazyClaim(t *testing.T) {
 
 	long := commands(ids["long"])
 	got := commandNames(long)
+	require.NotEmpty(t, got)
 	require.Equal(t, "task.claim", got[0], "the long job claimed before anything else: %v", got)
 	require.Equal(t, "task.succeed", got[len(got)-1], "%v", got)
 	require.GreaterOrEqual(t, strings.Count(strings.Join(got, " "), "task.heartbeat"), 2, "%v", got)
@@ -190,6 +191,7 @@ func TestPythonLazyClaim(t *testing.T) {
 			claims = append(claims, c.Executor)
 		}
 	}
+	require.GreaterOrEqual(t, len(claims), 2, "claims: %v", claims)
 	require.Equal(t, []string{"other", "py-lazy"}, claims[:2], "the other claim, then the job's at its first heartbeat")
 
 	var fresh, stale []string
