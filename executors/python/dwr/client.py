@@ -5,7 +5,9 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import json
+import os
 import random
+import re
 import secrets
 import time
 from typing import Any, Dict, List, Optional
@@ -14,8 +16,8 @@ from . import _nats
 from .credentials import connect as _connect
 from .errors import FORBIDDEN, INTERNAL, INVALID, TOO_LARGE, UNAVAILABLE, DwrError
 
-__all__ = ["Client", "encode", "new_command_id", "HEADER_COMMAND_ID", "HEADER_MIN_SEQ", "DEFAULT_TIMEOUT",
-           "MAX_MESSAGE_BYTES"]
+__all__ = ["Client", "encode", "new_command_id", "valid_traceparent", "HEADER_COMMAND_ID", "HEADER_MIN_SEQ",
+           "HEADER_TRACEPARENT", "HEADER_TRACESTATE", "ENV_TRACEPARENT", "DEFAULT_TIMEOUT", "MAX_MESSAGE_BYTES"]
 
 HEADER_COMMAND_ID = "Dwr-Command-Id"
 HEADER_CORRELATION_ID = "Dwr-Correlation-Id"
@@ -25,6 +27,18 @@ HEADER_CHUNK = "Dwr-Chunk"
 HEADER_CHUNK_SEQ = "Dwr-Chunk-Seq"
 HEADER_ARTIFACT_SIZE = "Dwr-Artifact-Size"
 HEADER_ARTIFACT_CHUNKS = "Dwr-Artifact-Chunks"
+# W3C trace context in NATS headers (schemas/trace.go): a request carries
+# the trace it belongs to, so that one trace follows a task from the command
+# that made it ready through its job's commands. ENV_TRACEPARENT carries it
+# to a process (dwr worker sets it for the command it runs).
+HEADER_TRACEPARENT = "traceparent"
+HEADER_TRACESTATE = "tracestate"
+ENV_TRACEPARENT = "TRACEPARENT"
+# version "00" as the W3C spec writes it (a later version's first four
+# fields alike), all-zero trace and parent ids being invalid.
+_TRACEPARENT = re.compile(r"^([0-9a-f]{2})-([0-9a-f]{32})-([0-9a-f]{16})-([0-9a-f]{2})(-[0-9a-zA-Z._-]*)?$")
+# A tracestate is at most 32 list members of at most 256 bytes each.
+MAX_TRACESTATE = 32 * 257
 # ARTIFACT_CHUNK_BYTES bounds one chunk of an upload or a download.
 ARTIFACT_CHUNK_BYTES = 256 << 10
 
@@ -53,6 +67,30 @@ def encode(body: Any) -> bytes:
 def new_command_id() -> str:
     """A fresh command id."""
     return "py-" + secrets.token_hex(12)
+
+
+def valid_traceparent(tp: str) -> bool:
+    """Whether tp is a W3C traceparent a propagator takes: version, trace
+    id, parent id and flags in lower-case hex, neither id all zeros, version
+    00 with nothing after its flags (ff is invalid)."""
+    m = _TRACEPARENT.match(tp)
+    if m is None:
+        return False
+    version, trace_id, parent_id, _, rest = m.groups()
+    if version == "ff" or (version == "00" and rest) or set(trace_id) == {"0"} or set(parent_id) == {"0"}:
+        return False
+    return True
+
+
+def trace_headers(traceparent: str, tracestate: str = "") -> Dict[str, str]:
+    """The headers that carry a trace: {} when traceparent is not a valid
+    one (a tracestate without its traceparent means nothing)."""
+    if not traceparent or not valid_traceparent(traceparent):
+        return {}
+    h = {HEADER_TRACEPARENT: traceparent}
+    if tracestate and len(tracestate) <= MAX_TRACESTATE and "\r" not in tracestate and "\n" not in tracestate:
+        h[HEADER_TRACESTATE] = tracestate
+    return h
 
 
 def _parse_time(s: str) -> float:
@@ -84,10 +122,25 @@ class Client:
     outcome. Queries (``task``, ``goal``, or any by name with ``query``) read
     the client's own writes: each carries, as ``Dwr-Min-Seq``, the highest
     log sequence the client's commands were answered with. A refusal raises
-    ``DwrError`` with the service's code, message and fields."""
+    ``DwrError`` with the service's code, message and fields.
+
+    ``traceparent`` (a W3C traceparent; default: the ``TRACEPARENT``
+    environment variable, as ``dwr worker`` sets it for the process it
+    runs; "": none) is sent with every request, so that the service's spans
+    of them join that trace; a request's own ``traceparent=`` overrides it."""
 
     def __init__(self, nc: _nats.Client, *, workspace: str = "default", prefix: str = "dwr",
-                 timeout: float = DEFAULT_TIMEOUT, retry_for: Optional[float] = 60.0) -> None:
+                 timeout: float = DEFAULT_TIMEOUT, retry_for: Optional[float] = 60.0,
+                 traceparent: Optional[str] = None, tracestate: str = "") -> None:
+        if traceparent is None:
+            # A malformed value in the environment is ignored, as
+            # OpenTelemetry's propagators ignore it.
+            env = os.environ.get(ENV_TRACEPARENT, "").strip()
+            traceparent, tracestate = (env, tracestate) if valid_traceparent(env) else ("", "")
+        elif traceparent and not valid_traceparent(traceparent):
+            raise ValueError("dwr: traceparent %r is not a W3C traceparent (00-<32 hex>-<16 hex>-<2 hex>)" % traceparent)
+        self.traceparent = traceparent
+        self.tracestate = tracestate if traceparent else ""
         self.nc = nc
         self.workspace = workspace
         self.prefix = prefix
@@ -119,14 +172,16 @@ class Client:
 
     async def request(self, subject: str, body: Any = None, headers: Optional[Dict[str, str]] = None, *,
                       timeout: Optional[float] = None, retry: bool = True,
-                      retry_for: Any = "default") -> Dict[str, Any]:
+                      retry_for: Any = "default", traceparent: Optional[str] = None,
+                      tracestate: str = "") -> Dict[str, Any]:
         """Sends a request to subject and returns the service's reply (the
         whole envelope: ok, result, seq, next) when it is ok; raises
         DwrError otherwise. Retried as the class says unless retry is
-        False."""
+        False. It carries the trace traceparent (default: the client's)."""
         data = encode(body)
         if len(data) > MAX_MESSAGE_BYTES:
             raise DwrError(TOO_LARGE, "the request is %d bytes; at most %d are allowed" % (len(data), MAX_MESSAGE_BYTES))
+        headers = self._traced(headers, traceparent, tracestate)
         span = self.retry_for if retry_for == "default" else retry_for
         give_up = None if span is None else time.monotonic() + float(span)
         wait = RETRY_FIRST
@@ -149,6 +204,17 @@ class Client:
                                    e.fields, e.retry_after) from e
                 await asyncio.sleep(pause)
                 wait = min(2 * wait, RETRY_MAX)
+
+    def _traced(self, headers: Optional[Dict[str, str]], traceparent: Optional[str],
+                tracestate: str) -> Optional[Dict[str, str]]:
+        """headers with the trace of a request: traceparent (and
+        tracestate), or the client's when traceparent is None."""
+        if traceparent is None:
+            traceparent, tracestate = self.traceparent, self.tracestate
+        trace = trace_headers(traceparent, tracestate)
+        if not trace:
+            return headers
+        return dict(headers or {}, **trace)
 
     async def _try(self, subject: str, data: bytes, headers: Optional[Dict[str, str]],
                    timeout: float) -> Dict[str, Any]:
@@ -180,23 +246,27 @@ class Client:
         return r
 
     async def command(self, name: str, body: Any = None, *, command_id: Optional[str] = None,
-                      timeout: Optional[float] = None, retry: bool = True, retry_for: Any = "default") -> Any:
+                      timeout: Optional[float] = None, retry: bool = True, retry_for: Any = "default",
+                      traceparent: Optional[str] = None, tracestate: str = "") -> Any:
         """Sends command name (``dwr.cmd.<workspace>.<name>``) with body and
         returns its result; retried with the same command id (a fresh one
-        when command_id is None; "" sends none, as task.heartbeat wants)."""
+        when command_id is None; "" sends none, as task.heartbeat wants).
+        It carries the trace traceparent (default: the client's; "": none)."""
         cid = new_command_id() if command_id is None else command_id
         if len(cid.encode()) > MAX_COMMAND_ID:
             raise DwrError(INVALID, "the command id is longer than %d bytes" % MAX_COMMAND_ID)
         r = await self.request("%s.cmd.%s.%s" % (self.prefix, self.workspace, name), body,
                                {HEADER_COMMAND_ID: cid} if cid else None,
-                               timeout=timeout, retry=retry, retry_for=retry_for)
+                               timeout=timeout, retry=retry, retry_for=retry_for, traceparent=traceparent,
+                               tracestate=tracestate)
         seq = r.get("seq")
         if isinstance(seq, int) and seq > self.seq:
             self.seq = seq
         return r.get("result")
 
     async def query_reply(self, name: str, body: Any = None, *, timeout: Optional[float] = None,
-                          headers: Optional[Dict[str, str]] = None, retry_for: Any = "default") -> Dict[str, Any]:
+                          headers: Optional[Dict[str, str]] = None, retry_for: Any = "default",
+                          traceparent: Optional[str] = None, tracestate: str = "") -> Dict[str, Any]:
         """Sends query name (``dwr.q.<workspace>.<name>``) and returns the
         whole reply (its ``next`` pages on)."""
         h = dict(headers or {})
@@ -204,7 +274,8 @@ class Client:
         if seq:
             h[HEADER_MIN_SEQ] = str(seq)
         return await self.request("%s.q.%s.%s" % (self.prefix, self.workspace, name), body if body is not None else {},
-                                  h or None, timeout=timeout, retry_for=retry_for)
+                                  h or None, timeout=timeout, retry_for=retry_for, traceparent=traceparent,
+                                  tracestate=tracestate)
 
     async def query(self, name: str, body: Any = None, **kwargs: Any) -> Any:
         """Sends query name and returns its result."""
@@ -273,11 +344,13 @@ class Client:
 
     # -- artifacts ----------------------------------------------------------
 
-    async def put_artifact(self, data: Any, *, name: str = "", type: str = "", task_id: str = "") -> Dict[str, Any]:
+    async def put_artifact(self, data: Any, *, name: str = "", type: str = "", task_id: str = "",
+                           traceparent: Optional[str] = None, tracestate: str = "") -> Dict[str, Any]:
         """Stores data (bytes, or a binary file object read to its end) as an
         artifact, in chunks of 256 KiB, and returns its info (``sha256``,
         ``size``, ``name``, ``type``, ``duplicate``...). The service checks
         the chunks against the size and digest sent."""
+        trace = {"traceparent": traceparent, "tracestate": tracestate}
         upload = secrets.token_hex(13)
         h = hashlib.sha256()
         size = 0
@@ -294,16 +367,17 @@ class Client:
                 break
             h.update(chunk)
             await self.query("artifact.chunk", bytes(chunk),
-                             headers={HEADER_UPLOAD: upload, HEADER_CHUNK: str(chunks)})
+                             headers={HEADER_UPLOAD: upload, HEADER_CHUNK: str(chunks)}, **trace)
             chunks += 1
             size += len(chunk)
         put: Dict[str, Any] = {"upload": upload, "chunks": chunks, "size": size, "sha256": h.hexdigest()}
         for k, v in (("name", name), ("type", type), ("task_id", task_id)):
             if v:
                 put[k] = v
-        return await self.query("artifact.put", put, timeout=max(self.timeout, 30.0 + size / (2 << 20)))
+        return await self.query("artifact.put", put, timeout=max(self.timeout, 30.0 + size / (2 << 20)), **trace)
 
-    async def get_artifact(self, sha256: str, *, max_bytes: int = 64 << 20) -> bytes:
+    async def get_artifact(self, sha256: str, *, max_bytes: int = 64 << 20, traceparent: Optional[str] = None,
+                           tracestate: str = "") -> bytes:
         """Reads the artifact stored under the digest sha256, chunk after
         chunk, and checks its bytes against the digest: DwrError
         ``invalid`` when they differ or when it is larger than max_bytes."""
@@ -315,7 +389,8 @@ class Client:
         after = 0
         got = 0
         while True:
-            msg = await self._chunk(subject, {"sha256": sha256, "after": after} if after else {"sha256": sha256})
+            msg = await self._chunk(subject, {"sha256": sha256, "after": after} if after else {"sha256": sha256},
+                                    self._traced(None, traceparent, tracestate))
             hdr = msg.headers or {}
             try:
                 seq, size, total = int(hdr[HEADER_CHUNK_SEQ]), int(hdr[HEADER_ARTIFACT_SIZE]), int(hdr[HEADER_ARTIFACT_CHUNKS])
@@ -336,7 +411,7 @@ class Client:
             raise DwrError(INVALID, "artifact %s: the bytes read do not have its digest" % sha256)
         return bytes(out)
 
-    async def _chunk(self, subject: str, body: Dict[str, Any]) -> _nats.Msg:
+    async def _chunk(self, subject: str, body: Dict[str, Any], headers: Optional[Dict[str, str]]) -> _nats.Msg:
         """One chunk of a download: a reply with Dwr-Chunk-Seq, or a dwr
         error reply (raised)."""
         data = encode(body)
@@ -344,7 +419,7 @@ class Client:
         give_up = None if self.retry_for is None else time.monotonic() + self.retry_for
         while True:
             try:
-                msg = await self.nc.request(subject, data, timeout=self.timeout)
+                msg = await self.nc.request(subject, data, timeout=self.timeout, headers=headers)
                 if msg.headers and HEADER_CHUNK_SEQ in msg.headers:
                     return msg
                 self._decode(subject, msg)

@@ -15,6 +15,10 @@ __all__ = [
     "TOO_LARGE",
     "UNAVAILABLE",
     "INTERNAL",
+    "CAUSE_CANCELLED",
+    "CAUSE_LEASE_LOST",
+    "CAUSE_TIMEOUT",
+    "CAUSE_STOPPING",
 ]
 
 # The codes of the service's refusals (schemas.Code*).
@@ -25,6 +29,13 @@ FORBIDDEN = "forbidden"
 TOO_LARGE = "too_large"
 UNAVAILABLE = "unavailable"
 INTERNAL = "internal"
+
+# Why a job's attempt ended before its handler returned (Job.cancel_cause,
+# AttemptEnded.cause).
+CAUSE_CANCELLED = "cancelled"
+CAUSE_LEASE_LOST = "lease_lost"
+CAUSE_TIMEOUT = "timeout"
+CAUSE_STOPPING = "stopping"
 
 
 class DwrError(Exception):

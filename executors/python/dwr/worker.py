@@ -16,8 +16,10 @@ from typing import Any, Awaitable, Callable, Dict, List, Optional, Set
 
 from . import _nats
 from ._canonical import ACTION_DIGEST_PREFIX, action_digest, canonical_json
-from .client import HEADER_MIN_SEQ, Client, encode, _parse_time
-from .errors import CONFLICT, INVALID, NOT_FOUND, TOO_LARGE, AttemptEnded, DwrError, Permanent
+from ._lazy_claim import TERMINAL_STATES, LazyClaim, lazy_item
+from .client import HEADER_MIN_SEQ, HEADER_TRACEPARENT, HEADER_TRACESTATE, Client, encode, trace_headers, _parse_time
+from .errors import (CAUSE_CANCELLED, CAUSE_LEASE_LOST, CAUSE_STOPPING, CAUSE_TIMEOUT, CONFLICT, INVALID, NOT_FOUND,
+                     TOO_LARGE, AttemptEnded, DwrError, Permanent)
 
 __all__ = [
     "Worker", "Job", "Check", "Verdict", "Result", "Artifact", "ModelStep", "Decision", "Signal", "Wait",
@@ -30,12 +32,6 @@ log = logging.getLogger("dwr.worker")
 PASS = "PASS"
 FAIL = "FAIL"
 INCONCLUSIVE = "INCONCLUSIVE"
-
-# Why a job's attempt ended before its handler returned (Job.cancel_cause).
-CAUSE_CANCELLED = "cancelled"
-CAUSE_LEASE_LOST = "lease_lost"
-CAUSE_TIMEOUT = "timeout"
-CAUSE_STOPPING = "stopping"
 
 # MAX_PAYLOAD_BYTES bounds a result, checkpoint, action or evidence
 # (executors.MaxPayloadBytes): store anything larger as an artifact.
@@ -223,13 +219,20 @@ class Job:
     ``result`` and ``artifacts`` of each task it depends on by plan key,
     ``signal`` the signal that resumed it, ``decisions`` the decisions taken
     on its approvals (``approval`` the latest), ``verifications`` the FAIL
-    verdicts of earlier attempts, and ``cancel_cause`` why the attempt ended
-    once the handler's task is cancelled (CAUSE_CANCELLED, ...)."""
+    verdicts of earlier attempts, ``cancel_cause`` why the attempt ended
+    once the handler's task is cancelled (CAUSE_CANCELLED, ...), and
+    ``traceparent`` the W3C trace context the work item carried ("" when
+    none): every command of the job carries it, and a process the handler
+    starts joins the trace with it in its TRACEPARENT.
 
-    def __init__(self, d: "_Delivery", task: Dict[str, Any], attempt: Dict[str, Any], token: str) -> None:
+    A job may start before its attempt is claimed (the lazy claim,
+    _lazy_claim.py): its first command that needs the attempt's token
+    (save_checkpoint, request_approval, delegate, a Wait) claims it first."""
+
+    def __init__(self, d: "_Delivery", task: Dict[str, Any], attempt: Dict[str, Any]) -> None:
         spec = task.get("spec") or {}
         self._d = d
-        self._token = token
+        self.traceparent: str = d.traceparent if d is not None else ""
         self.task_id: str = task.get("id", "")
         self.workspace: str = task.get("workspace", "")
         self.queue: str = spec.get("queue", "")
@@ -268,12 +271,13 @@ class Job:
         async with self._ckpt_lock:
             self._checkpoints += 1
             cid = "checkpoint.%s.%d.%d" % (self.task_id, self.attempt, self._checkpoints)
+            token = await self._d.attempt_token()  # claims it first when the job has not
             try:
                 await self._d.command("task.checkpoint", {"task_id": self.task_id, "attempt": self.attempt,
-                                                          "token": self._token, "checkpoint": data}, cid)
+                                                          "token": token, "checkpoint": data}, cid)
             except DwrError as e:
                 if e.code in (CONFLICT, NOT_FOUND) or e.field == "/token":
-                    raise self._d.fenced(e) from None
+                    raise await self._d.fenced(e) from None
                 raise
 
     def record_model_step(self, model: str, *, prompt_version: str = "", tokens: int = 0, cost: float = 0.0,
@@ -294,14 +298,16 @@ class Job:
         import mimetypes
 
         typ = type or (mimetypes.guess_type(name)[0] or "")
-        info = await self._d.w.client.put_artifact(data, name=name, type=typ, task_id=self.task_id)
+        info = await self._d.w.client.put_artifact(data, name=name, type=typ, task_id=self.task_id,
+                                                   traceparent=self._d.traceparent, tracestate=self._d.tracestate)
         return Artifact(name=info.get("name") or info["sha256"], sha256=info["sha256"], size=int(info.get("size") or 0),
                         type=info.get("type") or "")
 
     async def get_artifact(self, sha256: str) -> bytes:
         """Reads an artifact of the workspace (a dependency's, say), checked
         against its digest."""
-        return await self._d.w.client.get_artifact(sha256)
+        return await self._d.w.client.get_artifact(sha256, traceparent=self._d.traceparent,
+                                                   tracestate=self._d.tracestate)
 
     def sleep(self, until: datetime | float) -> Wait:
         """A Wait that parks the task until until (a datetime, or seconds
@@ -333,7 +339,7 @@ class Job:
                 if d.achieved:
                     return d
                 raise DelegationFailed(d)
-        body: Dict[str, Any] = {"task_id": self.task_id, "attempt": self.attempt, "token": self._token, "key": key}
+        body: Dict[str, Any] = {"task_id": self.task_id, "attempt": self.attempt, "key": key}
         if on_failure:
             body["on_failure"] = on_failure
         if ritual:
@@ -351,6 +357,7 @@ class Job:
                 if v:
                     g[k] = v
             body["goal"] = g
+        body["token"] = await self._d.attempt_token()  # claims it first when the job has not
         try:
             r2 = await self._d.command("task.delegate", body, "delegate.%s.%d.%s" % (self.task_id, self.attempt, key))
         except DwrError as e:
@@ -381,8 +388,7 @@ class Job:
         for d in reversed(self.decisions):
             if d.action_digest == digest:
                 return d
-        body: Dict[str, Any] = {"task_id": self.task_id, "attempt": self.attempt, "token": self._token,
-                                "action": json.loads(raw)}
+        body: Dict[str, Any] = {"task_id": self.task_id, "attempt": self.attempt, "action": json.loads(raw)}
         if basis is not None:
             b = encode(basis)
             if len(b) > MAX_PAYLOAD_BYTES:
@@ -395,11 +401,12 @@ class Job:
         if expires_in:
             body["expires_in"] = "%dms" % int(expires_in * 1000)
         cid = "approval.%s.%d.%s" % (self.task_id, self.attempt, digest[len(ACTION_DIGEST_PREFIX):])
+        body["token"] = await self._d.attempt_token()  # claims it first when the job has not
         try:
             r = await self._d.command("task.request_approval", body, cid)
         except DwrError as e:
             if e.code in (CONFLICT, NOT_FOUND) or e.field == "/token":
-                raise self._d.fenced(e) from None
+                raise await self._d.fenced(e) from None
             if e.code in (INVALID, TOO_LARGE):
                 raise Permanent("the service refused the approval request: " + e.message, e.code) from None
             raise
@@ -480,7 +487,6 @@ Handler = Callable[[Job], Awaitable[Any]]
 VerifyHandler = Callable[[Check], Awaitable[Verdict]]
 
 
-TERMINAL_STATES = ("accepted", "rejected", "failed", "cancelled")
 # The task events that end a job's attempt (README protocol step 8).
 ENDING_EVENTS = ("cancelled", "failed", "rejected", "attempt_abandoned", "attempt_failed")
 
@@ -508,8 +514,12 @@ def _running_from_item(t: Dict[str, Any], item_attempt: int) -> Optional[Dict[st
 
 
 def _ack_meta(reply: str) -> tuple[int, float]:
-    """The delivery count and the stream timestamp (seconds) of a JetStream
-    message, from its $JS.ACK reply subject (both token layouts)."""
+    """The delivery count and the stream timestamp (seconds since the
+    epoch) of a JetStream message, from its $JS.ACK reply subject (both
+    token layouts: $JS.ACK.<stream>.<consumer>.<delivered>.<stream seq>.
+    <consumer seq>.<ts nanos>.<pending>, and the one with a domain and an
+    account hash first). A subject it cannot read gives (1, 0.0): the item
+    then counts as a first delivery, long published (claimed first)."""
     t = reply.split(".")
     try:
         if len(t) == 9:
@@ -518,12 +528,26 @@ def _ack_meta(reply: str) -> tuple[int, float]:
             return int(t[6]), int(t[9]) / 1e9
     except ValueError:
         pass
-    return 1, time.time()
+    return 1, 0.0
 
 
-class _Delivery:
+def _item_trace(headers: Optional[Dict[str, str]]) -> tuple[str, str]:
+    """The trace a work item's message carries (traceparent, tracestate),
+    or ("", "") when none or not a valid one."""
+    tp = ts = ""
+    for k, v in (headers or {}).items():
+        if k.lower() == HEADER_TRACEPARENT:
+            tp = v
+        elif k.lower() == HEADER_TRACESTATE:
+            ts = v
+    h = trace_headers(tp, ts)
+    return h.get(HEADER_TRACEPARENT, ""), h.get(HEADER_TRACESTATE, "")
+
+
+class _Delivery(LazyClaim):
     """One work item delivered to the worker, from its receipt to its
-    acknowledgement."""
+    acknowledgement. Its job claims its attempt first, or lazily
+    (_lazy_claim.py)."""
 
     def __init__(self, w: "Worker", msg: _nats.Msg, queue: str, lease: float, kind: str, fn: Any) -> None:
         self.w = w
@@ -533,8 +557,10 @@ class _Delivery:
         self.kind = kind
         self.fn = fn
         self.item: Dict[str, Any] = {}
-        self.delivered, _ = _ack_meta(msg.reply)
-        self.token = ""
+        self.delivered, self.published = _ack_meta(msg.reply)
+        # Every command of the job carries the trace of its item.
+        self.traceparent, self.tracestate = _item_trace(msg.headers)
+        self._init_claim()
         self.beat: Optional[Dict[str, Any]] = None
         self.beating = asyncio.Lock()
         self.job: Optional[Job] = None
@@ -562,14 +588,16 @@ class _Delivery:
 
     async def command(self, name: str, body: Any, command_id: str) -> Any:
         """A command of this delivery, retried with the same id until
-        answered (or the worker stops hard)."""
-        return await self.w.client.command(name, body, command_id=command_id, retry_for=None)
+        answered (or the worker stops hard), in the item's trace."""
+        return await self.w.client.command(name, body, command_id=command_id, retry_for=None,
+                                           traceparent=self.traceparent, tracestate=self.tracestate)
 
     async def get_task(self, task_id: str, min_seq: int = 0) -> Dict[str, Any]:
         """task.get, from views that reflect at least min_seq (a work item's
         ``seq``: items leave before the views apply their record)."""
         headers = {HEADER_MIN_SEQ: str(min_seq)} if min_seq else None
-        return await self.w.client.query("task.get", {"id": task_id}, headers=headers, retry_for=None)
+        return await self.w.client.query("task.get", {"id": task_id}, headers=headers, retry_for=None,
+                                         traceparent=self.traceparent, tracestate=self.tracestate)
 
     async def task_after(self, ok: Callable[[Dict[str, Any]], bool], task_id: str = "") -> Optional[Dict[str, Any]]:
         """The task from the views once ok holds for it, waiting up to
@@ -608,14 +636,32 @@ class _Delivery:
             await self.nak(self.lease)
             return
         self.item = item
-        if SEALED_PREFIX in data:
-            # Sealed payloads are read opened from the service.
+        sealed = SEALED_PREFIX in data
+        if sealed:
+            # Sealed payloads are read opened from the service: an execute
+            # item then runs from the task as task.get answers it (or, when
+            # the views do not show it ready for the item's attempt yet,
+            # from its claim's).
             item["task"], item["dependencies"] = None, None
+        if sealed and self.kind == "execute" and self.delivered == 1:
+            try:
+                t = await self.get_task(item["task_id"])
+            except DwrError:
+                t = None
+            if isinstance(t, dict) and t.get("state") == "ready" and len(t.get("attempts") or []) + 1 == item["attempt"]:
+                item["task"] = t
+        # The lease is renewed from receipt until the item is settled, and
+        # the task's events are watched from before the claim, so that none
+        # that ends the attempt is missed.
         hb = asyncio.get_running_loop().create_task(self._heartbeat())
         self.w._watch(item["task_id"], self)
         try:
             if self.kind == "verify":
                 await self._judge()
+            elif lazy_item(item, self.delivered, self.published):
+                # The job runs on the item's task, and claims lazily.
+                self.lazy = True
+                await self._execute(item["task"], {"n": item["attempt"], "operation_key": item.get("operation_key", "")})
             else:
                 claimed = await self._claim()
                 if claimed is not None:
@@ -625,31 +671,49 @@ class _Delivery:
             self.w._unwatch(item["task_id"], self)
 
     async def _heartbeat(self) -> None:
-        """Renews the item's lease every lease/3 (+WPI) and, once claimed,
-        tells the service the attempt is alive (task.heartbeat)."""
+        """Renews the item's lease every lease/3 (+WPI) and, at each renewal,
+        claims a lazy job's attempt (at the first) and, once claimed, tells
+        the service the attempt is alive (task.heartbeat). The claim and the
+        heartbeat run beside the renewals, never holding them up: a tick
+        whose claim or heartbeat is still in flight sends no other."""
         every = self.lease / 3
-        while True:
-            await asyncio.sleep(every)
-            await self._settle(b"+WPI")
-            async with self.beating:
-                if self.beat is not None:
-                    try:
-                        await self.w.client.command("task.heartbeat", self.beat, command_id="", retry=False,
-                                                    timeout=min(every, 5.0))
-                    except DwrError as e:
-                        log.debug("dwr: heartbeat of task %s: %s", self.beat.get("task_id"), e)
+        beat: Optional["asyncio.Task[None]"] = None
+        try:
+            while True:
+                await asyncio.sleep(every)
+                if self.w._pause_heartbeats:
+                    continue
+                await self._settle(b"+WPI")
+                if beat is None or beat.done():
+                    beat = asyncio.get_running_loop().create_task(self._beat(every))
+        finally:
+            if beat is not None and not beat.done():
+                beat.cancel()
+
+    async def _beat(self, every: float) -> None:
+        """One heartbeat: the lazy claim when it is due, then task.heartbeat
+        of the claimed attempt, each bounded by the heartbeat interval."""
+        await self.claim_at_heartbeat(every)
+        async with self.beating:
+            if self.beat is not None:
+                try:
+                    await self.w.client.command("task.heartbeat", self.beat, command_id="", retry=False,
+                                                timeout=min(every, 5.0), traceparent=self.traceparent,
+                                                tracestate=self.tracestate)
+                except DwrError as e:
+                    log.debug("dwr: heartbeat of task %s: %s", self.beat.get("task_id"), e)
 
     async def _retire_beat(self) -> None:
         async with self.beating:
             self.beat = None
 
     async def _claim(self) -> Optional[tuple]:
+        """Claims the attempt first and returns the task and attempt to run,
+        or None (the item settled or left) when no job is to run."""
         it = self.item
-        body: Dict[str, Any] = {"task_id": it["task_id"], "executor": self.w.executor,
-                                "omit_task": it.get("task") is not None}
-        if self.w.version:
-            body["executor_version"] = self.w.version
-        cid = "claim.%s.%d.%d" % (it["task_id"], it["attempt"], self.delivered)
+        # The reply carries the task when the item did not, or when the
+        # claim supersedes an attempt (the item's task is stale then).
+        body, cid = self.claim_request(it.get("task") is not None)
         try:
             r = await self.command("task.claim", body, cid)
         except DwrError as e:
@@ -793,7 +857,9 @@ class _Delivery:
         return out
 
     async def _execute(self, t: Dict[str, Any], a: Dict[str, Any]) -> None:
-        job = Job(self, t, a, self.token)
+        """Runs the handler for the attempt (claimed, or to be claimed
+        lazily) and reports what it returned."""
+        job = Job(self, t, a)
         self.job = job
         loop = asyncio.get_running_loop()
         try:
@@ -822,6 +888,8 @@ class _Delivery:
             self._cancel(self.ended)
         elif job.attempt in self.lost:
             self._cancel(self.lost[job.attempt])
+        elif self.lazy_refused is not None:
+            self._cancel(self.lazy_refused[0])
         try:
             await asyncio.wait({self.handler})
         except asyncio.CancelledError:
@@ -835,6 +903,7 @@ class _Delivery:
         finally:
             if timer is not None:
                 timer.cancel()
+        self.job_ended = True  # its heartbeats claim no more
         await self._retire_beat()
         h = self.handler
         steps = list(job.model_steps)
@@ -875,8 +944,23 @@ class _Delivery:
                       steps: Optional[List[ModelStep]] = None, failure: Optional[tuple] = None,
                       wait: Optional[Wait] = None) -> None:
         """Reports the attempt's success, failure or wait, then settles the
-        item."""
-        base = {"task_id": job.task_id, "attempt": job.attempt, "token": self.token}
+        item. A wait needs the attempt claimed (it claims it first when the
+        job did not); a success or failure of a job that did not claim
+        carries the claim instead."""
+        try:
+            if wait is not None:
+                token, claim = await self.attempt_token(), None
+            else:
+                token, claim = await self.report_claim()
+        except AttemptEnded as e:
+            # The job's lazy claim was refused: it never started its attempt.
+            await self._settle_fenced(job, str(e), unclaimed=True)
+            return
+        base: Dict[str, Any] = {"task_id": job.task_id, "attempt": job.attempt}
+        if claim is not None:
+            base["claim"] = claim
+        else:
+            base["token"] = token
         step_json = [s.to_json() for s in steps or []]
         try:
             if wait is not None:
@@ -908,9 +992,8 @@ class _Delivery:
                     if step_json:
                         body["model_steps"] = step_json
                     try:
-                        await self.command("task.succeed", body, "succeed.%s.%d" % (job.task_id, job.attempt))
-                        await self.ack()
-                        log.info("dwr: task %s attempt %d: succeeded", job.task_id, job.attempt)
+                        r = await self.command("task.succeed", body, self._report_id("succeed", job, claim))
+                        await self._reported(job, claim, r, "succeeded")
                         return
                     except DwrError as e:
                         if e.code not in (INVALID, TOO_LARGE):
@@ -921,29 +1004,60 @@ class _Delivery:
                         retryable=retryable)
             if step_json:
                 body["model_steps"] = step_json
-            await self.command("task.fail", body, "fail.%s.%d" % (job.task_id, job.attempt))
-            await self.ack()
-            log.info("dwr: task %s attempt %d: failed%s: %s", job.task_id, job.attempt,
-                     "" if retryable else " permanently", message)
+            r = await self.command("task.fail", body, self._report_id("fail", job, claim))
+            await self._reported(job, claim, r, "failed%s: %s" % ("" if retryable else " permanently", message))
         except DwrError as e:
             if e.code in (CONFLICT, NOT_FOUND) or e.field == "/token":
                 self.end_attempt(job.attempt, CAUSE_LEASE_LOST)
-                await self._settle_fenced(job, e.message)
+                await self._settle_fenced(job, e.message, unclaimed=claim is not None)
             else:
                 log.error("dwr: task %s attempt %d: report refused (%s); the item is left to be redelivered",
                           job.task_id, job.attempt, e)
 
-    async def _settle_fenced(self, job: Job, why: str) -> None:
+    async def _reported(self, job: Job, claim: Optional[Dict[str, Any]], r: Any, what: str) -> None:
+        """Settles the item of a success or failure the service recorded."""
+        await self.ack()
+        if claim is not None and isinstance(r, dict) and r.get("attempt") != job.attempt:
+            # The report's claim failed the task instead of starting the
+            # attempt (its goal's budget or its attempts were spent), as a
+            # claim would have: the report was not recorded.
+            log.info("dwr: task %s attempt %d: refused: the report's claim started no attempt; task is %s",
+                     job.task_id, job.attempt, r.get("state"))
+            return
+        log.info("dwr: task %s attempt %d: %s", job.task_id, job.attempt, what)
+
+    def _report_id(self, kind: str, job: Job, claim: Optional[Dict[str, Any]]) -> str:
+        """The command id of the job's report: "<kind>.<task>.<attempt>" —
+        and ".<delivery>" after it when the report carries its claim. Two
+        deliveries of one item may both report attempt n without a claim
+        between them (a holder that hung before claiming, and the
+        redelivery that claimed n), and under one identity the same id
+        would answer the hung one's report with the other's outcome."""
+        if claim is not None:
+            return "%s.%s.%d.%d" % (kind, job.task_id, job.attempt, self.delivered)
+        return "%s.%s.%d" % (kind, job.task_id, job.attempt)
+
+    async def _settle_fenced(self, job: Job, why: str, unclaimed: bool = False) -> None:
         """Settles the item of an attempt whose report was refused because
-        it no longer holds the task: acknowledged, unless a redelivery of it
-        now runs an attempt of its own."""
+        it no longer holds the task — or, when unclaimed, of a job that
+        never started its attempt and found the task no longer ready for
+        it. The item is acknowledged unless a redelivery of it now runs an
+        attempt of its own: JetStream acknowledges by stream sequence, so
+        acknowledging here would remove the item from under that delivery's
+        holder."""
         if not self.ended:
-            t = await self.task_after(lambda t: (_running(t) or {}).get("n") != job.attempt)
+            def current(t: Dict[str, Any]) -> bool:
+                # The service found this attempt not running (or the task
+                # not ready for it): a view that still shows it so is behind.
+                if unclaimed:
+                    return t.get("state") != "ready" or len(t.get("attempts") or []) + 1 != job.attempt
+                return (_running(t) or {}).get("n") != job.attempt
+            t = await self.task_after(current)
             if t is None:
                 log.warning("dwr: task %s attempt %d: refused (%s); the views lag, the item is left", job.task_id, job.attempt, why)
                 return
             a = _running_from_item(t, self.item["attempt"])
-            if a is not None and a["n"] > job.attempt:
+            if a is not None and (a["n"] > job.attempt or unclaimed):
                 log.info("dwr: task %s attempt %d: refused: %s (attempt %d holds the item)", job.task_id, job.attempt, why, a["n"])
                 return
         await self.ack()
@@ -1077,12 +1191,16 @@ class Worker:
         self.max_deliver = max_deliver
         self.reconfigure = reconfigure
         self.drain_timeout = drain_timeout
-        self.client = Client(nc, workspace=workspace, prefix=prefix, retry_for=None)
+        # A job's commands carry its item's trace, not the process's.
+        self.client = Client(nc, workspace=workspace, prefix=prefix, retry_for=None, traceparent="")
         self._handlers: Dict[str, tuple] = {}
         self._watches: Dict[str, Set[_Delivery]] = {}
         self._jobs: Set["asyncio.Task[None]"] = set()
         self._stop = asyncio.Event()
         self._ran = False
+        # A test's stand-in for a hung process: no lease renewal, no
+        # heartbeat, no claim at a heartbeat (executors' PauseHeartbeats).
+        self._pause_heartbeats = False
 
     def task(self, queue: str) -> Callable[[Handler], Handler]:
         """Registers the decorated coroutine function as the handler of

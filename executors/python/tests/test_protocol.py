@@ -273,6 +273,7 @@ class WireTest(unittest.TestCase):
         self.assertEqual(_ack_meta("$JS.ACK.DWR_WORK.dwr-default-q.3.10.7.1700000000000000000.0"), (3, 1700000000.0))
         self.assertEqual(_ack_meta("$JS.ACK.dom.hash.DWR_WORK.dwr-default-q.2.10.7.1700000000000000000.0.rand"),
                          (2, 1700000000.0))
+        self.assertEqual(_ack_meta("_INBOX.x.y"), (1, 0.0), "unreadable: a first delivery, long published")
 
     def test_durations(self) -> None:
         self.assertEqual(_duration_seconds("1m30s"), 90.0)

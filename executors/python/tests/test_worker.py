@@ -2,12 +2,23 @@
 
 from __future__ import annotations
 
+import asyncio
+import copy
+import os
+import time
 import unittest
 from datetime import datetime, timezone
+from typing import Any, Dict, List, Optional, Tuple
+from unittest import mock
 
 import dwr
 from dwr import _nats
-from dwr.worker import Job, _decisions_of, _rfc3339
+from dwr._lazy_claim import LAZY_MAX_AGE, LazyClaim, lazy_item
+from dwr.client import Client, trace_headers, valid_traceparent
+from dwr.errors import DwrError
+from dwr.worker import Job, _decisions_of, _item_trace, _rfc3339
+
+TP = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
 
 
 class WorkerConfigTest(unittest.TestCase):
@@ -42,7 +53,7 @@ class JobTest(unittest.TestCase):
                           {"id": "t1-2", "action_digest": "sha256:cd", "state": "expired", "expires_at": "2026-01-02T00:00:00Z"}]}
 
     def test_a_job_of_a_task(self) -> None:
-        job = Job(None, self.TASK, self.TASK["attempts"][1], "tok")  # type: ignore[arg-type]
+        job = Job(None, self.TASK, self.TASK["attempts"][1])  # type: ignore[arg-type]
         self.assertEqual((job.task_id, job.queue, job.attempt, job.operation_key), ("t1", "q", 2, "op-t1"))
         self.assertEqual(job.input, {"a": 1})
         self.assertEqual(job.checkpoint, {"step": 2})
@@ -53,7 +64,7 @@ class JobTest(unittest.TestCase):
         self.assertEqual(job.approval.response, "expired")  # type: ignore[union-attr]
 
     def test_waits(self) -> None:
-        job = Job(None, self.TASK, self.TASK["attempts"][1], "tok")  # type: ignore[arg-type]
+        job = Job(None, self.TASK, self.TASK["attempts"][1])  # type: ignore[arg-type]
         w = job.sleep(datetime(2026, 1, 2, 3, 4, 5, 600000, tzinfo=timezone.utc))
         self.assertIsInstance(w, dwr.Wait)
         self.assertEqual(_rfc3339(w.until), "2026-01-02T03:04:05.600000Z")  # type: ignore[arg-type]
@@ -61,6 +72,200 @@ class JobTest(unittest.TestCase):
 
     def test_decisions(self) -> None:
         self.assertTrue(_decisions_of(self.TASK)[0].approved)
+
+
+class LazyItemTest(unittest.TestCase):
+    """Only a first delivery of a fresh item that carries its task, ready
+    for exactly the item's attempt, runs before its claim (as the Go SDK's
+    TestWhichItemsRunBeforeTheirClaim)."""
+
+    ID = "01Q3G99648H87N2YG8NR952X83"
+    ITEM = {"kind": "execute", "task_id": ID, "workspace": "default", "queue": "q", "attempt": 2,
+            "task": {"id": ID, "workspace": "default", "spec": {"queue": "q"}, "state": "ready",
+                     "attempts": [{"n": 1, "state": "failed"}]}}
+
+    def item(self, edit: Any = None) -> Dict[str, Any]:
+        it = copy.deepcopy(self.ITEM)
+        if edit is not None:
+            edit(it)
+        return it
+
+    def test_which_items_run_before_their_claim(self) -> None:
+        now = time.time()
+        self.assertTrue(lazy_item(self.item(), 1, now, now))
+        self.assertTrue(lazy_item(self.item(), 1, now - LAZY_MAX_AGE / 2, now))
+        self.assertFalse(lazy_item(self.item(), 1, now - 2 * LAZY_MAX_AGE, now), "it waited in the stream: claim first")
+        self.assertFalse(lazy_item(self.item(), 1, 0.0, now), "no stream timestamp: claim first")
+        self.assertFalse(lazy_item(self.item(), 2, now, now), "a redelivery claims first (it may supersede)")
+        edits = {
+            "no task": lambda it: it.update(task=None),
+            "another task": lambda it: it["task"].update(id="01Q3G99648H87N2YG8NR952X84"),
+            "another workspace": lambda it: it["task"].update(workspace="other"),
+            "another queue": lambda it: it["task"]["spec"].update(queue="other"),
+            "not ready": lambda it: it["task"].update(state="running"),
+            "another attempt": lambda it: it.update(attempt=3),
+        }
+        for name, edit in edits.items():
+            self.assertFalse(lazy_item(self.item(edit), 1, now, now), name)
+
+
+class _Claims(LazyClaim):
+    """A delivery's lazy claim on a scripted service: each task.claim is
+    answered by the next of replies (a dict, a DwrError to raise, or None to
+    hang until cancelled); task.get answers task."""
+
+    def __init__(self, replies: List[Any], task: Optional[Dict[str, Any]] = None) -> None:
+        self.w = mock.Mock(executor="py", version="1.2")
+        self.item = {"task_id": "t1", "attempt": 1}
+        self.delivered = 1
+        self.job = None
+        self.ended = None
+        self.beat = None
+        self._init_claim()
+        self.lazy = True
+        self.replies = list(replies)
+        self.task = task or {"state": "ready"}
+        self.sent: List[Tuple[str, Dict[str, Any], str]] = []
+        self.cancelled: List[str] = []
+
+    async def command(self, name: str, body: Any, command_id: str) -> Any:
+        self.sent.append((name, body, command_id))
+        r = self.replies.pop(0)
+        if r is None:
+            await asyncio.Event().wait()
+        if isinstance(r, DwrError):
+            raise r
+        return r
+
+    async def get_task(self, task_id: str, min_seq: int = 0) -> Dict[str, Any]:
+        return self.task
+
+    def _cancel(self, cause: str) -> None:
+        self.cancelled.append(cause)
+
+
+RUNNING = {"state": "running", "attempt": 1, "token": "tok-1"}
+
+
+class LazyClaimTest(unittest.IsolatedAsyncioTestCase):
+    async def test_the_first_need_claims_once(self) -> None:
+        c = _Claims([RUNNING])
+        self.assertEqual(await c.attempt_token(), "tok-1")
+        self.assertEqual(await c.attempt_token(), "tok-1")
+        self.assertEqual(len(c.sent), 1)
+        name, body, cid = c.sent[0]
+        self.assertEqual((name, cid), ("task.claim", "claim.t1.1.1"))
+        self.assertEqual(body, {"task_id": "t1", "executor": "py", "executor_version": "1.2", "omit_task": True})
+        self.assertEqual(c.beat, {"task_id": "t1", "attempt": 1, "token": "tok-1"}, "it heartbeats from then on")
+        self.assertEqual(await c.report_claim(), ("tok-1", None), "its report carries the token")
+
+    async def test_an_unclaimed_report_carries_the_claim_and_seals_it(self) -> None:
+        c = _Claims([])
+        self.assertEqual(await c.report_claim(), ("", {"executor": "py", "executor_version": "1.2"}))
+        with self.assertRaises(RuntimeError):
+            await c.attempt_token()
+        await c.claim_at_heartbeat(1.0)
+        self.assertEqual(c.sent, [], "no claim once the report carries it")
+
+    async def test_a_heartbeat_is_not_held_up_by_a_claim(self) -> None:
+        c = _Claims([None, RUNNING])
+        started = time.monotonic()
+        await c.claim_at_heartbeat(0.05)  # not answered within the bound
+        self.assertLess(time.monotonic() - started, 2.0)
+        self.assertFalse(c.claim_lock.locked())
+        self.assertEqual(c.token, "")
+        # The job's own claim in flight: the heartbeat does not wait for it.
+        c.replies = [None]
+        need = asyncio.get_running_loop().create_task(c.attempt_token())
+        while not c.claim_lock.locked():
+            await asyncio.sleep(0)
+        await asyncio.wait_for(c.claim_at_heartbeat(10.0), 1.0)
+        self.assertEqual(len(c.sent), 2, "no claim beside the one in flight")
+        need.cancel()  # the job's command was cancelled before its answer
+        await asyncio.wait({need})
+        c.replies = [RUNNING]
+        await c.claim_at_heartbeat(1.0)
+        self.assertEqual(c.token, "tok-1")
+        self.assertEqual({cid for _, _, cid in c.sent}, {"claim.t1.1.1"}, "sent again with the same command id")
+
+    async def test_a_heartbeat_after_the_job_ended_claims_nothing(self) -> None:
+        c = _Claims([RUNNING])
+        c.job_ended = True
+        await c.claim_at_heartbeat(1.0)
+        self.assertEqual(c.sent, [])
+
+    async def test_refusals_cancel_the_job_with_their_cause(self) -> None:
+        cases = [
+            ("conflict, the task ended", DwrError("conflict", "not ready"), {"state": "cancelled"}, "cancelled"),
+            ("conflict, another claimed it", DwrError("conflict", "not ready"), {"state": "running"}, "lease_lost"),
+            ("not found", DwrError("not_found", "gone"), {"state": "cancelled"}, "cancelled"),
+            ("forbidden", DwrError("forbidden", "no"), {"state": "cancelled"}, "lease_lost"),
+            ("the claim failed the task", {"state": "failed", "attempt": 1}, None, "cancelled"),
+            ("another attempt", {"state": "running", "attempt": 2, "token": "x"}, None, "lease_lost"),
+            ("no token", {"state": "running", "attempt": 1}, None, "lease_lost"),
+        ]
+        for name, reply, task, cause in cases:
+            with self.subTest(name):
+                c = _Claims([reply], task)
+                with self.assertRaises(dwr.AttemptEnded) as cm:
+                    await c.attempt_token()
+                self.assertEqual(cm.exception.cause, cause)
+                self.assertEqual(c.cancelled, [cause])
+                self.assertEqual(c.token, "")
+                self.assertIsNone(c.beat)
+                with self.assertRaises(dwr.AttemptEnded):
+                    await c.report_claim()  # nothing is reported
+                await c.claim_at_heartbeat(1.0)
+                self.assertEqual(len(c.sent), 1, "a refused claim is not made again")
+
+    async def test_a_watched_end_is_cancelled_without_reading_the_task(self) -> None:
+        c = _Claims([DwrError("conflict", "not ready")], {"state": "running"})
+        c.ended = "cancelled"
+        with self.assertRaises(dwr.AttemptEnded) as cm:
+            await c.attempt_token()
+        self.assertEqual(cm.exception.cause, "cancelled")
+
+
+class TraceTest(unittest.TestCase):
+    def test_valid_traceparents(self) -> None:
+        self.assertTrue(valid_traceparent(TP))
+        self.assertTrue(valid_traceparent("01-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01-more"),
+                        "a later version may add fields")
+        for bad in ("", "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7", TP.upper(),
+                    "00-00000000000000000000000000000000-00f067aa0ba902b7-01",
+                    "00-4bf92f3577b34da6a3ce929d0e0e4736-0000000000000000-01",
+                    "ff-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01", TP + "-x", TP + "\r\nX: y"):
+            self.assertFalse(valid_traceparent(bad), bad)
+
+    def test_trace_headers(self) -> None:
+        self.assertEqual(trace_headers(TP, "a=1"), {"traceparent": TP, "tracestate": "a=1"})
+        self.assertEqual(trace_headers("", "a=1"), {}, "a tracestate without its traceparent means nothing")
+        self.assertEqual(trace_headers("junk"), {})
+        self.assertEqual(trace_headers(TP, "a=1\r\nX: y"), {"traceparent": TP})
+
+    def test_a_client_takes_its_trace_from_the_environment_unless_given(self) -> None:
+        with mock.patch.dict(os.environ, {"TRACEPARENT": TP}):
+            self.assertEqual(Client(_nats.Client()).traceparent, TP)
+            self.assertEqual(Client(_nats.Client(), traceparent="").traceparent, "", "\"\" is none")
+            other = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
+            self.assertEqual(Client(_nats.Client(), traceparent=other).traceparent, other)
+        with mock.patch.dict(os.environ, {"TRACEPARENT": "junk"}):
+            self.assertEqual(Client(_nats.Client()).traceparent, "", "a malformed one is ignored")
+        with self.assertRaisesRegex(ValueError, "not a W3C traceparent"):
+            Client(_nats.Client(), traceparent="junk")
+
+    def test_a_request_carries_the_trace(self) -> None:
+        c = Client(_nats.Client(), traceparent=TP, tracestate="a=1")
+        self.assertEqual(c._traced({"Dwr-Command-Id": "x"}, None, ""),
+                         {"Dwr-Command-Id": "x", "traceparent": TP, "tracestate": "a=1"})
+        self.assertEqual(c._traced(None, "", ""), None, "a request's own \"\" sends none")
+        self.assertIsNone(Client(_nats.Client(), traceparent="")._traced(None, None, ""))
+
+    def test_an_items_trace(self) -> None:
+        self.assertEqual(_item_trace({"traceparent": TP, "tracestate": "a=1"}), (TP, "a=1"))
+        self.assertEqual(_item_trace({"Traceparent": TP}), (TP, ""))
+        self.assertEqual(_item_trace({"traceparent": "junk", "tracestate": "a=1"}), ("", ""))
+        self.assertEqual(_item_trace(None), ("", ""))
 
 
 if __name__ == "__main__":
