@@ -129,7 +129,9 @@ func (w *Worker) deliver(hard context.Context, msg jetstream.Msg) {
 	}
 	if d.encrypted && d.delivered == 1 {
 		it := &d.item
-		if t, err := d.getTask(hard, it.TaskID); err == nil && t.State == schemas.StateReady && len(t.Attempts)+1 == it.Attempt {
+		// Read at least the record that dispatched the item, so that the
+		// task is seen ready for it (and the job may start lazily).
+		if t, err := d.getTask(hard, it.TaskID, client.MinSeq(it.Seq)); err == nil && t.State == schemas.StateReady && len(t.Attempts)+1 == it.Attempt {
 			it.Task = t
 		}
 	}
