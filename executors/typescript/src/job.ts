@@ -114,6 +114,7 @@ export interface JobFields {
   dependencies: Record<string, Dependency>;
   deadline?: Date;
   abort: AbortSignal;
+  traceparent?: string;
 }
 
 /**
@@ -151,6 +152,13 @@ export class Job implements JobFields {
   readonly deadline?: Date;
   /** Aborted when the job must stop; its reason says why. */
   readonly abort!: AbortSignal;
+  /**
+   * The W3C traceparent of the trace the job's work item carries (the service's dispatch span), when the
+   * service traces: every command of the job is sent in it. Hand it on so that other work joins the trace:
+   * `new Client(nc, { traceparent: job.traceparent })`, or TRACEPARENT in the environment of a process the
+   * job starts.
+   */
+  readonly traceparent?: string;
 
   /** The model steps recorded with recordModelStep: reported with the job's success or failure. */
   readonly modelSteps: ModelStep[] = [];

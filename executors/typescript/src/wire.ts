@@ -257,7 +257,13 @@ export const Header = {
   ChunkSeq: "Dwr-Chunk-Seq",
   ArtifactSize: "Dwr-Artifact-Size",
   ArtifactChunks: "Dwr-Artifact-Chunks",
+  /** The W3C trace context of a request or a work item (schemas.HeaderTraceparent). */
+  Traceparent: "traceparent",
+  Tracestate: "tracestate",
 } as const;
+
+/** The environment variable that carries a trace context to a process (schemas.EnvTraceparent). */
+export const EnvTraceparent = "TRACEPARENT";
 
 /** A message is at most this large (the service's bound), checked before it is decoded. */
 export const MaxMessageBytes = 1 << 20;
