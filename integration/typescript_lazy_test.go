@@ -425,3 +425,39 @@ func TestTypeScriptJobCommandsCarryTheItemsTrace(t *testing.T) {
 	e.mu.Unlock()
 	require.Equal(t, map[string]string{"env": env, "option": option, "call": call, "none": ""}, byTitle)
 }
+
+// TestTypeScriptDelegation: a job delegates a child goal (task.delegate,
+// claiming its attempt first) and parks; the child goal's task runs, and
+// the resumed attempt returns the child's accepted result. A child goal
+// that fails resumes its parent (on_failure resume), whose delegate throws
+// DelegationFailed, and the job falls back.
+func TestTypeScriptDelegation(t *testing.T) {
+	e := newTSLazyEnv(t)
+	e.worker("deleg", "ts-deleg", 30*time.Second)
+	var top schemas.CommandResult
+	require.NoError(t, json.Unmarshal(e.k.Command(t, "goal.create", map[string]any{"title": "top", "tasks": []map[string]any{
+		{"key": "lead", "queue": "deleg", "input": map[string]any{"scenario": "delegate"}},
+		{"key": "fallback", "queue": "deleg", "input": map[string]any{"scenario": "delegate_failing"}}}}), &top))
+	lead, fallback := top.Tasks[0].TaskID, top.Tasks[1].TaskID
+	e.jobLine(lead, "waiting")
+	e.jobLine(lead, "succeeded")
+	e.jobLine(fallback, "succeeded")
+	sent := e.sentFor(lead)
+	require.Equal(t, []string{"task.claim", "task.delegate", "task.succeed"}, commandNames(sent),
+		"the delegation claimed the attempt first; the resumed attempt's report carried its own claim")
+	require.Len(t, sent[1].Token, 43)
+	require.NotNil(t, sent[2].Claim)
+
+	tk := e.k.WaitState(t, lead, "accepted", 20*time.Second)
+	require.Len(t, tk.Delegations, 1)
+	require.Equal(t, schemas.GoalStateAchieved, tk.Delegations[0].State)
+	require.Len(t, tk.Attempts, 2, "parked, then resumed")
+	require.Equal(t, schemas.AttemptStateParked, tk.Attempts[0].State)
+	require.JSONEq(t, fmt.Sprintf(`{"child": {"done": true}, "goal": %q, "attempt": 2}`, tk.Delegations[0].GoalID), string(tk.Attempts[1].Result))
+
+	fb := e.k.WaitState(t, fallback, "accepted", 20*time.Second)
+	require.Len(t, fb.Delegations, 1)
+	require.Equal(t, schemas.GoalStateFailed, fb.Delegations[0].State)
+	require.JSONEq(t, fmt.Sprintf(`{"fallback": "failed", "goal": %q}`, fb.Delegations[0].GoalID), string(fb.Attempts[len(fb.Attempts)-1].Result))
+	e.waitSettled("deleg")
+}

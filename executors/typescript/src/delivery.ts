@@ -1,7 +1,7 @@
 import type { JsMsg } from "@nats-io/jetstream";
 import { getArtifact, putArtifact, refOf } from "./artifacts.js";
 import { AbortReason, DwrError, Permanent, cancelled, leaseLost, timedOut } from "./errors.js";
-import { Job, type Decision, type JobBackend, type Result } from "./job.js";
+import { Job, type Decision, type Delegated, type JobBackend, type Result } from "./job.js";
 import { SDKCode, clip, maxMessage, reportFor, type Report } from "./report.js";
 import { sleep, traceContextOf, type Service, type TraceContext } from "./service.js";
 import { parseDuration } from "./duration.js";
@@ -15,6 +15,7 @@ import {
   type Dependency,
   type Reply,
   type Task,
+  type WireError,
   type WorkItem,
 } from "./wire.js";
 
@@ -77,6 +78,27 @@ function anySignal(...signals: AbortSignal[]): AbortSignal {
     s.addEventListener("abort", () => ctl.abort(s.reason), { once: true, signal: ctl.signal });
   }
   return ctl.signal;
+}
+
+/**
+ * fencedRefusal reports whether e refuses a command because its attempt no
+ * longer holds the task: not the running attempt, the task gone, or a token
+ * that is not the attempt's.
+ */
+function fencedRefusal(e: WireError): boolean {
+  return (e.fields ?? []).some(
+    (f) =>
+      (f.pointer === "/attempt" && e.code === "conflict") ||
+      (f.pointer === "/task_id" && e.code === "not_found") ||
+      f.pointer === "/token",
+  );
+}
+
+/** dependencyOf returns an accepted task's outcome, as a dependency (or a delegation's result) is handed it. */
+function dependencyOf(t: Task): Dependency | undefined {
+  if (t.state !== "accepted") return undefined;
+  const last = t.attempts?.findLast((x) => x.state === "succeeded");
+  return { key: t.key, task_id: t.id, result: last?.result, artifacts: last?.artifacts };
 }
 
 /** notDone returns the error of a command of the attempt that could not be sent: e's cause kept. */
@@ -517,11 +539,28 @@ export class Delivery {
       for (const id of ids) {
         const { task, caughtUp } = await this.readTask(id, (x) => x.state === "accepted");
         if (!caughtUp) throw new Error(`dependency ${id} is ${task.state}, not accepted`);
-        const last = task.attempts?.findLast((x) => x.state === "succeeded");
-        list.push({ key: task.key, task_id: task.id, result: last?.result, artifacts: last?.artifacts });
+        list.push(dependencyOf(task)!);
       }
     }
     for (const d of list) out[d.key || d.task_id] = d;
+    return out;
+  }
+
+  /** delegations returns the outcomes of the task's delegations that ended, each child task read once the views show it ended. */
+  private async delegations(t: Task): Promise<Delegated[]> {
+    const out: Delegated[] = [];
+    for (const d of t.delegations ?? []) {
+      if (d.state === "open") continue;
+      const dd: Delegated = { key: d.key, goalId: d.goal_id, state: d.state, reason: d.reason, results: {} };
+      for (const pt of d.tasks ?? []) {
+        const { task, caughtUp } = await this.readTask(pt.task_id, (x) => terminal(x.state));
+        if (!caughtUp)
+          throw new Error(`delegation "${d.key}": task ${pt.task_id} of goal ${d.goal_id} is ${task.state}, not ended`);
+        const dep = dependencyOf(task);
+        if (dep) dd.results[pt.key] = dep;
+      }
+      out.push(dd);
+    }
     return out;
   }
 
@@ -587,6 +626,23 @@ export class Delivery {
       : undefined;
     try {
       let deps: Record<string, Dependency>;
+      let delegated: Delegated[];
+      try {
+        delegated = await this.delegations(t);
+      } catch (e) {
+        await this.report(
+          a.n,
+          {
+            failure: {
+              code: SDKCode.Delegations,
+              message: clip("the results of the task's delegations could not be read: " + (e as Error).message, maxMessage),
+              retryable: true,
+            },
+          },
+          watch,
+        );
+        return;
+      }
       try {
         deps = await this.dependencies(t);
       } catch (e) {
@@ -621,6 +677,7 @@ export class Delivery {
           signal: t.signal,
           decisions: decisionsOf(t),
           dependencies: deps,
+          delegations: delegated,
           deadline,
           abort: ctl.signal,
           traceparent: this.trace?.traceparent,
@@ -693,6 +750,24 @@ export class Delivery {
       putArtifact: async (name: string, bytes: Uint8Array | string) =>
         refOf(await putArtifact(this.svc, bytes, { name, taskId: id }, this.hard)),
       getArtifact: (sha256: string) => getArtifact(this.svc, sha256, { signal: this.hard }),
+      delegate: async (body: Record<string, unknown>, key: string) => {
+        let token: string;
+        try {
+          token = await this.attemptToken(this.hard);
+        } catch (e) {
+          throw notDone(`delegation of task ${id} not recorded`, e);
+        }
+        const r = await this.svc.command<CommandResult>(
+          "task.delegate",
+          { ...body, task_id: id, attempt, token },
+          { commandId: `delegate.${id}.${attempt}.${key}`, signal: this.hard },
+        );
+        if (r.ok) return r.result?.goal_id ?? "";
+        const e = r.error!;
+        if (fencedRefusal(e)) throw await fenced("delegation", e);
+        if (e.code === "unavailable" || e.code === "internal") throw new DwrError(e, "task.delegate");
+        throw new Permanent(new DwrError(e, "task.delegate").message, { code: e.code });
+      },
       requestApproval: async (body: Record<string, unknown>, digest: string) => {
         let token: string;
         try {
@@ -725,11 +800,22 @@ export class Delivery {
   /** report sends the attempt's outcome, then settles the item. */
   private async report(attempt: number, rep: Report, watch: Watch): Promise<void> {
     const id = this.item.task_id;
-    if (rep.wait?.approvalId !== undefined) {
-      // The request recorded the approval, which parked the attempt.
+    if (rep.wait?.approvalId !== undefined || rep.wait?.goalId !== undefined) {
+      // The request recorded the approval, or the delegation, which parked the attempt.
       this.ack();
       this.log("waiting", attempt, rep.wait.message);
       return;
+    }
+    const w = rep.wait;
+    if (w && w.signalName === undefined && !(w.until instanceof Date && !Number.isNaN(w.until.getTime()))) {
+      // A WaitError the handler made up: an approval or a delegation is asked for with job.requestApproval or job.delegate.
+      rep = {
+        failure: {
+          code: SDKCode.InvalidResult,
+          message: clip(`the handler parked the task with a wait the worker cannot send (${w.message})`, maxMessage),
+          retryable: false,
+        },
+      };
     }
     // A wait needs the attempt claimed; a success or failure of a job that is not carries the claim instead.
     let auth: ReportAuth;

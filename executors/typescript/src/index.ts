@@ -4,7 +4,17 @@
 export { Client, type ConnectOptions, type ClientOptions, type CreateGoal } from "./client.js";
 export { Worker, Verifier, MinLeaseMs, SDKCode, parseDuration } from "./worker.js";
 export type { WorkerOptions, Handler, Check, Verdict, VerifyHandler, Logger } from "./worker.js";
-export { Job, WaitError, type Result, type Decision, type ApprovalRequest } from "./job.js";
+export {
+  Job,
+  WaitError,
+  DelegationFailed,
+  DelegationOnFailure,
+  type Result,
+  type Decision,
+  type ApprovalRequest,
+  type Delegation,
+  type Delegated,
+} from "./job.js";
 export { DwrError, Permanent, Failure, AbortReason, Cause, causeOf, type CauseName } from "./errors.js";
 export { credentialOptions, readCredential, inboxPrefix, type Credential } from "./credentials.js";
 export { actionDigest, canonicalJSON } from "./canonical.js";

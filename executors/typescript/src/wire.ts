@@ -140,6 +140,20 @@ export interface Wait {
   goal_id?: string;
 }
 
+/** A child goal an attempt of a task started (task.delegate), as the task keeps it. */
+export interface TaskDelegation {
+  key: string;
+  goal_id: string;
+  /** The attempt that delegated. */
+  attempt: number;
+  on_failure: string;
+  /** open until the child goal ends, then achieved, failed or cancelled. */
+  state: string;
+  reason?: string;
+  /** The child goal's plan when it ended. */
+  tasks?: { key: string; task_id: string }[];
+}
+
 /** A task as task.get and a claim answer it. */
 export interface Task {
   id: string;
@@ -155,6 +169,7 @@ export interface Task {
   checkpoint?: unknown;
   verifications?: Verification[];
   approvals?: Approval[];
+  delegations?: TaskDelegation[];
   signal?: Signal;
   reason?: string;
   error?: ErrorInfo;

@@ -8,7 +8,17 @@
 import { existsSync } from "node:fs";
 import { join } from "node:path";
 import { connect } from "@nats-io/transport-node";
-import { Client, Worker, causeOf, credentialOptions, type Job, type Logger, type Result } from "../index.js";
+import {
+  Client,
+  DelegationFailed,
+  DelegationOnFailure,
+  Worker,
+  causeOf,
+  credentialOptions,
+  type Job,
+  type Logger,
+  type Result,
+} from "../index.js";
 
 interface Input {
   scenario: string;
@@ -74,6 +84,29 @@ function handler(nc: Awaited<ReturnType<typeof connect>>) {
           if (why) throw job.abort.reason;
         }
         return { output: { by: executor } };
+      case "delegate": {
+        // Hands a task like "quick" on to a child goal; the resumed attempt returns its result.
+        const d = await job.delegate({
+          key: "child",
+          title: "child work",
+          tasks: [{ key: "c1", queue: job.queue, input: { scenario: "quick" } }],
+        });
+        return { output: { child: d.results.c1?.result, goal: d.goalId, attempt: job.attempt } };
+      }
+      case "delegate_failing":
+        // Hands on a task that fails; resumed, the attempt falls back.
+        try {
+          await job.delegate({
+            key: "broken",
+            title: "failing child",
+            onFailure: DelegationOnFailure.Resume,
+            tasks: [{ key: "c1", queue: job.queue, input: { scenario: "fail" }, retry: { max_attempts: 1 } }],
+          });
+        } catch (e) {
+          if (!(e instanceof DelegationFailed)) throw e;
+          return { output: { fallback: e.delegated.state, goal: e.delegated.goalId } };
+        }
+        throw new Error("the failing child goal was achieved");
       case "client": {
         // The job's trace handed on to a client of its own.
         const c = new Client(nc, { traceparent: job.traceparent });

@@ -13,6 +13,7 @@ import type { NatsConnection } from "@nats-io/transport-node";
 import {
   AbortReason,
   Client,
+  DelegationFailed,
   Cause,
   Failure,
   Permanent,
@@ -278,4 +279,55 @@ test("a client sends its option's traceparent, else TRACEPARENT's", () => {
     if (saved === undefined) delete process.env.TRACEPARENT;
     else process.env.TRACEPARENT = saved;
   }
+});
+
+test("a delegation parks the job, and the resumed attempt gets the child goal's results", async () => {
+  const handler = async (job: Job) => {
+    const d = await job.delegate({ key: "sources", title: "gather", tasks: [{ key: "s1", queue: "research" }] });
+    return { output: d.results.s1?.result };
+  };
+  const first = await runJob(handler);
+  assert.equal(first.state, "waiting");
+  assert.equal(first.wait?.goalId, "goal-1");
+  assert.equal(first.wait?.delegationKey, "sources");
+  assert.deepEqual(first.delegations, [
+    {
+      key: "sources",
+      on_failure: undefined,
+      goal: {
+        title: "gather",
+        description: undefined,
+        success_criteria: undefined,
+        envelope: undefined,
+        tasks: [{ key: "s1", queue: "research" }],
+      },
+    },
+  ]);
+  const results = { s1: { key: "s1", task_id: "t-1", result: { found: 3 } } };
+  const resumed = await runJob(handler, {
+    attempt: 2,
+    delegations: [{ key: "sources", goalId: "goal-1", state: "achieved", results }],
+  });
+  assert.equal(resumed.state, "succeeded");
+  assert.deepEqual(resumed.output, { found: 3 });
+  assert.deepEqual(resumed.delegations, [], "nothing delegated again");
+
+  const failed = await runJob(
+    async (job: Job) => {
+      try {
+        await job.delegate({ key: "sources", title: "gather" });
+      } catch (e) {
+        if (e instanceof DelegationFailed) return { output: { fallback: e.delegated.state } };
+        throw e;
+      }
+    },
+    { delegations: [{ key: "sources", goalId: "goal-1", state: "failed", reason: "no luck", results: {} }] },
+  );
+  assert.deepEqual(failed.output, { fallback: "failed" });
+
+  const bad = await runJob((job: Job) => job.delegate({ key: "no spaces", title: "x" }).then(() => undefined));
+  assert.equal(bad.state, "failed");
+  assert.match(bad.failure!.message, /key "no spaces" is not valid/);
+  const both = await runJob((job: Job) => job.delegate({ key: "k", title: "x", ritual: { name: "r" } }).then(() => undefined));
+  assert.match(both.failure!.message, /not both/);
 });
