@@ -41,6 +41,7 @@ type tsSent struct {
 	TaskID      string               `json:"task_id"`
 	ID          string               `json:"id"` // a query's
 	Token       string               `json:"token"`
+	Executor    string               `json:"executor"` // a claim's
 	Claim       *schemas.ReportClaim `json:"claim"`
 	Spec        struct{ Title string }
 	Traceparent string
@@ -460,4 +461,63 @@ func TestTypeScriptDelegation(t *testing.T) {
 	require.Equal(t, schemas.GoalStateFailed, fb.Delegations[0].State)
 	require.JSONEq(t, fmt.Sprintf(`{"fallback": "failed", "goal": %q}`, fb.Delegations[0].GoalID), string(fb.Attempts[len(fb.Attempts)-1].Result))
 	e.waitSettled("deleg")
+}
+
+// TestTypeScriptLazyClaimRefused: another executor claims the ready task
+// while the job runs unclaimed; the job's claim at its first heartbeat
+// moment is refused, which aborts it as a lost attempt, and it reports
+// nothing.
+func TestTypeScriptLazyClaimRefused(t *testing.T) {
+	e := newTSLazyEnv(t)
+	e.worker("taken", "ts-lazy", 1500*time.Millisecond)
+	id := e.task("taken", map[string]any{"scenario": "hold"})
+	e.waitEvent("the job started", func(ev tsEvent) bool { return ev.TaskID == id && ev.Event == "started" })
+	other := servicetest.NewClient(e.s.Member(t, "default", "other", domain.RoleExecutor, "taken"), "default")
+	other.Command(t, "task.claim", map[string]any{"task_id": id, "executor": "other"})
+	ev := e.waitEvent("the job aborted", func(ev tsEvent) bool { return ev.TaskID == id && ev.Event == "aborted" })
+	require.JSONEq(t, `"lease_lost"`, string(ev.Detail))
+	e.jobLine(id, "refused")
+	var claims []string
+	for _, r := range e.sentFor(id) {
+		if !r.Query {
+			claims = append(claims, r.Name+" by "+r.Executor)
+		}
+	}
+	require.Equal(t, []string{"task.claim by other", "task.claim by ts-lazy"}, claims, "the other's claim, then the job's, refused; no report")
+	tk := e.k.Task(t, id)
+	require.Len(t, tk.Attempts, 1)
+	require.Equal(t, "other", tk.Attempts[0].Executor, "the other claim's attempt stands")
+	require.Equal(t, "running", tk.Attempts[0].State)
+}
+
+// TestTypeScriptLazyClaimKeepsTheGoalsBudget: two jobs of a goal whose
+// budget allows one attempt both run unclaimed; the second report's claim
+// fails the task instead, as a claim would, and nothing of it is recorded.
+func TestTypeScriptLazyClaimKeepsTheGoalsBudget(t *testing.T) {
+	e := newTSLazyEnv(t)
+	e.worker("budget", "ts-budget", 30*time.Second)
+	var goal schemas.CommandResult
+	require.NoError(t, json.Unmarshal(e.k.Command(t, "goal.create", map[string]any{"title": "one attempt",
+		"envelope": map[string]any{"budget": map[string]any{"attempts": 1}}, "tasks": []map[string]any{
+			{"key": "a", "queue": "budget", "input": map[string]any{"scenario": "hold"}},
+			{"key": "b", "queue": "budget", "input": map[string]any{"scenario": "hold"}}}}), &goal))
+	for _, pt := range goal.Tasks {
+		e.waitEvent("job "+pt.Key+" started", func(ev tsEvent) bool { return ev.TaskID == pt.TaskID && ev.Event == "started" })
+	}
+	for _, pt := range goal.Tasks {
+		require.NoError(t, os.WriteFile(filepath.Join(e.dir, "release-"+pt.TaskID), nil, 0o600))
+	}
+	line := e.waitEvent("a report's claim refused by the budget", func(ev tsEvent) bool {
+		return ev.Event == "log" && strings.Contains(string(ev.Detail), "the report's claim started no attempt")
+	})
+	require.Contains(t, string(line.Detail), "outcome=refused")
+	attempts := 0
+	for _, pt := range goal.Tasks {
+		tk := e.k.WaitTask(t, pt.TaskID, 20*time.Second, "ended", func(tk domain.Task) bool {
+			return tk.State == "accepted" || tk.State == "failed"
+		})
+		attempts += len(tk.Attempts)
+	}
+	require.Equal(t, 1, attempts, "the goal's budget allowed one attempt")
+	e.waitSettled("budget")
 }
