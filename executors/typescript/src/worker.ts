@@ -156,13 +156,17 @@ function configOf(o: WorkerOptions): Config {
 
 /**
  * Worker takes work items from one queue and runs a handler for each, at
- * most `concurrency` at once: it claims each attempt before its handler
- * starts (task.claim), keeps its lease (an in-progress ack and a
- * task.heartbeat every lease/3), stops the handler (job.abort) when the task
- * is cancelled or the attempt loses its lease, and reports the outcome
- * (task.succeed, task.fail, task.wait) with its own command id, sent again
- * with that id until answered; it acknowledges the item once the report is
- * answered.
+ * most `concurrency` at once: it keeps the item's lease (an in-progress ack
+ * every lease/3), claims the attempt (task.claim) — lazily: a fresh item
+ * that carries its task runs at once, and is claimed at the job's first
+ * command that needs the attempt's token, at its first heartbeat (from then
+ * on a task.heartbeat every lease/3), or by its report, which then carries
+ * the claim; a redelivered item is claimed before its handler starts —,
+ * stops the handler (job.abort) when the task is cancelled or the attempt
+ * loses its lease, and reports the outcome (task.succeed, task.fail,
+ * task.wait) with its own command id, sent again with that id until
+ * answered; it acknowledges the item once the report is answered. Every
+ * command of a job carries the trace its item carries (`job.traceparent`).
  *
  *     const w = new Worker({ nc, queue: "payments", concurrency: 8 }, async (job) => {
  *       const receipt = await pay(job.input, job.operationKey);
