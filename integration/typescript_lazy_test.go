@@ -69,6 +69,12 @@ type tsLazyEnv struct {
 
 func newTSLazyEnv(t *testing.T) *tsLazyEnv {
 	t.Helper()
+	return newTSLazyEnvWith(t, handlers.Config{})
+}
+
+// newTSLazyEnvWith starts the service with cfg (its tracer set here).
+func newTSLazyEnvWith(t *testing.T, cfg handlers.Config) *tsLazyEnv {
+	t.Helper()
 	if testing.Short() {
 		t.Skip("starts node")
 	}
@@ -76,8 +82,8 @@ func newTSLazyEnv(t *testing.T) *tsLazyEnv {
 	spans := tracetest.NewInMemoryExporter()
 	tp := sdktrace.NewTracerProvider(sdktrace.WithSyncer(spans))
 	t.Cleanup(func() { _ = tp.Shutdown(t.Context()) })
-	s := servicetest.Start(t, t.TempDir(), servicetest.Options{Secure: true, Listen: "127.0.0.1:0",
-		Config: handlers.Config{Tracer: tp}})
+	cfg.Tracer = tp
+	s := servicetest.Start(t, t.TempDir(), servicetest.Options{Secure: true, Listen: "127.0.0.1:0", Config: cfg})
 	e := &tsLazyEnv{t: t, s: s, k: s.Client("default"), spans: spans, dir: t.TempDir(), logs: logOnFailure(t, "TypeScript processes")}
 	record := func(m *nats.Msg) {
 		var r tsSent
@@ -210,7 +216,7 @@ func (e *tsLazyEnv) sentFor(id string) []tsSent {
 	return out
 }
 
-func commandNames(rs []tsSent) []string {
+func tsCommandNames(rs []tsSent) []string {
 	var out []string
 	for _, r := range rs {
 		if !r.Query {
@@ -242,7 +248,7 @@ func TestTypeScriptLazyClaimShortJobs(t *testing.T) {
 	e.jobLine(id, "succeeded")
 	sent := e.sentFor(id)
 	tk := e.k.WaitState(t, id, "accepted", 20*time.Second)
-	require.Equal(t, []string{"task.succeed"}, commandNames(sent), "a short job's only command is its report, which carries the claim")
+	require.Equal(t, []string{"task.succeed"}, tsCommandNames(sent), "a short job's only command is its report, which carries the claim")
 	require.Empty(t, sent[0].Token)
 	require.Equal(t, &schemas.ReportClaim{Executor: "ts-quick", ExecutorVersion: "test-1"}, sent[0].Claim)
 	require.Len(t, tk.Attempts, 1)
@@ -253,14 +259,14 @@ func TestTypeScriptLazyClaimShortJobs(t *testing.T) {
 	e.jobLine(f, "failed")
 	sent = e.sentFor(f)
 	e.k.WaitState(t, f, "failed", 20*time.Second)
-	require.Equal(t, []string{"task.fail"}, commandNames(sent))
+	require.Equal(t, []string{"task.fail"}, tsCommandNames(sent))
 	require.NotNil(t, sent[0].Claim)
 
 	c := e.task("short", map[string]any{"scenario": "checkpoint"})
 	e.jobLine(c, "succeeded")
 	sent = e.sentFor(c)
 	tk = e.k.WaitState(t, c, "accepted", 20*time.Second)
-	require.Equal(t, []string{"task.claim", "task.checkpoint", "task.succeed"}, commandNames(sent), "the checkpoint claimed first")
+	require.Equal(t, []string{"task.claim", "task.checkpoint", "task.succeed"}, tsCommandNames(sent), "the checkpoint claimed first")
 	for _, r := range sent[1:] {
 		require.Len(t, r.Token, 43, "%s carries the token the claim returned", r.Name)
 		require.Nil(t, r.Claim)
@@ -279,7 +285,7 @@ func TestTypeScriptLazyClaimLongJob(t *testing.T) {
 	e.jobLine(id, "succeeded")
 	sent := e.sentFor(id)
 	tk := e.k.WaitState(t, id, "accepted", 20*time.Second)
-	names := commandNames(sent)
+	names := tsCommandNames(sent)
 	require.Equal(t, "task.claim", names[0], "the job claimed before anything else: %v", names)
 	require.Equal(t, "task.succeed", names[len(names)-1])
 	require.GreaterOrEqual(t, strings.Count(strings.Join(names, " "), "task.heartbeat"), 2, "%v", names)
@@ -304,7 +310,7 @@ func TestTypeScriptLazyClaimCancelledTask(t *testing.T) {
 	require.JSONEq(t, `"cancelled"`, string(ev.Detail))
 	e.jobLine(id, "refused")
 	sent := e.sentFor(id)
-	require.Equal(t, []string{"task.fail"}, commandNames(sent), "only the report, carrying its claim, was sent")
+	require.Equal(t, []string{"task.fail"}, tsCommandNames(sent), "only the report, carrying its claim, was sent")
 	require.NotNil(t, sent[0].Claim)
 	tk := e.k.Task(t, id)
 	require.Equal(t, "cancelled", tk.State)
@@ -332,7 +338,7 @@ func TestTypeScriptLazyClaimRedeliveredItem(t *testing.T) {
 			fresh = append(fresh, r)
 		}
 	}
-	require.Equal(t, []string{"task.claim", "task.succeed"}, commandNames(fresh), "the redelivered item was claimed first")
+	require.Equal(t, []string{"task.claim", "task.succeed"}, tsCommandNames(fresh), "the redelivered item was claimed first")
 	require.NotEmpty(t, fresh[len(fresh)-1].Token)
 	tk := e.k.WaitState(t, id, "accepted", 30*time.Second)
 	require.Len(t, tk.Attempts, 1)
@@ -370,7 +376,7 @@ func TestTypeScriptJobCommandsCarryTheItemsTrace(t *testing.T) {
 	require.Regexp(t, "^00-"+traceID+"-[0-9a-f]{16}-01$", seen.Traceparent, "job.traceparent is the item's, in the creator's trace")
 	require.NotEqual(t, root, seen.Traceparent, "the item's parent is the service's dispatch span")
 
-	names := commandNames(sent)
+	names := tsCommandNames(sent)
 	for _, want := range []string{"task.claim", "task.checkpoint", "task.heartbeat", "task.succeed"} {
 		require.Contains(t, names, want)
 	}
@@ -444,7 +450,7 @@ func TestTypeScriptDelegation(t *testing.T) {
 	e.jobLine(lead, "succeeded")
 	e.jobLine(fallback, "succeeded")
 	sent := e.sentFor(lead)
-	require.Equal(t, []string{"task.claim", "task.delegate", "task.succeed"}, commandNames(sent),
+	require.Equal(t, []string{"task.claim", "task.delegate", "task.succeed"}, tsCommandNames(sent),
 		"the delegation claimed the attempt first; the resumed attempt's report carried its own claim")
 	require.Len(t, sent[1].Token, 43)
 	require.NotNil(t, sent[2].Claim)
