@@ -40,10 +40,14 @@ export class QueueKeys {
    * cannot open itself (then it reads its task, as before).
    */
   async openItem(text: string, svc: Service, signal: AbortSignal): Promise<WorkItem | undefined> {
-    const keys = new Map<string, DataKey>();
+    const epochs = new Map<string, number>();
     for (const scope of scopes(text)) {
       const epoch = parseQueueScope(scope);
-      if (epoch === undefined) return undefined;
+      if (epoch === undefined) return undefined; // not sealed with a queue key: no key read for it
+      epochs.set(scope, epoch);
+    }
+    const keys = new Map<string, DataKey>();
+    for (const [scope, epoch] of epochs) {
       try {
         keys.set(scope, await this.key(epoch, svc, signal));
       } catch (e) {
