@@ -69,6 +69,12 @@ type tsLazyEnv struct {
 
 func newTSLazyEnv(t *testing.T) *tsLazyEnv {
 	t.Helper()
+	return newTSLazyEnvWith(t, handlers.Config{})
+}
+
+// newTSLazyEnvWith starts the service with cfg (its tracer set here).
+func newTSLazyEnvWith(t *testing.T, cfg handlers.Config) *tsLazyEnv {
+	t.Helper()
 	if testing.Short() {
 		t.Skip("starts node")
 	}
@@ -76,8 +82,8 @@ func newTSLazyEnv(t *testing.T) *tsLazyEnv {
 	spans := tracetest.NewInMemoryExporter()
 	tp := sdktrace.NewTracerProvider(sdktrace.WithSyncer(spans))
 	t.Cleanup(func() { _ = tp.Shutdown(t.Context()) })
-	s := servicetest.Start(t, t.TempDir(), servicetest.Options{Secure: true, Listen: "127.0.0.1:0",
-		Config: handlers.Config{Tracer: tp}})
+	cfg.Tracer = tp
+	s := servicetest.Start(t, t.TempDir(), servicetest.Options{Secure: true, Listen: "127.0.0.1:0", Config: cfg})
 	e := &tsLazyEnv{t: t, s: s, k: s.Client("default"), spans: spans, dir: t.TempDir(), logs: logOnFailure(t, "TypeScript processes")}
 	record := func(m *nats.Msg) {
 		var r tsSent

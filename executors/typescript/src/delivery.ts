@@ -200,7 +200,8 @@ export class Delivery {
   sealed = false;
   /** The trace the item carries: every command of its job is sent in it. */
   readonly trace?: TraceContext;
-  private readonly svc: Service;
+  /** The service, in the item's trace. */
+  readonly svc: Service;
   private token = "";
   private beat?: { task_id: string; attempt: number; token: string };
   private beating?: Promise<unknown>;

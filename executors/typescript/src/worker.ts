@@ -2,6 +2,8 @@ import { hostname } from "node:os";
 import type { NatsConnection, Subscription } from "@nats-io/transport-node";
 import { jetstream, type Consumer, type ConsumerMessages, type JsMsg } from "@nats-io/jetstream";
 import { Delivery, Watch, checkItem } from "./delivery.js";
+import { QueueKeys } from "./queue_keys.js";
+import { SealedPrefix } from "./seal.js";
 import { DwrError, leaseLost, stopping, timedOut } from "./errors.js";
 import type { Job, Result } from "./job.js";
 import { Service, sleep } from "./service.js";
@@ -190,6 +192,7 @@ export class Worker {
   private done?: Promise<void>;
   private readonly watchers = new Map<string, Set<Watch>>();
   private readonly subs: Subscription[] = [];
+  private readonly queueKeys: QueueKeys;
 
   constructor(opts: WorkerOptions, handler: Handler);
   /** @internal */
@@ -201,6 +204,7 @@ export class Worker {
     this.verifier = verifier;
     this.leaseMs = this.cfg.leaseMs;
     this.svc = new Service(this.cfg.nc, this.cfg.workspace, this.cfg.prefix);
+    this.queueKeys = new QueueKeys(this.cfg);
   }
 
   /** The queue's lease in force, in milliseconds. */
@@ -422,13 +426,17 @@ export class Worker {
       msg.nak(this.leaseMs);
       return;
     }
-    d.item = item;
-    if (text.includes("dwr:sealed:1:")) {
-      // Sealed payloads: read them opened from the service.
-      d.sealed = true;
-      item.task = undefined;
-      item.dependencies = undefined;
+    if (text.includes(SealedPrefix)) {
+      // Sealed with the queue's key: opened here (queue_keys.ts); else read opened from the service.
+      const opened = this.verifier ? undefined : await this.queueKeys.openItem(text, d.svc, this.hardCtl.signal);
+      if (opened) item = opened;
+      else {
+        d.sealed = true;
+        item.task = undefined;
+        item.dependencies = undefined;
+      }
     }
+    d.item = item;
     if (this.verifier) return d.judge(this.verifier);
     const watch = this.newWatch(item.task_id);
     try {

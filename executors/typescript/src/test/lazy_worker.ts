@@ -23,6 +23,7 @@ import {
 interface Input {
   scenario: string;
   millis?: number;
+  secret?: string;
 }
 
 function need(name: string): string {
@@ -107,6 +108,9 @@ function handler(nc: Awaited<ReturnType<typeof connect>>) {
           return { output: { fallback: e.delegated.state, goal: e.delegated.goalId } };
         }
         throw new Error("the failing child goal was achieved");
+      case "join":
+        // Its secret joined with its dependencies' results (a chain's last: "c+b+a").
+        return { output: [input.secret, ...Object.values(job.dependencies).map((d) => d.result)].join("+") };
       case "client": {
         // The job's trace handed on to a client of its own.
         const c = new Client(nc, { traceparent: job.traceparent });
