@@ -573,9 +573,10 @@ export class Delivery {
       const it = this.item;
       if (this.sealed && this.delivered === 1) {
         // Sealed payloads are read opened from the service: the job runs from the task as task.get answers
-        // it, when the views show it ready for the item's attempt already (else from its claim's reply).
+        // it, when the views show it ready for the item's attempt already (else from its claim's reply),
+        // read at least at the record that dispatched the item.
         try {
-          const t = await this.getTask(it.task_id);
+          const t = await this.getTask(it.task_id, undefined, it.seq);
           if (t.state === "ready" && (t.attempts?.length ?? 0) + 1 === it.attempt) it.task = t;
         } catch {
           // claimed first
