@@ -106,13 +106,13 @@ func (w *Worker) deliver(hard context.Context, msg jetstream.Msg) {
 		_ = msg.NakWithDelay(w.leaseOf())
 		return
 	}
-	// Sealed payloads (the service encrypts them) are read opened from
-	// the service: an execute item then runs from the task as task.get
-	// answers it (or, when the views do not show it ready for the item's
-	// attempt yet, from its claim's), a verify item from task.get.
+	// Sealed payloads (the service encrypts them) are opened here when
+	// the queue's key seals them all (queue_keys.go); else they are read
+	// opened from the service: an execute item then runs from the task as
+	// task.get answers it (or, when the views do not show it ready for the
+	// item's attempt yet, from its claim's), a verify item from task.get.
 	d.encrypted = bytes.Contains(msg.Data(), []byte(schemas.SealedPrefix))
-	if d.encrypted && w.verify == nil && d.item.Kind == schemas.WorkKindExecute {
-		// Sealed with the queue's key: opened here (queue_keys.go).
+	if d.encrypted {
 		if plain, ok := w.openItem(hard, msg.Data()); ok {
 			var it schemas.WorkItem
 			if json.Unmarshal(plain, &it) == nil && checkItem(&it, w.cfg.Workspace, w.cfg.Queue, kind) == nil {

@@ -58,8 +58,9 @@ func TestWorkersReadSealedPayloadsOpened(t *testing.T) {
 
 // With encryption on, a worker opens its queue's items itself, with the
 // queue's key of the day: a chain of three tasks, each reading its
-// dependency's sealed result, runs without a single task.get, and the key
-// is read once. A goal with its own key (shredded alone) is not sealed with
+// dependency's sealed result, the second judged by a verifier that reads
+// its input and result, runs without a single task.get, and each queue's
+// key is read once. A goal with its own key (shredded alone) is not sealed with
 // the queue's key: its jobs read their task with task.get, as before.
 func TestWorkersOpenTheirQueuesSealedItemsThemselves(t *testing.T) {
 	b := bundleOf(servicetest.Start(t, "", servicetest.Options{Config: handlers.Config{WriterID: "test-writer", Encryption: true,
@@ -90,11 +91,18 @@ func TestWorkersOpenTheirQueuesSealedItemsThemselves(t *testing.T) {
 		return read[tasks[0].TaskID] + read[tasks[1].TaskID]
 	}
 	b.startWorker(t, executors.Config{Queue: "steps", Concurrency: 2}, joinSecrets)
+	b.startVerifier(t, executors.Config{Queue: "checks"}, func(ctx context.Context, c *executors.Check) (executors.Verdict, error) {
+		if string(c.Result) != `"secret-b+secret-a"` || !strings.Contains(string(c.Input), "secret-b") {
+			return executors.Verdict{Outcome: executors.Fail, Evidence: map[string]string{"sealed": string(c.Result)}}, nil
+		}
+		return executors.Verdict{Outcome: executors.Pass}, nil
+	})
 	chain := func(privacy map[string]any) (string, []schemas.PlanTask) {
 		var g schemas.CommandResult
 		goal := map[string]any{"title": "sealed", "tasks": []map[string]any{
 			{"key": "a", "queue": "steps", "input": map[string]string{"secret": "secret-a"}},
-			{"key": "b", "queue": "steps", "depends_on": []string{"a"}, "input": map[string]string{"secret": "secret-b"}},
+			{"key": "b", "queue": "steps", "depends_on": []string{"a"}, "input": map[string]string{"secret": "secret-b"},
+				"verification": map[string]any{"queue": "checks"}},
 			{"key": "c", "queue": "steps", "depends_on": []string{"b"}, "input": map[string]string{"secret": "secret-c"}}}}
 		if privacy != nil {
 			goal["envelope"] = map[string]any{"privacy": privacy}
@@ -107,7 +115,7 @@ func TestWorkersOpenTheirQueuesSealedItemsThemselves(t *testing.T) {
 	require.Equal(t, `"secret-c+secret-b+secret-a"`, out)
 	require.Zero(t, taskGets(tasks), "every item was opened with the queue's key")
 	mu.Lock()
-	require.Equal(t, 1, keyReads, "the day's key is read once")
+	require.Equal(t, 2, keyReads, "each queue's key of the day is read once: the workers' and the verifier's")
 	mu.Unlock()
 
 	out, tasks = chain(map[string]any{"key": "goal"})

@@ -77,8 +77,10 @@ type dispatcher struct {
 	logger  *slog.Logger
 	retry   chan schemas.WorkItem // items whose publication failed, published again by retryLoop
 	pending chan pendingItem      // items awaiting their acknowledgement, checked by retryLoop
-	// reseal, with encryption on, seals an execute item's payloads again
-	// with its queue's key (privacy.resealItem); nil leaves them as they are.
+	// reseal, with encryption on, seals an item's payloads again with its
+	// queue's key (privacy.resealItem): an execute item's with its queue's,
+	// a verify item's with its verification queue's; nil leaves them as
+	// they are.
 	reseal func(ws, queue string, b []byte) []byte
 
 	mu sync.Mutex
@@ -230,7 +232,7 @@ type pendingItem struct {
 func (d *dispatcher) msg(it schemas.WorkItem) (*nats.Msg, error) {
 	encode := func() ([]byte, error) {
 		b, err := json.Marshal(it)
-		if err == nil && d.reseal != nil && it.Kind == schemas.WorkKindExecute {
+		if err == nil && d.reseal != nil {
 			b = d.reseal(it.Workspace, it.Queue, b)
 		}
 		return b, err

@@ -403,9 +403,10 @@ func (s *Service) SweepRetention(ctx context.Context) ([]string, error) {
 }
 
 // Work items an executor opens itself. An execute item carries its task and
-// its dependencies' results, whose payloads are sealed with the workspace's
-// key; without more, an executor had to read the task again with task.get
-// (one query per item, and one per dependency) to run it. The dispatcher
+// its dependencies' results, a verify item the input and the result it
+// judges, their payloads sealed with the workspace's key; without more, an
+// executor had to read the task again with task.get (one query per item,
+// and one per dependency) to run it, and a verifier to judge it. The dispatcher
 // seals them again, as it publishes the item, with the queue's key of the
 // day (seal.QueueKey: derived from the workspace's key, never stored), and
 // the queue's executors read that key with the queue.key query and open the
@@ -428,7 +429,7 @@ func (p *privacy) queueKey(ws, queue string, epoch int64) (*eventstore.DataKey, 
 	return qk, raw, err
 }
 
-// resealItem returns b, the encoded execute item of queue in workspace ws,
+// resealItem returns b, the encoded work item of queue in workspace ws,
 // with the payloads the workspace's key sealed sealed again with the
 // queue's key of day now; b as it is when it has none, or when they cannot
 // be (the executor then reads the task with task.get, as before).
