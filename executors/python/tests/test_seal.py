@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import json
 import unittest
+from typing import Any, Dict, List, Optional, Tuple
 
+from dwr._queue_keys import QUEUE_KEY_RETRY, QueueKeys
 from dwr._seal import DataKey, SealError, hchacha20, open_all, parse_queue_scope, scopes
+from dwr.errors import DwrError
 
 # Sealed by the Go code (schemas/seal: NewDataKey(RAW).Seal(ws, scope,
 # payload)); TestSealedValuesStayAsOtherSDKsOpenThem pins the same values
@@ -99,6 +103,85 @@ class OpenTest(unittest.TestCase):
         self.assertEqual(0, parse_queue_scope("q.0"))
         for bad in ("w", "g.01ABC", "q.", "q.-1", "q.01", "q.1x", "q", "q.1\n", " q.1", "q.١"):
             self.assertIsNone(parse_queue_scope(bad), bad)
+
+
+class _KeyService:
+    """queue.key as the service answers it: RAW for the epochs in keys,
+    forbidden otherwise; each read waits for ``go`` when it is given."""
+
+    def __init__(self, queue: str, epochs: Tuple[int, ...]) -> None:
+        self.queue, self.epochs = queue, epochs
+        self.reads: List[Dict[str, Any]] = []
+        self.go: Optional[asyncio.Event] = None
+
+    async def query(self, name: str, body: Any = None, **kwargs: Any) -> Any:
+        assert name == "queue.key", name
+        self.reads.append(body)
+        if self.go is not None:
+            await self.go.wait()
+        if body["epoch"] not in self.epochs:
+            raise DwrError("forbidden", "not an executor of the queue")
+        return {"queue": self.queue, "epoch": body["epoch"], "key": base64.urlsafe_b64encode(RAW).rstrip(b"=").decode()}
+
+
+def _item(*values: str) -> bytes:
+    return json.dumps({"kind": "execute", "task": {"spec": {"input": values[0]}},
+                       "dependencies": [{"result": v} for v in values[1:]]}).encode()
+
+
+class QueueKeysTest(unittest.IsolatedAsyncioTestCase):
+    async def test_an_items_values_open_with_the_days_key_read_once(self) -> None:
+        svc = _KeyService("steps", (20424,))
+        qk = QueueKeys(svc, "default", "steps")  # type: ignore[arg-type]
+        svc.go = asyncio.Event()
+        a, b = GO_SEALED[0][3], GO_SEALED[1][3]
+        reads = [asyncio.ensure_future(qk.open_item(_item(a, b))) for _ in range(3)]
+        await asyncio.sleep(0)
+        svc.go.set()
+        for r in reads:
+            got = json.loads(await r)
+            self.assertEqual("secret-a", got["task"]["spec"]["input"]["secret"])
+            self.assertEqual('é\u2028 "x"', got["dependencies"][0]["result"])
+        self.assertEqual([{"queue": "steps", "epoch": 20424}], svc.reads, "one read, the others waited for it")
+        plain = b'{"kind":"execute"}'
+        self.assertEqual(plain, await qk.open_item(plain))
+
+    async def test_what_it_cannot_open_falls_back(self) -> None:
+        svc = _KeyService("steps", (20424,))
+        qk = QueueKeys(svc, "default", "steps")  # type: ignore[arg-type]
+        goal = GO_SEALED[3][3]
+        self.assertIsNone(await qk.open_item(_item(GO_SEALED[0][3], goal)), "a goal's own key")
+        self.assertEqual([], svc.reads, "not asked for: the item cannot open all the same")
+        wrong_ws = QueueKeys(svc, "other", "steps")  # type: ignore[arg-type]
+        self.assertIsNone(await wrong_ws.open_item(_item(GO_SEALED[0][3])), "sealed in another workspace")
+        self.assertIsNone(await qk.open_item(b'["dwr:sealed:1:q.20424"]'), "malformed")
+        tampered = GO_SEALED[0][3][:-2] + ("A" if GO_SEALED[0][3][-2] != "A" else "B") + GO_SEALED[0][3][-1]
+        self.assertIsNone(await qk.open_item(_item(tampered)), "tampered with")
+
+    async def test_a_refused_key_is_not_asked_for_again_for_a_while(self) -> None:
+        svc = _KeyService("steps", ())
+        qk = QueueKeys(svc, "default", "steps")  # type: ignore[arg-type]
+        item = _item(GO_SEALED[0][3])
+        self.assertIsNone(await qk.open_item(item))
+        self.assertIsNone(await qk.open_item(item))
+        self.assertEqual(1, len(svc.reads))
+        qk.failed[20424] -= QUEUE_KEY_RETRY
+        svc.epochs = (20424,)
+        self.assertIsNotNone(await qk.open_item(item), "asked again once the minute passed")
+        self.assertEqual(2, len(svc.reads))
+
+    async def test_another_key_than_asked_for_is_not_taken(self) -> None:
+        svc = _KeyService("other", (20424,))
+        qk = QueueKeys(svc, "default", "steps")  # type: ignore[arg-type]
+        self.assertIsNone(await qk.open_item(_item(GO_SEALED[0][3])))
+        self.assertEqual({}, qk.keys)
+
+    async def test_older_days_keys_are_dropped(self) -> None:
+        svc = _KeyService("steps", (20422, 20423, 20424))
+        qk = QueueKeys(svc, "default", "steps")  # type: ignore[arg-type]
+        for e in (20422, 20423, 20424):
+            await qk.key(e)
+        self.assertEqual([20423, 20424], sorted(qk.keys))
 
 
 if __name__ == "__main__":
