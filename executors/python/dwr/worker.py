@@ -644,8 +644,11 @@ class _Delivery(LazyClaim):
             # attempt yet, from its claim's).
             item["task"], item["dependencies"] = None, None
         if sealed and self.kind == "execute" and self.delivered == 1:
+            # Read at least the record that dispatched the item, so that the
+            # task is seen ready for it (and the job may start lazily).
+            seq = item.get("seq")
             try:
-                t = await self.get_task(item["task_id"])
+                t = await self.get_task(item["task_id"], seq if isinstance(seq, int) and seq > 0 else 0)
             except DwrError:
                 t = None
             if isinstance(t, dict) and t.get("state") == "ready" and len(t.get("attempts") or []) + 1 == item["attempt"]:
