@@ -12,8 +12,10 @@ plaintext is the JSON value that replaces the whole quoted string.
 
 ``cryptography`` has the IETF ChaCha20-Poly1305 (12-byte nonce) but no
 XChaCha20: HChaCha20 (draft-irtf-cfrg-xchacha, section 2.2) derives the
-subkey from the key and the nonce's first 16 bytes, in pure Python — one
-block function per value.
+subkey from the key and the nonce's first 16 bytes — one block function
+per value, in pure Python (hchacha20_reference) or, much faster, taken from
+cryptography's ChaCha20 keystream (checked against the draft's vector and
+the reference at import).
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from typing import Callable, List, Optional, Tuple
 
 from cryptography.exceptions import InvalidTag
 from cryptography.hazmat.primitives import hashes
+from cryptography.hazmat.primitives.ciphers import Cipher, algorithms
 from cryptography.hazmat.primitives.ciphers.aead import ChaCha20Poly1305
 from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 
@@ -43,10 +46,10 @@ class SealError(ValueError):
     """A sealed value that is malformed, or does not open with its key."""
 
 
-def hchacha20(key: bytes, nonce16: bytes) -> bytes:
-    """HChaCha20: the ChaCha20 block function's 20 rounds over the key and
-    the 16-byte nonce, without the final addition; the first and last rows
-    are the 32-byte subkey."""
+def hchacha20_reference(key: bytes, nonce16: bytes) -> bytes:
+    """HChaCha20 in pure Python: the ChaCha20 block function's 20 rounds over
+    the key and the 16-byte nonce, without the final addition; the first and
+    last rows are the 32-byte subkey."""
     if len(key) != 32 or len(nonce16) != 16:
         raise ValueError("hchacha20: a 32-byte key and a 16-byte nonce")
     x = list(_SIGMA) + list(struct.unpack("<8I", key)) + list(struct.unpack("<4I", nonce16))
@@ -77,6 +80,39 @@ def hchacha20(key: bytes, nonce16: bytes) -> bytes:
         qr(2, 7, 8, 13)
         qr(3, 4, 9, 14)
     return struct.pack("<8I", *(x[0:4] + x[12:16]))
+
+
+def _hchacha20_keystream(key: bytes, nonce16: bytes) -> bytes:
+    """HChaCha20 from cryptography's ChaCha20, whose 16-byte nonce (block
+    counter and nonce) fills the last row of the state exactly as
+    HChaCha20's nonce does: the first keystream block is the rounds' output
+    plus the state, so subtracting the constants and the nonce from its
+    first and last rows leaves HChaCha20's. Some 20 times faster than the
+    pure Python rounds, which are a few hundred microseconds a value."""
+    if len(key) != 32 or len(nonce16) != 16:
+        raise ValueError("hchacha20: a 32-byte key and a 16-byte nonce")
+    w = struct.unpack("<16I", Cipher(algorithms.ChaCha20(key, nonce16), mode=None).encryptor().update(bytes(64)))
+    n = struct.unpack("<4I", nonce16)
+    return struct.pack("<8I", *([(w[i] - _SIGMA[i]) & _MASK for i in range(4)] +
+                                [(w[12 + i] - n[i]) & _MASK for i in range(4)]))
+
+
+def _pick_hchacha20() -> Callable[[bytes, bytes], bytes]:
+    """The keystream HChaCha20 when it gives the draft's test vector
+    (draft-irtf-cfrg-xchacha-03, 2.2.1) and the reference's, else the
+    reference."""
+    key, nonce = bytes(range(32)), bytes.fromhex("000000090000004a0000000031415927")
+    try:
+        if _hchacha20_keystream(key, nonce) == hchacha20_reference(key, nonce) == bytes.fromhex(
+                "82413b4227b27bfed30e42508a877d73a0f9e4d58a74a853c12ec41326d3ecdc"):
+            return _hchacha20_keystream
+    except Exception:  # noqa: BLE001 - a backend without ChaCha20: the reference
+        pass
+    return hchacha20_reference
+
+
+# hchacha20(key, nonce16) is HChaCha20's 32-byte subkey.
+hchacha20 = _pick_hchacha20()
 
 
 def _aad(workspace: str, scope: str) -> bytes:
