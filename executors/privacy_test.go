@@ -19,23 +19,27 @@ import (
 	"github.com/dwr-run/dwr/schemas"
 )
 
+// joinSecrets is a job that needs its input and its dependencies' results
+// opened: it returns its input's secret joined with their results.
+func joinSecrets(_ context.Context, job *executors.Job) (executors.Result, error) {
+	var in struct{ Secret string }
+	if err := job.Decode(&in); err != nil || in.Secret == "" {
+		return executors.Result{}, executors.Permanent(errors.New("the input is not opened: " + string(job.Input)))
+	}
+	out := in.Secret
+	for _, d := range job.Dependencies {
+		out += "+" + strings.Trim(string(d.Result), `"`)
+	}
+	return executors.Result{Output: out}, nil
+}
+
 // With encryption on, work items carry sealed payloads; jobs and verifiers
 // are handed them opened all the same: the input, the dependencies'
 // results, the result judged.
 func TestWorkersReadSealedPayloadsOpened(t *testing.T) {
 	b := bundleOf(servicetest.Start(t, "", servicetest.Options{Config: handlers.Config{WriterID: "test-writer", Encryption: true,
 		MasterKey: bytes.Repeat([]byte{3}, 32)}}))
-	b.startWorker(t, executors.Config{Queue: "steps", Concurrency: 2}, func(ctx context.Context, job *executors.Job) (executors.Result, error) {
-		var in struct{ Secret string }
-		if err := job.Decode(&in); err != nil || in.Secret == "" {
-			return executors.Result{}, executors.Permanent(errors.New("the input is not opened: " + string(job.Input)))
-		}
-		out := in.Secret
-		for _, d := range job.Dependencies {
-			out += "+" + strings.Trim(string(d.Result), `"`)
-		}
-		return executors.Result{Output: out}, nil
-	})
+	b.startWorker(t, executors.Config{Queue: "steps", Concurrency: 2}, joinSecrets)
 	b.startVerifier(t, executors.Config{Queue: "checks"}, func(ctx context.Context, c *executors.Check) (executors.Verdict, error) {
 		if !strings.Contains(string(c.Result), "secret-a") || !strings.Contains(string(c.Input), "secret-b") {
 			return executors.Verdict{Outcome: executors.Fail, Evidence: map[string]string{"sealed": string(c.Result)}}, nil
@@ -85,17 +89,7 @@ func TestWorkersOpenTheirQueuesSealedItemsThemselves(t *testing.T) {
 		defer mu.Unlock()
 		return read[tasks[0].TaskID] + read[tasks[1].TaskID]
 	}
-	b.startWorker(t, executors.Config{Queue: "steps", Concurrency: 2}, func(ctx context.Context, job *executors.Job) (executors.Result, error) {
-		var in struct{ Secret string }
-		if err := job.Decode(&in); err != nil || in.Secret == "" {
-			return executors.Result{}, executors.Permanent(errors.New("the input is not opened: " + string(job.Input)))
-		}
-		out := in.Secret
-		for _, d := range job.Dependencies {
-			out += "+" + strings.Trim(string(d.Result), `"`)
-		}
-		return executors.Result{Output: out}, nil
-	})
+	b.startWorker(t, executors.Config{Queue: "steps", Concurrency: 2}, joinSecrets)
 	chain := func(privacy map[string]any) (string, []schemas.PlanTask) {
 		var g schemas.CommandResult
 		goal := map[string]any{"title": "sealed", "tasks": []map[string]any{

@@ -27,99 +27,112 @@ func natsFlags(cmd *cobra.Command, x *handlers.ExternalNATS) {
 }
 
 func serveCmd() *cobra.Command {
-	var cfg handlers.ServeConfig
-	var tls embedded.TLSConfig
-	var logLevel, atRestKey, otlp string
-	var consoleHosts []string
-	var metricsOn bool
+	var o serveOptions
 	cmd := &cobra.Command{
 		Use:   "serve",
 		Short: "run the dwr service (embedded NATS + JetStream + Pebble by default)",
 		Args:  cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			logger, err := newLogger(cmd.ErrOrStderr(), logLevel)
-			if err != nil {
-				return err
-			}
-			cfg.Service.Logger = logger
-			cfg.NoMetrics = !metricsOn
-			_, httpFromEnv := os.LookupEnv("DWR_HTTP")
-			cfg.HTTPIsDefault = !cmd.Flags().Changed("http") && !httpFromEnv
-			if tls != (embedded.TLSConfig{}) {
-				cfg.Embedded.TLS = &tls
-			}
-			if atRestKey != "" {
-				if cfg.External.URL != "" {
-					return fail(exitInvalid, "--at-rest-key-file is for the embedded server: with --nats, configure encryption at rest on your NATS servers (jetstream { cipher: chachapoly, key: ... })")
-				}
-				b, err := os.ReadFile(atRestKey) //nolint:gosec // the operator's key file
-				if err != nil || len(strings.TrimSpace(string(b))) < 16 {
-					return fail(exitInvalid, "--at-rest-key-file %s: need a file holding a key of at least 16 characters (e.g. head -c 32 /dev/urandom | base64 > FILE)", atRestKey)
-				}
-				cfg.Embedded.AtRestKey = strings.TrimSpace(string(b))
-			}
-			if err := consoleHandler(&cfg, consoleHosts, logger); err != nil {
-				return err
-			}
-			ctx, stop := untilStopped(cmd)
-			defer stop()
-			tp, shutdown, err := tracerProvider(ctx, otlp, "dwr-serve")
-			if err != nil {
-				return err
-			}
-			defer shutdown()
-			cfg.Service.Tracer = tp
-			return serveError(handlers.Serve(ctx, cfg))
-		},
+		RunE:  func(cmd *cobra.Command, _ []string) error { return o.run(cmd) },
 	}
+	o.flags(cmd)
+	return cmd
+}
+
+// serveOptions are dwr serve's flags.
+type serveOptions struct {
+	cfg                       handlers.ServeConfig
+	tls                       embedded.TLSConfig
+	logLevel, atRestKey, otlp string
+	consoleHosts              []string
+	metricsOn                 bool
+}
+
+// run runs the service as the flags say, until it is stopped.
+func (o *serveOptions) run(cmd *cobra.Command) error {
+	logger, err := newLogger(cmd.ErrOrStderr(), o.logLevel)
+	if err != nil {
+		return err
+	}
+	o.cfg.Service.Logger = logger
+	o.cfg.NoMetrics = !o.metricsOn
+	_, httpFromEnv := os.LookupEnv("DWR_HTTP")
+	o.cfg.HTTPIsDefault = !cmd.Flags().Changed("http") && !httpFromEnv
+	if o.tls != (embedded.TLSConfig{}) {
+		o.cfg.Embedded.TLS = &o.tls
+	}
+	if o.atRestKey != "" {
+		if o.cfg.External.URL != "" {
+			return fail(exitInvalid, "--at-rest-key-file is for the embedded server: with --nats, configure encryption at rest on your NATS servers (jetstream { cipher: chachapoly, key: ... })")
+		}
+		b, err := os.ReadFile(o.atRestKey) //nolint:gosec // the operator's key file
+		if err != nil || len(strings.TrimSpace(string(b))) < 16 {
+			return fail(exitInvalid, "--at-rest-key-file %s: need a file holding a key of at least 16 characters (e.g. head -c 32 /dev/urandom | base64 > FILE)", o.atRestKey)
+		}
+		o.cfg.Embedded.AtRestKey = strings.TrimSpace(string(b))
+	}
+	if err := consoleHandler(&o.cfg, o.consoleHosts, logger); err != nil {
+		return err
+	}
+	ctx, stop := untilStopped(cmd)
+	defer stop()
+	tp, shutdown, err := tracerProvider(ctx, o.otlp, "dwr-serve")
+	if err != nil {
+		return err
+	}
+	defer shutdown()
+	o.cfg.Service.Tracer = tp
+	return serveError(handlers.Serve(ctx, o.cfg))
+}
+
+// flags registers dwr serve's flags on cmd.
+func (o *serveOptions) flags(cmd *cobra.Command) {
 	f := cmd.Flags()
-	f.StringVar(&cfg.DataDir, "data", envOr("DWR_DATA", "dwr-data"), "directory for the log (embedded mode) and the views (env DWR_DATA)")
-	f.StringVar(&cfg.Embedded.Listen, "listen", envOr("DWR_LISTEN", "127.0.0.1:4222"), "host:port the embedded NATS server accepts clients on (env DWR_LISTEN)")
-	f.IntVar(&cfg.Service.Replicas, "replicas", 1, "replicas of the log and the lease (3 on a NATS cluster)")
-	f.StringVar(&logLevel, "log-level", "info", "debug, info, warn or error")
-	otlpFlag(f, &otlp)
-	f.BoolVar(&cfg.InsecureOpen, "insecure-open", false, "let clients connect without credentials, as admins of every workspace: for throwaway experiments only")
-	f.StringVar(&tls.CertFile, "tls-cert", os.Getenv("DWR_TLS_CERT"), "server certificate (PEM): clients must connect with TLS (env DWR_TLS_CERT)")
-	f.StringVar(&tls.KeyFile, "tls-key", os.Getenv("DWR_TLS_KEY"), "server key (PEM) (env DWR_TLS_KEY)")
-	f.StringVar(&tls.CAFile, "tls-ca", os.Getenv("DWR_TLS_CA"), "CA (PEM) of client certificates: mutual TLS (env DWR_TLS_CA)")
-	f.StringSliceVar(&cfg.AdminKeys, "admin-key", nil, "with --nats: the nkey (U...) of an admin of every workspace (repeatable; see dwr admin nats-config)")
-	f.BoolVar(&cfg.Service.AcceptVerifiedPrefix, "accept-verified-prefix", false, "if the log fails verification, accept its verified prefix: print the acknowledged commands lost after it, rebuild the views from it and go on after it (see the README)")
-	f.BoolVar(&cfg.Service.TrustBelowCheckpoint, "trust-below-checkpoint", false, "on start, do not read the log below the views' checkpoint to check its chain (faster on a very long log; damage there is then found by `dwr admin verify`)")
-	f.Int64Var(&cfg.Service.FeedMaxBytes, "feed-max-bytes", handlers.DefaultFeedMaxBytes,
+	f.StringVar(&o.cfg.DataDir, "data", envOr("DWR_DATA", "dwr-data"), "directory for the log (embedded mode) and the views (env DWR_DATA)")
+	f.StringVar(&o.cfg.Embedded.Listen, "listen", envOr("DWR_LISTEN", "127.0.0.1:4222"), "host:port the embedded NATS server accepts clients on (env DWR_LISTEN)")
+	f.IntVar(&o.cfg.Service.Replicas, "replicas", 1, "replicas of the log and the lease (3 on a NATS cluster)")
+	f.StringVar(&o.logLevel, "log-level", "info", "debug, info, warn or error")
+	otlpFlag(f, &o.otlp)
+	f.BoolVar(&o.cfg.InsecureOpen, "insecure-open", false, "let clients connect without credentials, as admins of every workspace: for throwaway experiments only")
+	f.StringVar(&o.tls.CertFile, "tls-cert", os.Getenv("DWR_TLS_CERT"), "server certificate (PEM): clients must connect with TLS (env DWR_TLS_CERT)")
+	f.StringVar(&o.tls.KeyFile, "tls-key", os.Getenv("DWR_TLS_KEY"), "server key (PEM) (env DWR_TLS_KEY)")
+	f.StringVar(&o.tls.CAFile, "tls-ca", os.Getenv("DWR_TLS_CA"), "CA (PEM) of client certificates: mutual TLS (env DWR_TLS_CA)")
+	f.StringSliceVar(&o.cfg.AdminKeys, "admin-key", nil, "with --nats: the nkey (U...) of an admin of every workspace (repeatable; see dwr admin nats-config)")
+	f.BoolVar(&o.cfg.Service.AcceptVerifiedPrefix, "accept-verified-prefix", false, "if the log fails verification, accept its verified prefix: print the acknowledged commands lost after it, rebuild the views from it and go on after it (see the README)")
+	f.BoolVar(&o.cfg.Service.TrustBelowCheckpoint, "trust-below-checkpoint", false, "on start, do not read the log below the views' checkpoint to check its chain (faster on a very long log; damage there is then found by `dwr admin verify`)")
+	f.Int64Var(&o.cfg.Service.FeedMaxBytes, "feed-max-bytes", handlers.DefaultFeedMaxBytes,
 		"bound of the event feed's stream (DWR_EVENTS): its oldest events are dropped past it (-1: none)")
-	f.Int64Var(&cfg.Service.ArtifactMaxBytes, "artifact-max-bytes", handlers.DefaultArtifactMaxBytes,
+	f.Int64Var(&o.cfg.Service.ArtifactMaxBytes, "artifact-max-bytes", handlers.DefaultArtifactMaxBytes,
 		"the largest artifact a put may store")
-	f.DurationVar(&cfg.Service.ArtifactRetention, "artifact-retention", handlers.DefaultArtifactRetention,
+	f.DurationVar(&o.cfg.Service.ArtifactRetention, "artifact-retention", handlers.DefaultArtifactRetention,
 		"how long the artifacts a task made and no task names are kept once its goal ended (-1s: forever)")
-	f.Int64Var(&cfg.Service.ArtifactStoreMaxBytes, "artifacts-max-bytes", 0,
+	f.Int64Var(&o.cfg.Service.ArtifactStoreMaxBytes, "artifacts-max-bytes", 0,
 		"bound of the artifact store (the object store dwr-artifacts): past it, puts are refused (0: none)")
-	f.IntVar(&cfg.Service.MaxInFlightPerCaller, "max-in-flight-per-caller", 0, fmt.Sprintf(
+	f.IntVar(&o.cfg.Service.MaxInFlightPerCaller, "max-in-flight-per-caller", 0, fmt.Sprintf(
 		"requests one identity may have in flight at once; more are refused (unavailable) (0: %d)", handlers.DefaultMaxInFlightPerCaller))
-	f.StringSliceVar(&cfg.NATSMonitor, "nats-monitor", envList("DWR_NATS_MONITOR"),
+	f.StringSliceVar(&o.cfg.NATSMonitor, "nats-monitor", envList("DWR_NATS_MONITOR"),
 		"with --nats: the monitoring URLs (http_port, http://host:8222) of every node of the cluster, to check that each fsyncs acknowledged writes before serving (env DWR_NATS_MONITOR, comma-separated)")
-	f.BoolVar(&cfg.AcceptUnsyncedCluster, "accept-unsynced-cluster", false,
+	f.BoolVar(&o.cfg.AcceptUnsyncedCluster, "accept-unsynced-cluster", false,
 		"with --nats: serve without showing that the cluster fsyncs acknowledged writes (acknowledged commands can be lost on power loss; logged at every start)")
-	f.StringVar(&cfg.HealthListen, "health-listen", os.Getenv("DWR_HEALTH_LISTEN"),
+	f.StringVar(&o.cfg.HealthListen, "health-listen", os.Getenv("DWR_HEALTH_LISTEN"),
 		"host:port of an HTTP listener for the replica's health: GET /readyz (200 ready, 503 not) and /livez (env DWR_HEALTH_LISTEN; default none)")
-	f.StringVar(&cfg.HTTP, "http", httpDefault(),
+	f.StringVar(&o.cfg.HTTP, "http", httpDefault(),
 		"host:port of the HTTP server: the web console, GET /metrics (Prometheus), /healthz and /readyz; \"\" for none (env DWR_HTTP). "+
 			"Unauthenticated apart from the console's sign-in: keep it on loopback or a private network")
-	f.BoolVar(&metricsOn, "metrics", envOr("DWR_METRICS", "on") != "off",
+	f.BoolVar(&o.metricsOn, "metrics", envOr("DWR_METRICS", "on") != "off",
 		"serve GET /metrics (Prometheus) on --http: --metrics=false turns it off (env DWR_METRICS=off)")
-	f.StringVar(&cfg.MemoryLimit, "memory-limit", handlers.MemoryLimitFromEnv(),
+	f.StringVar(&o.cfg.MemoryLimit, "memory-limit", handlers.MemoryLimitFromEnv(),
 		"soft limit of the service's Go memory, as GOMEMLIMIT: garbage is collected more often near it (more CPU, less memory); off: none (env DWR_MEMORY_LIMIT, else GOMEMLIMIT)")
-	f.BoolVar(&cfg.Service.Encryption, "encryption", envOr("DWR_ENCRYPTION", "on") != "off",
+	f.BoolVar(&o.cfg.Service.Encryption, "encryption", envOr("DWR_ENCRYPTION", "on") != "off",
 		"seal the payloads of commands (inputs, results, checkpoints, signals, evidence) with a data key of their workspace or goal before they are stored: --encryption=false stores them in plaintext (env DWR_ENCRYPTION=off)")
-	f.StringVar(&cfg.MasterKeyFile, "master-key-file", os.Getenv("DWR_MASTER_KEY_FILE"),
+	f.StringVar(&o.cfg.MasterKeyFile, "master-key-file", os.Getenv("DWR_MASTER_KEY_FILE"),
 		"the key that wraps the data keys (env DWR_MASTER_KEY_FILE, or the key itself in DWR_MASTER_KEY; default DATA/master.key, made on the first start); every replica must be given the same key, and it must be backed up apart from the data")
-	cfg.MasterKeyEnv = os.Getenv("DWR_MASTER_KEY")
-	f.StringVar(&atRestKey, "at-rest-key-file", os.Getenv("DWR_AT_REST_KEY_FILE"),
+	o.cfg.MasterKeyEnv = os.Getenv("DWR_MASTER_KEY")
+	f.StringVar(&o.atRestKey, "at-rest-key-file", os.Getenv("DWR_AT_REST_KEY_FILE"),
 		"encrypt the embedded server's files with JetStream's own encryption at rest (ChaCha20-Poly1305), with the key in this file: give it from the first start on, and to dwr admin too (env DWR_AT_REST_KEY_FILE)")
-	f.StringSliceVar(&consoleHosts, "console-host", envList("DWR_CONSOLE_HOST"),
+	f.StringSliceVar(&o.consoleHosts, "console-host", envList("DWR_CONSOLE_HOST"),
 		"a host name the web console answers for, besides IP addresses and localhost (repeatable; env DWR_CONSOLE_HOST, comma-separated): requests naming another host are refused, against DNS rebinding")
-	natsFlags(cmd, &cfg.External)
-	logKeyFlag(cmd, &cfg.LogKeyFile)
-	return cmd
+	natsFlags(cmd, &o.cfg.External)
+	logKeyFlag(cmd, &o.cfg.LogKeyFile)
 }
 
 func newLogger(w io.Writer, level string) (*slog.Logger, error) {

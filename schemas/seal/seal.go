@@ -162,43 +162,52 @@ type KeyFunc func(ws, scope string) (*DataKey, error)
 // error: nothing is answered from a payload that may have been tampered
 // with.
 func OpenAll(b []byte, ws string, key KeyFunc) ([]byte, error) {
-	open := []byte(`"` + schemas.SealedPrefix)
+	return replaceSealed(b, "", func(out []byte, scope string, body []byte) ([]byte, error) {
+		k, err := key(ws, scope)
+		switch {
+		case errors.Is(err, ErrShredded):
+			return append(out, strconv.Quote(schemas.Shredded)...), nil
+		case err != nil:
+			return nil, err
+		}
+		plain, err := k.open(ws, scope, body)
+		if err != nil {
+			return nil, fmt.Errorf("seal: a sealed value of scope %s does not open: %w", scope, err)
+		}
+		return append(out, plain...), nil
+	})
+}
+
+// replaceSealed returns b, a JSON document, with each sealed value of a
+// scope beginning with scopePrefix ("" for every scope) replaced by what
+// f appends to out for it, given the value's scope and its body (the
+// base64 after "<scope>:"); b itself when it holds none. A sealed prefix
+// after an escaped quote is inside a string: text, left as it is.
+func replaceSealed(b []byte, scopePrefix string, f func(out []byte, scope string, body []byte) ([]byte, error)) ([]byte, error) {
+	open := []byte(`"` + schemas.SealedPrefix + scopePrefix)
 	i := bytes.Index(b, open)
 	if i < 0 {
 		return b, nil
 	}
-	out := make([]byte, 0, len(b))
-	for i >= 0 {
+	out := make([]byte, 0, len(b)+len(b)/16)
+	for ; i >= 0; i = bytes.Index(b, open) {
 		if i > 0 && b[i-1] == '\\' {
-			// Inside a string (a quote escaped): text, not a sealed value.
 			out = append(out, b[:i+1]...)
 			b = b[i+1:]
-			i = bytes.Index(b, open)
 			continue
 		}
 		out = append(out, b[:i]...)
-		rest := b[i+len(open):]
+		rest := b[i+len(open)-len(scopePrefix):]
 		end := bytes.IndexByte(rest, '"')
 		colon := bytes.IndexByte(rest, ':')
 		if end < 0 || colon < 0 || colon > end {
 			return nil, errors.New("seal: a sealed value is malformed")
 		}
-		scope, body := string(rest[:colon]), rest[colon+1:end]
-		k, err := key(ws, scope)
-		switch {
-		case errors.Is(err, ErrShredded):
-			out = append(out, strconv.Quote(schemas.Shredded)...)
-		case err != nil:
+		var err error
+		if out, err = f(out, string(rest[:colon]), rest[colon+1:end]); err != nil {
 			return nil, err
-		default:
-			plain, err := k.open(ws, scope, body)
-			if err != nil {
-				return nil, fmt.Errorf("seal: a sealed value of scope %s does not open: %w", scope, err)
-			}
-			out = append(out, plain...)
 		}
 		b = rest[end+1:]
-		i = bytes.Index(b, open)
 	}
 	return append(out, b...), nil
 }
@@ -221,34 +230,13 @@ func (k *DataKey) QueueKey(ws, queue string, epoch int64) []byte {
 // is returned when it holds none of from. It fails as OpenAll does on a
 // value that does not open.
 func Reseal(b []byte, ws, from string, fromKey, to *DataKey, toScope string) ([]byte, error) {
-	open := []byte(`"` + schemas.SealedPrefix + from + ":")
-	i := bytes.Index(b, open)
-	if i < 0 {
-		return b, nil
-	}
-	out := make([]byte, 0, len(b)+len(b)/16)
-	for i >= 0 {
-		if i > 0 && b[i-1] == '\\' { // inside a string: text
-			out = append(out, b[:i+1]...)
-			b = b[i+1:]
-			i = bytes.Index(b, open)
-			continue
-		}
-		out = append(out, b[:i]...)
-		rest := b[i+len(open):]
-		end := bytes.IndexByte(rest, '"')
-		if end < 0 {
-			return nil, errors.New("seal: a sealed value is malformed")
-		}
-		plain, err := fromKey.open(ws, from, rest[:end])
+	return replaceSealed(b, from+":", func(out []byte, _ string, body []byte) ([]byte, error) {
+		plain, err := fromKey.open(ws, from, body)
 		if err != nil {
 			return nil, fmt.Errorf("seal: a sealed value of scope %s does not open: %w", from, err)
 		}
-		out = append(out, to.Seal(ws, toScope, plain)...)
-		b = rest[end+1:]
-		i = bytes.Index(b, open)
-	}
-	return append(out, b...), nil
+		return append(out, to.Seal(ws, toScope, plain)...), nil
+	})
 }
 
 // Scopes returns the scopes of the sealed values in b, each once, in the

@@ -2,7 +2,9 @@ package seal_test
 
 import (
 	"bytes"
+	"encoding/base64"
 	"encoding/json"
+	"os"
 	"testing"
 	"time"
 
@@ -93,4 +95,58 @@ func TestSealedValuesStayAsOtherSDKsOpenThem(t *testing.T) {
 	} {
 		require.Equal(t, `"`+v.sealed+`"`, string(k.Seal(v.ws, v.scope, json.RawMessage(v.plain))), v.plain)
 	}
+}
+
+// golden is testdata/sealed.json: values this package sealed, which the
+// other SDKs' tests open (executors/typescript/src/test/seal.test.ts,
+// executors/python/tests/test_seal.py).
+type golden struct {
+	Workspace    string
+	Queue        string
+	Epoch        int64
+	WorkspaceKey string `json:"workspace_key"`
+	QueueKey     string `json:"queue_key"`
+	GoalKey      string `json:"goal_key"`
+	GoalScope    string `json:"goal_scope"`
+	Values       []struct {
+		Scope     string
+		Plaintext string
+		Sealed    string
+	}
+	PlainItem string `json:"plain_item"`
+	Item      string
+	GoalItem  string `json:"goal_item"`
+}
+
+// The golden sealed values are still what Seal makes (sealing is
+// deterministic), with the queue key QueueKey derives, and the golden work
+// items open to the plain one.
+func TestGoldenSealedValues(t *testing.T) {
+	b, err := os.ReadFile("testdata/sealed.json")
+	require.NoError(t, err)
+	var g golden
+	require.NoError(t, json.Unmarshal(b, &g))
+	raw := func(s string) *seal.DataKey {
+		b, err := base64.RawURLEncoding.DecodeString(s)
+		require.NoError(t, err)
+		k, err := seal.NewDataKey(b)
+		require.NoError(t, err)
+		return k
+	}
+	require.Equal(t, g.QueueKey, base64.RawURLEncoding.EncodeToString(raw(g.WorkspaceKey).QueueKey(g.Workspace, g.Queue, g.Epoch)))
+	keys := map[string]*seal.DataKey{seal.QueueScope(g.Epoch): raw(g.QueueKey), g.GoalScope: raw(g.GoalKey)}
+	require.NotEmpty(t, g.Values)
+	for _, v := range g.Values {
+		sealed, err := json.Marshal(v.Sealed)
+		require.NoError(t, err)
+		require.Equal(t, string(sealed), string(keys[v.Scope].Seal(g.Workspace, v.Scope, json.RawMessage(v.Plaintext))), v.Scope)
+	}
+	keyOf := func(_, scope string) (*seal.DataKey, error) { return keys[scope], nil }
+	for _, item := range []string{g.Item, g.GoalItem} {
+		plain, err := seal.OpenAll([]byte(item), g.Workspace, keyOf)
+		require.NoError(t, err)
+		require.Equal(t, g.PlainItem, string(plain))
+	}
+	require.Equal(t, []string{seal.QueueScope(g.Epoch)}, seal.Scopes([]byte(g.Item)))
+	require.Equal(t, []string{seal.QueueScope(g.Epoch), g.GoalScope}, seal.Scopes([]byte(g.GoalItem)))
 }

@@ -130,6 +130,7 @@ class _KeyService:
         self.queue, self.epochs = queue, epochs
         self.reads: List[Dict[str, Any]] = []
         self.go: Optional[asyncio.Event] = None
+        self.raw = RAW
 
     async def query(self, name: str, body: Any = None, **kwargs: Any) -> Any:
         assert name == "queue.key", name
@@ -138,7 +139,7 @@ class _KeyService:
             await self.go.wait()
         if body["epoch"] not in self.epochs:
             raise DwrError("forbidden", "not an executor of the queue")
-        return {"queue": self.queue, "epoch": body["epoch"], "key": base64.urlsafe_b64encode(RAW).rstrip(b"=").decode()}
+        return {"queue": self.queue, "epoch": body["epoch"], "key": base64.urlsafe_b64encode(self.raw).rstrip(b"=").decode()}
 
 
 def _item(*values: str) -> bytes:
@@ -199,6 +200,43 @@ class QueueKeysTest(unittest.IsolatedAsyncioTestCase):
         for e in (20422, 20423, 20424):
             await qk.key(e)
         self.assertEqual([20423, 20424], sorted(qk.keys))
+
+
+# schemas/seal/testdata/sealed.json: values and work items the Go code
+# sealed (TestGoldenSealedValues checks it still makes them), which the
+# TypeScript SDK's tests open too. Absent outside the repository.
+GOLDEN = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "..", "schemas", "seal", "testdata", "sealed.json")
+
+
+def _raw(b64: str) -> bytes:
+    return base64.urlsafe_b64decode(b64 + "=" * (-len(b64) % 4))
+
+
+@unittest.skipUnless(os.path.exists(GOLDEN), "outside the repository: no schemas/seal/testdata/sealed.json")
+class GoldenTest(unittest.IsolatedAsyncioTestCase):
+    def setUp(self) -> None:
+        with open(GOLDEN, encoding="utf-8") as f:
+            self.g = json.load(f)
+
+    def test_the_values_open(self) -> None:
+        g = self.g
+        keys = {"q.%d" % g["epoch"]: DataKey(_raw(g["queue_key"])), g["goal_scope"]: DataKey(_raw(g["goal_key"]))}
+        self.assertTrue(g["values"])
+        for v in g["values"]:
+            body = v["sealed"][len("dwr:sealed:1:" + v["scope"] + ":"):].encode()
+            self.assertEqual(v["plaintext"].encode(), keys[v["scope"]].open(g["workspace"], v["scope"], body), v["scope"])
+        for item in (g["item"], g["goal_item"]):
+            self.assertEqual(g["plain_item"].encode(), open_all(item.encode(), g["workspace"], keys.__getitem__))
+
+    async def test_the_worker_opens_the_queues_item_only(self) -> None:
+        g = self.g
+        svc = _KeyService(g["queue"], (g["epoch"],))
+        svc.raw = _raw(g["queue_key"])
+        qk = QueueKeys(svc, g["workspace"], g["queue"])  # type: ignore[arg-type]
+        self.assertEqual(g["plain_item"].encode(), await qk.open_item(g["item"].encode()))
+        self.assertEqual(["q.%d" % g["epoch"], g["goal_scope"]], scopes(g["goal_item"].encode()))
+        self.assertIsNone(await qk.open_item(g["goal_item"].encode()), "a goal's own key: read from task.get")
+        self.assertEqual(1, len(svc.reads))
 
 
 if __name__ == "__main__":

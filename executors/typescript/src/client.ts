@@ -4,8 +4,8 @@ import { actionDigest } from "./canonical.js";
 import { credentialOptions } from "./credentials.js";
 import { readSigningKey, signDecision, type SigningKey } from "./signing.js";
 import { DwrError } from "./errors.js";
-import { Service, resultOf, type CallOptions } from "./service.js";
-import type { CommandResult, Goal, Task, TaskSpec } from "./wire.js";
+import { Service, resultOf, traceContextOf, type CallOptions } from "./service.js";
+import { EnvTraceparent, type CommandResult, type Goal, type Task, type TaskSpec } from "./wire.js";
 
 /** Options of Client.connect. */
 export interface ConnectOptions {
@@ -17,6 +17,28 @@ export interface ConnectOptions {
   prefix?: string;
   /** The connection's name, as the server shows it. */
   name?: string;
+  /** The trace its requests belong to (see ClientOptions.traceparent). */
+  traceparent?: string;
+  tracestate?: string;
+}
+
+/** Options of new Client. */
+export interface ClientOptions {
+  /** The workspace addressed; default "default". */
+  workspace?: string;
+  /** The first token of every subject; default "dwr". */
+  prefix?: string;
+  /** close() closes the connection too. */
+  owned?: boolean;
+  /**
+   * The W3C traceparent every request carries (header `traceparent`), so that the service's spans of
+   * them join that trace — a job's (`job.traceparent`), or the caller's own; a request's
+   * `CallOptions.traceparent` overrides it. Default: the environment variable TRACEPARENT (what a job hands a
+   * process it starts), if set. A value that is not a valid traceparent is ignored.
+   */
+  traceparent?: string;
+  /** The W3C tracestate sent with traceparent. */
+  tracestate?: string;
 }
 
 /** A goal and its first plan: goal.create's body. */
@@ -52,10 +74,19 @@ export class Client {
   /** new Client(nc) uses a connection the caller opened (and closes). */
   constructor(
     readonly nc: NatsConnection,
-    opts: { workspace?: string; prefix?: string; owned?: boolean } = {},
+    opts: ClientOptions = {},
   ) {
-    this.svc = new Service(nc, opts.workspace ?? "default", opts.prefix ?? "dwr");
+    const trace =
+      opts.traceparent !== undefined
+        ? traceContextOf(opts.traceparent, opts.tracestate)
+        : traceContextOf(process.env[EnvTraceparent]);
+    this.svc = new Service(nc, opts.workspace ?? "default", opts.prefix ?? "dwr", trace);
     this.owned = opts.owned ?? false;
+  }
+
+  /** The traceparent the client's requests carry, if any. */
+  get traceparent(): string | undefined {
+    return this.svc.trace?.traceparent;
   }
 
   /** connect opens a connection to the NATS server at url (reconnecting forever) with the credential, and returns its Client. */
@@ -68,7 +99,13 @@ export class Client {
       maxPingOut: 2,
       ...(opts.creds ? credentialOptions(opts.creds) : {}),
     });
-    return new Client(nc, { workspace: opts.workspace, prefix: opts.prefix, owned: true });
+    return new Client(nc, {
+      workspace: opts.workspace,
+      prefix: opts.prefix,
+      owned: true,
+      traceparent: opts.traceparent,
+      tracestate: opts.tracestate,
+    });
   }
 
   /** close closes the connection when connect opened it. */

@@ -1,12 +1,13 @@
 import type { JsMsg } from "@nats-io/jetstream";
 import { getArtifact, putArtifact, refOf } from "./artifacts.js";
 import { AbortReason, DwrError, Permanent, cancelled, leaseLost, timedOut } from "./errors.js";
-import { Job, type Decision, type JobBackend, type Result } from "./job.js";
+import { Job, type Decision, type Delegated, type JobBackend, type Result } from "./job.js";
 import { SDKCode, clip, maxMessage, reportFor, type Report } from "./report.js";
-import { sleep, type Service } from "./service.js";
+import { sleep, traceContextOf, type Service, type TraceContext } from "./service.js";
 import { parseDuration } from "./duration.js";
 import type { Check, Config, Handler, Verdict, VerifyHandler, Worker } from "./worker.js";
 import {
+  Header,
   MaxPayloadBytes,
   terminal,
   type Attempt,
@@ -14,6 +15,7 @@ import {
   type Dependency,
   type Reply,
   type Task,
+  type WireError,
   type WorkItem,
 } from "./wire.js";
 
@@ -22,6 +24,88 @@ import {
 
 const viewLagMs = 5000;
 const supersedeTries = 3;
+
+// The lazy claim (as the Go SDK's, executors/lazy_claim.go). An execute
+// item carries its task, so a short job need not claim before it runs: the
+// worker starts the job at once, holding the item by in-progress acks as
+// ever (the work consumer's ack wait is the lease), and claims at the first
+// of
+//
+//   - the job's first command of the attempt (saveCheckpoint,
+//     requestApproval, a wait): they carry the attempt's token;
+//   - the moment its first heartbeat is due (lease/3): from there on a long
+//     job holds a claimed attempt and heartbeats, exactly as a job that
+//     claimed first — and the claim never holds up the in-progress acks;
+//   - its end: then the report itself carries the claim (task.succeed or
+//     task.fail with `claim: {executor, executor_version}` instead of a
+//     token), and the service starts and ends the attempt in one commit.
+//
+// A claim or merged report the service refuses because the task is no
+// longer ready for the attempt (cancelled, or claimed through a redelivery
+// of the item) ends the job as a lost attempt (cancelled when the task has
+// ended); a claim not answered is sent again, with the same command id, at
+// the next need. A redelivered item, one without its task, or one that
+// waited in the stream longer than lazyMaxAgeMs is claimed first, as
+// before: the job then runs on the task the claim's reply (or the item)
+// carries.
+
+/**
+ * lazyMaxAgeMs bounds how long an item may have waited in the stream for
+ * its job to start unclaimed: an event that ends the task before the job's
+ * watch begins (a cancellation) is not seen by the watch, so the job would
+ * run until its claim (or merged report) is refused. The stream's timestamp
+ * is the NATS server's clock; a skew with this process's shifts the window.
+ */
+export const lazyMaxAgeMs = 1000;
+
+/** The claim a report carries when its job ran without claiming first. */
+interface ReportClaim {
+  executor: string;
+  executor_version?: string;
+}
+
+/** What a report of the job carries: the attempt's token, or the claim. */
+type ReportAuth = { token: string; claim?: undefined } | { token?: undefined; claim: ReportClaim };
+
+/** anySignal returns a signal aborted when any of signals is. */
+function anySignal(...signals: AbortSignal[]): AbortSignal {
+  const ctl = new AbortController();
+  for (const s of signals) {
+    if (s.aborted) {
+      ctl.abort(s.reason);
+      break;
+    }
+    s.addEventListener("abort", () => ctl.abort(s.reason), { once: true, signal: ctl.signal });
+  }
+  return ctl.signal;
+}
+
+/**
+ * fencedRefusal reports whether e refuses a command because its attempt no
+ * longer holds the task: not the running attempt, the task gone, or a token
+ * that is not the attempt's.
+ */
+function fencedRefusal(e: WireError): boolean {
+  return (e.fields ?? []).some(
+    (f) =>
+      (f.pointer === "/attempt" && e.code === "conflict") ||
+      (f.pointer === "/task_id" && e.code === "not_found") ||
+      f.pointer === "/token",
+  );
+}
+
+/** dependencyOf returns an accepted task's outcome, as a dependency (or a delegation's result) is handed it. */
+function dependencyOf(t: Task): Dependency | undefined {
+  if (t.state !== "accepted") return undefined;
+  const last = t.attempts?.findLast((x) => x.state === "succeeded");
+  return { key: t.key, task_id: t.id, result: last?.result, artifacts: last?.artifacts };
+}
+
+/** notDone returns the error of a command of the attempt that could not be sent: e's cause kept. */
+function notDone(what: string, e: unknown): Error {
+  const msg = `dwr: ${what}: ${e instanceof Error ? e.message : String(e)}`;
+  return e instanceof AbortReason ? new AbortReason(e.code, msg) : new Error(msg, { cause: e });
+}
 
 /** checkItem throws when the item is not one this worker may run. */
 export function checkItem(it: WorkItem, c: Config, kind: string) {
@@ -114,20 +198,40 @@ function decisionsOf(t: Task): Decision[] {
 export class Delivery {
   item!: WorkItem;
   sealed = false;
+  /** The trace the item carries: every command of its job is sent in it. */
+  readonly trace?: TraceContext;
+  /** The service, in the item's trace. */
+  readonly svc: Service;
   private token = "";
   private beat?: { task_id: string; attempt: number; token: string };
   private beating?: Promise<unknown>;
   private readonly received = Date.now();
   private readonly delivered: number;
 
+  // The attempt's claim: lazy when the job started without a claim;
+  // jobEnded once the handler returned (no claim is made for its heartbeats
+  // any more); claimSealed once its report carries the claim; lazyErr when
+  // a lazy claim was refused; claiming while a lazy claim is in flight; ctl
+  // aborts the job; watching is the job's watch of its task's events.
+  private lazy = false;
+  private jobEnded = false;
+  private claimSealed = false;
+  private lazyErr?: AbortReason;
+  private claiming?: Promise<string>;
+  private ctl?: AbortController;
+  private watching?: Watch;
+
   constructor(
     private readonly w: Worker,
     private readonly c: Config,
-    private readonly svc: Service,
+    svc: Service,
     private readonly msg: JsMsg,
     private readonly hard: AbortSignal,
   ) {
     this.delivered = msg.info.deliveryCount;
+    const h = msg.headers;
+    this.trace = h ? traceContextOf(h.get(Header.Traceparent), h.get(Header.Tracestate)) : undefined;
+    this.svc = svc.traced(this.trace);
   }
 
   private log(outcome: string, attempt: number, detail = "") {
@@ -145,6 +249,7 @@ export class Delivery {
       } catch (e) {
         this.c.log.debug("dwr: lease renewal failed:", (e as Error).message);
       }
+      this.claimAtHeartbeat(every);
       const b = this.beat;
       if (b && !this.beating) {
         this.beating = this.svc
@@ -181,6 +286,131 @@ export class Delivery {
     }
   }
 
+  /** lazyItem reports whether the job may run before claiming: the first delivery of an item that carries its task, ready for exactly the item's attempt, fresh from the stream. */
+  private lazyItem(): boolean {
+    const it = this.item;
+    const t = it.task;
+    return (
+      t !== undefined &&
+      t !== null &&
+      this.delivered === 1 &&
+      t.id === it.task_id &&
+      t.workspace === it.workspace &&
+      t.spec?.queue === it.queue &&
+      t.state === "ready" &&
+      (t.attempts?.length ?? 0) + 1 === it.attempt &&
+      Date.now() - this.msg.time.getTime() < lazyMaxAgeMs
+    );
+  }
+
+  /**
+   * attemptToken returns the attempt's token, claiming the attempt first
+   * when the job started without a claim (after a claim in flight, if any).
+   * It throws the AbortReason of a claim the service refused (the job is
+   * then aborted as a lost attempt), or the error of a claim not answered
+   * (the next need claims again, with the same command id).
+   */
+  private async attemptToken(signal: AbortSignal): Promise<string> {
+    for (;;) {
+      if (this.token) return this.token;
+      if (this.lazyErr) throw this.lazyErr;
+      if (this.claimSealed) throw new Error("dwr: the attempt is claimed by its report");
+      if (!this.claiming) return this.claimLazily(signal);
+      await this.claiming.catch(() => undefined);
+    }
+  }
+
+  /**
+   * claimAtHeartbeat claims an unclaimed job's attempt when a heartbeat is
+   * due, so that a long job holds its attempt (and heartbeats) as a job
+   * that claimed first does. It never holds up the heartbeats: it does
+   * nothing while a claim is in flight, and its own is given up after a
+   * heartbeat interval (sent again at the next one, with the same id).
+   */
+  private claimAtHeartbeat(every: number) {
+    if (this.claiming || !this.lazy || this.jobEnded || this.token || this.lazyErr || this.claimSealed) return;
+    this.claimLazily(anySignal(this.hard, AbortSignal.timeout(every))).catch((e) => {
+      if (!this.lazyErr) {
+        this.c.log.debug(
+          `dwr: the lazy claim of task ${this.item.task_id} was not answered; claiming again at the next heartbeat:`,
+          (e as Error).message,
+        );
+      }
+    });
+  }
+
+  /** reportAuth returns what the job's report carries: the attempt's token (claiming it first when needToken: a wait is a command of a running attempt), or else the claim itself — and no claim is made from then on. */
+  private async reportAuth(needToken: boolean): Promise<ReportAuth> {
+    if (needToken) return { token: await this.attemptToken(this.hard) };
+    while (this.claiming) await this.claiming.catch(() => undefined);
+    if (this.token) return { token: this.token };
+    if (this.lazyErr) throw this.lazyErr;
+    this.claimSealed = true;
+    return { claim: { executor: this.c.executor, executor_version: this.c.version || undefined } };
+  }
+
+  /** claimLazily claims the attempt of a job that started without a claim, as the one claim in flight. */
+  private claimLazily(signal: AbortSignal): Promise<string> {
+    const p: Promise<string> = this.sendLazyClaim(signal).finally(() => {
+      if (this.claiming === p) this.claiming = undefined;
+    });
+    this.claiming = p;
+    return p;
+  }
+
+  private claimRequest(omitTask: boolean): { body: Record<string, unknown>; id: string } {
+    const it = this.item;
+    return {
+      body: {
+        task_id: it.task_id,
+        executor: this.c.executor,
+        executor_version: this.c.version || undefined,
+        omit_task: omitTask,
+      },
+      // One id per delivery: a claim sent again is answered with its first outcome.
+      id: `claim.${it.task_id}.${it.attempt}.${this.delivered}`,
+    };
+  }
+
+  private async sendLazyClaim(signal: AbortSignal): Promise<string> {
+    const it = this.item;
+    const { body, id } = this.claimRequest(true); // the item carried the task
+    const r = await this.svc.command<CommandResult>("task.claim", body, { commandId: id, signal });
+    if (!r.ok) {
+      const e = r.error!;
+      const cause = e.code === "conflict" || e.code === "not_found" ? await this.endedCause(signal) : leaseLost();
+      throw this.refuseLazily(cause, `the lazy claim was refused (${e.code}): ${e.message}`);
+    }
+    const cr = r.result;
+    if (typeof cr !== "object" || cr === null) throw new Error("dwr: a claim reply without its result");
+    if (cr.state !== "running" || cr.attempt !== it.attempt || !cr.token) {
+      // The claim ended the task (attempts or budget spent), or answered for another attempt: this job's attempt never runs.
+      const cause = cr.state !== undefined && terminal(cr.state) ? cancelled() : leaseLost();
+      throw this.refuseLazily(cause, `the lazy claim started no attempt ${it.attempt}; task is ${cr.state}`);
+    }
+    this.token = cr.token;
+    if (!this.jobEnded) this.beat = { task_id: it.task_id, attempt: it.attempt, token: cr.token }; // an ended job's heartbeats are retired
+    return cr.token;
+  }
+
+  /** refuseLazily records that the job's attempt cannot be claimed, aborts the job with cause, and returns the reason. */
+  private refuseLazily(cause: AbortReason, why: string): AbortReason {
+    this.lazyErr = new AbortReason(cause.code, `${cause.message}: ${why}`);
+    this.ctl?.abort(this.lazyErr);
+    return this.lazyErr;
+  }
+
+  /** endedCause says why an unclaimed job's attempt was refused: cancelled when the task has ended, else lease lost (another delivery of the item claimed it). */
+  private async endedCause(signal: AbortSignal): Promise<AbortReason> {
+    if (this.watching?.ended) return cancelled();
+    try {
+      if (terminal((await this.getTask(this.item.task_id, signal)).state)) return cancelled();
+    } catch {
+      // the attempt is lost all the same
+    }
+    return leaseLost();
+  }
+
   async getTask(id: string, signal?: AbortSignal, minSeq?: number): Promise<Task> {
     const r = await this.svc.query<Task>("task.get", { id }, { signal: signal ?? this.hard, minSeq });
     if (!r.ok) throw new DwrError(r.error!, "task.get");
@@ -202,13 +432,7 @@ export class Delivery {
   /** claim starts the attempt and returns it with its token, or settles the item and returns undefined. */
   private async claim(): Promise<{ task: Task; attempt: Attempt } | undefined> {
     const it = this.item;
-    const body: Record<string, unknown> = {
-      task_id: it.task_id,
-      executor: this.c.executor,
-      executor_version: this.c.version || undefined,
-      omit_task: it.task !== undefined,
-    };
-    const id = `claim.${it.task_id}.${it.attempt}.${this.delivered}`;
+    const { body, id } = this.claimRequest(it.task !== undefined);
     let r: Reply<CommandResult>;
     try {
       r = await this.svc.command<CommandResult>("task.claim", body, { commandId: id, signal: this.hard });
@@ -316,18 +540,62 @@ export class Delivery {
       for (const id of ids) {
         const { task, caughtUp } = await this.readTask(id, (x) => x.state === "accepted");
         if (!caughtUp) throw new Error(`dependency ${id} is ${task.state}, not accepted`);
-        const last = task.attempts?.findLast((x) => x.state === "succeeded");
-        list.push({ key: task.key, task_id: task.id, result: last?.result, artifacts: last?.artifacts });
+        list.push(dependencyOf(task)!);
       }
     }
     for (const d of list) out[d.key || d.task_id] = d;
     return out;
   }
 
-  /** execute claims the item's attempt, runs the handler and reports. */
+  /** delegations returns the outcomes of the task's delegations that ended, each child task read once the views show it ended. */
+  private async delegations(t: Task): Promise<Delegated[]> {
+    const out: Delegated[] = [];
+    for (const d of t.delegations ?? []) {
+      if (d.state === "open") continue;
+      const dd: Delegated = { key: d.key, goalId: d.goal_id, state: d.state, reason: d.reason, results: {} };
+      for (const pt of d.tasks ?? []) {
+        const { task, caughtUp } = await this.readTask(pt.task_id, (x) => terminal(x.state));
+        if (!caughtUp)
+          throw new Error(`delegation "${d.key}": task ${pt.task_id} of goal ${d.goal_id} is ${task.state}, not ended`);
+        const dep = dependencyOf(task);
+        if (dep) dd.results[pt.key] = dep;
+      }
+      out.push(dd);
+    }
+    return out;
+  }
+
+  /** execute claims the item's attempt (or not yet: the lazy claim), runs the handler and reports. */
   async execute(handler: Handler, watch: Watch): Promise<void> {
+    this.watching = watch;
     const stopBeats = this.heartbeats();
     try {
+      const it = this.item;
+      if (this.sealed && this.delivered === 1) {
+        // Sealed payloads are read opened from the service: the job runs from the task as task.get answers
+        // it, when the views show it ready for the item's attempt already (else from its claim's reply),
+        // read at least at the record that dispatched the item.
+        try {
+          const t = await this.getTask(it.task_id, undefined, it.seq);
+          if (t.state === "ready" && (t.attempts?.length ?? 0) + 1 === it.attempt) it.task = t;
+        } catch {
+          // claimed first
+        }
+      }
+      if (this.lazyItem()) {
+        // The job runs on the item's task, and claims lazily.
+        this.lazy = true;
+        const a: Attempt = {
+          n: it.attempt,
+          executor: this.c.executor,
+          executor_version: this.c.version || undefined,
+          operation_key: it.operation_key,
+          state: "running",
+          started_at: new Date(this.received).toISOString(),
+        };
+        await this.run(handler, it.task!, a, watch);
+        return;
+      }
       const claimed = await this.claim();
       if (!claimed) return;
       const { task: t, attempt: a } = claimed;
@@ -340,6 +608,8 @@ export class Delivery {
 
   private async run(handler: Handler, t: Task, a: Attempt, watch: Watch): Promise<void> {
     const ctl = new AbortController();
+    this.ctl = ctl;
+    if (this.lazyErr) ctl.abort(this.lazyErr);
     const onHard = () => ctl.abort(this.hard.reason);
     this.hard.addEventListener("abort", onHard, { once: true });
     if (this.hard.aborted) onHard();
@@ -358,6 +628,23 @@ export class Delivery {
       : undefined;
     try {
       let deps: Record<string, Dependency>;
+      let delegated: Delegated[];
+      try {
+        delegated = await this.delegations(t);
+      } catch (e) {
+        await this.report(
+          a.n,
+          {
+            failure: {
+              code: SDKCode.Delegations,
+              message: clip("the results of the task's delegations could not be read: " + (e as Error).message, maxMessage),
+              retryable: true,
+            },
+          },
+          watch,
+        );
+        return;
+      }
       try {
         deps = await this.dependencies(t);
       } catch (e) {
@@ -392,8 +679,10 @@ export class Delivery {
           signal: t.signal,
           decisions: decisionsOf(t),
           dependencies: deps,
+          delegations: delegated,
           deadline,
           abort: ctl.signal,
+          traceparent: this.trace?.traceparent,
         },
         this.backend(a.n, ctl, watch),
       );
@@ -405,6 +694,7 @@ export class Delivery {
         err = e ?? new Error("the handler threw " + String(e));
       }
       const rep = reportFor(ctl.signal, res, err, job.modelSteps);
+      this.jobEnded = true; // its heartbeats claim no more
       await this.retireBeat();
       if (this.hard.aborted) {
         this.log("stopped", a.n, "the drain timeout passed; the item will be redelivered");
@@ -440,9 +730,15 @@ export class Delivery {
         }
         const n = ++seq;
         const p = chain.then(async () => {
+          let token: string;
+          try {
+            token = await this.attemptToken(this.hard);
+          } catch (e) {
+            throw notDone(`checkpoint of task ${id} not saved`, e);
+          }
           const r = await this.svc.command(
             "task.checkpoint",
-            { task_id: id, attempt, token: this.token, checkpoint: JSON.parse(text) },
+            { task_id: id, attempt, token, checkpoint: JSON.parse(text) },
             { commandId: `checkpoint.${id}.${attempt}.${n}`, signal: this.hard },
           );
           if (r.ok) return;
@@ -456,10 +752,34 @@ export class Delivery {
       putArtifact: async (name: string, bytes: Uint8Array | string) =>
         refOf(await putArtifact(this.svc, bytes, { name, taskId: id }, this.hard)),
       getArtifact: (sha256: string) => getArtifact(this.svc, sha256, { signal: this.hard }),
+      delegate: async (body: Record<string, unknown>, key: string) => {
+        let token: string;
+        try {
+          token = await this.attemptToken(this.hard);
+        } catch (e) {
+          throw notDone(`delegation of task ${id} not recorded`, e);
+        }
+        const r = await this.svc.command<CommandResult>(
+          "task.delegate",
+          { ...body, task_id: id, attempt, token },
+          { commandId: `delegate.${id}.${attempt}.${key}`, signal: this.hard },
+        );
+        if (r.ok) return r.result?.goal_id ?? "";
+        const e = r.error!;
+        if (fencedRefusal(e)) throw await fenced("delegation", e);
+        if (e.code === "unavailable" || e.code === "internal") throw new DwrError(e, "task.delegate");
+        throw new Permanent(new DwrError(e, "task.delegate").message, { code: e.code });
+      },
       requestApproval: async (body: Record<string, unknown>, digest: string) => {
+        let token: string;
+        try {
+          token = await this.attemptToken(this.hard);
+        } catch (e) {
+          throw notDone(`approval request of task ${id} not recorded`, e);
+        }
         const r = await this.svc.command<CommandResult>(
           "task.request_approval",
-          { ...body, task_id: id, attempt, token: this.token },
+          { ...body, task_id: id, attempt, token },
           { commandId: `approval.${id}.${attempt}.${digest.slice("sha256:".length)}`, signal: this.hard },
         );
         if (r.ok) {
@@ -482,15 +802,39 @@ export class Delivery {
   /** report sends the attempt's outcome, then settles the item. */
   private async report(attempt: number, rep: Report, watch: Watch): Promise<void> {
     const id = this.item.task_id;
-    const base = { task_id: id, attempt, token: this.token };
+    if (rep.wait?.approvalId !== undefined || rep.wait?.goalId !== undefined) {
+      // The request recorded the approval, or the delegation, which parked the attempt.
+      this.ack();
+      this.log("waiting", attempt, rep.wait.message);
+      return;
+    }
+    const w = rep.wait;
+    if (w && w.signalName === undefined && !(w.until instanceof Date && !Number.isNaN(w.until.getTime()))) {
+      // A WaitError the handler made up: an approval or a delegation is asked for with job.requestApproval or job.delegate.
+      rep = {
+        failure: {
+          code: SDKCode.InvalidResult,
+          message: clip(`the handler parked the task with a wait the worker cannot send (${w.message})`, maxMessage),
+          retryable: false,
+        },
+      };
+    }
+    // A wait needs the attempt claimed; a success or failure of a job that is not carries the claim instead.
+    let auth: ReportAuth;
+    try {
+      auth = await this.reportAuth(rep.wait !== undefined);
+    } catch (e) {
+      if (this.lazyErr) await this.settleFenced(attempt, watch, (e as Error).message, true);
+      else this.log("unsettled", attempt, (e as Error).message);
+      return;
+    }
+    const base = auth.claim ? { task_id: id, attempt, claim: auth.claim } : { task_id: id, attempt, token: auth.token };
+    // A report that carries its claim has an id per delivery: two deliveries of one item may both report
+    // attempt n without a claim between them (a holder that hung before claiming, and the redelivery that
+    // claimed n), and under one identity the same id would answer the hung one's with the other's outcome.
+    const reportId = (kind: string) => (auth.claim ? `${kind}.${id}.${attempt}.${this.delivered}` : `${kind}.${id}.${attempt}`);
     let r: Reply | undefined;
     try {
-      if (rep.wait?.approvalId !== undefined) {
-        // The request recorded the approval, which parked the attempt.
-        this.ack();
-        this.log("waiting", attempt, rep.wait.message);
-        return;
-      }
       if (rep.wait) {
         const w = rep.wait;
         const body =
@@ -509,13 +853,14 @@ export class Delivery {
         }
       } else if (!rep.failure) {
         const raw =
-          `{"task_id":${JSON.stringify(id)},"attempt":${attempt},"token":${JSON.stringify(this.token)}` +
+          `{"task_id":${JSON.stringify(id)},"attempt":${attempt},` +
+          (auth.claim ? `"claim":${JSON.stringify(auth.claim)}` : `"token":${JSON.stringify(auth.token)}`) +
           (rep.output !== undefined ? `,"result":${rep.output}` : "") +
           (rep.artifacts?.length ? `,"artifacts":${JSON.stringify(rep.artifacts)}` : "") +
           (rep.modelSteps?.length ? `,"model_steps":${JSON.stringify(rep.modelSteps)}` : "") +
           "}";
         r = await this.svc.command("task.succeed", new TextEncoder().encode(raw), {
-          commandId: `succeed.${id}.${attempt}`,
+          commandId: reportId("succeed"),
           signal: this.hard,
         });
         if (!r.ok && (r.error!.code === "invalid" || r.error!.code === "too_large")) {
@@ -534,7 +879,7 @@ export class Delivery {
         r = await this.svc.command(
           "task.fail",
           { ...base, error: { code: f.code, message: f.message }, retryable: f.retryable, model_steps: rep.modelSteps },
-          { commandId: `fail.${id}.${attempt}`, signal: this.hard },
+          { commandId: reportId("fail"), signal: this.hard },
         );
       }
     } catch (e) {
@@ -543,6 +888,13 @@ export class Delivery {
     }
     if (r!.ok) {
       this.ack();
+      const cr = r!.result as CommandResult | undefined;
+      if (auth.claim && cr && cr.attempt !== attempt) {
+        // The report's claim failed the task instead of starting the attempt (its goal's budget or its
+        // attempts were spent), as a claim would have: the report was not recorded.
+        this.log("refused", attempt, `the report's claim started no attempt; task is ${cr.state}`);
+        return;
+      }
       this.log(
         rep.wait ? "waiting" : rep.failure ? (rep.failure.retryable ? "failed" : "failed_permanently") : "succeeded",
         attempt,
@@ -551,7 +903,7 @@ export class Delivery {
     }
     const e = r!.error!;
     if (e.code === "conflict" || e.code === "not_found") {
-      await this.settleFenced(attempt, watch, e.message);
+      await this.settleFenced(attempt, watch, e.message, auth.claim !== undefined);
       return;
     }
     // Refused for another reason: left to be redelivered, so that a later attempt supersedes this one.
@@ -561,19 +913,23 @@ export class Delivery {
 
   /**
    * settleFenced settles the item of an attempt whose report was refused as
-   * no longer holding the task: acknowledged, unless a redelivery of it now
-   * runs an attempt of its own (an ack would take the item from under it).
+   * no longer holding the task — or, when unclaimed, of a job that never
+   * started its attempt and found the task no longer ready for it:
+   * acknowledged, unless a redelivery of it now runs an attempt of its own
+   * (an ack would take the item from under it).
    */
-  private async settleFenced(attempt: number, watch: Watch, why: string) {
+  private async settleFenced(attempt: number, watch: Watch, why: string, unclaimed: boolean) {
     if (!watch.ended) {
       try {
-        const { task, caughtUp } = await this.readTask(this.item.task_id, (t) => running(t)?.n !== attempt);
+        const { task, caughtUp } = await this.readTask(this.item.task_id, (t) =>
+          unclaimed ? t.state !== "ready" || (t.attempts?.length ?? 0) + 1 !== attempt : running(t)?.n !== attempt,
+        );
         if (!caughtUp) {
-          this.log("unsettled", attempt, "the views still show the attempt running");
+          this.log("unsettled", attempt, "the views still show the task as the service refused it");
           return;
         }
         const a = runningFromItem(task, this.item.attempt);
-        if (a && a.n > attempt) {
+        if (a && (a.n > attempt || unclaimed)) {
           this.log("refused", attempt, `${why} (attempt ${a.n} holds the item)`);
           return;
         }

@@ -1,5 +1,5 @@
 import { actionDigest, canonicalJSON, digestOf } from "./canonical.js";
-import type { ArtifactRef, Attempt, Dependency, ModelStep, Signal, Verification } from "./wire.js";
+import type { ArtifactRef, Attempt, Dependency, ModelStep, Signal, TaskSpec, Verification } from "./wire.js";
 
 /** What a successful handler returns. */
 export interface Result {
@@ -46,11 +46,68 @@ export interface ApprovalRequest {
   expiresInMs?: number;
 }
 
+/** What a task does when the goal it delegated to fails or is cancelled (Delegation.onFailure). */
+export const DelegationOnFailure = {
+  /** Fail the task (the default). */
+  Fail: "fail",
+  /** Put it up for a person's review. */
+  Review: "review",
+  /** Run a new attempt, handed the failure (its job.delegate throws DelegationFailed). */
+  Resume: "resume",
+} as const;
+
+/** Work a job hands on to a child goal: the goal and its plan (title and tasks), or the goal a ritual renders. */
+export interface Delegation {
+  /**
+   * Names the delegation within its task: the attempt resumed after the child goal ended asks for its
+   * outcome by the same key. Letters, digits, '_', '.' and '-', at most 128. A task delegates under a key
+   * once; a later delegation needs another key.
+   */
+  key: string;
+  title?: string;
+  description?: string;
+  successCriteria?: string[];
+  /** Bounds the child goal's budget and queues; its queues stay within the delegating task's goal's. */
+  envelope?: Record<string, unknown>;
+  tasks?: TaskSpec[];
+  /** Instead of title and tasks: a ritual (version 0 or none: the latest) run as the child goal. */
+  ritual?: { name: string; version?: number; params?: unknown };
+  /** What the task does when the child goal fails or is cancelled: fail (the default), review or resume. */
+  onFailure?: string;
+}
+
+/** The outcome of a delegation whose child goal ended. */
+export interface Delegated {
+  key: string;
+  goalId: string;
+  /** The child goal's end: achieved, failed or cancelled. */
+  state: string;
+  reason?: string;
+  /** The accepted outcomes of the child goal's tasks, by plan key (those accepted before it failed, otherwise). */
+  results: Record<string, Dependency>;
+}
+
 /**
- * WaitError parks the task instead of failing it: job.sleep, job.awaitSignal
- * and job.requestApproval throw it (return or await them from the handler),
- * and the worker reports it as task.wait — or, for an approval, nothing
- * more: the request parked the attempt already.
+ * DelegationFailed is what job.delegate throws for a delegation whose child
+ * goal failed or was cancelled (the task resumed, by a review's retry or
+ * onFailure "resume"): `delegated` says how.
+ */
+export class DelegationFailed extends Error {
+  constructor(readonly delegated: Delegated) {
+    super(
+      `dwr: delegation "${delegated.key}": goal ${delegated.goalId} ${delegated.state}${delegated.reason ? ": " + delegated.reason : ""}`,
+    );
+    this.name = "DelegationFailed";
+  }
+}
+
+const delegationKey = /^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$/;
+
+/**
+ * WaitError parks the task instead of failing it: job.sleep, job.awaitSignal,
+ * job.requestApproval and job.delegate throw it (return or await them from
+ * the handler), and the worker reports it as task.wait — or, for an approval
+ * or a delegation, nothing more: the request parked the attempt already.
  */
 export class WaitError extends Error {
   /** A timed wait: until then. */
@@ -60,20 +117,34 @@ export class WaitError extends Error {
   /** The approval asked for, once the service recorded the request. */
   readonly approvalId?: string;
   readonly actionDigest?: string;
+  /** The delegation's key, and the child goal the service created for it. */
+  readonly delegationKey?: string;
+  readonly goalId?: string;
 
-  constructor(w: { until?: Date; signal?: string; approvalId?: string; actionDigest?: string }) {
+  constructor(w: {
+    until?: Date;
+    signal?: string;
+    approvalId?: string;
+    actionDigest?: string;
+    delegationKey?: string;
+    goalId?: string;
+  }) {
     super(
-      w.actionDigest !== undefined
-        ? `dwr: waiting for approval ${w.approvalId ?? ""} of action ${w.actionDigest}`
-        : w.signal !== undefined
-          ? `dwr: waiting for signal "${w.signal}"`
-          : `dwr: sleeping until ${w.until?.toISOString()}`,
+      w.delegationKey !== undefined
+        ? `dwr: waiting for goal ${w.goalId ?? ""}, delegated as "${w.delegationKey}"`
+        : w.actionDigest !== undefined
+          ? `dwr: waiting for approval ${w.approvalId ?? ""} of action ${w.actionDigest}`
+          : w.signal !== undefined
+            ? `dwr: waiting for signal "${w.signal}"`
+            : `dwr: sleeping until ${w.until?.toISOString()}`,
     );
     this.name = "WaitError";
     this.until = w.until;
     this.signalName = w.signal;
     this.approvalId = w.approvalId;
     this.actionDigest = w.actionDigest;
+    this.delegationKey = w.delegationKey;
+    this.goalId = w.goalId;
   }
 }
 
@@ -93,6 +164,8 @@ export interface JobBackend {
   putArtifact(name: string, bytes: Uint8Array | string, signal?: AbortSignal): Promise<ArtifactRef>;
   getArtifact(sha256: string): Promise<Uint8Array>;
   requestApproval(body: Record<string, unknown>, digest: string, signal?: AbortSignal): Promise<string>;
+  /** delegate records a delegation of the attempt (task.delegate, body without its task, attempt and token) and returns the child goal's id. */
+  delegate(body: Record<string, unknown>, key: string): Promise<string>;
 }
 
 /** The fields a job is built from. */
@@ -112,8 +185,10 @@ export interface JobFields {
   signal?: Signal;
   decisions: Decision[];
   dependencies: Record<string, Dependency>;
+  delegations?: Delegated[];
   deadline?: Date;
   abort: AbortSignal;
+  traceparent?: string;
 }
 
 /**
@@ -147,10 +222,19 @@ export class Job implements JobFields {
   readonly decisions!: Decision[];
   /** The accepted result and artifacts of each task this one depends on, by plan key (task id for a standalone task's). */
   readonly dependencies!: Record<string, Dependency>;
+  /** The outcomes of the task's delegations whose child goals have ended (see delegate). */
+  readonly delegations: Delegated[];
   /** When the attempt's timeout passes, if the task has one. */
   readonly deadline?: Date;
   /** Aborted when the job must stop; its reason says why. */
   readonly abort!: AbortSignal;
+  /**
+   * The W3C traceparent of the trace the job's work item carries (the service's dispatch span), when the
+   * service traces: every command of the job is sent in it. Hand it on so that other work joins the trace:
+   * `new Client(nc, { traceparent: job.traceparent })`, or TRACEPARENT in the environment of a process the
+   * job starts.
+   */
+  readonly traceparent?: string;
 
   /** The model steps recorded with recordModelStep: reported with the job's success or failure. */
   readonly modelSteps: ModelStep[] = [];
@@ -160,6 +244,7 @@ export class Job implements JobFields {
     private readonly backend: JobBackend,
   ) {
     Object.assign(this, fields);
+    this.delegations = fields.delegations ?? [];
   }
 
   /** saveCheckpoint records data as the task's checkpoint: the next attempt is handed it. At most 256 KiB encoded. */
@@ -232,6 +317,53 @@ export class Job implements JobFields {
     };
     const approvalId = await this.backend.requestApproval(body, digest);
     throw new WaitError({ approvalId, actionDigest: digest });
+  }
+
+  /**
+   * delegate hands work on to a child goal that the service tracks for the
+   * job's task; call it where the job needs the work done, on every attempt.
+   * When the task's child goal under d.key has ended (job.delegations), it
+   * returns its outcome: achieved, with the results of its tasks; failed or
+   * cancelled, it throws DelegationFailed. Otherwise it records the
+   * delegation (task.delegate) — the child goal and its plan are created,
+   * linked to the task — and throws a WaitError: let it propagate (`await
+   * job.delegate(...)`). The attempt is parked and the task waits, holding no
+   * worker, until the child goal ends; achieved, a new attempt runs, whose
+   * delegate(d) returns the children's accepted results; failed or
+   * cancelled, the task fails, waits for a review, or resumes, as
+   * d.onFailure says. Cancelling the task cancels the child goal. Save what
+   * the next attempt needs with saveCheckpoint before delegating. A refusal
+   * of the delegation as invalid (a plan the service does not take, a queue
+   * the goal does not permit) is thrown as a Permanent.
+   */
+  async delegate(d: Delegation): Promise<Delegated> {
+    if (typeof d?.key !== "string" || !delegationKey.test(d.key)) {
+      throw new Error(
+        `dwr: delegation of task ${this.taskId}: key ${JSON.stringify(d?.key)} is not valid: letters, digits, '_', '.' and '-', at most 128`,
+      );
+    }
+    const done = this.delegations.find((x) => x.key === d.key);
+    if (done) {
+      if (done.state === "achieved") return done;
+      throw new DelegationFailed(done);
+    }
+    const body: Record<string, unknown> = { key: d.key, on_failure: d.onFailure || undefined };
+    if (d.ritual) {
+      if (d.title || d.tasks) {
+        throw new Error(`dwr: delegation of task ${this.taskId}: give the child goal (title, tasks) or a ritual, not both`);
+      }
+      body.ritual = { name: d.ritual.name, version: d.ritual.version || undefined, params: d.ritual.params };
+    } else {
+      body.goal = {
+        title: d.title ?? "",
+        description: d.description || undefined,
+        success_criteria: d.successCriteria?.length ? d.successCriteria : undefined,
+        envelope: d.envelope,
+        tasks: d.tasks ?? [],
+      };
+    }
+    const goalId = await this.backend.delegate(body, d.key);
+    throw new WaitError({ delegationKey: d.key, goalId });
   }
 }
 

@@ -11,6 +11,7 @@ export const SDKCode = {
   Timeout: "timeout",
   InvalidResult: "invalid_result",
   Dependencies: "dependencies_unavailable",
+  Delegations: "delegations_unavailable",
 } as const;
 
 /** clip makes s at most n bytes of UTF-8 and never empty. */

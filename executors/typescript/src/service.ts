@@ -29,6 +29,43 @@ export interface CallOptions {
   headers?: Record<string, string>;
   /** A query waits until the views reflect at least this log sequence (Dwr-Min-Seq), e.g. a work item's `seq`. */
   minSeq?: number;
+  /**
+   * The W3C traceparent of the trace the request belongs to (header `traceparent`), so that the service's
+   * span of it joins that trace; "" sends none. Default: the Service's (the Client's, or the job's), if any.
+   * A value that is not a valid traceparent is not sent.
+   */
+  traceparent?: string;
+  /** The W3C tracestate sent with traceparent. */
+  tracestate?: string;
+}
+
+/** A W3C trace context, as the `traceparent` and `tracestate` headers carry it. */
+export interface TraceContext {
+  traceparent: string;
+  tracestate?: string;
+}
+
+// traceparent: version "00" (or a later one, which may add fields after a "-"), a trace id and a parent id
+// that are not all zeros, and the flags; in lower-case hex.
+const traceparentRe = /^([0-9a-f]{2})-([0-9a-f]{32})-([0-9a-f]{16})-([0-9a-f]{2})(-.*)?$/;
+const maxTracestate = 512;
+
+/**
+ * traceContextOf returns the trace context of a traceparent (and its tracestate), or undefined when
+ * traceparent is not a valid W3C traceparent (version ff, an all-zero id, or more than 55 characters
+ * for version 00): such a header is dropped rather than sent. A tracestate longer than 512 characters,
+ * or one of characters a header cannot carry, is dropped.
+ */
+export function traceContextOf(traceparent?: string | null, tracestate?: string | null): TraceContext | undefined {
+  if (!traceparent) return undefined;
+  const tp = traceparent.trim();
+  const m = traceparentRe.exec(tp);
+  if (!m || m[1] === "ff" || /^0+$/.test(m[2]!) || /^0+$/.test(m[3]!) || (m[1] === "00" && m[5] !== undefined)) {
+    return undefined;
+  }
+  const ts = tracestate?.trim();
+  const ok = ts && ts.length <= maxTracestate && /^[\x20-\x7e]+$/.test(ts);
+  return ok ? { traceparent: tp, tracestate: ts } : { traceparent: tp };
 }
 
 /**
@@ -41,13 +78,26 @@ export interface CallOptions {
  */
 export class Service {
   /** The highest log sequence a command was answered with: queries wait until the views reflect it. */
-  private minSeq = 0;
+  private readonly seen: { minSeq: number };
 
   constructor(
     readonly nc: NatsConnection,
     readonly workspace = "default",
     readonly prefix = "dwr",
-  ) {}
+    /** The trace context every request carries unless its options give one. */
+    readonly trace?: TraceContext,
+    seen?: { minSeq: number },
+  ) {
+    this.seen = seen ?? { minSeq: 0 };
+  }
+
+  /**
+   * traced returns this Service sending its requests in the trace context trace (none: without one),
+   * reading its own writes as this one does (they share what the commands were answered with).
+   */
+  traced(trace?: TraceContext): Service {
+    return new Service(this.nc, this.workspace, this.prefix, trace, this.seen);
+  }
 
   /** command sends command name with body, and returns the service's reply, accepted or refused. */
   async command<T = unknown>(name: string, body: unknown, opts: CallOptions = {}): Promise<Reply<T>> {
@@ -56,14 +106,14 @@ export class Service {
       ...opts,
       headers: { ...opts.headers, [Header.CommandID]: id },
     });
-    if (r.ok && typeof r.seq === "number" && r.seq > this.minSeq) this.minSeq = r.seq;
+    if (r.ok && typeof r.seq === "number" && r.seq > this.seen.minSeq) this.seen.minSeq = r.seq;
     return r;
   }
 
   /** query sends query name with body, reading at least what this Service's commands wrote. */
   async query<T = unknown>(name: string, body: unknown, opts: CallOptions = {}): Promise<Reply<T>> {
     const h: Record<string, string> = { ...opts.headers };
-    const min = Math.max(this.minSeq, opts.minSeq ?? 0);
+    const min = Math.max(this.seen.minSeq, opts.minSeq ?? 0);
     if (min > 0) h[Header.MinSeq] = String(min);
     return this.request<T>(`${this.prefix}.q.${this.workspace}.${name}`, encode(body), { ...opts, headers: h });
   }
@@ -91,9 +141,14 @@ export class Service {
       );
     }
     let h: MsgHdrs | undefined;
-    if (opts.headers && Object.keys(opts.headers).length > 0) {
+    const trace = opts.traceparent !== undefined ? traceContextOf(opts.traceparent, opts.tracestate) : this.trace;
+    if ((opts.headers && Object.keys(opts.headers).length > 0) || trace) {
       h = natsHeaders();
-      for (const [k, v] of Object.entries(opts.headers)) h.set(k, v);
+      for (const [k, v] of Object.entries(opts.headers ?? {})) h.set(k, v);
+      if (trace) {
+        h.set(Header.Traceparent, trace.traceparent);
+        if (trace.tracestate) h.set(Header.Tracestate, trace.tracestate);
+      }
     }
     let wait = retryFirstMs;
     let last: unknown;

@@ -1,6 +1,6 @@
 // Run a handler without a server: what an executor's author tests with.
 import { createHash } from "node:crypto";
-import { Job, WaitError, type Decision, type Result } from "./job.js";
+import { Job, WaitError, type Decision, type Delegated, type Result } from "./job.js";
 import { reportFor } from "./report.js";
 import {
   MaxPayloadBytes,
@@ -30,6 +30,8 @@ export interface TestJob {
   signal?: Signal;
   decisions?: Decision[];
   dependencies?: Record<string, Dependency>;
+  /** The outcomes of the task's ended delegations, as a resumed attempt is handed them. */
+  delegations?: Delegated[];
   deadline?: Date;
   /** Artifacts job.getArtifact finds, by digest (besides those the job stored). */
   artifacts?: Record<string, Uint8Array | string>;
@@ -54,6 +56,8 @@ export interface Outcome {
   stored: Map<string, Uint8Array>;
   /** Every approval it asked for: the request as task.request_approval would carry it. */
   approvals: Record<string, unknown>[];
+  /** Every delegation it made: the body task.delegate would carry (without task, attempt and token). */
+  delegations: Record<string, unknown>[];
 }
 
 /**
@@ -62,13 +66,16 @@ export interface Outcome {
  * return or throw into a success, a failure or a wait — with the
  * checkpoints, artifacts and approval requests the job made. An approval
  * request is answered with the id "<taskId>-<n>", and the job waits, as with
- * a service; hand the next run `decisions` to resume it.
+ * a service; hand the next run `decisions` to resume it. A delegation is
+ * answered with the goal id "goal-<n>", and the job waits; hand the next run
+ * `delegations` to resume it.
  */
 export async function runJob(handler: Handler, j: TestJob = {}): Promise<Outcome> {
   const taskId = j.taskId ?? "01J00000000000000000000000";
   const checkpoints: unknown[] = [];
   const stored = new Map<string, Uint8Array>();
   const approvals: Record<string, unknown>[] = [];
+  const delegations: Record<string, unknown>[] = [];
   const job = new Job(
     {
       taskId,
@@ -86,6 +93,7 @@ export async function runJob(handler: Handler, j: TestJob = {}): Promise<Outcome
       signal: j.signal,
       decisions: j.decisions ?? [],
       dependencies: j.dependencies ?? {},
+      delegations: j.delegations ?? [],
       deadline: j.deadline,
       abort: j.abort ?? new AbortController().signal,
     },
@@ -117,6 +125,10 @@ export async function runJob(handler: Handler, j: TestJob = {}): Promise<Outcome
         approvals.push(body);
         return `${taskId}-${approvals.length}`;
       },
+      async delegate(body) {
+        delegations.push(body);
+        return `goal-${delegations.length}`;
+      },
     },
   );
   let res: Result | void = undefined;
@@ -132,6 +144,7 @@ export async function runJob(handler: Handler, j: TestJob = {}): Promise<Outcome
     checkpoints,
     stored,
     approvals,
+    delegations,
     artifacts: rep.artifacts,
     modelSteps: rep.modelSteps,
   };

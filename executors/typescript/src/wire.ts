@@ -140,6 +140,20 @@ export interface Wait {
   goal_id?: string;
 }
 
+/** A child goal an attempt of a task started (task.delegate), as the task keeps it. */
+export interface TaskDelegation {
+  key: string;
+  goal_id: string;
+  /** The attempt that delegated. */
+  attempt: number;
+  on_failure: string;
+  /** open until the child goal ends, then achieved, failed or cancelled. */
+  state: string;
+  reason?: string;
+  /** The child goal's plan when it ended. */
+  tasks?: { key: string; task_id: string }[];
+}
+
 /** A task as task.get and a claim answer it. */
 export interface Task {
   id: string;
@@ -155,6 +169,7 @@ export interface Task {
   checkpoint?: unknown;
   verifications?: Verification[];
   approvals?: Approval[];
+  delegations?: TaskDelegation[];
   signal?: Signal;
   reason?: string;
   error?: ErrorInfo;
@@ -257,7 +272,13 @@ export const Header = {
   ChunkSeq: "Dwr-Chunk-Seq",
   ArtifactSize: "Dwr-Artifact-Size",
   ArtifactChunks: "Dwr-Artifact-Chunks",
+  /** The W3C trace context of a request or a work item (schemas.HeaderTraceparent). */
+  Traceparent: "traceparent",
+  Tracestate: "tracestate",
 } as const;
+
+/** The environment variable that carries a trace context to a process (schemas.EnvTraceparent). */
+export const EnvTraceparent = "TRACEPARENT";
 
 /** A message is at most this large (the service's bound), checked before it is decoded. */
 export const MaxMessageBytes = 1 << 20;

@@ -2,6 +2,8 @@ import { hostname } from "node:os";
 import type { NatsConnection, Subscription } from "@nats-io/transport-node";
 import { jetstream, type Consumer, type ConsumerMessages, type JsMsg } from "@nats-io/jetstream";
 import { Delivery, Watch, checkItem } from "./delivery.js";
+import { QueueKeys } from "./queue_keys.js";
+import { SealedPrefix } from "./seal.js";
 import { DwrError, leaseLost, stopping, timedOut } from "./errors.js";
 import type { Job, Result } from "./job.js";
 import { Service, sleep } from "./service.js";
@@ -156,13 +158,17 @@ function configOf(o: WorkerOptions): Config {
 
 /**
  * Worker takes work items from one queue and runs a handler for each, at
- * most `concurrency` at once: it claims each attempt before its handler
- * starts (task.claim), keeps its lease (an in-progress ack and a
- * task.heartbeat every lease/3), stops the handler (job.abort) when the task
- * is cancelled or the attempt loses its lease, and reports the outcome
- * (task.succeed, task.fail, task.wait) with its own command id, sent again
- * with that id until answered; it acknowledges the item once the report is
- * answered.
+ * most `concurrency` at once: it keeps the item's lease (an in-progress ack
+ * every lease/3), claims the attempt (task.claim) — lazily: a fresh item
+ * that carries its task runs at once, and is claimed at the job's first
+ * command that needs the attempt's token, at its first heartbeat (from then
+ * on a task.heartbeat every lease/3), or by its report, which then carries
+ * the claim; a redelivered item is claimed before its handler starts —,
+ * stops the handler (job.abort) when the task is cancelled or the attempt
+ * loses its lease, and reports the outcome (task.succeed, task.fail,
+ * task.wait) with its own command id, sent again with that id until
+ * answered; it acknowledges the item once the report is answered. Every
+ * command of a job carries the trace its item carries (`job.traceparent`).
  *
  *     const w = new Worker({ nc, queue: "payments", concurrency: 8 }, async (job) => {
  *       const receipt = await pay(job.input, job.operationKey);
@@ -186,6 +192,7 @@ export class Worker {
   private done?: Promise<void>;
   private readonly watchers = new Map<string, Set<Watch>>();
   private readonly subs: Subscription[] = [];
+  private readonly queueKeys: QueueKeys;
 
   constructor(opts: WorkerOptions, handler: Handler);
   /** @internal */
@@ -197,6 +204,7 @@ export class Worker {
     this.verifier = verifier;
     this.leaseMs = this.cfg.leaseMs;
     this.svc = new Service(this.cfg.nc, this.cfg.workspace, this.cfg.prefix);
+    this.queueKeys = new QueueKeys(this.cfg);
   }
 
   /** The queue's lease in force, in milliseconds. */
@@ -418,13 +426,17 @@ export class Worker {
       msg.nak(this.leaseMs);
       return;
     }
-    d.item = item;
-    if (text.includes("dwr:sealed:1:")) {
-      // Sealed payloads: read them opened from the service.
-      d.sealed = true;
-      item.task = undefined;
-      item.dependencies = undefined;
+    if (text.includes(SealedPrefix)) {
+      // Sealed with the queue's key: opened here (queue_keys.ts); else read opened from the service.
+      const opened = this.verifier ? undefined : await this.queueKeys.openItem(text, d.svc, this.hardCtl.signal);
+      if (opened) item = opened;
+      else {
+        d.sealed = true;
+        item.task = undefined;
+        item.dependencies = undefined;
+      }
     }
+    d.item = item;
     if (this.verifier) return d.judge(this.verifier);
     const watch = this.newWatch(item.task_id);
     try {

@@ -9,8 +9,11 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { test } from "node:test";
 import { createUser } from "@nats-io/nkeys";
+import type { NatsConnection } from "@nats-io/transport-node";
 import {
   AbortReason,
+  Client,
+  DelegationFailed,
   Cause,
   Failure,
   Permanent,
@@ -20,6 +23,7 @@ import {
   readCredential,
   readSigningKey,
   signDecision,
+  traceContextOf,
   type Job,
 } from "../index.js";
 import { runJob } from "../testing.js";
@@ -230,4 +234,100 @@ test("a job reads artifacts by digest: those it stored, and those the test gives
     { artifacts: { [given]: "hello" } },
   );
   assert.deepEqual(out.output, { mine: "mine", theirs: "hello" });
+});
+
+test("a traceparent is taken only when it is a valid W3C one, with its tracestate", () => {
+  const tp = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
+  assert.deepEqual(traceContextOf(tp), { traceparent: tp });
+  assert.deepEqual(traceContextOf(` ${tp} `, "congo=t61rcWkgMzE"), { traceparent: tp, tracestate: "congo=t61rcWkgMzE" });
+  assert.deepEqual(traceContextOf(tp, "bad\nstate"), { traceparent: tp }, "a tracestate a header cannot carry is dropped");
+  assert.deepEqual(traceContextOf(tp, "x".repeat(513)), { traceparent: tp });
+  for (const bad of [
+    "",
+    undefined,
+    null,
+    "00-4BF92F3577B34DA6A3CE929D0E0E4736-00f067aa0ba902b7-01", // upper case
+    "ff-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01", // version ff
+    "00-00000000000000000000000000000000-00f067aa0ba902b7-01", // no trace id
+    "00-4bf92f3577b34da6a3ce929d0e0e4736-0000000000000000-01", // no parent id
+    "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01-more", // version 00 has no more fields
+    "00-4bf92f3577b34da6a3ce929d0e0e473-00f067aa0ba902b7-01",
+    "not a traceparent",
+  ]) {
+    assert.equal(traceContextOf(bad), undefined, String(bad));
+  }
+  assert.deepEqual(traceContextOf("01-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01-more"), {
+    traceparent: "01-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01-more",
+  });
+});
+
+test("a client sends its option's traceparent, else TRACEPARENT's", () => {
+  const nc = {} as NatsConnection; // never used: no request is sent
+  const tp = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
+  const fromEnv = "00-11111111111111111111111111111111-1111111111111111-01";
+  const saved = process.env.TRACEPARENT;
+  try {
+    delete process.env.TRACEPARENT;
+    assert.equal(new Client(nc).traceparent, undefined);
+    process.env.TRACEPARENT = fromEnv;
+    assert.equal(new Client(nc).traceparent, fromEnv);
+    assert.equal(new Client(nc, { traceparent: tp }).traceparent, tp);
+    assert.equal(new Client(nc, { traceparent: "" }).traceparent, undefined, "an empty option sends none");
+    process.env.TRACEPARENT = "garbage";
+    assert.equal(new Client(nc).traceparent, undefined);
+  } finally {
+    if (saved === undefined) delete process.env.TRACEPARENT;
+    else process.env.TRACEPARENT = saved;
+  }
+});
+
+test("a delegation parks the job, and the resumed attempt gets the child goal's results", async () => {
+  const handler = async (job: Job) => {
+    const d = await job.delegate({ key: "sources", title: "gather", tasks: [{ key: "s1", queue: "research" }] });
+    return { output: d.results.s1?.result };
+  };
+  const first = await runJob(handler);
+  assert.equal(first.state, "waiting");
+  assert.equal(first.wait?.goalId, "goal-1");
+  assert.equal(first.wait?.delegationKey, "sources");
+  assert.deepEqual(first.delegations, [
+    {
+      key: "sources",
+      on_failure: undefined,
+      goal: {
+        title: "gather",
+        description: undefined,
+        success_criteria: undefined,
+        envelope: undefined,
+        tasks: [{ key: "s1", queue: "research" }],
+      },
+    },
+  ]);
+  const results = { s1: { key: "s1", task_id: "t-1", result: { found: 3 } } };
+  const resumed = await runJob(handler, {
+    attempt: 2,
+    delegations: [{ key: "sources", goalId: "goal-1", state: "achieved", results }],
+  });
+  assert.equal(resumed.state, "succeeded");
+  assert.deepEqual(resumed.output, { found: 3 });
+  assert.deepEqual(resumed.delegations, [], "nothing delegated again");
+
+  const failed = await runJob(
+    async (job: Job) => {
+      try {
+        await job.delegate({ key: "sources", title: "gather" });
+      } catch (e) {
+        if (e instanceof DelegationFailed) return { output: { fallback: e.delegated.state } };
+        throw e;
+      }
+    },
+    { delegations: [{ key: "sources", goalId: "goal-1", state: "failed", reason: "no luck", results: {} }] },
+  );
+  assert.deepEqual(failed.output, { fallback: "failed" });
+
+  const bad = await runJob((job: Job) => job.delegate({ key: "no spaces", title: "x" }).then(() => undefined));
+  assert.equal(bad.state, "failed");
+  assert.match(bad.failure!.message, /key "no spaces" is not valid/);
+  const both = await runJob((job: Job) => job.delegate({ key: "k", title: "x", ritual: { name: "r" } }).then(() => undefined));
+  assert.match(both.failure!.message, /not both/);
 });

@@ -1,0 +1,74 @@
+package integration
+
+import (
+	"bytes"
+	"encoding/json"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/dwr-run/dwr/handlers"
+	"github.com/dwr-run/dwr/schemas"
+)
+
+// TestTypeScriptWorkersOpenTheirQueuesSealedItemsThemselves: with
+// encryption on, the TypeScript SDK's worker reads its queue's key of the
+// day once and opens each item in memory: a chain of three runs without a
+// task.get of its first two tasks (their own, or as the next one's
+// dependency), each job claiming lazily as an unsealed item's does. A goal
+// with its own key is not sealed with the queue's: its jobs read their
+// tasks, as before.
+func TestTypeScriptWorkersOpenTheirQueuesSealedItemsThemselves(t *testing.T) {
+	e := newTSLazyEnvWith(t, handlers.Config{Encryption: true, MasterKey: bytes.Repeat([]byte{3}, 32)})
+	e.worker("steps", "ts-sealed", 30*time.Second)
+	// The queries the workers sent: the test reads only the last task of
+	// each chain (WaitState), so the first two count.
+	queries := func(name, id string) int {
+		e.mu.Lock()
+		defer e.mu.Unlock()
+		n := 0
+		for _, r := range e.sent {
+			if r.Query && r.Name == name && (id == "" || r.ID == id) {
+				n++
+			}
+		}
+		return n
+	}
+	chain := func(privacy map[string]any) []schemas.PlanTask {
+		step := func(secret string) map[string]any { return map[string]any{"scenario": "join", "secret": secret} }
+		goal := map[string]any{"title": "sealed", "tasks": []map[string]any{
+			{"key": "a", "queue": "steps", "input": step("secret-a")},
+			{"key": "b", "queue": "steps", "depends_on": []string{"a"}, "input": step("secret-b")},
+			{"key": "c", "queue": "steps", "depends_on": []string{"b"}, "input": step("secret-c")}}}
+		if privacy != nil {
+			goal["envelope"] = map[string]any{"privacy": privacy}
+		}
+		var g schemas.CommandResult
+		require.NoError(t, json.Unmarshal(e.k.Command(t, "goal.create", goal), &g))
+		done := e.k.WaitState(t, g.Tasks[2].TaskID, "accepted", 20*time.Second)
+		require.JSONEq(t, `"secret-c+secret-b+secret-a"`, string(done.Attempts[len(done.Attempts)-1].Result))
+		return g.Tasks
+	}
+
+	tasks := chain(nil)
+	require.Zero(t, queries("task.get", tasks[0].TaskID)+queries("task.get", tasks[1].TaskID),
+		"every item was opened with the queue's key")
+	require.Equal(t, 1, queries("queue.key", ""), "the day's key is read once")
+	for _, pt := range tasks {
+		e.jobLine(pt.TaskID, "succeeded")
+		var cmds []tsSent
+		for _, r := range e.sentFor(pt.TaskID) {
+			if !r.Query {
+				cmds = append(cmds, r)
+			}
+		}
+		require.Equal(t, []string{"task.succeed"}, tsCommandNames(cmds), "an opened item runs as an unsealed one: its report carries the claim")
+		require.NotNil(t, cmds[0].Claim)
+	}
+
+	tasks = chain(map[string]any{"key": "goal"})
+	require.GreaterOrEqual(t, queries("task.get", tasks[0].TaskID)+queries("task.get", tasks[1].TaskID), 3,
+		"a goal's own key is not the queue's: its jobs read their tasks")
+	require.Equal(t, 1, queries("queue.key", ""), "the key read before is kept")
+}
