@@ -75,8 +75,31 @@ func TestResealSealsOneScopeAgain(t *testing.T) {
 	require.Error(t, err, "a value that does not open with the key given is an error")
 }
 
+// Sealing is deterministic: these values, which the Python SDK's tests
+// open (executors/python/tests/test_seal.py), stay what this code seals.
+// A change of the format fails here and there alike.
+func TestSealedValuesStayAsOtherSDKsOpenThem(t *testing.T) {
+	raw := make([]byte, seal.DataKeyBytes)
+	for i := range raw {
+		raw[i] = byte(i)
+	}
+	k, err := seal.NewDataKey(raw)
+	require.NoError(t, err)
+	for _, v := range []struct{ ws, scope, plain, sealed string }{
+		{"default", "q.20424", `{"secret":"secret-a","n":[1,2.5,null,true]}`,
+			"dwr:sealed:1:q.20424:KtkPWt-uRVZ9qZRxVsMOuB6cadrg5LXVXZsTGBVMd6uX9Yg4Wf5_RDXm7w-X9hZIbjteSufCa6Iy-NbfMqpT6JUoRe156eUcywboAxAJk2vm8cw"},
+		{"default", "q.20424", `"é\u2028 \"x\""`,
+			"dwr:sealed:1:q.20424:4Yj-CLq0uBe87wT8ON0JRGOZCOAAzvb293VBa8br5nPw5AzT0IVUyFEcdyZEwB3GeNdYDedwmxM"},
+		{"default", "q.20424", `[]`, "dwr:sealed:1:q.20424:8dnxRE1e1KOKqKW6ohVgR8HItAkR2VIGHwGDjkTqMUfqmkHmx6T5NUeS"},
+		{"ws-2", "g.01JGOAL", `42`, "dwr:sealed:1:g.01JGOAL:yAUW8hkN2McVb8eK1jgONUz2TGilDKfWaYEeJksV_Gjok0ZI5DqE2OAC"},
+	} {
+		require.Equal(t, `"`+v.sealed+`"`, string(k.Seal(v.ws, v.scope, json.RawMessage(v.plain))), v.plain)
+	}
+}
+
 // golden is testdata/sealed.json: values this package sealed, which the
-// other SDKs' tests open (executors/typescript/src/test/seal.test.ts).
+// other SDKs' tests open (executors/typescript/src/test/seal.test.ts,
+// executors/python/tests/test_seal.py).
 type golden struct {
 	Workspace    string
 	Queue        string

@@ -17,6 +17,7 @@ from typing import Any, Awaitable, Callable, Dict, List, Optional, Set
 from . import _nats
 from ._canonical import ACTION_DIGEST_PREFIX, action_digest, canonical_json
 from ._lazy_claim import TERMINAL_STATES, LazyClaim, lazy_item
+from ._queue_keys import QueueKeys
 from .client import HEADER_MIN_SEQ, HEADER_TRACEPARENT, HEADER_TRACESTATE, Client, encode, trace_headers, _parse_time
 from .errors import (CAUSE_CANCELLED, CAUSE_LEASE_LOST, CAUSE_STOPPING, CAUSE_TIMEOUT, CONFLICT, INVALID, NOT_FOUND,
                      TOO_LARGE, AttemptEnded, DwrError, Permanent)
@@ -620,32 +621,34 @@ class _Delivery(LazyClaim):
             await self.nak(self.lease)
             return
         try:
-            item = json.loads(data)
-            if not isinstance(item, dict):
-                raise ValueError("not an object")
-            want = "verify" if self.kind == "verify" else "execute"
-            if item.get("kind") != want:
-                raise ValueError("kind %r, not %r" % (item.get("kind"), want))
-            if item.get("queue") != self.queue or item.get("workspace") != self.w.workspace:
-                raise ValueError("of queue %s/%s, not %s/%s" % (item.get("workspace"), item.get("queue"),
-                                                                self.w.workspace, self.queue))
-            if not isinstance(item.get("task_id"), str) or not isinstance(item.get("attempt"), int):
-                raise ValueError("task_id or attempt missing")
+            item = self._item_of(data)
         except ValueError as e:
             log.error("dwr: a work item this worker cannot run (%s); handing it back", e)
             await self.nak(self.lease)
             return
         self.item = item
         sealed = SEALED_PREFIX in data
+        if sealed and self.kind == "execute":
+            # Sealed with the queue's key: opened here (_queue_keys.py).
+            plain = await self.w._queue_keys_of(self.queue).open_item(data)
+            if plain is not None:
+                try:
+                    item, sealed = self._item_of(plain), False
+                    self.item = item
+                except ValueError:
+                    pass
         if sealed:
-            # Sealed payloads are read opened from the service: an execute
-            # item then runs from the task as task.get answers it (or, when
-            # the views do not show it ready for the item's attempt yet,
-            # from its claim's).
+            # Other sealed payloads are read opened from the service: an
+            # execute item then runs from the task as task.get answers it
+            # (or, when the views do not show it ready for the item's
+            # attempt yet, from its claim's).
             item["task"], item["dependencies"] = None, None
         if sealed and self.kind == "execute" and self.delivered == 1:
+            # Read at least the record that dispatched the item, so that the
+            # task is seen ready for it (and the job may start lazily).
+            seq = item.get("seq")
             try:
-                t = await self.get_task(item["task_id"])
+                t = await self.get_task(item["task_id"], seq if isinstance(seq, int) and seq > 0 else 0)
             except DwrError:
                 t = None
             if isinstance(t, dict) and t.get("state") == "ready" and len(t.get("attempts") or []) + 1 == item["attempt"]:
@@ -669,6 +672,22 @@ class _Delivery(LazyClaim):
         finally:
             hb.cancel()
             self.w._unwatch(item["task_id"], self)
+
+    def _item_of(self, data: bytes) -> Dict[str, Any]:
+        """The work item data holds, if this delivery can run it; ValueError
+        saying why not otherwise."""
+        item = json.loads(data)
+        if not isinstance(item, dict):
+            raise ValueError("not an object")
+        want = "verify" if self.kind == "verify" else "execute"
+        if item.get("kind") != want:
+            raise ValueError("kind %r, not %r" % (item.get("kind"), want))
+        if item.get("queue") != self.queue or item.get("workspace") != self.w.workspace:
+            raise ValueError("of queue %s/%s, not %s/%s" % (item.get("workspace"), item.get("queue"),
+                                                            self.w.workspace, self.queue))
+        if not isinstance(item.get("task_id"), str) or not isinstance(item.get("attempt"), int):
+            raise ValueError("task_id or attempt missing")
+        return item
 
     async def _heartbeat(self) -> None:
         """Renews the item's lease every lease/3 (+WPI) and, at each renewal,
@@ -1195,6 +1214,7 @@ class Worker:
         self.client = Client(nc, workspace=workspace, prefix=prefix, retry_for=None, traceparent="")
         self._handlers: Dict[str, tuple] = {}
         self._watches: Dict[str, Set[_Delivery]] = {}
+        self._queue_keys: Dict[str, QueueKeys] = {}
         self._jobs: Set["asyncio.Task[None]"] = set()
         self._stop = asyncio.Event()
         self._ran = False
@@ -1292,6 +1312,13 @@ class Worker:
                 for d in targets:
                     d.end_attempt(n, CAUSE_TIMEOUT if name == "attempt_failed" else CAUSE_LEASE_LOST)
         return cb
+
+    def _queue_keys_of(self, queue: str) -> QueueKeys:
+        """The keys of queue's sealed items (_queue_keys.py)."""
+        qk = self._queue_keys.get(queue)
+        if qk is None:
+            qk = self._queue_keys[queue] = QueueKeys(self.client, self.workspace, queue)
+        return qk
 
     def _watch(self, task_id: str, d: _Delivery) -> None:
         self._watches.setdefault(task_id, set()).add(d)

@@ -1,0 +1,76 @@
+package integration
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/json"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/nats-io/nats.go"
+	"github.com/stretchr/testify/require"
+
+	"github.com/dwr-run/dwr/domain"
+	"github.com/dwr-run/dwr/handlers"
+	"github.com/dwr-run/dwr/schemas"
+)
+
+// TestPythonWorkersOpenTheirQueuesSealedItems runs
+// executors/python/tests/live_sealed.py against the service with
+// encryption on: a chain of three tasks whose jobs need their inputs and
+// their dependencies' results opened runs with the queue's key, read once,
+// and no task.get of its first two tasks (the program waits for the last
+// with task.get: it is not counted); the same chain in a goal with its own
+// key runs too, its jobs reading their tasks with task.get.
+func TestPythonWorkersOpenTheirQueuesSealedItems(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts the service and python3")
+	}
+	py := pythonSDK(t)
+	s, member := pythonService(t, handlers.Config{Encryption: true, MasterKey: bytes.Repeat([]byte{5}, 32)})
+	// The queries sent, as the server routes them.
+	var mu sync.Mutex
+	keyReads := 0
+	read := map[string]int{}
+	sub, err := s.Conn.Subscribe("dwr.q.default.>", func(m *nats.Msg) {
+		var q schemas.Query
+		_ = json.Unmarshal(m.Data, &q)
+		mu.Lock()
+		defer mu.Unlock()
+		switch {
+		case strings.HasSuffix(m.Subject, ".queue.key"):
+			keyReads++
+		case strings.HasSuffix(m.Subject, ".task.get"):
+			read[q.ID]++
+		}
+	})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = sub.Unsubscribe() })
+	require.NoError(t, s.Conn.Flush())
+
+	out := runPythonScript(t, py, "live_sealed.py", "DWR_SERVER="+s.URL,
+		"DWR_CREDS="+member("py-caller", domain.RoleClient), "DWR_EXECUTOR_CREDS="+member("py-sealed", domain.RoleExecutor, "pys"))
+	require.Contains(t, out, "live sealed: ok")
+	chains := map[string][]string{}
+	sc := bufio.NewScanner(strings.NewReader(out))
+	for sc.Scan() {
+		if f := strings.Fields(sc.Text()); len(f) == 5 && f[0] == "chain" {
+			chains[f[1]] = f[2:]
+		}
+	}
+	require.Len(t, chains, 2, "%s", out)
+	mu.Lock()
+	defer mu.Unlock()
+	gets := func(ids []string) int { return read[ids[0]] + read[ids[1]] }
+	require.Zero(t, gets(chains["queue"]), "every item was opened with the queue's key")
+	require.Equal(t, 1, keyReads, "the day's key is read once")
+	require.GreaterOrEqual(t, gets(chains["goal"]), 3, "a goal's own key is not the queue's: its jobs read their tasks")
+
+	// The chain ran on the Python worker (its results show the jobs had
+	// their payloads opened).
+	k := s.Client("default")
+	for _, id := range chains["queue"] {
+		require.Equal(t, "py-sealed", k.Task(t, id).Attempts[0].Executor)
+	}
+}
