@@ -3,7 +3,9 @@
 
 With encryption on, the service seals an execute item's payloads (its
 task's input, results, checkpoint, its dependencies' results) with its
-queue's key of the day, and the worker reads that key once a day with the
+queue's key of the day, a verify item's (the input and the result it
+judges, earlier attempts, verifications) with its verification queue's,
+and the worker reads that key once a day with the
 queue.key query (only the queue's executors may), opening each item in
 memory: the job runs on the item alone, as with encryption off, instead of
 reading its task and each dependency again with task.get. An item that also
@@ -48,8 +50,9 @@ class QueueKeys:
         self._lock = asyncio.Lock()
 
     async def open_item(self, data: bytes) -> Optional[bytes]:
-        """data, an execute item of the queue, with its sealed payloads
-        opened; None when it holds one the worker cannot open itself."""
+        """data, an item of the queue (execute, or verify on a verification
+        queue), with its sealed payloads opened; None when it holds one the
+        worker cannot open itself. The caller checks the opened item."""
         epochs: Dict[str, int] = {}
         for scope in scopes(data):
             epoch = parse_queue_scope(scope)

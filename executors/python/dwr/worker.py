@@ -558,6 +558,7 @@ class _Delivery(LazyClaim):
         self.kind = kind
         self.fn = fn
         self.item: Dict[str, Any] = {}
+        self.sealed = False  # the item holds payloads it could not open itself
         self.delivered, self.published = _ack_meta(msg.reply)
         # Every command of the job carries the trace of its item.
         self.traceparent, self.tracestate = _item_trace(msg.headers)
@@ -628,8 +629,9 @@ class _Delivery(LazyClaim):
             return
         self.item = item
         sealed = SEALED_PREFIX in data
-        if sealed and self.kind == "execute":
-            # Sealed with the queue's key: opened here (_queue_keys.py).
+        if sealed:
+            # Sealed with the queue's key (a verification queue's too): opened
+            # here (_queue_keys.py).
             plain = await self.w._queue_keys_of(self.queue).open_item(data)
             if plain is not None:
                 try:
@@ -637,11 +639,13 @@ class _Delivery(LazyClaim):
                     self.item = item
                 except ValueError:
                     pass
+        self.sealed = sealed
         if sealed:
             # Other sealed payloads are read opened from the service: an
             # execute item then runs from the task as task.get answers it
             # (or, when the views do not show it ready for the item's
-            # attempt yet, from its claim's).
+            # attempt yet, from its claim's), a verify item judges the
+            # task's as task.get answers it.
             item["task"], item["dependencies"] = None, None
         if sealed and self.kind == "execute" and self.delivered == 1:
             # Read at least the record that dispatched the item, so that the
@@ -1086,8 +1090,10 @@ class _Delivery(LazyClaim):
 
     async def _judge(self) -> None:
         it = self.item
-        if SEALED_PREFIX in self.msg.data:
-            # The item left before the views applied the result it judges.
+        if self.sealed:
+            # The item left before the views applied the result it judges:
+            # read them at least as of its record. Its result_digest stays
+            # the item's (the one the service compares).
             t = await self.get_task(it["task_id"], int(it.get("seq") or 0))
             a = next((x for x in t.get("attempts") or [] if x.get("n") == it["attempt"]), None)
             if a is None:

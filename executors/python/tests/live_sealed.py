@@ -1,11 +1,13 @@
 """dwr.Worker opens its queue's sealed work items itself, against a running
 dwr serve with encryption on: run by go test -run
 TestPythonWorkersOpenTheirQueuesSealedItems ./integration/ (DWR_SERVER;
-DWR_CREDS a client's credential; DWR_EXECUTOR_CREDS an executor's of queue
-pys). It runs a chain of three tasks whose handler needs its input and its
-dependencies' results opened, then the same chain in a goal with its own
-key, and prints "chain <label> <task ids>" for the Go test, which counts
-the queries on the bus. Not a unittest module: it needs the service."""
+DWR_CREDS a client's credential; DWR_EXECUTOR_CREDS an executor's of
+queues pys and pysc). It runs a chain of three tasks whose handler needs its
+input and its dependencies' results opened, the second judged on pysc by a
+verifier that fails it unless it saw its input and result opened, then the
+same chain in a goal with its own key, and prints "chain <label> <task ids>"
+for the Go test, which counts the queries on the bus. Not a unittest module:
+it needs the service."""
 
 from __future__ import annotations
 
@@ -18,6 +20,7 @@ from typing import Any, Dict, List, Optional
 import dwr
 
 QUEUE = "pys"
+CHECKS = "pysc"
 
 
 async def wait_accepted(c: dwr.Client, task_id: str) -> Dict[str, Any]:
@@ -34,7 +37,8 @@ async def wait_accepted(c: dwr.Client, task_id: str) -> Dict[str, Any]:
 async def chain(c: dwr.Client, label: str, privacy: Optional[Dict[str, Any]]) -> None:
     tasks: List[Dict[str, Any]] = [
         {"key": "a", "queue": QUEUE, "input": {"secret": "secret-a"}},
-        {"key": "b", "queue": QUEUE, "depends_on": ["a"], "input": {"secret": "secret-b"}},
+        {"key": "b", "queue": QUEUE, "depends_on": ["a"], "input": {"secret": "secret-b"},
+         "verification": {"queue": CHECKS}},
         {"key": "c", "queue": QUEUE, "depends_on": ["b"], "input": {"secret": "secret-c"}},
     ]
     fields: Dict[str, Any] = {"envelope": {"privacy": privacy}} if privacy else {}
@@ -64,6 +68,13 @@ async def main() -> None:
                 raise dwr.Permanent("not_opened", "a dependency's result is not opened: %r" % (d.get("result"),))
             out += "+" + d["result"]
         return out
+
+    @worker.verifier(CHECKS)
+    async def judge(check: dwr.Check) -> dwr.Verdict:
+        # Task b's input and result, opened (a sealed value fails it).
+        if check.result != "secret-b+secret-a" or not isinstance(check.input, dict) or check.input.get("secret") != "secret-b":
+            return dwr.Verdict(dwr.FAIL, evidence={"input": check.input, "result": check.result})
+        return dwr.Verdict(dwr.PASS)
 
     run = asyncio.get_running_loop().create_task(worker.run())
     try:
