@@ -122,13 +122,15 @@ func (e *tsLazyEnv) creds(name string, role domain.Role, queues ...string) strin
 	return path
 }
 
-// worker starts lazy_worker.js as executor on queue with the lease given.
-func (e *tsLazyEnv) worker(queue, executor string, lease time.Duration) *serverProc {
+// worker starts lazy_worker.js as executor on queue with the lease given
+// (env: more of its environment, LAZY_VERIFY=1 for a verifier).
+func (e *tsLazyEnv) worker(queue, executor string, lease time.Duration, env ...string) *serverProc {
 	e.t.Helper()
 	cmd := exec.Command("node", tsProgram(e.t, "test/lazy_worker.js"))
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	cmd.Env = append(os.Environ(), "DWR_SERVER="+e.s.URL, "DWR_CREDS="+e.creds(executor, domain.RoleExecutor, queue),
 		"LAZY_QUEUE="+queue, "LAZY_EXECUTOR="+executor, fmt.Sprintf("LAZY_LEASE_MS=%d", lease.Milliseconds()), "LAZY_DIR="+e.dir)
+	cmd.Env = append(cmd.Env, env...)
 	cmd.Stderr = e.logs
 	out, err := cmd.StdoutPipe()
 	require.NoError(e.t, err)

@@ -3,6 +3,7 @@ package integration
 import (
 	"bytes"
 	"encoding/json"
+	"strings"
 	"testing"
 	"time"
 
@@ -16,12 +17,16 @@ import (
 // encryption on, the TypeScript SDK's worker reads its queue's key of the
 // day once and opens each item in memory: a chain of three runs without a
 // task.get of its first two tasks (their own, or as the next one's
-// dependency), each job claiming lazily as an unsealed item's does. A goal
-// with its own key is not sealed with the queue's: its jobs read their
-// tasks, as before.
+// dependency), each job claiming lazily as an unsealed item's does. Its
+// second task is judged by a TypeScript verifier, which opens its verify
+// item with its verification queue's key too (it fails the verdict unless
+// it sees the opened input and result). A goal with its own key is not
+// sealed with the queue's: its jobs and its verifier read their tasks, as
+// before.
 func TestTypeScriptWorkersOpenTheirQueuesSealedItemsThemselves(t *testing.T) {
 	e := newTSLazyEnvWith(t, handlers.Config{Encryption: true, MasterKey: bytes.Repeat([]byte{3}, 32)})
 	e.worker("steps", "ts-sealed", 30*time.Second)
+	e.worker("checks", "ts-checks", 30*time.Second, "LAZY_VERIFY=1")
 	// The queries the workers sent: the test reads only the last task of
 	// each chain (WaitState), so the first two count.
 	queries := func(name, id string) int {
@@ -39,7 +44,8 @@ func TestTypeScriptWorkersOpenTheirQueuesSealedItemsThemselves(t *testing.T) {
 		step := func(secret string) map[string]any { return map[string]any{"scenario": "join", "secret": secret} }
 		goal := map[string]any{"title": "sealed", "tasks": []map[string]any{
 			{"key": "a", "queue": "steps", "input": step("secret-a")},
-			{"key": "b", "queue": "steps", "depends_on": []string{"a"}, "input": step("secret-b")},
+			{"key": "b", "queue": "steps", "depends_on": []string{"a"}, "input": step("secret-b"),
+				"verification": map[string]any{"queue": "checks"}},
 			{"key": "c", "queue": "steps", "depends_on": []string{"b"}, "input": step("secret-c")}}}
 		if privacy != nil {
 			goal["envelope"] = map[string]any{"privacy": privacy}
@@ -50,16 +56,27 @@ func TestTypeScriptWorkersOpenTheirQueuesSealedItemsThemselves(t *testing.T) {
 		require.JSONEq(t, `"secret-c+secret-b+secret-a"`, string(done.Attempts[len(done.Attempts)-1].Result))
 		return g.Tasks
 	}
+	// judged checks that task b was judged PASS by the verifier, on its
+	// opened input and result, naming the digest of the result as the
+	// service sealed it (read after the task.get are counted: this is one).
+	judged := func(tasks []schemas.PlanTask) {
+		b := e.k.Task(t, tasks[1].TaskID)
+		require.Len(t, b.Verifications, 1)
+		require.Equal(t, schemas.OutcomePass, b.Verifications[0].Outcome)
+		require.Equal(t, "ts-checks", b.Verifications[0].Verifier)
+		require.True(t, strings.HasPrefix(b.Verifications[0].ResultDigest, "sha256:"))
+	}
 
 	tasks := chain(nil)
 	require.Zero(t, queries("task.get", tasks[0].TaskID)+queries("task.get", tasks[1].TaskID),
 		"every item was opened with the queue's key")
-	require.Equal(t, 1, queries("queue.key", ""), "the day's key is read once")
+	require.Equal(t, 2, queries("queue.key", ""), "each queue's key of the day is read once: the workers' and the verifier's")
+	judged(tasks)
 	for _, pt := range tasks {
 		e.jobLine(pt.TaskID, "succeeded")
 		var cmds []tsSent
 		for _, r := range e.sentFor(pt.TaskID) {
-			if !r.Query {
+			if !r.Query && r.Name != "task.verify" { // the job's, not the verifier's
 				cmds = append(cmds, r)
 			}
 		}
@@ -70,5 +87,6 @@ func TestTypeScriptWorkersOpenTheirQueuesSealedItemsThemselves(t *testing.T) {
 	tasks = chain(map[string]any{"key": "goal"})
 	require.GreaterOrEqual(t, queries("task.get", tasks[0].TaskID)+queries("task.get", tasks[1].TaskID), 3,
 		"a goal's own key is not the queue's: its jobs read their tasks")
-	require.Equal(t, 1, queries("queue.key", ""), "the key read before is kept")
+	require.Equal(t, 2, queries("queue.key", ""), "the keys read before are kept")
+	judged(tasks)
 }

@@ -948,7 +948,9 @@ export class Delivery {
     const it = this.item;
     try {
       if (this.sealed) {
-        // The item left before the views applied the result it judges: read them as of its record.
+        // Sealed with another key than the queue's (or its key was not handed): the task's payloads are
+        // read opened from the service. The item left before the views applied the result it judges: read
+        // them as of its record. Its result_digest stays the item's (the one the service compares).
         const t = await this.getTask(it.task_id, undefined, it.seq);
         const a = t.attempts?.find((x) => x.n === it.attempt);
         if (!a) throw new Error(`task ${it.task_id} has no attempt ${it.attempt} to judge`);

@@ -7,7 +7,9 @@ import type { WorkItem } from "./wire.js";
 // Work items the worker opens itself (as the Go SDK's,
 // executors/queue_keys.go). With encryption on, the service seals an
 // execute item's payloads (its task's input, results, checkpoint, its
-// dependencies' results) with its queue's key of the day, and the worker
+// dependencies' results) with its queue's key of the day, a verify item's
+// (the input and the result it judges, earlier attempts, verifications)
+// with its verification queue's, and the worker
 // reads that key once a day with the queue.key query (only the queue's
 // executors may), opening each item in memory: the job runs on the item
 // alone, as with encryption off, instead of reading its task and each
@@ -35,11 +37,12 @@ export class QueueKeys {
   constructor(private readonly c: Config) {}
 
   /**
-   * openItem returns text, a sealed execute item of the worker's queue,
-   * opened and checked, or undefined when it holds a value the worker
-   * cannot open itself (then it reads its task, as before).
+   * openItem returns text, a sealed item of kind ("execute", or "verify"
+   * on a verification queue) of the worker's queue, opened and checked, or
+   * undefined when it holds a value the worker cannot open itself (then it
+   * reads its task, as before).
    */
-  async openItem(text: string, svc: Service, signal: AbortSignal): Promise<WorkItem | undefined> {
+  async openItem(text: string, kind: string, svc: Service, signal: AbortSignal): Promise<WorkItem | undefined> {
     const epochs = new Map<string, number>();
     for (const scope of scopes(text)) {
       const epoch = parseQueueScope(scope);
@@ -57,7 +60,7 @@ export class QueueKeys {
     }
     try {
       const it = JSON.parse(openAll(text, this.c.workspace, (scope) => keys.get(scope))) as WorkItem;
-      checkItem(it, this.c, "execute");
+      checkItem(it, this.c, kind);
       return it;
     } catch (e) {
       this.c.log.warn(`dwr: a work item does not open with its queue key; reading its task instead: ${(e as Error).message}`);

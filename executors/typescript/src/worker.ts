@@ -415,10 +415,11 @@ export class Worker {
       return;
     }
     let item: WorkItem;
+    const kind = this.verifier ? "verify" : "execute";
     const text = new TextDecoder().decode(msg.data);
     try {
       item = JSON.parse(text) as WorkItem;
-      checkItem(item, this.cfg, this.verifier ? "verify" : "execute");
+      checkItem(item, this.cfg, kind);
     } catch (e) {
       // An item this worker cannot run: back for one that can, and past
       // MaxDeliver to the service's quarantine, which fails its task.
@@ -427,8 +428,9 @@ export class Worker {
       return;
     }
     if (text.includes(SealedPrefix)) {
-      // Sealed with the queue's key: opened here (queue_keys.ts); else read opened from the service.
-      const opened = this.verifier ? undefined : await this.queueKeys.openItem(text, d.svc, this.hardCtl.signal);
+      // Sealed with the queue's key (a verification queue's too): opened here (queue_keys.ts); else read
+      // opened from the service.
+      const opened = await this.queueKeys.openItem(text, kind, d.svc, this.hardCtl.signal);
       if (opened) item = opened;
       else {
         d.sealed = true;

@@ -4,20 +4,25 @@
 // per thing it saw to stdout ({"task_id", "event", "detail"}).
 //
 // Environment: DWR_SERVER, DWR_CREDS, LAZY_QUEUE, LAZY_EXECUTOR, LAZY_LEASE_MS
-// and LAZY_DIR (where the test leaves release files).
+// and LAZY_DIR (where the test leaves release files). With LAZY_VERIFY=1 it
+// is a verifier of LAZY_QUEUE instead: it passes a result that starts with
+// its input's secret (a "join" task's, opened), and fails any other.
 import { existsSync } from "node:fs";
 import { join } from "node:path";
 import { connect } from "@nats-io/transport-node";
 import {
   Client,
   DelegationFailed,
+  Verifier,
   DelegationOnFailure,
   Worker,
   causeOf,
   credentialOptions,
+  type Check,
   type Job,
   type Logger,
   type Result,
+  type Verdict,
 } from "../index.js";
 
 interface Input {
@@ -122,6 +127,18 @@ function handler(nc: Awaited<ReturnType<typeof connect>>) {
   };
 }
 
+/** judge passes a result joined from the opened input's secret; a sealed value fails it. */
+function judge(check: Check): Verdict {
+  const secret = (check.input as Input | undefined)?.secret;
+  const ok =
+    typeof secret === "string" &&
+    secret.startsWith("secret-") &&
+    typeof check.result === "string" &&
+    check.result.startsWith(secret + "+secret-");
+  say(undefined, "judged", { task_id: check.taskId, ok });
+  return ok ? { outcome: "PASS" } : { outcome: "FAIL", evidence: { input: check.input, result: check.result } };
+}
+
 async function main() {
   const creds = process.env.DWR_CREDS ?? "";
   const nc = await connect({
@@ -130,19 +147,17 @@ async function main() {
     maxReconnectAttempts: -1,
     ...(creds ? credentialOptions(creds) : {}),
   });
-  const w = new Worker(
-    {
-      nc,
-      queue: need("LAZY_QUEUE"),
-      executor,
-      version: "test-1",
-      leaseMs: Number(need("LAZY_LEASE_MS")),
-      concurrency: 4,
-      drainTimeoutMs: 1000,
-      logger,
-    },
-    handler(nc),
-  );
+  const opts = {
+    nc,
+    queue: need("LAZY_QUEUE"),
+    executor,
+    version: "test-1",
+    leaseMs: Number(need("LAZY_LEASE_MS")),
+    concurrency: 4,
+    drainTimeoutMs: 1000,
+    logger,
+  };
+  const w = process.env.LAZY_VERIFY === "1" ? new Verifier(opts, judge) : new Worker(opts, handler(nc));
   const stop = () => void w.stop();
   process.once("SIGTERM", stop);
   process.once("SIGINT", stop);

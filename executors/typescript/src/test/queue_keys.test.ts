@@ -53,26 +53,26 @@ const signal = new AbortController().signal;
 test("a sealed item opens with the day's key, read once for items opened at once", async () => {
   const { svc, sent } = keyService(handed);
   const qk = new QueueKeys(cfg);
-  const items = await Promise.all([1, 2, 3].map(() => qk.openItem(golden.item, svc, signal)));
+  const items = await Promise.all([1, 2, 3].map(() => qk.openItem(golden.item, "execute", svc, signal)));
   for (const it of items) assert.deepEqual(it, JSON.parse(golden.plain_item));
   assert.deepEqual(sent, [
     { subject: `dwr.q.${golden.workspace}.queue.key`, body: { queue: golden.queue, epoch: golden.epoch } },
   ]);
-  assert.deepEqual(await qk.openItem(golden.item, svc, signal), JSON.parse(golden.plain_item));
+  assert.deepEqual(await qk.openItem(golden.item, "execute", svc, signal), JSON.parse(golden.plain_item));
   assert.equal(sent.length, 1, "kept");
 });
 
 test("an item with a goal's own key is not opened, and reads no key", async () => {
   const { svc, sent } = keyService(handed);
-  assert.equal(await new QueueKeys(cfg).openItem(golden.goal_item, svc, signal), undefined);
+  assert.equal(await new QueueKeys(cfg).openItem(golden.goal_item, "execute", svc, signal), undefined);
   assert.equal(sent.length, 0);
 });
 
 test("a refused key is not asked for again for a minute", async () => {
   const { svc, sent } = keyService(() => ({ ok: false, error: { code: "forbidden", message: "not an executor of steps" } }));
   const qk = new QueueKeys(cfg);
-  assert.equal(await qk.openItem(golden.item, svc, signal), undefined);
-  assert.equal(await qk.openItem(golden.item, svc, signal), undefined);
+  assert.equal(await qk.openItem(golden.item, "execute", svc, signal), undefined);
+  assert.equal(await qk.openItem(golden.item, "execute", svc, signal), undefined);
   assert.equal(sent.length, 1);
 });
 
@@ -85,13 +85,19 @@ test("a key handed for another queue or day, or of another size, or that does no
   ];
   for (const answer of answers) {
     const { svc, sent } = keyService(answer);
-    assert.equal(await new QueueKeys(cfg).openItem(golden.item, svc, signal), undefined);
+    assert.equal(await new QueueKeys(cfg).openItem(golden.item, "execute", svc, signal), undefined);
     assert.equal(sent.length, 1);
   }
   // An item of another queue (the key opens it: the queue is the item's, not the scope's) is not run.
   const { svc, sent } = keyService(handed);
-  assert.equal(await new QueueKeys({ ...cfg, queue: "other" }).openItem(golden.item, svc, signal), undefined);
+  assert.equal(await new QueueKeys({ ...cfg, queue: "other" }).openItem(golden.item, "execute", svc, signal), undefined);
   assert.deepEqual(sent[0]?.body, { queue: "other", epoch: golden.epoch });
   // Nor does an item open in another workspace.
-  assert.equal(await new QueueKeys({ ...cfg, workspace: "other" }).openItem(golden.item, svc, signal), undefined);
+  assert.equal(await new QueueKeys({ ...cfg, workspace: "other" }).openItem(golden.item, "execute", svc, signal), undefined);
+});
+
+test("an item opened is run only as the kind the worker runs: an execute item is no verifier's", async () => {
+  const { svc, sent } = keyService(handed);
+  assert.equal(await new QueueKeys(cfg).openItem(golden.item, "verify", svc, signal), undefined);
+  assert.equal(sent.length, 1, "the key was read: the item is checked once opened");
 });
