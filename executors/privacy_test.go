@@ -6,11 +6,9 @@ import (
 	"encoding/json"
 	"errors"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats.go"
 	"github.com/stretchr/testify/require"
 
 	"github.com/dwr-run/dwr/executors"
@@ -67,28 +65,9 @@ func TestWorkersOpenTheirQueuesSealedItemsThemselves(t *testing.T) {
 		MasterKey: bytes.Repeat([]byte{3}, 32)}}))
 	// The queries sent, as the server routes them (the test waits for the
 	// last task of each chain with task.get: only the others count).
-	var mu sync.Mutex
-	var keyReads int
-	read := map[string]int{}
-	sub, err := b.nc.Subscribe("dwr.q.default.>", func(m *nats.Msg) {
-		var q schemas.Query
-		_ = json.Unmarshal(m.Data, &q)
-		mu.Lock()
-		defer mu.Unlock()
-		switch {
-		case strings.HasSuffix(m.Subject, ".queue.key"):
-			keyReads++
-		case strings.HasSuffix(m.Subject, ".task.get"):
-			read[q.ID]++
-		}
-	})
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = sub.Unsubscribe() })
-	require.NoError(t, b.nc.Flush())
+	queries := servicetest.WatchQueries(t, b.nc, "default")
 	taskGets := func(tasks []schemas.PlanTask) int {
-		mu.Lock()
-		defer mu.Unlock()
-		return read[tasks[0].TaskID] + read[tasks[1].TaskID]
+		return queries.Reads("task.get", tasks[0].TaskID, tasks[1].TaskID)
 	}
 	b.startWorker(t, executors.Config{Queue: "steps", Concurrency: 2}, joinSecrets)
 	b.startVerifier(t, executors.Config{Queue: "checks"}, func(ctx context.Context, c *executors.Check) (executors.Verdict, error) {
@@ -114,9 +93,7 @@ func TestWorkersOpenTheirQueuesSealedItemsThemselves(t *testing.T) {
 	out, tasks := chain(nil)
 	require.Equal(t, `"secret-c+secret-b+secret-a"`, out)
 	require.Zero(t, taskGets(tasks), "every item was opened with the queue's key")
-	mu.Lock()
-	require.Equal(t, 2, keyReads, "each queue's key of the day is read once: the workers' and the verifier's")
-	mu.Unlock()
+	require.Equal(t, 2, queries.Count("queue.key"), "each queue's key of the day is read once: the workers' and the verifier's")
 
 	out, tasks = chain(map[string]any{"key": "goal"})
 	require.Equal(t, `"secret-c+secret-b+secret-a"`, out)

@@ -3,16 +3,14 @@ package integration
 import (
 	"bufio"
 	"bytes"
-	"encoding/json"
 	"strings"
-	"sync"
 	"testing"
 
-	"github.com/nats-io/nats.go"
 	"github.com/stretchr/testify/require"
 
 	"github.com/dwr-run/dwr/domain"
 	"github.com/dwr-run/dwr/handlers"
+	"github.com/dwr-run/dwr/handlers/servicetest"
 	"github.com/dwr-run/dwr/schemas"
 )
 
@@ -31,25 +29,7 @@ func TestPythonWorkersOpenTheirQueuesSealedItems(t *testing.T) {
 	}
 	py := pythonSDK(t)
 	s, member := pythonService(t, handlers.Config{Encryption: true, MasterKey: bytes.Repeat([]byte{5}, 32)})
-	// The queries sent, as the server routes them.
-	var mu sync.Mutex
-	keyReads := 0
-	read := map[string]int{}
-	sub, err := s.Conn.Subscribe("dwr.q.default.>", func(m *nats.Msg) {
-		var q schemas.Query
-		_ = json.Unmarshal(m.Data, &q)
-		mu.Lock()
-		defer mu.Unlock()
-		switch {
-		case strings.HasSuffix(m.Subject, ".queue.key"):
-			keyReads++
-		case strings.HasSuffix(m.Subject, ".task.get"):
-			read[q.ID]++
-		}
-	})
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = sub.Unsubscribe() })
-	require.NoError(t, s.Conn.Flush())
+	queries := servicetest.WatchQueries(t, s.Conn, "default")
 
 	out := runPythonScript(t, py, "live_sealed.py", "DWR_SERVER="+s.URL,
 		"DWR_CREDS="+member("py-caller", domain.RoleClient), "DWR_EXECUTOR_CREDS="+member("py-sealed", domain.RoleExecutor, "pys", "pysc"))
@@ -62,11 +42,9 @@ func TestPythonWorkersOpenTheirQueuesSealedItems(t *testing.T) {
 		}
 	}
 	require.Len(t, chains, 2, "%s", out)
-	mu.Lock()
-	defer mu.Unlock()
-	gets := func(ids []string) int { return read[ids[0]] + read[ids[1]] }
+	gets := func(ids []string) int { return queries.Reads("task.get", ids[:2]...) }
 	require.Zero(t, gets(chains["queue"]), "every item was opened with the queue's key")
-	require.Equal(t, 2, keyReads, "each queue's key of the day is read once: the workers' and the verifier's")
+	require.Equal(t, 2, queries.Count("queue.key"), "each queue's key of the day is read once: the workers' and the verifier's")
 	require.GreaterOrEqual(t, gets(chains["goal"]), 3, "a goal's own key is not the queue's: its jobs read their tasks")
 
 	// The chain ran on the Python worker (its results show the jobs had
