@@ -10,6 +10,7 @@
 // that the benchmark measures nothing of its start.
 import { connect } from "@nats-io/transport-node";
 import { Worker, credentialOptions, type Logger } from "./index.js";
+import { runProgram, runUntilStopped } from "./program.js";
 
 // What the Go workers' handler returns (integration/bench/chain.go).
 const output = { ok: true };
@@ -42,17 +43,7 @@ async function main() {
     error: (msg, ...args) => console.error("tsbench", msg, ...args),
   };
   const w = new Worker({ nc, queue, executor, concurrency, drainTimeoutMs: 1000, logger }, async () => ({ output }));
-  const stop = () => void w.stop();
-  process.once("SIGTERM", stop);
-  process.once("SIGINT", stop);
-  await w.run();
-  await nc.drain();
+  await runUntilStopped(w, nc);
 }
 
-main().then(
-  () => process.exit(0),
-  (e) => {
-    console.error("tsbench:", e);
-    process.exit(1);
-  },
-);
+runProgram("tsbench", main);

@@ -21,6 +21,7 @@ import {
   type Result,
   type Verdict,
 } from "./index.js";
+import { runProgram, runUntilStopped } from "./program.js";
 
 interface Env {
   server: string;
@@ -206,17 +207,7 @@ async function main() {
   const nc = await connect({ servers: env.server, name: "tsexec", maxReconnectAttempts: -1, ...credentialOptions(env.creds) });
   const opts = { nc, queue: env.queue, leaseMs: env.leaseMs, executor: "tsexec", concurrency: 4, logger: console };
   const w = env.role === "verifier" ? new Verifier(opts, verify) : new Worker(opts, handler(env));
-  const stop = () => void w.stop();
-  process.once("SIGTERM", stop);
-  process.once("SIGINT", stop);
-  await w.run();
-  await nc.drain();
+  await runUntilStopped(w, nc);
 }
 
-main().then(
-  () => process.exit(0),
-  (e) => {
-    console.error("tsexec:", e);
-    process.exit(1);
-  },
-);
+runProgram("tsexec", main);

@@ -24,6 +24,7 @@ import {
   type Result,
   type Verdict,
 } from "../index.js";
+import { runProgram, runUntilStopped } from "../program.js";
 
 interface Input {
   scenario: string;
@@ -158,17 +159,7 @@ async function main() {
     logger,
   };
   const w = process.env.LAZY_VERIFY === "1" ? new Verifier(opts, judge) : new Worker(opts, handler(nc));
-  const stop = () => void w.stop();
-  process.once("SIGTERM", stop);
-  process.once("SIGINT", stop);
-  await w.run();
-  await nc.drain();
+  await runUntilStopped(w, nc);
 }
 
-main().then(
-  () => process.exit(0),
-  (e) => {
-    console.error("lazy_worker:", e);
-    process.exit(1);
-  },
-);
+runProgram("lazy_worker", main);

@@ -7,6 +7,7 @@
 // Environment: DWR_SERVER, DWR_CREDS, TRACE_QUEUE, TRACEPARENT, TRACE_OPTION,
 // TRACE_CALL.
 import { Client } from "../index.js";
+import { runProgram } from "../program.js";
 
 function need(name: string): string {
   const v = process.env[name] ?? "";
@@ -27,10 +28,4 @@ async function main() {
   await fromEnv.close();
 }
 
-main().then(
-  () => process.exit(0),
-  (e) => {
-    console.error("trace_client:", e);
-    process.exit(1);
-  },
-);
+runProgram("trace_client", main);
