@@ -15,20 +15,10 @@ import time
 from typing import Any, Callable, Dict, List
 
 import dwr
+from _live import wait_task
 
 QUEUE = "pyl"
 LEASE = 3.0
-
-
-async def wait_task(c: dwr.Client, task_id: str, what: str, cond: Callable[[Dict[str, Any]], bool]) -> Dict[str, Any]:
-    deadline = time.monotonic() + 30
-    t: Dict[str, Any] = {}
-    while time.monotonic() < deadline:
-        t = await c.task(task_id)
-        if cond(t):
-            return t
-        await asyncio.sleep(0.05)
-    raise AssertionError("task %s: %s: not within 30 s; it is %s" % (task_id, what, t.get("state")))
 
 
 async def wait_for(what: str, cond: Callable[[], bool]) -> None:

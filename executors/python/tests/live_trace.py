@@ -11,23 +11,12 @@ from __future__ import annotations
 
 import asyncio
 import os
-import time
-from typing import Any, Callable, Dict
+from typing import Any, Dict
 
 import dwr
+from _live import wait_task
 
 QUEUE = "pyt"
-
-
-async def wait_task(c: dwr.Client, task_id: str, what: str, cond: Callable[[Dict[str, Any]], bool]) -> Dict[str, Any]:
-    deadline = time.monotonic() + 30
-    t: Dict[str, Any] = {}
-    while time.monotonic() < deadline:
-        t = await c.task(task_id)
-        if cond(t):
-            return t
-        await asyncio.sleep(0.05)
-    raise AssertionError("task %s: %s: not within 30 s; it is %s" % (task_id, what, t.get("state")))
 
 
 def trace_id(tp: str) -> str:
