@@ -94,6 +94,9 @@ func TestWorkersOpenTheirQueuesSealedItemsThemselves(t *testing.T) {
 	require.Equal(t, `"secret-c+secret-b+secret-a"`, out)
 	require.Zero(t, taskGets(tasks), "every item was opened with the queue's key")
 	require.Equal(t, 2, queries.Count("queue.key"), "each queue's key of the day is read once: the workers' and the verifier's")
+	judged := b.Task(t, tasks[1].TaskID) // read after the counting: the verifier's PASS, on the opened payloads
+	require.Len(t, judged.Verifications, 1)
+	require.Equal(t, schemas.OutcomePass, judged.Verifications[0].Outcome)
 
 	out, tasks = chain(map[string]any{"key": "goal"})
 	require.Equal(t, `"secret-c+secret-b+secret-a"`, out)
