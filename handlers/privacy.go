@@ -483,8 +483,8 @@ func (s *Service) queueKeyQuery(ws string, p principal, q schemas.Query) (json.R
 	}
 	today := seal.QueueEpoch(s.cfg.Clock())
 	if q.Epoch < 0 || q.Epoch > today+maxQueueKeyAhead {
-		return nil, &schemas.Error{Code: schemas.CodeInvalid, Message: fmt.Sprintf("epoch %d is after tomorrow (%d): no item is sealed with its key", q.Epoch, today+1),
-			Fields: []schemas.FieldError{{Pointer: "/epoch", Message: fmt.Sprintf("at most %d", today+maxQueueKeyAhead)}}}
+		return nil, &schemas.Error{Code: schemas.CodeInvalid, Message: fmt.Sprintf("epoch %d is no day an item can be sealed on: 0 to %d (tomorrow, UTC)", q.Epoch, today+maxQueueKeyAhead),
+			Fields: []schemas.FieldError{{Pointer: "/epoch", Message: fmt.Sprintf("between 0 and %d", today+maxQueueKeyAhead)}}}
 	}
 	if p.role != domain.RoleAdmin && (p.member == nil || !p.member.MayWork(q.Queue)) {
 		return nil, forbidden("%s may not read the key of queue %q: only its executors may", p.name, q.Queue)

@@ -103,10 +103,12 @@ func TestQueueKeysOpenTheirQueuesItemsForTheirExecutorsOnly(t *testing.T) {
 		require.False(t, r.OK, who.name)
 		require.Equal(t, schemas.CodeForbidden, r.Error.Code, "%s: %s", who.name, r.Error.Message)
 	}
-	r = askQueueKey(t, executor, "default", schemas.Query{Queue: "build", Epoch: epoch + 2})
-	require.False(t, r.OK)
-	require.Equal(t, schemas.CodeInvalid, r.Error.Code)
-	require.Equal(t, "/epoch", r.Error.Fields[0].Pointer)
+	for _, bad := range []int64{epoch + 2, -1} {
+		r = askQueueKey(t, executor, "default", schemas.Query{Queue: "build", Epoch: bad})
+		require.False(t, r.OK, "epoch %d", bad)
+		require.Equal(t, schemas.CodeInvalid, r.Error.Code)
+		require.Equal(t, "/epoch", r.Error.Fields[0].Pointer, r.Error.Message)
+	}
 	r = askQueueKey(t, executor, "default", schemas.Query{Queue: "Build!", Epoch: epoch})
 	require.False(t, r.OK)
 	require.Equal(t, "/queue", r.Error.Fields[0].Pointer, r.Error.Message)
