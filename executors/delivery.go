@@ -89,7 +89,19 @@ func (w *Worker) deliver(hard context.Context, msg jetstream.Msg) {
 		return
 	}
 	d.delivered = meta.NumDelivered
-	err = json.Unmarshal(msg.Data(), &d.item)
+	// Sealed payloads (the service encrypts them) are opened here when
+	// the queue's key seals them all (queue_keys.go); else they are read
+	// opened from the service: an execute item then runs from the task as
+	// task.get answers it (or, when the views do not show it ready for the
+	// item's attempt yet, from its claim's), a verify item from task.get.
+	data := msg.Data()
+	d.encrypted = bytes.Contains(data, []byte(schemas.SealedPrefix))
+	if d.encrypted {
+		if plain, ok := w.openItem(hard, data); ok {
+			data, d.encrypted = plain, false
+		}
+	}
+	err = json.Unmarshal(data, &d.item)
 	kind := schemas.WorkKindExecute
 	if w.verify != nil {
 		kind = schemas.WorkKindVerify
@@ -105,20 +117,6 @@ func (w *Worker) deliver(hard context.Context, msg jetstream.Msg) {
 			logErr, err, "stream_seq", meta.Sequence.Stream, logDelivered, d.delivered)
 		_ = msg.NakWithDelay(w.leaseOf())
 		return
-	}
-	// Sealed payloads (the service encrypts them) are opened here when
-	// the queue's key seals them all (queue_keys.go); else they are read
-	// opened from the service: an execute item then runs from the task as
-	// task.get answers it (or, when the views do not show it ready for the
-	// item's attempt yet, from its claim's), a verify item from task.get.
-	d.encrypted = bytes.Contains(msg.Data(), []byte(schemas.SealedPrefix))
-	if d.encrypted {
-		if plain, ok := w.openItem(hard, msg.Data()); ok {
-			var it schemas.WorkItem
-			if json.Unmarshal(plain, &it) == nil && checkItem(&it, w.cfg.Workspace, w.cfg.Queue, kind) == nil {
-				d.item, d.encrypted = it, false
-			}
-		}
 	}
 	if d.encrypted {
 		d.item.Task, d.item.Dependencies = nil, nil

@@ -418,17 +418,6 @@ func (s *Service) SweepRetention(ctx context.Context) ([]string, error) {
 // for: a day, for clocks that disagree around midnight.
 const maxQueueKeyAhead = 1
 
-// queueKey returns queue's key of epoch in workspace ws.
-func (p *privacy) queueKey(ws, queue string, epoch int64) (*eventstore.DataKey, []byte, error) {
-	k, err := p.key(ws, eventstore.ScopeWorkspace, false)
-	if err != nil {
-		return nil, nil, err
-	}
-	raw := k.QueueKey(ws, queue, epoch)
-	qk, err := eventstore.NewDataKey(raw)
-	return qk, raw, err
-}
-
 // resealItem returns b, the encoded work item of queue in workspace ws,
 // with the payloads the workspace's key sealed sealed again with the
 // queue's key of day now; b as it is when it has none, or when they cannot
@@ -492,7 +481,7 @@ func (s *Service) queueKeyQuery(ws string, p principal, q schemas.Query) (json.R
 	if s.privacy == nil {
 		return nil, &schemas.Error{Code: schemas.CodeNotFound, Message: "the service does not seal payloads (encryption is off): work items carry them as sent"}
 	}
-	_, raw, err := s.privacy.queueKey(ws, q.Queue, q.Epoch)
+	k, err := s.privacy.key(ws, eventstore.ScopeWorkspace, false)
 	switch {
 	case errors.Is(err, eventstore.ErrShredded):
 		return nil, &schemas.Error{Code: schemas.CodeConflict, Message: shreddedMessage(ws, eventstore.ScopeWorkspace) + ": no queue key is made from it"}
@@ -501,5 +490,6 @@ func (s *Service) queueKeyQuery(ws string, p principal, q schemas.Query) (json.R
 	case err != nil:
 		return nil, err
 	}
+	raw := k.QueueKey(ws, q.Queue, q.Epoch)
 	return json.Marshal(schemas.QueueKey{Queue: q.Queue, Epoch: q.Epoch, Key: base64.RawURLEncoding.EncodeToString(raw)})
 }
