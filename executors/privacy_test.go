@@ -65,7 +65,7 @@ func TestWorkersOpenTheirQueuesSealedItemsThemselves(t *testing.T) {
 		MasterKey: bytes.Repeat([]byte{3}, 32)}}))
 	// The queries sent, as the server routes them (the test waits for the
 	// last task of each chain with task.get: only the others count).
-	queries := servicetest.WatchQueries(t, b.nc, "default")
+	queries := servicetest.WatchRequests(t, b.nc, "default")
 	taskGets := func(tasks []schemas.PlanTask) int {
 		return queries.Reads("task.get", tasks[0].TaskID, tasks[1].TaskID)
 	}

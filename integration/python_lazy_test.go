@@ -3,11 +3,9 @@ package integration
 import (
 	"bufio"
 	"context"
-	"encoding/json"
 	"fmt"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 
 	"github.com/nats-io/nats.go"
@@ -61,31 +59,16 @@ type sentCommand struct {
 // reaches the service, from now on.
 func watchCommands(t *testing.T, nc *nats.Conn) func(taskID string) []sentCommand {
 	t.Helper()
-	var mu sync.Mutex
-	var all []sentCommand
-	const prefix = "dwr.cmd.default."
-	sub, err := nc.Subscribe(prefix+">", func(m *nats.Msg) {
-		var c sentCommand
-		if json.Unmarshal(m.Data, &c) != nil {
-			return
-		}
-		c.Name = strings.TrimPrefix(m.Subject, prefix)
-		c.Traceparent = m.Header.Get(schemas.HeaderTraceparent)
-		mu.Lock()
-		all = append(all, c)
-		mu.Unlock()
-	})
-	require.NoError(t, err)
-	require.NoError(t, nc.Flush())
-	t.Cleanup(func() { _ = sub.Unsubscribe() })
+	requests := servicetest.WatchRequests(t, nc, "default")
 	return func(taskID string) []sentCommand {
-		mu.Lock()
-		defer mu.Unlock()
 		var out []sentCommand
-		for _, c := range all {
-			if c.TaskID == taskID {
-				out = append(out, c)
+		for _, r := range requests.All() {
+			var c sentCommand
+			if r.Query || r.Decode(&c) != nil || c.TaskID != taskID {
+				continue
 			}
+			c.Name, c.Traceparent = r.Name, r.Traceparent
+			out = append(out, c)
 		}
 		return out
 	}

@@ -29,7 +29,7 @@ func TestPythonWorkersOpenTheirQueuesSealedItems(t *testing.T) {
 	}
 	py := pythonSDK(t)
 	s, member := pythonService(t, handlers.Config{Encryption: true, MasterKey: bytes.Repeat([]byte{5}, 32)})
-	queries := servicetest.WatchQueries(t, s.Conn, "default")
+	queries := servicetest.WatchRequests(t, s.Conn, "default")
 
 	out := runPythonScript(t, py, "live_sealed.py", "DWR_SERVER="+s.URL,
 		"DWR_CREDS="+member("py-caller", domain.RoleClient), "DWR_EXECUTOR_CREDS="+member("py-sealed", domain.RoleExecutor, "pys", "pysc"))

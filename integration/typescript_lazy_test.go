@@ -62,8 +62,9 @@ type tsLazyEnv struct {
 	dir   string
 	logs  *syncBuffer
 
+	requests *servicetest.RequestLog // every command and query of the workspace
+
 	mu     sync.Mutex
-	sent   []tsSent
 	events []tsEvent
 }
 
@@ -85,24 +86,7 @@ func newTSLazyEnvWith(t *testing.T, cfg handlers.Config) *tsLazyEnv {
 	cfg.Tracer = tp
 	s := servicetest.Start(t, t.TempDir(), servicetest.Options{Secure: true, Listen: "127.0.0.1:0", Config: cfg})
 	e := &tsLazyEnv{t: t, s: s, k: s.Client("default"), spans: spans, dir: t.TempDir(), logs: logOnFailure(t, "TypeScript processes")}
-	record := func(m *nats.Msg) {
-		var r tsSent
-		if json.Unmarshal(m.Data, &r) != nil {
-			return
-		}
-		r.Name = m.Subject[strings.LastIndex(m.Subject[:strings.LastIndex(m.Subject, ".")], ".")+1:]
-		r.Query = strings.HasPrefix(m.Subject, "dwr.q.")
-		r.Traceparent = schemas.TraceCarrier(m.Header).Get(schemas.HeaderTraceparent)
-		e.mu.Lock()
-		e.sent = append(e.sent, r)
-		e.mu.Unlock()
-	}
-	for _, subject := range []string{"dwr.cmd.default.>", "dwr.q.default.>"} {
-		sub, err := s.Conn.Subscribe(subject, record)
-		require.NoError(t, err)
-		t.Cleanup(func() { _ = sub.Unsubscribe() })
-	}
-	require.NoError(t, s.Conn.Flush())
+	e.requests = servicetest.WatchRequests(t, s.Conn, "default")
 	return e
 }
 
@@ -207,13 +191,25 @@ func (e *tsLazyEnv) task(queue string, in map[string]any, adjust ...func(map[str
 // The test reads the task only once its job has ended, after sentFor: the
 // service's account sees every client's requests alike.
 func (e *tsLazyEnv) sentFor(id string) []tsSent {
-	e.mu.Lock()
-	defer e.mu.Unlock()
 	var out []tsSent
-	for _, r := range e.sent {
+	for _, r := range e.sent() {
 		if (r.TaskID == id || r.ID == id) && r.Name != "task.create" && r.Name != "task.cancel" {
 			out = append(out, r)
 		}
+	}
+	return out
+}
+
+// sent returns every request of the workspace so far, decoded.
+func (e *tsLazyEnv) sent() []tsSent {
+	var out []tsSent
+	for _, r := range e.requests.All() {
+		var s tsSent
+		if r.Decode(&s) != nil {
+			continue
+		}
+		s.Name, s.Query, s.Traceparent = r.Name, r.Query, r.Traceparent
+		out = append(out, s)
 	}
 	return out
 }
@@ -425,13 +421,11 @@ func TestTypeScriptJobCommandsCarryTheItemsTrace(t *testing.T) {
 	out, err := cmd.CombinedOutput()
 	require.NoError(t, err, "%s", out)
 	byTitle := map[string]string{}
-	e.mu.Lock()
-	for _, r := range e.sent {
+	for _, r := range e.sent() {
 		if r.Name == "task.create" && r.Spec.Title != "" {
 			byTitle[r.Spec.Title] = r.Traceparent
 		}
 	}
-	e.mu.Unlock()
 	require.Equal(t, map[string]string{"env": env, "option": option, "call": call, "none": ""}, byTitle)
 }
 

@@ -30,10 +30,8 @@ func TestTypeScriptWorkersOpenTheirQueuesSealedItemsThemselves(t *testing.T) {
 	// The queries the workers sent: the test reads only the last task of
 	// each chain (WaitState), so the first two count.
 	queries := func(name, id string) int {
-		e.mu.Lock()
-		defer e.mu.Unlock()
 		n := 0
-		for _, r := range e.sent {
+		for _, r := range e.sent() {
 			if r.Query && r.Name == name && (id == "" || r.ID == id) {
 				n++
 			}
