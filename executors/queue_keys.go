@@ -14,8 +14,9 @@ import (
 )
 
 // Work items the worker opens itself. With encryption on, the service
-// seals an execute item's payloads (its task's input, results, checkpoint,
-// its dependencies' results) with its queue's key of the day, and the
+// seals an item's payloads (an execute item's task input, results,
+// checkpoint and dependencies' results; a verify item's input and the
+// result it judges) with its queue's key of the day, and the
 // worker reads that key once a day with the queue.key query (only the
 // queue's executors may), opening each item in memory: the job runs on
 // the item alone, as with encryption off, instead of reading its task and
@@ -35,9 +36,9 @@ type queueKeys struct {
 	failed map[int64]time.Time // epochs whose key was not handed, and when
 }
 
-// open returns data, an execute item of the worker's queue, with its
-// sealed payloads opened, or ok false when it holds one the worker cannot
-// open itself.
+// openItem returns data, a work item of the worker's queue (an execute
+// item, or a verifier's verify item), with its sealed payloads opened, or
+// ok false when it holds one the worker cannot open itself.
 func (w *Worker) openItem(ctx context.Context, data []byte) (plain []byte, ok bool) {
 	scopes := seal.Scopes(data)
 	keys := make(map[string]*seal.DataKey, len(scopes))
