@@ -71,6 +71,14 @@ func (l *logBuffer) Write(p []byte) (int, error) {
 	return l.buf.Write(p)
 }
 
+// waitFor waits until the logs hold s: a worker logs a job's line after
+// the service answered its report, so after the task's state changed.
+func (l *logBuffer) waitFor(t *testing.T, s string) {
+	t.Helper()
+	servicetest.Eventually(t, waitFor, func() bool { return strings.Contains(l.String(), s) },
+		func() string { return fmt.Sprintf("the worker's logs never held %q", s) })
+}
+
 func (l *logBuffer) String() string {
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -132,7 +140,7 @@ printf '{"input": %s, "task": "%s", "attempt": %s, "op": "%s", "ws": "%s", "queu
 	require.Equal(t, "cli-echo", tk.Attempts[0].Executor)
 	tk = e.WaitState(t, text, "accepted", waitFor)
 	require.JSONEq(t, `"hello\nworld"`, string(tk.Attempts[0].Result), "stdout that is not JSON is a JSON string")
-	require.Contains(t, logs.String(), "task="+id+" attempt=1 outcome=succeeded duration=", "one line per job")
+	logs.waitFor(t, "task="+id+" attempt=1 outcome=succeeded duration=") // one line per job, written once its report is answered
 }
 
 // A command gets the accepted results of its task's dependencies, by plan
@@ -257,8 +265,7 @@ echo '"ok"'
 `, half, release))
 	logs := e.startWorker("checkpoints", workerOpts{lease: 1500 * time.Millisecond}, slow)
 	id := e.CreateTask(t, map[string]any{"queue": "checkpoints"})
-	servicetest.Eventually(t, 10*time.Second, func() bool { return strings.Contains(logs.String(), "does not hold valid JSON") },
-		func() string { return "an invalid checkpoint file is not ignored with a log line" })
+	logs.waitFor(t, "does not hold valid JSON") // an invalid checkpoint file is not ignored with a log line
 	require.NoError(t, os.WriteFile(half, nil, 0o600))
 	tk := e.WaitTask(t, id, 10*time.Second, "the checkpoint saved while the command runs",
 		func(tk domain.Task) bool { return tk.State == "running" && len(tk.Checkpoint) > 0 })
@@ -293,8 +300,7 @@ wait
 	}, func() string { return "the command's group did not get SIGTERM" })
 	tk := e.WaitState(t, id, "cancelled", waitFor)
 	require.Equal(t, "cancelled", tk.Attempts[0].State)
-	servicetest.Eventually(t, 10*time.Second, func() bool { return strings.Contains(logs.String(), "outcome=refused") },
-		func() string { return "the stopped command's report was not refused" })
+	logs.waitFor(t, "outcome=refused") // the stopped command's report is refused
 }
 
 func TestWorkerRefusesTooMuchStdout(t *testing.T) {
@@ -330,8 +336,8 @@ esac
 	tk := e.WaitState(t, id, "accepted", waitFor)
 	require.Len(t, tk.Attempts, 2, "FAIL started attempt 2, PASS accepted it")
 	require.JSONEq(t, `{"text": "draft", "title": "T"}`, string(tk.Attempts[1].Result))
-	require.Contains(t, logs.String(), "verdict=FAIL")
-	require.Contains(t, logs.String(), "verdict=PASS")
+	logs.waitFor(t, "verdict=FAIL")
+	logs.waitFor(t, "verdict=PASS")
 	require.Equal(t, executors.Fail, tk.Verifications[0].Outcome)
 	sum := sha256.Sum256([]byte("no title"))
 	refs := tk.Verifications[0].EvidenceRefs
@@ -404,7 +410,7 @@ echo '"done"'
 	b, err := io.ReadAll(r)
 	require.NoError(t, err)
 	require.True(t, strings.HasSuffix(string(b), "resized 3 images\n"))
-	require.Eventually(t, func() bool { return strings.Contains(logs.String(), "the command's stderr") }, waitFor, 20*time.Millisecond)
+	logs.waitFor(t, "the command's stderr")
 	require.Contains(t, logs.String(), "resized 3 images", "the end of stderr is logged")
 }
 
@@ -494,7 +500,7 @@ exit 101
 	require.Len(t, tk.Attempts, 2)
 	require.Equal(t, "parked", tk.Attempts[0].State)
 	require.JSONEq(t, `{"slept": true, "attempt": 2}`, string(tk.Attempts[1].Result))
-	require.Contains(t, logs.String(), "task="+id+" attempt=1 outcome=waiting")
+	logs.waitFor(t, "task="+id+" attempt=1 outcome=waiting")
 
 	tk = e.WaitState(t, bad, "failed", waitFor)
 	require.Len(t, tk.Attempts, 1, "an empty wait file is not retried")
