@@ -2,6 +2,7 @@ package handlers
 
 import (
 	"encoding/json"
+	"sync"
 
 	"github.com/nats-io/nats.go/micro"
 )
@@ -31,11 +32,47 @@ func callerOf(h micro.Headers) (Caller, bool) {
 	if v == "" || len(v) > maxRequestInfoBytes {
 		return Caller{}, false
 	}
+	if c, ok := requestInfos.get(v); ok {
+		return c, c.Account != ""
+	}
 	var c Caller
 	if err := json.Unmarshal([]byte(v), &c); err != nil || c.Account == "" {
-		return Caller{}, false
+		c = Caller{}
 	}
-	return c, true
+	requestInfos.put(v, c)
+	return c, c.Account != ""
+}
+
+// requestInfos remembers the callers of the request infos seen last. A
+// connection's requests carry the same info (the server stamps its
+// account, user, connection and round trip) until its round trip is
+// measured again, and decoding the ~400 bytes of JSON cost more than the
+// rest of admitting a request. What a header says depends on nothing else,
+// so a remembered answer is the decoded one.
+var requestInfos = &callerCache{m: map[string]Caller{}}
+
+// maxCallersKept bounds requestInfos; when full it starts again.
+const maxCallersKept = 4096
+
+type callerCache struct {
+	mu sync.Mutex
+	m  map[string]Caller
+}
+
+func (c *callerCache) get(info string) (Caller, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	v, ok := c.m[info]
+	return v, ok
+}
+
+func (c *callerCache) put(info string, v Caller) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if len(c.m) >= maxCallersKept {
+		clear(c.m)
+	}
+	c.m[info] = v
 }
 
 // sender is a request's identity, decoded once when the request arrives:

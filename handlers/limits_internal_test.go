@@ -2,7 +2,9 @@ package handlers
 
 import (
 	"encoding/json"
+	"sync"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -69,4 +71,34 @@ func TestAdmissionDefaults(t *testing.T) {
 	c = Config{MaxInFlight: 64}.withDefaults()
 	require.Equal(t, 48, c.MaxQueriesInFlight)
 	require.Equal(t, 16, c.MaxInFlightPerCaller, "a quarter of a small MaxInFlight")
+}
+
+// Handlers run on kept goroutines: up to maxIdle wait for the next request,
+// the rest end; stopped, the waiting ones end and a later request still runs.
+func TestRunnersKeepUpToMaxIdleGoroutines(t *testing.T) {
+	r := newRunners(4)
+	release := make(chan struct{})
+	var started sync.WaitGroup
+	started.Add(10)
+	for range 10 {
+		r.run(func() { started.Done(); <-release })
+	}
+	started.Wait() // ten at once: none was idle, so ten goroutines
+	close(release)
+	require.Eventually(t, func() bool { return r.idle.Load() == 4 }, 5*time.Second, time.Millisecond, "runners idle, want 4")
+
+	ran := make(chan struct{})
+	r.run(func() { close(ran) })
+	<-ran
+	require.Eventually(t, func() bool { return r.idle.Load() == 4 }, 5*time.Second, time.Millisecond, "an idle runner took the request and waits again")
+
+	r.stop()
+	require.Eventually(t, func() bool { return r.idle.Load() == 0 }, 5*time.Second, time.Millisecond, "runners still idle after stop")
+	done := make(chan struct{})
+	r.run(func() { close(done) })
+	select {
+	case <-done:
+	case <-time.After(5 * time.Second):
+		t.Fatal("a request after stop did not run")
+	}
 }

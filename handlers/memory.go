@@ -66,6 +66,25 @@ func ParseMemoryLimit(s string) (int64, error) {
 // to a local file the operator names, and opens nothing to the network.
 const MemProfileEnv = "DWR_MEMPROFILE"
 
+// CPUProfileEnv names the diagnostic environment variable that makes dwr
+// serve write a CPU profile of its whole run, until it stops, to a file.
+// Off by default; like MemProfileEnv it writes only to a local file.
+const CPUProfileEnv = "DWR_CPUPROFILE"
+
+// profileCPU starts a CPU profile of the process into file and returns
+// what ends it.
+func profileCPU(file string) (stop func(), err error) {
+	f, err := os.Create(file) //nolint:gosec // the operator names the file
+	if err != nil {
+		return nil, err
+	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		_ = f.Close()
+		return nil, err
+	}
+	return func() { pprof.StopCPUProfile(); _ = f.Close() }, nil
+}
+
 // WatchMemory samples the process's memory twice a second until ctx ends and,
 // whenever the heap in use reaches a new high (by 5 %), writes a heap
 // profile to file (replacing the last): the profile of the peak. When ctx

@@ -100,7 +100,8 @@ type ServeConfig struct {
 // the embedded server (or uses cfg.NATS, or connects to cfg.External), runs
 // the service, and once it is ready gives the server the members the views
 // hold. With the environment variable MemProfileEnv set it watches the
-// process's memory meanwhile (WatchMemory). It returns nil when ctx ends, an
+// process's memory meanwhile (WatchMemory), with CPUProfileEnv it profiles
+// its CPU until it stops. It returns nil when ctx ends, an
 // error wrapping ErrInvalidConfig when cfg is refused (before anything is
 // made when its MemoryLimit is), one wrapping ErrUnreachable when
 // cfg.External cannot be connected to, one wrapping eventstore.ErrIntegrity
@@ -137,6 +138,13 @@ func Serve(ctx context.Context, cfg ServeConfig) error {
 		wctx, cancel := context.WithCancel(ctx)
 		watched := WatchMemory(wctx, file, logger)
 		defer func() { cancel(); <-watched }()
+	}
+	if file := os.Getenv(CPUProfileEnv); file != "" {
+		stop, err := profileCPU(file)
+		if err != nil {
+			return fmt.Errorf("%s: %w", CPUProfileEnv, err)
+		}
+		defer stop()
 	}
 	id, err := writerID(cfg.DataDir)
 	if err != nil {

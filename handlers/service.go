@@ -252,6 +252,7 @@ type Service struct {
 	// advisories is the stream keeping the work stream's max-deliveries advisories.
 	advisories string
 	admission  *admission
+	runners    *runners // run the handlers of requests
 	// onQuery, when set, is called as a query starts to be served, with its
 	// caller's name and the query: tests hold queries in flight with it.
 	onQuery atomic.Pointer[func(actor, query string)]
@@ -330,7 +331,7 @@ func New(nc *nats.Conn, store *projections.Store, cfg Config) (*Service, error) 
 		admins[a.PublicKey] = a.Name
 	}
 	s := &Service{cfg: cfg, tracer: cfg.Tracer.Tracer(tracerName), key: key, nc: nc, js: js, store: store, admission: newAdmission(cfg),
-		admins: admins, ready: make(chan struct{}), changed: make(chan struct{})}
+		runners: newRunners(maxIdleRunners), admins: admins, ready: make(chan struct{}), changed: make(chan struct{})}
 	if s.metrics, err = newMetrics(cfg.Metrics, s); err != nil {
 		return nil, fmt.Errorf("handlers: Config.Metrics: %w", err)
 	}
@@ -349,6 +350,7 @@ func (s *Service) LogKey() *eventstore.LogKey { return s.key }
 
 // Run serves until ctx ends or a part fails; it returns nil on ctx's end.
 func (s *Service) Run(ctx context.Context) error {
+	defer s.runners.stop()
 	// A cluster may still be electing its JetStream leader: keep trying,
 	// unless the log's stream is not as declared (it is never changed).
 	l := s.cfg.Log

@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"log/slog"
+	"strconv"
 
 	"github.com/dwr-run/dwr/domain"
 	"github.com/dwr-run/dwr/eventstore"
@@ -70,8 +71,22 @@ func okResponse(seq uint64, result any) []byte {
 		}
 		raw = b
 	}
-	b, _ := json.Marshal(schemas.Reply{OK: true, Result: raw, Seq: seq})
-	return b
+	return appendOK(make([]byte, 0, len(raw)+48), raw, seq)
+}
+
+// appendOK appends the reply {"ok":true,"result":raw,"seq":seq} as
+// json.Marshal writes a schemas.Reply (result and seq left out when empty),
+// without encoding/json's second pass over raw: raw is JSON this service
+// encoded.
+func appendOK(b []byte, raw json.RawMessage, seq uint64) []byte {
+	b = append(b, `{"ok":true`...)
+	if len(raw) > 0 {
+		b = append(append(b, `,"result":`...), raw...)
+	}
+	if seq > 0 {
+		b = strconv.AppendUint(append(b, `,"seq":`...), seq, 10)
+	}
+	return append(b, '}')
 }
 
 // pageResponse is the reply of a query: its encoded result, and next, the

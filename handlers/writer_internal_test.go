@@ -9,11 +9,13 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go/micro"
 	"github.com/stretchr/testify/require"
 
 	"github.com/dwr-run/dwr/domain"
 	"github.com/dwr-run/dwr/eventstore"
 	"github.com/dwr-run/dwr/projections"
+	"github.com/dwr-run/dwr/schemas"
 )
 
 // gatedWriter is the writer with a gate: a batch that opens with the gate
@@ -216,4 +218,36 @@ func TestWriterViewsFromDecidedStatesEqualViewsRebuiltFromTheLog(t *testing.T) {
 	want, err := rebuilt.Goal(goal)
 	require.NoError(t, err)
 	require.Equal(t, want, got)
+}
+
+// A reply the service writes by hand is the one json.Marshal writes (its
+// result being what json.Marshal wrote).
+func TestOKRepliesAreWhatEncodingJSONWrites(t *testing.T) {
+	escaped, err := json.Marshal(map[string]any{"text": "x<&>\u2028", "n": []int{1}})
+	require.NoError(t, err)
+	for _, c := range []struct {
+		raw json.RawMessage
+		seq uint64
+	}{{nil, 0}, {json.RawMessage(`{"id":"g-1","version":1}`), 42}, {json.RawMessage(`[]`), 0}, {nil, 7}, {escaped, 1 << 63}} {
+		want, err := json.Marshal(schemas.Reply{OK: true, Result: c.raw, Seq: c.seq})
+		require.NoError(t, err)
+		require.Equal(t, string(want), string(okResponse(c.seq, c.raw)))
+	}
+}
+
+// The identity of a request is the same whether its header was decoded
+// now or remembered; a header that names no account names no caller.
+func TestCallersAreRememberedAsDecoded(t *testing.T) {
+	info := `{"acc":"CLIENTS","user":"UABC","rtt":1200,"server":"n1"}`
+	for range 2 {
+		c, ok := callerOf(micro.Headers{HeaderRequestInfo: {info}})
+		require.True(t, ok)
+		require.Equal(t, Caller{Account: "CLIENTS", User: "UABC"}, c)
+	}
+	for range 2 {
+		_, ok := callerOf(micro.Headers{HeaderRequestInfo: {`{"user":"UABC"}`}})
+		require.False(t, ok)
+		_, ok = callerOf(micro.Headers{HeaderRequestInfo: {`not json`}})
+		require.False(t, ok)
+	}
 }

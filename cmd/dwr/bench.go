@@ -54,6 +54,7 @@ func benchChainCmd(g *globals) *cobra.Command {
 	f.StringVar(&o.Dir, "dir", os.TempDir(), "where the fresh directories are made")
 	f.DurationVar(&o.Timeout, "timeout", bench.DefaultChainTimeout, "give up on a run after this long")
 	f.StringVar(&o.CPUProfile, "cpuprofile", "", "write a CPU profile of the whole run to this file (with --deployed: of this process, the workers and clients, only)")
+	f.StringVar(&o.MemProfile, "memprofile", "", "write a profile of the whole run's allocations to this file (with --deployed: of this process only)")
 	f.BoolVar(&o.Auth, "auth", true, "run the service closed, as dwr serve does (--auth=false: open, without accounts or credentials)")
 	f.BoolVar(&o.CompareAuth, "compare-auth", false, "run closed and open, alternating in --rounds rounds, and print the cost of authentication")
 	f.IntVar(&o.Rounds, "rounds", 3, "with --compare-auth, --compare-encryption, --compare-observability or --compare-workers: rounds, each running everything each way (the order changed each round)")

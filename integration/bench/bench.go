@@ -816,3 +816,22 @@ func startCPUProfile(path string) (stop func(), err error) {
 		_ = pf.Close()
 	}, nil
 }
+
+// writeAllocsProfile writes the process's allocations so far to path
+// (nothing when path is empty); a failure is only logged, as the run's
+// figures stand without it.
+func writeAllocsProfile(path string) {
+	if path == "" {
+		return
+	}
+	f, err := os.Create(path)
+	if err == nil {
+		err = pprof.Lookup("allocs").WriteTo(f, 0)
+		if cerr := f.Close(); err == nil {
+			err = cerr
+		}
+	}
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "bench: the allocations profile: %v\n", err)
+	}
+}

@@ -44,6 +44,9 @@ type ChainOptions struct {
 	// CPUProfile, when set, is the file a CPU profile of the whole run is
 	// written to.
 	CPUProfile string
+	// MemProfile, when set, is the file a profile of the run's allocations
+	// is written to (in-process: the service's with the rest).
+	MemProfile string
 	// Auth runs the service closed, as dwr serve does (false: open).
 	Auth bool
 	// CompareAuth runs closed and open, alternating in Rounds rounds.
@@ -247,6 +250,7 @@ func RunChain(ctx context.Context, o ChainOptions, progress io.Writer) (*ChainRe
 		return nil, err
 	}
 	defer stopProfile()
+	defer writeAllocsProfile(o.MemProfile)
 	rep := &ChainReport{Go: runtime.Version(), CPUs: runtime.NumCPU(), Workers: o.Workers, Concurrency: o.Concurrency,
 		Service: ServiceInProcess, Submitters: o.Submitters, Warmup: o.Warmup, Auth: authName(!o.Auth), Encryption: encryptionName(o.Plain),
 		Observability: observabilityName(o.Observe), WorkerSDK: o.WorkerSDK}
