@@ -175,21 +175,18 @@ func (w *writer) Decide(items []*request) ([]eventstore.Event, []eventstore.Comm
 			errs[i] = &answered{out: &outcome{Seq: w.store.Checkpoint(), Reply: reply}, same: -1}
 			continue
 		}
-		evs := make([]eventstore.Event, 0, len(out.Changes))
+		if events == nil { // most commands make a handful of events
+			events = make([]eventstore.Event, 0, 6*len(items))
+		}
 		for _, c := range out.Changes {
 			data, err := json.Marshal(c.Event)
 			if err != nil {
-				errs[i] = err
-				break
+				return w.redecideWithout(items, i, err)
 			}
-			evs = append(evs, eventstore.Event{Type: c.Event.EventType(), SchemaVersion: domain.SchemaVersion(c.Event.EventType()), Workspace: c.Workspace,
+			events = append(events, eventstore.Event{Type: c.Event.EventType(), SchemaVersion: domain.SchemaVersion(c.Event.EventType()), Workspace: c.Workspace,
 				AggregateType: c.AggregateType, AggregateID: c.AggregateID, Version: c.Version,
 				CommandID: m.CommandID, CorrelationID: m.CorrelationID, Actor: m.Actor, Time: m.Now, Data: data})
 		}
-		if errs[i] != nil {
-			return w.redecideWithout(items, i, errs[i])
-		}
-		events = append(events, evs...)
 		results = append(results, eventstore.CommandResult{Workspace: m.Workspace, CommandID: m.CommandID, Actor: m.Actor, Reply: reply, Error: refusal,
 			Body: m.Body})
 	}
