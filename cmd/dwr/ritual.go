@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"iter"
-	"maps"
 	"slices"
 	"strings"
 
@@ -81,9 +80,9 @@ func ritualRunCmd(g *globals) *cobra.Command {
 				if err != nil {
 					return err
 				}
-				params, err := ritualParams(rv, base, pairs)
+				params, err := planfile.Params(rv, base, pairs)
 				if err != nil {
-					return err
+					return fail(exitInvalid, "%v", err)
 				}
 				// The version the params were read against, even if another
 				// is defined meanwhile.
@@ -112,95 +111,6 @@ func readParamsFile(file string) (map[string]any, error) {
 		return map[string]any{}, nil
 	}
 	return planfile.ReadParamsFile(file)
-}
-
-// ritualParams returns the params of a run of rv: base with each --param
-// NAME=VALUE of pairs set, VALUE taken as text for a parameter whose
-// schema says it is a string and as JSON for any other (a parameter the
-// schema does not declare is JSON when it parses, else text). A VALUE that
-// is not what its parameter needs is refused, naming it.
-func ritualParams(rv *schemas.RitualVersion, base map[string]any, pairs []string) (json.RawMessage, error) {
-	props := paramProperties(rv.Parameters)
-	for _, p := range pairs {
-		name, value, ok := strings.Cut(p, "=")
-		if !ok || name == "" {
-			return nil, fail(exitInvalid, "--param %q: write NAME=VALUE", p)
-		}
-		prop, declared := props[name]
-		if declared && textParam(prop) {
-			base[name] = value
-			continue
-		}
-		v, err := decodeJSON(value)
-		if err != nil {
-			if !declared {
-				base[name] = value
-				continue
-			}
-			return nil, fail(exitInvalid, "--param %s: parameter %q of ritual %s version %d is of type %s, so its value is read as JSON, which %q is not (%v); a string in JSON is quoted: --param '%s=\"%s\"'",
-				p, name, rv.Name, rv.Version, typeOf(prop), value, err, name, value)
-		}
-		base[name] = v
-	}
-	return json.Marshal(base)
-}
-
-// decodeJSON decodes s as one JSON value, its numbers kept as written.
-func decodeJSON(s string) (any, error) {
-	dec := json.NewDecoder(strings.NewReader(s))
-	dec.UseNumber()
-	var v any
-	if err := dec.Decode(&v); err != nil {
-		return nil, err
-	}
-	if dec.More() {
-		return nil, fmt.Errorf("more follows the first JSON value")
-	}
-	return v, nil
-}
-
-// paramProperties returns the properties of a parameters schema, by name.
-func paramProperties(schema json.RawMessage) map[string]map[string]any {
-	var s struct {
-		Properties map[string]map[string]any `json:"properties"`
-	}
-	_ = json.Unmarshal(schema, &s) // the service compiled it; a shape it does not have declares nothing
-	return s.Properties
-}
-
-// textParam reports whether a parameter's schema, prop, takes text: its
-// type is "string" (alone), or it has no type and an enum or const of
-// strings only.
-func textParam(prop map[string]any) bool {
-	switch t := prop["type"].(type) {
-	case string:
-		return t == "string"
-	case []any:
-		return len(t) == 1 && t[0] == "string"
-	}
-	values, _ := prop["enum"].([]any)
-	if c, ok := prop["const"]; ok {
-		values = append(values, c)
-	}
-	return len(values) > 0 && !slices.ContainsFunc(values, func(v any) bool { _, isString := v.(string); return !isString })
-}
-
-// typeOf says a parameter's type as its schema gives it: its type, else
-// the values of its enum ("eu"|"us"), else "any".
-func typeOf(prop map[string]any) string {
-	if t, ok := prop["type"]; ok {
-		b, _ := json.Marshal(t)
-		return strings.Trim(string(b), `"`)
-	}
-	if values, ok := prop["enum"].([]any); ok {
-		out := make([]string, len(values))
-		for i, v := range values {
-			b, _ := json.Marshal(v)
-			out[i] = string(b)
-		}
-		return strings.Join(out, "|")
-	}
-	return "any"
 }
 
 func ritualListCmd(g *globals) *cobra.Command {
@@ -242,15 +152,15 @@ func printRitual(w io.Writer, v *schemas.RitualVersion) error {
 		Required []string `json:"required"`
 	}
 	_ = json.Unmarshal(v.Parameters, &required)
-	props := paramProperties(v.Parameters)
+	props := planfile.ParamProperties(v.Parameters)
 	var rows [][]string
-	for _, name := range slices.Sorted(maps.Keys(props)) {
+	for _, name := range planfile.ParamNames(v.Parameters) {
 		def := "-"
 		if d, ok := props[name]["default"]; ok {
 			b, _ := json.Marshal(d)
 			def = string(b)
 		}
-		rows = append(rows, []string{name, typeOf(props[name]), yesNo(slices.Contains(required.Required, name)), def})
+		rows = append(rows, []string{name, planfile.ParamType(props[name]), yesNo(slices.Contains(required.Required, name)), def})
 	}
 	if err := table(w, []string{"PARAMETER", "TYPE", "REQUIRED", "DEFAULT"}, rows); err != nil {
 		return err

@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/dwr-run/dwr/executors/planfile"
+	"github.com/dwr-run/dwr/schemas"
 )
 
 func TestReadRitual(t *testing.T) {
@@ -54,4 +55,25 @@ func TestReadParamsFile(t *testing.T) {
 	require.NoError(t, os.WriteFile(file, []byte("[1]"), 0o600))
 	_, err = planfile.ReadParamsFile(file)
 	require.ErrorContains(t, err, "must be an object")
+}
+
+// A --param's value is text for a string parameter and JSON for any other;
+// an undeclared one is JSON when it parses; a value its type cannot take is
+// refused, saying how to write it.
+func TestParams(t *testing.T) {
+	rv := &schemas.RitualVersion{Name: "onboard", Version: 2, RitualTemplate: schemas.RitualTemplate{Parameters: json.RawMessage(`{"type": "object", "properties": {
+		"customer": {"type": "string"}, "attempts": {"type": "integer"}, "region": {"enum": ["eu", "us"]}, "tags": {"type": "array"}}}`)}}
+	got, err := planfile.Params(rv, map[string]any{"attempts": 3, "keep": true},
+		[]string{"customer=42", "attempts=5", "region=eu", "tags=[\"a\"]", "extra={\"x\":1}", "note=plain text"})
+	require.NoError(t, err)
+	require.JSONEq(t, `{"customer": "42", "attempts": 5, "region": "eu", "tags": ["a"], "extra": {"x": 1}, "note": "plain text", "keep": true}`, string(got))
+
+	_, err = planfile.Params(rv, map[string]any{}, []string{"attempts=many"})
+	require.ErrorContains(t, err, `parameter "attempts" of ritual onboard version 2 is of type integer`)
+	require.ErrorContains(t, err, `--param 'attempts="many"'`)
+	_, err = planfile.Params(rv, map[string]any{}, []string{"customer"})
+	require.ErrorContains(t, err, "write NAME=VALUE")
+
+	require.Equal(t, []string{"attempts", "customer", "region", "tags"}, planfile.ParamNames(rv.Parameters))
+	require.Equal(t, `"eu"|"us"`, planfile.ParamType(planfile.ParamProperties(rv.Parameters)["region"]))
 }
