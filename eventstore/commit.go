@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"time"
+
+	fastjson "github.com/go-json-experiment/json/v1"
 )
 
 // Kinds of commit records.
@@ -200,19 +202,19 @@ func encodeCommit(c *Commit, key *LogKey, linked bool) ([]byte, error) {
 	// compact, as json.Marshal would), so the record is the bytes
 	// json.Marshal(commitWire) gives without scanning every event a second
 	// time.
-	head, err := json.Marshal(&commitWire{Format: FormatChained, Kind: c.Kind, Epoch: c.Epoch, Writer: c.Writer, Time: c.Time,
+	head, err := fastjson.Marshal(&commitWire{Format: FormatChained, Kind: c.Kind, Epoch: c.Epoch, Writer: c.Writer, Time: c.Time,
 		N: c.N, Prev: c.Prev})
 	if err != nil {
 		return nil, fmt.Errorf("eventstore: encode commit: %w", err)
 	}
 	var results, accept []byte
 	if len(c.Results) > 0 {
-		if results, err = json.Marshal(c.Results); err != nil {
+		if results, err = fastjson.Marshal(c.Results); err != nil {
 			return nil, fmt.Errorf("eventstore: encode commit: %w", err)
 		}
 	}
 	if c.Accept != nil {
-		if accept, err = json.Marshal(c.Accept); err != nil {
+		if accept, err = fastjson.Marshal(c.Accept); err != nil {
 			return nil, fmt.Errorf("eventstore: encode commit: %w", err)
 		}
 	}
@@ -262,7 +264,7 @@ func DecodeCommit(b []byte) (*Commit, error) {
 		return nil, fmt.Errorf("%w: record of %d bytes, limit %d", ErrTooLarge, len(b), MaxRecordBytes)
 	}
 	var w commitWire
-	if err := json.Unmarshal(b, &w); err != nil {
+	if err := fastjson.Unmarshal(b, &w); err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrCorrupt, err)
 	}
 	switch w.Format {

@@ -3,8 +3,9 @@ package eventstore
 import (
 	"crypto/sha256"
 	"encoding/hex"
-	"encoding/json"
 	"fmt"
+
+	fastjson "github.com/go-json-experiment/json/v1"
 
 	"github.com/dwr-run/dwr/schemas"
 )
@@ -29,7 +30,7 @@ func encodeEvent(e *Event) error {
 		return err
 	}
 	e.Time = e.Time.UTC()
-	raw, err := json.Marshal(e)
+	raw, err := fastjson.Marshal(e)
 	if err != nil {
 		return fmt.Errorf("eventstore: encode event %s %s/%s v%d: %w", e.Type, e.AggregateType, e.AggregateID, e.Version, err)
 	}
@@ -40,7 +41,7 @@ func encodeEvent(e *Event) error {
 // decodeEvent decodes one stored event and keeps raw as its Raw.
 func decodeEvent(raw []byte) (Event, error) {
 	var e Event
-	if err := json.Unmarshal(raw, &e); err != nil {
+	if err := fastjson.Unmarshal(raw, &e); err != nil {
 		return Event{}, fmt.Errorf("%w: event: %w", ErrCorrupt, err)
 	}
 	if err := validateEvent(&e); err != nil {

@@ -12,6 +12,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	fastjson "github.com/go-json-experiment/json/v1"
+
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
@@ -101,7 +103,7 @@ func (w *Worker) deliver(hard context.Context, msg jetstream.Msg) {
 			data, d.encrypted = plain, false
 		}
 	}
-	err = json.Unmarshal(data, &d.item)
+	err = fastjson.Unmarshal(data, &d.item)
 	kind := schemas.WorkKindExecute
 	if w.verify != nil {
 		kind = schemas.WorkKindVerify
@@ -276,7 +278,7 @@ func (d *delivery) claim(ctx context.Context) (*schemas.Task, *schemas.Attempt, 
 		return nil, nil, "", false
 	}
 	var cr schemas.CommandResult
-	if err := json.Unmarshal(r.Result, &cr); err != nil {
+	if err := fastjson.Unmarshal(r.Result, &cr); err != nil {
 		d.w.log.Error("executors: a claim reply that does not decode", logTask, it.TaskID, logErr, err)
 		_ = d.msg.NakWithDelay(d.w.leaseOf())
 		return nil, nil, "", false

@@ -10,6 +10,8 @@ import (
 	"sync"
 	"time"
 
+	fastjson "github.com/go-json-experiment/json/v1"
+
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"go.opentelemetry.io/otel/attribute"
@@ -231,7 +233,7 @@ type pendingItem struct {
 // claims first, and its claim's reply carries the task).
 func (d *dispatcher) msg(it schemas.WorkItem) (*nats.Msg, error) {
 	encode := func() ([]byte, error) {
-		b, err := json.Marshal(it)
+		b, err := fastjson.Marshal(it)
 		if err == nil && d.reseal != nil {
 			b = d.reseal(it.Workspace, it.Queue, b)
 		}

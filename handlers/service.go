@@ -13,6 +13,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	fastjson "github.com/go-json-experiment/json/v1"
+
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/nats-io/nats.go/micro"
@@ -1113,7 +1115,7 @@ func (s *Service) handleCommand(name string, req micro.Request, who sender) (rep
 		return errResponse(toWire(err, s.cfg.Logger))
 	}
 	cmd, _ := domain.NewCommand(name)
-	if err := json.Unmarshal(body, cmd); err != nil {
+	if err := fastjson.Unmarshal(body, cmd); err != nil {
 		return errResponse(&schemas.Error{Code: schemas.CodeInvalid, Message: "the command does not decode: " + err.Error()})
 	}
 	if werr := s.authorizeTask(p, name, cmd); werr != nil {

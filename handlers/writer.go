@@ -11,6 +11,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	fastjson "github.com/go-json-experiment/json/v1"
+
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/trace"
@@ -164,7 +166,7 @@ func (w *writer) Decide(items []*request) ([]eventstore.Event, []eventstore.Comm
 			refusal, err = json.Marshal(&schemas.Error{Code: string(r.Code), Message: r.Message,
 				Fields: []schemas.FieldError{{Pointer: r.Field, Message: r.Message}}})
 		} else {
-			reply, err = json.Marshal(out.Reply)
+			reply, err = fastjson.Marshal(out.Reply)
 		}
 		if err != nil {
 			// The overlay holds this command: decide the rest of the batch
@@ -179,7 +181,7 @@ func (w *writer) Decide(items []*request) ([]eventstore.Event, []eventstore.Comm
 			events = make([]eventstore.Event, 0, 6*len(items))
 		}
 		for _, c := range out.Changes {
-			data, err := json.Marshal(c.Event)
+			data, err := fastjson.Marshal(c.Event)
 			if err != nil {
 				return w.redecideWithout(items, i, err)
 			}

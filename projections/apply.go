@@ -2,8 +2,9 @@ package projections
 
 import (
 	"encoding/binary"
-	"encoding/json"
 	"fmt"
+
+	fastjson "github.com/go-json-experiment/json/v1"
 
 	"github.com/cockroachdb/pebble/v2"
 
@@ -113,7 +114,7 @@ func (s *Store) apply(seq uint64, c *eventstore.Commit, decided bool, final *dom
 				continue // the first outcome stands
 			}
 		}
-		v, _ := json.Marshal(CommandOutcome{Seq: seq, Reply: r.Reply, Error: r.Error, Body: r.Body})
+		v, _ := fastjson.Marshal(CommandOutcome{Seq: seq, Reply: r.Reply, Error: r.Error, Body: r.Body})
 		if err := b.Set(k, v, nil); err != nil {
 			return err
 		}
@@ -124,7 +125,7 @@ func (s *Store) apply(seq uint64, c *eventstore.Commit, decided bool, final *dom
 		return err
 	}
 	next := last.Next(seq, c)
-	nb, _ := json.Marshal(next)
+	nb, _ := fastjson.Marshal(next)
 	if err := b.Set([]byte(pLogTip), nb, nil); err != nil {
 		return err
 	}
@@ -502,7 +503,7 @@ func (bs *batchState) flush(b *pebble.Batch) error {
 }
 
 func setJSON(b *pebble.Batch, k []byte, v any) error {
-	buf, err := json.Marshal(v)
+	buf, err := fastjson.Marshal(v)
 	if err != nil {
 		return err
 	}

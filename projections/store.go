@@ -12,6 +12,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	fastjson "github.com/go-json-experiment/json/v1"
+
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/cockroachdb/pebble/v2/bloom"
 	"github.com/cockroachdb/pebble/v2/sstable"
@@ -410,7 +412,7 @@ func (s *Store) get(k []byte, v any) (_ bool, err error) {
 		return false, fmt.Errorf("projections: get %q: %w", k, s.damagedErr(err))
 	}
 	defer func() { _ = closer.Close() }()
-	if err := json.Unmarshal(b, v); err != nil {
+	if err := fastjson.Unmarshal(b, v); err != nil {
 		return false, fmt.Errorf("projections: decode %q: %w", k, err)
 	}
 	return true, nil

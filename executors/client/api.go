@@ -6,6 +6,8 @@ import (
 	"iter"
 	"time"
 
+	fastjson "github.com/go-json-experiment/json/v1"
+
 	"github.com/dwr-run/dwr/schemas"
 )
 
@@ -25,7 +27,7 @@ func (c *Client) do(ctx context.Context, name string, body any, opts []CallOptio
 		return nil, err
 	}
 	out := &Result{Seq: r.Seq}
-	if err := json.Unmarshal(r.Result, &out.CommandResult); err != nil {
+	if err := fastjson.Unmarshal(r.Result, &out.CommandResult); err != nil {
 		return nil, &RequestError{Subject: name, Err: err}
 	}
 	return out, nil

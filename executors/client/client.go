@@ -15,6 +15,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	fastjson "github.com/go-json-experiment/json/v1"
+
 	"github.com/nats-io/nats.go"
 	"github.com/oklog/ulid/v2"
 	"go.opentelemetry.io/otel/propagation"
@@ -388,7 +390,7 @@ func (c *Client) query(ctx context.Context, name string, body, out any, k call) 
 		return nil, err
 	}
 	if out != nil {
-		if err := json.Unmarshal(r.Result, out); err != nil {
+		if err := fastjson.Unmarshal(r.Result, out); err != nil {
 			return nil, fmt.Errorf("client: %s: the result does not decode: %w", name, err)
 		}
 	}
@@ -420,7 +422,7 @@ func (c *Client) request(ctx context.Context, m *nats.Msg, body any, k call) (*R
 	case json.RawMessage:
 		m.Data = b
 	default:
-		data, err := json.Marshal(b)
+		data, err := fastjson.Marshal(b)
 		if err != nil {
 			return nil, fmt.Errorf("client: encode %s: %w", m.Subject, err)
 		}
@@ -517,7 +519,7 @@ func (c *Client) roundTrip(ctx context.Context, m *nats.Msg, timeout time.Durati
 // decodeReply decodes a dwr reply to a request on subject.
 func decodeReply(subject string, data []byte) (*schemas.Reply, error) {
 	var r schemas.Reply
-	if err := json.Unmarshal(data, &r); err != nil {
+	if err := fastjson.Unmarshal(data, &r); err != nil {
 		return nil, &RequestError{Subject: subject, Err: fmt.Errorf("the answer is not a dwr reply: %w", err)}
 	}
 	if !r.OK && r.Error == nil {
