@@ -137,6 +137,11 @@ func (s *Store) apply(seq uint64, c *eventstore.Commit, decided bool, final *dom
 			return err
 		}
 	}
+	// The keys go into the filter before they are visible: a reader that
+	// finds the record applied finds its keys in the filter too.
+	if err := s.keys.addBatch(b); err != nil {
+		return fmt.Errorf("projections: record %d: read its batch: %w", seq, err)
+	}
 	if err := b.Commit(pebble.NoSync); err != nil {
 		return fmt.Errorf("projections: commit record %d: %w", seq, s.damagedErr(err))
 	}

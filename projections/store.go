@@ -74,6 +74,11 @@ type Store struct {
 	reports    *atomic.Pointer[Store]                     // the store Pebble's corruption reports go to
 
 	applyMu sync.Mutex
+	// keys answers a lookup of a goal, task or command never written
+	// without Pebble; nil until Open has filled it.
+	keys *keyFilter
+	// pebbleGets counts the lookups that reached Pebble (tests).
+	pebbleGets atomic.Int64
 }
 
 var (
@@ -175,6 +180,11 @@ func open(dir string, opts Options) (_ *Store, err error) {
 	if s.checkpoint, err = s.readCheckpoint(); err != nil {
 		return nil, err
 	}
+	keys := newKeyFilter()
+	if err := keys.fill(db); err != nil {
+		return nil, fmt.Errorf("%w: read the keys of %s: %w", ErrDamaged, dir, err)
+	}
+	s.keys = keys
 	return s, nil
 }
 
@@ -404,6 +414,10 @@ func (s *Store) get(k []byte, v any) (_ bool, err error) {
 		return false, ErrClosed
 	}
 	defer s.recoverInto(&err)
+	if s.keys != nil && filtered(k) && !s.keys.mayContain(k) {
+		return false, nil
+	}
+	s.pebbleGets.Add(1)
 	b, closer, err := s.db.Get(k)
 	if errors.Is(err, pebble.ErrNotFound) {
 		return false, nil

@@ -428,3 +428,60 @@ func TestTimersFollowTheTasksState(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, domain.StateReady, got.State)
 }
+
+// A goal, task or command the views never held is answered absent without
+// asking Pebble (the writer looks up every new command id and every id it
+// creates); those they hold are always found, also after a reopen, when
+// the filter is filled from the views' keys.
+func TestNewIDsAreAnsweredWithoutPebble(t *testing.T) {
+	fs := vfs.NewMem()
+	s, err := projections.Open("views", projections.Options{FS: fs})
+	require.NoError(t, err)
+	h := inWorkspace(t, s)
+	gid := domain.DeriveID(h.d.now, "goal")
+	h.batch(cmd{&domain.CreateGoal{GoalID: gid, Title: "g"}, "c-goal"})
+	h.batch(cmd{&domain.SubmitPlan{GoalID: gid, Tasks: []domain.TaskSpec{{Key: "a", Queue: "q", DependsOn: []string{}}}}, "c-plan"})
+	tasks, err := s.ListTasks("w", projections.TaskFilter{})
+	require.NoError(t, err)
+	require.Len(t, tasks, 1)
+	held := func(s *projections.Store) {
+		g, err := s.Goal(gid)
+		require.NoError(t, err)
+		require.NotNil(t, g)
+		tk, err := s.Task(tasks[0].ID)
+		require.NoError(t, err)
+		require.NotNil(t, tk)
+		for _, id := range []string{"c-goal", "c-plan", "ws"} {
+			_, ok, err := s.Command("w", (domain.Meta{CommandID: id, Workspace: "w", Actor: "test"}).Key())
+			require.NoError(t, err)
+			require.True(t, ok, "command %s", id)
+		}
+	}
+	absent := func(s *projections.Store) {
+		before := projections.PebbleGets(s)
+		for i := range 1000 {
+			id := domain.DeriveID(h.d.now, fmt.Sprintf("new-%d", i))
+			g, err := s.Goal(id)
+			require.NoError(t, err)
+			require.Nil(t, g)
+			tk, err := s.Task(id)
+			require.NoError(t, err)
+			require.Nil(t, tk)
+			_, ok, err := s.Command("w", (domain.Meta{CommandID: id, Workspace: "w", Actor: "test"}).Key())
+			require.NoError(t, err)
+			require.False(t, ok)
+		}
+		require.Zero(t, projections.PebbleGets(s)-before, "lookups of ids never held reached Pebble")
+	}
+	held(s)
+	absent(s)
+	require.NoError(t, s.Close())
+
+	s, err = projections.Open("views", projections.Options{FS: fs})
+	require.NoError(t, err)
+	defer s.Close()
+	before := projections.PebbleGets(s)
+	held(s) // nothing cached after the reopen: found through the filter, in Pebble
+	require.Positive(t, projections.PebbleGets(s)-before)
+	absent(s)
+}
