@@ -140,7 +140,7 @@ func Serve(ctx context.Context, cfg ServeConfig) error {
 		defer func() { cancel(); <-watched }()
 	}
 	if file := os.Getenv(CPUProfileEnv); file != "" {
-		stop, err := profileCPU(file)
+		stop, err := StartCPUProfile(file)
 		if err != nil {
 			return fmt.Errorf("%s: %w", CPUProfileEnv, err)
 		}

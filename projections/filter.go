@@ -1,7 +1,6 @@
 package projections
 
 import (
-	"bytes"
 	"hash/maphash"
 	"sync/atomic"
 
@@ -42,28 +41,31 @@ func filtered(k []byte) bool {
 	return len(k) > 2 && k[1] == '/' && (k[0] == 'g' || k[0] == 't' || k[0] == 'c')
 }
 
-func (f *keyFilter) positions(k []byte, each func(word, bit uint64)) {
+// hashes returns the two hashes of k whose combinations h1 + i·h2 are its
+// filterHashes positions.
+func (f *keyFilter) hashes(k []byte) (h1, h2 uint64) {
 	h := maphash.Bytes(f.seed, k)
-	h1, h2 := h&0xffffffff, h>>32|1
-	for i := range uint64(filterHashes) {
-		p := (h1 + i*h2) % filterBits
-		each(p/64, 1<<(p%64))
-	}
+	return h & 0xffffffff, h>>32 | 1
 }
 
 func (f *keyFilter) add(k []byte) {
-	f.positions(k, func(word, bit uint64) { f.bits[word].Or(bit) })
+	h1, h2 := f.hashes(k)
+	for i := range uint64(filterHashes) {
+		p := (h1 + i*h2) % filterBits
+		f.bits[p/64].Or(1 << (p % 64))
+	}
 }
 
 // mayContain reports false only for a key never added.
 func (f *keyFilter) mayContain(k []byte) bool {
-	in := true
-	f.positions(k, func(word, bit uint64) {
-		if f.bits[word].Load()&bit == 0 {
-			in = false
+	h1, h2 := f.hashes(k)
+	for i := range uint64(filterHashes) {
+		p := (h1 + i*h2) % filterBits
+		if f.bits[p/64].Load()&(1<<(p%64)) == 0 {
+			return false
 		}
-	})
-	return in
+	}
+	return true
 }
 
 // addBatch adds the covered keys batch b writes (none to a nil filter).
@@ -90,10 +92,7 @@ func (f *keyFilter) fill(db *pebble.DB) error {
 		if err != nil {
 			return err
 		}
-		for it.First(); it.Valid(); it.Next() {
-			if !bytes.HasPrefix(it.Key(), p) {
-				break
-			}
+		for it.First(); it.Valid(); it.Next() { // the bounds keep it to the prefix
 			f.add(it.Key())
 		}
 		if err := it.Close(); err != nil {

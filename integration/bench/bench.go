@@ -26,6 +26,7 @@ import (
 
 	"github.com/dwr-run/dwr/eventstore"
 	"github.com/dwr-run/dwr/executors/client"
+	"github.com/dwr-run/dwr/handlers"
 	"github.com/dwr-run/dwr/handlers/embedded"
 )
 
@@ -221,7 +222,7 @@ func Run(ctx context.Context, o Options, progress io.Writer) (*Report, error) {
 		logf("warning: the machine is busy (load average %.2f on %d CPUs): the figures will be skewed", rep.LoadAvg[0], rep.CPUs)
 	}
 
-	stopProfile, err := startCPUProfile(o.CPUProfile)
+	stopProfile, err := handlers.StartCPUProfile(o.CPUProfile)
 	if err != nil {
 		return nil, err
 	}
@@ -795,26 +796,6 @@ func thousands(f float64) string {
 		out = append(out, s[i])
 	}
 	return string(out)
-}
-
-// startCPUProfile starts writing a CPU profile of the whole process to path
-// (nothing when path is empty) and returns what stops it.
-func startCPUProfile(path string) (stop func(), err error) {
-	if path == "" {
-		return func() {}, nil
-	}
-	pf, err := os.Create(path)
-	if err != nil {
-		return nil, err
-	}
-	if err := pprof.StartCPUProfile(pf); err != nil {
-		_ = pf.Close()
-		return nil, err
-	}
-	return func() {
-		pprof.StopCPUProfile()
-		_ = pf.Close()
-	}, nil
 }
 
 // writeAllocsProfile writes the process's allocations so far to path

@@ -21,6 +21,7 @@ import (
 	"github.com/dwr-run/dwr/domain"
 	"github.com/dwr-run/dwr/executors"
 	"github.com/dwr-run/dwr/executors/client"
+	"github.com/dwr-run/dwr/handlers"
 )
 
 // ChainOptions are what `dwr bench chain3` runs, and how; its flags set
@@ -245,7 +246,7 @@ func RunChain(ctx context.Context, o ChainOptions, progress io.Writer) (*ChainRe
 	if (o.CompareObservability || o.Observe) && o.Deployed {
 		return nil, errors.New("--compare-observability runs the service in-process: drop --deployed")
 	}
-	stopProfile, err := startCPUProfile(o.CPUProfile)
+	stopProfile, err := handlers.StartCPUProfile(o.CPUProfile)
 	if err != nil {
 		return nil, err
 	}
