@@ -218,7 +218,7 @@ func (x *tx) claimTask(c *ClaimTask) (Reply, error) {
 	} else if failed {
 		return x.after(t.ID)
 	}
-	if err := x.startAttempt(t, c.Executor, c.ExecutorVersion, c.TokenHash); err != nil {
+	if err := x.startAttempt(t, c.Executor, c.ExecutorVersion, c.TokenHash, false); err != nil {
 		return Reply{}, err
 	}
 	r, err := x.after(t.ID)
@@ -247,9 +247,9 @@ func (x *tx) refuseToStart(t *Task) (bool, error) {
 
 // startAttempt starts t's next attempt, claimed by the command's sender
 // with the token whose hash is tokenHash.
-func (x *tx) startAttempt(t *Task, executor, version, tokenHash string) error {
+func (x *tx) startAttempt(t *Task, executor, version, tokenHash string, handed bool) error {
 	started := &AttemptStarted{Attempt: len(t.Attempts) + 1, Executor: executor,
-		ExecutorVersion: version, OperationKey: OperationKey(t.ID), TokenHash: tokenHash}
+		ExecutorVersion: version, OperationKey: OperationKey(t.ID), TokenHash: tokenHash, Handed: handed}
 	if t.Spec.Timeout > 0 {
 		d := x.m.Now.Add(t.Spec.Timeout.D())
 		started.Deadline = &d
@@ -297,7 +297,7 @@ func (x *tx) reporter(taskID string, n int, token string, cl *ReportClaim, check
 	if failed, err := x.refuseToStart(t); err != nil || failed {
 		return nil, false, err
 	}
-	if err := x.startAttempt(t, cl.Executor, cl.ExecutorVersion, cl.TokenHash); err != nil {
+	if err := x.startAttempt(t, cl.Executor, cl.ExecutorVersion, cl.TokenHash, false); err != nil {
 		return nil, false, err
 	}
 	t, err = x.o.Task(t.ID)
@@ -580,6 +580,15 @@ func (x *tx) fireTimer(c *FireTimer) (Reply, error) {
 		}
 		why := fmt.Sprintf("the task's deadline %s passed", t.Spec.Deadline.UTC().Format(time.RFC3339))
 		err = x.emit(t.ID, &TaskFailed{Reason: ReasonDeadline, Error: &ErrorInfo{Code: ReasonDeadline, Message: why}})
+	case TimerLease:
+		a := t.Running()
+		if a == nil || a.N != c.Attempt || !a.Handed {
+			return stale()
+		}
+		if x.m.Now.Before(c.Due) {
+			return early(c.Due)
+		}
+		err = x.emit(t.ID, &AttemptAbandoned{Attempt: a.N, Reason: ReasonLeaseLost})
 	case TimerAttempt:
 		a := t.Running()
 		if a == nil || a.N != c.Attempt || a.Deadline == nil {
@@ -590,7 +599,7 @@ func (x *tx) fireTimer(c *FireTimer) (Reply, error) {
 		}
 		err = x.failAttempt(t, a.N, ErrorInfo{Code: ReasonTimeout, Message: fmt.Sprintf("attempt %d passed its deadline", a.N)}, true, nil)
 	default:
-		return Reply{}, invalid("/kind", "timer kind %q is not one of backoff, wait, attempt_timeout, task_deadline, approval_expiry", c.Kind)
+		return Reply{}, invalid("/kind", "timer kind %q is not one of backoff, wait, attempt_timeout, attempt_lease, task_deadline, approval_expiry", c.Kind)
 	}
 	if err != nil {
 		return Reply{}, err

@@ -229,6 +229,8 @@ type AttemptStarted struct {
 	OperationKey    string     `json:"operation_key"`
 	Deadline        *time.Time `json:"deadline,omitempty"`
 	TokenHash       string     `json:"token_hash,omitempty"`
+	// Handed: started in a report's commit for the reporter (the handoff).
+	Handed bool `json:"handed,omitempty"`
 }
 
 // AttemptAbandoned: attempt n lost its lease or was superseded.

@@ -55,6 +55,9 @@ func execute(w World, cmd Command, m Meta) (*Outcome, *Overlay, error) {
 	if err := x.react(); err != nil {
 		return nil, nil, err
 	}
+	if err := x.handoff(cmd, &reply); err != nil {
+		return nil, nil, err
+	}
 	return &Outcome{Changes: x.o.Changes(), Reply: reply}, x.o, nil
 }
 

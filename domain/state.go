@@ -242,7 +242,7 @@ func ApplyTask(t *Task, id, workspace string, e Event, r Recorded) (*Task, error
 		t.State = StateRunning
 		t.Attempts = append(t.Attempts, Attempt{N: ev.Attempt, Executor: ev.Executor,
 			ExecutorVersion: ev.ExecutorVersion, OperationKey: ev.OperationKey, State: AttemptStateRunning,
-			StartedAt: r.Time, Deadline: ev.Deadline, TokenHash: ev.TokenHash, ClaimedBy: r.Actor})
+			StartedAt: r.Time, Deadline: ev.Deadline, TokenHash: ev.TokenHash, ClaimedBy: r.Actor, Handed: ev.Handed})
 	case *AttemptAbandoned:
 		a, err := endAttempt(ev.Attempt, AttemptStateAbandoned)
 		if err != nil {

@@ -82,6 +82,16 @@ type Config struct {
 	// their own pace, so shorten a lease only with every worker restarted.
 	Reconfigure bool
 
+	// NoHandoff makes the worker take every item from the queue. By
+	// default a report asks the service for the handoff
+	// (schemas.Handoff): when the reported task leaves a dependent ready
+	// on this queue, the report's reply hands this worker that task's
+	// attempt, started in the report's commit, and the worker runs it at
+	// once in the same slot — no work item, no fetch, no claim. The worker
+	// does not ask while it stops (a handed attempt nobody runs waits out
+	// its lease before the task is ready again).
+	NoHandoff bool
+
 	// DrainTimeout bounds how long Run lets running jobs finish after its
 	// context ends; then their contexts are cancelled (cause ErrStopping)
 	// and their work items left unacknowledged, to be redelivered. Default

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	fastjson "github.com/go-json-experiment/json/v1"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -38,7 +39,7 @@ const (
 // its acknowledgement.
 type delivery struct {
 	w         *Worker
-	msg       jetstream.Msg
+	msg       jetstream.Msg // nil for a handed attempt (handoff.go)
 	item      schemas.WorkItem
 	encrypted bool // the item carries sealed payloads (dropped: read opened)
 	delivered uint64
@@ -64,6 +65,9 @@ type delivery struct {
 	sealed    bool
 	lazyErr   error
 	cancelJob context.CancelCauseFunc
+
+	// next is the attempt the job's report was handed (handoff.go).
+	next *schemas.Handoff
 }
 
 // retireBeat ends the attempt's heartbeats, once any in flight is answered:
@@ -78,13 +82,29 @@ func (d *delivery) retireBeat() {
 }
 
 // deliver handles one work item: claim (or not yet: lazy_claim.go), run,
-// report, acknowledge. It returns
-// once the item is settled (acknowledged, handed back, or left to be
-// redelivered) and every goroutine it started has ended.
+// report, acknowledge — and then each attempt its report was handed, in
+// turn (handoff.go). It returns once the item is settled (acknowledged,
+// handed back, or left to be redelivered) and every goroutine it started
+// has ended.
 func (w *Worker) deliver(hard context.Context, msg jetstream.Msg) {
+	next, job := w.deliverItem(hard, msg)
+	for next != nil {
+		next, job = w.runHanded(hard, next, job)
+	}
+}
+
+// deliverItem handles one work item, and returns the attempt its report
+// was handed, if any, and the job's span.
+func (w *Worker) deliverItem(hard context.Context, msg jetstream.Msg) (*schemas.Handoff, trace.SpanContext) {
 	hard, span := w.traceJob(hard, msg)
 	defer span.End()
 	d := &delivery{w: w, msg: msg, received: time.Now()}
+	d.deliver(hard, msg)
+	return d.next, span.SpanContext()
+}
+
+func (d *delivery) deliver(hard context.Context, msg jetstream.Msg) {
+	w := d.w
 	meta, err := msg.Metadata()
 	if err != nil {
 		w.log.Error("executors: a message without JetStream metadata on the work consumer", logErr, err)
@@ -181,8 +201,10 @@ func (d *delivery) heartbeat(ctx context.Context) {
 			if d.w.pauseHeartbeats.Load() {
 				continue
 			}
-			if err := d.msg.InProgress(); err != nil {
-				d.w.log.Debug("executors: lease renewal failed", logTask, d.item.TaskID, logErr, err)
+			if d.msg != nil {
+				if err := d.msg.InProgress(); err != nil {
+					d.w.log.Debug("executors: lease renewal failed", logTask, d.item.TaskID, logErr, err)
+				}
 			}
 			d.claimAtHeartbeat(ctx)
 			d.beating.Lock()
@@ -491,7 +513,7 @@ func (d *delivery) report(ctx context.Context, job *Job, rep Report, watch *watc
 		}
 	case rep.Failure == nil:
 		r, err = d.w.c.command(ctx, "task.succeed", schemas.ReportSuccess{TaskID: job.TaskID, Attempt: job.Attempt, Token: token, Claim: claim,
-			Result: rep.Output, Artifacts: rep.Artifacts, ModelSteps: rep.ModelSteps},
+			Result: rep.Output, Artifacts: rep.Artifacts, ModelSteps: rep.ModelSteps, Next: d.askNext()},
 			d.reportID("succeed", job, claim))
 		if err == nil && !r.OK && (r.Error.Code == schemas.CodeInvalid || r.Error.Code == schemas.CodeTooLarge) {
 			rep.Failure = &Failure{Code: CodeInvalidResult, Message: clip("the service refused the result: "+r.Error.Message, maxMessage)}
@@ -500,7 +522,7 @@ func (d *delivery) report(ctx context.Context, job *Job, rep Report, watch *watc
 	if rep.Failure != nil {
 		r, err = d.w.c.command(ctx, "task.fail", schemas.ReportFailure{TaskID: job.TaskID, Attempt: job.Attempt, Token: token, Claim: claim,
 			Error: ErrorInfo{Code: rep.Failure.Code, Message: rep.Failure.Message}, Retryable: rep.Failure.Retryable,
-			ModelSteps: rep.ModelSteps},
+			ModelSteps: rep.ModelSteps, Next: d.askNext()},
 			d.reportID("fail", job, claim))
 	}
 	switch {
@@ -509,8 +531,12 @@ func (d *delivery) report(ctx context.Context, job *Job, rep Report, watch *watc
 	case r.OK:
 		d.ack()
 		var cr schemas.CommandResult
+		decoded := rep.Wait == nil && fastjson.Unmarshal(r.Result, &cr) == nil
+		if decoded && cr.Next != nil && cr.Next.Token != "" && cr.Next.Item != nil {
+			d.next = cr.Next
+		}
 		switch {
-		case claim != nil && json.Unmarshal(r.Result, &cr) == nil && cr.Attempt != job.Attempt:
+		case claim != nil && decoded && cr.Attempt != job.Attempt:
 			// The report's claim failed the task instead of starting the
 			// attempt (its goal's budget or its attempts were spent), as a
 			// claim would have: the report was not recorded.
@@ -798,6 +824,9 @@ func (d *delivery) getTask(ctx context.Context, id string, opts ...client.CallOp
 }
 
 func (d *delivery) ack() {
+	if d.msg == nil {
+		return // a handed attempt has no item
+	}
 	if err := d.msg.Ack(); err != nil {
 		// Redelivered later, found stale, acknowledged then.
 		d.w.log.Warn("executors: ack failed", logTask, d.item.TaskID, logErr, err)

@@ -55,6 +55,8 @@ type Worker struct {
 	// pauseHeartbeats stops the renewal of leases: tests use it to make a
 	// lease lapse while a job runs.
 	pauseHeartbeats atomic.Bool
+	// stopping is set once Run's context ends: reports ask for no handoff.
+	stopping atomic.Bool
 }
 
 // NewWorker returns a worker for cfg that runs h. It returns an error naming
@@ -101,6 +103,8 @@ func (w *Worker) Run(ctx context.Context) error {
 	// hard ends the jobs and their reports: DrainTimeout after ctx ends.
 	hard, stopHard := context.WithCancelCause(context.WithoutCancel(ctx))
 	defer stopHard(nil)
+	stopAsking := context.AfterFunc(ctx, func() { w.stopping.Store(true) })
+	defer stopAsking()
 	if err := w.watchers.start(w.cfg.Conn, w.subj.events); err != nil {
 		w.log.Warn("executors: cannot watch the tasks' events; cancellation reaches a job only through refused checkpoints and reports",
 			logErr, err)

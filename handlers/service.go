@@ -800,14 +800,16 @@ func (s *Service) runWriter(ctx context.Context, lease *lease) error {
 	s.setWriting(true)
 	defer s.setWriting(false)
 	timerWake := make(chan struct{}, 1)
-	c, w, err := s.takeOver(ctx, timerWake)
+	handedNow := newHanded()
+	c, w, err := s.takeOver(ctx, timerWake, handedNow)
 	if err != nil {
 		return err
 	}
-	s.mu.Lock()
 	// What this writer knows of the attempts' lives starts now: every
 	// running attempt counts as alive at the takeover.
-	s.committer, s.timerWake, s.alive = c, timerWake, newLiveness(s.cfg.Clock().UTC())
+	aliveNow := newLiveness(s.cfg.Clock().UTC())
+	s.mu.Lock()
+	s.committer, s.timerWake, s.alive = c, timerWake, aliveNow
 	s.mu.Unlock()
 	defer func() {
 		s.mu.Lock()
@@ -865,6 +867,7 @@ func (s *Service) runWriter(ctx context.Context, lease *lease) error {
 	bg.Go(func() { s.dispatch.retryLoop(rctx) })
 	bg.Go(func() { s.runTimers(rctx, timerWake) })
 	bg.Go(func() { s.sweepLoop(rctx) })
+	bg.Go(func() { s.keepHandedLeases(rctx, handedNow, aliveNow) })
 	s.readyOnce.Do(func() { close(s.ready) })
 	s.cfg.Logger.Info("handlers: writer serving", "writer", s.cfg.WriterID, "epoch", c.Epoch(), "seq", c.LastSeq())
 	select {
@@ -943,7 +946,7 @@ func (s *Service) watchStorage(ctx context.Context) error {
 // takeOver makes this replica the writer: it catches the views up, starts a
 // committer (which fences older writers with a new epoch), and repairs what
 // a crash may have lost of the derived streams (event feed, work items).
-func (s *Service) takeOver(ctx context.Context, timerWake chan struct{}) (*eventstore.Committer[*request], *writer, error) {
+func (s *Service) takeOver(ctx context.Context, timerWake chan struct{}, handedNow *handed) (*eventstore.Committer[*request], *writer, error) {
 	if _, err := s.store.CatchUp(ctx, s.log, s.key); err != nil {
 		return nil, nil, err
 	}
@@ -960,6 +963,7 @@ func (s *Service) takeOver(ctx context.Context, timerWake chan struct{}) (*event
 				f()
 			}
 			s.metrics.committed(c)
+			handedNow.add(c)
 			if setsTimer(c) {
 				select {
 				case timerWake <- struct{}{}:
@@ -984,6 +988,9 @@ func (s *Service) takeOver(ctx context.Context, timerWake chan struct{}) (*event
 	}
 	if err := s.feed.catchUp(ctx, s.log, s.store); err != nil {
 		s.cfg.Logger.Warn("handlers: event feed catch-up failed; it will be repaired on the next start", "err", err)
+	}
+	if err := handedNow.load(s.store); err != nil {
+		return nil, nil, fmt.Errorf("handlers: reading the handed attempts: %w", err)
 	}
 	if n, err := s.dispatch.rederive(ctx, s.store); err != nil {
 		s.cfg.Logger.Warn("handlers: re-deriving work items failed; they are derived again on the next start", "err", err)
@@ -1156,6 +1163,7 @@ func (s *Service) handleCommand(name string, req micro.Request, who sender) (rep
 		o = s.execute(ctx, cmd, m)
 	default:
 		s.prepareReportClaim(cmd, m)
+		token = s.prepareHandoff(cmd, m)
 		o = s.execute(ctx, cmd, m)
 	}
 	if o.Err != nil {
@@ -1177,6 +1185,12 @@ func (s *Service) handleCommand(name string, req micro.Request, who sender) (rep
 		if werr := s.ensureQueueOf(ctx, ws, o.Reply); werr != nil {
 			return errResponse(werr)
 		}
+	}
+	switch cmd.(type) {
+	case *domain.ReportSuccess, *domain.ReportFailure:
+		// The handed item joins the reply before the reply is opened for
+		// its sender, as a claim's task does.
+		o.Reply = s.withHandoff(ctx, o.Reply, o.Seq, token)
 	}
 	if s.privacy != nil {
 		if werr := s.afterPrivacy(ctx, ws, cmd, &o); werr != nil {

@@ -101,6 +101,11 @@ type ReportSuccess struct {
 	Result     json.RawMessage `json:"result,omitempty"`
 	Artifacts  []ArtifactRef   `json:"artifacts,omitempty"`
 	ModelSteps []ModelStep     `json:"model_steps,omitempty"`
+	// Next asks for the handoff (see Handoff). NextTokenHash is the hash
+	// of the token the service derives for the attempt it may hand: the
+	// service sets it; it is never read from, or written to, the wire.
+	Next          bool   `json:"next,omitempty"`
+	NextTokenHash string `json:"-"`
 }
 
 // ReportFailure reports the current attempt's error. Like ReportSuccess,
@@ -115,6 +120,11 @@ type ReportFailure struct {
 	// ModelSteps record the model calls the failed attempt made: they
 	// count against the goal's budget.
 	ModelSteps []ModelStep `json:"model_steps,omitempty"`
+	// Next asks for the handoff (see Handoff). NextTokenHash is the hash
+	// of the token the service derives for the attempt it may hand: the
+	// service sets it; it is never read from, or written to, the wire.
+	Next          bool   `json:"next,omitempty"`
+	NextTokenHash string `json:"-"`
 }
 
 // ReportClaim is the claim a report carries when its job ran without

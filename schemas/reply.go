@@ -51,4 +51,34 @@ type CommandResult struct {
 	// commands carry. Sent to the claimer only, never stored: keep it
 	// secret.
 	Token string `json:"token,omitempty"`
+	// Next is, for a report that asked for it (ReportSuccess.Next,
+	// ReportFailure.Next), the attempt the report's commit started for its
+	// sender: the handoff.
+	Next *Handoff `json:"next,omitempty"`
+}
+
+// Handoff is an attempt the service started for a reporting worker in its
+// report's commit, when the report asked for it (its Next): when the report
+// leaves a task that depends on the reported one ready, on the same queue,
+// the service starts that task's next attempt for the sender in the
+// report's own commit — exactly as task.claim would, with its token and
+// lease — and no work item is published for it, so no other worker sees
+// it. The worker runs it as if it had claimed it: it heartbeats within its
+// queue's lease, and when it goes silent past the lease the service
+// abandons the attempt (lease_lost) and the task is ready again, on the
+// queue, for any executor. The stored reply names the attempt (TaskID,
+// Attempt, TokenHash); the reply sent to the worker adds its token and its
+// work item.
+type Handoff struct {
+	TaskID    string `json:"task_id"`
+	Attempt   int    `json:"attempt"`
+	TokenHash string `json:"token_hash"`
+	// Token is the handed attempt's token. Sent to the reporter only,
+	// never stored: keep it secret.
+	Token string `json:"token,omitempty"`
+	// Item is the work item of the handed attempt, as a claim's would be
+	// (its task as the commit left it, and its dependencies' outcomes).
+	// Absent when the task moved on before the reply was made (then run
+	// nothing: the attempt was taken from the sender).
+	Item *WorkItem `json:"item,omitempty"`
 }

@@ -81,6 +81,10 @@ type Attempt struct {
 	// ClaimedBy is the identity that claimed the attempt (the claim's
 	// actor): the only one its later commands may come from.
 	ClaimedBy string `json:"claimed_by,omitempty"`
+	// Handed says that the service started the attempt for its claimer in
+	// the reply to a report (the handoff): no work item was published for
+	// it, so the service itself abandons it when its lease lapses.
+	Handed bool `json:"handed,omitempty"`
 }
 
 // Wait is what a waiting task waits on (common.json#/$defs/TaskWaiting).

@@ -12,7 +12,7 @@ import socket
 import time
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
-from typing import Any, Awaitable, Callable, Dict, List, Optional, Set
+from typing import Any, Awaitable, Callable, Dict, List, Optional, Set, Tuple
 
 from . import _nats
 from ._canonical import ACTION_DIGEST_PREFIX, action_digest, canonical_json
@@ -548,21 +548,34 @@ def _item_trace(headers: Optional[Dict[str, str]]) -> tuple[str, str]:
 class _Delivery(LazyClaim):
     """One work item delivered to the worker, from its receipt to its
     acknowledgement. Its job claims its attempt first, or lazily
-    (_lazy_claim.py)."""
+    (_lazy_claim.py) — or, for an attempt a report was handed (msg None:
+    the handoff, run_handed), holds it claimed from the start."""
 
-    def __init__(self, w: "Worker", msg: _nats.Msg, queue: str, lease: float, kind: str, fn: Any) -> None:
+    def __init__(self, w: "Worker", msg: Optional[_nats.Msg], queue: str, lease: float, kind: str, fn: Any,
+                 trace: Tuple[str, str] = ("", "")) -> None:
         self.w = w
-        self.msg = msg
+        self.msg = msg  # None for a handed attempt: there is no item to settle
         self.queue = queue
         self.lease = lease
         self.kind = kind
         self.fn = fn
         self.item: Dict[str, Any] = {}
-        self.sealed = False  # the item holds payloads it could not open itself
-        self.delivered, self.published = _ack_meta(msg.reply)
-        # Every command of the job carries the trace of its item.
-        self.traceparent, self.tracestate = _item_trace(msg.headers)
+        # The item holds sealed payloads it could not open itself (read
+        # opened from the service). Not LazyClaim's ``sealed``, which says
+        # the report carries the claim.
+        self.encrypted = False
+        if msg is not None:
+            self.delivered, self.published = _ack_meta(msg.reply)
+            # Every command of the job carries the trace of its item.
+            self.traceparent, self.tracestate = _item_trace(msg.headers)
+        else:
+            # A handed attempt's job stays in the trace of the job whose
+            # report was handed it.
+            self.delivered, self.published = 0, 0.0
+            self.traceparent, self.tracestate = trace
         self._init_claim()
+        # The attempt the job's report was handed, if any (run_handed).
+        self.next: Optional[Dict[str, Any]] = None
         self.beat: Optional[Dict[str, Any]] = None
         self.beating = asyncio.Lock()
         self.job: Optional[Job] = None
@@ -573,6 +586,8 @@ class _Delivery(LazyClaim):
     # -- the item -----------------------------------------------------------
 
     async def _settle(self, verb: bytes) -> None:
+        if self.msg is None:
+            return  # a handed attempt has no item
         if self.msg.reply:
             try:
                 await self.w.nc.publish(self.msg.reply, verb)
@@ -616,6 +631,7 @@ class _Delivery(LazyClaim):
     # -- running ------------------------------------------------------------
 
     async def run(self) -> None:
+        assert self.msg is not None, "a handed attempt runs with run_handed"
         data = self.msg.data
         if len(data) > MAX_ITEM_BYTES:
             log.error("dwr: a work item of %d bytes on queue %s: larger than any; handing it back", len(data), self.queue)
@@ -639,7 +655,7 @@ class _Delivery(LazyClaim):
                     self.item = item
                 except ValueError:
                     pass
-        self.sealed = sealed
+        self.encrypted = sealed
         if sealed:
             # Other sealed payloads are read opened from the service: an
             # execute item then runs from the task as task.get answers it
@@ -680,7 +696,11 @@ class _Delivery(LazyClaim):
     def _item_of(self, data: bytes) -> Dict[str, Any]:
         """The work item data holds, if this delivery can run it; ValueError
         saying why not otherwise."""
-        item = json.loads(data)
+        return self._check_item(json.loads(data))
+
+    def _check_item(self, item: Any) -> Dict[str, Any]:
+        """item, if this delivery can run it (a work item of its kind, for
+        its queue); ValueError saying why not otherwise."""
         if not isinstance(item, dict):
             raise ValueError("not an object")
         want = "verify" if self.kind == "verify" else "execute"
@@ -693,12 +713,81 @@ class _Delivery(LazyClaim):
             raise ValueError("task_id or attempt missing")
         return item
 
+    # -- the handoff --------------------------------------------------------
+    #
+    # A report asks for it (``next: true``) unless the worker is configured
+    # not to (no_handoff), judges verifications, ran an item it could not
+    # open, or stops; the service then may start, in the report's commit,
+    # the attempt of a task the report left ready on this queue, and hand it
+    # in the reply (``result.next``): its token and its work item. The worker
+    # runs it at once, in the slot the reported job had, as if it had
+    # claimed it — no work item, so nothing to acknowledge or renew: the
+    # attempt's heartbeats keep its lease, and the service abandons it if
+    # they stop. Its own report may be handed the next one, and so on down a
+    # chain (Worker._deliver). As the Go SDK does (executors/handoff.go).
+
+    def ask_next(self) -> bool:
+        """Whether the job's report asks for the handoff. Not while the
+        worker stops: a handed attempt nobody runs waits out its lease
+        before its task is ready again. (The handed item comes opened, as a
+        claim's task does, so a worker that could not open its queue's
+        sealed items asks too.)"""
+        return not self.w.no_handoff and self.kind != "verify" and not self.w._stopping
+
+    def _handed(self, r: Any) -> None:
+        """Keeps the attempt a recorded report's reply (its result r) was
+        handed, if any: only a handoff with its token and its work item is
+        one (without them the attempt was taken from the sender, or never
+        started)."""
+        h = r.get("next") if isinstance(r, dict) else None
+        if isinstance(h, dict) and h.get("token") and isinstance(h.get("item"), dict):
+            self.next = h
+
+    def handoff(self) -> "_Delivery":
+        """A delivery for the attempt this one's report was handed (next):
+        on the same queue, in the same trace."""
+        return _Delivery(self.w, None, self.queue, self.lease, self.kind, self.fn,
+                         trace=(self.traceparent, self.tracestate))
+
+    async def run_handed(self, h: Dict[str, Any]) -> None:
+        """Runs handed attempt h: the job, its heartbeats, its report (which
+        may be handed the next attempt: self.next). The attempt is claimed
+        already, with h's token; the job runs on the task h's item carries,
+        running that attempt."""
+        item, t, a = h.get("item"), None, None
+        try:
+            item = self._check_item(item)
+            t = item.get("task")
+            if (isinstance(t, dict) and item["task_id"] == h.get("task_id") == t.get("id")
+                    and item["attempt"] == h.get("attempt")):
+                a = next((x for x in t.get("attempts") or [] if x.get("n") == item["attempt"]), None)
+            if a is None or a.get("state") != "running":
+                raise ValueError("it carries no task running attempt %s" % h.get("attempt"))
+        except ValueError as e:
+            # Not for this worker to run (a service of another version?):
+            # the attempt's lease lapses, and the task goes back to the queue.
+            log.error("dwr: task %s attempt %s: a handed attempt this worker cannot run (%s); it returns to the queue "
+                      "when its lease lapses", h.get("task_id"), h.get("attempt"), e)
+            return
+        assert isinstance(t, dict) and a is not None
+        self.item = item
+        self.token = h["token"]
+        self.beat = {"task_id": item["task_id"], "attempt": item["attempt"], "token": self.token}
+        hb = asyncio.get_running_loop().create_task(self._heartbeat())
+        self.w._watch(item["task_id"], self)
+        try:
+            await self._execute(t, a)
+        finally:
+            hb.cancel()
+            self.w._unwatch(item["task_id"], self)
+
     async def _heartbeat(self) -> None:
         """Renews the item's lease every lease/3 (+WPI) and, at each renewal,
         claims a lazy job's attempt (at the first) and, once claimed, tells
         the service the attempt is alive (task.heartbeat). The claim and the
         heartbeat run beside the renewals, never holding them up: a tick
-        whose claim or heartbeat is still in flight sends no other."""
+        whose claim or heartbeat is still in flight sends no other. A
+        handed attempt has no item: only its heartbeats keep its lease."""
         every = self.lease / 3
         beat: Optional["asyncio.Task[None]"] = None
         try:
@@ -1014,6 +1103,8 @@ class _Delivery(LazyClaim):
                         body["artifacts"] = [x.to_json() for x in artifacts]
                     if step_json:
                         body["model_steps"] = step_json
+                    if self.ask_next():
+                        body["next"] = True
                     try:
                         r = await self.command("task.succeed", body, self._report_id("succeed", job, claim))
                         await self._reported(job, claim, r, "succeeded")
@@ -1027,6 +1118,8 @@ class _Delivery(LazyClaim):
                         retryable=retryable)
             if step_json:
                 body["model_steps"] = step_json
+            if self.ask_next():
+                body["next"] = True
             r = await self.command("task.fail", body, self._report_id("fail", job, claim))
             await self._reported(job, claim, r, "failed%s: %s" % ("" if retryable else " permanently", message))
         except DwrError as e:
@@ -1038,8 +1131,10 @@ class _Delivery(LazyClaim):
                           job.task_id, job.attempt, e)
 
     async def _reported(self, job: Job, claim: Optional[Dict[str, Any]], r: Any, what: str) -> None:
-        """Settles the item of a success or failure the service recorded."""
+        """Settles the item of a success or failure the service recorded,
+        and keeps the attempt its reply was handed, if any."""
         await self.ack()
+        self._handed(r)
         if claim is not None and isinstance(r, dict) and r.get("attempt") != job.attempt:
             # The report's claim failed the task instead of starting the
             # attempt (its goal's budget or its attempts were spent), as a
@@ -1090,7 +1185,7 @@ class _Delivery(LazyClaim):
 
     async def _judge(self) -> None:
         it = self.item
-        if self.sealed:
+        if self.encrypted:
             # The item left before the views applied the result it judges:
             # read them at least as of its record. Its result_digest stays
             # the item's (the one the service compares).
@@ -1181,11 +1276,21 @@ class Worker:
     exception for one to retry, or a Wait (job.sleep, job.await_signal,
     job.request_approval) to park the task. It is cancelled
     (asyncio.CancelledError, job.cancel_cause saying why) when the task is
-    cancelled, the lease is lost, or the attempt's deadline passes."""
+    cancelled, the lease is lost, or the attempt's deadline passes.
+
+    A job's report asks the service for the handoff unless ``no_handoff``:
+    when the reported task leaves a task that depends on it ready on the
+    same queue, the report's reply hands this worker that task's attempt,
+    started in the report's commit, and the worker runs it at once in the
+    same slot — no work item, no fetch, no claim; a chain of tasks runs on
+    one worker. It does not ask while it stops (a handed attempt nobody runs
+    waits out its lease before the task is ready again). With
+    ``no_handoff`` every task comes from the queue."""
 
     def __init__(self, nc: _nats.Client, *, workspace: str = "default", prefix: str = "dwr",
                  executor: Optional[str] = None, version: str = "", lease: float = 30.0, concurrency: int = 1,
-                 max_deliver: int = 5, reconfigure: bool = False, drain_timeout: float = 30.0) -> None:
+                 max_deliver: int = 5, reconfigure: bool = False, drain_timeout: float = 30.0,
+                 no_handoff: bool = False) -> None:
         executor = executor or "%s-%d" % (socket.gethostname() or "executor", os.getpid())
         problems = []
         if not _valid_name(workspace):
@@ -1216,6 +1321,7 @@ class Worker:
         self.max_deliver = max_deliver
         self.reconfigure = reconfigure
         self.drain_timeout = drain_timeout
+        self.no_handoff = no_handoff
         # A job's commands carry its item's trace, not the process's.
         self.client = Client(nc, workspace=workspace, prefix=prefix, retry_for=None, traceparent="")
         self._handlers: Dict[str, tuple] = {}
@@ -1223,6 +1329,8 @@ class Worker:
         self._queue_keys: Dict[str, QueueKeys] = {}
         self._jobs: Set["asyncio.Task[None]"] = set()
         self._stop = asyncio.Event()
+        # Set once run stops taking work: reports ask for no handoff.
+        self._stopping = False
         self._ran = False
         # A test's stand-in for a hung process: no lease renewal, no
         # heartbeat, no claim at a heartbeat (executors' PauseHeartbeats).
@@ -1254,6 +1362,7 @@ class Worker:
     def stop(self) -> None:
         """Makes run stop taking work and drain (at once, when called before
         run)."""
+        self._stopping = True
         self._stop.set()
 
     async def run(self) -> None:
@@ -1279,6 +1388,7 @@ class Worker:
         try:
             done, _ = await asyncio.wait(loops + [stopper], return_when=asyncio.FIRST_COMPLETED)
         finally:
+            self._stopping = True
             for t in loops + [stopper]:
                 t.cancel()
             await asyncio.gather(*loops, stopper, return_exceptions=True)
@@ -1407,11 +1517,21 @@ class Worker:
                     pass
 
     async def _deliver(self, d: _Delivery, slots: asyncio.Semaphore) -> None:
+        """Handles one work item — and then each attempt its report was
+        handed, in turn, in the same slot (the handoff: _Delivery.run_handed).
+        The slot is released once the last of them settled."""
         try:
             await d.run()
+            while d.next is not None:
+                h, d = d.next, d.handoff()
+                await d.run_handed(h)
         except asyncio.CancelledError:
             raise
         except Exception as e:  # noqa: BLE001 - one item's failure must not stop the worker
-            log.exception("dwr: the work item of task %s: %s; it is left to be redelivered", d.item.get("task_id"), e)
+            if d.msg is None:
+                log.exception("dwr: the handed attempt of task %s: %s; it returns to the queue when its lease lapses",
+                              d.item.get("task_id"), e)
+            else:
+                log.exception("dwr: the work item of task %s: %s; it is left to be redelivered", d.item.get("task_id"), e)
         finally:
             slots.release()

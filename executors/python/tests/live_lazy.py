@@ -3,8 +3,10 @@ TestPythonLazyClaim ./integration/ (DWR_SERVER; DWR_CREDS a client's
 credential; DWR_EXECUTOR_CREDS an executor's of queue pyl). Each scenario
 prints "task <scenario> <task id>" for the Go test, which watches the
 commands on the bus and checks which were sent; this program checks what
-the worker and the service did. Not a unittest module: it needs the
-service."""
+the worker and the service did. It also runs a chain of tasks, whose later
+tasks the reports are handed (the handoff: the service runs here without
+payload encryption, which offers none), and again with no_handoff. Not a
+unittest module: it needs the service."""
 
 from __future__ import annotations
 
@@ -31,6 +33,23 @@ async def wait_for(what: str, cond: Callable[[], bool]) -> None:
 
 def show(scenario: str, task_id: str) -> None:
     print("task %s %s" % (scenario, task_id), flush=True)
+
+
+async def chain(c: dwr.Client, label: str) -> List[Dict[str, Any]]:
+    """Runs a goal of three tasks on the queue, each depending on the one
+    before, and returns their attempts (each task's one), in order."""
+    g = await c.create_goal("chain " + label, tasks=[
+        {"key": "a", "queue": QUEUE, "input": {"role": "chain"}},
+        {"key": "b", "queue": QUEUE, "input": {"role": "chain"}, "depends_on": ["a"]},
+        {"key": "c", "queue": QUEUE, "input": {"role": "chain"}, "depends_on": ["b"]}])
+    ids = {t["key"]: t["task_id"] for t in g["tasks"]}
+    out = []
+    for key in ("a", "b", "c"):
+        t = await wait_task(c, ids[key], "accepted", lambda t: t["state"] == "accepted")
+        assert len(t["attempts"]) == 1, (label, key, t["attempts"])
+        out.append(t["attempts"][0])
+    assert out[2]["result"] == "c+b+a", (label, out[2])
+    return out
 
 
 class Outcomes(logging.Handler):
@@ -64,6 +83,8 @@ async def main() -> None:
         role = job.input.get("role")
         if role == "short":
             return {"done": True}
+        if role == "chain":
+            return "+".join([job.key] + [d["result"] for d in job.dependencies.values()])
         if role == "fail":
             raise dwr.Permanent("no", "nope")
         if role == "long":
@@ -152,8 +173,25 @@ async def main() -> None:
     show("taken", y["id"])
     await c.cancel_task(y["id"])
 
+    # A chain: its first task comes from the queue, the next two are handed
+    # to this worker in the replies to the reports before them.
+    attempts = await chain(c, "handed")
+    assert [a.get("handed", False) for a in attempts] == [False, True, True], attempts
+    assert all(a["executor"] == "py-lazy" for a in attempts), attempts
+
     worker.stop()
     await asyncio.wait_for(run, 30)
+
+    # With no_handoff every task of a chain comes from the queue.
+    pnc = await dwr.connect(os.environ["DWR_SERVER"], os.environ["DWR_EXECUTOR_CREDS"])
+    plain = dwr.Worker(pnc, lease=LEASE, concurrency=1, executor="py-plain", no_handoff=True)
+    plain.task(QUEUE)(handle)
+    plain_run = asyncio.get_running_loop().create_task(plain.run())
+    attempts = await chain(c, "fetched")
+    assert not any(a.get("handed") for a in attempts), attempts
+    assert all(a["executor"] == "py-plain" for a in attempts), attempts
+    plain.stop()
+    await asyncio.wait_for(plain_run, 30)
 
     # A job that never claimed, whose item was redelivered (its holder hung
     # past the lease): the new delivery claims first and runs the attempt;
@@ -191,7 +229,7 @@ async def main() -> None:
         wk.stop()
         await asyncio.wait_for(r, 30)
 
-    for conn in (nc, snc, fnc, other.nc):
+    for conn in (nc, pnc, snc, fnc, other.nc):
         await conn.drain()
     await c.close()
     print("live lazy: ok", flush=True)

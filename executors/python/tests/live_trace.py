@@ -43,7 +43,9 @@ async def main() -> None:
     run = asyncio.get_running_loop().create_task(worker.run())
     for name, client, tp, long in (("env", c, env_tp, False), ("explicit", c2, explicit, True)):
         t = await client.create_task(QUEUE, {"long": long}, title=name)
-        await wait_task(c, t["id"], "accepted", lambda t: t["state"] == "accepted")
+        # Read by the client that created it: its reads carry the sequence
+        # its create was answered with (another client's may not see it yet).
+        await wait_task(client, t["id"], "accepted", lambda t: t["state"] == "accepted")
         got = seen[t["id"]]
         assert dwr.client.valid_traceparent(got), got
         assert trace_id(got) == trace_id(tp), (name, got, tp)

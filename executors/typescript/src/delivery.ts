@@ -13,6 +13,7 @@ import {
   type Attempt,
   type CommandResult,
   type Dependency,
+  type Handoff,
   type Reply,
   type Task,
   type WireError,
@@ -194,10 +195,16 @@ function decisionsOf(t: Task): Decision[] {
   return out;
 }
 
-/** Delivery is one work item delivered to this worker, from its receipt to its settlement. */
+/**
+ * Delivery is one work item delivered to this worker, from its receipt to
+ * its settlement — or one attempt handed to it in a report's reply (the
+ * handoff: worker.ts's runHanded), which has no item to hold or settle.
+ */
 export class Delivery {
   item!: WorkItem;
   sealed = false;
+  /** The attempt the job's report was handed, with its token and its item (the handoff). */
+  next?: Handoff;
   /** The trace the item carries: every command of its job is sent in it. */
   readonly trace?: TraceContext;
   /** The service, in the item's trace. */
@@ -221,16 +228,22 @@ export class Delivery {
   private ctl?: AbortController;
   private watching?: Watch;
 
+  /**
+   * A delivery of msg, in the trace its headers carry — or, without msg
+   * (undefined for a handed attempt), in trace: the trace of the job whose
+   * report was handed it.
+   */
   constructor(
     private readonly w: Worker,
     private readonly c: Config,
     svc: Service,
-    private readonly msg: JsMsg,
+    private readonly msg: JsMsg | undefined,
     private readonly hard: AbortSignal,
+    trace?: TraceContext,
   ) {
-    this.delivered = msg.info.deliveryCount;
-    const h = msg.headers;
-    this.trace = h ? traceContextOf(h.get(Header.Traceparent), h.get(Header.Tracestate)) : undefined;
+    this.delivered = msg?.info.deliveryCount ?? 0;
+    const h = msg?.headers;
+    this.trace = msg ? (h ? traceContextOf(h.get(Header.Traceparent), h.get(Header.Tracestate)) : undefined) : trace;
     this.svc = svc.traced(this.trace);
   }
 
@@ -245,7 +258,7 @@ export class Delivery {
     const every = this.w.lease / 3;
     const t = setInterval(() => {
       try {
-        this.msg.working();
+        this.msg?.working(); // a handed attempt has no item: its heartbeats alone keep it
       } catch (e) {
         this.c.log.debug("dwr: lease renewal failed:", (e as Error).message);
       }
@@ -271,6 +284,7 @@ export class Delivery {
   }
 
   private ack() {
+    if (!this.msg) return; // a handed attempt has no item
     try {
       this.msg.ack();
     } catch (e) {
@@ -279,6 +293,7 @@ export class Delivery {
   }
 
   private nak() {
+    if (!this.msg) return; // a handed attempt has no item
     try {
       this.msg.nak(this.w.lease);
     } catch (e) {
@@ -299,6 +314,7 @@ export class Delivery {
       t.spec?.queue === it.queue &&
       t.state === "ready" &&
       (t.attempts?.length ?? 0) + 1 === it.attempt &&
+      this.msg !== undefined &&
       Date.now() - this.msg.time.getTime() < lazyMaxAgeMs
     );
   }
@@ -606,6 +622,29 @@ export class Delivery {
     }
   }
 
+  /**
+   * runHanded runs handed attempt a of task t (the handoff) with its token:
+   * started for this worker in the commit of the report it was handed to,
+   * it is claimed already, and has no work item to renew or acknowledge —
+   * its heartbeats keep its lease.
+   */
+  async runHanded(handler: Handler, t: Task, a: Attempt, token: string, watch: Watch): Promise<void> {
+    this.watching = watch;
+    this.token = token;
+    this.beat = { task_id: t.id, attempt: a.n, token };
+    const stopBeats = this.heartbeats();
+    try {
+      await this.run(handler, t, a, watch);
+    } finally {
+      await stopBeats();
+    }
+  }
+
+  /** askNext reports whether the job's report asks for the handoff: not when configured not to, for a verifier, or once the worker stops. The handed item comes opened, as a claim's task does, so a worker that could not open its queue's sealed items asks too. */
+  private askNext(): boolean {
+    return !this.c.noHandoff && !this.w.verifies && !this.w.stopping;
+  }
+
   private async run(handler: Handler, t: Task, a: Attempt, watch: Watch): Promise<void> {
     const ctl = new AbortController();
     this.ctl = ctl;
@@ -858,6 +897,7 @@ export class Delivery {
           (rep.output !== undefined ? `,"result":${rep.output}` : "") +
           (rep.artifacts?.length ? `,"artifacts":${JSON.stringify(rep.artifacts)}` : "") +
           (rep.modelSteps?.length ? `,"model_steps":${JSON.stringify(rep.modelSteps)}` : "") +
+          (this.askNext() ? `,"next":true` : "") +
           "}";
         r = await this.svc.command("task.succeed", new TextEncoder().encode(raw), {
           commandId: reportId("succeed"),
@@ -878,7 +918,13 @@ export class Delivery {
         const f = rep.failure;
         r = await this.svc.command(
           "task.fail",
-          { ...base, error: { code: f.code, message: f.message }, retryable: f.retryable, model_steps: rep.modelSteps },
+          {
+            ...base,
+            error: { code: f.code, message: f.message },
+            retryable: f.retryable,
+            model_steps: rep.modelSteps,
+            next: this.askNext() || undefined,
+          },
           { commandId: reportId("fail"), signal: this.hard },
         );
       }
@@ -889,6 +935,10 @@ export class Delivery {
     if (r!.ok) {
       this.ack();
       const cr = r!.result as CommandResult | undefined;
+      const next = rep.wait ? undefined : cr?.next;
+      if (typeof next === "object" && next !== null && next.token && typeof next.item === "object" && next.item !== null) {
+        this.next = next; // the handoff: run once this delivery ends (worker.ts's runHanded)
+      }
       if (auth.claim && cr && cr.attempt !== attempt) {
         // The report's claim failed the task instead of starting the attempt (its goal's budget or its
         // attempts were spent), as a claim would have: the report was not recorded.

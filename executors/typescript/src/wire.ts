@@ -223,6 +223,30 @@ export interface CommandResult {
   lease_ms?: number;
   max_deliver?: number;
   duplicate?: boolean;
+  /** For a report that asked for it (`next: true`), the attempt its commit started for its sender: the handoff. */
+  next?: Handoff;
+}
+
+/**
+ * An attempt the service started for a reporting worker in its report's
+ * commit, when the report asked for it (`next: true`) and left ready a task
+ * that depends on the reported one, on the same queue (schemas.Handoff): no
+ * work item is published for it, so no other worker sees it. The worker
+ * runs it as if it had claimed it — heartbeats within the queue's lease
+ * keep it; when they stop, the service abandons it (lease_lost) and the task
+ * is ready again, on the queue, for any executor.
+ */
+export interface Handoff {
+  task_id: string;
+  attempt: number;
+  token_hash: string;
+  /** The handed attempt's token. Sent to the reporter only, never stored: keep it secret. */
+  token?: string;
+  /**
+   * The attempt's work item, as a claim's would be (its task as the commit left it, running the attempt,
+   * and its dependencies' outcomes). Absent when the task moved on before the reply was made: run nothing.
+   */
+  item?: WorkItem;
 }
 
 /** A goal as goal.get answers it (its view: state, plan, tasks, spend). */

@@ -6,13 +6,14 @@ import { QueueKeys } from "./queue_keys.js";
 import { SealedPrefix } from "./seal.js";
 import { DwrError, leaseLost, stopping, timedOut } from "./errors.js";
 import type { Job, Result } from "./job.js";
-import { Service, sleep } from "./service.js";
+import { Service, sleep, type TraceContext } from "./service.js";
 import {
   JetStreamAPIPrefix,
   MaxMessageBytes,
   type ArtifactRef,
   type Attempt,
   type CommandResult,
+  type Handoff,
   type Verification,
   type WorkItem,
 } from "./wire.js";
@@ -57,6 +58,14 @@ export interface WorkerOptions {
   reconfigure?: boolean;
   /** How long stop() lets running jobs finish before aborting them (their items are then redelivered); default 30 s. */
   drainTimeoutMs?: number;
+  /**
+   * Take every item from the queue. By default a report asks the service for the handoff (`next: true`):
+   * when the reported task leaves a dependent ready on this queue, the report's reply hands this worker
+   * that task's attempt, started in the report's commit, and the worker runs it at once in the same slot —
+   * no work item, no fetch, no claim. The worker does not ask once stop() is called (a handed attempt
+   * nobody runs waits out its lease before the task is ready again).
+   */
+  noHandoff?: boolean;
   /** Receives the worker's logs; default: none. */
   logger?: Logger;
 }
@@ -117,6 +126,7 @@ export interface Config {
   maxDeliver: number;
   reconfigure: boolean;
   drainTimeoutMs: number;
+  noHandoff: boolean;
   log: Logger;
 }
 
@@ -133,6 +143,7 @@ function configOf(o: WorkerOptions): Config {
     maxDeliver: o.maxDeliver ?? 5,
     reconfigure: o.reconfigure ?? false,
     drainTimeoutMs: o.drainTimeoutMs ?? 30000,
+    noHandoff: o.noHandoff ?? false,
     log: o.logger ?? silent,
   };
   const bad: string[] = [];
@@ -167,8 +178,12 @@ function configOf(o: WorkerOptions): Config {
  * stops the handler (job.abort) when the task is cancelled or the attempt
  * loses its lease, and reports the outcome (task.succeed, task.fail,
  * task.wait) with its own command id, sent again with that id until
- * answered; it acknowledges the item once the report is answered. Every
- * command of a job carries the trace its item carries (`job.traceparent`).
+ * answered; it acknowledges the item once the report is answered. Its
+ * reports ask for the handoff (unless noHandoff): an attempt the service
+ * hands it in a report's reply — the next task of a chain on this queue,
+ * already started for it — runs at once in the same slot, without a claim
+ * or a work item, kept by its heartbeats. Every command of a job carries
+ * the trace its item carries (`job.traceparent`).
  *
  *     const w = new Worker({ nc, queue: "payments", concurrency: 8 }, async (job) => {
  *       const receipt = await pay(job.input, job.operationKey);
@@ -210,6 +225,16 @@ export class Worker {
   /** The queue's lease in force, in milliseconds. */
   get lease(): number {
     return this.leaseMs;
+  }
+
+  /** @internal Whether stop() was called: reports ask for no handoff. */
+  get stopping(): boolean {
+    return this.stopCtl.signal.aborted;
+  }
+
+  /** @internal Whether this worker judges verify items (a Verifier): it reports no attempts, and asks for no handoff. */
+  get verifies(): boolean {
+    return this.verifier !== undefined;
   }
 
   /**
@@ -406,8 +431,19 @@ export class Worker {
     return w;
   }
 
-  /** deliver handles one work item: claim, run, report, acknowledge. */
+  /**
+   * deliver handles one work item: claim, run, report, acknowledge — and
+   * then each attempt its report was handed, in turn (runHanded), in the
+   * same slot. It resolves once the item is settled and the last handed
+   * attempt reported.
+   */
   private async deliver(msg: JsMsg): Promise<void> {
+    let d = await this.deliverItem(msg);
+    while (d?.next) d = await this.runHanded(d.next, d.trace);
+  }
+
+  /** deliverItem handles one work item, and returns its delivery (whose next is the attempt its report was handed, if any). */
+  private async deliverItem(msg: JsMsg): Promise<Delivery | undefined> {
     const d = new Delivery(this, this.cfg, this.svc, msg, this.hardCtl.signal);
     if (msg.data.length > MaxMessageBytes) {
       this.cfg.log.error(`dwr: a work item of ${msg.data.length} bytes, more than ${MaxMessageBytes}; handing it back`);
@@ -439,13 +475,64 @@ export class Worker {
       }
     }
     d.item = item;
-    if (this.verifier) return d.judge(this.verifier);
+    if (this.verifier) {
+      await d.judge(this.verifier);
+      return;
+    }
     const watch = this.newWatch(item.task_id);
     try {
       await d.execute(this.handler!, watch);
     } finally {
       watch.stop();
     }
+    return d;
+  }
+
+  // The handoff (wire.ts's Handoff). A report asks for it unless the worker
+  // is configured not to (noHandoff), judges verifications, or stops; the
+  // service then may start, in the report's commit, the attempt of a task
+  // the report left ready on this queue, and hand it in the reply: its
+  // token and its work item. The worker runs it at once, in the slot the
+  // reported job had, as if it had claimed it — no work item, so nothing to
+  // acknowledge or renew: the attempt's heartbeats keep its lease, and the
+  // service abandons it if they stop. Its own report may be handed the next
+  // one, and so on down a chain.
+
+  /**
+   * runHanded runs handed attempt h: the job, its heartbeats, its report,
+   * in trace (the trace of the job whose report was handed h). It returns
+   * its delivery, whose next is the attempt that report was handed, if any.
+   */
+  private async runHanded(h: Handoff, trace?: TraceContext): Promise<Delivery | undefined> {
+    const it = h.item!;
+    let a: Attempt | undefined;
+    let err: unknown;
+    try {
+      checkItem(it, this.cfg, "execute");
+      if (it.task && it.task_id === h.task_id && it.attempt === h.attempt && it.task.id === h.task_id) {
+        a = it.task.attempts?.find((x) => x.n === h.attempt);
+      }
+    } catch (e) {
+      err = e;
+    }
+    if (err || !a || a.state !== "running") {
+      // Not for this worker to run (a service of another version?): the attempt's lease lapses, and the task
+      // goes back to the queue.
+      this.cfg.log.error(
+        `dwr: a handed attempt this worker cannot run (task ${h.task_id} attempt ${h.attempt}); it returns to the queue when its lease lapses:`,
+        err instanceof Error ? err.message : "the item's task does not run the attempt",
+      );
+      return undefined;
+    }
+    const d = new Delivery(this, this.cfg, this.svc, undefined, this.hardCtl.signal, trace);
+    d.item = it;
+    const watch = this.newWatch(it.task_id);
+    try {
+      await d.runHanded(this.handler!, it.task!, a, h.token!, watch);
+    } finally {
+      watch.stop();
+    }
+    return d;
   }
 }
 

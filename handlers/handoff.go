@@ -1,0 +1,216 @@
+package handlers
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"sync"
+	"time"
+
+	fastjson "github.com/go-json-experiment/json/v1"
+
+	"github.com/dwr-run/dwr/domain"
+	"github.com/dwr-run/dwr/eventstore"
+	"github.com/dwr-run/dwr/projections"
+	"github.com/dwr-run/dwr/schemas"
+)
+
+// The handoff (schemas.Handoff). A report that asks for it may start,
+// in its own commit, the next attempt of a task it left ready on the
+// reporter's queue (domain: tx.handoff); its reply then hands the reporter
+// that attempt's token and work item. No work item goes through the work
+// stream for it — no publish, no pull, no acknowledgement, and no other
+// worker sees it — so the writer itself keeps the attempt's lease: it
+// knows the handed attempts that run (handed), and fires an attempt_lease
+// timer for one that was not heard from (claim, heartbeat, checkpoint)
+// for its queue's lease and the grace, which abandons it (lease_lost) and
+// leaves the task ready, published as a work item again.
+
+// prepareHandoff gives a report that asks for the handoff the hash of the
+// token the service derives for the attempt it may hand, and returns that
+// token ("" when the report does not ask). With encryption on, the reply
+// (and the item in it) is opened for its sender like a claim's, which
+// carries the task the sender may now run.
+func (s *Service) prepareHandoff(cmd domain.Command, m domain.Meta) string {
+	var next *bool
+	var hash *string
+	var taskID string
+	switch c := cmd.(type) {
+	case *domain.ReportSuccess:
+		next, hash, taskID = &c.Next, &c.NextTokenHash, c.TaskID
+	case *domain.ReportFailure:
+		next, hash, taskID = &c.Next, &c.NextTokenHash, c.TaskID
+	default:
+		return ""
+	}
+	if !*next {
+		return ""
+	}
+	token := attemptToken(s.tokenKey, m.Workspace, m.Actor, m.CommandID, "next:"+taskID)
+	*hash = domain.TokenHash(token)
+	return token
+}
+
+// withHandoff returns a report's reply with the handed attempt's token and
+// work item added, when the reply names an attempt handed with token. The
+// item is read from the views once they hold the record (seq); when the
+// attempt no longer runs there, or the views cannot be read, the reply
+// hands nothing (an attempt the reporter was not told of is abandoned at
+// its lease's end like any other).
+func (s *Service) withHandoff(ctx context.Context, reply json.RawMessage, seq uint64, token string) json.RawMessage {
+	if token == "" || !bytes.Contains(reply, []byte(`"next":`)) {
+		return reply
+	}
+	var cr schemas.CommandResult
+	if err := fastjson.Unmarshal(reply, &cr); err != nil || cr.Next == nil || cr.Next.TokenHash != domain.TokenHash(token) {
+		return reply
+	}
+	cr.Next.Token, cr.Next.Item = token, s.handedItem(ctx, cr.Next, seq)
+	if cr.Next.Item == nil {
+		cr.Next = nil
+	}
+	out, err := fastjson.Marshal(&cr)
+	if err != nil {
+		return reply
+	}
+	return out
+}
+
+// handedItem returns the work item of handed attempt h, as the views have
+// its task once they hold seq, or nil when the attempt no longer runs.
+func (s *Service) handedItem(ctx context.Context, h *schemas.Handoff, seq uint64) *schemas.WorkItem {
+	if err := s.store.WaitFor(ctx, seq); err != nil {
+		return nil
+	}
+	t, err := s.store.Task(h.TaskID)
+	if err != nil || t == nil {
+		return nil
+	}
+	r := t.Running()
+	if r == nil || r.N != h.Attempt || r.TokenHash != h.TokenHash {
+		return nil
+	}
+	it := workItemOf(t, s.store, seq)
+	it.Attempt = r.N
+	return &it
+}
+
+// handed is the writer's memory of the handed attempts that may still
+// run, so that it can keep their leases; a new writer finds them in the
+// views (load).
+type handed struct {
+	mu sync.Mutex
+	m  map[attemptRef]string // → workspace
+}
+
+func newHanded() *handed { return &handed{m: map[attemptRef]string{}} }
+
+// add remembers the handed attempts a committed record started.
+func (h *handed) add(c *eventstore.Commit) {
+	for i := range c.Events {
+		e := &c.Events[i]
+		if e.Type != "task.attempt_started" || !bytes.Contains(e.Data, []byte(`"handed":true`)) {
+			continue
+		}
+		var ev domain.AttemptStarted
+		if err := fastjson.Unmarshal(e.Data, &ev); err != nil || !ev.Handed {
+			continue
+		}
+		h.mu.Lock()
+		h.m[attemptRef{e.AggregateID, ev.Attempt}] = e.Workspace
+		h.mu.Unlock()
+	}
+}
+
+// load remembers the handed attempts running in the views.
+func (h *handed) load(store *projections.Store) error {
+	wss, err := store.ListWorkspaces()
+	if err != nil {
+		return err
+	}
+	for _, ws := range wss {
+		err := store.EachTask(ws.Name, projections.TaskFilter{State: domain.StateRunning}, func(t *domain.Task) bool {
+			if r := t.Running(); r != nil && r.Handed {
+				h.mu.Lock()
+				h.m[attemptRef{t.ID, r.N}] = t.Workspace
+				h.mu.Unlock()
+			}
+			return true
+		})
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// list returns the attempts remembered.
+func (h *handed) list() map[attemptRef]string {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	out := make(map[attemptRef]string, len(h.m))
+	for k, v := range h.m {
+		out[k] = v
+	}
+	return out
+}
+
+func (h *handed) forget(a attemptRef) {
+	h.mu.Lock()
+	delete(h.m, a)
+	h.mu.Unlock()
+}
+
+// handedSweep is how often the writer looks for handed attempts whose
+// lease has lapsed.
+const handedSweep = 250 * time.Millisecond
+
+// keepHandedLeases abandons, while this replica is the writer, each handed
+// attempt not heard from for its queue's lease and the grace: an
+// attempt_lease timer, decided once (its command id names the attempt), as
+// the redelivery of a work item would lead a claim to supersede it.
+func (s *Service) keepHandedLeases(ctx context.Context, h *handed, alive *liveness) {
+	t := time.NewTicker(handedSweep)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		for a, ws := range h.list() {
+			task, err := s.store.Task(a.task)
+			if err != nil {
+				continue
+			}
+			r := (*domain.Attempt)(nil)
+			if task != nil {
+				r = task.Running()
+			}
+			if r == nil || r.N != a.n || !r.Handed {
+				h.forget(a)
+				continue
+			}
+			lease, err := s.queueLease(ctx, ws, task.Spec.Queue)
+			if err != nil {
+				continue
+			}
+			due := alive.lastAlive(a.task, a.n, r.StartedAt).Add(lease + s.cfg.LeaseGrace)
+			if s.cfg.Clock().Before(due) {
+				continue
+			}
+			o := s.execute(ctx, &domain.FireTimer{TaskID: a.task, Kind: domain.TimerLease, Attempt: a.n, Due: due},
+				domain.Meta{Workspace: ws, CommandID: fmt.Sprintf("timer.%s.%s.%d", domain.TimerLease, a.task, a.n), Actor: "dwr-timer"})
+			if o.Err != nil {
+				if ctx.Err() == nil {
+					s.cfg.Logger.Warn("handlers: abandoning a handed attempt past its lease failed; will retry", "task", a.task, "attempt", a.n, "err", o.Err)
+				}
+				continue
+			}
+			s.cfg.Logger.Info("handlers: a handed attempt's lease lapsed; the task is ready again", "task", a.task, "attempt", a.n)
+			s.metrics.timerFired(domain.TimerLease, due, s.cfg.Clock())
+			h.forget(a)
+		}
+	}
+}
