@@ -157,10 +157,7 @@ func (d *delivery) deliver(hard context.Context, msg jetstream.Msg) {
 	}
 
 	// The lease is renewed from receipt until the item is settled.
-	hbCtx, stopHB := context.WithCancel(context.Background())
-	var hb sync.WaitGroup
-	hb.Go(func() { d.heartbeat(hbCtx) })
-	defer func() { stopHB(); hb.Wait() }()
+	defer d.startHeartbeats()()
 
 	// The task's events are watched from before the claim, so that none
 	// that ends the attempt is missed.
@@ -185,6 +182,15 @@ func (d *delivery) deliver(hard context.Context, msg jetstream.Msg) {
 	d.claimMu.Unlock()
 	d.beat.Store(&schemas.Heartbeat{TaskID: task.ID, Attempt: attempt.N, Token: token})
 	d.run(hard, task, attempt, watch)
+}
+
+// startHeartbeats runs heartbeat until the function it returns is called,
+// which waits for it to end.
+func (d *delivery) startHeartbeats() (stop func()) {
+	ctx, cancel := context.WithCancel(context.Background())
+	var hb sync.WaitGroup
+	hb.Go(func() { d.heartbeat(ctx) })
+	return func() { cancel(); hb.Wait() }
 }
 
 // heartbeat renews the work item's lease every Lease/3 until ctx ends and,

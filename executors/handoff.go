@@ -2,7 +2,6 @@ package executors
 
 import (
 	"context"
-	"sync"
 	"time"
 
 	"go.opentelemetry.io/otel/attribute"
@@ -48,10 +47,7 @@ func (w *Worker) runHanded(hard context.Context, h *schemas.Handoff, parent trac
 			logTask, h.TaskID, logAttempt, h.Attempt, logErr, err)
 		return nil, span.SpanContext()
 	}
-	hbCtx, stopHB := context.WithCancel(context.Background())
-	var hb sync.WaitGroup
-	hb.Go(func() { d.heartbeat(hbCtx) })
-	defer func() { stopHB(); hb.Wait() }()
+	defer d.startHeartbeats()()
 	watch := d.watch()
 	defer watch.stop()
 	d.claimMu.Lock()

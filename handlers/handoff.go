@@ -52,38 +52,70 @@ func (s *Service) prepareHandoff(cmd domain.Command, m domain.Meta) string {
 	return token
 }
 
-// withHandoff returns a report's reply with the handed attempt's token and
-// work item added, when the reply names an attempt handed with token. The
-// item is read from the views once they hold the record (seq); when the
-// attempt no longer runs there, or the views cannot be read, the reply
-// hands nothing (an attempt the reporter was not told of is abandoned at
-// its lease's end like any other).
-func (s *Service) withHandoff(ctx context.Context, reply json.RawMessage, seq uint64, token string) json.RawMessage {
-	if token == "" || !bytes.Contains(reply, []byte(`"next":`)) {
-		return reply
+// withHandoff returns a report's outcome's reply with the handed
+// attempt's token and work item added, when the reply names an attempt
+// handed with token. The item is the one the writer made from the states
+// it decided (outcome.Handed); a retry's outcome, read back from the
+// views, has none, and its item is read from the views once they hold the
+// record. When the attempt no longer runs there, the reply hands nothing
+// (an attempt the reporter was not told of is abandoned at its lease's end
+// like any other).
+func (s *Service) withHandoff(ctx context.Context, o outcome, token string) json.RawMessage {
+	if token == "" || !bytes.Contains(o.Reply, []byte(`"next":`)) {
+		return o.Reply
 	}
 	var cr schemas.CommandResult
-	if err := fastjson.Unmarshal(reply, &cr); err != nil || cr.Next == nil || cr.Next.TokenHash != domain.TokenHash(token) {
-		return reply
+	if err := fastjson.Unmarshal(o.Reply, &cr); err != nil || cr.Next == nil || cr.Next.TokenHash != domain.TokenHash(token) {
+		return o.Reply
 	}
-	cr.Next.Token, cr.Next.Item = token, s.handedItem(ctx, cr.Next, seq)
+	cr.Next.Token, cr.Next.Item = token, o.Handed
+	if cr.Next.Item == nil {
+		if err := s.store.WaitFor(ctx, o.Seq); err == nil {
+			cr.Next.Item = handedItemOf(cr.Next, o.Seq, s.store)
+		}
+	}
 	if cr.Next.Item == nil {
 		cr.Next = nil
 	}
 	out, err := fastjson.Marshal(&cr)
 	if err != nil {
-		return reply
+		return o.Reply
 	}
 	return out
 }
 
-// handedItem returns the work item of handed attempt h, as the views have
-// its task once they hold seq, or nil when the attempt no longer runs.
-func (s *Service) handedItem(ctx context.Context, h *schemas.Handoff, seq uint64) *schemas.WorkItem {
-	if err := s.store.WaitFor(ctx, seq); err != nil {
+// handedItem returns the work item of the attempt a committed report cmd
+// handed its sender, as its reply names it, from the states the record
+// (seq) left: nil for any other command or reply.
+func handedItem(cmd domain.Command, reply json.RawMessage, seq uint64, states aggregates) *schemas.WorkItem {
+	switch c := cmd.(type) {
+	case *domain.ReportSuccess:
+		if !c.Next {
+			return nil
+		}
+	case *domain.ReportFailure:
+		if !c.Next {
+			return nil
+		}
+	default:
 		return nil
 	}
-	t, err := s.store.Task(h.TaskID)
+	if !bytes.Contains(reply, []byte(`"next":`)) {
+		return nil
+	}
+	var cr struct {
+		Next *schemas.Handoff `json:"next"`
+	}
+	if err := fastjson.Unmarshal(reply, &cr); err != nil || cr.Next == nil {
+		return nil
+	}
+	return handedItemOf(cr.Next, seq, states)
+}
+
+// handedItemOf returns the work item of handed attempt h, its task as
+// states hold it at seq, or nil when the attempt no longer runs there.
+func handedItemOf(h *schemas.Handoff, seq uint64, states aggregates) *schemas.WorkItem {
+	t, err := states.Task(h.TaskID)
 	if err != nil || t == nil {
 		return nil
 	}
@@ -91,7 +123,7 @@ func (s *Service) handedItem(ctx context.Context, h *schemas.Handoff, seq uint64
 	if r == nil || r.N != h.Attempt || r.TokenHash != h.TokenHash {
 		return nil
 	}
-	it := workItemOf(t, s.store, seq)
+	it := workItemOf(t, states, seq)
 	it.Attempt = r.N
 	return &it
 }

@@ -1190,7 +1190,7 @@ func (s *Service) handleCommand(name string, req micro.Request, who sender) (rep
 	case *domain.ReportSuccess, *domain.ReportFailure:
 		// The handed item joins the reply before the reply is opened for
 		// its sender, as a claim's task does.
-		o.Reply = s.withHandoff(ctx, o.Reply, o.Seq, token)
+		o.Reply = s.withHandoff(ctx, o, token)
 	}
 	if s.privacy != nil {
 		if werr := s.afterPrivacy(ctx, ws, cmd, &o); werr != nil {

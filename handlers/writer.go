@@ -39,6 +39,11 @@ type outcome struct {
 	Seq   uint64
 	Reply json.RawMessage
 	Err   error
+	// Handed is, for a report whose commit handed its sender an attempt,
+	// that attempt's work item, made from the states the writer decided
+	// (handoff.go): never stored, and absent for an outcome read back from
+	// the views (a retry's).
+	Handed *schemas.WorkItem
 }
 
 // outcomeOf returns the outcome a commit record kept for a command: its
@@ -248,6 +253,16 @@ func (w *writer) Committed(items []*request, c *eventstore.Commit, seq uint64, i
 			results[r.Workspace+"/"+domain.CommandKey(r.Actor, r.CommandID)] = r
 		}
 	}
+	decided := w.decided
+	w.decided.events, w.decided.final = nil, domain.Touched{}
+	// The record holds the very events the last Decide made: the views
+	// take the states that decision computed, and the work items (also
+	// those handed in replies) are made from them.
+	fromFinal := err == nil && c != nil && len(c.Events) > 0 && len(decided.events) == len(c.Events) && &decided.events[0] == &c.Events[0]
+	var states aggregates
+	if fromFinal {
+		states = decidedStates{decided.final, w.store}
+	}
 	outs := make([]outcome, len(items))
 	for i, it := range items {
 		var ie error
@@ -267,24 +282,22 @@ func (w *writer) Committed(items []*request, c *eventstore.Commit, seq uint64, i
 		default:
 			r := results[it.meta.Workspace+"/"+it.meta.Key()]
 			outs[i] = outcomeOf(seq, r.Reply, r.Error)
+			if states != nil {
+				outs[i].Handed = handedItem(it.cmd, outs[i].Reply, seq, states)
+			}
 		}
 		it.done <- outs[i]
 	}
-	decided := w.decided
-	w.decided.events, w.decided.final = nil, domain.Touched{}
 	traces := w.traceCommit(items, seq, err)
 	if err != nil || seq == 0 {
 		return
 	}
-	fromFinal := len(c.Events) > 0 && len(decided.events) == len(c.Events) && &decided.events[0] == &c.Events[0]
 	var aerr error
 	if fromFinal {
-		// The record holds the very events the last Decide made: the views
-		// take the states that decision computed, and the work items leave
-		// with them first.
+		// The work items leave first.
 		w.finals.Add(1)
 		if w.dispatch != nil {
-			w.dispatch(c, seq, decidedStates{decided.final, w.store}, traces)
+			w.dispatch(c, seq, states, traces)
 		}
 		aerr = w.store.ApplyFinal(seq, c, decided.final)
 	} else {
