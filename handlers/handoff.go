@@ -81,6 +81,9 @@ func (s *Service) withHandoff(ctx context.Context, o outcome, token string) json
 	if err != nil {
 		return o.Reply
 	}
+	if cr.Next != nil {
+		s.metrics.handedOff()
+	}
 	return out
 }
 

@@ -213,3 +213,30 @@ func TestAHandedItemIsOpenedForItsSender(t *testing.T) {
 	require.True(t, c.Command(t, "task.succeed", map[string]any{"task_id": bID, "attempt": 1, "token": rep.Next.Token, "result": "ok"}) != nil)
 	require.Equal(t, domain.StateAccepted, c.WaitState(t, bID, domain.StateAccepted, 10*time.Second).State)
 }
+
+// A new writer finds the handed attempts in the views and keeps their
+// leases: counted from its takeover (as for every running attempt), a
+// silent one is abandoned a lease after it, and the task is ready again.
+func TestANewWriterKeepsTheHandedLeases(t *testing.T) {
+	const lease, grace = 10 * time.Second, time.Second
+	clock := servicetest.NewClock(epoch)
+	dir := t.TempDir()
+	b := startClocked(t, dir, clock)
+	b.workConsumer(t, "shell", lease)
+	exec := b.peer(t, "executor")
+	_, plan, _ := chain3(t, b)
+	a := plan.Tasks[0].TaskID
+	_, rep := exec.succeedNext(t, a, 1, exec.claim(t, a, "", 0).Token, "")
+	require.NotNil(t, rep.Next)
+	b.stop()
+
+	clock.Advance(time.Hour) // the lease passed while no writer ran
+	b2 := startClocked(t, dir, clock)
+	var tk domain.Task
+	b2.query(t, "task.get", schemas.Query{ID: rep.Next.TaskID}, b2.lastSeq(t), &tk)
+	require.Equal(t, domain.StateRunning, tk.State, "a new writer counts the attempt alive at its takeover")
+	clock.Advance(lease + grace)
+	b2.c.WaitState(t, rep.Next.TaskID, domain.StateReady, 10*time.Second)
+	b2.query(t, "task.get", schemas.Query{ID: rep.Next.TaskID}, b2.lastSeq(t), &tk)
+	require.Equal(t, domain.ReasonLeaseLost, tk.Attempts[0].Reason)
+}

@@ -62,6 +62,7 @@ type metrics struct {
 	attemptLeases prometheus.Counter
 	writerLeases  prometheus.Counter
 	quarantines   prometheus.Counter
+	handoffs      prometheus.Counter
 	timerLateness *prometheus.HistogramVec
 }
 
@@ -86,11 +87,13 @@ func newMetrics(reg *prometheus.Registry, s *Service) (*metrics, error) {
 			Help:    "Seconds from the moment the writer took a batch's first request to the acknowledgement of its record's durable append.",
 			Buckets: prometheus.ExponentialBuckets(0.0005, 2, 14)}),
 		attemptLeases: prometheus.NewCounter(prometheus.CounterOpts{Name: "dwr_attempt_lease_expiries_total",
-			Help: "Attempts abandoned because their lease ran out without a sign of life and a claim superseded them."}),
+			Help: "Attempts abandoned because their lease ran out without a sign of life: a claim superseded them, or the writer abandoned a handed one."}),
 		writerLeases: prometheus.NewCounter(prometheus.CounterOpts{Name: "dwr_writer_lease_losses_total",
 			Help: "Times this replica lost the writer lease while it was the writer (not renewed in time, or taken over)."}),
 		quarantines: prometheus.NewCounter(prometheus.CounterOpts{Name: "dwr_quarantines_total",
 			Help: "Tasks quarantined: failed because their work item was delivered the most times its queue allows without being completed."}),
+		handoffs: prometheus.NewCounter(prometheus.CounterOpts{Name: "dwr_handoffs_total",
+			Help: "Attempts handed to a reporting worker in its report's reply (the handoff), instead of going out as work items."}),
 		timerLateness: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "dwr_timer_lateness_seconds",
 			Help:    "Seconds from a durable timer's due time to its firing's commit, by timer kind.",
 			Buckets: prometheus.ExponentialBuckets(0.001, 4, 10)}, []string{"kind"}),
@@ -100,7 +103,7 @@ func newMetrics(reg *prometheus.Registry, s *Service) (*metrics, error) {
 		m.okCommands[name] = m.commands.WithLabelValues(name, outcomeOK)
 	}
 	for _, c := range []prometheus.Collector{m.commands, m.appends, m.appendedBytes, m.batchSize, m.commitSeconds,
-		m.attemptLeases, m.writerLeases, m.quarantines, m.timerLateness, stateCollector{s}} {
+		m.attemptLeases, m.writerLeases, m.quarantines, m.handoffs, m.timerLateness, stateCollector{s}} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}
@@ -174,6 +177,13 @@ var abandonedEvent = (*domain.AttemptAbandoned)(nil).EventType()
 func (m *metrics) writerLeaseLost() {
 	if m != nil {
 		m.writerLeases.Inc()
+	}
+}
+
+// handedOff counts an attempt handed in a report's reply.
+func (m *metrics) handedOff() {
+	if m != nil {
+		m.handoffs.Inc()
 	}
 }
 

@@ -48,6 +48,9 @@ func TestChain3Metrics(t *testing.T) {
 	require.Equal(t, float64(3*chains), count("task.succeed", "ok"), "each task succeeded once")
 	claims := count("task.claim", "ok")
 	require.LessOrEqual(t, claims, float64(3*chains), "no task was claimed twice")
+	handoffs, _ := m.Value("dwr_handoffs_total")
+	require.LessOrEqual(t, handoffs, float64(2*chains), "a chain's second and third tasks at most were handed")
+	require.Positive(t, handoffs, "the SDK workers take the handoff")
 	for _, outcome := range m.LabelValues("dwr_commands_total", "outcome") {
 		if outcome != "ok" {
 			v, _ := m.Value("dwr_commands_total", "outcome", outcome)
