@@ -86,7 +86,7 @@ func (w *world) run(cmd Command) (*Outcome, error) { return w.runID(w.nextComman
 // each version) and appends them to the history.
 func (w *world) runID(id string, cmd Command) (*Outcome, error) {
 	w.t.Helper()
-	token := w.fill(id, cmd)
+	token, next := w.fill(id, cmd)
 	m := Meta{CommandID: id, Workspace: w.ws, Actor: w.actor, Authenticated: w.authn, Now: w.now,
 		Executor: w.queues != nil, Queues: w.queues}
 	out, err := Execute(w.o, cmd, m)
@@ -98,8 +98,10 @@ func (w *world) runID(id string, cmd Command) (*Outcome, error) {
 	for _, c := range out.Changes {
 		require.NoError(w.t, w.o.Apply(c, r), "committing %s", cmd.CommandName())
 		w.history = append(w.history, entry{Change: c, Recorded: r})
-		if s, ok := c.Event.(*AttemptStarted); ok && token != "" {
-			w.tokens[fmt.Sprintf("%s/%d", c.AggregateID, s.Attempt)] = token
+		if s, ok := c.Event.(*AttemptStarted); ok {
+			if t := map[bool]string{false: token, true: next}[s.Handed]; t != "" {
+				w.tokens[fmt.Sprintf("%s/%d", c.AggregateID, s.Attempt)] = t
+			}
 		}
 	}
 	return out, nil
@@ -109,10 +111,17 @@ func (w *world) runID(id string, cmd Command) (*Outcome, error) {
 // raw or the test set the field itself: a claim gets the hash of a token
 // made for it (returned, to be kept for the attempt it starts) and, when it
 // supersedes, the moment its lease lapsed — now; an attempt's command gets
-// the token of its attempt.
-func (w *world) fill(id string, cmd Command) (claimToken string) {
+// the token of its attempt; a report that asks for the handoff gets the
+// hash of a token made for the attempt it may be handed (nextToken).
+func (w *world) fill(id string, cmd Command) (claimToken, nextToken string) {
 	if w.raw {
-		return ""
+		return "", ""
+	}
+	next := func(ask bool, hash *string) {
+		if ask && *hash == "" {
+			nextToken = "next-token-of-" + id
+			*hash = TokenHash(nextToken)
+		}
 	}
 	tok := func(p *string, task string, n int) {
 		if *p == "" {
@@ -136,12 +145,14 @@ func (w *world) fill(id string, cmd Command) (claimToken string) {
 		} else {
 			claimToken = w.fillClaim(id, c.TaskID, c.Claim)
 		}
+		next(c.Next, &c.NextTokenHash)
 	case *ReportFailure:
 		if c.Claim == nil {
 			tok(&c.Token, c.TaskID, c.Attempt)
 		} else {
 			claimToken = w.fillClaim(id, c.TaskID, c.Claim)
 		}
+		next(c.Next, &c.NextTokenHash)
 	case *WaitTask:
 		tok(&c.Token, c.TaskID, c.Attempt)
 	case *DelegateTask:
@@ -151,7 +162,7 @@ func (w *world) fill(id string, cmd Command) (claimToken string) {
 	case *Heartbeat:
 		tok(&c.Token, c.TaskID, c.Attempt)
 	}
-	return claimToken
+	return claimToken, nextToken
 }
 
 // fillClaim gives the claim a report carries (the lazy claim) the hash of

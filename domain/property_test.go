@@ -494,7 +494,33 @@ func (m *model) succeed() {
 		return
 	}
 	n := m.attempt(t)
-	_, _ = m.exec(&ReportSuccess{TaskID: id, Attempt: n, Token: m.sender(t, n), Result: json.RawMessage(` "done <now>" `)}, AggTask, id)
+	next := rapid.Bool().Draw(m.t, "succeed asks next")
+	out, _ := m.exec(&ReportSuccess{TaskID: id, Attempt: n, Token: m.sender(t, n), Result: json.RawMessage(` "done <now>" `), Next: next}, AggTask, id)
+	m.checkHandoff(id, next, out)
+}
+
+// checkHandoff checks the handoff a report of task id that asked for it
+// (next) was answered with: none unless it asked; else an attempt of a
+// task that depends on id, on its queue, now running for the report's
+// sender, handed, with the token hash the report carried.
+func (m *model) checkHandoff(id string, next bool, out *Outcome) {
+	if out == nil || out.Refusal != nil || out.Reply.Next == nil {
+		return
+	}
+	require.True(m.t, next, "a report that did not ask was handed an attempt")
+	h := out.Reply.Next
+	reported, err := m.w.o.Task(id)
+	require.NoError(m.t, err)
+	d, err := m.w.o.Task(h.TaskID)
+	require.NoError(m.t, err)
+	require.Contains(m.t, d.DependsOn, id, "the handed task depends on the reported one")
+	require.Equal(m.t, reported.Spec.Queue, d.Spec.Queue, "on the same queue")
+	require.Equal(m.t, StateRunning, d.State)
+	a := d.Running()
+	require.Equal(m.t, h.Attempt, a.N)
+	require.True(m.t, a.Handed)
+	require.Equal(m.t, m.w.actor, a.ClaimedBy, "for the report's sender")
+	require.Equal(m.t, h.TokenHash, a.TokenHash)
 }
 
 func (m *model) fail() {
@@ -503,8 +529,10 @@ func (m *model) fail() {
 		return
 	}
 	n := m.attempt(t)
-	_, _ = m.exec(&ReportFailure{TaskID: id, Attempt: n, Token: m.sender(t, n), Retryable: rapid.IntRange(0, 4).Draw(m.t, "retryable") > 0,
-		Error: ErrorInfo{Code: rapid.SampledFrom([]string{"", "boom", "fatal"}).Draw(m.t, "error code"), Message: "failed"}}, AggTask, id)
+	next := rapid.Bool().Draw(m.t, "fail asks next")
+	out, _ := m.exec(&ReportFailure{TaskID: id, Attempt: n, Token: m.sender(t, n), Retryable: rapid.IntRange(0, 4).Draw(m.t, "retryable") > 0,
+		Error: ErrorInfo{Code: rapid.SampledFrom([]string{"", "boom", "fatal"}).Draw(m.t, "error code"), Message: "failed"}, Next: next}, AggTask, id)
+	m.checkHandoff(id, next, out)
 }
 
 // lazyReport sends a report that carries a claim (the lazy claim) for a
