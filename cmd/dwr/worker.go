@@ -48,6 +48,7 @@ commands finish for up to --drain-timeout.`,
 	f.IntVar(&cfg.Concurrency, "concurrency", executors.DefaultConcurrency, "commands run at once")
 	f.DurationVar(&cfg.Lease, "lease", executors.DefaultLease, "how long a task stays with this worker without a heartbeat (renewed every lease/3)")
 	f.IntVar(&cfg.MaxDeliver, "max-deliver", executors.DefaultMaxDeliver, "deliveries of a work item before it is quarantined and its task failed")
+	f.BoolVar(&cfg.NoHandoff, "no-handoff", false, "take every task from the queue: the reports do not ask for the next task of their chain (the handoff)")
 	f.BoolVar(&cfg.Reconfigure, "reconfigure", false, "make --lease and --max-deliver the queue's (they are shared by every worker of the queue; without this flag, a worker uses the queue's)")
 	f.StringVar(&cfg.Executor, "executor", "", "this worker's name in the attempts it runs (default <hostname>-<pid>)")
 	f.StringVar(&cfg.Version, "executor-version", "", "the version recorded with every attempt")

@@ -121,3 +121,38 @@ func TestWorkerFlagsAreChecked(t *testing.T) {
 	require.Contains(t, errb.String(), "Queue")
 	require.Contains(t, errb.String(), "Lease")
 }
+
+// `dwr worker` takes the handoff: the second task of a chain is handed to
+// it in the reply to the first's report; with --no-handoff it comes from
+// the queue.
+func TestWorkerTakesTheHandoffUnlessTold(t *testing.T) {
+	url := cliServer(t)
+	script := filepath.Join(t.TempDir(), "ok.sh")
+	require.NoError(t, os.WriteFile(script, []byte("#!/bin/sh\necho '\"ok\"'\n"), 0o700)) //nolint:gosec // a test script must be executable
+	for _, c := range []struct {
+		queue  string
+		args   []string
+		handed bool
+	}{{"handed", nil, true}, {"fetched", []string{"--no-handoff"}, false}} {
+		startWorker(t, url, append(append([]string{"--queue", c.queue}, c.args...), "--", script)...)
+		var goal map[string]any
+		runJSON(t, url, &goal, "goal", "create", "--title", c.queue)
+		plan := filepath.Join(t.TempDir(), "plan.yaml")
+		require.NoError(t, os.WriteFile(plan, []byte("tasks:\n  - key: a\n    queue: "+c.queue+"\n  - key: b\n    queue: "+c.queue+"\n    depends_on: [a]\n"), 0o600))
+		code, _, errs := run(t, url, "plan", "submit", "--goal", goal["id"].(string), "-f", plan)
+		require.Equal(t, exitOK, code, errs)
+		var tasks []struct {
+			ID  string
+			Key string
+		}
+		runJSON(t, url, &tasks, "task", "list", "--goal", goal["id"].(string))
+		require.Len(t, tasks, 2)
+		for _, tk := range tasks {
+			waitTaskState(t, url, tk.ID, "accepted")
+			_, out, _ := run(t, url, "task", "get", tk.ID, "--json")
+			var got struct{ Attempts []struct{ Handed bool } }
+			require.NoError(t, json.Unmarshal([]byte(out), &got))
+			require.Equal(t, c.handed && tk.Key == "b", got.Attempts[0].Handed, "queue %s, task %s", c.queue, tk.Key)
+		}
+	}
+}
