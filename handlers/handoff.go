@@ -133,28 +133,47 @@ func handedItemOf(h *schemas.Handoff, seq uint64, states aggregates) *schemas.Wo
 
 // handed is the writer's memory of the handed attempts that may still
 // run, so that it can keep their leases; a new writer finds them in the
-// views (load).
+// views (load). It knows each one's start and, once looked up, its queue,
+// so that the sweep reads a task only when its attempt's lease may have
+// lapsed: with many long jobs running, a sweep costs no reads.
 type handed struct {
 	mu sync.Mutex
-	m  map[attemptRef]string // → workspace
+	m  map[string]handedAttempt // by task
 }
 
-func newHanded() *handed { return &handed{m: map[attemptRef]string{}} }
+type handedAttempt struct {
+	n         int
+	ws, queue string // queue: "" until the sweep has read the task once
+	started   time.Time
+}
 
-// add remembers the handed attempts a committed record started.
+func newHanded() *handed { return &handed{m: map[string]handedAttempt{}} }
+
+// attemptEnding are the task events after which a task's attempt no
+// longer runs (the sweep's read finds any other end).
+var attemptEnding = map[string]bool{"task.attempt_succeeded": true, "task.attempt_failed": true, "task.attempt_abandoned": true,
+	"task.waiting": true, "task.delegated": true, "task.cancelled": true, "task.failed": true, "task.rejected": true, "task.accepted": true}
+
+// add remembers the handed attempts a committed record started, and
+// forgets those it ended.
 func (h *handed) add(c *eventstore.Commit) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
 	for i := range c.Events {
 		e := &c.Events[i]
-		if e.Type != "task.attempt_started" || !bytes.Contains(e.Data, []byte(`"handed":true`)) {
-			continue
+		switch {
+		case e.Type == "task.attempt_started":
+			delete(h.m, e.AggregateID)
+			if !bytes.Contains(e.Data, []byte(`"handed":true`)) {
+				continue
+			}
+			var ev domain.AttemptStarted
+			if err := fastjson.Unmarshal(e.Data, &ev); err == nil && ev.Handed {
+				h.m[e.AggregateID] = handedAttempt{n: ev.Attempt, ws: e.Workspace, started: e.Time}
+			}
+		case attemptEnding[e.Type]:
+			delete(h.m, e.AggregateID)
 		}
-		var ev domain.AttemptStarted
-		if err := fastjson.Unmarshal(e.Data, &ev); err != nil || !ev.Handed {
-			continue
-		}
-		h.mu.Lock()
-		h.m[attemptRef{e.AggregateID, ev.Attempt}] = e.Workspace
-		h.mu.Unlock()
 	}
 }
 
@@ -168,7 +187,7 @@ func (h *handed) load(store *projections.Store) error {
 		err := store.EachTask(ws.Name, projections.TaskFilter{State: domain.StateRunning}, func(t *domain.Task) bool {
 			if r := t.Running(); r != nil && r.Handed {
 				h.mu.Lock()
-				h.m[attemptRef{t.ID, r.N}] = t.Workspace
+				h.m[t.ID] = handedAttempt{n: r.N, ws: t.Workspace, queue: t.Spec.Queue, started: r.StartedAt}
 				h.mu.Unlock()
 			}
 			return true
@@ -181,19 +200,31 @@ func (h *handed) load(store *projections.Store) error {
 }
 
 // list returns the attempts remembered.
-func (h *handed) list() map[attemptRef]string {
+func (h *handed) list() map[string]handedAttempt {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	out := make(map[attemptRef]string, len(h.m))
+	out := make(map[string]handedAttempt, len(h.m))
 	for k, v := range h.m {
 		out[k] = v
 	}
 	return out
 }
 
-func (h *handed) forget(a attemptRef) {
+// set replaces what is remembered of task's attempt, unless the attempt
+// changed meanwhile; forget forgets it.
+func (h *handed) set(task string, a handedAttempt) {
 	h.mu.Lock()
-	delete(h.m, a)
+	if cur, ok := h.m[task]; ok && cur.n == a.n {
+		h.m[task] = a
+	}
+	h.mu.Unlock()
+}
+
+func (h *handed) forget(task string, n int) {
+	h.mu.Lock()
+	if cur, ok := h.m[task]; ok && cur.n == n {
+		delete(h.m, task)
+	}
 	h.mu.Unlock()
 }
 
@@ -204,48 +235,64 @@ const handedSweep = 250 * time.Millisecond
 // keepHandedLeases abandons, while this replica is the writer, each handed
 // attempt not heard from for its queue's lease and the grace: an
 // attempt_lease timer, decided once (its command id names the attempt), as
-// the redelivery of a work item would lead a claim to supersede it.
+// the redelivery of a work item would lead a claim to supersede it. It
+// reads an attempt's task once for its queue, and again only when the
+// lease may have lapsed, to confirm that the attempt still runs.
 func (s *Service) keepHandedLeases(ctx context.Context, h *handed, alive *liveness) {
 	t := time.NewTicker(handedSweep)
 	defer t.Stop()
+	running := func(id string, a handedAttempt) (*domain.Task, *domain.Attempt) {
+		task, err := s.store.Task(id)
+		if err != nil || task == nil {
+			if err == nil {
+				h.forget(id, a.n)
+			}
+			return nil, nil
+		}
+		r := task.Running()
+		if r == nil || r.N != a.n || !r.Handed {
+			h.forget(id, a.n)
+			return nil, nil
+		}
+		return task, r
+	}
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case <-t.C:
 		}
-		for a, ws := range h.list() {
-			task, err := s.store.Task(a.task)
+		for id, a := range h.list() {
+			if a.queue == "" {
+				task, r := running(id, a)
+				if r == nil {
+					continue
+				}
+				a.queue, a.started = task.Spec.Queue, r.StartedAt
+				h.set(id, a)
+			}
+			lease, err := s.queueLease(ctx, a.ws, a.queue)
 			if err != nil {
 				continue
 			}
-			r := (*domain.Attempt)(nil)
-			if task != nil {
-				r = task.Running()
-			}
-			if r == nil || r.N != a.n || !r.Handed {
-				h.forget(a)
-				continue
-			}
-			lease, err := s.queueLease(ctx, ws, task.Spec.Queue)
-			if err != nil {
-				continue
-			}
-			due := alive.lastAlive(a.task, a.n, r.StartedAt).Add(lease + s.cfg.LeaseGrace)
+			due := alive.lastAlive(id, a.n, a.started).Add(lease + s.cfg.LeaseGrace)
 			if s.cfg.Clock().Before(due) {
 				continue
 			}
-			o := s.execute(ctx, &domain.FireTimer{TaskID: a.task, Kind: domain.TimerLease, Attempt: a.n, Due: due},
-				domain.Meta{Workspace: ws, CommandID: fmt.Sprintf("timer.%s.%s.%d", domain.TimerLease, a.task, a.n), Actor: "dwr-timer"})
+			if _, r := running(id, a); r == nil {
+				continue
+			}
+			o := s.execute(ctx, &domain.FireTimer{TaskID: id, Kind: domain.TimerLease, Attempt: a.n, Due: due},
+				domain.Meta{Workspace: a.ws, CommandID: fmt.Sprintf("timer.%s.%s.%d", domain.TimerLease, id, a.n), Actor: "dwr-timer"})
 			if o.Err != nil {
 				if ctx.Err() == nil {
-					s.cfg.Logger.Warn("handlers: abandoning a handed attempt past its lease failed; will retry", "task", a.task, "attempt", a.n, "err", o.Err)
+					s.cfg.Logger.Warn("handlers: abandoning a handed attempt past its lease failed; will retry", "task", id, "attempt", a.n, "err", o.Err)
 				}
 				continue
 			}
-			s.cfg.Logger.Info("handlers: a handed attempt's lease lapsed; the task is ready again", "task", a.task, "attempt", a.n)
+			s.cfg.Logger.Info("handlers: a handed attempt's lease lapsed; the task is ready again", "task", id, "attempt", a.n)
 			s.metrics.timerFired(domain.TimerLease, due, s.cfg.Clock())
-			h.forget(a)
+			h.forget(id, a.n)
 		}
 	}
 }
