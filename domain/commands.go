@@ -184,7 +184,7 @@ const (
 	// TimerApproval is an approval's expiry; FireTimer.Attempt holds the
 	// approval's number within its task.
 	TimerApproval = "approval_expiry"
-	// TimerLease is the lease of a handed attempt (schemas.ReportNext),
+	// TimerLease is the lease of a handed attempt (schemas.Handoff),
 	// which no work item redelivers: FireTimer.Attempt is the attempt,
 	// Due its last sign of life plus its queue's lease.
 	TimerLease = "attempt_lease"

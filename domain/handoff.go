@@ -6,6 +6,28 @@ import (
 	"github.com/dwr-run/dwr/schemas"
 )
 
+// ReportParts are what task.succeed and task.fail both carry, for the code
+// that treats them alike: NextTokenHash points into the command, for the
+// service to set.
+type ReportParts struct {
+	TaskID        string
+	Attempt       int
+	Claim         *ReportClaim
+	Next          bool
+	NextTokenHash *string
+}
+
+// Report returns the parts of report cmd, or false when cmd is no report.
+func Report(cmd Command) (ReportParts, bool) {
+	switch c := cmd.(type) {
+	case *ReportSuccess:
+		return ReportParts{c.TaskID, c.Attempt, c.Claim, c.Next, &c.NextTokenHash}, true
+	case *ReportFailure:
+		return ReportParts{c.TaskID, c.Attempt, c.Claim, c.Next, &c.NextTokenHash}, true
+	}
+	return ReportParts{}, false
+}
+
 // handoff starts, for the sender of a report that asked for it
 // (schemas.Handoff), the next attempt of a task the report left ready: a
 // dependent of the reported task, on the same queue, in the same
@@ -17,30 +39,19 @@ import (
 // failed the task instead), or when no dependent qualifies: the tasks the
 // report left ready then go out as work items, as ever.
 func (x *tx) handoff(cmd Command, reply *Reply) error {
-	var (
-		taskID, hash string
-		attempt      int
-		next         bool
-	)
-	switch c := cmd.(type) {
-	case *ReportSuccess:
-		taskID, attempt, next, hash = c.TaskID, c.Attempt, c.Next, c.NextTokenHash
-	case *ReportFailure:
-		taskID, attempt, next, hash = c.TaskID, c.Attempt, c.Next, c.NextTokenHash
-	default:
+	r, ok := Report(cmd)
+	if !ok || !r.Next || *r.NextTokenHash == "" || reply.Duplicate {
 		return nil
 	}
-	if !next || hash == "" || reply.Duplicate {
-		return nil
-	}
-	t, err := x.o.Task(taskID)
+	t, err := x.o.Task(r.TaskID)
 	if err != nil || t == nil {
 		return err
 	}
-	if a := t.Attempt(attempt); a == nil || a.ClaimedBy != x.m.Actor || a.State == AttemptStateRunning {
+	reported := t.Attempt(r.Attempt)
+	if reported == nil || reported.ClaimedBy != x.m.Actor || reported.State == AttemptStateRunning {
 		return nil // not this sender's report, or not recorded
 	}
-	deps, err := x.o.Dependents(taskID)
+	deps, err := x.o.Dependents(r.TaskID)
 	if err != nil {
 		return err
 	}
@@ -60,8 +71,8 @@ func (x *tx) handoff(cmd Command, reply *Reply) error {
 		} else if why != "" || spent(d) >= retryOf(d).MaxAttempts {
 			continue // a claim would fail it: leave that to the claim
 		}
-		a := t.Attempt(attempt)
-		if err := x.startAttempt(d, a.Executor, a.ExecutorVersion, hash, true); err != nil {
+		hash := *r.NextTokenHash
+		if err := x.startAttempt(d, reported.Executor, reported.ExecutorVersion, hash, true); err != nil {
 			return err
 		}
 		reply.Next = &schemas.Handoff{TaskID: d.ID, Attempt: len(d.Attempts) + 1, TokenHash: hash}

@@ -247,24 +247,29 @@ func (s *Service) prepareClaim(ctx context.Context, c *domain.ClaimTask, m domai
 	return token, nil
 }
 
-// prepareReportClaim gives the claim a report carries (the lazy claim: the
-// report starts its attempt and ends it in one commit) the hash of the token
+// prepareReport gives a report what only the service knows, and returns
+// the token of the attempt it may be handed ("" when it does not ask for
+// the handoff). The claim a report carries (the lazy claim: the report
+// starts its attempt and ends it in one commit) gets the hash of the token
 // the service derives for it, exactly as prepareClaim does for a claim with
-// the report's command id. The token is never handed out: the attempt has
-// ended by the time anyone could use it. A report without a claim is left
-// as it is.
-func (s *Service) prepareReportClaim(cmd domain.Command, m domain.Meta) {
-	var cl *domain.ReportClaim
-	var taskID string
-	switch c := cmd.(type) {
-	case *domain.ReportSuccess:
-		cl, taskID = c.Claim, c.TaskID
-	case *domain.ReportFailure:
-		cl, taskID = c.Claim, c.TaskID
+// the report's command id; that token is never handed out: the attempt has
+// ended by the time anyone could use it. A report that asks for the
+// handoff gets the hash of the token of the attempt it may be handed
+// (handoff.go). Any other command is left as it is.
+func (s *Service) prepareReport(cmd domain.Command, m domain.Meta) (nextToken string) {
+	r, ok := domain.Report(cmd)
+	if !ok {
+		return ""
 	}
-	if cl != nil {
-		cl.TokenHash = domain.TokenHash(attemptToken(s.tokenKey, m.Workspace, m.Actor, m.CommandID, taskID))
+	if r.Claim != nil {
+		r.Claim.TokenHash = domain.TokenHash(attemptToken(s.tokenKey, m.Workspace, m.Actor, m.CommandID, r.TaskID))
 	}
+	if !r.Next {
+		return ""
+	}
+	nextToken = attemptToken(s.tokenKey, m.Workspace, m.Actor, m.CommandID, "next:"+r.TaskID)
+	*r.NextTokenHash = domain.TokenHash(nextToken)
+	return nextToken
 }
 
 // heartbeat answers a task.heartbeat from the views and the writer's

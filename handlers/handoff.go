@@ -27,31 +27,6 @@ import (
 // for its queue's lease and the grace, which abandons it (lease_lost) and
 // leaves the task ready, published as a work item again.
 
-// prepareHandoff gives a report that asks for the handoff the hash of the
-// token the service derives for the attempt it may hand, and returns that
-// token ("" when the report does not ask). With encryption on, the reply
-// (and the item in it) is opened for its sender like a claim's, which
-// carries the task the sender may now run.
-func (s *Service) prepareHandoff(cmd domain.Command, m domain.Meta) string {
-	var next *bool
-	var hash *string
-	var taskID string
-	switch c := cmd.(type) {
-	case *domain.ReportSuccess:
-		next, hash, taskID = &c.Next, &c.NextTokenHash, c.TaskID
-	case *domain.ReportFailure:
-		next, hash, taskID = &c.Next, &c.NextTokenHash, c.TaskID
-	default:
-		return ""
-	}
-	if !*next {
-		return ""
-	}
-	token := attemptToken(s.tokenKey, m.Workspace, m.Actor, m.CommandID, "next:"+taskID)
-	*hash = domain.TokenHash(token)
-	return token
-}
-
 // withHandoff returns a report's outcome's reply with the handed
 // attempt's token and work item added, when the reply names an attempt
 // handed with token. The item is the one the writer made from the states
@@ -91,19 +66,7 @@ func (s *Service) withHandoff(ctx context.Context, o outcome, token string) json
 // handed its sender, as its reply names it, from the states the record
 // (seq) left: nil for any other command or reply.
 func handedItem(cmd domain.Command, reply json.RawMessage, seq uint64, states aggregates) *schemas.WorkItem {
-	switch c := cmd.(type) {
-	case *domain.ReportSuccess:
-		if !c.Next {
-			return nil
-		}
-	case *domain.ReportFailure:
-		if !c.Next {
-			return nil
-		}
-	default:
-		return nil
-	}
-	if !bytes.Contains(reply, []byte(`"next":`)) {
+	if r, ok := domain.Report(cmd); !ok || !r.Next || !bytes.Contains(reply, []byte(`"next":`)) {
 		return nil
 	}
 	var cr struct {

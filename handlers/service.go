@@ -1162,8 +1162,7 @@ func (s *Service) handleCommand(name string, req micro.Request, who sender) (rep
 		}
 		o = s.execute(ctx, cmd, m)
 	default:
-		s.prepareReportClaim(cmd, m)
-		token = s.prepareHandoff(cmd, m)
+		token = s.prepareReport(cmd, m)
 		o = s.execute(ctx, cmd, m)
 	}
 	if o.Err != nil {
@@ -1186,12 +1185,9 @@ func (s *Service) handleCommand(name string, req micro.Request, who sender) (rep
 			return errResponse(werr)
 		}
 	}
-	switch cmd.(type) {
-	case *domain.ReportSuccess, *domain.ReportFailure:
-		// The handed item joins the reply before the reply is opened for
-		// its sender, as a claim's task does.
-		o.Reply = s.withHandoff(ctx, o, token)
-	}
+	// The handed item joins the reply before the reply is opened for its
+	// sender, as a claim's task does.
+	o.Reply = s.withHandoff(ctx, o, token)
 	if s.privacy != nil {
 		if werr := s.afterPrivacy(ctx, ws, cmd, &o); werr != nil {
 			return errResponse(werr)
