@@ -1,8 +1,8 @@
 import type { JsMsg } from "@nats-io/jetstream";
 import { getArtifact, putArtifact, refOf } from "./artifacts.js";
 import { AbortReason, DwrError, Permanent, cancelled, leaseLost, timedOut } from "./errors.js";
-import { Job, type Decision, type Delegated, type JobBackend, type Result } from "./job.js";
-import { SDKCode, clip, maxMessage, reportFor, type Report } from "./report.js";
+import { Job, type Decision, type Delegated, type JobBackend } from "./job.js";
+import { SDKCode, clip, maxMessage, runHandler, type Report } from "./report.js";
 import { sleep, traceContextOf, type Service, type TraceContext } from "./service.js";
 import { parseDuration } from "./duration.js";
 import type { Check, Config, Handler, Verdict, VerifyHandler, Worker } from "./worker.js";
@@ -725,14 +725,7 @@ export class Delivery {
         },
         this.backend(a.n, ctl, watch),
       );
-      let res: Result | void = undefined;
-      let err: unknown;
-      try {
-        res = await handler(job);
-      } catch (e) {
-        err = e ?? new Error("the handler threw " + String(e));
-      }
-      const rep = reportFor(ctl.signal, res, err, job.modelSteps);
+      const rep = await runHandler(handler, job); // job.abort is ctl.signal
       this.jobEnded = true; // its heartbeats claim no more
       await this.retireBeat();
       if (this.hard.aborted) {

@@ -1,6 +1,7 @@
 import { Cause, Failure, Permanent, causeOf } from "./errors.js";
-import { WaitError, type Result } from "./job.js";
+import { WaitError, type Job, type Result } from "./job.js";
 import { MaxPayloadBytes, type ArtifactRef, type ModelStep } from "./wire.js";
+import type { Handler } from "./worker.js";
 
 /** A failure's message is at most this many bytes; its code at most maxCode. */
 export const maxMessage = 10000;
@@ -84,4 +85,20 @@ export function reportFor(abort: AbortSignal, res: Result | void, err: unknown, 
     };
   }
   return { output: out, artifacts: (res && res.artifacts) || undefined, modelSteps: ms };
+}
+
+/**
+ * runHandler runs handler on job and returns what a worker reports for it
+ * (reportFor, given the job's abort signal and model steps). A throw of
+ * undefined or null is an error too.
+ */
+export async function runHandler(handler: Handler, job: Job): Promise<Report> {
+  let res: Result | void = undefined;
+  let err: unknown;
+  try {
+    res = await handler(job);
+  } catch (e) {
+    err = e ?? new Error("the handler threw " + String(e));
+  }
+  return reportFor(job.abort, res, err, job.modelSteps);
 }

@@ -1,7 +1,7 @@
 // Run a handler without a server: what an executor's author tests with.
 import { createHash } from "node:crypto";
-import { Job, WaitError, type Decision, type Delegated, type Result } from "./job.js";
-import { reportFor } from "./report.js";
+import { Job, WaitError, type Decision, type Delegated } from "./job.js";
+import { runHandler } from "./report.js";
 import {
   MaxPayloadBytes,
   type ArtifactRef,
@@ -131,14 +131,7 @@ export async function runJob(handler: Handler, j: TestJob = {}): Promise<Outcome
       },
     },
   );
-  let res: Result | void = undefined;
-  let err: unknown;
-  try {
-    res = await handler(job);
-  } catch (e) {
-    err = e ?? new Error("the handler threw " + String(e));
-  }
-  const rep = reportFor(job.abort, res, err, job.modelSteps);
+  const rep = await runHandler(handler, job);
   const out: Outcome = {
     state: "succeeded",
     checkpoints,
