@@ -6,26 +6,12 @@
 // TestTypeScriptWorkersOpenTheirQueuesSealedItemsThemselves runs it
 // against a real one.
 import assert from "node:assert/strict";
-import { readFileSync } from "node:fs";
 import { test } from "node:test";
+import { golden } from "./golden.js";
 import { QueueKeys } from "../queue_keys.js";
 import type { Service } from "../service.js";
 import type { Config } from "../worker.js";
 import type { Reply } from "../wire.js";
-
-interface Golden {
-  workspace: string;
-  queue: string;
-  epoch: number;
-  queue_key: string;
-  plain_item: string;
-  item: string;
-  goal_item: string;
-}
-
-const golden = JSON.parse(
-  readFileSync(new URL("../../../../schemas/seal/testdata/sealed.json", import.meta.url), "utf8"),
-) as Golden;
 
 const quiet = { debug() {}, info() {}, warn() {}, error() {} };
 const cfg = { workspace: golden.workspace, queue: golden.queue, prefix: "dwr", log: quiet } as unknown as Config;

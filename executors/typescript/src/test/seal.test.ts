@@ -3,28 +3,12 @@
 // sealed (schemas/seal/testdata/sealed.json, which schemas/seal's
 // TestGoldenSealedValues checks Go still makes) opened here.
 import assert from "node:assert/strict";
-import { readFileSync } from "node:fs";
 import { test } from "node:test";
+import { golden } from "./golden.js";
 import { DataKey, hchacha20, openAll, parseQueueScope, scopes, xchacha20poly1305Open } from "../seal.js";
 
 const hex = (s: string) => Buffer.from(s.replace(/[^0-9a-f]/g, ""), "hex");
 
-interface Golden {
-  workspace: string;
-  queue: string;
-  epoch: number;
-  queue_key: string;
-  goal_key: string;
-  goal_scope: string;
-  values: { scope: string; plaintext: string; sealed: string }[];
-  plain_item: string;
-  item: string;
-  goal_item: string;
-}
-
-const golden = JSON.parse(
-  readFileSync(new URL("../../../../schemas/seal/testdata/sealed.json", import.meta.url), "utf8"),
-) as Golden;
 const queueKey = DataKey.of(Buffer.from(golden.queue_key, "base64url"));
 const goalKey = DataKey.of(Buffer.from(golden.goal_key, "base64url"));
 const queueScope = "q." + golden.epoch;
