@@ -79,23 +79,19 @@ function readyItem(id: string, key: string, q = queue): WorkItem {
   };
 }
 
-/** handoff hands attempt 1 of task id (plan key), which depends on dep, as a report's reply would. */
+/** handoff hands attempt 1 of task id (plan key), which depends on dep, as a report's reply would: the ready item, started. */
 function handoff(id: string, key: string, dep: { id: string; key: string }, q = queue): Handoff {
   const token = randomBytes(32).toString("base64url");
   const started = { n: 1, executor, operation_key: "op-" + id, state: "running", started_at: new Date().toISOString() };
+  const ready = readyItem(id, key, q);
   return {
     task_id: id,
     attempt: 1,
     token_hash: "hash-of-" + id,
     token,
     item: {
-      kind: "execute",
-      task_id: id,
-      workspace,
-      queue: q,
-      attempt: 1,
-      operation_key: "op-" + id,
-      task: { id, workspace, key, spec: { queue: q }, depends_on: [dep.id], state: "running", attempts: [started] },
+      ...ready,
+      task: { ...ready.task!, depends_on: [dep.id], state: "running", attempts: [started] },
       dependencies: [{ key: dep.key, task_id: dep.id, result: dep.key }],
       seq: 2,
     },
