@@ -10,16 +10,12 @@
 // that the benchmark measures nothing of its start.
 import { connect } from "@nats-io/transport-node";
 import { Worker, credentialOptions, type Logger } from "./index.js";
-import { runProgram, runUntilStopped } from "./program.js";
+import { needEnv, runProgram, runUntilStopped } from "./program.js";
 
 // What the Go workers' handler returns (integration/bench/chain.go).
 const output = { ok: true };
 
-function need(name: string): string {
-  const v = process.env[name] ?? "";
-  if (!v) throw new Error(`bench_worker: ${name} must be set`);
-  return v;
-}
+const need = (name: string) => needEnv("bench_worker", name);
 
 async function main() {
   const server = need("DWR_SERVER");

@@ -13,6 +13,13 @@ export function runProgram(name: string, main: () => Promise<void>): void {
   );
 }
 
+/** needEnv returns the environment variable name, which program needs: unset or empty, it throws. */
+export function needEnv(program: string, name: string): string {
+  const v = process.env[name] ?? "";
+  if (!v) throw new Error(`${program}: ${name} must be set`);
+  return v;
+}
+
 /** runUntilStopped runs w until SIGTERM or SIGINT stops it (w drains its jobs), then drains nc. */
 export async function runUntilStopped(w: { run(): Promise<void>; stop(): Promise<void> }, nc: NatsConnection): Promise<void> {
   const stop = () => void w.stop();

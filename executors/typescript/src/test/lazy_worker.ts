@@ -24,7 +24,7 @@ import {
   type Result,
   type Verdict,
 } from "../index.js";
-import { runProgram, runUntilStopped } from "../program.js";
+import { needEnv, runProgram, runUntilStopped } from "../program.js";
 
 interface Input {
   scenario: string;
@@ -32,11 +32,7 @@ interface Input {
   secret?: string;
 }
 
-function need(name: string): string {
-  const v = process.env[name] ?? "";
-  if (!v) throw new Error(`lazy_worker: ${name} must be set`);
-  return v;
-}
+const need = (name: string) => needEnv("lazy_worker", name);
 
 const dir = need("LAZY_DIR");
 const executor = need("LAZY_EXECUTOR");

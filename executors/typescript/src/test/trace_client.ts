@@ -7,13 +7,9 @@
 // Environment: DWR_SERVER, DWR_CREDS, TRACE_QUEUE, TRACEPARENT, TRACE_OPTION,
 // TRACE_CALL.
 import { Client } from "../index.js";
-import { runProgram } from "../program.js";
+import { needEnv, runProgram } from "../program.js";
 
-function need(name: string): string {
-  const v = process.env[name] ?? "";
-  if (!v) throw new Error(`trace_client: ${name} must be set`);
-  return v;
-}
+const need = (name: string) => needEnv("trace_client", name);
 
 async function main() {
   const server = need("DWR_SERVER");
