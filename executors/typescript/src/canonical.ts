@@ -80,15 +80,8 @@ class Parser {
     const c = this.s[this.i];
     switch (c) {
       case "{": {
-        this.i++;
         const m = new Map<string, Value>();
-        this.space();
-        if (this.s[this.i] === "}") {
-          this.i++;
-          return m;
-        }
-        for (;;) {
-          this.space();
+        this.members("}", () => {
           if (this.s[this.i] !== '"') this.fail("expected a key");
           const k = this.string();
           this.space();
@@ -96,40 +89,13 @@ class Parser {
           this.i++;
           this.space();
           m.set(k, this.value(depth + 1)); // a repeated key: the last one, as Go decodes it
-          this.space();
-          if (this.s[this.i] === ",") {
-            this.i++;
-            continue;
-          }
-          if (this.s[this.i] === "}") {
-            this.i++;
-            return m;
-          }
-          this.fail("expected ',' or '}'");
-        }
+        });
+        return m;
       }
       case "[": {
-        this.i++;
         const a: Value[] = [];
-        this.space();
-        if (this.s[this.i] === "]") {
-          this.i++;
-          return a;
-        }
-        for (;;) {
-          this.space();
-          a.push(this.value(depth + 1));
-          this.space();
-          if (this.s[this.i] === ",") {
-            this.i++;
-            continue;
-          }
-          if (this.s[this.i] === "]") {
-            this.i++;
-            return a;
-          }
-          this.fail("expected ',' or ']'");
-        }
+        this.members("]", () => a.push(this.value(depth + 1)));
+        return a;
       }
       case '"':
         return this.string();
@@ -144,6 +110,33 @@ class Parser {
     if (!m || m[0] === "" || m[0] === "-") this.fail("unexpected character");
     this.i += m[0].length;
     return new Num(m[0]);
+  }
+
+  /**
+   * members reads an object's or an array's members, from its opening bracket to close: none, or each
+   * read by member (from its first character) and followed by ',' or close.
+   */
+  members(close: "}" | "]", member: () => void): void {
+    this.i++;
+    this.space();
+    if (this.s[this.i] === close) {
+      this.i++;
+      return;
+    }
+    for (;;) {
+      this.space();
+      member();
+      this.space();
+      if (this.s[this.i] === ",") {
+        this.i++;
+        continue;
+      }
+      if (this.s[this.i] === close) {
+        this.i++;
+        return;
+      }
+      this.fail(`expected ',' or '${close}'`);
+    }
   }
 
   literal<T>(word: string, v: T): T {
