@@ -666,38 +666,31 @@ export class Delivery {
       ? setTimeout(() => ctl.abort(timedOut()), Math.max(deadline.getTime() - Date.now(), 0))
       : undefined;
     try {
+      // The results the job is handed that cannot be read fail the attempt, to be retried.
+      const unread = (code: string, what: string, e: unknown) =>
+        this.report(
+          a.n,
+          {
+            failure: {
+              code,
+              message: clip(`the results of the task's ${what} could not be read: ` + (e as Error).message, maxMessage),
+              retryable: true,
+            },
+          },
+          watch,
+        );
       let deps: Record<string, Dependency>;
       let delegated: Delegated[];
       try {
         delegated = await this.delegations(t);
       } catch (e) {
-        await this.report(
-          a.n,
-          {
-            failure: {
-              code: SDKCode.Delegations,
-              message: clip("the results of the task's delegations could not be read: " + (e as Error).message, maxMessage),
-              retryable: true,
-            },
-          },
-          watch,
-        );
+        await unread(SDKCode.Delegations, "delegations", e);
         return;
       }
       try {
         deps = await this.dependencies(t);
       } catch (e) {
-        await this.report(
-          a.n,
-          {
-            failure: {
-              code: SDKCode.Dependencies,
-              message: clip("the results of the task's dependencies could not be read: " + (e as Error).message, maxMessage),
-              retryable: true,
-            },
-          },
-          watch,
-        );
+        await unread(SDKCode.Dependencies, "dependencies", e);
         return;
       }
       watch.bind(a.n, ctl);
