@@ -168,8 +168,8 @@ export interface JobBackend {
   delegate(body: Record<string, unknown>, key: string): Promise<string>;
 }
 
-/** The fields a job is built from. */
-export interface JobFields {
+/** The task an attempt is of, and the attempt's number: what a job and a check (worker.ts) both name. */
+export interface TaskAttempt {
   taskId: string;
   workspace: string;
   queue: string;
@@ -177,6 +177,10 @@ export interface JobFields {
   key?: string;
   title?: string;
   attempt: number;
+}
+
+/** The fields a job is built from. */
+export interface JobFields extends TaskAttempt {
   operationKey: string;
   input: unknown;
   checkpoint: unknown;

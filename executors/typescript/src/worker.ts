@@ -5,7 +5,7 @@ import { Delivery, Watch, checkItem } from "./delivery.js";
 import { QueueKeys } from "./queue_keys.js";
 import { SealedPrefix } from "./seal.js";
 import { DwrError, leaseLost, stopping, timedOut } from "./errors.js";
-import type { Job, Result } from "./job.js";
+import type { Job, Result, TaskAttempt } from "./job.js";
 import { Service, sleep, type TraceContext } from "./service.js";
 import {
   JetStreamAPIPrefix,
@@ -74,13 +74,7 @@ export interface WorkerOptions {
 export type Handler = (job: Job) => Promise<Result | void> | Result | void;
 
 /** A result to judge: what a verifier receives. */
-export interface Check {
-  taskId: string;
-  workspace: string;
-  queue: string;
-  goalId?: string;
-  key?: string;
-  title?: string;
+export interface Check extends TaskAttempt {
   /** The attempt whose result is judged. */
   attempt: number;
   input: unknown;
