@@ -445,6 +445,18 @@ export class Delivery {
     }
   }
 
+  /** started is attempt n of the item's task as this worker starts it: running since the item came. */
+  private started(n: number): Attempt {
+    return {
+      n,
+      executor: this.c.executor,
+      executor_version: this.c.version || undefined,
+      operation_key: this.item.operation_key,
+      state: "running",
+      started_at: new Date(this.received).toISOString(),
+    };
+  }
+
   /** claim starts the attempt and returns it with its token, or settles the item and returns undefined. */
   private async claim(): Promise<{ task: Task; attempt: Attempt } | undefined> {
     const it = this.item;
@@ -502,15 +514,7 @@ export class Delivery {
       a = t.attempts?.find((x) => x.n === cr.attempt);
     } else if (it.task && cr.token_hash && cr.attempt === (it.task.attempts?.length ?? 0) + 1) {
       t = it.task;
-      a = {
-        n: cr.attempt,
-        executor: this.c.executor,
-        executor_version: this.c.version || undefined,
-        operation_key: it.operation_key,
-        state: "running",
-        started_at: new Date(this.received).toISOString(),
-        token_hash: cr.token_hash,
-      };
+      a = { ...this.started(cr.attempt), token_hash: cr.token_hash };
     } else {
       try {
         t = await this.getTask(it.task_id);
@@ -601,15 +605,7 @@ export class Delivery {
       if (this.lazyItem()) {
         // The job runs on the item's task, and claims lazily.
         this.lazy = true;
-        const a: Attempt = {
-          n: it.attempt,
-          executor: this.c.executor,
-          executor_version: this.c.version || undefined,
-          operation_key: it.operation_key,
-          state: "running",
-          started_at: new Date(this.received).toISOString(),
-        };
-        await this.run(handler, it.task!, a, watch);
+        await this.run(handler, it.task!, this.started(it.attempt), watch);
         return;
       }
       const claimed = await this.claim();
