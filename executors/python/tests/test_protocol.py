@@ -110,6 +110,40 @@ class HeadersTest(unittest.TestCase):
             _nats.encode_headers({"A": "1\r\nB: 2"})
 
 
+async def _client_of_server_sending(test: unittest.IsolatedAsyncioTestCase, data: bytes) -> _nats.Client:
+    """Connects to a scripted server that answers the handshake, then sends
+    data and reads until the client hangs up; returns the client once its
+    connection closed, or after two seconds. The server stops with the
+    test."""
+
+    async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        writer.write(b'INFO {"server_id":"x"}\r\n')
+        await reader.readline()
+        await reader.readline()
+        writer.write(b"PONG\r\n")
+        await reader.readline()
+        writer.write(data)
+        await writer.drain()
+        await reader.read()  # until the client hangs up
+        writer.close()
+        await writer.wait_closed()
+
+    server = await asyncio.start_server(serve, "127.0.0.1", 0)
+
+    async def stop() -> None:
+        server.close()
+        await server.wait_closed()
+
+    test.addAsyncCleanup(stop)
+    port = server.sockets[0].getsockname()[1]
+    nc = await _nats.connect("nats://127.0.0.1:%d" % port)
+    for _ in range(100):
+        if nc.is_closed:
+            break
+        await asyncio.sleep(0.02)
+    return nc
+
+
 class FakeServerTest(unittest.IsolatedAsyncioTestCase):
     """The client against a scripted server on a local socket: CONNECT with
     the nonce signed, MSG and HMSG parsing, request/reply on the inbox."""
@@ -188,56 +222,16 @@ class FakeServerTest(unittest.IsolatedAsyncioTestCase):
         await server.wait_closed()
 
     async def test_an_oversized_message_line_is_refused(self) -> None:
-        async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-            writer.write(b'INFO {"server_id":"x"}\r\n')
-            await reader.readline()
-            await reader.readline()
-            writer.write(b"PONG\r\n")
-            await reader.readline()
-            writer.write(b"MSG a 1 %d\r\n" % (_nats.MAX_PAYLOAD_CEILING + 1))
-            await writer.drain()
-            await reader.read()  # until the client hangs up
-            writer.close()
-            await writer.wait_closed()
-
-        server = await asyncio.start_server(serve, "127.0.0.1", 0)
-        port = server.sockets[0].getsockname()[1]
-        nc = await _nats.connect("nats://127.0.0.1:%d" % port)
-        for _ in range(100):
-            if nc.is_closed:
-                break
-            await asyncio.sleep(0.02)
+        nc = await _client_of_server_sending(self, b"MSG a 1 %d\r\n" % (_nats.MAX_PAYLOAD_CEILING + 1))
         self.assertTrue(nc.is_closed, "a message beyond the bound closes the connection")
         self.assertIn("out of bounds", nc.last_error or "")
-        server.close()
-        await server.wait_closed()
 
 
 class LongLineTest(unittest.IsolatedAsyncioTestCase):
     async def test_a_control_line_beyond_the_bound_closes_the_connection(self) -> None:
-        async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-            writer.write(b'INFO {"server_id":"x"}\r\n')
-            await reader.readline()
-            await reader.readline()
-            writer.write(b"PONG\r\n")
-            await reader.readline()
-            writer.write(b"MSG " + b"a" * (_nats.MAX_CONTROL_LINE + 10))  # no line end
-            await writer.drain()
-            await reader.read()
-            writer.close()
-            await writer.wait_closed()
-
-        server = await asyncio.start_server(serve, "127.0.0.1", 0)
-        port = server.sockets[0].getsockname()[1]
-        nc = await _nats.connect("nats://127.0.0.1:%d" % port)
-        for _ in range(100):
-            if nc.is_closed:
-                break
-            await asyncio.sleep(0.02)
+        nc = await _client_of_server_sending(self, b"MSG " + b"a" * (_nats.MAX_CONTROL_LINE + 10))  # no line end
         self.assertTrue(nc.is_closed)
         self.assertIn("too long", nc.last_error or "")
-        server.close()
-        await server.wait_closed()
 
 
 class CanonicalTest(unittest.TestCase):
