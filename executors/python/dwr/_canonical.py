@@ -17,24 +17,17 @@ class _Number(str):
     """A JSON number kept as it was written."""
 
 
+# The characters Go writes with a two-character escape.
+_SHORT_ESCAPES = {'"': '\\"', "\\": "\\\\", "\n": "\\n", "\r": "\\r", "\t": "\\t", "\b": "\\b", "\f": "\\f"}
+
+
 def _escape(s: str) -> str:
     out = ['"']
     for ch in s:
         o = ord(ch)
-        if ch == '"':
-            out.append('\\"')
-        elif ch == "\\":
-            out.append("\\\\")
-        elif ch == "\n":
-            out.append("\\n")
-        elif ch == "\r":
-            out.append("\\r")
-        elif ch == "\t":
-            out.append("\\t")
-        elif ch == "\b":
-            out.append("\\b")
-        elif ch == "\f":
-            out.append("\\f")
+        short = _SHORT_ESCAPES.get(ch)
+        if short is not None:
+            out.append(short)
         elif o < 0x20 or o in (0x2028, 0x2029):
             out.append("\\u%04x" % o)
         elif 0xD800 <= o <= 0xDFFF:
