@@ -271,8 +271,9 @@ func mustRead(t *testing.T, path string) []byte {
 }
 
 // gatedTask creates a task that waits for an approval by role ops, and
-// registers approver name (role ops) with a fresh key.
-func (e *env) gatedTask(t *testing.T, approver string) (taskID string, key ed25519.PrivateKey) {
+// registers approver name (role ops) with a fresh key. The approval is the
+// task's first: its id is the task's with "-1".
+func (e *env) gatedTask(t *testing.T, approver string) (taskID, approvalID string, key ed25519.PrivateKey) {
 	t.Helper()
 	pub, key, err := ed25519.GenerateKey(rand.Reader)
 	require.NoError(t, err)
@@ -282,7 +283,7 @@ func (e *env) gatedTask(t *testing.T, approver string) (taskID string, key ed255
 		Input: json.RawMessage(`{"refund": 120.50, "order": "o-7"}`), Approval: &schemas.ApprovalSpec{Role: "ops"}})
 	require.NoError(t, err)
 	require.Equal(t, schemas.StateWaiting, r.State)
-	return r.ID, key
+	return r.ID, r.ID + "-1", key
 }
 
 // waitApproval waits until the admin reads approval id in state.
@@ -307,8 +308,7 @@ func sign(key ed25519.PrivateKey, approvalID, response, digest string) string {
 // own (forbidden, with its reason), and nothing changes.
 func TestViewerCannotCancelOrDecide(t *testing.T) {
 	e := setup(t)
-	taskID, key := e.gatedTask(t, "alice")
-	approvalID := taskID + "-1"
+	taskID, approvalID, key := e.gatedTask(t, "alice")
 	b := e.signedIn(t, e.member(t, "vera", roleViewer))
 
 	var tl struct {
@@ -347,8 +347,7 @@ func TestViewerCannotCancelOrDecide(t *testing.T) {
 // approver.
 func TestApproverDecides(t *testing.T) {
 	e := setup(t)
-	taskID, key := e.gatedTask(t, "alice")
-	approvalID := taskID + "-1"
+	taskID, approvalID, key := e.gatedTask(t, "alice")
 	b := e.signedIn(t, e.member(t, "alice", roleApprover))
 
 	// An approver reads the task, not its history, nor the goals.
