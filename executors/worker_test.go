@@ -339,9 +339,7 @@ func TestAnAttemptPastItsDeadlineIsCancelled(t *testing.T) {
 	deadlines := make(chan time.Time, 1)
 	b.startWorker(t, executors.Config{Queue: "slow"}, func(ctx context.Context, job *executors.Job) (executors.Result, error) {
 		deadlines <- job.Deadline
-		<-ctx.Done()
-		causes <- context.Cause(ctx)
-		return executors.Result{}, ctx.Err()
+		return untilCancelled(ctx, causes)
 	})
 	id := b.CreateTask(t, map[string]any{"queue": "slow", "timeout": "1s", "retry": map[string]any{"max_attempts": 1}})
 	require.False(t, recv(t, deadlines).IsZero(), "the job knows its deadline")
@@ -354,23 +352,8 @@ func TestAnAttemptPastItsDeadlineIsCancelled(t *testing.T) {
 func TestALapsedLeaseIsSupersededAndTheStaleReportRefused(t *testing.T) {
 	b := setup(t)
 	const lease = executors.MinLease
-	staleStarted := make(chan struct{})
-	var once sync.Once
 	staleCause := make(chan error, 1)
-	stale := b.startWorker(t, executors.Config{Queue: "lease", Executor: "stale", Lease: lease},
-		func(ctx context.Context, job *executors.Job) (executors.Result, error) {
-			// Its checkpoint claims attempt 1 (the lazy claim).
-			if err := job.SaveCheckpoint(ctx, "step 1"); err != nil {
-				return executors.Result{}, err
-			}
-			once.Do(func() { close(staleStarted) })
-			<-ctx.Done()
-			staleCause <- context.Cause(ctx)
-			return executors.Result{}, ctx.Err()
-		})
-	stale.w.PauseHeartbeats(true) // as if its process hung: the lease lapses
-	id := b.CreateTask(t, map[string]any{"queue": "lease"})
-	recv(t, staleStarted)
+	stale, id := b.staleWorker(t, "lease", lease, staleCause)
 
 	release := make(chan struct{})
 	fresh := make(chan *executors.Job, 1)
@@ -420,9 +403,7 @@ func TestStoppingDrainsAndLeavesUnfinishedItemsForRedelivery(t *testing.T) {
 				}
 				return executors.Result{Output: "quick"}, nil
 			}
-			<-ctx.Done()
-			causes <- context.Cause(ctx)
-			return executors.Result{}, ctx.Err()
+			return untilCancelled(ctx, causes)
 		})
 	quick := b.CreateTask(t, map[string]any{"queue": "drain", "input": map[string]any{"slow": false}})
 	slow := b.CreateTask(t, map[string]any{"queue": "drain", "input": map[string]any{"slow": true}})
