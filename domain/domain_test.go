@@ -239,8 +239,7 @@ func TestAttemptTimeout(t *testing.T) {
 
 func TestFencing(t *testing.T) {
 	w := setup(t)
-	id := w.newID()
-	w.must(&CreateTask{TaskID: id, Spec: spec("")})
+	id := w.newTask()
 	require.Equal(t, 1, w.claim(id))
 	w.must(&SaveCheckpoint{TaskID: id, Attempt: 1, Checkpoint: json.RawMessage(`{"page":7}`)})
 
@@ -423,8 +422,7 @@ func TestVerification(t *testing.T) {
 	})
 	t.Run("a task without a verifier is never verifying", func(t *testing.T) {
 		w := setup(t)
-		id := w.newID()
-		w.must(&CreateTask{TaskID: id, Spec: spec("")})
+		id := w.newTask()
 		w.succeed(id, w.claim(id))
 		_ = w.refused(verification(id, 1, OutcomeFail), CodeConflict)
 		require.Equal(t, StateAccepted, w.state(id))
@@ -498,8 +496,7 @@ func TestReviewOnlyInNeedsReview(t *testing.T) {
 
 func TestWaitSignal(t *testing.T) {
 	w := setup(t)
-	id := w.newID()
-	w.must(&CreateTask{TaskID: id, Spec: spec("")})
+	id := w.newTask()
 	n := w.claim(id)
 	out := w.must(&WaitTask{TaskID: id, Attempt: n, Kind: WaitSignal, Signal: "payment.settled"})
 	require.Equal(t, []string{"task.waiting"}, events(out, id))
@@ -530,8 +527,7 @@ func TestWaitSignal(t *testing.T) {
 // a signal to a task that has ended is refused.
 func TestASignalSentBeforeItsWaitIsKept(t *testing.T) {
 	w := setup(t)
-	id := w.newID()
-	w.must(&CreateTask{TaskID: id, Spec: spec("")})
+	id := w.newTask()
 	n := w.claim(id)
 	w.must(&SendSignal{TaskID: id, Name: "payment.settled", Payload: json.RawMessage(`{"n":1}`)})
 	w.must(&SendSignal{TaskID: id, Name: "payment.settled", Payload: json.RawMessage(`{"n":2}`)})
@@ -576,8 +572,7 @@ func TestASignalSentBeforeItsWaitIsKept(t *testing.T) {
 
 func TestWaitTimer(t *testing.T) {
 	w := setup(t)
-	id := w.newID()
-	w.must(&CreateTask{TaskID: id, Spec: spec("")})
+	id := w.newTask()
 	n := w.claim(id)
 
 	past := w.now
@@ -890,8 +885,7 @@ func TestValidation(t *testing.T) {
 
 func TestValidationOfReports(t *testing.T) {
 	w := setup(t)
-	id := w.newID()
-	w.must(&CreateTask{TaskID: id, Spec: spec("")})
+	id := w.newTask()
 	require.Equal(t, "/executor", w.refused(&ClaimTask{ClaimBody: ClaimBody{TaskID: id}}, CodeInvalid).Field)
 	n := w.claim(id)
 	require.Equal(t, "/error/message", w.refused(&ReportFailure{TaskID: id, Attempt: n}, CodeInvalid).Field)

@@ -75,6 +75,15 @@ func (w *world) newID() string {
 	return DeriveID(w.now, fmt.Sprintf("id-%d", w.seq))
 }
 
+// newTask creates a standalone task, spec("") under a new id, and returns
+// its id.
+func (w *world) newTask() string {
+	w.t.Helper()
+	id := w.newID()
+	w.must(&CreateTask{TaskID: id, Spec: spec("")})
+	return id
+}
+
 // advance moves the clock forward by d.
 func (w *world) advance(d time.Duration) { w.now = w.now.Add(d) }
 
@@ -128,6 +137,18 @@ func (w *world) fill(id string, cmd Command) (claimToken, nextToken string) {
 			*p = w.token(task, n)
 		}
 	}
+	// report fills a report (task.succeed or task.fail), whose token is at
+	// token: the token of its attempt, or when it claims the task too (a lazy
+	// claim) its claim's token hash; the handoff's as for next.
+	report := func(token *string) {
+		r, _ := Report(cmd)
+		if r.Claim == nil {
+			tok(token, r.TaskID, r.Attempt)
+		} else {
+			claimToken = w.fillClaim(id, r.TaskID, r.Claim)
+		}
+		next(r.Next, r.NextTokenHash)
+	}
 	switch c := cmd.(type) {
 	case *ClaimTask:
 		if c.TokenHash == "" {
@@ -140,19 +161,9 @@ func (w *world) fill(id string, cmd Command) (claimToken, nextToken string) {
 	case *SaveCheckpoint:
 		tok(&c.Token, c.TaskID, c.Attempt)
 	case *ReportSuccess:
-		if c.Claim == nil {
-			tok(&c.Token, c.TaskID, c.Attempt)
-		} else {
-			claimToken = w.fillClaim(id, c.TaskID, c.Claim)
-		}
-		next(c.Next, &c.NextTokenHash)
+		report(&c.Token)
 	case *ReportFailure:
-		if c.Claim == nil {
-			tok(&c.Token, c.TaskID, c.Attempt)
-		} else {
-			claimToken = w.fillClaim(id, c.TaskID, c.Claim)
-		}
-		next(c.Next, &c.NextTokenHash)
+		report(&c.Token)
 	case *WaitTask:
 		tok(&c.Token, c.TaskID, c.Attempt)
 	case *DelegateTask:

@@ -41,35 +41,29 @@ func sealedCommand(cmd Command) Command {
 	}
 	switch c := cmd.(type) {
 	case *CreateGoal:
-		cp := *c
-		cp.Tasks = specs(c.Tasks)
-		return &cp
+		return changed(c, func(cp *CreateGoal) { cp.Tasks = specs(c.Tasks) })
 	case *SubmitPlan:
-		cp := *c
-		cp.Tasks = specs(c.Tasks)
-		return &cp
+		return changed(c, func(cp *SubmitPlan) { cp.Tasks = specs(c.Tasks) })
 	case *CreateTask:
-		cp := *c
-		cp.Spec.Input = seal(c.Spec.Input)
-		return &cp
+		return changed(c, func(cp *CreateTask) { cp.Spec.Input = seal(c.Spec.Input) })
 	case *ReportSuccess:
-		cp := *c
-		cp.Result = seal(c.Result)
-		return &cp
+		return changed(c, func(cp *ReportSuccess) { cp.Result = seal(c.Result) })
 	case *SaveCheckpoint:
-		cp := *c
-		cp.Checkpoint = seal(c.Checkpoint)
-		return &cp
+		return changed(c, func(cp *SaveCheckpoint) { cp.Checkpoint = seal(c.Checkpoint) })
 	case *SendSignal:
-		cp := *c
-		cp.Payload = seal(c.Payload)
-		return &cp
+		return changed(c, func(cp *SendSignal) { cp.Payload = seal(c.Payload) })
 	case *RecordVerification:
-		cp := *c
-		cp.Evidence = seal(c.Evidence)
-		return &cp
+		return changed(c, func(cp *RecordVerification) { cp.Evidence = seal(c.Evidence) })
 	}
 	return cmd
+}
+
+// changed returns a copy of command c with change made to it; c itself is
+// left as it is, for the plain world to decide.
+func changed[C any](c *C, change func(*C)) *C {
+	cp := *c
+	change(&cp)
+	return &cp
 }
 
 // sealedState returns t as the sealed world should hold it: its payloads

@@ -193,6 +193,25 @@ func startCommitter(t testing.TB, l eventstore.Log, d eventstore.Decider[*req], 
 	return r
 }
 
+// submit submits each of reqs, which the committer must take.
+func (r *runner) submit(t *testing.T, reqs ...*req) {
+	t.Helper()
+	for _, q := range reqs {
+		require.NoError(t, r.c.Submit(t.Context(), q))
+	}
+}
+
+// appending holds l's next append, submits lead and returns once the
+// committer is appending lead's record, held there until the gate's
+// release is closed: what is submitted meanwhile queues behind it.
+func (r *runner) appending(t *testing.T, l *hookLog, lead *req) *gate {
+	t.Helper()
+	g := l.holdNext()
+	r.submit(t, lead)
+	g.waitEntered(t)
+	return g
+}
+
 func (r *runner) wait(t *testing.T) error {
 	t.Helper()
 	select {
@@ -236,10 +255,8 @@ func TestCommitterBatchesWhileAppending(t *testing.T) {
 		r := startCommitter(t, l, newCounters(), eventstore.GroupConfig{})
 		base := l.appends.Load()
 
-		g := l.holdNext()
 		first := newReq("c0", "a")
-		require.NoError(t, r.c.Submit(t.Context(), first))
-		g.waitEntered(t)
+		g := r.appending(t, l, first)
 
 		const n = 100
 		reqs := make([]*req, n)
@@ -308,15 +325,11 @@ func TestCommitterRejects(t *testing.T) {
 		l := &hookLog{Log: newLog(t)}
 		r := startCommitter(t, l, newCounters(), eventstore.GroupConfig{})
 
-		g := l.holdNext()
 		lead := newReq("lead", "a")
-		require.NoError(t, r.c.Submit(t.Context(), lead))
-		g.waitEntered(t)
+		g := r.appending(t, l, lead)
 		ok1, bad, ok2 := newReq("ok1", "a"), newReq("bad", "a"), newReq("ok2", "b")
 		bad.reject = true
-		for _, q := range []*req{ok1, bad, ok2} {
-			require.NoError(t, r.c.Submit(t.Context(), q))
-		}
+		r.submit(t, ok1, bad, ok2)
 		close(g.release)
 		require.NoError(t, lead.wait(t).err)
 		require.ErrorIs(t, bad.wait(t).err, errRejected)
@@ -346,10 +359,8 @@ func TestCommitterSplitsLargeBatches(t *testing.T) {
 		l := &hookLog{Log: newLog(t)}
 		r := startCommitter(t, l, newCounters(), eventstore.GroupConfig{MaxRecordBytes: limit})
 
-		g := l.holdNext()
 		lead := newReq("lead", "a")
-		require.NoError(t, r.c.Submit(t.Context(), lead))
-		g.waitEntered(t)
+		g := r.appending(t, l, lead)
 		reqs := make([]*req, 8)
 		for i := range reqs {
 			reqs[i] = newReq(fmt.Sprintf("big%d", i), "a")
@@ -452,12 +463,10 @@ func TestCommitterUnknownOutcome(t *testing.T) {
 func TestCommitterStop(t *testing.T) {
 	l := &hookLog{Log: eventstore.NewMemoryLog()}
 	r := startCommitter(t, l, newCounters(), eventstore.GroupConfig{})
-	g := l.holdNext()
 	inFlight := newReq("in-flight", "a")
-	require.NoError(t, r.c.Submit(t.Context(), inFlight))
-	g.waitEntered(t)
+	g := r.appending(t, l, inFlight)
 	queued := newReq("queued", "a")
-	require.NoError(t, r.c.Submit(t.Context(), queued))
+	r.submit(t, queued)
 
 	r.cancel()
 	close(g.release)
@@ -590,10 +599,8 @@ func TestCommitterReportsAppends(t *testing.T) {
 				defer mu.Unlock()
 				got = append(got, appended{seq, requests, bytes, took})
 			}})
-		g := l.holdNext()
 		first := newReq("c0", "a")
-		require.NoError(t, r.c.Submit(t.Context(), first))
-		g.waitEntered(t)
+		g := r.appending(t, l, first)
 		const n = 10
 		reqs := make([]*req, n)
 		for i := range reqs {

@@ -93,9 +93,7 @@ func TestCancellingTheDelegatingTaskCancelsTheChildsJob(t *testing.T) {
 	stopped := make(chan error, 1)
 	b.startWorker(t, executors.Config{Queue: "slow"}, func(ctx context.Context, job *executors.Job) (executors.Result, error) {
 		running <- job.TaskID
-		<-ctx.Done()
-		stopped <- context.Cause(ctx)
-		return executors.Result{}, ctx.Err()
+		return untilCancelled(ctx, stopped)
 	})
 	b.startWorker(t, executors.Config{Queue: "lead"}, func(ctx context.Context, job *executors.Job) (executors.Result, error) {
 		_, err := job.Delegate(ctx, executors.Delegation{Key: "slow", Title: "slow work", Tasks: []schemas.TaskSpec{{Key: "s", Queue: "slow"}}})

@@ -72,12 +72,8 @@ func TestALongJobClaimsAtItsFirstHeartbeatMomentAndHeartbeats(t *testing.T) {
 	b := setup(t)
 	commands, heartbeats := b.watchCommands(t)
 	b.startWorker(t, executors.Config{Queue: "long", Lease: executors.MinLease}, func(ctx context.Context, job *executors.Job) (executors.Result, error) {
-		for range 2 {
-			select {
-			case <-heartbeats:
-			case <-ctx.Done():
-				return executors.Result{}, ctx.Err()
-			}
+		if err := heartbeatsSeen(ctx, heartbeats, 2); err != nil {
+			return executors.Result{}, err
 		}
 		return executors.Result{Output: "long done"}, nil
 	})
@@ -107,9 +103,7 @@ func TestCancellingAnUnclaimedJobsTaskCancelsIt(t *testing.T) {
 	causes := make(chan error, 1)
 	w := b.startWorker(t, executors.Config{Queue: "unclaimed"}, func(ctx context.Context, job *executors.Job) (executors.Result, error) {
 		started <- struct{}{}
-		<-ctx.Done()
-		causes <- context.Cause(ctx)
-		return executors.Result{}, ctx.Err()
+		return untilCancelled(ctx, causes)
 	})
 	id := b.CreateTask(t, map[string]any{"queue": "unclaimed"})
 	recv(t, started)
@@ -132,9 +126,7 @@ func TestARefusedLazyClaimCancelsTheJob(t *testing.T) {
 	w := b.startWorker(t, executors.Config{Queue: "taken", Executor: "lazy", Lease: executors.MinLease},
 		func(ctx context.Context, job *executors.Job) (executors.Result, error) {
 			started <- struct{}{}
-			<-ctx.Done()
-			causes <- context.Cause(ctx)
-			return executors.Result{}, ctx.Err()
+			return untilCancelled(ctx, causes)
 		})
 	id := b.CreateTask(t, map[string]any{"queue": "taken"})
 	recv(t, started)

@@ -101,6 +101,41 @@ func (b *bundle) run(t *testing.T, cfg executors.Config, build func(executors.Co
 	return &worker{w: w, logs: sink, stop: executortest.StartWorker(t, w)}
 }
 
+// untilCancelled is the end of a job that runs until it is cancelled: it
+// waits for ctx to end, sends the cause on causes unless it is nil, and
+// returns what the job returns then.
+func untilCancelled(ctx context.Context, causes chan<- error) (executors.Result, error) {
+	<-ctx.Done()
+	if causes != nil {
+		causes <- context.Cause(ctx)
+	}
+	return executors.Result{}, ctx.Err()
+}
+
+// staleWorker starts a worker (executor "stale") on queue, with lease,
+// whose job saves a checkpoint — which claims its attempt (the lazy claim),
+// which then holds the task — and runs until it is cancelled (the cause on
+// causes unless it is nil). Its heartbeats are paused, as if its process
+// hung: the attempt's lease lapses. It creates a task on queue and returns
+// the worker and the task's id once the job has claimed it.
+func (b *bundle) staleWorker(t *testing.T, queue string, lease time.Duration, causes chan<- error) (*worker, string) {
+	t.Helper()
+	claimed := make(chan struct{})
+	var once sync.Once
+	stale := b.startWorker(t, executors.Config{Queue: queue, Executor: "stale", Lease: lease},
+		func(ctx context.Context, job *executors.Job) (executors.Result, error) {
+			if err := job.SaveCheckpoint(ctx, "step 1"); err != nil {
+				return executors.Result{}, err
+			}
+			once.Do(func() { close(claimed) })
+			return untilCancelled(ctx, causes)
+		})
+	stale.w.PauseHeartbeats(true)
+	id := b.CreateTask(t, map[string]any{"queue": queue})
+	recv(t, claimed)
+	return stale, id
+}
+
 // logSink is a slog.Handler that sends records to t.Log and to whoever
 // waits for one.
 type logSink struct {

@@ -59,6 +59,19 @@ func (b *bundle) watchCommands(t *testing.T) (get func() []sent, heartbeats <-ch
 	}, hb
 }
 
+// heartbeatsSeen waits, in a job, until n heartbeats (of any job) reached
+// the service; it returns ctx's error when the job is cancelled first.
+func heartbeatsSeen(ctx context.Context, heartbeats <-chan sent, n int) error {
+	for range n {
+		select {
+		case <-heartbeats:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	return nil
+}
+
 func TestAJobsCommandsCarryItsTokenAndItsHeartbeatsReachTheService(t *testing.T) {
 	b := setup(t)
 	commands, heartbeats := b.watchCommands(t)
@@ -70,12 +83,8 @@ func TestAJobsCommandsCarryItsTokenAndItsHeartbeatsReachTheService(t *testing.T)
 				return executors.Result{}, err
 			}
 			// Run past two heartbeats (every Lease/3) before reporting.
-			for range 2 {
-				select {
-				case <-heartbeats:
-				case <-ctx.Done():
-					return executors.Result{}, ctx.Err()
-				}
+			if err := heartbeatsSeen(ctx, heartbeats, 2); err != nil {
+				return executors.Result{}, err
 			}
 			return executors.Result{Output: "done"}, nil
 		})
@@ -119,21 +128,7 @@ func TestARedeliveredItemWaitsForTheLeaseToLapseThenSupersedes(t *testing.T) {
 	// instead of handing the item back for another lease.
 	b := setup(t)
 	const lease = executors.MinLease
-	staleStarted := make(chan struct{})
-	var once sync.Once
-	stale := b.startWorker(t, executors.Config{Queue: "lapse", Executor: "stale", Lease: lease},
-		func(ctx context.Context, job *executors.Job) (executors.Result, error) {
-			// Its checkpoint claims the attempt, which then holds the task.
-			if err := job.SaveCheckpoint(ctx, "step 1"); err != nil {
-				return executors.Result{}, err
-			}
-			once.Do(func() { close(staleStarted) })
-			<-ctx.Done()
-			return executors.Result{}, ctx.Err()
-		})
-	stale.w.PauseHeartbeats(true)
-	id := b.CreateTask(t, map[string]any{"queue": "lapse"})
-	recv(t, staleStarted)
+	_, id := b.staleWorker(t, "lapse", lease, nil)
 	fresh := b.startWorker(t, executors.Config{Queue: "lapse", Executor: "fresh", Lease: lease},
 		func(context.Context, *executors.Job) (executors.Result, error) {
 			return executors.Result{Output: "fresh"}, nil

@@ -59,11 +59,7 @@ func TestPlanRunsInDependencyOrderThroughTheSDK(t *testing.T) {
 		require.Equal(t, "sdk-test", tk.Attempts[0].Executor)
 		require.JSONEq(t, fmt.Sprintf(`{"key":%q,"n":%d,"op":"op-%s"}`, pt.Key, i+1, pt.TaskID), string(tk.Attempts[0].Result))
 	}
-	servicetest.Eventually(t, 5*time.Second, func() bool {
-		r := b.Request(t, "dwr.q.default.goal.get", map[string]any{"id": goal.ID}, nil)
-		var g struct{ State string }
-		return r.OK && json.Unmarshal(r.Result, &g) == nil && g.State == "achieved"
-	}, func() string { return "the goal is not achieved" })
+	b.WaitGoalState(t, goal.ID, "achieved", 5*time.Second)
 	mu.Lock()
 	require.Equal(t, []string{"a", "b", "c"}, order, "each task ran once, after its dependency was accepted")
 	mu.Unlock()
@@ -118,11 +114,7 @@ func TestAJobSeesItsDependenciesResults(t *testing.T) {
 				{"key": "a", "queue": queue}, {"key": "b", "queue": queue}, {"key": "c", "queue": queue},
 				{"key": "join", "queue": queue, "depends_on": []string{"a", "b", "c"}},
 			}}), &goal))
-			servicetest.Eventually(t, 15*time.Second, func() bool {
-				r := b.Request(t, "dwr.q.default.goal.get", map[string]any{"id": goal.ID}, nil)
-				var g struct{ State string }
-				return r.OK && json.Unmarshal(r.Result, &g) == nil && g.State == "achieved"
-			}, func() string { return "the goal is not achieved" })
+			b.WaitGoalState(t, goal.ID, "achieved", 15*time.Second)
 			mu.Lock()
 			defer mu.Unlock()
 			require.Len(t, seen, 3)
@@ -262,21 +254,7 @@ func TestAFailedJobReportsItsModelSteps(t *testing.T) {
 	require.NoError(t, json.Unmarshal(b.Command(t, "goal.create", map[string]any{"title": "budgeted",
 		"envelope": map[string]any{"budget": map[string]any{"tokens": 100}},
 		"tasks":    []map[string]any{{"key": "a", "queue": "spendy", "retry": map[string]any{"max_attempts": 5, "initial_backoff": "10ms"}}}}), &goal))
-	var g struct {
-		State string `json:"state"`
-		Nodes []struct {
-			TaskID string `json:"task_id"`
-		} `json:"nodes"`
-		Spent struct {
-			Attempts int     `json:"attempts"`
-			Tokens   int64   `json:"tokens"`
-			Cost     float64 `json:"cost"`
-		} `json:"spent"`
-	}
-	servicetest.Eventually(t, 15*time.Second, func() bool {
-		r := b.Request(t, "dwr.q.default.goal.get", map[string]any{"id": goal.ID}, nil)
-		return r.OK && json.Unmarshal(r.Result, &g) == nil && g.State == "failed"
-	}, func() string { return "the goal did not fail" })
+	g := b.WaitGoalState(t, goal.ID, "failed", 15*time.Second)
 	// 70 tokens, then 140: the second failure leaves no budget for a third.
 	require.Equal(t, 2, g.Spent.Attempts)
 	require.Equal(t, int64(140), g.Spent.Tokens)
@@ -361,9 +339,7 @@ func TestAnAttemptPastItsDeadlineIsCancelled(t *testing.T) {
 	deadlines := make(chan time.Time, 1)
 	b.startWorker(t, executors.Config{Queue: "slow"}, func(ctx context.Context, job *executors.Job) (executors.Result, error) {
 		deadlines <- job.Deadline
-		<-ctx.Done()
-		causes <- context.Cause(ctx)
-		return executors.Result{}, ctx.Err()
+		return untilCancelled(ctx, causes)
 	})
 	id := b.CreateTask(t, map[string]any{"queue": "slow", "timeout": "1s", "retry": map[string]any{"max_attempts": 1}})
 	require.False(t, recv(t, deadlines).IsZero(), "the job knows its deadline")
@@ -376,23 +352,8 @@ func TestAnAttemptPastItsDeadlineIsCancelled(t *testing.T) {
 func TestALapsedLeaseIsSupersededAndTheStaleReportRefused(t *testing.T) {
 	b := setup(t)
 	const lease = executors.MinLease
-	staleStarted := make(chan struct{})
-	var once sync.Once
 	staleCause := make(chan error, 1)
-	stale := b.startWorker(t, executors.Config{Queue: "lease", Executor: "stale", Lease: lease},
-		func(ctx context.Context, job *executors.Job) (executors.Result, error) {
-			// Its checkpoint claims attempt 1 (the lazy claim).
-			if err := job.SaveCheckpoint(ctx, "step 1"); err != nil {
-				return executors.Result{}, err
-			}
-			once.Do(func() { close(staleStarted) })
-			<-ctx.Done()
-			staleCause <- context.Cause(ctx)
-			return executors.Result{}, ctx.Err()
-		})
-	stale.w.PauseHeartbeats(true) // as if its process hung: the lease lapses
-	id := b.CreateTask(t, map[string]any{"queue": "lease"})
-	recv(t, staleStarted)
+	stale, id := b.staleWorker(t, "lease", lease, staleCause)
 
 	release := make(chan struct{})
 	fresh := make(chan *executors.Job, 1)
@@ -442,9 +403,7 @@ func TestStoppingDrainsAndLeavesUnfinishedItemsForRedelivery(t *testing.T) {
 				}
 				return executors.Result{Output: "quick"}, nil
 			}
-			<-ctx.Done()
-			causes <- context.Cause(ctx)
-			return executors.Result{}, ctx.Err()
+			return untilCancelled(ctx, causes)
 		})
 	quick := b.CreateTask(t, map[string]any{"queue": "drain", "input": map[string]any{"slow": false}})
 	slow := b.CreateTask(t, map[string]any{"queue": "drain", "input": map[string]any{"slow": true}})

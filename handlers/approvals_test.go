@@ -33,9 +33,7 @@ func (b *bundle) register(t *testing.T, name, role string) ed25519.PrivateKey {
 
 func (b *bundle) approval(t *testing.T, id string) projections.ApprovalView {
 	t.Helper()
-	var v projections.ApprovalView
-	b.query(t, "approval.get", schemas.Query{ID: id}, 0, &v)
-	return v
+	return get[projections.ApprovalView](t, b, "approval.get", id)
 }
 
 func decide(a projections.ApprovalView, approver string, key ed25519.PrivateKey, response string) map[string]any {

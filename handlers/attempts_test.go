@@ -277,6 +277,22 @@ func (b *bundle) workConsumer(t *testing.T, queue string, lease time.Duration) {
 	require.NoError(t, err)
 }
 
+// leased starts a service on a clock at epoch whose queue's work consumer
+// has lease, for the tests of the attempts' leases: its log in memory when
+// dir is empty, else on data directory dir (for a test that restarts it).
+func leased(t *testing.T, dir, queue string, lease time.Duration) (*bundle, *servicetest.Clock) {
+	t.Helper()
+	clock := servicetest.NewClock(epoch)
+	var b *bundle
+	if dir == "" {
+		b = setupClocked(t, clock)
+	} else {
+		b = startClocked(t, dir, clock)
+	}
+	b.workConsumer(t, queue, lease)
+	return b, clock
+}
+
 // supersede sends a claim of id superseding attempt n.
 func (p *peer) supersede(t *testing.T, id string, n int, cmdID string) schemas.Reply {
 	t.Helper()
@@ -297,9 +313,7 @@ func requireLeaseHeld(t *testing.T, r schemas.Reply, retryAfter time.Time) {
 
 func TestASupersedingClaimWaitsUntilTheLeaseLapsed(t *testing.T) {
 	const lease, grace = 10 * time.Second, time.Second // grace: handlers.Config.LeaseGrace's default
-	clock := servicetest.NewClock(epoch)
-	b := setupClocked(t, clock)
-	b.workConsumer(t, "pay", lease)
+	b, clock := leased(t, "", "pay", lease)
 	exec, rescuer := b.peer(t, "executor"), b.peer(t, "rescuer")
 
 	// Alive by its heartbeats: superseding it is refused until the lease has
@@ -353,16 +367,13 @@ func TestASupersedingClaimWaitsUntilTheLeaseLapsed(t *testing.T) {
 
 func TestANewWriterCountsEveryRunningAttemptAliveAtItsTakeover(t *testing.T) {
 	const lease, grace = 10 * time.Second, time.Second
-	clock := servicetest.NewClock(epoch)
-	dir := t.TempDir()
-	b := startClocked(t, dir, clock)
-	b.workConsumer(t, "pay", lease)
+	b, clock := leased(t, t.TempDir(), "pay", lease)
 	id := b.newTask(t, "pay")
 	b.peer(t, "executor").claim(t, id, "claim-1", 0)
 	clock.Advance(time.Hour) // long past its lease: but the new writer cannot know it was not heard from
 	b.stop()
 
-	b2 := startClocked(t, dir, clock)
+	b2 := startClocked(t, b.dir, clock)
 	takeover := clock.Now()
 	rescuer := b2.peer(t, "rescuer")
 	requireLeaseHeld(t, rescuer.supersede(t, id, 1, "rescue"), takeover.Add(lease+grace))

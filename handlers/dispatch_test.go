@@ -14,7 +14,6 @@ import (
 	"github.com/dwr-run/dwr/domain"
 	"github.com/dwr-run/dwr/handlers"
 	"github.com/dwr-run/dwr/handlers/servicetest"
-	"github.com/dwr-run/dwr/projections"
 	"github.com/dwr-run/dwr/schemas"
 )
 
@@ -241,11 +240,7 @@ func TestAGoalsDeadlineIsADurableTimer(t *testing.T) {
 		"budget": map[string]any{"deadline": deadline.Format(time.RFC3339Nano)}}})
 	plan, _ := b.mustCommand(t, "plan.submit", map[string]any{"goal_id": g.ID, "tasks": []map[string]any{{"key": "slow", "queue": "q"}}})
 	b.mustCommand(t, "task.claim", map[string]any{"task_id": plan.Tasks[0].TaskID, "executor": "slowpoke"})
-	servicetest.Eventually(t, 10*time.Second, func() bool {
-		var gv projections.GoalView
-		b.query(t, "goal.get", schemas.Query{ID: g.ID}, 0, &gv)
-		return gv.State == domain.GoalStateFailed
-	})
+	b.c.WaitGoalState(t, g.ID, domain.GoalStateFailed, 10*time.Second)
 	var tk domain.Task
 	b.query(t, "task.get", schemas.Query{ID: plan.Tasks[0].TaskID}, 0, &tk)
 	require.Equal(t, domain.ReasonDeadline, tk.Reason)

@@ -144,9 +144,7 @@ func TestAHandoffStaysOnTheReportersQueue(t *testing.T) {
 // keep it, as they keep a claimed attempt.
 func TestAHandedAttemptIsAbandonedWhenItsLeaseLapses(t *testing.T) {
 	const lease, grace = 10 * time.Second, time.Second // grace: handlers.Config.LeaseGrace's default
-	clock := servicetest.NewClock(epoch)
-	b := setupClocked(t, clock)
-	b.workConsumer(t, "shell", lease)
+	b, clock := leased(t, "", "shell", lease)
 	exec, rescuer := b.peer(t, "executor"), b.peer(t, "rescuer")
 
 	// Two chains: one whose handed attempt goes silent, one whose sender
@@ -219,10 +217,7 @@ func TestAHandedItemIsOpenedForItsSender(t *testing.T) {
 // silent one is abandoned a lease after it, and the task is ready again.
 func TestANewWriterKeepsTheHandedLeases(t *testing.T) {
 	const lease, grace = 10 * time.Second, time.Second
-	clock := servicetest.NewClock(epoch)
-	dir := t.TempDir()
-	b := startClocked(t, dir, clock)
-	b.workConsumer(t, "shell", lease)
+	b, clock := leased(t, t.TempDir(), "shell", lease)
 	exec := b.peer(t, "executor")
 	_, plan, _ := chain3(t, b)
 	a := plan.Tasks[0].TaskID
@@ -231,7 +226,7 @@ func TestANewWriterKeepsTheHandedLeases(t *testing.T) {
 	b.stop()
 
 	clock.Advance(time.Hour) // the lease passed while no writer ran
-	b2 := startClocked(t, dir, clock)
+	b2 := startClocked(t, b.dir, clock)
 	var tk domain.Task
 	b2.query(t, "task.get", schemas.Query{ID: rep.Next.TaskID}, b2.lastSeq(t), &tk)
 	require.Equal(t, domain.StateRunning, tk.State, "a new writer counts the attempt alive at its takeover")

@@ -30,9 +30,7 @@ func reportSchedule(name string, spec map[string]any) map[string]any {
 // schedule reads schedule name.
 func (b *bundle) schedule(t *testing.T, name string) schemas.Schedule {
 	t.Helper()
-	var s schemas.Schedule
-	b.query(t, "schedule.get", schemas.Query{ID: name}, 0, &s)
-	return s
+	return get[schemas.Schedule](t, b, "schedule.get", name)
 }
 
 // waitSchedule waits until schedule name has fired and skipped slots as
@@ -100,9 +98,7 @@ func TestScheduleCatchUpAcrossADownService(t *testing.T) {
 
 func (b *bundle) goalView(t *testing.T, id string) schemas.GoalView {
 	t.Helper()
-	var g schemas.GoalView
-	b.query(t, "goal.get", schemas.Query{ID: id}, 0, &g)
-	return g
+	return get[schemas.GoalView](t, b, "goal.get", id)
 }
 
 // A slot makes its goal once, whatever restarts come between: the firing

@@ -65,6 +65,17 @@ func getHealth(t *testing.T, url string) (int, handlers.Health) {
 	return resp.StatusCode, h
 }
 
+// page returns the body of what url answers (the index page at /).
+func page(t *testing.T, url string) string {
+	t.Helper()
+	resp, err := http.Get(url) //nolint:gosec // the test's own loopback server
+	require.NoError(t, err)
+	defer func() { _ = resp.Body.Close() }()
+	b, err := io.ReadAll(resp.Body)
+	require.NoError(t, err)
+	return string(b)
+}
+
 // dwr serve's HTTP server answers /healthz while the process runs and
 // /readyz with 200 once the replica serves; the page at / lists them.
 func TestServeHTTPAnswersHealthAndReadiness(t *testing.T) {
@@ -81,12 +92,7 @@ func TestServeHTTPAnswersHealthAndReadiness(t *testing.T) {
 	require.True(t, h.Ready && h.Writer, "%+v", h)
 	require.Empty(t, h.Reason)
 
-	resp, err := http.Get(base + "/")
-	require.NoError(t, err)
-	b, err := io.ReadAll(resp.Body)
-	require.NoError(t, err)
-	_ = resp.Body.Close()
-	require.Contains(t, string(b), "GET /readyz")
+	require.Contains(t, page(t, base+"/"), "GET /readyz")
 }
 
 // A replica that reaches no NATS node is alive but not ready: /readyz
@@ -154,16 +160,11 @@ func TestServeHTTPServesMetrics(t *testing.T) {
 	require.GreaterOrEqual(t, appends, 1.0, "the epoch record, and the default workspace")
 	_, ok = m.Value("process_resident_memory_bytes")
 	require.True(t, ok)
-	resp, err := http.Get(base + "/")
-	require.NoError(t, err)
-	b, err := io.ReadAll(resp.Body)
-	require.NoError(t, err)
-	_ = resp.Body.Close()
-	require.Contains(t, string(b), "GET /metrics")
+	require.Contains(t, page(t, base+"/"), "GET /metrics")
 
 	logs, _ = httpServe(t, handlers.ServeConfig{HTTP: "127.0.0.1:0", NoMetrics: true})
 	base = baseURL(t, logs)
-	resp, err = http.Get(base + "/metrics")
+	resp, err := http.Get(base + "/metrics")
 	require.NoError(t, err)
 	_ = resp.Body.Close()
 	require.Equal(t, http.StatusNotFound, resp.StatusCode)

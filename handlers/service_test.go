@@ -146,6 +146,15 @@ func (b *bundle) query(t *testing.T, name string, q schemas.Query, minSeq uint64
 	require.NoError(t, json.Unmarshal(r.Result, out))
 }
 
+// get reads what the get query name answers for id (a task, a goal, an
+// approval, ...), at whatever position of the log the views are.
+func get[T any](t *testing.T, b *bundle, name, id string) T {
+	t.Helper()
+	var v T
+	b.query(t, name, schemas.Query{ID: id}, 0, &v)
+	return v
+}
+
 func (b *bundle) jetstream(t *testing.T) jetstream.JetStream {
 	js, err := jetstream.New(b.svcNC)
 	require.NoError(t, err)

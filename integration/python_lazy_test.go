@@ -2,7 +2,6 @@ package integration
 
 import (
 	"bufio"
-	"context"
 	"fmt"
 	"path/filepath"
 	"strings"
@@ -10,8 +9,6 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/stretchr/testify/require"
-	sdktrace "go.opentelemetry.io/otel/sdk/trace"
-	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 
 	"github.com/dwr-run/dwr/domain"
 	"github.com/dwr-run/dwr/handlers"
@@ -206,9 +203,7 @@ func TestPythonJobCommandsCarryTheTrace(t *testing.T) {
 		t.Skip("starts the service and python3")
 	}
 	py := pythonSDK(t)
-	exp := tracetest.NewInMemoryExporter()
-	tp := sdktrace.NewTracerProvider(sdktrace.WithSyncer(exp))
-	t.Cleanup(func() { _ = tp.Shutdown(context.Background()) })
+	tp, exp := servicetest.Tracing(t)
 	s, member := pythonService(t, handlers.Config{Tracer: tp})
 	commands := watchCommands(t, s.Conn)
 	const (

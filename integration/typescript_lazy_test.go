@@ -17,7 +17,6 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nkeys"
 	"github.com/stretchr/testify/require"
-	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 
 	"github.com/dwr-run/dwr/domain"
@@ -80,9 +79,7 @@ func newTSLazyEnvWith(t *testing.T, cfg handlers.Config) *tsLazyEnv {
 		t.Skip("starts node")
 	}
 	tsProgram(t, "test/lazy_worker.js")
-	spans := tracetest.NewInMemoryExporter()
-	tp := sdktrace.NewTracerProvider(sdktrace.WithSyncer(spans))
-	t.Cleanup(func() { _ = tp.Shutdown(t.Context()) })
+	tp, spans := servicetest.Tracing(t)
 	cfg.Tracer = tp
 	s := servicetest.Start(t, t.TempDir(), servicetest.Options{Secure: true, Listen: "127.0.0.1:0", Config: cfg})
 	e := &tsLazyEnv{t: t, s: s, k: s.Client("default"), spans: spans, dir: t.TempDir(), logs: logOnFailure(t, "TypeScript processes")}

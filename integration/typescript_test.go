@@ -211,20 +211,30 @@ func TestTypeScriptActionDigest(t *testing.T) {
 	require.Contains(t, string(lines[len(docs)]), `"error"`, "a document that is not JSON is refused")
 }
 
-// TestTypeScriptWorkerDrain stops a TypeScript worker (SIGTERM: its
-// stop()) while a job runs: the job is let finish and report, and the
-// process exits cleanly after it — the task accepted by that one attempt.
-func TestTypeScriptWorkerDrain(t *testing.T) {
+// tsConformanceWorker starts dwr serve and the TypeScript SDK's conformance
+// executor on queue, as an executor of that queue, with a lease of 1.5 s
+// and its observations and files in a directory of its own. It skips t
+// under -short, and as tsProgram does without the SDK's build.
+func tsConformanceWorker(t *testing.T, queue string) (*execEnv, *serverProc) {
+	t.Helper()
 	if testing.Short() {
 		t.Skip("starts dwr serve and node")
 	}
 	script := tsProgram(t, "conformance.js")
 	e := newExecEnv(t)
-	const queue = "ts-drain"
 	dir := t.TempDir()
 	p := startProc(t, e, "tsexec "+queue, "node", []string{script}, []string{"CONFORMANCE_QUEUE=" + queue,
 		"CONFORMANCE_LEASE_MS=1500", "CONFORMANCE_OBSERVE=" + filepath.Join(dir, "observations.jsonl"), "CONFORMANCE_DIR=" + dir,
 		"DWR_SERVER=" + e.url, "DWR_CREDS=" + e.executorCreds("ts", queue)})
+	return e, p
+}
+
+// TestTypeScriptWorkerDrain stops a TypeScript worker (SIGTERM: its
+// stop()) while a job runs: the job is let finish and report, and the
+// process exits cleanly after it — the task accepted by that one attempt.
+func TestTypeScriptWorkerDrain(t *testing.T) {
+	const queue = "ts-drain"
+	e, p := tsConformanceWorker(t, queue)
 	c, err := dwrclient.Connect(e.url, dwrclient.Credentials(e.adminCreds()))
 	require.NoError(t, err)
 	t.Cleanup(c.Close)
@@ -252,16 +262,8 @@ func TestTypeScriptWorkerDrain(t *testing.T) {
 // TypeScript worker and starts it again: the worker reconnects, binds its
 // queue again and runs the next task.
 func TestTypeScriptWorkerSurvivesServerRestart(t *testing.T) {
-	if testing.Short() {
-		t.Skip("starts dwr serve and node")
-	}
-	script := tsProgram(t, "conformance.js")
-	e := newExecEnv(t)
 	const queue = "ts-restart"
-	dir := t.TempDir()
-	startProc(t, e, "tsexec "+queue, "node", []string{script}, []string{"CONFORMANCE_QUEUE=" + queue,
-		"CONFORMANCE_LEASE_MS=1500", "CONFORMANCE_OBSERVE=" + filepath.Join(dir, "observations.jsonl"), "CONFORMANCE_DIR=" + dir,
-		"DWR_SERVER=" + e.url, "DWR_CREDS=" + e.executorCreds("ts", queue)})
+	e, _ := tsConformanceWorker(t, queue)
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
 	run := func(n int) {

@@ -199,8 +199,11 @@ func inWorkspace(t require.TestingT, s *projections.Store) *harness {
 	return h
 }
 
-func openMem(t require.TestingT) *projections.Store {
-	s, err := projections.Open("views", projections.Options{FS: vfs.NewMem()})
+func openMem(t require.TestingT) *projections.Store { return openOn(t, vfs.NewMem()) }
+
+// openOn opens the views on fs, where they may have been before.
+func openOn(t require.TestingT, fs vfs.FS) *projections.Store {
+	s, err := projections.Open("views", projections.Options{FS: fs})
 	require.NoError(t, err)
 	return s
 }
@@ -284,14 +287,12 @@ func TestRebuiltViewsEqualLiveViews(t *testing.T) {
 
 func TestCrashBeforeViewsSyncCatchesUp(t *testing.T) {
 	fs := vfs.NewCrashableMem()
-	s, err := projections.Open("views", projections.Options{FS: fs})
-	require.NoError(t, err)
+	s := openOn(t, fs)
 	h := inWorkspace(t, s)
 	goal := domain.DeriveID(h.d.now, "g")
 	h.batch(cmd{&domain.CreateGoal{GoalID: goal, Title: "g"}, "c1"})
 	require.NoError(t, s.Close()) // Close flushes: everything so far is on "disk"
-	s, err = projections.Open("views", projections.Options{FS: fs})
-	require.NoError(t, err)
+	s = openOn(t, fs)
 	h.store, h.d.store = s, s
 	synced := s.Checkpoint()
 	h.batch(cmd{&domain.SubmitPlan{GoalID: goal, Tasks: []domain.TaskSpec{{Key: "a", Queue: "q"}, {Key: "b", Queue: "q", DependsOn: []string{"a"}}}}, "c2"})
@@ -299,8 +300,7 @@ func TestCrashBeforeViewsSyncCatchesUp(t *testing.T) {
 	// Crash: everything not synced is lost, rows and checkpoint together.
 	crashed := fs.CrashClone(vfs.CrashCloneCfg{})
 	require.NoError(t, s.Close())
-	s2, err := projections.Open("views", projections.Options{FS: crashed})
-	require.NoError(t, err)
+	s2 := openOn(t, crashed)
 	defer s2.Close()
 	last, err := h.log.LastSeq(context.Background())
 	require.NoError(t, err)
@@ -435,8 +435,7 @@ func TestTimersFollowTheTasksState(t *testing.T) {
 // the filter is filled from the views' keys.
 func TestNewIDsAreAnsweredWithoutPebble(t *testing.T) {
 	fs := vfs.NewMem()
-	s, err := projections.Open("views", projections.Options{FS: fs})
-	require.NoError(t, err)
+	s := openOn(t, fs)
 	h := inWorkspace(t, s)
 	gid := domain.DeriveID(h.d.now, "goal")
 	h.batch(cmd{&domain.CreateGoal{GoalID: gid, Title: "g"}, "c-goal"})
@@ -477,8 +476,7 @@ func TestNewIDsAreAnsweredWithoutPebble(t *testing.T) {
 	absent(s)
 	require.NoError(t, s.Close())
 
-	s, err = projections.Open("views", projections.Options{FS: fs})
-	require.NoError(t, err)
+	s = openOn(t, fs)
 	defer s.Close()
 	before := projections.PebbleGets(s)
 	held(s) // nothing cached after the reopen: found through the filter, in Pebble

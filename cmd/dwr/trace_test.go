@@ -1,12 +1,9 @@
 package main
 
 import (
-	"context"
 	"testing"
 
 	"github.com/stretchr/testify/require"
-	sdktrace "go.opentelemetry.io/otel/sdk/trace"
-	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 
 	"github.com/dwr-run/dwr/handlers"
 	"github.com/dwr-run/dwr/handlers/servicetest"
@@ -15,9 +12,7 @@ import (
 // A dwr command run with TRACEPARENT (as dwr worker runs its command) sends
 // its commands in that trace: the service's span is the parent's child.
 func TestCLICommandsJoinTheTraceOfTRACEPARENT(t *testing.T) {
-	exp := tracetest.NewInMemoryExporter()
-	tp := sdktrace.NewTracerProvider(sdktrace.WithSyncer(exp))
-	t.Cleanup(func() { _ = tp.Shutdown(context.Background()) })
+	tp, exp := servicetest.Tracing(t)
 	st := servicetest.Start(t, t.TempDir(), servicetest.Options{Listen: "127.0.0.1:0", Config: handlers.Config{Tracer: tp}})
 	const traceID, parent = "4bf92f3577b34da6a3ce929d0e0e4736", "00f067aa0ba902b7"
 	t.Setenv("TRACEPARENT", "00-"+traceID+"-"+parent+"-01")

@@ -7,8 +7,6 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
-	sdktrace "go.opentelemetry.io/otel/sdk/trace"
-	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 
 	"github.com/dwr-run/dwr/domain"
 	"github.com/dwr-run/dwr/executors"
@@ -24,9 +22,7 @@ import (
 // task's acceptance — across the client,
 // the service and the worker, linked by traceparent in NATS headers.
 func TestOneTraceSpansClientServiceAndWorker(t *testing.T) {
-	exp := tracetest.NewInMemoryExporter()
-	tp := sdktrace.NewTracerProvider(sdktrace.WithSyncer(exp))
-	t.Cleanup(func() { _ = tp.Shutdown(context.Background()) })
+	tp, exp := servicetest.Tracing(t)
 	s := servicetest.Start(t, t.TempDir(), servicetest.Options{Secure: true, Listen: "127.0.0.1:0",
 		Config: handlers.Config{Tracer: tp}})
 	c := connectAs(t, s, "caller", domain.RoleClient)

@@ -19,7 +19,6 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/stretchr/testify/require"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
-	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/dwr-run/dwr/domain"
@@ -451,9 +450,7 @@ echo '"done"'
 // it runs join the trace; without tracing it gets none.
 func TestWorkerHandsTheCommandItsTrace(t *testing.T) {
 	e := newWorkerEnv(t)
-	exp := tracetest.NewInMemoryExporter()
-	tp := sdktrace.NewTracerProvider(sdktrace.WithSyncer(exp))
-	t.Cleanup(func() { _ = tp.Shutdown(context.Background()) })
+	tp, exp := servicetest.Tracing(t)
 	echo := e.script("traceparent.sh", `cat >/dev/null; printf '"%s"' "${TRACEPARENT:-none}"`)
 	e.startWorker("traced", workerOpts{tracer: tp}, echo)
 	e.startWorker("untraced", workerOpts{}, echo)

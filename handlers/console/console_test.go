@@ -87,6 +87,16 @@ func (e *env) browser(t *testing.T) *browser {
 	return &browser{t: t, url: e.url, hc: &http.Client{Jar: jar, Timeout: 30 * time.Second}}
 }
 
+// signedIn is a browser signed in with the credential file credsFile; the
+// sign-in must succeed.
+func (e *env) signedIn(t *testing.T, credsFile string) *browser {
+	t.Helper()
+	b := e.browser(t)
+	code, er := b.signIn(credsFile)
+	require.Equal(t, http.StatusOK, code, er.Error.Message)
+	return b
+}
+
 // do sends a request and returns its status and decoded body (into out
 // when it is not nil).
 func (b *browser) do(req *http.Request, out any) (int, apiErr) {
@@ -261,8 +271,9 @@ func mustRead(t *testing.T, path string) []byte {
 }
 
 // gatedTask creates a task that waits for an approval by role ops, and
-// registers approver name (role ops) with a fresh key.
-func (e *env) gatedTask(t *testing.T, approver string) (taskID string, key ed25519.PrivateKey) {
+// registers approver name (role ops) with a fresh key. The approval is the
+// task's first: its id is the task's with "-1".
+func (e *env) gatedTask(t *testing.T, approver string) (taskID, approvalID string, key ed25519.PrivateKey) {
 	t.Helper()
 	pub, key, err := ed25519.GenerateKey(rand.Reader)
 	require.NoError(t, err)
@@ -272,7 +283,7 @@ func (e *env) gatedTask(t *testing.T, approver string) (taskID string, key ed255
 		Input: json.RawMessage(`{"refund": 120.50, "order": "o-7"}`), Approval: &schemas.ApprovalSpec{Role: "ops"}})
 	require.NoError(t, err)
 	require.Equal(t, schemas.StateWaiting, r.State)
-	return r.ID, key
+	return r.ID, r.ID + "-1", key
 }
 
 // waitApproval waits until the admin reads approval id in state.
@@ -297,20 +308,17 @@ func sign(key ed25519.PrivateKey, approvalID, response, digest string) string {
 // own (forbidden, with its reason), and nothing changes.
 func TestViewerCannotCancelOrDecide(t *testing.T) {
 	e := setup(t)
-	taskID, key := e.gatedTask(t, "alice")
-	approvalID := taskID + "-1"
-	b := e.browser(t)
-	code, er := b.signIn(e.member(t, "vera", roleViewer))
-	require.Equal(t, http.StatusOK, code, er.Error.Message)
+	taskID, approvalID, key := e.gatedTask(t, "alice")
+	b := e.signedIn(t, e.member(t, "vera", roleViewer))
 
 	var tl struct {
 		Task schemas.Task `json:"task"`
 	}
-	code, _ = b.get("/api/tasks/"+taskID, &tl)
+	code, _ := b.get("/api/tasks/"+taskID, &tl)
 	require.Equal(t, http.StatusOK, code, "a viewer reads")
 	require.Equal(t, schemas.StateWaiting, tl.Task.State)
 
-	code, er = b.post("/api/tasks/"+taskID+"/cancel", map[string]string{"reason": "vera tries"}, nil)
+	code, er := b.post("/api/tasks/"+taskID+"/cancel", map[string]string{"reason": "vera tries"}, nil)
 	require.Equal(t, http.StatusForbidden, code)
 	require.Equal(t, schemas.CodeForbidden, er.Error.Code)
 	require.NotEmpty(t, er.Error.Message)
@@ -339,11 +347,8 @@ func TestViewerCannotCancelOrDecide(t *testing.T) {
 // approver.
 func TestApproverDecides(t *testing.T) {
 	e := setup(t)
-	taskID, key := e.gatedTask(t, "alice")
-	approvalID := taskID + "-1"
-	b := e.browser(t)
-	code, er := b.signIn(e.member(t, "alice", roleApprover))
-	require.Equal(t, http.StatusOK, code, er.Error.Message)
+	taskID, approvalID, key := e.gatedTask(t, "alice")
+	b := e.signedIn(t, e.member(t, "alice", roleApprover))
 
 	// An approver reads the task, not its history, nor the goals.
 	var tl struct {
@@ -352,11 +357,11 @@ func TestApproverDecides(t *testing.T) {
 			Withheld string `json:"withheld"`
 		} `json:"chain"`
 	}
-	code, _ = b.get("/api/tasks/"+taskID, &tl)
+	code, _ := b.get("/api/tasks/"+taskID, &tl)
 	require.Equal(t, http.StatusOK, code)
 	require.Equal(t, taskID, tl.Task.ID)
 	require.NotEmpty(t, tl.Chain.Withheld)
-	code, er = b.get("/api/goals", nil)
+	code, er := b.get("/api/goals", nil)
 	require.Equal(t, http.StatusForbidden, code, er.Error.Message)
 
 	var inbox []schemas.ApprovalView
@@ -399,12 +404,10 @@ func TestCrossSiteRequestsAreRefused(t *testing.T) {
 	e := setup(t)
 	r, err := e.admin.CreateTask(ctx(t), schemas.TaskSpec{Queue: "q"})
 	require.NoError(t, err)
-	b := e.browser(t)
-	code, er := b.signIn(filepath.Join(e.svc.Dir, access.AdminCredsFile))
-	require.Equal(t, http.StatusOK, code, er.Error.Message)
+	b := e.signedIn(t, filepath.Join(e.svc.Dir, access.AdminCredsFile))
 
 	cancel := "/api/tasks/" + r.ID + "/cancel"
-	code, er = b.postWith(cancel, map[string]string{}, nil, map[string]string{"Origin": e.url})
+	code, er := b.postWith(cancel, map[string]string{}, nil, map[string]string{"Origin": e.url})
 	require.Equal(t, http.StatusForbidden, code)
 	require.Equal(t, "csrf", er.Error.Code)
 	require.Contains(t, er.Error.Message, console.HeaderCSRF)
@@ -547,9 +550,7 @@ func TestStreamPushesTaskStates(t *testing.T) {
 	g, err := e.admin.CreateGoal(ctx(t), schemas.CreateGoal{Title: "ship", Tasks: []schemas.TaskSpec{
 		{Key: "build", Queue: "q"}, {Key: "deploy", Queue: "q", DependsOn: []string{"build"}}}})
 	require.NoError(t, err)
-	b := e.browser(t)
-	code, er := b.signIn(e.member(t, "vera", roleViewer))
-	require.Equal(t, http.StatusOK, code, er.Error.Message)
+	b := e.signedIn(t, e.member(t, "vera", roleViewer))
 
 	s := b.stream(t, g.ID, "")
 	first, _ := s.waitGoal(t, func(v *schemas.GoalView) bool { return nodeState(v, "build") == schemas.StateReady })
@@ -571,7 +572,7 @@ func TestStreamPushesTaskStates(t *testing.T) {
 	require.Contains(t, missed, "task.cancelled", "a resumed stream is told what it missed")
 
 	// A stream ends when its session signs out.
-	code, _ = b.post("/api/signout", nil, nil)
+	code, _ := b.post("/api/signout", nil, nil)
 	require.Equal(t, http.StatusNoContent, code)
 	for {
 		if _, err := again.r.ReadString('\n'); err != nil {
@@ -589,9 +590,7 @@ func TestTimelineShowsAVerifiedChain(t *testing.T) {
 	require.NoError(t, err)
 	_, err = e.admin.CancelTask(ctx(t), r.ID, "done with it")
 	require.NoError(t, err)
-	b := e.browser(t)
-	code, er := b.signIn(filepath.Join(e.svc.Dir, access.AdminCredsFile))
-	require.Equal(t, http.StatusOK, code, er.Error.Message)
+	b := e.signedIn(t, filepath.Join(e.svc.Dir, access.AdminCredsFile))
 	var tl struct {
 		Task    schemas.Task `json:"task"`
 		History []struct {
@@ -605,7 +604,7 @@ func TestTimelineShowsAVerifiedChain(t *testing.T) {
 			Head     string `json:"head"`
 		} `json:"chain"`
 	}
-	code, _ = b.get("/api/tasks/"+r.ID, &tl)
+	code, _ := b.get("/api/tasks/"+r.ID, &tl)
 	require.Equal(t, http.StatusOK, code)
 	require.True(t, tl.Chain.Verified)
 	require.GreaterOrEqual(t, tl.Chain.Events, 2)
@@ -653,9 +652,7 @@ func TestQueues(t *testing.T) {
 		task, err := e.admin.Task(ctx(t), bad.ID)
 		return err == nil && task.State == schemas.StateFailed && task.Reason == "quarantined"
 	})
-	b := e.browser(t)
-	code, er := b.signIn(e.member(t, "vera", roleViewer))
-	require.Equal(t, http.StatusOK, code, er.Error.Message)
+	b := e.signedIn(t, e.member(t, "vera", roleViewer))
 	var qs []struct {
 		Name        string `json:"name"`
 		Ready       int    `json:"ready"`
@@ -664,7 +661,7 @@ func TestQueues(t *testing.T) {
 		Quarantined int    `json:"quarantined"`
 		MaxDeliver  int    `json:"max_deliver"`
 	}
-	code, _ = b.get("/api/queues", &qs)
+	code, _ := b.get("/api/queues", &qs)
 	require.Equal(t, http.StatusOK, code)
 	require.Len(t, qs, 3)
 	require.Equal(t, "payments", qs[0].Name)

@@ -168,6 +168,28 @@ func (c *Client) WaitTask(t testing.TB, id string, d time.Duration, what string,
 	return tk
 }
 
+// WaitGoalState asks for goal id every 20 ms until it is in state, and
+// returns it as goal.get answers it; it fails the test after d, naming the
+// state the goal was last seen in. A query that fails is asked again.
+func (c *Client) WaitGoalState(t testing.TB, id, state string, d time.Duration) schemas.GoalView {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	defer cancel()
+	var g schemas.GoalView
+	var last error
+	Eventually(t, d, func() bool {
+		g = schemas.GoalView{}
+		last = c.query(ctx, "goal.get", schemas.Query{ID: id}, &g)
+		return last == nil && g.Goal != nil && g.State == state
+	}, func() string {
+		if last != nil || g.Goal == nil {
+			return fmt.Sprintf("goal %s: state %s: last query: %v", id, state, last)
+		}
+		return fmt.Sprintf("goal %s: state %s: it is %s: %+v", id, state, g.State, g)
+	})
+	return g
+}
+
 // NewLoadClient returns a client for load in the default workspace whose
 // tries each wait at most try (executors/client's Timeout); its CreateGoal
 // retries under the same command id while the service is unavailable.

@@ -53,13 +53,7 @@ func TestBenchChain3CompareAuth(t *testing.T) {
 	}
 	require.Equal(t, []string{"1/1/true/closed", "1/1/true/open", "1/6/false/closed", "1/6/false/open",
 		"2/1/true/open", "2/1/true/closed", "2/6/false/open", "2/6/false/closed"}, order)
-	require.Len(t, rep.AuthCost, 2)
-	require.Equal(t, "N=1 one at a time", rep.AuthCost[0].Load)
-	require.Equal(t, "N=6", rep.AuthCost[1].Load)
-	for _, c := range rep.AuthCost {
-		require.Len(t, c.PerS.Rounds, 2)
-		require.Len(t, c.CPU.Rounds, 2)
-	}
+	requireCosts(t, rep.AuthCost, 2, "N=1 one at a time", "N=6")
 	human := printed(t, PrintChain, rep)
 	require.Contains(t, human, "the cost of authentication")
 }
@@ -76,10 +70,7 @@ func TestBenchChain3CompareEncryption(t *testing.T) {
 		require.Zero(t, c.Errors, c.FirstError)
 		order = append(order, fmt.Sprintf("%d/%s/%s", c.Round, c.Auth, c.Encryption))
 	}
-	require.Equal(t, []string{"1/closed/sealed", "1/closed/plain", "2/closed/plain", "2/closed/sealed"}, order)
-	require.Len(t, rep.EncryptionCost, 1)
-	require.Len(t, rep.EncryptionCost[0].CPU.Rounds, 2)
-	require.Contains(t, printed(t, PrintChain, rep), "the cost of encryption: sealed ÷ plain")
+	requireEncryptionCompared(t, order, rep.EncryptionCost, printed(t, PrintChain, rep))
 	_, err := RunChain(t.Context(), ChainOptions{Chains: []int{1}, Workers: 1, Concurrency: 1, Submitters: 1, CompareAuth: true, CompareEncryption: true, Rounds: 1}, io.Discard)
 	require.ErrorContains(t, err, "compare one thing at a time")
 }
@@ -141,6 +132,32 @@ func printed[R any](t *testing.T, write func(io.Writer, R) error, rep R) string 
 	var b bytes.Buffer
 	require.NoError(t, write(&b, rep))
 	return b.String()
+}
+
+// requireCosts checks the costs of a comparison: one for each of loads,
+// labelled so, each pairing the throughput and the CPU of the runs of every
+// one of rounds rounds.
+func requireCosts(t *testing.T, costs []AuthCost, rounds int, loads ...string) {
+	t.Helper()
+	require.Len(t, costs, len(loads))
+	for i, c := range costs {
+		require.Equal(t, loads[i], c.Load)
+		require.Len(t, c.PerS.Rounds, rounds, c.Load)
+		require.Len(t, c.CPU.Rounds, rounds, c.Load)
+	}
+}
+
+// requireEncryptionCompared checks a comparison of encryption in two rounds
+// (Run's or RunChain's): its runs, each named round/auth/encryption in
+// order, were sealed and plain alternating, sealed first in the first
+// round; its one cost paired the CPU of both rounds, and human (the report
+// printed) shows it.
+func requireEncryptionCompared(t *testing.T, order []string, cost []AuthCost, human string) {
+	t.Helper()
+	require.Equal(t, []string{"1/closed/sealed", "1/closed/plain", "2/closed/plain", "2/closed/sealed"}, order)
+	require.Len(t, cost, 1)
+	require.Len(t, cost[0].CPU.Rounds, 2)
+	require.Contains(t, human, "the cost of encryption: sealed ÷ plain")
 }
 
 // dwrBuild is ./cmd/dwr of this module, built on first use.

@@ -110,13 +110,7 @@ func TestBenchChain3CompareWorkers(t *testing.T) {
 		order = append(order, fmt.Sprintf("%d/%s", c.Round, c.Workers))
 	}
 	require.Equal(t, []string{"1/go", "1/python", "1/typescript", "2/python", "2/typescript", "2/go"}, order)
-	require.Len(t, rep.WorkerCost, 2)
-	require.Equal(t, "python ÷ go, N=6", rep.WorkerCost[0].Load)
-	require.Equal(t, "typescript ÷ go, N=6", rep.WorkerCost[1].Load)
-	for _, c := range rep.WorkerCost {
-		require.Len(t, c.PerS.Rounds, 2)
-		require.Len(t, c.CPU.Rounds, 2)
-	}
+	requireCosts(t, rep.WorkerCost, 2, "python ÷ go, N=6", "typescript ÷ go, N=6")
 	human := printed(t, PrintChain, rep)
 	require.Contains(t, human, "the workers' SDKs, each ÷ go")
 	require.Contains(t, human, "WORKERS")
