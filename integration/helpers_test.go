@@ -134,6 +134,35 @@ type serverProc struct {
 	started time.Time
 	done    chan struct{} // closed once the process has exited
 	err     error         // Wait's result, set before done is closed
+	ready   *readyLine    // sees dwr serve's "dwr ready" line in its output
+}
+
+// readyMark is what dwr serve's log says once it is ready: caught up, and
+// its server's users given the members its views hold.
+const readyMark = `msg="dwr ready"`
+
+// readyLine passes a process's output on to out and closes seen once the
+// output holds readyMark (also across two writes).
+type readyLine struct {
+	out  io.Writer
+	mu   sync.Mutex
+	tail []byte
+	seen chan struct{}
+}
+
+func (r *readyLine) Write(p []byte) (int, error) {
+	r.mu.Lock()
+	if r.tail != nil {
+		r.tail = append(r.tail, p...)
+		if bytes.Contains(r.tail, []byte(readyMark)) {
+			close(r.seen)
+			r.tail = nil // seen: nothing more to look for
+		} else {
+			r.tail = r.tail[max(0, len(r.tail)-len(readyMark)):]
+		}
+	}
+	r.mu.Unlock()
+	return r.out.Write(p)
 }
 
 // startServer starts `dwr <args>` with its output going to out. The process
@@ -142,9 +171,10 @@ func startServer(t *testing.T, bin string, out io.Writer, label string, args ...
 	t.Helper()
 	cmd := exec.Command(bin, args...)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	cmd.Stdout, cmd.Stderr = out, out
+	ready := &readyLine{out: out, tail: []byte{}, seen: make(chan struct{})}
+	cmd.Stdout, cmd.Stderr = ready, ready
 	fmt.Fprintf(out, "==== %s: %s %s ====\n", label, bin, strings.Join(args, " "))
-	p := &serverProc{cmd: cmd, done: make(chan struct{})}
+	p := &serverProc{cmd: cmd, done: make(chan struct{}), ready: ready}
 	p.started = time.Now()
 	require.NoError(t, cmd.Start())
 	go func() {
@@ -158,6 +188,20 @@ func startServer(t *testing.T, bin string, out io.Writer, label string, args ...
 		}
 	})
 	return p
+}
+
+// isReady reports whether p, when it is dwr serve, has logged readyMark
+// (any other process is ready as soon as it answers).
+func (p *serverProc) isReady() bool {
+	if !slices.Contains(p.cmd.Args, "serve") {
+		return true
+	}
+	select {
+	case <-p.ready.seen:
+		return true
+	default:
+		return false
+	}
 }
 
 func (p *serverProc) exited() bool {
@@ -231,9 +275,11 @@ func connectOpts(t *testing.T, url string) []nats.Option {
 	return opts
 }
 
-// waitReady polls a query on url until the service answers it, and returns
-// the time from the process's start to that answer. It fails the test when
-// the process exits first or timeout passes.
+// waitReady polls a query on url until the service answers it and, for dwr
+// serve, until it has logged that it is ready (its server's users reloaded
+// with the members its views hold: a client connecting during that reload
+// can be refused), and returns the time from the process's start to then.
+// It fails the test when the process exits first or timeout passes.
 func waitReady(t *testing.T, p *serverProc, url string, timeout time.Duration) time.Duration {
 	t.Helper()
 	deadline := time.Now().Add(timeout)
@@ -270,10 +316,14 @@ func waitReady(t *testing.T, p *serverProc, url string, timeout time.Duration) t
 			resp, err := nc.Request("dwr.q.default.workspace.list", nil, 500*time.Millisecond)
 			if err == nil {
 				var r schemas.Reply
-				if json.Unmarshal(resp.Data, &r) == nil && r.OK {
+				switch {
+				case json.Unmarshal(resp.Data, &r) != nil || !r.OK:
+					err = fmt.Errorf("reply %s", resp.Data)
+				case p.isReady():
 					return time.Since(p.started)
+				default:
+					err = errors.New("it answers, but has not logged that it is ready")
 				}
-				err = fmt.Errorf("reply %s", resp.Data)
 			}
 			last = err
 			if !nc.IsConnected() {
