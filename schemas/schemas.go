@@ -53,6 +53,17 @@ var (
 	reg     *registry
 )
 
+// Compile compiles the embedded schemas now, as the first validation would
+// otherwise, and returns what makes them unusable (nil when they compile):
+// a service calls it while it starts, so that its first command does not
+// wait for the compilation.
+func Compile() error {
+	if r := load(); r.err != nil {
+		return r.internal()
+	}
+	return nil
+}
+
 // load returns the registry, reading and compiling it on first use.
 func load() *registry {
 	regOnce.Do(func() { reg = compileAll(files) })

@@ -26,6 +26,13 @@ func fieldMap(e *schemas.Error) map[string]string {
 	return m
 }
 
+// TestTheEmbeddedSchemasCompile: what dwr serve compiles while it starts
+// compiles, and validation then uses it.
+func TestTheEmbeddedSchemasCompile(t *testing.T) {
+	require.NoError(t, schemas.Compile())
+	require.NoError(t, schemas.ValidateCommand("goal.create", []byte(`{"title":"t","envelope":{}}`)))
+}
+
 func TestValidateCommandReportsEveryField(t *testing.T) {
 	body := `{
 		"goal_id": "01jwqyprt84tff59tdwh9edd1r",
