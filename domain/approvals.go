@@ -139,10 +139,6 @@ func KeyID(pub ed25519.PublicKey) string {
 // JSON.
 func ActionDigest(action json.RawMessage) (string, error) { return schemas.ActionDigest(action) }
 
-// CanonicalJSON re-encodes a JSON document with sorted object keys and no
-// insignificant space (schemas.CanonicalJSON).
-func CanonicalJSON(doc json.RawMessage) ([]byte, error) { return schemas.CanonicalJSON(doc) }
-
 // DecisionPurpose opens every signed decision, so that a signature made for
 // dwr approvals cannot be taken for anything else, nor one made elsewhere
 // for a decision.

@@ -121,9 +121,6 @@ func MayQuery(r Role, name string) bool {
 	return false
 }
 
-// AdminCommand reports whether the named command is kept to admins.
-func AdminCommand(name string) bool { return adminCommands[name] }
-
 // QueryNames returns the queries role r is limited to, or nil when it may
 // send every query (or none: see MayQuery).
 func QueryNames(r Role) []string {

@@ -199,10 +199,6 @@ func NewLogVerifier(key *LogKey, tip LogTip) *LogVerifier {
 // Tip returns the last verified record.
 func (v *LogVerifier) Tip() LogTip { return v.tip }
 
-// Damaged reports whether a problem is pending: records have failed and no
-// acceptance has closed them yet.
-func (v *LogVerifier) Damaged() bool { return v.damage != nil }
-
 // Accepted returns how many damaged stretches acceptances closed.
 func (v *LogVerifier) Accepted() int { return v.accepted }
 

@@ -46,9 +46,6 @@ func NewClient(nc *nats.Conn, ws string) *Client {
 // connection (Service.Admin).
 func (s *Service) Client(ws string) *Client { return NewClient(s.Admin, ws) }
 
-// Conn returns the client's connection.
-func (c *Client) Conn() *nats.Conn { return c.c.Conn() }
-
 // Request sends body (JSON-encoded, or as it is when it is a []byte; nothing
 // when nil) to subject with hdr (may be nil), once, and returns the decoded
 // reply, accepted or not (client.Client.Request); it fails the test when no

@@ -70,15 +70,6 @@ func (s *Service) Member(t testing.TB, ws, name string, role domain.Role, queues
 	return connect(t, s.Server, kp, name)
 }
 
-// Connect opens a connection as the user of key kp (which need not be a
-// member: the server refuses an unknown one). It needs Options.Secure.
-func (s *Service) Connect(t testing.TB, kp nkeys.KeyPair, name string) (*nats.Conn, error) {
-	t.Helper()
-	pub, _ := kp.PublicKey()
-	return s.Server.Connect(nats.Name(name), nats.CustomInboxPrefix(schemas.InboxPrefix(pub)),
-		nats.Nkey(pub, func(nonce []byte) ([]byte, error) { return kp.Sign(nonce) }))
-}
-
 // OpenStopped starts the embedded NATS server of a stopped service's data
 // directory, without a listener, and returns it with a connection as the
 // service (in the service's account when the data is a closed service's),
