@@ -156,6 +156,17 @@ func ActionDigest(action json.RawMessage) (string, error) {
 // service and by every client. It returns an error when doc is not exactly
 // one JSON value.
 func CanonicalJSON(doc json.RawMessage) (json.RawMessage, error) {
+	if out, ok := canonicalFast(doc); ok {
+		return out, nil
+	}
+	return canonicalByDecoding(doc)
+}
+
+// canonicalByDecoding is CanonicalJSON by encoding/json: the document
+// decoded (numbers as json.Number) and encoded again, maps with sorted keys.
+// It defines the form canonicalFast writes faster, and reads what that
+// declines.
+func canonicalByDecoding(doc json.RawMessage) (json.RawMessage, error) {
 	dec := json.NewDecoder(bytes.NewReader(doc))
 	dec.UseNumber()
 	var v any
