@@ -97,47 +97,16 @@ func (c *canonicalizer) literal(lit string) bool {
 	return true
 }
 
-// number copies a number as written, after checking it has JSON's grammar
-// (encoding/json keeps a json.Number's digits as they are).
+// number copies a number as written (encoding/json keeps a json.Number's
+// digits as they are).
 func (c *canonicalizer) number() bool {
-	start := c.i
-	if c.i < len(c.in) && c.in[c.i] == '-' {
-		c.i++
-	}
-	switch {
-	case c.i < len(c.in) && c.in[c.i] == '0':
-		c.i++
-	case c.i < len(c.in) && c.in[c.i] >= '1' && c.in[c.i] <= '9':
-		c.digits()
-	default:
+	end, ok := numberEnd(c.in, c.i)
+	if !ok {
 		return false
 	}
-	if c.i < len(c.in) && c.in[c.i] == '.' {
-		c.i++
-		if !c.digits() {
-			return false
-		}
-	}
-	if c.i < len(c.in) && (c.in[c.i] == 'e' || c.in[c.i] == 'E') {
-		c.i++
-		if c.i < len(c.in) && (c.in[c.i] == '+' || c.in[c.i] == '-') {
-			c.i++
-		}
-		if !c.digits() {
-			return false
-		}
-	}
-	c.out = append(c.out, c.in[start:c.i]...)
+	c.out = append(c.out, c.in[c.i:end]...)
+	c.i = end
 	return true
-}
-
-// digits skips one or more digits and reports whether there was one.
-func (c *canonicalizer) digits() bool {
-	start := c.i
-	for c.i < len(c.in) && c.in[c.i] >= '0' && c.in[c.i] <= '9' {
-		c.i++
-	}
-	return c.i > start
 }
 
 func (c *canonicalizer) array(depth int) bool {

@@ -207,43 +207,49 @@ func (d *fastDecoder) str() (any, bool) {
 // number reads a number as the JSON grammar has it.
 func (d *fastDecoder) number() (any, bool) {
 	start := d.i
-	if d.b[d.i] == '-' {
-		d.i++
-	}
-	switch {
-	case d.i < len(d.b) && d.b[d.i] == '0':
-		d.i++
-	case d.i < len(d.b) && d.b[d.i] >= '1' && d.b[d.i] <= '9':
-		d.digits()
-	default:
+	end, ok := numberEnd(d.b, d.i)
+	if !ok || end < len(d.b) && !delimiter(d.b[end]) {
 		return nil, false
 	}
-	if d.i < len(d.b) && d.b[d.i] == '.' {
-		d.i++
-		if d.digits() == 0 {
-			return nil, false
-		}
-	}
-	if d.i < len(d.b) && (d.b[d.i] == 'e' || d.b[d.i] == 'E') {
-		d.i++
-		if d.i < len(d.b) && (d.b[d.i] == '+' || d.b[d.i] == '-') {
-			d.i++
-		}
-		if d.digits() == 0 {
-			return nil, false
-		}
-	}
-	if d.i < len(d.b) && !delimiter(d.b[d.i]) {
-		return nil, false
-	}
-	return json.Number(d.b[start:d.i]), true
+	d.i = end
+	return json.Number(d.b[start:end]), true
 }
 
-func (d *fastDecoder) digits() int {
-	n := 0
-	for d.i < len(d.b) && d.b[d.i] >= '0' && d.b[d.i] <= '9' {
-		d.i++
-		n++
+// numberEnd returns where the number that starts at b[i] ends, as the JSON
+// grammar has it: false when none does.
+func numberEnd(b []byte, i int) (int, bool) {
+	digits := func() bool {
+		start := i
+		for i < len(b) && b[i] >= '0' && b[i] <= '9' {
+			i++
+		}
+		return i > start
 	}
-	return n
+	if i < len(b) && b[i] == '-' {
+		i++
+	}
+	switch {
+	case i < len(b) && b[i] == '0':
+		i++
+	case i < len(b) && b[i] >= '1' && b[i] <= '9':
+		digits()
+	default:
+		return 0, false
+	}
+	if i < len(b) && b[i] == '.' {
+		i++
+		if !digits() {
+			return 0, false
+		}
+	}
+	if i < len(b) && (b[i] == 'e' || b[i] == 'E') {
+		i++
+		if i < len(b) && (b[i] == '+' || b[i] == '-') {
+			i++
+		}
+		if !digits() {
+			return 0, false
+		}
+	}
+	return i, true
 }
