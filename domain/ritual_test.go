@@ -180,6 +180,22 @@ func FuzzParseTemplate(f *testing.F) {
 
 // The roles of the ritual subjects: admins and clients define and run,
 // viewers read, executors and approvers neither.
+// TestOnlyAnAdminChangesWhoMayDoWhat: the commands that change members,
+// approvers, a workspace's configuration or its keys are no other role's;
+// workspace.create is not even a workspace admin's (the service's own
+// admins send it: no member exists before it).
+func TestOnlyAnAdminChangesWhoMayDoWhat(t *testing.T) {
+	for _, name := range []string{"approver.register", "approver.revoke", "member.add", "member.remove",
+		"goal.shred", "workspace.shred", "workspace.configure"} {
+		for _, r := range Roles {
+			require.Equal(t, r == RoleAdmin, MayCommand(r, name), "%s %s", r, name)
+		}
+	}
+	for _, r := range Roles {
+		require.False(t, MayCommand(r, "workspace.create"), r)
+	}
+}
+
 func TestRitualRoles(t *testing.T) {
 	for _, r := range Roles {
 		client := r == RoleAdmin || r == RoleClient

@@ -43,14 +43,6 @@ func ValidRole(r Role) bool {
 	return false
 }
 
-// adminCommands change who may do what: only an admin sends them.
-// "workspace.create" is further kept to the service's own admins (admins
-// of every workspace), since no workspace member exists before it.
-var adminCommands = map[string]bool{
-	"workspace.create": true, "approver.register": true, "approver.revoke": true,
-	"member.add": true, "member.remove": true, "goal.shred": true, "workspace.shred": true, "workspace.configure": true,
-}
-
 // ExecutorCommands are the commands of an attempt: an executor sends them
 // only for tasks on its queues.
 var ExecutorCommands = map[string]bool{

@@ -64,12 +64,12 @@ func (c *canonicalizer) value(depth int) bool {
 	if c.i >= len(c.in) || depth > maxCanonicalDepth {
 		return false
 	}
-	switch b := c.in[c.i]; {
-	case b == '{':
+	switch c.in[c.i] {
+	case '{':
 		return c.object(depth)
-	case b == '[':
+	case '[':
 		return c.array(depth)
-	case b == '"':
+	case '"':
 		s, ok := c.str(c.key[:0])
 		if !ok {
 			return false
@@ -77,11 +77,11 @@ func (c *canonicalizer) value(depth int) bool {
 		c.key = s
 		c.out = appendCanonicalString(c.out, s)
 		return true
-	case b == 't':
+	case 't':
 		return c.literal("true")
-	case b == 'f':
+	case 'f':
 		return c.literal("false")
-	case b == 'n':
+	case 'n':
 		return c.literal("null")
 	default:
 		return c.number()
