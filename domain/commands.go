@@ -101,6 +101,8 @@ type (
 	Heartbeat = schemas.Heartbeat
 	// RecordVerification records a verifier's outcome for a verifying task.
 	RecordVerification = schemas.RecordVerification
+	// Verdict is what a verifier says of an attempt's result.
+	Verdict = schemas.Verdict
 	// ReviewTask decides a task in needs_review.
 	ReviewTask = schemas.ReviewTask
 	// RegisterApprover registers a person who may decide approvals in the

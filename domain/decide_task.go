@@ -419,8 +419,7 @@ func (x *tx) recordVerification(c *RecordVerification) (Reply, error) {
 		return Reply{}, &Error{Code: CodeConflict, Field: "/result_digest", Message: fmt.Sprintf(
 			"the verdict names result %s, but attempt %d's result is %s: a verdict on another result cannot decide this one", c.ResultDigest, c.Attempt, want)}
 	}
-	if err := x.emit(t.ID, &VerificationRecorded{VerificationID: id, Attempt: c.Attempt, Outcome: c.Outcome,
-		Evidence: c.Evidence, EvidenceRefs: c.EvidenceRefs, Verifier: c.Verifier, VerifierVersion: c.VerifierVersion, ResultDigest: c.ResultDigest}); err != nil {
+	if err := x.emit(t.ID, &VerificationRecorded{VerificationID: id, Verdict: c.Verdict}); err != nil {
 		return Reply{}, err
 	}
 	t, _ = x.o.Task(t.ID)

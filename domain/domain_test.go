@@ -418,7 +418,7 @@ func TestVerification(t *testing.T) {
 		v := verification(id, 1, OutcomePass)
 		v.Verifier = "other"
 		_ = w.refused(v, CodeConflict)
-		_ = w.refused(&RecordVerification{TaskID: id, Attempt: 1, Outcome: "MAYBE", Verifier: "v", ResultDigest: "d"}, CodeInvalid)
+		_ = w.refused(&RecordVerification{TaskID: id, Verdict: Verdict{Attempt: 1, Outcome: "MAYBE", Verifier: "v", ResultDigest: "d"}}, CodeInvalid)
 	})
 	t.Run("a task without a verifier is never verifying", func(t *testing.T) {
 		w := setup(t)
@@ -894,8 +894,8 @@ func TestValidationOfReports(t *testing.T) {
 	w.succeed(id, n)
 
 	v := verified(w, nil)
-	require.Equal(t, "/verifier", w.refused(&RecordVerification{TaskID: v, Attempt: 1, Outcome: OutcomePass, ResultDigest: "d"}, CodeInvalid).Field)
-	require.Equal(t, "/result_digest", w.refused(&RecordVerification{TaskID: v, Attempt: 1, Outcome: OutcomePass, Verifier: "v"}, CodeInvalid).Field)
+	require.Equal(t, "/verifier", w.refused(&RecordVerification{TaskID: v, Verdict: Verdict{Attempt: 1, Outcome: OutcomePass, ResultDigest: "d"}}, CodeInvalid).Field)
+	require.Equal(t, "/result_digest", w.refused(&RecordVerification{TaskID: v, Verdict: Verdict{Attempt: 1, Outcome: OutcomePass, Verifier: "v"}}, CodeInvalid).Field)
 }
 
 func TestPermissions(t *testing.T) {
@@ -920,7 +920,7 @@ func TestUnknownWorkspace(t *testing.T) {
 		&SaveCheckpoint{TaskID: id, Attempt: 1},
 		&ReportSuccess{TaskID: id, Attempt: 1},
 		&ReportFailure{TaskID: id, Attempt: 1, Error: ErrorInfo{Message: "m"}},
-		&RecordVerification{TaskID: id, Attempt: 1, Outcome: OutcomePass, Verifier: "v", ResultDigest: "d"},
+		&RecordVerification{TaskID: id, Verdict: Verdict{Attempt: 1, Outcome: OutcomePass, Verifier: "v", ResultDigest: "d"}},
 		&ReviewTask{TaskID: id, Decision: ReviewAccept},
 		&DecideApproval{ApprovalID: ApprovalID(id, 1), Approver: "a", Response: "approve", ActionDigest: "d", Signature: SignDecision(keyOf("a"), ApprovalID(id, 1), "approve", "d")},
 		&RegisterApprover{Name: "a", Role: "r", PublicKey: pubOf(keyOf("a"))},

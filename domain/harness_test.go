@@ -306,9 +306,9 @@ func (w *world) verify(taskID string, attempt int, outcome string) *Outcome {
 }
 
 func verification(taskID string, attempt int, outcome string) *RecordVerification {
-	return &RecordVerification{TaskID: taskID, Attempt: attempt, Outcome: outcome, Verifier: "checker",
+	return &RecordVerification{TaskID: taskID, Verdict: Verdict{Attempt: attempt, Outcome: outcome, Verifier: "checker",
 		VerifierVersion: "2", ResultDigest: ResultDigest(json.RawMessage(`{"ok":true}`)), // what succeed reports
-		Evidence: json.RawMessage(`{"checked":"` + outcome + `"}`)}
+		Evidence: json.RawMessage(`{"checked":"` + outcome + `"}`)}}
 }
 
 // events returns the event types the outcome appends to aggregate id, in order.

@@ -624,10 +624,10 @@ func (m *model) verify() {
 	if !ok {
 		return
 	}
-	_, _ = m.exec(&RecordVerification{TaskID: id, Attempt: m.attempt(t),
+	_, _ = m.exec(&RecordVerification{TaskID: id, Verdict: Verdict{Attempt: m.attempt(t),
 		Outcome:      rapid.SampledFrom([]string{OutcomeInconclusive, OutcomePass, OutcomeFail}).Draw(m.t, "outcome"),
 		Verifier:     rapid.SampledFrom(verifiers).Draw(m.t, "verifier"),
-		ResultDigest: rapid.SampledFrom(digests).Draw(m.t, "digest")}, AggTask, id)
+		ResultDigest: rapid.SampledFrom(digests).Draw(m.t, "digest")}}, AggTask, id)
 }
 
 func (m *model) review() {

@@ -214,7 +214,7 @@ func TestDecisionsOverSealedPayloadsAreTheSame(t *testing.T) {
 					if tk := plain.task(id); tk.State == StateVerifying {
 						n := tk.Current().N
 						outcome := rapid.SampledFrom([]string{OutcomePass, OutcomeFail, OutcomeInconclusive}).Draw(rt, "outcome")
-						v := &RecordVerification{TaskID: id, Attempt: n, Outcome: outcome, Verifier: "v", Evidence: payload("evidence")}
+						v := &RecordVerification{TaskID: id, Verdict: Verdict{Attempt: n, Outcome: outcome, Verifier: "v", Evidence: payload("evidence")}}
 						pid, sid := plain.nextCommandID(), sealed.nextCommandID()
 						require.Equal(rt, pid, sid)
 						pv, sv := *v, *sealedCommand(v).(*RecordVerification)

@@ -128,8 +128,9 @@ func (d *delivery) judge(hard context.Context, msg jetstream.Msg) {
 		_ = msg.NakWithDelay(d.w.leaseOf())
 		return
 	}
-	r, err := d.w.c.command(hard, "task.verify", schemas.RecordVerification{TaskID: it.TaskID, Attempt: it.Attempt, Outcome: verdict.Outcome,
-		Evidence: evidence, EvidenceRefs: verdict.EvidenceRefs, Verifier: d.w.cfg.Executor, VerifierVersion: d.w.cfg.Version, ResultDigest: it.ResultDigest},
+	r, err := d.w.c.command(hard, "task.verify", schemas.RecordVerification{TaskID: it.TaskID, Verdict: schemas.Verdict{Attempt: it.Attempt,
+		Outcome: verdict.Outcome, Evidence: evidence, EvidenceRefs: verdict.EvidenceRefs, Verifier: d.w.cfg.Executor, VerifierVersion: d.w.cfg.Version,
+		ResultDigest: it.ResultDigest}},
 		fmt.Sprintf("verify.%s.%d.%s", it.TaskID, it.Attempt, d.w.cfg.Executor))
 	switch {
 	case err != nil:

@@ -171,7 +171,7 @@ func TestAVerifyItemStaysWithinTheStreamsMessageBound(t *testing.T) {
 		task.Attempts = append(task.Attempts, schemas.Attempt{N: n, State: domain.AttemptStateSucceeded, Result: big('r')})
 	}
 	for n := 1; n <= 3; n++ {
-		task.Verifications = append(task.Verifications, schemas.Verification{Attempt: n, Outcome: domain.OutcomeFail, Evidence: big('e')})
+		task.Verifications = append(task.Verifications, schemas.Verification{Verdict: schemas.Verdict{Attempt: n, Outcome: domain.OutcomeFail, Evidence: big('e')}})
 	}
 	it := workItemOf(task, nil, 0)
 	full, err := json.Marshal(it)

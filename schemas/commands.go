@@ -157,14 +157,8 @@ type Heartbeat struct {
 
 // RecordVerification records a verifier's outcome for a verifying task.
 type RecordVerification struct {
-	TaskID          string          `json:"task_id"`
-	Attempt         int             `json:"attempt"`
-	Outcome         string          `json:"outcome"`
-	Evidence        json.RawMessage `json:"evidence,omitempty"`
-	EvidenceRefs    []ArtifactRef   `json:"evidence_refs,omitempty"` // bulky evidence, by content hash
-	Verifier        string          `json:"verifier"`
-	VerifierVersion string          `json:"verifier_version,omitempty"`
-	ResultDigest    string          `json:"result_digest"`
+	TaskID string `json:"task_id"`
+	Verdict
 }
 
 // ReviewTask decides a task in needs_review.

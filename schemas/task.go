@@ -102,7 +102,13 @@ type Wait struct {
 // Verification is a verifier's recorded outcome for an attempt's result,
 // under its replay-safe identity (common.json#/$defs/VerificationRecorded).
 type Verification struct {
-	VerificationID  string          `json:"verification_id"`
+	VerificationID string `json:"verification_id"`
+	Verdict
+}
+
+// Verdict is a verifier's judgement of an attempt's result: what a
+// task.verify command says (RecordVerification) and its Verification keeps.
+type Verdict struct {
 	Attempt         int             `json:"attempt"`
 	Outcome         string          `json:"outcome"` // PASS | FAIL | INCONCLUSIVE
 	Evidence        json.RawMessage `json:"evidence,omitempty"`
