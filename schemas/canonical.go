@@ -49,16 +49,7 @@ type member struct {
 	keyAt, keySize int
 }
 
-func (c *canonicalizer) space() {
-	for c.i < len(c.in) {
-		switch c.in[c.i] {
-		case ' ', '\t', '\n', '\r':
-			c.i++
-		default:
-			return
-		}
-	}
-}
+func (c *canonicalizer) space() { c.i = spaceEnd(c.in, c.i) }
 
 func (c *canonicalizer) value(depth int) bool {
 	if c.i >= len(c.in) || depth > maxCanonicalDepth {

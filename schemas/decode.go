@@ -32,15 +32,19 @@ type fastDecoder struct {
 	dups []FieldError
 }
 
-func (d *fastDecoder) space() {
-	for d.i < len(d.b) {
-		switch d.b[d.i] {
+func (d *fastDecoder) space() { d.i = spaceEnd(d.b, d.i) }
+
+// spaceEnd returns where the JSON whitespace that starts at b[i] ends.
+func spaceEnd(b []byte, i int) int {
+	for i < len(b) {
+		switch b[i] {
 		case ' ', '\t', '\n', '\r':
-			d.i++
+			i++
 		default:
-			return
+			return i
 		}
 	}
+	return i
 }
 
 func (d *fastDecoder) value() (any, bool) {
