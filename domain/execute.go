@@ -417,6 +417,16 @@ func (x *tx) react() error {
 // forPendingDependents calls f with each task that depends on task id and is
 // pending when its turn comes.
 func (x *tx) forPendingDependents(id string, f func(d string, t *Task) error) error {
+	return x.forDependentsIn(id, StatePending, f)
+}
+
+// errEnough ends a walk of forDependentsIn early, without an error.
+var errEnough = errors.New("domain: enough")
+
+// forDependentsIn calls f with each task that depends on task id and is in
+// state when its turn comes, until f returns errEnough (the walk ends
+// without an error) or another error (returned).
+func (x *tx) forDependentsIn(id, state string, f func(d string, t *Task) error) error {
 	deps, err := x.o.Dependents(id)
 	if err != nil {
 		return err
@@ -426,10 +436,12 @@ func (x *tx) forPendingDependents(id string, f func(d string, t *Task) error) er
 		if err != nil {
 			return err
 		}
-		if t == nil || t.State != StatePending {
+		if t == nil || t.State != state {
 			continue
 		}
-		if err := f(d, t); err != nil {
+		if err := f(d, t); errors.Is(err, errEnough) {
+			return nil
+		} else if err != nil {
 			return err
 		}
 	}

@@ -51,32 +51,18 @@ func (x *tx) handoff(cmd Command, reply *Reply) error {
 	if reported == nil || reported.ClaimedBy != x.m.Actor || reported.State == AttemptStateRunning {
 		return nil // not this sender's report, or not recorded
 	}
-	deps, err := x.o.Dependents(r.TaskID)
-	if err != nil {
-		return err
-	}
-	for _, id := range deps {
-		d, err := x.o.Task(id)
-		if err != nil {
-			return err
+	return x.forDependentsIn(r.TaskID, StateReady, func(_ string, d *Task) error {
+		if d.Workspace != t.Workspace || d.Spec.Queue != t.Spec.Queue || x.m.Executor && !slices.Contains(x.m.Queues, d.Spec.Queue) {
+			return nil
 		}
-		if d == nil || d.State != StateReady || d.Workspace != t.Workspace || d.Spec.Queue != t.Spec.Queue {
-			continue
-		}
-		if x.m.Executor && !slices.Contains(x.m.Queues, d.Spec.Queue) {
-			continue
-		}
-		if why, _, err := x.overBudget(d); err != nil {
-			return err
-		} else if why != "" || spent(d) >= retryOf(d).MaxAttempts {
-			continue // a claim would fail it: leave that to the claim
+		if why, _, err := x.overBudget(d); err != nil || why != "" || spent(d) >= retryOf(d).MaxAttempts {
+			return err // a claim would fail it: leave that to the claim
 		}
 		hash := *r.NextTokenHash
 		if err := x.startAttempt(d, reported.Executor, reported.ExecutorVersion, hash, true); err != nil {
 			return err
 		}
 		reply.Next = &schemas.Handoff{TaskID: d.ID, Attempt: len(d.Attempts) + 1, TokenHash: hash}
-		return nil
-	}
-	return nil
+		return errEnough
+	})
 }

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"sync"
 	"time"
 
@@ -166,11 +167,7 @@ func (h *handed) load(store *projections.Store) error {
 func (h *handed) list() map[string]handedAttempt {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	out := make(map[string]handedAttempt, len(h.m))
-	for k, v := range h.m {
-		out[k] = v
-	}
-	return out
+	return maps.Clone(h.m)
 }
 
 // set replaces what is remembered of task's attempt, unless the attempt

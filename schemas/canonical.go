@@ -114,22 +114,34 @@ func (c *canonicalizer) array(depth int) bool {
 		if !c.value(depth + 1) {
 			return false
 		}
-		c.space()
-		if c.i >= len(c.in) {
+		more, ok := c.next(']')
+		if !ok {
 			return false
 		}
-		switch c.in[c.i] {
-		case ',':
-			c.i++
-			c.out = append(c.out, ',')
-		case ']':
-			c.i++
+		if !more {
 			c.out = append(c.out, ']')
 			return true
-		default:
-			return false
 		}
+		c.out = append(c.out, ',')
 	}
+}
+
+// next reads what follows a member of an array or object: a comma (more)
+// or its closer (not more); anything else is not ok.
+func (c *canonicalizer) next(closer byte) (more, ok bool) {
+	c.space()
+	if c.i >= len(c.in) {
+		return false, false
+	}
+	switch c.in[c.i] {
+	case ',':
+		c.i++
+		return true, true
+	case closer:
+		c.i++
+		return false, true
+	}
+	return false, false
 }
 
 // object writes each member as it comes, then puts them in the order of
@@ -170,18 +182,13 @@ func (c *canonicalizer) object(depth int) bool {
 		}
 		m.end = len(c.out)
 		c.members = append(c.members, m)
-		c.space()
-		if c.i >= len(c.in) {
+		more, ok := c.next('}')
+		if !ok {
 			return false
 		}
-		if c.in[c.i] == '}' {
-			c.i++
+		if !more {
 			break
 		}
-		if c.in[c.i] != ',' {
-			return false
-		}
-		c.i++
 		c.out = append(c.out, ',')
 	}
 	ms := c.members[base:]
