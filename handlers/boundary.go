@@ -49,8 +49,9 @@ type Boundary struct {
 // StartEmbedded starts the embedded NATS server closed: the service's
 // account and the clients' account, the admin credential of the data
 // directory (created on first start), and the members store holds (those
-// the views have not caught up with yet come with Reload, once they have).
-// A data directory from before accounts has its streams moved into the
+// the views have not caught up with yet come with Open, once they have).
+// Its client port (Listen) opens with Open; in-process connections work
+// at once. A data directory from before accounts has its streams moved into the
 // service's account first. On error nothing is left running.
 func StartEmbedded(cfg EmbeddedConfig, store *projections.Store) (*Boundary, error) {
 	if moved, err := access.MigrateStore(cfg.DataDir); err != nil {
@@ -72,7 +73,11 @@ func StartEmbedded(cfg EmbeddedConfig, store *projections.Store) (*Boundary, err
 	}
 	b := &Boundary{service: id, insecureOpen: cfg.InsecureOpen, store: store, logger: cfg.Logger,
 		admins: []access.Admin{{Name: "admin", PublicKey: pub}}}
-	ecfg := embedded.Config{DataDir: cfg.DataDir, Listen: cfg.Listen, Logger: cfg.Logger, TLS: cfg.TLS,
+	// The client port stays closed until Open: until the views have caught
+	// up, the members they hold may be behind the log's (a member added or
+	// removed in the records a crash kept from the views), and a client
+	// judged by them would be refused for good or let in wrongly.
+	ecfg := embedded.Config{DataDir: cfg.DataDir, Listen: cfg.Listen, ListenLater: cfg.Listen != "", Logger: cfg.Logger, TLS: cfg.TLS,
 		Accounts: access.ServerConfig(b.spec()), AtRestKey: cfg.AtRestKey}
 	if b.srv, err = embedded.Start(ecfg); err != nil {
 		return nil, fmt.Errorf("embedded NATS: %v", err)
@@ -111,6 +116,16 @@ func (b *Boundary) Reload() {
 	if err := b.ApplyMembers(); err != nil {
 		b.logger.Error("dwr: could not apply the members to NATS; they take effect at the next start", "err", err)
 	}
+}
+
+// Open gives the server's users the members the views hold now and opens
+// the client port (EmbeddedConfig.Listen): call it once the service is
+// ready, its views caught up with the log. Until then only in-process
+// connections are served. It returns the error of a port that cannot be
+// opened.
+func (b *Boundary) Open() error {
+	b.Reload()
+	return b.srv.Listen()
 }
 
 // ApplyMembers gives the server's users the members the views hold now,

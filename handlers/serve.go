@@ -175,7 +175,7 @@ func Serve(ctx context.Context, cfg ServeConfig) error {
 	if cfg.InsecureOpen {
 		logger.Warn("dwr: --insecure-open: anyone who reaches NATS is an admin of every workspace, without credentials; use it only for throwaway experiments")
 	}
-	auth, reload, where := AuthConfig{Required: !cfg.InsecureOpen, InsecureOpen: cfg.InsecureOpen}, func() {}, ""
+	auth, open, where := AuthConfig{Required: !cfg.InsecureOpen, InsecureOpen: cfg.InsecureOpen}, func() error { return nil }, ""
 	consoleNATS := ConsoleNATS{URL: cfg.External.URL}
 	if nc == nil {
 		e := cfg.Embedded
@@ -189,7 +189,7 @@ func Serve(ctx context.Context, cfg ServeConfig) error {
 			return fmt.Errorf("embedded NATS: %v", err)
 		}
 		defer nc.Close()
-		auth, reload, where = bnd.Auth(), bnd.Reload, bnd.Server().ClientURL()
+		auth, open, where = bnd.Auth(), bnd.Open, bnd.Server().ClientURL()
 		consoleNATS = ConsoleNATS{Options: []nats.Option{nats.InProcessServer(bnd.Server().NATS())}}
 		if where == "" {
 			where = "in-process only"
@@ -236,7 +236,11 @@ func Serve(ctx context.Context, cfg ServeConfig) error {
 	go func() { errc <- svc.Run(ctx) }()
 	select {
 	case <-svc.Ready():
-		reload() // the members the views hold, now that they are caught up
+		// The members the views hold, now that they are caught up, and
+		// then the client port.
+		if err := open(); err != nil {
+			return err
+		}
 		logger.Info("dwr ready", "nats", where, "data", cfg.DataDir, "log_seq", store.Checkpoint(),
 			"ready_in", time.Since(started).Round(time.Millisecond))
 	case err := <-errc:

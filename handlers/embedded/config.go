@@ -52,6 +52,15 @@ type Config struct {
 	// after its client listener.
 	Listen string
 
+	// ListenLater, with Listen, keeps the TCP port closed until
+	// Server.Listen: in-process connections work at once, clients in other
+	// processes are refused at the door (connection refused, which clients
+	// retry) rather than judged by users that are not current yet. Start
+	// still checks the port is free and, for port 0, picks it, so
+	// ClientURL is known from the start. Not with Cluster (its routes wait
+	// for the client listener).
+	ListenLater bool
+
 	// Monitor, when set, is the host:port of the server's HTTP monitoring
 	// endpoint (nats-server's http_port: /varz, /healthz, ...), which shows,
 	// among the rest, that the server fsyncs every write. Empty: none.
@@ -207,7 +216,13 @@ func buildOptions(cfg Config) (*options, error) {
 		}
 	}
 
+	if cfg.ListenLater && cfg.Listen == "" {
+		addErr("ListenLater needs Listen")
+	}
 	if c := cfg.Cluster; c != nil {
+		if cfg.ListenLater {
+			addErr("ListenLater cannot be used with Cluster: nats-server opens routes only after the client port")
+		}
 		if cfg.ServerName == "" {
 			addErr("ServerName is required with Cluster")
 		}

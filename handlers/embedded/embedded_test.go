@@ -162,6 +162,39 @@ func TestStartFailsWhenPortInUse(t *testing.T) {
 	require.ErrorContains(t, err, "embedded: server failed to start")
 }
 
+func TestListenLaterOpensTheClientPortOnListen(t *testing.T) {
+	s, _ := setup(t, Config{Listen: "127.0.0.1:0", ListenLater: true})
+
+	url := s.ClientURL()
+	require.NotEmpty(t, url, "the port is picked at start")
+	require.NotContains(t, url, ":0", "the chosen port is reported")
+	_, err := nats.Connect(url, nats.Timeout(time.Second))
+	require.ErrorIs(t, err, nats.ErrNoServers, "before Listen clients in other processes find the port closed")
+	nc, err := s.Connect()
+	require.NoError(t, err, "in-process connections work at once")
+	nc.Close()
+
+	require.NoError(t, s.Listen())
+	require.NoError(t, s.Listen(), "a second Listen does nothing")
+	require.Equal(t, url, s.ClientURL(), "it listens where it said it would")
+	nc, err = nats.Connect(url)
+	require.NoError(t, err)
+	t.Cleanup(nc.Close)
+	js, err := jetstream.New(nc)
+	require.NoError(t, err)
+	publishN(testContext(t, 10*time.Second), t, js, "LATER", "later.>", 1, 2)
+}
+
+func TestListenLaterFailsAtStartWhenPortInUse(t *testing.T) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = l.Close() })
+
+	_, err = Start(Config{DataDir: t.TempDir(), Listen: l.Addr().String(), ListenLater: true,
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	require.ErrorContains(t, err, "embedded: cannot listen for clients", "a port in use is found at start, not at Listen")
+}
+
 func TestRestartKeepsMessages(t *testing.T) {
 	dir := t.TempDir()
 	logger := testLogger(t)
@@ -236,15 +269,16 @@ func TestAtRestKeyEncryptsTheFiles(t *testing.T) {
 
 func TestStartRejectsInvalidConfig(t *testing.T) {
 	_, err := Start(Config{
-		MaxStore:  -1,
-		MaxMemory: -1,
-		Cluster:   &ClusterConfig{Routes: []string{"nats-route://"}},
+		MaxStore:    -1,
+		MaxMemory:   -1,
+		Cluster:     &ClusterConfig{Routes: []string{"nats-route://"}},
+		ListenLater: true,
 	})
 	require.Error(t, err)
 	for _, want := range []string{
 		"DataDir is required", "MaxMemory", "MaxStore", "ServerName is required",
 		"Cluster.Name is required", "Listen is required with Cluster", "Cluster.Listen is required",
-		"Cluster.Routes[0]",
+		"Cluster.Routes[0]", "ListenLater needs Listen", "ListenLater cannot be used with Cluster",
 	} {
 		require.ErrorContains(t, err, want)
 	}

@@ -28,9 +28,15 @@ type Server struct {
 	cfg       Config
 	reloadMu  sync.Mutex
 	ns        *server.Server
+	logs      *slogAdapter
 	listen    bool
 	host      string
 	closeOnce sync.Once
+	// With Config.ListenLater: the port picked at start, and whether the
+	// client listener waits for Listen (startListen runs it once).
+	port        int
+	later       bool
+	startListen func() error
 }
 
 // Start starts a NATS server with JetStream as cfg describes, waits until it
@@ -43,6 +49,13 @@ func Start(cfg Config) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
+	port := 0
+	if cfg.ListenLater {
+		if port, err = probePort(o.nats.Host, o.nats.Port); err != nil {
+			return nil, err
+		}
+		o.nats.Port, o.nats.DontListen = port, true
+	}
 	ns, err := server.NewServer(o.nats)
 	if err != nil {
 		return nil, fmt.Errorf("embedded: new server: %w", err)
@@ -50,7 +63,8 @@ func Start(cfg Config) (*Server, error) {
 	logs := newSlogAdapter(o.logger, o.nats.ServerName)
 	ns.SetLoggerV2(logs, logs.enabled(levelDebug), logs.enabled(levelTrace), false)
 
-	s := &Server{cfg: cfg, ns: ns, listen: !o.nats.DontListen, host: o.nats.Host}
+	s := &Server{cfg: cfg, ns: ns, logs: logs, listen: cfg.Listen != "", host: o.nats.Host, port: port, later: cfg.ListenLater}
+	s.startListen = sync.OnceValue(s.acceptClients)
 	ns.Start()
 	if err := waitReady(ns, logs); err != nil {
 		s.Shutdown()
@@ -61,6 +75,49 @@ func Start(cfg Config) (*Server, error) {
 		return nil, err
 	}
 	return s, nil
+}
+
+// probePort checks that host:port is free to listen on now and returns the
+// port (a free one when port is nats-server's random port), so that a
+// server whose listener comes later reports a port in use at start.
+func probePort(host string, port int) (int, error) {
+	if port == server.RANDOM_PORT {
+		port = 0
+	}
+	l, err := net.Listen("tcp", net.JoinHostPort(host, strconv.Itoa(port)))
+	if err != nil {
+		return 0, fmt.Errorf("embedded: cannot listen for clients: %w", err)
+	}
+	port = l.Addr().(*net.TCPAddr).Port
+	if err := l.Close(); err != nil {
+		return 0, fmt.Errorf("embedded: cannot listen for clients: %w", err)
+	}
+	return port, nil
+}
+
+// Listen opens the client port of a server started with
+// Config.ListenLater and returns once it accepts connections (at once for
+// any other server, and on any later call). It returns the server's error
+// when the port cannot be opened.
+func (s *Server) Listen() error {
+	if !s.later {
+		return nil
+	}
+	return s.startListen()
+}
+
+// acceptClients runs nats-server's accept loop on the port picked at start.
+func (s *Server) acceptClients() error {
+	listening := make(chan struct{})
+	go s.ns.AcceptLoop(listening)
+	<-listening
+	if s.ns.Addr() == nil {
+		if err := s.logs.fatalErr(); err != nil {
+			return fmt.Errorf("embedded: cannot listen for clients: %w", err)
+		}
+		return fmt.Errorf("embedded: cannot listen for clients on %s", net.JoinHostPort(s.host, strconv.Itoa(s.port)))
+	}
+	return nil
 }
 
 // waitReady polls the server until it is ready for connections, for at most
@@ -135,6 +192,9 @@ func (s *Server) Reload(accounts string) error {
 	if a, ok := cur.(*net.TCPAddr); ok {
 		o.nats.Port = a.Port
 	}
+	if s.later {
+		o.nats.Port, o.nats.DontListen = s.port, true
+	}
 	if c := s.ns.ClusterAddr(); c != nil {
 		o.nats.Cluster.Port = c.Port
 	}
@@ -162,14 +222,17 @@ func (s *Server) Connect(opts ...nats.Option) (*nats.Conn, error) {
 
 // ClientURL returns the nats:// URL at which clients in other processes can
 // connect, with the port actually chosen when Config.Listen asked for port
-// 0, or "" when the server does not listen on TCP. A wildcard listen host
+// 0 (known from the start with ListenLater, before Listen opens it), or ""
+// when the server does not listen on TCP. A wildcard listen host
 // (0.0.0.0, ::) is reported as the loopback address.
 func (s *Server) ClientURL() string {
 	if !s.listen {
 		return ""
 	}
-	addr, ok := s.ns.Addr().(*net.TCPAddr)
-	if !ok {
+	port := s.port
+	if addr, ok := s.ns.Addr().(*net.TCPAddr); ok {
+		port = addr.Port
+	} else if !s.later {
 		return ""
 	}
 	host := s.host
@@ -180,7 +243,7 @@ func (s *Server) ClientURL() string {
 			host = "::1"
 		}
 	}
-	return "nats://" + net.JoinHostPort(host, strconv.Itoa(addr.Port))
+	return "nats://" + net.JoinHostPort(host, strconv.Itoa(port))
 }
 
 // NATS returns the underlying nats-server, for diagnostics and tests (for

@@ -307,7 +307,10 @@ func TryStart(t testing.TB, dir string, o Options) (*Service, error) {
 	select {
 	case <-svc.Ready():
 		if bnd != nil {
-			reload(t, bnd) // the members the views hold once caught up
+			if err := bnd.Open(); err != nil { // the members the views hold once caught up, then the port
+				s.stop()
+				return nil, err
+			}
 			s.Admin = connectAdmin(t, srv, dir)
 		}
 		return s, nil

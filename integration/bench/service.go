@@ -150,7 +150,9 @@ func startService(ctx context.Context, dir string, s setup, progress io.Writer) 
 		cleanups = append(cleanups, stopScrapes)
 	}
 	if bnd != nil {
-		bnd.Reload() // as dwr serve does once the views are caught up
+		if err := bnd.Open(); err != nil { // as dwr serve does once the views are caught up
+			return nil, err
+		}
 		anc, err := bs.connectCreds("dwr-bench-admin", filepath.Join(dir, access.AdminCredsFile))
 		if err != nil {
 			return nil, fmt.Errorf("connect as the admin: %w", err)
