@@ -6,13 +6,14 @@ import (
 	"github.com/dwr-run/dwr/schemas"
 )
 
-// Aggregate types, as they appear in event envelopes and subjects.
+// Aggregate types, as they appear in event envelopes and subjects (wire
+// values, defined in schemas).
 const (
-	AggWorkspace = "workspace"
-	AggGoal      = "goal"
-	AggTask      = "task"
-	AggRitual    = "ritual"
-	AggSchedule  = "schedule"
+	AggWorkspace = schemas.AggWorkspace
+	AggGoal      = schemas.AggGoal
+	AggTask      = schemas.AggTask
+	AggRitual    = schemas.AggRitual
+	AggSchedule  = schemas.AggSchedule
 )
 
 // The wire data the domain decides on is defined once, in schemas (the wire

@@ -274,11 +274,13 @@ func (d *delivery) claim(ctx context.Context) (*schemas.Task, *schemas.Attempt, 
 				// after the item's last renewal reached JetStream): the
 				// item stays ours while we wait for the moment it names.
 				if wait, ok := d.supersedeWait(r.Error); ok && try < supersedeTries {
-					if !sleepCtx(ctx, wait) {
+					select {
+					case <-time.After(wait):
+						continue
+					case <-ctx.Done():
 						d.done(outcomeStopped, 0, logErr, context.Cause(ctx))
 						return nil, nil, "", false
 					}
-					continue
 				}
 				// The task moved on since it was read (the views of a
 				// replica may lag), or its attempt is alive: look again at
@@ -361,18 +363,6 @@ func (d *delivery) supersedeWait(e *schemas.Error) (time.Duration, bool) {
 		return 0, false
 	}
 	return max(wait, 0), true
-}
-
-// sleepCtx waits d, and returns false if ctx ends first.
-func sleepCtx(ctx context.Context, d time.Duration) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return true
-	case <-ctx.Done():
-		return false
-	}
 }
 
 // job builds the handler's Job from the task it runs on — the item's (a

@@ -7,6 +7,16 @@ import (
 	"time"
 )
 
+// Aggregate kinds: an Event's AggregateType, the aggregate token of its feed
+// subject, and the first argument of the events query.
+const (
+	AggWorkspace = "workspace"
+	AggGoal      = "goal"
+	AggTask      = "task"
+	AggRitual    = "ritual"   // its id is "<workspace>:<name>"
+	AggSchedule  = "schedule" // its id is "<workspace>:<name>"
+)
+
 // Event is the envelope of one domain event: as the log stores it, the feed
 // publishes it (on dwr.ev.<workspace>.<aggregate>.<id>.<event>, with its
 // log sequence in header Dwr-Log-Seq) and the events query lists it.
@@ -23,7 +33,7 @@ type Event struct {
 	SchemaVersion int `json:"v"`
 	// Workspace is the workspace the event belongs to.
 	Workspace string `json:"ws"`
-	// AggregateType is the kind of aggregate, e.g. "workspace", "goal", "task".
+	// AggregateType is the kind of aggregate: AggWorkspace, AggGoal, ...
 	AggregateType string `json:"agg"`
 	// AggregateID identifies the aggregate within its type.
 	AggregateID string `json:"agg_id"`

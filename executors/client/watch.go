@@ -14,17 +14,18 @@ import (
 	"github.com/dwr-run/dwr/schemas"
 )
 
-// Aggregate kinds, the first argument of Watch and History.
+// Aggregate kinds, the first argument of Watch and History (the wire
+// values of schemas.Agg*).
 const (
-	AggWorkspace = "workspace"
-	AggGoal      = "goal"
-	AggTask      = "task"
+	AggWorkspace = schemas.AggWorkspace
+	AggGoal      = schemas.AggGoal
+	AggTask      = schemas.AggTask
 	// AggRitual: a ritual, whose id is "<workspace>:<name>" (History also
 	// takes its name alone).
-	AggRitual = "ritual"
+	AggRitual = schemas.AggRitual
 	// AggSchedule: a schedule, whose id is "<workspace>:<name>" (History
 	// also takes its name alone).
-	AggSchedule = "schedule"
+	AggSchedule = schemas.AggSchedule
 )
 
 // Event is one event of an aggregate's history, as the feed publishes it
