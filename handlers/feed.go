@@ -28,8 +28,12 @@ type feed struct {
 }
 
 // DefaultFeedMaxBytes is the event feed stream's default bound (Config's
-// FeedMaxBytes): 1 GiB, some two million events.
-const DefaultFeedMaxBytes = 1 << 30
+// FeedMaxBytes): 256 MiB, some 460,000 events of chain-3's size. JetStream
+// keeps an index entry in memory for every subject the stream holds, and
+// every event's subject names its aggregate: ~210 bytes of the service's
+// heap per event held (BenchmarkFeedMemory), ~95 MiB at this bound (it was
+// 1 GiB: ~370 MiB).
+const DefaultFeedMaxBytes = 256 << 20
 
 // minFeedBytes is the least FeedMaxBytes: one message at its largest.
 const minFeedBytes = 1 << 20

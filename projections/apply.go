@@ -3,6 +3,7 @@ package projections
 import (
 	"encoding/binary"
 	"fmt"
+	"strings"
 
 	fastjson "github.com/go-json-experiment/json/v1"
 
@@ -11,6 +12,11 @@ import (
 	"github.com/dwr-run/dwr/domain"
 	"github.com/dwr-run/dwr/eventstore"
 )
+
+// ended reports whether goal g, or task t, has ended (a nil one has not).
+func ended(g *domain.Goal, t *domain.Task) bool {
+	return g != nil && g.State != domain.GoalStateOpen || t != nil && domain.Terminal(t.State)
+}
 
 // batchState is the aggregates one record touches, as the record leaves them.
 type batchState struct {
@@ -149,11 +155,15 @@ func (s *Store) apply(seq uint64, c *eventstore.Commit, decided bool, final *dom
 	for id, w := range bs.workspaces {
 		s.cache[string(key(pWorkspace, id))] = w
 	}
+	// An ended goal or task leaves the cache, with its tip: it is seldom
+	// read again (a read brings it back), and kept, the ended ones would
+	// soon be most of the cache — memory that every garbage collection
+	// scans, and that raises the peak heap.
 	for id, g := range bs.goals {
-		s.cache[string(key(pGoal, id))] = g
+		s.cacheUnless(ended(g, nil), key(pGoal, id), g)
 	}
 	for id, t := range bs.tasks {
-		s.cache[string(key(pTask, id))] = t
+		s.cacheUnless(ended(nil, t), key(pTask, id), t)
 	}
 	for id, r := range bs.rituals {
 		s.cache[string(key(pRitual, id))] = r
@@ -162,7 +172,8 @@ func (s *Store) apply(seq uint64, c *eventstore.Commit, decided bool, final *dom
 		s.cache[string(key(pSchedule, id))] = x
 	}
 	for k, t := range bs.tips {
-		s.cache[string(key(pTip, k))] = t
+		typ, id, _ := strings.Cut(k, "/")
+		s.cacheUnless(typ == domain.AggGoal && ended(bs.goals[id], nil) || typ == domain.AggTask && ended(nil, bs.tasks[id]), key(pTip, k), t)
 	}
 	if len(s.cache) > s.opts.CacheEntries {
 		clear(s.cache)

@@ -508,6 +508,16 @@ func (s *Store) cached(k string) (any, bool) {
 	return v, ok
 }
 
+// cacheUnless puts v in the cache under k, or, when drop, takes k out of
+// it. The caller holds s.mu.
+func (s *Store) cacheUnless(drop bool, k []byte, v any) {
+	if drop {
+		delete(s.cache, string(k))
+	} else {
+		s.cache[string(k)] = v
+	}
+}
+
 func (s *Store) remember(k string, v any) {
 	s.mu.Lock()
 	defer s.mu.Unlock()

@@ -483,3 +483,37 @@ func TestNewIDsAreAnsweredWithoutPebble(t *testing.T) {
 	require.Positive(t, projections.PebbleGets(s)-before)
 	absent(s)
 }
+
+// The cache keeps the goals and tasks work goes on in, not those that ended:
+// an open goal and its pending task are read without Pebble; once the goal
+// is cancelled (its task with it), the first read of each reaches Pebble and
+// finds it as it ended, and the read puts it back in the cache.
+func TestEndedAggregatesLeaveTheCache(t *testing.T) {
+	s, h := setup(t)
+	gid := domain.DeriveID(h.d.now, "goal")
+	h.batch(cmd{&domain.CreateGoal{GoalID: gid, Title: "g"}, "c-goal"})
+	h.batch(cmd{&domain.SubmitPlan{GoalID: gid, Tasks: []domain.TaskSpec{{Key: "a", Queue: "q", DependsOn: []string{}}}}, "c-plan"})
+	tasks, err := s.ListTasks("w", projections.TaskFilter{})
+	require.NoError(t, err)
+	require.Len(t, tasks, 1)
+	read := func() (*domain.Goal, *domain.Task, int64) {
+		before := projections.PebbleGets(s)
+		g, err := s.Goal(gid)
+		require.NoError(t, err)
+		tk, err := s.Task(tasks[0].ID)
+		require.NoError(t, err)
+		return g, tk, projections.PebbleGets(s) - before
+	}
+	g, tk, gets := read()
+	require.Zero(t, gets, "an open goal and its task are cached")
+	require.Equal(t, domain.GoalStateOpen, g.State)
+	require.False(t, domain.Terminal(tk.State))
+
+	h.batch(cmd{&domain.CancelGoal{GoalID: gid, Reason: "enough"}, "c-cancel"})
+	g, tk, gets = read()
+	require.Equal(t, int64(2), gets, "the ended goal and task left the cache")
+	require.Equal(t, domain.GoalStateCancelled, g.State)
+	require.Equal(t, domain.StateCancelled, tk.State)
+	_, _, gets = read()
+	require.Zero(t, gets, "a read puts them back")
+}
