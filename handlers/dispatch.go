@@ -72,13 +72,17 @@ func WorkSubject(prefix, workspace, queue string) string {
 // derived from the log: async persistence (no fsync per item), and message
 // ids of task and attempt, so that publishing an item again is harmless.
 type dispatcher struct {
-	tracer  trace.Tracer
-	js      jetstream.JetStream
-	stream  string
-	prefix  string
-	logger  *slog.Logger
-	retry   chan schemas.WorkItem // items whose publication failed, published again by retryLoop
-	pending chan pendingItem      // items awaiting their acknowledgement, checked by retryLoop
+	tracer trace.Tracer
+	js     jetstream.JetStream
+	stream string
+	prefix string
+	logger *slog.Logger
+	// retry holds the items whose publication failed, published again by
+	// retryLoop; pending those awaiting their acknowledgement, checked by
+	// retryLoop. Both hold pointers: a buffer of thousands of items by
+	// value would be ~1.7 MiB of heap held from the start.
+	retry   chan *schemas.WorkItem
+	pending chan *pendingItem
 	// reseal, with encryption on, seals an item's payloads again with its
 	// queue's key (privacy.resealItem): an execute item's with its queue's,
 	// a verify item's with its verification queue's; nil leaves them as
@@ -193,8 +197,8 @@ func newDispatcher(ctx context.Context, js jetstream.JetStream, cfg Config) (*di
 	if err != nil {
 		return nil, fmt.Errorf("handlers: work stream: %w", err)
 	}
-	return &dispatcher{js: js, stream: name, prefix: cfg.Prefix, logger: cfg.Logger, tracer: cfg.Tracer.Tracer(tracerName), retry: make(chan schemas.WorkItem, 1024),
-		pending: make(chan pendingItem, 4096), queues: map[string]domain.QueueConfig{}}, nil
+	return &dispatcher{js: js, stream: name, prefix: cfg.Prefix, logger: cfg.Logger, tracer: cfg.Tracer.Tracer(tracerName), retry: make(chan *schemas.WorkItem, 1024),
+		pending: make(chan *pendingItem, 4096), queues: map[string]domain.QueueConfig{}}, nil
 }
 
 // publish sends a work item without waiting for its acknowledgement; a
@@ -217,7 +221,7 @@ func (d *dispatcher) publish(it schemas.WorkItem, traced context.Context) {
 		d.failed(it, err)
 		return
 	}
-	d.pending <- pendingItem{it, f}
+	d.pending <- &pendingItem{it, f}
 }
 
 // pendingItem is a work item published and not yet acknowledged.
@@ -282,7 +286,7 @@ func (d *dispatcher) msg(it schemas.WorkItem) (*nats.Msg, error) {
 func (d *dispatcher) failed(it schemas.WorkItem, err error) {
 	d.logger.Warn("handlers: work item not published; retrying", "task", it.TaskID, "attempt", it.Attempt, "err", err)
 	select {
-	case d.retry <- it:
+	case d.retry <- &it:
 	default:
 		d.logger.Error("handlers: work item retry queue full; the item is published again when the writer restarts", "task", it.TaskID)
 	}
@@ -303,7 +307,8 @@ func (d *dispatcher) retryLoop(ctx context.Context) {
 			case <-ctx.Done():
 				return
 			}
-		case it := <-d.retry:
+		case item := <-d.retry:
+			it := *item
 			for wait := 100 * time.Millisecond; ; wait = min(2*wait, 5*time.Second) {
 				m, err := d.msg(it)
 				if err == nil {
