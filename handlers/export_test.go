@@ -51,3 +51,10 @@ func (s *Service) HoldsLease() bool { return s.holdsLease() }
 // Decided returns how many commands this replica's writer has taken to
 // decide.
 func (s *Service) Decided() uint64 { return s.decided.Load() }
+
+// SetFeedScanLimit makes a feed page read at most n events, until the
+// returned function restores the limit.
+func SetFeedScanLimit(n int) (restore func()) {
+	was := feedScanLimit.Swap(int64(n))
+	return func() { feedScanLimit.Store(was) }
+}

@@ -28,22 +28,26 @@ type feed struct {
 }
 
 // DefaultFeedMaxBytes is the event feed stream's default bound (Config's
-// FeedMaxBytes): 256 MiB, some 460,000 events of chain-3's size. JetStream
-// keeps an index entry in memory for every subject the stream holds, and
-// every event's subject names its aggregate: ~210 bytes of the service's
-// heap per event held (BenchmarkFeedMemory), ~95 MiB at this bound (it was
-// 1 GiB: ~370 MiB).
-const DefaultFeedMaxBytes = 256 << 20
+// FeedMaxBytes): 1 GiB, some 1.8 million events of chain-3's size.
+const DefaultFeedMaxBytes = 1 << 30
 
 // minFeedBytes is the least FeedMaxBytes: one message at its largest.
 const minFeedBytes = 1 << 20
 
 func newFeed(ctx context.Context, js jetstream.JetStream, cfg Config, logger *slog.Logger) (*feed, error) {
+	// The stream stores each event under its subject without the
+	// aggregate's id (storedSubjects): JetStream keeps an index entry in
+	// memory for every subject a stream holds, ~200 bytes each, and with
+	// the id nearly every event would be a subject of its own. Live
+	// subscribers still receive every event on its whole subject; the feed
+	// query matches stored events against the whole subject again.
 	st, err := js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{
 		Name: strings.ToUpper(cfg.Prefix) + "_EVENTS", Description: "dwr public event feed, derived from the log",
 		Subjects: []string{cfg.Prefix + ".ev.>"}, Storage: jetstream.FileStorage, Retention: jetstream.LimitsPolicy,
 		Replicas: 1, PersistMode: jetstream.AsyncPersistMode, AllowDirect: true,
 		MaxBytes: cfg.FeedMaxBytes, Discard: jetstream.DiscardOld,
+		SubjectTransform: &jetstream.SubjectTransformConfig{Source: cfg.Prefix + ".ev.*.*.*.*",
+			Destination: cfg.Prefix + ".evs.{{wildcard(1)}}.{{wildcard(2)}}.{{wildcard(4)}}"},
 	})
 	if err != nil {
 		return nil, fmt.Errorf("handlers: event feed stream: %w", err)
@@ -91,8 +95,8 @@ func (f *feed) publishFrom(c *eventstore.Commit, seq uint64, from int) {
 func (f *feed) catchUp(ctx context.Context, log eventstore.Log, views *projections.Store) error {
 	upTo := views.Checkpoint()
 	var from uint64 = 1
-	var lastID string // the last event the feed holds, in record from
-	m, err := f.stream.GetLastMsgForSubject(ctx, f.prefix+".ev.>")
+	var lastID string                                             // the last event the feed holds, in record from
+	m, err := f.stream.GetLastMsgForSubject(ctx, f.prefix+".*.>") // events stored with their id (before) and without
 	switch {
 	case errors.Is(err, jetstream.ErrMsgNotFound):
 	case err != nil:

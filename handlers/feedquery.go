@@ -6,10 +6,13 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
+	fastjson "github.com/go-json-experiment/json/v1"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/dwr-run/dwr/eventstore"
 	"github.com/dwr-run/dwr/schemas"
 )
 
@@ -31,9 +34,14 @@ func (s *Service) feedPage(ws string, q schemas.Query, pg *page) (res []byte, ne
 		return nil, "", &schemas.Error{Code: schemas.CodeInvalid, Message: fmt.Sprintf("filter %q %s", filter, msg),
 			Fields: []schemas.FieldError{{Pointer: "/filter", Message: msg}}}
 	}
+	// The stream stores events without their aggregate's id (newFeed):
+	// the consumer reads what the stored subjects can tell apart, and each
+	// event is matched against the whole filter by its whole subject. (A
+	// feed written before stores them whole: the second filter.)
+	whole := s.cfg.Prefix + ".ev." + ws + "." + filter
 	// The consumer is deleted once the page is read; the server drops one
 	// left behind (a replica stopped meanwhile) after its inactivity.
-	cfg := jetstream.OrderedConsumerConfig{FilterSubjects: []string{s.cfg.Prefix + ".ev." + ws + "." + filter},
+	cfg := jetstream.OrderedConsumerConfig{FilterSubjects: []string{storedFilter(s.cfg.Prefix, ws, filter), whole},
 		InactiveThreshold: 10 * time.Second}
 	switch {
 	case q.After != "":
@@ -64,32 +72,114 @@ func (s *Service) feedPage(ws string, q schemas.Query, pg *page) (res []byte, ne
 			_ = s.js.DeleteConsumer(context.Background(), stream, info.Name)
 		}
 	}()
-	// One more than the page takes, so that a full page knows whether more
-	// follow; none pending after the last says nothing does.
-	batch, err := cons.FetchNoWait(pg.limit + 1)
-	if err != nil {
-		return nil, "", fmt.Errorf("handlers: feed query: %w", err)
-	}
-	more := false
-	for m := range batch.Messages() {
-		md, err := m.Metadata()
+	// Up to feedScanLimit events are read for a page; the ones the filter
+	// does not match are passed over. A page that stops at the limit says
+	// where to go on (its next), with the events it matched so far.
+	scanned, passed, scanLimit := 0, "", int(feedScanLimit.Load())
+	pending := true // the stream may hold more after what was read
+	for pending && pg.next == "" && scanned < scanLimit {
+		// One more than the page takes, so that a full page knows whether
+		// more follow; none pending after the last says nothing does.
+		batch, err := cons.FetchNoWait(min(pg.limit-pg.n+1, scanLimit-scanned))
 		if err != nil {
 			return nil, "", fmt.Errorf("handlers: feed query: %w", err)
 		}
-		pos := strconv.FormatUint(md.Sequence.Stream, 10)
-		if !pg.addRaw(m.Data(), "at feed position "+pos, pos) {
-			more = true
-			break
+		got := 0
+		for m := range batch.Messages() {
+			got++
+			scanned++
+			md, err := m.Metadata()
+			if err != nil {
+				return nil, "", fmt.Errorf("handlers: feed query: %w", err)
+			}
+			pos := strconv.FormatUint(md.Sequence.Stream, 10)
+			pending = md.NumPending > 0
+			if !s.feedMatches(m.Subject(), m.Data(), whole) {
+				passed = pos
+				continue
+			}
+			if !pg.addRaw(m.Data(), "at feed position "+pos, pos) {
+				pending = true
+				break
+			}
+			passed = ""
 		}
-		more = md.NumPending > 0
+		if err := batch.Error(); err != nil && !errors.Is(err, jetstream.ErrNoMessages) && pg.n == 0 {
+			return nil, "", fmt.Errorf("handlers: feed query: %w", err)
+		}
+		if got == 0 {
+			pending = false
+		}
 	}
-	if err := batch.Error(); err != nil && !errors.Is(err, jetstream.ErrNoMessages) && pg.n == 0 {
-		return nil, "", fmt.Errorf("handlers: feed query: %w", err)
-	}
-	if more && pg.next == "" {
+	if pending && pg.next == "" { // the scan's limit
 		pg.next = pg.last
+		if passed != "" {
+			pg.next = passed // go on after the events passed over
+		}
 	}
 	return pg.result(nil)
+}
+
+// feedScanLimit bounds the events one feed page reads to find those its
+// filter matches (10,000; tests lower it).
+var feedScanLimit = func() *atomic.Int64 {
+	var n atomic.Int64
+	n.Store(10_000)
+	return &n
+}()
+
+// storedFilter returns the subject the feed's stream stores the events of
+// workspace ws that filter (tokens after <prefix>.ev.<ws>.) may match
+// under: <prefix>.evs.<ws>.<aggregate>.<event>, without the aggregate's id.
+// It matches every such event, and may match more.
+func storedFilter(prefix, ws, filter string) string {
+	stored := prefix + ".evs." + ws + "."
+	tokens := strings.Split(filter, ".")
+	if tokens[0] == ">" {
+		return stored + ">"
+	}
+	if len(tokens) == 3 && tokens[2] != ">" {
+		return stored + tokens[0] + "." + tokens[2]
+	}
+	return stored + tokens[0] + ".>"
+}
+
+// feedMatches reports whether the feed message with stored subject subj
+// and envelope data is an event whose whole subject matches filter.
+func (s *Service) feedMatches(subj string, data []byte, filter string) bool {
+	if !strings.HasPrefix(subj, s.cfg.Prefix+".evs.") {
+		return subjectMatches(subj, filter) // stored whole, by a feed written before
+	}
+	var e struct {
+		Type          string `json:"type"`
+		Workspace     string `json:"ws"`
+		AggregateType string `json:"agg"`
+		AggregateID   string `json:"agg_id"`
+	}
+	if err := fastjson.Unmarshal(data, &e); err != nil {
+		return false
+	}
+	return subjectMatches(Subject(s.cfg.Prefix, &eventstore.Event{Type: e.Type, Workspace: e.Workspace,
+		AggregateType: e.AggregateType, AggregateID: e.AggregateID}), filter)
+}
+
+// subjectMatches reports whether NATS subject subj matches filter, whose
+// "*" stands for one token and whose last ">" for one or more.
+func subjectMatches(subj, filter string) bool {
+	for {
+		f, frest, fmore := strings.Cut(filter, ".")
+		if f == ">" {
+			return subj != ""
+		}
+		t, srest, smore := strings.Cut(subj, ".")
+		if (f != "*" && f != t) || fmore != smore {
+			return false
+		}
+		if !fmore {
+			return true
+		}
+		filter, subj = frest, srest
+	}
 }
 
 // feedPosition returns the position in the feed's stream of the first event
@@ -108,7 +198,7 @@ func (s *Service) feedPosition(logSeq uint64) (uint64, error) {
 	lo, hi := max(state.FirstSeq, 1), state.LastSeq+1
 	for lo < hi {
 		mid := lo + (hi-lo)/2
-		m, err := st.GetMsg(ctx, mid, jetstream.WithGetMsgSubject(s.cfg.Prefix+".ev.>"))
+		m, err := st.GetMsg(ctx, mid, jetstream.WithGetMsgSubject(s.cfg.Prefix+".*.>")) // the first at or after mid, stored either way
 		if errors.Is(err, jetstream.ErrMsgNotFound) {
 			hi = mid
 			continue

@@ -148,7 +148,7 @@ func TestFeedIsRepairedFromTheLog(t *testing.T) {
 	st, err = b2.jetstream(t).Stream(context.Background(), "DWR_EVENTS")
 	require.NoError(t, err)
 	servicetest.Eventually(t, 10*time.Second, func() bool {
-		m, err := st.GetLastMsgForSubject(context.Background(), "dwr.ev.>")
+		m, err := st.GetLastMsgForSubject(context.Background(), "dwr.*.>")
 		if err != nil {
 			return false
 		}
@@ -166,7 +166,7 @@ func feedAt(t *testing.T, b *bundle, seq uint64) (jetstream.Stream, *jetstream.S
 	require.NoError(t, err)
 	var info *jetstream.StreamInfo
 	servicetest.Eventually(t, 10*time.Second, func() bool {
-		m, err := st.GetLastMsgForSubject(ctx, "dwr.ev.>")
+		m, err := st.GetLastMsgForSubject(ctx, "dwr.*.>")
 		if err != nil || m.Header.Get(schemas.HeaderLogSeq) != strconv.FormatUint(seq, 10) {
 			return false
 		}

@@ -85,9 +85,7 @@ type Config struct {
 	// oldest events are dropped. The feed is derived and read live (an
 	// aggregate's history comes from the views), so what it drops is
 	// never needed again; it keeps its last event, from which a writer's
-	// start resumes it. Each event held costs ~210 bytes of heap (the
-	// stream's subject index). Default DefaultFeedMaxBytes (256 MiB); -1:
-	// no bound.
+	// start resumes it. Default DefaultFeedMaxBytes (1 GiB); -1: no bound.
 	FeedMaxBytes int64
 	// ArtifactMaxBytes bounds one artifact. Default
 	// DefaultArtifactMaxBytes (1 GiB).

@@ -100,7 +100,7 @@ func (o *serveOptions) flags(cmd *cobra.Command) {
 	f.BoolVar(&o.cfg.Service.AcceptVerifiedPrefix, "accept-verified-prefix", false, "if the log fails verification, accept its verified prefix: print the acknowledged commands lost after it, rebuild the views from it and go on after it (see the README)")
 	f.BoolVar(&o.cfg.Service.TrustBelowCheckpoint, "trust-below-checkpoint", false, "on start, do not read the log below the views' checkpoint to check its chain (faster on a very long log; damage there is then found by `dwr admin verify`)")
 	f.Int64Var(&o.cfg.Service.FeedMaxBytes, "feed-max-bytes", handlers.DefaultFeedMaxBytes,
-		"bound of the event feed's stream (DWR_EVENTS): its oldest events are dropped past it; each event held costs ~210 bytes of memory (-1: none)")
+		"bound of the event feed's stream (DWR_EVENTS): its oldest events are dropped past it (-1: none)")
 	f.Int64Var(&o.cfg.Service.ArtifactMaxBytes, "artifact-max-bytes", handlers.DefaultArtifactMaxBytes,
 		"the largest artifact a put may store")
 	f.DurationVar(&o.cfg.Service.ArtifactRetention, "artifact-retention", handlers.DefaultArtifactRetention,

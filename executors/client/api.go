@@ -162,7 +162,7 @@ func List[T any](ctx context.Context, c *Client, name string, q schemas.Query, o
 					return
 				}
 			}
-			if r.Next == "" || len(page) == 0 || k.next != nil {
+			if r.Next == "" || r.Next == q.After || k.next != nil { // a page may be empty, with a next
 				return
 			}
 			q.After = r.Next

@@ -50,7 +50,10 @@ func (c *Client) FeedHistory(ctx context.Context, filter string, from FeedFrom) 
 					return
 				}
 			}
-			if r.Next == "" || len(page) == 0 {
+			// A page may come back empty with a next (the feed reads a
+			// bounded stretch of events for each page); a next that does
+			// not move on ends it.
+			if r.Next == "" || r.Next == q.After {
 				return
 			}
 			q.After, q.FromSeq, q.Since = r.Next, 0, nil

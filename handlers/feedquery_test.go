@@ -1,0 +1,119 @@
+package handlers_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/stretchr/testify/require"
+
+	"github.com/dwr-run/dwr/handlers"
+	"github.com/dwr-run/dwr/schemas"
+)
+
+// The feed's stream stores events without their aggregate's id, so that it
+// holds a subject per aggregate kind and event, not per aggregate
+// (JetStream keeps every subject a stream holds in memory), while live
+// subscribers get each event on its whole subject. The feed query still
+// lists one aggregate's events: each page reads a bounded stretch of the
+// feed, so a page may come back empty, with a next to go on from.
+func TestTheFeedHoldsNoSubjectPerAggregate(t *testing.T) {
+	defer handlers.SetFeedScanLimit(3)()
+	b := setupJetStream(t)
+	live := make(chan string, 64)
+	sub, err := b.nc.Subscribe("dwr.ev.default.goal.>", func(m *nats.Msg) { live <- m.Subject })
+	require.NoError(t, err)
+	defer func() { _ = sub.Unsubscribe() }()
+	var ids []string
+	var seq uint64
+	for i := range 12 {
+		r, s := b.mustCommand(t, "goal.create", map[string]any{"title": fmt.Sprintf("g%d", i)})
+		ids, seq = append(ids, r.ID), s
+	}
+	for _, id := range ids {
+		require.Equal(t, "dwr.ev.default.goal."+id+".created", <-live, "live, an event comes on its whole subject")
+	}
+	st, _ := feedAt(t, b, seq)
+	info, err := st.Info(context.Background(), jetstream.WithSubjectFilter(">"))
+	require.NoError(t, err)
+	require.GreaterOrEqual(t, info.State.Msgs, uint64(len(ids)))
+	require.Equal(t, map[string]uint64{"dwr.evs.default.goal.created": uint64(len(ids)), "dwr.evs.default.workspace.created": 1},
+		info.State.Subjects, "one subject per aggregate kind and event")
+
+	q := schemas.Query{Filter: "goal." + ids[7] + ".>", Limit: 10}
+	var got []schemas.Event
+	empty := 0
+	for pages := 1; ; pages++ {
+		require.Less(t, pages, 100, "the listing ends")
+		r := b.request(t, "dwr.q.default.feed", q, nil)
+		require.True(t, r.OK, "%+v", r.Error)
+		var page []schemas.Event
+		require.NoError(t, json.Unmarshal(r.Result, &page))
+		got = append(got, page...)
+		if len(page) == 0 {
+			empty++
+		}
+		if r.Next == "" {
+			break
+		}
+		require.NotEqual(t, q.After, r.Next, "each next moves on")
+		q.After = r.Next
+	}
+	require.Len(t, got, 1)
+	require.Equal(t, "goal.created", got[0].Type)
+	require.Equal(t, ids[7], got[0].AggregateID)
+	require.Positive(t, empty, "pages that read only other goals' events came back empty, with a next")
+
+	q = schemas.Query{Filter: "goal.*.created", Limit: 100}
+	var all []schemas.Event
+	for {
+		r := b.request(t, "dwr.q.default.feed", q, nil)
+		require.True(t, r.OK, "%+v", r.Error)
+		var page []schemas.Event
+		require.NoError(t, json.Unmarshal(r.Result, &page))
+		all = append(all, page...)
+		if r.Next == "" {
+			break
+		}
+		q.After = r.Next
+	}
+	require.Len(t, all, len(ids), "a filter without an id lists every goal's")
+}
+
+// A feed written before the stream stored events without their ids keeps
+// them under their whole subjects until they age out: the feed query finds
+// an aggregate's events stored either way.
+func TestTheFeedQueryReadsEventsStoredWithTheirIDs(t *testing.T) {
+	b := setupJetStream(t)
+	ctx := context.Background()
+	st, err := b.jetstream(t).Stream(ctx, "DWR_EVENTS")
+	require.NoError(t, err)
+	cfg := st.CachedInfo().Config
+	cfg.SubjectTransform = nil // as the stream was
+	_, err = b.jetstream(t).UpdateStream(ctx, cfg)
+	require.NoError(t, err)
+	old, seq := b.mustCommand(t, "goal.create", map[string]any{"title": "stored whole"})
+	st, _ = feedAt(t, b, seq)
+	info, err := st.Info(ctx, jetstream.WithSubjectFilter(">"))
+	require.NoError(t, err)
+	require.Contains(t, info.State.Subjects, "dwr.ev.default.goal."+old.ID+".created")
+
+	dir := b.dir
+	b.stop()
+	b = start(t, dir) // the stream stores without ids again
+	later, _ := b.mustCommand(t, "goal.create", map[string]any{"title": "stored without its id"})
+	for _, id := range []string{old.ID, later.ID} {
+		var page []schemas.Event
+		require.Eventually(t, func() bool {
+			r := b.request(t, "dwr.q.default.feed", schemas.Query{Filter: "goal." + id + ".>"}, nil)
+			require.True(t, r.OK, "%+v", r.Error)
+			require.NoError(t, json.Unmarshal(r.Result, &page))
+			return len(page) == 1
+		}, 10*time.Second, 20*time.Millisecond, "goal %s", id)
+		require.Equal(t, id, page[0].AggregateID)
+	}
+}
