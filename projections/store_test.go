@@ -433,16 +433,24 @@ func TestTimersFollowTheTasksState(t *testing.T) {
 // asking Pebble (the writer looks up every new command id and every id it
 // creates); those they hold are always found, also after a reopen, when
 // the filter is filled from the views' keys.
-func TestNewIDsAreAnsweredWithoutPebble(t *testing.T) {
-	fs := vfs.NewMem()
-	s := openOn(t, fs)
-	h := inWorkspace(t, s)
+// goalWithATask creates a goal with a plan of one task through h, and
+// returns the goal's id and the task as s lists it.
+func goalWithATask(t *testing.T, s *projections.Store, h *harness) (string, []*domain.Task) {
+	t.Helper()
 	gid := domain.DeriveID(h.d.now, "goal")
 	h.batch(cmd{&domain.CreateGoal{GoalID: gid, Title: "g"}, "c-goal"})
 	h.batch(cmd{&domain.SubmitPlan{GoalID: gid, Tasks: []domain.TaskSpec{{Key: "a", Queue: "q", DependsOn: []string{}}}}, "c-plan"})
 	tasks, err := s.ListTasks("w", projections.TaskFilter{})
 	require.NoError(t, err)
 	require.Len(t, tasks, 1)
+	return gid, tasks
+}
+
+func TestNewIDsAreAnsweredWithoutPebble(t *testing.T) {
+	fs := vfs.NewMem()
+	s := openOn(t, fs)
+	h := inWorkspace(t, s)
+	gid, tasks := goalWithATask(t, s, h)
 	held := func(s *projections.Store) {
 		g, err := s.Goal(gid)
 		require.NoError(t, err)
@@ -490,12 +498,7 @@ func TestNewIDsAreAnsweredWithoutPebble(t *testing.T) {
 // finds it as it ended, and the read puts it back in the cache.
 func TestEndedAggregatesLeaveTheCache(t *testing.T) {
 	s, h := setup(t)
-	gid := domain.DeriveID(h.d.now, "goal")
-	h.batch(cmd{&domain.CreateGoal{GoalID: gid, Title: "g"}, "c-goal"})
-	h.batch(cmd{&domain.SubmitPlan{GoalID: gid, Tasks: []domain.TaskSpec{{Key: "a", Queue: "q", DependsOn: []string{}}}}, "c-plan"})
-	tasks, err := s.ListTasks("w", projections.TaskFilter{})
-	require.NoError(t, err)
-	require.Len(t, tasks, 1)
+	gid, tasks := goalWithATask(t, s, h)
 	read := func() (*domain.Goal, *domain.Task, int64) {
 		before := projections.PebbleGets(s)
 		g, err := s.Goal(gid)

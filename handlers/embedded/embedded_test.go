@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -145,12 +146,19 @@ func TestStartListensOnFreePort(t *testing.T) {
 	url := s.ClientURL()
 	require.NotEmpty(t, url)
 	require.NotContains(t, url, ":0", "the chosen port is reported")
+	publishOverTCP(t, url, "TCP")
+}
+
+// publishOverTCP connects to url as a client in another process would and
+// publishes to a stream of its own, named stream.
+func publishOverTCP(t *testing.T, url, stream string) {
+	t.Helper()
 	nc, err := nats.Connect(url)
 	require.NoError(t, err)
 	t.Cleanup(nc.Close)
 	js, err := jetstream.New(nc)
 	require.NoError(t, err)
-	publishN(testContext(t, 10*time.Second), t, js, "TCP", "tcp.>", 1, 2)
+	publishN(testContext(t, 10*time.Second), t, js, stream, strings.ToLower(stream)+".>", 1, 2)
 }
 
 func TestStartFailsWhenPortInUse(t *testing.T) {
@@ -177,12 +185,7 @@ func TestListenLaterOpensTheClientPortOnListen(t *testing.T) {
 	require.NoError(t, s.Listen())
 	require.NoError(t, s.Listen(), "a second Listen does nothing")
 	require.Equal(t, url, s.ClientURL(), "it listens where it said it would")
-	nc, err = nats.Connect(url)
-	require.NoError(t, err)
-	t.Cleanup(nc.Close)
-	js, err := jetstream.New(nc)
-	require.NoError(t, err)
-	publishN(testContext(t, 10*time.Second), t, js, "LATER", "later.>", 1, 2)
+	publishOverTCP(t, url, "LATER")
 }
 
 func TestListenLaterFailsAtStartWhenPortInUse(t *testing.T) {
