@@ -73,10 +73,12 @@ func TestTLSAndMutualTLS(t *testing.T) {
 	require.NoError(t, err)
 	require.True(t, roots.AppendCertsFromPEM(b))
 
-	srv, err := embedded.Start(embedded.Config{DataDir: filepath.Join(dir, "tls"), Listen: "127.0.0.1:0", Logger: quiet,
+	// As dwr serve runs it: the port opens later, with Listen.
+	srv, err := embedded.Start(embedded.Config{DataDir: filepath.Join(dir, "tls"), Listen: "127.0.0.1:0", ListenLater: true, Logger: quiet,
 		TLS: &embedded.TLSConfig{CertFile: p.cert, KeyFile: p.key}})
 	require.NoError(t, err)
 	defer srv.Shutdown()
+	require.NoError(t, srv.Listen())
 	url := srv.ClientURL()
 	_, err = nats.Connect(url, nats.Timeout(2*time.Second))
 	require.Error(t, err, "a client without TLS is refused")
