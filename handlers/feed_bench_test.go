@@ -4,8 +4,11 @@ import (
 	"bytes"
 	"log/slog"
 	"runtime"
+	"strings"
 	"testing"
 	"time"
+
+	fastjson "github.com/go-json-experiment/json/v1"
 
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/oklog/ulid/v2"
@@ -13,6 +16,7 @@ import (
 
 	"github.com/dwr-run/dwr/eventstore"
 	"github.com/dwr-run/dwr/handlers/embedded"
+	"github.com/dwr-run/dwr/schemas"
 )
 
 // BenchmarkFeedMemory measures what the event feed's stream costs the
@@ -53,4 +57,57 @@ func BenchmarkFeedMemory(b *testing.B) {
 		return err == nil && info.State.Msgs == uint64(b.N)
 	}, time.Minute, 10*time.Millisecond)
 	b.ReportMetric(float64(int64(inUse())-int64(before))/float64(b.N), "heap-B/event")
+}
+
+// BenchmarkFeedPageScan measures the most a feed query's page costs the
+// service: a filter that names one aggregate, over a feed that holds
+// feedScanLimit events of that aggregate kind and none of it, read to the
+// scan's limit; and, beside it, a page of 1,000 events that all match. One
+// op is one page.
+func BenchmarkFeedPageScan(b *testing.B) {
+	srv, err := embedded.Start(embedded.Config{DataDir: b.TempDir(), Logger: slog.New(slog.DiscardHandler)})
+	require.NoError(b, err)
+	defer srv.Shutdown()
+	nc, err := srv.Connect()
+	require.NoError(b, err)
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	require.NoError(b, err)
+	cfg := Config{Prefix: "dwr", FeedMaxBytes: -1}
+	f, err := newFeed(b.Context(), js, cfg, slog.New(slog.DiscardHandler))
+	require.NoError(b, err)
+	n := int(feedScanLimit.Load())
+	c := &eventstore.Commit{Events: make([]eventstore.Event, 1)}
+	for range n {
+		e := eventstore.Event{Type: "task.created", Workspace: "default", AggregateType: "task", AggregateID: ulid.Make().String()}
+		raw, err := fastjson.Marshal(&e)
+		require.NoError(b, err)
+		e.Raw = append(raw[:len(raw)-1:len(raw)-1], []byte(`,"data":{"pad":"`+strings.Repeat("x", 300)+`"}}`)...)
+		c.Events[0] = e
+		f.publish(c, 1)
+	}
+	require.NoError(b, nc.Flush())
+	require.Eventually(b, func() bool {
+		info, err := f.stream.Info(b.Context())
+		return err == nil && info.State.Msgs == uint64(n)
+	}, time.Minute, 10*time.Millisecond)
+	s := &Service{cfg: cfg, js: js}
+	b.Run("one aggregate", func(b *testing.B) {
+		q := schemas.Query{Filter: "task." + ulid.Make().String() + ".>"}
+		for range b.N {
+			res, next, err := s.feedPage("default", q, newPage("event", "", 100, 1<<20))
+			require.NoError(b, err)
+			require.Equal(b, "[]", string(res))
+			require.Empty(b, next, "the whole feed was read")
+		}
+	})
+	// For comparison: a page of 1,000 events that all match.
+	b.Run("every event, 1000 a page", func(b *testing.B) {
+		q := schemas.Query{Filter: ">"}
+		for range b.N {
+			_, next, err := s.feedPage("default", q, newPage("event", "", 1000, 1<<20))
+			require.NoError(b, err)
+			require.NotEmpty(b, next)
+		}
+	})
 }

@@ -78,9 +78,10 @@ func (s *Service) feedPage(ws string, q schemas.Query, pg *page) (res []byte, ne
 	scanned, passed, scanLimit := 0, "", int(feedScanLimit.Load())
 	pending := true // the stream may hold more after what was read
 	for pending && pg.next == "" && scanned < scanLimit {
-		// One more than the page takes, so that a full page knows whether
-		// more follow; none pending after the last says nothing does.
-		batch, err := cons.FetchNoWait(min(pg.limit-pg.n+1, scanLimit-scanned))
+		// At least one more than the page takes, so that a full page knows
+		// whether more follow (none pending after the last says nothing
+		// does), and a few hundred at once when most may be passed over.
+		batch, err := cons.FetchNoWait(min(max(pg.limit-pg.n+1, 256), scanLimit-scanned))
 		if err != nil {
 			return nil, "", fmt.Errorf("handlers: feed query: %w", err)
 		}
@@ -121,10 +122,10 @@ func (s *Service) feedPage(ws string, q schemas.Query, pg *page) (res []byte, ne
 }
 
 // feedScanLimit bounds the events one feed page reads to find those its
-// filter matches (10,000; tests lower it).
+// filter matches (2,000; tests lower it).
 var feedScanLimit = func() *atomic.Int64 {
 	var n atomic.Int64
-	n.Store(10_000)
+	n.Store(2_000)
 	return &n
 }()
 
