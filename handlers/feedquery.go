@@ -41,7 +41,8 @@ func (s *Service) feedPage(ws string, q schemas.Query, pg *page) (res []byte, ne
 	whole := s.cfg.Prefix + ".ev." + ws + "." + filter
 	// The consumer is deleted once the page is read; the server drops one
 	// left behind (a replica stopped meanwhile) after its inactivity.
-	cfg := jetstream.OrderedConsumerConfig{FilterSubjects: []string{storedFilter(s.cfg.Prefix, ws, filter), whole},
+	stored, exact := storedFilter(s.cfg.Prefix, ws, filter)
+	cfg := jetstream.OrderedConsumerConfig{FilterSubjects: []string{stored, whole},
 		InactiveThreshold: 10 * time.Second}
 	switch {
 	case q.After != "":
@@ -95,7 +96,7 @@ func (s *Service) feedPage(ws string, q schemas.Query, pg *page) (res []byte, ne
 			}
 			pos := strconv.FormatUint(md.Sequence.Stream, 10)
 			pending = md.NumPending > 0
-			if !s.feedMatches(m.Subject(), m.Data(), whole) {
+			if !exact && !s.feedMatches(m.Subject(), m.Data(), whole) {
 				passed = pos
 				continue
 			}
@@ -132,17 +133,20 @@ var feedScanLimit = func() *atomic.Int64 {
 // storedFilter returns the subject the feed's stream stores the events of
 // workspace ws that filter (tokens after <prefix>.ev.<ws>.) may match
 // under: <prefix>.evs.<ws>.<aggregate>.<event>, without the aggregate's id.
-// It matches every such event, and may match more.
-func storedFilter(prefix, ws, filter string) string {
-	stored := prefix + ".evs." + ws + "."
+// It matches every such event, and may match more; exact says it matches
+// only those (the filter names no aggregate id, so nothing is left to check).
+func storedFilter(prefix, ws, filter string) (stored string, exact bool) {
+	stored = prefix + ".evs." + ws + "."
 	tokens := strings.Split(filter, ".")
 	if tokens[0] == ">" {
-		return stored + ">"
+		return stored + ">", true
 	}
+	// Exact: <agg>.> (any id, any event), or three tokens with * for the id.
+	exact = len(tokens) == 2 && tokens[1] == ">" || len(tokens) == 3 && tokens[1] == "*"
 	if len(tokens) == 3 && tokens[2] != ">" {
-		return stored + tokens[0] + "." + tokens[2]
+		return stored + tokens[0] + "." + tokens[2], exact
 	}
-	return stored + tokens[0] + ".>"
+	return stored + tokens[0] + ".>", exact
 }
 
 // feedMatches reports whether the feed message with stored subject subj

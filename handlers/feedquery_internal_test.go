@@ -10,8 +10,8 @@ import (
 
 // subjectMatches agrees with nats-server's own matching, and storedFilter
 // matches the stored subject of every event whose whole subject the filter
-// matches: the feed query's consumer never leaves out an event the filter
-// asks for.
+// matches — the feed query's consumer never leaves out an event the filter
+// asks for — and, when it says it is exact, of no other.
 func TestFeedSubjectFilters(t *testing.T) {
 	rapid.Check(t, func(t *rapid.T) {
 		agg := rapid.SampledFrom([]string{"goal", "task", "workspace", "ritual"}).Draw(t, "agg")
@@ -36,9 +36,13 @@ func TestFeedSubjectFilters(t *testing.T) {
 		if want := server.SubjectMatchesFilter(whole, full); matches != want {
 			t.Fatalf("subjectMatches(%q, %q) = %v, nats-server says %v", whole, full, matches, want)
 		}
-		stored, sf := "dwr.evs.default."+agg+"."+ev, storedFilter("dwr", "default", filter)
+		stored := "dwr.evs.default." + agg + "." + ev
+		sf, exact := storedFilter("dwr", "default", filter)
 		if matches && !server.SubjectMatchesFilter(stored, sf) {
 			t.Fatalf("filter %q matches %q, but its stored filter %q leaves out %q", full, whole, sf, stored)
+		}
+		if exact && !matches && server.SubjectMatchesFilter(stored, sf) {
+			t.Fatalf("stored filter %q said exact takes %q, whose whole subject %q filter %q does not match", sf, stored, whole, full)
 		}
 	})
 }
