@@ -131,8 +131,9 @@ func TLS(caFile, certFile, keyFile string) Option {
 // service and of NATS, as a worker must: it is made even when no server
 // answers yet (and tried until one does), and it reconnects every
 // LastingReconnectWait without end, also after the server refused the
-// credential (a restarted service lets its members in again only once it
-// has read them). Each disconnection and connection is logged to log, its
+// credential (a member removed and added again gets in once the service has
+// applied the change; a restarted dwr serve keeps its port closed until it
+// has read its members). Each disconnection and connection is logged to log, its
 // messages prefixed with name (as "dwr worker"). Connect only.
 func Lasting(log *slog.Logger, name string) Option {
 	return func(o *options) {
