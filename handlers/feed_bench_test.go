@@ -10,6 +10,7 @@ import (
 
 	fastjson "github.com/go-json-experiment/json/v1"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/oklog/ulid/v2"
 	"github.com/stretchr/testify/require"
@@ -19,6 +20,22 @@ import (
 	"github.com/dwr-run/dwr/schemas"
 )
 
+// benchFeed starts an embedded server, closed when the benchmark ends, and
+// returns a feed on it (prefix dwr, unbounded) with its connection.
+func benchFeed(b *testing.B) (*feed, *nats.Conn, jetstream.JetStream) {
+	srv, err := embedded.Start(embedded.Config{DataDir: b.TempDir(), Logger: slog.New(slog.DiscardHandler)})
+	require.NoError(b, err)
+	b.Cleanup(srv.Shutdown)
+	nc, err := srv.Connect()
+	require.NoError(b, err)
+	b.Cleanup(nc.Close)
+	js, err := jetstream.New(nc)
+	require.NoError(b, err)
+	f, err := newFeed(b.Context(), js, Config{Prefix: "dwr", FeedMaxBytes: -1}, slog.New(slog.DiscardHandler))
+	require.NoError(b, err)
+	return f, nc, js
+}
+
 // BenchmarkFeedMemory measures what the event feed's stream costs the
 // service's heap for each event it holds: JetStream keeps an index entry for
 // every distinct subject of a stream, and each feed event's subject names
@@ -26,16 +43,7 @@ import (
 // of a task of its own, as a feed publishes them; it reports the heap in use
 // after a collection, per event held (heap-B/event).
 func BenchmarkFeedMemory(b *testing.B) {
-	srv, err := embedded.Start(embedded.Config{DataDir: b.TempDir(), Logger: slog.New(slog.DiscardHandler)})
-	require.NoError(b, err)
-	defer srv.Shutdown()
-	nc, err := srv.Connect()
-	require.NoError(b, err)
-	defer nc.Close()
-	js, err := jetstream.New(nc)
-	require.NoError(b, err)
-	f, err := newFeed(b.Context(), js, Config{Prefix: "dwr", FeedMaxBytes: -1}, slog.New(slog.DiscardHandler))
-	require.NoError(b, err)
+	f, nc, _ := benchFeed(b)
 	raw := bytes.Repeat([]byte{'x'}, 450) // a feed event's size in chain-3
 	inUse := func() uint64 {
 		runtime.GC()
@@ -65,17 +73,7 @@ func BenchmarkFeedMemory(b *testing.B) {
 // scan's limit; and, beside it, a page of 1,000 events that all match. One
 // op is one page.
 func BenchmarkFeedPageScan(b *testing.B) {
-	srv, err := embedded.Start(embedded.Config{DataDir: b.TempDir(), Logger: slog.New(slog.DiscardHandler)})
-	require.NoError(b, err)
-	defer srv.Shutdown()
-	nc, err := srv.Connect()
-	require.NoError(b, err)
-	defer nc.Close()
-	js, err := jetstream.New(nc)
-	require.NoError(b, err)
-	cfg := Config{Prefix: "dwr", FeedMaxBytes: -1}
-	f, err := newFeed(b.Context(), js, cfg, slog.New(slog.DiscardHandler))
-	require.NoError(b, err)
+	f, nc, js := benchFeed(b)
 	n := int(feedScanLimit.Load())
 	c := &eventstore.Commit{Events: make([]eventstore.Event, 1)}
 	for range n {
@@ -91,7 +89,7 @@ func BenchmarkFeedPageScan(b *testing.B) {
 		info, err := f.stream.Info(b.Context())
 		return err == nil && info.State.Msgs == uint64(n)
 	}, time.Minute, 10*time.Millisecond)
-	s := &Service{cfg: cfg, js: js}
+	s := &Service{cfg: Config{Prefix: "dwr"}, js: js}
 	b.Run("one aggregate", func(b *testing.B) {
 		q := schemas.Query{Filter: "task." + ulid.Make().String() + ".>"}
 		for range b.N {
