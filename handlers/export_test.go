@@ -55,6 +55,6 @@ func (s *Service) Decided() uint64 { return s.decided.Load() }
 // SetFeedScanLimit makes a feed page read at most n events, until the
 // returned function restores the limit.
 func SetFeedScanLimit(n int) (restore func()) {
-	was := feedScanLimit.Swap(int64(n))
-	return func() { feedScanLimit.Store(was) }
+	was := feedScanOverride.Swap(int64(n))
+	return func() { feedScanOverride.Store(was) }
 }

@@ -36,7 +36,7 @@ const minFeedBytes = 1 << 20
 
 func newFeed(ctx context.Context, js jetstream.JetStream, cfg Config, logger *slog.Logger) (*feed, error) {
 	// The stream stores each event under its subject without the
-	// aggregate's id (storedSubjects): JetStream keeps an index entry in
+	// aggregate's id (storedFilter reads it back): JetStream keeps an index entry in
 	// memory for every subject a stream holds, ~200 bytes each, and with
 	// the id nearly every event would be a subject of its own. Live
 	// subscribers still receive every event on its whole subject; the feed
@@ -95,8 +95,9 @@ func (f *feed) publishFrom(c *eventstore.Commit, seq uint64, from int) {
 func (f *feed) catchUp(ctx context.Context, log eventstore.Log, views *projections.Store) error {
 	upTo := views.Checkpoint()
 	var from uint64 = 1
-	var lastID string                                             // the last event the feed holds, in record from
-	m, err := f.stream.GetLastMsgForSubject(ctx, f.prefix+".*.>") // events stored with their id (before) and without
+	var lastID string // the last event the feed holds, in record from
+	// Events are stored with their ids (a feed written before) or without.
+	m, err := f.stream.GetLastMsgForSubject(ctx, f.prefix+".*.>")
 	switch {
 	case errors.Is(err, jetstream.ErrMsgNotFound):
 	case err != nil:

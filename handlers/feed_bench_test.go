@@ -74,7 +74,7 @@ func BenchmarkFeedMemory(b *testing.B) {
 // op is one page.
 func BenchmarkFeedPageScan(b *testing.B) {
 	f, nc, js := benchFeed(b)
-	n := int(feedScanLimit.Load())
+	n := feedScanLimit
 	c := &eventstore.Commit{Events: make([]eventstore.Event, 1)}
 	for range n {
 		e := eventstore.Event{Type: "task.created", Workspace: "default", AggregateType: "task", AggregateID: ulid.Make().String()}

@@ -76,7 +76,10 @@ func (s *Service) feedPage(ws string, q schemas.Query, pg *page) (res []byte, ne
 	// Up to feedScanLimit events are read for a page; the ones the filter
 	// does not match are passed over. A page that stops at the limit says
 	// where to go on (its next), with the events it matched so far.
-	scanned, passed, scanLimit := 0, "", int(feedScanLimit.Load())
+	scanned, passed, scanLimit := 0, "", feedScanLimit
+	if n := feedScanOverride.Load(); n > 0 {
+		scanLimit = int(n)
+	}
 	pending := true // the stream may hold more after what was read
 	for pending && pg.next == "" && scanned < scanLimit {
 		// At least one more than the page takes, so that a full page knows
@@ -123,12 +126,10 @@ func (s *Service) feedPage(ws string, q schemas.Query, pg *page) (res []byte, ne
 }
 
 // feedScanLimit bounds the events one feed page reads to find those its
-// filter matches (2,000; tests lower it).
-var feedScanLimit = func() *atomic.Int64 {
-	var n atomic.Int64
-	n.Store(2_000)
-	return &n
-}()
+// filter matches; feedScanOverride, when set, replaces it (tests).
+const feedScanLimit = 2_000
+
+var feedScanOverride atomic.Int64
 
 // storedFilter returns the subject the feed's stream stores the events of
 // workspace ws that filter (tokens after <prefix>.ev.<ws>.) may match

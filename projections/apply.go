@@ -13,11 +13,6 @@ import (
 	"github.com/dwr-run/dwr/eventstore"
 )
 
-// ended reports whether goal g, or task t, has ended (a nil one has not).
-func ended(g *domain.Goal, t *domain.Task) bool {
-	return g != nil && g.State != domain.GoalStateOpen || t != nil && domain.Terminal(t.State)
-}
-
 // batchState is the aggregates one record touches, as the record leaves them.
 type batchState struct {
 	s          *Store
@@ -38,6 +33,20 @@ type batchState struct {
 	// fresh: the event being applied is its aggregate's first (its tip
 	// showed none), so there is no state to load.
 	fresh bool
+}
+
+// ended reports whether the record left goal or task id (of aggregate type
+// typ) ended; any other aggregate, or one the record did not touch, has not.
+func (bs *batchState) ended(typ, id string) bool {
+	switch typ {
+	case domain.AggGoal:
+		g := bs.goals[id]
+		return g != nil && g.State != domain.GoalStateOpen
+	case domain.AggTask:
+		t := bs.tasks[id]
+		return t != nil && domain.Terminal(t.State)
+	}
+	return false
 }
 
 // Apply applies the log record at seq, verified (see eventstore.LogVerifier),
@@ -160,10 +169,10 @@ func (s *Store) apply(seq uint64, c *eventstore.Commit, decided bool, final *dom
 	// soon be most of the cache — memory that every garbage collection
 	// scans, and that raises the peak heap.
 	for id, g := range bs.goals {
-		s.cacheUnless(ended(g, nil), key(pGoal, id), g)
+		s.cacheUnless(bs.ended(domain.AggGoal, id), key(pGoal, id), g)
 	}
 	for id, t := range bs.tasks {
-		s.cacheUnless(ended(nil, t), key(pTask, id), t)
+		s.cacheUnless(bs.ended(domain.AggTask, id), key(pTask, id), t)
 	}
 	for id, r := range bs.rituals {
 		s.cache[string(key(pRitual, id))] = r
@@ -173,7 +182,7 @@ func (s *Store) apply(seq uint64, c *eventstore.Commit, decided bool, final *dom
 	}
 	for k, t := range bs.tips {
 		typ, id, _ := strings.Cut(k, "/")
-		s.cacheUnless(typ == domain.AggGoal && ended(bs.goals[id], nil) || typ == domain.AggTask && ended(nil, bs.tasks[id]), key(pTip, k), t)
+		s.cacheUnless(bs.ended(typ, id), key(pTip, k), t)
 	}
 	if len(s.cache) > s.opts.CacheEntries {
 		clear(s.cache)
