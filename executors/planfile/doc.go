@@ -23,6 +23,6 @@
 // into the spec, and its *OptionError names the options it refuses so that
 // the caller can say them in its own words.
 //
-// It may import schemas, the YAML converter (sigs.k8s.io/yaml) and the
+// It may import schemas, the YAML parser (go.yaml.in/yaml/v3) and the
 // standard library.
 package planfile

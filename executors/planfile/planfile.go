@@ -8,7 +8,7 @@ import (
 	"os"
 	"time"
 
-	"sigs.k8s.io/yaml"
+	"go.yaml.in/yaml/v3"
 
 	"github.com/dwr-run/dwr/schemas"
 )
@@ -58,7 +58,10 @@ func Read(name string, r io.Reader, now time.Time) ([]schemas.TaskSpec, error) {
 }
 
 // readDoc reads a YAML or JSON document of at most MaxSize bytes from r;
-// kind and name name it in errors ("plan file", its path).
+// kind and name name it in errors ("plan file", its path). YAML is read as
+// YAML 1.2 reads it: only true and false are booleans, so a key or value
+// such as n, no, off or NO stays the string it is (YAML 1.1 read them as
+// false).
 func readDoc(kind, name string, r io.Reader) (any, error) {
 	b, err := io.ReadAll(io.LimitReader(r, MaxSize+1))
 	switch {
@@ -67,17 +70,44 @@ func readDoc(kind, name string, r io.Reader) (any, error) {
 	case len(b) > MaxSize:
 		return nil, fmt.Errorf("%s %s: larger than %d bytes", kind, name, MaxSize)
 	}
-	j, err := yaml.YAMLToJSON(b)
-	if err != nil {
-		return nil, fmt.Errorf("%s %s is neither YAML nor JSON: %w", kind, name, err)
+	if !json.Valid(b) {
+		var v any
+		if err := yaml.Unmarshal(b, &v); err != nil {
+			return nil, fmt.Errorf("%s %s is neither YAML nor JSON: %w", kind, name, err)
+		}
+		if b, err = json.Marshal(jsonValue(v)); err != nil {
+			return nil, fmt.Errorf("%s %s: %w", kind, name, err)
+		}
 	}
-	dec := json.NewDecoder(bytes.NewReader(j))
+	dec := json.NewDecoder(bytes.NewReader(b))
 	dec.UseNumber()
 	var doc any
 	if err := dec.Decode(&doc); err != nil {
 		return nil, fmt.Errorf("%s %s: %w", kind, name, err)
 	}
 	return doc, nil
+}
+
+// jsonValue turns what YAML decoded into what JSON can encode: a mapping
+// whose keys are not all strings gets each key in its YAML form (1, true).
+func jsonValue(v any) any {
+	switch v := v.(type) {
+	case map[string]any:
+		for k, x := range v {
+			v[k] = jsonValue(x)
+		}
+	case map[any]any:
+		m := make(map[string]any, len(v))
+		for k, x := range v {
+			m[fmt.Sprint(k)] = jsonValue(x)
+		}
+		return m
+	case []any:
+		for i, x := range v {
+			v[i] = jsonValue(x)
+		}
+	}
+	return v
 }
 
 // relativeTimes are the plan file's conveniences, each a duration from now,
