@@ -161,6 +161,7 @@ func (s *Store) apply(seq uint64, c *eventstore.Commit, decided bool, final *dom
 		return fmt.Errorf("projections: commit record %d: %w", seq, s.damagedErr(err))
 	}
 	s.mu.Lock()
+	s.gen++
 	for id, w := range bs.workspaces {
 		s.cache[string(key(pWorkspace, id))] = w
 	}

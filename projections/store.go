@@ -73,6 +73,15 @@ type Store struct {
 	damage     error                                      // the first corruption reported
 	reports    *atomic.Pointer[Store]                     // the store Pebble's corruption reports go to
 
+	// gen moves whenever the views change under the cache (a record
+	// applied, the views replaced): a state read from Pebble is cached only
+	// if gen did not move while it was read, so that a reader that read
+	// before a record was applied cannot put back what the record changed.
+	gen uint64 // guarded by mu
+	// afterRead, when set (tests), runs between load's read from Pebble and
+	// its caching of what it read.
+	afterRead func()
+
 	applyMu sync.Mutex
 	// keys answers a lookup of a goal, task or command never written
 	// without Pebble; nil until Open has filled it.
@@ -320,6 +329,7 @@ func (s *Store) Reset(cause error) (string, error) {
 	s.db, s.lock = fresh.db, fresh.lock
 	s.checkpoint, s.logTip = fresh.checkpoint, fresh.logTip
 	clear(s.cache)
+	s.gen++
 	s.damaged, s.damage = make(chan struct{}), nil
 	s.mu.Unlock()
 	// The fresh Pebble reports to fresh; from now on s is the store.
@@ -502,10 +512,16 @@ func (s *Store) Dump(w io.Writer) error {
 }
 
 func (s *Store) cached(k string) (any, bool) {
+	v, ok, _ := s.cachedAt(k)
+	return v, ok
+}
+
+// cachedAt is cached, with the cache's generation for remember.
+func (s *Store) cachedAt(k string) (any, bool, uint64) {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
 	v, ok := s.cache[k]
-	return v, ok
+	return v, ok, s.gen
 }
 
 // cacheUnless puts v in the cache under k, or, when drop, takes k out of
@@ -518,9 +534,14 @@ func (s *Store) cacheUnless(drop bool, k []byte, v any) {
 	}
 }
 
-func (s *Store) remember(k string, v any) {
+// remember caches v, read from Pebble under k when the cache's generation
+// was gen, unless the views changed since (v may be older than them).
+func (s *Store) remember(gen uint64, k string, v any) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if s.gen != gen {
+		return
+	}
 	if len(s.cache) >= s.opts.CacheEntries {
 		clear(s.cache) // crude but bounded; hot aggregates come back on the next read
 	}
@@ -562,7 +583,8 @@ func (s *Store) RitualVersion(id string, version uint64) (*domain.RitualVersion,
 // is there, or nil when there is none.
 func load[S any](s *Store, prefix, id string) (*S, error) {
 	k := string(key(prefix, id))
-	if v, ok := s.cached(k); ok {
+	v, ok, gen := s.cachedAt(k)
+	if ok {
 		return v.(*S), nil
 	}
 	var st S
@@ -570,7 +592,10 @@ func load[S any](s *Store, prefix, id string) (*S, error) {
 	if err != nil || !ok {
 		return nil, err
 	}
-	s.remember(k, &st)
+	if s.afterRead != nil {
+		s.afterRead()
+	}
+	s.remember(gen, k, &st)
 	return &st, nil
 }
 

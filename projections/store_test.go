@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"sync"
 	"testing"
 	"time"
 
@@ -519,4 +520,35 @@ func TestEndedAggregatesLeaveTheCache(t *testing.T) {
 	require.Equal(t, domain.StateCancelled, tk.State)
 	_, _, gets = read()
 	require.Zero(t, gets, "a read puts them back")
+}
+
+// A state read from Pebble while a record that changes it is applied is not
+// cached: the reader gets the state as it read it, and the next read the
+// state the record left. (Before, a query that read a task just before the
+// writer's record was applied could put the older state back in the cache,
+// where the writer's next decision would read it.)
+func TestAReadRacingARecordDoesNotCacheTheOlderState(t *testing.T) {
+	fs := vfs.NewMem()
+	s := openOn(t, fs)
+	h := inWorkspace(t, s)
+	gid, tasks := goalWithATask(t, s, h)
+	require.NoError(t, s.Close())
+	s = openOn(t, fs) // nothing cached
+	t.Cleanup(func() { _ = s.Close() })
+	h.store, h.d.store = s, s
+
+	var once sync.Once
+	projections.SetAfterRead(s, func() {
+		once.Do(func() {
+			projections.SetAfterRead(s, nil)
+			h.batch(cmd{&domain.CancelGoal{GoalID: gid, Reason: "enough"}, "c-cancel"})
+		})
+	})
+	read, err := s.Task(tasks[0].ID) // the cancel is applied between its read and its caching
+	require.NoError(t, err)
+	require.False(t, domain.Terminal(read.State), "the read returns the task as it read it, before the cancel")
+
+	now, err := s.Task(tasks[0].ID)
+	require.NoError(t, err)
+	require.Equal(t, domain.StateCancelled, now.State, "the task as the cancel left it, not the older state the racing read saw")
 }
