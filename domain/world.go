@@ -11,7 +11,8 @@ type World interface {
 	Workspace(name string) (*Workspace, error)
 	Goal(id string) (*Goal, error)
 	Task(id string) (*Task, error)
-	// Dependents returns the ids of the tasks that depend on task id.
+	// Dependents returns the ids of the tasks that depend on task id; the
+	// caller must not change the slice.
 	Dependents(id string) ([]string, error)
 	// Ritual returns the ritual whose aggregate id is id (RitualID).
 	Ritual(id string) (*Ritual, error)

@@ -35,18 +35,61 @@ type batchState struct {
 	fresh bool
 }
 
-// ended reports whether the record left goal or task id (of aggregate type
-// typ) ended; any other aggregate, or one the record did not touch, has not.
-func (bs *batchState) ended(typ, id string) bool {
-	switch typ {
-	case domain.AggGoal:
-		g := bs.goals[id]
-		return g != nil && g.State != domain.GoalStateOpen
-	case domain.AggTask:
-		t := bs.tasks[id]
-		return t != nil && domain.Terminal(t.State)
+// cacheDone puts the goals and tasks the record touched, and their tips, in
+// the cache while work goes on in them, and takes them out once they are
+// done: a goal while it is open, a task until it and its goal have ended
+// (whether a goal is done is read from every task of its plan, each time
+// one ends). Kept, the done ones would soon be most of the cache — memory
+// that every garbage collection scans, and that raises the peak heap; a
+// read brings one back. A new task joins the cached dependents of the
+// tasks it depends on. The caller holds s.mu.
+func (bs *batchState) cacheDone() {
+	s := bs.s
+	for id, g := range bs.goals {
+		if g.State == domain.GoalStateOpen {
+			s.cache[string(key(pGoal, id))] = g
+			continue
+		}
+		s.forget(domain.AggGoal, id)
+		for _, pt := range g.Plan {
+			s.forget(domain.AggTask, pt.TaskID)
+		}
 	}
-	return false
+	for id, t := range bs.tasks {
+		if bs.taskBefore[id] == nil {
+			for _, d := range t.DependsOn {
+				s.addDependent(d, id)
+			}
+		}
+		if !domain.Terminal(t.State) || bs.goalOpen(t.GoalID) {
+			s.cache[string(key(pTask, id))] = t
+		} else {
+			s.forget(domain.AggTask, id)
+		}
+	}
+	for k, t := range bs.tips {
+		typ, id, _ := strings.Cut(k, "/")
+		switch typ {
+		case domain.AggGoal, domain.AggTask:
+			if _, held := s.cache[string(aggKey(typ, id))]; !held {
+				continue // forgotten with its aggregate
+			}
+		}
+		s.cache[string(key(pTip, k))] = t
+	}
+}
+
+// goalOpen reports whether goal id is open as far as the record and the
+// cache know (an ended goal leaves the cache).
+func (bs *batchState) goalOpen(id string) bool {
+	if id == "" {
+		return false
+	}
+	if g, ok := bs.goals[id]; ok {
+		return g != nil && g.State == domain.GoalStateOpen
+	}
+	g, ok := bs.s.cache[string(key(pGoal, id))]
+	return ok && g.(*domain.Goal).State == domain.GoalStateOpen
 }
 
 // Apply applies the log record at seq, verified (see eventstore.LogVerifier),
@@ -165,25 +208,12 @@ func (s *Store) apply(seq uint64, c *eventstore.Commit, decided bool, final *dom
 	for id, w := range bs.workspaces {
 		s.cache[string(key(pWorkspace, id))] = w
 	}
-	// An ended goal or task leaves the cache, with its tip: it is seldom
-	// read again (a read brings it back), and kept, the ended ones would
-	// soon be most of the cache — memory that every garbage collection
-	// scans, and that raises the peak heap.
-	for id, g := range bs.goals {
-		s.cacheUnless(bs.ended(domain.AggGoal, id), key(pGoal, id), g)
-	}
-	for id, t := range bs.tasks {
-		s.cacheUnless(bs.ended(domain.AggTask, id), key(pTask, id), t)
-	}
+	bs.cacheDone()
 	for id, r := range bs.rituals {
 		s.cache[string(key(pRitual, id))] = r
 	}
 	for id, x := range bs.schedules {
 		s.cache[string(key(pSchedule, id))] = x
-	}
-	for k, t := range bs.tips {
-		typ, id, _ := strings.Cut(k, "/")
-		s.cacheUnless(bs.ended(typ, id), key(pTip, k), t)
 	}
 	if len(s.cache) > s.opts.CacheEntries {
 		clear(s.cache)

@@ -1,6 +1,6 @@
 package projections
 
-// PebbleGets returns how many lookups of s reached Pebble.
+// PebbleGets returns how many lookups and scans of s reached Pebble.
 func PebbleGets(s *Store) int64 { return s.pebbleGets.Load() }
 
 // SetAfterRead has f run between a state's read from Pebble and its caching

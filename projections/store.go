@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -86,7 +87,7 @@ type Store struct {
 	// keys answers a lookup of a goal, task or command never written
 	// without Pebble; nil until Open has filled it.
 	keys *keyFilter
-	// pebbleGets counts the lookups that reached Pebble (tests).
+	// pebbleGets counts the lookups and scans that reached Pebble (tests).
 	pebbleGets atomic.Int64
 }
 
@@ -457,6 +458,7 @@ func (s *Store) scanRange(lower, upper []byte, fn func(k, v []byte) error) (err 
 		return ErrClosed
 	}
 	defer s.recoverInto(&err)
+	s.pebbleGets.Add(1)
 	it, err := s.db.NewIter(&pebble.IterOptions{LowerBound: lower, UpperBound: upper})
 	if err != nil {
 		return s.damagedErr(err)
@@ -524,13 +526,37 @@ func (s *Store) cachedAt(k string) (any, bool, uint64) {
 	return v, ok, s.gen
 }
 
-// cacheUnless puts v in the cache under k, or, when drop, takes k out of
-// it. The caller holds s.mu.
-func (s *Store) cacheUnless(drop bool, k []byte, v any) {
-	if drop {
-		delete(s.cache, string(k))
-	} else {
-		s.cache[string(k)] = v
+// aggKey is the key of the state of goal or task id.
+func aggKey(typ, id string) []byte {
+	if typ == domain.AggGoal {
+		return key(pGoal, id)
+	}
+	return key(pTask, id)
+}
+
+// forget takes goal or task id out of the cache, with its tip and, for a
+// task, its dependents. The caller holds s.mu.
+func (s *Store) forget(typ, id string) {
+	delete(s.cache, string(aggKey(typ, id)))
+	delete(s.cache, string(key(pTip, typ, id)))
+	if typ == domain.AggTask {
+		delete(s.cache, string(key(pDependents, id)))
+	}
+}
+
+// addDependent adds task id to the cached dependents of task d, in the
+// order Dependents reads them. The caller holds s.mu.
+func (s *Store) addDependent(d, id string) {
+	k := string(key(pDependents, d))
+	v, ok := s.cache[k]
+	if !ok {
+		return
+	}
+	ids := v.([]string)
+	i, found := slices.BinarySearch(ids, id)
+	if !found {
+		// A new slice: readers may hold the cached one.
+		s.cache[k] = slices.Insert(slices.Clip(ids), i, id)
 	}
 }
 
@@ -599,14 +625,23 @@ func load[S any](s *Store, prefix, id string) (*S, error) {
 	return &st, nil
 }
 
-// Dependents returns the ids of the tasks that depend on task id.
+// Dependents returns the ids of the tasks that depend on task id, in the
+// order of their ids. The caller must not change the slice.
 func (s *Store) Dependents(id string) ([]string, error) {
+	ck := string(key(pDependents, id))
+	v, ok, gen := s.cachedAt(ck)
+	if ok {
+		return v.([]string), nil
+	}
 	p := key(pDependents, id, "")
 	var out []string
 	err := s.scan(p, func(k, _ []byte) error {
 		out = append(out, string(k[len(p):]))
 		return nil
 	})
+	if err == nil {
+		s.remember(gen, ck, out)
+	}
 	return out, err
 }
 

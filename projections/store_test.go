@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -551,4 +552,69 @@ func TestAReadRacingARecordDoesNotCacheTheOlderState(t *testing.T) {
 	now, err := s.Task(tasks[0].ID)
 	require.NoError(t, err)
 	require.Equal(t, domain.StateCancelled, now.State, "the task as the cancel left it, not the older state the racing read saw")
+}
+
+// A task that ended stays in the cache while its goal is open — each task
+// that ends has the writer read every task of the plan, to see whether the
+// goal is done — and leaves it, with the rest of the plan, when the goal
+// ends. A task's dependents are read from Pebble once, and a task that a
+// revised plan adds joins them.
+func TestAnOpenGoalsTasksStayInTheCache(t *testing.T) {
+	s, h := setup(t)
+	gid := domain.DeriveID(h.d.now, "goal")
+	h.batch(cmd{&domain.CreateGoal{GoalID: gid, Title: "g"}, "c-goal"})
+	h.batch(cmd{&domain.SubmitPlan{GoalID: gid, Tasks: []domain.TaskSpec{
+		{Key: "a", Queue: "q", DependsOn: []string{}}, {Key: "b", Queue: "q", DependsOn: []string{"a"}}}}, "c-plan"})
+	g, err := s.Goal(gid)
+	require.NoError(t, err)
+	a, b := g.Plan[0].TaskID, g.Plan[1].TaskID
+	gets := func(f func()) int64 {
+		before := projections.PebbleGets(s)
+		f()
+		return projections.PebbleGets(s) - before
+	}
+	task := func(id string) *domain.Task {
+		tk, err := s.Task(id)
+		require.NoError(t, err)
+		return tk
+	}
+	dependents := func(id string) []string {
+		d, err := s.Dependents(id)
+		require.NoError(t, err)
+		return d
+	}
+
+	require.Positive(t, gets(func() { require.Equal(t, []string{b}, dependents(a)) }), "the first read of a's dependents scans Pebble")
+	require.Zero(t, gets(func() { require.Equal(t, []string{b}, dependents(a)) }), "the next is cached")
+
+	h.batch(cmd{&domain.ClaimTask{ClaimBody: domain.ClaimBody{TaskID: a, Executor: "e"}}, "c-claim-a"})
+	h.batch(cmd{&domain.ReportSuccess{TaskID: a, Attempt: 1, Result: json.RawMessage(`{}`)}, "c-done-a"})
+	require.Zero(t, gets(func() {
+		require.Equal(t, domain.StateAccepted, task(a).State)
+		require.Equal(t, domain.StateReady, task(b).State)
+	}), "a ended, but its goal is open: both tasks are cached")
+
+	h.batch(cmd{&domain.SubmitPlan{GoalID: gid, Tasks: []domain.TaskSpec{
+		{Key: "a", Queue: "q", DependsOn: []string{}}, {Key: "b", Queue: "q", DependsOn: []string{"a"}},
+		{Key: "c", Queue: "q", DependsOn: []string{"a"}}}}, "c-revise"})
+	g, err = s.Goal(gid)
+	require.NoError(t, err)
+	require.Len(t, g.Plan, 3)
+	c := g.Plan[2].TaskID
+	want := []string{b, c}
+	slices.Sort(want)
+	require.Zero(t, gets(func() { require.Equal(t, want, dependents(a)) }), "the revision's new task joined a's cached dependents")
+
+	for _, id := range []string{b, c} {
+		h.batch(cmd{&domain.ClaimTask{ClaimBody: domain.ClaimBody{TaskID: id, Executor: "e"}}, "c-claim-" + id})
+		h.batch(cmd{&domain.ReportSuccess{TaskID: id, Attempt: 1, Result: json.RawMessage(`{}`)}, "c-done-" + id})
+	}
+	require.Equal(t, int64(4), gets(func() {
+		g, err = s.Goal(gid)
+		require.NoError(t, err)
+		require.Equal(t, domain.GoalStateAchieved, g.State)
+		for _, id := range []string{a, b, c} {
+			require.Equal(t, domain.StateAccepted, task(id).State)
+		}
+	}), "the goal achieved, it and its plan's tasks left the cache")
 }
