@@ -41,8 +41,9 @@ type batchState struct {
 // (whether a goal is done is read from every task of its plan, each time
 // one ends). Kept, the done ones would soon be most of the cache — memory
 // that every garbage collection scans, and that raises the peak heap; a
-// read brings one back. A new task joins the cached dependents of the
-// tasks it depends on. The caller holds s.mu.
+// read brings one back. A new task's dependents are cached (those the
+// record creates), and a new task joins the cached dependents of the tasks
+// it depends on. The caller holds s.mu.
 func (bs *batchState) cacheDone() {
 	s := bs.s
 	for id, g := range bs.goals {
@@ -53,6 +54,12 @@ func (bs *batchState) cacheDone() {
 		s.forget(domain.AggGoal, id)
 		for _, pt := range g.Plan {
 			s.forget(domain.AggTask, pt.TaskID)
+		}
+	}
+	for id := range bs.tasks {
+		if bs.taskBefore[id] == nil {
+			// New: only the record's own new tasks can depend on it.
+			s.cache[string(key(pDependents, id))] = []string(nil)
 		}
 	}
 	for id, t := range bs.tasks {
