@@ -250,9 +250,7 @@ func (bs *batchState) tip(aggType, id string, version uint64) (tip, error) {
 	if v, ok := bs.s.cached(string(key(pTip, k))); ok {
 		return v.(tip), nil
 	}
-	var t tip
-	_, err := bs.s.get(key(pTip, aggType, id), &t)
-	return t, err
+	return bs.s.lastEvent(aggType, id)
 }
 
 // chain checks that e follows its aggregate's tip, moves the tip and keeps
@@ -554,11 +552,6 @@ func (bs *batchState) flush(b *pebble.Batch) error {
 	}
 	for goalID, m := range counts {
 		if err := setJSON(b, key(pGoalCounts, goalID), m); err != nil {
-			return err
-		}
-	}
-	for k, t := range bs.tips {
-		if err := setJSON(b, key(pTip, k), t); err != nil {
 			return err
 		}
 	}

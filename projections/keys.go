@@ -19,7 +19,7 @@ const (
 	pTaskByGoal = "tg"          // tg/<goal>/<task>
 	pDependents = "td"          // td/<dependency>/<task>
 	pHistory    = "h"           // h/<aggtype>/<id>/<version BE>
-	pTip        = "a"           // a/<aggtype>/<id> -> chain tip
+	pTip        = "a"           // a/<aggtype>/<id>: the cache's key of a chain tip (views written before kept it as a row)
 	pCommand    = "c"           // c/<ws>/<command key: domain.CommandKey of actor and id> -> first outcome
 	pTimer      = "tm"          // tm/<due unix nanos BE>/<task, goal or schedule id>/<kind>/<attempt> -> workspace
 	pApproval   = "ap"          // ap/<ws>/<approval state>/<approval id>

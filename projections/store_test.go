@@ -19,6 +19,7 @@ import (
 	"github.com/dwr-run/dwr/domain"
 	"github.com/dwr-run/dwr/eventstore"
 	"github.com/dwr-run/dwr/projections"
+	"github.com/dwr-run/dwr/schemas"
 )
 
 // cmd is a test command with its metadata.
@@ -628,4 +629,37 @@ func TestAnOpenGoalsTasksStayInTheCache(t *testing.T) {
 	defer s.Close()
 	require.Equal(t, int64(1), gets(func() { require.Equal(t, want, dependents(a)) }), "opened views scan Pebble for them")
 	require.Zero(t, gets(func() { require.Equal(t, want, dependents(a)) }), "and cache them")
+}
+
+// The tip of an aggregate's chain, which the writer's next event of it
+// carries, is its last event's version and hash, read from its history
+// once the cache is gone (the views keep no row of their own for it).
+func TestTheTipIsTheHistorysLastEvent(t *testing.T) {
+	fs := vfs.NewMem()
+	s := openOn(t, fs)
+	h := inWorkspace(t, s)
+	gid, tasks := goalWithATask(t, s, h)
+	h.batch(cmd{&domain.CancelGoal{GoalID: gid, Reason: "enough"}, "c-cancel"})
+	require.NoError(t, s.Close())
+	s = openOn(t, fs)
+	defer s.Close()
+	require.NotContains(t, string(dump(t, s)), "\"a/", "no tip rows")
+	for _, agg := range [][2]string{{domain.AggWorkspace, "w"}, {domain.AggGoal, gid}, {domain.AggTask, tasks[0].ID}} {
+		var last eventstore.Event
+		require.NoError(t, s.EachEvent(agg[0], agg[1], 0, func(e eventstore.Event) bool { last = e; return true }))
+		require.Positive(t, last.Version)
+		v, hash, err := s.Tip(agg[0], agg[1])
+		require.NoError(t, err)
+		require.Equal(t, last.Version, v, "%s %s", agg[0], agg[1])
+		require.Equal(t, last.Hash(), hash, "%s %s", agg[0], agg[1])
+	}
+	v, hash, err := s.Tip(domain.AggTask, domain.DeriveID(h.d.now, "never"))
+	require.NoError(t, err)
+	require.Zero(t, v)
+	require.Empty(t, hash)
+	h.store, h.d.store = s, s
+	h.batch(cmd{&domain.ConfigureWorkspace{RetainEnded: schemas.Duration(time.Hour)}, "c-configure"}) // linked on the tip read
+	w, err := s.Workspace("w")
+	require.NoError(t, err)
+	require.Equal(t, schemas.Duration(time.Hour), w.RetainEnded)
 }
