@@ -3,6 +3,7 @@ package projections
 import (
 	"encoding/binary"
 	"fmt"
+	"slices"
 	"strings"
 
 	fastjson "github.com/go-json-experiment/json/v1"
@@ -37,23 +38,38 @@ type batchState struct {
 
 // cacheDone puts the goals and tasks the record touched, and their tips, in
 // the cache while work goes on in them, and takes them out once they are
-// done: a goal while it is open, a task until it and its goal have ended
-// (whether a goal is done is read from every task of its plan, each time
-// one ends). Kept, the done ones would soon be most of the cache — memory
-// that every garbage collection scans, and that raises the peak heap; a
-// read brings one back. A new task's dependents are cached (those the
-// record creates), and a new task joins the cached dependents of the tasks
-// it depends on. The caller holds s.mu.
+// done: a goal while it is open, a task until it has ended and is no longer
+// in an open goal's plan (whether a goal is done is read from every task of
+// its plan, each time one ends). Kept, the done ones would soon be most of
+// the cache — memory that every garbage collection scans, and that raises
+// the peak heap; a read brings one back. A new task's dependents are cached
+// (those the record creates), and a new task joins the cached dependents of
+// the tasks it depends on. The caller holds s.mu.
 func (bs *batchState) cacheDone() {
 	s := bs.s
 	for id, g := range bs.goals {
-		if g.State == domain.GoalStateOpen {
-			s.cache[string(key(pGoal, id))] = g
+		before := bs.goalBefore[id]
+		if g.State != domain.GoalStateOpen {
+			s.forget(domain.AggGoal, id)
+			for _, p := range []*domain.Goal{g, before} {
+				for _, pt := range planOf(p) {
+					s.forget(domain.AggTask, pt.TaskID)
+				}
+			}
 			continue
 		}
-		s.forget(domain.AggGoal, id)
-		for _, pt := range g.Plan {
-			s.forget(domain.AggTask, pt.TaskID)
+		s.cache[string(key(pGoal, id))] = g
+		if before != nil && before.PlanVersion != g.PlanVersion {
+			// Revised: the tasks that left the plan leave the cache.
+			kept := make(map[string]bool, len(g.Plan))
+			for _, pt := range g.Plan {
+				kept[pt.TaskID] = true
+			}
+			for _, pt := range before.Plan {
+				if !kept[pt.TaskID] {
+					s.forget(domain.AggTask, pt.TaskID)
+				}
+			}
 		}
 	}
 	for id := range bs.tasks {
@@ -68,7 +84,7 @@ func (bs *batchState) cacheDone() {
 				s.addDependent(d, id)
 			}
 		}
-		if !domain.Terminal(t.State) || bs.goalOpen(t.GoalID) {
+		if !domain.Terminal(t.State) || bs.planHolds(t.GoalID, id) {
 			s.cache[string(key(pTask, id))] = t
 		} else {
 			s.forget(domain.AggTask, id)
@@ -86,17 +102,29 @@ func (bs *batchState) cacheDone() {
 	}
 }
 
-// goalOpen reports whether goal id is open as far as the record and the
-// cache know (an ended goal leaves the cache).
-func (bs *batchState) goalOpen(id string) bool {
-	if id == "" {
+// planHolds reports whether goal goalID is open and task taskID in its plan,
+// as far as the record and the cache know (an ended goal leaves the cache).
+func (bs *batchState) planHolds(goalID, taskID string) bool {
+	if goalID == "" {
 		return false
 	}
-	if g, ok := bs.goals[id]; ok {
-		return g != nil && g.State == domain.GoalStateOpen
+	g, ok := bs.goals[goalID]
+	if !ok {
+		v, cached := bs.s.cache[string(key(pGoal, goalID))]
+		if !cached {
+			return false
+		}
+		g = v.(*domain.Goal)
 	}
-	g, ok := bs.s.cache[string(key(pGoal, id))]
-	return ok && g.(*domain.Goal).State == domain.GoalStateOpen
+	return g != nil && g.State == domain.GoalStateOpen && slices.ContainsFunc(g.Plan, func(pt domain.PlanTask) bool { return pt.TaskID == taskID })
+}
+
+// planOf returns g's plan (none for nil).
+func planOf(g *domain.Goal) []domain.PlanTask {
+	if g == nil {
+		return nil
+	}
+	return g.Plan
 }
 
 // Apply applies the log record at seq, verified (see eventstore.LogVerifier),

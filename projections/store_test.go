@@ -663,3 +663,33 @@ func TestTheTipIsTheHistorysLastEvent(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, schemas.Duration(time.Hour), w.RetainEnded)
 }
+
+// A task that ended leaves the cache when a revision takes it out of its
+// open goal's plan: no decision reads it again.
+func TestATaskARevisionRemovesLeavesTheCache(t *testing.T) {
+	s, h := setup(t)
+	gid := domain.DeriveID(h.d.now, "goal")
+	h.batch(cmd{&domain.CreateGoal{GoalID: gid, Title: "g"}, "c-goal"})
+	h.batch(cmd{&domain.SubmitPlan{GoalID: gid, Tasks: []domain.TaskSpec{
+		{Key: "a", Queue: "q", DependsOn: []string{}}, {Key: "x", Queue: "q", DependsOn: []string{}}}}, "c-plan"})
+	g, err := s.Goal(gid)
+	require.NoError(t, err)
+	a := g.Plan[0].TaskID
+	h.batch(cmd{&domain.ClaimTask{ClaimBody: domain.ClaimBody{TaskID: a, Executor: "e"}}, "c-claim-a"})
+	h.batch(cmd{&domain.ReportSuccess{TaskID: a, Attempt: 1, Result: json.RawMessage(`{}`)}, "c-done-a"})
+	read := func() int64 {
+		before := projections.PebbleGets(s)
+		tk, err := s.Task(a)
+		require.NoError(t, err)
+		require.Equal(t, domain.StateAccepted, tk.State)
+		return projections.PebbleGets(s) - before
+	}
+	require.Zero(t, read(), "a ended in its open goal's plan: cached")
+
+	h.batch(cmd{&domain.SubmitPlan{GoalID: gid, Tasks: []domain.TaskSpec{{Key: "x", Queue: "q", DependsOn: []string{}}}}, "c-revise"})
+	g, err = s.Goal(gid)
+	require.NoError(t, err)
+	require.Equal(t, domain.GoalStateOpen, g.State)
+	require.Len(t, g.Plan, 1)
+	require.Equal(t, int64(1), read(), "the revision took a out of the plan, and the cache")
+}
