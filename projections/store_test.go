@@ -146,6 +146,13 @@ func (h *harness) batch(cmds ...cmd) {
 	}
 }
 
+// succeed claims task id and reports its first attempt's success, each in
+// a record of its own.
+func (h *harness) succeed(id string) {
+	h.batch(cmd{&domain.ClaimTask{ClaimBody: domain.ClaimBody{TaskID: id, Executor: "e"}}, "c-claim-" + id})
+	h.batch(cmd{&domain.ReportSuccess{TaskID: id, Attempt: 1, Result: json.RawMessage(`{}`)}, "c-done-" + id})
+}
+
 // requireSameState requires the states that two stores' get returns for id
 // to be deep-equal.
 func requireSameState[S any](t require.TestingT, id string, get, want func(string) (*S, error)) {
@@ -593,8 +600,7 @@ func TestAnOpenGoalsTasksStayInTheCache(t *testing.T) {
 		require.Empty(t, dependents(b))
 	}), "the plan's tasks' dependents are cached")
 
-	h.batch(cmd{&domain.ClaimTask{ClaimBody: domain.ClaimBody{TaskID: a, Executor: "e"}}, "c-claim-a"})
-	h.batch(cmd{&domain.ReportSuccess{TaskID: a, Attempt: 1, Result: json.RawMessage(`{}`)}, "c-done-a"})
+	h.succeed(a)
 	require.Zero(t, gets(func() {
 		require.Equal(t, domain.StateAccepted, task(a).State)
 		require.Equal(t, domain.StateReady, task(b).State)
@@ -612,8 +618,7 @@ func TestAnOpenGoalsTasksStayInTheCache(t *testing.T) {
 	require.Zero(t, gets(func() { require.Equal(t, want, dependents(a)) }), "the revision's new task joined a's cached dependents")
 
 	for _, id := range []string{b, c} {
-		h.batch(cmd{&domain.ClaimTask{ClaimBody: domain.ClaimBody{TaskID: id, Executor: "e"}}, "c-claim-" + id})
-		h.batch(cmd{&domain.ReportSuccess{TaskID: id, Attempt: 1, Result: json.RawMessage(`{}`)}, "c-done-" + id})
+		h.succeed(id)
 	}
 	require.Equal(t, int64(4), gets(func() {
 		g, err = s.Goal(gid)
@@ -675,8 +680,7 @@ func TestATaskARevisionRemovesLeavesTheCache(t *testing.T) {
 	g, err := s.Goal(gid)
 	require.NoError(t, err)
 	a := g.Plan[0].TaskID
-	h.batch(cmd{&domain.ClaimTask{ClaimBody: domain.ClaimBody{TaskID: a, Executor: "e"}}, "c-claim-a"})
-	h.batch(cmd{&domain.ReportSuccess{TaskID: a, Attempt: 1, Result: json.RawMessage(`{}`)}, "c-done-a"})
+	h.succeed(a)
 	read := func() int64 {
 		before := projections.PebbleGets(s)
 		tk, err := s.Task(a)
