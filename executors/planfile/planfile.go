@@ -71,8 +71,13 @@ func readDoc(kind, name string, r io.Reader) (any, error) {
 		return nil, fmt.Errorf("%s %s: larger than %d bytes", kind, name, MaxSize)
 	}
 	if !json.Valid(b) {
+		var n yaml.Node
+		if err := yaml.Unmarshal(b, &n); err != nil {
+			return nil, fmt.Errorf("%s %s is neither YAML nor JSON: %w", kind, name, err)
+		}
+		untime(&n)
 		var v any
-		if err := yaml.Unmarshal(b, &v); err != nil {
+		if err := n.Decode(&v); err != nil {
 			return nil, fmt.Errorf("%s %s is neither YAML nor JSON: %w", kind, name, err)
 		}
 		if b, err = json.Marshal(jsonValue(v)); err != nil {
@@ -86,6 +91,18 @@ func readDoc(kind, name string, r io.Reader) (any, error) {
 		return nil, fmt.Errorf("%s %s: %w", kind, name, err)
 	}
 	return doc, nil
+}
+
+// untime keeps a date or time written without a tag (2026-01-02) the
+// string it was written as: decoded, it would become a time, and its JSON
+// another text (2026-01-02T00:00:00Z).
+func untime(n *yaml.Node) {
+	if n.Kind == yaml.ScalarNode && n.ShortTag() == "!!timestamp" && n.Style&yaml.TaggedStyle == 0 {
+		n.Tag = "!!str"
+	}
+	for _, c := range n.Content {
+		untime(c)
+	}
 }
 
 // jsonValue turns what YAML decoded into what JSON can encode: a mapping

@@ -52,13 +52,15 @@ func TestReadYAMLAndJSON(t *testing.T) {
 // A plan's YAML is read as YAML 1.2: keys and values such as n, no, on,
 // off and NO stay strings (YAML 1.1 read them as booleans, so an input
 // {n: 3} reached the service as {"false": 3}); true and false are
-// booleans, numbers numbers, and a key that is not a string takes its
-// YAML form.
+// booleans, numbers numbers, dates and times the strings they are written
+// as, and a key that is not a string takes its YAML form.
 func TestPlanYAMLKeepsWordsThatYAML11ReadAsBooleans(t *testing.T) {
-	got, err := read(t, "- key: a\n  queue: q\n  input: {n: 3, y: 1, answer: no, country: NO, on: push, off: true, flag: false, ratio: 0.5, 7: seven}\n")
+	got, err := read(t, "- key: a\n  queue: q\n  input: {n: 3, y: 1, answer: no, country: NO, on: push, off: true, flag: false, ratio: 0.5, 7: seven,"+
+		" day: 2026-01-02, at: 2026-01-02T03:04:05Z, base: &b {k: v}, more: {<<: *b, x: 1}}\n")
 	require.NoError(t, err)
-	require.JSONEq(t, `{"n": 3, "y": 1, "answer": "no", "country": "NO", "on": "push", "off": true, "flag": false, "ratio": 0.5, "7": "seven"}`,
-		string(got[0].Input))
+	require.JSONEq(t, `{"n": 3, "y": 1, "answer": "no", "country": "NO", "on": "push", "off": true, "flag": false, "ratio": 0.5, "7": "seven",
+		"day": "2026-01-02", "at": "2026-01-02T03:04:05Z", "base": {"k": "v"}, "more": {"k": "v", "x": 1}}`, string(got[0].Input),
+		"dates and times stay as written; anchors and merge keys are YAML's")
 
 	_, err = read(t, "- {key: a, queue: q, input: {n: 1, n: 2}}\n")
 	require.ErrorContains(t, err, "plan file plan.yaml is neither YAML nor JSON", "a key given twice")
