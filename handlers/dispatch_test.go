@@ -47,8 +47,15 @@ func TestQueueConfigureMakesTheConsumer(t *testing.T) {
 	require.Equal(t, 3, cons.CachedInfo().Config.MaxDeliver)
 
 	// Deleted by hand, it is made again by the next queue.configure, even one that changes nothing.
+	// The server may not have finished deleting it: the service then answers unavailable, and the
+	// client sends it again, as a client does.
 	require.NoError(t, b.jetstream(t).DeleteConsumer(context.Background(), "DWR_WORK", "dwr-default-q1"))
-	b.mustCommand(t, "queue.configure", map[string]any{"queue": "q1", "lease_ms": 1000, "max_deliver": 1, "if_unset": true})
+	var again schemas.Reply
+	require.Eventually(t, func() bool {
+		again = b.command(t, "queue.configure", map[string]any{"queue": "q1", "lease_ms": 1000, "max_deliver": 1, "if_unset": true}, "")
+		return again.OK || again.Error == nil || again.Error.Code != schemas.CodeUnavailable
+	}, 10*time.Second, 10*time.Millisecond)
+	require.True(t, again.OK, "%+v", again.Error)
 	cons, err = b.jetstream(t).Consumer(context.Background(), "DWR_WORK", "dwr-default-q1")
 	require.NoError(t, err)
 	require.Equal(t, 2500*time.Millisecond, cons.CachedInfo().Config.AckWait, "if_unset keeps the queue's settings")
