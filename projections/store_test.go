@@ -262,6 +262,39 @@ func genCommand(rt *rapid.T, h *harness, n int) cmd {
 	}
 }
 
+// requireCacheAgrees requires what s answers for every goal and task of
+// workspace w — its state, its dependents, its chain's tip, from the cache
+// or not — to be what Pebble holds.
+func requireCacheAgrees(t require.TestingT, s *projections.Store) {
+	tasks, err := s.ListTasks("w", projections.TaskFilter{})
+	require.NoError(t, err)
+	goals, err := s.ListGoals("w", "", 0)
+	require.NoError(t, err)
+	for _, tk := range tasks {
+		want, _, deps, v, hash, err := projections.Uncached(s, tk.ID)
+		require.NoError(t, err)
+		got, err := s.Task(tk.ID)
+		require.NoError(t, err)
+		require.Equal(t, want, got, "task %s", tk.ID)
+		gotDeps, err := s.Dependents(tk.ID)
+		require.NoError(t, err)
+		require.Equal(t, deps, gotDeps, "dependents of task %s", tk.ID)
+		gv, gh, err := s.Tip(domain.AggTask, tk.ID)
+		require.NoError(t, err)
+		require.Equal(t, [2]any{v, hash}, [2]any{gv, gh}, "tip of task %s", tk.ID)
+	}
+	for _, g := range goals {
+		_, want, _, v, hash, err := projections.Uncached(s, g.ID)
+		require.NoError(t, err)
+		got, err := s.Goal(g.ID)
+		require.NoError(t, err)
+		require.Equal(t, want, got, "goal %s", g.ID)
+		gv, gh, err := s.Tip(domain.AggGoal, g.ID)
+		require.NoError(t, err)
+		require.Equal(t, [2]any{v, hash}, [2]any{gv, gh}, "tip of goal %s", g.ID)
+	}
+}
+
 // TestRebuiltViewsEqualLiveViews runs random batches (several commands on
 // one aggregate, retried command ids, refused commands) into views that take
 // the decided states, as the writer's do, and checks after every record that
@@ -286,6 +319,8 @@ func TestRebuiltViewsEqualLiveViews(t *testing.T) {
 			}
 			h.d.now = h.d.now.Add(time.Duration(rapid.IntRange(0, 5000).Draw(rt, "ms")) * time.Millisecond)
 			h.batch(cmds...)
+			requireCacheAgrees(rt, live)
+			requireCacheAgrees(rt, byEvents)
 		}
 		rebuilt, err := projections.Rebuild(context.Background(), h.log, testKey, "rebuilt", projections.Options{FS: vfs.NewMem()}, nil)
 		require.NoError(rt, err)
