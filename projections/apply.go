@@ -3,6 +3,7 @@ package projections
 import (
 	"encoding/binary"
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 
@@ -31,6 +32,9 @@ type batchState struct {
 	taskBefore map[string]*domain.Task // state before the record, for index moves
 	goalBefore map[string]*domain.Goal // likewise, for the goals' timers
 	tips       map[string]tip
+	// counts are the counts of tasks by state of the goals whose tasks the
+	// record moved, as flush wrote them.
+	counts map[string]map[string]int
 	// fresh: the event being applied is its aggregate's first (its tip
 	// showed none), so there is no state to load.
 	fresh bool
@@ -88,6 +92,14 @@ func (bs *batchState) cacheDone() {
 			s.cache[string(key(pTask, id))] = t
 		} else {
 			s.forget(domain.AggTask, id)
+		}
+	}
+	for goalID, m := range bs.counts {
+		k := string(key(pGoalCounts, goalID))
+		if _, held := s.cache[string(key(pGoal, goalID))]; held {
+			s.cache[k] = m // the next record clones it before counting
+		} else {
+			delete(s.cache, k)
 		}
 	}
 	for k, t := range bs.tips {
@@ -481,15 +493,20 @@ func (bs *batchState) SetTask(id string, t *domain.Task) { bs.tasks[id] = t }
 // index entries, and adjusts goal counts.
 func (bs *batchState) flush(b *pebble.Batch) error {
 	counts := map[string]map[string]int{}
+	bs.counts = counts
 	count := func(goalID, state string, d int) error {
 		if goalID == "" {
 			return nil
 		}
 		m, ok := counts[goalID]
 		if !ok {
-			m = map[string]int{}
-			if _, err := bs.s.get(key(pGoalCounts, goalID), &m); err != nil {
-				return err
+			if v, cached := bs.s.cached(string(key(pGoalCounts, goalID))); cached {
+				m = maps.Clone(v.(map[string]int)) // the cached map is never changed
+			} else {
+				m = map[string]int{}
+				if _, err := bs.s.get(key(pGoalCounts, goalID), &m); err != nil {
+					return err
+				}
 			}
 			counts[goalID] = m
 		}

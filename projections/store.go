@@ -537,12 +537,14 @@ func aggKey(typ, id string) []byte {
 }
 
 // forget takes goal or task id out of the cache, with its tip and, for a
-// task, its dependents. The caller holds s.mu.
+// task, its dependents, for a goal, its counts. The caller holds s.mu.
 func (s *Store) forget(typ, id string) {
 	delete(s.cache, string(aggKey(typ, id)))
 	delete(s.cache, string(key(pTip, typ, id)))
 	if typ == domain.AggTask {
 		delete(s.cache, string(key(pDependents, id)))
+	} else {
+		delete(s.cache, string(key(pGoalCounts, id)))
 	}
 }
 

@@ -732,3 +732,26 @@ func TestATaskARevisionRemovesLeavesTheCache(t *testing.T) {
 	require.Len(t, g.Plan, 1)
 	require.Equal(t, int64(1), read(), "the revision took a out of the plan, and the cache")
 }
+
+// Work on an open goal whose states are cached reads nothing from Pebble:
+// deciding and applying a claim and a report take the tasks, the goal, the
+// dependents, the chain tips and the goal's counts from the cache.
+func TestWorkOnACachedGoalReadsNothingFromPebble(t *testing.T) {
+	s, h := setup(t)
+	gid := domain.DeriveID(h.d.now, "goal")
+	h.batch(cmd{&domain.CreateGoal{GoalID: gid, Title: "g"}, "c-goal"})
+	h.batch(cmd{&domain.SubmitPlan{GoalID: gid, Tasks: []domain.TaskSpec{
+		{Key: "a", Queue: "q", DependsOn: []string{}}, {Key: "b", Queue: "q", DependsOn: []string{"a"}}}}, "c-plan"})
+	g, err := s.Goal(gid)
+	require.NoError(t, err)
+	h.succeed(g.Plan[0].TaskID) // the goal's counts are read once, and cached
+	before := projections.PebbleGets(s)
+	h.succeed(g.Plan[1].TaskID)
+	require.Zero(t, projections.PebbleGets(s)-before)
+	g, err = s.Goal(gid)
+	require.NoError(t, err)
+	require.Equal(t, domain.GoalStateAchieved, g.State)
+	v, err := s.GoalView("w", gid)
+	require.NoError(t, err)
+	require.Equal(t, map[string]int{domain.StateAccepted: 2}, v.Counts)
+}
