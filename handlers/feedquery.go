@@ -13,6 +13,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/dwr-run/dwr/eventstore"
+	"github.com/dwr-run/dwr/handlers/embedded"
 	"github.com/dwr-run/dwr/schemas"
 )
 
@@ -154,7 +155,7 @@ func storedFilter(prefix, ws, filter string) (stored string, exact bool) {
 // and envelope data is an event whose whole subject matches filter.
 func (s *Service) feedMatches(subj string, data []byte, filter string) bool {
 	if !strings.HasPrefix(subj, s.cfg.Prefix+".evs.") {
-		return subjectMatches(subj, filter) // stored whole, by a feed written before
+		return embedded.SubjectMatches(subj, filter) // stored whole, by a feed written before
 	}
 	var e struct {
 		Type          string `json:"type"`
@@ -165,27 +166,8 @@ func (s *Service) feedMatches(subj string, data []byte, filter string) bool {
 	if err := fastjson.Unmarshal(data, &e); err != nil {
 		return false
 	}
-	return subjectMatches(Subject(s.cfg.Prefix, &eventstore.Event{Type: e.Type, Workspace: e.Workspace,
+	return embedded.SubjectMatches(Subject(s.cfg.Prefix, &eventstore.Event{Type: e.Type, Workspace: e.Workspace,
 		AggregateType: e.AggregateType, AggregateID: e.AggregateID}), filter)
-}
-
-// subjectMatches reports whether NATS subject subj matches filter, whose
-// "*" stands for one token and whose last ">" for one or more.
-func subjectMatches(subj, filter string) bool {
-	for {
-		f, frest, fmore := strings.Cut(filter, ".")
-		if f == ">" {
-			return subj != ""
-		}
-		t, srest, smore := strings.Cut(subj, ".")
-		if (f != "*" && f != t) || fmore != smore {
-			return false
-		}
-		if !fmore {
-			return true
-		}
-		filter, subj = frest, srest
-	}
 }
 
 // feedPosition returns the position in the feed's stream of the first event

@@ -52,18 +52,7 @@ type batchState struct {
 func (bs *batchState) cacheDone() {
 	s := bs.s
 	for id, g := range bs.goals {
-		before := bs.goalBefore[id]
-		if g.State != domain.GoalStateOpen {
-			s.forget(domain.AggGoal, id)
-			for _, p := range []*domain.Goal{g, before} {
-				for _, pt := range planOf(p) {
-					s.forget(domain.AggTask, pt.TaskID)
-				}
-			}
-			continue
-		}
-		s.cache[string(key(pGoal, id))] = g
-		if before != nil && before.PlanVersion != g.PlanVersion {
+		if before := bs.goalBefore[id]; before != nil && before.PlanVersion != g.PlanVersion {
 			// Revised: the tasks that left the plan leave the cache.
 			kept := make(map[string]bool, len(g.Plan))
 			for _, pt := range g.Plan {
@@ -74,6 +63,14 @@ func (bs *batchState) cacheDone() {
 					s.forget(domain.AggTask, pt.TaskID)
 				}
 			}
+		}
+		if g.State == domain.GoalStateOpen {
+			s.cache[string(key(pGoal, id))] = g
+			continue
+		}
+		s.forget(domain.AggGoal, id)
+		for _, pt := range g.Plan {
+			s.forget(domain.AggTask, pt.TaskID)
 		}
 	}
 	for id := range bs.tasks {
@@ -129,14 +126,6 @@ func (bs *batchState) planHolds(goalID, taskID string) bool {
 		g = v.(*domain.Goal)
 	}
 	return g != nil && g.State == domain.GoalStateOpen && slices.ContainsFunc(g.Plan, func(pt domain.PlanTask) bool { return pt.TaskID == taskID })
-}
-
-// planOf returns g's plan (none for nil).
-func planOf(g *domain.Goal) []domain.PlanTask {
-	if g == nil {
-		return nil
-	}
-	return g.Plan
 }
 
 // Apply applies the log record at seq, verified (see eventstore.LogVerifier),
@@ -287,10 +276,7 @@ func (bs *batchState) tip(aggType, id string, version uint64) (tip, error) {
 	if bs.decided && version == 1 {
 		return tip{}, nil // the writer found no such aggregate when it decided
 	}
-	if v, ok := bs.s.cached(string(key(pTip, k))); ok {
-		return v.(tip), nil
-	}
-	return bs.s.lastEvent(aggType, id)
+	return bs.s.tip(aggType, id)
 }
 
 // chain checks that e follows its aggregate's tip, moves the tip and keeps

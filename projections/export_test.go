@@ -24,12 +24,7 @@ func Uncached(s *Store, id string) (task *domain.Task, goal *domain.Goal, deps [
 	} else if ok {
 		goal = &g
 	}
-	p := key(pDependents, id, "")
-	err = s.scan(p, func(k, _ []byte) error {
-		deps = append(deps, string(k[len(p):]))
-		return nil
-	})
-	if err != nil {
+	if deps, err = s.scanDependents(id); err != nil {
 		return nil, nil, nil, 0, "", err
 	}
 	typ := domain.AggTask

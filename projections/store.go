@@ -2,9 +2,7 @@ package projections
 
 import (
 	"context"
-	"crypto/sha256"
 	"encoding/binary"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -637,27 +635,38 @@ func (s *Store) Dependents(id string) ([]string, error) {
 	if ok {
 		return v.([]string), nil
 	}
-	p := key(pDependents, id, "")
-	var out []string
-	err := s.scan(p, func(k, _ []byte) error {
-		out = append(out, string(k[len(p):]))
-		return nil
-	})
+	out, err := s.scanDependents(id)
 	if err == nil {
 		s.remember(gen, ck, out)
 	}
 	return out, err
 }
 
+// scanDependents reads the dependents of task id from Pebble.
+func (s *Store) scanDependents(id string) ([]string, error) {
+	p := key(pDependents, id, "")
+	var out []string
+	err := s.scan(p, func(k, _ []byte) error {
+		out = append(out, string(k[len(p):]))
+		return nil
+	})
+	return out, err
+}
+
 // Tip returns the version and hash of the last event of an aggregate (0 and
 // "" when it has none).
 func (s *Store) Tip(aggType, id string) (uint64, string, error) {
-	if v, ok := s.cached(string(key(pTip, aggType, id))); ok {
-		t := v.(tip)
-		return t.Version, t.Hash, nil
-	}
-	t, err := s.lastEvent(aggType, id)
+	t, err := s.tip(aggType, id)
 	return t.Version, t.Hash, err
+}
+
+// tip returns the tip of an aggregate's chain: from the cache, or else as
+// its history ends.
+func (s *Store) tip(aggType, id string) (tip, error) {
+	if v, ok := s.cached(string(key(pTip, aggType, id))); ok {
+		return v.(tip), nil
+	}
+	return s.lastEvent(aggType, id)
 }
 
 // lastEvent returns the tip of an aggregate's chain as its history ends:
@@ -683,8 +692,8 @@ func (s *Store) lastEvent(aggType, id string) (_ tip, err error) {
 	if len(k) != len(lower)+8 {
 		return tip{}, fmt.Errorf("%w: history key %q of %s %s is not its id and a version", ErrDamaged, k, aggType, id)
 	}
-	sum := sha256.Sum256(it.Value())
-	return tip{Version: binary.BigEndian.Uint64(k[len(lower):]), Hash: hex.EncodeToString(sum[:])}, nil
+	last := eventstore.Event{Raw: it.Value()}
+	return tip{Version: binary.BigEndian.Uint64(k[len(lower):]), Hash: last.Hash()}, nil
 }
 
 // tip is where an aggregate's hash chain ends: its last event's version and

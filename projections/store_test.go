@@ -270,28 +270,30 @@ func requireCacheAgrees(t require.TestingT, s *projections.Store) {
 	require.NoError(t, err)
 	goals, err := s.ListGoals("w", "", 0)
 	require.NoError(t, err)
+	ids := make([]string, 0, len(tasks)+len(goals))
 	for _, tk := range tasks {
-		want, _, deps, v, hash, err := projections.Uncached(s, tk.ID)
-		require.NoError(t, err)
-		got, err := s.Task(tk.ID)
-		require.NoError(t, err)
-		require.Equal(t, want, got, "task %s", tk.ID)
-		gotDeps, err := s.Dependents(tk.ID)
-		require.NoError(t, err)
-		require.Equal(t, deps, gotDeps, "dependents of task %s", tk.ID)
-		gv, gh, err := s.Tip(domain.AggTask, tk.ID)
-		require.NoError(t, err)
-		require.Equal(t, [2]any{v, hash}, [2]any{gv, gh}, "tip of task %s", tk.ID)
+		ids = append(ids, tk.ID)
 	}
 	for _, g := range goals {
-		_, want, _, v, hash, err := projections.Uncached(s, g.ID)
+		ids = append(ids, g.ID)
+	}
+	for _, id := range ids {
+		task, goal, deps, v, hash, err := projections.Uncached(s, id)
 		require.NoError(t, err)
-		got, err := s.Goal(g.ID)
+		typ := domain.AggTask
+		if goal != nil {
+			typ = domain.AggGoal
+		}
+		gotTask, err := s.Task(id)
 		require.NoError(t, err)
-		require.Equal(t, want, got, "goal %s", g.ID)
-		gv, gh, err := s.Tip(domain.AggGoal, g.ID)
+		gotGoal, err := s.Goal(id)
 		require.NoError(t, err)
-		require.Equal(t, [2]any{v, hash}, [2]any{gv, gh}, "tip of goal %s", g.ID)
+		gotDeps, err := s.Dependents(id)
+		require.NoError(t, err)
+		gv, gh, err := s.Tip(typ, id)
+		require.NoError(t, err)
+		require.Equal(t, []any{task, goal, deps, v, hash}, []any{gotTask, gotGoal, gotDeps, gv, gh},
+			"%s %s: state, dependents, tip", typ, id)
 	}
 }
 
@@ -474,6 +476,26 @@ func TestTimersFollowTheTasksState(t *testing.T) {
 	require.Equal(t, domain.StateReady, got.State)
 }
 
+// goalWithPlan creates a goal and submits the plan of specs, and returns the
+// goal's id and its plan's task ids, in the specs' order.
+func (h *harness) goalWithPlan(specs ...domain.TaskSpec) (string, []string) {
+	gid := domain.DeriveID(h.d.now, "goal")
+	h.batch(cmd{&domain.CreateGoal{GoalID: gid, Title: "g"}, "c-goal"})
+	h.batch(cmd{&domain.SubmitPlan{GoalID: gid, Tasks: specs}, "c-plan"})
+	g, err := h.store.Goal(gid)
+	require.NoError(h.t, err)
+	ids := make([]string, len(g.Plan))
+	for i, pt := range g.Plan {
+		ids[i] = pt.TaskID
+	}
+	return gid, ids
+}
+
+// spec is a task of queue q with key k, depending on the tasks keyed deps.
+func spec(k string, deps ...string) domain.TaskSpec {
+	return domain.TaskSpec{Key: k, Queue: "q", DependsOn: append([]string{}, deps...)}
+}
+
 // A goal, task or command the views never held is answered absent without
 // asking Pebble (the writer looks up every new command id and every id it
 // creates); those they hold are always found, also after a reopen, when
@@ -482,9 +504,7 @@ func TestTimersFollowTheTasksState(t *testing.T) {
 // returns the goal's id and the task as s lists it.
 func goalWithATask(t *testing.T, s *projections.Store, h *harness) (string, []*domain.Task) {
 	t.Helper()
-	gid := domain.DeriveID(h.d.now, "goal")
-	h.batch(cmd{&domain.CreateGoal{GoalID: gid, Title: "g"}, "c-goal"})
-	h.batch(cmd{&domain.SubmitPlan{GoalID: gid, Tasks: []domain.TaskSpec{{Key: "a", Queue: "q", DependsOn: []string{}}}}, "c-plan"})
+	gid, _ := h.goalWithPlan(spec("a"))
 	tasks, err := s.ListTasks("w", projections.TaskFilter{})
 	require.NoError(t, err)
 	require.Len(t, tasks, 1)
@@ -607,13 +627,8 @@ func TestAnOpenGoalsTasksStayInTheCache(t *testing.T) {
 	fs := vfs.NewMem()
 	s := openOn(t, fs)
 	h := inWorkspace(t, s)
-	gid := domain.DeriveID(h.d.now, "goal")
-	h.batch(cmd{&domain.CreateGoal{GoalID: gid, Title: "g"}, "c-goal"})
-	h.batch(cmd{&domain.SubmitPlan{GoalID: gid, Tasks: []domain.TaskSpec{
-		{Key: "a", Queue: "q", DependsOn: []string{}}, {Key: "b", Queue: "q", DependsOn: []string{"a"}}}}, "c-plan"})
-	g, err := s.Goal(gid)
-	require.NoError(t, err)
-	a, b := g.Plan[0].TaskID, g.Plan[1].TaskID
+	gid, plan := h.goalWithPlan(spec("a"), spec("b", "a"))
+	a, b := plan[0], plan[1]
 	gets := func(f func()) int64 {
 		before := projections.PebbleGets(s)
 		f()
@@ -644,7 +659,7 @@ func TestAnOpenGoalsTasksStayInTheCache(t *testing.T) {
 	h.batch(cmd{&domain.SubmitPlan{GoalID: gid, Tasks: []domain.TaskSpec{
 		{Key: "a", Queue: "q", DependsOn: []string{}}, {Key: "b", Queue: "q", DependsOn: []string{"a"}},
 		{Key: "c", Queue: "q", DependsOn: []string{"a"}}}}, "c-revise"})
-	g, err = s.Goal(gid)
+	g, err := s.Goal(gid)
 	require.NoError(t, err)
 	require.Len(t, g.Plan, 3)
 	c := g.Plan[2].TaskID
@@ -708,13 +723,8 @@ func TestTheTipIsTheHistorysLastEvent(t *testing.T) {
 // open goal's plan: no decision reads it again.
 func TestATaskARevisionRemovesLeavesTheCache(t *testing.T) {
 	s, h := setup(t)
-	gid := domain.DeriveID(h.d.now, "goal")
-	h.batch(cmd{&domain.CreateGoal{GoalID: gid, Title: "g"}, "c-goal"})
-	h.batch(cmd{&domain.SubmitPlan{GoalID: gid, Tasks: []domain.TaskSpec{
-		{Key: "a", Queue: "q", DependsOn: []string{}}, {Key: "x", Queue: "q", DependsOn: []string{}}}}, "c-plan"})
-	g, err := s.Goal(gid)
-	require.NoError(t, err)
-	a := g.Plan[0].TaskID
+	gid, plan := h.goalWithPlan(spec("a"), spec("x"))
+	a := plan[0]
 	h.succeed(a)
 	read := func() int64 {
 		before := projections.PebbleGets(s)
@@ -726,7 +736,7 @@ func TestATaskARevisionRemovesLeavesTheCache(t *testing.T) {
 	require.Zero(t, read(), "a ended in its open goal's plan: cached")
 
 	h.batch(cmd{&domain.SubmitPlan{GoalID: gid, Tasks: []domain.TaskSpec{{Key: "x", Queue: "q", DependsOn: []string{}}}}, "c-revise"})
-	g, err = s.Goal(gid)
+	g, err := s.Goal(gid)
 	require.NoError(t, err)
 	require.Equal(t, domain.GoalStateOpen, g.State)
 	require.Len(t, g.Plan, 1)
@@ -738,17 +748,12 @@ func TestATaskARevisionRemovesLeavesTheCache(t *testing.T) {
 // dependents, the chain tips and the goal's counts from the cache.
 func TestWorkOnACachedGoalReadsNothingFromPebble(t *testing.T) {
 	s, h := setup(t)
-	gid := domain.DeriveID(h.d.now, "goal")
-	h.batch(cmd{&domain.CreateGoal{GoalID: gid, Title: "g"}, "c-goal"})
-	h.batch(cmd{&domain.SubmitPlan{GoalID: gid, Tasks: []domain.TaskSpec{
-		{Key: "a", Queue: "q", DependsOn: []string{}}, {Key: "b", Queue: "q", DependsOn: []string{"a"}}}}, "c-plan"})
-	g, err := s.Goal(gid)
-	require.NoError(t, err)
-	h.succeed(g.Plan[0].TaskID) // the goal's counts are read once, and cached
+	gid, plan := h.goalWithPlan(spec("a"), spec("b", "a"))
+	h.succeed(plan[0]) // the goal's counts are read once, and cached
 	before := projections.PebbleGets(s)
-	h.succeed(g.Plan[1].TaskID)
+	h.succeed(plan[1])
 	require.Zero(t, projections.PebbleGets(s)-before)
-	g, err = s.Goal(gid)
+	g, err := s.Goal(gid)
 	require.NoError(t, err)
 	require.Equal(t, domain.GoalStateAchieved, g.State)
 	v, err := s.GoalView("w", gid)

@@ -259,3 +259,9 @@ func (s *Server) Shutdown() {
 		s.ns.WaitForShutdown()
 	})
 }
+
+// SubjectMatches reports whether NATS subject subj matches filter, by the
+// server's own rule ("*" one token, a last ">" one or more): code that is a
+// NATS client matches subjects the way the server does without linking the
+// server itself.
+func SubjectMatches(subj, filter string) bool { return server.SubjectMatchesFilter(subj, filter) }
