@@ -493,8 +493,9 @@ func chainRun(ctx context.Context, dir string, o ChainOptions, n, submitters int
 	var mu sync.Mutex
 	ended := map[string]time.Time{}
 	target := 0
-	var reached chan struct{} // closed (and cleared) once len(ended) reaches target
-	check := func() {         // with mu held
+	var reached chan struct{}             // closed (and cleared) once len(ended) reaches target
+	waiters := map[string]chan struct{}{} // closed as their chain ends (chains one at a time)
+	check := func() {                     // with mu held
 		if reached != nil && len(ended) >= target {
 			close(reached)
 			reached = nil
@@ -506,6 +507,10 @@ func chainRun(ctx context.Context, dir string, o ChainOptions, n, submitters int
 		mu.Lock()
 		defer mu.Unlock()
 		ended[parts[4]] = now
+		if w, ok := waiters[parts[4]]; ok {
+			close(w)
+			delete(waiters, parts[4])
+		}
 		check()
 	})
 	if err != nil {
@@ -514,6 +519,23 @@ func chainRun(ctx context.Context, dir string, o ChainOptions, n, submitters int
 	defer func() { _ = sub.Unsubscribe() }()
 	if err := fnc.Flush(); err != nil {
 		return nil, err
+	}
+	// waitEnded waits until chain id has ended (its goal was achieved),
+	// woken by the feed's event rather than polling for it: a poll's
+	// timer would wake this process while the chain runs.
+	waitEnded := func(id string) {
+		mu.Lock()
+		if _, ok := ended[id]; ok {
+			mu.Unlock()
+			return
+		}
+		w := make(chan struct{})
+		waiters[id] = w
+		mu.Unlock()
+		select {
+		case <-w:
+		case <-ctx.Done():
+		}
 	}
 
 	cls, closeConns, err := bs.joinClients(ctx, "bench-submitter", submitters)
@@ -588,7 +610,7 @@ func chainRun(ctx context.Context, dir string, o ChainOptions, n, submitters int
 					}
 					mu.Unlock()
 					if err == nil && submitters == 1 { // one chain at a time: wait for it
-						waitEnded(ctx, &mu, ended, id)
+						waitEnded(id)
 					}
 				}
 			})
@@ -685,21 +707,6 @@ func chainRun(ctx context.Context, dir string, o ChainOptions, n, submitters int
 // it returns {"ok":true}.
 func chainHandler(_ context.Context, _ *executors.Job) (executors.Result, error) {
 	return executors.Result{Output: json.RawMessage(`{"ok":true}`)}, nil
-}
-
-// waitEnded waits until chain id has ended (its goal was achieved).
-func waitEnded(ctx context.Context, mu *sync.Mutex, ended map[string]time.Time, id string) {
-	t := time.NewTicker(100 * time.Microsecond)
-	defer t.Stop()
-	for ctx.Err() == nil {
-		mu.Lock()
-		_, ok := ended[id]
-		mu.Unlock()
-		if ok {
-			return
-		}
-		<-t.C
-	}
 }
 
 // submitChain creates goal id with its plan of three sequential tasks, in
