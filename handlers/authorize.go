@@ -28,8 +28,8 @@ type AuthConfig struct {
 	// that added or removed workspace members, so that the NATS server's
 	// users can follow: before a member.add or member.remove is answered,
 	// and after the writer applied such a commit (again; it must be cheap
-	// when nothing changed). It may run on the writer's goroutine and on a
-	// request's at once.
+	// when nothing changed). It runs on a goroutine of the writer's (never
+	// on the one that commits) and on a request's, perhaps at once.
 	OnMembersChanged func()
 }
 

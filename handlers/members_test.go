@@ -1,11 +1,19 @@
 package handlers_test
 
 import (
+	"encoding/json"
+	"sync"
+	"sync/atomic"
 	"testing"
+	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/stretchr/testify/require"
 
 	"github.com/dwr-run/dwr/domain"
+	"github.com/dwr-run/dwr/eventstore"
+	"github.com/dwr-run/dwr/handlers"
+	"github.com/dwr-run/dwr/handlers/servicetest"
 	"github.com/dwr-run/dwr/schemas"
 )
 
@@ -65,4 +73,45 @@ func TestMembersAndQueuesOverTheWire(t *testing.T) {
 		require.False(t, r.OK, q)
 		require.Equal(t, string(domain.CodeNotFound), r.Error.Code, q)
 	}
+}
+
+// Reloading the NATS server's users takes time with every connection it
+// holds; it holds up the member command that caused it (answered once its
+// change is in force), not the writer: other commands are committed
+// meanwhile.
+func TestAMembersReloadDoesNotHoldUpTheWriter(t *testing.T) {
+	release := make(chan struct{})
+	var reloads atomic.Int32
+	st := servicetest.Start(t, "", servicetest.Options{Log: eventstore.NewMemoryLog(), Config: handlers.Config{WriterID: "test-writer",
+		Auth: handlers.AuthConfig{OnMembersChanged: func() {
+			reloads.Add(1)
+			<-release
+		}}}})
+	var once sync.Once
+	unblock := func() { once.Do(func() { close(release) }) }
+	t.Cleanup(unblock) // before the service stops
+	b := bundleOf(st)
+
+	added := make(chan *nats.Msg, 1)
+	go func() {
+		m, err := b.nc.Request("dwr.cmd.default.member.add",
+			[]byte(`{"name":"ops","role":"admin","public_key":"`+userKeyOps+`"}`), time.Minute)
+		if err != nil {
+			m = &nats.Msg{Data: []byte(err.Error())}
+		}
+		added <- m
+	}()
+	require.Eventually(t, func() bool { return reloads.Load() >= 2 }, 10*time.Second, time.Millisecond,
+		"the writer's and the request's reloads both wait")
+	b.mustCommand(t, "goal.create", map[string]any{"title": "while the users reload"})
+	select {
+	case m := <-added:
+		t.Fatalf("member.add answered before its change was in force: %s", m.Data)
+	default:
+	}
+	unblock()
+	m := <-added
+	var r schemas.Reply
+	require.NoError(t, json.Unmarshal(m.Data, &r), "%s", m.Data)
+	require.True(t, r.OK, "%+v", r.Error)
 }

@@ -799,9 +799,9 @@ func (s *Service) runWriter(ctx context.Context, lease *lease) error {
 	defer s.lease.Store(nil)
 	s.setWriting(true)
 	defer s.setWriting(false)
-	timerWake := make(chan struct{}, 1)
+	timerWake, membersWake := make(chan struct{}, 1), make(chan struct{}, 1)
 	handedNow := newHanded()
-	c, w, err := s.takeOver(ctx, timerWake, handedNow)
+	c, w, err := s.takeOver(ctx, timerWake, membersWake, handedNow)
 	if err != nil {
 		return err
 	}
@@ -866,6 +866,7 @@ func (s *Service) runWriter(ctx context.Context, lease *lease) error {
 	defer cancel()
 	bg.Go(func() { s.dispatch.retryLoop(rctx) })
 	bg.Go(func() { s.runTimers(rctx, timerWake) })
+	bg.Go(func() { s.followMembers(rctx, membersWake) })
 	bg.Go(func() { s.sweepLoop(rctx) })
 	bg.Go(func() { s.keepHandedLeases(rctx, handedNow, aliveNow) })
 	s.readyOnce.Do(func() { close(s.ready) })
@@ -886,6 +887,23 @@ func (s *Service) runWriter(ctx context.Context, lease *lease) error {
 	case err := <-runErr:
 		stopCommands()
 		return err
+	}
+}
+
+// followMembers calls Auth.OnMembersChanged each time the writer applied a
+// record that changed workspace members (wake), until ctx ends. The NATS
+// server's reload of its users takes time with every connection it holds:
+// on the writer's goroutine it held up every command meanwhile. The
+// member.add or member.remove that made the change still waits for it before
+// it is answered (execute).
+func (s *Service) followMembers(ctx context.Context, wake <-chan struct{}) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-wake:
+			s.cfg.Auth.OnMembersChanged()
+		}
 	}
 }
 
@@ -946,7 +964,7 @@ func (s *Service) watchStorage(ctx context.Context) error {
 // takeOver makes this replica the writer: it catches the views up, starts a
 // committer (which fences older writers with a new epoch), and repairs what
 // a crash may have lost of the derived streams (event feed, work items).
-func (s *Service) takeOver(ctx context.Context, timerWake chan struct{}, handedNow *handed) (*eventstore.Committer[*request], *writer, error) {
+func (s *Service) takeOver(ctx context.Context, timerWake, membersWake chan struct{}, handedNow *handed) (*eventstore.Committer[*request], *writer, error) {
 	if _, err := s.store.CatchUp(ctx, s.log, s.key); err != nil {
 		return nil, nil, err
 	}
@@ -959,8 +977,11 @@ func (s *Service) takeOver(ctx context.Context, timerWake chan struct{}, handedN
 			if s.holdsLease() {
 				s.feed.publish(c, seq)
 			}
-			if f := s.cfg.Auth.OnMembersChanged; f != nil && changesMembers(c) {
-				f()
+			if s.cfg.Auth.OnMembersChanged != nil && changesMembers(c) {
+				select { // followMembers reloads, off the writer's goroutine
+				case membersWake <- struct{}{}:
+				default:
+				}
 			}
 			s.metrics.committed(c)
 			handedNow.add(c)
