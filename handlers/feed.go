@@ -9,6 +9,8 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
+	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -20,11 +22,29 @@ import (
 
 // feed publishes committed events on <prefix>.ev.<ws>.<aggregate>.<id>.<event>,
 // captured by a derived stream (async persistence: it is rebuilt from the log).
+//
+// Events are sent without waiting for the stream, each expecting the one
+// before it as the stream's last (Nats-Expected-Last-Sequence), so the stream
+// stores an event only after its predecessor: an event that is lost (the
+// stream unavailable, a publish that failed) stops the feed there instead of
+// leaving a hole behind later events. audit sees the stream's end stay
+// behind what was sent, and repair sends the rest again from the log.
 type feed struct {
 	js     jetstream.JetStream
 	stream jetstream.Stream
 	prefix string
 	logger *slog.Logger
+
+	mu sync.Mutex
+	// last is the stream sequence the next event expects as the stream's
+	// last: that of the last event sent (or found at the feed's end).
+	last uint64
+	// logSeq is the log record whose events were sent last.
+	logSeq uint64
+	// failed: a publish failed; repairing: the feed's end is being found
+	// again and what follows it sent from the log. Either holds live
+	// publishing back until a repair has sent what it skipped.
+	failed, repairing bool
 }
 
 // DefaultFeedMaxBytes is the event feed stream's default bound (Config's
@@ -65,66 +85,169 @@ func Subject(prefix string, e *eventstore.Event) string {
 }
 
 // publish sends a committed record's events, without waiting: the feed is
-// derived, and catchUp repairs what a crash lost. It sends them without a
+// derived, and repair mends what did not reach it. It sends them without a
 // Nats-Msg-Id: JetStream's deduplication would keep every event's id for its
-// window (about 5 % of a chain's CPU and ~8 MiB at 2,000 chains in flight),
-// and catchUp resumes after the last event the feed holds rather than
-// sending a record again.
-func (f *feed) publish(c *eventstore.Commit, seq uint64) { f.publishFrom(c, seq, 0) }
+// window (about 5 % of a chain's CPU and ~8 MiB at 2,000 chains in flight);
+// the expected last sequence keeps an event from being stored twice.
+func (f *feed) publish(c *eventstore.Commit, seq uint64) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.failed || f.repairing || seq <= f.logSeq {
+		return // repair sends it
+	}
+	f.send(c, seq, 0)
+}
 
-// publishFrom sends a record's events from the from-th (0: all).
-func (f *feed) publishFrom(c *eventstore.Commit, seq uint64, from int) {
+// send sends a record's events from the from-th (0: all), each expecting
+// the one before it as the stream's last. Called with f.mu held.
+func (f *feed) send(c *eventstore.Commit, seq uint64, from int) {
 	nc := f.js.Conn()
 	for i := from; i < len(c.Events); i++ {
 		e := &c.Events[i]
 		m := nats.NewMsg(Subject(f.prefix, e))
 		m.Header.Set(schemas.HeaderLogSeq, strconv.FormatUint(seq, 10))
+		m.Header.Set(jetstream.ExpectedLastSeqHeader, strconv.FormatUint(f.last, 10))
 		m.Data = e.Raw
 		if err := nc.PublishMsg(m); err != nil {
-			f.logger.Warn("handlers: event feed publish failed", "seq", seq, "err", err)
+			f.logger.Warn("handlers: event feed publish failed; the feed is repaired from the log", "seq", seq, "err", err)
+			f.failed = true
 			return
 		}
+		f.last++
+	}
+	f.logSeq = seq
+}
+
+// feedAuditEvery is how often the writer compares the feed's end with what
+// it sent.
+const feedAuditEvery = 2 * time.Second
+
+// audit repairs the feed whenever its stream's last sequence stays behind
+// what was sent for a whole round (or went past it: events this writer did
+// not send), or a publish failed, until ctx ends. A repair that finds the
+// stream still unavailable is tried again, less and less often (up to once
+// a minute).
+func (f *feed) audit(ctx context.Context, log eventstore.Log, views *projections.Store, repaired func()) {
+	wait := feedAuditEvery
+	var prev uint64
+	t := time.NewTimer(wait)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		t.Reset(wait)
+		info, err := f.stream.Info(ctx)
+		if err != nil {
+			continue // unavailable: the next round
+		}
+		got := info.State.LastSeq
+		f.mu.Lock()
+		want, stuck := f.last, f.failed || f.repairing
+		f.mu.Unlock()
+		moved := got != prev
+		prev = got
+		if !stuck && (got == want || got < want && moved) {
+			wait = feedAuditEvery
+			continue
+		}
+		if err := f.repair(ctx, log, views); err != nil {
+			if ctx.Err() == nil {
+				f.logger.Warn("handlers: event feed repair failed; tried again later", "err", err, "in", wait)
+			}
+		} else {
+			f.logger.Info("handlers: event feed repaired from the log", "from", got, "to", want)
+			repaired()
+		}
+		wait = min(2*wait, time.Minute)
 	}
 }
 
-// catchUp republishes the events of the log records after the last event
-// the feed holds, up to the views' checkpoint: the rest of that event's
-// record (a crash can cut a record's events short), then the records after
-// it. Those records were verified when the views applied them; the
-// stretches an acceptance left out of the log are skipped.
-func (f *feed) catchUp(ctx context.Context, log eventstore.Log, views *projections.Store) error {
-	upTo := views.Checkpoint()
-	var from uint64 = 1
-	var lastID string // the last event the feed holds, in record from
-	// Events are stored with their ids (a feed written before) or without.
-	m, err := f.stream.GetLastMsgForSubject(ctx, f.prefix+".*.>")
-	switch {
-	case errors.Is(err, jetstream.ErrMsgNotFound):
-	case err != nil:
+// repair finds the feed's last event and sends, from the log, the events
+// that follow it, up to the views' checkpoint, holding live publishing back
+// meanwhile; then it lets live publishing go on. The records are sent as
+// they were verified when the views applied them; the stretches an
+// acceptance left out of the log are skipped. On an error the feed stays
+// held back, for the next repair.
+func (f *feed) repair(ctx context.Context, log eventstore.Log, views *projections.Store) error {
+	f.mu.Lock()
+	f.repairing, f.failed = true, false
+	f.mu.Unlock()
+	from, lastID, err := f.end(ctx)
+	if err != nil {
 		return err
-	default:
-		n, err := strconv.ParseUint(m.Header.Get(schemas.HeaderLogSeq), 10, 64)
-		if err != nil {
-			return fmt.Errorf("handlers: feed message without %s", schemas.HeaderLogSeq)
-		}
-		var e struct {
-			ID string `json:"id"`
-		}
-		if err := json.Unmarshal(m.Data, &e); err != nil || e.ID == "" {
-			return fmt.Errorf("handlers: the feed's last message (seq %d) is not an event", m.Sequence)
-		}
-		from, lastID = n, e.ID
-	}
-	if from > upTo {
-		return nil
 	}
 	discarded, err := views.Discarded()
 	if err != nil {
 		return err
 	}
-	return log.Read(ctx, from, func(seq uint64, rec []byte) error {
-		if seq > upTo {
+	for {
+		upTo := views.Checkpoint()
+		if from <= upTo {
+			if err := f.sendLog(ctx, log, discarded, from, lastID, upTo); err != nil {
+				return err
+			}
+		}
+		f.mu.Lock()
+		if f.failed {
+			f.mu.Unlock()
+			return errors.New("handlers: an event feed publish failed")
+		}
+		if views.Checkpoint() == upTo { // what live publishing skipped is sent
+			f.repairing = false
+			f.mu.Unlock()
 			return nil
+		}
+		f.mu.Unlock()
+		from, lastID = upTo+1, ""
+	}
+}
+
+// end reads the feed's end: the stream's last sequence (what the next event
+// expects) and the log record and id of its last event, and returns the
+// record to resume from and the id of the event to resume after ("": the
+// whole record; record 1 when the feed holds no event).
+func (f *feed) end(ctx context.Context) (from uint64, lastID string, _ error) {
+	info, err := f.stream.Info(ctx)
+	if err != nil {
+		return 0, "", err
+	}
+	last := info.State.LastSeq
+	from = 1
+	// Events are stored with their ids (a feed written before) or without.
+	m, err := f.stream.GetLastMsgForSubject(ctx, f.prefix+".*.>")
+	switch {
+	case errors.Is(err, jetstream.ErrMsgNotFound):
+	case err != nil:
+		return 0, "", err
+	default:
+		n, err := strconv.ParseUint(m.Header.Get(schemas.HeaderLogSeq), 10, 64)
+		if err != nil {
+			return 0, "", fmt.Errorf("handlers: feed message without %s", schemas.HeaderLogSeq)
+		}
+		var e struct {
+			ID string `json:"id"`
+		}
+		if err := json.Unmarshal(m.Data, &e); err != nil || e.ID == "" {
+			return 0, "", fmt.Errorf("handlers: the feed's last message (seq %d) is not an event", m.Sequence)
+		}
+		from, lastID = n, e.ID
+		last = max(last, m.Sequence) // stored since Info
+	}
+	f.mu.Lock()
+	f.last, f.logSeq = last, from-1
+	f.mu.Unlock()
+	return from, lastID, nil
+}
+
+// sendLog sends the events of log records from to upTo, resuming record
+// from after its event lastID ("": the whole record).
+func (f *feed) sendLog(ctx context.Context, log eventstore.Log, discarded [][2]uint64, from uint64, lastID string, upTo uint64) error {
+	err := log.Read(ctx, from, func(seq uint64, rec []byte) error {
+		if seq > upTo {
+			return errSent
 		}
 		for _, d := range discarded {
 			if seq >= d[0] && seq <= d[1] {
@@ -140,7 +263,19 @@ func (f *feed) catchUp(ctx context.Context, log eventstore.Log, views *projectio
 			// Not there (a feed left from another log): the whole record.
 			next = slices.IndexFunc(c.Events, func(e eventstore.Event) bool { return e.ID == lastID }) + 1
 		}
-		f.publishFrom(c, seq, next)
+		f.mu.Lock()
+		defer f.mu.Unlock()
+		if f.failed {
+			return errors.New("handlers: an event feed publish failed")
+		}
+		f.send(c, seq, next)
 		return nil
 	})
+	if errors.Is(err, errSent) {
+		return nil
+	}
+	return err
 }
+
+// errSent stops sendLog's read of the log past the records it sends.
+var errSent = errors.New("handlers: sent up to the views' checkpoint")

@@ -63,6 +63,7 @@ type metrics struct {
 	writerLeases  prometheus.Counter
 	quarantines   prometheus.Counter
 	handoffs      prometheus.Counter
+	feedRepairs   prometheus.Counter
 	timerLateness *prometheus.HistogramVec
 }
 
@@ -94,6 +95,8 @@ func newMetrics(reg *prometheus.Registry, s *Service) (*metrics, error) {
 			Help: "Tasks quarantined: failed because their work item was delivered the most times its queue allows without being completed."}),
 		handoffs: prometheus.NewCounter(prometheus.CounterOpts{Name: "dwr_handoffs_total",
 			Help: "Attempts handed to a reporting worker in its report's reply (the handoff), instead of going out as work items."}),
+		feedRepairs: prometheus.NewCounter(prometheus.CounterOpts{Name: "dwr_feed_repairs_total",
+			Help: "Times the writer found events missing from the end of the event feed while it served (a publish failed, or the feed's stream was unavailable) and sent them again from the log."}),
 		timerLateness: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "dwr_timer_lateness_seconds",
 			Help:    "Seconds from a durable timer's due time to its firing's commit, by timer kind.",
 			Buckets: prometheus.ExponentialBuckets(0.001, 4, 10)}, []string{"kind"}),
@@ -103,7 +106,7 @@ func newMetrics(reg *prometheus.Registry, s *Service) (*metrics, error) {
 		m.okCommands[name] = m.commands.WithLabelValues(name, outcomeOK)
 	}
 	for _, c := range []prometheus.Collector{m.commands, m.appends, m.appendedBytes, m.batchSize, m.commitSeconds,
-		m.attemptLeases, m.writerLeases, m.quarantines, m.handoffs, m.timerLateness, stateCollector{s}} {
+		m.attemptLeases, m.writerLeases, m.quarantines, m.handoffs, m.feedRepairs, m.timerLateness, stateCollector{s}} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}
@@ -177,6 +180,13 @@ var abandonedEvent = (*domain.AttemptAbandoned)(nil).EventType()
 func (m *metrics) writerLeaseLost() {
 	if m != nil {
 		m.writerLeases.Inc()
+	}
+}
+
+// feedRepaired counts a repair of the event feed while the writer served.
+func (m *metrics) feedRepaired() {
+	if m != nil {
+		m.feedRepairs.Inc()
 	}
 }
 

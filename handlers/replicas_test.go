@@ -157,6 +157,58 @@ func TestFeedIsRepairedFromTheLog(t *testing.T) {
 	})
 }
 
+// Events lost while the writer serves — here the feed's stream stops taking
+// them for a while, as one whose node is down — are sent again from the log
+// without a restart: the events after them are not stored out of order
+// meanwhile, and the feed ends up holding every event once, in the log's
+// order.
+func TestFeedEventsLostWhileTheWriterServesAreSentAgain(t *testing.T) {
+	b := setupJetStream(t)
+	ctx := context.Background()
+	_, seq := b.mustCommand(t, "goal.create", map[string]any{"title": "before"})
+	st, _ := feedAt(t, b, seq)
+	js := b.jetstream(t)
+	info, err := st.Info(ctx)
+	require.NoError(t, err)
+	cfg := info.Config
+	away := cfg
+	away.Subjects, away.SubjectTransform = []string{"dwr.nowhere.>"}, nil
+	_, err = js.UpdateStream(ctx, away)
+	require.NoError(t, err)
+	lost, _ := b.mustCommand(t, "goal.create", map[string]any{"title": "lost"})
+	_, err = js.UpdateStream(ctx, cfg)
+	require.NoError(t, err)
+	after, last := b.mustCommand(t, "goal.create", map[string]any{"title": "after"})
+
+	// Every goal's events, once each, in the log's order.
+	var goals []string
+	servicetest.Eventually(t, 20*time.Second, func() bool {
+		goals = nil
+		c, err := st.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{})
+		require.NoError(t, err)
+		batch, err := c.FetchNoWait(1000)
+		require.NoError(t, err)
+		var prev uint64
+		for m := range batch.Messages() {
+			n, err := strconv.ParseUint(m.Headers().Get(schemas.HeaderLogSeq), 10, 64)
+			require.NoError(t, err)
+			require.GreaterOrEqual(t, n, prev, "the feed follows the log's order")
+			prev = n
+			var e struct {
+				Type        string `json:"type"`
+				AggregateID string `json:"agg_id"`
+			}
+			require.NoError(t, json.Unmarshal(m.Data(), &e))
+			if e.Type == "goal.created" {
+				goals = append(goals, e.AggregateID)
+			}
+		}
+		return prev >= last
+	}, func() string { return fmt.Sprintf("the feed's goals: %v", goals) })
+	require.Len(t, goals, 3, "each goal once: %v", goals)
+	require.Equal(t, []string{lost.ID, after.ID}, goals[1:])
+}
+
 // feedAt waits until the event feed's last event came from log record seq
 // and returns the feed's stream with its state then.
 func feedAt(t *testing.T, b *bundle, seq uint64) (jetstream.Stream, *jetstream.StreamInfo) {

@@ -867,6 +867,7 @@ func (s *Service) runWriter(ctx context.Context, lease *lease) error {
 	bg.Go(func() { s.dispatch.retryLoop(rctx) })
 	bg.Go(func() { s.runTimers(rctx, timerWake) })
 	bg.Go(func() { s.followMembers(rctx, membersWake) })
+	bg.Go(func() { s.feed.audit(rctx, s.log, s.store, s.metrics.feedRepaired) })
 	bg.Go(func() { s.sweepLoop(rctx) })
 	bg.Go(func() { s.keepHandedLeases(rctx, handedNow, aliveNow) })
 	s.readyOnce.Do(func() { close(s.ready) })
@@ -1009,8 +1010,8 @@ func (s *Service) takeOver(ctx context.Context, timerWake, membersWake chan stru
 	if _, err := s.store.CatchUp(ctx, s.log, s.key); err != nil {
 		return nil, nil, err
 	}
-	if err := s.feed.catchUp(ctx, s.log, s.store); err != nil {
-		s.cfg.Logger.Warn("handlers: event feed catch-up failed; it will be repaired on the next start", "err", err)
+	if err := s.feed.repair(ctx, s.log, s.store); err != nil {
+		s.cfg.Logger.Warn("handlers: event feed catch-up failed; it is tried again shortly", "err", err)
 	}
 	if err := handedNow.load(s.store); err != nil {
 		return nil, nil, fmt.Errorf("handlers: reading the handed attempts: %w", err)
