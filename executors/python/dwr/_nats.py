@@ -10,7 +10,12 @@ It speaks the text protocol (INFO, CONNECT, PUB/HPUB, SUB/UNSUB, MSG/HMSG,
 PING/PONG, +OK/-ERR) over one TCP connection, authenticates with an nkey
 (the server's nonce signed with the user's Ed25519 seed), and answers
 requests on one wildcard subscription of the connection's inbox, as nats.go's
-response multiplexer does. It does not reconnect and does not speak TLS.
+response multiplexer does. It speaks TLS (``tls://``, a server that requires
+it, or an ``ssl.SSLContext`` given; Python 3.11 or later) and, as nats.go and
+nats-py do, reconnects when the connection is lost: every 2 s (with jitter),
+up to 60 tries over the servers given, subscriptions made again, what is
+published meanwhile kept (up to 8 MiB) and sent once connected. A protocol
+error from the server closes the connection for good.
 """
 
 from __future__ import annotations
@@ -19,7 +24,10 @@ import asyncio
 import base64
 import json
 import logging
+import random
 import secrets
+import ssl
+import sys
 from dataclasses import dataclass, field
 from typing import Awaitable, Callable, Dict, List, Optional
 from urllib.parse import urlparse
@@ -49,6 +57,16 @@ MAX_CONTROL_LINE = 64 * 1024
 MAX_PAYLOAD_CEILING = 64 * 1024 * 1024
 
 HEADER_LINE = b"NATS/1.0"
+
+# Reconnection, as nats.go's and nats-py's defaults: tries, the wait between
+# rounds over the servers, and what is kept of what is published meanwhile.
+MAX_RECONNECT_ATTEMPTS = 60
+RECONNECT_TIME_WAIT = 2.0
+RECONNECT_BUF_SIZE = 8 * 1024 * 1024
+# A PING every ping_interval; a connection with this many unanswered is
+# taken for lost.
+PING_INTERVAL = 120.0
+MAX_OUTSTANDING_PINGS = 2
 
 
 class NatsError(Exception):
@@ -222,50 +240,87 @@ class Client:
         self.max_payload = 1024 * 1024
         self.last_error: Optional[str] = None
         self.error_cb: Optional[Callable[[str], None]] = None
+        # Called (with no argument) when the connection was lost and again
+        # when it is back; each may be a list of several.
+        self.disconnected_cbs: List[Callable[[], None]] = []
+        self.reconnected_cbs: List[Callable[[], None]] = []
+        self._servers: List[str] = []
+        self._nkey_seed: Optional[str] = None
+        self._name = "dwr-python"
+        self._tls: Optional[ssl.SSLContext] = None
+        self._connect_timeout = 5.0
+        self._allow_reconnect = True
+        self._max_reconnect = MAX_RECONNECT_ATTEMPTS
+        self._reconnect_wait = RECONNECT_TIME_WAIT
+        self._ping_interval = PING_INTERVAL
+        self._reconnecting = False
+        self._pending = bytearray()  # published while reconnecting
+        self._pings_out = 0
+        self._ping_task: Optional["asyncio.Task[None]"] = None
 
     # -- connecting ---------------------------------------------------------
 
     async def connect(self, servers: str = "nats://127.0.0.1:4222", *, nkey_seed: Optional[str] = None,
                       inbox_prefix: Optional[str] = None, name: str = "dwr-python",
-                      connect_timeout: float = 5.0) -> None:
+                      connect_timeout: float = 5.0, tls: Optional[ssl.SSLContext] = None,
+                      allow_reconnect: bool = True, max_reconnect_attempts: int = MAX_RECONNECT_ATTEMPTS,
+                      reconnect_time_wait: float = RECONNECT_TIME_WAIT,
+                      ping_interval: float = PING_INTERVAL) -> None:
         """Connects to the first of servers (a URL, or several separated by
-        commas) that answers, authenticating with the nkey seed when given."""
+        commas) that answers, authenticating with the nkey seed when given,
+        over TLS with tls (or a default context when a server requires TLS
+        or its URL is tls://). When the connection is lost it reconnects
+        (allow_reconnect) up to max_reconnect_attempts times (-1: without
+        end), reconnect_time_wait seconds between rounds over the servers."""
+        self._servers = [s.strip() for s in servers.split(",") if s.strip()]
+        self._nkey_seed, self._name, self._tls, self._connect_timeout = nkey_seed, name, tls, connect_timeout
+        self._allow_reconnect, self._max_reconnect = allow_reconnect, max_reconnect_attempts
+        self._reconnect_wait, self._ping_interval = reconnect_time_wait, ping_interval
         errors = []
-        for url in [s.strip() for s in servers.split(",") if s.strip()]:
+        for url in self._servers:
             try:
-                await asyncio.wait_for(self._connect_one(url, nkey_seed, name), connect_timeout)
+                await asyncio.wait_for(self._connect_one(url), connect_timeout)
                 break
             except (OSError, asyncio.TimeoutError, NatsError) as e:
                 errors.append("%s: %s" % (url, e or type(e).__name__))
                 await self._abort()
         else:
             raise NatsError("could not connect: " + "; ".join(errors))
+        self._read_task = asyncio.get_running_loop().create_task(self._read_loop())
         if inbox_prefix:
             self.inbox_prefix = inbox_prefix
         self._resp_prefix = "%s.%s." % (self.inbox_prefix, secrets.token_hex(8))
         self._resp_sub = await self.subscribe(self._resp_prefix + "*", cb=self._on_response)
+        if ping_interval > 0:
+            self._ping_task = asyncio.get_running_loop().create_task(self._ping_loop())
 
-    async def _connect_one(self, url: str, nkey_seed: Optional[str], name: str) -> None:
+    async def _connect_one(self, url: str) -> None:
+        """Opens a connection to url and completes the handshake (INFO, TLS,
+        CONNECT, PING/PONG); the caller starts the read loop."""
         if "://" not in url:
             url = "nats://" + url
         u = urlparse(url)
-        if u.scheme not in ("nats", ""):
-            raise NatsError("scheme %r is not supported (plain nats:// only)" % u.scheme)
+        if u.scheme not in ("nats", "tls", ""):
+            raise NatsError("scheme %r is not supported (nats:// or tls://)" % u.scheme)
         self._reader, self._writer = await asyncio.open_connection(u.hostname or "127.0.0.1", u.port or 4222,
                                                                    limit=MAX_CONTROL_LINE + 2)
         line = await self._read_line()
         if not line.startswith(b"INFO "):
             raise NatsError("the server did not start with INFO: %r" % line[:60])
         self.info = json.loads(line[5:])
-        if self.info.get("tls_required"):
-            raise NatsError("the server requires TLS, which this client does not speak")
+        want_tls = u.scheme == "tls" or self._tls is not None
+        if self.info.get("tls_required") or (want_tls and self.info.get("tls_available")):
+            await self._start_tls(u.hostname or "127.0.0.1")
+        elif want_tls:
+            raise NatsError("%s does not offer TLS, and TLS was asked for" % url)
         mp = self.info.get("max_payload")
         if isinstance(mp, int) and mp > 0:
             self.max_payload = min(mp, MAX_PAYLOAD_CEILING)
         opts: Dict[str, object] = {"verbose": False, "pedantic": False, "lang": "python-dwr", "version": "0.1.0",
-                                   "protocol": 1, "headers": True, "no_responders": True, "name": name}
-        if nkey_seed is not None:
-            kp = KeyPair.from_seed(nkey_seed)
+                                   "protocol": 1, "headers": True, "no_responders": True, "name": self._name,
+                                   "tls_required": self._writer.get_extra_info("sslcontext") is not None}
+        if self._nkey_seed is not None:
+            kp = KeyPair.from_seed(self._nkey_seed)
             nonce = str(self.info.get("nonce", "")).encode()
             opts["nkey"] = kp.public_key
             opts["sig"] = base64.urlsafe_b64encode(kp.sign(nonce)).rstrip(b"=").decode()
@@ -284,7 +339,15 @@ class Client:
             if line == b"PING":
                 self._writer.write(b"PONG\r\n")
             # INFO updates and +OK are ignored here.
-        self._read_task = asyncio.get_running_loop().create_task(self._read_loop())
+
+    async def _start_tls(self, hostname: str) -> None:
+        """Upgrades the connection to TLS, as NATS does after INFO: with the
+        context given, else the system's default (its CAs)."""
+        if sys.version_info < (3, 11):
+            raise NatsError("TLS needs Python 3.11 or later (asyncio's StreamWriter.start_tls)")
+        ctx = self._tls or ssl.create_default_context()
+        assert self._writer is not None
+        await self._writer.start_tls(ctx, server_hostname=hostname)
 
     async def _read_line(self) -> bytes:
         assert self._reader is not None
@@ -311,6 +374,7 @@ class Client:
                 elif line == b"PING":
                     await self._send(b"PONG\r\n")
                 elif line == b"PONG":
+                    self._pings_out = 0
                     if self._pongs:
                         fut = self._pongs.pop(0)
                         if not fut.done():
@@ -329,13 +393,98 @@ class Client:
                     except ValueError:
                         pass
                 # +OK is ignored (verbose is off).
-        except (ConnectionClosedError, NatsError, OSError) as e:
+        except (ConnectionClosedError, OSError) as e:
+            # The connection is lost (not a protocol error): reconnect.
+            if not self._closed:
+                self.last_error = str(e) or type(e).__name__
+                if self._allow_reconnect:
+                    await self._reconnect()
+                    return
+        except NatsError as e:
             if not self._closed:
                 self.last_error = str(e)
         except asyncio.CancelledError:
             pass
-        finally:
-            await self._shut()
+        await self._shut()
+
+    async def _reconnect(self) -> None:
+        """Connects again after a lost connection: rounds over the servers
+        (the one lost last), reconnect_time_wait apart, until one answers or
+        max_reconnect_attempts tries failed (then the client closes; a
+        server refusing the credential twice in a row ends it too). Meanwhile
+        what is published is kept (RECONNECT_BUF_SIZE), requests wait for
+        their replies, and PINGs fail. Once connected it subscribes again
+        to every subscription and sends what was kept, in order."""
+        self._reconnecting = True
+        self._fail_pongs(ConnectionClosedError("the connection was lost"))
+        await self._abort()
+        log.warning("dwr: nats: connection lost (%s); reconnecting", self.last_error)
+        for cb in self.disconnected_cbs:
+            cb()
+        tries = 0
+        refused = ""
+        while not self._closed:
+            for url in self._servers:
+                if 0 <= self._max_reconnect <= tries:
+                    log.error("dwr: nats: could not reconnect after %d tries (the last: %s); closing", tries, self.last_error)
+                    await self._shut()
+                    return
+                tries += 1
+                try:
+                    await asyncio.wait_for(self._connect_one(url), self._connect_timeout)
+                except (OSError, asyncio.TimeoutError, NatsError) as e:
+                    self.last_error = "%s: %s" % (url, e or type(e).__name__)
+                    await self._abort()
+                    if "refused the connection" in str(e):
+                        if refused == str(e):
+                            log.error("dwr: nats: %s, twice; closing", e)
+                            await self._shut()
+                            return
+                        refused = str(e)
+                    continue
+                if self._closed:
+                    await self._abort()
+                    return
+                assert self._writer is not None
+                for sub in self._subs.values():
+                    self._writer.write(("SUB %s %s%d\r\n" % (sub.subject, sub.queue + " " if sub.queue else "", sub.sid)).encode())
+                self._writer.write(bytes(self._pending))
+                self._pending.clear()
+                self._pings_out = 0
+                self._reconnecting = False
+                self._read_task = asyncio.get_running_loop().create_task(self._read_loop())
+                log.info("dwr: nats: reconnected to %s", url)
+                for cb in self.reconnected_cbs:
+                    cb()
+                return
+            await asyncio.sleep(self._reconnect_wait + random.uniform(0, self._reconnect_wait / 4))
+
+    async def _ping_loop(self) -> None:
+        """A PING every ping_interval; with MAX_OUTSTANDING_PINGS of them
+        unanswered the connection is taken for lost (the read loop then
+        reconnects)."""
+        while not self._closed:
+            await asyncio.sleep(self._ping_interval)
+            if self._reconnecting or self._closed or self._writer is None:
+                continue
+            if self._pings_out >= MAX_OUTSTANDING_PINGS:
+                log.warning("dwr: nats: %d PINGs unanswered; the connection is taken for lost", self._pings_out)
+                self._writer.transport.abort()
+                continue
+            fut: "asyncio.Future[None]" = asyncio.get_running_loop().create_future()
+            fut.add_done_callback(lambda f: f.cancelled() or f.exception())  # nobody awaits it
+            self._pongs.append(fut)
+            self._pings_out += 1
+            try:
+                await self._send(b"PING\r\n")
+            except NatsError:
+                pass
+
+    def _fail_pongs(self, err: Exception) -> None:
+        for fut in self._pongs:
+            if not fut.done():
+                fut.set_exception(err)
+        self._pongs.clear()
 
     async def _read_msg(self, line: bytes) -> None:
         assert self._reader is not None
@@ -402,6 +551,11 @@ class Client:
     # -- writing ------------------------------------------------------------
 
     async def _send(self, data: bytes) -> None:
+        if self._reconnecting and not self._closed:
+            if len(self._pending) + len(data) > RECONNECT_BUF_SIZE:
+                raise ConnectionClosedError("reconnecting, and %d bytes are already kept to send" % len(self._pending))
+            self._pending += data
+            return
         if self._closed or self._writer is None:
             raise ConnectionClosedError("the connection is closed")
         self._writer.write(data)
@@ -483,6 +637,10 @@ class Client:
     def is_closed(self) -> bool:
         return self._closed
 
+    @property
+    def is_reconnecting(self) -> bool:
+        return self._reconnecting and not self._closed
+
     async def drain(self) -> None:
         """Unsubscribes everything, lets the server process what was sent,
         then closes."""
@@ -510,12 +668,13 @@ class Client:
             except (OSError, ConnectionError, asyncio.TimeoutError):
                 pass
         await self._shut()
-        if self._read_task is not None and self._read_task is not asyncio.current_task():
-            self._read_task.cancel()
-            try:
-                await self._read_task
-            except asyncio.CancelledError:
-                pass
+        for task in (self._read_task, self._ping_task):
+            if task is not None and task is not asyncio.current_task():
+                task.cancel()
+                try:
+                    await task
+                except asyncio.CancelledError:
+                    pass
 
     async def _shut(self) -> None:
         if self._closed:
@@ -524,11 +683,12 @@ class Client:
         for sub in list(self._subs.values()):
             sub._end()
         self._subs.clear()
-        for fut in list(self._resp.values()) + self._pongs:
+        for fut in list(self._resp.values()):
             if not fut.done():
                 fut.set_exception(ConnectionClosedError("the connection is closed"))
         self._resp.clear()
-        self._pongs.clear()
+        self._fail_pongs(ConnectionClosedError("the connection is closed"))
+        self._pending.clear()
         await self._abort()
 
     async def _abort(self) -> None:

@@ -110,6 +110,11 @@ def _parse_time(s: str) -> float:
     return datetime.fromisoformat(s).timestamp()
 
 
+# The options of dwr.connect that Client.connect passes on.
+_CONNECT_OPTIONS = ("name", "tls", "allow_reconnect", "max_reconnect_attempts", "reconnect_time_wait",
+                    "ping_interval", "connect_timeout")
+
+
 class Client:
     """A client of one workspace of dwr, on a NATS connection.
 
@@ -151,9 +156,12 @@ class Client:
 
     @classmethod
     async def connect(cls, url: Optional[str] = None, creds: Optional[str] = None, **kwargs: Any) -> "Client":
-        """Connects with a credential file (see dwr.connect) and returns a
-        client that closes the connection on close()."""
-        nc = await _connect(url, creds)
+        """Connects with a credential file (see dwr.connect, which takes the
+        connection's options: tls, allow_reconnect, ...) and returns a client
+        that closes the connection on close(); the rest of kwargs are the
+        client's (workspace, prefix, timeout, retry_for, traceparent)."""
+        conn = {k: kwargs.pop(k) for k in list(kwargs) if k in _CONNECT_OPTIONS}
+        nc = await _connect(url, creds, **conn)
         c = cls(nc, **kwargs)
         c._owns = True
         return c

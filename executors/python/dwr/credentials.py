@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import os
+import ssl
 from dataclasses import dataclass
-from typing import Optional
+from typing import Any, Optional
 
 from . import _nats
 from ._nkeys import KeyPair, NkeyError, find_user_seed
 
-__all__ = ["Credentials", "read_credentials", "connect", "inbox_prefix"]
+__all__ = ["Credentials", "read_credentials", "connect", "inbox_prefix", "tls_context"]
 
 # A credential file is a few lines; anything larger is not one.
 MAX_CREDENTIAL_BYTES = 64 * 1024
@@ -51,17 +52,48 @@ def read_credentials(path: str) -> Credentials:
     return Credentials(seed=seed, public_key=kp.public_key)
 
 
-async def connect(url: Optional[str] = None, creds: Optional[str] = None, *, name: str = "dwr-python") -> _nats.Client:
+def tls_context(ca: Optional[str] = None, cert: Optional[str] = None, key: Optional[str] = None) -> Optional[ssl.SSLContext]:
+    """The TLS context to connect with, as the dwr CLI's --tls-ca, --tls-cert
+    and --tls-key make it (defaults $DWR_TLS_CA, $DWR_TLS_CERT,
+    $DWR_TLS_KEY): the server's certificate verified against the CA file
+    (else the system's CAs), and the client's certificate for mutual TLS.
+    None when none of them is set. It raises ValueError naming what is
+    missing or cannot be read."""
+    ca = ca or os.environ.get("DWR_TLS_CA") or None
+    cert = cert or os.environ.get("DWR_TLS_CERT") or None
+    key = key or os.environ.get("DWR_TLS_KEY") or None
+    if not (ca or cert or key):
+        return None
+    if bool(cert) != bool(key):
+        raise ValueError("dwr: mutual TLS needs both a certificate and its key (DWR_TLS_CERT and DWR_TLS_KEY)")
+    try:
+        ctx = ssl.create_default_context(cafile=ca)
+        if cert:
+            ctx.load_cert_chain(cert, key)
+    except (OSError, ssl.SSLError) as e:
+        raise ValueError("dwr: TLS files (ca %s, cert %s, key %s): %s" % (ca, cert, key, e)) from None
+    return ctx
+
+
+async def connect(url: Optional[str] = None, creds: Optional[str] = None, *, name: str = "dwr-python",
+                  tls: Optional[ssl.SSLContext] = None, **options: Any) -> _nats.Client:
     """Connects to dwr's NATS server at url (default $DWR_SERVER, else
     nats://127.0.0.1:4222) with the credential file creds (default
     $DWR_CREDS; none: an open server's anonymous user): its nkey, and the
-    inbox prefix the server lets that identity subscribe to."""
+    inbox prefix the server lets that identity subscribe to. TLS is used
+    with tls, else with the context tls_context() makes from the
+    environment, else when the URL is tls:// or the server requires it.
+    options go to dwr._nats.Client.connect (allow_reconnect,
+    max_reconnect_attempts, reconnect_time_wait, ping_interval,
+    connect_timeout): the connection is made again when it is lost."""
     url = url or os.environ.get("DWR_SERVER") or "nats://127.0.0.1:4222"
     creds = creds or os.environ.get("DWR_CREDS") or None
+    if tls is None:
+        tls = tls_context()
     nc = _nats.Client()
     if creds:
         c = read_credentials(creds)
-        await nc.connect(url, nkey_seed=c.seed, inbox_prefix=c.inbox_prefix, name=name)
+        await nc.connect(url, nkey_seed=c.seed, inbox_prefix=c.inbox_prefix, name=name, tls=tls, **options)
     else:
-        await nc.connect(url, name=name)
+        await nc.connect(url, name=name, tls=tls, **options)
     return nc

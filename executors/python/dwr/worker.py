@@ -1335,6 +1335,7 @@ class Worker:
         # A test's stand-in for a hung process: no lease renewal, no
         # heartbeat, no claim at a heartbeat (executors' PauseHeartbeats).
         self._pause_heartbeats = False
+        self._pulls: Set[_nats.Subscription] = set()  # the fetch loops' pulls in flight
 
     def task(self, queue: str) -> Callable[[Handler], Handler]:
         """Registers the decorated coroutine function as the handler of
@@ -1370,7 +1371,8 @@ class Worker:
         it stops fetching, lets the running jobs finish and report for up to
         drain_timeout, then cancels the rest (cause "stopping") and leaves
         their items unacknowledged, to be redelivered. A worker runs once.
-        It raises when the NATS connection closes."""
+        A lost connection is made again (the client reconnects, see
+        dwr._nats); it raises when the connection closes for good."""
         if self._ran:
             raise RuntimeError("dwr: a worker runs once")
         if not self._handlers:
@@ -1381,6 +1383,7 @@ class Worker:
         for name in ENDING_EVENTS:
             subs.append(await self.nc.subscribe(events + "*." + name, cb=self._event_cb(events, name)))
         await self.nc.flush()  # the subscriptions stand before the first job starts
+        self.nc.reconnected_cbs.append(self._pull_again)
         slots = asyncio.Semaphore(self.concurrency)
         loop = asyncio.get_running_loop()
         loops = [loop.create_task(self._fetch_loop(q, kind, fn, slots)) for q, (kind, fn) in self._handlers.items()]
@@ -1404,9 +1407,17 @@ class Worker:
                     await s.unsubscribe()
                 except _nats.NatsError:
                     pass
+            self.nc.reconnected_cbs.remove(self._pull_again)
         for t in loops:
             if t in done and not t.cancelled() and t.exception() is not None:
                 raise t.exception()  # type: ignore[misc]
+
+    def _pull_again(self) -> None:
+        """Ends the pulls in flight when the connection is back: a pull sent
+        before it was lost may have gone with it, and would hold its fetch
+        loop until it expired."""
+        for sub in self._pulls:
+            sub._deliver(_nats.Msg(subject=sub.subject, status="408", description="reconnected"))
 
     def _event_cb(self, prefix: str, name: str) -> Callable[[_nats.Msg], Awaitable[None]]:
         async def cb(msg: _nats.Msg) -> None:
@@ -1484,6 +1495,7 @@ class Worker:
                 n += 1
             got = 0
             sub = await self.nc.subscribe(self.nc.new_inbox())
+            self._pulls.add(sub)
             try:
                 await self.nc.publish(next_subject, json.dumps({"batch": n, "expires": int(FETCH_WINDOW * 1e9)}).encode(),
                                       reply=sub.subject)
@@ -1509,6 +1521,7 @@ class Worker:
                     self._jobs.add(t)
                     t.add_done_callback(self._jobs.discard)
             finally:
+                self._pulls.discard(sub)
                 for _ in range(n - got):
                     slots.release()
                 try:

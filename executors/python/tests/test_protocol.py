@@ -6,7 +6,10 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import json
 import os
+import ssl
+import sys
 import tempfile
 import unittest
 
@@ -292,3 +295,214 @@ class WireTest(unittest.TestCase):
 
 if __name__ == "__main__":
     unittest.main()
+
+
+class _ScriptedServer:
+    """A NATS server scripted per connection on a local socket: each
+    connection is handed to the next handler of handlers (reader, writer),
+    after INFO and the handshake's CONNECT and PING have been read and
+    answered; what the client sent is kept in lines."""
+
+    def __init__(self, handlers, info: bytes = b'{"server_id":"x"}', tls=None) -> None:
+        self.handlers = list(handlers)
+        self.info = info
+        self.tls = tls
+        self.connects = []
+
+    async def start(self, test: unittest.IsolatedAsyncioTestCase) -> str:
+        self.server = await asyncio.start_server(self._serve, "127.0.0.1", 0)
+
+        async def stop() -> None:
+            self.server.close()
+            await self.server.wait_closed()
+
+        test.addAsyncCleanup(stop)
+        return "nats://127.0.0.1:%d" % self.server.sockets[0].getsockname()[1]
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        if not self.handlers:
+            writer.close()
+            return
+        handler = self.handlers.pop(0)
+        writer.write(b"INFO " + self.info + b"\r\n")
+        await writer.drain()
+        if self.tls is not None:
+            try:
+                await writer.start_tls(self.tls)
+            except (OSError, ssl.SSLError):
+                return  # the client refused the certificate
+        self.connects.append(await reader.readline())
+        await reader.readline()  # PING
+        writer.write(b"PONG\r\n")
+        await writer.drain()
+        try:
+            await handler(reader, writer)
+        finally:
+            writer.close()
+
+
+async def _read_sub_lines(reader: asyncio.StreamReader, n: int) -> list:
+    return [await reader.readline() for _ in range(n)]
+
+
+class ReconnectTest(unittest.IsolatedAsyncioTestCase):
+    """A connection that is lost is made again: CONNECT anew, every
+    subscription again, and what was published meanwhile sent after them."""
+
+    async def test_a_lost_connection_is_made_again(self) -> None:
+        first_subs = []
+        lost = asyncio.Event()
+        second = {}
+        done = asyncio.Event()
+
+        async def first(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+            first_subs.extend(await _read_sub_lines(reader, 2))  # the response mux, then the test's
+            lost.set()  # and hang up
+
+        async def again(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+            second["subs"] = await _read_sub_lines(reader, 2)
+            second["pub"] = await reader.readline()
+            second["body"] = await reader.readline()
+            sid = second["subs"][1].split()[-1]
+            writer.write(b"MSG events.x " + sid + b" 5\r\nhello\r\n")
+            await writer.drain()
+            await done.wait()
+
+        srv = _ScriptedServer([first, again])
+        url = await srv.start(self)
+        nc = await _nats.connect(url, reconnect_time_wait=0.05, ping_interval=0)
+        back = asyncio.Event()
+        nc.reconnected_cbs.append(back.set)
+        sub = await nc.subscribe("events.>")
+        await lost.wait()
+        for _ in range(200):  # the loss is seen
+            if nc.is_reconnecting or back.is_set():
+                break
+            await asyncio.sleep(0.01)
+        await nc.publish("meanwhile", b"kept")
+        await asyncio.wait_for(back.wait(), 5)
+        msg = await sub.next_msg(5)
+        self.assertEqual(msg.data, b"hello")
+        self.assertEqual(second["subs"][0].split()[1], first_subs[0].split()[1], "the same response mux")
+        self.assertEqual(second["subs"][1], first_subs[1], "the subscription again, with its sid")
+        self.assertEqual(second["pub"], b"PUB meanwhile 4\r\n")
+        self.assertEqual(second["body"], b"kept\r\n")
+        self.assertEqual(len(srv.connects), 2, "CONNECT again")
+        self.assertFalse(nc.is_closed)
+        done.set()
+        await nc.close()
+
+    async def test_it_closes_after_its_tries(self) -> None:
+        async def hang_up(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+            await reader.readline()  # the response mux's SUB
+
+        srv = _ScriptedServer([hang_up])  # later connections are closed at once
+        url = await srv.start(self)
+        nc = await _nats.connect(url, reconnect_time_wait=0.01, max_reconnect_attempts=3, ping_interval=0)
+        for _ in range(500):
+            if nc.is_closed:
+                break
+            await asyncio.sleep(0.01)
+        self.assertTrue(nc.is_closed, "closed once its tries failed")
+        with self.assertRaises(_nats.ConnectionClosedError):
+            await nc.publish("after", b"x")
+
+    async def test_no_reconnection_when_asked_for_none(self) -> None:
+        async def hang_up(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+            await reader.readline()
+
+        url = await _ScriptedServer([hang_up]).start(self)
+        nc = await _nats.connect(url, allow_reconnect=False, ping_interval=0)
+        for _ in range(200):
+            if nc.is_closed:
+                break
+            await asyncio.sleep(0.01)
+        self.assertTrue(nc.is_closed)
+
+    async def test_unanswered_pings_count_as_a_lost_connection(self) -> None:
+        back = asyncio.Event()
+
+        async def silent(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+            await reader.read()  # never answers a PING
+
+        async def answering(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+            await back.wait()
+
+        url = await _ScriptedServer([silent, answering]).start(self)
+        nc = await _nats.connect(url, reconnect_time_wait=0.01, ping_interval=0.05)
+        nc.reconnected_cbs.append(back.set)
+        await asyncio.wait_for(back.wait(), 5)
+        await nc.close()
+
+
+@unittest.skipIf(sys.version_info < (3, 11), "TLS needs Python 3.11")
+class TLSTest(unittest.IsolatedAsyncioTestCase):
+    async def test_a_server_that_requires_tls(self) -> None:
+        from dwr.credentials import tls_context
+
+        ca, server_ctx = _tls_files(self)
+        connected = asyncio.Event()
+
+        async def ok(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+            connected.set()
+            await reader.readline()
+
+        srv = _ScriptedServer([ok, ok], info=b'{"server_id":"x","tls_required":true}', tls=server_ctx)
+        url = await srv.start(self)
+        nc = await _nats.connect(url, tls=tls_context(ca=ca), ping_interval=0)
+        await asyncio.wait_for(connected.wait(), 5)
+        self.assertTrue(json.loads(srv.connects[0][len(b"CONNECT "):])["tls_required"])
+        await nc.close()
+        # Without the CA, the server's certificate is not trusted.
+        with self.assertRaisesRegex(_nats.NatsError, "could not connect"):
+            await _nats.connect(url, ping_interval=0)
+
+    async def test_tls_asked_for_and_not_offered_is_refused(self) -> None:
+        async def ok(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+            await reader.readline()
+
+        url = await _ScriptedServer([ok]).start(self)
+        with self.assertRaisesRegex(_nats.NatsError, "does not offer TLS"):
+            await _nats.connect(url.replace("nats://", "tls://"), ping_interval=0)
+
+
+def _tls_files(test: unittest.TestCase):
+    """A CA certificate file and a server context with a certificate for
+    127.0.0.1 it signed."""
+    import datetime
+    import ipaddress
+    import ssl
+
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import NameOID
+
+    now = datetime.datetime.now(datetime.timezone.utc)
+
+    def cert(subject, issuer, key, sign_key, ca):
+        b = (x509.CertificateBuilder().subject_name(subject).issuer_name(issuer).public_key(key.public_key())
+             .serial_number(x509.random_serial_number()).not_valid_before(now - datetime.timedelta(minutes=1))
+             .not_valid_after(now + datetime.timedelta(hours=1))
+             .add_extension(x509.BasicConstraints(ca=ca, path_length=None), critical=True))
+        if not ca:
+            b = b.add_extension(x509.SubjectAlternativeName([x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]), critical=False)
+        return b.sign(sign_key, hashes.SHA256())
+
+    ca_key, srv_key = ec.generate_private_key(ec.SECP256R1()), ec.generate_private_key(ec.SECP256R1())
+    ca_name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "test ca")])
+    ca_cert = cert(ca_name, ca_name, ca_key, ca_key, True)
+    srv_cert = cert(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "127.0.0.1")]), ca_name, srv_key, ca_key, False)
+    d = tempfile.mkdtemp()
+    test.addCleanup(lambda: [os.unlink(os.path.join(d, f)) for f in os.listdir(d)] and os.rmdir(d))
+    pem = serialization.Encoding.PEM
+    paths = {n: os.path.join(d, n) for n in ("ca.pem", "srv.pem", "srv.key")}
+    with open(paths["ca.pem"], "wb") as f:
+        f.write(ca_cert.public_bytes(pem))
+    with open(paths["srv.pem"], "wb") as f:
+        f.write(srv_cert.public_bytes(pem))
+    with open(paths["srv.key"], "wb") as f:
+        f.write(srv_key.private_bytes(pem, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()))
+    ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    ctx.load_cert_chain(paths["srv.pem"], paths["srv.key"])
+    return paths["ca.pem"], ctx
