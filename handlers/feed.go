@@ -32,6 +32,7 @@ import (
 type feed struct {
 	js     jetstream.JetStream
 	stream jetstream.Stream
+	config jetstream.StreamConfig // the stream's, made again if it is deleted
 	prefix string
 	logger *slog.Logger
 
@@ -61,18 +62,19 @@ func newFeed(ctx context.Context, js jetstream.JetStream, cfg Config, logger *sl
 	// the id nearly every event would be a subject of its own. Live
 	// subscribers still receive every event on its whole subject; the feed
 	// query matches stored events against the whole subject again.
-	st, err := js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{
+	sc := jetstream.StreamConfig{
 		Name: strings.ToUpper(cfg.Prefix) + "_EVENTS", Description: "dwr public event feed, derived from the log",
 		Subjects: []string{cfg.Prefix + ".ev.>"}, Storage: jetstream.FileStorage, Retention: jetstream.LimitsPolicy,
 		Replicas: 1, PersistMode: jetstream.AsyncPersistMode, AllowDirect: true,
 		MaxBytes: cfg.FeedMaxBytes, Discard: jetstream.DiscardOld,
 		SubjectTransform: &jetstream.SubjectTransformConfig{Source: cfg.Prefix + ".ev.*.*.*.*",
 			Destination: cfg.Prefix + ".evs.{{wildcard(1)}}.{{wildcard(2)}}.{{wildcard(4)}}"},
-	})
+	}
+	st, err := js.CreateOrUpdateStream(ctx, sc)
 	if err != nil {
 		return nil, fmt.Errorf("handlers: event feed stream: %w", err)
 	}
-	return &feed{js: js, stream: st, prefix: cfg.Prefix, logger: logger}, nil
+	return &feed{js: js, stream: st, config: sc, prefix: cfg.Prefix, logger: logger}, nil
 }
 
 // Subject returns the feed subject of an event.
@@ -92,10 +94,15 @@ func Subject(prefix string, e *eventstore.Event) string {
 func (f *feed) publish(c *eventstore.Commit, seq uint64) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	if f.failed || f.repairing || seq <= f.logSeq {
-		return // repair sends it
+	switch {
+	case seq <= f.logSeq: // a repair sent it
+	case f.failed || f.repairing:
+		// Live subscribers (executors watching for cancellations) get it
+		// now; the stream takes it from the repair, in its place.
+		f.sendLive(c, seq)
+	default:
+		f.send(c, seq, 0)
 	}
-	f.send(c, seq, 0)
 }
 
 // send sends a record's events from the from-th (0: all), each expecting
@@ -103,11 +110,8 @@ func (f *feed) publish(c *eventstore.Commit, seq uint64) {
 func (f *feed) send(c *eventstore.Commit, seq uint64, from int) {
 	nc := f.js.Conn()
 	for i := from; i < len(c.Events); i++ {
-		e := &c.Events[i]
-		m := nats.NewMsg(Subject(f.prefix, e))
-		m.Header.Set(schemas.HeaderLogSeq, strconv.FormatUint(seq, 10))
+		m := f.msg(&c.Events[i], seq)
 		m.Header.Set(jetstream.ExpectedLastSeqHeader, strconv.FormatUint(f.last, 10))
-		m.Data = e.Raw
 		if err := nc.PublishMsg(m); err != nil {
 			f.logger.Warn("handlers: event feed publish failed; the feed is repaired from the log", "seq", seq, "err", err)
 			f.failed = true
@@ -116,6 +120,31 @@ func (f *feed) send(c *eventstore.Commit, seq uint64, from int) {
 		f.last++
 	}
 	f.logSeq = seq
+}
+
+// sendLive sends a record's events to live subscribers only: they expect
+// another stream than the feed's, which refuses them.
+func (f *feed) sendLive(c *eventstore.Commit, seq uint64) {
+	nc := f.js.Conn()
+	for i := range c.Events {
+		m := f.msg(&c.Events[i], seq)
+		m.Header.Set(jetstream.ExpectedStreamHeader, liveOnly)
+		if err := nc.PublishMsg(m); err != nil {
+			return // the repair sends it
+		}
+	}
+}
+
+// liveOnly is the stream an event sent to live subscribers only expects:
+// none is named so.
+const liveOnly = "live-only"
+
+// msg is event e's message, from log record seq.
+func (f *feed) msg(e *eventstore.Event, seq uint64) *nats.Msg {
+	m := nats.NewMsg(Subject(f.prefix, e))
+	m.Header.Set(schemas.HeaderLogSeq, strconv.FormatUint(seq, 10))
+	m.Data = e.Raw
+	return m
 }
 
 // feedAuditEvery is how often the writer compares the feed's end with what
@@ -140,6 +169,13 @@ func (f *feed) audit(ctx context.Context, log eventstore.Log, views *projections
 		}
 		t.Reset(wait)
 		info, err := f.stream.Info(ctx)
+		if errors.Is(err, jetstream.ErrStreamNotFound) {
+			// Deleted: made again, and filled from the log by the repair.
+			f.logger.Warn("handlers: the event feed's stream is gone; making it again from the log", "stream", f.config.Name)
+			if _, err = f.js.CreateOrUpdateStream(ctx, f.config); err == nil {
+				info, err = f.stream.Info(ctx)
+			}
+		}
 		if err != nil {
 			continue // unavailable: the next round
 		}

@@ -209,6 +209,34 @@ func TestFeedEventsLostWhileTheWriterServesAreSentAgain(t *testing.T) {
 	require.Equal(t, []string{lost.ID, after.ID}, goals[1:])
 }
 
+// A feed stream deleted while the writer serves is made again and filled
+// from the log, without a restart.
+func TestAFeedDeletedWhileTheWriterServesIsMadeAgain(t *testing.T) {
+	b := setupJetStream(t)
+	ctx := context.Background()
+	_, seq := b.mustCommand(t, "goal.create", map[string]any{"title": "before"})
+	st, _ := feedAt(t, b, seq)
+	require.NoError(t, b.jetstream(t).DeleteStream(ctx, "DWR_EVENTS"))
+	_, seq = b.mustCommand(t, "goal.create", map[string]any{"title": "after"})
+	var n uint64
+	servicetest.Eventually(t, 20*time.Second, func() bool {
+		c, err := st.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{FilterSubjects: []string{"dwr.evs.default.goal.created"}})
+		if err != nil {
+			return false
+		}
+		batch, err := c.FetchNoWait(100)
+		if err != nil {
+			return false
+		}
+		n = 0
+		for range batch.Messages() {
+			n++
+		}
+		return n == 2
+	}, func() string { return fmt.Sprintf("the feed holds %d goals' creations", n) })
+	feedAt(t, b, seq)
+}
+
 // feedAt waits until the event feed's last event came from log record seq
 // and returns the feed's stream with its state then.
 func feedAt(t *testing.T, b *bundle, seq uint64) (jetstream.Stream, *jetstream.StreamInfo) {
