@@ -689,6 +689,8 @@ class Client:
         self._resp.clear()
         self._fail_pongs(ConnectionClosedError("the connection is closed"))
         self._pending.clear()
+        if self._ping_task is not None and self._ping_task is not asyncio.current_task():
+            self._ping_task.cancel()
         await self._abort()
 
     async def _abort(self) -> None:
