@@ -1,18 +1,8 @@
 package integration
 
 import (
-	"context"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
-	"crypto/x509"
-	"crypto/x509/pkix"
-	"encoding/json"
-	"encoding/pem"
 	"errors"
 	"fmt"
-	"math/big"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -21,11 +11,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/dwr-run/dwr/handlers/servicetest/pki"
 	"github.com/stretchr/testify/require"
-
-	dwrclient "github.com/dwr-run/dwr/executors/client"
-	"github.com/dwr-run/dwr/integration/conformance"
-	"github.com/dwr-run/dwr/schemas"
 )
 
 // pythonSDKDir is the Python SDK's package root (executors/python), from
@@ -168,43 +155,24 @@ func TestPythonWorkerSurvivesServerRestart(t *testing.T) {
 		"CONFORMANCE_LEASE_MS=1500", "CONFORMANCE_DIR=" + dir, "CONFORMANCE_OBSERVE=" + filepath.Join(dir, "observations.jsonl"),
 		"DWR_SERVER=" + e.url,
 		"DWR_CREDS=" + e.executorCreds("py", queue), "PYTHONPATH=" + pythonSDKDir, "PYTHONUNBUFFERED=1"})
-	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
-	defer cancel()
-	run := func(n int) {
-		t.Helper()
-		c, err := dwrclient.Connect(e.url, dwrclient.Credentials(e.adminCreds()))
-		require.NoError(t, err)
-		defer c.Close()
-		in, err := json.Marshal(conformance.Input{Scenario: conformance.Succeed, Value: n})
-		require.NoError(t, err)
-		res, err := c.CreateTask(ctx, schemas.TaskSpec{Title: "restart", Queue: queue, Input: in})
-		require.NoError(t, err)
-		var task *schemas.Task
-		waitFor(t, ctx, "the task accepted", func() bool {
-			task, err = c.Task(ctx, res.ID)
-			return err == nil && task.State == schemas.StateAccepted
-		})
-		require.Equal(t, float64(n), result(t, task)["value"])
-	}
-	run(1)
-	e.srv.kill9(t)
-	e.startServe()
-	run(2)
+	survivesRestart(t, e, queue)
 }
 
 // TestPythonClientOverTLS runs the Python client against dwr serve started
-// with a certificate (--tls-cert, --tls-key): it connects over TLS, trusting
-// the CA given in DWR_TLS_CA.
+// with a certificate and a CA for clients' (--tls-cert, --tls-key,
+// --tls-ca): it connects over mutual TLS, trusting the CA given in
+// DWR_TLS_CA, with the client certificate of DWR_TLS_CERT and DWR_TLS_KEY.
 func TestPythonClientOverTLS(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts dwr serve")
 	}
 	py := pythonSDK(t)
 	dir := t.TempDir()
-	ca, cert, key := tlsFiles(t, dir)
+	files := pki.New(t, dir)
 	data, port := filepath.Join(dir, "data"), freePort(t)
 	p := startServer(t, dwrBinary(t), logOnFailure(t, "dwr serve"), "dwr serve", "serve", "--data", data,
-		"--listen", fmt.Sprintf("127.0.0.1:%d", port), "--http", "", "--tls-cert", cert, "--tls-key", key)
+		"--listen", fmt.Sprintf("127.0.0.1:%d", port), "--http", "", "--tls-cert", files.Cert, "--tls-key", files.Key,
+		"--tls-ca", files.CA)
 	select {
 	case <-p.ready.seen:
 	case <-p.done:
@@ -213,37 +181,7 @@ func TestPythonClientOverTLS(t *testing.T) {
 		t.Fatal("dwr serve not ready after 30s")
 	}
 	out := runPythonScript(t, py, "live_tls.py", fmt.Sprintf("DWR_SERVER=nats://127.0.0.1:%d", port),
-		"DWR_CREDS="+filepath.Join(data, "admin.creds"), "DWR_TLS_CA="+ca)
+		"DWR_CREDS="+filepath.Join(data, "admin.creds"), "DWR_TLS_CA="+files.CA, "DWR_TLS_CERT="+files.ClientCert,
+		"DWR_TLS_KEY="+files.ClientKey)
 	require.Contains(t, out, "live tls: ok")
-}
-
-// tlsFiles writes a CA certificate and a server certificate for 127.0.0.1
-// it signed, with its key, to dir, and returns their paths.
-func tlsFiles(t *testing.T, dir string) (ca, cert, key string) {
-	t.Helper()
-	caKey, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	require.NoError(t, err)
-	caTpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "dwr test CA"},
-		NotBefore: time.Now().Add(-time.Minute), NotAfter: time.Now().Add(time.Hour),
-		IsCA: true, BasicConstraintsValid: true, KeyUsage: x509.KeyUsageCertSign}
-	caDER, err := x509.CreateCertificate(rand.Reader, caTpl, caTpl, &caKey.PublicKey, caKey)
-	require.NoError(t, err)
-	caCert, err := x509.ParseCertificate(caDER)
-	require.NoError(t, err)
-	k, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	require.NoError(t, err)
-	tpl := &x509.Certificate{SerialNumber: big.NewInt(2), Subject: pkix.Name{CommonName: "127.0.0.1"},
-		NotBefore: time.Now().Add(-time.Minute), NotAfter: time.Now().Add(time.Hour),
-		IPAddresses: []net.IP{net.ParseIP("127.0.0.1")}, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
-		KeyUsage: x509.KeyUsageDigitalSignature}
-	der, err := x509.CreateCertificate(rand.Reader, tpl, caCert, &k.PublicKey, caKey)
-	require.NoError(t, err)
-	keyDER, err := x509.MarshalECPrivateKey(k)
-	require.NoError(t, err)
-	write := func(name, typ string, b []byte) string {
-		path := filepath.Join(dir, name)
-		require.NoError(t, os.WriteFile(path, pem.EncodeToMemory(&pem.Block{Type: typ, Bytes: b}), 0o600))
-		return path
-	}
-	return write("ca.pem", "CERTIFICATE", caDER), write("server.pem", "CERTIFICATE", der), write("server.key", "EC PRIVATE KEY", keyDER)
 }

@@ -264,6 +264,14 @@ func TestTypeScriptWorkerDrain(t *testing.T) {
 func TestTypeScriptWorkerSurvivesServerRestart(t *testing.T) {
 	const queue = "ts-restart"
 	e, _ := tsConformanceWorker(t, queue)
+	survivesRestart(t, e, queue)
+}
+
+// survivesRestart runs a task on queue, kills dwr serve -9, starts it again
+// and runs another: the executor of queue (in a process of its own) must
+// have connected again and taken it.
+func survivesRestart(t *testing.T, e *execEnv, queue string) {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
 	run := func(n int) {
