@@ -26,10 +26,19 @@ const macPurpose = "dwr log record v2\n"
 // hold the same key.
 //
 // A LogKey is safe for concurrent use.
+//
+// A LogKey may carry retired keys (NewLogKeyRing): the keys the log's
+// earlier records were written under, before a rotation. Records are
+// written under the current key only; a verifier accepts a record under a
+// retired key only where the log had not yet moved past that key (see
+// LogVerifier).
 type LogKey struct {
 	secret []byte
 	id     string
 	macs   sync.Pool // of hash.Hash (HMAC-SHA256 under secret)
+	// retired are the keys the log used before this one, the most recent
+	// first.
+	retired []*LogKey
 }
 
 // GenerateLogKey returns LogKeySize fresh random bytes for NewLogKey.
@@ -52,6 +61,64 @@ func NewLogKey(secret []byte) (*LogKey, error) {
 	k.id = hex.EncodeToString(sum[:8])
 	k.macs.New = func() any { return hmac.New(sha256.New, k.secret) }
 	return k, nil
+}
+
+// NewLogKeyRing returns the key with secret current, carrying the retired
+// keys the log used before it, the most recent first. A retired key with
+// the current key's id, or one given twice, counts once. It returns an
+// error for a secret shorter than LogKeySize.
+func NewLogKeyRing(current []byte, retired ...[]byte) (*LogKey, error) {
+	k, err := NewLogKey(current)
+	if err != nil {
+		return nil, err
+	}
+	seen := map[string]bool{k.id: true}
+	for i, secret := range retired {
+		r, err := NewLogKey(secret)
+		if err != nil {
+			return nil, fmt.Errorf("eventstore: retired log key %d: %w", i+1, err)
+		}
+		if !seen[r.id] {
+			seen[r.id] = true
+			k.retired = append(k.retired, r)
+		}
+	}
+	return k, nil
+}
+
+// rank returns 0 for the current key's id, i for the i-th retired key's
+// (the most recent 1), and -1 for an id the key does not know.
+func (k *LogKey) rank(id string) int {
+	if id == k.id {
+		return 0
+	}
+	for i, r := range k.retired {
+		if r.id == id {
+			return i + 1
+		}
+	}
+	return -1
+}
+
+// byID returns the key of id, current or retired, or nil.
+func (k *LogKey) byID(id string) *LogKey {
+	switch r := k.rank(id); {
+	case r == 0:
+		return k
+	case r > 0:
+		return k.retired[r-1]
+	}
+	return nil
+}
+
+// IDs returns the ids of the current key and of the retired ones, in order,
+// for messages.
+func (k *LogKey) IDs() []string {
+	ids := []string{k.id}
+	for _, r := range k.retired {
+		ids = append(ids, r.id)
+	}
+	return ids
 }
 
 // ID returns the key's public identifier: 16 hex digits derived from the
@@ -98,6 +165,13 @@ func splitMAC(rec []byte) (body []byte, mac string, err error) {
 		}
 	}
 	return rec[:len(rec)-macSuffix], mac, nil
+}
+
+// authenticUnder reports whether rec, a stored record of format 2, carries
+// a valid MAC under the key of id, k's or one it retired.
+func (k *LogKey) authenticUnder(id string, rec []byte) bool {
+	r := k.byID(id)
+	return r != nil && r.Authentic(rec)
 }
 
 // Authentic reports whether rec, a stored record of format 2, carries a

@@ -33,11 +33,16 @@ type LogTip struct {
 	// Discarded counts the records that acceptances left out up to here:
 	// the partition holds N+Discarded records.
 	Discarded uint64 `json:"discarded,omitempty"`
+	// KeyID is the id of the log key the record was written under ("" for
+	// FormatLegacy, and in tips kept before it was recorded): the records
+	// after it are under that key, or a newer one from an epoch record on.
+	KeyID string `json:"kid,omitempty"`
 }
 
 // Next returns the tip once c, verified at seq, follows t.
 func (t LogTip) Next(seq uint64, c *Commit) LogTip {
-	n := LogTip{N: c.N, Seq: seq, Hash: c.Hash, First: t.First, Epoch: max(t.Epoch, c.Epoch), Format: c.Format, Discarded: t.Discarded}
+	n := LogTip{N: c.N, Seq: seq, Hash: c.Hash, First: t.First, Epoch: max(t.Epoch, c.Epoch), Format: c.Format, Discarded: t.Discarded,
+		KeyID: c.KeyID}
 	if c.N == 1 {
 		n.First = seq
 	}
@@ -71,6 +76,10 @@ const (
 	// ProblemOtherKey: the record is authenticated under another key than
 	// this service's.
 	ProblemOtherKey Problem = "written under another log key"
+	// ProblemRetiredKey: the record is written under a log key that the
+	// records before it had already moved past (a rotation): whoever holds
+	// a retired key cannot append to the log.
+	ProblemRetiredKey Problem = "written under a retired log key"
 	// ProblemUnauthenticated: a record of the old, unauthenticated format
 	// after authenticated ones: foreign.
 	ProblemUnauthenticated Problem = "unauthenticated record"
@@ -222,17 +231,57 @@ func (v *LogVerifier) CheckTip(seq uint64, rec []byte) error {
 	case hashBytes(rec) != v.tip.Hash:
 		return &IntegrityError{Seq: seq, N: v.tip.N, Problem: ProblemCheckpointChanged, Prefix: v.tip,
 			Detail: fmt.Sprintf("the record at seq %d is not the one verified there (sha256 %.16s…, was %.16s…)", seq, hashBytes(rec), v.tip.Hash)}
-	case v.tip.Format == FormatChained && !v.key.Authentic(rec):
-		// The record is the one verified, so the key is not the one it was
-		// verified with: nothing must be written under this key.
+	case v.tip.Format == FormatChained:
+		// The record is the one verified, so a key that does not
+		// authenticate it is not the one it was verified with: nothing must
+		// be written under this key.
 		kid := "?"
 		if c, err := DecodeCommit(rec); err == nil {
 			kid = c.KeyID
 		}
-		return &IntegrityError{Seq: seq, N: v.tip.N, Problem: ProblemOtherKey, Prefix: v.tip,
-			Detail: fmt.Sprintf("the log's records are authenticated under key id %s, this service's log key is %s (every replica must hold the same log key)", kid, v.key.ID())}
+		switch r := v.key.rank(kid); {
+		case r < 0 || !v.key.authenticUnder(kid, rec):
+			return &IntegrityError{Seq: seq, N: v.tip.N, Problem: ProblemOtherKey, Prefix: v.tip,
+				Detail: fmt.Sprintf("the log's records are authenticated under key id %s, %s (every replica must hold the same log key, and the keys it retired)", kid, v.keys())}
+		case v.tip.KeyID == "":
+			v.tip.KeyID = kid // a tip kept before it was recorded
+		}
 	}
 	return nil
+}
+
+// keys describes the verifier's keys for messages.
+func (v *LogVerifier) keys() string {
+	ids := v.key.IDs()
+	if len(ids) == 1 {
+		return "this service's log key is " + ids[0]
+	}
+	return fmt.Sprintf("this service's log key is %s, and it retired %s", ids[0], strings.Join(ids[1:], ", "))
+}
+
+// keyProblem returns what is wrong with the key c (decoded from rec) is
+// written under, as the record after the tip, or "": the key must be one of
+// the verifier's, authenticate rec, and be the tip's key — or, in an epoch
+// record (a writer taking over with a rotated key), a newer one than the
+// tip's.
+func (v *LogVerifier) keyProblem(c *Commit, rec []byte) (Problem, string) {
+	r := v.key.rank(c.KeyID)
+	switch {
+	case r < 0:
+		return ProblemOtherKey, fmt.Sprintf("its key id is %s, %s (every replica must hold the same log key, and the keys it retired)", c.KeyID, v.keys())
+	case !v.key.authenticUnder(c.KeyID, rec):
+		return ProblemMAC, "the record was changed, or was not written by a holder of the log key"
+	case v.tip.KeyID == "" || c.KeyID == v.tip.KeyID:
+		return "", ""
+	}
+	tipRank := v.key.rank(v.tip.KeyID)
+	switch {
+	case tipRank >= 0 && r > tipRank:
+		return ProblemRetiredKey, fmt.Sprintf("its key id %s was retired: the records before it are under the newer key %s", c.KeyID, v.tip.KeyID)
+	case c.Kind != KindEpoch:
+		return ProblemRetiredKey, fmt.Sprintf("its key id is %s, the record before it is under %s: the log moves to another key only at a writer's epoch record", c.KeyID, v.tip.KeyID)
+	}
+	return "", ""
 }
 
 // Check verifies rec, read at seq (above every sequence checked before), as
@@ -288,10 +337,11 @@ func (v *LogVerifier) problem(c *Commit, rec []byte, derr error) (Problem, strin
 		return ProblemUnauthenticated, fmt.Sprintf("a record of the old format %d (no MAC) after authenticated records: it was not written by this service", FormatLegacy)
 	case c.Format == FormatLegacy:
 		return "", ""
-	case c.KeyID != v.key.ID():
-		return ProblemOtherKey, fmt.Sprintf("its key id is %s, this service's log key is %s (every replica must hold the same log key)", c.KeyID, v.key.ID())
-	case !v.key.Authentic(rec):
-		return ProblemMAC, "the record was changed, or was not written by a holder of the log key"
+	}
+	if p, detail := v.keyProblem(c, rec); p != "" {
+		return p, detail
+	}
+	switch {
 	case c.N > next:
 		return ProblemGap, fmt.Sprintf("records n %d..%d are missing before it", next, c.N-1)
 	case c.N < next:
@@ -306,7 +356,7 @@ func (v *LogVerifier) problem(c *Commit, rec []byte, derr error) (Problem, strin
 // exactly the verified prefix.
 func (v *LogVerifier) closes(c *Commit, rec []byte) bool {
 	return c.Kind == KindAccept && c.Format == FormatChained && c.Accept.AfterSeq == v.tip.Seq &&
-		c.N == v.tip.N+1 && c.Prev == v.tip.Hash && c.KeyID == v.key.ID() && v.key.Authentic(rec)
+		c.N == v.tip.N+1 && c.Prev == v.tip.Hash && v.acceptable(c, rec)
 }
 
 // discards reports whether c, decoded from rec, is an authentic acceptance
@@ -314,7 +364,16 @@ func (v *LogVerifier) closes(c *Commit, rec []byte) bool {
 // was in the log when the acceptance was made.
 func (v *LogVerifier) discards(c *Commit, rec []byte) bool {
 	return c.Kind == KindAccept && c.Format == FormatChained && c.Accept.AfterSeq < v.tip.Seq && v.tip.Seq <= c.Accept.UpToSeq &&
-		c.KeyID == v.key.ID() && v.key.Authentic(rec)
+		v.acceptable(c, rec)
+}
+
+// acceptable reports whether an acceptance c, decoded from rec, is written
+// under a key the verifier holds that authenticates it, not one retired
+// before the tip's.
+func (v *LogVerifier) acceptable(c *Commit, rec []byte) bool {
+	r := v.key.rank(c.KeyID)
+	tipRank := v.key.rank(v.tip.KeyID)
+	return r >= 0 && (tipRank < 0 || r <= tipRank) && v.key.authenticUnder(c.KeyID, rec)
 }
 
 func lostRecord(seq uint64, c *Commit) LostRecord {

@@ -98,7 +98,7 @@ func TestVerifyIntactLog(t *testing.T) {
 	v := verifyAll(t, l)
 	require.Nil(t, v.Damage)
 	require.Equal(t, w.tip, v.Tip)
-	require.Equal(t, eventstore.LogTip{N: 5, Seq: 5, Hash: w.tip.Hash, First: 1, Epoch: 1, Format: eventstore.FormatChained}, v.Tip)
+	require.Equal(t, eventstore.LogTip{N: 5, Seq: 5, Hash: w.tip.Hash, First: 1, Epoch: 1, Format: eventstore.FormatChained, KeyID: testKey.ID()}, v.Tip)
 	require.Equal(t, 5, v.Records)
 
 	var seen []uint64
@@ -274,7 +274,7 @@ func TestAcceptanceClosesDamage(t *testing.T) {
 	v = verifyAll(t, l)
 	require.Nil(t, v.Damage, "the log verifies through the acceptance")
 	require.Equal(t, 1, v.Accepted)
-	require.Equal(t, eventstore.LogTip{N: 3, Seq: 6, Hash: c.Hash, First: 1, Epoch: 1, Format: eventstore.FormatChained, Discarded: 3}, v.Tip)
+	require.Equal(t, eventstore.LogTip{N: 3, Seq: 6, Hash: c.Hash, First: 1, Epoch: 1, Format: eventstore.FormatChained, Discarded: 3, KeyID: testKey.ID()}, v.Tip)
 	require.NoError(t, eventstore.CheckStat(ctx, l, v.Tip), "the log holds N+Discarded records")
 
 	var applied []uint64
@@ -485,4 +485,66 @@ func TestRecordHeader(t *testing.T) {
 	require.Equal(t, [3]any{eventstore.FormatLegacy, uint64(0), ""}, eventstore.DecodeHeaderForTest(legacyRecord(1)))
 	reordered := []byte(`{"kind":"epoch","events":[{"prev":"no","n":1}],"f":2,"n":7,"prev":"ab","epoch":1}`)
 	require.Equal(t, [3]any{eventstore.FormatChained, uint64(7), "ab"}, eventstore.DecodeHeaderForTest(reordered), "another layout is decoded")
+}
+
+// A rotated log key: the log's records before the rotation stay under the
+// retired key, a writer's epoch record moves the log to the new one, and
+// from there a record under the retired key does not verify — whoever holds
+// a retired key cannot append. A reader needs the retired keys to verify
+// the records before the rotation.
+func TestARotatedLogKey(t *testing.T) {
+	secret := func(b byte) []byte { return bytes.Repeat([]byte{b}, eventstore.LogKeySize) }
+	old, err := eventstore.NewLogKey(secret(1))
+	require.NoError(t, err)
+	ring, err := eventstore.NewLogKeyRing(secret(2), secret(1))
+	require.NoError(t, err)
+	require.Equal(t, []string{ring.ID(), old.ID()}, ring.IDs())
+	newOnly, err := eventstore.NewLogKey(secret(2))
+	require.NoError(t, err)
+
+	w := &chainer{t: t, key: old}
+	recs := w.records(2)
+	w.key = ring
+	recs = append(recs, w.next()) // the epoch record of a writer with the new key
+	recs = append(recs, w.next("c3"))
+	verify := func(key *eventstore.LogKey, recs ...[]byte) *eventstore.Verification {
+		t.Helper()
+		v, err := eventstore.VerifyLog(context.Background(), memLog(t, recs...), key, nil)
+		require.NoError(t, err)
+		return v
+	}
+	v := verify(ring, recs...)
+	require.Nil(t, v.Damage)
+	require.Equal(t, ring.ID(), v.Tip.KeyID)
+
+	// Without the retired key, the records before the rotation are foreign.
+	v = verify(newOnly, recs...)
+	require.NotNil(t, v.Damage)
+	require.Equal(t, eventstore.ProblemOtherKey, v.Damage.Problem)
+	require.Equal(t, uint64(1), v.Damage.Seq)
+
+	// A record under the retired key after the rotation.
+	forged := *w
+	forged.key = old
+	v = verify(ring, append(slices.Clone(recs), forged.next("forged"))...)
+	require.NotNil(t, v.Damage)
+	require.Equal(t, eventstore.ProblemRetiredKey, v.Damage.Problem)
+	require.Equal(t, uint64(5), v.Damage.Seq)
+	require.Equal(t, uint64(4), v.Tip.N, "the records before it verify")
+
+	// The log moves to another key only at an epoch record.
+	w2 := &chainer{t: t, key: old}
+	early := w2.records(2)
+	w2.key = ring
+	v = verify(ring, append(early, w2.next("c3"))...)
+	require.NotNil(t, v.Damage)
+	require.Equal(t, eventstore.ProblemRetiredKey, v.Damage.Problem)
+	require.Contains(t, v.Damage.Detail, "epoch")
+
+	// A writer still on the retired key after the rotation.
+	oldRing, err := eventstore.NewLogKeyRing(secret(1))
+	require.NoError(t, err)
+	v = verify(oldRing, recs...)
+	require.Equal(t, eventstore.ProblemOtherKey, v.Damage.Problem)
+	require.Equal(t, uint64(3), v.Damage.Seq, "the new key's epoch record is foreign to it")
 }

@@ -330,7 +330,7 @@ func LoadOrMakeMasterKey(path string) ([]byte, error) {
 
 // ReplaceKeyFile replaces the key file at path by one holding key (mode
 // 0600), whole or not at all: written beside it, synced, then renamed over
-// it.
+// it, and its directory synced.
 func ReplaceKeyFile(path string, key []byte) error {
 	tmp := path + ".new"
 	f, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o600) //nolint:gosec // the operator's key file
@@ -342,5 +342,12 @@ func ReplaceKeyFile(path string, key []byte) error {
 		_ = os.Remove(tmp)
 		return err
 	}
-	return os.Rename(tmp, path)
+	if err := os.Rename(tmp, path); err != nil {
+		return err
+	}
+	d, err := os.Open(filepath.Dir(path))
+	if err != nil {
+		return err
+	}
+	return errors.Join(d.Sync(), d.Close())
 }

@@ -60,11 +60,11 @@ type MaintenanceConfig struct {
 // directory holds no log, and another when the log cannot be opened (the
 // service still running on the data directory, say). Close releases it.
 func OpenMaintenance(ctx context.Context, cfg MaintenanceConfig) (*Maintenance, error) {
-	keyBytes, err := openLogKey(cfg.LogKeyFile, cfg.DataDir, false, nil)
+	keyBytes, retired, err := openLogKeyRing(cfg.LogKeyFile, cfg.DataDir, false, nil)
 	if err != nil {
 		return nil, err
 	}
-	key, err := eventstore.NewLogKey(keyBytes)
+	key, err := eventstore.NewLogKeyRing(keyBytes, retired...)
 	if err != nil {
 		return nil, classed{ErrInvalidConfig, err}
 	}

@@ -20,6 +20,9 @@ import (
 func (r *VerifyReport) Print(out io.Writer) error {
 	w := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
 	fmt.Fprintf(w, "log\t%s, subject %s, key id %s\n", r.Stream, r.Subject, r.KeyID)
+	if len(r.RetiredKeyIDs) > 0 {
+		fmt.Fprintf(w, "retired keys\t%s\n", strings.Join(r.RetiredKeyIDs, ", "))
+	}
 	if r.Config.OK {
 		fmt.Fprintf(w, "stream config\tok\n")
 	}

@@ -280,11 +280,11 @@ func (cfg *ServeConfig) prepare() error {
 		return classed{ErrInvalidConfig, fmt.Errorf("--data %s: %v", cfg.DataDir, err)}
 	}
 	if cfg.Service.LogKey == nil {
-		key, err := openLogKey(cfg.LogKeyFile, cfg.DataDir, true, cfg.Service.Logger)
+		key, retired, err := openLogKeyRing(cfg.LogKeyFile, cfg.DataDir, true, cfg.Service.Logger)
 		if err != nil {
 			return err
 		}
-		cfg.Service.LogKey = key
+		cfg.Service.LogKey, cfg.Service.RetiredLogKeys = key, retired
 	}
 	if cfg.Service.Encryption && cfg.Service.MasterKey == nil {
 		key, err := OpenMasterKey(cfg.MasterKeyEnv, cfg.MasterKeyFile, cfg.DataDir, cfg.Service.Logger)

@@ -143,6 +143,10 @@ type Config struct {
 	// eventstore.LogKeySize bytes; see LoadLogKey). Every replica of one log
 	// must hold the same key. Required.
 	LogKey []byte
+	// RetiredLogKeys are the log keys that rotations retired, the most
+	// recent first (OpenRetiredLogKeys): the log's records before the
+	// rotations are verified with them. Records are written under LogKey.
+	RetiredLogKeys [][]byte
 	// AcceptVerifiedPrefix makes a start on a log that fails verification
 	// accept its verified prefix: the commands after it are reported lost
 	// (logged one by one), the views are rebuilt from the prefix and an
@@ -320,7 +324,7 @@ func New(nc *nats.Conn, store *projections.Store, cfg Config) (*Service, error) 
 	if n := len(cfg.TokenKey); n > 0 && n < TokenKeyBytes {
 		return nil, fmt.Errorf("handlers: the token key is %d bytes; at least %d are needed", n, TokenKeyBytes)
 	}
-	key, err := eventstore.NewLogKey(cfg.LogKey)
+	key, err := eventstore.NewLogKeyRing(cfg.LogKey, cfg.RetiredLogKeys...)
 	if err != nil {
 		return nil, fmt.Errorf("handlers: Config.LogKey: %w", err)
 	}

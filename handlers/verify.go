@@ -13,11 +13,14 @@ import (
 // VerifyReport is what Maintenance.Verify found: `dwr admin verify` prints
 // it as a table or JSON. OK is set when Problems is empty.
 type VerifyReport struct {
-	OK       bool     `json:"ok"`
-	Stream   string   `json:"stream"`
-	Subject  string   `json:"subject"`
-	KeyID    string   `json:"key_id"`
-	Problems []string `json:"problems,omitempty"`
+	OK      bool   `json:"ok"`
+	Stream  string `json:"stream"`
+	Subject string `json:"subject"`
+	KeyID   string `json:"key_id"`
+	// RetiredKeyIDs are the ids of the retired log keys verification also
+	// accepts, where the log had not moved past them.
+	RetiredKeyIDs []string `json:"retired_key_ids,omitempty"`
+	Problems      []string `json:"problems,omitempty"`
 
 	Config struct {
 		OK    bool                    `json:"ok"`
@@ -64,7 +67,7 @@ func (m *Maintenance) Verify(ctx context.Context, progress io.Writer) (*VerifyRe
 	if errw == nil {
 		errw = io.Discard
 	}
-	r := &VerifyReport{Stream: m.log.Stream(), Subject: m.log.Subject(), KeyID: m.key.ID()}
+	r := &VerifyReport{Stream: m.log.Stream(), Subject: m.log.Subject(), KeyID: m.key.ID(), RetiredKeyIDs: m.key.IDs()[1:]}
 	r.Config.OK = m.configErr == nil
 	var ce *eventstore.StreamConfigError
 	if errors.As(m.configErr, &ce) {

@@ -53,7 +53,7 @@ func adminCmd(g *globals) *cobra.Command {
 		},
 	}
 	o.flags(verify)
-	cmd.AddCommand(rebuild, verify, rotateMasterKeyCmd())
+	cmd.AddCommand(rebuild, verify, rotateMasterKeyCmd(), rotateLogKeyCmd(g))
 	return cmd
 }
 
@@ -81,6 +81,42 @@ func rotateMasterKeyCmd() *cobra.Command {
 	o.flags(cmd)
 	cmd.Flags().StringVar(&current, "master-key-file", os.Getenv("DWR_MASTER_KEY_FILE"), "the current master key (default DATA/master.key)")
 	cmd.Flags().StringVar(&next, "new-key-file", "", "the new master key (made when the file does not exist)")
+	return cmd
+}
+
+// rotateLogKeyCmd replaces the log key, keeping the old one as retired.
+func rotateLogKeyCmd(g *globals) *cobra.Command {
+	var dataDir, file string
+	cmd := &cobra.Command{
+		Use:   "rotate-log-key [--data DIR] [--log-key-file FILE]",
+		Short: "replace the log key with a new one, keeping the old one among the retired keys beside it",
+		Long: "rotate-log-key writes a new log key to --log-key-file (default DATA/log.key) and keeps the old one first in FILE.retired,\n" +
+			"the keys the log's earlier records were written under. Start every replica with the new key and its .retired file (copy\n" +
+			"both); the writer's next start records the change in its epoch record, and from there a record under a retired key does\n" +
+			"not verify: whoever holds an old key can no longer append to the log. Keep the .retired file with the key: the records\n" +
+			"before the rotation verify only with it. A rotation cut short can be run again.",
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			oldID, newID, err := handlers.RotateLogKey(file, dataDir)
+			if err != nil {
+				return fail(exitInvalid, "%v", err)
+			}
+			path := file
+			if path == "" {
+				path = filepath.Join(dataDir, handlers.LogKeyFile)
+			}
+			if g.json {
+				return printJSON(cmd.OutOrStdout(), map[string]string{"file": path, "retired_file": path + handlers.RetiredLogKeysSuffix,
+					"old_key_id": oldID, "new_key_id": newID})
+			}
+			out := cmd.OutOrStdout()
+			fmt.Fprintf(out, "%s now holds the log key %s; %s keeps the retired key %s first\n", path, newID, path+handlers.RetiredLogKeysSuffix, oldID)
+			fmt.Fprintln(out, "give both files to every replica of this log (--log-key-file), restart them, and back them up")
+			return nil
+		},
+	}
+	cmd.Flags().StringVar(&dataDir, "data", envOr("DWR_DATA", "dwr-data"), "the data directory of the server")
+	logKeyFlag(cmd, &file)
 	return cmd
 }
 
