@@ -2,16 +2,13 @@ package handlers_test
 
 import (
 	"fmt"
-	"path/filepath"
 	"testing"
 	"time"
 
 	"github.com/nats-io/nkeys"
 
 	"github.com/dwr-run/dwr/domain"
-	"github.com/dwr-run/dwr/executors/client"
 	"github.com/dwr-run/dwr/handlers"
-	"github.com/dwr-run/dwr/handlers/access"
 	"github.com/dwr-run/dwr/handlers/servicetest"
 )
 
@@ -22,16 +19,8 @@ func BenchmarkMemberAdd(b *testing.B) {
 	for _, conns := range []int{0, 1000} {
 		b.Run(fmt.Sprintf("conns=%d", conns), func(b *testing.B) {
 			st := servicetest.Start(b, "", servicetest.Options{Secure: true, Config: handlers.Config{WriterID: "bench"}})
-			opts, err := client.CredentialOptions(filepath.Join(st.Dir, access.AdminCredsFile))
-			if err != nil {
-				b.Fatal(err)
-			}
 			for range conns {
-				nc, err := st.Server.Connect(opts...)
-				if err != nil {
-					b.Fatal(err)
-				}
-				b.Cleanup(nc.Close)
+				st.AdminConn(b)
 			}
 			keys := make([]string, b.N)
 			for i := range keys {

@@ -53,6 +53,16 @@ func connectAdmin(t testing.TB, srv *embedded.Server, dir string) *nats.Conn {
 	return nc
 }
 
+// AdminConn opens another in-process connection as the admin (with
+// Options.Secure), closed at cleanup.
+func (s *Service) AdminConn(t testing.TB) *nats.Conn {
+	t.Helper()
+	if !s.secure {
+		t.Fatal("servicetest: AdminConn needs Options.Secure")
+	}
+	return connectAdmin(t, s.Server, s.Dir)
+}
+
 // Member adds name to workspace ws with role (and an executor's queues),
 // through the admin, and returns a connection as that identity. It needs
 // Options.Secure.
