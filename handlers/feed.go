@@ -43,8 +43,9 @@ type feed struct {
 	// logSeq is the log record whose events were sent last.
 	logSeq uint64
 	// failed: a publish failed; repairing: the feed's end is being found
-	// again and what follows it sent from the log. Either holds live
-	// publishing back until a repair has sent what it skipped.
+	// again and what follows it sent from the log. Either way live
+	// publishing reaches live subscribers only, until a repair has stored
+	// what it skipped.
 	failed, repairing bool
 }
 
@@ -202,11 +203,11 @@ func (f *feed) audit(ctx context.Context, log eventstore.Log, views *projections
 }
 
 // repair finds the feed's last event and sends, from the log, the events
-// that follow it, up to the views' checkpoint, holding live publishing back
-// meanwhile; then it lets live publishing go on. The records are sent as
-// they were verified when the views applied them; the stretches an
-// acceptance left out of the log are skipped. On an error the feed stays
-// held back, for the next repair.
+// that follow it, up to the views' checkpoint (meanwhile live publishing
+// reaches live subscribers only); then live publishing stores again. The
+// records are sent as they were verified when the views applied them; the
+// stretches an acceptance left out of the log are skipped. On an error the
+// feed stays so, for the next repair.
 func (f *feed) repair(ctx context.Context, log eventstore.Log, views *projections.Store) error {
 	f.mu.Lock()
 	f.repairing, f.failed = true, false

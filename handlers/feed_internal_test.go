@@ -2,7 +2,6 @@ package handlers
 
 import (
 	"context"
-	"io"
 	"log/slog"
 	"strconv"
 	"testing"
@@ -13,7 +12,6 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/dwr-run/dwr/eventstore"
-	"github.com/dwr-run/dwr/handlers/embedded"
 	"github.com/dwr-run/dwr/schemas"
 )
 
@@ -21,16 +19,10 @@ import (
 // while the feed waits for a repair its events still reach live
 // subscribers, but not the stream.
 func TestFeedEventsFollowTheirPredecessorOrReachLiveSubscribersOnly(t *testing.T) {
-	srv, err := embedded.Start(embedded.Config{DataDir: t.TempDir(), Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
-	require.NoError(t, err)
-	t.Cleanup(srv.Shutdown)
-	nc, err := srv.Connect()
-	require.NoError(t, err)
-	t.Cleanup(nc.Close)
-	js, err := jetstream.New(nc)
-	require.NoError(t, err)
+	js := startJetStream(t)
+	nc := js.Conn()
 	ctx := context.Background()
-	f, err := newFeed(ctx, js, Config{Prefix: "dwr", FeedMaxBytes: minFeedBytes}, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	f, err := newFeed(ctx, js, Config{Prefix: "dwr", FeedMaxBytes: minFeedBytes}, slog.New(slog.DiscardHandler))
 	require.NoError(t, err)
 	live := make(chan *nats.Msg, 16)
 	sub, err := nc.ChanSubscribe("dwr.ev.>", live)

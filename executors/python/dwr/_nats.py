@@ -409,9 +409,10 @@ class Client:
 
     async def _reconnect(self) -> None:
         """Connects again after a lost connection: rounds over the servers
-        (the one lost last), reconnect_time_wait apart, until one answers or
-        max_reconnect_attempts tries failed (then the client closes; a
-        server refusing the credential twice in a row ends it too). Meanwhile
+        given, in their order, reconnect_time_wait apart, until one answers
+        or max_reconnect_attempts tries (one a server) failed — then the
+        client closes; a server refusing the credential twice in a row ends
+        it too. Meanwhile
         what is published is kept (RECONNECT_BUF_SIZE), requests wait for
         their replies, and PINGs fail. Once connected it subscribes again
         to every subscription and sends what was kept, in order."""
