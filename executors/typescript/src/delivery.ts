@@ -1,3 +1,4 @@
+import { createTraceState, ROOT_CONTEXT, SpanKind, trace, type Span, type SpanContext, type Tracer } from "@opentelemetry/api";
 import type { JsMsg } from "@nats-io/jetstream";
 import { getArtifact, putArtifact, refOf } from "./artifacts.js";
 import { AbortReason, DwrError, Permanent, cancelled, leaseLost, timedOut } from "./errors.js";
@@ -244,7 +245,16 @@ export class Delivery {
     this.delivered = msg?.info.deliveryCount ?? 0;
     const h = msg?.headers;
     this.trace = msg ? (h ? traceContextOf(h.get(Header.Traceparent), h.get(Header.Tracestate)) : undefined) : trace;
+    if (c.tracer) [this.span, this.trace] = jobSpan(c.tracer, c.queue, this.trace);
     this.svc = svc.traced(this.trace);
+  }
+
+  /** The job's span (Config.tracer), ended by endSpan. */
+  private readonly span?: Span;
+
+  /** endSpan ends the job's span, once the delivery is settled. */
+  endSpan() {
+    this.span?.end();
   }
 
   private log(outcome: string, attempt: number, detail = "") {
@@ -1058,4 +1068,24 @@ export class Delivery {
       await stopBeats();
     }
   }
+}
+
+/**
+ * jobSpan starts the span of a job on queue, "dwr.job <queue>", a child of parent (the trace its item
+ * carries), and returns it with its trace context: what the job's commands carry.
+ */
+function jobSpan(tracer: Tracer, queue: string, parent?: TraceContext): [Span, TraceContext] {
+  let ctx = ROOT_CONTEXT;
+  const m = parent && /^[0-9a-f]{2}-([0-9a-f]{32})-([0-9a-f]{16})-([0-9a-f]{2})/.exec(parent.traceparent);
+  if (m) {
+    const sc: SpanContext = { traceId: m[1], spanId: m[2], traceFlags: parseInt(m[3], 16), isRemote: true };
+    if (parent?.tracestate) sc.traceState = createTraceState(parent.tracestate);
+    ctx = trace.setSpanContext(ctx, sc);
+  }
+  const span = tracer.startSpan(`dwr.job ${queue}`, { kind: SpanKind.CONSUMER }, ctx);
+  const sc = span.spanContext();
+  const flags = (sc.traceFlags & 0xff).toString(16).padStart(2, "0");
+  const tc: TraceContext = { traceparent: `00-${sc.traceId}-${sc.spanId}-${flags}` };
+  if (sc.traceState) tc.tracestate = sc.traceState.serialize();
+  return [span, tc];
 }

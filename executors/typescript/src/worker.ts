@@ -1,3 +1,4 @@
+import type { Tracer } from "@opentelemetry/api";
 import { hostname } from "node:os";
 import type { NatsConnection, Subscription } from "@nats-io/transport-node";
 import { jetstream, type Consumer, type ConsumerMessages, type JsMsg } from "@nats-io/jetstream";
@@ -68,6 +69,12 @@ export interface WorkerOptions {
   noHandoff?: boolean;
   /** Receives the worker's logs; default: none. */
   logger?: Logger;
+  /**
+   * Makes an OpenTelemetry span per job, "dwr.job <queue>" (kind consumer), a child of the trace its work
+   * item carries (a handed attempt's: of the job whose report was handed it); the job's commands, and
+   * `job.traceparent`, are in the span. Default: no span, and the job's commands carry the item's trace.
+   */
+  tracer?: Tracer;
 }
 
 /** A handler runs one job and returns its result; throwing fails the attempt (retried unless Permanent). */
@@ -122,6 +129,7 @@ export interface Config {
   drainTimeoutMs: number;
   noHandoff: boolean;
   log: Logger;
+  tracer?: Tracer;
 }
 
 function configOf(o: WorkerOptions): Config {
@@ -139,6 +147,7 @@ function configOf(o: WorkerOptions): Config {
     drainTimeoutMs: o.drainTimeoutMs ?? 30000,
     noHandoff: o.noHandoff ?? false,
     log: o.logger ?? silent,
+    tracer: o.tracer,
   };
   const bad: string[] = [];
   if (!c.nc) bad.push("nc is required");
@@ -439,6 +448,15 @@ export class Worker {
   /** deliverItem handles one work item, and returns its delivery (whose next is the attempt its report was handed, if any). */
   private async deliverItem(msg: JsMsg): Promise<Delivery | undefined> {
     const d = new Delivery(this, this.cfg, this.svc, msg, this.hardCtl.signal);
+    try {
+      return await this.settleItem(d, msg);
+    } finally {
+      d.endSpan();
+    }
+  }
+
+  /** settleItem decodes msg's item and runs its job (or judges it) as d, and returns d unless it could not run. */
+  private async settleItem(d: Delivery, msg: JsMsg): Promise<Delivery | undefined> {
     if (msg.data.length > MaxMessageBytes) {
       this.cfg.log.error(`dwr: a work item of ${msg.data.length} bytes, more than ${MaxMessageBytes}; handing it back`);
       msg.nak(this.leaseMs);
@@ -525,6 +543,7 @@ export class Worker {
       await d.runHanded(this.handler!, it.task!, a, h.token!, watch);
     } finally {
       watch.stop();
+      d.endSpan();
     }
     return d;
   }

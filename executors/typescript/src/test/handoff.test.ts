@@ -10,6 +10,8 @@ import assert from "node:assert/strict";
 import { randomBytes } from "node:crypto";
 import { test } from "node:test";
 import type { JsMsg } from "@nats-io/jetstream";
+import { SpanKind } from "@opentelemetry/api";
+import { BasicTracerProvider, InMemorySpanExporter, SimpleSpanProcessor } from "@opentelemetry/sdk-trace-base";
 import type { MsgHdrs, NatsConnection } from "@nats-io/transport-node";
 import { Permanent, Verifier, Worker, type Handoff, type Job, type Reply, type WorkItem } from "../index.js";
 
@@ -306,4 +308,47 @@ test("a handoff without its token or item, or that is not this worker's to run, 
   const cannot = lines.filter((l) => l.includes("a handed attempt this worker cannot run"));
   assert.equal(cannot.length, 1, lines.join("\n"));
   assert.match(cannot[0]!, /task T-b attempt 1.*an item of default\/other/);
+});
+
+test("with a tracer, each job is a span in its item's trace, and its commands are in the span", { timeout: 10_000 }, async () => {
+  const [a, b] = ["T-a", "T-b"];
+  const toB = handoff(b, "b", { id: a, key: "a" });
+  const svc = fakeService((name, body) => {
+    if (name === "task.succeed" && body.task_id === a) return ok({ id: a, state: "accepted", attempt: 1, next: toB });
+    if (name === "task.succeed" && body.task_id === b) return ok({ id: b, state: "accepted", attempt: 1 });
+    return undefined;
+  });
+  const exporter = new InMemorySpanExporter();
+  const provider = new BasicTracerProvider({ spanProcessors: [new SimpleSpanProcessor(exporter)] });
+  const seen: (string | undefined)[] = [];
+  const w = new Worker({ nc: svc.nc, queue, executor, leaseMs: 1000, tracer: provider.getTracer("test") }, async (job: Job) => {
+    seen.push(job.traceparent);
+    return { output: job.key };
+  });
+
+  await deliver(w, fakeMsg(readyItem(a, "a")).msg);
+
+  const spans = exporter.getFinishedSpans();
+  assert.deepEqual(
+    spans.map((s) => [s.name, s.kind]),
+    [
+      [`dwr.job ${queue}`, SpanKind.CONSUMER],
+      [`dwr.job ${queue}`, SpanKind.CONSUMER],
+    ],
+    "a span per job, the handed one's too, ended",
+  );
+  const [sa, sb] = spans;
+  const [, traceId, parentId] = traceparent.split("-");
+  assert.equal(sa!.spanContext().traceId, traceId, "in the item's trace");
+  assert.equal(sa!.parentSpanContext?.spanId, parentId, "a child of the item's (the dispatch's) span");
+  assert.equal(
+    sb!.parentSpanContext?.spanId,
+    sa!.spanContext().spanId,
+    "the handed job: a child of the job whose report handed it",
+  );
+  const tpOf = (s: (typeof spans)[number]) => `00-${s.spanContext().traceId}-${s.spanContext().spanId}-01`;
+  assert.deepEqual(seen, [tpOf(sa!), tpOf(sb!)], "job.traceparent is the job's span");
+  const cmds = svc.commands();
+  assert.equal(cmds[0]!.traceparent, tpOf(sa!), "the job's report is in its span");
+  assert.equal(cmds[1]!.traceparent, tpOf(sb!));
 });
