@@ -152,11 +152,14 @@ func (f *feed) msg(e *eventstore.Event, seq uint64) *nats.Msg {
 // it sent.
 const feedAuditEvery = 2 * time.Second
 
+// feedAuditMax is the longest round after repairs that did not last.
+const feedAuditMax = 10 * time.Second
+
 // audit repairs the feed whenever its stream's last sequence stays behind
 // what was sent for a whole round (or went past it: events this writer did
-// not send), or a publish failed, until ctx ends. A repair that finds the
-// stream still unavailable is tried again, less and less often (up to once
-// a minute).
+// not send), or a publish failed, until ctx ends. After a repair the next
+// round comes later and later (up to every 10 s) until the feed is found
+// whole: a stream that keeps losing events is not read back every 2 s.
 func (f *feed) audit(ctx context.Context, log eventstore.Log, views *projections.Store, repaired func()) {
 	wait := feedAuditEvery
 	var prev uint64
@@ -198,7 +201,7 @@ func (f *feed) audit(ctx context.Context, log eventstore.Log, views *projections
 			f.logger.Info("handlers: event feed repaired from the log", "from", got, "to", want)
 			repaired()
 		}
-		wait = min(2*wait, time.Minute)
+		wait = min(2*wait, feedAuditMax)
 	}
 }
 

@@ -316,10 +316,6 @@ func TestClusterProcessesUnderFailure(t *testing.T) {
 	healed("the cluster healed after the freeze")
 
 	load.stop()
-	for _, r := range replicas {
-		require.NoError(t, r.proc.terminate(30*time.Second), "graceful stop of %s", r.name)
-	}
-	phase("dwr serve processes stopped")
 
 	l, err := eventstore.OpenJetStreamLog(ctx, js, eventstore.JetStreamConfig{Replicas: 3})
 	require.NoError(t, err)
@@ -327,6 +323,16 @@ func TestClusterProcessesUnderFailure(t *testing.T) {
 	require.NoError(t, err)
 	lk, err := eventstore.NewLogKey(key)
 	require.NoError(t, err)
+	// The event feed lost what its stream missed while nodes were down or
+	// frozen; the writer repairs it while it serves: it comes to hold
+	// every event of the log, once each, in the log's order.
+	feedWhole := waitFeedHoldsTheLog(t, ctx, js, l, lk)
+	phase(fmt.Sprintf("the event feed holds every event of the log %s after the load stopped", feedWhole.Round(time.Millisecond)))
+	for _, r := range replicas {
+		require.NoError(t, r.proc.terminate(30*time.Second), "graceful stop of %s", r.name)
+	}
+	phase("dwr serve processes stopped")
+
 	recs, err := readLog(ctx, l, lk)
 	require.NoError(t, err)
 	a := auditLog(recs, led.all(), payloadOpener(t, ctx, js, masterFile))
@@ -362,4 +368,76 @@ func dialPinging(t *testing.T, url, name string, timeout time.Duration) *client 
 	require.NoError(t, err)
 	t.Cleanup(nc.Close)
 	return &client{nc: nc, ws: "default", timeout: timeout, actor: "admin"}
+}
+
+// waitFeedHoldsTheLog waits until the event feed's stream holds the events
+// of every record of l, each once, in the log's order, and returns how long
+// that took. It fails t after a minute.
+func waitFeedHoldsTheLog(t *testing.T, ctx context.Context, js jetstream.JetStream, l eventstore.Log, key *eventstore.LogKey) time.Duration {
+	t.Helper()
+	start := time.Now()
+	var problem string
+	for time.Since(start) < time.Minute {
+		recs, err := readLog(ctx, l, key)
+		require.NoError(t, err)
+		var want []string
+		for _, r := range recs {
+			for _, e := range r.C.Events {
+				want = append(want, e.ID)
+			}
+		}
+		got, err := feedEventIDs(ctx, js)
+		switch {
+		case err != nil:
+			problem = err.Error()
+		case slices.Equal(got, want):
+			return time.Since(start)
+		default:
+			problem = fmt.Sprintf("the feed holds %d events, the log %d", len(got), len(want))
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatalf("the event feed: %s: %v", problem, ctx.Err())
+		case <-time.After(500 * time.Millisecond):
+		}
+	}
+	t.Fatalf("the event feed does not hold the log after a minute: %s", problem)
+	return 0
+}
+
+// feedEventIDs returns the ids of the events the feed's stream holds, in its
+// order.
+func feedEventIDs(ctx context.Context, js jetstream.JetStream) ([]string, error) {
+	st, err := js.Stream(ctx, "DWR_EVENTS")
+	if err != nil {
+		return nil, err
+	}
+	c, err := st.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{})
+	if err != nil {
+		return nil, err
+	}
+	var ids []string
+	for {
+		batch, err := c.FetchNoWait(1000)
+		if err != nil {
+			return nil, err
+		}
+		n := 0
+		for m := range batch.Messages() {
+			n++
+			var e struct {
+				ID string `json:"id"`
+			}
+			if err := json.Unmarshal(m.Data(), &e); err != nil {
+				return nil, err
+			}
+			ids = append(ids, e.ID)
+		}
+		if err := batch.Error(); err != nil {
+			return nil, err
+		}
+		if n == 0 {
+			return ids, nil
+		}
+	}
 }
