@@ -4,7 +4,7 @@ import { getArtifact, putArtifact, refOf } from "./artifacts.js";
 import { AbortReason, DwrError, Permanent, cancelled, leaseLost, timedOut } from "./errors.js";
 import { Job, type Decision, type Delegated, type JobBackend } from "./job.js";
 import { SDKCode, clip, maxMessage, runHandler, type Report } from "./report.js";
-import { sleep, traceContextOf, type Service, type TraceContext } from "./service.js";
+import { sleep, traceContextOf, traceparentRe, type Service, type TraceContext } from "./service.js";
 import { parseDuration } from "./duration.js";
 import type { Check, Config, Handler, Verdict, VerifyHandler, Worker } from "./worker.js";
 import {
@@ -1076,9 +1076,9 @@ export class Delivery {
  */
 function jobSpan(tracer: Tracer, queue: string, parent?: TraceContext): [Span, TraceContext] {
   let ctx = ROOT_CONTEXT;
-  const m = parent && /^[0-9a-f]{2}-([0-9a-f]{32})-([0-9a-f]{16})-([0-9a-f]{2})/.exec(parent.traceparent);
+  const m = parent && traceparentRe.exec(parent.traceparent); // traceContextOf checked it
   if (m) {
-    const sc: SpanContext = { traceId: m[1], spanId: m[2], traceFlags: parseInt(m[3], 16), isRemote: true };
+    const sc: SpanContext = { traceId: m[2]!, spanId: m[3]!, traceFlags: parseInt(m[4]!, 16), isRemote: true };
     if (parent?.tracestate) sc.traceState = createTraceState(parent.tracestate);
     ctx = trace.setSpanContext(ctx, sc);
   }

@@ -47,7 +47,7 @@ export interface TraceContext {
 
 // traceparent: version "00" (or a later one, which may add fields after a "-"), a trace id and a parent id
 // that are not all zeros, and the flags; in lower-case hex.
-const traceparentRe = /^([0-9a-f]{2})-([0-9a-f]{32})-([0-9a-f]{16})-([0-9a-f]{2})(-.*)?$/;
+export const traceparentRe = /^([0-9a-f]{2})-([0-9a-f]{32})-([0-9a-f]{16})-([0-9a-f]{2})(-.*)?$/;
 const maxTracestate = 512;
 
 /**
