@@ -98,11 +98,8 @@ func OpenMasterKey(env, file, dataDir string, logger *slog.Logger) ([]byte, erro
 // replica). It logs a warning when the key's file is readable by others
 // than its owner. It returns LoadLogKey's errors.
 func OpenLogKey(file, dataDir string, create bool, logger *slog.Logger) ([]byte, error) {
-	path, explicit := file, file != ""
-	if !explicit {
-		path = filepath.Join(dataDir, LogKeyFile)
-	}
-	key, created, err := LoadLogKey(path, create && !explicit)
+	path := logKeyPath(file, dataDir)
+	key, created, err := LoadLogKey(path, create && file == "")
 	if err != nil {
 		return nil, err
 	}

@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 
 	"github.com/dwr-run/dwr/eventstore"
@@ -93,20 +94,16 @@ func RotateLogKey(file, dataDir string) (oldID, newID string, err error) {
 	// The old key first; a key listed already (a rotation cut short) once.
 	var b strings.Builder
 	b.WriteString("# dwr: log keys retired by rotations, the most recent first; keep them with the log key\n")
-	seen := map[string]bool{}
+	var ids []string
 	for _, k := range append([][]byte{cur}, retired...) {
 		id, err := eventstore.NewLogKey(k)
 		if err != nil {
 			return "", "", err
 		}
-		if !seen[id.ID()] {
-			seen[id.ID()] = true
+		if !slices.Contains(ids, id.ID()) {
+			ids = append(ids, id.ID())
 			fmt.Fprintf(&b, "# %s\n%s\n", id.ID(), base64.StdEncoding.EncodeToString(k))
 		}
-	}
-	old, err := eventstore.NewLogKey(cur)
-	if err != nil {
-		return "", "", err
 	}
 	nk, err := eventstore.NewLogKey(next)
 	if err != nil {
@@ -120,5 +117,5 @@ func RotateLogKey(file, dataDir string) (oldID, newID string, err error) {
 			return "", "", fmt.Errorf("handlers: write %s: %w", f.path, err)
 		}
 	}
-	return old.ID(), nk.ID(), nil
+	return ids[0], nk.ID(), nil
 }

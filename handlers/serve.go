@@ -17,7 +17,6 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/oklog/ulid/v2"
 
-	"github.com/dwr-run/dwr/eventstore"
 	"github.com/dwr-run/dwr/handlers/access"
 	"github.com/dwr-run/dwr/projections"
 	"github.com/dwr-run/dwr/schemas"
@@ -286,9 +285,6 @@ func (cfg *ServeConfig) prepare() error {
 			return err
 		}
 		cfg.Service.LogKey, cfg.Service.RetiredLogKeys = key, retired
-		if ring, err := eventstore.NewLogKeyRing(key, retired...); err == nil {
-			cfg.Service.Logger.Info("dwr: log key", "id", ring.ID(), "retired", strings.Join(ring.IDs()[1:], ","))
-		}
 	}
 	if cfg.Service.Encryption && cfg.Service.MasterKey == nil {
 		key, err := OpenMasterKey(cfg.MasterKeyEnv, cfg.MasterKeyFile, cfg.DataDir, cfg.Service.Logger)

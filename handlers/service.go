@@ -328,6 +328,7 @@ func New(nc *nats.Conn, store *projections.Store, cfg Config) (*Service, error) 
 	if err != nil {
 		return nil, fmt.Errorf("handlers: Config.LogKey: %w", err)
 	}
+	cfg.Logger.Info("dwr: log key", "id", key.ID(), "retired", strings.Join(key.IDs()[1:], ","))
 	js, err := jetstream.New(nc)
 	if err != nil {
 		return nil, err

@@ -114,32 +114,18 @@ class HeadersTest(unittest.TestCase):
 
 
 async def _client_of_server_sending(test: unittest.IsolatedAsyncioTestCase, data: bytes) -> _nats.Client:
-    """Connects to a scripted server that answers the handshake, then sends
-    data and reads until the client hangs up; returns the client once its
-    connection closed, or after two seconds. The server stops with the
-    test."""
+    """Connects to a scripted server (_ScriptedServer) that answers the
+    handshake and the response mux's SUB, then sends data and reads until the
+    client hangs up; returns the client once its connection closed, or after
+    two seconds."""
 
-    async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        writer.write(b'INFO {"server_id":"x"}\r\n')
-        await reader.readline()
-        await reader.readline()
-        writer.write(b"PONG\r\n")
-        await reader.readline()
+    async def send(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await reader.readline()  # the response mux's SUB
         writer.write(data)
         await writer.drain()
         await reader.read()  # until the client hangs up
-        writer.close()
-        await writer.wait_closed()
 
-    server = await asyncio.start_server(serve, "127.0.0.1", 0)
-
-    async def stop() -> None:
-        server.close()
-        await server.wait_closed()
-
-    test.addAsyncCleanup(stop)
-    port = server.sockets[0].getsockname()[1]
-    nc = await _nats.connect("nats://127.0.0.1:%d" % port)
+    nc = await _nats.connect(await _ScriptedServer([send]).start(test))
     for _ in range(100):
         if nc.is_closed:
             break
