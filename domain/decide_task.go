@@ -188,7 +188,7 @@ func (x *tx) claimTask(c *ClaimTask) (Reply, error) {
 	if dup {
 		r := duplicateTask(t)
 		if c.Supersedes > 0 || !c.OmitTask {
-			r.Task = t
+			r.Task = replyTask(t)
 		}
 		if a := t.Attempt(r.Attempt); a != nil && a.ClaimedBy == x.m.Actor {
 			r.TokenHash = a.TokenHash
@@ -223,10 +223,25 @@ func (x *tx) claimTask(c *ClaimTask) (Reply, error) {
 	}
 	r, err := x.after(t.ID)
 	if c.Supersedes > 0 || !c.OmitTask {
-		r.Task, _ = x.o.Task(t.ID)
+		if t, _ := x.o.Task(t.ID); t != nil {
+			r.Task = replyTask(t)
+		}
 	}
 	r.TokenHash = c.TokenHash
 	return r, err
+}
+
+// replyTask returns the task as a claim's reply carries it: without the
+// ids of the commands it applied (an executor has no use for them, and an
+// item carries none either), fitted to schemas.MaxReplyTaskBytes, so that
+// a task with a long history can still be claimed.
+func replyTask(t *Task) *Task {
+	c := *t
+	c.Commands = nil
+	if f, _, err := schemas.FitTask(&c, schemas.MaxReplyTaskBytes); err == nil {
+		return f
+	}
+	return &c
 }
 
 // refuseToStart fails t instead of starting an attempt when its goal's

@@ -64,8 +64,15 @@ type Job struct {
 	// before it was superseded) saved, nil when none: resume from it.
 	Checkpoint json.RawMessage
 
-	// PriorAttempts are the task's earlier attempts, oldest first.
+	// PriorAttempts are the task's earlier attempts, oldest first. In a
+	// long history the oldest results may be left out (see Omitted).
 	PriorAttempts []PriorAttempt
+
+	// Omitted names, by JSON pointers into the task, the parts of its
+	// history left out to keep it within the wire's bound (the oldest
+	// results first: "/attempts/0/result"); empty for a task sent whole.
+	// The client's Events reads them.
+	Omitted []string
 
 	// Verifications are the FAIL verifications of earlier results: the
 	// evidence of why they were not accepted.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -67,4 +68,36 @@ func TestAnInconclusiveVerdictAwaitsReview(t *testing.T) {
 	b.WaitState(t, id, "needs_review", 15*time.Second)
 	b.Command(t, "task.review", map[string]any{"task_id": id, "decision": "accept", "reason": "read it"})
 	b.WaitState(t, id, "accepted", 5*time.Second)
+}
+
+// A task whose history outgrows the wire still reaches its job: the oldest
+// results are left out of it, and the job's Omitted names them.
+func TestALongHistoryReachesTheJobFitted(t *testing.T) {
+	b := setup(t)
+	jobs := make(chan *executors.Job, 8)
+	b.startWorker(t, executors.Config{Queue: "drafts"}, func(_ context.Context, job *executors.Job) (executors.Result, error) {
+		jobs <- job
+		return executors.Result{Output: strings.Repeat(fmt.Sprint(job.Attempt), 240<<10)}, nil
+	})
+	b.startVerifier(t, executors.Config{Queue: "checks"}, func(_ context.Context, c *executors.Check) (executors.Verdict, error) {
+		if c.Attempt < 4 {
+			return executors.Verdict{Outcome: executors.Fail, Evidence: map[string]int{"attempt": c.Attempt}}, nil
+		}
+		return executors.Verdict{Outcome: executors.Pass}, nil
+	})
+	id := b.CreateTask(t, map[string]any{"queue": "drafts", "retry": map[string]any{"max_attempts": 5},
+		"verification": map[string]any{"queue": "checks", "on_fail": "retry"}})
+	b.WaitState(t, id, "accepted", 30*time.Second)
+	var last *executors.Job
+	for range 4 {
+		last = recv(t, jobs)
+	}
+	require.Equal(t, 4, last.Attempt)
+	require.Len(t, last.PriorAttempts, 3, "every earlier attempt reaches the job")
+	require.Contains(t, last.Omitted, "/attempts/0/result")
+	require.Nil(t, last.PriorAttempts[0].Result, "the oldest result is left out")
+	require.JSONEq(t, strconv.Quote(strings.Repeat("3", 240<<10)), string(last.PriorAttempts[2].Result), "the latest stays")
+	require.JSONEq(t, `{"attempt":3}`, string(last.Verifications[len(last.Verifications)-1].Evidence))
+	b.waitSettled(t, "drafts")
+	b.waitSettled(t, "checks")
 }

@@ -233,8 +233,9 @@ type pendingItem struct {
 // msg returns the message of work item it. An execute item goes without
 // its dependencies' results when, with them, it would be larger than
 // schemas.MaxItemTaskBytes (the executor then reads them with task.get),
-// and without its task too when it still would be (the executor then
-// claims first, and its claim's reply carries the task).
+// then with its task's oldest history left out (schemas.FitTask) when it
+// still would be, and without its task when even that is too large (the
+// executor then claims first, and its claim's reply carries the task).
 func (d *dispatcher) msg(it schemas.WorkItem) (*nats.Msg, error) {
 	encode := func() ([]byte, error) {
 		b, err := fastjson.Marshal(it)
@@ -255,6 +256,23 @@ func (d *dispatcher) msg(it schemas.WorkItem) (*nats.Msg, error) {
 	// stream's messages.
 	drops := []func() bool{
 		func() bool { had := it.Dependencies != nil; it.Dependencies = nil; return had },
+		func() bool {
+			if it.Task == nil || it.Task.Omitted != nil {
+				return false
+			}
+			// Its history's payloads, oldest first (schemas.FitTask),
+			// within what the item's other fields leave.
+			whole, err := json.Marshal(it.Task)
+			if err != nil {
+				return false
+			}
+			f, _, err := schemas.FitTask(it.Task, len(whole)-(len(b)-schemas.MaxItemTaskBytes))
+			had := err == nil && f != it.Task
+			if had {
+				it.Task = f
+			}
+			return had
+		},
 		func() bool { had := it.Task != nil; it.Task = nil; return had },
 	}
 	if it.Kind == schemas.WorkKindVerify {

@@ -3,8 +3,10 @@ package handlers_test
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"maps"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -238,6 +240,71 @@ func TestVerifyingTasksAreDispatchedToTheirVerifier(t *testing.T) {
 	require.Len(t, claim.Task.Verifications, 1, "the claim's reply carries the task, the verifier's evidence with it")
 	require.JSONEq(t, `{"missing":"a title"}`, string(claim.Task.Verifications[0].Evidence))
 	require.NoError(t, m.Ack())
+}
+
+// A task whose history outgrows a reply — each of its payloads is bounded,
+// their sum is not — is still dispatched with its task and still claimed:
+// the item and the claim's reply leave out its oldest results and say so;
+// the events query reads them. Before, the claim's record was larger than
+// the log takes, every claim was refused, and the task could not run again.
+func TestATaskWhoseHistoryOutgrowsAReplyIsStillClaimed(t *testing.T) {
+	b := setup(t)
+	exec := b.queue(t, "draft", 30*time.Second, 5)
+	checks := b.queue(t, "checks", 30*time.Second, 5)
+	result := func(n int) string { return strings.Repeat(fmt.Sprint(n), 240<<10) }
+	task, _ := b.mustCommand(t, "task.create", map[string]any{"spec": map[string]any{"queue": "draft",
+		"input": map[string]any{"text": strings.Repeat("i", 200<<10)}, "retry": map[string]any{"max_attempts": 10},
+		"verification": map[string]any{"queue": "checks", "on_fail": "retry"}}})
+	for n := 1; n <= 5; n++ {
+		it, m := exec.next(5 * time.Second)
+		require.Equal(t, n, it.Attempt)
+		require.NotNil(t, it.Task, "attempt %d: the item carries the task", n)
+		require.LessOrEqual(t, len(m.Data()), schemas.MaxItemTaskBytes)
+		require.Len(t, it.Task.Attempts, n-1)
+		claim, _ := b.mustCommand(t, "task.claim", map[string]any{"task_id": task.ID, "executor": "writer"})
+		require.NoError(t, m.Ack())
+		require.Len(t, claim.Task.Attempts, n, "attempt %d: every attempt stays in the claim's task", n)
+		require.Equal(t, strings.Repeat("i", 200<<10), textOf(t, claim.Task.Spec.Input, "text"), "the input stays")
+		require.Empty(t, claim.Task.Commands, "a claim's task carries no command ids")
+		sent, err := json.Marshal(claim.Task)
+		require.NoError(t, err)
+		require.LessOrEqual(t, len(sent), schemas.MaxReplyTaskBytes)
+		if n >= 3 {
+			require.Equal(t, "/attempts/0/result", claim.Task.Omitted[0], "attempt %d: the oldest result is left out first", n)
+			require.Nil(t, claim.Task.Attempts[0].Result)
+			require.Equal(t, it.Task.Omitted, claim.Task.Omitted, "the item's task was fitted alike")
+			last := claim.Task.Verifications[len(claim.Task.Verifications)-1]
+			require.JSONEq(t, fmt.Sprintf(`{"attempt":%d}`, n-1), string(last.Evidence), "the latest verdict's evidence stays")
+		}
+		b.mustCommand(t, "task.succeed", map[string]any{"task_id": task.ID, "attempt": n, "result": map[string]any{"text": result(n)}})
+		v, vm := checks.next(5 * time.Second)
+		b.mustCommand(t, "task.verify", map[string]any{"task_id": task.ID, "attempt": v.Attempt, "outcome": "FAIL",
+			"verifier": "checker", "result_digest": v.ResultDigest, "evidence": map[string]any{"attempt": n}})
+		require.NoError(t, vm.Ack())
+	}
+
+	// task.get fits it to the reply; the events hold every result.
+	var got schemas.Task
+	b.query(t, "task.get", schemas.Query{ID: task.ID}, 0, &got)
+	require.Len(t, got.Attempts, 5)
+	require.Contains(t, got.Omitted, "/attempts/0/result")
+	require.Equal(t, result(5), textOf(t, got.Attempts[4].Result, "text"), "the latest result stays")
+	events, _ := b.listAll(t, "events", schemas.Query{ID: task.ID})
+	var all strings.Builder
+	for _, e := range events {
+		all.Write(e)
+	}
+	for n := 1; n <= 5; n++ {
+		require.Contains(t, all.String(), result(n), "attempt %d's result is in the task's events", n)
+	}
+}
+
+// textOf returns the string member name of the JSON object raw.
+func textOf(t *testing.T, raw json.RawMessage, name string) string {
+	t.Helper()
+	var m map[string]string
+	require.NoError(t, json.Unmarshal(raw, &m))
+	return m[name]
 }
 
 func TestAGoalsDeadlineIsADurableTimer(t *testing.T) {

@@ -205,8 +205,17 @@ func (s *Service) query(name, ws string, p principal, q schemas.Query) (json.Raw
 		if err == nil && (t == nil || t.Workspace != ws) {
 			return nil, "", notFound("task")
 		}
-		return one(t, err, budget, func(size int) string {
-			return fmt.Sprintf("task %s is %d bytes, more than a reply can carry (%d): read it through its events (the events query with id %s, page by page)",
+		if err != nil {
+			return nil, "", err
+		}
+		// A task whose history is too large leaves out its oldest payloads,
+		// naming them in omitted.
+		f, b, err := schemas.FitTask(t, budget)
+		if err == nil && len(b) <= budget {
+			return b, "", nil
+		}
+		return one(f, err, budget, func(size int) string {
+			return fmt.Sprintf("task %s is %d bytes even without its earlier attempts' results, more than a reply can carry (%d): read it through its events (the events query with id %s, page by page)",
 				q.ID, size, budget, q.ID)
 		})
 	case "task.list":

@@ -38,6 +38,10 @@ type Task struct {
 	Reason       string     `json:"reason,omitempty"`
 	Error        *ErrorInfo `json:"error,omitempty"`
 	Versioned
+	// Omitted names, by their JSON pointers, the parts of the task's
+	// history a reply left out to stay within its bound (FitTask): the
+	// events query reads them. Empty in every task kept whole.
+	Omitted []string `json:"omitted,omitempty"`
 }
 
 // Delegation is a child goal an attempt of a task started (task.delegate),

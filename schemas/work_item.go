@@ -21,7 +21,9 @@ const (
 //
 // An execute item says which attempt to run, and where, and carries Task:
 // the task as it stood when the item was dispatched (without its Commands),
-// unless the item with it would be larger than MaxItemTaskBytes. The task crosses the
+// unless the item with it would be larger than MaxItemTaskBytes: then the
+// task's oldest history is left out (FitTask, Task.Omitted), and when the
+// item would still be too large, the task is. The task crosses the
 // wire once: an executor that runs the job from the item's task claims
 // lazily (at the job's first command of the attempt, at its first
 // heartbeat moment, or in its report: ReportClaim), and the reply to that

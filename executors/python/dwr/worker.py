@@ -215,7 +215,9 @@ class Job:
     ``input`` is the task's input (decoded JSON), ``attempt`` the attempt's
     number, ``operation_key`` the same for every attempt of the task (the
     idempotency key of its side effects), ``prior_attempts`` the attempts
-    before this one (dicts as task.get answers them), ``checkpoint`` the last
+    before this one (dicts as task.get answers them; in a long history the
+    oldest results may be left out, ``omitted`` naming each by its JSON
+    pointer, such as "/attempts/0/result"), ``checkpoint`` the last
     checkpoint saved (None before the first), ``dependencies`` the accepted
     ``result`` and ``artifacts`` of each task it depends on by plan key,
     ``signal`` the signal that resumed it, ``decisions`` the decisions taken
@@ -245,6 +247,7 @@ class Job:
         self.input: Any = spec.get("input")
         self.checkpoint: Any = task.get("checkpoint")
         self.prior_attempts: List[Dict[str, Any]] = [a for a in task.get("attempts") or [] if a.get("n", 0) < self.attempt]
+        self.omitted: List[str] = list(task.get("omitted") or [])
         self.verifications: List[Dict[str, Any]] = [v for v in task.get("verifications") or [] if v.get("outcome") == FAIL]
         sig = task.get("signal")
         self.signal: Optional[Signal] = Signal(sig.get("name", ""), sig.get("payload")) if isinstance(sig, dict) else None

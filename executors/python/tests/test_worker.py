@@ -62,6 +62,9 @@ class JobTest(unittest.TestCase):
         self.assertEqual(len(job.verifications), 1, "only the FAIL verdicts")
         self.assertEqual([d.response for d in job.decisions], ["approve", "expired"])
         self.assertEqual(job.approval.response, "expired")  # type: ignore[union-attr]
+        self.assertEqual(job.omitted, [], "a task sent whole omits nothing")
+        fitted = dict(self.TASK, omitted=["/attempts/0/result"])
+        self.assertEqual(Job(None, fitted, fitted["attempts"][1]).omitted, ["/attempts/0/result"])  # type: ignore[arg-type]
 
     def test_waits(self) -> None:
         job = Job(None, self.TASK, self.TASK["attempts"][1])  # type: ignore[arg-type]

@@ -713,6 +713,7 @@ export class Delivery {
           input: t.spec.input,
           checkpoint: t.checkpoint,
           priorAttempts: (t.attempts ?? []).filter((p) => p.n < a.n),
+          omitted: t.omitted,
           verifications: (t.verifications ?? []).filter((v) => v.outcome === "FAIL"),
           signal: t.signal,
           decisions: decisionsOf(t),

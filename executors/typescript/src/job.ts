@@ -185,6 +185,7 @@ export interface JobFields extends TaskAttempt {
   input: unknown;
   checkpoint: unknown;
   priorAttempts: Attempt[];
+  omitted?: string[];
   verifications: Verification[];
   signal?: Signal;
   decisions: Decision[];
@@ -218,6 +219,11 @@ export class Job implements JobFields {
   readonly checkpoint: unknown;
   /** The attempts before this one (to reconcile an unknown outcome before repeating a side effect). */
   readonly priorAttempts!: Attempt[];
+  /**
+   * The parts of the task's history left out to keep it within the wire's bound, by JSON pointer
+   * (the oldest results first: "/attempts/0/result"); empty for a task sent whole.
+   */
+  readonly omitted: string[];
   /** The verifiers' FAIL verdicts on earlier attempts, with their evidence. */
   readonly verifications!: Verification[];
   /** The last signal the task received (the one that resumed it), if any. */
@@ -249,6 +255,7 @@ export class Job implements JobFields {
   ) {
     Object.assign(this, fields);
     this.delegations = fields.delegations ?? [];
+    this.omitted = fields.omitted ?? [];
   }
 
   /** saveCheckpoint records data as the task's checkpoint: the next attempt is handed it. At most 256 KiB encoded. */

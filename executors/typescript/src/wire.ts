@@ -173,6 +173,8 @@ export interface Task {
   signal?: Signal;
   reason?: string;
   error?: ErrorInfo;
+  /** The parts of the task's history left out to keep it within the wire's bound, by JSON pointer. */
+  omitted?: string[];
 }
 
 /** The accepted result and artifacts of a task another depends on. */
