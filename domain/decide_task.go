@@ -263,7 +263,7 @@ func (x *tx) refuseToStart(t *Task) (bool, error) {
 // startAttempt starts t's next attempt, claimed by the command's sender
 // with the token whose hash is tokenHash.
 func (x *tx) startAttempt(t *Task, executor, version, tokenHash string, handed bool) error {
-	started := &AttemptStarted{Attempt: len(t.Attempts) + 1, Executor: executor,
+	started := &AttemptStarted{Attempt: t.AttemptCount() + 1, Executor: executor,
 		ExecutorVersion: version, OperationKey: OperationKey(t.ID), TokenHash: tokenHash, Handed: handed}
 	if t.Spec.Timeout > 0 {
 		d := x.m.Now.Add(t.Spec.Timeout.D())
@@ -304,10 +304,10 @@ func (x *tx) reporter(taskID string, n int, token string, cl *ReportClaim, check
 	if err := check(); err != nil {
 		return nil, false, err
 	}
-	if t.State != StateReady || len(t.Attempts)+1 != n {
+	if t.State != StateReady || t.AttemptCount()+1 != n {
 		return nil, false, &Error{Code: CodeConflict, Field: "/attempt", Message: fmt.Sprintf(
 			"task %s is %s after %d attempts, not ready for attempt %d: the report's claim is not taken, and nothing is recorded",
-			t.ID, t.State, len(t.Attempts), n)}
+			t.ID, t.State, t.AttemptCount(), n)}
 	}
 	if failed, err := x.refuseToStart(t); err != nil || failed {
 		return nil, false, err
@@ -509,10 +509,16 @@ func (x *tx) waitTask(c *WaitTask) (Reply, error) {
 			return x.emitReply(t.ID, w, &SignalReceived{Name: p.Name, Payload: p.Payload}, &TaskReady{Reason: "signal"})
 		}
 	case WaitTimer:
-		if c.Until == nil || !c.Until.After(x.m.Now) {
-			return Reply{}, invalid("/until", "a timer wait needs a time in the future")
+		if c.Until == nil {
+			return Reply{}, invalid("/until", "a timer wait needs the time it ends")
 		}
 		w.Until = c.Until
+		// A time that passed before the wait was decided (a job's
+		// "sleep one second" that took longer to arrive): the wait ends
+		// at once, as its timer would fire at once.
+		if !c.Until.After(x.m.Now) {
+			return x.emitReply(t.ID, w, &TaskReady{Reason: "timer"})
+		}
 	default:
 		return Reply{}, invalid("/kind", "kind %q is not one of signal, timer", c.Kind)
 	}

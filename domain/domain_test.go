@@ -575,11 +575,19 @@ func TestWaitTimer(t *testing.T) {
 	id := w.newTask()
 	n := w.claim(id)
 
-	past := w.now
-	require.Equal(t, "/until", w.refused(&WaitTask{TaskID: id, Attempt: n, Kind: WaitTimer, Until: &past}, CodeInvalid).Field)
 	require.Equal(t, "/until", w.refused(&WaitTask{TaskID: id, Attempt: n, Kind: WaitTimer}, CodeInvalid).Field)
 	require.Equal(t, "/kind", w.refused(&WaitTask{TaskID: id, Attempt: n, Kind: WaitApproval}, CodeInvalid).Field)
 	require.Equal(t, "/signal", w.refused(&WaitTask{TaskID: id, Attempt: n, Kind: WaitSignal, Signal: "no spaces"}, CodeInvalid).Field)
+
+	// A time already passed (the wait took longer to arrive than the sleep
+	// it asks for): the wait ends at once, in the same record.
+	past := w.now.Add(-time.Millisecond)
+	out := w.must(&WaitTask{TaskID: id, Attempt: n, Kind: WaitTimer, Until: &past})
+	require.Equal(t, []string{"task.waiting", "task.ready"}, events(out, id))
+	require.Equal(t, StateReady, w.state(id))
+	require.Equal(t, AttemptStateParked, w.task(id).Current().State)
+	n = w.claim(id)
+	require.Equal(t, 2, n)
 
 	until := w.now.Add(time.Hour)
 	w.must(&WaitTask{TaskID: id, Attempt: n, Kind: WaitTimer, Until: &until})
@@ -592,9 +600,10 @@ func TestWaitTimer(t *testing.T) {
 	require.Equal(t, []string{"task.signal_buffered"}, events(w.must(&SendSignal{TaskID: id, Name: "x"}), id), "kept for a wait for it")
 	require.Equal(t, StateWaiting, w.state(id))
 	w.advance(time.Nanosecond)
-	out := w.must(fire)
+	out = w.must(fire)
 	require.Equal(t, []string{"task.ready"}, events(out, id))
 	require.Empty(t, w.must(fire).Changes, "a timer fires once")
+	w.requireReplays()
 }
 
 func TestStartAt(t *testing.T) {

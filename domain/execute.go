@@ -351,20 +351,27 @@ func (x *tx) create(id string, created *TaskCreated, depsOpen bool) error {
 // and succeeded but failed verification, since the task was last retried.
 func spent(t *Task) int {
 	n := 0
-	for _, a := range t.Attempts[min(t.RetriedAfter, len(t.Attempts)):] {
-		switch a.State {
-		case AttemptStateFailed, AttemptStateAbandoned:
+	if t.Earlier != nil {
+		n = t.Earlier.Spent
+	}
+	for i := range t.Attempts {
+		if a := &t.Attempts[i]; a.N > t.RetriedAfter && usedBudget(t, a) {
 			n++
-		case AttemptStateSucceeded:
-			for _, v := range t.Verifications {
-				if v.Attempt == a.N && v.Outcome == OutcomeFail {
-					n++
-					break
-				}
-			}
 		}
 	}
 	return n
+}
+
+// usedBudget reports whether attempt a of t used up its retry budget: it
+// failed, was abandoned, or succeeded and failed verification.
+func usedBudget(t *Task, a *Attempt) bool {
+	switch a.State {
+	case AttemptStateFailed, AttemptStateAbandoned:
+		return true
+	case AttemptStateSucceeded:
+		return slices.ContainsFunc(t.Verifications, func(v Verification) bool { return v.Attempt == a.N && v.Outcome == OutcomeFail })
+	}
+	return false
 }
 
 // ResultDigest returns the digest a verification names the result it judged

@@ -62,7 +62,7 @@ func (x *tx) handoff(cmd Command, reply *Reply) error {
 		if err := x.startAttempt(d, reported.Executor, reported.ExecutorVersion, hash, true); err != nil {
 			return err
 		}
-		reply.Next = &schemas.Handoff{TaskID: d.ID, Attempt: len(d.Attempts) + 1, TokenHash: hash}
+		reply.Next = &schemas.Handoff{TaskID: d.ID, Attempt: d.AttemptCount() + 1, TokenHash: hash}
 		return errEnough
 	})
 }

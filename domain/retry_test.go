@@ -5,6 +5,8 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/dwr-run/dwr/schemas"
 )
 
 func TestRetryReopensTheGoalAndItsDependentsWaitAgain(t *testing.T) {
@@ -120,4 +122,51 @@ func TestRetryRefusals(t *testing.T) {
 	}
 	de = w.refused(&RetryTask{TaskID: ids3["a"], Reason: string(long)}, CodeInvalid)
 	require.Equal(t, "/reason", de.Field)
+}
+
+// A task that waits again and again — each resumption a new attempt — lists
+// its latest attempts only and tallies the rest: their numbers go on, the
+// retry budget still counts the failures it no longer lists, and the goal's
+// spend every attempt.
+func TestATaskListsItsLatestAttemptsAndTalliesTheRest(t *testing.T) {
+	w := setup(t)
+	g := w.createGoal(Envelope{})
+	a := spec("poller")
+	a.Retry = &RetryPolicy{MaxAttempts: 3, InitialBackoff: Duration(time.Second), MaxBackoff: Duration(time.Second)}
+	ids, _ := w.plan(g, a)
+	id := ids["poller"]
+	for range 2 { // two failures: one more is the budget
+		w.fail(id, w.claim(id), true)
+		w.advance(time.Second)
+		w.must(&FireTimer{TaskID: id, Kind: TimerBackoff, Due: w.now})
+	}
+	const polls = 150
+	for range polls {
+		n := w.claim(id)
+		w.advance(time.Second)
+		w.must(&WaitTask{TaskID: id, Attempt: n, Kind: WaitSignal, Signal: "tick"})
+		w.must(&SendSignal{TaskID: id, Name: "tick"})
+	}
+	tk := w.task(id)
+	require.Len(t, tk.Attempts, schemas.MaxListedAttempts)
+	require.Equal(t, 2+polls, tk.AttemptCount())
+	require.Equal(t, schemas.EarlierAttempts{Count: 2 + polls - schemas.MaxListedAttempts, Spent: 2, WallMS: (polls - schemas.MaxListedAttempts) * 1000}, *tk.Earlier)
+	require.Equal(t, tk.Earlier.Count+1, tk.Attempts[0].N, "the listed attempts are the latest")
+
+	n := w.claim(id)
+	require.Equal(t, 2+polls+1, n, "attempts keep their numbers")
+	sp, err := GoalSpend(w.goal(g), w.now, w.o.Task, w.o.Goal)
+	require.NoError(t, err)
+	require.Equal(t, 2+polls+1, sp.Attempts, "the goal's spend counts every attempt")
+	require.Equal(t, int64(polls*1000), sp.WallMS)
+	out := w.fail(id, n, true)
+	require.Equal(t, StateFailed, w.state(id), "the third failure uses up the budget, the first two unlisted: %v", events(out, id))
+
+	// A retry starts the budget afresh, tally included.
+	w.must(&RetryTask{TaskID: id, Reason: "again"})
+	require.Zero(t, w.task(id).Earlier.Spent)
+	w.fail(id, w.claim(id), true)
+	require.Equal(t, StateBackoff, w.state(id))
+	w.requireReplays()
+	w.requireReplaysFromWire()
 }

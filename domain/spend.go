@@ -33,7 +33,10 @@ func goalSpend(g *Goal, now time.Time, task func(id string) (*Task, error), goal
 			}
 			sp.Attempts, sp.Tokens, sp.Cost, sp.WallMS = sp.Attempts+csp.Attempts, sp.Tokens+csp.Tokens, sp.Cost+csp.Cost, sp.WallMS+csp.WallMS
 		}
-		sp.Attempts += len(t.Attempts)
+		sp.Attempts += t.AttemptCount()
+		if e := t.Earlier; e != nil {
+			sp.Tokens, sp.Cost, sp.WallMS = sp.Tokens+e.Tokens, sp.Cost+e.Cost, sp.WallMS+e.WallMS
+		}
 		for _, a := range t.Attempts {
 			for _, s := range a.ModelSteps {
 				sp.Tokens += s.Tokens

@@ -66,9 +66,27 @@ type Recorded struct {
 // Key returns the idempotency key of the command the event came from.
 func (r Recorded) Key() string { return CommandKey(r.Actor, r.CommandID) }
 
+// An aggregate remembers the ids of the commands applied to it, to answer
+// a command sent again as a duplicate — the recent ones only: at most
+// maxCommands, and when there would be more, the last keepCommands. A
+// long-running task checkpointing every few seconds would otherwise carry
+// every id it ever applied, read and rewritten with each event (at 8,000
+// checkpoints each cost 2.3× the first). The service answers an older
+// command sent again from its stored outcome before it is decided
+// (handlers' writer: the views keep every command's outcome), so a
+// duplicate is never decided twice.
+const (
+	maxCommands  = 256
+	keepCommands = 128
+)
+
 func addCommand(cmds []string, key string) []string {
 	if key == "" || slices.Contains(cmds, key) {
 		return cmds
+	}
+	if len(cmds) >= maxCommands {
+		// A new array: the old one may be shared with an earlier state.
+		cmds = append(make([]string, 0, maxCommands), cmds[len(cmds)-keepCommands+1:]...)
 	}
 	return append(cmds, key)
 }
@@ -243,6 +261,9 @@ func ApplyTask(t *Task, id, workspace string, e Event, r Recorded) (*Task, error
 		t.Attempts = append(t.Attempts, Attempt{N: ev.Attempt, Executor: ev.Executor,
 			ExecutorVersion: ev.ExecutorVersion, OperationKey: ev.OperationKey, State: AttemptStateRunning,
 			StartedAt: r.Time, Deadline: ev.Deadline, TokenHash: ev.TokenHash, ClaimedBy: r.Actor, Handed: ev.Handed})
+		if len(t.Attempts) > schemas.MaxListedAttempts {
+			tallyEarliest(t, len(t.Attempts)-schemas.MaxListedAttempts)
+		}
 	case *AttemptAbandoned:
 		a, err := endAttempt(ev.Attempt, AttemptStateAbandoned)
 		if err != nil {
@@ -353,7 +374,10 @@ func ApplyTask(t *Task, id, workspace string, e Event, r Recorded) (*Task, error
 	case *TaskRetried:
 		t.State, t.Reason, t.Error = ev.State, "", nil
 		if ev.Retried == "" {
-			t.RetriedAfter = len(t.Attempts)
+			t.RetriedAfter = t.AttemptCount()
+			if t.Earlier != nil {
+				t.Earlier.Spent = 0
+			}
 		}
 	case *TaskCancelled:
 		t.State, t.Reason = StateCancelled, ev.Reason
@@ -374,4 +398,31 @@ func ApplyTask(t *Task, id, workspace string, e Event, r Recorded) (*Task, error
 	}
 	applied(&t.Versioned, r)
 	return t, nil
+}
+
+// tallyEarliest takes t's n earliest listed attempts out of its list and
+// into its tally of earlier attempts (Task.Earlier). Only the latest
+// attempt runs, so each taken has ended, and its verdict, if it had one,
+// is recorded.
+func tallyEarliest(t *Task, n int) {
+	e := schemas.EarlierAttempts{}
+	if t.Earlier != nil {
+		e = *t.Earlier
+	}
+	for _, a := range t.Attempts[:n] {
+		e.Count++
+		if a.N > t.RetriedAfter && usedBudget(t, &a) {
+			e.Spent++
+		}
+		for _, s := range a.ModelSteps {
+			e.Tokens += s.Tokens
+			e.Cost += s.Cost
+		}
+		if a.EndedAt != nil {
+			e.WallMS += max(a.EndedAt.Sub(a.StartedAt).Milliseconds(), 0)
+		}
+	}
+	t.Earlier = &e
+	// A new array: the old one may be shared with an earlier state.
+	t.Attempts = slices.Clone(t.Attempts[n:])
 }

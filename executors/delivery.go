@@ -151,7 +151,7 @@ func (d *delivery) deliver(hard context.Context, msg jetstream.Msg) {
 		it := &d.item
 		// Read at least the record that dispatched the item, so that the
 		// task is seen ready for it (and the job may start lazily).
-		if t, err := d.getTask(hard, it.TaskID, client.MinSeq(it.Seq)); err == nil && t.State == schemas.StateReady && len(t.Attempts)+1 == it.Attempt {
+		if t, err := d.getTask(hard, it.TaskID, client.MinSeq(it.Seq)); err == nil && t.State == schemas.StateReady && t.AttemptCount()+1 == it.Attempt {
 			it.Task = t
 		}
 	}
@@ -318,7 +318,7 @@ func (d *delivery) claim(ctx context.Context) (*schemas.Task, *schemas.Attempt, 
 	switch {
 	case t != nil:
 		a = t.Attempt(cr.Attempt)
-	case it.Task != nil && cr.TokenHash != "" && cr.Attempt == len(it.Task.Attempts)+1:
+	case it.Task != nil && cr.TokenHash != "" && cr.Attempt == it.Task.AttemptCount()+1:
 		// The claim started the item's attempt on the task the item
 		// carries: the job runs on it (the attempt's deadline is counted
 		// from the item's receipt, a moment before the claim's own).
@@ -583,7 +583,7 @@ func (d *delivery) settleFenced(ctx context.Context, job *Job, watch *watch, why
 		// ready for it): a view that still shows it so is behind.
 		t, err := d.taskAfter(ctx, func(t *schemas.Task) bool {
 			if unclaimed {
-				return t.State != schemas.StateReady || len(t.Attempts)+1 != job.Attempt
+				return t.State != schemas.StateReady || t.AttemptCount()+1 != job.Attempt
 			}
 			r := running(t)
 			return r == nil || r.N != job.Attempt

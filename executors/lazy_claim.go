@@ -47,7 +47,7 @@ func (d *delivery) lazyItem(published time.Time) bool {
 	it := &d.item
 	t := it.Task
 	return t != nil && d.delivered == 1 && t.ID == it.TaskID && t.Workspace == it.Workspace &&
-		t.Spec.Queue == it.Queue && t.State == schemas.StateReady && len(t.Attempts)+1 == it.Attempt &&
+		t.Spec.Queue == it.Queue && t.State == schemas.StateReady && t.AttemptCount()+1 == it.Attempt &&
 		time.Since(published) < lazyMaxAge
 }
 

@@ -3,12 +3,14 @@ package executors_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
 
 	"github.com/dwr-run/dwr/executors"
+	"github.com/dwr-run/dwr/schemas"
 )
 
 // A handler that sleeps parks its task durably: no job runs meanwhile, and a
@@ -35,6 +37,27 @@ func TestSleepParksTheTaskUntilItsTime(t *testing.T) {
 	require.False(t, second.StartedAt.Before(until), "resumed at %s, before %s", second.StartedAt, until)
 	require.JSONEq(t, `{"resumed_from":{"phase":"asked"},"attempt":2}`, string(second.Result))
 	b.waitSettled(t, "nap")
+}
+
+// A job that polls by sleeping goes on past the attempts its task lists:
+// each resumption is a new attempt, the task lists its latest and tallies
+// the rest, and the worker still runs each item of the next attempt.
+func TestAPollerRunsPastTheAttemptsItsTaskLists(t *testing.T) {
+	b := setup(t)
+	const polls = schemas.MaxListedAttempts + 20
+	b.startWorker(t, executors.Config{Queue: "poll"}, func(ctx context.Context, job *executors.Job) (executors.Result, error) {
+		if job.Attempt <= polls {
+			return executors.Result{}, executors.Sleep(time.Now().Add(20 * time.Millisecond))
+		}
+		return executors.Result{Output: map[string]int{"attempt": job.Attempt, "prior": len(job.PriorAttempts)}}, nil
+	})
+	id := b.CreateTask(t, map[string]any{"queue": "poll", "retry": map[string]any{"max_attempts": 1}})
+	done := b.WaitState(t, id, "accepted", 60*time.Second)
+	require.Equal(t, polls+1, done.AttemptCount())
+	require.Len(t, done.Attempts, schemas.MaxListedAttempts)
+	require.Equal(t, polls+1-schemas.MaxListedAttempts, done.Earlier.Count)
+	require.JSONEq(t, fmt.Sprintf(`{"attempt":%d,"prior":%d}`, polls+1, schemas.MaxListedAttempts), string(done.Current().Result))
+	b.waitSettled(t, "poll")
 }
 
 // A handler that awaits a signal parks its task until the signal arrives.

@@ -40,7 +40,7 @@ func workItemOf(t *domain.Task, store aggregates, seq uint64) schemas.WorkItem {
 	task := t.Clone()
 	task.Commands = nil
 	return schemas.WorkItem{Kind: schemas.WorkKindExecute, TaskID: t.ID, Workspace: t.Workspace, Queue: t.Spec.Queue,
-		Attempt: len(t.Attempts) + 1, OperationKey: domain.OperationKey(t.ID), Task: task,
+		Attempt: t.AttemptCount() + 1, OperationKey: domain.OperationKey(t.ID), Task: task,
 		Dependencies: dependenciesOf(t, store), Seq: seq}
 }
 

@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"log/slog"
 	"path/filepath"
+	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -321,6 +323,44 @@ func TestSameCommandIDAppliesOnce(t *testing.T) {
 	require.True(t, r.OK)
 	require.JSONEq(t, string(replies[0].Result), string(r.Result))
 	require.Equal(t, before, b2.lastSeq(t))
+}
+
+// A task remembers only its recent command ids (a long-running job's
+// checkpoints would otherwise grow it without end); a command sent again
+// long after is still answered as it was the first time, and changes
+// nothing: the service answers it from its stored outcome.
+func TestAnOldCommandSentAgainIsStillADuplicate(t *testing.T) {
+	b := setup(t)
+	task, _ := b.mustCommand(t, "task.create", map[string]any{"spec": map[string]any{"queue": "q", "timeout": "1h"}})
+	b.mustCommand(t, "task.claim", map[string]any{"task_id": task.ID, "executor": "w"})
+	checkpoint := func(n int) map[string]any {
+		return map[string]any{"task_id": task.ID, "attempt": 1, "checkpoint": map[string]any{"step": n}}
+	}
+	first := b.command(t, "task.checkpoint", checkpoint(1), "ckpt-1")
+	require.True(t, first.OK, "%+v", first.Error)
+	for n := 2; n <= 400; n++ {
+		r := b.command(t, "task.checkpoint", checkpoint(n), fmt.Sprintf("ckpt-%d", n))
+		require.True(t, r.OK, "%+v", r.Error)
+	}
+	last := b.lastSeq(t)
+	var got schemas.Task
+	b.query(t, "task.get", schemas.Query{ID: task.ID}, last, &got)
+	require.LessOrEqual(t, len(got.Commands), 256, "the task remembers its recent command ids only")
+	remembers := func(id string) bool {
+		return slices.ContainsFunc(got.Commands, func(k string) bool { return strings.HasSuffix(k, ":"+id) || k == id })
+	}
+	require.True(t, remembers("ckpt-400"), "the latest command id is remembered: %v", got.Commands[len(got.Commands)-1])
+	require.False(t, remembers("ckpt-1"))
+
+	again := b.command(t, "task.checkpoint", checkpoint(1), "ckpt-1")
+	require.True(t, again.OK, "%+v", again.Error)
+	require.Equal(t, first.Seq, again.Seq, "answered with the first outcome")
+	require.JSONEq(t, string(first.Result), string(again.Result))
+	require.Equal(t, last, b.lastSeq(t), "nothing is appended")
+	b.query(t, "task.get", schemas.Query{ID: task.ID}, 0, &got)
+	require.JSONEq(t, `{"step":400}`, string(got.Checkpoint), "the old checkpoint is not applied again")
+	other := b.command(t, "task.checkpoint", checkpoint(2), "ckpt-1")
+	require.False(t, other.OK, "the id of another command is refused")
 }
 
 func TestRestartKeepsStateAndRebuildEqualsLive(t *testing.T) {

@@ -34,9 +34,12 @@ type Task struct {
 	// RetriedAfter is the number of attempts the task had when it was last
 	// retried (task.retry): its retry policy counts only the attempts
 	// after them.
-	RetriedAfter int        `json:"retried_after,omitempty"`
-	Reason       string     `json:"reason,omitempty"`
-	Error        *ErrorInfo `json:"error,omitempty"`
+	RetriedAfter int `json:"retried_after,omitempty"`
+	// Earlier tallies the attempts the task no longer lists: Attempts
+	// holds its last MaxListedAttempts (nil until it has had more).
+	Earlier *EarlierAttempts `json:"earlier_attempts,omitempty"`
+	Reason  string           `json:"reason,omitempty"`
+	Error   *ErrorInfo       `json:"error,omitempty"`
 	Versioned
 	// Omitted names, by their JSON pointers, the parts of the task's
 	// history a reply left out to stay within its bound (FitTask): the
@@ -158,6 +161,37 @@ type ModelStep struct {
 	Cost              float64         `json:"cost,omitempty"`
 }
 
+// MaxListedAttempts is how many attempts a task lists: its latest. A task
+// that waits again and again — each time it resumes is a new attempt: a
+// job polling with sleeps, an agent awaiting message after message — would
+// otherwise grow without end, and every event would rewrite all of it. The
+// ones before are tallied in Earlier, for the retry policy and the goal's
+// spend; the events query still reads each.
+const MaxListedAttempts = 100
+
+// EarlierAttempts tallies a task's attempts that it no longer lists.
+type EarlierAttempts struct {
+	// Count is how many: attempts 1 to Count are not listed.
+	Count int `json:"count"`
+	// Spent is how many of them used up the retry budget (failed,
+	// abandoned, or succeeded and failed verification) since the task was
+	// last retried.
+	Spent  int     `json:"spent,omitempty"`
+	Tokens int64   `json:"tokens,omitempty"`  // their model steps' tokens
+	Cost   float64 `json:"cost,omitempty"`    // their model steps' cost
+	WallMS int64   `json:"wall_ms,omitempty"` // the time they ran, in milliseconds
+}
+
+// AttemptCount returns how many attempts the task has had: the number of
+// its latest, listed or not.
+func (t *Task) AttemptCount() int {
+	n := len(t.Attempts)
+	if t.Earlier != nil {
+		n += t.Earlier.Count
+	}
+	return n
+}
+
 // Current returns the latest attempt, or nil before the first.
 func (t *Task) Current() *Attempt {
 	if len(t.Attempts) == 0 {
@@ -213,6 +247,10 @@ func (t *Task) Clone() *Task {
 	c := *t
 	c.DependsOn = slices.Clone(t.DependsOn)
 	c.Attempts = slices.Clone(t.Attempts)
+	if t.Earlier != nil {
+		e := *t.Earlier
+		c.Earlier = &e
+	}
 	c.Verifications = slices.Clone(t.Verifications)
 	c.Approvals = cloneEach(t.Approvals, func(a *Approval) {
 		a.Refusals = slices.Clone(a.Refusals)

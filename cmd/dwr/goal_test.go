@@ -19,3 +19,14 @@ func TestGoalGetShowsTheSpendBesideTheBudget(t *testing.T) {
 	require.NoError(t, printGoal(&b, v))
 	require.Contains(t, b.String(), "spent: attempts 2/3  tokens 140/100  cost 1  wall 3.2s\n")
 }
+
+// `dwr task get` says how many attempts a task no longer lists, and where
+// they are.
+func TestTaskGetSaysWhichAttemptsAreNotListed(t *testing.T) {
+	tk := &schemas.Task{ID: "T", State: "running", Attempts: []schemas.Attempt{{N: 151, State: "running"}},
+		Earlier: &schemas.EarlierAttempts{Count: 150, Spent: 2}}
+	var b bytes.Buffer
+	require.NoError(t, printTask(&b, tk))
+	require.Contains(t, b.String(), "attempts 1-150 not listed (dwr events T has them): 2 used the retry budget since the last retry\n")
+	require.Contains(t, b.String(), "151")
+}

@@ -120,6 +120,9 @@ func printTask(w io.Writer, t *schemas.Task) error {
 		return nil
 	}
 	fmt.Fprintln(w)
+	if e := t.Earlier; e != nil {
+		fmt.Fprintf(w, "attempts 1-%d not listed (dwr events %s has them): %d used the retry budget since the last retry\n", e.Count, t.ID, e.Spent)
+	}
 	return printAttempts(w, t)
 }
 
@@ -155,7 +158,7 @@ func taskListCmd(g *globals) *cobra.Command {
 	}, &paging{}, "tasks", nil, func(ctx context.Context, cl *client.Client, _ []string, opts ...client.CallOption) iter.Seq2[*schemas.Task, error] {
 		return cl.Tasks(ctx, client.TaskFilter{State: state, GoalID: goal}, opts...)
 	}, columns([]string{"ID", "KEY", "STATE", "QUEUE", "ATTEMPTS", "GOAL", "UPDATED"}, func(t schemas.Task) []string {
-		return []string{t.ID, dash(t.Key), t.State, t.Spec.Queue, fmt.Sprint(len(t.Attempts)), dash(t.GoalID), ago(t.UpdatedAt)}
+		return []string{t.ID, dash(t.Key), t.State, t.Spec.Queue, fmt.Sprint(t.AttemptCount()), dash(t.GoalID), ago(t.UpdatedAt)}
 	}))
 	list.Flags().StringVar(&state, "state", "", "only tasks in this state ("+strings.Join(domain.TaskStates, ", ")+")")
 	list.Flags().StringVar(&goal, "goal", "", "only the tasks of this goal")

@@ -104,9 +104,8 @@ func parseWaitFile(b []byte, now time.Time) (waitRequest, error) {
 		if err != nil {
 			return waitRequest{}, holds(`"until" is not an RFC 3339 time such as 2026-12-01T09:00:00Z`)
 		}
-		if !at.After(now) {
-			return waitRequest{}, holds(`"until" is not in the future (now is %s)`, now.UTC().Format(time.RFC3339))
-		}
+		// A time already passed resumes the task at once (the service
+		// ends such a wait in the commit that records it).
 		return waitRequest{until: at.UTC()}, nil
 	case f.Signal != nil:
 		if !signalName.MatchString(*f.Signal) {

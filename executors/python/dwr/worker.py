@@ -434,6 +434,12 @@ class DelegationPending(Wait):
 _DELEGATION_KEY = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$")
 
 
+def _attempt_count(task: Dict[str, Any]) -> int:
+    """How many attempts task has had: its listed ones and those it tallies
+    (earlier_attempts; a task lists its latest 100)."""
+    return int((task.get("earlier_attempts") or {}).get("count", 0)) + len(task.get("attempts") or [])
+
+
 def _decisions_of(task: Dict[str, Any]) -> List[Decision]:
     out = []
     for a in task.get("approvals") or []:
@@ -674,7 +680,7 @@ class _Delivery(LazyClaim):
                 t = await self.get_task(item["task_id"], seq if isinstance(seq, int) and seq > 0 else 0)
             except DwrError:
                 t = None
-            if isinstance(t, dict) and t.get("state") == "ready" and len(t.get("attempts") or []) + 1 == item["attempt"]:
+            if isinstance(t, dict) and t.get("state") == "ready" and _attempt_count(t) + 1 == item["attempt"]:
                 item["task"] = t
         # The lease is renewed from receipt until the item is settled, and
         # the task's events are watched from before the claim, so that none
@@ -1171,7 +1177,7 @@ class _Delivery(LazyClaim):
                 # The service found this attempt not running (or the task
                 # not ready for it): a view that still shows it so is behind.
                 if unclaimed:
-                    return t.get("state") != "ready" or len(t.get("attempts") or []) + 1 != job.attempt
+                    return t.get("state") != "ready" or _attempt_count(t) + 1 != job.attempt
                 return (_running(t) or {}).get("n") != job.attempt
             t = await self.task_after(current)
             if t is None:

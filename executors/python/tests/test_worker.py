@@ -16,7 +16,7 @@ from dwr import _nats
 from dwr._lazy_claim import LAZY_MAX_AGE, LazyClaim, lazy_item
 from dwr.client import Client, trace_headers, valid_traceparent
 from dwr.errors import DwrError
-from dwr.worker import Job, _decisions_of, _item_trace, _rfc3339
+from dwr.worker import Job, _attempt_count, _decisions_of, _item_trace, _rfc3339
 
 TP = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
 
@@ -75,6 +75,10 @@ class JobTest(unittest.TestCase):
 
     def test_decisions(self) -> None:
         self.assertTrue(_decisions_of(self.TASK)[0].approved)
+
+    def test_attempt_count(self) -> None:
+        self.assertEqual(_attempt_count(self.TASK), 2)
+        self.assertEqual(_attempt_count(dict(self.TASK, earlier_attempts={"count": 150})), 152, "the tallied ones count too")
 
 
 class LazyItemTest(unittest.TestCase):

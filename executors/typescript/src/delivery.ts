@@ -8,6 +8,7 @@ import { sleep, traceContextOf, traceparentRe, type Service, type TraceContext }
 import { parseDuration } from "./duration.js";
 import type { Check, Config, Handler, Verdict, VerifyHandler, Worker } from "./worker.js";
 import {
+  attemptCount,
   Header,
   MaxPayloadBytes,
   terminal,
@@ -323,7 +324,7 @@ export class Delivery {
       t.workspace === it.workspace &&
       t.spec?.queue === it.queue &&
       t.state === "ready" &&
-      (t.attempts?.length ?? 0) + 1 === it.attempt &&
+      attemptCount(t) + 1 === it.attempt &&
       this.msg !== undefined &&
       Date.now() - this.msg.time.getTime() < lazyMaxAgeMs
     );
@@ -522,7 +523,7 @@ export class Delivery {
     let a: Attempt | undefined;
     if (t) {
       a = t.attempts?.find((x) => x.n === cr.attempt);
-    } else if (it.task && cr.token_hash && cr.attempt === (it.task.attempts?.length ?? 0) + 1) {
+    } else if (it.task && cr.token_hash && cr.attempt === attemptCount(it.task) + 1) {
       t = it.task;
       a = { ...this.started(cr.attempt), token_hash: cr.token_hash };
     } else {
@@ -607,7 +608,7 @@ export class Delivery {
         // read at least at the record that dispatched the item.
         try {
           const t = await this.getTask(it.task_id, undefined, it.seq);
-          if (t.state === "ready" && (t.attempts?.length ?? 0) + 1 === it.attempt) it.task = t;
+          if (t.state === "ready" && attemptCount(t) + 1 === it.attempt) it.task = t;
         } catch {
           // claimed first
         }
@@ -965,7 +966,7 @@ export class Delivery {
     if (!watch.ended) {
       try {
         const { task, caughtUp } = await this.readTask(this.item.task_id, (t) =>
-          unclaimed ? t.state !== "ready" || (t.attempts?.length ?? 0) + 1 !== attempt : running(t)?.n !== attempt,
+          unclaimed ? t.state !== "ready" || attemptCount(t) + 1 !== attempt : running(t)?.n !== attempt,
         );
         if (!caughtUp) {
           this.log("unsettled", attempt, "the views still show the task as the service refused it");

@@ -175,6 +175,8 @@ export interface Task {
   error?: ErrorInfo;
   /** The parts of the task's history left out to keep it within the wire's bound, by JSON pointer. */
   omitted?: string[];
+  /** A tally of the attempts the task no longer lists (it lists its latest 100). */
+  earlier_attempts?: { count: number; spent?: number; tokens?: number; cost?: number; wall_ms?: number };
 }
 
 /** The accepted result and artifacts of a task another depends on. */
@@ -314,6 +316,11 @@ export const MaxPayloadBytes = 256 << 10;
 
 /** The JetStream API prefix an executor account reaches JetStream through. */
 export const JetStreamAPIPrefix = "dwrjs";
+
+/** How many attempts a task has had: its listed ones and those it tallies (earlier_attempts). */
+export function attemptCount(t: Task): number {
+  return (t.earlier_attempts?.count ?? 0) + (t.attempts?.length ?? 0);
+}
 
 /** The states a task ends in. */
 export function terminal(state: string): boolean {

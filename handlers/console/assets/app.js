@@ -344,7 +344,10 @@ async function renderTask(id) {
     t.spec.start_at ? h("p", {}, "timer: starts ", ago(t.spec.start_at)) : null,
     t.spec.deadline ? h("p", {}, "timer: deadline ", ago(t.spec.deadline)) : null,
     section("Input", pre(t.spec.input)),
-    section("Attempts", table("attempts", ["#", "State", "Executor", "Started", "Took", "Error", "Result", "Model steps", "Artifacts"], attempts)),
+    section("Attempts",
+      t.earlier_attempts ? h("p", { class: "muted", id: "earlier-attempts" }, "Attempts 1–" + t.earlier_attempts.count +
+        " are not listed (the task's events hold them): " + (t.earlier_attempts.spent || 0) + " of them used the retry budget since the last retry.") : null,
+      table("attempts", ["#", "State", "Executor", "Started", "Took", "Error", "Result", "Model steps", "Artifacts"], attempts)),
     section("Checkpoint", pre(t.checkpoint)),
     section("Verdicts", table("verdicts", ["Attempt", "Outcome", "Verifier", "Evidence", "Evidence files"], verdicts)),
     section("Approvals", table("task-approvals", ["Approval", "State", "Summary", "Decision", "Refused"], approvals)),

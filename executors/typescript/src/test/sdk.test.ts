@@ -18,6 +18,7 @@ import {
   Failure,
   Permanent,
   actionDigest,
+  attemptCount,
   canonicalJSON,
   parseDuration,
   readCredential,
@@ -163,6 +164,12 @@ test("an approval is asked once, and the decision on that exact action is handed
   const mine = { ...other, actionDigest: digest, approver: "ada" };
   const done = await runJob(handler, { decisions: [other, mine] });
   assert.deepEqual(done.output, { response: "approve", digest });
+});
+
+test("a task's attempts are its listed ones and those it tallies", () => {
+  const t = { id: "t", workspace: "w", spec: { queue: "q" }, state: "ready", attempts: [{ n: 151 }, { n: 152 }] };
+  assert.equal(attemptCount(t as never), 2);
+  assert.equal(attemptCount({ ...t, earlier_attempts: { count: 150 } } as never), 152);
 });
 
 test("canonical JSON sorts keys by their UTF-8 bytes and keeps numbers as written", () => {
