@@ -24,9 +24,10 @@ func TestGoalGetShowsTheSpendBesideTheBudget(t *testing.T) {
 // they are.
 func TestTaskGetSaysWhichAttemptsAreNotListed(t *testing.T) {
 	tk := &schemas.Task{ID: "T", State: "running", Attempts: []schemas.Attempt{{N: 151, State: "running"}},
-		Earlier: &schemas.EarlierAttempts{Count: 150, Spent: 2}}
+		Earlier: &schemas.EarlierAttempts{Count: 150, Spent: 2}, Omitted: []string{"/pending_signals"}}
 	var b bytes.Buffer
 	require.NoError(t, printTask(&b, tk))
 	require.Contains(t, b.String(), "attempts 1-150 not listed (dwr events T has them): 2 used the retry budget since the last retry\n")
 	require.Contains(t, b.String(), "151")
+	require.Contains(t, b.String(), "too large to show whole; left out (dwr events T has them): /pending_signals\n")
 }

@@ -88,6 +88,9 @@ func printTask(w io.Writer, t *schemas.Task) error {
 		fmt.Fprintf(w, "input: %s\n", t.Spec.Input)
 	}
 	printTaskTimes(w, t)
+	if len(t.Omitted) > 0 {
+		fmt.Fprintf(w, "too large to show whole; left out (dwr events %s has them): %s\n", t.ID, short(strings.Join(t.Omitted, " "), 200))
+	}
 	if len(t.Approvals) > 0 {
 		fmt.Fprintln(w)
 		if err := columns([]string{"APPROVAL", "STATE", "ROLE", "SUMMARY", "DECISION", "REFUSED"}, func(a schemas.Approval) []string {

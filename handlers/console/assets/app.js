@@ -339,6 +339,8 @@ async function renderTask(id) {
     h("p", {}, state(t.state), " queue " + t.spec.queue + " · task " + t.id,
       t.goal_id ? h("span", {}, " · goal ", h("a", { href: "#/goals/" + t.goal_id }, t.goal_id)) : null, " ", cancel),
     msg, t.reason ? h("p", { class: "muted" }, "reason: " + t.reason) : null,
+    t.omitted ? h("p", { class: "muted", id: "omitted" }, "Too large to show whole: " + t.omitted.length +
+      " parts of its history are left out (the task's events hold them): " + t.omitted.join(" ")) : null,
     t.error ? h("p", { class: "error" }, (t.error.code || "") + " " + t.error.message) : null,
     wait, t.backoff_until ? h("p", {}, "backoff until ", ago(t.backoff_until)) : null,
     t.spec.start_at ? h("p", {}, "timer: starts ", ago(t.spec.start_at)) : null,
