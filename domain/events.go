@@ -314,6 +314,7 @@ type QueueConfigured struct {
 	Queue      string `json:"queue"`
 	LeaseMS    int64  `json:"lease_ms"`
 	MaxDeliver int    `json:"max_deliver"`
+	MaxRunning int    `json:"max_running,omitempty"` // 0: no limit
 }
 
 // ApprovalRequested parks the task on an approval (its gate, or an attempt's

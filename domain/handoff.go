@@ -55,6 +55,11 @@ func (x *tx) handoff(cmd Command, reply *Reply) error {
 		if d.Workspace != t.Workspace || d.Spec.Queue != t.Spec.Queue || x.m.Executor && !slices.Contains(x.m.Queues, d.Spec.Queue) {
 			return nil
 		}
+		if limited, err := x.limitsRunning(d.Spec.Queue); err != nil || limited {
+			// A handed attempt holds no work item, which the queue's
+			// consumer counts its running jobs by.
+			return err
+		}
 		if why, _, err := x.overBudget(d); err != nil || why != "" || spent(d) >= retryOf(d).MaxAttempts {
 			return err // a claim would fail it: leave that to the claim
 		}
@@ -65,4 +70,15 @@ func (x *tx) handoff(cmd Command, reply *Reply) error {
 		reply.Next = &schemas.Handoff{TaskID: d.ID, Attempt: d.AttemptCount() + 1, TokenHash: hash}
 		return errEnough
 	})
+}
+
+// limitsRunning reports whether queue, in this workspace, limits how many
+// of its jobs run at once (QueueConfig.MaxRunning).
+func (x *tx) limitsRunning(queue string) (bool, error) {
+	w, err := x.o.Workspace(x.m.Workspace)
+	if err != nil || w == nil {
+		return false, err
+	}
+	q := w.Queue(queue)
+	return q != nil && q.MaxRunning > 0, nil
 }

@@ -10,6 +10,8 @@ const (
 	MaxLeaseMS    = 86_400_000 // and at most a day
 	MinMaxDeliver = 1
 	MaxMaxDeliver = 1_000
+	// MaxMaxRunning bounds a queue's limit of jobs running at once.
+	MaxMaxRunning = 100_000
 )
 
 // QueueConfig is a queue's settings, which its work items' consumer follows:
@@ -19,7 +21,7 @@ type QueueConfig = schemas.QueueConfig
 
 // queueReply answers a queue.configure with the settings in effect.
 func queueReply(w *Workspace, q *QueueConfig, duplicate bool) Reply {
-	return Reply{ID: w.Name, Version: w.Version, Queue: q.Name, LeaseMS: q.LeaseMS, MaxDeliver: q.MaxDeliver, Duplicate: duplicate}
+	return Reply{ID: w.Name, Version: w.Version, Queue: q.Name, LeaseMS: q.LeaseMS, MaxDeliver: q.MaxDeliver, MaxRunning: q.MaxRunning, Duplicate: duplicate}
 }
 
 // configureQueue sets a queue's settings. The same settings again change
@@ -45,10 +47,26 @@ func (x *tx) configureQueue(c *ConfigureQueue) (Reply, error) {
 	if c.MaxDeliver < MinMaxDeliver || c.MaxDeliver > MaxMaxDeliver {
 		return Reply{}, invalid("/max_deliver", "must be between %d and %d (got %d)", MinMaxDeliver, MaxMaxDeliver, c.MaxDeliver)
 	}
-	if q := w.Queue(c.Queue); q != nil && (c.IfUnset || (q.LeaseMS == c.LeaseMS && q.MaxDeliver == c.MaxDeliver)) {
+	if c.MaxRunning < -1 || c.MaxRunning > MaxMaxRunning {
+		return Reply{}, invalid("/max_running", "must be between 1 and %d jobs, -1 (no limit) or 0 (as it is) (got %d)", MaxMaxRunning, c.MaxRunning)
+	}
+	if c.MaxRunning != 0 && x.m.Executor {
+		// An operator's limit: the executors it holds back may not lift it.
+		return Reply{}, &Error{Code: CodeForbidden, Field: "/max_running",
+			Message: "only a workspace admin may set a queue's limit of jobs running at once (dwr queue set); an executor configures its lease and deliveries"}
+	}
+	q := w.Queue(c.Queue)
+	running := 0 // no limit: a queue configured before, or -1
+	switch {
+	case c.MaxRunning > 0:
+		running = c.MaxRunning
+	case c.MaxRunning == 0 && q != nil:
+		running = q.MaxRunning
+	}
+	if q != nil && (c.IfUnset || (q.LeaseMS == c.LeaseMS && q.MaxDeliver == c.MaxDeliver && q.MaxRunning == running)) {
 		return queueReply(w, q, true), nil
 	}
-	if err := x.emit(w.Name, &QueueConfigured{Queue: c.Queue, LeaseMS: c.LeaseMS, MaxDeliver: c.MaxDeliver}); err != nil {
+	if err := x.emit(w.Name, &QueueConfigured{Queue: c.Queue, LeaseMS: c.LeaseMS, MaxDeliver: c.MaxDeliver, MaxRunning: running}); err != nil {
 		return Reply{}, err
 	}
 	w, _ = x.o.Workspace(w.Name)

@@ -74,13 +74,48 @@ func TestConfigureQueueBounds(t *testing.T) {
 		{ConfigureQueue{Queue: "build", LeaseMS: 30_000, MaxDeliver: -1}, "/max_deliver"},
 		{ConfigureQueue{Queue: "build", LeaseMS: 30_000, MaxDeliver: MaxMaxDeliver + 1}, "/max_deliver"},
 		{ConfigureQueue{Queue: "build", LeaseMS: 30_000, MaxDeliver: 0, IfUnset: true}, "/max_deliver"},
+		{ConfigureQueue{Queue: "build", LeaseMS: 30_000, MaxDeliver: 5, MaxRunning: -2}, "/max_running"},
+		{ConfigureQueue{Queue: "build", LeaseMS: 30_000, MaxDeliver: 5, MaxRunning: MaxMaxRunning + 1}, "/max_running"},
 	} {
 		c := tc.cmd
 		require.Equal(t, tc.field, w.refused(&c, CodeInvalid).Field, "%+v", c)
 	}
 	// The bounds themselves are allowed.
 	w.must(&ConfigureQueue{Queue: "fast", LeaseMS: MinLeaseMS, MaxDeliver: MinMaxDeliver})
-	w.must(&ConfigureQueue{Queue: "slow", LeaseMS: MaxLeaseMS, MaxDeliver: MaxMaxDeliver})
+	w.must(&ConfigureQueue{Queue: "slow", LeaseMS: MaxLeaseMS, MaxDeliver: MaxMaxDeliver, MaxRunning: MaxMaxRunning})
 	require.Equal(t, int64(24*60*60*1000), int64(MaxLeaseMS), "24 h")
 	require.Len(t, w.workspace().Queues, 2)
+}
+
+// A queue's limit of jobs running at once: set by a number, kept by 0
+// (what executors that know nothing of it send), removed by -1.
+func TestConfigureQueueMaxRunning(t *testing.T) {
+	w := setup(t)
+	out := w.must(&ConfigureQueue{Queue: "llm", LeaseMS: 30_000, MaxDeliver: 5, MaxRunning: 2})
+	require.Equal(t, &QueueConfigured{Queue: "llm", LeaseMS: 30_000, MaxDeliver: 5, MaxRunning: 2}, out.Changes[0].Event)
+	require.Equal(t, 2, out.Reply.MaxRunning)
+
+	out = w.must(&ConfigureQueue{Queue: "llm", LeaseMS: 30_000, MaxDeliver: 5})
+	require.Empty(t, out.Changes, "0 keeps the limit: nothing changes")
+	require.Equal(t, 2, out.Reply.MaxRunning)
+	out = w.must(&ConfigureQueue{Queue: "llm", LeaseMS: 60_000, MaxDeliver: 5})
+	require.Equal(t, &QueueConfigured{Queue: "llm", LeaseMS: 60_000, MaxDeliver: 5, MaxRunning: 2}, out.Changes[0].Event,
+		"other settings keep the limit")
+	out = w.must(&ConfigureQueue{Queue: "llm", LeaseMS: 60_000, MaxDeliver: 5, MaxRunning: 3, IfUnset: true})
+	require.Empty(t, out.Changes)
+	require.Equal(t, 2, out.Reply.MaxRunning, "if_unset keeps a configured queue's")
+
+	// The executors it holds back configure their lease, not the limit.
+	w.actor, w.queues = "worker", []string{"llm"}
+	require.Equal(t, "/max_running", w.refused(&ConfigureQueue{Queue: "llm", LeaseMS: 60_000, MaxDeliver: 5, MaxRunning: -1}, CodeForbidden).Field)
+	out = w.must(&ConfigureQueue{Queue: "llm", LeaseMS: 90_000, MaxDeliver: 5})
+	require.Equal(t, 2, out.Reply.MaxRunning, "an executor's settings keep the limit")
+	w.actor, w.queues = "tester", nil
+
+	out = w.must(&ConfigureQueue{Queue: "llm", LeaseMS: 60_000, MaxDeliver: 5, MaxRunning: -1})
+	require.Equal(t, &QueueConfigured{Queue: "llm", LeaseMS: 60_000, MaxDeliver: 5}, out.Changes[0].Event)
+	require.Zero(t, w.workspace().Queue("llm").MaxRunning, "-1 removes it")
+	require.Empty(t, w.must(&ConfigureQueue{Queue: "llm", LeaseMS: 60_000, MaxDeliver: 5, MaxRunning: -1}).Changes)
+	w.requireReplays()
+	w.requireReplaysFromWire()
 }

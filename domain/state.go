@@ -159,7 +159,7 @@ func ApplyWorkspace(w *Workspace, id string, e Event, r Recorded) (*Workspace, e
 	case *WorkspaceConfigured:
 		w.RetainEnded = ev.RetainEnded
 	case *QueueConfigured:
-		q := QueueConfig{Name: ev.Queue, LeaseMS: ev.LeaseMS, MaxDeliver: ev.MaxDeliver}
+		q := QueueConfig{Name: ev.Queue, LeaseMS: ev.LeaseMS, MaxDeliver: ev.MaxDeliver, MaxRunning: ev.MaxRunning}
 		if i := slices.IndexFunc(w.Queues, func(x QueueConfig) bool { return x.Name == ev.Queue }); i >= 0 {
 			w.Queues[i] = q
 		} else {

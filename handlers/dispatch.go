@@ -163,6 +163,9 @@ func (d *dispatcher) ensureConsumer(ctx context.Context, ws, queue string, qc *d
 		}
 	} else {
 		cfg.AckWait, cfg.MaxDeliver = time.Duration(qc.LeaseMS)*time.Millisecond, qc.MaxDeliver
+		// The jobs running at once are the items delivered and not yet
+		// acknowledged (0: the server's default, 1,000 per worker pull).
+		cfg.MaxAckPending = qc.MaxRunning
 		_, err = d.js.CreateOrUpdateConsumer(ctx, d.stream, cfg)
 	}
 	if err != nil {

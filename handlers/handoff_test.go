@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
 
 	"github.com/dwr-run/dwr/domain"
@@ -234,4 +235,61 @@ func TestANewWriterKeepsTheHandedLeases(t *testing.T) {
 	b2.c.WaitState(t, rep.Next.TaskID, domain.StateReady, 10*time.Second)
 	b2.query(t, "task.get", schemas.Query{ID: rep.Next.TaskID}, b2.lastSeq(t), &tk)
 	require.Equal(t, domain.ReasonLeaseLost, tk.Attempts[0].Reason)
+}
+
+// A queue's limit of jobs running at once (queue.configure max_running) is
+// its consumer's limit of items delivered and not acknowledged, across
+// every executor: a third item waits while two run. No report hands its
+// sender the next task of such a queue, whose attempt would hold no item.
+func TestAQueuesLimitOfRunningJobs(t *testing.T) {
+	b := setup(t)
+	ctx := t.Context()
+	conf, _ := b.mustCommand(t, "queue.configure", map[string]any{"queue": "shell", "lease_ms": 30_000, "max_deliver": 5, "max_running": 2})
+	require.Equal(t, 2, conf.MaxRunning)
+	cons, err := b.jetstream(t).Consumer(ctx, "DWR_WORK", "dwr-default-shell")
+	require.NoError(t, err)
+	require.Equal(t, 2, cons.CachedInfo().Config.MaxAckPending)
+
+	for range 3 {
+		b.newTask(t, "shell")
+	}
+	fetch := func(n int) []jetstream.Msg {
+		batch, err := cons.Fetch(n, jetstream.FetchMaxWait(time.Second))
+		require.NoError(t, err)
+		var got []jetstream.Msg
+		for m := range batch.Messages() {
+			got = append(got, m)
+		}
+		return got
+	}
+	running := fetch(3)
+	require.Len(t, running, 2, "two run; the third waits")
+	require.NoError(t, running[0].Ack())
+	third := fetch(3)
+	require.Len(t, third, 1, "one ended: the third runs")
+	for _, m := range append(running[1:], third...) {
+		require.NoError(t, m.Ack())
+	}
+
+	exec := b.peer(t, "executor")
+	_, plan, _ := chain3(t, b)
+	a, next := plan.Tasks[0].TaskID, plan.Tasks[1].TaskID
+	items := fetch(1)
+	require.Len(t, items, 1)
+	require.NoError(t, items[0].Ack())
+	_, rep := exec.succeedNext(t, a, 1, exec.claim(t, a, "", 0).Token, "")
+	require.Nil(t, rep.Next, "nothing is handed on a limited queue")
+	items = fetch(1)
+	require.Len(t, items, 1, "the next task goes out as a work item")
+	var it schemas.WorkItem
+	require.NoError(t, json.Unmarshal(items[0].Data(), &it))
+	require.Equal(t, next, it.TaskID)
+	require.NoError(t, items[0].Ack())
+
+	// -1 removes the limit.
+	conf, _ = b.mustCommand(t, "queue.configure", map[string]any{"queue": "shell", "lease_ms": 30_000, "max_deliver": 5, "max_running": -1})
+	require.Zero(t, conf.MaxRunning)
+	info, err := cons.Info(ctx)
+	require.NoError(t, err)
+	require.Greater(t, info.Config.MaxAckPending, 2, "the server's default again")
 }

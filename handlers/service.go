@@ -1281,7 +1281,7 @@ func (s *Service) ensureQueueOf(ctx context.Context, ws string, reply json.RawMe
 	if err := json.Unmarshal(reply, &res); err != nil {
 		return toWire(err, s.cfg.Logger)
 	}
-	r := domain.QueueConfig{Name: res.Queue, LeaseMS: res.LeaseMS, MaxDeliver: res.MaxDeliver}
+	r := domain.QueueConfig{Name: res.Queue, LeaseMS: res.LeaseMS, MaxDeliver: res.MaxDeliver, MaxRunning: res.MaxRunning}
 	if err := s.dispatch.ensureConsumer(ctx, ws, r.Name, &r); err != nil {
 		s.cfg.Logger.Warn("handlers: a queue's consumer could not be configured", "err", err)
 		return &schemas.Error{Code: schemas.CodeUnavailable, Message: "the queue's consumer could not be configured: retry"}

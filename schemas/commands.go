@@ -214,7 +214,11 @@ type ConfigureQueue struct {
 	Queue      string `json:"queue"`
 	LeaseMS    int64  `json:"lease_ms"`
 	MaxDeliver int    `json:"max_deliver"`
-	IfUnset    bool   `json:"if_unset,omitempty"`
+	// MaxRunning is how many of the queue's jobs may run at once, across
+	// all its executors: N > 0 sets it, -1 removes the limit, 0 keeps the
+	// queue's as it is (QueueConfig.MaxRunning).
+	MaxRunning int  `json:"max_running,omitempty"`
+	IfUnset    bool `json:"if_unset,omitempty"`
 }
 
 // RequestApproval parks the current attempt's task on a person's decision

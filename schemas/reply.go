@@ -44,6 +44,7 @@ type CommandResult struct {
 	Queue      string `json:"queue,omitempty"`
 	LeaseMS    int64  `json:"lease_ms,omitempty"`
 	MaxDeliver int    `json:"max_deliver,omitempty"`
+	MaxRunning int    `json:"max_running,omitempty"`
 	// Duplicate is true when nothing was appended: the command id was
 	// already applied, or the command asked for what already is.
 	Duplicate bool `json:"duplicate,omitempty"`

@@ -21,6 +21,9 @@ type QueueConfig struct {
 	Name       string `json:"name"`
 	LeaseMS    int64  `json:"lease_ms"`
 	MaxDeliver int    `json:"max_deliver"`
+	// MaxRunning is how many of the queue's jobs may run at once, across
+	// all its executors (its consumer's MaxAckPending); 0: no limit.
+	MaxRunning int `json:"max_running,omitempty"`
 }
 
 // Workspace is the state of a workspace aggregate, as workspace.list

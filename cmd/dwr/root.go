@@ -103,7 +103,7 @@ func mainIn(ctx context.Context, args []string, stdin io.Reader, stdout, stderr 
 	pf.StringVar(&g.timeout, "timeout", "10s", "how long to wait for the service to answer")
 	root.AddCommand(serveCmd(), shredCmd(g), workspaceCmd(g), goalCmd(g), planCmd(g), taskCmd(g), eventsCmd(g), watchCmd(g),
 		adminCmd(g), schemaCmd(g), reviewCmd(g), signalCmd(g), benchCmd(g), workerCmd(g),
-		keysCmd(g), approvalsCmd(g), approveCmd(g), usersCmd(g), artifactCmd(g), ritualCmd(g), scheduleCmd(g), versionCmd(g))
+		keysCmd(g), approvalsCmd(g), approveCmd(g), usersCmd(g), artifactCmd(g), ritualCmd(g), scheduleCmd(g), queueCmd(g), versionCmd(g))
 	root.SetArgs(args)
 	root.SetOut(stdout)
 	root.SetErr(stderr)

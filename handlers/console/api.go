@@ -324,6 +324,7 @@ type queueRow struct {
 	Name        string `json:"name"`
 	LeaseMS     int64  `json:"lease_ms,omitempty"`
 	MaxDeliver  int    `json:"max_deliver,omitempty"`
+	MaxRunning  int    `json:"max_running,omitempty"` // 0: no limit
 	Ready       int    `json:"ready"`
 	Running     int    `json:"running"`
 	Waiting     int    `json:"waiting"`
@@ -352,7 +353,7 @@ func (c *Console) queues(w http.ResponseWriter, r *http.Request, s *session) {
 			return
 		}
 		x := row(q.Name)
-		x.LeaseMS, x.MaxDeliver = q.LeaseMS, q.MaxDeliver
+		x.LeaseMS, x.MaxDeliver, x.MaxRunning = q.LeaseMS, q.MaxDeliver, q.MaxRunning
 	}
 	truncated := false
 	for _, state := range []string{schemas.StateReady, schemas.StateRunning, schemas.StateWaiting, schemas.StateFailed} {

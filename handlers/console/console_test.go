@@ -636,7 +636,7 @@ func TestQueues(t *testing.T) {
 
 	// A poison item: delivered the most times its queue allows, never
 	// acknowledged (an executor crashing on it), it is quarantined.
-	_, err := e.admin.Command(ctx(t), "queue.configure", map[string]any{"queue": "poison", "lease_ms": 1000, "max_deliver": 1})
+	_, err := e.admin.Command(ctx(t), "queue.configure", map[string]any{"queue": "poison", "lease_ms": 1000, "max_deliver": 1, "max_running": 3})
 	require.NoError(t, err)
 	bad, err := e.admin.CreateTask(ctx(t), schemas.TaskSpec{Queue: "poison"})
 	require.NoError(t, err)
@@ -660,6 +660,7 @@ func TestQueues(t *testing.T) {
 		Waiting     int    `json:"waiting"`
 		Quarantined int    `json:"quarantined"`
 		MaxDeliver  int    `json:"max_deliver"`
+		MaxRunning  int    `json:"max_running"`
 	}
 	code, _ := b.get("/api/queues", &qs)
 	require.Equal(t, http.StatusOK, code)
@@ -670,6 +671,7 @@ func TestQueues(t *testing.T) {
 	require.Equal(t, "poison", qs[1].Name)
 	require.Equal(t, 1, qs[1].Quarantined)
 	require.Equal(t, 1, qs[1].MaxDeliver)
+	require.Equal(t, 3, qs[1].MaxRunning)
 	require.Equal(t, "render", qs[2].Name)
 	require.Equal(t, 2, qs[2].Ready)
 }

@@ -455,10 +455,11 @@ async function renderQueues() {
   const rows = qs.map((q) => h("tr", { "data-queue": q.name },
     h("td", {}, q.name), h("td", { class: "num" }, q.ready), h("td", { class: "num" }, q.running), h("td", { class: "num" }, q.waiting),
     h("td", { class: "num" + (q.quarantined ? " bad" : "") }, q.quarantined),
-    h("td", {}, q.lease_ms ? q.lease_ms / 1000 + " s" : "-"), h("td", {}, q.max_deliver || "-")));
+    h("td", {}, q.lease_ms ? q.lease_ms / 1000 + " s" : "-"), h("td", {}, q.max_deliver || "-"),
+    h("td", {}, q.max_running ? "at most " + q.max_running : q.lease_ms ? "no limit" : "-")));
   show(h("h1", {}, "Queues"),
     h("p", { class: "muted" }, "Depth: tasks ready for an executor. Running: attempts in progress. Waiting: tasks parked on an approval, a signal, a timer or a delegated goal. Quarantined: tasks failed because their work item was delivered the most times the queue allows."),
-    table("queues", ["Queue", "Depth", "Running", "Waiting", "Quarantined", "Lease", "Max deliveries"], rows));
+    table("queues", ["Queue", "Depth", "Running", "Waiting", "Quarantined", "Lease", "Max deliveries", "Running at once"], rows));
 }
 
 // ---- routing ----

@@ -1,0 +1,86 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"iter"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/dwr-run/dwr/executors/client"
+	"github.com/dwr-run/dwr/handlers"
+	"github.com/dwr-run/dwr/schemas"
+)
+
+func queueCmd(g *globals) *cobra.Command {
+	cmd := &cobra.Command{Use: "queue", Short: "list queues and set their lease, deliveries and limit of jobs running at once"}
+	list := listCmd(g, &cobra.Command{Use: "list", Short: "list the workspace's configured queues", Args: cobra.NoArgs}, nil, "queues", nil,
+		func(ctx context.Context, cl *client.Client, _ []string, opts ...client.CallOption) iter.Seq2[*schemas.QueueConfig, error] {
+			return cl.Queues(ctx, opts...)
+		}, columns([]string{"QUEUE", "LEASE", "MAX DELIVER", "MAX RUNNING"}, func(q schemas.QueueConfig) []string {
+			return []string{q.Name, (time.Duration(q.LeaseMS) * time.Millisecond).String(), fmt.Sprint(q.MaxDeliver), maxRunning(q.MaxRunning)}
+		}))
+	var lease time.Duration
+	var deliver, running int
+	var unlimited bool
+	var cmdID string
+	set := &cobra.Command{Use: "set NAME [--lease D] [--max-deliver N] [--max-running N | --no-limit]",
+		Short: "set a queue's settings; those not given stay as they are (a new queue's: 30s, 5, no limit)", Args: cobra.ExactArgs(1),
+		RunE: func(_ *cobra.Command, args []string) error {
+			if unlimited && running != 0 {
+				return fail(exitInvalid, "--max-running and --no-limit say different things: give one")
+			}
+			if running < 0 {
+				return fail(exitInvalid, "--max-running must be positive (--no-limit removes the limit)")
+			}
+			return g.withClient(func(ctx context.Context, cl *client.Client) error {
+				c := schemas.ConfigureQueue{Queue: args[0], LeaseMS: handlers.DefaultQueueLease.Milliseconds(),
+					MaxDeliver: handlers.DefaultQueueMaxDeliver, MaxRunning: running}
+				for q, err := range cl.Queues(ctx) {
+					if err != nil {
+						return err
+					}
+					if q.Name == c.Queue {
+						c.LeaseMS, c.MaxDeliver = q.LeaseMS, q.MaxDeliver
+					}
+				}
+				if lease != 0 {
+					c.LeaseMS = lease.Milliseconds()
+				}
+				if deliver != 0 {
+					c.MaxDeliver = deliver
+				}
+				if unlimited {
+					c.MaxRunning = -1
+				}
+				r, err := cl.ConfigureQueue(ctx, c, client.CommandID(cmdID))
+				if err != nil {
+					return err
+				}
+				return show(g, &r.CommandResult, func(w io.Writer, r *schemas.CommandResult) error {
+					_, err := fmt.Fprintf(w, "queue %s: lease %s, max deliver %d, max running: %s\n", r.Queue,
+						time.Duration(r.LeaseMS)*time.Millisecond, r.MaxDeliver, maxRunning(r.MaxRunning))
+					return err
+				})
+			})
+		},
+	}
+	commandIDFlag(set, &cmdID)
+	f := set.Flags()
+	f.DurationVar(&lease, "lease", 0, "how long an executor holds a job before it is delivered again without a heartbeat (1s to 24h)")
+	f.IntVar(&deliver, "max-deliver", 0, "how many times a job is delivered before it is quarantined (1 to 1000)")
+	f.IntVar(&running, "max-running", 0, "how many of the queue's jobs may run at once, across all its executors")
+	f.BoolVar(&unlimited, "no-limit", false, "remove the queue's limit of jobs running at once")
+	cmd.AddCommand(list, set)
+	return cmd
+}
+
+// maxRunning says a queue's limit of jobs running at once.
+func maxRunning(n int) string {
+	if n == 0 {
+		return "no limit"
+	}
+	return fmt.Sprint(n)
+}

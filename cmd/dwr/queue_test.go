@@ -1,0 +1,37 @@
+package main
+
+import (
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/dwr-run/dwr/schemas"
+)
+
+// `dwr queue set` keeps what it is not given, and limits or frees the jobs
+// running at once; `dwr queue list` shows the settings.
+func TestCLIQueueSet(t *testing.T) {
+	url := cliServer(t)
+	code, out, errs := run(t, url, "queue", "set", "llm", "--max-running", "2")
+	require.Zero(t, code, errs)
+	require.Equal(t, "queue llm: lease 30s, max deliver 5, max running: 2\n", out)
+	code, out, errs = run(t, url, "queue", "set", "llm", "--lease", "1m")
+	require.Zero(t, code, errs)
+	require.Equal(t, "queue llm: lease 1m0s, max deliver 5, max running: 2\n", out, "what is not given stays")
+	var qs []schemas.QueueConfig
+	runJSON(t, url, &qs, "queue", "list")
+	require.Equal(t, []schemas.QueueConfig{{Name: "llm", LeaseMS: 60_000, MaxDeliver: 5, MaxRunning: 2}}, qs)
+	code, out, errs = run(t, url, "queue", "set", "llm", "--no-limit")
+	require.Zero(t, code, errs)
+	require.Contains(t, out, "max running: no limit")
+
+	code, _, errs = run(t, url, "queue", "set", "llm", "--max-running", "3", "--no-limit")
+	require.Equal(t, exitInvalid, code)
+	require.Contains(t, errs, "give one")
+	code, _, errs = run(t, url, "queue", "set", "llm", "--max-running", "200000")
+	require.Equal(t, exitInvalid, code)
+	require.Contains(t, errs, "/max_running")
+	qs = nil
+	runJSON(t, url, &qs, "queue", "list")
+	require.Zero(t, qs[0].MaxRunning, "a refused setting changes nothing")
+}
