@@ -566,3 +566,45 @@ func TestRunEndsWhenTheConnectionIsClosed(t *testing.T) {
 	nc.Close()
 	require.ErrorIs(t, recv(t, done), executors.ErrClosed, "Run ended once its connection closed")
 }
+
+// A queue's limit of jobs running at once holds across all its workers:
+// two workers of four slots each run two jobs of a queue limited to two,
+// the rest waiting in the stream, and every job runs in the end.
+func TestAQueuesLimitHoldsAcrossItsWorkers(t *testing.T) {
+	b := setup(t)
+	b.Command(t, "queue.configure", map[string]any{"queue": "llm", "lease_ms": 30_000, "max_deliver": 5, "max_running": 2})
+	var running, most atomic.Int32
+	gate := make(chan struct{})
+	h := func(ctx context.Context, job *executors.Job) (executors.Result, error) {
+		n := running.Add(1)
+		defer running.Add(-1)
+		for m := most.Load(); n > m && !most.CompareAndSwap(m, n); m = most.Load() {
+		}
+		select {
+		case <-gate:
+		case <-ctx.Done():
+			return executors.Result{}, ctx.Err()
+		}
+		return executors.Result{Output: job.TaskID}, nil
+	}
+	b.startWorker(t, executors.Config{Queue: "llm", Concurrency: 4}, h)
+	b.startWorker(t, executors.Config{Queue: "llm", Concurrency: 4}, h)
+	var ids []string
+	for range 6 {
+		ids = append(ids, b.CreateTask(t, map[string]any{"queue": "llm"}))
+	}
+	js, err := jetstream.New(b.nc)
+	require.NoError(t, err)
+	cons, err := js.Consumer(t.Context(), "DWR_WORK", "dwr-default-llm")
+	require.NoError(t, err)
+	servicetest.Eventually(t, 10*time.Second, func() bool {
+		info, err := cons.Info(t.Context())
+		return err == nil && running.Load() == 2 && info.NumAckPending == 2 && info.NumPending == 4
+	}, func() string { return fmt.Sprintf("%d jobs running", running.Load()) })
+	close(gate)
+	for _, id := range ids {
+		b.WaitState(t, id, "accepted", 15*time.Second)
+	}
+	require.EqualValues(t, 2, most.Load(), "never more than the queue's limit at once, with eight slots free")
+	b.waitSettled(t, "llm")
+}
