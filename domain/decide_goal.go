@@ -249,6 +249,15 @@ func (x *tx) commitPlan(g *Goal, tasks []TaskSpec) (Reply, error) {
 		ending = append(ending, pt.Key)
 	}
 	slices.Sort(ev.Removed)
+	if len(ending) > 0 {
+		// What they spent is final: they end in this record.
+		ev.RetiredSpend = &Spend{}
+		for _, key := range ending {
+			if err := addTaskSpend(ev.RetiredSpend, prev[key].TaskID, x.m.Now, x.o.Task, x.o.Goal, 0); err != nil {
+				return Reply{}, err
+			}
+		}
+	}
 	if err := x.emit(g.ID, ev); err != nil {
 		return Reply{}, err
 	}

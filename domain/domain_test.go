@@ -1273,7 +1273,8 @@ func TestGoalBudgetHoldsAcrossRevisionsAndFailures(t *testing.T) {
 	// The revision drops a, which spent 60 tokens.
 	ids2, _ := w.plan(g, spec("b"), spec("c", "b"))
 	require.Equal(t, StateCancelled, w.state(ids["a"]))
-	require.Equal(t, []string{ids["a"]}, w.goal(g).RetiredTasks)
+	require.Equal(t, &Spend{Attempts: 1, Tokens: 60}, w.goal(g).RetiredSpend, "the goal keeps what a spent, not a")
+	require.Empty(t, w.goal(g).RetiredTasks)
 	n = w.claim(ids2["b"])
 	w.must(&ReportSuccess{TaskID: ids2["b"], Attempt: n, ModelSteps: []ModelStep{{Model: "m", Tokens: 50}}})
 	require.Equal(t, StateAccepted, w.state(ids2["b"]))
@@ -1288,6 +1289,27 @@ func TestGoalBudgetHoldsAcrossRevisionsAndFailures(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, Spend{Attempts: 2, Tokens: 110}, sp)
 	w.requireReplays()
+	w.requireReplaysFromWire()
+}
+
+// A revision recorded before retired spend was tallied carries none: the
+// goal lists the tasks it dropped, and counts what they spent from them.
+func TestARevisionWithoutRetiredSpendListsTheDroppedTasks(t *testing.T) {
+	g := &Goal{ID: "g", PlanVersion: 1, Plan: []PlanTask{{Key: "a", TaskID: "A"}, {Key: "b", TaskID: "B"}}}
+	r := Recorded{CommandID: "c", Actor: "x", Time: epoch}
+	old, err := ApplyGoal(g, "g", "acme", &PlanCommitted{Version: 2, Tasks: []PlanTask{{Key: "b", TaskID: "B"}}, Removed: []string{"a"}}, r)
+	require.NoError(t, err)
+	require.Equal(t, []string{"A"}, old.RetiredTasks)
+	require.Nil(t, old.RetiredSpend)
+	next, err := ApplyGoal(old, "g", "acme", &PlanCommitted{Version: 3, Tasks: []PlanTask{{Key: "c", TaskID: "C"}}, Removed: []string{"b"},
+		RetiredSpend: &Spend{Attempts: 2, Tokens: 7}}, r)
+	require.NoError(t, err)
+	require.Equal(t, []string{"A"}, next.RetiredTasks, "a tallied revision lists nothing more")
+	require.Equal(t, &Spend{Attempts: 2, Tokens: 7}, next.RetiredSpend)
+	tasks := map[string]*Task{"A": {ID: "A", Attempts: []Attempt{{N: 1, StartedAt: epoch, EndedAt: &epoch}}}, "C": {ID: "C"}}
+	sp, err := GoalSpend(next, epoch, func(id string) (*Task, error) { return tasks[id], nil }, func(string) (*Goal, error) { return nil, nil })
+	require.NoError(t, err)
+	require.Equal(t, Spend{Attempts: 3, Tokens: 7}, sp, "the listed task's attempt and the tally")
 }
 
 func TestQuarantineFailsTheTaskAndItsDependents(t *testing.T) {

@@ -166,6 +166,11 @@ type PlanCommitted struct {
 	Replaced []string   `json:"replaced,omitempty"` // keys whose task was cancelled and created anew
 	Added    []string   `json:"added,omitempty"`
 	Removed  []string   `json:"removed,omitempty"`
+	// RetiredSpend is what the tasks that leave the plan (removed, and the
+	// replaced ones' old tasks: they end in the same record) have spent,
+	// for the goal to keep (Goal.RetiredSpend). Absent in revisions
+	// recorded before it was tallied: the goal lists those tasks instead.
+	RetiredSpend *Spend `json:"retired_spend,omitempty"`
 }
 
 // GoalAchieved: every task of the current plan was accepted.

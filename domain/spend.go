@@ -14,53 +14,59 @@ func GoalSpend(g *Goal, now time.Time, task func(id string) (*Task, error), goal
 
 func goalSpend(g *Goal, now time.Time, task func(id string) (*Task, error), goal func(id string) (*Goal, error), depth int) (Spend, error) {
 	var sp Spend
-	add := func(id string) error {
-		t, err := task(id)
-		if err != nil || t == nil {
-			return err
-		}
-		for _, d := range t.Delegations {
-			if depth >= MaxDelegationDepth {
-				break // deeper than delegations go: a history that is not one
-			}
-			c, err := goal(d.GoalID)
-			if err != nil || c == nil {
-				return err
-			}
-			csp, err := goalSpend(c, now, task, goal, depth+1)
-			if err != nil {
-				return err
-			}
-			sp.Attempts, sp.Tokens, sp.Cost, sp.WallMS = sp.Attempts+csp.Attempts, sp.Tokens+csp.Tokens, sp.Cost+csp.Cost, sp.WallMS+csp.WallMS
-		}
-		sp.Attempts += t.AttemptCount()
-		if e := t.Earlier; e != nil {
-			sp.Tokens, sp.Cost, sp.WallMS = sp.Tokens+e.Tokens, sp.Cost+e.Cost, sp.WallMS+e.WallMS
-		}
-		for _, a := range t.Attempts {
-			for _, s := range a.ModelSteps {
-				sp.Tokens += s.Tokens
-				sp.Cost += s.Cost
-			}
-			end := now
-			if a.EndedAt != nil {
-				end = *a.EndedAt
-			}
-			if d := end.Sub(a.StartedAt); d > 0 {
-				sp.WallMS += d.Milliseconds()
-			}
-		}
-		return nil
+	if r := g.RetiredSpend; r != nil {
+		sp = *r
 	}
 	for _, id := range g.RetiredTasks {
-		if err := add(id); err != nil {
+		if err := addTaskSpend(&sp, id, now, task, goal, depth); err != nil {
 			return Spend{}, err
 		}
 	}
 	for _, pt := range g.Plan {
-		if err := add(pt.TaskID); err != nil {
+		if err := addTaskSpend(&sp, pt.TaskID, now, task, goal, depth); err != nil {
 			return Spend{}, err
 		}
 	}
 	return sp, nil
+}
+
+// addTaskSpend adds to sp what task id has used by now: every attempt of it,
+// failed ones included, and the goals it delegated to, down the tree.
+func addTaskSpend(sp *Spend, id string, now time.Time, task func(id string) (*Task, error), goal func(id string) (*Goal, error), depth int) error {
+	t, err := task(id)
+	if err != nil || t == nil {
+		return err
+	}
+	for _, d := range t.Delegations {
+		if depth >= MaxDelegationDepth {
+			break // deeper than delegations go: a history that is not one
+		}
+		c, err := goal(d.GoalID)
+		if err != nil || c == nil {
+			return err
+		}
+		csp, err := goalSpend(c, now, task, goal, depth+1)
+		if err != nil {
+			return err
+		}
+		sp.Add(csp)
+	}
+	sp.Attempts += t.AttemptCount()
+	if e := t.Earlier; e != nil {
+		sp.Add(Spend{Tokens: e.Tokens, Cost: e.Cost, WallMS: e.WallMS})
+	}
+	for _, a := range t.Attempts {
+		for _, s := range a.ModelSteps {
+			sp.Tokens += s.Tokens
+			sp.Cost += s.Cost
+		}
+		end := now
+		if a.EndedAt != nil {
+			end = *a.EndedAt
+		}
+		if d := end.Sub(a.StartedAt); d > 0 {
+			sp.WallMS += d.Milliseconds()
+		}
+	}
+	return nil
 }

@@ -190,9 +190,17 @@ func ApplyGoal(g *Goal, id, workspace string, e Event, r Recorded) (*Goal, error
 	g = g.Clone()
 	switch ev := e.(type) {
 	case *PlanCommitted:
-		for _, pt := range g.Plan {
-			if !slices.ContainsFunc(ev.Tasks, func(n PlanTask) bool { return n.TaskID == pt.TaskID }) {
-				g.RetiredTasks = append(g.RetiredTasks, pt.TaskID)
+		if r := ev.RetiredSpend; r != nil {
+			sp := *r
+			if g.RetiredSpend != nil {
+				sp.Add(*g.RetiredSpend)
+			}
+			g.RetiredSpend = &sp
+		} else {
+			for _, pt := range g.Plan {
+				if !slices.ContainsFunc(ev.Tasks, func(n PlanTask) bool { return n.TaskID == pt.TaskID }) {
+					g.RetiredTasks = append(g.RetiredTasks, pt.TaskID)
+				}
 			}
 		}
 		g.PlanVersion = ev.Version

@@ -17,9 +17,13 @@ type Goal struct {
 	Reason          string     `json:"reason,omitempty"`
 	PlanVersion     int        `json:"plan_version"`
 	Plan            []PlanTask `json:"plan,omitempty"`
-	// RetiredTasks are the tasks of earlier plan versions that the current
-	// one no longer holds, oldest first: what they spent still counts
-	// against the goal's budget.
+	// RetiredSpend is what the tasks of earlier plan versions that the
+	// current one no longer holds had spent when a revision dropped them
+	// (they ended then): it still counts against the goal's budget.
+	RetiredSpend *Spend `json:"retired_spend,omitempty"`
+	// RetiredTasks are the tasks dropped by revisions recorded before
+	// their spend was tallied (RetiredSpend), oldest first: what they
+	// spent counts too.
 	RetiredTasks []string `json:"retired_tasks,omitempty"`
 	// Ritual names the ritual version the goal was created from
 	// (ritual.run), if any.
@@ -56,6 +60,11 @@ type Spend struct {
 	Tokens   int64   `json:"tokens"`
 	Cost     float64 `json:"cost"`
 	WallMS   int64   `json:"wall_ms"`
+}
+
+// Add adds o to s.
+func (s *Spend) Add(o Spend) {
+	s.Attempts, s.Tokens, s.Cost, s.WallMS = s.Attempts+o.Attempts, s.Tokens+o.Tokens, s.Cost+o.Cost, s.WallMS+o.WallMS
 }
 
 // Versioned is what the state of a goal or a task keeps of the events
@@ -136,6 +145,10 @@ func (g *Goal) Clone() *Goal {
 	c.SuccessCriteria = slices.Clone(g.SuccessCriteria)
 	c.Plan = slices.Clone(g.Plan)
 	c.RetiredTasks = slices.Clone(g.RetiredTasks)
+	if g.RetiredSpend != nil {
+		sp := *g.RetiredSpend
+		c.RetiredSpend = &sp
+	}
 	c.Commands = slices.Clone(g.Commands)
 	if g.Ritual != nil {
 		r := *g.Ritual
