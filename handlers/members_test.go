@@ -101,8 +101,8 @@ func TestAMembersReloadDoesNotHoldUpTheWriter(t *testing.T) {
 		}
 		added <- m
 	}()
-	require.Eventually(t, func() bool { return reloads.Load() >= 2 }, 10*time.Second, time.Millisecond,
-		"the writer's and the request's reloads both wait")
+	require.Eventually(t, func() bool { return reloads.Load() >= 1 }, 10*time.Second, time.Millisecond,
+		"a reload waits (the writer's follower's or the request's: one runs at a time)")
 	b.mustCommand(t, "goal.create", map[string]any{"title": "while the users reload"})
 	select {
 	case m := <-added:

@@ -302,6 +302,12 @@ type Service struct {
 	changed   chan struct{} // closed and replaced when writing changes
 	ready     chan struct{}
 	readyOnce sync.Once
+	// reloads serializes the reloads of the NATS server's users
+	// (reloadMembers) and remembers what the last one covered.
+	reloads struct {
+		sync.Mutex
+		upTo uint64 // every member change up to this record is in force
+	}
 }
 
 // New returns a service on nc keeping its views in store.
@@ -908,9 +914,26 @@ func (s *Service) followMembers(ctx context.Context, wake <-chan struct{}) {
 		case <-ctx.Done():
 			return
 		case <-wake:
-			s.cfg.Auth.OnMembersChanged()
+			s.reloadMembers(s.store.Checkpoint())
 		}
 	}
+}
+
+// reloadMembers makes the NATS server's users follow every member change
+// up to record seq (Auth.OnMembersChanged), unless a reload already did. One
+// reload runs at a time: the writer's and a member command's never overlap,
+// and a member command answered after its reload is not followed by a
+// second reload of the same change — a connection opened with the new
+// credential at once could be cut by it.
+func (s *Service) reloadMembers(seq uint64) {
+	s.reloads.Lock()
+	defer s.reloads.Unlock()
+	if seq <= s.reloads.upTo {
+		return
+	}
+	at := s.store.Checkpoint() // the reload reads the views as they are now, or later
+	s.cfg.Auth.OnMembersChanged()
+	s.reloads.upTo = at
 }
 
 // catchUpViews verifies the log from the views' last record on and applies
@@ -1203,7 +1226,7 @@ func (s *Service) handleCommand(name string, req micro.Request, who sender) (rep
 		// change before the admin hears of it, so the new credential
 		// connects (or the revoked one is cut off) at once.
 		if err := s.store.WaitFor(ctx, o.Seq); err == nil {
-			s.cfg.Auth.OnMembersChanged()
+			s.reloadMembers(o.Seq)
 		}
 	}
 	if name == "queue.configure" {

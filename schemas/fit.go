@@ -30,7 +30,7 @@ func FitTask(t *Task, max int) (*Task, []byte, error) {
 		return t, b, err
 	}
 	f := *t
-	over := len(b) - max
+	over := len(b) - max + len(`,"omitted":[]`)
 	// leave takes out a part of n bytes (its member name with it), naming
 	// it in Omitted, which grows by its pointer.
 	leave := func(ptr string, n int) {
