@@ -71,7 +71,7 @@ type Job struct {
 	// Omitted names, by JSON pointers into the task, the parts of its
 	// history left out to keep it within the wire's bound (the oldest
 	// results first: "/attempts/0/result"); empty for a task sent whole.
-	// The client's Events reads them.
+	// The client's History (the events query) reads them.
 	Omitted []string
 
 	// Verifications are the FAIL verifications of earlier results: the
