@@ -51,14 +51,14 @@ func (x *tx) handoff(cmd Command, reply *Reply) error {
 	if reported == nil || reported.ClaimedBy != x.m.Actor || reported.State == AttemptStateRunning {
 		return nil // not this sender's report, or not recorded
 	}
+	if limited, err := x.limitsRunning(t.Spec.Queue); err != nil || limited {
+		// A handed attempt holds no work item, which the queue's consumer
+		// counts its running jobs by.
+		return err
+	}
 	return x.forDependentsIn(r.TaskID, StateReady, func(_ string, d *Task) error {
 		if d.Workspace != t.Workspace || d.Spec.Queue != t.Spec.Queue || x.m.Executor && !slices.Contains(x.m.Queues, d.Spec.Queue) {
 			return nil
-		}
-		if limited, err := x.limitsRunning(d.Spec.Queue); err != nil || limited {
-			// A handed attempt holds no work item, which the queue's
-			// consumer counts its running jobs by.
-			return err
 		}
 		if why, _, err := x.overBudget(d); err != nil || why != "" || spent(d) >= retryOf(d).MaxAttempts {
 			return err // a claim would fail it: leave that to the claim

@@ -263,17 +263,11 @@ func (d *dispatcher) msg(it schemas.WorkItem) (*nats.Msg, error) {
 			if it.Task == nil || it.Task.Omitted != nil {
 				return false
 			}
-			// Its history's payloads, oldest first (schemas.FitTask),
-			// within what the item's other fields leave.
-			whole, err := json.Marshal(it.Task)
-			if err != nil {
-				return false
-			}
-			f, _, err := schemas.FitTask(it.Task, len(whole)-(len(b)-schemas.MaxItemTaskBytes))
-			had := err == nil && f != it.Task
-			if had {
-				it.Task = f
-			}
+			// Its history's payloads, oldest first, by what the item
+			// is over.
+			f := schemas.TrimTask(it.Task, len(b)-schemas.MaxItemTaskBytes)
+			had := f != it.Task
+			it.Task = f
 			return had
 		},
 		func() bool { had := it.Task != nil; it.Task = nil; return had },

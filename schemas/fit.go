@@ -13,24 +13,36 @@ import (
 // claim's record being larger than the log takes.
 const MaxReplyTaskBytes = MaxItemTaskBytes
 
-// FitTask returns t, with its JSON, when its JSON is at most max bytes.
-// Otherwise it returns a copy that leaves out, in this order and while it
-// is still larger, the command ids the task has applied, its pending
-// signals, the results and model steps of its earlier attempts (every one
-// but the latest, oldest first), the evidence of its earlier verifications
-// (oldest first) and its approvals' bases (oldest first); the copy's
-// Omitted names each part left out by its JSON pointer, and the events
-// query still reads them. What an attempt runs from — the spec, the
-// checkpoint, the signal, delegations, the latest attempt and verdict,
-// every approval's action and decision — stays, so the copy can still be
-// larger than max. t is not changed.
+// FitTask returns t, with its JSON, when its JSON is at most max bytes;
+// otherwise TrimTask's copy of it, with that copy's JSON. t is not changed.
 func FitTask(t *Task, max int) (*Task, []byte, error) {
 	b, err := json.Marshal(t)
 	if err != nil || len(b) <= max {
 		return t, b, err
 	}
+	f := TrimTask(t, len(b)-max)
+	b, err = json.Marshal(f)
+	return f, b, err
+}
+
+// TrimTask returns a copy of t whose JSON is about over bytes smaller: it
+// leaves out, in this order and while more is to go, the command ids the
+// task has applied, its pending signals, the results and model steps of its
+// earlier attempts (every one but the latest, oldest first), the evidence of
+// its earlier verifications (oldest first) and its approvals' bases (oldest
+// first); the copy's Omitted names each part left out by its JSON pointer,
+// and the events query still reads them. What an attempt runs from — the
+// spec, the checkpoint, the signal, delegations, the latest attempt and
+// verdict, every approval's action and decision — stays, so the copy can
+// fall short of over. It returns t itself when over is not positive or
+// nothing can be left out, and never changes t.
+func TrimTask(t *Task, over int) *Task {
+	if over <= 0 {
+		return t
+	}
 	f := *t
-	over := len(b) - max + len(`,"omitted":[]`)
+	f.Omitted = slices.Clip(t.Omitted) // appending copies: t's stays as it is
+	over += len(`,"omitted":[]`)
 	// leave takes out a part of n bytes (its member name with it), naming
 	// it in Omitted, which grows by its pointer.
 	leave := func(ptr string, n int) {
@@ -77,8 +89,10 @@ func FitTask(t *Task, max int) (*Task, []byte, error) {
 			}
 		}
 	}
-	b, err = json.Marshal(&f)
-	return &f, b, err
+	if len(f.Omitted) == len(t.Omitted) {
+		return t
+	}
+	return &f
 }
 
 // jsonSize returns the length of v's JSON (0 when it has none).
