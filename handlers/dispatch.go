@@ -94,6 +94,14 @@ type dispatcher struct {
 	// applied to them (zero: the defaults, or an existing consumer left as
 	// it was).
 	queues map[string]domain.QueueConfig
+
+	// configuring orders the configurations of queues (configureQueue):
+	// configuredAt is, per consumer, the log sequence of the configuration
+	// last applied to it, so that one applied late (a reply overtaken by
+	// the next commit's dispatch, a retried old command) does not undo a
+	// later one.
+	configuring  sync.Mutex
+	configuredAt map[string]uint64
 }
 
 // The settings of a queue that no queue.configure has set: its consumer's
@@ -126,7 +134,7 @@ func (d *dispatcher) ensureQueueWith(ctx context.Context, ws, queue string, qc *
 	d.mu.Lock()
 	applied, done := d.queues[access.Consumer(d.prefix, ws, queue)]
 	d.mu.Unlock()
-	if done && (qc == nil || (applied.LeaseMS == qc.LeaseMS && applied.MaxDeliver == qc.MaxDeliver)) {
+	if done && (qc == nil || applied == *qc) {
 		return nil
 	}
 	return d.ensureConsumer(ctx, ws, queue, qc)
@@ -181,6 +189,23 @@ func (d *dispatcher) ensureConsumer(ctx context.Context, ws, queue string, qc *d
 	return nil
 }
 
+// configureQueue makes the consumer of a queue stand with settings qc, as
+// the log has them at sequence seq, unless a configuration later in the log
+// was applied already.
+func (d *dispatcher) configureQueue(ctx context.Context, ws string, qc domain.QueueConfig, seq uint64) error {
+	name := access.Consumer(d.prefix, ws, qc.Name)
+	d.configuring.Lock()
+	defer d.configuring.Unlock()
+	if seq < d.configuredAt[name] {
+		return nil
+	}
+	if err := d.ensureConsumer(ctx, ws, qc.Name, &qc); err != nil {
+		return err
+	}
+	d.configuredAt[name] = seq
+	return nil
+}
+
 func newDispatcher(ctx context.Context, js jetstream.JetStream, cfg Config) (*dispatcher, error) {
 	name := strings.ToUpper(cfg.Prefix) + "_WORK"
 	// Work items are derived, so they need no fsync per message: a single
@@ -201,7 +226,7 @@ func newDispatcher(ctx context.Context, js jetstream.JetStream, cfg Config) (*di
 		return nil, fmt.Errorf("handlers: work stream: %w", err)
 	}
 	return &dispatcher{js: js, stream: name, prefix: cfg.Prefix, logger: cfg.Logger, tracer: cfg.Tracer.Tracer(tracerName), retry: make(chan *schemas.WorkItem, 1024),
-		pending: make(chan *pendingItem, 4096), queues: map[string]domain.QueueConfig{}}, nil
+		pending: make(chan *pendingItem, 4096), queues: map[string]domain.QueueConfig{}, configuredAt: map[string]uint64{}}, nil
 }
 
 // publish sends a work item without waiting for its acknowledgement; a
@@ -358,8 +383,8 @@ func (d *dispatcher) dispatchCommit(c *eventstore.Commit, seq uint64, store aggr
 		if e.Type == "workspace.queue_configured" {
 			var qc domain.QueueConfigured
 			if err := json.Unmarshal(e.Data, &qc); err == nil {
-				err := d.ensureConsumer(context.Background(), e.Workspace, qc.Queue,
-					&domain.QueueConfig{Name: qc.Queue, LeaseMS: qc.LeaseMS, MaxDeliver: qc.MaxDeliver})
+				err := d.configureQueue(context.Background(), e.Workspace,
+					domain.QueueConfig{Name: qc.Queue, LeaseMS: qc.LeaseMS, MaxDeliver: qc.MaxDeliver, MaxRunning: qc.MaxRunning}, seq)
 				if err != nil {
 					d.logger.Warn("handlers: a queue's consumer could not be configured; it is at the next start", "err", err)
 				}

@@ -293,3 +293,31 @@ func TestAQueuesLimitOfRunningJobs(t *testing.T) {
 	require.NoError(t, err)
 	require.Greater(t, info.Config.MaxAckPending, 2, "the server's default again")
 }
+
+// A queue's consumer follows the log's latest configuration: neither the
+// writer's dispatch of a configuration nor a retried older configure (its
+// stored reply) sets the consumer back to what came before.
+func TestARetriedQueueConfigurationDoesNotUndoALaterOne(t *testing.T) {
+	b := setup(t)
+	ctx := t.Context()
+	first := b.command(t, "queue.configure", map[string]any{"queue": "shell", "lease_ms": 30_000, "max_deliver": 5, "max_running": 2}, "configure-1")
+	require.True(t, first.OK, "%+v", first.Error)
+	later, _ := b.mustCommand(t, "queue.configure", map[string]any{"queue": "shell", "lease_ms": 20_000, "max_deliver": 4, "max_running": 3})
+	require.Equal(t, 3, later.MaxRunning)
+	limit := func() int {
+		cons, err := b.jetstream(t).Consumer(ctx, "DWR_WORK", "dwr-default-shell")
+		require.NoError(t, err)
+		return cons.CachedInfo().Config.MaxAckPending
+	}
+	require.Equal(t, 3, limit(), "the consumer stands as the reply says")
+
+	again := b.command(t, "queue.configure", map[string]any{"queue": "shell", "lease_ms": 30_000, "max_deliver": 5, "max_running": 2}, "configure-1")
+	require.True(t, again.OK, "%+v", again.Error)
+	require.Equal(t, first.Seq, again.Seq, "the first outcome, not a new configuration")
+	cons, err := b.jetstream(t).Consumer(ctx, "DWR_WORK", "dwr-default-shell")
+	require.NoError(t, err)
+	cfg := cons.CachedInfo().Config
+	require.Equal(t, 3, cfg.MaxAckPending, "the later limit stands")
+	require.Equal(t, 20*time.Second, cfg.AckWait)
+	require.Equal(t, 4, cfg.MaxDeliver)
+}

@@ -1233,7 +1233,7 @@ func (s *Service) handleCommand(name string, req micro.Request, who sender) (rep
 		// The consumer stands as the reply says before the executor hears
 		// it: also when nothing changed (a consumer deleted by hand is made
 		// again).
-		if werr := s.ensureQueueOf(ctx, ws, o.Reply); werr != nil {
+		if werr := s.ensureQueueOf(ctx, ws, o); werr != nil {
 			return errResponse(werr)
 		}
 	}
@@ -1298,14 +1298,15 @@ func minSeq(h micro.Headers) (uint64, error) {
 }
 
 // ensureQueueOf makes the consumer of the queue that a queue.configure reply
-// names stand with the settings it gives.
-func (s *Service) ensureQueueOf(ctx context.Context, ws string, reply json.RawMessage) *schemas.Error {
+// names stand with the settings it gives, unless a configuration later in
+// the log stands already (a retried older command's reply).
+func (s *Service) ensureQueueOf(ctx context.Context, ws string, o outcome) *schemas.Error {
 	var res domain.Reply
-	if err := json.Unmarshal(reply, &res); err != nil {
+	if err := json.Unmarshal(o.Reply, &res); err != nil {
 		return toWire(err, s.cfg.Logger)
 	}
 	r := domain.QueueConfig{Name: res.Queue, LeaseMS: res.LeaseMS, MaxDeliver: res.MaxDeliver, MaxRunning: res.MaxRunning}
-	if err := s.dispatch.ensureConsumer(ctx, ws, r.Name, &r); err != nil {
+	if err := s.dispatch.configureQueue(ctx, ws, r, o.Seq); err != nil {
 		s.cfg.Logger.Warn("handlers: a queue's consumer could not be configured", "err", err)
 		return &schemas.Error{Code: schemas.CodeUnavailable, Message: "the queue's consumer could not be configured: retry"}
 	}
