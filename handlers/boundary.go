@@ -4,6 +4,9 @@ import (
 	"fmt"
 	"log/slog"
 	"path/filepath"
+	"slices"
+	"sync"
+	"sync/atomic"
 
 	"github.com/nats-io/nats.go"
 
@@ -44,6 +47,11 @@ type Boundary struct {
 	srv          *embedded.Server
 	store        *projections.Store
 	logger       *slog.Logger
+	// users are the client account's users the server lets in now, by
+	// nkey ("": the anonymous user of an open server); applying orders
+	// their changes (ApplyMembers).
+	users    atomic.Pointer[map[string]access.Permissions]
+	applying sync.Mutex
 }
 
 // StartEmbedded starts the embedded NATS server closed: the service's
@@ -77,8 +85,14 @@ func StartEmbedded(cfg EmbeddedConfig, store *projections.Store) (*Boundary, err
 	// up, the members they hold may be behind the log's (a member added or
 	// removed in the records a crash kept from the views), and a client
 	// judged by them would be refused for good or let in wrongly.
+	spec, err := b.spec()
+	if err != nil {
+		return nil, err
+	}
+	users := spec.Users()
+	b.users.Store(&users)
 	ecfg := embedded.Config{DataDir: cfg.DataDir, Listen: cfg.Listen, ListenLater: cfg.Listen != "", Logger: cfg.Logger, TLS: cfg.TLS,
-		Accounts: access.ServerConfig(b.spec()), AtRestKey: cfg.AtRestKey}
+		Accounts: access.AccountsConfig(spec), Users: b.user, AtRestKey: cfg.AtRestKey}
 	if b.srv, err = embedded.Start(ecfg); err != nil {
 		return nil, fmt.Errorf("embedded NATS: %v", err)
 	}
@@ -89,25 +103,44 @@ func StartEmbedded(cfg EmbeddedConfig, store *projections.Store) (*Boundary, err
 func (b *Boundary) Server() *embedded.Server { return b.srv }
 
 // spec returns the layout with the members the views hold (none when
-// the store is nil).
-func (b *Boundary) spec() access.Spec {
+// the store is nil), or the error of reading them.
+func (b *Boundary) spec() (access.Spec, error) {
 	s := access.Spec{ServiceKeys: []string{b.service.PublicKey}, InsecureOpen: b.insecureOpen,
 		Identities: access.IdentitiesOf(b.admins, nil)}
 	if b.store == nil {
-		return s
+		return s, nil
 	}
 	ws, err := b.store.ListWorkspaces()
 	if err != nil {
-		b.logger.Error("dwr: reading the workspaces' members", "err", err)
-		return s
+		return s, fmt.Errorf("reading the workspaces' members: %w", err)
 	}
 	s.Identities = access.IdentitiesOf(b.admins, ws)
-	return s
+	return s, nil
 }
 
 // Connect opens the service's own in-process connection, named name.
 func (b *Boundary) Connect(name string) (*nats.Conn, error) {
 	return b.srv.Connect(nats.Name(name), b.service.Option())
+}
+
+// user is how the server lets in a connection that proved it holds nkey
+// (embedded.Users): the service's own key in the service's account, the
+// members and admins the views held at the last ApplyMembers in the client
+// account with their rights, and, on an open server, a connection without
+// a key as the anonymous admin.
+func (b *Boundary) user(nkey string) (embedded.User, bool) {
+	if nkey != "" && nkey == b.service.PublicKey {
+		return embedded.User{Account: access.ServiceAccount}, true
+	}
+	p, ok := (*b.users.Load())[nkey]
+	if !ok {
+		return embedded.User{}, false
+	}
+	u := embedded.User{Account: access.ClientAccount, Publish: p.Publish, Subscribe: p.Subscribe}
+	if nkey == "" {
+		u.Name = access.AnonymousUser
+	}
+	return u, true
 }
 
 // Reload gives the server's users the members the views hold now; it logs
@@ -128,9 +161,34 @@ func (b *Boundary) Open() error {
 	return b.srv.Listen()
 }
 
-// ApplyMembers gives the server's users the members the views hold now,
-// and returns the server's error when it cannot.
-func (b *Boundary) ApplyMembers() error { return b.srv.Reload(access.ServerConfig(b.spec())) }
+// ApplyMembers gives the server's users the members the views hold now:
+// a new member connects at once, and the connections of a member removed,
+// or whose rights changed, are closed (a client reconnects, and is judged
+// again). No connection is judged again otherwise, so none is cut in its
+// handshake.
+func (b *Boundary) ApplyMembers() error {
+	b.applying.Lock()
+	defer b.applying.Unlock()
+	spec, err := b.spec()
+	if err != nil {
+		return err
+	}
+	users := spec.Users()
+	before := *b.users.Swap(&users)
+	changed := map[string]bool{}
+	for key, p := range before {
+		if now, ok := users[key]; !ok || !slices.Equal(now.Publish, p.Publish) || !slices.Equal(now.Subscribe, p.Subscribe) {
+			changed[key] = true
+		}
+	}
+	if _, open := before[""]; open && changed[""] {
+		changed[access.AnonymousUser] = true
+	}
+	if len(changed) > 0 {
+		b.srv.Disconnect(func(user string) bool { return changed[user] })
+	}
+	return nil
+}
 
 // Auth returns whom the service serves behind the boundary: only identities
 // the server authenticated (anyone as the anonymous admin with

@@ -1,10 +1,15 @@
 package handlers_test
 
 import (
+	"bufio"
 	"context"
+	"encoding/base64"
+	"encoding/json"
 	"net"
+	"net/url"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -80,4 +85,50 @@ func TestTheClientPortOpensOnceTheViewsHoldTheLogsMembers(t *testing.T) {
 	member, err := asMember()
 	require.NoError(t, err, "once open, a member only the log held connects")
 	member.Close()
+}
+
+// A change of members is in force without judging the connections that
+// stand again: one still in its handshake — connected, its CONNECT not yet
+// sent — is let in as it would be at any other time. (A reload of the
+// server's users cut such a connection: "Authorization Violation" for a
+// worker that started while an admin added another.)
+func TestAMemberChangeDoesNotCutAConnectionInItsHandshake(t *testing.T) {
+	st := servicetest.Start(t, "", servicetest.Options{Secure: true, Listen: "127.0.0.1:0"})
+	member := func(name string) (nkeys.KeyPair, string) {
+		kp, err := nkeys.CreateUser()
+		require.NoError(t, err)
+		pub, _ := kp.PublicKey()
+		servicetest.Must(t, st.Admin, "default", "member.add", domain.AddMember{Name: name, Role: domain.RoleExecutor,
+			PublicKey: pub, Queues: []string{"q"}})
+		return kp, pub
+	}
+	kp, pub := member("first")
+
+	u, err := url.Parse(st.URL)
+	require.NoError(t, err)
+	conn, err := net.DialTimeout("tcp", u.Host, 5*time.Second)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = conn.Close() })
+	require.NoError(t, conn.SetDeadline(time.Now().Add(10*time.Second)))
+	r := bufio.NewReader(conn)
+	line, err := r.ReadString('\n')
+	require.NoError(t, err)
+	var info struct {
+		Nonce string `json:"nonce"`
+	}
+	require.NoError(t, json.Unmarshal([]byte(strings.TrimPrefix(strings.TrimSpace(line), "INFO ")), &info))
+	require.NotEmpty(t, info.Nonce, "the server asks every client to sign its nonce")
+
+	member("second") // while the first one's connection is in its handshake
+
+	sig, err := kp.Sign([]byte(info.Nonce))
+	require.NoError(t, err)
+	connect, err := json.Marshal(map[string]any{"nkey": pub, "sig": base64.RawURLEncoding.EncodeToString(sig),
+		"verbose": false, "pedantic": false, "protocol": 1, "lang": "test", "version": "0"})
+	require.NoError(t, err)
+	_, err = conn.Write([]byte("CONNECT " + string(connect) + "\r\nPING\r\n"))
+	require.NoError(t, err)
+	line, err = r.ReadString('\n')
+	require.NoError(t, err, "the connection was cut")
+	require.Equal(t, "PONG", strings.TrimSpace(line))
 }

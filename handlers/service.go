@@ -903,11 +903,11 @@ func (s *Service) runWriter(ctx context.Context, lease *lease) error {
 }
 
 // followMembers calls Auth.OnMembersChanged each time the writer applied a
-// record that changed workspace members (wake), until ctx ends. The NATS
-// server's reload of its users takes time with every connection it holds:
-// on the writer's goroutine it held up every command meanwhile. The
-// member.add or member.remove that made the change still waits for it before
-// it is answered (execute).
+// record that changed workspace members (wake), until ctx ends, off the
+// writer's goroutine: the hook may take time (closing a revoked member's
+// connections), which must not hold up every command. The member.add or
+// member.remove that made the change still waits for it before it is
+// answered (execute).
 func (s *Service) followMembers(ctx context.Context, wake <-chan struct{}) {
 	for {
 		select {

@@ -158,10 +158,49 @@ func PermissionsOf(prefix string, id Identity) Permissions {
 
 // ServerConfig returns the nats-server configuration of the layout: the
 // accounts, their exports and imports, and the users with their
-// permissions. The embedded server runs exactly this text; for a NATS
-// cluster run by an operator it is the block to include in each server's
-// configuration (the operator adds TLS, cluster and JetStream settings).
-func ServerConfig(s Spec) string {
+// permissions. For a NATS cluster run by an operator it is the block to
+// include in each server's configuration (the operator adds TLS, cluster
+// and JetStream settings).
+func ServerConfig(s Spec) string { return serverConfig(s, true) }
+
+// AccountsConfig is ServerConfig without users: the accounts of the
+// embedded server, which lets its users in by code (Spec.Users), so that a
+// change of members needs no reload of the server.
+func AccountsConfig(s Spec) string { return serverConfig(s, false) }
+
+// Users returns the users of the client account — the identities but any
+// that took a service key, and the anonymous user of an open server (key
+// "") — with what each may publish and subscribe to.
+func (s Spec) Users() map[string]Permissions {
+	users := map[string]Permissions{}
+	for _, id := range s.clients() {
+		users[id.PublicKey] = PermissionsOf(s.prefix(), id)
+	}
+	if s.InsecureOpen {
+		users[""] = s.anonymous()
+	}
+	return users
+}
+
+// anonymous returns what the anonymous user of an open server may do: as
+// an admin of every workspace.
+func (s Spec) anonymous() Permissions {
+	return PermissionsOf(s.prefix(), Identity{Grants: []Grant{{Workspace: AllWorkspaces, Role: domain.RoleAdmin}}})
+}
+
+// clients returns the identities of the client account, by key: a member
+// may never take the service's own key (a workspace admin who added it
+// would make every later configuration invalid — one nkey in two accounts —
+// and so stop the server's users from following revocations).
+func (s Spec) clients() []Identity {
+	ids := slices.DeleteFunc(append([]Identity(nil), s.Identities...), func(id Identity) bool {
+		return slices.Contains(s.ServiceKeys, id.PublicKey)
+	})
+	sort.Slice(ids, func(i, j int) bool { return ids[i].PublicKey < ids[j].PublicKey })
+	return ids
+}
+
+func serverConfig(s Spec, users bool) string {
 	p := s.prefix()
 	stream := WorkStream(p)
 	var b strings.Builder
@@ -170,11 +209,13 @@ func ServerConfig(s Spec) string {
 	w("accounts {\n")
 	w("  %s {\n", ServiceAccount)
 	w("    jetstream: enabled\n")
-	w("    users: [\n")
-	for _, k := range s.ServiceKeys {
-		w("      { nkey: %s }\n", k)
+	if users {
+		w("    users: [\n")
+		for _, k := range s.ServiceKeys {
+			w("      { nkey: %s }\n", k)
+		}
+		w("    ]\n")
 	}
-	w("    ]\n")
 	w("    exports: [\n")
 	w("      { service: %s, accounts: [%s] }\n", q(p+".cmd.>"), ClientAccount)
 	w("      { service: %s, accounts: [%s] }\n", q(p+".q.>"), ClientAccount)
@@ -186,29 +227,24 @@ func ServerConfig(s Spec) string {
 	w("    ]\n")
 	w("  }\n")
 	w("  %s {\n", ClientAccount)
-	w("    users: [\n")
-	// A member may never take the service's own key: a workspace admin who
-	// added it would make every later configuration invalid (one nkey in two
-	// accounts), and so stop the server's users from following revocations.
-	ids := slices.DeleteFunc(append([]Identity(nil), s.Identities...), func(id Identity) bool {
-		return slices.Contains(s.ServiceKeys, id.PublicKey)
-	})
-	sort.Slice(ids, func(i, j int) bool { return ids[i].PublicKey < ids[j].PublicKey })
-	for _, id := range ids {
-		perm := PermissionsOf(p, id)
-		if id.Name != "" {
-			w("      # %s\n", id.Name)
+	if users {
+		w("    users: [\n")
+		for _, id := range s.clients() {
+			perm := PermissionsOf(p, id)
+			if id.Name != "" {
+				w("      # %s\n", id.Name)
+			}
+			w("      { nkey: %s, permissions: { publish: { allow: %s }, subscribe: { allow: %s } } }\n",
+				id.PublicKey, list(perm.Publish), list(perm.Subscribe))
 		}
-		w("      { nkey: %s, permissions: { publish: { allow: %s }, subscribe: { allow: %s } } }\n",
-			id.PublicKey, list(perm.Publish), list(perm.Subscribe))
+		if s.InsecureOpen {
+			w("      # --insecure-open: connections without credentials are admins of every workspace\n")
+			perm := s.anonymous()
+			w("      { user: %s, permissions: { publish: { allow: %s }, subscribe: { allow: %s } } }\n",
+				AnonymousUser, list(perm.Publish), list(perm.Subscribe))
+		}
+		w("    ]\n")
 	}
-	if s.InsecureOpen {
-		w("      # --insecure-open: connections without credentials are admins of every workspace\n")
-		perm := PermissionsOf(p, Identity{Grants: []Grant{{Workspace: AllWorkspaces, Role: domain.RoleAdmin}}})
-		w("      { user: %s, permissions: { publish: { allow: %s }, subscribe: { allow: %s } } }\n",
-			AnonymousUser, list(perm.Publish), list(perm.Subscribe))
-	}
-	w("    ]\n")
 	w("    imports: [\n")
 	w("      { service: { account: %s, subject: %s }, share: true }\n", ServiceAccount, q(p+".cmd.>"))
 	w("      { service: { account: %s, subject: %s }, share: true }\n", ServiceAccount, q(p+".q.>"))
@@ -222,7 +258,7 @@ func ServerConfig(s Spec) string {
 	w("    ]\n")
 	w("  }\n")
 	w("}\n")
-	if s.InsecureOpen {
+	if users && s.InsecureOpen {
 		w("no_auth_user: %s\n", AnonymousUser)
 	}
 	return b.String()

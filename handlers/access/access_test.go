@@ -22,20 +22,25 @@ func userKey(t *testing.T) string {
 	return pub
 }
 
-// The generated configuration is what the embedded server runs, and a
-// reload with another one is taken without a restart.
-func TestServerConfigRunsAndReloads(t *testing.T) {
+// The generated configuration runs on a nats-server, with its users or
+// without them (the embedded server's accounts, whose users it lets in by
+// code).
+func TestServerConfigRuns(t *testing.T) {
 	spec := access.Spec{ServiceKeys: []string{userKey(t)}, Identities: []access.Identity{
 		{Name: "admin", PublicKey: userKey(t), Grants: []access.Grant{{Workspace: access.AllWorkspaces, Role: domain.RoleAdmin}}},
 		{Name: "worker", PublicKey: userKey(t), Grants: []access.Grant{{Workspace: "acme", Role: domain.RoleExecutor, Queues: []string{"q1"}}}},
 	}}
 	for _, open := range []bool{false, true} {
 		spec.InsecureOpen = open
-		srv, err := embedded.Start(embedded.Config{DataDir: t.TempDir(), Accounts: access.ServerConfig(spec)})
-		require.NoError(t, err, access.ServerConfig(spec))
-		spec.Identities = spec.Identities[:1]
-		require.NoError(t, srv.Reload(access.ServerConfig(spec)))
-		srv.Shutdown()
+		for _, conf := range []string{access.ServerConfig(spec), access.AccountsConfig(spec)} {
+			srv, err := embedded.Start(embedded.Config{DataDir: t.TempDir(), Accounts: conf})
+			require.NoError(t, err, conf)
+			srv.Shutdown()
+		}
+		require.NotContains(t, access.AccountsConfig(spec), "nkey")
+		users := spec.Users()
+		require.Len(t, users, 2+map[bool]int{true: 1}[open], "the identities, and the anonymous user of an open server")
+		require.Contains(t, users[spec.Identities[1].PublicKey].Publish, "dwr.cmd.acme.task.claim")
 	}
 }
 
@@ -93,6 +98,7 @@ func TestAMemberCannotTakeTheServiceKey(t *testing.T) {
 	}}
 	conf := access.ServerConfig(spec)
 	require.NotContains(t, conf, "evil@acme")
+	require.NotContains(t, spec.Users(), svc, "nor is it let in as a member")
 	srv, err := embedded.Start(embedded.Config{DataDir: t.TempDir(), Accounts: conf})
 	require.NoError(t, err, conf)
 	srv.Shutdown()

@@ -92,6 +92,13 @@ type Config struct {
 	// and throwaway experiments.
 	Accounts string
 
+	// Users, when set, lets client connections in: those Users accepts,
+	// as it says, and no other. The accounts text then declares no users.
+	// A change of what Users answers is in force from the next connection
+	// on, with no reload; Server.Disconnect closes the connections of a
+	// user whose rights it changed. Needs Accounts.
+	Users Users
+
 	// TLS, when set, makes client connections use TLS.
 	TLS *TLSConfig
 
@@ -170,6 +177,14 @@ func buildOptions(cfg Config) (*options, error) {
 		}
 		o.JetStream, o.SyncAlways, o.NoSigs = true, true, true
 		o.JetStreamMaxMemory, o.JetStreamMaxStore = cfg.MaxMemory, cfg.MaxStore
+	}
+	if cfg.Users != nil {
+		if cfg.Accounts == "" {
+			addErr("Users needs Accounts")
+		}
+		// The nonce every client signs with its nkey, which the server
+		// offers only when it has nkey users of its own.
+		o.CustomClientAuthentication, o.AlwaysEnableNonce = &authenticator{users: cfg.Users}, true
 	}
 	if cfg.AtRestKey != "" {
 		o.JetStreamKey, o.JetStreamCipher = cfg.AtRestKey, server.ChaCha

@@ -3,6 +3,7 @@ package embedded
 import (
 	"errors"
 	"fmt"
+	"log/slog"
 	"net"
 	"path/filepath"
 	"strconv"
@@ -26,8 +27,8 @@ var ErrNotSyncAlways = errors.New("embedded: JetStream is not running with SyncA
 // concurrent use.
 type Server struct {
 	cfg       Config
-	reloadMu  sync.Mutex
 	ns        *server.Server
+	logger    *slog.Logger
 	logs      *slogAdapter
 	listen    bool
 	host      string
@@ -63,7 +64,10 @@ func Start(cfg Config) (*Server, error) {
 	logs := newSlogAdapter(o.logger, o.nats.ServerName)
 	ns.SetLoggerV2(logs, logs.enabled(levelDebug), logs.enabled(levelTrace), false)
 
-	s := &Server{cfg: cfg, ns: ns, logs: logs, listen: cfg.Listen != "", host: o.nats.Host, port: port, later: cfg.ListenLater}
+	if a, ok := o.nats.CustomClientAuthentication.(*authenticator); ok {
+		a.ns.Store(ns)
+	}
+	s := &Server{cfg: cfg, ns: ns, logger: o.logger, logs: logs, listen: cfg.Listen != "", host: o.nats.Host, port: port, later: cfg.ListenLater}
 	s.startListen = sync.OnceValue(s.acceptClients)
 	ns.Start()
 	if err := waitReady(ns, logs); err != nil {
@@ -164,48 +168,6 @@ func checkDurability(jsc *server.JetStreamConfig, o *options) error {
 			jsc.MaxMemory, jsc.MaxStore, o.nats.JetStreamMaxMemory, o.nats.JetStreamMaxStore))
 	}
 	return errors.Join(errs...)
-}
-
-// Reload applies new accounts text (Config.Accounts) to the running server
-// without a restart: removed users are disconnected at once, changed
-// permissions apply to open connections. Everything else stays as started.
-// The same text again does nothing.
-// The server must have been started with accounts. It returns the error of
-// an invalid text or of nats-server's reload.
-func (s *Server) Reload(accounts string) error {
-	s.reloadMu.Lock()
-	defer s.reloadMu.Unlock()
-	if s.cfg.Accounts == "" || accounts == "" {
-		return errors.New("embedded: reload needs a server started with accounts, and accounts")
-	}
-	if accounts == s.cfg.Accounts {
-		return nil // nothing changed: a reload would only race with connecting clients
-	}
-	cfg := s.cfg
-	cfg.Accounts = accounts
-	o, err := buildOptions(cfg)
-	if err != nil {
-		return err
-	}
-	// Keep what was picked at start: a port of 0 and the store limit.
-	cur := s.ns.Addr()
-	if a, ok := cur.(*net.TCPAddr); ok {
-		o.nats.Port = a.Port
-	}
-	if s.later {
-		o.nats.Port, o.nats.DontListen = s.port, true
-	}
-	if c := s.ns.ClusterAddr(); c != nil {
-		o.nats.Cluster.Port = c.Port
-	}
-	if jsc := s.ns.JetStreamConfig(); jsc != nil {
-		o.nats.JetStreamMaxStore = jsc.MaxStore
-	}
-	if err := s.ns.ReloadOptions(o.nats); err != nil {
-		return fmt.Errorf("embedded: reload: %w", err)
-	}
-	s.cfg = cfg
-	return nil
 }
 
 // Connect opens a client connection to the server in-process, without TCP,

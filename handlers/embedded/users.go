@@ -1,0 +1,135 @@
+package embedded
+
+import (
+	"encoding/base64"
+	"sync/atomic"
+
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nkeys"
+)
+
+// User is how a client connection is let in (Config.Users): the account it
+// joins and the subjects it may publish and subscribe to.
+type User struct {
+	// Account is the name of the account the connection joins, one that
+	// Config.Accounts declares.
+	Account string
+	// Name is the user the server reports for a connection without an
+	// nkey (it becomes the caller's identity in requests); a connection
+	// with an nkey is reported by its key.
+	Name string
+	// Publish and Subscribe allow these subjects and deny the rest; both
+	// nil: everything is allowed.
+	Publish, Subscribe []string
+}
+
+// Users returns how a connection that proved it holds nkey (the user's
+// public key; "" for a connection without one) is let in, or false to
+// refuse it. It is called for every client connection, from many
+// goroutines at once, and must be quick.
+type Users func(nkey string) (User, bool)
+
+// authenticator lets clients in as Config.Users says, in place of users
+// written in the accounts text: a change of users is in force from the
+// next connection, with no reload of the server — a reload judges every
+// connection again, and cuts those still in their handshake.
+type authenticator struct {
+	users Users
+	ns    atomic.Pointer[server.Server]
+}
+
+// Check implements server.Authentication. A connection with an nkey must
+// have signed the nonce of the server's INFO with it; one with any other
+// credential (user and password, token, JWT) is refused.
+func (a *authenticator) Check(c server.ClientAuthentication) bool {
+	ns := a.ns.Load()
+	if ns == nil || c.Kind() != server.CLIENT {
+		return false
+	}
+	o := c.GetOpts()
+	if o.Username != "" || o.Password != "" || o.Token != "" || o.JWT != "" {
+		return false
+	}
+	if o.Nkey != "" && !signed(o.Nkey, o.Sig, c.GetNonce()) {
+		return false
+	}
+	u, ok := a.users(o.Nkey)
+	if !ok {
+		return false
+	}
+	acc, err := ns.LookupAccount(u.Account)
+	if err != nil {
+		return false
+	}
+	user := &server.User{Account: acc}
+	if o.Nkey == "" {
+		user.Username = u.Name
+	}
+	if u.Publish != nil || u.Subscribe != nil {
+		user.Permissions = &server.Permissions{Publish: allowOnly(u.Publish), Subscribe: allowOnly(u.Subscribe)}
+	}
+	c.RegisterUser(user)
+	return true
+}
+
+// allowOnly allows subjects and denies the rest (everything when empty).
+func allowOnly(subjects []string) *server.SubjectPermission {
+	if len(subjects) == 0 {
+		return &server.SubjectPermission{Deny: []string{">"}}
+	}
+	return &server.SubjectPermission{Allow: subjects}
+}
+
+// signed reports whether sig (base64, as clients send it) is nonce signed
+// with the key of user nkey pub, as nats-server checks it for its own nkey
+// users.
+func signed(pub, sig string, nonce []byte) bool {
+	if len(nonce) == 0 {
+		return false
+	}
+	raw, err := base64.RawURLEncoding.DecodeString(sig)
+	if err != nil {
+		if raw, err = base64.StdEncoding.DecodeString(sig); err != nil {
+			return false
+		}
+	}
+	if !nkeys.IsValidPublicUserKey(pub) {
+		return false
+	}
+	kp, err := nkeys.FromPublicKey(pub)
+	if err != nil {
+		return false
+	}
+	return kp.Verify(nonce, raw) == nil
+}
+
+// Disconnect closes the client connections whose user — the nkey it
+// proved, or the name it was let in as — drop reports true, and returns
+// how many it closed: for a user whose rights Config.Users no longer gives
+// as they were (its clients reconnect, and are judged again).
+func (s *Server) Disconnect(drop func(user string) bool) int {
+	const page = 1024
+	var ids []uint64
+	for offset := 0; ; offset += page {
+		cz, err := s.ns.Connz(&server.ConnzOptions{Username: true, Offset: offset, Limit: page})
+		if err != nil {
+			s.logger.Error("embedded: listing the connections to close", "err", err)
+			break
+		}
+		for _, c := range cz.Conns {
+			if c.AuthorizedUser != "" && drop(c.AuthorizedUser) {
+				ids = append(ids, c.Cid)
+			}
+		}
+		if len(cz.Conns) < page {
+			break
+		}
+	}
+	closed := 0
+	for _, id := range ids {
+		if s.ns.DisconnectClientByID(id) == nil {
+			closed++
+		}
+	}
+	return closed
+}
