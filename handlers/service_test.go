@@ -409,9 +409,11 @@ func TestLiveViewsEqualViewsRebuiltFromTheLog(t *testing.T) {
 }
 
 // requireRebuildEqual requires that views rebuilt from b's log equal b's live
-// views byte for byte, at the same checkpoint.
+// views byte for byte, at the same checkpoint: once the live views hold the
+// log's last record (a command is answered before its record is applied).
 func (b *bundle) requireRebuildEqual(t *testing.T) {
 	t.Helper()
+	require.NoError(t, b.store.WaitFor(t.Context(), b.lastSeq(t)))
 	var live bytes.Buffer
 	require.NoError(t, b.store.Dump(&live))
 	rebuilt, err := projections.Rebuild(context.Background(), b.svc.Log(), b.svc.LogKey(), filepath.Join(t.TempDir(), "rebuilt"), projections.Options{}, nil)
