@@ -66,8 +66,9 @@ func (c *Committer[T]) commit(ctx context.Context, items []T, began time.Time) e
 		return nil
 	case errors.Is(err, ErrConflict):
 		err = fmt.Errorf("%w: epoch %d: %w", ErrFenced, c.Epoch(), err)
-	case errors.Is(err, ErrTooLarge):
-		// The log refused what fit our own limit: nothing landed, go on.
+	case errors.Is(err, ErrTooLarge), errors.Is(err, ErrStorageFull):
+		// The log refused what fit our own limit, or had no room for it:
+		// nothing landed, go on (room made later lets the next one in).
 		c.d.Committed(items, nil, 0, itemErrs, err)
 		return nil
 	default:

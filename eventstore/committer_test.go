@@ -12,9 +12,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
 
 	"github.com/dwr-run/dwr/eventstore"
+	"github.com/dwr-run/dwr/eventstore/logtest"
 )
 
 const waitTimeout = 10 * time.Second
@@ -628,4 +630,44 @@ func TestCommitterReportsAppends(t *testing.T) {
 			require.Positive(t, a.took)
 		}
 	})
+}
+
+// A log whose store has no room refuses an append, and the committer
+// answers its batch ErrStorageFull and goes on writing: once room is made
+// (here, another stream deleted), the next batch is appended, and nothing
+// of the refused one is in the log.
+func TestCommitterGoesOnAfterTheStoreWasFull(t *testing.T) {
+	ns := logtest.StartServerWithStore(t, 1<<20)
+	_, js := logtest.Connect(t, ns)
+	ctx := t.Context()
+	l, err := eventstore.NewJetStreamLog(ctx, js, eventstore.JetStreamConfig{Stream: "LOG_FULL", Prefix: "full"})
+	require.NoError(t, err)
+	r := startCommitter(t, l, newCounters(), eventstore.GroupConfig{})
+	first := newReq("first", "a")
+	r.submit(t, first)
+	require.NoError(t, first.wait(t).err)
+
+	// Another stream takes the rest of the store.
+	_, err = js.CreateStream(ctx, jetstream.StreamConfig{Name: "FILLER", Subjects: []string{"filler"}})
+	require.NoError(t, err)
+	for i := 0; ; i++ {
+		if _, err := js.Publish(ctx, "filler", make([]byte, 32<<10)); err != nil {
+			break
+		}
+		require.Less(t, i, 64, "the store has a limit")
+	}
+
+	full := newReq("full", "a")
+	full.pad = 4 << 10
+	r.submit(t, full)
+	require.ErrorIs(t, full.wait(t).err, eventstore.ErrStorageFull)
+
+	require.NoError(t, js.DeleteStream(ctx, "FILLER"))
+	after := newReq("after", "a")
+	r.submit(t, after)
+	o := after.wait(t)
+	require.NoError(t, o.err, "the committer went on writing")
+	_, commits := readLog(t, l)
+	require.Len(t, commits, 3, "its epoch, first, after: nothing of the refused one")
+	require.Equal(t, uint64(2), commits[2].Events[0].Version, "aggregate a continues at version 2")
 }

@@ -18,6 +18,11 @@ var (
 	// (MaxRecordBytes, or the committer's configured limit). Nothing was appended.
 	ErrTooLarge = errors.New("eventstore: record too large")
 
+	// ErrStorageFull reports an append the log's store refused for want of
+	// room (JetStream's store limit, or its account's): nothing was
+	// appended, and nothing can be until room is made.
+	ErrStorageFull = errors.New("eventstore: the log's storage is full")
+
 	// ErrUnknownOutcome reports an append whose result is unknown: the record
 	// may or may not have landed. A writer must re-read the log before writing
 	// again.

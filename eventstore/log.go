@@ -22,7 +22,8 @@ type Log interface {
 	//
 	// Errors: one wrapping ErrConflict when the expectation fails (nothing
 	// was appended); one wrapping ErrTooLarge when rec exceeds MaxRecordBytes
-	// (nothing was appended); anything else (wrapping ErrUnknownOutcome where
+	// (nothing was appended); one wrapping ErrStorageFull when the store has
+	// no room for it (nothing was appended); anything else (wrapping ErrUnknownOutcome where
 	// the implementation can tell) means the record may or may not have
 	// landed.
 	Append(ctx context.Context, rec []byte, expectedLast uint64) (uint64, error)

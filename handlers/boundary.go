@@ -31,6 +31,9 @@ type EmbeddedConfig struct {
 	// AtRestKey, when set, makes JetStream encrypt its files
 	// (embedded.Config.AtRestKey).
 	AtRestKey string
+	// MaxStore is JetStream's store limit (embedded.Config.MaxStore); 0:
+	// what it holds plus half the disk's free space.
+	MaxStore int64
 	// Logger receives the server's logs and what the boundary cannot
 	// apply. Required.
 	Logger *slog.Logger
@@ -92,7 +95,7 @@ func StartEmbedded(cfg EmbeddedConfig, store *projections.Store) (*Boundary, err
 	users := spec.Users()
 	b.users.Store(&users)
 	ecfg := embedded.Config{DataDir: cfg.DataDir, Listen: cfg.Listen, ListenLater: cfg.Listen != "", Logger: cfg.Logger, TLS: cfg.TLS,
-		Accounts: access.AccountsConfig(spec), Users: b.user, AtRestKey: cfg.AtRestKey}
+		Accounts: access.AccountsConfig(spec), Users: b.user, AtRestKey: cfg.AtRestKey, MaxStore: cfg.MaxStore}
 	if b.srv, err = embedded.Start(ecfg); err != nil {
 		return nil, fmt.Errorf("embedded NATS: %v", err)
 	}

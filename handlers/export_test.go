@@ -58,3 +58,9 @@ func SetFeedScanLimit(n int) (restore func()) {
 	was := feedScanOverride.Swap(int64(n))
 	return func() { feedScanOverride.Store(was) }
 }
+
+// MeasureDiskWith makes the service measure the disk holding its views
+// with f from its next look on (every second).
+func (s *Service) MeasureDiskWith(f func(dir string) (free, size int64, ok bool)) {
+	s.diskSpace.Store(&f)
+}

@@ -56,6 +56,15 @@ const DefaultFeedMaxBytes = 1 << 30
 // minFeedBytes is the least FeedMaxBytes: one message at its largest.
 const minFeedBytes = 1 << 20
 
+// FeedBytesFor returns the event feed's default bound on a server whose
+// JetStream may store storeLimit bytes: DefaultFeedMaxBytes, or a quarter
+// of the limit when that is less (JetStream sets a stream's bound aside
+// from the limit when it creates it, and the log needs the rest), but no
+// less than one event at its largest.
+func FeedBytesFor(storeLimit int64) int64 {
+	return max(min(DefaultFeedMaxBytes, storeLimit/4), minFeedBytes)
+}
+
 func newFeed(ctx context.Context, js jetstream.JetStream, cfg Config, logger *slog.Logger) (*feed, error) {
 	// The stream stores each event under its subject without the
 	// aggregate's id (storedFilter reads it back): JetStream keeps an index entry in

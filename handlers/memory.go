@@ -41,6 +41,20 @@ func ParseMemoryLimit(s string) (int64, error) {
 	if t == "off" || t == "0" {
 		return math.MaxInt64, nil
 	}
+	n, err := ParseSize(s)
+	if err != nil {
+		return 0, fmt.Errorf("%w, or off", err)
+	}
+	if n < 16<<20 {
+		return 0, fmt.Errorf("%q: below 16MiB the service would spend its time collecting garbage", s)
+	}
+	return n, nil
+}
+
+// ParseSize reads a positive number of bytes with an optional unit (B,
+// KiB, MiB, GiB, TiB), as GOMEMLIMIT writes it: 100MiB, 20GiB.
+func ParseSize(s string) (int64, error) {
+	t := strings.TrimSpace(s)
 	mult := int64(1)
 	for _, u := range []struct {
 		suffix string
@@ -53,10 +67,7 @@ func ParseMemoryLimit(s string) (int64, error) {
 	}
 	n, err := strconv.ParseInt(strings.TrimSpace(t), 10, 64)
 	if err != nil || n <= 0 || n > math.MaxInt64/mult {
-		return 0, fmt.Errorf("%q: want a size such as 100MiB or 1GiB, or off", s)
-	}
-	if n*mult < 16<<20 {
-		return 0, fmt.Errorf("%q: below 16MiB the service would spend its time collecting garbage", s)
+		return 0, fmt.Errorf("%q: want a size such as 100MiB or 1GiB", s)
 	}
 	return n * mult, nil
 }

@@ -189,6 +189,14 @@ func Serve(ctx context.Context, cfg ServeConfig) error {
 			return fmt.Errorf("embedded NATS: %v", err)
 		}
 		defer nc.Close()
+		if cfg.Service.FeedMaxBytes == 0 {
+			limit := bnd.Server().StoreLimit()
+			cfg.Service.FeedMaxBytes = FeedBytesFor(limit)
+			if cfg.Service.FeedMaxBytes < DefaultFeedMaxBytes {
+				logger.Info("dwr: the event feed is bounded to a quarter of JetStream's store limit (--feed-max-bytes to choose)",
+					"feed_max_bytes", cfg.Service.FeedMaxBytes, "store_limit", limit)
+			}
+		}
 		auth, open, where = bnd.Auth(), bnd.Open, bnd.Server().ClientURL()
 		consoleNATS = ConsoleNATS{Options: []nats.Option{nats.InProcessServer(bnd.Server().NATS())}}
 		if where == "" {

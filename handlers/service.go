@@ -156,6 +156,12 @@ type Config struct {
 	// StreamCheckInterval is how often the running service checks the log
 	// stream's configuration again; a change stops it. Default 10s.
 	StreamCheckInterval time.Duration
+	// MinFreeDisk is the free space kept on the disk holding the views
+	// (with the embedded server, its streams too): below it new commands
+	// are refused (unavailable, "storage is full") until room is made,
+	// checked every second, so that no write of the log or the views meets
+	// a full disk. Default DefaultMinFreeDisk of the disk's size; -1: none.
+	MinFreeDisk int64
 	// TrustBelowCheckpoint skips, on start, reading the log below the views'
 	// checkpoint to check its chain of hashes (one read of the whole log,
 	// without decoding): the start is faster on a very long log, but a
@@ -308,6 +314,10 @@ type Service struct {
 		sync.Mutex
 		upTo uint64 // every member change up to this record is in force
 	}
+	// diskLow is true while the disk holding the views is below
+	// Config.MinFreeDisk (watchDisk); diskSpace measures it.
+	diskLow   atomic.Bool
+	diskSpace atomic.Pointer[func(dir string) (free, size int64, ok bool)]
 }
 
 // New returns a service on nc keeping its views in store.
@@ -474,6 +484,7 @@ func (s *Service) Run(ctx context.Context) error {
 			errc <- err
 		}
 	})
+	wg.Go(func() { s.watchDisk(ctx) })
 	wg.Go(func() {
 		if err := s.writerLoop(ctx); err != nil {
 			errc <- err
@@ -997,7 +1008,7 @@ func (s *Service) takeOver(ctx context.Context, timerWake, membersWake chan stru
 	if _, err := s.store.CatchUp(ctx, s.log, s.key); err != nil {
 		return nil, nil, err
 	}
-	w := &writer{store: s.store, clock: s.cfg.Clock, logger: s.cfg.Logger, broken: make(chan struct{}), tracer: s.tracer,
+	w := &writer{store: s.store, clock: s.cfg.Clock, logger: s.cfg.Logger, broken: make(chan struct{}), tracer: s.tracer, diskLow: &s.diskLow,
 		dispatch: s.dispatch.dispatchCommit,
 		after: func(c *eventstore.Commit, seq uint64) {
 			// A writer deposed meanwhile (paused past its lease) leaves the

@@ -46,6 +46,8 @@ func toWire(err error, logger *slog.Logger) *schemas.Error {
 			Fields: []schemas.FieldError{{Pointer: "/after", Message: "not a cursor of this listing"}}}
 	case errors.Is(err, eventstore.ErrTooLarge):
 		return &schemas.Error{Code: schemas.CodeTooLarge, Message: "the command's events do not fit in one log record; split the command (for example a smaller plan)"}
+	case errors.Is(err, eventstore.ErrStorageFull):
+		return &schemas.Error{Code: schemas.CodeUnavailable, Message: "the log's storage is full: nothing of the command was recorded, and no command can be until an operator makes room (JetStream's store limit, dwr serve --max-store, or the disk); retry with the same command id then"}
 	case errors.Is(err, eventstore.ErrUnknownOutcome):
 		return &schemas.Error{Code: schemas.CodeUnavailable, Message: "the outcome is unknown (the writer lost the log mid-append): retry with the same command id to learn it"}
 	case errors.Is(err, eventstore.ErrFenced), errors.Is(err, eventstore.ErrStopped), errors.Is(err, errNotWriter):

@@ -96,6 +96,12 @@ type writer struct {
 	}
 	// finals counts the records the views take from the decided states.
 	finals atomic.Int64
+	// fullLogged is when a refusal for a full store was last logged (on
+	// the committer's goroutine): once a minute at most.
+	fullLogged time.Time
+	// diskLow, when set and true, refuses new commands (ErrStorageFull):
+	// the disk holding the views is below its reserve (watchDisk).
+	diskLow *atomic.Bool
 	// seal, when set, seals the payloads of a command before it is
 	// decided, against the state it is decided on (privacy.seal).
 	seal func(w domain.World, ws string, cmd domain.Command) error
@@ -149,6 +155,12 @@ func (w *writer) Decide(items []*request) ([]eventstore.Event, []eventstore.Comm
 			}
 			out := outcomeOf(prev.Seq, prev.Reply, prev.Error)
 			errs[i] = &answered{out: &out, same: -1}
+			continue
+		}
+		if w.diskLow != nil && w.diskLow.Load() {
+			// A command sent again is answered above; a new one would
+			// grow the log and the views on a disk with no room left.
+			errs[i] = fmt.Errorf("%w: the disk holding the views is below its reserve of free space", eventstore.ErrStorageFull)
 			continue
 		}
 		if w.seal != nil {
@@ -262,6 +274,10 @@ func (w *writer) Committed(items []*request, c *eventstore.Commit, seq uint64, i
 	var states aggregates
 	if fromFinal {
 		states = decidedStates{decided.final, w.store}
+	}
+	if errors.Is(err, eventstore.ErrStorageFull) && time.Since(w.fullLogged) > time.Minute {
+		w.fullLogged = time.Now()
+		w.logger.Error("handlers: the log's storage is full: commands are refused until room is made (free disk space, or raise dwr serve --max-store, then restart)", "err", err)
 	}
 	outs := make([]outcome, len(items))
 	for i, it := range items {

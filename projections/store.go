@@ -163,7 +163,7 @@ func open(dir string, opts Options) (_ *Store, err error) {
 	// measurable CPU; 16 MiB stalled the views' writes (half the
 	// throughput).
 	po := &pebble.Options{
-		FS:                 opts.FS,
+		FS:                 noPreallocFS{opts.FS},
 		Lock:               lock,
 		Cache:              cache,
 		MemTableSize:       32 << 20,

@@ -43,6 +43,7 @@ type serveOptions struct {
 	cfg                       handlers.ServeConfig
 	tls                       embedded.TLSConfig
 	logLevel, atRestKey, otlp string
+	maxStore, minFreeDisk     string
 	consoleHosts              []string
 	metricsOn                 bool
 }
@@ -59,6 +60,27 @@ func (o *serveOptions) run(cmd *cobra.Command) error {
 	o.cfg.HTTPIsDefault = !cmd.Flags().Changed("http") && !httpFromEnv
 	if o.tls != (embedded.TLSConfig{}) {
 		o.cfg.Embedded.TLS = &o.tls
+	}
+	if o.maxStore != "" {
+		if o.cfg.External.URL != "" {
+			return fail(exitInvalid, "--max-store is for the embedded server: with --nats, set max_file_store on your NATS servers")
+		}
+		n, err := handlers.ParseSize(o.maxStore)
+		if err != nil {
+			return fail(exitInvalid, "--max-store %v", err)
+		}
+		o.cfg.Embedded.MaxStore = n
+	}
+	switch o.minFreeDisk {
+	case "":
+	case "off":
+		o.cfg.Service.MinFreeDisk = -1
+	default:
+		n, err := handlers.ParseSize(o.minFreeDisk)
+		if err != nil {
+			return fail(exitInvalid, "--min-free-disk %v, or off", err)
+		}
+		o.cfg.Service.MinFreeDisk = n
 	}
 	if o.atRestKey != "" {
 		if o.cfg.External.URL != "" {
@@ -99,8 +121,12 @@ func (o *serveOptions) flags(cmd *cobra.Command) {
 	f.StringSliceVar(&o.cfg.AdminKeys, "admin-key", nil, "with --nats: the nkey (U...) of an admin of every workspace (repeatable; see dwr admin nats-config)")
 	f.BoolVar(&o.cfg.Service.AcceptVerifiedPrefix, "accept-verified-prefix", false, "if the log fails verification, accept its verified prefix: print the acknowledged commands lost after it, rebuild the views from it and go on after it (see the README)")
 	f.BoolVar(&o.cfg.Service.TrustBelowCheckpoint, "trust-below-checkpoint", false, "on start, do not read the log below the views' checkpoint to check its chain (faster on a very long log; damage there is then found by `dwr admin verify`)")
-	f.Int64Var(&o.cfg.Service.FeedMaxBytes, "feed-max-bytes", handlers.DefaultFeedMaxBytes,
-		"bound of the event feed's stream (DWR_EVENTS): its oldest events are dropped past it (-1: none)")
+	f.Int64Var(&o.cfg.Service.FeedMaxBytes, "feed-max-bytes", 0,
+		"bound of the event feed's stream (DWR_EVENTS): its oldest events are dropped past it (-1: none; 0: 1 GiB, or with the embedded server a quarter of its store limit when that is less)")
+	f.StringVar(&o.minFreeDisk, "min-free-disk", os.Getenv("DWR_MIN_FREE_DISK"),
+		"free space kept on the disk of --data: below it new commands are refused (unavailable) until room is made, e.g. 2GiB; off: none (env DWR_MIN_FREE_DISK; default: a twentieth of the disk, between 64 MiB and 1 GiB)")
+	f.StringVar(&o.maxStore, "max-store", os.Getenv("DWR_MAX_STORE"),
+		"the embedded server's JetStream store limit, e.g. 50GiB: past it commands are refused (unavailable) before the disk fills (env DWR_MAX_STORE; default: what it holds plus half the disk's free space, at start)")
 	f.Int64Var(&o.cfg.Service.ArtifactMaxBytes, "artifact-max-bytes", handlers.DefaultArtifactMaxBytes,
 		"the largest artifact a put may store")
 	f.DurationVar(&o.cfg.Service.ArtifactRetention, "artifact-retention", handlers.DefaultArtifactRetention,

@@ -15,7 +15,11 @@ import (
 // fsync on every write (SyncAlways), explicit memory and store limits, no
 // signal handlers and no logging. It is shut down, and waited for, at
 // cleanup. It fails the test if the server does not start.
-func StartServer(tb testing.TB) *server.Server {
+func StartServer(tb testing.TB) *server.Server { return StartServerWithStore(tb, 1<<30) }
+
+// StartServerWithStore is StartServer with a JetStream store limit of
+// maxStore bytes.
+func StartServerWithStore(tb testing.TB, maxStore int64) *server.Server {
 	tb.Helper()
 	ns, err := server.NewServer(&server.Options{
 		ServerName:         "dwr-test",
@@ -25,7 +29,7 @@ func StartServer(tb testing.TB) *server.Server {
 		StoreDir:           tb.TempDir(),
 		SyncAlways:         true,
 		JetStreamMaxMemory: 64 << 20,
-		JetStreamMaxStore:  1 << 30,
+		JetStreamMaxStore:  maxStore,
 		NoSigs:             true,
 		NoLog:              true,
 	})

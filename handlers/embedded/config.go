@@ -3,7 +3,9 @@ package embedded
 import (
 	"errors"
 	"fmt"
+	"io/fs"
 	"log/slog"
+	"math"
 	"net"
 	"net/url"
 	"os"
@@ -19,11 +21,11 @@ const (
 	// Config.MaxMemory is zero: 256 MiB.
 	DefaultMaxMemory int64 = 256 << 20
 
-	// DefaultMaxStore is the upper bound of the JetStream file-storage limit
-	// used when Config.MaxStore is zero: 10 GiB. The limit actually applied is
-	// the smaller of this and three quarters of the space available on the
-	// disk holding Config.DataDir when the server starts.
-	DefaultMaxStore int64 = 10 << 30
+	// DefaultMaxStore is the JetStream file-storage limit used when
+	// Config.MaxStore is zero and the free space of the disk holding
+	// Config.DataDir cannot be measured (outside Linux): 1 TiB, as
+	// nats-server guesses then.
+	DefaultMaxStore int64 = 1 << 40
 
 	// DefaultServerName is the server name used when Config.ServerName is
 	// empty and the server is not clustered.
@@ -76,11 +78,14 @@ type Config struct {
 	// DefaultMaxMemory.
 	MaxMemory int64
 
-	// MaxStore caps the bytes held by file-storage streams on this server.
-	// Zero means the smaller of DefaultMaxStore (10 GiB) and three quarters
-	// of the space then available on the disk holding DataDir, measured once
-	// at start (on Linux; elsewhere, DefaultMaxStore). JetStream stores no
-	// more than this on this server.
+	// MaxStore caps the bytes held by file-storage streams on this server:
+	// past it JetStream refuses to store more (an error an append can tell
+	// apart), before the disk itself is full. Zero means what JetStream
+	// holds in DataDir already plus half the disk's free space, measured
+	// at start (on Linux; elsewhere DefaultMaxStore): a store that has
+	// grown over the years is never over its own limit at its next start,
+	// and the other half stays for what is written beside it (dwr's views
+	// take about as much as its log).
 	MaxStore int64
 
 	// Cluster, when set, joins the server to a cluster over routes.
@@ -280,8 +285,8 @@ func buildOptions(cfg Config) (*options, error) {
 	o.StoreDir = filepath.Join(cfg.DataDir, storeSubdir)
 	if o.JetStreamMaxStore == 0 {
 		o.JetStreamMaxStore = DefaultMaxStore
-		if avail, ok := diskAvailable(cfg.DataDir); ok && avail/4*3 < o.JetStreamMaxStore {
-			o.JetStreamMaxStore = avail / 4 * 3
+		if avail, ok := diskAvailable(cfg.DataDir); ok {
+			o.JetStreamMaxStore = storeLimit(stored(o.StoreDir), avail)
 		}
 	}
 
@@ -322,4 +327,32 @@ func parseRoute(r string) (*url.URL, error) {
 		return nil, fmt.Errorf("route %q needs a host and a port", r)
 	}
 	return u, nil
+}
+
+// storeLimit is the store limit of a server whose JetStream holds stored
+// bytes with avail bytes free on its disk: what it holds, and half the
+// rest.
+func storeLimit(stored, avail int64) int64 {
+	room := avail / 2
+	if stored > math.MaxInt64-room {
+		return math.MaxInt64
+	}
+	return stored + room
+}
+
+// stored returns the bytes of the files under dir (0 when there is none).
+func stored(dir string) int64 {
+	var n int64
+	_ = filepath.WalkDir(dir, func(_ string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return nil // unreadable: the server reports it when it opens the store
+		}
+		if d.Type().IsRegular() {
+			if info, err := d.Info(); err == nil {
+				n += info.Size()
+			}
+		}
+		return nil
+	})
+	return n
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"math"
 	"net"
 	"os"
 	"path/filepath"
@@ -121,7 +122,40 @@ func TestStartAssertsSyncAlways(t *testing.T) {
 	require.True(t, jsc.SyncAlways)
 	require.Equal(t, DefaultMaxMemory, jsc.MaxMemory)
 	require.Positive(t, jsc.MaxStore)
-	require.LessOrEqual(t, jsc.MaxStore, DefaultMaxStore)
+}
+
+// The default store limit is what the store holds plus half the disk's
+// free space: a store that grew larger than the space left is still under
+// its limit when it starts again (a limit of three quarters of the free
+// space alone refused every write from then on), and nothing caps it at a
+// fixed size (it was 10 GiB).
+func TestTheStoreLimitCountsWhatTheStoreHolds(t *testing.T) {
+	require.Equal(t, int64(12<<30), storeLimit(10<<30, 4<<30), "10 GiB held, 4 free")
+	require.Equal(t, int64(math.MaxInt64), storeLimit(math.MaxInt64-1, 4<<30))
+
+	dir := t.TempDir()
+	s, nc := setup(t, Config{DataDir: dir})
+	js, err := jetstream.New(nc)
+	require.NoError(t, err)
+	ctx := testContext(t, 10*time.Second)
+	_, err = js.CreateStream(ctx, jetstream.StreamConfig{Name: "HELD", Subjects: []string{"held"}})
+	require.NoError(t, err)
+	for range 64 {
+		_, err := js.Publish(ctx, "held", make([]byte, 32<<10))
+		require.NoError(t, err)
+	}
+	nc.Close()
+	s.Shutdown()
+
+	held := stored(filepath.Join(dir, storeSubdir))
+	require.Greater(t, held, int64(2<<20), "what the stream holds is counted")
+	avail, ok := diskAvailable(dir)
+	if !ok {
+		t.Skip("free space is not measured here")
+	}
+	o, err := buildOptions(Config{DataDir: dir})
+	require.NoError(t, err)
+	require.InDelta(t, storeLimit(held, avail), o.nats.JetStreamMaxStore, 64<<20, "held plus half the free space (give or take what others wrote meanwhile)")
 }
 
 func TestCheckDurabilityRejectsIntervalSync(t *testing.T) {

@@ -208,6 +208,15 @@ func (s *Server) ClientURL() string {
 	return "nats://" + net.JoinHostPort(host, strconv.Itoa(port))
 }
 
+// StoreLimit returns the JetStream store limit the server runs with
+// (Config.MaxStore, or the one picked at start).
+func (s *Server) StoreLimit() int64 {
+	if jsc := s.ns.JetStreamConfig(); jsc != nil {
+		return jsc.MaxStore
+	}
+	return 0
+}
+
 // NATS returns the underlying nats-server, for diagnostics and tests (for
 // example JetStreamIsLeader or Varz). Do not shut it down directly.
 func (s *Server) NATS() *server.Server { return s.ns }
