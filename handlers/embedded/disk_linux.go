@@ -8,18 +8,8 @@ import (
 // diskAvailable returns the bytes available to an unprivileged user on the
 // file system holding dir, and whether it could be measured.
 func diskAvailable(dir string) (int64, bool) {
-	var st syscall.Statfs_t
-	if err := syscall.Statfs(dir, &st); err != nil || st.Bsize <= 0 {
-		return 0, false
-	}
-	if st.Bavail > math.MaxInt64 {
-		return math.MaxInt64, true
-	}
-	blocks, bsize := int64(st.Bavail), int64(st.Bsize)
-	if blocks > math.MaxInt64/bsize {
-		return math.MaxInt64, true
-	}
-	return blocks * bsize, true
+	free, _, ok := DiskSpace(dir)
+	return free, ok
 }
 
 // DiskSpace returns the bytes free to an unprivileged user and the size of
@@ -29,12 +19,18 @@ func DiskSpace(dir string) (free, size int64, ok bool) {
 	if err := syscall.Statfs(dir, &st); err != nil || st.Bsize <= 0 {
 		return 0, 0, false
 	}
-	bsize := int64(st.Bsize)
-	blocks := func(n uint64) int64 {
-		if n > uint64(math.MaxInt64/bsize) {
-			return math.MaxInt64
-		}
-		return int64(n) * bsize
+	return bytesOf(st.Bavail, st.Bsize), bytesOf(st.Blocks, st.Bsize), true
+}
+
+// bytesOf returns blocks blocks of bsize bytes, or math.MaxInt64 when that
+// is more.
+func bytesOf(blocks uint64, bsize int64) int64 {
+	if blocks > math.MaxInt64 {
+		return math.MaxInt64
 	}
-	return blocks(st.Bavail), blocks(st.Blocks), true
+	n := int64(blocks)
+	if n > math.MaxInt64/bsize {
+		return math.MaxInt64
+	}
+	return n * bsize
 }
