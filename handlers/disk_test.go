@@ -9,6 +9,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/dwr-run/dwr/domain"
+	"github.com/dwr-run/dwr/executors/client"
 	"github.com/dwr-run/dwr/handlers/servicetest"
 	"github.com/dwr-run/dwr/schemas"
 )
@@ -47,9 +48,15 @@ func TestAFullDiskRefusesNewCommandsUntilRoomIsMade(t *testing.T) {
 	n := count() // queries are served (goals made before the service looked at the disk included)
 	require.False(t, b.command(t, "goal.create", map[string]any{"title": "while full"}, "").OK)
 	require.Equal(t, n, count(), "a refused command leaves nothing")
+	cl := client.New(st.Admin, client.NoRetry())
+	_, err := cl.PutArtifact(t.Context(), strings.NewReader("bytes on their way in"), client.ArtifactMeta{Name: "a.txt"})
+	require.ErrorIs(t, err, client.ErrUnavailable, "nor do an artifact's bytes come in")
+	require.ErrorContains(t, err, "storage is full")
 
 	free.Store(8 << 30)
 	servicetest.Eventually(t, 10*time.Second, func() bool {
 		return b.command(t, "goal.create", map[string]any{"title": "after"}, "").OK
 	})
+	_, err = cl.PutArtifact(t.Context(), strings.NewReader("bytes on their way in"), client.ArtifactMeta{Name: "a.txt"})
+	require.NoError(t, err)
 }
