@@ -9,7 +9,6 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/dwr-run/dwr/domain"
-	"github.com/dwr-run/dwr/executors/client"
 	"github.com/dwr-run/dwr/handlers/servicetest"
 	"github.com/dwr-run/dwr/schemas"
 )
@@ -48,15 +47,17 @@ func TestAFullDiskRefusesNewCommandsUntilRoomIsMade(t *testing.T) {
 	n := count() // queries are served (goals made before the service looked at the disk included)
 	require.False(t, b.command(t, "goal.create", map[string]any{"title": "while full"}, "").OK)
 	require.Equal(t, n, count(), "a refused command leaves nothing")
-	cl := client.New(st.Admin, client.NoRetry())
-	_, err := cl.PutArtifact(t.Context(), strings.NewReader("bytes on their way in"), client.ArtifactMeta{Name: "a.txt"})
-	require.ErrorIs(t, err, client.ErrUnavailable, "nor do an artifact's bytes come in")
-	require.ErrorContains(t, err, "storage is full")
+	for _, op := range []string{"artifact.chunk", "artifact.put"} {
+		r := b.request(t, "dwr.q.default."+op, map[string]any{}, nil)
+		require.False(t, r.OK, op)
+		require.Equal(t, string(domain.CodeUnavailable), r.Error.Code, "nor do an artifact's bytes come in: %s", op)
+		require.Contains(t, r.Error.Message, "storage is full", op)
+	}
 
 	free.Store(8 << 30)
 	servicetest.Eventually(t, 10*time.Second, func() bool {
 		return b.command(t, "goal.create", map[string]any{"title": "after"}, "").OK
 	})
-	_, err = cl.PutArtifact(t.Context(), strings.NewReader("bytes on their way in"), client.ArtifactMeta{Name: "a.txt"})
-	require.NoError(t, err)
+	r := b.request(t, "dwr.q.default.artifact.put", map[string]any{}, nil)
+	require.NotContains(t, r.Error.Message, "storage is full", "the artifact's request is judged again")
 }
