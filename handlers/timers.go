@@ -50,7 +50,8 @@ func (s *Service) runTimers(ctx context.Context, wake <-chan struct{}) {
 				o := s.execute(ctx, &domain.FireTimer{TaskID: t.TaskID, GoalID: t.GoalID, Schedule: t.Schedule, Kind: t.Kind, Attempt: t.Attempt, Due: t.Due},
 					domain.Meta{Workspace: t.Workspace, CommandID: t.CommandID(), Actor: "dwr-timer"})
 				if o.Err != nil {
-					if ctx.Err() == nil && !errors.Is(o.Err, errNotWriter) && !errors.Is(o.Err, eventstore.ErrStopped) {
+					// A full disk is logged once, where it is watched.
+					if ctx.Err() == nil && !errors.Is(o.Err, errNotWriter) && !errors.Is(o.Err, eventstore.ErrStopped) && !errors.Is(o.Err, eventstore.ErrStorageFull) {
 						s.cfg.Logger.Warn("handlers: firing a timer failed; will retry", "task", t.TaskID, "schedule", t.Schedule, "kind", t.Kind, "err", o.Err)
 					}
 					failed.Store(true)

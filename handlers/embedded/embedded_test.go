@@ -310,10 +310,11 @@ func TestStartRejectsInvalidConfig(t *testing.T) {
 		MaxMemory:   -1,
 		Cluster:     &ClusterConfig{Routes: []string{"nats-route://"}},
 		ListenLater: true,
+		Users:       func(string) (User, bool) { return User{}, false },
 	})
 	require.Error(t, err)
 	for _, want := range []string{
-		"DataDir is required", "MaxMemory", "MaxStore", "ServerName is required",
+		"DataDir is required", "MaxMemory", "MaxStore", "ServerName is required", "Users needs Accounts",
 		"Cluster.Name is required", "Listen is required with Cluster", "Cluster.Listen is required",
 		"Cluster.Routes[0]", "ListenLater needs Listen", "ListenLater cannot be used with Cluster",
 	} {

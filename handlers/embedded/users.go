@@ -72,7 +72,7 @@ func (a *authenticator) Check(c server.ClientAuthentication) bool {
 	return true
 }
 
-// allowOnly allows subjects and denies the rest (everything when empty).
+// allowOnly allows subjects and denies the rest (everything when there are none).
 func allowOnly(subjects []string) *server.SubjectPermission {
 	if len(subjects) == 0 {
 		return &server.SubjectPermission{Deny: []string{">"}}
