@@ -381,8 +381,8 @@ func (l *JetStreamLog) Subject() string { return l.subject }
 // flight (10164), until ctx ends.
 //
 // Errors: ErrTooLarge (rec over MaxRecordBytes, or refused by the server or
-// the connection's max payload); ErrStorageFull (the store's limit refused
-// it: API errors 10023, 10047); ErrConflict (API error 10071, or 10164 still
+// the connection's max payload); ErrStorageFull (the store's or the
+// account's limit refused it: noRoom); ErrConflict (API error 10071, or 10164 still
 // at ctx's end; the wrapped *jetstream.APIError stays reachable); otherwise an error wrapping
 // ErrUnknownOutcome and the cause.
 func (l *JetStreamLog) Append(ctx context.Context, rec []byte, expectedLast uint64) (uint64, error) {
@@ -420,7 +420,7 @@ func (l *JetStreamLog) Append(ctx context.Context, rec []byte, expectedLast uint
 	case errors.As(err, &apiErr) && apiErr.ErrorCode == jetstream.JSErrCodeStreamMessageExceedsMaximum,
 		errors.Is(err, nats.ErrMaxPayload):
 		return 0, fmt.Errorf("%w: %d bytes on %s: %w", ErrTooLarge, len(rec), l.subject, err)
-	case errors.As(err, &apiErr) && (apiErr.ErrorCode == jsErrInsufficientResources || apiErr.ErrorCode == jsErrStorageResourcesExceeded):
+	case errors.As(err, &apiErr) && noRoom(apiErr.ErrorCode):
 		return 0, fmt.Errorf("%w: %d bytes on %s: %w", ErrStorageFull, len(rec), l.subject, err)
 	default:
 		return 0, fmt.Errorf("%w: append to %s: %w", ErrUnknownOutcome, l.subject, err)
@@ -456,13 +456,16 @@ func retryable(ctx context.Context, err error) bool {
 		errors.Is(err, nats.ErrConnectionReconnecting) || errors.Is(err, nats.ErrDisconnected)
 }
 
-// The API errors of a store that has no room (nats-server's
-// JSInsufficientResourcesErr and JSStorageResourcesExceededErr), which
-// jetstream names no constant for.
-const (
-	jsErrInsufficientResources    jetstream.ErrorCode = 10023
-	jsErrStorageResourcesExceeded jetstream.ErrorCode = 10047
-)
+// noRoom reports whether a publication's API error says the store has no
+// room for it — nats-server's JSAccountResourcesExceededErr (the account's
+// limit: an operator's cluster), JSInsufficientResourcesErr (the server's
+// store limit) or JSStorageResourcesExceededErr — codes jetstream names no
+// constant for. Nothing was stored: the server checks them before storing,
+// after its duplicate check (a retry of an append that landed is answered
+// as a duplicate, not with these).
+func noRoom(code jetstream.ErrorCode) bool {
+	return code == 10002 || code == 10023 || code == 10047
+}
 
 func isConflictCode(c jetstream.ErrorCode) bool {
 	return c == jetstream.JSErrCodeStreamWrongLastSequence || c == jetstream.JSErrCodeStreamWrongLastSequenceConstant

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
@@ -225,4 +226,43 @@ func TestJetStreamReadFromLeader(t *testing.T) {
 	require.Equal(t, want, read(1, lastA), "the whole partition")
 	require.Equal(t, want[2:4], read(want[1].seq+1, want[3].seq), "from after a record to another")
 	require.Empty(t, read(lastA+1, lastB), "nothing after the partition's last record")
+}
+
+// An append that an account's JetStream limit refuses (an operator's
+// cluster sets them) is ErrStorageFull, as one the server's store limit
+// refuses: nothing was appended.
+func TestAppendRefusedByTheAccountsLimitIsStorageFull(t *testing.T) {
+	o := &server.Options{ServerName: "dwr-test", Host: "127.0.0.1", Port: -1, JetStream: true, StoreDir: t.TempDir(),
+		SyncAlways: true, NoSigs: true, NoLog: true}
+	require.NoError(t, o.ProcessConfigString(`accounts: { A: { jetstream: { max_file: 262144, max_mem: 1048576 }, users: [{user: a, password: a}] } }`))
+	o.JetStream, o.StoreDir = true, t.TempDir()
+	ns, err := server.NewServer(o)
+	require.NoError(t, err)
+	ns.Start()
+	t.Cleanup(func() {
+		ns.Shutdown()
+		ns.WaitForShutdown()
+	})
+	require.True(t, ns.ReadyForConnections(10*time.Second))
+	nc, err := nats.Connect("", nats.InProcessServer(ns), nats.UserInfo("a", "a"))
+	require.NoError(t, err)
+	t.Cleanup(nc.Close)
+	js, err := jetstream.New(nc)
+	require.NoError(t, err)
+	ctx := t.Context()
+	l, err := eventstore.NewJetStreamLog(ctx, js, eventstore.JetStreamConfig{Stream: "LOG_ACC", Prefix: "acc"})
+	require.NoError(t, err)
+	var last uint64
+	for i := 0; ; i++ {
+		seq, err := l.Append(ctx, make([]byte, 32<<10), last)
+		if err != nil {
+			require.ErrorIs(t, err, eventstore.ErrStorageFull)
+			break
+		}
+		last = seq
+		require.Less(t, i, 64, "the account has a limit")
+	}
+	now, err := l.LastSeq(ctx)
+	require.NoError(t, err)
+	require.Equal(t, last, now, "nothing of the refused append")
 }
