@@ -55,18 +55,26 @@ func addTaskSpend(sp *Spend, id string, now time.Time, task func(id string) (*Ta
 	if e := t.Earlier; e != nil {
 		sp.Add(Spend{Tokens: e.Tokens, Cost: e.Cost, WallMS: e.WallMS})
 	}
-	for _, a := range t.Attempts {
-		for _, s := range a.ModelSteps {
-			sp.Tokens += s.Tokens
-			sp.Cost += s.Cost
-		}
-		end := now
-		if a.EndedAt != nil {
-			end = *a.EndedAt
-		}
-		if d := end.Sub(a.StartedAt); d > 0 {
-			sp.WallMS += d.Milliseconds()
-		}
+	for i := range t.Attempts {
+		sp.Add(attemptSpend(&t.Attempts[i], now))
 	}
 	return nil
+}
+
+// attemptSpend returns what attempt a used: its model steps' tokens and
+// cost, and the time it ran — until it ended, or until now while it runs.
+func attemptSpend(a *Attempt, now time.Time) Spend {
+	var sp Spend
+	for _, s := range a.ModelSteps {
+		sp.Tokens += s.Tokens
+		sp.Cost += s.Cost
+	}
+	end := now
+	if a.EndedAt != nil {
+		end = *a.EndedAt
+	}
+	if d := end.Sub(a.StartedAt); d > 0 {
+		sp.WallMS = d.Milliseconds()
+	}
+	return sp
 }

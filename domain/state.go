@@ -417,18 +417,14 @@ func tallyEarliest(t *Task, n int) {
 	if t.Earlier != nil {
 		e = *t.Earlier
 	}
-	for _, a := range t.Attempts[:n] {
+	for i := range t.Attempts[:n] {
+		a := &t.Attempts[i]
 		e.Count++
-		if a.N > t.RetriedAfter && usedBudget(t, &a) {
+		if a.N > t.RetriedAfter && usedBudget(t, a) {
 			e.Spent++
 		}
-		for _, s := range a.ModelSteps {
-			e.Tokens += s.Tokens
-			e.Cost += s.Cost
-		}
-		if a.EndedAt != nil {
-			e.WallMS += max(a.EndedAt.Sub(a.StartedAt).Milliseconds(), 0)
-		}
+		sp := attemptSpend(a, a.StartedAt) // one still running counts no time yet
+		e.Tokens, e.Cost, e.WallMS = e.Tokens+sp.Tokens, e.Cost+sp.Cost, e.WallMS+sp.WallMS
 	}
 	t.Earlier = &e
 	// A new array: the old one may be shared with an earlier state.

@@ -172,7 +172,7 @@ func (s *Service) handleArtifact(name string, req micro.Request, who sender) ([]
 	}
 	if (name == "artifact.chunk" || name == "artifact.put") && s.diskLow.Load() {
 		// Bytes on their way in would take the disk's last room.
-		return errResponse(toWire(fmt.Errorf("%w: the disk holding the views is below its reserve of free space", eventstore.ErrStorageFull), s.cfg.Logger)), nil
+		return errResponse(toWire(errDiskLow, s.cfg.Logger)), nil
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), schemas.ArtifactPutTime(s.cfg.ArtifactMaxBytes))
 	defer cancel()

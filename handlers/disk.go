@@ -2,8 +2,10 @@ package handlers
 
 import (
 	"context"
+	"fmt"
 	"time"
 
+	"github.com/dwr-run/dwr/eventstore"
 	"github.com/dwr-run/dwr/handlers/embedded"
 )
 
@@ -11,6 +13,9 @@ import (
 // disk: a twentieth, within [64 MiB, 1 GiB] — room for the views' flushes
 // and compactions and the commands in flight.
 func DefaultMinFreeDisk(size int64) int64 { return min(max(size/20, 64<<20), 1<<30) }
+
+// errDiskLow refuses what would write to a disk below its reserve.
+var errDiskLow = fmt.Errorf("%w: the disk holding the views is below its reserve of free space", eventstore.ErrStorageFull)
 
 // watchDisk keeps diskLow true while the disk holding the views has less
 // free space than its reserve (Config.MinFreeDisk), looking every second

@@ -931,11 +931,9 @@ func (s *Service) followMembers(ctx context.Context, wake <-chan struct{}) {
 }
 
 // reloadMembers makes the NATS server's users follow every member change
-// up to record seq (Auth.OnMembersChanged), unless a reload already did. One
-// reload runs at a time: the writer's and a member command's never overlap,
-// and a member command answered after its reload is not followed by a
-// second reload of the same change — a connection opened with the new
-// credential at once could be cut by it.
+// up to record seq (Auth.OnMembersChanged), unless an earlier call already
+// did: the writer's follower and a member command both ask for the same
+// change, which is applied once, one call at a time.
 func (s *Service) reloadMembers(seq uint64) {
 	s.reloads.Lock()
 	defer s.reloads.Unlock()

@@ -160,7 +160,7 @@ func (w *writer) Decide(items []*request) ([]eventstore.Event, []eventstore.Comm
 		if w.diskLow != nil && w.diskLow.Load() {
 			// A command sent again is answered above; a new one would
 			// grow the log and the views on a disk with no room left.
-			errs[i] = fmt.Errorf("%w: the disk holding the views is below its reserve of free space", eventstore.ErrStorageFull)
+			errs[i] = errDiskLow
 			continue
 		}
 		if w.seal != nil {

@@ -285,7 +285,7 @@ func buildOptions(cfg Config) (*options, error) {
 	o.StoreDir = filepath.Join(cfg.DataDir, storeSubdir)
 	if o.JetStreamMaxStore == 0 {
 		o.JetStreamMaxStore = DefaultMaxStore
-		if avail, ok := diskAvailable(cfg.DataDir); ok {
+		if avail, _, ok := DiskSpace(cfg.DataDir); ok {
 			o.JetStreamMaxStore = storeLimit(stored(o.StoreDir), avail)
 		}
 	}

@@ -5,13 +5,6 @@ import (
 	"syscall"
 )
 
-// diskAvailable returns the bytes available to an unprivileged user on the
-// file system holding dir, and whether it could be measured.
-func diskAvailable(dir string) (int64, bool) {
-	free, _, ok := DiskSpace(dir)
-	return free, ok
-}
-
 // DiskSpace returns the bytes free to an unprivileged user and the size of
 // the file system holding dir, and whether they could be measured.
 func DiskSpace(dir string) (free, size int64, ok bool) {
