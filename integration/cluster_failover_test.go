@@ -3,6 +3,7 @@ package integration
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net/http"
 	"os"
@@ -317,8 +318,15 @@ func TestClusterProcessesUnderFailure(t *testing.T) {
 
 	load.stop()
 
-	l, err := eventstore.OpenJetStreamLog(ctx, js, eventstore.JetStreamConfig{Replicas: 3})
-	require.NoError(t, err)
+	var l *eventstore.JetStreamLog
+	waitFor(t, ctx, "the log opened after the freeze", func() bool {
+		var err error
+		l, err = eventstore.OpenJetStreamLog(ctx, js, eventstore.JetStreamConfig{Replicas: 3})
+		if !jetStreamUnavailable(err) {
+			require.NoError(t, err)
+		}
+		return err == nil
+	})
 	key, _, err := handlers.LoadLogKey(keyFile, false)
 	require.NoError(t, err)
 	lk, err := eventstore.NewLogKey(key)
@@ -333,8 +341,14 @@ func TestClusterProcessesUnderFailure(t *testing.T) {
 	}
 	phase("dwr serve processes stopped")
 
-	recs, err := readLog(ctx, l, lk)
-	require.NoError(t, err)
+	var recs []loggedRecord
+	waitFor(t, ctx, "the log read after the replicas stopped", func() bool {
+		recs, err = readLog(ctx, l, lk)
+		if !jetStreamUnavailable(err) {
+			require.NoError(t, err)
+		}
+		return err == nil
+	})
 	a := auditLog(recs, led.all(), payloadOpener(t, ctx, js, masterFile))
 	lc := led.counts()
 	for _, p := range a.Problems {
@@ -378,22 +392,9 @@ func waitFeedHoldsTheLog(t *testing.T, ctx context.Context, js jetstream.JetStre
 	start := time.Now()
 	var problem string
 	for time.Since(start) < time.Minute {
-		recs, err := readLog(ctx, l, key)
-		require.NoError(t, err)
-		var want []string
-		for _, r := range recs {
-			for _, e := range r.C.Events {
-				want = append(want, e.ID)
-			}
-		}
-		got, err := feedEventIDs(ctx, js)
-		switch {
-		case err != nil:
-			problem = err.Error()
-		case slices.Equal(got, want):
+		problem = feedProblem(ctx, t, js, l, key)
+		if problem == "" {
 			return time.Since(start)
-		default:
-			problem = fmt.Sprintf("the feed holds %d events, the log %d", len(got), len(want))
 		}
 		select {
 		case <-ctx.Done():
@@ -403,6 +404,42 @@ func waitFeedHoldsTheLog(t *testing.T, ctx context.Context, js jetstream.JetStre
 	}
 	t.Fatalf("the event feed does not hold the log after a minute: %s", problem)
 	return 0
+}
+
+// feedProblem says how the event feed differs from the log, or "" when it
+// holds the events of every record of l, each once, in the log's order.
+// It fails t if the log cannot be read for another reason than JetStream's
+// being unavailable a moment (a node just resumed from a freeze: the
+// stream's leader may be elected again, and JetStream answers 503).
+func feedProblem(ctx context.Context, t *testing.T, js jetstream.JetStream, l eventstore.Log, key *eventstore.LogKey) string {
+	t.Helper()
+	recs, err := readLog(ctx, l, key)
+	if jetStreamUnavailable(err) {
+		return err.Error()
+	}
+	require.NoError(t, err)
+	var want []string
+	for _, r := range recs {
+		for _, e := range r.C.Events {
+			want = append(want, e.ID)
+		}
+	}
+	got, err := feedEventIDs(ctx, js)
+	switch {
+	case err != nil:
+		return err.Error()
+	case !slices.Equal(got, want):
+		return fmt.Sprintf("the feed holds %d events, the log %d", len(got), len(want))
+	}
+	return ""
+}
+
+// jetStreamUnavailable reports whether err is JetStream's answer that it
+// is unavailable for now (503), which a reader meets while a stream's
+// leader is elected.
+func jetStreamUnavailable(err error) bool {
+	var apiErr *jetstream.APIError
+	return errors.As(err, &apiErr) && apiErr.Code == http.StatusServiceUnavailable
 }
 
 // feedEventIDs returns the ids of the events the feed's stream holds, in its
