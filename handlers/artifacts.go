@@ -170,9 +170,12 @@ func (s *Service) handleArtifact(name string, req micro.Request, who sender) ([]
 	if werr != nil {
 		return errResponse(werr), nil
 	}
-	if (name == "artifact.chunk" || name == "artifact.put") && s.diskLow.Load() {
-		// Bytes on their way in would take the disk's last room.
-		return errResponse(toWire(errDiskLow, s.cfg.Logger)), nil
+	if name == "artifact.chunk" || name == "artifact.put" {
+		if !s.disk.hasRoom() {
+			// Bytes on their way in would take the disk's last room.
+			return errResponse(toWire(errDiskLow, s.cfg.Logger)), nil
+		}
+		s.disk.spend(int64(len(req.Data())))
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), schemas.ArtifactPutTime(s.cfg.ArtifactMaxBytes))
 	defer cancel()

@@ -3,6 +3,10 @@ package handlers
 import (
 	"context"
 	"fmt"
+	"log/slog"
+	"math"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/dwr-run/dwr/eventstore"
@@ -17,42 +21,103 @@ func DefaultMinFreeDisk(size int64) int64 { return min(max(size/20, 64<<20), 1<<
 // errDiskLow refuses what would write to a disk below its reserve.
 var errDiskLow = fmt.Errorf("%w: the disk holding the views is below its reserve of free space", eventstore.ErrStorageFull)
 
-// watchDisk keeps diskLow true while the disk holding the views has less
-// free space than its reserve (Config.MinFreeDisk), looking every second
-// until ctx ends, and logs each change. A command refused meanwhile
-// changes nothing; once room is made, commands are taken again. Nothing is
-// measured where the disk cannot be (outside Linux) or with a reserve of
+// recordDiskCost is what a log record of n bytes is counted to take of the
+// disk: the log, the event feed, the views' history and states and the
+// views' write-ahead log each hold about its bytes once.
+func recordDiskCost(n int) int64 { return 4 * int64(n) }
+
+// diskGauge knows how much free space the disk holding the views has above
+// its reserve (Config.MinFreeDisk): what it measured last, less what the
+// service wrote since. Commands and uploads are taken while that room is
+// not spent; once it is, the disk is measured again before anything is
+// refused, so a flood of writes between two looks meets the reserve too,
+// and an estimate that counted too much costs a measurement, not a
+// refusal.
+type diskGauge struct {
+	dir     string
+	reserve int64 // 0: DefaultMinFreeDisk of the disk's size; < 0: nothing is measured
+	logger  *slog.Logger
+	// measure, when set, measures instead of embedded.DiskSpace (tests).
+	measure atomic.Pointer[func(dir string) (free, size int64, ok bool)]
+	// every is the time between two looks of watch, in nanoseconds.
+	every atomic.Int64
+	// room is the free space above the reserve less what was spent since
+	// it was measured; math.MaxInt64 until a measurement succeeds.
+	room atomic.Int64
+	mu   sync.Mutex // serializes the measurements; guards low
+	low  bool       // the last measurement found the disk below its reserve
+}
+
+func newDiskGauge(dir string, reserve int64, logger *slog.Logger) *diskGauge {
+	g := &diskGauge{dir: dir, reserve: reserve, logger: logger}
+	g.room.Store(math.MaxInt64)
+	g.every.Store(int64(time.Second))
+	return g
+}
+
+// hasRoom reports whether something may be written: the room is not spent,
+// or a measurement now finds the disk above its reserve.
+func (g *diskGauge) hasRoom() bool {
+	if g.reserve < 0 || g.room.Load() >= 0 {
+		return true
+	}
+	return g.look()
+}
+
+// spend counts n bytes written to the disk since the last measurement.
+func (g *diskGauge) spend(n int64) {
+	if g.reserve >= 0 && n > 0 {
+		g.room.Add(-n)
+	}
+}
+
+// look measures the disk, sets the room from it and logs a change of
+// state; it reports whether the disk is above its reserve (true when it
+// cannot be measured: outside Linux).
+func (g *diskGauge) look() bool {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	measure := embedded.DiskSpace
+	if f := g.measure.Load(); f != nil {
+		measure = *f
+	}
+	free, size, ok := measure(g.dir)
+	if !ok {
+		g.room.Store(math.MaxInt64)
+		return true
+	}
+	reserve := g.reserve
+	if reserve == 0 {
+		reserve = DefaultMinFreeDisk(size)
+	}
+	g.room.Store(free - reserve)
+	low := free < reserve
+	if g.low != low {
+		g.low = low
+		if low {
+			g.logger.Error("handlers: the disk holding the views is below its reserve of free space: new commands are refused until room is made (free disk space; dwr serve --min-free-disk sets the reserve)",
+				"dir", g.dir, "free_bytes", free, "reserve_bytes", reserve)
+		} else {
+			g.logger.Info("handlers: the disk has room again: commands are taken", "free_bytes", free, "reserve_bytes", reserve)
+		}
+	}
+	return !low
+}
+
+// watch measures the disk every second until ctx ends, so that the room
+// follows what others write and delete (and room made by an operator is
+// seen without a refused command). Nothing is measured with a reserve of
 // -1.
-func (s *Service) watchDisk(ctx context.Context) {
-	if s.cfg.MinFreeDisk < 0 {
+func (g *diskGauge) watch(ctx context.Context) {
+	if g.reserve < 0 {
 		return
 	}
-	t := time.NewTicker(time.Second)
-	defer t.Stop()
 	for {
-		measure := embedded.DiskSpace
-		if f := s.diskSpace.Load(); f != nil {
-			measure = *f
-		}
-		if free, size, ok := measure(s.store.Dir()); ok {
-			reserve := s.cfg.MinFreeDisk
-			if reserve == 0 {
-				reserve = DefaultMinFreeDisk(size)
-			}
-			low := free < reserve
-			if s.diskLow.Swap(low) != low {
-				if low {
-					s.cfg.Logger.Error("handlers: the disk holding the views is below its reserve of free space: new commands are refused until room is made (free disk space; dwr serve --min-free-disk sets the reserve)",
-						"dir", s.store.Dir(), "free_bytes", free, "reserve_bytes", reserve)
-				} else {
-					s.cfg.Logger.Info("handlers: the disk has room again: commands are taken", "free_bytes", free, "reserve_bytes", reserve)
-				}
-			}
-		}
+		g.look()
 		select {
 		case <-ctx.Done():
 			return
-		case <-t.C:
+		case <-time.After(time.Duration(g.every.Load())):
 		}
 	}
 }

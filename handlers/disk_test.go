@@ -1,14 +1,20 @@
 package handlers_test
 
 import (
+	"errors"
+	"io/fs"
+	"path/filepath"
 	"strings"
+	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
 
 	"github.com/dwr-run/dwr/domain"
+	"github.com/dwr-run/dwr/handlers"
 	"github.com/dwr-run/dwr/handlers/servicetest"
 	"github.com/dwr-run/dwr/schemas"
 )
@@ -60,4 +66,76 @@ func TestAFullDiskRefusesNewCommandsUntilRoomIsMade(t *testing.T) {
 	})
 	r := b.request(t, "dwr.q.default.artifact.put", map[string]any{}, nil)
 	require.NotContains(t, r.Error.Message, "storage is full", "the artifact's request is judged again")
+}
+
+// A flood of commands between two looks at the disk stops at the reserve:
+// the service counts what it writes since it last measured, and measures
+// again once that room is spent, rather than writing on until its next
+// look. Here the disk has 4 MiB above its reserve, less what the service's
+// directory has grown by, and the service does not look on its own during
+// the flood.
+func TestAFloodOfCommandsBetweenTwoLooksMeetsTheReserve(t *testing.T) {
+	const reserve, room = 64 << 20, 4 << 20
+	st := servicetest.Start(t, "", servicetest.Options{Config: handlers.Config{MinFreeDisk: reserve}})
+	b := bundleOf(st)
+	base := diskUsage(t, st.Dir)
+	var looks atomic.Int64
+	st.Svc.LookAtDiskEvery(time.Hour)
+	st.Svc.MeasureDiskWith(func(string) (int64, int64, bool) {
+		looks.Add(1)
+		return reserve + room - (diskUsage(t, st.Dir) - base), 10 << 30, true
+	})
+	servicetest.Eventually(t, 5*time.Second, func() bool { return looks.Load() > 0 }) // the look pending before
+	looks.Store(0)
+
+	input := strings.Repeat("x", 100<<10)
+	var accepted, refused atomic.Int64
+	var wg sync.WaitGroup
+	for range 8 {
+		wg.Go(func() {
+			for accepted.Load() < 200 && refused.Load() == 0 {
+				r := b.command(t, "task.create", map[string]any{"spec": map[string]any{"queue": "flood", "input": map[string]any{"blob": input}}}, "")
+				switch {
+				case r.OK:
+					accepted.Add(1)
+				case strings.Contains(r.Error.Message, "storage is full"):
+					refused.Add(1)
+				default:
+					t.Errorf("task.create: %+v", r.Error)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	grown := diskUsage(t, st.Dir) - base
+	t.Logf("%d commands of 100 KiB taken, the directory grew by %.1f MiB, %d looks at the disk", accepted.Load(), float64(grown)/(1<<20), looks.Load())
+	require.Positive(t, refused.Load(), "the flood met the reserve (200 commands of 100 KiB would take ~80 MiB)")
+	require.Positive(t, looks.Load(), "the disk was measured again before a command was refused")
+	require.Less(t, grown, int64(room+8<<20), "what was written past the room is at most about a batch of commands in flight")
+}
+
+// diskUsage returns the bytes the files below dir take on the disk.
+func diskUsage(t *testing.T, dir string) int64 {
+	var n int64
+	err := filepath.WalkDir(dir, func(_ string, d fs.DirEntry, err error) error {
+		if errors.Is(err, fs.ErrNotExist) {
+			return nil // removed while walked (a compaction's input, a deleted block)
+		}
+		if err != nil || d.IsDir() {
+			return err
+		}
+		if fi, err := d.Info(); err == nil {
+			if st, ok := fi.Sys().(*syscall.Stat_t); ok {
+				n += st.Blocks * 512
+			} else {
+				n += fi.Size()
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Errorf("du %s: %v", dir, err)
+	}
+	return n
 }

@@ -2,6 +2,7 @@ package handlers
 
 import (
 	"encoding/json"
+	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/micro"
@@ -62,5 +63,9 @@ func SetFeedScanLimit(n int) (restore func()) {
 // MeasureDiskWith makes the service measure the disk holding its views
 // with f from its next look on (every second).
 func (s *Service) MeasureDiskWith(f func(dir string) (free, size int64, ok bool)) {
-	s.diskSpace.Store(&f)
+	s.disk.measure.Store(&f)
 }
+
+// LookAtDiskEvery makes the service look at the disk holding its views
+// every d (a second by default) from its next look on.
+func (s *Service) LookAtDiskEvery(d time.Duration) { s.disk.every.Store(int64(d)) }

@@ -314,10 +314,9 @@ type Service struct {
 		sync.Mutex
 		upTo uint64 // every member change up to this record is in force
 	}
-	// diskLow is true while the disk holding the views is below
-	// Config.MinFreeDisk (watchDisk); diskSpace measures it.
-	diskLow   atomic.Bool
-	diskSpace atomic.Pointer[func(dir string) (free, size int64, ok bool)]
+	// disk knows the room left on the disk holding the views above
+	// Config.MinFreeDisk: new commands and uploads are refused without it.
+	disk *diskGauge
 }
 
 // New returns a service on nc keeping its views in store.
@@ -353,7 +352,7 @@ func New(nc *nats.Conn, store *projections.Store, cfg Config) (*Service, error) 
 	for _, a := range cfg.Auth.Admins {
 		admins[a.PublicKey] = a.Name
 	}
-	s := &Service{cfg: cfg, tracer: cfg.Tracer.Tracer(tracerName), key: key, nc: nc, js: js, store: store, admission: newAdmission(cfg),
+	s := &Service{cfg: cfg, tracer: cfg.Tracer.Tracer(tracerName), key: key, nc: nc, js: js, store: store, admission: newAdmission(cfg), disk: newDiskGauge(store.Dir(), cfg.MinFreeDisk, cfg.Logger),
 		runners: newRunners(maxIdleRunners), admins: admins, ready: make(chan struct{}), changed: make(chan struct{})}
 	if s.metrics, err = newMetrics(cfg.Metrics, s); err != nil {
 		return nil, fmt.Errorf("handlers: Config.Metrics: %w", err)
@@ -484,7 +483,7 @@ func (s *Service) Run(ctx context.Context) error {
 			errc <- err
 		}
 	})
-	wg.Go(func() { s.watchDisk(ctx) })
+	wg.Go(func() { s.disk.watch(ctx) })
 	wg.Go(func() {
 		if err := s.writerLoop(ctx); err != nil {
 			errc <- err
@@ -1006,7 +1005,7 @@ func (s *Service) takeOver(ctx context.Context, timerWake, membersWake chan stru
 	if _, err := s.store.CatchUp(ctx, s.log, s.key); err != nil {
 		return nil, nil, err
 	}
-	w := &writer{store: s.store, clock: s.cfg.Clock, logger: s.cfg.Logger, broken: make(chan struct{}), tracer: s.tracer, diskLow: &s.diskLow,
+	w := &writer{store: s.store, clock: s.cfg.Clock, logger: s.cfg.Logger, broken: make(chan struct{}), tracer: s.tracer, disk: s.disk,
 		dispatch: s.dispatch.dispatchCommit,
 		after: func(c *eventstore.Commit, seq uint64) {
 			// A writer deposed meanwhile (paused past its lease) leaves the

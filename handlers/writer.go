@@ -99,9 +99,10 @@ type writer struct {
 	// fullLogged is when a refusal for a full store was last logged (on
 	// the committer's goroutine): once a minute at most.
 	fullLogged time.Time
-	// diskLow, when set and true, refuses new commands (ErrStorageFull):
-	// the disk holding the views is below its reserve (watchDisk).
-	diskLow *atomic.Bool
+	// disk, when set, refuses new commands (ErrStorageFull) while the disk
+	// holding the views has no room above its reserve, and counts what
+	// each committed record takes of it.
+	disk *diskGauge
 	// seal, when set, seals the payloads of a command before it is
 	// decided, against the state it is decided on (privacy.seal).
 	seal func(w domain.World, ws string, cmd domain.Command) error
@@ -157,7 +158,7 @@ func (w *writer) Decide(items []*request) ([]eventstore.Event, []eventstore.Comm
 			errs[i] = &answered{out: &out, same: -1}
 			continue
 		}
-		if w.diskLow != nil && w.diskLow.Load() {
+		if w.disk != nil && !w.disk.hasRoom() {
 			// A command sent again is answered above; a new one would
 			// grow the log and the views on a disk with no room left.
 			errs[i] = errDiskLow
@@ -211,6 +212,18 @@ func (w *writer) Decide(items []*request) ([]eventstore.Event, []eventstore.Comm
 	}
 	w.decided.events, w.decided.final = events, o.Touched()
 	return events, results, errs
+}
+
+// recordBytes is about the size of c as stored: its events and replies.
+func recordBytes(c *eventstore.Commit) int {
+	n := 0
+	for i := range c.Events {
+		n += len(c.Events[i].Raw)
+	}
+	for _, r := range c.Results {
+		n += len(r.Reply) + len(r.Error)
+	}
+	return n
 }
 
 // otherBody reports whether a command id's first command, first, and a
@@ -274,6 +287,9 @@ func (w *writer) Committed(items []*request, c *eventstore.Commit, seq uint64, i
 	var states aggregates
 	if fromFinal {
 		states = decidedStates{decided.final, w.store}
+	}
+	if err == nil && c != nil && w.disk != nil {
+		w.disk.spend(recordDiskCost(recordBytes(c)))
 	}
 	if errors.Is(err, eventstore.ErrStorageFull) && time.Since(w.fullLogged) > time.Minute {
 		w.fullLogged = time.Now()
