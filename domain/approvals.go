@@ -206,6 +206,25 @@ func validateApproval(field string, r ApprovalRequest) error {
 	return nil
 }
 
+// approvalRoom returns why task t cannot keep another approval asking
+// action on basis, or nil: it has asked schemas.MaxTaskApprovals, or their
+// actions and bases would pass schemas.MaxTaskApprovalBytes.
+func approvalRoom(t *Task, action, basis json.RawMessage) *Error {
+	if len(t.Approvals) >= schemas.MaxTaskApprovals {
+		return &Error{Code: CodeConflict, Message: fmt.Sprintf("task %s has asked %d approvals, the most a task may: "+
+			"ask approval after approval in a task per request, or a child goal (Delegate)", t.ID, len(t.Approvals))}
+	}
+	n := schemas.PayloadSize(action) + schemas.PayloadSize(basis)
+	for i := range t.Approvals {
+		n += schemas.PayloadSize(t.Approvals[i].Action) + schemas.PayloadSize(t.Approvals[i].Basis)
+	}
+	if n > schemas.MaxTaskApprovalBytes {
+		return &Error{Code: CodeConflict, Message: fmt.Sprintf("task %s's approvals would hold %d bytes of actions and bases, more than the %d a task may: "+
+			"keep evidence in artifacts and pass their references, or ask in a task per request", t.ID, n, schemas.MaxTaskApprovalBytes)}
+	}
+	return nil
+}
+
 // newApproval builds task t's next approval from r at now; gate says it is
 // the task's gate (asked before the first attempt).
 func newApproval(t *Task, attempt int, r ApprovalRequest, gate bool, now time.Time) (*ApprovalRequested, error) {
@@ -346,6 +365,9 @@ func (x *tx) requestApproval(c *RequestApproval) (Reply, error) {
 		}
 	}
 	if err := validateApproval("", req); err != nil {
+		return Reply{}, err
+	}
+	if err := approvalRoom(t, c.Action, req.Basis); err != nil {
 		return Reply{}, err
 	}
 	ev, err := newApproval(t, c.Attempt, req, false, x.m.Now)
@@ -527,6 +549,10 @@ func (x *tx) takeBranch(taskID, id, branch, why, comment string) error {
 			Branches:  a.Branches, OnExpiry: a.OnExpiry, ExpiresIn: a.ExpiresIn}
 		if req.OnExpiry == BranchEscalate {
 			req.OnExpiry = BranchFail
+		}
+		if err := approvalRoom(t, req.Action, req.Basis); err != nil {
+			return x.emit(taskID, &TaskFailed{Reason: ReasonApproval, Error: &ErrorInfo{Code: ReasonApproval,
+				Message: why + "; not escalated: " + err.Message}})
 		}
 		ev, err := newApproval(t, a.Attempt, req, a.Attempt == 0, x.m.Now)
 		if err != nil {

@@ -5,10 +5,14 @@ import (
 	"crypto/sha256"
 	"encoding/base64"
 	"encoding/json"
+	"fmt"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/dwr-run/dwr/schemas"
 )
 
 // keyOf returns a fixed key pair for name, so tests are deterministic.
@@ -434,4 +438,68 @@ func TestTaskDeadline(t *testing.T) {
 	require.Equal(t, AttemptStateCancelled, task.Attempts[0].State)
 	require.Empty(t, w.must(fire).Changes)
 	_ = w.refused(&ReportSuccess{TaskID: id, Attempt: n}, CodeConflict)
+}
+
+// A task keeps what it asked approval for, and every event of it rewrites
+// all of that: an attempt cannot make it grow without end by asking again
+// and again (each time it resumes), nor with large actions and bases. The
+// limit's refusal says what to do instead; an escalation past it fails the
+// task rather than asking once more.
+func TestATaskAsksABoundedNumberOfApprovals(t *testing.T) {
+	w := setup(t)
+	k := w.approver("alice", "owner")
+	id := w.newID()
+	s := spec("")
+	s.Approval = &ApprovalSpec{Role: "owner"}
+	w.must(&CreateTask{TaskID: id, Spec: s})
+	w.must(decision(w.pending(id), "alice", k, ResponseApprove)) // the gate: approval 1
+	ask := func(n, i int, extra func(*ApprovalRequest)) *RequestApproval {
+		r := ApprovalRequest{Action: json.RawMessage(fmt.Sprintf(`{"step": %d}`, i)), Responses: []string{ResponseApprove, ResponseRevise}}
+		if extra != nil {
+			extra(&r)
+		}
+		return &RequestApproval{TaskID: id, Attempt: n, ApprovalRequest: r}
+	}
+	for i := 2; i < schemas.MaxTaskApprovals; i++ {
+		n := w.claim(id)
+		w.must(ask(n, i, nil))
+		w.must(decision(w.pending(id), "alice", k, ResponseRevise)) // a new attempt, which asks again
+	}
+	// The last one the task may ask expires, and would escalate.
+	n := w.claim(id)
+	w.must(ask(n, schemas.MaxTaskApprovals, func(r *ApprovalRequest) {
+		r.ExpiresIn, r.OnExpiry, r.EscalateTo = Duration(time.Minute), BranchEscalate, "director"
+	}))
+	require.Len(t, w.task(id).Approvals, schemas.MaxTaskApprovals)
+	a := w.pending(id)
+	w.advance(time.Minute)
+	out := w.must(&FireTimer{TaskID: id, Kind: TimerApproval, Attempt: schemas.MaxTaskApprovals, Due: *a.ExpiresAt})
+	require.Equal(t, []string{"task.approval_expired", "task.failed"}, events(out, id))
+	task := w.task(id)
+	require.Equal(t, StateFailed, task.State)
+	require.Contains(t, task.Error.Message, "not escalated")
+	require.Contains(t, task.Error.Message, fmt.Sprintf("has asked %d approvals", schemas.MaxTaskApprovals))
+	require.Len(t, task.Approvals, schemas.MaxTaskApprovals)
+	w.requireReplays()
+
+	// Their actions and bases are bounded too.
+	id = w.newID()
+	w.must(&CreateTask{TaskID: id, Spec: spec("")})
+	big := json.RawMessage(`"` + strings.Repeat("a", MaxInputBytes-16) + `"`)
+	held := 0
+	for {
+		n := w.claim(id)
+		req := ask(n, 0, func(r *ApprovalRequest) { r.Action, r.Basis, r.Role = big, big, "owner" })
+		if held+2*len(big) > schemas.MaxTaskApprovalBytes {
+			e := w.refused(req, CodeConflict)
+			require.Contains(t, e.Message, "keep evidence in artifacts", "the refusal says what to do")
+			require.Equal(t, StateRunning, w.state(id), "a refused request changes nothing")
+			break
+		}
+		w.must(req)
+		held += 2 * len(big)
+		w.must(decision(w.pending(id), "alice", k, ResponseRevise))
+	}
+	require.Len(t, w.task(id).Approvals, schemas.MaxTaskApprovalBytes/(2*len(big)))
+	w.requireReplays()
 }

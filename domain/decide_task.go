@@ -711,8 +711,12 @@ func (x *tx) exhausted(t *Task, attempt int, why, of string) error {
 	if err != nil {
 		return err
 	}
+	basis := json.RawMessage(strconv.Quote(why))
+	if err := approvalRoom(t, action, basis); err != nil {
+		return x.emit(t.ID, &TaskFailed{Reason: ReasonBudget, Error: &ErrorInfo{Code: ReasonBudget, Message: why + "; no extension asked: " + err.Message}})
+	}
 	ev, err := newApproval(t, attempt, ApprovalRequest{Action: action, Summary: "extend the budget of goal " + clip(g.Title, MaxTitle/2),
-		Basis: json.RawMessage(strconv.Quote(why)), Role: g.Envelope.ExtensionRole, Responses: []string{ResponseApprove, ResponseReject},
+		Basis: basis, Role: g.Envelope.ExtensionRole, Responses: []string{ResponseApprove, ResponseReject},
 		Branches: map[string]string{ResponseApprove: BranchResume, ResponseReject: BranchFail}, OnExpiry: BranchFail}, false, x.m.Now)
 	if err != nil {
 		return err

@@ -169,6 +169,17 @@ type ModelStep struct {
 // spend; the events query still reads each.
 const MaxListedAttempts = 100
 
+// MaxTaskApprovals and MaxTaskApprovalBytes bound the approvals a task
+// keeps — each with its action and basis, and every decision — since each
+// event of the task rewrites all of them: a task asks at most
+// MaxTaskApprovals (its gate, escalations and budget extensions included),
+// whose actions and bases take at most MaxTaskApprovalBytes together.
+// Work that asks approval after approval belongs in a task per request.
+const (
+	MaxTaskApprovals     = 100
+	MaxTaskApprovalBytes = 8 << 20
+)
+
 // EarlierAttempts tallies a task's attempts that it no longer lists.
 type EarlierAttempts struct {
 	// Count is how many: attempts 1 to Count are not listed.
