@@ -434,6 +434,15 @@ func (x *tx) recordVerification(c *RecordVerification) (Reply, error) {
 		return Reply{}, &Error{Code: CodeConflict, Field: "/result_digest", Message: fmt.Sprintf(
 			"the verdict names result %s, but attempt %d's result is %s: a verdict on another result cannot decide this one", c.ResultDigest, c.Attempt, want)}
 	}
+	n := schemas.PayloadSize(c.Evidence)
+	for i := range t.Verifications {
+		n += schemas.PayloadSize(t.Verifications[i].Evidence)
+	}
+	if n > schemas.MaxTaskEvidenceBytes {
+		return Reply{}, &Error{Code: CodeConflict, Field: "/evidence", Message: fmt.Sprintf(
+			"task %s's verifications would hold %d bytes of evidence, more than the %d a task may: store the evidence as artifacts and name them in evidence_refs",
+			t.ID, n, schemas.MaxTaskEvidenceBytes)}
+	}
 	if err := x.emit(t.ID, &VerificationRecorded{VerificationID: id, Verdict: c.Verdict}); err != nil {
 		return Reply{}, err
 	}

@@ -340,6 +340,31 @@ func TestVerification(t *testing.T) {
 		w.verify(id, 2, OutcomePass)
 		require.Equal(t, StateAccepted, w.state(id))
 	})
+	t.Run("the evidence a task keeps is bounded", func(t *testing.T) {
+		// A verdict per attempt, up to 1,000 attempts, each with 256 KiB of
+		// evidence, would make one task of 256 MiB that every event rewrites.
+		w := setup(t)
+		id := verified(w, &RetryPolicy{MaxAttempts: 1000})
+		big := json.RawMessage(`"` + strings.Repeat("e", MaxInputBytes-16) + `"`)
+		held := 0
+		for n := 1; ; n++ {
+			v := verification(id, n, OutcomeFail)
+			v.Evidence = big
+			if held+len(big) > schemas.MaxTaskEvidenceBytes {
+				e := w.refused(v, CodeConflict)
+				require.Equal(t, "/evidence", e.Field)
+				require.Contains(t, e.Message, "evidence_refs", "the refusal says what to do")
+				v.Evidence, v.EvidenceRefs = nil, []ArtifactRef{{Name: "evidence", SHA256: strings.Repeat("0", 64), Size: int64(len(big))}}
+				w.must(v) // named by reference, it is taken
+				break
+			}
+			w.must(v)
+			held += len(big)
+			w.succeed(id, w.claim(id))
+		}
+		require.Len(t, w.task(id).Verifications, schemas.MaxTaskEvidenceBytes/len(big)+1)
+		w.requireReplays()
+	})
 	t.Run("FAIL until attempts are spent rejects", func(t *testing.T) {
 		w := setup(t)
 		id := verified(w, &RetryPolicy{MaxAttempts: 2})

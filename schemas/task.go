@@ -180,6 +180,12 @@ const (
 	MaxTaskApprovalBytes = 8 << 20
 )
 
+// MaxTaskEvidenceBytes bounds the evidence a task's verifications keep
+// inline, together (one verdict per attempt, up to 1,000 attempts, each up
+// to 256 KiB, would otherwise make a task of 256 MiB): bulky evidence is
+// stored as artifacts and named in evidence_refs.
+const MaxTaskEvidenceBytes = 8 << 20
+
 // EarlierAttempts tallies a task's attempts that it no longer lists.
 type EarlierAttempts struct {
 	// Count is how many: attempts 1 to Count are not listed.
