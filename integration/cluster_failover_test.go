@@ -318,14 +318,8 @@ func TestClusterProcessesUnderFailure(t *testing.T) {
 
 	load.stop()
 
-	var l *eventstore.JetStreamLog
-	waitFor(t, ctx, "the log opened after the freeze", func() bool {
-		var err error
-		l, err = eventstore.OpenJetStreamLog(ctx, js, eventstore.JetStreamConfig{Replicas: 3})
-		if !jetStreamUnavailable(err) {
-			require.NoError(t, err)
-		}
-		return err == nil
+	l := settled(t, ctx, "open the log after the freeze", func() (*eventstore.JetStreamLog, error) {
+		return eventstore.OpenJetStreamLog(ctx, js, eventstore.JetStreamConfig{Replicas: 3})
 	})
 	key, _, err := handlers.LoadLogKey(keyFile, false)
 	require.NoError(t, err)
@@ -341,14 +335,7 @@ func TestClusterProcessesUnderFailure(t *testing.T) {
 	}
 	phase("dwr serve processes stopped")
 
-	var recs []loggedRecord
-	waitFor(t, ctx, "the log read after the replicas stopped", func() bool {
-		recs, err = readLog(ctx, l, lk)
-		if !jetStreamUnavailable(err) {
-			require.NoError(t, err)
-		}
-		return err == nil
-	})
+	recs := settled(t, ctx, "read the log", func() ([]loggedRecord, error) { return readLog(ctx, l, lk) })
 	a := auditLog(recs, led.all(), payloadOpener(t, ctx, js, masterFile))
 	lc := led.counts()
 	for _, p := range a.Problems {
@@ -432,6 +419,24 @@ func feedProblem(ctx context.Context, t *testing.T, js jetstream.JetStream, l ev
 		return fmt.Sprintf("the feed holds %d events, the log %d", len(got), len(want))
 	}
 	return ""
+}
+
+// settled returns what f returns once JetStream answers it, trying again
+// while it answers that it is unavailable for now (503: a stream's leader
+// is being elected after a node was killed or frozen); any other error
+// fails t, as does ctx's end.
+func settled[T any](t *testing.T, ctx context.Context, what string, f func() (T, error)) T {
+	t.Helper()
+	var v T
+	waitFor(t, ctx, what, func() bool {
+		var err error
+		v, err = f()
+		if !jetStreamUnavailable(err) {
+			require.NoError(t, err, what)
+		}
+		return err == nil
+	})
+	return v
 }
 
 // jetStreamUnavailable reports whether err is JetStream's answer that it

@@ -164,14 +164,46 @@ func (l *goalLoad) results(keep func(*cmdResult) bool) []*cmdResult {
 }
 
 // maxUnavailable bounds the unavailability window after a graceful shutdown
-// of the log's leader. NATS itself elects a new stream leader in about 0.3 s
-// (NATS-NOTES); the writer's step-down adds a 1 s pause.
+// of the log's leader, beyond the time NATS took to give the log and the
+// writer's lease a leader again. NATS itself elects a new stream leader in
+// about 0.3 s (NATS-NOTES) when the node that shuts down hands its
+// leadership over; when that hand-over does not take (no follower was
+// current at that moment, as under steady writes), the followers wait out
+// their Raft election timeout, 4–9 s in nats-server, and no client of the
+// stream can do better. The writer's part: an append in flight when the
+// leader went waits out its attempt (1 s), and a step-down adds a 1 s pause.
 const maxUnavailable = 5 * time.Second
+
+// leadersBack returns how long after t0 every one of streams answered with
+// a leader other than node from, polling until ctx ends (then it returns
+// the time until then).
+func leadersBack(ctx context.Context, js jetstream.JetStream, t0 time.Time, from string, streams ...string) time.Duration {
+	for _, name := range streams {
+		for ctx.Err() == nil {
+			rctx, cancel := context.WithTimeout(ctx, 200*time.Millisecond)
+			st, err := js.Stream(rctx, name)
+			var info *jetstream.StreamInfo
+			if err == nil {
+				info, err = st.Info(rctx)
+			}
+			cancel()
+			if err == nil && info.Cluster != nil && info.Cluster.Leader != "" && info.Cluster.Leader != from {
+				break
+			}
+			select {
+			case <-ctx.Done():
+			case <-time.After(20 * time.Millisecond):
+			}
+		}
+	}
+	return time.Since(t0)
+}
 
 // handover is one round of TestClusterR3: the log's leader shut down.
 type handover struct {
 	from, to, writerConn string
 	window               time.Duration // longest time without an acknowledgement
+	elected              time.Duration // from the shutdown to the log and the lease both led elsewhere
 	firstAck             time.Duration // from the shutdown to the first acknowledgement
 	heal                 time.Duration // from the restart of the node to all replicas current
 }
@@ -250,6 +282,8 @@ func TestClusterR3(t *testing.T) {
 		waitFor(t, ctx, "load acknowledged before the shutdown", func() bool { return len(acks(warm)) >= 100 })
 
 		t0 := time.Now()
+		elected := make(chan time.Duration, 1)
+		go func() { elected <- leadersBack(ctx, js, t0, h.from, "DWR_LOG", "KV_dwr-writer") }()
 		leader.shutdown()
 		phase(fmt.Sprintf("round %d: leader %s shut down (dwr serve connected to %s)", round, h.from, h.writerConn))
 
@@ -267,6 +301,7 @@ func TestClusterR3(t *testing.T) {
 			return i.Cluster != nil && i.Cluster.Leader != "" && i.Cluster.Leader != h.from
 		})
 		h.to = info.Cluster.Leader
+		h.elected = <-elected
 
 		// Heal: restart the node and wait until every replica is current.
 		healStart := time.Now()
@@ -274,9 +309,9 @@ func TestClusterR3(t *testing.T) {
 		streamInfo(t, ctx, js, "DWR_LOG", healthy)
 		h.heal = time.Since(healStart)
 		handovers = append(handovers, h)
-		phase(fmt.Sprintf("round %d: leader %s→%s, window %s, first ack after %s, healed in %s", round, h.from, h.to,
-			h.window.Round(time.Millisecond), h.firstAck.Round(time.Millisecond), h.heal.Round(time.Millisecond)))
-		if h.window >= maxUnavailable {
+		phase(fmt.Sprintf("round %d: leader %s→%s, window %s, log and lease led elsewhere after %s, first ack after %s, healed in %s", round, h.from, h.to,
+			h.window.Round(time.Millisecond), h.elected.Round(time.Millisecond), h.firstAck.Round(time.Millisecond), h.heal.Round(time.Millisecond)))
+		if h.window >= h.elected+maxUnavailable {
 			break // the stall showed: no need for more rounds
 		}
 	}
@@ -287,10 +322,10 @@ func TestClusterR3(t *testing.T) {
 	require.NoError(t, srv.terminate(30*time.Second), "graceful stop of dwr serve")
 	phase("dwr serve stopped")
 
-	l, err := eventstore.OpenJetStreamLog(ctx, js, eventstore.JetStreamConfig{Replicas: 3})
-	require.NoError(t, err)
-	recs, err := readLog(ctx, l, logKeyOf(t, data))
-	require.NoError(t, err)
+	l := settled(t, ctx, "open the log", func() (*eventstore.JetStreamLog, error) {
+		return eventstore.OpenJetStreamLog(ctx, js, eventstore.JetStreamConfig{Replicas: 3})
+	})
+	recs := settled(t, ctx, "read the log", func() ([]loggedRecord, error) { return readLog(ctx, l, logKeyOf(t, data)) })
 	phase("log read")
 	a := auditLog(recs, led.all(), payloadOpener(t, ctx, js, filepath.Join(data, handlers.MasterKeyFile)))
 	views := compareViews(t, ctx, filepath.Join(data, "views"), l, logKeyOf(t, data))
@@ -333,8 +368,8 @@ func TestClusterR3(t *testing.T) {
 	require.Equal(t, views.RebuiltCheckpoint, views.LiveCheckpoint)
 	require.True(t, views.Equal, "rebuilt views equal the live ones: %s", views.FirstDiff)
 	for k, h := range handovers {
-		require.Less(t, h.window, maxUnavailable, "round %d: no command was acknowledged for %s after leader %s shut down gracefully "+
-			"(dwr serve connected to %s); NATS elects a new leader in ~0.3 s", k+1, h.window, h.from, h.writerConn)
+		require.Less(t, h.window, h.elected+maxUnavailable, "round %d: no command was acknowledged for %s after leader %s shut down gracefully "+
+			"(dwr serve connected to %s), though the log and the lease were led elsewhere %s after the shutdown", k+1, h.window, h.from, h.writerConn, h.elected)
 	}
 }
 
