@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -156,6 +157,21 @@ type JetStreamLog struct {
 	attempt   time.Duration
 	// replicas is the stream's replication factor when it was opened.
 	replicas int
+	// change is cancelled (and replaced) when the stream's leader or the
+	// connection changes: the publishes in flight then try again at once
+	// (RetryOnChange).
+	change atomic.Pointer[changeSignal]
+}
+
+// changeSignal ends the attempts in flight when it is cancelled.
+type changeSignal struct {
+	ctx    context.Context
+	cancel context.CancelFunc
+}
+
+func newChangeSignal() *changeSignal {
+	ctx, cancel := context.WithCancel(context.Background())
+	return &changeSignal{ctx: ctx, cancel: cancel}
 }
 
 var _ Log = (*JetStreamLog)(nil)
@@ -310,7 +326,7 @@ func InspectJetStreamLog(ctx context.Context, js jetstream.JetStream, cfg JetStr
 }
 
 func newJetStreamLog(js jetstream.JetStream, cfg JetStreamConfig) *JetStreamLog {
-	return &JetStreamLog{
+	l := &JetStreamLog{
 		js:        js,
 		stream:    cfg.Stream,
 		subject:   cfg.Prefix + ".log." + cfg.Partition,
@@ -318,7 +334,45 @@ func newJetStreamLog(js jetstream.JetStream, cfg JetStreamConfig) *JetStreamLog 
 		msgGet:    apiPrefix(js) + "STREAM.MSG.GET." + cfg.Stream,
 		attempt:   cfg.AttemptTimeout,
 	}
+	l.change.Store(newChangeSignal())
+	return l
 }
+
+// RetryOnChange makes the appends in flight publish again at once, rather
+// than wait out their attempt (JetStreamConfig.AttemptTimeout), when the
+// log stream elects a leader or nc reconnects: the answer they wait for
+// may have been lost with the old leader or the old connection (a repeat is
+// recognised, as for any attempt). It returns a function that stops it.
+func (l *JetStreamLog) RetryOnChange(nc *nats.Conn) (stop func(), err error) {
+	sub, err := nc.Subscribe(advisoryLeaderElected+l.stream, func(*nats.Msg) { l.change.Swap(newChangeSignal()).cancel() })
+	if err != nil {
+		return nil, fmt.Errorf("eventstore: watch the leader of %s: %w", l.stream, err)
+	}
+	status := nc.StatusChanged(nats.CONNECTED)
+	done := make(chan struct{})
+	go func() {
+		for {
+			select {
+			case <-done:
+				return
+			case _, ok := <-status:
+				if !ok {
+					return
+				}
+				l.change.Swap(newChangeSignal()).cancel()
+			}
+		}
+	}()
+	return func() {
+		_ = sub.Unsubscribe()
+		nc.RemoveStatusListener(status)
+		close(done)
+	}, nil
+}
+
+// advisoryLeaderElected is the subject, less the stream's name, on which
+// JetStream announces a stream's new leader.
+const advisoryLeaderElected = "$JS.EVENT.ADVISORY.STREAM.LEADER_ELECTED."
 
 func openJetStreamLog(ctx context.Context, js jetstream.JetStream, cfg JetStreamConfig, create bool) (*JetStreamLog, error) {
 	cfg = cfg.withDefaults()
@@ -431,6 +485,7 @@ func (l *JetStreamLog) Append(ctx context.Context, rec []byte, expectedLast uint
 func (l *JetStreamLog) publish(ctx context.Context, rec []byte, id string, expectedLast uint64) (*jetstream.PubAck, error) {
 	actx, cancel := context.WithTimeout(ctx, l.attempt)
 	defer cancel()
+	defer context.AfterFunc(l.change.Load().ctx, cancel)()
 	msg := nats.NewMsg(l.subject)
 	msg.Data = rec
 	return l.js.PublishMsg(actx, msg,
@@ -451,7 +506,9 @@ func retryable(ctx context.Context, err error) bool {
 	if errors.As(err, &apiErr) && apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequenceConstant {
 		return true // a proposal (likely our own earlier attempt) is in flight: ask again once it settles
 	}
-	return errors.Is(err, context.DeadlineExceeded) || errors.Is(err, nats.ErrTimeout) ||
+	// context.Canceled: the attempt was ended by a change of the stream's
+	// leader or of the connection (RetryOnChange).
+	return errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) || errors.Is(err, nats.ErrTimeout) ||
 		errors.Is(err, nats.ErrNoResponders) || errors.Is(err, jetstream.ErrNoStreamResponse) ||
 		errors.Is(err, nats.ErrConnectionReconnecting) || errors.Is(err, nats.ErrDisconnected)
 }

@@ -266,3 +266,54 @@ func TestAppendRefusedByTheAccountsLimitIsStorageFull(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, last, now, "nothing of the refused append")
 }
+
+// An append whose answer was lost with the stream's old leader publishes
+// again as soon as a new leader is announced, not after its attempt's
+// timeout (here a minute). The stream is gone and a subscriber that never
+// answers stands in for a leader that went away with the publish.
+func TestAnAppendTriesAgainWhenTheLeaderChanges(t *testing.T) {
+	f := setupJetStream(t)
+	ctx := context.Background()
+	l, err := eventstore.NewJetStreamLog(ctx, f.js, eventstore.JetStreamConfig{Stream: "LOG_LEADER", Prefix: "leader", AttemptTimeout: time.Minute})
+	require.NoError(t, err)
+	stop, err := l.RetryOnChange(f.nc)
+	require.NoError(t, err)
+	defer stop()
+	require.NoError(t, f.js.DeleteStream(ctx, "LOG_LEADER"))
+	publishes := make(chan struct{}, 16)
+	sub, err := f.nc.Subscribe("leader.log.0", func(*nats.Msg) { publishes <- struct{}{} })
+	require.NoError(t, err)
+	defer func() { _ = sub.Unsubscribe() }()
+	require.NoError(t, f.nc.Flush())
+
+	actx, cancel := context.WithCancel(ctx)
+	appended := make(chan error, 1)
+	go func() {
+		_, err := l.Append(actx, []byte(`{}`), 0)
+		appended <- err
+	}()
+	wait := func(what string) {
+		t.Helper()
+		select {
+		case <-publishes:
+		case <-time.After(10 * time.Second):
+			t.Fatalf("%s: no publish within 10 s (an attempt waits a minute)", what)
+		}
+	}
+	wait("the first attempt")
+	require.NoError(t, f.nc.Publish("$JS.EVENT.ADVISORY.STREAM.LEADER_ELECTED.LOG_LEADER", []byte(`{}`)))
+	wait("the attempt after the leader changed")
+	require.NoError(t, f.nc.Publish("$JS.EVENT.ADVISORY.STREAM.LEADER_ELECTED.ANOTHER", []byte(`{}`)))
+	select {
+	case <-publishes:
+		t.Fatal("another stream's leader made the append publish again")
+	case <-time.After(200 * time.Millisecond):
+	}
+	cancel()
+	select {
+	case err := <-appended:
+		require.ErrorIs(t, err, eventstore.ErrUnknownOutcome)
+	case <-time.After(10 * time.Second):
+		t.Fatal("the append did not end with its context")
+	}
+}

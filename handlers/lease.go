@@ -177,10 +177,16 @@ func (l *lease) hold(ctx context.Context, sent time.Time) {
 }
 
 // renew keeps the lease alive; it closes lost as soon as the lease runs out
-// by this replica's clock, another took it, or ctx ends.
+// by this replica's clock, another took it, or ctx ends. A renewal that gets
+// no answer is tried again at once, each try bounded by a renewal's period,
+// so that one answer lost with a node (the bucket's leader going away) does
+// not take the whole lease with it; and a renewal that landed though its
+// answer was lost is recognised as this replica's own.
 func (l *lease) renew(ctx context.Context) {
 	defer close(l.done)
 	defer func() { l.until.Store(0); close(l.lost) }()
+	wait := l.renewEvery()
+	var pending time.Time // when the first renewal not answered since the last one was sent
 	for {
 		left := time.Duration(l.until.Load()) - time.Since(l.base)
 		if left <= 0 {
@@ -188,7 +194,7 @@ func (l *lease) renew(ctx context.Context) {
 		}
 		// Wake at the next renewal, or when the lease runs out.
 		expiry := time.NewTimer(left)
-		next := time.NewTimer(l.renewEvery())
+		next := time.NewTimer(wait)
 		select {
 		case <-ctx.Done():
 			expiry.Stop()
@@ -204,19 +210,35 @@ func (l *lease) renew(ctx context.Context) {
 			continue
 		}
 		sent := time.Now()
+		if pending.IsZero() {
+			pending = sent
+		}
 		left = time.Duration(l.until.Load()) - sent.Sub(l.base)
 		if left <= 0 {
 			return
 		}
-		rctx, cancel := context.WithTimeout(ctx, left)
+		rctx, cancel := context.WithTimeout(ctx, min(left, l.renewEvery()))
 		rev, err := l.kv.Update(rctx, l.key, []byte(l.me), l.rev)
+		if errors.Is(err, jetstream.ErrKeyExists) {
+			// Another renewed it — or an earlier renewal of this replica
+			// landed and its answer was lost: then the key holds this
+			// replica's name, at a later revision. The lease is counted
+			// from the first renewal sent since the last answer, which is
+			// no later than the one that landed.
+			if e, gerr := l.kv.Get(rctx, l.key); gerr == nil && string(e.Value()) == l.me && e.Revision() > l.rev {
+				rev, err, sent = e.Revision(), nil, pending
+			}
+		}
 		cancel()
 		switch {
 		case err == nil:
 			l.rev = rev
 			l.extend(sent)
+			pending, wait = time.Time{}, l.renewEvery()
 		case errors.Is(err, jetstream.ErrKeyExists), errors.Is(err, jetstream.ErrKeyNotFound):
 			return // another holds it
+		default:
+			wait = 20 * time.Millisecond // no answer: try again at once
 		}
 	}
 }

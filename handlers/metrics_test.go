@@ -2,6 +2,7 @@ package handlers_test
 
 import (
 	"bytes"
+	"context"
 	"testing"
 	"time"
 
@@ -165,6 +166,36 @@ func TestMetricsCountWriterLeaseLosses(t *testing.T) {
 		v, _ := b.scrape(t).Value("dwr_writer")
 		return v == 1
 	})
+}
+
+// A renewal of the writer's lease that landed though its answer was lost
+// (the bucket's leader went away with it) is the writer's own: the next
+// renewal, refused for the revision it expected, finds the writer's name at
+// a later revision and goes on from there, rather than stepping down.
+func TestALeaseRenewalWhoseAnswerWasLostIsKept(t *testing.T) {
+	b := metered(t, nil, handlers.Config{LeaseTTL: time.Second})
+	js, err := jetstream.New(b.svcNC)
+	require.NoError(t, err)
+	ctx := context.Background()
+	kv, err := js.KeyValue(ctx, "dwr-writer")
+	require.NoError(t, err)
+	var landed uint64
+	servicetest.Eventually(t, 10*time.Second, func() bool {
+		e, err := kv.Get(ctx, "partition-0")
+		if err != nil || string(e.Value()) != "test-writer" {
+			return false
+		}
+		// What the writer's renewal would have written, had it landed unanswered.
+		landed, err = kv.Update(ctx, "partition-0", []byte("test-writer"), e.Revision())
+		return err == nil
+	})
+	servicetest.Eventually(t, 10*time.Second, func() bool {
+		e, err := kv.Get(ctx, "partition-0")
+		return err == nil && e.Revision() > landed && string(e.Value()) == "test-writer"
+	})
+	v, _ := b.scrape(t).Value("dwr_writer_lease_losses_total")
+	require.Zero(t, v, "the writer kept its lease")
+	require.True(t, b.svc.HoldsLease())
 }
 
 // A work item delivered and not acknowledged is in flight, and the queue's

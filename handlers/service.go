@@ -389,6 +389,18 @@ func (s *Service) Run(ctx context.Context) error {
 		}
 	}
 	s.log = l
+	// An append in flight when the log's leader goes (or this connection
+	// does) tries again as soon as a new one is elected, not after its
+	// attempt's timeout.
+	if jl, ok := l.(interface {
+		RetryOnChange(*nats.Conn) (func(), error)
+	}); ok {
+		if stop, err := jl.RetryOnChange(s.nc); err != nil {
+			s.cfg.Logger.Warn("handlers: appends will wait out their attempt's timeout when the log's leader changes", "err", err)
+		} else {
+			defer stop()
+		}
+	}
 	// The log's stream remembers its replicas: the derived streams and the
 	// buckets follow it, so a replica started without --replicas never
 	// lowers what the cluster keeps (a log with fewer than --replicas was
