@@ -68,25 +68,34 @@ func runChain3(t *testing.T, ctx context.Context, c *client, led *ledger, label 
 // streamInfo asks for a stream's info until ctx ends or cond holds.
 func streamInfo(t *testing.T, ctx context.Context, js jetstream.JetStream, name string, cond func(*jetstream.StreamInfo) bool) *jetstream.StreamInfo {
 	t.Helper()
-	tick := time.NewTicker(100 * time.Millisecond)
-	defer tick.Stop()
+	info, err := pollStream(ctx, js, name, 2*time.Second, 100*time.Millisecond, cond)
+	if err != nil {
+		t.Fatalf("stream %s: condition not met before the deadline (last info %+v, err %v)", name, info, err)
+	}
+	return info
+}
+
+// pollStream asks for a stream's info every tick, each ask bounded by ask,
+// until cond holds (it returns that info) or ctx ends (it returns the last
+// info and error, with ctx's).
+func pollStream(ctx context.Context, js jetstream.JetStream, name string, ask, tick time.Duration, cond func(*jetstream.StreamInfo) bool) (*jetstream.StreamInfo, error) {
 	var last error
 	var info *jetstream.StreamInfo
 	for {
-		rctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		rctx, cancel := context.WithTimeout(ctx, ask)
 		st, err := js.Stream(rctx, name)
 		if err == nil {
 			info, err = st.Info(rctx)
 		}
 		cancel()
 		if err == nil && cond(info) {
-			return info
+			return info, nil
 		}
 		last = err
 		select {
 		case <-ctx.Done():
-			t.Fatalf("stream %s: condition not met before the deadline (last info %+v, err %v)", name, info, last)
-		case <-tick.C:
+			return info, errors.Join(last, ctx.Err())
+		case <-time.After(tick):
 		}
 	}
 }
@@ -179,22 +188,9 @@ const maxUnavailable = 5 * time.Second
 // the time until then).
 func leadersBack(ctx context.Context, js jetstream.JetStream, t0 time.Time, from string, streams ...string) time.Duration {
 	for _, name := range streams {
-		for ctx.Err() == nil {
-			rctx, cancel := context.WithTimeout(ctx, 200*time.Millisecond)
-			st, err := js.Stream(rctx, name)
-			var info *jetstream.StreamInfo
-			if err == nil {
-				info, err = st.Info(rctx)
-			}
-			cancel()
-			if err == nil && info.Cluster != nil && info.Cluster.Leader != "" && info.Cluster.Leader != from {
-				break
-			}
-			select {
-			case <-ctx.Done():
-			case <-time.After(20 * time.Millisecond):
-			}
-		}
+		_, _ = pollStream(ctx, js, name, 200*time.Millisecond, 20*time.Millisecond, func(i *jetstream.StreamInfo) bool {
+			return i.Cluster != nil && i.Cluster.Leader != "" && i.Cluster.Leader != from
+		})
 	}
 	return time.Since(t0)
 }
