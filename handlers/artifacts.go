@@ -171,11 +171,14 @@ func (s *Service) handleArtifact(name string, req micro.Request, who sender) ([]
 		return errResponse(werr), nil
 	}
 	if name == "artifact.chunk" || name == "artifact.put" {
+		// Held until the chunk is stored: a measurement before that would
+		// not see it on the disk. Held before the look, so that uploads
+		// arriving together each count the others'.
+		defer s.disk.hold(int64(len(req.Data())))()
 		if !s.disk.hasRoom() {
 			// Bytes on their way in would take the disk's last room.
 			return errResponse(toWire(errDiskLow, s.cfg.Logger)), nil
 		}
-		s.disk.spend(int64(len(req.Data())))
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), schemas.ArtifactPutTime(s.cfg.ArtifactMaxBytes))
 	defer cancel()

@@ -28,11 +28,13 @@ func recordDiskCost(n int) int64 { return 4 * int64(n) }
 
 // diskGauge knows how much free space the disk holding the views has above
 // its reserve (Config.MinFreeDisk): what it measured last, less what the
-// service wrote since. Commands and uploads are taken while that room is
-// not spent; once it is, the disk is measured again before anything is
-// refused, so a flood of writes between two looks meets the reserve too,
-// and an estimate that counted too much costs a measurement, not a
-// refusal.
+// service wrote since and what is on its way to the disk. Commands and
+// uploads are taken while that room is not spent; once it is, the disk is
+// measured again before anything is refused, so a flood of writes between
+// two looks meets the reserve too, and an estimate that counted too much
+// costs a measurement, not a refusal. Bytes on their way (held) are
+// counted against every measurement until they are written: a measurement
+// taken before they reach the disk does not see them.
 type diskGauge struct {
 	dir     string
 	reserve int64 // 0: DefaultMinFreeDisk of the disk's size; < 0: nothing is measured
@@ -42,8 +44,12 @@ type diskGauge struct {
 	// every is the time between two looks of watch, in nanoseconds.
 	every atomic.Int64
 	// room is the free space above the reserve less what was spent since
-	// it was measured; math.MaxInt64 until a measurement succeeds.
+	// it was measured and what is held; math.MaxInt64 until a measurement
+	// succeeds.
 	room atomic.Int64
+	// held is what is on its way to the disk: counted in room, and taken
+	// from each measurement until it is released.
+	held atomic.Int64
 	mu   sync.Mutex // serializes the measurements; guards low
 	low  bool       // the last measurement found the disk below its reserve
 }
@@ -71,6 +77,19 @@ func (g *diskGauge) spend(n int64) {
 	}
 }
 
+// hold counts n bytes on their way to the disk; release, called once they
+// are written (or dropped), stops counting them against the measurements
+// to come — a measurement after that sees them on the disk.
+func (g *diskGauge) hold(n int64) (release func()) {
+	if g.reserve < 0 || n <= 0 {
+		return func() {}
+	}
+	g.held.Add(n)
+	g.room.Add(-n)
+	var once sync.Once
+	return func() { once.Do(func() { g.held.Add(-n) }) }
+}
+
 // look measures the disk, sets the room from it and logs a change of
 // state; it reports whether the disk is above its reserve (true when it
 // cannot be measured: outside Linux).
@@ -90,13 +109,15 @@ func (g *diskGauge) look() bool {
 	if reserve == 0 {
 		reserve = DefaultMinFreeDisk(size)
 	}
-	g.room.Store(free - reserve)
-	low := free < reserve
+	// What is held may not be on the disk yet: it is counted still.
+	held := g.held.Load()
+	g.room.Store(free - reserve - held)
+	low := free-held < reserve
 	if g.low != low {
 		g.low = low
 		if low {
 			g.logger.Error("handlers: the disk holding the views is below its reserve of free space: new commands are refused until room is made (free disk space; dwr serve --min-free-disk sets the reserve)",
-				"dir", g.dir, "free_bytes", free, "reserve_bytes", reserve)
+				"dir", g.dir, "free_bytes", free, "held_bytes", held, "reserve_bytes", reserve)
 		} else {
 			g.logger.Info("handlers: the disk has room again: commands are taken", "free_bytes", free, "reserve_bytes", reserve)
 		}
