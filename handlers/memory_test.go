@@ -30,8 +30,6 @@ func TestParseMemoryLimit(t *testing.T) {
 	}
 }
 
-// DWR_MEMPROFILE's watcher writes a heap profile at once (the first high)
-// and stops when its context ends.
 // dwr serve's memory limit comes from DWR_MEMORY_LIMIT, else GOMEMLIMIT,
 // else the default (none).
 func TestMemoryLimitFromEnv(t *testing.T) {
@@ -44,6 +42,8 @@ func TestMemoryLimitFromEnv(t *testing.T) {
 	require.Equal(t, "512MiB", handlers.MemoryLimitFromEnv())
 }
 
+// DWR_MEMPROFILE's watcher writes a heap profile at once (the first high)
+// and stops when its context ends.
 func TestWatchMemoryWritesAProfile(t *testing.T) {
 	file := filepath.Join(t.TempDir(), "heap.pprof")
 	ctx, cancel := context.WithCancel(context.Background())
