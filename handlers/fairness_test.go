@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -245,6 +246,48 @@ func TestQueriesLeaveRoomForCommands(t *testing.T) {
 	release()
 	for _, a := range receive(t, answers, 2*perCaller, time.Minute) {
 		require.NoError(t, a.err)
+		require.True(t, a.r.OK, "%+v", a.r.Error)
+	}
+}
+
+// One identity keeps a thousand large listings in flight — within its
+// limit of requests in flight, every one admitted — while another identity
+// sends commands: every command is answered. (The listings' replies, tens of
+// MiB a second, once queued on the connection that also carried the writer's
+// lease: the writer lost its lease and most commands found no responders.)
+func TestAFloodOfLargeQueriesLeavesCommandsServed(t *testing.T) {
+	if testing.Short() {
+		t.Skip("floods the service for seconds")
+	}
+	st := servicetest.Start(t, "", servicetest.Options{Secure: true})
+	flooder := st.Member(t, "default", "flooder", domain.RoleViewer)
+	client := st.Member(t, "default", "client", domain.RoleClient)
+	for _, a := range commandsFrom(t, client, 200, 16) { // a listing of ~36 KiB
+		require.NoError(t, a.err)
+		require.True(t, a.r.OK, "%+v", a.r.Error)
+	}
+
+	ctx, stop := context.WithCancel(t.Context())
+	var flooded sync.WaitGroup
+	var listed atomic.Int64
+	for range 1024 {
+		flooded.Go(func() {
+			for ctx.Err() == nil {
+				if m, err := flooder.RequestWithContext(ctx, "dwr.q.default.goal.list", []byte(`{}`)); err == nil && len(m.Data) > 30<<10 {
+					listed.Add(1)
+				}
+			}
+		})
+	}
+	defer func() { stop(); flooded.Wait() }()
+	servicetest.Eventually(t, time.Minute, func() bool { return listed.Load() >= 2048 }) // the flood is on
+
+	for i := range 30 {
+		m := nats.NewMsg("dwr.cmd.default.goal.create")
+		m.Header.Set(schemas.HeaderCommandID, fmt.Sprintf("during-flood-%d", i))
+		m.Data, _ = json.Marshal(map[string]any{"title": fmt.Sprintf("during the flood %d", i)})
+		a := requestReply(client, m)
+		require.NoError(t, a.err, "command %d during the flood (%d listings answered)", i, listed.Load())
 		require.True(t, a.r.OK, "%+v", a.r.Error)
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/nats-io/nats.go/micro"
 
@@ -35,6 +36,10 @@ type admission struct {
 	callers map[string]int // requests in flight by caller; callers with none are absent
 	queries int
 	all     int
+	// stopped, once set, refuses every request; drained is closed when the
+	// last one admitted before is answered.
+	stopped bool
+	drained chan struct{}
 }
 
 func newAdmission(cfg Config) *admission {
@@ -48,6 +53,33 @@ func newAdmission(cfg Config) *admission {
 		refuseAll: errResponse(&schemas.Error{Code: schemas.CodeUnavailable,
 			Message: "the service is at its limit of requests in flight: retry shortly"}),
 		callers: map[string]int{},
+		drained: make(chan struct{}),
+	}
+}
+
+// refuseStopped answers a request that comes while the service stops.
+var refuseStopped = errResponse(&schemas.Error{Code: schemas.CodeUnavailable, Message: "this replica is stopping: retry (another replica, or this one once restarted, answers)"})
+
+// stop refuses every request from now on and waits until the ones admitted
+// before are answered, or d passes; it reports whether they were. The
+// service stops before its views close: a request still reading them then
+// would find them gone.
+func (a *admission) stop(d time.Duration) bool {
+	a.mu.Lock()
+	if !a.stopped {
+		a.stopped = true
+		if a.all == 0 {
+			close(a.drained)
+		}
+	}
+	a.mu.Unlock()
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-a.drained:
+		return true
+	case <-t.C:
+		return false
 	}
 }
 
@@ -58,6 +90,8 @@ func (a *admission) admit(caller string, query bool) []byte {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	switch {
+	case a.stopped:
+		return refuseStopped
 	case a.callers[caller] >= a.maxCaller:
 		return a.refuseCaller
 	case query && a.queries >= a.maxQueries:
@@ -85,6 +119,9 @@ func (a *admission) release(caller string, query bool) {
 	a.all--
 	if query {
 		a.queries--
+	}
+	if a.stopped && a.all == 0 {
+		close(a.drained)
 	}
 }
 
@@ -140,6 +177,64 @@ func (s *Service) asyncRespond(req micro.Request, query bool, handle func(sender
 			s.cfg.Logger.Warn("handlers: a reply could not be sent", "subject", req.Subject(), "err", err)
 		}
 	})
+}
+
+// turns lets at most n holders in at once; the others wait, and a place
+// given back goes to the next caller in turn (round robin over the callers
+// waiting, each caller's own in the order they came), so that one caller
+// with many waiting does not hold up another's one.
+type turns struct {
+	mu      sync.Mutex
+	free    int
+	waiting map[string][]chan struct{} // by caller, in the order they came
+	order   []string                   // the callers waiting, whose turn is next first
+}
+
+func newTurns(n int) *turns { return &turns{free: n, waiting: map[string][]chan struct{}{}} }
+
+// enter waits for caller's turn and returns the function that gives the
+// place back (once).
+func (t *turns) enter(caller string) (leave func()) {
+	t.mu.Lock()
+	if t.free > 0 {
+		t.free--
+		t.mu.Unlock()
+		return t.leaver()
+	}
+	turn := make(chan struct{})
+	if len(t.waiting[caller]) == 0 {
+		t.order = append(t.order, caller)
+	}
+	t.waiting[caller] = append(t.waiting[caller], turn)
+	t.mu.Unlock()
+	<-turn // the place is handed over, never given back between
+	return t.leaver()
+}
+
+func (t *turns) leaver() func() {
+	var once sync.Once
+	return func() { once.Do(t.leave) }
+}
+
+// leave hands the place to the next caller in turn, or frees it.
+func (t *turns) leave() {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if len(t.order) == 0 {
+		t.free++
+		return
+	}
+	caller := t.order[0]
+	t.order = t.order[1:]
+	queue := t.waiting[caller]
+	next := queue[0]
+	if queue = queue[1:]; len(queue) > 0 {
+		t.waiting[caller] = queue
+		t.order = append(t.order, caller) // its next waits for the others' turns
+	} else {
+		delete(t.waiting, caller)
+	}
+	close(next)
 }
 
 // maxIdleRunners bounds the runners kept waiting for a request.

@@ -2,6 +2,7 @@ package handlers
 
 import (
 	"encoding/json"
+	"fmt"
 	"sync"
 	"testing"
 	"time"
@@ -101,4 +102,70 @@ func TestRunnersKeepUpToMaxIdleGoroutines(t *testing.T) {
 	case <-time.After(5 * time.Second):
 		t.Fatal("a request after stop did not run")
 	}
+}
+
+// A place given back goes to the next caller in turn: a caller with many
+// waiting does not hold up another's one, and each caller's own are taken in
+// the order they came.
+func TestTurnsGoRoundTheCallers(t *testing.T) {
+	tr := newTurns(1)
+	leave := tr.enter("flooder") // the one place
+	got := make(chan string, 16)
+	waiting := func(caller string, n int) {
+		for i := range n {
+			go func() {
+				l := tr.enter(caller)
+				got <- fmt.Sprintf("%s-%d", caller, i)
+				l()
+			}()
+			// Each waits before the next comes: their order is known.
+			require.Eventually(t, func() bool {
+				tr.mu.Lock()
+				defer tr.mu.Unlock()
+				return len(tr.waiting[caller]) == i+1
+			}, 10*time.Second, time.Millisecond)
+		}
+	}
+	waiting("flooder", 3)
+	waiting("other", 1)
+	leave()
+	var order []string
+	for range 4 {
+		order = append(order, <-got)
+	}
+	require.Equal(t, []string{"flooder-0", "other-0", "flooder-1", "flooder-2"}, order)
+	l := tr.enter("late") // every place was given back
+	l()
+	l() // a second call gives nothing more back
+	tr.mu.Lock()
+	defer tr.mu.Unlock()
+	require.Equal(t, 1, tr.free)
+}
+
+// A stopping service refuses what comes and waits for what it took.
+func TestAStoppingServiceAnswersWhatItTook(t *testing.T) {
+	a := newAdmission(Config{MaxInFlight: 8, MaxQueriesInFlight: 4, MaxInFlightPerCaller: 4})
+	require.Nil(t, a.admit("one", true))
+	stopped := make(chan bool)
+	go func() { stopped <- a.stop(time.Minute) }()
+	require.Eventually(t, func() bool {
+		a.mu.Lock()
+		defer a.mu.Unlock()
+		return a.stopped
+	}, 10*time.Second, time.Millisecond)
+	requireRefused(t, a.admit("two", false), "this replica is stopping")
+	select {
+	case <-stopped:
+		t.Fatal("stopped with a query still in flight")
+	default:
+	}
+	a.release("one", true)
+	require.True(t, <-stopped)
+	require.False(t, newAdmissionStoppedWithOneInFlight().stop(10*time.Millisecond), "a request never answered is waited for d only")
+}
+
+func newAdmissionStoppedWithOneInFlight() *admission {
+	a := newAdmission(Config{MaxInFlight: 8, MaxQueriesInFlight: 4, MaxInFlightPerCaller: 4})
+	a.admit("stuck", false)
+	return a
 }

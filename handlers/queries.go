@@ -24,18 +24,34 @@ const MaxQueryBytes = 64 << 10
 var QueryNames = []string{"workspace.list", "goal.get", "goal.list", "task.get", "task.list", "events", "command.get",
 	"approval.list", "approval.get", "approver.list", "member.list", "queue.list", "ritual.get", "ritual.list", "schedule.get", "schedule.list", "feed", "queue.key"}
 
-func (s *Service) startQueries() (*endpoints.Service, error) {
-	svc, err := endpoints.New(s.nc, endpoints.Config{Name: "dwr-query", Version: s.cfg.Version, QueueGroup: micro.DefaultQueueGroup,
+// startQueries serves the queries on a NATS connection of their own, made
+// with the options of the service's: their replies — up to MaxReplyBytes
+// each, a flood of them from one caller tens of MiB a second — then never
+// queue ahead of the writer's appends, its lease's renewals and the
+// commands' replies on one connection. (They did: a viewer keeping a
+// thousand large listings in flight cost the writer its lease, and every
+// caller's commands failed until it came back.) stop stops the endpoints
+// and closes the connection.
+func (s *Service) startQueries() (stop func(), err error) {
+	opts := s.nc.Opts
+	opts.Name += " (queries)"
+	nc, err := opts.Connect()
+	if err != nil {
+		return nil, fmt.Errorf("handlers: the queries' NATS connection: %w", err)
+	}
+	svc, err := endpoints.New(nc, endpoints.Config{Name: "dwr-query", Version: s.cfg.Version, QueueGroup: micro.DefaultQueueGroup,
 		Description: "dwr queries: served from the views by every replica"})
 	if err != nil {
+		nc.Close()
 		return nil, fmt.Errorf("handlers: query service: %w", err)
 	}
+	stop = func() { _ = svc.Stop(); nc.Close() }
 	for _, name := range QueryNames {
 		h := func(req micro.Request) {
 			s.async(req, true, func(who sender) []byte { return s.handleQuery(name, req, who) })
 		}
 		if err := svc.Add("q_"+strings.ReplaceAll(name, ".", "_"), s.cfg.Prefix+".q.*."+name, h); err != nil {
-			_ = svc.Stop()
+			stop()
 			return nil, fmt.Errorf("handlers: query endpoint %s: %w", name, err)
 		}
 	}
@@ -44,11 +60,11 @@ func (s *Service) startQueries() (*endpoints.Service, error) {
 			s.asyncRespond(req, true, func(who sender) ([]byte, micro.Headers) { return s.handleArtifact(name, req, who) })
 		}
 		if err := svc.Add("q_"+strings.ReplaceAll(name, ".", "_"), s.cfg.Prefix+".q.*."+name, h); err != nil {
-			_ = svc.Stop()
+			stop()
 			return nil, fmt.Errorf("handlers: query endpoint %s: %w", name, err)
 		}
 	}
-	return svc, nil
+	return stop, nil
 }
 
 func (s *Service) handleQuery(name string, req micro.Request, who sender) []byte {
@@ -93,6 +109,9 @@ func (s *Service) handleQuery(name string, req micro.Request, who sender) []byte
 				"the views have not reached log sequence %d yet (at %d): retry shortly", min, s.store.Checkpoint())})
 		}
 	}
+	// Reading the views takes the CPU: a caller's queries take turns with
+	// the others', and leave the rest of it to the service's own work.
+	defer s.reading.enter(who.key())()
 	seq := s.store.Checkpoint()
 	res, next, err := s.query(name, ws, p, q)
 	if err != nil {

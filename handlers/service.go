@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -66,6 +67,13 @@ type Config struct {
 	// callers send them, never leave commands unanswered. At most
 	// MaxInFlight. Default three quarters of MaxInFlight (12,288).
 	MaxQueriesInFlight int
+	// MaxQueriesRunning bounds the queries that read the views at once;
+	// the others admitted wait their turn, taken in turn by caller. Without
+	// it, one caller's queries in flight — a thousand, within its limit —
+	// ran all at once and took the CPU from the service's own work: the
+	// writer lost its lease and every caller's commands failed until it
+	// came back. Default twice the processors Go runs on (at least 4).
+	MaxQueriesRunning int
 	// MaxInFlightPerCaller bounds the requests of one caller handled at
 	// once — a caller is the identity the NATS server stamped on the request
 	// (account and user); requests without one count as one caller — so that
@@ -205,6 +213,9 @@ func (c Config) withDefaults() Config {
 	if c.MaxQueriesInFlight == 0 {
 		c.MaxQueriesInFlight = max(1, c.MaxInFlight*3/4)
 	}
+	if c.MaxQueriesRunning == 0 {
+		c.MaxQueriesRunning = max(4, 2*runtime.GOMAXPROCS(0))
+	}
 	if c.MaxInFlightPerCaller == 0 {
 		c.MaxInFlightPerCaller = max(1, min(DefaultMaxInFlightPerCaller, c.MaxInFlight/4))
 	}
@@ -265,6 +276,7 @@ type Service struct {
 	advisories string
 	admission  *admission
 	runners    *runners // run the handlers of requests
+	reading    *turns   // the queries reading the views, in turn by caller
 	// onQuery, when set, is called as a query starts to be served, with its
 	// caller's name and the query: tests hold queries in flight with it.
 	onQuery atomic.Pointer[func(actor, query string)]
@@ -326,9 +338,9 @@ func New(nc *nats.Conn, store *projections.Store, cfg Config) (*Service, error) 
 		return nil, fmt.Errorf("handlers: prefix %q and partition %q must be valid subject tokens", cfg.Prefix, cfg.Partition)
 	}
 	if cfg.MaxInFlight < 0 || cfg.MaxQueriesInFlight < 0 || cfg.MaxQueriesInFlight > cfg.MaxInFlight ||
-		cfg.MaxInFlightPerCaller < 0 || cfg.MaxInFlightPerCaller > cfg.MaxInFlight {
-		return nil, fmt.Errorf("handlers: MaxInFlight %d, MaxQueriesInFlight %d and MaxInFlightPerCaller %d must be positive, the last two at most MaxInFlight",
-			cfg.MaxInFlight, cfg.MaxQueriesInFlight, cfg.MaxInFlightPerCaller)
+		cfg.MaxInFlightPerCaller < 0 || cfg.MaxInFlightPerCaller > cfg.MaxInFlight || cfg.MaxQueriesRunning < 0 {
+		return nil, fmt.Errorf("handlers: MaxInFlight %d, MaxQueriesInFlight %d, MaxInFlightPerCaller %d and MaxQueriesRunning %d must be positive, the middle two at most MaxInFlight",
+			cfg.MaxInFlight, cfg.MaxQueriesInFlight, cfg.MaxInFlightPerCaller, cfg.MaxQueriesRunning)
 	}
 	if cfg.FeedMaxBytes != -1 && cfg.FeedMaxBytes < minFeedBytes {
 		return nil, fmt.Errorf("handlers: FeedMaxBytes %d must be -1 (no bound) or at least %d (1 MiB, the largest event)", cfg.FeedMaxBytes, minFeedBytes)
@@ -353,7 +365,7 @@ func New(nc *nats.Conn, store *projections.Store, cfg Config) (*Service, error) 
 		admins[a.PublicKey] = a.Name
 	}
 	s := &Service{cfg: cfg, tracer: cfg.Tracer.Tracer(tracerName), key: key, nc: nc, js: js, store: store, admission: newAdmission(cfg), disk: newDiskGauge(store.Dir(), cfg.MinFreeDisk, cfg.Logger),
-		runners: newRunners(maxIdleRunners), admins: admins, ready: make(chan struct{}), changed: make(chan struct{})}
+		runners: newRunners(maxIdleRunners), reading: newTurns(cfg.MaxQueriesRunning), admins: admins, ready: make(chan struct{}), changed: make(chan struct{})}
 	if s.metrics, err = newMetrics(cfg.Metrics, s); err != nil {
 		return nil, fmt.Errorf("handlers: Config.Metrics: %w", err)
 	}
@@ -373,6 +385,14 @@ func (s *Service) LogKey() *eventstore.LogKey { return s.key }
 // Run serves until ctx ends or a part fails; it returns nil on ctx's end.
 func (s *Service) Run(ctx context.Context) error {
 	defer s.runners.stop()
+	// Run's other deferred calls stop the endpoints first; then the
+	// requests already taken are answered before Run returns (and the
+	// views are closed after it).
+	defer func() {
+		if wait := s.cfg.MinSeqWait + 5*time.Second; !s.admission.stop(wait) {
+			s.cfg.Logger.Warn("handlers: requests still in flight when the service stopped", "waited", wait)
+		}
+	}()
 	// A cluster may still be electing its JetStream leader: keep trying,
 	// unless the log's stream is not as declared (it is never changed).
 	l := s.cfg.Log
@@ -475,11 +495,11 @@ func (s *Service) Run(ctx context.Context) error {
 			return s.privacy.resealItem(ws, queue, s.cfg.Clock(), b)
 		}
 	}
-	qsvc, err := s.startQueries()
+	stopQueries, err := s.startQueries()
 	if err != nil {
 		return err
 	}
-	defer func() { _ = qsvc.Stop() }()
+	defer stopQueries()
 
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
