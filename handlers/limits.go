@@ -21,30 +21,48 @@ const (
 	// DefaultMaxInFlightPerCaller is Config.MaxInFlightPerCaller's default
 	// (a quarter of MaxInFlight when that is smaller).
 	DefaultMaxInFlightPerCaller = 1 << 10
+	// DefaultMaxBytesInFlight is Config.MaxBytesInFlight's default.
+	DefaultMaxBytesInFlight = 256 << 20
+	// DefaultMaxBytesInFlightPerCaller is Config.MaxBytesInFlightPerCaller's
+	// default (a quarter of MaxBytesInFlight when that is smaller).
+	DefaultMaxBytesInFlightPerCaller = 32 << 20
 )
 
 // admission counts the requests in flight — those taken and not yet
-// answered — and refuses one over a limit: its caller's, the queries', or
-// the service's. Refusals are answered at once with unavailable, from replies
-// encoded once: a flood costs a lookup per request, no more.
+// answered — and their bytes, and refuses one over a limit: its caller's,
+// the queries', or the service's. Refusals are answered at once with
+// unavailable, from replies encoded once: a flood costs a lookup per
+// request, no more. A request that comes when its caller has none in flight
+// is never refused for its bytes (it is bounded by the NATS server's
+// max_payload), nor one that comes when the service has none.
 type admission struct {
 	maxCaller, maxQueries, maxAll int
+	maxCallerBytes, maxAllBytes   int
 
-	refuseCaller, refuseQueries, refuseAll []byte
+	refuseCaller, refuseQueries, refuseAll, refuseCallerBytes, refuseAllBytes []byte
 
 	mu      sync.Mutex
-	callers map[string]int // requests in flight by caller; callers with none are absent
+	callers map[string]inFlight // by caller; callers with none are absent
 	queries int
-	all     int
+	all     inFlight
 	// stopped, once set, refuses every request; drained is closed when the
 	// last one admitted before is answered.
 	stopped bool
 	drained chan struct{}
 }
 
+// inFlight is a count of requests in flight and of their bytes.
+type inFlight struct{ n, bytes int }
+
 func newAdmission(cfg Config) *admission {
 	return &admission{
 		maxCaller: cfg.MaxInFlightPerCaller, maxQueries: cfg.MaxQueriesInFlight, maxAll: cfg.MaxInFlight,
+		maxCallerBytes: cfg.MaxBytesInFlightPerCaller, maxAllBytes: cfg.MaxBytesInFlight,
+		refuseCallerBytes: errResponse(&schemas.Error{Code: schemas.CodeUnavailable, Message: fmt.Sprintf(
+			"this caller's requests in flight already hold %d MiB, the most one identity may have at once: "+
+				"retry once some of them are answered (the limit is this caller's own; other callers are served)", cfg.MaxBytesInFlightPerCaller>>20)}),
+		refuseAllBytes: errResponse(&schemas.Error{Code: schemas.CodeUnavailable,
+			Message: "the service is at its limit of bytes of requests in flight: retry shortly"}),
 		refuseCaller: errResponse(&schemas.Error{Code: schemas.CodeUnavailable, Message: fmt.Sprintf(
 			"this caller already has %d requests in flight, the most one identity may have at once: "+
 				"retry once some of them are answered (the limit is this caller's own; other callers are served)", cfg.MaxInFlightPerCaller)}),
@@ -52,7 +70,7 @@ func newAdmission(cfg Config) *admission {
 			"the service is at its limit of %d queries in flight (commands keep room of their own): retry shortly", cfg.MaxQueriesInFlight)}),
 		refuseAll: errResponse(&schemas.Error{Code: schemas.CodeUnavailable,
 			Message: "the service is at its limit of requests in flight: retry shortly"}),
-		callers: map[string]int{},
+		callers: map[string]inFlight{},
 		drained: make(chan struct{}),
 	}
 }
@@ -68,7 +86,7 @@ func (a *admission) stop(d time.Duration) bool {
 	a.mu.Lock()
 	if !a.stopped {
 		a.stopped = true
-		if a.all == 0 {
+		if a.all.n == 0 {
 			close(a.drained)
 		}
 	}
@@ -83,44 +101,49 @@ func (a *admission) stop(d time.Duration) bool {
 	}
 }
 
-// admit takes a place for a request of caller, a query when query is set. It
-// returns nil when the request may be served (it then holds its place until
-// release), or the reply that refuses it.
-func (a *admission) admit(caller string, query bool) []byte {
+// admit takes a place for a request of caller of size bytes, a query when
+// query is set. It returns nil when the request may be served (it then
+// holds its place until release), or the reply that refuses it.
+func (a *admission) admit(caller string, size int, query bool) []byte {
 	a.mu.Lock()
 	defer a.mu.Unlock()
+	mine := a.callers[caller]
 	switch {
 	case a.stopped:
 		return refuseStopped
-	case a.callers[caller] >= a.maxCaller:
+	case mine.n >= a.maxCaller:
 		return a.refuseCaller
+	case mine.n > 0 && mine.bytes+size > a.maxCallerBytes:
+		return a.refuseCallerBytes
 	case query && a.queries >= a.maxQueries:
 		return a.refuseQueries
-	case a.all >= a.maxAll:
+	case a.all.n >= a.maxAll:
 		return a.refuseAll
+	case a.all.n > 0 && a.all.bytes+size > a.maxAllBytes:
+		return a.refuseAllBytes
 	}
-	a.callers[caller]++
-	a.all++
+	a.callers[caller] = inFlight{mine.n + 1, mine.bytes + size}
+	a.all = inFlight{a.all.n + 1, a.all.bytes + size}
 	if query {
 		a.queries++
 	}
 	return nil
 }
 
-// release gives back the place of an admitted request.
-func (a *admission) release(caller string, query bool) {
+// release gives back the place of an admitted request of size bytes.
+func (a *admission) release(caller string, size int, query bool) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	if n := a.callers[caller]; n > 1 {
-		a.callers[caller] = n - 1
+	if mine := a.callers[caller]; mine.n > 1 {
+		a.callers[caller] = inFlight{mine.n - 1, mine.bytes - size}
 	} else {
 		delete(a.callers, caller)
 	}
-	a.all--
+	a.all = inFlight{a.all.n - 1, a.all.bytes - size}
 	if query {
 		a.queries--
 	}
-	if a.stopped && a.all == 0 {
+	if a.stopped && a.all.n == 0 {
 		close(a.drained)
 	}
 }
@@ -158,7 +181,8 @@ func respond(req micro.Request, reply []byte, opts ...micro.RespondOpt) error {
 func (s *Service) asyncRespond(req micro.Request, query bool, handle func(sender) ([]byte, micro.Headers)) {
 	who := senderOf(req.Headers()) // decoded once: admission and authorization share it
 	caller := who.key()
-	if refusal := s.admission.admit(caller, query); refusal != nil {
+	size := len(req.Data())
+	if refusal := s.admission.admit(caller, size, query); refusal != nil {
 		_ = respond(req, refusal)
 		return
 	}
@@ -166,7 +190,7 @@ func (s *Service) asyncRespond(req micro.Request, query bool, handle func(sender
 		// The place is given back before the reply leaves: a caller that
 		// sends its next request once answered finds it free.
 		reply, h := func() ([]byte, micro.Headers) {
-			defer s.admission.release(caller, query)
+			defer s.admission.release(caller, size, query)
 			return handle(who)
 		}()
 		var opts []micro.RespondOpt

@@ -26,39 +26,39 @@ func requireRefused(t *testing.T, reply []byte, what string) {
 }
 
 func TestAdmissionLimits(t *testing.T) {
-	a := newAdmission(Config{MaxInFlight: 6, MaxQueriesInFlight: 4, MaxInFlightPerCaller: 3})
+	a := newAdmission(Config{MaxInFlight: 6, MaxQueriesInFlight: 4, MaxInFlightPerCaller: 3}.withDefaults())
 
 	// One caller: three requests in flight, then its own limit, for queries
 	// and commands alike.
 	for range 3 {
-		require.Nil(t, a.admit("flooder", true))
+		require.Nil(t, a.admit("flooder", 1, true))
 	}
-	requireRefused(t, a.admit("flooder", true), "this caller already has 3 requests in flight")
-	requireRefused(t, a.admit("flooder", false), "this caller")
+	requireRefused(t, a.admit("flooder", 1, true), "this caller already has 3 requests in flight")
+	requireRefused(t, a.admit("flooder", 1, false), "this caller")
 
 	// Another caller's query takes the queries' last place; a third
 	// caller's query is refused at the queries' limit.
-	require.Nil(t, a.admit("other", true))
-	requireRefused(t, a.admit("third", true), "limit of 4 queries in flight")
+	require.Nil(t, a.admit("other", 1, true))
+	requireRefused(t, a.admit("third", 1, true), "limit of 4 queries in flight")
 
 	// Commands keep their room: two places are left for them.
-	require.Nil(t, a.admit("third", false))
-	require.Nil(t, a.admit("third", false))
-	requireRefused(t, a.admit("fourth", false), "the service is at its limit of requests in flight")
+	require.Nil(t, a.admit("third", 1, false))
+	require.Nil(t, a.admit("third", 1, false))
+	requireRefused(t, a.admit("fourth", 1, false), "the service is at its limit of requests in flight")
 
 	// Answered requests give their places back; a caller with none in
 	// flight is forgotten.
 	for range 3 {
-		a.release("flooder", true)
+		a.release("flooder", 1, true)
 	}
 	require.NotContains(t, a.callers, "flooder")
-	require.Nil(t, a.admit("fourth", false))
-	require.Nil(t, a.admit("flooder", true))
-	a.release("flooder", true)
-	a.release("fourth", false)
-	a.release("other", true)
-	a.release("third", false)
-	a.release("third", false)
+	require.Nil(t, a.admit("fourth", 1, false))
+	require.Nil(t, a.admit("flooder", 1, true))
+	a.release("flooder", 1, true)
+	a.release("fourth", 1, false)
+	a.release("other", 1, true)
+	a.release("third", 1, false)
+	a.release("third", 1, false)
 	require.Empty(t, a.callers)
 	require.Zero(t, a.all)
 	require.Zero(t, a.queries)
@@ -144,8 +144,8 @@ func TestTurnsGoRoundTheCallers(t *testing.T) {
 
 // A stopping service refuses what comes and waits for what it took.
 func TestAStoppingServiceAnswersWhatItTook(t *testing.T) {
-	a := newAdmission(Config{MaxInFlight: 8, MaxQueriesInFlight: 4, MaxInFlightPerCaller: 4})
-	require.Nil(t, a.admit("one", true))
+	a := newAdmission(Config{MaxInFlight: 8, MaxQueriesInFlight: 4, MaxInFlightPerCaller: 4}.withDefaults())
+	require.Nil(t, a.admit("one", 1, true))
 	stopped := make(chan bool)
 	go func() { stopped <- a.stop(time.Minute) }()
 	require.Eventually(t, func() bool {
@@ -153,19 +153,40 @@ func TestAStoppingServiceAnswersWhatItTook(t *testing.T) {
 		defer a.mu.Unlock()
 		return a.stopped
 	}, 10*time.Second, time.Millisecond)
-	requireRefused(t, a.admit("two", false), "this replica is stopping")
+	requireRefused(t, a.admit("two", 1, false), "this replica is stopping")
 	select {
 	case <-stopped:
 		t.Fatal("stopped with a query still in flight")
 	default:
 	}
-	a.release("one", true)
+	a.release("one", 1, true)
 	require.True(t, <-stopped)
 	require.False(t, newAdmissionStoppedWithOneInFlight().stop(10*time.Millisecond), "a request never answered is waited for d only")
 }
 
 func newAdmissionStoppedWithOneInFlight() *admission {
-	a := newAdmission(Config{MaxInFlight: 8, MaxQueriesInFlight: 4, MaxInFlightPerCaller: 4})
-	a.admit("stuck", false)
+	a := newAdmission(Config{MaxInFlight: 8, MaxQueriesInFlight: 4, MaxInFlightPerCaller: 4}.withDefaults())
+	a.admit("stuck", 1, false)
 	return a
+}
+
+// The bytes of a caller's requests in flight are bounded as their number
+// is: past its bytes, a caller's next request is refused naming them, while
+// another caller is served; a request that comes alone is never refused for
+// its size.
+func TestAdmissionBoundsTheBytesInFlight(t *testing.T) {
+	a := newAdmission(Config{MaxBytesInFlight: 40 << 20, MaxBytesInFlightPerCaller: 10 << 20}.withDefaults())
+	require.Nil(t, a.admit("flooder", 20<<20, false), "alone: taken whatever its size")
+	requireRefused(t, a.admit("flooder", 1, false), "this caller's requests in flight already hold 10 MiB")
+	a.release("flooder", 20<<20, false)
+	for range 4 {
+		require.Nil(t, a.admit("flooder", 2<<20, false))
+	}
+	requireRefused(t, a.admit("flooder", 3<<20, false), "already hold 10 MiB")
+	require.Nil(t, a.admit("flooder", 2<<20, false), "up to its bytes")
+	for _, c := range []string{"a", "b", "c"} {
+		require.Nil(t, a.admit(c, 9<<20, false))
+	}
+	requireRefused(t, a.admit("d", 4<<20, false), "the service is at its limit of bytes of requests in flight")
+	require.Nil(t, a.admit("d", 3<<20, false))
 }

@@ -83,6 +83,18 @@ type Config struct {
 	// client has in flight (a CLI one, an SDK worker its concurrency and a
 	// heartbeat per job), far below the service's whole budget.
 	MaxInFlightPerCaller int
+	// MaxBytesInFlight bounds the bytes of the requests handled at once
+	// (their bodies, as they came): one over it is refused with
+	// unavailable, unless none is in flight. The service holds a few copies
+	// of each as it decodes and seals it. Default 256 MiB.
+	MaxBytesInFlight int
+	// MaxBytesInFlightPerCaller bounds the bytes of one caller's requests
+	// handled at once, as MaxInFlightPerCaller their number: a caller with
+	// a thousand large commands in flight held ~800 MiB of the service's
+	// heap. At most MaxBytesInFlight. Default 32 MiB, or a quarter of
+	// MaxBytesInFlight when that is smaller: twice what an SDK worker
+	// running 64 jobs holds when each reports a result at the bound.
+	MaxBytesInFlightPerCaller int
 	// MaxReplyBytes bounds a reply: a query's result is kept 4 KiB under it
 	// (list queries answer as many items as fit, and a cursor to continue;
 	// a single result too large is refused with too_large). Default, and at
@@ -213,6 +225,12 @@ func (c Config) withDefaults() Config {
 	if c.MaxQueriesInFlight == 0 {
 		c.MaxQueriesInFlight = max(1, c.MaxInFlight*3/4)
 	}
+	if c.MaxBytesInFlight == 0 {
+		c.MaxBytesInFlight = DefaultMaxBytesInFlight
+	}
+	if c.MaxBytesInFlightPerCaller == 0 {
+		c.MaxBytesInFlightPerCaller = max(1, min(DefaultMaxBytesInFlightPerCaller, c.MaxBytesInFlight/4))
+	}
 	if c.MaxQueriesRunning == 0 {
 		c.MaxQueriesRunning = max(4, 2*runtime.GOMAXPROCS(0))
 	}
@@ -338,9 +356,10 @@ func New(nc *nats.Conn, store *projections.Store, cfg Config) (*Service, error) 
 		return nil, fmt.Errorf("handlers: prefix %q and partition %q must be valid subject tokens", cfg.Prefix, cfg.Partition)
 	}
 	if cfg.MaxInFlight < 0 || cfg.MaxQueriesInFlight < 0 || cfg.MaxQueriesInFlight > cfg.MaxInFlight ||
-		cfg.MaxInFlightPerCaller < 0 || cfg.MaxInFlightPerCaller > cfg.MaxInFlight || cfg.MaxQueriesRunning < 0 {
-		return nil, fmt.Errorf("handlers: MaxInFlight %d, MaxQueriesInFlight %d, MaxInFlightPerCaller %d and MaxQueriesRunning %d must be positive, the middle two at most MaxInFlight",
-			cfg.MaxInFlight, cfg.MaxQueriesInFlight, cfg.MaxInFlightPerCaller, cfg.MaxQueriesRunning)
+		cfg.MaxInFlightPerCaller < 0 || cfg.MaxInFlightPerCaller > cfg.MaxInFlight || cfg.MaxQueriesRunning < 0 ||
+		cfg.MaxBytesInFlight < 0 || cfg.MaxBytesInFlightPerCaller < 0 || cfg.MaxBytesInFlightPerCaller > cfg.MaxBytesInFlight {
+		return nil, fmt.Errorf("handlers: MaxInFlight %d, MaxQueriesInFlight %d, MaxInFlightPerCaller %d, MaxQueriesRunning %d, MaxBytesInFlight %d and MaxBytesInFlightPerCaller %d must be positive, the second and third at most MaxInFlight, the last at most MaxBytesInFlight",
+			cfg.MaxInFlight, cfg.MaxQueriesInFlight, cfg.MaxInFlightPerCaller, cfg.MaxQueriesRunning, cfg.MaxBytesInFlight, cfg.MaxBytesInFlightPerCaller)
 	}
 	if cfg.FeedMaxBytes != -1 && cfg.FeedMaxBytes < minFeedBytes {
 		return nil, fmt.Errorf("handlers: FeedMaxBytes %d must be -1 (no bound) or at least %d (1 MiB, the largest event)", cfg.FeedMaxBytes, minFeedBytes)

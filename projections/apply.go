@@ -30,6 +30,7 @@ type batchState struct {
 	// versions are the ritual versions the record defines.
 	versions   []*domain.RitualVersion
 	taskBefore map[string]*domain.Task // state before the record, for index moves
+	sizes      map[string]int          // the bytes flush wrote for each goal and task (by key)
 	goalBefore map[string]*domain.Goal // likewise, for the goals' timers
 	tips       map[string]tip
 	// counts are the counts of tasks by state of the goals whose tasks the
@@ -65,7 +66,8 @@ func (bs *batchState) cacheDone() {
 			}
 		}
 		if g.State == domain.GoalStateOpen {
-			s.cache[string(key(pGoal, id))] = g
+			k := string(key(pGoal, id))
+			s.cacheSized(k, g, bs.sizes[k])
 			continue
 		}
 		s.forget(domain.AggGoal, id)
@@ -86,7 +88,8 @@ func (bs *batchState) cacheDone() {
 			}
 		}
 		if !domain.Terminal(t.State) || bs.planHolds(t.GoalID, id) {
-			s.cache[string(key(pTask, id))] = t
+			k := string(key(pTask, id))
+			s.cacheSized(k, t, bs.sizes[k])
 		} else {
 			s.forget(domain.AggTask, id)
 		}
@@ -251,9 +254,7 @@ func (s *Store) apply(seq uint64, c *eventstore.Commit, decided bool, final *dom
 	for id, x := range bs.schedules {
 		s.cache[string(key(pSchedule, id))] = x
 	}
-	if len(s.cache) > s.opts.CacheEntries {
-		clear(s.cache)
-	}
+	s.trimCache()
 	s.checkpoint, s.logTip = seq, next
 	close(s.advanced)
 	s.advanced = make(chan struct{})
@@ -525,8 +526,11 @@ func (bs *batchState) flush(b *pebble.Batch) error {
 			return err
 		}
 	}
+	if bs.sizes == nil {
+		bs.sizes = make(map[string]int, len(bs.goals)+len(bs.tasks))
+	}
 	for id, g := range bs.goals {
-		if err := setJSON(b, key(pGoal, id), g); err != nil {
+		if err := bs.setSized(b, key(pGoal, id), g); err != nil {
 			return err
 		}
 		if err := b.Set(key(pGoalByWS, g.Workspace, id), nil, nil); err != nil {
@@ -537,7 +541,7 @@ func (bs *batchState) flush(b *pebble.Batch) error {
 		}
 	}
 	for id, t := range bs.tasks {
-		if err := setJSON(b, key(pTask, id), t); err != nil {
+		if err := bs.setSized(b, key(pTask, id), t); err != nil {
 			return err
 		}
 		before := bs.taskBefore[id]
@@ -587,6 +591,16 @@ func (bs *batchState) flush(b *pebble.Batch) error {
 		}
 	}
 	return nil
+}
+
+// setSized is setJSON that notes the bytes written, for the cache's bound.
+func (bs *batchState) setSized(b *pebble.Batch, k []byte, v any) error {
+	buf, err := fastjson.Marshal(v)
+	if err != nil {
+		return err
+	}
+	bs.sizes[string(k)] = len(buf)
+	return b.Set(k, buf, nil)
 }
 
 func setJSON(b *pebble.Batch, k []byte, v any) error {

@@ -34,3 +34,11 @@ func Uncached(s *Store, id string) (task *domain.Task, goal *domain.Goal, deps [
 	tp, err := s.lastEvent(typ, id)
 	return task, goal, deps, tp.Version, tp.Hash, err
 }
+
+// CachedBytes returns the stored bytes of the goals and tasks s's cache
+// holds.
+func CachedBytes(s *Store) int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.cacheBytes
+}

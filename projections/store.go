@@ -35,6 +35,11 @@ type Options struct {
 	Upcasters *eventstore.Upcasters
 	// CacheEntries bounds the decoded aggregates kept in memory (default 100,000).
 	CacheEntries int
+	// CacheBytes bounds the bytes, as stored, of the goals and tasks kept
+	// decoded in memory (default 64 MiB): a backlog of tasks with large
+	// inputs would otherwise hold them all (a client creating tasks of
+	// 250 KiB took the heap past 5 GiB).
+	CacheBytes int
 	// OnDamaged, when set, makes Open move views it cannot open, or whose
 	// files fail their checksums, aside (to <dir>.corrupt-<UTC time>) and
 	// open empty ones in their place; catching up then rebuilds them from
@@ -46,6 +51,9 @@ type Options struct {
 func (o Options) withDefaults() Options {
 	if o.CacheEntries == 0 {
 		o.CacheEntries = 100_000
+	}
+	if o.CacheBytes == 0 {
+		o.CacheBytes = 64 << 20
 	}
 	if o.Upcasters == nil {
 		o.Upcasters = DomainUpcasters()
@@ -69,6 +77,8 @@ type Store struct {
 	logTip     eventstore.LogTip
 	advanced   chan struct{} // closed and replaced whenever checkpoint moves
 	cache      map[string]any
+	cacheSizes map[string]int                             // the stored bytes of the cached goals and tasks
+	cacheBytes int                                        // their sum
 	applied    atomic.Pointer[func(c *eventstore.Commit)] // OnApplied
 	damaged    chan struct{}                              // closed when Pebble reports on-disk corruption
 	damage     error                                      // the first corruption reported
@@ -136,7 +146,7 @@ func open(dir string, opts Options) (_ *Store, err error) {
 	if err != nil {
 		return nil, fmt.Errorf("projections: the views in %s are in use: %w", dir, err)
 	}
-	s := &Store{lock: lock, dir: dir, opts: opts, advanced: make(chan struct{}), cache: map[string]any{},
+	s := &Store{lock: lock, dir: dir, opts: opts, advanced: make(chan struct{}), cache: map[string]any{}, cacheSizes: map[string]int{},
 		damaged: make(chan struct{}), reports: &atomic.Pointer[Store]{}}
 	s.reports.Store(s)
 	reports := s.reports
@@ -330,7 +340,7 @@ func (s *Store) Reset(cause error) (string, error) {
 	s.mu.Lock()
 	s.db, s.lock = fresh.db, fresh.lock
 	s.checkpoint, s.logTip = fresh.checkpoint, fresh.logTip
-	clear(s.cache)
+	s.clearCache()
 	s.gen++
 	s.damaged, s.damage = make(chan struct{}), nil
 	s.mu.Unlock()
@@ -421,27 +431,33 @@ func (p pebbleLogger) Fatalf(format string, args ...any) {
 }
 
 // get decodes the value at k into v; false when absent.
-func (s *Store) get(k []byte, v any) (_ bool, err error) {
+func (s *Store) get(k []byte, v any) (bool, error) {
+	ok, _, err := s.getSized(k, v)
+	return ok, err
+}
+
+// getSized is get that also returns the bytes the value took as stored.
+func (s *Store) getSized(k []byte, v any) (_ bool, size int, err error) {
 	if s.db == nil {
-		return false, ErrClosed
+		return false, 0, ErrClosed
 	}
 	defer s.recoverInto(&err)
 	if s.keys != nil && filtered(k) && !s.keys.mayContain(k) {
-		return false, nil
+		return false, 0, nil
 	}
 	s.pebbleGets.Add(1)
 	b, closer, err := s.db.Get(k)
 	if errors.Is(err, pebble.ErrNotFound) {
-		return false, nil
+		return false, 0, nil
 	}
 	if err != nil {
-		return false, fmt.Errorf("projections: get %q: %w", k, s.damagedErr(err))
+		return false, 0, fmt.Errorf("projections: get %q: %w", k, s.damagedErr(err))
 	}
 	defer func() { _ = closer.Close() }()
 	if err := fastjson.Unmarshal(b, v); err != nil {
-		return false, fmt.Errorf("projections: decode %q: %w", k, err)
+		return false, 0, fmt.Errorf("projections: decode %q: %w", k, err)
 	}
-	return true, nil
+	return true, len(b), nil
 }
 
 // errStop ends a scan early without an error.
@@ -538,7 +554,7 @@ func aggKey(typ, id string) []byte {
 // forget takes goal or task id out of the cache, with its tip and, for a
 // task, its dependents, for a goal, its counts. The caller holds s.mu.
 func (s *Store) forget(typ, id string) {
-	delete(s.cache, string(aggKey(typ, id)))
+	s.uncache(string(aggKey(typ, id)))
 	delete(s.cache, string(key(pTip, typ, id)))
 	if typ == domain.AggTask {
 		delete(s.cache, string(key(pDependents, id)))
@@ -565,16 +581,50 @@ func (s *Store) addDependent(d, id string) {
 
 // remember caches v, read from Pebble under k when the cache's generation
 // was gen, unless the views changed since (v may be older than them).
-func (s *Store) remember(gen uint64, k string, v any) {
+func (s *Store) remember(gen uint64, k string, v any, size int) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.gen != gen {
 		return
 	}
-	if len(s.cache) >= s.opts.CacheEntries {
-		clear(s.cache) // crude but bounded; hot aggregates come back on the next read
-	}
+	s.cacheSized(k, v, size)
+	s.trimCache()
+}
+
+// cacheSized caches v under k, counting size bytes for it. The caller
+// holds s.mu.
+func (s *Store) cacheSized(k string, v any, size int) {
+	s.uncache(k)
 	s.cache[k] = v
+	if size > 0 {
+		s.cacheSizes[k] = size
+		s.cacheBytes += size
+	}
+}
+
+// uncache takes k out of the cache. The caller holds s.mu.
+func (s *Store) uncache(k string) {
+	delete(s.cache, k)
+	if n, ok := s.cacheSizes[k]; ok {
+		delete(s.cacheSizes, k)
+		s.cacheBytes -= n
+	}
+}
+
+// trimCache empties the cache once it holds more than Options.CacheEntries
+// entries or CacheBytes bytes: crude but bounded; hot aggregates come back
+// on the next read. The caller holds s.mu.
+func (s *Store) trimCache() {
+	if len(s.cache) > s.opts.CacheEntries || s.cacheBytes > s.opts.CacheBytes {
+		s.clearCache()
+	}
+}
+
+// clearCache empties the cache. The caller holds s.mu.
+func (s *Store) clearCache() {
+	clear(s.cache)
+	clear(s.cacheSizes)
+	s.cacheBytes = 0
 }
 
 // Workspace returns the workspace named name, or nil.
@@ -617,14 +667,14 @@ func load[S any](s *Store, prefix, id string) (*S, error) {
 		return v.(*S), nil
 	}
 	var st S
-	ok, err := s.get([]byte(k), &st)
+	ok, size, err := s.getSized([]byte(k), &st)
 	if err != nil || !ok {
 		return nil, err
 	}
 	if s.afterRead != nil {
 		s.afterRead()
 	}
-	s.remember(gen, k, &st)
+	s.remember(gen, k, &st, size)
 	return &st, nil
 }
 
@@ -638,7 +688,7 @@ func (s *Store) Dependents(id string) ([]string, error) {
 	}
 	out, err := s.scanDependents(id)
 	if err == nil {
-		s.remember(gen, ck, out)
+		s.remember(gen, ck, out, 0)
 	}
 	return out, err
 }

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -759,4 +760,32 @@ func TestWorkOnACachedGoalReadsNothingFromPebble(t *testing.T) {
 	v, err := s.GoalView("w", gid)
 	require.NoError(t, err)
 	require.Equal(t, map[string]int{domain.StateAccepted: 2}, v.Counts)
+}
+
+// The cache holds at most Options.CacheBytes of goals and tasks: a plan of
+// tasks with large inputs, all open, does not stay decoded in memory —
+// reading them back reaches Pebble — and every task reads back whole.
+func TestTheCacheIsBoundedInBytes(t *testing.T) {
+	s, err := projections.Open("views", projections.Options{FS: vfs.NewMem(), CacheBytes: 256 << 10})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = s.Close() })
+	h := inWorkspace(t, s)
+	input := json.RawMessage(`{"blob":"` + strings.Repeat("x", 40<<10) + `"}`)
+	var specs []domain.TaskSpec
+	for i := range 20 {
+		sp := spec(fmt.Sprintf("t%d", i))
+		sp.Input = input
+		specs = append(specs, sp)
+	}
+	_, ids := h.goalWithPlan(specs...)
+	require.LessOrEqual(t, projections.CachedBytes(s), 256<<10, "the cache holds no more than its bound")
+
+	before := projections.PebbleGets(s)
+	for _, id := range ids {
+		tk, err := s.Task(id)
+		require.NoError(t, err)
+		require.JSONEq(t, string(input), string(tk.Spec.Input))
+	}
+	require.Positive(t, projections.PebbleGets(s)-before, "800 KiB of open tasks were not all kept in a cache of 256 KiB")
+	require.LessOrEqual(t, projections.CachedBytes(s), 256<<10)
 }
