@@ -595,18 +595,21 @@ func (bs *batchState) flush(b *pebble.Batch) error {
 
 // setSized is setJSON that notes the bytes written, for the cache's bound.
 func (bs *batchState) setSized(b *pebble.Batch, k []byte, v any) error {
-	buf, err := fastjson.Marshal(v)
-	if err != nil {
-		return err
-	}
-	bs.sizes[string(k)] = len(buf)
-	return b.Set(k, buf, nil)
+	n, err := setJSONSized(b, k, v)
+	bs.sizes[string(k)] = n
+	return err
 }
 
 func setJSON(b *pebble.Batch, k []byte, v any) error {
+	_, err := setJSONSized(b, k, v)
+	return err
+}
+
+// setJSONSized sets k to v encoded and returns the encoding's length.
+func setJSONSized(b *pebble.Batch, k []byte, v any) (int, error) {
 	buf, err := fastjson.Marshal(v)
 	if err != nil {
-		return err
+		return 0, err
 	}
-	return b.Set(k, buf, nil)
+	return len(buf), b.Set(k, buf, nil)
 }
