@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -289,5 +290,88 @@ func TestAFloodOfLargeQueriesLeavesCommandsServed(t *testing.T) {
 		a := requestReply(client, m)
 		require.NoError(t, a.err, "command %d during the flood (%d listings answered)", i, listed.Load())
 		require.True(t, a.r.OK, "%+v", a.r.Error)
+	}
+}
+
+// One identity keeps its 10 MiB of large commands in flight while another
+// sends commands one at a time: each of the other's commands is committed
+// after at most the few of the flooder's the writer already held — it takes
+// commands in turn by caller — not after all of them. (It took them in the
+// order they came: ~37 of the flooder's, ~3 s, ahead of each; with the
+// default 4 MiB handed to the writer and 30 MiB flooding, ~117 against 16.)
+// Counted in commits, not timed.
+func TestAFloodOfLargeCommandsLeavesOthersTheirTurn(t *testing.T) {
+	if testing.Short() {
+		t.Skip("floods the service for seconds")
+	}
+	const size, flooding, atTheWriter = 250 << 10, 40, 1 << 20
+	st := servicetest.Start(t, "", servicetest.Options{Secure: true, Config: handlers.Config{MaxWriterBytes: atTheWriter}})
+	flooder := st.Member(t, "default", "flooder", domain.RoleClient)
+	client := st.Member(t, "default", "client", domain.RoleClient)
+	body, err := json.Marshal(map[string]any{"spec": map[string]any{"queue": "flood",
+		"input": map[string]any{"blob": strings.Repeat("x", size)}}})
+	require.NoError(t, err)
+
+	ctx, stop := context.WithCancel(t.Context())
+	var flooded sync.WaitGroup
+	var mu sync.Mutex
+	var floods []uint64 // the log sequences of the flooder's commits
+	for range flooding {
+		flooded.Go(func() {
+			for ctx.Err() == nil {
+				m, err := flooder.RequestWithContext(ctx, "dwr.cmd.default.task.create", body)
+				if err != nil {
+					continue
+				}
+				var r schemas.Reply
+				if json.Unmarshal(m.Data, &r) == nil && r.OK {
+					mu.Lock()
+					floods = append(floods, r.Seq)
+					mu.Unlock()
+				}
+			}
+		})
+	}
+	stopped := false
+	end := func() {
+		if !stopped {
+			stopped = true
+			stop()
+			flooded.Wait()
+		}
+	}
+	defer end()
+	servicetest.Eventually(t, time.Minute, func() bool { // the flood is on
+		mu.Lock()
+		defer mu.Unlock()
+		return len(floods) >= flooding
+	})
+
+	type span struct{ after, at uint64 } // the log's end when sent, the commit
+	var spans []span
+	for i := range 5 {
+		after, err := st.Svc.Log().LastSeq(t.Context())
+		require.NoError(t, err)
+		m := nats.NewMsg("dwr.cmd.default.goal.create")
+		m.Header.Set(schemas.HeaderCommandID, fmt.Sprintf("beside-the-flood-%d", i))
+		m.Data, _ = json.Marshal(map[string]any{"title": fmt.Sprintf("beside the flood %d", i)})
+		a := requestReply(client, m)
+		require.NoError(t, a.err)
+		require.True(t, a.r.OK, "%+v", a.r.Error)
+		spans = append(spans, span{after, a.r.Seq})
+	}
+	end()
+
+	// Ahead of the other caller's command: what the writer held when it
+	// came (1 MiB, 4 of these), and as many again committing or decided
+	// before its turn; never the rest of the flooder's in flight.
+	for _, s := range spans {
+		ahead := 0
+		for _, seq := range floods {
+			if seq > s.after && seq < s.at {
+				ahead++
+			}
+		}
+		require.LessOrEqual(t, ahead, 2*atTheWriter/size+4, "the flooder's commands committed between a command's sending and its commit (log %d → %d)", s.after, s.at)
 	}
 }

@@ -26,7 +26,13 @@ const (
 	// DefaultMaxBytesInFlightPerCaller is Config.MaxBytesInFlightPerCaller's
 	// default (a quarter of MaxBytesInFlight when that is smaller).
 	DefaultMaxBytesInFlightPerCaller = 32 << 20
+	// DefaultMaxWriterBytes is Config.MaxWriterBytes's default.
+	DefaultMaxWriterBytes = 4 << 20
 )
+
+// writerWeightFloor is the least a command counts toward MaxWriterBytes:
+// about what its metadata and events add to the smallest body.
+const writerWeightFloor = 512
 
 // admission counts the requests in flight — those taken and not yet
 // answered — and their bytes, and refuses one over a limit: its caller's,
@@ -203,62 +209,81 @@ func (s *Service) asyncRespond(req micro.Request, query bool, handle func(sender
 	})
 }
 
-// turns lets at most n holders in at once; the others wait, and a place
-// given back goes to the next caller in turn (round robin over the callers
-// waiting, each caller's own in the order they came), so that one caller
-// with many waiting does not hold up another's one.
+// turns lets holders in up to a capacity, each taking its weight of it;
+// the others wait, and what is given back goes to the next caller in turn
+// (round robin over the callers waiting, each caller's own in the order
+// they came), so that one caller with many waiting does not hold up
+// another's one. A holder heavier than the whole capacity enters alone. The
+// caller whose turn it is waits until its weight fits — no lighter holder
+// passes it — so a heavy one is not starved by light ones.
 type turns struct {
-	mu      sync.Mutex
-	free    int
-	waiting map[string][]chan struct{} // by caller, in the order they came
-	order   []string                   // the callers waiting, whose turn is next first
+	mu       sync.Mutex
+	capacity int
+	held     int
+	waiting  map[string][]waiter // by caller, in the order they came
+	order    []string            // the callers waiting, whose turn is next first
 }
 
-func newTurns(n int) *turns { return &turns{free: n, waiting: map[string][]chan struct{}{}} }
+// waiter is a holder waiting for its turn: turn is closed when it has it.
+type waiter struct {
+	weight int
+	turn   chan struct{}
+}
 
-// enter waits for caller's turn and returns the function that gives the
-// place back (once).
-func (t *turns) enter(caller string) (leave func()) {
+func newTurns(capacity int) *turns {
+	return &turns{capacity: capacity, waiting: map[string][]waiter{}}
+}
+
+// enter waits for caller's turn to hold weight and returns the function
+// that gives it back (once).
+func (t *turns) enter(caller string, weight int) (leave func()) {
 	t.mu.Lock()
-	if t.free > 0 {
-		t.free--
+	if len(t.order) == 0 && t.fits(weight) {
+		t.held += weight
 		t.mu.Unlock()
-		return t.leaver()
+		return t.leaver(weight)
 	}
-	turn := make(chan struct{})
+	w := waiter{weight: weight, turn: make(chan struct{})}
 	if len(t.waiting[caller]) == 0 {
 		t.order = append(t.order, caller)
 	}
-	t.waiting[caller] = append(t.waiting[caller], turn)
+	t.waiting[caller] = append(t.waiting[caller], w)
 	t.mu.Unlock()
-	<-turn // the place is handed over, never given back between
-	return t.leaver()
+	<-w.turn // its weight is held for it, never given back between
+	return t.leaver(weight)
 }
 
-func (t *turns) leaver() func() {
+// fits reports whether weight may be held now.
+func (t *turns) fits(weight int) bool { return t.held == 0 || t.held+weight <= t.capacity }
+
+func (t *turns) leaver(weight int) func() {
 	var once sync.Once
-	return func() { once.Do(t.leave) }
+	return func() { once.Do(func() { t.leave(weight) }) }
 }
 
-// leave hands the place to the next caller in turn, or frees it.
-func (t *turns) leave() {
+// leave gives weight back and lets in the callers whose turn it is, as long
+// as their weights fit.
+func (t *turns) leave(weight int) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	if len(t.order) == 0 {
-		t.free++
-		return
+	t.held -= weight
+	for len(t.order) > 0 {
+		caller := t.order[0]
+		queue := t.waiting[caller]
+		next := queue[0]
+		if !t.fits(next.weight) {
+			return
+		}
+		t.held += next.weight
+		t.order = t.order[1:]
+		if queue = queue[1:]; len(queue) > 0 {
+			t.waiting[caller] = queue
+			t.order = append(t.order, caller) // its next waits for the others' turns
+		} else {
+			delete(t.waiting, caller)
+		}
+		close(next.turn)
 	}
-	caller := t.order[0]
-	t.order = t.order[1:]
-	queue := t.waiting[caller]
-	next := queue[0]
-	if queue = queue[1:]; len(queue) > 0 {
-		t.waiting[caller] = queue
-		t.order = append(t.order, caller) // its next waits for the others' turns
-	} else {
-		delete(t.waiting, caller)
-	}
-	close(next)
 }
 
 // maxIdleRunners bounds the runners kept waiting for a request.

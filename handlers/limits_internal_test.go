@@ -109,12 +109,12 @@ func TestRunnersKeepUpToMaxIdleGoroutines(t *testing.T) {
 // the order they came.
 func TestTurnsGoRoundTheCallers(t *testing.T) {
 	tr := newTurns(1)
-	leave := tr.enter("flooder") // the one place
+	leave := tr.enter("flooder", 1) // the one place
 	got := make(chan string, 16)
 	waiting := func(caller string, n int) {
 		for i := range n {
 			go func() {
-				l := tr.enter(caller)
+				l := tr.enter(caller, 1)
 				got <- fmt.Sprintf("%s-%d", caller, i)
 				l()
 			}()
@@ -134,12 +134,92 @@ func TestTurnsGoRoundTheCallers(t *testing.T) {
 		order = append(order, <-got)
 	}
 	require.Equal(t, []string{"flooder-0", "other-0", "flooder-1", "flooder-2"}, order)
-	l := tr.enter("late") // every place was given back
+	l := tr.enter("late", 1) // every place was given back
 	l()
 	l() // a second call gives nothing more back
 	tr.mu.Lock()
 	defer tr.mu.Unlock()
-	require.Equal(t, 1, tr.free)
+	require.Zero(t, tr.held)
+}
+
+// Holders of different weights: what is given back goes to the callers in
+// turn while their weights fit; a lighter one never passes the caller whose
+// turn it is, and one heavier than the whole capacity enters alone.
+func TestTurnsWeighWhatTheyHold(t *testing.T) {
+	tr := newTurns(10)
+	first := tr.enter("flooder", 10) // all of it
+	in := make(chan string, 16)
+	leaves := map[string]chan struct{}{}
+	wait := func(caller string, i, weight int) {
+		name := fmt.Sprintf("%s-%d", caller, i)
+		leave := make(chan struct{})
+		leaves[name] = leave
+		tr.mu.Lock()
+		n := len(tr.waiting[caller])
+		tr.mu.Unlock()
+		go func() {
+			l := tr.enter(caller, weight)
+			in <- name
+			<-leave
+			l()
+		}()
+		require.Eventually(t, func() bool {
+			tr.mu.Lock()
+			defer tr.mu.Unlock()
+			return len(tr.waiting[caller]) == n+1
+		}, 10*time.Second, time.Millisecond)
+	}
+	// Turns are given under the lock, when a holder leaves: once leave
+	// returns, what is held says who was let in.
+	entered := func(held int, want ...string) {
+		t.Helper()
+		tr.mu.Lock()
+		require.Equal(t, held, tr.held)
+		tr.mu.Unlock()
+		got := make([]string, 0, len(want))
+		for range want {
+			select {
+			case name := <-in:
+				got = append(got, name)
+			case <-time.After(10 * time.Second):
+				t.Fatalf("entered %v, want %v", got, want)
+			}
+		}
+		require.ElementsMatch(t, want, got)
+	}
+	leave := func(name string) {
+		t.Helper()
+		tr.mu.Lock()
+		held := tr.held
+		tr.mu.Unlock()
+		close(leaves[name])
+		require.Eventually(t, func() bool {
+			tr.mu.Lock()
+			defer tr.mu.Unlock()
+			return tr.held != held
+		}, 10*time.Second, time.Millisecond)
+	}
+	wait("flooder", 0, 6)
+	wait("flooder", 1, 6)
+	wait("other", 0, 3)
+	wait("other", 1, 3)
+	wait("huge", 0, 25)
+
+	first()
+	entered(9, "flooder-0", "other-0") // huge's turn is next, and it waits
+	leave("flooder-0")
+	entered(3) // huge waits for the rest, and no one passes it
+	leave("other-0")
+	entered(25, "huge-0") // alone
+	leave("huge-0")
+	entered(9, "flooder-1", "other-1")
+	leave("flooder-1")
+	leave("other-1")
+	require.Eventually(t, func() bool {
+		tr.mu.Lock()
+		defer tr.mu.Unlock()
+		return tr.held == 0
+	}, 10*time.Second, time.Millisecond)
 }
 
 // A stopping service refuses what comes and waits for what it took.

@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/micro"
 
 	"github.com/dwr-run/dwr/domain"
@@ -33,11 +34,9 @@ var QueryNames = []string{"workspace.list", "goal.get", "goal.list", "task.get",
 // caller's commands failed until it came back.) stop stops the endpoints
 // and closes the connection.
 func (s *Service) startQueries() (stop func(), err error) {
-	opts := s.nc.Opts
-	opts.Name += " (queries)"
-	nc, err := opts.Connect()
+	nc, err := s.connectionOf("queries")
 	if err != nil {
-		return nil, fmt.Errorf("handlers: the queries' NATS connection: %w", err)
+		return nil, err
 	}
 	svc, err := endpoints.New(nc, endpoints.Config{Name: "dwr-query", Version: s.cfg.Version, QueueGroup: micro.DefaultQueueGroup,
 		Description: "dwr queries: served from the views by every replica"})
@@ -65,6 +64,19 @@ func (s *Service) startQueries() (stop func(), err error) {
 		}
 	}
 	return stop, nil
+}
+
+// connectionOf returns a NATS connection of the service's own for use,
+// made with the options of the service's connection (so the same server,
+// credentials and TLS).
+func (s *Service) connectionOf(use string) (*nats.Conn, error) {
+	opts := s.nc.Opts
+	opts.Name += " (" + use + ")"
+	nc, err := opts.Connect()
+	if err != nil {
+		return nil, fmt.Errorf("handlers: the %s' NATS connection: %w", use, err)
+	}
+	return nc, nil
 }
 
 func (s *Service) handleQuery(name string, req micro.Request, who sender) []byte {
@@ -111,7 +123,7 @@ func (s *Service) handleQuery(name string, req micro.Request, who sender) []byte
 	}
 	// Reading the views takes the CPU: a caller's queries take turns with
 	// the others', and leave the rest of it to the service's own work.
-	defer s.reading.enter(who.key())()
+	defer s.reading.enter(who.key(), 1)()
 	seq := s.store.Checkpoint()
 	res, next, err := s.query(name, ws, p, q)
 	if err != nil {

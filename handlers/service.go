@@ -74,6 +74,15 @@ type Config struct {
 	// writer lost its lease and every caller's commands failed until it
 	// came back. Default twice the processors Go runs on (at least 4).
 	MaxQueriesRunning int
+	// MaxWriterBytes bounds the commands handed to the writer at once —
+	// queued for its next batch or in the one it commits — by their bytes
+	// (each counts at least writerWeightFloor); the others wait, taken in
+	// turn by caller. Without it the writer took commands in the order they
+	// came: one caller keeping its 32 MiB of large commands in flight made
+	// every other caller's command wait behind them, seconds. Four log
+	// records' worth keeps the writer's next batch ready while it commits
+	// one. Default 4 MiB.
+	MaxWriterBytes int
 	// MaxInFlightPerCaller bounds the requests of one caller handled at
 	// once — a caller is the identity the NATS server stamped on the request
 	// (account and user); requests without one count as one caller — so that
@@ -234,6 +243,9 @@ func (c Config) withDefaults() Config {
 	if c.MaxQueriesRunning == 0 {
 		c.MaxQueriesRunning = max(4, 2*runtime.GOMAXPROCS(0))
 	}
+	if c.MaxWriterBytes == 0 {
+		c.MaxWriterBytes = DefaultMaxWriterBytes
+	}
 	if c.MaxInFlightPerCaller == 0 {
 		c.MaxInFlightPerCaller = max(1, min(DefaultMaxInFlightPerCaller, c.MaxInFlight/4))
 	}
@@ -295,6 +307,7 @@ type Service struct {
 	admission  *admission
 	runners    *runners // run the handlers of requests
 	reading    *turns   // the queries reading the views, in turn by caller
+	deciding   *turns   // the commands' bytes handed to the writer, in turn by caller
 	// onQuery, when set, is called as a query starts to be served, with its
 	// caller's name and the query: tests hold queries in flight with it.
 	onQuery atomic.Pointer[func(actor, query string)]
@@ -356,10 +369,10 @@ func New(nc *nats.Conn, store *projections.Store, cfg Config) (*Service, error) 
 		return nil, fmt.Errorf("handlers: prefix %q and partition %q must be valid subject tokens", cfg.Prefix, cfg.Partition)
 	}
 	if cfg.MaxInFlight < 0 || cfg.MaxQueriesInFlight < 0 || cfg.MaxQueriesInFlight > cfg.MaxInFlight ||
-		cfg.MaxInFlightPerCaller < 0 || cfg.MaxInFlightPerCaller > cfg.MaxInFlight || cfg.MaxQueriesRunning < 0 ||
+		cfg.MaxInFlightPerCaller < 0 || cfg.MaxInFlightPerCaller > cfg.MaxInFlight || cfg.MaxQueriesRunning < 0 || cfg.MaxWriterBytes < 0 ||
 		cfg.MaxBytesInFlight < 0 || cfg.MaxBytesInFlightPerCaller < 0 || cfg.MaxBytesInFlightPerCaller > cfg.MaxBytesInFlight {
-		return nil, fmt.Errorf("handlers: MaxInFlight %d, MaxQueriesInFlight %d, MaxInFlightPerCaller %d, MaxQueriesRunning %d, MaxBytesInFlight %d and MaxBytesInFlightPerCaller %d must be positive, the second and third at most MaxInFlight, the last at most MaxBytesInFlight",
-			cfg.MaxInFlight, cfg.MaxQueriesInFlight, cfg.MaxInFlightPerCaller, cfg.MaxQueriesRunning, cfg.MaxBytesInFlight, cfg.MaxBytesInFlightPerCaller)
+		return nil, fmt.Errorf("handlers: MaxInFlight %d, MaxQueriesInFlight %d, MaxInFlightPerCaller %d, MaxQueriesRunning %d, MaxWriterBytes %d, MaxBytesInFlight %d and MaxBytesInFlightPerCaller %d must be positive, the second and third at most MaxInFlight, the last at most MaxBytesInFlight",
+			cfg.MaxInFlight, cfg.MaxQueriesInFlight, cfg.MaxInFlightPerCaller, cfg.MaxQueriesRunning, cfg.MaxWriterBytes, cfg.MaxBytesInFlight, cfg.MaxBytesInFlightPerCaller)
 	}
 	if cfg.FeedMaxBytes != -1 && cfg.FeedMaxBytes < minFeedBytes {
 		return nil, fmt.Errorf("handlers: FeedMaxBytes %d must be -1 (no bound) or at least %d (1 MiB, the largest event)", cfg.FeedMaxBytes, minFeedBytes)
@@ -384,7 +397,7 @@ func New(nc *nats.Conn, store *projections.Store, cfg Config) (*Service, error) 
 		admins[a.PublicKey] = a.Name
 	}
 	s := &Service{cfg: cfg, tracer: cfg.Tracer.Tracer(tracerName), key: key, nc: nc, js: js, store: store, admission: newAdmission(cfg), disk: newDiskGauge(store.Dir(), cfg.MinFreeDisk, cfg.Logger),
-		runners: newRunners(maxIdleRunners), reading: newTurns(cfg.MaxQueriesRunning), admins: admins, ready: make(chan struct{}), changed: make(chan struct{})}
+		runners: newRunners(maxIdleRunners), reading: newTurns(cfg.MaxQueriesRunning), deciding: newTurns(cfg.MaxWriterBytes), admins: admins, ready: make(chan struct{}), changed: make(chan struct{})}
 	if s.metrics, err = newMetrics(cfg.Metrics, s); err != nil {
 		return nil, fmt.Errorf("handlers: Config.Metrics: %w", err)
 	}
@@ -633,9 +646,25 @@ func (s *Service) setWriting(v bool) {
 // holds it; it steps down when fenced or when the lease runs out, and tries
 // again.
 func (s *Service) writerLoop(ctx context.Context) error {
+	// The lease is renewed on a connection of its own: on the service's,
+	// its renewals queued behind the commands' traffic — a flood of large
+	// commands from one client cost the writer its lease, and every caller
+	// found no writer until it came back.
+	var nc *nats.Conn
+	if err := s.retryAPI(ctx, "connect for the writer lease", func(context.Context) (err error) {
+		nc, err = s.connectionOf("lease")
+		return err
+	}); err != nil {
+		return nil
+	}
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return fmt.Errorf("handlers: the writer lease's JetStream: %w", err)
+	}
 	var l *lease
 	if err := s.retryAPI(ctx, "open the writer lease", func(ctx context.Context) (err error) {
-		l, err = newLease(ctx, s.js, s.cfg)
+		l, err = newLease(ctx, js, s.cfg)
 		return err
 	}); err != nil {
 		return nil
@@ -1261,6 +1290,8 @@ func (s *Service) handleCommand(name string, req micro.Request, who sender) (rep
 	s.mu.RLock()
 	alive := s.alive
 	s.mu.RUnlock()
+	leave := s.deciding.enter(who.key(), max(len(body), writerWeightFloor))
+	defer leave()
 	var o outcome
 	var token string
 	switch c := cmd.(type) {
@@ -1276,6 +1307,7 @@ func (s *Service) handleCommand(name string, req micro.Request, who sender) (rep
 		token = s.prepareReport(cmd, m)
 		o = s.execute(ctx, cmd, m)
 	}
+	leave()
 	if o.Err != nil {
 		s.countRefusal(name, m, o.Err)
 		return errResponse(toWire(o.Err, s.cfg.Logger))
