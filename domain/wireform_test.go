@@ -1,7 +1,9 @@
 package domain
 
 import (
+	"bytes"
 	"encoding/json"
+	"strings"
 	"testing"
 	"time"
 
@@ -42,5 +44,33 @@ func TestWireForm(t *testing.T) {
 			wireForm(again)
 			require.Equal(t, back, again, "an event in its wire form stays as it is")
 		})
+	}
+}
+
+// inWireForm says a raw JSON value needs no change exactly when compacting
+// and escaping it would change nothing.
+func FuzzInWireForm(f *testing.F) {
+	for _, s := range []string{`{"a":1}`, `{"a": 1}`, `"<b>"`, `"\u003cb\u003e"`, "\"\u2028\"", `"a\"b c"`,
+		`"—“quoted”"`, `[1,2,{"k":"v w"}]`, "\n1", `"\\"`, `{"a":"x\\\"<"}`, `"\u2029"`} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, b []byte) {
+		if !json.Valid(b) {
+			return
+		}
+		var c, esc bytes.Buffer
+		require.NoError(t, json.Compact(&c, b))
+		json.HTMLEscape(&esc, c.Bytes())
+		require.Equal(t, bytes.Equal(esc.Bytes(), b), inWireForm(b), "%q", b)
+	})
+}
+
+// BenchmarkWireFormLargeInput brings a task's 256 KiB input to its wire form.
+func BenchmarkWireFormLargeInput(b *testing.B) {
+	input, err := json.Marshal(map[string]string{"blob": strings.Repeat("lorem ipsum dolor sit amet ", 256<<10/27)})
+	require.NoError(b, err)
+	b.SetBytes(int64(len(input)))
+	for b.Loop() {
+		wireForm(&TaskCreated{Spec: TaskSpec{Queue: "q", Input: input}, State: "ready"})
 	}
 }
