@@ -180,6 +180,28 @@ type Committer[T any] struct {
 
 	entropy *ulid.MonotonicEntropy // used by the loop only
 	lastMs  uint64
+	// next, when held, is the item taken from the queue that did not fit
+	// in the last batch: it starts the next one (the loop's only).
+	next T
+	held bool
+}
+
+// Sized is implemented by requests that can estimate the bytes they add to
+// a record. The commit loop stops filling a batch before the estimates of
+// its items pass MaxRecordBytes — the item that would pass it starts the
+// next batch — instead of deciding a batch of large items only to find its
+// record too large, and deciding its halves again, and theirs. A batch whose
+// record is too large all the same is split as it is without estimates.
+type Sized interface {
+	RecordBytes() int
+}
+
+// recordBytes returns item's estimate of its bytes in a record, 0 without one.
+func recordBytes[T any](item T) int {
+	if s, ok := any(item).(Sized); ok {
+		return s.RecordBytes()
+	}
+	return 0
 }
 
 // NewCommitter returns a committer appending to log the decisions of d. The
@@ -310,7 +332,8 @@ func (c *Committer[T]) Submit(ctx context.Context, item T) error {
 }
 
 // Run is the commit loop: it waits for at least one request, takes every
-// queued one (up to MaxBatch), decides them, appends one record expecting the
+// queued one (up to MaxBatch, and while the estimates of Sized ones fit in
+// a record), decides them, appends one record expecting the
 // last sequence it appended, and reports the outcome to the Decider; then
 // again. When it returns, the committer is stopped and queued requests are
 // answered with ErrStopped.
@@ -335,13 +358,18 @@ func (c *Committer[T]) Run(ctx context.Context) error {
 		if ctx.Err() != nil { // stop before taking more work
 			return nil
 		}
-		var batch []T
-		select {
-		case <-ctx.Done():
-			return nil
-		case item := <-c.queue:
-			batch = append(make([]T, 0, min(len(c.queue)+1, c.cfg.MaxBatch)), item)
+		first := c.next
+		if !c.held {
+			select {
+			case <-ctx.Done():
+				return nil
+			case first = <-c.queue:
+			}
 		}
+		var none T
+		c.next, c.held = none, false
+		batch := append(make([]T, 0, min(len(c.queue)+1, c.cfg.MaxBatch)), first)
+		size := recordBytes(first)
 		var began time.Time // when the batch's first request was taken: OnAppended's start
 		if c.cfg.OnAppended != nil {
 			began = time.Now()
@@ -350,6 +378,10 @@ func (c *Committer[T]) Run(ctx context.Context) error {
 		for len(batch) < c.cfg.MaxBatch {
 			select {
 			case item := <-c.queue:
+				if size += recordBytes(item); size > c.cfg.MaxRecordBytes {
+					c.next, c.held = item, true
+					break fill
+				}
 				batch = append(batch, item)
 			default:
 				break fill
@@ -375,6 +407,9 @@ func (c *Committer[T]) shutdown() {
 	c.stopped = true
 	c.mu.Unlock()
 	var left []T
+	if c.held {
+		left, c.held = append(left, c.next), false
+	}
 	for {
 		select {
 		case item := <-c.queue:

@@ -30,8 +30,13 @@ type req struct {
 	pad    int  // payload bytes
 	reject bool // Decide rejects it
 	noop   bool // accepted, but appends nothing
-	done   chan outcome
+	// estimate, when set, is its eventstore.Sized estimate of its bytes in
+	// a record.
+	estimate int
+	done     chan outcome
 }
+
+func (r *req) RecordBytes() int { return r.estimate }
 
 type outcome struct {
 	seq uint64
@@ -60,6 +65,7 @@ type counters struct {
 	count    map[string]int
 	replayed []uint64
 	answered atomic.Int64
+	decided  atomic.Int64 // requests decided, each time they are
 }
 
 func newCounters() *counters { return &counters{count: make(map[string]int)} }
@@ -68,6 +74,7 @@ func (d *counters) Decide(items []*req) ([]eventstore.Event, []eventstore.Comman
 	var evs []eventstore.Event
 	var res []eventstore.CommandResult
 	errs := make([]error, len(items))
+	d.decided.Add(int64(len(items)))
 	for i, r := range items {
 		switch {
 		case r.reject:
@@ -393,6 +400,69 @@ func TestCommitterSplitsLargeBatches(t *testing.T) {
 		lastCommit := commits[len(commits)-1]
 		require.Equal(t, uint64(9), lastCommit.Events[len(lastCommit.Events)-1].Version, "the oversized request left no trace")
 	})
+}
+
+// Requests that estimate their bytes fill a batch only while the estimates
+// fit in a record: each is decided once (without estimates, a batch of 8
+// too large for one record is decided again in halves, and theirs).
+func TestCommitterFillsBatchesByTheirEstimates(t *testing.T) {
+	forEachLog(t, func(t *testing.T, newLog func(t *testing.T) eventstore.Log) {
+		const limit = 4096
+		for _, estimated := range []bool{false, true} {
+			l := &hookLog{Log: newLog(t)}
+			d := newCounters()
+			r := startCommitter(t, l, d, eventstore.GroupConfig{MaxRecordBytes: limit})
+			lead := newReq("lead", "a")
+			g := r.appending(t, l, lead)
+			reqs := make([]*req, 8)
+			for i := range reqs {
+				reqs[i] = newReq(fmt.Sprintf("big%d", i), "a")
+				reqs[i].pad = 800
+				if estimated {
+					reqs[i].estimate = 1300 // three to a record (~1,200 bytes each with its envelope)
+				}
+				require.NoError(t, r.c.Submit(t.Context(), reqs[i]))
+			}
+			close(g.release)
+			require.NoError(t, lead.wait(t).err)
+			for _, q := range reqs {
+				require.NoError(t, q.wait(t).err)
+			}
+			_, commits := readLog(t, l)
+			if !estimated {
+				require.Greater(t, d.decided.Load(), int64(1+8), "without estimates the batch is decided again in parts")
+				continue
+			}
+			require.Equal(t, int64(1+8), d.decided.Load(), "each request decided once")
+			var per []int
+			for _, c := range commits[1:] { // after the epoch record
+				per = append(per, len(c.Events))
+			}
+			require.Equal(t, []int{1, 3, 3, 2}, per, "the lead alone, then batches of what fits")
+		}
+	})
+}
+
+// A request taken from the queue that did not fit in the batch before is
+// answered ErrStopped when the committer stops before its batch: it is not
+// lost with the loop.
+func TestCommitterAnswersTheRequestItHeldOver(t *testing.T) {
+	l := &hookLog{Log: eventstore.NewMemoryLog()}
+	r := startCommitter(t, l, newCounters(), eventstore.GroupConfig{MaxRecordBytes: 4096})
+	lead := newReq("lead", "a")
+	g1 := r.appending(t, l, lead)
+	a, b := newReq("a", "a"), newReq("b", "a")
+	a.estimate, b.estimate = 3000, 3000 // one to a batch
+	r.submit(t, a, b)
+	g2 := l.holdNext() // a's append
+	close(g1.release)
+	g2.waitEntered(t) // a is being appended; b was taken and held over
+	r.cancel()
+	close(g2.release)
+	require.NoError(t, lead.wait(t).err)
+	require.NoError(t, a.wait(t).err, "an append under way finishes")
+	require.ErrorIs(t, b.wait(t).err, eventstore.ErrStopped)
+	require.NoError(t, r.wait(t))
 }
 
 func TestCommitterFencing(t *testing.T) {

@@ -363,8 +363,8 @@ func TestAFloodOfLargeCommandsLeavesOthersTheirTurn(t *testing.T) {
 	end()
 
 	// Ahead of the other caller's command: what the writer held when it
-	// came (1 MiB, 4 of these), and as many again committing or decided
-	// before its turn; never the rest of the flooder's in flight.
+	// came (1 MiB: three or four of these), and as many again committing
+	// or decided before its turn; never the rest of the flooder's in flight.
 	for _, s := range spans {
 		ahead := 0
 		for _, seq := range floods {

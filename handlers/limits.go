@@ -30,8 +30,9 @@ const (
 	DefaultMaxWriterBytes = 4 << 20
 )
 
-// writerWeightFloor is the least a command counts toward MaxWriterBytes:
-// about what its metadata and events add to the smallest body.
+// writerWeightFloor is what a command adds to a log record beside its
+// body (its metadata and its events' envelopes, about), counted toward
+// MaxWriterBytes and in the writer's estimate of a batch's record.
 const writerWeightFloor = 512
 
 // admission counts the requests in flight — those taken and not yet

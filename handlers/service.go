@@ -76,7 +76,8 @@ type Config struct {
 	MaxQueriesRunning int
 	// MaxWriterBytes bounds the commands handed to the writer at once —
 	// queued for its next batch or in the one it commits — by their bytes
-	// (each counts at least writerWeightFloor); the others wait, taken in
+	// (each counts its body, a third more when sealed, and 512 bytes for
+	// its events' envelopes); the others wait, taken in
 	// turn by caller. Without it the writer took commands in the order they
 	// came: one caller keeping its 32 MiB of large commands in flight made
 	// every other caller's command wait behind them, seconds. Four log
@@ -1163,8 +1164,32 @@ func (s *Service) answeredSeq() uint64 {
 	return s.committer.LastSeq()
 }
 
-// execute runs one command through the writer.
+// execute runs one of the service's own commands through the writer.
 func (s *Service) execute(ctx context.Context, cmd domain.Command, m domain.Meta) outcome {
+	return s.toWriter(ctx, cmd, m, writerWeightFloor)
+}
+
+// executeSent runs a command caller sent, a body of size bytes, through
+// the writer once it is the caller's turn (Config.MaxWriterBytes).
+func (s *Service) executeSent(ctx context.Context, cmd domain.Command, m domain.Meta, caller string, size int) outcome {
+	est := s.recordBytes(size)
+	defer s.deciding.enter(caller, est)()
+	return s.toWriter(ctx, cmd, m, est)
+}
+
+// recordBytes estimates what a command's body of size bytes adds to a log
+// record: itself, its events' envelopes, and a third more for what is
+// sealed (base64).
+func (s *Service) recordBytes(size int) int {
+	if s.privacy != nil {
+		size += size / 3
+	}
+	return size + writerWeightFloor
+}
+
+// toWriter hands a command estimated at est bytes in a record to the
+// writer and waits for its outcome.
+func (s *Service) toWriter(ctx context.Context, cmd domain.Command, m domain.Meta, est int) outcome {
 	s.mu.RLock()
 	c := s.committer
 	s.mu.RUnlock()
@@ -1172,7 +1197,7 @@ func (s *Service) execute(ctx context.Context, cmd domain.Command, m domain.Meta
 		return outcome{Err: errNotWriter}
 	}
 	s.decided.Add(1)
-	return submit(ctx, c, cmd, m)
+	return submit(ctx, c, cmd, m, est)
 }
 
 // holdsLease reports whether this replica holds the writer lease now, by
@@ -1290,8 +1315,6 @@ func (s *Service) handleCommand(name string, req micro.Request, who sender) (rep
 	s.mu.RLock()
 	alive := s.alive
 	s.mu.RUnlock()
-	leave := s.deciding.enter(who.key(), max(len(body), writerWeightFloor))
-	defer leave()
 	var o outcome
 	var token string
 	switch c := cmd.(type) {
@@ -1302,12 +1325,11 @@ func (s *Service) handleCommand(name string, req micro.Request, who sender) (rep
 		if token, err = s.prepareClaim(ctx, c, m, alive); err != nil {
 			return errResponse(toWire(err, s.cfg.Logger))
 		}
-		o = s.execute(ctx, cmd, m)
+		o = s.executeSent(ctx, cmd, m, who.key(), len(body))
 	default:
 		token = s.prepareReport(cmd, m)
-		o = s.execute(ctx, cmd, m)
+		o = s.executeSent(ctx, cmd, m, who.key(), len(body))
 	}
-	leave()
 	if o.Err != nil {
 		s.countRefusal(name, m, o.Err)
 		return errResponse(toWire(o.Err, s.cfg.Logger))

@@ -31,7 +31,12 @@ type request struct {
 	// trace is the span of the command's handling, when it is traced: the
 	// commit's span and the work items it dispatches are its children.
 	trace trace.SpanContext
+	// size estimates the bytes the command adds to a record (0: small).
+	size int
 }
+
+// RecordBytes is the request's eventstore.Sized estimate.
+func (r *request) RecordBytes() int { return r.size }
 
 // outcome is a command's answer: its reply and the log sequence that holds
 // it, or an error.
@@ -380,8 +385,8 @@ func (d decidedStates) Workspace(id string) (*domain.Workspace, error) {
 func (w *writer) Replay(seq uint64, c *eventstore.Commit) error { return w.store.Apply(seq, c) }
 
 // submit hands a request to the committer and waits for its outcome.
-func submit(ctx context.Context, c *eventstore.Committer[*request], cmd domain.Command, m domain.Meta) outcome {
-	r := &request{cmd: cmd, meta: m, done: make(chan outcome, 1), trace: trace.SpanContextFromContext(ctx)}
+func submit(ctx context.Context, c *eventstore.Committer[*request], cmd domain.Command, m domain.Meta, size int) outcome {
+	r := &request{cmd: cmd, meta: m, done: make(chan outcome, 1), trace: trace.SpanContextFromContext(ctx), size: size}
 	if err := c.Submit(ctx, r); err != nil {
 		return outcome{Err: err}
 	}
