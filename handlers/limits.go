@@ -2,8 +2,10 @@ package handlers
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -236,13 +238,14 @@ func newTurns(capacity int) *turns {
 }
 
 // enter waits for caller's turn to hold weight and returns the function
-// that gives it back (once).
-func (t *turns) enter(caller string, weight int) (leave func()) {
+// that gives it back (once), or ctx's error if ctx ends first (nothing is
+// then held).
+func (t *turns) enter(ctx context.Context, caller string, weight int) (leave func(), err error) {
 	t.mu.Lock()
 	if len(t.order) == 0 && t.fits(weight) {
 		t.held += weight
 		t.mu.Unlock()
-		return t.leaver(weight)
+		return t.leaver(weight), nil
 	}
 	w := waiter{weight: weight, turn: make(chan struct{})}
 	if len(t.waiting[caller]) == 0 {
@@ -250,8 +253,36 @@ func (t *turns) enter(caller string, weight int) (leave func()) {
 	}
 	t.waiting[caller] = append(t.waiting[caller], w)
 	t.mu.Unlock()
-	<-w.turn // its weight is held for it, never given back between
-	return t.leaver(weight)
+	select {
+	case <-w.turn: // its weight is held for it, never given back between
+		return t.leaver(weight), nil
+	case <-ctx.Done():
+	}
+	t.mu.Lock()
+	gone := t.forget(caller, w.turn)
+	t.mu.Unlock()
+	if !gone { // its turn came meanwhile: give it back
+		t.leave(weight)
+	}
+	return nil, ctx.Err()
+}
+
+// forget takes the waiter whose turn is turn out of caller's queue; it
+// reports false when it is not there (its turn was given).
+func (t *turns) forget(caller string, turn chan struct{}) bool {
+	queue := t.waiting[caller]
+	i := slices.IndexFunc(queue, func(w waiter) bool { return w.turn == turn })
+	if i < 0 {
+		return false
+	}
+	if queue = slices.Delete(queue, i, i+1); len(queue) > 0 {
+		t.waiting[caller] = queue
+	} else {
+		delete(t.waiting, caller)
+		t.order = slices.DeleteFunc(t.order, func(c string) bool { return c == caller })
+	}
+	t.admit() // those it held up, if it was next
+	return true
 }
 
 // fits reports whether weight may be held now.
@@ -262,12 +293,16 @@ func (t *turns) leaver(weight int) func() {
 	return func() { once.Do(func() { t.leave(weight) }) }
 }
 
-// leave gives weight back and lets in the callers whose turn it is, as long
-// as their weights fit.
+// leave gives weight back and lets in the callers whose turn it is.
 func (t *turns) leave(weight int) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	t.held -= weight
+	t.admit()
+}
+
+// admit lets in the callers whose turn it is, as long as their weights fit.
+func (t *turns) admit() {
 	for len(t.order) > 0 {
 		caller := t.order[0]
 		queue := t.waiting[caller]

@@ -1,6 +1,7 @@
 package handlers
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"sync"
@@ -109,12 +110,12 @@ func TestRunnersKeepUpToMaxIdleGoroutines(t *testing.T) {
 // the order they came.
 func TestTurnsGoRoundTheCallers(t *testing.T) {
 	tr := newTurns(1)
-	leave := tr.enter("flooder", 1) // the one place
+	leave, _ := tr.enter(context.Background(), "flooder", 1) // the one place
 	got := make(chan string, 16)
 	waiting := func(caller string, n int) {
 		for i := range n {
 			go func() {
-				l := tr.enter(caller, 1)
+				l, _ := tr.enter(context.Background(), caller, 1)
 				got <- fmt.Sprintf("%s-%d", caller, i)
 				l()
 			}()
@@ -134,7 +135,7 @@ func TestTurnsGoRoundTheCallers(t *testing.T) {
 		order = append(order, <-got)
 	}
 	require.Equal(t, []string{"flooder-0", "other-0", "flooder-1", "flooder-2"}, order)
-	l := tr.enter("late", 1) // every place was given back
+	l, _ := tr.enter(context.Background(), "late", 1) // every place was given back
 	l()
 	l() // a second call gives nothing more back
 	tr.mu.Lock()
@@ -147,7 +148,7 @@ func TestTurnsGoRoundTheCallers(t *testing.T) {
 // turn it is, and one heavier than the whole capacity enters alone.
 func TestTurnsWeighWhatTheyHold(t *testing.T) {
 	tr := newTurns(10)
-	first := tr.enter("flooder", 10) // all of it
+	first, _ := tr.enter(context.Background(), "flooder", 10) // all of it
 	in := make(chan string, 16)
 	leaves := map[string]chan struct{}{}
 	wait := func(caller string, i, weight int) {
@@ -158,7 +159,7 @@ func TestTurnsWeighWhatTheyHold(t *testing.T) {
 		n := len(tr.waiting[caller])
 		tr.mu.Unlock()
 		go func() {
-			l := tr.enter(caller, weight)
+			l, _ := tr.enter(context.Background(), caller, weight)
 			in <- name
 			<-leave
 			l()
@@ -220,6 +221,50 @@ func TestTurnsWeighWhatTheyHold(t *testing.T) {
 		defer tr.mu.Unlock()
 		return tr.held == 0
 	}, 10*time.Second, time.Millisecond)
+}
+
+// A waiter whose request's deadline passes leaves the line holding nothing,
+// and the caller it held up (the next in turn, lighter) goes in.
+func TestTurnsForgetWhoStopsWaiting(t *testing.T) {
+	tr := newTurns(10)
+	a, err := tr.enter(t.Context(), "a", 5)
+	require.NoError(t, err)
+	ctx, cancel := context.WithCancel(t.Context())
+	gaveUp := make(chan error, 1)
+	go func() {
+		_, err := tr.enter(ctx, "b", 8) // does not fit: waits
+		gaveUp <- err
+	}()
+	waitingFor := func(caller string) func() bool {
+		return func() bool {
+			tr.mu.Lock()
+			defer tr.mu.Unlock()
+			return len(tr.waiting[caller]) == 1
+		}
+	}
+	require.Eventually(t, waitingFor("b"), 10*time.Second, time.Millisecond)
+	in := make(chan func(), 1)
+	go func() {
+		l, _ := tr.enter(t.Context(), "c", 2) // fits, but b's turn is first
+		in <- l
+	}()
+	require.Eventually(t, waitingFor("c"), 10*time.Second, time.Millisecond)
+
+	cancel()
+	require.ErrorIs(t, <-gaveUp, context.Canceled)
+	var c func()
+	select {
+	case c = <-in:
+	case <-time.After(10 * time.Second):
+		t.Fatal("c was not let in when b gave up")
+	}
+	tr.mu.Lock()
+	require.Equal(t, 7, tr.held, "a's 5 and c's 2; b holds nothing")
+	require.Empty(t, tr.order)
+	tr.mu.Unlock()
+	a()
+	c()
+	require.Zero(t, tr.held)
 }
 
 // A stopping service refuses what comes and waits for what it took.

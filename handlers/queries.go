@@ -123,7 +123,8 @@ func (s *Service) handleQuery(name string, req micro.Request, who sender) []byte
 	}
 	// Reading the views takes the CPU: a caller's queries take turns with
 	// the others', and leave the rest of it to the service's own work.
-	defer s.reading.enter(who.key(), 1)()
+	leave, _ := s.reading.enter(context.Background(), who.key(), 1) // never ends before its turn
+	defer leave()
 	seq := s.store.Checkpoint()
 	res, next, err := s.query(name, ws, p, q)
 	if err != nil {

@@ -1173,7 +1173,11 @@ func (s *Service) execute(ctx context.Context, cmd domain.Command, m domain.Meta
 // the writer once it is the caller's turn (Config.MaxWriterBytes).
 func (s *Service) executeSent(ctx context.Context, cmd domain.Command, m domain.Meta, caller string, size int) outcome {
 	est := s.recordBytes(size)
-	defer s.deciding.enter(caller, est)()
+	leave, err := s.deciding.enter(ctx, caller, est)
+	if err != nil {
+		return outcome{Err: err} // not handed to the writer, as when its queue is full
+	}
+	defer leave()
 	return s.toWriter(ctx, cmd, m, est)
 }
 
