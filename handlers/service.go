@@ -77,12 +77,12 @@ type Config struct {
 	// MaxWriterBytes bounds the commands handed to the writer at once —
 	// queued for its next batch or in the one it commits — by their bytes
 	// (each counts its body, a third more when sealed, and 512 bytes for
-	// its events' envelopes); the others wait, taken in
-	// turn by caller. Without it the writer took commands in the order they
-	// came: one caller keeping its 32 MiB of large commands in flight made
-	// every other caller's command wait behind them, seconds. Four log
-	// records' worth keeps the writer's next batch ready while it commits
-	// one. Default 4 MiB.
+	// its events' envelopes); the others wait, taken in turn by caller.
+	// Without it the writer took commands in the order they came: one
+	// caller keeping its 32 MiB of large commands in flight made every
+	// other caller's command wait behind them, seconds. Four log records'
+	// worth keeps the writer's next batch ready while it commits one.
+	// Default 4 MiB.
 	MaxWriterBytes int
 	// MaxInFlightPerCaller bounds the requests of one caller handled at
 	// once — a caller is the identity the NATS server stamped on the request
