@@ -61,6 +61,11 @@ func (c *canonicalizer) value(depth int) bool {
 	case '[':
 		return c.array(depth)
 	case '"':
+		if end, ok := plainString(c.in, c.i+1); ok { // as it is: no decoding
+			c.out = append(c.out, c.in[c.i:end]...)
+			c.i = end
+			return true
+		}
 		s, ok := c.str(c.key[:0])
 		if !ok {
 			return false
@@ -219,6 +224,38 @@ func (c *canonicalizer) object(depth int) bool {
 func (c *canonicalizer) byKey(a, b member) int {
 	return bytes.Compare(c.keys[a.keyAt:a.keyAt+a.keySize], c.keys[b.keyAt:b.keyAt+b.keySize])
 }
+
+// plainString reports whether the string whose content starts at in[i] is
+// written as appendCanonicalString writes it already — no escapes, no
+// control characters, valid UTF-8 without U+2028 or U+2029 — and returns
+// its end, past the closing quote. Most strings are: a large input's are
+// then copied as they are, not decoded byte by byte and encoded again.
+func plainString(in []byte, i int) (end int, ok bool) {
+	ascii := true
+	j := i
+	for ; j < len(in); j++ {
+		b := in[j]
+		if b == '"' {
+			break
+		}
+		if b == '\\' || b < 0x20 {
+			return 0, false
+		}
+		if b >= utf8.RuneSelf {
+			ascii = false
+		}
+	}
+	if j == len(in) {
+		return 0, false
+	}
+	if s := in[i:j]; !ascii && (!utf8.Valid(s) || bytes.Contains(s, lineSeparator) || bytes.Contains(s, paragraphSeparator)) {
+		return 0, false
+	}
+	return j + 1, true
+}
+
+// U+2028 and U+2029 in UTF-8: encoding/json escapes them.
+var lineSeparator, paragraphSeparator = []byte("\u2028"), []byte("\u2029")
 
 // str reads the string at c.i and appends its decoded bytes to dst. It
 // declines (false) invalid UTF-8, control characters and \u escapes of
