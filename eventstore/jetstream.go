@@ -95,8 +95,14 @@ const maxHeaderBytes = 1024
 // readBufferBytes bounds what a tail buffers ahead of fn (a few records).
 const readBufferBytes = 8 << 20
 
-// readBatch is the number of records a reader pulls at once.
-const readBatch = 256
+// readBatch is the most records a reader pulls at once (and at most
+// readBufferBytes of them); readFetchWait is how long a pull waits for
+// them when fewer are there (the end of a log whose stream holds other
+// subjects too, or a replica catching up).
+const (
+	readBatch     = 256
+	readFetchWait = 50 * time.Millisecond
+)
 
 // apiTry bounds one try of a JetStream API request of a read.
 const apiTry = 10 * time.Second
@@ -598,10 +604,11 @@ func (l *JetStreamLog) Stat(ctx context.Context) (LogStat, error) {
 
 // Read calls fn for each record on the partition subject from from to the
 // stream's last sequence at the time of the call, in order. It pulls batches
-// without waiting from an ephemeral consumer until the server has no more to
-// give, rather than reading up to the subject's last sequence: after damage
+// (at most readBufferBytes each) from an ephemeral consumer until the server
+// has no more to give and the subject's last record is read: after damage
 // to its files, JetStream can report a subject's last message (or its count)
-// wrongly while the records before it are still there.
+// wrongly while the records before it are still there, so the read goes on
+// past it while the consumer gives more.
 //
 // On a replicated stream the consumer reads the copy of whichever replica
 // the meta leader placed it on, which may be one still catching up (a node
@@ -618,13 +625,13 @@ func (l *JetStreamLog) Read(ctx context.Context, from uint64, fn func(seq uint64
 		return fmt.Errorf("eventstore: read %s: %w", l.subject, err)
 	}
 	until := st.CachedInfo().State.LastSeq
-	var want uint64 // a replicated read reaches the leader's last record
-	if st.CachedInfo().Config.Replicas > 1 {
-		if want, err = l.LastSeq(ctx); err != nil {
-			return fmt.Errorf("eventstore: read %s: %w", l.subject, err)
-		}
-		until = max(until, want)
+	// A read reaches the subject's last record as the leader gives it: a
+	// consumer's "nothing more" is not taken for the log's end before it.
+	want, err := l.LastSeq(ctx)
+	if err != nil {
+		return fmt.Errorf("eventstore: read %s: %w", l.subject, err)
 	}
+	until = max(until, want)
 	from = max(from, 1)
 	if from > until {
 		return nil
@@ -669,7 +676,16 @@ func (l *JetStreamLog) readConsumer(ctx context.Context, last *uint64, until, wa
 		if err := ctx.Err(); err != nil {
 			return false, err
 		}
-		batch, err := cons.FetchNoWait(readBatch)
+		// At most readBufferBytes at once: a batch of large records sent
+		// whole (256 of up to 1 MiB) passed the connection's max_pending
+		// on the server, which cut the connection as a slow consumer — the
+		// read lost the rest of the batch, and every other request on the
+		// connection failed with it.
+		ask := readBatch
+		if *last < want {
+			ask = int(min(uint64(readBatch), want-*last))
+		}
+		batch, err := cons.Fetch(ask, jetstream.FetchMaxBytes(readBufferBytes), jetstream.FetchMaxWait(readFetchWait))
 		if err != nil {
 			return false, fmt.Errorf("eventstore: read %s: %w", l.subject, err)
 		}

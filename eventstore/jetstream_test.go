@@ -317,3 +317,44 @@ func TestAnAppendTriesAgainWhenTheLeaderChanges(t *testing.T) {
 		t.Fatal("the append did not end with its context")
 	}
 }
+
+// A read of large records pulls a few MiB at a time: the connection it
+// reads on is not cut as a slow consumer, and every record is read. (It
+// pulled 256 records at once: 54 MiB of 900 KiB records passed the
+// connection's max_pending, the server cut the connection, and the read
+// returned none of them, without an error.)
+func TestJetStreamLogReadsLargeRecordsAFewAtATime(t *testing.T) {
+	ns, err := server.NewServer(&server.Options{ServerName: "dwr-test", Host: "127.0.0.1", Port: -1, JetStream: true,
+		StoreDir: t.TempDir(), JetStreamMaxMemory: 64 << 20, JetStreamMaxStore: 1 << 30, NoSigs: true, NoLog: true,
+		MaxPending: 16 << 20}) // the default is 64 MiB: a smaller log shows the same
+	require.NoError(t, err)
+	ns.Start()
+	t.Cleanup(func() { ns.Shutdown(); ns.WaitForShutdown() })
+	require.True(t, ns.ReadyForConnections(10*time.Second))
+	var cut atomic.Int64
+	nc, err := nats.Connect("", nats.InProcessServer(ns), nats.DisconnectErrHandler(func(*nats.Conn, error) { cut.Add(1) }))
+	require.NoError(t, err)
+	t.Cleanup(nc.Close)
+	js, err := jetstream.New(nc)
+	require.NoError(t, err)
+	l, err := eventstore.NewJetStreamLog(t.Context(), js, eventstore.JetStreamConfig{Stream: "LOG_LARGE", Prefix: "large"})
+	require.NoError(t, err)
+
+	rec := make([]byte, 900<<10)
+	var last uint64
+	for range 60 {
+		last, err = l.Append(t.Context(), rec, last)
+		require.NoError(t, err)
+	}
+	for _, from := range []uint64{1, 30} {
+		var seqs []uint64
+		require.NoError(t, l.Read(t.Context(), from, func(seq uint64, _ []byte) error {
+			seqs = append(seqs, seq)
+			return nil
+		}))
+		require.Len(t, seqs, int(last-from)+1, "every record from %d", from)
+		require.Equal(t, from, seqs[0])
+		require.Equal(t, last, seqs[len(seqs)-1])
+	}
+	require.Zero(t, cut.Load(), "the connection was cut")
+}
