@@ -23,6 +23,12 @@ import (
 // reveal a lost server within ten seconds.
 const fetchWindow = 15 * time.Second
 
+// fetchBytes bounds the work items one fetch brings: well under the
+// server's max_pending (64 MiB by default). A worker with 64 free slots
+// asked for 64 items whatever their size: items of up to 1 MiB passed it,
+// and the server cut the worker's connection as a slow consumer.
+const fetchBytes = 8 << 20
+
 // The wait between attempts to reach the consumer: from retryFirst,
 // doubling up to maxPause.
 const (
@@ -174,7 +180,7 @@ func (w *Worker) fetchLoop(ctx, hard context.Context, slots chan struct{}, jobs 
 			break
 		}
 		fctx, cancel := context.WithTimeout(ctx, fetchWindow)
-		batch, err := cons.Fetch(n, jetstream.FetchContext(fctx))
+		batch, err := cons.Fetch(n, jetstream.FetchContext(fctx), jetstream.FetchMaxBytes(fetchBytes))
 		if err != nil {
 			cancel()
 			release(slots, n)

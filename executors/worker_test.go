@@ -18,6 +18,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/dwr-run/dwr/executors"
+	"github.com/dwr-run/dwr/handlers"
 	"github.com/dwr-run/dwr/handlers/servicetest"
 	"github.com/dwr-run/dwr/schemas"
 )
@@ -607,4 +608,26 @@ func TestAQueuesLimitHoldsAcrossItsWorkers(t *testing.T) {
 	}
 	require.EqualValues(t, 2, most.Load(), "never more than the queue's limit at once, with eight slots free")
 	b.waitSettled(t, "llm")
+}
+
+// A worker with many free slots fetches large work items a few MiB at a
+// time: the server does not cut its connection as a slow consumer, and
+// every job runs. (It asked for as many items as it had slots, whatever
+// their size, and 64 items of 250 KiB passed the server's max_pending.)
+func TestAWorkerFetchesLargeItemsAFewAtATime(t *testing.T) {
+	st := servicetest.Start(t, "", servicetest.Options{Config: handlers.Config{WriterID: "test-writer"}, MaxPending: 12 << 20})
+	b := bundleOf(st)
+	input := map[string]any{"blob": strings.Repeat("x", 250<<10)}
+	const tasks = 80
+	for range tasks {
+		b.Command(t, "task.create", map[string]any{"spec": map[string]any{"queue": "large", "input": input}})
+	}
+	var done atomic.Int64
+	b.startWorker(t, executors.Config{Queue: "large", Concurrency: 64}, func(context.Context, *executors.Job) (executors.Result, error) {
+		done.Add(1)
+		return executors.Result{}, nil
+	})
+	b.waitSettled(t, "large")
+	require.Equal(t, int64(tasks), done.Load())
+	require.Zero(t, st.Server.NATS().NumSlowConsumers(), "a connection was cut as a slow consumer")
 }

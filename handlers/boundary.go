@@ -34,6 +34,9 @@ type EmbeddedConfig struct {
 	// MaxStore is JetStream's store limit (embedded.Config.MaxStore); 0:
 	// what it holds plus half the disk's free space.
 	MaxStore int64
+	// MaxPending is the server's max_pending (embedded.Config.MaxPending);
+	// 0: 64 MiB.
+	MaxPending int64
 	// Logger receives the server's logs and what the boundary cannot
 	// apply. Required.
 	Logger *slog.Logger
@@ -95,7 +98,7 @@ func StartEmbedded(cfg EmbeddedConfig, store *projections.Store) (*Boundary, err
 	users := spec.Users()
 	b.users.Store(&users)
 	ecfg := embedded.Config{DataDir: cfg.DataDir, Listen: cfg.Listen, ListenLater: cfg.Listen != "", Logger: cfg.Logger, TLS: cfg.TLS,
-		Accounts: access.AccountsConfig(spec), Users: b.user, AtRestKey: cfg.AtRestKey, MaxStore: cfg.MaxStore}
+		Accounts: access.AccountsConfig(spec), Users: b.user, AtRestKey: cfg.AtRestKey, MaxStore: cfg.MaxStore, MaxPending: cfg.MaxPending}
 	if b.srv, err = embedded.Start(ecfg); err != nil {
 		return nil, fmt.Errorf("embedded NATS: %v", err)
 	}

@@ -375,3 +375,45 @@ func TestAFloodOfLargeCommandsLeavesOthersTheirTurn(t *testing.T) {
 		require.LessOrEqual(t, ahead, 2*atTheWriter/size+4, "the flooder's commands committed between a command's sending and its commit (log %d → %d)", s.after, s.at)
 	}
 }
+
+// A viewer reads the feed over a stretch of large events: the page comes
+// back, and the queries' connection stays up for the next caller. (A feed
+// page pulled 256 events at once — up to 256 MiB — past the server's
+// max_pending: the server cut the service's queries' connection, and every
+// query in flight with it went unanswered.)
+func TestAFeedOfLargeEventsIsReadAFewAtATime(t *testing.T) {
+	if testing.Short() {
+		t.Skip("writes ~37 MiB of tasks")
+	}
+	// max_pending 12 MiB: what passes 64 MiB on a busy machine passes 12
+	// on an idle one.
+	st := servicetest.Start(t, "", servicetest.Options{Secure: true, MaxPending: 12 << 20})
+	client := st.Member(t, "default", "client", domain.RoleClient)
+	viewer := st.Member(t, "default", "viewer", domain.RoleViewer)
+	body, err := json.Marshal(map[string]any{"spec": map[string]any{"queue": "large",
+		"input": map[string]any{"blob": strings.Repeat("x", 250<<10)}}}) // sealed, ~333 KiB an event
+	require.NoError(t, err)
+	out := make(chan reply, 150)
+	sem := make(chan struct{}, 16)
+	for range cap(out) {
+		sem <- struct{}{}
+		go func() {
+			defer func() { <-sem }()
+			out <- requestReply(client, &nats.Msg{Subject: "dwr.cmd.default.task.create", Data: body})
+		}()
+	}
+	for _, a := range receive(t, out, cap(out), 5*time.Minute) {
+		require.NoError(t, a.err)
+		require.True(t, a.r.OK, "%+v", a.r.Error)
+	}
+
+	for i := range 3 { // each page holds one event (a reply is at most 1 MiB)
+		m := nats.NewMsg("dwr.q.default.feed")
+		m.Data, _ = json.Marshal(schemas.Query{Filter: "task.>", Limit: 5})
+		a := requestReply(viewer, m)
+		require.NoError(t, a.err, "feed page %d", i)
+		require.True(t, a.r.OK, "%+v", a.r.Error)
+		require.NotEmpty(t, a.r.Next, "more events follow")
+	}
+	require.Zero(t, st.Server.NATS().NumSlowConsumers(), "a connection was cut as a slow consumer")
+}

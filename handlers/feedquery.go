@@ -20,10 +20,19 @@ import (
 // feedQueryWait bounds how long the feed query waits for the feed's stream.
 const feedQueryWait = 5 * time.Second
 
+// feedFetchBytes bounds the events a feed query pulls at once, well under
+// the server's max_pending (64 MiB by default); feedFetchWait bounds a
+// pull's wait for events counted but gone (the stream discarded its
+// oldest meanwhile).
+const (
+	feedFetchBytes = 8 << 20
+	feedFetchWait  = 200 * time.Millisecond
+)
+
 // feedPage answers the feed query: the events the feed stream holds for
 // workspace ws whose subject matches q.Filter, oldest first, from just after
 // the stream sequence q.After (a reply's next), or from the first event of
-// log sequence q.FromSeq or later, or from q.Since, or from the oldest. It reads them with an ordered consumer of its own, so the listing
+// log sequence q.FromSeq or later, or from q.Since, or from the oldest. It reads them with a consumer of its own, so the listing
 // is the feed's order, and a client that lists until no next follows and
 // then subscribes (deduplicating by event id) misses nothing the feed holds.
 func (s *Service) feedPage(ws string, q schemas.Query, pg *page) (res []byte, next string, err error) {
@@ -43,8 +52,8 @@ func (s *Service) feedPage(ws string, q schemas.Query, pg *page) (res []byte, ne
 	// The consumer is deleted once the page is read; the server drops one
 	// left behind (a replica stopped meanwhile) after its inactivity.
 	stored, exact := storedFilter(s.cfg.Prefix, ws, filter)
-	cfg := jetstream.OrderedConsumerConfig{FilterSubjects: []string{stored, whole},
-		InactiveThreshold: 10 * time.Second}
+	cfg := jetstream.ConsumerConfig{FilterSubjects: []string{stored, whole}, AckPolicy: jetstream.AckNonePolicy,
+		MemoryStorage: true, InactiveThreshold: 10 * time.Second}
 	switch {
 	case q.After != "":
 		seq, err := strconv.ParseUint(q.After, 10, 64)
@@ -65,13 +74,14 @@ func (s *Service) feedPage(ws string, q schemas.Query, pg *page) (res []byte, ne
 	ctx, cancel := context.WithTimeout(context.Background(), feedQueryWait)
 	defer cancel()
 	stream := strings.ToUpper(s.cfg.Prefix) + "_EVENTS"
-	cons, err := s.js.OrderedConsumer(ctx, stream, cfg)
+	js := s.readJS()
+	cons, err := js.CreateConsumer(ctx, stream, cfg)
 	if err != nil {
 		return nil, "", fmt.Errorf("handlers: feed query: %w", err)
 	}
 	defer func() {
 		if info := cons.CachedInfo(); info != nil {
-			_ = s.js.DeleteConsumer(context.Background(), stream, info.Name)
+			_ = js.DeleteConsumer(context.Background(), stream, info.Name)
 		}
 	}()
 	// Up to feedScanLimit events are read for a page; the ones the filter
@@ -81,12 +91,19 @@ func (s *Service) feedPage(ws string, q schemas.Query, pg *page) (res []byte, ne
 	if n := feedScanOverride.Load(); n > 0 {
 		scanLimit = int(n)
 	}
-	pending := true // the stream may hold more after what was read
+	avail := cons.CachedInfo().NumPending // the events the consumer has to give
+	pending := avail > 0
 	for pending && pg.next == "" && scanned < scanLimit {
 		// At least one more than the page takes, so that a full page knows
 		// whether more follow (none pending after the last says nothing
-		// does), and a few hundred at once when most may be passed over.
-		batch, err := cons.FetchNoWait(min(max(pg.limit-pg.n+1, 256), scanLimit-scanned))
+		// does), and a few hundred at once when most may be passed over —
+		// no more than there are, so the pull does not wait for more, and
+		// at most feedFetchBytes of them: a pull of 256 events of up to
+		// 1 MiB passed the connection's max_pending, and the server cut the
+		// queries' connection (any viewer could, with a feed of large
+		// events).
+		ask := int(min(uint64(min(max(pg.limit-pg.n+1, 256), scanLimit-scanned)), avail))
+		batch, err := cons.Fetch(ask, jetstream.FetchMaxBytes(feedFetchBytes), jetstream.FetchMaxWait(feedFetchWait))
 		if err != nil {
 			return nil, "", fmt.Errorf("handlers: feed query: %w", err)
 		}
@@ -99,7 +116,8 @@ func (s *Service) feedPage(ws string, q schemas.Query, pg *page) (res []byte, ne
 				return nil, "", fmt.Errorf("handlers: feed query: %w", err)
 			}
 			pos := strconv.FormatUint(md.Sequence.Stream, 10)
-			pending = md.NumPending > 0
+			avail = md.NumPending
+			pending = avail > 0
 			if !exact && !s.feedMatches(m.Subject(), m.Data(), whole) {
 				passed = pos
 				continue
@@ -178,7 +196,7 @@ func (s *Service) feedMatches(subj string, data []byte, filter string) bool {
 func (s *Service) feedPosition(logSeq uint64) (uint64, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), feedQueryWait)
 	defer cancel()
-	st, err := s.js.Stream(ctx, strings.ToUpper(s.cfg.Prefix)+"_EVENTS")
+	st, err := s.readJS().Stream(ctx, strings.ToUpper(s.cfg.Prefix)+"_EVENTS")
 	if err != nil {
 		return 0, fmt.Errorf("handlers: feed query: %w", err)
 	}

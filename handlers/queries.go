@@ -9,6 +9,7 @@ import (
 	"strings"
 
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 	"github.com/nats-io/nats.go/micro"
 
 	"github.com/dwr-run/dwr/domain"
@@ -38,6 +39,13 @@ func (s *Service) startQueries() (stop func(), err error) {
 	if err != nil {
 		return nil, err
 	}
+	// What queries read from JetStream (the feed) comes on it too.
+	js, err := jetstream.New(nc)
+	if err != nil {
+		nc.Close()
+		return nil, fmt.Errorf("handlers: the queries' JetStream: %w", err)
+	}
+	s.queriesJS.Store(&js)
 	svc, err := endpoints.New(nc, endpoints.Config{Name: "dwr-query", Version: s.cfg.Version, QueueGroup: micro.DefaultQueueGroup,
 		Description: "dwr queries: served from the views by every replica"})
 	if err != nil {
@@ -77,6 +85,16 @@ func (s *Service) connectionOf(use string) (*nats.Conn, error) {
 		return nil, fmt.Errorf("handlers: the %s' NATS connection: %w", use, err)
 	}
 	return nc, nil
+}
+
+// readJS is the JetStream context queries read with: on the queries'
+// connection once it is up, so that a query's reads do not come in on the
+// connection of the writer's appends.
+func (s *Service) readJS() jetstream.JetStream {
+	if js := s.queriesJS.Load(); js != nil {
+		return *js
+	}
+	return s.js
 }
 
 func (s *Service) handleQuery(name string, req micro.Request, who sender) []byte {

@@ -306,9 +306,10 @@ type Service struct {
 	// advisories is the stream keeping the work stream's max-deliveries advisories.
 	advisories string
 	admission  *admission
-	runners    *runners // run the handlers of requests
-	reading    *turns   // the queries reading the views, in turn by caller
-	deciding   *turns   // the commands' bytes handed to the writer, in turn by caller
+	runners    *runners                            // run the handlers of requests
+	reading    *turns                              // the queries reading the views, in turn by caller
+	deciding   *turns                              // the commands' bytes handed to the writer, in turn by caller
+	queriesJS  atomic.Pointer[jetstream.JetStream] // on the queries' connection (readJS)
 	// onQuery, when set, is called as a query starts to be served, with its
 	// caller's name and the query: tests hold queries in flight with it.
 	onQuery atomic.Pointer[func(actor, query string)]

@@ -88,6 +88,11 @@ type Config struct {
 	// take about as much as its log).
 	MaxStore int64
 
+	// MaxPending is nats-server's max_pending: the most bytes the server
+	// holds for one client connection before it cuts it as a slow
+	// consumer. Zero: nats-server's default, 64 MiB.
+	MaxPending int64
+
 	// Cluster, when set, joins the server to a cluster over routes.
 	Cluster *ClusterConfig
 
@@ -172,6 +177,7 @@ func buildOptions(cfg Config) (*options, error) {
 		NoSigs:             true,
 		JetStreamMaxMemory: cfg.MaxMemory,
 		JetStreamMaxStore:  cfg.MaxStore,
+		MaxPending:         cfg.MaxPending,
 	}
 
 	if cfg.Accounts != "" {
@@ -182,6 +188,9 @@ func buildOptions(cfg Config) (*options, error) {
 		}
 		o.JetStream, o.SyncAlways, o.NoSigs = true, true, true
 		o.JetStreamMaxMemory, o.JetStreamMaxStore = cfg.MaxMemory, cfg.MaxStore
+		if cfg.MaxPending != 0 {
+			o.MaxPending = cfg.MaxPending
+		}
 	}
 	if cfg.Users != nil {
 		if cfg.Accounts == "" {
@@ -215,6 +224,9 @@ func buildOptions(cfg Config) (*options, error) {
 	}
 	if cfg.MaxStore < 0 {
 		addErr("MaxStore must not be negative, got %d", cfg.MaxStore)
+	}
+	if cfg.MaxPending < 0 {
+		addErr("MaxPending must not be negative, got %d", cfg.MaxPending)
 	}
 	if o.JetStreamMaxMemory == 0 {
 		o.JetStreamMaxMemory = DefaultMaxMemory

@@ -64,6 +64,10 @@ type Options struct {
 	// directory gives the same Log again. A test of storage, fencing,
 	// replicas or integrity leaves it nil.
 	Log eventstore.Log
+	// MaxPending, when set, is the NATS server's max_pending: the most
+	// bytes it holds for one connection before it cuts it as a slow
+	// consumer (nats-server's default 64 MiB).
+	MaxPending int64
 }
 
 // Clock is a clock a test moves by hand, so that it moves time instead of
@@ -239,7 +243,7 @@ func TryStart(t testing.TB, dir string, o Options) (*Service, error) {
 	var srv *embedded.Server
 	var nc *nats.Conn
 	if o.Secure {
-		if bnd, err = handlers.StartEmbedded(handlers.EmbeddedConfig{DataDir: dir, Listen: o.Listen, Logger: logger}, store); err != nil {
+		if bnd, err = handlers.StartEmbedded(handlers.EmbeddedConfig{DataDir: dir, Listen: o.Listen, Logger: logger, MaxPending: o.MaxPending}, store); err != nil {
 			_ = store.Close()
 			return nil, err
 		}
@@ -248,7 +252,7 @@ func TryStart(t testing.TB, dir string, o Options) (*Service, error) {
 		o.Config.Auth.OnMembersChanged = func() { reload(t, bnd) }
 		nc, err = bnd.Connect("dwr-serve")
 	} else {
-		if srv, err = embedded.Start(embedded.Config{DataDir: dir, Listen: o.Listen, Logger: logger}); err != nil {
+		if srv, err = embedded.Start(embedded.Config{DataDir: dir, Listen: o.Listen, Logger: logger, MaxPending: o.MaxPending}); err != nil {
 			_ = store.Close()
 			return nil, fmt.Errorf("embedded NATS: %w", err)
 		}

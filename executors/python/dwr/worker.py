@@ -44,6 +44,10 @@ MIN_LEASE = 1.0
 SEALED_PREFIX = b"dwr:sealed:1:"
 # A pull request waits this long for work items.
 FETCH_WINDOW = 15.0
+# The most bytes of work items one pull brings: well under the server's
+# max_pending (64 MiB by default), past which it cuts the connection as a
+# slow consumer. A pull of 256 items of up to 1 MiB each passed it.
+FETCH_BYTES = 8 << 20
 # Failure codes of the SDK's own failures.
 CODE_INVALID_RESULT = "invalid_result"
 CODE_DEPENDENCIES = "dependencies"
@@ -1506,8 +1510,8 @@ class Worker:
             sub = await self.nc.subscribe(self.nc.new_inbox())
             self._pulls.add(sub)
             try:
-                await self.nc.publish(next_subject, json.dumps({"batch": n, "expires": int(FETCH_WINDOW * 1e9)}).encode(),
-                                      reply=sub.subject)
+                pull = {"batch": n, "max_bytes": FETCH_BYTES, "expires": int(FETCH_WINDOW * 1e9)}
+                await self.nc.publish(next_subject, json.dumps(pull).encode(), reply=sub.subject)
                 deadline = time.monotonic() + FETCH_WINDOW + 5
                 while got < n:
                     try:
@@ -1517,6 +1521,8 @@ class Worker:
                     if msg.status:
                         if msg.status in ("404", "408"):
                             break  # no messages, or the pull expired
+                        if msg.status == "409" and "MaxBytes" in (msg.description or ""):
+                            break  # the pull's bytes are used up: the next pull takes the rest
                         if msg.status == "100":
                             continue  # an idle heartbeat
                         log.warning("dwr: queue %s: pull ended: %s %s", queue, msg.status, msg.description)

@@ -112,6 +112,10 @@ export type VerifyHandler = (check: Check) => Promise<Verdict> | Verdict;
 const nameRe = /^[a-z0-9][a-z0-9_-]{0,62}$/;
 const maxLabel = 200;
 const fetchWindowMs = 15000;
+// The most bytes of work items one fetch brings: well under the server's
+// max_pending (64 MiB by default), past which it cuts the connection as a
+// slow consumer. A fetch of 64 items of up to 1 MiB each passed it.
+const fetchBytes = 8 << 20;
 const endingEvents = ["cancelled", "failed", "rejected", "attempt_abandoned", "attempt_failed"] as const;
 
 /** WorkerOptions with their defaults applied, validated. */
@@ -317,7 +321,7 @@ export class Worker {
       const n = await this.slots();
       if (n === 0) break;
       try {
-        const batch = await cons.fetch({ max_messages: n, expires: fetchWindowMs });
+        const batch = await cons.fetch({ max_messages: n, max_bytes: fetchBytes, expires: fetchWindowMs });
         this.fetching = batch;
         if (stop.aborted) batch.stop();
         for await (const m of batch) {
