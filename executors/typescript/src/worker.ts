@@ -112,10 +112,12 @@ export type VerifyHandler = (check: Check) => Promise<Verdict> | Verdict;
 const nameRe = /^[a-z0-9][a-z0-9_-]{0,62}$/;
 const maxLabel = 200;
 const fetchWindowMs = 15000;
-// The most bytes of work items one fetch brings: well under the server's
-// max_pending (64 MiB by default), past which it cuts the connection as a
-// slow consumer. A fetch of 64 items of up to 1 MiB each passed it.
-const fetchBytes = 8 << 20;
+// The most work items one fetch brings: a work item may be near 1 MiB, so
+// 8 are at most 8 MiB, well under the server's max_pending (64 MiB by
+// default), past which it cuts the connection as a slow consumer — a fetch
+// of 64 such items passed it. (nats.js takes a count or a byte bound for a
+// fetch, not both.)
+const fetchMaxItems = 8;
 const endingEvents = ["cancelled", "failed", "rejected", "attempt_abandoned", "attempt_failed"] as const;
 
 /** WorkerOptions with their defaults applied, validated. */
@@ -321,7 +323,7 @@ export class Worker {
       const n = await this.slots();
       if (n === 0) break;
       try {
-        const batch = await cons.fetch({ max_messages: n, max_bytes: fetchBytes, expires: fetchWindowMs });
+        const batch = await cons.fetch({ max_messages: Math.min(n, fetchMaxItems), expires: fetchWindowMs });
         this.fetching = batch;
         if (stop.aborted) batch.stop();
         for await (const m of batch) {
