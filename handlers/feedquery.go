@@ -91,8 +91,8 @@ func (s *Service) feedPage(ws string, q schemas.Query, pg *page) (res []byte, ne
 	if n := feedScanOverride.Load(); n > 0 {
 		scanLimit = int(n)
 	}
-	avail := cons.CachedInfo().NumPending // the events the consumer has to give
-	pending := avail > 0
+	avail := cons.CachedInfo().NumPending // the events the consumer had to give when made
+	pending := true                       // it may have more by now
 	for pending && pg.next == "" && scanned < scanLimit {
 		// At least one more than the page takes, so that a full page knows
 		// whether more follow (none pending after the last says nothing
@@ -100,10 +100,15 @@ func (s *Service) feedPage(ws string, q schemas.Query, pg *page) (res []byte, ne
 		// no more than there are, so the pull does not wait for more, and
 		// at most feedFetchBytes of them: a pull of 256 events of up to
 		// 1 MiB passed the connection's max_pending, and the server cut the
-		// queries' connection (any viewer could, with a feed of large
+		// connection it came on (any viewer could, with a feed of large
 		// events).
-		ask := int(min(uint64(min(max(pg.limit-pg.n+1, 256), scanLimit-scanned)), avail))
-		batch, err := cons.Fetch(ask, jetstream.FetchMaxBytes(feedFetchBytes), jetstream.FetchMaxWait(feedFetchWait))
+		var batch jetstream.MessageBatch
+		if avail == 0 { // none counted: one, if it came since, without waiting for it
+			batch, err = cons.FetchNoWait(1)
+		} else {
+			ask := int(min(uint64(min(max(pg.limit-pg.n+1, 256), scanLimit-scanned)), avail))
+			batch, err = cons.Fetch(ask, jetstream.FetchMaxBytes(feedFetchBytes), jetstream.FetchMaxWait(feedFetchWait))
+		}
 		if err != nil {
 			return nil, "", fmt.Errorf("handlers: feed query: %w", err)
 		}
