@@ -221,6 +221,19 @@ func (r *runner) appending(t *testing.T, l *hookLog, lead *req) *gate {
 	return g
 }
 
+// submitBig submits n requests to counter "a" of pad bytes each, each
+// estimating its bytes in a record at estimate (0: no estimate).
+func (r *runner) submitBig(t *testing.T, n, pad, estimate int) []*req {
+	t.Helper()
+	reqs := make([]*req, n)
+	for i := range reqs {
+		reqs[i] = newReq(fmt.Sprintf("big%d", i), "a")
+		reqs[i].pad, reqs[i].estimate = pad, estimate
+		require.NoError(t, r.c.Submit(t.Context(), reqs[i]))
+	}
+	return reqs
+}
+
 func (r *runner) wait(t *testing.T) error {
 	t.Helper()
 	select {
@@ -370,12 +383,7 @@ func TestCommitterSplitsLargeBatches(t *testing.T) {
 
 		lead := newReq("lead", "a")
 		g := r.appending(t, l, lead)
-		reqs := make([]*req, 8)
-		for i := range reqs {
-			reqs[i] = newReq(fmt.Sprintf("big%d", i), "a")
-			reqs[i].pad = 1000
-			require.NoError(t, r.c.Submit(t.Context(), reqs[i]))
-		}
+		reqs := r.submitBig(t, 8, 1000, 0)
 		close(g.release)
 		require.NoError(t, lead.wait(t).err)
 		for _, q := range reqs {
@@ -414,15 +422,11 @@ func TestCommitterFillsBatchesByTheirEstimates(t *testing.T) {
 			r := startCommitter(t, l, d, eventstore.GroupConfig{MaxRecordBytes: limit})
 			lead := newReq("lead", "a")
 			g := r.appending(t, l, lead)
-			reqs := make([]*req, 8)
-			for i := range reqs {
-				reqs[i] = newReq(fmt.Sprintf("big%d", i), "a")
-				reqs[i].pad = 800
-				if estimated {
-					reqs[i].estimate = 1300 // three to a record (~1,200 bytes each with its envelope)
-				}
-				require.NoError(t, r.c.Submit(t.Context(), reqs[i]))
+			estimate := 0
+			if estimated {
+				estimate = 1300 // three to a record (~1,200 bytes each with its envelope)
 			}
+			reqs := r.submitBig(t, 8, 800, estimate)
 			close(g.release)
 			require.NoError(t, lead.wait(t).err)
 			for _, q := range reqs {
