@@ -1173,7 +1173,7 @@ func (s *Service) execute(ctx context.Context, cmd domain.Command, m domain.Meta
 // executeSent runs a command caller sent, a body of size bytes, through
 // the writer once it is the caller's turn (Config.MaxWriterBytes).
 func (s *Service) executeSent(ctx context.Context, cmd domain.Command, m domain.Meta, caller string, size int) outcome {
-	est := s.recordBytes(size)
+	est := s.estimateRecordBytes(size)
 	leave, err := s.deciding.enter(ctx, caller, est)
 	if err != nil {
 		return outcome{Err: err} // not handed to the writer, as when its queue is full
@@ -1182,10 +1182,10 @@ func (s *Service) executeSent(ctx context.Context, cmd domain.Command, m domain.
 	return s.toWriter(ctx, cmd, m, est)
 }
 
-// recordBytes estimates what a command's body of size bytes adds to a log
-// record: itself, its events' envelopes, and a third more for what is
+// estimateRecordBytes estimates what a command's body of size bytes adds
+// to a log record: itself, its events' envelopes, and a third more for what is
 // sealed (base64).
-func (s *Service) recordBytes(size int) int {
+func (s *Service) estimateRecordBytes(size int) int {
 	if s.privacy != nil {
 		size += size / 3
 	}

@@ -31,7 +31,8 @@ type request struct {
 	// trace is the span of the command's handling, when it is traced: the
 	// commit's span and the work items it dispatches are its children.
 	trace trace.SpanContext
-	// size estimates the bytes the command adds to a record (0: small).
+	// size estimates the bytes the command adds to a record
+	// (Service.estimateRecordBytes).
 	size int
 }
 

@@ -187,10 +187,7 @@ func buildOptions(cfg Config) (*options, error) {
 			addErr("Accounts: %w", err)
 		}
 		o.JetStream, o.SyncAlways, o.NoSigs = true, true, true
-		o.JetStreamMaxMemory, o.JetStreamMaxStore = cfg.MaxMemory, cfg.MaxStore
-		if cfg.MaxPending != 0 {
-			o.MaxPending = cfg.MaxPending
-		}
+		o.JetStreamMaxMemory, o.JetStreamMaxStore, o.MaxPending = cfg.MaxMemory, cfg.MaxStore, cfg.MaxPending
 	}
 	if cfg.Users != nil {
 		if cfg.Accounts == "" {
