@@ -2,6 +2,7 @@ package handlers
 
 import (
 	"fmt"
+	"time"
 
 	"github.com/dwr-run/dwr/domain"
 	"github.com/dwr-run/dwr/eventstore"
@@ -31,6 +32,10 @@ type AuthConfig struct {
 	// when nothing changed). It runs on a goroutine of the writer's (never
 	// on the one that commits) and on a request's, perhaps at once.
 	OnMembersChanged func()
+	// Bench, when set, keeps the NATS user user (an nkey) off the server
+	// for d — its connections closed, new ones refused — because it floods
+	// (Config.BenchFor). It runs on a goroutine of its own.
+	Bench func(user string, d time.Duration)
 }
 
 // principal is who a request is served as.

@@ -7,6 +7,7 @@ import (
 	"slices"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/nats-io/nats.go"
 
@@ -58,6 +59,10 @@ type Boundary struct {
 	// their changes (ApplyMembers).
 	users    atomic.Pointer[map[string]access.Permissions]
 	applying sync.Mutex
+	// benched are the users kept off the server until a time, by nkey
+	// (Bench).
+	benchMu sync.Mutex
+	benched map[string]time.Time
 }
 
 // StartEmbedded starts the embedded NATS server closed: the service's
@@ -139,7 +144,7 @@ func (b *Boundary) user(nkey string) (embedded.User, bool) {
 		return embedded.User{Account: access.ServiceAccount}, true
 	}
 	p, ok := (*b.users.Load())[nkey]
-	if !ok {
+	if !ok || b.isBenched(nkey, time.Now()) {
 		return embedded.User{}, false
 	}
 	u := embedded.User{Account: access.ClientAccount, Publish: p.Publish, Subscribe: p.Subscribe}
@@ -202,5 +207,36 @@ func (b *Boundary) ApplyMembers() error {
 // of the members.
 func (b *Boundary) Auth() AuthConfig {
 	return AuthConfig{Required: !b.insecureOpen, InsecureOpen: b.insecureOpen, Admins: b.admins,
-		OnMembersChanged: b.Reload}
+		OnMembersChanged: b.Reload, Bench: b.Bench}
+}
+
+// Bench keeps the user nkey off the server for d: its connections are
+// closed, and the server refuses it until d has passed (its clients'
+// reconnections fail authorization meanwhile). The anonymous user of an
+// open server and the service's own key are never benched.
+func (b *Boundary) Bench(nkey string, d time.Duration) {
+	if nkey == "" || nkey == b.service.PublicKey || d <= 0 {
+		return
+	}
+	b.benchMu.Lock()
+	if b.benched == nil {
+		b.benched = map[string]time.Time{}
+	}
+	b.benched[nkey] = time.Now().Add(d)
+	b.benchMu.Unlock()
+	closed := b.srv.Disconnect(func(user string) bool { return user == nkey })
+	b.logger.Warn("dwr: an identity is kept off the NATS server for flooding the service", "user", nkey, "for", d, "connections_closed", closed)
+}
+
+// isBenched reports whether nkey is kept off the server at now (Bench),
+// forgetting a bench that is over.
+func (b *Boundary) isBenched(nkey string, now time.Time) bool {
+	b.benchMu.Lock()
+	defer b.benchMu.Unlock()
+	until, ok := b.benched[nkey]
+	if ok && !now.Before(until) {
+		delete(b.benched, nkey)
+		return false
+	}
+	return ok
 }

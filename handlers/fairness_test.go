@@ -170,7 +170,7 @@ func commandsFrom(t *testing.T, nc *nats.Conn, n, conc int) []reply {
 func TestOneCallersFloodLeavesOthersCommandsServed(t *testing.T) {
 	const perCaller, flood = 8, 200
 	st := servicetest.Start(t, "", servicetest.Options{Secure: true, Log: eventstore.NewMemoryLog(),
-		Config: handlers.Config{MaxInFlight: 64, MaxInFlightPerCaller: perCaller}})
+		Config: handlers.Config{MaxInFlight: 64, MaxInFlightPerCaller: perCaller, BenchFor: -1}}) // the limits alone, no bench
 	flooder := st.Member(t, "default", "flooder", domain.RoleViewer)
 	client := st.Member(t, "default", "client", domain.RoleClient)
 	held, release := holdQueriesOf(t, st.Svc, "flooder")
@@ -214,7 +214,7 @@ func TestOneCallersFloodLeavesOthersCommandsServed(t *testing.T) {
 func TestQueriesLeaveRoomForCommands(t *testing.T) {
 	const perCaller = 4
 	st := servicetest.Start(t, "", servicetest.Options{Secure: true, Log: eventstore.NewMemoryLog(),
-		Config: handlers.Config{MaxInFlight: 3 * perCaller, MaxQueriesInFlight: 2 * perCaller, MaxInFlightPerCaller: perCaller}})
+		Config: handlers.Config{MaxInFlight: 3 * perCaller, MaxQueriesInFlight: 2 * perCaller, MaxInFlightPerCaller: perCaller, BenchFor: -1}})
 	readers := []*nats.Conn{
 		st.Member(t, "default", "reader-1", domain.RoleViewer),
 		st.Member(t, "default", "reader-2", domain.RoleViewer),
@@ -416,4 +416,64 @@ func TestAFeedOfLargeEventsIsReadAFewAtATime(t *testing.T) {
 		require.NotEmpty(t, a.r.Next, "more events follow")
 	}
 	require.Zero(t, st.Server.NATS().NumSlowConsumers(), "a connection was cut as a slow consumer")
+}
+
+// An identity that floods — sends far more in a second than the service
+// takes, without waiting for its answers — is kept off the NATS server: its
+// connection is closed, it cannot connect again until BenchFor has passed,
+// and it is counted; another identity's commands are served meanwhile. Once
+// the bench is over it connects and is served again. (Without the bench a
+// flood like this one of 900 KiB commands, from four identities, made the
+// NATS server cut the service's own connection as a slow consumer; other
+// callers then found no responders for seconds.)
+func TestAFlooderIsKeptOffTheServer(t *testing.T) {
+	const bench = 3 * time.Second
+	st := servicetest.Start(t, "", servicetest.Options{Secure: true, Listen: "127.0.0.1:0", Log: eventstore.NewMemoryLog(),
+		Config: handlers.Config{BenchFor: bench, MaxBytesInFlightPerCaller: 2 << 20, Metrics: handlers.NewMetricsRegistry()}})
+	key := st.MemberKey(t, "default", "flooder", domain.RoleClient)
+	other := st.Member(t, "default", "other", domain.RoleClient)
+	connect := func(name string, opts ...nats.Option) (*nats.Conn, error) { // over TCP, as a client in another process
+		pub, _ := key.PublicKey()
+		return nats.Connect(st.Server.ClientURL(), append(opts, nats.Name(name), nats.CustomInboxPrefix(schemas.InboxPrefix(pub)),
+			nats.Nkey(pub, func(nonce []byte) ([]byte, error) { return key.Sign(nonce) }))...)
+	}
+	flooder, err := connect("flooder", nats.NoReconnect())
+	require.NoError(t, err)
+	defer flooder.Close()
+
+	// Too large for a command: each is refused at once, and the flood
+	// still passes 16 MiB (eight times 2 MiB) in well under a second.
+	body := []byte(`{"title":"` + strings.Repeat("x", 900<<10) + `"}`)
+	flooded := make(chan int)
+	go func() {
+		n := 0
+		for ; flooder.PublishRequest("dwr.cmd.default.goal.create", flooder.NewRespInbox(), body) == nil; n++ {
+		}
+		flooded <- n
+	}()
+	servicetest.Eventually(t, 10*time.Second, flooder.IsClosed)
+	require.Less(t, <-flooded, 1000, "its connection was closed early in the flood")
+
+	_, err = connect("flooder again", nats.NoReconnect())
+	require.ErrorIs(t, err, nats.ErrAuthorization, "benched, it cannot connect again")
+	for i := range 3 {
+		r := requestReply(other, nats.NewMsg("dwr.cmd.default.goal.create"))
+		require.NoError(t, r.err)
+		require.Equal(t, string(domain.CodeInvalid), r.r.Error.Code, "an empty goal.create %d of another identity is answered", i)
+	}
+	m := servicetest.ScrapeHandler(t, st.Svc.Metrics())
+	v, _ := m.Value("dwr_callers_benched_total")
+	require.Equal(t, 1.0, v)
+
+	var again *nats.Conn
+	servicetest.Eventually(t, bench+10*time.Second, func() bool {
+		again, err = connect("flooder after its bench", nats.NoReconnect())
+		return err == nil
+	})
+	defer again.Close()
+	req := nats.NewMsg("dwr.cmd.default.goal.create")
+	req.Data = []byte(`{"title":"after the bench"}`)
+	r := requestReply(again, req)
+	require.NoError(t, r.err)
+	require.True(t, r.r.OK, "%+v", r.r.Error)
 }

@@ -13,6 +13,7 @@ import (
 
 	"github.com/nats-io/nats.go/micro"
 
+	"github.com/dwr-run/dwr/handlers/access"
 	"github.com/dwr-run/dwr/schemas"
 )
 
@@ -30,6 +31,8 @@ const (
 	DefaultMaxBytesInFlightPerCaller = 32 << 20
 	// DefaultMaxWriterBytes is Config.MaxWriterBytes's default.
 	DefaultMaxWriterBytes = 4 << 20
+	// DefaultBenchFor is Config.BenchFor's default.
+	DefaultBenchFor = 30 * time.Second
 )
 
 // writerWeightFloor is what a command adds to a log record beside its
@@ -50,10 +53,22 @@ type admission struct {
 
 	refuseCaller, refuseQueries, refuseAll, refuseCallerBytes, refuseAllBytes []byte
 
+	// benchBytes, benchCount and benchRefused: a caller that sends this
+	// many bytes or requests within one second, or is refused this many
+	// times for its own limits, is flooding (0: never).
+	benchBytes, benchCount, benchRefused int
+	benchFor                             time.Duration
+	refuseBenched                        []byte
+
 	mu      sync.Mutex
 	callers map[string]inFlight // by caller; callers with none are absent
 	queries int
 	all     inFlight
+	// rates counts, by caller, what it sent in its current second.
+	rates map[string]rate
+	// benched are the callers found flooding, until when their requests
+	// are refused.
+	benched map[string]time.Time
 	// stopped, once set, refuses every request; drained is closed when the
 	// last one admitted before is answered.
 	stopped bool
@@ -63,8 +78,34 @@ type admission struct {
 // inFlight is a count of requests in flight and of their bytes.
 type inFlight struct{ n, bytes int }
 
+// rate is what one caller sent since since: requests and their bytes, and
+// whether it was found flooding.
+type rate struct {
+	since             time.Time
+	n, bytes, refused int
+	flooding          bool
+}
+
+// rateWindow is how long requests are counted together.
+const rateWindow = time.Second
+
+// Flooding: a caller that sends, within one second, floodBytesFactor times
+// its limit of bytes in flight, or floodCountFactor times its limit of
+// requests in flight, whatever their answers — several times what the whole
+// service takes in a second (a 200 KB command costs it ~12 ms of CPU; it
+// serves some ten thousand small requests a second on two cores) — or that
+// is refused for its own limits floodRefusedFactor times its limit of
+// requests. An honest client waits for its answers: it is refused about its
+// excess once per retry, and sends no faster than it is answered. A flooder's
+// requests cost the service their reception even when refused at once.
+const (
+	floodBytesFactor   = 8
+	floodCountFactor   = 64
+	floodRefusedFactor = 4
+)
+
 func newAdmission(cfg Config) *admission {
-	return &admission{
+	a := &admission{
 		maxCaller: cfg.MaxInFlightPerCaller, maxQueries: cfg.MaxQueriesInFlight, maxAll: cfg.MaxInFlight,
 		maxCallerBytes: cfg.MaxBytesInFlightPerCaller, maxAllBytes: cfg.MaxBytesInFlight,
 		refuseCallerBytes: errResponse(&schemas.Error{Code: schemas.CodeUnavailable, Message: fmt.Sprintf(
@@ -81,7 +122,19 @@ func newAdmission(cfg Config) *admission {
 			Message: "the service is at its limit of requests in flight: retry shortly"}),
 		callers: map[string]inFlight{},
 		drained: make(chan struct{}),
+		rates:   map[string]rate{},
+		benched: map[string]time.Time{},
 	}
+	if cfg.BenchFor > 0 {
+		a.benchBytes = floodBytesFactor * cfg.MaxBytesInFlightPerCaller
+		a.benchCount = floodCountFactor * cfg.MaxInFlightPerCaller
+		a.benchRefused = floodRefusedFactor * cfg.MaxInFlightPerCaller
+		a.benchFor = cfg.BenchFor
+		a.refuseBenched = errResponse(&schemas.Error{Code: schemas.CodeUnavailable, Message: fmt.Sprintf(
+			"this caller sent more in one second than the service takes (%d MiB, %d requests, or %d refused for its own limits): "+
+				"its requests are refused for %s; send no faster than you are answered", a.benchBytes>>20, a.benchCount, a.benchRefused, cfg.BenchFor)})
+	}
+	return a
 }
 
 // refuseStopped answers a request that comes while the service stops.
@@ -114,16 +167,79 @@ func (a *admission) stop(d time.Duration) bool {
 // query is set. It returns nil when the request may be served (it then
 // holds its place until release), or the reply that refuses it.
 func (a *admission) admit(caller string, size int, query bool) []byte {
+	refusal, _ := a.take(caller, false, size, query, time.Now())
+	return refusal
+}
+
+// take is admit at now that also reports, once a second at most for a
+// benchable caller, that the caller is flooding (flood); a caller found
+// flooding is refused until BenchFor has passed.
+func (a *admission) take(caller string, benchable bool, size int, query bool, now time.Time) (refusal []byte, flooding bool) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
+	if until, ok := a.benched[caller]; ok {
+		if now.Before(until) {
+			return a.refuseBenched, false
+		}
+		delete(a.benched, caller)
+	}
 	mine := a.callers[caller]
+	own := true // refused for the caller's own limits
 	switch {
 	case a.stopped:
-		return refuseStopped
+		refusal, own = refuseStopped, false
 	case mine.n >= a.maxCaller:
-		return a.refuseCaller
+		refusal = a.refuseCaller
 	case mine.n > 0 && mine.bytes+size > a.maxCallerBytes:
-		return a.refuseCallerBytes
+		refusal = a.refuseCallerBytes
+	default:
+		refusal, own = a.admitAll(caller, mine, size, query), false
+	}
+	if flooding = benchable && a.flood(caller, size, own, now); flooding {
+		a.benched[caller] = now.Add(a.benchFor)
+	}
+	return refusal, flooding
+}
+
+// flood counts a request of size bytes from caller at now, refused for
+// the caller's own limits when refused is set, and reports whether it makes
+// caller flooding (once a window): its requests within the second, whatever
+// their answers, passed benchBytes in bytes or benchCount in number, or those
+// refused for its own limits passed benchRefused.
+func (a *admission) flood(caller string, size int, refused bool, now time.Time) bool {
+	if a.benchBytes == 0 {
+		return false
+	}
+	r, ok := a.rates[caller]
+	if !ok || now.Sub(r.since) >= rateWindow {
+		if !ok && len(a.rates) >= maxRates {
+			for c, old := range a.rates { // those whose second is over
+				if now.Sub(old.since) >= rateWindow {
+					delete(a.rates, c)
+				}
+			}
+		}
+		r = rate{since: now}
+	}
+	r.n++
+	r.bytes += size
+	if refused {
+		r.refused++
+	}
+	report := !r.flooding && (r.bytes >= a.benchBytes || r.n >= a.benchCount || r.refused >= a.benchRefused)
+	r.flooding = r.flooding || report
+	a.rates[caller] = r
+	return report
+}
+
+// maxRates is how many callers' requests are counted before those of past
+// seconds are forgotten.
+const maxRates = 1024
+
+// admitAll takes a place for a request the caller's own limits let through,
+// or returns the reply that refuses it for the service's.
+func (a *admission) admitAll(caller string, mine inFlight, size int, query bool) []byte {
+	switch {
 	case query && a.queries >= a.maxQueries:
 		return a.refuseQueries
 	case a.all.n >= a.maxAll:
@@ -164,6 +280,26 @@ func (s *Service) async(req micro.Request, query bool, handle func(sender) []byt
 	s.asyncRespond(req, query, func(who sender) ([]byte, micro.Headers) { return handle(who), nil })
 }
 
+// benchable reports whether who may be benched for flooding: an identity
+// of the clients' account. Not the anonymous user of an open server, nor
+// requests without an identity: that is every caller.
+func (who sender) benchable() bool {
+	return who.known && who.Account == access.ClientAccount && who.User != "" && who.User != access.AnonymousUser
+}
+
+// benchFlooder keeps who, found flooding, off the NATS server for
+// BenchFor when the service can (AuthConfig.Bench: the embedded server);
+// the service refuses its requests meanwhile either way.
+func (s *Service) benchFlooder(who sender) {
+	s.metrics.bench()
+	if s.cfg.Auth.Bench == nil {
+		s.cfg.Logger.Warn("handlers: an identity sends more in one second than the service takes; its requests are refused for a while, "+
+			"but it cannot be kept off this NATS server from here (revoke it, or limit it in NATS)", "user", who.User, "for", s.cfg.BenchFor)
+		return
+	}
+	go s.cfg.Auth.Bench(who.User, s.cfg.BenchFor) // it logs whom, and the connections it closed
+}
+
 // respond sends reply to req: a refusal (a reply that is not OK) with the
 // headers of a micro service error (Nats-Service-Error, -Code) that name
 // it; the body is the reply all the same. (Not with req.Error: the reply
@@ -191,7 +327,11 @@ func (s *Service) asyncRespond(req micro.Request, query bool, handle func(sender
 	who := senderOf(req.Headers()) // decoded once: admission and authorization share it
 	caller := who.key()
 	size := len(req.Data())
-	if refusal := s.admission.admit(caller, size, query); refusal != nil {
+	refusal, flooding := s.admission.take(caller, who.benchable(), size, query, time.Now())
+	if flooding {
+		s.benchFlooder(who)
+	}
+	if refusal != nil {
 		_ = respond(req, refusal)
 		return
 	}

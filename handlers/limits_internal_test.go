@@ -315,3 +315,68 @@ func TestAdmissionBoundsTheBytesInFlight(t *testing.T) {
 	requireRefused(t, a.admit("d", 4<<20, false), "the service is at its limit of bytes of requests in flight")
 	require.Nil(t, a.admit("d", 3<<20, false))
 }
+
+// A caller is found flooding, once, when what it sends within one second —
+// answered or refused — passes eight times its bytes in flight, or 64 times
+// its requests in flight, or when it is refused for its own limits four
+// times its requests in flight; its requests are then refused until
+// BenchFor has passed. The same sent over more than a second is not a
+// flood, and neither is a caller that cannot be benched (no identity).
+func TestAdmissionFindsFlooders(t *testing.T) {
+	cfg := Config{MaxInFlightPerCaller: 4, MaxBytesInFlightPerCaller: 1 << 20, BenchFor: 10 * time.Second}.withDefaults()
+	start := time.Unix(1_000_000, 0)
+	// send takes and releases n requests of size bytes from caller, at
+	// start+at, and returns how many found it flooding.
+	send := func(a *admission, caller string, benchable bool, n, size int, at time.Duration) (flooding int) {
+		for range n {
+			refusal, f := a.take(caller, benchable, size, false, start.Add(at))
+			require.Nil(t, refusal)
+			a.release(caller, size, false)
+			if f {
+				flooding++
+			}
+		}
+		return flooding
+	}
+
+	a := newAdmission(cfg)
+	require.Zero(t, send(a, "bytes", true, 7, 1<<20, 0), "7 MiB in a second: not yet")
+	require.Equal(t, 1, send(a, "bytes", true, 1, 1<<20, 900*time.Millisecond), "the eighth MiB within the second")
+	refusal, f := a.take("bytes", true, 1, false, start.Add(time.Second))
+	require.False(t, f, "found once")
+	requireRefused(t, refusal, "its requests are refused for 10s")
+	found := 900 * time.Millisecond
+	requireRefused(t, first(a.take("bytes", true, 1, false, start.Add(found+10*time.Second-time.Nanosecond))), "refused for 10s")
+	require.Nil(t, first(a.take("bytes", true, 1, false, start.Add(found+10*time.Second))), "let in again once BenchFor has passed")
+
+	a = newAdmission(cfg)
+	require.Zero(t, send(a, "slow", true, 7, 1<<20, 0))
+	require.Zero(t, send(a, "slow", true, 7, 1<<20, time.Second), "the same bytes over two seconds")
+	require.Zero(t, send(a, "anonymous", false, 100, 1<<20, 0), "a caller that cannot be benched")
+	require.Nil(t, first(a.take("anonymous", false, 1, false, start)))
+
+	a = newAdmission(cfg)
+	require.Zero(t, send(a, "count", true, 64*4-1, 1, 0))
+	require.Equal(t, 1, send(a, "count", true, 1, 1, 0), "64 times its 4 requests in flight")
+
+	a = newAdmission(cfg)
+	for range 4 { // its limit in flight, held
+		require.Nil(t, first(a.take("refused", true, 1, false, start)))
+	}
+	var flooding int
+	for range 4 * 4 {
+		refusal, f := a.take("refused", true, 1, false, start)
+		require.NotNil(t, refusal)
+		if f {
+			flooding++
+		}
+	}
+	require.Equal(t, 1, flooding, "refused four times its requests in flight")
+
+	cfg.BenchFor = -1
+	a = newAdmission(cfg.withDefaults())
+	require.Zero(t, send(a, "never", true, 100, 1<<20, 0), "BenchFor -1: never")
+}
+
+// first returns a pair's first value.
+func first[A, B any](a A, _ B) A { return a }

@@ -64,6 +64,7 @@ type metrics struct {
 	quarantines   prometheus.Counter
 	handoffs      prometheus.Counter
 	feedRepairs   prometheus.Counter
+	benched       prometheus.Counter
 	timerLateness *prometheus.HistogramVec
 }
 
@@ -97,6 +98,8 @@ func newMetrics(reg *prometheus.Registry, s *Service) (*metrics, error) {
 			Help: "Attempts handed to a reporting worker in its report's reply (the handoff), instead of going out as work items."}),
 		feedRepairs: prometheus.NewCounter(prometheus.CounterOpts{Name: "dwr_feed_repairs_total",
 			Help: "Times the writer found events missing from the end of the event feed while it served (a publish failed, or the feed's stream was unavailable) and sent them again from the log."}),
+		benched: prometheus.NewCounter(prometheus.CounterOpts{Name: "dwr_callers_benched_total",
+			Help: "Times an identity was kept off the NATS server for flooding: refused for its own limits on requests in flight, within one second, past the bench thresholds (Config.BenchFor)."}),
 		timerLateness: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "dwr_timer_lateness_seconds",
 			Help:    "Seconds from a durable timer's due time to its firing's commit, by timer kind.",
 			Buckets: prometheus.ExponentialBuckets(0.001, 4, 10)}, []string{"kind"}),
@@ -106,7 +109,7 @@ func newMetrics(reg *prometheus.Registry, s *Service) (*metrics, error) {
 		m.okCommands[name] = m.commands.WithLabelValues(name, outcomeOK)
 	}
 	for _, c := range []prometheus.Collector{m.commands, m.appends, m.appendedBytes, m.batchSize, m.commitSeconds,
-		m.attemptLeases, m.writerLeases, m.quarantines, m.handoffs, m.feedRepairs, m.timerLateness, stateCollector{s}} {
+		m.attemptLeases, m.writerLeases, m.quarantines, m.handoffs, m.feedRepairs, m.benched, m.timerLateness, stateCollector{s}} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}
@@ -334,4 +337,11 @@ func (s *Service) collectQueues(ctx context.Context, gauge func(*prometheus.Desc
 		gauge(descQueueOldest, age, ws, queue)
 	}
 	return infos.Err()
+}
+
+// bench counts an identity kept off the server for flooding.
+func (m *metrics) bench() {
+	if m != nil {
+		m.benched.Inc()
+	}
 }

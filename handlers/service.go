@@ -105,6 +105,16 @@ type Config struct {
 	// MaxBytesInFlight when that is smaller: twice what an SDK worker
 	// running 64 jobs holds when each reports a result at the bound.
 	MaxBytesInFlightPerCaller int
+	// BenchFor is how long an identity that floods is kept off the NATS
+	// server (AuthConfig.Bench): one whose requests within one second,
+	// answered or refused, pass eight times its MaxBytesInFlightPerCaller
+	// in bytes or 64 times its MaxInFlightPerCaller in requests — several
+	// times what the service can take in a second; a client sending without
+	// waiting for its answers. Refusing its requests costs the flooder
+	// nothing: they still reached the service, and a flood of large ones
+	// made the NATS server cut the service's own connection as a slow
+	// consumer. Default DefaultBenchFor; -1: never.
+	BenchFor time.Duration
 	// MaxReplyBytes bounds a reply: a query's result is kept 4 KiB under it
 	// (list queries answer as many items as fit, and a cursor to continue;
 	// a single result too large is refused with too_large). Default, and at
@@ -243,6 +253,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.MaxQueriesRunning == 0 {
 		c.MaxQueriesRunning = max(4, 2*runtime.GOMAXPROCS(0))
+	}
+	if c.BenchFor == 0 {
+		c.BenchFor = DefaultBenchFor
 	}
 	if c.MaxWriterBytes == 0 {
 		c.MaxWriterBytes = DefaultMaxWriterBytes

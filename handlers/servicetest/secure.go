@@ -68,6 +68,14 @@ func (s *Service) AdminConn(t testing.TB) *nats.Conn {
 // Options.Secure.
 func (s *Service) Member(t testing.TB, ws, name string, role domain.Role, queues ...string) *nats.Conn {
 	t.Helper()
+	return connect(t, s.Server, s.MemberKey(t, ws, name, role, queues...), name)
+}
+
+// MemberKey adds name to workspace ws with role (and an executor's queues),
+// through the admin, and returns its key pair, to connect as it. It needs
+// Options.Secure.
+func (s *Service) MemberKey(t testing.TB, ws, name string, role domain.Role, queues ...string) nkeys.KeyPair {
+	t.Helper()
 	if !s.secure {
 		t.Fatal("servicetest: Member needs Options.Secure")
 	}
@@ -77,7 +85,7 @@ func (s *Service) Member(t testing.TB, ws, name string, role domain.Role, queues
 	}
 	pub, _ := kp.PublicKey()
 	Must(t, s.Admin, ws, "member.add", domain.AddMember{Name: name, Role: role, PublicKey: pub, Queues: queues})
-	return connect(t, s.Server, kp, name)
+	return kp
 }
 
 // OpenStopped starts the embedded NATS server of a stopped service's data
