@@ -13,6 +13,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -62,6 +63,11 @@ type artifactStore struct {
 	prefix   string
 	maxBytes int64
 	putting  sync.Map // upload subject → *sync.Mutex: the puts under way here
+	// reads are the two streams as the queries' connection reaches them
+	// (readFrom): the chunks a put reads back and a download's come in on
+	// it, not on the connection of the writer's appends. Until it is set,
+	// objects and uploads serve.
+	reads atomic.Pointer[artifactStreams]
 	// privacy seals the bytes of chunks and objects with the workspace's
 	// data key; nil when encryption is off.
 	privacy *privacy
@@ -130,6 +136,33 @@ func newArtifactStore(ctx context.Context, js jetstream.JetStream, cfg Config) (
 		return nil, fmt.Errorf("handlers: uploads stream: %w", err)
 	}
 	return &artifactStore{js: js, obs: obs, objects: objects, uploads: uploads, bucket: bucket, prefix: cfg.Prefix, maxBytes: cfg.ArtifactMaxBytes}, nil
+}
+
+// artifactStreams are the object store's stream and the uploads' stream.
+type artifactStreams struct{ objects, uploads jetstream.Stream }
+
+// readFrom makes the chunks of puts and downloads be read on js (the
+// queries' connection): a download of a large artifact then no longer
+// passes through the connection that carries the writer's appends.
+func (a *artifactStore) readFrom(ctx context.Context, js jetstream.JetStream) error {
+	objects, err := js.Stream(ctx, a.objects.CachedInfo().Config.Name)
+	if err != nil {
+		return err
+	}
+	uploads, err := js.Stream(ctx, a.uploads.CachedInfo().Config.Name)
+	if err != nil {
+		return err
+	}
+	a.reads.Store(&artifactStreams{objects: objects, uploads: uploads})
+	return nil
+}
+
+// readStreams returns the streams to read chunks from (readFrom).
+func (a *artifactStore) readStreams() artifactStreams {
+	if r := a.reads.Load(); r != nil {
+		return *r
+	}
+	return artifactStreams{objects: a.objects, uploads: a.uploads}
 }
 
 func objectName(ws, sha string) string { return ws + "/" + sha }
@@ -485,7 +518,7 @@ func (a *artifactStore) staged(ws, subject string, bound uint64) *stagedReader {
 func (r *stagedReader) Read(p []byte) (int, error) {
 	for len(r.buf) == 0 {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		m, err := r.a.uploads.GetMsg(ctx, r.last+1, jetstream.WithGetMsgSubject(r.subject))
+		m, err := r.a.readStreams().uploads.GetMsg(ctx, r.last+1, jetstream.WithGetMsgSubject(r.subject))
 		cancel()
 		switch {
 		case errors.Is(err, jetstream.ErrMsgNotFound) && (r.chunks == 0 || r.chunks < r.want):
@@ -536,7 +569,7 @@ func (a *artifactStore) read(ctx context.Context, ws string, info *jetstream.Obj
 		h[schemas.HeaderChunkSeq] = []string{"0"}
 		return nil, h
 	}
-	m, err := a.objects.GetMsg(ctx, after+1, jetstream.WithGetMsgSubject("$O."+a.bucket+".C."+info.NUID))
+	m, err := a.readStreams().objects.GetMsg(ctx, after+1, jetstream.WithGetMsgSubject("$O."+a.bucket+".C."+info.NUID))
 	switch {
 	case errors.Is(err, jetstream.ErrMsgNotFound):
 		return errResponse(&schemas.Error{Code: schemas.CodeInternal,

@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -46,6 +47,13 @@ func (s *Service) startQueries() (stop func(), err error) {
 		return nil, fmt.Errorf("handlers: the queries' JetStream: %w", err)
 	}
 	s.queriesJS.Store(&js)
+	if s.artifacts != nil {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		if err := s.artifacts.readFrom(ctx, js); err != nil {
+			s.cfg.Logger.Warn("handlers: the artifacts' chunks are read on the service's connection, not the queries'", "err", err)
+		}
+		cancel()
+	}
 	svc, err := endpoints.New(nc, endpoints.Config{Name: "dwr-query", Version: s.cfg.Version, QueueGroup: micro.DefaultQueueGroup,
 		Description: "dwr queries: served from the views by every replica"})
 	if err != nil {

@@ -444,3 +444,31 @@ func TestUploadsInProgressAreBoundedPerIdentity(t *testing.T) {
 	require.True(t, p.OK, "%+v", p.Error)
 	require.True(t, chunk(cl, "one-more", 0).OK, "a put makes room")
 }
+
+// An artifact's chunks — read back by its put, and by a download — come in
+// on the service's queries' connection, not on the one that carries the
+// writer's appends and the commands: a viewer downloading a large artifact
+// adds nothing to what the writer's connection receives.
+func TestArtifactChunksAreReadOnTheQueriesConnection(t *testing.T) {
+	const size = 16 << 20
+	svc := servicetest.Start(t, "", servicetest.Options{Secure: true})
+	cl := client.New(svc.Admin, client.Workspace("default"))
+	ctx := context.Background()
+
+	main, queries := svc.BytesTo(t, "dwr-serve"), svc.BytesTo(t, "dwr-serve (queries)")
+	info, err := cl.PutArtifact(ctx, &patternReader{left: size}, client.ArtifactMeta{Name: "big.bin"})
+	require.NoError(t, err)
+	r, err := cl.GetArtifact(ctx, info.SHA256)
+	require.NoError(t, err)
+	n, err := io.Copy(io.Discard, r)
+	require.NoError(t, err)
+	require.Equal(t, int64(size), n)
+
+	toMain, toQueries := svc.BytesTo(t, "dwr-serve")-main, svc.BytesTo(t, "dwr-serve (queries)")-queries
+	t.Logf("%d MiB put and read back: %d KiB to the service's connection, %d MiB to the queries'", size>>20, toMain>>10, toQueries>>20)
+	// The queries' connection takes the upload's chunks as requests, and
+	// every read of them: the put's and the download's (before: 16 MiB to
+	// the queries', 48 MiB to the service's connection).
+	require.Greater(t, toQueries, int64(3*size))
+	require.Less(t, toMain, int64(size/8), "no chunk came in on the writer's connection")
+}

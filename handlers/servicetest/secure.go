@@ -4,6 +4,7 @@ import (
 	"path/filepath"
 	"testing"
 
+	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nkeys"
 
@@ -102,4 +103,23 @@ func OpenStopped(t testing.TB, dir string) (*embedded.Server, *nats.Conn) {
 	t.Cleanup(srv.Shutdown)
 	t.Cleanup(nc.Close)
 	return srv, nc
+}
+
+// BytesTo returns the bytes the NATS server has sent so far to the
+// connections named name (the service's own: "dwr-serve", "dwr-serve
+// (queries)", "dwr-serve (lease)"), for a test of which connection carries
+// what.
+func (s *Service) BytesTo(t testing.TB, name string) int64 {
+	t.Helper()
+	cz, err := s.Server.NATS().Connz(&server.ConnzOptions{Limit: 4096})
+	if err != nil {
+		t.Fatalf("servicetest: the server's connections: %v", err)
+	}
+	var n int64
+	for _, c := range cz.Conns {
+		if c.Name == name {
+			n += c.OutBytes
+		}
+	}
+	return n
 }
