@@ -101,6 +101,7 @@ class Msg:
     headers: Optional[Dict[str, str]] = None
     status: Optional[str] = None
     description: str = ""
+    size: int = 0  # as a JetStream pull's max_bytes counts it: subject, reply, headers and payload
     _client: Optional["Client"] = field(default=None, repr=False, compare=False)
 
     async def respond(self, data: bytes, headers: Optional[Dict[str, str]] = None) -> None:
@@ -521,7 +522,7 @@ class Client:
         if hlen:
             headers, status, description = parse_headers(body[:hlen])
         msg = Msg(subject=subj.decode(), reply=reply.decode(), data=body[hlen:tlen], headers=headers,
-                  status=status, description=description, _client=self)
+                  status=status, description=description, size=len(subj) + len(reply) + tlen, _client=self)
         sub = self._subs.get(int(sid))
         if sub is not None:
             sub._deliver(msg)

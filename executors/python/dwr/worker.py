@@ -1506,7 +1506,7 @@ class Worker:
             while not slots.locked() and n < 256:
                 await slots.acquire()
                 n += 1
-            got = 0
+            got = received = 0
             sub = await self.nc.subscribe(self.nc.new_inbox())
             self._pulls.add(sub)
             try:
@@ -1535,6 +1535,9 @@ class Worker:
                     t = asyncio.get_running_loop().create_task(self._deliver(d, slots))
                     self._jobs.add(t)
                     t.add_done_callback(self._jobs.discard)
+                    received += msg.size
+                    if received >= FETCH_BYTES:
+                        break  # the pull's bytes used up to the byte: the server sends no status then
             finally:
                 self._pulls.discard(sub)
                 for _ in range(n - got):

@@ -160,6 +160,7 @@ class FakeServerTest(unittest.IsolatedAsyncioTestCase):
             payload = b'{"ok":true,"result":{"id":"t1"},"seq":9}'
             hdr = b"NATS/1.0\r\nDwr-Log-Seq: 9\r\n\r\n"
             writer.write(("HMSG %s %s %d %d\r\n" % (reply, sid, len(hdr), len(hdr) + len(payload))).encode() + hdr + payload + b"\r\n")
+            seen["size"] = len(reply) + len(hdr) + len(payload)
             # a request to a subject nobody serves: status 503
             pub2 = await reader.readline()
             await reader.readexactly(int(pub2.split()[-1]) + 2)
@@ -185,6 +186,7 @@ class FakeServerTest(unittest.IsolatedAsyncioTestCase):
 
         msg = await nc.request("dwr.cmd.default.task.create", b"{}", headers={"Dwr-Command-Id": "c1"}, timeout=2)
         self.assertEqual(msg.headers, {"Dwr-Log-Seq": "9"})
+        self.assertEqual(msg.size, seen["size"], "its size as a pull's max_bytes counts it: subject, reply, headers, payload")
         self.assertEqual(json.loads(msg.data)["result"], {"id": "t1"})
         self.assertIn(b"Dwr-Command-Id: c1\r\n", seen["hdrs"])
         self.assertTrue(seen["sub"].startswith(b"SUB _INBOX." + GO_PUBLIC.encode() + b"."), seen["sub"])
