@@ -58,7 +58,6 @@ type admission struct {
 	// times for its own limits, is flooding (0: never).
 	benchBytes, benchCount, benchRefused int
 	benchFor                             time.Duration
-	refuseBenched                        []byte
 
 	mu      sync.Mutex
 	callers map[string]inFlight // by caller; callers with none are absent
@@ -66,9 +65,9 @@ type admission struct {
 	all     inFlight
 	// rates counts, by caller, what it sent in its current second.
 	rates map[string]rate
-	// benched are the callers found flooding, until when their requests
-	// are refused.
-	benched map[string]time.Time
+	// benched are the callers found flooding, whose requests are refused
+	// for a while.
+	benched map[string]benched
 	// stopped, once set, refuses every request; drained is closed when the
 	// last one admitted before is answered.
 	stopped bool
@@ -123,16 +122,13 @@ func newAdmission(cfg Config) *admission {
 		callers: map[string]inFlight{},
 		drained: make(chan struct{}),
 		rates:   map[string]rate{},
-		benched: map[string]time.Time{},
+		benched: map[string]benched{},
 	}
 	if cfg.BenchFor > 0 {
 		a.benchBytes = floodBytesFactor * cfg.MaxBytesInFlightPerCaller
 		a.benchCount = floodCountFactor * cfg.MaxInFlightPerCaller
 		a.benchRefused = floodRefusedFactor * cfg.MaxInFlightPerCaller
 		a.benchFor = cfg.BenchFor
-		a.refuseBenched = errResponse(&schemas.Error{Code: schemas.CodeUnavailable, Message: fmt.Sprintf(
-			"this caller sent more in one second than the service takes (%d MiB, %d requests, or %d refused for its own limits): "+
-				"its requests are refused for %s; send no faster than you are answered", a.benchBytes>>20, a.benchCount, a.benchRefused, cfg.BenchFor)})
 	}
 	return a
 }
@@ -177,9 +173,9 @@ func (a *admission) admit(caller string, size int, query bool) []byte {
 func (a *admission) take(caller string, benchable bool, size int, query bool, now time.Time) (refusal []byte, flooding bool) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	if until, ok := a.benched[caller]; ok {
-		if now.Before(until) {
-			return a.refuseBenched, false
+	if b, ok := a.benched[caller]; ok {
+		if now.Before(b.until) {
+			return b.refusal, false
 		}
 		delete(a.benched, caller)
 	}
@@ -196,7 +192,7 @@ func (a *admission) take(caller string, benchable bool, size int, query bool, no
 		refusal, own = a.admitAll(caller, mine, size, query), false
 	}
 	if flooding = benchable && a.flood(caller, size, own, now); flooding {
-		a.benched[caller] = now.Add(a.benchFor)
+		a.bench(caller, now)
 	}
 	return refusal, flooding
 }
@@ -212,7 +208,7 @@ func (a *admission) flood(caller string, size int, refused bool, now time.Time) 
 	}
 	r, ok := a.rates[caller]
 	if !ok || now.Sub(r.since) >= rateWindow {
-		if !ok && len(a.rates) >= maxRates {
+		if !ok && len(a.rates) >= maxTracked {
 			for c, old := range a.rates { // those whose second is over
 				if now.Sub(old.since) >= rateWindow {
 					delete(a.rates, c)
@@ -232,9 +228,33 @@ func (a *admission) flood(caller string, size int, refused bool, now time.Time) 
 	return report
 }
 
-// maxRates is how many callers' requests are counted before those of past
-// seconds are forgotten.
-const maxRates = 1024
+// bench refuses caller's requests from now until BenchFor has passed,
+// telling it when to come back.
+func (a *admission) bench(caller string, now time.Time) {
+	if len(a.benched) >= maxTracked {
+		for c, b := range a.benched {
+			if !now.Before(b.until) {
+				delete(a.benched, c)
+			}
+		}
+	}
+	until := now.Add(a.benchFor)
+	at := until.UTC()
+	a.benched[caller] = benched{until: until, refusal: errResponse(&schemas.Error{Code: schemas.CodeUnavailable, RetryAfter: &at, Message: fmt.Sprintf(
+		"this caller sent more in one second than the service takes (%d MiB, %d requests, or %d refused for its own limits): "+
+			"its requests are refused for %s; send no faster than you are answered", a.benchBytes>>20, a.benchCount, a.benchRefused, a.benchFor)})}
+}
+
+// benched is a caller found flooding: until when, and the reply that
+// refuses its requests meanwhile.
+type benched struct {
+	until   time.Time
+	refusal []byte
+}
+
+// maxTracked is how many callers' rates (and benches) are kept before those
+// that are over are forgotten.
+const maxTracked = 1024
 
 // admitAll takes a place for a request the caller's own limits let through,
 // or returns the reply that refuses it for the service's.

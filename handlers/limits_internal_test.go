@@ -345,6 +345,10 @@ func TestAdmissionFindsFlooders(t *testing.T) {
 	refusal, f := a.take("bytes", true, 1, false, start.Add(time.Second))
 	require.False(t, f, "found once")
 	requireRefused(t, refusal, "its requests are refused for 10s")
+	var r schemas.Reply
+	require.NoError(t, json.Unmarshal(refusal, &r))
+	require.NotNil(t, r.Error.RetryAfter, "it is told when to come back")
+	require.True(t, r.Error.RetryAfter.Equal(start.Add(900*time.Millisecond+10*time.Second)), "%v", r.Error.RetryAfter)
 	found := 900 * time.Millisecond
 	requireRefused(t, first(a.take("bytes", true, 1, false, start.Add(found+10*time.Second-time.Nanosecond))), "refused for 10s")
 	require.Nil(t, first(a.take("bytes", true, 1, false, start.Add(found+10*time.Second))), "let in again once BenchFor has passed")
