@@ -51,7 +51,7 @@ type admission struct {
 	maxCaller, maxQueries, maxAll int
 	maxCallerBytes, maxAllBytes   int
 
-	refuseCaller, refuseQueries, refuseAll, refuseCallerBytes, refuseAllBytes []byte
+	refuseCaller, refuseQueries, refuseAll, refuseCallerBytes, refuseAllBytes *cannedRefusal
 
 	// benchBytes, benchCount and benchRefused: a caller that sends this
 	// many bytes or requests within one second, or is refused this many
@@ -107,17 +107,17 @@ func newAdmission(cfg Config) *admission {
 	a := &admission{
 		maxCaller: cfg.MaxInFlightPerCaller, maxQueries: cfg.MaxQueriesInFlight, maxAll: cfg.MaxInFlight,
 		maxCallerBytes: cfg.MaxBytesInFlightPerCaller, maxAllBytes: cfg.MaxBytesInFlight,
-		refuseCallerBytes: errResponse(&schemas.Error{Code: schemas.CodeUnavailable, Message: fmt.Sprintf(
+		refuseCallerBytes: newCannedRefusal(&schemas.Error{Code: schemas.CodeUnavailable, Message: fmt.Sprintf(
 			"this caller's requests in flight already hold %d MiB, the most one identity may have at once: "+
 				"retry once some of them are answered (the limit is this caller's own; other callers are served)", cfg.MaxBytesInFlightPerCaller>>20)}),
-		refuseAllBytes: errResponse(&schemas.Error{Code: schemas.CodeUnavailable,
+		refuseAllBytes: newCannedRefusal(&schemas.Error{Code: schemas.CodeUnavailable,
 			Message: "the service is at its limit of bytes of requests in flight: retry shortly"}),
-		refuseCaller: errResponse(&schemas.Error{Code: schemas.CodeUnavailable, Message: fmt.Sprintf(
+		refuseCaller: newCannedRefusal(&schemas.Error{Code: schemas.CodeUnavailable, Message: fmt.Sprintf(
 			"this caller already has %d requests in flight, the most one identity may have at once: "+
 				"retry once some of them are answered (the limit is this caller's own; other callers are served)", cfg.MaxInFlightPerCaller)}),
-		refuseQueries: errResponse(&schemas.Error{Code: schemas.CodeUnavailable, Message: fmt.Sprintf(
+		refuseQueries: newCannedRefusal(&schemas.Error{Code: schemas.CodeUnavailable, Message: fmt.Sprintf(
 			"the service is at its limit of %d queries in flight (commands keep room of their own): retry shortly", cfg.MaxQueriesInFlight)}),
-		refuseAll: errResponse(&schemas.Error{Code: schemas.CodeUnavailable,
+		refuseAll: newCannedRefusal(&schemas.Error{Code: schemas.CodeUnavailable,
 			Message: "the service is at its limit of requests in flight: retry shortly"}),
 		callers: map[string]inFlight{},
 		drained: make(chan struct{}),
@@ -134,7 +134,7 @@ func newAdmission(cfg Config) *admission {
 }
 
 // refuseStopped answers a request that comes while the service stops.
-var refuseStopped = errResponse(&schemas.Error{Code: schemas.CodeUnavailable, Message: "this replica is stopping: retry (another replica, or this one once restarted, answers)"})
+var refuseStopped = newCannedRefusal(&schemas.Error{Code: schemas.CodeUnavailable, Message: "this replica is stopping: retry (another replica, or this one once restarted, answers)"})
 
 // stop refuses every request from now on and waits until the ones admitted
 // before are answered, or d passes; it reports whether they were. The
@@ -163,14 +163,16 @@ func (a *admission) stop(d time.Duration) bool {
 // query is set. It returns nil when the request may be served (it then
 // holds its place until release), or the reply that refuses it.
 func (a *admission) admit(caller string, size int, query bool) []byte {
-	refusal, _ := a.take(caller, false, size, query, time.Now())
-	return refusal
+	if r, _ := a.take(caller, false, size, query, time.Now()); r != nil {
+		return r.body
+	}
+	return nil
 }
 
 // take is admit at now that also reports, once a second at most for a
 // benchable caller, that the caller is flooding (flood); a caller found
 // flooding is refused until BenchFor has passed.
-func (a *admission) take(caller string, benchable bool, size int, query bool, now time.Time) (refusal []byte, flooding bool) {
+func (a *admission) take(caller string, benchable bool, size int, query bool, now time.Time) (refused *cannedRefusal, flooding bool) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	if b, ok := a.benched[caller]; ok {
@@ -183,18 +185,18 @@ func (a *admission) take(caller string, benchable bool, size int, query bool, no
 	own := true // refused for the caller's own limits
 	switch {
 	case a.stopped:
-		refusal, own = refuseStopped, false
+		refused, own = refuseStopped, false
 	case mine.n >= a.maxCaller:
-		refusal = a.refuseCaller
+		refused = a.refuseCaller
 	case mine.n > 0 && mine.bytes+size > a.maxCallerBytes:
-		refusal = a.refuseCallerBytes
+		refused = a.refuseCallerBytes
 	default:
-		refusal, own = a.admitAll(caller, mine, size, query), false
+		refused, own = a.admitAll(caller, mine, size, query), false
 	}
 	if flooding = benchable && a.flood(caller, size, own, now); flooding {
 		a.bench(caller, now)
 	}
-	return refusal, flooding
+	return refused, flooding
 }
 
 // flood counts a request of size bytes from caller at now, refused for
@@ -240,7 +242,7 @@ func (a *admission) bench(caller string, now time.Time) {
 	}
 	until := now.Add(a.benchFor)
 	at := until.UTC()
-	a.benched[caller] = benched{until: until, refusal: errResponse(&schemas.Error{Code: schemas.CodeUnavailable, RetryAfter: &at, Message: fmt.Sprintf(
+	a.benched[caller] = benched{until: until, refusal: newCannedRefusal(&schemas.Error{Code: schemas.CodeUnavailable, RetryAfter: &at, Message: fmt.Sprintf(
 		"this caller sent more in one second than the service takes (%d MiB, %d requests, or %d refused for its own limits): "+
 			"its requests are refused for %s; send no faster than you are answered", a.benchBytes>>20, a.benchCount, a.benchRefused, a.benchFor)})}
 }
@@ -249,7 +251,7 @@ func (a *admission) bench(caller string, now time.Time) {
 // refuses its requests meanwhile.
 type benched struct {
 	until   time.Time
-	refusal []byte
+	refusal *cannedRefusal
 }
 
 // maxTracked is how many callers' rates (and benches) are kept before those
@@ -258,7 +260,7 @@ const maxTracked = 1024
 
 // admitAll takes a place for a request the caller's own limits let through,
 // or returns the reply that refuses it for the service's.
-func (a *admission) admitAll(caller string, mine inFlight, size int, query bool) []byte {
+func (a *admission) admitAll(caller string, mine inFlight, size int, query bool) *cannedRefusal {
 	switch {
 	case query && a.queries >= a.maxQueries:
 		return a.refuseQueries
@@ -334,12 +336,28 @@ func respond(req micro.Request, reply []byte, opts ...micro.RespondOpt) error {
 	if err := json.Unmarshal(reply, &r); err != nil || r.Error == nil {
 		return req.Respond(reply, opts...)
 	}
-	desc := strings.Join(strings.Fields(r.Error.Message), " ") // one header line
+	return req.Respond(reply, append(opts, micro.WithHeaders(errorHeaders(r.Error)))...)
+}
+
+// errorHeaders are the headers of a micro service error that name e.
+func errorHeaders(e *schemas.Error) micro.Headers {
+	desc := strings.Join(strings.Fields(e.Message), " ") // one header line
 	if len(desc) > 256 {
 		desc = desc[:253] + "..."
 	}
-	return req.Respond(reply, append(opts, micro.WithHeaders(micro.Headers{
-		micro.ErrorHeader: {desc}, micro.ErrorCodeHeader: {r.Error.Code}}))...)
+	return micro.Headers{micro.ErrorHeader: {desc}, micro.ErrorCodeHeader: {e.Code}}
+}
+
+// cannedRefusal is a reply that refuses a request, encoded once with its
+// headers: admission's refusals are sent many times over, a flood's at
+// tens of thousands a second.
+type cannedRefusal struct {
+	body    []byte
+	headers micro.Headers
+}
+
+func newCannedRefusal(e *schemas.Error) *cannedRefusal {
+	return &cannedRefusal{body: errResponse(e), headers: errorHeaders(e)}
 }
 
 // asyncRespond is async for a reply with headers.
@@ -347,12 +365,12 @@ func (s *Service) asyncRespond(req micro.Request, query bool, handle func(sender
 	who := senderOf(req.Headers()) // decoded once: admission and authorization share it
 	caller := who.key()
 	size := len(req.Data())
-	refusal, flooding := s.admission.take(caller, who.benchable(), size, query, time.Now())
+	refused, flooding := s.admission.take(caller, who.benchable(), size, query, time.Now())
 	if flooding {
 		s.benchFlooder(who)
 	}
-	if refusal != nil {
-		_ = respond(req, refusal)
+	if refused != nil {
+		_ = req.Respond(refused.body, micro.WithHeaders(refused.headers))
 		return
 	}
 	s.runners.run(func() {

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go/micro"
 	"github.com/stretchr/testify/require"
 
 	"github.com/dwr-run/dwr/domain"
@@ -329,8 +330,8 @@ func TestAdmissionFindsFlooders(t *testing.T) {
 	// start+at, and returns how many found it flooding.
 	send := func(a *admission, caller string, benchable bool, n, size int, at time.Duration) (flooding int) {
 		for range n {
-			refusal, f := a.take(caller, benchable, size, false, start.Add(at))
-			require.Nil(t, refusal)
+			refused, f := a.take(caller, benchable, size, false, start.Add(at))
+			require.Nil(t, refused)
 			a.release(caller, size, false)
 			if f {
 				flooding++
@@ -342,15 +343,16 @@ func TestAdmissionFindsFlooders(t *testing.T) {
 	a := newAdmission(cfg)
 	require.Zero(t, send(a, "bytes", true, 7, 1<<20, 0), "7 MiB in a second: not yet")
 	require.Equal(t, 1, send(a, "bytes", true, 1, 1<<20, 900*time.Millisecond), "the eighth MiB within the second")
-	refusal, f := a.take("bytes", true, 1, false, start.Add(time.Second))
+	refused, f := a.take("bytes", true, 1, false, start.Add(time.Second))
 	require.False(t, f, "found once")
-	requireRefused(t, refusal, "its requests are refused for 10s")
+	requireRefused(t, refused.body, "its requests are refused for 10s")
+	require.Equal(t, "unavailable", refused.headers.Get("Nats-Service-Error-Code"), "with the headers of a micro service error")
 	var r schemas.Reply
-	require.NoError(t, json.Unmarshal(refusal, &r))
+	require.NoError(t, json.Unmarshal(refused.body, &r))
 	require.NotNil(t, r.Error.RetryAfter, "it is told when to come back")
 	require.True(t, r.Error.RetryAfter.Equal(start.Add(900*time.Millisecond+10*time.Second)), "%v", r.Error.RetryAfter)
 	found := 900 * time.Millisecond
-	requireRefused(t, first(a.take("bytes", true, 1, false, start.Add(found+10*time.Second-time.Nanosecond))), "refused for 10s")
+	requireRefused(t, first(a.take("bytes", true, 1, false, start.Add(found+10*time.Second-time.Nanosecond))).body, "refused for 10s")
 	require.Nil(t, first(a.take("bytes", true, 1, false, start.Add(found+10*time.Second))), "let in again once BenchFor has passed")
 
 	a = newAdmission(cfg)
@@ -369,8 +371,8 @@ func TestAdmissionFindsFlooders(t *testing.T) {
 	}
 	var flooding int
 	for range 4 * 4 {
-		refusal, f := a.take("refused", true, 1, false, start)
-		require.NotNil(t, refusal)
+		refused, f := a.take("refused", true, 1, false, start)
+		require.NotNil(t, refused)
 		if f {
 			flooding++
 		}
@@ -384,3 +386,24 @@ func TestAdmissionFindsFlooders(t *testing.T) {
 
 // first returns a pair's first value.
 func first[A, B any](a A, _ B) A { return a }
+
+// BenchmarkRefusal measures answering a request its caller's limit refuses:
+// with the refusal and its headers encoded once (as admission answers), and
+// with its headers read back from the reply (as respond answers any other
+// refusal).
+func BenchmarkRefusal(b *testing.B) {
+	a := newAdmission(Config{MaxInFlightPerCaller: 1, BenchFor: -1}.withDefaults())
+	req := &testRequest{subject: "dwr.cmd.default.goal.create", body: []byte(`{"title":"t"}`)}
+	require.Nil(b, a.admit("flooder", 1, false))
+	b.Run("canned", func(b *testing.B) {
+		for b.Loop() {
+			r, _ := a.take("flooder", true, 1, false, time.Now())
+			_ = req.Respond(r.body, micro.WithHeaders(r.headers))
+		}
+	})
+	b.Run("decoded", func(b *testing.B) {
+		for b.Loop() {
+			_ = respond(req, a.admit("flooder", 1, false))
+		}
+	})
+}
