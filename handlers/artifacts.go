@@ -145,6 +145,7 @@ type artifactStreams struct{ objects, uploads jetstream.Stream }
 // queries' connection): a download of a large artifact then no longer
 // passes through the connection that carries the writer's appends.
 func (a *artifactStore) readFrom(ctx context.Context, js jetstream.JetStream) error {
+	a.reads.Store(nil) // those of an earlier connection, closed since
 	objects, err := js.Stream(ctx, a.objects.CachedInfo().Config.Name)
 	if err != nil {
 		return err
