@@ -95,12 +95,15 @@ const rateWindow = time.Second
 // serves some ten thousand small requests a second on two cores) — or that
 // is refused for its own limits floodRefusedFactor times its limit of
 // requests. An honest client waits for its answers: it is refused about its
-// excess once per retry, and sends no faster than it is answered. A flooder's
+// excess once per retry, and sends no faster than it is answered (the Go
+// client retries after 100 ms, then backs off: some four tries in the first
+// second, so a client with five times its limit in flight, refused, stays
+// under sixteen). A flooder's
 // requests cost the service their reception even when refused at once.
 const (
 	floodBytesFactor   = 8
 	floodCountFactor   = 64
-	floodRefusedFactor = 4
+	floodRefusedFactor = 16
 )
 
 func newAdmission(cfg Config) *admission {

@@ -319,7 +319,7 @@ func TestAdmissionBoundsTheBytesInFlight(t *testing.T) {
 
 // A caller is found flooding, once, when what it sends within one second —
 // answered or refused — passes eight times its bytes in flight, or 64 times
-// its requests in flight, or when it is refused for its own limits four
+// its requests in flight, or when it is refused for its own limits sixteen
 // times its requests in flight; its requests are then refused until
 // BenchFor has passed. The same sent over more than a second is not a
 // flood, and neither is a caller that cannot be benched (no identity).
@@ -370,14 +370,14 @@ func TestAdmissionFindsFlooders(t *testing.T) {
 		require.Nil(t, first(a.take("refused", true, 1, false, start)))
 	}
 	var flooding int
-	for range 4 * 4 {
+	for range 16 * 4 {
 		refused, f := a.take("refused", true, 1, false, start)
 		require.NotNil(t, refused)
 		if f {
 			flooding++
 		}
 	}
-	require.Equal(t, 1, flooding, "refused four times its requests in flight")
+	require.Equal(t, 1, flooding, "refused sixteen times its requests in flight")
 
 	cfg.BenchFor = -1
 	a = newAdmission(cfg.withDefaults())

@@ -105,15 +105,17 @@ type Config struct {
 	// MaxBytesInFlight when that is smaller: twice what an SDK worker
 	// running 64 jobs holds when each reports a result at the bound.
 	MaxBytesInFlightPerCaller int
-	// BenchFor is how long an identity that floods is kept off the NATS
-	// server (AuthConfig.Bench): one whose requests within one second,
-	// answered or refused, pass eight times its MaxBytesInFlightPerCaller
-	// in bytes or 64 times its MaxInFlightPerCaller in requests — several
-	// times what the service can take in a second; a client sending without
+	// BenchFor is how long the requests of an identity that floods are
+	// refused and, with the embedded server, the identity is kept off it
+	// (AuthConfig.Bench): one whose requests within one second, answered or
+	// refused, pass eight times its MaxBytesInFlightPerCaller in bytes or 64
+	// times its MaxInFlightPerCaller in requests — several times what the
+	// service can take in a second — or that is refused for its own limits
+	// sixteen times its MaxInFlightPerCaller: a client sending without
 	// waiting for its answers. Refusing its requests costs the flooder
 	// nothing: they still reached the service, and a flood of large ones
 	// made the NATS server cut the service's own connection as a slow
-	// consumer. Default DefaultBenchFor; -1: never.
+	// consumer. Default DefaultBenchFor; negative: never.
 	BenchFor time.Duration
 	// MaxReplyBytes bounds a reply: a query's result is kept 4 KiB under it
 	// (list queries answer as many items as fit, and a cursor to continue;

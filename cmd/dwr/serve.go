@@ -136,7 +136,7 @@ func (o *serveOptions) flags(cmd *cobra.Command) {
 	f.IntVar(&o.cfg.Service.MaxInFlightPerCaller, "max-in-flight-per-caller", 0, fmt.Sprintf(
 		"requests one identity may have in flight at once; more are refused (unavailable) (0: %d)", handlers.DefaultMaxInFlightPerCaller))
 	f.DurationVar(&o.cfg.Service.BenchFor, "bench-flooders", handlers.DefaultBenchFor,
-		"how long an identity that floods (sends in one second 8x its bytes or 64x its requests in flight, or is refused 4x its requests in flight) is refused, and kept off the embedded NATS server (-1s: never)")
+		"how long an identity that floods (sends in one second 8x its bytes or 64x its requests in flight, or is refused 16x its requests in flight) is refused, and kept off the embedded NATS server (-1s: never)")
 	f.StringSliceVar(&o.cfg.NATSMonitor, "nats-monitor", envList("DWR_NATS_MONITOR"),
 		"with --nats: the monitoring URLs (http_port, http://host:8222) of every node of the cluster, to check that each fsyncs acknowledged writes before serving (env DWR_NATS_MONITOR, comma-separated)")
 	f.BoolVar(&o.cfg.AcceptUnsyncedCluster, "accept-unsynced-cluster", false,
