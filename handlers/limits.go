@@ -97,8 +97,8 @@ const rateWindow = time.Second
 // requests. An honest client waits for its answers: it is refused about its
 // excess once per retry, and sends no faster than it is answered (the Go
 // client retries after 100 ms, then backs off: some four tries in the first
-// second, so a client with five times its limit in flight, refused, stays
-// under sixteen). A flooder's
+// second, so a client with three times its limit at once is refused about
+// eight times its limit in that second, half the threshold). A flooder's
 // requests cost the service their reception even when refused at once.
 const (
 	floodBytesFactor   = 8
