@@ -477,3 +477,41 @@ func TestAFlooderIsKeptOffTheServer(t *testing.T) {
 	require.NoError(t, r.err)
 	require.True(t, r.r.OK, "%+v", r.r.Error)
 }
+
+// An honest client with three times its limit of requests at once — the
+// excess refused, and asked again by the Go client as it backs off — is
+// served in the end and never benched; its refusals are counted under its
+// limit.
+func TestAClientPastItsLimitIsServedNotBenched(t *testing.T) {
+	const perCaller = 8
+	st := servicetest.Start(t, "", servicetest.Options{Secure: true, Log: eventstore.NewMemoryLog(),
+		Config: handlers.Config{MaxInFlight: 64, MaxInFlightPerCaller: perCaller, Metrics: handlers.NewMetricsRegistry()}})
+	busy := st.Member(t, "default", "busy", domain.RoleViewer)
+	held, release := holdQueriesOf(t, st.Svc, "busy")
+	cl := servicetest.NewClient(busy, "default")
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	errs := make(chan error, 3*perCaller)
+	for range 3 * perCaller {
+		go func() {
+			var out []json.RawMessage
+			errs <- cl.QueryErr(ctx, "task.list", schemas.Query{}, &out)
+		}()
+	}
+	receive(t, held, perCaller, time.Minute)
+	refused := func() float64 {
+		v, _ := servicetest.ScrapeHandler(t, st.Svc.Metrics()).Value("dwr_requests_refused_total", "limit", "caller")
+		return v
+	}
+	// Each of the 16 beyond the limit refused three times at least: a
+	// second of the client's backing off, held to its limit throughout.
+	servicetest.Eventually(t, time.Minute, func() bool { return refused() >= 3*2*perCaller })
+	release()
+	for range 3 * perCaller {
+		require.NoError(t, <-errs)
+	}
+	m := servicetest.ScrapeHandler(t, st.Svc.Metrics())
+	benched, _ := m.Value("dwr_callers_benched_total")
+	require.Zero(t, benched, "an honest client is not benched")
+	t.Logf("%v refusals of %d queries", refused(), 3*perCaller)
+}

@@ -110,17 +110,17 @@ func newAdmission(cfg Config) *admission {
 	a := &admission{
 		maxCaller: cfg.MaxInFlightPerCaller, maxQueries: cfg.MaxQueriesInFlight, maxAll: cfg.MaxInFlight,
 		maxCallerBytes: cfg.MaxBytesInFlightPerCaller, maxAllBytes: cfg.MaxBytesInFlight,
-		refuseCallerBytes: newCannedRefusal(&schemas.Error{Code: schemas.CodeUnavailable, Message: fmt.Sprintf(
+		refuseCallerBytes: newCannedRefusal("caller_bytes", &schemas.Error{Code: schemas.CodeUnavailable, Message: fmt.Sprintf(
 			"this caller's requests in flight already hold %d MiB, the most one identity may have at once: "+
 				"retry once some of them are answered (the limit is this caller's own; other callers are served)", cfg.MaxBytesInFlightPerCaller>>20)}),
-		refuseAllBytes: newCannedRefusal(&schemas.Error{Code: schemas.CodeUnavailable,
+		refuseAllBytes: newCannedRefusal("all_bytes", &schemas.Error{Code: schemas.CodeUnavailable,
 			Message: "the service is at its limit of bytes of requests in flight: retry shortly"}),
-		refuseCaller: newCannedRefusal(&schemas.Error{Code: schemas.CodeUnavailable, Message: fmt.Sprintf(
+		refuseCaller: newCannedRefusal("caller", &schemas.Error{Code: schemas.CodeUnavailable, Message: fmt.Sprintf(
 			"this caller already has %d requests in flight, the most one identity may have at once: "+
 				"retry once some of them are answered (the limit is this caller's own; other callers are served)", cfg.MaxInFlightPerCaller)}),
-		refuseQueries: newCannedRefusal(&schemas.Error{Code: schemas.CodeUnavailable, Message: fmt.Sprintf(
+		refuseQueries: newCannedRefusal("queries", &schemas.Error{Code: schemas.CodeUnavailable, Message: fmt.Sprintf(
 			"the service is at its limit of %d queries in flight (commands keep room of their own): retry shortly", cfg.MaxQueriesInFlight)}),
-		refuseAll: newCannedRefusal(&schemas.Error{Code: schemas.CodeUnavailable,
+		refuseAll: newCannedRefusal("all", &schemas.Error{Code: schemas.CodeUnavailable,
 			Message: "the service is at its limit of requests in flight: retry shortly"}),
 		callers: map[string]inFlight{},
 		drained: make(chan struct{}),
@@ -137,7 +137,7 @@ func newAdmission(cfg Config) *admission {
 }
 
 // refuseStopped answers a request that comes while the service stops.
-var refuseStopped = newCannedRefusal(&schemas.Error{Code: schemas.CodeUnavailable, Message: "this replica is stopping: retry (another replica, or this one once restarted, answers)"})
+var refuseStopped = newCannedRefusal("stopping", &schemas.Error{Code: schemas.CodeUnavailable, Message: "this replica is stopping: retry (another replica, or this one once restarted, answers)"})
 
 // stop refuses every request from now on and waits until the ones admitted
 // before are answered, or d passes; it reports whether they were. The
@@ -245,7 +245,7 @@ func (a *admission) bench(caller string, now time.Time) {
 	}
 	until := now.Add(a.benchFor)
 	at := until.UTC()
-	a.benched[caller] = benched{until: until, refusal: newCannedRefusal(&schemas.Error{Code: schemas.CodeUnavailable, RetryAfter: &at, Message: fmt.Sprintf(
+	a.benched[caller] = benched{until: until, refusal: newCannedRefusal("benched", &schemas.Error{Code: schemas.CodeUnavailable, RetryAfter: &at, Message: fmt.Sprintf(
 		"this caller sent more in one second than the service takes (%d MiB, %d requests, or %d refused for its own limits): "+
 			"its requests are refused for %s; send no faster than you are answered", a.benchBytes>>20, a.benchCount, a.benchRefused, a.benchFor)})}
 }
@@ -355,12 +355,13 @@ func errorHeaders(e *schemas.Error) micro.Headers {
 // headers: admission's refusals are sent many times over, a flood's at
 // tens of thousands a second.
 type cannedRefusal struct {
+	limit   string // which: the label of dwr_requests_refused_total
 	body    []byte
 	headers micro.Headers
 }
 
-func newCannedRefusal(e *schemas.Error) *cannedRefusal {
-	return &cannedRefusal{body: errResponse(e), headers: errorHeaders(e)}
+func newCannedRefusal(limit string, e *schemas.Error) *cannedRefusal {
+	return &cannedRefusal{limit: limit, body: errResponse(e), headers: errorHeaders(e)}
 }
 
 // asyncRespond is async for a reply with headers.
@@ -373,6 +374,7 @@ func (s *Service) asyncRespond(req micro.Request, query bool, handle func(sender
 		s.benchFlooder(who)
 	}
 	if refused != nil {
+		s.metrics.refused(refused.limit)
 		_ = req.Respond(refused.body, micro.WithHeaders(refused.headers))
 		return
 	}

@@ -65,6 +65,8 @@ type metrics struct {
 	handoffs      prometheus.Counter
 	feedRepairs   prometheus.Counter
 	benched       prometheus.Counter
+	refusals      *prometheus.CounterVec
+	refusalsBy    map[string]prometheus.Counter // refusals's counter of each limit, looked up once
 	timerLateness *prometheus.HistogramVec
 }
 
@@ -100,16 +102,23 @@ func newMetrics(reg *prometheus.Registry, s *Service) (*metrics, error) {
 			Help: "Times the writer found events missing from the end of the event feed while it served (a publish failed, or the feed's stream was unavailable) and sent them again from the log."}),
 		benched: prometheus.NewCounter(prometheus.CounterOpts{Name: "dwr_callers_benched_total",
 			Help: "Times an identity was kept off the NATS server for flooding: refused for its own limits on requests in flight, within one second, past the bench thresholds (Config.BenchFor)."}),
+		refusals: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "dwr_requests_refused_total",
+			Help: "Requests refused at once for a limit on requests in flight, by limit: caller, caller_bytes (one identity's), queries, all, all_bytes (the service's), benched (an identity found flooding), stopping (the replica stops)."},
+			[]string{"limit"}),
 		timerLateness: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "dwr_timer_lateness_seconds",
 			Help:    "Seconds from a durable timer's due time to its firing's commit, by timer kind.",
 			Buckets: prometheus.ExponentialBuckets(0.001, 4, 10)}, []string{"kind"}),
+	}
+	m.refusalsBy = make(map[string]prometheus.Counter)
+	for _, limit := range refusalLimits {
+		m.refusalsBy[limit] = m.refusals.WithLabelValues(limit)
 	}
 	m.okCommands = make(map[string]prometheus.Counter)
 	for _, name := range domain.CommandNames() {
 		m.okCommands[name] = m.commands.WithLabelValues(name, outcomeOK)
 	}
 	for _, c := range []prometheus.Collector{m.commands, m.appends, m.appendedBytes, m.batchSize, m.commitSeconds,
-		m.attemptLeases, m.writerLeases, m.quarantines, m.handoffs, m.feedRepairs, m.benched, m.timerLateness, stateCollector{s}} {
+		m.attemptLeases, m.writerLeases, m.quarantines, m.handoffs, m.feedRepairs, m.benched, m.refusals, m.timerLateness, stateCollector{s}} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}
@@ -345,3 +354,16 @@ func (m *metrics) bench() {
 		m.benched.Inc()
 	}
 }
+
+// refused counts a request refused at once for limit.
+func (m *metrics) refused(limit string) {
+	if m == nil {
+		return
+	}
+	if c, ok := m.refusalsBy[limit]; ok {
+		c.Inc()
+	}
+}
+
+// refusalLimits are the limit labels of dwr_requests_refused_total.
+var refusalLimits = []string{"caller", "caller_bytes", "queries", "all", "all_bytes", "benched", "stopping"}

@@ -110,6 +110,13 @@ func (c *Client) Query(t testing.TB, name string, q schemas.Query, out any) {
 	}
 }
 
+// QueryErr is Query that returns its error instead of failing the test,
+// for a goroutine of a test's own: the query is asked again while the
+// service cannot take it, until ctx ends.
+func (c *Client) QueryErr(ctx context.Context, name string, q schemas.Query, out any) error {
+	return c.query(ctx, name, q, out)
+}
+
 func (c *Client) query(ctx context.Context, name string, q schemas.Query, out any) error {
 	if _, err := c.c.Query(ctx, name, q, out); err != nil {
 		return fmt.Errorf("%s: %w", name, err)
