@@ -101,7 +101,7 @@ func newMetrics(reg *prometheus.Registry, s *Service) (*metrics, error) {
 		feedRepairs: prometheus.NewCounter(prometheus.CounterOpts{Name: "dwr_feed_repairs_total",
 			Help: "Times the writer found events missing from the end of the event feed while it served (a publish failed, or the feed's stream was unavailable) and sent them again from the log."}),
 		benched: prometheus.NewCounter(prometheus.CounterOpts{Name: "dwr_callers_benched_total",
-			Help: "Times an identity was kept off the NATS server for flooding: refused for its own limits on requests in flight, within one second, past the bench thresholds (Config.BenchFor)."}),
+			Help: "Times an identity was found flooding — within one second, more bytes or requests than the service takes, or refused too often for its own limits — and benched: its requests refused for Config.BenchFor and, on the embedded server, its connections closed."}),
 		refusals: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "dwr_requests_refused_total",
 			Help: "Requests refused at once for a limit on requests in flight, by limit: caller, caller_bytes (one identity's), queries, all, all_bytes (the service's), benched (an identity found flooding), stopping (the replica stops)."},
 			[]string{"limit"}),
