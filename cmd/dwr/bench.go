@@ -35,7 +35,7 @@ func benchCmd(g *globals) *cobra.Command {
 	f.BoolVar(&o.Plain, "plain", false, "run the service without encryption (payloads stored as sent); by default it seals them, as dwr serve does")
 	f.BoolVar(&o.CompareEncryption, "compare-encryption", false, "run group mode with payloads sealed and plain, alternating in --rounds rounds, and print the cost of encryption (give --payload-bytes: goal.create carries no payload otherwise)")
 	f.IntVar(&o.PayloadBytes, "payload-bytes", 0, "make each goal.create carry a plan of one task whose input holds this many bytes (0: none)")
-	cmd.AddCommand(benchChainCmd(g), benchWorkerCmd())
+	cmd.AddCommand(benchChainCmd(g), benchFloodCmd(g), benchWorkerCmd())
 	return cmd
 }
 
@@ -71,6 +71,22 @@ func benchChainCmd(g *globals) *cobra.Command {
 	f.StringSliceVar(&o.CompareWorkers, "compare-workers", nil,
 		"run with the workers of each SDK named (go and go-process, python and/or typescript), alternating in --rounds rounds, and print the ratios to go (with --deployed)")
 	f.StringVar(&o.SDKRoot, "sdk-root", ".", "with --worker-sdk or --compare-workers: the checkout holding executors/python and executors/typescript (built with npm run build)")
+	return cmd
+}
+
+func benchFloodCmd(g *globals) *cobra.Command {
+	var o bench.FloodOptions
+	cmd := reportCmd(g, "flood", "what one client gets while hostile clients flood the service with large commands", bench.FloodMethod,
+		func(ctx context.Context, _ *cobra.Command, progress io.Writer) (*bench.FloodReport, error) {
+			return bench.RunFlood(ctx, o, progress)
+		}, bench.PrintFlood)
+	f := cmd.Flags()
+	f.IntVar(&o.Flooders, "flooders", 4, "flooding identities, each on a connection of its own")
+	f.IntVar(&o.PayloadBytes, "payload-bytes", 900<<10, "bytes of each flooding command")
+	f.DurationVar(&o.Duration, "duration", 5*time.Second, "how long the flood and the other client's commands run")
+	f.DurationVar(&o.BenchFor, "bench-flooders", 0, "the service's bench of flooders, as dwr serve's flag (0: its default; -1s: off)")
+	f.IntVar(&o.CallerBytes, "caller-bytes", 0, "the service's bytes in flight per identity (0: its default, 32 MiB); a flooder is benched past 8 times it in a second")
+	f.StringVar(&o.Dir, "dir", os.TempDir(), "where the fresh directory is made")
 	return cmd
 }
 

@@ -52,6 +52,9 @@ type service struct {
 type setup struct {
 	open, plain, observe bool
 	workers              string
+	// limits, when set, are the service's limits on requests in flight
+	// and its bench of flooders (the flood benchmark's).
+	limits *handlers.Config
 }
 
 // startService starts the service in dir and waits until it is ready.
@@ -91,6 +94,9 @@ func startService(ctx context.Context, dir string, s setup, progress io.Writer) 
 	var snc *nats.Conn
 	var bnd *handlers.Boundary
 	cfg := handlers.Config{WriterID: "bench", LogKey: key, Logger: logger}
+	if l := s.limits; l != nil {
+		cfg.MaxBytesInFlightPerCaller, cfg.MaxInFlightPerCaller, cfg.BenchFor = l.MaxBytesInFlightPerCaller, l.MaxInFlightPerCaller, l.BenchFor
+	}
 	if !s.plain {
 		// Encrypted, as dwr serve runs by default.
 		if cfg.MasterKey, err = handlers.OpenMasterKey("", "", dir, nil); err != nil {
