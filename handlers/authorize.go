@@ -36,11 +36,6 @@ type AuthConfig struct {
 	// for d — its connections closed, new ones refused — because it floods
 	// (Config.BenchFor). It runs on a goroutine of its own.
 	Bench func(user string, d time.Duration)
-	// Pending, when set, returns the bytes the NATS server holds for the
-	// connection with client id cid, not yet written to it, and the most it
-	// holds before it cuts the connection as a slow consumer; ok is false
-	// when it has no such connection.
-	Pending func(cid uint64) (pending, limit int64, ok bool)
 }
 
 // principal is who a request is served as.

@@ -207,7 +207,7 @@ func (b *Boundary) ApplyMembers() error {
 // of the members.
 func (b *Boundary) Auth() AuthConfig {
 	return AuthConfig{Required: !b.insecureOpen, InsecureOpen: b.insecureOpen, Admins: b.admins,
-		OnMembersChanged: b.Reload, Bench: b.Bench, Pending: b.srv.Pending}
+		OnMembersChanged: b.Reload, Bench: b.Bench}
 }
 
 // Bench keeps the user nkey off the server for d: its connections are

@@ -407,13 +407,19 @@ func TestAFeedOfLargeEventsIsReadAFewAtATime(t *testing.T) {
 		require.True(t, a.r.OK, "%+v", a.r.Error)
 	}
 
-	for i := range 3 { // each page holds one event (a reply is at most 1 MiB)
+	// The feed is published after each commit, without waiting: on a busy
+	// machine its last events may come in after the replies.
+	page := func(i int) reply {
 		m := nats.NewMsg("dwr.q.default.feed")
 		m.Data, _ = json.Marshal(schemas.Query{Filter: "task.>", Limit: 5})
 		a := requestReply(viewer, m)
 		require.NoError(t, a.err, "feed page %d", i)
 		require.True(t, a.r.OK, "%+v", a.r.Error)
-		require.NotEmpty(t, a.r.Next, "more events follow")
+		return a
+	}
+	servicetest.Eventually(t, time.Minute, func() bool { return page(0).r.Next != "" })
+	for i := range 3 { // each page holds one event (a reply is at most 1 MiB)
+		require.NotEmpty(t, page(i+1).r.Next, "more events follow")
 	}
 	require.Zero(t, st.Server.NATS().NumSlowConsumers(), "a connection was cut as a slow consumer")
 }

@@ -11,7 +11,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/micro"
 
 	"github.com/dwr-run/dwr/handlers/access"
@@ -84,7 +83,6 @@ type rate struct {
 	since             time.Time
 	n, bytes, refused int
 	flooding          bool
-	user              string // the caller's NATS user (its nkey), to bench it
 }
 
 // rateWindow is how long requests are counted together.
@@ -168,17 +166,16 @@ func (a *admission) stop(d time.Duration) bool {
 // query is set. It returns nil when the request may be served (it then
 // holds its place until release), or the reply that refuses it.
 func (a *admission) admit(caller string, size int, query bool) []byte {
-	if r, _ := a.take(caller, "", size, query, time.Now()); r != nil {
+	if r, _ := a.take(caller, false, size, query, time.Now()); r != nil {
 		return r.body
 	}
 	return nil
 }
 
 // take is admit at now that also reports, once a second at most for a
-// caller that can be benched (user, its NATS user, is not ""), that the
-// caller is flooding (flood); a caller found flooding is refused until
-// BenchFor has passed.
-func (a *admission) take(caller, user string, size int, query bool, now time.Time) (refused *cannedRefusal, flooding bool) {
+// benchable caller, that the caller is flooding (flood); a caller found
+// flooding is refused until BenchFor has passed.
+func (a *admission) take(caller string, benchable bool, size int, query bool, now time.Time) (refused *cannedRefusal, flooding bool) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	if b, ok := a.benched[caller]; ok {
@@ -199,7 +196,7 @@ func (a *admission) take(caller, user string, size int, query bool, now time.Tim
 	default:
 		refused, own = a.admitAll(caller, mine, size, query), false
 	}
-	if flooding = user != "" && a.flood(caller, user, size, own, now); flooding {
+	if flooding = benchable && a.flood(caller, size, own, now); flooding {
 		a.bench(caller, now)
 	}
 	return refused, flooding
@@ -210,7 +207,7 @@ func (a *admission) take(caller, user string, size int, query bool, now time.Tim
 // caller flooding (once a window): its requests within the second, whatever
 // their answers, passed benchBytes in bytes or benchCount in number, or those
 // refused for its own limits passed benchRefused.
-func (a *admission) flood(caller, user string, size int, refused bool, now time.Time) bool {
+func (a *admission) flood(caller string, size int, refused bool, now time.Time) bool {
 	if a.benchBytes == 0 {
 		return false
 	}
@@ -223,7 +220,7 @@ func (a *admission) flood(caller, user string, size int, refused bool, now time.
 				}
 			}
 		}
-		r = rate{since: now, user: user}
+		r = rate{since: now}
 	}
 	r.n++
 	r.bytes += size
@@ -318,84 +315,14 @@ func (who sender) benchable() bool {
 // benchFlooder keeps who, found flooding, off the NATS server for
 // BenchFor when the service can (AuthConfig.Bench: the embedded server);
 // the service refuses its requests meanwhile either way.
-func (s *Service) benchFlooder(user string) {
+func (s *Service) benchFlooder(who sender) {
 	s.metrics.bench()
 	if s.cfg.Auth.Bench == nil {
 		s.cfg.Logger.Warn("handlers: an identity sends more in one second than the service takes; its requests are refused for a while, "+
-			"but it cannot be kept off this NATS server from here (revoke it, or limit it in NATS)", "user", user, "for", s.cfg.BenchFor)
+			"but it cannot be kept off this NATS server from here (revoke it, or limit it in NATS)", "user", who.User, "for", s.cfg.BenchFor)
 		return
 	}
-	go s.cfg.Auth.Bench(user, s.cfg.BenchFor) // it logs whom, and the connections it closed
-}
-
-// watchIngress benches the caller that sent the most bytes in the current
-// second, once it passed MaxBytesInFlightPerCaller, whenever the NATS
-// server holds more than a quarter of its max_pending for one of the
-// service's connections: a flood the service cannot take in fast enough
-// to count past its thresholds (a service short of CPU) would otherwise
-// make the server cut its connection as a slow consumer — every request
-// and reply on it lost. It looks every ingressEvery, while ctx lasts; it
-// does nothing unless the service can bench (AuthConfig.Bench, Pending).
-func (s *Service) watchIngress(ctx context.Context) {
-	if s.cfg.Auth.Bench == nil || s.cfg.Auth.Pending == nil || s.cfg.BenchFor <= 0 {
-		return
-	}
-	t := time.NewTicker(ingressEvery)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
-		for _, nc := range []*nats.Conn{s.nc, s.queriesNC.Load()} {
-			if nc == nil {
-				continue
-			}
-			cid, err := nc.GetClientID()
-			if err != nil {
-				continue
-			}
-			pending, limit, ok := s.cfg.Auth.Pending(cid)
-			if !ok || pending < limit/4 {
-				continue
-			}
-			if user, ok := s.admission.benchHeaviest(time.Now(), s.cfg.MaxBytesInFlightPerCaller); ok {
-				s.cfg.Logger.Warn("handlers: the NATS server holds a quarter of what it holds for the service's connection before it cuts it; "+
-					"the heaviest sender of the last second is benched", "connection", nc.Opts.Name, "pending_bytes", pending, "user", user)
-				s.benchFlooder(user)
-			}
-		}
-	}
-}
-
-// ingressEvery is how often watchIngress looks.
-const ingressEvery = 50 * time.Millisecond
-
-// benchHeaviest benches the caller that sent the most bytes in the second
-// now is in, if it can be benched, is not yet, and sent at least floor
-// bytes; it returns its NATS user.
-func (a *admission) benchHeaviest(now time.Time, floor int) (user string, ok bool) {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	if a.benchBytes == 0 {
-		return "", false
-	}
-	var heaviest string
-	most := floor - 1
-	for c, r := range a.rates {
-		if r.user != "" && !r.flooding && now.Sub(r.since) < rateWindow && r.bytes > most {
-			heaviest, most = c, r.bytes
-		}
-	}
-	if heaviest == "" {
-		return "", false
-	}
-	r := a.rates[heaviest]
-	r.flooding = true
-	a.rates[heaviest] = r
-	a.bench(heaviest, now)
-	return r.user, true
+	go s.cfg.Auth.Bench(who.User, s.cfg.BenchFor) // it logs whom, and the connections it closed
 }
 
 // respond sends reply to req: a refusal (a reply that is not OK) with the
@@ -442,13 +369,9 @@ func (s *Service) asyncRespond(req micro.Request, query bool, handle func(sender
 	who := senderOf(req.Headers()) // decoded once: admission and authorization share it
 	caller := who.key()
 	size := len(req.Data())
-	var user string
-	if who.benchable() {
-		user = who.User
-	}
-	refused, flooding := s.admission.take(caller, user, size, query, time.Now())
+	refused, flooding := s.admission.take(caller, who.benchable(), size, query, time.Now())
 	if flooding {
-		s.benchFlooder(who.User)
+		s.benchFlooder(who)
 	}
 	if refused != nil {
 		s.metrics.refused(refused.limit)

@@ -47,7 +47,6 @@ func (s *Service) startQueries() (stop func(), err error) {
 		return nil, fmt.Errorf("handlers: the queries' JetStream: %w", err)
 	}
 	s.queriesJS.Store(&js)
-	s.queriesNC.Store(nc)
 	if s.artifacts != nil {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		if err := s.artifacts.readFrom(ctx, js); err != nil {

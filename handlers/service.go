@@ -325,7 +325,6 @@ type Service struct {
 	reading    *turns                              // the queries reading the views, in turn by caller
 	deciding   *turns                              // the commands' bytes handed to the writer, in turn by caller
 	queriesJS  atomic.Pointer[jetstream.JetStream] // on the queries' connection (readJS)
-	queriesNC  atomic.Pointer[nats.Conn]           // the queries' connection (watchIngress)
 	// onQuery, when set, is called as a query starts to be served, with its
 	// caller's name and the query: tests hold queries in flight with it.
 	onQuery atomic.Pointer[func(actor, query string)]
@@ -566,7 +565,6 @@ func (s *Service) Run(ctx context.Context) error {
 		}
 	})
 	wg.Go(func() { s.disk.watch(ctx) })
-	wg.Go(func() { s.watchIngress(ctx) })
 	wg.Go(func() {
 		if err := s.writerLoop(ctx); err != nil {
 			errc <- err

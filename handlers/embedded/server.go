@@ -236,19 +236,3 @@ func (s *Server) Shutdown() {
 // NATS client matches subjects the way the server does without linking the
 // server itself.
 func SubjectMatches(subj, filter string) bool { return server.SubjectMatchesFilter(subj, filter) }
-
-// Pending returns the bytes the server holds for the client connection
-// with id cid, not yet written to it, and the most it holds before it cuts
-// the connection as a slow consumer (max_pending); ok is false when it has
-// no such connection.
-func (s *Server) Pending(cid uint64) (pending, limit int64, ok bool) {
-	cz, err := s.ns.Connz(&server.ConnzOptions{CID: cid})
-	if err != nil || len(cz.Conns) == 0 {
-		return 0, 0, false
-	}
-	limit = s.cfg.MaxPending
-	if limit == 0 {
-		limit = server.MAX_PENDING_SIZE
-	}
-	return int64(cz.Conns[0].Pending), limit, true
-}
