@@ -27,6 +27,9 @@ const feedQueryWait = 5 * time.Second
 const (
 	feedFetchBytes = 8 << 20
 	feedFetchWait  = 200 * time.Millisecond
+	// feedFetchPatience bounds how long a page asks again for the events
+	// its consumer counts when pulls bring none (a machine short of CPU).
+	feedFetchPatience = 2 * time.Second
 )
 
 // feedPage answers the feed query: the events the feed stream holds for
@@ -93,6 +96,11 @@ func (s *Service) feedPage(ws string, q schemas.Query, pg *page) (res []byte, ne
 	}
 	avail := cons.CachedInfo().NumPending // the events the consumer had to give when made
 	pending := true                       // it may have more by now
+	// A pull that brings nothing while the consumer counts events to give
+	// is asked again until then: on a machine short of CPU the server may
+	// not deliver within feedFetchWait, and the page would end there,
+	// saying no more events follow.
+	patience := time.Now().Add(feedFetchPatience)
 	for pending && pg.next == "" && scanned < scanLimit {
 		// At least one more than the page takes, so that a full page knows
 		// whether more follow (none pending after the last says nothing
@@ -136,7 +144,7 @@ func (s *Service) feedPage(ws string, q schemas.Query, pg *page) (res []byte, ne
 		if err := batch.Error(); err != nil && !errors.Is(err, jetstream.ErrNoMessages) && pg.n == 0 {
 			return nil, "", fmt.Errorf("handlers: feed query: %w", err)
 		}
-		if got == 0 {
+		if got == 0 && (avail == 0 || time.Now().After(patience)) {
 			pending = false
 		}
 	}
