@@ -395,6 +395,11 @@ func (s *Service) SweepRetention(ctx context.Context) ([]string, error) {
 			if err := s.privacy.shred(ctx, w.Name, cmd); err != nil {
 				return shredded, err
 			}
+			// The reply leaves before the views apply the record: the next
+			// sweep must find the goal shredded, not shred it again.
+			if err := s.store.WaitFor(ctx, o.Seq); err != nil {
+				return shredded, err
+			}
 			shredded = append(shredded, id)
 			s.cfg.Logger.Info("handlers: shredded the payloads of a goal past its workspace's retention", "workspace", w.Name, "goal", id)
 		}
