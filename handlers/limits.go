@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 	"sync"
@@ -77,12 +78,11 @@ type admission struct {
 // inFlight is a count of requests in flight and of their bytes.
 type inFlight struct{ n, bytes int }
 
-// rate is what one caller sent since since: requests and their bytes, and
-// whether it was found flooding.
+// rate is what one caller sent since since: requests, their bytes, and
+// those refused for its own limits.
 type rate struct {
 	since             time.Time
 	n, bytes, refused int
-	flooding          bool
 }
 
 // rateWindow is how long requests are counted together.
@@ -172,9 +172,9 @@ func (a *admission) admit(caller string, size int, query bool) []byte {
 	return nil
 }
 
-// take is admit at now that also reports, once a second at most for a
-// benchable caller, that the caller is flooding (flood); a caller found
-// flooding is refused until BenchFor has passed.
+// take is admit at now that also reports, for a benchable caller, that the
+// caller is flooding (flood); a caller found flooding is refused until
+// BenchFor has passed.
 func (a *admission) take(caller string, benchable bool, size int, query bool, now time.Time) (refused *cannedRefusal, flooding bool) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
@@ -204,21 +204,18 @@ func (a *admission) take(caller string, benchable bool, size int, query bool, no
 
 // flood counts a request of size bytes from caller at now, refused for
 // the caller's own limits when refused is set, and reports whether it makes
-// caller flooding (once a window): its requests within the second, whatever
-// their answers, passed benchBytes in bytes or benchCount in number, or those
-// refused for its own limits passed benchRefused.
+// caller flooding: its requests within the second, whatever their answers,
+// passed benchBytes in bytes or benchCount in number, or those refused for
+// its own limits passed benchRefused. A caller found flooding starts a new
+// second when its bench is over (take refuses it before it is counted).
 func (a *admission) flood(caller string, size int, refused bool, now time.Time) bool {
 	if a.benchBytes == 0 {
 		return false
 	}
 	r, ok := a.rates[caller]
 	if !ok || now.Sub(r.since) >= rateWindow {
-		if !ok && len(a.rates) >= maxTracked {
-			for c, old := range a.rates { // those whose second is over
-				if now.Sub(old.since) >= rateWindow {
-					delete(a.rates, c)
-				}
-			}
+		if !ok && len(a.rates) >= maxTracked { // forget those whose second is over
+			maps.DeleteFunc(a.rates, func(_ string, old rate) bool { return now.Sub(old.since) >= rateWindow })
 		}
 		r = rate{since: now}
 	}
@@ -227,21 +224,19 @@ func (a *admission) flood(caller string, size int, refused bool, now time.Time) 
 	if refused {
 		r.refused++
 	}
-	report := !r.flooding && (r.bytes >= a.benchBytes || r.n >= a.benchCount || r.refused >= a.benchRefused)
-	r.flooding = r.flooding || report
+	if r.bytes >= a.benchBytes || r.n >= a.benchCount || r.refused >= a.benchRefused {
+		delete(a.rates, caller)
+		return true
+	}
 	a.rates[caller] = r
-	return report
+	return false
 }
 
 // bench refuses caller's requests from now until BenchFor has passed,
 // telling it when to come back.
 func (a *admission) bench(caller string, now time.Time) {
-	if len(a.benched) >= maxTracked {
-		for c, b := range a.benched {
-			if !now.Before(b.until) {
-				delete(a.benched, c)
-			}
-		}
+	if len(a.benched) >= maxTracked { // forget the benches that are over
+		maps.DeleteFunc(a.benched, func(_ string, b benched) bool { return !now.Before(b.until) })
 	}
 	until := now.Add(a.benchFor)
 	at := until.UTC()

@@ -52,8 +52,8 @@ type service struct {
 type setup struct {
 	open, plain, observe bool
 	workers              string
-	// limits, when set, are the service's limits on requests in flight
-	// and its bench of flooders (the flood benchmark's).
+	// limits, when set, holds the service's bytes in flight per caller and
+	// its bench of flooders (the flood benchmark's).
 	limits *handlers.Config
 }
 
@@ -95,7 +95,7 @@ func startService(ctx context.Context, dir string, s setup, progress io.Writer) 
 	var bnd *handlers.Boundary
 	cfg := handlers.Config{WriterID: "bench", LogKey: key, Logger: logger}
 	if l := s.limits; l != nil {
-		cfg.MaxBytesInFlightPerCaller, cfg.MaxInFlightPerCaller, cfg.BenchFor = l.MaxBytesInFlightPerCaller, l.MaxInFlightPerCaller, l.BenchFor
+		cfg.MaxBytesInFlightPerCaller, cfg.BenchFor = l.MaxBytesInFlightPerCaller, l.BenchFor
 	}
 	if !s.plain {
 		// Encrypted, as dwr serve runs by default.
