@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -314,13 +315,20 @@ func (d *dispatcher) msg(it schemas.WorkItem) (*nats.Msg, error) {
 		}
 	}
 	m := nats.NewMsg(WorkSubject(d.prefix, it.Workspace, it.Queue))
-	id := fmt.Sprintf("%s.%d", it.TaskID, it.Attempt)
-	if it.Kind == schemas.WorkKindVerify {
-		id += ".verify"
-	}
-	m.Header.Set(jetstream.MsgIDHeader, id)
+	m.Header.Set(jetstream.MsgIDHeader, itemID(it.TaskID, it.Attempt, it.Kind == schemas.WorkKindVerify))
 	m.Data = b
 	return m, nil
+}
+
+// itemID is the message id of the work item of a task's attempt (to run, or,
+// verify, to judge): publishing it again within the work stream's
+// duplicates window stores nothing.
+func itemID(task string, attempt int, verify bool) string {
+	id := task + "." + strconv.Itoa(attempt)
+	if verify {
+		id += ".verify"
+	}
+	return id
 }
 
 func (d *dispatcher) failed(it schemas.WorkItem, err error) {
@@ -472,4 +480,121 @@ func (d *dispatcher) rederive(ctx context.Context, store *projections.Store) (in
 		}
 	}
 	return n, nil
+}
+
+// workAuditEvery is how often the writer looks for dispatchable tasks that
+// their queue has lost the item of.
+const workAuditEvery = 2 * time.Second
+
+// audit publishes again, every workAuditEvery until ctx ends, the work item
+// of each ready or verifying task that its queue has lost, and calls
+// restored with how many it published. The work stream is derived and not
+// fsynced: a single server killed can lose its last items, and then gives
+// their sequence numbers to the next ones, so that an executor still
+// holding an item from before acknowledges the one that took its number —
+// a task is left ready with no item, and nothing else would publish it
+// before the next writer's start. A task has lost its item when it is found
+// dispatchable, for the same attempt, in two rounds in a row while its
+// queue's consumer has nothing to deliver and nothing delivered
+// unacknowledged: an item published in between would show in one of them.
+// Such a task's item goes out under a message id of its own, past the
+// duplicates window that still holds the lost one's; should the item not
+// have been lost after all, the second one is refused at its claim as
+// stale.
+func (d *dispatcher) audit(ctx context.Context, store *projections.Store, restored func(int)) {
+	t := time.NewTicker(workAuditEvery)
+	defer t.Stop()
+	var suspects map[string]bool
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		var n int
+		var err error
+		suspects, n, err = d.auditRound(ctx, store, suspects)
+		if n > 0 {
+			d.logger.Warn("handlers: work items missing from their idle queues published again", "tasks", n)
+			restored(n)
+		}
+		if err != nil && ctx.Err() == nil {
+			d.logger.Warn("handlers: work item audit failed; tried again shortly", "err", err)
+		}
+	}
+}
+
+// auditRound is a round of audit: it publishes the items of the
+// dispatchable tasks among suspects (the previous round's) still found
+// without one, and returns this round's suspects and how many it published.
+func (d *dispatcher) auditRound(ctx context.Context, store *projections.Store, suspects map[string]bool) (map[string]bool, int, error) {
+	idle, err := d.idleQueues(ctx)
+	if err != nil || len(idle) == 0 {
+		return nil, 0, err
+	}
+	found := map[string]bool{}
+	var lost []*domain.Task
+	for ws, queues := range idle {
+		for _, state := range []string{domain.StateReady, domain.StateVerifying} {
+			err := store.EachTask(ws, projections.TaskFilter{State: state}, func(t *domain.Task) bool {
+				if !dispatchable(t) {
+					return true
+				}
+				queue, id := t.Spec.Queue, itemID(t.ID, t.AttemptCount()+1, false)
+				if t.State == domain.StateVerifying {
+					queue, id = t.Spec.Verification.Queue, itemID(t.ID, t.Current().N, true)
+				}
+				switch {
+				case !queues[queue]:
+				case suspects[id]:
+					lost = append(lost, t)
+				default:
+					found[id] = true
+				}
+				return true
+			})
+			if err != nil {
+				return found, 0, err
+			}
+		}
+	}
+	for i, t := range lost {
+		it := workItemOf(t, store, store.Checkpoint())
+		m, err := d.msg(it)
+		if err == nil {
+			m.Header.Set(jetstream.MsgIDHeader, m.Header.Get(jetstream.MsgIDHeader)+".again."+strconv.FormatInt(time.Now().UnixNano(), 36))
+			pctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+			_, err = d.js.PublishMsg(pctx, m)
+			cancel()
+		}
+		if err != nil {
+			return found, i, fmt.Errorf("handlers: publish the work item of task %s again: %w", t.ID, err)
+		}
+	}
+	return found, len(lost), nil
+}
+
+// idleQueues returns, by workspace, the queues whose consumer has no item
+// to deliver and none delivered unacknowledged.
+func (d *dispatcher) idleQueues(ctx context.Context) (map[string]map[string]bool, error) {
+	st, err := d.js.Stream(ctx, d.stream)
+	if err != nil {
+		return nil, err
+	}
+	idle := map[string]map[string]bool{}
+	infos := st.ListConsumers(ctx)
+	for ci := range infos.Info() {
+		if ci.NumPending > 0 || ci.NumAckPending > 0 {
+			continue
+		}
+		ws, queue, ok := strings.Cut(strings.TrimPrefix(ci.Config.FilterSubject, d.prefix+".work."), ".")
+		if !ok || WorkSubject(d.prefix, ws, queue) != ci.Config.FilterSubject {
+			continue // not a queue's consumer
+		}
+		if idle[ws] == nil {
+			idle[ws] = map[string]bool{}
+		}
+		idle[ws][queue] = true
+	}
+	return idle, infos.Err()
 }

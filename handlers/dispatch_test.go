@@ -189,6 +189,40 @@ func TestPoisonWorkItemIsQuarantinedAndTheQueueFlows(t *testing.T) {
 	require.NoError(t, m.Ack())
 }
 
+// A max-deliveries advisory older than the item now at its sequence is about
+// an item the work stream no longer has (a single server killed loses the
+// stream's last items and numbers the next ones from there): it quarantines
+// nothing, and the newer item stays.
+func TestAnAdvisoryOlderThanTheItemAtItsSequenceQuarantinesNothing(t *testing.T) {
+	b := setup(t)
+	ctx := context.Background()
+	q := b.queue(t, "renumbered", 30*time.Second, 5)
+	task, _ := b.mustCommand(t, "task.create", map[string]any{"spec": map[string]any{"queue": "renumbered"}})
+	it, m := q.next(5 * time.Second)
+	require.Equal(t, task.ID, it.TaskID)
+	meta, err := m.Metadata()
+	require.NoError(t, err)
+	advisory, err := json.Marshal(map[string]any{"type": "io.nats.jetstream.advisory.v1.max_deliver", "id": "renumbered",
+		"timestamp": meta.Timestamp.Add(-time.Minute), "stream": "DWR_WORK", "consumer": "dwr-default-renumbered",
+		"stream_seq": meta.Sequence.Stream, "deliveries": 5})
+	require.NoError(t, err)
+	require.NoError(t, b.svcNC.Publish("$JS.EVENT.ADVISORY.CONSUMER.MAX_DELIVERIES.DWR_WORK.dwr-default-renumbered", advisory))
+	advisories, err := b.jetstream(t).Stream(ctx, "DWR_ADVISORIES")
+	require.NoError(t, err)
+	servicetest.Eventually(t, 10*time.Second, func() bool {
+		info, err := advisories.Info(ctx)
+		return err == nil && info.State.LastSeq == 1 && info.State.Msgs == 0 // taken and dealt with
+	})
+	var got domain.Task
+	b.query(t, "task.get", schemas.Query{ID: task.ID}, 0, &got)
+	require.Equal(t, domain.StateReady, got.State, "not quarantined")
+	work, err := b.jetstream(t).Stream(ctx, "DWR_WORK")
+	require.NoError(t, err)
+	_, err = work.GetMsg(ctx, meta.Sequence.Stream)
+	require.NoError(t, err, "the item stays")
+	require.NoError(t, m.Ack())
+}
+
 func TestWorkItemsAreDerivedAgainAfterARestart(t *testing.T) {
 	b := setupJetStream(t)
 	task, _ := b.mustCommand(t, "task.create", map[string]any{"spec": map[string]any{"queue": "shell"}})
@@ -205,6 +239,65 @@ func TestWorkItemsAreDerivedAgainAfterARestart(t *testing.T) {
 	it, m := b2.queue(t, "shell", 30*time.Second, 5).next(5 * time.Second)
 	require.Equal(t, task.ID, it.TaskID)
 	require.NoError(t, m.Ack())
+}
+
+// A ready task whose item its queue lost while the writer serves gets its
+// item again once the queue has nothing to deliver and nothing in flight.
+// Here an executor acknowledges the item without running it; after a kill
+// -9 of a single server, an executor still holding an item from before the
+// crash does the same to the item that took its sequence number (the work
+// stream is not fsynced, and a stream that lost its last messages numbers
+// the next ones again from there). An item its queue holds, or has
+// delivered and awaits the acknowledgement of, is not published twice.
+func TestALostWorkItemIsPublishedAgain(t *testing.T) {
+	b := setup(t)
+	lostQ := b.queue(t, "lost", 30*time.Second, 5)
+	heldQ := b.queue(t, "held", 30*time.Second, 5)
+	keptQ := b.queue(t, "kept", 30*time.Second, 5)
+	lost, _ := b.mustCommand(t, "task.create", map[string]any{"spec": map[string]any{"queue": "lost"}})
+	held, _ := b.mustCommand(t, "task.create", map[string]any{"spec": map[string]any{"queue": "held"}})
+	kept, _ := b.mustCommand(t, "task.create", map[string]any{"spec": map[string]any{"queue": "kept"}})
+
+	it, m := lostQ.next(5 * time.Second)
+	require.Equal(t, lost.ID, it.TaskID)
+	require.NoError(t, m.DoubleAck(context.Background()), "acknowledged, never claimed: the item is gone, the task ready")
+	it, _ = heldQ.next(5 * time.Second) // held, not acknowledged
+	require.Equal(t, held.ID, it.TaskID)
+
+	// A verifying task's item (a result to judge) is found as well.
+	draftQ, checksQ := b.queue(t, "draft", 30*time.Second, 5), b.queue(t, "checks", 30*time.Second, 5)
+	judged, _ := b.mustCommand(t, "task.create", map[string]any{"spec": map[string]any{"queue": "draft",
+		"verification": map[string]any{"queue": "checks"}}})
+	it, m = draftQ.next(5 * time.Second)
+	b.mustCommand(t, "task.claim", map[string]any{"task_id": judged.ID, "executor": "writer"})
+	b.mustCommand(t, "task.succeed", map[string]any{"task_id": judged.ID, "attempt": it.Attempt, "result": map[string]any{"text": "v1"}})
+	require.NoError(t, m.Ack())
+	it, m = checksQ.next(5 * time.Second)
+	require.Equal(t, schemas.WorkKindVerify, it.Kind)
+	require.NoError(t, m.DoubleAck(context.Background()))
+
+	again, m := lostQ.next(15 * time.Second)
+	require.Equal(t, lost.ID, again.TaskID, "the lost item is published again")
+	require.Equal(t, 1, again.Attempt)
+	require.NotNil(t, again.Task, "with its task, as the first")
+	require.NoError(t, m.Ack())
+	again, m = checksQ.next(15 * time.Second)
+	require.Equal(t, judged.ID, again.TaskID, "the lost verify item is published again")
+	require.Equal(t, schemas.WorkKindVerify, again.Kind)
+	require.Equal(t, 1, again.Attempt)
+	require.NoError(t, m.Ack())
+
+	// Two audits at least have run by now (a task is found without its item
+	// twice before it is published again): neither other queue got a second item.
+	info, err := keptQ.cons.Info(context.Background())
+	require.NoError(t, err)
+	require.EqualValues(t, 1, info.NumPending, "the item kept in its queue is not doubled")
+	info, err = heldQ.cons.Info(context.Background())
+	require.NoError(t, err)
+	require.EqualValues(t, 0, info.NumPending, "the item held by an executor is not doubled")
+	require.EqualValues(t, 1, info.NumAckPending)
+	it, _ = keptQ.next(time.Second)
+	require.Equal(t, kept.ID, it.TaskID)
 }
 
 func TestVerifyingTasksAreDispatchedToTheirVerifier(t *testing.T) {

@@ -64,6 +64,7 @@ type metrics struct {
 	quarantines   prometheus.Counter
 	handoffs      prometheus.Counter
 	feedRepairs   prometheus.Counter
+	itemsRestored prometheus.Counter
 	benched       prometheus.Counter
 	refusals      *prometheus.CounterVec
 	refusalsBy    map[string]prometheus.Counter // refusals's counter of each limit, looked up once
@@ -100,6 +101,8 @@ func newMetrics(reg *prometheus.Registry, s *Service) (*metrics, error) {
 			Help: "Attempts handed to a reporting worker in its report's reply (the handoff), instead of going out as work items."}),
 		feedRepairs: prometheus.NewCounter(prometheus.CounterOpts{Name: "dwr_feed_repairs_total",
 			Help: "Times the writer found events missing from the end of the event feed while it served (a publish failed, or the feed's stream was unavailable) and sent them again from the log."}),
+		itemsRestored: prometheus.NewCounter(prometheus.CounterOpts{Name: "dwr_work_items_restored_total",
+			Help: "Work items the writer published again because their queue had lost them: a ready or verifying task found without an item in two audits in a row (2 s apart) while its queue had nothing to deliver and nothing in flight."}),
 		benched: prometheus.NewCounter(prometheus.CounterOpts{Name: "dwr_callers_benched_total",
 			Help: "Times an identity was found flooding — within one second, more bytes or requests than the service takes, or refused too often for its own limits — and benched: its requests refused for Config.BenchFor and, on the embedded server, its connections closed."}),
 		refusals: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "dwr_requests_refused_total",
@@ -118,7 +121,7 @@ func newMetrics(reg *prometheus.Registry, s *Service) (*metrics, error) {
 		m.okCommands[name] = m.commands.WithLabelValues(name, outcomeOK)
 	}
 	for _, c := range []prometheus.Collector{m.commands, m.appends, m.appendedBytes, m.batchSize, m.commitSeconds,
-		m.attemptLeases, m.writerLeases, m.quarantines, m.handoffs, m.feedRepairs, m.benched, m.refusals, m.timerLateness, stateCollector{s}} {
+		m.attemptLeases, m.writerLeases, m.quarantines, m.handoffs, m.feedRepairs, m.itemsRestored, m.benched, m.refusals, m.timerLateness, stateCollector{s}} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}
@@ -199,6 +202,13 @@ func (m *metrics) writerLeaseLost() {
 func (m *metrics) feedRepaired() {
 	if m != nil {
 		m.feedRepairs.Inc()
+	}
+}
+
+// workItemsRestored counts n work items published again by the audit.
+func (m *metrics) workItemsRestored(n int) {
+	if m != nil {
+		m.itemsRestored.Add(float64(n))
 	}
 }
 

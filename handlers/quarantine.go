@@ -18,10 +18,11 @@ import (
 // maxDeliveriesAdvisory is the part of JetStream's max-deliveries advisory
 // that quarantine reads.
 type maxDeliveriesAdvisory struct {
-	Stream     string `json:"stream"`
-	Consumer   string `json:"consumer"`
-	StreamSeq  uint64 `json:"stream_seq"`
-	Deliveries int    `json:"deliveries"`
+	Time       time.Time `json:"timestamp"`
+	Stream     string    `json:"stream"`
+	Consumer   string    `json:"consumer"`
+	StreamSeq  uint64    `json:"stream_seq"`
+	Deliveries int       `json:"deliveries"`
 }
 
 // advisoriesStream creates the stream that keeps JetStream's max-deliveries
@@ -101,6 +102,14 @@ func (s *Service) quarantineItem(ctx context.Context, a maxDeliveriesAdvisory) e
 	}
 	if err != nil {
 		return fmt.Errorf("read work item %d: %w", a.StreamSeq, err)
+	}
+	if raw.Time.After(a.Time) {
+		// Stored after the advisory fired: not the item it is about. A
+		// single server killed can lose the work stream's last items (it
+		// is not fsynced) and give their numbers to the next ones; the
+		// item the advisory was about is gone with them.
+		s.cfg.Logger.Warn("handlers: a max-deliveries advisory is older than the work item now at its sequence; nothing quarantined", "seq", a.StreamSeq, "task", raw.Header.Get(jetstream.MsgIDHeader))
+		return nil
 	}
 	var it schemas.WorkItem
 	if err := json.Unmarshal(raw.Data, &it); err != nil || it.TaskID == "" || !domain.ValidName(it.Workspace) {

@@ -986,6 +986,7 @@ func (s *Service) runWriter(ctx context.Context, lease *lease) error {
 	bg.Go(func() { s.runTimers(rctx, timerWake) })
 	bg.Go(func() { s.followMembers(rctx, membersWake) })
 	bg.Go(func() { s.feed.audit(rctx, s.log, s.store, s.metrics.feedRepaired) })
+	bg.Go(func() { s.dispatch.audit(rctx, s.store, s.metrics.workItemsRestored) })
 	bg.Go(func() { s.sweepLoop(rctx) })
 	bg.Go(func() { s.keepHandedLeases(rctx, handedNow, aliveNow) })
 	s.readyOnce.Do(func() { close(s.ready) })
