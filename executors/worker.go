@@ -179,6 +179,13 @@ func (w *Worker) fetchLoop(ctx, hard context.Context, slots chan struct{}, jobs 
 		if !ok {
 			break
 		}
+		// A reconnection before this pull (while every slot was busy, say)
+		// does not end it: the server would deliver its items into a pull
+		// no longer listening, and they would come again only after their
+		// lease.
+		for len(status) > 0 {
+			<-status
+		}
 		fctx, cancel := context.WithTimeout(ctx, fetchWindow)
 		batch, err := cons.Fetch(n, jetstream.FetchContext(fctx), jetstream.FetchMaxBytes(fetchBytes))
 		if err != nil {

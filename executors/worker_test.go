@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
 
@@ -485,6 +486,49 @@ func waitFor(ctx context.Context, ch <-chan struct{}) bool {
 		return true
 	case <-ctx.Done():
 		return false
+	}
+}
+
+// A reconnection while every slot is busy does not cost the next item its
+// lease: the pull made once a slot frees up is not ended by the reconnection
+// that came before it (the server would deliver its item into a pull no
+// longer listening, and the item would come again only after its lease).
+func TestAReconnectionBeforeAPullDoesNotDelayItsItem(t *testing.T) {
+	b := setup(t)
+	release := make(chan struct{})
+	started := make(chan string, 2)
+	w := b.startWorker(t, executors.Config{Queue: "reconnect", Concurrency: 1, Lease: time.Minute},
+		func(ctx context.Context, job *executors.Job) (executors.Result, error) {
+			started <- job.TaskID
+			var in struct{ Block bool }
+			if err := job.Decode(&in); err == nil && in.Block {
+				<-release
+			}
+			return executors.Result{Output: map[string]any{"ok": true}}, nil
+		})
+	first := b.CreateTask(t, map[string]any{"queue": "reconnect", "input": map[string]any{"block": true}})
+	select {
+	case id := <-started:
+		require.Equal(t, first, id)
+	case <-time.After(15 * time.Second):
+		t.Fatal("the first job did not start")
+	}
+	nc := w.w.Config().Conn
+	reconnected := nc.StatusChanged(nats.CONNECTED)
+	defer nc.RemoveStatusListener(reconnected)
+	require.NoError(t, nc.ForceReconnect())
+	select {
+	case <-reconnected:
+	case <-time.After(15 * time.Second):
+		t.Fatal("the worker's connection did not come back")
+	}
+	second := b.CreateTask(t, map[string]any{"queue": "reconnect"})
+	close(release)
+	select {
+	case id := <-started:
+		require.Equal(t, second, id)
+	case <-time.After(15 * time.Second):
+		t.Fatal("the next item waited for its lease (a minute) to come again")
 	}
 }
 
