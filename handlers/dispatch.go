@@ -501,8 +501,11 @@ const workAuditEvery = 2 * time.Second
 // duplicates window that still holds the lost one's; should the item not
 // have been lost after all, the second one is refused at its claim as
 // stale.
+//
+// A round that takes long (many queues, many ready tasks) spaces the next
+// ones out: the audit takes at most a twentieth of the writer's time.
 func (d *dispatcher) audit(ctx context.Context, store *projections.Store, restored func(int)) {
-	t := time.NewTicker(workAuditEvery)
+	t := time.NewTimer(workAuditEvery)
 	defer t.Stop()
 	var suspects map[string]bool
 	for {
@@ -511,9 +514,11 @@ func (d *dispatcher) audit(ctx context.Context, store *projections.Store, restor
 			return
 		case <-t.C:
 		}
+		began := time.Now()
 		var n int
 		var err error
 		suspects, n, err = d.auditRound(ctx, store, suspects)
+		t.Reset(max(workAuditEvery, 20*time.Since(began)))
 		if n > 0 {
 			d.logger.Warn("handlers: work items missing from their idle queues published again", "tasks", n)
 			restored(n)
