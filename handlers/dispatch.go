@@ -320,9 +320,9 @@ func (d *dispatcher) msg(it schemas.WorkItem) (*nats.Msg, error) {
 	return m, nil
 }
 
-// itemID is the message id of the work item of a task's attempt (to run, or,
-// verify, to judge): publishing it again within the work stream's
-// duplicates window stores nothing.
+// itemID is the message id of the work item of a task's attempt: to run it,
+// or, with verify, to judge its result. An item published again within the
+// work stream's duplicates window is not stored again.
 func itemID(task string, attempt int, verify bool) string {
 	id := task + "." + strconv.Itoa(attempt)
 	if verify {
@@ -336,7 +336,7 @@ func (d *dispatcher) failed(it schemas.WorkItem, err error) {
 	select {
 	case d.retry <- &it:
 	default:
-		d.logger.Error("handlers: work item retry queue full; the item is published again when the writer restarts", "task", it.TaskID)
+		d.logger.Error("handlers: work item retry queue full; the item is published again once its queue is idle (audit)", "task", it.TaskID)
 	}
 }
 
@@ -369,8 +369,7 @@ func (d *dispatcher) retryLoop(ctx context.Context) {
 				}
 				if errors.Is(err, nats.ErrMaxPayload) {
 					// Trying again cannot help, and would hold every other
-					// item's retry: the item is derived again at the next
-					// writer's start.
+					// item's retry.
 					d.logger.Error("handlers: work item larger than the server's max_payload; not published", "task", it.TaskID, "attempt", it.Attempt, "bytes", len(m.Data), "err", err)
 					break
 				}
@@ -563,7 +562,11 @@ func (d *dispatcher) auditRound(ctx context.Context, store *projections.Store, s
 			}
 		}
 	}
-	for i, t := range lost {
+	// One that cannot be published (the server's max_payload, say) does
+	// not hold back the others; it is found again in two rounds.
+	n, failed := 0, 0
+	var first error
+	for _, t := range lost {
 		it := workItemOf(t, store, store.Checkpoint())
 		m, err := d.msg(it)
 		if err == nil {
@@ -573,10 +576,17 @@ func (d *dispatcher) auditRound(ctx context.Context, store *projections.Store, s
 			cancel()
 		}
 		if err != nil {
-			return found, i, fmt.Errorf("handlers: publish the work item of task %s again: %w", t.ID, err)
+			if failed++; first == nil {
+				first = fmt.Errorf("handlers: publish the work item of task %s again: %w", t.ID, err)
+			}
+			continue
 		}
+		n++
 	}
-	return found, len(lost), nil
+	if failed > 0 {
+		return found, n, fmt.Errorf("%d work items not published again; the first: %w", failed, first)
+	}
+	return found, n, nil
 }
 
 // idleQueues returns, by workspace, the queues whose consumer has no item
