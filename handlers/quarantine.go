@@ -103,7 +103,7 @@ func (s *Service) quarantineItem(ctx context.Context, a maxDeliveriesAdvisory) e
 	if err != nil {
 		return fmt.Errorf("read work item %d: %w", a.StreamSeq, err)
 	}
-	if raw.Time.After(a.Time) {
+	if !a.Time.IsZero() && raw.Time.After(a.Time) {
 		// Stored after the advisory fired: not the item it is about. A
 		// single server killed can lose the work stream's last items (it
 		// is not fsynced) and give their numbers to the next ones; the
