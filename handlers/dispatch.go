@@ -494,9 +494,11 @@ const workAuditEvery = 2 * time.Second
 // a task is left ready with no item, and nothing else would publish it
 // before the next writer's start. A task has lost its item when it is found
 // dispatchable, for the same attempt, in two rounds in a row while its
-// queue's consumer has nothing to deliver and nothing delivered
-// unacknowledged: an item published in between would show in one of them.
-// Such a task's item goes out under a message id of its own, past the
+// queue holds no item of it — none to deliver and none delivered
+// unacknowledged, by its consumer's counts when it holds none, else by the
+// ids of the items it holds (read when they are fewer than its dispatchable
+// tasks, and at most maxAuditReads): an item published in between would
+// show in one of the rounds. Such a task's item goes out under a message id of its own, past the
 // duplicates window that still holds the lost one's; should the item not
 // have been lost after all, the second one is refused at its claim as
 // stale.
@@ -532,13 +534,11 @@ func (d *dispatcher) audit(ctx context.Context, store *projections.Store, restor
 // dispatchable tasks among suspects (the previous round's) still found
 // without one, and returns this round's suspects and how many it published.
 func (d *dispatcher) auditRound(ctx context.Context, store *projections.Store, suspects map[string]bool) (map[string]bool, int, error) {
-	idle, err := d.idleQueues(ctx)
-	if err != nil || len(idle) == 0 {
+	queues, err := d.queueStates(ctx)
+	if err != nil || len(queues) == 0 {
 		return nil, 0, err
 	}
-	found := map[string]bool{}
-	var lost []*domain.Task
-	for ws, queues := range idle {
+	for ws, qs := range queues {
 		for _, state := range []string{domain.StateReady, domain.StateVerifying} {
 			err := store.EachTask(ws, projections.TaskFilter{State: state}, func(t *domain.Task) bool {
 				if !dispatchable(t) {
@@ -548,17 +548,44 @@ func (d *dispatcher) auditRound(ctx context.Context, store *projections.Store, s
 				if t.State == domain.StateVerifying {
 					queue, id = t.Spec.Verification.Queue, itemID(t.ID, t.Current().N, true)
 				}
-				switch {
-				case !queues[queue]:
+				if q := qs[queue]; q != nil {
+					q.tasks = append(q.tasks, t)
+					q.ids = append(q.ids, id)
+				}
+				return true
+			})
+			if err != nil {
+				return nil, 0, err
+			}
+		}
+	}
+	found := map[string]bool{}
+	var lost []*domain.Task
+	for ws, qs := range queues {
+		for queue, q := range qs {
+			// Fewer tasks than items held: none can be missing its item
+			// (an item of an attempt since ended counts too, which can only
+			// hide a loss until it is settled).
+			if uint64(len(q.tasks)) <= q.held {
+				continue
+			}
+			var present map[string]bool
+			if q.held > 0 {
+				if present, err = d.heldItems(ctx, WorkSubject(d.prefix, ws, queue), q.ackFloor, q.held); err != nil {
+					return found, 0, err
+				}
+				if present == nil {
+					continue // too many to read: audited when fewer
+				}
+			}
+			for i, t := range q.tasks {
+				switch id := q.ids[i]; {
+				case present[id]:
 				case suspects[id]:
 					lost = append(lost, t)
 				default:
 					found[id] = true
 				}
-				return true
-			})
-			if err != nil {
-				return found, 0, err
 			}
 		}
 	}
@@ -589,27 +616,66 @@ func (d *dispatcher) auditRound(ctx context.Context, store *projections.Store, s
 	return found, n, nil
 }
 
-// idleQueues returns, by workspace, the queues whose consumer has no item
-// to deliver and none delivered unacknowledged.
-func (d *dispatcher) idleQueues(ctx context.Context) (map[string]map[string]bool, error) {
+// auditedQueue is what a round of audit knows of a queue: from its
+// consumer, the items it holds — to deliver, or delivered and not
+// acknowledged — and its acknowledgement floor; from the views, its
+// dispatchable tasks and their items' ids.
+type auditedQueue struct {
+	held     uint64
+	ackFloor uint64
+	tasks    []*domain.Task
+	ids      []string
+}
+
+// queueStates returns, by workspace and queue, the queues' consumers.
+func (d *dispatcher) queueStates(ctx context.Context) (map[string]map[string]*auditedQueue, error) {
 	st, err := d.js.Stream(ctx, d.stream)
 	if err != nil {
 		return nil, err
 	}
-	idle := map[string]map[string]bool{}
+	queues := map[string]map[string]*auditedQueue{}
 	infos := st.ListConsumers(ctx)
 	for ci := range infos.Info() {
-		if ci.NumPending > 0 || ci.NumAckPending > 0 {
-			continue
-		}
 		ws, queue, ok := strings.Cut(strings.TrimPrefix(ci.Config.FilterSubject, d.prefix+".work."), ".")
 		if !ok || WorkSubject(d.prefix, ws, queue) != ci.Config.FilterSubject {
 			continue // not a queue's consumer
 		}
-		if idle[ws] == nil {
-			idle[ws] = map[string]bool{}
+		if queues[ws] == nil {
+			queues[ws] = map[string]*auditedQueue{}
 		}
-		idle[ws][queue] = true
+		queues[ws][queue] = &auditedQueue{held: ci.NumPending + uint64(max(ci.NumAckPending, 0)), ackFloor: ci.AckFloor.Stream} //nolint:gosec // not negative
 	}
-	return idle, infos.Err()
+	return queues, infos.Err()
+}
+
+// maxAuditReads bounds the items a round of audit reads of one queue.
+const maxAuditReads = 4096
+
+// heldItems returns the ids of the items of subject the work stream holds
+// past the consumer's acknowledgement floor (held of them, by its count), or
+// nil when they are more than maxAuditReads. Below the floor every item is
+// settled: one found there (an acknowledgement a crash undid) is not
+// delivered again.
+func (d *dispatcher) heldItems(ctx context.Context, subject string, floor, held uint64) (map[string]bool, error) {
+	if held > maxAuditReads {
+		return nil, nil
+	}
+	st, err := d.js.Stream(ctx, d.stream)
+	if err != nil {
+		return nil, err
+	}
+	ids := make(map[string]bool, held)
+	for seq, reads := floor+1, 0; reads < maxAuditReads; reads++ {
+		m, err := st.GetMsg(ctx, seq, jetstream.WithGetMsgSubject(subject))
+		if isNotFound(err) {
+			break
+		}
+		if err != nil {
+			return nil, err
+		}
+		id, _, _ := strings.Cut(m.Header.Get(jetstream.MsgIDHeader), ".again.")
+		ids[id] = true
+		seq = m.Sequence + 1
+	}
+	return ids, nil
 }

@@ -248,7 +248,8 @@ func TestWorkItemsAreDerivedAgainAfterARestart(t *testing.T) {
 // crash does the same to the item that took its sequence number (the work
 // stream is not fsynced, and a stream that lost its last messages numbers
 // the next ones again from there). An item its queue holds, or has
-// delivered and awaits the acknowledgement of, is not published twice.
+// delivered and awaits the acknowledgement of, is not published twice; one
+// lost in a queue that stays busy is found among the items it holds.
 func TestALostWorkItemIsPublishedAgain(t *testing.T) {
 	b := setup(t)
 	lostQ := b.queue(t, "lost", 30*time.Second, 5)
@@ -263,6 +264,17 @@ func TestALostWorkItemIsPublishedAgain(t *testing.T) {
 	require.NoError(t, m.DoubleAck(context.Background()), "acknowledged, never claimed: the item is gone, the task ready")
 	it, _ = heldQ.next(5 * time.Second) // held, not acknowledged
 	require.Equal(t, held.ID, it.TaskID)
+
+	// In a queue that stays busy (an item held by an executor), the lost
+	// item is found among the items the queue holds.
+	busyQ := b.queue(t, "busy", 30*time.Second, 5)
+	busy, _ := b.mustCommand(t, "task.create", map[string]any{"spec": map[string]any{"queue": "busy"}})
+	it, _ = busyQ.next(5 * time.Second) // held for the rest of the test
+	require.Equal(t, busy.ID, it.TaskID)
+	dropped, _ := b.mustCommand(t, "task.create", map[string]any{"spec": map[string]any{"queue": "busy"}})
+	it, m = busyQ.next(5 * time.Second)
+	require.Equal(t, dropped.ID, it.TaskID)
+	require.NoError(t, m.DoubleAck(context.Background()))
 
 	// A verifying task's item (a result to judge) is found as well.
 	draftQ, checksQ := b.queue(t, "draft", 30*time.Second, 5), b.queue(t, "checks", 30*time.Second, 5)
@@ -280,6 +292,9 @@ func TestALostWorkItemIsPublishedAgain(t *testing.T) {
 	require.Equal(t, lost.ID, again.TaskID, "the lost item is published again")
 	require.Equal(t, 1, again.Attempt)
 	require.NotNil(t, again.Task, "with its task, as the first")
+	require.NoError(t, m.Ack())
+	again, m = busyQ.next(15 * time.Second)
+	require.Equal(t, dropped.ID, again.TaskID, "the item lost in a busy queue is published again")
 	require.NoError(t, m.Ack())
 	again, m = checksQ.next(15 * time.Second)
 	require.Equal(t, judged.ID, again.TaskID, "the lost verify item is published again")

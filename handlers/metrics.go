@@ -102,7 +102,7 @@ func newMetrics(reg *prometheus.Registry, s *Service) (*metrics, error) {
 		feedRepairs: prometheus.NewCounter(prometheus.CounterOpts{Name: "dwr_feed_repairs_total",
 			Help: "Times the writer found events missing from the end of the event feed while it served (a publish failed, or the feed's stream was unavailable) and sent them again from the log."}),
 		itemsRestored: prometheus.NewCounter(prometheus.CounterOpts{Name: "dwr_work_items_restored_total",
-			Help: "Work items the writer published again because their queue had lost them: a ready or verifying task found without an item in two audits in a row (2 s apart or more) while its queue had nothing to deliver and nothing in flight."}),
+			Help: "Work items the writer published again because their queue had lost them: a ready or verifying task found without an item in two audits in a row (2 s apart or more) while its queue held no item of it, to deliver or in flight."}),
 		benched: prometheus.NewCounter(prometheus.CounterOpts{Name: "dwr_callers_benched_total",
 			Help: "Times an identity was found flooding — within one second, more bytes or requests than the service takes, or refused too often for its own limits — and benched: its requests refused for Config.BenchFor and, on the embedded server, its connections closed."}),
 		refusals: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "dwr_requests_refused_total",
