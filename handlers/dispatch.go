@@ -544,13 +544,13 @@ func (d *dispatcher) auditRound(ctx context.Context, store *projections.Store, s
 				if !dispatchable(t) {
 					return true
 				}
-				queue, id := t.Spec.Queue, itemID(t.ID, t.AttemptCount()+1, false)
+				queue := t.Spec.Queue
 				if t.State == domain.StateVerifying {
-					queue, id = t.Spec.Verification.Queue, itemID(t.ID, t.Current().N, true)
+					queue = t.Spec.Verification.Queue
 				}
 				if q := qs[queue]; q != nil {
-					q.tasks = append(q.tasks, t)
-					q.ids = append(q.ids, id)
+					q.tasks = append(q.tasks, t.ID)
+					q.ids = append(q.ids, auditID(t))
 				}
 				return true
 			})
@@ -560,7 +560,7 @@ func (d *dispatcher) auditRound(ctx context.Context, store *projections.Store, s
 		}
 	}
 	found := map[string]bool{}
-	var lost []*domain.Task
+	var lost, lostIDs []string // the tasks, read again to be published, and their items' ids
 	for ws, qs := range queues {
 		for queue, q := range qs {
 			// Fewer tasks than items held: none can be missing its item
@@ -589,7 +589,7 @@ func (d *dispatcher) auditRound(ctx context.Context, store *projections.Store, s
 				switch id := q.ids[i]; {
 				case present[id]:
 				case suspects[id]:
-					lost = append(lost, t)
+					lost, lostIDs = append(lost, t), append(lostIDs, id)
 				default:
 					found[id] = true
 				}
@@ -600,7 +600,11 @@ func (d *dispatcher) auditRound(ctx context.Context, store *projections.Store, s
 	// not hold back the others; it is found again in two rounds.
 	n, failed := 0, 0
 	var first error
-	for _, t := range lost {
+	for i, id := range lost {
+		t, err := store.Task(id)
+		if err != nil || t == nil || !dispatchable(t) || auditID(t) != lostIDs[i] {
+			continue // moved on since, or read on the next round
+		}
 		it := workItemOf(t, store, store.Checkpoint())
 		m, err := d.msg(it)
 		if err == nil {
@@ -623,6 +627,14 @@ func (d *dispatcher) auditRound(ctx context.Context, store *projections.Store, s
 	return found, n, nil
 }
 
+// auditID is the message id of the item a dispatchable task t waits for.
+func auditID(t *domain.Task) string {
+	if t.State == domain.StateVerifying {
+		return itemID(t.ID, t.Current().N, true)
+	}
+	return itemID(t.ID, t.AttemptCount()+1, false)
+}
+
 // auditedQueue is what a round of audit knows of a queue: from its
 // consumer, the items it holds — to deliver, or delivered and not
 // acknowledged — and its acknowledgement floor; from the views, its
@@ -630,8 +642,8 @@ func (d *dispatcher) auditRound(ctx context.Context, store *projections.Store, s
 type auditedQueue struct {
 	held     uint64
 	ackFloor uint64
-	tasks    []*domain.Task
-	ids      []string
+	tasks    []string // ids (a large backlog is not held in memory whole)
+	ids      []string // their items'
 }
 
 // queueStates returns, by workspace and queue, the queues' consumers.
