@@ -497,11 +497,11 @@ const workAuditEvery = 2 * time.Second
 // queue holds no item of it — none to deliver and none delivered
 // unacknowledged, by its consumer's counts when it holds none, else by the
 // ids of the items it holds (read when they are fewer than its dispatchable
-// tasks in two rounds in a row, and at most maxAuditReads): an item published in between would
-// show in one of the rounds. Such a task's item goes out under a message id of its own, past the
-// duplicates window that still holds the lost one's; should the item not
-// have been lost after all, the second one is refused at its claim as
-// stale.
+// tasks in two rounds in a row, and at most maxAuditReads): an item
+// published in between would show in one of the rounds. Such a task's item
+// goes out under a message id of its own, past the duplicates window that
+// still holds the lost one's; should the item not have been lost after
+// all, the second one is refused at its claim as stale.
 //
 // A round that takes long (many queues, many ready tasks) spaces the next
 // ones out: the audit takes at most a twentieth of the writer's time.
@@ -521,7 +521,7 @@ func (d *dispatcher) audit(ctx context.Context, store *projections.Store, restor
 		suspects, n, err = d.auditRound(ctx, store, suspects)
 		t.Reset(max(workAuditEvery, 20*time.Since(began)))
 		if n > 0 {
-			d.logger.Warn("handlers: work items missing from their idle queues published again", "tasks", n)
+			d.logger.Warn("handlers: work items missing from their queues published again", "tasks", n)
 			restored(n)
 		}
 		if err != nil && ctx.Err() == nil {
@@ -534,7 +534,11 @@ func (d *dispatcher) audit(ctx context.Context, store *projections.Store, restor
 // dispatchable tasks among suspects (the previous round's) still found
 // without one, and returns this round's suspects and how many it published.
 func (d *dispatcher) auditRound(ctx context.Context, store *projections.Store, suspects map[string]bool) (map[string]bool, int, error) {
-	queues, err := d.queueStates(ctx)
+	st, err := d.js.Stream(ctx, d.stream)
+	if err != nil {
+		return nil, 0, err
+	}
+	queues, err := d.queueStates(ctx, st)
 	if err != nil || len(queues) == 0 {
 		return nil, 0, err
 	}
@@ -544,13 +548,10 @@ func (d *dispatcher) auditRound(ctx context.Context, store *projections.Store, s
 				if !dispatchable(t) {
 					return true
 				}
-				queue := t.Spec.Queue
-				if t.State == domain.StateVerifying {
-					queue = t.Spec.Verification.Queue
-				}
+				queue, id := awaitedItem(t)
 				if q := qs[queue]; q != nil {
 					q.tasks = append(q.tasks, t.ID)
-					q.ids = append(q.ids, auditID(t))
+					q.ids = append(q.ids, id)
 				}
 				return true
 			})
@@ -578,7 +579,7 @@ func (d *dispatcher) auditRound(ctx context.Context, store *projections.Store, s
 				if found[key] = true; !suspects[key] {
 					continue
 				}
-				if present, err = d.heldItems(ctx, WorkSubject(d.prefix, ws, queue), q.ackFloor, q.held); err != nil {
+				if present, err = heldItems(ctx, st, WorkSubject(d.prefix, ws, queue), q.ackFloor, q.held); err != nil {
 					return found, 0, err
 				}
 				if present == nil {
@@ -602,8 +603,11 @@ func (d *dispatcher) auditRound(ctx context.Context, store *projections.Store, s
 	var first error
 	for i, id := range lost {
 		t, err := store.Task(id)
-		if err != nil || t == nil || !dispatchable(t) || auditID(t) != lostIDs[i] {
+		if err != nil || t == nil || !dispatchable(t) {
 			continue // moved on since, or read on the next round
+		}
+		if _, id := awaitedItem(t); id != lostIDs[i] {
+			continue // another attempt since
 		}
 		it := workItemOf(t, store, store.Checkpoint())
 		m, err := d.msg(it)
@@ -627,12 +631,13 @@ func (d *dispatcher) auditRound(ctx context.Context, store *projections.Store, s
 	return found, n, nil
 }
 
-// auditID is the message id of the item a dispatchable task t waits for.
-func auditID(t *domain.Task) string {
+// awaitedItem returns the queue and the message id of the work item a
+// dispatchable task t waits for, as workItemOf makes it.
+func awaitedItem(t *domain.Task) (queue, id string) {
 	if t.State == domain.StateVerifying {
-		return itemID(t.ID, t.Current().N, true)
+		return t.Spec.Verification.Queue, itemID(t.ID, t.Current().N, true)
 	}
-	return itemID(t.ID, t.AttemptCount()+1, false)
+	return t.Spec.Queue, itemID(t.ID, t.AttemptCount()+1, false)
 }
 
 // auditedQueue is what a round of audit knows of a queue: from its
@@ -646,12 +651,9 @@ type auditedQueue struct {
 	ids      []string // their items'
 }
 
-// queueStates returns, by workspace and queue, the queues' consumers.
-func (d *dispatcher) queueStates(ctx context.Context) (map[string]map[string]*auditedQueue, error) {
-	st, err := d.js.Stream(ctx, d.stream)
-	if err != nil {
-		return nil, err
-	}
+// queueStates returns, by workspace and queue, the consumers of the work
+// stream st's queues.
+func (d *dispatcher) queueStates(ctx context.Context, st jetstream.Stream) (map[string]map[string]*auditedQueue, error) {
 	queues := map[string]map[string]*auditedQueue{}
 	infos := st.ListConsumers(ctx)
 	for ci := range infos.Info() {
@@ -670,18 +672,14 @@ func (d *dispatcher) queueStates(ctx context.Context) (map[string]map[string]*au
 // maxAuditReads bounds the items a round of audit reads of one queue.
 const maxAuditReads = 4096
 
-// heldItems returns the ids of the items of subject the work stream holds
-// past the consumer's acknowledgement floor (held of them, by its count), or
-// nil when they are more than maxAuditReads. Below the floor every item is
-// settled: one found there (an acknowledgement a crash undid) is not
-// delivered again.
-func (d *dispatcher) heldItems(ctx context.Context, subject string, floor, held uint64) (map[string]bool, error) {
+// heldItems returns the ids of the items of subject the work stream st
+// holds past the consumer's acknowledgement floor (held of them, by its
+// count), or nil when they are more than maxAuditReads. Below the floor
+// every item is settled: one found there (an acknowledgement a crash
+// undid) is not delivered again.
+func heldItems(ctx context.Context, st jetstream.Stream, subject string, floor, held uint64) (map[string]bool, error) {
 	if held > maxAuditReads {
 		return nil, nil
-	}
-	st, err := d.js.Stream(ctx, d.stream)
-	if err != nil {
-		return nil, err
 	}
 	ids := make(map[string]bool, held)
 	for seq, reads := floor+1, 0; reads < maxAuditReads; reads++ {
