@@ -65,6 +65,12 @@ func (c *Client) FeedHistory(ctx context.Context, filter string, from FeedFrom) 
 // catch-up after a reconnection starts (what it delivered already it skips).
 const catchUpMargin = 5 * time.Second
 
+// feedSettle is how long after its first replay FollowFeed lists the feed
+// once more: an event published before FollowFeed subscribed, but not yet
+// stored by the feed's stream when the replay listed it, reached neither
+// (the service publishes the feed after each commit, without waiting).
+const feedSettle = time.Second
+
 // seenWindow is how many event ids FollowFeed remembers to deliver each
 // event once where a replay and the live feed overlap.
 const seenWindow = 16 << 10
@@ -76,7 +82,9 @@ const seenWindow = 16 << 10
 // what the feed stored since the last event it delivered, so that a
 // restarted service or a lost connection loses nothing the feed kept; a
 // catch-up that fails (the service is not ready yet) is tried again every
-// second while live events go on. caught, when not nil, is told how many
+// second while live events go on. A second after the first replay it lists
+// once more what the first may have missed: events published before it
+// subscribed that the feed's stream had not stored yet. caught, when not nil, is told how many
 // events each catch-up delivered, or why one failed. Each event is
 // delivered once (by its id); live events come in the order they arrive.
 // The Client's connection must reconnect for FollowFeed to ride out an
@@ -126,29 +134,39 @@ func (c *Client) FollowFeed(ctx context.Context, filter string, from FeedFrom, f
 		}
 		return n, nil, nil
 	}
+	settle := time.NewTimer(feedSettle)
+	defer settle.Stop()
 	if from != (FeedFrom{}) {
 		if _, listErr, fErr := replay(from); fErr != nil || listErr != nil {
 			return ctxOr(ctx, errors.Join(listErr, fErr))
 		}
 	} else {
 		last = time.Now()
+		settle.Stop() // the events from now on: the subscription has them
 	}
 	retry := time.NewTimer(time.Hour)
 	retry.Stop()
 	defer retry.Stop()
-	catchUp := func() error {
+	// catchUp lists what the feed stored since the last event delivered
+	// (since from, when none was), and tells caught unless it settles the
+	// first replay; a listing that fails is tried again a second later.
+	catchUp := func(again *time.Timer, tell func(int, error)) error {
 		// From a little before the last event delivered: the feed's stream
 		// stamps a message when it stores it, which another node's clock
 		// may put before the event's own time.
-		n, listErr, fErr := replay(FeedFrom{Since: last.Add(-catchUpMargin)})
+		since := from
+		if !last.IsZero() {
+			since = FeedFrom{Since: last.Add(-catchUpMargin)}
+		}
+		n, listErr, fErr := replay(since)
 		if fErr != nil {
 			return fErr
 		}
 		if listErr != nil && ctx.Err() == nil {
-			retry.Reset(time.Second)
+			again.Reset(time.Second)
 		}
-		if caught != nil && ctx.Err() == nil {
-			caught(n, listErr)
+		if tell != nil && ctx.Err() == nil {
+			tell(n, listErr)
 		}
 		return nil
 	}
@@ -158,9 +176,11 @@ func (c *Client) FollowFeed(ctx context.Context, filter string, from FeedFrom, f
 		case <-ctx.Done():
 			return nil
 		case <-status:
-			err = catchUp()
+			err = catchUp(retry, caught)
 		case <-retry.C:
-			err = catchUp()
+			err = catchUp(retry, caught)
+		case <-settle.C:
+			err = catchUp(settle, nil)
 		case m := <-live:
 			err = deliver(m.Data)
 		}

@@ -7,10 +7,13 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
+	"github.com/oklog/ulid/v2"
 	"github.com/stretchr/testify/require"
 
 	"github.com/dwr-run/dwr/domain"
 	"github.com/dwr-run/dwr/executors/client"
+	"github.com/dwr-run/dwr/handlers/servicetest"
 	"github.com/dwr-run/dwr/schemas"
 )
 
@@ -97,4 +100,108 @@ func TestFeedHistoryReplaysTheFeed(t *testing.T) {
 	approver := connectAs(t, s, "ada", domain.RoleApprover)
 	_, err = approver.Query(within(t, 10*time.Second), "feed", schemas.Query{}, nil)
 	require.ErrorIs(t, err, client.ErrForbidden)
+}
+
+// receive returns the next id from got, within 10 s.
+func receive(t *testing.T, got <-chan string) string {
+	t.Helper()
+	select {
+	case id := <-got:
+		return id
+	case <-time.After(10 * time.Second):
+		t.Fatal("no event delivered in 10 s")
+		return ""
+	}
+}
+
+// An event that the feed's stream stores only after FollowFeed's first
+// replay listed it, and that its live subscription never received (the
+// service published it before FollowFeed subscribed), is delivered by the
+// listing that follows the replay — once.
+func TestFollowFeedDeliversWhatTheFeedStoredAfterItsReplay(t *testing.T) {
+	s := servicetest.Start(t, t.TempDir(), servicetest.Options{Listen: "127.0.0.1:0"})
+	// What this connection publishes reaches the feed's stream but none of
+	// its own subscriptions: an event stored after the replay, never live.
+	nc, err := nats.Connect(s.URL, nats.NoEcho())
+	require.NoError(t, err)
+	t.Cleanup(nc.Close)
+	c := client.New(nc)
+	ctx := within(t, 30*time.Second)
+	r, err := c.CreateTask(ctx, schemas.TaskSpec{Queue: "feed"})
+	require.NoError(t, err)
+	require.Eventually(t, func() bool {
+		return slices.Contains(feedTypes(t, c, "task.>", client.FeedFrom{All: true}), "task.created "+r.ID)
+	}, 10*time.Second, 20*time.Millisecond)
+
+	got := make(chan string, 16)
+	go func() {
+		_ = c.FollowFeed(ctx, "task.>", client.FeedFrom{Since: time.Now().Add(-time.Hour)}, func(raw json.RawMessage) error {
+			var e schemas.Event
+			require.NoError(t, json.Unmarshal(raw, &e))
+			got <- e.AggregateID
+			return nil
+		}, nil)
+	}()
+	next := func() string { return receive(t, got) }
+	require.Equal(t, r.ID, next(), "the replay")
+
+	late := schemas.Event{ID: ulid.Make().String(), Type: "task.created", Workspace: client.DefaultWorkspace,
+		AggregateType: "task", AggregateID: "late", Time: time.Now()}
+	data, err := json.Marshal(late)
+	require.NoError(t, err)
+	require.NoError(t, nc.Publish(client.DefaultPrefix+".ev."+late.Workspace+".task.late.created", data))
+	require.Equal(t, "late", next(), "the listing after the replay")
+	r2, err := c.CreateTask(ctx, schemas.TaskSpec{Queue: "feed"})
+	require.NoError(t, err)
+	require.Equal(t, r2.ID, next(), "live, and nothing delivered twice before it")
+}
+
+// After a reconnection, a FollowFeed that has delivered nothing yet lists
+// the feed from where it was told to start, not from the feed's oldest.
+func TestFollowFeedCatchesUpFromItsStartWhenNothingWasDelivered(t *testing.T) {
+	s := servicetest.Start(t, t.TempDir(), servicetest.Options{Listen: "127.0.0.1:0"})
+	nc, err := nats.Connect(s.URL)
+	require.NoError(t, err)
+	t.Cleanup(nc.Close)
+	c := client.New(nc)
+	ctx := within(t, 30*time.Second)
+	old, err := c.CreateTask(ctx, schemas.TaskSpec{Queue: "feed"})
+	require.NoError(t, err)
+	require.Eventually(t, func() bool {
+		return slices.Contains(feedTypes(t, c, "task.>", client.FeedFrom{All: true}), "task.created "+old.ID)
+	}, 10*time.Second, 20*time.Millisecond)
+	since := time.Now()
+
+	got, caught := make(chan string, 16), make(chan int, 16)
+	go func() {
+		_ = c.FollowFeed(ctx, "task.>", client.FeedFrom{Since: since}, func(raw json.RawMessage) error {
+			var e schemas.Event
+			require.NoError(t, json.Unmarshal(raw, &e))
+			got <- e.AggregateID
+			return nil
+		}, func(n int, err error) {
+			if err == nil {
+				caught <- n
+			}
+		})
+	}()
+	// Reconnect until FollowFeed (subscribed by then) reports a catch-up;
+	// what the catch-up delivers comes before its report.
+	var n int
+	require.Eventually(t, func() bool {
+		if nc.ForceReconnect() != nil {
+			return false
+		}
+		select {
+		case n = <-caught:
+			return true
+		case <-time.After(3 * time.Second):
+			return false
+		}
+	}, 30*time.Second, time.Millisecond)
+	require.Zero(t, n, "the task created before the start is not caught up")
+	require.Empty(t, got)
+	r, err := c.CreateTask(ctx, schemas.TaskSpec{Queue: "feed"})
+	require.NoError(t, err)
+	require.Equal(t, r.ID, receive(t, got))
 }
