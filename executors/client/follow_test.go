@@ -114,24 +114,33 @@ func receive(t *testing.T, got <-chan string) string {
 	}
 }
 
+// feedWithATask starts an open service, connects a Client to it over a
+// connection with opts, and creates a task, returned once the feed's
+// stream holds its event.
+func feedWithATask(t *testing.T, opts ...nats.Option) (*nats.Conn, *client.Client, *client.Result) {
+	t.Helper()
+	s := servicetest.Start(t, t.TempDir(), servicetest.Options{Listen: "127.0.0.1:0"})
+	nc, err := nats.Connect(s.URL, opts...)
+	require.NoError(t, err)
+	t.Cleanup(nc.Close)
+	c := client.New(nc)
+	r, err := c.CreateTask(within(t, 10*time.Second), schemas.TaskSpec{Queue: "feed"})
+	require.NoError(t, err)
+	require.Eventually(t, func() bool {
+		return slices.Contains(feedTypes(t, c, "task.>", client.FeedFrom{All: true}), "task.created "+r.ID)
+	}, 10*time.Second, 20*time.Millisecond)
+	return nc, c, r
+}
+
 // An event that the feed's stream stores only after FollowFeed's first
 // replay listed it, and that its live subscription never received (the
 // service published it before FollowFeed subscribed), is delivered by the
 // listing that follows the replay — once.
 func TestFollowFeedDeliversWhatTheFeedStoredAfterItsReplay(t *testing.T) {
-	s := servicetest.Start(t, t.TempDir(), servicetest.Options{Listen: "127.0.0.1:0"})
 	// What this connection publishes reaches the feed's stream but none of
 	// its own subscriptions: an event stored after the replay, never live.
-	nc, err := nats.Connect(s.URL, nats.NoEcho())
-	require.NoError(t, err)
-	t.Cleanup(nc.Close)
-	c := client.New(nc)
+	nc, c, r := feedWithATask(t, nats.NoEcho())
 	ctx := within(t, 30*time.Second)
-	r, err := c.CreateTask(ctx, schemas.TaskSpec{Queue: "feed"})
-	require.NoError(t, err)
-	require.Eventually(t, func() bool {
-		return slices.Contains(feedTypes(t, c, "task.>", client.FeedFrom{All: true}), "task.created "+r.ID)
-	}, 10*time.Second, 20*time.Millisecond)
 
 	got := make(chan string, 16)
 	go func() {
@@ -159,17 +168,8 @@ func TestFollowFeedDeliversWhatTheFeedStoredAfterItsReplay(t *testing.T) {
 // After a reconnection, a FollowFeed that has delivered nothing yet lists
 // the feed from where it was told to start, not from the feed's oldest.
 func TestFollowFeedCatchesUpFromItsStartWhenNothingWasDelivered(t *testing.T) {
-	s := servicetest.Start(t, t.TempDir(), servicetest.Options{Listen: "127.0.0.1:0"})
-	nc, err := nats.Connect(s.URL)
-	require.NoError(t, err)
-	t.Cleanup(nc.Close)
-	c := client.New(nc)
+	nc, c, _ := feedWithATask(t)
 	ctx := within(t, 30*time.Second)
-	old, err := c.CreateTask(ctx, schemas.TaskSpec{Queue: "feed"})
-	require.NoError(t, err)
-	require.Eventually(t, func() bool {
-		return slices.Contains(feedTypes(t, c, "task.>", client.FeedFrom{All: true}), "task.created "+old.ID)
-	}, 10*time.Second, 20*time.Millisecond)
 	since := time.Now()
 
 	got, caught := make(chan string, 16), make(chan int, 16)
