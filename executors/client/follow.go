@@ -69,7 +69,12 @@ const catchUpMargin = 5 * time.Second
 // once more: an event published before FollowFeed subscribed, but not yet
 // stored by the feed's stream when the replay listed it, reached neither
 // (the service publishes the feed after each commit, without waiting).
-const feedSettle = time.Second
+// A listing that finds such events is followed by another, twice as late,
+// up to feedSettleMax: a feed that lags so far may lag further.
+const (
+	feedSettle    = time.Second
+	feedSettleMax = 16 * time.Second
+)
 
 // seenWindow is how many event ids FollowFeed remembers to deliver each
 // event once where a replay and the live feed overlap.
@@ -84,7 +89,8 @@ const seenWindow = 16 << 10
 // catch-up that fails (the service is not ready yet) is tried again every
 // second while live events go on. A second after the first replay it lists
 // once more what the first may have missed: events published before it
-// subscribed that the feed's stream had not stored yet. caught, when not nil, is told how many
+// subscribed that the feed's stream had not stored yet (and again, each
+// time twice as late up to 16 s, while such a listing finds any). caught, when not nil, is told how many
 // events each catch-up delivered, or why one failed. Each event is
 // delivered once (by its id); live events come in the order they arrive.
 // The Client's connection must reconnect for FollowFeed to ride out an
@@ -147,9 +153,17 @@ func (c *Client) FollowFeed(ctx context.Context, filter string, from FeedFrom, f
 	retry := time.NewTimer(time.Hour)
 	retry.Stop()
 	defer retry.Stop()
+	settleWait := feedSettle
+	settled := func(n int, err error) {
+		if err == nil && n > 0 && settleWait < feedSettleMax {
+			settleWait *= 2
+			settle.Reset(settleWait)
+		}
+	}
 	// catchUp lists what the feed stored since the last event delivered
-	// (since from, when none was), and tells caught unless it settles the
-	// first replay; a listing that fails is tried again a second later.
+	// (since from, when none was) and tells tell (caught, or settled for
+	// the listings after the first replay); a listing that fails is tried
+	// again a second later.
 	catchUp := func(again *time.Timer, tell func(int, error)) error {
 		// From a little before the last event delivered: the feed's stream
 		// stamps a message when it stores it, which another node's clock
@@ -180,7 +194,7 @@ func (c *Client) FollowFeed(ctx context.Context, filter string, from FeedFrom, f
 		case <-retry.C:
 			err = catchUp(retry, caught)
 		case <-settle.C:
-			err = catchUp(settle, nil)
+			err = catchUp(settle, settled)
 		case m := <-live:
 			err = deliver(m.Data)
 		}

@@ -135,7 +135,8 @@ func feedWithATask(t *testing.T, opts ...nats.Option) (*nats.Conn, *client.Clien
 // An event that the feed's stream stores only after FollowFeed's first
 // replay listed it, and that its live subscription never received (the
 // service published it before FollowFeed subscribed), is delivered by the
-// listing that follows the replay — once.
+// listing that follows the replay — once; and while such listings find
+// events, another follows.
 func TestFollowFeedDeliversWhatTheFeedStoredAfterItsReplay(t *testing.T) {
 	// What this connection publishes reaches the feed's stream but none of
 	// its own subscriptions: an event stored after the replay, never live.
@@ -154,12 +155,20 @@ func TestFollowFeedDeliversWhatTheFeedStoredAfterItsReplay(t *testing.T) {
 	next := func() string { return receive(t, got) }
 	require.Equal(t, r.ID, next(), "the replay")
 
-	late := schemas.Event{ID: ulid.Make().String(), Type: "task.created", Workspace: client.DefaultWorkspace,
-		AggregateType: "task", AggregateID: "late", Time: time.Now()}
-	data, err := json.Marshal(late)
-	require.NoError(t, err)
-	require.NoError(t, nc.Publish(client.DefaultPrefix+".ev."+late.Workspace+".task.late.created", data))
+	storeOnly := func(id string) {
+		t.Helper()
+		e := schemas.Event{ID: ulid.Make().String(), Type: "task.created", Workspace: client.DefaultWorkspace,
+			AggregateType: "task", AggregateID: id, Time: time.Now()}
+		data, err := json.Marshal(e)
+		require.NoError(t, err)
+		require.NoError(t, nc.Publish(client.DefaultPrefix+".ev."+e.Workspace+".task."+id+".created", data))
+	}
+	storeOnly("late")
 	require.Equal(t, "late", next(), "the listing after the replay")
+	// That listing found one: another follows (a feed that lagged so far
+	// may lag further).
+	storeOnly("later")
+	require.Equal(t, "later", next(), "the listing after that")
 	r2, err := c.CreateTask(ctx, schemas.TaskSpec{Queue: "feed"})
 	require.NoError(t, err)
 	require.Equal(t, r2.ID, next(), "live, and nothing delivered twice before it")
@@ -172,9 +181,17 @@ func TestFollowFeedCatchesUpFromItsStartWhenNothingWasDelivered(t *testing.T) {
 	ctx := within(t, 30*time.Second)
 	since := time.Now()
 
-	got, caught := make(chan string, 16), make(chan int, 16)
+	// The feed's queries, as the service receives them: the second is the
+	// listing a second after the replay, which has ended by then.
+	queries := make(chan *nats.Msg, 16)
+	sub, err := nc.ChanSubscribe(client.DefaultPrefix+".q."+client.DefaultWorkspace+".feed", queries)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = sub.Unsubscribe() })
+	require.NoError(t, nc.Flush())
+
+	got, caught, ended := make(chan string, 16), make(chan int, 16), make(chan error, 1)
 	go func() {
-		_ = c.FollowFeed(ctx, "task.>", client.FeedFrom{Since: since}, func(raw json.RawMessage) error {
+		ended <- c.FollowFeed(ctx, "task.>", client.FeedFrom{Since: since}, func(raw json.RawMessage) error {
 			var e schemas.Event
 			require.NoError(t, json.Unmarshal(raw, &e))
 			got <- e.AggregateID
@@ -185,20 +202,25 @@ func TestFollowFeedCatchesUpFromItsStartWhenNothingWasDelivered(t *testing.T) {
 			}
 		})
 	}()
-	// Reconnect until FollowFeed (subscribed by then) reports a catch-up;
-	// what the catch-up delivers comes before its report.
-	var n int
-	require.Eventually(t, func() bool {
-		if nc.ForceReconnect() != nil {
-			return false
-		}
+	for range 2 {
 		select {
-		case n = <-caught:
-			return true
-		case <-time.After(3 * time.Second):
-			return false
+		case <-queries:
+		case err := <-ended:
+			t.Fatalf("FollowFeed returned: %v", err)
+		case <-time.After(10 * time.Second):
+			t.Fatal("no feed query in 10 s")
 		}
-	}, 30*time.Second, time.Millisecond)
+	}
+	// A reconnection: what its catch-up delivers comes before its report.
+	require.NoError(t, nc.ForceReconnect())
+	var n int
+	select {
+	case n = <-caught:
+	case err := <-ended:
+		t.Fatalf("FollowFeed returned: %v", err)
+	case <-time.After(10 * time.Second):
+		t.Fatal("no catch-up reported in 10 s")
+	}
 	require.Zero(t, n, "the task created before the start is not caught up")
 	require.Empty(t, got)
 	r, err := c.CreateTask(ctx, schemas.TaskSpec{Queue: "feed"})
