@@ -90,9 +90,10 @@ const seenWindow = 16 << 10
 // second while live events go on. A second after the first replay it lists
 // once more what the first may have missed: events published before it
 // subscribed that the feed's stream had not stored yet (and again, each
-// time twice as late up to 16 s, while such a listing finds any). caught, when not nil, is told how many
-// events each catch-up delivered, or why one failed. Each event is
-// delivered once (by its id); live events come in the order they arrive.
+// time twice as late up to 16 s, while such a listing finds any). caught,
+// when not nil, is told how many events each catch-up after a reconnection
+// delivered, or why one failed. Each event is delivered once (by its id);
+// live events come in the order they arrive.
 // The Client's connection must reconnect for FollowFeed to ride out an
 // outage (Connect's default). It returns the first replay's error, or one
 // when the subscription cannot be made (a filter that is not a subject:
