@@ -17,6 +17,10 @@ const (
 	// ChainPrevMismatch: the event's PrevHash is not the hash of the previous
 	// event of its aggregate.
 	ChainPrevMismatch ChainProblem = "previous hash mismatch"
+	// ChainNotRecorded: the event read for a version is not the one
+	// recorded for it (its hash, or the aggregate and version it names,
+	// differ from what the history holds).
+	ChainNotRecorded ChainProblem = "not the event recorded"
 )
 
 // ChainError reports an event that does not extend its aggregate's chain.
@@ -40,6 +44,8 @@ func (e *ChainError) Error() string {
 	case ChainPrevMismatch:
 		return fmt.Sprintf("eventstore: %s/%s v%d: %s: prev %q, want %q",
 			e.AggregateType, e.AggregateID, e.Version, e.Problem, e.GotPrev, e.WantPrev)
+	case ChainNotRecorded:
+		return fmt.Sprintf("eventstore: %s/%s v%d: %s", e.AggregateType, e.AggregateID, e.Version, e.Problem)
 	default:
 		return fmt.Sprintf("eventstore: %s/%s v%d: %s: want v%d",
 			e.AggregateType, e.AggregateID, e.Version, e.Problem, e.WantVersion)

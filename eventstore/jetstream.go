@@ -649,6 +649,20 @@ func (l *JetStreamLog) Read(ctx context.Context, from uint64, fn func(seq uint64
 	}
 }
 
+// Record returns the record at seq, asked of the stream's leader.
+func (l *JetStreamLog) Record(ctx context.Context, seq uint64) ([]byte, error) {
+	m, err := askAgain(ctx, apiTry, func(ctx context.Context) (*storedMsg, error) {
+		return l.getMsg(ctx, msgGetRequest{Seq: seq, NextFor: l.subject})
+	})
+	if err != nil {
+		return nil, fmt.Errorf("eventstore: read %s at seq %d: %w", l.subject, seq, err)
+	}
+	if m == nil || m.Sequence != seq {
+		return nil, fmt.Errorf("%w: %s holds no record at seq %d", ErrIntegrity, l.subject, seq)
+	}
+	return m.Data, nil
+}
+
 // readConsumers is how many consumers a read tries, each placed anew, before
 // it asks the leader for the rest record by record.
 const readConsumers = 3

@@ -43,6 +43,11 @@ type Log interface {
 	// ctx's error, or an error reading the log.
 	Read(ctx context.Context, from uint64, fn func(seq uint64, rec []byte) error) error
 
+	// Record returns the record at seq. A seq the log holds no record at
+	// (none was appended there: the log deletes nothing) gives an error
+	// wrapping ErrIntegrity.
+	Record(ctx context.Context, seq uint64) ([]byte, error)
+
 	// Tail calls fn, in order, for every record whose sequence is at least
 	// from, waiting for new records, until ctx is done (it then returns ctx's
 	// error) or fn returns an error (returned unchanged).

@@ -87,6 +87,18 @@ func (l *MemoryLog) Read(ctx context.Context, from uint64, fn func(seq uint64, r
 	return nil
 }
 
+// Record returns a copy of the record at seq.
+func (l *MemoryLog) Record(ctx context.Context, seq uint64) ([]byte, error) {
+	last, err := l.LastSeq(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if seq == 0 || seq > last {
+		return nil, fmt.Errorf("%w: no record at seq %d (the log ends at %d)", ErrIntegrity, seq, last)
+	}
+	return l.record(seq), nil
+}
+
 // Tail calls fn with a copy of every record from from on, waking on each
 // append, until ctx is done (returning ctx's error) or fn fails (returning
 // its error).

@@ -53,6 +53,14 @@ func (s *Service) HoldsLease() bool { return s.holdsLease() }
 // decide.
 func (s *Service) Decided() uint64 { return s.decided.Load() }
 
+// SetHistoryReadLimit makes a page of the events query end once it has
+// read n bytes of log records, until the returned function restores the
+// limit.
+func SetHistoryReadLimit(n int) (restore func()) {
+	was := historyReadOverride.Swap(int64(n))
+	return func() { historyReadOverride.Store(was) }
+}
+
 // SetFeedScanLimit makes a feed page read at most n events, until the
 // returned function restores the limit.
 func SetFeedScanLimit(n int) (restore func()) {

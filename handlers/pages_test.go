@@ -200,7 +200,7 @@ func TestListQueriesPage(t *testing.T) {
 	require.Equal(t, []string{"pending", "pending", "pending", "withdrawn", "withdrawn"}, states)
 
 	// events: after a version, the cursor of the last event listed.
-	hist, err := b.store.History(domain.AggTask, task)
+	hist, err := b.store.History(t.Context(), b.svc.Log(), domain.AggTask, task)
 	require.NoError(t, err)
 	all, _ = b.listAll(t, "events", schemas.Query{ID: task, Limit: 2})
 	require.Len(t, all, len(hist))
@@ -210,6 +210,17 @@ func TestListQueriesPage(t *testing.T) {
 	r := b.request(t, "dwr.q.default.events", schemas.Query{ID: task, After: "two"}, nil)
 	require.False(t, r.OK)
 	require.Equal(t, "/after", r.Error.Fields[0].Pointer)
+
+	// The events are read from the log: a page ends, with a next, once it
+	// has read its share of log records (here one record, whose events it
+	// takes: each of the task's commands was its own record).
+	defer handlers.SetHistoryReadLimit(1)()
+	all, pages = b.listAll(t, "events", schemas.Query{ID: task, Limit: 1000})
+	require.Len(t, all, len(hist))
+	for i, e := range hist {
+		require.JSONEq(t, string(e.Raw), string(all[i]))
+	}
+	require.Equal(t, 6, pages, "a page for each record: the task's creation, its claim and four checkpoints")
 }
 
 // A list whose items would make a reply larger than NATS carries answers

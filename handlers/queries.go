@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -419,6 +420,28 @@ func validState(s string) bool {
 // aggregate type given it looks the id up as a task, then a goal, then a
 // workspace, then a ritual, then a schedule (by its name, or its id
 // <ws>:<name>).
+// historyReadBytes bounds the log records a page of an aggregate's events
+// reads (its events are in them): a page that reached it ends, with a next.
+// historyReadOverride, when set, replaces it (tests).
+const historyReadBytes = 4 << 20
+
+var historyReadOverride atomic.Int64
+
+// historyReadWait bounds the time a page of events waits for the log.
+const historyReadWait = 10 * time.Second
+
+// countedRecords reads log records, counting their bytes.
+type countedRecords struct {
+	records projections.Records
+	read    int
+}
+
+func (c *countedRecords) Record(ctx context.Context, seq uint64) ([]byte, error) {
+	rec, err := c.records.Record(ctx, seq)
+	c.read += len(rec)
+	return rec, err
+}
+
 func (s *Service) history(ws string, q schemas.Query, pg *page) (json.RawMessage, string, error) {
 	var after uint64
 	if q.After != "" {
@@ -445,10 +468,23 @@ func (s *Service) history(ws string, q schemas.Query, pg *page) (json.RawMessage
 		if !ok || w != ws {
 			continue
 		}
-		err = s.store.EachEvent(typ, id, after, func(e eventstore.Event) bool {
+		// The events are read from the log: a page reads at most
+		// historyReadBytes of its records (and the one record that passed
+		// it, whose events it may take).
+		ctx, cancel := context.WithTimeout(context.Background(), historyReadWait)
+		records, budget := &countedRecords{records: s.log}, historyReadBytes
+		if n := historyReadOverride.Load(); n > 0 {
+			budget = int(n)
+		}
+		err = s.store.EachEvent(ctx, records, typ, id, after, func(e eventstore.Event) bool {
+			if records.read > budget && pg.n > 0 {
+				pg.next = pg.last
+				return false
+			}
 			v := strconv.FormatUint(e.Version, 10)
 			return pg.addRaw(e.Raw, fmt.Sprintf("%s of %s %s", v, typ, id), v)
 		})
+		cancel()
 		return pg.result(err)
 	}
 	return nil, "", &schemas.Error{Code: schemas.CodeNotFound, Message: fmt.Sprintf("no aggregate %q in workspace %q", q.ID, ws)}

@@ -193,7 +193,7 @@ func (s *Store) apply(seq uint64, c *eventstore.Commit, decided bool, final *dom
 		}
 	} else {
 		for i := range c.Events {
-			if err := bs.event(b, seq, &c.Events[i]); err != nil {
+			if err := bs.event(b, seq, i, &c.Events[i]); err != nil {
 				return err
 			}
 		}
@@ -280,9 +280,10 @@ func (bs *batchState) tip(aggType, id string, version uint64) (tip, error) {
 	return bs.s.tip(aggType, id)
 }
 
-// chain checks that e follows its aggregate's tip, moves the tip and keeps
-// e in the aggregate's history.
-func (bs *batchState) chain(b *pebble.Batch, seq uint64, e *eventstore.Event) error {
+// chain checks that e, the index-th event of log record seq, follows its
+// aggregate's tip, moves the tip and adds e's place in the log to the
+// aggregate's history.
+func (bs *batchState) chain(b *pebble.Batch, seq uint64, index int, e *eventstore.Event) error {
 	t, err := bs.tip(e.AggregateType, e.AggregateID, e.Version)
 	if err != nil {
 		return err
@@ -290,8 +291,13 @@ func (bs *batchState) chain(b *pebble.Batch, seq uint64, e *eventstore.Event) er
 	if err := eventstore.CheckNext(e, t.Version, t.Hash); err != nil {
 		return fmt.Errorf("projections: log record %d: %w", seq, err)
 	}
-	bs.tips[e.AggregateType+"/"+e.AggregateID] = tip{Version: e.Version, Hash: e.Hash()}
-	return b.Set(historyKey(e.AggregateType, e.AggregateID, e.Version), e.Raw, nil)
+	h := e.Hash()
+	bs.tips[e.AggregateType+"/"+e.AggregateID] = tip{Version: e.Version, Hash: h}
+	ref, err := encodeRef(seq, index, h, e.Workspace)
+	if err != nil {
+		return fmt.Errorf("projections: log record %d: %w", seq, err)
+	}
+	return b.Set(historyKey(e.AggregateType, e.AggregateID, e.Version), ref, nil)
 }
 
 // final takes the states the record's events leave their aggregates in from
@@ -303,7 +309,7 @@ func (bs *batchState) final(b *pebble.Batch, seq uint64, c *eventstore.Commit, f
 	last := map[string]uint64{} // kind/id -> the version of its last event in the record
 	for i := range c.Events {
 		e := &c.Events[i]
-		if err := bs.chain(b, seq, e); err != nil {
+		if err := bs.chain(b, seq, i, e); err != nil {
 			return err
 		}
 		if err := bs.ritualVersion(e, nil); err != nil {
@@ -379,8 +385,8 @@ func takeFinal[S any](seq uint64, kind string, states, into map[string]*S, last 
 	return nil
 }
 
-func (bs *batchState) event(b *pebble.Batch, seq uint64, e *eventstore.Event) error {
-	if err := bs.chain(b, seq, e); err != nil {
+func (bs *batchState) event(b *pebble.Batch, seq uint64, index int, e *eventstore.Event) error {
+	if err := bs.chain(b, seq, index, e); err != nil {
 		return err
 	}
 	data := e.Data

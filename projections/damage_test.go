@@ -128,9 +128,10 @@ func TestResetStartsEmptyViews(t *testing.T) {
 	require.Equal(t, last, s.Checkpoint())
 }
 
-// A history whose stored events no longer chain — one deleted, one changed —
-// is never served: History and a listing from a cursor stop with the
-// eventstore's *ChainError, naming the aggregate and the version.
+// A history whose stored events no longer chain — one deleted, one changed,
+// one row naming another event of the log or with another hash — is never
+// served: History and a listing from a cursor stop with the eventstore's
+// *ChainError, naming the aggregate and the version.
 func TestBrokenHistoryIsNotServed(t *testing.T) {
 	dir := filepath.Join(t.TempDir(), "views")
 	s, err := projections.Open(dir, projections.Options{})
@@ -139,7 +140,7 @@ func TestBrokenHistoryIsNotServed(t *testing.T) {
 	goal := domain.DeriveID(h.d.now, "g")
 	h.batch(cmd{&domain.CreateGoal{GoalID: goal, Title: "g"}, "g"})
 	h.batch(cmd{&domain.CancelGoal{GoalID: goal}, "cancel"})
-	hist, err := s.History("goal", goal)
+	hist, err := s.History(context.Background(), h.log, "goal", goal)
 	require.NoError(t, err)
 	require.Len(t, hist, 2)
 	require.NoError(t, s.Close())
@@ -156,30 +157,98 @@ func TestBrokenHistoryIsNotServed(t *testing.T) {
 		return s
 	}
 
-	s = reopen(func(db *pebble.DB) { require.NoError(t, db.Delete(historyKey(1), pebble.Sync)) })
-	_, err = s.History("goal", goal)
+	var rows [2][]byte // the rows of v1 and v2, as written
+	s = reopen(func(db *pebble.DB) {
+		for i := range rows {
+			v, closer, err := db.Get(historyKey(uint64(i + 1))) //nolint:gosec // 1 and 2
+			require.NoError(t, err)
+			rows[i] = append([]byte(nil), v...)
+			require.NoError(t, closer.Close())
+		}
+		require.NoError(t, db.Delete(historyKey(1), pebble.Sync))
+	})
+	_, err = s.History(context.Background(), h.log, "goal", goal)
 	var ce *eventstore.ChainError
 	require.ErrorAs(t, err, &ce)
 	require.Equal(t, eventstore.ChainGap, ce.Problem)
 	require.Equal(t, uint64(2), ce.Version)
 	require.ErrorContains(t, err, "goal/"+goal+" v2: version gap: want v1")
-	err = s.EachEvent("goal", goal, 1, func(eventstore.Event) bool { return true })
+	err = s.EachEvent(context.Background(), h.log, "goal", goal, 1, func(eventstore.Event) bool { return true })
 	require.ErrorAs(t, err, &ce, "the cursor's event is gone")
 	require.Equal(t, eventstore.ChainGap, ce.Problem)
 	require.NoError(t, s.Close())
 
+	// A row that names another event of the log than the one recorded for
+	// its version (here v2's, under v1), or whose hash is not the event's.
+	s = reopen(func(db *pebble.DB) {
+		require.NotEqual(t, byte('{'), rows[0][0], "a row holds the event's place in the log, not the event")
+		require.NoError(t, db.Set(historyKey(1), rows[1], pebble.Sync))
+	})
+	_, err = s.History(context.Background(), h.log, "goal", goal)
+	require.ErrorAs(t, err, &ce)
+	require.Equal(t, eventstore.ChainNotRecorded, ce.Problem)
+	require.Equal(t, uint64(1), ce.Version)
+	require.NoError(t, s.Close())
+	s = reopen(func(db *pebble.DB) {
+		flipped := append([]byte(nil), rows[0]...)
+		flipped[len(flipped)-len("w")-1] ^= 1 // the hash's last byte, before the workspace
+		require.NoError(t, db.Set(historyKey(1), flipped, pebble.Sync))
+	})
+	_, err = s.History(context.Background(), h.log, "goal", goal)
+	require.ErrorAs(t, err, &ce)
+	require.Equal(t, eventstore.ChainNotRecorded, ce.Problem)
+	require.NoError(t, s.Close())
+
+	// A row of views written before, which held the event itself: changed.
 	s = reopen(func(db *pebble.DB) {
 		changed := strings.Replace(string(hist[0].Raw), `"title":"g"`, `"title":"h"`, 1)
 		require.NotEqual(t, string(hist[0].Raw), changed)
 		require.NoError(t, db.Set(historyKey(1), []byte(changed), pebble.Sync))
 	})
 	served := 0
-	_, err = s.History("goal", goal)
+	_, err = s.History(context.Background(), h.log, "goal", goal)
 	require.ErrorAs(t, err, &ce)
 	require.Equal(t, eventstore.ChainPrevMismatch, ce.Problem)
 	require.Equal(t, uint64(2), ce.Version)
-	err = s.EachEvent("goal", goal, 1, func(eventstore.Event) bool { served++; return true })
+	err = s.EachEvent(context.Background(), h.log, "goal", goal, 1, func(eventstore.Event) bool { served++; return true })
 	require.ErrorAs(t, err, &ce, "the event after the cursor does not chain on the cursor's")
 	require.Equal(t, eventstore.ChainPrevMismatch, ce.Problem)
 	require.Zero(t, served)
+}
+
+// Views written before this kind of history row kept each event whole in
+// its row: such rows are listed as they are, beside the newer ones.
+func TestHistoryRowsThatHoldTheEventAreStillListed(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "views")
+	s, err := projections.Open(dir, projections.Options{})
+	require.NoError(t, err)
+	h := inWorkspace(t, s)
+	goal := domain.DeriveID(h.d.now, "g")
+	h.batch(cmd{&domain.CreateGoal{GoalID: goal, Title: "g"}, "g"})
+	h.batch(cmd{&domain.CancelGoal{GoalID: goal}, "cancel"})
+	want, err := s.History(context.Background(), h.log, "goal", goal)
+	require.NoError(t, err)
+	require.Len(t, want, 2)
+	require.NoError(t, s.Close())
+
+	db, err := pebble.Open(dir, &pebble.Options{FormatMajorVersion: pebble.FormatNewest})
+	require.NoError(t, err)
+	for _, e := range want {
+		require.NoError(t, db.Set(binary.BigEndian.AppendUint64([]byte("h/goal/"+goal+"/"), e.Version), e.Raw, pebble.Sync))
+	}
+	require.NoError(t, db.Close())
+	s, err = projections.Open(dir, projections.Options{})
+	require.NoError(t, err)
+	defer s.Close()
+	got, err := s.History(context.Background(), nil, "goal", goal)
+	require.NoError(t, err, "rows that hold their events need no log")
+	require.Equal(t, want, got)
+	ws, ok, err := s.HistoryWorkspace("goal", goal)
+	require.NoError(t, err)
+	require.True(t, ok)
+	require.Equal(t, "w", ws)
+	v, hash, err := s.Tip("goal", goal)
+	require.NoError(t, err)
+	require.Equal(t, want[1].Version, v)
+	require.Equal(t, want[1].Hash(), hash)
 }

@@ -1,6 +1,7 @@
 package projections_test
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"strconv"
@@ -100,13 +101,13 @@ func TestEventsPageThroughAHistory(t *testing.T) {
 		h.batch(cmd{&domain.SaveCheckpoint{TaskID: task, Attempt: 1, Token: tokenOf(task, 1),
 			Checkpoint: json.RawMessage(fmt.Sprint(n))}, fmt.Sprint("checkpoint-", n)})
 	}
-	want, err := s.History("task", task)
+	want, err := s.History(context.Background(), h.log, "task", task)
 	require.NoError(t, err)
 	require.Greater(t, len(want), 6)
 	for _, limit := range []int{1, 2, 4, 100} {
 		got := pageThrough(t, limit, func(after string, fn func(eventstore.Event) bool) error {
 			v, _ := strconv.ParseUint(after, 10, 64)
-			return s.EachEvent("task", task, v, fn)
+			return s.EachEvent(context.Background(), h.log, "task", task, v, fn)
 		}, func(e eventstore.Event) string { return fmt.Sprint(e.Version) })
 		require.Equal(t, want, got, "%d a page", limit)
 	}

@@ -1,6 +1,8 @@
 package projections
 
 import (
+	"context"
+	"encoding/binary"
 	"time"
 
 	"encoding/json"
@@ -203,26 +205,29 @@ func (s *Store) EachTask(ws string, f TaskFilter, fn func(*domain.Task) bool) er
 	return nil
 }
 
-// History returns the stored events of one aggregate, oldest first, each
-// verified as the next of its aggregate's chain; see EachEvent.
-func (s *Store) History(aggType, id string) ([]eventstore.Event, error) {
+// History returns the events of one aggregate, oldest first, each read
+// from records (the log) and verified as the next of its aggregate's
+// chain; see EachEvent.
+func (s *Store) History(ctx context.Context, records Records, aggType, id string) ([]eventstore.Event, error) {
 	var out []eventstore.Event
-	err := s.EachEvent(aggType, id, 0, func(e eventstore.Event) bool {
+	err := s.EachEvent(ctx, records, aggType, id, 0, func(e eventstore.Event) bool {
 		out = append(out, e)
 		return true
 	})
 	return out, err
 }
 
-// EachEvent calls fn with the stored events of one aggregate after version
-// after (0 for all), oldest first, until fn returns false. Each is verified
-// as the next event of the aggregate's chain (eventstore.CheckNext: the next
-// version, carrying the previous event's hash) — the first against the event
-// at version after, which a listing before this one checked. An event's
-// version is the cursor that continues the listing after it. It returns an
-// error wrapping an *eventstore.ChainError for a history that does not
-// verify: fn sees nothing after the break.
-func (s *Store) EachEvent(aggType, id string, after uint64, fn func(eventstore.Event) bool) error {
+// EachEvent calls fn with the events of one aggregate after version after
+// (0 for all), oldest first, until fn returns false. The views hold each
+// event's place in the log and its hash: the event is read from records
+// (the log), and must hash as the views recorded; each is verified as the
+// next event of the aggregate's chain (eventstore.CheckNext: the next
+// version, carrying the previous event's hash) — the first against the
+// event at version after, which a listing before this one checked. An
+// event's version is the cursor that continues the listing after it. It
+// returns an error wrapping an *eventstore.ChainError for a history that
+// does not verify: fn sees nothing after the break.
+func (s *Store) EachEvent(ctx context.Context, records Records, aggType, id string, after uint64, fn func(eventstore.Event) bool) error {
 	var last uint64 // the version and hash of the event before e
 	lastHash, skip := "", after > 0
 	lower := key(pHistory, aggType, id, "")
@@ -230,25 +235,43 @@ func (s *Store) EachEvent(aggType, id string, after uint64, fn func(eventstore.E
 	if after > 0 {
 		lower = historyKey(aggType, id, after)
 	}
-	err := s.scanRange(lower, upper, func(_, v []byte) error {
-		var e eventstore.Event
-		if err := json.Unmarshal(v, &e); err != nil {
+	r := &resolver{ctx: ctx, records: records, recent: map[uint64]*eventstore.Commit{}}
+	err := s.scanRange(lower, upper, func(k, v []byte) error {
+		ref, err := decodeRef(v)
+		if err != nil {
 			return err
 		}
-		e.Raw = append([]byte(nil), v...)
+		version := binary.BigEndian.Uint64(k[len(k)-8:])
 		if skip {
 			skip = false
-			if e.Version != after { // the cursor's event is gone
-				return &eventstore.ChainError{AggregateType: aggType, AggregateID: id, Version: e.Version, WantVersion: after,
+			if version != after { // the cursor's event is gone
+				return &eventstore.ChainError{AggregateType: aggType, AggregateID: id, Version: version, WantVersion: after,
 					Problem: eventstore.ChainGap}
 			}
-			last, lastHash = e.Version, e.Hash()
+			last, lastHash = version, ref.hash
 			return nil
+		}
+		raw, err := r.event(ref)
+		if err != nil {
+			return err
+		}
+		e := eventstore.Event{Raw: raw}
+		if e.Hash() != ref.hash {
+			return &eventstore.ChainError{AggregateType: aggType, AggregateID: id, Version: version,
+				Problem: eventstore.ChainNotRecorded}
+		}
+		if err := json.Unmarshal(raw, &e); err != nil {
+			return err
+		}
+		e.Raw = raw
+		if e.AggregateType != aggType || e.AggregateID != id || e.Version != version {
+			return &eventstore.ChainError{AggregateType: aggType, AggregateID: id, Version: version,
+				Problem: eventstore.ChainNotRecorded}
 		}
 		if err := eventstore.CheckNext(&e, last, lastHash); err != nil {
 			return err
 		}
-		last, lastHash = e.Version, e.Hash()
+		last, lastHash = e.Version, ref.hash
 		if !fn(e) {
 			return errStop
 		}
@@ -266,13 +289,11 @@ func (s *Store) HistoryWorkspace(aggType, id string) (string, bool, error) {
 	var ws string
 	found := false
 	err := s.scan(key(pHistory, aggType, id, ""), func(_, v []byte) error {
-		var e struct {
-			Workspace string `json:"ws"`
-		}
-		if err := json.Unmarshal(v, &e); err != nil {
+		ref, err := decodeRef(v)
+		if err != nil {
 			return fmt.Errorf("projections: history of %s %s: %w", aggType, id, err)
 		}
-		ws, found = e.Workspace, true
+		ws, found = ref.workspace, true
 		return errStop
 	})
 	return ws, found, err

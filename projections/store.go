@@ -743,8 +743,11 @@ func (s *Store) lastEvent(aggType, id string) (_ tip, err error) {
 	if len(k) != len(lower)+8 {
 		return tip{}, fmt.Errorf("%w: history key %q of %s %s is not its id and a version", ErrDamaged, k, aggType, id)
 	}
-	last := eventstore.Event{Raw: it.Value()}
-	return tip{Version: binary.BigEndian.Uint64(k[len(lower):]), Hash: last.Hash()}, nil
+	ref, err := decodeRef(it.Value())
+	if err != nil {
+		return tip{}, fmt.Errorf("history of %s %s: %w", aggType, id, err)
+	}
+	return tip{Version: binary.BigEndian.Uint64(k[len(lower):]), Hash: ref.hash}, nil
 }
 
 // tip is where an aggregate's hash chain ends: its last event's version and

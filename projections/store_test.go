@@ -403,7 +403,7 @@ func TestOldEventsAreUpcastWhenRead(t *testing.T) {
 	// it, chained to the task's event before it, and applies it.
 	task := domain.DeriveID(h.d.now, "t")
 	appendOld := func(version uint64, typ string, data string) {
-		hist, err := s.History("task", task)
+		hist, err := s.History(context.Background(), h.log, "task", task)
 		require.NoError(t, err)
 		e := eventstore.Event{ID: ulid.Make().String(), Type: typ, SchemaVersion: 1, Workspace: "w", AggregateType: "task",
 			AggregateID: task, Version: version, CommandID: fmt.Sprint("old-", version), Time: h.d.now, Data: json.RawMessage(data)}
@@ -422,7 +422,7 @@ func TestOldEventsAreUpcastWhenRead(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, domain.StateWaiting, got.State)
 	require.Equal(t, domain.WaitApproval, got.Wait.Kind, "upcast from v1: no wait_until means an approval")
-	hist, err := s.History("task", task)
+	hist, err := s.History(context.Background(), h.log, "task", task)
 	require.NoError(t, err)
 	require.Equal(t, 1, hist[0].SchemaVersion, "the stored event is never rewritten")
 
@@ -702,7 +702,7 @@ func TestTheTipIsTheHistorysLastEvent(t *testing.T) {
 	require.NotContains(t, string(dump(t, s)), "\"a/", "no tip rows")
 	for _, agg := range [][2]string{{domain.AggWorkspace, "w"}, {domain.AggGoal, gid}, {domain.AggTask, tasks[0].ID}} {
 		var last eventstore.Event
-		require.NoError(t, s.EachEvent(agg[0], agg[1], 0, func(e eventstore.Event) bool { last = e; return true }))
+		require.NoError(t, s.EachEvent(context.Background(), h.log, agg[0], agg[1], 0, func(e eventstore.Event) bool { last = e; return true }))
 		require.Positive(t, last.Version)
 		v, hash, err := s.Tip(agg[0], agg[1])
 		require.NoError(t, err)

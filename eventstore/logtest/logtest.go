@@ -39,6 +39,7 @@ func Run(t *testing.T, newLog func(t *testing.T) eventstore.Log) {
 		{"RetryIsIdempotent", testRetry},
 		{"ReadFromMiddle", testReadFromMiddle},
 		{"ReadStopsOnError", testReadStops},
+		{"Record", testRecord},
 		{"Tail", testTail},
 		{"TailFromEnd", testTailFromEnd},
 		{"TailStopsOnError", testTailStops},
@@ -161,6 +162,22 @@ func testReadFromMiddle(t *testing.T, l eventstore.Log) {
 	require.Len(t, got, 3)
 	for i, r := range got {
 		require.Equal(t, seqs[2+i], r.seq)
+	}
+}
+
+// testRecord reads single records by their sequence; a sequence the log
+// holds no record at is an integrity error.
+func testRecord(t *testing.T, l eventstore.Log) {
+	ctx := testCtx(t)
+	seqs := appendN(ctx, t, l, 3)
+	for _, r := range readAll(ctx, t, l, 1) {
+		got, err := l.Record(ctx, r.seq)
+		require.NoError(t, err)
+		require.Equal(t, r.rec, got)
+	}
+	for _, seq := range []uint64{0, seqs[2] + 1} {
+		_, err := l.Record(ctx, seq)
+		require.ErrorIs(t, err, eventstore.ErrIntegrity, "seq %d", seq)
 	}
 }
 
