@@ -128,11 +128,11 @@ func TestResetStartsEmptyViews(t *testing.T) {
 	require.Equal(t, last, s.Checkpoint())
 }
 
-// A history whose stored events no longer chain — one deleted, one changed,
-// one row naming another event of the log or with another hash — is never
-// served: History and a listing from a cursor stop with the eventstore's
-// *ChainError, naming the aggregate and the version.
-func TestBrokenHistoryIsNotServed(t *testing.T) {
+// closedGoalHistory writes views in which a goal was created and cancelled,
+// closes them and returns their directory, the harness, the goal and its
+// history of two events.
+func closedGoalHistory(t *testing.T) (string, *harness, string, []eventstore.Event) {
+	t.Helper()
 	dir := filepath.Join(t.TempDir(), "views")
 	s, err := projections.Open(dir, projections.Options{})
 	require.NoError(t, err)
@@ -144,6 +144,15 @@ func TestBrokenHistoryIsNotServed(t *testing.T) {
 	require.NoError(t, err)
 	require.Len(t, hist, 2)
 	require.NoError(t, s.Close())
+	return dir, h, goal, hist
+}
+
+// A history whose stored events no longer chain — one deleted, one changed,
+// one row naming another event of the log or with another hash — is never
+// served: History and a listing from a cursor stop with the eventstore's
+// *ChainError, naming the aggregate and the version.
+func TestBrokenHistoryIsNotServed(t *testing.T) {
+	dir, h, goal, hist := closedGoalHistory(t)
 
 	historyKey := func(v uint64) []byte { return binary.BigEndian.AppendUint64([]byte("h/goal/"+goal+"/"), v) }
 	reopen := func(change func(db *pebble.DB)) *projections.Store {
@@ -158,7 +167,7 @@ func TestBrokenHistoryIsNotServed(t *testing.T) {
 	}
 
 	var rows [2][]byte // the rows of v1 and v2, as written
-	s = reopen(func(db *pebble.DB) {
+	s := reopen(func(db *pebble.DB) {
 		for i := range rows {
 			v, closer, err := db.Get(historyKey(uint64(i + 1))) //nolint:gosec // 1 and 2
 			require.NoError(t, err)
@@ -167,7 +176,7 @@ func TestBrokenHistoryIsNotServed(t *testing.T) {
 		}
 		require.NoError(t, db.Delete(historyKey(1), pebble.Sync))
 	})
-	_, err = s.History(context.Background(), h.log, "goal", goal)
+	_, err := s.History(context.Background(), h.log, "goal", goal)
 	var ce *eventstore.ChainError
 	require.ErrorAs(t, err, &ce)
 	require.Equal(t, eventstore.ChainGap, ce.Problem)
@@ -219,17 +228,7 @@ func TestBrokenHistoryIsNotServed(t *testing.T) {
 // Views written before this kind of history row kept each event whole in
 // its row: such rows are listed as they are, beside the newer ones.
 func TestHistoryRowsThatHoldTheEventAreStillListed(t *testing.T) {
-	dir := filepath.Join(t.TempDir(), "views")
-	s, err := projections.Open(dir, projections.Options{})
-	require.NoError(t, err)
-	h := inWorkspace(t, s)
-	goal := domain.DeriveID(h.d.now, "g")
-	h.batch(cmd{&domain.CreateGoal{GoalID: goal, Title: "g"}, "g"})
-	h.batch(cmd{&domain.CancelGoal{GoalID: goal}, "cancel"})
-	want, err := s.History(context.Background(), h.log, "goal", goal)
-	require.NoError(t, err)
-	require.Len(t, want, 2)
-	require.NoError(t, s.Close())
+	dir, _, goal, want := closedGoalHistory(t)
 
 	db, err := pebble.Open(dir, &pebble.Options{FormatMajorVersion: pebble.FormatNewest})
 	require.NoError(t, err)
@@ -237,7 +236,7 @@ func TestHistoryRowsThatHoldTheEventAreStillListed(t *testing.T) {
 		require.NoError(t, db.Set(binary.BigEndian.AppendUint64([]byte("h/goal/"+goal+"/"), e.Version), e.Raw, pebble.Sync))
 	}
 	require.NoError(t, db.Close())
-	s, err = projections.Open(dir, projections.Options{})
+	s, err := projections.Open(dir, projections.Options{})
 	require.NoError(t, err)
 	defer s.Close()
 	got, err := s.History(context.Background(), nil, "goal", goal)
