@@ -160,6 +160,7 @@ type JetStreamLog struct {
 	subject   string
 	partition string
 	msgGet    string // subject of the leader's STREAM.MSG.GET API
+	directGet string // subject of the stream's DIRECT.GET API (any replica answers)
 	attempt   time.Duration
 	// replicas is the stream's replication factor when it was opened.
 	replicas int
@@ -338,6 +339,7 @@ func newJetStreamLog(js jetstream.JetStream, cfg JetStreamConfig) *JetStreamLog 
 		subject:   cfg.Prefix + ".log." + cfg.Partition,
 		partition: cfg.Partition,
 		msgGet:    apiPrefix(js) + "STREAM.MSG.GET." + cfg.Stream,
+		directGet: apiPrefix(js) + "DIRECT.GET." + cfg.Stream,
 		attempt:   cfg.AttemptTimeout,
 	}
 	l.change.Store(newChangeSignal())
@@ -649,8 +651,14 @@ func (l *JetStreamLog) Read(ctx context.Context, from uint64, fn func(seq uint64
 	}
 }
 
-// Record returns the record at seq, asked of the stream's leader.
+// Record returns the record at seq. A record never changes once stored, so
+// any replica may give it (a direct get, without the JetStream API's JSON
+// and base64); one that does not hold it yet (a replica behind), or none
+// that answers, sends the question to the stream's leader.
 func (l *JetStreamLog) Record(ctx context.Context, seq uint64) ([]byte, error) {
+	if rec := l.directRecord(ctx, seq); rec != nil {
+		return rec, nil
+	}
 	m, err := askAgain(ctx, apiTry, func(ctx context.Context) (*storedMsg, error) {
 		return l.getMsg(ctx, msgGetRequest{Seq: seq, NextFor: l.subject})
 	})
@@ -662,6 +670,22 @@ func (l *JetStreamLog) Record(ctx context.Context, seq uint64) ([]byte, error) {
 	}
 	return m.Data, nil
 }
+
+// directRecord is the record at seq as a direct get gives it, or nil when
+// none came (not held by the replica that answered, no answer, an error).
+func (l *JetStreamLog) directRecord(ctx context.Context, seq uint64) []byte {
+	ctx, cancel := context.WithTimeout(ctx, directGetWait)
+	defer cancel()
+	resp, err := l.js.Conn().RequestWithContext(ctx, l.directGet, fmt.Appendf(nil, `{"seq":%d}`, seq))
+	if err != nil || resp.Header.Get("Status") != "" ||
+		resp.Header.Get(jetstream.SubjectHeader) != l.subject || resp.Header.Get(jetstream.SequenceHeader) != strconv.FormatUint(seq, 10) {
+		return nil
+	}
+	return resp.Data
+}
+
+// directGetWait bounds a direct get before the leader is asked instead.
+const directGetWait = time.Second
 
 // readConsumers is how many consumers a read tries, each placed anew, before
 // it asks the leader for the rest record by record.

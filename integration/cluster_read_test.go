@@ -68,6 +68,11 @@ func TestReadWhileAReplicaCatchesUp(t *testing.T) {
 		require.NoError(t, err)
 		reads++
 		require.Equal(t, missed+1, n, "read %d gave %d records, up to seq %d (the log has %d, up to seq %d)", reads, n, lastRead, missed+1, seq)
+		// One record by its sequence: whichever replica answers a direct
+		// get, a record it does not hold yet is asked of the leader.
+		got, err := l.Record(ctx, seq)
+		require.NoError(t, err, "the last record, while a replica catches up")
+		require.Equal(t, rec, got)
 		if caughtUp {
 			after++
 		}
