@@ -430,15 +430,16 @@ var historyReadOverride atomic.Int64
 // historyReadWait bounds the time a page of events waits for the log.
 const historyReadWait = 10 * time.Second
 
-// countedRecords reads log records, counting their bytes.
+// countedRecords reads log records, counting their bytes (a listing reads
+// several at once).
 type countedRecords struct {
 	records projections.Records
-	read    int
+	read    atomic.Int64
 }
 
 func (c *countedRecords) Record(ctx context.Context, seq uint64) ([]byte, error) {
 	rec, err := c.records.Record(ctx, seq)
-	c.read += len(rec)
+	c.read.Add(int64(len(rec)))
 	return rec, err
 }
 
@@ -477,7 +478,7 @@ func (s *Service) history(ws string, q schemas.Query, pg *page) (json.RawMessage
 			budget = int(n)
 		}
 		err = s.store.EachEvent(ctx, records, typ, id, after, func(e eventstore.Event) bool {
-			if records.read > budget && pg.n > 0 {
+			if records.read.Load() > int64(budget) && pg.n > 0 {
 				pg.next = pg.last
 				return false
 			}

@@ -7,6 +7,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
+	"sync"
 
 	"github.com/dwr-run/dwr/eventstore"
 )
@@ -85,16 +87,49 @@ type Records interface {
 var errNotInRecord = errors.New("the log record holds no such event")
 
 // resolver reads the events history rows name from the log, keeping the
-// last records it decoded (an aggregate's events are often in the same
-// few records).
+// records it decoded last (an aggregate's events are often in the same few
+// records).
 type resolver struct {
 	ctx     context.Context
 	records Records
 	recent  map[uint64]*eventstore.Commit
 }
 
-// recentRecords is how many decoded records a resolver keeps.
-const recentRecords = 4
+// prefetchRows is how many history rows a listing takes at a time, reading
+// the records they name at once; it bounds the records a resolver keeps.
+const prefetchRows = 8
+
+// prefetch reads at once the records refs name that are not decoded yet
+// (each on a goroutine of its own): a listing waits for one round trip to
+// the log instead of one a record. A record it cannot read is left for
+// event, which reads it again and says why.
+func (r *resolver) prefetch(refs []eventRef) {
+	var seqs []uint64
+	for _, ref := range refs {
+		if ref.raw == nil && r.recent[ref.seq] == nil && !slices.Contains(seqs, ref.seq) {
+			seqs = append(seqs, ref.seq)
+		}
+	}
+	if len(seqs) < 2 || r.records == nil {
+		return
+	}
+	got := make([]*eventstore.Commit, len(seqs))
+	var wg sync.WaitGroup
+	for i, seq := range seqs {
+		wg.Go(func() {
+			if rec, err := r.records.Record(r.ctx, seq); err == nil {
+				got[i], _ = eventstore.DecodeCommit(rec)
+			}
+		})
+	}
+	wg.Wait()
+	clear(r.recent)
+	for i, c := range got {
+		if c != nil {
+			r.recent[seqs[i]] = c
+		}
+	}
+}
 
 // event returns the stored bytes of the event ref names.
 func (r *resolver) event(ref eventRef) ([]byte, error) {
@@ -113,7 +148,7 @@ func (r *resolver) event(ref eventRef) ([]byte, error) {
 		if c, err = eventstore.DecodeCommit(rec); err != nil {
 			return nil, fmt.Errorf("projections: log record %d: %w", ref.seq, err)
 		}
-		if len(r.recent) == recentRecords {
+		if len(r.recent) >= prefetchRows {
 			clear(r.recent)
 		}
 		r.recent[ref.seq] = c

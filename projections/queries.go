@@ -236,6 +236,49 @@ func (s *Store) EachEvent(ctx context.Context, records Records, aggType, id stri
 		lower = historyKey(aggType, id, after)
 	}
 	r := &resolver{ctx: ctx, records: records, recent: map[uint64]*eventstore.Commit{}}
+	type row struct {
+		version uint64
+		ref     eventRef
+	}
+	var rows []row // taken, not yet listed
+	stopped := false
+	list := func() error {
+		refs := make([]eventRef, len(rows))
+		for i, rw := range rows {
+			refs[i] = rw.ref
+		}
+		r.prefetch(refs)
+		for _, rw := range rows {
+			version, ref := rw.version, rw.ref
+			raw, err := r.event(ref)
+			if err != nil {
+				return err
+			}
+			e := eventstore.Event{Raw: raw}
+			if e.Hash() != ref.hash {
+				return &eventstore.ChainError{AggregateType: aggType, AggregateID: id, Version: version,
+					Problem: eventstore.ChainNotRecorded}
+			}
+			if err := json.Unmarshal(raw, &e); err != nil {
+				return err
+			}
+			e.Raw = raw
+			if e.AggregateType != aggType || e.AggregateID != id || e.Version != version {
+				return &eventstore.ChainError{AggregateType: aggType, AggregateID: id, Version: version,
+					Problem: eventstore.ChainNotRecorded}
+			}
+			if err := eventstore.CheckNext(&e, last, lastHash); err != nil {
+				return err
+			}
+			last, lastHash = e.Version, ref.hash
+			if !fn(e) {
+				stopped = true
+				return errStop
+			}
+		}
+		rows = rows[:0]
+		return nil
+	}
 	err := s.scanRange(lower, upper, func(k, v []byte) error {
 		ref, err := decodeRef(v)
 		if err != nil {
@@ -251,32 +294,16 @@ func (s *Store) EachEvent(ctx context.Context, records Records, aggType, id stri
 			last, lastHash = version, ref.hash
 			return nil
 		}
-		raw, err := r.event(ref)
-		if err != nil {
-			return err
-		}
-		e := eventstore.Event{Raw: raw}
-		if e.Hash() != ref.hash {
-			return &eventstore.ChainError{AggregateType: aggType, AggregateID: id, Version: version,
-				Problem: eventstore.ChainNotRecorded}
-		}
-		if err := json.Unmarshal(raw, &e); err != nil {
-			return err
-		}
-		e.Raw = raw
-		if e.AggregateType != aggType || e.AggregateID != id || e.Version != version {
-			return &eventstore.ChainError{AggregateType: aggType, AggregateID: id, Version: version,
-				Problem: eventstore.ChainNotRecorded}
-		}
-		if err := eventstore.CheckNext(&e, last, lastHash); err != nil {
-			return err
-		}
-		last, lastHash = e.Version, ref.hash
-		if !fn(e) {
-			return errStop
+		if rows = append(rows, row{version, ref}); len(rows) == prefetchRows {
+			return list()
 		}
 		return nil
 	})
+	if err == nil && !stopped && len(rows) > 0 {
+		if err = list(); errors.Is(err, errStop) {
+			err = nil
+		}
+	}
 	if err != nil {
 		return fmt.Errorf("projections: history of %s %s: %w", aggType, id, err)
 	}
