@@ -416,10 +416,6 @@ func validState(s string) bool {
 	return false
 }
 
-// history lists an aggregate's events after the version q.After; with no
-// aggregate type given it looks the id up as a task, then a goal, then a
-// workspace, then a ritual, then a schedule (by its name, or its id
-// <ws>:<name>).
 // historyReadBytes bounds the log records a page of an aggregate's events
 // reads (its events are in them): a page that reached it ends, with a next.
 // historyReadOverride, when set, replaces it (tests).
@@ -443,6 +439,10 @@ func (c *countedRecords) Record(ctx context.Context, seq uint64) ([]byte, error)
 	return rec, err
 }
 
+// history lists an aggregate's events after the version q.After; with no
+// aggregate type given it looks the id up as a task, then a goal, then a
+// workspace, then a ritual, then a schedule (by its name, or its id
+// <ws>:<name>).
 func (s *Service) history(ws string, q schemas.Query, pg *page) (json.RawMessage, string, error) {
 	var after uint64
 	if q.After != "" {
@@ -469,9 +469,9 @@ func (s *Service) history(ws string, q schemas.Query, pg *page) (json.RawMessage
 		if !ok || w != ws {
 			continue
 		}
-		// The events are read from the log: a page reads at most
-		// historyReadBytes of its records (and the one record that passed
-		// it, whose events it may take).
+		// The events are read from the log: a page ends once it has read
+		// historyReadBytes of records (and the few it read ahead, whose
+		// events before the stop it takes).
 		ctx, cancel := context.WithTimeout(context.Background(), historyReadWait)
 		records, budget := &countedRecords{records: s.log}, historyReadBytes
 		if n := historyReadOverride.Load(); n > 0 {
