@@ -376,6 +376,87 @@ func TestAFloodOfLargeCommandsLeavesOthersTheirTurn(t *testing.T) {
 	}
 }
 
+// One identity keeps many small commands in flight, under its own limits,
+// while another sends commands one at a time: each of the other's commands
+// is committed after at most the few of the flooder's the writer already
+// held (MaxWriterCommands), not after all of them. (Small commands were
+// bounded only by their bytes — some 8,000 at once — and four identities
+// flooding 10,000 a second each made another caller's command wait ~1 s:
+// `dwr bench flood --payload-bytes 40 --rate 10000`.) Counted in commits,
+// not timed.
+func TestAFloodOfSmallCommandsLeavesOthersTheirTurn(t *testing.T) {
+	if testing.Short() {
+		t.Skip("floods the service for seconds")
+	}
+	const flooding, atTheWriter = 100, 8
+	st := servicetest.Start(t, "", servicetest.Options{Secure: true, Config: handlers.Config{MaxWriterCommands: atTheWriter}})
+	flooder := st.Member(t, "default", "flooder", domain.RoleClient)
+	client := st.Member(t, "default", "client", domain.RoleClient)
+
+	ctx, stop := context.WithCancel(t.Context())
+	var flooded sync.WaitGroup
+	var mu sync.Mutex
+	var floods []uint64 // the log sequences of the flooder's commits
+	for range flooding {
+		flooded.Go(func() {
+			for ctx.Err() == nil {
+				m, err := flooder.RequestWithContext(ctx, "dwr.cmd.default.goal.create", []byte(`{"title":"flood"}`))
+				if err != nil {
+					continue
+				}
+				var r schemas.Reply
+				if json.Unmarshal(m.Data, &r) == nil && r.OK {
+					mu.Lock()
+					floods = append(floods, r.Seq)
+					mu.Unlock()
+				}
+			}
+		})
+	}
+	stopped := false
+	end := func() {
+		if !stopped {
+			stopped = true
+			stop()
+			flooded.Wait()
+		}
+	}
+	defer end()
+	servicetest.Eventually(t, time.Minute, func() bool { // the flood is on
+		mu.Lock()
+		defer mu.Unlock()
+		return len(floods) >= 2*flooding
+	})
+
+	type span struct{ after, at uint64 } // the log's end when sent, the commit
+	var spans []span
+	for i := range 5 {
+		after, err := st.Svc.Log().LastSeq(t.Context())
+		require.NoError(t, err)
+		m := nats.NewMsg("dwr.cmd.default.goal.create")
+		m.Header.Set(schemas.HeaderCommandID, fmt.Sprintf("beside-the-flood-%d", i))
+		m.Data, _ = json.Marshal(map[string]any{"title": fmt.Sprintf("beside the flood %d", i)})
+		a := requestReply(client, m)
+		require.NoError(t, a.err)
+		require.True(t, a.r.OK, "%+v", a.r.Error)
+		spans = append(spans, span{after, a.r.Seq})
+	}
+	end()
+
+	// Ahead of the other caller's command: what the writer held when it
+	// came, and as many again committing or decided before its turn; never
+	// the rest of the flooder's in flight.
+	for _, s := range spans {
+		ahead := 0
+		for _, seq := range floods {
+			if seq > s.after && seq < s.at {
+				ahead++
+			}
+		}
+		require.LessOrEqual(t, ahead, 2*atTheWriter+4, "the flooder's commands committed between a command's sending and its commit (log %d → %d)", s.after, s.at)
+	}
+}
+
 // A viewer reads the feed over a stretch of large events: the page comes
 // back, and the queries' connection stays up for the next caller. (A feed
 // page pulled 256 events at once — up to 256 MiB — past the server's

@@ -32,6 +32,8 @@ const (
 	DefaultMaxBytesInFlightPerCaller = 32 << 20
 	// DefaultMaxWriterBytes is Config.MaxWriterBytes's default.
 	DefaultMaxWriterBytes = 4 << 20
+	// DefaultMaxWriterCommands is Config.MaxWriterCommands's default.
+	DefaultMaxWriterCommands = 128
 	// DefaultBenchFor is Config.BenchFor's default.
 	DefaultBenchFor = 30 * time.Second
 )
@@ -390,19 +392,22 @@ func (s *Service) asyncRespond(req micro.Request, query bool, handle func(sender
 	})
 }
 
-// turns lets holders in up to a capacity, each taking its weight of it;
-// the others wait, and what is given back goes to the next caller in turn
+// turns lets holders in up to a capacity, each taking its weight of it,
+// and at most maxHolders of them (0: no bound but the capacity); the others
+// wait, and what is given back goes to the next caller in turn
 // (round robin over the callers waiting, each caller's own in the order
 // they came), so that one caller with many waiting does not hold up
 // another's one. A holder heavier than the whole capacity enters alone. The
 // caller whose turn it is waits until its weight fits — no lighter holder
 // passes it — so a heavy one is not starved by light ones.
 type turns struct {
-	mu       sync.Mutex
-	capacity int
-	held     int
-	waiting  map[string][]waiter // by caller, in the order they came
-	order    []string            // the callers waiting, whose turn is next first
+	mu         sync.Mutex
+	capacity   int
+	maxHolders int
+	held       int
+	holders    int
+	waiting    map[string][]waiter // by caller, in the order they came
+	order      []string            // the callers waiting, whose turn is next first
 }
 
 // waiter is a holder waiting for its turn: turn is closed when it has it.
@@ -411,8 +416,8 @@ type waiter struct {
 	turn   chan struct{}
 }
 
-func newTurns(capacity int) *turns {
-	return &turns{capacity: capacity, waiting: map[string][]waiter{}}
+func newTurns(capacity, maxHolders int) *turns {
+	return &turns{capacity: capacity, maxHolders: maxHolders, waiting: map[string][]waiter{}}
 }
 
 // enter waits for caller's turn to hold weight and returns the function
@@ -422,6 +427,7 @@ func (t *turns) enter(ctx context.Context, caller string, weight int) (leave fun
 	t.mu.Lock()
 	if len(t.order) == 0 && t.fits(weight) {
 		t.held += weight
+		t.holders++
 		t.mu.Unlock()
 		return t.leaver(weight), nil
 	}
@@ -463,8 +469,10 @@ func (t *turns) forget(caller string, turn chan struct{}) bool {
 	return true
 }
 
-// fits reports whether weight may be held now.
-func (t *turns) fits(weight int) bool { return t.held == 0 || t.held+weight <= t.capacity }
+// fits reports whether one more holder of weight may be let in now.
+func (t *turns) fits(weight int) bool {
+	return t.held == 0 || (t.held+weight <= t.capacity && (t.maxHolders == 0 || t.holders < t.maxHolders))
+}
 
 func (t *turns) leaver(weight int) func() {
 	var once sync.Once
@@ -476,6 +484,7 @@ func (t *turns) leave(weight int) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	t.held -= weight
+	t.holders--
 	t.admit()
 }
 
@@ -489,6 +498,7 @@ func (t *turns) admit() {
 			return
 		}
 		t.held += next.weight
+		t.holders++
 		t.order = t.order[1:]
 		if queue = queue[1:]; len(queue) > 0 {
 			t.waiting[caller] = queue

@@ -110,7 +110,7 @@ func TestRunnersKeepUpToMaxIdleGoroutines(t *testing.T) {
 // waiting does not hold up another's one, and each caller's own are taken in
 // the order they came.
 func TestTurnsGoRoundTheCallers(t *testing.T) {
-	tr := newTurns(1)
+	tr := newTurns(1, 0)
 	leave, _ := tr.enter(context.Background(), "flooder", 1) // the one place
 	got := make(chan string, 16)
 	waiting := func(caller string, n int) {
@@ -144,11 +144,47 @@ func TestTurnsGoRoundTheCallers(t *testing.T) {
 	require.Zero(t, tr.held)
 }
 
+// Past maxHolders the next waits however light it is, and goes in, in its
+// caller's turn, when one leaves; a holder alone always goes in.
+func TestTurnsBoundTheHolders(t *testing.T) {
+	tr := newTurns(1000, 2)
+	first, _ := tr.enter(context.Background(), "flooder", 1)
+	second, _ := tr.enter(context.Background(), "flooder", 1)
+	in := make(chan string, 2)
+	for _, caller := range []string{"flooder", "other"} {
+		go func() {
+			l, _ := tr.enter(context.Background(), caller, 1)
+			in <- caller
+			defer l()
+			<-t.Context().Done()
+		}()
+		require.Eventually(t, func() bool {
+			tr.mu.Lock()
+			defer tr.mu.Unlock()
+			return len(tr.waiting[caller]) == 1
+		}, 10*time.Second, time.Millisecond, "%s waits: two hold, light as they are", caller)
+	}
+	first()
+	require.Equal(t, "flooder", <-in) // its turn came first
+	tr.mu.Lock()
+	require.Len(t, tr.waiting["other"], 1, "the other waits for the next place")
+	tr.mu.Unlock()
+	second()
+	require.Equal(t, "other", <-in)
+
+	alone := newTurns(10, 1)
+	l, _ := alone.enter(context.Background(), "huge", 50) // heavier than the capacity, and alone
+	l()
+	tr.mu.Lock()
+	defer tr.mu.Unlock()
+	require.Equal(t, 2, tr.holders)
+}
+
 // Holders of different weights: what is given back goes to the callers in
 // turn while their weights fit; a lighter one never passes the caller whose
 // turn it is, and one heavier than the whole capacity enters alone.
 func TestTurnsWeighWhatTheyHold(t *testing.T) {
-	tr := newTurns(10)
+	tr := newTurns(10, 0)
 	first, _ := tr.enter(context.Background(), "flooder", 10) // all of it
 	in := make(chan string, 16)
 	leaves := map[string]chan struct{}{}
@@ -227,7 +263,7 @@ func TestTurnsWeighWhatTheyHold(t *testing.T) {
 // A waiter whose request's deadline passes leaves the line holding nothing,
 // and the caller it held up (the next in turn, lighter) goes in.
 func TestTurnsForgetWhoStopsWaiting(t *testing.T) {
-	tr := newTurns(10)
+	tr := newTurns(10, 0)
 	a, err := tr.enter(t.Context(), "a", 5)
 	require.NoError(t, err)
 	ctx, cancel := context.WithCancel(t.Context())

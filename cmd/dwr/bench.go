@@ -83,6 +83,8 @@ func benchFloodCmd(g *globals) *cobra.Command {
 	f := cmd.Flags()
 	f.IntVar(&o.Flooders, "flooders", 4, "flooding identities, each on a connection of its own")
 	f.IntVar(&o.PayloadBytes, "payload-bytes", 900<<10, "bytes of each flooding command")
+	f.IntVar(&o.Rate, "rate", 0, "requests each flooder sends a second (0: as fast as its connection takes them)")
+	f.StringVar(&o.CPUProfile, "cpuprofile", "", "write a CPU profile of the flood (server, service and clients) to this file")
 	f.DurationVar(&o.Duration, "duration", 5*time.Second, "how long the flood and the other client's commands run")
 	f.DurationVar(&o.BenchFor, "bench-flooders", 0, "the service's bench of flooders, as dwr serve's flag (0: its default; -1s: off)")
 	f.IntVar(&o.CallerBytes, "caller-bytes", 0, "the service's bytes in flight per identity (0: its default, 32 MiB); a flooder is benched past 8 times it in a second")

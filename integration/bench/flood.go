@@ -39,6 +39,9 @@ type FloodOptions struct {
 	Flooders int
 	// PayloadBytes is the size of each flooding request.
 	PayloadBytes int
+	// Rate is how many requests each flooder sends a second (0: as fast as
+	// its connection takes them).
+	Rate int
 	// Duration is how long the flood and the other client's commands run.
 	Duration time.Duration
 	// BenchFor is the service's Config.BenchFor (0: its default; negative:
@@ -49,6 +52,9 @@ type FloodOptions struct {
 	CallerBytes int
 	// Dir is where the fresh directory is made; "" for os.TempDir().
 	Dir string
+	// CPUProfile, when set, is where a CPU profile of the flood (server,
+	// service and clients) is written.
+	CPUProfile string
 }
 
 // FloodReport is what one flood run measured.
@@ -101,6 +107,8 @@ func RunFlood(ctx context.Context, o FloodOptions, progress io.Writer) (*FloodRe
 		return nil, fmt.Errorf("--flooders %d: 1 to 64", o.Flooders)
 	case o.PayloadBytes < 1 || o.PayloadBytes > 8<<20:
 		return nil, fmt.Errorf("--payload-bytes %d: 1 to 8 MiB (and under the server's max_payload, 1 MiB by default)", o.PayloadBytes)
+	case o.Rate < 0:
+		return nil, fmt.Errorf("--rate %d: 0 (as fast as the connection takes them) or more", o.Rate)
 	case o.Duration <= 0:
 		return nil, fmt.Errorf("--duration %s: give a positive duration", o.Duration)
 	case o.CallerBytes < 0:
@@ -148,18 +156,19 @@ func RunFlood(ctx context.Context, o FloodOptions, progress io.Writer) (*FloodRe
 	other := client.New(onc, client.NoRetry(), client.Timeout(5*time.Second))
 	slowBefore := bs.srv.NATS().NumSlowConsumers()
 
-	fmt.Fprintf(progress, "bench: flood: %d flooders of %d-byte commands, bench %s, %s\n", o.Flooders, o.PayloadBytes, rep.BenchFor, o.Duration)
+	fmt.Fprintf(progress, "bench: flood: %d flooders of %d-byte commands (%s), bench %s, %s\n", o.Flooders, o.PayloadBytes, rateName(o.Rate), rep.BenchFor, o.Duration)
 	body := []byte(`{"title":"` + strings.Repeat("x", max(o.PayloadBytes-12, 0)) + `"}`)
+	stopProfile, err := handlers.StartCPUProfile(o.CPUProfile)
+	if err != nil {
+		return nil, err
+	}
+	defer stopProfile()
 	runCtx, cancel := context.WithTimeout(ctx, o.Duration)
 	defer cancel()
 	var sent atomic.Int64
 	var wg sync.WaitGroup
 	for _, nc := range flooders {
-		wg.Go(func() {
-			for runCtx.Err() == nil && nc.PublishRequest("dwr.cmd.default.goal.create", nc.NewRespInbox(), body) == nil {
-				sent.Add(1)
-			}
-		})
+		wg.Go(func() { flood(runCtx, nc, body, o.Rate, &sent) })
 	}
 	began := time.Now()
 	var lat []time.Duration
@@ -192,6 +201,42 @@ func RunFlood(ctx context.Context, o FloodOptions, progress io.Writer) (*FloodRe
 		rep.Other.P50, rep.Other.P99, rep.Other.Max = millis(lat[len(lat)/2]), millis(lat[len(lat)*99/100]), millis(lat[len(lat)-1])
 	}
 	return rep, nil
+}
+
+// flood publishes body as a goal.create request on nc, without waiting for
+// answers, rate times a second (0: as fast as nc takes them) until ctx ends,
+// counting what it sent.
+func flood(ctx context.Context, nc *nats.Conn, body []byte, rate int, sent *atomic.Int64) {
+	const tick = 10 * time.Millisecond
+	per := rate / int(time.Second/tick) // requests a tick
+	var t *time.Ticker
+	if rate > 0 {
+		t = time.NewTicker(tick)
+		defer t.Stop()
+		per = max(per, 1)
+	}
+	for ctx.Err() == nil {
+		for i := 0; rate == 0 || i < per; i++ {
+			if ctx.Err() != nil || nc.PublishRequest("dwr.cmd.default.goal.create", nc.NewRespInbox(), body) != nil {
+				return
+			}
+			sent.Add(1)
+		}
+		if t != nil {
+			select {
+			case <-t.C:
+			case <-ctx.Done():
+			}
+		}
+	}
+}
+
+// rateName says a flooder's rate for people.
+func rateName(rate int) string {
+	if rate == 0 {
+		return "each as fast as its connection takes them"
+	}
+	return fmt.Sprintf("each %d a second", rate)
 }
 
 // millis is d in milliseconds.
