@@ -505,6 +505,38 @@ func TestAFeedOfLargeEventsIsReadAFewAtATime(t *testing.T) {
 	require.Zero(t, st.Server.NATS().NumSlowConsumers(), "a connection was cut as a slow consumer")
 }
 
+// The NATS server cuts the service's own connection, as it cuts a slow
+// consumer under a flood: the service is back on it at the first try (in
+// 10 ms; nats.go waits 2 s by default, and every caller found no
+// responders meanwhile: embedded.InProcessReconnectDelay) and answers
+// commands again, its writer still the writer.
+func TestTheServiceComesBackWhenTheServerCutsItsConnection(t *testing.T) {
+	st := servicetest.Start(t, "", servicetest.Options{Secure: true})
+	client := st.Member(t, "default", "client", domain.RoleClient)
+	command := func(id string) reply {
+		m := nats.NewMsg("dwr.cmd.default.goal.create")
+		m.Header.Set(schemas.HeaderCommandID, id)
+		m.Data = []byte(`{"title":"t"}`)
+		return requestReply(client, m)
+	}
+	before := command("before")
+	require.NoError(t, before.err)
+	require.True(t, before.r.OK, "%+v", before.r.Error)
+
+	cid, err := st.Conn.GetClientID()
+	require.NoError(t, err)
+	require.NoError(t, st.Server.NATS().DisconnectClientByID(cid))
+	servicetest.Eventually(t, 10*time.Second, func() bool { return st.Conn.Stats().Reconnects == 1 })
+
+	var after reply
+	servicetest.Eventually(t, 30*time.Second, func() bool { // the reply of a command sent as it reconnected may be lost: retried by id
+		after = command("after")
+		return after.err == nil && after.r.OK
+	})
+	require.Greater(t, after.r.Seq, before.r.Seq)
+	require.Equal(t, uint64(1), st.Conn.Stats().Reconnects, "back at the first try")
+}
+
 // An identity that floods — sends far more in a second than the service
 // takes, without waiting for its answers — is kept off the NATS server: its
 // connection is closed, it cannot connect again until BenchFor has passed,

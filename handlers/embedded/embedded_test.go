@@ -431,3 +431,34 @@ func TestLoggerLevelsAndFatal(t *testing.T) {
 	a.Tracef("trace")
 	require.Equal(t, []string{"DEBUG banner", "DEBUG-8 trace"}, h.records[4:])
 }
+
+// A connection the server cuts — as it cuts a slow consumer — tries again
+// after 10 ms, not nats.go's default 2 s, and is back at its first try:
+// in-process, the server is right there.
+func TestAnInProcessConnectionCutIsBackAtItsFirstTry(t *testing.T) {
+	var waits []time.Duration
+	for n := 1; n <= 10; n++ {
+		waits = append(waits, InProcessReconnectDelay(n))
+	}
+	ms := time.Millisecond
+	require.Equal(t, []time.Duration{10 * ms, 20 * ms, 40 * ms, 80 * ms, 160 * ms, 320 * ms, 640 * ms, 1280 * ms, 2000 * ms, 2000 * ms}, waits)
+
+	s, nc := setup(t, Config{})
+	back := make(chan struct{}, 1)
+	nc.SetReconnectHandler(func(*nats.Conn) { back <- struct{}{} })
+	sub, err := nc.Subscribe("echo", func(m *nats.Msg) { _ = m.Respond(m.Data) })
+	require.NoError(t, err)
+	defer func() { _ = sub.Unsubscribe() }()
+	cid, err := nc.GetClientID()
+	require.NoError(t, err)
+	require.NoError(t, s.NATS().DisconnectClientByID(cid))
+	select {
+	case <-back:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the connection did not come back")
+	}
+	require.Equal(t, uint64(1), nc.Stats().Reconnects, "back at the first try")
+	m, err := nc.Request("echo", []byte("hi"), 5*time.Second)
+	require.NoError(t, err, "its subscriptions are back")
+	require.Equal(t, "hi", string(m.Data))
+}

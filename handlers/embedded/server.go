@@ -171,15 +171,33 @@ func checkDurability(jsc *server.JetStreamConfig, o *options) error {
 }
 
 // Connect opens a client connection to the server in-process, without TCP,
-// whether or not the server listens. opts are applied after the in-process
-// option. It returns the error of nats.Connect.
+// whether or not the server listens. A connection the server cuts (as a
+// slow consumer, say) tries again at once, then after twice as long each
+// time up to nats.go's default wait (InProcessReconnectDelay): the server
+// is in this very process, so there is nothing to wait for, and nats.go's
+// default first wait of 2 s left the service deaf to every caller that
+// long. opts are applied after these. It returns the error of nats.Connect.
 func (s *Server) Connect(opts ...nats.Option) (*nats.Conn, error) {
-	all := append([]nats.Option{nats.InProcessServer(s.ns)}, opts...)
+	all := append([]nats.Option{nats.InProcessServer(s.ns), nats.CustomReconnectDelay(InProcessReconnectDelay)}, opts...)
 	nc, err := nats.Connect("", all...)
 	if err != nil {
 		return nil, fmt.Errorf("embedded: connect in-process: %w", err)
 	}
 	return nc, nil
+}
+
+// InProcessReconnectDelay is the wait before reconnection attempt n (from
+// 1) of an in-process connection: 10 ms, doubling up to nats.go's default
+// of 2 s. With nats.go's default 60 attempts, a connection gives up after
+// about as long as with its default waits (two minutes).
+func InProcessReconnectDelay(n int) time.Duration {
+	if n < 1 {
+		n = 1
+	}
+	if n > 8 { // 10 ms << 8 > 2 s
+		return nats.DefaultReconnectWait
+	}
+	return min(10*time.Millisecond<<(n-1), nats.DefaultReconnectWait)
 }
 
 // ClientURL returns the nats:// URL at which clients in other processes can
