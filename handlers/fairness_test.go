@@ -306,73 +306,14 @@ func TestAFloodOfLargeCommandsLeavesOthersTheirTurn(t *testing.T) {
 	}
 	const size, flooding, atTheWriter = 250 << 10, 40, 1 << 20
 	st := servicetest.Start(t, "", servicetest.Options{Secure: true, Config: handlers.Config{MaxWriterBytes: atTheWriter}})
-	flooder := st.Member(t, "default", "flooder", domain.RoleClient)
-	client := st.Member(t, "default", "client", domain.RoleClient)
 	body, err := json.Marshal(map[string]any{"spec": map[string]any{"queue": "flood",
 		"input": map[string]any{"blob": strings.Repeat("x", size)}}})
 	require.NoError(t, err)
-
-	ctx, stop := context.WithCancel(t.Context())
-	var flooded sync.WaitGroup
-	var mu sync.Mutex
-	var floods []uint64 // the log sequences of the flooder's commits
-	for range flooding {
-		flooded.Go(func() {
-			for ctx.Err() == nil {
-				m, err := flooder.RequestWithContext(ctx, "dwr.cmd.default.task.create", body)
-				if err != nil {
-					continue
-				}
-				var r schemas.Reply
-				if json.Unmarshal(m.Data, &r) == nil && r.OK {
-					mu.Lock()
-					floods = append(floods, r.Seq)
-					mu.Unlock()
-				}
-			}
-		})
-	}
-	stopped := false
-	end := func() {
-		if !stopped {
-			stopped = true
-			stop()
-			flooded.Wait()
-		}
-	}
-	defer end()
-	servicetest.Eventually(t, time.Minute, func() bool { // the flood is on
-		mu.Lock()
-		defer mu.Unlock()
-		return len(floods) >= flooding
-	})
-
-	type span struct{ after, at uint64 } // the log's end when sent, the commit
-	var spans []span
-	for i := range 5 {
-		after, err := st.Svc.Log().LastSeq(t.Context())
-		require.NoError(t, err)
-		m := nats.NewMsg("dwr.cmd.default.goal.create")
-		m.Header.Set(schemas.HeaderCommandID, fmt.Sprintf("beside-the-flood-%d", i))
-		m.Data, _ = json.Marshal(map[string]any{"title": fmt.Sprintf("beside the flood %d", i)})
-		a := requestReply(client, m)
-		require.NoError(t, a.err)
-		require.True(t, a.r.OK, "%+v", a.r.Error)
-		spans = append(spans, span{after, a.r.Seq})
-	}
-	end()
-
 	// Ahead of the other caller's command: what the writer held when it
 	// came (1 MiB: three or four of these), and as many again committing
 	// or decided before its turn; never the rest of the flooder's in flight.
-	for _, s := range spans {
-		ahead := 0
-		for _, seq := range floods {
-			if seq > s.after && seq < s.at {
-				ahead++
-			}
-		}
-		require.LessOrEqual(t, ahead, 2*atTheWriter/size+4, "the flooder's commands committed between a command's sending and its commit (log %d → %d)", s.after, s.at)
+	for i, ahead := range commitsAheadBesideAFlood(t, st, "dwr.cmd.default.task.create", body, flooding) {
+		require.LessOrEqual(t, ahead, 2*atTheWriter/size+4, "the flooder's commands committed between command %d's sending and its commit", i)
 	}
 }
 
@@ -390,9 +331,20 @@ func TestAFloodOfSmallCommandsLeavesOthersTheirTurn(t *testing.T) {
 	}
 	const flooding, atTheWriter = 100, 8
 	st := servicetest.Start(t, "", servicetest.Options{Secure: true, Config: handlers.Config{MaxWriterCommands: atTheWriter}})
+	for i, ahead := range commitsAheadBesideAFlood(t, st, "dwr.cmd.default.goal.create", []byte(`{"title":"flood"}`), flooding) {
+		require.LessOrEqual(t, ahead, 2*atTheWriter+4, "the flooder's commands committed between command %d's sending and its commit", i)
+	}
+}
+
+// commitsAheadBesideAFlood has an identity keep flooding requests of body
+// on subject in flight, one after another on each of flooding goroutines,
+// while another sends five goal.create one at a time; it returns, for each
+// of those, how many of the flooder's commands were committed between its
+// sending and its commit.
+func commitsAheadBesideAFlood(t *testing.T, st *servicetest.Service, subject string, body []byte, flooding int) []int {
+	t.Helper()
 	flooder := st.Member(t, "default", "flooder", domain.RoleClient)
 	client := st.Member(t, "default", "client", domain.RoleClient)
-
 	ctx, stop := context.WithCancel(t.Context())
 	var flooded sync.WaitGroup
 	var mu sync.Mutex
@@ -400,7 +352,7 @@ func TestAFloodOfSmallCommandsLeavesOthersTheirTurn(t *testing.T) {
 	for range flooding {
 		flooded.Go(func() {
 			for ctx.Err() == nil {
-				m, err := flooder.RequestWithContext(ctx, "dwr.cmd.default.goal.create", []byte(`{"title":"flood"}`))
+				m, err := flooder.RequestWithContext(ctx, subject, body)
 				if err != nil {
 					continue
 				}
@@ -422,7 +374,7 @@ func TestAFloodOfSmallCommandsLeavesOthersTheirTurn(t *testing.T) {
 		}
 	}
 	defer end()
-	servicetest.Eventually(t, time.Minute, func() bool { // the flood is on
+	servicetest.Eventually(t, time.Minute, func() bool { // the flood is on: every goroutine's in flight
 		mu.Lock()
 		defer mu.Unlock()
 		return len(floods) >= 2*flooding
@@ -442,19 +394,15 @@ func TestAFloodOfSmallCommandsLeavesOthersTheirTurn(t *testing.T) {
 		spans = append(spans, span{after, a.r.Seq})
 	}
 	end()
-
-	// Ahead of the other caller's command: what the writer held when it
-	// came, and as many again committing or decided before its turn; never
-	// the rest of the flooder's in flight.
-	for _, s := range spans {
-		ahead := 0
+	aheads := make([]int, len(spans))
+	for i, s := range spans {
 		for _, seq := range floods {
 			if seq > s.after && seq < s.at {
-				ahead++
+				aheads[i]++
 			}
 		}
-		require.LessOrEqual(t, ahead, 2*atTheWriter+4, "the flooder's commands committed between a command's sending and its commit (log %d → %d)", s.after, s.at)
 	}
+	return aheads
 }
 
 // A viewer reads the feed over a stretch of large events: the page comes
