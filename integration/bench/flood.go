@@ -207,26 +207,31 @@ func RunFlood(ctx context.Context, o FloodOptions, progress io.Writer) (*FloodRe
 // answers, rate times a second (0: as fast as nc takes them) until ctx ends,
 // counting what it sent.
 func flood(ctx context.Context, nc *nats.Conn, body []byte, rate int, sent *atomic.Int64) {
-	const tick = 10 * time.Millisecond
-	per := rate / int(time.Second/tick) // requests a tick
-	var t *time.Ticker
-	if rate > 0 {
-		t = time.NewTicker(tick)
-		defer t.Stop()
-		per = max(per, 1)
+	publish := func() bool {
+		if ctx.Err() != nil || nc.PublishRequest("dwr.cmd.default.goal.create", nc.NewRespInbox(), body) != nil {
+			return false
+		}
+		sent.Add(1)
+		return true
 	}
-	for ctx.Err() == nil {
-		for i := 0; rate == 0 || i < per; i++ {
-			if ctx.Err() != nil || nc.PublishRequest("dwr.cmd.default.goal.create", nc.NewRespInbox(), body) != nil {
+	if rate == 0 {
+		for publish() {
+		}
+		return
+	}
+	t := time.NewTicker(10 * time.Millisecond)
+	defer t.Stop()
+	began := time.Now()
+	for n := 0; ; {
+		for due := int(time.Since(began).Seconds() * float64(rate)); n < due; n++ { // what is due by now
+			if !publish() {
 				return
 			}
-			sent.Add(1)
 		}
-		if t != nil {
-			select {
-			case <-t.C:
-			case <-ctx.Done():
-			}
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			return
 		}
 	}
 }

@@ -29,6 +29,19 @@ func TestFloodBenchmark(t *testing.T) {
 	require.Contains(t, out, "the other client")
 }
 
+// With --rate each flooder sends that many requests a second, not more:
+// small valid commands, which the service takes, from two flooders at 50 a
+// second for a second and a half send at most 75 each.
+func TestFloodBenchmarkPacesItsFlooders(t *testing.T) {
+	rep, _ := mustRun(t, RunFlood, FloodOptions{Flooders: 2, PayloadBytes: 40, Rate: 50, Duration: 1500 * time.Millisecond,
+		Dir: t.TempDir()})
+	require.NoError(t, rep.Err())
+	require.LessOrEqual(t, rep.Sent, int64(2*75+2), "%+v", rep)
+	require.Positive(t, rep.Sent)
+	require.Zero(t, rep.Benched)
+	require.Positive(t, rep.Other.Answered)
+}
+
 // Bad options are refused before anything starts, naming the flag.
 func TestFloodRejectsBadOptions(t *testing.T) {
 	for _, c := range []struct {
@@ -39,6 +52,7 @@ func TestFloodRejectsBadOptions(t *testing.T) {
 		{FloodOptions{Flooders: 1, PayloadBytes: 0, Duration: time.Second}, "--payload-bytes 0"},
 		{FloodOptions{Flooders: 1, PayloadBytes: 1, Duration: 0}, "--duration 0s"},
 		{FloodOptions{Flooders: 1, PayloadBytes: 1, Duration: time.Second, CallerBytes: -1}, "--caller-bytes -1"},
+		{FloodOptions{Flooders: 1, PayloadBytes: 1, Duration: time.Second, Rate: -1}, "--rate -1"},
 	} {
 		_, err := RunFlood(t.Context(), c.o, io.Discard)
 		require.ErrorContains(t, err, c.want)
