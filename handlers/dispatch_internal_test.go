@@ -7,6 +7,7 @@ import (
 	"strings"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
@@ -201,4 +202,16 @@ func TestAVerifyItemStaysWithinTheStreamsMessageBound(t *testing.T) {
 	require.NoError(t, json.Unmarshal(m.Data, &sent))
 	require.Len(t, sent.PriorAttempts, 1)
 	require.Len(t, sent.Verifications, 1)
+}
+
+// A max-deliveries advisory older than the item now at its sequence is
+// about an item a single server lost (and whose number it gave again); on a
+// cluster the two times come from two servers' clocks and are not compared:
+// an advisory is taken as about the item at its sequence, whatever the skew.
+func TestAnAdvisoryOlderThanItsItemIsSetAsideOnASingleServerOnly(t *testing.T) {
+	fired := time.Unix(1_000_000, 0)
+	require.True(t, storedAfter(fired.Add(time.Millisecond), fired, 1), "stored after the advisory fired: another item")
+	require.False(t, storedAfter(fired.Add(-time.Minute), fired, 1), "stored before: the advisory's item")
+	require.False(t, storedAfter(fired.Add(time.Minute), fired, 3), "a cluster: two clocks, not compared")
+	require.False(t, storedAfter(fired, time.Time{}, 1), "an advisory without a time")
 }

@@ -103,11 +103,7 @@ func (s *Service) quarantineItem(ctx context.Context, a maxDeliveriesAdvisory) e
 	if err != nil {
 		return fmt.Errorf("read work item %d: %w", a.StreamSeq, err)
 	}
-	if !a.Time.IsZero() && raw.Time.After(a.Time) {
-		// Stored after the advisory fired: not the item it is about. A
-		// single server killed can lose the work stream's last items (it
-		// is not fsynced) and give their numbers to the next ones; the
-		// item the advisory was about is gone with them.
+	if storedAfter(raw.Time, a.Time, s.cfg.Replicas) {
 		s.cfg.Logger.Warn("handlers: a max-deliveries advisory is older than the work item now at its sequence; nothing quarantined", "seq", a.StreamSeq, "task", raw.Header.Get(jetstream.MsgIDHeader))
 		return nil
 	}
@@ -130,6 +126,19 @@ func (s *Service) quarantineItem(ctx context.Context, a maxDeliveriesAdvisory) e
 		return fmt.Errorf("delete work item %d: %w", a.StreamSeq, err)
 	}
 	return nil
+}
+
+// storedAfter reports whether the work item now at an advisory's sequence
+// was stored (at stored) after the advisory fired (at fired): then it is
+// not the item the advisory is about. A single server killed can lose the
+// work stream's last items (it is not fsynced) and give their numbers to the
+// next ones; the item the advisory was about is gone with them. Only a
+// stream of one replica loses them so (a replicated one is not async), and
+// only there do both times come from one server's clock: on a cluster the
+// stream's leader and the consumer's may be two servers, whose clocks need
+// not agree, so the times are not compared.
+func storedAfter(stored, fired time.Time, replicas int) bool {
+	return replicas <= 1 && !fired.IsZero() && stored.After(fired)
 }
 
 func isNotFound(err error) bool {
