@@ -424,12 +424,23 @@ func newTurns(capacity, maxHolders int) *turns {
 // that gives it back (once), or ctx's error if ctx ends first (nothing is
 // then held).
 func (t *turns) enter(ctx context.Context, caller string, weight int) (leave func(), err error) {
+	h, err := t.hold(ctx, caller, weight)
+	if err != nil {
+		return nil, err
+	}
+	return h.leave, nil
+}
+
+// hold is enter that returns the holding itself: its holder's place can be
+// given back before its weight (holding.release).
+func (t *turns) hold(ctx context.Context, caller string, weight int) (*holding, error) {
+	h := &holding{t: t, weight: weight, place: true, held: true}
 	t.mu.Lock()
 	if len(t.order) == 0 && t.fits(weight) {
 		t.held += weight
 		t.holders++
 		t.mu.Unlock()
-		return t.leaver(weight), nil
+		return h, nil
 	}
 	w := waiter{weight: weight, turn: make(chan struct{})}
 	if len(t.waiting[caller]) == 0 {
@@ -439,16 +450,56 @@ func (t *turns) enter(ctx context.Context, caller string, weight int) (leave fun
 	t.mu.Unlock()
 	select {
 	case <-w.turn: // its weight is held for it, never given back between
-		return t.leaver(weight), nil
+		return h, nil
 	case <-ctx.Done():
 	}
 	t.mu.Lock()
 	gone := t.forget(caller, w.turn)
 	t.mu.Unlock()
 	if !gone { // its turn came meanwhile: give it back
-		t.leave(weight)
+		h.leave()
 	}
 	return nil, ctx.Err()
+}
+
+// holding is what one holder holds: its weight and its place among the
+// maxHolders. Its fields are guarded by t.mu.
+type holding struct {
+	t           *turns
+	weight      int
+	place, held bool // not given back yet
+}
+
+// release gives back the holder's place, keeping its weight held, and lets
+// in the callers whose turn it is: the writer takes a command into a batch,
+// and the next may queue for the batch after it while this one commits.
+// Once; leave gives back the rest.
+func (h *holding) release() {
+	t := h.t
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if h.place {
+		h.place = false
+		t.holders--
+		t.admit()
+	}
+}
+
+// leave gives back what the holder still holds (once) and lets in the
+// callers whose turn it is.
+func (h *holding) leave() {
+	t := h.t
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if h.held {
+		h.held = false
+		t.held -= h.weight
+	}
+	if h.place {
+		h.place = false
+		t.holders--
+	}
+	t.admit()
 }
 
 // forget takes the waiter whose turn is turn out of caller's queue; it
@@ -472,20 +523,6 @@ func (t *turns) forget(caller string, turn chan struct{}) bool {
 // fits reports whether one more holder of weight may be let in now.
 func (t *turns) fits(weight int) bool {
 	return t.held == 0 || (t.held+weight <= t.capacity && (t.maxHolders == 0 || t.holders < t.maxHolders))
-}
-
-func (t *turns) leaver(weight int) func() {
-	var once sync.Once
-	return func() { once.Do(func() { t.leave(weight) }) }
-}
-
-// leave gives weight back and lets in the callers whose turn it is.
-func (t *turns) leave(weight int) {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	t.held -= weight
-	t.holders--
-	t.admit()
 }
 
 // admit lets in the callers whose turn it is, as long as their weights fit.

@@ -172,6 +172,35 @@ func TestTurnsBoundTheHolders(t *testing.T) {
 	second()
 	require.Equal(t, "other", <-in)
 
+	// A holder that gives back its place (the writer took its command into
+	// a batch) lets the next in, its weight still held.
+	pl := newTurns(10, 1)
+	h, err := pl.hold(context.Background(), "first", 4)
+	require.NoError(t, err)
+	next := make(chan struct{})
+	go func() {
+		l, _ := pl.enter(context.Background(), "next", 4)
+		close(next)
+		l()
+	}()
+	require.Eventually(t, func() bool {
+		pl.mu.Lock()
+		defer pl.mu.Unlock()
+		return len(pl.waiting["next"]) == 1
+	}, 10*time.Second, time.Millisecond, "one place, held")
+	h.release()
+	<-next
+	pl.mu.Lock()
+	require.Equal(t, 4, pl.held, "the first's weight is still held")
+	require.Zero(t, pl.holders)
+	pl.mu.Unlock()
+	h.leave()
+	h.leave()
+	pl.mu.Lock()
+	require.Zero(t, pl.held)
+	require.Zero(t, pl.holders, "given back once")
+	pl.mu.Unlock()
+
 	alone := newTurns(10, 1)
 	l, _ := alone.enter(context.Background(), "huge", 50) // heavier than the capacity, and alone
 	l()

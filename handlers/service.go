@@ -84,9 +84,10 @@ type Config struct {
 	// worth keeps the writer's next batch ready while it commits one.
 	// Default 4 MiB.
 	MaxWriterBytes int
-	// MaxWriterCommands bounds the number of those commands, as
-	// MaxWriterBytes bounds their bytes; the others wait, taken in turn by
-	// caller. Without it small commands were bounded only by their bytes
+	// MaxWriterCommands bounds how many of those commands wait for the
+	// writer's next batch (a command gives its place back when the writer
+	// takes it into a batch, its bytes once committed); the others wait,
+	// taken in turn by caller. Without it small commands were bounded only by their bytes
 	// (some 8,000 at once): four identities each sending 10,000 small
 	// commands a second, each under its own limits, kept the writer's queue
 	// so full that another caller's command waited behind thousands of
@@ -1205,12 +1206,15 @@ func (s *Service) execute(ctx context.Context, cmd domain.Command, m domain.Meta
 // MaxWriterCommands).
 func (s *Service) executeSent(ctx context.Context, cmd domain.Command, m domain.Meta, caller string, size int) outcome {
 	est := s.estimateRecordBytes(size)
-	leave, err := s.deciding.enter(ctx, caller, est)
+	h, err := s.deciding.hold(ctx, caller, est)
 	if err != nil {
 		return outcome{Err: err} // not handed to the writer, as when its queue is full
 	}
-	defer leave()
-	return s.toWriter(ctx, cmd, m, est)
+	defer h.leave()
+	// Its place among MaxWriterCommands is given back once the writer takes
+	// it into a batch, its bytes once it is committed: the next commands
+	// queue for the next batch while this one commits.
+	return s.toWriterTaken(ctx, cmd, m, est, h.release)
 }
 
 // estimateRecordBytes estimates what a command's body of size bytes adds
@@ -1226,6 +1230,12 @@ func (s *Service) estimateRecordBytes(size int) int {
 // toWriter hands a command estimated at est bytes in a record to the
 // writer and waits for its outcome.
 func (s *Service) toWriter(ctx context.Context, cmd domain.Command, m domain.Meta, est int) outcome {
+	return s.toWriterTaken(ctx, cmd, m, est, nil)
+}
+
+// toWriterTaken is toWriter that calls taken (when not nil) once the writer
+// takes the command into a batch.
+func (s *Service) toWriterTaken(ctx context.Context, cmd domain.Command, m domain.Meta, est int, taken func()) outcome {
 	s.mu.RLock()
 	c := s.committer
 	s.mu.RUnlock()
@@ -1233,7 +1243,7 @@ func (s *Service) toWriter(ctx context.Context, cmd domain.Command, m domain.Met
 		return outcome{Err: errNotWriter}
 	}
 	s.decided.Add(1)
-	return submit(ctx, c, cmd, m, est)
+	return submit(ctx, c, cmd, m, est, taken)
 }
 
 // holdsLease reports whether this replica holds the writer lease now, by

@@ -34,6 +34,9 @@ type request struct {
 	// size estimates the bytes the command adds to a record
 	// (Service.estimateRecordBytes).
 	size int
+	// taken, when not nil, is called when the writer takes the command
+	// into a batch (it may be called again).
+	taken func()
 }
 
 // RecordBytes is the request's eventstore.Sized estimate.
@@ -138,6 +141,11 @@ func (w *writer) Decide(items []*request) ([]eventstore.Event, []eventstore.Comm
 	var events []eventstore.Event
 	var results []eventstore.CommandResult
 	seen := map[string]int{}
+	for _, it := range items {
+		if it.taken != nil {
+			it.taken()
+		}
+	}
 	for i, it := range items {
 		// The idempotency key names the sender too: the same id from another
 		// identity is another command (domain.CommandKey).
@@ -386,8 +394,8 @@ func (d decidedStates) Workspace(id string) (*domain.Workspace, error) {
 func (w *writer) Replay(seq uint64, c *eventstore.Commit) error { return w.store.Apply(seq, c) }
 
 // submit hands a request to the committer and waits for its outcome.
-func submit(ctx context.Context, c *eventstore.Committer[*request], cmd domain.Command, m domain.Meta, size int) outcome {
-	r := &request{cmd: cmd, meta: m, done: make(chan outcome, 1), trace: trace.SpanContextFromContext(ctx), size: size}
+func submit(ctx context.Context, c *eventstore.Committer[*request], cmd domain.Command, m domain.Meta, size int, taken func()) outcome {
+	r := &request{cmd: cmd, meta: m, done: make(chan outcome, 1), trace: trace.SpanContextFromContext(ctx), size: size, taken: taken}
 	if err := c.Submit(ctx, r); err != nil {
 		return outcome{Err: err}
 	}
