@@ -475,14 +475,10 @@ type holding struct {
 // and the next may queue for the batch after it while this one commits.
 // Once; leave gives back the rest.
 func (h *holding) release() {
-	t := h.t
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	if h.place {
-		h.place = false
-		t.holders--
-		t.admit()
-	}
+	h.t.mu.Lock()
+	defer h.t.mu.Unlock()
+	h.givePlace()
+	h.t.admit()
 }
 
 // leave gives back what the holder still holds (once) and lets in the
@@ -495,11 +491,16 @@ func (h *holding) leave() {
 		h.held = false
 		t.held -= h.weight
 	}
+	h.givePlace()
+	t.admit()
+}
+
+// givePlace gives back the holder's place, once. The caller holds t.mu.
+func (h *holding) givePlace() {
 	if h.place {
 		h.place = false
-		t.holders--
+		h.t.holders--
 	}
-	t.admit()
 }
 
 // forget takes the waiter whose turn is turn out of caller's queue; it
