@@ -1198,7 +1198,7 @@ func (s *Service) answeredSeq() uint64 {
 
 // execute runs one of the service's own commands through the writer.
 func (s *Service) execute(ctx context.Context, cmd domain.Command, m domain.Meta) outcome {
-	return s.toWriter(ctx, cmd, m, writerWeightFloor)
+	return s.toWriter(ctx, cmd, m, writerWeightFloor, nil)
 }
 
 // executeSent runs a command caller sent, a body of size bytes, through
@@ -1214,7 +1214,7 @@ func (s *Service) executeSent(ctx context.Context, cmd domain.Command, m domain.
 	// Its place among MaxWriterCommands is given back once the writer takes
 	// it into a batch, its bytes once it is committed: the next commands
 	// queue for the next batch while this one commits.
-	return s.toWriterTaken(ctx, cmd, m, est, h.release)
+	return s.toWriter(ctx, cmd, m, est, h.release)
 }
 
 // estimateRecordBytes estimates what a command's body of size bytes adds
@@ -1228,14 +1228,9 @@ func (s *Service) estimateRecordBytes(size int) int {
 }
 
 // toWriter hands a command estimated at est bytes in a record to the
-// writer and waits for its outcome.
-func (s *Service) toWriter(ctx context.Context, cmd domain.Command, m domain.Meta, est int) outcome {
-	return s.toWriterTaken(ctx, cmd, m, est, nil)
-}
-
-// toWriterTaken is toWriter that calls taken (when not nil) once the writer
-// takes the command into a batch.
-func (s *Service) toWriterTaken(ctx context.Context, cmd domain.Command, m domain.Meta, est int, taken func()) outcome {
+// writer and waits for its outcome, calling taken (when not nil) once the
+// writer takes the command into a batch.
+func (s *Service) toWriter(ctx context.Context, cmd domain.Command, m domain.Meta, est int, taken func()) outcome {
 	s.mu.RLock()
 	c := s.committer
 	s.mu.RUnlock()
