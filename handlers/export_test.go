@@ -40,6 +40,14 @@ func (r *testRequest) Reply() string                                           {
 // a test holds queries in flight by blocking in f.
 func (s *Service) OnQuery(f func(actor, query string)) { s.onQuery.Store(&f) }
 
+// OnIntake makes f be called as each request is taken in, before its
+// admission: a test holds the intake by blocking in f, as a service short
+// of CPU would fall behind.
+func (s *Service) OnIntake(f func()) { s.onIntake.Store(&f) }
+
+// Backlog returns the requests received and not yet taken in.
+func (s *Service) Backlog() int { return s.backlog() }
+
 // PauseLease stops (or resumes) the renewals of this replica's writer
 // lease, as if it could not reach the lease's bucket or were stopped past
 // its lease — the rest of the replica runs on.

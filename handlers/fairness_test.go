@@ -553,6 +553,61 @@ func TestAFlooderIsKeptOffTheServer(t *testing.T) {
 	require.True(t, r.r.OK, "%+v", r.r.Error)
 }
 
+// An identity that sends small requests faster than the service takes them
+// in — each answered at once, far under the counts that find a flood as the
+// service takes requests in — is benched once the requests waiting to be
+// taken in pass MaxBacklog: its connection is closed, and another
+// identity's commands are served. (Four such identities, without it, grew
+// the service's process by ~60 MB a second, and another caller got 2
+// commands answered in a minute: dwr bench flood --payload-bytes 40.) The
+// service is held from taking requests in until the backlog has built, as
+// a service short of CPU falls behind: here the test's own flooder is
+// slowed by the NATS server as often as the service is.
+func TestASmallRequestFloodFasterThanTheServiceIsKeptOffTheServer(t *testing.T) {
+	const maxBacklog = 256
+	st := servicetest.Start(t, "", servicetest.Options{Secure: true, Listen: "127.0.0.1:0", Log: eventstore.NewMemoryLog(),
+		Config: handlers.Config{BenchFor: time.Minute, MaxBacklog: maxBacklog, Metrics: handlers.NewMetricsRegistry()}})
+	key := st.MemberKey(t, "default", "flooder", domain.RoleClient)
+	other := st.Member(t, "default", "other", domain.RoleClient)
+	pub, _ := key.PublicKey()
+	flooder, err := nats.Connect(st.Server.ClientURL(), nats.Name("flooder"), nats.NoReconnect(), nats.CustomInboxPrefix(schemas.InboxPrefix(pub)),
+		nats.Nkey(pub, func(nonce []byte) ([]byte, error) { return key.Sign(nonce) }))
+	require.NoError(t, err)
+	defer flooder.Close()
+
+	gate := make(chan struct{})
+	var once sync.Once
+	release := func() { once.Do(func() { close(gate) }) }
+	defer release()
+	st.Svc.OnIntake(func() { <-gate })
+	// No title: each is answered invalid as it is taken in, and never
+	// refused for the flooder's limits on requests in flight.
+	body := []byte(`{}`)
+	flooded := make(chan int)
+	go func() {
+		n := 0
+		for ; flooder.PublishRequest("dwr.cmd.default.goal.create", flooder.NewRespInbox(), body) == nil; n++ {
+		}
+		flooded <- n
+	}()
+	servicetest.Eventually(t, 30*time.Second, func() bool { return st.Svc.Backlog() >= 2*maxBacklog })
+	v, _ := servicetest.ScrapeHandler(t, st.Svc.Metrics()).Value("dwr_requests_backlog")
+	require.GreaterOrEqual(t, v, float64(2*maxBacklog), "the backlog is a metric")
+	release()
+	servicetest.Eventually(t, 30*time.Second, flooder.IsClosed)
+	t.Logf("%d requests sent before the flooder's connection was closed", <-flooded)
+
+	for i := range 3 {
+		req := nats.NewMsg("dwr.cmd.default.goal.create")
+		req.Data = []byte(`{"title":"served"}`)
+		r := requestReply(other, req)
+		require.NoError(t, r.err)
+		require.True(t, r.r.OK, "goal.create %d of another identity: %+v", i, r.r.Error)
+	}
+	v, _ = servicetest.ScrapeHandler(t, st.Svc.Metrics()).Value("dwr_callers_benched_total")
+	require.Equal(t, 1.0, v, "the flooder only")
+}
+
 // An honest client with three times its limit of requests at once — the
 // excess refused, and asked again by the Go client as it backs off — is
 // served in the end and never benched; its refusals are counted under its

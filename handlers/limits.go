@@ -15,6 +15,7 @@ import (
 	"github.com/nats-io/nats.go/micro"
 
 	"github.com/dwr-run/dwr/handlers/access"
+	"github.com/dwr-run/dwr/handlers/endpoints"
 	"github.com/dwr-run/dwr/schemas"
 )
 
@@ -34,6 +35,8 @@ const (
 	DefaultMaxWriterBytes = 4 << 20
 	// DefaultMaxWriterCommands is Config.MaxWriterCommands's default.
 	DefaultMaxWriterCommands = 128
+	// DefaultMaxBacklog is Config.MaxBacklog's default.
+	DefaultMaxBacklog = 16 << 10
 	// DefaultBenchFor is Config.BenchFor's default.
 	DefaultBenchFor = 30 * time.Second
 )
@@ -81,10 +84,11 @@ type admission struct {
 type inFlight struct{ n, bytes int }
 
 // rate is what one caller sent since since: requests, their bytes, and
-// those refused for its own limits.
+// those refused for its own limits; user is its NATS user, to bench it.
 type rate struct {
 	since             time.Time
 	n, bytes, refused int
+	user              string
 }
 
 // rateWindow is how long requests are counted together.
@@ -168,16 +172,16 @@ func (a *admission) stop(d time.Duration) bool {
 // query is set. It returns nil when the request may be served (it then
 // holds its place until release), or the reply that refuses it.
 func (a *admission) admit(caller string, size int, query bool) []byte {
-	if r, _ := a.take(caller, false, size, query, time.Now()); r != nil {
+	if r, _ := a.take(caller, "", size, query, time.Now()); r != nil {
 		return r.body
 	}
 	return nil
 }
 
-// take is admit at now that also reports, for a benchable caller, that the
-// caller is flooding (flood); a caller found flooding is refused until
-// BenchFor has passed.
-func (a *admission) take(caller string, benchable bool, size int, query bool, now time.Time) (refused *cannedRefusal, flooding bool) {
+// take is admit at now that also reports, for a caller that can be benched
+// (user, its NATS user, is not ""), that the caller is flooding (flood); a
+// caller found flooding is refused until BenchFor has passed.
+func (a *admission) take(caller, user string, size int, query bool, now time.Time) (refused *cannedRefusal, flooding bool) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	if b, ok := a.benched[caller]; ok {
@@ -198,7 +202,7 @@ func (a *admission) take(caller string, benchable bool, size int, query bool, no
 	default:
 		refused, own = a.admitAll(caller, mine, size, query), false
 	}
-	if flooding = benchable && a.flood(caller, size, own, now); flooding {
+	if flooding = user != "" && a.flood(caller, user, size, own, now); flooding {
 		a.bench(caller, now)
 	}
 	return refused, flooding
@@ -210,7 +214,7 @@ func (a *admission) take(caller string, benchable bool, size int, query bool, no
 // passed benchBytes in bytes or benchCount in number, or those refused for
 // its own limits passed benchRefused. A caller found flooding starts a new
 // second when its bench is over (take refuses it before it is counted).
-func (a *admission) flood(caller string, size int, refused bool, now time.Time) bool {
+func (a *admission) flood(caller, user string, size int, refused bool, now time.Time) bool {
 	if a.benchBytes == 0 {
 		return false
 	}
@@ -219,7 +223,7 @@ func (a *admission) flood(caller string, size int, refused bool, now time.Time) 
 		if !ok && len(a.rates) >= maxTracked { // forget those whose second is over
 			maps.DeleteFunc(a.rates, func(_ string, old rate) bool { return now.Sub(old.since) >= rateWindow })
 		}
-		r = rate{since: now}
+		r = rate{since: now, user: user}
 	}
 	r.n++
 	r.bytes += size
@@ -245,6 +249,80 @@ func (a *admission) bench(caller string, now time.Time) {
 	a.benched[caller] = benched{until: until, refusal: newCannedRefusal("benched", &schemas.Error{Code: schemas.CodeUnavailable, RetryAfter: &at, Message: fmt.Sprintf(
 		"this caller sent more in one second than the service takes (%d MiB, %d requests, or %d refused for its own limits): "+
 			"its requests are refused for %s; send no faster than you are answered", a.benchBytes>>20, a.benchCount, a.benchRefused, a.benchFor)})}
+}
+
+// benchHeaviest benches the caller that sent the most requests in the
+// second now is in, if it can be benched, is not benched yet and sent at
+// least floor; it returns that caller's NATS user.
+func (a *admission) benchHeaviest(now time.Time, floor int) (user string, ok bool) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.benchBytes == 0 {
+		return "", false
+	}
+	var heaviest string
+	most := floor - 1
+	for c, r := range a.rates {
+		if now.Sub(r.since) < rateWindow && r.n > most {
+			if _, done := a.benched[c]; !done {
+				heaviest, most = c, r.n
+			}
+		}
+	}
+	if heaviest == "" {
+		return "", false
+	}
+	user = a.rates[heaviest].user
+	delete(a.rates, heaviest)
+	a.bench(heaviest, now)
+	return user, true
+}
+
+// backlogEvery is how many requests are taken in between two looks at
+// the backlog, and backlogBenchEvery the least time between two benches
+// for it.
+const (
+	backlogEvery      = 256
+	backlogBenchEvery = 50 * time.Millisecond
+)
+
+// endpointPending is the most requests one endpoint holds received and not
+// yet taken in: four times MaxBacklog.
+func endpointPending(cfg Config) int { return 4 * cfg.MaxBacklog }
+
+// checkBacklog benches the heaviest sender of the current second when the
+// requests received and not yet taken in pass MaxBacklog (see Config), at
+// most once every backlogBenchEvery. It is called as requests are taken in
+// (every backlogEvery of them): a backlog grows only while requests come,
+// faster than the service takes them in, and an idle service looks at
+// nothing. The backlog counts requests only (what the service reads for
+// itself waits elsewhere).
+func (s *Service) checkBacklog(now time.Time) {
+	last := s.backlogBenched.Load()
+	if s.cfg.BenchFor <= 0 || now.UnixNano()-last < int64(backlogBenchEvery) {
+		return
+	}
+	backlog := s.backlog()
+	if backlog < s.cfg.MaxBacklog || !s.backlogBenched.CompareAndSwap(last, now.UnixNano()) {
+		return
+	}
+	if user, ok := s.admission.benchHeaviest(now, max(1, s.cfg.MaxInFlightPerCaller/4)); ok {
+		s.cfg.Logger.Warn("handlers: requests come faster than the service takes them in; the identity that sent the most this second is benched",
+			"backlog", backlog, "user", user, "for", s.cfg.BenchFor)
+		s.benchFlooder(user)
+	}
+}
+
+// backlog returns the requests received and not yet taken in by the
+// command and query endpoints.
+func (s *Service) backlog() int {
+	n := 0
+	for _, ep := range []*endpoints.Service{s.commandsEP.Load(), s.queriesEP.Load()} {
+		if ep != nil {
+			n += ep.Backlog()
+		}
+	}
+	return n
 }
 
 // benched is a caller found flooding: until when, and the reply that
@@ -312,14 +390,14 @@ func (who sender) benchable() bool {
 // benchFlooder keeps who, found flooding, off the NATS server for
 // BenchFor when the service can (AuthConfig.Bench: the embedded server);
 // the service refuses its requests meanwhile either way.
-func (s *Service) benchFlooder(who sender) {
+func (s *Service) benchFlooder(user string) {
 	s.metrics.bench()
 	if s.cfg.Auth.Bench == nil {
 		s.cfg.Logger.Warn("handlers: an identity sends more in one second than the service takes; its requests are refused for a while, "+
-			"but it cannot be kept off this NATS server from here (revoke it, or limit it in NATS)", "user", who.User, "for", s.cfg.BenchFor)
+			"but it cannot be kept off this NATS server from here (revoke it, or limit it in NATS)", "user", user, "for", s.cfg.BenchFor)
 		return
 	}
-	go s.cfg.Auth.Bench(who.User, s.cfg.BenchFor) // it logs whom, and the connections it closed
+	go s.cfg.Auth.Bench(user, s.cfg.BenchFor) // it logs whom, and the connections it closed
 }
 
 // respond sends reply to req: a refusal (a reply that is not OK) with the
@@ -363,12 +441,23 @@ func newCannedRefusal(limit string, e *schemas.Error) *cannedRefusal {
 
 // asyncRespond is async for a reply with headers.
 func (s *Service) asyncRespond(req micro.Request, query bool, handle func(sender) ([]byte, micro.Headers)) {
+	if f := s.onIntake.Load(); f != nil {
+		(*f)()
+	}
 	who := senderOf(req.Headers()) // decoded once: admission and authorization share it
 	caller := who.key()
 	size := len(req.Data())
-	refused, flooding := s.admission.take(caller, who.benchable(), size, query, time.Now())
+	var user string
+	if who.benchable() {
+		user = who.User
+	}
+	now := time.Now()
+	refused, flooding := s.admission.take(caller, user, size, query, now)
 	if flooding {
-		s.benchFlooder(who)
+		s.benchFlooder(user)
+	}
+	if s.intake.Add(1)%backlogEvery == 0 {
+		s.checkBacklog(now)
 	}
 	if refused != nil {
 		s.metrics.refused(refused.limit)

@@ -394,8 +394,12 @@ func TestAdmissionFindsFlooders(t *testing.T) {
 	// send takes and releases n requests of size bytes from caller, at
 	// start+at, and returns how many found it flooding.
 	send := func(a *admission, caller string, benchable bool, n, size int, at time.Duration) (flooding int) {
+		user := ""
+		if benchable {
+			user = "U" + caller
+		}
 		for range n {
-			refused, f := a.take(caller, benchable, size, false, start.Add(at))
+			refused, f := a.take(caller, user, size, false, start.Add(at))
 			require.Nil(t, refused)
 			a.release(caller, size, false)
 			if f {
@@ -408,7 +412,7 @@ func TestAdmissionFindsFlooders(t *testing.T) {
 	a := newAdmission(cfg)
 	require.Zero(t, send(a, "bytes", true, 7, 1<<20, 0), "7 MiB in a second: not yet")
 	require.Equal(t, 1, send(a, "bytes", true, 1, 1<<20, 900*time.Millisecond), "the eighth MiB within the second")
-	refused, f := a.take("bytes", true, 1, false, start.Add(time.Second))
+	refused, f := a.take("bytes", "Ubytes", 1, false, start.Add(time.Second))
 	require.False(t, f, "found once")
 	requireRefused(t, refused.body, "its requests are refused for 10s")
 	require.Equal(t, "unavailable", refused.headers.Get("Nats-Service-Error-Code"), "with the headers of a micro service error")
@@ -417,14 +421,14 @@ func TestAdmissionFindsFlooders(t *testing.T) {
 	require.NotNil(t, r.Error.RetryAfter, "it is told when to come back")
 	require.True(t, r.Error.RetryAfter.Equal(start.Add(900*time.Millisecond+10*time.Second)), "%v", r.Error.RetryAfter)
 	found := 900 * time.Millisecond
-	requireRefused(t, first(a.take("bytes", true, 1, false, start.Add(found+10*time.Second-time.Nanosecond))).body, "refused for 10s")
-	require.Nil(t, first(a.take("bytes", true, 1, false, start.Add(found+10*time.Second))), "let in again once BenchFor has passed")
+	requireRefused(t, first(a.take("bytes", "Ubytes", 1, false, start.Add(found+10*time.Second-time.Nanosecond))).body, "refused for 10s")
+	require.Nil(t, first(a.take("bytes", "Ubytes", 1, false, start.Add(found+10*time.Second))), "let in again once BenchFor has passed")
 
 	a = newAdmission(cfg)
 	require.Zero(t, send(a, "slow", true, 7, 1<<20, 0))
 	require.Zero(t, send(a, "slow", true, 7, 1<<20, time.Second), "the same bytes over two seconds")
 	require.Zero(t, send(a, "anonymous", false, 100, 1<<20, 0), "a caller that cannot be benched")
-	require.Nil(t, first(a.take("anonymous", false, 1, false, start)))
+	require.Nil(t, first(a.take("anonymous", "", 1, false, start)))
 
 	a = newAdmission(cfg)
 	require.Zero(t, send(a, "count", true, 64*4-1, 1, 0))
@@ -432,11 +436,11 @@ func TestAdmissionFindsFlooders(t *testing.T) {
 
 	a = newAdmission(cfg)
 	for range 4 { // its limit in flight, held
-		require.Nil(t, first(a.take("refused", true, 1, false, start)))
+		require.Nil(t, first(a.take("refused", "Urefused", 1, false, start)))
 	}
 	var flooding int
 	for range 16 * 4 {
-		refused, f := a.take("refused", true, 1, false, start)
+		refused, f := a.take("refused", "Urefused", 1, false, start)
 		require.NotNil(t, refused)
 		if f {
 			flooding++
@@ -447,6 +451,48 @@ func TestAdmissionFindsFlooders(t *testing.T) {
 	cfg.BenchFor = -1
 	a = newAdmission(cfg.withDefaults())
 	require.Zero(t, send(a, "never", true, 100, 1<<20, 0), "BenchFor -1: never")
+}
+
+// When requests come faster than the service takes them in, the caller
+// that sent the most requests in the current second is benched — if it
+// sent at least the floor, can be benched, and is not benched yet — and
+// only that one.
+func TestAdmissionBenchesTheHeaviestSender(t *testing.T) {
+	a := newAdmission(Config{BenchFor: 10 * time.Second}.withDefaults())
+	now := time.Unix(1_000_000, 0)
+	sent := func(caller, user string, n int) {
+		for range n {
+			r, _ := a.take(caller, user, 1, false, now)
+			require.Nil(t, r)
+			a.release(caller, 1, false)
+		}
+	}
+	sent("light", "Ulight", 100)
+	sent("heavy", "Uheavy", 300)
+	sent("anonymous", "", 500) // cannot be benched
+	_, ok := a.benchHeaviest(now, 400)
+	require.False(t, ok, "none that can be benched sent the floor")
+
+	user, ok := a.benchHeaviest(now.Add(500*time.Millisecond), 100)
+	require.True(t, ok)
+	require.Equal(t, "Uheavy", user)
+	refused, _ := a.take("heavy", "Uheavy", 1, false, now.Add(time.Second))
+	require.NotNil(t, refused)
+	requireRefused(t, refused.body, "its requests are refused for 10s")
+	refused, _ = a.take("other", "Uother", 1, false, now.Add(time.Second))
+	require.Nil(t, refused, "the others are served")
+	a.release("other", 1, false)
+
+	user, ok = a.benchHeaviest(now.Add(600*time.Millisecond), 100)
+	require.True(t, ok, "the next heaviest, the heaviest benched already")
+	require.Equal(t, "Ulight", user)
+	_, ok = a.benchHeaviest(now.Add(2*time.Second), 1)
+	require.False(t, ok, "a second later, nobody has sent anything yet")
+
+	a = newAdmission(Config{BenchFor: -1}.withDefaults())
+	sent("heavy", "Uheavy", 300)
+	_, ok = a.benchHeaviest(now, 1)
+	require.False(t, ok, "BenchFor -1: never")
 }
 
 // first returns a pair's first value.
@@ -462,7 +508,7 @@ func BenchmarkRefusal(b *testing.B) {
 	require.Nil(b, a.admit("flooder", 1, false))
 	b.Run("canned", func(b *testing.B) {
 		for b.Loop() {
-			r, _ := a.take("flooder", true, 1, false, time.Now())
+			r, _ := a.take("flooder", "Uflooder", 1, false, time.Now())
 			_ = req.Respond(r.body, micro.WithHeaders(r.headers))
 		}
 	})

@@ -267,11 +267,13 @@ var (
 	descQueueOldest = prometheus.NewDesc("dwr_queue_oldest_item_age_seconds",
 		"Age of a queue's oldest work item not acknowledged yet (0 when it has none).", queueLabels, nil)
 	descApprovals = prometheus.NewDesc("dwr_approvals_pending", "Approvals waiting for a decision.", []string{"workspace"}, nil)
+	descBacklog   = prometheus.NewDesc("dwr_requests_backlog",
+		"Requests received and not yet taken in by this replica's command and query endpoints: past Config.MaxBacklog the heaviest sender is benched.", nil, nil)
 )
 
 func (c stateCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descWriter, descLogLast, descViewsApplied, descViewsLag,
-		descQueuePending, descQueueInFlight, descQueueOldest, descApprovals} {
+		descQueuePending, descQueueInFlight, descQueueOldest, descApprovals, descBacklog} {
 		ch <- d
 	}
 }
@@ -286,6 +288,7 @@ func (c stateCollector) Collect(ch chan<- prometheus.Metric) {
 		writer = 1
 	}
 	gauge(descWriter, writer)
+	gauge(descBacklog, float64(s.backlog()))
 	applied := s.store.Checkpoint()
 	gauge(descViewsApplied, float64(applied))
 	s.collectApprovals(gauge)

@@ -56,12 +56,13 @@ func (s *Service) startQueries() (stop func(), err error) {
 		cancel()
 	}
 	svc, err := endpoints.New(nc, endpoints.Config{Name: "dwr-query", Version: s.cfg.Version, QueueGroup: micro.DefaultQueueGroup,
-		Description: "dwr queries: served from the views by every replica"})
+		PendingLimit: endpointPending(s.cfg), Description: "dwr queries: served from the views by every replica"})
 	if err != nil {
 		nc.Close()
 		return nil, fmt.Errorf("handlers: query service: %w", err)
 	}
-	stop = func() { _ = svc.Stop(); nc.Close() }
+	s.queriesEP.Store(svc)
+	stop = func() { s.queriesEP.Store(nil); _ = svc.Stop(); nc.Close() }
 	for _, name := range QueryNames {
 		h := func(req micro.Request) {
 			s.async(req, true, func(who sender) []byte { return s.handleQuery(name, req, who) })

@@ -117,6 +117,22 @@ type Config struct {
 	// MaxBytesInFlight when that is smaller: twice what an SDK worker
 	// running 64 jobs holds when each reports a result at the bound.
 	MaxBytesInFlightPerCaller int
+	// MaxBacklog bounds the requests received and not yet taken in — waiting
+	// in the service's process for its handlers, across its command and
+	// query endpoints — before the service acts: past it, the identity that
+	// sent the most requests in the current second, if at least a quarter
+	// of its MaxInFlightPerCaller, is benched (BenchFor), and the next
+	// heaviest at most every 50 ms while the backlog stays past it (the
+	// service looks every 256 requests it takes in: an idle one, never). Requests come faster than the
+	// service takes them in only from callers that do not wait for their
+	// answers; without it four identities each sending small commands as
+	// fast as their connections took them (each under BenchFor's counts,
+	// which the service reaches only as it takes requests in) grew the
+	// process by ~60 MB a second — requests waiting, and the NATS server's
+	// mapping of each one's reply — and another caller got 2 commands
+	// answered in a minute. Each endpoint holds at most four times it
+	// (nats.go drops what comes past). Default 16,384.
+	MaxBacklog int
 	// BenchFor is how long the requests of an identity that floods are
 	// refused and, with the embedded server, the identity is kept off it
 	// (AuthConfig.Bench): one whose requests within one second, answered or
@@ -277,6 +293,9 @@ func (c Config) withDefaults() Config {
 	if c.MaxWriterCommands == 0 {
 		c.MaxWriterCommands = DefaultMaxWriterCommands
 	}
+	if c.MaxBacklog == 0 {
+		c.MaxBacklog = DefaultMaxBacklog
+	}
 	if c.MaxInFlightPerCaller == 0 {
 		c.MaxInFlightPerCaller = max(1, min(DefaultMaxInFlightPerCaller, c.MaxInFlight/4))
 	}
@@ -336,10 +355,18 @@ type Service struct {
 	// advisories is the stream keeping the work stream's max-deliveries advisories.
 	advisories string
 	admission  *admission
-	runners    *runners                            // run the handlers of requests
-	reading    *turns                              // the queries reading the views, in turn by caller
-	deciding   *turns                              // the commands' bytes handed to the writer, in turn by caller
-	queriesJS  atomic.Pointer[jetstream.JetStream] // on the queries' connection (readJS)
+	// commandsEP and queriesEP are the endpoints serving commands (while
+	// this replica writes) and queries: their backlog is watched.
+	commandsEP, queriesEP atomic.Pointer[endpoints.Service]
+	// intake counts the requests taken in; backlogBenched is when
+	// (UnixNano) a caller was last benched for the backlog (checkBacklog).
+	intake, backlogBenched atomic.Int64
+	// onIntake, when set (tests), is called as each request is taken in.
+	onIntake  atomic.Pointer[func()]
+	runners   *runners                            // run the handlers of requests
+	reading   *turns                              // the queries reading the views, in turn by caller
+	deciding  *turns                              // the commands' bytes handed to the writer, in turn by caller
+	queriesJS atomic.Pointer[jetstream.JetStream] // on the queries' connection (readJS)
 	// onQuery, when set, is called as a query starts to be served, with its
 	// caller's name and the query: tests hold queries in flight with it.
 	onQuery atomic.Pointer[func(actor, query string)]
@@ -402,9 +429,9 @@ func New(nc *nats.Conn, store *projections.Store, cfg Config) (*Service, error) 
 	}
 	if cfg.MaxInFlight < 0 || cfg.MaxQueriesInFlight < 0 || cfg.MaxQueriesInFlight > cfg.MaxInFlight ||
 		cfg.MaxInFlightPerCaller < 0 || cfg.MaxInFlightPerCaller > cfg.MaxInFlight || cfg.MaxQueriesRunning < 0 || cfg.MaxWriterBytes < 0 ||
-		cfg.MaxWriterCommands < 0 || cfg.MaxBytesInFlight < 0 || cfg.MaxBytesInFlightPerCaller < 0 || cfg.MaxBytesInFlightPerCaller > cfg.MaxBytesInFlight {
-		return nil, fmt.Errorf("handlers: MaxInFlight %d, MaxQueriesInFlight %d, MaxInFlightPerCaller %d, MaxQueriesRunning %d, MaxWriterBytes %d, MaxWriterCommands %d, MaxBytesInFlight %d and MaxBytesInFlightPerCaller %d must be positive, the second and third at most MaxInFlight, the last at most MaxBytesInFlight",
-			cfg.MaxInFlight, cfg.MaxQueriesInFlight, cfg.MaxInFlightPerCaller, cfg.MaxQueriesRunning, cfg.MaxWriterBytes, cfg.MaxWriterCommands, cfg.MaxBytesInFlight, cfg.MaxBytesInFlightPerCaller)
+		cfg.MaxWriterCommands < 0 || cfg.MaxBacklog < 0 || cfg.MaxBytesInFlight < 0 || cfg.MaxBytesInFlightPerCaller < 0 || cfg.MaxBytesInFlightPerCaller > cfg.MaxBytesInFlight {
+		return nil, fmt.Errorf("handlers: MaxInFlight %d, MaxQueriesInFlight %d, MaxInFlightPerCaller %d, MaxQueriesRunning %d, MaxWriterBytes %d, MaxWriterCommands %d, MaxBacklog %d, MaxBytesInFlight %d and MaxBytesInFlightPerCaller %d must be positive, the second and third at most MaxInFlight, the last at most MaxBytesInFlight",
+			cfg.MaxInFlight, cfg.MaxQueriesInFlight, cfg.MaxInFlightPerCaller, cfg.MaxQueriesRunning, cfg.MaxWriterBytes, cfg.MaxWriterCommands, cfg.MaxBacklog, cfg.MaxBytesInFlight, cfg.MaxBytesInFlightPerCaller)
 	}
 	if cfg.FeedMaxBytes != -1 && cfg.FeedMaxBytes < minFeedBytes {
 		return nil, fmt.Errorf("handlers: FeedMaxBytes %d must be -1 (no bound) or at least %d (1 MiB, the largest event)", cfg.FeedMaxBytes, minFeedBytes)
@@ -980,9 +1007,11 @@ func (s *Service) runWriter(ctx context.Context, lease *lease) error {
 	s.answerUnavailable(false)
 	// Stopped first when the writer steps down: from then on the commands
 	// go to the next writer only.
+	s.commandsEP.Store(csvc)
 	var stopOnce sync.Once
 	stopCommands := func() {
 		stopOnce.Do(func() {
+			s.commandsEP.Store(nil)
 			_ = alive.Unsubscribe()
 			_ = csvc.Stop()
 		})
@@ -1262,7 +1291,7 @@ func (s *Service) startCommands() (*endpoints.Service, error) {
 	// off) still holds its subscriptions until it runs again, and in a
 	// queue group it would take its share of the commands and answer none;
 	// with plain subscriptions every command also reaches the writer.
-	svc, err := endpoints.New(s.nc, endpoints.Config{Name: "dwr", Version: s.cfg.Version,
+	svc, err := endpoints.New(s.nc, endpoints.Config{Name: "dwr", Version: s.cfg.Version, PendingLimit: endpointPending(s.cfg),
 		Description: "dwr commands: decided by the writer, answered after the commit"})
 	if err != nil {
 		return nil, fmt.Errorf("handlers: command service: %w", err)

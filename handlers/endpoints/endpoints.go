@@ -32,6 +32,12 @@ type Config struct {
 	// QueueGroup is the queue group of every endpoint; "" for none (each
 	// instance gets every request).
 	QueueGroup string
+	// PendingLimit bounds the requests each endpoint holds received and
+	// not yet handed to its handler (its subscription's pending limit: the
+	// newest past it are dropped, and the connection's error handler told
+	// of a slow consumer); 0 for nats.go's default, 512 Ki. Its bytes stay
+	// bounded by nats.go's default, 64 MiB.
+	PendingLimit int
 }
 
 // Handler answers a request, at once or later from another goroutine.
@@ -105,6 +111,12 @@ func (s *Service) Add(name, subject string, h Handler) error {
 	if err != nil {
 		return fmt.Errorf("endpoints: %s: %w", subject, err)
 	}
+	if s.cfg.PendingLimit > 0 {
+		if err := e.sub.SetPendingLimits(s.cfg.PendingLimit, nats.DefaultSubPendingBytesLimit); err != nil {
+			_ = e.sub.Unsubscribe()
+			return fmt.Errorf("endpoints: %s: %w", subject, err)
+		}
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.stopped {
@@ -113,6 +125,21 @@ func (s *Service) Add(name, subject string, h Handler) error {
 	}
 	s.endpoints = append(s.endpoints, e)
 	return nil
+}
+
+// Backlog returns how many requests the endpoints hold received and not
+// yet handled: those that wait, in the process, for the handlers to take
+// them in, and (as nats.go counts) the one each handler has.
+func (s *Service) Backlog() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	n := 0
+	for _, e := range s.endpoints {
+		if msgs, _, err := e.sub.Pending(); err == nil {
+			n += msgs
+		}
+	}
+	return n
 }
 
 // Stop drains the endpoints' subscriptions (the requests received are
