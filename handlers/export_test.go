@@ -45,6 +45,11 @@ func (s *Service) OnQuery(f func(actor, query string)) { s.onQuery.Store(&f) }
 // of CPU would fall behind.
 func (s *Service) OnIntake(f func()) { s.onIntake.Store(&f) }
 
+// OnAnswered makes f be called as the writer has answered a record's
+// commands, before the views apply it: a test holds the views behind the
+// answers by blocking in f.
+func (s *Service) OnAnswered(f func()) { s.onAnswered.Store(&f) }
+
 // Backlog returns the requests received and not yet taken in.
 func (s *Service) Backlog() int { return s.backlog() }
 

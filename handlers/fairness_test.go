@@ -49,6 +49,36 @@ func TestMinSeqBeyondTheLogIsRefusedAtOnce(t *testing.T) {
 	}
 }
 
+// On the writer a query reflects every command already answered, whoever
+// sent it — also a query whose Dwr-Min-Seq names only its caller's own
+// earlier writes, as every client's does: the writer answers a record's
+// commands before its views apply it, and a query in between waits for
+// them. (Such a query was answered from views without another caller's
+// answered command: a Python worker's report, acknowledged, was missing
+// from the task its test's client read next.)
+func TestAQueryOnTheWriterReflectsEveryAnsweredCommand(t *testing.T) {
+	b := bundleOf(servicetest.Start(t, "", servicetest.Options{Secure: true, Log: eventstore.NewMemoryLog(),
+		Config: handlers.Config{MinSeqWait: 300 * time.Millisecond}}))
+	_, mine := b.mustCommand(t, "goal.create", map[string]any{"title": "mine"})
+	var goals []json.RawMessage
+	b.query(t, "goal.list", schemas.Query{}, mine, &goals)
+	require.Len(t, goals, 1)
+
+	held, gate := make(chan struct{}), make(chan struct{})
+	var hold, release sync.Once
+	b.svc.OnAnswered(func() { hold.Do(func() { close(held); <-gate }) })
+	defer release.Do(func() { close(gate) })
+	_, theirs := b.mustCommand(t, "goal.create", map[string]any{"title": "theirs"}) // answered; its views are held
+	receive(t, held, 1, 10*time.Second)
+	r := b.request(t, "dwr.q.default.goal.list", schemas.Query{}, minSeqHeader(mine))
+	require.False(t, r.OK, "answered from views without the command answered at %d: %s", theirs, r.Result)
+	require.Equal(t, string(domain.CodeUnavailable), r.Error.Code, "%+v", r.Error)
+
+	release.Do(func() { close(gate) })
+	b.query(t, "goal.list", schemas.Query{}, mine, &goals)
+	require.Len(t, goals, 2, "both, once the views apply what was answered")
+}
+
 // A replica that is not the writer asks the log for its end, only when a
 // query names a sequence its views have not reached, and refuses one beyond
 // it at once too.

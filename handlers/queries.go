@@ -135,11 +135,10 @@ func (s *Service) handleQuery(name string, req micro.Request, who sender) []byte
 	if werr := s.checkMinSeq(min); werr != nil {
 		return errResponse(werr)
 	}
-	if min == 0 {
-		// On the writer, a query reflects every command already answered:
-		// the writer answers a batch before it applies it to the views.
-		min = s.answeredSeq()
-	}
+	// On the writer, a query reflects every command already answered — by
+	// anyone, not only those its Dwr-Min-Seq names (the caller's own): the
+	// writer answers a batch before it applies it to the views.
+	min = max(min, s.answeredSeq())
 	if min > 0 {
 		ctx, cancel := context.WithTimeout(context.Background(), s.cfg.MinSeqWait)
 		err := s.store.WaitFor(ctx, min)

@@ -362,11 +362,14 @@ type Service struct {
 	// (UnixNano) a caller was last benched for the backlog (checkBacklog).
 	intake, backlogBenched atomic.Int64
 	// onIntake, when set (tests), is called as each request is taken in.
-	onIntake  atomic.Pointer[func()]
-	runners   *runners                            // run the handlers of requests
-	reading   *turns                              // the queries reading the views, in turn by caller
-	deciding  *turns                              // the commands' bytes handed to the writer, in turn by caller
-	queriesJS atomic.Pointer[jetstream.JetStream] // on the queries' connection (readJS)
+	onIntake atomic.Pointer[func()]
+	// onAnswered, when set (tests), is called as the writer has answered a
+	// record's commands, before the views apply it.
+	onAnswered atomic.Pointer[func()]
+	runners    *runners                            // run the handlers of requests
+	reading    *turns                              // the queries reading the views, in turn by caller
+	deciding   *turns                              // the commands' bytes handed to the writer, in turn by caller
+	queriesJS  atomic.Pointer[jetstream.JetStream] // on the queries' connection (readJS)
 	// onQuery, when set, is called as a query starts to be served, with its
 	// caller's name and the query: tests hold queries in flight with it.
 	onQuery atomic.Pointer[func(actor, query string)]
@@ -1148,7 +1151,7 @@ func (s *Service) takeOver(ctx context.Context, timerWake, membersWake chan stru
 		return nil, nil, err
 	}
 	w := &writer{store: s.store, clock: s.cfg.Clock, logger: s.cfg.Logger, broken: make(chan struct{}), tracer: s.tracer, disk: s.disk,
-		dispatch: s.dispatch.dispatchCommit,
+		dispatch: s.dispatch.dispatchCommit, answered: &s.onAnswered,
 		after: func(c *eventstore.Commit, seq uint64) {
 			// A writer deposed meanwhile (paused past its lease) leaves the
 			// record to its successor's feed catch-up: the feed repeats

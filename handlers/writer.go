@@ -92,6 +92,9 @@ type writer struct {
 	// event feed (whose readers find the views at least as far), the
 	// timers' wake-up.
 	after func(c *eventstore.Commit, seq uint64)
+	// answered, when it holds a function (tests), runs once a record's
+	// commands are answered, before the views apply it.
+	answered *atomic.Pointer[func()]
 	// broken is closed when a committed record could not be applied to the
 	// views: the writer's state no longer follows the log, so it must stop.
 	broken     chan struct{}
@@ -337,6 +340,11 @@ func (w *writer) Committed(items []*request, c *eventstore.Commit, seq uint64, i
 	traces := w.traceCommit(items, seq, err)
 	if err != nil || seq == 0 {
 		return
+	}
+	if w.answered != nil {
+		if f := w.answered.Load(); f != nil {
+			(*f)()
+		}
 	}
 	var aerr error
 	if fromFinal {
