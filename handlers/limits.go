@@ -252,8 +252,10 @@ func (a *admission) bench(caller string, now time.Time) {
 }
 
 // benchHeaviest benches the caller that sent the most requests in the
-// second now is in, if it can be benched, is not benched yet and sent at
-// least floor; it returns that caller's NATS user.
+// second now is in, if it can be benched and sent at least floor; it
+// returns that caller's NATS user. Only callers that can be benched have a
+// rate, and none that is benched: its rate goes when it is benched, and
+// take refuses it before it is counted again.
 func (a *admission) benchHeaviest(now time.Time, floor int) (user string, ok bool) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
@@ -264,9 +266,7 @@ func (a *admission) benchHeaviest(now time.Time, floor int) (user string, ok boo
 	most := floor - 1
 	for c, r := range a.rates {
 		if now.Sub(r.since) < rateWindow && r.n > most {
-			if _, done := a.benched[c]; !done {
-				heaviest, most = c, r.n
-			}
+			heaviest, most = c, r.n
 		}
 	}
 	if heaviest == "" {

@@ -1,6 +1,7 @@
 package endpoints_test
 
 import (
+	"errors"
 	"testing"
 	"time"
 
@@ -22,7 +23,7 @@ func TestBacklogIsBoundedByThePendingLimit(t *testing.T) {
 	defer srv.Shutdown()
 	dropped := make(chan struct{}, 1)
 	nc, err := srv.Connect(nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) {
-		if err == nats.ErrSlowConsumer {
+		if errors.Is(err, nats.ErrSlowConsumer) {
 			select {
 			case dropped <- struct{}{}:
 			default:
