@@ -12,6 +12,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -19,6 +20,7 @@ import (
 
 	"github.com/dwr-run/dwr/executors"
 	"github.com/dwr-run/dwr/executors/client"
+	"github.com/dwr-run/dwr/handlers"
 	"github.com/dwr-run/dwr/handlers/access"
 	"github.com/dwr-run/dwr/schemas"
 )
@@ -36,6 +38,9 @@ type deployed struct {
 
 // deployedReadyTimeout bounds the wait for a deployed service to answer.
 const deployedReadyTimeout = 60 * time.Second
+
+// servicesStarted counts the services startDeployed started.
+var servicesStarted atomic.Int32
 
 // startDeployed starts `bin serve` on a fresh data directory under dir and
 // a free loopback port, waits until it answers a query, and returns the
@@ -71,7 +76,7 @@ func startDeployed(ctx context.Context, dir, bin string, s setup) (_ *service, _
 		args = append(args, "--encryption=false")
 	}
 	p.cmd = exec.Command(bin, args...) //nolint:gosec // G204: the dwr binary the operator named (--binary), or this one
-	p.cmd.Env = serveEnv()
+	p.cmd.Env = serveEnv(int(servicesStarted.Add(1)))
 	p.cmd.Stdout, p.cmd.Stderr = out, out
 	// Its own process group (a ^C reaches the benchmark, which stops it),
 	// and killed if the benchmark dies.
@@ -110,8 +115,22 @@ func startDeployed(ctx context.Context, dir, bin string, s setup) (_ *service, _
 
 // serveEnv is the benchmark's environment without the DWR_ variables that
 // would change what `dwr serve` runs (an external NATS, TLS, another data
-// directory): the service runs on its defaults and the flags given.
-func serveEnv() []string {
+// directory): the service runs on its defaults and the flags given. The
+// profiling diagnostics (DWR_CPUPROFILE, DWR_MEMPROFILE) are kept for it,
+// each file named with the service's number n in the order they started
+// (FILE.1, FILE.2, ...): a benchmark starts a service for each run.
+func serveEnv(n int) []string {
+	env := benchEnv()
+	for _, name := range []string{handlers.CPUProfileEnv, handlers.MemProfileEnv} {
+		if v := os.Getenv(name); v != "" {
+			env = append(env, fmt.Sprintf("%s=%s.%d", name, v, n))
+		}
+	}
+	return env
+}
+
+// benchEnv is the benchmark's environment without its DWR_ variables.
+func benchEnv() []string {
 	var env []string
 	for _, kv := range os.Environ() {
 		if !strings.HasPrefix(kv, "DWR_") {

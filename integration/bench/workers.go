@@ -132,7 +132,7 @@ func startWorkerProc(prog workerProgram, label, dir, url, creds, queue, name str
 	}
 	defer func() { _ = errf.Close() }()          // the child has its own copy
 	p.cmd = exec.Command(prog.bin, prog.args...) //nolint:gosec // G204: the SDK's worker program (workerPrograms)
-	p.cmd.Env = append(serveEnv(), prog.env...)
+	p.cmd.Env = append(benchEnv(), prog.env...)
 	p.cmd.Env = append(p.cmd.Env, "DWR_SERVER="+url, "DWR_CREDS="+creds, "BENCH_QUEUE="+queue, "BENCH_EXECUTOR="+name,
 		"BENCH_CONCURRENCY="+strconv.Itoa(concurrency))
 	p.cmd.Stderr = errf

@@ -144,3 +144,24 @@ func TestBenchChain3WorkerSDKChecks(t *testing.T) {
 		require.ErrorContains(t, err, c.want)
 	}
 }
+
+// TestTheDeployedServiceGetsOnlyTheProfilingVariables: a service the
+// benchmark starts runs on its defaults whatever DWR_ variables the
+// benchmark was run with, but writes the profiles asked for, one file per
+// service; the workers it starts get no DWR_ variable of the benchmark's.
+func TestTheDeployedServiceGetsOnlyTheProfilingVariables(t *testing.T) {
+	t.Setenv("DWR_NATS", "nats://elsewhere:4222")
+	t.Setenv("DWR_DATA", "/somewhere")
+	t.Setenv("DWR_CPUPROFILE", "/tmp/serve.cpu")
+	t.Setenv("DWR_MEMPROFILE", "/tmp/serve.mem")
+	var dwr []string
+	for _, kv := range serveEnv(3) {
+		if strings.HasPrefix(kv, "DWR_") {
+			dwr = append(dwr, kv)
+		}
+	}
+	require.ElementsMatch(t, []string{"DWR_CPUPROFILE=/tmp/serve.cpu.3", "DWR_MEMPROFILE=/tmp/serve.mem.3"}, dwr)
+	for _, kv := range benchEnv() {
+		require.False(t, strings.HasPrefix(kv, "DWR_"), kv)
+	}
+}
