@@ -177,7 +177,7 @@ func (p *deployed) waitReady(ctx context.Context, creds string, open bool) (_ *n
 	for {
 		select {
 		case <-p.done:
-			return nil, fmt.Errorf("dwr serve exited before it was ready (%v):\n%s", p.err, p.tail())
+			return nil, fmt.Errorf("dwr serve exited before it was ready (%v):\n%s", p.err, logTail(p.log))
 		case <-ctx.Done():
 			return nil, ctx.Err()
 		default:
@@ -207,7 +207,7 @@ func (p *deployed) waitReady(ctx context.Context, creds string, open bool) (_ *n
 			last = err
 		}
 		if time.Now().After(deadline) {
-			return nil, fmt.Errorf("dwr serve not ready after %s: %v\n%s", deployedReadyTimeout, last, p.tail())
+			return nil, fmt.Errorf("dwr serve not ready after %s: %v\n%s", deployedReadyTimeout, last, logTail(p.log))
 		}
 		<-tick.C
 	}
@@ -218,17 +218,24 @@ func (p *deployed) waitReady(ctx context.Context, creds string, open bool) (_ *n
 func (p *deployed) stop() {
 	pid := p.cmd.Process.Pid
 	_ = syscall.Kill(-pid, syscall.SIGTERM)
+	killAfter(pid, p.done, 30*time.Second)
+}
+
+// killAfter waits until done is closed, when process pid (already asked to
+// stop) has exited; if it is not closed within grace, it sends SIGKILL to
+// the process's group and waits on.
+func killAfter(pid int, done <-chan struct{}, grace time.Duration) {
 	select {
-	case <-p.done:
-	case <-time.After(30 * time.Second):
+	case <-done:
+	case <-time.After(grace):
 		_ = syscall.Kill(-pid, syscall.SIGKILL)
-		<-p.done
+		<-done
 	}
 }
 
-// tail returns the end of the process's output.
-func (p *deployed) tail() string {
-	b, _ := os.ReadFile(p.log)
+// logTail returns the end of file, where a process's output goes.
+func logTail(file string) string {
+	b, _ := os.ReadFile(file)
 	if len(b) > 4000 {
 		b = b[len(b)-4000:]
 	}

@@ -159,7 +159,7 @@ func startWorkerProc(prog workerProgram, label, dir, url, creds, queue, name str
 		select {
 		case <-p.stopping:
 		default:
-			died(fmt.Errorf("%s exited (%v):\n%s", label, p.err, p.tail()))
+			died(fmt.Errorf("%s exited (%v):\n%s", label, p.err, logTail(p.log)))
 		}
 	}()
 	return p, nil
@@ -172,11 +172,11 @@ func (p *workerProc) waitReady(ctx context.Context) error {
 	case <-p.ready:
 		return nil
 	case <-p.done:
-		return fmt.Errorf("%s exited before it took work (%v):\n%s", p.label, p.err, p.tail())
+		return fmt.Errorf("%s exited before it took work (%v):\n%s", p.label, p.err, logTail(p.log))
 	case <-ctx.Done():
 		return context.Cause(ctx)
 	case <-time.After(workerReadyTimeout):
-		return fmt.Errorf("%s did not take work within %s:\n%s", p.label, workerReadyTimeout, p.tail())
+		return fmt.Errorf("%s did not take work within %s:\n%s", p.label, workerReadyTimeout, logTail(p.log))
 	}
 }
 
@@ -190,21 +190,7 @@ func (p *workerProc) stop() {
 	}
 	pid := p.cmd.Process.Pid
 	_ = syscall.Kill(pid, syscall.SIGTERM)
-	select {
-	case <-p.done:
-	case <-time.After(10 * time.Second):
-		_ = syscall.Kill(-pid, syscall.SIGKILL)
-		<-p.done
-	}
-}
-
-// tail returns the end of the process's stderr.
-func (p *workerProc) tail() string {
-	b, _ := os.ReadFile(p.log)
-	if len(b) > 4000 {
-		b = b[len(b)-4000:]
-	}
-	return string(b)
+	killAfter(pid, p.done, 10*time.Second)
 }
 
 // workerCPU returns the CPU time the processes have used so far, together.
