@@ -36,10 +36,10 @@ func startHTTP(cfg *ServeConfig, logger *slog.Logger) (*httpFace, error) {
 	wcfg := web.Config{Addr: cfg.HTTP, Flag: "--http", Logger: logger,
 		Healthz: http.HandlerFunc(f.healthz), Readyz: http.HandlerFunc(f.readyz)}
 	if cfg.Console != nil {
-		wcfg.Console = http.HandlerFunc(f.serveConsole)
+		wcfg.Console = attached(&f.console)
 	}
 	if cfg.Service.Metrics != nil {
-		wcfg.Metrics = http.HandlerFunc(f.serveMetrics)
+		wcfg.Metrics = attached(&f.metrics)
 	}
 	srv, err := web.New(wcfg)
 	switch {
@@ -107,20 +107,16 @@ func (f *httpFace) readyz(w http.ResponseWriter, r *http.Request) {
 	writeHealth(w, http.StatusServiceUnavailable, starting)
 }
 
-func (f *httpFace) serveConsole(w http.ResponseWriter, r *http.Request) {
-	if h := f.console.Load(); h != nil {
-		(*h).ServeHTTP(w, r)
-		return
-	}
-	w.Header().Set("Retry-After", "1")
-	http.Error(w, fmt.Sprintf("dwr is starting: %s", starting.Reason), http.StatusServiceUnavailable)
-}
-
-func (f *httpFace) serveMetrics(w http.ResponseWriter, r *http.Request) {
-	if h := f.metrics.Load(); h != nil {
-		(*h).ServeHTTP(w, r)
-		return
-	}
-	w.Header().Set("Retry-After", "1")
-	http.Error(w, fmt.Sprintf("dwr is starting: %s", starting.Reason), http.StatusServiceUnavailable)
+// attached returns a handler that passes each request to the handler h
+// holds once attach has stored it, and until then answers 503 with
+// Retry-After, saying dwr is starting.
+func attached(h *atomic.Pointer[http.Handler]) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if next := h.Load(); next != nil {
+			(*next).ServeHTTP(w, r)
+			return
+		}
+		w.Header().Set("Retry-After", "1")
+		http.Error(w, fmt.Sprintf("dwr is starting: %s", starting.Reason), http.StatusServiceUnavailable)
+	})
 }
