@@ -145,14 +145,8 @@ func (g *Goal) Clone() *Goal {
 	c.SuccessCriteria = slices.Clone(g.SuccessCriteria)
 	c.Plan = slices.Clone(g.Plan)
 	c.RetiredTasks = slices.Clone(g.RetiredTasks)
-	if g.RetiredSpend != nil {
-		sp := *g.RetiredSpend
-		c.RetiredSpend = &sp
-	}
+	c.RetiredSpend = cloneValue(g.RetiredSpend)
 	c.Commands = slices.Clone(g.Commands)
-	if g.Ritual != nil {
-		r := *g.Ritual
-		c.Ritual = &r
-	}
+	c.Ritual = cloneValue(g.Ritual)
 	return &c
 }

@@ -264,27 +264,15 @@ func (t *Task) Clone() *Task {
 	c := *t
 	c.DependsOn = slices.Clone(t.DependsOn)
 	c.Attempts = slices.Clone(t.Attempts)
-	if t.Earlier != nil {
-		e := *t.Earlier
-		c.Earlier = &e
-	}
+	c.Earlier = cloneValue(t.Earlier)
 	c.Verifications = slices.Clone(t.Verifications)
 	c.Approvals = cloneEach(t.Approvals, func(a *Approval) {
 		a.Refusals = slices.Clone(a.Refusals)
-		if a.Decision != nil {
-			d := *a.Decision
-			a.Decision = &d
-		}
+		a.Decision = cloneValue(a.Decision)
 	})
 	c.Commands = slices.Clone(t.Commands)
-	if t.Wait != nil {
-		w := *t.Wait
-		c.Wait = &w
-	}
-	if t.Signal != nil {
-		s := *t.Signal
-		c.Signal = &s
-	}
+	c.Wait = cloneValue(t.Wait)
+	c.Signal = cloneValue(t.Signal)
 	c.PendingSignals = slices.Clone(t.PendingSignals)
 	c.Delegations = cloneEach(t.Delegations, func(d *Delegation) { d.Tasks = slices.Clone(d.Tasks) })
 	return &c

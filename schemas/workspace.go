@@ -101,6 +101,16 @@ func cloneEach[T any](xs []T, deepen func(*T)) []T {
 	return c
 }
 
+// cloneValue returns a pointer to a copy of what p points to, or nil for
+// nil.
+func cloneValue[T any](p *T) *T {
+	if p == nil {
+		return nil
+	}
+	c := *p
+	return &c
+}
+
 // find returns the first element of xs that match accepts, in place (a
 // pointer into xs), or nil.
 func find[T any](xs []T, match func(*T) bool) *T {
