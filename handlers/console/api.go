@@ -134,29 +134,28 @@ type reasonRequest struct {
 	Reason string `json:"reason"`
 }
 
+// cancelGoal is POST /api/goals/{id}/cancel: it cancels the goal, giving
+// the body's reason.
 func (c *Console) cancelGoal(w http.ResponseWriter, r *http.Request, s *session) {
-	var req reasonRequest
-	if !readJSON(w, r, &req) {
-		return
-	}
-	ctx, cancel := requestCtx(r)
-	defer cancel()
-	res, err := s.cl.CancelGoal(ctx, r.PathValue("id"), req.Reason)
-	if err != nil {
-		writeClientError(w, err)
-		return
-	}
-	writeJSON(w, http.StatusOK, res)
+	cancelWith(w, r, s.cl.CancelGoal)
 }
 
+// cancelTask is POST /api/tasks/{id}/cancel: it cancels the task, giving
+// the body's reason.
 func (c *Console) cancelTask(w http.ResponseWriter, r *http.Request, s *session) {
+	cancelWith(w, r, s.cl.CancelTask)
+}
+
+// cancelWith reads a cancel's reason from r's body, calls do with the id r
+// names ({id}) and that reason, and answers with its result.
+func cancelWith(w http.ResponseWriter, r *http.Request, do func(ctx context.Context, id, reason string, opts ...client.CallOption) (*client.Result, error)) {
 	var req reasonRequest
 	if !readJSON(w, r, &req) {
 		return
 	}
 	ctx, cancel := requestCtx(r)
 	defer cancel()
-	res, err := s.cl.CancelTask(ctx, r.PathValue("id"), req.Reason)
+	res, err := do(ctx, r.PathValue("id"), req.Reason)
 	if err != nil {
 		writeClientError(w, err)
 		return
