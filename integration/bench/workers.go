@@ -194,27 +194,21 @@ func (p *workerProc) stop() {
 }
 
 // workerCPU returns the CPU time the processes have used so far, together.
-func workerCPU(procs []*workerProc) (time.Duration, error) {
-	var sum time.Duration
-	for _, p := range procs {
-		d, err := procCPU(p.cmd.Process.Pid)
-		if err != nil {
-			return 0, fmt.Errorf("%s: %w", p.label, err)
-		}
-		sum += d
-	}
-	return sum, nil
-}
+func workerCPU(procs []*workerProc) (time.Duration, error) { return sumProcs(procs, procCPU) }
 
 // workerPeakRSS returns the sum of the processes' peak RSS, in MiB.
-func workerPeakRSS(procs []*workerProc) (float64, error) {
-	var sum float64
+func workerPeakRSS(procs []*workerProc) (float64, error) { return sumProcs(procs, procPeakRSS) }
+
+// sumProcs returns the sum of what read reads of each process (by its pid);
+// its error names the process it failed on.
+func sumProcs[T time.Duration | float64](procs []*workerProc, read func(pid int) (T, error)) (T, error) {
+	var sum T
 	for _, p := range procs {
-		m, err := procPeakRSS(p.cmd.Process.Pid)
+		v, err := read(p.cmd.Process.Pid)
 		if err != nil {
 			return 0, fmt.Errorf("%s: %w", p.label, err)
 		}
-		sum += m
+		sum += v
 	}
 	return sum, nil
 }
