@@ -3,7 +3,6 @@ package integration
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"net/http"
 	"net/http/httptest"
@@ -60,17 +59,8 @@ func (e *execEnv) executorCreds(label, queue string) string {
 	if _, err := os.Stat(path); err == nil {
 		return path
 	}
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		out, err := exec.Command(e.bin, "--server", e.url, "--creds", e.adminCreds(), "users", "add", name,
-			"--role", "executor", "--queue", queue, "--out", path, "--force").CombinedOutput()
-		var ee *exec.ExitError
-		if errors.As(err, &ee) && ee.ExitCode() == 3 && time.Now().Before(deadline) {
-			continue // no writer serves commands yet
-		}
-		require.NoError(e.t, err, "dwr users add: %s", out)
-		return path
-	}
+	e.cli("users", "add", name, "--role", "executor", "--queue", queue, "--out", path, "--force")
+	return path
 }
 
 func (e *execEnv) startServe() {

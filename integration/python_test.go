@@ -1,7 +1,6 @@
 package integration
 
 import (
-	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -114,17 +113,8 @@ func TestPythonWorker(t *testing.T) {
 func pythonUser(t *testing.T, e *execEnv, name, role string) string {
 	t.Helper()
 	creds := filepath.Join(t.TempDir(), name+".creds")
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		out, err := exec.Command(e.bin, "--server", e.url, "--creds", e.adminCreds(), "users", "add", name,
-			"--role", role, "--out", creds).CombinedOutput()
-		var ee *exec.ExitError
-		if errors.As(err, &ee) && ee.ExitCode() == 3 && time.Now().Before(deadline) {
-			continue // no writer serves commands yet
-		}
-		require.NoError(t, err, "dwr users add: %s", out)
-		return creds
-	}
+	e.cli("users", "add", name, "--role", role, "--out", creds)
+	return creds
 }
 
 // runPythonScript runs executors/python/tests/<script> with env, and

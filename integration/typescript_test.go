@@ -6,7 +6,6 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
-	"errors"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -48,17 +47,8 @@ func tsProgram(t *testing.T, rel string) string {
 func (e *execEnv) clientCreds(name string) string {
 	e.t.Helper()
 	path := filepath.Join(filepath.Dir(e.data), name+".creds")
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		out, err := exec.Command(e.bin, "--server", e.url, "--creds", e.adminCreds(), "users", "add", name,
-			"--role", "client", "--out", path, "--force").CombinedOutput()
-		var ee *exec.ExitError
-		if errors.As(err, &ee) && ee.ExitCode() == 3 && time.Now().Before(deadline) {
-			continue // no writer serves commands yet
-		}
-		require.NoError(e.t, err, "dwr users add: %s", out)
-		return path
-	}
+	e.cli("users", "add", name, "--role", "client", "--out", path, "--force")
+	return path
 }
 
 // TestTypeScriptClient runs the TypeScript client's round trip
