@@ -42,3 +42,6 @@ func CachedBytes(s *Store) int {
 	defer s.mu.Unlock()
 	return s.cacheBytes
 }
+
+// Closing reports whether Close (or Reset) has begun turning reads away.
+func Closing(s *Store) bool { return s.closing.Load() }

@@ -94,6 +94,13 @@ type Store struct {
 	afterRead func()
 
 	applyMu sync.Mutex
+	// reads counts the reads using db, and closing turns new ones away:
+	// Close and Reset wait for the reads under way before they close db
+	// (Pebble must not be closed under an open iterator). drained wakes the
+	// closer when the last read ends.
+	reads   atomic.Int64
+	closing atomic.Bool
+	drained chan struct{}
 	// keys answers a lookup of a goal, task or command never written
 	// without Pebble; nil until Open has filled it.
 	keys *keyFilter
@@ -147,7 +154,7 @@ func open(dir string, opts Options) (_ *Store, err error) {
 		return nil, fmt.Errorf("projections: the views in %s are in use: %w", dir, err)
 	}
 	s := &Store{lock: lock, dir: dir, opts: opts, advanced: make(chan struct{}), cache: map[string]any{}, cacheSizes: map[string]int{},
-		damaged: make(chan struct{}), reports: &atomic.Pointer[Store]{}}
+		damaged: make(chan struct{}), drained: make(chan struct{}, 1), reports: &atomic.Pointer[Store]{}}
 	s.reports.Store(s)
 	reports := s.reports
 	defer func() {
@@ -316,6 +323,7 @@ func (s *Store) Reset(cause error) (string, error) {
 	s.applyMu.Lock()
 	defer s.applyMu.Unlock()
 	if s.db != nil {
+		s.quiesce()
 		func() {
 			defer func() { _ = recover() }()
 			_ = s.db.Close()
@@ -339,6 +347,7 @@ func (s *Store) Reset(cause error) (string, error) {
 	}
 	s.mu.Lock()
 	s.db, s.lock = fresh.db, fresh.lock
+	s.closing.Store(false) // reads may use the fresh views
 	s.checkpoint, s.logTip = fresh.checkpoint, fresh.logTip
 	s.clearCache()
 	s.gen++
@@ -358,6 +367,7 @@ func (s *Store) Close() error {
 	if s.db == nil {
 		return nil
 	}
+	s.quiesce()
 	var err error
 	func() {
 		defer func() {
@@ -374,6 +384,42 @@ func (s *Store) Close() error {
 		s.lock = nil
 	}
 	return err
+}
+
+// enter registers a read of db, paired with leave; false (nothing to
+// leave) once Close or Reset has begun: the read returns ErrClosed. A read
+// nested in another (a listing's lookups) enters again.
+func (s *Store) enter() bool {
+	s.reads.Add(1)
+	if s.closing.Load() {
+		s.leave()
+		return false
+	}
+	return true
+}
+
+// leave ends a read enter registered.
+func (s *Store) leave() {
+	if s.reads.Add(-1) == 0 && s.closing.Load() {
+		select {
+		case s.drained <- struct{}{}:
+		default:
+		}
+	}
+}
+
+// quiesce turns new reads away and waits for those under way to end (each
+// is bounded: a lookup, or a scan of a page). The caller holds applyMu.
+func (s *Store) quiesce() {
+	s.closing.Store(true)
+	for s.reads.Load() != 0 {
+		t := time.NewTimer(10 * time.Millisecond) // in case the last read ended before closing was set
+		select {
+		case <-s.drained:
+		case <-t.C:
+		}
+		t.Stop()
+	}
 }
 
 // LogTip returns the last log record applied, as verified: its position,
@@ -438,9 +484,10 @@ func (s *Store) get(k []byte, v any) (bool, error) {
 
 // getSized is get that also returns the bytes the value took as stored.
 func (s *Store) getSized(k []byte, v any) (_ bool, size int, err error) {
-	if s.db == nil {
+	if !s.enter() {
 		return false, 0, ErrClosed
 	}
+	defer s.leave()
 	defer s.recoverInto(&err)
 	if s.keys != nil && filtered(k) && !s.keys.mayContain(k) {
 		return false, 0, nil
@@ -471,9 +518,10 @@ func (s *Store) scan(p []byte, fn func(k, v []byte) error) error {
 
 // scanRange calls fn for every key in [lower, upper), in order.
 func (s *Store) scanRange(lower, upper []byte, fn func(k, v []byte) error) (err error) {
-	if s.db == nil {
+	if !s.enter() {
 		return ErrClosed
 	}
+	defer s.leave()
 	defer s.recoverInto(&err)
 	s.pebbleGets.Add(1)
 	it, err := s.db.NewIter(&pebble.IterOptions{LowerBound: lower, UpperBound: upper})
@@ -725,9 +773,10 @@ func (s *Store) tip(aggType, id string) (tip, error) {
 // when it has none). Views written before kept it in a row of its own
 // (pTip), which nothing reads now.
 func (s *Store) lastEvent(aggType, id string) (_ tip, err error) {
-	if s.db == nil {
+	if !s.enter() {
 		return tip{}, ErrClosed
 	}
+	defer s.leave()
 	defer s.recoverInto(&err)
 	s.pebbleGets.Add(1)
 	lower := key(pHistory, aggType, id, "")

@@ -789,3 +789,48 @@ func TestTheCacheIsBoundedInBytes(t *testing.T) {
 	require.Positive(t, projections.PebbleGets(s)-before, "800 KiB of open tasks were not all kept in a cache of 256 KiB")
 	require.LessOrEqual(t, projections.CachedBytes(s), 256<<10)
 }
+
+// Closing the views waits for the reads under way — Pebble must not be
+// closed under an open iterator: a service that stopped while a listing
+// still ran closed them under it — and turns new reads away.
+func TestCloseWaitsForTheReadsUnderWay(t *testing.T) {
+	fs := vfs.NewMem()
+	s := openOn(t, fs)
+	h := inWorkspace(t, s)
+	h.goalWithPlan(spec("a"))
+	h.goalWithPlan(spec("b"))
+	require.NoError(t, s.Close())
+	s = openOn(t, fs) // nothing cached: the listing reads each goal from Pebble
+
+	inside, release := make(chan struct{}), make(chan struct{})
+	listed := make(chan error, 1)
+	go func() {
+		n := 0
+		listed <- s.EachGoal("w", "", func(*projections.GoalView) bool {
+			if n++; n == 1 {
+				close(inside)
+				<-release
+			}
+			return true
+		})
+	}()
+	<-inside
+	closed := make(chan error, 1)
+	go func() { closed <- s.Close() }()
+	require.Eventually(t, func() bool { return projections.Closing(s) }, 10*time.Second, time.Millisecond)
+	select {
+	case err := <-closed:
+		t.Fatalf("Close returned while a listing's iterator was open: %v", err)
+	default:
+	}
+	_, err := s.ListGoals("w", "", 0)
+	require.ErrorIs(t, err, projections.ErrClosed, "a read that starts once Close has begun")
+
+	close(release)
+	require.NoError(t, <-closed, "closed once the listing ended, with no iterator left open")
+	if err := <-listed; err != nil {
+		require.ErrorIs(t, err, projections.ErrClosed, "the listing's reads after Close began")
+	}
+	_, err = s.ListGoals("w", "", 0)
+	require.ErrorIs(t, err, projections.ErrClosed)
+}
