@@ -54,6 +54,8 @@ func toWire(err error, logger *slog.Logger) *schemas.Error {
 		return &schemas.Error{Code: schemas.CodeUnavailable, Message: "no writer is available right now: retry with the same command id"}
 	case errors.Is(err, context.DeadlineExceeded):
 		return &schemas.Error{Code: schemas.CodeUnavailable, Message: "timed out: retry with the same command id"}
+	case errors.Is(err, projections.ErrClosed):
+		return &schemas.Error{Code: schemas.CodeUnavailable, Message: "this replica is stopping: retry (another replica, or this one once started again, answers)"}
 	}
 	logger.Error("handlers: internal error", "err", err)
 	return &schemas.Error{Code: schemas.CodeInternal, Message: "internal error: the service logged it; retry, and report it if it persists"}
