@@ -6,6 +6,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/dwr-run/dwr/domain"
 	"github.com/dwr-run/dwr/schemas"
@@ -31,6 +32,16 @@ const (
 	// AllWorkspaces in a Grant gives its role in every workspace.
 	AllWorkspaces = "*"
 )
+
+// CommandReplyWindow is how long the NATS servers keep the way back for a
+// command's reply across the accounts (the command export's
+// response_threshold; nats-server's default is 2 minutes): a reply later
+// than that is not delivered — the caller, whose tries wait 5 s (10 s for
+// the CLI), has asked again by then, and a command sent again by its id gets
+// its first outcome. Short, so that a command never answered (dropped past a
+// flooded endpoint's bound) does not keep its mapping in the servers for
+// minutes. The queries keep the default: artifact.put may take minutes.
+const CommandReplyWindow = 30 * time.Second
 
 // Grant gives an identity a role in one workspace (or AllWorkspaces).
 type Grant struct {
@@ -217,7 +228,7 @@ func serverConfig(s Spec, users bool) string {
 		w("    ]\n")
 	}
 	w("    exports: [\n")
-	w("      { service: %s, accounts: [%s] }\n", q(p+".cmd.>"), ClientAccount)
+	w("      { service: %s, response_threshold: %s, accounts: [%s] }\n", q(p+".cmd.>"), q(CommandReplyWindow.String()), ClientAccount)
 	w("      { service: %s, accounts: [%s] }\n", q(p+".q.>"), ClientAccount)
 	w("      { service: %s, response_type: stream, accounts: [%s] }\n", q("$JS.API.CONSUMER.MSG.NEXT."+stream+".*"), ClientAccount)
 	w("      { service: %s, accounts: [%s] }\n", q("$JS.API.CONSUMER.INFO."+stream+".*"), ClientAccount)

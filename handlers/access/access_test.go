@@ -35,6 +35,16 @@ func TestServerConfigRuns(t *testing.T) {
 		for _, conf := range []string{access.ServerConfig(spec), access.AccountsConfig(spec)} {
 			srv, err := embedded.Start(embedded.Config{DataDir: t.TempDir(), Accounts: conf})
 			require.NoError(t, err, conf)
+			// A command's reply is routed back for CommandReplyWindow; the
+			// queries' (artifact.put takes minutes) for nats-server's default.
+			acc, err := srv.NATS().LookupAccount(access.ServiceAccount)
+			require.NoError(t, err)
+			window, err := acc.ServiceExportResponseThreshold("dwr.cmd.>")
+			require.NoError(t, err)
+			require.Equal(t, access.CommandReplyWindow, window)
+			window, err = acc.ServiceExportResponseThreshold("dwr.q.>")
+			require.NoError(t, err)
+			require.Equal(t, 2*time.Minute, window)
 			srv.Shutdown()
 		}
 		require.NotContains(t, access.AccountsConfig(spec), "nkey")
