@@ -410,15 +410,12 @@ func (s *Store) leave() {
 
 // quiesce turns new reads away and waits for those under way to end (each
 // is bounded: a lookup, or a scan of a page). The caller holds applyMu.
+// A read that leaves after closing is set sees it, and the last one wakes
+// quiesce (a wake-up left from before only makes it look again).
 func (s *Store) quiesce() {
 	s.closing.Store(true)
 	for s.reads.Load() != 0 {
-		t := time.NewTimer(10 * time.Millisecond) // in case the last read ended before closing was set
-		select {
-		case <-s.drained:
-		case <-t.C:
-		}
-		t.Stop()
+		<-s.drained
 	}
 }
 
