@@ -193,6 +193,9 @@ func (x *tx) commitPlan(g *Goal, tasks []TaskSpec) (Reply, error) {
 		if err := ValidateSpec(fmt.Sprintf("/tasks/%d", i), s, &g.Envelope); err != nil {
 			return Reply{}, err
 		}
+		if err := x.openQueues(g.Workspace, fmt.Sprintf("/tasks/%d", i), s); err != nil {
+			return Reply{}, err
+		}
 	}
 	version := g.PlanVersion + 1
 	prev := map[string]PlanTask{}

@@ -28,6 +28,9 @@ func (x *tx) createTask(c *CreateTask) (Reply, error) {
 		}
 		return Reply{}, conflict("task %s already exists", c.TaskID)
 	}
+	if err := x.openQueues(x.m.Workspace, "/spec", c.Spec); err != nil {
+		return Reply{}, err
+	}
 	open := false
 	for i, d := range c.Spec.DependsOn {
 		dt, err := x.task(d, fmt.Sprintf("/spec/depends_on/%d", i))

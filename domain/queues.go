@@ -56,6 +56,11 @@ func (x *tx) configureQueue(c *ConfigureQueue) (Reply, error) {
 			Message: "only a workspace admin may set a queue's limit of jobs running at once (dwr queue set); an executor configures its lease and deliveries"}
 	}
 	q := w.Queue(c.Queue)
+	if q == nil {
+		if err := x.openQueue(w.Name, c.Queue, "/queue"); err != nil {
+			return Reply{}, err
+		}
+	}
 	running := 0 // no limit: a queue configured before, or -1
 	switch {
 	case c.MaxRunning > 0:

@@ -47,6 +47,8 @@ type Overlay struct {
 	// versions holds the ritual versions defined here, by ritualVersionKey.
 	versions map[string]*RitualVersion
 	changes  []Change
+	// opened are the queues the overlay's commands opened (QueueUse).
+	opened map[queueKey]struct{}
 }
 
 // NewOverlay returns an empty overlay on base.
@@ -160,6 +162,7 @@ func (o *Overlay) Execute(cmd Command, m Meta) (*Outcome, error) {
 		o.dependents[dep] = append(o.dependents[dep], ids...)
 	}
 	o.changes = append(o.changes, inner.changes...)
+	o.mergeOpened(inner)
 	return out, nil
 }
 

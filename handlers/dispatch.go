@@ -103,6 +103,8 @@ type dispatcher struct {
 	// later one.
 	configuring  sync.Mutex
 	configuredAt map[string]uint64
+	// room counts the queues that stand, for the writer's bounds on them.
+	room *queueRoom
 }
 
 // The settings of a queue that no queue.configure has set: its consumer's
@@ -187,6 +189,7 @@ func (d *dispatcher) ensureConsumer(ctx context.Context, ws, queue string, qc *d
 	d.mu.Lock()
 	d.queues[name] = applied
 	d.mu.Unlock()
+	d.room.add(ws, queue)
 	return nil
 }
 
@@ -221,13 +224,13 @@ func newDispatcher(ctx context.Context, js jetstream.JetStream, cfg Config) (*di
 		Name: name, Description: "dwr work items, derived from the log: one per ready task and attempt",
 		Subjects: []string{cfg.Prefix + ".work.>"}, Storage: jetstream.FileStorage, Retention: jetstream.WorkQueuePolicy,
 		Replicas: cfg.Replicas, PersistMode: persist, Duplicates: 2 * time.Minute,
-		MaxMsgSize: 1 << 20,
+		MaxMsgSize: 1 << 20, MaxConsumers: cfg.MaxQueues,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("handlers: work stream: %w", err)
 	}
 	return &dispatcher{js: js, stream: name, prefix: cfg.Prefix, logger: cfg.Logger, tracer: cfg.Tracer.Tracer(tracerName), retry: make(chan *schemas.WorkItem, 1024),
-		pending: make(chan *pendingItem, 4096), queues: map[string]domain.QueueConfig{}, configuredAt: map[string]uint64{}}, nil
+		pending: make(chan *pendingItem, 4096), queues: map[string]domain.QueueConfig{}, configuredAt: map[string]uint64{}, room: newQueueRoom(cfg)}, nil
 }
 
 // publish sends a work item without waiting for its acknowledgement; a
@@ -407,12 +410,31 @@ func (d *dispatcher) dispatchCommit(c *eventstore.Commit, seq uint64, store aggr
 			d.logger.Error("handlers: cannot read a committed task to dispatch it", "task", e.AggregateID, "err", err)
 			continue
 		}
+		if e.Type == "task.created" {
+			d.openQueues(t, store)
+		}
 		if dispatchable(t) {
 			it := workItemOf(t, store, seq)
 			if err := d.ensureQueue(context.Background(), store, t.Workspace, it.Queue); err != nil {
 				d.logger.Warn("handlers: a queue's consumer could not be created; its items wait in the stream", "err", err)
 			}
 			d.publishTraced(it, traces.of(e))
+		}
+	}
+}
+
+// openQueues makes the consumers of the queues of task t, which was just
+// created — before it is ready, so that the queues its record opened
+// (domain.QueueUse) stand at once — and counts them.
+func (d *dispatcher) openQueues(t *domain.Task, store aggregates) {
+	queues := []string{t.Spec.Queue}
+	if v := t.Spec.Verification; v != nil {
+		queues = append(queues, v.Queue)
+	}
+	for _, q := range queues {
+		d.room.add(t.Workspace, q)
+		if err := d.ensureQueue(context.Background(), store, t.Workspace, q); err != nil {
+			d.logger.Warn("handlers: a queue's consumer could not be created; its items wait in the stream", "err", err)
 		}
 	}
 }
@@ -448,10 +470,13 @@ func (d *dispatcher) rederive(ctx context.Context, store *projections.Store) (in
 		return 0, err
 	}
 	n := 0
+	// A queue whose consumer cannot be made does not keep the others'
+	// items back: the first such error is returned once all are published.
+	var queueErr error
 	for _, ws := range wss {
 		for _, q := range ws.Queues {
-			if err := d.ensureQueue(ctx, store, ws.Name, q.Name); err != nil {
-				return n, err
+			if err := d.ensureQueue(ctx, store, ws.Name, q.Name); err != nil && queueErr == nil {
+				queueErr = err
 			}
 		}
 		ready, err := store.ListTasks(ws.Name, projections.TaskFilter{State: domain.StateReady})
@@ -465,8 +490,8 @@ func (d *dispatcher) rederive(ctx context.Context, store *projections.Store) (in
 		tasks := append(ready, verifying...)
 		for _, t := range tasks {
 			it := workItemOf(t, store, store.Checkpoint())
-			if err := d.ensureQueue(ctx, store, ws.Name, it.Queue); err != nil {
-				return n, err
+			if err := d.ensureQueue(ctx, store, ws.Name, it.Queue); err != nil && queueErr == nil {
+				queueErr = err
 			}
 			m, err := d.msg(it)
 			if err != nil {
@@ -478,7 +503,7 @@ func (d *dispatcher) rederive(ctx context.Context, store *projections.Store) (in
 			n++
 		}
 	}
-	return n, nil
+	return n, queueErr
 }
 
 // workAuditEvery is how often the writer looks for dispatchable tasks that

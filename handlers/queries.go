@@ -318,11 +318,17 @@ func (s *Service) query(name, ws string, p principal, q schemas.Query) (json.Raw
 		}
 		return s.members(w, q, newPage("member", "raise the NATS server's max_payload", limit, budget))
 	case "queue.list":
+		// The queues configured, then those that stand (given to a task)
+		// with the settings of their consumers, by name.
 		w, err := s.workspace(ws)
 		if err != nil {
 			return nil, "", err
 		}
-		return one(nonNil(w.Queues), nil, budget, tooLargeReply(budget))
+		more, err := s.dispatch.standing(ws, w.Queues)
+		if err != nil {
+			return nil, "", fmt.Errorf("handlers: the work stream's consumers: %w", err)
+		}
+		return one(append(slices.Clone(nonNil(w.Queues)), more...), nil, budget, tooLargeReply(budget))
 	case "ritual.get":
 		return s.ritual(ws, q, budget)
 	case "ritual.list":

@@ -157,6 +157,16 @@ type Config struct {
 	// never needed again; it keeps its last event, from which a writer's
 	// start resumes it. Default DefaultFeedMaxBytes (1 GiB); -1: no bound.
 	FeedMaxBytes int64
+	// MaxQueues bounds the queues of the whole service: each is a durable
+	// consumer of the work stream, whose MaxConsumers it sets. A command
+	// that would give a task (or a queue configuration) a new queue past
+	// it is refused (conflict). Default DefaultMaxQueues (1,000,
+	// JetStream's own default per stream).
+	MaxQueues int
+	// MaxQueuesPerWorkspace bounds the queues of one workspace, so that
+	// one workspace's clients cannot take every queue of the service.
+	// Default DefaultMaxQueuesPerWorkspace (100); -1: only MaxQueues.
+	MaxQueuesPerWorkspace int
 	// ArtifactMaxBytes bounds one artifact. Default
 	// DefaultArtifactMaxBytes (1 GiB).
 	ArtifactMaxBytes int64
@@ -304,6 +314,12 @@ func (c Config) withDefaults() Config {
 	}
 	if c.ArtifactMaxBytes <= 0 {
 		c.ArtifactMaxBytes = DefaultArtifactMaxBytes
+	}
+	if c.MaxQueues <= 0 {
+		c.MaxQueues = DefaultMaxQueues
+	}
+	if c.MaxQueuesPerWorkspace == 0 {
+		c.MaxQueuesPerWorkspace = min(DefaultMaxQueuesPerWorkspace, c.MaxQueues)
 	}
 	if c.ArtifactRetention == 0 {
 		c.ArtifactRetention = DefaultArtifactRetention
@@ -1150,7 +1166,10 @@ func (s *Service) takeOver(ctx context.Context, timerWake, membersWake chan stru
 	if _, err := s.store.CatchUp(ctx, s.log, s.key); err != nil {
 		return nil, nil, err
 	}
-	w := &writer{store: s.store, clock: s.cfg.Clock, logger: s.cfg.Logger, broken: make(chan struct{}), tracer: s.tracer, disk: s.disk,
+	if err := s.dispatch.room.load(ctx, s.js, s.dispatch.stream, s.cfg.Prefix); err != nil {
+		s.cfg.Logger.Warn("handlers: could not list the queues' consumers; the queues counted are those made from now on", "err", err)
+	}
+	w := &writer{store: s.store, world: roomWorld{s.store, s.dispatch.room}, clock: s.cfg.Clock, logger: s.cfg.Logger, broken: make(chan struct{}), tracer: s.tracer, disk: s.disk,
 		dispatch: s.dispatch.dispatchCommit, answered: &s.onAnswered,
 		after: func(c *eventstore.Commit, seq uint64) {
 			// A writer deposed meanwhile (paused past its lease) leaves the
@@ -1198,7 +1217,7 @@ func (s *Service) takeOver(ctx context.Context, timerWake, membersWake chan stru
 		return nil, nil, fmt.Errorf("handlers: reading the handed attempts: %w", err)
 	}
 	if n, err := s.dispatch.rederive(ctx, s.store); err != nil {
-		s.cfg.Logger.Warn("handlers: re-deriving work items failed; they are derived again on the next start", "err", err)
+		s.cfg.Logger.Warn("handlers: re-deriving work items failed in part; what was not published is derived again on the next start", "published", n, "err", err)
 	} else if n > 0 {
 		s.cfg.Logger.Info("handlers: work items of ready tasks published again", "tasks", n)
 	}

@@ -81,7 +81,10 @@ func (a *answered) Error() string { return "handlers: answered without an append
 // writer decides batches of commands against the views and keeps them in step
 // with the log: it is the eventstore.Decider of the group committer.
 type writer struct {
-	store  *projections.Store
+	store *projections.Store
+	// world is what commands are decided against: the views, with the
+	// queues that stand (roomWorld); the views alone when nil.
+	world  domain.World
 	clock  func() time.Time
 	logger *slog.Logger
 	// dispatch runs once a record is committed, before the views apply it
@@ -139,7 +142,11 @@ func (t commandTraces) of(e *eventstore.Event) trace.SpanContext {
 func (w *writer) Decide(items []*request) ([]eventstore.Event, []eventstore.CommandResult, []error) {
 	w.decideStart = time.Now()
 	defer func() { w.decideEnd = time.Now() }()
-	o := domain.NewOverlay(w.store)
+	var base domain.World = w.store
+	if w.world != nil {
+		base = w.world
+	}
+	o := domain.NewOverlay(base)
 	errs := make([]error, len(items))
 	var events []eventstore.Event
 	var results []eventstore.CommandResult

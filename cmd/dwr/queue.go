@@ -16,7 +16,7 @@ import (
 
 func queueCmd(g *globals) *cobra.Command {
 	cmd := &cobra.Command{Use: "queue", Short: "list queues and set their lease, deliveries and limit of jobs running at once"}
-	list := listCmd(g, &cobra.Command{Use: "list", Short: "list the workspace's configured queues", Args: cobra.NoArgs}, nil, "queues", nil,
+	list := listCmd(g, &cobra.Command{Use: "list", Short: "list the workspace's queues: those configured, then those its tasks opened, with their settings", Args: cobra.NoArgs}, nil, "queues", nil,
 		func(ctx context.Context, cl *client.Client, _ []string, opts ...client.CallOption) iter.Seq2[*schemas.QueueConfig, error] {
 			return cl.Queues(ctx, opts...)
 		}, columns([]string{"QUEUE", "LEASE", "MAX DELIVER", "MAX RUNNING"}, func(q schemas.QueueConfig) []string {

@@ -133,6 +133,10 @@ func (o *serveOptions) flags(cmd *cobra.Command) {
 		"how long the artifacts a task made and no task names are kept once its goal ended (-1s: forever)")
 	f.Int64Var(&o.cfg.Service.ArtifactStoreMaxBytes, "artifacts-max-bytes", 0,
 		"bound of the artifact store (the object store dwr-artifacts): past it, puts are refused (0: none)")
+	f.IntVar(&o.cfg.Service.MaxQueues, "max-queues", handlers.DefaultMaxQueues,
+		"the most queues of the whole service (each a consumer of the work stream): a task given a new queue past it is refused")
+	f.IntVar(&o.cfg.Service.MaxQueuesPerWorkspace, "max-queues-per-workspace", handlers.DefaultMaxQueuesPerWorkspace,
+		"the most queues of one workspace: a task given a new queue past it is refused (-1: only --max-queues)")
 	f.IntVar(&o.cfg.Service.MaxInFlightPerCaller, "max-in-flight-per-caller", 0, fmt.Sprintf(
 		"requests one identity may have in flight at once; more are refused (unavailable) (0: %d)", handlers.DefaultMaxInFlightPerCaller))
 	f.DurationVar(&o.cfg.Service.BenchFor, "bench-flooders", handlers.DefaultBenchFor,

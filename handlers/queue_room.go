@@ -1,0 +1,128 @@
+package handlers
+
+import (
+	"context"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/dwr-run/dwr/domain"
+	"github.com/dwr-run/dwr/handlers/access"
+	"github.com/dwr-run/dwr/projections"
+	"github.com/dwr-run/dwr/schemas"
+)
+
+// The bounds on queues that no Config sets: JetStream's own default of
+// consumers per stream, and a tenth of it for one workspace.
+const (
+	DefaultMaxQueues             = 1_000
+	DefaultMaxQueuesPerWorkspace = 100
+)
+
+// queueRoom knows the queues that stand — each a durable consumer of the
+// work stream, which the service makes for the first task given a queue
+// and never removes — so that the writer can refuse a command that would
+// open a queue past its workspace's bound or the service's
+// (domain.QueueUse). Without it, one client naming a new queue per task
+// took every consumer JetStream allows the stream (1,000 by default), and
+// the tasks of any workspace's next queue then waited for ever.
+type queueRoom struct {
+	mu    sync.Mutex
+	byWS  map[string]map[string]struct{}
+	all   int
+	perWS int // 0: no bound of its own
+	max   int
+}
+
+func newQueueRoom(cfg Config) *queueRoom {
+	per := cfg.MaxQueuesPerWorkspace
+	if per < 0 {
+		per = 0
+	}
+	return &queueRoom{byWS: map[string]map[string]struct{}{}, perWS: per, max: cfg.MaxQueues}
+}
+
+// use is domain.QueueCounter's answer for queue in ws.
+func (r *queueRoom) use(ws, queue string) domain.QueueUse {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	qs := r.byWS[ws]
+	_, stands := qs[queue]
+	return domain.QueueUse{Stands: stands, InWorkspace: len(qs), InAll: r.all, PerWorkspace: r.perWS, All: r.max}
+}
+
+// add counts queue of ws as standing.
+func (r *queueRoom) add(ws, queue string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	qs := r.byWS[ws]
+	if qs == nil {
+		qs = map[string]struct{}{}
+		r.byWS[ws] = qs
+	}
+	if _, ok := qs[queue]; !ok {
+		qs[queue] = struct{}{}
+		r.all++
+	}
+}
+
+// load counts the queues whose consumers stand on the work stream: a
+// writer that takes over knows those its predecessors made.
+func (r *queueRoom) load(ctx context.Context, js jetstream.JetStream, stream, prefix string) error {
+	s, err := js.Stream(ctx, stream)
+	if err != nil {
+		return err
+	}
+	r.mu.Lock()
+	clear(r.byWS)
+	r.all = 0
+	r.mu.Unlock()
+	lister := s.ListConsumers(ctx)
+	for info := range lister.Info() {
+		ws, queue, ok := strings.Cut(strings.TrimPrefix(info.Config.FilterSubject, prefix+".work."), ".")
+		if ok && ws != "" && queue != "" && !strings.Contains(queue, ".") {
+			r.add(ws, queue)
+		}
+	}
+	return lister.Err()
+}
+
+// standing returns the queues of workspace ws that stand on the work
+// stream without a configuration of their own (given to a task, never to
+// queue.configure; not in configured), with their consumers' settings.
+func (d *dispatcher) standing(ws string, configured []schemas.QueueConfig) ([]schemas.QueueConfig, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	s, err := d.js.Stream(ctx, d.stream)
+	if err != nil {
+		return nil, err
+	}
+	var out []schemas.QueueConfig
+	lister := s.ListConsumers(ctx)
+	for info := range lister.Info() {
+		c := info.Config
+		w, queue, ok := strings.Cut(strings.TrimPrefix(c.FilterSubject, d.prefix+".work."), ".")
+		if !ok || w != ws || c.Durable != access.Consumer(d.prefix, ws, queue) ||
+			slices.ContainsFunc(configured, func(q schemas.QueueConfig) bool { return q.Name == queue }) {
+			continue
+		}
+		out = append(out, schemas.QueueConfig{Name: queue, LeaseMS: c.AckWait.Milliseconds(), MaxDeliver: c.MaxDeliver})
+	}
+	slices.SortFunc(out, func(a, b schemas.QueueConfig) int { return strings.Compare(a.Name, b.Name) })
+	return out, lister.Err()
+}
+
+// roomWorld is the writer's views with the queues that stand: the World
+// its commands are decided against.
+type roomWorld struct {
+	*projections.Store
+	room *queueRoom
+}
+
+// QueueUse implements domain.QueueCounter.
+func (w roomWorld) QueueUse(ws, queue string) (domain.QueueUse, error) {
+	return w.room.use(ws, queue), nil
+}
