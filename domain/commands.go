@@ -116,6 +116,8 @@ type (
 	RemoveMember = schemas.RemoveMember
 	// ConfigureQueue sets a queue's lease and maximum deliveries.
 	ConfigureQueue = schemas.ConfigureQueue
+	// DeleteQueue removes a queue no open task is given.
+	DeleteQueue = schemas.DeleteQueue
 	// RequestApproval parks the current attempt's task on a person's
 	// decision about a concrete action.
 	RequestApproval = schemas.RequestApproval
@@ -213,6 +215,7 @@ var commandTypes = map[string]func() Command{
 	"member.add":            func() Command { return &AddMember{} },
 	"member.remove":         func() Command { return &RemoveMember{} },
 	"queue.configure":       func() Command { return &ConfigureQueue{} },
+	"queue.delete":          func() Command { return &DeleteQueue{} },
 	"task.request_approval": func() Command { return &RequestApproval{} },
 	"task.wait":             func() Command { return &WaitTask{} },
 	"task.signal":           func() Command { return &SendSignal{} },

@@ -92,6 +92,11 @@ func (x *tx) retryTask(c *RetryTask) (Reply, error) {
 	} else if w != nil && w.Shredded {
 		return Reply{}, conflict("workspace %s was shredded: its work cannot run again", t.Workspace)
 	}
+	// The task is given its queues again: a queue deleted meanwhile opens
+	// again, within its bounds.
+	if err := x.reopenQueues(t.Workspace, t.Spec); err != nil {
+		return Reply{}, err
+	}
 	var reopen *Goal
 	if t.GoalID != "" {
 		g, err := x.goal(t.GoalID, "/task_id")
@@ -171,6 +176,9 @@ func (x *tx) waitDependentsAgain(id string) error {
 				}
 				if dt == nil || dt.State != StateFailed || dt.Reason != ReasonDependencyFailed || len(x.unaccepted(dt)) > 0 {
 					continue
+				}
+				if err := x.reopenQueues(dt.Workspace, dt.Spec); err != nil {
+					return err
 				}
 				if err := x.emit(d, &TaskRetried{State: StatePending, Retried: id}); err != nil {
 					return err

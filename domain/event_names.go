@@ -247,6 +247,13 @@ func (*QueueConfigured) EventType() string { return "workspace.queue_configured"
 func (*QueueConfigured) AggregateType() string { return AggWorkspace }
 func (*QueueConfigured) isEvent()              {}
 
+// EventType returns "workspace.queue_deleted".
+func (*QueueDeleted) EventType() string { return "workspace.queue_deleted" }
+
+// AggregateType returns AggWorkspace.
+func (*QueueDeleted) AggregateType() string { return AggWorkspace }
+func (*QueueDeleted) isEvent()              {}
+
 // EventType returns "ritual.defined".
 func (*RitualDefined) EventType() string { return "ritual.defined" }
 

@@ -322,6 +322,12 @@ type QueueConfigured struct {
 	MaxRunning int    `json:"max_running,omitempty"` // 0: no limit
 }
 
+// QueueDeleted: the queue no longer stands in the workspace; its settings
+// are gone.
+type QueueDeleted struct {
+	Queue string `json:"queue"`
+}
+
 // ApprovalRequested parks the task on an approval (its gate, or an attempt's
 // request): the attempt that asked, if any, is parked.
 type ApprovalRequested struct {
@@ -429,6 +435,7 @@ var eventTypes = map[string]func() Event{
 	"workspace.member_added":        func() Event { return &MemberAdded{} },
 	"workspace.member_removed":      func() Event { return &MemberRemoved{} },
 	"workspace.queue_configured":    func() Event { return &QueueConfigured{} },
+	"workspace.queue_deleted":       func() Event { return &QueueDeleted{} },
 	"task.signal_received":          func() Event { return &SignalReceived{} },
 	"task.signal_buffered":          func() Event { return &SignalBuffered{} },
 	"task.delegated":                func() Event { return &TaskDelegated{} },

@@ -116,6 +116,8 @@ func (x *tx) decide(cmd Command) (Reply, error) {
 		return x.removeMember(c)
 	case *ConfigureQueue:
 		return x.configureQueue(c)
+	case *DeleteQueue:
+		return x.deleteQueue(c)
 	case *RequestApproval:
 		return x.requestApproval(c)
 	case *WaitTask:

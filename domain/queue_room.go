@@ -2,7 +2,7 @@ package domain
 
 import (
 	"fmt"
-	"maps"
+	"math"
 )
 
 // QueueUse is what the service knows of a queue a task would be given:
@@ -19,6 +19,9 @@ type QueueUse struct {
 	InWorkspace, InAll int
 	// PerWorkspace and All bound them; 0: no bound.
 	PerWorkspace, All int
+	// UsedAt is the log sequence of the last record that gave a task the
+	// queue, as far as the service knows (0: none it knows of).
+	UsedAt uint64
 }
 
 // QueueCounter is a World that knows the queues that stand (the writer's
@@ -31,8 +34,10 @@ type QueueCounter interface {
 // queueKey names one queue of one workspace.
 type queueKey struct{ ws, queue string }
 
-// QueueUse is the base's use of queue in ws with the queues that the
-// overlay's commands opened counted in.
+// QueueUse is the base's use of queue in ws with what the overlay's
+// commands did counted in: the queues they opened stand and count, those
+// they deleted do not stand, and one they gave a task was used after any
+// record (UsedAt is the largest sequence).
 func (o *Overlay) QueueUse(ws, queue string) (QueueUse, error) {
 	var u QueueUse
 	if qc, ok := o.base.(QueueCounter); ok {
@@ -41,12 +46,22 @@ func (o *Overlay) QueueUse(ws, queue string) (QueueUse, error) {
 			return QueueUse{}, err
 		}
 	}
-	for k := range o.opened {
-		u.InAll++
-		if k.ws == ws {
-			u.InWorkspace++
-			u.Stands = u.Stands || k.queue == queue
+	k := queueKey{ws, queue}
+	if _, ok := o.deleted[k]; ok {
+		u.Stands = false
+	}
+	for q, opened := range o.used {
+		if !opened {
+			continue
 		}
+		u.InAll++
+		if q.ws == ws {
+			u.InWorkspace++
+		}
+	}
+	if opened, ok := o.used[k]; ok {
+		u.Stands = u.Stands || opened
+		u.UsedAt = math.MaxUint64
 	}
 	return u, nil
 }
@@ -54,20 +69,27 @@ func (o *Overlay) QueueUse(ws, queue string) (QueueUse, error) {
 // OpenedQueues calls f with each queue that the overlay's commands opened
 // (gave a task, or configured, when it did not stand).
 func (o *Overlay) OpenedQueues(f func(ws, queue string)) {
-	for k := range o.opened {
-		f(k.ws, k.queue)
+	for k, opened := range o.used {
+		if opened {
+			f(k.ws, k.queue)
+		}
 	}
 }
 
-// mergeOpened keeps the queues an inner overlay opened.
-func (o *Overlay) mergeOpened(inner *Overlay) {
-	if len(inner.opened) == 0 {
-		return
+// mergeQueues keeps what an inner overlay's command did to queues.
+func (o *Overlay) mergeQueues(inner *Overlay) {
+	for k, opened := range inner.used {
+		if o.used == nil {
+			o.used = map[queueKey]bool{}
+		}
+		o.used[k] = o.used[k] || opened
 	}
-	if o.opened == nil {
-		o.opened = map[queueKey]struct{}{}
+	for k := range inner.deleted {
+		if o.deleted == nil {
+			o.deleted = map[queueKey]struct{}{}
+		}
+		o.deleted[k] = struct{}{}
 	}
-	maps.Copy(o.opened, inner.opened)
 }
 
 // openQueue makes room for queue in workspace ws, which a task or a queue
@@ -76,8 +98,18 @@ func (o *Overlay) mergeOpened(inner *Overlay) {
 // this command from now on.
 func (x *tx) openQueue(ws, queue, field string) error {
 	u, err := x.o.QueueUse(ws, queue)
-	if err != nil || u.Stands {
+	if err != nil {
 		return err
+	}
+	if x.o.used == nil {
+		x.o.used = map[queueKey]bool{}
+	}
+	k := queueKey{ws, queue}
+	if u.Stands {
+		if _, ok := x.o.used[k]; !ok {
+			x.o.used[k] = false // given a task, not opened
+		}
+		return nil
 	}
 	switch {
 	case u.PerWorkspace > 0 && u.InWorkspace >= u.PerWorkspace:
@@ -89,21 +121,81 @@ func (x *tx) openQueue(ws, queue, field string) error {
 			"queue %q would be a new queue, and the service has %d in all, the most it may have: give the task one of the workspace's queues (dwr queue ls; the bound is dwr serve --max-queues)",
 			queue, u.InAll)}
 	}
-	if x.o.opened == nil {
-		x.o.opened = map[queueKey]struct{}{}
-	}
-	x.o.opened[queueKey{ws, queue}] = struct{}{}
+	x.o.used[k] = true
 	return nil
 }
 
 // openQueues makes room for the queues of task spec s, at field, in ws:
-// its own, and its verifier's.
+// its own (at field/queue), and its verifier's.
 func (x *tx) openQueues(ws, field string, s TaskSpec) error {
-	if err := x.openQueue(ws, s.Queue, field+"/queue"); err != nil {
+	return x.openQueuesAt(ws, s, field+"/queue", field+"/verification/queue")
+}
+
+// reopenQueues makes room for the queues of a task that a retry (of the
+// task at /task_id, or of its dependency) gives them again.
+func (x *tx) reopenQueues(ws string, s TaskSpec) error {
+	return x.openQueuesAt(ws, s, "/task_id", "/task_id")
+}
+
+func (x *tx) openQueuesAt(ws string, s TaskSpec, field, verifierField string) error {
+	if err := x.openQueue(ws, s.Queue, field); err != nil {
 		return err
 	}
 	if v := s.Verification; v != nil {
-		return x.openQueue(ws, v.Queue, field+"/verification/queue")
+		return x.openQueue(ws, v.Queue, verifierField)
 	}
 	return nil
+}
+
+// deleteQueue removes a queue that stands, or is configured, in the
+// command's workspace, unless a task was given it after the service last
+// found no open task given it (ScannedAt), or by an earlier command of the
+// batch.
+func (x *tx) deleteQueue(c *DeleteQueue) (Reply, error) {
+	w, dup, err := x.commandWorkspace()
+	if err != nil {
+		return Reply{}, err
+	}
+	if err := checkName("/queue", "queue", c.Queue); err != nil {
+		return Reply{}, err
+	}
+	if dup {
+		return workspaceReply(w, true), nil
+	}
+	u, err := x.o.QueueUse(w.Name, c.Queue)
+	if err != nil {
+		return Reply{}, err
+	}
+	if !u.Stands && w.Queue(c.Queue) == nil {
+		return Reply{}, notFound("/queue", "queue %q does not stand in workspace %q (dwr queue ls)", c.Queue, w.Name)
+	}
+	if u.UsedAt > c.ScannedAt || x.o.givesQueue(w.Name, c.Queue) {
+		return Reply{}, &Error{Code: CodeConflict, Field: "/queue", Message: fmt.Sprintf(
+			"a task was given queue %q meanwhile: a queue is deleted only while no task that has not ended is given it; send the command again", c.Queue)}
+	}
+	if err := x.emit(w.Name, &QueueDeleted{Queue: c.Queue}); err != nil {
+		return Reply{}, err
+	}
+	if x.o.deleted == nil {
+		x.o.deleted = map[queueKey]struct{}{}
+	}
+	x.o.deleted[queueKey{w.Name, c.Queue}] = struct{}{}
+	w, _ = x.o.Workspace(w.Name)
+	return workspaceReply(w, false), nil
+}
+
+// givesQueue reports whether a task the overlay (or an overlay it is on)
+// holds, one that has not ended, is given queue in ws: a command of the
+// batch created, revived or read it.
+func (o *Overlay) givesQueue(ws, queue string) bool {
+	for _, t := range o.tasks {
+		if t != nil && t.Workspace == ws && !Terminal(t.State) &&
+			(t.Spec.Queue == queue || (t.Spec.Verification != nil && t.Spec.Verification.Queue == queue)) {
+			return true
+		}
+	}
+	if b, ok := o.base.(*Overlay); ok {
+		return b.givesQueue(ws, queue)
+	}
+	return false
 }

@@ -14,10 +14,12 @@ type counted struct {
 	World
 	stands   map[queueKey]bool
 	per, all int
+	usedAt   map[queueKey]uint64
 }
 
 func (c counted) QueueUse(ws, queue string) (QueueUse, error) {
-	u := QueueUse{Stands: c.stands[queueKey{ws, queue}], InAll: len(c.stands), PerWorkspace: c.per, All: c.all}
+	u := QueueUse{Stands: c.stands[queueKey{ws, queue}], InAll: len(c.stands), PerWorkspace: c.per, All: c.all,
+		UsedAt: c.usedAt[queueKey{ws, queue}]}
 	for k := range c.stands {
 		if k.ws == ws {
 			u.InWorkspace++
@@ -113,4 +115,88 @@ func TestAScheduleSlotPastTheQueueBoundIsSkipped(t *testing.T) {
 	require.NotNil(t, skipped)
 	require.Equal(t, schemas.SkipRefused, skipped.Reason)
 	require.True(t, w.schedule("ten").NextSlot.After(w.now), "the schedule goes on")
+}
+
+// queue.delete removes a queue that stands (or is configured): not one
+// that does not, nor one a task was given after the service's scan for
+// open tasks (ScannedAt) or earlier in the batch. Deleted, the queue no
+// longer stands, and a task given it opens it again.
+func TestDeletingAQueue(t *testing.T) {
+	w := setup(t)
+	w.must(&ConfigureQueue{Queue: "old", LeaseMS: 30_000, MaxDeliver: 5})
+	base := counted{World: w.o, per: 3, stands: map[queueKey]bool{{"acme", "work"}: true, {"acme", "old"}: true},
+		usedAt: map[queueKey]uint64{{"acme", "old"}: 7}}
+	o := NewOverlay(base)
+	n := 0
+	run := func(cmd Command) (*Outcome, error) {
+		n++
+		return o.Execute(cmd, Meta{CommandID: "d" + string(rune('a'+n)), Workspace: "acme", Actor: "tester", Now: epoch})
+	}
+	refusal := func(err error, code Code, want string) {
+		t.Helper()
+		var de *Error
+		require.True(t, errors.As(err, &de), "refused: %v", err)
+		require.Equal(t, code, de.Code)
+		require.Equal(t, "/queue", de.Field)
+		require.Contains(t, de.Message, want)
+	}
+	_, err := run(&DeleteQueue{Queue: "none"})
+	refusal(err, CodeNotFound, "does not stand")
+	_, err = run(&DeleteQueue{Queue: "old", ScannedAt: 6})
+	refusal(err, CodeConflict, "meanwhile")
+	s := spec("")
+	s.Queue = "work"
+	_, err = run(&CreateTask{TaskID: w.newID(), Spec: s})
+	require.NoError(t, err)
+	_, err = run(&DeleteQueue{Queue: "work", ScannedAt: 100})
+	refusal(err, CodeConflict, "meanwhile") // given a task earlier in the batch
+
+	out, err := run(&DeleteQueue{Queue: "old", ScannedAt: 7})
+	require.NoError(t, err)
+	require.Len(t, out.Changes, 1)
+	require.Equal(t, &QueueDeleted{Queue: "old"}, out.Changes[0].Event)
+	ws, err := o.Workspace("acme")
+	require.NoError(t, err)
+	require.Nil(t, ws.Queue("old"), "its settings are gone")
+	u, err := o.QueueUse("acme", "old")
+	require.NoError(t, err)
+	require.False(t, u.Stands)
+	s.Queue = "old"
+	_, err = run(&CreateTask{TaskID: w.newID(), Spec: s})
+	require.NoError(t, err, "a task given the queue opens it again")
+	u, err = o.QueueUse("acme", "old")
+	require.NoError(t, err)
+	require.True(t, u.Stands)
+}
+
+// A retry gives the task its queue again: a queue deleted meanwhile opens
+// again within the bounds, or the retry is refused; and a queue a retried
+// task is given earlier in the batch is not deleted.
+func TestARetryGivesTheTaskItsQueueAgain(t *testing.T) {
+	w := setup(t)
+	s := spec("")
+	s.Queue = "gone"
+	id := w.newID()
+	w.must(&CreateTask{TaskID: id, Spec: s})
+	w.fail(id, w.claim(id), false)
+	require.Equal(t, StateFailed, w.state(id))
+	committed := w.o
+
+	w.o = NewOverlay(counted{World: committed, per: 1, stands: map[queueKey]bool{{"acme", "work"}: true}})
+	de := w.refused(&RetryTask{TaskID: id}, CodeConflict)
+	require.Equal(t, "/task_id", de.Field)
+	require.Contains(t, de.Message, `queue "gone" would be a new queue`)
+
+	o := NewOverlay(counted{World: committed, per: 2, stands: map[queueKey]bool{{"acme", "work"}: true}})
+	m := Meta{CommandID: "r1", Workspace: "acme", Actor: "tester", Now: epoch}
+	_, err := o.Execute(&RetryTask{TaskID: id}, m)
+	require.NoError(t, err)
+	u, err := o.QueueUse("acme", "gone")
+	require.NoError(t, err)
+	require.True(t, u.Stands, "the retry opened the queue")
+	m.CommandID = "r2"
+	_, err = o.Execute(&DeleteQueue{Queue: "gone", ScannedAt: 1 << 40}, m)
+	var dq *Error
+	require.True(t, errors.As(err, &dq))
+	require.Equal(t, CodeConflict, dq.Code, "the retried task is given the queue")
 }

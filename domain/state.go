@@ -165,6 +165,11 @@ func ApplyWorkspace(w *Workspace, id string, e Event, r Recorded) (*Workspace, e
 		} else {
 			w.Queues = append(w.Queues, q)
 		}
+	case *QueueDeleted:
+		w.Queues = slices.DeleteFunc(w.Queues, func(x QueueConfig) bool { return x.Name == ev.Queue })
+		if len(w.Queues) == 0 {
+			w.Queues = nil
+		}
 	default:
 		return nil, fmt.Errorf("domain: workspace cannot apply %s", e.EventType())
 	}

@@ -47,8 +47,11 @@ type Overlay struct {
 	// versions holds the ritual versions defined here, by ritualVersionKey.
 	versions map[string]*RitualVersion
 	changes  []Change
-	// opened are the queues the overlay's commands opened (QueueUse).
-	opened map[queueKey]struct{}
+	// used are the queues the overlay's commands gave tasks (or
+	// configured), true for those they opened; deleted those they deleted
+	// (QueueUse).
+	used    map[queueKey]bool
+	deleted map[queueKey]struct{}
 }
 
 // NewOverlay returns an empty overlay on base.
@@ -162,7 +165,7 @@ func (o *Overlay) Execute(cmd Command, m Meta) (*Outcome, error) {
 		o.dependents[dep] = append(o.dependents[dep], ids...)
 	}
 	o.changes = append(o.changes, inner.changes...)
-	o.mergeOpened(inner)
+	o.mergeQueues(inner)
 	return out, nil
 }
 

@@ -390,6 +390,13 @@ func (d *dispatcher) dispatchCommit(c *eventstore.Commit, seq uint64, store aggr
 	seen := map[string]bool{}
 	for i := range c.Events {
 		e := &c.Events[i]
+		if e.Type == "workspace.queue_deleted" {
+			var qd domain.QueueDeleted
+			if err := json.Unmarshal(e.Data, &qd); err == nil {
+				d.deleteQueue(e.Workspace, qd.Queue)
+			}
+			continue
+		}
 		if e.Type == "workspace.queue_configured" {
 			var qc domain.QueueConfigured
 			if err := json.Unmarshal(e.Data, &qc); err == nil {
@@ -410,8 +417,8 @@ func (d *dispatcher) dispatchCommit(c *eventstore.Commit, seq uint64, store aggr
 			d.logger.Error("handlers: cannot read a committed task to dispatch it", "task", e.AggregateID, "err", err)
 			continue
 		}
-		if e.Type == "task.created" {
-			d.openQueues(t, store)
+		if !domain.Terminal(t.State) {
+			d.openQueues(t, store, seq)
 		}
 		if dispatchable(t) {
 			it := workItemOf(t, store, seq)
@@ -423,18 +430,41 @@ func (d *dispatcher) dispatchCommit(c *eventstore.Commit, seq uint64, store aggr
 	}
 }
 
-// openQueues makes the consumers of the queues of task t, which was just
-// created — before it is ready, so that the queues its record opened
-// (domain.QueueUse) stand at once — and counts them.
-func (d *dispatcher) openQueues(t *domain.Task, store aggregates) {
+// openQueues makes the consumers of the queues of task t, which has not
+// ended, as the record at seq left it — from its creation on, before it is
+// ready, so that the queues its record opened (domain.QueueUse) stand at
+// once — and counts them, with seq as their last use (queue.delete).
+func (d *dispatcher) openQueues(t *domain.Task, store aggregates, seq uint64) {
 	queues := []string{t.Spec.Queue}
 	if v := t.Spec.Verification; v != nil {
 		queues = append(queues, v.Queue)
 	}
 	for _, q := range queues {
-		d.room.add(t.Workspace, q)
+		d.room.given(t.Workspace, q, seq)
 		if err := d.ensureQueue(context.Background(), store, t.Workspace, q); err != nil {
 			d.logger.Warn("handlers: a queue's consumer could not be created; its items wait in the stream", "err", err)
+		}
+	}
+}
+
+// deleteQueue removes queue of workspace ws (queue.delete): its consumer,
+// and what its subject still holds of the work stream — items of attempts
+// that ended, since no task that has not ended is given the queue.
+func (d *dispatcher) deleteQueue(ws, queue string) {
+	name := access.Consumer(d.prefix, ws, queue)
+	d.mu.Lock()
+	delete(d.queues, name)
+	d.mu.Unlock()
+	d.room.remove(ws, queue)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := d.js.DeleteConsumer(ctx, d.stream, name); err != nil && !errors.Is(err, jetstream.ErrConsumerNotFound) {
+		d.logger.Warn("handlers: a deleted queue's consumer could not be removed", "queue", queue, "workspace", ws, "err", err)
+	}
+	if s, err := d.js.Stream(ctx, d.stream); err == nil {
+		err = s.Purge(ctx, jetstream.WithPurgeSubject(WorkSubject(d.prefix, ws, queue)))
+		if err != nil {
+			d.logger.Warn("handlers: a deleted queue's items could not be purged", "queue", queue, "workspace", ws, "err", err)
 		}
 	}
 }

@@ -2,6 +2,7 @@ package handlers
 
 import (
 	"context"
+	"fmt"
 	"slices"
 	"strings"
 	"sync"
@@ -35,6 +36,10 @@ type queueRoom struct {
 	all   int
 	perWS int // 0: no bound of its own
 	max   int
+	// usedAt is, by workspace/queue, the log sequence of the last record
+	// that gave a task the queue since this writer took over (queue.delete
+	// is refused when a task was given the queue after its scan).
+	usedAt map[string]uint64
 }
 
 func newQueueRoom(cfg Config) *queueRoom {
@@ -42,7 +47,7 @@ func newQueueRoom(cfg Config) *queueRoom {
 	if per < 0 {
 		per = 0
 	}
-	return &queueRoom{byWS: map[string]map[string]struct{}{}, perWS: per, max: cfg.MaxQueues}
+	return &queueRoom{byWS: map[string]map[string]struct{}{}, perWS: per, max: cfg.MaxQueues, usedAt: map[string]uint64{}}
 }
 
 // use is domain.QueueCounter's answer for queue in ws.
@@ -51,7 +56,26 @@ func (r *queueRoom) use(ws, queue string) domain.QueueUse {
 	defer r.mu.Unlock()
 	qs := r.byWS[ws]
 	_, stands := qs[queue]
-	return domain.QueueUse{Stands: stands, InWorkspace: len(qs), InAll: r.all, PerWorkspace: r.perWS, All: r.max}
+	return domain.QueueUse{Stands: stands, InWorkspace: len(qs), InAll: r.all, PerWorkspace: r.perWS, All: r.max,
+		UsedAt: r.usedAt[ws+"/"+queue]}
+}
+
+// given records that the record at seq gave a task queue of ws.
+func (r *queueRoom) given(ws, queue string, seq uint64) {
+	r.add(ws, queue)
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.usedAt[ws+"/"+queue] = seq
+}
+
+// remove no longer counts queue of ws (queue.delete).
+func (r *queueRoom) remove(ws, queue string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if _, ok := r.byWS[ws][queue]; ok {
+		delete(r.byWS[ws], queue)
+		r.all--
+	}
 }
 
 // add counts queue of ws as standing.
@@ -125,4 +149,46 @@ type roomWorld struct {
 // QueueUse implements domain.QueueCounter.
 func (w roomWorld) QueueUse(ws, queue string) (domain.QueueUse, error) {
 	return w.room.use(ws, queue), nil
+}
+
+// queueInUse refuses queue.delete c while a task of its workspace that has
+// not ended is given its queue, as its own or its verifier's. It reads the
+// views off the writer's goroutine, and sets c.ScannedAt to the sequence
+// they held before: the writer refuses the command when a later record gave
+// a task the queue (domain.QueueUse's UsedAt).
+//
+// A command sent again under its id is left to the writer, which answers
+// its first outcome.
+func (s *Service) queueInUse(ctx context.Context, c *domain.DeleteQueue, m domain.Meta) *schemas.Error {
+	ws := m.Workspace
+	// The views first take what the writer committed (a task cancelled
+	// just before is read as cancelled).
+	if err := s.store.WaitFor(ctx, s.answeredSeq()); err != nil {
+		return toWire(err, s.cfg.Logger)
+	}
+	c.ScannedAt = s.store.Checkpoint()
+	if _, seen, err := s.store.Command(ws, m.Key()); err != nil || seen {
+		return nil
+	}
+	var found *domain.Task
+	for _, st := range domain.TaskStates {
+		if domain.Terminal(st) {
+			continue
+		}
+		err := s.store.EachTask(ws, projections.TaskFilter{State: st}, func(t *domain.Task) bool {
+			if t.Spec.Queue == c.Queue || (t.Spec.Verification != nil && t.Spec.Verification.Queue == c.Queue) {
+				found = t
+			}
+			return found == nil
+		})
+		if err != nil {
+			return toWire(err, s.cfg.Logger)
+		}
+		if found != nil {
+			return &schemas.Error{Code: schemas.CodeConflict, Message: fmt.Sprintf(
+				"task %s (%s) is given queue %q: a queue is deleted only while no task that has not ended is given it (cancel the task, or let it end)",
+				found.ID, found.State, c.Queue), Fields: []schemas.FieldError{{Pointer: "/queue", Message: "is given to task " + found.ID}}}
+		}
+	}
+	return nil
 }

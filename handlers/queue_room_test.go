@@ -119,3 +119,48 @@ func consumerNames(t *testing.T, b *bundle) []string {
 	require.NoError(t, l.Err())
 	return names
 }
+
+// A workspace's admin deletes a queue that no unfinished task is given: its
+// consumer goes, it no longer counts against the bound, and a task given it
+// later opens it again. A queue an open task is given is not deleted (the
+// refusal names the task), nor one that does not stand; a client may not
+// delete queues.
+func TestAnAdminDeletesAQueueNoOpenTaskIsGiven(t *testing.T) {
+	b := startBounded(t, "", 2, 10)
+	task := func(queue string) map[string]any {
+		return map[string]any{"spec": map[string]any{"queue": queue, "title": "t"}}
+	}
+	a, _ := b.mustCommand(t, "task.create", task("a"))
+	b.mustCommand(t, "task.create", task("b"))
+	r := b.command(t, "task.create", task("c"), "")
+	require.False(t, r.OK, "the workspace has its two queues")
+
+	r = b.command(t, "queue.delete", map[string]any{"queue": "a"}, "")
+	require.False(t, r.OK, "an open task is given queue a")
+	require.Equal(t, schemas.CodeConflict, r.Error.Code)
+	require.Contains(t, r.Error.Message, a.ID)
+	require.Equal(t, "/queue", r.Error.Fields[0].Pointer)
+	r = b.command(t, "queue.delete", map[string]any{"queue": "zzz"}, "")
+	require.False(t, r.OK)
+	require.Equal(t, schemas.CodeNotFound, r.Error.Code)
+	mallory := b.st.Member(t, "default", "mallory", domain.RoleClient)
+	_, err := mallory.Request("dwr.cmd.default.queue.delete", []byte(`{"queue": "b"}`), time.Second)
+	require.Error(t, err, "a client may not delete queues: its NATS permissions do not reach the subject")
+
+	b.mustCommand(t, "task.cancel", map[string]any{"task_id": a.ID})
+	b.mustCommand(t, "queue.delete", map[string]any{"queue": "a"})
+	require.Equal(t, []string{"dwr-default-b"}, consumerNames(t, b), "queue a's consumer is gone")
+	c, seq := b.mustCommand(t, "task.create", task("c"))
+	var queues []schemas.QueueConfig
+	b.query(t, "queue.list", schemas.Query{}, seq, &queues)
+	require.Equal(t, []string{"b", "c"}, []string{queues[0].Name, queues[1].Name})
+
+	// Given a task again, queue a stands again (once there is room), and
+	// its task is dispatched.
+	b.mustCommand(t, "task.cancel", map[string]any{"task_id": c.ID})
+	b.mustCommand(t, "queue.delete", map[string]any{"queue": "c"})
+	again, _ := b.mustCommand(t, "task.create", task("a"))
+	q := b.queue(t, "a", 30*time.Second, 5)
+	it, _ := q.next(5 * time.Second)
+	require.Equal(t, again.ID, it.TaskID, "the cancelled task's item went with the queue")
+}

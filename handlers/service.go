@@ -1418,6 +1418,11 @@ func (s *Service) handleCommand(name string, req micro.Request, who sender) (rep
 			return errResponse(toWire(err, s.cfg.Logger))
 		}
 		o = s.executeSent(ctx, cmd, m, who.key(), len(body))
+	case *domain.DeleteQueue:
+		if werr := s.queueInUse(ctx, c, m); werr != nil {
+			return errResponse(werr)
+		}
+		o = s.executeSent(ctx, cmd, m, who.key(), len(body))
 	default:
 		token = s.prepareReport(cmd, m)
 		o = s.executeSent(ctx, cmd, m, who.key(), len(body))
@@ -1440,6 +1445,13 @@ func (s *Service) handleCommand(name string, req micro.Request, who sender) (rep
 		// again).
 		if werr := s.ensureQueueOf(ctx, ws, o); werr != nil {
 			return errResponse(werr)
+		}
+	}
+	if name == "queue.delete" {
+		// The queue's consumer is gone when the admin hears it: the record
+		// is dispatched before the views apply it.
+		if err := s.store.WaitFor(ctx, o.Seq); err != nil {
+			return errResponse(toWire(err, s.cfg.Logger))
 		}
 	}
 	// The handed item joins the reply before the reply is opened for its

@@ -221,6 +221,18 @@ type ConfigureQueue struct {
 	IfUnset    bool `json:"if_unset,omitempty"`
 }
 
+// DeleteQueue removes a queue that no task that has not ended is given:
+// its consumer and its settings, so that it no longer counts against its
+// workspace's bound on queues.
+type DeleteQueue struct {
+	Queue string `json:"queue"`
+	// ScannedAt is the log sequence up to which the service found no such
+	// task in its views; a task given the queue in a later record refuses
+	// the command. The service sets it; it is never read from, or written
+	// to, the wire.
+	ScannedAt uint64 `json:"-"`
+}
+
 // RequestApproval parks the current attempt's task on a person's decision
 // about a concrete action. The task resumes (as a new attempt, handed the
 // decision) or ends, as the request's branches say.
@@ -384,6 +396,9 @@ func (RemoveMember) CommandName() string { return "member.remove" }
 
 // CommandName returns the command's wire name.
 func (ConfigureQueue) CommandName() string { return "queue.configure" }
+
+// CommandName returns the command's wire name.
+func (DeleteQueue) CommandName() string { return "queue.delete" }
 
 // CommandName returns the command's wire name.
 func (RequestApproval) CommandName() string { return "task.request_approval" }

@@ -223,6 +223,8 @@ func TestContractOfTheDomain(t *testing.T) {
 	require.Equal(t, int64(300000), r.LeaseMS)
 	require.Equal(t, 5, r.MaxDeliver)
 	require.True(t, r.Duplicate)
+	c.do("queue.configure", map[string]any{"queue": "drafts", "lease_ms": 60000, "max_deliver": 3})
+	c.do("queue.delete", map[string]any{"queue": "drafts"})
 
 	// A goal that is achieved, through failures, a lost lease, a review, an
 	// approval gate, an attempt's approval that is escalated, and a signal.

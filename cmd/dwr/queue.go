@@ -15,7 +15,7 @@ import (
 )
 
 func queueCmd(g *globals) *cobra.Command {
-	cmd := &cobra.Command{Use: "queue", Short: "list queues and set their lease, deliveries and limit of jobs running at once"}
+	cmd := &cobra.Command{Use: "queue", Short: "list queues, set their lease, deliveries and limit of jobs running at once, and delete them"}
 	list := listCmd(g, &cobra.Command{Use: "list", Short: "list the workspace's queues: those configured, then those its tasks opened, with their settings", Args: cobra.NoArgs}, nil, "queues", nil,
 		func(ctx context.Context, cl *client.Client, _ []string, opts ...client.CallOption) iter.Seq2[*schemas.QueueConfig, error] {
 			return cl.Queues(ctx, opts...)
@@ -73,7 +73,24 @@ func queueCmd(g *globals) *cobra.Command {
 	f.IntVar(&deliver, "max-deliver", 0, "how many times a job is delivered before it is quarantined (1 to 1000)")
 	f.IntVar(&running, "max-running", 0, "how many of the queue's jobs may run at once, across all its executors")
 	f.BoolVar(&unlimited, "no-limit", false, "remove the queue's limit of jobs running at once")
-	cmd.AddCommand(list, set)
+	var delID string
+	del := &cobra.Command{Use: "delete NAME", Short: "remove a queue no unfinished task is given, so that it no longer counts against the workspace's bound",
+		Args: cobra.ExactArgs(1),
+		RunE: func(_ *cobra.Command, args []string) error {
+			return g.withClient(func(ctx context.Context, cl *client.Client) error {
+				r, err := cl.DeleteQueue(ctx, args[0], client.CommandID(delID))
+				if err != nil {
+					return err
+				}
+				return show(g, &r.CommandResult, func(w io.Writer, r *schemas.CommandResult) error {
+					_, err := fmt.Fprintf(w, "queue %s deleted from workspace %s\n", args[0], r.ID)
+					return err
+				})
+			})
+		},
+	}
+	commandIDFlag(del, &delID)
+	cmd.AddCommand(list, set, del)
 	return cmd
 }
 

@@ -9,7 +9,8 @@ import (
 )
 
 // `dwr queue set` keeps what it is not given, and limits or frees the jobs
-// running at once; `dwr queue list` shows the settings.
+// running at once; `dwr queue list` shows the settings; `dwr queue delete`
+// removes a queue.
 func TestCLIQueueSet(t *testing.T) {
 	url := cliServer(t)
 	code, out, errs := run(t, url, "queue", "set", "llm", "--max-running", "2")
@@ -34,4 +35,16 @@ func TestCLIQueueSet(t *testing.T) {
 	qs = nil
 	runJSON(t, url, &qs, "queue", "list")
 	require.Zero(t, qs[0].MaxRunning, "a refused setting changes nothing")
+
+	// A queue no unfinished task is given is deleted; one that does not
+	// stand is not found.
+	code, out, errs = run(t, url, "queue", "delete", "llm")
+	require.Zero(t, code, errs)
+	require.Equal(t, "queue llm deleted from workspace default\n", out)
+	qs = nil
+	runJSON(t, url, &qs, "queue", "list")
+	require.Empty(t, qs)
+	code, _, errs = run(t, url, "queue", "delete", "llm")
+	require.Equal(t, exitNotFound, code)
+	require.Contains(t, errs, "does not stand")
 }

@@ -61,7 +61,15 @@ func (c *Client) ConfigureQueue(ctx context.Context, q schemas.ConfigureQueue, o
 	return c.do(ctx, "queue.configure", q, opts)
 }
 
-// Queues lists the workspace's configured queues (queue.list).
+// DeleteQueue removes a queue that no task that has not ended is given
+// (queue.delete): its consumer and its settings, so that it no longer
+// counts against the workspace's bound on queues.
+func (c *Client) DeleteQueue(ctx context.Context, queue string, opts ...CallOption) (*Result, error) {
+	return c.do(ctx, "queue.delete", schemas.DeleteQueue{Queue: queue}, opts)
+}
+
+// Queues lists the workspace's queues (queue.list): those configured,
+// then those that stand without a configuration.
 func (c *Client) Queues(ctx context.Context, opts ...CallOption) iter.Seq2[*schemas.QueueConfig, error] {
 	return List[schemas.QueueConfig](ctx, c, "queue.list", schemas.Query{}, opts...)
 }
