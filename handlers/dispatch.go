@@ -417,15 +417,12 @@ func (d *dispatcher) dispatchCommit(c *eventstore.Commit, seq uint64, store aggr
 			d.logger.Error("handlers: cannot read a committed task to dispatch it", "task", e.AggregateID, "err", err)
 			continue
 		}
-		if !domain.Terminal(t.State) {
-			d.openQueues(t, store, seq)
+		if domain.Terminal(t.State) {
+			continue
 		}
+		d.openQueues(t, store, seq) // a dispatchable task's too
 		if dispatchable(t) {
-			it := workItemOf(t, store, seq)
-			if err := d.ensureQueue(context.Background(), store, t.Workspace, it.Queue); err != nil {
-				d.logger.Warn("handlers: a queue's consumer could not be created; its items wait in the stream", "err", err)
-			}
-			d.publishTraced(it, traces.of(e))
+			d.publishTraced(workItemOf(t, store, seq), traces.of(e))
 		}
 	}
 }

@@ -25,7 +25,7 @@ const (
 
 // queueRoom knows the queues that stand — each a durable consumer of the
 // work stream, which the service makes for the first task given a queue
-// and never removes — so that the writer can refuse a command that would
+// and removes only when an admin deletes the queue — so that the writer can refuse a command that would
 // open a queue past its workspace's bound or the service's
 // (domain.QueueUse). Without it, one client naming a new queue per task
 // took every consumer JetStream allows the stream (1,000 by default), and
@@ -60,12 +60,13 @@ func (r *queueRoom) use(ws, queue string) domain.QueueUse {
 		UsedAt: r.usedAt[ws+"/"+queue]}
 }
 
-// given records that the record at seq gave a task queue of ws.
+// given counts queue of ws as standing, given to an unfinished task of the
+// record at seq.
 func (r *queueRoom) given(ws, queue string, seq uint64) {
 	r.add(ws, queue)
 	r.mu.Lock()
-	defer r.mu.Unlock()
 	r.usedAt[ws+"/"+queue] = seq
+	r.mu.Unlock()
 }
 
 // remove no longer counts queue of ws (queue.delete).
