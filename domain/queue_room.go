@@ -152,11 +152,8 @@ func (x *tx) openQueuesAt(ws string, s TaskSpec, field, verifierField string) er
 // found no open task given it (ScannedAt), or by an earlier command of the
 // batch.
 func (x *tx) deleteQueue(c *DeleteQueue) (Reply, error) {
-	w, dup, err := x.commandWorkspace()
+	w, dup, err := x.queueCommand(c.Queue)
 	if err != nil {
-		return Reply{}, err
-	}
-	if err := checkName("/queue", "queue", c.Queue); err != nil {
 		return Reply{}, err
 	}
 	if dup {

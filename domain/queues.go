@@ -28,11 +28,8 @@ func queueReply(w *Workspace, q *QueueConfig, duplicate bool) Reply {
 // nothing; with IfUnset, neither do other settings of a queue already
 // configured. The reply carries the settings in effect either way.
 func (x *tx) configureQueue(c *ConfigureQueue) (Reply, error) {
-	w, dup, err := x.commandWorkspace()
+	w, dup, err := x.queueCommand(c.Queue)
 	if err != nil {
-		return Reply{}, err
-	}
-	if err := checkName("/queue", "queue", c.Queue); err != nil {
 		return Reply{}, err
 	}
 	if dup {
@@ -76,4 +73,14 @@ func (x *tx) configureQueue(c *ConfigureQueue) (Reply, error) {
 	}
 	w, _ = x.o.Workspace(w.Name)
 	return queueReply(w, w.Queue(c.Queue), false), nil
+}
+
+// queueCommand is the workspace of a command about queue (its name checked
+// at /queue), and whether the command was applied to it already.
+func (x *tx) queueCommand(queue string) (*Workspace, bool, error) {
+	w, dup, err := x.commandWorkspace()
+	if err != nil {
+		return nil, false, err
+	}
+	return w, dup, checkName("/queue", "queue", queue)
 }
