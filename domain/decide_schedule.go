@@ -266,7 +266,12 @@ func (x *tx) fireSchedule(c *FireTimer) (Reply, error) {
 		}
 	}
 	if len(start) > 0 && s.Overlap == schemas.OverlapSkip && f.lastGoalOpen() {
-		return f.reply(f.skip(start[0], start[len(start)-1], len(start), schemas.SkipOverlap))
+		// The schedule then waits for that goal to end rather than for
+		// each slot, so that a goal that stays open costs one record, not
+		// one a slot (onScheduledGoalEnded).
+		err := f.x.emit(f.id, &ScheduleSkipped{Slot: start[len(start)-1], First: start[0], Count: len(start),
+			Reason: schemas.SkipOverlap, WaitsFor: s.LastGoal})
+		return f.reply(err)
 	}
 	for _, slot := range start {
 		if err := f.start(slot); err != nil {
@@ -349,4 +354,34 @@ func (f *firing) reply(err error) (Reply, error) {
 		return Reply{}, err
 	}
 	return Reply{ID: f.s.Name, Version: s.Version}, nil
+}
+
+// onScheduledGoalEnded makes the schedule that waits for goal g's end (an
+// overlap skip found it open) wait for its next slot again: the slots that
+// passed meanwhile are recorded skipped (overlap) in one event, which
+// names the next slot; when none passed, the schedule resumes from it.
+func (x *tx) onScheduledGoalEnded(g *Goal) error {
+	if g.Schedule == nil {
+		return nil
+	}
+	id := ScheduleID(g.Workspace, g.Schedule.Name)
+	s, err := x.o.Schedule(id)
+	if err != nil || s == nil || s.Deleted || s.Paused || s.WaitsFor != g.ID {
+		return err
+	}
+	sl, err := newSlots(s.ScheduleSpec, s.CreatedAt)
+	if err != nil {
+		return err
+	}
+	next := sl.after(x.m.Now)
+	if s.LastSlot != nil {
+		if first := sl.after(*s.LastSlot); !first.IsZero() && !first.After(x.m.Now) {
+			due, n, last := sl.due(first, x.m.Now)
+			if len(due) > 0 {
+				last = due[len(due)-1]
+			}
+			return x.emit(id, &ScheduleSkipped{Slot: last, First: first, Count: n, Reason: schemas.SkipOverlap, NextSlot: next})
+		}
+	}
+	return x.emit(id, &ScheduleResumed{NextSlot: next, GoalID: g.ID})
 }

@@ -36,9 +36,11 @@ type ScheduleCreated struct {
 type SchedulePaused struct{}
 
 // ScheduleResumed records that a paused schedule fires again, from
-// NextSlot, the first slot after it was resumed.
+// NextSlot, the first slot after it was resumed — or, with GoalID, that the
+// goal the schedule waited for ended before its next slot.
 type ScheduleResumed struct {
 	NextSlot time.Time `json:"next_slot"`
+	GoalID   string    `json:"goal_id,omitempty"`
 }
 
 // ScheduleDeleted records the end of a schedule.
@@ -53,14 +55,19 @@ type ScheduleFired struct {
 }
 
 // ScheduleSkipped records that Count slots, from First to Slot, started no
-// goal, for Reason (schemas.SkipMissed, SkipOverlap). NextSlot is the slot
-// the schedule waits for next.
+// goal, for Reason (schemas.SkipMissed, SkipOverlap, SkipRefused). NextSlot
+// is the slot the schedule waits for next (zero: none, as when it waits
+// for a goal).
 type ScheduleSkipped struct {
 	Slot     time.Time `json:"slot"`
 	First    time.Time `json:"first"`
 	Count    int       `json:"count"`
 	Reason   string    `json:"reason"`
-	NextSlot time.Time `json:"next_slot"`
+	NextSlot time.Time `json:"next_slot,omitzero"`
+	// WaitsFor, with SkipOverlap, is the open goal whose end the schedule
+	// waits for instead of a slot (NextSlot is zero): a schedule whose goal
+	// stays open records nothing until it ends.
+	WaitsFor string `json:"waits_for,omitempty"`
 }
 
 // TimerSchedule is a schedule's next slot; FireTimer.Schedule names it.
@@ -202,33 +209,45 @@ func ApplySchedule(x *Schedule, id, workspace string, e Event, r Recorded) (*Sch
 	x = x.Clone()
 	switch ev := e.(type) {
 	case *SchedulePaused:
-		x.Paused, x.NextSlot = true, nil
+		x.Paused, x.NextSlot, x.WaitsFor = true, nil, ""
 	case *ScheduleResumed:
-		x.Paused, x.NextSlot = false, slotAt(ev.NextSlot)
+		x.Paused, x.NextSlot, x.WaitsFor = false, slotAt(ev.NextSlot), ""
 	case *ScheduleDeleted:
-		x.Deleted, x.Paused, x.NextSlot = true, false, nil
+		x.Deleted, x.Paused, x.NextSlot, x.WaitsFor = true, false, nil, ""
 	case *ScheduleFired:
 		slot := ev.Slot
-		x.LastSlot, x.LastGoal, x.NextSlot = &slot, ev.GoalID, slotAt(ev.NextSlot)
+		x.LastSlot, x.LastGoal, x.NextSlot, x.WaitsFor = &slot, ev.GoalID, slotAt(ev.NextSlot), ""
 		x.Fired++
 	case *ScheduleSkipped:
 		slot := ev.Slot
-		x.LastSlot, x.NextSlot = &slot, slotAt(ev.NextSlot)
+		x.LastSlot, x.NextSlot, x.WaitsFor = &slot, slotAt(ev.NextSlot), ev.WaitsFor
 		x.Skipped += uint64(max(ev.Count, 0)) //nolint:gosec // clamped at 0
 	default:
 		return nil, fmt.Errorf("domain: schedule cannot apply %s", e.EventType())
 	}
-	switch e.(type) {
-	case *ScheduleFired, *ScheduleSkipped:
+	if reacted(e) {
 		// A firing's command (the timer's) is not kept: a schedule fires
 		// without end, and a firing already decided is known by its slot
-		// (the timer's due is no longer the next slot).
+		// (the timer's due is no longer the next slot). Nor is the command
+		// that ended the goal a schedule waited for.
 		x.Version++
 		x.UpdatedAt = r.Time
-	default:
+	} else {
 		applied(&x.Versioned, r)
 	}
 	return x, nil
+}
+
+// reacted reports whether schedule event e was recorded for a firing or a
+// goal's end, not for a command sent to the schedule.
+func reacted(e Event) bool {
+	switch ev := e.(type) {
+	case *ScheduleFired, *ScheduleSkipped:
+		return true
+	case *ScheduleResumed:
+		return ev.GoalID != ""
+	}
+	return false
 }
 
 // slotAt returns t, or nil for the zero time (no slot comes).

@@ -247,3 +247,74 @@ func TestScheduleCatchUpAllIsBounded(t *testing.T) {
 	require.Equal(t, epoch.Add(time.Second), sk.First)
 	require.Equal(t, epoch.Add((3600-MaxSlotsPerFiring)*time.Second), sk.Slot)
 }
+
+// With overlap skip, a schedule whose goal is still open at a slot waits
+// for that goal to end instead of for each slot: a per-second schedule
+// whose goal stays open an hour records one skip when it parks and one for
+// the hour's slots when the goal ends — not 3,600 — and then waits for its
+// next slot. A goal that ends before the next slot resumes it from there;
+// a pause while it waits, and a resume, arm it as usual.
+func TestAnOverlapSkipWaitsForTheGoalToEnd(t *testing.T) {
+	w := setup(t)
+	w.must(report("tick", "1s"))
+	w.advance(time.Second)
+	first := goalsOf(w, w.fire("tick"))
+	require.Len(t, first, 1)
+	w.advance(time.Second)
+	out := w.fire("tick")
+	require.Empty(t, goalsOf(w, out))
+	s := w.schedule("tick")
+	require.Nil(t, s.NextSlot, "no slot while the goal is open")
+	require.Equal(t, s.LastGoal, s.WaitsFor)
+	require.Equal(t, []uint64{1, 1}, []uint64{s.Fired, s.Skipped})
+
+	before := len(w.history)
+	w.advance(time.Hour)
+	out = w.must(&CancelGoal{GoalID: s.LastGoal})
+	var skipped *ScheduleSkipped
+	for _, c := range out.Changes {
+		if ev, ok := c.Event.(*ScheduleSkipped); ok {
+			skipped = ev
+		}
+	}
+	require.NotNil(t, skipped, "the goal's end records the slots that passed")
+	require.Equal(t, schemas.SkipOverlap, skipped.Reason)
+	require.Equal(t, 3600, skipped.Count)
+	s = w.schedule("tick")
+	require.Equal(t, []uint64{1, 3601}, []uint64{s.Fired, s.Skipped})
+	require.Empty(t, s.WaitsFor)
+	require.Equal(t, w.now.Add(time.Second), *s.NextSlot)
+	require.Less(t, len(w.history)-before, 10, "an hour of an open goal is a handful of events, not one a slot")
+	w.advance(time.Second)
+	require.Len(t, goalsOf(w, w.fire("tick")), 1, "the next slot starts a goal")
+
+	// A goal that ends before the next slot: the schedule resumes from it.
+	w.advance(time.Second)
+	require.Empty(t, goalsOf(w, w.fire("tick")))
+	s = w.schedule("tick")
+	require.Nil(t, s.NextSlot)
+	out = w.must(&CancelGoal{GoalID: s.LastGoal})
+	var resumed *ScheduleResumed
+	for _, c := range out.Changes {
+		if ev, ok := c.Event.(*ScheduleResumed); ok {
+			resumed = ev
+		}
+	}
+	require.NotNil(t, resumed)
+	require.Equal(t, s.LastGoal, resumed.GoalID)
+	require.Equal(t, w.now.Add(time.Second), *w.schedule("tick").NextSlot)
+
+	// Paused while it waits, it waits for nothing; resumed, for its next slot.
+	w.advance(time.Second)
+	w.fire("tick")
+	w.advance(time.Second)
+	w.fire("tick")
+	require.NotEmpty(t, w.schedule("tick").WaitsFor)
+	w.must(&PauseSchedule{Name: "tick"})
+	require.Empty(t, w.schedule("tick").WaitsFor)
+	w.must(&CancelGoal{GoalID: w.schedule("tick").LastGoal})
+	require.Nil(t, w.schedule("tick").NextSlot, "a paused schedule stays paused when its goal ends")
+	w.must(&ResumeSchedule{Name: "tick"})
+	require.Equal(t, w.now.Add(time.Second), *w.schedule("tick").NextSlot)
+	w.requireReplays()
+}

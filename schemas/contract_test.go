@@ -505,6 +505,26 @@ func TestContractOfTheDomain(t *testing.T) {
 	g, err = c.w.Goal(sc.LastGoal)
 	require.NoError(t, err)
 	require.Equal(t, &domain.ScheduleRef{Name: "hourly", Slot: first.Add(2 * time.Hour)}, g.Schedule)
+	// A schedule whose goal is still open at its next slot waits for the
+	// goal to end (overlap skip: no next slot meanwhile), and waits for its
+	// next slot again once it has.
+	c.do("schedule.create", map[string]any{"name": "daily", "every": "24h",
+		"goal": map[string]any{"title": "Daily digest"}, "tasks": []map[string]any{{"key": "digest", "queue": "research"}}})
+	for range 2 {
+		sc, err = c.w.Schedule(domain.ScheduleID(c.ws, "daily"))
+		require.NoError(t, err)
+		due := *sc.NextSlot
+		c.now = due
+		c.do("timer.fire", map[string]any{"schedule": "daily", "kind": "schedule", "due": due.Format(time.RFC3339Nano)})
+	}
+	sc, err = c.w.Schedule(domain.ScheduleID(c.ws, "daily"))
+	require.NoError(t, err)
+	require.Nil(t, sc.NextSlot)
+	require.Equal(t, sc.LastGoal, sc.WaitsFor)
+	c.do("goal.cancel", map[string]any{"goal_id": sc.LastGoal, "reason": "superseded"})
+	sc, err = c.w.Schedule(domain.ScheduleID(c.ws, "daily"))
+	require.NoError(t, err)
+	require.NotNil(t, sc.NextSlot)
 	c.do("schedule.pause", map[string]any{"name": "hourly"})
 	c.do("schedule.resume", map[string]any{"name": "hourly"})
 	c.do("schedule.delete", map[string]any{"name": "hourly"})

@@ -96,10 +96,14 @@ type Schedule struct {
 	// LastSlot is the latest slot fired or skipped.
 	LastSlot *time.Time `json:"last_slot,omitempty"`
 	// NextSlot is the slot the schedule's timer waits for; absent while it
-	// is paused or deleted.
+	// is paused or deleted, or waits for its goal to end (WaitsFor).
 	NextSlot *time.Time `json:"next_slot,omitempty"`
 	// LastGoal is the goal the latest fired slot started.
 	LastGoal string `json:"last_goal,omitempty"`
+	// WaitsFor, with overlap skip, is the goal still open at the last slot
+	// whose end the schedule waits for (NextSlot is absent meanwhile): a
+	// schedule whose goal stays open records no slot until then.
+	WaitsFor string `json:"waits_for,omitempty"`
 	Fired    uint64 `json:"fired,omitempty"`   // slots that started a goal
 	Skipped  uint64 `json:"skipped,omitempty"` // slots that did not
 	Versioned

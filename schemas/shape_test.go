@@ -276,7 +276,7 @@ func (s *shapes) checkObject(where string, typ reflect.Type, d doc) {
 		}
 		require.NotEmpty(t, name, "%s.%s has no json tag", where, f.Name)
 		tags = append(tags, name)
-		omitempty := strings.Contains(opts, "omitempty")
+		omitempty := strings.Contains(opts, "omitempty") || strings.Contains(opts, "omitzero") // either leaves out a zero value
 		isRequired := slices.Contains(required, name)
 		key := base.file + "#" + name
 		if base.file == "common.json" {

@@ -162,11 +162,14 @@ func when(s *schemas.Schedule) string {
 }
 
 // nextSlot says when a schedule fires next, in UTC: "paused" when it does
-// not.
+// not, "when goal ... ends" while its last goal, still open at a slot,
+// holds it (overlap skip).
 func nextSlot(s *schemas.Schedule) string {
 	switch {
 	case s.Paused:
 		return "paused"
+	case s.WaitsFor != "":
+		return "when goal " + s.WaitsFor + " ends"
 	case s.NextSlot == nil:
 		return "-"
 	}
