@@ -340,6 +340,18 @@ func spec(key string, deps ...string) TaskSpec {
 	return TaskSpec{Key: key, Title: "task " + key, Queue: "work", DependsOn: deps}
 }
 
+// lastEvent returns the last event of type E (a pointer, such as
+// *ScheduleSkipped) among out's changes, or nil.
+func lastEvent[E Event](out *Outcome) E {
+	var found E
+	for _, c := range out.Changes {
+		if ev, ok := c.Event.(E); ok {
+			found = ev
+		}
+	}
+	return found
+}
+
 // chain returns the plan a -> b -> c.
 func chain() []TaskSpec { return []TaskSpec{spec("a"), spec("b", "a"), spec("c", "b")} }
 

@@ -106,12 +106,7 @@ func TestAScheduleSlotPastTheQueueBoundIsSkipped(t *testing.T) {
 	w.now = *w.schedule("ten").NextSlot
 	out := w.fire("ten")
 	require.Empty(t, goalsOf(w, out))
-	var skipped *ScheduleSkipped
-	for _, c := range out.Changes {
-		if ev, ok := c.Event.(*ScheduleSkipped); ok {
-			skipped = ev
-		}
-	}
+	skipped := lastEvent[*ScheduleSkipped](out)
 	require.NotNil(t, skipped)
 	require.Equal(t, schemas.SkipRefused, skipped.Reason)
 	require.True(t, w.schedule("ten").NextSlot.After(w.now), "the schedule goes on")

@@ -271,12 +271,7 @@ func TestAnOverlapSkipWaitsForTheGoalToEnd(t *testing.T) {
 	before := len(w.history)
 	w.advance(time.Hour)
 	out = w.must(&CancelGoal{GoalID: s.LastGoal})
-	var skipped *ScheduleSkipped
-	for _, c := range out.Changes {
-		if ev, ok := c.Event.(*ScheduleSkipped); ok {
-			skipped = ev
-		}
-	}
+	skipped := lastEvent[*ScheduleSkipped](out)
 	require.NotNil(t, skipped, "the goal's end records the slots that passed")
 	require.Equal(t, schemas.SkipOverlap, skipped.Reason)
 	require.Equal(t, 3600, skipped.Count)
@@ -294,12 +289,7 @@ func TestAnOverlapSkipWaitsForTheGoalToEnd(t *testing.T) {
 	s = w.schedule("tick")
 	require.Nil(t, s.NextSlot)
 	out = w.must(&CancelGoal{GoalID: s.LastGoal})
-	var resumed *ScheduleResumed
-	for _, c := range out.Changes {
-		if ev, ok := c.Event.(*ScheduleResumed); ok {
-			resumed = ev
-		}
-	}
+	resumed := lastEvent[*ScheduleResumed](out)
 	require.NotNil(t, resumed)
 	require.Equal(t, s.LastGoal, resumed.GoalID)
 	require.Equal(t, w.now.Add(time.Second), *w.schedule("tick").NextSlot)
