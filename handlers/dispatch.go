@@ -69,6 +69,17 @@ func WorkSubject(prefix, workspace, queue string) string {
 	return prefix + ".work." + workspace + "." + queue
 }
 
+// queueOf returns the workspace and queue of a queue's consumer, by its
+// filter subject (WorkSubject), and false for a subject that is not one.
+func queueOf(prefix, filter string) (ws, queue string, ok bool) {
+	rest, ok := strings.CutPrefix(filter, prefix+".work.")
+	if !ok {
+		return "", "", false
+	}
+	ws, queue, ok = strings.Cut(rest, ".")
+	return ws, queue, ok && domain.ValidName(ws) && domain.ValidName(queue)
+}
+
 // dispatcher publishes work items for ready tasks on a work-queue stream
 // derived from the log: async persistence (no fsync per item), and message
 // ids of task and attempt, so that publishing an item again is harmless.

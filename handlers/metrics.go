@@ -3,7 +3,6 @@ package handlers
 import (
 	"context"
 	"net/http"
-	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -266,6 +265,10 @@ var (
 		"Work items of a queue delivered to a worker and not acknowledged yet.", queueLabels, nil)
 	descQueueOldest = prometheus.NewDesc("dwr_queue_oldest_item_age_seconds",
 		"Age of a queue's oldest work item not acknowledged yet (0 when it has none).", queueLabels, nil)
+	descQueues = prometheus.NewDesc("dwr_queues",
+		"Queues that stand: the work stream's consumers, one a queue (bounded by dwr_queues_max).", nil, nil)
+	descQueuesMax = prometheus.NewDesc("dwr_queues_max",
+		"The most queues the service may have (dwr serve --max-queues): a task given a new queue past it is refused.", nil, nil)
 	descApprovals = prometheus.NewDesc("dwr_approvals_pending", "Approvals waiting for a decision.", []string{"workspace"}, nil)
 	descBacklog   = prometheus.NewDesc("dwr_requests_backlog",
 		"Requests received and not yet taken in by this replica's command and query endpoints: past Config.MaxBacklog the heaviest sender is benched.", nil, nil)
@@ -273,7 +276,7 @@ var (
 
 func (c stateCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descWriter, descLogLast, descViewsApplied, descViewsLag,
-		descQueuePending, descQueueInFlight, descQueueOldest, descApprovals, descBacklog} {
+		descQueuePending, descQueueInFlight, descQueueOldest, descQueues, descQueuesMax, descApprovals, descBacklog} {
 		ch <- d
 	}
 }
@@ -339,14 +342,13 @@ func (s *Service) collectQueues(ctx context.Context, gauge func(*prometheus.Desc
 	infos := st.ListConsumers(ctx)
 	n := 0
 	for ci := range infos.Info() {
-		parts := strings.Split(ci.Config.FilterSubject, ".")
-		if len(parts) != 4 || parts[0] != s.cfg.Prefix || parts[1] != "work" || !domain.ValidName(parts[2]) || !domain.ValidName(parts[3]) {
+		ws, queue, ok := queueOf(s.cfg.Prefix, ci.Config.FilterSubject)
+		if !ok {
 			continue // not a queue's consumer
 		}
 		if n++; n > maxQueueSeries {
 			continue // read on to the listing's end, not reported
 		}
-		ws, queue := parts[2], parts[3]
 		gauge(descQueuePending, float64(ci.NumPending), ws, queue)
 		gauge(descQueueInFlight, float64(ci.NumAckPending), ws, queue)
 		age := 0.0
@@ -358,7 +360,12 @@ func (s *Service) collectQueues(ctx context.Context, gauge func(*prometheus.Desc
 		}
 		gauge(descQueueOldest, age, ws, queue)
 	}
-	return infos.Err()
+	if err := infos.Err(); err != nil {
+		return err
+	}
+	gauge(descQueues, float64(n))
+	gauge(descQueuesMax, float64(s.cfg.MaxQueues))
+	return nil
 }
 
 // bench counts an identity kept off the server for flooding.

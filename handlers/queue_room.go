@@ -107,8 +107,7 @@ func (r *queueRoom) load(ctx context.Context, js jetstream.JetStream, stream, pr
 	r.mu.Unlock()
 	lister := s.ListConsumers(ctx)
 	for info := range lister.Info() {
-		ws, queue, ok := strings.Cut(strings.TrimPrefix(info.Config.FilterSubject, prefix+".work."), ".")
-		if ok && ws != "" && queue != "" && !strings.Contains(queue, ".") {
+		if ws, queue, ok := queueOf(prefix, info.Config.FilterSubject); ok {
 			r.add(ws, queue)
 		}
 	}
@@ -129,7 +128,7 @@ func (d *dispatcher) standing(ws string, configured []schemas.QueueConfig) ([]sc
 	lister := s.ListConsumers(ctx)
 	for info := range lister.Info() {
 		c := info.Config
-		w, queue, ok := strings.Cut(strings.TrimPrefix(c.FilterSubject, d.prefix+".work."), ".")
+		w, queue, ok := queueOf(d.prefix, c.FilterSubject)
 		if !ok || w != ws || c.Durable != access.Consumer(d.prefix, ws, queue) ||
 			slices.ContainsFunc(configured, func(q schemas.QueueConfig) bool { return q.Name == queue }) {
 			continue
