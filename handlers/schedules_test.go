@@ -145,6 +145,36 @@ func TestScheduleOverlapOverTheWire(t *testing.T) {
 	require.Len(t, b.scheduledGoals(t, "allows"), 2)
 }
 
+// A schedule that skipped a slot because its goal was still open waits
+// for that goal to end, with no timer: an hour of slots passes and
+// nothing fires; the goal's cancellation records them skipped in one
+// event, and the next slot starts a goal again.
+func TestAScheduleWaitsForItsOpenGoalOverTheWire(t *testing.T) {
+	clock := servicetest.NewClock(epoch)
+	b := setupClocked(t, clock)
+	b.mustCommand(t, "schedule.create", reportSchedule("tick", map[string]any{"every": "1m"}))
+	clock.Advance(time.Minute)
+	b.waitSchedule(t, "tick", 1, 0)
+	clock.Advance(time.Minute) // its goal is still open
+	s := b.waitSchedule(t, "tick", 1, 1)
+	require.Nil(t, s.NextSlot, "no timer while it waits")
+	require.Equal(t, s.LastGoal, s.WaitsFor)
+	clock.Advance(time.Hour)
+	due, err := b.store.DueTimers(clock.Now(), 100)
+	require.NoError(t, err)
+	for _, tm := range due {
+		require.NotEqual(t, "tick", tm.Schedule, "no timer of the schedule is due an hour on: it waits for its goal")
+	}
+
+	b.mustCommand(t, "goal.cancel", map[string]any{"goal_id": s.LastGoal})
+	s = b.waitSchedule(t, "tick", 1, 61) // the hour's 60 slots, in one event
+	require.Empty(t, s.WaitsFor)
+	require.NotNil(t, s.NextSlot)
+	clock.Advance(time.Minute)
+	b.waitSchedule(t, "tick", 2, 61)
+	require.Len(t, b.scheduledGoals(t, "tick"), 2)
+}
+
 func TestSchedulePauseResumeDeleteOverTheWire(t *testing.T) {
 	clock := servicetest.NewClock(epoch)
 	b := setupClocked(t, clock)
