@@ -22,6 +22,12 @@ func queueCmd(g *globals) *cobra.Command {
 		}, columns([]string{"QUEUE", "LEASE", "MAX DELIVER", "MAX RUNNING"}, func(q schemas.QueueConfig) []string {
 			return []string{q.Name, (time.Duration(q.LeaseMS) * time.Millisecond).String(), fmt.Sprint(q.MaxDeliver), maxRunning(q.MaxRunning)}
 		}))
+	cmd.AddCommand(list, queueSetCmd(g), queueDeleteCmd(g))
+	return cmd
+}
+
+// queueSetCmd is dwr queue set: a queue's settings, those not given kept.
+func queueSetCmd(g *globals) *cobra.Command {
 	var lease time.Duration
 	var deliver, running int
 	var unlimited bool
@@ -73,6 +79,12 @@ func queueCmd(g *globals) *cobra.Command {
 	f.IntVar(&deliver, "max-deliver", 0, "how many times a job is delivered before it is quarantined (1 to 1000)")
 	f.IntVar(&running, "max-running", 0, "how many of the queue's jobs may run at once, across all its executors")
 	f.BoolVar(&unlimited, "no-limit", false, "remove the queue's limit of jobs running at once")
+	return set
+}
+
+// queueDeleteCmd is dwr queue delete: an admin removes a queue no
+// unfinished task is given.
+func queueDeleteCmd(g *globals) *cobra.Command {
 	var delID string
 	del := &cobra.Command{Use: "delete NAME", Short: "remove a queue no unfinished task is given, so that it no longer counts against the workspace's bound",
 		Args: cobra.ExactArgs(1),
@@ -90,8 +102,7 @@ func queueCmd(g *globals) *cobra.Command {
 		},
 	}
 	commandIDFlag(del, &delID)
-	cmd.AddCommand(list, set, del)
-	return cmd
+	return del
 }
 
 // maxRunning says a queue's limit of jobs running at once.
