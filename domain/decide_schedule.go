@@ -356,16 +356,17 @@ func (f *firing) reply(err error) (Reply, error) {
 	return Reply{ID: f.s.Name, Version: s.Version}, nil
 }
 
-// onScheduledGoalEnded makes the schedule that waits for goal g's end (an
+// onScheduledGoalEnded makes the schedule that waits for goal id's end (an
 // overlap skip found it open) wait for its next slot again: the slots that
 // passed meanwhile are recorded skipped (overlap) in one event, which
 // names the next slot; when none passed, the schedule resumes from it.
-func (x *tx) onScheduledGoalEnded(g *Goal) error {
-	if g.Schedule == nil {
-		return nil
+func (x *tx) onScheduledGoalEnded(id string) error {
+	g, err := x.o.Goal(id)
+	if err != nil || g == nil || g.Schedule == nil {
+		return err
 	}
-	id := ScheduleID(g.Workspace, g.Schedule.Name)
-	s, err := x.o.Schedule(id)
+	sid := ScheduleID(g.Workspace, g.Schedule.Name)
+	s, err := x.o.Schedule(sid)
 	if err != nil || s == nil || s.Deleted || s.Paused || s.WaitsFor != g.ID {
 		return err
 	}
@@ -376,12 +377,9 @@ func (x *tx) onScheduledGoalEnded(g *Goal) error {
 	next := sl.after(x.m.Now)
 	if s.LastSlot != nil {
 		if first := sl.after(*s.LastSlot); !first.IsZero() && !first.After(x.m.Now) {
-			due, n, last := sl.due(first, x.m.Now)
-			if len(due) > 0 {
-				last = due[len(due)-1]
-			}
-			return x.emit(id, &ScheduleSkipped{Slot: last, First: first, Count: n, Reason: schemas.SkipOverlap, NextSlot: next})
+			due, n, _ := sl.due(first, x.m.Now) // first is due: due holds it, or later slots
+			return x.emit(sid, &ScheduleSkipped{Slot: due[len(due)-1], First: first, Count: n, Reason: schemas.SkipOverlap, NextSlot: next})
 		}
 	}
-	return x.emit(id, &ScheduleResumed{NextSlot: next, GoalID: g.ID})
+	return x.emit(sid, &ScheduleResumed{NextSlot: next, GoalID: g.ID})
 }

@@ -403,12 +403,8 @@ func (x *tx) react() error {
 				if err := x.onGoalEnded(c.AggregateID); err != nil {
 					return err
 				}
-				if g, err := x.o.Goal(c.AggregateID); err != nil {
+				if err := x.onScheduledGoalEnded(c.AggregateID); err != nil {
 					return err
-				} else if g != nil {
-					if err := x.onScheduledGoalEnded(g); err != nil {
-						return err
-					}
 				}
 			}
 			continue

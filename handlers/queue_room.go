@@ -31,15 +31,15 @@ const (
 // took every consumer JetStream allows the stream (1,000 by default), and
 // the tasks of any workspace's next queue then waited for ever.
 type queueRoom struct {
-	mu    sync.Mutex
-	byWS  map[string]map[string]struct{}
+	mu sync.Mutex
+	// byWS holds, by workspace, its queues that stand, each with the log
+	// sequence of the last record that gave an unfinished task the queue
+	// since this writer took over (0: none yet): queue.delete is refused
+	// when a record after its scan did.
+	byWS  map[string]map[string]uint64
 	all   int
 	perWS int // 0: no bound of its own
 	max   int
-	// usedAt is, by workspace/queue, the log sequence of the last record
-	// that gave a task the queue since this writer took over (queue.delete
-	// is refused when a task was given the queue after its scan).
-	usedAt map[string]uint64
 }
 
 func newQueueRoom(cfg Config) *queueRoom {
@@ -47,7 +47,7 @@ func newQueueRoom(cfg Config) *queueRoom {
 	if per < 0 {
 		per = 0
 	}
-	return &queueRoom{byWS: map[string]map[string]struct{}{}, perWS: per, max: cfg.MaxQueues, usedAt: map[string]uint64{}}
+	return &queueRoom{byWS: map[string]map[string]uint64{}, perWS: per, max: cfg.MaxQueues}
 }
 
 // use is domain.QueueCounter's answer for queue in ws.
@@ -55,18 +55,28 @@ func (r *queueRoom) use(ws, queue string) domain.QueueUse {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	qs := r.byWS[ws]
-	_, stands := qs[queue]
-	return domain.QueueUse{Stands: stands, InWorkspace: len(qs), InAll: r.all, PerWorkspace: r.perWS, All: r.max,
-		UsedAt: r.usedAt[ws+"/"+queue]}
+	usedAt, stands := qs[queue]
+	return domain.QueueUse{Stands: stands, InWorkspace: len(qs), InAll: r.all, PerWorkspace: r.perWS, All: r.max, UsedAt: usedAt}
 }
 
-// given counts queue of ws as standing, given to an unfinished task of the
-// record at seq.
+// add counts queue of ws as standing.
+func (r *queueRoom) add(ws, queue string) { r.given(ws, queue, 0) }
+
+// given counts queue of ws as standing and, when seq is not 0, given to an
+// unfinished task of the record at seq.
 func (r *queueRoom) given(ws, queue string, seq uint64) {
-	r.add(ws, queue)
 	r.mu.Lock()
-	r.usedAt[ws+"/"+queue] = seq
-	r.mu.Unlock()
+	defer r.mu.Unlock()
+	qs := r.byWS[ws]
+	if qs == nil {
+		qs = map[string]uint64{}
+		r.byWS[ws] = qs
+	}
+	usedAt, ok := qs[queue]
+	if !ok {
+		r.all++
+	}
+	qs[queue] = max(usedAt, seq)
 }
 
 // remove no longer counts queue of ws (queue.delete).
@@ -76,21 +86,6 @@ func (r *queueRoom) remove(ws, queue string) {
 	if _, ok := r.byWS[ws][queue]; ok {
 		delete(r.byWS[ws], queue)
 		r.all--
-	}
-}
-
-// add counts queue of ws as standing.
-func (r *queueRoom) add(ws, queue string) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	qs := r.byWS[ws]
-	if qs == nil {
-		qs = map[string]struct{}{}
-		r.byWS[ws] = qs
-	}
-	if _, ok := qs[queue]; !ok {
-		qs[queue] = struct{}{}
-		r.all++
 	}
 }
 
@@ -140,7 +135,7 @@ func (d *dispatcher) standing(ws string, configured []schemas.QueueConfig) ([]sc
 }
 
 // roomWorld is the writer's views with the queues that stand: the World
-// its commands are decided against.
+// its commands are decided against. Without a room it bounds no queue.
 type roomWorld struct {
 	*projections.Store
 	room *queueRoom
@@ -148,6 +143,9 @@ type roomWorld struct {
 
 // QueueUse implements domain.QueueCounter.
 func (w roomWorld) QueueUse(ws, queue string) (domain.QueueUse, error) {
+	if w.room == nil {
+		return domain.QueueUse{}, nil
+	}
 	return w.room.use(ws, queue), nil
 }
 

@@ -1169,7 +1169,7 @@ func (s *Service) takeOver(ctx context.Context, timerWake, membersWake chan stru
 	if err := s.dispatch.room.load(ctx, s.js, s.dispatch.stream, s.cfg.Prefix); err != nil {
 		s.cfg.Logger.Warn("handlers: could not list the queues' consumers; the queues counted are those made from now on", "err", err)
 	}
-	w := &writer{store: s.store, world: roomWorld{s.store, s.dispatch.room}, clock: s.cfg.Clock, logger: s.cfg.Logger, broken: make(chan struct{}), tracer: s.tracer, disk: s.disk,
+	w := &writer{store: s.store, room: s.dispatch.room, clock: s.cfg.Clock, logger: s.cfg.Logger, broken: make(chan struct{}), tracer: s.tracer, disk: s.disk,
 		dispatch: s.dispatch.dispatchCommit, answered: &s.onAnswered,
 		after: func(c *eventstore.Commit, seq uint64) {
 			// A writer deposed meanwhile (paused past its lease) leaves the

@@ -82,9 +82,9 @@ func (a *answered) Error() string { return "handlers: answered without an append
 // with the log: it is the eventstore.Decider of the group committer.
 type writer struct {
 	store *projections.Store
-	// world is what commands are decided against: the views, with the
-	// queues that stand (roomWorld); the views alone when nil.
-	world  domain.World
+	// room, with the views, is what commands are decided against: the
+	// queues that stand and their bounds (roomWorld); nil bounds none.
+	room   *queueRoom
 	clock  func() time.Time
 	logger *slog.Logger
 	// dispatch runs once a record is committed, before the views apply it
@@ -142,11 +142,7 @@ func (t commandTraces) of(e *eventstore.Event) trace.SpanContext {
 func (w *writer) Decide(items []*request) ([]eventstore.Event, []eventstore.CommandResult, []error) {
 	w.decideStart = time.Now()
 	defer func() { w.decideEnd = time.Now() }()
-	var base domain.World = w.store
-	if w.world != nil {
-		base = w.world
-	}
-	o := domain.NewOverlay(base)
+	o := domain.NewOverlay(roomWorld{w.store, w.room})
 	errs := make([]error, len(items))
 	var events []eventstore.Event
 	var results []eventstore.CommandResult
