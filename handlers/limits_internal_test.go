@@ -180,8 +180,8 @@ func TestTurnsBoundTheHolders(t *testing.T) {
 	next := make(chan struct{})
 	go func() {
 		l, _ := pl.enter(context.Background(), "next", 4)
+		l() // in and out: what stays held is the first's
 		close(next)
-		l()
 	}()
 	require.Eventually(t, func() bool {
 		pl.mu.Lock()
