@@ -100,6 +100,9 @@ type dispatcher struct {
 	// a verify item's with its verification queue's; nil leaves them as
 	// they are.
 	reseal func(ws, queue string, b []byte) []byte
+	// changed, when set, is told the name of a consumer the dispatcher
+	// changed or deleted (so that its info is read again).
+	changed func(consumer string)
 
 	mu sync.Mutex
 	// queues are the consumers known to stand, with the settings last
@@ -201,6 +204,9 @@ func (d *dispatcher) ensureConsumer(ctx context.Context, ws, queue string, qc *d
 	d.queues[name] = applied
 	d.mu.Unlock()
 	d.room.add(ws, queue)
+	if qc != nil && d.changed != nil {
+		d.changed(name)
+	}
 	return nil
 }
 
@@ -468,6 +474,9 @@ func (d *dispatcher) deleteQueue(ws, queue string) {
 	defer cancel()
 	if err := d.js.DeleteConsumer(ctx, d.stream, name); err != nil && !errors.Is(err, jetstream.ErrConsumerNotFound) {
 		d.logger.Warn("handlers: a deleted queue's consumer could not be removed", "queue", queue, "workspace", ws, "err", err)
+	}
+	if d.changed != nil {
+		d.changed(name)
 	}
 	if s, err := d.js.Stream(ctx, d.stream); err == nil {
 		err = s.Purge(ctx, jetstream.WithPurgeSubject(WorkSubject(d.prefix, ws, queue)))

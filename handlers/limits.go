@@ -433,14 +433,21 @@ type cannedRefusal struct {
 	limit   string // which: the label of dwr_requests_refused_total
 	body    []byte
 	headers micro.Headers
+	jsAPI   []byte // the refusal of a JetStream API request answered in JetStream's place
 }
 
 func newCannedRefusal(limit string, e *schemas.Error) *cannedRefusal {
-	return &cannedRefusal{limit: limit, body: errResponse(e), headers: errorHeaders(e)}
+	return &cannedRefusal{limit: limit, body: errResponse(e), headers: errorHeaders(e), jsAPI: consumerInfoError(503, e.Message)}
 }
 
 // asyncRespond is async for a reply with headers.
 func (s *Service) asyncRespond(req micro.Request, query bool, handle func(sender) ([]byte, micro.Headers)) {
+	s.admit(req, query, func(r *cannedRefusal) { _ = req.Respond(r.body, micro.WithHeaders(r.headers)) }, handle)
+}
+
+// admit answers req as asyncRespond does, with refuse sending admission's
+// refusal.
+func (s *Service) admit(req micro.Request, query bool, refuse func(*cannedRefusal), handle func(sender) ([]byte, micro.Headers)) {
 	if f := s.onIntake.Load(); f != nil {
 		(*f)()
 	}
@@ -461,7 +468,7 @@ func (s *Service) asyncRespond(req micro.Request, query bool, handle func(sender
 	}
 	if refused != nil {
 		s.metrics.refused(refused.limit)
-		_ = req.Respond(refused.body, micro.WithHeaders(refused.headers))
+		refuse(refused)
 		return
 	}
 	s.runners.run(func() {

@@ -386,6 +386,9 @@ type Service struct {
 	reading    *turns                              // the queries reading the views, in turn by caller
 	deciding   *turns                              // the commands' bytes handed to the writer, in turn by caller
 	queriesJS  atomic.Pointer[jetstream.JetStream] // on the queries' connection (readJS)
+	// consumerInfos answers the executors' consumer info requests, on the
+	// queries' connection.
+	consumerInfos atomic.Pointer[consumerInfos]
 	// onQuery, when set, is called as a query starts to be served, with its
 	// caller's name and the query: tests hold queries in flight with it.
 	onQuery atomic.Pointer[func(actor, query string)]
@@ -572,6 +575,11 @@ func (s *Service) Run(ctx context.Context) error {
 		s.dispatch, err = newDispatcher(ctx, s.js, s.cfg)
 		if err != nil {
 			return err
+		}
+		s.dispatch.changed = func(consumer string) {
+			if c := s.consumerInfos.Load(); c != nil {
+				c.forget(s.dispatch.stream, consumer, nil)
+			}
 		}
 		s.advisories, err = advisoriesStream(ctx, s.js, s.cfg, s.dispatch.stream)
 		return err

@@ -91,6 +91,19 @@ func Consumer(prefix, workspace, queue string) string {
 	return prefix + "-" + workspace + "-" + queue
 }
 
+// ConsumerInfoSubject returns the subject, in ServiceAccount, where the
+// service itself answers the client account's requests for a work
+// consumer's info (JSAPIPrefix.CONSUMER.INFO.<stream>.<consumer>, which the
+// client account imports from it) — ending in the consumer's name. Not
+// JetStream's own API: its info requests wait in one queue of the whole
+// server, which drops every request waiting when one connection floods it
+// past 10,000 (the service's and every other executor's with them); the
+// service answers each caller under its per-caller limits and asks
+// JetStream at most once at a time per consumer.
+func ConsumerInfoSubject(prefix string) string {
+	return prefix + ".jsapi.CONSUMER.INFO." + WorkStream(prefix) + ".*"
+}
+
 // MonitorSubjects are the NATS micro services' control subjects (PING,
 // INFO, STATS): the service's admins reach its command and query services'
 // there, as `nats micro stats dwr` does.
@@ -231,7 +244,7 @@ func serverConfig(s Spec, users bool) string {
 	w("      { service: %s, response_threshold: %s, accounts: [%s] }\n", q(p+".cmd.>"), q(CommandReplyWindow.String()), ClientAccount)
 	w("      { service: %s, accounts: [%s] }\n", q(p+".q.>"), ClientAccount)
 	w("      { service: %s, response_type: stream, accounts: [%s] }\n", q("$JS.API.CONSUMER.MSG.NEXT."+stream+".*"), ClientAccount)
-	w("      { service: %s, accounts: [%s] }\n", q("$JS.API.CONSUMER.INFO."+stream+".*"), ClientAccount)
+	w("      { service: %s, accounts: [%s] }\n", q(ConsumerInfoSubject(p)), ClientAccount)
 	w("      { service: %s, accounts: [%s] }\n", q("$JS.ACK."+stream+".>"), ClientAccount)
 	w("      { stream: %s, accounts: [%s] }\n", q(p+".ev.>"), ClientAccount)
 	w("      { service: %s, response_type: stream, accounts: [%s] }\n", q(MonitorSubjects), ClientAccount)
@@ -261,8 +274,8 @@ func serverConfig(s Spec, users bool) string {
 	w("      { service: { account: %s, subject: %s }, share: true }\n", ServiceAccount, q(p+".q.>"))
 	w("      { service: { account: %s, subject: %s }, to: %s }\n", ServiceAccount,
 		q("$JS.API.CONSUMER.MSG.NEXT."+stream+".*"), q(JSAPIPrefix+".CONSUMER.MSG.NEXT."+stream+".*"))
-	w("      { service: { account: %s, subject: %s }, to: %s }\n", ServiceAccount,
-		q("$JS.API.CONSUMER.INFO."+stream+".*"), q(JSAPIPrefix+".CONSUMER.INFO."+stream+".*"))
+	w("      { service: { account: %s, subject: %s }, to: %s, share: true }\n", ServiceAccount,
+		q(ConsumerInfoSubject(p)), q(JSAPIPrefix+".CONSUMER.INFO."+stream+".*"))
 	w("      { service: { account: %s, subject: %s } }\n", ServiceAccount, q("$JS.ACK."+stream+".>"))
 	w("      { stream: { account: %s, subject: %s } }\n", ServiceAccount, q(p+".ev.>"))
 	w("      { service: { account: %s, subject: %s } }\n", ServiceAccount, q(MonitorSubjects))
