@@ -12,6 +12,7 @@ import (
 	"github.com/nats-io/nats.go/micro"
 
 	"github.com/dwr-run/dwr/handlers/access"
+	"github.com/dwr-run/dwr/handlers/endpoints"
 )
 
 // consumerInfoFresh is how long a work consumer's info, read from
@@ -129,6 +130,32 @@ func consumerInfoError(code int, description string) []byte {
 		Description string `json:"description"`
 	}{code, description}})
 	return b
+}
+
+// startConsumerInfo serves the client account's consumer info requests on
+// a NATS connection of their own: a flood of them, tiny as they are, then
+// fills no buffer of the queries' connection (the server cuts a connection
+// whose backlog passes max_pending). stop stops the endpoint and closes the
+// connection.
+func (s *Service) startConsumerInfo() (stop func(), err error) {
+	nc, err := s.connectionOf("consumer info")
+	if err != nil {
+		return nil, err
+	}
+	s.consumerInfos.Store(newConsumerInfos(nc))
+	svc, err := endpoints.New(nc, endpoints.Config{Name: "dwr-jsapi", Version: s.cfg.Version, QueueGroup: micro.DefaultQueueGroup,
+		PendingLimit: endpointPending(s.cfg), Description: "dwr: the work consumers' info, answered for the clients' account in JetStream's place"})
+	if err != nil {
+		nc.Close()
+		return nil, fmt.Errorf("handlers: the consumer info service: %w", err)
+	}
+	s.consumerInfoEP.Store(svc)
+	stop = func() { s.consumerInfoEP.Store(nil); _ = svc.Stop(); nc.Close() }
+	if err := svc.Add("consumer_info", access.ConsumerInfoSubject(s.cfg.Prefix), s.serveConsumerInfo); err != nil {
+		stop()
+		return nil, fmt.Errorf("handlers: the consumer info endpoint: %w", err)
+	}
+	return stop, nil
 }
 
 // serveConsumerInfo answers a consumer info request from the client

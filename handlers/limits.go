@@ -314,10 +314,10 @@ func (s *Service) checkBacklog(now time.Time) {
 }
 
 // backlog returns the requests received and not yet taken in by the
-// command and query endpoints.
+// command, query and consumer info endpoints.
 func (s *Service) backlog() int {
 	n := 0
-	for _, ep := range []*endpoints.Service{s.commandsEP.Load(), s.queriesEP.Load()} {
+	for _, ep := range []*endpoints.Service{s.commandsEP.Load(), s.queriesEP.Load(), s.consumerInfoEP.Load()} {
 		if ep != nil {
 			n += ep.Backlog()
 		}

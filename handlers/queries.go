@@ -16,7 +16,6 @@ import (
 
 	"github.com/dwr-run/dwr/domain"
 	"github.com/dwr-run/dwr/eventstore"
-	"github.com/dwr-run/dwr/handlers/access"
 	"github.com/dwr-run/dwr/handlers/endpoints"
 	"github.com/dwr-run/dwr/projections"
 	"github.com/dwr-run/dwr/schemas"
@@ -72,11 +71,6 @@ func (s *Service) startQueries() (stop func(), err error) {
 			stop()
 			return nil, fmt.Errorf("handlers: query endpoint %s: %w", name, err)
 		}
-	}
-	s.consumerInfos.Store(newConsumerInfos(nc))
-	if err := svc.Add("jsapi_consumer_info", access.ConsumerInfoSubject(s.cfg.Prefix), s.serveConsumerInfo); err != nil {
-		stop()
-		return nil, fmt.Errorf("handlers: the consumer info endpoint: %w", err)
 	}
 	for _, name := range ArtifactQueries {
 		h := func(req micro.Request) {

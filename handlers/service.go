@@ -371,9 +371,10 @@ type Service struct {
 	// advisories is the stream keeping the work stream's max-deliveries advisories.
 	advisories string
 	admission  *admission
-	// commandsEP and queriesEP are the endpoints serving commands (while
-	// this replica writes) and queries: their backlog is watched.
-	commandsEP, queriesEP atomic.Pointer[endpoints.Service]
+	// commandsEP, queriesEP and consumerInfoEP are the endpoints serving
+	// commands (while this replica writes), queries and the consumers'
+	// info: their backlog is watched.
+	commandsEP, queriesEP, consumerInfoEP atomic.Pointer[endpoints.Service]
 	// intake counts the requests taken in; backlogBenched is when
 	// (UnixNano) a caller was last benched for the backlog (checkBacklog).
 	intake, backlogBenched atomic.Int64
@@ -618,6 +619,11 @@ func (s *Service) Run(ctx context.Context) error {
 		return err
 	}
 	defer stopQueries()
+	stopConsumerInfo, err := s.startConsumerInfo()
+	if err != nil {
+		return err
+	}
+	defer stopConsumerInfo()
 
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
