@@ -38,6 +38,12 @@ type EmbeddedConfig struct {
 	// MaxPending is the server's max_pending (embedded.Config.MaxPending);
 	// 0: 64 MiB.
 	MaxPending int64
+	// Limits bound what the clients hold of the server (ClientLimits).
+	Limits ClientLimits
+	// BenchFor is how long an identity past ClientLimits' per-identity
+	// bounds is kept off the server: 0, DefaultBenchFor; negative, it is
+	// only logged.
+	BenchFor time.Duration
 	// Logger receives the server's logs and what the boundary cannot
 	// apply. Required.
 	Logger *slog.Logger
@@ -63,6 +69,12 @@ type Boundary struct {
 	// (Bench).
 	benchMu sync.Mutex
 	benched map[string]time.Time
+	// limits and benchFor are what the guard holds the clients to
+	// (guardClients); warned is when it last warned of what it cannot
+	// bench.
+	limits   ClientLimits
+	benchFor time.Duration
+	warned   time.Time
 }
 
 // StartEmbedded starts the embedded NATS server closed: the service's
@@ -91,7 +103,10 @@ func StartEmbedded(cfg EmbeddedConfig, store *projections.Store) (*Boundary, err
 		return nil, err
 	}
 	b := &Boundary{service: id, insecureOpen: cfg.InsecureOpen, store: store, logger: cfg.Logger,
-		admins: []access.Admin{{Name: "admin", PublicKey: pub}}}
+		admins: []access.Admin{{Name: "admin", PublicKey: pub}}, limits: cfg.Limits.withDefaults(), benchFor: cfg.BenchFor}
+	if b.benchFor == 0 {
+		b.benchFor = DefaultBenchFor
+	}
 	// The client port stays closed until Open: until the views have caught
 	// up, the members they hold may be behind the log's (a member added or
 	// removed in the records a crash kept from the views), and a client
@@ -107,6 +122,9 @@ func StartEmbedded(cfg EmbeddedConfig, store *projections.Store) (*Boundary, err
 	if b.srv, err = embedded.Start(ecfg); err != nil {
 		return nil, fmt.Errorf("embedded NATS: %v", err)
 	}
+	stop := make(chan struct{})
+	go func() { b.srv.NATS().WaitForShutdown(); close(stop) }()
+	go b.guardClients(stop)
 	return b, nil
 }
 
@@ -117,7 +135,8 @@ func (b *Boundary) Server() *embedded.Server { return b.srv }
 // the store is nil), or the error of reading them.
 func (b *Boundary) spec() (access.Spec, error) {
 	s := access.Spec{ServiceKeys: []string{b.service.PublicKey}, InsecureOpen: b.insecureOpen,
-		Identities: access.IdentitiesOf(b.admins, nil)}
+		Identities:     access.IdentitiesOf(b.admins, nil),
+		MaxConnections: b.limits.MaxConnections, MaxSubscriptions: b.limits.MaxSubscriptionsPerConnection}
 	if b.store == nil {
 		return s, nil
 	}
@@ -215,6 +234,11 @@ func (b *Boundary) Auth() AuthConfig {
 // reconnections fail authorization meanwhile). The anonymous user of an
 // open server and the service's own key are never benched.
 func (b *Boundary) Bench(nkey string, d time.Duration) {
+	b.bench(nkey, d, "flooding the service")
+}
+
+// bench is Bench, logging why.
+func (b *Boundary) bench(nkey string, d time.Duration, why string, attrs ...any) {
 	if nkey == "" || nkey == b.service.PublicKey || d <= 0 {
 		return
 	}
@@ -225,7 +249,7 @@ func (b *Boundary) Bench(nkey string, d time.Duration) {
 	b.benched[nkey] = time.Now().Add(d)
 	b.benchMu.Unlock()
 	closed := b.srv.Disconnect(func(user string) bool { return user == nkey })
-	b.logger.Warn("dwr: an identity is kept off the NATS server for flooding the service", "user", nkey, "for", d, "connections_closed", closed)
+	b.logger.Warn("dwr: an identity is kept off the NATS server for "+why, append([]any{"user", nkey, "for", d, "connections_closed", closed}, attrs...)...)
 }
 
 // isBenched reports whether nkey is kept off the server at now (Bench),

@@ -179,7 +179,7 @@ func Serve(ctx context.Context, cfg ServeConfig) error {
 	consoleNATS := ConsoleNATS{URL: cfg.External.URL}
 	if nc == nil {
 		e := cfg.Embedded
-		e.DataDir, e.InsecureOpen, e.Logger = cfg.DataDir, cfg.InsecureOpen, logger
+		e.DataDir, e.InsecureOpen, e.Logger, e.BenchFor = cfg.DataDir, cfg.InsecureOpen, logger, cfg.Service.BenchFor
 		bnd, err := StartEmbedded(e, store)
 		if err != nil {
 			return err

@@ -11,6 +11,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/dwr-run/dwr/handlers"
+	"github.com/dwr-run/dwr/handlers/access"
 	"github.com/dwr-run/dwr/handlers/console"
 	"github.com/dwr-run/dwr/handlers/embedded"
 	"github.com/dwr-run/dwr/handlers/web"
@@ -141,6 +142,15 @@ func (o *serveOptions) flags(cmd *cobra.Command) {
 		"requests one identity may have in flight at once; more are refused (unavailable) (0: %d)", handlers.DefaultMaxInFlightPerCaller))
 	f.DurationVar(&o.cfg.Service.BenchFor, "bench-flooders", handlers.DefaultBenchFor,
 		"how long an identity that floods (sends in one second 8x its bytes or 64x its requests in flight, or is refused 16x its requests in flight) is refused, and kept off the embedded NATS server (-1s: never)")
+	l := &o.cfg.Embedded.Limits
+	f.IntVar(&l.MaxConnections, "max-client-connections", access.DefaultMaxClientConnections,
+		"the embedded server: the clients' connections at once; more are refused (-1: none)")
+	f.IntVar(&l.MaxSubscriptionsPerConnection, "max-subscriptions-per-connection", access.DefaultMaxSubscriptionsPerConnection,
+		"the embedded server: one client connection's subscriptions; more are refused (-1: none)")
+	f.IntVar(&l.MaxConnectionsPerIdentity, "max-connections-per-identity", handlers.DefaultMaxConnectionsPerIdentity,
+		"the embedded server: one identity's connections at once; past them it is benched for --bench-flooders (-1: none)")
+	f.IntVar(&l.MaxSubscriptions, "max-client-subscriptions", handlers.DefaultMaxClientSubscriptions,
+		"the embedded server: the clients' subscriptions in all; past them the identity holding the most is benched for --bench-flooders (-1: none)")
 	f.StringSliceVar(&o.cfg.NATSMonitor, "nats-monitor", envList("DWR_NATS_MONITOR"),
 		"with --nats: the monitoring URLs (http_port, http://host:8222) of every node of the cluster, to check that each fsyncs acknowledged writes before serving (env DWR_NATS_MONITOR, comma-separated)")
 	f.BoolVar(&o.cfg.AcceptUnsyncedCluster, "accept-unsynced-cluster", false,

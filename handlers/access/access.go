@@ -73,6 +73,42 @@ type Spec struct {
 	// InsecureOpen lets connections without credentials in, as
 	// AnonymousUser with the admin role in every workspace.
 	InsecureOpen bool
+	// MaxConnections bounds the client account's connections at once, and
+	// MaxSubscriptions each of its connections' subscriptions (the
+	// account's limits: the NATS server refuses a connection or a
+	// subscription past them). 0: DefaultMaxClientConnections and
+	// DefaultMaxSubscriptionsPerConnection; negative: none.
+	MaxConnections, MaxSubscriptions int
+}
+
+// The client account's limits by default (Spec): a NATS server keeps every
+// connection (~40 KB) and every subscription (~0.7 KB) of its clients in
+// memory, without a bound of its own, and the embedded one runs in the
+// service's process — one credential subscribing without end, or opening
+// connections without end, took the service's memory with it.
+const (
+	DefaultMaxClientConnections          = 10_000
+	DefaultMaxSubscriptionsPerConnection = 10_000
+)
+
+// limits returns the client account's limits block, or "" for none.
+func (s Spec) limits() string {
+	var parts []string
+	for _, l := range []struct {
+		name     string
+		n, deflt int
+	}{{"max_connections", s.MaxConnections, DefaultMaxClientConnections}, {"max_subscriptions", s.MaxSubscriptions, DefaultMaxSubscriptionsPerConnection}} {
+		switch {
+		case l.n == 0:
+			parts = append(parts, fmt.Sprintf("%s: %d", l.name, l.deflt))
+		case l.n > 0:
+			parts = append(parts, fmt.Sprintf("%s: %d", l.name, l.n))
+		}
+	}
+	if len(parts) == 0 {
+		return ""
+	}
+	return "limits: { " + strings.Join(parts, ", ") + " }"
 }
 
 func (s Spec) prefix() string {
@@ -251,6 +287,10 @@ func serverConfig(s Spec, users bool) string {
 	w("    ]\n")
 	w("  }\n")
 	w("  %s {\n", ClientAccount)
+	if l := s.limits(); l != "" {
+		w("    # per connection: subscriptions; in all: connections\n")
+		w("    %s\n", l)
+	}
 	if users {
 		w("    users: [\n")
 		for _, id := range s.clients() {

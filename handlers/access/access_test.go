@@ -45,6 +45,9 @@ func TestServerConfigRuns(t *testing.T) {
 			window, err = acc.ServiceExportResponseThreshold("dwr.q.>")
 			require.NoError(t, err)
 			require.Equal(t, 2*time.Minute, window)
+			clients, err := srv.NATS().LookupAccount(access.ClientAccount)
+			require.NoError(t, err)
+			require.Equal(t, access.DefaultMaxClientConnections, clients.MaxActiveConnections(), "the clients' connections are bounded")
 			srv.Shutdown()
 		}
 		require.NotContains(t, access.AccountsConfig(spec), "nkey")

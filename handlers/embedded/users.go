@@ -108,23 +108,12 @@ func signed(pub, sig string, nonce []byte) bool {
 // how many it closed: for a user whose rights Config.Users no longer gives
 // as they were (its clients reconnect, and are judged again).
 func (s *Server) Disconnect(drop func(user string) bool) int {
-	const page = 1024
 	var ids []uint64
-	for offset := 0; ; offset += page {
-		cz, err := s.ns.Connz(&server.ConnzOptions{Username: true, Offset: offset, Limit: page})
-		if err != nil {
-			s.logger.Error("embedded: listing the connections to close", "err", err)
-			break
+	s.eachClient("", func(c *server.ConnInfo) {
+		if c.AuthorizedUser != "" && drop(c.AuthorizedUser) {
+			ids = append(ids, c.Cid)
 		}
-		for _, c := range cz.Conns {
-			if c.AuthorizedUser != "" && drop(c.AuthorizedUser) {
-				ids = append(ids, c.Cid)
-			}
-		}
-		if len(cz.Conns) < page {
-			break
-		}
-	}
+	})
 	closed := 0
 	for _, id := range ids {
 		if s.ns.DisconnectClientByID(id) == nil {
@@ -132,4 +121,44 @@ func (s *Server) Disconnect(drop func(user string) bool) int {
 		}
 	}
 	return closed
+}
+
+// Holding is what one user's client connections hold of the server.
+type Holding struct {
+	Connections, Subscriptions int
+}
+
+// Holdings returns what the client connections of account hold, by user
+// (the nkey it proved, or the name it was let in as).
+func (s *Server) Holdings(account string) map[string]Holding {
+	held := map[string]Holding{}
+	s.eachClient(account, func(c *server.ConnInfo) {
+		if c.AuthorizedUser == "" {
+			return
+		}
+		h := held[c.AuthorizedUser]
+		h.Connections++
+		h.Subscriptions += int(c.NumSubs)
+		held[c.AuthorizedUser] = h
+	})
+	return held
+}
+
+// eachClient calls f with each open client connection (of account, when
+// not ""), a page of the server's list at a time.
+func (s *Server) eachClient(account string, f func(*server.ConnInfo)) {
+	const page = 1024
+	for offset := 0; ; offset += page {
+		cz, err := s.ns.Connz(&server.ConnzOptions{Username: true, Account: account, Offset: offset, Limit: page})
+		if err != nil {
+			s.logger.Error("embedded: listing the client connections", "err", err)
+			return
+		}
+		for _, c := range cz.Conns {
+			f(c)
+		}
+		if len(cz.Conns) < page {
+			return
+		}
+	}
 }

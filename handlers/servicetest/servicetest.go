@@ -68,6 +68,9 @@ type Options struct {
 	// bytes it holds for one connection before it cuts it as a slow
 	// consumer (nats-server's default 64 MiB).
 	MaxPending int64
+	// Limits bound what the clients hold of the embedded server (with
+	// Secure; its guard benches for Config.BenchFor).
+	Limits handlers.ClientLimits
 }
 
 // Clock is a clock a test moves by hand, so that it moves time instead of
@@ -243,7 +246,8 @@ func TryStart(t testing.TB, dir string, o Options) (*Service, error) {
 	var srv *embedded.Server
 	var nc *nats.Conn
 	if o.Secure {
-		if bnd, err = handlers.StartEmbedded(handlers.EmbeddedConfig{DataDir: dir, Listen: o.Listen, Logger: logger, MaxPending: o.MaxPending}, store); err != nil {
+		if bnd, err = handlers.StartEmbedded(handlers.EmbeddedConfig{DataDir: dir, Listen: o.Listen, Logger: logger, MaxPending: o.MaxPending,
+			Limits: o.Limits, BenchFor: o.Config.BenchFor}, store); err != nil {
 			_ = store.Close()
 			return nil, err
 		}

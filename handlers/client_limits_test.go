@@ -1,0 +1,148 @@
+package handlers_test
+
+import (
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nkeys"
+	"github.com/stretchr/testify/require"
+
+	"github.com/dwr-run/dwr/domain"
+	"github.com/dwr-run/dwr/handlers"
+	"github.com/dwr-run/dwr/handlers/servicetest"
+	"github.com/dwr-run/dwr/schemas"
+)
+
+// One credential cannot take the service's memory through the embedded
+// NATS server, which runs in its process and keeps every client
+// connection and subscription: a viewer subscribing to its own inbox
+// without end (200,000 subscriptions took ~150 MB), or connecting without
+// end, could. Each connection's subscriptions and the clients' connections
+// are the account's limits, which the server enforces; an identity holding
+// more connections than its bound, or the most subscriptions while the
+// clients hold more than theirs, is benched by the boundary's guard: its
+// connections closed, refused meanwhile. Others keep theirs and are served.
+func TestAClientCannotExhaustTheServer(t *testing.T) {
+	st := servicetest.Start(t, "", servicetest.Options{Secure: true, Listen: "127.0.0.1:0", Config: handlers.Config{WriterID: "test-writer", BenchFor: time.Minute},
+		Limits: handlers.ClientLimits{MaxConnections: 40, MaxSubscriptionsPerConnection: 50, MaxConnectionsPerIdentity: 5, MaxSubscriptions: 160}})
+	type conn struct {
+		nc   *nats.Conn
+		errs chan error
+	}
+	dial := func(kp nkeys.KeyPair) (conn, error) { // over TCP, as a client in another process
+
+		pub, _ := kp.PublicKey()
+		errs := make(chan error, 16)
+		nc, err := nats.Connect(st.Server.ClientURL(), nats.CustomInboxPrefix(schemas.InboxPrefix(pub)), nats.Nkey(pub, kp.Sign), nats.NoReconnect(),
+			nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) {
+				select {
+				case errs <- err:
+				default:
+				}
+			}))
+		if err == nil {
+			t.Cleanup(nc.Close)
+		}
+		return conn{nc, errs}, err
+	}
+	subscribe := func(c conn, pub string, from, n int) {
+		for i := from; i < from+n; i++ {
+			_, err := c.nc.Subscribe(fmt.Sprintf("%s.%d", schemas.InboxPrefix(pub), i), func(*nats.Msg) {})
+			require.NoError(t, err)
+		}
+		require.NoError(t, c.nc.Flush())
+	}
+	member := func(name string) (nkeys.KeyPair, string) {
+		kp := st.MemberKey(t, "default", name, domain.RoleViewer)
+		pub, _ := kp.PublicKey()
+		return kp, pub
+	}
+	served := func(c conn) {
+		t.Helper()
+		var ws []schemas.Workspace
+		servicetest.NewClient(c.nc, "default").Query(t, "workspace.list", schemas.Query{}, &ws)
+	}
+
+	// A connection's subscriptions past its bound are refused; the
+	// connection stays, and is served.
+	malloryKey, mallory := member("mallory")
+	m, err := dial(malloryKey)
+	require.NoError(t, err)
+	served(m) // the connection's reply inbox: one subscription
+	subscribe(m, mallory, 0, 49)
+	select {
+	case err := <-m.errs:
+		t.Fatalf("below the bound: %v", err)
+	default:
+	}
+	subscribe(m, mallory, 49, 1)
+	select {
+	case err := <-m.errs:
+		require.ErrorIs(t, err, nats.ErrMaxSubscriptionsExceeded)
+	case <-time.After(5 * time.Second):
+		t.Fatal("the subscription past the connection's bound was not refused")
+	}
+	served(m)
+
+	// An honest reader holds 3 connections with 20 subscriptions each.
+	aliceKey, alice := member("alice")
+	var honest []conn
+	for i := range 3 {
+		c, err := dial(aliceKey)
+		require.NoError(t, err)
+		subscribe(c, alice, 100*i, 20)
+		honest = append(honest, c)
+	}
+
+	// Mallory's subscriptions over her connections put the clients past
+	// theirs (160): she holds the most, and is benched.
+	m2, err := dial(malloryKey)
+	require.NoError(t, err)
+	subscribe(m2, mallory, 1000, 50)
+	require.Eventually(t, func() bool { return m.nc.IsClosed() && m2.nc.IsClosed() }, 10*time.Second, 10*time.Millisecond,
+		"the identity holding the most subscriptions is benched")
+	_, err = dial(malloryKey)
+	require.ErrorIs(t, err, nats.ErrAuthorization, "a benched identity is refused meanwhile")
+	for _, c := range honest {
+		require.False(t, c.nc.IsClosed())
+		served(c)
+	}
+
+	// More connections of one identity than its bound (5): benched.
+	bobKey, _ := member("bob")
+	var bobs []conn
+	for range 6 {
+		c, err := dial(bobKey)
+		require.NoError(t, err)
+		bobs = append(bobs, c)
+	}
+	require.Eventually(t, func() bool {
+		for _, c := range bobs {
+			if !c.nc.IsClosed() {
+				return false
+			}
+		}
+		return true
+	}, 10*time.Second, 10*time.Millisecond, "an identity past its connections is benched")
+	for _, c := range honest {
+		served(c)
+	}
+
+	// The clients' connections in all (40): past them, the server refuses
+	// one, whoever it is. Identities under their own bound fill the rest.
+	open := 3 + 1 // alice's, and the test's admin connection
+	for i := 0; open < 40; i++ {
+		kp, _ := member(fmt.Sprintf("fill%d", i))
+		for range min(5, 40-open) {
+			_, err := dial(kp)
+			require.NoError(t, err)
+			open++
+		}
+	}
+	kp, _ := member("late")
+	_, err = dial(kp)
+	require.ErrorIs(t, err, nats.ErrMaxAccountConnectionsExceeded)
+	served(honest[0])
+}
