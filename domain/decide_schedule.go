@@ -42,6 +42,9 @@ func (x *tx) createSchedule(c *CreateSchedule) (Reply, error) {
 		}
 		return Reply{}, conflict("schedule %q already exists with another spec: delete it first (dwr schedule delete %s)", c.Name, c.Name)
 	}
+	if err := x.roomForSchedule(x.m.Workspace); err != nil {
+		return Reply{}, err
+	}
 	if err := x.emit(id, &ScheduleCreated{Name: c.Name, ScheduleSpec: spec, NextSlot: next}); err != nil {
 		return Reply{}, err
 	}

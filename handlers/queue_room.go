@@ -134,11 +134,31 @@ func (d *dispatcher) standing(ws string, configured []schemas.QueueConfig) ([]sc
 	return out, lister.Err()
 }
 
-// roomWorld is the writer's views with the queues that stand: the World
-// its commands are decided against. Without a room it bounds no queue.
+// roomWorld is the writer's views with the queues that stand and the
+// bound on a workspace's schedules: the World its commands are decided
+// against. Without a room it bounds no queue, without maxSchedules no
+// schedule.
 type roomWorld struct {
 	*projections.Store
-	room *queueRoom
+	room         *queueRoom
+	maxSchedules int
+}
+
+// DefaultMaxSchedulesPerWorkspace is Config.MaxSchedulesPerWorkspace's
+// default.
+const DefaultMaxSchedulesPerWorkspace = 100
+
+// ScheduleCount implements domain.ScheduleCounter: the schedules of ws the
+// views hold (a schedule.create reads at most the bound of them).
+func (w roomWorld) ScheduleCount(ws string) (n, most int, err error) {
+	if w.maxSchedules <= 0 {
+		return 0, 0, nil
+	}
+	err = w.EachSchedule(ws, "", func(*domain.Schedule) bool {
+		n++
+		return n <= w.maxSchedules
+	})
+	return n, w.maxSchedules, err
 }
 
 // QueueUse implements domain.QueueCounter.

@@ -5,9 +5,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/stretchr/testify/require"
 
 	"github.com/dwr-run/dwr/domain"
+	"github.com/dwr-run/dwr/handlers"
 	"github.com/dwr-run/dwr/handlers/servicetest"
 	"github.com/dwr-run/dwr/schemas"
 )
@@ -282,4 +284,41 @@ func TestSchedulePermissionsPerRole(t *testing.T) {
 			require.Equal(t, mayRead, answered(t, nc, "dwr.q.default."+qn, q, mayRead), "%s queries %s", role, qn)
 		}
 	}
+}
+
+// A member cannot make schedules without end: each fires on the writer's
+// timers, which fire in the order of their moments, 256 at a time: a
+// member's thousands of per-second schedules would put every other
+// workspace's retries, deadlines and waits behind theirs, and append a goal
+// each a second past the per-caller limits (the service sends these
+// commands itself). Past the workspace's bound a schedule.create
+// is refused, naming the field, and nothing is recorded; a deleted
+// schedule makes room; another workspace has its own.
+func TestAMemberCannotMakeSchedulesWithoutEnd(t *testing.T) {
+	b := bundleOf(servicetest.Start(t, "", servicetest.Options{Secure: true,
+		Config: handlers.Config{WriterID: "test-writer", MaxSchedulesPerWorkspace: 3}}))
+	mallory := servicetest.NewClient(b.st.Member(t, "default", "mallory", domain.RoleClient), "default")
+	create := func(c *servicetest.Client, ws, name string) schemas.Reply {
+		return c.Request(t, "dwr.cmd."+ws+".schedule.create", reportSchedule(name, map[string]any{"every": "1s", "overlap": "allow"}), nats.Header{})
+	}
+	var seq uint64
+	for i := range 3 {
+		r := create(mallory, "default", fmt.Sprintf("s%d", i))
+		require.True(t, r.OK, "%+v", r.Error)
+		seq = r.Seq
+	}
+	r := create(mallory, "default", "s3")
+	require.False(t, r.OK)
+	require.Equal(t, schemas.CodeConflict, r.Error.Code)
+	require.Equal(t, "/name", r.Error.Fields[0].Pointer)
+	require.Contains(t, r.Error.Message, "--max-schedules-per-workspace")
+
+	require.True(t, mallory.Request(t, "dwr.cmd.default.schedule.delete", map[string]any{"name": "s0"}, nats.Header{}).OK)
+	r = create(mallory, "default", "s3")
+	require.True(t, r.OK, "a deleted schedule makes room: %+v", r.Error)
+	require.Greater(t, r.Seq, seq)
+
+	servicetest.NewClient(b.st.Admin, "other").Command(t, "workspace.create", schemas.CreateWorkspace{Name: "other"})
+	other := servicetest.NewClient(b.st.Admin, "other")
+	require.True(t, create(other, "other", "s0").OK, "another workspace has its own room")
 }

@@ -167,6 +167,13 @@ type Config struct {
 	// one workspace's clients cannot take every queue of the service.
 	// Default DefaultMaxQueuesPerWorkspace (100); -1: only MaxQueues.
 	MaxQueuesPerWorkspace int
+	// MaxSchedulesPerWorkspace bounds the schedules of one workspace: each
+	// fires on the writer's timers, which every workspace's timers (retry
+	// backoffs, deadlines, waits) wait behind, so that one workspace's
+	// clients cannot make schedules without end. A schedule.create past it
+	// is refused (conflict). Default DefaultMaxSchedulesPerWorkspace (100);
+	// -1: none.
+	MaxSchedulesPerWorkspace int
 	// ArtifactMaxBytes bounds one artifact. Default
 	// DefaultArtifactMaxBytes (1 GiB).
 	ArtifactMaxBytes int64
@@ -320,6 +327,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.MaxQueuesPerWorkspace == 0 {
 		c.MaxQueuesPerWorkspace = min(DefaultMaxQueuesPerWorkspace, c.MaxQueues)
+	}
+	if c.MaxSchedulesPerWorkspace == 0 {
+		c.MaxSchedulesPerWorkspace = DefaultMaxSchedulesPerWorkspace
 	}
 	if c.ArtifactRetention == 0 {
 		c.ArtifactRetention = DefaultArtifactRetention
@@ -1183,7 +1193,7 @@ func (s *Service) takeOver(ctx context.Context, timerWake, membersWake chan stru
 	if err := s.dispatch.room.load(ctx, s.js, s.dispatch.stream, s.cfg.Prefix); err != nil {
 		s.cfg.Logger.Warn("handlers: could not list the queues' consumers; the queues counted are those made from now on", "err", err)
 	}
-	w := &writer{store: s.store, room: s.dispatch.room, clock: s.cfg.Clock, logger: s.cfg.Logger, broken: make(chan struct{}), tracer: s.tracer, disk: s.disk,
+	w := &writer{store: s.store, room: s.dispatch.room, maxSchedules: s.cfg.MaxSchedulesPerWorkspace, clock: s.cfg.Clock, logger: s.cfg.Logger, broken: make(chan struct{}), tracer: s.tracer, disk: s.disk,
 		dispatch: s.dispatch.dispatchCommit, answered: &s.onAnswered,
 		after: func(c *eventstore.Commit, seq uint64) {
 			// A writer deposed meanwhile (paused past its lease) leaves the

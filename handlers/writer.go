@@ -84,9 +84,11 @@ type writer struct {
 	store *projections.Store
 	// room, with the views, is what commands are decided against: the
 	// queues that stand and their bounds (roomWorld); nil bounds none.
-	room   *queueRoom
-	clock  func() time.Time
-	logger *slog.Logger
+	// maxSchedules bounds a workspace's schedules; 0 or less: none.
+	room         *queueRoom
+	maxSchedules int
+	clock        func() time.Time
+	logger       *slog.Logger
 	// dispatch runs once a record is committed, before the views apply it
 	// (they are written while the items travel): the work items of the
 	// tasks it left ready, with their states as the writer decided them.
@@ -142,7 +144,7 @@ func (t commandTraces) of(e *eventstore.Event) trace.SpanContext {
 func (w *writer) Decide(items []*request) ([]eventstore.Event, []eventstore.CommandResult, []error) {
 	w.decideStart = time.Now()
 	defer func() { w.decideEnd = time.Now() }()
-	o := domain.NewOverlay(roomWorld{w.store, w.room})
+	o := domain.NewOverlay(roomWorld{Store: w.store, room: w.room, maxSchedules: w.maxSchedules})
 	errs := make([]error, len(items))
 	var events []eventstore.Event
 	var results []eventstore.CommandResult
