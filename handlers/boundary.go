@@ -75,6 +75,9 @@ type Boundary struct {
 	limits   ClientLimits
 	benchFor time.Duration
 	warned   time.Time
+	// behind are the identities the guard found past
+	// MaxPendingPerIdentity at its last look.
+	behind map[string]bool
 }
 
 // StartEmbedded starts the embedded NATS server closed: the service's

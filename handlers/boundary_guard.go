@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/dwr-run/dwr/handlers/access"
+	"github.com/dwr-run/dwr/handlers/embedded"
 )
 
 // ClientLimits bound what the clients' account holds of the embedded NATS
@@ -14,7 +15,7 @@ import (
 // the service's process: one credential that subscribed without end (200,000
 // subscriptions of its own inbox in 6 s took ~150 MB), or opened
 // connections without end, took the service's memory with it. The first two
-// are the account's limits, which the server enforces; the last two are
+// are the account's limits, which the server enforces; the others are
 // held by the boundary's guard, which looks every clientGuardEvery and
 // benches (BenchFor: closes its connections and refuses it meanwhile) an
 // identity past them. For each, 0 is its default and a negative value
@@ -37,16 +38,26 @@ type ClientLimits struct {
 	// it, the identity holding the most is benched. Default
 	// DefaultMaxClientSubscriptions.
 	MaxSubscriptions int
+	// MaxPendingPerIdentity bounds the bytes the server holds for one
+	// identity's connections, not yet written to them: a connection that
+	// does not read makes them grow by what it is sent (up to max_pending,
+	// 64 MiB, each, for the write deadline, 10 s, before the server cuts
+	// it), so that an identity's connections subscribed to the feed and
+	// not reading held a copy of every event each. An identity past it at
+	// two looks in a row (an honest one that is a moment behind catches
+	// up) is benched. Default DefaultMaxPendingPerIdentity.
+	MaxPendingPerIdentity int64
 }
 
 // The guard's bounds by default (ClientLimits).
 const (
 	DefaultMaxConnectionsPerIdentity = 1_000
 	DefaultMaxClientSubscriptions    = 250_000
+	DefaultMaxPendingPerIdentity     = 64 << 20
 )
 
 // clientGuardEvery is how often the guard looks at what the clients hold.
-const clientGuardEvery = time.Second
+const clientGuardEvery = 500 * time.Millisecond
 
 func (l ClientLimits) withDefaults() ClientLimits {
 	set := func(n *int, deflt int) {
@@ -58,6 +69,9 @@ func (l ClientLimits) withDefaults() ClientLimits {
 	set(&l.MaxSubscriptionsPerConnection, access.DefaultMaxSubscriptionsPerConnection)
 	set(&l.MaxConnectionsPerIdentity, DefaultMaxConnectionsPerIdentity)
 	set(&l.MaxSubscriptions, DefaultMaxClientSubscriptions)
+	if l.MaxPendingPerIdentity == 0 {
+		l.MaxPendingPerIdentity = DefaultMaxPendingPerIdentity
+	}
 	return l
 }
 
@@ -77,44 +91,49 @@ func (b *Boundary) guardClients(stop <-chan struct{}) {
 }
 
 // checkClients benches each identity holding more connections than
-// MaxConnectionsPerIdentity, and, while the account holds more
-// subscriptions than MaxSubscriptions, the identity holding the most. It
-// lists the connections only when the account's counts could be past a
-// bound.
+// MaxConnectionsPerIdentity or more bytes pending than
+// MaxPendingPerIdentity, and, while the account holds more subscriptions
+// than MaxSubscriptions, the identity holding the most.
 func (b *Boundary) checkClients(now time.Time) {
-	perIdentity, all := b.limits.MaxConnectionsPerIdentity, b.limits.MaxSubscriptions
+	perIdentity, all, pending := b.limits.MaxConnectionsPerIdentity, b.limits.MaxSubscriptions, b.limits.MaxPendingPerIdentity
 	acc, err := b.srv.NATS().LookupAccount(access.ClientAccount)
 	if err != nil {
 		return
 	}
 	conns, subs := acc.NumLocalConnections(), acc.TotalSubs()
-
 	overConns, overSubs := perIdentity > 0 && conns > perIdentity, all > 0 && subs > all
-	if !overConns && !overSubs {
+	if conns == 0 || (!overConns && !overSubs && pending <= 0) {
+		b.behind = nil
 		return
 	}
 	type holder struct {
-		user        string
-		conns, subs int
+		user string
+		embedded.Holding
 	}
 	var holders []holder
 	for user, h := range b.srv.Holdings(access.ClientAccount) {
 		if !b.isBenched(user, now) {
-			holders = append(holders, holder{user, h.Connections, h.Subscriptions})
+			holders = append(holders, holder{user, h})
 		}
 	}
-	if overConns {
-		for _, h := range holders {
-			if h.conns > perIdentity {
-				b.benchHolder(h.user, now, "holding more connections than --max-connections-per-identity",
-					"connections", h.conns, "max", perIdentity)
-			}
+	behind := map[string]bool{}
+	for _, h := range holders {
+		switch {
+		case overConns && h.Connections > perIdentity:
+			b.benchHolder(h.user, now, "holding more connections than --max-connections-per-identity",
+				"connections", h.Connections, "max", perIdentity)
+		case pending > 0 && h.Pending > pending && b.behind[h.user]:
+			b.benchHolder(h.user, now, "not reading what its connections are sent: the server held more for them than --max-pending-per-identity",
+				"pending_bytes", h.Pending, "connections", h.Connections, "max", pending)
+		case pending > 0 && h.Pending > pending:
+			behind[h.user] = true
 		}
 	}
+	b.behind = behind
 	if overSubs && len(holders) > 0 {
-		most := slices.MaxFunc(holders, func(a, b holder) int { return cmp.Compare(a.subs, b.subs) })
+		most := slices.MaxFunc(holders, func(a, b holder) int { return cmp.Compare(a.Subscriptions, b.Subscriptions) })
 		b.benchHolder(most.user, now, "holding the most subscriptions while the clients hold more than --max-client-subscriptions",
-			"subscriptions", most.subs, "all_subscriptions", subs, "max", all)
+			"subscriptions", most.Subscriptions, "all_subscriptions", subs, "max", all)
 	}
 }
 

@@ -1,7 +1,12 @@
 package handlers_test
 
 import (
+	"bufio"
+	"encoding/base64"
+	"encoding/json"
 	"fmt"
+	"net"
+	"strings"
 	"testing"
 	"time"
 
@@ -11,6 +16,7 @@ import (
 
 	"github.com/dwr-run/dwr/domain"
 	"github.com/dwr-run/dwr/handlers"
+	"github.com/dwr-run/dwr/handlers/access"
 	"github.com/dwr-run/dwr/handlers/servicetest"
 	"github.com/dwr-run/dwr/schemas"
 )
@@ -26,7 +32,8 @@ import (
 // connections closed, refused meanwhile. Others keep theirs and are served.
 func TestAClientCannotExhaustTheServer(t *testing.T) {
 	st := servicetest.Start(t, "", servicetest.Options{Secure: true, Listen: "127.0.0.1:0", Config: handlers.Config{WriterID: "test-writer", BenchFor: time.Minute},
-		Limits: handlers.ClientLimits{MaxConnections: 40, MaxSubscriptionsPerConnection: 50, MaxConnectionsPerIdentity: 5, MaxSubscriptions: 160}})
+		Limits: handlers.ClientLimits{MaxConnections: 40, MaxSubscriptionsPerConnection: 50, MaxConnectionsPerIdentity: 5, MaxSubscriptions: 160,
+			MaxPendingPerIdentity: 1 << 20}})
 	type conn struct {
 		nc   *nats.Conn
 		errs chan error
@@ -130,6 +137,28 @@ func TestAClientCannotExhaustTheServer(t *testing.T) {
 		served(c)
 	}
 
+	// An identity whose connections are subscribed to the feed and do not
+	// read: the server holds what they are sent, past its bound (1 MiB)
+	// at two looks in a row, and it is benched; alice, subscribed to the
+	// same feed and reading, is not.
+	eveKey, evePub := member("eve")
+	for range 4 {
+		rawNotReading(t, st, eveKey, "dwr.ev.default.>")
+	}
+	feed, err := honest[0].nc.SubscribeSync("dwr.ev.default.>")
+	require.NoError(t, err)
+	admin := servicetest.NewClient(st.Admin, "default")
+	servicetest.Eventually(t, 10*time.Second, func() bool {
+		admin.CreateTask(t, map[string]any{"queue": "q", "title": "t", "input": map[string]any{"pad": strings.Repeat("x", 60<<10)}})
+		return st.Server.Holdings(access.ClientAccount)[evePub].Connections == 0
+	}, func() string { return "eve's connections are closed" })
+	_, err = feed.NextMsg(5 * time.Second)
+	require.NoError(t, err, "alice reads the feed")
+	for _, c := range honest {
+		require.False(t, c.nc.IsClosed())
+	}
+	require.NoError(t, feed.Unsubscribe())
+
 	// The clients' connections in all (40): past them, the server refuses
 	// one, whoever it is. Identities under their own bound fill the rest.
 	open := 3 + 1 // alice's, and the test's admin connection
@@ -145,4 +174,27 @@ func TestAClientCannotExhaustTheServer(t *testing.T) {
 	_, err = dial(kp)
 	require.ErrorIs(t, err, nats.ErrMaxAccountConnectionsExceeded)
 	served(honest[0])
+}
+
+// rawNotReading connects to the service's NATS server as kp over TCP,
+// subscribes to subject, and never reads again: what the server sends it
+// stays in the server's buffers. The connection is closed at cleanup.
+func rawNotReading(t *testing.T, st *servicetest.Service, kp nkeys.KeyPair, subject string) {
+	t.Helper()
+	pub, _ := kp.PublicKey()
+	c, err := net.Dial("tcp", strings.TrimPrefix(st.Server.ClientURL(), "nats://"))
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = c.Close() })
+	line, err := bufio.NewReader(c).ReadString('\n')
+	require.NoError(t, err)
+	var info struct {
+		Nonce string `json:"nonce"`
+	}
+	require.NoError(t, json.Unmarshal([]byte(strings.TrimPrefix(line, "INFO ")), &info))
+	sig, err := kp.Sign([]byte(info.Nonce))
+	require.NoError(t, err)
+	connect, err := json.Marshal(map[string]any{"nkey": pub, "sig": base64.RawURLEncoding.EncodeToString(sig), "verbose": false, "protocol": 1})
+	require.NoError(t, err)
+	_, err = fmt.Fprintf(c, "CONNECT %s\r\nSUB %s 1\r\nPING\r\n", connect, subject)
+	require.NoError(t, err)
 }

@@ -45,6 +45,7 @@ type serveOptions struct {
 	tls                       embedded.TLSConfig
 	logLevel, atRestKey, otlp string
 	maxStore, minFreeDisk     string
+	maxPendingPerIdentity     string
 	consoleHosts              []string
 	metricsOn                 bool
 }
@@ -71,6 +72,15 @@ func (o *serveOptions) run(cmd *cobra.Command) error {
 			return fail(exitInvalid, "--max-store %v", err)
 		}
 		o.cfg.Embedded.MaxStore = n
+	}
+	if o.maxPendingPerIdentity == "off" {
+		o.cfg.Embedded.Limits.MaxPendingPerIdentity = -1
+	} else if o.maxPendingPerIdentity != "" {
+		n, err := handlers.ParseSize(o.maxPendingPerIdentity)
+		if err != nil {
+			return fail(exitInvalid, "--max-pending-per-identity %v", err)
+		}
+		o.cfg.Embedded.Limits.MaxPendingPerIdentity = n
 	}
 	switch o.minFreeDisk {
 	case "":
@@ -153,6 +163,8 @@ func (o *serveOptions) flags(cmd *cobra.Command) {
 		"the embedded server: one identity's connections at once; past them it is benched for --bench-flooders (-1: none)")
 	f.IntVar(&l.MaxSubscriptions, "max-client-subscriptions", handlers.DefaultMaxClientSubscriptions,
 		"the embedded server: the clients' subscriptions in all; past them the identity holding the most is benched for --bench-flooders (-1: none)")
+	f.StringVar(&o.maxPendingPerIdentity, "max-pending-per-identity", "64MiB",
+		"the embedded server: the bytes it may hold for one identity's connections, sent and not yet read by them; past them at two looks in a row the identity is benched for --bench-flooders (off: none)")
 	f.StringSliceVar(&o.cfg.NATSMonitor, "nats-monitor", envList("DWR_NATS_MONITOR"),
 		"with --nats: the monitoring URLs (http_port, http://host:8222) of every node of the cluster, to check that each fsyncs acknowledged writes before serving (env DWR_NATS_MONITOR, comma-separated)")
 	f.BoolVar(&o.cfg.AcceptUnsyncedCluster, "accept-unsynced-cluster", false,

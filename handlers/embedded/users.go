@@ -123,9 +123,13 @@ func (s *Server) Disconnect(drop func(user string) bool) int {
 	return closed
 }
 
-// Holding is what one user's client connections hold of the server.
+// Holding is what one user's client connections hold of the server: how
+// many, their subscriptions, and the bytes the server holds for them, not
+// yet written (a connection that does not read makes them grow, up to
+// max_pending each).
 type Holding struct {
 	Connections, Subscriptions int
+	Pending                    int64
 }
 
 // Holdings returns what the client connections of account hold, by user
@@ -139,6 +143,7 @@ func (s *Server) Holdings(account string) map[string]Holding {
 		h := held[c.AuthorizedUser]
 		h.Connections++
 		h.Subscriptions += int(c.NumSubs)
+		h.Pending += int64(c.Pending)
 		held[c.AuthorizedUser] = h
 	})
 	return held
