@@ -55,9 +55,15 @@ func (x *tx) roomForSchedule(ws string) error {
 		return err
 	}
 	if most > 0 && n >= most {
-		return &Error{Code: CodeConflict, Field: "/name", Message: fmt.Sprintf(
-			"workspace %q has %d schedules, the most it may have: delete one it no longer needs first (dwr schedule list; dwr schedule delete NAME; the bound is dwr serve --max-schedules-per-workspace)",
-			ws, n)}
+		return NoRoomForSchedule(ws, n)
 	}
 	return nil
+}
+
+// NoRoomForSchedule is the refusal of a new schedule of ws, which has n
+// schedules, the most it may have.
+func NoRoomForSchedule(ws string, n int) error {
+	return &Error{Code: CodeConflict, Field: "/name", Message: fmt.Sprintf(
+		"workspace %q has %d schedules, the most it may have: delete one it no longer needs first (dwr schedule list; dwr schedule delete NAME; the bound is dwr serve --max-schedules-per-workspace)",
+		ws, n)}
 }

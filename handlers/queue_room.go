@@ -169,6 +169,30 @@ func (w roomWorld) QueueUse(ws, queue string) (domain.QueueUse, error) {
 	return w.room.use(ws, queue), nil
 }
 
+// roomForSchedule refuses schedule.create c, before the writer, when the
+// views hold as many schedules of its workspace as it may have and c would
+// make one more: so that a flood of them past the bound costs the writer
+// nothing (the writer decides the others exactly, the batch's own counted
+// in). A command the views have seen, or a schedule that stands, is left
+// to the writer, which answers its first outcome, or the same again.
+func (s *Service) roomForSchedule(c *domain.CreateSchedule, m domain.Meta) error {
+	most := s.cfg.MaxSchedulesPerWorkspace
+	if most <= 0 || !domain.ValidName(c.Name) {
+		return nil
+	}
+	if _, seen, err := s.store.Command(m.Workspace, m.Key()); err != nil || seen {
+		return err
+	}
+	if x, err := s.store.Schedule(domain.ScheduleID(m.Workspace, c.Name)); err != nil || (x != nil && !x.Deleted) {
+		return err
+	}
+	n, _, err := roomWorld{Store: s.store, maxSchedules: most}.ScheduleCount(m.Workspace)
+	if err != nil || n < most {
+		return err
+	}
+	return domain.NoRoomForSchedule(m.Workspace, n)
+}
+
 // queueInUse refuses queue.delete c while a task of its workspace that has
 // not ended is given its queue, as its own or its verifier's. It reads the
 // views off the writer's goroutine, and sets c.ScannedAt to the sequence

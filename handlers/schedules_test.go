@@ -1,6 +1,7 @@
 package handlers_test
 
 import (
+	"encoding/json"
 	"fmt"
 	"testing"
 	"time"
@@ -298,8 +299,12 @@ func TestAMemberCannotMakeSchedulesWithoutEnd(t *testing.T) {
 	b := bundleOf(servicetest.Start(t, "", servicetest.Options{Secure: true,
 		Config: handlers.Config{WriterID: "test-writer", MaxSchedulesPerWorkspace: 3}}))
 	mallory := servicetest.NewClient(b.st.Member(t, "default", "mallory", domain.RoleClient), "default")
+	createAs := func(c *servicetest.Client, ws, name, id string) schemas.Reply {
+		return c.Request(t, "dwr.cmd."+ws+".schedule.create", reportSchedule(name, map[string]any{"every": "1s", "overlap": "allow"}),
+			nats.Header{schemas.HeaderCommandID: []string{id}})
+	}
 	create := func(c *servicetest.Client, ws, name string) schemas.Reply {
-		return c.Request(t, "dwr.cmd."+ws+".schedule.create", reportSchedule(name, map[string]any{"every": "1s", "overlap": "allow"}), nats.Header{})
+		return createAs(c, ws, name, "create-"+ws+"-"+name)
 	}
 	var seq uint64
 	for i := range 3 {
@@ -307,7 +312,13 @@ func TestAMemberCannotMakeSchedulesWithoutEnd(t *testing.T) {
 		require.True(t, r.OK, "%+v", r.Error)
 		seq = r.Seq
 	}
-	r := create(mallory, "default", "s3")
+	r := createAs(mallory, "default", "s2", "create-default-s2")
+	require.True(t, r.OK, "the last one sent again, at the bound: its first outcome (%+v)", r.Error)
+	var again schemas.CommandResult
+	require.NoError(t, json.Unmarshal(r.Result, &again))
+	require.Equal(t, "s2", again.ID)
+	require.Equal(t, seq, r.Seq, "the record of its first outcome")
+	r = create(mallory, "default", "s3")
 	require.False(t, r.OK)
 	require.Equal(t, schemas.CodeConflict, r.Error.Code)
 	require.Equal(t, "/name", r.Error.Fields[0].Pointer)

@@ -1447,6 +1447,11 @@ func (s *Service) handleCommand(name string, req micro.Request, who sender) (rep
 			return errResponse(werr)
 		}
 		o = s.executeSent(ctx, cmd, m, who.key(), len(body))
+	case *domain.CreateSchedule:
+		if err := s.roomForSchedule(c, m); err != nil {
+			return errResponse(toWire(err, s.cfg.Logger))
+		}
+		o = s.executeSent(ctx, cmd, m, who.key(), len(body))
 	default:
 		token = s.prepareReport(cmd, m)
 		o = s.executeSent(ctx, cmd, m, who.key(), len(body))
