@@ -170,15 +170,21 @@ func (w roomWorld) QueueUse(ws, queue string) (domain.QueueUse, error) {
 }
 
 // roomForSchedule refuses schedule.create c, before the writer, when the
-// views hold as many schedules of its workspace as it may have and c would
+// views — once they hold what the writer answered — hold as many schedules
+// of its workspace as it may have and c would
 // make one more: so that a flood of them past the bound costs the writer
 // nothing (the writer decides the others exactly, the batch's own counted
 // in). A command the views have seen, or a schedule that stands, is left
 // to the writer, which answers its first outcome, or the same again.
-func (s *Service) roomForSchedule(c *domain.CreateSchedule, m domain.Meta) error {
+func (s *Service) roomForSchedule(ctx context.Context, c *domain.CreateSchedule, m domain.Meta) error {
 	most := s.cfg.MaxSchedulesPerWorkspace
 	if most <= 0 || !domain.ValidName(c.Name) {
 		return nil
+	}
+	// The views first take what the writer answered: a schedule deleted
+	// just before is read as deleted.
+	if err := s.store.WaitFor(ctx, s.answeredSeq()); err != nil {
+		return err
 	}
 	if _, seen, err := s.store.Command(m.Workspace, m.Key()); err != nil || seen {
 		return err

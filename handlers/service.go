@@ -1448,7 +1448,7 @@ func (s *Service) handleCommand(name string, req micro.Request, who sender) (rep
 		}
 		o = s.executeSent(ctx, cmd, m, who.key(), len(body))
 	case *domain.CreateSchedule:
-		if err := s.roomForSchedule(c, m); err != nil {
+		if err := s.roomForSchedule(ctx, c, m); err != nil {
 			return errResponse(toWire(err, s.cfg.Logger))
 		}
 		o = s.executeSent(ctx, cmd, m, who.key(), len(body))
