@@ -95,5 +95,11 @@ func TestConsumerInfoIsReadOnceAtATime(t *testing.T) {
 	mu.Unlock()
 	get("c1")
 	require.EqualValues(t, 3, count("c1"), "read again once it is no longer fresh")
+
+	// The service's own refusals read as JetStream's errors do.
+	var refused reply
+	require.NoError(t, json.Unmarshal(consumerInfoError(503, "retry"), &refused))
+	require.Equal(t, jsConsumerInfoType, refused.Type)
+	require.Equal(t, 503, refused.Error.Code)
 	require.NoError(t, sub.Unsubscribe())
 }
