@@ -2,6 +2,7 @@ package endpoints_test
 
 import (
 	"errors"
+	"sync"
 	"testing"
 	"time"
 
@@ -36,11 +37,15 @@ func TestBacklogIsBoundedByThePendingLimit(t *testing.T) {
 	require.NoError(t, err)
 	defer func() { _ = svc.Stop() }()
 	gate, taken := make(chan struct{}), make(chan struct{}, 16)
+	var open sync.Once
+	release := func() { open.Do(func() { close(gate) }) }
+	defer release() // before Stop, which waits for the handler: a failed check does not hang the test
 	require.NoError(t, svc.Add("echo", "test.echo", func(req micro.Request) {
 		taken <- struct{}{}
 		<-gate
 		_ = req.Respond(req.Data())
 	}))
+	require.NoError(t, nc.Flush()) // the endpoint's subscription stands at the server before anything is sent
 	require.Zero(t, svc.Backlog())
 
 	client, err := srv.Connect()
@@ -50,16 +55,24 @@ func TestBacklogIsBoundedByThePendingLimit(t *testing.T) {
 		require.NoError(t, client.PublishRequest("test.echo", client.NewRespInbox(), []byte("x")))
 	}
 	require.NoError(t, client.Flush())
-	<-taken // the first is in the handler, held
+	took := func() {
+		t.Helper()
+		select {
+		case <-taken:
+		case <-time.After(10 * time.Second):
+			t.Fatal("no request reached the handler")
+		}
+	}
+	took() // the first is in the handler, held
 	select {
 	case <-dropped:
 	case <-time.After(10 * time.Second):
 		t.Fatal("nothing was dropped past the pending limit")
 	}
 	require.Equal(t, 4, svc.Backlog(), "the one in the handler (nats.go counts it until the next), and three waiting")
-	close(gate)
+	release()
 	for range 3 {
-		<-taken
+		took()
 	}
 	servicetest.Eventually(t, 10*time.Second, func() bool { return svc.Backlog() == 0 })
 }
