@@ -71,6 +71,8 @@ type artifactStore struct {
 	// privacy seals the bytes of chunks and objects with the workspace's
 	// data key; nil when encryption is off.
 	privacy *privacy
+	// room bounds the bytes of each workspace's artifacts; nil: no bound.
+	room *artifactRoom
 }
 
 // sealChunk returns chunk b of workspace ws as it is stored: sealed with
@@ -135,7 +137,11 @@ func newArtifactStore(ctx context.Context, js jetstream.JetStream, cfg Config) (
 	if err != nil {
 		return nil, fmt.Errorf("handlers: uploads stream: %w", err)
 	}
-	return &artifactStore{js: js, obs: obs, objects: objects, uploads: uploads, bucket: bucket, prefix: cfg.Prefix, maxBytes: cfg.ArtifactMaxBytes}, nil
+	a := &artifactStore{js: js, obs: obs, objects: objects, uploads: uploads, bucket: bucket, prefix: cfg.Prefix, maxBytes: cfg.ArtifactMaxBytes}
+	if cfg.MaxArtifactBytesPerWorkspace > 0 {
+		a.room = newArtifactRoom(cfg.MaxArtifactBytesPerWorkspace)
+	}
+	return a, nil
 }
 
 // artifactStreams are the object store's stream and the uploads' stream.
@@ -372,6 +378,14 @@ func (a *artifactStore) put(ctx context.Context, ws string, who sender, by strin
 	case ierr.Code != schemas.CodeNotFound:
 		return schemas.ArtifactInfo{}, ierr
 	}
+	stored := "" // the object's name, once it is
+	if a.room != nil {
+		done, werr := a.room.hold(ctx, ws, p.Size)
+		if werr != nil {
+			return schemas.ArtifactInfo{}, werr // its chunks wait (an hour) for room to be made
+		}
+		defer func() { done(stored) }()
+	}
 	meta := jetstream.ObjectMeta{Name: objectName(ws, p.SHA256), Headers: nats.Header{},
 		Opts: &jetstream.ObjectMetaOptions{ChunkSize: schemas.ArtifactChunkBytes}}
 	if a.privacy != nil {
@@ -398,6 +412,7 @@ func (a *artifactStore) put(ctx context.Context, ws string, who sender, by strin
 		_ = a.obs.Delete(ctx, meta.Name)
 		return schemas.ArtifactInfo{}, &schemas.Error{Code: schemas.CodeConflict, Message: "the upload changed while it was stored: put it again"}
 	}
+	stored = meta.Name
 	_ = a.uploads.Purge(ctx, jetstream.WithPurgeSubject(subject))
 	return artifactInfoOf(info, false), nil
 }

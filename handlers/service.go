@@ -177,6 +177,12 @@ type Config struct {
 	// ArtifactMaxBytes bounds one artifact. Default
 	// DefaultArtifactMaxBytes (1 GiB).
 	ArtifactMaxBytes int64
+	// MaxArtifactBytesPerWorkspace bounds the bytes of one workspace's
+	// artifacts, so that one workspace's members cannot fill the store and
+	// the disk every workspace shares: a put past it is refused (too_large,
+	// /size). Default DefaultMaxArtifactBytesPerWorkspace (10 GiB); -1:
+	// none.
+	MaxArtifactBytesPerWorkspace int64
 	// ArtifactStoreMaxBytes bounds the artifact store (the object store
 	// <prefix>-artifacts): past it, a put is refused. Default 0: no bound.
 	ArtifactStoreMaxBytes int64
@@ -333,6 +339,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.ArtifactRetention == 0 {
 		c.ArtifactRetention = DefaultArtifactRetention
+	}
+	if c.MaxArtifactBytesPerWorkspace == 0 {
+		c.MaxArtifactBytesPerWorkspace = DefaultMaxArtifactBytesPerWorkspace
 	}
 	if c.ArtifactStoreMaxBytes <= 0 {
 		c.ArtifactStoreMaxBytes = -1
@@ -650,6 +659,9 @@ func (s *Service) Run(ctx context.Context) error {
 		}
 	})
 	wg.Go(func() { s.disk.watch(ctx) })
+	if s.artifacts.room != nil {
+		wg.Go(func() { s.artifacts.room.follow(ctx, s.artifacts.obs, s.cfg.Logger) })
+	}
 	wg.Go(func() {
 		if err := s.writerLoop(ctx); err != nil {
 			errc <- err

@@ -6,9 +6,11 @@ import (
 	"log/slog"
 	"net/http"
 	"os"
+	"strconv"
 	"strings"
 
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 
 	"github.com/dwr-run/dwr/handlers"
 	"github.com/dwr-run/dwr/handlers/access"
@@ -45,7 +47,6 @@ type serveOptions struct {
 	tls                       embedded.TLSConfig
 	logLevel, atRestKey, otlp string
 	maxStore, minFreeDisk     string
-	maxPendingPerIdentity     string
 	consoleHosts              []string
 	metricsOn                 bool
 }
@@ -72,15 +73,6 @@ func (o *serveOptions) run(cmd *cobra.Command) error {
 			return fail(exitInvalid, "--max-store %v", err)
 		}
 		o.cfg.Embedded.MaxStore = n
-	}
-	if o.maxPendingPerIdentity == "off" {
-		o.cfg.Embedded.Limits.MaxPendingPerIdentity = -1
-	} else if o.maxPendingPerIdentity != "" {
-		n, err := handlers.ParseSize(o.maxPendingPerIdentity)
-		if err != nil {
-			return fail(exitInvalid, "--max-pending-per-identity %v", err)
-		}
-		o.cfg.Embedded.Limits.MaxPendingPerIdentity = n
 	}
 	switch o.minFreeDisk {
 	case "":
@@ -142,6 +134,8 @@ func (o *serveOptions) flags(cmd *cobra.Command) {
 		"the largest artifact a put may store")
 	f.DurationVar(&o.cfg.Service.ArtifactRetention, "artifact-retention", handlers.DefaultArtifactRetention,
 		"how long the artifacts a task made and no task names are kept once its goal ended (-1s: forever)")
+	sizeFlag(f, &o.cfg.Service.MaxArtifactBytesPerWorkspace, "max-artifact-bytes-per-workspace", handlers.DefaultMaxArtifactBytesPerWorkspace,
+		"the bytes of one workspace's artifacts: a put past them is refused (too_large) (off: none)")
 	f.Int64Var(&o.cfg.Service.ArtifactStoreMaxBytes, "artifacts-max-bytes", 0,
 		"bound of the artifact store (the object store dwr-artifacts): past it, puts are refused (0: none)")
 	f.IntVar(&o.cfg.Service.MaxQueues, "max-queues", handlers.DefaultMaxQueues,
@@ -163,7 +157,7 @@ func (o *serveOptions) flags(cmd *cobra.Command) {
 		"the embedded server: one identity's connections at once; past them it is benched for --bench-flooders (-1: none)")
 	f.IntVar(&l.MaxSubscriptions, "max-client-subscriptions", handlers.DefaultMaxClientSubscriptions,
 		"the embedded server: the clients' subscriptions in all; past them the identity holding the most is benched for --bench-flooders (-1: none)")
-	f.StringVar(&o.maxPendingPerIdentity, "max-pending-per-identity", "64MiB",
+	sizeFlag(f, &l.MaxPendingPerIdentity, "max-pending-per-identity", handlers.DefaultMaxPendingPerIdentity,
 		"the embedded server: the bytes it may hold for one identity's connections, sent and not yet read by them; past them at two looks in a row the identity is benched for --bench-flooders (off: none)")
 	f.StringSliceVar(&o.cfg.NATSMonitor, "nats-monitor", envList("DWR_NATS_MONITOR"),
 		"with --nats: the monitoring URLs (http_port, http://host:8222) of every node of the cluster, to check that each fsyncs acknowledged writes before serving (env DWR_NATS_MONITOR, comma-separated)")
@@ -241,3 +235,41 @@ func consoleHandler(cfg *handlers.ServeConfig, hosts []string, logger *slog.Logg
 	}
 	return nil
 }
+
+// sizeFlag defines a flag of a size (such as 100MiB or 2GiB) or off, which
+// sets *p to -1.
+func sizeFlag(f *pflag.FlagSet, p *int64, name string, value int64, usage string) {
+	*p = value
+	f.Var(sizeValue{p}, name, usage)
+}
+
+type sizeValue struct{ n *int64 }
+
+func (v sizeValue) Set(s string) error {
+	if s == "off" {
+		*v.n = -1
+		return nil
+	}
+	n, err := handlers.ParseSize(s)
+	if err != nil {
+		return fmt.Errorf("%w, or off", err)
+	}
+	*v.n = n
+	return nil
+}
+
+func (v sizeValue) String() string {
+	n := *v.n
+	if n < 0 {
+		return "off"
+	}
+	for _, u := range []string{"B", "KiB", "MiB", "GiB"} {
+		if n%1024 != 0 || n == 0 {
+			return strconv.FormatInt(n, 10) + u
+		}
+		n /= 1024
+	}
+	return strconv.FormatInt(n, 10) + "TiB"
+}
+
+func (sizeValue) Type() string { return "size" }

@@ -16,12 +16,14 @@ import (
 	"runtime/debug"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/dwr-run/dwr/domain"
@@ -471,4 +473,90 @@ func TestArtifactChunksAreReadOnTheQueriesConnection(t *testing.T) {
 	// the queries', 48 MiB to the service's connection).
 	require.Greater(t, toQueries, int64(3*size))
 	require.Less(t, toMain, int64(size/8), "no chunk came in on the writer's connection")
+}
+
+// The bytes of one workspace's artifacts are bounded, so that one
+// workspace's members cannot fill the store, and the disk, that every
+// workspace shares: a put past the bound is refused (too_large, /size),
+// naming the bound, and stores nothing; bytes the workspace holds already
+// are still put (nothing more is stored); another workspace has room of
+// its own; a restarted service counts what the store holds; and the
+// sweeper's removals make room again.
+func TestAWorkspaceCannotFillTheArtifactStore(t *testing.T) {
+	const chunk = schemas.ArtifactChunkBytes
+	clock := servicetest.NewClock(time.Date(2026, 12, 5, 9, 0, 0, 0, time.UTC))
+	dir := t.TempDir()
+	opts := servicetest.Options{Secure: true, Clock: clock,
+		Config: handlers.Config{ArtifactRetention: 24 * time.Hour, MaxArtifactBytesPerWorkspace: 3 * chunk}}
+	svc := servicetest.Start(t, dir, opts)
+	ctx := context.Background()
+	kit := servicetest.NewClient(svc.Admin, "default")
+	var r schemas.CommandResult
+	require.NoError(t, json.Unmarshal(kit.Command(t, "goal.create", map[string]any{"title": "makes a draft",
+		"tasks": []map[string]any{{"key": "only", "queue": "q"}}}), &r))
+	taskID := r.Tasks[0].TaskID
+	var claim domain.Reply
+	require.NoError(t, json.Unmarshal(kit.Command(t, "task.claim", map[string]any{"task_id": taskID, "executor": "test"}), &claim))
+
+	member := client.New(svc.Member(t, "default", "writer", domain.RoleClient), client.Workspace("default"))
+	put := func(cl *client.Client, data []byte, taskID string) (*schemas.ArtifactInfo, error) {
+		return cl.PutArtifact(ctx, bytes.NewReader(data), client.ArtifactMeta{Name: "data.bin", TaskID: taskID})
+	}
+	draft := randomBytes(t, 2*chunk)
+	_, err := put(member, draft, taskID)
+	require.NoError(t, err)
+	tooMany := randomBytes(t, 2*chunk)
+	refused := func(cl *client.Client, data []byte) {
+		t.Helper()
+		_, err := put(cl, data, "")
+		require.ErrorIs(t, err, client.ErrTooLarge)
+		var werr *schemas.Error
+		require.ErrorAs(t, err, &werr)
+		require.Equal(t, "/size", werr.Fields[0].Pointer)
+		require.Contains(t, werr.Message, "--max-artifact-bytes-per-workspace")
+		_, err = member.ArtifactInfo(ctx, digest(data))
+		require.ErrorIs(t, err, client.ErrNotFound, "nothing was stored")
+	}
+	refused(member, tooMany)
+	info, err := put(member, draft, "")
+	require.NoError(t, err, "bytes the workspace holds are put again: nothing more is stored")
+	require.True(t, info.Duplicate)
+	_, err = put(member, randomBytes(t, chunk), "")
+	require.NoError(t, err, "up to the bound")
+	refused(member, []byte("one byte more"))
+
+	servicetest.Must(t, svc.Admin, "other", "workspace.create", map[string]any{"name": "other"})
+	other := client.New(svc.Admin, client.Workspace("other"))
+	_, err = put(other, tooMany, "")
+	require.NoError(t, err, "another workspace has room of its own")
+	var stored atomic.Int32
+	var wg sync.WaitGroup
+	for range handlers.MaxUploadsPerIdentity {
+		wg.Go(func() {
+			if _, err := put(other, randomBytes(t, chunk), ""); err == nil {
+				stored.Add(1)
+			} else {
+				assert.ErrorIs(t, err, client.ErrTooLarge)
+			}
+		})
+	}
+	wg.Wait()
+	require.Equal(t, int32(1), stored.Load(), "puts at once take the last room once")
+
+	svc.Stop()
+	svc = servicetest.Start(t, dir, opts)
+	member = client.New(svc.Member(t, "default", "writer-2", domain.RoleClient), client.Workspace("default"))
+	refused(member, tooMany)
+
+	kit = servicetest.NewClient(svc.Admin, "default")
+	kit.Command(t, "task.succeed", map[string]any{"task_id": taskID, "attempt": 1, "token": claim.Token, "result": "ok"})
+	kit.WaitState(t, taskID, "accepted", 10*time.Second)
+	clock.Advance(25 * time.Hour)
+	swept, err := svc.Svc.SweepArtifacts(ctx)
+	require.NoError(t, err)
+	require.Len(t, swept, 1, "the draft no task names")
+	require.Eventually(t, func() bool {
+		_, err := put(member, tooMany, "")
+		return err == nil
+	}, 10*time.Second, 50*time.Millisecond, "the sweeper's removal makes room")
 }
