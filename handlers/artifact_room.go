@@ -110,6 +110,27 @@ func (r *artifactRoom) hold(ctx context.Context, ws string, size int64) (done fu
 	}, nil
 }
 
+// stage refuses a chunk of ws, whose uploads in progress hold staged
+// bytes, when they hold more than its room and one artifact of spare
+// bytes besides: what uploads wait to be put is bounded by what they could
+// put. It does not wait for the store's metadata.
+func (r *artifactRoom) stage(ws string, staged, spare int64) *schemas.Error {
+	select {
+	case <-r.ready:
+	default:
+		return nil
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	room := max(r.max-r.used[ws]-r.held[ws], 0)
+	if staged <= room+spare {
+		return nil
+	}
+	return &schemas.Error{Code: schemas.CodeTooLarge, Message: fmt.Sprintf(
+		"workspace %q's uploads in progress hold %d bytes, and its artifacts %d of the %d it may hold: put them, or let them be dropped an hour after their last chunk, before sending more (the bound is dwr serve --max-artifact-bytes-per-workspace)",
+		ws, staged, r.used[ws], r.max)}
+}
+
 // refusal is the answer to a put of size bytes that ws has no room for. r.mu is held.
 func (r *artifactRoom) refusal(ws string, size int64) *schemas.Error {
 	storing := ""

@@ -292,7 +292,7 @@ func (a *artifactStore) chunk(ctx context.Context, ws string, who sender, req mi
 	subject := a.uploadSubject(ws, who, upload)
 	// Every chunk, not only the first: one that left out its chunk 0
 	// would start an upload unchecked.
-	if werr := a.checkUploads(ctx, subject); werr != nil {
+	if werr := a.checkUploads(ctx, ws, subject); werr != nil {
 		return errResponse(werr)
 	}
 	m := nats.NewMsg(subject)
@@ -320,17 +320,31 @@ const MaxUploadsPerIdentity = 4
 
 // checkUploads refuses a chunk of another upload from an identity with
 // MaxUploadsPerIdentity uploads in progress (subject is the chunk's
-// upload's). Chunks of new uploads checked at the same moment may pass it
-// together: the bound holds up to the requests in flight.
-func (a *artifactStore) checkUploads(ctx context.Context, subject string) *schemas.Error {
-	mine := subject[:strings.LastIndexByte(subject, '.')+1] + "*"
-	info, err := a.uploads.Info(ctx, jetstream.WithSubjectFilter(mine))
+// upload's), and a chunk of workspace ws whose uploads in progress already
+// hold more than its room for artifacts and one artifact besides (so that
+// an upload of bytes it holds already, a duplicate, is still taken when
+// it is full). Chunks checked at the same moment may pass it together: the
+// bounds hold up to the requests in flight.
+func (a *artifactStore) checkUploads(ctx context.Context, ws, subject string) *schemas.Error {
+	info, err := a.uploads.Info(ctx, jetstream.WithSubjectFilter(a.prefix+".upload."+ws+".>"))
 	if err != nil {
 		return &schemas.Error{Code: schemas.CodeUnavailable, Message: "the uploads in progress could not be read now (" + err.Error() + "): send the chunk again"}
 	}
-	if _, ongoing := info.State.Subjects[subject]; !ongoing && len(info.State.Subjects) >= MaxUploadsPerIdentity {
+	mine := subject[:strings.LastIndexByte(subject, '.')+1]
+	_, ongoing := info.State.Subjects[subject]
+	n, staged := 0, int64(0)
+	for subj, chunks := range info.State.Subjects {
+		staged += int64(chunks) * schemas.ArtifactChunkBytes //nolint:gosec // G115: a count of chunks
+		if strings.HasPrefix(subj, mine) {
+			n++
+		}
+	}
+	if !ongoing && n >= MaxUploadsPerIdentity {
 		return &schemas.Error{Code: schemas.CodeConflict, Message: fmt.Sprintf(
-			"%d uploads of yours are in progress in this workspace, the most allowed: put them (or let them be dropped an hour after their last chunk) before starting another", len(info.State.Subjects))}
+			"%d uploads of yours are in progress in this workspace, the most allowed: put them (or let them be dropped an hour after their last chunk) before starting another", n)}
+	}
+	if a.room != nil {
+		return a.room.stage(ws, staged, a.maxBytes)
 	}
 	return nil
 }

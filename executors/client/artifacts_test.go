@@ -560,3 +560,37 @@ func TestAWorkspaceCannotFillTheArtifactStore(t *testing.T) {
 		return err == nil
 	}, 10*time.Second, 50*time.Millisecond, "the sweeper's removal makes room")
 }
+
+// What a workspace's uploads in progress hold is bounded by its room for
+// artifacts and one artifact besides (each chunk counted whole): past it,
+// any identity's next chunk is refused until uploads are put (or dropped),
+// so that many identities cannot keep the disk full of uploads they never
+// put.
+func TestUploadsInProgressAreBoundedByTheWorkspacesRoom(t *testing.T) {
+	const chunk = schemas.ArtifactChunkBytes
+	svc := servicetest.Start(t, "", servicetest.Options{Secure: true,
+		Config: handlers.Config{ArtifactMaxBytes: chunk, MaxArtifactBytesPerWorkspace: 2 * chunk}})
+	send := func(c *servicetest.Client, upload string) schemas.Reply {
+		h := nats.Header{}
+		h.Set(schemas.HeaderUpload, upload)
+		h.Set(schemas.HeaderChunk, "0")
+		return c.Request(t, "dwr.q.default.artifact.chunk", []byte("part"), h)
+	}
+	cl := servicetest.NewClient(svc.Admin, "default")
+	other := servicetest.NewClient(svc.Member(t, "default", "other", domain.RoleClient), "default")
+	for i := range 4 { // room for two chunks, and one besides: the fourth is sent past it
+		r := send(cl, "up"+strconv.Itoa(i))
+		require.True(t, r.OK, "%d: %+v", i, r.Error)
+	}
+	r := send(other, "mine")
+	require.False(t, r.OK, "the workspace's uploads in progress hold more than its room")
+	require.Equal(t, schemas.CodeTooLarge, r.Error.Code)
+	require.Contains(t, r.Error.Message, "uploads in progress")
+
+	for i := range 4 {
+		p := cl.Request(t, "dwr.q.default.artifact.put", schemas.ArtifactPut{Upload: "up" + strconv.Itoa(i), Chunks: 1, Size: 4, SHA256: digest([]byte("part"))}, nil)
+		require.True(t, p.OK, "%+v", p.Error) // one artifact: the three others are duplicates
+	}
+	r = send(other, "mine")
+	require.True(t, r.OK, "puts made room: %+v", r.Error)
+}
