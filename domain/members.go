@@ -63,6 +63,23 @@ func crc16(data []byte) uint16 {
 	return crc
 }
 
+// MemberBound is a World that bounds the members of each workspace: every
+// member is a user of the NATS server, whose users are rebuilt from the
+// workspace's members at each change of them, and every command of the
+// workspace reads them. A World without it bounds none.
+type MemberBound interface {
+	MaxMembers() int
+}
+
+// MaxMembers is the base's bound on a workspace's members (MemberBound),
+// 0 when it has none.
+func (o *Overlay) MaxMembers() int {
+	if mb, ok := o.base.(MemberBound); ok {
+		return mb.MaxMembers()
+	}
+	return 0
+}
+
 // sameQueues reports whether a and b hold the same queues, in any order.
 func sameQueues(a, b []string) bool {
 	return slices.Equal(slices.Sorted(slices.Values(a)), slices.Sorted(slices.Values(b)))
@@ -119,8 +136,14 @@ func (x *tx) addMember(c *AddMember) (Reply, error) {
 		return Reply{}, &Error{Code: CodeConflict, Field: "/public_key",
 			Message: fmt.Sprintf("the key is member %q's in workspace %q: a key names one member (remove %q first, or give it another key)", m.Name, w.Name, m.Name)}
 	}
-	if m := w.Member(c.Name); m != nil && m.Role == c.Role && m.PublicKey == c.PublicKey && sameQueues(m.Queues, c.Queues) {
+	m := w.Member(c.Name)
+	if m != nil && m.Role == c.Role && m.PublicKey == c.PublicKey && sameQueues(m.Queues, c.Queues) {
 		return workspaceReply(w, true), nil
+	}
+	if most := x.o.MaxMembers(); m == nil && most > 0 && len(w.Members) >= most {
+		return Reply{}, &Error{Code: CodeConflict, Field: "/name", Message: fmt.Sprintf(
+			"workspace %q has %d members, the most it may have: revoke one it no longer needs first (dwr users list; dwr users revoke NAME; the bound is dwr serve --max-members-per-workspace)",
+			w.Name, len(w.Members))}
 	}
 	return x.emitWorkspace(w, &MemberAdded{Name: c.Name, Role: c.Role, PublicKey: c.PublicKey, Queues: slices.Clone(c.Queues)})
 }

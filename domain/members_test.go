@@ -274,3 +274,35 @@ func TestWorkspaceCloneIsDeep(t *testing.T) {
 	require.Equal(t, "build", orig.Members[0].Queues[0])
 	require.Equal(t, int64(30_000), orig.Queues[0].LeaseMS)
 }
+
+// bounded is a World that bounds every workspace's members to most.
+type bounded struct {
+	World
+	most int
+}
+
+func (b bounded) MaxMembers() int { return b.most }
+
+// A workspace may have so many members: a member.add of a new member past
+// the bound is refused, naming /name and what to do, and records nothing;
+// a member there already may still be changed (a new key, another role),
+// and a revoked member's place is free again.
+func TestMembersAreBoundedPerWorkspace(t *testing.T) {
+	w := setup(t)
+	inner := w.o
+	w.o = NewOverlay(bounded{World: inner, most: 2})
+	w.must(&AddMember{Name: "a", Role: RoleViewer, PublicKey: userKey("a")})
+	w.must(&AddMember{Name: "b", Role: RoleViewer, PublicKey: userKey("b")})
+	e := w.refused(&AddMember{Name: "c", Role: RoleViewer, PublicKey: userKey("c")}, CodeConflict)
+	require.Equal(t, "/name", e.Field)
+	require.Contains(t, e.Message, "has 2 members")
+	require.Contains(t, e.Message, "dwr users revoke")
+	require.Contains(t, e.Message, "--max-members-per-workspace")
+	out := w.must(&AddMember{Name: "b", Role: RoleClient, PublicKey: userKey("b2")})
+	require.NotEmpty(t, out.Changes, "a member there already is changed")
+	w.must(&RemoveMember{Name: "a"})
+	w.must(&AddMember{Name: "c", Role: RoleViewer, PublicKey: userKey("c")})
+
+	w.o = NewOverlay(inner) // a World without the bound bounds none
+	w.must(&AddMember{Name: "d", Role: RoleViewer, PublicKey: userKey("d")})
+}

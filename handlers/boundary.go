@@ -64,6 +64,7 @@ type Boundary struct {
 	// nkey ("": the anonymous user of an open server); applying orders
 	// their changes (ApplyMembers).
 	users    atomic.Pointer[map[string]access.Permissions]
+	reuse    access.Reuse // the users' permissions, by grants: ApplyMembers computes those that changed
 	applying sync.Mutex
 	// benched are the users kept off the server until a time, by nkey
 	// (Bench).
@@ -206,7 +207,7 @@ func (b *Boundary) ApplyMembers() error {
 	if err != nil {
 		return err
 	}
-	users := spec.Users()
+	users := spec.UsersReusing(&b.reuse)
 	before := *b.users.Swap(&users)
 	changed := map[string]bool{}
 	for key, p := range before {

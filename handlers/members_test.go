@@ -2,12 +2,14 @@ package handlers_test
 
 import (
 	"encoding/json"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nkeys"
 	"github.com/stretchr/testify/require"
 
 	"github.com/dwr-run/dwr/domain"
@@ -114,4 +116,42 @@ func TestAMembersReloadDoesNotHoldUpTheWriter(t *testing.T) {
 	var r schemas.Reply
 	require.NoError(t, json.Unmarshal(m.Data, &r), "%s", m.Data)
 	require.True(t, r.OK, "%+v", r.Error)
+}
+
+// A workspace's admin cannot add members without end: each is a user of
+// the NATS server, rebuilt at every change of members, and every command of
+// the workspace reads them. Past MaxMembersPerWorkspace a new member is
+// refused (conflict on /name) and cannot connect; a member there already
+// may still be changed; another workspace has room of its own.
+func TestAWorkspaceAdminCannotAddMembersWithoutEnd(t *testing.T) {
+	st := servicetest.Start(t, "", servicetest.Options{Secure: true, Listen: "127.0.0.1:0",
+		Config: handlers.Config{MaxMembersPerWorkspace: 3}})
+	boss := servicetest.NewClient(st.Member(t, "default", "boss", domain.RoleAdmin), "default")
+	keys := make([]nkeys.KeyPair, 3)
+	add := func(i int, role domain.Role) schemas.Reply {
+		if keys[i] == nil {
+			keys[i], _ = nkeys.CreateUser()
+		}
+		pub, _ := keys[i].PublicKey()
+		return boss.Request(t, "dwr.cmd.default.member.add", domain.AddMember{Name: "m" + strconv.Itoa(i), Role: role, PublicKey: pub}, nil)
+	}
+	for i := range 2 {
+		require.True(t, add(i, domain.RoleViewer).OK)
+	}
+	r := add(2, domain.RoleViewer)
+	require.False(t, r.OK)
+	require.Equal(t, string(domain.CodeConflict), r.Error.Code)
+	require.Equal(t, "/name", r.Error.Fields[0].Pointer)
+	require.Contains(t, r.Error.Message, "--max-members-per-workspace")
+	pub, _ := keys[2].PublicKey()
+	_, err := nats.Connect(st.Server.ClientURL(), nats.NoReconnect(), nats.Nkey(pub, keys[2].Sign))
+	require.ErrorIs(t, err, nats.ErrAuthorization, "a member refused is no user of the server")
+	require.True(t, add(1, domain.RoleClient).OK, "a member there already is changed")
+
+	servicetest.Must(t, st.Admin, "other", "workspace.create", map[string]any{"name": "other"})
+	for i := range 3 {
+		kp, _ := nkeys.CreateUser()
+		pub, _ := kp.PublicKey()
+		servicetest.Must(t, st.Admin, "other", "member.add", domain.AddMember{Name: "o" + strconv.Itoa(i), Role: domain.RoleViewer, PublicKey: pub})
+	}
 }

@@ -135,14 +135,21 @@ func (d *dispatcher) standing(ws string, configured []schemas.QueueConfig) ([]sc
 }
 
 // roomWorld is the writer's views with the queues that stand and the
-// bound on a workspace's schedules: the World its commands are decided
-// against. Without a room it bounds no queue, without maxSchedules no
-// schedule.
+// bounds on a workspace's schedules and members: the World its commands are
+// decided against. Without a room it bounds no queue, without maxSchedules
+// no schedule, without maxMembers no member.
 type roomWorld struct {
 	*projections.Store
 	room         *queueRoom
 	maxSchedules int
+	maxMembers   int
 }
+
+// DefaultMaxMembersPerWorkspace is Config.MaxMembersPerWorkspace's default.
+const DefaultMaxMembersPerWorkspace = 1000
+
+// MaxMembers implements domain.MemberBound.
+func (w roomWorld) MaxMembers() int { return max(w.maxMembers, 0) }
 
 // DefaultMaxSchedulesPerWorkspace is Config.MaxSchedulesPerWorkspace's
 // default.

@@ -174,6 +174,14 @@ type Config struct {
 	// is refused (conflict). Default DefaultMaxSchedulesPerWorkspace (100);
 	// -1: none.
 	MaxSchedulesPerWorkspace int
+	// MaxMembersPerWorkspace bounds the members of one workspace: each is a
+	// user of the NATS server, whose users are rebuilt from a workspace's
+	// members at every change of them (and every command of the workspace
+	// reads them), so that one workspace's admins cannot make that cost
+	// grow without end for every workspace. A member.add of a new member
+	// past it is refused (conflict). Default DefaultMaxMembersPerWorkspace
+	// (1,000); -1: none.
+	MaxMembersPerWorkspace int
 	// ArtifactMaxBytes bounds one artifact. Default
 	// DefaultArtifactMaxBytes (1 GiB).
 	ArtifactMaxBytes int64
@@ -336,6 +344,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.MaxSchedulesPerWorkspace == 0 {
 		c.MaxSchedulesPerWorkspace = DefaultMaxSchedulesPerWorkspace
+	}
+	if c.MaxMembersPerWorkspace == 0 {
+		c.MaxMembersPerWorkspace = DefaultMaxMembersPerWorkspace
 	}
 	if c.ArtifactRetention == 0 {
 		c.ArtifactRetention = DefaultArtifactRetention
@@ -1205,7 +1216,7 @@ func (s *Service) takeOver(ctx context.Context, timerWake, membersWake chan stru
 	if err := s.dispatch.room.load(ctx, s.js, s.dispatch.stream, s.cfg.Prefix); err != nil {
 		s.cfg.Logger.Warn("handlers: could not list the queues' consumers; the queues counted are those made from now on", "err", err)
 	}
-	w := &writer{store: s.store, room: s.dispatch.room, maxSchedules: s.cfg.MaxSchedulesPerWorkspace, clock: s.cfg.Clock, logger: s.cfg.Logger, broken: make(chan struct{}), tracer: s.tracer, disk: s.disk,
+	w := &writer{store: s.store, room: s.dispatch.room, maxSchedules: s.cfg.MaxSchedulesPerWorkspace, maxMembers: s.cfg.MaxMembersPerWorkspace, clock: s.cfg.Clock, logger: s.cfg.Logger, broken: make(chan struct{}), tracer: s.tracer, disk: s.disk,
 		dispatch: s.dispatch.dispatchCommit, answered: &s.onAnswered,
 		after: func(c *eventstore.Commit, seq uint64) {
 			// A writer deposed meanwhile (paused past its lease) leaves the

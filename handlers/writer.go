@@ -87,8 +87,10 @@ type writer struct {
 	// maxSchedules bounds a workspace's schedules; 0 or less: none.
 	room         *queueRoom
 	maxSchedules int
-	clock        func() time.Time
-	logger       *slog.Logger
+	// maxMembers bounds a workspace's members; 0 or less: none.
+	maxMembers int
+	clock      func() time.Time
+	logger     *slog.Logger
 	// dispatch runs once a record is committed, before the views apply it
 	// (they are written while the items travel): the work items of the
 	// tasks it left ready, with their states as the writer decided them.
@@ -144,7 +146,7 @@ func (t commandTraces) of(e *eventstore.Event) trace.SpanContext {
 func (w *writer) Decide(items []*request) ([]eventstore.Event, []eventstore.CommandResult, []error) {
 	w.decideStart = time.Now()
 	defer func() { w.decideEnd = time.Now() }()
-	o := domain.NewOverlay(roomWorld{Store: w.store, room: w.room, maxSchedules: w.maxSchedules})
+	o := domain.NewOverlay(roomWorld{Store: w.store, room: w.room, maxSchedules: w.maxSchedules, maxMembers: w.maxMembers})
 	errs := make([]error, len(items))
 	var events []eventstore.Event
 	var results []eventstore.CommandResult

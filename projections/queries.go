@@ -17,13 +17,23 @@ import (
 )
 
 // ListWorkspaces returns every workspace, by name.
+//
+// A workspace the cache holds is not decoded again (the NATS server's users
+// are rebuilt from every workspace at each change of members: only the
+// changed workspace is then read). The caller must not change them.
 func (s *Store) ListWorkspaces() ([]*domain.Workspace, error) {
 	var out []*domain.Workspace
-	err := s.scan(key(pWorkspace, ""), func(_, v []byte) error {
+	_, _, gen := s.cachedAt("") // before the scan's snapshot: what it reads is at least as new
+	err := s.scan(key(pWorkspace, ""), func(k, v []byte) error {
+		if c, ok := s.cached(string(k)); ok {
+			out = append(out, c.(*domain.Workspace))
+			return nil
+		}
 		var w domain.Workspace
 		if err := json.Unmarshal(v, &w); err != nil {
 			return err
 		}
+		s.remember(gen, string(k), &w, len(v))
 		out = append(out, &w)
 		return nil
 	})

@@ -834,3 +834,36 @@ func TestCloseWaitsForTheReadsUnderWay(t *testing.T) {
 	_, err = s.ListGoals("w", "", 0)
 	require.ErrorIs(t, err, projections.ErrClosed)
 }
+
+// ListWorkspaces reads each workspace as the views hold it now, from the
+// cache when it holds one (the NATS server's users are rebuilt from every
+// workspace at each change of members): a workspace changed since the last
+// listing is read as changed.
+func TestListWorkspacesFollowsEveryChange(t *testing.T) {
+	s, h := setup(t)
+	members := func(name string) []string {
+		t.Helper()
+		wss, err := s.ListWorkspaces()
+		require.NoError(t, err)
+		for _, w := range wss {
+			if w.Name == name {
+				var out []string
+				for _, m := range w.Members {
+					out = append(out, m.Name)
+				}
+				return out
+			}
+		}
+		t.Fatalf("workspace %s not listed", name)
+		return nil
+	}
+	require.Empty(t, members("w"))
+	h.batch(cmd{&domain.AddMember{Name: "a", Role: domain.RoleViewer, PublicKey: "UA7MKXBLY6WJ5644NDJL7IFP4GV56SLO2464EHTM3LXWGVVLUA5ASOHH"}, "add-a"})
+	require.Equal(t, []string{"a"}, members("w"))
+	_, err := s.Workspace("w") // read (and cached) between two listings
+	require.NoError(t, err)
+	h.batch(cmd{&domain.AddMember{Name: "b", Role: domain.RoleViewer, PublicKey: "UAFX6JXN64DJ77OVSWCEW4QPAYNB6MQXY747VU67A2D5SZONOHUY4TJK"}, "add-b"})
+	require.Equal(t, []string{"a", "b"}, members("w"))
+	h.batch(cmd{&domain.RemoveMember{Name: "a"}, "remove-a"})
+	require.Equal(t, []string{"b"}, members("w"))
+}

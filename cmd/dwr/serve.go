@@ -144,6 +144,8 @@ func (o *serveOptions) flags(cmd *cobra.Command) {
 		"the most queues of one workspace: a task given a new queue past it is refused (-1: only --max-queues)")
 	f.IntVar(&o.cfg.Service.MaxSchedulesPerWorkspace, "max-schedules-per-workspace", handlers.DefaultMaxSchedulesPerWorkspace,
 		"the most schedules of one workspace (each fires on the service's timers): a schedule.create past it is refused (-1: none)")
+	f.IntVar(&o.cfg.Service.MaxMembersPerWorkspace, "max-members-per-workspace", handlers.DefaultMaxMembersPerWorkspace,
+		"the most members of one workspace (each a user of the NATS server): a member.add of a new member past it is refused (-1: none)")
 	f.IntVar(&o.cfg.Service.MaxInFlightPerCaller, "max-in-flight-per-caller", 0, fmt.Sprintf(
 		"requests one identity may have in flight at once; more are refused (unavailable) (0: %d)", handlers.DefaultMaxInFlightPerCaller))
 	f.DurationVar(&o.cfg.Service.BenchFor, "bench-flooders", handlers.DefaultBenchFor,

@@ -6,6 +6,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/dwr-run/dwr/domain"
@@ -199,12 +200,11 @@ func PermissionsOf(prefix string, id Identity) Permissions {
 			}
 		}
 		if g.Role != domain.RoleAdmin {
-			for _, name := range domain.CommandNames() {
-				if domain.MayCommand(g.Role, name) {
-					p.Publish = append(p.Publish, cmd+name)
-				}
+			names := roleNames()[g.Role]
+			for _, name := range names.commands {
+				p.Publish = append(p.Publish, cmd+name)
 			}
-			for _, name := range domain.QueryNames(g.Role) {
+			for _, name := range names.queries {
 				p.Publish = append(p.Publish, q+name)
 			}
 		}
@@ -215,6 +215,26 @@ func PermissionsOf(prefix string, id Identity) Permissions {
 	p.Subscribe = slices.Compact(p.Subscribe)
 	return p
 }
+
+// roleNames returns, per role, the commands and the queries it may send by
+// name (besides those every role may send to its own workspace's query
+// subjects): read once, as every identity's permissions need them.
+var roleNames = sync.OnceValue(func() map[domain.Role]struct{ commands, queries []string } {
+	m := map[domain.Role]struct{ commands, queries []string }{}
+	commands := domain.CommandNames()
+	sort.Strings(commands)
+	for _, r := range domain.Roles {
+		var names struct{ commands, queries []string }
+		for _, name := range commands {
+			if domain.MayCommand(r, name) {
+				names.commands = append(names.commands, name)
+			}
+		}
+		names.queries = domain.QueryNames(r)
+		m[r] = names
+	}
+	return m
+})
 
 // ServerConfig returns the nats-server configuration of the layout: the
 // accounts, their exports and imports, and the users with their
@@ -231,15 +251,52 @@ func AccountsConfig(s Spec) string { return serverConfig(s, false) }
 // Users returns the users of the client account — the identities but any
 // that took a service key, and the anonymous user of an open server (key
 // "") — with what each may publish and subscribe to.
-func (s Spec) Users() map[string]Permissions {
+func (s Spec) Users() map[string]Permissions { return s.UsersReusing(nil) }
+
+// UsersReusing is Users, taking each identity's permissions from reuse
+// when they were computed there for the same grants (reuse may be nil):
+// a change of one member then computes the permissions of its identity
+// alone. It returns the users, and the permissions to reuse next time.
+func (s Spec) UsersReusing(reuse *Reuse) map[string]Permissions {
 	users := map[string]Permissions{}
+	next := map[string]Permissions{}
+	var b strings.Builder
 	for _, id := range s.clients() {
-		users[id.PublicKey] = PermissionsOf(s.prefix(), id)
+		b.Reset()
+		b.WriteString(id.PublicKey)
+		for _, g := range id.Grants {
+			b.WriteString("\x00" + g.Workspace + "\x00" + string(g.Role))
+			for _, q := range g.Queues {
+				b.WriteString("\x01" + q)
+			}
+		}
+		k := b.String()
+		p, ok := reuse.get(k)
+		if !ok {
+			p = PermissionsOf(s.prefix(), id)
+		}
+		users[id.PublicKey], next[k] = p, p
 	}
 	if s.InsecureOpen {
 		users[""] = s.anonymous()
 	}
+	if reuse != nil {
+		reuse.byGrants = next
+	}
 	return users
+}
+
+// Reuse keeps the permissions Spec.UsersReusing computed, by identity and
+// grants, for its next call. Its zero value is ready to use; it is not safe
+// for concurrent use.
+type Reuse struct{ byGrants map[string]Permissions }
+
+func (r *Reuse) get(k string) (Permissions, bool) {
+	if r == nil {
+		return Permissions{}, false
+	}
+	p, ok := r.byGrants[k]
+	return p, ok
 }
 
 // anonymous returns what the anonymous user of an open server may do: as
