@@ -56,8 +56,14 @@ const (
 	DefaultMaxPendingPerIdentity     = 64 << 20
 )
 
-// clientGuardEvery is how often the guard looks at what the clients hold.
-const clientGuardEvery = 500 * time.Millisecond
+// clientGuardEvery is how often the guard looks at what the clients hold,
+// unless a look takes more than 1/clientGuardShare of that: it then waits
+// clientGuardShare times its last look's time, so that it never takes more
+// than that share of a core (listing 3,000 connections takes ~7 ms).
+const (
+	clientGuardEvery = 500 * time.Millisecond
+	clientGuardShare = 20
+)
 
 func (l ClientLimits) withDefaults() ClientLimits {
 	set := func(n *int, deflt int) {
@@ -78,7 +84,7 @@ func (l ClientLimits) withDefaults() ClientLimits {
 // guardClients holds the clients to the limits' per-identity bounds until
 // stop is closed.
 func (b *Boundary) guardClients(stop <-chan struct{}) {
-	t := time.NewTicker(clientGuardEvery)
+	t := time.NewTimer(clientGuardEvery)
 	defer t.Stop()
 	for {
 		select {
@@ -86,7 +92,9 @@ func (b *Boundary) guardClients(stop <-chan struct{}) {
 			return
 		case <-t.C:
 		}
-		b.checkClients(time.Now())
+		began := time.Now()
+		b.checkClients(began)
+		t.Reset(max(clientGuardEvery, clientGuardShare*time.Since(began)))
 	}
 }
 

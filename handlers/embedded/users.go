@@ -2,6 +2,7 @@ package embedded
 
 import (
 	"encoding/base64"
+	"math"
 	"sync/atomic"
 
 	"github.com/nats-io/nats-server/v2/server"
@@ -150,20 +151,16 @@ func (s *Server) Holdings(account string) map[string]Holding {
 }
 
 // eachClient calls f with each open client connection (of account, when
-// not ""), a page of the server's list at a time.
+// not ""). One call lists them all: the server fills the information of
+// every connection at each call whatever its page, so that listing n
+// connections a page of 1,024 at a time cost n²/1,024.
 func (s *Server) eachClient(account string, f func(*server.ConnInfo)) {
-	const page = 1024
-	for offset := 0; ; offset += page {
-		cz, err := s.ns.Connz(&server.ConnzOptions{Username: true, Account: account, Offset: offset, Limit: page})
-		if err != nil {
-			s.logger.Error("embedded: listing the client connections", "err", err)
-			return
-		}
-		for _, c := range cz.Conns {
-			f(c)
-		}
-		if len(cz.Conns) < page {
-			return
-		}
+	cz, err := s.ns.Connz(&server.ConnzOptions{Username: true, Account: account, Limit: math.MaxInt32})
+	if err != nil {
+		s.logger.Error("embedded: listing the client connections", "err", err)
+		return
+	}
+	for _, c := range cz.Conns {
+		f(c)
 	}
 }
