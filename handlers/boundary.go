@@ -63,8 +63,12 @@ type Boundary struct {
 	// users are the client account's users the server lets in now, by
 	// nkey ("": the anonymous user of an open server); applying orders
 	// their changes (ApplyMembers).
-	users    atomic.Pointer[map[string]access.Permissions]
-	reuse    access.Reuse // the users' permissions, by grants: ApplyMembers computes those that changed
+	users atomic.Pointer[map[string]access.Permissions]
+	reuse access.Reuse // the users' permissions, by grants: ApplyMembers computes those that changed
+	// homes are the workspaces of each user (access.AllWorkspaces for an
+	// admin of all), as the guard counts what each workspace's identities
+	// hold.
+	homes    atomic.Pointer[map[string][]string]
 	applying sync.Mutex
 	// benched are the users kept off the server until a time, by nkey
 	// (Bench).
@@ -119,8 +123,9 @@ func StartEmbedded(cfg EmbeddedConfig, store *projections.Store) (*Boundary, err
 	if err != nil {
 		return nil, err
 	}
-	users := spec.Users()
+	users, homes := spec.UsersReusing(&b.reuse), homesOf(spec.Identities)
 	b.users.Store(&users)
+	b.homes.Store(&homes)
 	ecfg := embedded.Config{DataDir: cfg.DataDir, Listen: cfg.Listen, ListenLater: cfg.Listen != "", Logger: cfg.Logger, TLS: cfg.TLS,
 		Accounts: access.AccountsConfig(spec), Users: b.user, AtRestKey: cfg.AtRestKey, MaxStore: cfg.MaxStore, MaxPending: cfg.MaxPending}
 	if b.srv, err = embedded.Start(ecfg); err != nil {
@@ -208,6 +213,8 @@ func (b *Boundary) ApplyMembers() error {
 		return err
 	}
 	users := spec.UsersReusing(&b.reuse)
+	homes := homesOf(spec.Identities)
+	b.homes.Store(&homes)
 	before := *b.users.Swap(&users)
 	changed := map[string]bool{}
 	for key, p := range before {
@@ -222,6 +229,17 @@ func (b *Boundary) ApplyMembers() error {
 		b.srv.Disconnect(func(user string) bool { return changed[user] })
 	}
 	return nil
+}
+
+// homesOf returns the workspaces of each identity, by its key.
+func homesOf(ids []access.Identity) map[string][]string {
+	homes := make(map[string][]string, len(ids))
+	for _, id := range ids {
+		for _, g := range id.Grants {
+			homes[id.PublicKey] = append(homes[id.PublicKey], g.Workspace)
+		}
+	}
+	return homes
 }
 
 // Auth returns whom the service serves behind the boundary: only identities

@@ -1,7 +1,7 @@
 package handlers
 
 import (
-	"cmp"
+	"maps"
 	"slices"
 	"time"
 
@@ -101,7 +101,7 @@ func (b *Boundary) guardClients(stop <-chan struct{}) {
 // checkClients benches each identity holding more connections than
 // MaxConnectionsPerIdentity or more bytes pending than
 // MaxPendingPerIdentity, and, while the account holds more subscriptions
-// than MaxSubscriptions, the identity holding the most.
+// than MaxSubscriptions, the largest holders (benchSubscribers).
 func (b *Boundary) checkClients(now time.Time) {
 	perIdentity, all, pending := b.limits.MaxConnectionsPerIdentity, b.limits.MaxSubscriptions, b.limits.MaxPendingPerIdentity
 	acc, err := b.srv.NATS().LookupAccount(access.ClientAccount)
@@ -114,34 +114,73 @@ func (b *Boundary) checkClients(now time.Time) {
 		b.behind = nil
 		return
 	}
-	type holder struct {
-		user string
-		embedded.Holding
-	}
-	var holders []holder
-	for user, h := range b.srv.Holdings(access.ClientAccount) {
-		if !b.isBenched(user, now) {
-			holders = append(holders, holder{user, h})
-		}
-	}
+	holders := b.srv.Holdings(access.ClientAccount)
+	maps.DeleteFunc(holders, func(user string, _ embedded.Holding) bool { return b.isBenched(user, now) })
 	behind := map[string]bool{}
-	for _, h := range holders {
+	for user, h := range holders {
 		switch {
 		case overConns && h.Connections > perIdentity:
-			b.benchHolder(h.user, now, "holding more connections than --max-connections-per-identity",
+			b.benchHolder(user, now, "holding more connections than --max-connections-per-identity",
 				"connections", h.Connections, "max", perIdentity)
-		case pending > 0 && h.Pending > pending && b.behind[h.user]:
-			b.benchHolder(h.user, now, "not reading what its connections are sent: the server held more for them than --max-pending-per-identity",
+		case pending > 0 && h.Pending > pending && b.behind[user]:
+			b.benchHolder(user, now, "not reading what its connections are sent: the server held more for them than --max-pending-per-identity",
 				"pending_bytes", h.Pending, "connections", h.Connections, "max", pending)
 		case pending > 0 && h.Pending > pending:
-			behind[h.user] = true
+			behind[user] = true
+			continue
+		default:
+			continue
 		}
+		delete(holders, user) // benched: what it held goes with its connections
 	}
 	b.behind = behind
-	if overSubs && len(holders) > 0 {
-		most := slices.MaxFunc(holders, func(a, b holder) int { return cmp.Compare(a.Subscriptions, b.Subscriptions) })
-		b.benchHolder(most.user, now, "holding the most subscriptions while the clients hold more than --max-client-subscriptions",
-			"subscriptions", most.Subscriptions, "all_subscriptions", subs, "max", all)
+	if overSubs {
+		b.benchSubscribers(holders, subs, now)
+	}
+}
+
+// benchSubscribers benches, while the clients hold more subscriptions than
+// MaxSubscriptions, the identity holding the most of the workspace whose
+// identities hold the most — until what those benched held brings the
+// clients under the bound. By workspace first, so that one workspace's
+// admin who made many identities, each holding less than another
+// workspace's honest largest holder, has its own identities benched; and
+// as many as it takes in one look, not one a look.
+func (b *Boundary) benchSubscribers(holders map[string]embedded.Holding, subs int, now time.Time) {
+	homes := *b.homes.Load()
+	held := map[string]int{} // workspace → subscriptions its identities hold
+	for user, h := range holders {
+		for _, ws := range homes[user] {
+			held[ws] += h.Subscriptions
+		}
+	}
+	for over := subs - b.limits.MaxSubscriptions; over > 0 && len(holders) > 0; {
+		ws, user := "", ""
+		for w, n := range held {
+			if ws == "" || n > held[ws] || (n == held[ws] && w < ws) {
+				ws = w
+			}
+		}
+		for u, h := range holders {
+			if slices.Contains(homes[u], ws) && (user == "" || h.Subscriptions > holders[user].Subscriptions) {
+				user = u
+			}
+		}
+		if user == "" { // an identity of no workspace (none is, but for a race with a change of members)
+			for u, h := range holders {
+				if user == "" || h.Subscriptions > holders[user].Subscriptions {
+					user = u
+				}
+			}
+		}
+		h := holders[user]
+		b.benchHolder(user, now, "holding the most subscriptions of the workspace whose identities hold the most, while the clients hold more than --max-client-subscriptions",
+			"subscriptions", h.Subscriptions, "workspace", ws, "all_subscriptions", subs, "max", b.limits.MaxSubscriptions)
+		for _, w := range homes[user] {
+			held[w] -= h.Subscriptions
+		}
+		delete(holders, user)
+		over -= h.Subscriptions
 	}
 }
 

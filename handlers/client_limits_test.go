@@ -54,13 +54,7 @@ func TestAClientCannotExhaustTheServer(t *testing.T) {
 		}
 		return conn{nc, errs}, err
 	}
-	subscribe := func(c conn, pub string, from, n int) {
-		for i := from; i < from+n; i++ {
-			_, err := c.nc.Subscribe(fmt.Sprintf("%s.%d", schemas.InboxPrefix(pub), i), func(*nats.Msg) {})
-			require.NoError(t, err)
-		}
-		require.NoError(t, c.nc.Flush())
-	}
+	subscribe := func(c conn, pub string, from, n int) { subscribeInbox(t, c.nc, pub, from, n) }
 	member := func(name string) (nkeys.KeyPair, string) {
 		kp := st.MemberKey(t, "default", name, domain.RoleViewer)
 		pub, _ := kp.PublicKey()
@@ -197,4 +191,55 @@ func rawNotReading(t *testing.T, st *servicetest.Service, kp nkeys.KeyPair, subj
 	require.NoError(t, err)
 	_, err = fmt.Fprintf(c, "CONNECT %s\r\nSUB %s 1\r\nPING\r\n", connect, subject)
 	require.NoError(t, err)
+}
+
+// subscribeInbox subscribes nc to n subjects of pub's inbox, numbered from
+// from on, and waits until the server holds them.
+func subscribeInbox(t *testing.T, nc *nats.Conn, pub string, from, n int) {
+	t.Helper()
+	for i := from; i < from+n; i++ {
+		_, err := nc.Subscribe(fmt.Sprintf("%s.%d", schemas.InboxPrefix(pub), i), func(*nats.Msg) {})
+		require.NoError(t, err)
+	}
+	require.NoError(t, nc.Flush())
+}
+
+// While the clients hold more subscriptions than their bound, the guard
+// benches by workspace: the largest holder of the workspace whose
+// identities hold the most, as many as it takes in one look. A workspace's
+// admin who made many identities, each holding fewer subscriptions than
+// another workspace's honest reader, has its own identities benched; the
+// honest reader keeps its connection and is served.
+func TestManyIdentitiesOfOneWorkspaceCannotBenchAnothersReader(t *testing.T) {
+	st := servicetest.Start(t, "", servicetest.Options{Secure: true, Listen: "127.0.0.1:0", Config: handlers.Config{BenchFor: time.Minute},
+		Limits: handlers.ClientLimits{MaxSubscriptionsPerConnection: 100, MaxSubscriptions: 200, MaxPendingPerIdentity: -1}})
+	servicetest.Must(t, st.Admin, "crowd", "workspace.create", map[string]any{"name": "crowd"})
+	dial := func(ws, name string) (*nats.Conn, string) { // over TCP, as a client in another process
+		kp := st.MemberKey(t, ws, name, domain.RoleViewer)
+		pub, _ := kp.PublicKey()
+		nc, err := nats.Connect(st.Server.ClientURL(), nats.CustomInboxPrefix(schemas.InboxPrefix(pub)), nats.Nkey(pub, kp.Sign), nats.NoReconnect())
+		require.NoError(t, err)
+		t.Cleanup(nc.Close)
+		return nc, pub
+	}
+	reader, pub := dial("default", "reader")
+	subscribeInbox(t, reader, pub, 0, 80)
+	var crowd []*nats.Conn
+	for i := range 5 { // 5 × 30: the crowd's workspace holds the most, each of them less than the reader
+		nc, pub := dial("crowd", fmt.Sprintf("c%d", i))
+		subscribeInbox(t, nc, pub, 0, 30)
+		crowd = append(crowd, nc)
+	}
+	require.Eventually(t, func() bool {
+		closed := 0
+		for _, nc := range crowd {
+			if nc.IsClosed() {
+				closed++
+			}
+		}
+		return closed > 0
+	}, 10*time.Second, 10*time.Millisecond, "the crowd's identities are benched")
+	require.False(t, reader.IsClosed(), "the honest reader keeps its connection")
+	var ws []schemas.Workspace
+	servicetest.NewClient(reader, "default").Query(t, "workspace.list", schemas.Query{}, &ws)
 }
