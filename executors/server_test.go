@@ -62,7 +62,9 @@ func (b *bundle) waitSettled(t *testing.T, queue string) {
 	t.Helper()
 	var p uint64
 	var u int
-	servicetest.Eventually(t, 10*time.Second, func() bool {
+	// A deadline for a failure only: under -race on a loaded 2-core
+	// machine a batch of large items took over 10 s (a no-op job 3 s).
+	servicetest.Eventually(t, 30*time.Second, func() bool {
 		p, u = b.workState(t, queue)
 		return p == 0 && u == 0
 	}, func() string { return fmt.Sprintf("queue %s: %d pending, %d unacknowledged", queue, p, u) })

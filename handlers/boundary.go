@@ -81,8 +81,10 @@ type Boundary struct {
 	benchFor time.Duration
 	warned   time.Time
 	// behind are the identities the guard found past
-	// MaxPendingPerIdentity at its last look.
-	behind map[string]bool
+	// MaxPendingPerIdentity at its last look, allBehind whether it found
+	// the clients past MaxPending.
+	behind    map[string]bool
+	allBehind bool
 }
 
 // StartEmbedded starts the embedded NATS server closed: the service's

@@ -47,6 +47,13 @@ type ClientLimits struct {
 	// two looks in a row (an honest one that is a moment behind catches
 	// up) is benched. Default DefaultMaxPendingPerIdentity.
 	MaxPendingPerIdentity int64
+	// MaxPending bounds the bytes the server holds for all the clients'
+	// connections, not yet written to them: past it at two looks in a row,
+	// the largest holders are benched by workspace (as for
+	// MaxSubscriptions), so that many identities each under
+	// MaxPendingPerIdentity do not take the service's memory either.
+	// Default DefaultMaxClientPending.
+	MaxPending int64
 }
 
 // The guard's bounds by default (ClientLimits).
@@ -54,6 +61,7 @@ const (
 	DefaultMaxConnectionsPerIdentity = 1_000
 	DefaultMaxClientSubscriptions    = 250_000
 	DefaultMaxPendingPerIdentity     = 64 << 20
+	DefaultMaxClientPending          = 256 << 20
 )
 
 // clientGuardEvery is how often the guard looks at what the clients hold,
@@ -78,6 +86,9 @@ func (l ClientLimits) withDefaults() ClientLimits {
 	if l.MaxPendingPerIdentity == 0 {
 		l.MaxPendingPerIdentity = DefaultMaxPendingPerIdentity
 	}
+	if l.MaxPending == 0 {
+		l.MaxPending = DefaultMaxClientPending
+	}
 	return l
 }
 
@@ -101,60 +112,74 @@ func (b *Boundary) guardClients(stop <-chan struct{}) {
 // checkClients benches each identity holding more connections than
 // MaxConnectionsPerIdentity or more bytes pending than
 // MaxPendingPerIdentity, and, while the account holds more subscriptions
-// than MaxSubscriptions, the largest holders (benchSubscribers).
+// than MaxSubscriptions or more bytes pending than MaxPending, the
+// largest holders (benchLargest).
 func (b *Boundary) checkClients(now time.Time) {
-	perIdentity, all, pending := b.limits.MaxConnectionsPerIdentity, b.limits.MaxSubscriptions, b.limits.MaxPendingPerIdentity
+	l := b.limits
 	acc, err := b.srv.NATS().LookupAccount(access.ClientAccount)
 	if err != nil {
 		return
 	}
 	conns, subs := acc.NumLocalConnections(), acc.TotalSubs()
-	overConns, overSubs := perIdentity > 0 && conns > perIdentity, all > 0 && subs > all
-	if conns == 0 || (!overConns && !overSubs && pending <= 0) {
-		b.behind = nil
+	overConns, overSubs := l.MaxConnectionsPerIdentity > 0 && conns > l.MaxConnectionsPerIdentity, l.MaxSubscriptions > 0 && subs > l.MaxSubscriptions
+	if conns == 0 || (!overConns && !overSubs && l.MaxPendingPerIdentity <= 0 && l.MaxPending <= 0) {
+		b.behind, b.allBehind = nil, false
 		return
 	}
 	holders := b.srv.Holdings(access.ClientAccount)
 	maps.DeleteFunc(holders, func(user string, _ embedded.Holding) bool { return b.isBenched(user, now) })
 	behind := map[string]bool{}
+	var pending int64
 	for user, h := range holders {
+		over := l.MaxPendingPerIdentity > 0 && h.Pending > l.MaxPendingPerIdentity
 		switch {
-		case overConns && h.Connections > perIdentity:
+		case overConns && h.Connections > l.MaxConnectionsPerIdentity:
 			b.benchHolder(user, now, "holding more connections than --max-connections-per-identity",
-				"connections", h.Connections, "max", perIdentity)
-		case pending > 0 && h.Pending > pending && b.behind[user]:
+				"connections", h.Connections, "max", l.MaxConnectionsPerIdentity)
+		case over && b.behind[user]:
 			b.benchHolder(user, now, "not reading what its connections are sent: the server held more for them than --max-pending-per-identity",
-				"pending_bytes", h.Pending, "connections", h.Connections, "max", pending)
-		case pending > 0 && h.Pending > pending:
-			behind[user] = true
-			continue
+				"pending_bytes", h.Pending, "connections", h.Connections, "max", l.MaxPendingPerIdentity)
 		default:
+			if over {
+				behind[user] = true
+			}
+			pending += h.Pending
 			continue
 		}
 		delete(holders, user) // benched: what it held goes with its connections
 	}
 	b.behind = behind
 	if overSubs {
-		b.benchSubscribers(holders, subs, now)
+		b.benchLargest(holders, func(h embedded.Holding) int64 { return int64(h.Subscriptions) }, int64(subs-l.MaxSubscriptions), now,
+			"holding the most subscriptions of the workspace whose identities hold the most, while the clients hold more than --max-client-subscriptions",
+			"all_subscriptions", subs, "max", l.MaxSubscriptions)
 	}
+	allBehind := l.MaxPending > 0 && pending > l.MaxPending
+	if allBehind && b.allBehind {
+		b.benchLargest(holders, func(h embedded.Holding) int64 { return h.Pending }, pending-l.MaxPending, now,
+			"not reading what its connections are sent, of the workspace whose identities held the most, while the server held more for the clients than --max-client-pending",
+			"all_pending_bytes", pending, "max", l.MaxPending)
+		allBehind = false
+	}
+	b.allBehind = allBehind
 }
 
-// benchSubscribers benches, while the clients hold more subscriptions than
-// MaxSubscriptions, the identity holding the most of the workspace whose
-// identities hold the most — until what those benched held brings the
-// clients under the bound. By workspace first, so that one workspace's
-// admin who made many identities, each holding less than another
-// workspace's honest largest holder, has its own identities benched; and
-// as many as it takes in one look, not one a look.
-func (b *Boundary) benchSubscribers(holders map[string]embedded.Holding, subs int, now time.Time) {
+// benchLargest benches the identity holding the most (by size) of the
+// workspace whose identities hold the most, then the next so chosen, until
+// what those benched held passes over, then removes them from holders.
+// By workspace first, so that one workspace's admin who made many
+// identities, each holding less than another workspace's honest largest
+// holder, has its own identities benched; and as many as it takes in one
+// look, not one a look.
+func (b *Boundary) benchLargest(holders map[string]embedded.Holding, size func(embedded.Holding) int64, over int64, now time.Time, why string, attrs ...any) {
 	homes := *b.homes.Load()
-	held := map[string]int{} // workspace → subscriptions its identities hold
+	held := map[string]int64{} // workspace → what its identities hold
 	for user, h := range holders {
 		for _, ws := range homes[user] {
-			held[ws] += h.Subscriptions
+			held[ws] += size(h)
 		}
 	}
-	for over := subs - b.limits.MaxSubscriptions; over > 0 && len(holders) > 0; {
+	for over > 0 && len(holders) > 0 {
 		ws, user := "", ""
 		for w, n := range held {
 			if ws == "" || n > held[ws] || (n == held[ws] && w < ws) {
@@ -162,25 +187,24 @@ func (b *Boundary) benchSubscribers(holders map[string]embedded.Holding, subs in
 			}
 		}
 		for u, h := range holders {
-			if slices.Contains(homes[u], ws) && (user == "" || h.Subscriptions > holders[user].Subscriptions) {
+			if slices.Contains(homes[u], ws) && (user == "" || size(h) > size(holders[user])) {
 				user = u
 			}
 		}
 		if user == "" { // an identity of no workspace (none is, but for a race with a change of members)
 			for u, h := range holders {
-				if user == "" || h.Subscriptions > holders[user].Subscriptions {
+				if user == "" || size(h) > size(holders[user]) {
 					user = u
 				}
 			}
 		}
-		h := holders[user]
-		b.benchHolder(user, now, "holding the most subscriptions of the workspace whose identities hold the most, while the clients hold more than --max-client-subscriptions",
-			"subscriptions", h.Subscriptions, "workspace", ws, "all_subscriptions", subs, "max", b.limits.MaxSubscriptions)
+		n := size(holders[user])
+		b.benchHolder(user, now, why, append([]any{"held", n, "workspace", ws}, attrs...)...)
 		for _, w := range homes[user] {
-			held[w] -= h.Subscriptions
+			held[w] -= n
 		}
 		delete(holders, user)
-		over -= h.Subscriptions
+		over -= n
 	}
 }
 

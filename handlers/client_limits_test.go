@@ -243,3 +243,44 @@ func TestManyIdentitiesOfOneWorkspaceCannotBenchAnothersReader(t *testing.T) {
 	var ws []schemas.Workspace
 	servicetest.NewClient(reader, "default").Query(t, "workspace.list", schemas.Query{}, &ws)
 }
+
+// What the server holds for the clients' connections in all is bounded as
+// well as each identity's: many identities of one workspace, each under its
+// own bound, subscribed to their feed and not reading, are benched by
+// workspace once the clients pass the bound at two looks in a row; another
+// workspace's reader, reading, keeps its connection and is served.
+func TestManyIdentitiesThatDoNotReadAreBenchedTogether(t *testing.T) {
+	st := servicetest.Start(t, "", servicetest.Options{Secure: true, Listen: "127.0.0.1:0", Config: handlers.Config{BenchFor: time.Minute},
+		Limits: handlers.ClientLimits{MaxPendingPerIdentity: 64 << 20, MaxPending: 2 << 20}})
+	servicetest.Must(t, st.Admin, "crowd", "workspace.create", map[string]any{"name": "crowd"})
+	var crowd []string
+	var keys []nkeys.KeyPair
+	for i := range 4 {
+		kp := st.MemberKey(t, "crowd", fmt.Sprintf("c%d", i), domain.RoleViewer)
+		rawNotReading(t, st, kp, "dwr.ev.crowd.>")
+		pub, _ := kp.PublicKey()
+		crowd, keys = append(crowd, pub), append(keys, kp)
+	}
+	reader := st.Member(t, "default", "reader", domain.RoleViewer)
+	feed, err := reader.SubscribeSync("dwr.ev.default.>")
+	require.NoError(t, err)
+	admin := servicetest.NewClient(st.Admin, "crowd")
+	servicetest.Eventually(t, 20*time.Second, func() bool {
+		admin.CreateTask(t, map[string]any{"queue": "q", "title": "t", "input": map[string]any{"pad": strings.Repeat("x", 60<<10)}})
+		held := st.Server.Holdings(access.ClientAccount)
+		for _, pub := range crowd {
+			if held[pub].Connections > 0 {
+				return false
+			}
+		}
+		return true
+	}, func() string { return "the crowd's connections are closed" })
+	for i, kp := range keys {
+		_, err := nats.Connect(st.Server.ClientURL(), nats.Nkey(crowd[i], kp.Sign), nats.NoReconnect())
+		require.ErrorIs(t, err, nats.ErrAuthorization, "benched, not cut as a slow consumer: refused meanwhile")
+	}
+	servicetest.NewClient(st.Admin, "default").CreateTask(t, map[string]any{"queue": "q"})
+	_, err = feed.NextMsg(5 * time.Second)
+	require.NoError(t, err, "the reader reads its feed")
+	require.False(t, reader.IsClosed())
+}

@@ -159,6 +159,8 @@ func (o *serveOptions) flags(cmd *cobra.Command) {
 		"the embedded server: one identity's connections at once; past them it is benched for --bench-flooders (-1: none)")
 	f.IntVar(&l.MaxSubscriptions, "max-client-subscriptions", handlers.DefaultMaxClientSubscriptions,
 		"the embedded server: the clients' subscriptions in all; past them the identity holding the most is benched for --bench-flooders (-1: none)")
+	sizeFlag(f, &l.MaxPending, "max-client-pending", handlers.DefaultMaxClientPending,
+		"the embedded server: the bytes it may hold for all the clients' connections, sent and not yet read; past them at two looks in a row the largest holders are benched, by workspace (off: none)")
 	sizeFlag(f, &l.MaxPendingPerIdentity, "max-pending-per-identity", handlers.DefaultMaxPendingPerIdentity,
 		"the embedded server: the bytes it may hold for one identity's connections, sent and not yet read by them; past them at two looks in a row the identity is benched for --bench-flooders (off: none)")
 	f.StringSliceVar(&o.cfg.NATSMonitor, "nats-monitor", envList("DWR_NATS_MONITOR"),
