@@ -19,6 +19,15 @@ import (
 // one workspace's artifacts (Config's MaxArtifactBytesPerWorkspace): 10 GiB.
 const DefaultMaxArtifactBytesPerWorkspace = 10 << 30
 
+// ArtifactMinCharge is the least an artifact counts for against its
+// workspace's bound, whatever its size: each artifact costs the store its
+// metadata and the service its count (~100 bytes of memory), so that tiny
+// artifacts too are bounded in number (160 Ki at the default bound).
+const ArtifactMinCharge = 64 << 10
+
+// charge is what an artifact of size bytes counts for.
+func charge(size int64) int64 { return max(size, ArtifactMinCharge) }
+
 // artifactRoom counts the bytes of each workspace's artifacts, so that one
 // workspace's members cannot fill the store, and the disk, that every
 // workspace shares. It follows the object store's metadata (the puts of
@@ -60,24 +69,19 @@ func (r *artifactRoom) set(name string, size int64, gone bool) {
 		objs = map[[32]byte]int64{}
 		r.sizes[ws] = objs
 	}
-	r.used[ws] -= objs[d]
+	if was, ok := objs[d]; ok {
+		r.used[ws] -= charge(was)
+	}
 	if gone {
 		delete(objs, d)
 	} else {
 		objs[d] = size
-		r.used[ws] += size
+		r.used[ws] += charge(size)
 	}
 	if len(objs) == 0 {
 		delete(r.sizes, ws)
 		delete(r.used, ws)
 	}
-}
-
-// Used returns the bytes of ws's artifacts: stored, and being stored here.
-func (r *artifactRoom) Used(ws string) (stored, storing int64) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return r.used[ws], r.held[ws]
 }
 
 // hold takes the room of an artifact of size bytes in ws for a put under
@@ -94,17 +98,18 @@ func (r *artifactRoom) hold(ctx context.Context, ws string, size int64) (done fu
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if r.used[ws]+r.held[ws]+size > r.max {
+	c := charge(size)
+	if r.used[ws]+r.held[ws]+c > r.max {
 		return nil, r.refusal(ws, size)
 	}
-	r.held[ws] += size
+	r.held[ws] += c
 	return func(stored string) {
 		if stored != "" {
 			r.set(stored, size, false)
 		}
 		r.mu.Lock()
 		defer r.mu.Unlock()
-		if r.held[ws] -= size; r.held[ws] == 0 {
+		if r.held[ws] -= c; r.held[ws] == 0 {
 			delete(r.held, ws)
 		}
 	}, nil
@@ -138,7 +143,7 @@ func (r *artifactRoom) refusal(ws string, size int64) *schemas.Error {
 		storing = fmt.Sprintf(" (%d more being stored)", h)
 	}
 	w := invalidField("/size",
-		"workspace %q holds %d bytes of artifacts%s, of the %d it may hold: this one's %d bytes would pass it. The artifacts a task made that no task names are removed once its goal has ended for dwr serve --artifact-retention; the bound is dwr serve --max-artifact-bytes-per-workspace",
+		"workspace %q holds %d bytes of artifacts%s, of the %d it may hold (each counts at least 64 KiB): this one's %d bytes would pass it. The artifacts a task made that no task names are removed once its goal has ended for dwr serve --artifact-retention; the bound is dwr serve --max-artifact-bytes-per-workspace",
 		ws, r.used[ws], storing, r.max, size)
 	w.Code = schemas.CodeTooLarge
 	return w

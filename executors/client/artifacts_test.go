@@ -543,6 +543,17 @@ func TestAWorkspaceCannotFillTheArtifactStore(t *testing.T) {
 	wg.Wait()
 	require.Equal(t, int32(1), stored.Load(), "puts at once take the last room once")
 
+	// Each artifact counts at least handlers.ArtifactMinCharge: tiny ones
+	// are bounded in number too.
+	servicetest.Must(t, svc.Admin, "tiny", "workspace.create", map[string]any{"name": "tiny"})
+	tiny := client.New(svc.Admin, client.Workspace("tiny"))
+	for i := range 3 * chunk / handlers.ArtifactMinCharge {
+		_, err := put(tiny, []byte(strconv.Itoa(i)), "")
+		require.NoError(t, err, "tiny artifact %d", i)
+	}
+	_, err = put(tiny, []byte("one more"), "")
+	require.ErrorIs(t, err, client.ErrTooLarge)
+
 	svc.Stop()
 	svc = servicetest.Start(t, dir, opts)
 	member = client.New(svc.Member(t, "default", "writer-2", domain.RoleClient), client.Workspace("default"))
