@@ -1,6 +1,7 @@
 package handlers
 
 import (
+	"cmp"
 	"maps"
 	"slices"
 	"time"
@@ -170,37 +171,50 @@ func (b *Boundary) checkClients(now time.Time) {
 // By workspace first, so that one workspace's admin who made many
 // identities, each holding less than another workspace's honest largest
 // holder, has its own identities benched; and as many as it takes in one
-// look, not one a look.
+// look, not one a look. (An identity of no workspace, for a race with a
+// change of members, counts as the workspace "".)
 func (b *Boundary) benchLargest(holders map[string]embedded.Holding, size func(embedded.Holding) int64, over int64, now time.Time, why string, attrs ...any) {
 	homes := *b.homes.Load()
-	held := map[string]int64{} // workspace → what its identities hold
+	homesOf := func(user string) []string {
+		if h := homes[user]; len(h) > 0 {
+			return h
+		}
+		return []string{""}
+	}
+	held := map[string]int64{}       // workspace → what its identities hold
+	members := map[string][]string{} // workspace → its identities, the largest first
 	for user, h := range holders {
-		for _, ws := range homes[user] {
+		for _, ws := range homesOf(user) {
 			held[ws] += size(h)
+			members[ws] = append(members[ws], user)
 		}
 	}
-	for over > 0 && len(holders) > 0 {
-		ws, user := "", ""
+	for _, users := range members {
+		slices.SortFunc(users, func(x, y string) int { return cmp.Compare(size(holders[y]), size(holders[x])) })
+	}
+	for over > 0 && len(held) > 0 {
+		ws := ""
+		first := true
 		for w, n := range held {
-			if ws == "" || n > held[ws] || (n == held[ws] && w < ws) {
-				ws = w
+			if first || n > held[ws] || (n == held[ws] && w < ws) {
+				ws, first = w, false
 			}
 		}
-		for u, h := range holders {
-			if slices.Contains(homes[u], ws) && (user == "" || size(h) > size(holders[user])) {
-				user = u
+		users := members[ws]
+		for len(users) > 0 {
+			if _, ok := holders[users[0]]; ok {
+				break
 			}
+			users = users[1:] // benched already, for another of its workspaces
 		}
-		if user == "" { // an identity of no workspace (none is, but for a race with a change of members)
-			for u, h := range holders {
-				if user == "" || size(h) > size(holders[user]) {
-					user = u
-				}
-			}
+		if members[ws] = users; len(users) == 0 {
+			delete(held, ws)
+			continue
 		}
+		user := users[0]
 		n := size(holders[user])
 		b.benchHolder(user, now, why, append([]any{"held", n, "workspace", ws}, attrs...)...)
-		for _, w := range homes[user] {
+		for _, w := range homesOf(user) {
 			held[w] -= n
 		}
 		delete(holders, user)
