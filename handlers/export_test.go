@@ -90,3 +90,12 @@ func (s *Service) MeasureDiskWith(f func(dir string) (free, size int64, ok bool)
 // LookAtDiskEvery makes the service look at the disk holding its views
 // every d (a second by default) from its next look on.
 func (s *Service) LookAtDiskEvery(d time.Duration) { s.disk.every.Store(int64(d)) }
+
+// ArtifactBytes returns what this replica counts of workspace ws's
+// artifacts: stored, and being stored by its own puts under way.
+func (s *Service) ArtifactBytes(ws string) (stored, storing int64) {
+	r := s.artifacts.room
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.used[ws], r.held[ws]
+}

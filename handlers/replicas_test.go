@@ -3,6 +3,8 @@ package handlers_test
 import (
 	"bytes"
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"path/filepath"
@@ -379,4 +381,44 @@ func TestAnItemPoisonedWhileNoWriterRunsIsQuarantinedByTheNextWriter(t *testing.
 		advInfo, err2 := adv.Info(context.Background())
 		return err == nil && err2 == nil && info.State.Msgs == 0 && advInfo.State.Msgs == 0
 	})
+}
+
+// Each replica counts the artifacts every replica stores: a put one serves
+// reaches the other's count through the object store's metadata, so that a
+// workspace's bound holds whichever replica answers.
+func TestEveryReplicaCountsTheArtifactsOfAll(t *testing.T) {
+	nc, _ := sharedServer(t)
+	const chunk = schemas.ArtifactChunkBytes
+	cfg := func(id string) handlers.Config {
+		return handlers.Config{WriterID: id, MaxArtifactBytesPerWorkspace: 3 * chunk}
+	}
+	replicas := []*replica{startReplicaWith(t, nc, cfg("a")), startReplicaWith(t, nc, cfg("b"))}
+	c := servicetest.NewClient(nc, "default")
+	put := func(i int) schemas.Reply {
+		data := bytes.Repeat([]byte{byte(i)}, chunk)
+		h := nats.Header{}
+		h.Set(schemas.HeaderUpload, fmt.Sprintf("up%d", i))
+		h.Set(schemas.HeaderChunk, "0")
+		require.True(t, c.Request(t, "dwr.q.default.artifact.chunk", data, h).OK)
+		sum := sha256.Sum256(data)
+		return c.Request(t, "dwr.q.default.artifact.put", schemas.ArtifactPut{Upload: fmt.Sprintf("up%d", i), Chunks: 1, Size: chunk,
+			SHA256: hex.EncodeToString(sum[:])}, nil)
+	}
+	for i := range 3 {
+		r := put(i)
+		require.True(t, r.OK, "%+v", r.Error)
+		servicetest.Eventually(t, 10*time.Second, func() bool {
+			for _, r := range replicas {
+				if stored, _ := r.svc.ArtifactBytes("default"); stored != int64(i+1)*chunk {
+					return false
+				}
+			}
+			return true
+		}, func() string { return fmt.Sprintf("both replicas count %d artifacts", i+1) })
+	}
+	for i := 3; i < 6; i++ { // whichever replica answers
+		r := put(i)
+		require.False(t, r.OK)
+		require.Equal(t, schemas.CodeTooLarge, r.Error.Code)
+	}
 }
