@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/dwr-run/dwr/schemas"
 )
@@ -81,6 +82,17 @@ func (r *artifactRoom) set(name string, size int64, gone bool) {
 	if len(objs) == 0 {
 		delete(r.sizes, ws)
 		delete(r.used, ws)
+	}
+}
+
+// collect reports what each workspace's artifacts count for, and the
+// bound.
+func (r *artifactRoom) collect(gauge func(*prometheus.Desc, float64, ...string)) {
+	gauge(descArtifactBytesMax, float64(r.max))
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for ws, n := range r.used {
+		gauge(descArtifactBytes, float64(n), ws)
 	}
 }
 

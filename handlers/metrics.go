@@ -269,14 +269,18 @@ var (
 		"Queues that stand: the work stream's consumers, one a queue (bounded by dwr_queues_max).", nil, nil)
 	descQueuesMax = prometheus.NewDesc("dwr_queues_max",
 		"The most queues the service may have (dwr serve --max-queues): a task given a new queue past it is refused.", nil, nil)
-	descApprovals = prometheus.NewDesc("dwr_approvals_pending", "Approvals waiting for a decision.", []string{"workspace"}, nil)
-	descBacklog   = prometheus.NewDesc("dwr_requests_backlog",
+	descApprovals     = prometheus.NewDesc("dwr_approvals_pending", "Approvals waiting for a decision.", []string{"workspace"}, nil)
+	descArtifactBytes = prometheus.NewDesc("dwr_artifact_bytes",
+		"What a workspace's artifacts count for against dwr serve --max-artifact-bytes-per-workspace (each at least 64 KiB), as this replica counts them.", []string{"workspace"}, nil)
+	descArtifactBytesMax = prometheus.NewDesc("dwr_artifact_bytes_max",
+		"The bytes one workspace's artifacts may hold (dwr serve --max-artifact-bytes-per-workspace).", nil, nil)
+	descBacklog = prometheus.NewDesc("dwr_requests_backlog",
 		"Requests received and not yet taken in by this replica's command and query endpoints: past Config.MaxBacklog the heaviest sender is benched.", nil, nil)
 )
 
 func (c stateCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descWriter, descLogLast, descViewsApplied, descViewsLag,
-		descQueuePending, descQueueInFlight, descQueueOldest, descQueues, descQueuesMax, descApprovals, descBacklog} {
+		descQueuePending, descQueueInFlight, descQueueOldest, descQueues, descQueuesMax, descApprovals, descArtifactBytes, descArtifactBytesMax, descBacklog} {
 		ch <- d
 	}
 }
@@ -312,6 +316,9 @@ func (c stateCollector) Collect(ch chan<- prometheus.Metric) {
 	if last > 0 {
 		gauge(descLogLast, float64(last))
 		gauge(descViewsLag, float64(last-min(applied, last)))
+	}
+	if s.artifacts.room != nil {
+		s.artifacts.room.collect(gauge)
 	}
 	if err := s.collectQueues(ctx, gauge); err != nil {
 		s.cfg.Logger.Debug("handlers: metrics: the queues cannot be read", "err", err)

@@ -487,7 +487,7 @@ func TestAWorkspaceCannotFillTheArtifactStore(t *testing.T) {
 	clock := servicetest.NewClock(time.Date(2026, 12, 5, 9, 0, 0, 0, time.UTC))
 	dir := t.TempDir()
 	opts := servicetest.Options{Secure: true, Clock: clock,
-		Config: handlers.Config{ArtifactRetention: 24 * time.Hour, MaxArtifactBytesPerWorkspace: 3 * chunk}}
+		Config: handlers.Config{ArtifactRetention: 24 * time.Hour, MaxArtifactBytesPerWorkspace: 3 * chunk, Metrics: handlers.NewMetricsRegistry()}}
 	svc := servicetest.Start(t, dir, opts)
 	ctx := context.Background()
 	kit := servicetest.NewClient(svc.Admin, "default")
@@ -505,6 +505,10 @@ func TestAWorkspaceCannotFillTheArtifactStore(t *testing.T) {
 	draft := randomBytes(t, 2*chunk)
 	_, err := put(member, draft, taskID)
 	require.NoError(t, err)
+	m := servicetest.ScrapeHandler(t, svc.Svc.Metrics())
+	used, _ := m.Value("dwr_artifact_bytes", "workspace", "default")
+	most, _ := m.Value("dwr_artifact_bytes_max")
+	require.Equal(t, []float64{2 * chunk, 3 * chunk}, []float64{used, most}, "the metrics tell the workspace's bytes and the bound")
 	tooMany := randomBytes(t, 2*chunk)
 	refused := func(cl *client.Client, data []byte) {
 		t.Helper()
@@ -555,6 +559,7 @@ func TestAWorkspaceCannotFillTheArtifactStore(t *testing.T) {
 	require.ErrorIs(t, err, client.ErrTooLarge)
 
 	svc.Stop()
+	opts.Config.Metrics = handlers.NewMetricsRegistry() // the stopped service's holds its collectors
 	svc = servicetest.Start(t, dir, opts)
 	member = client.New(svc.Member(t, "default", "writer-2", domain.RoleClient), client.Workspace("default"))
 	refused(member, tooMany)
