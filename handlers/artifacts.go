@@ -63,6 +63,9 @@ type artifactStore struct {
 	prefix   string
 	maxBytes int64
 	putting  sync.Map // upload subject → *sync.Mutex: the puts under way here
+	// inProgress is what checkUploads knows of each workspace's uploads in
+	// progress: workspace → *uploadsOf.
+	inProgress sync.Map
 	// reads are the two streams as the queries' connection reaches them
 	// (readFrom): the chunks a put reads back and a download's come in on
 	// it, not on the connection of the writer's appends. Until it is set,
@@ -323,17 +326,31 @@ const MaxUploadsPerIdentity = 4
 // upload's), and a chunk of workspace ws whose uploads in progress already
 // hold more than its room for artifacts and one artifact besides (so that
 // an upload of bytes it holds already, a duplicate, is still taken when
-// it is full). Chunks checked at the same moment may pass it together: the
-// bounds hold up to the requests in flight.
+// it is full). It reads the workspace's uploads from JetStream at most
+// once a second (uploadsStale), counting meanwhile the chunks this
+// replica takes and the uploads it puts: JetStream keeps the info
+// requests of the whole server in one queue, and a chunk's request asked
+// one each. Chunks checked at the same moment, and those other replicas
+// take within the second, may pass it together.
 func (a *artifactStore) checkUploads(ctx context.Context, ws, subject string) *schemas.Error {
-	info, err := a.uploads.Info(ctx, jetstream.WithSubjectFilter(a.prefix+".upload."+ws+".>"))
-	if err != nil {
-		return &schemas.Error{Code: schemas.CodeUnavailable, Message: "the uploads in progress could not be read now (" + err.Error() + "): send the chunk again"}
+	v, _ := a.inProgress.LoadOrStore(ws, &uploadsOf{})
+	u := v.(*uploadsOf)
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	if time.Since(u.read) >= uploadsStale {
+		info, err := a.uploads.Info(ctx, jetstream.WithSubjectFilter(a.prefix+".upload."+ws+".>"))
+		if err != nil {
+			return &schemas.Error{Code: schemas.CodeUnavailable, Message: "the uploads in progress could not be read now (" + err.Error() + "): send the chunk again"}
+		}
+		u.chunks, u.read = info.State.Subjects, time.Now()
+		if u.chunks == nil {
+			u.chunks = map[string]uint64{}
+		}
 	}
 	mine := subject[:strings.LastIndexByte(subject, '.')+1]
-	_, ongoing := info.State.Subjects[subject]
+	_, ongoing := u.chunks[subject]
 	n, staged := 0, int64(0)
-	for subj, chunks := range info.State.Subjects {
+	for subj, chunks := range u.chunks {
 		staged += int64(chunks) * schemas.ArtifactChunkBytes //nolint:gosec // G115: a count of chunks
 		if strings.HasPrefix(subj, mine) {
 			n++
@@ -344,9 +361,37 @@ func (a *artifactStore) checkUploads(ctx context.Context, ws, subject string) *s
 			"%d uploads of yours are in progress in this workspace, the most allowed: put them (or let them be dropped an hour after their last chunk) before starting another", n)}
 	}
 	if a.room != nil {
-		return a.room.stage(ws, staged, a.maxBytes)
+		if werr := a.room.stage(ws, staged, a.maxBytes); werr != nil {
+			return werr
+		}
 	}
+	u.chunks[subject]++ // counted as taken: a chunk refused later only counts one too many, for a second
 	return nil
+}
+
+// uploadsStale is how long checkUploads counts on what it read of a
+// workspace's uploads in progress.
+const uploadsStale = time.Second
+
+// uploadsOf is what checkUploads knows of one workspace's uploads in
+// progress: the chunks of each upload's subject, as read from JetStream
+// at read and counted since.
+type uploadsOf struct {
+	mu     sync.Mutex
+	read   time.Time
+	chunks map[string]uint64
+}
+
+// purgeUpload drops the chunks of the upload on subject of workspace ws:
+// it is no longer in progress.
+func (a *artifactStore) purgeUpload(ctx context.Context, ws, subject string) {
+	_ = a.uploads.Purge(ctx, jetstream.WithPurgeSubject(subject))
+	if v, ok := a.inProgress.Load(ws); ok {
+		u := v.(*uploadsOf)
+		u.mu.Lock()
+		delete(u.chunks, subject)
+		u.mu.Unlock()
+	}
 }
 
 // put checks an upload's chunks against p and stores them as an artifact
@@ -384,10 +429,10 @@ func (a *artifactStore) put(ctx context.Context, ws string, who sender, by strin
 	case n != p.Size:
 		return schemas.ArtifactInfo{}, invalidField("/size", "the upload's chunks hold %d bytes, not %d", n, p.Size)
 	case sum != p.SHA256:
-		_ = a.uploads.Purge(ctx, jetstream.WithPurgeSubject(subject))
+		a.purgeUpload(ctx, ws, subject)
 		return schemas.ArtifactInfo{}, invalidField("/sha256", "the upload's bytes have digest %s, not %s: upload them again", sum, p.SHA256)
 	case ierr == nil:
-		_ = a.uploads.Purge(ctx, jetstream.WithPurgeSubject(subject))
+		a.purgeUpload(ctx, ws, subject)
 		return artifactInfoOf(existing, true), nil
 	case ierr.Code != schemas.CodeNotFound:
 		return schemas.ArtifactInfo{}, ierr
@@ -427,7 +472,7 @@ func (a *artifactStore) put(ctx context.Context, ws string, who sender, by strin
 		return schemas.ArtifactInfo{}, &schemas.Error{Code: schemas.CodeConflict, Message: "the upload changed while it was stored: put it again"}
 	}
 	stored = meta.Name
-	_ = a.uploads.Purge(ctx, jetstream.WithPurgeSubject(subject))
+	a.purgeUpload(ctx, ws, subject)
 	return artifactInfoOf(info, false), nil
 }
 

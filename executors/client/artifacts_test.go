@@ -610,3 +610,23 @@ func TestUploadsInProgressAreBoundedByTheWorkspacesRoom(t *testing.T) {
 	r = send(other, "mine")
 	require.True(t, r.OK, "puts made room: %+v", r.Error)
 }
+
+// An upload's chunks are checked against what the service knows of the
+// workspace's uploads in progress, read from JetStream at most once a
+// second: JetStream keeps the info requests of the whole server in one
+// queue (the service's own reads wait in it too), and each chunk asked one.
+func TestAnUploadsChunksAreNotEachReadFromJetStream(t *testing.T) {
+	svc := servicetest.Start(t, "", servicetest.Options{})
+	var reads atomic.Int64
+	sub, err := svc.Admin.Subscribe("$JS.API.STREAM.INFO.DWR_UPLOADS", func(*nats.Msg) { reads.Add(1) })
+	require.NoError(t, err)
+	defer func() { _ = sub.Unsubscribe() }()
+	require.NoError(t, svc.Admin.Flush())
+	const chunks = 40
+	began := time.Now()
+	_, err = client.New(svc.Admin, client.Workspace("default")).PutArtifact(context.Background(),
+		bytes.NewReader(randomBytes(t, chunks*schemas.ArtifactChunkBytes)), client.ArtifactMeta{Name: "big"})
+	require.NoError(t, err)
+	most := int64(time.Since(began)/time.Second) + 2
+	require.LessOrEqual(t, reads.Load(), most, "one read a second, not one a chunk (%d chunks)", chunks)
+}
