@@ -201,6 +201,29 @@ func (s *Service) feedMatches(subj string, data []byte, filter string) bool {
 		AggregateType: e.AggregateType, AggregateID: e.AggregateID}), filter)
 }
 
+// feedStream returns the feed's stream on the queries' connection, read
+// once for that connection: its direct gets go to the stream, while reading
+// its info (as JetStream.Stream does) waits in JetStream's info queue, which
+// the whole server shares, and a feed query asked it each time.
+func (s *Service) feedStream(ctx context.Context) (jetstream.Stream, error) {
+	js := s.readJS()
+	if h := s.feedHandle.Load(); h != nil && h.js == js {
+		return h.st, nil
+	}
+	st, err := js.Stream(ctx, strings.ToUpper(s.cfg.Prefix)+"_EVENTS")
+	if err != nil {
+		return nil, err
+	}
+	s.feedHandle.Store(&streamHandle{js: js, st: st})
+	return st, nil
+}
+
+// streamHandle is a stream as read on a JetStream context.
+type streamHandle struct {
+	js jetstream.JetStream
+	st jetstream.Stream
+}
+
 // feedPosition returns the position in the feed's stream of the first event
 // of log sequence logSeq or later (past the last one when there is none):
 // a binary search over the stream by direct gets, each reading the log
@@ -209,12 +232,17 @@ func (s *Service) feedMatches(subj string, data []byte, filter string) bool {
 func (s *Service) feedPosition(logSeq uint64) (uint64, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), feedQueryWait)
 	defer cancel()
-	st, err := s.readJS().Stream(ctx, strings.ToUpper(s.cfg.Prefix)+"_EVENTS")
+	st, err := s.feedStream(ctx)
 	if err != nil {
 		return 0, fmt.Errorf("handlers: feed query: %w", err)
 	}
-	state := st.CachedInfo().State
-	lo, hi := max(state.FirstSeq, 1), state.LastSeq+1
+	lo, hi := uint64(1), uint64(1) // a message before the first reads as the first
+	switch last, err := st.GetLastMsgForSubject(ctx, s.cfg.Prefix+".*.>"); {
+	case err == nil:
+		hi = last.Sequence + 1
+	case !errors.Is(err, jetstream.ErrMsgNotFound):
+		return 0, fmt.Errorf("handlers: feed query: %w", err)
+	}
 	for lo < hi {
 		mid := lo + (hi-lo)/2
 		m, err := st.GetMsg(ctx, mid, jetstream.WithGetMsgSubject(s.cfg.Prefix+".*.>")) // the first at or after mid, stored either way

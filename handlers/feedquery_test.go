@@ -4,6 +4,8 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"slices"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -116,4 +118,45 @@ func TestTheFeedQueryReadsEventsStoredWithTheirIDs(t *testing.T) {
 		}, 10*time.Second, 20*time.Millisecond, "goal %s", id)
 		require.Equal(t, id, page[0].AggregateID)
 	}
+}
+
+// A feed page from a log sequence starts at that record's first event,
+// found by direct gets on the feed's stream: the stream's info, which
+// waits in JetStream's info queue (the whole server's), is read once, not
+// for each page.
+func TestAFeedPageFromASequenceReadsTheStreamsInfoOnce(t *testing.T) {
+	b := setupJetStream(t)
+	var seqs []uint64
+	var ids []string
+	for i := range 3 {
+		r, seq := b.mustCommand(t, "goal.create", map[string]any{"title": fmt.Sprintf("goal %d", i)})
+		seqs, ids = append(seqs, seq), append(ids, r.ID)
+	}
+	feedAt(t, b, seqs[2])
+	var infos atomic.Int64
+	sub, err := b.svcNC.Subscribe("$JS.API.STREAM.INFO.DWR_EVENTS", func(*nats.Msg) { infos.Add(1) })
+	require.NoError(t, err)
+	defer func() { _ = sub.Unsubscribe() }()
+	require.NoError(t, b.svcNC.Flush())
+	for range 3 {
+		for i, seq := range seqs {
+			var page []schemas.Event
+			r := b.request(t, "dwr.q.default.feed", schemas.Query{FromSeq: seq}, nil)
+			require.True(t, r.OK, "%+v", r.Error)
+			require.NoError(t, json.Unmarshal(r.Result, &page))
+			var goals []string
+			for _, e := range page {
+				if !slices.Contains(goals, e.AggregateID) {
+					goals = append(goals, e.AggregateID)
+				}
+			}
+			require.Equal(t, ids[i:], goals, "the events of record %d and after", seq)
+		}
+	}
+	require.LessOrEqual(t, infos.Load(), int64(1), "the stream's info is read once")
+	var page []schemas.Event
+	r := b.request(t, "dwr.q.default.feed", schemas.Query{FromSeq: seqs[2] + 1}, nil)
+	require.True(t, r.OK, "%+v", r.Error)
+	require.NoError(t, json.Unmarshal(r.Result, &page))
+	require.Empty(t, page, "past the last record: nothing yet")
 }

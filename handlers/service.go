@@ -417,6 +417,7 @@ type Service struct {
 	reading    *turns                              // the queries reading the views, in turn by caller
 	deciding   *turns                              // the commands' bytes handed to the writer, in turn by caller
 	queriesJS  atomic.Pointer[jetstream.JetStream] // on the queries' connection (readJS)
+	feedHandle atomic.Pointer[streamHandle]        // the feed's stream on the queries' connection (feedStream)
 	// consumerInfos answers the executors' consumer info requests, on the
 	// queries' connection.
 	consumerInfos atomic.Pointer[consumerInfos]
