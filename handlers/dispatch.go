@@ -88,6 +88,7 @@ type dispatcher struct {
 	js     jetstream.JetStream
 	stream string
 	prefix string
+	lists  consumerLists // queue.list's listings of the consumers (standing)
 	logger *slog.Logger
 	// retry holds the items whose publication failed, published again by
 	// retryLoop; pending those awaiting their acknowledgement, checked by

@@ -99,3 +99,11 @@ func (s *Service) ArtifactBytes(ws string) (stored, storing int64) {
 	defer r.mu.Unlock()
 	return r.used[ws], r.held[ws]
 }
+
+// OnConsumerList makes f be called as each listing of the work stream's
+// consumers for queue.list begins: a test holds a listing by blocking in f.
+func (s *Service) OnConsumerList(f func()) { s.dispatch.lists.onList.Store(&f) }
+
+// ConsumerListWaiters returns the queue.list requests waiting for a listing
+// of the work stream's consumers.
+func (s *Service) ConsumerListWaiters() int64 { return s.dispatch.lists.waiting.Load() }

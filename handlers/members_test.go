@@ -10,6 +10,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nkeys"
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/dwr-run/dwr/domain"
@@ -154,4 +155,56 @@ func TestAWorkspaceAdminCannotAddMembersWithoutEnd(t *testing.T) {
 		pub, _ := kp.PublicKey()
 		servicetest.Must(t, st.Admin, "other", "member.add", domain.AddMember{Name: "o" + strconv.Itoa(i), Role: domain.RoleViewer, PublicKey: pub})
 	}
+}
+
+// queue.list requests at once share the listings of the work stream's
+// consumers — one at a time, each begun after the requests it serves came,
+// so a queue given to a task just before is listed — instead of each
+// making its own in JetStream's info queue, which the whole server shares.
+func TestQueueListsShareTheConsumersListing(t *testing.T) {
+	b := bundleOf(servicetest.Start(t, "", servicetest.Options{Secure: true, Log: eventstore.NewMemoryLog(),
+		Config: handlers.Config{WriterID: "test-writer", MaxQueriesRunning: 64}})) // every request reads at once
+	var seq uint64
+	for _, q := range []string{"q1", "q2", "q3"} {
+		_, seq = b.mustCommand(t, "task.create", map[string]any{"spec": map[string]any{"queue": q}})
+	}
+	names := func(queues []domain.QueueConfig) []string {
+		var out []string
+		for _, q := range queues {
+			out = append(out, q.Name)
+		}
+		return out
+	}
+	var queues []domain.QueueConfig
+	b.query(t, "queue.list", schemas.Query{}, seq, &queues)
+	require.Equal(t, []string{"q1", "q2", "q3"}, names(queues))
+
+	var lists atomic.Int64
+	sub, err := b.svcNC.Subscribe("$JS.API.CONSUMER.LIST.DWR_WORK", func(*nats.Msg) { lists.Add(1) })
+	require.NoError(t, err)
+	defer func() { _ = sub.Unsubscribe() }()
+	require.NoError(t, b.svcNC.Flush())
+	// The first listing is held until every request waits for one.
+	const at = 32
+	held := make(chan struct{})
+	var first sync.Once
+	b.svc.OnConsumerList(func() { first.Do(func() { <-held }) })
+	var wg sync.WaitGroup
+	for range at {
+		wg.Go(func() {
+			var queues []domain.QueueConfig
+			r := b.request(t, "dwr.q.default.queue.list", schemas.Query{}, nil)
+			if assert.True(t, r.OK, "%+v", r.Error) && assert.NoError(t, json.Unmarshal(r.Result, &queues)) {
+				assert.Equal(t, []string{"q1", "q2", "q3"}, names(queues))
+			}
+		})
+	}
+	servicetest.Eventually(t, 10*time.Second, func() bool { return b.svc.ConsumerListWaiters() == at })
+	close(held)
+	wg.Wait()
+	require.Equal(t, int64(2), lists.Load(), "%d queue.list at once: the listing under way, then one for all that came meanwhile", at)
+
+	_, seq = b.mustCommand(t, "task.create", map[string]any{"spec": map[string]any{"queue": "q4"}})
+	b.query(t, "queue.list", schemas.Query{}, seq, &queues)
+	require.Equal(t, []string{"q1", "q2", "q3", "q4"}, names(queues), "a queue given just before is listed")
 }

@@ -113,15 +113,14 @@ func (r *queueRoom) load(ctx context.Context, js jetstream.JetStream, stream, pr
 // stream without a configuration of their own (given to a task, never to
 // queue.configure; not in configured), with their consumers' settings.
 func (d *dispatcher) standing(ws string, configured []schemas.QueueConfig) ([]schemas.QueueConfig, error) {
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	s, err := d.js.Stream(ctx, d.stream)
+	infos, err := d.lists.list(ctx, d.js, d.stream)
 	if err != nil {
 		return nil, err
 	}
 	var out []schemas.QueueConfig
-	lister := s.ListConsumers(ctx)
-	for info := range lister.Info() {
+	for _, info := range infos {
 		c := info.Config
 		w, queue, ok := queueOf(d.prefix, c.FilterSubject)
 		if !ok || w != ws || c.Durable != access.Consumer(d.prefix, ws, queue) ||
@@ -131,7 +130,7 @@ func (d *dispatcher) standing(ws string, configured []schemas.QueueConfig) ([]sc
 		out = append(out, schemas.QueueConfig{Name: queue, LeaseMS: c.AckWait.Milliseconds(), MaxDeliver: c.MaxDeliver})
 	}
 	slices.SortFunc(out, func(a, b schemas.QueueConfig) int { return strings.Compare(a.Name, b.Name) })
-	return out, lister.Err()
+	return out, nil
 }
 
 // roomWorld is the writer's views with the queues that stand and the
