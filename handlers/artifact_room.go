@@ -96,6 +96,26 @@ func (r *artifactRoom) collect(gauge func(*prometheus.Desc, float64, ...string))
 	}
 }
 
+// refuses returns hold's refusal of an artifact of size bytes in ws, as
+// the room stands now, without taking any (nil on a nil room, or before
+// the store's metadata was read).
+func (r *artifactRoom) refuses(ws string, size int64) *schemas.Error {
+	if r == nil {
+		return nil
+	}
+	select {
+	case <-r.ready:
+	default:
+		return nil
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.used[ws]+r.held[ws]+charge(size) > r.max {
+		return r.refusal(ws, size)
+	}
+	return nil
+}
+
 // hold takes the room of an artifact of size bytes in ws for a put under
 // way, or refuses it (too_large, /size) when ws's artifacts and the puts
 // under way would then pass the bound. done gives the room back once the

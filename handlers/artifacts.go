@@ -409,6 +409,17 @@ func (a *artifactStore) put(ctx context.Context, ws string, who sender, by strin
 		mu.(*sync.Mutex).Unlock()
 		a.putting.Delete(subject)
 	}()
+	// A put the workspace has no room for is refused before its chunks are
+	// read, unless the workspace holds its bytes already (a duplicate, put
+	// as ever once they are checked).
+	if werr := a.room.refuses(ws, p.Size); werr != nil {
+		if _, ierr := a.info(ctx, ws, p.SHA256); ierr != nil {
+			if ierr.Code == schemas.CodeNotFound {
+				return schemas.ArtifactInfo{}, werr
+			}
+			return schemas.ArtifactInfo{}, ierr
+		}
+	}
 	// The chunks are read twice: checked first, then stored, so that no
 	// object under the digest ever holds other bytes.
 	staged := a.staged(ws, subject, 0)
