@@ -100,21 +100,30 @@ func (r *artifactRoom) collect(gauge func(*prometheus.Desc, float64, ...string))
 // the room stands now, without taking any (nil on a nil room, or before
 // the store's metadata was read).
 func (r *artifactRoom) refuses(ws string, size int64) *schemas.Error {
-	if r == nil {
-		return nil
-	}
-	select {
-	case <-r.ready:
-	default:
+	if r == nil || !r.isReady() {
 		return nil
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if r.used[ws]+r.held[ws]+charge(size) > r.max {
+	if charge(size) > r.free(ws) {
 		return r.refusal(ws, size)
 	}
 	return nil
 }
+
+// isReady reports whether the store's metadata was read to its end.
+func (r *artifactRoom) isReady() bool {
+	select {
+	case <-r.ready:
+		return true
+	default:
+		return false
+	}
+}
+
+// free is what ws may still store: its bound less its artifacts and the
+// puts under way here (negative past it). r.mu is held.
+func (r *artifactRoom) free(ws string) int64 { return r.max - r.used[ws] - r.held[ws] }
 
 // hold takes the room of an artifact of size bytes in ws for a put under
 // way, or refuses it (too_large, /size) when ws's artifacts and the puts
@@ -131,7 +140,7 @@ func (r *artifactRoom) hold(ctx context.Context, ws string, size int64) (done fu
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	c := charge(size)
-	if r.used[ws]+r.held[ws]+c > r.max {
+	if c > r.free(ws) {
 		return nil, r.refusal(ws, size)
 	}
 	r.held[ws] += c
@@ -152,15 +161,12 @@ func (r *artifactRoom) hold(ctx context.Context, ws string, size int64) (done fu
 // bytes besides: what uploads wait to be put is bounded by what they could
 // put. It does not wait for the store's metadata.
 func (r *artifactRoom) stage(ws string, staged, spare int64) *schemas.Error {
-	select {
-	case <-r.ready:
-	default:
+	if !r.isReady() {
 		return nil
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	room := max(r.max-r.used[ws]-r.held[ws], 0)
-	if staged <= room+spare {
+	if staged <= max(r.free(ws), 0)+spare {
 		return nil
 	}
 	return &schemas.Error{Code: schemas.CodeTooLarge, Message: fmt.Sprintf(
