@@ -331,22 +331,54 @@ const MaxUploadsPerIdentity = 4
 // replica takes and the uploads it puts: JetStream keeps the info
 // requests of the whole server in one queue, and a chunk's request asked
 // one each. Chunks checked at the same moment, and those other replicas
-// take within the second, may pass it together.
+// take within the second, may pass it together. A refusal is never made
+// on what was read before the chunk came: another replica may have put
+// uploads since (an identity's upload after upload, each chunk and put
+// answered by any replica), so the uploads are read again first — at most
+// one read at a time per workspace, shared by the chunks that came before
+// it began.
 func (a *artifactStore) checkUploads(ctx context.Context, ws, subject string) *schemas.Error {
+	came := time.Now()
 	v, _ := a.inProgress.LoadOrStore(ws, &uploadsOf{})
 	u := v.(*uploadsOf)
 	u.mu.Lock()
 	defer u.mu.Unlock()
 	if time.Since(u.read) >= uploadsStale {
-		info, err := a.uploads.Info(ctx, jetstream.WithSubjectFilter(a.prefix+".upload."+ws+".>"))
-		if err != nil {
-			return &schemas.Error{Code: schemas.CodeUnavailable, Message: "the uploads in progress could not be read now (" + err.Error() + "): send the chunk again"}
-		}
-		u.chunks, u.read = info.State.Subjects, time.Now()
-		if u.chunks == nil {
-			u.chunks = map[string]uint64{}
+		if werr := a.readUploads(ctx, ws, u); werr != nil {
+			return werr
 		}
 	}
+	werr := a.refuseChunk(ws, subject, u)
+	if werr != nil && u.read.Before(came) {
+		if werr = a.readUploads(ctx, ws, u); werr == nil {
+			werr = a.refuseChunk(ws, subject, u)
+		}
+	}
+	if werr != nil {
+		return werr
+	}
+	u.chunks[subject]++ // counted as taken: a chunk refused later only counts one too many, for a second
+	return nil
+}
+
+// readUploads reads ws's uploads in progress from JetStream into u, whose
+// mu is held.
+func (a *artifactStore) readUploads(ctx context.Context, ws string, u *uploadsOf) *schemas.Error {
+	began := time.Now() // what was purged before is not counted
+	info, err := a.uploads.Info(ctx, jetstream.WithSubjectFilter(a.prefix+".upload."+ws+".>"))
+	if err != nil {
+		return &schemas.Error{Code: schemas.CodeUnavailable, Message: "the uploads in progress could not be read now (" + err.Error() + "): send the chunk again"}
+	}
+	u.chunks, u.read = info.State.Subjects, began
+	if u.chunks == nil {
+		u.chunks = map[string]uint64{}
+	}
+	return nil
+}
+
+// refuseChunk is checkUploads' refusal of a chunk on subject as u counts
+// ws's uploads in progress, or nil. u.mu is held.
+func (a *artifactStore) refuseChunk(ws, subject string, u *uploadsOf) *schemas.Error {
 	mine := subject[:strings.LastIndexByte(subject, '.')+1]
 	_, ongoing := u.chunks[subject]
 	n, staged := 0, int64(0)
@@ -361,11 +393,8 @@ func (a *artifactStore) checkUploads(ctx context.Context, ws, subject string) *s
 			"%d uploads of yours are in progress in this workspace, the most allowed: put them (or let them be dropped an hour after their last chunk) before starting another", n)}
 	}
 	if a.room != nil {
-		if werr := a.room.stage(ws, staged, a.maxBytes); werr != nil {
-			return werr
-		}
+		return a.room.stage(ws, staged, a.maxBytes)
 	}
-	u.chunks[subject]++ // counted as taken: a chunk refused later only counts one too many, for a second
 	return nil
 }
 

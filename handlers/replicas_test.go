@@ -399,7 +399,8 @@ func TestEveryReplicaCountsTheArtifactsOfAll(t *testing.T) {
 		h := nats.Header{}
 		h.Set(schemas.HeaderUpload, fmt.Sprintf("up%d", i))
 		h.Set(schemas.HeaderChunk, "0")
-		require.True(t, c.Request(t, "dwr.q.default.artifact.chunk", data, h).OK)
+		r := c.Request(t, "dwr.q.default.artifact.chunk", data, h)
+		require.True(t, r.OK, "chunk of upload %d: %+v", i, r.Error)
 		sum := sha256.Sum256(data)
 		return c.Request(t, "dwr.q.default.artifact.put", schemas.ArtifactPut{Upload: fmt.Sprintf("up%d", i), Chunks: 1, Size: chunk,
 			SHA256: hex.EncodeToString(sum[:])}, nil)
@@ -421,4 +422,39 @@ func TestEveryReplicaCountsTheArtifactsOfAll(t *testing.T) {
 		require.False(t, r.OK)
 		require.Equal(t, schemas.CodeTooLarge, r.Error.Code)
 	}
+}
+
+// An upload another replica put no longer counts against its sender here:
+// an identity's chunks and puts are each answered by any replica, and one
+// whose count of uploads in progress was read before the others' puts
+// must not refuse the next upload's chunk for them.
+func TestAnUploadAnotherReplicaPutNoLongerCounts(t *testing.T) {
+	nc, b := sharedServer(t)
+	startReplica(t, nc, "a")
+	c := servicetest.NewClient(nc, "default")
+	chunk := func(upload string) schemas.Reply {
+		h := nats.Header{}
+		h.Set(schemas.HeaderUpload, upload)
+		h.Set(schemas.HeaderChunk, "0")
+		return c.Request(t, "dwr.q.default.artifact.chunk", []byte(upload), h)
+	}
+	uploads, err := b.jetstream(t).Stream(context.Background(), "DWR_UPLOADS")
+	require.NoError(t, err)
+	for i := range handlers.MaxUploadsPerIdentity {
+		up := fmt.Sprintf("up%d", i)
+		r := chunk(up)
+		require.True(t, r.OK, "%+v", r.Error)
+		// What another replica's put of it does: its chunks are dropped.
+		require.NoError(t, uploads.Purge(context.Background(), jetstream.WithPurgeSubject("dwr.upload.default.*."+up)))
+	}
+	r := chunk("next")
+	require.True(t, r.OK, "%+v", r.Error)
+
+	// Uploads still in progress are counted as ever.
+	for i := 1; i < handlers.MaxUploadsPerIdentity; i++ {
+		require.True(t, chunk(fmt.Sprintf("more%d", i)).OK)
+	}
+	r = chunk("one-too-many")
+	require.False(t, r.OK)
+	require.Equal(t, schemas.CodeConflict, r.Error.Code)
 }
