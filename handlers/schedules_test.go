@@ -163,9 +163,9 @@ func TestAScheduleWaitsForItsOpenGoalOverTheWire(t *testing.T) {
 	require.Nil(t, s.NextSlot, "no timer while it waits")
 	require.Equal(t, s.LastGoal, s.WaitsFor)
 	clock.Advance(time.Hour)
-	due, err := b.store.DueTimers(clock.Now(), 100)
+	due, err := b.store.DueTimers(clock.Now(), 100, 100, "")
 	require.NoError(t, err)
-	for _, tm := range due {
+	for _, tm := range due.Timers {
 		require.NotEqual(t, "tick", tm.Schedule, "no timer of the schedule is due an hour on: it waits for its goal")
 	}
 

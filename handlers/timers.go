@@ -24,6 +24,7 @@ func (s *Service) runTimers(ctx context.Context, wake <-chan struct{}) {
 	// A timer read again as due before the views applied its firing is
 	// not fired again: it is decided (its lateness observed) once.
 	var fired sync.Map // command id → the sequence of its firing
+	after := ""        // the workspace the last round served last
 	for ctx.Err() == nil {
 		applied := s.store.Checkpoint()
 		fired.Range(func(id, seq any) bool {
@@ -33,10 +34,12 @@ func (s *Service) runTimers(ctx context.Context, wake <-chan struct{}) {
 			return true
 		})
 		now := s.cfg.Clock()
-		due, err := s.store.DueTimers(now, 256)
+		page, err := s.store.DueTimers(now, timersPerRound, timersPerWorkspace, after)
 		if err != nil {
 			s.cfg.Logger.Error("handlers: reading due timers", "err", err)
 		}
+		due := page.Timers
+		after = page.Next
 		// Fire them together: they are decided in the same batches.
 		var failed atomic.Bool
 		var wg sync.WaitGroup
@@ -63,7 +66,7 @@ func (s *Service) runTimers(ctx context.Context, wake <-chan struct{}) {
 		}
 		wg.Wait()
 		stuck := failed.Load()
-		if len(due) == 256 && !stuck && skipped < len(due) {
+		if page.More && !stuck && skipped < len(due) {
 			continue // more are due
 		}
 		wait := timerPoll
@@ -79,6 +82,15 @@ func (s *Service) runTimers(ctx context.Context, wake <-chan struct{}) {
 		t.Stop()
 	}
 }
+
+// A round of the timer loop fires up to timersPerRound timers together,
+// up to timersPerWorkspace of each workspace before more of any: one
+// workspace's flood of timers due at once (say, a million waits that end
+// at the same moment) does not put another's behind all of it.
+const (
+	timersPerRound     = 256
+	timersPerWorkspace = 32
+)
 
 // WakeTimers makes the writer's timer loop look for due timers at once
 // instead of at its next poll (at most timerPoll later): a test that moves

@@ -2,9 +2,11 @@ package handlers_test
 
 import (
 	"encoding/json"
+	"sync"
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/dwr-run/dwr/domain"
@@ -60,9 +62,9 @@ func (b *bundle) loopLooked(t *testing.T, sentinel string) {
 // the clock's time, so the timer loop cannot fire one.
 func (b *bundle) requireNoDueTimer(t *testing.T, clock *servicetest.Clock, id string) {
 	t.Helper()
-	due, err := b.store.DueTimers(clock.Now(), 1000)
+	due, err := b.store.DueTimers(clock.Now(), 1000, 1000, "")
 	require.NoError(t, err)
-	for _, tm := range due {
+	for _, tm := range due.Timers {
 		require.NotEqual(t, id, tm.TaskID, "a %s timer of task %s is due at %s", tm.Kind, id, tm.Due)
 	}
 }
@@ -204,4 +206,72 @@ func TestATimerDueWhileTheServiceWasDownFiresOnceAtStart(t *testing.T) {
 	b2.c.WaitState(t, id, domain.StateReady, 10*time.Second)
 	b2.requireReadiedOnce(t, id, "task.waiting", "timer", until)
 	b2.requireNoDueTimer(t, clock, id)
+}
+
+// One workspace's flood of timers due does not put another workspace's
+// behind all of it: the writer fires each workspace's in turn. A member of
+// one workspace creates many tasks whose deadlines fall at one moment;
+// another workspace's task's deadline falls just after it.
+func TestOneWorkspacesTimersDoNotHoldBackAnothers(t *testing.T) {
+	clock := servicetest.NewClock(epoch)
+	b := setupClocked(t, clock)
+	other := servicetest.NewClient(b.st.Admin, "other")
+	other.Command(t, "workspace.create", schemas.CreateWorkspace{Name: "other"})
+	at := clock.Now().Add(time.Hour)
+	const flood = 300 // more than a round of the timer loop
+	ids := make([]string, flood)
+	inParallel(flood, func(i int) {
+		r := b.command(t, "task.create", map[string]any{"spec": map[string]any{"queue": "flood", "deadline": at.Format(time.RFC3339Nano)}}, "")
+		var tk domain.Reply
+		if assert.True(t, r.OK, "%+v", r.Error) && assert.NoError(t, json.Unmarshal(r.Result, &tk)) {
+			ids[i] = tk.ID
+		}
+	})
+	require.False(t, t.Failed())
+	var tk domain.Reply
+	require.NoError(t, json.Unmarshal(other.Command(t, "task.create", map[string]any{"spec": map[string]any{"queue": "q",
+		"deadline": at.Add(time.Second).Format(time.RFC3339Nano)}}), &tk))
+	other.WaitState(t, tk.ID, domain.StateReady, 10*time.Second) // in the views, with its timer
+
+	clock.Set(at.Add(time.Second))
+	other.WaitState(t, tk.ID, domain.StateFailed, 30*time.Second)
+	failedAt := func(c *servicetest.Client, id string) string { // the id of its task.failed: ULIDs rise with the log
+		var raw []schemas.Event
+		c.Query(t, "events", schemas.Query{ID: id}, &raw)
+		for _, e := range raw {
+			if e.Type == "task.failed" {
+				return e.ID
+			}
+		}
+		return "~" // not yet: after every id
+	}
+	mine := failedAt(other, tk.ID)
+	failed := make([]string, flood)
+	inParallel(flood, func(i int) { failed[i] = failedAt(b.c, ids[i]) })
+	before := 0
+	for i, id := range failed {
+		if id < mine {
+			before++
+		}
+		if id == "~" {
+			b.c.WaitState(t, ids[i], domain.StateFailed, 30*time.Second) // every one fires
+		}
+	}
+	// Its turn came in the first round: fewer of the flood's fired before
+	// it than a round holds (when timers fired by their moments, a round's
+	// worth did).
+	require.Less(t, before, 256, "%d of the flood's %d timers fired before the other workspace's", before, flood)
+}
+
+// inParallel calls fn(i) for i in [0, n), eight at a time.
+func inParallel(n int, fn func(i int)) {
+	var wg sync.WaitGroup
+	for w := range 8 {
+		wg.Go(func() {
+			for i := w; i < n; i += 8 {
+				fn(i)
+			}
+		})
+	}
+	wg.Wait()
 }

@@ -7,25 +7,27 @@ import (
 // Key layout: a short prefix, then parts joined by '/'; ids and names never
 // contain '/'.
 const (
-	pCheckpoint = "k/checkpoint"
-	pLogTip     = "k/logtip"    // the checkpoint's record as verified: eventstore.LogTip
-	pDiscarded  = "k/discarded" // k/discarded/<first seq BE> -> last seq BE: a stretch an acceptance left out
-	pWorkspace  = "w"           // w/<ws>
-	pGoal       = "g"           // g/<goal>
-	pGoalByWS   = "gw"          // gw/<ws>/<goal>
-	pGoalCounts = "gc"          // gc/<goal> -> map state->count
-	pTask       = "t"           // t/<task>
-	pTaskByWS   = "tw"          // tw/<ws>/<state>/<task>
-	pTaskByGoal = "tg"          // tg/<goal>/<task>
-	pDependents = "td"          // td/<dependency>/<task>
-	pHistory    = "h"           // h/<aggtype>/<id>/<version BE>
-	pTip        = "a"           // a/<aggtype>/<id>: the cache's key of a chain tip (views written before kept it as a row)
-	pCommand    = "c"           // c/<ws>/<command key: domain.CommandKey of actor and id> -> first outcome
-	pTimer      = "tm"          // tm/<due unix nanos BE>/<task, goal or schedule id>/<kind>/<attempt> -> workspace
-	pApproval   = "ap"          // ap/<ws>/<approval state>/<approval id>
-	pRitual     = "r"           // r/<ritual id: <ws>:<name>>
-	pRitualVer  = "rv"          // rv/<ritual id>/<version BE> -> domain.RitualVersion
-	pSchedule   = "sc"          // sc/<schedule id: <ws>:<name>>
+	pCheckpoint     = "k/checkpoint"
+	pLogTip         = "k/logtip"       // the checkpoint's record as verified: eventstore.LogTip
+	pTimersByWSKept = "k/timers-by-ws" // present once the views keep pTimerByWS
+	pDiscarded      = "k/discarded"    // k/discarded/<first seq BE> -> last seq BE: a stretch an acceptance left out
+	pWorkspace      = "w"              // w/<ws>
+	pGoal           = "g"              // g/<goal>
+	pGoalByWS       = "gw"             // gw/<ws>/<goal>
+	pGoalCounts     = "gc"             // gc/<goal> -> map state->count
+	pTask           = "t"              // t/<task>
+	pTaskByWS       = "tw"             // tw/<ws>/<state>/<task>
+	pTaskByGoal     = "tg"             // tg/<goal>/<task>
+	pDependents     = "td"             // td/<dependency>/<task>
+	pHistory        = "h"              // h/<aggtype>/<id>/<version BE>
+	pTip            = "a"              // a/<aggtype>/<id>: the cache's key of a chain tip (views written before kept it as a row)
+	pCommand        = "c"              // c/<ws>/<command key: domain.CommandKey of actor and id> -> first outcome
+	pTimer          = "tm"             // tm/<due unix nanos BE>/<task, goal or schedule id>/<kind>/<attempt> -> workspace
+	pTimerByWS      = "tmw"            // tmw/<ws>/<due unix nanos BE>/<task, goal or schedule id>/<kind>/<attempt>
+	pApproval       = "ap"             // ap/<ws>/<approval state>/<approval id>
+	pRitual         = "r"              // r/<ritual id: <ws>:<name>>
+	pRitualVer      = "rv"             // rv/<ritual id>/<version BE> -> domain.RitualVersion
+	pSchedule       = "sc"             // sc/<schedule id: <ws>:<name>>
 )
 
 func key(parts ...string) []byte {

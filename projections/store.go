@@ -208,6 +208,9 @@ func open(dir string, opts Options) (_ *Store, err error) {
 	if s.checkpoint, err = s.readCheckpoint(); err != nil {
 		return nil, err
 	}
+	if err := s.indexTimersByWorkspace(); err != nil {
+		return nil, err
+	}
 	keys := newKeyFilter()
 	if err := keys.fill(db); err != nil {
 		return nil, fmt.Errorf("%w: read the keys of %s: %w", ErrDamaged, dir, err)

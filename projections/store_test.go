@@ -2,6 +2,7 @@ package projections_test
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -36,6 +37,7 @@ type decider struct {
 	store *projections.Store
 	now   time.Time
 	final domain.Touched
+	ws    string // the workspace commands are sent to: "w" when empty
 }
 
 func (d *decider) Decide(items []cmd) ([]eventstore.Event, []eventstore.CommandResult, []error) {
@@ -44,10 +46,11 @@ func (d *decider) Decide(items []cmd) ([]eventstore.Event, []eventstore.CommandR
 	var evs []eventstore.Event
 	var res []eventstore.CommandResult
 	seen := map[string]bool{}
+	ws := cmp.Or(d.ws, "w")
 	for i, it := range items {
-		m := domain.Meta{CommandID: it.id, Workspace: "w", Actor: "test", Now: d.now}
+		m := domain.Meta{CommandID: it.id, Workspace: ws, Actor: "test", Now: d.now}
 		// A retry is answered with its first outcome, without an append.
-		if _, done, err := d.store.Command("w", m.Key()); err != nil || done || seen[it.id] {
+		if _, done, err := d.store.Command(ws, m.Key()); err != nil || done || seen[it.id] {
 			errs[i] = fmt.Errorf("answered without an append (%v)", err)
 			continue
 		}
@@ -69,7 +72,7 @@ func (d *decider) Decide(items []cmd) ([]eventstore.Event, []eventstore.CommandR
 				CommandID: it.id, Actor: "test", Time: d.now, Data: data})
 		}
 		reply, _ := json.Marshal(out.Reply)
-		res = append(res, eventstore.CommandResult{Workspace: "w", CommandID: it.id, Actor: m.Actor, Reply: reply})
+		res = append(res, eventstore.CommandResult{Workspace: ws, CommandID: it.id, Actor: m.Actor, Reply: reply})
 	}
 	d.final = o.Touched()
 	return evs, res, errs
@@ -454,21 +457,23 @@ func TestTimersFollowTheTasksState(t *testing.T) {
 	require.NoError(t, err)
 	require.True(t, ok)
 	require.Equal(t, projections.Timer{Due: h.d.now.Add(time.Minute), Workspace: "w", TaskID: task, Kind: domain.TimerAttempt, Attempt: 1}, next)
-	due, err := s.DueTimers(h.d.now.Add(time.Minute-time.Nanosecond), 10)
+	due, err := s.DueTimers(h.d.now.Add(time.Minute-time.Nanosecond), 10, 10, "")
 	require.NoError(t, err)
-	require.Empty(t, due, "never early")
+	require.Empty(t, due.Timers, "never early")
 
 	// A failure replaces it with the end of the backoff.
 	h.batch(cmd{&domain.ReportFailure{TaskID: task, Attempt: 1, Error: domain.ErrorInfo{Message: "x"}, Retryable: true}, "c3"})
-	due, err = s.DueTimers(h.d.now.Add(10*time.Second), 10)
+	due, err = s.DueTimers(h.d.now.Add(10*time.Second), 10, 10, "")
 	require.NoError(t, err)
-	require.Len(t, due, 1)
-	require.Equal(t, domain.TimerBackoff, due[0].Kind)
-	require.Equal(t, h.d.now.Add(10*time.Second), due[0].Due)
+	require.Len(t, due.Timers, 1)
+	require.False(t, due.More)
+	fire := due.Timers[0]
+	require.Equal(t, domain.TimerBackoff, fire.Kind)
+	require.Equal(t, h.d.now.Add(10*time.Second), fire.Due)
 
 	// Firing it readies the task: no timer is left.
 	h.d.now = h.d.now.Add(10 * time.Second)
-	h.batch(cmd{&domain.FireTimer{TaskID: task, Kind: due[0].Kind, Due: due[0].Due}, due[0].CommandID()})
+	h.batch(cmd{&domain.FireTimer{TaskID: task, Kind: fire.Kind, Due: fire.Due}, fire.CommandID()})
 	_, ok, err = s.NextTimer()
 	require.NoError(t, err)
 	require.False(t, ok)
