@@ -374,6 +374,32 @@ func TestAFloodOfSmallCommandsLeavesOthersTheirTurn(t *testing.T) {
 	}
 }
 
+// A workspace's many identities, each under its own limits, flood small
+// commands while another workspace's client sends commands one at a time:
+// the writer's turns go round the workspaces before their callers, so each
+// of the client's commands waits for a few of the crowd's, not for a turn
+// of each of its identities (a workspace's admin makes as many as it
+// likes, up to --max-members-per-workspace).
+func TestAWorkspacesManyIdentitiesLeaveAnotherWorkspaceItsTurn(t *testing.T) {
+	if testing.Short() {
+		t.Skip("floods the service for seconds")
+	}
+	const identities, waiting = 48, 4
+	st := servicetest.Start(t, "", servicetest.Options{Secure: true, Log: eventstore.NewMemoryLog(),
+		Config: handlers.Config{MaxWriterCommands: waiting}})
+	servicetest.Must(t, st.Admin, "crowd", "workspace.create", map[string]any{"name": "crowd"})
+	crowd := make([]*nats.Conn, identities)
+	for i := range crowd {
+		crowd[i] = st.Member(t, "crowd", fmt.Sprintf("crowd-%d", i), domain.RoleClient)
+	}
+	// As many ahead as TestAFloodOfSmallCommandsLeavesOthersTheirTurn
+	// allows one flooder; a turn of each identity first was 48 and more.
+	aheads := commitsAheadBeside(t, st, crowd, "dwr.cmd.crowd.goal.create", []byte(`{"title":"flood"}`), 2*identities)
+	for i, ahead := range aheads {
+		require.LessOrEqual(t, ahead, 4*waiting+4, "the crowd's commands committed between command %d's sending and its commit", i)
+	}
+}
+
 // commitsAheadBesideAFlood has an identity keep flooding requests of body
 // on subject in flight, one after another on each of flooding goroutines,
 // while another sends five goal.create one at a time; it returns, for each
@@ -381,13 +407,20 @@ func TestAFloodOfSmallCommandsLeavesOthersTheirTurn(t *testing.T) {
 // sending and its commit.
 func commitsAheadBesideAFlood(t *testing.T, st *servicetest.Service, subject string, body []byte, flooding int) []int {
 	t.Helper()
-	flooder := st.Member(t, "default", "flooder", domain.RoleClient)
+	return commitsAheadBeside(t, st, []*nats.Conn{st.Member(t, "default", "flooder", domain.RoleClient)}, subject, body, flooding)
+}
+
+// commitsAheadBeside is commitsAheadBesideAFlood with flooders taking
+// turns to send each of the flood's requests.
+func commitsAheadBeside(t *testing.T, st *servicetest.Service, flooders []*nats.Conn, subject string, body []byte, flooding int) []int {
+	t.Helper()
 	client := st.Member(t, "default", "client", domain.RoleClient)
 	ctx, stop := context.WithCancel(t.Context())
 	var flooded sync.WaitGroup
 	var mu sync.Mutex
 	var floods []uint64 // the log sequences of the flooder's commits
-	for range flooding {
+	for i := range flooding {
+		flooder := flooders[i%len(flooders)]
 		flooded.Go(func() {
 			for ctx.Err() == nil {
 				m, err := flooder.RequestWithContext(ctx, subject, body)

@@ -490,20 +490,29 @@ func (s *Service) admit(req micro.Request, query bool, refuse func(*cannedRefusa
 
 // turns lets holders in up to a capacity, each taking its weight of it,
 // and at most maxHolders of them (0: no bound but the capacity); the others
-// wait, and what is given back goes to the next caller in turn
-// (round robin over the callers waiting, each caller's own in the order
-// they came), so that one caller with many waiting does not hold up
-// another's one. A holder heavier than the whole capacity enters alone. The
-// caller whose turn it is waits until its weight fits — no lighter holder
-// passes it — so a heavy one is not starved by light ones.
+// wait, and what is given back goes to the next group in turn, and within
+// it to the next caller in turn (round robin over the groups waiting, over
+// each group's callers waiting, each caller's own in the order they came):
+// one caller with many waiting does not hold up another's one, nor does a
+// group with many callers waiting — a workspace whose admin made many
+// identities — another group's one. A holder heavier than the whole
+// capacity enters alone. The caller whose turn it is waits until its
+// weight fits — no lighter holder passes it — so a heavy one is not starved
+// by light ones.
 type turns struct {
 	mu         sync.Mutex
 	capacity   int
 	maxHolders int
 	held       int
 	holders    int
-	waiting    map[string][]waiter // by caller, in the order they came
-	order      []string            // the callers waiting, whose turn is next first
+	groups     map[string]*turnGroup // the groups with callers waiting
+	order      []string              // the groups waiting, whose turn is next first
+}
+
+// turnGroup is a group's callers waiting.
+type turnGroup struct {
+	waiting map[string][]waiter // by caller, in the order they came
+	order   []string            // the callers waiting, whose turn is next first
 }
 
 // waiter is a holder waiting for its turn: turn is closed when it has it.
@@ -513,14 +522,14 @@ type waiter struct {
 }
 
 func newTurns(capacity, maxHolders int) *turns {
-	return &turns{capacity: capacity, maxHolders: maxHolders, waiting: map[string][]waiter{}}
+	return &turns{capacity: capacity, maxHolders: maxHolders, groups: map[string]*turnGroup{}}
 }
 
-// enter waits for caller's turn to hold weight and returns the function
-// that gives it back (once), or ctx's error if ctx ends first (nothing is
-// then held).
-func (t *turns) enter(ctx context.Context, caller string, weight int) (leave func(), err error) {
-	h, err := t.hold(ctx, caller, weight)
+// enter waits for the turn of caller of group to hold weight and returns
+// the function that gives it back (once), or ctx's error if ctx ends first
+// (nothing is then held).
+func (t *turns) enter(ctx context.Context, group, caller string, weight int) (leave func(), err error) {
+	h, err := t.hold(ctx, group, caller, weight)
 	if err != nil {
 		return nil, err
 	}
@@ -529,7 +538,7 @@ func (t *turns) enter(ctx context.Context, caller string, weight int) (leave fun
 
 // hold is enter that returns the holding itself: its holder's place can be
 // given back before its weight (holding.release).
-func (t *turns) hold(ctx context.Context, caller string, weight int) (*holding, error) {
+func (t *turns) hold(ctx context.Context, group, caller string, weight int) (*holding, error) {
 	h := &holding{t: t, weight: weight, place: true, held: true}
 	t.mu.Lock()
 	if len(t.order) == 0 && t.fits(weight) {
@@ -539,10 +548,16 @@ func (t *turns) hold(ctx context.Context, caller string, weight int) (*holding, 
 		return h, nil
 	}
 	w := waiter{weight: weight, turn: make(chan struct{})}
-	if len(t.waiting[caller]) == 0 {
-		t.order = append(t.order, caller)
+	g := t.groups[group]
+	if g == nil {
+		g = &turnGroup{waiting: map[string][]waiter{}}
+		t.groups[group] = g
+		t.order = append(t.order, group)
 	}
-	t.waiting[caller] = append(t.waiting[caller], w)
+	if len(g.waiting[caller]) == 0 {
+		g.order = append(g.order, caller)
+	}
+	g.waiting[caller] = append(g.waiting[caller], w)
 	t.mu.Unlock()
 	select {
 	case <-w.turn: // its weight is held for it, never given back between
@@ -550,7 +565,7 @@ func (t *turns) hold(ctx context.Context, caller string, weight int) (*holding, 
 	case <-ctx.Done():
 	}
 	t.mu.Lock()
-	gone := t.forget(caller, w.turn)
+	gone := t.forget(group, caller, w.turn)
 	t.mu.Unlock()
 	if !gone { // its turn came meanwhile: give it back
 		h.leave()
@@ -599,19 +614,27 @@ func (h *holding) givePlace() {
 	}
 }
 
-// forget takes the waiter whose turn is turn out of caller's queue; it
-// reports false when it is not there (its turn was given).
-func (t *turns) forget(caller string, turn chan struct{}) bool {
-	queue := t.waiting[caller]
+// forget takes the waiter whose turn is turn out of its caller's queue in
+// group; it reports false when it is not there (its turn was given).
+func (t *turns) forget(group, caller string, turn chan struct{}) bool {
+	g := t.groups[group]
+	if g == nil {
+		return false
+	}
+	queue := g.waiting[caller]
 	i := slices.IndexFunc(queue, func(w waiter) bool { return w.turn == turn })
 	if i < 0 {
 		return false
 	}
 	if queue = slices.Delete(queue, i, i+1); len(queue) > 0 {
-		t.waiting[caller] = queue
+		g.waiting[caller] = queue
 	} else {
-		delete(t.waiting, caller)
-		t.order = slices.DeleteFunc(t.order, func(c string) bool { return c == caller })
+		delete(g.waiting, caller)
+		g.order = slices.DeleteFunc(g.order, func(c string) bool { return c == caller })
+	}
+	if len(g.order) == 0 {
+		delete(t.groups, group)
+		t.order = slices.DeleteFunc(t.order, func(c string) bool { return c == group })
 	}
 	t.admit() // those it held up, if it was next
 	return true
@@ -625,20 +648,28 @@ func (t *turns) fits(weight int) bool {
 // admit lets in the callers whose turn it is, as long as their weights fit.
 func (t *turns) admit() {
 	for len(t.order) > 0 {
-		caller := t.order[0]
-		queue := t.waiting[caller]
+		group := t.order[0]
+		g := t.groups[group]
+		caller := g.order[0]
+		queue := g.waiting[caller]
 		next := queue[0]
 		if !t.fits(next.weight) {
 			return
 		}
 		t.held += next.weight
 		t.holders++
-		t.order = t.order[1:]
+		g.order = g.order[1:]
 		if queue = queue[1:]; len(queue) > 0 {
-			t.waiting[caller] = queue
-			t.order = append(t.order, caller) // its next waits for the others' turns
+			g.waiting[caller] = queue
+			g.order = append(g.order, caller) // its next waits for the group's others' turns
 		} else {
-			delete(t.waiting, caller)
+			delete(g.waiting, caller)
+		}
+		t.order = t.order[1:]
+		if len(g.order) > 0 {
+			t.order = append(t.order, group) // its next waits for the other groups' turns
+		} else {
+			delete(t.groups, group)
 		}
 		close(next.turn)
 	}

@@ -111,12 +111,12 @@ func TestRunnersKeepUpToMaxIdleGoroutines(t *testing.T) {
 // the order they came.
 func TestTurnsGoRoundTheCallers(t *testing.T) {
 	tr := newTurns(1, 0)
-	leave, _ := tr.enter(context.Background(), "flooder", 1) // the one place
+	leave, _ := tr.enter(context.Background(), "flooder", "flooder", 1) // the one place
 	got := make(chan string, 16)
 	waiting := func(caller string, n int) {
 		for i := range n {
 			go func() {
-				l, _ := tr.enter(context.Background(), caller, 1)
+				l, _ := tr.enter(context.Background(), caller, caller, 1)
 				got <- fmt.Sprintf("%s-%d", caller, i)
 				l()
 			}()
@@ -124,7 +124,7 @@ func TestTurnsGoRoundTheCallers(t *testing.T) {
 			require.Eventually(t, func() bool {
 				tr.mu.Lock()
 				defer tr.mu.Unlock()
-				return len(tr.waiting[caller]) == i+1
+				return tr.waitingOf(caller, caller) == i+1
 			}, 10*time.Second, time.Millisecond)
 		}
 	}
@@ -136,7 +136,7 @@ func TestTurnsGoRoundTheCallers(t *testing.T) {
 		order = append(order, <-got)
 	}
 	require.Equal(t, []string{"flooder-0", "other-0", "flooder-1", "flooder-2"}, order)
-	l, _ := tr.enter(context.Background(), "late", 1) // every place was given back
+	l, _ := tr.enter(context.Background(), "late", "late", 1) // every place was given back
 	l()
 	l() // a second call gives nothing more back
 	tr.mu.Lock()
@@ -148,12 +148,12 @@ func TestTurnsGoRoundTheCallers(t *testing.T) {
 // caller's turn, when one leaves; a holder alone always goes in.
 func TestTurnsBoundTheHolders(t *testing.T) {
 	tr := newTurns(1000, 2)
-	first, _ := tr.enter(context.Background(), "flooder", 1)
-	second, _ := tr.enter(context.Background(), "flooder", 1)
+	first, _ := tr.enter(context.Background(), "flooder", "flooder", 1)
+	second, _ := tr.enter(context.Background(), "flooder", "flooder", 1)
 	in := make(chan string, 2)
 	for _, caller := range []string{"flooder", "other"} {
 		go func() {
-			l, _ := tr.enter(context.Background(), caller, 1)
+			l, _ := tr.enter(context.Background(), caller, caller, 1)
 			in <- caller
 			defer l()
 			<-t.Context().Done()
@@ -161,13 +161,13 @@ func TestTurnsBoundTheHolders(t *testing.T) {
 		require.Eventually(t, func() bool {
 			tr.mu.Lock()
 			defer tr.mu.Unlock()
-			return len(tr.waiting[caller]) == 1
+			return tr.waitingOf(caller, caller) == 1
 		}, 10*time.Second, time.Millisecond, "%s waits: two hold, light as they are", caller)
 	}
 	first()
 	require.Equal(t, "flooder", <-in) // its turn came first
 	tr.mu.Lock()
-	require.Len(t, tr.waiting["other"], 1, "the other waits for the next place")
+	require.Equal(t, 1, tr.waitingOf("other", "other"), "the other waits for the next place")
 	tr.mu.Unlock()
 	second()
 	require.Equal(t, "other", <-in)
@@ -175,18 +175,18 @@ func TestTurnsBoundTheHolders(t *testing.T) {
 	// A holder that gives back its place (the writer took its command into
 	// a batch) lets the next in, its weight still held.
 	pl := newTurns(10, 1)
-	h, err := pl.hold(context.Background(), "first", 4)
+	h, err := pl.hold(context.Background(), "first", "first", 4)
 	require.NoError(t, err)
 	next := make(chan struct{})
 	go func() {
-		l, _ := pl.enter(context.Background(), "next", 4)
+		l, _ := pl.enter(context.Background(), "next", "next", 4)
 		l() // in and out: what stays held is the first's
 		close(next)
 	}()
 	require.Eventually(t, func() bool {
 		pl.mu.Lock()
 		defer pl.mu.Unlock()
-		return len(pl.waiting["next"]) == 1
+		return pl.waitingOf("next", "next") == 1
 	}, 10*time.Second, time.Millisecond, "one place, held")
 	h.release()
 	<-next
@@ -202,7 +202,7 @@ func TestTurnsBoundTheHolders(t *testing.T) {
 	pl.mu.Unlock()
 
 	alone := newTurns(10, 1)
-	l, _ := alone.enter(context.Background(), "huge", 50) // heavier than the capacity, and alone
+	l, _ := alone.enter(context.Background(), "huge", "huge", 50) // heavier than the capacity, and alone
 	l()
 	tr.mu.Lock()
 	defer tr.mu.Unlock()
@@ -214,7 +214,7 @@ func TestTurnsBoundTheHolders(t *testing.T) {
 // turn it is, and one heavier than the whole capacity enters alone.
 func TestTurnsWeighWhatTheyHold(t *testing.T) {
 	tr := newTurns(10, 0)
-	first, _ := tr.enter(context.Background(), "flooder", 10) // all of it
+	first, _ := tr.enter(context.Background(), "flooder", "flooder", 10) // all of it
 	in := make(chan string, 16)
 	leaves := map[string]chan struct{}{}
 	wait := func(caller string, i, weight int) {
@@ -222,10 +222,10 @@ func TestTurnsWeighWhatTheyHold(t *testing.T) {
 		leave := make(chan struct{})
 		leaves[name] = leave
 		tr.mu.Lock()
-		n := len(tr.waiting[caller])
+		n := tr.waitingOf(caller, caller)
 		tr.mu.Unlock()
 		go func() {
-			l, _ := tr.enter(context.Background(), caller, weight)
+			l, _ := tr.enter(context.Background(), caller, caller, weight)
 			in <- name
 			<-leave
 			l()
@@ -233,7 +233,7 @@ func TestTurnsWeighWhatTheyHold(t *testing.T) {
 		require.Eventually(t, func() bool {
 			tr.mu.Lock()
 			defer tr.mu.Unlock()
-			return len(tr.waiting[caller]) == n+1
+			return tr.waitingOf(caller, caller) == n+1
 		}, 10*time.Second, time.Millisecond)
 	}
 	// Turns are given under the lock, when a holder leaves: once leave
@@ -293,25 +293,25 @@ func TestTurnsWeighWhatTheyHold(t *testing.T) {
 // and the caller it held up (the next in turn, lighter) goes in.
 func TestTurnsForgetWhoStopsWaiting(t *testing.T) {
 	tr := newTurns(10, 0)
-	a, err := tr.enter(t.Context(), "a", 5)
+	a, err := tr.enter(t.Context(), "a", "a", 5)
 	require.NoError(t, err)
 	ctx, cancel := context.WithCancel(t.Context())
 	gaveUp := make(chan error, 1)
 	go func() {
-		_, err := tr.enter(ctx, "b", 8) // does not fit: waits
+		_, err := tr.enter(ctx, "b", "b", 8) // does not fit: waits
 		gaveUp <- err
 	}()
 	waitingFor := func(caller string) func() bool {
 		return func() bool {
 			tr.mu.Lock()
 			defer tr.mu.Unlock()
-			return len(tr.waiting[caller]) == 1
+			return tr.waitingOf(caller, caller) == 1
 		}
 	}
 	require.Eventually(t, waitingFor("b"), 10*time.Second, time.Millisecond)
 	in := make(chan func(), 1)
 	go func() {
-		l, _ := tr.enter(t.Context(), "c", 2) // fits, but b's turn is first
+		l, _ := tr.enter(t.Context(), "c", "c", 2) // fits, but b's turn is first
 		in <- l
 	}()
 	require.Eventually(t, waitingFor("c"), 10*time.Second, time.Millisecond)
@@ -517,4 +517,47 @@ func BenchmarkRefusal(b *testing.B) {
 			_ = respond(req, a.admit("flooder", 1, false))
 		}
 	})
+}
+
+// waitingOf returns how many holders of caller of group wait. The caller
+// holds t.mu.
+func (t *turns) waitingOf(group, caller string) int {
+	if g := t.groups[group]; g != nil {
+		return len(g.waiting[caller])
+	}
+	return 0
+}
+
+// A place given back goes to the next group in turn: a group whose many
+// callers wait (a workspace's many identities) does not hold up another
+// group's one caller, and within a group the callers take turns.
+func TestTurnsGoRoundTheGroupsFirst(t *testing.T) {
+	tr := newTurns(1, 0)
+	leave, _ := tr.enter(context.Background(), "crowd", "c0", 1) // the one place
+	got := make(chan string, 16)
+	wait := func(group, caller string) {
+		n := func() int {
+			tr.mu.Lock()
+			defer tr.mu.Unlock()
+			return tr.waitingOf(group, caller)
+		}
+		before := n()
+		go func() {
+			l, _ := tr.enter(context.Background(), group, caller, 1)
+			got <- caller
+			l()
+		}()
+		require.Eventually(t, func() bool { return n() == before+1 }, 10*time.Second, time.Millisecond)
+	}
+	for _, c := range []string{"c1", "c2", "c3", "c1"} {
+		wait("crowd", c)
+	}
+	wait("alone", "a")
+	wait("alone", "a")
+	leave()
+	var order []string
+	for range 6 {
+		order = append(order, <-got)
+	}
+	require.Equal(t, []string{"c1", "a", "c2", "a", "c3", "c1"}, order)
 }

@@ -149,8 +149,9 @@ func (s *Service) handleQuery(name string, req micro.Request, who sender) []byte
 		}
 	}
 	// Reading the views takes the CPU: a caller's queries take turns with
-	// the others', and leave the rest of it to the service's own work.
-	leave, _ := s.reading.enter(context.Background(), who.key(), 1) // never ends before its turn
+	// the others' (its workspace's with the other workspaces'), and leave
+	// the rest of it to the service's own work.
+	leave, _ := s.reading.enter(context.Background(), ws, who.key(), 1) // never ends before its turn
 	defer leave()
 	seq := s.store.Checkpoint()
 	res, next, err := s.query(name, ws, p, q)

@@ -1302,10 +1302,10 @@ func (s *Service) execute(ctx context.Context, cmd domain.Command, m domain.Meta
 
 // executeSent runs a command caller sent, a body of size bytes, through
 // the writer once it is the caller's turn (Config.MaxWriterBytes,
-// MaxWriterCommands).
+// MaxWriterCommands), the callers of each workspace taking its turns.
 func (s *Service) executeSent(ctx context.Context, cmd domain.Command, m domain.Meta, caller string, size int) outcome {
 	est := s.estimateRecordBytes(size)
-	h, err := s.deciding.hold(ctx, caller, est)
+	h, err := s.deciding.hold(ctx, m.Workspace, caller, est)
 	if err != nil {
 		return outcome{Err: err} // not handed to the writer, as when its queue is full
 	}
