@@ -169,7 +169,10 @@ func (s *Service) serveConsumerInfo(req micro.Request) {
 		_ = req.Respond(consumerInfoError(400, fmt.Sprintf("%s is not a work consumer's info subject", req.Subject())))
 		return
 	}
-	s.admit(req, true, func(r *cannedRefusal) { _ = req.Respond(r.jsAPI) }, func(who sender) ([]byte, micro.Headers) {
+	// The consumer stands for its workspace (its name holds the workspace's
+	// and the queue's, which may hold '-' both): a workspace with many
+	// queues has a share for each, under its identities' own limits.
+	s.admit(req, true, consumer, func(r *cannedRefusal) { _ = req.Respond(r.jsAPI) }, func(who sender) ([]byte, micro.Headers) {
 		if !who.known {
 			return consumerInfoError(403, "a request without the identity the NATS server stamps (it did not come through the client account's import) is refused"), nil
 		}

@@ -722,3 +722,49 @@ func TestAClientPastItsLimitIsServedNotBenched(t *testing.T) {
 	require.Zero(t, benched, "an honest client is not benched")
 	t.Logf("%v refusals of %d queries", refused(), 3*perCaller)
 }
+
+// A workspace's many identities, each within its own limit of requests in
+// flight, cannot take every place of the service: near its limits a
+// workspace holding its share (a quarter) is refused, and another
+// workspace's client is served. (They took every place the queries have,
+// and the other's query was refused.)
+func TestAWorkspacesManyIdentitiesCannotTakeEveryPlace(t *testing.T) {
+	const perCaller, identities = 8, 8
+	st := servicetest.Start(t, "", servicetest.Options{Secure: true, Log: eventstore.NewMemoryLog(),
+		Config: handlers.Config{MaxInFlight: 64, MaxInFlightPerCaller: perCaller, Metrics: handlers.NewMetricsRegistry()}})
+	servicetest.Must(t, st.Admin, "crowd", "workspace.create", map[string]any{"name": "crowd"})
+	names := make([]string, identities)
+	crowd := make([]*nats.Conn, identities)
+	for i := range crowd {
+		names[i] = fmt.Sprintf("crowd-%d", i)
+		crowd[i] = st.Member(t, "crowd", names[i], domain.RoleViewer)
+	}
+	other := st.Member(t, "default", "other", domain.RoleViewer)
+	held, release := holdQueriesOf(t, st.Svc, names...)
+	answers := make(chan reply, identities*perCaller)
+	for _, nc := range crowd {
+		for range perCaller {
+			asyncRequest(nc, "dwr.q.crowd.task.list", schemas.Query{}, answers)
+		}
+	}
+	// 16 of the 48 queries' places are the crowd's share, kept from it
+	// once the queries in flight reach 32; the rest of its requests are
+	// refused at once.
+	receive(t, held, 32, time.Minute)
+	for range identities*perCaller - 32 {
+		a := <-answers
+		require.NoError(t, a.err)
+		require.False(t, a.r.OK)
+		require.Contains(t, a.r.Error.Message, "this workspace's already number 16, its share")
+	}
+	r := servicetest.NewClient(other, "default").Request(t, "dwr.q.default.task.list", schemas.Query{}, nil)
+	require.True(t, r.OK, "another workspace's query: %+v", r.Error)
+	v, _ := servicetest.ScrapeHandler(t, st.Svc.Metrics()).Value("dwr_requests_refused_total", "limit", "workspace")
+	require.Equal(t, float64(identities*perCaller-32), v)
+	release()
+	for range 32 {
+		a := <-answers
+		require.NoError(t, a.err)
+		require.True(t, a.r.OK, "%+v", a.r.Error)
+	}
+}

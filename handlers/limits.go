@@ -56,8 +56,13 @@ const writerWeightFloor = 512
 type admission struct {
 	maxCaller, maxQueries, maxAll int
 	maxCallerBytes, maxAllBytes   int
+	// maxWorkspace and maxWorkspaceBytes are a workspace's share: once
+	// the requests in flight reach maxAll less it (their bytes,
+	// maxAllBytes less it), a workspace holding it is refused.
+	maxWorkspace, maxWorkspaceBytes int
 
 	refuseCaller, refuseQueries, refuseAll, refuseCallerBytes, refuseAllBytes *cannedRefusal
+	refuseWorkspace, refuseWorkspaceBytes                                     *cannedRefusal
 
 	// benchBytes, benchCount and benchRefused: a caller that sends this
 	// many bytes or requests within one second, or is refused this many
@@ -67,8 +72,11 @@ type admission struct {
 
 	mu      sync.Mutex
 	callers map[string]inFlight // by caller; callers with none are absent
-	queries int
-	all     inFlight
+	// workspaces is what each workspace has in flight (those with none are
+	// absent).
+	workspaces map[string]inFlight
+	queries    int
+	all        inFlight
 	// rates counts, by caller, what it sent in its current second.
 	rates map[string]rate
 	// benched are the callers found flooding, whose requests are refused
@@ -80,8 +88,9 @@ type admission struct {
 	drained chan struct{}
 }
 
-// inFlight is a count of requests in flight and of their bytes.
-type inFlight struct{ n, bytes int }
+// inFlight is a count of requests in flight and of their bytes (and, of a
+// workspace's, of the queries among them).
+type inFlight struct{ n, bytes, queries int }
 
 // rate is what one caller sent since since: requests, their bytes, and
 // those refused for its own limits; user is its NATS user, to bench it.
@@ -128,10 +137,18 @@ func newAdmission(cfg Config) *admission {
 			"the service is at its limit of %d queries in flight (commands keep room of their own): retry shortly", cfg.MaxQueriesInFlight)}),
 		refuseAll: newCannedRefusal("all", &schemas.Error{Code: schemas.CodeUnavailable,
 			Message: "the service is at its limit of requests in flight: retry shortly"}),
-		callers: map[string]inFlight{},
-		drained: make(chan struct{}),
-		rates:   map[string]rate{},
-		benched: map[string]benched{},
+		maxWorkspace: cfg.MaxInFlightPerWorkspace, maxWorkspaceBytes: cfg.MaxBytesInFlightPerWorkspace,
+		refuseWorkspace: newCannedRefusal("workspace", &schemas.Error{Code: schemas.CodeUnavailable, Message: fmt.Sprintf(
+			"the service's requests in flight are near its limit, and this workspace's already number %d, its share: "+
+				"retry once some of them are answered (the rest are kept for other workspaces)", cfg.MaxInFlightPerWorkspace)}),
+		refuseWorkspaceBytes: newCannedRefusal("workspace_bytes", &schemas.Error{Code: schemas.CodeUnavailable, Message: fmt.Sprintf(
+			"the service's requests in flight are near its limit of bytes, and this workspace's already hold %d MiB, its share: "+
+				"retry once some of them are answered (the rest are kept for other workspaces)", cfg.MaxBytesInFlightPerWorkspace>>20)}),
+		callers:    map[string]inFlight{},
+		workspaces: map[string]inFlight{},
+		drained:    make(chan struct{}),
+		rates:      map[string]rate{},
+		benched:    map[string]benched{},
 	}
 	if cfg.BenchFor > 0 {
 		a.benchBytes = floodBytesFactor * cfg.MaxBytesInFlightPerCaller
@@ -172,16 +189,17 @@ func (a *admission) stop(d time.Duration) bool {
 // query is set. It returns nil when the request may be served (it then
 // holds its place until release), or the reply that refuses it.
 func (a *admission) admit(caller string, size int, query bool) []byte {
-	if r, _ := a.take(caller, "", size, query, time.Now()); r != nil {
+	if r, _ := a.take(caller, "", "", size, query, time.Now()); r != nil {
 		return r.body
 	}
 	return nil
 }
 
-// take is admit at now that also reports, for a caller that can be benched
-// (user, its NATS user, is not ""), that the caller is flooding (flood); a
-// caller found flooding is refused until BenchFor has passed.
-func (a *admission) take(caller, user string, size int, query bool, now time.Time) (refused *cannedRefusal, flooding bool) {
+// take is admit at now, of a request to workspace ws ("": none, held to
+// no workspace's share), that also reports, for a caller that can be
+// benched (user, its NATS user, is not ""), that the caller is flooding
+// (flood); a caller found flooding is refused until BenchFor has passed.
+func (a *admission) take(caller, ws, user string, size int, query bool, now time.Time) (refused *cannedRefusal, flooding bool) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	if b, ok := a.benched[caller]; ok {
@@ -200,7 +218,7 @@ func (a *admission) take(caller, user string, size int, query bool, now time.Tim
 	case mine.n > 0 && mine.bytes+size > a.maxCallerBytes:
 		refused = a.refuseCallerBytes
 	default:
-		refused, own = a.admitAll(caller, mine, size, query), false
+		refused, own = a.admitAll(caller, ws, mine, size, query), false
 	}
 	if flooding = user != "" && a.flood(caller, user, size, own, now); flooding {
 		a.bench(caller, now)
@@ -337,9 +355,19 @@ type benched struct {
 const maxTracked = 1024
 
 // admitAll takes a place for a request the caller's own limits let through,
-// or returns the reply that refuses it for the service's.
-func (a *admission) admitAll(caller string, mine inFlight, size int, query bool) *cannedRefusal {
+// or returns the reply that refuses it for the service's: past the
+// service's limits less a workspace's share, a workspace that holds its
+// share is refused, so that the rest stays for the others (one workspace's
+// many identities, each under its own limits, took every place).
+func (a *admission) admitAll(caller, ws string, mine inFlight, size int, query bool) *cannedRefusal {
+	theirs := a.workspaces[ws]
 	switch {
+	case ws != "" && theirs.n >= a.maxWorkspace && a.all.n >= a.maxAll-a.maxWorkspace:
+		return a.refuseWorkspace
+	case ws != "" && theirs.n > 0 && theirs.bytes+size > a.maxWorkspaceBytes && a.all.bytes+size > a.maxAllBytes-a.maxWorkspaceBytes:
+		return a.refuseWorkspaceBytes
+	case ws != "" && query && theirs.queries >= a.maxWorkspace && a.queries >= a.maxQueries-a.maxWorkspace:
+		return a.refuseWorkspace
 	case query && a.queries >= a.maxQueries:
 		return a.refuseQueries
 	case a.all.n >= a.maxAll:
@@ -347,24 +375,37 @@ func (a *admission) admitAll(caller string, mine inFlight, size int, query bool)
 	case a.all.n > 0 && a.all.bytes+size > a.maxAllBytes:
 		return a.refuseAllBytes
 	}
-	a.callers[caller] = inFlight{mine.n + 1, mine.bytes + size}
-	a.all = inFlight{a.all.n + 1, a.all.bytes + size}
+	a.callers[caller] = inFlight{n: mine.n + 1, bytes: mine.bytes + size}
+	a.all = inFlight{n: a.all.n + 1, bytes: a.all.bytes + size}
 	if query {
 		a.queries++
+		theirs.queries++
+	}
+	if ws != "" {
+		a.workspaces[ws] = inFlight{theirs.n + 1, theirs.bytes + size, theirs.queries}
 	}
 	return nil
 }
 
-// release gives back the place of an admitted request of size bytes.
-func (a *admission) release(caller string, size int, query bool) {
+// release gives back the place of an admitted request of size bytes to
+// workspace ws.
+func (a *admission) release(caller, ws string, size int, query bool) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	if mine := a.callers[caller]; mine.n > 1 {
-		a.callers[caller] = inFlight{mine.n - 1, mine.bytes - size}
+		a.callers[caller] = inFlight{n: mine.n - 1, bytes: mine.bytes - size}
 	} else {
 		delete(a.callers, caller)
 	}
-	a.all = inFlight{a.all.n - 1, a.all.bytes - size}
+	if theirs := a.workspaces[ws]; theirs.n > 1 {
+		if query {
+			theirs.queries--
+		}
+		a.workspaces[ws] = inFlight{theirs.n - 1, theirs.bytes - size, theirs.queries}
+	} else {
+		delete(a.workspaces, ws)
+	}
+	a.all = inFlight{n: a.all.n - 1, bytes: a.all.bytes - size}
 	if query {
 		a.queries--
 	}
@@ -442,12 +483,12 @@ func newCannedRefusal(limit string, e *schemas.Error) *cannedRefusal {
 
 // asyncRespond is async for a reply with headers.
 func (s *Service) asyncRespond(req micro.Request, query bool, handle func(sender) ([]byte, micro.Headers)) {
-	s.admit(req, query, func(r *cannedRefusal) { _ = req.Respond(r.body, micro.WithHeaders(r.headers)) }, handle)
+	s.admit(req, query, workspaceOf(req.Subject()), func(r *cannedRefusal) { _ = req.Respond(r.body, micro.WithHeaders(r.headers)) }, handle)
 }
 
-// admit answers req as asyncRespond does, with refuse sending admission's
-// refusal.
-func (s *Service) admit(req micro.Request, query bool, refuse func(*cannedRefusal), handle func(sender) ([]byte, micro.Headers)) {
+// admit answers req as asyncRespond does, as a request to workspace ws,
+// with refuse sending admission's refusal.
+func (s *Service) admit(req micro.Request, query bool, ws string, refuse func(*cannedRefusal), handle func(sender) ([]byte, micro.Headers)) {
 	if f := s.onIntake.Load(); f != nil {
 		(*f)()
 	}
@@ -459,7 +500,7 @@ func (s *Service) admit(req micro.Request, query bool, refuse func(*cannedRefusa
 		user = who.User
 	}
 	now := time.Now()
-	refused, flooding := s.admission.take(caller, user, size, query, now)
+	refused, flooding := s.admission.take(caller, ws, user, size, query, now)
 	if flooding {
 		s.benchFlooder(user)
 	}
@@ -475,7 +516,7 @@ func (s *Service) admit(req micro.Request, query bool, refuse func(*cannedRefusa
 		// The place is given back before the reply leaves: a caller that
 		// sends its next request once answered finds it free.
 		reply, h := func() ([]byte, micro.Headers) {
-			defer s.admission.release(caller, size, query)
+			defer s.admission.release(caller, ws, size, query)
 			return handle(who)
 		}()
 		var opts []micro.RespondOpt

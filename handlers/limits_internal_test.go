@@ -51,16 +51,16 @@ func TestAdmissionLimits(t *testing.T) {
 	// Answered requests give their places back; a caller with none in
 	// flight is forgotten.
 	for range 3 {
-		a.release("flooder", 1, true)
+		a.release("flooder", "", 1, true)
 	}
 	require.NotContains(t, a.callers, "flooder")
 	require.Nil(t, a.admit("fourth", 1, false))
 	require.Nil(t, a.admit("flooder", 1, true))
-	a.release("flooder", 1, true)
-	a.release("fourth", 1, false)
-	a.release("other", 1, true)
-	a.release("third", 1, false)
-	a.release("third", 1, false)
+	a.release("flooder", "", 1, true)
+	a.release("fourth", "", 1, false)
+	a.release("other", "", 1, true)
+	a.release("third", "", 1, false)
+	a.release("third", "", 1, false)
 	require.Empty(t, a.callers)
 	require.Zero(t, a.all)
 	require.Zero(t, a.queries)
@@ -350,7 +350,7 @@ func TestAStoppingServiceAnswersWhatItTook(t *testing.T) {
 		t.Fatal("stopped with a query still in flight")
 	default:
 	}
-	a.release("one", 1, true)
+	a.release("one", "", 1, true)
 	require.True(t, <-stopped)
 	require.False(t, newAdmissionStoppedWithOneInFlight().stop(10*time.Millisecond), "a request never answered is waited for d only")
 }
@@ -369,7 +369,7 @@ func TestAdmissionBoundsTheBytesInFlight(t *testing.T) {
 	a := newAdmission(Config{MaxBytesInFlight: 40 << 20, MaxBytesInFlightPerCaller: 10 << 20}.withDefaults())
 	require.Nil(t, a.admit("flooder", 20<<20, false), "alone: taken whatever its size")
 	requireRefused(t, a.admit("flooder", 1, false), "this caller's requests in flight already hold 10 MiB")
-	a.release("flooder", 20<<20, false)
+	a.release("flooder", "", 20<<20, false)
 	for range 4 {
 		require.Nil(t, a.admit("flooder", 2<<20, false))
 	}
@@ -399,9 +399,9 @@ func TestAdmissionFindsFlooders(t *testing.T) {
 			user = "U" + caller
 		}
 		for range n {
-			refused, f := a.take(caller, user, size, false, start.Add(at))
+			refused, f := a.take(caller, "", user, size, false, start.Add(at))
 			require.Nil(t, refused)
-			a.release(caller, size, false)
+			a.release(caller, "", size, false)
 			if f {
 				flooding++
 			}
@@ -412,7 +412,7 @@ func TestAdmissionFindsFlooders(t *testing.T) {
 	a := newAdmission(cfg)
 	require.Zero(t, send(a, "bytes", true, 7, 1<<20, 0), "7 MiB in a second: not yet")
 	require.Equal(t, 1, send(a, "bytes", true, 1, 1<<20, 900*time.Millisecond), "the eighth MiB within the second")
-	refused, f := a.take("bytes", "Ubytes", 1, false, start.Add(time.Second))
+	refused, f := a.take("bytes", "", "Ubytes", 1, false, start.Add(time.Second))
 	require.False(t, f, "found once")
 	requireRefused(t, refused.body, "its requests are refused for 10s")
 	require.Equal(t, "unavailable", refused.headers.Get("Nats-Service-Error-Code"), "with the headers of a micro service error")
@@ -421,14 +421,14 @@ func TestAdmissionFindsFlooders(t *testing.T) {
 	require.NotNil(t, r.Error.RetryAfter, "it is told when to come back")
 	require.True(t, r.Error.RetryAfter.Equal(start.Add(900*time.Millisecond+10*time.Second)), "%v", r.Error.RetryAfter)
 	found := 900 * time.Millisecond
-	requireRefused(t, first(a.take("bytes", "Ubytes", 1, false, start.Add(found+10*time.Second-time.Nanosecond))).body, "refused for 10s")
-	require.Nil(t, first(a.take("bytes", "Ubytes", 1, false, start.Add(found+10*time.Second))), "let in again once BenchFor has passed")
+	requireRefused(t, first(a.take("bytes", "", "Ubytes", 1, false, start.Add(found+10*time.Second-time.Nanosecond))).body, "refused for 10s")
+	require.Nil(t, first(a.take("bytes", "", "Ubytes", 1, false, start.Add(found+10*time.Second))), "let in again once BenchFor has passed")
 
 	a = newAdmission(cfg)
 	require.Zero(t, send(a, "slow", true, 7, 1<<20, 0))
 	require.Zero(t, send(a, "slow", true, 7, 1<<20, time.Second), "the same bytes over two seconds")
 	require.Zero(t, send(a, "anonymous", false, 100, 1<<20, 0), "a caller that cannot be benched")
-	require.Nil(t, first(a.take("anonymous", "", 1, false, start)))
+	require.Nil(t, first(a.take("anonymous", "", "", 1, false, start)))
 
 	a = newAdmission(cfg)
 	require.Zero(t, send(a, "count", true, 64*4-1, 1, 0))
@@ -436,11 +436,11 @@ func TestAdmissionFindsFlooders(t *testing.T) {
 
 	a = newAdmission(cfg)
 	for range 4 { // its limit in flight, held
-		require.Nil(t, first(a.take("refused", "Urefused", 1, false, start)))
+		require.Nil(t, first(a.take("refused", "", "Urefused", 1, false, start)))
 	}
 	var flooding int
 	for range 16 * 4 {
-		refused, f := a.take("refused", "Urefused", 1, false, start)
+		refused, f := a.take("refused", "", "Urefused", 1, false, start)
 		require.NotNil(t, refused)
 		if f {
 			flooding++
@@ -462,9 +462,9 @@ func TestAdmissionBenchesTheHeaviestSender(t *testing.T) {
 	now := time.Unix(1_000_000, 0)
 	sent := func(caller, user string, n int) {
 		for range n {
-			r, _ := a.take(caller, user, 1, false, now)
+			r, _ := a.take(caller, "", user, 1, false, now)
 			require.Nil(t, r)
-			a.release(caller, 1, false)
+			a.release(caller, "", 1, false)
 		}
 	}
 	sent("light", "Ulight", 100)
@@ -476,12 +476,12 @@ func TestAdmissionBenchesTheHeaviestSender(t *testing.T) {
 	user, ok := a.benchHeaviest(now.Add(500*time.Millisecond), 100)
 	require.True(t, ok)
 	require.Equal(t, "Uheavy", user)
-	refused, _ := a.take("heavy", "Uheavy", 1, false, now.Add(time.Second))
+	refused, _ := a.take("heavy", "", "Uheavy", 1, false, now.Add(time.Second))
 	require.NotNil(t, refused)
 	requireRefused(t, refused.body, "its requests are refused for 10s")
-	refused, _ = a.take("other", "Uother", 1, false, now.Add(time.Second))
+	refused, _ = a.take("other", "", "Uother", 1, false, now.Add(time.Second))
 	require.Nil(t, refused, "the others are served")
-	a.release("other", 1, false)
+	a.release("other", "", 1, false)
 
 	user, ok = a.benchHeaviest(now.Add(600*time.Millisecond), 100)
 	require.True(t, ok, "the next heaviest, the heaviest benched already")
@@ -508,7 +508,7 @@ func BenchmarkRefusal(b *testing.B) {
 	require.Nil(b, a.admit("flooder", 1, false))
 	b.Run("canned", func(b *testing.B) {
 		for b.Loop() {
-			r, _ := a.take("flooder", "Uflooder", 1, false, time.Now())
+			r, _ := a.take("flooder", "", "Uflooder", 1, false, time.Now())
 			_ = req.Respond(r.body, micro.WithHeaders(r.headers))
 		}
 	})
@@ -560,4 +560,67 @@ func TestTurnsGoRoundTheGroupsFirst(t *testing.T) {
 		order = append(order, <-got)
 	}
 	require.Equal(t, []string{"c1", "a", "c2", "a", "c3", "c1"}, order)
+}
+
+// Near the service's limits, a workspace holding its share is refused:
+// the rest of the places (and bytes) stay for the other workspaces, whose
+// callers one workspace's many identities, each under its own limits,
+// would otherwise leave none.
+func TestAdmissionKeepsRoomForOtherWorkspaces(t *testing.T) {
+	a := newAdmission(Config{MaxInFlight: 16, MaxInFlightPerCaller: 2, MaxBytesInFlight: 64 << 20, MaxBytesInFlightPerCaller: 8 << 20}.withDefaults())
+	require.Equal(t, 4, a.maxWorkspace, "a quarter of the places")
+	take := func(caller, ws string, size int) *cannedRefusal {
+		return first(a.take(caller, ws, "", size, false, time.Now()))
+	}
+	admitted := 0
+	for i := range 8 { // the crowd: eight identities, two requests each
+		for range 2 {
+			if take(fmt.Sprintf("c%d", i), "crowd", 1) == nil {
+				admitted++
+			}
+		}
+	}
+	require.Equal(t, 12, admitted, "up to the service's limit less a workspace's share")
+	requireRefused(t, take("c9", "crowd", 1).body, "this workspace's already number 4, its share")
+	for _, caller := range []string{"x", "y"} { // another workspace: its share is left
+		for range 2 {
+			require.Nil(t, take(caller, "calm", 1))
+		}
+	}
+	requireRefused(t, take("z", "third", 1).body, "the service is at its limit of requests in flight")
+	a.release("c0", "crowd", 1, false)
+	requireRefused(t, take("c9", "crowd", 1).body, "its share")
+	requireRefused(t, take("z", "calm", 1).body, "its share")
+	require.Nil(t, take("z", "third", 1), "a workspace under its share")
+
+	// Bytes the same way: a workspace holding a quarter of them, past
+	// three quarters in all.
+	a = newAdmission(Config{MaxInFlight: 1000, MaxBytesInFlight: 64 << 20, MaxBytesInFlightPerCaller: 8 << 20}.withDefaults())
+	for i := range 6 {
+		require.Nil(t, take(fmt.Sprintf("c%d", i), "crowd", 8<<20))
+	}
+	requireRefused(t, take("c6", "crowd", 8<<20).body, "this workspace's already hold 16 MiB, its share")
+	require.Nil(t, take("x", "calm", 8<<20))
+	require.Nil(t, take("y", "calm", 8<<20))
+	requireRefused(t, take("z", "calm", 1).body, "its share")
+
+	// And queries, near the queries' limit (three quarters of the places).
+	a = newAdmission(Config{MaxInFlight: 16, MaxInFlightPerCaller: 2}.withDefaults())
+	query := func(caller, ws string) *cannedRefusal { return first(a.take(caller, ws, "", 1, true, time.Now())) }
+	admitted = 0
+	for i := range 8 {
+		for range 2 {
+			if query(fmt.Sprintf("c%d", i), "crowd") == nil {
+				admitted++
+			}
+		}
+	}
+	require.Equal(t, 8, admitted, "up to the queries' limit less a workspace's share")
+	for _, caller := range []string{"x", "y"} {
+		for range 2 {
+			require.Nil(t, query(caller, "calm"))
+		}
+	}
+	requireRefused(t, query("z", "third").body, "limit of 12 queries in flight")
+	require.Nil(t, take("z", "third", 1), "commands keep room of their own")
 }

@@ -393,4 +393,4 @@ func (m *metrics) refused(limit string) {
 }
 
 // refusalLimits are the limit labels of dwr_requests_refused_total.
-var refusalLimits = []string{"caller", "caller_bytes", "queries", "all", "all_bytes", "benched", "stopping"}
+var refusalLimits = []string{"caller", "caller_bytes", "workspace", "workspace_bytes", "queries", "all", "all_bytes", "benched", "stopping"}

@@ -105,6 +105,21 @@ type Config struct {
 	// client has in flight (a CLI one, an SDK worker its concurrency and a
 	// heartbeat per job), far below the service's whole budget.
 	MaxInFlightPerCaller int
+	// MaxInFlightPerWorkspace is a workspace's share of MaxInFlight: once
+	// the requests in flight reach MaxInFlight less it, a workspace with
+	// this many in flight is refused (unavailable, naming its share), so
+	// that the rest stays for the other workspaces — one workspace's many
+	// identities, each under MaxInFlightPerCaller (its admin may add up to
+	// MaxMembersPerWorkspace), took every place, and every other
+	// workspace's requests were refused. Below that a workspace may have
+	// more. At most MaxInFlight. Default a quarter of MaxInFlight, or
+	// MaxInFlightPerCaller when that is larger.
+	MaxInFlightPerWorkspace int
+	// MaxBytesInFlightPerWorkspace is a workspace's share of
+	// MaxBytesInFlight, as MaxInFlightPerWorkspace of their number. At most
+	// MaxBytesInFlight. Default a quarter of MaxBytesInFlight, or
+	// MaxBytesInFlightPerCaller when that is larger.
+	MaxBytesInFlightPerWorkspace int
 	// MaxBytesInFlight bounds the bytes of the requests handled at once
 	// (their bodies, as they came): one over it is refused with
 	// unavailable, unless none is in flight. The service holds a few copies
@@ -330,6 +345,12 @@ func (c Config) withDefaults() Config {
 	if c.MaxInFlightPerCaller == 0 {
 		c.MaxInFlightPerCaller = max(1, min(DefaultMaxInFlightPerCaller, c.MaxInFlight/4))
 	}
+	if c.MaxInFlightPerWorkspace == 0 {
+		c.MaxInFlightPerWorkspace = min(c.MaxInFlight, max(c.MaxInFlight/4, c.MaxInFlightPerCaller))
+	}
+	if c.MaxBytesInFlightPerWorkspace == 0 {
+		c.MaxBytesInFlightPerWorkspace = min(c.MaxBytesInFlight, max(c.MaxBytesInFlight/4, c.MaxBytesInFlightPerCaller))
+	}
 	if c.FeedMaxBytes == 0 {
 		c.FeedMaxBytes = DefaultFeedMaxBytes
 	}
@@ -486,6 +507,11 @@ func New(nc *nats.Conn, store *projections.Store, cfg Config) (*Service, error) 
 		cfg.MaxWriterCommands < 0 || cfg.MaxBacklog < 0 || cfg.MaxBytesInFlight < 0 || cfg.MaxBytesInFlightPerCaller < 0 || cfg.MaxBytesInFlightPerCaller > cfg.MaxBytesInFlight {
 		return nil, fmt.Errorf("handlers: MaxInFlight %d, MaxQueriesInFlight %d, MaxInFlightPerCaller %d, MaxQueriesRunning %d, MaxWriterBytes %d, MaxWriterCommands %d, MaxBacklog %d, MaxBytesInFlight %d and MaxBytesInFlightPerCaller %d must be positive, the second and third at most MaxInFlight, the last at most MaxBytesInFlight",
 			cfg.MaxInFlight, cfg.MaxQueriesInFlight, cfg.MaxInFlightPerCaller, cfg.MaxQueriesRunning, cfg.MaxWriterBytes, cfg.MaxWriterCommands, cfg.MaxBacklog, cfg.MaxBytesInFlight, cfg.MaxBytesInFlightPerCaller)
+	}
+	if cfg.MaxInFlightPerWorkspace < 0 || cfg.MaxInFlightPerWorkspace > cfg.MaxInFlight ||
+		cfg.MaxBytesInFlightPerWorkspace < 0 || cfg.MaxBytesInFlightPerWorkspace > cfg.MaxBytesInFlight {
+		return nil, fmt.Errorf("handlers: MaxInFlightPerWorkspace %d and MaxBytesInFlightPerWorkspace %d must be positive, at most MaxInFlight %d and MaxBytesInFlight %d",
+			cfg.MaxInFlightPerWorkspace, cfg.MaxBytesInFlightPerWorkspace, cfg.MaxInFlight, cfg.MaxBytesInFlight)
 	}
 	if cfg.FeedMaxBytes != -1 && cfg.FeedMaxBytes < minFeedBytes {
 		return nil, fmt.Errorf("handlers: FeedMaxBytes %d must be -1 (no bound) or at least %d (1 MiB, the largest event)", cfg.FeedMaxBytes, minFeedBytes)
