@@ -768,3 +768,54 @@ func TestAWorkspacesManyIdentitiesCannotTakeEveryPlace(t *testing.T) {
 		require.True(t, a.r.OK, "%+v", a.r.Error)
 	}
 }
+
+// A workspace's many identities send requests without waiting for their
+// answers, faster together than the service takes them in, each fewer in a
+// second than would get it benched alone: the heaviest of them are benched
+// together, and another workspace's client is served.
+func TestAWorkspacesCrowdFloodingTogetherIsBenched(t *testing.T) {
+	const maxBacklog, identities, each = 512, 8, 200 // each under the floor, a quarter of MaxInFlightPerCaller (256)
+	st := servicetest.Start(t, "", servicetest.Options{Secure: true, Listen: "127.0.0.1:0", Log: eventstore.NewMemoryLog(),
+		Config: handlers.Config{BenchFor: time.Minute, MaxBacklog: maxBacklog, Metrics: handlers.NewMetricsRegistry()}})
+	servicetest.Must(t, st.Admin, "crowd", "workspace.create", map[string]any{"name": "crowd"})
+	crowd := make([]*nats.Conn, identities)
+	for i := range crowd {
+		key := st.MemberKey(t, "crowd", fmt.Sprintf("crowd-%d", i), domain.RoleClient)
+		pub, _ := key.PublicKey()
+		nc, err := nats.Connect(st.Server.ClientURL(), nats.NoReconnect(), nats.CustomInboxPrefix(schemas.InboxPrefix(pub)),
+			nats.Nkey(pub, func(nonce []byte) ([]byte, error) { return key.Sign(nonce) }))
+		require.NoError(t, err)
+		defer nc.Close()
+		crowd[i] = nc
+	}
+	other := st.Member(t, "default", "other", domain.RoleClient)
+
+	gate := make(chan struct{})
+	var once sync.Once
+	release := func() { once.Do(func() { close(gate) }) }
+	defer release()
+	st.Svc.OnIntake(func() { <-gate })
+	for _, nc := range crowd {
+		for range each {
+			require.NoError(t, nc.PublishRequest("dwr.cmd.crowd.goal.create", nc.NewRespInbox(), []byte(`{}`)))
+		}
+		require.NoError(t, nc.Flush())
+	}
+	servicetest.Eventually(t, 30*time.Second, func() bool { return st.Svc.Backlog() >= maxBacklog })
+	release()
+	benched := func() float64 {
+		v, _ := servicetest.ScrapeHandler(t, st.Svc.Metrics()).Value("dwr_callers_benched_total")
+		return v
+	}
+	servicetest.Eventually(t, 30*time.Second, func() bool { return benched() >= 1 }, func() string { return "a crowd's identity benched" })
+	servicetest.Eventually(t, 30*time.Second, func() bool {
+		for _, nc := range crowd {
+			if nc.IsClosed() {
+				return true // kept off the server
+			}
+		}
+		return false
+	})
+	r := servicetest.NewClient(other, "default").Command(t, "goal.create", map[string]any{"title": "served"})
+	require.NotEmpty(t, r)
+}

@@ -93,11 +93,12 @@ type admission struct {
 type inFlight struct{ n, bytes, queries int }
 
 // rate is what one caller sent since since: requests, their bytes, and
-// those refused for its own limits; user is its NATS user, to bench it.
+// those refused for its own limits; user is its NATS user, to bench it,
+// and ws the workspace of its last request.
 type rate struct {
 	since             time.Time
 	n, bytes, refused int
-	user              string
+	user, ws          string
 }
 
 // rateWindow is how long requests are counted together.
@@ -220,7 +221,7 @@ func (a *admission) take(caller, ws, user string, size int, query bool, now time
 	default:
 		refused, own = a.admitAll(caller, ws, mine, size, query), false
 	}
-	if flooding = user != "" && a.flood(caller, user, size, own, now); flooding {
+	if flooding = user != "" && a.flood(caller, user, ws, size, own, now); flooding {
 		a.bench(caller, now)
 	}
 	return refused, flooding
@@ -232,7 +233,7 @@ func (a *admission) take(caller, ws, user string, size int, query bool, now time
 // passed benchBytes in bytes or benchCount in number, or those refused for
 // its own limits passed benchRefused. A caller found flooding starts a new
 // second when its bench is over (take refuses it before it is counted).
-func (a *admission) flood(caller, user string, size int, refused bool, now time.Time) bool {
+func (a *admission) flood(caller, user, ws string, size int, refused bool, now time.Time) bool {
 	if a.benchBytes == 0 {
 		return false
 	}
@@ -245,6 +246,7 @@ func (a *admission) flood(caller, user string, size int, refused bool, now time.
 	}
 	r.n++
 	r.bytes += size
+	r.ws = ws
 	if refused {
 		r.refused++
 	}
@@ -270,30 +272,66 @@ func (a *admission) bench(caller string, now time.Time) {
 }
 
 // benchHeaviest benches the caller that sent the most requests in the
-// second now is in, if it can be benched and sent at least floor; it
-// returns that caller's NATS user. Only callers that can be benched have a
-// rate, and none that is benched: its rate goes when it is benched, and
-// take refuses it before it is counted again.
-func (a *admission) benchHeaviest(now time.Time, floor int) (user string, ok bool) {
+// second now is in, if it can be benched and sent at least floor, and
+// returns that caller's NATS user. When none did, it benches the callers of
+// the workspace whose callers sent the most, if they sent at least floor
+// together — the heaviest first, as many as it takes to bring what the
+// others sent under floor — and returns their users: a workspace's many
+// identities, each sending less than floor, flooded the service together
+// and none was benched. Only callers that can be benched have a rate, and
+// none that is benched: its rate goes when it is benched, and take refuses
+// it before it is counted again.
+func (a *admission) benchHeaviest(now time.Time, floor int) (users []string) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	if a.benchBytes == 0 {
-		return "", false
+		return nil
 	}
-	var heaviest string
-	most := floor - 1
+	type sent struct {
+		caller string
+		n      int
+	}
+	var heaviest sent
+	byWS := map[string][]sent{}
+	sums := map[string]int{}
 	for c, r := range a.rates {
-		if now.Sub(r.since) < rateWindow && r.n > most {
-			heaviest, most = c, r.n
+		if now.Sub(r.since) >= rateWindow {
+			continue
+		}
+		if r.n > heaviest.n {
+			heaviest = sent{c, r.n}
+		}
+		byWS[r.ws] = append(byWS[r.ws], sent{c, r.n})
+		sums[r.ws] += r.n
+	}
+	bench := func(caller string) {
+		users = append(users, a.rates[caller].user)
+		delete(a.rates, caller)
+		a.bench(caller, now)
+	}
+	if heaviest.n >= floor {
+		bench(heaviest.caller)
+		return users
+	}
+	ws, most := "", floor-1
+	for w, n := range sums {
+		if w != "" && n > most {
+			ws, most = w, n
 		}
 	}
-	if heaviest == "" {
-		return "", false
+	if ws == "" {
+		return nil
 	}
-	user = a.rates[heaviest].user
-	delete(a.rates, heaviest)
-	a.bench(heaviest, now)
-	return user, true
+	crowd := byWS[ws]
+	slices.SortFunc(crowd, func(x, y sent) int { return y.n - x.n })
+	for _, c := range crowd {
+		if most < floor {
+			break
+		}
+		bench(c.caller)
+		most -= c.n
+	}
+	return users
 }
 
 // backlogEvery is how many requests are taken in between two looks at
@@ -308,7 +346,8 @@ const (
 // yet taken in: four times MaxBacklog.
 func endpointPending(cfg Config) int { return 4 * cfg.MaxBacklog }
 
-// checkBacklog benches the heaviest sender of the current second when the
+// checkBacklog benches the heaviest sender of the current second (or the
+// heaviest of the workspace that sent the most: benchHeaviest) when the
 // requests received and not yet taken in pass MaxBacklog (see Config), at
 // most once every backlogBenchEvery. It is called as requests are taken in
 // (every backlogEvery of them): a backlog grows only while requests come,
@@ -324,9 +363,12 @@ func (s *Service) checkBacklog(now time.Time) {
 	if backlog < s.cfg.MaxBacklog || !s.backlogBenched.CompareAndSwap(last, now.UnixNano()) {
 		return
 	}
-	if user, ok := s.admission.benchHeaviest(now, max(1, s.cfg.MaxInFlightPerCaller/4)); ok {
-		s.cfg.Logger.Warn("handlers: requests come faster than the service takes them in; the identity that sent the most this second is benched",
-			"backlog", backlog, "user", user, "for", s.cfg.BenchFor)
+	users := s.admission.benchHeaviest(now, max(1, s.cfg.MaxInFlightPerCaller/4))
+	if len(users) > 0 {
+		s.cfg.Logger.Warn("handlers: requests come faster than the service takes them in; the identity that sent the most this second, or the heaviest of the workspace whose identities sent the most, are benched",
+			"backlog", backlog, "users", users, "for", s.cfg.BenchFor)
+	}
+	for _, user := range users {
 		s.benchFlooder(user)
 	}
 }

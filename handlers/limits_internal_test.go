@@ -470,12 +470,9 @@ func TestAdmissionBenchesTheHeaviestSender(t *testing.T) {
 	sent("light", "Ulight", 100)
 	sent("heavy", "Uheavy", 300)
 	sent("anonymous", "", 500) // cannot be benched
-	_, ok := a.benchHeaviest(now, 400)
-	require.False(t, ok, "none that can be benched sent the floor")
+	require.Empty(t, a.benchHeaviest(now, 400), "none that can be benched sent the floor")
 
-	user, ok := a.benchHeaviest(now.Add(500*time.Millisecond), 100)
-	require.True(t, ok)
-	require.Equal(t, "Uheavy", user)
+	require.Equal(t, []string{"Uheavy"}, a.benchHeaviest(now.Add(500*time.Millisecond), 100))
 	refused, _ := a.take("heavy", "", "Uheavy", 1, false, now.Add(time.Second))
 	require.NotNil(t, refused)
 	requireRefused(t, refused.body, "its requests are refused for 10s")
@@ -483,16 +480,37 @@ func TestAdmissionBenchesTheHeaviestSender(t *testing.T) {
 	require.Nil(t, refused, "the others are served")
 	a.release("other", "", 1, false)
 
-	user, ok = a.benchHeaviest(now.Add(600*time.Millisecond), 100)
-	require.True(t, ok, "the next heaviest, the heaviest benched already")
-	require.Equal(t, "Ulight", user)
-	_, ok = a.benchHeaviest(now.Add(2*time.Second), 1)
-	require.False(t, ok, "a second later, nobody has sent anything yet")
+	require.Equal(t, []string{"Ulight"}, a.benchHeaviest(now.Add(600*time.Millisecond), 100), "the next heaviest, the heaviest benched already")
+	require.Empty(t, a.benchHeaviest(now.Add(2*time.Second), 1), "a second later, nobody has sent anything yet")
 
 	a = newAdmission(Config{BenchFor: -1}.withDefaults())
 	sent("heavy", "Uheavy", 300)
-	_, ok = a.benchHeaviest(now, 1)
-	require.False(t, ok, "BenchFor -1: never")
+	require.Empty(t, a.benchHeaviest(now, 1), "BenchFor -1: never")
+}
+
+// When no caller sent the floor, the callers of the workspace whose callers
+// sent the most together are benched, the heaviest first, until what the
+// others of it sent is under the floor; another workspace's are not.
+func TestAdmissionBenchesAWorkspacesCrowd(t *testing.T) {
+	a := newAdmission(Config{BenchFor: 10 * time.Second}.withDefaults())
+	now := time.Unix(1_000_000, 0)
+	sent := func(caller, ws string, n int) {
+		for range n {
+			r, _ := a.take(caller, ws, "U"+caller, 1, false, now)
+			require.Nil(t, r)
+			a.release(caller, ws, 1, false)
+		}
+	}
+	for i := range 8 {
+		sent(fmt.Sprintf("c%d", i), "crowd", 50+i)
+	}
+	sent("calm", "calm", 90) // more than any one of the crowd
+	users := a.benchHeaviest(now, 100)
+	require.Equal(t, []string{"Uc7", "Uc6", "Uc5", "Uc4", "Uc3", "Uc2", "Uc1"}, users, "the rest, c0's 50, is under the floor")
+	require.Empty(t, a.benchHeaviest(now, 100), "none left that sent the floor, alone or together")
+	refused, _ := a.take("c7", "crowd", "Uc7", 1, false, now)
+	requireRefused(t, refused.body, "its requests are refused")
+	require.Nil(t, first(a.take("calm", "calm", "Ucalm", 1, false, now)))
 }
 
 // first returns a pair's first value.

@@ -136,8 +136,10 @@ type Config struct {
 	// in the service's process for its handlers, across its command and
 	// query endpoints — before the service acts: past it, the identity that
 	// sent the most requests in the current second, if at least a quarter
-	// of its MaxInFlightPerCaller, is benched (BenchFor), and the next
-	// heaviest at most every 50 ms while the backlog stays past it (the
+	// of its MaxInFlightPerCaller, is benched (BenchFor) — or, when none
+	// did, the heaviest identities of the workspace whose identities sent
+	// that together, as many as it takes to bring the rest under it — and
+	// the next at most every 50 ms while the backlog stays past it (the
 	// service looks every 256 requests it takes in: an idle one, never). Requests come faster than the
 	// service takes them in only from callers that do not wait for their
 	// answers; without it four identities each sending small commands as
