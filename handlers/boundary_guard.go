@@ -35,6 +35,15 @@ type ClientLimits struct {
 	// past it, the identity is benched. Default
 	// DefaultMaxConnectionsPerIdentity.
 	MaxConnectionsPerIdentity int
+	// MaxConnectionsPerWorkspace bounds the connections one workspace's
+	// identities hold together: past it, its identities holding the most
+	// are benched until it is under it again (an identity of several
+	// workspaces counts in each). The account's MaxConnections is shared
+	// by every workspace: a workspace's admin who made ten identities,
+	// each under MaxConnectionsPerIdentity, took every connection, and no
+	// other workspace's client could connect. Default half of
+	// MaxConnections (none when it has none).
+	MaxConnectionsPerWorkspace int
 	// MaxSubscriptions bounds the account's subscriptions in all: past
 	// it, the identity holding the most is benched. Default
 	// DefaultMaxClientSubscriptions.
@@ -83,6 +92,11 @@ func (l ClientLimits) withDefaults() ClientLimits {
 	set(&l.MaxConnections, access.DefaultMaxClientConnections)
 	set(&l.MaxSubscriptionsPerConnection, access.DefaultMaxSubscriptionsPerConnection)
 	set(&l.MaxConnectionsPerIdentity, DefaultMaxConnectionsPerIdentity)
+	if l.MaxConnections > 0 {
+		set(&l.MaxConnectionsPerWorkspace, max(l.MaxConnections/2, 1))
+	} else {
+		set(&l.MaxConnectionsPerWorkspace, -1)
+	}
 	set(&l.MaxSubscriptions, DefaultMaxClientSubscriptions)
 	if l.MaxPendingPerIdentity == 0 {
 		l.MaxPendingPerIdentity = DefaultMaxPendingPerIdentity
@@ -123,7 +137,8 @@ func (b *Boundary) checkClients(now time.Time) {
 	}
 	conns, subs := acc.NumLocalConnections(), acc.TotalSubs()
 	overConns, overSubs := l.MaxConnectionsPerIdentity > 0 && conns > l.MaxConnectionsPerIdentity, l.MaxSubscriptions > 0 && subs > l.MaxSubscriptions
-	if conns == 0 || (!overConns && !overSubs && l.MaxPendingPerIdentity <= 0 && l.MaxPending <= 0) {
+	crowded := l.MaxConnectionsPerWorkspace > 0 && conns > l.MaxConnectionsPerWorkspace
+	if conns == 0 || (!overConns && !overSubs && !crowded && l.MaxPendingPerIdentity <= 0 && l.MaxPending <= 0) {
 		b.behind, b.allBehind = nil, false
 		return
 	}
@@ -150,6 +165,9 @@ func (b *Boundary) checkClients(now time.Time) {
 		delete(holders, user) // benched: what it held goes with its connections
 	}
 	b.behind = behind
+	if crowded {
+		b.benchCrowds(holders, int64(l.MaxConnectionsPerWorkspace), now)
+	}
 	if overSubs {
 		b.benchLargest(holders, func(h embedded.Holding) int64 { return int64(h.Subscriptions) }, int64(subs-l.MaxSubscriptions), now,
 			"holding the most subscriptions of the workspace whose identities hold the most, while the clients hold more than --max-client-subscriptions",
@@ -174,24 +192,7 @@ func (b *Boundary) checkClients(now time.Time) {
 // look, not one a look. (An identity of no workspace, for a race with a
 // change of members, counts as the workspace "".)
 func (b *Boundary) benchLargest(holders map[string]embedded.Holding, size func(embedded.Holding) int64, over int64, now time.Time, why string, attrs ...any) {
-	homes := *b.homes.Load()
-	homesOf := func(user string) []string {
-		if h := homes[user]; len(h) > 0 {
-			return h
-		}
-		return []string{""}
-	}
-	held := map[string]int64{}       // workspace → what its identities hold
-	members := map[string][]string{} // workspace → its identities, the largest first
-	for user, h := range holders {
-		for _, ws := range homesOf(user) {
-			held[ws] += size(h)
-			members[ws] = append(members[ws], user)
-		}
-	}
-	for _, users := range members {
-		slices.SortFunc(users, func(x, y string) int { return cmp.Compare(size(holders[y]), size(holders[x])) })
-	}
+	held, members, homesOf := b.byWorkspace(holders, size)
 	for over > 0 && len(held) > 0 {
 		ws := ""
 		first := true
@@ -219,6 +220,62 @@ func (b *Boundary) benchLargest(holders map[string]embedded.Holding, size func(e
 		}
 		delete(holders, user)
 		over -= n
+	}
+}
+
+// byWorkspace sums what holders hold by size for each workspace (an
+// identity of no workspace, for a race with a change of members, counts as
+// the workspace ""), with each workspace's identities, the largest first,
+// and the workspaces of an identity.
+func (b *Boundary) byWorkspace(holders map[string]embedded.Holding, size func(embedded.Holding) int64) (held map[string]int64, members map[string][]string, homesOf func(user string) []string) {
+	homes := *b.homes.Load()
+	homesOf = func(user string) []string {
+		if h := homes[user]; len(h) > 0 {
+			return h
+		}
+		return []string{""}
+	}
+	held = map[string]int64{}       // workspace → what its identities hold
+	members = map[string][]string{} // workspace → its identities, the largest first
+	for user, h := range holders {
+		for _, ws := range homesOf(user) {
+			held[ws] += size(h)
+			members[ws] = append(members[ws], user)
+		}
+	}
+	for _, users := range members {
+		slices.SortFunc(users, func(x, y string) int { return cmp.Compare(size(holders[y]), size(holders[x])) })
+	}
+	return held, members, homesOf
+}
+
+// benchCrowds benches, of each workspace whose identities hold more than
+// bound connections together, the identities holding the most until it
+// holds no more, and removes them from holders. The identities of every
+// workspace (access.AllWorkspaces: the service's admins) are not counted.
+func (b *Boundary) benchCrowds(holders map[string]embedded.Holding, bound int64, now time.Time) {
+	conns := func(h embedded.Holding) int64 { return int64(h.Connections) }
+	held, members, homesOf := b.byWorkspace(holders, conns)
+	for ws, n := range held {
+		if ws == access.AllWorkspaces {
+			continue
+		}
+		for _, user := range members[ws] {
+			if n <= bound {
+				break
+			}
+			h, ok := holders[user]
+			if !ok {
+				continue // benched already, for another of its workspaces
+			}
+			b.benchHolder(user, now, "holding the most connections of a workspace whose identities hold more than --max-connections-per-workspace",
+				"connections", h.Connections, "workspace", ws, "workspace_connections", n, "max", bound)
+			for _, w := range homesOf(user) {
+				held[w] -= conns(h)
+			}
+			n -= conns(h)
+			delete(holders, user)
+		}
 	}
 }
 

@@ -284,3 +284,46 @@ func TestManyIdentitiesThatDoNotReadAreBenchedTogether(t *testing.T) {
 	require.NoError(t, err, "the reader reads its feed")
 	require.False(t, reader.IsClosed())
 }
+
+// The clients' connections are shared by every workspace: one workspace's
+// identities, each under its own bound, holding more than
+// MaxConnectionsPerWorkspace together have the largest holders benched
+// until it holds no more, and another workspace's client can connect.
+// (Four identities of ten connections took all forty, and it could not.)
+func TestAWorkspaceCannotTakeEveryConnection(t *testing.T) {
+	const perIdentity, identities = 10, 4
+	st := servicetest.Start(t, "", servicetest.Options{Secure: true, Listen: "127.0.0.1:0", Config: handlers.Config{BenchFor: time.Minute},
+		Limits: handlers.ClientLimits{MaxConnections: perIdentity * identities, MaxConnectionsPerIdentity: perIdentity}})
+	servicetest.Must(t, st.Admin, "crowd", "workspace.create", map[string]any{"name": "crowd"})
+	var crowd []*nats.Conn
+	for i := range identities {
+		kp := st.MemberKey(t, "crowd", fmt.Sprintf("c%d", i), domain.RoleViewer)
+		pub, _ := kp.PublicKey()
+		for range perIdentity {
+			nc, err := nats.Connect(st.Server.ClientURL(), nats.Nkey(pub, kp.Sign), nats.NoReconnect())
+			if err != nil {
+				continue // the server's bound, or benched meanwhile
+			}
+			t.Cleanup(nc.Close)
+			crowd = append(crowd, nc)
+		}
+	}
+	kp := st.MemberKey(t, "default", "other", domain.RoleViewer)
+	pub, _ := kp.PublicKey()
+	var other *nats.Conn
+	servicetest.Eventually(t, 20*time.Second, func() bool {
+		nc, err := nats.Connect(st.Server.ClientURL(), nats.Nkey(pub, kp.Sign), nats.NoReconnect(), nats.CustomInboxPrefix(schemas.InboxPrefix(pub)))
+		other = nc
+		return err == nil
+	}, func() string { return "another workspace's client connects" })
+	t.Cleanup(other.Close)
+	open := 0
+	for _, nc := range crowd {
+		if !nc.IsClosed() {
+			open++
+		}
+	}
+	require.LessOrEqual(t, open, perIdentity*identities/2, "the crowd holds no more than its workspace's bound")
+	var ws []schemas.Workspace
+	servicetest.NewClient(other, "default").Query(t, "workspace.list", schemas.Query{}, &ws)
+}

@@ -157,6 +157,8 @@ func (o *serveOptions) flags(cmd *cobra.Command) {
 		"the embedded server: one client connection's subscriptions; more are refused (-1: none)")
 	f.IntVar(&l.MaxConnectionsPerIdentity, "max-connections-per-identity", handlers.DefaultMaxConnectionsPerIdentity,
 		"the embedded server: one identity's connections at once; past them it is benched for --bench-flooders (-1: none)")
+	f.IntVar(&l.MaxConnectionsPerWorkspace, "max-connections-per-workspace", 0,
+		"the embedded server: the connections one workspace's identities hold together; past them its largest holders are benched for --bench-flooders (0: half of --max-client-connections; -1: none)")
 	f.IntVar(&l.MaxSubscriptions, "max-client-subscriptions", handlers.DefaultMaxClientSubscriptions,
 		"the embedded server: the clients' subscriptions in all; past them the identity holding the most is benched for --bench-flooders (-1: none)")
 	sizeFlag(f, &l.MaxPending, "max-client-pending", handlers.DefaultMaxClientPending,
