@@ -244,7 +244,8 @@ func TestOneCallersFloodLeavesOthersCommandsServed(t *testing.T) {
 func TestQueriesLeaveRoomForCommands(t *testing.T) {
 	const perCaller = 4
 	st := servicetest.Start(t, "", servicetest.Options{Secure: true, Log: eventstore.NewMemoryLog(),
-		Config: handlers.Config{MaxInFlight: 3 * perCaller, MaxQueriesInFlight: 2 * perCaller, MaxInFlightPerCaller: perCaller, BenchFor: -1}})
+		Config: handlers.Config{MaxInFlight: 3 * perCaller, MaxQueriesInFlight: 2 * perCaller, MaxInFlightPerCaller: perCaller, BenchFor: -1,
+			MaxInFlightPerWorkspace: 3 * perCaller}}) // one workspace: no share kept for others
 	readers := []*nats.Conn{
 		st.Member(t, "default", "reader-1", domain.RoleViewer),
 		st.Member(t, "default", "reader-2", domain.RoleViewer),
