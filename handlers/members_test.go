@@ -161,9 +161,11 @@ func TestAWorkspaceAdminCannotAddMembersWithoutEnd(t *testing.T) {
 // consumers — one at a time, each begun after the requests it serves came,
 // so a queue given to a task just before is listed — instead of each
 // making its own in JetStream's info queue, which the whole server shares.
+// And they wait for it before their turns to read the views: another
+// query is answered meanwhile.
 func TestQueueListsShareTheConsumersListing(t *testing.T) {
 	b := bundleOf(servicetest.Start(t, "", servicetest.Options{Secure: true, Log: eventstore.NewMemoryLog(),
-		Config: handlers.Config{WriterID: "test-writer", MaxQueriesRunning: 64}})) // every request reads at once
+		Config: handlers.Config{WriterID: "test-writer", MaxQueriesRunning: 4}}))
 	var seq uint64
 	for _, q := range []string{"q1", "q2", "q3"} {
 		_, seq = b.mustCommand(t, "task.create", map[string]any{"spec": map[string]any{"queue": q}})
@@ -200,6 +202,9 @@ func TestQueueListsShareTheConsumersListing(t *testing.T) {
 		})
 	}
 	servicetest.Eventually(t, 10*time.Second, func() bool { return b.svc.ConsumerListWaiters() == at })
+	var tasks []json.RawMessage
+	b.query(t, "task.list", schemas.Query{}, 0, &tasks) // no turn is held by those waiting
+	require.Len(t, tasks, 3)
 	close(held)
 	wg.Wait()
 	require.Equal(t, int64(2), lists.Load(), "%d queue.list at once: the listing under way, then one for all that came meanwhile", at)

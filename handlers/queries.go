@@ -148,13 +148,22 @@ func (s *Service) handleQuery(name string, req micro.Request, who sender) []byte
 				"the views have not reached log sequence %d yet (at %d): retry shortly", min, s.store.Checkpoint())})
 		}
 	}
+	// What a query reads from JetStream it waits for before its turn to
+	// read the views: a JetStream slow to answer would otherwise hold a
+	// turn that every workspace's queries share.
+	var pre prefetched
+	if name == "queue.list" {
+		if pre.consumers, err = s.dispatch.consumers(); err != nil {
+			return errResponse(toWire(fmt.Errorf("handlers: the work stream's consumers: %w", err), s.cfg.Logger))
+		}
+	}
 	// Reading the views takes the CPU: a caller's queries take turns with
 	// the others' (its workspace's with the other workspaces'), and leave
 	// the rest of it to the service's own work.
 	leave, _ := s.reading.enter(context.Background(), ws, who.key(), 1) // never ends before its turn
 	defer leave()
 	seq := s.store.Checkpoint()
-	res, next, err := s.query(name, ws, p, q)
+	res, next, err := s.query(name, ws, p, q, pre)
 	if err != nil {
 		return errResponse(toWire(err, s.cfg.Logger))
 	}
@@ -212,10 +221,17 @@ func unknownState(state, oneOf, field string) error {
 		Fields: []schemas.FieldError{{Pointer: "/state", Message: field}}}
 }
 
+// prefetched is what a query read from JetStream before its turn to read
+// the views: for queue.list, the work stream's consumers.
+type prefetched struct {
+	consumers []*jetstream.ConsumerInfo
+}
+
 // query answers query name in workspace ws for actor, the identity that
-// asks: the result, and for a list query the cursor of the next page when
-// more follow. No result is larger than a reply can carry.
-func (s *Service) query(name, ws string, p principal, q schemas.Query) (json.RawMessage, string, error) {
+// asks, with what it read before (pre): the result, and for a list query
+// the cursor of the next page when more follow. No result is larger than a
+// reply can carry.
+func (s *Service) query(name, ws string, p principal, q schemas.Query, pre prefetched) (json.RawMessage, string, error) {
 	actor := p.name
 	if q.Limit < 0 || q.Limit > MaxLimit {
 		msg := fmt.Sprintf("must be between 0 (%d) and %d", DefaultLimit, MaxLimit)
@@ -325,10 +341,7 @@ func (s *Service) query(name, ws string, p principal, q schemas.Query) (json.Raw
 		if err != nil {
 			return nil, "", err
 		}
-		more, err := s.dispatch.standing(ws, w.Queues)
-		if err != nil {
-			return nil, "", fmt.Errorf("handlers: the work stream's consumers: %w", err)
-		}
+		more := s.dispatch.standing(ws, w.Queues, pre.consumers)
 		return one(append(slices.Clone(nonNil(w.Queues)), more...), nil, budget, tooLargeReply(budget))
 	case "ritual.get":
 		return s.ritual(ws, q, budget)

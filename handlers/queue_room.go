@@ -109,16 +109,19 @@ func (r *queueRoom) load(ctx context.Context, js jetstream.JetStream, stream, pr
 	return lister.Err()
 }
 
-// standing returns the queues of workspace ws that stand on the work
-// stream without a configuration of their own (given to a task, never to
-// queue.configure; not in configured), with their consumers' settings.
-func (d *dispatcher) standing(ws string, configured []schemas.QueueConfig) ([]schemas.QueueConfig, error) {
+// consumers returns the work stream's consumers, as a listing begun after
+// it was called reads them (shared with the calls at the same time).
+func (d *dispatcher) consumers() ([]*jetstream.ConsumerInfo, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	infos, err := d.lists.list(ctx, d.js, d.stream)
-	if err != nil {
-		return nil, err
-	}
+	return d.lists.list(ctx, d.js, d.stream)
+}
+
+// standing returns the queues of workspace ws that stand on the work
+// stream, its consumers infos, without a configuration of their own (given
+// to a task, never to queue.configure; not in configured), with their
+// consumers' settings.
+func (d *dispatcher) standing(ws string, configured []schemas.QueueConfig, infos []*jetstream.ConsumerInfo) []schemas.QueueConfig {
 	var out []schemas.QueueConfig
 	for _, info := range infos {
 		c := info.Config
@@ -130,7 +133,7 @@ func (d *dispatcher) standing(ws string, configured []schemas.QueueConfig) ([]sc
 		out = append(out, schemas.QueueConfig{Name: queue, LeaseMS: c.AckWait.Milliseconds(), MaxDeliver: c.MaxDeliver})
 	}
 	slices.SortFunc(out, func(a, b schemas.QueueConfig) int { return strings.Compare(a.Name, b.Name) })
-	return out, nil
+	return out
 }
 
 // roomWorld is the writer's views with the queues that stand and the
