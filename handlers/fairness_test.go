@@ -775,7 +775,7 @@ func TestAWorkspacesManyIdentitiesCannotTakeEveryPlace(t *testing.T) {
 // second than would get it benched alone: the heaviest of them are benched
 // together, and another workspace's client is served.
 func TestAWorkspacesCrowdFloodingTogetherIsBenched(t *testing.T) {
-	const maxBacklog, identities, each = 512, 8, 200 // each under the floor, a quarter of MaxInFlightPerCaller (256)
+	const maxBacklog, identities, each = 512, 8, 240 // each under the floor, a quarter of MaxInFlightPerCaller (256)
 	st := servicetest.Start(t, "", servicetest.Options{Secure: true, Listen: "127.0.0.1:0", Log: eventstore.NewMemoryLog(),
 		Config: handlers.Config{BenchFor: time.Minute, MaxBacklog: maxBacklog, Metrics: handlers.NewMetricsRegistry()}})
 	servicetest.Must(t, st.Admin, "crowd", "workspace.create", map[string]any{"name": "crowd"})
