@@ -32,6 +32,9 @@ func (x *tx) createWorkspace(c *CreateWorkspace) (Reply, error) {
 		}
 		return Reply{}, conflict("workspace %q already exists", name)
 	}
+	if err := x.checkNameApart(name); err != nil {
+		return Reply{}, err
+	}
 	if err := x.emit(name, &WorkspaceCreated{Name: name, Description: c.Description}); err != nil {
 		return Reply{}, err
 	}

@@ -168,3 +168,37 @@ func TestARevokedIdentityIsCutOffAtOnce(t *testing.T) {
 		require.NotEqual(t, "temp", m.Name)
 	}
 }
+
+// A queue's work consumer is named <prefix>-<workspace>-<queue>, so
+// workspace "acme" with queue "labs-q" and workspace "acme-labs" with queue
+// "q" would share one: acme's admin could give its executor that queue
+// and take acme-labs' work items. No workspace's name may extend another's
+// with '-', whichever comes first; nothing is recorded for the refused one.
+func TestWorkspaceNamesCannotShareAQueuesConsumer(t *testing.T) {
+	b := setup(t)
+	create := func(name string) schemas.Reply {
+		return servicetest.NewClient(b.st.Admin, name).Request(t, "dwr.cmd."+name+".workspace.create", schemas.CreateWorkspace{Name: name}, nil)
+	}
+	require.True(t, create("acme").OK)
+	for _, name := range []string{"acme-labs", "acme-labs-x"} {
+		r := create(name)
+		require.False(t, r.OK, name)
+		require.Equal(t, schemas.CodeConflict, r.Error.Code)
+		require.Contains(t, r.Error.Message, `beside workspace "acme"`)
+		require.Equal(t, "/name", r.Error.Fields[0].Pointer)
+	}
+	require.True(t, create("zeta-x").OK)
+	r := create("zeta")
+	require.False(t, r.OK, "a name another's extends")
+	require.Contains(t, r.Error.Message, `beside workspace "zeta-x"`)
+	for _, name := range []string{"acmelabs", "acme_labs", "zet"} { // no '-' after the other's name
+		require.True(t, create(name).OK, name)
+	}
+	var ws []schemas.Workspace
+	servicetest.NewClient(b.st.Admin, "default").Query(t, "workspace.list", schemas.Query{}, &ws)
+	var names []string
+	for _, w := range ws {
+		names = append(names, w.Name)
+	}
+	require.ElementsMatch(t, []string{"default", "acme", "zeta-x", "acmelabs", "acme_labs", "zet"}, names)
+}

@@ -1130,6 +1130,7 @@ func (s *Service) runWriter(ctx context.Context, lease *lease) error {
 	bg.Go(func() { s.keepHandedLeases(rctx, handedNow, aliveNow) })
 	s.readyOnce.Do(func() { close(s.ready) })
 	s.cfg.Logger.Info("handlers: writer serving", "writer", s.cfg.WriterID, "epoch", c.Epoch(), "seq", c.LastSeq())
+	s.warnNameClashes()
 	select {
 	case <-lease.lost:
 		s.lease.Store(nil)
@@ -1321,6 +1322,27 @@ func (s *Service) answeredSeq() uint64 {
 		return 0
 	}
 	return s.committer.LastSeq()
+}
+
+// warnNameClashes logs each pair of workspaces made before a name could not
+// extend another's with '-' (domain: checkNameApart): a queue of one may
+// share its work consumer with a queue of the other.
+func (s *Service) warnNameClashes() {
+	ws, err := s.store.ListWorkspaces()
+	if err != nil {
+		return
+	}
+	for _, w := range ws {
+		longer, err := s.store.WorkspacesExtending(w.Name + "-")
+		if err != nil {
+			return
+		}
+		for _, other := range longer {
+			s.cfg.Logger.Error("handlers: two workspaces' names clash: a queue's work consumer is named <prefix>-<workspace>-<queue>, so a queue of one may share its consumer with a queue of the other, "+
+				"and a member of one could take the other's work items; move one workspace's work to a workspace named apart and delete its members",
+				"workspace", w.Name, "other", other)
+		}
+	}
 }
 
 // execute runs one of the service's own commands through the writer.

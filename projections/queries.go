@@ -16,6 +16,18 @@ import (
 	"github.com/dwr-run/dwr/schemas"
 )
 
+// WorkspacesExtending returns the names of the workspaces whose names begin
+// with prefix (domain.WorkspaceLister).
+func (s *Store) WorkspacesExtending(prefix string) ([]string, error) {
+	var out []string
+	lower := key(pWorkspace, "")
+	err := s.scan(key(pWorkspace, prefix), func(k, _ []byte) error {
+		out = append(out, string(k[len(lower):]))
+		return nil
+	})
+	return out, err
+}
+
 // ListWorkspaces returns every workspace, by name.
 //
 // A workspace the cache holds is not decoded again (the NATS server's users
