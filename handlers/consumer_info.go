@@ -169,10 +169,7 @@ func (s *Service) serveConsumerInfo(req micro.Request) {
 		_ = req.Respond(consumerInfoError(400, fmt.Sprintf("%s is not a work consumer's info subject", req.Subject())))
 		return
 	}
-	// The consumer stands for its workspace (its name holds the workspace's
-	// and the queue's, which may hold '-' both): a workspace with many
-	// queues has a share for each, under its identities' own limits.
-	s.admit(req, true, consumer, func(r *cannedRefusal) { _ = req.Respond(r.jsAPI) }, func(who sender) ([]byte, micro.Headers) {
+	s.admit(req, true, s.workspaceOfConsumer(consumer), func(r *cannedRefusal) { _ = req.Respond(r.jsAPI) }, func(who sender) ([]byte, micro.Headers) {
 		if !who.known {
 			return consumerInfoError(403, "a request without the identity the NATS server stamps (it did not come through the client account's import) is refused"), nil
 		}
@@ -180,6 +177,28 @@ func (s *Service) serveConsumerInfo(req micro.Request) {
 		defer cancel()
 		return s.consumerInfos.Load().get(ctx, stream, consumer), nil
 	})
+}
+
+// workspaceOfConsumer returns the workspace whose queue's work consumer is
+// named consumer (<prefix>-<workspace>-<queue>), for its share of the
+// requests in flight: the one workspace whose name, followed by '-', begins
+// what follows the prefix (no workspace's name extends another's with '-':
+// domain.checkNameApart), or consumer itself when none does (its info is
+// then not found).
+func (s *Service) workspaceOfConsumer(consumer string) string {
+	rest, ok := strings.CutPrefix(consumer, s.cfg.Prefix+"-")
+	if !ok {
+		return consumer
+	}
+	for i := range len(rest) {
+		if rest[i] != '-' {
+			continue
+		}
+		if w, err := s.store.Workspace(rest[:i]); err == nil && w != nil {
+			return rest[:i]
+		}
+	}
+	return consumer
 }
 
 // consumerOfInfoSubject parses <prefix>.jsapi.CONSUMER.INFO.<stream>.<consumer>.

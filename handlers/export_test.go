@@ -107,3 +107,7 @@ func (s *Service) OnConsumerList(f func()) { s.dispatch.lists.onList.Store(&f) }
 // ConsumerListWaiters returns the queue.list requests waiting for a listing
 // of the work stream's consumers.
 func (s *Service) ConsumerListWaiters() int64 { return s.dispatch.lists.waiting.Load() }
+
+// WorkspaceOfConsumer returns the workspace whose share a consumer-info
+// request for consumer counts in.
+func (s *Service) WorkspaceOfConsumer(consumer string) string { return s.workspaceOfConsumer(consumer) }

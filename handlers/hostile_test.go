@@ -201,4 +201,11 @@ func TestWorkspaceNamesCannotShareAQueuesConsumer(t *testing.T) {
 		names = append(names, w.Name)
 	}
 	require.ElementsMatch(t, []string{"default", "acme", "zeta-x", "acmelabs", "acme_labs", "zet"}, names)
+
+	// So a work consumer's name tells its workspace, whose share of the
+	// requests in flight an executor's consumer-info requests count in.
+	for consumer, ws := range map[string]string{"dwr-acme-q": "acme", "dwr-acme-labs-q": "acme", "dwr-zeta-x-q-1": "zeta-x",
+		"dwr-acme_labs-q": "acme_labs", "dwr-nobody-q": "dwr-nobody-q"} {
+		require.Equal(t, ws, b.svc.WorkspaceOfConsumer(consumer), consumer)
+	}
 }
