@@ -68,6 +68,9 @@ type metrics struct {
 	refusals      *prometheus.CounterVec
 	refusalsBy    map[string]prometheus.Counter // refusals's counter of each limit, looked up once
 	timerLateness *prometheus.HistogramVec
+	// workspaceBytes counts each workspace's events' and replies' bytes
+	// appended to the log.
+	workspaceBytes *prometheus.CounterVec
 }
 
 // newMetrics registers the service's metrics on reg, or returns nil when
@@ -84,6 +87,9 @@ func newMetrics(reg *prometheus.Registry, s *Service) (*metrics, error) {
 			Help: "Records the writer appended to the log, each fsynced before it was acknowledged: its epoch records and its batches of commands."}),
 		appendedBytes: prometheus.NewCounter(prometheus.CounterOpts{Name: "dwr_log_appended_bytes_total",
 			Help: "Bytes of the records the writer appended to the log."}),
+		workspaceBytes: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "dwr_log_workspace_bytes_total",
+			Help: "Bytes of the events' payloads and the commands' replies the writer appended to the log for each workspace: which workspaces grow the log (its records' envelopes are not counted)."},
+			[]string{"workspace"}),
 		batchSize: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "dwr_commit_batch_requests",
 			Help:    "Requests (commands, timer firings) answered by one record the writer appended: the group commit's batch size.",
 			Buckets: prometheus.ExponentialBuckets(1, 2, 11)}),
@@ -120,7 +126,7 @@ func newMetrics(reg *prometheus.Registry, s *Service) (*metrics, error) {
 		m.okCommands[name] = m.commands.WithLabelValues(name, outcomeOK)
 	}
 	for _, c := range []prometheus.Collector{m.commands, m.appends, m.appendedBytes, m.batchSize, m.commitSeconds,
-		m.attemptLeases, m.writerLeases, m.quarantines, m.handoffs, m.feedRepairs, m.itemsRestored, m.benched, m.refusals, m.timerLateness, stateCollector{s}} {
+		m.attemptLeases, m.writerLeases, m.quarantines, m.handoffs, m.feedRepairs, m.itemsRestored, m.benched, m.refusals, m.timerLateness, m.workspaceBytes, stateCollector{s}} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}
@@ -179,11 +185,33 @@ func (m *metrics) committed(c *eventstore.Commit) {
 	if m == nil {
 		return
 	}
+	// A record's events come by command, a workspace's together: the bytes
+	// are counted a run of one workspace at a time.
+	var ws string // the workspace of n bytes not yet counted
+	n := 0
+	flush := func() {
+		if n > 0 {
+			m.workspaceBytes.WithLabelValues(ws).Add(float64(n))
+		}
+		n = 0
+	}
+	add := func(w string, bytes int) {
+		if w != ws {
+			flush()
+			ws = w
+		}
+		n += bytes
+	}
 	for i := range c.Events {
 		if c.Events[i].Type == abandonedEvent {
 			m.attemptLeases.Inc()
 		}
+		add(c.Events[i].Workspace, len(c.Events[i].Data))
 	}
+	for i := range c.Results {
+		add(c.Results[i].Workspace, len(c.Results[i].Reply))
+	}
+	flush()
 }
 
 // abandonedEvent is the type of domain.AttemptAbandoned: an attempt whose

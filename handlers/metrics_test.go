@@ -3,6 +3,7 @@ package handlers_test
 import (
 	"bytes"
 	"context"
+	"strings"
 	"testing"
 	"time"
 
@@ -13,6 +14,7 @@ import (
 	"github.com/dwr-run/dwr/eventstore"
 	"github.com/dwr-run/dwr/handlers"
 	"github.com/dwr-run/dwr/handlers/servicetest"
+	"github.com/dwr-run/dwr/schemas"
 )
 
 // metered starts the closed service on an in-memory log, keeping its
@@ -248,4 +250,23 @@ func (b *bundle) approvalPending(t *testing.T) {
 	req, _ := b.mustCommand(t, "task.request_approval", map[string]any{"task_id": id, "attempt": claim.Attempt,
 		"action": map[string]any{"transfer": 120}, "summary": "wire 120"})
 	require.Equal(t, domain.StateWaiting, req.State)
+}
+
+// The bytes each workspace appends to the log are counted under its name:
+// which workspaces grow the log, that every workspace shares.
+func TestMetricsCountEachWorkspacesLogBytes(t *testing.T) {
+	b := metered(t, nil, handlers.Config{})
+	servicetest.NewClient(b.st.Admin, "other").Command(t, "workspace.create", schemas.CreateWorkspace{Name: "other"})
+	before := b.scrape(t)
+	b.mustCommand(t, "task.create", map[string]any{"spec": map[string]any{"queue": "q", "input": map[string]any{"pad": strings.Repeat("g", 10<<10)}}})
+	servicetest.NewClient(b.st.Admin, "other").Command(t, "goal.create", map[string]any{"title": "small"})
+	m := b.scrape(t)
+	grown := func(ws string) float64 {
+		now, _ := m.Value("dwr_log_workspace_bytes_total", "workspace", ws)
+		then, _ := before.Value("dwr_log_workspace_bytes_total", "workspace", ws)
+		return now - then
+	}
+	require.GreaterOrEqual(t, grown("default"), float64(10<<10), "the task's input, in its event")
+	require.Positive(t, grown("other"))
+	require.Less(t, grown("other"), float64(1<<10))
 }
