@@ -65,6 +65,9 @@ class Outcomes(logging.Handler):
     def seen(self, *parts: str) -> bool:
         return any(all(p in line for p in parts) for line in self.lines)
 
+    def count(self, *parts: str) -> int:
+        return sum(1 for line in self.lines if all(p in line for p in parts))
+
 
 async def main() -> None:
     logging.basicConfig(level=logging.INFO, format="%(name)s %(levelname)s %(message)s")
@@ -207,7 +210,12 @@ async def main() -> None:
         return {"by": "stale"}
 
     stale._pause_heartbeats = True  # as if its process hung: no renewal, no claim
+    taking = outcomes.count("taking work from queue %s" % QUEUE)
     stale_run = asyncio.get_running_loop().create_task(stale.run())
+    # Its pull waits before the item is made: an item that waited in the
+    # stream longer than the lazy claim's bound (a machine short of CPU,
+    # the worker still binding) would be claimed first.
+    await wait_for("the stale worker's pull", lambda: outcomes.count("taking work from queue %s" % QUEUE) > taking)
     h = await c.create_task(QUEUE, {"role": "hung"}, title="hung")
     await asyncio.wait_for(stale_started.wait(), 30)
     fnc = await dwr.connect(os.environ["DWR_SERVER"], os.environ["DWR_EXECUTOR_CREDS"])
