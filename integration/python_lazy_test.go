@@ -110,7 +110,7 @@ func TestPythonLazyClaim(t *testing.T) {
 	s, member := pythonService(t, handlers.Config{})
 	commands := watchCommands(t, s.Conn)
 	out := runPythonScript(t, py, "live_lazy.py", "DWR_SERVER="+s.URL,
-		"DWR_CREDS="+member("py-caller", domain.RoleClient), "DWR_EXECUTOR_CREDS="+member("py-lazy", domain.RoleExecutor, "pyl"))
+		"DWR_CREDS="+member("py-caller", domain.RoleClient), "DWR_EXECUTOR_CREDS="+member("py-lazy", domain.RoleExecutor, "pyl", "pyh"))
 	require.Contains(t, out, "live lazy: ok")
 	ids := scenarioTasks(t, out)
 	k := s.Client("default")
