@@ -1443,12 +1443,21 @@ func (s *Service) startCommands() (*endpoints.Service, error) {
 }
 
 // workspaceOf returns the workspace token of subject <prefix>.<kind>.<ws>....
+// It allocates nothing: admission reads it for every request too.
 func workspaceOf(subject string) string {
-	parts := strings.SplitN(subject, ".", 4)
-	if len(parts) < 4 {
+	rest := subject
+	for range 2 {
+		i := strings.IndexByte(rest, '.')
+		if i < 0 {
+			return ""
+		}
+		rest = rest[i+1:]
+	}
+	ws, _, ok := strings.Cut(rest, ".")
+	if !ok {
 		return ""
 	}
-	return parts[2]
+	return ws
 }
 
 func (s *Service) handleCommand(name string, req micro.Request, who sender) (reply []byte) {
