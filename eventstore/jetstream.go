@@ -338,8 +338,8 @@ func newJetStreamLog(js jetstream.JetStream, cfg JetStreamConfig) *JetStreamLog 
 		stream:    cfg.Stream,
 		subject:   cfg.Prefix + ".log." + cfg.Partition,
 		partition: cfg.Partition,
-		msgGet:    apiPrefix(js) + "STREAM.MSG.GET." + cfg.Stream,
-		directGet: apiPrefix(js) + "DIRECT.GET." + cfg.Stream,
+		msgGet:    APIPrefix(js) + "STREAM.MSG.GET." + cfg.Stream,
+		directGet: APIPrefix(js) + "DIRECT.GET." + cfg.Stream,
 		attempt:   cfg.AttemptTimeout,
 	}
 	l.change.Store(newChangeSignal())
@@ -897,8 +897,9 @@ func (l *JetStreamLog) deleteConsumer(ctx context.Context, cons jetstream.Consum
 	_ = l.js.DeleteConsumer(ctx, l.stream, info.Name)
 }
 
-// apiPrefix returns the JetStream API subject prefix js uses.
-func apiPrefix(js jetstream.JetStream) string {
+// APIPrefix returns the JetStream API subject prefix js uses (its domain's,
+// or its own, or the default).
+func APIPrefix(js jetstream.JetStream) string {
 	o := js.Options()
 	switch {
 	case o.Domain != "":

@@ -20,23 +20,19 @@ import (
 // feedQueryWait bounds how long the feed query waits for the feed's stream.
 const feedQueryWait = 5 * time.Second
 
-// feedFetchBytes bounds the events a feed query pulls at once, well under
-// the server's max_pending (64 MiB by default); feedFetchWait bounds a
-// pull's wait for events counted but gone (the stream discarded its
-// oldest meanwhile).
-const (
-	feedFetchBytes = 8 << 20
-	feedFetchWait  = 200 * time.Millisecond
-	// feedFetchPatience bounds how long a page asks again for the events
-	// its consumer counts when pulls bring none (a machine short of CPU).
-	feedFetchPatience = 2 * time.Second
-)
+// feedFetchBytes bounds the events a feed query reads at once, well under
+// the server's max_pending (64 MiB by default): a read of 256 events of up
+// to 1 MiB passed a connection's max_pending, and the server cut the
+// connection it came on (any viewer could, with a feed of large events).
+const feedFetchBytes = 8 << 20
 
 // feedPage answers the feed query: the events the feed stream holds for
 // workspace ws whose subject matches q.Filter, oldest first, from just after
 // the stream sequence q.After (a reply's next), or from the first event of
-// log sequence q.FromSeq or later, or from q.Since, or from the oldest. It reads them with a consumer of its own, so the listing
-// is the feed's order, and a client that lists until no next follows and
+// log sequence q.FromSeq or later, or from q.Since, or from the oldest. It
+// reads them with batched direct gets on the stream, in the stream's order
+// (no consumer is made for a page: on a cluster each would be a proposal
+// to the meta leader), so a client that lists until no next follows and
 // then subscribes (deduplicating by event id) misses nothing the feed holds.
 func (s *Service) feedPage(ws string, q schemas.Query, pg *page) (res []byte, next string, err error) {
 	filter := q.Filter
@@ -47,16 +43,7 @@ func (s *Service) feedPage(ws string, q schemas.Query, pg *page) (res []byte, ne
 		return nil, "", &schemas.Error{Code: schemas.CodeInvalid, Message: fmt.Sprintf("filter %q %s", filter, msg),
 			Fields: []schemas.FieldError{{Pointer: "/filter", Message: msg}}}
 	}
-	// The stream stores events without their aggregate's id (newFeed):
-	// the consumer reads what the stored subjects can tell apart, and each
-	// event is matched against the whole filter by its whole subject. (A
-	// feed written before stores them whole: the second filter.)
-	whole := s.cfg.Prefix + ".ev." + ws + "." + filter
-	// The consumer is deleted once the page is read; the server drops one
-	// left behind (a replica stopped meanwhile) after its inactivity.
-	stored, exact := storedFilter(s.cfg.Prefix, ws, filter)
-	cfg := jetstream.ConsumerConfig{FilterSubjects: []string{stored, whole}, AckPolicy: jetstream.AckNonePolicy,
-		MemoryStorage: true, InactiveThreshold: 10 * time.Second}
+	var from directGetRequest // where the page starts: the oldest event by default
 	switch {
 	case q.After != "":
 		seq, err := strconv.ParseUint(q.After, 10, 64)
@@ -64,29 +51,35 @@ func (s *Service) feedPage(ws string, q schemas.Query, pg *page) (res []byte, ne
 			return nil, "", &schemas.Error{Code: schemas.CodeInvalid, Message: "after must be a feed position, as a feed reply's next gives it",
 				Fields: []schemas.FieldError{{Pointer: "/after", Message: "not a feed position"}}}
 		}
-		cfg.DeliverPolicy, cfg.OptStartSeq = jetstream.DeliverByStartSequencePolicy, seq+1
+		from.Seq = seq + 1
 	case q.FromSeq > 0:
 		pos, err := s.feedPosition(q.FromSeq)
 		if err != nil {
 			return nil, "", err
 		}
-		cfg.DeliverPolicy, cfg.OptStartSeq = jetstream.DeliverByStartSequencePolicy, pos
+		from.Seq = pos
 	case q.Since != nil:
-		cfg.DeliverPolicy, cfg.OptStartTime = jetstream.DeliverByStartTimePolicy, q.Since
+		from.StartTime = q.Since
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), feedQueryWait)
 	defer cancel()
-	stream := strings.ToUpper(s.cfg.Prefix) + "_EVENTS"
-	js := s.readJS()
-	cons, err := js.CreateConsumer(ctx, stream, cfg)
-	if err != nil {
+	// The stream stores events without their aggregate's id (newFeed):
+	// the reads ask for what the stored subjects can tell apart, and each
+	// event is matched against the whole filter by its whole subject. A
+	// feed written before stores them whole, under <prefix>.ev.: while it
+	// holds such events from the page's start on, the page reads both
+	// kinds (<prefix>.*.<ws>.>) and matches each.
+	whole := s.cfg.Prefix + ".ev." + ws + "." + filter
+	read, exact := storedFilter(s.cfg.Prefix, ws, filter)
+	getter := s.feedGetter()
+	legacy := from
+	legacy.NextFor = s.cfg.Prefix + ".ev." + ws + ".>"
+	switch msgs, _, err := getter.get(ctx, legacy); {
+	case err != nil:
 		return nil, "", fmt.Errorf("handlers: feed query: %w", err)
+	case len(msgs) > 0:
+		read, exact = s.cfg.Prefix+".*."+ws+".>", false
 	}
-	defer func() {
-		if info := cons.CachedInfo(); info != nil {
-			_ = js.DeleteConsumer(context.Background(), stream, info.Name)
-		}
-	}()
 	// Up to feedScanLimit events are read for a page; the ones the filter
 	// does not match are passed over. A page that stops at the limit says
 	// where to go on (its next), with the events it matched so far.
@@ -94,61 +87,34 @@ func (s *Service) feedPage(ws string, q schemas.Query, pg *page) (res []byte, ne
 	if n := feedScanOverride.Load(); n > 0 {
 		scanLimit = int(n)
 	}
-	avail := cons.CachedInfo().NumPending // the events the consumer had to give when made
-	pending := true                       // it may have more by now
-	// A pull that brings nothing while the consumer counts events to give
-	// is asked again until then: on a machine short of CPU the server may
-	// not deliver within feedFetchWait, and the page would end there,
-	// saying no more events follow.
-	patience := time.Now().Add(feedFetchPatience)
-	for pending && pg.next == "" && scanned < scanLimit {
+	from.NextFor = read
+	more := true
+	for more && pg.next == "" && scanned < scanLimit {
 		// At least one more than the page takes, so that a full page knows
-		// whether more follow (none pending after the last says nothing
-		// does), and a few hundred at once when most may be passed over —
-		// no more than there are, so the pull does not wait for more, and
-		// at most feedFetchBytes of them: a pull of 256 events of up to
-		// 1 MiB passed the connection's max_pending, and the server cut the
-		// connection it came on (any viewer could, with a feed of large
-		// events).
-		var batch jetstream.MessageBatch
-		if avail == 0 { // none counted: one, if it came since, without waiting for it
-			batch, err = cons.FetchNoWait(1)
-		} else {
-			ask := int(min(uint64(min(max(pg.limit-pg.n+1, 256), scanLimit-scanned)), avail))
-			batch, err = cons.Fetch(ask, jetstream.FetchMaxBytes(feedFetchBytes), jetstream.FetchMaxWait(feedFetchWait))
-		}
+		// whether more follow, and a few hundred at once when most may be
+		// passed over.
+		from.Batch, from.MaxBytes = min(max(pg.limit-pg.n+1, 256), scanLimit-scanned), feedFetchBytes
+		msgs, pending, err := getter.get(ctx, from)
 		if err != nil {
 			return nil, "", fmt.Errorf("handlers: feed query: %w", err)
 		}
-		got := 0
-		for m := range batch.Messages() {
-			got++
+		more = pending > 0 && len(msgs) > 0
+		for _, m := range msgs {
 			scanned++
-			md, err := m.Metadata()
-			if err != nil {
-				return nil, "", fmt.Errorf("handlers: feed query: %w", err)
-			}
-			pos := strconv.FormatUint(md.Sequence.Stream, 10)
-			avail = md.NumPending
-			pending = avail > 0
-			if !exact && !s.feedMatches(m.Subject(), m.Data(), whole) {
+			pos := strconv.FormatUint(m.seq, 10)
+			from.Seq, from.StartTime = m.seq+1, nil
+			if !exact && !s.feedMatches(m.subject, m.data, whole) {
 				passed = pos
 				continue
 			}
-			if !pg.addRaw(m.Data(), "at feed position "+pos, pos) {
-				pending = true
+			if !pg.addRaw(m.data, "at feed position "+pos, pos) {
+				more = true
 				break
 			}
 			passed = ""
 		}
-		if err := batch.Error(); err != nil && !errors.Is(err, jetstream.ErrNoMessages) && pg.n == 0 {
-			return nil, "", fmt.Errorf("handlers: feed query: %w", err)
-		}
-		if got == 0 && (avail == 0 || time.Now().After(patience)) {
-			pending = false
-		}
 	}
-	if pending && pg.next == "" { // the scan's limit
+	if more && pg.next == "" { // the scan's limit
 		pg.next = pg.last
 		if passed != "" {
 			pg.next = passed // go on after the events passed over

@@ -160,3 +160,50 @@ func TestAFeedPageFromASequenceReadsTheStreamsInfoOnce(t *testing.T) {
 	require.NoError(t, json.Unmarshal(r.Result, &page))
 	require.Empty(t, page, "past the last record: nothing yet")
 }
+
+// A feed page is read by direct gets on the feed's stream, not by a
+// consumer of its own: on a cluster every consumer made is a proposal to
+// the meta leader, and a viewer paging quickly would make one a page. The
+// pages still list the events in the feed's order, from each start.
+func TestFeedPagesMakeNoConsumer(t *testing.T) {
+	b := setupJetStream(t)
+	var seq uint64
+	var ids []string
+	for i := range 5 {
+		r, s := b.mustCommand(t, "goal.create", map[string]any{"title": fmt.Sprintf("goal %d", i)})
+		ids, seq = append(ids, r.ID), s
+	}
+	feedAt(t, b, seq)
+	var creates atomic.Int64
+	sub, err := b.svcNC.Subscribe("$JS.API.CONSUMER.CREATE.DWR_EVENTS.>", func(*nats.Msg) { creates.Add(1) })
+	require.NoError(t, err)
+	defer func() { _ = sub.Unsubscribe() }()
+	require.NoError(t, b.svcNC.Flush())
+	since := time.Now().Add(-time.Hour)
+	var got []string
+	q := schemas.Query{Filter: "goal.*.created", Limit: 2}
+	for pages := 0; ; pages++ {
+		require.Less(t, pages, 10, "the listing ends")
+		r := b.request(t, "dwr.q.default.feed", q, nil)
+		require.True(t, r.OK, "%+v", r.Error)
+		var page []schemas.Event
+		require.NoError(t, json.Unmarshal(r.Result, &page))
+		for _, e := range page {
+			got = append(got, e.AggregateID)
+		}
+		if r.Next == "" {
+			break
+		}
+		q.After = r.Next
+	}
+	require.Equal(t, ids, got, "every goal's, in order, two a page")
+	for _, q := range []schemas.Query{{FromSeq: seq}, {Since: &since, Filter: "goal." + ids[3] + ".>"}} {
+		r := b.request(t, "dwr.q.default.feed", q, nil)
+		require.True(t, r.OK, "%+v", r.Error)
+		var page []schemas.Event
+		require.NoError(t, json.Unmarshal(r.Result, &page))
+		require.NotEmpty(t, page, "%+v", q)
+	}
+	require.NoError(t, b.svcNC.Flush())
+	require.Zero(t, creates.Load(), "consumers made for the pages")
+}
