@@ -50,6 +50,9 @@ type diskGauge struct {
 	// held is what is on its way to the disk: counted in room, and taken
 	// from each measurement until it is released.
 	held atomic.Int64
+	// kept is the reserve the last measurement kept, in bytes (the
+	// default's depends on the disk's size); 0 until one succeeds.
+	kept atomic.Int64
 	mu   sync.Mutex // serializes the measurements; guards low
 	low  bool       // the last measurement found the disk below its reserve
 }
@@ -68,6 +71,14 @@ func (g *diskGauge) hasRoom() bool {
 		return true
 	}
 	return g.look()
+}
+
+// lastRoom reports whether the room above the reserve is less than the
+// reserve itself: the disk's last room, where a workspace holding much of
+// the log is refused before the others (writer.logShare).
+func (g *diskGauge) lastRoom() bool {
+	kept := g.kept.Load()
+	return g.reserve >= 0 && kept > 0 && g.room.Load() < kept
 }
 
 // spend counts n bytes written to the disk since the last measurement.
@@ -109,6 +120,7 @@ func (g *diskGauge) look() bool {
 	if reserve == 0 {
 		reserve = DefaultMinFreeDisk(size)
 	}
+	g.kept.Store(reserve)
 	// What is held may not be on the disk yet: it is counted still.
 	held := g.held.Load()
 	g.room.Store(free - reserve - held)

@@ -2,6 +2,7 @@ package handlers_test
 
 import (
 	"errors"
+	"fmt"
 	"io/fs"
 	"path/filepath"
 	"strings"
@@ -138,4 +139,51 @@ func diskUsage(t *testing.T, dir string) int64 {
 		t.Errorf("du %s: %v", dir, err)
 	}
 	return n
+}
+
+// In the disk's last room — less free space above the reserve than the
+// reserve itself — a workspace that holds more than a quarter of the log's
+// bytes has its new commands refused (unavailable, naming its share), while
+// the other workspaces' are taken on until the reserve; once room is made,
+// its commands are taken again. Nothing refused is recorded.
+func TestAWorkspaceHoldingMuchOfTheLogStopsFirstNearAFullDisk(t *testing.T) {
+	const reserve = 1 << 30
+	st := servicetest.Start(t, "", servicetest.Options{Config: handlers.Config{MinFreeDisk: reserve}})
+	b := bundleOf(st)
+	var free atomic.Int64
+	free.Store(8 << 30)
+	st.Svc.MeasureDiskWith(func(string) (int64, int64, bool) { return free.Load(), 10 << 30, true })
+	servicetest.Must(t, st.Admin, "big", "workspace.create", map[string]any{"name": "big"})
+	big := servicetest.NewClient(st.Admin, "big")
+	long := strings.Repeat("x", 9000)
+	bigGoal := func(title string) schemas.Reply {
+		return big.Request(t, "dwr.cmd.big.goal.create", map[string]any{"title": title, "description": long}, nil)
+	}
+	for i := range 4 {
+		r := bigGoal(fmt.Sprintf("big %d", i))
+		require.True(t, r.OK, "%+v", r.Error)
+	}
+	require.True(t, b.command(t, "goal.create", map[string]any{"title": "small"}, "").OK)
+
+	free.Store(reserve + 512<<20) // 512 MiB above the reserve: its last room
+	var refused schemas.Reply
+	servicetest.Eventually(t, 10*time.Second, func() bool {
+		refused = bigGoal("while the disk is low")
+		return !refused.OK
+	})
+	require.Equal(t, string(domain.CodeUnavailable), refused.Error.Code)
+	require.Contains(t, refused.Error.Message, `workspace "big" holds`)
+	r := b.command(t, "goal.create", map[string]any{"title": "small, while the disk is low"}, "")
+	require.True(t, r.OK, "another workspace's command is taken: %+v", r.Error)
+	count := func() int {
+		var goals []domain.Goal
+		big.Query(t, "goal.list", schemas.Query{Limit: 1000}, &goals)
+		return len(goals)
+	}
+	n := count()
+	require.False(t, bigGoal("again while the disk is low").OK)
+	require.Equal(t, n, count(), "nothing refused is recorded")
+
+	free.Store(8 << 30)
+	servicetest.Eventually(t, 10*time.Second, func() bool { return bigGoal("after").OK })
 }

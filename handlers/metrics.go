@@ -302,13 +302,15 @@ var (
 		"What a workspace's artifacts count for against dwr serve --max-artifact-bytes-per-workspace (each at least 64 KiB), as this replica counts them.", []string{"workspace"}, nil)
 	descArtifactBytesMax = prometheus.NewDesc("dwr_artifact_bytes_max",
 		"The bytes one workspace's artifacts may hold (dwr serve --max-artifact-bytes-per-workspace).", nil, nil)
+	descLogHeld = prometheus.NewDesc("dwr_log_workspace_held_bytes",
+		"The bytes of the log a workspace holds, as the views count them from the records (its events' payloads and its commands' replies): in the disk's last room, one holding more than a quarter of all is refused first.", []string{"workspace"}, nil)
 	descBacklog = prometheus.NewDesc("dwr_requests_backlog",
 		"Requests received and not yet taken in by this replica's command and query endpoints: past Config.MaxBacklog the heaviest sender is benched.", nil, nil)
 )
 
 func (c stateCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descWriter, descLogLast, descViewsApplied, descViewsLag,
-		descQueuePending, descQueueInFlight, descQueueOldest, descQueues, descQueuesMax, descApprovals, descArtifactBytes, descArtifactBytesMax, descBacklog} {
+		descQueuePending, descQueueInFlight, descQueueOldest, descQueues, descQueuesMax, descApprovals, descArtifactBytes, descArtifactBytesMax, descLogHeld, descBacklog} {
 		ch <- d
 	}
 }
@@ -327,6 +329,7 @@ func (c stateCollector) Collect(ch chan<- prometheus.Metric) {
 	applied := s.store.Checkpoint()
 	gauge(descViewsApplied, float64(applied))
 	s.collectApprovals(gauge)
+	s.store.EachLogBytes(func(ws string, n uint64) { gauge(descLogHeld, float64(n), ws) })
 	select {
 	case <-s.ready: // the log and the work stream are open
 	default:

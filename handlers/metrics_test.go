@@ -271,4 +271,12 @@ func TestMetricsCountEachWorkspacesLogBytes(t *testing.T) {
 	servicetest.Eventually(t, 10*time.Second, func() bool { return grown("default") >= float64(10<<10) && grown("other") > 0 },
 		func() string { return "the task's input counted under default, the goal under other" })
 	require.Less(t, grown("other"), float64(1<<10))
+	// What each workspace holds of the log, as the views count it: all
+	// its bytes since the log's first record, not since this process began.
+	servicetest.Eventually(t, 10*time.Second, func() bool {
+		m := b.scrape(t)
+		held, _ := m.Value("dwr_log_workspace_held_bytes", "workspace", "default")
+		other, _ := m.Value("dwr_log_workspace_held_bytes", "workspace", "other")
+		return held >= value(m, "default") && held >= float64(10<<10) && other >= value(m, "other") && other > 0
+	}, func() string { return "the bytes held by default and other" })
 }

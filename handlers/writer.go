@@ -118,6 +118,9 @@ type writer struct {
 	// fullLogged is when a refusal for a full store was last logged (on
 	// the committer's goroutine): once a minute at most.
 	fullLogged time.Time
+	// shareLogged is when a refusal for a workspace's share of the log
+	// was last logged (logShare): once a minute at most.
+	shareLogged time.Time
 	// disk, when set, refuses new commands (ErrStorageFull) while the disk
 	// holding the views has no room above its reserve, and counts what
 	// each committed record takes of it.
@@ -187,6 +190,12 @@ func (w *writer) Decide(items []*request) ([]eventstore.Event, []eventstore.Comm
 			// grow the log and the views on a disk with no room left.
 			errs[i] = errDiskLow
 			continue
+		}
+		if w.disk != nil && w.disk.lastRoom() {
+			if err := w.logShare(it.meta.Workspace); err != nil {
+				errs[i] = err
+				continue
+			}
 		}
 		if w.seal != nil {
 			if err := w.seal(o, it.meta.Workspace, it.cmd); err != nil {
@@ -447,3 +456,30 @@ func (w *writer) traceCommit(items []*request, seq uint64, err error) commandTra
 	}
 	return traces
 }
+
+// logShare refuses a new command of workspace ws while the disk is in its
+// last room (diskGauge.lastRoom) if ws holds more than a quarter of the
+// log's bytes that several workspaces hold: the workspace that grew the log
+// most stops first, and the others keep going until the reserve, while an
+// operator makes room. A deployment of one workspace is not held back.
+func (w *writer) logShare(ws string) error {
+	mine, all, _ := w.store.LogBytes(ws)
+	if mine == all || mine <= all/logShareOf {
+		return nil
+	}
+	if time.Since(w.shareLogged) > time.Minute {
+		w.shareLogged = time.Now()
+		w.logger.Warn("handlers: the disk is near its reserve of free space: the commands of a workspace holding more than its share of the log are refused before the others' (free disk space; dwr serve --min-free-disk sets the reserve)",
+			"workspace", ws, "workspace_log_bytes", mine, "log_bytes", all)
+	}
+	// It wraps ErrStorageFull: the timers' firings refused so are retried
+	// quietly, as on a full disk.
+	return fmt.Errorf("%w: %w", eventstore.ErrStorageFull, &schemas.Error{Code: schemas.CodeUnavailable, Message: fmt.Sprintf(
+		"the disk holding the log is near its reserve of free space, and workspace %q holds %d of the log's %d bytes, more than a 1/%d share: "+
+			"its new commands are refused before the other workspaces' until an operator makes room (dwr serve --min-free-disk sets the reserve); retry with the same command id then",
+		ws, mine, all, logShareOf)})
+}
+
+// logShareOf is the share of the log's bytes (1/logShareOf) past which a
+// workspace's commands are refused in the disk's last room.
+const logShareOf = 4

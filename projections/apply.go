@@ -234,6 +234,10 @@ func (s *Store) apply(seq uint64, c *eventstore.Commit, decided bool, final *dom
 			return err
 		}
 	}
+	counted, err := s.countLogBytes(b, c)
+	if err != nil {
+		return err
+	}
 	// The keys go into the filter before they are visible: a reader that
 	// finds the record applied finds its keys in the filter too.
 	if err := s.keys.addBatch(b); err != nil {
@@ -255,6 +259,7 @@ func (s *Store) apply(seq uint64, c *eventstore.Commit, decided bool, final *dom
 		s.cache[string(key(pSchedule, id))] = x
 	}
 	s.trimCache()
+	s.logBytesApplied(counted)
 	s.checkpoint, s.logTip = seq, next
 	close(s.advanced)
 	s.advanced = make(chan struct{})

@@ -11,6 +11,8 @@ const (
 	pLogTip         = "k/logtip"       // the checkpoint's record as verified: eventstore.LogTip
 	pTimersByWSKept = "k/timers-by-ws" // present once the views keep pTimerByWS
 	pDiscarded      = "k/discarded"    // k/discarded/<first seq BE> -> last seq BE: a stretch an acceptance left out
+	pLogBytesFrom   = "k/log-bytes"    // -> the first record the lb/ rows count, BE
+	pLogBytes       = "lb"             // lb/<ws> -> the bytes of the log the workspace holds, BE
 	pWorkspace      = "w"              // w/<ws>
 	pGoal           = "g"              // g/<goal>
 	pGoalByWS       = "gw"             // gw/<ws>/<goal>

@@ -106,6 +106,8 @@ type Store struct {
 	keys *keyFilter
 	// pebbleGets counts the lookups and scans that reached Pebble (tests).
 	pebbleGets atomic.Int64
+	// logBytes counts the log's bytes by workspace (logbytes.go).
+	logBytes *logBytes
 }
 
 var (
@@ -209,6 +211,9 @@ func open(dir string, opts Options) (_ *Store, err error) {
 		return nil, err
 	}
 	if err := s.indexTimersByWorkspace(); err != nil {
+		return nil, err
+	}
+	if err := s.loadLogBytes(); err != nil {
 		return nil, err
 	}
 	keys := newKeyFilter()
@@ -352,6 +357,7 @@ func (s *Store) Reset(cause error) (string, error) {
 	s.db, s.lock = fresh.db, fresh.lock
 	s.closing.Store(false) // reads may use the fresh views
 	s.checkpoint, s.logTip = fresh.checkpoint, fresh.logTip
+	s.logBytes = fresh.logBytes
 	s.clearCache()
 	s.gen++
 	s.damaged, s.damage = make(chan struct{}), nil
