@@ -1,6 +1,7 @@
 package handlers_test
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -12,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cockroachdb/pebble/v2"
 	"github.com/stretchr/testify/require"
 
 	"github.com/dwr-run/dwr/domain"
@@ -186,4 +188,36 @@ func TestAWorkspaceHoldingMuchOfTheLogStopsFirstNearAFullDisk(t *testing.T) {
 
 	free.Store(8 << 30)
 	servicetest.Eventually(t, 10*time.Second, func() bool { return bigGoal("after").OK })
+}
+
+// Views written before they counted the log's bytes by workspace count
+// them from their next record on; a rebuild counts the whole log, and its
+// verdict tells that difference from damage: the views are otherwise the
+// same.
+func TestARebuildOfViewsThatCountedTheLogLateSaysSo(t *testing.T) {
+	dir := t.TempDir()
+	b := start(t, dir)
+	b.mustCommand(t, "goal.create", map[string]any{"title": "before the counts"})
+	b.stop()
+	views, err := pebble.Open(filepath.Join(dir, "views"), &pebble.Options{FormatMajorVersion: pebble.FormatNewest})
+	require.NoError(t, err)
+	require.NoError(t, views.DeleteRange([]byte("lb/"), []byte("lb0"), pebble.Sync))
+	require.NoError(t, views.Delete([]byte("k/log-bytes"), pebble.Sync))
+	require.NoError(t, views.Close())
+	b = start(t, dir) // the views count from here
+	b.mustCommand(t, "goal.create", map[string]any{"title": "counted"})
+	b.stop()
+
+	m, err := handlers.OpenMaintenance(context.Background(), handlers.MaintenanceConfig{DataDir: dir})
+	require.NoError(t, err)
+	rebuilt, err := m.Rebuild(context.Background(), handlers.RebuildOptions{})
+	m.Close()
+	require.NoError(t, err)
+	require.Contains(t, rebuilt.Verdict, "identical to the current views but for the log's bytes by workspace")
+	m, err = handlers.OpenMaintenance(context.Background(), handlers.MaintenanceConfig{DataDir: dir})
+	require.NoError(t, err)
+	rebuilt, err = m.Rebuild(context.Background(), handlers.RebuildOptions{})
+	m.Close()
+	require.NoError(t, err)
+	require.Equal(t, "identical to the current views, byte for byte", rebuilt.Verdict, "once rebuilt, they count the whole log")
 }

@@ -238,6 +238,12 @@ func (m *Maintenance) Rebuild(ctx context.Context, o RebuildOptions) (*Rebuilt, 
 	r.Took = time.Since(start)
 	r.Records = s.Checkpoint()
 	r.Sum, err = ViewsSum(s)
+	var bare []byte // the rebuilt views' sum without the log's bytes by workspace, for views that counted them late
+	if err == nil && old != nil {
+		if _, _, from := old.LogBytes(""); from > 1 {
+			bare, err = viewsSumBut(s)
+		}
+	}
 	_ = s.Close()
 	if err != nil {
 		return nil, err
@@ -249,6 +255,11 @@ func (m *Maintenance) Rebuild(ctx context.Context, o RebuildOptions) (*Rebuilt, 
 	case old != nil:
 		oldSum, err := ViewsSum(old)
 		oldCP := old.Checkpoint()
+		_, _, oldFrom := old.LogBytes("")
+		var oldBare []byte
+		if err == nil && oldFrom > 1 {
+			oldBare, err = viewsSumBut(old)
+		}
 		closeOld()
 		switch {
 		case err != nil:
@@ -257,6 +268,8 @@ func (m *Maintenance) Rebuild(ctx context.Context, o RebuildOptions) (*Rebuilt, 
 			r.Verdict = fmt.Sprintf("the current views were at record %d, the log ends at %d: they were behind", oldCP, r.Records)
 		case bytes.Equal(oldSum, r.Sum):
 			r.Verdict = "identical to the current views, byte for byte"
+		case oldFrom > 1 && bytes.Equal(oldBare, bare):
+			r.Verdict = fmt.Sprintf("identical to the current views but for the log's bytes by workspace, which they counted from record %d on (they were written before they counted): the rebuilt ones count the whole log", oldFrom)
 		default:
 			r.Verdict = "DIFFERENT from the current views: the rebuilt ones, from the log, replace them"
 		}
@@ -355,6 +368,16 @@ func dedupe(s []string) []string {
 func ViewsSum(s *projections.Store) ([]byte, error) {
 	h := sha256.New()
 	if err := s.Dump(h); err != nil {
+		return nil, err
+	}
+	return h.Sum(nil), nil
+}
+
+// viewsSumBut is ViewsSum without the counts of the log's bytes by
+// workspace.
+func viewsSumBut(s *projections.Store) ([]byte, error) {
+	h := sha256.New()
+	if err := s.DumpButLogBytes(h); err != nil {
 		return nil, err
 	}
 	return h.Sum(nil), nil

@@ -568,8 +568,14 @@ func (s *Store) recoverInto(err *error) {
 
 // Dump writes every row of the store, key and value, in key order: two stores
 // hold the same views exactly when their dumps are equal.
-func (s *Store) Dump(w io.Writer) error {
+func (s *Store) Dump(w io.Writer) error { return s.dump(w, nil) }
+
+// dump is Dump, passing over the keys skip reports (nil: none).
+func (s *Store) dump(w io.Writer, skip func(k []byte) bool) error {
 	return s.scan(nil, func(k, v []byte) error {
+		if skip != nil && skip(k) {
+			return nil
+		}
 		var n [16]byte
 		binary.BigEndian.PutUint64(n[:8], uint64(len(k)))
 		binary.BigEndian.PutUint64(n[8:], uint64(len(v)))
