@@ -96,7 +96,8 @@ func ScheduleGoalID(id string, slot time.Time) string {
 
 // slots computes a schedule's slots.
 type slots struct {
-	cron   cron.Schedule // nil for every
+	cron   cron.Schedule      // nil for every
+	spec   *cron.SpecSchedule // cron's bit sets, for counting its slots a day at a time (dueCron); nil: walked
 	every  time.Duration
 	anchor time.Time // every's slots are anchor + k*every
 	loc    *time.Location
@@ -121,7 +122,8 @@ func newSlots(spec ScheduleSpec, anchor time.Time) (*slots, error) {
 		if err != nil {
 			return nil, invalid("/cron", "%q is not a cron spec (5 fields: minute hour day-of-month month day-of-week, or @hourly, @daily...): %v", spec.Cron, err)
 		}
-		return &slots{cron: c, loc: loc}, nil
+		spec, _ := c.(*cron.SpecSchedule)
+		return &slots{cron: c, spec: spec, loc: loc}, nil
 	case spec.Every < schemas.Duration(MinEvery):
 		if spec.Every == 0 {
 			return nil, invalid("/cron", "a schedule needs cron or every")
@@ -177,14 +179,7 @@ func (s *slots) due(first, now time.Time) (latest []time.Time, n int, before tim
 		}
 		return latest, n, before
 	}
-	for t := first; !t.IsZero() && !t.After(now); t = s.after(t) {
-		if len(latest) == MaxSlotsPerFiring {
-			before, latest = latest[0], latest[1:]
-		}
-		latest = append(latest, t)
-		n++
-	}
-	return latest, n, before
+	return s.dueCron(first, now)
 }
 
 // ApplySchedule applies e to x (nil before the first event) and returns the
