@@ -46,43 +46,13 @@ func TestTheFeedHoldsNoSubjectPerAggregate(t *testing.T) {
 	require.Equal(t, map[string]uint64{"dwr.evs.default.goal.created": uint64(len(ids)), "dwr.evs.default.workspace.created": 1},
 		info.State.Subjects, "one subject per aggregate kind and event")
 
-	q := schemas.Query{Filter: "goal." + ids[7] + ".>", Limit: 10}
-	var got []schemas.Event
-	empty := 0
-	for pages := 1; ; pages++ {
-		require.Less(t, pages, 100, "the listing ends")
-		r := b.request(t, "dwr.q.default.feed", q, nil)
-		require.True(t, r.OK, "%+v", r.Error)
-		var page []schemas.Event
-		require.NoError(t, json.Unmarshal(r.Result, &page))
-		got = append(got, page...)
-		if len(page) == 0 {
-			empty++
-		}
-		if r.Next == "" {
-			break
-		}
-		require.NotEqual(t, q.After, r.Next, "each next moves on")
-		q.After = r.Next
-	}
+	got, empty := feedPages(t, b, schemas.Query{Filter: "goal." + ids[7] + ".>", Limit: 10})
 	require.Len(t, got, 1)
 	require.Equal(t, "goal.created", got[0].Type)
 	require.Equal(t, ids[7], got[0].AggregateID)
 	require.Positive(t, empty, "pages that read only other goals' events came back empty, with a next")
 
-	q = schemas.Query{Filter: "goal.*.created", Limit: 100}
-	var all []schemas.Event
-	for {
-		r := b.request(t, "dwr.q.default.feed", q, nil)
-		require.True(t, r.OK, "%+v", r.Error)
-		var page []schemas.Event
-		require.NoError(t, json.Unmarshal(r.Result, &page))
-		all = append(all, page...)
-		if r.Next == "" {
-			break
-		}
-		q.After = r.Next
-	}
+	all, _ := feedPages(t, b, schemas.Query{Filter: "goal.*.created", Limit: 100})
 	require.Len(t, all, len(ids), "a filter without an id lists every goal's")
 }
 
@@ -181,20 +151,9 @@ func TestFeedPagesMakeNoConsumer(t *testing.T) {
 	require.NoError(t, b.svcNC.Flush())
 	since := time.Now().Add(-time.Hour)
 	var got []string
-	q := schemas.Query{Filter: "goal.*.created", Limit: 2}
-	for pages := 0; ; pages++ {
-		require.Less(t, pages, 10, "the listing ends")
-		r := b.request(t, "dwr.q.default.feed", q, nil)
-		require.True(t, r.OK, "%+v", r.Error)
-		var page []schemas.Event
-		require.NoError(t, json.Unmarshal(r.Result, &page))
-		for _, e := range page {
-			got = append(got, e.AggregateID)
-		}
-		if r.Next == "" {
-			break
-		}
-		q.After = r.Next
+	page, _ := feedPages(t, b, schemas.Query{Filter: "goal.*.created", Limit: 2})
+	for _, e := range page {
+		got = append(got, e.AggregateID)
 	}
 	require.Equal(t, ids, got, "every goal's, in order, two a page")
 	for _, q := range []schemas.Query{{FromSeq: seq}, {Since: &since, Filter: "goal." + ids[3] + ".>"}} {
@@ -206,4 +165,26 @@ func TestFeedPagesMakeNoConsumer(t *testing.T) {
 	}
 	require.NoError(t, b.svcNC.Flush())
 	require.Zero(t, creates.Load(), "consumers made for the pages")
+}
+
+// feedPages lists the feed query q page by page until no next follows,
+// and returns the events with the number of pages that came back empty.
+func feedPages(t *testing.T, b *bundle, q schemas.Query) (events []schemas.Event, empty int) {
+	t.Helper()
+	for pages := 1; ; pages++ {
+		require.Less(t, pages, 100, "the listing ends")
+		r := b.request(t, "dwr.q.default.feed", q, nil)
+		require.True(t, r.OK, "%+v", r.Error)
+		var page []schemas.Event
+		require.NoError(t, json.Unmarshal(r.Result, &page))
+		events = append(events, page...)
+		if len(page) == 0 {
+			empty++
+		}
+		if r.Next == "" {
+			return events, empty
+		}
+		require.NotEqual(t, q.After, r.Next, "each next moves on")
+		q.After = r.Next
+	}
 }
