@@ -34,9 +34,15 @@ func TestReadWhileAReplicaCatchesUp(t *testing.T) {
 	require.NoError(t, err)
 	// Until every node is known online, an R3 stream finds no peers.
 	var l *eventstore.JetStreamLog
+	var lastErr error
+	defer func() {
+		if l == nil && lastErr != nil {
+			t.Logf("the last try to create the R3 log stream: %v", lastErr) // it once took over two minutes in CI
+		}
+	}()
 	waitFor(t, ctx, "the R3 log stream created", func() bool {
-		l, err = eventstore.NewJetStreamLog(ctx, js, eventstore.JetStreamConfig{Replicas: 3})
-		return err == nil
+		l, lastErr = eventstore.NewJetStreamLog(ctx, js, eventstore.JetStreamConfig{Replicas: 3})
+		return lastErr == nil
 	})
 	rec := bytes.Repeat([]byte("r"), 8<<10)
 	seq, err := l.Append(ctx, rec, 0)
