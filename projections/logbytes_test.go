@@ -5,7 +5,6 @@ import (
 	"path/filepath"
 	"testing"
 
-	"github.com/cockroachdb/pebble/v2"
 	"github.com/stretchr/testify/require"
 
 	"github.com/dwr-run/dwr/domain"
@@ -71,11 +70,7 @@ func TestTheViewsCountEachWorkspacesLogBytes(t *testing.T) {
 	require.NoError(t, s.Close())
 
 	// Views written before they counted: no lb/ rows, no mark.
-	db, err := pebble.Open(dir, &pebble.Options{FormatMajorVersion: pebble.FormatNewest})
-	require.NoError(t, err)
-	require.NoError(t, db.DeleteRange([]byte("lb/"), []byte("lb0"), pebble.Sync))
-	require.NoError(t, db.Delete([]byte("k/log-bytes"), pebble.Sync))
-	require.NoError(t, db.Close())
+	writtenBefore(t, dir, "lb/", "k/log-bytes")
 	s, err = projections.Open(dir, projections.Options{})
 	require.NoError(t, err)
 	defer s.Close()

@@ -106,16 +106,24 @@ func TestViewsWithoutTheTimersByWorkspaceGetThem(t *testing.T) {
 	tasksDue(h, "v", 2, at)
 	require.NoError(t, s.Close())
 
-	db, err := pebble.Open(dir, &pebble.Options{FormatMajorVersion: pebble.FormatNewest})
-	require.NoError(t, err)
-	require.NoError(t, db.DeleteRange([]byte("tmw/"), []byte("tmw0"), pebble.Sync))
-	require.NoError(t, db.Delete([]byte("k/timers-by-ws"), pebble.Sync))
-	require.NoError(t, db.Close())
-
+	writtenBefore(t, dir, "tmw/", "k/timers-by-ws")
 	s, err = projections.Open(dir, projections.Options{})
 	require.NoError(t, err)
 	defer s.Close()
 	page, err := s.DueTimers(at.Add(time.Hour), 100, 100, "")
 	require.NoError(t, err)
 	require.Equal(t, map[string]int{"w": 3, "v": 2}, countByWorkspace(page.Timers))
+}
+
+// writtenBefore makes the closed views in dir as views written before a
+// kind of row was kept: without the rows under prefix and without mark.
+func writtenBefore(t *testing.T, dir, prefix, mark string) {
+	t.Helper()
+	db, err := pebble.Open(dir, &pebble.Options{FormatMajorVersion: pebble.FormatNewest})
+	require.NoError(t, err)
+	end := []byte(prefix)
+	end[len(end)-1]++
+	require.NoError(t, db.DeleteRange([]byte(prefix), end, pebble.Sync))
+	require.NoError(t, db.Delete([]byte(mark), pebble.Sync))
+	require.NoError(t, db.Close())
 }
