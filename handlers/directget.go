@@ -70,7 +70,7 @@ func (g directGetter) get(ctx context.Context, req directGetRequest) ([]storedMs
 	}
 	sub, err := g.nc.Subscribe(g.nc.NewInbox(), func(m *nats.Msg) {
 		if finished {
-			return // nothing follows an end, but a server's bug
+			return // nothing should follow an end: what does is passed over
 		}
 		switch status := m.Header.Get("Status"); status {
 		case "":
