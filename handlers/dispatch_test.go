@@ -66,15 +66,23 @@ func TestQueueConfigureMakesTheConsumer(t *testing.T) {
 // next returns the next work item, waiting up to d.
 func (q *queue) next(d time.Duration) (schemas.WorkItem, jetstream.Msg) {
 	q.t.Helper()
-	batch, err := q.cons.Fetch(1, jetstream.FetchMaxWait(d))
-	require.NoError(q.t, err)
-	for m := range batch.Messages() {
-		require.NoError(q.t, schemas.Validate(schemas.PathWorkItem, m.Data()), "a work item follows the wire contract")
-		var it schemas.WorkItem
-		require.NoError(q.t, json.Unmarshal(m.Data(), &it))
-		return it, m
+	deadline := time.Now().Add(d)
+	var ended error
+	// A pull may end before its wait with a status (the service updated
+	// the queue's consumer meanwhile, as it does when the queue stands
+	// again): it is pulled again until the deadline.
+	for wait := d; wait >= 10*time.Millisecond; wait = time.Until(deadline) {
+		batch, err := q.cons.Fetch(1, jetstream.FetchMaxWait(wait))
+		require.NoError(q.t, err)
+		for m := range batch.Messages() {
+			require.NoError(q.t, schemas.Validate(schemas.PathWorkItem, m.Data()), "a work item follows the wire contract")
+			var it schemas.WorkItem
+			require.NoError(q.t, json.Unmarshal(m.Data(), &it))
+			return it, m
+		}
+		ended = batch.Error()
 	}
-	q.t.Fatalf("no work item within %s", d)
+	q.t.Fatalf("no work item within %s (the last pull ended with %v)", d, ended)
 	return schemas.WorkItem{}, nil
 }
 
