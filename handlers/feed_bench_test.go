@@ -112,6 +112,14 @@ func BenchmarkFeedPageScan(b *testing.B) {
 	// A watcher's catch-up: the ten events after a position, as a client
 	// reconnecting asks for them; what a small page costs besides its
 	// events.
+	b.Run("ten events from the middle", func(b *testing.B) {
+		q := schemas.Query{Filter: ">", After: strconv.Itoa(n / 2)}
+		for range b.N {
+			_, next, err := s.feedPage("default", q, newPage("event", "", 10, 1<<20))
+			require.NoError(b, err)
+			require.NotEmpty(b, next)
+		}
+	})
 	b.Run("ten events after a position", func(b *testing.B) {
 		q := schemas.Query{Filter: ">", After: strconv.Itoa(n - 20)}
 		for range b.N {

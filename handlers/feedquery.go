@@ -90,10 +90,14 @@ func (s *Service) feedPage(ws string, q schemas.Query, pg *page) (res []byte, ne
 	from.NextFor = read
 	more := true
 	for more && pg.next == "" && scanned < scanLimit {
-		// At least one more than the page takes, so that a full page knows
-		// whether more follow, and a few hundred at once when most may be
-		// passed over.
-		from.Batch, from.MaxBytes = min(max(pg.limit-pg.n+1, 256), scanLimit-scanned), feedFetchBytes
+		// One more than the page takes, so that a full page knows whether
+		// more follow; a few hundred at once when most may be passed over
+		// (a filter the stored subjects cannot tell exactly).
+		ask := pg.limit - pg.n + 1
+		if !exact {
+			ask = max(ask, 256)
+		}
+		from.Batch, from.MaxBytes = min(ask, scanLimit-scanned), feedFetchBytes
 		msgs, pending, err := getter.get(ctx, from)
 		if err != nil {
 			return nil, "", fmt.Errorf("handlers: feed query: %w", err)
