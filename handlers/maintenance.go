@@ -241,7 +241,7 @@ func (m *Maintenance) Rebuild(ctx context.Context, o RebuildOptions) (*Rebuilt, 
 	var bare []byte // the rebuilt views' sum without the log's bytes by workspace, for views that counted them late
 	if err == nil && old != nil {
 		if _, _, from := old.LogBytes(""); from > 1 {
-			bare, err = viewsSumBut(s)
+			bare, err = sumOf(s.DumpButLogBytes)
 		}
 	}
 	_ = s.Close()
@@ -258,7 +258,7 @@ func (m *Maintenance) Rebuild(ctx context.Context, o RebuildOptions) (*Rebuilt, 
 		_, _, oldFrom := old.LogBytes("")
 		var oldBare []byte
 		if err == nil && oldFrom > 1 {
-			oldBare, err = viewsSumBut(old)
+			oldBare, err = sumOf(old.DumpButLogBytes)
 		}
 		closeOld()
 		switch {
@@ -365,19 +365,12 @@ func dedupe(s []string) []string {
 // ViewsSum returns the SHA-256 of everything the views hold, as
 // projections.Store.Dump writes it: two stores that hold the same have the
 // same sum.
-func ViewsSum(s *projections.Store) ([]byte, error) {
-	h := sha256.New()
-	if err := s.Dump(h); err != nil {
-		return nil, err
-	}
-	return h.Sum(nil), nil
-}
+func ViewsSum(s *projections.Store) ([]byte, error) { return sumOf(s.Dump) }
 
-// viewsSumBut is ViewsSum without the counts of the log's bytes by
-// workspace.
-func viewsSumBut(s *projections.Store) ([]byte, error) {
+// sumOf returns the SHA-256 of what dump writes.
+func sumOf(dump func(io.Writer) error) ([]byte, error) {
 	h := sha256.New()
-	if err := s.DumpButLogBytes(h); err != nil {
+	if err := dump(h); err != nil {
 		return nil, err
 	}
 	return h.Sum(nil), nil

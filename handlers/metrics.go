@@ -12,6 +12,7 @@ import (
 
 	"github.com/dwr-run/dwr/domain"
 	"github.com/dwr-run/dwr/eventstore"
+	"github.com/dwr-run/dwr/projections"
 	"github.com/dwr-run/dwr/schemas"
 )
 
@@ -185,33 +186,14 @@ func (m *metrics) committed(c *eventstore.Commit) {
 	if m == nil {
 		return
 	}
-	// A record's events come by command, a workspace's together: the bytes
-	// are counted a run of one workspace at a time.
-	var ws string // the workspace of n bytes not yet counted
-	n := 0
-	flush := func() {
-		if n > 0 {
-			m.workspaceBytes.WithLabelValues(ws).Add(float64(n))
-		}
-		n = 0
-	}
-	add := func(w string, bytes int) {
-		if w != ws {
-			flush()
-			ws = w
-		}
-		n += bytes
-	}
 	for i := range c.Events {
 		if c.Events[i].Type == abandonedEvent {
 			m.attemptLeases.Inc()
 		}
-		add(c.Events[i].Workspace, len(c.Events[i].Data))
 	}
-	for i := range c.Results {
-		add(c.Results[i].Workspace, len(c.Results[i].Reply))
+	for _, b := range projections.BytesByWorkspace(c) {
+		m.workspaceBytes.WithLabelValues(b.Workspace).Add(float64(b.N))
 	}
-	flush()
 }
 
 // abandonedEvent is the type of domain.AttemptAbandoned: an attempt whose

@@ -1332,15 +1332,19 @@ func (s *Service) warnNameClashes() {
 	if err != nil {
 		return
 	}
+	names := make(map[string]bool, len(ws))
 	for _, w := range ws {
-		longer, err := s.store.WorkspacesExtending(w.Name + "-")
-		if err != nil {
-			return
-		}
-		for _, other := range longer {
+		names[w.Name] = true
+	}
+	// Each clash is found from its longer name: the names it extends.
+	for _, w := range ws {
+		for i := range len(w.Name) {
+			if w.Name[i] != '-' || !names[w.Name[:i]] {
+				continue
+			}
 			s.cfg.Logger.Error("handlers: two workspaces' names clash: a queue's work consumer is named <prefix>-<workspace>-<queue>, so a queue of one may share its consumer with a queue of the other, "+
 				"and a member of one could take the other's work items; move one workspace's work to a workspace named apart and delete its members",
-				"workspace", w.Name, "other", other)
+				"workspace", w.Name[:i], "other", w.Name)
 		}
 	}
 }

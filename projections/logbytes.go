@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"maps"
+	"slices"
 	"strings"
 	"sync"
 
@@ -74,26 +75,28 @@ func (s *Store) loadLogBytes() error {
 	return nil
 }
 
-// wsBytes is a workspace's bytes in one record.
-type wsBytes struct {
-	ws string
-	n  uint64
+// WorkspaceBytes is the bytes a workspace holds in one log record: its
+// events' payloads and its commands' replies.
+type WorkspaceBytes struct {
+	Workspace string
+	N         uint64
 }
 
-// recordBytes returns c's bytes by workspace, each workspace once.
-func recordBytes(c *eventstore.Commit) []wsBytes {
-	var out []wsBytes
+// BytesByWorkspace returns c's bytes by workspace, each workspace once, in
+// the order they first come.
+func BytesByWorkspace(c *eventstore.Commit) []WorkspaceBytes {
+	var out []WorkspaceBytes
 	add := func(ws string, n uint64) {
 		if n == 0 {
 			return
 		}
 		for i := range out {
-			if out[i].ws == ws {
-				out[i].n += n
+			if out[i].Workspace == ws {
+				out[i].N += n
 				return
 			}
 		}
-		out = append(out, wsBytes{ws: ws, n: n})
+		out = append(out, WorkspaceBytes{Workspace: ws, N: n})
 	}
 	for i := range c.Events {
 		add(c.Events[i].Workspace, uint64(len(c.Events[i].Data)))
@@ -106,8 +109,10 @@ func recordBytes(c *eventstore.Commit) []wsBytes {
 
 // countLogBytes writes into b the counts record c leaves, and returns the
 // record's bytes by workspace for logBytesApplied once b is committed.
-func (s *Store) countLogBytes(b *pebble.Batch, c *eventstore.Commit) ([]wsBytes, error) {
-	add := recordBytes(c)
+func (s *Store) countLogBytes(b *pebble.Batch, c *eventstore.Commit) ([]WorkspaceBytes, error) {
+	add := slices.DeleteFunc(BytesByWorkspace(c), func(a WorkspaceBytes) bool {
+		return a.Workspace == "" || strings.Contains(a.Workspace, "/") // not a workspace's: no row (names never hold '/')
+	})
 	if len(add) == 0 {
 		return nil, nil
 	}
@@ -115,27 +120,22 @@ func (s *Store) countLogBytes(b *pebble.Batch, c *eventstore.Commit) ([]wsBytes,
 	lb.mu.Lock()
 	defer lb.mu.Unlock()
 	for _, a := range add {
-		if a.ws == "" || strings.Contains(a.ws, "/") {
-			continue // not a workspace's: no row (names never hold '/')
-		}
-		if err := b.Set(key(pLogBytes, a.ws), binary.BigEndian.AppendUint64(nil, lb.by[a.ws]+a.n), nil); err != nil {
+		if err := b.Set(key(pLogBytes, a.Workspace), binary.BigEndian.AppendUint64(nil, lb.by[a.Workspace]+a.N), nil); err != nil {
 			return nil, err
 		}
 	}
 	return add, nil
 }
 
-// logBytesApplied takes a committed record's bytes into the counts.
-func (s *Store) logBytesApplied(add []wsBytes) {
+// logBytesApplied takes a committed record's bytes (countLogBytes's) into
+// the counts.
+func (s *Store) logBytesApplied(add []WorkspaceBytes) {
 	lb := s.logBytes
 	lb.mu.Lock()
 	defer lb.mu.Unlock()
 	for _, a := range add {
-		if a.ws == "" || strings.Contains(a.ws, "/") {
-			continue
-		}
-		lb.by[a.ws] += a.n
-		lb.total += a.n
+		lb.by[a.Workspace] += a.N
+		lb.total += a.N
 	}
 }
 
