@@ -357,9 +357,7 @@ func (x *tx) requestApproval(c *RequestApproval) (Reply, error) {
 		req.Role = cmp.Or(req.Role, g.Role)
 		req.EscalateTo = cmp.Or(req.EscalateTo, g.EscalateTo)
 		req.OnExpiry = cmp.Or(req.OnExpiry, g.OnExpiry)
-		if req.ExpiresIn == 0 {
-			req.ExpiresIn = g.ExpiresIn
-		}
+		req.ExpiresIn = cmp.Or(req.ExpiresIn, g.ExpiresIn)
 		if len(req.Responses) == 0 {
 			req.Responses = g.Responses
 		}

@@ -1,6 +1,7 @@
 package domain
 
 import (
+	"cmp"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -175,9 +176,7 @@ func (x *tx) ritualVersion(name string, version uint64) (*RitualVersion, error) 
 	if r == nil {
 		return nil, notFound("/name", "ritual %q not found in workspace %q: define it first (dwr ritual define -f FILE)", name, x.m.Workspace)
 	}
-	if version == 0 {
-		version = r.Version
-	}
+	version = cmp.Or(version, r.Version)
 	if version > r.Version {
 		return nil, notFound("/version", "ritual %q has no version %d: its versions are 1 to %d", name, version, r.Version)
 	}

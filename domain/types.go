@@ -1,6 +1,7 @@
 package domain
 
 import (
+	"cmp"
 	"time"
 
 	"github.com/dwr-run/dwr/schemas"
@@ -57,18 +58,10 @@ const (
 
 // RetryWithDefaults returns p with every zero field set to its default.
 func RetryWithDefaults(p RetryPolicy) RetryPolicy {
-	if p.MaxAttempts == 0 {
-		p.MaxAttempts = DefaultMaxAttempts
-	}
-	if p.InitialBackoff == 0 {
-		p.InitialBackoff = Duration(DefaultInitialBackoff)
-	}
-	if p.Multiplier == 0 {
-		p.Multiplier = DefaultMultiplier
-	}
-	if p.MaxBackoff == 0 {
-		p.MaxBackoff = Duration(DefaultMaxBackoff)
-	}
+	p.MaxAttempts = cmp.Or(p.MaxAttempts, DefaultMaxAttempts)
+	p.InitialBackoff = cmp.Or(p.InitialBackoff, Duration(DefaultInitialBackoff))
+	p.Multiplier = cmp.Or(p.Multiplier, DefaultMultiplier)
+	p.MaxBackoff = cmp.Or(p.MaxBackoff, Duration(DefaultMaxBackoff))
 	return p
 }
 

@@ -1,6 +1,7 @@
 package eventstore
 
 import (
+	"cmp"
 	"fmt"
 	"sync"
 )
@@ -226,9 +227,7 @@ func (tx *ChainTx) Link(e *Event) error {
 			return err
 		}
 	}
-	if e.Version == 0 {
-		e.Version = tip.version + 1
-	}
+	e.Version = cmp.Or(e.Version, tip.version+1)
 	if e.PrevHash == "" {
 		e.PrevHash = tip.hash
 	}

@@ -1,6 +1,7 @@
 package eventstore
 
 import (
+	"cmp"
 	"context"
 	"crypto/rand"
 	"errors"
@@ -72,18 +73,10 @@ func (c GroupConfig) withDefaults() GroupConfig {
 	if c.WriterID == "" {
 		c.WriterID = ulid.Make().String()
 	}
-	if c.MaxBatch == 0 {
-		c.MaxBatch = 1024
-	}
-	if c.QueueSize == 0 {
-		c.QueueSize = 4 * c.MaxBatch
-	}
-	if c.MaxRecordBytes == 0 {
-		c.MaxRecordBytes = MaxRecordBytes
-	}
-	if c.AppendTimeout == 0 {
-		c.AppendTimeout = 10 * time.Second
-	}
+	c.MaxBatch = cmp.Or(c.MaxBatch, 1024)
+	c.QueueSize = cmp.Or(c.QueueSize, 4*c.MaxBatch)
+	c.MaxRecordBytes = cmp.Or(c.MaxRecordBytes, MaxRecordBytes)
+	c.AppendTimeout = cmp.Or(c.AppendTimeout, 10*time.Second)
 	if c.Clock == nil {
 		c.Clock = time.Now
 	}

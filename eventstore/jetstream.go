@@ -1,6 +1,7 @@
 package eventstore
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -42,15 +43,9 @@ func (c JetStreamConfig) withDefaults() JetStreamConfig {
 	c.Stream = orDefault(c.Stream, "DWR_LOG")
 	c.Prefix = orDefault(c.Prefix, "dwr")
 	c.Partition = orDefault(c.Partition, "0")
-	if c.Replicas == 0 {
-		c.Replicas = 1
-	}
-	if c.Duplicates == 0 {
-		c.Duplicates = 2 * time.Minute
-	}
-	if c.AttemptTimeout == 0 {
-		c.AttemptTimeout = time.Second
-	}
+	c.Replicas = cmp.Or(c.Replicas, 1)
+	c.Duplicates = cmp.Or(c.Duplicates, 2*time.Minute)
+	c.AttemptTimeout = cmp.Or(c.AttemptTimeout, time.Second)
 	return c
 }
 

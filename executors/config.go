@@ -1,6 +1,7 @@
 package executors
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -130,18 +131,10 @@ func (c Config) withDefaults() Config {
 		}
 		c.Executor = fmt.Sprintf("%s-%d", host, os.Getpid())
 	}
-	if c.Concurrency == 0 {
-		c.Concurrency = DefaultConcurrency
-	}
-	if c.Lease == 0 {
-		c.Lease = DefaultLease
-	}
-	if c.MaxDeliver == 0 {
-		c.MaxDeliver = DefaultMaxDeliver
-	}
-	if c.DrainTimeout == 0 {
-		c.DrainTimeout = DefaultDrainTimeout
-	}
+	c.Concurrency = cmp.Or(c.Concurrency, DefaultConcurrency)
+	c.Lease = cmp.Or(c.Lease, DefaultLease)
+	c.MaxDeliver = cmp.Or(c.MaxDeliver, DefaultMaxDeliver)
+	c.DrainTimeout = cmp.Or(c.DrainTimeout, DefaultDrainTimeout)
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
 	}

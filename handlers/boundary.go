@@ -1,6 +1,7 @@
 package handlers
 
 import (
+	"cmp"
 	"fmt"
 	"log/slog"
 	"path/filepath"
@@ -114,9 +115,7 @@ func StartEmbedded(cfg EmbeddedConfig, store *projections.Store) (*Boundary, err
 	}
 	b := &Boundary{service: id, insecureOpen: cfg.InsecureOpen, store: store, logger: cfg.Logger,
 		admins: []access.Admin{{Name: "admin", PublicKey: pub}}, limits: cfg.Limits.withDefaults(), benchFor: cfg.BenchFor}
-	if b.benchFor == 0 {
-		b.benchFor = DefaultBenchFor
-	}
+	b.benchFor = cmp.Or(b.benchFor, DefaultBenchFor)
 	// The client port stays closed until Open: until the views have caught
 	// up, the members they hold may be behind the log's (a member added or
 	// removed in the records a crash kept from the views), and a client

@@ -98,12 +98,8 @@ func (l ClientLimits) withDefaults() ClientLimits {
 		set(&l.MaxConnectionsPerWorkspace, -1)
 	}
 	set(&l.MaxSubscriptions, DefaultMaxClientSubscriptions)
-	if l.MaxPendingPerIdentity == 0 {
-		l.MaxPendingPerIdentity = DefaultMaxPendingPerIdentity
-	}
-	if l.MaxPending == 0 {
-		l.MaxPending = DefaultMaxClientPending
-	}
+	l.MaxPendingPerIdentity = cmp.Or(l.MaxPendingPerIdentity, DefaultMaxPendingPerIdentity)
+	l.MaxPending = cmp.Or(l.MaxPending, DefaultMaxClientPending)
 	return l
 }
 

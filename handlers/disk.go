@@ -1,6 +1,7 @@
 package handlers
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"log/slog"
@@ -116,10 +117,7 @@ func (g *diskGauge) look() bool {
 		g.room.Store(math.MaxInt64)
 		return true
 	}
-	reserve := g.reserve
-	if reserve == 0 {
-		reserve = DefaultMinFreeDisk(size)
-	}
+	reserve := cmp.Or(g.reserve, DefaultMinFreeDisk(size))
 	g.kept.Store(reserve)
 	// What is held may not be on the disk yet: it is counted still.
 	held := g.held.Load()

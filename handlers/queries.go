@@ -1,6 +1,7 @@
 package handlers
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -238,10 +239,7 @@ func (s *Service) query(name, ws string, p principal, q schemas.Query, pre prefe
 		return nil, "", &schemas.Error{Code: schemas.CodeInvalid, Message: "limit " + msg,
 			Fields: []schemas.FieldError{{Pointer: "/limit", Message: msg}}}
 	}
-	limit := q.Limit
-	if limit == 0 {
-		limit = DefaultLimit
-	}
+	limit := cmp.Or(q.Limit, DefaultLimit)
 	budget := s.replyBudget()
 	notFound := func(what string) error {
 		return &schemas.Error{Code: schemas.CodeNotFound, Message: fmt.Sprintf("%s %q not found in workspace %q", what, q.ID, ws)}
@@ -382,10 +380,7 @@ func (s *Service) ritual(ws string, q schemas.Query, budget int) (json.RawMessag
 	if r == nil || !domain.ValidName(q.ID) {
 		return nil, "", &schemas.Error{Code: schemas.CodeNotFound, Message: fmt.Sprintf("ritual %q not found in workspace %q", q.ID, ws)}
 	}
-	version := q.Version
-	if version == 0 {
-		version = r.Version
-	}
+	version := cmp.Or(q.Version, r.Version)
 	v, err := s.store.RitualVersion(id, version)
 	if err == nil && v == nil {
 		return nil, "", &schemas.Error{Code: schemas.CodeNotFound, Message: fmt.Sprintf("ritual %q has no version %d: its versions are 1 to %d", q.ID, version, r.Version),

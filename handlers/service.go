@@ -1,6 +1,7 @@
 package handlers
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -305,78 +306,36 @@ func (c Config) withDefaults() Config {
 	if c.Partition == "" {
 		c.Partition = "0"
 	}
-	if c.Replicas == 0 {
-		c.Replicas = 1
-	}
+	c.Replicas = cmp.Or(c.Replicas, 1)
 	if c.WriterID == "" {
 		c.WriterID = ulid.Make().String()
 	}
-	if c.LeaseTTL == 0 {
-		c.LeaseTTL = DefaultLeaseTTL
-	}
-	if c.MinSeqWait == 0 {
-		c.MinSeqWait = 5 * time.Second
-	}
-	if c.MaxInFlight == 0 {
-		c.MaxInFlight = DefaultMaxInFlight
-	}
-	if c.MaxQueriesInFlight == 0 {
-		c.MaxQueriesInFlight = max(1, c.MaxInFlight*3/4)
-	}
-	if c.MaxBytesInFlight == 0 {
-		c.MaxBytesInFlight = DefaultMaxBytesInFlight
-	}
-	if c.MaxBytesInFlightPerCaller == 0 {
-		c.MaxBytesInFlightPerCaller = max(1, min(DefaultMaxBytesInFlightPerCaller, c.MaxBytesInFlight/4))
-	}
-	if c.MaxQueriesRunning == 0 {
-		c.MaxQueriesRunning = max(4, 2*runtime.GOMAXPROCS(0))
-	}
-	if c.BenchFor == 0 {
-		c.BenchFor = DefaultBenchFor
-	}
-	if c.MaxWriterBytes == 0 {
-		c.MaxWriterBytes = DefaultMaxWriterBytes
-	}
-	if c.MaxWriterCommands == 0 {
-		c.MaxWriterCommands = DefaultMaxWriterCommands
-	}
-	if c.MaxBacklog == 0 {
-		c.MaxBacklog = DefaultMaxBacklog
-	}
-	if c.MaxInFlightPerCaller == 0 {
-		c.MaxInFlightPerCaller = max(1, min(DefaultMaxInFlightPerCaller, c.MaxInFlight/4))
-	}
-	if c.MaxInFlightPerWorkspace == 0 {
-		c.MaxInFlightPerWorkspace = min(c.MaxInFlight, max(c.MaxInFlight/4, c.MaxInFlightPerCaller))
-	}
-	if c.MaxBytesInFlightPerWorkspace == 0 {
-		c.MaxBytesInFlightPerWorkspace = min(c.MaxBytesInFlight, max(c.MaxBytesInFlight/4, c.MaxBytesInFlightPerCaller))
-	}
-	if c.FeedMaxBytes == 0 {
-		c.FeedMaxBytes = DefaultFeedMaxBytes
-	}
+	c.LeaseTTL = cmp.Or(c.LeaseTTL, DefaultLeaseTTL)
+	c.MinSeqWait = cmp.Or(c.MinSeqWait, 5*time.Second)
+	c.MaxInFlight = cmp.Or(c.MaxInFlight, DefaultMaxInFlight)
+	c.MaxQueriesInFlight = cmp.Or(c.MaxQueriesInFlight, max(1, c.MaxInFlight*3/4))
+	c.MaxBytesInFlight = cmp.Or(c.MaxBytesInFlight, DefaultMaxBytesInFlight)
+	c.MaxBytesInFlightPerCaller = cmp.Or(c.MaxBytesInFlightPerCaller, max(1, min(DefaultMaxBytesInFlightPerCaller, c.MaxBytesInFlight/4)))
+	c.MaxQueriesRunning = cmp.Or(c.MaxQueriesRunning, max(4, 2*runtime.GOMAXPROCS(0)))
+	c.BenchFor = cmp.Or(c.BenchFor, DefaultBenchFor)
+	c.MaxWriterBytes = cmp.Or(c.MaxWriterBytes, DefaultMaxWriterBytes)
+	c.MaxWriterCommands = cmp.Or(c.MaxWriterCommands, DefaultMaxWriterCommands)
+	c.MaxBacklog = cmp.Or(c.MaxBacklog, DefaultMaxBacklog)
+	c.MaxInFlightPerCaller = cmp.Or(c.MaxInFlightPerCaller, max(1, min(DefaultMaxInFlightPerCaller, c.MaxInFlight/4)))
+	c.MaxInFlightPerWorkspace = cmp.Or(c.MaxInFlightPerWorkspace, min(c.MaxInFlight, max(c.MaxInFlight/4, c.MaxInFlightPerCaller)))
+	c.MaxBytesInFlightPerWorkspace = cmp.Or(c.MaxBytesInFlightPerWorkspace, min(c.MaxBytesInFlight, max(c.MaxBytesInFlight/4, c.MaxBytesInFlightPerCaller)))
+	c.FeedMaxBytes = cmp.Or(c.FeedMaxBytes, DefaultFeedMaxBytes)
 	if c.ArtifactMaxBytes <= 0 {
 		c.ArtifactMaxBytes = DefaultArtifactMaxBytes
 	}
 	if c.MaxQueues <= 0 {
 		c.MaxQueues = DefaultMaxQueues
 	}
-	if c.MaxQueuesPerWorkspace == 0 {
-		c.MaxQueuesPerWorkspace = min(DefaultMaxQueuesPerWorkspace, c.MaxQueues)
-	}
-	if c.MaxSchedulesPerWorkspace == 0 {
-		c.MaxSchedulesPerWorkspace = DefaultMaxSchedulesPerWorkspace
-	}
-	if c.MaxMembersPerWorkspace == 0 {
-		c.MaxMembersPerWorkspace = DefaultMaxMembersPerWorkspace
-	}
-	if c.ArtifactRetention == 0 {
-		c.ArtifactRetention = DefaultArtifactRetention
-	}
-	if c.MaxArtifactBytesPerWorkspace == 0 {
-		c.MaxArtifactBytesPerWorkspace = DefaultMaxArtifactBytesPerWorkspace
-	}
+	c.MaxQueuesPerWorkspace = cmp.Or(c.MaxQueuesPerWorkspace, min(DefaultMaxQueuesPerWorkspace, c.MaxQueues))
+	c.MaxSchedulesPerWorkspace = cmp.Or(c.MaxSchedulesPerWorkspace, DefaultMaxSchedulesPerWorkspace)
+	c.MaxMembersPerWorkspace = cmp.Or(c.MaxMembersPerWorkspace, DefaultMaxMembersPerWorkspace)
+	c.ArtifactRetention = cmp.Or(c.ArtifactRetention, DefaultArtifactRetention)
+	c.MaxArtifactBytesPerWorkspace = cmp.Or(c.MaxArtifactBytesPerWorkspace, DefaultMaxArtifactBytesPerWorkspace)
 	if c.ArtifactStoreMaxBytes <= 0 {
 		c.ArtifactStoreMaxBytes = -1
 	}
@@ -392,15 +351,9 @@ func (c Config) withDefaults() Config {
 	if c.Version == "" {
 		c.Version = "0.1.0"
 	}
-	if c.DefaultLease == 0 {
-		c.DefaultLease = 30 * time.Second
-	}
-	if c.LeaseGrace == 0 {
-		c.LeaseGrace = time.Second
-	}
-	if c.StreamCheckInterval == 0 {
-		c.StreamCheckInterval = 10 * time.Second
-	}
+	c.DefaultLease = cmp.Or(c.DefaultLease, 30*time.Second)
+	c.LeaseGrace = cmp.Or(c.LeaseGrace, time.Second)
+	c.StreamCheckInterval = cmp.Or(c.StreamCheckInterval, 10*time.Second)
 	return c
 }
 

@@ -1,6 +1,7 @@
 package projections
 
 import (
+	"cmp"
 	"context"
 	"encoding/binary"
 	"encoding/json"
@@ -49,12 +50,8 @@ type Options struct {
 }
 
 func (o Options) withDefaults() Options {
-	if o.CacheEntries == 0 {
-		o.CacheEntries = 100_000
-	}
-	if o.CacheBytes == 0 {
-		o.CacheBytes = 64 << 20
-	}
+	o.CacheEntries = cmp.Or(o.CacheEntries, 100_000)
+	o.CacheBytes = cmp.Or(o.CacheBytes, 64<<20)
 	if o.Upcasters == nil {
 		o.Upcasters = DomainUpcasters()
 	}

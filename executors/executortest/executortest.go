@@ -11,6 +11,7 @@
 package executortest
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -199,9 +200,7 @@ func (job Job) spec() (executors.Job, error) {
 	if s.Queue == "" {
 		s.Queue = DefaultQueue
 	}
-	if s.Attempt == 0 {
-		s.Attempt = 1
-	}
+	s.Attempt = cmp.Or(s.Attempt, 1)
 	if s.OperationKey == "" {
 		s.OperationKey = "op-" + s.TaskID
 	}

@@ -1,6 +1,7 @@
 package embedded
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -225,9 +226,7 @@ func buildOptions(cfg Config) (*options, error) {
 	if cfg.MaxPending < 0 {
 		addErr("MaxPending must not be negative, got %d", cfg.MaxPending)
 	}
-	if o.JetStreamMaxMemory == 0 {
-		o.JetStreamMaxMemory = DefaultMaxMemory
-	}
+	o.JetStreamMaxMemory = cmp.Or(o.JetStreamMaxMemory, DefaultMaxMemory)
 
 	if cfg.Listen == "" {
 		o.DontListen = true
@@ -317,9 +316,7 @@ func parseHostPort(hp string) (string, int, error) {
 	if err != nil || port < 0 || port > 65535 {
 		return "", 0, fmt.Errorf("invalid port %q", portStr)
 	}
-	if port == 0 {
-		port = server.RANDOM_PORT
-	}
+	port = cmp.Or(port, server.RANDOM_PORT)
 	return host, port, nil
 }
 
