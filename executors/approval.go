@@ -1,6 +1,7 @@
 package executors
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -84,6 +85,10 @@ type Decision struct {
 	Approver     string          `json:"approver"`
 	Role         string          `json:"role,omitempty"` // the approver's role
 	DecidedAt    time.Time       `json:"decided_at"`
+	// AskedRole is the role the job's request asked to decide ("" for any
+	// approver): the approval's own role, or for an approval an escalation
+	// made, the role of the request it escalated.
+	AskedRole string `json:"asked_role,omitempty"`
 }
 
 // Approved reports whether the decision approves its action; false for nil.
@@ -102,13 +107,18 @@ func (j *Job) Approval() *Decision {
 // RequestApproval asks a person to approve r.Action before the job performs
 // it. Call it right before the side effect; it runs on every attempt:
 //
-//   - When the task already holds a decision on exactly this action (the
-//     latest one whose action digest is ActionDigest(r.Action)), it returns
-//     that decision and nil: on ResponseApprove perform exactly r.Action;
+//   - When the task already holds a decision on exactly this action asked
+//     of this role (the latest one whose action digest is
+//     ActionDigest(r.Action) and whose AskedRole is r.Role, or the task's
+//     approval role when r.Role is empty), it returns that decision and
+//     nil: on ResponseApprove perform exactly r.Action;
 //     on another response do what the response asks — for revise, revise
 //     the action from the decision's Comment and ask again (an altered
 //     action has another digest, so it is a new request: an approval of
-//     one action never authorizes another).
+//     one action never authorizes another). A decision asked of one role
+//     never stands for another's: a job that needs two sign-offs on the
+//     same action asks each role in turn, and the second request, finding
+//     no decision of its role, is a new approval.
 //   - Otherwise it records the request (task.request_approval, for this
 //     attempt) and returns a *WaitError. Return it from the handler:
 //     return executors.Result{}, err. The request itself parked the
@@ -134,8 +144,9 @@ func (j *Job) RequestApproval(ctx context.Context, r ApprovalRequest) (*Decision
 	if err != nil {
 		return nil, fmt.Errorf("executors: approval request of task %s: %w", j.TaskID, err)
 	}
+	role := cmp.Or(r.Role, j.approvalRole)
 	for i := len(j.Decisions) - 1; i >= 0; i-- {
-		if j.Decisions[i].ActionDigest == digest {
+		if j.Decisions[i].ActionDigest == digest && j.Decisions[i].AskedRole == role {
 			d := j.Decisions[i]
 			return &d, nil
 		}

@@ -259,6 +259,14 @@ func TestRequestApprovalWithoutAServer(t *testing.T) {
 	require.NoError(t, err)
 	require.NotNil(t, out.Report.Wait)
 
+	// Nor does a decision on the action asked of another role.
+	legal := decided
+	legal.Role = "legal"
+	out, err = executortest.Run(ctx, refunder(&performed), executortest.Job{Input: in, Attempt: 2,
+		Decisions: []executors.Decision{legal}})
+	require.NoError(t, err)
+	require.NotNil(t, out.Report.Wait, "a decision asked of legal is not finance's")
+
 	// The latest decision on the action is the one that counts.
 	rejected := decided
 	rejected.ApprovalID, rejected.Response = executortest.DefaultTaskID+"-2", executors.ResponseReject
@@ -329,4 +337,52 @@ func TestAnExpiredApprovalResumesWithResponseExpired(t *testing.T) {
 	require.True(t, d.DecidedAt.Equal(clock.Now()), "handed at the expiry, %s", d.DecidedAt)
 	require.False(t, d.Approved())
 	require.Len(t, b.approvalTask(t, id).Approvals, 1, "the expired action was not asked again")
+}
+
+// Two sign-offs on one action: a job asks finance, then legal, to approve
+// the same payment. Finance's decision does not stand for legal's: the
+// second request is an approval of its own, and the payment is made once
+// both approved. An escalated request still counts for the role it asked:
+// legal escalates to the general counsel, whose approval is legal's.
+func TestTwoRolesSignOffOnTheSameAction(t *testing.T) {
+	b := setup(t)
+	payment := map[string]any{"pay": map[string]any{"to": "ACME", "cents": 990_000}}
+	digest, err := executors.ActionDigest(payment)
+	require.NoError(t, err)
+	done := make(chan []string, 1)
+	b.startWorker(t, executors.Config{Queue: "payments"}, func(ctx context.Context, job *executors.Job) (executors.Result, error) {
+		var by []string
+		for _, role := range []string{"finance", "legal"} {
+			d, err := job.RequestApproval(ctx, executors.ApprovalRequest{Action: payment, Role: role, EscalateTo: "counsel",
+				Responses: []string{executors.ResponseApprove, executors.ResponseReject, executors.ResponseEscalate}})
+			if err != nil {
+				return executors.Result{}, err
+			}
+			if !d.Approved() {
+				return executors.Result{}, executors.Permanent(errors.New(role + ": " + d.Response))
+			}
+			by = append(by, d.ApprovalID+" "+d.Approver+" for "+d.AskedRole)
+		}
+		done <- by
+		return executors.Result{Output: by}, nil
+	})
+	ada := b.registerApprover(t, "ada", "finance")
+	lee := b.registerApprover(t, "lee", "legal")
+	gc := b.registerApprover(t, "gc", "counsel")
+
+	id := b.CreateTask(t, map[string]any{"queue": "payments"})
+	b.waitApproval(t, id, id+"-1")
+	b.Command(t, "approval.decide", ada.decision(id+"-1", executors.ResponseApprove, digest, ""))
+	tk := b.waitApproval(t, id, id+"-2")
+	require.Equal(t, "legal", tk.Approvals[1].Role, "finance's approval was not taken for legal's")
+	require.Equal(t, digest, tk.Approvals[1].ActionDigest)
+	b.Command(t, "approval.decide", lee.decision(id+"-2", executors.ResponseEscalate, digest, "over my limit"))
+	tk = b.waitApproval(t, id, id+"-3")
+	require.Equal(t, "counsel", tk.Approvals[2].Role)
+	b.Command(t, "approval.decide", gc.decision(id+"-3", executors.ResponseApprove, digest, ""))
+
+	require.Equal(t, []string{id + "-1 ada for finance", id + "-3 gc for legal"}, recv(t, done))
+	b.WaitState(t, id, "accepted", 10*time.Second)
+	require.Len(t, b.approvalTask(t, id).Approvals, 3, "nothing was asked again once both roles approved")
+	b.waitSettled(t, "payments")
 }

@@ -373,6 +373,9 @@ func (d *delivery) job(t *schemas.Task, a *schemas.Attempt) *Job {
 	j := &Job{TaskID: t.ID, Workspace: t.Workspace, Queue: t.Spec.Queue, GoalID: t.GoalID, Key: t.Key,
 		Title: t.Spec.Title, Attempt: a.N, Token: d.tok, OperationKey: a.OperationKey, Input: t.Spec.Input,
 		Checkpoint: t.Checkpoint, Signal: t.Signal, Decisions: decisionsOf(t), Omitted: t.Omitted, artifacts: d.w.c.c}
+	if t.Spec.Approval != nil {
+		j.approvalRole = t.Spec.Approval.Role
+	}
 	for _, p := range t.Attempts {
 		if p.N < a.N {
 			j.PriorAttempts = append(j.PriorAttempts, p)

@@ -169,8 +169,10 @@
 // decision resumes it as a new attempt, handed the task's decisions
 // (Job.Decisions, Job.Approval), where the same RequestApproval returns the
 // decision on that action instead of asking again. A decision is bound to
-// the action's digest: an altered action is a new request, and a decision
-// on one action cannot authorize another.
+// the action's digest and to the role it was asked of: an altered action
+// is a new request, a decision on one action cannot authorize another, and
+// one role's decision does not stand for another's (two sign-offs on one
+// action are two requests, each of its role).
 //
 // # Delegation
 //

@@ -108,6 +108,9 @@ type Job struct {
 	delegate delegateFunc
 	// artifacts is the worker's client: nil for a job from NewJob.
 	artifacts *client.Client
+	// approvalRole is the role of the task's approval settings, which the
+	// service gives a request that names none ("" when it has none).
+	approvalRole string
 }
 
 // CheckpointFunc stores a checkpoint durably for a job; it returns nil once

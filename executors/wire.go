@@ -73,20 +73,41 @@ func checkItem(it *schemas.WorkItem, workspace, queue, kind string) error {
 }
 
 // decisionsOf returns the decisions taken on the task's approvals, and their
-// expiries (ResponseExpired), in the order the approvals were requested.
+// expiries (ResponseExpired), in the order the approvals were requested,
+// each with the role its request asked: an approval's own, or for one an
+// escalation made (the next approval, of the role escalated to, on the same
+// action), the role of the request it escalated.
 func decisionsOf(t *schemas.Task) []Decision {
 	var ds []Decision
-	for _, a := range t.Approvals {
+	var prev *schemas.Approval
+	var prevAsked string
+	for i := range t.Approvals {
+		a := &t.Approvals[i]
+		asked := a.Role
+		if prev != nil && escalated(prev) && prev.ActionDigest == a.ActionDigest && prev.EscalateTo == a.Role && prev.Kind == a.Kind {
+			asked = prevAsked
+		}
+		prev, prevAsked = a, asked
 		switch d := a.Decision; {
 		case d != nil:
 			ds = append(ds, Decision{ApprovalID: a.ID, ActionDigest: a.ActionDigest, Action: a.Action,
-				Response: d.Response, Comment: d.Comment, Approver: d.Approver, Role: d.Role, DecidedAt: d.DecidedAt})
+				Response: d.Response, Comment: d.Comment, Approver: d.Approver, Role: d.Role, DecidedAt: d.DecidedAt, AskedRole: asked})
 		case a.State == schemas.ApprovalStateExpired && a.ExpiresAt != nil:
 			ds = append(ds, Decision{ApprovalID: a.ID, ActionDigest: a.ActionDigest, Action: a.Action,
-				Response: ResponseExpired, DecidedAt: *a.ExpiresAt})
+				Response: ResponseExpired, DecidedAt: *a.ExpiresAt, AskedRole: asked})
 		}
 	}
 	return ds
+}
+
+// escalated reports whether approval a ended by asking again of its
+// escalation role: a decision that took the escalate branch, or an expiry
+// whose branch is escalate.
+func escalated(a *schemas.Approval) bool {
+	if a.Decision != nil {
+		return a.Decision.Branch == BranchEscalate
+	}
+	return a.State == schemas.ApprovalStateExpired && a.OnExpiry == BranchEscalate
 }
 
 // running returns the attempt that holds the task now, or nil.

@@ -53,7 +53,9 @@ type Job struct {
 	// Verifications are FAIL verifications of earlier results.
 	Verifications []executors.Verification
 	// Decisions are the decisions taken on the task's approvals, oldest
-	// first: Job.RequestApproval returns the latest one on its action.
+	// first: Job.RequestApproval returns the latest one on its action,
+	// asked of its role. A decision without AskedRole is taken as asked of
+	// its approver's Role (what a request that was not escalated records).
 	// Without one it asks nothing of a server: the Outcome's Report.Wait
 	// then holds the request (Approval, ActionDigest), as a worker would
 	// record it.
@@ -190,7 +192,11 @@ func Run(ctx context.Context, h executors.Handler, job Job) (*Outcome, error) {
 func (job Job) spec() (executors.Job, error) {
 	s := executors.Job{TaskID: job.TaskID, Workspace: job.Workspace, Queue: job.Queue, GoalID: job.GoalID,
 		Key: job.Key, Title: job.Title, Attempt: job.Attempt, OperationKey: job.OperationKey,
-		PriorAttempts: job.PriorAttempts, Verifications: job.Verifications, Decisions: job.Decisions}
+		PriorAttempts: job.PriorAttempts, Verifications: job.Verifications}
+	for _, d := range job.Decisions {
+		d.AskedRole = cmp.Or(d.AskedRole, d.Role)
+		s.Decisions = append(s.Decisions, d)
+	}
 	if s.TaskID == "" {
 		s.TaskID = DefaultTaskID
 	}

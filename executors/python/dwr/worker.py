@@ -147,7 +147,10 @@ class Signal:
 
 @dataclass
 class Decision:
-    """A decision taken on one of the task's approvals."""
+    """A decision taken on one of the task's approvals. ``role`` is the
+    approver's role; ``asked_role`` the role the job's request asked to
+    decide ("" for any approver): the approval's own role, or, for an
+    approval an escalation made, the role of the request it escalated."""
 
     approval_id: str
     action_digest: str
@@ -157,6 +160,7 @@ class Decision:
     comment: str = ""
     role: str = ""
     decided_at: str = ""
+    asked_role: str = ""
 
     @property
     def approved(self) -> bool:
@@ -256,6 +260,9 @@ class Job:
         sig = task.get("signal")
         self.signal: Optional[Signal] = Signal(sig.get("name", ""), sig.get("payload")) if isinstance(sig, dict) else None
         self.decisions: List[Decision] = _decisions_of(task)
+        # The role of the task's approval settings, which the service gives a
+        # request that names none ("" when the task has none).
+        self._approval_role: str = (spec.get("approval") or {}).get("role", "") or ""
         self.dependencies: Dict[str, Dict[str, Any]] = {}
         self.delegations: List[Delegated] = []
         self.deadline: Optional[datetime] = None
@@ -381,20 +388,26 @@ class Job:
                                on_expiry: str = "", escalate_to: str = "",
                                expires_in: Optional[float] = None) -> Decision:
         """Asks a person to approve action before the job performs it. When
-        the task holds a decision on exactly this action (its canonical
-        digest), it returns it: perform the action on ``approve`` only.
-        Otherwise it records the request (task.request_approval) and raises
-        ApprovalPending: let it propagate; a new attempt runs once someone
-        decides, and its request_approval of the same action returns the
-        decision."""
+        the task holds a decision on exactly this action asked of this role
+        (the latest one whose action digest is the action's canonical digest
+        and whose ``asked_role`` is role, or the task's approval role when
+        role is empty), it returns it: perform the action on ``approve``
+        only. A decision asked of one role never stands for another's: a job
+        that needs two sign-offs on the same action asks each role in turn,
+        and the second request, finding no decision of its role, is a new
+        approval. Otherwise it records the request (task.request_approval)
+        and raises ApprovalPending: let it propagate; a new attempt runs once
+        someone decides, and its request_approval of the same action and
+        role returns the decision."""
         raw = canonical_json(encode(action) if action is not None else b"null")
         if action is None:
             raise ValueError("the action is required: the concrete action to approve")
         if len(raw) > MAX_PAYLOAD_BYTES:
             raise ValueError("the action is %d bytes; at most %d are allowed" % (len(raw), MAX_PAYLOAD_BYTES))
         digest = action_digest(raw)
+        want = role or self._approval_role
         for d in reversed(self.decisions):
-            if d.action_digest == digest:
+            if d.action_digest == digest and d.asked_role == want:
                 return d
         body: Dict[str, Any] = {"task_id": self.task_id, "attempt": self.attempt, "action": json.loads(raw)}
         if basis is not None:
@@ -445,17 +458,40 @@ def _attempt_count(task: Dict[str, Any]) -> int:
 
 
 def _decisions_of(task: Dict[str, Any]) -> List[Decision]:
+    """The decisions taken on the task's approvals, and their expiries
+    (response "expired"), in the order the approvals were requested, each
+    with the role its request asked (asked_role): an approval's own, or for
+    one an escalation made (the next approval, of the role escalated to, on
+    the same action), the role of the request it escalated."""
     out = []
+    prev: Optional[Dict[str, Any]] = None
+    prev_asked = ""
     for a in task.get("approvals") or []:
+        asked = a.get("role", "") or ""
+        if (prev is not None and _escalated(prev) and prev.get("action_digest", "") == a.get("action_digest", "")
+                and (prev.get("escalate_to", "") or "") == asked and (prev.get("kind", "") or "") == (a.get("kind", "") or "")):
+            asked = prev_asked
+        prev, prev_asked = a, asked
         d = a.get("decision")
         if isinstance(d, dict):
             out.append(Decision(approval_id=a.get("id", ""), action_digest=a.get("action_digest", ""),
                                 action=a.get("action"), response=d.get("response", ""), approver=d.get("approver", ""),
-                                comment=d.get("comment", ""), role=d.get("role", ""), decided_at=d.get("decided_at", "")))
+                                comment=d.get("comment", ""), role=d.get("role", ""), decided_at=d.get("decided_at", ""),
+                                asked_role=asked))
         elif a.get("state") == "expired" and a.get("expires_at"):
             out.append(Decision(approval_id=a.get("id", ""), action_digest=a.get("action_digest", ""),
-                                action=a.get("action"), response="expired", decided_at=a["expires_at"]))
+                                action=a.get("action"), response="expired", decided_at=a["expires_at"], asked_role=asked))
     return out
+
+
+def _escalated(a: Dict[str, Any]) -> bool:
+    """Whether approval a ended by asking again of its escalation role: a
+    decision that took the escalate branch, or an expiry whose branch is
+    escalate."""
+    d = a.get("decision")
+    if isinstance(d, dict):
+        return d.get("branch", "") == "escalate"
+    return a.get("state") == "expired" and a.get("on_expiry", "") == "escalate"
 
 
 @dataclass

@@ -81,6 +81,116 @@ class JobTest(unittest.TestCase):
         self.assertEqual(_attempt_count(dict(self.TASK, earlier_attempts={"count": 150})), 152, "the tallied ones count too")
 
 
+class _Asks:
+    """A delivery that records the job's approval requests: each
+    task.request_approval is answered with the next approval's id."""
+
+    traceparent = ""
+
+    def __init__(self) -> None:
+        self.sent: List[Tuple[str, Dict[str, Any], str]] = []
+
+    async def attempt_token(self) -> str:
+        return "tok"
+
+    async def command(self, name: str, body: Any, command_id: str) -> Any:
+        self.sent.append((name, body, command_id))
+        return {"approval_id": "t1-%d" % (len(self.sent) + 9)}
+
+
+class ApprovalRoleTest(unittest.IsolatedAsyncioTestCase):
+    """A decision counts for a request only when it is on the same action
+    and was asked of the same role (as the Go SDK's
+    TestTwoRolesSignOffOnTheSameAction)."""
+
+    PAYMENT = {"pay": {"to": "ACME", "cents": 990000}}
+    DIGEST = dwr.action_digest(PAYMENT)
+
+    def approval(self, n: int, role: str, decision: Optional[Dict[str, Any]] = None, **kw: Any) -> Dict[str, Any]:
+        a: Dict[str, Any] = {"id": "t1-%d" % n, "action_digest": self.DIGEST, "action": self.PAYMENT, "role": role,
+                             "state": "decided" if decision else "pending", **kw}
+        if decision:
+            a["decision"] = dict({"response": "approve", "decided_at": "2026-01-01T00:00:00Z"}, **decision)
+        return a
+
+    def job(self, approvals: List[Dict[str, Any]], spec: Optional[Dict[str, Any]] = None) -> Tuple[Job, _Asks]:
+        d = _Asks()
+        task = {"id": "t1", "workspace": "default", "spec": dict({"queue": "payments"}, **(spec or {})),
+                "attempts": [{"n": 2, "state": "running"}], "approvals": approvals}
+        return Job(d, task, task["attempts"][0]), d  # type: ignore[arg-type]
+
+    async def test_two_roles_sign_off_on_the_same_action(self) -> None:
+        job, asks = self.job([self.approval(1, "finance", {"approver": "ada", "role": "finance"})])
+        self.assertEqual(job.decisions[0].asked_role, "finance")
+        d = await job.request_approval(self.PAYMENT, role="finance")
+        self.assertEqual((d.approval_id, d.approver, d.asked_role), ("t1-1", "ada", "finance"))
+        with self.assertRaises(dwr.ApprovalPending) as cm:
+            await job.request_approval(self.PAYMENT, role="legal")
+        self.assertEqual(cm.exception.action_digest, self.DIGEST)
+        self.assertEqual([(n, b["role"]) for n, b, _ in asks.sent], [("task.request_approval", "legal")],
+                         "finance's decision does not stand for legal's: legal is asked")
+        with self.assertRaises(dwr.ApprovalPending):
+            await job.request_approval(self.PAYMENT)  # asked of any approver: neither finance's nor legal's
+        self.assertEqual(len(asks.sent), 2)
+
+        job, asks = self.job([self.approval(1, "finance", {"approver": "ada", "role": "finance"}),
+                              self.approval(2, "legal", {"approver": "lee", "role": "legal", "response": "reject"})])
+        self.assertEqual((await job.request_approval(self.PAYMENT, role="finance")).approver, "ada")
+        d = await job.request_approval(self.PAYMENT, role="legal")
+        self.assertEqual((d.approver, d.response), ("lee", "reject"))
+        self.assertEqual(asks.sent, [], "each role's decision is found: nothing is asked again")
+
+    async def test_an_escalated_request_counts_for_the_role_it_asked(self) -> None:
+        approvals = [self.approval(1, "finance", {"approver": "ada", "role": "finance", "response": "escalate",
+                                                  "branch": "escalate"}, escalate_to="counsel"),
+                     self.approval(2, "counsel", {"approver": "gc", "role": "counsel"})]
+        ds = _decisions_of({"approvals": approvals})
+        self.assertEqual([(d.approval_id, d.asked_role) for d in ds], [("t1-1", "finance"), ("t1-2", "finance")])
+        job, asks = self.job(approvals)
+        d = await job.request_approval(self.PAYMENT, role="finance")
+        self.assertEqual((d.approval_id, d.approver, d.role, d.asked_role, d.approved), ("t1-2", "gc", "counsel", "finance", True))
+        with self.assertRaises(dwr.ApprovalPending):
+            await job.request_approval(self.PAYMENT, role="counsel")  # counsel was not asked by the job
+        self.assertEqual(len(asks.sent), 1)
+
+        # An expiry whose branch is escalate escalates too, down a chain.
+        chain = [self.approval(1, "finance", state="expired", expires_at="2026-01-01T00:00:00Z", on_expiry="escalate",
+                               escalate_to="cfo"),
+                 self.approval(2, "cfo", {"role": "cfo", "response": "escalate", "branch": "escalate"}, escalate_to="counsel"),
+                 self.approval(3, "counsel", {"role": "counsel"})]
+        self.assertEqual([(d.response, d.asked_role) for d in _decisions_of({"approvals": chain})],
+                         [("expired", "finance"), ("escalate", "finance"), ("approve", "finance")])
+
+        # Not an escalation's: another action, another role than escalated
+        # to, another kind, or a previous approval that did not escalate.
+        others = {
+            "another action": dict(approvals[1], action_digest="sha256:00"),
+            "another role": dict(approvals[1], role="board"),
+            "another kind": dict(approvals[1], kind="budget"),
+        }
+        for name, second in others.items():
+            ds = _decisions_of({"approvals": [approvals[0], second]})
+            self.assertEqual(ds[1].asked_role, second["role"], name)
+        plain = dict(approvals[0], decision=dict(approvals[0]["decision"], branch="", response="approve"))
+        self.assertEqual(_decisions_of({"approvals": [plain, approvals[1]]})[1].asked_role, "counsel", "no escalation")
+
+    async def test_a_request_without_a_role_asks_the_task_approval_role(self) -> None:
+        approvals = [self.approval(1, "finance", {"approver": "ada", "role": "finance"})]
+        job, asks = self.job(approvals, {"approval": {"role": "finance", "escalate_to": "counsel"}})
+        self.assertEqual((await job.request_approval(self.PAYMENT)).approval_id, "t1-1",
+                         "the service gave the request the task's approval role")
+        with self.assertRaises(dwr.ApprovalPending):
+            await job.request_approval(self.PAYMENT, role="legal")
+        self.assertEqual(len(asks.sent), 1)
+
+        job, asks = self.job(approvals)  # no approval settings: a request without a role asks any approver
+        with self.assertRaises(dwr.ApprovalPending):
+            await job.request_approval(self.PAYMENT)
+        self.assertNotIn("role", asks.sent[0][1])
+        job, asks = self.job([self.approval(1, "", {"approver": "ada", "role": "finance"})])
+        self.assertEqual((await job.request_approval(self.PAYMENT)).asked_role, "")
+
+
 class LazyItemTest(unittest.TestCase):
     """Only a first delivery of a fresh item that carries its task, ready
     for exactly the item's attempt, runs before its claim (as the Go SDK's

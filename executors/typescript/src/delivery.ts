@@ -12,6 +12,7 @@ import {
   Header,
   MaxPayloadBytes,
   terminal,
+  type Approval,
   type Attempt,
   type CommandResult,
   type Dependency,
@@ -170,9 +171,30 @@ function runningFromItem(t: Task, itemAttempt: number): Attempt | undefined {
   return r;
 }
 
-function decisionsOf(t: Task): Decision[] {
+/**
+ * decisionsOf returns the decisions taken on the task's approvals, and their
+ * expiries (response "expired"), in the order the approvals were requested,
+ * each with the role its request asked (askedRole): an approval's own, or for
+ * one an escalation made (the next approval, of the role escalated to, on the
+ * same action), the role of the request it escalated.
+ */
+export function decisionsOf(t: Task): Decision[] {
   const out: Decision[] = [];
+  let prev: Approval | undefined;
+  let prevAsked = "";
   for (const a of t.approvals ?? []) {
+    let asked = a.role ?? "";
+    if (
+      prev &&
+      escalated(prev) &&
+      prev.action_digest === a.action_digest &&
+      (prev.escalate_to ?? "") === (a.role ?? "") &&
+      (prev.kind ?? "") === (a.kind ?? "")
+    ) {
+      asked = prevAsked;
+    }
+    prev = a;
+    prevAsked = asked;
     if (a.decision) {
       out.push({
         approvalId: a.id,
@@ -183,6 +205,7 @@ function decisionsOf(t: Task): Decision[] {
         approver: a.decision.approver,
         role: a.decision.role,
         decidedAt: a.decision.decided_at,
+        askedRole: asked,
       });
     } else if (a.state === "expired" && a.expires_at) {
       out.push({
@@ -191,10 +214,26 @@ function decisionsOf(t: Task): Decision[] {
         action: a.action,
         response: "expired",
         decidedAt: a.expires_at,
+        askedRole: asked,
       });
     }
   }
   return out;
+}
+
+/** approvalRoleOf returns the role of the task's approval settings, which the service gives a request that names none. */
+export function approvalRoleOf(t: Task): string {
+  return t.spec.approval?.role ?? "";
+}
+
+/**
+ * escalated reports whether approval a ended by asking again of its
+ * escalation role: a decision that took the escalate branch, or an expiry
+ * whose branch is escalate.
+ */
+function escalated(a: Approval): boolean {
+  if (a.decision) return a.decision.branch === "escalate";
+  return a.state === "expired" && a.on_expiry === "escalate";
 }
 
 /**
@@ -718,6 +757,7 @@ export class Delivery {
           verifications: (t.verifications ?? []).filter((v) => v.outcome === "FAIL"),
           signal: t.signal,
           decisions: decisionsOf(t),
+          approvalRole: approvalRoleOf(t),
           dependencies: deps,
           delegations: delegated,
           deadline,

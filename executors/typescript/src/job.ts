@@ -20,8 +20,14 @@ export interface Decision {
   response: string;
   comment?: string;
   approver?: string;
+  /** The approver's role. */
   role?: string;
   decidedAt: string;
+  /**
+   * The role the job's request asked to decide ("" for any approver): the approval's own role, or, for an
+   * approval an escalation made, the role of the request it escalated. requestApproval matches on it.
+   */
+  askedRole: string;
 }
 
 /** What a job asks a person to approve before it performs it. Only action is required. */
@@ -32,7 +38,10 @@ export interface ApprovalRequest {
   summary?: string;
   /** The evidence the approver decides on. */
   basis?: unknown;
-  /** The role whose approvers may decide; absent: any registered approver. */
+  /**
+   * The role whose approvers may decide; absent: the role of the task's approval settings, or any registered
+   * approver. A decision answers only a request of the role it was asked of.
+   */
   role?: string;
   /** The responses permitted; default approve and reject. */
   responses?: string[];
@@ -189,6 +198,12 @@ export interface JobFields extends TaskAttempt {
   verifications: Verification[];
   signal?: Signal;
   decisions: Decision[];
+  /**
+   * The role of the task's approval settings (spec.approval.role), which the service gives a request that names
+   * none; absent for a task without one (and a job built without a task).
+   * @internal
+   */
+  approvalRole?: string;
   dependencies: Record<string, Dependency>;
   delegations?: Delegated[];
   deadline?: Date;
@@ -230,6 +245,8 @@ export class Job implements JobFields {
   readonly signal?: Signal;
   /** The decisions taken on the task's approvals, oldest first. */
   readonly decisions!: Decision[];
+  /** @internal */
+  readonly approvalRole: string;
   /** The accepted result and artifacts of each task this one depends on, by plan key (task id for a standalone task's). */
   readonly dependencies!: Record<string, Dependency>;
   /** The outcomes of the task's delegations whose child goals have ended (see delegate). */
@@ -256,6 +273,7 @@ export class Job implements JobFields {
     Object.assign(this, fields);
     this.delegations = fields.delegations ?? [];
     this.omitted = fields.omitted ?? [];
+    this.approvalRole = fields.approvalRole ?? "";
   }
 
   /** saveCheckpoint records data as the task's checkpoint: the next attempt is handed it. At most 256 KiB encoded. */
@@ -301,19 +319,27 @@ export class Job implements JobFields {
   /**
    * requestApproval asks a person to approve r.action before the job
    * performs it; call it right before the side effect, on every attempt.
-   * When the task holds a decision on exactly this action (by its digest),
-   * it returns it: act on it. Otherwise it records the request and throws a
-   * WaitError — let it propagate (`await job.requestApproval(...)`): the
-   * task waits, holding no process, until someone decides, and a new attempt
-   * runs, handed the decision.
+   * When the task holds a decision on exactly this action asked of this
+   * role (the latest one whose action digest is actionDigest(r.action) and
+   * whose askedRole is r.role, or the task's approval role when r.role is
+   * absent), it returns it: act on it. A decision asked of one role never
+   * stands for another's: a job that needs two sign-offs on the same action
+   * asks each role in turn, and the second request, finding no decision of
+   * its role, is a new approval. Otherwise it records the request and
+   * throws a WaitError — let it propagate (`await job.requestApproval(...)`):
+   * the task waits, holding no process, until someone decides, and a new
+   * attempt runs, handed the decision, so that its request of the same
+   * action and role returns it.
    */
   async requestApproval(r: ApprovalRequest): Promise<Decision> {
     const text = JSON.stringify(r.action);
     if (text === undefined) throw new Error("dwr: the approval's action is required: the concrete action to approve");
     const canonical = canonicalJSON(text);
     const digest = digestOf(canonical);
+    const want = r.role || this.approvalRole;
     for (let i = this.decisions.length - 1; i >= 0; i--) {
-      if (this.decisions[i]!.actionDigest === digest) return this.decisions[i]!;
+      const d = this.decisions[i]!;
+      if (d.actionDigest === digest && (d.askedRole ?? "") === want) return d;
     }
     const body: Record<string, unknown> = {
       action: JSON.parse(canonical),

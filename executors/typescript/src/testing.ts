@@ -13,6 +13,9 @@ import {
 } from "./wire.js";
 import type { Handler } from "./worker.js";
 
+/** A decision as a test hands it: askedRole may be left out (it is then the approver's role). */
+export type TestDecision = Omit<Decision, "askedRole"> & { askedRole?: string };
+
 /** The attempt to hand the handler; every field has a default. */
 export interface TestJob {
   taskId?: string; // default "01J00000000000000000000000"
@@ -28,7 +31,12 @@ export interface TestJob {
   priorAttempts?: Attempt[];
   verifications?: Verification[];
   signal?: Signal;
-  decisions?: Decision[];
+  /**
+   * The decisions taken on the task's approvals, oldest first: job.requestApproval returns the latest one on its
+   * action, asked of its role. A decision without askedRole is taken as asked of its approver's role (what a
+   * request that was not escalated records).
+   */
+  decisions?: TestDecision[];
   dependencies?: Record<string, Dependency>;
   /** The outcomes of the task's ended delegations, as a resumed attempt is handed them. */
   delegations?: Delegated[];
@@ -91,7 +99,7 @@ export async function runJob(handler: Handler, j: TestJob = {}): Promise<Outcome
       priorAttempts: j.priorAttempts ?? [],
       verifications: j.verifications ?? [],
       signal: j.signal,
-      decisions: j.decisions ?? [],
+      decisions: (j.decisions ?? []).map((d) => ({ ...d, askedRole: d.askedRole || d.role || "" })),
       dependencies: j.dependencies ?? {},
       delegations: j.delegations ?? [],
       deadline: j.deadline,

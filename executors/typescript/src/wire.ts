@@ -82,6 +82,8 @@ export interface Verification {
 /** A person's decision on an approval. */
 export interface ApprovalDecision {
   response: string;
+  /** The branch the response took: resume, reject, fail or escalate. */
+  branch?: string;
   comment?: string;
   approver: string;
   role?: string;
@@ -98,6 +100,11 @@ export interface Approval {
   action_digest: string;
   summary?: string;
   role?: string;
+  /** The branch taken when nobody decides in time: resume, reject, fail or escalate. */
+  on_expiry?: string;
+  /** The role asked after an escalation. */
+  escalate_to?: string;
+  /** pending, decided, expired or withdrawn. */
   state: string;
   expires_at?: string;
   decision?: ApprovalDecision;
@@ -128,7 +135,25 @@ export interface TaskSpec {
   retry?: RetryPolicy;
   timeout?: string;
   verification?: { queue: string; on_fail?: string; on_inconclusive?: string };
+  /** The task's approval settings: its gate, and the defaults of the approvals its attempts request. */
+  approval?: ApprovalSpec;
   [more: string]: unknown;
+}
+
+/**
+ * A task's approval settings: they gate the task on a person's decision before its first attempt, and are the
+ * defaults of the approvals its attempts request (durations as "30s").
+ */
+export interface ApprovalSpec {
+  /** Who may decide; absent: any registered approver. A request that names no role is asked of this one. */
+  role?: string;
+  expires_in?: string;
+  responses?: string[];
+  branches?: Record<string, string>;
+  on_expiry?: string;
+  escalate_to?: string;
+  basis?: unknown;
+  action_digest?: string;
 }
 
 /** What a waiting task waits for. */

@@ -25,8 +25,12 @@ import {
   readSigningKey,
   signDecision,
   traceContextOf,
-  type Job,
+  Job,
+  WaitError,
+  type Approval,
+  type Task,
 } from "../index.js";
+import { approvalRoleOf, decisionsOf } from "../delivery.js";
 import { runJob } from "../testing.js";
 
 test("a result is reported as the output, with its artifacts and model steps", async () => {
@@ -156,6 +160,7 @@ test("an approval is asked once, and the decision on that exact action is handed
     actionDigest: actionDigest({ refund: 999, order: "o-7" }),
     response: "approve",
     approver: "eve",
+    role: "ops",
     decidedAt: "2026-01-01T00:00:00Z",
   };
   const still = await runJob(handler, { decisions: [other] });
@@ -164,6 +169,199 @@ test("an approval is asked once, and the decision on that exact action is handed
   const mine = { ...other, actionDigest: digest, approver: "ada" };
   const done = await runJob(handler, { decisions: [other, mine] });
   assert.deepEqual(done.output, { response: "approve", digest });
+});
+
+test("a decision asked of one role does not stand for another's on the same action", async () => {
+  const payment = { pay: { to: "ACME", cents: 990_000 } };
+  const digest = actionDigest(payment);
+  const handler = async (job: Job) => {
+    const by: string[] = [];
+    for (const role of ["finance", "legal"]) {
+      const d = await job.requestApproval({ action: payment, role });
+      by.push(`${d.approver} for ${d.askedRole}`);
+    }
+    return { output: by };
+  };
+  const finance = {
+    approvalId: "01J00000000000000000000000-1",
+    actionDigest: digest,
+    response: "approve",
+    approver: "ada",
+    role: "finance",
+    decidedAt: "2026-01-01T00:00:00Z",
+  };
+  const asked = await runJob(handler, { attempt: 2, decisions: [finance] });
+  assert.equal(asked.state, "waiting", "finance's decision was taken for legal's");
+  assert.equal(asked.wait?.actionDigest, digest);
+  assert.equal(asked.approvals.length, 1);
+  assert.equal(asked.approvals[0]?.role, "legal");
+
+  // Nor does it stand for a request that names no role (of a job without the task's approval settings).
+  const anyone = await runJob(
+    async (job: Job) => {
+      await job.requestApproval({ action: payment });
+    },
+    { decisions: [finance] },
+  );
+  assert.equal(anyone.state, "waiting");
+
+  const legal = { ...finance, approvalId: "01J00000000000000000000000-2", approver: "lee", role: "legal" };
+  const done = await runJob(handler, { attempt: 3, decisions: [finance, legal] });
+  assert.deepEqual(done.output, ["ada for finance", "lee for legal"]);
+  assert.equal(done.approvals.length, 0, "nothing was asked again once both roles decided");
+});
+
+/** approvalJob builds a job from task t as a worker does, recording the approvals it asks for in asked. */
+function approvalJob(t: Task, asked: Record<string, unknown>[]): Job {
+  return new Job(
+    {
+      taskId: t.id,
+      workspace: t.workspace,
+      queue: t.spec.queue,
+      attempt: 3,
+      operationKey: "op-" + t.id,
+      input: t.spec.input,
+      checkpoint: undefined,
+      priorAttempts: [],
+      verifications: [],
+      decisions: decisionsOf(t),
+      approvalRole: approvalRoleOf(t),
+      dependencies: {},
+      abort: new AbortController().signal,
+    },
+    {
+      saveCheckpoint: async () => undefined,
+      putArtifact: async () => ({ name: "", sha256: "", size: 0 }),
+      getArtifact: async () => new Uint8Array(),
+      requestApproval: async (body) => {
+        asked.push(body);
+        return `${t.id}-${asked.length + (t.approvals?.length ?? 0)}`;
+      },
+      delegate: async () => "",
+    },
+  );
+}
+
+test("an approval an escalation made counts for the role the escalated request asked", async () => {
+  const payment = { pay: { to: "ACME", cents: 990_000 } };
+  const digest = actionDigest(payment);
+  const approval = (n: number, role: string, more: Partial<Approval>): Approval => ({
+    id: `T-${n}`,
+    task_id: "T",
+    attempt: 2,
+    action: payment,
+    action_digest: digest,
+    role,
+    state: "decided",
+    ...more,
+  });
+  const decision = (response: string, branch: string, approver: string, role: string) => ({
+    response,
+    branch,
+    approver,
+    role,
+    decided_at: "2026-01-01T00:00:00Z",
+  });
+  const task: Task = {
+    id: "T",
+    workspace: "default",
+    spec: { queue: "payments" },
+    state: "running",
+    approvals: [
+      approval(1, "finance", {
+        escalate_to: "counsel",
+        decision: decision("escalate", "escalate", "fay", "finance"),
+      }),
+      approval(2, "counsel", { decision: decision("approve", "resume", "gc", "counsel") }),
+    ],
+  };
+  const ds = decisionsOf(task);
+  assert.deepEqual(
+    ds.map((d) => [d.approvalId, d.response, d.approver, d.askedRole]),
+    [
+      ["T-1", "escalate", "fay", "finance"],
+      ["T-2", "approve", "gc", "finance"],
+    ],
+  );
+  const asked: Record<string, unknown>[] = [];
+  const d = await approvalJob(task, asked).requestApproval({ action: payment, role: "finance" });
+  assert.equal(d.approvalId, "T-2");
+  assert.equal(d.approver, "gc");
+  assert.ok(d.response === "approve" && d.role === "counsel" && d.askedRole === "finance");
+  await assert.rejects(approvalJob(task, asked).requestApproval({ action: payment, role: "counsel" }), WaitError);
+  assert.equal(asked.length, 1, "the escalation's approval is not counsel's own");
+
+  // An expiry whose branch is escalate escalates too.
+  const expired: Task = {
+    ...task,
+    approvals: [
+      approval(1, "finance", {
+        state: "expired",
+        on_expiry: "escalate",
+        escalate_to: "counsel",
+        expires_at: "2026-01-01T00:00:00Z",
+      }),
+      approval(2, "counsel", { decision: decision("approve", "resume", "gc", "counsel") }),
+    ],
+  };
+  assert.deepEqual(
+    decisionsOf(expired).map((d) => [d.approvalId, d.response, d.askedRole]),
+    [
+      ["T-1", "expired", "finance"],
+      ["T-2", "approve", "finance"],
+    ],
+  );
+
+  // An approval of the same action that no escalation made is its own role's: after a decision that resumed,
+  // on another action, to another role than the one escalated to, or of another kind.
+  const own = (first: Partial<Approval>, second: Partial<Approval> = {}) =>
+    decisionsOf({
+      ...task,
+      approvals: [
+        approval(1, "finance", { escalate_to: "counsel", ...first }),
+        approval(2, "counsel", { decision: decision("approve", "resume", "gc", "counsel"), ...second }),
+      ],
+    }).at(-1)?.askedRole;
+  assert.equal(own({ decision: decision("approve", "resume", "fay", "finance") }), "counsel");
+  assert.equal(own({ decision: decision("escalate", "escalate", "fay", "finance") }, { action_digest: "sha256:00" }), "counsel");
+  assert.equal(own({ decision: decision("escalate", "escalate", "fay", "finance"), escalate_to: "legal" }), "counsel");
+  assert.equal(own({ decision: decision("escalate", "escalate", "fay", "finance") }, { kind: "budget" }), "counsel");
+  assert.equal(own({ state: "expired", on_expiry: "fail", expires_at: "2026-01-01T00:00:00Z" }), "counsel");
+});
+
+test("a request that names no role is asked of the role of the task's approval settings", async () => {
+  const action = { refund: 120, order: "o-7" };
+  const digest = actionDigest(action);
+  const task: Task = {
+    id: "T",
+    workspace: "default",
+    spec: { queue: "refunds", approval: { role: "finance" } },
+    state: "running",
+    approvals: [
+      {
+        id: "T-1",
+        task_id: "T",
+        attempt: 1,
+        action,
+        action_digest: digest,
+        role: "finance",
+        state: "decided",
+        decision: { response: "approve", branch: "resume", approver: "ada", role: "finance", decided_at: "2026-01-01T00:00:00Z" },
+      },
+    ],
+  };
+  const asked: Record<string, unknown>[] = [];
+  const d = await approvalJob(task, asked).requestApproval({ action });
+  assert.equal(d.approvalId, "T-1");
+  assert.equal(d.askedRole, "finance");
+  await assert.rejects(approvalJob(task, asked).requestApproval({ action, role: "legal" }), WaitError);
+  assert.equal(asked.length, 1);
+
+  // Without approval settings, a request that names no role is asked of any approver: finance's decision is not it.
+  const plain: Task = { ...task, spec: { queue: "refunds" } };
+  await assert.rejects(approvalJob(plain, asked).requestApproval({ action }), WaitError);
+  assert.equal(asked.length, 2);
+  assert.equal(asked[1]?.role, undefined, "the service gives the request its role");
 });
 
 test("a task's attempts are its listed ones and those it tallies", () => {
