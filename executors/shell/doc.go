@@ -74,7 +74,9 @@ approval is decided, a new attempt runs the command again: it reads
 DWR_SIGNAL (the signal and its payload) or DWR_APPROVAL (the decision: its
 "response", and "action" and "action_digest", the action decided on) and
 acts on it. So a script checks DWR_APPROVAL before it asks: asking again
-for an action that is already decided fails the task (it would loop). An
+for an action that is already decided, of the same role ("asked_role"),
+fails the task (it would loop); asking another role for it is a new
+request. An
 empty or invalid wait file fails the task too, naming the problem. A
 verifier (--verify) cannot wait.
 

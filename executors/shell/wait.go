@@ -240,12 +240,13 @@ func (x *Command) park(ctx context.Context, job *executors.Job, path string, now
 		if err != nil {
 			return executors.Result{}, err // a *executors.WaitError: the request parked the task
 		}
-		// The task holds a decision on exactly this action already: asking
-		// again would run the command again, which would ask again.
+		// The task holds a decision on exactly this action, asked of this
+		// role, already: asking again would run the command again, which
+		// would ask again.
 		return executors.Result{}, executors.Failure{Code: CodeApprovalDecided, Message: fmt.Sprintf(
-			"the command exited %d to ask for approval of an action already decided (%s by %s, approval %s, action %s): "+
-				"read DWR_APPROVAL (its action_digest and response) before asking, and ask again only for another action",
-			ExitWait, d.Response, d.Approver, d.ApprovalID, d.ActionDigest)}
+			"the command exited %d to ask for approval of an action already decided (%s by %s, approval %s, action %s, asked of role %q): "+
+				"read DWR_APPROVAL (its action_digest, asked_role and response) before asking, and ask again only for another action or of another role",
+			ExitWait, d.Response, d.Approver, d.ApprovalID, d.ActionDigest, d.AskedRole)}
 	case w.signal != "":
 		return executors.Result{}, executors.AwaitSignal(w.signal)
 	}
