@@ -12,6 +12,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -380,6 +381,28 @@ func conformanceScenarios() []conformanceScenario {
 			require.Equal(r.t, "approve", res["response"])
 			require.Equal(r.t, "ada", res["approver"])
 			require.Equal(r.t, task.Approvals[0].ActionDigest, res["action_digest"], "the decision is on the action asked about")
+		}},
+		{conformance.TwoApprovals, "asks two roles to approve one action: the first role's decision does not stand for the second's, which is an approval of its own", func(r *conformanceRun, q string) {
+			r.executor(q, conformance.RoleWorker)
+			ozKey, ozCreds := r.approver("oz", "ops")
+			leeKey, leeCreds := r.approver("lee", "legal")
+			id := r.task(q, conformance.Input{Scenario: conformance.TwoApprovals, Roles: []string{"ops", "legal"},
+				Action: json.RawMessage(`{"pay": 990, "to": "acme"}`)})
+			approve := func(n int, role, key, creds string) {
+				task := r.waitTask(id, "waiting for approval "+strconv.Itoa(n)+" (of "+role+")", func(t *schemas.Task) bool {
+					return t.State == schemas.StateWaiting && t.Wait != nil && t.Wait.ApprovalID == id+"-"+strconv.Itoa(n)
+				})
+				require.Equal(r.t, role, task.Approvals[n-1].Role)
+				require.Equal(r.t, task.Approvals[0].ActionDigest, task.Approvals[n-1].ActionDigest, "the same action")
+				out, err := exec.Command(r.e.bin, "--server", r.e.url, "--creds", creds, "approve", task.Wait.ApprovalID,
+					"--response", "approve", "--key", key).CombinedOutput()
+				require.NoError(r.t, err, "dwr approve: %s", out)
+			}
+			approve(1, "ops", ozKey, ozCreds)
+			approve(2, "legal", leeKey, leeCreds)
+			task := r.waitState(id, schemas.StateAccepted)
+			require.Equal(r.t, []any{"oz", "lee"}, result(r.t, task)["approvers"])
+			require.Len(r.t, task.Approvals, 2, "nothing was asked twice")
 		}},
 		{conformance.Artifact, "stores a file as an artifact: attached to the result, readable by its digest", func(r *conformanceRun, q string) {
 			r.executor(q, conformance.RoleWorker)

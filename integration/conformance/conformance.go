@@ -55,6 +55,12 @@ const (
 	// Approval asks for a decision on Action (of Role's approvers); once
 	// decided, succeeds with {"response", "approver", "action_digest", ...}.
 	Approval = "approval"
+	// TwoApprovals asks each of Roles in turn to approve the same Action:
+	// one role's decision never stands for another's, so each is an
+	// approval of its own. Once every role approved, it succeeds with
+	// {"approvers": [the approver of each role's decision, in Roles'
+	// order], ...}; a response other than approve fails it permanently.
+	TwoApprovals = "two_approvals"
 	// Artifact stores Content as an artifact named Name and succeeds with
 	// it attached to the result.
 	Artifact = "artifact"
@@ -78,6 +84,7 @@ type Input struct {
 	Name          string          `json:"name,omitempty"`
 	Action        json.RawMessage `json:"action,omitempty"`
 	Role          string          `json:"role,omitempty"`
+	Roles         []string        `json:"roles,omitempty"`
 	Content       string          `json:"content,omitempty"`
 	Model         string          `json:"model,omitempty"`
 	PromptVersion string          `json:"prompt_version,omitempty"`

@@ -141,6 +141,16 @@ def handler(env: Env):  # noqa: ANN201 - a decorated coroutine function
             done.update(response=d.response, approver=d.approver, action_digest=d.action_digest)
             return done
 
+        if scenario == "two_approvals":
+            by = []
+            for role in inp.get("roles") or []:
+                d = await job.request_approval(inp.get("action"), summary="conformance: " + role, role=role)
+                if not d.approved:
+                    raise Permanent("%s: %s" % (role, d.response))
+                by.append(d.approver)
+            done["approvers"] = by
+            return done
+
         if scenario == "artifact":
             a = await job.put_artifact(inp.get("name") or "artifact", (inp.get("content") or "").encode())
             return Result(done, artifacts=[a])

@@ -42,6 +42,7 @@ interface Input {
   name?: string;
   action?: unknown;
   role?: string;
+  roles?: string[];
   content?: string;
   model?: string;
   prompt_version?: string;
@@ -171,6 +172,17 @@ function handler(env: Env) {
         done.response = d.response;
         done.approver = d.approver;
         done.action_digest = d.actionDigest;
+        return { output: done };
+      }
+
+      case "two_approvals": {
+        const by: string[] = [];
+        for (const role of input.roles ?? []) {
+          const d = await job.requestApproval({ action: input.action, summary: `conformance: ${role}`, role });
+          if (d.response !== "approve") throw new Permanent(`${role}: ${d.response}`);
+          by.push(d.approver ?? "");
+        }
+        done.approvers = by;
         return { output: done };
       }
 

@@ -170,6 +170,41 @@ func run() (int, error) {
 		done["response"], done["approver"], done["action_digest"] = d.Response, d.Approver, d.ActionDigest
 		return succeed()
 
+	case conformance.TwoApprovals:
+		// DWR_APPROVAL holds the latest decision only: the approvers of the
+		// roles before it are kept in the checkpoint.
+		var by []string
+		if len(checkpoint) > 0 {
+			if err := json.Unmarshal(checkpoint, &by); err != nil {
+				return 1, fmt.Errorf("checkpoint: %w", err)
+			}
+		}
+		if raw := os.Getenv("DWR_APPROVAL"); raw != "" {
+			var d struct {
+				Response  string `json:"response"`
+				Approver  string `json:"approver"`
+				AskedRole string `json:"asked_role"`
+			}
+			if err := json.Unmarshal([]byte(raw), &d); err != nil {
+				return 1, fmt.Errorf("DWR_APPROVAL: %w", err)
+			}
+			if len(by) < len(input.Roles) && d.AskedRole == input.Roles[len(by)] {
+				if d.Response != "approve" {
+					return exitPermanent, fmt.Errorf("%s: %s", d.AskedRole, d.Response)
+				}
+				by = append(by, d.Approver)
+				if err := saveCheckpoint(by); err != nil {
+					return 1, err
+				}
+			}
+		}
+		if len(by) < len(input.Roles) {
+			role := input.Roles[len(by)]
+			return wait(map[string]any{"approval": map[string]any{"action": input.Action, "summary": "conformance: " + role, "role": role}})
+		}
+		done["approvers"] = by
+		return succeed()
+
 	case conformance.Artifact:
 		if err := os.WriteFile(filepath.Join(os.Getenv("DWR_ARTIFACTS_DIR"), input.Name), []byte(input.Content), 0o600); err != nil {
 			return 1, err

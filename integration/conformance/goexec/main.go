@@ -163,6 +163,21 @@ func handler(env *conformance.Env) executors.Handler {
 			done["response"], done["approver"], done["action_digest"] = d.Response, d.Approver, d.ActionDigest
 			return executors.Result{Output: done}, nil
 
+		case conformance.TwoApprovals:
+			var by []string
+			for _, role := range in.Roles {
+				d, err := job.RequestApproval(ctx, executors.ApprovalRequest{Action: in.Action, Summary: "conformance: " + role, Role: role})
+				if err != nil {
+					return executors.Result{}, err
+				}
+				if !d.Approved() {
+					return executors.Result{}, executors.Permanent(fmt.Errorf("%s: %s", role, d.Response))
+				}
+				by = append(by, d.Approver)
+			}
+			done["approvers"] = by
+			return executors.Result{Output: done}, nil
+
 		case conformance.Artifact:
 			a, err := job.PutArtifact(ctx, in.Name, strings.NewReader(in.Content))
 			if err != nil {
