@@ -28,7 +28,12 @@ const Contract = `The command gets the task's input (JSON) on stdin and, in its 
   JSON {"name", "payload"}, when there is one), DWR_APPROVAL (the latest
   decision on the task's approvals — the one that resumed it — JSON
   {"approval_id", "action_digest", "action", "response", "comment",
-  "approver", "role", "decided_at"}, when there is one), DWR_VERIFICATIONS
+  "approver", "role", "decided_at", "asked_role"}, when there is one:
+  "role" is the approver's, "asked_role" the role the request asked),
+  DWR_APPROVALS_FILE and DWR_APPROVALS (every decision and expiry on the
+  task's approvals, oldest first, a JSON array of DWR_APPROVAL's objects:
+  always in the file, inline too when at most 64 KiB; when there is one),
+  DWR_VERIFICATIONS
   (the FAIL verdicts of earlier results with their evidence, JSON, when there
   are any), DWR_DEPENDENCIES_FILE and DWR_DEPENDENCIES (the accepted result
   and artifacts of each task this one depends on, JSON {"<key>": {"key",
@@ -76,7 +81,7 @@ DWR_SIGNAL (the signal and its payload) or DWR_APPROVAL (the decision: its
 acts on it. So a script checks DWR_APPROVAL before it asks: asking again
 for an action that is already decided, of the same role ("asked_role"),
 fails the task (it would loop); asking another role for it is a new
-request. An
+request, and DWR_APPROVALS holds each role's decision. An
 empty or invalid wait file fails the task too, naming the problem. A
 verifier (--verify) cannot wait.
 

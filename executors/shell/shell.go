@@ -406,8 +406,8 @@ func priorJSON(prior []executors.PriorAttempt) []byte {
 
 // jobEnv is what the command learns about its job from its environment,
 // with the paths of its files f: f.wait is "" (and DWR_WAIT_FILE set empty)
-// when the command may not wait; f.dependencies and f.delegations are ""
-// when the task has none.
+// when the command may not wait; f.dependencies, f.delegations and
+// f.approvals are "" when the task has none.
 func jobEnv(job *executors.Job, f *jobFiles) []string {
 	prior := priorJSON(job.PriorAttempts)
 	env := []string{"DWR_TASK_ID=" + job.TaskID, "DWR_ATTEMPT=" + strconv.Itoa(job.Attempt),
@@ -436,6 +436,9 @@ func jobEnv(job *executors.Job, f *jobFiles) []string {
 	}
 	if f.delegations != "" {
 		env = handOver(env, EnvDelegations, EnvDelegationsFile, f.delegations, delegationsByKey(job))
+	}
+	if f.approvals != "" {
+		env = handOver(env, EnvApprovals, EnvApprovalsFile, f.approvals, job.Decisions)
 	}
 	return env
 }
@@ -469,6 +472,16 @@ const (
 	EnvDependenciesFile = "DWR_DEPENDENCIES_FILE"
 )
 
+// The environment that hands a command every decision taken on its task's
+// approvals (and every expiry), oldest first: the same JSON array of
+// DWR_APPROVAL's objects, inline when it is at most 64 KiB and always in a
+// file, when there is one. A command that asks several roles to approve
+// one action finds each role's decision here by its "asked_role".
+const (
+	EnvApprovals     = "DWR_APPROVALS"
+	EnvApprovalsFile = "DWR_APPROVALS_FILE"
+)
+
 // The environment that hands a command the outcomes of the goals its task
 // delegated to (a wait file's "delegate") that have ended: the same JSON
 // object, {"<key>": {"key", "goal_id", "state", "reason", "results":
@@ -487,6 +500,7 @@ type jobFiles struct {
 	wait         string // "" when the command may not wait
 	dependencies string // "" when the task depends on none
 	delegations  string // "" when no goal the task delegated to has ended
+	approvals    string // "" when no approval of the task was decided or expired
 	artifacts    string // the command's artifacts directory
 	modelSteps   string // the file the command records its model steps in
 }
@@ -529,6 +543,12 @@ func newJobFiles(job *executors.Job, waits bool) (*jobFiles, error) {
 			return nil, err
 		}
 	}
+	if len(job.Decisions) > 0 {
+		if f.approvals, err = writeJSONTemp("dwr-approvals-*.json", job.Decisions); err != nil {
+			f.remove()
+			return nil, err
+		}
+	}
 	if waits {
 		w, err := os.CreateTemp("", "dwr-wait-*.json")
 		if err != nil {
@@ -553,7 +573,7 @@ func (f *jobFiles) remove() {
 	if f.wait != "" {
 		_ = os.Remove(f.wait)
 	}
-	for _, p := range []string{f.dependencies, f.delegations, f.modelSteps} {
+	for _, p := range []string{f.dependencies, f.delegations, f.approvals, f.modelSteps} {
 		if p != "" {
 			_ = os.Remove(p)
 		}

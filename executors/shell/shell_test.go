@@ -580,6 +580,34 @@ func TestWorkerEnvHandsTheSignalAndTheLatestDecision(t *testing.T) {
 	signal, ok := lookup(env, "DWR_SIGNAL")
 	require.True(t, ok)
 	require.JSONEq(t, `{"name": "go", "payload": {"n": 1}}`, signal)
+	_, ok = lookup(env, "DWR_APPROVALS_FILE")
+	require.False(t, ok, "no approvals file, no DWR_APPROVALS_FILE")
+
+	// Every decision, oldest first: inline, and in the file the job's files hold.
+	f, err := newJobFiles(job, true)
+	require.NoError(t, err)
+	defer f.remove()
+	require.NotEmpty(t, f.approvals)
+	env = jobEnv(job, f)
+	path, ok := lookup(env, "DWR_APPROVALS_FILE")
+	require.True(t, ok)
+	require.Equal(t, f.approvals, path)
+	inline, ok := lookup(env, "DWR_APPROVALS")
+	require.True(t, ok)
+	inFile, err := os.ReadFile(path)
+	require.NoError(t, err)
+	require.JSONEq(t, string(inFile), inline)
+	var all []executors.Decision
+	require.NoError(t, json.Unmarshal(inFile, &all))
+	require.Equal(t, job.Decisions, all)
+	f.remove()
+	_, err = os.Stat(path)
+	require.ErrorIs(t, err, os.ErrNotExist, "the file goes with the job's files")
+
+	none, err := newJobFiles(&executors.Job{TaskID: "T", Attempt: 1}, true)
+	require.NoError(t, err)
+	defer none.remove()
+	require.Empty(t, none.approvals, "no decision, no file")
 }
 
 func TestWorkerWaitFileForms(t *testing.T) {

@@ -171,35 +171,34 @@ func run() (int, error) {
 		return succeed()
 
 	case conformance.TwoApprovals:
-		// DWR_APPROVAL holds the latest decision only: the approvers of the
-		// roles before it are kept in the checkpoint.
+		// DWR_APPROVALS_FILE holds every decision on the task's approvals:
+		// each role's is found by the role it was asked of.
+		var decisions []struct {
+			Response  string `json:"response"`
+			Approver  string `json:"approver"`
+			AskedRole string `json:"asked_role"`
+		}
+		if path := os.Getenv("DWR_APPROVALS_FILE"); path != "" {
+			b, err := os.ReadFile(path) //nolint:gosec // the worker's own file
+			if err != nil {
+				return 1, err
+			}
+			if err := json.Unmarshal(b, &decisions); err != nil {
+				return 1, fmt.Errorf("DWR_APPROVALS_FILE: %w", err)
+			}
+		}
 		var by []string
-		if len(checkpoint) > 0 {
-			if err := json.Unmarshal(checkpoint, &by); err != nil {
-				return 1, fmt.Errorf("checkpoint: %w", err)
-			}
-		}
-		if raw := os.Getenv("DWR_APPROVAL"); raw != "" {
-			var d struct {
-				Response  string `json:"response"`
-				Approver  string `json:"approver"`
-				AskedRole string `json:"asked_role"`
-			}
-			if err := json.Unmarshal([]byte(raw), &d); err != nil {
-				return 1, fmt.Errorf("DWR_APPROVAL: %w", err)
-			}
-			if len(by) < len(input.Roles) && d.AskedRole == input.Roles[len(by)] {
-				if d.Response != "approve" {
-					return exitPermanent, fmt.Errorf("%s: %s", d.AskedRole, d.Response)
-				}
-				by = append(by, d.Approver)
-				if err := saveCheckpoint(by); err != nil {
-					return 1, err
+	roles:
+		for _, role := range input.Roles {
+			for i := len(decisions) - 1; i >= 0; i-- {
+				if d := decisions[i]; d.AskedRole == role {
+					if d.Response != "approve" {
+						return exitPermanent, fmt.Errorf("%s: %s", role, d.Response)
+					}
+					by = append(by, d.Approver)
+					continue roles
 				}
 			}
-		}
-		if len(by) < len(input.Roles) {
-			role := input.Roles[len(by)]
 			return wait(map[string]any{"approval": map[string]any{"action": input.Action, "summary": "conformance: " + role, "role": role}})
 		}
 		done["approvers"] = by
