@@ -22,6 +22,8 @@ __all__ = ["Client", "encode", "new_command_id", "valid_traceparent", "HEADER_CO
 HEADER_COMMAND_ID = "Dwr-Command-Id"
 HEADER_CORRELATION_ID = "Dwr-Correlation-Id"
 HEADER_MIN_SEQ = "Dwr-Min-Seq"
+HEADER_LOG_SEQ = "Dwr-Log-Seq"  # the log record a feed event came from
+GOAL_ENDED = ("achieved", "failed", "cancelled")
 HEADER_UPLOAD = "Dwr-Upload"
 HEADER_CHUNK = "Dwr-Chunk"
 HEADER_CHUNK_SEQ = "Dwr-Chunk-Seq"
@@ -349,6 +351,44 @@ class Client:
     async def goal(self, goal_id: str) -> Dict[str, Any]:
         """goal.get: the goal with its plan's tasks (schemas.GoalView)."""
         return await self.query("goal.get", {"id": goal_id})
+
+    async def wait_goal(self, goal_id: str, *, timeout: Optional[float] = None, poll: float = 2.0) -> Dict[str, Any]:
+        """Waits until the goal has ended (achieved, failed or cancelled) and
+        returns it as goal() does then. It reads the goal again at each of
+        its events on the feed — with the event's log sequence as
+        ``Dwr-Min-Seq``, so that the read sees the state the event left —
+        and every ``poll`` seconds in case the feed missed one (the live
+        feed is not acknowledged). It raises ``asyncio.TimeoutError`` when
+        ``timeout`` seconds pass first (None: none)."""
+        seen = 0
+        woken = asyncio.Event()
+
+        async def on_event(msg: _nats.Msg) -> None:
+            nonlocal seen
+            try:
+                seen = max(seen, int((msg.headers or {}).get(HEADER_LOG_SEQ) or 0))
+            except ValueError:
+                pass
+            woken.set()
+
+        sub = await self.nc.subscribe("%s.ev.%s.goal.%s.*" % (self.prefix, self.workspace, goal_id), cb=on_event)
+
+        async def follow() -> Dict[str, Any]:
+            await self.nc.flush()  # the subscription stands before the first read
+            while True:
+                woken.clear()
+                g = await self.query("goal.get", {"id": goal_id}, headers={HEADER_MIN_SEQ: str(seen)} if seen else None)
+                if g.get("state") in GOAL_ENDED:
+                    return g
+                try:
+                    await asyncio.wait_for(woken.wait(), poll)
+                except asyncio.TimeoutError:
+                    pass
+
+        try:
+            return await asyncio.wait_for(follow(), timeout)
+        finally:
+            await sub.unsubscribe()
 
     # -- artifacts ----------------------------------------------------------
 

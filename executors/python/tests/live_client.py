@@ -37,6 +37,21 @@ async def main() -> None:
         assert view["id"] == g["id"] and view["state"] == "open", view
         assert {n["key"] for n in view["nodes"]} == {"a", "b", "c"}, view["nodes"]
 
+        # wait_goal follows the goal's events: it returns once the goal has
+        # ended (here cancelled while it waits) — by the event, as its poll
+        # (60 s) is past its timeout (20 s).
+        w = await c.create_goal("py wait", tasks=[{"key": "a", "queue": "pyq"}])
+        waiting = asyncio.ensure_future(c.wait_goal(w["id"], timeout=20, poll=60))
+        await c.cancel_goal(w["id"], "py wait test")
+        ended = await waiting
+        assert ended["state"] == "cancelled" and ended["reason"] == "py wait test", ended
+        assert (await c.wait_goal(w["id"], timeout=5))["state"] == "cancelled", "an ended goal is returned at once"
+        try:
+            await c.wait_goal(g["id"], timeout=0.5)
+            raise AssertionError("wait_goal of an open goal returned")
+        except asyncio.TimeoutError:
+            pass
+
         # A standalone task: read, signalled (kept: it does not wait yet), cancelled.
         t = await c.create_task("pyq", {"n": 1}, title="py task")
         got = await c.task(t["id"])

@@ -5,7 +5,7 @@ import { credentialOptions } from "./credentials.js";
 import { readSigningKey, signDecision, type SigningKey } from "./signing.js";
 import { DwrError } from "./errors.js";
 import { Service, resultOf, traceContextOf, type CallOptions } from "./service.js";
-import { EnvTraceparent, type CommandResult, type Goal, type Task, type TaskSpec } from "./wire.js";
+import { EnvTraceparent, Header, type CommandResult, type Goal, type Task, type TaskSpec } from "./wire.js";
 
 /** Options of Client.connect. */
 export interface ConnectOptions {
@@ -196,14 +196,19 @@ export class Client {
   /**
    * waitGoal waits until the goal has ended (achieved, failed or cancelled)
    * and returns it: it reads the goal again at each of its events on the
-   * feed, and every pollMs (default 2 s) in case the feed missed one, until
-   * signal aborts (default: none).
+   * feed — with the event's log sequence (its Dwr-Log-Seq header) as the
+   * read's minSeq, so that the read sees the state the event left — and
+   * every pollMs (default 2 s) in case the feed missed one, until signal
+   * aborts (default: none).
    */
   async waitGoal(id: string, opts: { signal?: AbortSignal; pollMs?: number } = {}): Promise<Goal> {
     let wake: (() => void) | undefined;
     let woken = false;
+    let seen = 0;
     const sub = this.nc.subscribe(`${this.svc.prefix}.ev.${this.svc.workspace}.goal.${id}.*`, {
-      callback: () => {
+      callback: (_err, m) => {
+        const seq = Number(m?.headers?.get(Header.LogSeq) ?? 0);
+        if (Number.isSafeInteger(seq) && seq > seen) seen = seq;
         woken = true;
         wake?.();
       },
@@ -215,7 +220,7 @@ export class Client {
       for (;;) {
         opts.signal?.throwIfAborted();
         woken = false;
-        const g = await this.goal(id, { signal: opts.signal });
+        const g = await this.goal(id, { signal: opts.signal, minSeq: seen || undefined });
         if (goalEnded(g.state)) return g;
         if (!woken) {
           await new Promise<void>((resolve) => {

@@ -320,6 +320,8 @@ export const Header = {
   CommandID: "Dwr-Command-Id",
   CorrelationID: "Dwr-Correlation-Id",
   MinSeq: "Dwr-Min-Seq",
+  /** The log record a feed event came from (schemas.HeaderLogSeq). */
+  LogSeq: "Dwr-Log-Seq",
   Upload: "Dwr-Upload",
   Chunk: "Dwr-Chunk",
   ChunkSeq: "Dwr-Chunk-Seq",
