@@ -81,6 +81,14 @@ func SetFeedScanLimit(n int) (restore func()) {
 	return func() { feedScanOverride.Store(was) }
 }
 
+// SetGoalStateScanLimit makes a goal.list page with a state filter read at
+// most n goals of other states, until the returned function restores the
+// limit.
+func SetGoalStateScanLimit(n int) (restore func()) {
+	was := stateScanOverride.Swap(int64(n))
+	return func() { stateScanOverride.Store(was) }
+}
+
 // MeasureDiskWith makes the service measure the disk holding its views
 // with f from its next look on (every second).
 func (s *Service) MeasureDiskWith(f func(dir string) (free, size int64, ok bool)) {

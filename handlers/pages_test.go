@@ -318,3 +318,58 @@ func TestTooLargeResultsSayWhatToDo(t *testing.T) {
 	require.True(t, sawBig)
 	require.Equal(t, []string{smallID}, listed)
 }
+
+// goal.list lists the goals of one state when asked (open, achieved,
+// failed, cancelled), page by page; an unknown state is refused, naming the
+// field. Goals are not kept by state, so a page reads a bounded number of
+// goals of other states and may end with fewer than its limit and a cursor.
+func TestGoalListFiltersByState(t *testing.T) {
+	b := setup(t)
+	var open, cancelled []string
+	var seq uint64
+	for i := range 9 {
+		g, _ := b.mustCommand(t, "goal.create", map[string]any{"title": fmt.Sprintf("g%d", i)})
+		if i%3 == 0 {
+			_, seq = b.mustCommand(t, "goal.cancel", map[string]any{"goal_id": g.ID})
+			cancelled = append(cancelled, g.ID)
+		} else {
+			open = append(open, g.ID)
+		}
+	}
+	b.applied(t, seq)
+
+	got, _ := b.listAll(t, "goal.list", schemas.Query{State: schemas.GoalStateCancelled, Limit: 2})
+	require.Equal(t, cancelled, ids(t, got), "the cancelled goals, in order, page by page")
+	got, _ = b.listAll(t, "goal.list", schemas.Query{State: schemas.GoalStateOpen, Limit: 4})
+	require.Equal(t, open, ids(t, got))
+	got, _ = b.listAll(t, "goal.list", schemas.Query{State: schemas.GoalStateAchieved})
+	require.Empty(t, got)
+	got, _ = b.listAll(t, "goal.list", schemas.Query{})
+	require.Len(t, got, 9, "no filter: every goal")
+
+	r := b.request(t, "dwr.q.default.goal.list", schemas.Query{State: "done"}, nil)
+	require.False(t, r.OK)
+	require.Equal(t, schemas.CodeInvalid, r.Error.Code)
+	require.Equal(t, "/state", r.Error.Fields[0].Pointer)
+	require.Contains(t, r.Error.Message, `state "done" is not one of [open achieved failed cancelled]`)
+
+	// A page passes at most its scan limit of goals of other states: here
+	// 2, so the first page of cancelled goals (the first goal is one) holds
+	// it and stops at the next two open goals, and so on.
+	defer handlers.SetGoalStateScanLimit(2)()
+	var pages [][]string
+	q := schemas.Query{State: schemas.GoalStateCancelled}
+	for len(pages) < 10 {
+		r := b.request(t, "dwr.q.default.goal.list", q, nil)
+		require.True(t, r.OK, "%+v", r.Error)
+		var items []json.RawMessage
+		require.NoError(t, json.Unmarshal(r.Result, &items))
+		pages = append(pages, ids(t, items))
+		if r.Next == "" {
+			break
+		}
+		q.After = r.Next
+	}
+	require.Equal(t, [][]string{{cancelled[0]}, {cancelled[1]}, {cancelled[2]}, {}}, pages,
+		"each page stopped after two open goals; the last read the two after the last cancelled one")
+}

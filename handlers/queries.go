@@ -215,6 +215,17 @@ func (s *Service) checkMinSeq(seq uint64) *schemas.Error {
 		"header %s names log sequence %d, beyond the log's end (%d): pass the seq of a reply you were given", schemas.HeaderMinSeq, seq, end)}
 }
 
+// goalStates are the states goal.list filters by.
+var goalStates = []string{schemas.GoalStateOpen, schemas.GoalStateAchieved, schemas.GoalStateFailed, schemas.GoalStateCancelled}
+
+// maxStateScan bounds the goals of other states a goal.list page with a
+// state filter reads: such a page may hold fewer goals than its limit, even
+// none, and a cursor.
+const maxStateScan = 10_000
+
+// stateScanOverride, when set, replaces maxStateScan (tests).
+var stateScanOverride atomic.Int64
+
 // unknownState is the refusal of a list query's state filter, state, that
 // is not one of oneOf (as the message lists them); field says so at /state.
 func unknownState(state, oneOf, field string) error {
@@ -268,8 +279,26 @@ func (s *Service) query(name, ws string, p principal, q schemas.Query, pre prefe
 				q.ID, size, budget, q.ID)
 		})
 	case "goal.list":
+		if q.State != "" && !slices.Contains(goalStates, q.State) {
+			return nil, "", unknownState(q.State, fmt.Sprint(goalStates), "unknown state")
+		}
 		pg := newPage("goal", "list its tasks page by page (task.list with its goal_id)", limit, budget)
-		err := s.store.EachGoal(ws, q.After, func(g *projections.GoalView) bool { return pg.add(g, g.ID, g.ID) })
+		passed, scanLimit := 0, maxStateScan
+		if n := stateScanOverride.Load(); n > 0 {
+			scanLimit = int(n)
+		}
+		err := s.store.EachGoal(ws, q.After, func(g *projections.GoalView) bool {
+			if q.State == "" || g.State == q.State {
+				return pg.add(g, g.ID, g.ID)
+			}
+			// Goals are not kept by state: a page reads at most
+			// maxStateScan goals of other states, then ends with a cursor.
+			if passed++; passed == scanLimit {
+				pg.next = g.ID
+				return false
+			}
+			return true
+		})
 		return pg.result(err)
 	case "queue.key":
 		res, err := s.queueKeyQuery(ws, p, q)

@@ -10,7 +10,7 @@ import random
 import re
 import secrets
 import time
-from typing import Any, Dict, List, Optional
+from typing import Any, AsyncIterator, Dict, List, Optional
 
 from . import _nats
 from .credentials import connect as _connect
@@ -351,6 +351,32 @@ class Client:
     async def goal(self, goal_id: str) -> Dict[str, Any]:
         """goal.get: the goal with its plan's tasks (schemas.GoalView)."""
         return await self.query("goal.get", {"id": goal_id})
+
+    async def list(self, name: str, body: Optional[Dict[str, Any]] = None, **kwargs: Any) -> AsyncIterator[Any]:
+        """Reads list query name page after page, following each reply's
+        ``next``, and yields its items: ``async for t in c.list("task.list",
+        {"goal_id": g})``. ``limit`` in body sets the page size (at most
+        10,000)."""
+        q = {k: v for k, v in (body or {}).items() if v is not None}
+        while True:
+            r = await self.query_reply(name, q, **kwargs)
+            for item in r.get("result") or []:
+                yield item
+            nxt = r.get("next")
+            if not nxt:
+                return
+            q["after"] = nxt
+
+    def tasks(self, *, goal_id: Optional[str] = None, state: Optional[str] = None,
+              limit: Optional[int] = None) -> AsyncIterator[Dict[str, Any]]:
+        """task.list: the workspace's tasks — of a goal, in a state, or all —
+        page after page."""
+        return self.list("task.list", {"goal_id": goal_id, "state": state, "limit": limit})
+
+    def goals(self, *, state: Optional[str] = None, limit: Optional[int] = None) -> AsyncIterator[Dict[str, Any]]:
+        """goal.list: the workspace's goals (of a state, when given), page
+        after page."""
+        return self.list("goal.list", {"state": state, "limit": limit})
 
     async def wait_goal(self, goal_id: str, *, timeout: Optional[float] = None, poll: float = 2.0) -> Dict[str, Any]:
         """Waits until the goal has ended (achieved, failed or cancelled) and

@@ -52,6 +52,13 @@ async def main() -> None:
         except asyncio.TimeoutError:
             pass
 
+        # Lists page after page: three pages of one goal each reach this one.
+        ids = [x["id"] async for x in c.goals(limit=1)]
+        assert g["id"] in ids and w["id"] in ids and len(ids) == len(set(ids)), ids
+        assert [x["id"] async for x in c.goals(state="cancelled", limit=1)] == [w["id"]]
+        keys = sorted([x["key"] async for x in c.tasks(goal_id=g["id"], limit=2)])
+        assert keys == ["a", "b", "c"], keys
+
         # A standalone task: read, signalled (kept: it does not wait yet), cancelled.
         t = await c.create_task("pyq", {"n": 1}, title="py task")
         got = await c.task(t["id"])
