@@ -515,3 +515,27 @@ func TestCLIAdminVerify(t *testing.T) {
 	require.Regexp(t, fmt.Sprintf(`chain\s+DAMAGED at seq %d`, seq), out)
 	require.Regexp(t, `result\s+FAILED`, out)
 }
+
+// dwr goal list --state lists the goals in that state only; an unknown state
+// exits invalid, naming the states.
+func TestCLIGoalListByState(t *testing.T) {
+	url := cliServer(t)
+	var kept, gone map[string]any
+	runJSON(t, url, &kept, "goal", "create", "--title", "kept")
+	runJSON(t, url, &gone, "goal", "create", "--title", "gone")
+	code, _, errs := run(t, url, "goal", "cancel", gone["id"].(string), "--reason", "not needed")
+	require.Equal(t, 0, code, errs)
+
+	var cancelled []map[string]any
+	runJSON(t, url, &cancelled, "goal", "list", "--state", "cancelled")
+	require.Len(t, cancelled, 1)
+	require.Equal(t, gone["id"], cancelled[0]["id"])
+	var open []map[string]any
+	runJSON(t, url, &open, "goal", "list", "--state", "open")
+	require.Len(t, open, 1)
+	require.Equal(t, kept["id"], open[0]["id"])
+
+	code, _, errs = run(t, url, "goal", "list", "--state", "done")
+	require.Equal(t, exitInvalid, code)
+	require.Contains(t, errs, `state "done" is not one of [open achieved failed cancelled]`)
+}

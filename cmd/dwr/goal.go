@@ -43,12 +43,14 @@ func goalCmd(g *globals) *cobra.Command {
 	f.StringVar(&c.Envelope.ExtensionRole, "extension-role", "", "with --on-exhausted approval: the approver role that may extend the budget (default: any)")
 
 	get := goalGetCmd(g)
-	list := listCmd(g, &cobra.Command{Use: "list [--all | --limit N --after CURSOR]", Short: "list goals (a page; --all for every one)", Args: cobra.NoArgs},
+	var state string
+	list := listCmd(g, &cobra.Command{Use: "list [--state S] [--all | --limit N --after CURSOR]", Short: "list goals (a page; --all for every one)", Args: cobra.NoArgs},
 		&paging{}, "goals", nil, func(ctx context.Context, cl *client.Client, _ []string, opts ...client.CallOption) iter.Seq2[*schemas.GoalView, error] {
-			return cl.Goals(ctx, opts...)
+			return cl.GoalsIn(ctx, state, opts...)
 		}, columns([]string{"ID", "STATE", "PLAN", "TASKS", "TITLE"}, func(v schemas.GoalView) []string {
 			return []string{v.ID, v.State, fmt.Sprint(v.PlanVersion), counts(v.Counts), v.Title}
 		}))
+	list.Flags().StringVar(&state, "state", "", "only the goals in this state: open, achieved, failed or cancelled")
 	var reason string
 	cancel := sendCmd(g, &cobra.Command{Use: "cancel ID [--reason R]", Short: "cancel a goal with its unfinished tasks (their running attempts are told to stop)",
 		Args: cobra.ExactArgs(1)}, "goal", nil,

@@ -178,7 +178,15 @@ func (c *Client) Goal(ctx context.Context, id string, opts ...CallOption) (*sche
 
 // Goals lists the workspace's goals, oldest first (goal.list).
 func (c *Client) Goals(ctx context.Context, opts ...CallOption) iter.Seq2[*schemas.GoalView, error] {
-	return List[schemas.GoalView](ctx, c, "goal.list", schemas.Query{}, opts...)
+	return c.GoalsIn(ctx, "", opts...)
+}
+
+// GoalsIn lists the workspace's goals in state (schemas.GoalStateOpen,
+// ...Achieved, ...Failed, ...Cancelled; "" for every state), oldest first
+// (goal.list). A page reads a bounded number of goals of other states, so
+// with OnePage it may hold fewer than its limit, even none, and a next.
+func (c *Client) GoalsIn(ctx context.Context, state string, opts ...CallOption) iter.Seq2[*schemas.GoalView, error] {
+	return List[schemas.GoalView](ctx, c, "goal.list", schemas.Query{State: state}, opts...)
 }
 
 // Task returns a task (task.get).
