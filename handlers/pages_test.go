@@ -353,6 +353,23 @@ func TestGoalListFiltersByState(t *testing.T) {
 	require.Equal(t, "/state", r.Error.Fields[0].Pointer)
 	require.Contains(t, r.Error.Message, `state "done" is not one of [open achieved failed cancelled]`)
 
+	// A filter sent to a query that does not take it is refused, not
+	// ignored: the caller would get more than it asked for.
+	for _, c := range []struct {
+		query, field, msg string
+		q                 schemas.Query
+	}{
+		{"approval.list", "/goal_id", "approval.list takes only state and role, not goal_id", schemas.Query{GoalID: "G"}},
+		{"goal.list", "/role", "goal.list takes only state, not role", schemas.Query{Role: "ops"}},
+		{"ritual.list", "/state", "ritual.list takes no filter, not state", schemas.Query{State: "open"}},
+	} {
+		r := b.request(t, "dwr.q.default."+c.query, c.q, nil)
+		require.False(t, r.OK, c.query)
+		require.Equal(t, schemas.CodeInvalid, r.Error.Code, c.query)
+		require.Equal(t, c.field, r.Error.Fields[0].Pointer, c.query)
+		require.Contains(t, r.Error.Message, c.msg)
+	}
+
 	// A page passes at most its scan limit of goals of other states: here
 	// 2, so the first page of cancelled goals (the first goal is one) holds
 	// it and stops at the next two open goals, and so on.

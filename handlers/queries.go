@@ -215,6 +215,27 @@ func (s *Service) checkMinSeq(seq uint64) *schemas.Error {
 		"header %s names log sequence %d, beyond the log's end (%d): pass the seq of a reply you were given", schemas.HeaderMinSeq, seq, end)}
 }
 
+// listFilters are the list filters each query takes. A filter sent to a
+// query that does not take it is refused rather than ignored: the caller
+// would be answered more than it asked for.
+var listFilters = map[string][]string{"task.list": {"state", "goal_id"}, "goal.list": {"state"}, "approval.list": {"state", "role"}}
+
+// checkFilters refuses the filters of q that query name does not take.
+func checkFilters(name string, q schemas.Query) error {
+	for _, f := range [...]struct{ field, value string }{{"state", q.State}, {"goal_id", q.GoalID}, {"role", q.Role}} {
+		if f.value == "" || slices.Contains(listFilters[name], f.field) {
+			continue
+		}
+		takes := "no filter"
+		if fs := listFilters[name]; len(fs) > 0 {
+			takes = "only " + strings.Join(fs, " and ")
+		}
+		return &schemas.Error{Code: schemas.CodeInvalid, Message: fmt.Sprintf("%s takes %s, not %s: leave it out", name, takes, f.field),
+			Fields: []schemas.FieldError{{Pointer: "/" + f.field, Message: "not a filter of " + name}}}
+	}
+	return nil
+}
+
 // goalStates are the states goal.list filters by.
 var goalStates = []string{schemas.GoalStateOpen, schemas.GoalStateAchieved, schemas.GoalStateFailed, schemas.GoalStateCancelled}
 
@@ -251,6 +272,9 @@ func (s *Service) query(name, ws string, p principal, q schemas.Query, pre prefe
 			Fields: []schemas.FieldError{{Pointer: "/limit", Message: msg}}}
 	}
 	limit := cmp.Or(q.Limit, DefaultLimit)
+	if err := checkFilters(name, q); err != nil {
+		return nil, "", err
+	}
 	budget := s.replyBudget()
 	notFound := func(what string) error {
 		return &schemas.Error{Code: schemas.CodeNotFound, Message: fmt.Sprintf("%s %q not found in workspace %q", what, q.ID, ws)}
