@@ -30,10 +30,16 @@ import (
 // more connections than its bound, or the most subscriptions while the
 // clients hold more than theirs, is benched by the boundary's guard: its
 // connections closed, refused meanwhile. Others keep theirs and are served.
+//
+// Every identity here is of one workspace, whose own bound of connections
+// (TestAWorkspaceCannotTakeEveryConnection) is off: at its default, half
+// the clients', the guard benched identities filling the account's last
+// connections whenever it looked before the test's last dial (CI, under
+// load), and the dial past the account's bound was let in.
 func TestAClientCannotExhaustTheServer(t *testing.T) {
 	st := servicetest.Start(t, "", servicetest.Options{Secure: true, Listen: "127.0.0.1:0", Config: handlers.Config{WriterID: "test-writer", BenchFor: time.Minute},
 		Limits: handlers.ClientLimits{MaxConnections: 40, MaxSubscriptionsPerConnection: 50, MaxConnectionsPerIdentity: 5, MaxSubscriptions: 160,
-			MaxPendingPerIdentity: 1 << 20}})
+			MaxPendingPerIdentity: 1 << 20, MaxConnectionsPerWorkspace: -1}})
 	type conn struct {
 		nc   *nats.Conn
 		errs chan error
