@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import base64
 import hashlib
 import json
 import os
@@ -10,9 +11,13 @@ import random
 import re
 import secrets
 import time
-from typing import Any, AsyncIterator, Dict, List, Optional
+from typing import Any, AsyncIterator, Dict, List, Optional, Tuple
+
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+from cryptography.hazmat.primitives.serialization import load_pem_private_key
 
 from . import _nats
+from ._canonical import action_digest
 from .credentials import connect as _connect
 from .errors import FORBIDDEN, INTERNAL, INVALID, TOO_LARGE, UNAVAILABLE, DwrError
 
@@ -23,6 +28,43 @@ HEADER_COMMAND_ID = "Dwr-Command-Id"
 HEADER_CORRELATION_ID = "Dwr-Correlation-Id"
 HEADER_MIN_SEQ = "Dwr-Min-Seq"
 HEADER_LOG_SEQ = "Dwr-Log-Seq"  # the log record a feed event came from
+DECISION_PURPOSE = "dwr approval decision v1"  # opens every signed decision
+MAX_KEY_FILE = 64 << 10
+
+
+def decision_message(approval_id: str, response: str, digest: str) -> bytes:
+    """The bytes an approver signs: the purpose, the approval id, the
+    response and the action digest, one a line."""
+    return ("%s\n%s\n%s\n%s" % (DECISION_PURPOSE, approval_id, response, digest)).encode()
+
+
+def read_signing_key(path: str) -> Tuple[Ed25519PrivateKey, str]:
+    """Reads an approver's key file (``dwr keys create``): its Ed25519
+    private key and the approver its "# approver:" line names ("" when
+    none). It raises ValueError saying what the file holds instead."""
+    with open(path, "rb") as f:
+        b = f.read(MAX_KEY_FILE + 1)
+    if len(b) > MAX_KEY_FILE:
+        raise ValueError("dwr: key file %s is larger than %d bytes: not a key file" % (path, MAX_KEY_FILE))
+    text = b.decode("utf-8", "replace")
+    named = ""
+    for line in text.splitlines():
+        line = line.strip()
+        if line.startswith("-----BEGIN"):
+            break
+        if line.startswith("# approver:"):
+            named = line[len("# approver:"):].strip()
+    m = re.search(r"-----BEGIN PRIVATE KEY-----.*?-----END PRIVATE KEY-----", text, re.S)
+    if not m:
+        raise ValueError("dwr: key file %s holds no PEM \"PRIVATE KEY\" block: make one with "
+                         "`dwr keys create NAME --role ROLE --out FILE`" % path)
+    try:
+        key = load_pem_private_key(m.group(0).encode(), password=None)
+    except (ValueError, TypeError) as e:
+        raise ValueError("dwr: key file %s: the PRIVATE KEY block does not parse (PKCS #8): %s" % (path, e)) from None
+    if not isinstance(key, Ed25519PrivateKey):
+        raise ValueError("dwr: key file %s holds a %s, not an Ed25519 key" % (path, type(key).__name__))
+    return key, named
 GOAL_ENDED = ("achieved", "failed", "cancelled")
 HEADER_UPLOAD = "Dwr-Upload"
 HEADER_CHUNK = "Dwr-Chunk"
@@ -377,6 +419,33 @@ class Client:
         """goal.list: the workspace's goals (of a state, when given), page
         after page."""
         return self.list("goal.list", {"state": state, "limit": limit})
+
+    async def decide_approval(self, approval_id: str, response: str, key_file: str, *,
+                              approver: Optional[str] = None, comment: str = "",
+                              command_id: Optional[str] = None) -> Dict[str, Any]:
+        """approval.decide, signed: reads the approval (approval.get),
+        computes its action's digest itself and refuses to sign unless it is
+        the one the approval names, then signs (approval id, response,
+        digest) with the approver's Ed25519 key in key_file — what ``dwr keys
+        create`` writes: a PEM "PRIVATE KEY" block (PKCS #8) after a
+        "# approver: NAME" line — and sends the decision. approver defaults
+        to the name the file gives. The private key never leaves this
+        process; a refusal raises DwrError (forbidden, with its reason)."""
+        key, named = read_signing_key(key_file)
+        who = approver or named
+        if not who:
+            raise ValueError("dwr: key file %s names no approver (no '# approver:' line): pass approver=" % key_file)
+        a = await self.query("approval.get", {"id": approval_id})
+        digest = action_digest(a.get("action"))
+        if digest != a.get("action_digest"):
+            raise ValueError("dwr: approval %s names action digest %s, but the action shown digests to %s: not signing"
+                             % (a.get("id"), a.get("action_digest"), digest))
+        sig = key.sign(decision_message(a["id"], response, digest))
+        body: Dict[str, Any] = {"approval_id": a["id"], "approver": who, "response": response, "action_digest": digest,
+                                "signature": base64.b64encode(sig).decode()}
+        if comment:
+            body["comment"] = comment
+        return await self.command("approval.decide", body, command_id=command_id)
 
     async def wait_goal(self, goal_id: str, *, timeout: Optional[float] = None, poll: float = 2.0) -> Dict[str, Any]:
         """Waits until the goal has ended (achieved, failed or cancelled) and
