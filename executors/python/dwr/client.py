@@ -11,14 +11,11 @@ import random
 import re
 import secrets
 import time
-from typing import Any, AsyncIterator, Dict, List, Optional, Tuple
-
-from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
-from cryptography.hazmat.primitives.serialization import load_pem_private_key
+from typing import Any, AsyncIterator, Dict, List, Optional
 
 from . import _nats
 from ._canonical import action_digest
-from .credentials import connect as _connect
+from .credentials import connect as _connect, read_signing_key
 from .errors import FORBIDDEN, INTERNAL, INVALID, TOO_LARGE, UNAVAILABLE, DwrError
 
 __all__ = ["Client", "encode", "new_command_id", "valid_traceparent", "HEADER_COMMAND_ID", "HEADER_MIN_SEQ",
@@ -29,42 +26,6 @@ HEADER_CORRELATION_ID = "Dwr-Correlation-Id"
 HEADER_MIN_SEQ = "Dwr-Min-Seq"
 HEADER_LOG_SEQ = "Dwr-Log-Seq"  # the log record a feed event came from
 DECISION_PURPOSE = "dwr approval decision v1"  # opens every signed decision
-MAX_KEY_FILE = 64 << 10
-
-
-def decision_message(approval_id: str, response: str, digest: str) -> bytes:
-    """The bytes an approver signs: the purpose, the approval id, the
-    response and the action digest, one a line."""
-    return ("%s\n%s\n%s\n%s" % (DECISION_PURPOSE, approval_id, response, digest)).encode()
-
-
-def read_signing_key(path: str) -> Tuple[Ed25519PrivateKey, str]:
-    """Reads an approver's key file (``dwr keys create``): its Ed25519
-    private key and the approver its "# approver:" line names ("" when
-    none). It raises ValueError saying what the file holds instead."""
-    with open(path, "rb") as f:
-        b = f.read(MAX_KEY_FILE + 1)
-    if len(b) > MAX_KEY_FILE:
-        raise ValueError("dwr: key file %s is larger than %d bytes: not a key file" % (path, MAX_KEY_FILE))
-    text = b.decode("utf-8", "replace")
-    named = ""
-    for line in text.splitlines():
-        line = line.strip()
-        if line.startswith("-----BEGIN"):
-            break
-        if line.startswith("# approver:"):
-            named = line[len("# approver:"):].strip()
-    m = re.search(r"-----BEGIN PRIVATE KEY-----.*?-----END PRIVATE KEY-----", text, re.S)
-    if not m:
-        raise ValueError("dwr: key file %s holds no PEM \"PRIVATE KEY\" block: make one with "
-                         "`dwr keys create NAME --role ROLE --out FILE`" % path)
-    try:
-        key = load_pem_private_key(m.group(0).encode(), password=None)
-    except (ValueError, TypeError) as e:
-        raise ValueError("dwr: key file %s: the PRIVATE KEY block does not parse (PKCS #8): %s" % (path, e)) from None
-    if not isinstance(key, Ed25519PrivateKey):
-        raise ValueError("dwr: key file %s holds a %s, not an Ed25519 key" % (path, type(key).__name__))
-    return key, named
 GOAL_ENDED = ("achieved", "failed", "cancelled")
 HEADER_UPLOAD = "Dwr-Upload"
 HEADER_CHUNK = "Dwr-Chunk"
@@ -97,6 +58,12 @@ RETRY_MAX = 2.0
 MAX_MESSAGE_BYTES = 1 << 20
 # A command id is at most 128 bytes.
 MAX_COMMAND_ID = 128
+
+
+def decision_message(approval_id: str, response: str, digest: str) -> bytes:
+    """The bytes an approver signs: the purpose, the approval id, the
+    response and the action digest, one a line."""
+    return ("%s\n%s\n%s\n%s" % (DECISION_PURPOSE, approval_id, response, digest)).encode()
 
 
 def encode(body: Any) -> bytes:

@@ -3,9 +3,13 @@
 from __future__ import annotations
 
 import os
+import re
 import ssl
 from dataclasses import dataclass
-from typing import Any, Optional
+from typing import Any, Optional, Tuple
+
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+from cryptography.hazmat.primitives.serialization import load_pem_private_key
 
 from . import _nats
 from ._nkeys import KeyPair, NkeyError, find_user_seed
@@ -40,16 +44,51 @@ def read_credentials(path: str) -> Credentials:
     """Reads a dwr credential file (what `dwr users add --out FILE` writes,
     or the admin.creds `dwr serve` creates): the user nkey seed it holds.
     It raises ValueError naming the file when it holds no valid seed."""
-    with open(path, "rb") as f:
-        data = f.read(MAX_CREDENTIAL_BYTES + 1)
-    if len(data) > MAX_CREDENTIAL_BYTES:
-        raise ValueError("credential %s: larger than %d bytes: not a credential file" % (path, MAX_CREDENTIAL_BYTES))
+    data = _read_bounded(path, MAX_CREDENTIAL_BYTES, "credential %s: larger than %d bytes: not a credential file")
     try:
         seed = find_user_seed(data.decode("utf-8", "replace"))
         kp = KeyPair.from_seed(seed)
     except NkeyError as e:
         raise ValueError("credential %s: %s" % (path, e)) from None
     return Credentials(seed=seed, public_key=kp.public_key)
+
+
+MAX_KEY_FILE = 64 << 10
+
+
+def read_signing_key(path: str) -> Tuple[Ed25519PrivateKey, str]:
+    """Reads an approver's key file (``dwr keys create``): its Ed25519
+    private key and the approver its "# approver:" line names ("" when
+    none). It raises ValueError saying what the file holds instead."""
+    text = _read_bounded(path, MAX_KEY_FILE, "dwr: key file %s is larger than %d bytes: not a key file").decode("utf-8", "replace")
+    named = ""
+    for line in text.splitlines():
+        line = line.strip()
+        if line.startswith("-----BEGIN"):
+            break
+        if line.startswith("# approver:"):
+            named = line[len("# approver:"):].strip()
+    m = re.search(r"-----BEGIN PRIVATE KEY-----.*?-----END PRIVATE KEY-----", text, re.S)
+    if not m:
+        raise ValueError("dwr: key file %s holds no PEM \"PRIVATE KEY\" block: make one with "
+                         "`dwr keys create NAME --role ROLE --out FILE`" % path)
+    try:
+        key = load_pem_private_key(m.group(0).encode(), password=None)
+    except (ValueError, TypeError) as e:
+        raise ValueError("dwr: key file %s: the PRIVATE KEY block does not parse (PKCS #8): %s" % (path, e)) from None
+    if not isinstance(key, Ed25519PrivateKey):
+        raise ValueError("dwr: key file %s holds a %s, not an Ed25519 key" % (path, type(key).__name__))
+    return key, named
+
+
+def _read_bounded(path: str, limit: int, too_large: str) -> bytes:
+    """The bytes of file path, at most limit; a larger file raises
+    ValueError(too_large % (path, limit))."""
+    with open(path, "rb") as f:
+        b = f.read(limit + 1)
+    if len(b) > limit:
+        raise ValueError(too_large % (path, limit))
+    return b
 
 
 def tls_context(ca: Optional[str] = None, cert: Optional[str] = None, key: Optional[str] = None) -> Optional[ssl.SSLContext]:

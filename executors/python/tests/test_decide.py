@@ -16,7 +16,8 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey 
 from cryptography.hazmat.primitives.serialization import Encoding, NoEncryption, PrivateFormat  # noqa: E402
 
 import dwr  # noqa: E402
-from dwr.client import decision_message, read_signing_key  # noqa: E402
+from dwr.client import decision_message  # noqa: E402
+from dwr.credentials import read_signing_key  # noqa: E402
 
 
 class FakeClient(dwr.Client):
