@@ -50,6 +50,19 @@ func (s *Service) OnIntake(f func()) { s.onIntake.Store(&f) }
 // answers by blocking in f.
 func (s *Service) OnAnswered(f func()) { s.onAnswered.Store(&f) }
 
+// Intake returns how many requests were taken in: the service looks at
+// its backlog at each multiple of 256.
+func (s *Service) Intake() int64 { return s.intake.Load() }
+
+// EndRateWindow forgets what each caller sent so far, as when its second
+// is over: a test's own requests then weigh nothing in the next look at
+// the backlog.
+func (s *Service) EndRateWindow() {
+	s.admission.mu.Lock()
+	defer s.admission.mu.Unlock()
+	clear(s.admission.rates)
+}
+
 // Backlog returns the requests received and not yet taken in.
 func (s *Service) Backlog() int { return s.backlog() }
 

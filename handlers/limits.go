@@ -349,7 +349,8 @@ func endpointPending(cfg Config) int { return 4 * cfg.MaxBacklog }
 // checkBacklog benches the heaviest sender of the current second (or the
 // heaviest of the workspace that sent the most: benchHeaviest) when the
 // requests received and not yet taken in pass MaxBacklog (see Config), at
-// most once every backlogBenchEvery. It is called as requests are taken in
+// most once every backlogBenchEvery (a look that benches nobody does not
+// count). It is called as requests are taken in
 // (every backlogEvery of them): a backlog grows only while requests come,
 // faster than the service takes them in, and an idle service looks at
 // nothing. The backlog counts requests only (what the service reads for
@@ -364,10 +365,15 @@ func (s *Service) checkBacklog(now time.Time) {
 		return
 	}
 	users := s.admission.benchHeaviest(now, max(1, s.cfg.MaxInFlightPerCaller/4))
-	if len(users) > 0 {
-		s.cfg.Logger.Warn("handlers: requests come faster than the service takes them in; the identity that sent the most this second, or the heaviest of the workspace whose identities sent the most, are benched",
-			"backlog", backlog, "users", users, "for", s.cfg.BenchFor)
+	if len(users) == 0 {
+		// Nobody sent enough yet this second: the next look may bench, not
+		// only one backlogBenchEvery later — by then a fast flood is taken
+		// in whole, every look of it skipped.
+		s.backlogBenched.CompareAndSwap(now.UnixNano(), last)
+		return
 	}
+	s.cfg.Logger.Warn("handlers: requests come faster than the service takes them in; the identity that sent the most this second, or the heaviest of the workspace whose identities sent the most, are benched",
+		"backlog", backlog, "users", users, "for", s.cfg.BenchFor)
 	for _, user := range users {
 		s.benchFlooder(user)
 	}
