@@ -256,7 +256,7 @@ func newApproval(t *Task, attempt int, r ApprovalRequest, gate bool, now time.Ti
 	}
 	ev := &ApprovalRequested{Approval: Approval{ID: ApprovalID(t.ID, len(t.Approvals)+1), TaskID: t.ID,
 		Attempt: attempt, Action: action, ActionDigest: digest, Summary: r.Summary, Basis: r.Basis, Role: r.Role,
-		Responses: responses, Branches: branches, OnExpiry: onExpiry, EscalateTo: r.EscalateTo,
+		Responses: responses, Branches: branches, OnExpiry: onExpiry, EscalateTo: r.EscalateTo, AskedRole: r.Role,
 		ExpiresIn: r.ExpiresIn, RequestedAt: now, State: ApprovalStatePending}}
 	if r.ExpiresIn > 0 {
 		at := now.Add(r.ExpiresIn.D())
@@ -556,6 +556,7 @@ func (x *tx) takeBranch(taskID, id, branch, why, comment string) error {
 		if err != nil {
 			return err
 		}
+		ev.EscalatedFrom, ev.AskedRole = a.ID, a.AskedRole // still the first request's
 		return x.emit(taskID, ev)
 	default:
 		return x.emit(taskID, &TaskFailed{Reason: ReasonApproval, Error: &ErrorInfo{Code: ReasonApproval, Message: why}})

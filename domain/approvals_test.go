@@ -190,6 +190,9 @@ func TestApprovalGateBranches(t *testing.T) {
 		require.Equal(t, "director", second.Role)
 		require.Equal(t, first.ActionDigest, second.ActionDigest)
 		require.NotContains(t, second.Responses, ResponseEscalate, "an escalation is not escalated again")
+		require.Equal(t, [2]string{"", first.Role}, [2]string{first.EscalatedFrom, first.AskedRole}, "the first request asked its own role")
+		require.Equal(t, [2]string{first.ID, first.Role}, [2]string{second.EscalatedFrom, second.AskedRole},
+			"the escalation's approval is still the first role's request")
 		_ = w.recorded(decision(second, "alice", alice, ResponseApprove), CodeForbidden, RefusedUnauthorized)
 		w.must(decision(second, "carol", carol, ResponseApprove))
 		require.Equal(t, StateReady, w.state(id))
@@ -262,6 +265,10 @@ func TestApprovalExpiry(t *testing.T) {
 			require.Equal(t, tc.events, events(out, id))
 			require.Equal(t, tc.state, w.state(id))
 			require.Equal(t, ApprovalStateExpired, w.approval(a.ID).State)
+			if tc.onExpiry == BranchEscalate {
+				next := w.pending(id)
+				require.Equal(t, [3]string{"director", a.ID, a.Role}, [3]string{next.Role, next.EscalatedFrom, next.AskedRole})
+			}
 			require.Empty(t, w.must(fire).Changes, "an expiry fires once")
 			_ = w.recorded(decision(a, "alice", k, ResponseApprove), CodeConflict, RefusedExpired)
 			w.requireReplays()

@@ -315,6 +315,11 @@ func ApplyTask(t *Task, id, workspace string, e Event, r Recorded) (*Task, error
 	case *ApprovalRequested:
 		a := ev.Approval
 		a.TaskID = id
+		if a.EscalatedFrom == "" {
+			// Its own role; also for an approval recorded before asked_role
+			// was (one an escalation made then counts for its own role only).
+			a.AskedRole = a.Role
+		}
 		t.Approvals = append(t.Approvals, a)
 		t.State, t.Wait = StateWaiting, &Wait{Kind: WaitApproval, ApprovalID: a.ID}
 		if ra := t.Running(); ra != nil {

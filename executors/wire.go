@@ -74,20 +74,19 @@ func checkItem(it *schemas.WorkItem, workspace, queue, kind string) error {
 
 // decisionsOf returns the decisions taken on the task's approvals, and their
 // expiries (ResponseExpired), in the order the approvals were requested,
-// each with the role its request asked: an approval's own, or for one an
-// escalation made (the next approval, of the role escalated to, on the same
-// action), the role of the request it escalated.
+// each with the role its request asked (schemas.Approval.AskedRole). An
+// approval without escalated_from asked its own role: so does every one of
+// a service that does not record them, where an escalation's decision
+// counts for the role escalated to only (the job asking the first role gets
+// the decision that escalated: not an approval).
 func decisionsOf(t *schemas.Task) []Decision {
 	var ds []Decision
-	var prev *schemas.Approval
-	var prevAsked string
 	for i := range t.Approvals {
 		a := &t.Approvals[i]
-		asked := a.Role
-		if prev != nil && escalated(prev) && prev.ActionDigest == a.ActionDigest && prev.EscalateTo == a.Role && prev.Kind == a.Kind {
-			asked = prevAsked
+		asked := a.AskedRole
+		if a.EscalatedFrom == "" {
+			asked = a.Role
 		}
-		prev, prevAsked = a, asked
 		switch d := a.Decision; {
 		case d != nil:
 			ds = append(ds, Decision{ApprovalID: a.ID, ActionDigest: a.ActionDigest, Action: a.Action,
@@ -98,16 +97,6 @@ func decisionsOf(t *schemas.Task) []Decision {
 		}
 	}
 	return ds
-}
-
-// escalated reports whether approval a ended by asking again of its
-// escalation role: a decision that took the escalate branch, or an expiry
-// whose branch is escalate.
-func escalated(a *schemas.Approval) bool {
-	if a.Decision != nil {
-		return a.Decision.Branch == BranchEscalate
-	}
-	return a.State == schemas.ApprovalStateExpired && a.OnExpiry == BranchEscalate
 }
 
 // running returns the attempt that holds the task now, or nil.

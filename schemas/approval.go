@@ -60,12 +60,19 @@ type Approval struct {
 	Branches     map[string]string `json:"branches"`
 	OnExpiry     string            `json:"on_expiry,omitempty"`
 	EscalateTo   string            `json:"escalate_to,omitempty"`
-	ExpiresIn    Duration          `json:"expires_in,omitempty"`
-	RequestedAt  time.Time         `json:"requested_at"`
-	ExpiresAt    *time.Time        `json:"expires_at,omitempty"`
-	State        string            `json:"state"` // pending | decided | expired | withdrawn
-	Decision     *ApprovalDecision `json:"decision,omitempty"`
-	Refusals     []Refusal         `json:"refusals,omitempty"` // the latest ones
+	// EscalatedFrom is, for an approval an escalation made, the approval
+	// it escalated. AskedRole is the role the request was asked of: Role,
+	// or for an escalation's approval the AskedRole of the approval it
+	// escalated (the first request's) — a decision stands for a request of
+	// AskedRole on ActionDigest, never for another role's.
+	EscalatedFrom string            `json:"escalated_from,omitempty"`
+	AskedRole     string            `json:"asked_role,omitempty"`
+	ExpiresIn     Duration          `json:"expires_in,omitempty"`
+	RequestedAt   time.Time         `json:"requested_at"`
+	ExpiresAt     *time.Time        `json:"expires_at,omitempty"`
+	State         string            `json:"state"` // pending | decided | expired | withdrawn
+	Decision      *ApprovalDecision `json:"decision,omitempty"`
+	Refusals      []Refusal         `json:"refusals,omitempty"` // the latest ones
 }
 
 // ApprovalDecision is a decision that was taken: its signed response, and

@@ -112,6 +112,13 @@ func printApproval(w io.Writer, v *approvalView, now time.Time) {
 		who = "an approver with role " + v.Role
 	}
 	fmt.Fprintf(w, "decided by: %s\n", who)
+	if v.EscalatedFrom != "" {
+		asked := "any registered approver"
+		if v.AskedRole != "" {
+			asked = "role " + v.AskedRole
+		}
+		fmt.Fprintf(w, "escalated:  from approval %s, asked of %s: the decision answers that request\n", v.EscalatedFrom, asked)
+	}
 	br := make([]string, len(v.Responses))
 	for i, r := range v.Responses {
 		br[i] = r + " → " + dash(v.Branches[r])

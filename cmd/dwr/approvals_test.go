@@ -271,3 +271,29 @@ func TestExpiresIsRelative(t *testing.T) {
 	require.Equal(t, "expired 2m ago", expires(at(-2*time.Minute), now))
 	require.True(t, strings.HasPrefix(short(strings.Repeat("x", 80), 50), strings.Repeat("x", 47)))
 }
+
+// An escalation's approval says which request it answers: the approval it
+// escalated, and the role that request asked.
+func TestCLIApprovalsGetShowsTheRequestAnEscalationAnswers(t *testing.T) {
+	url := cliServer(t)
+	alice := filepath.Join(t.TempDir(), "alice.pem")
+	code, _, errs := run(t, url, "keys", "create", "alice", "--role", "ops", "--out", alice)
+	require.Equal(t, 0, code, errs)
+	var created domain.Reply
+	runJSON(t, url, &created, "task", "create", "--queue", "deploys", "--input", `{"deploy": "v3"}`, "--approval-role", "ops",
+		"--approval-responses", "approve,reject,escalate", "--approval-escalate-to", "finance")
+	first := domain.ApprovalID(created.ID, 1)
+	code, out, errs := run(t, url, "approve", first, "--response", "escalate", "--key", alice)
+	require.Equal(t, 0, code, errs)
+	require.Contains(t, out, "dwr approvals list --role finance")
+
+	var second approvalView
+	runJSON(t, url, &second, "approvals", "get", domain.ApprovalID(created.ID, 2))
+	require.Equal(t, [3]string{"finance", first, "ops"}, [3]string{second.Role, second.EscalatedFrom, second.AskedRole})
+	code, out, errs = run(t, url, "approvals", "get", second.ID)
+	require.Equal(t, 0, code, errs)
+	require.Contains(t, out, "decided by: an approver with role finance\nescalated:  from approval "+first+", asked of role ops")
+	code, out, errs = run(t, url, "approvals", "get", first)
+	require.Equal(t, 0, code, errs)
+	require.NotContains(t, out, "escalated:", "the first request escalated nothing")
+}

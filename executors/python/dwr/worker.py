@@ -460,18 +460,14 @@ def _attempt_count(task: Dict[str, Any]) -> int:
 def _decisions_of(task: Dict[str, Any]) -> List[Decision]:
     """The decisions taken on the task's approvals, and their expiries
     (response "expired"), in the order the approvals were requested, each
-    with the role its request asked (asked_role): an approval's own, or for
-    one an escalation made (the next approval, of the role escalated to, on
-    the same action), the role of the request it escalated."""
+    with the role its request asked (the approval's asked_role). An approval
+    without escalated_from asked its own role: so does every one of a service
+    that does not record them, where an escalation's decision counts for the
+    role escalated to only (the job asking the first role gets the decision
+    that escalated: not an approval)."""
     out = []
-    prev: Optional[Dict[str, Any]] = None
-    prev_asked = ""
     for a in task.get("approvals") or []:
-        asked = a.get("role", "") or ""
-        if (prev is not None and _escalated(prev) and prev.get("action_digest", "") == a.get("action_digest", "")
-                and (prev.get("escalate_to", "") or "") == asked and (prev.get("kind", "") or "") == (a.get("kind", "") or "")):
-            asked = prev_asked
-        prev, prev_asked = a, asked
+        asked = (a.get("asked_role") if a.get("escalated_from") else a.get("role")) or ""
         d = a.get("decision")
         if isinstance(d, dict):
             out.append(Decision(approval_id=a.get("id", ""), action_digest=a.get("action_digest", ""),
@@ -482,16 +478,6 @@ def _decisions_of(task: Dict[str, Any]) -> List[Decision]:
             out.append(Decision(approval_id=a.get("id", ""), action_digest=a.get("action_digest", ""),
                                 action=a.get("action"), response="expired", decided_at=a["expires_at"], asked_role=asked))
     return out
-
-
-def _escalated(a: Dict[str, Any]) -> bool:
-    """Whether approval a ended by asking again of its escalation role: a
-    decision that took the escalate branch, or an expiry whose branch is
-    escalate."""
-    d = a.get("decision")
-    if isinstance(d, dict):
-        return d.get("branch", "") == "escalate"
-    return a.get("state") == "expired" and a.get("on_expiry", "") == "escalate"
 
 
 @dataclass

@@ -141,9 +141,12 @@ class ApprovalRoleTest(unittest.IsolatedAsyncioTestCase):
         self.assertEqual(asks.sent, [], "each role's decision is found: nothing is asked again")
 
     async def test_an_escalated_request_counts_for_the_role_it_asked(self) -> None:
+        # The service records an escalation's approval with the approval it
+        # escalated and the role first asked.
         approvals = [self.approval(1, "finance", {"approver": "ada", "role": "finance", "response": "escalate",
-                                                  "branch": "escalate"}, escalate_to="counsel"),
-                     self.approval(2, "counsel", {"approver": "gc", "role": "counsel"})]
+                                                  "branch": "escalate"}, escalate_to="counsel", asked_role="finance"),
+                     self.approval(2, "counsel", {"approver": "gc", "role": "counsel"}, escalated_from="t1-1",
+                                   asked_role="finance")]
         ds = _decisions_of({"approvals": approvals})
         self.assertEqual([(d.approval_id, d.asked_role) for d in ds], [("t1-1", "finance"), ("t1-2", "finance")])
         job, asks = self.job(approvals)
@@ -153,26 +156,17 @@ class ApprovalRoleTest(unittest.IsolatedAsyncioTestCase):
             await job.request_approval(self.PAYMENT, role="counsel")  # counsel was not asked by the job
         self.assertEqual(len(asks.sent), 1)
 
-        # An expiry whose branch is escalate escalates too, down a chain.
-        chain = [self.approval(1, "finance", state="expired", expires_at="2026-01-01T00:00:00Z", on_expiry="escalate",
-                               escalate_to="cfo"),
-                 self.approval(2, "cfo", {"role": "cfo", "response": "escalate", "branch": "escalate"}, escalate_to="counsel"),
-                 self.approval(3, "counsel", {"role": "counsel"})]
-        self.assertEqual([(d.response, d.asked_role) for d in _decisions_of({"approvals": chain})],
-                         [("expired", "finance"), ("escalate", "finance"), ("approve", "finance")])
-
-        # Not an escalation's: another action, another role than escalated
-        # to, another kind, or a previous approval that did not escalate.
-        others = {
-            "another action": dict(approvals[1], action_digest="sha256:00"),
-            "another role": dict(approvals[1], role="board"),
-            "another kind": dict(approvals[1], kind="budget"),
-        }
-        for name, second in others.items():
-            ds = _decisions_of({"approvals": [approvals[0], second]})
-            self.assertEqual(ds[1].asked_role, second["role"], name)
-        plain = dict(approvals[0], decision=dict(approvals[0]["decision"], branch="", response="approve"))
-        self.assertEqual(_decisions_of({"approvals": [plain, approvals[1]]})[1].asked_role, "counsel", "no escalation")
+        # An approval no escalation made asked its own role, whatever
+        # asked_role says; so does an escalation's recorded by a service
+        # that did not record escalated_from: finance's decision is then
+        # its own, the escalation — not an approval.
+        forged = dict(approvals[1], asked_role="finance")
+        del forged["escalated_from"]
+        self.assertEqual(_decisions_of({"approvals": [approvals[0], forged]})[1].asked_role, "counsel")
+        job, asks = self.job([approvals[0], forged])
+        d = await job.request_approval(self.PAYMENT, role="finance")
+        self.assertEqual((d.approval_id, d.response, d.approved), ("t1-1", "escalate", False))
+        self.assertEqual(asks.sent, [])
 
     async def test_a_request_without_a_role_asks_the_task_approval_role(self) -> None:
         approvals = [self.approval(1, "finance", {"approver": "ada", "role": "finance"})]

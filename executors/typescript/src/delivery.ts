@@ -12,7 +12,6 @@ import {
   Header,
   MaxPayloadBytes,
   terminal,
-  type Approval,
   type Attempt,
   type CommandResult,
   type Dependency,
@@ -174,27 +173,16 @@ function runningFromItem(t: Task, itemAttempt: number): Attempt | undefined {
 /**
  * decisionsOf returns the decisions taken on the task's approvals, and their
  * expiries (response "expired"), in the order the approvals were requested,
- * each with the role its request asked (askedRole): an approval's own, or for
- * one an escalation made (the next approval, of the role escalated to, on the
- * same action), the role of the request it escalated.
+ * each with the role its request asked (the approval's asked_role). An
+ * approval without escalated_from asked its own role: so does every one of a
+ * service that does not record them, where an escalation's decision counts
+ * for the role escalated to only (the job asking the first role gets the
+ * decision that escalated: not an approval).
  */
 export function decisionsOf(t: Task): Decision[] {
   const out: Decision[] = [];
-  let prev: Approval | undefined;
-  let prevAsked = "";
   for (const a of t.approvals ?? []) {
-    let asked = a.role ?? "";
-    if (
-      prev &&
-      escalated(prev) &&
-      prev.action_digest === a.action_digest &&
-      (prev.escalate_to ?? "") === (a.role ?? "") &&
-      (prev.kind ?? "") === (a.kind ?? "")
-    ) {
-      asked = prevAsked;
-    }
-    prev = a;
-    prevAsked = asked;
+    const asked = (a.escalated_from ? a.asked_role : a.role) ?? "";
     if (a.decision) {
       out.push({
         approvalId: a.id,
@@ -224,16 +212,6 @@ export function decisionsOf(t: Task): Decision[] {
 /** approvalRoleOf returns the role of the task's approval settings, which the service gives a request that names none. */
 export function approvalRoleOf(t: Task): string {
   return t.spec.approval?.role ?? "";
-}
-
-/**
- * escalated reports whether approval a ended by asking again of its
- * escalation role: a decision that took the escalate branch, or an expiry
- * whose branch is escalate.
- */
-function escalated(a: Approval): boolean {
-  if (a.decision) return a.decision.branch === "escalate";
-  return a.state === "expired" && a.on_expiry === "escalate";
 }
 
 /**

@@ -104,6 +104,10 @@ export interface Approval {
   on_expiry?: string;
   /** The role asked after an escalation. */
   escalate_to?: string;
+  /** For an approval an escalation made: the approval it escalated. */
+  escalated_from?: string;
+  /** The role the request was asked of: role, or for an escalation's approval the first request's. */
+  asked_role?: string;
   /** pending, decided, expired or withdrawn. */
   state: string;
   expires_at?: string;

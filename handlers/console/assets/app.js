@@ -429,6 +429,8 @@ async function renderApproval(id) {
   show(h("h1", {}, "Approval " + a.id),
     h("p", {}, state(a.state), " task ", h("a", { href: "#/tasks/" + a.task_id }, a.task_key || a.task_id),
       " · role " + (a.role || "any approver") + " · requested ", ago(a.requested_at), a.expires_at ? h("span", {}, " · expires ", ago(a.expires_at)) : ""),
+    a.escalated_from ? h("p", { id: "escalated" }, "Escalated from ", h("a", { href: "#/approvals/" + a.escalated_from }, a.escalated_from),
+      ", asked of " + (a.asked_role ? "role " + a.asked_role : "any approver") + ": this decision answers that request.") : null,
     a.summary ? h("p", { class: "summary" }, a.summary) : null,
     section("Action", pre(p.action_text),
       h("p", {}, "digest ", h("code", { id: "digest" }, a.action_digest)),

@@ -270,9 +270,14 @@ test("an approval an escalation made counts for the role the escalated request a
     approvals: [
       approval(1, "finance", {
         escalate_to: "counsel",
+        asked_role: "finance",
         decision: decision("escalate", "escalate", "fay", "finance"),
       }),
-      approval(2, "counsel", { decision: decision("approve", "resume", "gc", "counsel") }),
+      approval(2, "counsel", {
+        escalated_from: "T-1",
+        asked_role: "finance",
+        decision: decision("approve", "resume", "gc", "counsel"),
+      }),
     ],
   };
   const ds = decisionsOf(task);
@@ -291,42 +296,20 @@ test("an approval an escalation made counts for the role the escalated request a
   await assert.rejects(approvalJob(task, asked).requestApproval({ action: payment, role: "counsel" }), WaitError);
   assert.equal(asked.length, 1, "the escalation's approval is not counsel's own");
 
-  // An expiry whose branch is escalate escalates too.
-  const expired: Task = {
+  // An approval no escalation made asked its own role, whatever asked_role says; so does an escalation's
+  // recorded by a service that did not record escalated_from: finance's decision is then its own, the
+  // escalation — not an approval.
+  const old: Task = {
     ...task,
-    approvals: [
-      approval(1, "finance", {
-        state: "expired",
-        on_expiry: "escalate",
-        escalate_to: "counsel",
-        expires_at: "2026-01-01T00:00:00Z",
-      }),
-      approval(2, "counsel", { decision: decision("approve", "resume", "gc", "counsel") }),
-    ],
+    approvals: [task.approvals![0], { ...task.approvals![1], escalated_from: undefined }],
   };
   assert.deepEqual(
-    decisionsOf(expired).map((d) => [d.approvalId, d.response, d.askedRole]),
-    [
-      ["T-1", "expired", "finance"],
-      ["T-2", "approve", "finance"],
-    ],
+    decisionsOf(old).map((d) => d.askedRole),
+    ["finance", "counsel"],
   );
-
-  // An approval of the same action that no escalation made is its own role's: after a decision that resumed,
-  // on another action, to another role than the one escalated to, or of another kind.
-  const own = (first: Partial<Approval>, second: Partial<Approval> = {}) =>
-    decisionsOf({
-      ...task,
-      approvals: [
-        approval(1, "finance", { escalate_to: "counsel", ...first }),
-        approval(2, "counsel", { decision: decision("approve", "resume", "gc", "counsel"), ...second }),
-      ],
-    }).at(-1)?.askedRole;
-  assert.equal(own({ decision: decision("approve", "resume", "fay", "finance") }), "counsel");
-  assert.equal(own({ decision: decision("escalate", "escalate", "fay", "finance") }, { action_digest: "sha256:00" }), "counsel");
-  assert.equal(own({ decision: decision("escalate", "escalate", "fay", "finance"), escalate_to: "legal" }), "counsel");
-  assert.equal(own({ decision: decision("escalate", "escalate", "fay", "finance") }, { kind: "budget" }), "counsel");
-  assert.equal(own({ state: "expired", on_expiry: "fail", expires_at: "2026-01-01T00:00:00Z" }), "counsel");
+  const escalation = await approvalJob(old, asked).requestApproval({ action: payment, role: "finance" });
+  assert.ok(escalation.approvalId === "T-1" && escalation.response === "escalate");
+  assert.equal(asked.length, 1, "nothing more asked");
 });
 
 test("a request that names no role is asked of the role of the task's approval settings", async () => {
