@@ -75,11 +75,26 @@ def canonical_json(doc: bytes | str) -> bytes:
     doc is not exactly one JSON value."""
     if isinstance(doc, bytes):
         doc = doc.decode("utf-8")
-    v = json.loads(doc, parse_int=_Number, parse_float=_Number,
-                   parse_constant=lambda c: (_ for _ in ()).throw(ValueError("%s is not JSON" % c)))
+    v = loads_as_written(doc)
     out: list = []
     _encode(v, out)
     return "".join(out).encode("utf-8")
+
+
+def loads_as_written(doc: bytes | str) -> Any:
+    """Decodes a JSON document keeping every number as it was written (a
+    str subclass), so that a part of it digests as the service digests it:
+    digest_as_written(value["action"])."""
+    return json.loads(doc, parse_int=_Number, parse_float=_Number,
+                      parse_constant=lambda c: (_ for _ in ()).throw(ValueError("%s is not JSON" % c)))
+
+
+def digest_as_written(v: Any) -> str:
+    """The action digest of a value loads_as_written decoded: its numbers'
+    digits as written, not as Python writes them again (1e21, not 1e+21)."""
+    out: list = []
+    _encode(v, out)
+    return ACTION_DIGEST_PREFIX + hashlib.sha256("".join(out).encode("utf-8")).hexdigest()
 
 
 def action_digest(action: Any) -> str:

@@ -14,7 +14,7 @@ import time
 from typing import Any, AsyncIterator, Dict, List, Optional
 
 from . import _nats
-from ._canonical import action_digest
+from ._canonical import digest_as_written, loads_as_written
 from .credentials import connect as _connect, read_signing_key
 from .errors import FORBIDDEN, INTERNAL, INVALID, TOO_LARGE, UNAVAILABLE, DwrError
 
@@ -192,11 +192,13 @@ class Client:
     async def request(self, subject: str, body: Any = None, headers: Optional[Dict[str, str]] = None, *,
                       timeout: Optional[float] = None, retry: bool = True,
                       retry_for: Any = "default", traceparent: Optional[str] = None,
-                      tracestate: str = "") -> Dict[str, Any]:
+                      tracestate: str = "", numbers_as_written: bool = False) -> Dict[str, Any]:
         """Sends a request to subject and returns the service's reply (the
         whole envelope: ok, result, seq, next) when it is ok; raises
         DwrError otherwise. Retried as the class says unless retry is
-        False. It carries the trace traceparent (default: the client's)."""
+        False. It carries the trace traceparent (default: the client's).
+        numbers_as_written keeps the reply's numbers as the service wrote
+        them, as str (to digest a part of it as the service does)."""
         data = encode(body)
         if len(data) > MAX_MESSAGE_BYTES:
             raise DwrError(TOO_LARGE, "the request is %d bytes; at most %d are allowed" % (len(data), MAX_MESSAGE_BYTES))
@@ -208,7 +210,7 @@ class Client:
         while True:
             tries += 1
             try:
-                return await self._try(subject, data, headers, timeout or self.timeout)
+                return await self._try(subject, data, headers, timeout or self.timeout, numbers_as_written)
             except DwrError as e:
                 if e.code != UNAVAILABLE or not retry or self.nc.is_closed:
                     raise
@@ -236,7 +238,7 @@ class Client:
         return dict(headers or {}, **trace)
 
     async def _try(self, subject: str, data: bytes, headers: Optional[Dict[str, str]],
-                   timeout: float) -> Dict[str, Any]:
+                   timeout: float, numbers_as_written: bool = False) -> Dict[str, Any]:
         try:
             msg = await self.nc.request(subject, data, timeout=timeout, headers=headers)
         except _nats.PermissionsViolation as e:
@@ -249,13 +251,13 @@ class Client:
             raise DwrError(UNAVAILABLE, "%s: %s" % (subject, e)) from None
         except (_nats.NatsError, ValueError) as e:
             raise DwrError(INVALID, "%s: %s" % (subject, e)) from None
-        return self._decode(subject, msg)
+        return self._decode(subject, msg, numbers_as_written)
 
-    def _decode(self, subject: str, msg: _nats.Msg) -> Dict[str, Any]:
+    def _decode(self, subject: str, msg: _nats.Msg, numbers_as_written: bool = False) -> Dict[str, Any]:
         if len(msg.data) > max(self.nc.max_payload, MAX_MESSAGE_BYTES):
             raise DwrError(INTERNAL, "%s: a reply of %d bytes is larger than any dwr reply" % (subject, len(msg.data)))
         try:
-            r = json.loads(msg.data)
+            r = loads_as_written(msg.data) if numbers_as_written else json.loads(msg.data)
         except ValueError as e:
             raise DwrError(INTERNAL, "%s: the answer is not a dwr reply: %s" % (subject, e)) from None
         if not isinstance(r, dict) or not isinstance(r.get("ok"), bool):
@@ -285,16 +287,18 @@ class Client:
 
     async def query_reply(self, name: str, body: Any = None, *, timeout: Optional[float] = None,
                           headers: Optional[Dict[str, str]] = None, retry_for: Any = "default",
-                          traceparent: Optional[str] = None, tracestate: str = "") -> Dict[str, Any]:
+                          traceparent: Optional[str] = None, tracestate: str = "",
+                          numbers_as_written: bool = False) -> Dict[str, Any]:
         """Sends query name (``dwr.q.<workspace>.<name>``) and returns the
-        whole reply (its ``next`` pages on)."""
+        whole reply (its ``next`` pages on); numbers_as_written as
+        request()."""
         h = dict(headers or {})
         seq = max(self.seq or 0, int(h.get(HEADER_MIN_SEQ) or 0))
         if seq:
             h[HEADER_MIN_SEQ] = str(seq)
         return await self.request("%s.q.%s.%s" % (self.prefix, self.workspace, name), body if body is not None else {},
                                   h or None, timeout=timeout, retry_for=retry_for, traceparent=traceparent,
-                                  tracestate=tracestate)
+                                  tracestate=tracestate, numbers_as_written=numbers_as_written)
 
     async def query(self, name: str, body: Any = None, **kwargs: Any) -> Any:
         """Sends query name and returns its result."""
@@ -402,8 +406,10 @@ class Client:
         who = approver or named
         if not who:
             raise ValueError("dwr: key file %s names no approver (no '# approver:' line): pass approver=" % key_file)
-        a = await self.query("approval.get", {"id": approval_id})
-        digest = action_digest(a.get("action"))
+        # The action's numbers as the service wrote them: decoded to floats
+        # and written again, 1e21 would digest as 1e+21.
+        a = await self.query("approval.get", {"id": approval_id}, numbers_as_written=True)
+        digest = digest_as_written(a.get("action"))
         if digest != a.get("action_digest"):
             raise ValueError("dwr: approval %s names action digest %s, but the action shown digests to %s: not signing"
                              % (a.get("id"), a.get("action_digest"), digest))

@@ -28,6 +28,25 @@ export function canonicalJSON(text: string): string {
 }
 
 /**
+ * canonicalAt is canonicalJSON of the member at path (object keys, from the
+ * top) of the JSON document text: a part of a reply, with its numbers as the
+ * service wrote them. The member may nest 32 levels below path. It throws
+ * when text is not exactly one JSON value or has no member at path.
+ */
+export function canonicalAt(text: string, path: readonly string[]): string {
+  const p = new Parser(text);
+  p.space();
+  let v = p.value(-path.length);
+  p.space();
+  if (p.i !== text.length) throw new Error("dwr: the document holds more than one JSON value");
+  for (const k of path) {
+    if (!(v instanceof Map) || !v.has(k)) throw new Error(`dwr: the document has no ${path.join(".")}`);
+    v = v.get(k)!;
+  }
+  return encode(v);
+}
+
+/**
  * actionDigest returns the digest the service records for an action, and the
  * one an approver signs: "sha256:" and the hex SHA-256 of the action's
  * canonical JSON. The action is encoded with JSON.stringify first.

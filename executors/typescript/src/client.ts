@@ -1,10 +1,10 @@
 import { connect, type NatsConnection } from "@nats-io/transport-node";
 import { getArtifact, putArtifact, type ArtifactInfo, type ArtifactMeta } from "./artifacts.js";
-import { actionDigest } from "./canonical.js";
+import { canonicalAt, digestOf } from "./canonical.js";
 import { credentialOptions } from "./credentials.js";
 import { readSigningKey, signDecision, type SigningKey } from "./signing.js";
 import { DwrError } from "./errors.js";
-import { Service, resultOf, traceContextOf, type CallOptions } from "./service.js";
+import { Service, decodeReply, resultOf, traceContextOf, type CallOptions } from "./service.js";
 import { EnvTraceparent, Header, type CommandResult, type Goal, type Task, type TaskSpec } from "./wire.js";
 
 /** Options of Client.connect. */
@@ -259,8 +259,12 @@ export class Client {
     const k = typeof key === "string" ? readSigningKey(key) : key;
     const who = approver ?? k.approver;
     if (!who) throw new Error("dwr: decideApproval: the key file names no approver: give opts.approver");
-    const a = await this.query<{ id: string; action: unknown; action_digest: string }>("approval.get", { id: approvalId }, call);
-    const digest = actionDigest(a.action);
+    // The action's digest from the reply's bytes: decoded to numbers and
+    // written again, 1e21 would digest as 1e+21.
+    const name = "approval.get";
+    const data = await this.svc.queryBytes(name, { id: approvalId }, this.withDefaults(call));
+    const a = resultOf(decodeReply<{ id: string; action_digest: string }>(data, name), name);
+    const digest = digestOf(canonicalAt(new TextDecoder().decode(data), ["result", "action"]));
     if (digest !== a.action_digest) {
       throw new Error(
         `dwr: approval ${a.id} names action digest ${a.action_digest}, but the action shown digests to ${digest}: not signing`,

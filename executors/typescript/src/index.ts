@@ -17,7 +17,7 @@ export {
 } from "./job.js";
 export { DwrError, Permanent, Failure, AbortReason, Cause, causeOf, type CauseName } from "./errors.js";
 export { credentialOptions, readCredential, inboxPrefix, type Credential } from "./credentials.js";
-export { actionDigest, canonicalJSON } from "./canonical.js";
+export { actionDigest, canonicalAt, canonicalJSON, digestOf } from "./canonical.js";
 export { readSigningKey, signDecision, decisionMessage, DecisionPurpose, type SigningKey } from "./signing.js";
 export { putArtifact, getArtifact, mediaType, type ArtifactInfo, type ArtifactMeta } from "./artifacts.js";
 export { Service, DefaultTimeoutMs, traceContextOf, type CallOptions, type TraceContext } from "./service.js";

@@ -112,10 +112,20 @@ export class Service {
 
   /** query sends query name with body, reading at least what this Service's commands wrote. */
   async query<T = unknown>(name: string, body: unknown, opts: CallOptions = {}): Promise<Reply<T>> {
+    const subject = `${this.prefix}.q.${this.workspace}.${name}`;
+    return decodeReply<T>(await this.queryBytes(name, body, opts), subject);
+  }
+
+  /**
+   * queryBytes is query's reply as the service wrote it: to digest a part of
+   * it byte for byte (numbers keep their digits, 1e21 is not 1e+21).
+   */
+  async queryBytes(name: string, body: unknown, opts: CallOptions = {}): Promise<Uint8Array> {
     const h: Record<string, string> = { ...opts.headers };
     const min = Math.max(this.seen.minSeq, opts.minSeq ?? 0);
     if (min > 0) h[Header.MinSeq] = String(min);
-    return this.request<T>(`${this.prefix}.q.${this.workspace}.${name}`, encode(body), { ...opts, headers: h });
+    const { data } = await this.raw(`${this.prefix}.q.${this.workspace}.${name}`, encode(body), { ...opts, headers: h }, true);
+    return data;
   }
 
   /** request sends data to subject and returns the reply decoded, retrying as the class says. */

@@ -20,6 +20,8 @@ import {
   actionDigest,
   attemptCount,
   canonicalJSON,
+  canonicalAt,
+  digestOf,
   parseDuration,
   readCredential,
   readSigningKey,
@@ -359,6 +361,49 @@ test("canonical JSON sorts keys by their UTF-8 bytes and keeps numbers as writte
   assert.throws(() => canonicalJSON('{"a": 1} {"b": 2}'), /more than one JSON value/);
   assert.throws(() => canonicalJSON("[".repeat(40) + "]".repeat(40)), /deeper than 32/);
   assert.throws(() => canonicalJSON("{'a': 1}"), /not JSON/);
+});
+
+test("canonicalAt is the canonical JSON of a member, its numbers as written", () => {
+  const reply = '{"ok": true, "result": {"id": "T-1", "action": {"b": 1e21, "a": [1.50]}}}';
+  assert.equal(canonicalAt(reply, ["result", "action"]), '{"a":[1.50],"b":1e21}');
+  assert.throws(() => canonicalAt(reply, ["result", "basis"]), /no result.basis/);
+  assert.throws(() => canonicalAt('{"result": [1]}', ["result", "action"]), /no result.action/);
+  const deep = "[".repeat(32) + "]".repeat(32);
+  assert.equal(canonicalAt(`{"result": {"action": ${deep}}}`, ["result", "action"]), deep, "32 levels below the path");
+});
+
+test("decideApproval signs the digest of the action as the service wrote it", async () => {
+  // 1e21 and 1.50 as written: decoded to numbers and written again, they are 1e+21 and 1.5.
+  const action = '{"wire": {"amount": 1e21, "rate": 1.50}}';
+  const digest = digestOf(canonicalJSON(action));
+  assert.notEqual(digest, actionDigest(JSON.parse(action)));
+  const sent: { subject: string; body: Record<string, string> }[] = [];
+  const nc = {
+    isClosed: () => false,
+    request: async (subject: string, data: Uint8Array) => {
+      sent.push({ subject, body: JSON.parse(new TextDecoder().decode(data)) });
+      const result = subject.endsWith(".approval.get")
+        ? `{"id": "T-1", "action": ${action}, "action_digest": "${digest}"}`
+        : '{"id": "T"}';
+      return { data: new TextEncoder().encode(`{"ok": true, "result": ${result}}`) };
+    },
+  };
+  const { privateKey, publicKey } = generateKeyPairSync("ed25519");
+  await new Client(nc as never).decideApproval("T-1", "approve", { key: privateKey, approver: "ada", workspace: "" });
+  assert.deepEqual(
+    sent.map((m) => m.subject),
+    ["dwr.q.default.approval.get", "dwr.cmd.default.approval.decide"],
+  );
+  const decision = sent[1]!.body;
+  assert.equal(decision.action_digest, digest);
+  assert.ok(
+    verify(
+      null,
+      Buffer.from(`dwr approval decision v1\nT-1\napprove\n${digest}`),
+      publicKey,
+      Buffer.from(decision.signature!, "base64"),
+    ),
+  );
 });
 
 test("durations read as the service writes them", () => {
