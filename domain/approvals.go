@@ -58,7 +58,10 @@ const (
 	RefusedActionMismatch  = "action_mismatch"
 	RefusedExpired         = "expired"
 	RefusedAlreadyDecided  = "already_decided"
-	RefusedNotPermitted    = "response_not_permitted"
+	// RefusedAlreadySigned: the approver already approved an approval that
+	// needs more distinct approvers (its quorum): another must.
+	RefusedAlreadySigned = "already_signed"
+	RefusedNotPermitted  = "response_not_permitted"
 	// RefusedRevoked: the approver named was revoked (approver.revoke).
 	RefusedRevoked = "revoked"
 	// RefusedKeyExpired: the approver's key expired (its expires_at).
@@ -203,6 +206,9 @@ func validateApproval(field string, r ApprovalRequest) error {
 	if escalates && r.EscalateTo == "" {
 		return invalid(field+"/escalate_to", "the request can escalate (a response, a branch or on_expiry), so the role it escalates to is required")
 	}
+	if r.Quorum < 0 || r.Quorum > schemas.MaxQuorum {
+		return invalid(field+"/quorum", "is %d; an approval needs 1 to %d distinct approvers", r.Quorum, schemas.MaxQuorum)
+	}
 	return nil
 }
 
@@ -258,6 +264,9 @@ func newApproval(t *Task, attempt int, r ApprovalRequest, gate bool, now time.Ti
 		Attempt: attempt, Action: action, ActionDigest: digest, Summary: r.Summary, Basis: r.Basis, Role: r.Role,
 		Responses: responses, Branches: branches, OnExpiry: onExpiry, EscalateTo: r.EscalateTo, AskedRole: r.Role,
 		ExpiresIn: r.ExpiresIn, RequestedAt: now, State: ApprovalStatePending}}
+	if r.Quorum > 1 {
+		ev.Quorum = r.Quorum
+	}
 	if r.ExpiresIn > 0 {
 		at := now.Add(r.ExpiresIn.D())
 		ev.ExpiresAt = &at
@@ -277,7 +286,7 @@ func gateRequest(t *Task) ApprovalRequest {
 	}
 	// A long key: the summary is cut at a rune boundary.
 	r := ApprovalRequest{Action: t.Spec.Input, Summary: clip(summary, MaxTitle), Basis: a.Basis, Role: a.Role,
-		Responses: a.Responses, Branches: a.Branches, OnExpiry: a.OnExpiry, EscalateTo: a.EscalateTo, ExpiresIn: a.ExpiresIn}
+		Responses: a.Responses, Branches: a.Branches, OnExpiry: a.OnExpiry, EscalateTo: a.EscalateTo, ExpiresIn: a.ExpiresIn, Quorum: a.Quorum}
 	if schemas.IsSealed(t.Spec.Input) {
 		r.ActionDigest = a.ActionDigest // the input's as sent, which the service took before it sealed it
 	}
@@ -358,6 +367,7 @@ func (x *tx) requestApproval(c *RequestApproval) (Reply, error) {
 		req.EscalateTo = cmp.Or(req.EscalateTo, g.EscalateTo)
 		req.OnExpiry = cmp.Or(req.OnExpiry, g.OnExpiry)
 		req.ExpiresIn = cmp.Or(req.ExpiresIn, g.ExpiresIn)
+		req.Quorum = cmp.Or(req.Quorum, g.Quorum)
 		if len(req.Responses) == 0 {
 			req.Responses = g.Responses
 		}
@@ -422,7 +432,7 @@ func (x *tx) decideApproval(c *DecideApproval) (Reply, error) {
 	refuse := func(reason, field, format string, args ...any) (Reply, error) {
 		msg := fmt.Sprintf(format, args...)
 		code := CodeForbidden
-		if reason == RefusedAlreadyDecided || reason == RefusedExpired {
+		if reason == RefusedAlreadyDecided || reason == RefusedExpired || reason == RefusedAlreadySigned {
 			code = CodeConflict
 		}
 		if err := x.emit(t.ID, &ApprovalRefused{ApprovalID: a.ID, Approver: c.Approver, Response: c.Response,
@@ -437,6 +447,11 @@ func (x *tx) decideApproval(c *DecideApproval) (Reply, error) {
 	}
 	if d := a.Decision; d != nil && d.Signature == c.Signature && d.Approver == c.Approver && d.Response == c.Response {
 		return duplicateTask(t), nil // the same signed decision, sent again
+	}
+	for _, s := range a.SignOffs {
+		if s.Signature == c.Signature && s.Approver == c.Approver && s.Response == c.Response {
+			return duplicateTask(t), nil // the same signed approval, sent again
+		}
 	}
 	switch {
 	case a.State == ApprovalStateDecided:
@@ -480,8 +495,24 @@ func (x *tx) decideApproval(c *DecideApproval) (Reply, error) {
 	if branch == BranchEscalate && a.EscalateTo == "" {
 		branch = BranchReject // validated against; kept safe for old settings
 	}
-	if err := x.emit(t.ID, &ApprovalDecided{ApprovalID: a.ID, SignedResponse: schemas.SignedResponse{Response: c.Response, Branch: branch,
-		Approver: c.Approver, Role: ap.Role, KeyID: ap.KeyID, Comment: c.Comment, Signature: c.Signature}}); err != nil {
+	signed := schemas.SignedResponse{Response: c.Response, Branch: branch,
+		Approver: c.Approver, Role: ap.Role, KeyID: ap.KeyID, Comment: c.Comment, Signature: c.Signature}
+	if c.Response == ResponseApprove && a.Quorum > 1 {
+		// Four eyes: each approver approves once, and the approval waits
+		// for the quorum; any other response decides at once.
+		if slices.ContainsFunc(a.SignOffs, func(s ApprovalDecision) bool { return s.Approver == c.Approver }) {
+			return refuse(RefusedAlreadySigned, "/approver", "approver %q already approved approval %s, which needs %d distinct approvers (%d so far): another approver must", c.Approver, a.ID, a.Quorum, len(a.SignOffs))
+		}
+		if len(a.SignOffs)+1 < a.Quorum {
+			if err := x.emit(t.ID, &ApprovalSignedOff{ApprovalID: a.ID, SignedResponse: signed}); err != nil {
+				return Reply{}, err
+			}
+			r, err := x.after(t.ID)
+			r.ApprovalID = a.ID
+			return r, err
+		}
+	}
+	if err := x.emit(t.ID, &ApprovalDecided{ApprovalID: a.ID, SignedResponse: signed}); err != nil {
 		return Reply{}, err
 	}
 	if err := x.takeBranch(t.ID, a.ID, branch, fmt.Sprintf("approval %s: %s by %s", a.ID, c.Response, c.Approver), c.Comment); err != nil {
@@ -544,7 +575,7 @@ func (x *tx) takeBranch(taskID, id, branch, why, comment string) error {
 	case BranchEscalate:
 		req := ApprovalRequest{Action: a.Action, ActionDigest: a.ActionDigest, Summary: a.Summary, Basis: a.Basis, Role: a.EscalateTo,
 			Responses: slices.DeleteFunc(slices.Clone(a.Responses), func(r string) bool { return r == ResponseEscalate }),
-			Branches:  a.Branches, OnExpiry: a.OnExpiry, ExpiresIn: a.ExpiresIn}
+			Branches:  a.Branches, OnExpiry: a.OnExpiry, ExpiresIn: a.ExpiresIn, Quorum: a.Quorum}
 		if req.OnExpiry == BranchEscalate {
 			req.OnExpiry = BranchFail
 		}

@@ -510,3 +510,79 @@ func TestATaskAsksABoundedNumberOfApprovals(t *testing.T) {
 	require.Len(t, w.task(id).Approvals, schemas.MaxTaskApprovalBytes/(2*len(big)))
 	w.requireReplays()
 }
+
+// Four eyes within one role: an approval with a quorum of two waits for two
+// distinct approvers of its role to approve; one approver counts once, and
+// any other response decides at once.
+func TestAQuorumNeedsDistinctApprovers(t *testing.T) {
+	setupQuorum := func(t *testing.T) (*world, string, map[string]ed25519.PrivateKey) {
+		w := setup(t)
+		keys := map[string]ed25519.PrivateKey{"ada": w.approver("ada", "owner"), "bo": w.approver("bo", "owner"),
+			"cy": w.approver("cy", "other")}
+		id := w.newID()
+		s := gated("")
+		s.Approval.Quorum = 2
+		w.must(&CreateTask{TaskID: id, Spec: s})
+		return w, id, keys
+	}
+	t.Run("two approve", func(t *testing.T) {
+		w, id, k := setupQuorum(t)
+		a := w.pending(id)
+		require.Equal(t, 2, a.Quorum)
+		out := w.must(decision(a, "ada", k["ada"], ResponseApprove))
+		require.Equal(t, []string{"task.approval_signed_off"}, events(out, id))
+		require.Equal(t, StateWaiting, w.state(id), "one approval of two: still waiting")
+		a = w.approval(a.ID)
+		require.Equal(t, ApprovalStatePending, a.State)
+		require.Len(t, a.SignOffs, 1)
+		require.Equal(t, [3]string{"ada", "owner", ResponseApprove}, [3]string{a.SignOffs[0].Approver, a.SignOffs[0].Role, a.SignOffs[0].Response})
+
+		require.Empty(t, w.must(decision(a, "ada", k["ada"], ResponseApprove)).Changes, "the same signed approval again: a duplicate")
+		// With a new key, the same approver is still one of the quorum.
+		ada2 := keyOf("ada, again")
+		w.must(&RegisterApprover{Name: "ada", Role: "owner", PublicKey: pubOf(ada2)})
+		e := w.recorded(decision(a, "ada", ada2, ResponseApprove), CodeConflict, RefusedAlreadySigned)
+		require.Contains(t, e.Message, "another approver must")
+		_ = w.recorded(decision(a, "cy", k["cy"], ResponseApprove), CodeForbidden, RefusedUnauthorized)
+
+		out = w.must(decision(a, "bo", k["bo"], ResponseApprove))
+		require.Equal(t, []string{"task.approval_decided", "task.ready"}, events(out, id))
+		a = w.approval(a.ID)
+		require.Equal(t, ApprovalStateDecided, a.State)
+		require.Equal(t, "bo", a.Decision.Approver, "the approval that makes the quorum decides")
+		require.Len(t, a.SignOffs, 1)
+		_ = w.recorded(decision(a, "ada", k["ada"], ResponseReject), CodeConflict, RefusedAlreadyDecided)
+		w.requireReplays()
+	})
+	t.Run("one rejects", func(t *testing.T) {
+		w, id, k := setupQuorum(t)
+		a := w.pending(id)
+		w.must(decision(a, "ada", k["ada"], ResponseApprove))
+		out := w.must(decision(a, "bo", k["bo"], ResponseReject))
+		require.Equal(t, []string{"task.approval_decided", "task.rejected"}, events(out, id))
+		require.Equal(t, StateRejected, w.state(id))
+		w.requireReplays()
+	})
+	t.Run("expires short of the quorum", func(t *testing.T) {
+		w := setup(t)
+		ada := w.approver("ada", "owner")
+		id := w.newID()
+		s := gated("")
+		s.Approval.Quorum, s.Approval.ExpiresIn = 3, Duration(time.Hour)
+		w.must(&CreateTask{TaskID: id, Spec: s})
+		a := w.pending(id)
+		w.must(decision(a, "ada", ada, ResponseApprove))
+		w.advance(time.Hour)
+		out := w.must(&FireTimer{TaskID: id, Kind: TimerApproval, Attempt: 1, Due: *a.ExpiresAt})
+		require.Equal(t, []string{"task.approval_expired", "task.failed"}, events(out, id))
+		w.requireReplays()
+	})
+	t.Run("bounds", func(t *testing.T) {
+		w := setup(t)
+		for _, q := range []int{-1, schemas.MaxQuorum + 1} {
+			s := gated("")
+			s.Approval.Quorum = q
+			require.Equal(t, "/spec/approval/quorum", w.refused(&CreateTask{TaskID: w.newID(), Spec: s}, CodeInvalid).Field)
+		}
+	})
+}

@@ -198,6 +198,13 @@ func (*ApprovalRequested) EventType() string { return "task.approval_requested" 
 func (*ApprovalRequested) AggregateType() string { return AggTask }
 func (*ApprovalRequested) isEvent()              {}
 
+// EventType returns "task.approval_signed_off".
+func (*ApprovalSignedOff) EventType() string { return "task.approval_signed_off" }
+
+// AggregateType returns AggTask.
+func (*ApprovalSignedOff) AggregateType() string { return AggTask }
+func (*ApprovalSignedOff) isEvent()              {}
+
 // EventType returns "task.approval_refused".
 func (*ApprovalRefused) EventType() string { return "task.approval_refused" }
 

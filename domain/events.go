@@ -341,6 +341,14 @@ type ApprovalDecided struct {
 	schemas.SignedResponse
 }
 
+// ApprovalSignedOff: a registered approver approved an approval that needs
+// more distinct approvers (its quorum), signed; it stays pending until the
+// approval that makes the quorum decides it (ApprovalDecided).
+type ApprovalSignedOff struct {
+	ApprovalID string `json:"approval_id"`
+	schemas.SignedResponse
+}
+
 // ApprovalRefused: a decision was refused; the approval is unchanged. It is
 // kept so that every attempt to decide is on record.
 type ApprovalRefused struct {
@@ -429,6 +437,7 @@ var eventTypes = map[string]func() Event{
 	"task.approval_decided":         func() Event { return &ApprovalDecided{} },
 	"task.approval_requested":       func() Event { return &ApprovalRequested{} },
 	"task.approval_refused":         func() Event { return &ApprovalRefused{} },
+	"task.approval_signed_off":      func() Event { return &ApprovalSignedOff{} },
 	"task.approval_expired":         func() Event { return &ApprovalExpired{} },
 	"workspace.approver_registered": func() Event { return &ApproverRegistered{} },
 	"workspace.approver_revoked":    func() Event { return &ApproverRevoked{} },

@@ -340,6 +340,12 @@ func ApplyTask(t *Task, id, workspace string, e Event, r Recorded) (*Task, error
 		if a.Attempt == 0 && ev.Branch == BranchResume {
 			t.Approved = true
 		}
+	case *ApprovalSignedOff:
+		a := t.Approval(ev.ApprovalID)
+		if a == nil {
+			return nil, fmt.Errorf("domain: task %s: sign-off on unknown approval %s", id, ev.ApprovalID)
+		}
+		a.SignOffs = append(a.SignOffs, ApprovalDecision{SignedResponse: ev.SignedResponse, DecidedAt: r.Time})
 	case *ApprovalRefused:
 		if a := t.Approval(ev.ApprovalID); a != nil {
 			a.Refusals = append(a.Refusals, Refusal{Approver: ev.Approver, Response: ev.Response, Reason: ev.Reason,

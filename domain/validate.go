@@ -96,7 +96,7 @@ func ValidateSpec(field string, s TaskSpec, env *Envelope) error {
 	}
 	if a := s.Approval; a != nil {
 		if err := validateApproval(field+"/approval", ApprovalRequest{Basis: a.Basis, Role: a.Role, Responses: a.Responses,
-			Branches: a.Branches, OnExpiry: a.OnExpiry, EscalateTo: a.EscalateTo, ExpiresIn: a.ExpiresIn}); err != nil {
+			Branches: a.Branches, OnExpiry: a.OnExpiry, EscalateTo: a.EscalateTo, ExpiresIn: a.ExpiresIn, Quorum: a.Quorum}); err != nil {
 			return err
 		}
 	}

@@ -72,6 +72,11 @@ type ApprovalRequest struct {
 	// ExpiresIn bounds how long the request stands; zero for no expiry
 	// (or the task's approval settings).
 	ExpiresIn time.Duration
+	// Quorum is how many distinct approvers (of Role) must approve before
+	// the approve branch is taken — four eyes within one role; 0 for one
+	// (or the task's approval settings), at most 10. Any other response
+	// decides at once.
+	Quorum int
 }
 
 // Decision is a decision a person took on one of the task's approvals, as
@@ -89,6 +94,10 @@ type Decision struct {
 	// approver): the approval's own role, or for an approval an escalation
 	// made, the role of the request it escalated.
 	AskedRole string `json:"asked_role,omitempty"`
+	// Approvers are, for an approval that needed several (its quorum),
+	// every approver who approved it, in order: Approver, who made the
+	// quorum, last. Empty otherwise.
+	Approvers []string `json:"approvers,omitempty"`
 }
 
 // Approved reports whether the decision approves its action; false for nil.
@@ -170,7 +179,7 @@ type approvalFunc func(ctx context.Context, body schemas.RequestApproval, digest
 func approvalBodyOf(j *Job, r ApprovalRequest) (b schemas.RequestApproval, digest string, err error) {
 	b = schemas.RequestApproval{TaskID: j.TaskID, Attempt: j.Attempt, Token: j.Token, ApprovalRequest: schemas.ApprovalRequest{
 		Summary: r.Summary, Role: r.Role, Responses: r.Responses, Branches: r.Branches, OnExpiry: r.OnExpiry,
-		EscalateTo: r.EscalateTo, ExpiresIn: schemas.Duration(r.ExpiresIn)}}
+		EscalateTo: r.EscalateTo, ExpiresIn: schemas.Duration(r.ExpiresIn), Quorum: r.Quorum}}
 	action, err := encodeJSON(r.Action)
 	switch {
 	case err != nil:

@@ -386,3 +386,40 @@ func TestTwoRolesSignOffOnTheSameAction(t *testing.T) {
 	require.Len(t, b.approvalTask(t, id).Approvals, 3, "nothing was asked again once both roles approved")
 	b.waitSettled(t, "payments")
 }
+
+// Four eyes within one role: a job asks for two of finance's approvers on
+// one payment. The first approval leaves the task waiting (the same approver
+// cannot count twice); the second decides, and the job is handed both names.
+func TestTwoApproversOfOneRoleSignOff(t *testing.T) {
+	b := setup(t)
+	payment := map[string]any{"pay": map[string]any{"to": "ACME", "cents": 1_250_000}}
+	digest, err := executors.ActionDigest(payment)
+	require.NoError(t, err)
+	done := make(chan *executors.Decision, 1)
+	b.startWorker(t, executors.Config{Queue: "payments"}, func(ctx context.Context, job *executors.Job) (executors.Result, error) {
+		d, err := job.RequestApproval(ctx, executors.ApprovalRequest{Action: payment, Role: "finance", Quorum: 2})
+		if err != nil {
+			return executors.Result{}, err
+		}
+		done <- d
+		return executors.Result{Output: d.Approvers}, nil
+	})
+	ada := b.registerApprover(t, "ada", "finance")
+	bo := b.registerApprover(t, "bo", "finance")
+
+	id := b.CreateTask(t, map[string]any{"queue": "payments"})
+	b.waitApproval(t, id, id+"-1")
+	b.Command(t, "approval.decide", ada.decision(id+"-1", executors.ResponseApprove, digest, "checked"))
+	tk := b.approvalTask(t, id)
+	require.Equal(t, "waiting", tk.State, "one approval of two")
+	require.Equal(t, 2, tk.Approvals[0].Quorum)
+	require.Len(t, tk.Approvals[0].SignOffs, 1)
+	b.Command(t, "approval.decide", bo.decision(id+"-1", executors.ResponseApprove, digest, ""))
+
+	d := recv(t, done)
+	require.True(t, d.Approved())
+	require.Equal(t, []string{"ada", "bo"}, d.Approvers)
+	require.Equal(t, "bo", d.Approver, "the approval that made the quorum")
+	b.WaitState(t, id, "accepted", 10*time.Second)
+	b.waitSettled(t, "payments")
+}

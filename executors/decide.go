@@ -23,8 +23,14 @@ type DecisionResult struct {
 	// until the decision is accepted.
 	Result *client.Result
 	// Branch is the branch taken, as the service recorded it; the approval's
-	// rule for the response when the record could not be read back.
+	// rule for the response when the record could not be read back; "" when
+	// the approval still waits (Waiting).
 	Branch string
+	// Waiting says the approval still waits for more distinct approvers
+	// (its Quorum): this approval is one of its SignOffs, as many as
+	// SignedOff.
+	Waiting   bool
+	SignedOff int
 }
 
 // DigestMismatchError is Decide's refusal to sign an approval whose action
@@ -67,8 +73,13 @@ func Decide(ctx context.Context, c *client.Client, approvalID, response, comment
 	if err != nil {
 		return d, err
 	}
-	if after, err := c.Approval(ctx, v.ID, client.MinSeq(d.Result.Seq)); err == nil && after.Decision != nil {
-		d.Branch = after.Decision.Branch
+	if after, err := c.Approval(ctx, v.ID, client.MinSeq(d.Result.Seq)); err == nil {
+		switch {
+		case after.Decision != nil:
+			d.Branch = after.Decision.Branch
+		case after.State == schemas.ApprovalStatePending:
+			d.Branch, d.Waiting, d.SignedOff = "", true, len(after.SignOffs)
+		}
 	}
 	return d, nil
 }

@@ -89,8 +89,16 @@ func decisionsOf(t *schemas.Task) []Decision {
 		}
 		switch d := a.Decision; {
 		case d != nil:
+			var approvers []string
+			if len(a.SignOffs) > 0 && d.Response == ResponseApprove {
+				for _, s := range a.SignOffs {
+					approvers = append(approvers, s.Approver)
+				}
+				approvers = append(approvers, d.Approver)
+			}
 			ds = append(ds, Decision{ApprovalID: a.ID, ActionDigest: a.ActionDigest, Action: a.Action,
-				Response: d.Response, Comment: d.Comment, Approver: d.Approver, Role: d.Role, DecidedAt: d.DecidedAt, AskedRole: asked})
+				Response: d.Response, Comment: d.Comment, Approver: d.Approver, Role: d.Role, DecidedAt: d.DecidedAt, AskedRole: asked,
+				Approvers: approvers})
 		case a.State == schemas.ApprovalStateExpired && a.ExpiresAt != nil:
 			ds = append(ds, Decision{ApprovalID: a.ID, ActionDigest: a.ActionDigest, Action: a.Action,
 				Response: ResponseExpired, DecidedAt: *a.ExpiresAt, AskedRole: asked})

@@ -65,14 +65,19 @@ type Approval struct {
 	// or for an escalation's approval the AskedRole of the approval it
 	// escalated (the first request's) — a decision stands for a request of
 	// AskedRole on ActionDigest, never for another role's.
-	EscalatedFrom string            `json:"escalated_from,omitempty"`
-	AskedRole     string            `json:"asked_role,omitempty"`
-	ExpiresIn     Duration          `json:"expires_in,omitempty"`
-	RequestedAt   time.Time         `json:"requested_at"`
-	ExpiresAt     *time.Time        `json:"expires_at,omitempty"`
-	State         string            `json:"state"` // pending | decided | expired | withdrawn
-	Decision      *ApprovalDecision `json:"decision,omitempty"`
-	Refusals      []Refusal         `json:"refusals,omitempty"` // the latest ones
+	EscalatedFrom string     `json:"escalated_from,omitempty"`
+	AskedRole     string     `json:"asked_role,omitempty"`
+	ExpiresIn     Duration   `json:"expires_in,omitempty"`
+	RequestedAt   time.Time  `json:"requested_at"`
+	ExpiresAt     *time.Time `json:"expires_at,omitempty"`
+	State         string     `json:"state"` // pending | decided | expired | withdrawn
+	// Quorum is how many distinct approvers must approve (omitted: one);
+	// SignOffs are the approvals given while fewer had, in order. The
+	// approval that makes the quorum is the Decision.
+	Quorum   int                `json:"quorum,omitempty"`
+	SignOffs []ApprovalDecision `json:"sign_offs,omitempty"`
+	Decision *ApprovalDecision  `json:"decision,omitempty"`
+	Refusals []Refusal          `json:"refusals,omitempty"` // the latest ones
 }
 
 // ApprovalDecision is a decision that was taken: its signed response, and
@@ -117,6 +122,7 @@ type ApprovalRequest struct {
 	OnExpiry   string            `json:"on_expiry,omitempty"`
 	EscalateTo string            `json:"escalate_to,omitempty"`
 	ExpiresIn  Duration          `json:"expires_in,omitempty"`
+	Quorum     int               `json:"quorum,omitempty"` // distinct approvers who must approve; 0 is 1
 
 	// ActionDigest is the digest of the action as sent, set by the
 	// service before it seals the action (ActionDigest of the plaintext):
@@ -124,6 +130,9 @@ type ApprovalRequest struct {
 	// wire.
 	ActionDigest string `json:"-"`
 }
+
+// MaxQuorum is the most distinct approvers an approval may need.
+const MaxQuorum = 10
 
 // ApprovalKindBudget marks an approval that extends its goal's budget: its
 // action is a BudgetExtension.

@@ -360,6 +360,16 @@ func TestContractOfTheDomain(t *testing.T) {
 		"approval": map[string]any{"role": "finance"}}})
 	r = c.do("approval.decide", c.decision(gated, c.pending(gated).ID, "omar", "reject", "not this month"))
 	require.Equal(t, domain.StateRejected, r.State)
+	// A gate that needs two editors: maria's approval signs off, noor's
+	// makes the quorum and decides.
+	c.register("noor", "editor")
+	fourEyes := domain.DeriveID(c.now, "task-four-eyes")
+	c.do("task.create", map[string]any{"task_id": fourEyes, "spec": map[string]any{"queue": "billing",
+		"approval": map[string]any{"role": "editor", "quorum": 2}}})
+	r = c.do("approval.decide", c.decision(fourEyes, c.pending(fourEyes).ID, "maria", "approve", "one pair of eyes"))
+	require.Equal(t, domain.StateWaiting, r.State)
+	r = c.do("approval.decide", c.decision(fourEyes, c.pending(fourEyes).ID, "noor", "approve", ""))
+	require.Equal(t, domain.StateReady, r.State)
 
 	expiring := domain.DeriveID(c.now, "task-4")
 	c.do("task.create", map[string]any{"task_id": expiring, "spec": map[string]any{"queue": "billing", "input": map[string]any{"amount": 12},

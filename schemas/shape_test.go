@@ -689,13 +689,15 @@ func TestApprovalEnumsMatchDomain(t *testing.T) {
 	require.Equal(t, domain.Responses, enumOf(common["Response"]))
 	require.Equal(t, domain.Branches, enumOf(common["Branch"]))
 	require.Equal(t, []string{domain.RefusedUnknownApprover, domain.RefusedUnauthorized, domain.RefusedBadSignature, domain.RefusedReplayed,
-		domain.RefusedActionMismatch, domain.RefusedExpired, domain.RefusedAlreadyDecided, domain.RefusedNotPermitted,
+		domain.RefusedActionMismatch, domain.RefusedExpired, domain.RefusedAlreadyDecided, domain.RefusedAlreadySigned, domain.RefusedNotPermitted,
 		domain.RefusedRevoked, domain.RefusedKeyExpired, domain.RefusedNotApprover}, enumOf(common["RefusalReason"]))
 	approval := common["Approval"].(map[string]any)["properties"].(map[string]any)
 	require.Equal(t, []string{domain.ApprovalStatePending, domain.ApprovalStateDecided, domain.ApprovalStateExpired, domain.ApprovalStateWithdrawn},
 		enumOf(approval["state"]))
 	require.Equal(t, enumOf(approval["state"]), schemas.ApprovalStates, "the states approval.list takes are the schema's")
 	require.Equal(t, domain.MaxRefusalsKept, int(approval["refusals"].(map[string]any)["maxItems"].(float64)))
+	require.Equal(t, schemas.MaxQuorum-1, int(approval["sign_offs"].(map[string]any)["maxItems"].(float64)), "all but the deciding one")
+	require.Equal(t, schemas.MaxQuorum, int(common["Quorum"].(map[string]any)["maximum"].(float64)))
 	require.Equal(t, len(domain.Responses), int(common["Responses"].(map[string]any)["maxItems"].(float64)))
 	var branches []string
 	for k := range common["Branches"].(map[string]any)["properties"].(map[string]any) {

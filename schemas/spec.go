@@ -85,6 +85,10 @@ type ApprovalSpec struct {
 	OnExpiry   string            `json:"on_expiry,omitempty"` // default fail
 	EscalateTo string            `json:"escalate_to,omitempty"`
 	Basis      json.RawMessage   `json:"basis,omitempty"`
+	// Quorum is how many distinct approvers must approve (1 when 0, at
+	// most MaxQuorum): four eyes within one role. Any other response
+	// decides at once.
+	Quorum int `json:"quorum,omitempty"`
 	// ActionDigest is set by the service when it seals the task's input
 	// (the gate's action): the digest of the input as sent, which the
 	// gate's approvers sign. It is ignored for an input that is not sealed,

@@ -111,7 +111,17 @@ func printApproval(w io.Writer, v *approvalView, now time.Time) {
 	if v.Role != "" {
 		who = "an approver with role " + v.Role
 	}
+	if v.Quorum > 1 {
+		who = fmt.Sprintf("%d distinct approvers (%s)", v.Quorum, strings.TrimPrefix(who, "an "))
+	}
 	fmt.Fprintf(w, "decided by: %s\n", who)
+	if v.Quorum > 1 {
+		var by []string
+		for _, s := range v.SignOffs {
+			by = append(by, s.Approver+" "+ago(s.DecidedAt))
+		}
+		fmt.Fprintf(w, "approved:   %d of %d so far (%s)\n", len(v.SignOffs), v.Quorum, dash(strings.Join(by, ", ")))
+	}
 	if v.EscalatedFrom != "" {
 		asked := "any registered approver"
 		if v.AskedRole != "" {

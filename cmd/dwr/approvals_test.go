@@ -297,3 +297,36 @@ func TestCLIApprovalsGetShowsTheRequestAnEscalationAnswers(t *testing.T) {
 	require.Equal(t, 0, code, errs)
 	require.NotContains(t, out, "escalated:", "the first request escalated nothing")
 }
+
+// A gate that needs two approvers of one role: the first approval says it
+// waits for another, and the second decides.
+func TestCLIApproveWithAQuorumOfTwo(t *testing.T) {
+	url := cliServer(t)
+	dir := t.TempDir()
+	ada, bo := filepath.Join(dir, "ada.pem"), filepath.Join(dir, "bo.pem")
+	for name, file := range map[string]string{"ada": ada, "bo": bo} {
+		code, _, errs := run(t, url, "keys", "create", name, "--role", "ops", "--out", file)
+		require.Equal(t, 0, code, errs)
+	}
+	var created domain.Reply
+	runJSON(t, url, &created, "task", "create", "--queue", "deploys", "--input", `{"deploy": "v4"}`, "--approval-role", "ops", "--approval-quorum", "2")
+	id := domain.ApprovalID(created.ID, 1)
+
+	code, out, errs := run(t, url, "approve", id, "--response", "approve", "--key", ada)
+	require.Equal(t, 0, code, errs)
+	require.Contains(t, out, "approved by ada: 1 of the 2 distinct approvers it needs have approved; it waits for the others")
+	code, out, errs = run(t, url, "approvals", "get", id)
+	require.Equal(t, 0, code, errs)
+	require.Contains(t, out, "decided by: 2 distinct approvers (approver with role ops)")
+	require.Contains(t, out, "approved:   1 of 2 so far (ada ")
+
+	var second decisionOut
+	runJSON(t, url, &second, "approve", id, "--response", "approve", "--key", bo)
+	require.Equal(t, [3]any{domain.BranchResume, domain.StateReady, false}, [3]any{second.Branch, second.TaskState, second.Waiting})
+	var v approvalView
+	runJSON(t, url, &v, "approvals", "get", id)
+	require.Equal(t, "bo", v.Decision.Approver)
+	require.Equal(t, "ada", v.SignOffs[0].Approver)
+	code, _, _ = run(t, url, "task", "create", "--queue", "deploys", "--approval-quorum", "11")
+	require.Equal(t, exitInvalid, code, "a quorum past 10 is refused")
+}

@@ -25,6 +25,7 @@ type decisionOut struct {
 	KeyID        string `json:"key_id"`
 	ActionDigest string `json:"action_digest"`
 	Duplicate    bool   `json:"duplicate,omitempty"`
+	Waiting      bool   `json:"waiting,omitempty"` // the approval waits for more approvers (its quorum)
 }
 
 // approveFlags are the flags of `dwr approve`.
@@ -108,11 +109,15 @@ func (o approveFlags) approve(ctx context.Context, g *globals, cl *client.Client
 	}
 	r := d.Result
 	out := decisionOut{ApprovalID: v.ID, TaskID: r.ID, TaskState: r.State, Response: o.response, Approver: approver,
-		KeyID: d.KeyID, ActionDigest: d.ActionDigest, Duplicate: r.Duplicate, Branch: d.Branch}
+		KeyID: d.KeyID, ActionDigest: d.ActionDigest, Duplicate: r.Duplicate, Branch: d.Branch, Waiting: d.Waiting}
 	if g.json {
 		return printJSON(g.out, out)
 	}
 	line := fmt.Sprintf("approval %s decided: %s by %s → %s; task %s is %s", v.ID, o.response, approver, dash(out.Branch), out.TaskID, out.TaskState)
+	if d.Waiting {
+		line = fmt.Sprintf("approval %s approved by %s: %d of the %d distinct approvers it needs have approved; it waits for the others (dwr approvals get %s); task %s is %s",
+			v.ID, approver, d.SignedOff, v.Quorum, v.ID, out.TaskID, out.TaskState)
+	}
 	if out.Branch == domain.BranchEscalate && v.EscalateTo != "" {
 		line += " (a new approval asks role " + v.EscalateTo + ": dwr approvals list --role " + v.EscalateTo + ")"
 	}

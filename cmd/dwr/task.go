@@ -58,6 +58,7 @@ func taskCreateCmd(g *globals) *cobra.Command {
 	f.StringSliceVar(&o.Spec.Approval.Responses, "approval-responses", nil, "the permitted responses: "+strings.Join(domain.Responses, ",")+" (default approve,reject)")
 	f.StringVar(&o.Spec.Approval.OnExpiry, "approval-on-expiry", "", "what follows an expiry: "+strings.Join(domain.Branches, ", ")+" (default fail)")
 	f.StringVar(&o.Spec.Approval.EscalateTo, "approval-escalate-to", "", "the role an escalation asks next")
+	f.IntVar(&o.Spec.Approval.Quorum, "approval-quorum", 0, "how many distinct approvers of the role must approve (four eyes: 2; default 1)")
 	return create
 }
 

@@ -161,6 +161,9 @@ class Decision:
     role: str = ""
     decided_at: str = ""
     asked_role: str = ""
+    #: For an approval that needed several approvers (its quorum): every
+    #: approver who approved it, in order, the one who made the quorum last.
+    approvers: List[str] = field(default_factory=list)
 
     @property
     def approved(self) -> bool:
@@ -386,7 +389,7 @@ class Job:
     async def request_approval(self, action: Any, *, summary: str = "", basis: Any = None, role: str = "",
                                responses: Optional[List[str]] = None, branches: Optional[Dict[str, str]] = None,
                                on_expiry: str = "", escalate_to: str = "",
-                               expires_in: Optional[float] = None) -> Decision:
+                               expires_in: Optional[float] = None, quorum: int = 0) -> Decision:
         """Asks a person to approve action before the job performs it. When
         the task holds a decision on exactly this action asked of this role
         (the latest one whose action digest is the action's canonical digest
@@ -398,7 +401,10 @@ class Job:
         approval. Otherwise it records the request (task.request_approval)
         and raises ApprovalPending: let it propagate; a new attempt runs once
         someone decides, and its request_approval of the same action and
-        role returns the decision."""
+        role returns the decision. ``quorum`` asks that many distinct
+        approvers of the role to approve (four eyes within one role; at most
+        10): the decision comes once the last of them approves (its
+        ``approvers`` names them all), or at once on another response."""
         raw = canonical_json(encode(action) if action is not None else b"null")
         if action is None:
             raise ValueError("the action is required: the concrete action to approve")
@@ -416,7 +422,7 @@ class Job:
                 raise ValueError("the basis is %d bytes; at most %d are allowed" % (len(b), MAX_PAYLOAD_BYTES))
             body["basis"] = basis
         for k, v in (("summary", summary), ("role", role), ("responses", responses), ("branches", branches),
-                     ("on_expiry", on_expiry), ("escalate_to", escalate_to)):
+                     ("on_expiry", on_expiry), ("escalate_to", escalate_to), ("quorum", quorum)):
             if v:
                 body[k] = v
         if expires_in:
@@ -470,10 +476,11 @@ def _decisions_of(task: Dict[str, Any]) -> List[Decision]:
         asked = (a.get("asked_role") if a.get("escalated_from") else a.get("role")) or ""
         d = a.get("decision")
         if isinstance(d, dict):
+            signed = [s.get("approver", "") for s in a.get("sign_offs") or []] if d.get("response") == "approve" else []
             out.append(Decision(approval_id=a.get("id", ""), action_digest=a.get("action_digest", ""),
                                 action=a.get("action"), response=d.get("response", ""), approver=d.get("approver", ""),
                                 comment=d.get("comment", ""), role=d.get("role", ""), decided_at=d.get("decided_at", ""),
-                                asked_role=asked))
+                                asked_role=asked, approvers=signed + [d.get("approver", "")] if signed else []))
         elif a.get("state") == "expired" and a.get("expires_at"):
             out.append(Decision(approval_id=a.get("id", ""), action_digest=a.get("action_digest", ""),
                                 action=a.get("action"), response="expired", decided_at=a["expires_at"], asked_role=asked))

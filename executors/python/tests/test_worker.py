@@ -168,6 +168,19 @@ class ApprovalRoleTest(unittest.IsolatedAsyncioTestCase):
         self.assertEqual((d.approval_id, d.response, d.approved), ("t1-1", "escalate", False))
         self.assertEqual(asks.sent, [])
 
+    async def test_a_quorums_decision_names_every_approver(self) -> None:
+        signed = {"approver": "ada", "role": "finance", "response": "approve", "branch": "resume"}
+        quorum = self.approval(1, "finance", {"approver": "bo", "role": "finance"}, quorum=2, sign_offs=[signed])
+        job, asks = self.job([quorum])
+        d = await job.request_approval(self.PAYMENT, role="finance", quorum=2)
+        self.assertEqual((d.approver, d.approvers), ("bo", ["ada", "bo"]))
+        rejected = dict(quorum, decision=dict(quorum["decision"], response="reject"))
+        self.assertEqual(_decisions_of({"approvals": [rejected]})[0].approvers, [], "a rejection is one approver's")
+        job, asks = self.job([])
+        with self.assertRaises(dwr.ApprovalPending):
+            await job.request_approval(self.PAYMENT, role="finance", quorum=2)
+        self.assertEqual(asks.sent[0][1]["quorum"], 2)
+
     async def test_a_request_without_a_role_asks_the_task_approval_role(self) -> None:
         approvals = [self.approval(1, "finance", {"approver": "ada", "role": "finance"})]
         job, asks = self.job(approvals, {"approval": {"role": "finance", "escalate_to": "counsel"}})

@@ -184,6 +184,7 @@ export function decisionsOf(t: Task): Decision[] {
   for (const a of t.approvals ?? []) {
     const asked = (a.escalated_from ? a.asked_role : a.role) ?? "";
     if (a.decision) {
+      const signedOff = a.decision.response === "approve" ? (a.sign_offs ?? []).map((s) => s.approver) : [];
       out.push({
         approvalId: a.id,
         actionDigest: a.action_digest,
@@ -194,6 +195,7 @@ export function decisionsOf(t: Task): Decision[] {
         role: a.decision.role,
         decidedAt: a.decision.decided_at,
         askedRole: asked,
+        ...(signedOff.length > 0 ? { approvers: [...signedOff, a.decision.approver] } : {}),
       });
     } else if (a.state === "expired" && a.expires_at) {
       out.push({

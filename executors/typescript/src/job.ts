@@ -28,6 +28,11 @@ export interface Decision {
    * approval an escalation made, the role of the request it escalated. requestApproval matches on it.
    */
   askedRole: string;
+  /**
+   * For an approval that needed several approvers (its quorum): every approver who approved it, in order — the
+   * approver who made the quorum last. Absent otherwise.
+   */
+  approvers?: string[];
 }
 
 /** What a job asks a person to approve before it performs it. Only action is required. */
@@ -53,6 +58,11 @@ export interface ApprovalRequest {
   escalateTo?: string;
   /** How long the request stands, in milliseconds; absent: no expiry (or the task's approval settings). */
   expiresInMs?: number;
+  /**
+   * How many distinct approvers (of role) must approve before the approve branch is taken — four eyes within one
+   * role; default the task's approval settings, or one; at most 10. Any other response decides at once.
+   */
+  quorum?: number;
 }
 
 /** What a task does when the goal it delegated to fails or is cancelled (Delegation.onFailure). */
@@ -351,6 +361,7 @@ export class Job implements JobFields {
       on_expiry: r.onExpiry,
       escalate_to: r.escalateTo,
       expires_in: r.expiresInMs === undefined ? undefined : r.expiresInMs / 1000,
+      quorum: r.quorum,
     };
     const approvalId = await this.backend.requestApproval(body, digest);
     throw new WaitError({ approvalId, actionDigest: digest });

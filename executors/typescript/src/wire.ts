@@ -108,6 +108,10 @@ export interface Approval {
   escalated_from?: string;
   /** The role the request was asked of: role, or for an escalation's approval the first request's. */
   asked_role?: string;
+  /** How many distinct approvers must approve (absent: one). */
+  quorum?: number;
+  /** The approvals given while fewer than quorum had, in order; the one that makes the quorum is the decision. */
+  sign_offs?: ApprovalDecision[];
   /** pending, decided, expired or withdrawn. */
   state: string;
   expires_at?: string;

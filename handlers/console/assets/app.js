@@ -420,7 +420,10 @@ async function renderApproval(id) {
       const sig = new Uint8Array(await crypto.subtle.sign("Ed25519", k.key, msg));
       const r = await api("POST", `/api/approvals/${encodeURIComponent(a.id)}/decide`, {
         approver: name, response, action_digest: a.action_digest, comment: comment.value, signature: btoa(String.fromCharCode(...sig)) });
-      out.replaceChildren(h("p", { class: "ok", "data-decided": response }, `Decided: ${response} by ${name}; task ${r.id} is ${r.state}.`));
+      const waits = response === "approve" && (a.quorum || 1) > 1 && r.state === "waiting";
+      out.replaceChildren(h("p", { class: "ok", "data-decided": response }, waits
+        ? `Approved by ${name}: the approval waits for more of the ${a.quorum} distinct approvers it needs; task ${r.id} is ${r.state}.`
+        : `Decided: ${response} by ${name}; task ${r.id} is ${r.state}.`));
     } catch (err) {
       out.replaceChildren(errorBox(err));
     }
@@ -429,6 +432,8 @@ async function renderApproval(id) {
   show(h("h1", {}, "Approval " + a.id),
     h("p", {}, state(a.state), " task ", h("a", { href: "#/tasks/" + a.task_id }, a.task_key || a.task_id),
       " · role " + (a.role || "any approver") + " · requested ", ago(a.requested_at), a.expires_at ? h("span", {}, " · expires ", ago(a.expires_at)) : ""),
+    (a.quorum || 1) > 1 ? h("p", { id: "quorum" }, `Needs ${a.quorum} distinct approvers; approved so far: `,
+      (a.sign_offs || []).length ? a.sign_offs.map((s) => s.approver).join(", ") : "none", a.decision ? ` (then ${a.decision.approver})` : "") : null,
     a.escalated_from ? h("p", { id: "escalated" }, "Escalated from ", h("a", { href: "#/approvals/" + a.escalated_from }, a.escalated_from),
       ", asked of " + (a.asked_role ? "role " + a.asked_role : "any approver") + ": this decision answers that request.") : null,
     a.summary ? h("p", { class: "summary" }, a.summary) : null,

@@ -314,6 +314,33 @@ test("an approval an escalation made counts for the role the escalated request a
   assert.equal(asked.length, 1, "nothing more asked");
 });
 
+test("a quorum's decision names every approver, and a request asks its quorum", async () => {
+  const action = { pay: { to: "ACME", cents: 1_250_000 } };
+  const signed = { response: "approve", branch: "resume", approver: "ada", role: "finance", decided_at: "2026-01-01T00:00:00Z" };
+  const approval: Approval = {
+    id: "T-1",
+    task_id: "T",
+    attempt: 1,
+    action,
+    action_digest: actionDigest(action),
+    role: "finance",
+    state: "decided",
+    quorum: 2,
+    sign_offs: [signed as never],
+    decision: { ...signed, approver: "bo" } as never,
+  };
+  const task: Task = { id: "T", workspace: "default", spec: { queue: "payments" }, state: "running", approvals: [approval] };
+  assert.deepEqual(decisionsOf(task)[0]!.approvers, ["ada", "bo"]);
+  const rejected = { ...approval, decision: { ...signed, approver: "bo", response: "reject" } as never };
+  assert.equal(decisionsOf({ ...task, approvals: [rejected] })[0]!.approvers, undefined, "a rejection is one approver's");
+  const asked: Record<string, unknown>[] = [];
+  await assert.rejects(
+    approvalJob({ ...task, approvals: [] }, asked).requestApproval({ action, role: "finance", quorum: 2 }),
+    WaitError,
+  );
+  assert.equal(asked[0]!.quorum, 2);
+});
+
 test("a request that names no role is asked of the role of the task's approval settings", async () => {
   const action = { refund: 120, order: "o-7" };
   const digest = actionDigest(action);
