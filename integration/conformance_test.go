@@ -404,6 +404,34 @@ func conformanceScenarios() []conformanceScenario {
 			require.Equal(r.t, []any{"oz", "lee"}, result(r.t, task)["approvers"])
 			require.Len(r.t, task.Approvals, 2, "nothing was asked twice")
 		}},
+		{conformance.FourEyes, "asks two approvers of one role to approve one action (quorum 2): the first approval leaves the task waiting, the second decides, and the decision names both", func(r *conformanceRun, q string) {
+			r.executor(q, conformance.RoleWorker)
+			kaiKey, kaiCreds := r.approver("kai", "ops")
+			mayKey, mayCreds := r.approver("may", "ops")
+			id := r.task(q, conformance.Input{Scenario: conformance.FourEyes, Role: "ops", Quorum: 2,
+				Action: json.RawMessage(`{"deploy": "v9", "to": "prod"}`)})
+			task := r.waitTask(id, "waiting for the approval", func(t *schemas.Task) bool {
+				return t.State == schemas.StateWaiting && t.Wait != nil && t.Wait.ApprovalID != ""
+			})
+			require.Equal(r.t, 2, task.Approvals[0].Quorum, "the request carried its quorum")
+			approve := func(key, creds string) string {
+				out, err := exec.Command(r.e.bin, "--server", r.e.url, "--creds", creds, "approve", task.Wait.ApprovalID,
+					"--response", "approve", "--key", key).CombinedOutput()
+				require.NoError(r.t, err, "dwr approve: %s", out)
+				return string(out)
+			}
+			require.Contains(r.t, approve(kaiKey, kaiCreds), "it waits for the others")
+			task = r.waitTask(id, "one approval of two recorded", func(t *schemas.Task) bool {
+				return len(t.Approvals) == 1 && len(t.Approvals[0].SignOffs) == 1
+			})
+			require.Equal(r.t, schemas.StateWaiting, task.State, "one approver is not enough")
+			approve(mayKey, mayCreds)
+			task = r.waitState(id, schemas.StateAccepted)
+			res := result(r.t, task)
+			require.Equal(r.t, []any{"kai", "may"}, res["approvers"])
+			require.Equal(r.t, "may", res["approver"], "the approval that made the quorum")
+			require.Len(r.t, task.Approvals, 1, "one approval, two approvers")
+		}},
 		{conformance.Artifact, "stores a file as an artifact: attached to the result, readable by its digest", func(r *conformanceRun, q string) {
 			r.executor(q, conformance.RoleWorker)
 			content := "the report of " + r.impl.name

@@ -61,6 +61,10 @@ const (
 	// {"approvers": [the approver of each role's decision, in Roles'
 	// order], ...}; a response other than approve fails it permanently.
 	TwoApprovals = "two_approvals"
+	// FourEyes asks Quorum distinct approvers of Role to approve Action in
+	// one request; once the last of them approved, it succeeds with
+	// {"approvers": [every approver, in order], "approver": the last, ...}.
+	FourEyes = "four_eyes"
 	// Artifact stores Content as an artifact named Name and succeeds with
 	// it attached to the result.
 	Artifact = "artifact"
@@ -85,6 +89,7 @@ type Input struct {
 	Action        json.RawMessage `json:"action,omitempty"`
 	Role          string          `json:"role,omitempty"`
 	Roles         []string        `json:"roles,omitempty"`
+	Quorum        int             `json:"quorum,omitempty"`
 	Content       string          `json:"content,omitempty"`
 	Model         string          `json:"model,omitempty"`
 	PromptVersion string          `json:"prompt_version,omitempty"`

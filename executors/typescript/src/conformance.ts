@@ -43,6 +43,7 @@ interface Input {
   action?: unknown;
   role?: string;
   roles?: string[];
+  quorum?: number;
   content?: string;
   model?: string;
   prompt_version?: string;
@@ -172,6 +173,19 @@ function handler(env: Env) {
         done.response = d.response;
         done.approver = d.approver;
         done.action_digest = d.actionDigest;
+        return { output: done };
+      }
+
+      case "four_eyes": {
+        const d = await job.requestApproval({
+          action: input.action,
+          summary: "conformance: four eyes",
+          role: input.role,
+          quorum: input.quorum,
+        });
+        if (d.response !== "approve") throw new Permanent(`${input.role}: ${d.response}`);
+        done.approvers = d.approvers;
+        done.approver = d.approver;
         return { output: done };
       }
 

@@ -170,6 +170,26 @@ func run() (int, error) {
 		done["response"], done["approver"], done["action_digest"] = d.Response, d.Approver, d.ActionDigest
 		return succeed()
 
+	case conformance.FourEyes:
+		raw := os.Getenv("DWR_APPROVAL")
+		if raw == "" {
+			return wait(map[string]any{"approval": map[string]any{"action": input.Action, "summary": "conformance: four eyes",
+				"role": input.Role, "quorum": input.Quorum}})
+		}
+		var d struct {
+			Response  string   `json:"response"`
+			Approver  string   `json:"approver"`
+			Approvers []string `json:"approvers"`
+		}
+		if err := json.Unmarshal([]byte(raw), &d); err != nil {
+			return 1, fmt.Errorf("DWR_APPROVAL: %w", err)
+		}
+		if d.Response != "approve" {
+			return exitPermanent, fmt.Errorf("%s: %s", input.Role, d.Response)
+		}
+		done["approvers"], done["approver"] = d.Approvers, d.Approver
+		return succeed()
+
 	case conformance.TwoApprovals:
 		// DWR_APPROVALS_FILE holds every decision on the task's approvals:
 		// each role's is found by the role it was asked of.

@@ -163,6 +163,18 @@ func handler(env *conformance.Env) executors.Handler {
 			done["response"], done["approver"], done["action_digest"] = d.Response, d.Approver, d.ActionDigest
 			return executors.Result{Output: done}, nil
 
+		case conformance.FourEyes:
+			d, err := job.RequestApproval(ctx, executors.ApprovalRequest{Action: in.Action, Summary: "conformance: four eyes",
+				Role: in.Role, Quorum: in.Quorum})
+			if err != nil {
+				return executors.Result{}, err
+			}
+			if !d.Approved() {
+				return executors.Result{}, executors.Permanent(fmt.Errorf("%s: %s", in.Role, d.Response))
+			}
+			done["approvers"], done["approver"] = d.Approvers, d.Approver
+			return executors.Result{Output: done}, nil
+
 		case conformance.TwoApprovals:
 			var by []string
 			for _, role := range in.Roles {
