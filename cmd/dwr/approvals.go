@@ -49,6 +49,14 @@ func approvalsListCmd(g *globals) *cobra.Command {
 	return list
 }
 
+// approvedBy returns 1 when v's decision approves it, else 0.
+func approvedBy(v approvalView) int {
+	if v.Decision != nil && v.Decision.Response == domain.ResponseApprove {
+		return 1
+	}
+	return 0
+}
+
 // printApprovals prints approvals as a table, with their states when
 // withState.
 func printApprovals(w io.Writer, vs []approvalView, withState bool, now time.Time) error {
@@ -65,7 +73,11 @@ func printApprovals(w io.Writer, vs []approvalView, withState bool, now time.Tim
 		if v.State == domain.ApprovalStatePending {
 			exp = expires(v.ExpiresAt, now)
 		}
-		row := []string{v.ID, task, dash(v.Role), dash(short(v.Summary, 50)), strings.Join(v.Responses, ","), exp}
+		role := dash(v.Role)
+		if v.Quorum > 1 { // how many of its approvers have approved
+			role += fmt.Sprintf(" (%d/%d)", len(v.SignOffs)+min(1, approvedBy(v)), v.Quorum)
+		}
+		row := []string{v.ID, task, role, dash(short(v.Summary, 50)), strings.Join(v.Responses, ","), exp}
 		if withState {
 			row = append(row, v.State)
 		}

@@ -319,6 +319,9 @@ func TestCLIApproveWithAQuorumOfTwo(t *testing.T) {
 	require.Equal(t, 0, code, errs)
 	require.Contains(t, out, "decided by: 2 distinct approvers (approver with role ops)")
 	require.Contains(t, out, "approved:   1 of 2 so far (ada ")
+	code, out, errs = run(t, url, "approvals", "list")
+	require.Equal(t, 0, code, errs)
+	require.Contains(t, out, "ops (1/2)", "the inbox shows how many have approved")
 
 	var second decisionOut
 	runJSON(t, url, &second, "approve", id, "--response", "approve", "--key", bo)

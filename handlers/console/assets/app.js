@@ -367,7 +367,9 @@ async function renderApprovals() {
   filter.addEventListener("change", () => { location.hash = "#/approvals?state=" + filter.value; });
   const rows = as.map((a) => h("tr", { "data-approval-id": a.id },
     h("td", {}, h("a", { href: "#/approvals/" + a.id }, a.id)), h("td", {}, state(a.state)), h("td", {}, a.task_key || a.task_id),
-    h("td", {}, a.role || "any"), h("td", {}, a.summary || ""), h("td", {}, (a.responses || []).join(", ")),
+    h("td", {}, (a.role || "any") + ((a.quorum || 1) > 1
+      ? ` (${(a.sign_offs || []).length + (a.decision && a.decision.response === "approve" ? 1 : 0)}/${a.quorum})` : "")),
+    h("td", {}, a.summary || ""), h("td", {}, (a.responses || []).join(", ")),
     h("td", {}, a.expires_at ? ago(a.expires_at) : "-")));
   show(h("h1", {}, "Approvals"), h("p", {}, "Show ", filter),
     table("approvals", ["Approval", "State", "Task", "Role", "Summary", "Responses", "Expires"], rows));
