@@ -32,6 +32,7 @@ const (
 	tkEarly    = "decide-early" // a gate decided around the first kill (one while the service is down)
 	tkLate     = "decide-late"  // a gate decided right after the first restart, just before the second kill
 	tkPending  = "pending"      // a gate nobody decides, without expiry: still pending at the end
+	tkFourEyes = "four-eyes"    // a gate of quorum 2: one approval acked long before kill 1, the second after restart 1
 	tkBackoff  = "backoff"      // failed retryably: backoff_scheduled, then task.ready (backoff_elapsed)
 	tkDeadline = "deadline"     // spec deadline: task.failed (deadline)
 	tkTimeout  = "timeout"      // attempt timeout: attempt_failed (timeout), a backoff, then task.ready
@@ -46,9 +47,11 @@ type tkTask struct {
 	approvalID string    // its gate
 	digest     string    // the gate's action digest
 	claimed    bool      // a deadline task whose attempt is running when the deadline passes
-	approver   string    // the decision the test sends, for tkEarly and tkLate
+	approver   string    // the decision the test sends, for tkEarly, tkLate and tkFourEyes
 	response   string
 	decision   *cmdResult // its outcome
+	signer     string     // for tkFourEyes: the first approval, short of the quorum
+	signOff    *cmdResult // its outcome
 }
 
 // final is the state the task must end in.
@@ -56,7 +59,7 @@ func (tk *tkTask) final() string {
 	switch tk.kind {
 	case tkExpire:
 		return domain.StateRejected
-	case tkEarly, tkLate:
+	case tkEarly, tkLate, tkFourEyes:
 		if tk.response == domain.ResponseReject {
 			return domain.StateRejected
 		}
@@ -201,11 +204,12 @@ func TestTimersAndApprovalsSurviveKillNine(t *testing.T) {
 		add(tk)
 		return tk
 	}
-	decision := func(tk *tkTask) map[string]any {
-		return map[string]any{"approval_id": tk.approvalID, "approver": tk.approver, "response": tk.response,
+	decisionBy := func(tk *tkTask, approver string) map[string]any {
+		return map[string]any{"approval_id": tk.approvalID, "approver": approver, "response": tk.response,
 			"action_digest": tk.digest, "comment": "timers kill-9 test",
-			"signature": domain.SignDecision(keys[tk.approver], tk.approvalID, tk.response, tk.digest)}
+			"signature": domain.SignDecision(keys[approver], tk.approvalID, tk.response, tk.digest)}
 	}
+	decision := func(tk *tkTask) map[string]any { return decisionBy(tk, tk.approver) }
 
 	// The gates decided by hand, and those left pending: no timer.
 	for kind, n := range map[string]int{tkEarly: 5, tkLate: 4, tkPending: 3} {
@@ -216,6 +220,17 @@ func TestTimersAndApprovalsSurviveKillNine(t *testing.T) {
 				tk.response = domain.ResponseReject
 			}
 		}
+	}
+
+	// Four eyes: gates of quorum 2, each approved by alice now (acked long
+	// before kill 1, so the approval waits across it) and by bob after
+	// restart 1.
+	for i := range 3 {
+		tk := gate(tkFourEyes, i, map[string]any{"role": "ops", "quorum": 2})
+		tk.signer, tk.approver, tk.response = approvers[0], approvers[1], domain.ResponseApprove
+		tk.signOff = sendAs(as[tk.signer], "approval.decide", decisionBy(tk, tk.signer))
+		require.Equal(t, acked, tk.signOff.Outcome, "first approval of %s: %v %s", tk.approvalID, tk.signOff.Err, tk.signOff.LastErr)
+		tk.signOff.Aggs = []aggRef{{domain.AggTask, tk.id}}
 	}
 
 	// The timed tasks: their moments are spread from 0.7s before the first
@@ -340,7 +355,7 @@ func TestTimersAndApprovalsSurviveKillNine(t *testing.T) {
 
 	// More decisions right after the restart, all at once; kill 2 as soon
 	// as the last is acknowledged.
-	late := of(tkLate)
+	late := slices.Concat(of(tkLate), of(tkFourEyes))
 	var wg sync.WaitGroup
 	for _, tk := range late {
 		wg.Go(func() { tk.decision = sendAs(as[tk.approver], "approval.decide", decision(tk)) })
@@ -601,6 +616,30 @@ func TestTimersAndApprovalsSurviveKillNine(t *testing.T) {
 					}
 				}
 			}
+		case tkFourEyes:
+			gateRequested(tk, evs)
+			only(tk, evs, "task.approval_expired", 0)
+			for _, e := range only(tk, evs, "task.approval_signed_off", 1) {
+				var so domain.ApprovalSignedOff
+				decode(tk, e, &so)
+				if so.ApprovalID != tk.approvalID || so.Approver != tk.signer || e.CommandID != tk.signOff.ID {
+					problem(tk, "signed off %s by %s (command %s), the acknowledged approval is %s's (%s)", so.ApprovalID, so.Approver, e.CommandID, tk.signer, tk.signOff.ID)
+				}
+			}
+			dec := only(tk, evs, "task.approval_decided", 1)
+			if len(dec) != 1 {
+				break
+			}
+			var d domain.ApprovalDecided
+			decode(tk, dec[0], &d)
+			if d.Approver != tk.approver || dec[0].CommandID != tk.decision.ID {
+				problem(tk, "decided by %s (command %s), the acknowledged approval that makes the quorum is %s's (%s)", d.Approver, dec[0].CommandID, tk.approver, tk.decision.ID)
+			}
+			for _, e := range only(tk, evs, "task.ready", 1) {
+				if e.CommandID != dec[0].CommandID || e.Version != dec[0].Version+1 {
+					problem(tk, "task.ready (v%d) does not follow the decision (v%d)", e.Version, dec[0].Version)
+				}
+			}
 		case tkPending:
 			gateRequested(tk, evs)
 			only(tk, evs, "task.approval_decided", 0)
@@ -696,6 +735,11 @@ func TestTimersAndApprovalsSurviveKillNine(t *testing.T) {
 				av.Decision.Approver != tk.approver || av.Decision.Response != tk.response {
 				problem(tk, "approval %s is %s (%+v) after an acknowledged decision %s by %s", tk.approvalID, av.State, av.Decision, tk.response, tk.approver)
 			}
+		case tkFourEyes:
+			if av.State != domain.ApprovalStateDecided || av.Decision == nil || av.Decision.Approver != tk.approver ||
+				len(av.SignOffs) != 1 || av.SignOffs[0].Approver != tk.signer {
+				problem(tk, "approval %s is %s (%+v, signed off %+v) after %s's and %s's acknowledged approvals", tk.approvalID, av.State, av.Decision, av.SignOffs, tk.signer, tk.approver)
+			}
 		case tkExpire:
 			if av.State != domain.ApprovalStateExpired {
 				problem(tk, "approval %s is %s, want expired", tk.approvalID, av.State)
@@ -752,8 +796,10 @@ func TestTimersAndApprovalsSurviveKillNine(t *testing.T) {
 	timerWarnings := len(logs.lines(1000, "firing a timer failed"))
 	lc := led.counts()
 	t.Logf("timers kill-9 plan: %d tasks (%d per timed kind: wait, approval expiry, backoff, task deadline, attempt timeout; "+
-		"%d gates decided around kill 1 (%d acked before it, %d resolved after the restart), %d decided before kill 2, %d left pending); setup %s",
-		len(tasks), perKind, len(early), earlyAckedBefore, earlyAckedAfter, len(late), len(of(tkPending)), setupTook.Round(time.Millisecond))
+		"%d gates decided around kill 1 (%d acked before it, %d resolved after the restart), %d decided before kill 2 (%d of them "+
+		"the second approval of a quorum of two, the first acked before kill 1), %d left pending); setup %s",
+		len(tasks), perKind, len(early), earlyAckedBefore, earlyAckedAfter, len(late), len(of(tkFourEyes)), len(of(tkPending)),
+		setupTook.Round(time.Millisecond))
 	t.Logf("timers kill-9 firings: %v (want %v); %d live before kill 1 (late by p50 %s, max %s), "+
 		"%d after restart 1 (p50 %s, max %s after the process started), %d after restart 2 (p50 %s, max %s); %d 'firing a timer failed' warnings",
 		gotFirings, wantFirings, firedLive, ms(percentile(liveLate, 0.5)), ms(percentile(liveLate, 1)),
