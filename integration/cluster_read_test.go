@@ -41,7 +41,12 @@ func TestReadWhileAReplicaCatchesUp(t *testing.T) {
 		}
 	}()
 	waitFor(t, ctx, "the R3 log stream created", func() bool {
-		l, lastErr = eventstore.NewJetStreamLog(ctx, js, eventstore.JetStreamConfig{Replicas: 3})
+		// Each try has its own timeout, as the service's own do: a request
+		// to a meta leader that went away is never answered, and under the
+		// test's deadline one try waited it out whole (CI, twice).
+		tctx, tcancel := context.WithTimeout(ctx, 5*time.Second)
+		defer tcancel()
+		l, lastErr = eventstore.NewJetStreamLog(tctx, js, eventstore.JetStreamConfig{Replicas: 3})
 		return lastErr == nil
 	})
 	rec := bytes.Repeat([]byte("r"), 8<<10)
