@@ -68,9 +68,11 @@ func TestReadWhileAReplicaCatchesUp(t *testing.T) {
 	reads, after := 0, 0
 	for after < 5 {
 		caughtUp := false
-		if st, err := js.Stream(ctx, "DWR_LOG"); err == nil {
+		sctx, scancel := context.WithTimeout(ctx, 2*time.Second) // one ask, bounded: see the create above
+		if st, err := js.Stream(sctx, "DWR_LOG"); err == nil {
 			caughtUp = r3Current(st.CachedInfo(), true)
 		}
+		scancel()
 		n, lastRead := 0, uint64(0)
 		err := l.Read(ctx, 1, func(s uint64, _ []byte) error {
 			n, lastRead = n+1, s
