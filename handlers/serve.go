@@ -198,7 +198,7 @@ func Serve(ctx context.Context, cfg ServeConfig) error {
 			}
 		}
 		auth, open, where = bnd.Auth(), bnd.Open, bnd.Server().ClientURL()
-		consoleNATS = ConsoleNATS{Options: []nats.Option{nats.InProcessServer(bnd.Server().NATS())}}
+		consoleNATS = ConsoleNATS{Options: []nats.Option{nats.InProcessServer(bnd.Server().OtherClients())}}
 		if where == "" {
 			where = "in-process only"
 		}

@@ -48,7 +48,7 @@ type env struct {
 func setup(t *testing.T, adjust ...func(*console.Config)) *env {
 	t.Helper()
 	s := servicetest.Start(t, "", servicetest.Options{Secure: true})
-	cfg := console.Config{NATSOptions: []nats.Option{nats.InProcessServer(s.Server.NATS())}, Logger: servicetest.Logger()}
+	cfg := console.Config{NATSOptions: []nats.Option{nats.InProcessServer(s.Server.OtherClients())}, Logger: servicetest.Logger()}
 	for _, f := range adjust {
 		f(&cfg)
 	}

@@ -189,8 +189,9 @@ func (c *Console) signInFinish(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if res.err != nil {
-		// Refused, the embedded server closes an in-process connection
-		// without a word.
+		// Refused. Over the embedded server's bare in-process pipe (not
+		// dwr serve's: embedded.Server.OtherClients) a refusal comes as
+		// the pipe closed, after the server's write deadline.
 		if errors.Is(res.err, nats.ErrAuthorization) || errors.Is(res.err, io.ErrClosedPipe) {
 			writeError(w, http.StatusUnauthorized, "unauthorized", "the server refused this credential (an identity unknown in this dwr, revoked, or a signature of another key)")
 			return

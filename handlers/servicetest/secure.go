@@ -25,11 +25,14 @@ func reload(t testing.TB, bnd *handlers.Boundary) {
 }
 
 // connect opens an in-process connection to srv as the user of key kp,
-// with the inbox prefix its permissions allow.
+// with the inbox prefix its permissions allow. It writes as a client over
+// TCP does, without waiting for the server to read (OtherClients): a
+// member removed meanwhile is refused at its reconnection at once.
 func connect(t testing.TB, srv *embedded.Server, kp nkeys.KeyPair, name string) *nats.Conn {
 	t.Helper()
 	pub, _ := kp.PublicKey()
-	nc, err := srv.Connect(nats.Name(name), nats.CustomInboxPrefix(schemas.InboxPrefix(pub)),
+	nc, err := nats.Connect("", nats.InProcessServer(srv.OtherClients()), nats.CustomReconnectDelay(embedded.InProcessReconnectDelay),
+		nats.Name(name), nats.CustomInboxPrefix(schemas.InboxPrefix(pub)),
 		nats.Nkey(pub, func(nonce []byte) ([]byte, error) { return kp.Sign(nonce) }))
 	if err != nil {
 		t.Fatalf("servicetest: connect as %s: %v", name, err)
