@@ -1,8 +1,11 @@
 package handlers_test
 
 import (
+	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -162,7 +165,16 @@ func answered(t *testing.T, nc *nats.Conn, subject string, body any, expected bo
 	if expected {
 		wait = 10 * time.Second
 	}
-	m, err := nc.Request(subject, data, wait)
+	ctx, cancel := context.WithTimeout(context.Background(), wait)
+	defer cancel()
+	// The NATS server's refusal of the subject ends the wait.
+	nc.SetErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) {
+		if errors.Is(err, nats.ErrPermissionViolation) && strings.Contains(err.Error(), `"`+subject+`"`) {
+			cancel()
+		}
+	})
+	defer nc.SetErrorHandler(nil)
+	m, err := nc.RequestWithContext(ctx, subject, data)
 	if err != nil {
 		return false
 	}
