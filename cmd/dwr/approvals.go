@@ -75,7 +75,7 @@ func printApprovals(w io.Writer, vs []approvalView, withState bool, now time.Tim
 		}
 		role := dash(v.Role)
 		if v.Quorum > 1 { // how many of its approvers have approved
-			role += fmt.Sprintf(" (%d/%d)", len(v.SignOffs)+min(1, approvedBy(v)), v.Quorum)
+			role += fmt.Sprintf(" (%d/%d)", len(v.SignOffs)+approvedBy(v), v.Quorum)
 		}
 		row := []string{v.ID, task, role, dash(short(v.Summary, 50)), strings.Join(v.Responses, ","), exp}
 		if withState {
