@@ -132,3 +132,19 @@ func (s *Service) ConsumerListWaiters() int64 { return s.dispatch.lists.waiting.
 // WorkspaceOfConsumer returns the workspace whose share a consumer-info
 // request for consumer counts in.
 func (s *Service) WorkspaceOfConsumer(consumer string) string { return s.workspaceOfConsumer(consumer) }
+
+// WaitingForTheWriter returns how many commands of workspace ws wait for
+// their turn to be handed to the writer (Config.MaxWriterCommands,
+// MaxWriterBytes).
+func (s *Service) WaitingForTheWriter(ws string) int {
+	t := s.deciding
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	n := 0
+	if g := t.groups[ws]; g != nil {
+		for _, q := range g.waiting {
+			n += len(q)
+		}
+	}
+	return n
+}
