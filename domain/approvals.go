@@ -61,7 +61,10 @@ const (
 	// RefusedAlreadySigned: the approver already approved an approval that
 	// needs more distinct approvers (its quorum): another must.
 	RefusedAlreadySigned = "already_signed"
-	RefusedNotPermitted  = "response_not_permitted"
+	// RefusedSelfApproval: the approver created the task, and the approval
+	// excludes its requester (ApprovalSpec.ExcludeRequester).
+	RefusedSelfApproval = "self_approval"
+	RefusedNotPermitted = "response_not_permitted"
 	// RefusedRevoked: the approver named was revoked (approver.revoke).
 	RefusedRevoked = "revoked"
 	// RefusedKeyExpired: the approver's key expired (its expires_at).
@@ -263,7 +266,7 @@ func newApproval(t *Task, attempt int, r ApprovalRequest, gate bool, now time.Ti
 	ev := &ApprovalRequested{Approval: Approval{ID: ApprovalID(t.ID, len(t.Approvals)+1), TaskID: t.ID,
 		Attempt: attempt, Action: action, ActionDigest: digest, Summary: r.Summary, Basis: r.Basis, Role: r.Role,
 		Responses: responses, Branches: branches, OnExpiry: onExpiry, EscalateTo: r.EscalateTo, AskedRole: r.Role,
-		ExpiresIn: r.ExpiresIn, RequestedAt: now, State: ApprovalStatePending}}
+		ExpiresIn: r.ExpiresIn, RequestedAt: now, State: ApprovalStatePending, RequestedBy: t.CreatedBy, ExcludeRequester: r.ExcludeRequester}}
 	if r.Quorum > 1 {
 		ev.Quorum = r.Quorum
 	}
@@ -286,7 +289,8 @@ func gateRequest(t *Task) ApprovalRequest {
 	}
 	// A long key: the summary is cut at a rune boundary.
 	r := ApprovalRequest{Action: t.Spec.Input, Summary: clip(summary, MaxTitle), Basis: a.Basis, Role: a.Role,
-		Responses: a.Responses, Branches: a.Branches, OnExpiry: a.OnExpiry, EscalateTo: a.EscalateTo, ExpiresIn: a.ExpiresIn, Quorum: a.Quorum}
+		Responses: a.Responses, Branches: a.Branches, OnExpiry: a.OnExpiry, EscalateTo: a.EscalateTo, ExpiresIn: a.ExpiresIn, Quorum: a.Quorum,
+		ExcludeRequester: a.ExcludeRequester}
 	if schemas.IsSealed(t.Spec.Input) {
 		r.ActionDigest = a.ActionDigest // the input's as sent, which the service took before it sealed it
 	}
@@ -367,7 +371,10 @@ func (x *tx) requestApproval(c *RequestApproval) (Reply, error) {
 		req.EscalateTo = cmp.Or(req.EscalateTo, g.EscalateTo)
 		req.OnExpiry = cmp.Or(req.OnExpiry, g.OnExpiry)
 		req.ExpiresIn = cmp.Or(req.ExpiresIn, g.ExpiresIn)
-		req.Quorum = cmp.Or(req.Quorum, g.Quorum)
+		// A job may ask for more than its task's settings, never fewer:
+		// a gate's four eyes hold for the job's own requests too.
+		req.Quorum = max(req.Quorum, g.Quorum)
+		req.ExcludeRequester = req.ExcludeRequester || g.ExcludeRequester
 		if len(req.Responses) == 0 {
 			req.Responses = g.Responses
 		}
@@ -497,6 +504,9 @@ func (x *tx) decideApproval(c *DecideApproval) (Reply, error) {
 	}
 	signed := schemas.SignedResponse{Response: c.Response, Branch: branch,
 		Approver: c.Approver, Role: ap.Role, KeyID: ap.KeyID, Comment: c.Comment, Signature: c.Signature}
+	if c.Response == ResponseApprove && a.ExcludeRequester && a.RequestedBy != "" && c.Approver == a.RequestedBy {
+		return refuse(RefusedSelfApproval, "/approver", "approver %q created task %s, and approval %s may not be approved by the identity that requested it (exclude_requester): another approver must", c.Approver, t.ID, a.ID)
+	}
 	if c.Response == ResponseApprove && a.Quorum > 1 {
 		// Four eyes: each approver approves once, and the approval waits
 		// for the quorum; any other response decides at once.
@@ -575,7 +585,7 @@ func (x *tx) takeBranch(taskID, id, branch, why, comment string) error {
 	case BranchEscalate:
 		req := ApprovalRequest{Action: a.Action, ActionDigest: a.ActionDigest, Summary: a.Summary, Basis: a.Basis, Role: a.EscalateTo,
 			Responses: slices.DeleteFunc(slices.Clone(a.Responses), func(r string) bool { return r == ResponseEscalate }),
-			Branches:  a.Branches, OnExpiry: a.OnExpiry, ExpiresIn: a.ExpiresIn, Quorum: a.Quorum}
+			Branches:  a.Branches, OnExpiry: a.OnExpiry, ExpiresIn: a.ExpiresIn, Quorum: a.Quorum, ExcludeRequester: a.ExcludeRequester}
 		if req.OnExpiry == BranchEscalate {
 			req.OnExpiry = BranchFail
 		}

@@ -586,3 +586,98 @@ func TestAQuorumNeedsDistinctApprovers(t *testing.T) {
 		}
 	})
 }
+
+// Separation of duties: an approval that excludes its requester refuses
+// the approval of the identity that created the task — as the decision and
+// toward a quorum — and lets it reject; without it, the requester approves.
+func TestAnApprovalMayExcludeItsRequester(t *testing.T) {
+	setupGate := func(t *testing.T, exclude bool, quorum int) (*world, string, map[string]ed25519.PrivateKey) {
+		w := setup(t)
+		keys := map[string]ed25519.PrivateKey{"ada": w.approver("ada", "owner"), "bo": w.approver("bo", "owner"),
+			"cy": w.approver("cy", "owner")}
+		w.actor = "ada" // ada creates the task
+		id := w.newID()
+		s := gated("")
+		s.Approval.ExcludeRequester, s.Approval.Quorum = exclude, quorum
+		w.must(&CreateTask{TaskID: id, Spec: s})
+		w.actor = "tester"
+		require.Equal(t, "ada", w.task(id).CreatedBy)
+		return w, id, keys
+	}
+	t.Run("the requester's approval is refused", func(t *testing.T) {
+		w, id, k := setupGate(t, true, 0)
+		a := w.pending(id)
+		require.Equal(t, [2]any{"ada", true}, [2]any{a.RequestedBy, a.ExcludeRequester})
+		e := w.recorded(decision(a, "ada", k["ada"], ResponseApprove), CodeForbidden, RefusedSelfApproval)
+		require.Equal(t, "/approver", e.Field)
+		require.Contains(t, e.Message, "another approver must")
+		require.Equal(t, StateWaiting, w.state(id))
+		require.Equal(t, ApprovalStatePending, w.approval(a.ID).State)
+		out := w.must(decision(a, "bo", k["bo"], ResponseApprove))
+		require.Equal(t, []string{"task.approval_decided", "task.ready"}, events(out, id))
+		w.requireReplays()
+	})
+	t.Run("the requester may reject", func(t *testing.T) {
+		w, id, k := setupGate(t, true, 0)
+		out := w.must(decision(w.pending(id), "ada", k["ada"], ResponseReject))
+		require.Equal(t, []string{"task.approval_decided", "task.rejected"}, events(out, id))
+	})
+	t.Run("without it the requester approves", func(t *testing.T) {
+		w, id, k := setupGate(t, false, 0)
+		a := w.pending(id)
+		require.Equal(t, [2]any{"ada", false}, [2]any{a.RequestedBy, a.ExcludeRequester}, "who asked is recorded either way")
+		out := w.must(decision(a, "ada", k["ada"], ResponseApprove))
+		require.Equal(t, []string{"task.approval_decided", "task.ready"}, events(out, id))
+	})
+	t.Run("a quorum counts the others", func(t *testing.T) {
+		w, id, k := setupGate(t, true, 2)
+		a := w.pending(id)
+		_ = w.recorded(decision(a, "ada", k["ada"], ResponseApprove), CodeForbidden, RefusedSelfApproval)
+		require.Empty(t, w.approval(a.ID).SignOffs, "the requester's approval does not count toward the quorum")
+		w.must(decision(a, "bo", k["bo"], ResponseApprove))
+		out := w.must(decision(a, "cy", k["cy"], ResponseApprove))
+		require.Equal(t, []string{"task.approval_decided", "task.ready"}, events(out, id))
+		w.requireReplays()
+	})
+	t.Run("a job's request keeps its task's settings", func(t *testing.T) {
+		w, id, k := setupGate(t, true, 2)
+		a := w.pending(id)
+		w.must(decision(a, "bo", k["bo"], ResponseApprove))
+		w.must(decision(a, "cy", k["cy"], ResponseApprove))
+		n := w.claim(id)
+		w.must(&RequestApproval{TaskID: id, Attempt: n, ApprovalRequest: ApprovalRequest{Action: json.RawMessage(`{"step": 2}`), Quorum: 1}})
+		b := w.pending(id)
+		require.Equal(t, [3]any{"ada", true, 2}, [3]any{b.RequestedBy, b.ExcludeRequester, b.Quorum},
+			"a job asks more of its task's approvers, never fewer")
+		_ = w.recorded(decision(b, "ada", k["ada"], ResponseApprove), CodeForbidden, RefusedSelfApproval)
+	})
+	t.Run("a plan's tasks are requested by who planned them", func(t *testing.T) {
+		w := setup(t)
+		ada := w.approver("ada", "owner")
+		g := w.createGoal(Envelope{})
+		w.actor = "ada"
+		s := gated("pay")
+		s.Approval.ExcludeRequester = true
+		ids, _ := w.plan(g, s)
+		w.actor = "tester"
+		a := w.pending(ids["pay"])
+		require.Equal(t, "ada", a.RequestedBy)
+		_ = w.recorded(decision(a, "ada", ada, ResponseApprove), CodeForbidden, RefusedSelfApproval)
+	})
+	t.Run("an escalation keeps it", func(t *testing.T) {
+		w := setup(t)
+		ops, dir := w.approver("ops", "ops"), w.approver("dee", "director")
+		w.actor = "dee"
+		id := w.newID()
+		s := gated("")
+		s.Approval = &ApprovalSpec{Role: "ops", Responses: []string{ResponseApprove, ResponseReject, ResponseEscalate},
+			EscalateTo: "director", ExcludeRequester: true}
+		w.must(&CreateTask{TaskID: id, Spec: s})
+		w.actor = "tester"
+		w.must(decision(w.pending(id), "ops", ops, ResponseEscalate))
+		b := w.pending(id)
+		require.Equal(t, [3]any{"director", "dee", true}, [3]any{b.Role, b.RequestedBy, b.ExcludeRequester})
+		_ = w.recorded(decision(b, "dee", dir, ResponseApprove), CodeForbidden, RefusedSelfApproval)
+		w.requireReplays()
+	})
+}

@@ -328,7 +328,7 @@ func (x *tx) gate(t *Task, reason string) (Event, error) {
 func (x *tx) create(id string, created *TaskCreated, depsOpen bool) error {
 	created.State = StatePending
 	if !depsOpen {
-		probe := &Task{ID: id, Spec: created.Spec}
+		probe := &Task{ID: id, Spec: created.Spec, CreatedBy: x.m.Actor} // as ApplyTask makes it
 		ev, err := x.gate(probe, "")
 		if err != nil {
 			return err

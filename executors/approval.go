@@ -74,9 +74,14 @@ type ApprovalRequest struct {
 	ExpiresIn time.Duration
 	// Quorum is how many distinct approvers (of Role) must approve before
 	// the approve branch is taken — four eyes within one role; 0 for one
-	// (or the task's approval settings), at most 10. Any other response
-	// decides at once.
+	// (or the task's approval settings, which it may exceed, not lower),
+	// at most 10. Any other response decides at once.
 	Quorum int
+	// ExcludeRequester keeps the identity that created the task from
+	// approving (separation of duties): its approval is refused, and
+	// another approver must. The task's approval settings may already ask
+	// it; a request cannot lift it.
+	ExcludeRequester bool
 }
 
 // Decision is a decision a person took on one of the task's approvals, as
@@ -179,7 +184,8 @@ type approvalFunc func(ctx context.Context, body schemas.RequestApproval, digest
 func approvalBodyOf(j *Job, r ApprovalRequest) (b schemas.RequestApproval, digest string, err error) {
 	b = schemas.RequestApproval{TaskID: j.TaskID, Attempt: j.Attempt, Token: j.Token, ApprovalRequest: schemas.ApprovalRequest{
 		Summary: r.Summary, Role: r.Role, Responses: r.Responses, Branches: r.Branches, OnExpiry: r.OnExpiry,
-		EscalateTo: r.EscalateTo, ExpiresIn: schemas.Duration(r.ExpiresIn), Quorum: r.Quorum}}
+		EscalateTo: r.EscalateTo, ExpiresIn: schemas.Duration(r.ExpiresIn), Quorum: r.Quorum,
+		ExcludeRequester: r.ExcludeRequester}}
 	action, err := encodeJSON(r.Action)
 	switch {
 	case err != nil:

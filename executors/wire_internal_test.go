@@ -70,14 +70,14 @@ func TestWorkItemCheckNamesEveryProblem(t *testing.T) {
 func TestApprovalRequestBody(t *testing.T) {
 	j := &Job{TaskID: "01J00000000000000000000000", Attempt: 3, Token: "the-token"}
 	b, digest, err := approvalBodyOf(j, ApprovalRequest{Action: map[string]any{"b": "<x>", "a": 1},
-		Role: "finance", ExpiresIn: 90 * time.Minute})
+		Role: "finance", ExpiresIn: 90 * time.Minute, Quorum: 2, ExcludeRequester: true})
 	require.NoError(t, err)
 	want, err := ActionDigest(map[string]any{"a": 1, "b": "<x>"})
 	require.NoError(t, err)
 	require.Equal(t, want, digest)
 	raw, err := json.Marshal(b)
 	require.NoError(t, err)
-	require.JSONEq(t, `{"task_id":"01J00000000000000000000000","attempt":3,"token":"the-token","action":{"a":1,"b":"<x>"},"role":"finance","expires_in":"1h30m0s"}`, string(raw))
+	require.JSONEq(t, `{"task_id":"01J00000000000000000000000","attempt":3,"token":"the-token","action":{"a":1,"b":"<x>"},"role":"finance","expires_in":"1h30m0s","quorum":2,"exclude_requester":true}`, string(raw))
 	require.Equal(t, `{"a":1,"b":"<x>"}`, string(b.Action), "the action is sent in its canonical form")
 	b, digest, err = approvalBodyOf(&Job{TaskID: "T", Attempt: 1}, ApprovalRequest{Action: "x"})
 	require.NoError(t, err)

@@ -209,3 +209,37 @@ func TestWorkspaceNamesCannotShareAQueuesConsumer(t *testing.T) {
 		require.Equal(t, ws, b.svc.WorkspaceOfConsumer(consumer), consumer)
 	}
 }
+
+// Separation of duties over the wire: an admin who is also a registered
+// approver creates a gated task that excludes its requester; its own
+// signed approval is refused and recorded, and two other approvers make
+// the quorum.
+func TestWhoCreatedAGatedTaskCannotApproveIt(t *testing.T) {
+	b := setup(t)
+	keys := map[string]ed25519.PrivateKey{"alice": b.register(t, "alice", "ops"), "bob": b.register(t, "bob", "ops"),
+		"carol": b.register(t, "carol", "ops")}
+	r := b.peer(t, "alice").send(t, "task.create", map[string]any{"spec": map[string]any{"queue": "payments",
+		"input": map[string]any{"pay": 900}, "approval": map[string]any{"role": "ops", "quorum": 2, "exclude_requester": true}}}, "")
+	require.True(t, r.OK, "%+v", r.Error)
+	var created domain.Reply
+	require.NoError(t, json.Unmarshal(r.Result, &created))
+	require.Equal(t, "alice", get[domain.Task](t, b, "task.get", created.ID).CreatedBy)
+	a := b.approval(t, domain.ApprovalID(created.ID, 1))
+	require.Equal(t, [2]any{"alice", true}, [2]any{a.RequestedBy, a.ExcludeRequester})
+
+	r = b.peer(t, "alice").send(t, "approval.decide", decide(a, "alice", keys["alice"], "approve"), "")
+	require.False(t, r.OK, "the requester approved its own task")
+	require.Equal(t, string(domain.CodeForbidden), r.Error.Code)
+	require.Equal(t, "/approver", r.Error.Fields[0].Pointer)
+	require.Contains(t, r.Error.Message, domain.RefusedSelfApproval)
+	a = b.approval(t, a.ID)
+	require.Empty(t, a.SignOffs)
+	require.Equal(t, domain.RefusedSelfApproval, a.Refusals[len(a.Refusals)-1].Reason, "the refusal is recorded")
+
+	for _, who := range []string{"bob", "carol"} {
+		r = b.peer(t, who).send(t, "approval.decide", decide(a, who, keys[who], "approve"), "")
+		require.True(t, r.OK, "%+v", r.Error)
+	}
+	a = b.approval(t, a.ID)
+	require.Equal(t, [3]any{domain.ApprovalStateDecided, "carol", "bob"}, [3]any{a.State, a.Decision.Approver, a.SignOffs[0].Approver})
+}

@@ -76,8 +76,12 @@ type Approval struct {
 	// approval that makes the quorum is the Decision.
 	Quorum   int                `json:"quorum,omitempty"`
 	SignOffs []ApprovalDecision `json:"sign_offs,omitempty"`
-	Decision *ApprovalDecision  `json:"decision,omitempty"`
-	Refusals []Refusal          `json:"refusals,omitempty"` // the latest ones
+	// RequestedBy is the identity that created the task (Task.CreatedBy),
+	// whom ExcludeRequester keeps from approving.
+	RequestedBy      string            `json:"requested_by,omitempty"`
+	ExcludeRequester bool              `json:"exclude_requester,omitempty"`
+	Decision         *ApprovalDecision `json:"decision,omitempty"`
+	Refusals         []Refusal         `json:"refusals,omitempty"` // the latest ones
 }
 
 // ApprovalDecision is a decision that was taken: its signed response, and
@@ -123,6 +127,9 @@ type ApprovalRequest struct {
 	EscalateTo string            `json:"escalate_to,omitempty"`
 	ExpiresIn  Duration          `json:"expires_in,omitempty"`
 	Quorum     int               `json:"quorum,omitempty"` // distinct approvers who must approve; 0 is 1
+	// ExcludeRequester keeps the identity that created the task from
+	// approving (ApprovalSpec.ExcludeRequester).
+	ExcludeRequester bool `json:"exclude_requester,omitempty"`
 
 	// ActionDigest is the digest of the action as sent, set by the
 	// service before it seals the action (ActionDigest of the plaintext):

@@ -689,7 +689,7 @@ func TestApprovalEnumsMatchDomain(t *testing.T) {
 	require.Equal(t, domain.Responses, enumOf(common["Response"]))
 	require.Equal(t, domain.Branches, enumOf(common["Branch"]))
 	require.Equal(t, []string{domain.RefusedUnknownApprover, domain.RefusedUnauthorized, domain.RefusedBadSignature, domain.RefusedReplayed,
-		domain.RefusedActionMismatch, domain.RefusedExpired, domain.RefusedAlreadyDecided, domain.RefusedAlreadySigned, domain.RefusedNotPermitted,
+		domain.RefusedActionMismatch, domain.RefusedExpired, domain.RefusedAlreadyDecided, domain.RefusedAlreadySigned, domain.RefusedSelfApproval, domain.RefusedNotPermitted,
 		domain.RefusedRevoked, domain.RefusedKeyExpired, domain.RefusedNotApprover}, enumOf(common["RefusalReason"]))
 	approval := common["Approval"].(map[string]any)["properties"].(map[string]any)
 	require.Equal(t, []string{domain.ApprovalStatePending, domain.ApprovalStateDecided, domain.ApprovalStateExpired, domain.ApprovalStateWithdrawn},

@@ -89,6 +89,11 @@ type ApprovalSpec struct {
 	// most MaxQuorum): four eyes within one role. Any other response
 	// decides at once.
 	Quorum int `json:"quorum,omitempty"`
+	// ExcludeRequester keeps the identity that created the task from
+	// approving it (separation of duties): its approval is refused
+	// (self_approval), so it counts neither as the decision nor toward the
+	// quorum. It may still reject, revise or escalate.
+	ExcludeRequester bool `json:"exclude_requester,omitempty"`
 	// ActionDigest is set by the service when it seals the task's input
 	// (the gate's action): the digest of the input as sent, which the
 	// gate's approvers sign. It is ignored for an input that is not sealed,

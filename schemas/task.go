@@ -9,11 +9,15 @@ import (
 // Task is the state of a task with its attempts, as task.get and a claim's
 // reply carry it (common.json#/$defs/Task).
 type Task struct {
-	ID            string          `json:"id"`
-	Workspace     string          `json:"workspace"`
-	GoalID        string          `json:"goal_id,omitempty"`
-	PlanVersion   int             `json:"plan_version,omitempty"`
-	Key           string          `json:"key,omitempty"`
+	ID          string `json:"id"`
+	Workspace   string `json:"workspace"`
+	GoalID      string `json:"goal_id,omitempty"`
+	PlanVersion int    `json:"plan_version,omitempty"`
+	Key         string `json:"key,omitempty"`
+	// CreatedBy is the identity whose command created the task: task.create,
+	// the plan that holds it (goal.plan, goal.revise, ritual.start, a
+	// delegation) — or one of the service's own names (a schedule's slot).
+	CreatedBy     string          `json:"created_by,omitempty"`
 	Spec          TaskSpec        `json:"spec"`
 	DependsOn     []string        `json:"depends_on,omitempty"`
 	State         string          `json:"state"`

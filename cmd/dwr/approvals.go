@@ -126,6 +126,9 @@ func printApproval(w io.Writer, v *approvalView, now time.Time) {
 	if v.Quorum > 1 {
 		who = fmt.Sprintf("%d distinct approvers (%s)", v.Quorum, strings.TrimPrefix(who, "an "))
 	}
+	if v.ExcludeRequester && v.RequestedBy != "" {
+		who += ", not " + v.RequestedBy + " (who created the task)"
+	}
 	fmt.Fprintf(w, "decided by: %s\n", who)
 	if v.Quorum > 1 {
 		var by []string

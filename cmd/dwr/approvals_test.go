@@ -332,4 +332,17 @@ func TestCLIApproveWithAQuorumOfTwo(t *testing.T) {
 	require.Equal(t, "ada", v.SignOffs[0].Approver)
 	code, _, _ = run(t, url, "task", "create", "--queue", "deploys", "--approval-quorum", "11")
 	require.Equal(t, exitInvalid, code, "a quorum past 10 is refused")
+
+	// The gate may exclude whoever created the task (here the anonymous
+	// caller of an open server).
+	runJSON(t, url, &created, "task", "create", "--queue", "deploys", "--approval-role", "ops", "--approval-exclude-requester")
+	id = domain.ApprovalID(created.ID, 1)
+	runJSON(t, url, &v, "approvals", "get", id)
+	require.Equal(t, [2]any{"anonymous", true}, [2]any{v.RequestedBy, v.ExcludeRequester})
+	code, out, errs = run(t, url, "approvals", "get", id)
+	require.Equal(t, 0, code, errs)
+	require.Contains(t, out, "decided by: an approver with role ops, not anonymous (who created the task)")
+	code, out, errs = run(t, url, "task", "get", created.ID)
+	require.Equal(t, 0, code, errs)
+	require.Regexp(t, `created [0-9: -]+ by anonymous, updated`, out)
 }

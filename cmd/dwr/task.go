@@ -59,6 +59,7 @@ func taskCreateCmd(g *globals) *cobra.Command {
 	f.StringVar(&o.Spec.Approval.OnExpiry, "approval-on-expiry", "", "what follows an expiry: "+strings.Join(domain.Branches, ", ")+" (default fail)")
 	f.StringVar(&o.Spec.Approval.EscalateTo, "approval-escalate-to", "", "the role an escalation asks next")
 	f.IntVar(&o.Spec.Approval.Quorum, "approval-quorum", 0, "how many distinct approvers of the role must approve (four eyes: 2; default 1)")
+	f.BoolVar(&o.Spec.Approval.ExcludeRequester, "approval-exclude-requester", false, "whoever creates the task may not approve it: another approver must (separation of duties)")
 	return create
 }
 
@@ -84,7 +85,11 @@ func printTask(w io.Writer, t *schemas.Task) error {
 	if (t.State == domain.StateFailed || t.State == domain.StateRejected) && t.Reason != domain.ReasonDependencyFailed {
 		fmt.Fprintf(w, " — to run it again: dwr task retry %s", t.ID)
 	}
-	fmt.Fprintf(w, "\ngoal: %s   depends on: %s\ncreated %s, updated %s\n", dash(t.GoalID), dash(strings.Join(t.DependsOn, ",")), ago(t.CreatedAt), ago(t.UpdatedAt))
+	by := ""
+	if t.CreatedBy != "" {
+		by = " by " + t.CreatedBy
+	}
+	fmt.Fprintf(w, "\ngoal: %s   depends on: %s\ncreated %s%s, updated %s\n", dash(t.GoalID), dash(strings.Join(t.DependsOn, ",")), ago(t.CreatedAt), by, ago(t.UpdatedAt))
 	if len(t.Spec.Input) > 0 {
 		fmt.Fprintf(w, "input: %s\n", t.Spec.Input)
 	}

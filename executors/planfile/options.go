@@ -128,7 +128,7 @@ func (o Options) TaskSpec(now time.Time) (schemas.TaskSpec, error) {
 	}
 	spec.Approval = nil
 	if o.Approval || approval.Role != "" || approval.ExpiresIn != 0 || len(approval.Responses) > 0 ||
-		approval.OnExpiry != "" || approval.EscalateTo != "" || approval.Quorum != 0 {
+		approval.OnExpiry != "" || approval.EscalateTo != "" || approval.Quorum != 0 || approval.ExcludeRequester {
 		spec.Approval = &approval
 	}
 	return spec, nil

@@ -133,7 +133,8 @@ func approvalOf(a *waitApproval, holds func(string, ...any) error) (waitRequest,
 		return waitRequest{}, holds("the action and the basis may have at most %d bytes each", executors.MaxPayloadBytes)
 	}
 	r := &executors.ApprovalRequest{Action: a.Action, Summary: a.Summary, Role: a.Role, Responses: a.Responses,
-		Branches: a.Branches, OnExpiry: a.OnExpiry, EscalateTo: a.EscalateTo, Quorum: a.Quorum}
+		Branches: a.Branches, OnExpiry: a.OnExpiry, EscalateTo: a.EscalateTo, Quorum: a.Quorum,
+		ExcludeRequester: a.ExcludeRequester}
 	if !isNull(a.Basis) {
 		r.Basis = a.Basis
 	}

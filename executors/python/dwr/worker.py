@@ -389,7 +389,8 @@ class Job:
     async def request_approval(self, action: Any, *, summary: str = "", basis: Any = None, role: str = "",
                                responses: Optional[List[str]] = None, branches: Optional[Dict[str, str]] = None,
                                on_expiry: str = "", escalate_to: str = "",
-                               expires_in: Optional[float] = None, quorum: int = 0) -> Decision:
+                               expires_in: Optional[float] = None, quorum: int = 0,
+                               exclude_requester: bool = False) -> Decision:
         """Asks a person to approve action before the job performs it. When
         the task holds a decision on exactly this action asked of this role
         (the latest one whose action digest is the action's canonical digest
@@ -404,7 +405,10 @@ class Job:
         role returns the decision. ``quorum`` asks that many distinct
         approvers of the role to approve (four eyes within one role; at most
         10): the decision comes once the last of them approves (its
-        ``approvers`` names them all), or at once on another response."""
+        ``approvers`` names them all), or at once on another response.
+        ``exclude_requester`` keeps the identity that created the task from
+        approving (separation of duties); the task's approval settings may
+        already ask it, and a request cannot lift it."""
         raw = canonical_json(encode(action) if action is not None else b"null")
         if action is None:
             raise ValueError("the action is required: the concrete action to approve")
@@ -422,7 +426,8 @@ class Job:
                 raise ValueError("the basis is %d bytes; at most %d are allowed" % (len(b), MAX_PAYLOAD_BYTES))
             body["basis"] = basis
         for k, v in (("summary", summary), ("role", role), ("responses", responses), ("branches", branches),
-                     ("on_expiry", on_expiry), ("escalate_to", escalate_to), ("quorum", quorum)):
+                     ("on_expiry", on_expiry), ("escalate_to", escalate_to), ("quorum", quorum),
+                     ("exclude_requester", exclude_requester)):
             if v:
                 body[k] = v
         if expires_in:

@@ -180,6 +180,11 @@ class ApprovalRoleTest(unittest.IsolatedAsyncioTestCase):
         with self.assertRaises(dwr.ApprovalPending):
             await job.request_approval(self.PAYMENT, role="finance", quorum=2)
         self.assertEqual(asks.sent[0][1]["quorum"], 2)
+        self.assertNotIn("exclude_requester", asks.sent[0][1], "not asked: not sent")
+        job, asks = self.job([])
+        with self.assertRaises(dwr.ApprovalPending):
+            await job.request_approval(self.PAYMENT, role="finance", exclude_requester=True)
+        self.assertIs(asks.sent[0][1]["exclude_requester"], True)
 
     async def test_a_request_without_a_role_asks_the_task_approval_role(self) -> None:
         approvals = [self.approval(1, "finance", {"approver": "ada", "role": "finance"})]

@@ -63,6 +63,11 @@ export interface ApprovalRequest {
    * role; default the task's approval settings, or one; at most 10. Any other response decides at once.
    */
   quorum?: number;
+  /**
+   * Keep the identity that created the task from approving (separation of duties): its approval is refused and
+   * another approver must. The task's approval settings may already ask it; a request cannot lift it.
+   */
+  excludeRequester?: boolean;
 }
 
 /** What a task does when the goal it delegated to fails or is cancelled (Delegation.onFailure). */
@@ -362,6 +367,7 @@ export class Job implements JobFields {
       escalate_to: r.escalateTo,
       expires_in: r.expiresInMs === undefined ? undefined : r.expiresInMs / 1000,
       quorum: r.quorum,
+      exclude_requester: r.excludeRequester || undefined,
     };
     const approvalId = await this.backend.requestApproval(body, digest);
     throw new WaitError({ approvalId, actionDigest: digest });

@@ -112,6 +112,10 @@ export interface Approval {
   quorum?: number;
   /** The approvals given while fewer than quorum had, in order; the one that makes the quorum is the decision. */
   sign_offs?: ApprovalDecision[];
+  /** The identity that created the task. */
+  requested_by?: string;
+  /** requested_by may not approve. */
+  exclude_requester?: boolean;
   /** pending, decided, expired or withdrawn. */
   state: string;
   expires_at?: string;

@@ -435,9 +435,10 @@ async function renderApproval(id) {
   const pending = a.state === "pending";
   show(h("h1", {}, "Approval " + a.id),
     h("p", {}, state(a.state), " task ", h("a", { href: "#/tasks/" + a.task_id }, a.task_key || a.task_id),
-      " · role " + (a.role || "any approver") + " · requested ", ago(a.requested_at), a.expires_at ? h("span", {}, " · expires ", ago(a.expires_at)) : ""),
+      " · role " + (a.role || "any approver") + " · requested " + (a.requested_by ? "by " + a.requested_by + " " : ""), ago(a.requested_at), a.expires_at ? h("span", {}, " · expires ", ago(a.expires_at)) : ""),
     (a.quorum || 1) > 1 ? h("p", { id: "quorum" }, `Needs ${a.quorum} distinct approvers; approved so far: `,
       (a.sign_offs || []).length ? a.sign_offs.map((s) => s.approver).join(", ") : "none", a.decision ? ` (then ${a.decision.approver})` : "") : null,
+    a.exclude_requester && a.requested_by ? h("p", { id: "exclude-requester" }, `${a.requested_by} created the task and may not approve it: another approver must.`) : null,
     a.escalated_from ? h("p", { id: "escalated" }, "Escalated from ", h("a", { href: "#/approvals/" + a.escalated_from }, a.escalated_from),
       ", asked of " + (a.asked_role ? "role " + a.asked_role : "any approver") + ": this decision answers that request.") : null,
     a.summary ? h("p", { class: "summary" }, a.summary) : null,

@@ -339,6 +339,12 @@ test("a quorum's decision names every approver, and a request asks its quorum", 
     WaitError,
   );
   assert.equal(asked[0]!.quorum, 2);
+  assert.equal(asked[0]!.exclude_requester, undefined, "not asked: not sent");
+  await assert.rejects(
+    approvalJob({ ...task, approvals: [] }, asked).requestApproval({ action, role: "finance", excludeRequester: true }),
+    WaitError,
+  );
+  assert.equal(asked[1]!.exclude_requester, true);
 });
 
 test("a request that names no role is asked of the role of the task's approval settings", async () => {
