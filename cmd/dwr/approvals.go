@@ -119,31 +119,7 @@ func printApproval(w io.Writer, v *approvalView, now time.Time) {
 	if v.Summary != "" {
 		fmt.Fprintf(w, "summary:    %s\n", v.Summary)
 	}
-	who := "any registered approver"
-	if v.Role != "" {
-		who = "an approver with role " + v.Role
-	}
-	if v.Quorum > 1 {
-		who = fmt.Sprintf("%d distinct approvers (%s)", v.Quorum, strings.TrimPrefix(who, "an "))
-	}
-	if v.ExcludeRequester && v.RequestedBy != "" {
-		who += ", not " + v.RequestedBy + " (who created the task)"
-	}
-	fmt.Fprintf(w, "decided by: %s\n", who)
-	if v.Quorum > 1 {
-		var by []string
-		for _, s := range v.SignOffs {
-			by = append(by, s.Approver+" "+ago(s.DecidedAt))
-		}
-		fmt.Fprintf(w, "approved:   %d of %d so far (%s)\n", len(v.SignOffs), v.Quorum, dash(strings.Join(by, ", ")))
-	}
-	if v.EscalatedFrom != "" {
-		asked := "any registered approver"
-		if v.AskedRole != "" {
-			asked = "role " + v.AskedRole
-		}
-		fmt.Fprintf(w, "escalated:  from approval %s, asked of %s: the decision answers that request\n", v.EscalatedFrom, asked)
-	}
+	printDeciders(w, v)
 	br := make([]string, len(v.Responses))
 	for i, r := range v.Responses {
 		br[i] = r + " → " + dash(v.Branches[r])
@@ -180,6 +156,37 @@ func printApproval(w io.Writer, v *approvalView, now time.Time) {
 		_ = columns([]string{"WHEN", "APPROVER", "RESPONSE", "REASON", "MESSAGE"}, func(r schemas.Refusal) []string { // terminal output
 			return []string{ago(r.At), dash(r.Approver), dash(r.Response), r.Reason, short(strings.TrimPrefix(r.Message, r.Reason+": "), 100)}
 		})(w, v.Refusals)
+	}
+}
+
+// printDeciders prints who may decide approval v: its role, its quorum and
+// who approved so far, the requester it excludes, and the request an
+// escalation's approval answers.
+func printDeciders(w io.Writer, v *approvalView) {
+	who := "any registered approver"
+	if v.Role != "" {
+		who = "an approver with role " + v.Role
+	}
+	if v.Quorum > 1 {
+		who = fmt.Sprintf("%d distinct approvers (%s)", v.Quorum, strings.TrimPrefix(who, "an "))
+	}
+	if v.ExcludeRequester && v.RequestedBy != "" {
+		who += ", not " + v.RequestedBy + " (who created the task)"
+	}
+	fmt.Fprintf(w, "decided by: %s\n", who)
+	if v.Quorum > 1 {
+		var by []string
+		for _, s := range v.SignOffs {
+			by = append(by, s.Approver+" "+ago(s.DecidedAt))
+		}
+		fmt.Fprintf(w, "approved:   %d of %d so far (%s)\n", len(v.SignOffs), v.Quorum, dash(strings.Join(by, ", ")))
+	}
+	if v.EscalatedFrom != "" {
+		asked := "any registered approver"
+		if v.AskedRole != "" {
+			asked = "role " + v.AskedRole
+		}
+		fmt.Fprintf(w, "escalated:  from approval %s, asked of %s: the decision answers that request\n", v.EscalatedFrom, asked)
 	}
 }
 
