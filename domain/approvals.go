@@ -507,14 +507,20 @@ func (x *tx) decideApproval(c *DecideApproval) (Reply, error) {
 	if c.Response == ResponseApprove && a.ExcludeRequester && a.RequestedBy != "" && c.Approver == a.RequestedBy {
 		return refuse(RefusedSelfApproval, "/approver", "approver %q created task %s, and approval %s may not be approved by the identity that requested it (exclude_requester): another approver must", c.Approver, t.ID, a.ID)
 	}
+	var dropped []string
 	if c.Response == ResponseApprove && a.Quorum > 1 {
 		// Four eyes: each approver approves once, and the approval waits
-		// for the quorum; any other response decides at once.
-		if slices.ContainsFunc(a.SignOffs, func(s ApprovalDecision) bool { return s.Approver == c.Approver }) {
-			return refuse(RefusedAlreadySigned, "/approver", "approver %q already approved approval %s, which needs %d distinct approvers (%d so far): another approver must", c.Approver, a.ID, a.Quorum, len(a.SignOffs))
+		// for the quorum; any other response decides at once. A sign-off
+		// counts while its approver stands with the key it signed with.
+		var standing int
+		standing, dropped = standingSignOffs(w, a)
+		if slices.ContainsFunc(a.SignOffs, func(s ApprovalDecision) bool {
+			return s.Approver == c.Approver && !slices.Contains(dropped, s.Approver)
+		}) {
+			return refuse(RefusedAlreadySigned, "/approver", "approver %q already approved approval %s, which needs %d distinct approvers (%d so far): another approver must", c.Approver, a.ID, a.Quorum, standing)
 		}
-		if len(a.SignOffs)+1 < a.Quorum {
-			if err := x.emit(t.ID, &ApprovalSignedOff{ApprovalID: a.ID, SignedResponse: signed}); err != nil {
+		if standing+1 < a.Quorum {
+			if err := x.emit(t.ID, &ApprovalSignedOff{ApprovalID: a.ID, SignedResponse: signed, Dropped: dropped}); err != nil {
 				return Reply{}, err
 			}
 			r, err := x.after(t.ID)
@@ -522,7 +528,7 @@ func (x *tx) decideApproval(c *DecideApproval) (Reply, error) {
 			return r, err
 		}
 	}
-	if err := x.emit(t.ID, &ApprovalDecided{ApprovalID: a.ID, SignedResponse: signed}); err != nil {
+	if err := x.emit(t.ID, &ApprovalDecided{ApprovalID: a.ID, SignedResponse: signed, Dropped: dropped}); err != nil {
 		return Reply{}, err
 	}
 	if err := x.takeBranch(t.ID, a.ID, branch, fmt.Sprintf("approval %s: %s by %s", a.ID, c.Response, c.Approver), c.Comment); err != nil {
@@ -531,6 +537,21 @@ func (x *tx) decideApproval(c *DecideApproval) (Reply, error) {
 	r, err := x.after(t.ID)
 	r.ApprovalID = a.ID
 	return r, err
+}
+
+// standingSignOffs counts the sign-offs of approval a that still count in
+// workspace w — their approver is registered, not revoked, with the key it
+// signed with (an expired key's sign-off stands: it was valid when given) —
+// and names the approvers of the others.
+func standingSignOffs(w *Workspace, a *Approval) (standing int, dropped []string) {
+	for _, s := range a.SignOffs {
+		if ap := w.Approver(s.Approver); ap != nil && ap.RevokedAt == nil && ap.KeyID == s.KeyID {
+			standing++
+		} else {
+			dropped = append(dropped, s.Approver)
+		}
+	}
+	return standing, dropped
 }
 
 // expireApproval takes the expiry branch of an approval whose time is up.

@@ -538,11 +538,16 @@ func TestAQuorumNeedsDistinctApprovers(t *testing.T) {
 		require.Equal(t, [3]string{"ada", "owner", ResponseApprove}, [3]string{a.SignOffs[0].Approver, a.SignOffs[0].Role, a.SignOffs[0].Response})
 
 		require.Empty(t, w.must(decision(a, "ada", k["ada"], ResponseApprove)).Changes, "the same signed approval again: a duplicate")
-		// With a new key, the same approver is still one of the quorum.
+		// Registered again with a new key, the same approver is still one
+		// of the quorum: the sign-off of the old key no longer counts, the
+		// new key's takes its place.
 		ada2 := keyOf("ada, again")
 		w.must(&RegisterApprover{Name: "ada", Role: "owner", PublicKey: pubOf(ada2)})
-		e := w.recorded(decision(a, "ada", ada2, ResponseApprove), CodeConflict, RefusedAlreadySigned)
-		require.Contains(t, e.Message, "another approver must")
+		w.must(decision(a, "ada", ada2, ResponseApprove))
+		a = w.approval(a.ID)
+		require.Len(t, a.SignOffs, 1)
+		require.Equal(t, KeyID(ada2.Public().(ed25519.PublicKey)), a.SignOffs[0].KeyID)
+		require.Empty(t, w.must(decision(a, "ada", ada2, ResponseApprove)).Changes, "the same signed approval again: a duplicate")
 		_ = w.recorded(decision(a, "cy", k["cy"], ResponseApprove), CodeForbidden, RefusedUnauthorized)
 
 		out = w.must(decision(a, "bo", k["bo"], ResponseApprove))
@@ -552,6 +557,38 @@ func TestAQuorumNeedsDistinctApprovers(t *testing.T) {
 		require.Equal(t, "bo", a.Decision.Approver, "the approval that makes the quorum decides")
 		require.Len(t, a.SignOffs, 1)
 		_ = w.recorded(decision(a, "ada", k["ada"], ResponseReject), CodeConflict, RefusedAlreadyDecided)
+		w.requireReplays()
+	})
+	t.Run("an approver counts once", func(t *testing.T) {
+		// Ed25519 as Go signs is deterministic, so a second approval of one
+		// key is the first sent again (a duplicate); a signer with random
+		// nonces makes another valid signature. The log holds one here.
+		w, id, k := setupQuorum(t)
+		a := w.pending(id)
+		first := decision(a, "ada", k["ada"], ResponseApprove)
+		signed := schemas.SignedResponse{Response: ResponseApprove, Branch: BranchResume, Approver: "ada", Role: "owner",
+			KeyID: KeyID(k["ada"].Public().(ed25519.PublicKey)), Signature: "another valid signature of ada's key"}
+		r := Recorded{CommandID: "randomized", Actor: "ada", Time: w.now}
+		require.NoError(t, w.o.Apply(Change{AggregateType: AggTask, AggregateID: id, Workspace: w.ws, Version: w.task(id).Version + 1,
+			Event: &ApprovalSignedOff{ApprovalID: a.ID, SignedResponse: signed}}, r))
+		e := w.recorded(first, CodeConflict, RefusedAlreadySigned)
+		require.Contains(t, e.Message, "another approver must")
+	})
+	t.Run("a revoked approver's sign-off no longer counts", func(t *testing.T) {
+		w, id, k := setupQuorum(t)
+		a := w.pending(id)
+		w.must(decision(a, "ada", k["ada"], ResponseApprove))
+		w.must(&RevokeApprover{Name: "ada"})
+		out := w.must(decision(a, "bo", k["bo"], ResponseApprove))
+		require.Equal(t, []string{"task.approval_signed_off"}, events(out, id), "bo's approval is the only one that counts: still waiting")
+		require.Equal(t, []string{"ada"}, out.Changes[0].Event.(*ApprovalSignedOff).Dropped)
+		a = w.approval(a.ID)
+		require.Equal(t, ApprovalStatePending, a.State)
+		require.Equal(t, []string{"bo"}, []string{a.SignOffs[0].Approver}, "the approval keeps the sign-offs that count")
+		require.Len(t, a.SignOffs, 1)
+		w.must(&RegisterApprover{Name: "cy", Role: "owner", PublicKey: pubOf(k["cy"])})
+		out = w.must(decision(a, "cy", k["cy"], ResponseApprove))
+		require.Equal(t, []string{"task.approval_decided", "task.ready"}, events(out, id))
 		w.requireReplays()
 	})
 	t.Run("one rejects", func(t *testing.T) {

@@ -339,6 +339,9 @@ type ApprovalRequested struct {
 type ApprovalDecided struct {
 	ApprovalID string `json:"approval_id"`
 	schemas.SignedResponse
+	// Dropped names the approvers whose sign-offs no longer counted when
+	// the quorum was made (ApprovalSignedOff.Dropped).
+	Dropped []string `json:"dropped,omitempty"`
 }
 
 // ApprovalSignedOff: a registered approver approved an approval that needs
@@ -347,6 +350,10 @@ type ApprovalDecided struct {
 type ApprovalSignedOff struct {
 	ApprovalID string `json:"approval_id"`
 	schemas.SignedResponse
+	// Dropped names the approvers whose earlier sign-offs no longer count:
+	// revoked since, or registered again with another key. The approval's
+	// SignOffs lose them; the log keeps them.
+	Dropped []string `json:"dropped,omitempty"`
 }
 
 // ApprovalRefused: a decision was refused; the approval is unchanged. It is

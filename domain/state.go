@@ -337,6 +337,7 @@ func ApplyTask(t *Task, id, workspace string, e Event, r Recorded) (*Task, error
 		}
 		a.State = ApprovalStateDecided
 		a.Decision = &ApprovalDecision{SignedResponse: ev.SignedResponse, DecidedAt: r.Time}
+		a.SignOffs = dropSignOffs(a.SignOffs, ev.Dropped)
 		if a.Attempt == 0 && ev.Branch == BranchResume {
 			t.Approved = true
 		}
@@ -345,7 +346,7 @@ func ApplyTask(t *Task, id, workspace string, e Event, r Recorded) (*Task, error
 		if a == nil {
 			return nil, fmt.Errorf("domain: task %s: sign-off on unknown approval %s", id, ev.ApprovalID)
 		}
-		a.SignOffs = append(a.SignOffs, ApprovalDecision{SignedResponse: ev.SignedResponse, DecidedAt: r.Time})
+		a.SignOffs = append(dropSignOffs(a.SignOffs, ev.Dropped), ApprovalDecision{SignedResponse: ev.SignedResponse, DecidedAt: r.Time})
 	case *ApprovalRefused:
 		if a := t.Approval(ev.ApprovalID); a != nil {
 			a.Refusals = append(a.Refusals, Refusal{Approver: ev.Approver, Response: ev.Response, Reason: ev.Reason,
@@ -445,4 +446,13 @@ func tallyEarliest(t *Task, n int) {
 	t.Earlier = &e
 	// A new array: the old one may be shared with an earlier state.
 	t.Attempts = slices.Clone(t.Attempts[n:])
+}
+
+// dropSignOffs returns signOffs without those of the approvers named in
+// dropped (a new slice when any is dropped).
+func dropSignOffs(signOffs []ApprovalDecision, dropped []string) []ApprovalDecision {
+	if len(dropped) == 0 {
+		return signOffs
+	}
+	return slices.DeleteFunc(slices.Clone(signOffs), func(s ApprovalDecision) bool { return slices.Contains(dropped, s.Approver) })
 }

@@ -370,6 +370,23 @@ func TestContractOfTheDomain(t *testing.T) {
 	require.Equal(t, domain.StateWaiting, r.State)
 	r = c.do("approval.decide", c.decision(fourEyes, c.pending(fourEyes).ID, "noor", "approve", ""))
 	require.Equal(t, domain.StateReady, r.State)
+	// Another, created by maria and excluding its requester: her approval is
+	// refused; pia signs off and is revoked, so noor's approval is the only
+	// one that counts (pia's sign-off dropped), and quinn's decides.
+	c.register("pia", "editor")
+	c.register("quinn", "editor")
+	c.actor = "maria"
+	apart := domain.DeriveID(c.now, "task-four-eyes-apart")
+	c.do("task.create", map[string]any{"task_id": apart, "spec": map[string]any{"queue": "billing",
+		"approval": map[string]any{"role": "editor", "quorum": 2, "exclude_requester": true}}})
+	c.actor = "user:maria@acme.example"
+	c.refused("approval.decide", c.decision(apart, c.pending(apart).ID, "maria", "approve", ""), domain.CodeForbidden, domain.RefusedSelfApproval)
+	c.do("approval.decide", c.decision(apart, c.pending(apart).ID, "pia", "approve", ""))
+	c.do("approver.revoke", map[string]any{"name": "pia"})
+	r = c.do("approval.decide", c.decision(apart, c.pending(apart).ID, "noor", "approve", ""))
+	require.Equal(t, domain.StateWaiting, r.State, "pia's sign-off no longer counts")
+	r = c.do("approval.decide", c.decision(apart, c.pending(apart).ID, "quinn", "approve", ""))
+	require.Equal(t, domain.StateReady, r.State)
 
 	expiring := domain.DeriveID(c.now, "task-4")
 	c.do("task.create", map[string]any{"task_id": expiring, "spec": map[string]any{"queue": "billing", "input": map[string]any{"amount": 12},
