@@ -637,11 +637,12 @@ func TestWorkerWaitFileForms(t *testing.T) {
 
 	w, err = parseWaitFile([]byte(`{"approval": {"action": {"refund": "o-1", "cents": 1250}, "summary": "refund o-1",
 		"basis": {"why": "damaged"}, "role": "ops", "responses": ["approve", "reject", "revise"], "expires_in": "1h",
-		"on_expiry": "reject", "branches": {"revise": "resume"}, "escalate_to": "director"}}`), now)
+		"on_expiry": "reject", "branches": {"revise": "resume"}, "escalate_to": "director", "quorum": 2, "exclude_requester": true}}`), now)
 	require.NoError(t, err)
 	require.Equal(t, &executors.ApprovalRequest{Action: json.RawMessage(`{"refund": "o-1", "cents": 1250}`), Summary: "refund o-1",
 		Basis: json.RawMessage(`{"why": "damaged"}`), Role: "ops", Responses: []string{"approve", "reject", "revise"},
-		ExpiresIn: time.Hour, OnExpiry: "reject", Branches: map[string]string{"revise": "resume"}, EscalateTo: "director"}, w.approval)
+		ExpiresIn: time.Hour, OnExpiry: "reject", Branches: map[string]string{"revise": "resume"}, EscalateTo: "director",
+		Quorum: 2, ExcludeRequester: true}, w.approval)
 	require.Zero(t, w.until)
 	w, err = parseWaitFile([]byte(`{"approval": {"action": "deploy v2", "expires_in": 30}}`), now)
 	require.NoError(t, err)
