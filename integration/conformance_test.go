@@ -432,6 +432,48 @@ func conformanceScenarios() []conformanceScenario {
 			require.Equal(r.t, "may", res["approver"], "the approval that made the quorum")
 			require.Len(r.t, task.Approvals, 1, "one approval, two approvers")
 		}},
+		{conformance.NotByRequester, "asks two approvers of one role, excluding the identity that created the task: that identity's own approval is refused, and two others make the quorum", func(r *conformanceRun, q string) {
+			r.executor(q, conformance.RoleWorker)
+			cli := func(args ...string) (string, error) {
+				out, err := exec.Command(r.e.bin, append([]string{"--server", r.e.url}, args...)...).CombinedOutput()
+				return string(out), err
+			}
+			// lead, a workspace admin, is also an approver of ops.
+			leadCreds, leadKey := filepath.Join(r.dir, "lead.creds"), filepath.Join(r.dir, "lead.key")
+			for _, args := range [][]string{{"users", "add", "lead", "--role", "admin", "--out", leadCreds, "--force"},
+				{"keys", "create", "lead", "--role", "ops", "--out", leadKey, "--force"}} {
+				out, err := cli(append([]string{"--creds", r.e.adminCreds()}, args...)...)
+				require.NoError(r.t, err, "dwr %s: %s", args[0], out)
+			}
+			noaKey, noaCreds := r.approver("noa", "ops")
+			rosKey, rosCreds := r.approver("ros", "ops")
+			lead, err := dwrclient.Connect(r.e.url, dwrclient.Credentials(leadCreds))
+			require.NoError(r.t, err)
+			defer lead.Close()
+			raw := mustJSON(r.t, conformance.Input{Scenario: conformance.NotByRequester, Role: "ops", Quorum: 2, ExcludeRequester: true,
+				Action: json.RawMessage(`{"pay": 9000, "to": "acct-4"}`)})
+			res, err := lead.CreateTask(r.ctx, schemas.TaskSpec{Title: "conformance " + conformance.NotByRequester, Queue: q, Input: json.RawMessage(raw)})
+			require.NoError(r.t, err)
+			id := res.ID
+			task := r.waitTask(id, "waiting for the approval", func(t *schemas.Task) bool {
+				return t.State == schemas.StateWaiting && t.Wait != nil && t.Wait.ApprovalID != ""
+			})
+			a := task.Approvals[0]
+			require.Equal(r.t, [3]any{"lead", true, 2}, [3]any{a.RequestedBy, a.ExcludeRequester, a.Quorum}, "the request carried exclude_requester")
+			approve := func(key, creds string) (string, error) {
+				return cli("--creds", creds, "approve", task.Wait.ApprovalID, "--response", "approve", "--key", key)
+			}
+			out, err := approve(leadKey, leadCreds)
+			require.Error(r.t, err, "the requester approved: %s", out)
+			require.Contains(r.t, out, "self_approval")
+			out, err = approve(noaKey, noaCreds)
+			require.NoError(r.t, err, "dwr approve: %s", out)
+			require.Contains(r.t, out, "it waits for the others", "the requester's approval did not count")
+			out, err = approve(rosKey, rosCreds)
+			require.NoError(r.t, err, "dwr approve: %s", out)
+			task = r.waitState(id, schemas.StateAccepted)
+			require.Equal(r.t, []any{"noa", "ros"}, result(r.t, task)["approvers"])
+		}},
 		{conformance.Artifact, "stores a file as an artifact: attached to the result, readable by its digest", func(r *conformanceRun, q string) {
 			r.executor(q, conformance.RoleWorker)
 			content := "the report of " + r.impl.name

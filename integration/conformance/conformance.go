@@ -65,6 +65,10 @@ const (
 	// one request; once the last of them approved, it succeeds with
 	// {"approvers": [every approver, in order], "approver": the last, ...}.
 	FourEyes = "four_eyes"
+	// NotByRequester is FourEyes with the request excluding its requester
+	// (ExcludeRequester): the identity that created the task may not be one
+	// of the approvers.
+	NotByRequester = "not_by_requester"
 	// Artifact stores Content as an artifact named Name and succeeds with
 	// it attached to the result.
 	Artifact = "artifact"
@@ -80,21 +84,23 @@ const (
 
 // Input is a task's input in the suite: the scenario and its parameters.
 type Input struct {
-	Scenario      string          `json:"scenario"`
-	Value         any             `json:"value,omitempty"`
-	FailTimes     int             `json:"fail_times,omitempty"`
-	Message       string          `json:"message,omitempty"`
-	Millis        int             `json:"millis,omitempty"`
-	Name          string          `json:"name,omitempty"`
-	Action        json.RawMessage `json:"action,omitempty"`
-	Role          string          `json:"role,omitempty"`
-	Roles         []string        `json:"roles,omitempty"`
-	Quorum        int             `json:"quorum,omitempty"`
-	Content       string          `json:"content,omitempty"`
-	Model         string          `json:"model,omitempty"`
-	PromptVersion string          `json:"prompt_version,omitempty"`
-	Tokens        int64           `json:"tokens,omitempty"`
-	Verdicts      []string        `json:"verdicts,omitempty"`
+	Scenario  string          `json:"scenario"`
+	Value     any             `json:"value,omitempty"`
+	FailTimes int             `json:"fail_times,omitempty"`
+	Message   string          `json:"message,omitempty"`
+	Millis    int             `json:"millis,omitempty"`
+	Name      string          `json:"name,omitempty"`
+	Action    json.RawMessage `json:"action,omitempty"`
+	Role      string          `json:"role,omitempty"`
+	Roles     []string        `json:"roles,omitempty"`
+	Quorum    int             `json:"quorum,omitempty"`
+	// ExcludeRequester is passed to the request of NotByRequester.
+	ExcludeRequester bool     `json:"exclude_requester,omitempty"`
+	Content          string   `json:"content,omitempty"`
+	Model            string   `json:"model,omitempty"`
+	PromptVersion    string   `json:"prompt_version,omitempty"`
+	Tokens           int64    `json:"tokens,omitempty"`
+	Verdicts         []string `json:"verdicts,omitempty"`
 }
 
 // Events an executor observes, and the causes an EventStopped names.

@@ -141,9 +141,10 @@ def handler(env: Env):  # noqa: ANN201 - a decorated coroutine function
             done.update(response=d.response, approver=d.approver, action_digest=d.action_digest)
             return done
 
-        if scenario == "four_eyes":
+        if scenario in ("four_eyes", "not_by_requester"):
             d = await job.request_approval(inp.get("action"), summary="conformance: four eyes", role=inp.get("role") or "",
-                                           quorum=int(inp.get("quorum") or 0))
+                                           quorum=int(inp.get("quorum") or 0),
+                                           exclude_requester=bool(inp.get("exclude_requester")))
             if not d.approved:
                 raise Permanent("%s: %s" % (inp.get("role"), d.response))
             done.update(approvers=d.approvers, approver=d.approver)

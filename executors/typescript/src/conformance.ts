@@ -44,6 +44,7 @@ interface Input {
   role?: string;
   roles?: string[];
   quorum?: number;
+  exclude_requester?: boolean;
   content?: string;
   model?: string;
   prompt_version?: string;
@@ -176,12 +177,14 @@ function handler(env: Env) {
         return { output: done };
       }
 
-      case "four_eyes": {
+      case "four_eyes":
+      case "not_by_requester": {
         const d = await job.requestApproval({
           action: input.action,
           summary: "conformance: four eyes",
           role: input.role,
           quorum: input.quorum,
+          excludeRequester: input.exclude_requester,
         });
         if (d.response !== "approve") throw new Permanent(`${input.role}: ${d.response}`);
         done.approvers = d.approvers;

@@ -170,11 +170,11 @@ func run() (int, error) {
 		done["response"], done["approver"], done["action_digest"] = d.Response, d.Approver, d.ActionDigest
 		return succeed()
 
-	case conformance.FourEyes:
+	case conformance.FourEyes, conformance.NotByRequester:
 		raw := os.Getenv("DWR_APPROVAL")
 		if raw == "" {
 			return wait(map[string]any{"approval": map[string]any{"action": input.Action, "summary": "conformance: four eyes",
-				"role": input.Role, "quorum": input.Quorum}})
+				"role": input.Role, "quorum": input.Quorum, "exclude_requester": input.ExcludeRequester}})
 		}
 		var d struct {
 			Response  string   `json:"response"`

@@ -163,9 +163,9 @@ func handler(env *conformance.Env) executors.Handler {
 			done["response"], done["approver"], done["action_digest"] = d.Response, d.Approver, d.ActionDigest
 			return executors.Result{Output: done}, nil
 
-		case conformance.FourEyes:
+		case conformance.FourEyes, conformance.NotByRequester:
 			d, err := job.RequestApproval(ctx, executors.ApprovalRequest{Action: in.Action, Summary: "conformance: four eyes",
-				Role: in.Role, Quorum: in.Quorum})
+				Role: in.Role, Quorum: in.Quorum, ExcludeRequester: in.ExcludeRequester})
 			if err != nil {
 				return executors.Result{}, err
 			}
