@@ -86,9 +86,22 @@ func sameQueues(a, b []string) bool {
 }
 
 // validateMember checks a member.add command.
+// ReservedName reports whether name is one the service acts under, which
+// no member may take: "admin" (the service's admins), "anonymous" (every
+// caller of a server open to anyone), "dwr" and "dwr-…" (the service's own
+// commands: its timers, retention, quarantine). A command's actor is
+// recorded by name, so a member of such a name would read as the service.
+func ReservedName(name string) bool {
+	return name == "admin" || name == "anonymous" || name == "dwr" || strings.HasPrefix(name, "dwr-")
+}
+
 func validateMember(c *AddMember) error {
 	if err := checkName("/name", "member", c.Name); err != nil {
 		return err
+	}
+	if ReservedName(c.Name) {
+		return invalid("/name", "%q is a name the service itself acts under (its admin, the anonymous caller of an open server, its own commands: dwr, dwr-…): "+
+			"a member so named would read as the service in the log and in who created a task; choose another", c.Name)
 	}
 	if !ValidRole(c.Role) {
 		roles := make([]string, len(Roles))

@@ -173,6 +173,10 @@ func TestAddMemberRefusesInvalid(t *testing.T) {
 		{"too many queues", AddMember{Name: "ops", Role: RoleExecutor, PublicKey: key, Queues: many}, "/queues"},
 		{"an invalid queue", AddMember{Name: "ops", Role: RoleExecutor, PublicKey: key, Queues: []string{"build", "Build Two"}}, "/queues/1"},
 		{"a queue twice", AddMember{Name: "ops", Role: RoleExecutor, PublicKey: key, Queues: []string{"a", "b", "a"}}, "/queues/2"},
+		{"the admin's name", AddMember{Name: "admin", Role: RoleAdmin, PublicKey: key}, "/name"},
+		{"the anonymous caller's name", AddMember{Name: "anonymous", Role: RoleClient, PublicKey: key}, "/name"},
+		{"the service's name", AddMember{Name: "dwr", Role: RoleClient, PublicKey: key}, "/name"},
+		{"a name of the service's own commands", AddMember{Name: "dwr-timer", Role: RoleClient, PublicKey: key}, "/name"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			c := tc.cmd
@@ -180,6 +184,7 @@ func TestAddMemberRefusesInvalid(t *testing.T) {
 		})
 	}
 	w.must(&AddMember{Name: "ops", Role: RoleExecutor, PublicKey: key, Queues: many[:MaxMemberQueues]})
+	w.must(&AddMember{Name: "dwrite", Role: RoleClient, PublicKey: userKey("dwrite")}) // only dwr and dwr-… are the service's
 }
 
 // A key names at most one member of a workspace; it may be a member of

@@ -114,7 +114,7 @@ func StartEmbedded(cfg EmbeddedConfig, store *projections.Store) (*Boundary, err
 		return nil, err
 	}
 	b := &Boundary{service: id, insecureOpen: cfg.InsecureOpen, store: store, logger: cfg.Logger,
-		admins: []access.Admin{{Name: "admin", PublicKey: pub}}, limits: cfg.Limits.withDefaults(), benchFor: cfg.BenchFor}
+		admins: []access.Admin{{Name: access.AdminName, PublicKey: pub}}, limits: cfg.Limits.withDefaults(), benchFor: cfg.BenchFor}
 	b.benchFor = cmp.Or(b.benchFor, DefaultBenchFor)
 	// The client port stays closed until Open: until the views have caught
 	// up, the members they hold may be behind the log's (a member added or

@@ -244,7 +244,7 @@ func (s *Service) keepHandedLeases(ctx context.Context, h *handed, alive *livene
 				continue
 			}
 			o := s.execute(ctx, &domain.FireTimer{TaskID: id, Kind: domain.TimerLease, Attempt: a.n, Due: due},
-				domain.Meta{Workspace: a.ws, CommandID: fmt.Sprintf("timer.%s.%s.%d", domain.TimerLease, id, a.n), Actor: "dwr-timer"})
+				domain.Meta{Workspace: a.ws, CommandID: fmt.Sprintf("timer.%s.%s.%d", domain.TimerLease, id, a.n), Actor: actorTimer})
 			if o.Err != nil {
 				if ctx.Err() == nil && !errors.Is(o.Err, eventstore.ErrStorageFull) { // a full disk is logged once, where it is watched
 					s.cfg.Logger.Warn("handlers: abandoning a handed attempt past its lease failed; will retry", "task", id, "attempt", a.n, "err", o.Err)

@@ -388,7 +388,7 @@ func (s *Service) SweepRetention(ctx context.Context) ([]string, error) {
 		}
 		for _, id := range due {
 			cmd := &domain.ShredGoal{GoalID: id, Reason: "retention: ended more than " + w.RetainEnded.D().String() + " ago"}
-			o := s.execute(ctx, cmd, domain.Meta{Workspace: w.Name, CommandID: "retention." + id, Actor: "dwr-retention"})
+			o := s.execute(ctx, cmd, domain.Meta{Workspace: w.Name, CommandID: "retention." + id, Actor: actorRetention})
 			if o.Err != nil {
 				return shredded, fmt.Errorf("handlers: retention of goal %s: %w", id, o.Err)
 			}

@@ -113,7 +113,7 @@ func (s *Service) quarantineItem(ctx context.Context, a maxDeliveriesAdvisory) e
 	} else {
 		reason := fmt.Sprintf("work item (attempt %d) was delivered %d times on consumer %s without being completed", it.Attempt, a.Deliveries, a.Consumer)
 		o := s.execute(ctx, &domain.QuarantineTask{TaskID: it.TaskID, Reason: reason}, domain.Meta{
-			Workspace: it.Workspace, CommandID: fmt.Sprintf("quarantine.%s.%d", it.TaskID, it.Attempt), Actor: "dwr-quarantine"})
+			Workspace: it.Workspace, CommandID: fmt.Sprintf("quarantine.%s.%d", it.TaskID, it.Attempt), Actor: actorQuarantine})
 		if o.Err != nil && domain.CodeOf(o.Err) != domain.CodeNotFound {
 			return fmt.Errorf("fail task %s: %w", it.TaskID, o.Err)
 		}

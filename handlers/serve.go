@@ -204,7 +204,7 @@ func Serve(ctx context.Context, cfg ServeConfig) error {
 		}
 	} else {
 		for _, k := range cfg.AdminKeys {
-			auth.Admins = append(auth.Admins, access.Admin{Name: "admin", PublicKey: k})
+			auth.Admins = append(auth.Admins, access.Admin{Name: access.AdminName, PublicKey: k})
 		}
 		if len(auth.Admins) == 0 && !cfg.InsecureOpen {
 			logger.Warn("dwr: no --admin-key: nobody can create workspaces or add members; see dwr admin nats-config")

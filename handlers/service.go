@@ -1259,7 +1259,7 @@ func (s *Service) ensureDefaultWorkspace(ctx context.Context) error {
 		return err
 	}
 	o := s.execute(ctx, &domain.CreateWorkspace{Name: "default"}, domain.Meta{
-		Workspace: "default", CommandID: "dwr-default-workspace", Actor: "dwr"})
+		Workspace: "default", CommandID: "dwr-default-workspace", Actor: actorService})
 	if o.Err != nil && !errors.Is(o.Err, domain.ErrConflict) {
 		return o.Err
 	}
@@ -1301,6 +1301,15 @@ func (s *Service) warnNameClashes() {
 		}
 	}
 }
+
+// The actors the service's own commands are recorded under: reserved
+// names (domain.ReservedName), which no member may take.
+const (
+	actorService    = "dwr"
+	actorTimer      = "dwr-timer"
+	actorQuarantine = "dwr-quarantine"
+	actorRetention  = "dwr-retention"
+)
 
 // execute runs one of the service's own commands through the writer.
 func (s *Service) execute(ctx context.Context, cmd domain.Command, m domain.Meta) outcome {

@@ -51,7 +51,7 @@ func (s *Service) runTimers(ctx context.Context, wake <-chan struct{}) {
 			}
 			wg.Go(func() {
 				o := s.execute(ctx, &domain.FireTimer{TaskID: t.TaskID, GoalID: t.GoalID, Schedule: t.Schedule, Kind: t.Kind, Attempt: t.Attempt, Due: t.Due},
-					domain.Meta{Workspace: t.Workspace, CommandID: t.CommandID(), Actor: "dwr-timer"})
+					domain.Meta{Workspace: t.Workspace, CommandID: t.CommandID(), Actor: actorTimer})
 				if o.Err != nil {
 					// A full disk is logged once, where it is watched.
 					if ctx.Err() == nil && !errors.Is(o.Err, errNotWriter) && !errors.Is(o.Err, eventstore.ErrStopped) && !errors.Is(o.Err, eventstore.ErrStorageFull) {

@@ -30,6 +30,9 @@ const (
 	// AnonymousUser is the user that connections without credentials become
 	// when the server is deliberately left open (Spec.InsecureOpen).
 	AnonymousUser = "anonymous"
+	// AdminName is the name the service's admins act under (a reserved
+	// name: domain.ReservedName).
+	AdminName = "admin"
 	// AllWorkspaces in a Grant gives its role in every workspace.
 	AllWorkspaces = "*"
 )

@@ -52,7 +52,7 @@ func (c *ClusterConfig) AdminCreds() string { return filepath.Join(c.Dir, AdminC
 // file's path and the number of identities in it.
 func (c *ClusterConfig) Write(workspaces []*domain.Workspace, insecureOpen bool) (path string, identities int, err error) {
 	spec := Spec{ServiceKeys: []string{c.ServiceKey}, InsecureOpen: insecureOpen,
-		Identities: IdentitiesOf([]Admin{{Name: "admin", PublicKey: c.AdminKey}}, workspaces)}
+		Identities: IdentitiesOf([]Admin{{Name: AdminName, PublicKey: c.AdminKey}}, workspaces)}
 	path = filepath.Join(c.Dir, ClusterConfigFile)
 	return path, len(spec.Identities), os.WriteFile(path, []byte(ServerConfig(spec)), 0o600)
 }
