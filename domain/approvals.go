@@ -512,14 +512,12 @@ func (x *tx) decideApproval(c *DecideApproval) (Reply, error) {
 		// Four eyes: each approver approves once, and the approval waits
 		// for the quorum; any other response decides at once. A sign-off
 		// counts while its approver stands with the key it signed with.
-		var standing int
+		var standing []string
 		standing, dropped = standingSignOffs(w, a)
-		if slices.ContainsFunc(a.SignOffs, func(s ApprovalDecision) bool {
-			return s.Approver == c.Approver && !slices.Contains(dropped, s.Approver)
-		}) {
-			return refuse(RefusedAlreadySigned, "/approver", "approver %q already approved approval %s, which needs %d distinct approvers (%d so far): another approver must", c.Approver, a.ID, a.Quorum, standing)
+		if slices.Contains(standing, c.Approver) {
+			return refuse(RefusedAlreadySigned, "/approver", "approver %q already approved approval %s, which needs %d distinct approvers (%d so far): another approver must", c.Approver, a.ID, a.Quorum, len(standing))
 		}
-		if standing+1 < a.Quorum {
+		if len(standing)+1 < a.Quorum {
 			if err := x.emit(t.ID, &ApprovalSignedOff{ApprovalID: a.ID, SignedResponse: signed, Dropped: dropped}); err != nil {
 				return Reply{}, err
 			}
@@ -539,14 +537,14 @@ func (x *tx) decideApproval(c *DecideApproval) (Reply, error) {
 	return r, err
 }
 
-// standingSignOffs counts the sign-offs of approval a that still count in
-// workspace w — their approver is registered, not revoked, with the key it
-// signed with (an expired key's sign-off stands: it was valid when given) —
-// and names the approvers of the others.
-func standingSignOffs(w *Workspace, a *Approval) (standing int, dropped []string) {
+// standingSignOffs names the approvers of approval a's sign-offs that still
+// count in workspace w — their approver is registered, not revoked, with
+// the key it signed with (an expired key's sign-off stands: it was valid
+// when given) — and those of the others.
+func standingSignOffs(w *Workspace, a *Approval) (standing, dropped []string) {
 	for _, s := range a.SignOffs {
 		if ap := w.Approver(s.Approver); ap != nil && ap.RevokedAt == nil && ap.KeyID == s.KeyID {
-			standing++
+			standing = append(standing, s.Approver)
 		} else {
 			dropped = append(dropped, s.Approver)
 		}
