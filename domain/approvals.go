@@ -552,6 +552,47 @@ func standingSignOffs(w *Workspace, a *Approval) (standing, dropped []string) {
 	return standing, dropped
 }
 
+// SettleSignOffs returns approval a as it counts in workspace w: a pending
+// approval's sign-offs whose approver no longer stands (revoked, or
+// registered again with another key) moved to DroppedSignOffs, as the
+// approval's next approval will record. It returns a itself when nothing
+// moves, else a copy; a is never changed.
+func SettleSignOffs(w *Workspace, a *Approval) *Approval {
+	if w == nil || a.State != ApprovalStatePending || len(a.SignOffs) == 0 {
+		return a
+	}
+	_, dropped := standingSignOffs(w, a)
+	if len(dropped) == 0 {
+		return a
+	}
+	c := *a
+	dropSignOffs(&c, dropped)
+	return &c
+}
+
+// SettleTaskSignOffs returns task t with each approval as SettleSignOffs
+// returns it: t itself when nothing moves, else a copy with its own
+// approvals; t is never changed.
+func SettleTaskSignOffs(w *Workspace, t *Task) *Task {
+	var c *Task
+	for i := range t.Approvals {
+		a := SettleSignOffs(w, &t.Approvals[i])
+		if a == &t.Approvals[i] {
+			continue
+		}
+		if c == nil {
+			cp := *t
+			cp.Approvals = slices.Clone(t.Approvals)
+			c = &cp
+		}
+		c.Approvals[i] = *a
+	}
+	if c == nil {
+		return t
+	}
+	return c
+}
+
 // expireApproval takes the expiry branch of an approval whose time is up.
 func (x *tx) expireApproval(t *Task, c *FireTimer) (Reply, error) {
 	id := ApprovalID(t.ID, c.Attempt)

@@ -579,6 +579,18 @@ func TestAQuorumNeedsDistinctApprovers(t *testing.T) {
 		a := w.pending(id)
 		w.must(decision(a, "ada", k["ada"], ResponseApprove))
 		w.must(&RevokeApprover{Name: "ada"})
+		// Before the next approval records it, a reader of the approval
+		// sees ada's sign-off as not counted; the state is untouched.
+		stored := w.approval(a.ID)
+		settled := SettleSignOffs(w.workspace(), stored)
+		require.Empty(t, settled.SignOffs, "ada no longer counts")
+		require.Equal(t, "ada", settled.DroppedSignOffs[0].Approver)
+		require.Len(t, stored.SignOffs, 1, "the stored approval is not changed")
+		require.Empty(t, stored.DroppedSignOffs)
+		tk := w.task(id)
+		require.Equal(t, settled.DroppedSignOffs, SettleTaskSignOffs(w.workspace(), tk).Approval(a.ID).DroppedSignOffs)
+		require.Empty(t, w.task(id).Approval(a.ID).DroppedSignOffs, "the stored task is not changed")
+
 		out := w.must(decision(a, "bo", k["bo"], ResponseApprove))
 		require.Equal(t, []string{"task.approval_signed_off"}, events(out, id), "bo's approval is the only one that counts: still waiting")
 		require.Equal(t, []string{"ada"}, out.Changes[0].Event.(*ApprovalSignedOff).Dropped)
@@ -586,6 +598,8 @@ func TestAQuorumNeedsDistinctApprovers(t *testing.T) {
 		require.Equal(t, ApprovalStatePending, a.State)
 		require.Equal(t, []string{"bo"}, []string{a.SignOffs[0].Approver}, "the approval keeps the sign-offs that count")
 		require.Len(t, a.SignOffs, 1)
+		require.Equal(t, settled.DroppedSignOffs, a.DroppedSignOffs, "the log's record of the drop is what the reader saw")
+		require.Same(t, a, SettleSignOffs(w.workspace(), a), "nothing more to drop")
 		w.must(&RegisterApprover{Name: "cy", Role: "owner", PublicKey: pubOf(k["cy"])})
 		out = w.must(decision(a, "cy", k["cy"], ResponseApprove))
 		require.Equal(t, []string{"task.approval_decided", "task.ready"}, events(out, id))

@@ -337,7 +337,7 @@ func ApplyTask(t *Task, id, workspace string, e Event, r Recorded) (*Task, error
 		}
 		a.State = ApprovalStateDecided
 		a.Decision = &ApprovalDecision{SignedResponse: ev.SignedResponse, DecidedAt: r.Time}
-		a.SignOffs = dropSignOffs(a.SignOffs, ev.Dropped)
+		dropSignOffs(a, ev.Dropped)
 		if a.Attempt == 0 && ev.Branch == BranchResume {
 			t.Approved = true
 		}
@@ -346,7 +346,8 @@ func ApplyTask(t *Task, id, workspace string, e Event, r Recorded) (*Task, error
 		if a == nil {
 			return nil, fmt.Errorf("domain: task %s: sign-off on unknown approval %s", id, ev.ApprovalID)
 		}
-		a.SignOffs = append(dropSignOffs(a.SignOffs, ev.Dropped), ApprovalDecision{SignedResponse: ev.SignedResponse, DecidedAt: r.Time})
+		dropSignOffs(a, ev.Dropped)
+		a.SignOffs = append(a.SignOffs, ApprovalDecision{SignedResponse: ev.SignedResponse, DecidedAt: r.Time})
 	case *ApprovalRefused:
 		if a := t.Approval(ev.ApprovalID); a != nil {
 			a.Refusals = append(a.Refusals, Refusal{Approver: ev.Approver, Response: ev.Response, Reason: ev.Reason,
@@ -448,11 +449,24 @@ func tallyEarliest(t *Task, n int) {
 	t.Attempts = slices.Clone(t.Attempts[n:])
 }
 
-// dropSignOffs returns signOffs without those of the approvers named in
-// dropped (a new slice when any is dropped).
-func dropSignOffs(signOffs []ApprovalDecision, dropped []string) []ApprovalDecision {
+// dropSignOffs moves the sign-offs of the approvers named in dropped from
+// a's SignOffs to its DroppedSignOffs (the latest MaxQuorum-1 of them),
+// in new slices.
+func dropSignOffs(a *Approval, dropped []string) {
 	if len(dropped) == 0 {
-		return signOffs
+		return
 	}
-	return slices.DeleteFunc(slices.Clone(signOffs), func(s ApprovalDecision) bool { return slices.Contains(dropped, s.Approver) })
+	var kept, gone []ApprovalDecision
+	for _, s := range a.SignOffs {
+		if slices.Contains(dropped, s.Approver) {
+			gone = append(gone, s)
+		} else {
+			kept = append(kept, s)
+		}
+	}
+	a.SignOffs = kept
+	a.DroppedSignOffs = append(slices.Clone(a.DroppedSignOffs), gone...)
+	if n := len(a.DroppedSignOffs); n > schemas.MaxQuorum-1 {
+		a.DroppedSignOffs = a.DroppedSignOffs[n-(schemas.MaxQuorum-1):]
+	}
 }

@@ -276,6 +276,7 @@ func (s *Service) query(name, ws string, p principal, q schemas.Query, pre prefe
 		return nil, "", err
 	}
 	budget := s.replyBudget()
+	so := &signOffs{store: s.store, ws: ws} // a pending approval's sign-offs, as they count now
 	notFound := func(what string) error {
 		return &schemas.Error{Code: schemas.CodeNotFound, Message: fmt.Sprintf("%s %q not found in workspace %q", what, q.ID, ws)}
 	}
@@ -335,6 +336,9 @@ func (s *Service) query(name, ws string, p principal, q schemas.Query, pre prefe
 		if err != nil {
 			return nil, "", err
 		}
+		if t = so.task(t); so.err != nil {
+			return nil, "", so.err
+		}
 		// A task whose history is too large leaves out its oldest payloads,
 		// naming them in omitted.
 		f, b, err := schemas.FitTask(t, budget)
@@ -351,8 +355,8 @@ func (s *Service) query(name, ws string, p principal, q schemas.Query, pre prefe
 		}
 		f := projections.TaskFilter{State: q.State, GoalID: q.GoalID, After: q.After}
 		pg := newPage("task", "read it through its events (the events query with its id, page by page)", limit, budget)
-		err := s.store.EachTask(ws, f, func(t *domain.Task) bool { return pg.add(t, t.ID, f.Cursor(t)) })
-		return pg.result(err)
+		err := s.store.EachTask(ws, f, func(t *domain.Task) bool { return pg.add(so.task(t), t.ID, f.Cursor(t)) })
+		return pg.result(cmp.Or(err, so.err))
 	case "events":
 		return s.history(ws, q, newPage("event", "raise the NATS server's max_payload", limit, budget))
 	case "feed":
@@ -363,12 +367,19 @@ func (s *Service) query(name, ws string, p principal, q schemas.Query, pre prefe
 		}
 		f := projections.ApprovalFilter{State: q.State, Role: q.Role, After: q.After}
 		pg := newPage("approval", "read its task through its events (the events query, page by page)", limit, budget)
-		err := s.store.EachApproval(ws, f, func(a *projections.ApprovalView) bool { return pg.add(a, a.ID, f.Cursor(a)) })
-		return pg.result(err)
+		err := s.store.EachApproval(ws, f, func(a *projections.ApprovalView) bool {
+			so.approval(a)
+			return pg.add(a, a.ID, f.Cursor(a))
+		})
+		return pg.result(cmp.Or(err, so.err))
 	case "approval.get":
 		a, err := s.store.Approval(ws, q.ID)
 		if err == nil && a == nil {
 			return nil, "", notFound("approval")
+		}
+		if err == nil {
+			so.approval(a)
+			err = so.err
 		}
 		return one(a, err, budget, tooLargeReply(budget))
 	case "approver.list":

@@ -76,6 +76,13 @@ type Approval struct {
 	// approval that makes the quorum is the Decision.
 	Quorum   int                `json:"quorum,omitempty"`
 	SignOffs []ApprovalDecision `json:"sign_offs,omitempty"`
+	// DroppedSignOffs are sign-offs that no longer count toward the
+	// quorum: their approver was revoked, or registered again with another
+	// key, after signing (the latest MaxQuorum-1; the log keeps every
+	// one). A query moves a pending approval's sign-offs here as soon as
+	// their approver no longer stands; the log's next approval of it
+	// records the move (the events' dropped).
+	DroppedSignOffs []ApprovalDecision `json:"dropped_sign_offs,omitempty"`
 	// RequestedBy is the identity that created the task (Task.CreatedBy),
 	// whom ExcludeRequester keeps from approving.
 	RequestedBy      string            `json:"requested_by,omitempty"`

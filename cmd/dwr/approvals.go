@@ -181,6 +181,13 @@ func printDeciders(w io.Writer, v *approvalView) {
 		}
 		fmt.Fprintf(w, "approved:   %d of %d so far (%s)\n", len(v.SignOffs), v.Quorum, dash(strings.Join(by, ", ")))
 	}
+	if len(v.DroppedSignOffs) > 0 {
+		var by []string
+		for _, s := range v.DroppedSignOffs {
+			by = append(by, s.Approver)
+		}
+		fmt.Fprintf(w, "not counted: %s (revoked, or registered again with another key, since approving)\n", strings.Join(by, ", "))
+	}
 	if v.EscalatedFrom != "" {
 		asked := "any registered approver"
 		if v.AskedRole != "" {

@@ -16,6 +16,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/dwr-run/dwr/domain"
+	"github.com/dwr-run/dwr/schemas"
 )
 
 func TestCLIKeysCreateWritesAPrivateKeyAndRegistersIt(t *testing.T) {
@@ -332,6 +333,29 @@ func TestCLIApproveWithAQuorumOfTwo(t *testing.T) {
 	require.Equal(t, "ada", v.SignOffs[0].Approver)
 	code, _, _ = run(t, url, "task", "create", "--queue", "deploys", "--approval-quorum", "11")
 	require.Equal(t, exitInvalid, code, "a quorum past 10 is refused")
+
+	// A sign-off whose approver is revoked shows as not counted at once,
+	// before any approval records it.
+	runJSON(t, url, &created, "task", "create", "--queue", "deploys", "--approval-role", "ops", "--approval-quorum", "2")
+	id = domain.ApprovalID(created.ID, 1)
+	code, _, errs = run(t, url, "approve", id, "--response", "approve", "--key", ada)
+	require.Equal(t, 0, code, errs)
+	code, _, errs = run(t, url, "keys", "revoke", "ada")
+	require.Equal(t, 0, code, errs)
+	code, out, errs = run(t, url, "approvals", "get", id)
+	require.Equal(t, 0, code, errs)
+	require.Contains(t, out, "approved:   0 of 2 so far (-)")
+	require.Contains(t, out, "not counted: ada (revoked, or registered again with another key, since approving)")
+	var dropped approvalView
+	runJSON(t, url, &dropped, "approvals", "get", id)
+	require.Empty(t, dropped.SignOffs)
+	require.Equal(t, "ada", dropped.DroppedSignOffs[0].Approver)
+	code, out, errs = run(t, url, "approvals", "list")
+	require.Equal(t, 0, code, errs)
+	require.Contains(t, out, "ops (0/2)", "the inbox counts what counts")
+	var tk schemas.Task
+	runJSON(t, url, &tk, "task", "get", created.ID)
+	require.Equal(t, "ada", tk.Approvals[0].DroppedSignOffs[0].Approver, "task.get settles its approvals too")
 
 	// The gate may exclude whoever created the task (here the anonymous
 	// caller of an open server).

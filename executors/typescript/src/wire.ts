@@ -112,6 +112,8 @@ export interface Approval {
   quorum?: number;
   /** The approvals given while fewer than quorum had, in order; the one that makes the quorum is the decision. */
   sign_offs?: ApprovalDecision[];
+  /** Sign-offs that no longer count: their approver was revoked, or registered again with another key, after signing. */
+  dropped_sign_offs?: ApprovalDecision[];
   /** The identity that created the task. */
   requested_by?: string;
   /** requested_by may not approve. */

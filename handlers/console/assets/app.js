@@ -438,6 +438,8 @@ async function renderApproval(id) {
       " · role " + (a.role || "any approver") + " · requested " + (a.requested_by ? "by " + a.requested_by + " " : ""), ago(a.requested_at), a.expires_at ? h("span", {}, " · expires ", ago(a.expires_at)) : ""),
     (a.quorum || 1) > 1 ? h("p", { id: "quorum" }, `Needs ${a.quorum} distinct approvers; approved so far: `,
       (a.sign_offs || []).length ? a.sign_offs.map((s) => s.approver).join(", ") : "none", a.decision ? ` (then ${a.decision.approver})` : "") : null,
+    (a.dropped_sign_offs || []).length ? h("p", { id: "dropped-sign-offs" }, "Not counted: " + a.dropped_sign_offs.map((s) => s.approver).join(", ") +
+      " (revoked, or registered again with another key, since approving).") : null,
     a.exclude_requester && a.requested_by ? h("p", { id: "exclude-requester" }, `${a.requested_by} created the task and may not approve it: another approver must.`) : null,
     a.escalated_from ? h("p", { id: "escalated" }, "Escalated from ", h("a", { href: "#/approvals/" + a.escalated_from }, a.escalated_from),
       ", asked of " + (a.asked_role ? "role " + a.asked_role : "any approver") + ": this decision answers that request.") : null,
