@@ -94,10 +94,10 @@ func SetFeedScanLimit(n int) (restore func()) {
 	return func() { feedScanOverride.Store(was) }
 }
 
-// SetGoalStateScanLimit makes a goal.list page with a state filter read at
-// most n goals of other states, until the returned function restores the
-// limit.
-func SetGoalStateScanLimit(n int) (restore func()) {
+// SetListScanLimit makes a goal.list page with a state filter read at
+// most n goals of other states, and a task.list page with a queue filter
+// n tasks of other queues, until the returned function restores the limit.
+func SetListScanLimit(n int) (restore func()) {
 	was := stateScanOverride.Swap(int64(n))
 	return func() { stateScanOverride.Store(was) }
 }

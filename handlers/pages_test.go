@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -362,6 +363,8 @@ func TestGoalListFiltersByState(t *testing.T) {
 		{"approval.list", "/goal_id", "approval.list takes only state and role, not goal_id", schemas.Query{GoalID: "G"}},
 		{"goal.list", "/role", "goal.list takes only state, not role", schemas.Query{Role: "ops"}},
 		{"ritual.list", "/state", "ritual.list takes no filter, not state", schemas.Query{State: "open"}},
+		{"goal.list", "/queue", "goal.list takes only state, not queue", schemas.Query{Queue: "q"}},
+		{"approval.list", "/queue", "approval.list takes only state and role, not queue", schemas.Query{Queue: "q"}},
 	} {
 		r := b.request(t, "dwr.q.default."+c.query, c.q, nil)
 		require.False(t, r.OK, c.query)
@@ -373,7 +376,7 @@ func TestGoalListFiltersByState(t *testing.T) {
 	// A page passes at most its scan limit of goals of other states: here
 	// 2, so the first page of cancelled goals (the first goal is one) holds
 	// it and stops at the next two open goals, and so on.
-	defer handlers.SetGoalStateScanLimit(2)()
+	defer handlers.SetListScanLimit(2)()
 	var pages [][]string
 	q := schemas.Query{State: schemas.GoalStateCancelled}
 	for len(pages) < 10 {
@@ -389,4 +392,70 @@ func TestGoalListFiltersByState(t *testing.T) {
 	}
 	require.Equal(t, [][]string{{cancelled[0]}, {cancelled[1]}, {cancelled[2]}, {}}, pages,
 		"each page stopped after two open goals; the last read the two after the last cancelled one")
+}
+
+// task.list with a queue lists that queue's tasks only, with the other
+// filters, page by page; a page passes at most its scan limit of other
+// queues' tasks, then ends with a cursor that continues after them.
+func TestTaskListFiltersByQueue(t *testing.T) {
+	b := setup(t)
+	g, _ := b.mustCommand(t, "goal.create", map[string]any{"title": "queues"})
+	var specs []map[string]any
+	for i := range 9 {
+		queue := "mail"
+		if i%3 == 0 {
+			queue = "deploys"
+		}
+		specs = append(specs, map[string]any{"key": fmt.Sprintf("t%d", i), "queue": queue})
+	}
+	plan, _ := b.mustCommand(t, "plan.submit", map[string]any{"goal_id": g.ID, "tasks": specs})
+	var deploys, mail []string
+	for _, pt := range plan.Tasks {
+		if pt.Key == "t0" || pt.Key == "t3" || pt.Key == "t6" {
+			deploys = append(deploys, pt.TaskID)
+		} else {
+			mail = append(mail, pt.TaskID)
+		}
+	}
+	cancelled := deploys[1]
+	_, seq := b.mustCommand(t, "task.cancel", map[string]any{"task_id": cancelled})
+	b.applied(t, seq)
+	slices.Sort(deploys)
+	slices.Sort(mail)
+
+	got, _ := b.listAll(t, "task.list", schemas.Query{Queue: "deploys", Limit: 2})
+	require.ElementsMatch(t, deploys, ids(t, got), "every deploys task, and none of mail's")
+	got, _ = b.listAll(t, "task.list", schemas.Query{Queue: "mail", GoalID: g.ID})
+	require.Equal(t, mail, ids(t, got), "with the goal's filter, in id order")
+	got, _ = b.listAll(t, "task.list", schemas.Query{Queue: "deploys", State: domain.StateCancelled})
+	require.Equal(t, []string{cancelled}, ids(t, got), "with the state's filter")
+	got, _ = b.listAll(t, "task.list", schemas.Query{Queue: "nothing"})
+	require.Empty(t, got)
+
+	r := b.request(t, "dwr.q.default.task.list", schemas.Query{Queue: "no such/queue"}, nil)
+	require.False(t, r.OK)
+	require.Equal(t, [2]string{schemas.CodeInvalid, "/queue"}, [2]string{r.Error.Code, r.Error.Fields[0].Pointer})
+	require.Contains(t, r.Error.Message, `queue "no such/queue" is not a queue name`)
+
+	// A page passes at most 2 tasks of other queues: the pages of the
+	// goal's deploys tasks (ids in order; a deploys task every third)
+	// each stop after two of mail's, and still hold every deploys task.
+	defer handlers.SetListScanLimit(2)()
+	var pages [][]string
+	var all []string
+	q := schemas.Query{Queue: "deploys", GoalID: g.ID}
+	for len(pages) < 20 {
+		r := b.request(t, "dwr.q.default.task.list", q, nil)
+		require.True(t, r.OK, "%+v", r.Error)
+		var items []json.RawMessage
+		require.NoError(t, json.Unmarshal(r.Result, &items))
+		pages = append(pages, ids(t, items))
+		all = append(all, ids(t, items)...)
+		if r.Next == "" {
+			break
+		}
+		q.After = r.Next
+	}
+	require.Equal(t, deploys, all, "every deploys task once, across the pages")
+	require.Greater(t, len(pages), 2, "the scan limit ended pages early: %v", pages)
 }

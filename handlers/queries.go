@@ -218,11 +218,12 @@ func (s *Service) checkMinSeq(seq uint64) *schemas.Error {
 // listFilters are the list filters each query takes. A filter sent to a
 // query that does not take it is refused rather than ignored: the caller
 // would be answered more than it asked for.
-var listFilters = map[string][]string{"task.list": {"state", "goal_id"}, "goal.list": {"state"}, "approval.list": {"state", "role"}}
+var listFilters = map[string][]string{"task.list": {"state", "goal_id", "queue"}, "goal.list": {"state"}, "approval.list": {"state", "role"},
+	"queue.key": {"queue"}}
 
 // checkFilters refuses the filters of q that query name does not take.
 func checkFilters(name string, q schemas.Query) error {
-	for _, f := range [...]struct{ field, value string }{{"state", q.State}, {"goal_id", q.GoalID}, {"role", q.Role}} {
+	for _, f := range [...]struct{ field, value string }{{"state", q.State}, {"goal_id", q.GoalID}, {"role", q.Role}, {"queue", q.Queue}} {
 		if f.value == "" || slices.Contains(listFilters[name], f.field) {
 			continue
 		}
@@ -240,12 +241,21 @@ func checkFilters(name string, q schemas.Query) error {
 var goalStates = []string{schemas.GoalStateOpen, schemas.GoalStateAchieved, schemas.GoalStateFailed, schemas.GoalStateCancelled}
 
 // maxStateScan bounds the goals of other states a goal.list page with a
-// state filter reads: such a page may hold fewer goals than its limit, even
-// none, and a cursor.
+// state filter reads, and the tasks of other queues a task.list page with a
+// queue filter reads: such a page may hold fewer than its limit, even none,
+// and a cursor.
 const maxStateScan = 10_000
 
 // stateScanOverride, when set, replaces maxStateScan (tests).
 var stateScanOverride atomic.Int64
+
+// stateScanLimit returns maxStateScan, or the tests' override.
+func stateScanLimit() int {
+	if n := stateScanOverride.Load(); n > 0 {
+		return int(n)
+	}
+	return maxStateScan
+}
 
 // unknownState is the refusal of a list query's state filter, state, that
 // is not one of oneOf (as the message lists them); field says so at /state.
@@ -308,10 +318,7 @@ func (s *Service) query(name, ws string, p principal, q schemas.Query, pre prefe
 			return nil, "", unknownState(q.State, fmt.Sprint(goalStates), "unknown state")
 		}
 		pg := newPage("goal", "list its tasks page by page (task.list with its goal_id)", limit, budget)
-		passed, scanLimit := 0, maxStateScan
-		if n := stateScanOverride.Load(); n > 0 {
-			scanLimit = int(n)
-		}
+		passed, scanLimit := 0, stateScanLimit()
 		err := s.store.EachGoal(ws, q.After, func(g *projections.GoalView) bool {
 			if q.State == "" || g.State == q.State {
 				return pg.add(g, g.ID, g.ID)
@@ -353,9 +360,26 @@ func (s *Service) query(name, ws string, p principal, q schemas.Query, pre prefe
 		if q.State != "" && !validState(q.State) {
 			return nil, "", unknownState(q.State, fmt.Sprint(domain.TaskStates), "unknown state")
 		}
+		if q.Queue != "" && !domain.ValidName(q.Queue) {
+			return nil, "", &schemas.Error{Code: schemas.CodeInvalid, Message: fmt.Sprintf("queue %q is not a queue name", q.Queue),
+				Fields: []schemas.FieldError{{Pointer: "/queue", Message: "not a queue name"}}}
+		}
 		f := projections.TaskFilter{State: q.State, GoalID: q.GoalID, After: q.After}
 		pg := newPage("task", "read it through its events (the events query with its id, page by page)", limit, budget)
-		err := s.store.EachTask(ws, f, func(t *domain.Task) bool { return pg.add(so.task(t), t.ID, f.Cursor(t)) })
+		passed, scanLimit := 0, stateScanLimit()
+		err := s.store.EachTask(ws, f, func(t *domain.Task) bool {
+			if q.Queue != "" && t.Spec.Queue != q.Queue {
+				// Tasks are not kept by queue: a page reads at most
+				// maxStateScan tasks of other queues, then ends with a
+				// cursor, as goal.list's state filter.
+				if passed++; passed == scanLimit {
+					pg.next = f.Cursor(t)
+					return false
+				}
+				return true
+			}
+			return pg.add(so.task(t), t.ID, f.Cursor(t))
+		})
 		return pg.result(cmp.Or(err, so.err))
 	case "events":
 		return s.history(ws, q, newPage("event", "raise the NATS server's max_payload", limit, budget))

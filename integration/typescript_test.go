@@ -94,6 +94,7 @@ func TestTypeScriptClient(t *testing.T) {
 		Read      map[string]any     `json:"read"`
 		ReadBack  string             `json:"read_back"`
 		Listed    []string           `json:"listed"`
+		OtherQ    []string           `json:"listed_other_queue"`
 		Elsewhere string             `json:"elsewhere"`
 		Approval  string             `json:"approval_task"`
 		Forged    string             `json:"forged"`
@@ -105,6 +106,7 @@ func TestTypeScriptClient(t *testing.T) {
 	require.Equal(t, schemas.GoalStateAchieved, got.GoalState)
 	require.Len(t, got.PlanTasks, 2)
 	require.Equal(t, []string{"a", "b"}, got.Listed, "the goal's tasks, listed a page at a time")
+	require.Empty(t, got.OtherQ, "none of its tasks is on queue other")
 	var goal schemas.GoalView
 	require.NoError(t, e.c.query("goal.get", schemas.Query{ID: got.GoalID}, 0, &goal))
 	require.Equal(t, schemas.GoalStateAchieved, goal.State)

@@ -28,7 +28,8 @@ type Query struct {
 	// Since, for feed without after or from_seq, lists the events stored at
 	// or after this time; absent both, from the oldest the feed holds.
 	Since *time.Time `json:"since,omitempty"`
-	// Queue, for queue.key, is the queue whose key to read.
+	// Queue, for queue.key, is the queue whose key to read; for task.list,
+	// the queue whose tasks to list.
 	Queue string `json:"queue,omitempty"`
 	// Epoch, for queue.key, is the day whose key to read (the scope of a
 	// work item's sealed values names it: seal.QueueScope).

@@ -17,7 +17,11 @@ func TestCLITaskListPages(t *testing.T) {
 	var plan strings.Builder
 	plan.WriteString("tasks:\n")
 	for i := range 5 {
-		fmt.Fprintf(&plan, "  - key: k%d\n    queue: q\n", i)
+		queue := "q"
+		if i == 3 {
+			queue = "other"
+		}
+		fmt.Fprintf(&plan, "  - key: k%d\n    queue: %s\n", i, queue)
 	}
 	goalWithPlan(t, url, "five tasks", plan.String())
 
@@ -42,6 +46,11 @@ func TestCLITaskListPages(t *testing.T) {
 		require.False(t, seen[tk["id"]], "listed once")
 		seen[tk["id"]] = true
 	}
+
+	code, out, errs = run(t, url, "task", "list", "--queue", "other")
+	require.Equal(t, 0, code, errs)
+	require.Regexp(t, `(?m)^\S+ +k3 +ready +other `, out, "only the task of queue other")
+	require.Len(t, strings.Split(strings.TrimSpace(out), "\n"), 2, "a header and one task:\n%s", out)
 
 	code, _, errs = run(t, url, "task", "list", "--after", "nostate/x")
 	require.Equal(t, exitInvalid, code)

@@ -194,16 +194,18 @@ func (c *Client) Task(ctx context.Context, id string, opts ...CallOption) (*sche
 	return get[schemas.Task](ctx, c, "task.get", id, opts)
 }
 
-// TaskFilter selects the tasks Tasks lists: by state, by goal, or all.
+// TaskFilter selects the tasks Tasks lists: by state, by goal, by queue
+// (combined as they are given), or all.
 type TaskFilter struct {
 	State  string
 	GoalID string
+	Queue  string
 }
 
 // Tasks lists the workspace's tasks that f selects (task.list), page by
 // page.
 func (c *Client) Tasks(ctx context.Context, f TaskFilter, opts ...CallOption) iter.Seq2[*schemas.Task, error] {
-	return List[schemas.Task](ctx, c, "task.list", schemas.Query{State: f.State, GoalID: f.GoalID}, opts...)
+	return List[schemas.Task](ctx, c, "task.list", schemas.Query{State: f.State, GoalID: f.GoalID, Queue: f.Queue}, opts...)
 }
 
 // Approval returns an approval with its task's context (approval.get).

@@ -381,10 +381,10 @@ class Client:
             q["after"] = nxt
 
     def tasks(self, *, goal_id: Optional[str] = None, state: Optional[str] = None,
-              limit: Optional[int] = None) -> AsyncIterator[Dict[str, Any]]:
-        """task.list: the workspace's tasks — of a goal, in a state, or all —
-        page after page."""
-        return self.list("task.list", {"goal_id": goal_id, "state": state, "limit": limit})
+              queue: Optional[str] = None, limit: Optional[int] = None) -> AsyncIterator[Dict[str, Any]]:
+        """task.list: the workspace's tasks — of a goal, in a state, of a
+        queue, or all — page after page."""
+        return self.list("task.list", {"goal_id": goal_id, "state": state, "queue": queue, "limit": limit})
 
     def goals(self, *, state: Optional[str] = None, limit: Optional[int] = None) -> AsyncIterator[Dict[str, Any]]:
         """goal.list: the workspace's goals (of a state, when given), page

@@ -58,6 +58,9 @@ async def main() -> None:
         assert [x["id"] async for x in c.goals(state="cancelled", limit=1)] == [w["id"]]
         keys = sorted([x["key"] async for x in c.tasks(goal_id=g["id"], limit=2)])
         assert keys == ["a", "b", "c"], keys
+        keys = sorted([x["key"] async for x in c.tasks(goal_id=g["id"], queue="pyq")])
+        assert keys == ["a", "b", "c"], keys
+        assert [x async for x in c.tasks(goal_id=g["id"], queue="other")] == [], "by queue"
 
         # A standalone task: read, signalled (kept: it does not wait yet), cancelled.
         t = await c.create_task("pyq", {"n": 1}, title="py task")

@@ -183,9 +183,16 @@ export class Client {
     }
   }
 
-  /** tasks lists the workspace's tasks: of a goal, in a state, or all of them. */
-  tasks(filter: { goalId?: string; state?: string; limit?: number } = {}, opts?: CallOptions): AsyncGenerator<Task> {
-    return this.list<Task>("task.list", { goal_id: filter.goalId, state: filter.state, limit: filter.limit }, opts);
+  /** tasks lists the workspace's tasks: of a goal, in a state, of a queue, or all of them. */
+  tasks(
+    filter: { goalId?: string; state?: string; queue?: string; limit?: number } = {},
+    opts?: CallOptions,
+  ): AsyncGenerator<Task> {
+    return this.list<Task>(
+      "task.list",
+      { goal_id: filter.goalId, state: filter.state, queue: filter.queue, limit: filter.limit },
+      opts,
+    );
   }
 
   /** goals lists the workspace's goals, oldest first (of a state, when given). */

@@ -57,6 +57,9 @@ async function main() {
   const listed: string[] = [];
   for await (const t of c.tasks({ goalId: g.id, limit: 1 })) listed.push(t.key ?? ""); // a page a task
   out.listed = listed.sort();
+  const ofOtherQueue: string[] = [];
+  for await (const t of c.tasks({ goalId: g.id, queue: "other" })) ofOtherQueue.push(t.key ?? "");
+  out.listed_other_queue = ofOtherQueue;
 
   step("goal ended");
   // An artifact the client stores, which a job reads by its digest.
