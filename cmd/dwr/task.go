@@ -177,23 +177,28 @@ func taskListCmd(g *globals) *cobra.Command {
 
 func taskCancelCmd(g *globals) *cobra.Command {
 	var reason string
-	cancel := sendCmd(g, &cobra.Command{Use: "cancel ID", Short: "cancel a task (a running attempt is told to stop)", Args: cobra.ExactArgs(1)}, "task", nil,
-		func(ctx context.Context, cl *client.Client, args []string, id client.CallOption) (*client.Result, error) {
-			return cl.CancelTask(ctx, args[0], reason, id)
-		})
-	cancel.Flags().StringVar(&reason, "reason", "", "why")
-	return cancel
+	cancel := func(ctx context.Context, cl *client.Client, id string, opt client.CallOption) (*client.Result, error) {
+		return cl.CancelTask(ctx, id, reason, opt)
+	}
+	cmd := bulkCmd(g, sendCmd(g, &cobra.Command{Use: "cancel", Short: "cancel a task, or every task a filter selects (a running attempt is told to stop)"}, "task", nil,
+		func(ctx context.Context, cl *client.Client, args []string, opt client.CallOption) (*client.Result, error) {
+			return cancel(ctx, cl, args[0], opt)
+		}), &bulk{verb: "cancel", done: "cancelled", states: openStates}, cancel)
+	cmd.Flags().StringVar(&reason, "reason", "", "why")
+	return cmd
 }
 
 func taskRetryCmd(g *globals) *cobra.Command {
 	var reason string
-	retry := sendCmd(g, &cobra.Command{Use: "retry ID", Short: "give a failed or rejected task a new attempt (its dependents wait for it again; a failed goal reopens)",
-		Args: cobra.ExactArgs(1)}, "task", nil,
-		func(ctx context.Context, cl *client.Client, args []string, id client.CallOption) (*client.Result, error) {
-			return cl.RetryTask(ctx, args[0], reason, id)
-		})
-	retry.Flags().StringVar(&reason, "reason", "", "why (recorded with the retry)")
-	return retry
+	retry := func(ctx context.Context, cl *client.Client, id string, opt client.CallOption) (*client.Result, error) {
+		return cl.RetryTask(ctx, id, reason, opt)
+	}
+	cmd := bulkCmd(g, sendCmd(g, &cobra.Command{Use: "retry", Short: "give a failed or rejected task, or every one a filter selects, a new attempt (its dependents wait for it again; a failed goal reopens)"}, "task", nil,
+		func(ctx context.Context, cl *client.Client, args []string, opt client.CallOption) (*client.Result, error) {
+			return retry(ctx, cl, args[0], opt)
+		}), &bulk{verb: "retry", done: "retried", states: []string{domain.StateFailed, domain.StateRejected}}, retry)
+	cmd.Flags().StringVar(&reason, "reason", "", "why (recorded with the retry)")
+	return cmd
 }
 
 // printTaskTimes prints what a task waits for and the moments that bound it.

@@ -156,3 +156,69 @@ func TestWorkerTakesTheHandoffUnlessTold(t *testing.T) {
 		}
 	}
 }
+
+// dwr task retry and dwr task cancel with filters act on every task they
+// select, each by a command of its own; without --yes they only say what
+// they would do; with an id they act on that task alone, as before.
+func TestTaskRetryAndCancelEveryTaskAFilterSelects(t *testing.T) {
+	url := cliServer(t)
+	failed := func(queue string) string {
+		var created map[string]any
+		runJSON(t, url, &created, "task", "create", "--queue", queue)
+		id := created["id"].(string)
+		token := rawCommand(t, url, "task.claim", map[string]any{"task_id": id, "executor": "e"})
+		rawCommand(t, url, "task.fail", map[string]any{"task_id": id, "attempt": 1, "token": token,
+			"error": map[string]any{"message": "the vendor was down"}, "retryable": false})
+		return id
+	}
+	mail := []string{failed("mail"), failed("mail"), failed("mail")}
+	other := failed("deploys")
+	for _, id := range append([]string{other}, mail...) {
+		waitTaskState(t, url, id, "failed")
+	}
+
+	code, out, errs := run(t, url, "task", "retry", "--queue", "mail")
+	require.Equal(t, exitOK, code, errs)
+	require.Equal(t, 3, strings.Count(out, "would retry task"), out)
+	require.Contains(t, errs, "3 tasks would be retried: add --yes to retry them")
+	require.Equal(t, "failed", waitTaskState(t, url, mail[0], "failed").State, "nothing was sent")
+
+	var outcomes []bulkOutcome
+	runJSON(t, url, &outcomes, "task", "retry", "--queue", "mail", "--state", "failed", "--yes", "--reason", "the vendor is back",
+		"--command-id", "after-outage")
+	require.Len(t, outcomes, 3)
+	for _, o := range outcomes {
+		require.Contains(t, mail, o.TaskID)
+		require.Equal(t, [2]string{"done", "ready"}, [2]string{o.Outcome, o.State})
+	}
+	waitTaskState(t, url, other, "failed") // another queue's task is left
+	code, out, errs = run(t, url, "task", "retry", "--queue", "mail", "--yes")
+	require.Equal(t, exitOK, code, errs)
+	require.Empty(t, out, "the retried tasks are no longer failed")
+	require.Contains(t, errs, "retried 0 tasks")
+
+	code, out, errs = run(t, url, "task", "cancel", "--queue", "mail", "--state", "ready", "--yes", "--reason", "not needed")
+	require.Equal(t, exitOK, code, errs)
+	require.Equal(t, 3, strings.Count(out, "cancelled task"), out)
+	require.Contains(t, errs, "cancelled 3 tasks")
+	for _, id := range mail {
+		require.Equal(t, "cancelled", waitTaskState(t, url, id, "cancelled").State)
+	}
+
+	for _, c := range []struct {
+		args []string
+		msg  string
+	}{
+		{[]string{"task", "retry"}, "give a task's ID, or filters"},
+		{[]string{"task", "retry", other, "--queue", "mail"}, "not both"},
+		{[]string{"task", "retry", "--state", "ready"}, "--state ready: retry takes tasks in failed, rejected"},
+		{[]string{"task", "cancel", "--state", "cancelled"}, "--state cancelled: cancel takes tasks in pending, ready"},
+	} {
+		code, _, errs := run(t, url, c.args...)
+		require.Equal(t, exitInvalid, code, c.args)
+		require.Contains(t, errs, c.msg)
+	}
+	var one map[string]any
+	runJSON(t, url, &one, "task", "retry", other)
+	require.Equal(t, "ready", one["state"], "with an id: that task alone")
+}
