@@ -137,18 +137,43 @@ type reasonRequest struct {
 // cancelGoal is POST /api/goals/{id}/cancel: it cancels the goal, giving
 // the body's reason.
 func (c *Console) cancelGoal(w http.ResponseWriter, r *http.Request, s *session) {
-	cancelWith(w, r, s.cl.CancelGoal)
+	withReason(w, r, s.cl.CancelGoal)
 }
 
 // cancelTask is POST /api/tasks/{id}/cancel: it cancels the task, giving
 // the body's reason.
 func (c *Console) cancelTask(w http.ResponseWriter, r *http.Request, s *session) {
-	cancelWith(w, r, s.cl.CancelTask)
+	withReason(w, r, s.cl.CancelTask)
 }
 
-// cancelWith reads a cancel's reason from r's body, calls do with the id r
-// names ({id}) and that reason, and answers with its result.
-func cancelWith(w http.ResponseWriter, r *http.Request, do func(ctx context.Context, id, reason string, opts ...client.CallOption) (*client.Result, error)) {
+// retryTask is POST /api/tasks/{id}/retry: a failed or rejected task's new
+// attempt (task.retry), with the body's reason.
+func (c *Console) retryTask(w http.ResponseWriter, r *http.Request, s *session) {
+	withReason(w, r, s.cl.RetryTask)
+}
+
+// queueTasks is GET /api/queues/{name}/tasks?state=S: the queue's tasks in
+// state S (the first MaxListed, oldest first), or in every state.
+func (c *Console) queueTasks(w http.ResponseWriter, r *http.Request, s *session) {
+	ctx, cancel := requestCtx(r)
+	defer cancel()
+	out := []*schemas.Task{}
+	f := client.TaskFilter{Queue: r.PathValue("name"), State: r.URL.Query().Get("state")}
+	for t, err := range s.cl.Tasks(ctx, f, client.Limit(100)) {
+		if err != nil {
+			writeClientError(w, err)
+			return
+		}
+		if out = append(out, t); len(out) >= MaxListed {
+			break
+		}
+	}
+	writeJSON(w, http.StatusOK, out)
+}
+
+// withReason reads a reason from r's body, calls do with the id r names
+// ({id}) and that reason, and answers with its result.
+func withReason(w http.ResponseWriter, r *http.Request, do func(ctx context.Context, id, reason string, opts ...client.CallOption) (*client.Result, error)) {
 	var req reasonRequest
 	if !readJSON(w, r, &req) {
 		return

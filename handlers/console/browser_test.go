@@ -164,6 +164,11 @@ func TestBrowser(t *testing.T) {
 		chromedp.Click(chromedp.CSS(`a[data-nav="queues"]`)),
 		chromedp.WaitVisible(chromedp.CSS(`tr[data-queue="payments"]`)), // the refund waits for its approval
 		screenshot(t, "queues"),
+		chromedp.Click(chromedp.CSS(`tr[data-queue="build"] a`)), // a queue's tasks, of a state
+		chromedp.WaitVisible(chromedp.CSS("#queue-task-state")),
+		chromedp.Navigate(e.url+"/#/queues/build?state=accepted"),
+		chromedp.WaitVisible(chromedp.CSS(`#queue-tasks tr[data-task-id] a`)),
+		screenshot(t, "queue-tasks"),
 		chromedp.Click(chromedp.CSS("#signout")),
 	))
 

@@ -144,10 +144,12 @@ func (c *Console) routes() *http.ServeMux {
 	m.HandleFunc("POST /api/goals/{id}/cancel", c.withSession(c.cancelGoal))
 	m.HandleFunc("GET /api/tasks/{id}", c.withSession(c.task))
 	m.HandleFunc("POST /api/tasks/{id}/cancel", c.withSession(c.cancelTask))
+	m.HandleFunc("POST /api/tasks/{id}/retry", c.withSession(c.retryTask))
 	m.HandleFunc("GET /api/approvals", c.withSession(c.approvals))
 	m.HandleFunc("GET /api/approvals/{id}", c.withSession(c.approval))
 	m.HandleFunc("POST /api/approvals/{id}/decide", c.withSession(c.decide))
 	m.HandleFunc("GET /api/queues", c.withSession(c.queues))
+	m.HandleFunc("GET /api/queues/{name}/tasks", c.withSession(c.queueTasks))
 	return m
 }
 

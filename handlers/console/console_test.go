@@ -674,6 +674,32 @@ func TestQueues(t *testing.T) {
 	require.Equal(t, 3, qs[1].MaxRunning)
 	require.Equal(t, "render", qs[2].Name)
 	require.Equal(t, 2, qs[2].Ready)
+
+	// A queue's page lists its tasks of a state; a failed task's page
+	// retries it, for an identity that may (a viewer may not).
+	var ts []schemas.Task
+	code, _ = b.get("/api/queues/poison/tasks?state=failed", &ts)
+	require.Equal(t, http.StatusOK, code)
+	require.Len(t, ts, 1)
+	require.Equal(t, [2]string{bad.ID, "quarantined"}, [2]string{ts[0].ID, ts[0].Reason})
+	code, _ = b.get("/api/queues/render/tasks?state=ready", &ts)
+	require.Equal(t, http.StatusOK, code)
+	require.Len(t, ts, 2, "render's two ready tasks, and no other queue's")
+	code, _ = b.get("/api/queues/render/tasks?state=failed", &ts)
+	require.Equal(t, http.StatusOK, code)
+	require.Empty(t, ts)
+	code, er := b.get("/api/queues/render/tasks?state=done", nil)
+	require.Equal(t, http.StatusBadRequest, code)
+	require.Equal(t, schemas.CodeInvalid, er.Error.Code)
+
+	code, er = b.post("/api/tasks/"+bad.ID+"/retry", map[string]string{"reason": "vera tries"}, nil)
+	require.Equal(t, http.StatusForbidden, code)
+	require.Equal(t, schemas.CodeForbidden, er.Error.Code)
+	admin := e.signedIn(t, filepath.Join(e.svc.Dir, access.AdminCredsFile))
+	var res schemas.CommandResult
+	code, _ = admin.post("/api/tasks/"+bad.ID+"/retry", map[string]string{"reason": "the executor is fixed"}, &res)
+	require.Equal(t, http.StatusOK, code)
+	require.Equal(t, schemas.StateReady, res.State, "a new attempt")
 }
 
 // The page and its assets are served from the binary, with a policy that

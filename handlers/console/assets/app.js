@@ -308,6 +308,15 @@ async function renderTask(id) {
     if (!confirm("Cancel this task?")) return;
     try { await api("POST", `/api/tasks/${encodeURIComponent(id)}/cancel`, { reason: "cancelled from the console" }); route(); } catch (err) { msg.append(errorBox(err)); }
   });
+  let retry = null;
+  if (t.state === "failed" || t.state === "rejected") {
+    retry = h("button", { type: "button", id: "retry-task" }, "Retry task");
+    retry.addEventListener("click", async () => {
+      msg.replaceChildren();
+      if (!confirm("Give this task a new attempt?")) return;
+      try { await api("POST", `/api/tasks/${encodeURIComponent(id)}/retry`, { reason: "retried from the console" }); route(); } catch (err) { msg.append(errorBox(err)); }
+    });
+  }
   const attempts = (t.attempts || []).map((a) => h("tr", { "data-attempt": a.n },
     h("td", {}, a.n), h("td", {}, state(a.state)), h("td", {}, a.executor + (a.executor_version ? " " + a.executor_version : "")),
     h("td", {}, ago(a.started_at)), h("td", {}, dur(a.started_at, a.ended_at)),
@@ -339,7 +348,7 @@ async function renderTask(id) {
   }
   show(h("h1", {}, "Task " + (t.key || t.id)),
     h("p", {}, state(t.state), " queue " + t.spec.queue + " · task " + t.id,
-      t.goal_id ? h("span", {}, " · goal ", h("a", { href: "#/goals/" + t.goal_id }, t.goal_id)) : null, " ", cancel),
+      t.goal_id ? h("span", {}, " · goal ", h("a", { href: "#/goals/" + t.goal_id }, t.goal_id)) : null, " ", cancel, retry ? " " : null, retry),
     msg, t.reason ? h("p", { class: "muted" }, "reason: " + t.reason) : null,
     t.omitted ? h("p", { class: "muted", id: "omitted" }, "Too large to show whole: " + t.omitted.length +
       " parts of its history are left out (the task's events hold them): " + t.omitted.join(" ")) : null,
@@ -467,13 +476,29 @@ async function renderApproval(id) {
 async function renderQueues() {
   const qs = await api("GET", "/api/queues");
   const rows = qs.map((q) => h("tr", { "data-queue": q.name },
-    h("td", {}, q.name), h("td", { class: "num" }, q.ready), h("td", { class: "num" }, q.running), h("td", { class: "num" }, q.waiting),
+    h("td", {}, h("a", { href: "#/queues/" + encodeURIComponent(q.name) }, q.name)), h("td", { class: "num" }, q.ready), h("td", { class: "num" }, q.running), h("td", { class: "num" }, q.waiting),
     h("td", { class: "num" + (q.quarantined ? " bad" : "") }, q.quarantined),
     h("td", {}, q.lease_ms ? q.lease_ms / 1000 + " s" : "-"), h("td", {}, q.max_deliver || "-"),
     h("td", {}, q.max_running ? "at most " + q.max_running : q.lease_ms ? "no limit" : "-")));
   show(h("h1", {}, "Queues"),
     h("p", { class: "muted" }, "Depth: tasks ready for an executor. Running: attempts in progress. Waiting: tasks parked on an approval, a signal, a timer or a delegated goal. Quarantined: tasks failed because their work item was delivered the most times the queue allows."),
     table("queues", ["Queue", "Depth", "Running", "Waiting", "Quarantined", "Lease", "Max deliveries", "Running at once"], rows));
+}
+
+// renderQueue lists a queue's tasks in one state (the hash's ?state=,
+// ready by default), with a link to each.
+async function renderQueue(name) {
+  const sel = new URLSearchParams(location.hash.split("?")[1] || "").get("state") || "ready";
+  const ts = await api("GET", `/api/queues/${encodeURIComponent(name)}/tasks?state=` + encodeURIComponent(sel));
+  const filter = h("select", { id: "queue-task-state" }, ["pending", "ready", "running", "waiting", "verifying", "needs_review", "backoff",
+    "accepted", "rejected", "failed", "cancelled"].map((s) => h("option", { value: s, selected: s === sel }, s)));
+  filter.addEventListener("change", () => { location.hash = `#/queues/${encodeURIComponent(name)}?state=` + filter.value; });
+  const rows = ts.map((t) => h("tr", { "data-task-id": t.id },
+    h("td", {}, h("a", { href: "#/tasks/" + t.id }, t.key || t.id)), h("td", {}, state(t.state)),
+    h("td", {}, t.goal_id ? h("a", { href: "#/goals/" + t.goal_id }, t.goal_id) : "-"),
+    h("td", { class: "num" }, (t.attempts || []).length), h("td", {}, t.reason || ""), h("td", {}, ago(t.updated_at))));
+  show(h("h1", {}, "Queue " + name), h("p", {}, h("a", { href: "#/queues" }, "All queues"), " · show ", filter),
+    table("queue-tasks", ["Task", "State", "Goal", "Attempts", "Reason", "Updated"], rows));
 }
 
 // ---- routing ----
@@ -491,7 +516,7 @@ async function route() {
       case "goals": await (parts[1] ? renderGoal(parts[1]) : renderGoals()); break;
       case "tasks": await renderTask(parts[1]); break;
       case "approvals": await (parts[1] ? renderApproval(parts[1]) : renderApprovals()); break;
-      case "queues": await renderQueues(); break;
+      case "queues": await (parts[1] ? renderQueue(decodeURIComponent(parts[1])) : renderQueues()); break;
       default: show(h("p", {}, "Nothing here."));
     }
   } catch (err) {
