@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"iter"
 	"net/http"
 	"sort"
 
@@ -101,15 +102,9 @@ func readJSON(w http.ResponseWriter, r *http.Request, v any) bool {
 func (c *Console) goals(w http.ResponseWriter, r *http.Request, s *session) {
 	ctx, cancel := requestCtx(r)
 	defer cancel()
-	out := []*schemas.GoalView{}
-	for g, err := range s.cl.Goals(ctx, client.Limit(100)) {
-		if err != nil {
-			writeClientError(w, err)
-			return
-		}
-		if out = append(out, g); len(out) >= MaxListed {
-			break
-		}
+	out, ok := firstListed(w, s.cl.Goals(ctx, client.Limit(100)))
+	if !ok {
+		return
 	}
 	// Newest first: the list query answers oldest first.
 	for i, j := 0, len(out)-1; i < j; i, j = i+1, j-1 {
@@ -157,18 +152,26 @@ func (c *Console) retryTask(w http.ResponseWriter, r *http.Request, s *session) 
 func (c *Console) queueTasks(w http.ResponseWriter, r *http.Request, s *session) {
 	ctx, cancel := requestCtx(r)
 	defer cancel()
-	out := []*schemas.Task{}
 	f := client.TaskFilter{Queue: r.PathValue("name"), State: r.URL.Query().Get("state")}
-	for t, err := range s.cl.Tasks(ctx, f, client.Limit(100)) {
+	if out, ok := firstListed(w, s.cl.Tasks(ctx, f, client.Limit(100))); ok {
+		writeJSON(w, http.StatusOK, out)
+	}
+}
+
+// firstListed returns the first MaxListed items of a listing, or answers
+// its error on w and returns false.
+func firstListed[T any](w http.ResponseWriter, items iter.Seq2[*T, error]) ([]*T, bool) {
+	out := []*T{}
+	for v, err := range items {
 		if err != nil {
 			writeClientError(w, err)
-			return
+			return nil, false
 		}
-		if out = append(out, t); len(out) >= MaxListed {
+		if out = append(out, v); len(out) >= MaxListed {
 			break
 		}
 	}
-	writeJSON(w, http.StatusOK, out)
+	return out, true
 }
 
 // withReason reads a reason from r's body, calls do with the id r names
@@ -280,17 +283,9 @@ func (c *Console) approvals(w http.ResponseWriter, r *http.Request, s *session) 
 	ctx, cancel := requestCtx(r)
 	defer cancel()
 	state := r.URL.Query().Get("state")
-	out := []*schemas.ApprovalView{}
-	for a, err := range s.cl.Approvals(ctx, client.ApprovalFilter{State: state}, client.Limit(100)) {
-		if err != nil {
-			writeClientError(w, err)
-			return
-		}
-		if out = append(out, a); len(out) >= MaxListed {
-			break
-		}
+	if out, ok := firstListed(w, s.cl.Approvals(ctx, client.ApprovalFilter{State: state}, client.Limit(100))); ok {
+		writeJSON(w, http.StatusOK, out)
 	}
-	writeJSON(w, http.StatusOK, out)
 }
 
 // approvalPage is GET /api/approvals/{id}: the approval, with its action
