@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/dwr-run/dwr/executors/client"
 )
 
 // TestWorkerRunsTheCommand runs `dwr worker` end to end: the command's
@@ -221,4 +223,43 @@ func TestTaskRetryAndCancelEveryTaskAFilterSelects(t *testing.T) {
 	var one map[string]any
 	runJSON(t, url, &one, "task", "retry", other)
 	require.Equal(t, "ready", one["state"], "with an id: that task alone")
+
+	// A task another operator retried between the listing and its command
+	// is skipped, the service's conflict said, and the walk goes on; a
+	// refusal of another kind stops it, saying how far it got.
+	again := []string{failed("mail"), failed("mail")}
+	for _, id := range again {
+		waitTaskState(t, url, id, "failed")
+	}
+	var printed, errb bytes.Buffer
+	g := &globals{server: url, workspace: "default", timeout: "10s", out: &printed, errOut: &errb}
+	cl, err := g.connect()
+	require.NoError(t, err)
+	defer cl.Close()
+	b := &bulk{verb: "retry", done: "retried", states: []string{"failed"}, queue: "mail", yes: true}
+	err = b.run(context.Background(), g, cl, "", func(ctx context.Context, cl *client.Client, id string, opt client.CallOption) (*client.Result, error) {
+		if id == again[0] {
+			_, err := cl.RetryTask(ctx, id, "another operator")
+			require.NoError(t, err)
+		}
+		return cl.RetryTask(ctx, id, "", opt)
+	})
+	require.NoError(t, err)
+	require.Contains(t, printed.String(), "skipped task "+again[0]+": ")
+	require.Contains(t, printed.String(), "only a failed or rejected task can be retried")
+	require.Contains(t, printed.String(), "retried task "+again[1])
+	require.Contains(t, errb.String(), "retried 1 tasks, skipped 1 that had changed meanwhile")
+
+	printed.Reset()
+	third := failed("mail")
+	waitTaskState(t, url, third, "failed")
+	err = b.run(context.Background(), g, cl, "", func(ctx context.Context, cl *client.Client, id string, opt client.CallOption) (*client.Result, error) {
+		return cl.RetryTask(ctx, id, strings.Repeat("why ", 600), opt) // past the 2,000 characters a reason may have
+	})
+	var ce *cliError
+	require.ErrorAs(t, err, &ce)
+	require.Equal(t, exitInvalid, ce.code)
+	require.Contains(t, ce.msg, "/reason")
+	require.Contains(t, ce.msg, "stopped after 0 tasks (retried 0 tasks); the same command again goes on from there")
+	require.Equal(t, "failed", waitTaskState(t, url, third, "failed").State)
 }
