@@ -146,6 +146,7 @@ func TestBrowser(t *testing.T) {
 	node := func(key, state string) string {
 		return fmt.Sprintf(`g.node[data-task-key=%q][data-task-state=%q]`, key, state)
 	}
+	var noButtons bool // an accepted task can be neither cancelled nor retried
 	require.NoError(t, do(t, bctx,
 		chromedp.Navigate(e.url+"/#/goals"),
 		chromedp.WaitVisible(chromedp.CSS(fmt.Sprintf(`tr[data-goal-id=%q] a`, g.ID))),
@@ -161,6 +162,10 @@ func TestBrowser(t *testing.T) {
 		chromedp.WaitVisible(chromedp.CSS(`#chain[data-verified="true"]`)),
 		chromedp.WaitVisible(chromedp.CSS(`#attempts tr[data-attempt="1"]`)),
 		screenshot(t, "task-timeline"),
+		chromedp.Func(func(ctx context.Context, target *chromedp.Target) (err error) {
+			noButtons, err = chromedp.Evaluate[bool](`document.querySelector("#cancel-task") === null && document.querySelector("#retry-task") === null`)(ctx, target)
+			return err
+		}),
 		chromedp.Click(chromedp.CSS(`a[data-nav="queues"]`)),
 		chromedp.WaitVisible(chromedp.CSS(`tr[data-queue="payments"]`)), // the refund waits for its approval
 		screenshot(t, "queues"),
@@ -171,6 +176,7 @@ func TestBrowser(t *testing.T) {
 		screenshot(t, "queue-tasks"),
 		chromedp.Click(chromedp.CSS("#signout")),
 	))
+	require.True(t, noButtons, "an accepted task's page offers no cancel and no retry")
 
 	// The approver signs in, opens the approval and approves with their key.
 	require.NoError(t, do(t, bctx,

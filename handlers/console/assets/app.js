@@ -302,8 +302,9 @@ async function renderTask(id) {
   const t = tl.task;
   const ch = tl.chain;
   const msg = h("div");
-  const cancel = h("button", { type: "button", id: "cancel-task", class: "danger" }, "Cancel task");
-  cancel.addEventListener("click", async () => {
+  const ended = ["accepted", "rejected", "failed", "cancelled"].includes(t.state);
+  const cancel = ended ? null : h("button", { type: "button", id: "cancel-task", class: "danger" }, "Cancel task");
+  cancel?.addEventListener("click", async () => {
     msg.replaceChildren();
     if (!confirm("Cancel this task?")) return;
     try { await api("POST", `/api/tasks/${encodeURIComponent(id)}/cancel`, { reason: "cancelled from the console" }); route(); } catch (err) { msg.append(errorBox(err)); }
@@ -348,7 +349,7 @@ async function renderTask(id) {
   }
   show(h("h1", {}, "Task " + (t.key || t.id)),
     h("p", {}, state(t.state), " queue " + t.spec.queue + " · task " + t.id,
-      t.goal_id ? h("span", {}, " · goal ", h("a", { href: "#/goals/" + t.goal_id }, t.goal_id)) : null, " ", cancel, retry ? " " : null, retry),
+      t.goal_id ? h("span", {}, " · goal ", h("a", { href: "#/goals/" + t.goal_id }, t.goal_id)) : null, " ", cancel, retry),
     msg, t.reason ? h("p", { class: "muted" }, "reason: " + t.reason) : null,
     t.omitted ? h("p", { class: "muted", id: "omitted" }, "Too large to show whole: " + t.omitted.length +
       " parts of its history are left out (the task's events hold them): " + t.omitted.join(" ")) : null,
