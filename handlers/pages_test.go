@@ -347,6 +347,17 @@ func TestGoalListFiltersByState(t *testing.T) {
 	require.Empty(t, got)
 	got, _ = b.listAll(t, "goal.list", schemas.Query{})
 	require.Len(t, got, 9, "no filter: every goal")
+	all := ids(t, got)
+
+	// Newest first: the same goals backwards, page by page, with or
+	// without a state.
+	got, _ = b.listAll(t, "goal.list", schemas.Query{NewestFirst: true, Limit: 2})
+	require.Equal(t, reversed(all), ids(t, got))
+	got, _ = b.listAll(t, "goal.list", schemas.Query{NewestFirst: true, State: schemas.GoalStateCancelled, Limit: 1})
+	require.Equal(t, reversed(cancelled), ids(t, got))
+	r0 := b.request(t, "dwr.q.default.task.list", schemas.Query{NewestFirst: true}, nil)
+	require.False(t, r0.OK)
+	require.Equal(t, [2]string{schemas.CodeInvalid, "/newest_first"}, [2]string{r0.Error.Code, r0.Error.Fields[0].Pointer})
 
 	r := b.request(t, "dwr.q.default.goal.list", schemas.Query{State: "done"}, nil)
 	require.False(t, r.OK)
@@ -392,6 +403,30 @@ func TestGoalListFiltersByState(t *testing.T) {
 	}
 	require.Equal(t, [][]string{{cancelled[0]}, {cancelled[1]}, {cancelled[2]}, {}}, pages,
 		"each page stopped after two open goals; the last read the two after the last cancelled one")
+
+	// Newest first, the pages stop the same way, from the other end.
+	pages = nil
+	q = schemas.Query{State: schemas.GoalStateCancelled, NewestFirst: true}
+	for len(pages) < 10 {
+		r := b.request(t, "dwr.q.default.goal.list", q, nil)
+		require.True(t, r.OK, "%+v", r.Error)
+		var items []json.RawMessage
+		require.NoError(t, json.Unmarshal(r.Result, &items))
+		pages = append(pages, ids(t, items))
+		if r.Next == "" {
+			break
+		}
+		q.After = r.Next
+	}
+	require.Equal(t, [][]string{{}, {cancelled[2]}, {cancelled[1]}, {cancelled[0]}}, pages,
+		"from the newest: the first page stopped at the two open goals after the last cancelled one, each next after the two before a cancelled one")
+}
+
+// reversed returns a copy of s, last first.
+func reversed(s []string) []string {
+	r := slices.Clone(s)
+	slices.Reverse(r)
+	return r
 }
 
 // task.list with a queue lists that queue's tasks only, with the other

@@ -223,6 +223,10 @@ var listFilters = map[string][]string{"task.list": {"state", "goal_id", "queue"}
 
 // checkFilters refuses the filters of q that query name does not take.
 func checkFilters(name string, q schemas.Query) error {
+	if q.NewestFirst && name != "goal.list" {
+		return &schemas.Error{Code: schemas.CodeInvalid, Message: fmt.Sprintf("%s lists in one order only: newest_first is goal.list's; leave it out", name),
+			Fields: []schemas.FieldError{{Pointer: "/newest_first", Message: "not an option of " + name}}}
+	}
 	for _, f := range [...]struct{ field, value string }{{"state", q.State}, {"goal_id", q.GoalID}, {"role", q.Role}, {"queue", q.Queue}} {
 		if f.value == "" || slices.Contains(listFilters[name], f.field) {
 			continue
@@ -319,7 +323,11 @@ func (s *Service) query(name, ws string, p principal, q schemas.Query, pre prefe
 		}
 		pg := newPage("goal", "list its tasks page by page (task.list with its goal_id)", limit, budget)
 		passed, scanLimit := 0, stateScanLimit()
-		err := s.store.EachGoal(ws, q.After, func(g *projections.GoalView) bool {
+		each := s.store.EachGoal
+		if q.NewestFirst {
+			each = s.store.EachGoalNewestFirst
+		}
+		err := each(ws, q.After, func(g *projections.GoalView) bool {
 			if q.State == "" || g.State == q.State {
 				return pg.add(g, g.ID, g.ID)
 			}

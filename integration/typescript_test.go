@@ -95,6 +95,7 @@ func TestTypeScriptClient(t *testing.T) {
 		ReadBack  string             `json:"read_back"`
 		Listed    []string           `json:"listed"`
 		OtherQ    []string           `json:"listed_other_queue"`
+		Newest    string             `json:"newest_goal"`
 		Elsewhere string             `json:"elsewhere"`
 		Approval  string             `json:"approval_task"`
 		Forged    string             `json:"forged"`
@@ -107,6 +108,7 @@ func TestTypeScriptClient(t *testing.T) {
 	require.Len(t, got.PlanTasks, 2)
 	require.Equal(t, []string{"a", "b"}, got.Listed, "the goal's tasks, listed a page at a time")
 	require.Empty(t, got.OtherQ, "none of its tasks is on queue other")
+	require.Equal(t, got.GoalID, got.Newest, "the newest goal first: the one the script made last")
 	var goal schemas.GoalView
 	require.NoError(t, e.c.query("goal.get", schemas.Query{ID: got.GoalID}, 0, &goal))
 	require.Equal(t, schemas.GoalStateAchieved, goal.State)

@@ -74,16 +74,34 @@ func (s *Store) ListGoals(ws, after string, limit int) ([]*GoalView, error) {
 // ("" for all), oldest first, until fn returns false. A goal's id is the
 // cursor that continues the listing after it.
 func (s *Store) EachGoal(ws, after string, fn func(*GoalView) bool) error {
-	if strings.Contains(after, "/") {
-		return fmt.Errorf("%w: %q is not a goal id", ErrCursor, after)
+	return s.eachGoal(ws, after, false, fn)
+}
+
+// EachGoalNewestFirst is EachGoal newest first: it calls fn with the goals
+// of workspace ws before the goal id before ("" for all), the newest first.
+// A goal's id is the cursor that continues the listing after it (with
+// older goals).
+func (s *Store) EachGoalNewestFirst(ws, before string, fn func(*GoalView) bool) error {
+	return s.eachGoal(ws, before, true, fn)
+}
+
+// eachGoal is EachGoal, or EachGoalNewestFirst when newest.
+func (s *Store) eachGoal(ws, cursor string, newest bool, fn func(*GoalView) bool) error {
+	if strings.Contains(cursor, "/") {
+		return fmt.Errorf("%w: %q is not a goal id", ErrCursor, cursor)
 	}
-	return s.eachID(key(pGoalByWS, ws, ""), after, func(id string) (bool, error) {
+	visit := func(id string) (bool, error) {
 		g, err := s.GoalView(ws, id)
 		if err != nil || g == nil {
 			return true, err
 		}
 		return fn(g), nil
-	})
+	}
+	p := key(pGoalByWS, ws, "")
+	if newest {
+		return s.eachIDBefore(p, cursor, visit)
+	}
+	return s.eachID(p, cursor, visit)
 }
 
 // ErrCursor is returned (wrapped, with the cursor) when a listing is asked
@@ -99,13 +117,30 @@ func (s *Store) eachID(p []byte, after string, fn func(id string) (bool, error))
 		// key above it names an id that sorts after after.
 		lower = append(append(append([]byte(nil), p...), after...), 0)
 	}
-	return s.scanRange(lower, upperBound(p), func(k, _ []byte) error {
+	return s.scanRange(lower, upperBound(p), idVisitor(p, fn))
+}
+
+// eachIDBefore is eachID backwards: it calls fn with the last part of each
+// key with prefix p whose last part sorts before before ("" for all), the
+// greatest first.
+func (s *Store) eachIDBefore(p []byte, before string, fn func(id string) (bool, error)) error {
+	upper := upperBound(p)
+	if before != "" {
+		upper = append(append([]byte(nil), p...), before...) // exclusive: before itself, and every id after it
+	}
+	return s.scanRangeReverse(p, upper, idVisitor(p, fn))
+}
+
+// idVisitor calls fn with a key's last part after prefix p, and stops the
+// scan when fn returns false.
+func idVisitor(p []byte, fn func(id string) (bool, error)) func(k, _ []byte) error {
+	return func(k, _ []byte) error {
 		more, err := fn(string(k[len(p):]))
 		if err == nil && !more {
 			return errStop
 		}
 		return err
-	})
+	}
 }
 
 // GoalView returns goal id of workspace ws with its plan graph and counts, or

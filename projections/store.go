@@ -520,7 +520,17 @@ func (s *Store) scan(p []byte, fn func(k, v []byte) error) error {
 }
 
 // scanRange calls fn for every key in [lower, upper), in order.
-func (s *Store) scanRange(lower, upper []byte, fn func(k, v []byte) error) (err error) {
+func (s *Store) scanRange(lower, upper []byte, fn func(k, v []byte) error) error {
+	return s.scanDir(lower, upper, false, fn)
+}
+
+// scanRangeReverse is scanRange from the greatest key down.
+func (s *Store) scanRangeReverse(lower, upper []byte, fn func(k, v []byte) error) error {
+	return s.scanDir(lower, upper, true, fn)
+}
+
+// scanDir is scanRange, from the greatest key down when reverse.
+func (s *Store) scanDir(lower, upper []byte, reverse bool, fn func(k, v []byte) error) (err error) {
 	if !s.enter() {
 		return ErrClosed
 	}
@@ -532,7 +542,11 @@ func (s *Store) scanRange(lower, upper []byte, fn func(k, v []byte) error) (err 
 		return s.damagedErr(err)
 	}
 	defer func() { _ = it.Close() }()
-	for it.First(); it.Valid(); it.Next() {
+	first, next := it.First, it.Next
+	if reverse {
+		first, next = it.Last, it.Prev
+	}
+	for first(); it.Valid(); next() {
 		if err := fn(it.Key(), it.Value()); err != nil {
 			if errors.Is(err, errStop) {
 				return nil

@@ -44,13 +44,18 @@ func goalCmd(g *globals) *cobra.Command {
 
 	get := goalGetCmd(g)
 	var state string
-	list := listCmd(g, &cobra.Command{Use: "list [--state S] [--all | --limit N --after CURSOR]", Short: "list goals (a page; --all for every one)", Args: cobra.NoArgs},
+	var newest bool
+	list := listCmd(g, &cobra.Command{Use: "list [--state S] [--newest] [--all | --limit N --after CURSOR]", Short: "list goals, oldest first (a page; --all for every one)", Args: cobra.NoArgs},
 		&paging{}, "goals", nil, func(ctx context.Context, cl *client.Client, _ []string, opts ...client.CallOption) iter.Seq2[*schemas.GoalView, error] {
+			if newest {
+				opts = append(opts, client.NewestFirst())
+			}
 			return cl.GoalsIn(ctx, state, opts...)
 		}, columns([]string{"ID", "STATE", "PLAN", "TASKS", "TITLE"}, func(v schemas.GoalView) []string {
 			return []string{v.ID, v.State, fmt.Sprint(v.PlanVersion), counts(v.Counts), v.Title}
 		}))
 	list.Flags().StringVar(&state, "state", "", "only the goals in this state: open, achieved, failed or cancelled")
+	list.Flags().BoolVar(&newest, "newest", false, "the newest goals first")
 	var reason string
 	cancel := sendCmd(g, &cobra.Command{Use: "cancel ID [--reason R]", Short: "cancel a goal with its unfinished tasks (their running attempts are told to stop)",
 		Args: cobra.ExactArgs(1)}, "goal", nil,

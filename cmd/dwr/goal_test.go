@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"fmt"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -30,4 +31,26 @@ func TestTaskGetSaysWhichAttemptsAreNotListed(t *testing.T) {
 	require.Contains(t, b.String(), "attempts 1-150 not listed (dwr events T has them): 2 used the retry budget since the last retry\n")
 	require.Contains(t, b.String(), "151")
 	require.Contains(t, b.String(), "too large to show whole; left out (dwr events T has them): /pending_signals\n")
+}
+
+// dwr goal list lists the oldest first; --newest the newest first.
+func TestCLIGoalListNewestFirst(t *testing.T) {
+	url := cliServer(t)
+	var made []string
+	for i := range 3 {
+		var r map[string]any
+		runJSON(t, url, &r, "goal", "create", "--title", fmt.Sprintf("g%d", i))
+		made = append(made, r["id"].(string))
+	}
+	listed := func(args ...string) []string {
+		var gs []map[string]any
+		runJSON(t, url, &gs, append([]string{"goal", "list", "--limit", "2", "--all"}, args...)...)
+		var out []string
+		for _, g := range gs {
+			out = append(out, g["id"].(string))
+		}
+		return out
+	}
+	require.Equal(t, made, listed())
+	require.Equal(t, []string{made[2], made[1], made[0]}, listed("--newest"))
 }

@@ -146,6 +146,9 @@ func List[T any](ctx context.Context, c *Client, name string, q schemas.Query, o
 	if k.after != "" {
 		q.After = k.after
 	}
+	if k.newestFirst {
+		q.NewestFirst = true
+	}
 	return func(yield func(*T, error) bool) {
 		for {
 			var page []*T

@@ -295,6 +295,7 @@ type call struct {
 	limit           int     // list queries: items a page
 	after           string  // list queries: the cursor to start after
 	next            *string // list queries: one page only, its next cursor here
+	newestFirst     bool    // list queries: the newest first (goal.list)
 }
 
 func callOf(opts []CallOption) call {
@@ -333,6 +334,10 @@ func Limit(n int) CallOption { return func(c *call) { c.limit = n } }
 // After starts a list query after cursor: the next cursor an earlier page
 // gave (OnePage), to go on from there.
 func After(cursor string) CallOption { return func(c *call) { c.after = cursor } }
+
+// NewestFirst makes a list query that can (goal.list: Goals, GoalsIn) list
+// the newest items first; the service refuses it for the others.
+func NewestFirst() CallOption { return func(c *call) { c.newestFirst = true } }
 
 // OnePage makes a list query read one page only, and sets *next to the
 // cursor of the page that follows it ("" when it was the last): a caller

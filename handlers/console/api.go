@@ -102,15 +102,9 @@ func readJSON(w http.ResponseWriter, r *http.Request, v any) bool {
 func (c *Console) goals(w http.ResponseWriter, r *http.Request, s *session) {
 	ctx, cancel := requestCtx(r)
 	defer cancel()
-	out, ok := firstListed(w, s.cl.Goals(ctx, client.Limit(100)))
-	if !ok {
-		return
+	if out, ok := firstListed(w, s.cl.Goals(ctx, client.Limit(100), client.NewestFirst())); ok {
+		writeJSON(w, http.StatusOK, out) // the newest MaxListed, newest first
 	}
-	// Newest first: the list query answers oldest first.
-	for i, j := 0, len(out)-1; i < j; i, j = i+1, j-1 {
-		out[i], out[j] = out[j], out[i]
-	}
-	writeJSON(w, http.StatusOK, out)
 }
 
 func (c *Console) goal(w http.ResponseWriter, r *http.Request, s *session) {

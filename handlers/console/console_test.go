@@ -9,6 +9,7 @@ import (
 	"encoding/base64"
 	"encoding/hex"
 	"encoding/json"
+	"fmt"
 	"io"
 	"log/slog"
 	"net"
@@ -821,4 +822,23 @@ func TestPendingSignInsAreBoundedPerAddress(t *testing.T) {
 
 	code, er = from("127.0.0.2").signIn(admin)
 	require.Equal(t, http.StatusOK, code, "another address signs in: %s", er.Error.Message)
+}
+
+// The goals page shows the newest goals, newest first — with more goals
+// than a page holds, the newest MaxListed, not the oldest.
+func TestGoalsPageShowsTheNewest(t *testing.T) {
+	e := setup(t)
+	var made []string
+	for i := range console.MaxListed + 2 {
+		r, err := e.admin.CreateGoal(ctx(t), schemas.CreateGoal{Title: fmt.Sprintf("goal %d", i)})
+		require.NoError(t, err)
+		made = append(made, r.ID)
+	}
+	b := e.signedIn(t, filepath.Join(e.svc.Dir, access.AdminCredsFile))
+	var goals []schemas.GoalView
+	code, _ := b.get("/api/goals", &goals)
+	require.Equal(t, http.StatusOK, code)
+	require.Len(t, goals, console.MaxListed)
+	require.Equal(t, made[len(made)-1], goals[0].ID, "the newest first")
+	require.Equal(t, made[2], goals[len(goals)-1].ID, "the two oldest are left out")
 }

@@ -56,6 +56,7 @@ async def main() -> None:
         ids = [x["id"] async for x in c.goals(limit=1)]
         assert g["id"] in ids and w["id"] in ids and len(ids) == len(set(ids)), ids
         assert [x["id"] async for x in c.goals(state="cancelled", limit=1)] == [w["id"]]
+        assert [x["id"] async for x in c.goals(newest_first=True, limit=1)] == ids[::-1], "newest first"
         keys = sorted([x["key"] async for x in c.tasks(goal_id=g["id"], limit=2)])
         assert keys == ["a", "b", "c"], keys
         keys = sorted([x["key"] async for x in c.tasks(goal_id=g["id"], queue="pyq")])

@@ -195,9 +195,13 @@ export class Client {
     );
   }
 
-  /** goals lists the workspace's goals, oldest first (of a state, when given). */
-  goals(filter: { state?: string; limit?: number } = {}, opts?: CallOptions): AsyncGenerator<Goal> {
-    return this.list<Goal>("goal.list", { state: filter.state, limit: filter.limit }, opts);
+  /** goals lists the workspace's goals, oldest first (the newest with newestFirst; of a state, when given). */
+  goals(filter: { state?: string; newestFirst?: boolean; limit?: number } = {}, opts?: CallOptions): AsyncGenerator<Goal> {
+    return this.list<Goal>(
+      "goal.list",
+      { state: filter.state, newest_first: filter.newestFirst || undefined, limit: filter.limit },
+      opts,
+    );
   }
 
   /**

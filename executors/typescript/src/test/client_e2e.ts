@@ -60,6 +60,9 @@ async function main() {
   const ofOtherQueue: string[] = [];
   for await (const t of c.tasks({ goalId: g.id, queue: "other" })) ofOtherQueue.push(t.key ?? "");
   out.listed_other_queue = ofOtherQueue;
+  const newest: string[] = [];
+  for await (const x of c.goals({ newestFirst: true, limit: 1 })) newest.push(x.id);
+  out.newest_goal = newest[0];
 
   step("goal ended");
   // An artifact the client stores, which a job reads by its digest.
