@@ -223,8 +223,12 @@ var listFilters = map[string][]string{"task.list": {"state", "goal_id", "queue"}
 
 // checkFilters refuses the filters of q that query name does not take.
 func checkFilters(name string, q schemas.Query) error {
-	if q.NewestFirst && name != "goal.list" {
-		return &schemas.Error{Code: schemas.CodeInvalid, Message: fmt.Sprintf("%s lists in one order only: newest_first is goal.list's; leave it out", name),
+	switch {
+	case q.NewestFirst && name == "task.list" && q.State == "" && q.GoalID == "":
+		return &schemas.Error{Code: schemas.CodeInvalid, Message: "task.list lists the newest first within one state or one goal: give state or goal_id with newest_first",
+			Fields: []schemas.FieldError{{Pointer: "/newest_first", Message: "needs state or goal_id"}}}
+	case q.NewestFirst && name != "goal.list" && name != "task.list":
+		return &schemas.Error{Code: schemas.CodeInvalid, Message: fmt.Sprintf("%s lists in one order only: newest_first is goal.list's and task.list's; leave it out", name),
 			Fields: []schemas.FieldError{{Pointer: "/newest_first", Message: "not an option of " + name}}}
 	}
 	for _, f := range [...]struct{ field, value string }{{"state", q.State}, {"goal_id", q.GoalID}, {"role", q.Role}, {"queue", q.Queue}} {
@@ -372,7 +376,7 @@ func (s *Service) query(name, ws string, p principal, q schemas.Query, pre prefe
 			return nil, "", &schemas.Error{Code: schemas.CodeInvalid, Message: fmt.Sprintf("queue %q is not a queue name", q.Queue),
 				Fields: []schemas.FieldError{{Pointer: "/queue", Message: "not a queue name"}}}
 		}
-		f := projections.TaskFilter{State: q.State, GoalID: q.GoalID, After: q.After}
+		f := projections.TaskFilter{State: q.State, GoalID: q.GoalID, After: q.After, NewestFirst: q.NewestFirst}
 		pg := newPage("task", "read it through its events (the events query with its id, page by page)", limit, budget)
 		passed, scanLimit := 0, stateScanLimit()
 		err := s.store.EachTask(ws, f, func(t *domain.Task) bool {

@@ -191,7 +191,10 @@ type TaskFilter struct {
 	// task id, or "<state>/<task id>" when the listing is of every state.
 	// A bare task id there lists the tasks after it in each state.
 	After string
-	Limit int // 0 = all
+	// NewestFirst lists the newest tasks first (with a State or a GoalID
+	// only): After is then the task before which to go on.
+	NewestFirst bool
+	Limit       int // 0 = all
 }
 
 // Cursor returns the cursor that continues the listing f selects after
@@ -240,7 +243,12 @@ func (s *Store) EachTask(ws string, f TaskFilter, fn func(*domain.Task) bool) er
 		if f.GoalID != "" {
 			p = key(pTaskByGoal, f.GoalID, "")
 		}
+		if f.NewestFirst {
+			return s.eachIDBefore(p, f.After, visit)
+		}
 		return s.eachID(p, f.After, visit)
+	case f.NewestFirst:
+		return fmt.Errorf("%w: the newest first is a listing of one state or one goal", ErrCursor)
 	}
 	from, after, ok := strings.Cut(f.After, "/")
 	if !ok { // none, or a bare id: after it in each state

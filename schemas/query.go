@@ -15,8 +15,8 @@ type Query struct {
 	// After, for a list query, continues the listing: the Next of the reply
 	// before.
 	After string `json:"after,omitempty"`
-	// NewestFirst, for goal.list, lists the newest goals first; its
-	// cursors continue toward older ones.
+	// NewestFirst, for goal.list, and task.list with a state or a goal
+	// id, lists the newest first; its cursors continue toward older ones.
 	NewestFirst bool `json:"newest_first,omitempty"`
 	// Limit, for a list query, bounds the items of a reply: 0 means the
 	// service's default (100), at most 10,000.

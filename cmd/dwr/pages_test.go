@@ -52,6 +52,17 @@ func TestCLITaskListPages(t *testing.T) {
 	require.Regexp(t, `(?m)^\S+ +k3 +ready +other `, out, "only the task of queue other")
 	require.Len(t, strings.Split(strings.TrimSpace(out), "\n"), 2, "a header and one task:\n%s", out)
 
+	var ready, newest []map[string]any
+	runJSON(t, url, &ready, "task", "list", "--state", "ready")
+	runJSON(t, url, &newest, "task", "list", "--state", "ready", "--newest", "--limit", "2", "--all")
+	require.Len(t, newest, len(ready))
+	for i := range ready {
+		require.Equal(t, ready[i]["id"], newest[len(newest)-1-i]["id"], "the newest first")
+	}
+	code, _, errs = run(t, url, "task", "list", "--newest")
+	require.Equal(t, exitInvalid, code)
+	require.Contains(t, errs, "give state or goal_id with newest_first")
+
 	code, _, errs = run(t, url, "task", "list", "--after", "nostate/x")
 	require.Equal(t, exitInvalid, code)
 	require.Contains(t, errs, "after")

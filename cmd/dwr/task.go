@@ -159,12 +159,16 @@ func printAttempts(w io.Writer, t *schemas.Task) error {
 
 func taskListCmd(g *globals) *cobra.Command {
 	var state, goal, queue string
+	var newest bool
 	list := listCmd(g, &cobra.Command{
-		Use: "list [--state S] [--goal ID] [--queue Q] [--all | --limit N --after CURSOR]", Short: "list tasks (a page; --all for every one)",
+		Use: "list [--state S] [--goal ID] [--queue Q] [--newest] [--all | --limit N --after CURSOR]", Short: "list tasks (a page; --all for every one)",
 		Long: "list lists the tasks of the workspace, a page at a time: by state, then id (by id with --state or --goal).\n" +
 			"When more follow it says so on stderr, with the --after cursor of the next page; --all lists every page.",
 		Args: cobra.NoArgs,
 	}, &paging{}, "tasks", nil, func(ctx context.Context, cl *client.Client, _ []string, opts ...client.CallOption) iter.Seq2[*schemas.Task, error] {
+		if newest {
+			opts = append(opts, client.NewestFirst())
+		}
 		return cl.Tasks(ctx, client.TaskFilter{State: state, GoalID: goal, Queue: queue}, opts...)
 	}, columns([]string{"ID", "KEY", "STATE", "QUEUE", "ATTEMPTS", "GOAL", "UPDATED"}, func(t schemas.Task) []string {
 		return []string{t.ID, dash(t.Key), t.State, t.Spec.Queue, fmt.Sprint(t.AttemptCount()), dash(t.GoalID), ago(t.UpdatedAt)}
@@ -172,6 +176,7 @@ func taskListCmd(g *globals) *cobra.Command {
 	list.Flags().StringVar(&state, "state", "", "only tasks in this state ("+strings.Join(domain.TaskStates, ", ")+")")
 	list.Flags().StringVar(&goal, "goal", "", "only the tasks of this goal")
 	list.Flags().StringVar(&queue, "queue", "", "only the tasks of this queue")
+	list.Flags().BoolVar(&newest, "newest", false, "with --state or --goal: the newest tasks first")
 	return list
 }
 

@@ -335,8 +335,9 @@ func Limit(n int) CallOption { return func(c *call) { c.limit = n } }
 // gave (OnePage), to go on from there.
 func After(cursor string) CallOption { return func(c *call) { c.after = cursor } }
 
-// NewestFirst makes a list query that can (goal.list: Goals, GoalsIn) list
-// the newest items first; the service refuses it for the others.
+// NewestFirst makes a list query that can list the newest items first:
+// goal.list (Goals, GoalsIn), and task.list (Tasks) with a state or a goal;
+// the service refuses it for the others.
 func NewestFirst() CallOption { return func(c *call) { c.newestFirst = true } }
 
 // OnePage makes a list query read one page only, and sets *next to the

@@ -142,12 +142,17 @@ func (c *Console) retryTask(w http.ResponseWriter, r *http.Request, s *session) 
 }
 
 // queueTasks is GET /api/queues/{name}/tasks?state=S: the queue's tasks in
-// state S (the first MaxListed, oldest first), or in every state.
+// state S (the newest MaxListed, newest first), or in every state (the
+// first MaxListed, by state).
 func (c *Console) queueTasks(w http.ResponseWriter, r *http.Request, s *session) {
 	ctx, cancel := requestCtx(r)
 	defer cancel()
 	f := client.TaskFilter{Queue: r.PathValue("name"), State: r.URL.Query().Get("state")}
-	if out, ok := firstListed(w, s.cl.Tasks(ctx, f, client.Limit(100))); ok {
+	opts := []client.CallOption{client.Limit(100)}
+	if f.State != "" {
+		opts = append(opts, client.NewestFirst()) // the latest of a state: what an operator looks for
+	}
+	if out, ok := firstListed(w, s.cl.Tasks(ctx, f, opts...)); ok {
 		writeJSON(w, http.StatusOK, out)
 	}
 }

@@ -686,6 +686,7 @@ func TestQueues(t *testing.T) {
 	code, _ = b.get("/api/queues/render/tasks?state=ready", &ts)
 	require.Equal(t, http.StatusOK, code)
 	require.Len(t, ts, 2, "render's two ready tasks, and no other queue's")
+	require.Greater(t, ts[0].ID, ts[1].ID, "the newest first")
 	code, _ = b.get("/api/queues/render/tasks?state=failed", &ts)
 	require.Equal(t, http.StatusOK, code)
 	require.Empty(t, ts)
