@@ -388,27 +388,23 @@ func TestGoalListFiltersByState(t *testing.T) {
 	// 2, so the first page of cancelled goals (the first goal is one) holds
 	// it and stops at the next two open goals, and so on.
 	defer handlers.SetListScanLimit(2)()
-	var pages [][]string
-	q := schemas.Query{State: schemas.GoalStateCancelled}
-	for len(pages) < 10 {
-		r := b.request(t, "dwr.q.default.goal.list", q, nil)
-		require.True(t, r.OK, "%+v", r.Error)
-		var items []json.RawMessage
-		require.NoError(t, json.Unmarshal(r.Result, &items))
-		pages = append(pages, ids(t, items))
-		if r.Next == "" {
-			break
-		}
-		q.After = r.Next
-	}
+	pages := b.pages(t, "goal.list", schemas.Query{State: schemas.GoalStateCancelled})
 	require.Equal(t, [][]string{{cancelled[0]}, {cancelled[1]}, {cancelled[2]}, {}}, pages,
 		"each page stopped after two open goals; the last read the two after the last cancelled one")
 
 	// Newest first, the pages stop the same way, from the other end.
-	pages = nil
-	q = schemas.Query{State: schemas.GoalStateCancelled, NewestFirst: true}
-	for len(pages) < 10 {
-		r := b.request(t, "dwr.q.default.goal.list", q, nil)
+	pages = b.pages(t, "goal.list", schemas.Query{State: schemas.GoalStateCancelled, NewestFirst: true})
+	require.Equal(t, [][]string{{}, {cancelled[2]}, {cancelled[1]}, {cancelled[0]}}, pages,
+		"from the newest: the first page stopped at the two open goals after the last cancelled one, each next after the two before a cancelled one")
+}
+
+// pages lists query name from q page by page (at most 20 pages) and
+// returns the ids of each page.
+func (b *bundle) pages(t *testing.T, name string, q schemas.Query) [][]string {
+	t.Helper()
+	var pages [][]string
+	for len(pages) < 20 {
+		r := b.request(t, "dwr.q.default."+name, q, nil)
 		require.True(t, r.OK, "%+v", r.Error)
 		var items []json.RawMessage
 		require.NoError(t, json.Unmarshal(r.Result, &items))
@@ -418,8 +414,7 @@ func TestGoalListFiltersByState(t *testing.T) {
 		}
 		q.After = r.Next
 	}
-	require.Equal(t, [][]string{{}, {cancelled[2]}, {cancelled[1]}, {cancelled[0]}}, pages,
-		"from the newest: the first page stopped at the two open goals after the last cancelled one, each next after the two before a cancelled one")
+	return pages
 }
 
 // reversed returns a copy of s, last first.
@@ -482,20 +477,10 @@ func TestTaskListFiltersByQueue(t *testing.T) {
 	// goal's deploys tasks (ids in order; a deploys task every third)
 	// each stop after two of mail's, and still hold every deploys task.
 	defer handlers.SetListScanLimit(2)()
-	var pages [][]string
+	pages := b.pages(t, "task.list", schemas.Query{Queue: "deploys", GoalID: g.ID})
 	var all []string
-	q := schemas.Query{Queue: "deploys", GoalID: g.ID}
-	for len(pages) < 20 {
-		r := b.request(t, "dwr.q.default.task.list", q, nil)
-		require.True(t, r.OK, "%+v", r.Error)
-		var items []json.RawMessage
-		require.NoError(t, json.Unmarshal(r.Result, &items))
-		pages = append(pages, ids(t, items))
-		all = append(all, ids(t, items)...)
-		if r.Next == "" {
-			break
-		}
-		q.After = r.Next
+	for _, p := range pages {
+		all = append(all, p...)
 	}
 	require.Equal(t, deploys, all, "every deploys task once, across the pages")
 	require.Greater(t, len(pages), 2, "the scan limit ended pages early: %v", pages)
