@@ -42,8 +42,11 @@ type bulkOutcome struct {
 func bulkCmd(g *globals, cmd *cobra.Command, b *bulk, act func(ctx context.Context, cl *client.Client, id string, opt client.CallOption) (*client.Result, error)) *cobra.Command {
 	one := cmd.RunE
 	cmd.Args = cobra.MaximumNArgs(1)
-	cmd.Use = fmt.Sprintf("%s ID | %s [--state S] [--queue Q] [--goal ID] [--yes]", b.verb, b.verb)
+	cmd.Use = fmt.Sprintf("%s (ID | [--state S] [--queue Q] [--goal ID] [--yes])", b.verb)
 	f := cmd.Flags()
+	if id := f.Lookup("command-id"); id != nil {
+		id.Usage += "; with no ID, each task's is KEY.<task id>"
+	}
 	f.StringVar(&b.state, "state", "", fmt.Sprintf("with no ID: %s the tasks in this state (%s; default: all of them)", b.verb, strings.Join(b.states, ", ")))
 	f.StringVar(&b.queue, "queue", "", "with no ID: only the tasks of this queue")
 	f.StringVar(&b.goal, "goal", "", "with no ID: only the tasks of this goal")
