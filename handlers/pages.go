@@ -51,6 +51,9 @@ type page struct {
 	last string // the cursor after the last item taken
 	next string // set once an item was left for the next page
 	err  error
+	// passed counts the items a filtered page read but did not hold
+	// (passOver).
+	passed int64
 }
 
 func newPage(what, read string, limit, budget int) *page {

@@ -472,8 +472,7 @@ func (p *privacy) dayKey(k *eventstore.DataKey, ws, queue string, epoch int64) (
 // get it: an executor of another queue is refused.
 func (s *Service) queueKeyQuery(ws string, p principal, q schemas.Query) (json.RawMessage, error) {
 	if !domain.ValidName(q.Queue) {
-		return nil, &schemas.Error{Code: schemas.CodeInvalid, Message: fmt.Sprintf("queue %q is not a queue name", q.Queue),
-			Fields: []schemas.FieldError{{Pointer: "/queue", Message: "want a queue name: 1-63 lower-case letters, digits, '_' or '-'"}}}
+		return nil, invalidQueueName(q.Queue)
 	}
 	today := seal.QueueEpoch(s.cfg.Clock())
 	if q.Epoch < 0 || q.Epoch > today+maxQueueKeyAhead {

@@ -215,7 +215,8 @@ func (s *Service) checkMinSeq(seq uint64) *schemas.Error {
 		"header %s names log sequence %d, beyond the log's end (%d): pass the seq of a reply you were given", schemas.HeaderMinSeq, seq, end)}
 }
 
-// listFilters are the list filters each query takes. A filter sent to a
+// listFilters are the filters each query takes (queue.key's queue names
+// what it reads). A filter sent to a
 // query that does not take it is refused rather than ignored: the caller
 // would be answered more than it asked for.
 var listFilters = map[string][]string{"task.list": {"state", "goal_id", "queue"}, "goal.list": {"state"}, "approval.list": {"state", "role"},
@@ -257,12 +258,26 @@ const maxStateScan = 10_000
 // stateScanOverride, when set, replaces maxStateScan (tests).
 var stateScanOverride atomic.Int64
 
-// stateScanLimit returns maxStateScan, or the tests' override.
-func stateScanLimit() int {
+// passOver counts an item a filtered page reads but does not hold (the
+// views keep no index by what the filter selects): at maxStateScan of them
+// (or the tests' override) the page ends there, cursor its next. It
+// reports whether to read on.
+func (p *page) passOver(cursor string) bool {
+	limit := int64(maxStateScan)
 	if n := stateScanOverride.Load(); n > 0 {
-		return int(n)
+		limit = n
 	}
-	return maxStateScan
+	if p.passed++; p.passed < limit {
+		return true
+	}
+	p.next = cursor
+	return false
+}
+
+// invalidQueueName refuses name at /queue: it is not a queue name.
+func invalidQueueName(name string) *schemas.Error {
+	return &schemas.Error{Code: schemas.CodeInvalid, Message: fmt.Sprintf("queue %q is not a queue name", name),
+		Fields: []schemas.FieldError{{Pointer: "/queue", Message: "want a queue name: 1-63 lower-case letters, digits, '_' or '-'"}}}
 }
 
 // unknownState is the refusal of a list query's state filter, state, that
@@ -326,7 +341,6 @@ func (s *Service) query(name, ws string, p principal, q schemas.Query, pre prefe
 			return nil, "", unknownState(q.State, fmt.Sprint(goalStates), "unknown state")
 		}
 		pg := newPage("goal", "list its tasks page by page (task.list with its goal_id)", limit, budget)
-		passed, scanLimit := 0, stateScanLimit()
 		each := s.store.EachGoal
 		if q.NewestFirst {
 			each = s.store.EachGoalNewestFirst
@@ -335,13 +349,7 @@ func (s *Service) query(name, ws string, p principal, q schemas.Query, pre prefe
 			if q.State == "" || g.State == q.State {
 				return pg.add(g, g.ID, g.ID)
 			}
-			// Goals are not kept by state: a page reads at most
-			// maxStateScan goals of other states, then ends with a cursor.
-			if passed++; passed == scanLimit {
-				pg.next = g.ID
-				return false
-			}
-			return true
+			return pg.passOver(g.ID) // goals are not kept by state
 		})
 		return pg.result(err)
 	case "queue.key":
@@ -373,22 +381,13 @@ func (s *Service) query(name, ws string, p principal, q schemas.Query, pre prefe
 			return nil, "", unknownState(q.State, fmt.Sprint(domain.TaskStates), "unknown state")
 		}
 		if q.Queue != "" && !domain.ValidName(q.Queue) {
-			return nil, "", &schemas.Error{Code: schemas.CodeInvalid, Message: fmt.Sprintf("queue %q is not a queue name", q.Queue),
-				Fields: []schemas.FieldError{{Pointer: "/queue", Message: "not a queue name"}}}
+			return nil, "", invalidQueueName(q.Queue)
 		}
 		f := projections.TaskFilter{State: q.State, GoalID: q.GoalID, After: q.After, NewestFirst: q.NewestFirst}
 		pg := newPage("task", "read it through its events (the events query with its id, page by page)", limit, budget)
-		passed, scanLimit := 0, stateScanLimit()
 		err := s.store.EachTask(ws, f, func(t *domain.Task) bool {
 			if q.Queue != "" && t.Spec.Queue != q.Queue {
-				// Tasks are not kept by queue: a page reads at most
-				// maxStateScan tasks of other queues, then ends with a
-				// cursor, as goal.list's state filter.
-				if passed++; passed == scanLimit {
-					pg.next = f.Cursor(t)
-					return false
-				}
-				return true
+				return pg.passOver(f.Cursor(t)) // tasks are not kept by queue
 			}
 			return pg.add(so.task(t), t.ID, f.Cursor(t))
 		})

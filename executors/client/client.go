@@ -295,7 +295,7 @@ type call struct {
 	limit           int     // list queries: items a page
 	after           string  // list queries: the cursor to start after
 	next            *string // list queries: one page only, its next cursor here
-	newestFirst     bool    // list queries: the newest first (goal.list)
+	newestFirst     bool    // list queries: the newest first (goal.list, task.list)
 }
 
 func callOf(opts []CallOption) call {
