@@ -118,6 +118,10 @@ type (
 	ConfigureQueue = schemas.ConfigureQueue
 	// DeleteQueue removes a queue no open task is given.
 	DeleteQueue = schemas.DeleteQueue
+	// PauseQueue stops a queue handing out jobs until it is resumed.
+	PauseQueue = schemas.PauseQueue
+	// ResumeQueue lets a paused queue hand out jobs again.
+	ResumeQueue = schemas.ResumeQueue
 	// RequestApproval parks the current attempt's task on a person's
 	// decision about a concrete action.
 	RequestApproval = schemas.RequestApproval
@@ -216,6 +220,8 @@ var commandTypes = map[string]func() Command{
 	"member.remove":         func() Command { return &RemoveMember{} },
 	"queue.configure":       func() Command { return &ConfigureQueue{} },
 	"queue.delete":          func() Command { return &DeleteQueue{} },
+	"queue.pause":           func() Command { return &PauseQueue{} },
+	"queue.resume":          func() Command { return &ResumeQueue{} },
 	"task.request_approval": func() Command { return &RequestApproval{} },
 	"task.wait":             func() Command { return &WaitTask{} },
 	"task.signal":           func() Command { return &SendSignal{} },

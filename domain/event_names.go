@@ -261,6 +261,20 @@ func (*QueueDeleted) EventType() string { return "workspace.queue_deleted" }
 func (*QueueDeleted) AggregateType() string { return AggWorkspace }
 func (*QueueDeleted) isEvent()              {}
 
+// EventType returns "workspace.queue_paused".
+func (*QueuePaused) EventType() string { return "workspace.queue_paused" }
+
+// AggregateType returns AggWorkspace.
+func (*QueuePaused) AggregateType() string { return AggWorkspace }
+func (*QueuePaused) isEvent()              {}
+
+// EventType returns "workspace.queue_resumed".
+func (*QueueResumed) EventType() string { return "workspace.queue_resumed" }
+
+// AggregateType returns AggWorkspace.
+func (*QueueResumed) AggregateType() string { return AggWorkspace }
+func (*QueueResumed) isEvent()              {}
+
 // EventType returns "ritual.defined".
 func (*RitualDefined) EventType() string { return "ritual.defined" }
 

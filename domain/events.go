@@ -322,6 +322,17 @@ type QueueConfigured struct {
 	MaxRunning int    `json:"max_running,omitempty"` // 0: no limit
 }
 
+// QueuePaused: the queue hands out no job until it is resumed. A queue
+// without settings takes the defaults (QueueConfig.DefaultSettings).
+type QueuePaused struct {
+	Queue string `json:"queue"`
+}
+
+// QueueResumed: the paused queue hands out jobs again.
+type QueueResumed struct {
+	Queue string `json:"queue"`
+}
+
 // QueueDeleted: the queue no longer stands in the workspace; its settings
 // are gone.
 type QueueDeleted struct {
@@ -452,6 +463,8 @@ var eventTypes = map[string]func() Event{
 	"workspace.member_removed":      func() Event { return &MemberRemoved{} },
 	"workspace.queue_configured":    func() Event { return &QueueConfigured{} },
 	"workspace.queue_deleted":       func() Event { return &QueueDeleted{} },
+	"workspace.queue_paused":        func() Event { return &QueuePaused{} },
+	"workspace.queue_resumed":       func() Event { return &QueueResumed{} },
 	"task.signal_received":          func() Event { return &SignalReceived{} },
 	"task.signal_buffered":          func() Event { return &SignalBuffered{} },
 	"task.delegated":                func() Event { return &TaskDelegated{} },

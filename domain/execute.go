@@ -118,6 +118,10 @@ func (x *tx) decide(cmd Command) (Reply, error) {
 		return x.configureQueue(c)
 	case *DeleteQueue:
 		return x.deleteQueue(c)
+	case *PauseQueue:
+		return x.pauseQueue(c.Queue, true)
+	case *ResumeQueue:
+		return x.pauseQueue(c.Queue, false)
 	case *RequestApproval:
 		return x.requestApproval(c)
 	case *WaitTask:

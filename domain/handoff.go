@@ -51,9 +51,9 @@ func (x *tx) handoff(cmd Command, reply *Reply) error {
 	if reported == nil || reported.ClaimedBy != x.m.Actor || reported.State == AttemptStateRunning {
 		return nil // not this sender's report, or not recorded
 	}
-	if limited, err := x.limitsRunning(t.Spec.Queue); err != nil || limited {
+	if held, err := x.holdsBack(t.Spec.Queue); err != nil || held {
 		// A handed attempt holds no work item, which the queue's consumer
-		// counts its running jobs by.
+		// counts its running jobs by; a paused queue hands out nothing.
 		return err
 	}
 	return x.forDependentsIn(r.TaskID, StateReady, func(_ string, d *Task) error {
@@ -72,13 +72,15 @@ func (x *tx) handoff(cmd Command, reply *Reply) error {
 	})
 }
 
-// limitsRunning reports whether queue, in this workspace, limits how many
-// of its jobs run at once (QueueConfig.MaxRunning).
-func (x *tx) limitsRunning(queue string) (bool, error) {
+// holdsBack reports whether queue, in this workspace, holds its jobs back
+// from a report's handoff: it limits how many of them run at once
+// (QueueConfig.MaxRunning), which only its consumer counts, or it is
+// paused.
+func (x *tx) holdsBack(queue string) (bool, error) {
 	w, err := x.o.Workspace(x.m.Workspace)
 	if err != nil || w == nil {
 		return false, err
 	}
 	q := w.Queue(queue)
-	return q != nil && q.MaxRunning > 0, nil
+	return q != nil && (q.MaxRunning > 0 || q.Paused), nil
 }

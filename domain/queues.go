@@ -12,6 +12,10 @@ const (
 	MaxMaxDeliver = 1_000
 	// MaxMaxRunning bounds a queue's limit of jobs running at once.
 	MaxMaxRunning = 100_000
+
+	// The settings of a queue no queue.configure has set.
+	DefaultLeaseMS    = 30_000
+	DefaultMaxDeliver = 5
 )
 
 // QueueConfig is a queue's settings, which its work items' consumer follows:
@@ -21,12 +25,15 @@ type QueueConfig = schemas.QueueConfig
 
 // queueReply answers a queue.configure with the settings in effect.
 func queueReply(w *Workspace, q *QueueConfig, duplicate bool) Reply {
-	return Reply{ID: w.Name, Version: w.Version, Queue: q.Name, LeaseMS: q.LeaseMS, MaxDeliver: q.MaxDeliver, MaxRunning: q.MaxRunning, Duplicate: duplicate}
+	return Reply{ID: w.Name, Version: w.Version, Queue: q.Name, LeaseMS: q.LeaseMS, MaxDeliver: q.MaxDeliver, MaxRunning: q.MaxRunning,
+		Paused: q.Paused, Duplicate: duplicate}
 }
 
 // configureQueue sets a queue's settings. The same settings again change
 // nothing; with IfUnset, neither do other settings of a queue already
-// configured. The reply carries the settings in effect either way.
+// configured (a queue only paused has the defaults, which it sets). A pause
+// outlasts new settings. The reply carries the settings in effect either
+// way.
 func (x *tx) configureQueue(c *ConfigureQueue) (Reply, error) {
 	w, dup, err := x.queueCommand(c.Queue)
 	if err != nil {
@@ -65,7 +72,7 @@ func (x *tx) configureQueue(c *ConfigureQueue) (Reply, error) {
 	case c.MaxRunning == 0 && q != nil:
 		running = q.MaxRunning
 	}
-	if q != nil && (c.IfUnset || (q.LeaseMS == c.LeaseMS && q.MaxDeliver == c.MaxDeliver && q.MaxRunning == running)) {
+	if q != nil && !q.DefaultSettings && (c.IfUnset || (q.LeaseMS == c.LeaseMS && q.MaxDeliver == c.MaxDeliver && q.MaxRunning == running)) {
 		return queueReply(w, q, true), nil
 	}
 	if err := x.emit(w.Name, &QueueConfigured{Queue: c.Queue, LeaseMS: c.LeaseMS, MaxDeliver: c.MaxDeliver, MaxRunning: running}); err != nil {
@@ -73,6 +80,49 @@ func (x *tx) configureQueue(c *ConfigureQueue) (Reply, error) {
 	}
 	w, _ = x.o.Workspace(w.Name)
 	return queueReply(w, w.Queue(c.Queue), false), nil
+}
+
+// pauseQueue pauses (queue.pause) or resumes (queue.resume) a queue of the
+// command's workspace. Pausing a queue as it is changes nothing; a queue
+// without settings is paused with the defaults (it counts as a queue as a
+// configured one does). Resuming a queue that is not paused changes
+// nothing, and one that does not stand is not found.
+func (x *tx) pauseQueue(queue string, pause bool) (Reply, error) {
+	w, dup, err := x.queueCommand(queue)
+	if err != nil {
+		return Reply{}, err
+	}
+	q := w.Queue(queue)
+	switch {
+	case dup && q != nil:
+		return queueReply(w, q, true), nil
+	case dup:
+		return workspaceReply(w, true), nil
+	case q != nil && q.Paused == pause:
+		return queueReply(w, q, true), nil
+	case q == nil && !pause:
+		u, err := x.o.QueueUse(w.Name, queue)
+		if err != nil {
+			return Reply{}, err
+		}
+		if !u.Stands {
+			return Reply{}, notFound("/queue", "queue %q does not stand in workspace %q (dwr queue ls)", queue, w.Name)
+		}
+		return workspaceReply(w, true), nil // a queue never paused
+	case q == nil:
+		if err := x.openQueue(w.Name, queue, "/queue"); err != nil {
+			return Reply{}, err
+		}
+	}
+	var e Event = &QueueResumed{Queue: queue}
+	if pause {
+		e = &QueuePaused{Queue: queue}
+	}
+	if err := x.emit(w.Name, e); err != nil {
+		return Reply{}, err
+	}
+	w, _ = x.o.Workspace(w.Name)
+	return queueReply(w, w.Queue(queue), false), nil
 }
 
 // queueCommand is the workspace of a command about queue (its name checked

@@ -119,3 +119,40 @@ func TestConfigureQueueMaxRunning(t *testing.T) {
 	w.requireReplays()
 	w.requireReplaysFromWire()
 }
+
+// queue.pause and queue.resume: a pause outlasts new settings, and a queue
+// paused before any settings takes the defaults, which settings if unset
+// still replace. Pausing a paused queue, or resuming one that is not,
+// changes nothing; resuming a queue that does not stand is not found
+// (one that stands without settings: TestAPausedQueueHandsOutNothing).
+func TestPauseAndResumeAQueue(t *testing.T) {
+	w := setup(t)
+	out := w.must(&PauseQueue{Queue: "build"})
+	require.Equal(t, []string{"workspace.queue_paused"}, events(out, w.ws))
+	require.Equal(t, Reply{ID: w.ws, Version: 2, Queue: "build", LeaseMS: DefaultLeaseMS, MaxDeliver: DefaultMaxDeliver, Paused: true}, out.Reply)
+	require.Equal(t, &QueueConfig{Name: "build", LeaseMS: DefaultLeaseMS, MaxDeliver: DefaultMaxDeliver, Paused: true, DefaultSettings: true},
+		w.workspace().Queue("build"))
+	out = w.must(&PauseQueue{Queue: "build"})
+	require.Empty(t, out.Changes, "paused already")
+	require.True(t, out.Reply.Paused)
+	require.True(t, out.Reply.Duplicate)
+
+	out = w.must(&ConfigureQueue{Queue: "build", LeaseMS: 60_000, MaxDeliver: 3, IfUnset: true})
+	require.Len(t, out.Changes, 1, "the defaults are not settings: if_unset sets them")
+	require.Equal(t, &QueueConfig{Name: "build", LeaseMS: 60_000, MaxDeliver: 3, Paused: true}, w.workspace().Queue("build"),
+		"the pause outlasts the settings")
+	require.True(t, out.Reply.Paused)
+	require.Empty(t, w.must(&ConfigureQueue{Queue: "build", LeaseMS: 90_000, MaxDeliver: 3, IfUnset: true}).Changes, "set now")
+
+	out = w.must(&ResumeQueue{Queue: "build"})
+	require.Equal(t, []string{"workspace.queue_resumed"}, events(out, w.ws))
+	require.Equal(t, &QueueConfig{Name: "build", LeaseMS: 60_000, MaxDeliver: 3}, w.workspace().Queue("build"))
+	require.False(t, out.Reply.Paused)
+	require.Empty(t, w.must(&ResumeQueue{Queue: "build"}).Changes, "not paused")
+
+	require.Equal(t, "/queue", w.refused(&ResumeQueue{Queue: "nowhere"}, CodeNotFound).Field)
+	require.Equal(t, "/queue", w.refused(&PauseQueue{Queue: "Not A Name"}, CodeInvalid).Field)
+
+	w.requireReplays()
+	w.requireReplaysFromWire()
+}

@@ -161,10 +161,24 @@ func ApplyWorkspace(w *Workspace, id string, e Event, r Recorded) (*Workspace, e
 	case *QueueConfigured:
 		q := QueueConfig{Name: ev.Queue, LeaseMS: ev.LeaseMS, MaxDeliver: ev.MaxDeliver, MaxRunning: ev.MaxRunning}
 		if i := slices.IndexFunc(w.Queues, func(x QueueConfig) bool { return x.Name == ev.Queue }); i >= 0 {
+			q.Paused = w.Queues[i].Paused // a pause outlasts new settings
 			w.Queues[i] = q
 		} else {
 			w.Queues = append(w.Queues, q)
 		}
+	case *QueuePaused:
+		if i := slices.IndexFunc(w.Queues, func(x QueueConfig) bool { return x.Name == ev.Queue }); i >= 0 {
+			w.Queues[i].Paused = true
+		} else {
+			w.Queues = append(w.Queues, QueueConfig{Name: ev.Queue, LeaseMS: DefaultLeaseMS, MaxDeliver: DefaultMaxDeliver,
+				Paused: true, DefaultSettings: true})
+		}
+	case *QueueResumed:
+		i := slices.IndexFunc(w.Queues, func(x QueueConfig) bool { return x.Name == ev.Queue })
+		if i < 0 {
+			return nil, fmt.Errorf("domain: workspace %s: queue %q resumed but never paused", id, ev.Queue)
+		}
+		w.Queues[i].Paused = false
 	case *QueueDeleted:
 		w.Queues = slices.DeleteFunc(w.Queues, func(x QueueConfig) bool { return x.Name == ev.Queue })
 		if len(w.Queues) == 0 {

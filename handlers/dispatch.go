@@ -125,8 +125,8 @@ type dispatcher struct {
 // The settings of a queue that no queue.configure has set: its consumer's
 // ack wait (the lease) and max deliveries.
 const (
-	DefaultQueueLease      = 30 * time.Second
-	DefaultQueueMaxDeliver = 5
+	DefaultQueueLease      = domain.DefaultLeaseMS * time.Millisecond
+	DefaultQueueMaxDeliver = domain.DefaultMaxDeliver
 )
 
 // ensureQueue makes the durable consumer of a queue stand, with the
@@ -152,7 +152,7 @@ func (d *dispatcher) ensureQueueWith(ctx context.Context, ws, queue string, qc *
 	d.mu.Lock()
 	applied, done := d.queues[access.Consumer(d.prefix, ws, queue)]
 	d.mu.Unlock()
-	if done && (qc == nil || applied == *qc) {
+	if done && (qc == nil || applied == consumerSettings(qc)) {
 		return nil
 	}
 	return d.ensureConsumer(ctx, ws, queue, qc)
@@ -192,14 +192,23 @@ func (d *dispatcher) ensureConsumer(ctx context.Context, ws, queue string, qc *d
 		// The jobs running at once are the items delivered and not yet
 		// acknowledged (0: the server's default, 1,000 per worker pull).
 		cfg.MaxAckPending = qc.MaxRunning
-		_, err = d.js.CreateOrUpdateConsumer(ctx, d.stream, cfg)
+		if qc.Paused {
+			// A paused consumer delivers nothing, redeliveries included,
+			// and takes acknowledgements as ever.
+			until := pausedUntil
+			cfg.PauseUntil = &until
+		}
+		var c jetstream.Consumer
+		if c, err = d.js.CreateOrUpdateConsumer(ctx, d.stream, cfg); err == nil {
+			err = d.pauseConsumer(ctx, c, qc.Paused)
+		}
 	}
 	if err != nil {
 		return fmt.Errorf("handlers: the consumer of queue %s in %s: %w", queue, ws, err)
 	}
 	var applied domain.QueueConfig
 	if qc != nil {
-		applied = *qc
+		applied = consumerSettings(qc)
 	}
 	d.mu.Lock()
 	d.queues[name] = applied
@@ -209,6 +218,34 @@ func (d *dispatcher) ensureConsumer(ctx context.Context, ws, queue string, qc *d
 		d.changed(name)
 	}
 	return nil
+}
+
+// pauseConsumer pauses or resumes consumer c as paused says, unless it is
+// so: the server takes the pause of a consumer that exists only through
+// its pause API, not in an update of its configuration.
+func (d *dispatcher) pauseConsumer(ctx context.Context, c jetstream.Consumer, paused bool) error {
+	info := c.CachedInfo()
+	if info.Paused == paused {
+		return nil
+	}
+	var err error
+	if paused {
+		_, err = d.js.PauseConsumer(ctx, d.stream, info.Name, pausedUntil)
+	} else {
+		_, err = d.js.ResumeConsumer(ctx, d.stream, info.Name)
+	}
+	return err
+}
+
+// pausedUntil is when a paused queue's consumer would resume by itself: a
+// queue stays paused until queue.resume, which clears it.
+var pausedUntil = time.Date(2200, 1, 1, 0, 0, 0, 0, time.UTC)
+
+// consumerSettings is what of qc its consumer follows.
+func consumerSettings(qc *domain.QueueConfig) domain.QueueConfig {
+	c := *qc
+	c.DefaultSettings = false
+	return c
 }
 
 // configureQueue makes the consumer of a queue stand with settings qc, as
@@ -415,14 +452,21 @@ func (d *dispatcher) dispatchCommit(c *eventstore.Commit, seq uint64, store aggr
 			}
 			continue
 		}
-		if e.Type == "workspace.queue_configured" {
-			var qc domain.QueueConfigured
-			if err := json.Unmarshal(e.Data, &qc); err == nil {
-				err := d.configureQueue(context.Background(), e.Workspace,
-					domain.QueueConfig{Name: qc.Queue, LeaseMS: qc.LeaseMS, MaxDeliver: qc.MaxDeliver, MaxRunning: qc.MaxRunning}, seq)
-				if err != nil {
-					d.logger.Warn("handlers: a queue's consumer could not be configured; it is at the next start", "err", err)
-				}
+		if e.Type == "workspace.queue_configured" || e.Type == "workspace.queue_paused" || e.Type == "workspace.queue_resumed" {
+			// The settings as the record left them (a pause outlasts new
+			// settings; new settings outlast a pause).
+			var qe struct {
+				Queue string `json:"queue"`
+			}
+			if err := json.Unmarshal(e.Data, &qe); err != nil {
+				continue
+			}
+			w, err := store.Workspace(e.Workspace)
+			if err != nil || w == nil || w.Queue(qe.Queue) == nil {
+				continue // deleted later in the record, or unreadable: set at the next start
+			}
+			if err := d.configureQueue(context.Background(), e.Workspace, *w.Queue(qe.Queue), seq); err != nil {
+				d.logger.Warn("handlers: a queue's consumer could not be configured; it is at the next start", "err", err)
 			}
 			continue
 		}

@@ -273,6 +273,8 @@ var (
 	descQueuePending  = prometheus.NewDesc("dwr_queue_pending", "Work items of a queue not delivered to a worker yet.", queueLabels, nil)
 	descQueueInFlight = prometheus.NewDesc("dwr_queue_in_flight",
 		"Work items of a queue delivered to a worker and not acknowledged yet.", queueLabels, nil)
+	descQueuePaused = prometheus.NewDesc("dwr_queue_paused",
+		"1 while a queue is paused (queue.pause): its consumer hands out no work item.", queueLabels, nil)
 	descQueueOldest = prometheus.NewDesc("dwr_queue_oldest_item_age_seconds",
 		"Age of a queue's oldest work item not acknowledged yet (0 when it has none).", queueLabels, nil)
 	descQueues = prometheus.NewDesc("dwr_queues",
@@ -292,7 +294,7 @@ var (
 
 func (c stateCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descWriter, descLogLast, descViewsApplied, descViewsLag,
-		descQueuePending, descQueueInFlight, descQueueOldest, descQueues, descQueuesMax, descApprovals, descArtifactBytes, descArtifactBytesMax, descLogHeld, descBacklog} {
+		descQueuePending, descQueueInFlight, descQueuePaused, descQueueOldest, descQueues, descQueuesMax, descApprovals, descArtifactBytes, descArtifactBytesMax, descLogHeld, descBacklog} {
 		ch <- d
 	}
 }
@@ -371,6 +373,11 @@ func (s *Service) collectQueues(ctx context.Context, gauge func(*prometheus.Desc
 		}
 		gauge(descQueuePending, float64(ci.NumPending), ws, queue)
 		gauge(descQueueInFlight, float64(ci.NumAckPending), ws, queue)
+		paused := 0.0
+		if ci.Paused {
+			paused = 1
+		}
+		gauge(descQueuePaused, paused, ws, queue)
 		age := 0.0
 		if ci.NumPending+uint64(max(ci.NumAckPending, 0)) > 0 {
 			// The first item after the ack floor is the oldest not acknowledged.

@@ -1517,10 +1517,10 @@ func (s *Service) handleCommand(name string, req micro.Request, who sender) (rep
 			s.reloadMembers(o.Seq)
 		}
 	}
-	if name == "queue.configure" {
-		// The consumer stands as the reply says before the executor hears
-		// it: also when nothing changed (a consumer deleted by hand is made
-		// again).
+	if name == "queue.configure" || name == "queue.pause" || name == "queue.resume" {
+		// The consumer stands as the reply says before the executor (or
+		// the admin) hears it: also when nothing changed (a consumer
+		// deleted by hand is made again).
 		if werr := s.ensureQueueOf(ctx, ws, o); werr != nil {
 			return errResponse(werr)
 		}
@@ -1600,7 +1600,10 @@ func (s *Service) ensureQueueOf(ctx context.Context, ws string, o outcome) *sche
 	if err := json.Unmarshal(o.Reply, &res); err != nil {
 		return toWire(err, s.cfg.Logger)
 	}
-	r := domain.QueueConfig{Name: res.Queue, LeaseMS: res.LeaseMS, MaxDeliver: res.MaxDeliver, MaxRunning: res.MaxRunning}
+	if res.Queue == "" {
+		return nil // a command applied before to a queue deleted since
+	}
+	r := domain.QueueConfig{Name: res.Queue, LeaseMS: res.LeaseMS, MaxDeliver: res.MaxDeliver, MaxRunning: res.MaxRunning, Paused: res.Paused}
 	if err := s.dispatch.configureQueue(ctx, ws, r, o.Seq); err != nil {
 		s.cfg.Logger.Warn("handlers: a queue's consumer could not be configured", "err", err)
 		return &schemas.Error{Code: schemas.CodeUnavailable, Message: "the queue's consumer could not be configured: retry"}

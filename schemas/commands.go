@@ -233,6 +233,17 @@ type DeleteQueue struct {
 	ScannedAt uint64 `json:"-"`
 }
 
+// PauseQueue stops a queue's consumer handing out jobs until the queue is
+// resumed; the jobs already handed out run on.
+type PauseQueue struct {
+	Queue string `json:"queue"`
+}
+
+// ResumeQueue lets a paused queue's consumer hand out jobs again.
+type ResumeQueue struct {
+	Queue string `json:"queue"`
+}
+
 // RequestApproval parks the current attempt's task on a person's decision
 // about a concrete action. The task resumes (as a new attempt, handed the
 // decision) or ends, as the request's branches say.
@@ -399,6 +410,12 @@ func (ConfigureQueue) CommandName() string { return "queue.configure" }
 
 // CommandName returns the command's wire name.
 func (DeleteQueue) CommandName() string { return "queue.delete" }
+
+// CommandName returns the command's wire name.
+func (PauseQueue) CommandName() string { return "queue.pause" }
+
+// CommandName returns the command's wire name.
+func (ResumeQueue) CommandName() string { return "queue.resume" }
 
 // CommandName returns the command's wire name.
 func (RequestApproval) CommandName() string { return "task.request_approval" }

@@ -225,6 +225,15 @@ func TestContractOfTheDomain(t *testing.T) {
 	require.True(t, r.Duplicate)
 	c.do("queue.configure", map[string]any{"queue": "drafts", "lease_ms": 60000, "max_deliver": 3})
 	c.do("queue.delete", map[string]any{"queue": "drafts"})
+	// A queue paused before any settings: the defaults, which an
+	// executor's settings if unset still replace; the pause outlasts them.
+	r = c.do("queue.pause", map[string]any{"queue": "review"})
+	require.True(t, r.Paused)
+	r = c.do("queue.configure", map[string]any{"queue": "review", "lease_ms": 60000, "max_deliver": 3, "if_unset": true})
+	require.Equal(t, int64(60000), r.LeaseMS)
+	require.True(t, r.Paused)
+	r = c.do("queue.resume", map[string]any{"queue": "review"})
+	require.False(t, r.Paused)
 
 	// A goal that is achieved, through failures, a lost lease, a review, an
 	// approval gate, an attempt's approval that is escalated, and a signal.

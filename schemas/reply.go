@@ -40,11 +40,13 @@ type CommandResult struct {
 	TokenHash  string `json:"token_hash,omitempty"`
 	ApprovalID string `json:"approval_id,omitempty"` // for task.request_approval and approval.decide
 	GoalID     string `json:"goal_id,omitempty"`     // for task.delegate: the child goal
-	// For queue.configure: the queue's settings in effect.
+	// For queue.configure, queue.pause and queue.resume: the queue's
+	// settings in effect.
 	Queue      string `json:"queue,omitempty"`
 	LeaseMS    int64  `json:"lease_ms,omitempty"`
 	MaxDeliver int    `json:"max_deliver,omitempty"`
 	MaxRunning int    `json:"max_running,omitempty"`
+	Paused     bool   `json:"paused,omitempty"` // for queue.configure, queue.pause and queue.resume
 	// Duplicate is true when nothing was appended: the command id was
 	// already applied, or the command asked for what already is.
 	Duplicate bool `json:"duplicate,omitempty"`

@@ -361,7 +361,7 @@ var commandBodies = map[string]schemas.Command{
 	"task.fail": schemas.ReportFailure{}, "task.heartbeat": schemas.Heartbeat{}, "task.verify": schemas.RecordVerification{},
 	"task.review": schemas.ReviewTask{}, "approval.decide": schemas.DecideApproval{}, "approver.register": schemas.RegisterApprover{},
 	"approver.revoke": schemas.RevokeApprover{}, "member.add": schemas.AddMember{}, "member.remove": schemas.RemoveMember{},
-	"queue.configure": schemas.ConfigureQueue{}, "queue.delete": schemas.DeleteQueue{}, "task.request_approval": schemas.RequestApproval{}, "task.wait": schemas.WaitTask{},
+	"queue.configure": schemas.ConfigureQueue{}, "queue.delete": schemas.DeleteQueue{}, "queue.pause": schemas.PauseQueue{}, "queue.resume": schemas.ResumeQueue{}, "task.request_approval": schemas.RequestApproval{}, "task.wait": schemas.WaitTask{},
 	"task.delegate": schemas.DelegateTask{},
 	"goal.shred":    schemas.ShredGoal{}, "workspace.shred": schemas.ShredWorkspace{},
 	"task.retry":          schemas.RetryTask{},

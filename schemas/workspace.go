@@ -24,6 +24,14 @@ type QueueConfig struct {
 	// MaxRunning is how many of the queue's jobs may run at once, across
 	// all its executors (its consumer's MaxAckPending); 0: no limit.
 	MaxRunning int `json:"max_running,omitempty"`
+	// Paused is true from a queue.pause to the next queue.resume: the
+	// queue's consumer hands out no job, and no report hands its sender
+	// the queue's next task; jobs already handed out run on.
+	Paused bool `json:"paused,omitempty"`
+	// DefaultSettings is true when no queue.configure has set the lease and
+	// deliveries (the queue was paused first): the defaults are in effect,
+	// and an executor's queue.configure with if_unset still sets them.
+	DefaultSettings bool `json:"default_settings,omitempty"`
 }
 
 // Workspace is the state of a workspace aggregate, as workspace.list

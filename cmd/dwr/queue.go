@@ -15,14 +15,14 @@ import (
 )
 
 func queueCmd(g *globals) *cobra.Command {
-	cmd := &cobra.Command{Use: "queue", Short: "list queues, set their lease, deliveries and limit of jobs running at once, and delete them"}
+	cmd := &cobra.Command{Use: "queue", Short: "list queues, set their lease, deliveries and limit of jobs running at once, pause and resume them, and delete them"}
 	list := listCmd(g, &cobra.Command{Use: "list", Short: "list the workspace's queues: those configured, then those its tasks opened, with their settings", Args: cobra.NoArgs}, nil, "queues", nil,
 		func(ctx context.Context, cl *client.Client, _ []string, opts ...client.CallOption) iter.Seq2[*schemas.QueueConfig, error] {
 			return cl.Queues(ctx, opts...)
-		}, columns([]string{"QUEUE", "LEASE", "MAX DELIVER", "MAX RUNNING"}, func(q schemas.QueueConfig) []string {
-			return []string{q.Name, (time.Duration(q.LeaseMS) * time.Millisecond).String(), fmt.Sprint(q.MaxDeliver), maxRunning(q.MaxRunning)}
+		}, columns([]string{"QUEUE", "LEASE", "MAX DELIVER", "MAX RUNNING", "PAUSED"}, func(q schemas.QueueConfig) []string {
+			return []string{q.Name, (time.Duration(q.LeaseMS) * time.Millisecond).String(), fmt.Sprint(q.MaxDeliver), maxRunning(q.MaxRunning), yesNo(q.Paused)}
 		}))
-	cmd.AddCommand(list, queueSetCmd(g), queueDeleteCmd(g))
+	cmd.AddCommand(list, queueSetCmd(g), queuePauseCmd(g, true), queuePauseCmd(g, false), queueDeleteCmd(g))
 	return cmd
 }
 
@@ -66,8 +66,7 @@ func queueSetCmd(g *globals) *cobra.Command {
 					return err
 				}
 				return show(g, &r.CommandResult, func(w io.Writer, r *schemas.CommandResult) error {
-					_, err := fmt.Fprintf(w, "queue %s: lease %s, max deliver %d, max running: %s\n", r.Queue,
-						time.Duration(r.LeaseMS)*time.Millisecond, r.MaxDeliver, maxRunning(r.MaxRunning))
+					_, err := fmt.Fprintf(w, "queue %s: %s\n", r.Queue, queueSettings(r))
 					return err
 				})
 			})
@@ -80,6 +79,53 @@ func queueSetCmd(g *globals) *cobra.Command {
 	f.IntVar(&running, "max-running", 0, "how many of the queue's jobs may run at once, across all its executors")
 	f.BoolVar(&unlimited, "no-limit", false, "remove the queue's limit of jobs running at once")
 	return set
+}
+
+// queuePauseCmd is dwr queue pause (pause true) or dwr queue resume: an
+// admin stops a queue handing out jobs, or lets it again.
+func queuePauseCmd(g *globals, pause bool) *cobra.Command {
+	var cmdID string
+	cmd := &cobra.Command{Use: "resume NAME", Short: "let a paused queue hand out its jobs again, those that joined it meanwhile first", Args: cobra.ExactArgs(1)}
+	if pause {
+		cmd = &cobra.Command{Use: "pause NAME", Args: cobra.ExactArgs(1),
+			Short: "stop a queue handing out jobs until it is resumed; the jobs already out run on, and tasks keep joining it"}
+	}
+	cmd.RunE = func(_ *cobra.Command, args []string) error {
+		return g.withClient(func(ctx context.Context, cl *client.Client) error {
+			send := cl.ResumeQueue
+			if pause {
+				send = cl.PauseQueue
+			}
+			r, err := send(ctx, args[0], client.CommandID(cmdID))
+			if err != nil {
+				return err
+			}
+			return show(g, &r.CommandResult, func(w io.Writer, r *schemas.CommandResult) error {
+				var err error
+				switch {
+				case r.Queue == "": // resumed a queue that stands without settings: never paused
+					_, err = fmt.Fprintf(w, "queue %s is not paused: nothing changed\n", args[0])
+				case r.Duplicate:
+					_, err = fmt.Fprintf(w, "queue %s, nothing changed: %s\n", r.Queue, queueSettings(r))
+				default:
+					_, err = fmt.Fprintf(w, "queue %s %s: %s\n", r.Queue, map[bool]string{true: "paused", false: "resumed"}[pause], queueSettings(r))
+				}
+				return err
+			})
+		})
+	}
+	commandIDFlag(cmd, &cmdID)
+	return cmd
+}
+
+// queueSettings says a queue's settings in effect, as a command's reply
+// has them.
+func queueSettings(r *schemas.CommandResult) string {
+	s := fmt.Sprintf("lease %s, max deliver %d, max running: %s", time.Duration(r.LeaseMS)*time.Millisecond, r.MaxDeliver, maxRunning(r.MaxRunning))
+	if r.Paused {
+		s += ", paused: no job goes out until dwr queue resume " + r.Queue
+	}
+	return s
 }
 
 // queueDeleteCmd is dwr queue delete: an admin removes a queue no

@@ -48,3 +48,32 @@ func TestCLIQueueSet(t *testing.T) {
 	require.Equal(t, exitNotFound, code)
 	require.Contains(t, errs, "does not stand")
 }
+
+// `dwr queue pause` stops a queue handing out jobs, and says how to undo
+// it; `dwr queue list` shows it; `dwr queue resume` lets the jobs out.
+func TestCLIQueuePauseAndResume(t *testing.T) {
+	url := cliServer(t)
+	code, out, errs := run(t, url, "queue", "pause", "llm")
+	require.Zero(t, code, errs)
+	require.Equal(t, "queue llm paused: lease 30s, max deliver 5, max running: no limit, paused: no job goes out until dwr queue resume llm\n", out)
+	code, out, errs = run(t, url, "queue", "set", "llm", "--lease", "1m")
+	require.Zero(t, code, errs)
+	require.Contains(t, out, "lease 1m0s", "new settings")
+	require.Contains(t, out, "paused", "keep the pause")
+	code, out, errs = run(t, url, "queue", "list")
+	require.Zero(t, code, errs)
+	require.Regexp(t, `(?m)^llm\s+1m0s\s+5\s+no limit\s+yes$`, out)
+	var qs []schemas.QueueConfig
+	runJSON(t, url, &qs, "queue", "list")
+	require.True(t, qs[0].Paused)
+
+	code, out, errs = run(t, url, "queue", "resume", "llm")
+	require.Zero(t, code, errs)
+	require.Equal(t, "queue llm resumed: lease 1m0s, max deliver 5, max running: no limit\n", out)
+	code, out, errs = run(t, url, "queue", "resume", "llm")
+	require.Zero(t, code, errs)
+	require.Equal(t, "queue llm, nothing changed: lease 1m0s, max deliver 5, max running: no limit\n", out)
+	code, _, errs = run(t, url, "queue", "resume", "nowhere")
+	require.Equal(t, exitNotFound, code)
+	require.Contains(t, errs, "does not stand")
+}

@@ -68,6 +68,20 @@ func (c *Client) DeleteQueue(ctx context.Context, queue string, opts ...CallOpti
 	return c.do(ctx, "queue.delete", schemas.DeleteQueue{Queue: queue}, opts)
 }
 
+// PauseQueue pauses a queue (queue.pause): its consumer hands out no job,
+// and no report hands its sender the queue's next task, until ResumeQueue;
+// the jobs already handed out run on. The Result's Paused is true and its
+// Queue, LeaseMS, MaxDeliver and MaxRunning are the settings in effect.
+func (c *Client) PauseQueue(ctx context.Context, queue string, opts ...CallOption) (*Result, error) {
+	return c.do(ctx, "queue.pause", schemas.PauseQueue{Queue: queue}, opts)
+}
+
+// ResumeQueue lets a paused queue hand out its jobs again (queue.resume),
+// those that joined it meanwhile first.
+func (c *Client) ResumeQueue(ctx context.Context, queue string, opts ...CallOption) (*Result, error) {
+	return c.do(ctx, "queue.resume", schemas.ResumeQueue{Queue: queue}, opts)
+}
+
 // Queues lists the workspace's queues (queue.list): those configured,
 // then those that stand without a configuration.
 func (c *Client) Queues(ctx context.Context, opts ...CallOption) iter.Seq2[*schemas.QueueConfig, error] {

@@ -100,6 +100,18 @@ func TestClientAdministersAWorkspace(t *testing.T) {
 	require.Equal(t, 7, q.MaxDeliver)
 	qs := collect(t, ops.Queues(ctx))
 	require.Equal(t, []*schemas.QueueConfig{{Name: "build", LeaseMS: 60_000, MaxDeliver: 7}}, qs)
+
+	q, err = ops.PauseQueue(ctx, "build")
+	require.NoError(t, err)
+	require.True(t, q.Paused)
+	require.Equal(t, int64(60_000), q.LeaseMS, "a pause keeps the settings")
+	qs = collect(t, ops.Queues(ctx, client.MinSeq(q.Seq)))
+	require.True(t, qs[0].Paused)
+	q, err = ops.ResumeQueue(ctx, "build")
+	require.NoError(t, err)
+	require.False(t, q.Paused)
+	_, err = ops.ResumeQueue(ctx, "nowhere")
+	require.ErrorIs(t, err, client.ErrNotFound)
 }
 
 // A Lasting connection is made before any server answers, and keeps

@@ -141,6 +141,50 @@ func (c *Console) retryTask(w http.ResponseWriter, r *http.Request, s *session) 
 	withReason(w, r, s.cl.RetryTask)
 }
 
+// queue is GET /api/queues/{name}: the queue's settings (queue.list's
+// entry), or only its name when it has none.
+func (c *Console) queue(w http.ResponseWriter, r *http.Request, s *session) {
+	ctx, cancel := requestCtx(r)
+	defer cancel()
+	out := &schemas.QueueConfig{Name: r.PathValue("name")}
+	for q, err := range s.cl.Queues(ctx) {
+		if err != nil {
+			writeClientError(w, err)
+			return
+		}
+		if q.Name == out.Name {
+			out = q
+			break
+		}
+	}
+	writeJSON(w, http.StatusOK, out)
+}
+
+// pauseQueue is POST /api/queues/{name}/pause: the queue hands out no job
+// until it is resumed (queue.pause).
+func (c *Console) pauseQueue(w http.ResponseWriter, r *http.Request, s *session) {
+	onQueue(w, r, s.cl.PauseQueue)
+}
+
+// resumeQueue is POST /api/queues/{name}/resume: the paused queue hands out
+// its jobs again (queue.resume).
+func (c *Console) resumeQueue(w http.ResponseWriter, r *http.Request, s *session) {
+	onQueue(w, r, s.cl.ResumeQueue)
+}
+
+// onQueue sends the command do about the queue the path names, and answers
+// its result.
+func onQueue(w http.ResponseWriter, r *http.Request, do func(ctx context.Context, queue string, opts ...client.CallOption) (*client.Result, error)) {
+	ctx, cancel := requestCtx(r)
+	defer cancel()
+	res, err := do(ctx, r.PathValue("name"))
+	if err != nil {
+		writeClientError(w, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, res)
+}
+
 // queueTasks is GET /api/queues/{name}/tasks?state=S: the queue's tasks in
 // state S (the newest MaxListed, newest first), or in every state (the
 // first MaxListed, by state).
@@ -343,6 +387,7 @@ type queueRow struct {
 	LeaseMS     int64  `json:"lease_ms,omitempty"`
 	MaxDeliver  int    `json:"max_deliver,omitempty"`
 	MaxRunning  int    `json:"max_running,omitempty"` // 0: no limit
+	Paused      bool   `json:"paused,omitempty"`
 	Ready       int    `json:"ready"`
 	Running     int    `json:"running"`
 	Waiting     int    `json:"waiting"`
@@ -371,7 +416,7 @@ func (c *Console) queues(w http.ResponseWriter, r *http.Request, s *session) {
 			return
 		}
 		x := row(q.Name)
-		x.LeaseMS, x.MaxDeliver, x.MaxRunning = q.LeaseMS, q.MaxDeliver, q.MaxRunning
+		x.LeaseMS, x.MaxDeliver, x.MaxRunning, x.Paused = q.LeaseMS, q.MaxDeliver, q.MaxRunning, q.Paused
 	}
 	truncated := false
 	for _, state := range []string{schemas.StateReady, schemas.StateRunning, schemas.StateWaiting, schemas.StateFailed} {

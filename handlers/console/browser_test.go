@@ -174,6 +174,15 @@ func TestBrowser(t *testing.T) {
 		chromedp.Navigate(e.url+"/#/queues/build?state=accepted"),
 		chromedp.WaitVisible(chromedp.CSS(`#queue-tasks tr[data-task-id] a`)),
 		screenshot(t, "queue-tasks"),
+		chromedp.Func(func(ctx context.Context, target *chromedp.Target) error {
+			_, err := chromedp.Evaluate[bool](`window.confirm = () => true; true`)(ctx, target) // the pause asks first
+			return err
+		}),
+		chromedp.Click(chromedp.CSS("#pause-queue")),
+		chromedp.WaitVisible(chromedp.CSS("#queue-paused")),
+		screenshot(t, "queue-paused"),
+		chromedp.Click(chromedp.CSS("#resume-queue")),
+		chromedp.WaitVisible(chromedp.CSS("#pause-queue")),
 		chromedp.Click(chromedp.CSS("#signout")),
 	))
 	require.True(t, noButtons, "an accepted task's page offers no cancel and no retry")

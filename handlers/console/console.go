@@ -149,7 +149,10 @@ func (c *Console) routes() *http.ServeMux {
 	m.HandleFunc("GET /api/approvals/{id}", c.withSession(c.approval))
 	m.HandleFunc("POST /api/approvals/{id}/decide", c.withSession(c.decide))
 	m.HandleFunc("GET /api/queues", c.withSession(c.queues))
+	m.HandleFunc("GET /api/queues/{name}", c.withSession(c.queue))
 	m.HandleFunc("GET /api/queues/{name}/tasks", c.withSession(c.queueTasks))
+	m.HandleFunc("POST /api/queues/{name}/pause", c.withSession(c.pauseQueue))
+	m.HandleFunc("POST /api/queues/{name}/resume", c.withSession(c.resumeQueue))
 	return m
 }
 

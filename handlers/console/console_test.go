@@ -702,6 +702,35 @@ func TestQueues(t *testing.T) {
 	code, _ = admin.post("/api/tasks/"+bad.ID+"/retry", map[string]string{"reason": "the executor is fixed"}, &res)
 	require.Equal(t, http.StatusOK, code)
 	require.Equal(t, schemas.StateReady, res.State, "a new attempt")
+
+	// An admin pauses a queue and resumes it (a viewer may not); the
+	// listing and the queue's own entry say so.
+	code, er = b.post("/api/queues/render/pause", nil, nil)
+	require.Equal(t, http.StatusForbidden, code)
+	require.Equal(t, schemas.CodeForbidden, er.Error.Code)
+	code, _ = admin.post("/api/queues/render/pause", nil, &res)
+	require.Equal(t, http.StatusOK, code)
+	require.True(t, res.Paused)
+	var q schemas.QueueConfig // the admin's session reads its own writes
+	code, _ = admin.get("/api/queues/render", &q)
+	require.Equal(t, http.StatusOK, code)
+	require.True(t, q.Paused)
+	var rows []struct {
+		Name   string `json:"name"`
+		Paused bool   `json:"paused"`
+	}
+	code, _ = admin.get("/api/queues", &rows)
+	require.Equal(t, http.StatusOK, code)
+	require.Equal(t, "render", rows[2].Name)
+	require.True(t, rows[2].Paused)
+	var resumed schemas.CommandResult
+	code, _ = admin.post("/api/queues/render/resume", nil, &resumed)
+	require.Equal(t, http.StatusOK, code)
+	require.False(t, resumed.Paused)
+	q = schemas.QueueConfig{}
+	code, _ = admin.get("/api/queues/render", &q)
+	require.Equal(t, http.StatusOK, code)
+	require.False(t, q.Paused)
 }
 
 // The page and its assets are served from the binary, with a policy that

@@ -477,12 +477,12 @@ async function renderApproval(id) {
 async function renderQueues() {
   const qs = await api("GET", "/api/queues");
   const rows = qs.map((q) => h("tr", { "data-queue": q.name },
-    h("td", {}, h("a", { href: "#/queues/" + encodeURIComponent(q.name) }, q.name)), h("td", { class: "num" }, q.ready), h("td", { class: "num" }, q.running), h("td", { class: "num" }, q.waiting),
+    h("td", {}, h("a", { href: "#/queues/" + encodeURIComponent(q.name) }, q.name), q.paused ? h("span", { class: "paused" }, " paused") : null), h("td", { class: "num" }, q.ready), h("td", { class: "num" }, q.running), h("td", { class: "num" }, q.waiting),
     h("td", { class: "num" + (q.quarantined ? " bad" : "") }, q.quarantined),
     h("td", {}, q.lease_ms ? q.lease_ms / 1000 + " s" : "-"), h("td", {}, q.max_deliver || "-"),
     h("td", {}, q.max_running ? "at most " + q.max_running : q.lease_ms ? "no limit" : "-")));
   show(h("h1", {}, "Queues"),
-    h("p", { class: "muted" }, "Depth: tasks ready for an executor. Running: attempts in progress. Waiting: tasks parked on an approval, a signal, a timer or a delegated goal. Quarantined: tasks failed because their work item was delivered the most times the queue allows."),
+    h("p", { class: "muted" }, "Depth: tasks ready for an executor (a paused queue hands out none). Running: attempts in progress. Waiting: tasks parked on an approval, a signal, a timer or a delegated goal. Quarantined: tasks failed because their work item was delivered the most times the queue allows."),
     table("queues", ["Queue", "Depth", "Running", "Waiting", "Quarantined", "Lease", "Max deliveries", "Running at once"], rows));
 }
 
@@ -490,7 +490,16 @@ async function renderQueues() {
 // ready by default), with a link to each.
 async function renderQueue(name) {
   const sel = new URLSearchParams(location.hash.split("?")[1] || "").get("state") || "ready";
-  const ts = await api("GET", `/api/queues/${encodeURIComponent(name)}/tasks?state=` + encodeURIComponent(sel));
+  const path = "/api/queues/" + encodeURIComponent(name);
+  const [q, ts] = await Promise.all([api("GET", path), api("GET", path + "/tasks?state=" + encodeURIComponent(sel))]);
+  const msg = h("div");
+  const toggle = h("button", { type: "button", id: q.paused ? "resume-queue" : "pause-queue", class: q.paused ? "" : "danger" }, q.paused ? "Resume queue" : "Pause queue");
+  toggle.addEventListener("click", async () => {
+    msg.replaceChildren();
+    if (!q.paused && !confirm("Pause queue " + name + "? No job goes out until it is resumed; the jobs already out run on.")) return;
+    try { await api("POST", path + (q.paused ? "/resume" : "/pause")); route(); } catch (err) { msg.append(errorBox(err)); }
+  });
+  const paused = q.paused ? h("p", { class: "error", id: "queue-paused" }, "Paused: no job goes out until the queue is resumed; the jobs already out run on, and tasks keep joining it.") : null;
   const filter = h("select", { id: "queue-task-state" }, ["pending", "ready", "running", "waiting", "verifying", "needs_review", "backoff",
     "accepted", "rejected", "failed", "cancelled"].map((s) => h("option", { value: s, selected: s === sel }, s)));
   filter.addEventListener("change", () => { location.hash = `#/queues/${encodeURIComponent(name)}?state=` + filter.value; });
@@ -498,7 +507,7 @@ async function renderQueue(name) {
     h("td", {}, h("a", { href: "#/tasks/" + t.id }, t.key || t.id)), h("td", {}, state(t.state)),
     h("td", {}, t.goal_id ? h("a", { href: "#/goals/" + t.goal_id }, t.goal_id) : "-"),
     h("td", { class: "num" }, (t.attempts || []).length), h("td", {}, t.reason || ""), h("td", {}, ago(t.updated_at))));
-  show(h("h1", {}, "Queue " + name), h("p", {}, h("a", { href: "#/queues" }, "All queues"), " · show ", filter),
+  show(h("h1", {}, "Queue " + name), paused, h("p", {}, h("a", { href: "#/queues" }, "All queues"), " · show ", filter, " ", toggle), msg,
     table("queue-tasks", ["Task", "State", "Goal", "Attempts", "Reason", "Updated"], rows));
 }
 

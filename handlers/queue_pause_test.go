@@ -1,0 +1,111 @@
+package handlers_test
+
+import (
+	"encoding/json"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/stretchr/testify/require"
+
+	"github.com/dwr-run/dwr/domain"
+	"github.com/dwr-run/dwr/schemas"
+)
+
+// A paused queue (queue.pause) hands out no job: its consumer delivers
+// nothing and no report hands its sender the queue's next task, while the
+// jobs already out run on and report. Tasks keep joining it; queue.resume
+// lets them out, in the order they joined. Settings set meanwhile keep the
+// pause. (Only an admin may publish either command: TestPermissionMatrix.)
+func TestAPausedQueueHandsOutNothing(t *testing.T) {
+	b := setup(t)
+	ctx := t.Context()
+
+	// Paused before anything configured it: the defaults, paused.
+	r, _ := b.mustCommand(t, "queue.pause", map[string]any{"queue": "shell"})
+	require.True(t, r.Paused)
+	require.Equal(t, int64(domain.DefaultLeaseMS), r.LeaseMS)
+	cons, err := b.jetstream(t).Consumer(ctx, "DWR_WORK", "dwr-default-shell")
+	require.NoError(t, err)
+	info, err := cons.Info(ctx)
+	require.NoError(t, err)
+	require.True(t, info.Paused, "the consumer is paused when the admin hears it")
+	var queues []schemas.QueueConfig
+	b.query(t, "queue.list", schemas.Query{}, b.lastSeq(t), &queues)
+	require.Equal(t, []schemas.QueueConfig{{Name: "shell", LeaseMS: domain.DefaultLeaseMS, MaxDeliver: domain.DefaultMaxDeliver,
+		Paused: true, DefaultSettings: true}}, queues)
+
+	// An executor's settings if unset replace the defaults; the pause stays.
+	r, _ = b.mustCommand(t, "queue.configure", map[string]any{"queue": "shell", "lease_ms": 20_000, "max_deliver": 4, "if_unset": true})
+	require.Equal(t, int64(20_000), r.LeaseMS)
+	require.True(t, r.Paused)
+	info, err = cons.Info(ctx)
+	require.NoError(t, err)
+	require.True(t, info.Paused, "new settings keep the pause")
+	require.Equal(t, 20*time.Second, info.Config.AckWait)
+
+	fetch := func(n int) []jetstream.Msg {
+		t.Helper()
+		batch, err := cons.Fetch(n, jetstream.FetchMaxWait(time.Second))
+		require.NoError(t, err)
+		var got []jetstream.Msg
+		for m := range batch.Messages() {
+			got = append(got, m)
+		}
+		return got
+	}
+	first, second := b.newTask(t, "shell"), b.newTask(t, "shell")
+	require.Empty(t, fetch(2), "a paused queue delivers nothing")
+	info, err = cons.Info(ctx)
+	require.NoError(t, err)
+	require.Equal(t, uint64(2), info.NumPending, "the tasks joined the queue")
+
+	r, _ = b.mustCommand(t, "queue.resume", map[string]any{"queue": "shell"})
+	require.False(t, r.Paused)
+	items := fetch(2)
+	require.Len(t, items, 2, "resumed: what joined meanwhile goes out")
+	var got []string
+	for _, m := range items {
+		var it schemas.WorkItem
+		require.NoError(t, json.Unmarshal(m.Data(), &it))
+		got = append(got, it.TaskID)
+		require.NoError(t, m.Ack())
+	}
+	require.Equal(t, []string{first, second}, got, "in the order they joined")
+	again, _ := b.mustCommand(t, "queue.resume", map[string]any{"queue": "shell"})
+	require.False(t, again.Paused)
+	require.True(t, again.Duplicate, "a queue not paused: nothing changes")
+
+	// A job out when the queue is paused runs on and reports; its report
+	// hands on nothing, and the next task waits as a work item.
+	exec := b.peer(t, "executor")
+	_, plan, _ := chain3(t, b)
+	a, next := plan.Tasks[0].TaskID, plan.Tasks[1].TaskID
+	items = fetch(1)
+	require.Len(t, items, 1)
+	token := exec.claim(t, a, "", 0).Token
+	b.mustCommand(t, "queue.pause", map[string]any{"queue": "shell"})
+	require.NoError(t, items[0].Ack(), "an acknowledgement is taken while paused")
+	_, rep := exec.succeedNext(t, a, 1, token, "")
+	require.Nil(t, rep.Next, "nothing is handed on from a paused queue")
+	var tk domain.Task
+	b.query(t, "task.get", schemas.Query{ID: a}, b.lastSeq(t), &tk)
+	require.Equal(t, domain.StateAccepted, tk.State, "the job out ran on and reported")
+	require.Empty(t, fetch(1), "the next task waits")
+
+	b.mustCommand(t, "queue.resume", map[string]any{"queue": "shell"})
+	items = fetch(1)
+	require.Len(t, items, 1, "the next task goes out as a work item")
+	var it schemas.WorkItem
+	require.NoError(t, json.Unmarshal(items[0].Data(), &it))
+	require.Equal(t, next, it.TaskID)
+
+	// A queue that stands without settings (a task was given it) resumes
+	// as it is; resuming one that never stood names it.
+	b.newTask(t, "given")
+	r, _ = b.mustCommand(t, "queue.resume", map[string]any{"queue": "given"})
+	require.True(t, r.Duplicate)
+	res := b.command(t, "queue.resume", map[string]any{"queue": "nowhere"}, "")
+	require.False(t, res.OK)
+	require.Equal(t, string(domain.CodeNotFound), res.Error.Code)
+}
