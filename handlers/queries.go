@@ -438,8 +438,7 @@ func (s *Service) query(name, ws string, p principal, q schemas.Query, pre prefe
 		if err != nil {
 			return nil, "", err
 		}
-		more := s.dispatch.standing(ws, w.Queues, pre.consumers)
-		return one(append(slices.Clone(nonNil(w.Queues)), more...), nil, budget, tooLargeReply(budget))
+		return one(s.dispatch.queueList(ws, w.Queues, pre.consumers), nil, budget, tooLargeReply(budget))
 	case "ritual.get":
 		return s.ritual(ws, q, budget)
 	case "ritual.list":

@@ -56,9 +56,11 @@ func TestAPausedQueueHandsOutNothing(t *testing.T) {
 	}
 	first, second := b.newTask(t, "shell"), b.newTask(t, "shell")
 	require.Empty(t, fetch(2), "a paused queue delivers nothing")
-	info, err = cons.Info(ctx)
-	require.NoError(t, err)
-	require.Equal(t, uint64(2), info.NumPending, "the tasks joined the queue")
+	var listed []schemas.Queue
+	b.query(t, "queue.list", schemas.Query{}, b.lastSeq(t), &listed)
+	require.Len(t, listed, 1)
+	require.Equal(t, uint64(2), listed[0].Pending, "the tasks joined the queue, and wait")
+	require.Zero(t, listed[0].InFlight)
 
 	r, _ = b.mustCommand(t, "queue.resume", map[string]any{"queue": "shell"})
 	require.False(t, r.Paused)
@@ -108,4 +110,39 @@ func TestAPausedQueueHandsOutNothing(t *testing.T) {
 	res := b.command(t, "queue.resume", map[string]any{"queue": "nowhere"}, "")
 	require.False(t, res.OK)
 	require.Equal(t, string(domain.CodeNotFound), res.Error.Code)
+}
+
+// A pause is the log's, not only the consumer's: a writer's start makes a
+// queue's consumer deleted by hand stand again paused, its item waiting.
+func TestAPauseOutlastsARestartAndALostConsumer(t *testing.T) {
+	b := setupJetStream(t)
+	ctx := t.Context()
+	b.mustCommand(t, "queue.pause", map[string]any{"queue": "shell"})
+	id := b.newTask(t, "shell")
+	require.NoError(t, b.jetstream(t).DeleteConsumer(ctx, "DWR_WORK", "dwr-default-shell"))
+	b.stop()
+
+	b2 := start(t, b.dir)
+	cons, err := b2.jetstream(t).Consumer(ctx, "DWR_WORK", "dwr-default-shell")
+	require.NoError(t, err, "the writer's start makes the consumer stand again")
+	info, err := cons.Info(ctx)
+	require.NoError(t, err)
+	require.True(t, info.Paused, "paused, as the log has it")
+	require.Equal(t, uint64(1), info.NumPending)
+	batch, err := cons.Fetch(1, jetstream.FetchMaxWait(time.Second))
+	require.NoError(t, err)
+	for range batch.Messages() {
+		t.Fatal("a paused queue delivered an item")
+	}
+
+	b2.mustCommand(t, "queue.resume", map[string]any{"queue": "shell"})
+	batch, err = cons.Fetch(1, jetstream.FetchMaxWait(10*time.Second))
+	require.NoError(t, err)
+	var got []string
+	for m := range batch.Messages() {
+		var it schemas.WorkItem
+		require.NoError(t, json.Unmarshal(m.Data(), &it))
+		got = append(got, it.TaskID)
+	}
+	require.Equal(t, []string{id}, got)
 }

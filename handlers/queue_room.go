@@ -117,23 +117,40 @@ func (d *dispatcher) consumers() ([]*jetstream.ConsumerInfo, error) {
 	return d.lists.list(ctx, d.js, d.stream)
 }
 
-// standing returns the queues of workspace ws that stand on the work
-// stream, its consumers infos, without a configuration of their own (given
-// to a task, never to queue.configure; not in configured), with their
-// consumers' settings.
-func (d *dispatcher) standing(ws string, configured []schemas.QueueConfig, infos []*jetstream.ConsumerInfo) []schemas.QueueConfig {
-	var out []schemas.QueueConfig
+// queueList is queue.list's answer for workspace ws: its configured queues
+// in their order, then those that stand on the work stream (its consumers'
+// infos) without a configuration of their own (given to a task, never to
+// queue.configure), with their consumers' settings, by name; each with what
+// its consumer holds.
+func (d *dispatcher) queueList(ws string, configured []schemas.QueueConfig, infos []*jetstream.ConsumerInfo) []schemas.Queue {
+	out := make([]schemas.Queue, 0, len(configured))
+	held := map[string]*jetstream.ConsumerInfo{}
+	var more []schemas.Queue
 	for _, info := range infos {
 		c := info.Config
 		w, queue, ok := queueOf(d.prefix, c.FilterSubject)
-		if !ok || w != ws || c.Durable != access.Consumer(d.prefix, ws, queue) ||
-			slices.ContainsFunc(configured, func(q schemas.QueueConfig) bool { return q.Name == queue }) {
+		if !ok || w != ws || c.Durable != access.Consumer(d.prefix, ws, queue) {
 			continue
 		}
-		out = append(out, schemas.QueueConfig{Name: queue, LeaseMS: c.AckWait.Milliseconds(), MaxDeliver: c.MaxDeliver})
+		held[queue] = info
+		if !slices.ContainsFunc(configured, func(q schemas.QueueConfig) bool { return q.Name == queue }) {
+			more = append(more, withCounts(schemas.QueueConfig{Name: queue, LeaseMS: c.AckWait.Milliseconds(), MaxDeliver: c.MaxDeliver}, info))
+		}
 	}
-	slices.SortFunc(out, func(a, b schemas.QueueConfig) int { return strings.Compare(a.Name, b.Name) })
-	return out
+	for _, q := range configured {
+		out = append(out, withCounts(q, held[q.Name]))
+	}
+	slices.SortFunc(more, func(a, b schemas.Queue) int { return strings.Compare(a.Name, b.Name) })
+	return append(out, more...)
+}
+
+// withCounts is queue q with what its consumer (nil: none read) held.
+func withCounts(q schemas.QueueConfig, info *jetstream.ConsumerInfo) schemas.Queue {
+	x := schemas.Queue{QueueConfig: q}
+	if info != nil {
+		x.Pending, x.InFlight = info.NumPending, max(info.NumAckPending, 0)
+	}
+	return x
 }
 
 // roomWorld is the writer's views with the queues that stand and the

@@ -479,6 +479,7 @@ func TestDefsMatchTypes(t *testing.T) {
 		"ApprovalSpec":       reflect.TypeFor[schemas.ApprovalSpec](),
 		"Member":             reflect.TypeFor[schemas.Member](),
 		"QueueConfig":        reflect.TypeFor[schemas.QueueConfig](),
+		"Queue":              reflect.TypeFor[schemas.Queue](),
 		"Workspace":          reflect.TypeFor[schemas.Workspace](),
 		"Ritual":             reflect.TypeFor[schemas.Ritual](),
 		"RitualVersionState": reflect.TypeFor[schemas.RitualVersion](),

@@ -34,6 +34,18 @@ type QueueConfig struct {
 	DefaultSettings bool `json:"default_settings,omitempty"`
 }
 
+// Queue is an entry of queue.list: a queue's settings, and what its
+// consumer holds as the listing read it.
+type Queue struct {
+	QueueConfig
+	// Pending is how many of its work items wait to be delivered (ready
+	// tasks, those of a paused queue among them); InFlight how many are
+	// delivered and not acknowledged yet (jobs running, or delivered to an
+	// executor that stopped, until their lease runs out).
+	Pending  uint64 `json:"pending"`
+	InFlight int    `json:"in_flight"`
+}
+
 // Workspace is the state of a workspace aggregate, as workspace.list
 // answers it: its name, description and version, with its approvers,
 // members and configured queues.

@@ -16,11 +16,12 @@ import (
 
 func queueCmd(g *globals) *cobra.Command {
 	cmd := &cobra.Command{Use: "queue", Short: "list queues, set their lease, deliveries and limit of jobs running at once, pause and resume them, and delete them"}
-	list := listCmd(g, &cobra.Command{Use: "list", Short: "list the workspace's queues: those configured, then those its tasks opened, with their settings", Args: cobra.NoArgs}, nil, "queues", nil,
-		func(ctx context.Context, cl *client.Client, _ []string, opts ...client.CallOption) iter.Seq2[*schemas.QueueConfig, error] {
+	list := listCmd(g, &cobra.Command{Use: "list", Short: "list the workspace's queues: those configured, then those its tasks opened, with their work items waiting and out, and their settings", Args: cobra.NoArgs}, nil, "queues", nil,
+		func(ctx context.Context, cl *client.Client, _ []string, opts ...client.CallOption) iter.Seq2[*schemas.Queue, error] {
 			return cl.Queues(ctx, opts...)
-		}, columns([]string{"QUEUE", "LEASE", "MAX DELIVER", "MAX RUNNING", "PAUSED"}, func(q schemas.QueueConfig) []string {
-			return []string{q.Name, (time.Duration(q.LeaseMS) * time.Millisecond).String(), fmt.Sprint(q.MaxDeliver), maxRunning(q.MaxRunning), yesNo(q.Paused)}
+		}, columns([]string{"QUEUE", "PENDING", "IN FLIGHT", "PAUSED", "LEASE", "MAX DELIVER", "MAX RUNNING"}, func(q schemas.Queue) []string {
+			return []string{q.Name, fmt.Sprint(q.Pending), fmt.Sprint(q.InFlight), yesNo(q.Paused),
+				(time.Duration(q.LeaseMS) * time.Millisecond).String(), fmt.Sprint(q.MaxDeliver), maxRunning(q.MaxRunning)}
 		}))
 	cmd.AddCommand(list, queueSetCmd(g), queuePauseCmd(g, true), queuePauseCmd(g, false), queueDeleteCmd(g))
 	return cmd

@@ -84,6 +84,6 @@ func (c *Client) ResumeQueue(ctx context.Context, queue string, opts ...CallOpti
 
 // Queues lists the workspace's queues (queue.list): those configured,
 // then those that stand without a configuration.
-func (c *Client) Queues(ctx context.Context, opts ...CallOption) iter.Seq2[*schemas.QueueConfig, error] {
-	return List[schemas.QueueConfig](ctx, c, "queue.list", schemas.Query{}, opts...)
+func (c *Client) Queues(ctx context.Context, opts ...CallOption) iter.Seq2[*schemas.Queue, error] {
+	return List[schemas.Queue](ctx, c, "queue.list", schemas.Query{}, opts...)
 }

@@ -99,7 +99,7 @@ func TestClientAdministersAWorkspace(t *testing.T) {
 	require.Equal(t, int64(60_000), q.LeaseMS, "if_unset keeps the queue's settings")
 	require.Equal(t, 7, q.MaxDeliver)
 	qs := collect(t, ops.Queues(ctx))
-	require.Equal(t, []*schemas.QueueConfig{{Name: "build", LeaseMS: 60_000, MaxDeliver: 7}}, qs)
+	require.Equal(t, []*schemas.Queue{{QueueConfig: schemas.QueueConfig{Name: "build", LeaseMS: 60_000, MaxDeliver: 7}}}, qs)
 
 	q, err = ops.PauseQueue(ctx, "build")
 	require.NoError(t, err)

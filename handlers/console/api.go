@@ -141,12 +141,12 @@ func (c *Console) retryTask(w http.ResponseWriter, r *http.Request, s *session) 
 	withReason(w, r, s.cl.RetryTask)
 }
 
-// queue is GET /api/queues/{name}: the queue's settings (queue.list's
-// entry), or only its name when it has none.
+// queue is GET /api/queues/{name}: the queue's settings and counts
+// (queue.list's entry), or only its name when it has none.
 func (c *Console) queue(w http.ResponseWriter, r *http.Request, s *session) {
 	ctx, cancel := requestCtx(r)
 	defer cancel()
-	out := &schemas.QueueConfig{Name: r.PathValue("name")}
+	out := &schemas.Queue{QueueConfig: schemas.QueueConfig{Name: r.PathValue("name")}}
 	for q, err := range s.cl.Queues(ctx) {
 		if err != nil {
 			writeClientError(w, err)
