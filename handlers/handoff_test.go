@@ -237,6 +237,18 @@ func TestANewWriterKeepsTheHandedLeases(t *testing.T) {
 	require.Equal(t, domain.ReasonLeaseLost, tk.Attempts[0].Reason)
 }
 
+// fetched is what one pull of at most n items from cons brings within wait.
+func fetched(t *testing.T, cons jetstream.Consumer, n int, wait time.Duration) []jetstream.Msg {
+	t.Helper()
+	batch, err := cons.Fetch(n, jetstream.FetchMaxWait(wait))
+	require.NoError(t, err)
+	var got []jetstream.Msg
+	for m := range batch.Messages() {
+		got = append(got, m)
+	}
+	return got
+}
+
 // A queue's limit of jobs running at once (queue.configure max_running) is
 // its consumer's limit of items delivered and not acknowledged, across
 // every executor: a third item waits while two run. No report hands its
@@ -253,15 +265,7 @@ func TestAQueuesLimitOfRunningJobs(t *testing.T) {
 	for range 3 {
 		b.newTask(t, "shell")
 	}
-	fetch := func(n int) []jetstream.Msg {
-		batch, err := cons.Fetch(n, jetstream.FetchMaxWait(time.Second))
-		require.NoError(t, err)
-		var got []jetstream.Msg
-		for m := range batch.Messages() {
-			got = append(got, m)
-		}
-		return got
-	}
+	fetch := func(n int) []jetstream.Msg { return fetched(t, cons, n, time.Second) }
 	running := fetch(3)
 	require.Len(t, running, 2, "two run; the third waits")
 	require.NoError(t, running[0].Ack())

@@ -44,16 +44,7 @@ func TestAPausedQueueHandsOutNothing(t *testing.T) {
 	require.True(t, info.Paused, "new settings keep the pause")
 	require.Equal(t, 20*time.Second, info.Config.AckWait)
 
-	fetch := func(n int) []jetstream.Msg {
-		t.Helper()
-		batch, err := cons.Fetch(n, jetstream.FetchMaxWait(time.Second))
-		require.NoError(t, err)
-		var got []jetstream.Msg
-		for m := range batch.Messages() {
-			got = append(got, m)
-		}
-		return got
-	}
+	fetch := func(n int) []jetstream.Msg { return fetched(t, cons, n, time.Second) }
 	first, second := b.newTask(t, "shell"), b.newTask(t, "shell")
 	require.Empty(t, fetch(2), "a paused queue delivers nothing")
 	var listed []schemas.Queue
@@ -129,17 +120,11 @@ func TestAPauseOutlastsARestartAndALostConsumer(t *testing.T) {
 	require.NoError(t, err)
 	require.True(t, info.Paused, "paused, as the log has it")
 	require.Equal(t, uint64(1), info.NumPending)
-	batch, err := cons.Fetch(1, jetstream.FetchMaxWait(time.Second))
-	require.NoError(t, err)
-	for range batch.Messages() {
-		t.Fatal("a paused queue delivered an item")
-	}
+	require.Empty(t, fetched(t, cons, 1, time.Second), "a paused queue delivers nothing")
 
 	b2.mustCommand(t, "queue.resume", map[string]any{"queue": "shell"})
-	batch, err = cons.Fetch(1, jetstream.FetchMaxWait(10*time.Second))
-	require.NoError(t, err)
 	var got []string
-	for m := range batch.Messages() {
+	for _, m := range fetched(t, cons, 1, 10*time.Second) {
 		var it schemas.WorkItem
 		require.NoError(t, json.Unmarshal(m.Data(), &it))
 		got = append(got, it.TaskID)
