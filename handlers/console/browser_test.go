@@ -140,6 +140,7 @@ func TestBrowser(t *testing.T) {
 
 	// The plan: three tasks, build after fetch and test, as a client submits it.
 	g, err := e.admin.CreateGoal(ctx(t), schemas.CreateGoal{Title: "release 1.4", SuccessCriteria: []string{"1.4 is built"},
+		Envelope: schemas.Envelope{Budget: schemas.Budget{Attempts: 10, Cost: 2.5}},
 		Tasks: []schemas.TaskSpec{{Key: "fetch", Queue: "build"}, {Key: "test", Queue: "build", DependsOn: []string{"fetch"}},
 			{Key: "package", Queue: "build", DependsOn: []string{"fetch", "test"}}}})
 	require.NoError(t, err)
@@ -147,6 +148,7 @@ func TestBrowser(t *testing.T) {
 		return fmt.Sprintf(`g.node[data-task-key=%q][data-task-state=%q]`, key, state)
 	}
 	var noButtons bool // an accepted task can be neither cancelled nor retried
+	var attemptsSpent, costBound string
 	require.NoError(t, do(t, bctx,
 		chromedp.Navigate(e.url+"/#/goals"),
 		chromedp.WaitVisible(chromedp.CSS(fmt.Sprintf(`tr[data-goal-id=%q] a`, g.ID))),
@@ -157,6 +159,15 @@ func TestBrowser(t *testing.T) {
 		chromedp.WaitVisible(chromedp.CSS(node("test", "accepted"))),
 		chromedp.WaitVisible(chromedp.CSS(node("package", "accepted"))),
 		chromedp.WaitVisible(chromedp.CSS(`[data-goal-state="achieved"]`)),
+		chromedp.WaitVisible(chromedp.CSS(`#budget tr[data-budget="attempts"][data-over="false"] meter`)),
+		chromedp.WaitNotVisible(chromedp.CSS("#cancel-goal")), // an achieved goal is not offered for cancelling
+		chromedp.Func(func(ctx context.Context, target *chromedp.Target) (err error) {
+			if attemptsSpent, err = chromedp.Text(chromedp.CSS(`#budget tr[data-budget="attempts"] td.num`))(ctx, target); err != nil {
+				return err
+			}
+			costBound, err = chromedp.Text(chromedp.CSS(`#budget tr[data-budget="cost"] td:nth-of-type(2)`))(ctx, target)
+			return err
+		}),
 		screenshot(t, "plan-graph"),
 		chromedp.Click(chromedp.CSS(`g.node[data-task-key="test"]`)),
 		chromedp.WaitVisible(chromedp.CSS(`#chain[data-verified="true"]`)),
@@ -186,6 +197,8 @@ func TestBrowser(t *testing.T) {
 		chromedp.Click(chromedp.CSS("#signout")),
 	))
 	require.True(t, noButtons, "an accepted task's page offers no cancel and no retry")
+	require.Equal(t, "3", attemptsSpent, "three tasks, an attempt each, beside the budget of 10")
+	require.Equal(t, "of 2.5", costBound)
 
 	// The approver signs in, opens the approval and approves with their key.
 	require.NoError(t, do(t, bctx,

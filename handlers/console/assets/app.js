@@ -251,7 +251,33 @@ function goalHeader(g) {
     h("h1", {}, g.title || g.id), h("p", {}, state(g.state), " ", h("span", { id: "goal-state", "data-goal-state": g.state }, ""),
       " plan version " + g.plan_version + " · " + ((g.counts || {}).accepted || 0) + "/" + total + " accepted · goal " + g.id),
     g.reason ? h("p", { class: "muted" }, "reason: " + g.reason) : null,
-    (g.success_criteria || []).length ? h("ul", {}, g.success_criteria.map((c) => h("li", {}, c))) : null);
+    (g.success_criteria || []).length ? h("ul", {}, g.success_criteria.map((c) => h("li", {}, c))) : null,
+    budgetTable(g));
+}
+
+// budgetTable sets what the goal's work spent (every attempt of every plan
+// version, failed ones included) beside its budget: a meter for each bound
+// dimension, red once the bound is reached, and the deadline.
+function budgetTable(g) {
+  const b = (g.envelope || {}).budget || {};
+  const sp = g.spent || {};
+  const num = (n) => Number(n || 0).toLocaleString("en");
+  const row = (dim, label, used, limit, fmt) => {
+    const over = limit > 0 && used >= limit;
+    return h("tr", { "data-budget": dim, "data-over": over ? "true" : "false" },
+      h("th", {}, label), h("td", { class: "num" + (over ? " bad" : "") }, fmt(used)),
+      h("td", {}, limit > 0 ? "of " + fmt(limit) : "no bound"),
+      h("td", {}, limit > 0 ? h("meter", { min: 0, max: limit, value: Math.min(used, limit), low: limit * 0.5, high: limit * 0.8, optimum: 0 }) : null));
+  };
+  const deadline = b.deadline ? h("tr", { "data-budget": "deadline", "data-over": new Date(b.deadline) <= new Date() ? "true" : "false" },
+    h("th", {}, "Deadline"), h("td", { colspan: 3 }, ago(b.deadline), " (" + new Date(b.deadline).toISOString() + ")")) : null;
+  return h("table", { id: "budget", class: "budget" },
+    h("tbody", {},
+      row("attempts", "Attempts", sp.attempts || 0, b.attempts || 0, num),
+      row("tokens", "Tokens", sp.tokens || 0, b.tokens || 0, num),
+      row("cost", "Cost", sp.cost || 0, b.cost || 0, (c) => Number(c || 0).toLocaleString("en", { maximumFractionDigits: 4 })),
+      row("wall", "Wall time", sp.wall_ms || 0, 0, (ms) => ms < 1000 ? ms + " ms" : (ms / 1000).toFixed(1) + " s"),
+      deadline));
 }
 
 async function renderGoal(id) {
@@ -260,7 +286,7 @@ async function renderGoal(id) {
   const holder = h("div", { class: "graph" }, drawGraph(g));
   const status = h("span", { id: "live", class: "muted" }, "connecting…");
   const feed = h("ol", { id: "activity", class: "activity" });
-  const cancel = h("button", { type: "button", id: "cancel-goal", class: "danger" }, "Cancel goal");
+  const cancel = h("button", { type: "button", id: "cancel-goal", class: "danger", hidden: g.state !== "open" }, "Cancel goal");
   const msg = h("div");
   cancel.addEventListener("click", async () => {
     msg.replaceChildren();
@@ -276,6 +302,7 @@ async function renderGoal(id) {
   es.addEventListener("goal", (ev) => {
     const s = JSON.parse(ev.data);
     head.replaceChildren(goalHeader(s.goal));
+    cancel.hidden = s.goal.state !== "open"; // an ended goal is not cancelled
     recolour(s.goal, holder);
   });
   es.addEventListener("event", (ev) => {
