@@ -12,6 +12,7 @@ import (
 	"iter"
 	"net/http"
 	"sort"
+	"time"
 
 	"github.com/dwr-run/dwr/executors/client"
 	"github.com/dwr-run/dwr/schemas"
@@ -116,6 +117,49 @@ func (c *Console) goal(w http.ResponseWriter, r *http.Request, s *session) {
 		return
 	}
 	writeJSON(w, http.StatusOK, g)
+}
+
+// planRevision is one version of a goal's plan, as its goal.plan_committed
+// event has it: the tasks, what the revision kept, replaced (cancelled and
+// made anew), added and removed, and who committed it when.
+type planRevision struct {
+	Version  int                `json:"version"`
+	Time     time.Time          `json:"time"`
+	Actor    string             `json:"actor,omitempty"`
+	Tasks    []schemas.PlanTask `json:"tasks"`
+	Kept     []string           `json:"kept,omitempty"`
+	Replaced []string           `json:"replaced,omitempty"`
+	Added    []string           `json:"added,omitempty"`
+	Removed  []string           `json:"removed,omitempty"`
+}
+
+// plans is GET /api/goals/{id}/plans: every version of the goal's plan,
+// oldest first, from the goal's history (at most MaxHistory of its events
+// read).
+func (c *Console) plans(w http.ResponseWriter, r *http.Request, s *session) {
+	ctx, cancel := requestCtx(r)
+	defer cancel()
+	out := []planRevision{}
+	n := 0
+	for e, err := range s.cl.History(ctx, client.AggGoal, r.PathValue("id"), 0) {
+		if err != nil {
+			writeClientError(w, err)
+			return
+		}
+		if n++; n > MaxHistory {
+			break
+		}
+		if e.Type != "goal.plan_committed" {
+			continue
+		}
+		p := planRevision{Time: e.Time, Actor: e.Actor}
+		if err := json.Unmarshal(e.Data, &p); err != nil {
+			writeError(w, http.StatusBadGateway, "internal", "a plan revision could not be read: "+err.Error())
+			return
+		}
+		out = append(out, p)
+	}
+	writeJSON(w, http.StatusOK, out)
 }
 
 // reasonRequest is the body of a cancel.

@@ -147,6 +147,12 @@ func TestBrowser(t *testing.T) {
 	node := func(key, state string) string {
 		return fmt.Sprintf(`g.node[data-task-key=%q][data-task-state=%q]`, key, state)
 	}
+	// A goal revised once: a added first with b, then kept, with c instead of b.
+	revised, err := e.admin.CreateGoal(ctx(t), schemas.CreateGoal{Title: "revised plan", SuccessCriteria: []string{"done"},
+		Tasks: []schemas.TaskSpec{{Key: "a", Queue: "held"}, {Key: "b", Queue: "held", DependsOn: []string{"a"}}}})
+	require.NoError(t, err)
+	_, err = e.admin.SubmitPlan(ctx(t), revised.ID, []schemas.TaskSpec{{Key: "a", Queue: "held"}, {Key: "c", Queue: "held", DependsOn: []string{"a"}}})
+	require.NoError(t, err)
 	var noButtons bool // an accepted task can be neither cancelled nor retried
 	var attemptsSpent, costBound string
 	require.NoError(t, do(t, bctx,
@@ -177,6 +183,18 @@ func TestBrowser(t *testing.T) {
 			noButtons, err = chromedp.Evaluate[bool](`document.querySelector("#cancel-task") === null && document.querySelector("#retry-task") === null`)(ctx, target)
 			return err
 		}),
+		// The revised goal: its latest plan marks c added; the slider shows
+		// the first version, with b, which the revision removed.
+		chromedp.Navigate(e.url+"/#/goals/"+revised.ID),
+		chromedp.WaitVisible(chromedp.CSS(`#plan-version`)),
+		chromedp.WaitVisible(chromedp.CSS(`g.node[data-task-key="c"][data-revision="added"]`)),
+		screenshot(t, "plan-revision"),
+		chromedp.Func(func(ctx context.Context, target *chromedp.Target) error {
+			_, err := chromedp.Evaluate[bool](`const s = document.querySelector("#plan-version"); s.value = "1"; s.dispatchEvent(new Event("input")); true`)(ctx, target)
+			return err
+		}),
+		chromedp.WaitVisible(chromedp.CSS(`g.node[data-task-key="b"][data-task-state="retired"]`)),
+		chromedp.WaitVisible(chromedp.CSS(`g.node[data-task-key="a"][data-revision="added"]`)),
 		chromedp.Click(chromedp.CSS(`a[data-nav="queues"]`)),
 		chromedp.WaitVisible(chromedp.CSS(`tr[data-queue="payments"]`)), // the refund waits for its approval
 		screenshot(t, "queues"),

@@ -733,6 +733,40 @@ func TestQueues(t *testing.T) {
 	require.False(t, q.Paused)
 }
 
+// A goal's plan versions come from its history: each with its tasks, what
+// its revision kept, added and removed, and who committed it.
+func TestPlanRevisions(t *testing.T) {
+	e := setup(t)
+	g, err := e.admin.CreateGoal(ctx(t), schemas.CreateGoal{Title: "revised", SuccessCriteria: []string{"done"},
+		Tasks: []schemas.TaskSpec{{Key: "a", Queue: "held"}, {Key: "b", Queue: "held", DependsOn: []string{"a"}}}})
+	require.NoError(t, err)
+	_, err = e.admin.SubmitPlan(ctx(t), g.ID, []schemas.TaskSpec{{Key: "a", Queue: "held"}, {Key: "c", Queue: "held", DependsOn: []string{"a"}}})
+	require.NoError(t, err)
+
+	b := e.signedIn(t, e.member(t, "vera", roleViewer))
+	var revs []struct {
+		Version int                `json:"version"`
+		Actor   string             `json:"actor"`
+		Tasks   []schemas.PlanTask `json:"tasks"`
+		Kept    []string           `json:"kept"`
+		Added   []string           `json:"added"`
+		Removed []string           `json:"removed"`
+	}
+	servicetest.Eventually(t, 10*time.Second, func() bool { // the viewer's session reads views that may lag the admin's write
+		revs = nil
+		code, _ := b.get("/api/goals/"+g.ID+"/plans", &revs)
+		return code == http.StatusOK && len(revs) == 2
+	})
+	require.Equal(t, 1, revs[0].Version)
+	require.Equal(t, []string{"a", "b"}, []string{revs[0].Tasks[0].Key, revs[0].Tasks[1].Key})
+	require.Equal(t, 2, revs[1].Version)
+	require.Equal(t, []string{"a"}, revs[1].Kept)
+	require.Equal(t, []string{"c"}, revs[1].Added)
+	require.Equal(t, []string{"b"}, revs[1].Removed)
+	require.NotEmpty(t, revs[1].Actor)
+	require.Equal(t, revs[0].Tasks[0].TaskID, revs[1].Tasks[0].TaskID, "a kept task keeps its id")
+}
+
 // The page and its assets are served from the binary, with a policy that
 // lets them load nothing from elsewhere.
 func TestServesThePage(t *testing.T) {

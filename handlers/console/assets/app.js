@@ -280,10 +280,59 @@ function budgetTable(g) {
       deadline));
 }
 
+// revisions is the goal page's slider over the versions of the plan (revs,
+// from /api/goals/{id}/plans): each draws that version's graph, its tasks
+// marked as its revision left them (added, replaced; the removed named),
+// with who committed it and when. Its latest version is the live plan,
+// which live(goal) draws again as the goal changes.
+function revisions(revs, holder, latest) {
+  const box = h("div", { id: "revisions" });
+  if (revs.length < 2) return { box, live: (goal) => recolour(goal, holder) };
+  let shown = revs.length; // the version on screen
+  const slider = h("input", { type: "range", id: "plan-version", min: 1, max: revs.length, value: revs.length, "aria-label": "plan version" });
+  const label = h("span", { id: "plan-version-label" });
+  const mark = (rev) => {
+    for (const [what, keys] of [["added", rev.added], ["replaced", rev.replaced]]) {
+      for (const k of keys || []) holder.querySelector(`g.node[data-task-key="${CSS.escape(k)}"]`)?.setAttribute("data-revision", what);
+    }
+  };
+  const draw = () => {
+    const rev = revs[shown - 1];
+    if (shown === revs.length) {
+      holder.replaceChildren(drawGraph(latest));
+    } else {
+      const states = new Map((latest.nodes || []).map((n) => [n.task_id, n.state]));
+      holder.replaceChildren(drawGraph({ nodes: rev.tasks.map((t) => ({ ...t, state: states.get(t.task_id) || "retired" })) }));
+    }
+    mark(rev);
+    const changes = [["added", rev.added], ["replaced", rev.replaced], ["removed", rev.removed]]
+      .filter(([, keys]) => (keys || []).length).map(([what, keys]) => what + " " + keys.join(", "));
+    label.replaceChildren("version " + rev.version + " of " + revs.length + (shown === revs.length ? " (the live plan)" : "") + " · ",
+      ago(rev.time), rev.actor ? " by " + rev.actor : "", changes.length ? " · " + changes.join("; ") : "");
+  };
+  slider.addEventListener("input", () => { shown = Number(slider.value); draw(); });
+  box.append(h("p", {}, "Plan version ", slider, " ", label));
+  draw();
+  return {
+    box,
+    live: (goal) => {
+      latest = goal;
+      if (shown !== revs.length) return; // an earlier version stays on screen
+      recolour(goal, holder);
+      mark(revs[shown - 1]);
+    },
+  };
+}
+
 async function renderGoal(id) {
   const g = await api("GET", "/api/goals/" + encodeURIComponent(id));
   const head = h("div", {}, goalHeader(g));
   const holder = h("div", { class: "graph" }, drawGraph(g));
+  // The plan's versions: read once (a revision made while the page is open
+  // shows once it is opened again); none for an identity that may not read
+  // histories.
+  const revs = g.plan_version > 1 ? await api("GET", `/api/goals/${encodeURIComponent(id)}/plans`).catch(() => []) : [];
+  const plan = revisions(revs, holder, g);
   const status = h("span", { id: "live", class: "muted" }, "connecting…");
   const feed = h("ol", { id: "activity", class: "activity" });
   const cancel = h("button", { type: "button", id: "cancel-goal", class: "danger", hidden: g.state !== "open" }, "Cancel goal");
@@ -293,7 +342,7 @@ async function renderGoal(id) {
     if (!confirm("Cancel this goal and its unfinished tasks?")) return;
     try { await api("POST", `/api/goals/${encodeURIComponent(id)}/cancel`, { reason: "cancelled from the console" }); } catch (err) { msg.append(errorBox(err)); }
   });
-  show(head, h("p", {}, "Live: ", status, " ", cancel), msg, holder,
+  show(head, h("p", {}, "Live: ", status, " ", cancel), msg, plan.box, holder,
     h("p", { class: "muted" }, "Click a task for its timeline."), h("h2", {}, "Activity"), feed);
   const es = new EventSource(`/api/goals/${encodeURIComponent(id)}/stream`);
   live = es;
@@ -303,7 +352,7 @@ async function renderGoal(id) {
     const s = JSON.parse(ev.data);
     head.replaceChildren(goalHeader(s.goal));
     cancel.hidden = s.goal.state !== "open"; // an ended goal is not cancelled
-    recolour(s.goal, holder);
+    plan.live(s.goal);
   });
   es.addEventListener("event", (ev) => {
     const e = JSON.parse(ev.data);
