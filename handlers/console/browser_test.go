@@ -154,7 +154,7 @@ func TestBrowser(t *testing.T) {
 	_, err = e.admin.SubmitPlan(ctx(t), revised.ID, []schemas.TaskSpec{{Key: "a", Queue: "held"}, {Key: "c", Queue: "held", DependsOn: []string{"a"}}})
 	require.NoError(t, err)
 	var noButtons bool // an accepted task can be neither cancelled nor retried
-	var attemptsSpent, costBound string
+	var attemptsSpent, costBound, revisedProgress string
 	require.NoError(t, do(t, bctx,
 		chromedp.Navigate(e.url+"/#/goals"),
 		chromedp.WaitVisible(chromedp.CSS(fmt.Sprintf(`tr[data-goal-id=%q] a`, g.ID))),
@@ -188,6 +188,10 @@ func TestBrowser(t *testing.T) {
 		chromedp.Navigate(e.url+"/#/goals/"+revised.ID),
 		chromedp.WaitVisible(chromedp.CSS(`#plan-version`)),
 		chromedp.WaitVisible(chromedp.CSS(`g.node[data-task-key="c"][data-revision="added"]`)),
+		chromedp.Func(func(ctx context.Context, target *chromedp.Target) (err error) {
+			revisedProgress, err = chromedp.Text(chromedp.CSS(`#goal-progress`))(ctx, target)
+			return err
+		}),
 		screenshot(t, "plan-revision"),
 		chromedp.Func(func(ctx context.Context, target *chromedp.Target) error {
 			_, err := chromedp.Evaluate[bool](`const s = document.querySelector("#plan-version"); s.value = "1"; s.dispatchEvent(new Event("input")); true`)(ctx, target)
@@ -217,6 +221,7 @@ func TestBrowser(t *testing.T) {
 	require.True(t, noButtons, "an accepted task's page offers no cancel and no retry")
 	require.Equal(t, "3", attemptsSpent, "three tasks, an attempt each, beside the budget of 10")
 	require.Equal(t, "of 2.5", costBound)
+	require.Equal(t, "0/2", revisedProgress, "of the plan's two tasks: b, removed, counts no more")
 
 	// The approver signs in, opens the approval and approves with their key.
 	require.NoError(t, do(t, bctx,

@@ -141,11 +141,17 @@ document.getElementById("signout").addEventListener("click", async () => {
 
 // ---- goals ----
 
+// progress is how many tasks of the goal's current plan are accepted, of
+// how many (the tasks a revision removed count no more).
+function progress(g) {
+  const nodes = g.nodes || [];
+  return { done: nodes.filter((n) => n.state === "accepted").length, total: nodes.length };
+}
+
 async function renderGoals() {
   const gs = await api("GET", "/api/goals");
   const rows = gs.map((g) => {
-    const total = Object.values(g.counts || {}).reduce((a, b) => a + b, 0);
-    const done = (g.counts || {}).accepted || 0;
+    const { done, total } = progress(g);
     return h("tr", { "data-goal-id": g.id },
       h("td", {}, h("a", { href: "#/goals/" + g.id }, g.title || g.id)),
       h("td", {}, state(g.state)),
@@ -246,10 +252,10 @@ function recolour(goal, holder) {
 }
 
 function goalHeader(g) {
-  const total = Object.values(g.counts || {}).reduce((a, b) => a + b, 0);
+  const { done, total } = progress(g);
   return h("div", { id: "goal-head" },
     h("h1", {}, g.title || g.id), h("p", {}, state(g.state), " ", h("span", { id: "goal-state", "data-goal-state": g.state }, ""),
-      " plan version " + g.plan_version + " · " + ((g.counts || {}).accepted || 0) + "/" + total + " accepted · goal " + g.id),
+      " plan version " + g.plan_version + " · ", h("span", { id: "goal-progress" }, done + "/" + total), " of the plan accepted · goal " + g.id),
     g.reason ? h("p", { class: "muted" }, "reason: " + g.reason) : null,
     (g.success_criteria || []).length ? h("ul", {}, g.success_criteria.map((c) => h("li", {}, c))) : null,
     budgetTable(g));
