@@ -207,18 +207,18 @@ func (c *Console) queue(w http.ResponseWriter, r *http.Request, s *session) {
 // pauseQueue is POST /api/queues/{name}/pause: the queue hands out no job
 // until it is resumed (queue.pause).
 func (c *Console) pauseQueue(w http.ResponseWriter, r *http.Request, s *session) {
-	onQueue(w, r, s.cl.PauseQueue)
+	onNamed(w, r, s.cl.PauseQueue)
 }
 
 // resumeQueue is POST /api/queues/{name}/resume: the paused queue hands out
 // its jobs again (queue.resume).
 func (c *Console) resumeQueue(w http.ResponseWriter, r *http.Request, s *session) {
-	onQueue(w, r, s.cl.ResumeQueue)
+	onNamed(w, r, s.cl.ResumeQueue)
 }
 
-// onQueue sends the command do about the queue the path names, and answers
-// its result.
-func onQueue(w http.ResponseWriter, r *http.Request, do func(ctx context.Context, queue string, opts ...client.CallOption) (*client.Result, error)) {
+// onNamed sends the command do about the queue or schedule the path names,
+// and answers its result.
+func onNamed(w http.ResponseWriter, r *http.Request, do func(ctx context.Context, name string, opts ...client.CallOption) (*client.Result, error)) {
 	ctx, cancel := requestCtx(r)
 	defer cancel()
 	res, err := do(ctx, r.PathValue("name"))
@@ -227,6 +227,28 @@ func onQueue(w http.ResponseWriter, r *http.Request, do func(ctx context.Context
 		return
 	}
 	writeJSON(w, http.StatusOK, res)
+}
+
+// schedules is GET /api/schedules: the workspace's schedules, by name (the
+// first MaxListed).
+func (c *Console) schedules(w http.ResponseWriter, r *http.Request, s *session) {
+	ctx, cancel := requestCtx(r)
+	defer cancel()
+	if out, ok := firstListed(w, s.cl.Schedules(ctx, client.Limit(100))); ok {
+		writeJSON(w, http.StatusOK, out)
+	}
+}
+
+// pauseSchedule is POST /api/schedules/{name}/pause: the schedule fires no
+// slot until it is resumed (schedule.pause).
+func (c *Console) pauseSchedule(w http.ResponseWriter, r *http.Request, s *session) {
+	onNamed(w, r, s.cl.PauseSchedule)
+}
+
+// resumeSchedule is POST /api/schedules/{name}/resume: the schedule fires
+// again from its next slot after now (schedule.resume).
+func (c *Console) resumeSchedule(w http.ResponseWriter, r *http.Request, s *session) {
+	onNamed(w, r, s.cl.ResumeSchedule)
 }
 
 // queueTasks is GET /api/queues/{name}/tasks?state=S: the queue's tasks in

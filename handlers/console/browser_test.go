@@ -153,6 +153,9 @@ func TestBrowser(t *testing.T) {
 	require.NoError(t, err)
 	_, err = e.admin.SubmitPlan(ctx(t), revised.ID, []schemas.TaskSpec{{Key: "a", Queue: "held"}, {Key: "c", Queue: "held", DependsOn: []string{"a"}}})
 	require.NoError(t, err)
+	_, err = e.admin.CreateSchedule(ctx(t), schemas.CreateSchedule{Name: "nightly", ScheduleSpec: schemas.ScheduleSpec{Cron: "0 3 * * *", TimeZone: "Europe/Paris",
+		Goal: json.RawMessage(`{"title": "nightly build", "success_criteria": ["built"]}`), Tasks: json.RawMessage(`[{"key": "build", "queue": "held"}]`)}})
+	require.NoError(t, err)
 	var noButtons bool // an accepted task can be neither cancelled nor retried
 	var attemptsSpent, costBound, revisedProgress string
 	require.NoError(t, do(t, bctx,
@@ -216,6 +219,14 @@ func TestBrowser(t *testing.T) {
 		screenshot(t, "queue-paused"),
 		chromedp.Click(chromedp.CSS("#resume-queue")),
 		chromedp.WaitVisible(chromedp.CSS("#pause-queue")),
+		// The schedules: one paused and resumed from its row.
+		chromedp.Click(chromedp.CSS(`a[data-nav="schedules"]`)),
+		chromedp.WaitVisible(chromedp.CSS(`tr[data-schedule="nightly"][data-paused="false"] time`)), // its next slot
+		chromedp.Click(chromedp.CSS(`tr[data-schedule="nightly"] button[data-toggle="pause"]`)),
+		chromedp.WaitVisible(chromedp.CSS(`tr[data-schedule="nightly"][data-paused="true"]`)),
+		screenshot(t, "schedules"),
+		chromedp.Click(chromedp.CSS(`tr[data-schedule="nightly"] button[data-toggle="resume"]`)),
+		chromedp.WaitVisible(chromedp.CSS(`tr[data-schedule="nightly"][data-paused="false"]`)),
 		chromedp.Click(chromedp.CSS("#signout")),
 	))
 	require.True(t, noButtons, "an accepted task's page offers no cancel and no retry")

@@ -767,6 +767,44 @@ func TestPlanRevisions(t *testing.T) {
 	require.Equal(t, revs[0].Tasks[0].TaskID, revs[1].Tasks[0].TaskID, "a kept task keeps its id")
 }
 
+// The schedules page lists the workspace's schedules; an admin pauses and
+// resumes one (a viewer may not).
+func TestSchedules(t *testing.T) {
+	e := setup(t)
+	_, err := e.admin.CreateSchedule(ctx(t), schemas.CreateSchedule{Name: "hourly", ScheduleSpec: schemas.ScheduleSpec{Every: schemas.Duration(time.Hour),
+		Goal: json.RawMessage(`{"title": "hourly report", "success_criteria": ["sent"]}`), Tasks: json.RawMessage(`[{"key": "send", "queue": "held"}]`)}})
+	require.NoError(t, err)
+	b := e.signedIn(t, e.member(t, "vera", roleViewer))
+	var ss []schemas.Schedule
+	servicetest.Eventually(t, 10*time.Second, func() bool {
+		ss = nil
+		code, _ := b.get("/api/schedules", &ss)
+		return code == http.StatusOK && len(ss) == 1
+	})
+	require.Equal(t, "hourly", ss[0].Name)
+	require.NotNil(t, ss[0].NextSlot)
+	require.False(t, ss[0].Paused)
+
+	code, er := b.post("/api/schedules/hourly/pause", nil, nil)
+	require.Equal(t, http.StatusForbidden, code)
+	require.Equal(t, schemas.CodeForbidden, er.Error.Code)
+	admin := e.signedIn(t, filepath.Join(e.svc.Dir, access.AdminCredsFile))
+	code, _ = admin.post("/api/schedules/hourly/pause", nil, nil)
+	require.Equal(t, http.StatusOK, code)
+	ss = nil
+	code, _ = admin.get("/api/schedules", &ss) // the admin's session reads its own writes
+	require.Equal(t, http.StatusOK, code)
+	require.True(t, ss[0].Paused)
+	require.Nil(t, ss[0].NextSlot, "no slot while paused")
+	code, _ = admin.post("/api/schedules/hourly/resume", nil, nil)
+	require.Equal(t, http.StatusOK, code)
+	ss = nil
+	code, _ = admin.get("/api/schedules", &ss)
+	require.Equal(t, http.StatusOK, code)
+	require.False(t, ss[0].Paused)
+	require.NotNil(t, ss[0].NextSlot)
+}
+
 // The page and its assets are served from the binary, with a policy that
 // lets them load nothing from elsewhere.
 func TestServesThePage(t *testing.T) {

@@ -593,6 +593,36 @@ async function renderQueue(name) {
     table("queue-tasks", ["Task", "State", "Goal", "Attempts", "Reason", "Updated"], rows));
 }
 
+// ---- schedules ----
+
+// renderSchedules lists the workspace's schedules: when each fires, what
+// its last slot started, and a button to pause or resume it.
+async function renderSchedules() {
+  const ss = await api("GET", "/api/schedules");
+  const msg = h("div");
+  const rows = ss.map((s) => {
+    const path = "/api/schedules/" + encodeURIComponent(s.name);
+    const toggle = h("button", { type: "button", "data-toggle": s.paused ? "resume" : "pause", class: s.paused ? "" : "danger" }, s.paused ? "Resume" : "Pause");
+    toggle.addEventListener("click", async () => {
+      msg.replaceChildren();
+      if (!s.paused && !confirm("Pause schedule " + s.name + "? Its slots do not fire until it is resumed, and those missed meanwhile are not caught up.")) return;
+      try { await api("POST", path + (s.paused ? "/resume" : "/pause")); route(); } catch (err) { msg.append(errorBox(err)); }
+    });
+    const next = s.paused ? h("span", { class: "paused" }, "paused")
+      : s.waits_for ? h("span", {}, "after goal ", h("a", { href: "#/goals/" + s.waits_for }, s.waits_for), " ends")
+        : ago(s.next_slot);
+    return h("tr", { "data-schedule": s.name, "data-paused": s.paused ? "true" : "false" },
+      h("td", {}, s.name), h("td", {}, h("code", {}, s.cron || "every " + s.every), s.time_zone ? " " + s.time_zone : ""),
+      h("td", {}, next), h("td", {}, s.last_slot ? ago(s.last_slot) : "-"),
+      h("td", {}, s.last_goal ? h("a", { href: "#/goals/" + s.last_goal }, s.last_goal) : "-"),
+      h("td", { class: "num" }, s.fired || 0), h("td", { class: "num" }, s.skipped || 0),
+      h("td", {}, (s.catch_up || "one") + " / " + (s.overlap || "skip")), h("td", {}, toggle));
+  });
+  show(h("h1", {}, "Schedules"),
+    h("p", { class: "muted" }, "Each slot starts the schedule's goal once. Catch-up: which slots missed during an outage fire (skip, one, all); overlap: whether a slot fires while the last slot's goal is open (skip waits for it to end). A resumed schedule fires from its next slot after now."),
+    msg, table("schedules", ["Schedule", "When", "Next slot", "Last slot", "Last goal", "Fired", "Skipped", "Catch-up / overlap", ""], rows));
+}
+
 // ---- routing ----
 
 async function route() {
@@ -609,6 +639,7 @@ async function route() {
       case "tasks": await renderTask(parts[1]); break;
       case "approvals": await (parts[1] ? renderApproval(parts[1]) : renderApprovals()); break;
       case "queues": await (parts[1] ? renderQueue(decodeURIComponent(parts[1])) : renderQueues()); break;
+      case "schedules": await renderSchedules(); break;
       default: show(h("p", {}, "Nothing here."));
     }
   } catch (err) {
