@@ -17,6 +17,7 @@ import (
 
 	"github.com/dwr-run/dwr/executors"
 	"github.com/dwr-run/dwr/handlers/access"
+	"github.com/dwr-run/dwr/handlers/servicetest"
 	"github.com/dwr-run/dwr/schemas"
 )
 
@@ -156,6 +157,12 @@ func TestBrowser(t *testing.T) {
 	_, err = e.admin.CreateSchedule(ctx(t), schemas.CreateSchedule{Name: "nightly", ScheduleSpec: schemas.ScheduleSpec{Cron: "0 3 * * *", TimeZone: "Europe/Paris",
 		Goal: json.RawMessage(`{"title": "nightly build", "success_criteria": ["built"]}`), Tasks: json.RawMessage(`[{"key": "build", "queue": "held"}]`)}})
 	require.NoError(t, err)
+	var stuck []string // three tasks of a queue no executor takes, cancelled at once from its page
+	for range 3 {
+		r, err := e.admin.CreateTask(ctx(t), schemas.TaskSpec{Queue: "stuck"})
+		require.NoError(t, err)
+		stuck = append(stuck, r.ID)
+	}
 	var noButtons bool // an accepted task can be neither cancelled nor retried
 	var attemptsSpent, costBound, revisedProgress string
 	require.NoError(t, do(t, bctx,
@@ -227,9 +234,24 @@ func TestBrowser(t *testing.T) {
 		screenshot(t, "schedules"),
 		chromedp.Click(chromedp.CSS(`tr[data-schedule="nightly"] button[data-toggle="resume"]`)),
 		chromedp.WaitVisible(chromedp.CSS(`tr[data-schedule="nightly"][data-paused="false"]`)),
+		// A queue's ready tasks, cancelled together.
+		chromedp.Navigate(e.url+"/#/queues/stuck?state=ready"),
+		chromedp.WaitVisible(chromedp.CSS(`#bulk-cancel`)),
+		chromedp.Func(func(ctx context.Context, target *chromedp.Target) error {
+			_, err := chromedp.Evaluate[bool](`window.confirm = () => true; true`)(ctx, target)
+			return err
+		}),
+		chromedp.Click(chromedp.CSS(`#bulk-cancel`)),
+		chromedp.WaitVisible(chromedp.CSS(`#bulk-progress[data-done="all"]`)),
 		chromedp.Click(chromedp.CSS("#signout")),
 	))
 	require.True(t, noButtons, "an accepted task's page offers no cancel and no retry")
+	for _, id := range stuck { // the console's commands, read by another client: once its views have them
+		servicetest.Eventually(t, 10*time.Second, func() bool {
+			tk, err := e.admin.Task(ctx(t), id)
+			return err == nil && tk.State == schemas.StateCancelled
+		})
+	}
 	require.Equal(t, "3", attemptsSpent, "three tasks, an attempt each, beside the budget of 10")
 	require.Equal(t, "of 2.5", costBound)
 	require.Equal(t, "0/2", revisedProgress, "of the plan's two tasks: b, removed, counts no more")

@@ -590,7 +590,42 @@ async function renderQueue(name) {
     h("td", {}, t.goal_id ? h("a", { href: "#/goals/" + t.goal_id }, t.goal_id) : "-"),
     h("td", { class: "num" }, (t.attempts || []).length), h("td", {}, t.reason || ""), h("td", {}, ago(t.updated_at))));
   show(h("h1", {}, "Queue " + name), paused, h("p", {}, h("a", { href: "#/queues" }, "All queues"), " · show ", filter, " ", toggle), msg,
-    table("queue-tasks", ["Task", "State", "Goal", "Attempts", "Reason", "Updated"], rows));
+    bulkAction(sel, ts), table("queue-tasks", ["Task", "State", "Goal", "Attempts", "Reason", "Updated"], rows));
+}
+
+// bulkAction offers to retry every task listed (failed or rejected ones)
+// or to cancel them (not yet ended), as dwr task retry|cancel --state does:
+// a command each, in turn, the progress shown; a task that changed
+// meanwhile (conflict) is skipped, any other refusal stops the walk.
+function bulkAction(sel, ts) {
+  const retry = sel === "failed" || sel === "rejected";
+  if (!ts.length || ["accepted", "cancelled"].includes(sel)) return null;
+  const verb = retry ? "retry" : "cancel";
+  const button = h("button", { type: "button", id: "bulk-" + verb, class: retry ? "" : "danger" },
+    (retry ? "Retry" : "Cancel") + " the " + ts.length + " listed");
+  const progress = h("span", { id: "bulk-progress", class: "muted" });
+  const box = h("p", {}, button, " ", progress);
+  button.addEventListener("click", async () => {
+    if (!confirm((retry ? "Give each of the " : "Cancel each of the ") + ts.length + " " + sel + " tasks listed " + (retry ? "a new attempt" : "") + "?")) return;
+    button.disabled = true;
+    let done = 0, skipped = 0;
+    for (const t of ts) {
+      try {
+        await api("POST", `/api/tasks/${encodeURIComponent(t.id)}/${verb}`, { reason: (retry ? "retried" : "cancelled") + " from the console, with the other " + sel + " tasks of the queue" });
+        done++;
+      } catch (err) {
+        if (err.code !== "conflict") { // stop: the rest are left as they are
+          progress.replaceChildren(`stopped after ${done} (${skipped} skipped) at task ${t.id}: `, errorBox(err));
+          progress.dataset.done = "stopped";
+          return;
+        }
+        skipped++; // it changed meanwhile
+      }
+      progress.textContent = `${retry ? "retried" : "cancelled"} ${done} of ${ts.length}` + (skipped ? `, ${skipped} skipped (changed meanwhile)` : "");
+    }
+    progress.dataset.done = "all";
+  });
+  return box;
 }
 
 // ---- schedules ----
