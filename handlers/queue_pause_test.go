@@ -9,6 +9,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/dwr-run/dwr/domain"
+	"github.com/dwr-run/dwr/handlers/servicetest"
 	"github.com/dwr-run/dwr/schemas"
 )
 
@@ -52,6 +53,25 @@ func TestAPausedQueueHandsOutNothing(t *testing.T) {
 	require.Len(t, listed, 1)
 	require.Equal(t, uint64(2), listed[0].Pending, "the tasks joined the queue, and wait")
 	require.Zero(t, listed[0].InFlight)
+	require.Nil(t, listed[0].LastDelivered, "nothing delivered yet")
+
+	// An executor polling the paused queue is a waiting pull.
+	polled := make(chan int, 1)
+	go func() {
+		n := 0
+		if batch, err := cons.Fetch(1, jetstream.FetchMaxWait(2*time.Second)); err == nil {
+			for range batch.Messages() {
+				n++
+			}
+		}
+		polled <- n
+	}()
+	servicetest.Eventually(t, 10*time.Second, func() bool {
+		listed = nil
+		b.query(t, "queue.list", schemas.Query{}, 0, &listed)
+		return listed[0].WaitingPulls == 1
+	})
+	require.Zero(t, <-polled, "and gets nothing")
 
 	r, _ = b.mustCommand(t, "queue.resume", map[string]any{"queue": "shell"})
 	require.False(t, r.Paused)
@@ -65,6 +85,9 @@ func TestAPausedQueueHandsOutNothing(t *testing.T) {
 		require.NoError(t, m.Ack())
 	}
 	require.Equal(t, []string{first, second}, got, "in the order they joined")
+	listed = nil
+	b.query(t, "queue.list", schemas.Query{}, 0, &listed)
+	require.NotNil(t, listed[0].LastDelivered)
 	again, _ := b.mustCommand(t, "queue.resume", map[string]any{"queue": "shell"})
 	require.False(t, again.Paused)
 	require.True(t, again.Duplicate, "a queue not paused: nothing changes")

@@ -148,7 +148,8 @@ func (d *dispatcher) queueList(ws string, configured []schemas.QueueConfig, info
 func withCounts(q schemas.QueueConfig, info *jetstream.ConsumerInfo) schemas.Queue {
 	x := schemas.Queue{QueueConfig: q}
 	if info != nil {
-		x.Pending, x.InFlight = info.NumPending, max(info.NumAckPending, 0)
+		x.Pending, x.InFlight, x.WaitingPulls = info.NumPending, max(info.NumAckPending, 0), max(info.NumWaiting, 0)
+		x.LastDelivered = info.Delivered.Last
 	}
 	return x
 }

@@ -44,6 +44,13 @@ type Queue struct {
 	// executor that stopped, until their lease runs out).
 	Pending  uint64 `json:"pending"`
 	InFlight int    `json:"in_flight"`
+	// WaitingPulls is how many pulls of its executors wait for an item:
+	// executors polling with room to run more. Items pending while none is
+	// in flight and no pull waits mean that no executor takes the queue.
+	WaitingPulls int `json:"waiting_pulls"`
+	// LastDelivered is when an item of the queue was last delivered, if
+	// ever since its consumer was made.
+	LastDelivered *time.Time `json:"last_delivered,omitempty"`
 }
 
 // Workspace is the state of a workspace aggregate, as workspace.list

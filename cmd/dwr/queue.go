@@ -19,8 +19,8 @@ func queueCmd(g *globals) *cobra.Command {
 	list := listCmd(g, &cobra.Command{Use: "list", Short: "list the workspace's queues: those configured, then those its tasks opened, with their work items waiting and out, and their settings", Args: cobra.NoArgs}, nil, "queues", nil,
 		func(ctx context.Context, cl *client.Client, _ []string, opts ...client.CallOption) iter.Seq2[*schemas.Queue, error] {
 			return cl.Queues(ctx, opts...)
-		}, columns([]string{"QUEUE", "PENDING", "IN FLIGHT", "PAUSED", "LEASE", "MAX DELIVER", "MAX RUNNING"}, func(q schemas.Queue) []string {
-			return []string{q.Name, fmt.Sprint(q.Pending), fmt.Sprint(q.InFlight), yesNo(q.Paused),
+		}, columns([]string{"QUEUE", "PENDING", "IN FLIGHT", "POLLING", "PAUSED", "LEASE", "MAX DELIVER", "MAX RUNNING"}, func(q schemas.Queue) []string {
+			return []string{q.Name, fmt.Sprint(q.Pending), fmt.Sprint(q.InFlight), fmt.Sprint(q.WaitingPulls), yesNo(q.Paused),
 				(time.Duration(q.LeaseMS) * time.Millisecond).String(), fmt.Sprint(q.MaxDeliver), maxRunning(q.MaxRunning)}
 		}))
 	cmd.AddCommand(list, queueSetCmd(g), queuePauseCmd(g, true), queuePauseCmd(g, false), queueDeleteCmd(g))

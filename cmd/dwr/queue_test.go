@@ -64,8 +64,8 @@ func TestCLIQueuePauseAndResume(t *testing.T) {
 	require.Zero(t, code, errs)
 	code, out, errs = run(t, url, "queue", "list")
 	require.Zero(t, code, errs)
-	require.Regexp(t, `(?m)^QUEUE\s+PENDING\s+IN FLIGHT\s+PAUSED\s+LEASE\s+MAX DELIVER\s+MAX RUNNING$`, out)
-	require.Regexp(t, `(?m)^llm\s+1\s+0\s+yes\s+1m0s\s+5\s+no limit$`, out, "the task waits in the paused queue")
+	require.Regexp(t, `(?m)^QUEUE\s+PENDING\s+IN FLIGHT\s+POLLING\s+PAUSED\s+LEASE\s+MAX DELIVER\s+MAX RUNNING$`, out)
+	require.Regexp(t, `(?m)^llm\s+1\s+0\s+0\s+yes\s+1m0s\s+5\s+no limit$`, out, "the task waits in the paused queue")
 	var qs []schemas.QueueConfig
 	runJSON(t, url, &qs, "queue", "list")
 	require.True(t, qs[0].Paused)

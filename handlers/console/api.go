@@ -449,15 +449,19 @@ func (c *Console) decide(w http.ResponseWriter, r *http.Request, s *session) {
 
 // queueRow is one queue of GET /api/queues.
 type queueRow struct {
-	Name        string `json:"name"`
-	LeaseMS     int64  `json:"lease_ms,omitempty"`
-	MaxDeliver  int    `json:"max_deliver,omitempty"`
-	MaxRunning  int    `json:"max_running,omitempty"` // 0: no limit
-	Paused      bool   `json:"paused,omitempty"`
-	Ready       int    `json:"ready"`
-	Running     int    `json:"running"`
-	Waiting     int    `json:"waiting"`
-	Quarantined int    `json:"quarantined"`
+	Name       string `json:"name"`
+	LeaseMS    int64  `json:"lease_ms,omitempty"`
+	MaxDeliver int    `json:"max_deliver,omitempty"`
+	MaxRunning int    `json:"max_running,omitempty"` // 0: no limit
+	Paused     bool   `json:"paused,omitempty"`
+	// Polling and LastDelivered are the queue's consumer's: its executors'
+	// pulls waiting for an item, and when it last delivered one.
+	Polling       int        `json:"polling"`
+	LastDelivered *time.Time `json:"last_delivered,omitempty"`
+	Ready         int        `json:"ready"`
+	Running       int        `json:"running"`
+	Waiting       int        `json:"waiting"`
+	Quarantined   int        `json:"quarantined"`
 	// Truncated is set when a state had more tasks than the console counts.
 	Truncated bool `json:"truncated,omitempty"`
 }
@@ -483,6 +487,7 @@ func (c *Console) queues(w http.ResponseWriter, r *http.Request, s *session) {
 		}
 		x := row(q.Name)
 		x.LeaseMS, x.MaxDeliver, x.MaxRunning, x.Paused = q.LeaseMS, q.MaxDeliver, q.MaxRunning, q.Paused
+		x.Polling, x.LastDelivered = q.WaitingPulls, q.LastDelivered
 	}
 	truncated := false
 	for _, state := range []string{schemas.StateReady, schemas.StateRunning, schemas.StateWaiting, schemas.StateFailed} {

@@ -655,13 +655,15 @@ func TestQueues(t *testing.T) {
 	})
 	b := e.signedIn(t, e.member(t, "vera", roleViewer))
 	var qs []struct {
-		Name        string `json:"name"`
-		Ready       int    `json:"ready"`
-		Running     int    `json:"running"`
-		Waiting     int    `json:"waiting"`
-		Quarantined int    `json:"quarantined"`
-		MaxDeliver  int    `json:"max_deliver"`
-		MaxRunning  int    `json:"max_running"`
+		Name          string     `json:"name"`
+		Ready         int        `json:"ready"`
+		Running       int        `json:"running"`
+		Waiting       int        `json:"waiting"`
+		Quarantined   int        `json:"quarantined"`
+		MaxDeliver    int        `json:"max_deliver"`
+		MaxRunning    int        `json:"max_running"`
+		Polling       int        `json:"polling"`
+		LastDelivered *time.Time `json:"last_delivered"`
 	}
 	code, _ := b.get("/api/queues", &qs)
 	require.Equal(t, http.StatusOK, code)
@@ -673,6 +675,8 @@ func TestQueues(t *testing.T) {
 	require.Equal(t, 1, qs[1].Quarantined)
 	require.Equal(t, 1, qs[1].MaxDeliver)
 	require.Equal(t, 3, qs[1].MaxRunning)
+	require.NotNil(t, qs[1].LastDelivered, "the poison item was delivered")
+	require.Zero(t, qs[1].Polling, "no executor polls it")
 	require.Equal(t, "render", qs[2].Name)
 	require.Equal(t, 2, qs[2].Ready)
 

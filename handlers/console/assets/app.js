@@ -562,10 +562,11 @@ async function renderQueues() {
     h("td", {}, h("a", { href: "#/queues/" + encodeURIComponent(q.name) }, q.name), q.paused ? h("span", { class: "paused" }, " paused") : null), h("td", { class: "num" }, q.ready), h("td", { class: "num" }, q.running), h("td", { class: "num" }, q.waiting),
     h("td", { class: "num" + (q.quarantined ? " bad" : "") }, q.quarantined),
     h("td", {}, q.lease_ms ? q.lease_ms / 1000 + " s" : "-"), h("td", {}, q.max_deliver || "-"),
-    h("td", {}, q.max_running ? "at most " + q.max_running : q.lease_ms ? "no limit" : "-")));
+    h("td", {}, q.max_running ? "at most " + q.max_running : q.lease_ms ? "no limit" : "-"),
+    h("td", { class: "num" + (q.ready && !q.running && !q.polling && !q.paused ? " bad" : "") }, q.polling || 0), h("td", {}, q.last_delivered ? ago(q.last_delivered) : "-")));
   show(h("h1", {}, "Queues"),
-    h("p", { class: "muted" }, "Depth: tasks ready for an executor (a paused queue hands out none). Running: attempts in progress. Waiting: tasks parked on an approval, a signal, a timer or a delegated goal. Quarantined: tasks failed because their work item was delivered the most times the queue allows."),
-    table("queues", ["Queue", "Depth", "Running", "Waiting", "Quarantined", "Lease", "Max deliveries", "Running at once"], rows));
+    h("p", { class: "muted" }, "Depth: tasks ready for an executor (a paused queue hands out none). Running: attempts in progress. Waiting: tasks parked on an approval, a signal, a timer or a delegated goal. Quarantined: tasks failed because their work item was delivered the most times the queue allows. Polling: executors' pulls waiting for an item (red: tasks are ready and no executor takes the queue)."),
+    table("queues", ["Queue", "Depth", "Running", "Waiting", "Quarantined", "Lease", "Max deliveries", "Running at once", "Polling", "Last delivered"], rows));
 }
 
 // renderQueue lists a queue's tasks in one state (the hash's ?state=,
