@@ -157,6 +157,11 @@ func TestBrowser(t *testing.T) {
 	_, err = e.admin.CreateSchedule(ctx(t), schemas.CreateSchedule{Name: "nightly", ScheduleSpec: schemas.ScheduleSpec{Cron: "0 3 * * *", TimeZone: "Europe/Paris",
 		Goal: json.RawMessage(`{"title": "nightly build", "success_criteria": ["built"]}`), Tasks: json.RawMessage(`[{"key": "build", "queue": "held"}]`)}})
 	require.NoError(t, err)
+	// A goal a third done, on one attempt of a budget of 2: three at this rate.
+	projected, err := e.admin.CreateGoal(ctx(t), schemas.CreateGoal{Title: "projected", SuccessCriteria: []string{"done"},
+		Envelope: schemas.Envelope{Budget: schemas.Budget{Attempts: 2}},
+		Tasks:    []schemas.TaskSpec{{Key: "ship", Queue: "build"}, {Key: "h1", Queue: "held"}, {Key: "h2", Queue: "held"}}})
+	require.NoError(t, err)
 	var stuck []string // three tasks of a queue no executor takes, cancelled at once from its page
 	for range 3 {
 		r, err := e.admin.CreateTask(ctx(t), schemas.TaskSpec{Queue: "stuck"})
@@ -209,6 +214,8 @@ func TestBrowser(t *testing.T) {
 		}),
 		chromedp.WaitVisible(chromedp.CSS(`g.node[data-task-key="b"][data-task-state="retired"]`)),
 		chromedp.WaitVisible(chromedp.CSS(`g.node[data-task-key="a"][data-revision="added"]`)),
+		chromedp.Navigate(e.url+"/#/goals/"+projected.ID),
+		chromedp.WaitVisible(chromedp.CSS(`#budget tr[data-budget="attempts"][data-over="false"] td.bad[data-projected="3"]`)),
 		chromedp.Click(chromedp.CSS(`a[data-nav="queues"]`)),
 		chromedp.WaitVisible(chromedp.CSS(`tr[data-queue="payments"]`)), // the refund waits for its approval
 		screenshot(t, "queues"),

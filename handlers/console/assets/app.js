@@ -263,20 +263,28 @@ function goalHeader(g) {
 
 // budgetTable sets what the goal's work spent (every attempt of every plan
 // version, failed ones included) beside its budget: a meter for each bound
-// dimension, red once the bound is reached, and the deadline.
+// dimension, red once the bound is reached, and the deadline. While the
+// goal is open with some of its plan accepted, it projects each bound
+// dimension to the whole plan at the rate so far (spent ÷ accepted × all),
+// marking a projection past the bound.
 function budgetTable(g) {
   const b = (g.envelope || {}).budget || {};
   const sp = g.spent || {};
+  const { done, total } = progress(g);
+  const projecting = g.state === "open" && done > 0 && done < total;
   const num = (n) => Number(n || 0).toLocaleString("en");
   const row = (dim, label, used, limit, fmt) => {
     const over = limit > 0 && used >= limit;
+    const projected = projecting && limit > 0 && !over ? used / done * total : null;
     return h("tr", { "data-budget": dim, "data-over": over ? "true" : "false" },
       h("th", {}, label), h("td", { class: "num" + (over ? " bad" : "") }, fmt(used)),
       h("td", {}, limit > 0 ? "of " + fmt(limit) : "no bound"),
-      h("td", {}, limit > 0 ? h("meter", { min: 0, max: limit, value: Math.min(used, limit), low: limit * 0.5, high: limit * 0.8, optimum: 0 }) : null));
+      h("td", {}, limit > 0 ? h("meter", { min: 0, max: limit, value: Math.min(used, limit), low: limit * 0.5, high: limit * 0.8, optimum: 0 }) : null),
+      h("td", { class: "muted" + (projected > limit ? " bad" : ""), "data-projected": projected === null ? null : String(projected) },
+        projected === null ? "" : "at this rate " + fmt(Math.round(projected * 100) / 100) + " for the whole plan" + (projected > limit ? ": over" : "")));
   };
   const deadline = b.deadline ? h("tr", { "data-budget": "deadline", "data-over": new Date(b.deadline) <= new Date() ? "true" : "false" },
-    h("th", {}, "Deadline"), h("td", { colspan: 3 }, ago(b.deadline), " (" + new Date(b.deadline).toISOString() + ")")) : null;
+    h("th", {}, "Deadline"), h("td", { colspan: 4 }, ago(b.deadline), " (" + new Date(b.deadline).toISOString() + ")")) : null;
   return h("table", { id: "budget", class: "budget" },
     h("tbody", {},
       row("attempts", "Attempts", sp.attempts || 0, b.attempts || 0, num),
