@@ -116,3 +116,17 @@ func TestAHandedAttemptWhoseWorkerHangsGoesBackToTheQueue(t *testing.T) {
 	w.logs.waitLine(t, 10*time.Second, "outcome=refused")
 	b.waitSettled(t, "hang")
 }
+
+// A worker started on a paused queue says so, since it will get no job
+// until the queue is resumed; once resumed, it runs the queue's task.
+func TestAWorkerSaysItsQueueIsPaused(t *testing.T) {
+	b := setup(t)
+	b.Command(t, "queue.pause", map[string]any{"queue": "held"})
+	id := b.CreateTask(t, map[string]any{"queue": "held"})
+	w := b.startWorker(t, executors.Config{Queue: "held"}, func(ctx context.Context, job *executors.Job) (executors.Result, error) {
+		return executors.Result{Output: "ran"}, nil
+	})
+	w.logs.waitLine(t, 10*time.Second, "the queue is paused", "queue=held")
+	b.Command(t, "queue.resume", map[string]any{"queue": "held"})
+	b.WaitState(t, id, "accepted", 15*time.Second)
+}

@@ -262,6 +262,9 @@ func (w *Worker) consumer(ctx context.Context) (jetstream.Consumer, error) {
 		w.log.Warn("executors: the queue has other settings than this worker's; using the queue's (set Reconfigure, or dwr worker --reconfigure, to change them)",
 			"lease", lease, "max_deliver", got.MaxDeliver, "worker_lease", w.cfg.Lease, "worker_max_deliver", w.cfg.MaxDeliver)
 	}
+	if got.Paused {
+		w.log.Warn("executors: the queue is paused: it hands out no job until it is resumed (dwr queue resume)", "queue", w.cfg.Queue)
+	}
 	w.lease.Store(int64(max(lease, MinLease)))
 	tctx, cancel := context.WithTimeout(ctx, client.DefaultTimeout)
 	defer cancel()

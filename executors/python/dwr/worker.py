@@ -1514,6 +1514,8 @@ class Worker:
         if abs(lease - self.lease) > 1e-3 or (r or {}).get("max_deliver") != self.max_deliver:
             log.warning("dwr: queue %s has other settings than this worker's (lease %ss, max_deliver %s); using the queue's",
                         queue, lease, (r or {}).get("max_deliver"))
+        if (r or {}).get("paused"):
+            log.warning("dwr: queue %s is paused: it hands out no job until it is resumed (dwr queue resume %s)", queue, queue)
         return max(lease, MIN_LEASE)
 
     async def _fetch_loop(self, queue: str, kind: str, fn: Any, slots: asyncio.Semaphore) -> None:

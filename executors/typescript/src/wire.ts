@@ -265,6 +265,9 @@ export interface CommandResult {
   queue?: string;
   lease_ms?: number;
   max_deliver?: number;
+  max_running?: number;
+  /** For queue.configure, queue.pause and queue.resume: true while the queue is paused. */
+  paused?: boolean;
   duplicate?: boolean;
   /** For a report that asked for it (`next: true`), the attempt its commit started for its sender: the handoff. */
   next?: Handoff;

@@ -382,6 +382,9 @@ export class Worker {
         `dwr: queue ${c.queue} has other settings than this worker's (lease ${lease} ms, max_deliver ${got.max_deliver}); using the queue's (reconfigure: true changes them)`,
       );
     }
+    if (got.paused) {
+      c.log.warn(`dwr: queue ${c.queue} is paused: it hands out no job until it is resumed (dwr queue resume ${c.queue})`);
+    }
     this.leaseMs = Math.max(lease, MinLeaseMs);
     const stream = c.prefix.toUpperCase() + "_WORK";
     const name = `${c.prefix}-${c.workspace}-${c.queue}`;
