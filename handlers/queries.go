@@ -219,7 +219,7 @@ func (s *Service) checkMinSeq(seq uint64) *schemas.Error {
 // what it reads). A filter sent to a
 // query that does not take it is refused rather than ignored: the caller
 // would be answered more than it asked for.
-var listFilters = map[string][]string{"task.list": {"state", "goal_id", "queue"}, "goal.list": {"state"}, "approval.list": {"state", "role"},
+var listFilters = map[string][]string{"task.list": {"state", "goal_id", "queue"}, "goal.list": {"state", "schedule"}, "approval.list": {"state", "role"},
 	"queue.key": {"queue"}}
 
 // checkFilters refuses the filters of q that query name does not take.
@@ -232,7 +232,7 @@ func checkFilters(name string, q schemas.Query) error {
 		return &schemas.Error{Code: schemas.CodeInvalid, Message: fmt.Sprintf("%s lists in one order only: newest_first is goal.list's and task.list's; leave it out", name),
 			Fields: []schemas.FieldError{{Pointer: "/newest_first", Message: "not an option of " + name}}}
 	}
-	for _, f := range [...]struct{ field, value string }{{"state", q.State}, {"goal_id", q.GoalID}, {"role", q.Role}, {"queue", q.Queue}} {
+	for _, f := range [...]struct{ field, value string }{{"state", q.State}, {"goal_id", q.GoalID}, {"role", q.Role}, {"queue", q.Queue}, {"schedule", q.Schedule}} {
 		if f.value == "" || slices.Contains(listFilters[name], f.field) {
 			continue
 		}
@@ -275,9 +275,13 @@ func (p *page) passOver(cursor string) bool {
 }
 
 // invalidQueueName refuses name at /queue: it is not a queue name.
-func invalidQueueName(name string) *schemas.Error {
-	return &schemas.Error{Code: schemas.CodeInvalid, Message: fmt.Sprintf("queue %q is not a queue name", name),
-		Fields: []schemas.FieldError{{Pointer: "/queue", Message: "want a queue name: 1-63 lower-case letters, digits, '_' or '-'"}}}
+func invalidQueueName(name string) *schemas.Error { return invalidName("queue", name) }
+
+// invalidName refuses name at /<what>: it is not a name of a what (a
+// queue, a schedule).
+func invalidName(what, name string) *schemas.Error {
+	return &schemas.Error{Code: schemas.CodeInvalid, Message: fmt.Sprintf("%s %q is not a %s name", what, name, what),
+		Fields: []schemas.FieldError{{Pointer: "/" + what, Message: "want a " + what + " name: 1-63 lower-case letters, digits, '_' or '-'"}}}
 }
 
 // unknownState is the refusal of a list query's state filter, state, that
@@ -340,16 +344,19 @@ func (s *Service) query(name, ws string, p principal, q schemas.Query, pre prefe
 		if q.State != "" && !slices.Contains(goalStates, q.State) {
 			return nil, "", unknownState(q.State, fmt.Sprint(goalStates), "unknown state")
 		}
+		if q.Schedule != "" && !domain.ValidName(q.Schedule) {
+			return nil, "", invalidName("schedule", q.Schedule)
+		}
 		pg := newPage("goal", "list its tasks page by page (task.list with its goal_id)", limit, budget)
 		each := s.store.EachGoal
 		if q.NewestFirst {
 			each = s.store.EachGoalNewestFirst
 		}
 		err := each(ws, q.After, func(g *projections.GoalView) bool {
-			if q.State == "" || g.State == q.State {
+			if (q.State == "" || g.State == q.State) && (q.Schedule == "" || g.Schedule != nil && g.Schedule.Name == q.Schedule) {
 				return pg.add(g, g.ID, g.ID)
 			}
-			return pg.passOver(g.ID) // goals are not kept by state
+			return pg.passOver(g.ID) // goals are not kept by state or schedule
 		})
 		return pg.result(err)
 	case "queue.key":

@@ -146,6 +146,29 @@ func TestScheduleOverlapOverTheWire(t *testing.T) {
 	b.waitSchedule(t, "allows", 2, 0)
 	require.Len(t, b.scheduledGoals(t, "skips"), 1)
 	require.Len(t, b.scheduledGoals(t, "allows"), 2)
+
+	// goal.list lists a schedule's goals, and no other: not another
+	// schedule's, nor one made by hand.
+	_, seq := b.mustCommand(t, "goal.create", map[string]any{"title": "by hand"})
+	for name, n := range map[string]int{"allows": 2, "skips": 1} {
+		var goals []schemas.GoalView
+		b.query(t, "goal.list", schemas.Query{Schedule: name}, seq, &goals)
+		require.Len(t, goals, n, name)
+		for _, g := range goals {
+			require.Equal(t, name, g.Schedule.Name)
+		}
+		var open []schemas.GoalView
+		b.query(t, "goal.list", schemas.Query{Schedule: name, State: schemas.GoalStateOpen, NewestFirst: true}, seq, &open)
+		require.Len(t, open, n, "with a state, and the newest first")
+	}
+	for _, q := range []struct {
+		name string
+		body schemas.Query
+	}{{"goal.list", schemas.Query{Schedule: "Not A Name"}}, {"task.list", schemas.Query{Schedule: "allows"}}} {
+		r := b.request(t, "dwr.q.default."+q.name, q.body, nil)
+		require.False(t, r.OK, q.name)
+		require.Equal(t, [2]string{schemas.CodeInvalid, "/schedule"}, [2]string{r.Error.Code, r.Error.Fields[0].Pointer}, r.Error.Message)
+	}
 }
 
 // A schedule that skipped a slot because its goal was still open waits

@@ -34,6 +34,9 @@ type Query struct {
 	// Queue, for queue.key, is the queue whose key to read; for task.list,
 	// the queue whose tasks to list.
 	Queue string `json:"queue,omitempty"`
+	// Schedule, for goal.list, is the schedule whose goals (those its slots
+	// started) to list.
+	Schedule string `json:"schedule,omitempty"`
 	// Epoch, for queue.key, is the day whose key to read (the scope of a
 	// work item's sealed values names it: seal.QueueScope).
 	Epoch int64 `json:"epoch,omitempty"`

@@ -43,18 +43,19 @@ func goalCmd(g *globals) *cobra.Command {
 	f.StringVar(&c.Envelope.ExtensionRole, "extension-role", "", "with --on-exhausted approval: the approver role that may extend the budget (default: any)")
 
 	get := goalGetCmd(g)
-	var state string
+	var filter client.GoalFilter
 	var newest bool
-	list := listCmd(g, &cobra.Command{Use: "list [--state S] [--newest] [--all | --limit N --after CURSOR]", Short: "list goals, oldest first (a page; --all for every one)", Args: cobra.NoArgs},
+	list := listCmd(g, &cobra.Command{Use: "list [--state S] [--schedule NAME] [--newest] [--all | --limit N --after CURSOR]", Short: "list goals, oldest first (a page; --all for every one)", Args: cobra.NoArgs},
 		&paging{}, "goals", nil, func(ctx context.Context, cl *client.Client, _ []string, opts ...client.CallOption) iter.Seq2[*schemas.GoalView, error] {
 			if newest {
 				opts = append(opts, client.NewestFirst())
 			}
-			return cl.GoalsIn(ctx, state, opts...)
+			return cl.GoalsWhere(ctx, filter, opts...)
 		}, columns([]string{"ID", "STATE", "PLAN", "TASKS", "TITLE"}, func(v schemas.GoalView) []string {
 			return []string{v.ID, v.State, fmt.Sprint(v.PlanVersion), counts(v.Counts), v.Title}
 		}))
-	list.Flags().StringVar(&state, "state", "", "only the goals in this state: open, achieved, failed or cancelled")
+	list.Flags().StringVar(&filter.State, "state", "", "only the goals in this state: open, achieved, failed or cancelled")
+	list.Flags().StringVar(&filter.Schedule, "schedule", "", "only the goals this schedule's slots started")
 	list.Flags().BoolVar(&newest, "newest", false, "the newest goals first")
 	var reason string
 	cancel := sendCmd(g, &cobra.Command{Use: "cancel ID [--reason R]", Short: "cancel a goal with its unfinished tasks (their running attempts are told to stop)",

@@ -53,4 +53,8 @@ func TestCLIGoalListNewestFirst(t *testing.T) {
 	}
 	require.Equal(t, made, listed())
 	require.Equal(t, []string{made[2], made[1], made[0]}, listed("--newest"))
+	require.Empty(t, listed("--schedule", "nightly"), "no schedule started them")
+	code, _, errs := run(t, url, "goal", "list", "--schedule", "Nightly Run")
+	require.Equal(t, exitInvalid, code)
+	require.Contains(t, errs, "/schedule")
 }

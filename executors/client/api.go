@@ -189,7 +189,21 @@ func (c *Client) Goals(ctx context.Context, opts ...CallOption) iter.Seq2[*schem
 // (goal.list). A page reads a bounded number of goals of other states, so
 // with OnePage it may hold fewer than its limit, even none, and a next.
 func (c *Client) GoalsIn(ctx context.Context, state string, opts ...CallOption) iter.Seq2[*schemas.GoalView, error] {
-	return List[schemas.GoalView](ctx, c, "goal.list", schemas.Query{State: state}, opts...)
+	return c.GoalsWhere(ctx, GoalFilter{State: state}, opts...)
+}
+
+// GoalFilter selects the goals goal.list lists; an empty field selects
+// every goal.
+type GoalFilter struct {
+	State    string // schemas.GoalStateOpen, ...
+	Schedule string // the schedule whose slots started them
+}
+
+// GoalsWhere lists the workspace's goals that f selects, oldest first
+// (goal.list). A page reads a bounded number of goals f leaves out, so with
+// OnePage it may hold fewer than its limit, even none, and a next.
+func (c *Client) GoalsWhere(ctx context.Context, f GoalFilter, opts ...CallOption) iter.Seq2[*schemas.GoalView, error] {
+	return List[schemas.GoalView](ctx, c, "goal.list", schemas.Query{State: f.State, Schedule: f.Schedule}, opts...)
 }
 
 // Task returns a task (task.get).

@@ -103,7 +103,8 @@ func readJSON(w http.ResponseWriter, r *http.Request, v any) bool {
 func (c *Console) goals(w http.ResponseWriter, r *http.Request, s *session) {
 	ctx, cancel := requestCtx(r)
 	defer cancel()
-	if out, ok := firstListed(w, s.cl.Goals(ctx, client.Limit(100), client.NewestFirst())); ok {
+	f := client.GoalFilter{Schedule: r.URL.Query().Get("schedule")}
+	if out, ok := firstListed(w, s.cl.GoalsWhere(ctx, f, client.Limit(100), client.NewestFirst())); ok {
 		writeJSON(w, http.StatusOK, out) // the newest MaxListed, newest first
 	}
 }

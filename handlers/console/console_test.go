@@ -807,6 +807,23 @@ func TestSchedules(t *testing.T) {
 	require.Equal(t, http.StatusOK, code)
 	require.False(t, ss[0].Paused)
 	require.NotNil(t, ss[0].NextSlot)
+
+	// A schedule's goals: none yet, though a goal made by hand stands.
+	_, err = e.admin.CreateGoal(ctx(t), schemas.CreateGoal{Title: "by hand", SuccessCriteria: []string{"done"}})
+	require.NoError(t, err)
+	var gs []schemas.GoalView
+	servicetest.Eventually(t, 10*time.Second, func() bool { // another client's write: once the views have it
+		gs = nil
+		code, _ := admin.get("/api/goals", &gs)
+		return code == http.StatusOK && len(gs) == 1
+	})
+	gs = nil
+	code, _ = admin.get("/api/goals?schedule=hourly", &gs)
+	require.Equal(t, http.StatusOK, code)
+	require.Empty(t, gs, "the goal made by hand is not the schedule's")
+	code, er = admin.get("/api/goals?schedule=Not%20A%20Name", nil)
+	require.Equal(t, http.StatusBadRequest, code)
+	require.Equal(t, schemas.CodeInvalid, er.Error.Code)
 }
 
 // The page and its assets are served from the binary, with a policy that

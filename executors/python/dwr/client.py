@@ -386,11 +386,13 @@ class Client:
         queue, or all — page after page."""
         return self.list("task.list", {"goal_id": goal_id, "state": state, "queue": queue, "limit": limit})
 
-    def goals(self, *, state: Optional[str] = None, newest_first: bool = False,
+    def goals(self, *, state: Optional[str] = None, schedule: Optional[str] = None, newest_first: bool = False,
               limit: Optional[int] = None) -> AsyncIterator[Dict[str, Any]]:
-        """goal.list: the workspace's goals (of a state, when given), the
-        oldest first (the newest with newest_first), page after page."""
-        return self.list("goal.list", {"state": state, "newest_first": newest_first or None, "limit": limit})
+        """goal.list: the workspace's goals (of a state, and those a
+        schedule's slots started, when given), the oldest first (the newest
+        with newest_first), page after page."""
+        return self.list("goal.list", {"state": state, "schedule": schedule, "newest_first": newest_first or None,
+                                       "limit": limit})
 
     async def decide_approval(self, approval_id: str, response: str, key_file: str, *,
                               approver: Optional[str] = None, comment: str = "",

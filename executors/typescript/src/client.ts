@@ -195,11 +195,14 @@ export class Client {
     );
   }
 
-  /** goals lists the workspace's goals, oldest first (the newest with newestFirst; of a state, when given). */
-  goals(filter: { state?: string; newestFirst?: boolean; limit?: number } = {}, opts?: CallOptions): AsyncGenerator<Goal> {
+  /** goals lists the workspace's goals, oldest first (the newest with newestFirst; of a state, and those a schedule's slots started, when given). */
+  goals(
+    filter: { state?: string; schedule?: string; newestFirst?: boolean; limit?: number } = {},
+    opts?: CallOptions,
+  ): AsyncGenerator<Goal> {
     return this.list<Goal>(
       "goal.list",
-      { state: filter.state, newest_first: filter.newestFirst || undefined, limit: filter.limit },
+      { state: filter.state, schedule: filter.schedule, newest_first: filter.newestFirst || undefined, limit: filter.limit },
       opts,
     );
   }

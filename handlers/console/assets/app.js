@@ -149,7 +149,8 @@ function progress(g) {
 }
 
 async function renderGoals() {
-  const gs = await api("GET", "/api/goals");
+  const schedule = new URLSearchParams(location.hash.split("?")[1] || "").get("schedule");
+  const gs = await api("GET", "/api/goals" + (schedule ? "?schedule=" + encodeURIComponent(schedule) : ""));
   const rows = gs.map((g) => {
     const { done, total } = progress(g);
     return h("tr", { "data-goal-id": g.id },
@@ -159,8 +160,9 @@ async function renderGoals() {
       h("td", {}, g.plan_version || "-"),
       h("td", {}, ago(g.updated_at)));
   });
-  show(h("h1", {}, "Goals"),
-    gs.length === 0 ? h("p", { class: "muted" }, "No goals yet: dwr goal create …") :
+  show(h("h1", {}, schedule ? "Goals of schedule " + schedule : "Goals"),
+    schedule ? h("p", {}, h("a", { href: "#/goals" }, "All goals"), " · ", h("a", { href: "#/schedules" }, "Schedules")) : null,
+    gs.length === 0 ? h("p", { class: "muted" }, schedule ? "This schedule has started no goal yet." : "No goals yet: dwr goal create …") :
       h("table", { id: "goals" }, h("thead", {}, h("tr", {}, h("th", {}, "Goal"), h("th", {}, "State"), h("th", {}, "Progress"),
         h("th", {}, "Plan"), h("th", {}, "Updated"))), h("tbody", {}, rows)));
 }
@@ -658,7 +660,8 @@ async function renderSchedules() {
     return h("tr", { "data-schedule": s.name, "data-paused": s.paused ? "true" : "false" },
       h("td", {}, s.name), h("td", {}, h("code", {}, s.cron || "every " + s.every), s.time_zone ? " " + s.time_zone : ""),
       h("td", {}, next), h("td", {}, s.last_slot ? ago(s.last_slot) : "-"),
-      h("td", {}, s.last_goal ? h("a", { href: "#/goals/" + s.last_goal }, s.last_goal) : "-"),
+      h("td", {}, s.last_goal ? h("a", { href: "#/goals/" + s.last_goal }, s.last_goal) : "-",
+        s.fired ? h("span", {}, " · ", h("a", { href: "#/goals?schedule=" + encodeURIComponent(s.name), "data-schedule-goals": s.name }, "all its goals")) : null),
       h("td", { class: "num" }, s.fired || 0), h("td", { class: "num" }, s.skipped || 0),
       h("td", {}, (s.catch_up || "one") + " / " + (s.overlap || "skip")), h("td", {}, toggle));
   });
