@@ -567,7 +567,10 @@ func (d *dispatcher) rederive(ctx context.Context, store *projections.Store) (in
 	var queueErr error
 	for _, ws := range wss {
 		for _, q := range ws.Queues {
-			if err := d.ensureQueue(ctx, store, ws.Name, q.Name); err != nil && queueErr == nil {
+			// The settings as the log holds them now, at the views'
+			// checkpoint: the stored reply of an older queue.configure sent
+			// again does not set them back (a pause among them).
+			if err := d.configureQueue(ctx, ws.Name, q, store.Checkpoint()); err != nil && queueErr == nil {
 				queueErr = err
 			}
 		}

@@ -159,3 +159,26 @@ func TestAPauseOutlastsARestartAndALostConsumer(t *testing.T) {
 	}
 	require.Equal(t, []string{id}, got)
 }
+
+// A queue.configure sent again after a restart of the writer answers its
+// first outcome, and does not set the queue's consumer back to the settings
+// of that outcome: a pause recorded since stands.
+func TestARetriedConfigureAfterARestartKeepsTheQueuePaused(t *testing.T) {
+	b := setupJetStream(t)
+	ctx := t.Context()
+	body := map[string]any{"queue": "shell", "lease_ms": 30_000, "max_deliver": 5}
+	first := b.command(t, "queue.configure", body, "configure-1")
+	require.True(t, first.OK, "%+v", first.Error)
+	b.mustCommand(t, "queue.pause", map[string]any{"queue": "shell"})
+	b.stop()
+
+	b2 := start(t, b.dir)
+	again := b2.command(t, "queue.configure", body, "configure-1")
+	require.True(t, again.OK, "%+v", again.Error)
+	require.Equal(t, first.Seq, again.Seq, "the first outcome, not a new configuration")
+	cons, err := b2.jetstream(t).Consumer(ctx, "DWR_WORK", "dwr-default-shell")
+	require.NoError(t, err)
+	info, err := cons.Info(ctx)
+	require.NoError(t, err)
+	require.True(t, info.Paused, "the pause recorded since stands")
+}
