@@ -214,6 +214,15 @@ func TestBrowser(t *testing.T) {
 		}),
 		chromedp.WaitVisible(chromedp.CSS(`g.node[data-task-key="b"][data-task-state="retired"]`)),
 		chromedp.WaitVisible(chromedp.CSS(`g.node[data-task-key="a"][data-revision="added"]`)),
+		// Revised again while its page is open: the third version joins the
+		// slider, shown as the live plan.
+		chromedp.Func(func(ctx context.Context, _ *chromedp.Target) error {
+			_, err := e.admin.SubmitPlan(ctx, revised.ID, []schemas.TaskSpec{{Key: "a", Queue: "held"},
+				{Key: "c", Queue: "held", DependsOn: []string{"a"}}, {Key: "d", Queue: "held", DependsOn: []string{"a"}}})
+			return err
+		}),
+		chromedp.WaitVisible(chromedp.CSS(`#plan-version[max="3"]`)),
+		chromedp.WaitVisible(chromedp.CSS(`g.node[data-task-key="d"][data-revision="added"]`)),
 		chromedp.Navigate(e.url+"/#/goals/"+projected.ID),
 		chromedp.WaitVisible(chromedp.CSS(`#budget tr[data-budget="attempts"][data-over="false"] td.bad[data-projected="3"]`)),
 		chromedp.Click(chromedp.CSS(`a[data-nav="queues"]`)),

@@ -344,11 +344,12 @@ async function renderGoal(id) {
   const g = await api("GET", "/api/goals/" + encodeURIComponent(id));
   const head = h("div", {}, goalHeader(g));
   const holder = h("div", { class: "graph" }, drawGraph(g));
-  // The plan's versions: read once (a revision made while the page is open
-  // shows once it is opened again); none for an identity that may not read
-  // histories.
-  const revs = g.plan_version > 1 ? await api("GET", `/api/goals/${encodeURIComponent(id)}/plans`).catch(() => []) : [];
-  const plan = revisions(revs, holder, g);
+  // The plan's versions, read again when the goal's plan moves past the
+  // last one read; none for an identity that may not read histories.
+  const plansPath = `/api/goals/${encodeURIComponent(id)}/plans`;
+  let revs = g.plan_version > 1 ? await api("GET", plansPath).catch(() => []) : [];
+  let plan = revisions(revs, holder, g);
+  const planBox = h("div", {}, plan.box);
   const status = h("span", { id: "live", class: "muted" }, "connecting…");
   const feed = h("ol", { id: "activity", class: "activity" });
   const cancel = h("button", { type: "button", id: "cancel-goal", class: "danger", hidden: g.state !== "open" }, "Cancel goal");
@@ -358,16 +359,24 @@ async function renderGoal(id) {
     if (!confirm("Cancel this goal and its unfinished tasks?")) return;
     try { await api("POST", `/api/goals/${encodeURIComponent(id)}/cancel`, { reason: "cancelled from the console" }); } catch (err) { msg.append(errorBox(err)); }
   });
-  show(head, h("p", {}, "Live: ", status, " ", cancel), msg, plan.box, holder,
+  show(head, h("p", {}, "Live: ", status, " ", cancel), msg, planBox, holder,
     h("p", { class: "muted" }, "Click a task for its timeline."), h("h2", {}, "Activity"), feed);
   const es = new EventSource(`/api/goals/${encodeURIComponent(id)}/stream`);
   live = es;
   es.addEventListener("open", () => { status.textContent = "live"; status.className = "ok"; });
   es.addEventListener("error", () => { status.textContent = "reconnecting…"; status.className = "muted"; });
-  es.addEventListener("goal", (ev) => {
+  es.addEventListener("goal", async (ev) => {
     const s = JSON.parse(ev.data);
     head.replaceChildren(goalHeader(s.goal));
     cancel.hidden = s.goal.state !== "open"; // an ended goal is not cancelled
+    const known = revs.length ? revs[revs.length - 1].version : 1;
+    if (s.goal.plan_version > known) { // revised while the page is open: the new version joins the slider
+      revs = await api("GET", plansPath).catch(() => revs);
+      plan = revisions(revs, holder, s.goal);
+      planBox.replaceChildren(plan.box);
+      if (revs.length < 2) plan.live(s.goal);
+      return;
+    }
     plan.live(s.goal);
   });
   es.addEventListener("event", (ev) => {
