@@ -113,11 +113,7 @@ func (c *Console) goal(w http.ResponseWriter, r *http.Request, s *session) {
 	ctx, cancel := requestCtx(r)
 	defer cancel()
 	g, err := s.cl.Goal(ctx, r.PathValue("id"))
-	if err != nil {
-		writeClientError(w, err)
-		return
-	}
-	writeJSON(w, http.StatusOK, g)
+	answer(w, g, err)
 }
 
 // planRevision is one version of a goal's plan, as its goal.plan_committed
@@ -223,11 +219,7 @@ func onNamed(w http.ResponseWriter, r *http.Request, do func(ctx context.Context
 	ctx, cancel := requestCtx(r)
 	defer cancel()
 	res, err := do(ctx, r.PathValue("name"))
-	if err != nil {
-		writeClientError(w, err)
-		return
-	}
-	writeJSON(w, http.StatusOK, res)
+	answer(w, res, err)
 }
 
 // schedules is GET /api/schedules: the workspace's schedules, by name (the
@@ -284,6 +276,15 @@ func firstListed[T any](w http.ResponseWriter, items iter.Seq2[*T, error]) ([]*T
 	return out, true
 }
 
+// answer writes v, what a client call returned, or its error err.
+func answer(w http.ResponseWriter, v any, err error) {
+	if err != nil {
+		writeClientError(w, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, v)
+}
+
 // withReason reads a reason from r's body, calls do with the id r names
 // ({id}) and that reason, and answers with its result.
 func withReason(w http.ResponseWriter, r *http.Request, do func(ctx context.Context, id, reason string, opts ...client.CallOption) (*client.Result, error)) {
@@ -294,11 +295,7 @@ func withReason(w http.ResponseWriter, r *http.Request, do func(ctx context.Cont
 	ctx, cancel := requestCtx(r)
 	defer cancel()
 	res, err := do(ctx, r.PathValue("id"), req.Reason)
-	if err != nil {
-		writeClientError(w, err)
-		return
-	}
-	writeJSON(w, http.StatusOK, res)
+	answer(w, res, err)
 }
 
 // historyEvent is one event of a task's history as the timeline shows it.
@@ -441,11 +438,7 @@ func (c *Console) decide(w http.ResponseWriter, r *http.Request, s *session) {
 	defer cancel()
 	res, err := s.cl.DecideApproval(ctx, schemas.DecideApproval{ApprovalID: r.PathValue("id"), Approver: req.Approver,
 		Response: req.Response, ActionDigest: req.ActionDigest, Comment: req.Comment, Signature: req.Signature})
-	if err != nil {
-		writeClientError(w, err)
-		return
-	}
-	writeJSON(w, http.StatusOK, res)
+	answer(w, res, err)
 }
 
 // queueRow is one queue of GET /api/queues.
