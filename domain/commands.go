@@ -79,6 +79,10 @@ type (
 	CreateGoal = schemas.CreateGoal
 	// CancelGoal cancels a goal and every unfinished task of its plan.
 	CancelGoal = schemas.CancelGoal
+	// LabelGoal sets and removes a goal's labels.
+	LabelGoal = schemas.LabelGoal
+	// Labels are a goal's names and values.
+	Labels = schemas.Labels
 	// SubmitPlan commits a new version of a goal's plan.
 	SubmitPlan = schemas.SubmitPlan
 	// CreateTask creates a standalone task (not part of a plan).
@@ -202,6 +206,7 @@ var commandTypes = map[string]func() Command{
 	"workspace.create":      func() Command { return &CreateWorkspace{} },
 	"goal.create":           func() Command { return &CreateGoal{} },
 	"goal.cancel":           func() Command { return &CancelGoal{} },
+	"goal.label":            func() Command { return &LabelGoal{} },
 	"plan.submit":           func() Command { return &SubmitPlan{} },
 	"task.create":           func() Command { return &CreateTask{} },
 	"task.cancel":           func() Command { return &CancelTask{} },

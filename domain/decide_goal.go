@@ -73,6 +73,9 @@ func (x *tx) createGoalFrom(c *CreateGoal, origin goalOrigin) (Reply, error) {
 			return Reply{}, err
 		}
 	}
+	if err := CheckLabels("/labels", c.Labels); err != nil {
+		return Reply{}, err
+	}
 	b := c.Envelope.Budget
 	switch {
 	case b.Cost < 0:
@@ -122,7 +125,7 @@ func (x *tx) createGoalFrom(c *CreateGoal, origin goalOrigin) (Reply, error) {
 		return Reply{}, conflict("goal %s already exists", c.GoalID)
 	}
 	if err := x.emit(c.GoalID, &GoalCreated{Workspace: x.m.Workspace, Title: c.Title, Description: c.Description,
-		SuccessCriteria: c.SuccessCriteria, Envelope: c.Envelope, Ritual: origin.ritual, Schedule: origin.schedule,
+		SuccessCriteria: c.SuccessCriteria, Envelope: c.Envelope, Labels: c.Labels, Ritual: origin.ritual, Schedule: origin.schedule,
 		Parent: origin.parent}); err != nil {
 		return Reply{}, err
 	}

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"strings"
 
 	"github.com/dwr-run/dwr/schemas"
@@ -96,6 +97,17 @@ func (x *tx) runRitualFrom(c *RunRitual, origin goalOrigin) (Reply, error) {
 	ref := rendered.Ritual
 	origin.ritual = &ref
 	cg := *rendered.Goal
+	if err := CheckLabels("/labels", c.Labels); err != nil {
+		return Reply{}, err
+	}
+	if len(c.Labels) > 0 {
+		// The run's labels over the template's.
+		cg.Labels = maps.Clone(cg.Labels)
+		if cg.Labels == nil {
+			cg.Labels = Labels{}
+		}
+		maps.Copy(cg.Labels, c.Labels)
+	}
 	r, err := x.createGoalFrom(&cg, origin)
 	if err != nil {
 		return Reply{}, fromRitual(what, err)

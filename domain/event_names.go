@@ -51,6 +51,13 @@ func (*GoalCancelled) EventType() string { return "goal.cancelled" }
 func (*GoalCancelled) AggregateType() string { return AggGoal }
 func (*GoalCancelled) isEvent()              {}
 
+// EventType returns "goal.labeled".
+func (*GoalLabeled) EventType() string { return "goal.labeled" }
+
+// AggregateType returns AggGoal.
+func (*GoalLabeled) AggregateType() string { return AggGoal }
+func (*GoalLabeled) isEvent()              {}
+
 // EventType returns "task.created".
 func (*TaskCreated) EventType() string { return "task.created" }
 

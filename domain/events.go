@@ -93,6 +93,8 @@ type GoalCreated struct {
 	Description     string   `json:"description,omitempty"`
 	SuccessCriteria []string `json:"success_criteria,omitempty"`
 	Envelope        Envelope `json:"envelope"`
+	// Labels are the goal's labels (absent: none).
+	Labels Labels `json:"labels,omitempty"`
 	// Ritual names the ritual version the goal was created from
 	// (ritual.run), if any.
 	Ritual *RitualRef `json:"ritual,omitempty"`
@@ -187,6 +189,12 @@ type GoalFailed struct {
 type GoalBudgetExtended struct {
 	Budget     Budget `json:"budget"`
 	ApprovalID string `json:"approval_id"`
+}
+
+// GoalLabeled: the goal's labels are Labels from now on (goal.label; none
+// when absent).
+type GoalLabeled struct {
+	Labels Labels `json:"labels,omitempty"`
 }
 
 // GoalCancelled: the goal was cancelled along with its unfinished tasks.
@@ -440,6 +448,7 @@ var eventTypes = map[string]func() Event{
 	"goal.achieved":                 func() Event { return &GoalAchieved{} },
 	"goal.failed":                   func() Event { return &GoalFailed{} },
 	"goal.cancelled":                func() Event { return &GoalCancelled{} },
+	"goal.labeled":                  func() Event { return &GoalLabeled{} },
 	"goal.budget_extended":          func() Event { return &GoalBudgetExtended{} },
 	"task.created":                  func() Event { return &TaskCreated{} },
 	"task.ready":                    func() Event { return &TaskReady{} },

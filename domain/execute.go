@@ -118,6 +118,8 @@ func (x *tx) decide(cmd Command) (Reply, error) {
 		return x.configureQueue(c)
 	case *DeleteQueue:
 		return x.deleteQueue(c)
+	case *LabelGoal:
+		return x.labelGoal(c)
 	case *PauseQueue:
 		return x.pauseQueue(c.Queue, true)
 	case *ResumeQueue:

@@ -372,9 +372,9 @@ func TestGoalListFiltersByState(t *testing.T) {
 		q                 schemas.Query
 	}{
 		{"approval.list", "/goal_id", "approval.list takes only state and role, not goal_id", schemas.Query{GoalID: "G"}},
-		{"goal.list", "/role", "goal.list takes only state and schedule, not role", schemas.Query{Role: "ops"}},
+		{"goal.list", "/role", "goal.list takes only state, schedule and labels, not role", schemas.Query{Role: "ops"}},
 		{"ritual.list", "/state", "ritual.list takes no filter, not state", schemas.Query{State: "open"}},
-		{"goal.list", "/queue", "goal.list takes only state and schedule, not queue", schemas.Query{Queue: "q"}},
+		{"goal.list", "/queue", "goal.list takes only state, schedule and labels, not queue", schemas.Query{Queue: "q"}},
 		{"approval.list", "/queue", "approval.list takes only state and role, not queue", schemas.Query{Queue: "q"}},
 	} {
 		r := b.request(t, "dwr.q.default."+c.query, c.q, nil)

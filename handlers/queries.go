@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"slices"
 	"strconv"
 	"strings"
@@ -126,6 +127,10 @@ func (s *Service) handleQuery(name string, req micro.Request, who sender) []byte
 			return errResponse(toWire(err, s.cfg.Logger))
 		}
 		if werr := decodeStrict(body, &q, "query"); werr != nil {
+			// Which field: query.json says, where the decoder did not.
+			if err := schemas.Validate(schemas.PathQuery, body); err != nil {
+				werr = toWire(err, s.cfg.Logger)
+			}
 			return errResponse(werr)
 		}
 	}
@@ -219,7 +224,7 @@ func (s *Service) checkMinSeq(seq uint64) *schemas.Error {
 // what it reads). A filter sent to a
 // query that does not take it is refused rather than ignored: the caller
 // would be answered more than it asked for.
-var listFilters = map[string][]string{"task.list": {"state", "goal_id", "queue"}, "goal.list": {"state", "schedule"}, "approval.list": {"state", "role"},
+var listFilters = map[string][]string{"task.list": {"state", "goal_id", "queue"}, "goal.list": {"state", "schedule", "labels"}, "approval.list": {"state", "role"},
 	"queue.key": {"queue"}}
 
 // checkFilters refuses the filters of q that query name does not take.
@@ -232,13 +237,20 @@ func checkFilters(name string, q schemas.Query) error {
 		return &schemas.Error{Code: schemas.CodeInvalid, Message: fmt.Sprintf("%s lists in one order only: newest_first is goal.list's and task.list's; leave it out", name),
 			Fields: []schemas.FieldError{{Pointer: "/newest_first", Message: "not an option of " + name}}}
 	}
-	for _, f := range [...]struct{ field, value string }{{"state", q.State}, {"goal_id", q.GoalID}, {"role", q.Role}, {"queue", q.Queue}, {"schedule", q.Schedule}} {
+	labels := ""
+	if len(q.Labels) > 0 {
+		labels = "given"
+	}
+	for _, f := range [...]struct{ field, value string }{{"state", q.State}, {"goal_id", q.GoalID}, {"role", q.Role}, {"queue", q.Queue}, {"schedule", q.Schedule}, {"labels", labels}} {
 		if f.value == "" || slices.Contains(listFilters[name], f.field) {
 			continue
 		}
 		takes := "no filter"
 		if fs := listFilters[name]; len(fs) > 0 {
-			takes = "only " + strings.Join(fs, " and ")
+			takes = "only " + fs[len(fs)-1]
+			if len(fs) > 1 {
+				takes = "only " + strings.Join(fs[:len(fs)-1], ", ") + " and " + fs[len(fs)-1]
+			}
 		}
 		return &schemas.Error{Code: schemas.CodeInvalid, Message: fmt.Sprintf("%s takes %s, not %s: leave it out", name, takes, f.field),
 			Fields: []schemas.FieldError{{Pointer: "/" + f.field, Message: "not a filter of " + name}}}
@@ -272,6 +284,17 @@ func (p *page) passOver(cursor string) bool {
 	}
 	p.next = cursor
 	return false
+}
+
+// hasLabels reports whether labels hold every label of want, each with its
+// value (an empty value too: the label is there).
+func hasLabels(labels, want schemas.Labels) bool {
+	for k, v := range want {
+		if have, ok := labels[k]; !ok || have != v {
+			return false
+		}
+	}
+	return true
 }
 
 // invalidQueueName refuses name at /queue: it is not a queue name.
@@ -347,16 +370,26 @@ func (s *Service) query(name, ws string, p principal, q schemas.Query, pre prefe
 		if q.Schedule != "" && !domain.ValidName(q.Schedule) {
 			return nil, "", invalidName("schedule", q.Schedule)
 		}
+		if err := domain.CheckLabels("/labels", q.Labels); err != nil {
+			return nil, "", err
+		}
 		pg := newPage("goal", "list its tasks page by page (task.list with its goal_id)", limit, budget)
 		each := s.store.EachGoal
 		if q.NewestFirst {
 			each = s.store.EachGoalNewestFirst
 		}
+		if len(q.Labels) > 0 {
+			// Through the index of one label; the others are checked.
+			first := slices.Min(slices.Collect(maps.Keys(q.Labels)))
+			each = func(ws, cursor string, fn func(*projections.GoalView) bool) error {
+				return s.store.EachGoalLabeled(ws, first, q.Labels[first], cursor, q.NewestFirst, fn)
+			}
+		}
 		err := each(ws, q.After, func(g *projections.GoalView) bool {
-			if (q.State == "" || g.State == q.State) && (q.Schedule == "" || g.Schedule != nil && g.Schedule.Name == q.Schedule) {
+			if (q.State == "" || g.State == q.State) && (q.Schedule == "" || g.Schedule != nil && g.Schedule.Name == q.Schedule) && hasLabels(g.Labels, q.Labels) {
 				return pg.add(g, g.ID, g.ID)
 			}
-			return pg.passOver(g.ID) // goals are not kept by state or schedule
+			return pg.passOver(g.ID) // goals are not kept by state or schedule, nor by more than one label
 		})
 		return pg.result(err)
 	case "queue.key":

@@ -547,6 +547,9 @@ func (bs *batchState) flush(b *pebble.Batch) error {
 		if err := b.Set(key(pGoalByWS, g.Workspace, id), nil, nil); err != nil {
 			return err
 		}
+		if err := relabel(b, bs.goalBefore[id], g); err != nil {
+			return err
+		}
 		if err := replaceTimers(b, goalTimersOf(bs.goalBefore[id]), goalTimersOf(g)); err != nil {
 			return err
 		}
@@ -623,4 +626,30 @@ func setJSONSized(b *pebble.Batch, k []byte, v any) (int, error) {
 		return 0, err
 	}
 	return len(buf), b.Set(k, buf, nil)
+}
+
+// relabel moves goal g's entries in the index by label from its labels
+// before (none when before is nil) to its labels now.
+func relabel(b *pebble.Batch, before, g *domain.Goal) error {
+	var was domain.Labels
+	if before != nil {
+		was = before.Labels
+	}
+	for k, v := range was {
+		if now, ok := g.Labels[k]; ok && now == v {
+			continue
+		}
+		if err := b.Delete(append(goalLabelPrefix(g.Workspace, k, v), g.ID...), nil); err != nil {
+			return err
+		}
+	}
+	for k, v := range g.Labels {
+		if old, ok := was[k]; ok && old == v {
+			continue
+		}
+		if err := b.Set(append(goalLabelPrefix(g.Workspace, k, v), g.ID...), nil, nil); err != nil {
+			return err
+		}
+	}
+	return nil
 }

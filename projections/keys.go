@@ -1,6 +1,7 @@
 package projections
 
 import (
+	"encoding/base64"
 	"encoding/binary"
 )
 
@@ -17,6 +18,7 @@ const (
 	pGoal           = "g"              // g/<goal>
 	pGoalByWS       = "gw"             // gw/<ws>/<goal>
 	pGoalCounts     = "gc"             // gc/<goal> -> map state->count
+	pGoalLabel      = "gl"             // gl/<ws>/<label name>/<value, base64url>/<goal>
 	pTask           = "t"              // t/<task>
 	pTaskByWS       = "tw"             // tw/<ws>/<state>/<task>
 	pTaskByGoal     = "tg"             // tg/<goal>/<task>
@@ -45,6 +47,13 @@ func key(parts ...string) []byte {
 		b = append(b, p...)
 	}
 	return b
+}
+
+// goalLabelPrefix is the prefix of the keys of the goals of workspace ws
+// that hold label name with value: the value in base64url, which holds no
+// '/', so that one value's keys never share the prefix of another's.
+func goalLabelPrefix(ws, name, value string) []byte {
+	return key(pGoalLabel, ws, name, base64.RawURLEncoding.EncodeToString([]byte(value)), "")
 }
 
 func historyKey(aggType, id string, version uint64) []byte {

@@ -85,8 +85,22 @@ func (s *Store) EachGoalNewestFirst(ws, before string, fn func(*GoalView) bool) 
 	return s.eachGoal(ws, before, true, fn)
 }
 
+// EachGoalLabeled is EachGoal, or EachGoalNewestFirst when newest, over
+// the goals of workspace ws that hold label name with value, read through
+// the index by label: cursor is the id of the goal to go on after (before,
+// when newest).
+func (s *Store) EachGoalLabeled(ws, name, value, cursor string, newest bool, fn func(*GoalView) bool) error {
+	return s.eachGoalUnder(goalLabelPrefix(ws, name, value), ws, cursor, newest, fn)
+}
+
 // eachGoal is EachGoal, or EachGoalNewestFirst when newest.
 func (s *Store) eachGoal(ws, cursor string, newest bool, fn func(*GoalView) bool) error {
+	return s.eachGoalUnder(key(pGoalByWS, ws, ""), ws, cursor, newest, fn)
+}
+
+// eachGoalUnder is eachGoal over the goals whose ids end the keys with
+// prefix p.
+func (s *Store) eachGoalUnder(p []byte, ws, cursor string, newest bool, fn func(*GoalView) bool) error {
 	if strings.Contains(cursor, "/") {
 		return fmt.Errorf("%w: %q is not a goal id", ErrCursor, cursor)
 	}
@@ -97,7 +111,6 @@ func (s *Store) eachGoal(ws, cursor string, newest bool, fn func(*GoalView) bool
 		}
 		return fn(g), nil
 	}
-	p := key(pGoalByWS, ws, "")
 	if newest {
 		return s.eachIDBefore(p, cursor, visit)
 	}

@@ -25,9 +25,20 @@ type CreateGoal struct {
 	Description     string   `json:"description,omitempty"`
 	SuccessCriteria []string `json:"success_criteria,omitempty"`
 	Envelope        Envelope `json:"envelope"`
+	// Labels are the goal's labels: names and values that goal.list
+	// selects by (Labels).
+	Labels Labels `json:"labels,omitempty"`
 	// Tasks, when set, are the goal's first plan, committed with the goal
 	// (as a plan.submit would be, in the same record).
 	Tasks []TaskSpec `json:"tasks,omitempty"`
+}
+
+// LabelGoal changes a goal's labels: it sets those of Set (a name's value
+// replaced) and removes the names of Remove, in any state of the goal.
+type LabelGoal struct {
+	GoalID string   `json:"goal_id"`
+	Set    Labels   `json:"set,omitempty"`
+	Remove []string `json:"remove,omitempty"`
 }
 
 // CancelGoal cancels a goal and every unfinished task of its plan.
@@ -356,6 +367,9 @@ func (CreateGoal) CommandName() string { return "goal.create" }
 
 // CommandName returns the command's wire name.
 func (CancelGoal) CommandName() string { return "goal.cancel" }
+
+// CommandName returns the command's wire name.
+func (LabelGoal) CommandName() string { return "goal.label" }
 
 // CommandName returns the command's wire name.
 func (SubmitPlan) CommandName() string { return "plan.submit" }

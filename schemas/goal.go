@@ -1,22 +1,26 @@
 package schemas
 
 import (
+	"maps"
 	"slices"
 	"time"
 )
 
 // Goal is the state of a goal, its plan included, as goal.get carries it.
 type Goal struct {
-	ID              string     `json:"id"`
-	Workspace       string     `json:"workspace"`
-	Title           string     `json:"title"`
-	Description     string     `json:"description,omitempty"`
-	SuccessCriteria []string   `json:"success_criteria,omitempty"`
-	Envelope        Envelope   `json:"envelope"`
-	State           string     `json:"state"`
-	Reason          string     `json:"reason,omitempty"`
-	PlanVersion     int        `json:"plan_version"`
-	Plan            []PlanTask `json:"plan,omitempty"`
+	ID              string   `json:"id"`
+	Workspace       string   `json:"workspace"`
+	Title           string   `json:"title"`
+	Description     string   `json:"description,omitempty"`
+	SuccessCriteria []string `json:"success_criteria,omitempty"`
+	Envelope        Envelope `json:"envelope"`
+	// Labels are the goal's names and values (goal.create, goal.label)
+	// that goal.list selects by.
+	Labels      Labels     `json:"labels,omitempty"`
+	State       string     `json:"state"`
+	Reason      string     `json:"reason,omitempty"`
+	PlanVersion int        `json:"plan_version"`
+	Plan        []PlanTask `json:"plan,omitempty"`
 	// RetiredSpend is what the tasks of earlier plan versions that the
 	// current one no longer holds had spent when a revision dropped them
 	// (they ended then): it still counts against the goal's budget.
@@ -148,5 +152,6 @@ func (g *Goal) Clone() *Goal {
 	c.RetiredSpend = cloneValue(g.RetiredSpend)
 	c.Commands = slices.Clone(g.Commands)
 	c.Ritual = cloneValue(g.Ritual)
+	c.Labels = maps.Clone(g.Labels)
 	return &c
 }

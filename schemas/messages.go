@@ -71,6 +71,20 @@ func (r *registry) leaves(e *jsonschema.ValidationError) []leaf {
 			out = append(out, unknownField(e.InstanceLocation, p, known))
 		}
 		return out
+	case *kind.PropertyNames:
+		// The name's own refusal, at the member it names (the library
+		// places it at the name as a value of its own, nowhere).
+		var out []leaf
+		for _, c := range e.Causes {
+			for _, l := range r.leaves(c) {
+				l.loc = child(e.InstanceLocation, k.Property)
+				l.msg = "the name " + l.msg
+				out = append(out, l)
+			}
+		}
+		if len(out) > 0 {
+			return out
+		}
 	case *kind.AnyOf:
 		return r.alternatives(e)
 	case *kind.OneOf:

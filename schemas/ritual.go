@@ -40,6 +40,8 @@ type RunRitual struct {
 	Version uint64          `json:"version,omitempty"`
 	Params  json.RawMessage `json:"params,omitempty"`
 	GoalID  string          `json:"goal_id,omitempty"`
+	// Labels are set on the goal over those its template gives.
+	Labels Labels `json:"labels,omitempty"`
 
 	// Rendered is the goal the service rendered from the ritual's version
 	// before it sealed its payloads; the domain creates it as it would the

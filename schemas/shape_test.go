@@ -355,7 +355,7 @@ func (s *shapes) defName(d doc) string {
 
 // commandBodies is every command's body, as schemas defines it.
 var commandBodies = map[string]schemas.Command{
-	"workspace.create": schemas.CreateWorkspace{}, "goal.create": schemas.CreateGoal{}, "goal.cancel": schemas.CancelGoal{},
+	"workspace.create": schemas.CreateWorkspace{}, "goal.create": schemas.CreateGoal{}, "goal.cancel": schemas.CancelGoal{}, "goal.label": schemas.LabelGoal{},
 	"plan.submit": schemas.SubmitPlan{}, "task.create": schemas.CreateTask{}, "task.cancel": schemas.CancelTask{},
 	"task.claim": schemas.ClaimTask{}, "task.checkpoint": schemas.SaveCheckpoint{}, "task.succeed": schemas.ReportSuccess{},
 	"task.fail": schemas.ReportFailure{}, "task.heartbeat": schemas.Heartbeat{}, "task.verify": schemas.RecordVerification{},
@@ -568,6 +568,10 @@ func TestBoundsMatchDomain(t *testing.T) {
 	require.Equal(t, domain.MaxText, num(goal["success_criteria"].(map[string]any)["items"], "maxLength"))
 	require.Equal(t, domain.MaxTitle, num(goal["title"], "maxLength"))
 	require.Equal(t, domain.MaxPlanTasks, num(common["RitualTasks"], "maxItems"), "a ritual's plan is a plan")
+	require.Equal(t, domain.MaxLabels, num(common["Labels"], "maxProperties"))
+	require.Equal(t, domain.MaxLabelValue, num(common["Labels"].(map[string]any)["additionalProperties"], "maxLength"))
+	label := s.docs[schemas.CommandPath("goal.label")].(map[string]any)["properties"].(map[string]any)
+	require.Equal(t, domain.MaxLabels, num(label["remove"], "maxItems"))
 }
 
 // TestPatternsMatchDomain checks that the ULID, name and key patterns accept
@@ -592,6 +596,7 @@ func TestPatternsMatchDomain(t *testing.T) {
 			"envelope": map[string]any{"permissions": map[string]any{"queues": []string{s}}}}, s)
 		check(domain.ValidKey(s), "task.signal", map[string]any{"task_id": "01JWQYPRT84TFF59TDWH9EDD1R", "name": s}, s)
 		check(domain.ValidName(s), "approver.register", map[string]any{"name": s, "role": "editor", "public_key": testKey}, s)
+		check(domain.ValidName(s), "goal.create", map[string]any{"title": "t", "labels": map[string]any{s: "v"}}, s)
 		check(domain.ValidName(s), "approver.register", map[string]any{"name": "maria", "role": s, "public_key": testKey}, s)
 	}
 }

@@ -20,9 +20,13 @@ import (
 func goalCmd(g *globals) *cobra.Command {
 	cmd := &cobra.Command{Use: "goal", Short: "create, inspect and list goals"}
 	var c schemas.CreateGoal
-	var queues []string
+	var queues, labels []string
 	var ownKey bool
-	create := sendCmd(g, &cobra.Command{Use: "create --title TITLE", Short: "create a goal", Args: cobra.NoArgs}, "goal", nil,
+	create := sendCmd(g, &cobra.Command{Use: "create --title TITLE", Short: "create a goal", Args: cobra.NoArgs}, "goal",
+		func([]string) (err error) {
+			c.Labels, err = parseLabels(labels)
+			return err
+		},
 		func(ctx context.Context, cl *client.Client, _ []string, id client.CallOption) (*client.Result, error) {
 			c.Envelope.Permissions.Queues = queues
 			if ownKey {
@@ -40,22 +44,28 @@ func goalCmd(g *globals) *cobra.Command {
 	f.Float64Var(&c.Envelope.Budget.Cost, "budget-cost", 0, "most cost in all (0: no limit)")
 	f.StringVar(&c.Envelope.OnExhausted, "on-exhausted", "", "when the budget is used up: fail the task (fail, the default), or ask an approver to extend it (approval)")
 	f.BoolVar(&ownKey, "own-key", false, "seal the goal's payloads with its own data key, so that dwr shred --goal can shred them alone")
+	f.StringArrayVar(&labels, "label", nil, "a label, NAME=VALUE (repeatable): dwr goal list --label finds the goal by it")
 	f.StringVar(&c.Envelope.ExtensionRole, "extension-role", "", "with --on-exhausted approval: the approver role that may extend the budget (default: any)")
 
 	get := goalGetCmd(g)
 	var filter client.GoalFilter
 	var newest bool
-	list := listCmd(g, &cobra.Command{Use: "list [--state S] [--schedule NAME] [--newest] [--all | --limit N --after CURSOR]", Short: "list goals, oldest first (a page; --all for every one)", Args: cobra.NoArgs},
-		&paging{}, "goals", nil, func(ctx context.Context, cl *client.Client, _ []string, opts ...client.CallOption) iter.Seq2[*schemas.GoalView, error] {
+	var byLabel []string
+	list := listCmd(g, &cobra.Command{Use: "list [--state S] [--schedule NAME] [--label NAME=VALUE]... [--newest] [--all | --limit N --after CURSOR]", Short: "list goals, oldest first (a page; --all for every one)", Args: cobra.NoArgs},
+		&paging{}, "goals", func([]string) (err error) {
+			filter.Labels, err = parseLabels(byLabel)
+			return err
+		}, func(ctx context.Context, cl *client.Client, _ []string, opts ...client.CallOption) iter.Seq2[*schemas.GoalView, error] {
 			if newest {
 				opts = append(opts, client.NewestFirst())
 			}
 			return cl.GoalsWhere(ctx, filter, opts...)
-		}, columns([]string{"ID", "STATE", "PLAN", "TASKS", "TITLE"}, func(v schemas.GoalView) []string {
-			return []string{v.ID, v.State, fmt.Sprint(v.PlanVersion), counts(v.Counts), v.Title}
+		}, columns([]string{"ID", "STATE", "PLAN", "TASKS", "LABELS", "TITLE"}, func(v schemas.GoalView) []string {
+			return []string{v.ID, v.State, fmt.Sprint(v.PlanVersion), counts(v.Counts), formatLabels(v.Labels), v.Title}
 		}))
 	list.Flags().StringVar(&filter.State, "state", "", "only the goals in this state: open, achieved, failed or cancelled")
 	list.Flags().StringVar(&filter.Schedule, "schedule", "", "only the goals this schedule's slots started")
+	list.Flags().StringArrayVar(&byLabel, "label", nil, "only the goals that hold this label, NAME=VALUE (repeatable: every one)")
 	list.Flags().BoolVar(&newest, "newest", false, "the newest goals first")
 	var reason string
 	cancel := sendCmd(g, &cobra.Command{Use: "cancel ID [--reason R]", Short: "cancel a goal with its unfinished tasks (their running attempts are told to stop)",
@@ -64,7 +74,7 @@ func goalCmd(g *globals) *cobra.Command {
 			return cl.CancelGoal(ctx, args[0], reason, id)
 		})
 	cancel.Flags().StringVar(&reason, "reason", "", "why: recorded with the cancellation")
-	cmd.AddCommand(create, get, list, cancel)
+	cmd.AddCommand(create, get, list, cancel, goalLabelCmd(g))
 	return cmd
 }
 
@@ -82,6 +92,9 @@ func printGoal(w io.Writer, v *schemas.GoalView) error {
 	}
 	if v.Reason != "" {
 		fmt.Fprintf(w, "reason: %s\n", v.Reason)
+	}
+	if len(v.Labels) > 0 {
+		fmt.Fprintf(w, "labels: %s\n", formatLabels(v.Labels))
 	}
 	for _, c := range v.SuccessCriteria {
 		fmt.Fprintf(w, "criterion: %s\n", c)

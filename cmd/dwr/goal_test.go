@@ -58,3 +58,62 @@ func TestCLIGoalListNewestFirst(t *testing.T) {
 	require.Equal(t, exitInvalid, code)
 	require.Contains(t, errs, "/schedule")
 }
+
+// dwr goal create --label, dwr goal list --label, dwr goal label and dwr
+// goal get: a goal found by its labels, relabeled, and shown with them.
+func TestCLIGoalLabels(t *testing.T) {
+	url := cliServer(t)
+	create := func(labels ...string) string {
+		var r map[string]any
+		args := []string{"goal", "create", "--title", "order"}
+		for _, l := range labels {
+			args = append(args, "--label", l)
+		}
+		runJSON(t, url, &r, args...)
+		return r["id"].(string)
+	}
+	a := create("customer=acme", "note=a=b")
+	b := create("customer=globex")
+	listed := func(labels ...string) []string {
+		args := []string{"goal", "list", "--all"}
+		for _, l := range labels {
+			args = append(args, "--label", l)
+		}
+		var gs []map[string]any
+		runJSON(t, url, &gs, args...)
+		var out []string
+		for _, g := range gs {
+			out = append(out, g["id"].(string))
+		}
+		return out
+	}
+	require.Equal(t, []string{a}, listed("customer=acme"))
+	require.Equal(t, []string{a}, listed("customer=acme", "note=a=b"), "a value may hold '='")
+
+	code, out, errs := run(t, url, "goal", "label", b, "customer=acme", "tier=", "--remove", "absent")
+	require.Equal(t, 0, code, errs)
+	require.Contains(t, out, b)
+	require.Equal(t, []string{a, b}, listed("customer=acme"))
+	require.Equal(t, []string{b}, listed("tier="))
+
+	code, out, errs = run(t, url, "goal", "list", "--label", "customer=acme")
+	require.Equal(t, 0, code, errs)
+	require.Contains(t, out, "LABELS")
+	require.Contains(t, out, "customer=acme,note=a=b")
+	code, out, errs = run(t, url, "goal", "get", b)
+	require.Equal(t, 0, code, errs)
+	require.Contains(t, out, "labels: customer=acme,tier=\n")
+
+	for _, args := range [][]string{
+		{"goal", "list", "--label", "customer"},
+		{"goal", "create", "--title", "t", "--label", "=x"},
+		{"goal", "label", b},
+	} {
+		code, _, errs = run(t, url, args...)
+		require.Equal(t, exitInvalid, code, "%v", args)
+		require.NotEmpty(t, errs)
+	}
+	code, _, errs = run(t, url, "goal", "label", b, "Customer=x")
+	require.Equal(t, exitInvalid, code)
+	require.Contains(t, errs, "/set/Customer")
+}

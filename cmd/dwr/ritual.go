@@ -65,15 +65,19 @@ func readRitual(g *globals, file string) (schemas.DefineRitual, error) {
 
 func ritualRunCmd(g *globals) *cobra.Command {
 	var version uint64
-	var pairs []string
+	var pairs, labels []string
 	var paramsFile, cmdID string
 	run := &cobra.Command{
-		Use: "run NAME [--version V] [--param NAME=VALUE]... [--params-file FILE]", Args: cobra.ExactArgs(1),
+		Use: "run NAME [--version V] [--param NAME=VALUE]... [--params-file FILE] [--label NAME=VALUE]...", Args: cobra.ExactArgs(1),
 		Short: "create a goal and its plan from a ritual (its latest version, or --version)",
 		RunE: func(_ *cobra.Command, args []string) error {
 			base, err := readParamsFile(paramsFile)
 			if err != nil {
 				return fail(exitInvalid, "%v", err)
+			}
+			set, err := parseLabels(labels)
+			if err != nil {
+				return err
 			}
 			return g.withClient(func(ctx context.Context, cl *client.Client) error {
 				rv, err := cl.Ritual(ctx, args[0], version)
@@ -86,7 +90,7 @@ func ritualRunCmd(g *globals) *cobra.Command {
 				}
 				// The version the params were read against, even if another
 				// is defined meanwhile.
-				r, err := cl.RunRitual(ctx, schemas.RunRitual{Name: rv.Name, Version: rv.Version, Params: params}, client.CommandID(cmdID))
+				r, err := cl.RunRitual(ctx, schemas.RunRitual{Name: rv.Name, Version: rv.Version, Params: params, Labels: set}, client.CommandID(cmdID))
 				if err != nil {
 					return err
 				}
@@ -100,6 +104,7 @@ func ritualRunCmd(g *globals) *cobra.Command {
 	f := run.Flags()
 	f.Uint64Var(&version, "version", 0, "the version to run (default: the latest)")
 	f.StringArrayVar(&pairs, "param", nil, "a parameter's value, NAME=VALUE (repeatable): text for a string parameter, else JSON")
+	f.StringArrayVar(&labels, "label", nil, "a label of the goal, NAME=VALUE (repeatable), over those of the ritual's goal template")
 	f.StringVar(&paramsFile, "params-file", "", "a YAML or JSON object of parameters (--param overrides its values)")
 	commandIDFlag(run, &cmdID)
 	return run

@@ -46,6 +46,14 @@ func (c *Client) CancelGoal(ctx context.Context, goalID, reason string, opts ...
 	return c.do(ctx, "goal.cancel", schemas.CancelGoal{GoalID: goalID, Reason: reason}, opts)
 }
 
+// LabelGoal sets the labels of set on a goal (a label already there
+// takes the new value) and removes the labels named in remove (goal.label),
+// whatever the goal's state. A change that leaves its labels as they are
+// records nothing (Result.Duplicate).
+func (c *Client) LabelGoal(ctx context.Context, goalID string, set schemas.Labels, remove []string, opts ...CallOption) (*Result, error) {
+	return c.do(ctx, "goal.label", schemas.LabelGoal{GoalID: goalID, Set: set, Remove: remove}, opts)
+}
+
 // ShredGoal destroys the data key of a goal created with envelope privacy
 // key goal (goal.shred, an admin's): its payloads, and those of the goals
 // it delegated to, read "[shredded]" from then on; an open goal is
@@ -197,13 +205,16 @@ func (c *Client) GoalsIn(ctx context.Context, state string, opts ...CallOption) 
 type GoalFilter struct {
 	State    string // schemas.GoalStateOpen, ...
 	Schedule string // the schedule whose slots started them
+	// Labels selects the goals that hold every one of them, each with its
+	// value.
+	Labels schemas.Labels
 }
 
 // GoalsWhere lists the workspace's goals that f selects, oldest first
 // (goal.list). A page reads a bounded number of goals f leaves out, so with
 // OnePage it may hold fewer than its limit, even none, and a next.
 func (c *Client) GoalsWhere(ctx context.Context, f GoalFilter, opts ...CallOption) iter.Seq2[*schemas.GoalView, error] {
-	return List[schemas.GoalView](ctx, c, "goal.list", schemas.Query{State: f.State, Schedule: f.Schedule}, opts...)
+	return List[schemas.GoalView](ctx, c, "goal.list", schemas.Query{State: f.State, Schedule: f.Schedule, Labels: f.Labels}, opts...)
 }
 
 // Task returns a task (task.get).

@@ -379,3 +379,44 @@ func TestConnectNamesTheOptionThatCannotBeUsed(t *testing.T) {
 	var oe *client.OptionError
 	require.False(t, errors.As(err, &oe), "an unreachable server is not an option's fault: %v", err)
 }
+
+// A caller finds its goals by their labels: given at creation, changed
+// with LabelGoal, and listed at once (the client reads its own writes).
+func TestClientFindsGoalsByLabel(t *testing.T) {
+	s := start(t)
+	ctx := within(t, 30*time.Second)
+	c := connectAs(t, s, "caller", domain.RoleClient)
+	var acme []string
+	for i := range 3 {
+		g, err := c.CreateGoal(ctx, schemas.CreateGoal{Title: fmt.Sprint("order ", i), Labels: schemas.Labels{"customer": "acme", "order": fmt.Sprint(i)}})
+		require.NoError(t, err)
+		acme = append(acme, g.ID)
+	}
+	other, err := c.CreateGoal(ctx, schemas.CreateGoal{Title: "other", Labels: schemas.Labels{"customer": "globex"}})
+	require.NoError(t, err)
+
+	found := func(f client.GoalFilter) []string {
+		t.Helper()
+		var ids []string
+		for g, err := range c.GoalsWhere(ctx, f) {
+			require.NoError(t, err)
+			ids = append(ids, g.ID)
+		}
+		return ids
+	}
+	require.Equal(t, acme, found(client.GoalFilter{Labels: schemas.Labels{"customer": "acme"}}))
+	require.Equal(t, acme[1:2], found(client.GoalFilter{Labels: schemas.Labels{"customer": "acme", "order": "1"}}))
+
+	r, err := c.LabelGoal(ctx, other.ID, schemas.Labels{"customer": "acme"}, nil)
+	require.NoError(t, err)
+	require.False(t, r.Duplicate)
+	require.Equal(t, append(acme, other.ID), found(client.GoalFilter{Labels: schemas.Labels{"customer": "acme"}}))
+	r, err = c.LabelGoal(ctx, other.ID, nil, []string{"absent"})
+	require.NoError(t, err)
+	require.True(t, r.Duplicate, "nothing changed")
+	_, err = c.LabelGoal(ctx, other.ID, schemas.Labels{"Customer": "acme"}, nil)
+	require.ErrorIs(t, err, client.ErrInvalid)
+	g, err := c.Goal(ctx, other.ID)
+	require.NoError(t, err)
+	require.Equal(t, schemas.Labels{"customer": "acme"}, g.Labels)
+}
