@@ -72,8 +72,10 @@ func (r *registry) leaves(e *jsonschema.ValidationError) []leaf {
 		}
 		return out
 	case *kind.PropertyNames:
-		// The name's own refusal, at the member it names (the library
-		// places it at the name as a value of its own, nowhere).
+		// The name's own refusal, at the member it names. (Its location
+		// is the object's as its parent has it: the library (v6.0.3) gives
+		// this error the validator's location stack itself, which later
+		// members overwrite.)
 		var out []leaf
 		for _, c := range e.Causes {
 			for _, l := range r.leaves(c) {
@@ -95,6 +97,9 @@ func (r *registry) leaves(e *jsonschema.ValidationError) []leaf {
 	if len(e.Causes) > 0 {
 		var out []leaf
 		for _, c := range e.Causes {
+			if _, ok := c.ErrorKind.(*kind.PropertyNames); ok {
+				c.InstanceLocation = slices.Clone(e.InstanceLocation)
+			}
 			out = append(out, r.leaves(c)...)
 		}
 		return out

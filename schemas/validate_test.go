@@ -490,3 +490,16 @@ func TestValidateAnExecuteItemWithItsTask(t *testing.T) {
 	require.NoError(t, err)
 	require.NoError(t, schemas.Validate(schemas.PathWorkItem, b))
 }
+
+// A name that propertyNames refuses is named as the member it is, whatever
+// order the body's members are validated in (the library hands that error
+// its location stack, which later members overwrite).
+func TestAPropertyNameIsRefusedAtItsMember(t *testing.T) {
+	for range 100 {
+		err := schemas.ValidateCommand("goal.label", []byte(`{"goal_id": "01JWQYPRT84TFF59TDWH9EDD1R", "set": {"Customer": "x"}, "remove": ["a"]}`))
+		var se *schemas.Error
+		require.ErrorAs(t, err, &se)
+		require.Equal(t, "/set/Customer", se.Fields[0].Pointer)
+		require.Contains(t, se.Fields[0].Message, `(got "Customer")`)
+	}
+}

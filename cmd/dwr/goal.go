@@ -68,11 +68,13 @@ func goalCmd(g *globals) *cobra.Command {
 	list.Flags().StringArrayVar(&byLabel, "label", nil, "only the goals that hold this label, NAME=VALUE (repeatable: every one)")
 	list.Flags().BoolVar(&newest, "newest", false, "the newest goals first")
 	var reason string
-	cancel := sendCmd(g, &cobra.Command{Use: "cancel ID [--reason R]", Short: "cancel a goal with its unfinished tasks (their running attempts are told to stop)",
-		Args: cobra.ExactArgs(1)}, "goal", nil,
+	cancelOne := func(ctx context.Context, cl *client.Client, id string, opt client.CallOption) (*client.Result, error) {
+		return cl.CancelGoal(ctx, id, reason, opt)
+	}
+	cancel := bulkCmd(g, sendCmd(g, &cobra.Command{Use: "cancel", Short: "cancel a goal, or every open goal a filter selects, with their unfinished tasks (their running attempts are told to stop)"}, "goal", nil,
 		func(ctx context.Context, cl *client.Client, args []string, id client.CallOption) (*client.Result, error) {
-			return cl.CancelGoal(ctx, args[0], reason, id)
-		})
+			return cancelOne(ctx, cl, args[0], id)
+		}), &bulk{verb: "cancel", done: "cancelled", noun: "goal", states: []string{schemas.GoalStateOpen}}, cancelOne)
 	cancel.Flags().StringVar(&reason, "reason", "", "why: recorded with the cancellation")
 	cmd.AddCommand(create, get, list, cancel, goalLabelCmd(g))
 	return cmd

@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"fmt"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -116,4 +117,57 @@ func TestCLIGoalLabels(t *testing.T) {
 	code, _, errs = run(t, url, "goal", "label", b, "Customer=x")
 	require.Equal(t, exitInvalid, code)
 	require.Contains(t, errs, "/set/Customer")
+}
+
+// dwr goal cancel with --label (or --schedule) cancels every open goal
+// they select, each by a command of its own; without --yes it only says
+// what it would do; with an id, that goal alone.
+func TestCLIGoalCancelEveryGoalALabelSelects(t *testing.T) {
+	url := cliServer(t)
+	create := func(label string) string {
+		var r map[string]any
+		runJSON(t, url, &r, "goal", "create", "--title", "order of "+label, "--label", label)
+		return r["id"].(string)
+	}
+	acme := []string{create("customer=acme"), create("customer=acme")}
+	other := create("customer=globex")
+
+	code, out, errs := run(t, url, "goal", "cancel", "--label", "customer=acme")
+	require.Equal(t, exitOK, code, errs)
+	require.Equal(t, 2, strings.Count(out, "would cancel goal"), out)
+	require.Contains(t, out, "(order of customer=acme), open")
+	require.Contains(t, errs, "2 goals would be cancelled: add --yes to cancel them")
+
+	var outcomes []bulkOutcome
+	runJSON(t, url, &outcomes, "goal", "cancel", "--label", "customer=acme", "--yes", "--reason", "the customer left", "--command-id", "offboard")
+	require.Len(t, outcomes, 2)
+	for i, o := range outcomes {
+		require.Equal(t, bulkOutcome{GoalID: acme[i], Title: "order of customer=acme", State: "cancelled", Outcome: "done"}, o)
+	}
+	var g map[string]any
+	runJSON(t, url, &g, "goal", "get", acme[0])
+	require.Equal(t, "cancelled", g["state"])
+	require.Equal(t, "the customer left", g["reason"])
+	runJSON(t, url, &g, "goal", "get", other)
+	require.Equal(t, "open", g["state"], "another label's goal is left")
+	code, out, errs = run(t, url, "goal", "cancel", "--label", "customer=acme", "--yes")
+	require.Equal(t, exitOK, code, errs)
+	require.Empty(t, out, "the cancelled goals are no longer open")
+	require.Contains(t, errs, "cancelled 0 goals")
+
+	for _, c := range []struct {
+		args []string
+		msg  string
+	}{
+		{[]string{"goal", "cancel"}, "give a goal's ID, or filters (--label, --schedule) to cancel every goal they select"},
+		{[]string{"goal", "cancel", other, "--label", "customer=globex"}, "not both"},
+		{[]string{"goal", "cancel", "--label", "customer"}, "want NAME=VALUE"},
+	} {
+		code, _, errs := run(t, url, c.args...)
+		require.Equal(t, exitInvalid, code, c.args)
+		require.Contains(t, errs, c.msg)
+	}
+	var one map[string]any
+	runJSON(t, url, &one, "goal", "cancel", other)
+	require.Equal(t, "cancelled", one["state"], "with an id: that goal alone")
 }

@@ -188,7 +188,7 @@ func taskCancelCmd(g *globals) *cobra.Command {
 	cmd := bulkCmd(g, sendCmd(g, &cobra.Command{Use: "cancel", Short: "cancel a task, or every task a filter selects (a running attempt is told to stop)"}, "task", nil,
 		func(ctx context.Context, cl *client.Client, args []string, opt client.CallOption) (*client.Result, error) {
 			return cancel(ctx, cl, args[0], opt)
-		}), &bulk{verb: "cancel", done: "cancelled", states: openStates}, cancel)
+		}), &bulk{verb: "cancel", done: "cancelled", noun: "task", states: openStates}, cancel)
 	cmd.Flags().StringVar(&reason, "reason", "", "why")
 	return cmd
 }
@@ -201,7 +201,7 @@ func taskRetryCmd(g *globals) *cobra.Command {
 	cmd := bulkCmd(g, sendCmd(g, &cobra.Command{Use: "retry", Short: "give a failed or rejected task, or every one a filter selects, a new attempt (its dependents wait for it again; a failed goal reopens)"}, "task", nil,
 		func(ctx context.Context, cl *client.Client, args []string, opt client.CallOption) (*client.Result, error) {
 			return retry(ctx, cl, args[0], opt)
-		}), &bulk{verb: "retry", done: "retried", states: []string{domain.StateFailed, domain.StateRejected}}, retry)
+		}), &bulk{verb: "retry", done: "retried", noun: "task", states: []string{domain.StateFailed, domain.StateRejected}}, retry)
 	cmd.Flags().StringVar(&reason, "reason", "", "why (recorded with the retry)")
 	return cmd
 }

@@ -236,7 +236,7 @@ func TestTaskRetryAndCancelEveryTaskAFilterSelects(t *testing.T) {
 	cl, err := g.connect()
 	require.NoError(t, err)
 	defer cl.Close()
-	b := &bulk{verb: "retry", done: "retried", states: []string{"failed"}, queue: "mail", yes: true}
+	b := &bulk{verb: "retry", done: "retried", noun: "task", states: []string{"failed"}, queue: "mail", yes: true}
 	err = b.run(context.Background(), g, cl, "", func(ctx context.Context, cl *client.Client, id string, opt client.CallOption) (*client.Result, error) {
 		if id == again[0] {
 			_, err := cl.RetryTask(ctx, id, "another operator")
