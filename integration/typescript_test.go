@@ -79,27 +79,30 @@ func TestTypeScriptClient(t *testing.T) {
 	require.NoError(t, cmd.Run(), "the TypeScript client's round trip; its output: %s", stdout.String())
 
 	var got struct {
-		GoalID    string             `json:"goal_id"`
-		PlanTasks []schemas.PlanTask `json:"plan_tasks"`
-		GoalState string             `json:"goal_state"`
-		BResult   map[string]any     `json:"b_result"`
-		IdleID    string             `json:"idle_id"`
-		Pending   int                `json:"idle_pending"`
-		IdleState string             `json:"idle_state"`
-		SameID    bool               `json:"same_id"`
-		OnceID    string             `json:"once_id"`
-		Refused   map[string]string  `json:"refused"`
-		NotFound  string             `json:"not_found"`
-		Stored    string             `json:"stored"`
-		Read      map[string]any     `json:"read"`
-		ReadBack  string             `json:"read_back"`
-		Listed    []string           `json:"listed"`
-		OtherQ    []string           `json:"listed_other_queue"`
-		Newest    string             `json:"newest_goal"`
-		Elsewhere string             `json:"elsewhere"`
-		Approval  string             `json:"approval_task"`
-		Forged    string             `json:"forged"`
-		Approved  map[string]any     `json:"approved"`
+		GoalID     string             `json:"goal_id"`
+		PlanTasks  []schemas.PlanTask `json:"plan_tasks"`
+		GoalState  string             `json:"goal_state"`
+		BResult    map[string]any     `json:"b_result"`
+		IdleID     string             `json:"idle_id"`
+		Pending    int                `json:"idle_pending"`
+		IdleState  string             `json:"idle_state"`
+		SameID     bool               `json:"same_id"`
+		OnceID     string             `json:"once_id"`
+		Refused    map[string]string  `json:"refused"`
+		NotFound   string             `json:"not_found"`
+		Stored     string             `json:"stored"`
+		Read       map[string]any     `json:"read"`
+		ReadBack   string             `json:"read_back"`
+		Listed     []string           `json:"listed"`
+		OtherQ     []string           `json:"listed_other_queue"`
+		Newest     string             `json:"newest_goal"`
+		Elsewhere  string             `json:"elsewhere"`
+		Approval   string             `json:"approval_task"`
+		Forged     string             `json:"forged"`
+		Approved   map[string]any     `json:"approved"`
+		Labeled    []string           `json:"labeled"`
+		GoalLabels map[string]string  `json:"goal_labels"`
+		RelabelDup bool               `json:"relabel_duplicate"`
 	}
 	require.NoError(t, json.Unmarshal(stdout.Bytes(), &got), "output: %s", stdout.String())
 
@@ -112,6 +115,10 @@ func TestTypeScriptClient(t *testing.T) {
 	var goal schemas.GoalView
 	require.NoError(t, e.c.query("goal.get", schemas.Query{ID: got.GoalID}, 0, &goal))
 	require.Equal(t, schemas.GoalStateAchieved, goal.State)
+	require.Equal(t, []string{got.GoalID}, got.Labeled, "the goal, listed by its label")
+	require.Equal(t, map[string]string{"stage": "done"}, got.GoalLabels, "relabeled once achieved")
+	require.Equal(t, schemas.Labels{"stage": "done"}, goal.Labels)
+	require.True(t, got.RelabelDup, "removing a label it no longer holds records nothing")
 	require.Equal(t, map[string]any{"doubled": 4.0, "deps": []any{"a"}, "attempt": 1.0}, got.BResult,
 		"b ran once, handed a's result as a dependency")
 	for _, pt := range got.PlanTasks {

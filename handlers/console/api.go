@@ -12,6 +12,7 @@ import (
 	"iter"
 	"net/http"
 	"sort"
+	"strings"
 	"time"
 
 	"github.com/dwr-run/dwr/executors/client"
@@ -100,13 +101,47 @@ func readJSON(w http.ResponseWriter, r *http.Request, v any) bool {
 	return true
 }
 
+// goals is GET /api/goals?schedule=S&label=NAME=VALUE...: the newest
+// goals (MaxListed), newest first, of schedule S if given, holding every
+// label given (label is repeatable).
 func (c *Console) goals(w http.ResponseWriter, r *http.Request, s *session) {
+	q := r.URL.Query()
+	labels, msg := labelFilter(q["label"])
+	if msg != "" {
+		var e apiError
+		e.Error.Code, e.Error.Message = schemas.CodeInvalid, msg
+		e.Error.Fields = []schemas.FieldError{{Pointer: "/labels", Message: msg}}
+		writeJSON(w, http.StatusBadRequest, e)
+		return
+	}
 	ctx, cancel := requestCtx(r)
 	defer cancel()
-	f := client.GoalFilter{Schedule: r.URL.Query().Get("schedule")}
+	f := client.GoalFilter{Schedule: q.Get("schedule"), Labels: labels}
 	if out, ok := firstListed(w, s.cl.GoalsWhere(ctx, f, client.Limit(100), client.NewestFirst())); ok {
 		writeJSON(w, http.StatusOK, out) // the newest MaxListed, newest first
 	}
+}
+
+// labelFilter reads the label filters of GET /api/goals, each
+// NAME=VALUE (the value may be empty, and may hold '='), into the labels a
+// goal must hold; or says why one cannot be read. The names and values are
+// the service's to check.
+func labelFilter(filters []string) (schemas.Labels, string) {
+	if len(filters) == 0 {
+		return nil, ""
+	}
+	labels := schemas.Labels{}
+	for _, f := range filters {
+		name, value, ok := strings.Cut(f, "=")
+		if !ok {
+			return nil, fmt.Sprintf("label filter %q is not NAME=VALUE: write it as label=customer=acme (an empty value as label=urgent=)", f)
+		}
+		if v, twice := labels[name]; twice && v != value {
+			return nil, fmt.Sprintf("label %q is filtered by two values, %q and %q: a goal holds one; give one of them", name, v, value)
+		}
+		labels[name] = value
+	}
+	return labels, ""
 }
 
 func (c *Console) goal(w http.ResponseWriter, r *http.Request, s *session) {
@@ -168,6 +203,26 @@ type reasonRequest struct {
 // the body's reason.
 func (c *Console) cancelGoal(w http.ResponseWriter, r *http.Request, s *session) {
 	withReason(w, r, s.cl.CancelGoal)
+}
+
+// labelsRequest is the body of POST /api/goals/{id}/labels.
+type labelsRequest struct {
+	Set    schemas.Labels `json:"set,omitempty"`
+	Remove []string       `json:"remove,omitempty"`
+}
+
+// labelGoal is POST /api/goals/{id}/labels: it sets the body's set labels
+// on the goal and removes those its remove names (goal.label); a change
+// that changes nothing answers duplicate.
+func (c *Console) labelGoal(w http.ResponseWriter, r *http.Request, s *session) {
+	var req labelsRequest
+	if !readJSON(w, r, &req) {
+		return
+	}
+	ctx, cancel := requestCtx(r)
+	defer cancel()
+	res, err := s.cl.LabelGoal(ctx, r.PathValue("id"), req.Set, req.Remove)
+	answer(w, res, err)
 }
 
 // cancelTask is POST /api/tasks/{id}/cancel: it cancels the task, giving

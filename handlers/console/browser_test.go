@@ -6,6 +6,8 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"fmt"
+	"maps"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -71,6 +73,46 @@ func do(t *testing.T, ctx context.Context, steps ...chromedp.Action[chromedp.Voi
 	return nil
 }
 
+// startBrowser starts headless Chromium (exe), 1280×800, ended with the
+// test.
+func startBrowser(t *testing.T, exe string) context.Context {
+	t.Helper()
+	actx, cancel := chromedp.NewExecAllocator(context.Background(), chromedp.ExecPath(exe),
+		chromedp.Flag("headless", true), chromedp.NoSandbox, chromedp.DisableGPU, chromedp.Flag("disable-quic", true),
+		chromedp.NoFirstRun, chromedp.Flag("disable-background-networking", true), chromedp.Flag("disable-component-update", true),
+		chromedp.Flag("disable-sync", true), chromedp.UserDataDir(t.TempDir()), chromedp.WindowSize(1280, 800))
+	t.Cleanup(cancel)
+	bctx, cancel := chromedp.NewContext(actx, chromedp.WithErrorf(t.Logf))
+	t.Cleanup(cancel)
+	require.NoError(t, chromedp.Do(bctx, chromedp.EmulateViewport(1280, 800)), "start the browser") // without a deadline, which would stop it
+	return bctx
+}
+
+// textOf reads the text of the element sel finds into into, in one
+// evaluation: an element the goal's live stream draws anew between
+// finding it and reading it (as chromedp.Text does, in two) is no
+// error.
+func textOf(sel string, into *string) chromedp.Action[chromedp.Void] {
+	return chromedp.Func(func(ctx context.Context, target *chromedp.Target) (err error) {
+		q, err := json.Marshal(sel)
+		if err != nil {
+			return err
+		}
+		*into, err = chromedp.Evaluate[string](`document.querySelector(`+string(q)+`).innerText`)(ctx, target)
+		return err
+	})
+}
+
+// signIn signs in on the sign-in form with the credential file creds.
+func signIn(creds string) chromedp.Action[chromedp.Void] {
+	return chromedp.Steps(
+		chromedp.WaitVisible(chromedp.CSS("#creds")),
+		chromedp.SetUploadFiles(chromedp.CSS("#creds"), []string{creds}),
+		chromedp.Click(chromedp.CSS("#signin")),
+		chromedp.WaitVisible(chromedp.CSS("#signout")),
+	)
+}
+
 // A person runs the console in a real browser: signs in as the admin with
 // the credential file, watches a plan's graph turn green as SDK workers run
 // its tasks (pushed over server-sent events), opens a task's timeline with
@@ -119,28 +161,13 @@ func TestBrowser(t *testing.T) {
 	require.NoError(t, err)
 	approvalID := refund.ID + "-1"
 
-	actx, cancel := chromedp.NewExecAllocator(context.Background(), chromedp.ExecPath(exe),
-		chromedp.Flag("headless", true), chromedp.NoSandbox, chromedp.DisableGPU, chromedp.Flag("disable-quic", true),
-		chromedp.NoFirstRun, chromedp.Flag("disable-background-networking", true), chromedp.Flag("disable-component-update", true),
-		chromedp.Flag("disable-sync", true), chromedp.UserDataDir(t.TempDir()), chromedp.WindowSize(1280, 800))
-	defer cancel()
-	bctx, cancel := chromedp.NewContext(actx, chromedp.WithErrorf(t.Logf))
-	defer cancel()
-	require.NoError(t, chromedp.Do(bctx, chromedp.EmulateViewport(1280, 800)), "start the browser") // without a deadline, which would stop it
-
+	bctx := startBrowser(t, exe)
 	admin := filepath.Join(e.svc.Dir, access.AdminCredsFile)
-	signIn := func(creds string) chromedp.Action[chromedp.Void] {
-		return chromedp.Steps(
-			chromedp.WaitVisible(chromedp.CSS("#creds")),
-			chromedp.SetUploadFiles(chromedp.CSS("#creds"), []string{creds}),
-			chromedp.Click(chromedp.CSS("#signin")),
-			chromedp.WaitVisible(chromedp.CSS("#signout")),
-		)
-	}
 	require.NoError(t, do(t, bctx, chromedp.Navigate(e.url+"/"), signIn(admin)))
 
 	// The plan: three tasks, build after fetch and test, as a client submits it.
 	g, err := e.admin.CreateGoal(ctx(t), schemas.CreateGoal{Title: "release 1.4", SuccessCriteria: []string{"1.4 is built"},
+		Labels:   schemas.Labels{"team": "platform", "release": "1.4"},
 		Envelope: schemas.Envelope{Budget: schemas.Budget{Attempts: 10, Cost: 2.5}},
 		Tasks: []schemas.TaskSpec{{Key: "fetch", Queue: "build"}, {Key: "test", Queue: "build", DependsOn: []string{"fetch"}},
 			{Key: "package", Queue: "build", DependsOn: []string{"fetch", "test"}}}})
@@ -149,7 +176,7 @@ func TestBrowser(t *testing.T) {
 		return fmt.Sprintf(`g.node[data-task-key=%q][data-task-state=%q]`, key, state)
 	}
 	// A goal revised once: a added first with b, then kept, with c instead of b.
-	revised, err := e.admin.CreateGoal(ctx(t), schemas.CreateGoal{Title: "revised plan", SuccessCriteria: []string{"done"},
+	revised, err := e.admin.CreateGoal(ctx(t), schemas.CreateGoal{Title: "revised plan", SuccessCriteria: []string{"done"}, Labels: schemas.Labels{"team": "platform"},
 		Tasks: []schemas.TaskSpec{{Key: "a", Queue: "held"}, {Key: "b", Queue: "held", DependsOn: []string{"a"}}}})
 	require.NoError(t, err)
 	_, err = e.admin.SubmitPlan(ctx(t), revised.ID, []schemas.TaskSpec{{Key: "a", Queue: "held"}, {Key: "c", Queue: "held", DependsOn: []string{"a"}}})
@@ -158,7 +185,7 @@ func TestBrowser(t *testing.T) {
 		Goal: json.RawMessage(`{"title": "nightly build", "success_criteria": ["built"]}`), Tasks: json.RawMessage(`[{"key": "build", "queue": "held"}]`)}})
 	require.NoError(t, err)
 	// A goal a third done, on one attempt of a budget of 2: three at this rate.
-	projected, err := e.admin.CreateGoal(ctx(t), schemas.CreateGoal{Title: "projected", SuccessCriteria: []string{"done"},
+	projected, err := e.admin.CreateGoal(ctx(t), schemas.CreateGoal{Title: "projected", SuccessCriteria: []string{"done"}, Labels: schemas.Labels{"team": "billing"},
 		Envelope: schemas.Envelope{Budget: schemas.Budget{Attempts: 2}},
 		Tasks:    []schemas.TaskSpec{{Key: "ship", Queue: "build"}, {Key: "h1", Queue: "held"}, {Key: "h2", Queue: "held"}}})
 	require.NoError(t, err)
@@ -182,13 +209,8 @@ func TestBrowser(t *testing.T) {
 		chromedp.WaitVisible(chromedp.CSS(`[data-goal-state="achieved"]`)),
 		chromedp.WaitVisible(chromedp.CSS(`#budget tr[data-budget="attempts"][data-over="false"] meter`)),
 		chromedp.WaitNotVisible(chromedp.CSS("#cancel-goal")), // an achieved goal is not offered for cancelling
-		chromedp.Func(func(ctx context.Context, target *chromedp.Target) (err error) {
-			if attemptsSpent, err = chromedp.Text(chromedp.CSS(`#budget tr[data-budget="attempts"] td.num`))(ctx, target); err != nil {
-				return err
-			}
-			costBound, err = chromedp.Text(chromedp.CSS(`#budget tr[data-budget="cost"] td:nth-of-type(2)`))(ctx, target)
-			return err
-		}),
+		textOf(`#budget tr[data-budget="attempts"] td.num`, &attemptsSpent),
+		textOf(`#budget tr[data-budget="cost"] td:nth-of-type(2)`, &costBound),
 		screenshot(t, "plan-graph"),
 		chromedp.Click(chromedp.CSS(`g.node[data-task-key="test"]`)),
 		chromedp.WaitVisible(chromedp.CSS(`#chain[data-verified="true"]`)),
@@ -203,10 +225,7 @@ func TestBrowser(t *testing.T) {
 		chromedp.Navigate(e.url+"/#/goals/"+revised.ID),
 		chromedp.WaitVisible(chromedp.CSS(`#plan-version`)),
 		chromedp.WaitVisible(chromedp.CSS(`g.node[data-task-key="c"][data-revision="added"]`)),
-		chromedp.Func(func(ctx context.Context, target *chromedp.Target) (err error) {
-			revisedProgress, err = chromedp.Text(chromedp.CSS(`#goal-progress`))(ctx, target)
-			return err
-		}),
+		textOf(`#goal-progress`, &revisedProgress),
 		screenshot(t, "plan-revision"),
 		chromedp.Func(func(ctx context.Context, target *chromedp.Target) error {
 			_, err := chromedp.Evaluate[bool](`const s = document.querySelector("#plan-version"); s.value = "1"; s.dispatchEvent(new Event("input")); true`)(ctx, target)
@@ -302,4 +321,130 @@ func TestBrowser(t *testing.T) {
 	require.NoError(t, err)
 	require.True(t, ed25519.Verify(key.Public(), executors.DecisionMessage(a.ID, "approve", a.ActionDigest), sig),
 		"the signature the browser made verifies with the approver's key")
+}
+
+// A person finds goals by their labels and labels a goal, in a real
+// browser: a label's chip in the goals list filters the list by it, a
+// "name=value" typed into the filter narrows it further and its chip's ×
+// widens it again, a filter that is not name=value is refused with the
+// console's reason; on a goal's page they set a label (a new one, then a
+// new value), see the service refuse a name that is not a name, remove a
+// label with its ×, and see a label set elsewhere arrive live.
+func TestBrowserLabels(t *testing.T) {
+	exe := chromium(t)
+	e := setup(t)
+	create := func(title string, labels schemas.Labels) string {
+		t.Helper()
+		r, err := e.admin.CreateGoal(ctx(t), schemas.CreateGoal{Title: title, SuccessCriteria: []string{"paid"}, Labels: labels,
+			Tasks: []schemas.TaskSpec{{Key: "bill", Queue: "held"}, {Key: "send", Queue: "held", DependsOn: []string{"bill"}}}})
+		require.NoError(t, err)
+		return r.ID
+	}
+	gold := create("invoice 1041", schemas.Labels{"customer": "acme", "tier": "gold"})
+	acme := create("invoice 1042", schemas.Labels{"customer": "acme", "order": "1042"})
+	globex := create("invoice 1043", schemas.Labels{"customer": "globex"})
+	plain := create("quarterly report", nil)
+	admin := filepath.Join(e.svc.Dir, access.AdminCredsFile)
+	api := e.signedIn(t, admin)
+	servicetest.Eventually(t, 10*time.Second, func() bool { // another client's writes: once the console's reads have them
+		var gs []schemas.GoalView
+		code, _ := api.get("/api/goals", &gs)
+		return code == http.StatusOK && len(gs) == 4
+	})
+
+	bctx := startBrowser(t, exe)
+	listed := func(into *[]string) chromedp.Action[chromedp.Void] {
+		return chromedp.Func(func(ctx context.Context, target *chromedp.Target) (err error) {
+			*into, err = chromedp.Evaluate[[]string](`[...document.querySelectorAll("#goals tbody tr")].map((r) => r.dataset.goalId)`)(ctx, target)
+			return err
+		})
+	}
+	chip := func(goalID, label string) string {
+		return fmt.Sprintf(`#goals tr[data-goal-id=%q] a.chip[data-label=%q]`, goalID, label)
+	}
+	var all, byCustomer, byTier, widened []string
+	var refused string
+	require.NoError(t, do(t, bctx,
+		chromedp.Navigate(e.url+"/"), signIn(admin),
+		chromedp.Navigate(e.url+"/#/goals"),
+		chromedp.WaitVisible(chromedp.CSS(chip(gold, "tier=gold"))),
+		listed(&all),
+		chromedp.Click(chromedp.CSS(chip(acme, "customer=acme"))),
+		chromedp.WaitVisible(chromedp.CSS(`#goal-filters .chip[data-filter="customer=acme"]`)),
+		listed(&byCustomer),
+		chromedp.SendKeys(chromedp.CSS("#label-filter"), "tier=gold\r"),
+		chromedp.WaitVisible(chromedp.CSS(`#goal-filters .chip[data-filter="tier=gold"]`)),
+		listed(&byTier),
+		screenshot(t, "goals-by-label"),
+		chromedp.Click(chromedp.CSS(`#goal-filters a[data-remove-filter="customer=acme"]`)),
+		chromedp.WaitNotPresent(chromedp.CSS(`#goal-filters .chip[data-filter="customer=acme"]`)),
+		chromedp.WaitVisible(chromedp.CSS(`#goal-filters .chip[data-filter="tier=gold"]`)),
+		listed(&widened),
+		chromedp.SendKeys(chromedp.CSS("#label-filter"), "customer\r"),
+		chromedp.WaitVisible(chromedp.CSS(`#main [data-error-code="invalid"]`)),
+		textOf(`#main [data-error-code="invalid"]`, &refused),
+	))
+	require.ElementsMatch(t, []string{gold, acme, globex, plain}, all)
+	require.Equal(t, []string{acme, gold}, byCustomer, "the goals labeled customer=acme, newest first")
+	require.Equal(t, []string{gold}, byTier, "labeled customer=acme and tier=gold")
+	require.Equal(t, []string{gold}, widened, "only tier=gold: the one goal so labeled")
+	require.Contains(t, refused, `label filter "customer" is not NAME=VALUE`)
+
+	var badName, nameLeft string
+	require.NoError(t, do(t, bctx,
+		chromedp.Navigate(e.url+"/#/goals/"+acme),
+		chromedp.WaitVisible(chromedp.CSS(`#goal-labels .chip[data-label="customer=acme"]`)),
+		chromedp.WaitVisible(chromedp.CSS(`#goal-labels .chip[data-label="order=1042"]`)),
+		chromedp.WaitVisible(chromedp.CSS(`#live.ok`)), // the live stream is open
+		// A new label, then a new value of one it holds.
+		chromedp.SendKeys(chromedp.CSS("#label-name"), "priority"),
+		chromedp.SendKeys(chromedp.CSS("#label-value"), "high"),
+		chromedp.Click(chromedp.CSS("#set-label")),
+		chromedp.WaitVisible(chromedp.CSS(`#goal-labels .chip[data-label="priority=high"]`)),
+		chromedp.WaitVisible(chromedp.CSS(`#set-label:enabled`)), // the form is done with it (the stream may show the label first)
+		chromedp.SendKeys(chromedp.CSS("#label-name"), "customer"),
+		chromedp.SendKeys(chromedp.CSS("#label-value"), "initech"),
+		chromedp.Click(chromedp.CSS("#set-label")),
+		chromedp.WaitVisible(chromedp.CSS(`#goal-labels .chip[data-label="customer=initech"]`)),
+		chromedp.WaitNotPresent(chromedp.CSS(`#goal-labels .chip[data-label="customer=acme"]`)),
+		chromedp.WaitVisible(chromedp.CSS(`#set-label:enabled`)),
+		screenshot(t, "goal-labels"),
+		// The service refuses a name that is not a name, naming it.
+		chromedp.SendKeys(chromedp.CSS("#label-name"), "Priority"),
+		chromedp.SendKeys(chromedp.CSS("#label-value"), "low"),
+		chromedp.Click(chromedp.CSS("#set-label")),
+		chromedp.WaitVisible(chromedp.CSS(`#labels-msg [data-error-code="invalid"]`)),
+		textOf(`#labels-msg [data-error-code="invalid"]`, &badName),
+		chromedp.Func(func(ctx context.Context, target *chromedp.Target) (err error) {
+			nameLeft, err = chromedp.Value(chromedp.CSS("#label-name"))(ctx, target) // left to be corrected
+			return err
+		}),
+		// Removed with its ×.
+		chromedp.Click(chromedp.CSS(`#goal-labels button[data-remove-label="priority"]`)),
+		chromedp.WaitNotPresent(chromedp.CSS(`#goal-labels .chip[data-label="priority=high"]`)),
+		chromedp.WaitNotPresent(chromedp.CSS(`#labels-msg [data-error-code]`)),
+		// A label set to the value it has changes nothing, and the page
+		// says so.
+		chromedp.Func(func(ctx context.Context, target *chromedp.Target) error { // emptied, as a person corrects it
+			_, err := chromedp.Evaluate[bool](`for (const s of ["#label-name", "#label-value"]) document.querySelector(s).value = ""; true`)(ctx, target)
+			return err
+		}),
+		chromedp.SendKeys(chromedp.CSS("#label-name"), "order"),
+		chromedp.SendKeys(chromedp.CSS("#label-value"), "1042"),
+		chromedp.Click(chromedp.CSS("#set-label")),
+		chromedp.WaitVisible(chromedp.CSS(`#labels-unchanged`)),
+		// Set elsewhere, a label arrives on the open page over its stream.
+		chromedp.Func(func(ctx context.Context, _ *chromedp.Target) error {
+			_, err := e.admin.LabelGoal(ctx, acme, schemas.Labels{"reviewed": "yes"}, nil)
+			return err
+		}),
+		chromedp.WaitVisible(chromedp.CSS(`#goal-labels .chip[data-label="reviewed=yes"]`)),
+		chromedp.WaitVisible(chromedp.CSS(`#goal-labels .chip[data-label="customer=initech"]`)),
+	))
+	require.Contains(t, badName, "/set/Priority", "the refusal names the field: %s", badName)
+	require.Equal(t, "Priority", nameLeft, "a refused label stays in the form")
+	servicetest.Eventually(t, 10*time.Second, func() bool { // the console's commands, read by another client
+		g, err := e.admin.Goal(ctx(t), acme)
+		return err == nil && maps.Equal(g.Labels, schemas.Labels{"customer": "initech", "order": "1042", "reviewed": "yes"})
+	})
 }

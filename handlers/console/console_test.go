@@ -19,6 +19,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -119,8 +120,9 @@ func (b *browser) do(req *http.Request, out any) (int, apiErr) {
 
 type apiErr struct {
 	Error struct {
-		Code    string `json:"code"`
-		Message string `json:"message"`
+		Code    string               `json:"code"`
+		Message string               `json:"message"`
+		Fields  []schemas.FieldError `json:"fields"`
 	} `json:"error"`
 }
 
@@ -964,4 +966,108 @@ func TestGoalsPageShowsTheNewest(t *testing.T) {
 	require.Len(t, goals, console.MaxListed)
 	require.Equal(t, made[len(made)-1], goals[0].ID, "the newest first")
 	require.Equal(t, made[2], goals[len(goals)-1].ID, "the two oldest are left out")
+}
+
+// The goals page lists the goals holding every label asked for (label=
+// NAME=VALUE, repeatable, with the schedule filter too); a goal's labels
+// are set and removed through POST /api/goals/{id}/labels, by an identity
+// that may (a viewer may not). A filter that is not NAME=VALUE, and a label
+// that is not a label, are refused, naming what is wrong.
+func TestGoalLabels(t *testing.T) {
+	e := setup(t)
+	create := func(title string, labels schemas.Labels) string {
+		t.Helper()
+		r, err := e.admin.CreateGoal(ctx(t), schemas.CreateGoal{Title: title, Labels: labels})
+		require.NoError(t, err)
+		return r.ID
+	}
+	acmeGold := create("acme gold", schemas.Labels{"customer": "acme", "tier": "gold"})
+	acme := create("acme", schemas.Labels{"customer": "acme"})
+	globex := create("globex", schemas.Labels{"customer": "globex", "note": "a=b"})
+	create("unlabeled", nil)
+	admin := e.signedIn(t, filepath.Join(e.svc.Dir, access.AdminCredsFile))
+	list := func(b *browser, query string) []string {
+		t.Helper()
+		var gs []schemas.GoalView
+		code, er := b.get("/api/goals?"+query, &gs)
+		require.Equal(t, http.StatusOK, code, "%s: %s", query, er.Error.Message)
+		ids := []string{}
+		for _, g := range gs {
+			ids = append(ids, g.ID)
+		}
+		return ids
+	}
+	servicetest.Eventually(t, 10*time.Second, func() bool { // another client's writes: once the views have them
+		return len(list(admin, "")) == 4
+	})
+	require.Equal(t, []string{acme, acmeGold}, list(admin, "label=customer=acme"), "newest first")
+	require.Equal(t, []string{acme, acmeGold}, list(admin, "label=customer%3Dacme"), "the '=' escaped, as a page may send it")
+	require.Equal(t, []string{acmeGold}, list(admin, "label=customer=acme&label=tier=gold"), "every label must match")
+	require.Equal(t, []string{acmeGold}, list(admin, "label=tier=gold&label=customer=acme&label=tier=gold"))
+	require.Equal(t, []string{globex}, list(admin, "label=note=a%3Db"), "a value may hold '='")
+	require.Empty(t, list(admin, "label=customer=acm"), "a value is matched whole")
+	require.Empty(t, list(admin, "label=customer=acme&schedule=hourly"), "with the schedule filter: none of them is the schedule's")
+
+	// Malformed filters are the console's to refuse; a name that is not a
+	// name, the service's: each says what is wrong.
+	for _, c := range []struct{ query, says string }{
+		{"label=customer", `label filter "customer" is not NAME=VALUE`},
+		{"label=customer=acme&label=customer=globex", `label "customer" is filtered by two values`},
+		{"label=Customer=acme", "/labels/Customer"},
+	} {
+		code, er := admin.get("/api/goals?"+c.query, nil)
+		require.Equal(t, http.StatusBadRequest, code, c.query)
+		require.Equal(t, schemas.CodeInvalid, er.Error.Code, c.query)
+		require.NotEmpty(t, er.Error.Fields, c.query)
+		require.Contains(t, er.Error.Message+" "+er.Error.Fields[0].Pointer, c.says, c.query)
+	}
+
+	// Set and removed, the labels are the goal's at once for the session
+	// that changed them, and the listing follows.
+	path := "/api/goals/" + globex + "/labels"
+	labelsOf := func(id string) schemas.Labels {
+		t.Helper()
+		var g schemas.GoalView
+		code, er := admin.get("/api/goals/"+id, &g)
+		require.Equal(t, http.StatusOK, code, er.Error.Message)
+		return g.Labels
+	}
+	var res schemas.CommandResult
+	code, er := admin.post(path, map[string]any{"set": map[string]string{"customer": "acme", "urgent": ""}, "remove": []string{"note"}}, &res)
+	require.Equal(t, http.StatusOK, code, er.Error.Message)
+	require.False(t, res.Duplicate)
+	require.Equal(t, schemas.Labels{"customer": "acme", "urgent": ""}, labelsOf(globex))
+	require.Equal(t, []string{globex, acme, acmeGold}, list(admin, "label=customer=acme"))
+	require.Equal(t, []string{globex}, list(admin, "label=urgent="), "an empty value is a value")
+	code, er = admin.post(path, map[string]any{"remove": []string{"urgent"}}, &res)
+	require.Equal(t, http.StatusOK, code, er.Error.Message)
+	require.Equal(t, schemas.Labels{"customer": "acme"}, labelsOf(globex))
+	res = schemas.CommandResult{}
+	code, er = admin.post(path, map[string]any{"remove": []string{"absent"}}, &res)
+	require.Equal(t, http.StatusOK, code, er.Error.Message)
+	require.True(t, res.Duplicate, "nothing to change")
+
+	// Refused: a name that is not a name (the field named), a body that is
+	// not the request, another site's post, a viewer's. Nothing changes.
+	code, er = admin.post(path, map[string]any{"set": map[string]string{"Customer": "initech"}}, nil)
+	require.Equal(t, http.StatusBadRequest, code)
+	require.Equal(t, schemas.CodeInvalid, er.Error.Code)
+	require.NotEmpty(t, er.Error.Fields, er.Error.Message)
+	require.Equal(t, "/set/Customer", er.Error.Fields[0].Pointer, er.Error.Message)
+	code, er = admin.post(path, map[string]any{"labels": map[string]string{"customer": "initech"}}, nil)
+	require.Equal(t, http.StatusBadRequest, code)
+	require.Contains(t, er.Error.Message, "labels")
+	code, er = admin.postWith(path, map[string]any{"set": map[string]string{"customer": "initech"}}, nil, map[string]string{"Origin": e.url})
+	require.Equal(t, http.StatusForbidden, code)
+	require.Equal(t, "csrf", er.Error.Code)
+	vera := e.signedIn(t, e.member(t, "vera", roleViewer))
+	servicetest.Eventually(t, 10*time.Second, func() bool { // a viewer reads the listing, once its views have the change
+		return slices.Equal([]string{globex, acme, acmeGold}, list(vera, "label=customer=acme"))
+	})
+	code, er = vera.post(path, map[string]any{"set": map[string]string{"customer": "initech"}}, nil)
+	require.Equal(t, http.StatusForbidden, code)
+	require.Equal(t, schemas.CodeForbidden, er.Error.Code)
+	g, err := e.admin.Goal(ctx(t), globex)
+	require.NoError(t, err)
+	require.Equal(t, schemas.Labels{"customer": "acme"}, g.Labels, "nothing changed")
 }

@@ -11,7 +11,7 @@ import random
 import re
 import secrets
 import time
-from typing import Any, AsyncIterator, Dict, List, Optional
+from typing import Any, AsyncIterator, Dict, Iterable, List, Optional
 
 from . import _nats
 from ._canonical import digest_as_written, loads_as_written
@@ -307,12 +307,16 @@ class Client:
     # -- commands -----------------------------------------------------------
 
     async def create_goal(self, title: str, *, tasks: Optional[List[Dict[str, Any]]] = None,
-                          command_id: Optional[str] = None, **fields: Any) -> Dict[str, Any]:
+                          labels: Optional[Dict[str, str]] = None, command_id: Optional[str] = None,
+                          **fields: Any) -> Dict[str, Any]:
         """goal.create: a goal, and with tasks its first plan in the same
-        commit. The result names the goal (``id``) and its tasks."""
+        commit; labels are its labels (name: value), which goals(labels=)
+        selects by. The result names the goal (``id``) and its tasks."""
         body: Dict[str, Any] = {"title": title, **fields}
         if tasks is not None:
             body["tasks"] = tasks
+        if labels:
+            body["labels"] = labels
         return await self.command("goal.create", body, command_id=command_id)
 
     async def submit_plan(self, goal_id: str, tasks: List[Dict[str, Any]], *,
@@ -345,6 +349,21 @@ class Client:
         if reason:
             body["reason"] = reason
         return await self.command("goal.cancel", body, command_id=command_id)
+
+    async def label_goal(self, goal_id: str, *, set: Optional[Dict[str, str]] = None,
+                         remove: Optional[Iterable[str]] = None, command_id: Optional[str] = None) -> Dict[str, Any]:
+        """goal.label: gives the goal the labels of set (one already there
+        takes the new value) and takes away those named in remove, whatever
+        the goal's state. A change that leaves its labels as they are
+        records nothing (the result's ``duplicate``)."""
+        body: Dict[str, Any] = {"goal_id": goal_id}
+        if set:
+            body["set"] = set
+        if remove:
+            body["remove"] = list(remove)
+        if len(body) == 1:
+            raise ValueError("label_goal: give labels to set or names to remove")
+        return await self.command("goal.label", body, command_id=command_id)
 
     async def signal(self, task_id: str, name: str, payload: Any = None, *,
                      command_id: Optional[str] = None) -> Dict[str, Any]:
@@ -386,13 +405,15 @@ class Client:
         queue, or all — page after page."""
         return self.list("task.list", {"goal_id": goal_id, "state": state, "queue": queue, "limit": limit})
 
-    def goals(self, *, state: Optional[str] = None, schedule: Optional[str] = None, newest_first: bool = False,
+    def goals(self, *, state: Optional[str] = None, schedule: Optional[str] = None,
+              labels: Optional[Dict[str, str]] = None, newest_first: bool = False,
               limit: Optional[int] = None) -> AsyncIterator[Dict[str, Any]]:
-        """goal.list: the workspace's goals (of a state, and those a
-        schedule's slots started, when given), the oldest first (the newest
-        with newest_first), page after page."""
-        return self.list("goal.list", {"state": state, "schedule": schedule, "newest_first": newest_first or None,
-                                       "limit": limit})
+        """goal.list: the workspace's goals (of a state, those a schedule's
+        slots started, and those holding every one of labels with its value,
+        when given), the oldest first (the newest with newest_first), page
+        after page."""
+        return self.list("goal.list", {"state": state, "schedule": schedule, "labels": labels or None,
+                                       "newest_first": newest_first or None, "limit": limit})
 
     async def decide_approval(self, approval_id: str, response: str, key_file: str, *,
                               approver: Optional[str] = None, comment: str = "",

@@ -63,6 +63,19 @@ async def main() -> None:
         assert keys == ["a", "b", "c"], keys
         assert [x async for x in c.tasks(goal_id=g["id"], queue="other")] == [], "by queue"
 
+        # Labels: given at creation, listed by, changed (an ended goal's too).
+        run = {"run": g["id"]}  # this run's goals only
+        lg = await c.create_goal("py labeled", labels={**run, "sdk": "python"})
+        assert (await c.goal(lg["id"]))["labels"] == {**run, "sdk": "python"}
+        assert [x["id"] async for x in c.goals(labels={**run, "sdk": "python"})] == [lg["id"]]
+        await c.cancel_goal(lg["id"], "py labels test")
+        await c.label_goal(lg["id"], set={"stage": "done"}, remove=["sdk"])
+        assert (await c.goal(lg["id"]))["labels"] == {**run, "stage": "done"}
+        assert [x async for x in c.goals(labels={**run, "sdk": "python"})] == [], "sdk removed"
+        assert [x["id"] async for x in c.goals(labels={**run, "stage": "done"}, state="cancelled")] == [lg["id"]]
+        assert (await c.label_goal(lg["id"], remove=["sdk"])).get("duplicate") is True, "nothing left to remove"
+        await expect_error(c.label_goal(lg["id"], set={"Not A Label": "x"}), "invalid")
+
         # A standalone task: read, signalled (kept: it does not wait yet), cancelled.
         t = await c.create_task("pyq", {"n": 1}, title="py task")
         got = await c.task(t["id"])

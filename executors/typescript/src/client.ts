@@ -48,6 +48,8 @@ export interface CreateGoal {
   description?: string;
   success_criteria?: string[];
   envelope?: Record<string, unknown>;
+  /** The goal's labels (name: value), which goals({ labels }) selects by and labelGoal changes. */
+  labels?: Record<string, string>;
   tasks?: TaskSpec[];
 }
 
@@ -142,6 +144,22 @@ export class Client {
     return this.command("goal.cancel", { goal_id: goalId, reason }, opts);
   }
 
+  /**
+   * labelGoal gives a goal the labels of change.set (one already there takes the new value) and takes away
+   * those change.remove names, whatever the goal's state. A change that leaves its labels as they are
+   * records nothing (the result's `duplicate`).
+   */
+  async labelGoal(
+    goalId: string,
+    change: { set?: Record<string, string>; remove?: string[] },
+    opts?: CallOptions,
+  ): Promise<CommandResult> {
+    const set = change.set && Object.keys(change.set).length ? change.set : undefined;
+    const remove = change.remove?.length ? change.remove : undefined;
+    if (!set && !remove) throw new Error("dwr: labelGoal: give labels to set or names to remove");
+    return this.command("goal.label", { goal_id: goalId, set, remove }, opts);
+  }
+
   /** createTask creates a standalone task (with the id taskId gives, if any). */
   createTask(spec: TaskSpec, opts: CallOptions & { taskId?: string } = {}): Promise<CommandResult> {
     const { taskId, ...call } = opts;
@@ -195,14 +213,23 @@ export class Client {
     );
   }
 
-  /** goals lists the workspace's goals, oldest first (the newest with newestFirst; of a state, and those a schedule's slots started, when given). */
+  /**
+   * goals lists the workspace's goals, oldest first (the newest with newestFirst; of a state, those a
+   * schedule's slots started, and those holding every one of labels with its value, when given).
+   */
   goals(
-    filter: { state?: string; schedule?: string; newestFirst?: boolean; limit?: number } = {},
+    filter: { state?: string; schedule?: string; labels?: Record<string, string>; newestFirst?: boolean; limit?: number } = {},
     opts?: CallOptions,
   ): AsyncGenerator<Goal> {
     return this.list<Goal>(
       "goal.list",
-      { state: filter.state, schedule: filter.schedule, newest_first: filter.newestFirst || undefined, limit: filter.limit },
+      {
+        state: filter.state,
+        schedule: filter.schedule,
+        labels: filter.labels,
+        newest_first: filter.newestFirst || undefined,
+        limit: filter.limit,
+      },
       opts,
     );
   }

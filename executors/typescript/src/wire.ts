@@ -300,6 +300,8 @@ export interface Goal {
   id: string;
   workspace: string;
   title: string;
+  /** The goal's labels (name: value); absent when it has none. */
+  labels?: Record<string, string>;
   state: string;
   reason?: string;
   plan_version?: number;

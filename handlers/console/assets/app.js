@@ -148,22 +148,73 @@ function progress(g) {
   return { done: nodes.filter((n) => n.state === "accepted").length, total: nodes.length };
 }
 
+// goalsQuery is the query of the goals' listing with these filters (the
+// page's address and GET /api/goals take the same): schedule=S and a
+// label=NAME=VALUE for each label filter, written as typed ("" for none).
+function goalsQuery(schedule, labels) {
+  const parts = schedule ? ["schedule=" + encodeURIComponent(schedule)] : [];
+  for (const l of labels) {
+    const i = l.indexOf("=");
+    parts.push("label=" + (i < 0 ? encodeURIComponent(l) : encodeURIComponent(l.slice(0, i)) + "=" + encodeURIComponent(l.slice(i + 1))));
+  }
+  return parts.length ? "?" + parts.join("&") : "";
+}
+
+// sortedLabels is a goal's labels as [name, value] pairs, by name.
+function sortedLabels(labels) {
+  return Object.entries(labels || {}).sort(([a], [b]) => (a < b ? -1 : a > b ? 1 : 0));
+}
+
+// chipText is how a label reads, name=value, a long value cut short (the
+// chip's title has it whole).
+function chipText(name, value) {
+  return name + "=" + (value.length > 40 ? value.slice(0, 39) + "…" : value);
+}
+
 async function renderGoals() {
-  const schedule = new URLSearchParams(location.hash.split("?")[1] || "").get("schedule");
-  const gs = await api("GET", "/api/goals" + (schedule ? "?schedule=" + encodeURIComponent(schedule) : ""));
+  const q = new URLSearchParams(location.hash.split("?")[1] || "");
+  const schedule = q.get("schedule");
+  const labels = [...new Set(q.getAll("label"))];
+  let gs = [], refused = null;
+  try {
+    gs = await api("GET", "/api/goals" + goalsQuery(schedule, labels));
+  } catch (err) {
+    if (err.status !== 400) throw err;
+    refused = err; // a filter the console or the service refuses: shown with the filters, to remove it
+  }
+  const hashWith = (ls) => "#/goals" + goalsQuery(schedule, ls);
   const rows = gs.map((g) => {
     const { done, total } = progress(g);
     return h("tr", { "data-goal-id": g.id },
       h("td", {}, h("a", { href: "#/goals/" + g.id }, g.title || g.id)),
+      h("td", { class: "labels" }, sortedLabels(g.labels).map(([k, v]) => {
+        const l = k + "=" + v;
+        return h("a", { class: "chip" + (labels.includes(l) ? " on" : ""), href: hashWith(labels.includes(l) ? labels : [...labels, l]),
+          "data-label": l, title: "only the goals labeled " + l }, chipText(k, v));
+      })),
       h("td", {}, state(g.state)),
       h("td", {}, h("progress", { max: total || 1, value: done }), " " + done + "/" + total),
       h("td", {}, g.plan_version || "-"),
       h("td", {}, ago(g.updated_at)));
   });
+  const add = h("input", { type: "text", id: "label-filter", class: "short", placeholder: "name=value", "aria-label": "filter by a label: name=value, then Enter" });
+  add.addEventListener("keydown", (ev) => {
+    if (ev.key !== "Enter") return;
+    ev.preventDefault();
+    const l = add.value.trim();
+    if (l) location.hash = hashWith(labels.includes(l) ? labels : [...labels, l]);
+  });
+  const filters = h("p", { id: "goal-filters" }, "Labels ",
+    labels.map((l) => h("span", { class: "chip on", "data-filter": l, title: l }, l.length > 48 ? l.slice(0, 47) + "…" : l,
+      h("a", { class: "chip-x", href: hashWith(labels.filter((x) => x !== l)), "data-remove-filter": l, title: "remove this filter", "aria-label": "remove filter " + l }, "×"))),
+    add, labels.length ? null : h("span", { class: "muted" }, " (or click a goal's label)"));
+  const empty = labels.length ? "No goal" + (schedule ? " of this schedule" : "") + " holds " + (labels.length > 1 ? "every one of " : "") + labels.join(", ") + "."
+    : schedule ? "This schedule has started no goal yet." : "No goals yet: dwr goal create …";
   show(h("h1", {}, schedule ? "Goals of schedule " + schedule : "Goals"),
-    schedule ? h("p", {}, h("a", { href: "#/goals" }, "All goals"), " · ", h("a", { href: "#/schedules" }, "Schedules")) : null,
-    gs.length === 0 ? h("p", { class: "muted" }, schedule ? "This schedule has started no goal yet." : "No goals yet: dwr goal create …") :
-      h("table", { id: "goals" }, h("thead", {}, h("tr", {}, h("th", {}, "Goal"), h("th", {}, "State"), h("th", {}, "Progress"),
+    schedule || labels.length ? h("p", {}, h("a", { href: "#/goals" }, "All goals"), schedule ? h("span", {}, " · ", h("a", { href: "#/schedules" }, "Schedules")) : null) : null,
+    filters,
+    refused ? errorBox(refused) : gs.length === 0 ? h("p", { class: "muted", id: "no-goals" }, empty) :
+      h("table", { id: "goals" }, h("thead", {}, h("tr", {}, h("th", {}, "Goal"), h("th", {}, "Labels"), h("th", {}, "State"), h("th", {}, "Progress"),
         h("th", {}, "Plan"), h("th", {}, "Updated"))), h("tbody", {}, rows)));
 }
 
@@ -340,6 +391,61 @@ function revisions(revs, holder, latest) {
   };
 }
 
+// goalLabels is the goal page's labels: a chip each (a link to the goals
+// that hold it) with a × that removes it, and a form that sets one (a name
+// given a new value, or a new name). Each change is a POST of
+// /api/goals/{id}/labels (goal.label); the labels shown are then read
+// again, as they are whenever the goal's live stream brings it anew.
+function goalLabels(id, g) {
+  const path = `/api/goals/${encodeURIComponent(id)}/labels`;
+  const chips = h("span", { id: "goal-labels" });
+  const msg = h("div", { id: "labels-msg" });
+  let at = -1; // the goal version whose labels are shown
+  const showLabels = (goal) => {
+    if (goal.version < at) return; // read before the labels shown
+    at = goal.version;
+    const ls = sortedLabels(goal.labels);
+    chips.replaceChildren(...(ls.length ? ls.map(([k, v]) => {
+      const x = h("button", { type: "button", class: "chip-x", "data-remove-label": k, title: "remove this label", "aria-label": "remove label " + k }, "×");
+      x.addEventListener("click", () => change({ remove: [k] }));
+      return h("span", { class: "chip", "data-label": k + "=" + v },
+        h("a", { href: "#/goals" + goalsQuery(null, [k + "=" + v]), title: "the goals labeled " + k + "=" + v }, chipText(k, v)), x);
+    }) : [h("span", { class: "muted" }, "none ")]));
+  };
+  const change = async (body) => {
+    msg.replaceChildren();
+    try {
+      const r = await api("POST", path, body);
+      if (r.duplicate) msg.append(h("p", { class: "muted", id: "labels-unchanged" }, "No change: the goal's labels were so already."));
+    } catch (err) {
+      msg.append(errorBox(err));
+      return false;
+    }
+    // The session reads its own write; should this read fail, the live
+    // stream still brings the goal anew.
+    await api("GET", "/api/goals/" + encodeURIComponent(id)).then(showLabels, () => {});
+    return true;
+  };
+  const name = h("input", { type: "text", id: "label-name", class: "short", placeholder: "name", required: true, "aria-label": "label name" });
+  const value = h("input", { type: "text", id: "label-value", class: "short", placeholder: "value", "aria-label": "label value" });
+  const set = h("button", { type: "submit", id: "set-label" }, "Set label");
+  const form = h("form", { id: "label-form" }, name, "=", value, set);
+  form.addEventListener("submit", async (ev) => {
+    ev.preventDefault();
+    set.disabled = true; // until this label is set, or refused
+    try {
+      if (await change({ set: { [name.value.trim()]: value.value } })) {
+        name.value = "";
+        value.value = "";
+      }
+    } finally {
+      set.disabled = false;
+    }
+  });
+  showLabels(g);
+  return { box: h("div", { class: "labels-line" }, h("span", { class: "muted" }, "Labels "), chips, form, msg), show: showLabels };
+}
+
 async function renderGoal(id) {
   const g = await api("GET", "/api/goals/" + encodeURIComponent(id));
   const head = h("div", {}, goalHeader(g));
@@ -354,12 +460,13 @@ async function renderGoal(id) {
   const feed = h("ol", { id: "activity", class: "activity" });
   const cancel = h("button", { type: "button", id: "cancel-goal", class: "danger", hidden: g.state !== "open" }, "Cancel goal");
   const msg = h("div");
+  const labels = goalLabels(id, g);
   cancel.addEventListener("click", async () => {
     msg.replaceChildren();
     if (!confirm("Cancel this goal and its unfinished tasks?")) return;
     try { await api("POST", `/api/goals/${encodeURIComponent(id)}/cancel`, { reason: "cancelled from the console" }); } catch (err) { msg.append(errorBox(err)); }
   });
-  show(head, h("p", {}, "Live: ", status, " ", cancel), msg, planBox, holder,
+  show(head, labels.box, h("p", {}, "Live: ", status, " ", cancel), msg, planBox, holder,
     h("p", { class: "muted" }, "Click a task for its timeline."), h("h2", {}, "Activity"), feed);
   const es = new EventSource(`/api/goals/${encodeURIComponent(id)}/stream`);
   live = es;
@@ -368,6 +475,7 @@ async function renderGoal(id) {
   es.addEventListener("goal", async (ev) => {
     const s = JSON.parse(ev.data);
     head.replaceChildren(goalHeader(s.goal));
+    labels.show(s.goal);
     cancel.hidden = s.goal.state !== "open"; // an ended goal is not cancelled
     const known = revs.length ? revs[revs.length - 1].version : 1;
     if (s.goal.plan_version > known) { // revised while the page is open: the new version joins the slider

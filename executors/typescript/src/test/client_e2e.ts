@@ -1,8 +1,9 @@
 // The client's round trip against a real dwr serve, driven by
 // integration/typescript_test.go (TestTypeScriptClient): it creates a goal
-// with a plan that a Worker of this package runs, waits for it, signals and
-// cancels a task, and reads a refusal as a DwrError. It prints what it saw
-// as one JSON object, which the Go test checks against the log.
+// with a plan that a Worker of this package runs, waits for it, lists it by
+// its label and relabels it, signals and cancels a task, and reads a refusal
+// as a DwrError. It prints what it saw as one JSON object, which the Go test
+// checks against the log.
 //
 // Environment: DWR_SERVER, DWR_CREDS (a client's credential),
 // DWR_EXECUTOR_CREDS (an executor's of queue E2E_QUEUE), E2E_QUEUE,
@@ -42,6 +43,7 @@ async function main() {
   // A goal and its plan, run by the worker; waited for on the feed.
   const g = await c.createGoal({
     title: "typescript round trip",
+    labels: { sdk: "typescript" },
     tasks: [
       { key: "a", queue, input: { n: 1 } },
       { key: "b", queue, input: { n: 2 }, depends_on: ["a"] },
@@ -63,6 +65,13 @@ async function main() {
   const newest: string[] = [];
   for await (const x of c.goals({ newestFirst: true, limit: 1 })) newest.push(x.id);
   out.newest_goal = newest[0];
+  // Listed by its label, then relabeled once it has ended.
+  const labeled: string[] = [];
+  for await (const x of c.goals({ labels: { sdk: "typescript" } })) labeled.push(x.id);
+  out.labeled = labeled;
+  await c.labelGoal(g.id, { set: { stage: "done" }, remove: ["sdk"] });
+  out.goal_labels = (await c.goal(g.id)).labels;
+  out.relabel_duplicate = (await c.labelGoal(g.id, { remove: ["sdk"] })).duplicate ?? false;
 
   step("goal ended");
   // An artifact the client stores, which a job reads by its digest.

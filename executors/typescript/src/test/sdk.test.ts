@@ -527,6 +527,44 @@ test("a traceparent is taken only when it is a valid W3C one, with its tracestat
   });
 });
 
+/** A connection that records what is requested (subject and body) and answers each with the next of replies. */
+function recordingConnection(...replies: string[]) {
+  const sent: { subject: string; body: Record<string, unknown> }[] = [];
+  const nc = {
+    isClosed: () => false,
+    request: async (subject: string, data: Uint8Array) => {
+      sent.push({ subject, body: JSON.parse(new TextDecoder().decode(data)) });
+      return { data: new TextEncoder().encode(replies.shift() ?? '{"ok": true, "result": {"id": "G-1", "version": 1}}') };
+    },
+  };
+  return { client: new Client(nc as never), sent };
+}
+
+test("goal labels: createGoal sends them, labelGoal sets and removes, goals selects by them", async () => {
+  const { client, sent } = recordingConnection(
+    '{"ok": true, "result": {"id": "G-1", "version": 1}}',
+    '{"ok": true, "result": {"id": "G-1", "version": 1, "duplicate": true}}',
+    '{"ok": true, "result": [{"id": "G-1"}], "next": "G-1"}',
+    '{"ok": true, "result": [{"id": "G-2", "labels": {"customer": "acme"}}]}',
+  );
+  await client.createGoal({ title: "onboard ACME", labels: { customer: "acme", ticket: "" } });
+  const r = await client.labelGoal("G-1", { set: { stage: "review" }, remove: ["owner"] });
+  assert.equal(r.duplicate, true);
+  const ids: string[] = [];
+  for await (const g of client.goals({ labels: { customer: "acme" }, state: "open" })) ids.push(g.id);
+  assert.deepEqual(ids, ["G-1", "G-2"]);
+  await client.labelGoal("G-1", { remove: ["stage"] });
+  assert.deepEqual(sent, [
+    { subject: "dwr.cmd.default.goal.create", body: { title: "onboard ACME", labels: { customer: "acme", ticket: "" } } },
+    { subject: "dwr.cmd.default.goal.label", body: { goal_id: "G-1", set: { stage: "review" }, remove: ["owner"] } },
+    { subject: "dwr.q.default.goal.list", body: { state: "open", labels: { customer: "acme" } } },
+    { subject: "dwr.q.default.goal.list", body: { state: "open", labels: { customer: "acme" }, after: "G-1" } },
+    { subject: "dwr.cmd.default.goal.label", body: { goal_id: "G-1", remove: ["stage"] } },
+  ]);
+  await assert.rejects(client.labelGoal("G-1", { set: {}, remove: [] }), /give labels to set or names to remove/);
+  assert.equal(sent.length, 5, "a change of nothing is not sent");
+});
+
 test("a client sends its option's traceparent, else TRACEPARENT's", () => {
   const nc = {} as NatsConnection; // never used: no request is sent
   const tp = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";

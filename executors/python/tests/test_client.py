@@ -1,0 +1,72 @@
+"""Client's goal commands and queries without a server: the subjects and
+bodies they send (goal labels: goal.create's, goal.label, goal.list's
+filter)."""
+
+from __future__ import annotations
+
+import copy
+import os
+import sys
+import unittest
+from typing import Any, Dict, List, Optional, Tuple
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
+
+import dwr  # noqa: E402
+
+
+class RecordingClient(dwr.Client):
+    """A Client whose requests are recorded (subject, body) and answered
+    with replies, the last one again once they run out."""
+
+    def __init__(self, *replies: Dict[str, Any]) -> None:
+        super().__init__(None)  # type: ignore[arg-type]
+        self.replies = list(replies) or [{"ok": True, "result": {"id": "G-1"}}]
+        self.sent: List[Tuple[str, Any]] = []
+
+    async def request(self, subject: str, body: Any = None, headers: Optional[Dict[str, str]] = None,
+                      **kwargs: Any) -> Dict[str, Any]:
+        self.sent.append((subject, copy.deepcopy(body)))  # list() reuses its query
+        return self.replies.pop(0) if len(self.replies) > 1 else self.replies[0]
+
+
+class GoalLabelsTest(unittest.IsolatedAsyncioTestCase):
+    async def test_create_goal_sends_its_labels(self) -> None:
+        c = RecordingClient()
+        await c.create_goal("onboard ACME", labels={"customer": "acme", "ticket": ""})
+        self.assertEqual(c.sent, [("dwr.cmd.default.goal.create",
+                                   {"title": "onboard ACME", "labels": {"customer": "acme", "ticket": ""}})])
+        await c.create_goal("no labels")
+        self.assertNotIn("labels", c.sent[1][1], "none given: none sent")
+
+    async def test_label_goal_sets_and_removes(self) -> None:
+        c = RecordingClient({"ok": True, "result": {"id": "G-1", "duplicate": True}})
+        r = await c.label_goal("G-1", set={"stage": "review"}, remove=("owner",), command_id="label-1")
+        self.assertEqual(r, {"id": "G-1", "duplicate": True})
+        self.assertEqual(c.sent, [("dwr.cmd.default.goal.label",
+                                   {"goal_id": "G-1", "set": {"stage": "review"}, "remove": ["owner"]})])
+        await c.label_goal("G-1", remove=["stage"])
+        self.assertEqual(c.sent[1][1], {"goal_id": "G-1", "remove": ["stage"]}, "only what is given")
+
+    async def test_label_goal_without_a_change_is_refused_unsent(self) -> None:
+        c = RecordingClient()
+        with self.assertRaisesRegex(ValueError, "set or names to remove"):
+            await c.label_goal("G-1", set={}, remove=[])
+        self.assertEqual(c.sent, [], "nothing was sent")
+
+    async def test_goals_filters_by_labels_page_after_page(self) -> None:
+        c = RecordingClient({"ok": True, "result": [{"id": "G-1"}], "next": "G-1"},
+                            {"ok": True, "result": [{"id": "G-2"}]})
+        got = [g["id"] async for g in c.goals(labels={"customer": "acme"}, state="open", limit=1)]
+        self.assertEqual(got, ["G-1", "G-2"])
+        self.assertEqual(c.sent, [
+            ("dwr.q.default.goal.list", {"state": "open", "labels": {"customer": "acme"}, "limit": 1}),
+            ("dwr.q.default.goal.list", {"state": "open", "labels": {"customer": "acme"}, "limit": 1, "after": "G-1"}),
+        ])
+        c = RecordingClient({"ok": True, "result": []})
+        self.assertEqual([g async for g in c.goals(labels={})], [])
+        self.assertEqual(c.sent, [("dwr.q.default.goal.list", {})], "no labels: no filter")
+
+
+if __name__ == "__main__":
+    unittest.main()
