@@ -328,6 +328,9 @@ type QueueConfigured struct {
 	LeaseMS    int64  `json:"lease_ms"`
 	MaxDeliver int    `json:"max_deliver"`
 	MaxRunning int    `json:"max_running,omitempty"` // 0: no limit
+	// RateLimit items handed out a RatePeriodMS at most; 0: no limit.
+	RateLimit    int   `json:"rate_limit,omitempty"`
+	RatePeriodMS int64 `json:"rate_period_ms,omitempty"`
 }
 
 // QueuePaused: the queue hands out no job until it is resumed. A queue

@@ -1,6 +1,8 @@
 package domain
 
 import (
+	"cmp"
+
 	"github.com/dwr-run/dwr/schemas"
 )
 
@@ -12,6 +14,13 @@ const (
 	MaxMaxDeliver = 1_000
 	// MaxMaxRunning bounds a queue's limit of jobs running at once.
 	MaxMaxRunning = 100_000
+	// MaxRateLimit bounds how many items a queue's rate limit lets out in
+	// a period, which is between MinRatePeriodMS and MaxRatePeriodMS
+	// (DefaultRatePeriodMS when not given).
+	MaxRateLimit        = 100_000
+	MinRatePeriodMS     = 1_000
+	MaxRatePeriodMS     = 86_400_000
+	DefaultRatePeriodMS = 1_000
 
 	// The settings of a queue no queue.configure has set.
 	DefaultLeaseMS    = 30_000
@@ -26,7 +35,7 @@ type QueueConfig = schemas.QueueConfig
 // queueReply answers a queue.configure with the settings in effect.
 func queueReply(w *Workspace, q *QueueConfig, duplicate bool) Reply {
 	return Reply{ID: w.Name, Version: w.Version, Queue: q.Name, LeaseMS: q.LeaseMS, MaxDeliver: q.MaxDeliver, MaxRunning: q.MaxRunning,
-		Paused: q.Paused, Duplicate: duplicate}
+		RateLimit: q.RateLimit, RatePeriodMS: q.RatePeriodMS, Paused: q.Paused, Duplicate: duplicate}
 }
 
 // configureQueue sets a queue's settings. The same settings again change
@@ -59,6 +68,19 @@ func (x *tx) configureQueue(c *ConfigureQueue) (Reply, error) {
 		return Reply{}, &Error{Code: CodeForbidden, Field: "/max_running",
 			Message: "only a workspace admin may set a queue's limit of jobs running at once (dwr queue set); an executor configures its lease and deliveries"}
 	}
+	if c.RateLimit < -1 || c.RateLimit > MaxRateLimit {
+		return Reply{}, invalid("/rate_limit", "must be between 1 and %d items a period, -1 (no limit) or 0 (as it is) (got %d)", MaxRateLimit, c.RateLimit)
+	}
+	if c.RatePeriodMS != 0 && (c.RatePeriodMS < MinRatePeriodMS || c.RatePeriodMS > MaxRatePeriodMS) {
+		return Reply{}, invalid("/rate_period_ms", "must be between %d (1s) and %d (24h) milliseconds (got %d)", MinRatePeriodMS, MaxRatePeriodMS, c.RatePeriodMS)
+	}
+	if c.RatePeriodMS != 0 && c.RateLimit <= 0 {
+		return Reply{}, invalid("/rate_period_ms", "goes with a rate_limit of 1 or more: the period of that many items")
+	}
+	if c.RateLimit != 0 && x.m.Executor {
+		return Reply{}, &Error{Code: CodeForbidden, Field: "/rate_limit",
+			Message: "only a workspace admin may set a queue's rate limit (dwr queue set); an executor configures its lease and deliveries"}
+	}
 	q := w.Queue(c.Queue)
 	if q == nil {
 		if err := x.openQueue(w.Name, c.Queue, "/queue"); err != nil {
@@ -72,10 +94,20 @@ func (x *tx) configureQueue(c *ConfigureQueue) (Reply, error) {
 	case c.MaxRunning == 0 && q != nil:
 		running = q.MaxRunning
 	}
-	if q != nil && !q.DefaultSettings && (c.IfUnset || (q.LeaseMS == c.LeaseMS && q.MaxDeliver == c.MaxDeliver && q.MaxRunning == running)) {
+	var rate int // no limit: a queue configured before, or -1
+	var period int64
+	switch {
+	case c.RateLimit > 0:
+		rate, period = c.RateLimit, cmp.Or(c.RatePeriodMS, DefaultRatePeriodMS)
+	case c.RateLimit == 0 && q != nil:
+		rate, period = q.RateLimit, q.RatePeriodMS
+	}
+	if q != nil && !q.DefaultSettings && (c.IfUnset || (q.LeaseMS == c.LeaseMS && q.MaxDeliver == c.MaxDeliver && q.MaxRunning == running &&
+		q.RateLimit == rate && q.RatePeriodMS == period)) {
 		return queueReply(w, q, true), nil
 	}
-	if err := x.emit(w.Name, &QueueConfigured{Queue: c.Queue, LeaseMS: c.LeaseMS, MaxDeliver: c.MaxDeliver, MaxRunning: running}); err != nil {
+	if err := x.emit(w.Name, &QueueConfigured{Queue: c.Queue, LeaseMS: c.LeaseMS, MaxDeliver: c.MaxDeliver, MaxRunning: running,
+		RateLimit: rate, RatePeriodMS: period}); err != nil {
 		return Reply{}, err
 	}
 	w, _ = x.o.Workspace(w.Name)

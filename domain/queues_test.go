@@ -120,6 +120,44 @@ func TestConfigureQueueMaxRunning(t *testing.T) {
 	w.requireReplaysFromWire()
 }
 
+// A queue's rate limit: set with its period (a second when not given),
+// kept by 0 and by other settings, removed by -1; an operator's, not its
+// executors'.
+func TestConfigureQueueRateLimit(t *testing.T) {
+	w := setup(t)
+	out := w.must(&ConfigureQueue{Queue: "llm", LeaseMS: 30_000, MaxDeliver: 5, RateLimit: 60, RatePeriodMS: 60_000})
+	require.Equal(t, &QueueConfigured{Queue: "llm", LeaseMS: 30_000, MaxDeliver: 5, RateLimit: 60, RatePeriodMS: 60_000}, out.Changes[0].Event)
+	require.Equal(t, [2]int64{60, 60_000}, [2]int64{int64(out.Reply.RateLimit), out.Reply.RatePeriodMS})
+	require.Empty(t, w.must(&ConfigureQueue{Queue: "llm", LeaseMS: 30_000, MaxDeliver: 5}).Changes, "0 keeps it: nothing changes")
+	out = w.must(&ConfigureQueue{Queue: "llm", LeaseMS: 60_000, MaxDeliver: 5})
+	require.Equal(t, 60, out.Changes[0].Event.(*QueueConfigured).RateLimit, "other settings keep it")
+	out = w.must(&ConfigureQueue{Queue: "llm", LeaseMS: 60_000, MaxDeliver: 5, RateLimit: 10})
+	require.Equal(t, &QueueConfigured{Queue: "llm", LeaseMS: 60_000, MaxDeliver: 5, RateLimit: 10, RatePeriodMS: DefaultRatePeriodMS}, out.Changes[0].Event,
+		"a limit without its period: a second's")
+
+	w.actor, w.queues = "worker", []string{"llm"}
+	require.Equal(t, "/rate_limit", w.refused(&ConfigureQueue{Queue: "llm", LeaseMS: 60_000, MaxDeliver: 5, RateLimit: -1}, CodeForbidden).Field)
+	out = w.must(&ConfigureQueue{Queue: "llm", LeaseMS: 90_000, MaxDeliver: 5})
+	require.Equal(t, 10, out.Reply.RateLimit, "an executor's settings keep the limit")
+	w.actor, w.queues = "tester", nil
+
+	for _, c := range []ConfigureQueue{
+		{Queue: "llm", LeaseMS: 60_000, MaxDeliver: 5, RateLimit: -2},
+		{Queue: "llm", LeaseMS: 60_000, MaxDeliver: 5, RateLimit: MaxRateLimit + 1},
+		{Queue: "llm", LeaseMS: 60_000, MaxDeliver: 5, RateLimit: 1, RatePeriodMS: 999},
+		{Queue: "llm", LeaseMS: 60_000, MaxDeliver: 5, RateLimit: 1, RatePeriodMS: MaxRatePeriodMS + 1},
+		{Queue: "llm", LeaseMS: 60_000, MaxDeliver: 5, RatePeriodMS: 60_000},
+	} {
+		field := w.refused(&c, CodeInvalid).Field
+		require.Contains(t, []string{"/rate_limit", "/rate_period_ms"}, field, "%+v", c)
+	}
+	out = w.must(&ConfigureQueue{Queue: "llm", LeaseMS: 60_000, MaxDeliver: 5, RateLimit: -1})
+	require.Equal(t, &QueueConfigured{Queue: "llm", LeaseMS: 60_000, MaxDeliver: 5}, out.Changes[0].Event)
+	require.Zero(t, w.workspace().Queue("llm").RateLimit, "-1 removes it")
+	w.requireReplays()
+	w.requireReplaysFromWire()
+}
+
 // queue.pause and queue.resume: a pause outlasts new settings, and a queue
 // paused before any settings takes the defaults, which settings if unset
 // still replace. Pausing a paused queue, or resuming one that is not,

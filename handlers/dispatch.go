@@ -120,6 +120,8 @@ type dispatcher struct {
 	configuredAt map[string]uint64
 	// room counts the queues that stand, for the writer's bounds on them.
 	room *queueRoom
+	// gate holds the items of rate-limited queues back (rate_gate.go).
+	gate *rateGate
 }
 
 // The settings of a queue that no queue.configure has set: its consumer's
@@ -213,6 +215,9 @@ func (d *dispatcher) ensureConsumer(ctx context.Context, ws, queue string, qc *d
 	d.mu.Lock()
 	d.queues[name] = applied
 	d.mu.Unlock()
+	if qc != nil {
+		d.gate.configure(ws, queue, qc)
+	}
 	d.room.add(ws, queue)
 	if qc != nil && d.changed != nil {
 		d.changed(name)
@@ -285,7 +290,7 @@ func newDispatcher(ctx context.Context, js jetstream.JetStream, cfg Config) (*di
 		return nil, fmt.Errorf("handlers: work stream: %w", err)
 	}
 	return &dispatcher{js: js, stream: name, prefix: cfg.Prefix, logger: cfg.Logger, tracer: cfg.Tracer.Tracer(tracerName), retry: make(chan *schemas.WorkItem, 1024),
-		pending: make(chan *pendingItem, 4096), queues: map[string]domain.QueueConfig{}, configuredAt: map[string]uint64{}, room: newQueueRoom(cfg)}, nil
+		pending: make(chan *pendingItem, 4096), queues: map[string]domain.QueueConfig{}, configuredAt: map[string]uint64{}, room: newQueueRoom(cfg), gate: newRateGate()}, nil
 }
 
 // publish sends a work item without waiting for its acknowledgement; a
@@ -484,6 +489,9 @@ func (d *dispatcher) dispatchCommit(c *eventstore.Commit, seq uint64, store aggr
 		}
 		d.openQueues(t, store, seq) // a dispatchable task's too
 		if dispatchable(t) {
+			if queue, _ := awaitedItem(t); d.gate.hold(t.Workspace, queue, t.ID, seq) {
+				continue // let out at its queue's rate
+			}
 			d.publishTraced(workItemOf(t, store, seq), traces.of(e))
 		}
 	}
@@ -514,6 +522,7 @@ func (d *dispatcher) deleteQueue(ws, queue string) {
 	d.mu.Lock()
 	delete(d.queues, name)
 	d.mu.Unlock()
+	d.gate.remove(ws, queue)
 	d.room.remove(ws, queue)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
@@ -587,6 +596,10 @@ func (d *dispatcher) rederive(ctx context.Context, store *projections.Store) (in
 			it := workItemOf(t, store, store.Checkpoint())
 			if err := d.ensureQueue(ctx, store, ws.Name, it.Queue); err != nil && queueErr == nil {
 				queueErr = err
+			}
+			if d.gate.hold(ws.Name, it.Queue, t.ID, store.Checkpoint()) {
+				n++ // let out at its queue's rate
+				continue
 			}
 			m, err := d.msg(it)
 			if err != nil {
@@ -669,6 +682,9 @@ func (d *dispatcher) auditRound(ctx context.Context, store *projections.Store, s
 					return true
 				}
 				queue, id := awaitedItem(t)
+				if d.gate.gated(ws, queue) {
+					return true // the gate's to let out, and to find lost
+				}
 				if q := qs[queue]; q != nil {
 					q.tasks = append(q.tasks, t.ID)
 					q.ids = append(q.ids, id)

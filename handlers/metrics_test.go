@@ -294,3 +294,19 @@ func TestMetricsCountEachWorkspacesLogBytes(t *testing.T) {
 		return held >= value(m, "default") && held >= float64(10<<10) && other >= value(m, "other") && other > 0
 	}, func() string { return "the bytes held by default and other" })
 }
+
+// dwr_queue_rate_held counts the items a rate-limited queue holds back on
+// the writer: past its one item a day, the other two.
+func TestMetricsCountTheItemsARateLimitHolds(t *testing.T) {
+	b := metered(t, nil, handlers.Config{})
+	b.mustCommand(t, "queue.configure", map[string]any{"queue": "llm", "lease_ms": 30_000, "max_deliver": 5,
+		"rate_limit": 1, "rate_period_ms": domain.MaxRatePeriodMS})
+	for range 3 {
+		b.newTask(t, "llm")
+	}
+	servicetest.Eventually(t, 10*time.Second, func() bool {
+		held, _ := b.scrape(t).Value("dwr_queue_rate_held", "workspace", "default", "queue", "llm")
+		pending, _ := b.scrape(t).Value("dwr_queue_pending", "workspace", "default", "queue", "llm")
+		return held == 2 && pending == 1
+	})
+}

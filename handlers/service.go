@@ -1079,6 +1079,7 @@ func (s *Service) runWriter(ctx context.Context, lease *lease) error {
 	bg.Go(func() { s.followMembers(rctx, membersWake) })
 	bg.Go(func() { s.feed.audit(rctx, s.log, s.store, s.metrics.feedRepaired) })
 	bg.Go(func() { s.dispatch.audit(rctx, s.store, s.metrics.workItemsRestored) })
+	bg.Go(func() { s.dispatch.gateLoop(rctx, s.store) })
 	bg.Go(func() { s.sweepLoop(rctx) })
 	bg.Go(func() { s.keepHandedLeases(rctx, handedNow, aliveNow) })
 	s.readyOnce.Do(func() { close(s.ready) })
@@ -1456,6 +1457,9 @@ func (s *Service) handleCommand(name string, req micro.Request, who sender) (rep
 		return errResponse(&schemas.Error{Code: schemas.CodeInvalid, Message: "the command does not decode: " + err.Error()})
 	}
 	if werr := s.authorizeTask(p, name, cmd); werr != nil {
+		return errResponse(werr)
+	}
+	if werr := s.heldByRate(cmd); werr != nil {
 		return errResponse(werr)
 	}
 	fillIDs(cmd)

@@ -228,8 +228,14 @@ type ConfigureQueue struct {
 	// MaxRunning is how many of the queue's jobs may run at once, across
 	// all its executors: N > 0 sets it, -1 removes the limit, 0 keeps the
 	// queue's as it is (QueueConfig.MaxRunning).
-	MaxRunning int  `json:"max_running,omitempty"`
-	IfUnset    bool `json:"if_unset,omitempty"`
+	MaxRunning int `json:"max_running,omitempty"`
+	// RateLimit is how many of the queue's work items may be handed out
+	// in any RatePeriodMS milliseconds (1000 when 0): N > 0 sets it, -1
+	// removes the limit, 0 keeps the queue's as it is
+	// (QueueConfig.RateLimit).
+	RateLimit    int   `json:"rate_limit,omitempty"`
+	RatePeriodMS int64 `json:"rate_period_ms,omitempty"`
+	IfUnset      bool  `json:"if_unset,omitempty"`
 }
 
 // DeleteQueue removes a queue that no task that has not ended is given:

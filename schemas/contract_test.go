@@ -223,7 +223,8 @@ func TestContractOfTheDomain(t *testing.T) {
 	require.Equal(t, int64(300000), r.LeaseMS)
 	require.Equal(t, 5, r.MaxDeliver)
 	require.True(t, r.Duplicate)
-	c.do("queue.configure", map[string]any{"queue": "drafts", "lease_ms": 60000, "max_deliver": 3})
+	r = c.do("queue.configure", map[string]any{"queue": "drafts", "lease_ms": 60000, "max_deliver": 3, "rate_limit": 60, "rate_period_ms": 60000})
+	require.Equal(t, 60, r.RateLimit)
 	c.do("queue.delete", map[string]any{"queue": "drafts"})
 	// A queue paused before any settings: the defaults, which an
 	// executor's settings if unset still replace; the pause outlasts them.

@@ -46,7 +46,11 @@ type CommandResult struct {
 	LeaseMS    int64  `json:"lease_ms,omitempty"`
 	MaxDeliver int    `json:"max_deliver,omitempty"`
 	MaxRunning int    `json:"max_running,omitempty"`
-	Paused     bool   `json:"paused,omitempty"` // for queue.configure, queue.pause and queue.resume
+	// RateLimit items a RatePeriodMS at most, for queue.configure,
+	// queue.pause and queue.resume.
+	RateLimit    int   `json:"rate_limit,omitempty"`
+	RatePeriodMS int64 `json:"rate_period_ms,omitempty"`
+	Paused       bool  `json:"paused,omitempty"` // for queue.configure, queue.pause and queue.resume
 	// Duplicate is true when nothing was appended: the command id was
 	// already applied, or the command asked for what already is.
 	Duplicate bool `json:"duplicate,omitempty"`

@@ -740,6 +740,9 @@ func TestMemberAndQueueSchemasMatchDomain(t *testing.T) {
 	require.Equal(t, int64(domain.MaxLeaseMS), num(common["LeaseMS"], "maximum"))
 	require.Equal(t, int64(domain.MinMaxDeliver), num(common["MaxDeliver"], "minimum"))
 	require.Equal(t, int64(domain.MaxMaxDeliver), num(common["MaxDeliver"], "maximum"))
+	require.Equal(t, int64(domain.MaxRateLimit), num(common["RateLimit"], "maximum"))
+	require.Equal(t, int64(domain.MinRatePeriodMS), num(common["RatePeriodMS"], "minimum"))
+	require.Equal(t, int64(domain.MaxRatePeriodMS), num(common["RatePeriodMS"], "maximum"))
 
 	add := func(key string) error {
 		b, err := json.Marshal(map[string]any{"name": "ops", "role": "admin", "public_key": key})

@@ -24,6 +24,12 @@ type QueueConfig struct {
 	// MaxRunning is how many of the queue's jobs may run at once, across
 	// all its executors (its consumer's MaxAckPending); 0: no limit.
 	MaxRunning int `json:"max_running,omitempty"`
+	// RateLimit is how many of the queue's work items its consumer hands
+	// out first in any RatePeriodMS milliseconds, across all its executors
+	// (an item handed out again, after a lease ran out, is not counted);
+	// 0: no limit.
+	RateLimit    int   `json:"rate_limit,omitempty"`
+	RatePeriodMS int64 `json:"rate_period_ms,omitempty"`
 	// Paused is true from a queue.pause to the next queue.resume: the
 	// queue's consumer hands out no job, and no report hands its sender
 	// the queue's next task; jobs already handed out run on.

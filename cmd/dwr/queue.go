@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"io"
 	"iter"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -15,13 +17,13 @@ import (
 )
 
 func queueCmd(g *globals) *cobra.Command {
-	cmd := &cobra.Command{Use: "queue", Short: "list queues, set their lease, deliveries and limit of jobs running at once, pause and resume them, and delete them"}
+	cmd := &cobra.Command{Use: "queue", Short: "list queues, set their lease, deliveries, limit of jobs running at once and rate, pause and resume them, and delete them"}
 	list := listCmd(g, &cobra.Command{Use: "list", Short: "list the workspace's queues: those configured, then those its tasks opened, with their work items waiting and out, and their settings", Args: cobra.NoArgs}, nil, "queues", nil,
 		func(ctx context.Context, cl *client.Client, _ []string, opts ...client.CallOption) iter.Seq2[*schemas.Queue, error] {
 			return cl.Queues(ctx, opts...)
-		}, columns([]string{"QUEUE", "PENDING", "IN FLIGHT", "POLLING", "PAUSED", "LEASE", "MAX DELIVER", "MAX RUNNING"}, func(q schemas.Queue) []string {
+		}, columns([]string{"QUEUE", "PENDING", "IN FLIGHT", "POLLING", "PAUSED", "LEASE", "MAX DELIVER", "MAX RUNNING", "RATE"}, func(q schemas.Queue) []string {
 			return []string{q.Name, fmt.Sprint(q.Pending), fmt.Sprint(q.InFlight), fmt.Sprint(q.WaitingPulls), yesNo(q.Paused),
-				(time.Duration(q.LeaseMS) * time.Millisecond).String(), fmt.Sprint(q.MaxDeliver), maxRunning(q.MaxRunning)}
+				(time.Duration(q.LeaseMS) * time.Millisecond).String(), fmt.Sprint(q.MaxDeliver), maxRunning(q.MaxRunning), rate(q.RateLimit, q.RatePeriodMS)}
 		}))
 	cmd.AddCommand(list, queueSetCmd(g), queuePauseCmd(g, true), queuePauseCmd(g, false), queueDeleteCmd(g))
 	return cmd
@@ -31,9 +33,9 @@ func queueCmd(g *globals) *cobra.Command {
 func queueSetCmd(g *globals) *cobra.Command {
 	var lease time.Duration
 	var deliver, running int
-	var unlimited bool
-	var cmdID string
-	set := &cobra.Command{Use: "set NAME [--lease D] [--max-deliver N] [--max-running N | --no-limit]",
+	var unlimited, unrated bool
+	var rateSpec, cmdID string
+	set := &cobra.Command{Use: "set NAME [--lease D] [--max-deliver N] [--max-running N | --no-limit] [--rate N/PERIOD | --no-rate-limit]",
 		Short: "set a queue's settings; those not given stay as they are (a new queue's: 30s, 5, no limit)", Args: cobra.ExactArgs(1),
 		RunE: func(_ *cobra.Command, args []string) error {
 			if unlimited && running != 0 {
@@ -41,6 +43,13 @@ func queueSetCmd(g *globals) *cobra.Command {
 			}
 			if running < 0 {
 				return fail(exitInvalid, "--max-running must be positive (--no-limit removes the limit)")
+			}
+			if unrated && rateSpec != "" {
+				return fail(exitInvalid, "--rate and --no-rate-limit say different things: give one")
+			}
+			limit, period, err := parseRate(rateSpec)
+			if err != nil {
+				return err
 			}
 			return g.withClient(func(ctx context.Context, cl *client.Client) error {
 				c := schemas.ConfigureQueue{Queue: args[0], LeaseMS: handlers.DefaultQueueLease.Milliseconds(),
@@ -62,6 +71,10 @@ func queueSetCmd(g *globals) *cobra.Command {
 				if unlimited {
 					c.MaxRunning = -1
 				}
+				c.RateLimit, c.RatePeriodMS = limit, period
+				if unrated {
+					c.RateLimit = -1
+				}
 				r, err := cl.ConfigureQueue(ctx, c, client.CommandID(cmdID))
 				if err != nil {
 					return err
@@ -79,7 +92,40 @@ func queueSetCmd(g *globals) *cobra.Command {
 	f.IntVar(&deliver, "max-deliver", 0, "how many times a job is delivered before it is quarantined (1 to 1000)")
 	f.IntVar(&running, "max-running", 0, "how many of the queue's jobs may run at once, across all its executors")
 	f.BoolVar(&unlimited, "no-limit", false, "remove the queue's limit of jobs running at once")
+	f.StringVar(&rateSpec, "rate", "", "at most N of the queue's jobs handed out in any PERIOD, across all its executors, such as 60/1m or 5/1s (PERIOD 1s to 24h)")
+	f.BoolVar(&unrated, "no-rate-limit", false, "remove the queue's rate limit")
 	return set
+}
+
+// parseRate reads --rate N/PERIOD: "" is none (0, 0).
+func parseRate(spec string) (int, int64, error) {
+	if spec == "" {
+		return 0, 0, nil
+	}
+	n, per, ok := strings.Cut(spec, "/")
+	limit, err := strconv.Atoi(n)
+	if !ok || err != nil || limit < 1 {
+		return 0, 0, fail(exitInvalid, "--rate %s: want N/PERIOD, N jobs (1 or more) in any PERIOD, such as 60/1m or 5/1s", spec)
+	}
+	d, err := time.ParseDuration(per)
+	if err != nil || d <= 0 {
+		return 0, 0, fail(exitInvalid, "--rate %s: the period %q is not a duration such as 1s, 1m or 1h", spec, per)
+	}
+	return limit, d.Milliseconds(), nil
+}
+
+// rate prints a queue's rate limit, "60/1m", or "-" for none.
+func rate(limit int, periodMS int64) string {
+	if limit == 0 {
+		return "-"
+	}
+	p := (time.Duration(periodMS) * time.Millisecond).String()
+	for _, zero := range []string{"0s", "0m"} { // 1m0s is 1m, 1h0m0s is 1h
+		if q, ok := strings.CutSuffix(p, zero); ok && len(q) > 0 && q[len(q)-1] >= 'a' {
+			p = q
+		}
+	}
+	return fmt.Sprintf("%d/%s", limit, p)
 }
 
 // queuePauseCmd is dwr queue pause (pause true) or dwr queue resume: an
@@ -123,6 +169,9 @@ func queuePauseCmd(g *globals, pause bool) *cobra.Command {
 // has them.
 func queueSettings(r *schemas.CommandResult) string {
 	s := fmt.Sprintf("lease %s, max deliver %d, max running: %s", time.Duration(r.LeaseMS)*time.Millisecond, r.MaxDeliver, maxRunning(r.MaxRunning))
+	if r.RateLimit > 0 {
+		s += ", rate: " + rate(r.RateLimit, r.RatePeriodMS)
+	}
 	if r.Paused {
 		s += ", paused: no job goes out until dwr queue resume " + r.Queue
 	}

@@ -36,6 +36,25 @@ func TestCLIQueueSet(t *testing.T) {
 	runJSON(t, url, &qs, "queue", "list")
 	require.Zero(t, qs[0].MaxRunning, "a refused setting changes nothing")
 
+	// A rate limit: N jobs handed out in any period.
+	code, out, errs = run(t, url, "queue", "set", "llm", "--rate", "60/1m")
+	require.Zero(t, code, errs)
+	require.Equal(t, "queue llm: lease 1m0s, max deliver 5, max running: no limit, rate: 60/1m\n", out)
+	code, out, errs = run(t, url, "queue", "list")
+	require.Zero(t, code, errs)
+	require.Regexp(t, `(?m)^llm\s+0\s+0\s+0\s+no\s+1m0s\s+5\s+no limit\s+60/1m$`, out)
+	for _, bad := range [][]string{{"--rate", "60"}, {"--rate", "x/1m"}, {"--rate", "5/soon"}, {"--rate", "5/1s", "--no-rate-limit"}} {
+		code, _, errs = run(t, url, append([]string{"queue", "set", "llm"}, bad...)...)
+		require.Equal(t, exitInvalid, code, bad)
+		require.NotEmpty(t, errs)
+	}
+	code, _, errs = run(t, url, "queue", "set", "llm", "--rate", "5/100ms")
+	require.Equal(t, exitInvalid, code)
+	require.Contains(t, errs, "/rate_period_ms", "the service's bound, named")
+	code, out, errs = run(t, url, "queue", "set", "llm", "--no-rate-limit")
+	require.Zero(t, code, errs)
+	require.NotContains(t, out, "rate")
+
 	// A queue no unfinished task is given is deleted; one that does not
 	// stand is not found.
 	code, out, errs = run(t, url, "queue", "delete", "llm")
@@ -64,8 +83,8 @@ func TestCLIQueuePauseAndResume(t *testing.T) {
 	require.Zero(t, code, errs)
 	code, out, errs = run(t, url, "queue", "list")
 	require.Zero(t, code, errs)
-	require.Regexp(t, `(?m)^QUEUE\s+PENDING\s+IN FLIGHT\s+POLLING\s+PAUSED\s+LEASE\s+MAX DELIVER\s+MAX RUNNING$`, out)
-	require.Regexp(t, `(?m)^llm\s+1\s+0\s+0\s+yes\s+1m0s\s+5\s+no limit$`, out, "the task waits in the paused queue")
+	require.Regexp(t, `(?m)^QUEUE\s+PENDING\s+IN FLIGHT\s+POLLING\s+PAUSED\s+LEASE\s+MAX DELIVER\s+MAX RUNNING\s+RATE$`, out)
+	require.Regexp(t, `(?m)^llm\s+1\s+0\s+0\s+yes\s+1m0s\s+5\s+no limit\s+-$`, out, "the task waits in the paused queue")
 	var qs []schemas.QueueConfig
 	runJSON(t, url, &qs, "queue", "list")
 	require.True(t, qs[0].Paused)

@@ -502,7 +502,10 @@ type queueRow struct {
 	LeaseMS    int64  `json:"lease_ms,omitempty"`
 	MaxDeliver int    `json:"max_deliver,omitempty"`
 	MaxRunning int    `json:"max_running,omitempty"` // 0: no limit
-	Paused     bool   `json:"paused,omitempty"`
+	// RateLimit items handed out in any RatePeriodMS at most; 0: no limit.
+	RateLimit    int   `json:"rate_limit,omitempty"`
+	RatePeriodMS int64 `json:"rate_period_ms,omitempty"`
+	Paused       bool  `json:"paused,omitempty"`
 	// Polling and LastDelivered are the queue's consumer's: its executors'
 	// pulls waiting for an item, and when it last delivered one.
 	Polling       int        `json:"polling"`
@@ -536,6 +539,7 @@ func (c *Console) queues(w http.ResponseWriter, r *http.Request, s *session) {
 		}
 		x := row(q.Name)
 		x.LeaseMS, x.MaxDeliver, x.MaxRunning, x.Paused = q.LeaseMS, q.MaxDeliver, q.MaxRunning, q.Paused
+		x.RateLimit, x.RatePeriodMS = q.RateLimit, q.RatePeriodMS
 		x.Polling, x.LastDelivered = q.WaitingPulls, q.LastDelivered
 	}
 	truncated := false

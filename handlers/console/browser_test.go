@@ -196,7 +196,7 @@ func TestBrowser(t *testing.T) {
 		stuck = append(stuck, r.ID)
 	}
 	var noButtons bool // an accepted task can be neither cancelled nor retried
-	var attemptsSpent, costBound, revisedProgress string
+	var attemptsSpent, costBound, revisedProgress, paymentsRate string
 	require.NoError(t, do(t, bctx,
 		chromedp.Navigate(e.url+"/#/goals"),
 		chromedp.WaitVisible(chromedp.CSS(fmt.Sprintf(`tr[data-goal-id=%q] a`, g.ID))),
@@ -244,8 +244,14 @@ func TestBrowser(t *testing.T) {
 		chromedp.WaitVisible(chromedp.CSS(`g.node[data-task-key="d"][data-revision="added"]`)),
 		chromedp.Navigate(e.url+"/#/goals/"+projected.ID),
 		chromedp.WaitVisible(chromedp.CSS(`#budget tr[data-budget="attempts"][data-over="false"] td.bad[data-projected="3"]`)),
+		chromedp.Func(func(ctx context.Context, _ *chromedp.Target) error {
+			_, err := e.admin.Command(ctx, "queue.configure", map[string]any{"queue": "payments", "lease_ms": 30_000, "max_deliver": 5,
+				"rate_limit": 60, "rate_period_ms": 60_000})
+			return err
+		}),
 		chromedp.Click(chromedp.CSS(`a[data-nav="queues"]`)),
 		chromedp.WaitVisible(chromedp.CSS(`tr[data-queue="payments"]`)), // the refund waits for its approval
+		textOf(`tr[data-queue="payments"] td.rate`, &paymentsRate),
 		screenshot(t, "queues"),
 		chromedp.Click(chromedp.CSS(`tr[data-queue="build"] a`)), // a queue's tasks, of a state
 		chromedp.WaitVisible(chromedp.CSS("#queue-task-state")),
@@ -290,6 +296,7 @@ func TestBrowser(t *testing.T) {
 	require.Equal(t, "3", attemptsSpent, "three tasks, an attempt each, beside the budget of 10")
 	require.Equal(t, "of 2.5", costBound)
 	require.Equal(t, "0/2", revisedProgress, "of the plan's two tasks: b, removed, counts no more")
+	require.Equal(t, "60 per minute", paymentsRate, "the queue's rate limit, as people say it")
 
 	// The approver signs in, opens the approval and approves with their key.
 	require.NoError(t, do(t, bctx,

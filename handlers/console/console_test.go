@@ -639,7 +639,8 @@ func TestQueues(t *testing.T) {
 
 	// A poison item: delivered the most times its queue allows, never
 	// acknowledged (an executor crashing on it), it is quarantined.
-	_, err := e.admin.Command(ctx(t), "queue.configure", map[string]any{"queue": "poison", "lease_ms": 1000, "max_deliver": 1, "max_running": 3})
+	_, err := e.admin.Command(ctx(t), "queue.configure", map[string]any{"queue": "poison", "lease_ms": 1000, "max_deliver": 1, "max_running": 3,
+		"rate_limit": 600, "rate_period_ms": 60_000})
 	require.NoError(t, err)
 	bad, err := e.admin.CreateTask(ctx(t), schemas.TaskSpec{Queue: "poison"})
 	require.NoError(t, err)
@@ -664,6 +665,8 @@ func TestQueues(t *testing.T) {
 		Quarantined   int        `json:"quarantined"`
 		MaxDeliver    int        `json:"max_deliver"`
 		MaxRunning    int        `json:"max_running"`
+		RateLimit     int        `json:"rate_limit"`
+		RatePeriodMS  int64      `json:"rate_period_ms"`
 		Polling       int        `json:"polling"`
 		LastDelivered *time.Time `json:"last_delivered"`
 	}
@@ -677,6 +680,7 @@ func TestQueues(t *testing.T) {
 	require.Equal(t, 1, qs[1].Quarantined)
 	require.Equal(t, 1, qs[1].MaxDeliver)
 	require.Equal(t, 3, qs[1].MaxRunning)
+	require.Equal(t, [2]int64{600, 60_000}, [2]int64{int64(qs[1].RateLimit), qs[1].RatePeriodMS})
 	require.NotNil(t, qs[1].LastDelivered, "the poison item was delivered")
 	require.Zero(t, qs[1].Polling, "no executor polls it")
 	require.Equal(t, "render", qs[2].Name)

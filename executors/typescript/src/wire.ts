@@ -266,6 +266,9 @@ export interface CommandResult {
   lease_ms?: number;
   max_deliver?: number;
   max_running?: number;
+  /** For queue.configure, queue.pause and queue.resume: at most rate_limit items handed out in any rate_period_ms. */
+  rate_limit?: number;
+  rate_period_ms?: number;
   /** For queue.configure, queue.pause and queue.resume: true while the queue is paused. */
   paused?: boolean;
   duplicate?: boolean;

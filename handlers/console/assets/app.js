@@ -690,10 +690,20 @@ async function renderQueues() {
     h("td", { class: "num" + (q.quarantined ? " bad" : "") }, q.quarantined),
     h("td", {}, q.lease_ms ? q.lease_ms / 1000 + " s" : "-"), h("td", {}, q.max_deliver || "-"),
     h("td", {}, q.max_running ? "at most " + q.max_running : q.lease_ms ? "no limit" : "-"),
+    h("td", { class: "rate" }, q.rate_limit ? `${q.rate_limit} per ${period(q.rate_period_ms)}` : q.lease_ms ? "no limit" : "-"),
     h("td", { class: "num" + (q.ready && !q.running && !q.polling && !q.paused ? " bad" : "") }, q.polling || 0), h("td", {}, q.last_delivered ? ago(q.last_delivered) : "-")));
   show(h("h1", {}, "Queues"),
-    h("p", { class: "muted" }, "Depth: tasks ready for an executor (a paused queue hands out none). Running: attempts in progress. Waiting: tasks parked on an approval, a signal, a timer or a delegated goal. Quarantined: tasks failed because their work item was delivered the most times the queue allows. Polling: executors' pulls waiting for an item (red: tasks are ready and no executor takes the queue)."),
-    table("queues", ["Queue", "Depth", "Running", "Waiting", "Quarantined", "Lease", "Max deliveries", "Running at once", "Polling", "Last delivered"], rows));
+    h("p", { class: "muted" }, "Depth: tasks ready for an executor (a paused queue hands out none). Running: attempts in progress. Waiting: tasks parked on an approval, a signal, a timer or a delegated goal. Quarantined: tasks failed because their work item was delivered the most times the queue allows. Rate: at most so many of its tasks handed out in any such period (the service lets them out one at a time, in order). Polling: executors' pulls waiting for an item (red: tasks are ready and no executor takes the queue)."),
+    table("queues", ["Queue", "Depth", "Running", "Waiting", "Quarantined", "Lease", "Max deliveries", "Running at once", "Rate", "Polling", "Last delivered"], rows));
+}
+
+// period says a rate limit's period in ms as people do: "second", "10 s",
+// "minute", "5 min", "hour", "24 h".
+function period(ms) {
+  for (const [unit, one, many] of [[3600000, "hour", "h"], [60000, "minute", "min"], [1000, "second", "s"]]) {
+    if (ms % unit === 0) return ms === unit ? one : `${ms / unit} ${many}`;
+  }
+  return `${ms} ms`;
 }
 
 // renderQueue lists a queue's tasks in one state (the hash's ?state=,

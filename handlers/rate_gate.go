@@ -1,0 +1,365 @@
+package handlers
+
+import (
+	"context"
+	"fmt"
+	"maps"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/dwr-run/dwr/domain"
+	"github.com/dwr-run/dwr/handlers/access"
+	"github.com/dwr-run/dwr/projections"
+	"github.com/dwr-run/dwr/schemas"
+)
+
+// rateGate holds back the work items of the queues with a rate limit
+// (QueueConfig.RateLimit) and lets them out into the work stream at that
+// rate: at most RateLimit in any RatePeriodMS, counted from the moment each
+// was stored, and only while the queue's consumer has none left to deliver,
+// so that items cannot pile up in the stream while no executor takes them
+// and then go out at once. A queue paused keeps its last item undelivered,
+// so nothing more goes out until it is resumed.
+//
+// What it holds is derived: the ready (or verifying) tasks of the queue
+// whose items it has not let out, found again by the writer's start
+// (rederive). Its count of the period is the writer's memory: a new writer
+// starts it empty. An item let out and lost from the stream (the stream's
+// server killed) is let out again once the queue holds nothing and the task
+// still waits for that item a while later (the work audit leaves these
+// queues to it).
+type rateGate struct {
+	mu     sync.Mutex
+	queues map[string]*gatedQueue // by consumer name
+	wake   chan struct{}
+}
+
+// gatedQueue is what the gate holds of one queue.
+type gatedQueue struct {
+	ws, queue string
+	limit     int
+	period    time.Duration
+	sent      []time.Time          // when the items let out within the last period were stored, oldest first
+	waiting   []heldTask           // the tasks whose items wait, in the order they came
+	queued    map[string]bool      // the tasks of waiting
+	released  map[string]time.Time // the items let out, by message id, and when; forgotten once settled
+	lost      map[string]bool      // the items let out that were lost, to be let out again under ids of their own
+	looked    time.Time            // when the items let out were last looked for
+	// draining is set once the limit is lifted: what waits goes out at
+	// once, and the queue leaves the gate.
+	draining bool
+}
+
+// heldTask is a task whose item the gate holds, and the log sequence of the
+// record that left it waiting for that item: the views are read for it
+// once they have applied that record.
+type heldTask struct {
+	id  string
+	seq uint64
+}
+
+func newRateGate() *rateGate {
+	return &rateGate{queues: map[string]*gatedQueue{}, wake: make(chan struct{}, 1)}
+}
+
+// configure applies the settings qc of queue of workspace ws (nil: none):
+// a rate limit makes the gate hold the queue's items; without one, the
+// items it holds still go out, at once, and new ones are not held.
+func (g *rateGate) configure(ws, queue string, qc *domain.QueueConfig) {
+	name := ws + "/" + queue
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	q := g.queues[name]
+	if qc == nil || qc.RateLimit <= 0 {
+		if q != nil {
+			q.draining = true
+			g.poke()
+		}
+		return
+	}
+	if q == nil {
+		q = &gatedQueue{ws: ws, queue: queue, queued: map[string]bool{}, released: map[string]time.Time{}, lost: map[string]bool{}}
+		g.queues[name] = q
+	}
+	q.draining = false
+	q.limit, q.period = qc.RateLimit, time.Duration(max(qc.RatePeriodMS, domain.MinRatePeriodMS))*time.Millisecond
+	g.poke()
+}
+
+// remove forgets queue of workspace ws (deleted).
+func (g *rateGate) remove(ws, queue string) {
+	g.mu.Lock()
+	delete(g.queues, ws+"/"+queue)
+	g.mu.Unlock()
+}
+
+// hold takes the item of task of queue of workspace ws, which the record at
+// seq left waiting for it, if the queue is gated, and reports whether it
+// did.
+func (g *rateGate) hold(ws, queue, task string, seq uint64) bool {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	q := g.queues[ws+"/"+queue]
+	if q == nil || q.draining {
+		return false
+	}
+	if !q.queued[task] {
+		q.queued[task] = true
+		q.waiting = append(q.waiting, heldTask{task, seq})
+		g.poke()
+	}
+	return true
+}
+
+// gated reports whether queue of workspace ws is gated.
+func (g *rateGate) gated(ws, queue string) bool {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.queues[ws+"/"+queue] != nil
+}
+
+// held returns how many items each gated queue holds, by workspace and
+// queue.
+func (g *rateGate) held() map[[2]string]int {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	out := make(map[[2]string]int, len(g.queues))
+	for _, q := range g.queues {
+		out[[2]string{q.ws, q.queue}] = len(q.waiting)
+	}
+	return out
+}
+
+// poke wakes the gate's loop (g.mu held or not).
+func (g *rateGate) poke() {
+	select {
+	case g.wake <- struct{}{}:
+	default:
+	}
+}
+
+// gateTick is how often the gate looks at its queues while it holds items:
+// the finest grain of its rate.
+const gateTick = 20 * time.Millisecond
+
+// lostAfter is how long an item let out may be missing from its queue,
+// while its task still waits for it, before it is let out again.
+const lostAfter = 5 * time.Second
+
+// gateLoop lets the gated queues' items out, as their limits allow, until
+// ctx ends.
+func (d *dispatcher) gateLoop(ctx context.Context, store *projections.Store) {
+	t := time.NewTicker(gateTick)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		case <-d.gate.wake:
+		}
+		d.gate.mu.Lock()
+		queues := make([]*gatedQueue, 0, len(d.gate.queues))
+		for _, q := range d.gate.queues {
+			queues = append(queues, q)
+		}
+		d.gate.mu.Unlock()
+		for _, q := range queues {
+			if err := d.letOut(ctx, store, q); err != nil && ctx.Err() == nil {
+				d.logger.Warn("handlers: a rate-limited queue's items could not be let out; tried again shortly", "queue", q.queue, "workspace", q.ws, "err", err)
+			}
+		}
+	}
+}
+
+// letOut lets out the items of q that its limit allows now, if its consumer
+// has none left to deliver: as many as executors wait for (one when none
+// does). A queue whose limit was lifted lets out all it holds and leaves
+// the gate. About once a second it looks for the items it let out that
+// were lost (lostItems).
+func (d *dispatcher) letOut(ctx context.Context, store *projections.Store, q *gatedQueue) error {
+	g := d.gate
+	g.mu.Lock()
+	now := time.Now()
+	for len(q.sent) > 0 && now.Sub(q.sent[0]) >= q.period {
+		q.sent = q.sent[1:]
+	}
+	room, waiting, draining := q.limit-len(q.sent), len(q.waiting), q.draining
+	look := len(q.released) > 0 && now.Sub(q.looked) >= time.Second
+	if look {
+		q.looked = now
+	}
+	g.mu.Unlock()
+	cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	if draining {
+		for _, h := range d.take(q, waiting, store.Checkpoint()) {
+			if err := d.release(cctx, store, q, h.id); err != nil {
+				g.hold(q.ws, q.queue, h.id, h.seq)
+				return err
+			}
+		}
+		g.mu.Lock()
+		if q.draining && len(q.waiting) == 0 && g.queues[q.ws+"/"+q.queue] == q {
+			delete(g.queues, q.ws+"/"+q.queue)
+		}
+		g.mu.Unlock()
+		return nil
+	}
+	if (room <= 0 || waiting == 0) && !look {
+		return nil
+	}
+	info, err := d.js.Consumer(cctx, d.stream, access.Consumer(d.prefix, q.ws, q.queue))
+	if err != nil {
+		return err
+	}
+	ci := info.CachedInfo()
+	if look {
+		d.lostItems(store, q, ci, now)
+	}
+	if ci.NumPending > 0 || room <= 0 {
+		return nil // an item still waits for an executor, or the period is full
+	}
+	for _, h := range d.take(q, min(room, max(ci.NumWaiting, 1)), store.Checkpoint()) {
+		if err := d.release(cctx, store, q, h.id); err != nil {
+			g.hold(q.ws, q.queue, h.id, h.seq) // after those that came since: tried again
+			return err
+		}
+	}
+	return nil
+}
+
+// take takes up to n of the tasks waiting in q, the first first, as far as
+// the views have applied the records that left them waiting (applied, the
+// views' checkpoint).
+func (d *dispatcher) take(q *gatedQueue, n int, applied uint64) []heldTask {
+	d.gate.mu.Lock()
+	defer d.gate.mu.Unlock()
+	n = min(n, len(q.waiting))
+	for i, h := range q.waiting[:n] {
+		if h.seq > applied {
+			n = i
+			break
+		}
+	}
+	taken := q.waiting[:n:n]
+	q.waiting = q.waiting[n:]
+	for _, h := range taken {
+		delete(q.queued, h.id)
+	}
+	return taken
+}
+
+// lostItems finds the items of q let out that are settled or lost: one
+// whose task no longer waits for it is forgotten; when the consumer holds
+// none at all (ci), one let out more than lostAfter ago whose task still
+// waits for it was lost, and its task waits again to be let out.
+func (d *dispatcher) lostItems(store *projections.Store, q *gatedQueue, ci *jetstream.ConsumerInfo, now time.Time) {
+	g := d.gate
+	g.mu.Lock()
+	released := maps.Clone(q.released)
+	g.mu.Unlock()
+	for id, at := range released {
+		task, _, _ := strings.Cut(id, ".")
+		t, err := store.Task(task)
+		if err != nil {
+			continue
+		}
+		awaited := ""
+		if t != nil && dispatchable(t) {
+			_, awaited = awaitedItem(t)
+		}
+		lost := awaited == id && ci.NumPending == 0 && ci.NumAckPending == 0 && now.Sub(at) > lostAfter
+		if awaited == id && !lost {
+			continue
+		}
+		g.mu.Lock()
+		delete(q.released, id)
+		if lost {
+			q.lost[id] = true
+		}
+		g.mu.Unlock()
+		if lost {
+			g.hold(q.ws, q.queue, task, store.Checkpoint())
+		}
+	}
+}
+
+// release publishes the item of task id of gated queue q, if the task
+// still waits for it, and counts it against the limit when it is stored.
+func (d *dispatcher) release(ctx context.Context, store *projections.Store, q *gatedQueue, id string) error {
+	t, err := store.Task(id)
+	if err != nil {
+		return err
+	}
+	if t == nil || !dispatchable(t) {
+		return nil // moved on since it came
+	}
+	queue, itemID := awaitedItem(t)
+	if queue != q.queue || t.Workspace != q.ws {
+		return nil
+	}
+	m, err := d.msg(workItemOf(t, store, store.Checkpoint()))
+	if err != nil {
+		d.logger.Error("handlers: work item not encodable", "task", id, "err", err)
+		return nil
+	}
+	d.gate.mu.Lock()
+	_, again := q.lost[itemID]
+	delete(q.lost, itemID)
+	d.gate.mu.Unlock()
+	if again {
+		// Past the duplicates window that may still hold the lost one.
+		m.Header.Set(jetstream.MsgIDHeader, itemID+".again."+strconv.FormatInt(time.Now().UnixNano(), 36))
+	}
+	if _, err := d.js.PublishMsg(ctx, m); err != nil {
+		return fmt.Errorf("handlers: let out the work item of task %s: %w", id, err)
+	}
+	stored := time.Now() // at or after the stream's own time for it
+	d.gate.mu.Lock()
+	q.sent = append(q.sent, stored)
+	q.released[itemID] = stored
+	d.gate.mu.Unlock()
+	return nil
+}
+
+// waits reports whether the gate holds the item of task, not let out yet.
+func (g *rateGate) waits(task string) bool {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	for _, q := range g.queues {
+		if q.queued[task] {
+			return true
+		}
+	}
+	return false
+}
+
+// heldByRate refuses a claim — a task.claim, or a report that carries one
+// (the lazy claim) — of a task whose item its queue's rate limit still
+// holds: no executor was handed it, and an attempt started by its id alone
+// would pass the limit.
+func (s *Service) heldByRate(cmd domain.Command) *schemas.Error {
+	var id string
+	switch c := cmd.(type) {
+	case *domain.ClaimTask:
+		id = c.TaskID
+	case *domain.ReportSuccess:
+		if c.Claim != nil {
+			id = c.TaskID
+		}
+	case *domain.ReportFailure:
+		if c.Claim != nil {
+			id = c.TaskID
+		}
+	}
+	if id == "" || s.dispatch == nil || !s.dispatch.gate.waits(id) {
+		return nil
+	}
+	return &schemas.Error{Code: schemas.CodeConflict, Message: fmt.Sprintf(
+		"task %s waits for its queue's rate limit: it is handed out as a work item, to be claimed then, once the limit allows", id)}
+}
