@@ -49,6 +49,9 @@ type gatedQueue struct {
 	released  map[string]time.Time // the items let out, by message id, and when; forgotten once settled
 	lost      map[string]bool      // the items let out that were lost, to be let out again under ids of their own
 	looked    time.Time            // when the items let out were last looked for
+	next      time.Time            // when to look at the queue again (zero: at once)
+	poked     bool                 // set by a hold while the queue is looked at: look again at once
+	idle      time.Duration        // how long the queue has had an item nobody took, doubled at each look up to gateIdle
 	// draining is set once the limit is lifted: what waits goes out at
 	// once, and the queue leaves the gate.
 	draining bool
@@ -76,7 +79,7 @@ func (g *rateGate) configure(ws, queue string, qc *domain.QueueConfig) {
 	q := g.queues[name]
 	if qc == nil || qc.RateLimit <= 0 {
 		if q != nil {
-			q.draining = true
+			q.draining, q.next = true, time.Time{}
 			g.poke()
 		}
 		return
@@ -87,6 +90,7 @@ func (g *rateGate) configure(ws, queue string, qc *domain.QueueConfig) {
 	}
 	q.draining = false
 	q.limit, q.period = qc.RateLimit, time.Duration(max(qc.RatePeriodMS, domain.MinRatePeriodMS))*time.Millisecond
+	q.next = time.Time{}
 	g.poke()
 }
 
@@ -110,6 +114,7 @@ func (g *rateGate) hold(ws, queue, task string, seq uint64) bool {
 	if !q.queued[task] {
 		q.queued[task] = true
 		q.waiting = append(q.waiting, heldTask{task, seq})
+		q.next, q.poked = time.Time{}, true
 		g.poke()
 	}
 	return true
@@ -142,9 +147,15 @@ func (g *rateGate) poke() {
 	}
 }
 
-// gateTick is how often the gate looks at its queues while it holds items:
-// the finest grain of its rate.
-const gateTick = 20 * time.Millisecond
+// gateTick is how often the gate looks at the queues it lets items out of:
+// a queue whose last item was taken is looked at again on the next tick,
+// one whose item still waits for an executor after gateTick, doubling up to
+// gateIdle (a pull that comes is served that late at most), one whose
+// period is full when its oldest item leaves it.
+const (
+	gateTick = 5 * time.Millisecond
+	gateIdle = 200 * time.Millisecond
+)
 
 // lostAfter is how long an item let out may be missing from its queue,
 // while its task still waits for it, before it is let out again.
@@ -153,7 +164,7 @@ const lostAfter = 5 * time.Second
 // gateLoop lets the gated queues' items out, as their limits allow, until
 // ctx ends.
 func (d *dispatcher) gateLoop(ctx context.Context, store *projections.Store) {
-	t := time.NewTicker(gateTick)
+	t := time.NewTimer(gateIdle)
 	defer t.Stop()
 	for {
 		select {
@@ -168,11 +179,34 @@ func (d *dispatcher) gateLoop(ctx context.Context, store *projections.Store) {
 			queues = append(queues, q)
 		}
 		d.gate.mu.Unlock()
+		now := time.Now()
+		var soonest time.Time // of the next looks; zero: none (no gated queue)
 		for _, q := range queues {
-			if err := d.letOut(ctx, store, q); err != nil && ctx.Err() == nil {
-				d.logger.Warn("handlers: a rate-limited queue's items could not be let out; tried again shortly", "queue", q.queue, "workspace", q.ws, "err", err)
+			d.gate.mu.Lock()
+			next := q.next
+			d.gate.mu.Unlock()
+			if !now.Before(next) {
+				var err error
+				if next, err = d.letOut(ctx, store, q); err != nil && ctx.Err() == nil {
+					d.logger.Warn("handlers: a rate-limited queue's items could not be let out; tried again shortly", "queue", q.queue, "workspace", q.ws, "err", err)
+					next = time.Now().Add(gateIdle)
+				}
+				d.gate.mu.Lock()
+				if q.poked {
+					next = time.Time{} // a hold meanwhile: look again at once
+				}
+				q.next, q.poked = next, false
+				d.gate.mu.Unlock()
+			}
+			if soonest.IsZero() || next.Before(soonest) {
+				soonest = next
 			}
 		}
+		wait := time.Hour // until a queue is gated (its configure pokes)
+		if len(queues) > 0 {
+			wait = max(time.Until(soonest), gateTick)
+		}
+		t.Reset(wait)
 	}
 }
 
@@ -180,8 +214,8 @@ func (d *dispatcher) gateLoop(ctx context.Context, store *projections.Store) {
 // has none left to deliver: as many as executors wait for (one when none
 // does). A queue whose limit was lifted lets out all it holds and leaves
 // the gate. About once a second it looks for the items it let out that
-// were lost (lostItems).
-func (d *dispatcher) letOut(ctx context.Context, store *projections.Store, q *gatedQueue) error {
+// were lost (lostItems). It returns when to look at q again.
+func (d *dispatcher) letOut(ctx context.Context, store *projections.Store, q *gatedQueue) (time.Time, error) {
 	g := d.gate
 	g.mu.Lock()
 	now := time.Now()
@@ -193,6 +227,12 @@ func (d *dispatcher) letOut(ctx context.Context, store *projections.Store, q *ga
 	if look {
 		q.looked = now
 	}
+	// When nothing is to be done before: the oldest item leaving a full
+	// period, the next look for lost items.
+	later := now.Add(time.Second)
+	if out := q.sent; room <= 0 && len(out) > 0 && out[0].Add(q.period).Before(later) {
+		later = out[0].Add(q.period)
+	}
 	g.mu.Unlock()
 	cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
@@ -200,7 +240,7 @@ func (d *dispatcher) letOut(ctx context.Context, store *projections.Store, q *ga
 		for _, h := range d.take(q, waiting, store.Checkpoint()) {
 			if err := d.release(cctx, store, q, h.id); err != nil {
 				g.hold(q.ws, q.queue, h.id, h.seq)
-				return err
+				return now, err
 			}
 		}
 		g.mu.Lock()
@@ -208,29 +248,41 @@ func (d *dispatcher) letOut(ctx context.Context, store *projections.Store, q *ga
 			delete(g.queues, q.ws+"/"+q.queue)
 		}
 		g.mu.Unlock()
-		return nil
+		return now, nil
 	}
 	if (room <= 0 || waiting == 0) && !look {
-		return nil
+		return later, nil
 	}
 	info, err := d.js.Consumer(cctx, d.stream, access.Consumer(d.prefix, q.ws, q.queue))
 	if err != nil {
-		return err
+		return now, err
 	}
 	ci := info.CachedInfo()
 	if look {
 		d.lostItems(store, q, ci, now)
 	}
-	if ci.NumPending > 0 || room <= 0 {
-		return nil // an item still waits for an executor, or the period is full
+	switch {
+	case room <= 0 || waiting == 0:
+		return later, nil
+	case ci.NumPending > 0:
+		// An item still waits for an executor: look again later, the
+		// longer the longer nobody takes it.
+		g.mu.Lock()
+		q.idle = min(max(2*q.idle, gateTick), gateIdle)
+		idle := q.idle
+		g.mu.Unlock()
+		return now.Add(idle), nil
 	}
+	g.mu.Lock()
+	q.idle = 0
+	g.mu.Unlock()
 	for _, h := range d.take(q, min(room, max(ci.NumWaiting, 1)), store.Checkpoint()) {
 		if err := d.release(cctx, store, q, h.id); err != nil {
 			g.hold(q.ws, q.queue, h.id, h.seq) // after those that came since: tried again
-			return err
+			return now, err
 		}
 	}
-	return nil
+	return now, nil
 }
 
 // take takes up to n of the tasks waiting in q, the first first, as far as
