@@ -355,15 +355,19 @@ func (d *dispatcher) release(ctx context.Context, store *projections.Store, q *g
 	if queue != q.queue || t.Workspace != q.ws {
 		return nil
 	}
+	d.gate.mu.Lock()
+	_, out := q.released[itemID]
+	_, again := q.lost[itemID]
+	delete(q.lost, itemID)
+	d.gate.mu.Unlock()
+	if out {
+		return nil // let out already: a later record of the task came through the gate again
+	}
 	m, err := d.msg(workItemOf(t, store, store.Checkpoint()))
 	if err != nil {
 		d.logger.Error("handlers: work item not encodable", "task", id, "err", err)
 		return nil
 	}
-	d.gate.mu.Lock()
-	_, again := q.lost[itemID]
-	delete(q.lost, itemID)
-	d.gate.mu.Unlock()
 	if again {
 		// Past the duplicates window that may still hold the lost one.
 		m.Header.Set(jetstream.MsgIDHeader, itemID+".again."+strconv.FormatInt(time.Now().UnixNano(), 36))

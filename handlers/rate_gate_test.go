@@ -127,3 +127,23 @@ func TestARateLimitOutlastsARestart(t *testing.T) {
 	require.Equal(t, made, got)
 	require.GreaterOrEqual(t, stored[2].Sub(stored[1]), time.Second, "at its rate: %v", stored)
 }
+
+// A task whose item is out comes through the gate again with each record
+// that leaves it ready (a signal it buffers, say): that is no new item, and
+// does not use the limit up.
+func TestALaterRecordOfATaskOutIsNoNewItem(t *testing.T) {
+	b := setup(t)
+	ctx := t.Context()
+	b.mustCommand(t, "queue.configure", map[string]any{"queue": "llm", "lease_ms": 30_000, "max_deliver": 5,
+		"rate_limit": 2, "rate_period_ms": domain.MaxRatePeriodMS})
+	cons, err := b.jetstream(t).Consumer(ctx, "DWR_WORK", "dwr-default-llm")
+	require.NoError(t, err)
+	a := b.newTask(t, "llm")
+	items := fetched(t, cons, 1, 10*time.Second)
+	require.Len(t, items, 1)
+	b.mustCommand(t, "task.signal", map[string]any{"task_id": a, "name": "more", "payload": map[string]any{"n": 1}})
+	second := b.newTask(t, "llm")
+	got, _ := itemsOf(t, b, cons, 1)
+	require.Equal(t, []string{second}, got, "the day's second item is the second task's")
+	require.NoError(t, items[0].Ack())
+}
