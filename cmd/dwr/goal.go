@@ -60,9 +60,7 @@ func goalCmd(g *globals) *cobra.Command {
 				opts = append(opts, client.NewestFirst())
 			}
 			return cl.GoalsWhere(ctx, filter, opts...)
-		}, columns([]string{"ID", "STATE", "PLAN", "TASKS", "LABELS", "TITLE"}, func(v schemas.GoalView) []string {
-			return []string{v.ID, v.State, fmt.Sprint(v.PlanVersion), counts(v.Counts), formatLabels(v.Labels), v.Title}
-		}))
+		}, goalTable)
 	list.Flags().StringVar(&filter.State, "state", "", "only the goals in this state: open, achieved, failed or cancelled")
 	list.Flags().StringVar(&filter.Schedule, "schedule", "", "only the goals this schedule's slots started")
 	list.Flags().StringArrayVar(&byLabel, "label", nil, "only the goals that hold this label, NAME=VALUE (repeatable: every one)")
@@ -78,6 +76,23 @@ func goalCmd(g *globals) *cobra.Command {
 	cancel.Flags().StringVar(&reason, "reason", "", "why: recorded with the cancellation")
 	cmd.AddCommand(create, get, list, cancel, goalLabelCmd(g))
 	return cmd
+}
+
+// goalTable prints goals for people, and below them what they spent
+// together: what the goals of one label — a customer's — cost.
+func goalTable(w io.Writer, goals []schemas.GoalView) error {
+	err := columns([]string{"ID", "STATE", "PLAN", "TASKS", "LABELS", "TITLE"}, func(v schemas.GoalView) []string {
+		return []string{v.ID, v.State, fmt.Sprint(v.PlanVersion), counts(v.Counts), formatLabels(v.Labels), v.Title}
+	})(w, goals)
+	if err != nil || len(goals) == 0 {
+		return err
+	}
+	var sum schemas.Spend
+	for _, g := range goals {
+		sum.Add(g.Spent)
+	}
+	_, err = fmt.Fprintf(w, "\nspent by these %d goals: %s\n", len(goals), spent(sum, schemas.Budget{}))
+	return err
 }
 
 // printGoal prints a goal for people: what it is, and its plan's tasks.

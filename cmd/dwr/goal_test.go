@@ -22,6 +22,22 @@ func TestGoalGetShowsTheSpendBesideTheBudget(t *testing.T) {
 	require.Contains(t, b.String(), "spent: attempts 2/3  tokens 140/100  cost 1  wall 3.2s\n")
 }
 
+// `dwr goal list` says what the goals it lists spent together: what a
+// customer's goals cost, listed by their label.
+func TestGoalListSumsTheSpendOfTheGoalsListed(t *testing.T) {
+	goals := []schemas.GoalView{
+		{Goal: &schemas.Goal{ID: "a", Title: "t", State: "achieved", Labels: schemas.Labels{"customer": "acme"}}, Spent: schemas.Spend{Attempts: 2, Tokens: 1500, Cost: 0.25, WallMS: 1200}},
+		{Goal: &schemas.Goal{ID: "b", Title: "u", State: "open"}, Spent: schemas.Spend{Attempts: 1, Tokens: 500, Cost: 0.5, WallMS: 800}},
+	}
+	var b bytes.Buffer
+	require.NoError(t, goalTable(&b, goals))
+	require.Contains(t, b.String(), "customer=acme")
+	require.True(t, strings.HasSuffix(b.String(), "\nspent by these 2 goals: attempts 3  tokens 2000  cost 0.75  wall 2s\n"), b.String())
+	b.Reset()
+	require.NoError(t, goalTable(&b, nil))
+	require.NotContains(t, b.String(), "spent", "nothing listed, nothing summed")
+}
+
 // `dwr task get` says how many attempts a task no longer lists, and where
 // they are.
 func TestTaskGetSaysWhichAttemptsAreNotListed(t *testing.T) {
