@@ -370,15 +370,21 @@ func TestBrowserLabels(t *testing.T) {
 		return fmt.Sprintf(`#goals tr[data-goal-id=%q] a.chip[data-label=%q]`, goalID, label)
 	}
 	var all, byCustomer, byTier, widened []string
-	var refused string
+	var refused, spentText string
+	var spentUnfiltered bool
 	require.NoError(t, do(t, bctx,
 		chromedp.Navigate(e.url+"/"), signIn(admin),
 		chromedp.Navigate(e.url+"/#/goals"),
 		chromedp.WaitVisible(chromedp.CSS(chip(gold, "tier=gold"))),
 		listed(&all),
+		chromedp.Func(func(ctx context.Context, target *chromedp.Target) (err error) {
+			spentUnfiltered, err = chromedp.Evaluate[bool](`document.querySelector("#spent-together") !== null`)(ctx, target)
+			return err
+		}),
 		chromedp.Click(chromedp.CSS(chip(acme, "customer=acme"))),
 		chromedp.WaitVisible(chromedp.CSS(`#goal-filters .chip[data-filter="customer=acme"]`)),
 		listed(&byCustomer),
+		textOf("#spent-together", &spentText),
 		chromedp.SendKeys(chromedp.CSS("#label-filter"), "tier=gold\r"),
 		chromedp.WaitVisible(chromedp.CSS(`#goal-filters .chip[data-filter="tier=gold"]`)),
 		listed(&byTier),
@@ -393,6 +399,8 @@ func TestBrowserLabels(t *testing.T) {
 	))
 	require.ElementsMatch(t, []string{gold, acme, globex, plain}, all)
 	require.Equal(t, []string{acme, gold}, byCustomer, "the goals labeled customer=acme, newest first")
+	require.False(t, spentUnfiltered, "every goal: no sum")
+	require.Equal(t, "Spent by these 2 goals: 0 attempts · 0 tokens · cost 0 · 0 ms", spentText, "what a customer's goals spent together")
 	require.Equal(t, []string{gold}, byTier, "labeled customer=acme and tier=gold")
 	require.Equal(t, []string{gold}, widened, "only tier=gold: the one goal so labeled")
 	require.Contains(t, refused, `label filter "customer" is not NAME=VALUE`)

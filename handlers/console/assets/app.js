@@ -215,7 +215,18 @@ async function renderGoals() {
     filters,
     refused ? errorBox(refused) : gs.length === 0 ? h("p", { class: "muted", id: "no-goals" }, empty) :
       h("table", { id: "goals" }, h("thead", {}, h("tr", {}, h("th", {}, "Goal"), h("th", {}, "Labels"), h("th", {}, "State"), h("th", {}, "Progress"),
-        h("th", {}, "Plan"), h("th", {}, "Updated"))), h("tbody", {}, rows)));
+        h("th", {}, "Plan"), h("th", {}, "Updated"))), h("tbody", {}, rows)),
+    !refused && gs.length && (labels.length || schedule) ? spentTogether(gs) : null);
+}
+
+// spentTogether says what the goals listed spent together — what a
+// customer's goals cost, listed by their label.
+function spentTogether(gs) {
+  const sum = { attempts: 0, tokens: 0, cost: 0, wall_ms: 0 };
+  for (const g of gs) for (const k of Object.keys(sum)) sum[k] += (g.spent || {})[k] || 0;
+  const wall = sum.wall_ms < 1000 ? sum.wall_ms + " ms" : (sum.wall_ms / 1000).toFixed(1) + " s";
+  return h("p", { id: "spent-together", "data-cost": String(Math.round(sum.cost * 1e6) / 1e6) },
+    `Spent by these ${gs.length} goal${gs.length === 1 ? "" : "s"}: ${sum.attempts} attempts · ${sum.tokens.toLocaleString("en")} tokens · cost ${Math.round(sum.cost * 1e6) / 1e6} · ${wall}`);
 }
 
 // layout places a plan's nodes in layers: a node's layer is the longest
