@@ -34,7 +34,7 @@ import (
 // queues to it).
 type rateGate struct {
 	mu     sync.Mutex
-	queues map[string]*gatedQueue // by consumer name
+	queues map[string]*gatedQueue // by "<workspace>/<queue>"
 	wake   chan struct{}
 }
 

@@ -36,6 +36,17 @@ func cliServerIn(t *testing.T, dir string) (url string, stop func()) {
 	return st.URL, st.Stop
 }
 
+// refusals runs each command of cases, each of which must exit
+// exitInvalid saying its message.
+func refusals(t *testing.T, url string, cases map[string][]string) {
+	t.Helper()
+	for msg, args := range cases {
+		code, _, errs := run(t, url, args...)
+		require.Equal(t, exitInvalid, code, args)
+		require.Contains(t, errs, msg, args)
+	}
+}
+
 // run runs the CLI and returns its exit code, stdout and stderr.
 func run(t *testing.T, url string, args ...string) (int, string, string) {
 	t.Helper()

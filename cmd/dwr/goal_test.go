@@ -171,18 +171,11 @@ func TestCLIGoalCancelEveryGoalALabelSelects(t *testing.T) {
 	require.Empty(t, out, "the cancelled goals are no longer open")
 	require.Contains(t, errs, "cancelled 0 goals")
 
-	for _, c := range []struct {
-		args []string
-		msg  string
-	}{
-		{[]string{"goal", "cancel"}, "give a goal's ID, or filters (--label, --schedule) to cancel every goal they select"},
-		{[]string{"goal", "cancel", other, "--label", "customer=globex"}, "not both"},
-		{[]string{"goal", "cancel", "--label", "customer"}, "want NAME=VALUE"},
-	} {
-		code, _, errs := run(t, url, c.args...)
-		require.Equal(t, exitInvalid, code, c.args)
-		require.Contains(t, errs, c.msg)
-	}
+	refusals(t, url, map[string][]string{
+		"give a goal's ID, or filters (--label, --schedule) to cancel every goal they select": {"goal", "cancel"},
+		"not both":        {"goal", "cancel", other, "--label", "customer=globex"},
+		"want NAME=VALUE": {"goal", "cancel", "--label", "customer"},
+	})
 	var one map[string]any
 	runJSON(t, url, &one, "goal", "cancel", other)
 	require.Equal(t, "cancelled", one["state"], "with an id: that goal alone")

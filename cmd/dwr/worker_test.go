@@ -207,19 +207,12 @@ func TestTaskRetryAndCancelEveryTaskAFilterSelects(t *testing.T) {
 		require.Equal(t, "cancelled", waitTaskState(t, url, id, "cancelled").State)
 	}
 
-	for _, c := range []struct {
-		args []string
-		msg  string
-	}{
-		{[]string{"task", "retry"}, "give a task's ID, or filters"},
-		{[]string{"task", "retry", other, "--queue", "mail"}, "not both"},
-		{[]string{"task", "retry", "--state", "ready"}, "--state ready: retry takes tasks in failed, rejected"},
-		{[]string{"task", "cancel", "--state", "cancelled"}, "--state cancelled: cancel takes tasks in pending, ready"},
-	} {
-		code, _, errs := run(t, url, c.args...)
-		require.Equal(t, exitInvalid, code, c.args)
-		require.Contains(t, errs, c.msg)
-	}
+	refusals(t, url, map[string][]string{
+		"give a task's ID, or filters": {"task", "retry"},
+		"not both":                     {"task", "retry", other, "--queue", "mail"},
+		"--state ready: retry takes tasks in failed, rejected":    {"task", "retry", "--state", "ready"},
+		"--state cancelled: cancel takes tasks in pending, ready": {"task", "cancel", "--state", "cancelled"},
+	})
 	var one map[string]any
 	runJSON(t, url, &one, "task", "retry", other)
 	require.Equal(t, "ready", one["state"], "with an id: that task alone")
