@@ -38,6 +38,9 @@ type Delegation struct {
 	// within those of the delegating task's goal (none given: the same).
 	Envelope schemas.Envelope
 	Tasks    []schemas.TaskSpec
+	// Labels are the child goal's (with a Ritual, over those of its goal
+	// template): what goal.list finds it by, its parent's customer say.
+	Labels schemas.Labels
 
 	// Ritual, instead of Title and Tasks, runs a ritual as the child goal.
 	Ritual *RitualRun
@@ -133,7 +136,7 @@ func delegateBodyOf(j *Job, d Delegation) (schemas.DelegateTask, error) {
 	b := schemas.DelegateTask{TaskID: j.TaskID, Attempt: j.Attempt, Token: j.Token, Key: d.Key, OnFailure: d.OnFailure}
 	if d.Ritual == nil {
 		b.Goal = &schemas.CreateGoal{Title: d.Title, Description: d.Description, SuccessCriteria: d.SuccessCriteria,
-			Envelope: d.Envelope, Tasks: d.Tasks}
+			Envelope: d.Envelope, Labels: d.Labels, Tasks: d.Tasks}
 		return b, nil
 	}
 	if d.Title != "" || d.Tasks != nil {
@@ -143,7 +146,7 @@ func delegateBodyOf(j *Job, d Delegation) (schemas.DelegateTask, error) {
 	if err != nil {
 		return b, fmt.Errorf("the ritual's params do not encode to JSON: %w", err)
 	}
-	b.Ritual = &schemas.RunRitual{Name: d.Ritual.Name, Version: d.Ritual.Version, Params: params}
+	b.Ritual = &schemas.RunRitual{Name: d.Ritual.Name, Version: d.Ritual.Version, Params: params, Labels: d.Labels}
 	return b, nil
 }
 

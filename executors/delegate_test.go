@@ -26,6 +26,7 @@ func nest(ctx context.Context, job *executors.Job) (executors.Result, error) {
 		return executors.Result{Output: map[string]any{"leaf": job.TaskID}}, nil
 	}
 	out, err := job.Delegate(ctx, executors.Delegation{Key: "deeper", Title: fmt.Sprint("level ", in.Depth+1),
+		Labels: schemas.Labels{"level": fmt.Sprint(in.Depth + 1)},
 		Tasks: []schemas.TaskSpec{{Key: "child", Queue: "agents", Input: json.RawMessage(fmt.Sprintf(`{"depth":%d}`, in.Depth+1))}}})
 	if err != nil {
 		return executors.Result{}, err // parks the task: the child goal runs
@@ -57,6 +58,9 @@ func TestDelegateThreeLevelsThroughWorkers(t *testing.T) {
 	require.Equal(t, 1, got.Depth)
 	require.Equal(t, 2, got.Child.Depth)
 	require.NotEmpty(t, got.Child.Child.Leaf, "the leaf's result came up two levels: %s", lead.Attempts[1].Result)
+	var child schemas.Goal
+	b.Query(t, "goal.get", schemas.Query{ID: lead.Delegations[0].GoalID}, &child)
+	require.Equal(t, schemas.Labels{"level": "2"}, child.Labels, "the child goal carries the labels its delegation gave")
 	b.waitSettled(t, "agents")
 }
 

@@ -342,14 +342,16 @@ class Job:
     async def delegate(self, key: str, *, title: str = "", tasks: Optional[List[Dict[str, Any]]] = None,
                        description: str = "", success_criteria: Optional[List[str]] = None,
                        envelope: Optional[Dict[str, Any]] = None, ritual: str = "", ritual_version: int = 0,
-                       params: Any = None, on_failure: str = "") -> Delegated:
+                       params: Any = None, on_failure: str = "",
+                       labels: Optional[Dict[str, str]] = None) -> Delegated:
         """Hands work on to a child goal (title and tasks, or the goal the
         ritual renders) that the service tracks for this task. When the task
         holds the outcome of the delegation key (a resumed attempt), it
         returns it — raising DelegationFailed when the goal was not
         achieved. Otherwise it records the delegation (task.delegate) and
         raises DelegationPending: let it propagate. on_failure: "fail" (the
-        default), "review" or "resume"."""
+        default), "review" or "resume"; labels, the child goal's (over
+        those of a ritual's goal template)."""
         if not _DELEGATION_KEY.match(key):
             raise ValueError("delegation key %r is not valid: letters, digits, '_', '.' and '-', at most 128" % key)
         for d in self.delegations:
@@ -368,10 +370,13 @@ class Job:
                 r["version"] = ritual_version
             if params is not None:
                 r["params"] = params
+            if labels:
+                r["labels"] = labels
             body["ritual"] = r
         else:
             g: Dict[str, Any] = {"title": title, "tasks": tasks or []}
-            for k, v in (("description", description), ("success_criteria", success_criteria), ("envelope", envelope)):
+            for k, v in (("description", description), ("success_criteria", success_criteria), ("envelope", envelope),
+                         ("labels", labels)):
                 if v:
                     g[k] = v
             body["goal"] = g

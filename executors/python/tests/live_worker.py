@@ -37,7 +37,8 @@ async def main() -> None:
             return {"from_a": job.dependencies["a"]["result"]}
         if role == "parent":
             d = await job.delegate("kids", title="children", tasks=[{"key": "k1", "queue": QUEUE,
-                                                                       "input": {"role": "child", "n": 3}}])
+                                                                       "input": {"role": "child", "n": 3}}],
+                                   labels={"parent": job.task_id})
             return {"child": d.results["k1"]["result"], "attempt": job.attempt, "goal": d.goal_id}
         if role == "slow":
             try:
@@ -67,6 +68,8 @@ async def main() -> None:
     assert result(t)["child"] == {"n": 30} and result(t)["attempt"] == 2, result(t)
     assert t["attempts"][0]["state"] == "parked", t["attempts"][0]
     assert t["delegations"][0]["goal_id"] == result(t)["goal"], t["delegations"]
+    child = await c.goal(result(t)["goal"])
+    assert child.get("labels") == {"parent": p["id"]}, child.get("labels")
 
     # A per-attempt timeout cancels the handler, cause "timeout"; the attempt fails with code timeout.
     s = await c.create_task(QUEUE, {"role": "slow"}, title="slow", timeout="700ms", retry={"max_attempts": 1})

@@ -96,6 +96,8 @@ export interface Delegation {
   tasks?: TaskSpec[];
   /** Instead of title and tasks: a ritual (version 0 or none: the latest) run as the child goal. */
   ritual?: { name: string; version?: number; params?: unknown };
+  /** The child goal's labels (with a ritual, over those of its goal template): what goals({ labels }) finds it by. */
+  labels?: Record<string, string>;
   /** What the task does when the child goal fails or is cancelled: fail (the default), review or resume. */
   onFailure?: string;
 }
@@ -406,13 +408,14 @@ export class Job implements JobFields {
       if (d.title || d.tasks) {
         throw new Error(`dwr: delegation of task ${this.taskId}: give the child goal (title, tasks) or a ritual, not both`);
       }
-      body.ritual = { name: d.ritual.name, version: d.ritual.version || undefined, params: d.ritual.params };
+      body.ritual = { name: d.ritual.name, version: d.ritual.version || undefined, params: d.ritual.params, labels: d.labels };
     } else {
       body.goal = {
         title: d.title ?? "",
         description: d.description || undefined,
         success_criteria: d.successCriteria?.length ? d.successCriteria : undefined,
         envelope: d.envelope,
+        labels: d.labels,
         tasks: d.tasks ?? [],
       };
     }

@@ -587,7 +587,12 @@ test("a client sends its option's traceparent, else TRACEPARENT's", () => {
 
 test("a delegation parks the job, and the resumed attempt gets the child goal's results", async () => {
   const handler = async (job: Job) => {
-    const d = await job.delegate({ key: "sources", title: "gather", tasks: [{ key: "s1", queue: "research" }] });
+    const d = await job.delegate({
+      key: "sources",
+      title: "gather",
+      tasks: [{ key: "s1", queue: "research" }],
+      labels: { customer: "acme" },
+    });
     return { output: d.results.s1?.result };
   };
   const first = await runJob(handler);
@@ -603,6 +608,7 @@ test("a delegation parks the job, and the resumed attempt gets the child goal's 
         description: undefined,
         success_criteria: undefined,
         envelope: undefined,
+        labels: { customer: "acme" },
         tasks: [{ key: "s1", queue: "research" }],
       },
     },
