@@ -27,7 +27,7 @@ func nest(ctx context.Context, job *executors.Job) (executors.Result, error) {
 	}
 	out, err := job.Delegate(ctx, executors.Delegation{Key: "deeper", Title: fmt.Sprint("level ", in.Depth+1),
 		Labels: schemas.Labels{"level": fmt.Sprint(in.Depth + 1)},
-		Tasks: []schemas.TaskSpec{{Key: "child", Queue: "agents", Input: json.RawMessage(fmt.Sprintf(`{"depth":%d}`, in.Depth+1))}}})
+		Tasks:  []schemas.TaskSpec{{Key: "child", Queue: "agents", Input: json.RawMessage(fmt.Sprintf(`{"depth":%d}`, in.Depth+1))}}})
 	if err != nil {
 		return executors.Result{}, err // parks the task: the child goal runs
 	}
