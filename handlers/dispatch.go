@@ -489,7 +489,7 @@ func (d *dispatcher) dispatchCommit(c *eventstore.Commit, seq uint64, store aggr
 		}
 		d.openQueues(t, store, seq) // a dispatchable task's too
 		if dispatchable(t) {
-			if queue, _ := awaitedItem(t); d.gate.hold(t.Workspace, queue, t.ID, seq) {
+			if queue, _ := awaitedItem(t); d.gate.hold(t.Workspace, queue, t.ID, seq, traces.of(e)) {
 				continue // let out at its queue's rate
 			}
 			d.publishTraced(workItemOf(t, store, seq), traces.of(e))
@@ -597,7 +597,7 @@ func (d *dispatcher) rederive(ctx context.Context, store *projections.Store) (in
 			if err := d.ensureQueue(ctx, store, ws.Name, it.Queue); err != nil && queueErr == nil {
 				queueErr = err
 			}
-			if d.gate.hold(ws.Name, it.Queue, t.ID, store.Checkpoint()) {
+			if d.gate.hold(ws.Name, it.Queue, t.ID, store.Checkpoint(), trace.SpanContext{}) {
 				n++ // let out at its queue's rate
 				continue
 			}

@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/dwr-run/dwr/domain"
 	"github.com/dwr-run/dwr/handlers/access"
@@ -63,6 +65,9 @@ type gatedQueue struct {
 type heldTask struct {
 	id  string
 	seq uint64
+	// parent is the span of the command that made the task ready, when
+	// it was traced: the item let out carries a span of its trace.
+	parent trace.SpanContext
 }
 
 func newRateGate() *rateGate {
@@ -102,9 +107,9 @@ func (g *rateGate) remove(ws, queue string) {
 }
 
 // hold takes the item of task of queue of workspace ws, which the record at
-// seq left waiting for it, if the queue is gated, and reports whether it
-// did.
-func (g *rateGate) hold(ws, queue, task string, seq uint64) bool {
+// seq left waiting for it (traced under parent, if valid), if the queue is
+// gated, and reports whether it did.
+func (g *rateGate) hold(ws, queue, task string, seq uint64, parent trace.SpanContext) bool {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	q := g.queues[ws+"/"+queue]
@@ -113,7 +118,7 @@ func (g *rateGate) hold(ws, queue, task string, seq uint64) bool {
 	}
 	if !q.queued[task] {
 		q.queued[task] = true
-		q.waiting = append(q.waiting, heldTask{task, seq})
+		q.waiting = append(q.waiting, heldTask{task, seq, parent})
 		q.next, q.poked = time.Time{}, true
 		g.poke()
 	}
@@ -238,8 +243,8 @@ func (d *dispatcher) letOut(ctx context.Context, store *projections.Store, q *ga
 	defer cancel()
 	if draining {
 		for _, h := range d.take(q, waiting, store.Checkpoint()) {
-			if err := d.release(cctx, store, q, h.id); err != nil {
-				g.hold(q.ws, q.queue, h.id, h.seq)
+			if err := d.release(cctx, store, q, h); err != nil {
+				g.hold(q.ws, q.queue, h.id, h.seq, h.parent)
 				return now, err
 			}
 		}
@@ -277,8 +282,8 @@ func (d *dispatcher) letOut(ctx context.Context, store *projections.Store, q *ga
 	q.idle = 0
 	g.mu.Unlock()
 	for _, h := range d.take(q, min(room, max(ci.NumWaiting, 1)), store.Checkpoint()) {
-		if err := d.release(cctx, store, q, h.id); err != nil {
-			g.hold(q.ws, q.queue, h.id, h.seq) // after those that came since: tried again
+		if err := d.release(cctx, store, q, h); err != nil {
+			g.hold(q.ws, q.queue, h.id, h.seq, h.parent) // after those that came since: tried again
 			return now, err
 		}
 	}
@@ -336,14 +341,15 @@ func (d *dispatcher) lostItems(store *projections.Store, q *gatedQueue, ci *jets
 		}
 		g.mu.Unlock()
 		if lost {
-			g.hold(q.ws, q.queue, task, store.Checkpoint())
+			g.hold(q.ws, q.queue, task, store.Checkpoint(), trace.SpanContext{})
 		}
 	}
 }
 
-// release publishes the item of task id of gated queue q, if the task
+// release publishes the item of held task h of gated queue q, if the task
 // still waits for it, and counts it against the limit when it is stored.
-func (d *dispatcher) release(ctx context.Context, store *projections.Store, q *gatedQueue, id string) error {
+func (d *dispatcher) release(ctx context.Context, store *projections.Store, q *gatedQueue, h heldTask) error {
+	id := h.id
 	t, err := store.Task(id)
 	if err != nil {
 		return err
@@ -363,10 +369,18 @@ func (d *dispatcher) release(ctx context.Context, store *projections.Store, q *g
 	if out {
 		return nil // let out already: a later record of the task came through the gate again
 	}
-	m, err := d.msg(workItemOf(t, store, store.Checkpoint()))
+	it := workItemOf(t, store, store.Checkpoint())
+	m, err := d.msg(it)
 	if err != nil {
 		d.logger.Error("handlers: work item not encodable", "task", id, "err", err)
 		return nil
+	}
+	if h.parent.IsValid() && d.tracer != nil {
+		traced, span := d.tracer.Start(trace.ContextWithRemoteSpanContext(ctx, h.parent), "dwr.dispatch "+queue,
+			trace.WithSpanKind(trace.SpanKindProducer),
+			trace.WithAttributes(attribute.String("dwr.task_id", id), attribute.Int("dwr.attempt", it.Attempt)))
+		defer span.End()
+		traceContext.Inject(traced, schemas.TraceCarrier(m.Header))
 	}
 	if again {
 		// Past the duplicates window that may still hold the lost one.

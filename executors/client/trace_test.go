@@ -68,3 +68,42 @@ func TestOneTraceSpansClientServiceAndWorker(t *testing.T) {
 		return count(names, "dwr.job build") == 3 && count(names, "dwr.dispatch build") == 1
 	}, 10*time.Second, 20*time.Millisecond, "spans of the trace: %v", names)
 }
+
+// The trace goes on through a rate-limited queue: each item the service
+// lets out at the queue's rate carries a span of the command that made its
+// task ready.
+func TestATraceGoesThroughARateLimitedQueue(t *testing.T) {
+	tp, exp := servicetest.Tracing(t)
+	s := servicetest.Start(t, t.TempDir(), servicetest.Options{Secure: true, Listen: "127.0.0.1:0",
+		Config: handlers.Config{Tracer: tp}})
+	servicetest.Must(t, s.Admin, "default", "queue.configure", schemas.ConfigureQueue{Queue: "build", LeaseMS: 30_000, MaxDeliver: 5, RateLimit: 1_000})
+	c := connectAs(t, s, "caller", domain.RoleClient)
+	w, err := executors.NewWorker(executors.Config{Conn: s.Member(t, "default", "worker", domain.RoleExecutor, "build"),
+		Queue: "build", Logger: servicetest.Logger(), Tracer: tp},
+		func(_ context.Context, job *executors.Job) (executors.Result, error) { return executors.Result{Output: job.Key}, nil })
+	require.NoError(t, err)
+	executortest.StartWorker(t, w)
+
+	ctx, root := tp.Tracer("caller").Start(within(t, 30*time.Second), "release")
+	g, err := c.CreateGoal(ctx, schemas.CreateGoal{Title: "release", Tasks: []schemas.TaskSpec{
+		{Key: "compile", Queue: "build"}, {Key: "package", Queue: "build", DependsOn: []string{"compile"}}}})
+	require.NoError(t, err)
+	end, err := c.WaitGoal(ctx, g.ID)
+	require.NoError(t, err)
+	require.Equal(t, schemas.GoalStateAchieved, end.State)
+	root.End()
+
+	traceID := root.SpanContext().TraceID()
+	var names []string
+	require.Eventually(t, func() bool {
+		names = names[:0]
+		for _, sp := range exp.GetSpans() {
+			if sp.SpanContext.TraceID() == traceID {
+				names = append(names, sp.Name)
+			}
+		}
+		// No handoff from a rate-limited queue: both tasks go out as
+		// items, each let out within the trace.
+		return count(names, "dwr.dispatch build") == 2 && count(names, "dwr.job build") == 2
+	}, 10*time.Second, 20*time.Millisecond, "spans of the trace: %v", names)
+}
