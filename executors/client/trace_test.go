@@ -80,7 +80,9 @@ func TestATraceGoesThroughARateLimitedQueue(t *testing.T) {
 	c := connectAs(t, s, "caller", domain.RoleClient)
 	w, err := executors.NewWorker(executors.Config{Conn: s.Member(t, "default", "worker", domain.RoleExecutor, "build"),
 		Queue: "build", Logger: servicetest.Logger(), Tracer: tp},
-		func(_ context.Context, job *executors.Job) (executors.Result, error) { return executors.Result{Output: job.Key}, nil })
+		func(_ context.Context, job *executors.Job) (executors.Result, error) {
+			return executors.Result{Output: job.Key}, nil
+		})
 	require.NoError(t, err)
 	executortest.StartWorker(t, w)
 
