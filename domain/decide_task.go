@@ -18,6 +18,9 @@ func (x *tx) createTask(c *CreateTask) (Reply, error) {
 	if err := ValidateSpec("/spec", c.Spec, nil); err != nil {
 		return Reply{}, err
 	}
+	if err := CheckLabels("/labels", c.Labels); err != nil {
+		return Reply{}, err
+	}
 	t, err := x.o.Task(c.TaskID)
 	if err != nil {
 		return Reply{}, err
@@ -46,7 +49,7 @@ func (x *tx) createTask(c *CreateTask) (Reply, error) {
 			open = true
 		}
 	}
-	if err := x.create(c.TaskID, &TaskCreated{Spec: c.Spec, DependsOn: slices.Clone(c.Spec.DependsOn)}, open); err != nil {
+	if err := x.create(c.TaskID, &TaskCreated{Spec: c.Spec, DependsOn: slices.Clone(c.Spec.DependsOn), Labels: c.Labels}, open); err != nil {
 		return Reply{}, err
 	}
 	return x.after(c.TaskID)

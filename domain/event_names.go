@@ -58,6 +58,13 @@ func (*GoalLabeled) EventType() string { return "goal.labeled" }
 func (*GoalLabeled) AggregateType() string { return AggGoal }
 func (*GoalLabeled) isEvent()              {}
 
+// EventType returns "task.labeled".
+func (*TaskLabeled) EventType() string { return "task.labeled" }
+
+// AggregateType returns AggTask.
+func (*TaskLabeled) AggregateType() string { return AggTask }
+func (*TaskLabeled) isEvent()              {}
+
 // EventType returns "task.created".
 func (*TaskCreated) EventType() string { return "task.created" }
 

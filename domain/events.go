@@ -211,6 +211,13 @@ type TaskCreated struct {
 	State       string     `json:"state"`
 	WaitKind    string     `json:"wait_kind,omitempty"` // when State is waiting: approval | timer
 	WaitUntil   *time.Time `json:"wait_until,omitempty"`
+	Labels      Labels     `json:"labels,omitempty"` // a standalone task's, from task.create
+}
+
+// TaskLabeled: the task's labels are Labels from now on (task.label; none
+// when absent).
+type TaskLabeled struct {
+	Labels Labels `json:"labels,omitempty"`
 }
 
 // TaskReady: a work item may be dispatched.
@@ -452,6 +459,7 @@ var eventTypes = map[string]func() Event{
 	"goal.failed":                   func() Event { return &GoalFailed{} },
 	"goal.cancelled":                func() Event { return &GoalCancelled{} },
 	"goal.labeled":                  func() Event { return &GoalLabeled{} },
+	"task.labeled":                  func() Event { return &TaskLabeled{} },
 	"goal.budget_extended":          func() Event { return &GoalBudgetExtended{} },
 	"task.created":                  func() Event { return &TaskCreated{} },
 	"task.ready":                    func() Event { return &TaskReady{} },

@@ -108,3 +108,27 @@ func TestLabelsFromRitualsAndSchedules(t *testing.T) {
 	require.Equal(t, Labels{"source": "schedule"}, w.goal(fired.GoalID).Labels)
 	w.requireReplays()
 }
+
+// A standalone task's labels: given by task.create, changed by task.label
+// in any state, as a goal's.
+func TestTaskLabels(t *testing.T) {
+	w := setup(t)
+	id := w.newID()
+	out := w.must(&CreateTask{TaskID: id, Spec: TaskSpec{Queue: "mail"}, Labels: Labels{"customer": "acme"}})
+	require.Equal(t, Labels{"customer": "acme"}, eventOf[*TaskCreated](t, out, id).Labels)
+	require.Equal(t, Labels{"customer": "acme"}, w.task(id).Labels)
+
+	out = w.must(&LabelTask{TaskID: id, Set: Labels{"ticket": "T-9"}, Remove: []string{"customer"}})
+	require.Equal(t, &TaskLabeled{Labels: Labels{"ticket": "T-9"}}, out.Changes[0].Event)
+	require.Equal(t, StateReady, out.Reply.State, "labels change nothing else")
+	require.True(t, w.must(&LabelTask{TaskID: id, Set: Labels{"ticket": "T-9"}}).Reply.Duplicate)
+	w.must(&CancelTask{TaskID: id})
+	w.must(&LabelTask{TaskID: id, Remove: []string{"ticket"}})
+	require.Nil(t, w.task(id).Labels, "an ended task is labeled still")
+
+	require.Equal(t, "/labels/Bad", w.refused(&CreateTask{TaskID: w.newID(), Spec: TaskSpec{Queue: "mail"}, Labels: Labels{"Bad": "x"}}, CodeInvalid).Field)
+	require.Equal(t, "/set", w.refused(&LabelTask{TaskID: id}, CodeInvalid).Field)
+	require.Equal(t, CodeNotFound, w.refused(&LabelTask{TaskID: w.newID(), Set: Labels{"a": "b"}}, CodeNotFound).Code)
+	w.requireReplays()
+	w.requireReplaysFromWire()
+}

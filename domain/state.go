@@ -257,7 +257,7 @@ func ApplyTask(t *Task, id, workspace string, e Event, r Recorded) (*Task, error
 			return nil, fmt.Errorf("domain: task %s created twice", id)
 		}
 		nt := &Task{ID: id, Workspace: workspace, GoalID: ev.GoalID, PlanVersion: ev.PlanVersion,
-			Key: ev.Spec.Key, CreatedBy: r.Actor, Spec: ev.Spec, DependsOn: ev.DependsOn, State: ev.State, Versioned: created(r)}
+			Key: ev.Spec.Key, CreatedBy: r.Actor, Spec: ev.Spec, DependsOn: ev.DependsOn, State: ev.State, Labels: ev.Labels, Versioned: created(r)}
 		if ev.State == StateWaiting {
 			nt.Wait = &Wait{Kind: ev.WaitKind, Until: ev.WaitUntil}
 		}
@@ -277,6 +277,8 @@ func ApplyTask(t *Task, id, workspace string, e Event, r Recorded) (*Task, error
 		return a, nil
 	}
 	switch ev := e.(type) {
+	case *TaskLabeled:
+		t.Labels = ev.Labels
 	case *TaskReady:
 		t.State, t.Wait, t.BackoffUntil = StateReady, nil, nil
 	case *TaskWaiting:

@@ -69,7 +69,7 @@ func TestGoalListByLabels(t *testing.T) {
 	}{
 		{"goal.list", "/labels", map[string]any{"labels": map[string]any{"Customer": "acme"}}},
 		{"goal.list", "/labels", map[string]any{"labels": "customer=acme"}},
-		{"task.list", "/labels", schemas.Query{Labels: schemas.Labels{"customer": "acme"}}},
+		{"approval.list", "/labels", schemas.Query{Labels: schemas.Labels{"customer": "acme"}}},
 	} {
 		r := b.request(t, "dwr.q.default."+c.query, c.q, nil)
 		require.False(t, r.OK, "%v", c.q)
@@ -77,4 +77,41 @@ func TestGoalListByLabels(t *testing.T) {
 		require.NotEmpty(t, r.Error.Fields, "%+v", r.Error)
 		require.Contains(t, r.Error.Fields[0].Pointer, c.field, "%+v", r.Error)
 	}
+}
+
+// task.list with labels: a standalone task's labels, through the index of
+// one label, with the other filters checked, in both orders; task.label
+// moves a task in and out of a listing at once.
+func TestTaskListByLabels(t *testing.T) {
+	b := setup(t)
+	create := func(queue string, labels schemas.Labels) string {
+		r, _ := b.mustCommand(t, "task.create", schemas.CreateTask{Spec: schemas.TaskSpec{Queue: queue}, Labels: labels})
+		return r.ID
+	}
+	a := create("mail", schemas.Labels{"customer": "acme"})
+	other := create("mail", schemas.Labels{"customer": "globex"})
+	c := create("sms", schemas.Labels{"customer": "acme", "urgent": ""})
+	create("mail", nil)
+	_, seq := b.mustCommand(t, "task.cancel", map[string]any{"task_id": a})
+	b.applied(t, seq)
+
+	list := func(q schemas.Query) []string {
+		t.Helper()
+		got, _ := b.listAll(t, "task.list", q)
+		return ids(t, got)
+	}
+	require.Equal(t, []string{a, c}, list(schemas.Query{Labels: schemas.Labels{"customer": "acme"}, Limit: 1}))
+	require.Equal(t, []string{c, a}, list(schemas.Query{Labels: schemas.Labels{"customer": "acme"}, NewestFirst: true}))
+	require.Equal(t, []string{c}, list(schemas.Query{Labels: schemas.Labels{"customer": "acme"}, Queue: "sms"}))
+	require.Equal(t, []string{a}, list(schemas.Query{Labels: schemas.Labels{"customer": "acme"}, State: schemas.StateCancelled}))
+	require.Equal(t, []string{c}, list(schemas.Query{Labels: schemas.Labels{"urgent": ""}}))
+
+	_, seq = b.mustCommand(t, "task.label", map[string]any{"task_id": other, "set": map[string]any{"customer": "acme"}})
+	b.applied(t, seq)
+	require.Equal(t, []string{a, other, c}, list(schemas.Query{Labels: schemas.Labels{"customer": "acme"}}))
+	require.Empty(t, list(schemas.Query{Labels: schemas.Labels{"customer": "globex"}}), "relabeled: gone from its old listing")
+
+	r := b.request(t, "dwr.q.default.task.list", map[string]any{"labels": map[string]any{"Customer": "acme"}}, nil)
+	require.False(t, r.OK)
+	require.Equal(t, "/labels/Customer", r.Error.Fields[0].Pointer)
 }

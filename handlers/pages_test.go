@@ -466,7 +466,7 @@ func TestTaskListFiltersByQueue(t *testing.T) {
 	r := b.request(t, "dwr.q.default.task.list", schemas.Query{Queue: "mail", NewestFirst: true}, nil)
 	require.False(t, r.OK)
 	require.Equal(t, [2]string{schemas.CodeInvalid, "/newest_first"}, [2]string{r.Error.Code, r.Error.Fields[0].Pointer})
-	require.Contains(t, r.Error.Message, "give state or goal_id with newest_first")
+	require.Contains(t, r.Error.Message, "give state, goal_id or labels with newest_first")
 
 	r = b.request(t, "dwr.q.default.task.list", schemas.Query{Queue: "no such/queue"}, nil)
 	require.False(t, r.OK)

@@ -224,15 +224,15 @@ func (s *Service) checkMinSeq(seq uint64) *schemas.Error {
 // what it reads). A filter sent to a
 // query that does not take it is refused rather than ignored: the caller
 // would be answered more than it asked for.
-var listFilters = map[string][]string{"task.list": {"state", "goal_id", "queue"}, "goal.list": {"state", "schedule", "labels"}, "approval.list": {"state", "role"},
+var listFilters = map[string][]string{"task.list": {"state", "goal_id", "queue", "labels"}, "goal.list": {"state", "schedule", "labels"}, "approval.list": {"state", "role"},
 	"queue.key": {"queue"}}
 
 // checkFilters refuses the filters of q that query name does not take.
 func checkFilters(name string, q schemas.Query) error {
 	switch {
-	case q.NewestFirst && name == "task.list" && q.State == "" && q.GoalID == "":
-		return &schemas.Error{Code: schemas.CodeInvalid, Message: "task.list lists the newest first within one state or one goal: give state or goal_id with newest_first",
-			Fields: []schemas.FieldError{{Pointer: "/newest_first", Message: "needs state or goal_id"}}}
+	case q.NewestFirst && name == "task.list" && q.State == "" && q.GoalID == "" && len(q.Labels) == 0:
+		return &schemas.Error{Code: schemas.CodeInvalid, Message: "task.list lists the newest first within one state, one goal or labels: give state, goal_id or labels with newest_first",
+			Fields: []schemas.FieldError{{Pointer: "/newest_first", Message: "needs state, goal_id or labels"}}}
 	case q.NewestFirst && name != "goal.list" && name != "task.list":
 		return &schemas.Error{Code: schemas.CodeInvalid, Message: fmt.Sprintf("%s lists in one order only: newest_first is goal.list's and task.list's; leave it out", name),
 			Fields: []schemas.FieldError{{Pointer: "/newest_first", Message: "not an option of " + name}}}
@@ -423,8 +423,24 @@ func (s *Service) query(name, ws string, p principal, q schemas.Query, pre prefe
 		if q.Queue != "" && !domain.ValidName(q.Queue) {
 			return nil, "", invalidQueueName(q.Queue)
 		}
+		if err := domain.CheckLabels("/labels", q.Labels); err != nil {
+			return nil, "", err
+		}
 		f := projections.TaskFilter{State: q.State, GoalID: q.GoalID, After: q.After, NewestFirst: q.NewestFirst}
 		pg := newPage("task", "read it through its events (the events query with its id, page by page)", limit, budget)
+		if len(q.Labels) > 0 {
+			// Through the index of one label, by task id; the other
+			// filters are checked.
+			first := slices.Min(slices.Collect(maps.Keys(q.Labels)))
+			err := s.store.EachTaskLabeled(ws, first, q.Labels[first], q.After, q.NewestFirst, func(t *domain.Task) bool {
+				if (q.State == "" || t.State == q.State) && (q.GoalID == "" || t.GoalID == q.GoalID) && (q.Queue == "" || t.Spec.Queue == q.Queue) &&
+					hasLabels(t.Labels, q.Labels) {
+					return pg.add(so.task(t), t.ID, t.ID)
+				}
+				return pg.passOver(t.ID)
+			})
+			return pg.result(cmp.Or(err, so.err))
+		}
 		err := s.store.EachTask(ws, f, func(t *domain.Task) bool {
 			if q.Queue != "" && t.Spec.Queue != q.Queue {
 				return pg.passOver(f.Cursor(t)) // tasks are not kept by queue

@@ -547,7 +547,11 @@ func (bs *batchState) flush(b *pebble.Batch) error {
 		if err := b.Set(key(pGoalByWS, g.Workspace, id), nil, nil); err != nil {
 			return err
 		}
-		if err := relabel(b, bs.goalBefore[id], g); err != nil {
+		var was domain.Labels
+		if before := bs.goalBefore[id]; before != nil {
+			was = before.Labels
+		}
+		if err := relabel(b, pGoalLabel, g.Workspace, id, was, g.Labels); err != nil {
 			return err
 		}
 		if err := replaceTimers(b, goalTimersOf(bs.goalBefore[id]), goalTimersOf(g)); err != nil {
@@ -560,6 +564,13 @@ func (bs *batchState) flush(b *pebble.Batch) error {
 		}
 		before := bs.taskBefore[id]
 		if err := moveTimers(b, before, t); err != nil {
+			return err
+		}
+		var was domain.Labels
+		if before != nil {
+			was = before.Labels
+		}
+		if err := relabel(b, pTaskLabel, t.Workspace, id, was, t.Labels); err != nil {
 			return err
 		}
 		if err := moveApprovals(b, before, t); err != nil {
@@ -628,26 +639,23 @@ func setJSONSized(b *pebble.Batch, k []byte, v any) (int, error) {
 	return len(buf), b.Set(k, buf, nil)
 }
 
-// relabel moves goal g's entries in the index by label from its labels
-// before (none when before is nil) to its labels now.
-func relabel(b *pebble.Batch, before, g *domain.Goal) error {
-	var was domain.Labels
-	if before != nil {
-		was = before.Labels
-	}
+// relabel moves the entries of aggregate id of workspace ws in the index
+// by label under pre (pGoalLabel, pTaskLabel) from its labels before (was)
+// to its labels now.
+func relabel(b *pebble.Batch, pre, ws, id string, was, now domain.Labels) error {
 	for k, v := range was {
-		if now, ok := g.Labels[k]; ok && now == v {
+		if n, ok := now[k]; ok && n == v {
 			continue
 		}
-		if err := b.Delete(append(goalLabelPrefix(g.Workspace, k, v), g.ID...), nil); err != nil {
+		if err := b.Delete(append(labelPrefix(pre, ws, k, v), id...), nil); err != nil {
 			return err
 		}
 	}
-	for k, v := range g.Labels {
+	for k, v := range now {
 		if old, ok := was[k]; ok && old == v {
 			continue
 		}
-		if err := b.Set(append(goalLabelPrefix(g.Workspace, k, v), g.ID...), nil, nil); err != nil {
+		if err := b.Set(append(labelPrefix(pre, ws, k, v), id...), nil, nil); err != nil {
 			return err
 		}
 	}

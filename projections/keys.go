@@ -19,6 +19,7 @@ const (
 	pGoalByWS       = "gw"             // gw/<ws>/<goal>
 	pGoalCounts     = "gc"             // gc/<goal> -> map state->count
 	pGoalLabel      = "gl"             // gl/<ws>/<label name>/<value, base64url>/<goal>
+	pTaskLabel      = "tl"             // tl/<ws>/<label name>/<value, base64url>/<task>
 	pTask           = "t"              // t/<task>
 	pTaskByWS       = "tw"             // tw/<ws>/<state>/<task>
 	pTaskByGoal     = "tg"             // tg/<goal>/<task>
@@ -49,11 +50,12 @@ func key(parts ...string) []byte {
 	return b
 }
 
-// goalLabelPrefix is the prefix of the keys of the goals of workspace ws
-// that hold label name with value: the value in base64url, which holds no
-// '/', so that one value's keys never share the prefix of another's.
-func goalLabelPrefix(ws, name, value string) []byte {
-	return key(pGoalLabel, ws, name, base64.RawURLEncoding.EncodeToString([]byte(value)), "")
+// labelPrefix is the prefix of the keys under pre (pGoalLabel,
+// pTaskLabel) of the goals or tasks of workspace ws that hold label name
+// with value: the value in base64url, which holds no '/', so that one
+// value's keys never share the prefix of another's.
+func labelPrefix(pre, ws, name, value string) []byte {
+	return key(pre, ws, name, base64.RawURLEncoding.EncodeToString([]byte(value)), "")
 }
 
 func historyKey(aggType, id string, version uint64) []byte {

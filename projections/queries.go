@@ -90,7 +90,29 @@ func (s *Store) EachGoalNewestFirst(ws, before string, fn func(*GoalView) bool) 
 // the index by label: cursor is the id of the goal to go on after (before,
 // when newest).
 func (s *Store) EachGoalLabeled(ws, name, value, cursor string, newest bool, fn func(*GoalView) bool) error {
-	return s.eachGoalUnder(goalLabelPrefix(ws, name, value), ws, cursor, newest, fn)
+	return s.eachGoalUnder(labelPrefix(pGoalLabel, ws, name, value), ws, cursor, newest, fn)
+}
+
+// EachTaskLabeled calls fn with the tasks of workspace ws that hold label
+// name with value, read through the index by label, oldest first after the
+// task id cursor (the newest first before it, when newest), until fn
+// returns false. A task's id is the cursor that goes on after it.
+func (s *Store) EachTaskLabeled(ws, name, value, cursor string, newest bool, fn func(*domain.Task) bool) error {
+	if strings.Contains(cursor, "/") {
+		return fmt.Errorf("%w: %q is not a task id", ErrCursor, cursor)
+	}
+	visit := func(id string) (bool, error) {
+		t, err := s.Task(id)
+		if err != nil || t == nil || t.Workspace != ws {
+			return true, err
+		}
+		return fn(t), nil
+	}
+	p := labelPrefix(pTaskLabel, ws, name, value)
+	if newest {
+		return s.eachIDBefore(p, cursor, visit)
+	}
+	return s.eachID(p, cursor, visit)
 }
 
 // eachGoal is EachGoal, or EachGoalNewestFirst when newest.

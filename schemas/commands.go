@@ -58,6 +58,15 @@ type SubmitPlan struct {
 type CreateTask struct {
 	TaskID string   `json:"task_id,omitempty"`
 	Spec   TaskSpec `json:"spec"`
+	// Labels are the task's labels, which task.list selects by.
+	Labels Labels `json:"labels,omitempty"`
+}
+
+// LabelTask changes a task's labels, as LabelGoal does a goal's.
+type LabelTask struct {
+	TaskID string   `json:"task_id"`
+	Set    Labels   `json:"set,omitempty"`
+	Remove []string `json:"remove,omitempty"`
 }
 
 // CancelTask cancels a task that has not ended.
@@ -376,6 +385,9 @@ func (CancelGoal) CommandName() string { return "goal.cancel" }
 
 // CommandName returns the command's wire name.
 func (LabelGoal) CommandName() string { return "goal.label" }
+
+// CommandName returns the command's wire name.
+func (LabelTask) CommandName() string { return "task.label" }
 
 // CommandName returns the command's wire name.
 func (SubmitPlan) CommandName() string { return "plan.submit" }

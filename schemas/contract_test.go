@@ -370,8 +370,9 @@ func TestContractOfTheDomain(t *testing.T) {
 	// deadline; one that waits for its start time and is then canceled; one
 	// quarantined.
 	gated := domain.DeriveID(c.now, "task-1")
-	c.do("task.create", map[string]any{"task_id": gated, "spec": map[string]any{"queue": "billing",
+	c.do("task.create", map[string]any{"task_id": gated, "labels": map[string]any{"invoice": "1042"}, "spec": map[string]any{"queue": "billing",
 		"approval": map[string]any{"role": "finance"}}})
+	c.do("task.label", map[string]any{"task_id": gated, "set": map[string]any{"customer": "acme"}})
 	r = c.do("approval.decide", c.decision(gated, c.pending(gated).ID, "omar", "reject", "not this month"))
 	require.Equal(t, domain.StateRejected, r.State)
 	// A gate that needs two editors: maria's approval signs off, noor's

@@ -37,8 +37,8 @@ type Query struct {
 	// Schedule, for goal.list, is the schedule whose goals (those its slots
 	// started) to list.
 	Schedule string `json:"schedule,omitempty"`
-	// Labels, for goal.list, selects the goals that hold every one of
-	// these labels, each with its value.
+	// Labels, for goal.list and task.list, selects the goals (tasks) that
+	// hold every one of these labels, each with its value.
 	Labels Labels `json:"labels,omitempty"`
 	// Epoch, for queue.key, is the day whose key to read (the scope of a
 	// work item's sealed values names it: seal.QueueScope).

@@ -2,6 +2,7 @@ package schemas
 
 import (
 	"encoding/json"
+	"maps"
 	"slices"
 	"time"
 )
@@ -17,7 +18,10 @@ type Task struct {
 	// CreatedBy is the identity whose command created the task: task.create,
 	// the plan that holds it (goal.plan, goal.revise, ritual.start, a
 	// delegation) — or one of the service's own names (a schedule's slot).
-	CreatedBy     string          `json:"created_by,omitempty"`
+	CreatedBy string `json:"created_by,omitempty"`
+	// Labels are the task's names and values (task.create, task.label)
+	// that task.list selects by.
+	Labels        Labels          `json:"labels,omitempty"`
 	Spec          TaskSpec        `json:"spec"`
 	DependsOn     []string        `json:"depends_on,omitempty"`
 	State         string          `json:"state"`
@@ -267,6 +271,7 @@ func (t *Task) LastDecision() *Approval {
 func (t *Task) Clone() *Task {
 	c := *t
 	c.DependsOn = slices.Clone(t.DependsOn)
+	c.Labels = maps.Clone(t.Labels)
 	c.Attempts = slices.Clone(t.Attempts)
 	c.Earlier = cloneValue(t.Earlier)
 	c.Verifications = slices.Clone(t.Verifications)

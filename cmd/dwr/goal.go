@@ -74,7 +74,7 @@ func goalCmd(g *globals) *cobra.Command {
 			return cancelOne(ctx, cl, args[0], id)
 		}), &bulk{verb: "cancel", done: "cancelled", noun: "goal", states: []string{schemas.GoalStateOpen}}, cancelOne)
 	cancel.Flags().StringVar(&reason, "reason", "", "why: recorded with the cancellation")
-	cmd.AddCommand(create, get, list, cancel, goalLabelCmd(g))
+	cmd.AddCommand(create, get, list, cancel, labelCmd(g, "goal", "dwr goal list --label", (*client.Client).LabelGoal))
 	return cmd
 }
 

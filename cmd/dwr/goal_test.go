@@ -180,3 +180,32 @@ func TestCLIGoalCancelEveryGoalALabelSelects(t *testing.T) {
 	runJSON(t, url, &one, "goal", "cancel", other)
 	require.Equal(t, "cancelled", one["state"], "with an id: that goal alone")
 }
+
+// dwr task create --label, dwr task list --label, dwr task label and dwr
+// task get: a standalone task found by its labels, relabeled, and shown.
+func TestCLITaskLabels(t *testing.T) {
+	url := cliServer(t)
+	var a, b map[string]any
+	runJSON(t, url, &a, "task", "create", "--queue", "mail", "--label", "customer=acme")
+	runJSON(t, url, &b, "task", "create", "--queue", "mail")
+	listed := func(args ...string) []string {
+		var ts []map[string]any
+		runJSON(t, url, &ts, append([]string{"task", "list", "--all"}, args...)...)
+		var out []string
+		for _, tk := range ts {
+			out = append(out, tk["id"].(string))
+		}
+		return out
+	}
+	require.Equal(t, []string{a["id"].(string)}, listed("--label", "customer=acme"))
+	code, _, errs := run(t, url, "task", "label", b["id"].(string), "customer=acme")
+	require.Zero(t, code, errs)
+	require.Equal(t, []string{b["id"].(string), a["id"].(string)}, listed("--label", "customer=acme", "--newest"))
+	code, out, errs := run(t, url, "task", "get", b["id"].(string))
+	require.Zero(t, code, errs)
+	require.Contains(t, out, "labels: customer=acme\n")
+	refusals(t, url, map[string][]string{
+		"want NAME=VALUE": {"task", "list", "--label", "customer"},
+		"/set/Customer":   {"task", "label", b["id"].(string), "Customer=x"},
+	})
+}

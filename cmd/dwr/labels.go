@@ -42,12 +42,14 @@ func formatLabels(labels schemas.Labels) string {
 	return strings.Join(parts, ",")
 }
 
-// goalLabelCmd is dwr goal label ID NAME=VALUE... [--remove NAME]...
-func goalLabelCmd(g *globals) *cobra.Command {
+// labelCmd is dwr goal label or dwr task label (what): ID NAME=VALUE...
+// [--remove NAME]..., sent by send.
+func labelCmd(g *globals, what, finds string, send func(cl *client.Client, ctx context.Context, id string, set schemas.Labels, remove []string,
+	opts ...client.CallOption) (*client.Result, error)) *cobra.Command {
 	var remove []string
 	var set schemas.Labels
 	cmd := sendCmd(g, &cobra.Command{Use: "label ID [NAME=VALUE]... [--remove NAME]...",
-		Short: "set and remove a goal's labels, whatever its state (dwr goal list --label finds goals by them)", Args: cobra.MinimumNArgs(1)}, "goal",
+		Short: "set and remove a " + what + "'s labels, whatever its state (" + finds + " finds them by them)", Args: cobra.MinimumNArgs(1)}, what,
 		func(args []string) (err error) {
 			if set, err = parseLabels(args[1:]); err != nil {
 				return err
@@ -58,7 +60,7 @@ func goalLabelCmd(g *globals) *cobra.Command {
 			return nil
 		},
 		func(ctx context.Context, cl *client.Client, args []string, id client.CallOption) (*client.Result, error) {
-			return cl.LabelGoal(ctx, args[0], set, remove, id)
+			return send(cl, ctx, args[0], set, remove, id)
 		})
 	cmd.Flags().StringArrayVar(&remove, "remove", nil, "a label to remove, by name (repeatable)")
 	return cmd

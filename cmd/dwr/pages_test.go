@@ -61,7 +61,7 @@ func TestCLITaskListPages(t *testing.T) {
 	}
 	code, _, errs = run(t, url, "task", "list", "--newest")
 	require.Equal(t, exitInvalid, code)
-	require.Contains(t, errs, "give state or goal_id with newest_first")
+	require.Contains(t, errs, "give state, goal_id or labels with newest_first")
 
 	code, _, errs = run(t, url, "task", "list", "--after", "nostate/x")
 	require.Equal(t, exitInvalid, code)

@@ -19,16 +19,22 @@ import (
 
 func taskCmd(g *globals) *cobra.Command {
 	cmd := &cobra.Command{Use: "task", Short: "create, inspect, list and cancel tasks"}
-	cmd.AddCommand(taskCreateCmd(g), taskGetCmd(g), taskListCmd(g), taskCancelCmd(g), taskRetryCmd(g))
+	cmd.AddCommand(taskCreateCmd(g), taskGetCmd(g), taskListCmd(g), taskCancelCmd(g), taskRetryCmd(g),
+		labelCmd(g, "task", "dwr task list --label", (*client.Client).LabelTask))
 	return cmd
 }
 
 func taskCreateCmd(g *globals) *cobra.Command {
 	o := planfile.Options{Spec: domain.TaskSpec{Approval: &domain.ApprovalSpec{}}}
 	var spec domain.TaskSpec
+	var labels []string
+	var labelSet schemas.Labels
 	create := sendCmd(g, &cobra.Command{Use: "create --queue Q [--input JSON]", Short: "create a standalone task", Args: cobra.NoArgs}, "task",
 		func([]string) error {
 			var err error
+			if labelSet, err = parseLabels(labels); err != nil {
+				return err
+			}
 			spec, err = o.TaskSpec(time.Now())
 			var oe *planfile.OptionError
 			if errors.As(err, &oe) {
@@ -36,9 +42,10 @@ func taskCreateCmd(g *globals) *cobra.Command {
 			}
 			return err
 		}, func(ctx context.Context, cl *client.Client, _ []string, id client.CallOption) (*client.Result, error) {
-			return cl.CreateTask(ctx, spec, id)
+			return cl.CreateTaskWith(ctx, schemas.CreateTask{Spec: spec, Labels: labelSet}, id)
 		})
 	f := create.Flags()
+	f.StringArrayVar(&labels, "label", nil, "a label, NAME=VALUE (repeatable): dwr task list --label finds the task by it")
 	f.StringVar(&o.Spec.Queue, "queue", "", "the work queue executors take it from (required)")
 	f.StringVar(&o.Spec.Title, "title", "", "a short title")
 	f.StringVar(&o.Input, "input", "", "the task's input, as JSON")
@@ -90,6 +97,9 @@ func printTask(w io.Writer, t *schemas.Task) error {
 		by = " by " + t.CreatedBy
 	}
 	fmt.Fprintf(w, "\ngoal: %s   depends on: %s\ncreated %s%s, updated %s\n", dash(t.GoalID), dash(strings.Join(t.DependsOn, ",")), ago(t.CreatedAt), by, ago(t.UpdatedAt))
+	if len(t.Labels) > 0 {
+		fmt.Fprintf(w, "labels: %s\n", formatLabels(t.Labels))
+	}
 	if len(t.Spec.Input) > 0 {
 		fmt.Fprintf(w, "input: %s\n", t.Spec.Input)
 	}
@@ -160,23 +170,29 @@ func printAttempts(w io.Writer, t *schemas.Task) error {
 func taskListCmd(g *globals) *cobra.Command {
 	var state, goal, queue string
 	var newest bool
+	var labels []string
+	var labelSet schemas.Labels
 	list := listCmd(g, &cobra.Command{
-		Use: "list [--state S] [--goal ID] [--queue Q] [--newest] [--all | --limit N --after CURSOR]", Short: "list tasks (a page; --all for every one)",
-		Long: "list lists the tasks of the workspace, a page at a time: by state, then id (by id with --state or --goal).\n" +
+		Use: "list [--state S] [--goal ID] [--queue Q] [--label NAME=VALUE]... [--newest] [--all | --limit N --after CURSOR]", Short: "list tasks (a page; --all for every one)",
+		Long: "list lists the tasks of the workspace, a page at a time: by state, then id (by id with --state, --goal or --label).\n" +
 			"When more follow it says so on stderr, with the --after cursor of the next page; --all lists every page.",
 		Args: cobra.NoArgs,
-	}, &paging{}, "tasks", nil, func(ctx context.Context, cl *client.Client, _ []string, opts ...client.CallOption) iter.Seq2[*schemas.Task, error] {
+	}, &paging{}, "tasks", func([]string) (err error) {
+		labelSet, err = parseLabels(labels)
+		return err
+	}, func(ctx context.Context, cl *client.Client, _ []string, opts ...client.CallOption) iter.Seq2[*schemas.Task, error] {
 		if newest {
 			opts = append(opts, client.NewestFirst())
 		}
-		return cl.Tasks(ctx, client.TaskFilter{State: state, GoalID: goal, Queue: queue}, opts...)
+		return cl.Tasks(ctx, client.TaskFilter{State: state, GoalID: goal, Queue: queue, Labels: labelSet}, opts...)
 	}, columns([]string{"ID", "KEY", "STATE", "QUEUE", "ATTEMPTS", "GOAL", "UPDATED"}, func(t schemas.Task) []string {
 		return []string{t.ID, dash(t.Key), t.State, t.Spec.Queue, fmt.Sprint(t.AttemptCount()), dash(t.GoalID), ago(t.UpdatedAt)}
 	}))
 	list.Flags().StringVar(&state, "state", "", "only tasks in this state ("+strings.Join(domain.TaskStates, ", ")+")")
 	list.Flags().StringVar(&goal, "goal", "", "only the tasks of this goal")
 	list.Flags().StringVar(&queue, "queue", "", "only the tasks of this queue")
-	list.Flags().BoolVar(&newest, "newest", false, "with --state or --goal: the newest tasks first")
+	list.Flags().StringArrayVar(&labels, "label", nil, "only the tasks that hold this label, NAME=VALUE (repeatable: every one)")
+	list.Flags().BoolVar(&newest, "newest", false, "with --state, --goal or --label: the newest tasks first")
 	return list
 }
 

@@ -89,6 +89,18 @@ func (c *Client) CreateTask(ctx context.Context, spec schemas.TaskSpec, opts ...
 	return c.do(ctx, "task.create", schemas.CreateTask{Spec: spec}, opts)
 }
 
+// CreateTaskWith creates a standalone task from the whole of task.create's
+// body: its spec, its labels, its id.
+func (c *Client) CreateTaskWith(ctx context.Context, t schemas.CreateTask, opts ...CallOption) (*Result, error) {
+	return c.do(ctx, "task.create", t, opts)
+}
+
+// LabelTask sets the labels of set on a task and removes those named in
+// remove (task.label), whatever its state, as LabelGoal does a goal's.
+func (c *Client) LabelTask(ctx context.Context, taskID string, set schemas.Labels, remove []string, opts ...CallOption) (*Result, error) {
+	return c.do(ctx, "task.label", schemas.LabelTask{TaskID: taskID, Set: set, Remove: remove}, opts)
+}
+
 // CancelTask cancels a task that has not ended (task.cancel).
 func (c *Client) CancelTask(ctx context.Context, taskID, reason string, opts ...CallOption) (*Result, error) {
 	return c.do(ctx, "task.cancel", schemas.CancelTask{TaskID: taskID, Reason: reason}, opts)
@@ -228,12 +240,15 @@ type TaskFilter struct {
 	State  string
 	GoalID string
 	Queue  string
+	// Labels selects the tasks that hold every one of them, each with its
+	// value (listed by id, through an index of the views).
+	Labels schemas.Labels
 }
 
 // Tasks lists the workspace's tasks that f selects (task.list), page by
 // page.
 func (c *Client) Tasks(ctx context.Context, f TaskFilter, opts ...CallOption) iter.Seq2[*schemas.Task, error] {
-	return List[schemas.Task](ctx, c, "task.list", schemas.Query{State: f.State, GoalID: f.GoalID, Queue: f.Queue}, opts...)
+	return List[schemas.Task](ctx, c, "task.list", schemas.Query{State: f.State, GoalID: f.GoalID, Queue: f.Queue, Labels: f.Labels}, opts...)
 }
 
 // Approval returns an approval with its task's context (approval.get).

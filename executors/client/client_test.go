@@ -419,4 +419,16 @@ func TestClientFindsGoalsByLabel(t *testing.T) {
 	g, err := c.Goal(ctx, other.ID)
 	require.NoError(t, err)
 	require.Equal(t, schemas.Labels{"customer": "acme"}, g.Labels)
+
+	// A standalone task's, too.
+	tk, err := c.CreateTaskWith(ctx, schemas.CreateTask{Spec: schemas.TaskSpec{Queue: "mail"}, Labels: schemas.Labels{"customer": "globex"}})
+	require.NoError(t, err)
+	_, err = c.LabelTask(ctx, tk.ID, schemas.Labels{"customer": "acme"}, nil)
+	require.NoError(t, err)
+	var tasks []string
+	for x, err := range c.Tasks(ctx, client.TaskFilter{Labels: schemas.Labels{"customer": "acme"}}) {
+		require.NoError(t, err)
+		tasks = append(tasks, x.ID)
+	}
+	require.Equal(t, []string{tk.ID}, tasks)
 }

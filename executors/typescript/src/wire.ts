@@ -200,6 +200,8 @@ export interface Task {
   goal_id?: string;
   plan_version?: number;
   key?: string;
+  /** The task's labels (task.create, task.label). */
+  labels?: Record<string, string>;
   spec: TaskSpec;
   depends_on?: string[];
   state: string;
