@@ -27,11 +27,7 @@ func TestGoalListByLabels(t *testing.T) {
 	_, seq := b.mustCommand(t, "goal.cancel", map[string]any{"goal_id": acme})
 	b.applied(t, seq)
 
-	list := func(q schemas.Query) []string {
-		t.Helper()
-		got, _ := b.listAll(t, "goal.list", q)
-		return ids(t, got)
-	}
+	list := func(q schemas.Query) []string { t.Helper(); return b.listedIDs(t, "goal.list", q) }
 	require.Equal(t, []string{acmeGold, acme, flagged}, list(schemas.Query{Labels: schemas.Labels{"customer": "acme"}, Limit: 2}))
 	require.Equal(t, []string{flagged, acme, acmeGold}, list(schemas.Query{Labels: schemas.Labels{"customer": "acme"}, NewestFirst: true, Limit: 1}))
 	require.Equal(t, []string{acmeGold}, list(schemas.Query{Labels: schemas.Labels{"customer": "acme", "tier": "gold"}}))
@@ -95,11 +91,7 @@ func TestTaskListByLabels(t *testing.T) {
 	_, seq := b.mustCommand(t, "task.cancel", map[string]any{"task_id": a})
 	b.applied(t, seq)
 
-	list := func(q schemas.Query) []string {
-		t.Helper()
-		got, _ := b.listAll(t, "task.list", q)
-		return ids(t, got)
-	}
+	list := func(q schemas.Query) []string { t.Helper(); return b.listedIDs(t, "task.list", q) }
 	require.Equal(t, []string{a, c}, list(schemas.Query{Labels: schemas.Labels{"customer": "acme"}, Limit: 1}))
 	require.Equal(t, []string{c, a}, list(schemas.Query{Labels: schemas.Labels{"customer": "acme"}, NewestFirst: true}))
 	require.Equal(t, []string{c}, list(schemas.Query{Labels: schemas.Labels{"customer": "acme"}, Queue: "sms"}))
@@ -114,4 +106,11 @@ func TestTaskListByLabels(t *testing.T) {
 	r := b.request(t, "dwr.q.default.task.list", map[string]any{"labels": map[string]any{"Customer": "acme"}}, nil)
 	require.False(t, r.OK)
 	require.Equal(t, "/labels/Customer", r.Error.Fields[0].Pointer)
+}
+
+// listedIDs lists query name from q, every page, and returns the ids.
+func (b *bundle) listedIDs(t *testing.T, name string, q schemas.Query) []string {
+	t.Helper()
+	got, _ := b.listAll(t, name, q)
+	return ids(t, got)
 }
