@@ -325,16 +325,20 @@ class Client:
         return await self.command("plan.submit", {"goal_id": goal_id, "tasks": tasks}, command_id=command_id)
 
     async def create_task(self, queue: str, input: Any = None, *, title: str = "", command_id: Optional[str] = None,
-                          **spec: Any) -> Dict[str, Any]:
+                          labels: Optional[Dict[str, str]] = None, **spec: Any) -> Dict[str, Any]:
         """task.create: a standalone task on queue (spec: retry, timeout,
-        verification, ... as schemas/commands/task.create.json says). The
-        result's ``id`` names it."""
+        verification, ... as schemas/commands/task.create.json says), with
+        labels, which tasks(labels=) finds it by. The result's ``id`` names
+        it."""
         s: Dict[str, Any] = {"queue": queue, **spec}
         if title:
             s["title"] = title
         if input is not None:
             s["input"] = input
-        return await self.command("task.create", {"spec": s}, command_id=command_id)
+        body: Dict[str, Any] = {"spec": s}
+        if labels:
+            body["labels"] = labels
+        return await self.command("task.create", body, command_id=command_id)
 
     async def cancel_task(self, task_id: str, reason: str = "", *, command_id: Optional[str] = None) -> Dict[str, Any]:
         """task.cancel."""
@@ -356,14 +360,24 @@ class Client:
         takes the new value) and takes away those named in remove, whatever
         the goal's state. A change that leaves its labels as they are
         records nothing (the result's ``duplicate``)."""
-        body: Dict[str, Any] = {"goal_id": goal_id}
+        return await self._label("goal", goal_id, set, remove, command_id)
+
+    async def label_task(self, task_id: str, *, set: Optional[Dict[str, str]] = None,
+                         remove: Optional[Iterable[str]] = None, command_id: Optional[str] = None) -> Dict[str, Any]:
+        """task.label: label_goal's, for a task."""
+        return await self._label("task", task_id, set, remove, command_id)
+
+    async def _label(self, what: str, id: str, set: Optional[Dict[str, str]], remove: Optional[Iterable[str]],
+                     command_id: Optional[str]) -> Dict[str, Any]:
+        """goal.label or task.label (what): set and remove labels of id."""
+        body: Dict[str, Any] = {what + "_id": id}
         if set:
             body["set"] = set
         if remove:
             body["remove"] = list(remove)
         if len(body) == 1:
-            raise ValueError("label_goal: give labels to set or names to remove")
-        return await self.command("goal.label", body, command_id=command_id)
+            raise ValueError("label_%s: give labels to set or names to remove" % what)
+        return await self.command(what + ".label", body, command_id=command_id)
 
     async def signal(self, task_id: str, name: str, payload: Any = None, *,
                      command_id: Optional[str] = None) -> Dict[str, Any]:
@@ -400,10 +414,13 @@ class Client:
             q["after"] = nxt
 
     def tasks(self, *, goal_id: Optional[str] = None, state: Optional[str] = None,
-              queue: Optional[str] = None, limit: Optional[int] = None) -> AsyncIterator[Dict[str, Any]]:
+              queue: Optional[str] = None, labels: Optional[Dict[str, str]] = None,
+              limit: Optional[int] = None) -> AsyncIterator[Dict[str, Any]]:
         """task.list: the workspace's tasks — of a goal, in a state, of a
-        queue, or all — page after page."""
-        return self.list("task.list", {"goal_id": goal_id, "state": state, "queue": queue, "limit": limit})
+        queue, holding every one of labels with its value, or all — page
+        after page."""
+        return self.list("task.list", {"goal_id": goal_id, "state": state, "queue": queue, "labels": labels or None,
+                                       "limit": limit})
 
     def goals(self, *, state: Optional[str] = None, schedule: Optional[str] = None,
               labels: Optional[Dict[str, str]] = None, newest_first: bool = False,

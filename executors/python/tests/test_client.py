@@ -68,5 +68,21 @@ class GoalLabelsTest(unittest.IsolatedAsyncioTestCase):
         self.assertEqual(c.sent, [("dwr.q.default.goal.list", {})], "no labels: no filter")
 
 
+class TaskLabelsTest(unittest.IsolatedAsyncioTestCase):
+    async def test_a_tasks_labels_are_sent_set_and_listed(self) -> None:
+        c = RecordingClient({"ok": True, "result": {"id": "T-1"}})
+        await c.create_task("mail", {"n": 1}, labels={"customer": "acme"})
+        self.assertEqual(c.sent[0], ("dwr.cmd.default.task.create",
+                                     {"spec": {"queue": "mail", "input": {"n": 1}}, "labels": {"customer": "acme"}}))
+        await c.label_task("T-1", set={"stage": "sent"}, remove=["customer"])
+        self.assertEqual(c.sent[1], ("dwr.cmd.default.task.label",
+                                     {"task_id": "T-1", "set": {"stage": "sent"}, "remove": ["customer"]}))
+        with self.assertRaisesRegex(ValueError, "label_task: give labels"):
+            await c.label_task("T-1")
+        c = RecordingClient({"ok": True, "result": [{"id": "T-1"}]})
+        self.assertEqual([t["id"] async for t in c.tasks(labels={"stage": "sent"}, queue="mail")], ["T-1"])
+        self.assertEqual(c.sent, [("dwr.q.default.task.list", {"queue": "mail", "labels": {"stage": "sent"}})])
+
+
 if __name__ == "__main__":
     unittest.main()

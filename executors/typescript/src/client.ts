@@ -154,16 +154,37 @@ export class Client {
     change: { set?: Record<string, string>; remove?: string[] },
     opts?: CallOptions,
   ): Promise<CommandResult> {
-    const set = change.set && Object.keys(change.set).length ? change.set : undefined;
-    const remove = change.remove?.length ? change.remove : undefined;
-    if (!set && !remove) throw new Error("dwr: labelGoal: give labels to set or names to remove");
-    return this.command("goal.label", { goal_id: goalId, set, remove }, opts);
+    return this.label("goal", goalId, change, opts);
   }
 
-  /** createTask creates a standalone task (with the id taskId gives, if any). */
-  createTask(spec: TaskSpec, opts: CallOptions & { taskId?: string } = {}): Promise<CommandResult> {
-    const { taskId, ...call } = opts;
-    return this.command("task.create", { spec, task_id: taskId }, call);
+  /** labelTask is labelGoal for a task. */
+  async labelTask(
+    taskId: string,
+    change: { set?: Record<string, string>; remove?: string[] },
+    opts?: CallOptions,
+  ): Promise<CommandResult> {
+    return this.label("task", taskId, change, opts);
+  }
+
+  private async label(
+    what: "goal" | "task",
+    id: string,
+    change: { set?: Record<string, string>; remove?: string[] },
+    opts?: CallOptions,
+  ): Promise<CommandResult> {
+    const set = change.set && Object.keys(change.set).length ? change.set : undefined;
+    const remove = change.remove?.length ? change.remove : undefined;
+    if (!set && !remove) throw new Error(`dwr: label${what === "goal" ? "Goal" : "Task"}: give labels to set or names to remove`);
+    return this.command(`${what}.label`, { [`${what}_id`]: id, set, remove }, opts);
+  }
+
+  /** createTask creates a standalone task (with the id taskId gives, if any, and the labels labels gives). */
+  createTask(
+    spec: TaskSpec,
+    opts: CallOptions & { taskId?: string; labels?: Record<string, string> } = {},
+  ): Promise<CommandResult> {
+    const { taskId, labels, ...call } = opts;
+    return this.command("task.create", { spec, task_id: taskId, labels }, call);
   }
 
   /** cancelTask cancels a task: its running attempt's executor is told. */
@@ -203,12 +224,13 @@ export class Client {
 
   /** tasks lists the workspace's tasks: of a goal, in a state, of a queue, or all of them. */
   tasks(
-    filter: { goalId?: string; state?: string; queue?: string; limit?: number } = {},
+    filter: { goalId?: string; state?: string; queue?: string; labels?: Record<string, string>; limit?: number } = {},
     opts?: CallOptions,
   ): AsyncGenerator<Task> {
+    const labels = filter.labels && Object.keys(filter.labels).length ? filter.labels : undefined;
     return this.list<Task>(
       "task.list",
-      { goal_id: filter.goalId, state: filter.state, queue: filter.queue, limit: filter.limit },
+      { goal_id: filter.goalId, state: filter.state, queue: filter.queue, labels, limit: filter.limit },
       opts,
     );
   }

@@ -565,6 +565,25 @@ test("goal labels: createGoal sends them, labelGoal sets and removes, goals sele
   assert.equal(sent.length, 5, "a change of nothing is not sent");
 });
 
+test("task labels: createTask sends them, labelTask sets and removes, tasks selects by them", async () => {
+  const { client, sent } = recordingConnection(
+    '{"ok": true, "result": {"id": "T-1", "version": 1}}',
+    '{"ok": true, "result": {"id": "T-1", "version": 2}}',
+    '{"ok": true, "result": [{"id": "T-1"}]}',
+  );
+  await client.createTask({ queue: "mail" }, { labels: { customer: "acme" } });
+  await client.labelTask("T-1", { set: { stage: "sent" }, remove: ["customer"] });
+  const ids: string[] = [];
+  for await (const t of client.tasks({ labels: { stage: "sent" }, queue: "mail" })) ids.push(t.id);
+  assert.deepEqual(ids, ["T-1"]);
+  assert.deepEqual(sent, [
+    { subject: "dwr.cmd.default.task.create", body: { spec: { queue: "mail" }, labels: { customer: "acme" } } },
+    { subject: "dwr.cmd.default.task.label", body: { task_id: "T-1", set: { stage: "sent" }, remove: ["customer"] } },
+    { subject: "dwr.q.default.task.list", body: { queue: "mail", labels: { stage: "sent" } } },
+  ]);
+  await assert.rejects(client.labelTask("T-1", {}), /labelTask: give labels to set or names to remove/);
+});
+
 test("a client sends its option's traceparent, else TRACEPARENT's", () => {
   const nc = {} as NatsConnection; // never used: no request is sent
   const tp = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
