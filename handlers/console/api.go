@@ -215,14 +215,27 @@ type labelsRequest struct {
 // on the goal and removes those its remove names (goal.label); a change
 // that changes nothing answers duplicate.
 func (c *Console) labelGoal(w http.ResponseWriter, r *http.Request, s *session) {
+	relabel(w, r, s.cl.LabelGoal)
+}
+
+// relabel reads a labels request and sends it with send (LabelGoal,
+// LabelTask) for the path's id.
+func relabel(w http.ResponseWriter, r *http.Request,
+	send func(ctx context.Context, id string, set schemas.Labels, remove []string, opts ...client.CallOption) (*client.Result, error)) {
 	var req labelsRequest
 	if !readJSON(w, r, &req) {
 		return
 	}
 	ctx, cancel := requestCtx(r)
 	defer cancel()
-	res, err := s.cl.LabelGoal(ctx, r.PathValue("id"), req.Set, req.Remove)
+	res, err := send(ctx, r.PathValue("id"), req.Set, req.Remove)
 	answer(w, res, err)
+}
+
+// labelTask is POST /api/tasks/{id}/labels: labelGoal's, for a task
+// (task.label).
+func (c *Console) labelTask(w http.ResponseWriter, r *http.Request, s *session) {
+	relabel(w, r, s.cl.LabelTask)
 }
 
 // cancelTask is POST /api/tasks/{id}/cancel: it cancels the task, giving

@@ -351,6 +351,8 @@ func TestBrowserLabels(t *testing.T) {
 	acme := create("invoice 1042", schemas.Labels{"customer": "acme", "order": "1042"})
 	globex := create("invoice 1043", schemas.Labels{"customer": "globex"})
 	plain := create("quarterly report", nil)
+	task, err := e.admin.CreateTaskWith(ctx(t), schemas.CreateTask{Spec: schemas.TaskSpec{Queue: "held"}, Labels: schemas.Labels{"customer": "acme"}})
+	require.NoError(t, err)
 	admin := filepath.Join(e.svc.Dir, access.AdminCredsFile)
 	api := e.signedIn(t, admin)
 	servicetest.Eventually(t, 10*time.Second, func() bool { // another client's writes: once the console's reads have them
@@ -455,8 +457,20 @@ func TestBrowserLabels(t *testing.T) {
 		}),
 		chromedp.WaitVisible(chromedp.CSS(`#goal-labels .chip[data-label="reviewed=yes"]`)),
 		chromedp.WaitVisible(chromedp.CSS(`#goal-labels .chip[data-label="customer=initech"]`)),
+		// A task's page: its labels, one set and one removed.
+		chromedp.Navigate(e.url+"/#/tasks/"+task.ID),
+		chromedp.WaitVisible(chromedp.CSS(`#task-labels .chip[data-label="customer=acme"]`)),
+		chromedp.SendKeys(chromedp.CSS("#label-name"), "stage"),
+		chromedp.SendKeys(chromedp.CSS("#label-value"), "sent"),
+		chromedp.Click(chromedp.CSS("#set-label")),
+		chromedp.WaitVisible(chromedp.CSS(`#task-labels .chip[data-label="stage=sent"]`)),
+		chromedp.Click(chromedp.CSS(`#task-labels button[data-remove-label="customer"]`)),
+		chromedp.WaitNotPresent(chromedp.CSS(`#task-labels .chip[data-label="customer=acme"]`)),
 	))
 	require.Contains(t, badName, "/set/Priority", "the refusal names the field: %s", badName)
+	tl, err := e.admin.Task(ctx(t), task.ID)
+	require.NoError(t, err)
+	require.Equal(t, schemas.Labels{"stage": "sent"}, tl.Labels, "the task's labels, as the console left them")
 	require.Equal(t, "Priority", nameLeft, "a refused label stays in the form")
 	servicetest.Eventually(t, 10*time.Second, func() bool { // the console's commands, read by another client
 		g, err := e.admin.Goal(ctx(t), acme)

@@ -1075,3 +1075,23 @@ func TestGoalLabels(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, schemas.Labels{"customer": "acme"}, g.Labels, "nothing changed")
 }
+
+// POST /api/tasks/{id}/labels sets and removes a task's labels (task.label),
+// and a refused name is named.
+func TestTaskLabelsFromTheConsole(t *testing.T) {
+	e := setup(t)
+	tk, err := e.admin.CreateTaskWith(ctx(t), schemas.CreateTask{Spec: schemas.TaskSpec{Queue: "mail"}, Labels: schemas.Labels{"customer": "acme"}})
+	require.NoError(t, err)
+	admin := e.signedIn(t, filepath.Join(e.svc.Dir, access.AdminCredsFile))
+	code, er := admin.post("/api/tasks/"+tk.ID+"/labels", map[string]any{"set": map[string]any{"stage": "sent"}, "remove": []string{"customer"}}, nil)
+	require.Equal(t, http.StatusOK, code, er.Error.Message)
+	var tl struct {
+		Task schemas.Task `json:"task"`
+	}
+	code, _ = admin.get("/api/tasks/"+tk.ID, &tl)
+	require.Equal(t, http.StatusOK, code)
+	require.Equal(t, schemas.Labels{"stage": "sent"}, tl.Task.Labels)
+	code, er = admin.post("/api/tasks/"+tk.ID+"/labels", map[string]any{"set": map[string]any{"Stage": "x"}}, nil)
+	require.Equal(t, http.StatusBadRequest, code)
+	require.Contains(t, er.Error.Message, "/set/Stage")
+}

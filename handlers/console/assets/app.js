@@ -402,14 +402,15 @@ function revisions(revs, holder, latest) {
   };
 }
 
-// goalLabels is the goal page's labels: a chip each (a link to the goals
-// that hold it) with a × that removes it, and a form that sets one (a name
-// given a new value, or a new name). Each change is a POST of
-// /api/goals/{id}/labels (goal.label); the labels shown are then read
-// again, as they are whenever the goal's live stream brings it anew.
-function goalLabels(id, g) {
-  const path = `/api/goals/${encodeURIComponent(id)}/labels`;
-  const chips = h("span", { id: "goal-labels" });
+// labelsEditor is a goal's or a task's (kind) labels on its page: a chip
+// each (for a goal, a link to the goals that hold it) with a × that removes
+// it, and a form that sets one (a name given a new value, or a new name).
+// Each change is a POST of /api/goals/{id}/labels (goal.label) or
+// /api/tasks/{id}/labels (task.label); the labels shown are then read
+// again, as they are whenever a goal's live stream brings it anew.
+function labelsEditor(kind, id, g) {
+  const path = `/api/${kind}s/${encodeURIComponent(id)}/labels`;
+  const chips = h("span", { id: kind + "-labels" });
   const msg = h("div", { id: "labels-msg" });
   let at = -1; // the goal version whose labels are shown
   const showLabels = (goal) => {
@@ -419,22 +420,23 @@ function goalLabels(id, g) {
     chips.replaceChildren(...(ls.length ? ls.map(([k, v]) => {
       const x = h("button", { type: "button", class: "chip-x", "data-remove-label": k, title: "remove this label", "aria-label": "remove label " + k }, "×");
       x.addEventListener("click", () => change({ remove: [k] }));
-      return h("span", { class: "chip", "data-label": k + "=" + v },
-        h("a", { href: "#/goals" + goalsQuery(null, [k + "=" + v]), title: "the goals labeled " + k + "=" + v }, chipText(k, v)), x);
+      return h("span", { class: "chip", "data-label": k + "=" + v }, kind === "goal"
+        ? h("a", { href: "#/goals" + goalsQuery(null, [k + "=" + v]), title: "the goals labeled " + k + "=" + v }, chipText(k, v))
+        : h("span", { title: k + "=" + v }, chipText(k, v)), x);
     }) : [h("span", { class: "muted" }, "none ")]));
   };
   const change = async (body) => {
     msg.replaceChildren();
     try {
       const r = await api("POST", path, body);
-      if (r.duplicate) msg.append(h("p", { class: "muted", id: "labels-unchanged" }, "No change: the goal's labels were so already."));
+      if (r.duplicate) msg.append(h("p", { class: "muted", id: "labels-unchanged" }, `No change: the ${kind}'s labels were so already.`));
     } catch (err) {
       msg.append(errorBox(err));
       return false;
     }
     // The session reads its own write; should this read fail, the live
     // stream still brings the goal anew.
-    await api("GET", "/api/goals/" + encodeURIComponent(id)).then(showLabels, () => {});
+    await api("GET", `/api/${kind}s/` + encodeURIComponent(id)).then((x) => showLabels(kind === "task" ? x.task : x), () => {});
     return true;
   };
   const name = h("input", { type: "text", id: "label-name", class: "short", placeholder: "name", required: true, "aria-label": "label name" });
@@ -471,7 +473,7 @@ async function renderGoal(id) {
   const feed = h("ol", { id: "activity", class: "activity" });
   const cancel = h("button", { type: "button", id: "cancel-goal", class: "danger", hidden: g.state !== "open" }, "Cancel goal");
   const msg = h("div");
-  const labels = goalLabels(id, g);
+  const labels = labelsEditor("goal", id, g);
   cancel.addEventListener("click", async () => {
     msg.replaceChildren();
     if (!confirm("Cancel this goal and its unfinished tasks?")) return;
@@ -570,6 +572,7 @@ async function renderTask(id) {
   show(h("h1", {}, "Task " + (t.key || t.id)),
     h("p", {}, state(t.state), " queue " + t.spec.queue + " · task " + t.id,
       t.goal_id ? h("span", {}, " · goal ", h("a", { href: "#/goals/" + t.goal_id }, t.goal_id)) : null, " ", cancel, retry),
+    labelsEditor("task", id, t).box,
     msg, t.reason ? h("p", { class: "muted" }, "reason: " + t.reason) : null,
     t.omitted ? h("p", { class: "muted", id: "omitted" }, "Too large to show whole: " + t.omitted.length +
       " parts of its history are left out (the task's events hold them): " + t.omitted.join(" ")) : null,
