@@ -598,8 +598,7 @@ func (d *dispatcher) rederive(ctx context.Context, store *projections.Store) (in
 				queueErr = err
 			}
 			if d.gate.hold(ws.Name, it.Queue, t.ID, store.Checkpoint(), trace.SpanContext{}) {
-				n++ // let out at its queue's rate
-				continue
+				continue // let out at its queue's rate, not published here
 			}
 			m, err := d.msg(it)
 			if err != nil {

@@ -286,6 +286,13 @@ func (p *page) passOver(cursor string) bool {
 	return false
 }
 
+// indexedLabel is the label a labels filter is read through, in the views'
+// index by label: the first by name (the others are checked).
+func indexedLabel(labels schemas.Labels) (name, value string) {
+	name = slices.Min(slices.Collect(maps.Keys(labels)))
+	return name, labels[name]
+}
+
 // hasLabels reports whether labels hold every label of want, each with its
 // value (an empty value too: the label is there).
 func hasLabels(labels, want schemas.Labels) bool {
@@ -380,9 +387,9 @@ func (s *Service) query(name, ws string, p principal, q schemas.Query, pre prefe
 		}
 		if len(q.Labels) > 0 {
 			// Through the index of one label; the others are checked.
-			first := slices.Min(slices.Collect(maps.Keys(q.Labels)))
+			name, value := indexedLabel(q.Labels)
 			each = func(ws, cursor string, fn func(*projections.GoalView) bool) error {
-				return s.store.EachGoalLabeled(ws, first, q.Labels[first], cursor, q.NewestFirst, fn)
+				return s.store.EachGoalLabeled(ws, name, value, cursor, q.NewestFirst, fn)
 			}
 		}
 		err := each(ws, q.After, func(g *projections.GoalView) bool {
@@ -431,8 +438,8 @@ func (s *Service) query(name, ws string, p principal, q schemas.Query, pre prefe
 		if len(q.Labels) > 0 {
 			// Through the index of one label, by task id; the other
 			// filters are checked.
-			first := slices.Min(slices.Collect(maps.Keys(q.Labels)))
-			err := s.store.EachTaskLabeled(ws, first, q.Labels[first], q.After, q.NewestFirst, func(t *domain.Task) bool {
+			name, value := indexedLabel(q.Labels)
+			err := s.store.EachTaskLabeled(ws, name, value, q.After, q.NewestFirst, func(t *domain.Task) bool {
 				if (q.State == "" || t.State == q.State) && (q.GoalID == "" || t.GoalID == q.GoalID) && (q.Queue == "" || t.Spec.Queue == q.Queue) &&
 					hasLabels(t.Labels, q.Labels) {
 					return pg.add(so.task(t), t.ID, t.ID)
