@@ -338,6 +338,8 @@ type QueueConfigured struct {
 	// RateLimit items handed out a RatePeriodMS at most; 0: no limit.
 	RateLimit    int   `json:"rate_limit,omitempty"`
 	RatePeriodMS int64 `json:"rate_period_ms,omitempty"`
+	// Order is schemas.QueueOrderPriority, or "" (fifo).
+	Order string `json:"order,omitempty"`
 }
 
 // QueuePaused: the queue hands out no job until it is resumed. A queue

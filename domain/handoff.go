@@ -75,13 +75,14 @@ func (x *tx) handoff(cmd Command, reply *Reply) error {
 // holdsBack reports whether queue, in this workspace, holds its jobs back
 // from a report's handoff: it limits how many of them run at once
 // (QueueConfig.MaxRunning), which only its consumer counts, or how many
-// it hands out in a period (QueueConfig.RateLimit), which only the
-// service's dispatcher counts, or it is paused.
+// it hands out in a period (QueueConfig.RateLimit), or it hands them out
+// by priority (QueueConfig.Order) — which only the service's dispatcher
+// follows, holding the items — or it is paused.
 func (x *tx) holdsBack(queue string) (bool, error) {
 	w, err := x.o.Workspace(x.m.Workspace)
 	if err != nil || w == nil {
 		return false, err
 	}
 	q := w.Queue(queue)
-	return q != nil && (q.MaxRunning > 0 || q.RateLimit > 0 || q.Paused), nil
+	return q != nil && (q.MaxRunning > 0 || q.RateLimit > 0 || q.Order == QueueOrderPriority || q.Paused), nil
 }

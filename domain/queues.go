@@ -22,6 +22,10 @@ const (
 	MaxRatePeriodMS     = 86_400_000
 	DefaultRatePeriodMS = 1_000
 
+	// The orders a queue hands out its items in (QueueConfig.Order).
+	QueueOrderFIFO     = schemas.QueueOrderFIFO
+	QueueOrderPriority = schemas.QueueOrderPriority
+
 	// The settings of a queue no queue.configure has set.
 	DefaultLeaseMS    = 30_000
 	DefaultMaxDeliver = 5
@@ -35,7 +39,7 @@ type QueueConfig = schemas.QueueConfig
 // queueReply answers a queue.configure with the settings in effect.
 func queueReply(w *Workspace, q *QueueConfig, duplicate bool) Reply {
 	return Reply{ID: w.Name, Version: w.Version, Queue: q.Name, LeaseMS: q.LeaseMS, MaxDeliver: q.MaxDeliver, MaxRunning: q.MaxRunning,
-		RateLimit: q.RateLimit, RatePeriodMS: q.RatePeriodMS, Paused: q.Paused, Duplicate: duplicate}
+		RateLimit: q.RateLimit, RatePeriodMS: q.RatePeriodMS, Order: q.Order, Paused: q.Paused, Duplicate: duplicate}
 }
 
 // configureQueue sets a queue's settings. The same settings again change
@@ -81,6 +85,13 @@ func (x *tx) configureQueue(c *ConfigureQueue) (Reply, error) {
 		return Reply{}, &Error{Code: CodeForbidden, Field: "/rate_limit",
 			Message: "only a workspace admin may set a queue's rate limit (dwr queue set); an executor configures its lease and deliveries"}
 	}
+	switch {
+	case c.Order != "" && c.Order != QueueOrderFIFO && c.Order != QueueOrderPriority:
+		return Reply{}, invalid("/order", "%q is not one of fifo, priority", c.Order)
+	case c.Order != "" && x.m.Executor:
+		return Reply{}, &Error{Code: CodeForbidden, Field: "/order",
+			Message: "only a workspace admin may set a queue's order (dwr queue set); an executor configures its lease and deliveries"}
+	}
 	q := w.Queue(c.Queue)
 	if q == nil {
 		if err := x.openQueue(w.Name, c.Queue, "/queue"); err != nil {
@@ -102,12 +113,19 @@ func (x *tx) configureQueue(c *ConfigureQueue) (Reply, error) {
 	case c.RateLimit == 0 && q != nil:
 		rate, period = q.RateLimit, q.RatePeriodMS
 	}
+	var order string // fifo: a queue configured before, or fifo
+	switch {
+	case c.Order == QueueOrderPriority:
+		order = c.Order
+	case c.Order == "" && q != nil:
+		order = q.Order
+	}
 	if q != nil && !q.DefaultSettings && (c.IfUnset || (q.LeaseMS == c.LeaseMS && q.MaxDeliver == c.MaxDeliver && q.MaxRunning == running &&
-		q.RateLimit == rate && q.RatePeriodMS == period)) {
+		q.RateLimit == rate && q.RatePeriodMS == period && q.Order == order)) {
 		return queueReply(w, q, true), nil
 	}
 	if err := x.emit(w.Name, &QueueConfigured{Queue: c.Queue, LeaseMS: c.LeaseMS, MaxDeliver: c.MaxDeliver, MaxRunning: running,
-		RateLimit: rate, RatePeriodMS: period}); err != nil {
+		RateLimit: rate, RatePeriodMS: period, Order: order}); err != nil {
 		return Reply{}, err
 	}
 	w, _ = x.o.Workspace(w.Name)

@@ -194,3 +194,38 @@ func TestPauseAndResumeAQueue(t *testing.T) {
 	w.requireReplays()
 	w.requireReplaysFromWire()
 }
+
+// queue.configure's order: an admin's, kept by settings that do not name
+// it, fifo puts it back; a task's priority is bounded, and kept in its
+// spec.
+func TestConfigureQueueOrderAndTaskPriority(t *testing.T) {
+	w := setup(t)
+	out := w.must(&ConfigureQueue{Queue: "triage", LeaseMS: 30_000, MaxDeliver: 5, Order: QueueOrderPriority})
+	require.Equal(t, &QueueConfigured{Queue: "triage", LeaseMS: 30_000, MaxDeliver: 5, Order: QueueOrderPriority}, out.Changes[0].Event)
+	require.Equal(t, QueueOrderPriority, out.Reply.Order)
+	require.Empty(t, w.must(&ConfigureQueue{Queue: "triage", LeaseMS: 30_000, MaxDeliver: 5}).Changes, "absent keeps it: nothing changes")
+	require.Empty(t, w.must(&ConfigureQueue{Queue: "triage", LeaseMS: 30_000, MaxDeliver: 5, Order: QueueOrderPriority}).Changes)
+	out = w.must(&ConfigureQueue{Queue: "triage", LeaseMS: 60_000, MaxDeliver: 5})
+	require.Equal(t, QueueOrderPriority, out.Changes[0].Event.(*QueueConfigured).Order, "other settings keep it")
+
+	w.actor, w.queues = "worker", []string{"triage"}
+	require.Equal(t, "/order", w.refused(&ConfigureQueue{Queue: "triage", LeaseMS: 60_000, MaxDeliver: 5, Order: QueueOrderFIFO}, CodeForbidden).Field)
+	require.Equal(t, QueueOrderPriority, w.must(&ConfigureQueue{Queue: "triage", LeaseMS: 90_000, MaxDeliver: 5}).Reply.Order,
+		"an executor's settings keep the order")
+	w.actor, w.queues = "tester", nil
+
+	require.Equal(t, "/order", w.refused(&ConfigureQueue{Queue: "triage", LeaseMS: 60_000, MaxDeliver: 5, Order: "lifo"}, CodeInvalid).Field)
+	out = w.must(&ConfigureQueue{Queue: "triage", LeaseMS: 90_000, MaxDeliver: 5, Order: QueueOrderFIFO})
+	require.Equal(t, &QueueConfigured{Queue: "triage", LeaseMS: 90_000, MaxDeliver: 5}, out.Changes[0].Event, "fifo is the default: stored as none")
+	require.Empty(t, w.workspace().Queue("triage").Order)
+
+	goal := w.createGoal(Envelope{})
+	for _, p := range []int{-1, 6} {
+		require.Equal(t, "/tasks/0/priority", w.refused(&SubmitPlan{GoalID: goal, Tasks: []TaskSpec{{Key: "a", Queue: "triage", Priority: p}}}, CodeInvalid).Field)
+	}
+	ids, _ := w.plan(goal, TaskSpec{Key: "a", Queue: "triage", Priority: 1}, TaskSpec{Key: "b", Queue: "triage"})
+	require.Equal(t, 1, w.task(ids["a"]).Spec.Priority)
+	require.Zero(t, w.task(ids["b"]).Spec.Priority, "none given: the default's, not stored")
+	w.requireReplays()
+	w.requireReplaysFromWire()
+}

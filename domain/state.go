@@ -160,7 +160,7 @@ func ApplyWorkspace(w *Workspace, id string, e Event, r Recorded) (*Workspace, e
 		w.RetainEnded = ev.RetainEnded
 	case *QueueConfigured:
 		q := QueueConfig{Name: ev.Queue, LeaseMS: ev.LeaseMS, MaxDeliver: ev.MaxDeliver, MaxRunning: ev.MaxRunning,
-			RateLimit: ev.RateLimit, RatePeriodMS: ev.RatePeriodMS}
+			RateLimit: ev.RateLimit, RatePeriodMS: ev.RatePeriodMS, Order: ev.Order}
 		if i := slices.IndexFunc(w.Queues, func(x QueueConfig) bool { return x.Name == ev.Queue }); i >= 0 {
 			q.Paused = w.Queues[i].Paused // a pause outlasts new settings
 			w.Queues[i] = q

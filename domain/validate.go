@@ -82,6 +82,9 @@ func ValidateSpec(field string, s TaskSpec, env *Envelope) error {
 	if s.Timeout < 0 {
 		return invalid(field+"/timeout", "must not be negative")
 	}
+	if s.Priority != 0 && (s.Priority < schemas.MinPriority || s.Priority > schemas.MaxPriority) {
+		return invalid(field+"/priority", "must be between %d (first) and %d (last) (got %d)", schemas.MinPriority, schemas.MaxPriority, s.Priority)
+	}
 	if v := s.Verification; v != nil {
 		if !ValidName(v.Queue) {
 			return invalid(field+"/verification/queue", "queue %q is not a valid name", v.Queue)

@@ -120,8 +120,9 @@ type dispatcher struct {
 	configuredAt map[string]uint64
 	// room counts the queues that stand, for the writer's bounds on them.
 	room *queueRoom
-	// gate holds the items of rate-limited queues back (rate_gate.go).
-	gate *rateGate
+	// gate holds the items of queues with a rate limit or an order by
+	// priority back (gate.go).
+	gate *gate
 }
 
 // The settings of a queue that no queue.configure has set: its consumer's
@@ -290,7 +291,7 @@ func newDispatcher(ctx context.Context, js jetstream.JetStream, cfg Config) (*di
 		return nil, fmt.Errorf("handlers: work stream: %w", err)
 	}
 	return &dispatcher{js: js, stream: name, prefix: cfg.Prefix, logger: cfg.Logger, tracer: cfg.Tracer.Tracer(tracerName), retry: make(chan *schemas.WorkItem, 1024),
-		pending: make(chan *pendingItem, 4096), queues: map[string]domain.QueueConfig{}, configuredAt: map[string]uint64{}, room: newQueueRoom(cfg), gate: newRateGate()}, nil
+		pending: make(chan *pendingItem, 4096), queues: map[string]domain.QueueConfig{}, configuredAt: map[string]uint64{}, room: newQueueRoom(cfg), gate: newGate()}, nil
 }
 
 // publish sends a work item without waiting for its acknowledgement; a
@@ -489,8 +490,8 @@ func (d *dispatcher) dispatchCommit(c *eventstore.Commit, seq uint64, store aggr
 		}
 		d.openQueues(t, store, seq) // a dispatchable task's too
 		if dispatchable(t) {
-			if queue, _ := awaitedItem(t); d.gate.hold(t.Workspace, queue, t.ID, seq, traces.of(e)) {
-				continue // let out at its queue's rate
+			if d.gate.hold(t, seq, traces.of(e)) {
+				continue // let out at its queue's rate, or in its order
 			}
 			d.publishTraced(workItemOf(t, store, seq), traces.of(e))
 		}
@@ -597,8 +598,8 @@ func (d *dispatcher) rederive(ctx context.Context, store *projections.Store) (in
 			if err := d.ensureQueue(ctx, store, ws.Name, it.Queue); err != nil && queueErr == nil {
 				queueErr = err
 			}
-			if d.gate.hold(ws.Name, it.Queue, t.ID, store.Checkpoint(), trace.SpanContext{}) {
-				continue // let out at its queue's rate, not published here
+			if d.gate.hold(t, store.Checkpoint(), trace.SpanContext{}) {
+				continue // let out at its queue's rate or in its order, not published here
 			}
 			m, err := d.msg(it)
 			if err != nil {

@@ -275,8 +275,8 @@ var (
 		"Work items of a queue delivered to a worker and not acknowledged yet.", queueLabels, nil)
 	descQueuePaused = prometheus.NewDesc("dwr_queue_paused",
 		"1 while a queue is paused (queue.pause): its consumer hands out no work item.", queueLabels, nil)
-	descQueueRateHeld = prometheus.NewDesc("dwr_queue_rate_held",
-		"Work items of a rate-limited queue (queue.configure rate_limit) that the writer holds back, to let them out at the queue's rate (on the writer only).", queueLabels, nil)
+	descQueueHeld = prometheus.NewDesc("dwr_queue_held",
+		"Work items of a queue with a rate limit or an order by priority (queue.configure rate_limit, order) that the writer holds back, to let them out at the queue's rate or in its order (on the writer only).", queueLabels, nil)
 	descQueueOldest = prometheus.NewDesc("dwr_queue_oldest_item_age_seconds",
 		"Age of a queue's oldest work item not acknowledged yet (0 when it has none).", queueLabels, nil)
 	descQueues = prometheus.NewDesc("dwr_queues",
@@ -296,7 +296,7 @@ var (
 
 func (c stateCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descWriter, descLogLast, descViewsApplied, descViewsLag,
-		descQueuePending, descQueueInFlight, descQueuePaused, descQueueRateHeld, descQueueOldest, descQueues, descQueuesMax, descApprovals, descArtifactBytes, descArtifactBytesMax, descLogHeld, descBacklog} {
+		descQueuePending, descQueueInFlight, descQueuePaused, descQueueHeld, descQueueOldest, descQueues, descQueuesMax, descApprovals, descArtifactBytes, descArtifactBytesMax, descLogHeld, descBacklog} {
 		ch <- d
 	}
 }
@@ -314,7 +314,7 @@ func (c stateCollector) Collect(ch chan<- prometheus.Metric) {
 	gauge(descBacklog, float64(s.backlog()))
 	if writer == 1 && s.dispatch != nil {
 		for k, n := range s.dispatch.gate.held() {
-			gauge(descQueueRateHeld, float64(n), k[0], k[1])
+			gauge(descQueueHeld, float64(n), k[0], k[1])
 		}
 	}
 	applied := s.store.Checkpoint()

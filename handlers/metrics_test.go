@@ -295,7 +295,7 @@ func TestMetricsCountEachWorkspacesLogBytes(t *testing.T) {
 	}, func() string { return "the bytes held by default and other" })
 }
 
-// dwr_queue_rate_held counts the items a rate-limited queue holds back on
+// dwr_queue_held counts the items a rate-limited queue holds back on
 // the writer: past its one item a day, the other two.
 func TestMetricsCountTheItemsARateLimitHolds(t *testing.T) {
 	b := metered(t, nil, handlers.Config{})
@@ -305,7 +305,7 @@ func TestMetricsCountTheItemsARateLimitHolds(t *testing.T) {
 		b.newTask(t, "llm")
 	}
 	servicetest.Eventually(t, 10*time.Second, func() bool {
-		held, _ := b.scrape(t).Value("dwr_queue_rate_held", "workspace", "default", "queue", "llm")
+		held, _ := b.scrape(t).Value("dwr_queue_held", "workspace", "default", "queue", "llm")
 		pending, _ := b.scrape(t).Value("dwr_queue_pending", "workspace", "default", "queue", "llm")
 		return held == 2 && pending == 1
 	})

@@ -1459,7 +1459,7 @@ func (s *Service) handleCommand(name string, req micro.Request, who sender) (rep
 	if werr := s.authorizeTask(p, name, cmd); werr != nil {
 		return errResponse(werr)
 	}
-	if werr := s.heldByRate(cmd); werr != nil {
+	if werr := s.heldByGate(cmd); werr != nil {
 		return errResponse(werr)
 	}
 	fillIDs(cmd)

@@ -244,7 +244,11 @@ type ConfigureQueue struct {
 	// (QueueConfig.RateLimit).
 	RateLimit    int   `json:"rate_limit,omitempty"`
 	RatePeriodMS int64 `json:"rate_period_ms,omitempty"`
-	IfUnset      bool  `json:"if_unset,omitempty"`
+	// Order is the order the queue hands out its items in: QueueOrderFIFO
+	// or QueueOrderPriority; "" keeps the queue's as it is
+	// (QueueConfig.Order).
+	Order   string `json:"order,omitempty"`
+	IfUnset bool   `json:"if_unset,omitempty"`
 }
 
 // DeleteQueue removes a queue that no task that has not ended is given:

@@ -223,8 +223,10 @@ func TestContractOfTheDomain(t *testing.T) {
 	require.Equal(t, int64(300000), r.LeaseMS)
 	require.Equal(t, 5, r.MaxDeliver)
 	require.True(t, r.Duplicate)
-	r = c.do("queue.configure", map[string]any{"queue": "drafts", "lease_ms": 60000, "max_deliver": 3, "rate_limit": 60, "rate_period_ms": 60000})
+	r = c.do("queue.configure", map[string]any{"queue": "drafts", "lease_ms": 60000, "max_deliver": 3, "rate_limit": 60, "rate_period_ms": 60000,
+		"order": "priority"})
 	require.Equal(t, 60, r.RateLimit)
+	require.Equal(t, "priority", r.Order)
 	c.do("queue.delete", map[string]any{"queue": "drafts"})
 	// A queue paused before any settings: the defaults, which an
 	// executor's settings if unset still replace; the pause outlasts them.
@@ -454,7 +456,7 @@ func TestContractOfTheDomain(t *testing.T) {
 	c.do("timer.fire", map[string]any{"task_id": timed, "kind": "wait", "due": start.Format(time.RFC3339)})
 	c.do("task.cancel", map[string]any{"task_id": timed, "reason": "no longer needed"})
 	poisoned := domain.DeriveID(c.now, "task-3")
-	c.do("task.create", map[string]any{"task_id": poisoned, "spec": map[string]any{"queue": "billing"}})
+	c.do("task.create", map[string]any{"task_id": poisoned, "spec": map[string]any{"queue": "billing", "priority": 1}})
 	c.do("task.quarantine", map[string]any{"task_id": poisoned, "reason": "work item delivered 5 times without being completed"})
 
 	// A ritual: two versions, the first run by number, the second by

@@ -48,9 +48,10 @@ type CommandResult struct {
 	MaxRunning int    `json:"max_running,omitempty"`
 	// RateLimit items a RatePeriodMS at most, for queue.configure,
 	// queue.pause and queue.resume.
-	RateLimit    int   `json:"rate_limit,omitempty"`
-	RatePeriodMS int64 `json:"rate_period_ms,omitempty"`
-	Paused       bool  `json:"paused,omitempty"` // for queue.configure, queue.pause and queue.resume
+	RateLimit    int    `json:"rate_limit,omitempty"`
+	RatePeriodMS int64  `json:"rate_period_ms,omitempty"`
+	Order        string `json:"order,omitempty"`  // for queue.configure, queue.pause and queue.resume: "priority", or "" (fifo)
+	Paused       bool   `json:"paused,omitempty"` // for queue.configure, queue.pause and queue.resume
 	// Duplicate is true when nothing was appended: the command id was
 	// already applied, or the command asked for what already is.
 	Duplicate bool `json:"duplicate,omitempty"`

@@ -743,6 +743,13 @@ func TestMemberAndQueueSchemasMatchDomain(t *testing.T) {
 	require.Equal(t, int64(domain.MaxRateLimit), num(common["RateLimit"], "maximum"))
 	require.Equal(t, int64(domain.MinRatePeriodMS), num(common["RatePeriodMS"], "minimum"))
 	require.Equal(t, int64(domain.MaxRatePeriodMS), num(common["RatePeriodMS"], "maximum"))
+	require.Equal(t, int64(schemas.MinPriority), num(common["Priority"], "minimum"))
+	require.Equal(t, int64(schemas.MaxPriority), num(common["Priority"], "maximum"))
+	var orders []string
+	for _, o := range common["QueueOrder"].(map[string]any)["enum"].([]any) {
+		orders = append(orders, o.(string))
+	}
+	require.Equal(t, []string{domain.QueueOrderFIFO, domain.QueueOrderPriority}, orders)
 
 	add := func(key string) error {
 		b, err := json.Marshal(map[string]any{"name": "ops", "role": "admin", "public_key": key})

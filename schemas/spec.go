@@ -50,6 +50,9 @@ type TaskSpec struct {
 	Approval     *ApprovalSpec     `json:"approval,omitempty"`
 	StartAt      *time.Time        `json:"start_at,omitempty"`
 	Deadline     *time.Time        `json:"deadline,omitempty"` // the task fails (reason deadline) if it has not ended by then
+	// Priority orders the task's work items in a queue whose order is
+	// priority (QueueConfig.Order): 1 first to 5 last; 0 (not given) is 3.
+	Priority int `json:"priority,omitempty"`
 }
 
 // RetryPolicy says how often and how soon a failed task is tried again; a

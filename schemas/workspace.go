@@ -30,6 +30,10 @@ type QueueConfig struct {
 	// 0: no limit.
 	RateLimit    int   `json:"rate_limit,omitempty"`
 	RatePeriodMS int64 `json:"rate_period_ms,omitempty"`
+	// Order is QueueOrderPriority when the queue hands out its items by
+	// their tasks' priority (TaskSpec.Priority), then as they became
+	// ready; "": as they became ready (QueueOrderFIFO).
+	Order string `json:"order,omitempty"`
 	// Paused is true from a queue.pause to the next queue.resume: the
 	// queue's consumer hands out no job, and no report hands its sender
 	// the queue's next task; jobs already handed out run on.
@@ -198,3 +202,18 @@ type Approver struct {
 func (a *Approver) Active(now time.Time) bool {
 	return a.RevokedAt == nil && (a.ExpiresAt == nil || now.Before(*a.ExpiresAt))
 }
+
+// The orders a queue hands out its items in (QueueConfig.Order).
+const (
+	QueueOrderFIFO     = "fifo"
+	QueueOrderPriority = "priority"
+)
+
+// Task priorities (TaskSpec.Priority): 1 is handed out first in a queue
+// whose order is priority, 5 last; a task that gives none has
+// DefaultPriority.
+const (
+	MinPriority     = 1
+	MaxPriority     = 5
+	DefaultPriority = 3
+)

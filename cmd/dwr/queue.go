@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"io"
@@ -17,13 +18,14 @@ import (
 )
 
 func queueCmd(g *globals) *cobra.Command {
-	cmd := &cobra.Command{Use: "queue", Short: "list queues, set their lease, deliveries, limit of jobs running at once and rate, pause and resume them, and delete them"}
+	cmd := &cobra.Command{Use: "queue", Short: "list queues, set their lease, deliveries, limit of jobs running at once, rate and order, pause and resume them, and delete them"}
 	list := listCmd(g, &cobra.Command{Use: "list", Short: "list the workspace's queues: those configured, then those its tasks opened, with their work items waiting and out, and their settings", Args: cobra.NoArgs}, nil, "queues", nil,
 		func(ctx context.Context, cl *client.Client, _ []string, opts ...client.CallOption) iter.Seq2[*schemas.Queue, error] {
 			return cl.Queues(ctx, opts...)
-		}, columns([]string{"QUEUE", "PENDING", "IN FLIGHT", "POLLING", "PAUSED", "LEASE", "MAX DELIVER", "MAX RUNNING", "RATE"}, func(q schemas.Queue) []string {
+		}, columns([]string{"QUEUE", "PENDING", "IN FLIGHT", "POLLING", "PAUSED", "LEASE", "MAX DELIVER", "MAX RUNNING", "RATE", "ORDER"}, func(q schemas.Queue) []string {
 			return []string{q.Name, fmt.Sprint(q.Pending), fmt.Sprint(q.InFlight), fmt.Sprint(q.WaitingPulls), yesNo(q.Paused),
-				(time.Duration(q.LeaseMS) * time.Millisecond).String(), fmt.Sprint(q.MaxDeliver), maxRunning(q.MaxRunning), rate(q.RateLimit, q.RatePeriodMS)}
+				(time.Duration(q.LeaseMS) * time.Millisecond).String(), fmt.Sprint(q.MaxDeliver), maxRunning(q.MaxRunning), rate(q.RateLimit, q.RatePeriodMS),
+				cmp.Or(q.Order, schemas.QueueOrderFIFO)}
 		}))
 	cmd.AddCommand(list, queueSetCmd(g), queuePauseCmd(g, true), queuePauseCmd(g, false), queueDeleteCmd(g))
 	return cmd
@@ -34,8 +36,8 @@ func queueSetCmd(g *globals) *cobra.Command {
 	var lease time.Duration
 	var deliver, running int
 	var unlimited, unrated bool
-	var rateSpec, cmdID string
-	set := &cobra.Command{Use: "set NAME [--lease D] [--max-deliver N] [--max-running N | --no-limit] [--rate N/PERIOD | --no-rate-limit]",
+	var rateSpec, order, cmdID string
+	set := &cobra.Command{Use: "set NAME [--lease D] [--max-deliver N] [--max-running N | --no-limit] [--rate N/PERIOD | --no-rate-limit] [--order fifo|priority]",
 		Short: "set a queue's settings; those not given stay as they are (a new queue's: 30s, 5, no limit)", Args: cobra.ExactArgs(1),
 		RunE: func(_ *cobra.Command, args []string) error {
 			if unlimited && running != 0 {
@@ -46,6 +48,9 @@ func queueSetCmd(g *globals) *cobra.Command {
 			}
 			if unrated && rateSpec != "" {
 				return fail(exitInvalid, "--rate and --no-rate-limit say different things: give one")
+			}
+			if order != "" && order != schemas.QueueOrderFIFO && order != schemas.QueueOrderPriority {
+				return fail(exitInvalid, "--order %s: want fifo (as the tasks became ready) or priority (by the tasks' --priority, then as they became ready)", order)
 			}
 			limit, period, err := parseRate(rateSpec)
 			if err != nil {
@@ -71,7 +76,7 @@ func queueSetCmd(g *globals) *cobra.Command {
 				if unlimited {
 					c.MaxRunning = -1
 				}
-				c.RateLimit, c.RatePeriodMS = limit, period
+				c.RateLimit, c.RatePeriodMS, c.Order = limit, period, order
 				if unrated {
 					c.RateLimit = -1
 				}
@@ -94,6 +99,7 @@ func queueSetCmd(g *globals) *cobra.Command {
 	f.BoolVar(&unlimited, "no-limit", false, "remove the queue's limit of jobs running at once")
 	f.StringVar(&rateSpec, "rate", "", "at most N of the queue's jobs handed out in any PERIOD, across all its executors, such as 60/1m or 5/1s (PERIOD 1s to 24h)")
 	f.BoolVar(&unrated, "no-rate-limit", false, "remove the queue's rate limit")
+	f.StringVar(&order, "order", "", "the order the queue hands out its jobs in: fifo, as their tasks became ready, or priority, by their tasks' priority (1 first, 3 when not given) first")
 	return set
 }
 
@@ -171,6 +177,9 @@ func queueSettings(r *schemas.CommandResult) string {
 	s := fmt.Sprintf("lease %s, max deliver %d, max running: %s", time.Duration(r.LeaseMS)*time.Millisecond, r.MaxDeliver, maxRunning(r.MaxRunning))
 	if r.RateLimit > 0 {
 		s += ", rate: " + rate(r.RateLimit, r.RatePeriodMS)
+	}
+	if r.Order == schemas.QueueOrderPriority {
+		s += ", order: by priority"
 	}
 	if r.Paused {
 		s += ", paused: no job goes out until dwr queue resume " + r.Queue

@@ -42,7 +42,7 @@ func TestCLIQueueSet(t *testing.T) {
 	require.Equal(t, "queue llm: lease 1m0s, max deliver 5, max running: no limit, rate: 60/1m\n", out)
 	code, out, errs = run(t, url, "queue", "list")
 	require.Zero(t, code, errs)
-	require.Regexp(t, `(?m)^llm\s+0\s+0\s+0\s+no\s+1m0s\s+5\s+no limit\s+60/1m$`, out)
+	require.Regexp(t, `(?m)^llm\s+0\s+0\s+0\s+no\s+1m0s\s+5\s+no limit\s+60/1m\s+fifo$`, out)
 	for _, bad := range [][]string{{"--rate", "60"}, {"--rate", "x/1m"}, {"--rate", "5/soon"}, {"--rate", "5/1s", "--no-rate-limit"}} {
 		code, _, errs = run(t, url, append([]string{"queue", "set", "llm"}, bad...)...)
 		require.Equal(t, exitInvalid, code, bad)
@@ -54,6 +54,32 @@ func TestCLIQueueSet(t *testing.T) {
 	code, out, errs = run(t, url, "queue", "set", "llm", "--no-rate-limit")
 	require.Zero(t, code, errs)
 	require.NotContains(t, out, "rate")
+
+	// An order by priority: a task's --priority sets its turn.
+	code, out, errs = run(t, url, "queue", "set", "llm", "--order", "priority")
+	require.Zero(t, code, errs)
+	require.Equal(t, "queue llm: lease 1m0s, max deliver 5, max running: no limit, order: by priority\n", out)
+	code, out, errs = run(t, url, "queue", "list")
+	require.Zero(t, code, errs)
+	require.Regexp(t, `(?m)^llm\s.*\s-\s+priority$`, out)
+	code, _, errs = run(t, url, "queue", "set", "llm", "--order", "lifo")
+	require.Equal(t, exitInvalid, code)
+	require.Contains(t, errs, "want fifo")
+	code, out, errs = run(t, url, "queue", "set", "llm", "--lease", "2m")
+	require.Zero(t, code, errs)
+	require.Contains(t, out, "order: by priority", "what is not given stays")
+	var tk map[string]any
+	runJSON(t, url, &tk, "task", "create", "--queue", "llm", "--priority", "1")
+	code, out, errs = run(t, url, "task", "get", tk["id"].(string))
+	require.Zero(t, code, errs)
+	require.Contains(t, out, "\npriority: 1\n")
+	code, _, errs = run(t, url, "task", "create", "--queue", "llm", "--priority", "9")
+	require.Equal(t, exitInvalid, code)
+	require.Contains(t, errs, "/spec/priority")
+	runJSON(t, url, &tk, "task", "cancel", tk["id"].(string))
+	code, out, errs = run(t, url, "queue", "set", "llm", "--order", "fifo")
+	require.Zero(t, code, errs)
+	require.NotContains(t, out, "order")
 
 	// A queue no unfinished task is given is deleted; one that does not
 	// stand is not found.
@@ -83,8 +109,8 @@ func TestCLIQueuePauseAndResume(t *testing.T) {
 	require.Zero(t, code, errs)
 	code, out, errs = run(t, url, "queue", "list")
 	require.Zero(t, code, errs)
-	require.Regexp(t, `(?m)^QUEUE\s+PENDING\s+IN FLIGHT\s+POLLING\s+PAUSED\s+LEASE\s+MAX DELIVER\s+MAX RUNNING\s+RATE$`, out)
-	require.Regexp(t, `(?m)^llm\s+1\s+0\s+0\s+yes\s+1m0s\s+5\s+no limit\s+-$`, out, "the task waits in the paused queue")
+	require.Regexp(t, `(?m)^QUEUE\s+PENDING\s+IN FLIGHT\s+POLLING\s+PAUSED\s+LEASE\s+MAX DELIVER\s+MAX RUNNING\s+RATE\s+ORDER$`, out)
+	require.Regexp(t, `(?m)^llm\s+1\s+0\s+0\s+yes\s+1m0s\s+5\s+no limit\s+-\s+fifo$`, out, "the task waits in the paused queue")
 	var qs []schemas.QueueConfig
 	runJSON(t, url, &qs, "queue", "list")
 	require.True(t, qs[0].Paused)

@@ -48,6 +48,7 @@ func taskCreateCmd(g *globals) *cobra.Command {
 	f.StringArrayVar(&labels, "label", nil, "a label, NAME=VALUE (repeatable): dwr task list --label finds the task by it")
 	f.StringVar(&o.Spec.Queue, "queue", "", "the work queue executors take it from (required)")
 	f.StringVar(&o.Spec.Title, "title", "", "a short title")
+	f.IntVar(&o.Spec.Priority, "priority", 0, "1 (first) to 5 (last): its turn in a queue whose order is priority (dwr queue set --order priority; default 3)")
 	f.StringVar(&o.Input, "input", "", "the task's input, as JSON")
 	f.StringSliceVar(&o.Spec.DependsOn, "depends-on", nil, "ids of tasks that must be accepted first")
 	f.IntVar(&o.MaxAttempts, "max-attempts", 0, "attempts in all before the task fails (default 3)")
@@ -99,6 +100,9 @@ func printTask(w io.Writer, t *schemas.Task) error {
 	fmt.Fprintf(w, "\ngoal: %s   depends on: %s\ncreated %s%s, updated %s\n", dash(t.GoalID), dash(strings.Join(t.DependsOn, ",")), ago(t.CreatedAt), by, ago(t.UpdatedAt))
 	if len(t.Labels) > 0 {
 		fmt.Fprintf(w, "labels: %s\n", formatLabels(t.Labels))
+	}
+	if t.Spec.Priority != 0 {
+		fmt.Fprintf(w, "priority: %d\n", t.Spec.Priority)
 	}
 	if len(t.Spec.Input) > 0 {
 		fmt.Fprintf(w, "input: %s\n", t.Spec.Input)

@@ -518,7 +518,11 @@ type queueRow struct {
 	// RateLimit items handed out in any RatePeriodMS at most; 0: no limit.
 	RateLimit    int   `json:"rate_limit,omitempty"`
 	RatePeriodMS int64 `json:"rate_period_ms,omitempty"`
-	Paused       bool  `json:"paused,omitempty"`
+	// Order is "priority" when the queue hands out its items by their
+	// tasks' priority, then as they became ready; "": as they became
+	// ready (fifo).
+	Order  string `json:"order,omitempty"`
+	Paused bool   `json:"paused,omitempty"`
 	// Polling and LastDelivered are the queue's consumer's: its executors'
 	// pulls waiting for an item, and when it last delivered one.
 	Polling       int        `json:"polling"`
@@ -552,7 +556,7 @@ func (c *Console) queues(w http.ResponseWriter, r *http.Request, s *session) {
 		}
 		x := row(q.Name)
 		x.LeaseMS, x.MaxDeliver, x.MaxRunning, x.Paused = q.LeaseMS, q.MaxDeliver, q.MaxRunning, q.Paused
-		x.RateLimit, x.RatePeriodMS = q.RateLimit, q.RatePeriodMS
+		x.RateLimit, x.RatePeriodMS, x.Order = q.RateLimit, q.RatePeriodMS, q.Order
 		x.Polling, x.LastDelivered = q.WaitingPulls, q.LastDelivered
 	}
 	truncated := false

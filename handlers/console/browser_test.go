@@ -195,8 +195,9 @@ func TestBrowser(t *testing.T) {
 		require.NoError(t, err)
 		stuck = append(stuck, r.ID)
 	}
-	var noButtons bool // an accepted task can be neither cancelled nor retried
-	var attemptsSpent, costBound, revisedProgress, paymentsRate string
+	var noButtons bool  // an accepted task can be neither cancelled nor retried
+	var noPriority bool // a task that gives no priority: its page shows none
+	var attemptsSpent, costBound, revisedProgress, paymentsRate, paymentsOrder, buildOrder string
 	require.NoError(t, do(t, bctx,
 		chromedp.Navigate(e.url+"/#/goals"),
 		chromedp.WaitVisible(chromedp.CSS(fmt.Sprintf(`tr[data-goal-id=%q] a`, g.ID))),
@@ -218,6 +219,10 @@ func TestBrowser(t *testing.T) {
 		screenshot(t, "task-timeline"),
 		chromedp.Func(func(ctx context.Context, target *chromedp.Target) (err error) {
 			noButtons, err = chromedp.Evaluate[bool](`document.querySelector("#cancel-task") === null && document.querySelector("#retry-task") === null`)(ctx, target)
+			return err
+		}),
+		chromedp.Func(func(ctx context.Context, target *chromedp.Target) (err error) {
+			noPriority, err = chromedp.Evaluate[bool](`document.querySelector("#task-priority") === null`)(ctx, target)
 			return err
 		}),
 		// The revised goal: its latest plan marks c added; the slider shows
@@ -246,12 +251,14 @@ func TestBrowser(t *testing.T) {
 		chromedp.WaitVisible(chromedp.CSS(`#budget tr[data-budget="attempts"][data-over="false"] td.bad[data-projected="3"]`)),
 		chromedp.Func(func(ctx context.Context, _ *chromedp.Target) error {
 			_, err := e.admin.Command(ctx, "queue.configure", map[string]any{"queue": "payments", "lease_ms": 30_000, "max_deliver": 5,
-				"rate_limit": 60, "rate_period_ms": 60_000})
+				"rate_limit": 60, "rate_period_ms": 60_000, "order": "priority"})
 			return err
 		}),
 		chromedp.Click(chromedp.CSS(`a[data-nav="queues"]`)),
 		chromedp.WaitVisible(chromedp.CSS(`tr[data-queue="payments"]`)), // the refund waits for its approval
 		textOf(`tr[data-queue="payments"] td.rate`, &paymentsRate),
+		textOf(`tr[data-queue="payments"] td.order`, &paymentsOrder),
+		textOf(`tr[data-queue="build"] td.order`, &buildOrder),
 		screenshot(t, "queues"),
 		chromedp.Click(chromedp.CSS(`tr[data-queue="build"] a`)), // a queue's tasks, of a state
 		chromedp.WaitVisible(chromedp.CSS("#queue-task-state")),
@@ -287,6 +294,7 @@ func TestBrowser(t *testing.T) {
 		chromedp.Click(chromedp.CSS("#signout")),
 	))
 	require.True(t, noButtons, "an accepted task's page offers no cancel and no retry")
+	require.True(t, noPriority, "a task that gives no priority: its page shows none")
 	for _, id := range stuck { // the console's commands, read by another client: once its views have them
 		servicetest.Eventually(t, 10*time.Second, func() bool {
 			tk, err := e.admin.Task(ctx(t), id)
@@ -297,6 +305,8 @@ func TestBrowser(t *testing.T) {
 	require.Equal(t, "of 2.5", costBound)
 	require.Equal(t, "0/2", revisedProgress, "of the plan's two tasks: b, removed, counts no more")
 	require.Equal(t, "60 per minute", paymentsRate, "the queue's rate limit, as people say it")
+	require.Equal(t, "priority", paymentsOrder, "the queue's order, as configured")
+	require.Equal(t, "fifo", buildOrder, "a queue whose order was never set")
 
 	// The approver signs in, opens the approval and approves with their key.
 	require.NoError(t, do(t, bctx,
@@ -351,7 +361,7 @@ func TestBrowserLabels(t *testing.T) {
 	acme := create("invoice 1042", schemas.Labels{"customer": "acme", "order": "1042"})
 	globex := create("invoice 1043", schemas.Labels{"customer": "globex"})
 	plain := create("quarterly report", nil)
-	task, err := e.admin.CreateTaskWith(ctx(t), schemas.CreateTask{Spec: schemas.TaskSpec{Queue: "held"}, Labels: schemas.Labels{"customer": "acme"}})
+	task, err := e.admin.CreateTaskWith(ctx(t), schemas.CreateTask{Spec: schemas.TaskSpec{Queue: "held", Priority: 1}, Labels: schemas.Labels{"customer": "acme"}})
 	require.NoError(t, err)
 	admin := filepath.Join(e.svc.Dir, access.AdminCredsFile)
 	api := e.signedIn(t, admin)
@@ -407,7 +417,7 @@ func TestBrowserLabels(t *testing.T) {
 	require.Equal(t, []string{gold}, widened, "only tier=gold: the one goal so labeled")
 	require.Contains(t, refused, `label filter "customer" is not NAME=VALUE`)
 
-	var badName, nameLeft string
+	var badName, nameLeft, taskPriority string
 	require.NoError(t, do(t, bctx,
 		chromedp.Navigate(e.url+"/#/goals/"+acme),
 		chromedp.WaitVisible(chromedp.CSS(`#goal-labels .chip[data-label="customer=acme"]`)),
@@ -457,9 +467,10 @@ func TestBrowserLabels(t *testing.T) {
 		}),
 		chromedp.WaitVisible(chromedp.CSS(`#goal-labels .chip[data-label="reviewed=yes"]`)),
 		chromedp.WaitVisible(chromedp.CSS(`#goal-labels .chip[data-label="customer=initech"]`)),
-		// A task's page: its labels, one set and one removed.
+		// A task's page: its priority, and its labels, one set and one removed.
 		chromedp.Navigate(e.url+"/#/tasks/"+task.ID),
 		chromedp.WaitVisible(chromedp.CSS(`#task-labels .chip[data-label="customer=acme"]`)),
+		textOf(`#task-priority`, &taskPriority),
 		chromedp.SendKeys(chromedp.CSS("#label-name"), "stage"),
 		chromedp.SendKeys(chromedp.CSS("#label-value"), "sent"),
 		chromedp.Click(chromedp.CSS("#set-label")),
@@ -467,6 +478,7 @@ func TestBrowserLabels(t *testing.T) {
 		chromedp.Click(chromedp.CSS(`#task-labels button[data-remove-label="customer"]`)),
 		chromedp.WaitNotPresent(chromedp.CSS(`#task-labels .chip[data-label="customer=acme"]`)),
 	))
+	require.Equal(t, "Priority 1", taskPriority, "the task's priority, from its spec")
 	require.Contains(t, badName, "/set/Priority", "the refusal names the field: %s", badName)
 	tl, err := e.admin.Task(ctx(t), task.ID)
 	require.NoError(t, err)

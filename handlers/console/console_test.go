@@ -640,7 +640,7 @@ func TestQueues(t *testing.T) {
 	// A poison item: delivered the most times its queue allows, never
 	// acknowledged (an executor crashing on it), it is quarantined.
 	_, err := e.admin.Command(ctx(t), "queue.configure", map[string]any{"queue": "poison", "lease_ms": 1000, "max_deliver": 1, "max_running": 3,
-		"rate_limit": 600, "rate_period_ms": 60_000})
+		"rate_limit": 600, "rate_period_ms": 60_000, "order": "priority"})
 	require.NoError(t, err)
 	bad, err := e.admin.CreateTask(ctx(t), schemas.TaskSpec{Queue: "poison"})
 	require.NoError(t, err)
@@ -667,6 +667,7 @@ func TestQueues(t *testing.T) {
 		MaxRunning    int        `json:"max_running"`
 		RateLimit     int        `json:"rate_limit"`
 		RatePeriodMS  int64      `json:"rate_period_ms"`
+		Order         string     `json:"order"`
 		Polling       int        `json:"polling"`
 		LastDelivered *time.Time `json:"last_delivered"`
 	}
@@ -681,10 +682,12 @@ func TestQueues(t *testing.T) {
 	require.Equal(t, 1, qs[1].MaxDeliver)
 	require.Equal(t, 3, qs[1].MaxRunning)
 	require.Equal(t, [2]int64{600, 60_000}, [2]int64{int64(qs[1].RateLimit), qs[1].RatePeriodMS})
+	require.Equal(t, "priority", qs[1].Order, "the queue's order, as configured")
 	require.NotNil(t, qs[1].LastDelivered, "the poison item was delivered")
 	require.Zero(t, qs[1].Polling, "no executor polls it")
 	require.Equal(t, "render", qs[2].Name)
 	require.Equal(t, 2, qs[2].Ready)
+	require.Empty(t, qs[2].Order, "a queue never configured: fifo, left out")
 
 	// A queue's page lists its tasks of a state; a failed task's page
 	// retries it, for an identity that may (a viewer may not).

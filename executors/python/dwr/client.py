@@ -327,9 +327,9 @@ class Client:
     async def create_task(self, queue: str, input: Any = None, *, title: str = "", command_id: Optional[str] = None,
                           labels: Optional[Dict[str, str]] = None, **spec: Any) -> Dict[str, Any]:
         """task.create: a standalone task on queue (spec: retry, timeout,
-        verification, ... as schemas/commands/task.create.json says), with
-        labels, which tasks(labels=) finds it by. The result's ``id`` names
-        it."""
+        verification, priority, ... as schemas/commands/task.create.json
+        says), with labels, which tasks(labels=) finds it by. The result's
+        ``id`` names it."""
         s: Dict[str, Any] = {"queue": queue, **spec}
         if title:
             s["title"] = title

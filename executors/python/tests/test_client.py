@@ -83,6 +83,12 @@ class TaskLabelsTest(unittest.IsolatedAsyncioTestCase):
         self.assertEqual([t["id"] async for t in c.tasks(labels={"stage": "sent"}, queue="mail")], ["T-1"])
         self.assertEqual(c.sent, [("dwr.q.default.task.list", {"queue": "mail", "labels": {"stage": "sent"}})])
 
+    async def test_a_tasks_priority_is_part_of_its_spec(self) -> None:
+        c = RecordingClient({"ok": True, "result": {"id": "T-2"}})
+        await c.create_task("triage", {"n": 2}, priority=1)
+        self.assertEqual(c.sent[0], ("dwr.cmd.default.task.create",
+                                     {"spec": {"queue": "triage", "priority": 1, "input": {"n": 2}}}))
+
 
 if __name__ == "__main__":
     unittest.main()

@@ -151,6 +151,8 @@ export interface TaskSpec {
   verification?: { queue: string; on_fail?: string; on_inconclusive?: string };
   /** The task's approval settings: its gate, and the defaults of the approvals its attempts request. */
   approval?: ApprovalSpec;
+  /** 1 (first) to 5 (last): the task's turn in a queue whose order is priority; absent, 3. */
+  priority?: number;
   [more: string]: unknown;
 }
 
@@ -271,6 +273,8 @@ export interface CommandResult {
   /** For queue.configure, queue.pause and queue.resume: at most rate_limit items handed out in any rate_period_ms. */
   rate_limit?: number;
   rate_period_ms?: number;
+  /** For queue.configure, queue.pause and queue.resume: "priority" when the queue hands out its items by their tasks' priority (absent: fifo). */
+  order?: string;
   /** For queue.configure, queue.pause and queue.resume: true while the queue is paused. */
   paused?: boolean;
   duplicate?: boolean;

@@ -570,7 +570,9 @@ async function renderTask(id) {
       (t.wait.approval_id ? " " + t.wait.approval_id : ""), t.wait.until ? h("span", {}, " until ", ago(t.wait.until)) : null);
   }
   show(h("h1", {}, "Task " + (t.key || t.id)),
-    h("p", {}, state(t.state), " queue " + t.spec.queue + " · task " + t.id,
+    h("p", {}, state(t.state), " queue " + t.spec.queue,
+      t.spec.priority ? h("span", {}, " · ", h("span", { id: "task-priority", "data-priority": t.spec.priority }, "Priority " + t.spec.priority)) : null,
+      " · task " + t.id,
       t.goal_id ? h("span", {}, " · goal ", h("a", { href: "#/goals/" + t.goal_id }, t.goal_id)) : null, " ", cancel, retry),
     labelsEditor("task", id, t).box,
     msg, t.reason ? h("p", { class: "muted" }, "reason: " + t.reason) : null,
@@ -705,10 +707,11 @@ async function renderQueues() {
     h("td", {}, q.lease_ms ? q.lease_ms / 1000 + " s" : "-"), h("td", {}, q.max_deliver || "-"),
     h("td", {}, q.max_running ? "at most " + q.max_running : q.lease_ms ? "no limit" : "-"),
     h("td", { class: "rate" }, q.rate_limit ? `${q.rate_limit} per ${period(q.rate_period_ms)}` : q.lease_ms ? "no limit" : "-"),
+    h("td", { class: "order" }, q.order === "priority" ? "priority" : "fifo"),
     h("td", { class: "num" + (q.ready && !q.running && !q.polling && !q.paused ? " bad" : "") }, q.polling || 0), h("td", {}, q.last_delivered ? ago(q.last_delivered) : "-")));
   show(h("h1", {}, "Queues"),
-    h("p", { class: "muted" }, "Depth: tasks ready for an executor (a paused queue hands out none). Running: attempts in progress. Waiting: tasks parked on an approval, a signal, a timer or a delegated goal. Quarantined: tasks failed because their work item was delivered the most times the queue allows. Rate: at most so many of its tasks handed out in any such period (the service lets them out one at a time, in order). Polling: executors' pulls waiting for an item (red: tasks are ready and no executor takes the queue)."),
-    table("queues", ["Queue", "Depth", "Running", "Waiting", "Quarantined", "Lease", "Max deliveries", "Running at once", "Rate", "Polling", "Last delivered"], rows));
+    h("p", { class: "muted" }, "Depth: tasks ready for an executor (a paused queue hands out none). Running: attempts in progress. Waiting: tasks parked on an approval, a signal, a timer or a delegated goal. Quarantined: tasks failed because their work item was delivered the most times the queue allows. Rate: at most so many of its tasks handed out in any such period (the service lets them out one at a time, in order). Order: fifo hands out its tasks as they became ready; priority by their priority first (1 first, 5 last; 3 when a task gives none), then as they became ready. Polling: executors' pulls waiting for an item (red: tasks are ready and no executor takes the queue)."),
+    table("queues", ["Queue", "Depth", "Running", "Waiting", "Quarantined", "Lease", "Max deliveries", "Running at once", "Rate", "Order", "Polling", "Last delivered"], rows));
 }
 
 // period says a rate limit's period in ms as people do: "second", "10 s",

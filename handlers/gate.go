@@ -1,9 +1,11 @@
 package handlers
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"maps"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -19,13 +21,16 @@ import (
 	"github.com/dwr-run/dwr/schemas"
 )
 
-// rateGate holds back the work items of the queues with a rate limit
-// (QueueConfig.RateLimit) and lets them out into the work stream at that
-// rate: at most RateLimit in any RatePeriodMS, counted from the moment each
-// was stored, and only while the queue's consumer has none left to deliver,
-// so that items cannot pile up in the stream while no executor takes them
-// and then go out at once. A queue paused keeps its last item undelivered,
-// so nothing more goes out until it is resumed.
+// gate holds back the work items of the queues with a rate limit
+// (QueueConfig.RateLimit) or an order by priority (QueueConfig.Order), and
+// lets them out into the work stream one at a time, only while the queue's
+// consumer has none left to deliver: so that items cannot pile up in the
+// stream while no executor takes them and then go out at once, and so that
+// the item an executor is handed is the one first in the queue's order
+// when it asked — by its task's priority, then as the tasks became ready.
+// A rate limit lets out at most RateLimit in any RatePeriodMS, counted from
+// the moment each was stored. A queue paused keeps its last item
+// undelivered, so nothing more goes out until it is resumed.
 //
 // What it holds is derived: the ready (or verifying) tasks of the queue
 // whose items it has not let out, found again by the writer's start
@@ -34,7 +39,7 @@ import (
 // server killed) is let out again once the queue holds nothing and the task
 // still waits for that item a while later (the work audit leaves these
 // queues to it).
-type rateGate struct {
+type gate struct {
 	mu     sync.Mutex
 	queues map[string]*gatedQueue // by "<workspace>/<queue>"
 	wake   chan struct{}
@@ -43,10 +48,11 @@ type rateGate struct {
 // gatedQueue is what the gate holds of one queue.
 type gatedQueue struct {
 	ws, queue string
-	limit     int
+	limit     int // 0: none (gated for its order)
 	period    time.Duration
-	sent      []time.Time          // when the items let out within the last period were stored, oldest first
-	waiting   []heldTask           // the tasks whose items wait, in the order they came
+	ordered   bool                 // by priority: waiting is kept in that order
+	sent      []time.Time          // when the items let out within the last period were stored, oldest first (with a limit)
+	waiting   []heldTask           // the tasks whose items wait, in the order they came (ordered: by priority first)
 	queued    map[string]bool      // the tasks of waiting
 	released  map[string]time.Time // the items let out, by message id, and when; forgotten once settled
 	lost      map[string]bool      // the items let out that were lost, to be let out again under ids of their own
@@ -54,8 +60,8 @@ type gatedQueue struct {
 	next      time.Time            // when to look at the queue again (zero: at once)
 	poked     bool                 // set by a hold while the queue is looked at: look again at once
 	idle      time.Duration        // how long the queue has had an item nobody took, doubled at each look up to gateIdle
-	// draining is set once the limit is lifted: what waits goes out at
-	// once, and the queue leaves the gate.
+	// draining is set once the limit and the order are lifted: what
+	// waits goes out at once, and the queue leaves the gate.
 	draining bool
 }
 
@@ -63,26 +69,28 @@ type gatedQueue struct {
 // record that left it waiting for that item: the views are read for it
 // once they have applied that record.
 type heldTask struct {
-	id  string
-	seq uint64
+	id       string
+	priority int // the task's (schemas.DefaultPriority when it gives none)
+	seq      uint64
 	// parent is the span of the command that made the task ready, when
 	// it was traced: the item let out carries a span of its trace.
 	parent trace.SpanContext
 }
 
-func newRateGate() *rateGate {
-	return &rateGate{queues: map[string]*gatedQueue{}, wake: make(chan struct{}, 1)}
+func newGate() *gate {
+	return &gate{queues: map[string]*gatedQueue{}, wake: make(chan struct{}, 1)}
 }
 
 // configure applies the settings qc of queue of workspace ws (nil: none):
-// a rate limit makes the gate hold the queue's items; without one, the
-// items it holds still go out, at once, and new ones are not held.
-func (g *rateGate) configure(ws, queue string, qc *domain.QueueConfig) {
+// a rate limit or an order by priority makes the gate hold the queue's
+// items; without either, the items it holds still go out, at once, and
+// new ones are not held.
+func (g *gate) configure(ws, queue string, qc *domain.QueueConfig) {
 	name := ws + "/" + queue
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	q := g.queues[name]
-	if qc == nil || qc.RateLimit <= 0 {
+	if qc == nil || (qc.RateLimit <= 0 && qc.Order != domain.QueueOrderPriority) {
 		if q != nil {
 			q.draining, q.next = true, time.Time{}
 			g.poke()
@@ -94,31 +102,47 @@ func (g *rateGate) configure(ws, queue string, qc *domain.QueueConfig) {
 		g.queues[name] = q
 	}
 	q.draining = false
-	q.limit, q.period = qc.RateLimit, time.Duration(max(qc.RatePeriodMS, domain.MinRatePeriodMS))*time.Millisecond
+	q.limit, q.period = max(qc.RateLimit, 0), time.Duration(max(qc.RatePeriodMS, domain.MinRatePeriodMS))*time.Millisecond
+	if q.limit == 0 {
+		q.sent = nil
+	}
+	if ordered := qc.Order == domain.QueueOrderPriority; ordered != q.ordered {
+		q.ordered = ordered
+		if ordered {
+			slices.SortStableFunc(q.waiting, func(a, b heldTask) int { return cmp.Compare(a.priority, b.priority) })
+		}
+	}
 	q.next = time.Time{}
 	g.poke()
 }
 
 // remove forgets queue of workspace ws (deleted).
-func (g *rateGate) remove(ws, queue string) {
+func (g *gate) remove(ws, queue string) {
 	g.mu.Lock()
 	delete(g.queues, ws+"/"+queue)
 	g.mu.Unlock()
 }
 
-// hold takes the item of task of queue of workspace ws, which the record at
-// seq left waiting for it (traced under parent, if valid), if the queue is
-// gated, and reports whether it did.
-func (g *rateGate) hold(ws, queue, task string, seq uint64, parent trace.SpanContext) bool {
+// hold takes the item that dispatchable task t waits for, which the record
+// at seq left it waiting for (traced under parent, if valid), if its queue
+// is gated, and reports whether it did.
+func (g *gate) hold(t *domain.Task, seq uint64, parent trace.SpanContext) bool {
+	queue, _ := awaitedItem(t)
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	q := g.queues[ws+"/"+queue]
+	q := g.queues[t.Workspace+"/"+queue]
 	if q == nil || q.draining {
 		return false
 	}
-	if !q.queued[task] {
-		q.queued[task] = true
-		q.waiting = append(q.waiting, heldTask{task, seq, parent})
+	if !q.queued[t.ID] {
+		q.queued[t.ID] = true
+		h := heldTask{id: t.ID, priority: cmp.Or(t.Spec.Priority, schemas.DefaultPriority), seq: seq, parent: parent}
+		i := len(q.waiting)
+		if q.ordered {
+			// After every task of its priority or a higher one.
+			i, _ = slices.BinarySearchFunc(q.waiting, h.priority+1, func(w heldTask, p int) int { return cmp.Compare(w.priority, p) })
+		}
+		q.waiting = slices.Insert(q.waiting, i, h)
 		q.next, q.poked = time.Time{}, true
 		g.poke()
 	}
@@ -126,7 +150,7 @@ func (g *rateGate) hold(ws, queue, task string, seq uint64, parent trace.SpanCon
 }
 
 // gated reports whether queue of workspace ws is gated.
-func (g *rateGate) gated(ws, queue string) bool {
+func (g *gate) gated(ws, queue string) bool {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	return g.queues[ws+"/"+queue] != nil
@@ -134,7 +158,7 @@ func (g *rateGate) gated(ws, queue string) bool {
 
 // held returns how many items each gated queue holds, by workspace and
 // queue.
-func (g *rateGate) held() map[[2]string]int {
+func (g *gate) held() map[[2]string]int {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	out := make(map[[2]string]int, len(g.queues))
@@ -145,7 +169,7 @@ func (g *rateGate) held() map[[2]string]int {
 }
 
 // poke wakes the gate's loop (g.mu held or not).
-func (g *rateGate) poke() {
+func (g *gate) poke() {
 	select {
 	case g.wake <- struct{}{}:
 	default:
@@ -193,7 +217,7 @@ func (d *dispatcher) gateLoop(ctx context.Context, store *projections.Store) {
 			if !now.Before(next) {
 				var err error
 				if next, err = d.letOut(ctx, store, q); err != nil && ctx.Err() == nil {
-					d.logger.Warn("handlers: a rate-limited queue's items could not be let out; tried again shortly", "queue", q.queue, "workspace", q.ws, "err", err)
+					d.logger.Warn("handlers: a held queue's items could not be let out; tried again shortly", "queue", q.queue, "workspace", q.ws, "err", err)
 					next = time.Now().Add(gateIdle)
 				}
 				d.gate.mu.Lock()
@@ -228,6 +252,9 @@ func (d *dispatcher) letOut(ctx context.Context, store *projections.Store, q *ga
 		q.sent = q.sent[1:]
 	}
 	room, waiting, draining := q.limit-len(q.sent), len(q.waiting), q.draining
+	if q.limit == 0 {
+		room = waiting // no limit: the order alone
+	}
 	look := len(q.released) > 0 && now.Sub(q.looked) >= time.Second
 	if look {
 		q.looked = now
@@ -244,7 +271,7 @@ func (d *dispatcher) letOut(ctx context.Context, store *projections.Store, q *ga
 	if draining {
 		for _, h := range d.take(q, waiting, store.Checkpoint()) {
 			if err := d.release(cctx, store, q, h); err != nil {
-				g.hold(q.ws, q.queue, h.id, h.seq, h.parent)
+				g.holdAgain(q, h)
 				return now, err
 			}
 		}
@@ -283,7 +310,7 @@ func (d *dispatcher) letOut(ctx context.Context, store *projections.Store, q *ga
 	g.mu.Unlock()
 	for _, h := range d.take(q, min(room, max(ci.NumWaiting, 1)), store.Checkpoint()) {
 		if err := d.release(cctx, store, q, h); err != nil {
-			g.hold(q.ws, q.queue, h.id, h.seq, h.parent) // after those that came since: tried again
+			g.holdAgain(q, h) // tried again
 			return now, err
 		}
 	}
@@ -341,7 +368,7 @@ func (d *dispatcher) lostItems(store *projections.Store, q *gatedQueue, ci *jets
 		}
 		g.mu.Unlock()
 		if lost {
-			g.hold(q.ws, q.queue, task, store.Checkpoint(), trace.SpanContext{})
+			g.hold(t, store.Checkpoint(), trace.SpanContext{})
 		}
 	}
 }
@@ -391,29 +418,53 @@ func (d *dispatcher) release(ctx context.Context, store *projections.Store, q *g
 	}
 	stored := time.Now() // at or after the stream's own time for it
 	d.gate.mu.Lock()
-	q.sent = append(q.sent, stored)
+	if q.limit > 0 {
+		q.sent = append(q.sent, stored)
+	}
 	q.released[itemID] = stored
 	d.gate.mu.Unlock()
 	return nil
 }
 
-// waits reports whether the gate holds the item of task, not let out yet.
-func (g *rateGate) waits(task string) bool {
+// holdAgain puts h, taken from q and not let out, back first among the
+// tasks of its priority.
+func (g *gate) holdAgain(q *gatedQueue, h heldTask) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if q.queued[h.id] {
+		return
+	}
+	i := 0
+	if q.ordered {
+		i, _ = slices.BinarySearchFunc(q.waiting, h.priority, func(w heldTask, p int) int { return cmp.Compare(w.priority, p) })
+	}
+	q.queued[h.id] = true
+	q.waiting = slices.Insert(q.waiting, i, h)
+}
+
+// waits reports why the gate holds the item of task, not let out yet: its
+// queue's rate limit, or its turn in the queue's order; "" when it does
+// not.
+func (g *gate) waits(task string) string {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	for _, q := range g.queues {
-		if q.queued[task] {
-			return true
+		switch {
+		case !q.queued[task]:
+		case q.limit > 0:
+			return "its queue's rate limit"
+		default:
+			return "its turn in its queue's order by priority"
 		}
 	}
-	return false
+	return ""
 }
 
-// heldByRate refuses a claim — a task.claim, or a report that carries one
-// (the lazy claim) — of a task whose item its queue's rate limit still
-// holds: no executor was handed it, and an attempt started by its id alone
-// would pass the limit.
-func (s *Service) heldByRate(cmd domain.Command) *schemas.Error {
+// heldByGate refuses a claim — a task.claim, or a report that carries one
+// (the lazy claim) — of a task whose item its queue still holds (a rate
+// limit, an order by priority): no executor was handed it, and an attempt
+// started by its id alone would pass the limit, or tasks before it.
+func (s *Service) heldByGate(cmd domain.Command) *schemas.Error {
 	var id string
 	switch c := cmd.(type) {
 	case *domain.ClaimTask:
@@ -427,9 +478,13 @@ func (s *Service) heldByRate(cmd domain.Command) *schemas.Error {
 			id = c.TaskID
 		}
 	}
-	if id == "" || s.dispatch == nil || !s.dispatch.gate.waits(id) {
+	if id == "" || s.dispatch == nil {
+		return nil
+	}
+	why := s.dispatch.gate.waits(id)
+	if why == "" {
 		return nil
 	}
 	return &schemas.Error{Code: schemas.CodeConflict, Message: fmt.Sprintf(
-		"task %s waits for its queue's rate limit: it is handed out as a work item, to be claimed then, once the limit allows", id)}
+		"task %s waits for %s: it is handed out as a work item, to be claimed then", id, why)}
 }
