@@ -81,6 +81,8 @@ type (
 	CancelGoal = schemas.CancelGoal
 	// LabelGoal sets and removes a goal's labels.
 	LabelGoal = schemas.LabelGoal
+	// PrioritizeGoal sets a goal's priority.
+	PrioritizeGoal = schemas.PrioritizeGoal
 	// LabelTask sets and removes a task's labels.
 	LabelTask = schemas.LabelTask
 	// Labels are a goal's names and values.
@@ -209,6 +211,7 @@ var commandTypes = map[string]func() Command{
 	"goal.create":           func() Command { return &CreateGoal{} },
 	"goal.cancel":           func() Command { return &CancelGoal{} },
 	"goal.label":            func() Command { return &LabelGoal{} },
+	"goal.prioritize":       func() Command { return &PrioritizeGoal{} },
 	"task.label":            func() Command { return &LabelTask{} },
 	"plan.submit":           func() Command { return &SubmitPlan{} },
 	"task.create":           func() Command { return &CreateTask{} },

@@ -1,6 +1,7 @@
 package domain
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"slices"
@@ -61,7 +62,7 @@ func (x *tx) delegateTask(c *DelegateTask) (Reply, error) {
 	if len(t.Delegations) >= MaxDelegations {
 		return Reply{}, conflict("task %s has delegated %d times, the most a task may", t.ID, MaxDelegations)
 	}
-	origin := goalOrigin{parent: &ParentRef{TaskID: t.ID, GoalID: t.GoalID, Key: c.Key, Depth: 1}}
+	origin := goalOrigin{parent: &ParentRef{TaskID: t.ID, GoalID: t.GoalID, Key: c.Key, Depth: 1}, priority: t.Spec.Priority}
 	if t.GoalID != "" {
 		g, err := x.o.Goal(t.GoalID)
 		if err != nil {
@@ -69,6 +70,7 @@ func (x *tx) delegateTask(c *DelegateTask) (Reply, error) {
 		}
 		if g != nil {
 			origin.within = &g.Envelope
+			origin.priority = cmp.Or(origin.priority, g.Priority)
 			if g.Parent != nil {
 				origin.parent.Depth = g.Parent.Depth + 1
 			}

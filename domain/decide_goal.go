@@ -1,6 +1,7 @@
 package domain
 
 import (
+	"cmp"
 	"encoding/json"
 	"fmt"
 	"slices"
@@ -52,6 +53,9 @@ type goalOrigin struct {
 	schedule *ScheduleRef
 	parent   *ParentRef
 	within   *Envelope
+	// priority is the delegating task's, which its child goal takes
+	// when it gives none (0: none).
+	priority int
 }
 
 // createGoalFrom creates the goal c asks for, from origin.
@@ -74,6 +78,9 @@ func (x *tx) createGoalFrom(c *CreateGoal, origin goalOrigin) (Reply, error) {
 		}
 	}
 	if err := CheckLabels("/labels", c.Labels); err != nil {
+		return Reply{}, err
+	}
+	if err := checkPriority("/priority", c.Priority, true); err != nil {
 		return Reply{}, err
 	}
 	b := c.Envelope.Budget
@@ -125,7 +132,7 @@ func (x *tx) createGoalFrom(c *CreateGoal, origin goalOrigin) (Reply, error) {
 		return Reply{}, conflict("goal %s already exists", c.GoalID)
 	}
 	if err := x.emit(c.GoalID, &GoalCreated{Workspace: x.m.Workspace, Title: c.Title, Description: c.Description,
-		SuccessCriteria: c.SuccessCriteria, Envelope: c.Envelope, Labels: c.Labels, Ritual: origin.ritual, Schedule: origin.schedule,
+		SuccessCriteria: c.SuccessCriteria, Envelope: c.Envelope, Labels: c.Labels, Priority: cmp.Or(c.Priority, origin.priority), Ritual: origin.ritual, Schedule: origin.schedule,
 		Parent: origin.parent}); err != nil {
 		return Reply{}, err
 	}

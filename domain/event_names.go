@@ -58,6 +58,13 @@ func (*GoalLabeled) EventType() string { return "goal.labeled" }
 func (*GoalLabeled) AggregateType() string { return AggGoal }
 func (*GoalLabeled) isEvent()              {}
 
+// EventType returns "goal.prioritized".
+func (*GoalPrioritized) EventType() string { return "goal.prioritized" }
+
+// AggregateType returns AggGoal.
+func (*GoalPrioritized) AggregateType() string { return AggGoal }
+func (*GoalPrioritized) isEvent()              {}
+
 // EventType returns "task.labeled".
 func (*TaskLabeled) EventType() string { return "task.labeled" }
 

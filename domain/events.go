@@ -95,6 +95,9 @@ type GoalCreated struct {
 	Envelope        Envelope `json:"envelope"`
 	// Labels are the goal's labels (absent: none).
 	Labels Labels `json:"labels,omitempty"`
+	// Priority is the priority of the goal's tasks that give none (0:
+	// schemas.DefaultPriority).
+	Priority int `json:"priority,omitempty"`
 	// Ritual names the ritual version the goal was created from
 	// (ritual.run), if any.
 	Ritual *RitualRef `json:"ritual,omitempty"`
@@ -195,6 +198,12 @@ type GoalBudgetExtended struct {
 // when absent).
 type GoalLabeled struct {
 	Labels Labels `json:"labels,omitempty"`
+}
+
+// GoalPrioritized: the goal's tasks that give no priority take Priority
+// from now on (goal.prioritize).
+type GoalPrioritized struct {
+	Priority int `json:"priority"`
 }
 
 // GoalCancelled: the goal was cancelled along with its unfinished tasks.
@@ -461,6 +470,7 @@ var eventTypes = map[string]func() Event{
 	"goal.failed":                   func() Event { return &GoalFailed{} },
 	"goal.cancelled":                func() Event { return &GoalCancelled{} },
 	"goal.labeled":                  func() Event { return &GoalLabeled{} },
+	"goal.prioritized":              func() Event { return &GoalPrioritized{} },
 	"task.labeled":                  func() Event { return &TaskLabeled{} },
 	"goal.budget_extended":          func() Event { return &GoalBudgetExtended{} },
 	"task.created":                  func() Event { return &TaskCreated{} },

@@ -120,6 +120,8 @@ func (x *tx) decide(cmd Command) (Reply, error) {
 		return x.deleteQueue(c)
 	case *LabelGoal:
 		return x.labelGoal(c)
+	case *PrioritizeGoal:
+		return x.prioritizeGoal(c)
 	case *LabelTask:
 		return x.labelTask(c)
 	case *PauseQueue:

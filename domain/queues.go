@@ -25,6 +25,9 @@ const (
 	// The orders a queue hands out its items in (QueueConfig.Order).
 	QueueOrderFIFO     = schemas.QueueOrderFIFO
 	QueueOrderPriority = schemas.QueueOrderPriority
+	// DefaultPriority is the priority of a task that gives none, of a
+	// goal that gives none.
+	DefaultPriority = schemas.DefaultPriority
 
 	// The settings of a queue no queue.configure has set.
 	DefaultLeaseMS    = 30_000

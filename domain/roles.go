@@ -53,7 +53,7 @@ var ExecutorCommands = map[string]bool{
 }
 
 var clientCommands = map[string]bool{
-	"goal.create": true, "goal.cancel": true, "goal.label": true, "plan.submit": true, "task.create": true,
+	"goal.create": true, "goal.cancel": true, "goal.label": true, "goal.prioritize": true, "plan.submit": true, "task.create": true,
 	"task.cancel": true, "task.retry": true, "task.label": true, "task.review": true, "task.signal": true,
 	"ritual.define": true, "ritual.run": true,
 	"schedule.create": true, "schedule.pause": true, "schedule.resume": true, "schedule.delete": true,

@@ -82,8 +82,8 @@ func ValidateSpec(field string, s TaskSpec, env *Envelope) error {
 	if s.Timeout < 0 {
 		return invalid(field+"/timeout", "must not be negative")
 	}
-	if s.Priority != 0 && (s.Priority < schemas.MinPriority || s.Priority > schemas.MaxPriority) {
-		return invalid(field+"/priority", "must be between %d (first) and %d (last) (got %d)", schemas.MinPriority, schemas.MaxPriority, s.Priority)
+	if err := checkPriority(field+"/priority", s.Priority, true); err != nil {
+		return err
 	}
 	if v := s.Verification; v != nil {
 		if !ValidName(v.Queue) {
@@ -191,4 +191,13 @@ func onCycle(tasks []TaskSpec, index map[string]int, done []bool) int {
 			}
 		}
 	}
+}
+
+// checkPriority refuses a priority (TaskSpec.Priority, a goal's) out of
+// its bounds, naming field; 0 (none given) only when optional.
+func checkPriority(field string, p int, optional bool) error {
+	if (p == 0 && optional) || (p >= schemas.MinPriority && p <= schemas.MaxPriority) {
+		return nil
+	}
+	return invalid(field, "must be between %d (first) and %d (last) (got %d)", schemas.MinPriority, schemas.MaxPriority, p)
 }

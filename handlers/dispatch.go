@@ -476,6 +476,13 @@ func (d *dispatcher) dispatchCommit(c *eventstore.Commit, seq uint64, store aggr
 			}
 			continue
 		}
+		if e.Type == "goal.prioritized" {
+			var gp domain.GoalPrioritized
+			if err := json.Unmarshal(e.Data, &gp); err == nil {
+				d.gate.prioritize(e.AggregateID, gp.Priority)
+			}
+			continue
+		}
 		if e.AggregateType != domain.AggTask || seen[e.AggregateID] {
 			continue
 		}
@@ -490,7 +497,7 @@ func (d *dispatcher) dispatchCommit(c *eventstore.Commit, seq uint64, store aggr
 		}
 		d.openQueues(t, store, seq) // a dispatchable task's too
 		if dispatchable(t) {
-			if d.gate.hold(t, seq, traces.of(e)) {
+			if d.gate.hold(t, store, seq, traces.of(e)) {
 				continue // let out at its queue's rate, or in its order
 			}
 			d.publishTraced(workItemOf(t, store, seq), traces.of(e))
@@ -598,7 +605,7 @@ func (d *dispatcher) rederive(ctx context.Context, store *projections.Store) (in
 			if err := d.ensureQueue(ctx, store, ws.Name, it.Queue); err != nil && queueErr == nil {
 				queueErr = err
 			}
-			if d.gate.hold(t, store.Checkpoint(), trace.SpanContext{}) {
+			if d.gate.hold(t, store, store.Checkpoint(), trace.SpanContext{}) {
 				continue // let out at its queue's rate or in its order, not published here
 			}
 			m, err := d.msg(it)

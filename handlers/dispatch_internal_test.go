@@ -113,6 +113,7 @@ func TestAnExecuteItemCarriesItsTaskWithinItsBound(t *testing.T) {
 type tasks map[string]*domain.Task
 
 func (m tasks) Task(id string) (*domain.Task, error)        { return m[id], nil }
+func (m tasks) Goal(string) (*domain.Goal, error)           { return nil, nil }
 func (m tasks) Workspace(string) (*domain.Workspace, error) { return nil, nil }
 
 // An execute item carries the accepted results of its task's dependencies,

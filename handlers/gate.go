@@ -69,8 +69,11 @@ type gatedQueue struct {
 // record that left it waiting for that item: the views are read for it
 // once they have applied that record.
 type heldTask struct {
-	id       string
-	priority int // the task's (schemas.DefaultPriority when it gives none)
+	id string
+	// priority is the task's, or its goal's when it gives none (goal,
+	// whose goal.prioritize moves it), or schemas.DefaultPriority.
+	priority int
+	goal     string
 	seq      uint64
 	// parent is the span of the command that made the task ready, when
 	// it was traced: the item let out carries a span of its trace.
@@ -125,28 +128,69 @@ func (g *gate) remove(ws, queue string) {
 
 // hold takes the item that dispatchable task t waits for, which the record
 // at seq left it waiting for (traced under parent, if valid), if its queue
-// is gated, and reports whether it did.
-func (g *gate) hold(t *domain.Task, seq uint64, parent trace.SpanContext) bool {
+// is gated, and reports whether it did; states has the task's goal.
+func (g *gate) hold(t *domain.Task, states aggregates, seq uint64, parent trace.SpanContext) bool {
 	queue, _ := awaitedItem(t)
+	name := t.Workspace + "/" + queue
+	g.mu.Lock()
+	q := g.queues[name]
+	held := q != nil && !q.draining
+	queued := held && q.queued[t.ID]
+	g.mu.Unlock()
+	if !held || queued {
+		return held
+	}
+	h := heldTask{id: t.ID, priority: t.Spec.Priority, seq: seq, parent: parent}
+	if h.priority == 0 {
+		h.goal = t.GoalID
+		if goal, err := states.Goal(t.GoalID); t.GoalID != "" && err == nil && goal != nil {
+			h.priority = goal.Priority
+		}
+	}
+	h.priority = cmp.Or(h.priority, schemas.DefaultPriority)
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	q := g.queues[t.Workspace+"/"+queue]
-	if q == nil || q.draining {
+	if q = g.queues[name]; q == nil || q.draining {
 		return false
 	}
 	if !q.queued[t.ID] {
 		q.queued[t.ID] = true
-		h := heldTask{id: t.ID, priority: cmp.Or(t.Spec.Priority, schemas.DefaultPriority), seq: seq, parent: parent}
-		i := len(q.waiting)
-		if q.ordered {
-			// After every task of its priority or a higher one.
-			i, _ = slices.BinarySearchFunc(q.waiting, h.priority+1, func(w heldTask, p int) int { return cmp.Compare(w.priority, p) })
-		}
-		q.waiting = slices.Insert(q.waiting, i, h)
+		q.insert(h, h.priority+1) // after every task of its priority or a higher one
 		q.next, q.poked = time.Time{}, true
 		g.poke()
 	}
 	return true
+}
+
+// insert puts h in q.waiting: at the end, or, in a queue ordered by
+// priority, before the first task whose priority is before or later.
+func (q *gatedQueue) insert(h heldTask, before int) {
+	i := len(q.waiting)
+	if q.ordered {
+		i, _ = slices.BinarySearchFunc(q.waiting, before, func(w heldTask, p int) int { return cmp.Compare(w.priority, p) })
+	}
+	q.waiting = slices.Insert(q.waiting, i, h)
+}
+
+// prioritize gives priority to the held tasks of goal that take their
+// goal's (goal.prioritized), moving each to its new place.
+func (g *gate) prioritize(goal string, priority int) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	for _, q := range g.queues {
+		var moved []heldTask
+		q.waiting = slices.DeleteFunc(q.waiting, func(h heldTask) bool {
+			if h.goal != goal || h.priority == priority {
+				return false
+			}
+			h.priority = priority
+			moved = append(moved, h)
+			return true
+		})
+		for _, h := range moved {
+			q.insert(h, priority+1)
+		}
+	}
 }
 
 // gated reports whether queue of workspace ws is gated.
@@ -368,7 +412,7 @@ func (d *dispatcher) lostItems(store *projections.Store, q *gatedQueue, ci *jets
 		}
 		g.mu.Unlock()
 		if lost {
-			g.hold(t, store.Checkpoint(), trace.SpanContext{})
+			g.hold(t, store, store.Checkpoint(), trace.SpanContext{})
 		}
 	}
 }
@@ -434,12 +478,12 @@ func (g *gate) holdAgain(q *gatedQueue, h heldTask) {
 	if q.queued[h.id] {
 		return
 	}
-	i := 0
-	if q.ordered {
-		i, _ = slices.BinarySearchFunc(q.waiting, h.priority, func(w heldTask, p int) int { return cmp.Compare(w.priority, p) })
-	}
 	q.queued[h.id] = true
-	q.waiting = slices.Insert(q.waiting, i, h)
+	if !q.ordered {
+		q.waiting = slices.Insert(q.waiting, 0, h)
+		return
+	}
+	q.insert(h, h.priority) // before the others of its priority
 }
 
 // waits reports why the gate holds the item of task, not let out yet: its

@@ -106,12 +106,59 @@ func TestAPriorityOrderOutlastsARestart(t *testing.T) {
 	ctx := t.Context()
 	b.mustCommand(t, "queue.configure", map[string]any{"queue": "triage", "lease_ms": 30_000, "max_deliver": 5, "order": "priority"})
 	first := b.newTaskOf(t, "triage", 5)
+	cons, err := b.jetstream(t).Consumer(ctx, "DWR_WORK", "dwr-default-triage")
+	require.NoError(t, err)
+	servicetest.Eventually(t, 10*time.Second, func() bool {
+		info, err := cons.Info(ctx)
+		require.NoError(t, err)
+		return info.NumPending == 1 // the first let out, for whoever comes first
+	})
 	made := []string{first, b.newTaskOf(t, "triage", 4), b.newTaskOf(t, "triage", 0), b.newTaskOf(t, "triage", 1)}
 	b.stop()
 
 	b2 := start(t, b.dir)
-	cons, err := b2.jetstream(t).Consumer(ctx, "DWR_WORK", "dwr-default-triage")
+	cons, err = b2.jetstream(t).Consumer(ctx, "DWR_WORK", "dwr-default-triage")
 	require.NoError(t, err)
 	got, _ := itemsOf(t, b2, cons, len(made))
 	require.Equal(t, []string{first, made[3], made[2], made[1]}, got, "the one in the queue already, then by priority")
+}
+
+// A goal's priority (goal.create, goal.prioritize) is that of its tasks
+// that give none: they take their turn by it, and a change moves those
+// still held at once; a task's own priority stands over its goal's.
+func TestAGoalsPriorityOrdersItsTasks(t *testing.T) {
+	b := setup(t)
+	ctx := t.Context()
+	b.mustCommand(t, "queue.configure", map[string]any{"queue": "triage", "lease_ms": 30_000, "max_deliver": 5, "order": "priority"})
+	cons, err := b.jetstream(t).Consumer(ctx, "DWR_WORK", "dwr-default-triage")
+	require.NoError(t, err)
+	first := b.newTaskOf(t, "triage", 5)
+	servicetest.Eventually(t, 10*time.Second, func() bool {
+		info, err := cons.Info(ctx)
+		require.NoError(t, err)
+		return info.NumPending == 1
+	})
+
+	keyed := func(r domain.Reply) map[string]string {
+		ids := map[string]string{}
+		for _, pt := range r.Tasks {
+			ids[pt.Key] = pt.TaskID
+		}
+		return ids
+	}
+	low, seq := b.mustCommand(t, "goal.create", map[string]any{"title": "routine", "priority": 4, "tasks": []map[string]any{
+		{"key": "takes-its-goals", "queue": "triage"}, {"key": "own", "queue": "triage", "priority": 1}}})
+	var g schemas.Goal
+	b.query(t, "goal.get", schemas.Query{ID: low.ID}, seq, &g)
+	require.Equal(t, 4, g.Priority)
+	plain, _ := b.mustCommand(t, "goal.create", map[string]any{"title": "plain", "tasks": []map[string]any{{"key": "x", "queue": "triage"}}})
+	two := b.newTaskOf(t, "triage", 2)
+	lows, plains := keyed(low), keyed(plain)
+
+	// The escalation: the routine goal's tasks that give no priority of
+	// their own go before those of priority 2 now.
+	r, _ := b.mustCommand(t, "goal.prioritize", map[string]any{"goal_id": low.ID, "priority": 1})
+	require.False(t, r.Duplicate)
+	got, _ := itemsOf(t, b, cons, 5)
+	require.Equal(t, []string{first, lows["own"], lows["takes-its-goals"], two, plains["x"]}, got)
 }

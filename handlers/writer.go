@@ -389,6 +389,7 @@ func (w *writer) Committed(items []*request, c *eventstore.Commit, seq uint64, i
 // aggregates reads the states a committed record left its aggregates in.
 type aggregates interface {
 	Task(id string) (*domain.Task, error)
+	Goal(id string) (*domain.Goal, error)
 	Workspace(id string) (*domain.Workspace, error)
 }
 
@@ -405,6 +406,13 @@ func (d decidedStates) Task(id string) (*domain.Task, error) {
 		return t, nil
 	}
 	return d.views.Task(id)
+}
+
+func (d decidedStates) Goal(id string) (*domain.Goal, error) {
+	if g, ok := d.final.Goals[id]; ok {
+		return g, nil
+	}
+	return d.views.Goal(id)
 }
 
 func (d decidedStates) Workspace(id string) (*domain.Workspace, error) {

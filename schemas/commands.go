@@ -28,6 +28,9 @@ type CreateGoal struct {
 	// Labels are the goal's labels: names and values that goal.list
 	// selects by (Labels).
 	Labels Labels `json:"labels,omitempty"`
+	// Priority is the priority of the goal's tasks that give none of
+	// their own (TaskSpec.Priority); 0: DefaultPriority.
+	Priority int `json:"priority,omitempty"`
 	// Tasks, when set, are the goal's first plan, committed with the goal
 	// (as a plan.submit would be, in the same record).
 	Tasks []TaskSpec `json:"tasks,omitempty"`
@@ -39,6 +42,13 @@ type LabelGoal struct {
 	GoalID string   `json:"goal_id"`
 	Set    Labels   `json:"set,omitempty"`
 	Remove []string `json:"remove,omitempty"`
+}
+
+// PrioritizeGoal sets a goal's priority (CreateGoal.Priority): its tasks
+// that give none of their own take their turn by it.
+type PrioritizeGoal struct {
+	GoalID   string `json:"goal_id"`
+	Priority int    `json:"priority"`
 }
 
 // CancelGoal cancels a goal and every unfinished task of its plan.
@@ -389,6 +399,9 @@ func (CancelGoal) CommandName() string { return "goal.cancel" }
 
 // CommandName returns the command's wire name.
 func (LabelGoal) CommandName() string { return "goal.label" }
+
+// CommandName returns the command's wire name.
+func (PrioritizeGoal) CommandName() string { return "goal.prioritize" }
 
 // CommandName returns the command's wire name.
 func (LabelTask) CommandName() string { return "task.label" }

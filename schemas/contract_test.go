@@ -243,6 +243,7 @@ func TestContractOfTheDomain(t *testing.T) {
 	goal := domain.DeriveID(c.now, "goal-1")
 	c.do("goal.create", map[string]any{"goal_id": goal, "title": "Publish the Q2 report",
 		"labels":           map[string]any{"quarter": "2025-q2", "draft": ""},
+		"priority":         4,
 		"success_criteria": []string{"Every figure cites a source."},
 		"envelope": map[string]any{"budget": map[string]any{"cost": 25.5, "tokens": 2000000, "deadline": "2025-06-30T17:00:00Z"},
 			"permissions": map[string]any{"queues": []string{"research", "writer", "publisher"}}}})
@@ -258,6 +259,7 @@ func TestContractOfTheDomain(t *testing.T) {
 	r = c.do("goal.label", map[string]any{"goal_id": goal, "set": map[string]any{"owner": "maria"}, "remove": []string{"draft"}})
 	require.False(t, r.Duplicate)
 	require.True(t, c.do("goal.label", map[string]any{"goal_id": goal, "remove": []string{"draft"}}).Duplicate, "nothing left to remove")
+	require.False(t, c.do("goal.prioritize", map[string]any{"goal_id": goal, "priority": 2}).Duplicate)
 
 	r = c.do("task.claim", map[string]any{"task_id": collect, "executor": "researcher-1", "executor_version": "1.0.0"})
 	require.NotNil(t, r.Task)

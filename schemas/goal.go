@@ -16,7 +16,10 @@ type Goal struct {
 	Envelope        Envelope `json:"envelope"`
 	// Labels are the goal's names and values (goal.create, goal.label)
 	// that goal.list selects by.
-	Labels      Labels     `json:"labels,omitempty"`
+	Labels Labels `json:"labels,omitempty"`
+	// Priority is the priority of the goal's tasks that give none
+	// (goal.create, goal.prioritize); 0: DefaultPriority.
+	Priority    int        `json:"priority,omitempty"`
 	State       string     `json:"state"`
 	Reason      string     `json:"reason,omitempty"`
 	PlanVersion int        `json:"plan_version"`

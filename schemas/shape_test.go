@@ -355,7 +355,7 @@ func (s *shapes) defName(d doc) string {
 
 // commandBodies is every command's body, as schemas defines it.
 var commandBodies = map[string]schemas.Command{
-	"workspace.create": schemas.CreateWorkspace{}, "goal.create": schemas.CreateGoal{}, "goal.cancel": schemas.CancelGoal{}, "goal.label": schemas.LabelGoal{}, "task.label": schemas.LabelTask{},
+	"workspace.create": schemas.CreateWorkspace{}, "goal.create": schemas.CreateGoal{}, "goal.cancel": schemas.CancelGoal{}, "goal.label": schemas.LabelGoal{}, "goal.prioritize": schemas.PrioritizeGoal{}, "task.label": schemas.LabelTask{},
 	"plan.submit": schemas.SubmitPlan{}, "task.create": schemas.CreateTask{}, "task.cancel": schemas.CancelTask{},
 	"task.claim": schemas.ClaimTask{}, "task.checkpoint": schemas.SaveCheckpoint{}, "task.succeed": schemas.ReportSuccess{},
 	"task.fail": schemas.ReportFailure{}, "task.heartbeat": schemas.Heartbeat{}, "task.verify": schemas.RecordVerification{},

@@ -45,6 +45,7 @@ func goalCmd(g *globals) *cobra.Command {
 	f.StringVar(&c.Envelope.OnExhausted, "on-exhausted", "", "when the budget is used up: fail the task (fail, the default), or ask an approver to extend it (approval)")
 	f.BoolVar(&ownKey, "own-key", false, "seal the goal's payloads with its own data key, so that dwr shred --goal can shred them alone")
 	f.StringArrayVar(&labels, "label", nil, "a label, NAME=VALUE (repeatable): dwr goal list --label finds the goal by it")
+	f.IntVar(&c.Priority, "priority", 0, "1 (first) to 5 (last): the turn of the goal's tasks that give no --priority in a queue whose order is priority (default 3)")
 	f.StringVar(&c.Envelope.ExtensionRole, "extension-role", "", "with --on-exhausted approval: the approver role that may extend the budget (default: any)")
 
 	get := goalGetCmd(g)
@@ -74,7 +75,18 @@ func goalCmd(g *globals) *cobra.Command {
 			return cancelOne(ctx, cl, args[0], id)
 		}), &bulk{verb: "cancel", done: "cancelled", noun: "goal", states: []string{schemas.GoalStateOpen}}, cancelOne)
 	cancel.Flags().StringVar(&reason, "reason", "", "why: recorded with the cancellation")
-	cmd.AddCommand(create, get, list, cancel, labelCmd(g, "goal", "dwr goal list --label", (*client.Client).LabelGoal))
+	prioritize := sendCmd(g, &cobra.Command{Use: "prioritize ID PRIORITY", Args: cobra.ExactArgs(2),
+		Short: "set a goal's priority, 1 (first) to 5 (last): its tasks that give none take their turn by it in a queue whose order is priority, those waiting at once"},
+		"goal", func(args []string) error {
+			if _, err := strconv.Atoi(args[1]); err != nil {
+				return fail(exitInvalid, "priority %q: want a whole number, 1 (first) to 5 (last)", args[1])
+			}
+			return nil
+		}, func(ctx context.Context, cl *client.Client, args []string, id client.CallOption) (*client.Result, error) {
+			p, _ := strconv.Atoi(args[1])
+			return cl.PrioritizeGoal(ctx, args[0], p, id)
+		})
+	cmd.AddCommand(create, get, list, cancel, labelCmd(g, "goal", "dwr goal list --label", (*client.Client).LabelGoal), prioritize)
 	return cmd
 }
 
@@ -112,6 +124,9 @@ func printGoal(w io.Writer, v *schemas.GoalView) error {
 	}
 	if len(v.Labels) > 0 {
 		fmt.Fprintf(w, "labels: %s\n", formatLabels(v.Labels))
+	}
+	if v.Priority != 0 {
+		fmt.Fprintf(w, "priority: %d\n", v.Priority)
 	}
 	for _, c := range v.SuccessCriteria {
 		fmt.Fprintf(w, "criterion: %s\n", c)

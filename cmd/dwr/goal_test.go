@@ -209,3 +209,26 @@ func TestCLITaskLabels(t *testing.T) {
 		"/set/Customer":   {"task", "label", b["id"].(string), "Customer=x"},
 	})
 }
+
+// `dwr goal create --priority` and `dwr goal prioritize` set a goal's
+// priority, which `dwr goal get` shows; a priority out of bounds is
+// refused, named.
+func TestCLIGoalPriority(t *testing.T) {
+	url := cliServer(t)
+	var g map[string]any
+	runJSON(t, url, &g, "goal", "create", "--title", "urgent", "--priority", "2")
+	id := g["id"].(string)
+	code, out, errs := run(t, url, "goal", "get", id)
+	require.Zero(t, code, errs)
+	require.Contains(t, out, "\npriority: 2\n")
+	code, _, errs = run(t, url, "goal", "prioritize", id, "1")
+	require.Zero(t, code, errs)
+	_, out, _ = run(t, url, "goal", "get", id)
+	require.Contains(t, out, "\npriority: 1\n")
+	refusals(t, url, map[string][]string{
+		"want a whole number": {"goal", "prioritize", id, "first"},
+		"/priority":           {"goal", "prioritize", id, "9"},
+	})
+	code, _, errs = run(t, url, "goal", "create", "--title", "x", "--priority", "0")
+	require.Zero(t, code, errs, "0: none given")
+}

@@ -54,6 +54,14 @@ func (c *Client) LabelGoal(ctx context.Context, goalID string, set schemas.Label
 	return c.do(ctx, "goal.label", schemas.LabelGoal{GoalID: goalID, Set: set, Remove: remove}, opts)
 }
 
+// PrioritizeGoal sets a goal's priority, 1 (first) to 5 (last)
+// (goal.prioritize): its tasks that give none of their own take their turn
+// by it in a queue whose order is priority, those waiting at once. The
+// same priority again records nothing (Result.Duplicate).
+func (c *Client) PrioritizeGoal(ctx context.Context, goalID string, priority int, opts ...CallOption) (*Result, error) {
+	return c.do(ctx, "goal.prioritize", schemas.PrioritizeGoal{GoalID: goalID, Priority: priority}, opts)
+}
+
 // ShredGoal destroys the data key of a goal created with envelope privacy
 // key goal (goal.shred, an admin's): its payloads, and those of the goals
 // it delegated to, read "[shredded]" from then on; an open goal is

@@ -232,6 +232,25 @@ func relabel(w http.ResponseWriter, r *http.Request,
 	answer(w, res, err)
 }
 
+// priorityRequest is the body of POST /api/goals/{id}/priority.
+type priorityRequest struct {
+	Priority int `json:"priority"`
+}
+
+// prioritizeGoal is POST /api/goals/{id}/priority: it sets the goal's
+// priority, 1 (first) to 5 (last), to the body's (goal.prioritize); the
+// same priority again answers duplicate.
+func (c *Console) prioritizeGoal(w http.ResponseWriter, r *http.Request, s *session) {
+	var req priorityRequest
+	if !readJSON(w, r, &req) {
+		return
+	}
+	ctx, cancel := requestCtx(r)
+	defer cancel()
+	res, err := s.cl.PrioritizeGoal(ctx, r.PathValue("id"), req.Priority)
+	answer(w, res, err)
+}
+
 // labelTask is POST /api/tasks/{id}/labels: labelGoal's, for a task
 // (task.label).
 func (c *Console) labelTask(w http.ResponseWriter, r *http.Request, s *session) {

@@ -417,7 +417,7 @@ func TestBrowserLabels(t *testing.T) {
 	require.Equal(t, []string{gold}, widened, "only tier=gold: the one goal so labeled")
 	require.Contains(t, refused, `label filter "customer" is not NAME=VALUE`)
 
-	var badName, nameLeft, taskPriority string
+	var badName, nameLeft, taskPriority, priorityBefore, priorityAfter, badPriority, priorityLeft string
 	require.NoError(t, do(t, bctx,
 		chromedp.Navigate(e.url+"/#/goals/"+acme),
 		chromedp.WaitVisible(chromedp.CSS(`#goal-labels .chip[data-label="customer=acme"]`)),
@@ -467,6 +467,28 @@ func TestBrowserLabels(t *testing.T) {
 		}),
 		chromedp.WaitVisible(chromedp.CSS(`#goal-labels .chip[data-label="reviewed=yes"]`)),
 		chromedp.WaitVisible(chromedp.CSS(`#goal-labels .chip[data-label="customer=initech"]`)),
+		// Its priority, none given: 3; set to 1 with the select and Set,
+		// then 1 again, which changes nothing.
+		textOf(`#goal-priority`, &priorityBefore),
+		chromedp.SetValue(chromedp.CSS("#priority-select"), "1"),
+		chromedp.Click(chromedp.CSS("#set-priority")),
+		chromedp.WaitVisible(chromedp.CSS(`#goal-priority[data-priority="1"]`)),
+		chromedp.WaitVisible(chromedp.CSS(`#set-priority:enabled`)),
+		textOf(`#goal-priority`, &priorityAfter),
+		chromedp.Click(chromedp.CSS("#set-priority")),
+		chromedp.WaitVisible(chromedp.CSS(`#priority-unchanged`)),
+		chromedp.WaitVisible(chromedp.CSS(`#set-priority:enabled`)),
+		// A priority the service refuses (a page altered to offer 9): the
+		// refusal in place, the priority shown as it was.
+		chromedp.Func(func(ctx context.Context, target *chromedp.Target) error {
+			_, err := chromedp.Evaluate[bool](`document.querySelector("#priority-select").append(new Option("9", "9")); true`)(ctx, target)
+			return err
+		}),
+		chromedp.SetValue(chromedp.CSS("#priority-select"), "9"),
+		chromedp.Click(chromedp.CSS("#set-priority")),
+		chromedp.WaitVisible(chromedp.CSS(`#priority-msg [data-error-code="invalid"]`)),
+		textOf(`#priority-msg [data-error-code="invalid"]`, &badPriority),
+		textOf(`#goal-priority`, &priorityLeft),
 		// A task's page: its priority, and its labels, one set and one removed.
 		chromedp.Navigate(e.url+"/#/tasks/"+task.ID),
 		chromedp.WaitVisible(chromedp.CSS(`#task-labels .chip[data-label="customer=acme"]`)),
@@ -479,6 +501,10 @@ func TestBrowserLabels(t *testing.T) {
 		chromedp.WaitNotPresent(chromedp.CSS(`#task-labels .chip[data-label="customer=acme"]`)),
 	))
 	require.Equal(t, "Priority 1", taskPriority, "the task's priority, from its spec")
+	require.Equal(t, "Priority 3", priorityBefore, "a goal that gives no priority: 3")
+	require.Equal(t, "Priority 1", priorityAfter, "the goal's priority, as set on its page")
+	require.Contains(t, badPriority, "/priority", "the refusal names the field: %s", badPriority)
+	require.Equal(t, "Priority 1", priorityLeft, "a refused priority changes nothing")
 	require.Contains(t, badName, "/set/Priority", "the refusal names the field: %s", badName)
 	tl, err := e.admin.Task(ctx(t), task.ID)
 	require.NoError(t, err)
@@ -486,6 +512,6 @@ func TestBrowserLabels(t *testing.T) {
 	require.Equal(t, "Priority", nameLeft, "a refused label stays in the form")
 	servicetest.Eventually(t, 10*time.Second, func() bool { // the console's commands, read by another client
 		g, err := e.admin.Goal(ctx(t), acme)
-		return err == nil && maps.Equal(g.Labels, schemas.Labels{"customer": "initech", "order": "1042", "reviewed": "yes"})
+		return err == nil && maps.Equal(g.Labels, schemas.Labels{"customer": "initech", "order": "1042", "reviewed": "yes"}) && g.Priority == 1
 	})
 }

@@ -1098,3 +1098,55 @@ func TestTaskLabelsFromTheConsole(t *testing.T) {
 	require.Equal(t, http.StatusBadRequest, code)
 	require.Contains(t, er.Error.Message, "/set/Stage")
 }
+
+// POST /api/goals/{id}/priority sets a goal's priority (goal.prioritize):
+// the goal shows it at once for the session that set it, the same priority
+// again is a duplicate, and one out of 1..5 is refused, the field named.
+func TestGoalPriorityFromTheConsole(t *testing.T) {
+	e := setup(t)
+	r, err := e.admin.CreateGoal(ctx(t), schemas.CreateGoal{Title: "triage"})
+	require.NoError(t, err)
+	admin := e.signedIn(t, filepath.Join(e.svc.Dir, access.AdminCredsFile))
+	path := "/api/goals/" + r.ID + "/priority"
+	priorityOf := func() int {
+		t.Helper()
+		var g schemas.GoalView
+		code, er := admin.get("/api/goals/"+r.ID, &g)
+		require.Equal(t, http.StatusOK, code, er.Error.Message)
+		return g.Priority
+	}
+	servicetest.Eventually(t, 10*time.Second, func() bool { // another client's write: once the views have it
+		code, _ := admin.get("/api/goals/"+r.ID, nil)
+		return code == http.StatusOK
+	})
+	require.Zero(t, priorityOf(), "none given: none shown (the page shows 3)")
+
+	var res schemas.CommandResult
+	code, er := admin.post(path, map[string]any{"priority": 1}, &res)
+	require.Equal(t, http.StatusOK, code, er.Error.Message)
+	require.False(t, res.Duplicate)
+	require.Equal(t, 1, priorityOf())
+	g, err := e.admin.Goal(ctx(t), r.ID)
+	require.NoError(t, err)
+	require.Equal(t, 1, g.Priority, "goal.get has it")
+	res = schemas.CommandResult{}
+	code, er = admin.post(path, map[string]any{"priority": 1}, &res)
+	require.Equal(t, http.StatusOK, code, er.Error.Message)
+	require.True(t, res.Duplicate, "the same priority again")
+
+	// Refused: a priority out of 1..5 (the field named), a body that is not
+	// the request, a viewer's. Nothing changes.
+	code, er = admin.post(path, map[string]any{"priority": 9}, nil)
+	require.Equal(t, http.StatusBadRequest, code)
+	require.Equal(t, schemas.CodeInvalid, er.Error.Code)
+	require.NotEmpty(t, er.Error.Fields, er.Error.Message)
+	require.Equal(t, "/priority", er.Error.Fields[0].Pointer, er.Error.Message)
+	code, er = admin.post(path, map[string]any{"prio": 2}, nil)
+	require.Equal(t, http.StatusBadRequest, code)
+	require.Contains(t, er.Error.Message, "prio")
+	vera := e.signedIn(t, e.member(t, "vera", roleViewer))
+	code, er = vera.post(path, map[string]any{"priority": 5}, nil)
+	require.Equal(t, http.StatusForbidden, code)
+	require.Equal(t, schemas.CodeForbidden, er.Error.Code)
+	require.Equal(t, 1, priorityOf(), "nothing changed")
+}

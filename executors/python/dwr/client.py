@@ -307,16 +307,20 @@ class Client:
     # -- commands -----------------------------------------------------------
 
     async def create_goal(self, title: str, *, tasks: Optional[List[Dict[str, Any]]] = None,
-                          labels: Optional[Dict[str, str]] = None, command_id: Optional[str] = None,
-                          **fields: Any) -> Dict[str, Any]:
+                          labels: Optional[Dict[str, str]] = None, priority: Optional[int] = None,
+                          command_id: Optional[str] = None, **fields: Any) -> Dict[str, Any]:
         """goal.create: a goal, and with tasks its first plan in the same
         commit; labels are its labels (name: value), which goals(labels=)
-        selects by. The result names the goal (``id``) and its tasks."""
+        selects by; priority (1 first .. 5 last; None: 3) is the turn, in a
+        queue whose order is priority, of its tasks that give none of their
+        own. The result names the goal (``id``) and its tasks."""
         body: Dict[str, Any] = {"title": title, **fields}
         if tasks is not None:
             body["tasks"] = tasks
         if labels:
             body["labels"] = labels
+        if priority is not None:
+            body["priority"] = priority
         return await self.command("goal.create", body, command_id=command_id)
 
     async def submit_plan(self, goal_id: str, tasks: List[Dict[str, Any]], *,
@@ -361,6 +365,15 @@ class Client:
         the goal's state. A change that leaves its labels as they are
         records nothing (the result's ``duplicate``)."""
         return await self._label("goal", goal_id, set, remove, command_id)
+
+    async def prioritize_goal(self, goal_id: str, priority: int, *,
+                              command_id: Optional[str] = None) -> Dict[str, Any]:
+        """goal.prioritize: sets the goal's priority, 1 (first) to 5 (last):
+        its tasks that give none of their own take their turn by it in a
+        queue whose order is priority, those waiting at once. The same
+        priority again records nothing (the result's ``duplicate``)."""
+        return await self.command("goal.prioritize", {"goal_id": goal_id, "priority": priority},
+                                  command_id=command_id)
 
     async def label_task(self, task_id: str, *, set: Optional[Dict[str, str]] = None,
                          remove: Optional[Iterable[str]] = None, command_id: Optional[str] = None) -> Dict[str, Any]:

@@ -90,5 +90,21 @@ class TaskLabelsTest(unittest.IsolatedAsyncioTestCase):
                                      {"spec": {"queue": "triage", "priority": 1, "input": {"n": 2}}}))
 
 
+class GoalPriorityTest(unittest.IsolatedAsyncioTestCase):
+    async def test_create_goal_sends_its_priority(self) -> None:
+        c = RecordingClient()
+        await c.create_goal("urgent", priority=1, labels={"customer": "acme"})
+        self.assertEqual(c.sent, [("dwr.cmd.default.goal.create",
+                                   {"title": "urgent", "labels": {"customer": "acme"}, "priority": 1})])
+        await c.create_goal("no priority")
+        self.assertNotIn("priority", c.sent[1][1], "none given: none sent")
+
+    async def test_prioritize_goal_sends_goal_prioritize(self) -> None:
+        c = RecordingClient({"ok": True, "result": {"id": "G-1", "duplicate": True}})
+        r = await c.prioritize_goal("G-1", 5, command_id="prio-1")
+        self.assertEqual(r, {"id": "G-1", "duplicate": True})
+        self.assertEqual(c.sent, [("dwr.cmd.default.goal.prioritize", {"goal_id": "G-1", "priority": 5})])
+
+
 if __name__ == "__main__":
     unittest.main()

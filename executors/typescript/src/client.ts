@@ -50,6 +50,11 @@ export interface CreateGoal {
   envelope?: Record<string, unknown>;
   /** The goal's labels (name: value), which goals({ labels }) selects by and labelGoal changes. */
   labels?: Record<string, string>;
+  /**
+   * The goal's priority, 1 (first) to 5 (last; absent: 3): the turn, in a queue whose order is priority, of its
+   * tasks that give none of their own; prioritizeGoal changes it.
+   */
+  priority?: number;
   tasks?: TaskSpec[];
 }
 
@@ -155,6 +160,15 @@ export class Client {
     opts?: CallOptions,
   ): Promise<CommandResult> {
     return this.label("goal", goalId, change, opts);
+  }
+
+  /**
+   * prioritizeGoal sets a goal's priority, 1 (first) to 5 (last): its tasks that give none of their own take
+   * their turn by it in a queue whose order is priority, those waiting at once. The same priority again
+   * records nothing (the result's `duplicate`).
+   */
+  prioritizeGoal(goalId: string, priority: number, opts?: CallOptions): Promise<CommandResult> {
+    return this.command("goal.prioritize", { goal_id: goalId, priority }, opts);
   }
 
   /** labelTask is labelGoal for a task. */

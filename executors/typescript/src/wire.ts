@@ -311,6 +311,8 @@ export interface Goal {
   title: string;
   /** The goal's labels (name: value); absent when it has none. */
   labels?: Record<string, string>;
+  /** The goal's priority, 1 (first) to 5 (last); absent when none was given (3). */
+  priority?: number;
   state: string;
   reason?: string;
   plan_version?: number;

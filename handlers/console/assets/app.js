@@ -459,6 +459,51 @@ function labelsEditor(kind, id, g) {
   return { box: h("div", { class: "labels-line" }, h("span", { class: "muted" }, "Labels "), chips, form, msg), show: showLabels };
 }
 
+// priorityEditor is a goal's priority on its page: "Priority N" (3 when
+// the goal gives none), and a choice of 1 (first) to 5 (last) set by a
+// POST of /api/goals/{id}/priority (goal.prioritize); the priority shown is
+// then read again, as it is whenever a goal's live stream brings it anew.
+function priorityEditor(id, g) {
+  const path = `/api/goals/${encodeURIComponent(id)}/priority`;
+  const shown = h("span", { id: "goal-priority", title: "the turn of its tasks that give none of their own, in a queue whose order is priority: 1 first, 5 last (none given: 3)" });
+  const pick = h("select", { id: "priority-select", "aria-label": "priority" },
+    [1, 2, 3, 4, 5].map((n) => h("option", { value: n }, n + (n === 1 ? " (first)" : n === 5 ? " (last)" : ""))));
+  const set = h("button", { type: "submit", id: "set-priority" }, "Set");
+  const form = h("form", { id: "priority-form" }, pick, set);
+  const msg = h("div", { id: "priority-msg" });
+  let at = -1; // the goal version whose priority is shown
+  let now = 0; // the priority shown
+  const showPriority = (goal) => {
+    if (goal.version < at) return; // read before the priority shown
+    at = goal.version;
+    const p = goal.priority || 3;
+    if (p === now) return; // a choice being made stays
+    now = p;
+    shown.textContent = "Priority " + p;
+    shown.dataset.priority = p;
+    pick.value = String(p);
+  };
+  form.addEventListener("submit", async (ev) => {
+    ev.preventDefault();
+    msg.replaceChildren();
+    set.disabled = true; // until this priority is set, or refused
+    try {
+      const r = await api("POST", path, { priority: Number(pick.value) });
+      if (r.duplicate) msg.append(h("p", { class: "muted", id: "priority-unchanged" }, "No change: the goal's priority was so already."));
+    } catch (err) {
+      msg.append(errorBox(err));
+      return;
+    } finally {
+      set.disabled = false;
+    }
+    // The session reads its own write; should this read fail, the live
+    // stream still brings the goal anew.
+    await api("GET", "/api/goals/" + encodeURIComponent(id)).then(showPriority, () => {});
+  });
+  showPriority(g);
+  return { box: h("div", { class: "labels-line" }, shown, form, msg), show: showPriority };
+}
+
 async function renderGoal(id) {
   const g = await api("GET", "/api/goals/" + encodeURIComponent(id));
   const head = h("div", {}, goalHeader(g));
@@ -474,12 +519,13 @@ async function renderGoal(id) {
   const cancel = h("button", { type: "button", id: "cancel-goal", class: "danger", hidden: g.state !== "open" }, "Cancel goal");
   const msg = h("div");
   const labels = labelsEditor("goal", id, g);
+  const priority = priorityEditor(id, g);
   cancel.addEventListener("click", async () => {
     msg.replaceChildren();
     if (!confirm("Cancel this goal and its unfinished tasks?")) return;
     try { await api("POST", `/api/goals/${encodeURIComponent(id)}/cancel`, { reason: "cancelled from the console" }); } catch (err) { msg.append(errorBox(err)); }
   });
-  show(head, labels.box, h("p", {}, "Live: ", status, " ", cancel), msg, planBox, holder,
+  show(head, labels.box, priority.box, h("p", {}, "Live: ", status, " ", cancel), msg, planBox, holder,
     h("p", { class: "muted" }, "Click a task for its timeline."), h("h2", {}, "Activity"), feed);
   const es = new EventSource(`/api/goals/${encodeURIComponent(id)}/stream`);
   live = es;
@@ -489,6 +535,7 @@ async function renderGoal(id) {
     const s = JSON.parse(ev.data);
     head.replaceChildren(goalHeader(s.goal));
     labels.show(s.goal);
+    priority.show(s.goal);
     cancel.hidden = s.goal.state !== "open"; // an ended goal is not cancelled
     const known = revs.length ? revs[revs.length - 1].version : 1;
     if (s.goal.plan_version > known) { // revised while the page is open: the new version joins the slider

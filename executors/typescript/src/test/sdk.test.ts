@@ -565,6 +565,27 @@ test("goal labels: createGoal sends them, labelGoal sets and removes, goals sele
   assert.equal(sent.length, 5, "a change of nothing is not sent");
 });
 
+test("goal priority: createGoal sends it, prioritizeGoal changes it", async () => {
+  const { client, sent } = recordingConnection(
+    '{"ok": true, "result": {"id": "G-1", "version": 1}}',
+    '{"ok": true, "result": {"id": "G-1", "version": 2}}',
+    '{"ok": true, "result": {"id": "G-1", "version": 2, "duplicate": true}}',
+    '{"ok": true, "result": {"id": "G-2", "version": 1}}',
+  );
+  await client.createGoal({ title: "urgent", priority: 1, labels: { customer: "acme" } });
+  const r1 = await client.prioritizeGoal("G-1", 5);
+  assert.notEqual(r1.duplicate, true);
+  const r2 = await client.prioritizeGoal("G-1", 5, { commandId: "prio-1" });
+  assert.equal(r2.duplicate, true);
+  await client.createGoal({ title: "no priority" });
+  assert.deepEqual(sent, [
+    { subject: "dwr.cmd.default.goal.create", body: { title: "urgent", priority: 1, labels: { customer: "acme" } } },
+    { subject: "dwr.cmd.default.goal.prioritize", body: { goal_id: "G-1", priority: 5 } },
+    { subject: "dwr.cmd.default.goal.prioritize", body: { goal_id: "G-1", priority: 5 } },
+    { subject: "dwr.cmd.default.goal.create", body: { title: "no priority" } },
+  ]);
+});
+
 test("task labels: createTask sends them, labelTask sets and removes, tasks selects by them", async () => {
   const { client, sent } = recordingConnection(
     '{"ok": true, "result": {"id": "T-1", "version": 1}}',

@@ -1,0 +1,35 @@
+package domain
+
+// prioritizeGoal sets a goal's priority (goal.prioritize), in whatever
+// state the goal is: a failed goal's tasks retried take it too. The same
+// priority again records nothing.
+func (x *tx) prioritizeGoal(c *PrioritizeGoal) (Reply, error) {
+	g, err := x.goal(c.GoalID, "/goal_id")
+	if err != nil {
+		return Reply{}, err
+	}
+	if g.HasCommand(x.m.Key()) {
+		return duplicateGoal(g), nil
+	}
+	if err := checkPriority("/priority", c.Priority, false); err != nil {
+		return Reply{}, err
+	}
+	if effectivePriority(g.Priority) == c.Priority {
+		return duplicateGoal(g), nil // as the goal is already: nothing to record
+	}
+	if err := x.emit(g.ID, &GoalPrioritized{Priority: c.Priority}); err != nil {
+		return Reply{}, err
+	}
+	if g, err = x.o.Goal(g.ID); err != nil {
+		return Reply{}, err
+	}
+	return goalReply(g), nil
+}
+
+// effectivePriority is priority p given, or DefaultPriority for none (0).
+func effectivePriority(p int) int {
+	if p == 0 {
+		return DefaultPriority
+	}
+	return p
+}
