@@ -83,6 +83,14 @@ func (x *tx) createGoalFrom(c *CreateGoal, origin goalOrigin) (Reply, error) {
 	if err := checkPriority("/priority", c.Priority, true); err != nil {
 		return Reply{}, err
 	}
+	switch {
+	case c.Key != "" && !ValidKey(c.Key):
+		return Reply{}, invalid("/key", "goal key %q is not valid: use 1-128 letters, digits, '_', '.' or '-', starting with a letter or digit", c.Key)
+	case c.IfOpen != "" && c.IfOpen != schemas.GoalIfOpenRefuse && c.IfOpen != schemas.GoalIfOpenUse:
+		return Reply{}, invalid("/if_open", "%q is neither refuse nor use", c.IfOpen)
+	case c.IfOpen != "" && c.Key == "":
+		return Reply{}, invalid("/if_open", "goes with a key: what to do while an open goal holds it")
+	}
 	b := c.Envelope.Budget
 	switch {
 	case b.Cost < 0:
@@ -131,8 +139,24 @@ func (x *tx) createGoalFrom(c *CreateGoal, origin goalOrigin) (Reply, error) {
 		}
 		return Reply{}, conflict("goal %s already exists", c.GoalID)
 	}
+	if c.Key != "" {
+		open, err := x.openGoalOfKey(c.Key)
+		switch {
+		case err != nil:
+			return Reply{}, err
+		case open != nil && c.IfOpen != schemas.GoalIfOpenUse:
+			return Reply{}, &Error{Code: CodeConflict, Field: "/key", Message: fmt.Sprintf(
+				"goal %s holds key %q and is open: a key names one open goal (if_open use answers that goal instead)", open.ID, c.Key)}
+		case open != nil:
+			r := duplicateGoal(open)
+			if c.Tasks != nil {
+				r.Tasks = open.Plan
+			}
+			return r, nil
+		}
+	}
 	if err := x.emit(c.GoalID, &GoalCreated{Workspace: x.m.Workspace, Title: c.Title, Description: c.Description,
-		SuccessCriteria: c.SuccessCriteria, Envelope: c.Envelope, Labels: c.Labels, Priority: cmp.Or(c.Priority, origin.priority), Ritual: origin.ritual, Schedule: origin.schedule,
+		SuccessCriteria: c.SuccessCriteria, Envelope: c.Envelope, Labels: c.Labels, Priority: cmp.Or(c.Priority, origin.priority), Key: c.Key, Ritual: origin.ritual, Schedule: origin.schedule,
 		Parent: origin.parent}); err != nil {
 		return Reply{}, err
 	}
@@ -401,4 +425,19 @@ func DefaultPrivacy(w World, ws string, env *Envelope) error {
 	}
 	env.Privacy = &schemas.Privacy{Key: schemas.PrivacyKeyGoal}
 	return nil
+}
+
+// openGoalOfKey returns the open goal of the command's workspace that holds
+// key, or nil when none does: the goal made last with it, if it has not
+// ended.
+func (x *tx) openGoalOfKey(key string) (*Goal, error) {
+	id, err := x.o.GoalByKey(x.m.Workspace, key)
+	if err != nil || id == "" {
+		return nil, err
+	}
+	g, err := x.o.Goal(id)
+	if err != nil || g == nil || g.State != GoalStateOpen {
+		return nil, err
+	}
+	return g, nil
 }

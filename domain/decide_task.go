@@ -142,10 +142,21 @@ func (x *tx) retryableGoal(g *Goal, t *Task) (*Goal, error) {
 	if why != "" {
 		return nil, conflict("goal %s cannot run more work: %s", g.ID, why)
 	}
-	if g.State == GoalStateFailed {
-		return g, nil
+	if g.State != GoalStateFailed {
+		return nil, nil
 	}
-	return nil, nil
+	if g.Key != "" {
+		// A key names one open goal: not this one again while another
+		// holds it.
+		if open, err := x.openGoalOfKey(g.Key); err != nil || open != nil {
+			if err == nil {
+				err = conflict("goal %s's key %q is held by goal %s, which is open: a key names one open goal, and reopening goal %s would make two",
+					g.ID, g.Key, open.ID, g.ID)
+			}
+			return nil, err
+		}
+	}
+	return g, nil
 }
 
 // unaccepted returns the dependencies of t that have ended without being

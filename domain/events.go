@@ -98,6 +98,8 @@ type GoalCreated struct {
 	// Priority is the priority of the goal's tasks that give none (0:
 	// schemas.DefaultPriority).
 	Priority int `json:"priority,omitempty"`
+	// Key is the goal's key (CreateGoal.Key), if any.
+	Key string `json:"key,omitempty"`
 	// Ritual names the ritual version the goal was created from
 	// (ritual.run), if any.
 	Ritual *RitualRef `json:"ritual,omitempty"`

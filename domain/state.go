@@ -201,7 +201,7 @@ func ApplyGoal(g *Goal, id, workspace string, e Event, r Recorded) (*Goal, error
 			return nil, fmt.Errorf("domain: goal %s created twice", id)
 		}
 		return &Goal{ID: id, Workspace: workspace, Title: ev.Title, Description: ev.Description,
-			SuccessCriteria: ev.SuccessCriteria, Envelope: ev.Envelope, Labels: ev.Labels, Priority: ev.Priority, Ritual: ev.Ritual, Schedule: ev.Schedule, Parent: ev.Parent,
+			SuccessCriteria: ev.SuccessCriteria, Envelope: ev.Envelope, Labels: ev.Labels, Priority: ev.Priority, Key: ev.Key, Ritual: ev.Ritual, Schedule: ev.Schedule, Parent: ev.Parent,
 			State: GoalStateOpen, Versioned: created(r)}, nil
 	}
 	if g == nil {

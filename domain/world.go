@@ -21,6 +21,10 @@ type World interface {
 	RitualVersion(id string, version uint64) (*RitualVersion, error)
 	// Schedule returns the schedule whose aggregate id is id (ScheduleID).
 	Schedule(id string) (*Schedule, error)
+	// GoalByKey returns the id of the goal of workspace ws that took key
+	// (CreateGoal.Key) last — made with it, or reopened — or "" when none
+	// did.
+	GoalByKey(ws, key string) (string, error)
 }
 
 // Change is one event of one aggregate, with the version it gives the
@@ -44,6 +48,9 @@ type Overlay struct {
 	rituals    map[string]*Ritual
 	schedules  map[string]*Schedule
 	dependents map[string][]string
+	// keys holds the goals made (or reopened) here with a key, by
+	// "<ws>/<key>".
+	keys map[string]string
 	// versions holds the ritual versions defined here, by ritualVersionKey.
 	versions map[string]*RitualVersion
 	changes  []Change
@@ -58,7 +65,7 @@ type Overlay struct {
 func NewOverlay(base World) *Overlay {
 	return &Overlay{base: base, workspaces: map[string]*Workspace{}, goals: map[string]*Goal{},
 		tasks: map[string]*Task{}, rituals: map[string]*Ritual{}, schedules: map[string]*Schedule{}, dependents: map[string][]string{},
-		versions: map[string]*RitualVersion{}}
+		keys: map[string]string{}, versions: map[string]*RitualVersion{}}
 }
 
 // Workspace returns the workspace as changed by the overlay. An aggregate
@@ -116,6 +123,15 @@ func (o *Overlay) Dependents(id string) ([]string, error) {
 	return d, nil
 }
 
+// GoalByKey returns the goal made last with key in ws here, else the
+// base's.
+func (o *Overlay) GoalByKey(ws, key string) (string, error) {
+	if id, ok := o.keys[ws+"/"+key]; ok {
+		return id, nil
+	}
+	return o.base.GoalByKey(ws, key)
+}
+
 // Changes returns the changes applied so far, in order.
 func (o *Overlay) Changes() []Change { return o.changes }
 
@@ -141,6 +157,15 @@ func (o *Overlay) Apply(c Change, r Recorded) error {
 		}
 	case *RitualDefined:
 		o.versions[ritualVersionKey(c.AggregateID, ev.Version)] = NewRitualVersion(c.Workspace, ev, r)
+	case *GoalCreated:
+		if ev.Key != "" {
+			o.keys[c.Workspace+"/"+ev.Key] = c.AggregateID
+		}
+	case *GoalReopened:
+		// It holds its key again (no other open goal does: retryTask).
+		if g := o.goals[c.AggregateID]; g != nil && g.Key != "" {
+			o.keys[c.Workspace+"/"+g.Key] = c.AggregateID
+		}
 	}
 	o.changes = append(o.changes, c)
 	return nil
@@ -161,6 +186,7 @@ func (o *Overlay) Execute(cmd Command, m Meta) (*Outcome, error) {
 	maps.Copy(o.rituals, inner.rituals)
 	maps.Copy(o.schedules, inner.schedules)
 	maps.Copy(o.versions, inner.versions)
+	maps.Copy(o.keys, inner.keys)
 	for dep, ids := range inner.dependents {
 		o.dependents[dep] = append(o.dependents[dep], ids...)
 	}
@@ -289,6 +315,9 @@ func (Empty) Task(string) (*Task, error) { return nil, nil }
 
 // Dependents returns nil.
 func (Empty) Dependents(string) ([]string, error) { return nil, nil }
+
+// GoalByKey returns "".
+func (Empty) GoalByKey(string, string) (string, error) { return "", nil }
 
 // Ritual returns nil.
 func (Empty) Ritual(string) (*Ritual, error) { return nil, nil }

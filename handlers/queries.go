@@ -233,6 +233,9 @@ func checkFilters(name string, q schemas.Query) error {
 	case q.NewestFirst && name == "task.list" && q.State == "" && q.GoalID == "" && len(q.Labels) == 0:
 		return &schemas.Error{Code: schemas.CodeInvalid, Message: "task.list lists the newest first within one state, one goal or labels: give state, goal_id or labels with newest_first",
 			Fields: []schemas.FieldError{{Pointer: "/newest_first", Message: "needs state, goal_id or labels"}}}
+	case q.Key != "" && name != "goal.get":
+		return &schemas.Error{Code: schemas.CodeInvalid, Message: fmt.Sprintf("%s takes no key: a key reads a goal (goal.get); leave it out", name),
+			Fields: []schemas.FieldError{{Pointer: "/key", Message: "not an option of " + name}}}
 	case q.NewestFirst && name != "goal.list" && name != "task.list":
 		return &schemas.Error{Code: schemas.CodeInvalid, Message: fmt.Sprintf("%s lists in one order only: newest_first is goal.list's and task.list's; leave it out", name),
 			Fields: []schemas.FieldError{{Pointer: "/newest_first", Message: "not an option of " + name}}}
@@ -362,6 +365,25 @@ func (s *Service) query(name, ws string, p principal, q schemas.Query, pre prefe
 		wss, err := s.store.ListWorkspaces()
 		return one(nonNil(wss), err, budget, tooLargeReply(budget))
 	case "goal.get":
+		if q.Key != "" {
+			// The goal made last with the key.
+			switch {
+			case q.ID != "":
+				return nil, "", &schemas.Error{Code: schemas.CodeInvalid, Message: "goal.get reads a goal by its id or by its key: give one",
+					Fields: []schemas.FieldError{{Pointer: "/key", Message: "not with id"}}}
+			case !domain.ValidKey(q.Key):
+				return nil, "", &schemas.Error{Code: schemas.CodeInvalid, Message: fmt.Sprintf("goal key %q is not valid: use 1-128 letters, digits, '_', '.' or '-', starting with a letter or digit", q.Key),
+					Fields: []schemas.FieldError{{Pointer: "/key", Message: "not a goal key"}}}
+			}
+			id, err := s.store.GoalByKey(ws, q.Key)
+			if err != nil {
+				return nil, "", err
+			}
+			if id == "" {
+				return nil, "", &schemas.Error{Code: schemas.CodeNotFound, Message: fmt.Sprintf("no goal of workspace %q was made with key %q", ws, q.Key)}
+			}
+			q.ID = id
+		}
 		g, err := s.store.GoalView(ws, q.ID)
 		if err == nil && g == nil {
 			return nil, "", notFound("goal")

@@ -19,6 +19,7 @@ const (
 	pGoalByWS       = "gw"             // gw/<ws>/<goal>
 	pGoalCounts     = "gc"             // gc/<goal> -> map state->count
 	pGoalLabel      = "gl"             // gl/<ws>/<label name>/<value, base64url>/<goal>
+	pGoalKey        = "gk"             // gk/<ws>/<goal key> -> the id of the goal made last with it
 	pTaskLabel      = "tl"             // tl/<ws>/<label name>/<value, base64url>/<task>
 	pTask           = "t"              // t/<task>
 	pTaskByWS       = "tw"             // tw/<ws>/<state>/<task>

@@ -749,6 +749,15 @@ func load[S any](s *Store, prefix, id string) (*S, error) {
 	return &st, nil
 }
 
+// GoalByKey returns the id of the goal of workspace ws that took key
+// (domain.CreateGoal.Key) last — made with it, or reopened — or "" when
+// none did.
+func (s *Store) GoalByKey(ws, k string) (string, error) {
+	var id string
+	_, err := s.get(key(pGoalKey, ws, k), &id)
+	return id, err
+}
+
 // Dependents returns the ids of the tasks that depend on task id, in the
 // order of their ids. The caller must not change the slice.
 func (s *Store) Dependents(id string) ([]string, error) {

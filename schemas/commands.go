@@ -31,6 +31,12 @@ type CreateGoal struct {
 	// Priority is the priority of the goal's tasks that give none of
 	// their own (TaskSpec.Priority); 0: DefaultPriority.
 	Priority int `json:"priority,omitempty"`
+	// Key is the caller's own name for the goal (an order id): at most
+	// one open goal of a workspace holds it. IfOpen says what a create
+	// does while one does: GoalIfOpenRefuse (the default: conflict) or
+	// GoalIfOpenUse (answer that goal, creating nothing).
+	Key    string `json:"key,omitempty"`
+	IfOpen string `json:"if_open,omitempty"`
 	// Tasks, when set, are the goal's first plan, committed with the goal
 	// (as a plan.submit would be, in the same record).
 	Tasks []TaskSpec `json:"tasks,omitempty"`

@@ -244,6 +244,7 @@ func TestContractOfTheDomain(t *testing.T) {
 	c.do("goal.create", map[string]any{"goal_id": goal, "title": "Publish the Q2 report",
 		"labels":           map[string]any{"quarter": "2025-q2", "draft": ""},
 		"priority":         4,
+		"key":              "report-2025-q2",
 		"success_criteria": []string{"Every figure cites a source."},
 		"envelope": map[string]any{"budget": map[string]any{"cost": 25.5, "tokens": 2000000, "deadline": "2025-06-30T17:00:00Z"},
 			"permissions": map[string]any{"queues": []string{"research", "writer", "publisher"}}}})
@@ -260,6 +261,8 @@ func TestContractOfTheDomain(t *testing.T) {
 	require.False(t, r.Duplicate)
 	require.True(t, c.do("goal.label", map[string]any{"goal_id": goal, "remove": []string{"draft"}}).Duplicate, "nothing left to remove")
 	require.False(t, c.do("goal.prioritize", map[string]any{"goal_id": goal, "priority": 2}).Duplicate)
+	r = c.do("goal.create", map[string]any{"goal_id": domain.DeriveID(c.now, "goal-1-again"), "title": "The Q2 report", "key": "report-2025-q2", "if_open": "use"})
+	require.Equal(t, goal, r.ID, "the open goal that holds the key")
 
 	r = c.do("task.claim", map[string]any{"task_id": collect, "executor": "researcher-1", "executor_version": "1.0.0"})
 	require.NotNil(t, r.Task)

@@ -17,6 +17,9 @@ type Goal struct {
 	// Labels are the goal's names and values (goal.create, goal.label)
 	// that goal.list selects by.
 	Labels Labels `json:"labels,omitempty"`
+	// Key is the caller's own name for the goal, which at most one open
+	// goal of its workspace holds (goal.create).
+	Key string `json:"key,omitempty"`
 	// Priority is the priority of the goal's tasks that give none
 	// (goal.create, goal.prioritize); 0: DefaultPriority.
 	Priority    int        `json:"priority,omitempty"`

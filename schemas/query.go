@@ -34,6 +34,9 @@ type Query struct {
 	// Queue, for queue.key, is the queue whose key to read; for task.list,
 	// the queue whose tasks to list.
 	Queue string `json:"queue,omitempty"`
+	// Key, for goal.get without an ID, is the key of the goal to read: the
+	// goal made last with it (CreateGoal.Key).
+	Key string `json:"key,omitempty"`
 	// Schedule, for goal.list, is the schedule whose goals (those its slots
 	// started) to list.
 	Schedule string `json:"schedule,omitempty"`

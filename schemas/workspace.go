@@ -217,3 +217,10 @@ const (
 	MaxPriority     = 5
 	DefaultPriority = 3
 )
+
+// What a goal.create with a key does while an open goal holds the key
+// (CreateGoal.IfOpen).
+const (
+	GoalIfOpenRefuse = "refuse"
+	GoalIfOpenUse    = "use"
+)

@@ -45,6 +45,8 @@ func goalCmd(g *globals) *cobra.Command {
 	f.StringVar(&c.Envelope.OnExhausted, "on-exhausted", "", "when the budget is used up: fail the task (fail, the default), or ask an approver to extend it (approval)")
 	f.BoolVar(&ownKey, "own-key", false, "seal the goal's payloads with its own data key, so that dwr shred --goal can shred them alone")
 	f.StringArrayVar(&labels, "label", nil, "a label, NAME=VALUE (repeatable): dwr goal list --label finds the goal by it")
+	f.StringVar(&c.Key, "key", "", "your own name for the goal (an order id): at most one open goal holds it; dwr goal get --key reads it")
+	f.StringVar(&c.IfOpen, "if-open", "", "with --key, while an open goal holds it: refuse (the default) or use (answer that goal, creating nothing)")
 	f.IntVar(&c.Priority, "priority", 0, "1 (first) to 5 (last): the turn of the goal's tasks that give no --priority in a queue whose order is priority (default 3)")
 	f.StringVar(&c.Envelope.ExtensionRole, "extension-role", "", "with --on-exhausted approval: the approver role that may extend the budget (default: any)")
 
@@ -125,6 +127,9 @@ func printGoal(w io.Writer, v *schemas.GoalView) error {
 	if len(v.Labels) > 0 {
 		fmt.Fprintf(w, "labels: %s\n", formatLabels(v.Labels))
 	}
+	if v.Key != "" {
+		fmt.Fprintf(w, "key: %s\n", v.Key)
+	}
 	if v.Priority != 0 {
 		fmt.Fprintf(w, "priority: %d\n", v.Priority)
 	}
@@ -139,11 +144,21 @@ func printGoal(w io.Writer, v *schemas.GoalView) error {
 }
 
 func goalGetCmd(g *globals) *cobra.Command {
-	return &cobra.Command{
-		Use: "get ID", Short: "show a goal with its plan, and the tree of goals its tasks delegated to", Args: cobra.ExactArgs(1),
+	var key string
+	cmd := &cobra.Command{
+		Use: "get (ID | --key KEY)", Short: "show a goal with its plan, and the tree of goals its tasks delegated to", Args: cobra.MaximumNArgs(1),
 		RunE: func(_ *cobra.Command, args []string) error {
+			if (len(args) == 1) == (key != "") {
+				return fail(exitInvalid, "give a goal's ID or its --key, one of the two")
+			}
 			return g.withClient(func(ctx context.Context, cl *client.Client) error {
-				v, err := cl.Goal(ctx, args[0])
+				var v *schemas.GoalView
+				var err error
+				if key != "" {
+					v, err = cl.GoalByKey(ctx, key)
+				} else {
+					v, err = cl.Goal(ctx, args[0])
+				}
 				if err != nil {
 					return err
 				}
@@ -157,6 +172,8 @@ func goalGetCmd(g *globals) *cobra.Command {
 			})
 		},
 	}
+	cmd.Flags().StringVar(&key, "key", "", "the goal made last with this key (dwr goal create --key)")
+	return cmd
 }
 
 // maxTreeGoals bounds how many child goals dwr goal get reads for its tree.

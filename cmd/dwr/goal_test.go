@@ -232,3 +232,27 @@ func TestCLIGoalPriority(t *testing.T) {
 	code, _, errs = run(t, url, "goal", "create", "--title", "x", "--priority", "0")
 	require.Zero(t, code, errs, "0: none given")
 }
+
+// `dwr goal create --key` makes a goal that holds the key while open:
+// again, refused (exit 5) or, with --if-open use, that goal; `dwr goal get
+// --key` reads it.
+func TestCLIGoalKey(t *testing.T) {
+	url := cliServer(t)
+	var g, again map[string]any
+	runJSON(t, url, &g, "goal", "create", "--title", "order", "--key", "order-1042")
+	code, _, errs := run(t, url, "goal", "create", "--title", "order", "--key", "order-1042")
+	require.Equal(t, exitConflict, code)
+	require.Contains(t, errs, g["id"].(string))
+	runJSON(t, url, &again, "goal", "create", "--title", "order", "--key", "order-1042", "--if-open", "use")
+	require.Equal(t, g["id"], again["id"])
+	code, out, errs := run(t, url, "goal", "get", "--key", "order-1042")
+	require.Zero(t, code, errs)
+	require.Contains(t, out, "goal "+g["id"].(string))
+	require.Contains(t, out, "\nkey: order-1042\n")
+	refusals(t, url, map[string][]string{
+		"one of the two": {"goal", "get"},
+		"/key":           {"goal", "create", "--title", "x", "--key", "order 1042"},
+	})
+	code, _, _ = run(t, url, "goal", "get", "--key", "order-9")
+	require.Equal(t, exitNotFound, code)
+}

@@ -207,6 +207,16 @@ func (c *Client) Goal(ctx context.Context, id string, opts ...CallOption) (*sche
 	return get[schemas.GoalView](ctx, c, "goal.get", id, opts)
 }
 
+// GoalByKey reads the goal made last with key (goal.create's key), open or
+// ended, as Goal does; none is ErrNotFound.
+func (c *Client) GoalByKey(ctx context.Context, key string, opts ...CallOption) (*schemas.GoalView, error) {
+	var v schemas.GoalView
+	if _, err := c.Query(ctx, "goal.get", schemas.Query{Key: key}, &v, opts...); err != nil {
+		return nil, err
+	}
+	return &v, nil
+}
+
 // Goals lists the workspace's goals, oldest first (goal.list).
 func (c *Client) Goals(ctx context.Context, opts ...CallOption) iter.Seq2[*schemas.GoalView, error] {
 	return c.GoalsIn(ctx, "", opts...)

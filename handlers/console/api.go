@@ -151,6 +151,16 @@ func (c *Console) goal(w http.ResponseWriter, r *http.Request, s *session) {
 	answer(w, g, err)
 }
 
+// goalByKey is GET /api/goal-by-key/{key}: the goal made last with the key
+// (goal.create's key), open or ended, as GET /api/goals/{id} answers it; no
+// goal with the key is 404.
+func (c *Console) goalByKey(w http.ResponseWriter, r *http.Request, s *session) {
+	ctx, cancel := requestCtx(r)
+	defer cancel()
+	g, err := s.cl.GoalByKey(ctx, r.PathValue("key"))
+	answer(w, g, err)
+}
+
 // planRevision is one version of a goal's plan, as its goal.plan_committed
 // event has it: the tasks, what the revision kept, replaced (cancelled and
 // made anew), added and removed, and who committed it when.

@@ -346,21 +346,23 @@ func TestBrowser(t *testing.T) {
 // widens it again, a filter that is not name=value is refused with the
 // console's reason; on a goal's page they set a label (a new one, then a
 // new value), see the service refuse a name that is not a name, remove a
-// label with its ×, and see a label set elsewhere arrive live.
+// label with its ×, and see a label set elsewhere arrive live. A goal made
+// with a key shows it on its page, and the goals list's "Go to key" box
+// goes there by the key (one no goal has is said so in place).
 func TestBrowserLabels(t *testing.T) {
 	exe := chromium(t)
 	e := setup(t)
-	create := func(title string, labels schemas.Labels) string {
+	create := func(title, key string, labels schemas.Labels) string {
 		t.Helper()
-		r, err := e.admin.CreateGoal(ctx(t), schemas.CreateGoal{Title: title, SuccessCriteria: []string{"paid"}, Labels: labels,
+		r, err := e.admin.CreateGoal(ctx(t), schemas.CreateGoal{Title: title, SuccessCriteria: []string{"paid"}, Labels: labels, Key: key,
 			Tasks: []schemas.TaskSpec{{Key: "bill", Queue: "held"}, {Key: "send", Queue: "held", DependsOn: []string{"bill"}}}})
 		require.NoError(t, err)
 		return r.ID
 	}
-	gold := create("invoice 1041", schemas.Labels{"customer": "acme", "tier": "gold"})
-	acme := create("invoice 1042", schemas.Labels{"customer": "acme", "order": "1042"})
-	globex := create("invoice 1043", schemas.Labels{"customer": "globex"})
-	plain := create("quarterly report", nil)
+	gold := create("invoice 1041", "", schemas.Labels{"customer": "acme", "tier": "gold"})
+	acme := create("invoice 1042", "order-1042", schemas.Labels{"customer": "acme", "order": "1042"})
+	globex := create("invoice 1043", "", schemas.Labels{"customer": "globex"})
+	plain := create("quarterly report", "", nil)
 	task, err := e.admin.CreateTaskWith(ctx(t), schemas.CreateTask{Spec: schemas.TaskSpec{Queue: "held", Priority: 1}, Labels: schemas.Labels{"customer": "acme"}})
 	require.NoError(t, err)
 	admin := filepath.Join(e.svc.Dir, access.AdminCredsFile)
@@ -416,6 +418,43 @@ func TestBrowserLabels(t *testing.T) {
 	require.Equal(t, []string{gold}, byTier, "labeled customer=acme and tier=gold")
 	require.Equal(t, []string{gold}, widened, "only tier=gold: the one goal so labeled")
 	require.Contains(t, refused, `label filter "customer" is not NAME=VALUE`)
+
+	// The "Go to key" box: a key no goal has is said so in place; the
+	// keyed goal's key lands on its page, which shows the key. A goal
+	// without one shows none.
+	var noKey, keyShown, landedAt string
+	var unkeyedShowsKey bool
+	require.NoError(t, do(t, bctx,
+		chromedp.Navigate(e.url+"/#/goals"),
+		chromedp.WaitVisible(chromedp.CSS(chip(gold, "tier=gold"))),
+		chromedp.SendKeys(chromedp.CSS("#goal-key-input"), "order-9\r"),
+		chromedp.WaitVisible(chromedp.CSS(`#no-goal-with-key`)),
+		textOf(`#no-goal-with-key`, &noKey),
+		chromedp.Func(func(ctx context.Context, target *chromedp.Target) error { // emptied, as a person corrects it
+			_, err := chromedp.Evaluate[bool](`document.querySelector("#goal-key-input").value = ""; true`)(ctx, target)
+			return err
+		}),
+		chromedp.SendKeys(chromedp.CSS("#goal-key-input"), "order-1042"),
+		chromedp.Click(chromedp.CSS("#go-to-key")),
+		chromedp.WaitVisible(chromedp.CSS(`#goal-head #goal-key`)),
+		textOf(`#goal-head`, &keyShown),
+		chromedp.Func(func(ctx context.Context, target *chromedp.Target) (err error) {
+			landedAt, err = chromedp.Location()(ctx, target)
+			return err
+		}),
+		screenshot(t, "goal-key"),
+		chromedp.Navigate(e.url+"/#/goals/"+gold),
+		chromedp.WaitVisible(chromedp.CSS(`#goal-labels .chip[data-label="tier=gold"]`)),
+		chromedp.Func(func(ctx context.Context, target *chromedp.Target) (err error) {
+			unkeyedShowsKey, err = chromedp.Evaluate[bool](`document.querySelector("#goal-key") !== null`)(ctx, target)
+			return err
+		}),
+	))
+	require.Equal(t, "no goal with key order-9", noKey)
+	require.Equal(t, e.url+"/#/goals/"+acme, landedAt, "the goal made with the key")
+	require.Contains(t, keyShown, "invoice 1042")
+	require.Contains(t, keyShown, "key order-1042", "the goal's page shows its key")
+	require.False(t, unkeyedShowsKey, "a goal without a key shows none")
 
 	var badName, nameLeft, taskPriority, priorityBefore, priorityAfter, badPriority, priorityLeft string
 	require.NoError(t, do(t, bctx,

@@ -140,6 +140,7 @@ func (c *Console) routes() *http.ServeMux {
 	m.HandleFunc("GET /api/me", c.withSession(c.me))
 	m.HandleFunc("GET /api/goals", c.withSession(c.goals))
 	m.HandleFunc("GET /api/goals/{id}", c.withSession(c.goal))
+	m.HandleFunc("GET /api/goal-by-key/{key}", c.withSession(c.goalByKey))
 	m.HandleFunc("GET /api/goals/{id}/plans", c.withSession(c.plans))
 	m.HandleFunc("GET /api/goals/{id}/stream", c.withSession(c.stream))
 	m.HandleFunc("POST /api/goals/{id}/cancel", c.withSession(c.cancelGoal))

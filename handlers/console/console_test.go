@@ -1150,3 +1150,29 @@ func TestGoalPriorityFromTheConsole(t *testing.T) {
 	require.Equal(t, schemas.CodeForbidden, er.Error.Code)
 	require.Equal(t, 1, priorityOf(), "nothing changed")
 }
+
+// GET /api/goal-by-key/{key} answers the goal made last with the key
+// (goal.create's key), as GET /api/goals/{id} does; a key no goal was made
+// with is 404.
+func TestGoalByKeyFromTheConsole(t *testing.T) {
+	e := setup(t)
+	r, err := e.admin.CreateGoal(ctx(t), schemas.CreateGoal{Title: "order 1042", Key: "order-1042"})
+	require.NoError(t, err)
+	admin := e.signedIn(t, filepath.Join(e.svc.Dir, access.AdminCredsFile))
+	var g schemas.GoalView
+	servicetest.Eventually(t, 10*time.Second, func() bool { // another client's write: once the views have it
+		code, _ := admin.get("/api/goal-by-key/order-1042", &g)
+		return code == http.StatusOK
+	})
+	require.Equal(t, r.ID, g.ID)
+	require.Equal(t, "order-1042", g.Key)
+	require.Equal(t, "order 1042", g.Title)
+	var byID schemas.GoalView
+	code, er := admin.get("/api/goals/"+r.ID, &byID)
+	require.Equal(t, http.StatusOK, code, er.Error.Message)
+	require.Equal(t, "order-1042", byID.Key, "the goal's page has its key")
+
+	code, er = admin.get("/api/goal-by-key/order-9", nil)
+	require.Equal(t, http.StatusNotFound, code)
+	require.Equal(t, schemas.CodeNotFound, er.Error.Code)
+}

@@ -1,9 +1,10 @@
 // Package console is the web console of `dwr serve`: goals with their plan
 // graphs (live over server-sent events), their labels (set, removed and
-// filtered by) and their priority (set), a task's timeline with its
-// verified history, the approvals inbox (decisions signed in the browser)
-// and the queues, served from assets embedded in the binary (assets/: plain
-// HTML, JavaScript and CSS, no build step).
+// filtered by), their priority (set) and their key (shown, and gone to from
+// the goals list), a task's timeline with its verified history, the
+// approvals inbox (decisions signed in the browser) and the queues, served
+// from assets embedded in the binary (assets/: plain HTML, JavaScript and
+// CSS, no build step).
 //
 // The console is a client of dwr like any other: a person signs in with
 // their credential file, whose seed stays in the browser (the page signs

@@ -135,7 +135,7 @@ class Client:
     (no responder, no writer, a timeout, an ``unavailable`` reply) is sent
     again with the same id, backing off, for up to ``retry_for`` seconds
     (None: until cancelled), so that a retry is answered with the first
-    outcome. Queries (``task``, ``goal``, or any by name with ``query``) read
+    outcome. Queries (``task``, ``goal``, ``goal_by_key``, or any by name with ``query``) read
     the client's own writes: each carries, as ``Dwr-Min-Seq``, the highest
     log sequence the client's commands were answered with. A refusal raises
     ``DwrError`` with the service's code, message and fields.
@@ -313,7 +313,13 @@ class Client:
         commit; labels are its labels (name: value), which goals(labels=)
         selects by; priority (1 first .. 5 last; None: 3) is the turn, in a
         queue whose order is priority, of its tasks that give none of their
-        own. The result names the goal (``id``) and its tasks."""
+        own. The other fields of goal.create pass through as given: with
+        ``key=`` (the caller's own name for the goal, an order id: 1-128
+        letters, digits, '_', '.' or '-', starting with a letter or digit)
+        a goal.create while an open goal holds the key is refused (``DwrError``
+        code ``conflict``, field ``/key``), or with ``if_open="use"`` answered
+        with that open goal (``duplicate``: True, its ``id``); ``goal_by_key``
+        reads it. The result names the goal (``id``) and its tasks."""
         body: Dict[str, Any] = {"title": title, **fields}
         if tasks is not None:
             body["tasks"] = tasks
@@ -410,6 +416,12 @@ class Client:
     async def goal(self, goal_id: str) -> Dict[str, Any]:
         """goal.get: the goal with its plan's tasks (schemas.GoalView)."""
         return await self.query("goal.get", {"id": goal_id})
+
+    async def goal_by_key(self, key: str) -> Dict[str, Any]:
+        """goal.get by key: the goal made last with key (create_goal's
+        ``key=``), open or ended, as ``goal`` reads it; none raises
+        ``DwrError`` with code ``not_found``."""
+        return await self.query("goal.get", {"key": key})
 
     async def list(self, name: str, body: Optional[Dict[str, Any]] = None, **kwargs: Any) -> AsyncIterator[Any]:
         """Reads list query name page after page, following each reply's

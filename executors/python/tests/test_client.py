@@ -1,6 +1,6 @@
 """Client's goal commands and queries without a server: the subjects and
 bodies they send (goal labels: goal.create's, goal.label, goal.list's
-filter)."""
+filter; goal keys: goal.create's key and if_open, goal.get by key)."""
 
 from __future__ import annotations
 
@@ -104,6 +104,24 @@ class GoalPriorityTest(unittest.IsolatedAsyncioTestCase):
         r = await c.prioritize_goal("G-1", 5, command_id="prio-1")
         self.assertEqual(r, {"id": "G-1", "duplicate": True})
         self.assertEqual(c.sent, [("dwr.cmd.default.goal.prioritize", {"goal_id": "G-1", "priority": 5})])
+
+
+class GoalKeyTest(unittest.IsolatedAsyncioTestCase):
+    async def test_create_goal_sends_its_key_and_if_open(self) -> None:
+        c = RecordingClient({"ok": True, "result": {"id": "G-1", "duplicate": True}})
+        r = await c.create_goal("order 1042", key="order-1042", if_open="use")
+        self.assertEqual(r, {"id": "G-1", "duplicate": True})
+        self.assertEqual(c.sent, [("dwr.cmd.default.goal.create",
+                                   {"title": "order 1042", "key": "order-1042", "if_open": "use"})])
+        await c.create_goal("no key")
+        self.assertNotIn("key", c.sent[1][1], "none given: none sent")
+        self.assertNotIn("if_open", c.sent[1][1], "none given: none sent")
+
+    async def test_goal_by_key_sends_goal_get_with_the_key(self) -> None:
+        c = RecordingClient({"ok": True, "result": {"id": "G-1", "key": "order-1042"}})
+        g = await c.goal_by_key("order-1042")
+        self.assertEqual(g, {"id": "G-1", "key": "order-1042"})
+        self.assertEqual(c.sent, [("dwr.q.default.goal.get", {"key": "order-1042"})])
 
 
 if __name__ == "__main__":

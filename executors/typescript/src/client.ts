@@ -55,6 +55,15 @@ export interface CreateGoal {
    * tasks that give none of their own; prioritizeGoal changes it.
    */
   priority?: number;
+  /**
+   * The caller's own name for the goal (an order id: 1-128 letters, digits, '_', '.' or '-', starting with a
+   * letter or digit), which goalByKey reads it by. While an open goal holds the key, another createGoal with it
+   * is refused (DwrError code "conflict", field "/key") or, with if_open "use", answered with that open goal
+   * (duplicate: true, its id).
+   */
+  key?: string;
+  /** What createGoal does while an open goal holds key: "refuse" (absent: refuse) or "use" that goal. */
+  if_open?: "refuse" | "use";
   tasks?: TaskSpec[];
 }
 
@@ -219,6 +228,14 @@ export class Client {
   /** goal reads a goal's view: its state, plan and tasks. */
   goal(id: string, opts?: CallOptions): Promise<Goal> {
     return this.query<Goal>("goal.get", { id }, opts);
+  }
+
+  /**
+   * goalByKey reads the goal made last with key (createGoal's key), open or ended, as goal does; none is a
+   * DwrError with code "not_found".
+   */
+  goalByKey(key: string, opts?: CallOptions): Promise<Goal> {
+    return this.query<Goal>("goal.get", { key }, opts);
   }
 
   /**

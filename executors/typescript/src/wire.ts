@@ -313,6 +313,8 @@ export interface Goal {
   labels?: Record<string, string>;
   /** The goal's priority, 1 (first) to 5 (last); absent when none was given (3). */
   priority?: number;
+  /** The caller's own name for the goal (createGoal's key); absent when it has none. */
+  key?: string;
   state: string;
   reason?: string;
   plan_version?: number;

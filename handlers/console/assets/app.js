@@ -208,15 +208,44 @@ async function renderGoals() {
     labels.map((l) => h("span", { class: "chip on", "data-filter": l, title: l }, l.length > 48 ? l.slice(0, 47) + "…" : l,
       h("a", { class: "chip-x", href: hashWith(labels.filter((x) => x !== l)), "data-remove-filter": l, title: "remove this filter", "aria-label": "remove filter " + l }, "×"))),
     add, labels.length ? null : h("span", { class: "muted" }, " (or click a goal's label)"));
+  const byKey = goToKey();
   const empty = labels.length ? "No goal" + (schedule ? " of this schedule" : "") + " holds " + (labels.length > 1 ? "every one of " : "") + labels.join(", ") + "."
     : schedule ? "This schedule has started no goal yet." : "No goals yet: dwr goal create …";
   show(h("h1", {}, schedule ? "Goals of schedule " + schedule : "Goals"),
     schedule || labels.length ? h("p", {}, h("a", { href: "#/goals" }, "All goals"), schedule ? h("span", {}, " · ", h("a", { href: "#/schedules" }, "Schedules")) : null) : null,
-    filters,
+    filters, byKey,
     refused ? errorBox(refused) : gs.length === 0 ? h("p", { class: "muted", id: "no-goals" }, empty) :
       h("table", { id: "goals" }, h("thead", {}, h("tr", {}, h("th", {}, "Goal"), h("th", {}, "Labels"), h("th", {}, "State"), h("th", {}, "Progress"),
         h("th", {}, "Plan"), h("th", {}, "Updated"))), h("tbody", {}, rows)),
     !refused && gs.length && (labels.length || schedule) ? spentTogether(gs) : null);
+}
+
+// goToKey is the goals page's "Go to key" box: a goal's key (goal.create's
+// key, an order id) typed in goes to the page of the goal made last with it
+// (GET /api/goal-by-key/{key}), or says in place that no goal has it.
+function goToKey() {
+  const key = h("input", { type: "text", id: "goal-key-input", class: "short", placeholder: "key", required: true, "aria-label": "a goal's key" });
+  const go = h("button", { type: "submit", id: "go-to-key" }, "Go to key");
+  const msg = h("div", { id: "goal-key-msg" });
+  const form = h("form", { id: "goal-key-form" }, key, go, msg);
+  form.addEventListener("submit", async (ev) => {
+    ev.preventDefault();
+    const k = key.value.trim();
+    if (!k) return;
+    msg.replaceChildren();
+    go.disabled = true; // until the goal is found, or not
+    try {
+      const g = await api("GET", "/api/goal-by-key/" + encodeURIComponent(k));
+      location.hash = "#/goals/" + g.id; // as the list links it
+    } catch (err) {
+      msg.append(err.status === 404 && err.code === "not_found"
+        ? h("span", { class: "muted", id: "no-goal-with-key", "data-key": k }, "no goal with key " + k)
+        : errorBox(err));
+    } finally {
+      go.disabled = false;
+    }
+  });
+  return form;
 }
 
 // spentTogether says what the goals listed spent together — what a
@@ -319,7 +348,8 @@ function goalHeader(g) {
   const { done, total } = progress(g);
   return h("div", { id: "goal-head" },
     h("h1", {}, g.title || g.id), h("p", {}, state(g.state), " ", h("span", { id: "goal-state", "data-goal-state": g.state }, ""),
-      " plan version " + g.plan_version + " · ", h("span", { id: "goal-progress" }, done + "/" + total), " of the plan accepted · goal " + g.id),
+      " plan version " + g.plan_version + " · ", h("span", { id: "goal-progress" }, done + "/" + total), " of the plan accepted · goal " + g.id,
+      g.key ? h("span", {}, " · ", h("span", { id: "goal-key", "data-key": g.key, title: "the caller's own name for the goal (goal.create's key)" }, "key " + g.key)) : null),
     g.reason ? h("p", { class: "muted" }, "reason: " + g.reason) : null,
     (g.success_criteria || []).length ? h("ul", {}, g.success_criteria.map((c) => h("li", {}, c))) : null,
     budgetTable(g));

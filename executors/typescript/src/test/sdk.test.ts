@@ -14,6 +14,7 @@ import {
   AbortReason,
   Client,
   DelegationFailed,
+  DwrError,
   Cause,
   Failure,
   Permanent,
@@ -583,6 +584,29 @@ test("goal priority: createGoal sends it, prioritizeGoal changes it", async () =
     { subject: "dwr.cmd.default.goal.prioritize", body: { goal_id: "G-1", priority: 5 } },
     { subject: "dwr.cmd.default.goal.prioritize", body: { goal_id: "G-1", priority: 5 } },
     { subject: "dwr.cmd.default.goal.create", body: { title: "no priority" } },
+  ]);
+});
+
+test("goal keys: createGoal sends key and if_open, goalByKey reads goal.get by key", async () => {
+  const { client, sent } = recordingConnection(
+    '{"ok": true, "result": {"id": "G-1", "version": 1}}',
+    '{"ok": true, "result": {"id": "G-1", "version": 1, "duplicate": true}}',
+    '{"ok": true, "result": {"id": "G-1", "title": "order 1042", "key": "order-1042", "state": "open"}}',
+    '{"ok": false, "error": {"code": "not_found", "message": "no goal was made with key \\"nope\\""}}',
+  );
+  await client.createGoal({ title: "order 1042", key: "order-1042" });
+  const r = await client.createGoal({ title: "order 1042", key: "order-1042", if_open: "use" });
+  assert.equal(r.duplicate, true);
+  assert.equal(r.id, "G-1");
+  const g = await client.goalByKey("order-1042");
+  assert.equal(g.id, "G-1");
+  assert.equal(g.key, "order-1042");
+  await assert.rejects(client.goalByKey("nope"), (e: unknown) => e instanceof DwrError && e.code === "not_found");
+  assert.deepEqual(sent, [
+    { subject: "dwr.cmd.default.goal.create", body: { title: "order 1042", key: "order-1042" } },
+    { subject: "dwr.cmd.default.goal.create", body: { title: "order 1042", key: "order-1042", if_open: "use" } },
+    { subject: "dwr.q.default.goal.get", body: { key: "order-1042" } },
+    { subject: "dwr.q.default.goal.get", body: { key: "nope" } },
   ]);
 });
 
