@@ -540,15 +540,19 @@ func (bs *batchState) flush(b *pebble.Batch) error {
 	if bs.sizes == nil {
 		bs.sizes = make(map[string]int, len(bs.goals)+len(bs.tasks))
 	}
-	keyed := map[string]string{} // the goals that took their key here (made, or reopened), by its key's row
+	var keyed map[string]string // the goals that took their key here (made, or reopened), by its key's row
 	for id, g := range bs.goals {
 		if err := bs.setSized(b, key(pGoal, id), g); err != nil {
 			return err
 		}
 		before := bs.goalBefore[id]
-		if k := string(key(pGoalKey, g.Workspace, g.Key)); g.Key != "" && g.State == domain.GoalStateOpen &&
-			(before == nil || before.State != domain.GoalStateOpen) && id > keyed[k] {
-			keyed[k] = id
+		if g.Key != "" && g.State == domain.GoalStateOpen && (before == nil || before.State != domain.GoalStateOpen) {
+			if k := string(key(pGoalKey, g.Workspace, g.Key)); id > keyed[k] {
+				if keyed == nil {
+					keyed = map[string]string{}
+				}
+				keyed[k] = id
+			}
 		}
 		if err := b.Set(key(pGoalByWS, g.Workspace, id), nil, nil); err != nil {
 			return err
