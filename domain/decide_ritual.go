@@ -108,6 +108,16 @@ func (x *tx) runRitualFrom(c *RunRitual, origin goalOrigin) (Reply, error) {
 		}
 		maps.Copy(cg.Labels, c.Labels)
 	}
+	switch {
+	case c.Key != "" && !ValidKey(c.Key):
+		return Reply{}, invalid("/key", "goal key %q is not valid: use 1-128 letters, digits, '_', '.' or '-', starting with a letter or digit", c.Key)
+	case c.IfOpen != "" && c.IfOpen != schemas.GoalIfOpenRefuse && c.IfOpen != schemas.GoalIfOpenUse:
+		return Reply{}, invalid("/if_open", "%q is neither refuse nor use", c.IfOpen)
+	}
+	cg.Key, cg.IfOpen = cmp.Or(c.Key, cg.Key), c.IfOpen
+	if cg.IfOpen != "" && cg.Key == "" {
+		return Reply{}, invalid("/if_open", "goes with a key, the run's or its ritual's goal template's: what to do while an open goal holds it")
+	}
 	r, err := x.createGoalFrom(&cg, origin)
 	if err != nil {
 		return Reply{}, fromRitual(what, err)

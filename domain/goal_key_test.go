@@ -1,6 +1,7 @@
 package domain
 
 import (
+	"encoding/json"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -66,6 +67,42 @@ func TestGoalKey(t *testing.T) {
 		require.Equal(t, field, w.refused(c, CodeInvalid).Field)
 	}
 	require.Equal(t, "/if_open", w.refused(&CreateGoal{GoalID: w.newID(), Title: "x", Key: "k", IfOpen: "replace"}, CodeInvalid).Field)
+	w.requireReplays()
+	w.requireReplaysFromWire()
+}
+
+// A ritual's goal template may carry a key, rendered with the run's params
+// ("onboard-${customer}": one open onboarding per customer); a run's key
+// goes over it, and its if_open says what a run does while the key is held.
+func TestGoalKeyFromARitual(t *testing.T) {
+	w := setup(t)
+	def := onboard()
+	def.Goal = json.RawMessage(`{"title": "Onboard ${customer}", "key": "onboard-${customer}", "priority": 2}`)
+	w.must(def)
+	run := func(customer string, more func(*RunRitual)) *RunRitual {
+		r := &RunRitual{Name: "onboard", Params: json.RawMessage(`{"customer": "` + customer + `"}`), GoalID: w.newID()}
+		if more != nil {
+			more(r)
+		}
+		return r
+	}
+	acme := run("ACME", nil)
+	w.must(acme)
+	require.Equal(t, "onboard-ACME", w.goal(acme.GoalID).Key)
+	require.Equal(t, 2, w.goal(acme.GoalID).Priority, "a template's priority")
+	e := w.refused(run("ACME", nil), CodeConflict)
+	require.Equal(t, "/key", e.Field)
+	require.Contains(t, e.Message, acme.GoalID)
+	out := w.must(run("ACME", func(r *RunRitual) { r.IfOpen = "use" }))
+	require.Equal(t, acme.GoalID, out.Reply.ID)
+	require.True(t, out.Reply.Duplicate)
+	w.must(run("Initech", nil))
+
+	own := run("ACME", func(r *RunRitual) { r.Key = "onboard-acme-eu" })
+	w.must(own)
+	require.Equal(t, "onboard-acme-eu", w.goal(own.GoalID).Key, "the run's key over the template's")
+	require.Equal(t, "/key", w.refused(run("ACME", func(r *RunRitual) { r.Key = "bad key" }), CodeInvalid).Field)
+	require.Equal(t, "/if_open", w.refused(run("ACME", func(r *RunRitual) { r.IfOpen = "later" }), CodeInvalid).Field)
 	w.requireReplays()
 	w.requireReplaysFromWire()
 }

@@ -42,6 +42,11 @@ type RunRitual struct {
 	GoalID  string          `json:"goal_id,omitempty"`
 	// Labels are set on the goal over those its template gives.
 	Labels Labels `json:"labels,omitempty"`
+	// Key is the goal's key over the one its template renders, and
+	// IfOpen what the run does while an open goal holds it
+	// (CreateGoal.Key, IfOpen).
+	Key    string `json:"key,omitempty"`
+	IfOpen string `json:"if_open,omitempty"`
 
 	// Rendered is the goal the service rendered from the ritual's version
 	// before it sealed its payloads; the domain creates it as it would the

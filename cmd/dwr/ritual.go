@@ -66,9 +66,10 @@ func readRitual(g *globals, file string) (schemas.DefineRitual, error) {
 func ritualRunCmd(g *globals) *cobra.Command {
 	var version uint64
 	var pairs, labels []string
+	var key, ifOpen string
 	var paramsFile, cmdID string
 	run := &cobra.Command{
-		Use: "run NAME [--version V] [--param NAME=VALUE]... [--params-file FILE] [--label NAME=VALUE]...", Args: cobra.ExactArgs(1),
+		Use: "run NAME [--version V] [--param NAME=VALUE]... [--params-file FILE] [--label NAME=VALUE]... [--key KEY [--if-open refuse|use]]", Args: cobra.ExactArgs(1),
 		Short: "create a goal and its plan from a ritual (its latest version, or --version)",
 		RunE: func(_ *cobra.Command, args []string) error {
 			base, err := readParamsFile(paramsFile)
@@ -90,7 +91,7 @@ func ritualRunCmd(g *globals) *cobra.Command {
 				}
 				// The version the params were read against, even if another
 				// is defined meanwhile.
-				r, err := cl.RunRitual(ctx, schemas.RunRitual{Name: rv.Name, Version: rv.Version, Params: params, Labels: set}, client.CommandID(cmdID))
+				r, err := cl.RunRitual(ctx, schemas.RunRitual{Name: rv.Name, Version: rv.Version, Params: params, Labels: set, Key: key, IfOpen: ifOpen}, client.CommandID(cmdID))
 				if err != nil {
 					return err
 				}
@@ -105,6 +106,8 @@ func ritualRunCmd(g *globals) *cobra.Command {
 	f.Uint64Var(&version, "version", 0, "the version to run (default: the latest)")
 	f.StringArrayVar(&pairs, "param", nil, "a parameter's value, NAME=VALUE (repeatable): text for a string parameter, else JSON")
 	f.StringArrayVar(&labels, "label", nil, "a label of the goal, NAME=VALUE (repeatable), over those of the ritual's goal template")
+	f.StringVar(&key, "key", "", "the goal's key, over the one the ritual's goal template renders: at most one open goal holds it")
+	f.StringVar(&ifOpen, "if-open", "", "while an open goal holds the key: refuse (the default) or use (answer that goal, creating nothing)")
 	f.StringVar(&paramsFile, "params-file", "", "a YAML or JSON object of parameters (--param overrides its values)")
 	commandIDFlag(run, &cmdID)
 	return run

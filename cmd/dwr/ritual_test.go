@@ -102,4 +102,12 @@ func TestCLIRitualDefineRunListGet(t *testing.T) {
 	require.Contains(t, errs, "/goal/title")
 	code, _, errs = run(t, url, "ritual", "get", "nope")
 	require.Equal(t, exitNotFound, code, errs)
+
+	// A run's key: again, refused; with --if-open use, the open goal.
+	var keyed, again map[string]any
+	runJSON(t, url, &keyed, "ritual", "run", "onboard", "--param", "customer=Initech", "--key", "onboard-initech")
+	code, _, errs = run(t, url, "ritual", "run", "onboard", "--param", "customer=Initech", "--key", "onboard-initech")
+	require.Equal(t, exitConflict, code, errs)
+	runJSON(t, url, &again, "ritual", "run", "onboard", "--param", "customer=Initech", "--key", "onboard-initech", "--if-open", "use")
+	require.Equal(t, keyed["id"], again["id"])
 }
