@@ -173,12 +173,9 @@ func (x *tx) createGoalFrom(c *CreateGoal, origin goalOrigin) (Reply, error) {
 }
 
 func (x *tx) cancelGoal(c *CancelGoal) (Reply, error) {
-	g, err := x.goal(c.GoalID, "/goal_id")
-	if err != nil {
-		return Reply{}, err
-	}
-	if g.HasCommand(x.m.Key()) {
-		return duplicateGoal(g), nil
+	g, dup, err := x.commandGoal(c.GoalID)
+	if err != nil || dup {
+		return duplicateGoalOr(g, err)
 	}
 	if err := checkText("/reason", c.Reason, MaxReason, false); err != nil {
 		return Reply{}, err

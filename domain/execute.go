@@ -214,6 +214,25 @@ func (x *tx) commandTask(id string) (t *Task, dup bool, err error) {
 	return t, t.HasCommand(x.m.Key()), nil
 }
 
+// commandGoal returns goal id of this workspace and whether this command
+// was applied to it already, as commandTask does a task.
+func (x *tx) commandGoal(id string) (g *Goal, dup bool, err error) {
+	g, err = x.goal(id, "/goal_id")
+	if err != nil {
+		return nil, false, err
+	}
+	return g, g.HasCommand(x.m.Key()), nil
+}
+
+// duplicateGoalOr returns err, or when there is none the duplicate reply
+// for g.
+func duplicateGoalOr(g *Goal, err error) (Reply, error) {
+	if err != nil {
+		return Reply{}, err
+	}
+	return duplicateGoal(g), nil
+}
+
 // commandWorkspace returns this workspace and whether this command was
 // applied to it already. Every command but workspace.create runs in a
 // workspace that exists (requireWorkspace).

@@ -35,12 +35,9 @@ func CheckLabels(field string, labels Labels) error {
 // labelGoal sets and removes labels of a goal (goal.label), in whatever
 // state the goal is: labels are for finding work, an ended goal's too.
 func (x *tx) labelGoal(c *LabelGoal) (Reply, error) {
-	g, err := x.goal(c.GoalID, "/goal_id")
-	if err != nil {
-		return Reply{}, err
-	}
-	if g.HasCommand(x.m.Key()) {
-		return duplicateGoal(g), nil
+	g, dup, err := x.commandGoal(c.GoalID)
+	if err != nil || dup {
+		return duplicateGoalOr(g, err)
 	}
 	labels, changed, err := relabel(g.Labels, c.Set, c.Remove, "goal "+g.ID)
 	if err != nil {

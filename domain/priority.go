@@ -4,12 +4,9 @@ package domain
 // state the goal is: a failed goal's tasks retried take it too. The same
 // priority again records nothing.
 func (x *tx) prioritizeGoal(c *PrioritizeGoal) (Reply, error) {
-	g, err := x.goal(c.GoalID, "/goal_id")
-	if err != nil {
-		return Reply{}, err
-	}
-	if g.HasCommand(x.m.Key()) {
-		return duplicateGoal(g), nil
+	g, dup, err := x.commandGoal(c.GoalID)
+	if err != nil || dup {
+		return duplicateGoalOr(g, err)
 	}
 	if err := checkPriority("/priority", c.Priority, false); err != nil {
 		return Reply{}, err

@@ -1,7 +1,6 @@
 package handlers_test
 
 import (
-	"encoding/json"
 	"testing"
 	"time"
 
@@ -69,21 +68,7 @@ func TestAPriorityQueueHandsOutItsTasksByPriority(t *testing.T) {
 
 	// No report hands on the next task of a priority queue: it takes its
 	// turn.
-	g, _ := b.mustCommand(t, "goal.create", map[string]any{"title": "two steps"})
-	plan, _ := b.mustCommand(t, "plan.submit", map[string]any{"goal_id": g.ID, "tasks": []map[string]any{
-		{"key": "a", "queue": "triage"}, {"key": "b", "queue": "triage", "depends_on": []string{"a"}, "priority": 1}}})
-	a := plan.Tasks[0].TaskID
-	items := fetched(t, cons, 1, 10*time.Second)
-	require.Len(t, items, 1)
-	var it schemas.WorkItem
-	require.NoError(t, json.Unmarshal(items[0].Data(), &it))
-	require.Equal(t, a, it.TaskID)
-	token := exec.claim(t, a, "", 0).Token
-	_, rep := exec.succeedNext(t, a, 1, token, "")
-	require.NoError(t, items[0].Ack())
-	require.Nil(t, rep.Next, "nothing is handed on from a priority queue")
-	next, _ := itemsOf(t, b, cons, 1)
-	require.Equal(t, plan.Tasks[1].TaskID, next[0])
+	nothingHandedOn(t, b, cons, exec, "triage", map[string]any{"priority": 1})
 
 	// Back to fifo: what the queue held goes out at once, and what comes
 	// then goes out as it came.

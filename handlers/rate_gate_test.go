@@ -2,6 +2,7 @@ package handlers_test
 
 import (
 	"encoding/json"
+	"maps"
 	"testing"
 	"time"
 
@@ -31,6 +32,30 @@ func itemsOf(t *testing.T, b *bundle, cons jetstream.Consumer, n int) (tasks []s
 		b.mustCommand(t, "task.cancel", map[string]any{"task_id": it.TaskID})
 	}
 	return tasks, stored
+}
+
+// nothingHandedOn runs the first of a two-step plan on queue, whose items
+// cons delivers, as exec, and requires that its report hands nothing on: the
+// second step (its spec with more) goes out as a work item, through the
+// gate.
+func nothingHandedOn(t *testing.T, b *bundle, cons jetstream.Consumer, exec *peer, queue string, more map[string]any) {
+	t.Helper()
+	second := map[string]any{"key": "b", "queue": queue, "depends_on": []string{"a"}}
+	maps.Copy(second, more)
+	g, _ := b.mustCommand(t, "goal.create", map[string]any{"title": "two steps"})
+	plan, _ := b.mustCommand(t, "plan.submit", map[string]any{"goal_id": g.ID, "tasks": []map[string]any{{"key": "a", "queue": queue}, second}})
+	a := plan.Tasks[0].TaskID
+	items := fetched(t, cons, 1, 10*time.Second)
+	require.Len(t, items, 1)
+	var it schemas.WorkItem
+	require.NoError(t, json.Unmarshal(items[0].Data(), &it))
+	require.Equal(t, a, it.TaskID)
+	token := exec.claim(t, a, "", 0).Token
+	_, rep := exec.succeedNext(t, a, 1, token, "")
+	require.NoError(t, items[0].Ack())
+	require.Nil(t, rep.Next, "nothing is handed on from a queue whose items are held")
+	next, _ := itemsOf(t, b, cons, 1)
+	require.Equal(t, plan.Tasks[1].TaskID, next[0], "the next task goes out as a work item, through the gate")
 }
 
 // A queue with a rate limit (queue.configure rate_limit, rate_period_ms)
@@ -82,21 +107,7 @@ func TestARateLimitedQueueHandsOutItemsAtItsRate(t *testing.T) {
 
 	// A report hands on nothing from a rate-limited queue: the next task
 	// goes through the limit too.
-	g, _ := b.mustCommand(t, "goal.create", map[string]any{"title": "two steps"})
-	plan, _ := b.mustCommand(t, "plan.submit", map[string]any{"goal_id": g.ID, "tasks": []map[string]any{
-		{"key": "a", "queue": "llm"}, {"key": "b", "queue": "llm", "depends_on": []string{"a"}}}})
-	a := plan.Tasks[0].TaskID
-	items := fetched(t, cons, 1, 10*time.Second)
-	require.Len(t, items, 1)
-	var it schemas.WorkItem
-	require.NoError(t, json.Unmarshal(items[0].Data(), &it))
-	require.Equal(t, a, it.TaskID)
-	token := exec.claim(t, a, "", 0).Token
-	_, rep := exec.succeedNext(t, a, 1, token, "")
-	require.NoError(t, items[0].Ack())
-	require.Nil(t, rep.Next, "nothing is handed on from a rate-limited queue")
-	next, _ := itemsOf(t, b, cons, 1)
-	require.Equal(t, plan.Tasks[1].TaskID, next[0], "the next task goes out as a work item, at the queue's rate")
+	nothingHandedOn(t, b, cons, exec, "llm", nil)
 
 	// Held items go out at once when the limit is lifted, and new ones are
 	// no longer held.
