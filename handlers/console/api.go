@@ -11,6 +11,7 @@ import (
 	"io"
 	"iter"
 	"net/http"
+	"net/url"
 	"sort"
 	"strings"
 	"time"
@@ -106,12 +107,8 @@ func readJSON(w http.ResponseWriter, r *http.Request, v any) bool {
 // label given (label is repeatable).
 func (c *Console) goals(w http.ResponseWriter, r *http.Request, s *session) {
 	q := r.URL.Query()
-	labels, msg := labelFilter(q["label"])
-	if msg != "" {
-		var e apiError
-		e.Error.Code, e.Error.Message = schemas.CodeInvalid, msg
-		e.Error.Fields = []schemas.FieldError{{Pointer: "/labels", Message: msg}}
-		writeJSON(w, http.StatusBadRequest, e)
+	labels, ok := labelParams(w, q)
+	if !ok {
 		return
 	}
 	ctx, cancel := requestCtx(r)
@@ -122,10 +119,26 @@ func (c *Console) goals(w http.ResponseWriter, r *http.Request, s *session) {
 	}
 }
 
-// labelFilter reads the label filters of GET /api/goals, each
-// NAME=VALUE (the value may be empty, and may hold '='), into the labels a
-// goal must hold; or says why one cannot be read. The names and values are
-// the service's to check.
+// labelParams reads the label filters of a listing (GET /api/goals, GET
+// /api/tasks), its repeated label parameter, with labelFilter. It answers
+// one that cannot be read itself (400 invalid, at /labels, naming it) and
+// returns false.
+func labelParams(w http.ResponseWriter, q url.Values) (schemas.Labels, bool) {
+	labels, msg := labelFilter(q["label"])
+	if msg != "" {
+		var e apiError
+		e.Error.Code, e.Error.Message = schemas.CodeInvalid, msg
+		e.Error.Fields = []schemas.FieldError{{Pointer: "/labels", Message: msg}}
+		writeJSON(w, http.StatusBadRequest, e)
+		return nil, false
+	}
+	return labels, true
+}
+
+// labelFilter reads label filters, each NAME=VALUE (the value may be
+// empty, and may hold '='), into the labels a goal or a task listed must
+// hold; or says why one cannot be read. The names and values are the
+// service's to check.
 func labelFilter(filters []string) (schemas.Labels, string) {
 	if len(filters) == 0 {
 		return nil, ""
@@ -137,7 +150,7 @@ func labelFilter(filters []string) (schemas.Labels, string) {
 			return nil, fmt.Sprintf("label filter %q is not NAME=VALUE: write it as label=customer=acme (an empty value as label=urgent=)", f)
 		}
 		if v, twice := labels[name]; twice && v != value {
-			return nil, fmt.Sprintf("label %q is filtered by two values, %q and %q: a goal holds one; give one of them", name, v, value)
+			return nil, fmt.Sprintf("label %q is filtered by two values, %q and %q: a goal or a task holds one; give one of them", name, v, value)
 		}
 		labels[name] = value
 	}
@@ -355,6 +368,49 @@ func (c *Console) queueTasks(w http.ResponseWriter, r *http.Request, s *session)
 	if out, ok := firstListed(w, s.cl.Tasks(ctx, f, opts...)); ok {
 		writeJSON(w, http.StatusOK, out)
 	}
+}
+
+// taskRow is one task of GET /api/tasks: what the tasks page shows of it.
+type taskRow struct {
+	ID        string         `json:"id"`
+	Key       string         `json:"key,omitempty"`
+	Title     string         `json:"title,omitempty"`
+	State     string         `json:"state"`
+	Queue     string         `json:"queue"`
+	GoalID    string         `json:"goal_id,omitempty"`
+	Labels    schemas.Labels `json:"labels,omitempty"`
+	Reason    string         `json:"reason,omitempty"`
+	UpdatedAt time.Time      `json:"updated_at"`
+}
+
+// tasks is GET /api/tasks?label=NAME=VALUE...&state=S: the tasks holding
+// every label given (label is repeatable, read as GET /api/goals reads it)
+// and in state S if given, the newest MaxListed, newest first. With
+// neither, the first MaxListed by id: task.list lists the newest first only
+// within a state, a goal or labels.
+func (c *Console) tasks(w http.ResponseWriter, r *http.Request, s *session) {
+	q := r.URL.Query()
+	labels, ok := labelParams(w, q)
+	if !ok {
+		return
+	}
+	ctx, cancel := requestCtx(r)
+	defer cancel()
+	f := client.TaskFilter{State: q.Get("state"), Labels: labels}
+	opts := []client.CallOption{client.Limit(100)}
+	if f.State != "" || len(f.Labels) > 0 {
+		opts = append(opts, client.NewestFirst())
+	}
+	ts, ok := firstListed(w, s.cl.Tasks(ctx, f, opts...))
+	if !ok {
+		return
+	}
+	out := make([]taskRow, 0, len(ts))
+	for _, t := range ts {
+		out = append(out, taskRow{ID: t.ID, Key: t.Key, Title: t.Spec.Title, State: t.State, Queue: t.Spec.Queue, GoalID: t.GoalID,
+			Labels: t.Labels, Reason: t.Reason, UpdatedAt: t.UpdatedAt})
+	}
+	writeJSON(w, http.StatusOK, out)
 }
 
 // firstListed returns the first MaxListed items of a listing, or answers

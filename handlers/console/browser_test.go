@@ -348,7 +348,10 @@ func TestBrowser(t *testing.T) {
 // new value), see the service refuse a name that is not a name, remove a
 // label with its ×, and see a label set elsewhere arrive live. A goal made
 // with a key shows it on its page, and the goals list's "Go to key" box
-// goes there by the key (one no goal has is said so in place).
+// goes there by the key (one no goal has is said so in place). The tasks
+// page lists the tasks by their labels the same way: typed into its
+// filter, a chip of a task's clicked; a task's page links its labels to
+// that list.
 func TestBrowserLabels(t *testing.T) {
 	exe := chromium(t)
 	e := setup(t)
@@ -365,12 +368,19 @@ func TestBrowserLabels(t *testing.T) {
 	plain := create("quarterly report", "", nil)
 	task, err := e.admin.CreateTaskWith(ctx(t), schemas.CreateTask{Spec: schemas.TaskSpec{Queue: "held", Priority: 1}, Labels: schemas.Labels{"customer": "acme"}})
 	require.NoError(t, err)
+	gold2, err := e.admin.CreateTaskWith(ctx(t), schemas.CreateTask{Spec: schemas.TaskSpec{Queue: "held", Key: "ship-7"}, Labels: schemas.Labels{"customer": "initech", "tier": "gold"}})
+	require.NoError(t, err)
 	admin := filepath.Join(e.svc.Dir, access.AdminCredsFile)
 	api := e.signedIn(t, admin)
 	servicetest.Eventually(t, 10*time.Second, func() bool { // another client's writes: once the console's reads have them
 		var gs []schemas.GoalView
 		code, _ := api.get("/api/goals", &gs)
-		return code == http.StatusOK && len(gs) == 4
+		if code != http.StatusOK || len(gs) != 4 {
+			return false
+		}
+		var ts []struct{}
+		code, _ = api.get("/api/tasks?label=tier=gold", &ts)
+		return code == http.StatusOK && len(ts) == 1
 	})
 
 	bctx := startBrowser(t, exe)
@@ -455,6 +465,60 @@ func TestBrowserLabels(t *testing.T) {
 	require.Contains(t, keyShown, "invoice 1042")
 	require.Contains(t, keyShown, "key order-1042", "the goal's page shows its key")
 	require.False(t, unkeyedShowsKey, "a goal without a key shows none")
+
+	// The tasks page: nothing listed until a label is asked for; typed
+	// in, only the task holding it; a chip of a listed task narrows the
+	// list by it; a task's id opens its page, whose label chips link back
+	// to the list.
+	tasksListed := func(into *[]string) chromedp.Action[chromedp.Void] {
+		return chromedp.Func(func(ctx context.Context, target *chromedp.Target) (err error) {
+			*into, err = chromedp.Evaluate[[]string](`[...document.querySelectorAll("#tasks tbody tr")].map((r) => r.dataset.taskId)`)(ctx, target)
+			return err
+		})
+	}
+	taskRow := func(id string) string { return fmt.Sprintf(`#tasks tr[data-task-id=%q]`, id) }
+	var noTasks, acmeRow, backAt string
+	var byAcme, byGold, narrowed, backToList []string
+	require.NoError(t, do(t, bctx,
+		chromedp.Navigate(e.url+"/#/goals"),
+		chromedp.WaitVisible(chromedp.CSS(chip(gold, "tier=gold"))),
+		chromedp.Click(chromedp.CSS(`#nav a[data-nav="tasks"]`)),
+		chromedp.WaitVisible(chromedp.CSS(`#no-tasks`)),
+		textOf(`#no-tasks`, &noTasks),
+		chromedp.SendKeys(chromedp.CSS("#label-filter"), "customer=acme\r"),
+		chromedp.WaitVisible(chromedp.CSS(`#task-filters .chip[data-filter="customer=acme"]`)),
+		chromedp.WaitVisible(chromedp.CSS(taskRow(task.ID))),
+		tasksListed(&byAcme),
+		textOf(taskRow(task.ID), &acmeRow),
+		screenshot(t, "tasks-by-label"),
+		chromedp.Navigate(e.url+"/#/tasks?label=tier=gold"),
+		chromedp.WaitVisible(chromedp.CSS(`#task-filters .chip[data-filter="tier=gold"]`)),
+		chromedp.WaitVisible(chromedp.CSS(taskRow(gold2.ID))),
+		tasksListed(&byGold),
+		chromedp.Click(chromedp.CSS(taskRow(gold2.ID)+` a.chip[data-label="customer=initech"]`)),
+		chromedp.WaitVisible(chromedp.CSS(`#task-filters .chip[data-filter="customer=initech"]`)),
+		chromedp.WaitVisible(chromedp.CSS(`#task-filters .chip[data-filter="tier=gold"]`)),
+		chromedp.WaitVisible(chromedp.CSS(taskRow(gold2.ID)+` a.chip.on[data-label="customer=initech"]`)),
+		tasksListed(&narrowed),
+		chromedp.Click(chromedp.CSS(taskRow(gold2.ID)+` a[href="#/tasks/`+gold2.ID+`"]`)),
+		chromedp.WaitVisible(chromedp.CSS(`#task-labels .chip[data-label="customer=initech"]`)),
+		chromedp.Click(chromedp.CSS(`#task-labels .chip[data-label="customer=initech"] a`)),
+		chromedp.WaitVisible(chromedp.CSS(`#task-filters .chip[data-filter="customer=initech"]`)),
+		chromedp.WaitVisible(chromedp.CSS(taskRow(gold2.ID))),
+		tasksListed(&backToList),
+		chromedp.Func(func(ctx context.Context, target *chromedp.Target) (err error) {
+			backAt, err = chromedp.Location()(ctx, target)
+			return err
+		}),
+	))
+	require.Contains(t, noTasks, "name=value", "the empty tasks page says how to ask")
+	require.Equal(t, []string{task.ID}, byAcme, "exactly the task labeled customer=acme")
+	require.Contains(t, acmeRow, "held")
+	require.Contains(t, acmeRow, "customer=acme")
+	require.Equal(t, []string{gold2.ID}, byGold)
+	require.Equal(t, []string{gold2.ID}, narrowed, "labeled tier=gold and customer=initech")
+	require.Equal(t, e.url+"/#/tasks?label=customer=initech", backAt, "a task's label links to the tasks holding it")
+	require.Equal(t, []string{gold2.ID}, backToList)
 
 	var badName, nameLeft, taskPriority, priorityBefore, priorityAfter, badPriority, priorityLeft string
 	require.NoError(t, do(t, bctx,

@@ -146,6 +146,7 @@ func (c *Console) routes() *http.ServeMux {
 	m.HandleFunc("POST /api/goals/{id}/cancel", c.withSession(c.cancelGoal))
 	m.HandleFunc("POST /api/goals/{id}/labels", c.withSession(c.labelGoal))
 	m.HandleFunc("POST /api/goals/{id}/priority", c.withSession(c.prioritizeGoal))
+	m.HandleFunc("GET /api/tasks", c.withSession(c.tasks))
 	m.HandleFunc("POST /api/tasks/{id}/labels", c.withSession(c.labelTask))
 	m.HandleFunc("GET /api/tasks/{id}", c.withSession(c.task))
 	m.HandleFunc("POST /api/tasks/{id}/cancel", c.withSession(c.cancelTask))

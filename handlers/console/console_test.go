@@ -1176,3 +1176,77 @@ func TestGoalByKeyFromTheConsole(t *testing.T) {
 	require.Equal(t, http.StatusNotFound, code)
 	require.Equal(t, schemas.CodeNotFound, er.Error.Code)
 }
+
+// GET /api/tasks lists the tasks holding every label asked for (label=
+// NAME=VALUE, repeatable, read as the goals' listing reads it; state=S
+// too), newest first, each with what the tasks page shows; a filter that is
+// not NAME=VALUE, and a label that is not a label, are refused, naming what
+// is wrong.
+func TestTasksByLabel(t *testing.T) {
+	e := setup(t)
+	create := func(key string, labels schemas.Labels) string {
+		t.Helper()
+		r, err := e.admin.CreateTaskWith(ctx(t), schemas.CreateTask{Spec: schemas.TaskSpec{Queue: "mail", Key: key}, Labels: labels})
+		require.NoError(t, err)
+		return r.ID
+	}
+	acme := create("invoice-1", schemas.Labels{"customer": "acme"})
+	initech := create("", schemas.Labels{"customer": "initech"})
+	admin := e.signedIn(t, filepath.Join(e.svc.Dir, access.AdminCredsFile))
+	type row struct {
+		ID        string         `json:"id"`
+		Key       string         `json:"key"`
+		State     string         `json:"state"`
+		Queue     string         `json:"queue"`
+		GoalID    string         `json:"goal_id"`
+		Labels    schemas.Labels `json:"labels"`
+		UpdatedAt time.Time      `json:"updated_at"`
+	}
+	list := func(query string) []row {
+		t.Helper()
+		var rows []row
+		code, er := admin.get("/api/tasks?"+query, &rows)
+		require.Equal(t, http.StatusOK, code, "%s: %s", query, er.Error.Message)
+		return rows
+	}
+	ids := func(rows []row) []string {
+		out := []string{}
+		for _, r := range rows {
+			out = append(out, r.ID)
+		}
+		return out
+	}
+	servicetest.Eventually(t, 10*time.Second, func() bool { // another client's writes: once the views have them
+		return len(list("label=customer=initech")) == 1
+	})
+	rows := list("label=customer=acme")
+	require.Equal(t, []string{acme}, ids(rows), "only the task labeled customer=acme")
+	tk, err := e.admin.Task(ctx(t), acme)
+	require.NoError(t, err)
+	got := rows[0]
+	require.Equal(t, row{ID: acme, Key: "invoice-1", State: tk.State, Queue: "mail", Labels: schemas.Labels{"customer": "acme"}}, row{ID: got.ID, Key: got.Key, State: got.State, Queue: got.Queue, GoalID: got.GoalID, Labels: got.Labels})
+	require.False(t, got.UpdatedAt.IsZero(), "the time it last changed")
+	require.Equal(t, []string{initech}, ids(list("label=customer%3Dinitech")), "the '=' escaped, as a page may send it")
+	require.Equal(t, []string{acme}, ids(list("label=customer=acme&state="+tk.State)), "with the state filter")
+	require.Empty(t, list("label=customer=acme&state=cancelled"))
+	require.Empty(t, list("label=customer=acm"), "a value is matched whole")
+	newer := create("", schemas.Labels{"customer": "acme", "tier": "gold"})
+	servicetest.Eventually(t, 10*time.Second, func() bool {
+		return len(list("label=customer=acme")) == 2
+	})
+	require.Equal(t, []string{newer, acme}, ids(list("label=customer=acme")), "newest first")
+	require.Equal(t, []string{newer}, ids(list("label=tier=gold&label=customer=acme")), "every label must match")
+
+	for _, c := range []struct{ query, says string }{
+		{"label=customer", `label filter "customer" is not NAME=VALUE`},
+		{"label=customer=acme&label=customer=initech", `label "customer" is filtered by two values`},
+		{"label=Customer=acme", "/labels/Customer"},
+		{"label=customer=acme&state=asleep", `state "asleep"`},
+	} {
+		code, er := admin.get("/api/tasks?"+c.query, nil)
+		require.Equal(t, http.StatusBadRequest, code, c.query)
+		require.Equal(t, schemas.CodeInvalid, er.Error.Code, c.query)
+		require.NotEmpty(t, er.Error.Fields, c.query)
+		require.Contains(t, er.Error.Message+" "+er.Error.Fields[0].Pointer, c.says, c.query)
+	}
+}

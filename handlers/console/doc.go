@@ -1,7 +1,8 @@
 // Package console is the web console of `dwr serve`: goals with their plan
 // graphs (live over server-sent events), their labels (set, removed and
 // filtered by), their priority (set) and their key (shown, and gone to from
-// the goals list), a task's timeline with its verified history, the
+// the goals list), the tasks holding given labels (listed by them, as the
+// goals are), a task's timeline with its verified history, the
 // approvals inbox (decisions signed in the browser) and the queues, served
 // from assets embedded in the binary (assets/: plain HTML, JavaScript and
 // CSS, no build step).

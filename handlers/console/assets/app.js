@@ -148,11 +148,13 @@ function progress(g) {
   return { done: nodes.filter((n) => n.state === "accepted").length, total: nodes.length };
 }
 
-// goalsQuery is the query of the goals' listing with these filters (the
-// page's address and GET /api/goals take the same): schedule=S and a
-// label=NAME=VALUE for each label filter, written as typed ("" for none).
-function goalsQuery(schedule, labels) {
-  const parts = schedule ? ["schedule=" + encodeURIComponent(schedule)] : [];
+// listQuery is the query of a listing by labels with these filters (the
+// page's address and its API take the same: #/goals and GET /api/goals,
+// #/tasks and GET /api/tasks): each of params that has a value
+// ({schedule: S}, {state: S}), then a label=NAME=VALUE for each label
+// filter, written as typed ("" for none).
+function listQuery(params, labels) {
+  const parts = Object.entries(params).filter(([, v]) => v).map(([k, v]) => k + "=" + encodeURIComponent(v));
   for (const l of labels) {
     const i = l.indexOf("=");
     parts.push("label=" + (i < 0 ? encodeURIComponent(l) : encodeURIComponent(l.slice(0, i)) + "=" + encodeURIComponent(l.slice(i + 1))));
@@ -160,7 +162,7 @@ function goalsQuery(schedule, labels) {
   return parts.length ? "?" + parts.join("&") : "";
 }
 
-// sortedLabels is a goal's labels as [name, value] pairs, by name.
+// sortedLabels is a goal's or a task's labels as [name, value] pairs, by name.
 function sortedLabels(labels) {
   return Object.entries(labels || {}).sort(([a], [b]) => (a < b ? -1 : a > b ? 1 : 0));
 }
@@ -171,32 +173,24 @@ function chipText(name, value) {
   return name + "=" + (value.length > 40 ? value.slice(0, 39) + "…" : value);
 }
 
-async function renderGoals() {
-  const q = new URLSearchParams(location.hash.split("?")[1] || "");
-  const schedule = q.get("schedule");
-  const labels = [...new Set(q.getAll("label"))];
-  let gs = [], refused = null;
-  try {
-    gs = await api("GET", "/api/goals" + goalsQuery(schedule, labels));
-  } catch (err) {
-    if (err.status !== 400) throw err;
-    refused = err; // a filter the console or the service refuses: shown with the filters, to remove it
-  }
-  const hashWith = (ls) => "#/goals" + goalsQuery(schedule, ls);
-  const rows = gs.map((g) => {
-    const { done, total } = progress(g);
-    return h("tr", { "data-goal-id": g.id },
-      h("td", {}, h("a", { href: "#/goals/" + g.id }, g.title || g.id)),
-      h("td", { class: "labels" }, sortedLabels(g.labels).map(([k, v]) => {
-        const l = k + "=" + v;
-        return h("a", { class: "chip" + (labels.includes(l) ? " on" : ""), href: hashWith(labels.includes(l) ? labels : [...labels, l]),
-          "data-label": l, title: "only the goals labeled " + l }, chipText(k, v));
-      })),
-      h("td", {}, state(g.state)),
-      h("td", {}, h("progress", { max: total || 1, value: done }), " " + done + "/" + total),
-      h("td", {}, g.plan_version || "-"),
-      h("td", {}, ago(g.updated_at)));
+// labelChips are the labels of a goal or a task listed (what: "goals",
+// "tasks"), a chip each linking to the listing filtered by it too;
+// filters are the label filters the listing has (their chips are marked),
+// hashWith the listing's address with other label filters.
+function labelChips(labels, filters, hashWith, what) {
+  return sortedLabels(labels).map(([k, v]) => {
+    const l = k + "=" + v;
+    const on = filters.includes(l);
+    return h("a", { class: "chip" + (on ? " on" : ""), href: hashWith(on ? filters : [...filters, l]),
+      "data-label": l, title: "only the " + what + " labeled " + l }, chipText(k, v));
   });
+}
+
+// labelFilters is a listing's label filters (id: its element's, what:
+// "goal", "task"): a chip for each filter with a × that removes it, and a
+// box that adds one typed as name=value (then Enter); hashWith is the
+// listing's address with other label filters.
+function labelFilters(id, labels, hashWith, what) {
   const add = h("input", { type: "text", id: "label-filter", class: "short", placeholder: "name=value", "aria-label": "filter by a label: name=value, then Enter" });
   add.addEventListener("keydown", (ev) => {
     if (ev.key !== "Enter") return;
@@ -204,10 +198,42 @@ async function renderGoals() {
     const l = add.value.trim();
     if (l) location.hash = hashWith(labels.includes(l) ? labels : [...labels, l]);
   });
-  const filters = h("p", { id: "goal-filters" }, "Labels ",
+  return h("p", { id, class: "label-filters" }, "Labels ",
     labels.map((l) => h("span", { class: "chip on", "data-filter": l, title: l }, l.length > 48 ? l.slice(0, 47) + "…" : l,
       h("a", { class: "chip-x", href: hashWith(labels.filter((x) => x !== l)), "data-remove-filter": l, title: "remove this filter", "aria-label": "remove filter " + l }, "×"))),
-    add, labels.length ? null : h("span", { class: "muted" }, " (or click a goal's label)"));
+    add, labels.length ? null : h("span", { class: "muted" }, ` (or click a ${what}'s label)`));
+}
+
+// listedFor reads a listing by labels (path: its API's, query: listQuery's)
+// into { items, refused }: a filter the console or the service refuses
+// (400) is no failure of the page, but shown with the filters, to remove
+// it.
+async function listedFor(path, query) {
+  try {
+    return { items: await api("GET", path + query), refused: null };
+  } catch (err) {
+    if (err.status !== 400) throw err;
+    return { items: [], refused: err };
+  }
+}
+
+async function renderGoals() {
+  const q = new URLSearchParams(location.hash.split("?")[1] || "");
+  const schedule = q.get("schedule");
+  const labels = [...new Set(q.getAll("label"))];
+  const { items: gs, refused } = await listedFor("/api/goals", listQuery({ schedule }, labels));
+  const hashWith = (ls) => "#/goals" + listQuery({ schedule }, ls);
+  const rows = gs.map((g) => {
+    const { done, total } = progress(g);
+    return h("tr", { "data-goal-id": g.id },
+      h("td", {}, h("a", { href: "#/goals/" + g.id }, g.title || g.id)),
+      h("td", { class: "labels" }, labelChips(g.labels, labels, hashWith, "goals")),
+      h("td", {}, state(g.state)),
+      h("td", {}, h("progress", { max: total || 1, value: done }), " " + done + "/" + total),
+      h("td", {}, g.plan_version || "-"),
+      h("td", {}, ago(g.updated_at)));
+  });
+  const filters = labelFilters("goal-filters", labels, hashWith, "goal");
   const byKey = goToKey();
   const empty = labels.length ? "No goal" + (schedule ? " of this schedule" : "") + " holds " + (labels.length > 1 ? "every one of " : "") + labels.join(", ") + "."
     : schedule ? "This schedule has started no goal yet." : "No goals yet: dwr goal create …";
@@ -256,6 +282,43 @@ function spentTogether(gs) {
   const wall = sum.wall_ms < 1000 ? sum.wall_ms + " ms" : (sum.wall_ms / 1000).toFixed(1) + " s";
   return h("p", { id: "spent-together", "data-cost": String(Math.round(sum.cost * 1e6) / 1e6) },
     `Spent by these ${gs.length} goal${gs.length === 1 ? "" : "s"}: ${sum.attempts} attempts · ${sum.tokens.toLocaleString("en")} tokens · cost ${Math.round(sum.cost * 1e6) / 1e6} · ${wall}`);
+}
+
+// ---- tasks ----
+
+// taskStates are the states a task can be in, as the lists offer them.
+const taskStates = ["pending", "ready", "running", "waiting", "verifying", "needs_review", "backoff",
+  "accepted", "rejected", "failed", "cancelled"];
+
+// renderTasks lists the tasks holding every label filtered by (the hash's
+// label=NAME=VALUE, repeatable), and in one state if one is picked
+// (state=S), newest first, each linked to its page; with neither it lists
+// none but says how to ask.
+async function renderTasks() {
+  const q = new URLSearchParams(location.hash.split("?")[1] || "");
+  const st = q.get("state") || "";
+  const labels = [...new Set(q.getAll("label"))];
+  const asked = labels.length > 0 || st !== "";
+  const { items: ts, refused } = asked ? await listedFor("/api/tasks", listQuery({ state: st }, labels)) : { items: [], refused: null };
+  const hashWith = (ls) => "#/tasks" + listQuery({ state: st }, ls);
+  const rows = ts.map((t) => h("tr", { "data-task-id": t.id },
+    h("td", {}, h("a", { href: "#/tasks/" + t.id }, t.id), t.title ? h("div", { class: "muted" }, t.title) : null),
+    h("td", {}, t.key || "-"),
+    h("td", {}, state(t.state), t.reason ? h("div", { class: "muted" }, t.reason) : null),
+    h("td", {}, h("a", { href: "#/queues/" + encodeURIComponent(t.queue) }, t.queue)),
+    h("td", {}, t.goal_id ? h("a", { href: "#/goals/" + t.goal_id }, t.goal_id) : "-"),
+    h("td", { class: "labels" }, labelChips(t.labels, labels, hashWith, "tasks")),
+    h("td", {}, ago(t.updated_at))));
+  const pick = h("select", { id: "task-state", "aria-label": "state" }, h("option", { value: "" }, "any state"),
+    taskStates.map((s) => h("option", { value: s, selected: s === st }, s)));
+  pick.addEventListener("change", () => { location.hash = "#/tasks" + listQuery({ state: pick.value }, labels); });
+  const empty = !asked ? "Type a label as name=value (customer=acme), then Enter, to list the tasks holding it; or pick a state."
+    : labels.length ? "No task" + (st ? " " + st : "") + " holds " + (labels.length > 1 ? "every one of " : "") + labels.join(", ") + "."
+      : "No task is " + st + ".";
+  show(h("h1", {}, "Tasks"),
+    labelFilters("task-filters", labels, hashWith, "task"), h("p", {}, "Show ", pick),
+    refused ? errorBox(refused) : ts.length === 0 ? h("p", { class: "muted", id: "no-tasks" }, empty)
+      : table("tasks", ["Task", "Key", "State", "Queue", "Goal", "Labels", "Updated"], rows));
 }
 
 // layout places a plan's nodes in layers: a node's layer is the longest
@@ -433,7 +496,7 @@ function revisions(revs, holder, latest) {
 }
 
 // labelsEditor is a goal's or a task's (kind) labels on its page: a chip
-// each (for a goal, a link to the goals that hold it) with a × that removes
+// each (a link to the goals, or the tasks, that hold it) with a × that removes
 // it, and a form that sets one (a name given a new value, or a new name).
 // Each change is a POST of /api/goals/{id}/labels (goal.label) or
 // /api/tasks/{id}/labels (task.label); the labels shown are then read
@@ -450,9 +513,8 @@ function labelsEditor(kind, id, g) {
     chips.replaceChildren(...(ls.length ? ls.map(([k, v]) => {
       const x = h("button", { type: "button", class: "chip-x", "data-remove-label": k, title: "remove this label", "aria-label": "remove label " + k }, "×");
       x.addEventListener("click", () => change({ remove: [k] }));
-      return h("span", { class: "chip", "data-label": k + "=" + v }, kind === "goal"
-        ? h("a", { href: "#/goals" + goalsQuery(null, [k + "=" + v]), title: "the goals labeled " + k + "=" + v }, chipText(k, v))
-        : h("span", { title: k + "=" + v }, chipText(k, v)), x);
+      return h("span", { class: "chip", "data-label": k + "=" + v },
+        h("a", { href: `#/${kind}s` + listQuery({}, [k + "=" + v]), title: `the ${kind}s labeled ` + k + "=" + v }, chipText(k, v)), x);
     }) : [h("span", { class: "muted" }, "none ")]));
   };
   const change = async (body) => {
@@ -814,8 +876,7 @@ async function renderQueue(name) {
     try { await api("POST", path + (q.paused ? "/resume" : "/pause")); route(); } catch (err) { msg.append(errorBox(err)); }
   });
   const paused = q.paused ? h("p", { class: "error", id: "queue-paused" }, "Paused: no job goes out until the queue is resumed; the jobs already out run on, and tasks keep joining it.") : null;
-  const filter = h("select", { id: "queue-task-state" }, ["pending", "ready", "running", "waiting", "verifying", "needs_review", "backoff",
-    "accepted", "rejected", "failed", "cancelled"].map((s) => h("option", { value: s, selected: s === sel }, s)));
+  const filter = h("select", { id: "queue-task-state" }, taskStates.map((s) => h("option", { value: s, selected: s === sel }, s)));
   filter.addEventListener("change", () => { location.hash = `#/queues/${encodeURIComponent(name)}?state=` + filter.value; });
   const rows = ts.map((t) => h("tr", { "data-task-id": t.id },
     h("td", {}, h("a", { href: "#/tasks/" + t.id }, t.key || t.id)), h("td", {}, state(t.state)),
@@ -904,7 +965,7 @@ async function route() {
   try {
     switch (parts[0] || "goals") {
       case "goals": await (parts[1] ? renderGoal(parts[1]) : renderGoals()); break;
-      case "tasks": await renderTask(parts[1]); break;
+      case "tasks": await (parts[1] ? renderTask(parts[1]) : renderTasks()); break;
       case "approvals": await (parts[1] ? renderApproval(parts[1]) : renderApprovals()); break;
       case "queues": await (parts[1] ? renderQueue(decodeURIComponent(parts[1])) : renderQueues()); break;
       case "schedules": await renderSchedules(); break;
