@@ -53,6 +53,10 @@ func (x *tx) delegateTask(c *DelegateTask) (Reply, error) {
 		return Reply{}, invalid("", "give the child goal with its plan (goal) or a ritual to run (ritual), one of the two")
 	case c.Goal != nil && len(c.Goal.Tasks) == 0:
 		return Reply{}, invalid("/goal/tasks", "a delegated goal needs its plan: at least one task")
+	case c.Goal != nil && c.Goal.IfOpen == schemas.GoalIfOpenUse:
+		return Reply{}, invalid("/goal/if_open", "a delegation makes a child goal of its own: it does not take another open goal that holds the key")
+	case c.Ritual != nil && c.Ritual.IfOpen == schemas.GoalIfOpenUse:
+		return Reply{}, invalid("/ritual/if_open", "a delegation makes a child goal of its own: it does not take another open goal that holds the key")
 	}
 	if d := t.Delegation(c.Key); d != nil {
 		return Reply{}, &Error{Code: CodeConflict, Field: "/key", Message: fmt.Sprintf(

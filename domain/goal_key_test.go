@@ -106,3 +106,23 @@ func TestGoalKeyFromARitual(t *testing.T) {
 	w.requireReplays()
 	w.requireReplaysFromWire()
 }
+
+// A delegated goal may hold a key, refused while another open goal holds
+// it; a delegation does not take that goal instead (if_open use).
+func TestAKeyedDelegation(t *testing.T) {
+	w := setup(t)
+	w.must(&CreateGoal{GoalID: w.newID(), Title: "Order 1042", Key: "order-1042"})
+	parent := w.createGoal(Envelope{})
+	ids, _ := w.plan(parent, spec("lead"))
+	n := w.claim(ids["lead"])
+	e := w.refused(&DelegateTask{TaskID: ids["lead"], Attempt: n, Key: "sub",
+		Goal: &CreateGoal{GoalID: w.newID(), Title: "child", Key: "order-1042", Tasks: []TaskSpec{spec("step")}}}, CodeConflict)
+	require.Equal(t, "/goal/key", e.Field)
+	require.Equal(t, "/goal/if_open", w.refused(&DelegateTask{TaskID: ids["lead"], Attempt: n, Key: "sub",
+		Goal: &CreateGoal{GoalID: w.newID(), Title: "child", Key: "order-1042", IfOpen: "use", Tasks: []TaskSpec{spec("step")}}}, CodeInvalid).Field)
+	child := w.newID()
+	w.must(&DelegateTask{TaskID: ids["lead"], Attempt: n, Key: "sub",
+		Goal: &CreateGoal{GoalID: child, Title: "child", Key: "order-1043", Tasks: []TaskSpec{spec("step")}}})
+	require.Equal(t, "order-1043", w.goal(child).Key)
+	w.requireReplays()
+}

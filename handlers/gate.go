@@ -141,9 +141,9 @@ func (g *gate) hold(t *domain.Task, states aggregates, seq uint64, parent trace.
 		return held
 	}
 	h := heldTask{id: t.ID, priority: t.Spec.Priority, seq: seq, parent: parent}
-	if h.priority == 0 {
+	if h.priority == 0 && t.GoalID != "" {
 		h.goal = t.GoalID
-		if goal, err := states.Goal(t.GoalID); t.GoalID != "" && err == nil && goal != nil {
+		if goal, err := states.Goal(t.GoalID); err == nil && goal != nil {
 			h.priority = goal.Priority
 		}
 	}
