@@ -407,6 +407,80 @@ class Client:
             body["payload"] = payload
         return await self.command("task.signal", body, command_id=command_id)
 
+    async def run_ritual(self, name: str, params: Optional[Dict[str, Any]] = None, *, version: Optional[int] = None,
+                         labels: Optional[Dict[str, str]] = None, key: Optional[str] = None,
+                         if_open: Optional[str] = None, command_id: Optional[str] = None) -> Dict[str, Any]:
+        """ritual.run: creates a goal and its first plan, in one commit, from
+        a version of the ritual name (None: the latest) with params in place
+        of its parameters (one left out takes its schema's default), as
+        create_goal with tasks would. labels are set on the goal over those
+        of the ritual's goal template, key (goal.create's key) over the one
+        it renders, and if_open ("refuse", the default, or "use") says what
+        the run does while an open goal holds the key. The result names the
+        goal (``id``) and its tasks, as create_goal's does. A param that
+        fails the ritual's parameters schema raises ``DwrError`` with code
+        ``invalid``, naming ``/params/<name>``."""
+        body: Dict[str, Any] = {"name": name}
+        if version is not None:
+            body["version"] = version
+        if params is not None:
+            body["params"] = params
+        if labels:
+            body["labels"] = labels
+        if key is not None:
+            body["key"] = key
+        if if_open is not None:
+            body["if_open"] = if_open
+        return await self.command("ritual.run", body, command_id=command_id)
+
+    # -- queues (a workspace admin's) ---------------------------------------
+
+    async def configure_queue(self, queue: str, *, lease_ms: int = 30000, max_deliver: int = 5,
+                              max_running: Optional[int] = None, rate_limit: Optional[int] = None,
+                              rate_period_ms: Optional[int] = None, order: Optional[str] = None,
+                              if_unset: bool = False, command_id: Optional[str] = None) -> Dict[str, Any]:
+        """queue.configure: sets a queue's lease (lease_ms: how long an
+        executor holds a job before it is delivered again) and max_deliver
+        (how many deliveries before its work item is quarantined). Each of
+        the others, None, keeps the queue's as it is: max_running (how many
+        of its jobs may run at once across all its executors: N > 0 sets it,
+        -1 removes the limit), rate_limit (how many of its work items may be
+        handed out in any rate_period_ms, 1000 to 86400000 ms, default 1000:
+        N > 0 sets it, -1 removes it) and order ("fifo", or "priority": by
+        their tasks' priority). With if_unset, a queue already configured
+        keeps its settings. The result carries the settings in effect
+        (``queue``, ``lease_ms``, ``max_deliver``, ``max_running``,
+        ``rate_limit``, ``rate_period_ms``, ``order``, ``paused``) and
+        ``duplicate`` when nothing changed."""
+        body: Dict[str, Any] = {"queue": queue, "lease_ms": lease_ms, "max_deliver": max_deliver}
+        for k, v in (("max_running", max_running), ("rate_limit", rate_limit), ("rate_period_ms", rate_period_ms),
+                     ("order", order)):
+            if v is not None:
+                body[k] = v
+        if if_unset:
+            body["if_unset"] = True
+        return await self.command("queue.configure", body, command_id=command_id)
+
+    async def pause_queue(self, queue: str, *, command_id: Optional[str] = None) -> Dict[str, Any]:
+        """queue.pause: the queue hands out no job, and no report hands its
+        sender the queue's next task, until resume_queue; the jobs already
+        handed out run on, and tasks keep joining it. The result carries
+        ``paused``: True and the queue's settings in effect, as
+        configure_queue's does."""
+        return await self.command("queue.pause", {"queue": queue}, command_id=command_id)
+
+    async def resume_queue(self, queue: str, *, command_id: Optional[str] = None) -> Dict[str, Any]:
+        """queue.resume: a paused queue hands out its jobs again, those that
+        joined it meanwhile first. The result carries the queue's settings
+        in effect, as configure_queue's does."""
+        return await self.command("queue.resume", {"queue": queue}, command_id=command_id)
+
+    async def delete_queue(self, queue: str, *, command_id: Optional[str] = None) -> Dict[str, Any]:
+        """queue.delete: removes a queue that no task that has not ended is
+        given — its consumer and its settings —, so that it no longer counts
+        against the workspace's bound on queues."""
+        return await self.command("queue.delete", {"queue": queue}, command_id=command_id)
+
     # -- queries ------------------------------------------------------------
 
     async def task(self, task_id: str) -> Dict[str, Any]:
@@ -456,6 +530,18 @@ class Client:
         after page."""
         return self.list("goal.list", {"state": state, "schedule": schedule, "labels": labels or None,
                                        "newest_first": newest_first or None, "limit": limit})
+
+    def queues(self) -> AsyncIterator[Dict[str, Any]]:
+        """queue.list: the workspace's queues — those configured, then those
+        that stand without a configuration —, each with its settings
+        (``name``, ``lease_ms``, ``max_deliver``, ``max_running``,
+        ``rate_limit``, ``rate_period_ms``, ``order``, ``paused``) and what
+        its consumer holds: ``pending`` (work items waiting to be
+        delivered), ``in_flight`` (delivered, not acknowledged yet) and
+        ``waiting_pulls`` (executors' pulls waiting for an item: items
+        pending with none in flight and no pull waiting mean no executor
+        takes the queue), page after page."""
+        return self.list("queue.list")
 
     async def decide_approval(self, approval_id: str, response: str, key_file: str, *,
                               approver: Optional[str] = None, comment: str = "",

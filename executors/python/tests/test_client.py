@@ -1,6 +1,8 @@
 """Client's goal commands and queries without a server: the subjects and
 bodies they send (goal labels: goal.create's, goal.label, goal.list's
-filter; goal keys: goal.create's key and if_open, goal.get by key)."""
+filter; goal keys: goal.create's key and if_open, goal.get by key; queue
+administration: queue.configure, pause, resume, delete, queue.list;
+rituals: ritual.run)."""
 
 from __future__ import annotations
 
@@ -122,6 +124,74 @@ class GoalKeyTest(unittest.IsolatedAsyncioTestCase):
         g = await c.goal_by_key("order-1042")
         self.assertEqual(g, {"id": "G-1", "key": "order-1042"})
         self.assertEqual(c.sent, [("dwr.q.default.goal.get", {"key": "order-1042"})])
+
+
+class QueueAdminTest(unittest.IsolatedAsyncioTestCase):
+    async def test_configure_queue_sends_what_is_given_and_defaults(self) -> None:
+        settings = {"queue": "llm", "lease_ms": 60000, "max_deliver": 3, "max_running": 4, "rate_limit": 60,
+                    "rate_period_ms": 60000, "order": "priority", "version": 2}
+        c = RecordingClient({"ok": True, "result": settings})
+        r = await c.configure_queue("llm", lease_ms=60000, max_deliver=3, max_running=4, rate_limit=60,
+                                    rate_period_ms=60000, order="priority", command_id="cfg-1")
+        self.assertEqual(r, settings, "the settings in effect")
+        self.assertEqual(c.sent, [("dwr.cmd.default.queue.configure",
+                                   {"queue": "llm", "lease_ms": 60000, "max_deliver": 3, "max_running": 4,
+                                    "rate_limit": 60, "rate_period_ms": 60000, "order": "priority"})])
+        await c.configure_queue("mail")
+        self.assertEqual(c.sent[1], ("dwr.cmd.default.queue.configure",
+                                     {"queue": "mail", "lease_ms": 30000, "max_deliver": 5}),
+                         "the defaults; none of the optional fields, nor if_unset, sent")
+
+    async def test_configure_queue_removes_limits_and_sets_if_unset(self) -> None:
+        c = RecordingClient({"ok": True, "result": {"queue": "llm", "lease_ms": 30000, "max_deliver": 5}})
+        await c.configure_queue("llm", max_running=-1, rate_limit=-1, order="fifo", if_unset=True)
+        self.assertEqual(c.sent, [("dwr.cmd.default.queue.configure",
+                                   {"queue": "llm", "lease_ms": 30000, "max_deliver": 5, "max_running": -1,
+                                    "rate_limit": -1, "order": "fifo", "if_unset": True})])
+
+    async def test_pause_resume_and_delete_name_the_queue(self) -> None:
+        c = RecordingClient({"ok": True, "result": {"queue": "mail", "lease_ms": 30000, "max_deliver": 5,
+                                                    "paused": True}},
+                            {"ok": True, "result": {"queue": "mail", "lease_ms": 30000, "max_deliver": 5}},
+                            {"ok": True, "result": {"id": "mail", "version": 4}})
+        self.assertTrue((await c.pause_queue("mail"))["paused"])
+        self.assertNotIn("paused", await c.resume_queue("mail", command_id="resume-1"))
+        await c.delete_queue("mail")
+        self.assertEqual(c.sent, [("dwr.cmd.default.queue.pause", {"queue": "mail"}),
+                                  ("dwr.cmd.default.queue.resume", {"queue": "mail"}),
+                                  ("dwr.cmd.default.queue.delete", {"queue": "mail"})])
+
+    async def test_queues_lists_queue_list_page_after_page(self) -> None:
+        c = RecordingClient({"ok": True, "result": [{"name": "llm", "pending": 2, "in_flight": 1,
+                                                     "waiting_pulls": 0}], "next": "llm"},
+                            {"ok": True, "result": [{"name": "mail", "pending": 0, "in_flight": 0,
+                                                     "waiting_pulls": 1, "paused": True}]})
+        got = [q async for q in c.queues()]
+        self.assertEqual([(q["name"], q["pending"], q.get("paused", False)) for q in got],
+                         [("llm", 2, False), ("mail", 0, True)])
+        self.assertEqual(c.sent, [("dwr.q.default.queue.list", {}),
+                                  ("dwr.q.default.queue.list", {"after": "llm"})])
+
+
+class RitualTest(unittest.IsolatedAsyncioTestCase):
+    async def test_run_ritual_sends_ritual_run(self) -> None:
+        c = RecordingClient({"ok": True, "result": {"id": "G-1", "version": 1,
+                                                    "tasks": [{"key": "draft", "task_id": "T-1"}]}})
+        r = await c.run_ritual("release", {"version": "1.2", "dry_run": False}, version=3,
+                               labels={"team": "core"}, key="release-1.2", if_open="use", command_id="run-1")
+        self.assertEqual(r["id"], "G-1")
+        self.assertEqual(r["tasks"], [{"key": "draft", "task_id": "T-1"}])
+        self.assertEqual(c.sent, [("dwr.cmd.default.ritual.run",
+                                   {"name": "release", "version": 3, "params": {"version": "1.2", "dry_run": False},
+                                    "labels": {"team": "core"}, "key": "release-1.2", "if_open": "use"})])
+
+    async def test_run_ritual_sends_only_what_is_given(self) -> None:
+        c = RecordingClient()
+        await c.run_ritual("release")
+        await c.run_ritual("release", {}, labels={})
+        self.assertEqual(c.sent, [("dwr.cmd.default.ritual.run", {"name": "release"}),
+                                  ("dwr.cmd.default.ritual.run", {"name": "release", "params": {}})],
+                         "none given: none sent (empty params are sent as given)")
 
 
 if __name__ == "__main__":

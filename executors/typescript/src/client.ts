@@ -5,7 +5,16 @@ import { credentialOptions } from "./credentials.js";
 import { readSigningKey, signDecision, type SigningKey } from "./signing.js";
 import { DwrError } from "./errors.js";
 import { Service, decodeReply, resultOf, traceContextOf, type CallOptions } from "./service.js";
-import { EnvTraceparent, Header, type CommandResult, type Goal, type Task, type TaskSpec } from "./wire.js";
+import {
+  EnvTraceparent,
+  Header,
+  type CommandResult,
+  type ConfigureQueue,
+  type Goal,
+  type Queue,
+  type Task,
+  type TaskSpec,
+} from "./wire.js";
 
 /** Options of Client.connect. */
 export interface ConnectOptions {
@@ -220,6 +229,80 @@ export class Client {
     return this.command("task.signal", { task_id: taskId, name, payload }, opts);
   }
 
+  /**
+   * runRitual creates a goal and its first plan, in one commit, from a version of the ritual name (absent: the
+   * latest) with r.params in place of its parameters (one left out takes its schema's default), as createGoal
+   * with tasks would. r.labels are set on the goal over those of the ritual's goal template, r.key (createGoal's
+   * key) over the one it renders, and r.if_open ("refuse", the default, or "use") says what the run does while
+   * an open goal holds the key. The result names the goal (`id`) and its tasks, as createGoal's does; a param
+   * that fails the ritual's parameters schema is a DwrError with code "invalid", field "/params/<name>".
+   */
+  runRitual(
+    name: string,
+    r: {
+      params?: Record<string, unknown>;
+      version?: number;
+      labels?: Record<string, string>;
+      key?: string;
+      if_open?: "refuse" | "use";
+    } = {},
+    opts?: CallOptions,
+  ): Promise<CommandResult> {
+    const labels = r.labels && Object.keys(r.labels).length ? r.labels : undefined;
+    return this.command(
+      "ritual.run",
+      { name, version: r.version, params: r.params, labels, key: r.key, if_open: r.if_open },
+      opts,
+    );
+  }
+
+  /**
+   * configureQueue sets a queue's settings (queue.configure, a workspace admin's): its lease (lease_ms, default
+   * 30000) and deliveries before quarantine (max_deliver, default 5), and, when given, how many of its jobs may
+   * run at once (max_running), how many may be handed out in any rate_period_ms (rate_limit; -1 removes either
+   * limit) and in which order (order); what is left out of those keeps the queue's as it is. With if_unset, a
+   * queue already configured keeps its settings. The result carries the settings in effect (queue, lease_ms,
+   * max_deliver, max_running, rate_limit, rate_period_ms, order, paused), and `duplicate` when nothing changed.
+   */
+  configureQueue(q: ConfigureQueue, opts?: CallOptions): Promise<CommandResult> {
+    return this.command(
+      "queue.configure",
+      {
+        queue: q.queue,
+        lease_ms: q.lease_ms ?? 30000,
+        max_deliver: q.max_deliver ?? 5,
+        max_running: q.max_running,
+        rate_limit: q.rate_limit,
+        rate_period_ms: q.rate_period_ms,
+        order: q.order,
+        if_unset: q.if_unset || undefined,
+      },
+      opts,
+    );
+  }
+
+  /**
+   * pauseQueue pauses a queue (queue.pause, a workspace admin's): it hands out no job, and no report hands its
+   * sender the queue's next task, until resumeQueue; the jobs already handed out run on, and tasks keep joining
+   * it. The result's `paused` is true, with the queue's settings in effect as configureQueue's.
+   */
+  pauseQueue(queue: string, opts?: CallOptions): Promise<CommandResult> {
+    return this.command("queue.pause", { queue }, opts);
+  }
+
+  /** resumeQueue lets a paused queue hand out its jobs again (queue.resume), those that joined it meanwhile first. */
+  resumeQueue(queue: string, opts?: CallOptions): Promise<CommandResult> {
+    return this.command("queue.resume", { queue }, opts);
+  }
+
+  /**
+   * deleteQueue removes a queue that no task that has not ended is given (queue.delete, a workspace admin's): its
+   * consumer and its settings, so that it no longer counts against the workspace's bound on queues.
+   */
+  deleteQueue(queue: string, opts?: CallOptions): Promise<CommandResult> {
+    return this.command("queue.delete", { queue }, opts);
+  }
+
   /** task reads a task. */
   task(id: string, opts?: CallOptions): Promise<Task> {
     return this.query<Task>("task.get", { id }, opts);
@@ -285,6 +368,15 @@ export class Client {
       },
       opts,
     );
+  }
+
+  /**
+   * queues lists the workspace's queues (queue.list): those configured, then those that stand without a
+   * configuration, each with its settings and its work items pending, in flight, and its executors' pulls waiting
+   * (items pending, none in flight and no pull waiting mean no executor takes the queue).
+   */
+  queues(opts?: CallOptions): AsyncGenerator<Queue> {
+    return this.list<Queue>("queue.list", {}, opts);
   }
 
   /**

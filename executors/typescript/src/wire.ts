@@ -304,6 +304,58 @@ export interface Handoff {
   item?: WorkItem;
 }
 
+/**
+ * A queue's settings as queue.configure takes them (a workspace admin's; Client.configureQueue). A field left
+ * out of max_running, rate_limit and order keeps the queue's as it is.
+ */
+export interface ConfigureQueue {
+  queue: string;
+  /** How long an executor holds a job before it is delivered again, in ms; configureQueue's default 30000. */
+  lease_ms?: number;
+  /** How many deliveries before a work item is quarantined; configureQueue's default 5. */
+  max_deliver?: number;
+  /** How many of its jobs may run at once, across all its executors: 1 to 100000; -1 removes the limit. */
+  max_running?: number;
+  /** How many of its work items may be handed out in any rate_period_ms: 1 to 100000; -1 removes the limit. */
+  rate_limit?: number;
+  /** The period of rate_limit, with a rate_limit: 1000 to 86400000 ms (absent: 1000). */
+  rate_period_ms?: number;
+  /** The order it hands out its items in: "fifo", as they became ready, or "priority", by their tasks' priority. */
+  order?: "fifo" | "priority";
+  /** True: configure the queue only if it is not configured yet; otherwise keep its settings (and answer them). */
+  if_unset?: boolean;
+}
+
+/**
+ * A queue as queue.list lists it (schemas.Queue): its settings, and what its consumer held as the listing read
+ * it.
+ */
+export interface Queue {
+  name: string;
+  lease_ms: number;
+  max_deliver: number;
+  /** How many of its jobs may run at once, across all its executors; absent: no limit. */
+  max_running?: number;
+  /** At most rate_limit items handed out in any rate_period_ms; absent: no limit. */
+  rate_limit?: number;
+  rate_period_ms?: number;
+  /** "priority" when it hands out its items by their tasks' priority; absent: fifo. */
+  order?: string;
+  /** True from a queue.pause to the next queue.resume. */
+  paused?: boolean;
+  /** True when no queue.configure set its lease and deliveries: the defaults are in effect. */
+  default_settings?: boolean;
+  /** Its work items waiting to be delivered (those of a paused queue among them). */
+  pending: number;
+  /** Its work items delivered and not acknowledged yet. */
+  in_flight: number;
+  /** Its executors' pulls waiting for an item: items pending, none in flight and none waiting mean no executor takes it. */
+  waiting_pulls: number;
+  /** When an item of it was last delivered, if ever since its consumer was made. */
+  last_delivered?: string;
+  [more: string]: unknown;
+}
+
 /** A goal as goal.get answers it (its view: state, plan, tasks, spend). */
 export interface Goal {
   id: string;

@@ -629,6 +629,100 @@ test("task labels: createTask sends them, labelTask sets and removes, tasks sele
   await assert.rejects(client.labelTask("T-1", {}), /labelTask: give labels to set or names to remove/);
 });
 
+test("queue administration: configureQueue sends what is given with its defaults, pause, resume, delete, queues", async () => {
+  const { client, sent } = recordingConnection(
+    '{"ok": true, "result": {"id": "llm", "version": 2, "queue": "llm", "lease_ms": 60000, "max_deliver": 3, "max_running": 4, "rate_limit": 60, "rate_period_ms": 60000, "order": "priority"}}',
+    '{"ok": true, "result": {"id": "mail", "version": 1, "queue": "mail", "lease_ms": 30000, "max_deliver": 5}}',
+    '{"ok": true, "result": {"id": "llm", "version": 3, "queue": "llm", "lease_ms": 30000, "max_deliver": 5}}',
+    '{"ok": true, "result": {"id": "mail", "version": 2, "queue": "mail", "lease_ms": 30000, "max_deliver": 5, "paused": true}}',
+    '{"ok": true, "result": {"id": "mail", "version": 3, "queue": "mail", "lease_ms": 30000, "max_deliver": 5}}',
+    '{"ok": true, "result": {"id": "mail", "version": 4}}',
+    '{"ok": true, "result": [{"name": "llm", "lease_ms": 30000, "max_deliver": 5, "pending": 2, "in_flight": 1, "waiting_pulls": 0}], "next": "llm"}',
+    '{"ok": true, "result": [{"name": "mail", "lease_ms": 30000, "max_deliver": 5, "paused": true, "pending": 0, "in_flight": 0, "waiting_pulls": 1}]}',
+  );
+  const r = await client.configureQueue(
+    { queue: "llm", lease_ms: 60000, max_deliver: 3, max_running: 4, rate_limit: 60, rate_period_ms: 60000, order: "priority" },
+    { commandId: "cfg-1" },
+  );
+  assert.deepEqual(
+    [r.queue, r.lease_ms, r.max_deliver, r.max_running, r.rate_limit, r.rate_period_ms, r.order],
+    ["llm", 60000, 3, 4, 60, 60000, "priority"],
+    "the settings in effect",
+  );
+  await client.configureQueue({ queue: "mail" });
+  await client.configureQueue({ queue: "llm", max_running: -1, rate_limit: -1, order: "fifo", if_unset: true });
+  assert.equal((await client.pauseQueue("mail")).paused, true);
+  assert.notEqual((await client.resumeQueue("mail")).paused, true);
+  await client.deleteQueue("mail");
+  const queues: [string, number, boolean][] = [];
+  for await (const q of client.queues()) queues.push([q.name, q.pending, q.paused ?? false]);
+  assert.deepEqual(queues, [
+    ["llm", 2, false],
+    ["mail", 0, true],
+  ]);
+  assert.deepEqual(sent, [
+    {
+      subject: "dwr.cmd.default.queue.configure",
+      body: {
+        queue: "llm",
+        lease_ms: 60000,
+        max_deliver: 3,
+        max_running: 4,
+        rate_limit: 60,
+        rate_period_ms: 60000,
+        order: "priority",
+      },
+    },
+    { subject: "dwr.cmd.default.queue.configure", body: { queue: "mail", lease_ms: 30000, max_deliver: 5 } },
+    {
+      subject: "dwr.cmd.default.queue.configure",
+      body: { queue: "llm", lease_ms: 30000, max_deliver: 5, max_running: -1, rate_limit: -1, order: "fifo", if_unset: true },
+    },
+    { subject: "dwr.cmd.default.queue.pause", body: { queue: "mail" } },
+    { subject: "dwr.cmd.default.queue.resume", body: { queue: "mail" } },
+    { subject: "dwr.cmd.default.queue.delete", body: { queue: "mail" } },
+    { subject: "dwr.q.default.queue.list", body: {} },
+    { subject: "dwr.q.default.queue.list", body: { after: "llm" } },
+  ]);
+});
+
+test("rituals: runRitual sends ritual.run with what is given, and answers as createGoal", async () => {
+  const { client, sent } = recordingConnection(
+    '{"ok": true, "result": {"id": "G-1", "version": 1, "tasks": [{"key": "draft", "task_id": "T-1"}]}}',
+    '{"ok": true, "result": {"id": "G-1", "version": 1, "duplicate": true}}',
+    '{"ok": true, "result": {"id": "G-2", "version": 1}}',
+  );
+  const r = await client.runRitual(
+    "release",
+    { params: { version: "1.2", dry_run: false }, version: 3, labels: { team: "core" }, key: "release-1.2" },
+    { commandId: "run-1" },
+  );
+  assert.equal(r.id, "G-1");
+  assert.deepEqual(r.tasks, [{ key: "draft", task_id: "T-1" }]);
+  const again = await client.runRitual("release", { params: { version: "1.2" }, key: "release-1.2", if_open: "use" });
+  assert.equal(again.duplicate, true);
+  await client.runRitual("release");
+  await client.runRitual("release", { params: {}, labels: {} });
+  assert.deepEqual(sent, [
+    {
+      subject: "dwr.cmd.default.ritual.run",
+      body: {
+        name: "release",
+        version: 3,
+        params: { version: "1.2", dry_run: false },
+        labels: { team: "core" },
+        key: "release-1.2",
+      },
+    },
+    {
+      subject: "dwr.cmd.default.ritual.run",
+      body: { name: "release", params: { version: "1.2" }, key: "release-1.2", if_open: "use" },
+    },
+    { subject: "dwr.cmd.default.ritual.run", body: { name: "release" } },
+    { subject: "dwr.cmd.default.ritual.run", body: { name: "release", params: {} } },
+  ]);
+});
+
 test("a client sends its option's traceparent, else TRACEPARENT's", () => {
   const nc = {} as NatsConnection; // never used: no request is sent
   const tp = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
