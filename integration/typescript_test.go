@@ -103,6 +103,11 @@ func TestTypeScriptClient(t *testing.T) {
 		Labeled    []string           `json:"labeled"`
 		GoalLabels map[string]string  `json:"goal_labels"`
 		RelabelDup bool               `json:"relabel_duplicate"`
+		KeyRefused string             `json:"key_refused"`
+		KeyUsed    bool               `json:"key_used"`
+		ByKey      int                `json:"by_key"`
+		RitualKey  bool               `json:"ritual_key"`
+		ConfRefuse string             `json:"configure_refused"`
 	}
 	require.NoError(t, json.Unmarshal(stdout.Bytes(), &got), "output: %s", stdout.String())
 
@@ -119,6 +124,11 @@ func TestTypeScriptClient(t *testing.T) {
 	require.Equal(t, map[string]string{"stage": "done"}, got.GoalLabels, "relabeled once achieved")
 	require.Equal(t, schemas.Labels{"stage": "done"}, goal.Labels)
 	require.True(t, got.RelabelDup, "removing a label it no longer holds records nothing")
+	require.Equal(t, "conflict", got.KeyRefused, "a key an open goal holds")
+	require.True(t, got.KeyUsed, "if_open use answers the open goal")
+	require.Equal(t, 1, got.ByKey, "read by its key, with the priority set after")
+	require.True(t, got.RitualKey, "the key a ritual's template rendered")
+	require.Equal(t, "forbidden", got.ConfRefuse, "a client does not configure queues")
 	require.Equal(t, map[string]any{"doubled": 4.0, "deps": []any{"a"}, "attempt": 1.0}, got.BResult,
 		"b ran once, handed a's result as a dependency")
 	for _, pt := range got.PlanTasks {

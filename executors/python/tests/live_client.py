@@ -100,6 +100,24 @@ async def main() -> None:
         # A command the client's role may not send: the NATS server refuses the subject.
         await expect_error(c.command("task.claim", {"task_id": t["id"], "executor": "x"}), "forbidden")
 
+        # A goal's key names one open goal; its priority is set and changed.
+        k = await c.create_goal("py order", key="py-order-1", priority=2)
+        await expect_error(c.create_goal("py order again", key="py-order-1"), "conflict", "/key")
+        assert (await c.create_goal("py order again", key="py-order-1", if_open="use"))["id"] == k["id"]
+        assert (await c.prioritize_goal(k["id"], 1)).get("duplicate") is not True
+        kv = await c.goal_by_key("py-order-1")
+        assert kv["id"] == k["id"] and kv["key"] == "py-order-1" and kv["priority"] == 1, kv
+        await expect_error(c.goal_by_key("py-order-9"), "not_found")
+
+        # A ritual run with a key; queues are an admin's to configure.
+        await c.command("ritual.define", {"name": "py-onboard", "parameters": {"type": "object", "properties": {"who": {"type": "string"}}},
+                                          "goal": {"title": "Onboard ${who}", "key": "py-onboard-${who}"},
+                                          "tasks": [{"key": "a", "queue": "pyq"}]})
+        r1 = await c.run_ritual("py-onboard", {"who": "ada"})
+        assert (await c.run_ritual("py-onboard", {"who": "ada"}, if_open="use"))["id"] == r1["id"]
+        assert (await c.goal_by_key("py-onboard-ada"))["id"] == r1["id"]
+        await expect_error(c.configure_queue("pyq", order="priority"), "forbidden")
+
         # Artifacts: two chunks and a bit, read back checked.
         blob = bytes(range(256)) * 2100  # 537,600 bytes
         info = await c.put_artifact(blob, name="blob.bin", type="application/octet-stream")

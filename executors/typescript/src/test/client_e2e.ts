@@ -74,6 +74,33 @@ async function main() {
   out.relabel_duplicate = (await c.labelGoal(g.id, { remove: ["sdk"] })).duplicate ?? false;
 
   step("goal ended");
+  // A goal's key names one open goal; its priority is set and changed; a
+  // ritual's template renders a key; queues are an admin's to configure.
+  const keyed = await c.createGoal({ title: "ts order", key: "ts-order-1", priority: 2 });
+  try {
+    await c.createGoal({ title: "ts order again", key: "ts-order-1" });
+  } catch (e) {
+    if (!(e instanceof DwrError)) throw e;
+    out.key_refused = e.code;
+  }
+  out.key_used = (await c.createGoal({ title: "ts order again", key: "ts-order-1", if_open: "use" })).id === keyed.id;
+  await c.prioritizeGoal(keyed.id, 1);
+  const byKey = await c.goalByKey("ts-order-1");
+  out.by_key = byKey.id === keyed.id ? byKey.priority : -1;
+  await c.command("ritual.define", {
+    name: "ts-onboard",
+    parameters: { type: "object", properties: { who: { type: "string" } } },
+    goal: { title: "Onboard ${who}", key: "ts-onboard-${who}" },
+    tasks: [{ key: "a", queue: queue + "-idle" }],
+  });
+  const run = await c.runRitual("ts-onboard", { params: { who: "ada" } });
+  out.ritual_key = (await c.goalByKey("ts-onboard-ada")).id === run.id;
+  try {
+    await c.configureQueue({ queue, order: "priority" });
+  } catch (e) {
+    if (!(e instanceof DwrError)) throw e;
+    out.configure_refused = e.code;
+  }
   // An artifact the client stores, which a job reads by its digest.
   const stored = await c.putArtifact("a few words, stored by the client", { name: "words.txt" });
   out.stored = stored.sha256;
