@@ -245,13 +245,21 @@ func (c *Console) labelGoal(w http.ResponseWriter, r *http.Request, s *session) 
 // LabelTask) for the path's id.
 func relabel(w http.ResponseWriter, r *http.Request,
 	send func(ctx context.Context, id string, set schemas.Labels, remove []string, opts ...client.CallOption) (*client.Result, error)) {
-	var req labelsRequest
+	posted(w, r, func(ctx context.Context, id string, req *labelsRequest) (*client.Result, error) {
+		return send(ctx, id, req.Set, req.Remove)
+	})
+}
+
+// posted reads the JSON body of a POST about {id} into a Req, sends what
+// send makes of it, and answers with its result.
+func posted[Req any](w http.ResponseWriter, r *http.Request, send func(ctx context.Context, id string, req *Req) (*client.Result, error)) {
+	var req Req
 	if !readJSON(w, r, &req) {
 		return
 	}
 	ctx, cancel := requestCtx(r)
 	defer cancel()
-	res, err := send(ctx, r.PathValue("id"), req.Set, req.Remove)
+	res, err := send(ctx, r.PathValue("id"), &req)
 	answer(w, res, err)
 }
 
@@ -264,14 +272,9 @@ type priorityRequest struct {
 // priority, 1 (first) to 5 (last), to the body's (goal.prioritize); the
 // same priority again answers duplicate.
 func (c *Console) prioritizeGoal(w http.ResponseWriter, r *http.Request, s *session) {
-	var req priorityRequest
-	if !readJSON(w, r, &req) {
-		return
-	}
-	ctx, cancel := requestCtx(r)
-	defer cancel()
-	res, err := s.cl.PrioritizeGoal(ctx, r.PathValue("id"), req.Priority)
-	answer(w, res, err)
+	posted(w, r, func(ctx context.Context, id string, req *priorityRequest) (*client.Result, error) {
+		return s.cl.PrioritizeGoal(ctx, id, req.Priority)
+	})
 }
 
 // labelTask is POST /api/tasks/{id}/labels: labelGoal's, for a task
@@ -441,14 +444,9 @@ func answer(w http.ResponseWriter, v any, err error) {
 // withReason reads a reason from r's body, calls do with the id r names
 // ({id}) and that reason, and answers with its result.
 func withReason(w http.ResponseWriter, r *http.Request, do func(ctx context.Context, id, reason string, opts ...client.CallOption) (*client.Result, error)) {
-	var req reasonRequest
-	if !readJSON(w, r, &req) {
-		return
-	}
-	ctx, cancel := requestCtx(r)
-	defer cancel()
-	res, err := do(ctx, r.PathValue("id"), req.Reason)
-	answer(w, res, err)
+	posted(w, r, func(ctx context.Context, id string, req *reasonRequest) (*client.Result, error) {
+		return do(ctx, id, req.Reason)
+	})
 }
 
 // historyEvent is one event of a task's history as the timeline shows it.
@@ -583,15 +581,10 @@ type decideRequest struct {
 }
 
 func (c *Console) decide(w http.ResponseWriter, r *http.Request, s *session) {
-	var req decideRequest
-	if !readJSON(w, r, &req) {
-		return
-	}
-	ctx, cancel := requestCtx(r)
-	defer cancel()
-	res, err := s.cl.DecideApproval(ctx, schemas.DecideApproval{ApprovalID: r.PathValue("id"), Approver: req.Approver,
-		Response: req.Response, ActionDigest: req.ActionDigest, Comment: req.Comment, Signature: req.Signature})
-	answer(w, res, err)
+	posted(w, r, func(ctx context.Context, id string, req *decideRequest) (*client.Result, error) {
+		return s.cl.DecideApproval(ctx, schemas.DecideApproval{ApprovalID: id, Approver: req.Approver,
+			Response: req.Response, ActionDigest: req.ActionDigest, Comment: req.Comment, Signature: req.Signature})
+	})
 }
 
 // queueRow is one queue of GET /api/queues.
