@@ -83,12 +83,10 @@ func (x *tx) createGoalFrom(c *CreateGoal, origin goalOrigin) (Reply, error) {
 	if err := checkPriority("/priority", c.Priority, true); err != nil {
 		return Reply{}, err
 	}
-	switch {
-	case c.Key != "" && !ValidKey(c.Key):
-		return Reply{}, invalid("/key", "goal key %q is not valid: use 1-128 letters, digits, '_', '.' or '-', starting with a letter or digit", c.Key)
-	case c.IfOpen != "" && c.IfOpen != schemas.GoalIfOpenRefuse && c.IfOpen != schemas.GoalIfOpenUse:
-		return Reply{}, invalid("/if_open", "%q is neither refuse nor use", c.IfOpen)
-	case c.IfOpen != "" && c.Key == "":
+	if err := CheckGoalKey(c.Key, c.IfOpen); err != nil {
+		return Reply{}, err
+	}
+	if c.IfOpen != "" && c.Key == "" {
 		return Reply{}, invalid("/if_open", "goes with a key: what to do while an open goal holds it")
 	}
 	b := c.Envelope.Budget
@@ -421,6 +419,19 @@ func DefaultPrivacy(w World, ws string, env *Envelope) error {
 		return err
 	}
 	env.Privacy = &schemas.Privacy{Key: schemas.PrivacyKeyGoal}
+	return nil
+}
+
+// CheckGoalKey refuses a goal key that is not one (CreateGoal.Key: "" is
+// none) and an if_open that is neither refuse nor use ("" is refuse),
+// naming /key or /if_open.
+func CheckGoalKey(key, ifOpen string) error {
+	switch {
+	case key != "" && !ValidKey(key):
+		return invalid("/key", "goal key %q is not valid: use 1-128 letters, digits, '_', '.' or '-', starting with a letter or digit", key)
+	case ifOpen != "" && ifOpen != schemas.GoalIfOpenRefuse && ifOpen != schemas.GoalIfOpenUse:
+		return invalid("/if_open", "%q is neither refuse nor use", ifOpen)
+	}
 	return nil
 }
 

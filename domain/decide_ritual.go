@@ -108,11 +108,8 @@ func (x *tx) runRitualFrom(c *RunRitual, origin goalOrigin) (Reply, error) {
 		}
 		maps.Copy(cg.Labels, c.Labels)
 	}
-	switch {
-	case c.Key != "" && !ValidKey(c.Key):
-		return Reply{}, invalid("/key", "goal key %q is not valid: use 1-128 letters, digits, '_', '.' or '-', starting with a letter or digit", c.Key)
-	case c.IfOpen != "" && c.IfOpen != schemas.GoalIfOpenRefuse && c.IfOpen != schemas.GoalIfOpenUse:
-		return Reply{}, invalid("/if_open", "%q is neither refuse nor use", c.IfOpen)
+	if err := CheckGoalKey(c.Key, c.IfOpen); err != nil {
+		return Reply{}, err // the run's, named as such: not the template's (fromRitual)
 	}
 	cg.Key, cg.IfOpen = cmp.Or(c.Key, cg.Key), c.IfOpen
 	if cg.IfOpen != "" && cg.Key == "" {

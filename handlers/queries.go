@@ -367,13 +367,12 @@ func (s *Service) query(name, ws string, p principal, q schemas.Query, pre prefe
 	case "goal.get":
 		if q.Key != "" {
 			// The goal made last with the key.
-			switch {
-			case q.ID != "":
+			if q.ID != "" {
 				return nil, "", &schemas.Error{Code: schemas.CodeInvalid, Message: "goal.get reads a goal by its id or by its key: give one",
 					Fields: []schemas.FieldError{{Pointer: "/key", Message: "not with id"}}}
-			case !domain.ValidKey(q.Key):
-				return nil, "", &schemas.Error{Code: schemas.CodeInvalid, Message: fmt.Sprintf("goal key %q is not valid: use 1-128 letters, digits, '_', '.' or '-', starting with a letter or digit", q.Key),
-					Fields: []schemas.FieldError{{Pointer: "/key", Message: "not a goal key"}}}
+			}
+			if err := domain.CheckGoalKey(q.Key, ""); err != nil {
+				return nil, "", err
 			}
 			id, err := s.store.GoalByKey(ws, q.Key)
 			if err != nil {
